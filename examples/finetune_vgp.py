@@ -1,0 +1,182 @@
+#!/usr/bin/env python
+"""Fine-tune a single-stream model on visually grounded paraphrases with attention supervision (Samaran et al. 2021).
+
+    accelerate launch examples/finetune_vgp.py                       # offline: synthetic scenes, MiniLM, direct supervision
+    accelerate launch examples/finetune_vgp.py --supervision semi_direct --output_dir outputs/vgp_semi
+    accelerate launch examples/finetune_vgp.py --flickr30k_entities_dir F30K --vgp_train_csv train.csv \
+        --vgp_eval_csv val.csv --features_tsv feats.tsv            # real data (LXMERT-style feature TSV)
+
+Writes to --output_dir: safetensors weights, config, tokenizer, README.md (model card with the results),
+eval_results.json and attention_heatmap.png (one example's word x region attention in the best head).
+Every transformers `TrainingArguments` flag works too (--seed, --per_device_train_batch_size, --push_to_hub, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
+
+from hf_vlalign import SingleStreamForVisualParaphrase, default_text_model_path
+from hf_vlalign.analysis.evaluate_grounding import evaluate_grounding, word_region_attention
+from hf_vlalign.analysis.plots import plot_head_accuracy, plot_word_region_heatmap
+from hf_vlalign.data.builders import load_vgp_data
+from hf_vlalign.data.collators import VGPCollator
+from hf_vlalign.data.synthetic import SyntheticSceneConfig
+from hf_vlalign.hub.model_card import render_model_card
+from hf_vlalign.trainers import VGPTrainer
+
+
+@dataclass
+class VGPArguments:
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "BERT-family text checkpoint or an hf_vlalign checkpoint (default: MiniLM)."}
+    )
+    supervision: str = field(default="direct", metadata={"help": "none | direct | semi_direct | indirect"})
+    supervision_weight: float = field(default=1.0, metadata={"help": "lambda of eq. (9)."})
+    supervised_layers: str | None = field(default=None, metadata={"help": "comma-separated layer indices (default all)."})
+    supervised_heads: str | None = field(default=None, metadata={"help": "comma-separated head indices (default all)."})
+    flickr30k_entities_dir: str | None = field(default=None, metadata={"help": "Sentences/, Annotations/ folder."})
+    vgp_train_csv: str | None = field(default=None)
+    vgp_eval_csv: str | None = field(default=None)
+    features_tsv: str | None = field(default=None, metadata={"help": "LXMERT-style feature TSV of the images."})
+    synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (default data)."})
+    synthetic_train_images: int = field(default=800)
+    synthetic_eval_images: int = field(default=150)
+    max_text_length: int = field(default=64)
+    hub_model_id_for_card: str | None = field(default=None, metadata={"help": "model id shown in the card."})
+
+
+def parse_args(argv: list[str]) -> tuple[VGPArguments, TrainingArguments]:
+    parser = HfArgumentParser((VGPArguments, TrainingArguments))
+    parser.set_defaults(
+        output_dir="outputs/vgp",
+        num_train_epochs=4,
+        learning_rate=5e-5,
+        warmup_steps=50,
+        per_device_train_batch_size=32,
+        per_device_eval_batch_size=64,
+        eval_strategy="epoch",
+        save_strategy="no",
+        logging_steps=20,
+        report_to="none",
+        remove_unused_columns=False,  # the collator reads the text-level columns
+        dataloader_num_workers=0,
+        seed=42,
+    )
+    return parser.parse_args_into_dataclasses(argv)
+
+
+def _indices(text: str | None) -> list[int] | None:
+    return None if text is None else [int(v) for v in text.split(",")]
+
+
+def load_model(args: VGPArguments, visual_feat_dim: int) -> SingleStreamForVisualParaphrase:
+    supervision = {
+        "attention_supervision": args.supervision,
+        "attention_supervision_weight": args.supervision_weight,
+        "supervised_layers": _indices(args.supervised_layers),
+        "supervised_heads": _indices(args.supervised_heads),
+    }
+    path = args.model_name_or_path or default_text_model_path()
+    if AutoConfig.from_pretrained(path).model_type == SingleStreamForVisualParaphrase.config_class.model_type:
+        return SingleStreamForVisualParaphrase.from_pretrained(path, **supervision)
+    return SingleStreamForVisualParaphrase.from_text_pretrained(path, visual_feat_dim=visual_feat_dim, **supervision)
+
+
+def write_report(trainer, metrics, data_source, args, training_args, eval_dataset, collator, tokenizer) -> dict:
+    """Grounding probe, heatmaps, eval_results.json and the model card, in --output_dir (main process only)."""
+    output_dir = Path(training_args.output_dir)
+    collator.return_probe_targets = True
+    probe = evaluate_grounding(trainer.model, eval_dataset, collator, training_args.per_device_eval_batch_size)
+    results = {
+        "image_description_accuracy": metrics["eval_image_description_accuracy"],
+        "vgp_accuracy": metrics["eval_vgp_accuracy"],
+        "grounding_accuracy_best_head": probe.best_head_accuracy,
+        "grounding_accuracy_mean_head": probe.mean_head_accuracy,
+        "grounding_baseline_accuracy": probe.baseline_accuracy,
+        "supervision": args.supervision,
+        "best_head": [probe.best_layer, probe.best_head],
+        "num_grounded_phrases": probe.num_phrases,
+        "eval_loss": metrics["eval_loss"],
+        **{key: metrics[f"eval_{key}"] for key in ("loss_id", "loss_vgp", "loss_att") if f"eval_{key}" in metrics},
+    }
+    (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (output_dir / "grounding_probe.json").write_text(json.dumps(probe.to_dict(), indent=2) + "\n")
+    example = next(i for i in range(len(eval_dataset)) if eval_dataset[i]["caption1_phrase_spans"])
+    drawn = word_region_attention(
+        trainer.model, collator([eval_dataset[example]]), tokenizer, probe.best_layer, probe.best_head
+    )
+    plot_word_region_heatmap(
+        drawn.attention,
+        drawn.words,
+        drawn.region_labels,
+        output_dir / "attention_heatmap.png",
+        title=f"layer {probe.best_layer}, head {probe.best_head} ({args.supervision} supervision)",
+    )
+    plot_head_accuracy(probe.accuracy, output_dir / "grounding_accuracy_per_head.png", title="grounding accuracy per head")
+    card = render_model_card(
+        "single_stream",
+        model_id=args.hub_model_id_for_card or training_args.hub_model_id,
+        base_model=args.model_name_or_path or "nreimers/MiniLM-L6-H384-uncased",
+        supervision=args.supervision,
+        results={k: v for k, v in results.items() if isinstance(v, float)},
+        training={
+            "data": data_source,
+            "epochs": training_args.num_train_epochs,
+            "learning_rate": training_args.learning_rate,
+            "batch_size": training_args.per_device_train_batch_size,
+            "seed": training_args.seed,
+            "train_examples": len(trainer.train_dataset),
+            "eval_examples": len(eval_dataset),
+        },
+    )
+    card.save(output_dir / "README.md")
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
+    set_seed(training_args.seed)
+    data = load_vgp_data(
+        args.flickr30k_entities_dir,
+        args.vgp_train_csv,
+        args.vgp_eval_csv,
+        args.features_tsv,
+        SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed),
+    )
+    train_dataset, eval_dataset, region_features = data.train, data.eval, data.region_features
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or default_text_model_path())
+    model = load_model(args, visual_feat_dim=len(region_features[0]["features"][0]))
+    collator = VGPCollator(tokenizer, region_features, max_text_length=args.max_text_length)
+    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False  # pushed once, with the card, below
+    trainer = VGPTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        data_collator=collator,
+        processing_class=tokenizer,
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    metrics = trainer.evaluate()
+    results = {}
+    if trainer.is_world_process_zero():
+        results = write_report(trainer, metrics, data.source, args, training_args, eval_dataset, collator, tokenizer)
+        print(json.dumps(results, indent=2))
+        if push_to_hub:
+            from huggingface_hub import HfApi
+
+            repo_id = training_args.hub_model_id or Path(training_args.output_dir).name
+            api = HfApi(token=training_args.hub_token)
+            api.create_repo(repo_id, exist_ok=True, private=training_args.hub_private_repo)
+            api.upload_folder(repo_id=repo_id, folder_path=training_args.output_dir, commit_message="hf_vlalign VGP fine-tuning")
+    return results
+
+
+if __name__ == "__main__":
+    main()

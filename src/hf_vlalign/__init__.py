@@ -1,0 +1,31 @@
+"""hf_vlalign: vision-and-language transformers whose attention is supervised to align words with image regions."""
+
+from .models import (
+    AutoModelForVisualParaphrase,
+    SingleStreamConfig,
+    SingleStreamForVisualParaphrase,
+    SingleStreamModel,
+    SingleStreamModelOutput,
+    SingleStreamPreTrainedModel,
+    VisualParaphraseOutput,
+    default_text_model_path,
+    register_auto_classes,
+)
+from .supervision import AttentionSupervisionMixin
+
+__version__ = "0.1.0"
+
+register_auto_classes()
+
+__all__ = [
+    "AttentionSupervisionMixin",
+    "AutoModelForVisualParaphrase",
+    "SingleStreamConfig",
+    "SingleStreamForVisualParaphrase",
+    "SingleStreamModel",
+    "SingleStreamModelOutput",
+    "SingleStreamPreTrainedModel",
+    "VisualParaphraseOutput",
+    "default_text_model_path",
+    "register_auto_classes",
+]

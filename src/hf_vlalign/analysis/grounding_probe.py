@@ -1,0 +1,275 @@
+"""Grounding probe: every attention head used as a ready-made phrase-grounding classifier.
+
+Li et al. 2020, "What does BERT with vision look at?": a head grounds a phrase correctly when the region its
+last sub-word attends to most has IoU >= 0.5 with a gold box of the phrase; the baseline picks the region with the
+highest detection confidence.
+
+Sequence layout of the single-stream model: positions [0, T) are text tokens, [T, T + R) the R regions and
+T + R the [END] token, so every attention map is (B, H, N, N) with N = T + R + 1 (rows are queries).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..utils.validation import check_dim, check_finite, check_mask_not_empty, check_rank
+
+
+__all__ = ["GroundingProbe", "GroundingProbeResult", "text_to_region_attention"]
+
+
+@dataclass
+class GroundingProbeResult:
+    """Accumulated probe accuracies; `accuracy[l, h]` is the accuracy of head `h` of layer `l`."""
+
+    accuracy: np.ndarray
+    best_layer: int
+    best_head: int
+    best_head_accuracy: float
+    mean_head_accuracy: float
+    baseline_accuracy: float
+    num_phrases: int
+
+    def to_dict(self) -> dict:
+        """JSON-ready dictionary (plain lists, ints and floats)."""
+        return {
+            "accuracy": self.accuracy.tolist(),
+            "best_layer": int(self.best_layer),
+            "best_head": int(self.best_head),
+            "best_head_accuracy": float(self.best_head_accuracy),
+            "mean_head_accuracy": float(self.mean_head_accuracy),
+            "baseline_accuracy": float(self.baseline_accuracy),
+            "num_phrases": int(self.num_phrases),
+        }
+
+
+def _check_attentions(attentions: Sequence[torch.Tensor], num_layers: int | None = None) -> tuple[int, ...]:
+    """All layers' attentions are (B, H, N, N) with the same shape; returns that shape."""
+    if isinstance(attentions, torch.Tensor) or not isinstance(attentions, Sequence) or len(attentions) == 0:
+        raise ValueError(
+            f"`attentions` must be a non-empty sequence of per-layer (B, H, N, N) tensors, got {type(attentions).__name__}."
+        )
+    if num_layers is not None and len(attentions) != num_layers:
+        raise ValueError(f"`attentions` must hold one tensor per layer ({num_layers}), got {len(attentions)}.")
+    check_rank("attentions[0]", attentions[0], 4, "(B, H, N, N)")
+    shape = tuple(attentions[0].shape)
+    for layer, attention in enumerate(attentions):
+        check_rank(f"attentions[{layer}]", attention, 4, "(B, H, N, N)")
+        if tuple(attention.shape) != shape:
+            raise ValueError(
+                f"`attentions` must all have the same shape, got {shape} for layer 0 and "
+                f"{tuple(attention.shape)} for layer {layer}."
+            )
+    if shape[2] != shape[3]:
+        raise ValueError(f"`attentions` must be square (B, H, N, N) self-attention maps, got shape {shape}.")
+    return shape
+
+
+def _check_layout(attention_shape: tuple[int, ...], text_length: int, num_regions: int) -> None:
+    """N must equal T + R + 1 (text, regions, [END])."""
+    if isinstance(text_length, bool) or not isinstance(text_length, int) or text_length < 1:
+        raise ValueError(f"`text_length` must be a positive int (T), got {text_length!r}.")
+    if isinstance(num_regions, bool) or not isinstance(num_regions, int) or num_regions < 1:
+        raise ValueError(f"`num_regions` must be a positive int (R), got {num_regions!r}.")
+    expected = text_length + num_regions + 1
+    if attention_shape[-1] != expected:
+        raise ValueError(
+            f"`attentions` must cover N = T + R + 1 = {text_length} + {num_regions} + 1 = {expected} positions "
+            f"(text, regions, [END]), got shape {attention_shape}."
+        )
+
+
+def _text_to_region_rows(attentions: Sequence[torch.Tensor], text_length: int, num_regions: int) -> torch.Tensor:
+    """Raw (not re-normalised) text->region blocks of every layer, stacked to (L, B, H, T, R)."""
+    regions = slice(text_length, text_length + num_regions)
+    return torch.stack([attention[:, :, :text_length, regions] for attention in attentions])
+
+
+def text_to_region_attention(
+    attentions: Sequence[torch.Tensor],
+    text_length: int,
+    num_regions: int,
+    visual_attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Text->region attention of every layer and head, each row re-normalised over the regions (for plots).
+
+    Args:
+        attentions: L tensors (B, H, N, N) of attention probabilities with N = T + R + 1.
+        text_length: T, the number of text positions.
+        num_regions: R, the number of region positions.
+        visual_attention_mask: optional (B, R) mask; masked regions get zero weight before re-normalising.
+
+    Returns:
+        (L, B, H, T, R) float tensor; a row with no attention on (unmasked) regions stays all zeros, never NaN.
+    """
+    shape = _check_attentions(attentions)
+    _check_layout(shape, text_length, num_regions)
+    rows = _text_to_region_rows(attentions, text_length, num_regions).float()
+    if visual_attention_mask is not None:
+        check_rank("visual_attention_mask", visual_attention_mask, 2, "(B, R)")
+        if tuple(visual_attention_mask.shape) != (shape[0], num_regions):
+            raise ValueError(
+                f"`visual_attention_mask` must have shape (B, R) = {(shape[0], num_regions)}, "
+                f"got {tuple(visual_attention_mask.shape)}."
+            )
+        rows = rows * visual_attention_mask.to(rows.device, rows.dtype)[None, :, None, None, :]
+    mass = rows.sum(dim=-1, keepdim=True)
+    return torch.where(mass > 0, rows / mass.clamp(min=1e-12), torch.zeros_like(rows))
+
+
+class GroundingProbe:
+    """Accumulates, over batches, how often each head's most-attended region grounds a phrase correctly.
+
+    Li et al. 2020: the prediction of head (l, h) for a phrase is the argmax over the (unmasked) region keys of the
+    attention row of the phrase's last sub-word; it is correct when that region's IoU with the phrase's gold boxes
+    is >= `iou_threshold`. The detection-confidence baseline predicts the most confident region instead.
+
+    Example:
+        ```python
+        probe = GroundingProbe(config.num_hidden_layers, config.num_attention_heads)
+        for batch in loader:
+            outputs = model(**inputs, output_attentions=True)
+            probe.update(outputs.attentions, text_length, batch["phrase_token_index"], batch["phrase_region_iou"],
+                         batch["visual_attention_mask"], batch["region_confidence"])
+        result = probe.compute()
+        ```
+    """
+
+    def __init__(self, num_layers: int, num_heads: int, iou_threshold: float = 0.5) -> None:
+        for name, value in (("num_layers", num_layers), ("num_heads", num_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+        if not 0.0 < iou_threshold <= 1.0:
+            raise ValueError(f"`iou_threshold` must be in (0, 1], got {iou_threshold!r}.")
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.iou_threshold = float(iou_threshold)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets every phrase seen so far."""
+        self._correct = torch.zeros(self.num_layers, self.num_heads, dtype=torch.long)
+        self._baseline_correct = 0
+        self._num_phrases = 0
+
+    def _validate(
+        self,
+        attentions: Sequence[torch.Tensor],
+        text_length: int,
+        phrase_token_index: torch.Tensor,
+        phrase_region_iou: torch.Tensor,
+        visual_attention_mask: torch.Tensor,
+        region_confidence: torch.Tensor,
+    ) -> None:
+        shape = _check_attentions(attentions, self.num_layers)
+        batch_size = shape[0]
+        check_dim("attentions", attentions[0], 1, self.num_heads, "(B, H, N, N)", "num_heads")
+        for layer, attention in enumerate(attentions):
+            check_finite(f"attentions[{layer}]", attention)
+
+        check_rank("phrase_region_iou", phrase_region_iou, 3, "(B, P, R)")
+        num_regions = phrase_region_iou.shape[-1]
+        _check_layout(shape, text_length, num_regions)
+        check_dim("phrase_region_iou", phrase_region_iou, 0, batch_size, "(B, P, R)", "batch size of `attentions`")
+        check_finite("phrase_region_iou", phrase_region_iou)
+        if phrase_region_iou.numel() and (phrase_region_iou.min() < 0 or phrase_region_iou.max() > 1):
+            raise ValueError(
+                f"`phrase_region_iou` must hold IoUs in [0, 1], got values in "
+                f"[{float(phrase_region_iou.min()):.4g}, {float(phrase_region_iou.max()):.4g}]."
+            )
+
+        check_rank("phrase_token_index", phrase_token_index, 2, "(B, P)")
+        if phrase_token_index.is_floating_point() or phrase_token_index.dtype == torch.bool:
+            raise ValueError(f"`phrase_token_index` must be an integer tensor, got dtype {phrase_token_index.dtype}.")
+        if tuple(phrase_token_index.shape) != tuple(phrase_region_iou.shape[:2]):
+            raise ValueError(
+                f"`phrase_token_index` must have shape (B, P) = {tuple(phrase_region_iou.shape[:2])} to match "
+                f"`phrase_region_iou`, got {tuple(phrase_token_index.shape)}."
+            )
+        bad = (phrase_token_index < -1) | (phrase_token_index >= text_length)
+        if bool(bad.any()):
+            raise ValueError(
+                f"`phrase_token_index` must hold text positions in [0, {text_length - 1}] or -1 for padding, got "
+                f"{phrase_token_index[bad].tolist()}."
+            )
+
+        for name, tensor in (("visual_attention_mask", visual_attention_mask), ("region_confidence", region_confidence)):
+            check_rank(name, tensor, 2, "(B, R)")
+            if tuple(tensor.shape) != (batch_size, num_regions):
+                raise ValueError(
+                    f"`{name}` must have shape (B, R) = {(batch_size, num_regions)}, got {tuple(tensor.shape)}."
+                )
+        check_finite("region_confidence", region_confidence)
+        has_phrase = (phrase_token_index >= 0).any(dim=-1).to(visual_attention_mask.device)
+        if bool(has_phrase.any()):
+            check_mask_not_empty("visual_attention_mask", visual_attention_mask[has_phrase], "region for a phrase")
+
+    @torch.no_grad()
+    def update(
+        self,
+        attentions: Sequence[torch.Tensor],
+        text_length: int,
+        phrase_token_index: torch.Tensor,
+        phrase_region_iou: torch.Tensor,
+        visual_attention_mask: torch.Tensor,
+        region_confidence: torch.Tensor,
+    ) -> None:
+        """Scores one batch for every (layer, head) at once.
+
+        Args:
+            attentions: L tensors (B, H, N, N) of attention probabilities, N = T + R + 1.
+            text_length: T, the number of text positions.
+            phrase_token_index: (B, P) long, position of the last sub-word of each grounded phrase, -1 = padding.
+            phrase_region_iou: (B, P, R) best IoU of each region with the phrase's gold boxes.
+            visual_attention_mask: (B, R), 1 for real regions, 0 for padding.
+            region_confidence: (B, R) detection confidence of each region (the baseline).
+        """
+        self._validate(
+            attentions, text_length, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence
+        )
+        device = attentions[0].device
+        num_regions = phrase_region_iou.shape[-1]
+        # one entry per real phrase (K of them): its example, its slot and its last sub-word
+        phrase_token_index = phrase_token_index.to(device)
+        batch_index, slot_index = (phrase_token_index >= 0).nonzero(as_tuple=True)
+        if batch_index.numel() == 0:
+            return
+        token_index = phrase_token_index[batch_index, slot_index]
+        iou = phrase_region_iou.to(device).float()[batch_index, slot_index]  # (K, R)
+        region_mask = visual_attention_mask.to(device).bool()[batch_index]  # (K, R)
+
+        # (L, B, H, T, R) -> (B, T, L, H, R), then pick each phrase's row: (K, L, H, R)
+        rows = _text_to_region_rows(attentions, text_length, num_regions).permute(1, 3, 0, 2, 4)
+        rows = rows[batch_index, token_index].float()
+        rows = rows.masked_fill(~region_mask[:, None, None, :], float("-inf"))
+        predicted = rows.argmax(dim=-1)  # (K, L, H)
+        predicted_iou = iou.gather(-1, predicted.flatten(1)).view_as(predicted)
+        self._correct += (predicted_iou >= self.iou_threshold).sum(dim=0).cpu()
+
+        confidence = region_confidence.to(device).float()[batch_index]
+        baseline = confidence.masked_fill(~region_mask, float("-inf")).argmax(dim=-1, keepdim=True)
+        self._baseline_correct += int((iou.gather(-1, baseline) >= self.iou_threshold).sum())
+        self._num_phrases += int(batch_index.numel())
+
+    def compute(self) -> GroundingProbeResult:
+        """Per-head accuracies, the best head, the mean over heads and the detection-confidence baseline."""
+        if self._num_phrases == 0:
+            raise ValueError(
+                "`GroundingProbe.compute` needs at least one grounded phrase, got none: every `phrase_token_index` "
+                "passed to `update` was -1 (or `update` was never called)."
+            )
+        accuracy = self._correct.double().numpy() / self._num_phrases
+        best_layer, best_head = np.unravel_index(int(np.argmax(accuracy)), accuracy.shape)
+        return GroundingProbeResult(
+            accuracy=accuracy,
+            best_layer=int(best_layer),
+            best_head=int(best_head),
+            best_head_accuracy=float(accuracy[best_layer, best_head]),
+            mean_head_accuracy=float(accuracy.mean()),
+            baseline_accuracy=self._baseline_correct / self._num_phrases,
+            num_phrases=self._num_phrases,
+        )

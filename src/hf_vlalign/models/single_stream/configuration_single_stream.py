@@ -1,0 +1,77 @@
+"""Single-stream (VL-BERT / VisualBERT style) vision-and-language model configuration."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+from ...supervision.config import validate_supervision_fields
+
+
+@strict(accept_kwargs=True)
+class SingleStreamConfig(PreTrainedConfig):
+    r"""
+    Configuration of [`SingleStreamModel`]: a BERT encoder over `[CLS] c1 [SEP] c2 [SEP] regions [END]` (Samaran et al.
+    2021, sec. 3). The text fields are BERT's, so a BERT-family checkpoint initialises the text side
+    (see [`SingleStreamModel.from_text_pretrained`]).
+
+    Args:
+        visual_feat_dim (`int`): dimension of `visual_feats` (2048 for bottom-up-attention features).
+        attention_supervision (`str`): "none", "direct", "semi_direct" or "indirect".
+        supervised_layers (`list[int]`, *optional*): layers whose attention is supervised (default: all).
+        supervised_heads (`list[int]`, *optional*): heads supervised in each of those layers (default: all).
+        attention_supervision_weight (`float`): weight of the attention loss in the total loss (eq. 9).
+        num_id_labels (`int`): classes of image-description identification (c1 only, c2 only, both; eq. 1).
+        num_vgp_labels (`int`): classes of the VGP phrase-pair classifier (eqs. 2-4).
+        id_loss_weight / vgp_loss_weight (`float`): weights of those losses in eq. 9.
+        validate_inputs (`bool`): check every input tensor in `forward` (switch off only for speed).
+
+    Example:
+    ```python
+    >>> from hf_vlalign import SingleStreamConfig, SingleStreamModel
+    >>> config = SingleStreamConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, attention_supervision="direct")
+    >>> model = SingleStreamModel(config)
+    ```"""
+
+    model_type = "vlalign_single_stream"
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.1
+    attention_probs_dropout_prob: float | int = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    classifier_dropout: float | int | None = None
+    visual_feat_dim: int = 2048
+    attention_supervision: str = "none"
+    supervised_layers: list[int] | None = None
+    supervised_heads: list[int] | None = None
+    attention_supervision_weight: float | int = 1.0
+    num_id_labels: int = 3
+    num_vgp_labels: int = 2
+    id_loss_weight: float | int = 1.0
+    vgp_loss_weight: float | int = 1.0
+    validate_inputs: bool = True
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        self.check_fields()
+
+    def check_fields(self) -> None:
+        """Raises `ValueError` for sizes and supervision settings the modules cannot use (run at construction)."""
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"`hidden_size` ({self.hidden_size}) must be a multiple of `num_attention_heads` "
+                f"({self.num_attention_heads})."
+            )
+        if self.visual_feat_dim <= 0:
+            raise ValueError(f"`visual_feat_dim` must be a positive int, got {self.visual_feat_dim}.")
+        validate_supervision_fields(self, self.num_hidden_layers, self.num_attention_heads)
+
+
+__all__ = ["SingleStreamConfig"]

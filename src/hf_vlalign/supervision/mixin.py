@@ -1,0 +1,98 @@
+"""`AttentionSupervisionMixin`: the attention-supervision methods of Samaran et al. (2021), shared by every model family.
+
+A model that mixes it in calls `init_attention_supervision()` in `__init__`, asks `layers_needing_query_key()` which
+layers must hand over their (pre-dropout) query/key projections, and calls `attention_supervision_loss(...)`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..utils.validation import check_index_list
+from .direct import direct_supervision_loss, masked_log_softmax
+from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
+from .rollout import attention_rollout, semi_direct_supervision_loss
+
+
+class AttentionSupervisionMixin:
+    """Adds `none | direct | semi_direct | indirect` attention supervision, selected by `config.attention_supervision`."""
+
+    def init_attention_supervision(self) -> None:
+        if self.config.attention_supervision == "indirect":
+            self.indirect_grounding_head = IndirectGroundingHead(self.config.hidden_size, self.config.hidden_dropout_prob)
+
+    @property
+    def supervised_layer_indices(self) -> list[int]:
+        return check_index_list("supervised_layers", self.config.supervised_layers, self.num_supervisable_layers, "layer")
+
+    @property
+    def supervised_head_indices(self) -> list[int]:
+        return check_index_list("supervised_heads", self.config.supervised_heads, self.config.num_attention_heads, "head")
+
+    @property
+    def num_supervisable_layers(self) -> int:
+        return self.config.num_hidden_layers
+
+    def layers_needing_query_key(self) -> set[int]:
+        """Layers whose query/key projections the supervision needs (rollout needs every layer up to the last one)."""
+        method = self.config.attention_supervision
+        if method == "direct":
+            return set(self.supervised_layer_indices)
+        if method == "semi_direct":
+            return set(range(max(self.supervised_layer_indices) + 1))
+        return set()
+
+    def attention_supervision_loss(
+        self,
+        *,
+        query_key_states: dict[int, tuple[torch.Tensor, torch.Tensor]],
+        final_hidden_states: torch.Tensor,
+        text_positions: slice,
+        region_positions: slice,
+        key_padding_mask: torch.Tensor,
+        scaling: float,
+        word_region_alignment: torch.Tensor,
+        text_mask: torch.Tensor,
+        region_mask: torch.Tensor,
+        phrase_masks: torch.Tensor | None = None,
+    ) -> torch.Tensor | None:
+        """Attention loss of the configured method over a joint text+region sequence.
+
+        Args:
+            query_key_states: layer index -> (query, key), each (B, H, N, d), before dropout.
+            final_hidden_states: (B, N, D) last layer output (indirect supervision).
+            text_positions / region_positions: where the text tokens and the regions sit in the sequence.
+            key_padding_mask: (B, N) 1 for real positions (rollout needs the full attention).
+            scaling: the attention's 1/sqrt(d).
+        """
+        method = self.config.attention_supervision
+        if method == "none":
+            return None
+        if method == "indirect":
+            return self._indirect_loss(final_hidden_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks)
+        heads = self.supervised_head_indices
+        if method == "direct":
+            t2r, r2t = [], []
+            for layer in self.supervised_layer_indices:
+                query, key = (states[:, heads] for states in query_key_states[layer])
+                t2r.append(query[:, :, text_positions] @ key[:, :, region_positions].transpose(-1, -2) * scaling)
+                r2t.append(query[:, :, region_positions] @ key[:, :, text_positions].transpose(-1, -2) * scaling)
+            return direct_supervision_loss(t2r, r2t, word_region_alignment, text_mask, region_mask)
+        # semi_direct: full attention probabilities of every layer up to the last supervised one, then rollout
+        probs = []
+        for layer in range(max(self.supervised_layer_indices) + 1):
+            query, key = query_key_states[layer]
+            logits = query @ key.transpose(-1, -2) * scaling
+            probs.append(masked_log_softmax(logits, key_padding_mask[:, None, None, :]).exp())
+        rollouts = attention_rollout(probs, heads)
+        supervised = [rollouts[layer] for layer in self.supervised_layer_indices]
+        return semi_direct_supervision_loss(supervised, text_positions, region_positions, word_region_alignment, text_mask, region_mask)
+
+    def _indirect_loss(self, final_hidden_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks):
+        if phrase_masks is None:
+            raise ValueError("`phrase_masks` (B, P, T) is required when `attention_supervision='indirect'`, got None.")
+        phrase_embeddings = max_pool_phrases(final_hidden_states[:, text_positions], phrase_masks)
+        pair_logits = self.indirect_grounding_head(phrase_embeddings, final_hidden_states[:, region_positions])
+        # a phrase's positive regions: those its tokens are aligned to
+        targets = (phrase_masks.to(word_region_alignment.dtype) @ word_region_alignment > 0).to(pair_logits.dtype)
+        return indirect_supervision_loss(pair_logits, targets, phrase_masks.bool().any(-1), region_mask)

@@ -1,0 +1,166 @@
+"""One validation layer shared by models, collators, builders and readers.
+
+Every check raises `ValueError` naming the argument, what was expected and what came, so that bad input never
+surfaces as a NaN or an index error from deep inside torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def _shape(tensor: torch.Tensor) -> tuple[int, ...]:
+    return tuple(tensor.shape)
+
+
+def check_rank(name: str, tensor: torch.Tensor, rank: int, layout: str) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"`{name}` must be a torch.Tensor of shape {layout}, got {type(tensor).__name__}.")
+    if tensor.dim() != rank:
+        raise ValueError(f"`{name}` must have shape {layout} ({rank} dims), got shape {_shape(tensor)}.")
+
+
+def check_dim(name: str, tensor: torch.Tensor, dim: int, expected: int, layout: str, why: str = "") -> None:
+    if tensor.shape[dim] != expected:
+        reason = f" ({why})" if why else ""
+        raise ValueError(
+            f"`{name}` must have shape {layout} with size {expected} at dim {dim}{reason}, got shape {_shape(tensor)}."
+        )
+
+
+def check_finite(name: str, tensor: torch.Tensor) -> None:
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise ValueError(f"`{name}` must be finite, got {bad} NaN/inf value(s) in a tensor of shape {_shape(tensor)}.")
+
+
+def check_normalised_boxes(name: str, boxes: torch.Tensor, valid: torch.Tensor | None = None) -> None:
+    """Boxes (..., 4) as x1, y1, x2, y2 in [0, 1] with x2 > x1 and y2 > y1 (rows where `valid` is False are ignored)."""
+    if boxes.shape[-1] != 4:
+        raise ValueError(f"`{name}` must have a last dim of 4 (x1, y1, x2, y2), got shape {_shape(boxes)}.")
+    check_finite(name, boxes)
+    rows = boxes if valid is None else boxes[valid.bool()]
+    if rows.numel() == 0:
+        return
+    low, high = float(rows.min()), float(rows.max())
+    if low < 0.0 or high > 1.0:
+        raise ValueError(
+            f"`{name}` must be normalised to [0, 1] (x1, y1, x2, y2 divided by image width/height), got values in "
+            f"[{low:.4g}, {high:.4g}]; normalise pixel boxes with hf_vlalign.alignment.normalize_boxes."
+        )
+    degenerate = (rows[..., 2] <= rows[..., 0]) | (rows[..., 3] <= rows[..., 1])
+    if bool(degenerate.any()):
+        example = rows[degenerate][0].tolist()
+        raise ValueError(
+            f"`{name}` must satisfy x2 > x1 and y2 > y1, got {int(degenerate.sum())} degenerate box(es), e.g. {example}."
+        )
+
+
+def check_mask_not_empty(name: str, mask: torch.Tensor, what: str) -> None:
+    """Every row of a (B, N) mask must keep at least one position."""
+    empty = (mask.reshape(mask.shape[0], -1).sum(-1) == 0).nonzero().flatten().tolist()
+    if empty:
+        raise ValueError(f"`{name}` must keep at least one {what} per example, got none for batch index(es) {empty}.")
+
+
+def check_alignment(name: str, alignment: torch.Tensor, atol: float = 1e-3) -> None:
+    """Each row of a word-region alignment is a distribution (sums to one) or all zeros (ungrounded token)."""
+    check_finite(name, alignment)
+    if bool((alignment < 0).any()):
+        raise ValueError(f"`{name}` must be non-negative, got minimum {float(alignment.min()):.4g}.")
+    sums = alignment.sum(-1)
+    bad = ~(((sums - 1).abs() <= atol) | (sums.abs() <= atol))
+    if bool(bad.any()):
+        raise ValueError(
+            f"`{name}` rows must each sum to 1 (grounded token) or 0 (ungrounded token), got {int(bad.sum())} row(s) "
+            f"with sums such as {float(sums[bad][0]):.4g}."
+        )
+
+
+def check_index_list(name: str, indices: Sequence[int] | None, upper: int, what: str) -> list[int]:
+    """Validates a config list of layer/head indices; None means all of them."""
+    if indices is None:
+        return list(range(upper))
+    values = list(indices)
+    if not values:
+        raise ValueError(f"`{name}` must name at least one {what} (or be None for all), got an empty list.")
+    bad = [i for i in values if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < upper]
+    if bad:
+        raise ValueError(f"`{name}` must hold {what} indices in [0, {upper - 1}], got {bad}.")
+    return sorted(set(values))
+
+
+def check_vision_language_inputs(
+    config,
+    *,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    token_type_ids: torch.Tensor | None,
+    visual_feats: torch.Tensor,
+    visual_boxes: torch.Tensor,
+    visual_attention_mask: torch.Tensor | None,
+    word_region_alignment: torch.Tensor | None = None,
+) -> None:
+    """Shapes, ranges and values of the DESIGN.md input tensors, checked against each other and against `config`."""
+    check_rank("input_ids", input_ids, 2, "(batch, text_length)")
+    batch, text_length = input_ids.shape
+    if text_length > config.max_position_embeddings:
+        raise ValueError(
+            f"`input_ids` has {text_length} tokens, more than `max_position_embeddings` ({config.max_position_embeddings})."
+        )
+    if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= config.vocab_size):
+        raise ValueError(
+            f"`input_ids` must be in [0, {config.vocab_size - 1}] (vocab_size), got [{int(input_ids.min())}, {int(input_ids.max())}]."
+        )
+    for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+        if tensor is not None:
+            check_rank(name, tensor, 2, "(batch, text_length)")
+            if tuple(tensor.shape) != (batch, text_length):
+                raise ValueError(f"`{name}` must have the shape of `input_ids` {(batch, text_length)}, got {tuple(tensor.shape)}.")
+    if token_type_ids is not None and token_type_ids.numel() and int(token_type_ids.max()) >= config.type_vocab_size:
+        raise ValueError(
+            f"`token_type_ids` must be in [0, {config.type_vocab_size - 1}] (type_vocab_size), got max {int(token_type_ids.max())}."
+        )
+    check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
+    num_regions = visual_feats.shape[1]
+    check_dim("visual_feats", visual_feats, 0, batch, "(batch, num_regions, visual_feat_dim)", "batch of `input_ids`")
+    check_dim("visual_feats", visual_feats, 2, config.visual_feat_dim, "(batch, num_regions, visual_feat_dim)", "config.visual_feat_dim")
+    if num_regions == 0:
+        raise ValueError("`visual_feats` must hold at least one region, got an empty region set (num_regions = 0).")
+    check_finite("visual_feats", visual_feats)
+    check_rank("visual_boxes", visual_boxes, 3, "(batch, num_regions, 4)")
+    if tuple(visual_boxes.shape[:2]) != (batch, num_regions):
+        raise ValueError(
+            f"`visual_boxes` must have shape (batch, num_regions, 4) = {(batch, num_regions, 4)} to match `visual_feats`, "
+            f"got {tuple(visual_boxes.shape)}."
+        )
+    if visual_attention_mask is not None:
+        check_rank("visual_attention_mask", visual_attention_mask, 2, "(batch, num_regions)")
+        if tuple(visual_attention_mask.shape) != (batch, num_regions):
+            raise ValueError(
+                f"`visual_attention_mask` must have shape (batch, num_regions) = {(batch, num_regions)}, "
+                f"got {tuple(visual_attention_mask.shape)}."
+            )
+        check_mask_not_empty("visual_attention_mask", visual_attention_mask, "region")
+    check_normalised_boxes("visual_boxes", visual_boxes, visual_attention_mask)
+    if word_region_alignment is not None:
+        check_rank("word_region_alignment", word_region_alignment, 3, "(batch, text_length, num_regions)")
+        if tuple(word_region_alignment.shape) != (batch, text_length, num_regions):
+            raise ValueError(
+                f"`word_region_alignment` must have shape (batch, text_length, num_regions) = "
+                f"{(batch, text_length, num_regions)}, got {tuple(word_region_alignment.shape)}."
+            )
+        check_alignment("word_region_alignment", word_region_alignment)
+
+
+def check_phrase_masks(name: str, phrase_masks: torch.Tensor, batch: int, text_length: int, allow_empty_rows: bool) -> None:
+    """A (B, T) mask (one phrase per example) or (B, P, T) masks (padding rows allowed when `allow_empty_rows`)."""
+    if phrase_masks.shape[0] != batch or phrase_masks.shape[-1] != text_length:
+        raise ValueError(
+            f"`{name}` must have shape (batch, [num_phrases,] text_length) with batch={batch}, text_length={text_length}, "
+            f"got {tuple(phrase_masks.shape)}."
+        )
+    if not allow_empty_rows:
+        check_mask_not_empty(name, phrase_masks, "token in the phrase")

@@ -1,0 +1,254 @@
+"""LXMERT feature TSV writer and streaming reader.
+
+No published feature TSV is small enough to keep among the real data samples, so the lines here are encoded by hand
+with LXMERT's own convention (base64 of the raw array bytes) independently of the writer under test.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+
+import numpy as np
+import pytest
+
+from hf_vlalign.data.formats import LXMERT_TSV_FIELDS, read_lxmert_tsv, write_lxmert_tsv
+
+
+ARRAY_DTYPES = {
+    "object_ids": np.int64,
+    "object_conf": np.float32,
+    "attr_ids": np.int64,
+    "attr_conf": np.float32,
+    "boxes": np.float32,
+    "features": np.float32,
+}
+
+
+def make_record(index: int, num_boxes: int = 3, dim: int = 8) -> dict:
+    rng = np.random.default_rng(index)
+    corners = rng.uniform(0, 100, size=(num_boxes, 2)).astype(np.float32)
+    return {
+        "image_id": f"COCO_val2014_{index:012d}",
+        "image_h": 240,
+        "image_w": 320,
+        "num_boxes": num_boxes,
+        "object_ids": rng.integers(0, 1600, num_boxes),
+        "object_conf": rng.random(num_boxes, dtype=np.float32),
+        "attr_ids": rng.integers(0, 400, num_boxes),
+        "attr_conf": rng.random(num_boxes, dtype=np.float32),
+        "boxes": np.concatenate([corners, corners + 50], axis=1),
+        "features": rng.standard_normal((num_boxes, dim), dtype=np.float32),
+    }
+
+
+def encode(array: np.ndarray, dtype: type) -> str:
+    return base64.b64encode(np.ascontiguousarray(array, dtype=dtype).tobytes()).decode()
+
+
+def tsv_line(record: dict, **overrides: str) -> str:
+    """A line in LXMERT's layout, encoded here by hand; `overrides` replace raw TSV fields."""
+    fields = {
+        "img_id": record["image_id"],
+        "img_h": str(record["image_h"]),
+        "img_w": str(record["image_w"]),
+        "objects_id": encode(record["object_ids"], np.int64),
+        "objects_conf": encode(record["object_conf"], np.float32),
+        "attrs_id": encode(record["attr_ids"], np.int64),
+        "attrs_conf": encode(record["attr_conf"], np.float32),
+        "num_boxes": str(record["num_boxes"]),
+        "boxes": encode(record["boxes"], np.float32),
+        "features": encode(record["features"], np.float32),
+    }
+    fields.update(overrides)
+    return "\t".join(fields[name] for name in LXMERT_TSV_FIELDS)
+
+
+def assert_same_record(row: dict, record: dict) -> None:
+    for column in ("image_id", "image_h", "image_w", "num_boxes"):
+        assert row[column] == record[column]
+    for column, dtype in ARRAY_DTYPES.items():
+        np.testing.assert_array_equal(np.asarray(row[column], dtype=dtype), record[column])
+
+
+@pytest.fixture
+def cache_dir(tmp_path) -> str:
+    return str(tmp_path / "hf_cache")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Round trips
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_reads_hand_encoded_lines_into_an_arrow_dataset(tmp_path, cache_dir):
+    records = [make_record(i) for i in range(3)]
+    path = tmp_path / "feats.tsv"
+    path.write_text("".join(tsv_line(record) + "\r\n" for record in records))  # csv.DictWriter's line ending
+
+    dataset = read_lxmert_tsv(path, cache_dir=cache_dir)
+
+    assert len(dataset) == 3
+    assert dataset.features["features"].feature.feature.dtype == "float32"
+    assert dataset.cache_files and dataset.cache_files[0]["filename"].startswith(cache_dir)
+    for row, record in zip(dataset, records, strict=True):
+        assert_same_record(row, record)
+
+
+def test_write_then_read_round_trip(tmp_path, cache_dir):
+    records = [make_record(i, num_boxes=n) for i, n in enumerate([1, 4, 36])]
+    path = tmp_path / "feats.tsv"
+
+    assert write_lxmert_tsv(path, iter(records)) == 3
+    assert path.read_text().splitlines()[0] == tsv_line(records[0])
+    dataset = read_lxmert_tsv(path, cache_dir=cache_dir)
+    for row, record in zip(dataset, records, strict=True):
+        assert_same_record(row, record)
+
+    write_lxmert_tsv(tmp_path / "again.tsv", dataset)  # rows of the dataset are records too
+    assert (tmp_path / "again.tsv").read_bytes() == path.read_bytes()
+
+
+def test_rereading_a_changed_file_does_not_reuse_the_cache(tmp_path, cache_dir):
+    path = tmp_path / "feats.tsv"
+    write_lxmert_tsv(path, [make_record(0)])
+    assert read_lxmert_tsv(path, cache_dir=cache_dir)["image_id"] == [make_record(0)["image_id"]]
+
+    write_lxmert_tsv(path, [make_record(1), make_record(2)])
+    assert read_lxmert_tsv(path, cache_dir=cache_dir)["image_id"] == [make_record(i)["image_id"] for i in (1, 2)]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Bad records: on_error="raise" and on_error="skip"
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def nan_features() -> str:
+    features = make_record(1)["features"]
+    features[1, 2] = np.nan
+    return encode(features, np.float32)
+
+
+def box(values: list[float]) -> str:
+    boxes = make_record(1)["boxes"]
+    boxes[2] = values
+    return encode(boxes, np.float32)
+
+
+BAD_LINES = {
+    "field count": (lambda line: line + "\textra", r"line 2: expected 10 tab-separated fields \(img_id, .*\), got 11"),
+    "base64": (
+        lambda line: tsv_line(make_record(1), features="not*base64"),
+        r"line 2, field 'features': expected base64 text, got undecodable data",
+    ),
+    "byte count": (
+        lambda line: tsv_line(make_record(1), objects_conf="AAAAAAA="),
+        r"line 2, field 'objects_conf': expected a whole number of float32 values, got 5 bytes",
+    ),
+    "num_boxes": (
+        lambda line: tsv_line(make_record(1), num_boxes="4"),
+        r"line 2, field 'boxes': expected num_boxes=4 rows of 4 values, got 12 values",
+    ),
+    "num_boxes ids": (
+        lambda line: tsv_line(make_record(1), objects_id=encode(np.arange(2), np.int64)),
+        r"line 2, field 'objects_id': expected num_boxes=3 values, got shape \(2,\)",
+    ),
+    "zero boxes": (
+        lambda line: tsv_line(make_record(1), num_boxes="0"),
+        r"line 2, field 'num_boxes': expected at least one box, got 0",
+    ),
+    "NaN features": (
+        lambda line: tsv_line(make_record(1), features=nan_features()),
+        r"line 2, field 'features': expected finite values, got 1 NaN/inf value\(s\)",
+    ),
+    "feature dim": (
+        lambda line: tsv_line(make_record(1, dim=4)),
+        r"line 2, field 'features': expected D=8 values per box like the first record, got 4",
+    ),
+    "box outside": (
+        lambda line: tsv_line(make_record(1), boxes=box([10, 10, 330, 20])),
+        r"line 2, field 'boxes': expected 0 <= x1 <= x2 <= img_w=320 .*, got box 2 = \[10.0, 10.0, 330.0, 20.0\]",
+    ),
+    "x2 < x1": (
+        lambda line: tsv_line(make_record(1), boxes=box([50, 10, 40, 20])),
+        r"line 2, field 'boxes': expected 0 <= x1 <= x2 .*, got box 2 = \[50.0, 10.0, 40.0, 20.0\]",
+    ),
+    "image size": (
+        lambda line: tsv_line(make_record(1), img_h="tall"),
+        r"line 2, field 'img_h': expected an integer, got 'tall'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_LINES))
+def test_bad_record_raises_naming_file_line_and_field(tmp_path, cache_dir, case):
+    corrupt, problem = BAD_LINES[case]
+    path = tmp_path / "feats.tsv"
+    good = tsv_line(make_record(0))
+    path.write_text(f"{good}\n{corrupt(tsv_line(make_record(1)))}\n{good}\n")
+
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}, {problem}"):
+        read_lxmert_tsv(path, on_error="raise", cache_dir=cache_dir)
+
+
+def test_skip_drops_bad_records_counts_and_warns(tmp_path, cache_dir, caplog):
+    records = [make_record(i) for i in range(3)]
+    bad = [corrupt(tsv_line(make_record(9))) for corrupt, _ in list(BAD_LINES.values())[:4]]
+    path = tmp_path / "feats.tsv"
+    path.write_text("\n".join([tsv_line(records[0]), *bad, tsv_line(records[1]), "", tsv_line(records[2])]) + "\n")
+
+    for _ in range(2):  # the second read comes from the Arrow cache and must warn all the same
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="hf_vlalign"):
+            dataset = read_lxmert_tsv(path, on_error="skip", cache_dir=cache_dir)
+        assert [row["image_id"] for row in dataset] == [record["image_id"] for record in records]
+        assert f"Skipped 5 of 8 records of {path}" in caplog.text
+
+
+def test_file_without_valid_records(tmp_path, cache_dir):
+    path = tmp_path / "feats.tsv"
+    path.write_text("")
+    with pytest.raises(ValueError, match=r"no valid record among 0 line\(s\)"):
+        read_lxmert_tsv(path, cache_dir=cache_dir)
+    path.write_text("only one field\n")
+    with pytest.raises(ValueError, match=r"no valid record among 1 line\(s\)"):
+        read_lxmert_tsv(path, on_error="skip", cache_dir=cache_dir)
+
+
+def test_reader_argument_errors(tmp_path, cache_dir):
+    with pytest.raises(ValueError, match=r"`path` must be an existing LXMERT feature TSV file"):
+        read_lxmert_tsv(tmp_path / "missing.tsv", cache_dir=cache_dir)
+    path = tmp_path / "feats.tsv"
+    write_lxmert_tsv(path, [make_record(0)])
+    with pytest.raises(ValueError, match=r"`on_error` must be 'raise' or 'skip', got 'ignore'"):
+        read_lxmert_tsv(path, on_error="ignore", cache_dir=cache_dir)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Writer validation
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_writer_rejects_bad_records_and_leaves_no_file(tmp_path):
+    path = tmp_path / "feats.tsv"
+    record = make_record(1)
+    record["features"][0, 0] = np.inf
+    with pytest.raises(ValueError, match=r"`records\[1\]`, column 'features': expected finite values, got 1 NaN/inf"):
+        write_lxmert_tsv(path, [make_record(0), record])
+    assert not path.exists()
+
+    record = make_record(1)
+    del record["attr_conf"]
+    with pytest.raises(ValueError, match=r"`records\[0\]`: expected the columns .* missing \['attr_conf'\]"):
+        write_lxmert_tsv(path, [record])
+
+    record = make_record(1)
+    record["boxes"] = record["boxes"][:2]
+    with pytest.raises(ValueError, match=r"column 'boxes': expected shape \(num_boxes=3, 4\), got \(2, 4\)"):
+        write_lxmert_tsv(path, [record])
+
+    with pytest.raises(ValueError, match=r"column 'image_id': expected a non-empty id without tabs"):
+        write_lxmert_tsv(path, [make_record(0) | {"image_id": "a\tb"}])
+    with pytest.raises(ValueError, match=r"`records` must be an iterable of dicts, got dict"):
+        write_lxmert_tsv(path, make_record(0))
