@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> dict:
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    if trainer.is_world_process_zero():  # keep the folder pickle-free: the arguments as JSON, not training_args.bin
+        (Path(training_args.output_dir) / "training_args.bin").unlink(missing_ok=True)
+        (Path(training_args.output_dir) / "training_args.json").write_text(training_args.to_json_string())
     metrics = trainer.evaluate()
     results = {}
     if trainer.is_world_process_zero():

@@ -38,7 +38,6 @@ class _Dataset:
     """A generated folder read back through the real readers."""
 
     def __init__(self, root: Path, config: SyntheticSceneConfig, cache_dir: Path) -> None:
-        self.config = config
         self.paths = generate_synthetic_vgp(root, config)
         entities = self.paths.flickr30k_entities
         self.splits = {split: read_split(entities / f"{split}.txt") for split in ("train", "val")}

@@ -36,6 +36,37 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
+RESULT_COLUMNS = (
+    ("supervision", "supervision"),
+    ("image_description_accuracy", "identification acc."),
+    ("vgp_accuracy", "VGP acc."),
+    ("grounding_accuracy_best_head", "grounding, best head"),
+    ("grounding_accuracy_mean_head", "grounding, mean head"),
+    ("grounding_baseline_accuracy", "confidence baseline"),
+)
+
+
+def results_table(output_dirs: list[Path]) -> str:
+    """Markdown table of the `eval_results.json` of several runs (one row each)."""
+    lines = ["| " + " | ".join(title for _, title in RESULT_COLUMNS) + " |", "|---" * len(RESULT_COLUMNS) + "|"]
+    for output_dir in output_dirs:
+        path = Path(output_dir) / "eval_results.json"
+        if not path.is_file():
+            raise ValueError(f"`output_dirs` entry {output_dir} has no eval_results.json (run examples/finetune_vgp.py first).")
+        results = json.loads(path.read_text())
+        missing = [key for key, _ in RESULT_COLUMNS if key not in results]
+        if missing:
+            raise ValueError(f"{path} lacks the results {missing}.")
+        cells = [results[key] if isinstance(results[key], str) else f"{results[key]:.3f}" for key, _ in RESULT_COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _results_table(args: argparse.Namespace) -> int:
+    print(results_table(args.output_dirs))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-vlalign", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
@@ -56,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--batch_size", type=int, default=32)
     probe.add_argument("--plot", type=Path, help="write the layer x head accuracy heatmap here (PNG)")
     probe.set_defaults(run=_probe)
+
+    table = verbs.add_parser("results-table", help="markdown table of several runs' eval_results.json")
+    table.add_argument("output_dirs", nargs="+", type=Path)
+    table.set_defaults(run=_results_table)
     return parser
 
 

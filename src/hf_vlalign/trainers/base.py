@@ -33,6 +33,11 @@ class ComponentLossTrainer(Trainer):
             raise ValueError(f"The model returned no loss: the batch must carry the labels {self.label_names}.")
         return (loss, outputs) if return_outputs else loss
 
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        # predictions are the task logits only: loss components and attention maps are not gathered
+        ignore_keys = list(ignore_keys or []) + [*self.loss_component_keys, "hidden_states", "attentions"]
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         mode = "train" if "loss" in logs or not any(key.startswith("eval_") for key in logs) else "eval"
         prefix = "eval_" if mode == "eval" else ""

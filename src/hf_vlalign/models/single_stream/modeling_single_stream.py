@@ -460,8 +460,6 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
     identification on [CLS] (eq. 1), VGP classification of a phrase pair (eqs. 2-4) and attention supervision; the
     total loss is eq. (9)."""
 
-    keys_to_ignore_at_inference = ["loss_id", "loss_vgp", "loss_att", "hidden_states", "attentions"]
-
     def __init__(self, config: SingleStreamConfig):
         super().__init__(config)
         self.single_stream = SingleStreamModel(config)
