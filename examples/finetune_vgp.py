@@ -54,8 +54,8 @@ def parse_args(argv: list[str]) -> tuple[VGPArguments, TrainingArguments]:
     parser = HfArgumentParser((VGPArguments, TrainingArguments))
     parser.set_defaults(
         output_dir="outputs/vgp",
-        num_train_epochs=4,
-        learning_rate=5e-5,
+        num_train_epochs=2,
+        learning_rate=2e-4,  # new visual embeddings and supervised heads learn slowly at BERT's usual 5e-5
         warmup_steps=50,
         per_device_train_batch_size=32,
         per_device_eval_batch_size=64,

@@ -12,6 +12,7 @@ from transformers import AutoModel, AutoTokenizer
 
 import hf_vlalign  # noqa: F401  (registers the Auto classes)
 from hf_vlalign import AutoModelForVisualParaphrase, SingleStreamForVisualParaphrase
+from hf_vlalign.cli import main
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.data.synthetic import SyntheticSceneConfig
@@ -75,3 +76,16 @@ def test_reloaded_model_reproduces_the_trained_models_predictions(finetuned, mon
     model_inputs = {k: v for k, v in batch.items() if k not in ("phrase1_mask", "phrase2_mask", "id_labels", "vgp_labels")}
     with torch.no_grad():
         assert torch.equal(base(**model_inputs).last_hidden_state, reloaded.single_stream(**model_inputs).last_hidden_state)
+
+
+def test_cli_probe_reproduces_the_reported_grounding(finetuned, monkeypatch, capsys):
+    monkeypatch.setenv("HF_VLALIGN_CACHE", str(finetuned / "cache"))
+    plot = finetuned / "heads.png"
+    arguments = ["probe", str(finetuned / "model"), "--synthetic_train_images", "12", "--synthetic_eval_images", "6",
+                 "--plot", str(plot)]
+    assert main(arguments) == 0
+    printed = json.loads(capsys.readouterr().out)
+    results = json.loads((finetuned / "model" / "eval_results.json").read_text())
+    assert printed["best_head_accuracy"] == pytest.approx(results["grounding_accuracy_best_head"], abs=1e-9)
+    assert printed["baseline_accuracy"] == pytest.approx(results["grounding_baseline_accuracy"], abs=1e-9)
+    assert plot.is_file()

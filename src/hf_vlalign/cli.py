@@ -24,9 +24,11 @@ def _probe(args: argparse.Namespace) -> int:
     from .analysis.plots import plot_head_accuracy
     from .data.builders import load_vgp_data
     from .data.collators import VGPCollator
+    from .data.synthetic import SyntheticSceneConfig
     from .models import AutoModelForVisualParaphrase
 
-    data = load_vgp_data(args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features_tsv)
+    synthetic = SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
+    data = load_vgp_data(args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features_tsv, synthetic)
     model = AutoModelForVisualParaphrase.from_pretrained(args.model)
     collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features, return_probe_targets=True)
     result = evaluate_grounding(model, data.eval, collator, args.batch_size)
@@ -84,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--vgp_train_csv")
     probe.add_argument("--vgp_eval_csv")
     probe.add_argument("--features_tsv")
+    probe.add_argument("--synthetic_train_images", type=int, default=800, help="synthetic scenes (no files given)")
+    probe.add_argument("--synthetic_eval_images", type=int, default=150)
+    probe.add_argument("--synthetic_seed", type=int, default=0)
     probe.add_argument("--batch_size", type=int, default=32)
     probe.add_argument("--plot", type=Path, help="write the layer x head accuracy heatmap here (PNG)")
     probe.set_defaults(run=_probe)

@@ -1,0 +1,48 @@
+"""`VGPTrainer` logs every loss component, in training and in evaluation, on real synthetic-scene batches."""
+
+import pytest
+from transformers import AutoTokenizer, TrainingArguments
+
+from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, default_text_model_path
+from hf_vlalign.data.builders import load_vgp_data
+from hf_vlalign.data.collators import VGPCollator
+from hf_vlalign.data.synthetic import SyntheticSceneConfig
+from hf_vlalign.trainers import VGPTrainer
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_VLALIGN_CACHE", str(cache))
+        return load_vgp_data(synthetic_config=SyntheticSceneConfig(num_train_images=4, num_val_images=4, feature_dim=32))
+
+
+@pytest.mark.parametrize("supervision", ["direct", "indirect"])
+def test_trainer_logs_each_loss_component_in_train_and_eval(data, tmp_path, supervision):
+    tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
+    config = SingleStreamConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, visual_feat_dim=32, attention_supervision=supervision,
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=3, logging_steps=1, per_device_train_batch_size=8,
+        per_device_eval_batch_size=16, report_to="none", remove_unused_columns=False, save_strategy="no",
+        use_cpu=True, seed=0,
+    )
+    trainer = VGPTrainer(
+        model=SingleStreamForVisualParaphrase(config), args=args, train_dataset=data.train,
+        eval_dataset=data.eval, data_collator=VGPCollator(tokenizer, data.region_features),
+    )
+    trainer.train()
+    metrics = trainer.evaluate()
+    train_logs = [log for log in trainer.state.log_history if "loss" in log]
+    assert len(train_logs) == 3
+    for log in train_logs:
+        assert {"loss_id", "loss_vgp", "loss_att"} <= set(log)
+        # the logged total is eq. (9) of the logged components (all weights 1), up to averaging within the step
+        assert log["loss"] == pytest.approx(log["loss_id"] + log["loss_vgp"] + log["loss_att"], rel=1e-3)
+    for key in ("eval_loss_id", "eval_loss_vgp", "eval_loss_att", "eval_image_description_accuracy", "eval_vgp_accuracy"):
+        assert key in metrics, key
+    assert 0.0 <= metrics["eval_vgp_accuracy"] <= 1.0
+    assert metrics["eval_loss"] == pytest.approx(metrics["eval_loss_id"] + metrics["eval_loss_vgp"] + metrics["eval_loss_att"], rel=1e-2)
