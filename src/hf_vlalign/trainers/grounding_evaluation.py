@@ -1,4 +1,4 @@
-"""Running the grounding probe over a dataset, and picking one example's word x region attention to draw."""
+"""Grounding evaluation of a model over a dataset: runs the model, feeds the probe of `analysis/`, picks an example to draw."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from ..data.collators import PROBE_KEYS
-from .grounding_probe import GroundingProbe, GroundingProbeResult, text_to_region_attention
+from ..analysis.grounding_probe import GroundingProbe, GroundingProbeResult, text_to_region_attention
 
 
 @dataclass
