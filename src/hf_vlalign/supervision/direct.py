@@ -46,6 +46,10 @@ def direct_supervision_loss(
 ) -> torch.Tensor:
     """Direct supervision averaged over supervised layers and heads, both directions summed (eqs. 6-8).
 
+    Reading of eq. (8): each direction is the cross-entropy averaged over the rows that carry a target (grounded
+    tokens for text->region, regions aligned to some word for region->text), so padding and ungrounded tokens
+    neither add loss nor dilute it.
+
     Args:
         text_to_region_logits: per supervised layer, (B, H, T, R) attention logits of text queries on region keys.
         region_to_text_logits: per supervised layer, (B, H, R, T) attention logits of region queries on text keys.

@@ -10,9 +10,12 @@ from .direct import normalise_rows, soft_cross_entropy
 def attention_rollout(attention_probs: list[torch.Tensor], heads: list[int] | None = None) -> list[torch.Tensor]:
     """Rollout after each layer: A_l = rownorm(mean_h attn_l + I), R_l = A_l R_{l-1}, R_0 = I (Abnar & Zuidema, eq. 1).
 
+    rownorm(A + I) equals their 0.5 A + 0.5 I for row-stochastic attention, the residual connection's share.
+
     Args:
         attention_probs: per layer, (B, H, N, N) attention probabilities (rows = queries).
-        heads: heads averaged in each layer (default: all).
+        heads: heads averaged in each layer (default: all). Semi-direct supervision passes `supervised_heads` here:
+            with a head subset, only those heads' flow is supervised (the rollout of Abnar & Zuidema uses all).
     Returns:
         per layer, (B, N, N) rollout up to and including that layer.
     """

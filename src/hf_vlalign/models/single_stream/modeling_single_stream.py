@@ -458,7 +458,12 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
 class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
     """Single-stream model fine-tuned for visually grounded paraphrases (Samaran et al. 2021): image-description
     identification on [CLS] (eq. 1), VGP classification of a phrase pair (eqs. 2-4) and attention supervision; the
-    total loss is eq. (9)."""
+    total loss is eq. (9).
+
+    Readings where the paper leaves details open: identification is one 3-way softmax over {only c1, only c2, both}
+    describe the image; the phrase-pair features [e1, e2, e1 * e2, |e1 - e2|] (InferSent's pair features) go through a
+    two-layer MLP (hidden size, the encoder's activation) before the softmax.
+    """
 
     def __init__(self, config: SingleStreamConfig):
         super().__init__(config)
