@@ -1,10 +1,6 @@
-"""End to end: `accelerate launch examples/finetune_vgp.py` on tiny synthetic scenes, then reload and compare."""
+"""End to end: the output of `accelerate launch examples/finetune_vgp.py` (the `finetuned` fixture of conftest.py)."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,24 +12,6 @@ from hf_vlalign.cli import main
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.data.synthetic import SyntheticSceneConfig
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def finetuned(tmp_path_factory):
-    output_dir = tmp_path_factory.mktemp("vgp")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(output_dir / "cache")}
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu",
-        str(ROOT / "examples" / "finetune_vgp.py"),
-        "--output_dir", str(output_dir / "model"),
-        "--synthetic_train_images", "12", "--synthetic_eval_images", "6",
-        "--num_train_epochs", "1", "--per_device_train_batch_size", "16", "--supervision", "semi_direct",
-    ]
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    return output_dir
 
 
 def test_example_writes_weights_card_plots_and_results(finetuned):

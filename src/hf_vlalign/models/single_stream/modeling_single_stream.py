@@ -326,6 +326,9 @@ class SingleStreamPreTrainedModel(AttentionSupervisionMixin, PreTrainedModel):
 
 
 class SingleStreamModel(SingleStreamPreTrainedModel):
+    # the task heads of a `SingleStreamFor*` checkpoint, left out when only the encoder is loaded
+    _keys_to_ignore_on_load_unexpected = [r"^(id_classifier|vgp_dense|vgp_classifier)\."]
+
     def __init__(self, config: SingleStreamConfig):
         super().__init__(config)
         self.config = config
