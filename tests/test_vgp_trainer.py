@@ -46,3 +46,18 @@ def test_trainer_logs_each_loss_component_in_train_and_eval(data, tmp_path, supe
         assert key in metrics, key
     assert 0.0 <= metrics["eval_vgp_accuracy"] <= 1.0
     assert metrics["eval_loss"] == pytest.approx(metrics["eval_loss_id"] + metrics["eval_loss_vgp"] + metrics["eval_loss_att"], rel=1e-2)
+
+
+def test_trainer_names_missing_labels(data, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
+    config = SingleStreamConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=64, visual_feat_dim=32, attention_supervision="none",
+    )
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", remove_unused_columns=False, use_cpu=True)
+    trainer = VGPTrainer(model=SingleStreamForVisualParaphrase(config), args=args)
+    batch = VGPCollator(tokenizer, data.region_features)([data.train[0]])
+    for key in ("id_labels", "vgp_labels"):
+        batch.pop(key)
+    with pytest.raises(ValueError, match="returned no loss.*id_labels"):
+        trainer.compute_loss(trainer.model, batch)

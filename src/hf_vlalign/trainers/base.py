@@ -28,7 +28,7 @@ class ComponentLossTrainer(Trainer):
             value = outputs.get(key)
             if value is not None:
                 self._metrics[mode][key].append(self.accelerator.gather(value.detach().reshape(1)).mean().item())
-        loss = outputs["loss"]
+        loss = outputs.get("loss")
         if loss is None:
             raise ValueError(f"The model returned no loss: the batch must carry the labels {self.label_names}.")
         return (loss, outputs) if return_outputs else loss
