@@ -38,10 +38,9 @@ class RegionFeatureLookup:
         }
 
 
-def _span_token_mask(offsets: torch.Tensor, sequence_ids: list[int | None], sentence: int, span) -> torch.Tensor:
-    """Tokens of sentence `sentence` whose character offsets overlap [span[0], span[1])."""
+def _span_token_mask(offsets: torch.Tensor, in_sentence: torch.Tensor, span) -> torch.Tensor:
+    """Tokens of one sentence (`in_sentence`, (T,) bool) whose character offsets overlap [span[0], span[1])."""
     start, end = int(span[0]), int(span[1])
-    in_sentence = torch.tensor([sid == sentence for sid in sequence_ids])
     overlaps = (offsets[:, 0] < end) & (offsets[:, 1] > start) & (offsets[:, 1] > offsets[:, 0])
     return in_sentence & overlaps
 
@@ -118,14 +117,15 @@ class VGPCollator:
         pair_masks = torch.zeros(2, batch_size, text_length, dtype=torch.bool)
         grounded = []  # per example: list of (token mask, gold boxes normalised)
         for i, example in enumerate(examples):
-            offsets, sequence_ids = encoding["offset_mapping"][i], encoding.sequence_ids(i)
+            offsets, sequence_ids = encoding["offset_mapping"][i], torch.tensor([-1 if sid is None else sid for sid in encoding.sequence_ids(i)])
             size = (example["image_width"], example["image_height"])
             phrases = []
             for sentence in (0, 1):
-                pair_masks[sentence, i] = self._required_mask(offsets, sequence_ids, sentence, example[f"phrase{sentence + 1}_span"], example, f"phrase{sentence + 1}")
+                in_sentence = sequence_ids == sentence
+                pair_masks[sentence, i] = self._required_mask(offsets, in_sentence, sentence, example[f"phrase{sentence + 1}_span"], example, f"phrase{sentence + 1}")
                 spans, boxes = example[f"caption{sentence + 1}_phrase_spans"], example[f"caption{sentence + 1}_phrase_boxes"]
                 for span, gold in zip(spans, boxes):
-                    mask = self._required_mask(offsets, sequence_ids, sentence, span, example, f"a grounded phrase of caption{sentence + 1}")
+                    mask = self._required_mask(offsets, in_sentence, sentence, span, example, f"a grounded phrase of caption{sentence + 1}")
                     phrases.append((mask, normalize_boxes(torch.tensor(gold, dtype=torch.float32).reshape(-1, 4), *size)))
             grounded.append(phrases)
 
@@ -149,8 +149,8 @@ class VGPCollator:
             "phrase_region_iou": region_iou,
         }
 
-    def _required_mask(self, offsets, sequence_ids, sentence, span, example, what) -> torch.Tensor:
-        mask = _span_token_mask(offsets, sequence_ids, sentence, span)
+    def _required_mask(self, offsets, in_sentence, sentence, span, example, what) -> torch.Tensor:
+        mask = _span_token_mask(offsets, in_sentence, span)
         if not bool(mask.any()):
             caption = example[f"caption{sentence + 1}"]
             raise ValueError(

@@ -44,9 +44,11 @@ from itertools import combinations, permutations, product
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
+from ..alignment.boxes import box_iou
 from .formats.flickr30k_entities import (
     EntityAnnotation,
     EntityPhrase,
@@ -520,13 +522,8 @@ def _subsample(items: list, count: int, rng: np.random.Generator) -> list:
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """IoU of one box (4,) with boxes (N, 4), both x1, y1, x2, y2."""
-    width = (np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0])).clip(min=0)
-    height = (np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1])).clip(min=0)
-    intersection = width * height
-    area = (box[2] - box[0]) * (box[3] - box[1])
-    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    return intersection / (area + areas - intersection)
+    """IoU of one box (4,) with boxes (N, 4), both x1, y1, x2, y2 (`alignment.box_iou` on numpy arrays)."""
+    return box_iou(torch.as_tensor(box, dtype=torch.float64)[None], torch.as_tensor(boxes, dtype=torch.float64))[0].numpy()
 
 
 def _clip_box(box: np.ndarray, image_size: int, min_side: float = 3.0) -> np.ndarray | None:
