@@ -2,14 +2,32 @@
 
 from collections import OrderedDict
 
-from transformers import AutoConfig, AutoModel
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForPreTraining,
+    AutoModelForVisualQuestionAnswering,
+)
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
 
 from .single_stream import SingleStreamConfig, SingleStreamForVisualParaphrase, SingleStreamModel
+from .two_stream import (
+    TwoStreamConfig,
+    TwoStreamForPreTraining,
+    TwoStreamForQuestionAnswering,
+    TwoStreamForVisualReasoning,
+    TwoStreamModel,
+)
 
 
 class AutoModelForVisualParaphrase(_BaseAutoModelClass):
     """Auto class for visually-grounded-paraphrase heads (`SingleStreamForVisualParaphrase`, ...)."""
+
+    _model_mapping = _LazyAutoMapping(OrderedDict(), OrderedDict())
+
+
+class AutoModelForVisualReasoning(_BaseAutoModelClass):
+    """Auto class for image-pair reasoning heads such as NLVR2 (`TwoStreamForVisualReasoning`, ...)."""
 
     _model_mapping = _LazyAutoMapping(OrderedDict(), OrderedDict())
 
@@ -19,3 +37,8 @@ def register_auto_classes() -> None:
     AutoConfig.register(SingleStreamConfig.model_type, SingleStreamConfig, exist_ok=True)
     AutoModel.register(SingleStreamConfig, SingleStreamModel, exist_ok=True)
     AutoModelForVisualParaphrase.register(SingleStreamConfig, SingleStreamForVisualParaphrase, exist_ok=True)
+    AutoConfig.register(TwoStreamConfig.model_type, TwoStreamConfig, exist_ok=True)
+    AutoModel.register(TwoStreamConfig, TwoStreamModel, exist_ok=True)
+    AutoModelForPreTraining.register(TwoStreamConfig, TwoStreamForPreTraining, exist_ok=True)
+    AutoModelForVisualQuestionAnswering.register(TwoStreamConfig, TwoStreamForQuestionAnswering, exist_ok=True)
+    AutoModelForVisualReasoning.register(TwoStreamConfig, TwoStreamForVisualReasoning, exist_ok=True)

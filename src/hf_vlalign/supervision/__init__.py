@@ -2,13 +2,14 @@ from .config import SUPERVISION_METHODS, validate_supervision_fields
 from .direct import direct_supervision_loss, masked_log_softmax, soft_cross_entropy
 from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
 from .mixin import AttentionSupervisionMixin
-from .rollout import attention_rollout, semi_direct_supervision_loss
+from .rollout import attention_rollout, cross_modal_rollout, semi_direct_supervision_loss
 
 __all__ = [
     "SUPERVISION_METHODS",
     "AttentionSupervisionMixin",
     "IndirectGroundingHead",
     "attention_rollout",
+    "cross_modal_rollout",
     "direct_supervision_loss",
     "indirect_supervision_loss",
     "masked_log_softmax",

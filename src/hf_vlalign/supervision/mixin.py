@@ -11,7 +11,7 @@ import torch
 from ..utils.validation import check_index_list
 from .direct import direct_supervision_loss, masked_log_softmax
 from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
-from .rollout import attention_rollout, semi_direct_supervision_loss
+from .rollout import attention_rollout, cross_modal_rollout, semi_direct_supervision_loss
 
 
 class AttentionSupervisionMixin:
@@ -87,6 +87,66 @@ class AttentionSupervisionMixin:
         rollouts = attention_rollout(probs, heads)
         supervised = [rollouts[layer] for layer in self.supervised_layer_indices]
         return semi_direct_supervision_loss(supervised, text_positions, region_positions, word_region_alignment, text_mask, region_mask)
+
+    def cross_modal_supervision_loss(
+        self,
+        *,
+        query_key_states: dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]],
+        language_states: torch.Tensor,
+        vision_states: torch.Tensor,
+        scaling: float,
+        word_region_alignment: torch.Tensor,
+        text_mask: torch.Tensor,
+        region_mask: torch.Tensor,
+        phrase_masks: torch.Tensor | None = None,
+    ) -> torch.Tensor | None:
+        """Attention loss of the configured method over the cross-modality layers of a two-stream model.
+
+        Direct supervision reads the language->vision cross-attention as text->region rows and the vision->language one
+        as region->text rows (eqs. 6-8); semi-direct supervises their cross-modal rollout (`cross_modal_rollout`);
+        indirect supervision classifies phrase-region pairs from the final language and vision states (eq. 5).
+
+        Args:
+            query_key_states: cross layer index -> {"language_to_vision", "vision_to_language", "language_self",
+                "vision_self"} -> (query, key), each (B, H, N_query / N_key, d), before dropout.
+            language_states / vision_states: (B, T, D) / (B, R, D) outputs of the last cross layer.
+        """
+        method = self.config.attention_supervision
+        if method == "none":
+            return None
+        text_length = language_states.shape[1]
+        text_positions = slice(0, text_length)
+        region_positions = slice(text_length, text_length + vision_states.shape[1])
+        if method == "indirect":
+            final_states = torch.cat([language_states, vision_states], dim=1)
+            return self._indirect_loss(final_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks)
+        heads = self.supervised_head_indices
+        key_masks = {
+            "language_to_vision": region_mask, "vision_to_language": text_mask,
+            "language_self": text_mask, "vision_self": region_mask,
+        }  # fmt: skip
+        if method == "direct":
+            t2r, r2t = [], []
+            for layer in self.supervised_layer_indices:
+                states = query_key_states[layer]
+                t2r.append(self._head_logits(*states["language_to_vision"], heads, scaling))
+                r2t.append(self._head_logits(*states["vision_to_language"], heads, scaling))
+            return direct_supervision_loss(t2r, r2t, word_region_alignment, text_mask, region_mask)
+        probs = []
+        for layer in range(max(self.supervised_layer_indices) + 1):
+            probs.append({
+                name: masked_log_softmax(self._head_logits(*query_key, None, scaling), key_masks[name][:, None, None, :]).exp()
+                for name, query_key in query_key_states[layer].items()
+            })  # fmt: skip
+        rollouts = cross_modal_rollout(probs, heads)
+        supervised = [rollouts[layer] for layer in self.supervised_layer_indices]
+        return semi_direct_supervision_loss(supervised, text_positions, region_positions, word_region_alignment, text_mask, region_mask)
+
+    @staticmethod
+    def _head_logits(query: torch.Tensor, key: torch.Tensor, heads: list[int] | None, scaling: float) -> torch.Tensor:
+        if heads is not None:
+            query, key = query[:, heads], key[:, heads]
+        return query @ key.transpose(-1, -2) * scaling
 
     def _indirect_loss(self, final_hidden_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks):
         if phrase_masks is None:

@@ -33,6 +33,48 @@ def attention_rollout(attention_probs: list[torch.Tensor], heads: list[int] | No
     return rollouts
 
 
+def cross_modal_rollout(cross_layer_probs: list[dict[str, torch.Tensor]], heads: list[int] | None = None) -> list[torch.Tensor]:
+    """Rollout through two-stream cross-modality layers over the joint sequence [words; regions] (N = T + R).
+
+    Each cross layer has two residual sub-layers, rolled out in order (Abnar & Zuidema, eq. 1, per sub-layer):
+    the cross-attention C = [[0, A_l->v], [A_v->l, 0]] (both directions read the layer's inputs) and the
+    self-attention S = blockdiag(A_l->l, A_v->v); the layer's rollout is rownorm(S + I) rownorm(C + I).
+    Our reading for the two-stream model: the rollout starts at the input of the cross-modality encoder (R_0 = I),
+    because the single-modality stacks mix nothing across modalities.
+
+    Args:
+        cross_layer_probs: per cross layer, the probabilities "language_to_vision" (B, H, T, R), "vision_to_language"
+            (B, H, R, T), "language_self" (B, H, T, T) and "vision_self" (B, H, R, R).
+        heads: heads averaged in each sub-layer (default: all).
+    Returns:
+        per cross layer, (B, N, N) rollout up to and including that layer.
+    """
+    if not cross_layer_probs:
+        raise ValueError("`cross_layer_probs` must hold at least one cross layer, got an empty list.")
+    rollouts, rollout = [], None
+    for probs in cross_layer_probs:
+        mixed = {name: (p if heads is None else p[:, heads]).mean(dim=1) for name, p in probs.items()}
+        text_length = mixed["language_self"].shape[-1]
+        cross = torch.zeros_like(_block_diagonal(mixed["language_self"], mixed["vision_self"]))
+        cross[:, :text_length, text_length:] = mixed["language_to_vision"]
+        cross[:, text_length:, :text_length] = mixed["vision_to_language"]
+        identity = torch.eye(cross.shape[-1], dtype=cross.dtype, device=cross.device)
+        self_block = _block_diagonal(mixed["language_self"], mixed["vision_self"])
+        layer_rollout = normalise_rows(self_block + identity) @ normalise_rows(cross + identity)
+        rollout = layer_rollout if rollout is None else layer_rollout @ rollout
+        rollouts.append(rollout)
+    return rollouts
+
+
+def _block_diagonal(top_left: torch.Tensor, bottom_right: torch.Tensor) -> torch.Tensor:
+    """(B, T, T), (B, R, R) -> (B, T + R, T + R) with zeros off the diagonal blocks."""
+    text_length, num_regions = top_left.shape[-1], bottom_right.shape[-1]
+    joint = top_left.new_zeros(top_left.shape[0], text_length + num_regions, text_length + num_regions)
+    joint[:, :text_length, :text_length] = top_left
+    joint[:, text_length:, text_length:] = bottom_right
+    return joint
+
+
 def semi_direct_supervision_loss(
     rollouts: list[torch.Tensor],
     text_positions: slice,

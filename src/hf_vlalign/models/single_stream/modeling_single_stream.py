@@ -12,37 +12,28 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.bert.modeling_bert import eager_attention_forward
 from transformers.utils import ModelOutput, logging
 
 from ...supervision import AttentionSupervisionMixin, max_pool_phrases
 from ...utils.text_model import default_text_model_path
 from ...utils.validation import check_phrase_masks, check_vision_language_inputs
+from ..attention_utils import eager_attention_forward, key_padding_mask_4d
+from ..text_init import (
+    TEXT_CONFIG_FIELDS,
+    copy_module_weights,
+    copy_pooler_weights,
+    load_text_model,
+    text_config_fields,
+)
 from .configuration_single_stream import SingleStreamConfig
 
 logger = logging.get_logger(__name__)
 
-# the BERT fields a text checkpoint fixes when it initialises the text side
-TEXT_CONFIG_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "initializer_range",
-    "layer_norm_eps",
-    "pad_token_id",
-)
 
 
 @dataclass
@@ -294,22 +285,9 @@ class SingleStreamPreTrainedModel(AttentionSupervisionMixin, PreTrainedModel):
             config_overrides: any other [`SingleStreamConfig`] field (e.g. `visual_feat_dim`, `attention_supervision`).
         """
         name_or_path = str(name_or_path or default_text_model_path())
-        text_config = AutoConfig.from_pretrained(name_or_path)
-        missing = [field for field in TEXT_CONFIG_FIELDS if not hasattr(text_config, field)]
-        if missing:
-            raise ValueError(
-                f"`name_or_path` must be a BERT-family checkpoint; {name_or_path!r} (model_type "
-                f"{text_config.model_type!r}) lacks the config fields {missing}."
-            )
-        fixed = {field: getattr(text_config, field) for field in TEXT_CONFIG_FIELDS}
-        clashing = {k: v for k, v in config_overrides.items() if k in fixed and v != fixed[k]}
-        if clashing:
-            raise ValueError(
-                f"`config_overrides` may not change the text architecture of {name_or_path!r}: got {clashing}, "
-                f"the checkpoint has { {k: fixed[k] for k in clashing} }."
-            )
+        fixed = text_config_fields(name_or_path, TEXT_CONFIG_FIELDS, config_overrides)
         model = cls(cls.config_class(**{**fixed, **config_overrides}))
-        text_model = AutoModel.from_pretrained(name_or_path)
+        _, text_model = load_text_model(name_or_path)
         model.base_model.copy_text_weights_from(text_model)
         return model
 
@@ -337,33 +315,13 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
     @torch.no_grad()
     def copy_text_weights_from(self, text_model: nn.Module) -> None:
         """Copies BERT embeddings, layers and pooler; raises naming every missing or mis-shaped tensor."""
-        for name in ("embeddings", "encoder", "pooler"):
-            source = getattr(text_model, name, None)
-            if source is None:
-                if name == "pooler":
-                    logger.warning("The text checkpoint has no pooler; `pooler` stays newly initialised.")
-                    continue
-                raise ValueError(f"The text checkpoint ({type(text_model).__name__}) has no `{name}` module to copy.")
-            own = getattr(self, name).state_dict()
-            theirs = source.state_dict()
-            missing = sorted(set(own) - set(theirs))
-            shapes = {k: (tuple(own[k].shape), tuple(theirs[k].shape)) for k in own if k in theirs and own[k].shape != theirs[k].shape}
-            if missing or shapes:
-                raise ValueError(f"Cannot copy `{name}` from the text checkpoint: missing {missing}, shape mismatches {shapes}.")
-            getattr(self, name).load_state_dict({k: theirs[k] for k in own})
+        copy_module_weights(self.embeddings, getattr(text_model, "embeddings", None), "embeddings")
+        copy_module_weights(self.encoder, getattr(text_model, "encoder", None), "encoder")
+        copy_pooler_weights(self.pooler, text_model)
 
     def _key_padding_mask(self, attention_mask, visual_attention_mask) -> torch.Tensor:
         end = attention_mask.new_ones(attention_mask.shape[0], 1)
         return torch.cat([attention_mask, visual_attention_mask.to(attention_mask.dtype), end], dim=1)
-
-    def _attention_mask_4d(self, key_padding_mask: torch.Tensor, dtype: torch.dtype, eager: bool) -> torch.Tensor | None:
-        """(B, N) keep-mask -> what the attention function expects: additive float for eager, boolean for sdpa."""
-        if not eager and bool(key_padding_mask.all()):
-            return None  # lets sdpa use its fastest kernel
-        keep = key_padding_mask.bool()[:, None, None, :]
-        if not eager:
-            return keep
-        return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
 
     def forward(
         self,
@@ -418,7 +376,7 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         supervise = word_region_alignment is not None and self.config.attention_supervision != "none"
         sequence_output, all_hidden_states, all_attentions, query_key_states = self.encoder(
             embedding_output,
-            self._attention_mask_4d(key_padding_mask, embedding_output.dtype, eager),
+            key_padding_mask_4d(key_padding_mask, embedding_output.dtype, eager),
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             query_key_layers=self.layers_needing_query_key() if supervise else set(),

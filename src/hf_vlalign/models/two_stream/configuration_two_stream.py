@@ -1,0 +1,132 @@
+"""Two-stream (LXMERT style) vision-and-language model configuration."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+from ...supervision.config import validate_supervision_fields
+
+LOSS_WEIGHT_FIELDS = (
+    "mlm_loss_weight",
+    "object_class_loss_weight",
+    "object_attr_loss_weight",
+    "feat_loss_weight",
+    "itm_loss_weight",
+    "qa_loss_weight",
+    "alignment_loss_weight",
+    "attention_supervision_weight",
+)
+
+
+@strict(accept_kwargs=True)
+class TwoStreamConfig(PreTrainedConfig):
+    r"""
+    Configuration of [`TwoStreamModel`]: a language self-attention stack (`l_layers`), an object self-attention stack
+    (`r_layers`) and cross-modality layers (`x_layers`), as in LXMERT and Kervadec et al. 2020 (sec. 3). Field names
+    are transformers' `LxmertConfig` names; the text fields are BERT's, so a BERT-family checkpoint initialises the
+    word embeddings and the language stack (see [`TwoStreamModel.from_text_pretrained`]).
+
+    Args:
+        l_layers / r_layers / x_layers (`int`): language, object and cross-modality layers (paper: 9 / 5 / 5).
+        visual_feat_dim (`int`): dimension of `visual_feats`; visual_pos_dim (`int`): of `visual_boxes` (4).
+        share_cross_attention (`bool`): one cross-attention module serves both directions (LXMERT) or each
+            direction has its own.
+        attention_supervision (`str`): "none", "direct", "semi_direct" or "indirect", applied to the cross layers.
+        supervised_layers / supervised_heads (`list[int]`, *optional*): cross layers / heads supervised (default: all).
+        task_mask_lm, task_obj_predict, task_matched, task_qa, task_alignment (`bool`): the pre-training heads of
+            [`TwoStreamForPreTraining`] (masked words, masked objects, image-sentence matching, question answering,
+            alignment decoder of Kervadec et al. sec. 5).
+        visual_obj_loss / visual_attr_loss / visual_feat_loss (`bool`): the parts of masked object prediction.
+        num_object_labels / num_attr_labels (`int`): the detector's class and attribute vocabularies.
+        num_qa_labels (`int`): the answer vocabulary (pre-training QA head and [`TwoStreamForQuestionAnswering`]).
+        alignment_top_k (`int`): objects kept per word by the alignment decoder (eq. 13, paper: 3).
+        *_loss_weight (`float`): weight of each loss in the total.
+        validate_inputs (`bool`): check every input tensor in `forward` (switch off only for speed).
+
+    Example:
+    ```python
+    >>> from hf_vlalign import TwoStreamConfig, TwoStreamModel
+    >>> config = TwoStreamConfig(hidden_size=384, num_attention_heads=12, l_layers=2, r_layers=1, x_layers=2)
+    >>> model = TwoStreamModel(config)
+    ```"""
+
+    model_type = "vlalign_two_stream"
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.1
+    attention_probs_dropout_prob: float | int = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    l_layers: int = 9
+    r_layers: int = 5
+    x_layers: int = 5
+    visual_feat_dim: int = 2048
+    visual_pos_dim: int = 4
+    share_cross_attention: bool = True
+    attention_supervision: str = "none"
+    supervised_layers: list[int] | None = None
+    supervised_heads: list[int] | None = None
+    attention_supervision_weight: float | int = 1.0
+    task_mask_lm: bool = True
+    task_obj_predict: bool = True
+    task_matched: bool = True
+    task_qa: bool = True
+    task_alignment: bool = False
+    visual_obj_loss: bool = True
+    visual_attr_loss: bool = True
+    visual_feat_loss: bool = True
+    num_object_labels: int = 1600
+    num_attr_labels: int = 400
+    num_qa_labels: int = 9500
+    alignment_top_k: int = 3
+    mlm_loss_weight: float | int = 1.0
+    object_class_loss_weight: float | int = 1.0
+    object_attr_loss_weight: float | int = 1.0
+    feat_loss_weight: float | int = 1.0
+    itm_loss_weight: float | int = 1.0
+    qa_loss_weight: float | int = 1.0
+    alignment_loss_weight: float | int = 1.0
+    classifier_dropout: float | int | None = None
+    validate_inputs: bool = True
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        self.check_fields()
+
+    @property
+    def num_hidden_layers(self) -> int:
+        """The cross-modality layers: the ones attention supervision and the grounding probe read."""
+        return self.x_layers
+
+    def check_fields(self) -> None:
+        """Raises `ValueError` for sizes and settings the modules cannot use (run at construction)."""
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"`hidden_size` ({self.hidden_size}) must be a multiple of `num_attention_heads` "
+                f"({self.num_attention_heads})."
+            )
+        for name in ("l_layers", "r_layers"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+        positive = ("x_layers", "visual_feat_dim", "visual_pos_dim", "num_object_labels", "num_attr_labels")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        if self.num_qa_labels < 1:
+            raise ValueError(f"`num_qa_labels` (the answer vocabulary) must be >= 1, got an empty vocabulary ({self.num_qa_labels}).")
+        if self.alignment_top_k < 1:
+            raise ValueError(f"`alignment_top_k` must be >= 1, got {self.alignment_top_k}.")
+        for name in LOSS_WEIGHT_FIELDS:
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+        validate_supervision_fields(self, self.x_layers, self.num_attention_heads)
+
+
+__all__ = ["TwoStreamConfig"]

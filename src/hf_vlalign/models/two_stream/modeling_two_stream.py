@@ -1,0 +1,847 @@
+"""PyTorch two-stream vision-and-language transformer (LXMERT style) with weakly supervised word-object alignment.
+
+Kervadec et al. 2020, "Weak supervision helps emergence of word-object alignment": a language self-attention stack
+(N_s<-s), an object self-attention stack (N_o<-o) and cross-modality layers (N_o<->s); pre-training with masked words,
+masked objects, image-sentence matching, question answering and the object-word alignment decoder (sec. 5).
+Module boundaries and output names follow transformers' `modeling_lxmert.py`, so its checkpoints convert exactly
+(`hf_vlalign.hub.convert_lxmert`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import ModelOutput, logging
+
+from ...supervision import AttentionSupervisionMixin
+from ...supervision.alignment_decoder import AlignmentDecoder, alignment_kl_loss
+from ...utils.validation import check_phrase_masks, check_vision_language_inputs
+from ..attention_utils import eager_attention_forward, key_padding_mask_4d
+from ..single_stream.modeling_single_stream import (
+    SingleStreamEmbeddings,
+    SingleStreamIntermediate,
+    SingleStreamOutput,
+    SingleStreamPooler,
+    SingleStreamSelfOutput,
+)
+from ..text_init import TEXT_CONFIG_FIELDS, copy_module_weights, copy_pooler_weights, load_text_model, text_config_fields
+from .configuration_two_stream import TwoStreamConfig
+
+logger = logging.get_logger(__name__)
+
+CROSS_ATTENTION_NAMES = ("language_to_vision", "vision_to_language", "language_self", "vision_self")
+
+
+@dataclass
+class TwoStreamModelOutput(ModelOutput):
+    r"""
+    language_output (`(batch, T, hidden_size)`) / vision_output (`(batch, R, hidden_size)`): last cross layer's states.
+    pooled_output (`(batch, hidden_size)`): [CLS] language state through the pooler.
+    loss_attention (`torch.FloatTensor`, *optional*): attention-supervision loss over the cross layers.
+    language_hidden_states / vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*): outputs of every language
+        (resp. object) layer followed by every cross layer, as transformers' Lxmert returns them.
+    language_attentions / vision_attentions (`tuple(torch.FloatTensor)`, *optional*): self-attention probabilities of the
+        single-modality stacks, (batch, heads, T, T) / (batch, heads, R, R).
+    cross_encoder_attentions (`tuple(torch.FloatTensor)`, *optional*): per cross layer, language->vision attention
+        (batch, heads, T, R) (the direction transformers' Lxmert returns).
+    cross_encoder_vision_attentions (`tuple(torch.FloatTensor)`, *optional*): per cross layer, vision->language
+        attention (batch, heads, R, T) (which transformers' Lxmert discards).
+    Every attention map is a probability before dropout.
+    """
+
+    language_output: torch.FloatTensor | None = None
+    vision_output: torch.FloatTensor | None = None
+    pooled_output: torch.FloatTensor | None = None
+    loss_attention: torch.FloatTensor | None = None
+    language_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    language_attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class TwoStreamForPreTrainingOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor`, *optional*): weighted sum of the enabled losses that were computed.
+    loss_mlm / loss_object_class / loss_object_attr / loss_feat / loss_itm / loss_vqa / loss_align / loss_att: each
+        component, unweighted (None when its head is disabled or its labels are absent).
+    prediction_logits (`(batch, T, vocab_size)`): masked language modelling scores.
+    cross_relationship_score (`(batch, 2)`): image-sentence matching scores (0 = mismatched, 1 = matched).
+    question_answering_score (`(batch, num_qa_labels)`): answer scores from [CLS].
+    alignment_scores (`(batch, T, R)`): scores A_ij of the alignment decoder (eq. 12), when `task_alignment`.
+    """
+
+    loss: torch.FloatTensor | None = None
+    loss_mlm: torch.FloatTensor | None = None
+    loss_object_class: torch.FloatTensor | None = None
+    loss_object_attr: torch.FloatTensor | None = None
+    loss_feat: torch.FloatTensor | None = None
+    loss_itm: torch.FloatTensor | None = None
+    loss_vqa: torch.FloatTensor | None = None
+    loss_align: torch.FloatTensor | None = None
+    loss_att: torch.FloatTensor | None = None
+    prediction_logits: torch.FloatTensor | None = None
+    cross_relationship_score: torch.FloatTensor | None = None
+    question_answering_score: torch.FloatTensor | None = None
+    alignment_scores: torch.FloatTensor | None = None
+    language_attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class TwoStreamClassificationOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor`, *optional*): `loss_task + attention_supervision_weight * loss_att`.
+    loss_task / loss_att: the components, unweighted.
+    logits: answer scores `(batch, num_qa_labels)` or the NLVR2 score `(batch,)`.
+    """
+
+    loss: torch.FloatTensor | None = None
+    loss_task: torch.FloatTensor | None = None
+    loss_att: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    language_attentions: tuple[torch.FloatTensor, ...] | None = None
+    vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    cross_encoder_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+ATTENTION_OUTPUT_NAMES = (
+    "language_attentions",
+    "vision_attentions",
+    "cross_encoder_attentions",
+    "cross_encoder_vision_attentions",
+)
+
+
+class TwoStreamVisualEmbeddings(nn.Module):
+    """Object embeddings, eq. (1): (LayerNorm(W_f f) + LayerNorm(W_b b)) / 2 from the features f and the box b."""
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__()
+        self.feature_projection = nn.Linear(config.visual_feat_dim, config.hidden_size)
+        self.feature_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.box_projection = nn.Linear(config.visual_pos_dim, config.hidden_size)
+        self.box_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, visual_feats: torch.Tensor, visual_boxes: torch.Tensor) -> torch.Tensor:
+        features = self.feature_layer_norm(self.feature_projection(visual_feats))
+        boxes = self.box_layer_norm(self.box_projection(visual_boxes))
+        return self.dropout((features + boxes) / 2)
+
+
+class TwoStreamAttention(nn.Module):
+    """Multi-head attention of `hidden_states` (queries) over `context` (keys and values): self-attention when they
+    are the same tensor, cross-attention (eqs. 7 and 9) otherwise."""
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__()
+        self.config = config
+        self.num_attention_heads = config.num_attention_heads
+        self.attention_head_size = config.hidden_size // config.num_attention_heads
+        self.scaling = self.attention_head_size**-0.5
+        self.is_causal = False
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        context: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        output_attentions: bool = False,
+        return_query_key: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
+        input_shape = hidden_states.shape[:-1]
+        query = self.query(hidden_states).view(*input_shape, -1, self.attention_head_size).transpose(1, 2)
+        context_shape = (*context.shape[:-1], -1, self.attention_head_size)
+        key = self.key(context).view(context_shape).transpose(1, 2)
+        value = self.value(context).view(context_shape).transpose(1, 2)
+
+        # probabilities are only materialised when asked for; supervision reads the logits from (query, key) instead
+        attention_interface: Callable = eager_attention_forward
+        if not output_attentions:
+            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=0.0 if not self.training else self.dropout.p,
+            scaling=self.scaling,
+        )
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        query_key = (query, key) if return_query_key else None
+        return attn_output, attn_weights if output_attentions else None, query_key
+
+
+class TwoStreamAttentionBlock(nn.Module):
+    """Attention followed by projection, dropout, residual and LayerNorm (BERT's `attention.self` / `attention.output`
+    naming, so BERT layers load into the language stack)."""
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__()
+        self.self = TwoStreamAttention(config)
+        self.output = SingleStreamSelfOutput(config)
+
+    def forward(self, hidden_states, context, attention_mask, output_attentions=False, return_query_key=False):
+        attn_output, attn_weights, query_key = self.self(
+            hidden_states, context, attention_mask, output_attentions, return_query_key
+        )
+        return self.output(attn_output, hidden_states), attn_weights, query_key
+
+
+class TwoStreamLayer(GradientCheckpointingLayer):
+    """One single-modality layer (N_s<-s or N_o<-o): self-attention, then the feed-forward network."""
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__()
+        self.attention = TwoStreamAttentionBlock(config)
+        self.intermediate = SingleStreamIntermediate(config)
+        self.output = SingleStreamOutput(config)
+
+    def forward(self, hidden_states, attention_mask, output_attentions=False):
+        attention_output, attn_weights, _ = self.attention(hidden_states, hidden_states, attention_mask, output_attentions)
+        return self.output(self.intermediate(attention_output), attention_output), attn_weights
+
+
+class TwoStreamCrossLayer(GradientCheckpointingLayer):
+    """One cross-modality layer (N_o<->s): cross-attention in both directions (eqs. 7, 9), both reading the layer's
+    inputs, then each stream's self-attention (eqs. 8, 10), then each stream's feed-forward network. With
+    `share_cross_attention` one module serves both directions (LXMERT); otherwise vision queries have their own."""
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__()
+        self.cross_attention = TwoStreamAttentionBlock(config)
+        self.vision_cross_attention = None if config.share_cross_attention else TwoStreamAttentionBlock(config)
+        self.language_self_attention = TwoStreamAttentionBlock(config)
+        self.vision_self_attention = TwoStreamAttentionBlock(config)
+        self.language_intermediate = SingleStreamIntermediate(config)
+        self.language_output = SingleStreamOutput(config)
+        self.vision_intermediate = SingleStreamIntermediate(config)
+        self.vision_output = SingleStreamOutput(config)
+
+    def forward(
+        self,
+        language_states: torch.Tensor,
+        language_mask: torch.Tensor | None,
+        vision_states: torch.Tensor,
+        vision_mask: torch.Tensor | None,
+        output_attentions: bool = False,
+        return_query_key: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+        vision_cross_attention = self.cross_attention if self.vision_cross_attention is None else self.vision_cross_attention
+        sublayers = {}
+        # eq. (7): words attend to objects; eq. (9): objects attend to words
+        sublayers["language_to_vision"] = self.cross_attention(
+            language_states, vision_states, vision_mask, output_attentions, return_query_key
+        )
+        sublayers["vision_to_language"] = vision_cross_attention(
+            vision_states, language_states, language_mask, output_attentions, return_query_key
+        )
+        language_states, vision_states = sublayers["language_to_vision"][0], sublayers["vision_to_language"][0]
+        # eqs. (8) and (10): each stream's self-attention
+        sublayers["language_self"] = self.language_self_attention(
+            language_states, language_states, language_mask, output_attentions, return_query_key
+        )
+        sublayers["vision_self"] = self.vision_self_attention(
+            vision_states, vision_states, vision_mask, output_attentions, return_query_key
+        )
+        language_states, vision_states = sublayers["language_self"][0], sublayers["vision_self"][0]
+        language_states = self.language_output(self.language_intermediate(language_states), language_states)
+        vision_states = self.vision_output(self.vision_intermediate(vision_states), vision_states)
+        attentions = {name: outputs[1] for name, outputs in sublayers.items()} if output_attentions else {}
+        query_key = {name: outputs[2] for name, outputs in sublayers.items()} if return_query_key else {}
+        return language_states, vision_states, attentions, query_key
+
+
+class TwoStreamEncoder(nn.Module):
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__()
+        self.language_layers = nn.ModuleList([TwoStreamLayer(config) for _ in range(config.l_layers)])
+        self.vision_layers = nn.ModuleList([TwoStreamLayer(config) for _ in range(config.r_layers)])
+        self.cross_layers = nn.ModuleList([TwoStreamCrossLayer(config) for _ in range(config.x_layers)])
+
+    def forward(
+        self,
+        language_states: torch.Tensor,
+        language_mask: torch.Tensor | None,
+        vision_states: torch.Tensor,
+        vision_mask: torch.Tensor | None,
+        output_attentions: bool = False,
+        query_key_layers: set[int] = frozenset(),
+    ) -> dict:
+        outputs = {
+            "language_hidden_states": (), "vision_hidden_states": (),
+            "language_attentions": (), "vision_attentions": (),
+            "cross_encoder_attentions": (), "cross_encoder_vision_attentions": (),
+            "query_key_states": {},
+        }  # fmt: skip
+        for layer in self.language_layers:
+            language_states, attn_weights = layer(language_states, language_mask, output_attentions)
+            outputs["language_hidden_states"] += (language_states,)
+            outputs["language_attentions"] += (attn_weights,)
+        for layer in self.vision_layers:
+            vision_states, attn_weights = layer(vision_states, vision_mask, output_attentions)
+            outputs["vision_hidden_states"] += (vision_states,)
+            outputs["vision_attentions"] += (attn_weights,)
+        for index, layer in enumerate(self.cross_layers):
+            language_states, vision_states, attentions, query_key = layer(
+                language_states, language_mask, vision_states, vision_mask, output_attentions, index in query_key_layers
+            )
+            outputs["language_hidden_states"] += (language_states,)
+            outputs["vision_hidden_states"] += (vision_states,)
+            if output_attentions:
+                outputs["cross_encoder_attentions"] += (attentions["language_to_vision"],)
+                outputs["cross_encoder_vision_attentions"] += (attentions["vision_to_language"],)
+            if query_key:
+                outputs["query_key_states"][index] = query_key
+        return outputs
+
+
+class TwoStreamPreTrainedModel(AttentionSupervisionMixin, PreTrainedModel):
+    config_class = TwoStreamConfig
+    base_model_prefix = "two_stream"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _no_split_modules = ["TwoStreamVisualEmbeddings", "TwoStreamLayer", "TwoStreamCrossLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, SingleStreamEmbeddings):
+            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+        elif isinstance(module, TwoStreamLMPredictionHead):
+            init.zeros_(module.bias)
+
+    @classmethod
+    def from_text_pretrained(cls, name_or_path: str | Path | None = None, **config_overrides) -> TwoStreamPreTrainedModel:
+        """Builds the model with the word embeddings, the first `l_layers` language layers and the pooler copied from
+        a BERT-family checkpoint (default: the packaged MiniLM); objects, cross layers and heads are newly initialised.
+
+        Args:
+            name_or_path: Hub id or local folder of a BERT-family model.
+            config_overrides: any other [`TwoStreamConfig`] field (`l_layers` may not exceed the checkpoint's layers).
+        """
+        name_or_path, text_model = load_text_model(name_or_path)
+        fields = [field for field in TEXT_CONFIG_FIELDS if field != "num_hidden_layers"]
+        fixed = text_config_fields(name_or_path, fields, config_overrides)
+        config = cls.config_class(**{**fixed, **config_overrides})
+        available = text_model.config.num_hidden_layers
+        if config.l_layers > available:
+            raise ValueError(
+                f"`l_layers` ({config.l_layers}) must be <= the {available} layers of the text checkpoint {name_or_path!r}."
+            )
+        model = cls(config)
+        model.base_model.copy_text_weights_from(text_model)
+        return model
+
+
+class TwoStreamModel(TwoStreamPreTrainedModel):
+    # the heads of a `TwoStreamFor*` checkpoint, left out when only the encoder is loaded
+    _keys_to_ignore_on_load_unexpected = [
+        r"^(lm_head|matching_head|object_head|answer_head|alignment_decoder|reasoning_head)\."
+    ]
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__(config)
+        self.config = config
+        self.embeddings = SingleStreamEmbeddings(config)
+        self.visual_embeddings = TwoStreamVisualEmbeddings(config)
+        self.encoder = TwoStreamEncoder(config)
+        self.pooler = SingleStreamPooler(config)
+        self.init_attention_supervision()
+        self.post_init()
+
+    @property
+    def num_supervisable_layers(self) -> int:
+        return self.config.x_layers
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.word_embeddings = value
+
+    @torch.no_grad()
+    def copy_text_weights_from(self, text_model: nn.Module) -> None:
+        """Copies BERT's embeddings, its first `l_layers` layers into the language stack and its pooler."""
+        copy_module_weights(self.embeddings, getattr(text_model, "embeddings", None), "embeddings")
+        text_layers = getattr(getattr(text_model, "encoder", None), "layer", [])
+        for index, layer in enumerate(self.encoder.language_layers):
+            copy_module_weights(layer, text_layers[index] if index < len(text_layers) else None, f"encoder.layer.{index}")
+        copy_pooler_weights(self.pooler, text_model)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        word_region_alignment: torch.FloatTensor | None = None,
+        phrase_masks: torch.BoolTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> TwoStreamModelOutput | tuple:
+        r"""
+        visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]),
+        visual_attention_mask (`(batch, R)`): the objects. word_region_alignment (`(batch, T, R)`): gold alignment for
+        attention supervision of the cross layers. phrase_masks (`(batch, P, T)`): grounded phrases (indirect).
+        """
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+        if visual_attention_mask is None:
+            visual_attention_mask = attention_mask.new_ones(visual_feats.shape[:2])
+        if self.config.validate_inputs:
+            check_vision_language_inputs(
+                self.config,
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                visual_feats=visual_feats,
+                visual_boxes=visual_boxes,
+                visual_attention_mask=visual_attention_mask,
+                word_region_alignment=word_region_alignment,
+            )
+            if phrase_masks is not None:
+                check_phrase_masks("phrase_masks", phrase_masks, *input_ids.shape, allow_empty_rows=True)
+
+        language_states = self.embeddings(input_ids, token_type_ids)
+        vision_states = self.visual_embeddings(visual_feats, visual_boxes)
+        eager = output_attentions or self.config._attn_implementation == "eager"
+        supervise = word_region_alignment is not None and self.config.attention_supervision != "none"
+        encoded = self.encoder(
+            language_states,
+            key_padding_mask_4d(attention_mask, language_states.dtype, eager),
+            vision_states,
+            key_padding_mask_4d(visual_attention_mask, vision_states.dtype, eager),
+            output_attentions=output_attentions,
+            query_key_layers=self.layers_needing_query_key() if supervise else set(),
+        )
+        language_output, vision_output = encoded["language_hidden_states"][-1], encoded["vision_hidden_states"][-1]
+        loss_attention = None
+        if supervise:
+            loss_attention = self.cross_modal_supervision_loss(
+                query_key_states=encoded["query_key_states"],
+                language_states=language_output,
+                vision_states=vision_output,
+                scaling=self.encoder.cross_layers[0].cross_attention.self.scaling,
+                word_region_alignment=word_region_alignment,
+                text_mask=attention_mask,
+                region_mask=visual_attention_mask,
+                phrase_masks=phrase_masks,
+            )
+        attentions = {name: encoded[name] if output_attentions else None for name in ATTENTION_OUTPUT_NAMES}
+        output = TwoStreamModelOutput(
+            language_output=language_output,
+            vision_output=vision_output,
+            pooled_output=self.pooler(language_output),
+            loss_attention=loss_attention,
+            language_hidden_states=encoded["language_hidden_states"] if output_hidden_states else None,
+            vision_hidden_states=encoded["vision_hidden_states"] if output_hidden_states else None,
+            **attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Heads
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class TwoStreamPredictionHeadTransform(nn.Module):
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform_act_fn = ACT2FN[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))
+
+
+class TwoStreamLMPredictionHead(nn.Module):
+    """Masked-word scores; the decoder is tied to the word embeddings."""
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__()
+        self.transform = TwoStreamPredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden_states)) + self.bias
+
+
+class TwoStreamObjectHead(nn.Module):
+    """Masked-object prediction: detector class and attribute scores and the regressed feature of every object."""
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__()
+        self.transform = TwoStreamPredictionHeadTransform(config)
+        self.class_decoder = nn.Linear(config.hidden_size, config.num_object_labels)
+        self.attribute_decoder = nn.Linear(config.hidden_size, config.num_attr_labels)
+        self.feature_decoder = nn.Linear(config.hidden_size, config.visual_feat_dim)
+
+    def forward(self, vision_output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        states = self.transform(vision_output)
+        return self.class_decoder(states), self.attribute_decoder(states), self.feature_decoder(states)
+
+
+class TwoStreamAnswerHead(nn.Module):
+    """Answer scores from the pooled [CLS] state: Linear(d, 2d), GELU, LayerNorm, Linear(2d, answers) (LXMERT)."""
+
+    def __init__(self, config: TwoStreamConfig, input_size: int, num_labels: int):
+        super().__init__()
+        self.dense = nn.Linear(input_size, 2 * config.hidden_size)
+        self.activation = ACT2FN["gelu"]
+        self.LayerNorm = nn.LayerNorm(2 * config.hidden_size, eps=config.layer_norm_eps)
+        self.classifier = nn.Linear(2 * config.hidden_size, num_labels)
+
+    def forward(self, pooled_output: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.LayerNorm(self.activation(self.dense(pooled_output))))
+
+
+def _weighted_total(weighted_losses: list[tuple[float, torch.Tensor | None]]) -> torch.Tensor | None:
+    terms = [weight * loss for weight, loss in weighted_losses if loss is not None]
+    return torch.stack(terms).sum() if terms else None
+
+
+def _check_labels(name: str, labels: torch.Tensor | None, shape: tuple[int, ...], num_labels: int) -> None:
+    """Integer labels of `shape` in [0, num_labels) or -100 (ignored)."""
+    if labels is None:
+        return
+    if tuple(labels.shape) != shape:
+        raise ValueError(f"`{name}` must have shape {shape}, got {tuple(labels.shape)}.")
+    used = labels[labels != -100]
+    if used.numel() and (int(used.min()) < 0 or int(used.max()) >= num_labels):
+        raise ValueError(
+            f"`{name}` must be in [0, {num_labels - 1}] or -100 (ignored), got values in [{int(used.min())}, {int(used.max())}]."
+        )
+
+
+def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
+    """Cross-entropy for one answer id per question (GQA; -100 ignored) or, for (B, A) soft scores (VQA), binary
+    cross-entropy summed over answers and averaged over questions (LXMERT's `bce_loss * num_answers`)."""
+    if labels.dim() == 2:
+        return nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype)) * logits.shape[-1]
+    if bool((labels == -100).all()):
+        return None
+    return nn.functional.cross_entropy(logits, labels)
+
+
+class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
+    """Two-stream pre-training (Kervadec et al. 2020, sec. 4-5, after LXMERT): masked language modelling, masked object
+    prediction (detector class and attribute cross-entropy, feature regression), image-sentence matching, question
+    answering from [CLS] and the object-word alignment decoder (eqs. 11-14), each switchable (`task_*`) and weighted.
+
+    Readings: the feature regression is the L2 (mean squared) error the paper names (LXMERT's released code uses a
+    smooth L1 under that name); question answering and alignment are computed on matched pairs only (the collator
+    sets their labels to be ignored on mismatched ones), as in LXMERT.
+    """
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "two_stream.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__(config)
+        self.two_stream = TwoStreamModel(config)
+        self.lm_head = TwoStreamLMPredictionHead(config)
+        self.matching_head = nn.Linear(config.hidden_size, 2)
+        self.object_head = TwoStreamObjectHead(config)
+        self.answer_head = TwoStreamAnswerHead(config, config.hidden_size, config.num_qa_labels)
+        self.alignment_decoder = AlignmentDecoder(config.hidden_size, config.layer_norm_eps, config.hidden_act)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head.decoder = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        word_region_alignment: torch.FloatTensor | None = None,
+        phrase_masks: torch.BoolTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        object_labels: torch.LongTensor | None = None,
+        attribute_labels: torch.LongTensor | None = None,
+        feature_labels: torch.FloatTensor | None = None,
+        masked_regions: torch.LongTensor | None = None,
+        matched_labels: torch.LongTensor | None = None,
+        answer_labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> TwoStreamForPreTrainingOutput | tuple:
+        r"""
+        labels (`(batch, T)`): masked-word targets, -100 on unmasked tokens.
+        object_labels / attribute_labels (`(batch, R)`): the detector's class / attribute of each masked object, -100
+            elsewhere. feature_labels (`(batch, R, visual_feat_dim)`): original features; masked_regions (`(batch, R)`):
+            1 for the masked objects whose feature is regressed.
+        matched_labels (`(batch,)`): 1 when the sentence describes the image, 0 when the image was replaced.
+        answer_labels (`(batch,)` answer ids with -100 ignored, or `(batch, num_qa_labels)` soft scores).
+        word_region_alignment (`(batch, T, R)`): soft targets A* of the alignment decoder (eq. 18), also used by
+            attention supervision when `attention_supervision` is not "none".
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if self.config.validate_inputs:
+            self._check_pretraining_labels(input_ids, visual_feats, labels, object_labels, attribute_labels, feature_labels, masked_regions, matched_labels, answer_labels)
+        outputs = self.two_stream(
+            input_ids,
+            visual_feats,
+            visual_boxes,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            visual_attention_mask=visual_attention_mask,
+            word_region_alignment=word_region_alignment,
+            phrase_masks=phrase_masks,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        config = self.config
+        losses = {}
+        prediction_logits = self.lm_head(outputs.language_output) if config.task_mask_lm else None
+        if prediction_logits is not None and labels is not None and bool((labels != -100).any()):
+            losses["loss_mlm"] = nn.functional.cross_entropy(prediction_logits.flatten(0, 1), labels.flatten())
+        if config.task_obj_predict and masked_regions is not None:
+            losses.update(self._masked_object_losses(outputs.vision_output, object_labels, attribute_labels, feature_labels, masked_regions))
+        matching_score = self.matching_head(outputs.pooled_output) if config.task_matched else None
+        if matching_score is not None and matched_labels is not None:
+            losses["loss_itm"] = nn.functional.cross_entropy(matching_score, matched_labels)
+        answer_score = self.answer_head(outputs.pooled_output) if config.task_qa else None
+        if answer_score is not None and answer_labels is not None:
+            losses["loss_vqa"] = answer_loss(answer_score, answer_labels)
+        alignment_scores = None
+        if config.task_alignment:
+            alignment_scores = self.alignment_decoder(outputs.language_output, outputs.vision_output)
+            if word_region_alignment is not None:
+                region_mask = torch.ones_like(visual_feats[..., 0]) if visual_attention_mask is None else visual_attention_mask
+                # eq. (14): KL(A*, A) over the grounded words, A the top-k softmax of the decoder scores (eq. 13)
+                losses["loss_align"] = alignment_kl_loss(
+                    alignment_scores, word_region_alignment, region_mask, attention_mask, k=config.alignment_top_k
+                )
+        losses["loss_att"] = outputs.loss_attention
+        output = TwoStreamForPreTrainingOutput(
+            loss=self._total_loss(losses),
+            **losses,
+            prediction_logits=prediction_logits,
+            cross_relationship_score=matching_score,
+            question_answering_score=answer_score,
+            alignment_scores=alignment_scores,
+            **{name: outputs[name] for name in ATTENTION_OUTPUT_NAMES},
+        )
+        return output if return_dict else output.to_tuple()
+
+    def _masked_object_losses(self, vision_output, object_labels, attribute_labels, feature_labels, masked_regions) -> dict:
+        class_scores, attribute_scores, features = self.object_head(vision_output)
+        losses = {}
+        if self.config.visual_obj_loss and object_labels is not None and bool((object_labels != -100).any()):
+            losses["loss_object_class"] = nn.functional.cross_entropy(class_scores.flatten(0, 1), object_labels.flatten())
+        if self.config.visual_attr_loss and attribute_labels is not None and bool((attribute_labels != -100).any()):
+            losses["loss_object_attr"] = nn.functional.cross_entropy(attribute_scores.flatten(0, 1), attribute_labels.flatten())
+        masked = masked_regions.bool()
+        if self.config.visual_feat_loss and feature_labels is not None and bool(masked.any()):
+            losses["loss_feat"] = nn.functional.mse_loss(features[masked], feature_labels[masked].to(features.dtype))
+        return losses
+
+    def _total_loss(self, losses: dict[str, torch.Tensor | None]) -> torch.Tensor | None:
+        config = self.config
+        weights = {
+            "loss_mlm": config.mlm_loss_weight,
+            "loss_object_class": config.object_class_loss_weight,
+            "loss_object_attr": config.object_attr_loss_weight,
+            "loss_feat": config.feat_loss_weight,
+            "loss_itm": config.itm_loss_weight,
+            "loss_vqa": config.qa_loss_weight,
+            "loss_align": config.alignment_loss_weight,
+            "loss_att": config.attention_supervision_weight,
+        }
+        return _weighted_total([(weights[name], loss) for name, loss in losses.items()])
+
+    def _check_pretraining_labels(self, input_ids, visual_feats, labels, object_labels, attribute_labels, feature_labels, masked_regions, matched_labels, answer_labels) -> None:
+        batch, text_length = input_ids.shape
+        num_regions = visual_feats.shape[1]
+        _check_labels("labels", labels, (batch, text_length), self.config.vocab_size)
+        _check_labels("object_labels", object_labels, (batch, num_regions), self.config.num_object_labels)
+        _check_labels("attribute_labels", attribute_labels, (batch, num_regions), self.config.num_attr_labels)
+        _check_labels("matched_labels", matched_labels, (batch,), 2)
+        if masked_regions is not None and tuple(masked_regions.shape) != (batch, num_regions):
+            raise ValueError(f"`masked_regions` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(masked_regions.shape)}.")
+        if feature_labels is not None and tuple(feature_labels.shape) != tuple(visual_feats.shape):
+            raise ValueError(f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}.")
+        check_answer_labels(answer_labels, batch, self.config.num_qa_labels)
+
+
+def check_answer_labels(answer_labels: torch.Tensor | None, batch: int, num_answers: int) -> None:
+    """(B,) answer ids (-100 ignored) or (B, num_answers) soft scores in [0, 1]."""
+    if answer_labels is None:
+        return
+    if answer_labels.is_floating_point():
+        if tuple(answer_labels.shape) != (batch, num_answers):
+            raise ValueError(
+                f"soft `answer_labels` must have shape (batch, num_qa_labels) = {(batch, num_answers)}, got {tuple(answer_labels.shape)}."
+            )
+        if answer_labels.numel() and (float(answer_labels.min()) < 0 or float(answer_labels.max()) > 1):
+            raise ValueError("soft `answer_labels` must be scores in [0, 1].")
+        return
+    _check_labels("answer_labels", answer_labels, (batch,), num_answers)
+
+
+class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
+    """Answer classification from [CLS] (GQA: cross-entropy over one answer id; VQA: binary cross-entropy over soft
+    scores), with the answer head of LXMERT; it starts from a [`TwoStreamForPreTraining`] checkpoint, whose answer head
+    is reused when the vocabularies agree."""
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__(config)
+        self.two_stream = TwoStreamModel(config)
+        self.answer_head = TwoStreamAnswerHead(config, config.hidden_size, config.num_qa_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        word_region_alignment: torch.FloatTensor | None = None,
+        phrase_masks: torch.BoolTensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> TwoStreamClassificationOutput | tuple:
+        r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if self.config.validate_inputs:
+            check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels)
+        outputs = self.two_stream(
+            input_ids,
+            visual_feats,
+            visual_boxes,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            visual_attention_mask=visual_attention_mask,
+            word_region_alignment=word_region_alignment,
+            phrase_masks=phrase_masks,
+            output_attentions=output_attentions,
+            return_dict=True,
+        )
+        logits = self.answer_head(outputs.pooled_output)
+        loss_task = answer_loss(logits, labels) if labels is not None else None
+        output = TwoStreamClassificationOutput(
+            loss=_weighted_total([(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]),
+            loss_task=loss_task,
+            loss_att=outputs.loss_attention,
+            logits=logits,
+            **{name: outputs[name] for name in ATTENTION_OUTPUT_NAMES},
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
+    """NLVR2 (Kervadec et al. sec. 6, after LXMERT): the sentence is encoded with each image, the two [CLS] outputs are
+    concatenated and a feed-forward network gives one score, trained with binary cross-entropy. Region tensors have a
+    pair axis: `visual_feats` (B, 2, R, Dv), `visual_boxes` (B, 2, R, 4), `visual_attention_mask` (B, 2, R)."""
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__(config)
+        self.two_stream = TwoStreamModel(config)
+        self.reasoning_head = TwoStreamAnswerHead(config, 2 * config.hidden_size, 1)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> TwoStreamClassificationOutput | tuple:
+        r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        batch = input_ids.shape[0]
+        if visual_feats.dim() != 4 or tuple(visual_feats.shape[:2]) != (batch, 2):
+            raise ValueError(
+                f"`visual_feats` must have shape (batch, 2, R, visual_feat_dim) with batch={batch} (one image pair per "
+                f"sentence), got {tuple(visual_feats.shape)}."
+            )
+        if self.config.validate_inputs:
+            _check_labels("labels", labels, (batch,), 2)
+
+        def pair(tensor: torch.Tensor | None) -> torch.Tensor | None:  # the sentence once per image: (2B, ...)
+            return None if tensor is None else tensor.repeat_interleave(2, dim=0)
+
+        def flat(tensor: torch.Tensor | None) -> torch.Tensor | None:  # (B, 2, ...) -> (2B, ...)
+            return None if tensor is None else tensor.flatten(0, 1)
+
+        outputs = self.two_stream(
+            pair(input_ids),
+            flat(visual_feats),
+            flat(visual_boxes),
+            attention_mask=pair(attention_mask),
+            token_type_ids=pair(token_type_ids),
+            visual_attention_mask=flat(visual_attention_mask),
+            output_attentions=output_attentions,
+            return_dict=True,
+        )
+        logits = self.reasoning_head(outputs.pooled_output.reshape(batch, -1)).squeeze(-1)
+        loss_task = None
+        if labels is not None:
+            loss_task = nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        output = TwoStreamClassificationOutput(
+            loss=loss_task, loss_task=loss_task, logits=logits, **{name: outputs[name] for name in ATTENTION_OUTPUT_NAMES}
+        )
+        return output if return_dict else output.to_tuple()
+
+
+__all__ = [
+    "TwoStreamClassificationOutput",
+    "TwoStreamForPreTraining",
+    "TwoStreamForPreTrainingOutput",
+    "TwoStreamForQuestionAnswering",
+    "TwoStreamForVisualReasoning",
+    "TwoStreamModel",
+    "TwoStreamModelOutput",
+    "TwoStreamPreTrainedModel",
+]
