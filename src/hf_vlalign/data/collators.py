@@ -178,15 +178,21 @@ class RegionTextCollator:
                 mask = self.required_mask(offsets, sequence_ids == sequence, span, example, column)
                 gold = torch.zeros(0, 4) if gold is None else torch.tensor(gold, dtype=torch.float32).reshape(-1, 4)
                 iou = gold_region_iou(gold, pixels) * region_mask if len(gold) else torch.zeros(len(region_mask))
-                if regions is not None:  # built against the store by `load_dataset(..., features=store)`
-                    target = torch.zeros(len(region_mask))
-                    target[: len(regions[p])] = torch.tensor(regions[p], dtype=torch.float32)
-                elif len(gold):  # IoU in pixels: scale-free, so the annotation's and the store's pixels agree
-                    target = alignment_target(gold, pixels, region_mask, self.iou_threshold)
-                else:
-                    continue  # a phrase without any box (e.g. Flickr30k's nobndbox) is not grounded
-                phrases.append((mask, target, iou))
+                target = self.phrase_target(i, example[column][span[0] : span[1]], gold, None if regions is None else regions[p], batch)
+                if target is not None:
+                    phrases.append((mask, target, iou))
         return phrases
+
+    def phrase_target(self, i: int, phrase: str, gold: torch.Tensor, regions: list | None, batch: dict) -> torch.Tensor | None:
+        """Alignment row of one phrase of example `i` over its regions; None when the phrase is not grounded."""
+        region_mask = batch["visual_attention_mask"][i]
+        if regions is not None:  # built against the store by `load_dataset(..., features=store)`
+            target = torch.zeros(len(region_mask))
+            target[: len(regions)] = torch.tensor(regions, dtype=torch.float32)
+            return target
+        if len(gold):  # IoU in pixels: scale-free, so the annotation's and the store's pixels agree
+            return alignment_target(gold, batch["region_boxes_pixels"][i], region_mask, self.iou_threshold)
+        return None  # a phrase without any box (e.g. Flickr30k's nobndbox) is not grounded
 
     def required_mask(self, offsets, in_sentence, span, example: dict, column: str) -> torch.Tensor:
         mask = span_token_mask(offsets, in_sentence, span)

@@ -1,3 +1,4 @@
+from .alignment_decoder import AlignmentDecoder, alignment_kl_loss, top_k_log_softmax, top_k_mask
 from .config import SUPERVISION_METHODS, validate_supervision_fields
 from .direct import direct_supervision_loss, masked_log_softmax, soft_cross_entropy
 from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
@@ -5,9 +6,11 @@ from .mixin import AttentionSupervisionMixin
 from .rollout import attention_rollout, cross_modal_rollout, semi_direct_supervision_loss
 
 __all__ = [
+    "AlignmentDecoder",
     "SUPERVISION_METHODS",
     "AttentionSupervisionMixin",
     "IndirectGroundingHead",
+    "alignment_kl_loss",
     "attention_rollout",
     "cross_modal_rollout",
     "direct_supervision_loss",
@@ -16,5 +19,7 @@ __all__ = [
     "max_pool_phrases",
     "semi_direct_supervision_loss",
     "soft_cross_entropy",
+    "top_k_log_softmax",
+    "top_k_mask",
     "validate_supervision_fields",
 ]
