@@ -166,15 +166,27 @@ class GroundingProbe:
         region_confidence: torch.Tensor,
     ) -> None:
         shape = _check_attentions(attentions, self.num_layers)
-        batch_size = shape[0]
         check_dim("attentions", attentions[0], 1, self.num_heads, "(B, H, N, N)", "num_heads")
         for layer, attention in enumerate(attentions):
             check_finite(f"attentions[{layer}]", attention)
+        check_rank("phrase_region_iou", phrase_region_iou, 3, "(B, P, R)")
+        _check_layout(shape, text_length, phrase_region_iou.shape[-1])
+        self._validate_targets(
+            shape[0], text_length, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence
+        )
 
+    def _validate_targets(
+        self,
+        batch_size: int,
+        text_length: int,
+        phrase_token_index: torch.Tensor,
+        phrase_region_iou: torch.Tensor,
+        visual_attention_mask: torch.Tensor,
+        region_confidence: torch.Tensor,
+    ) -> None:
         check_rank("phrase_region_iou", phrase_region_iou, 3, "(B, P, R)")
         num_regions = phrase_region_iou.shape[-1]
-        _check_layout(shape, text_length, num_regions)
-        check_dim("phrase_region_iou", phrase_region_iou, 0, batch_size, "(B, P, R)", "batch size of `attentions`")
+        check_dim("phrase_region_iou", phrase_region_iou, 0, batch_size, "(B, P, R)", "batch size of the attention")
         check_finite("phrase_region_iou", phrase_region_iou)
         if phrase_region_iou.numel() and (phrase_region_iou.min() < 0 or phrase_region_iou.max() > 1):
             raise ValueError(
@@ -231,8 +243,40 @@ class GroundingProbe:
         self._validate(
             attentions, text_length, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence
         )
-        device = attentions[0].device
-        num_regions = phrase_region_iou.shape[-1]
+        rows = _text_to_region_rows(attentions, text_length, phrase_region_iou.shape[-1])
+        self._score(rows, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence)
+
+    @torch.no_grad()
+    def update_from_text_to_region(
+        self,
+        text_to_region: torch.Tensor,
+        phrase_token_index: torch.Tensor,
+        phrase_region_iou: torch.Tensor,
+        visual_attention_mask: torch.Tensor,
+        region_confidence: torch.Tensor,
+    ) -> None:
+        """Scores one batch from text->region attention given directly, (L, B, H, T, R): e.g. the language->vision
+        cross-attention of a two-stream model (`torch.stack(outputs.cross_encoder_attentions)`).
+
+        The other arguments are those of `update`.
+        """
+        check_rank("text_to_region", text_to_region, 5, "(L, B, H, T, R)")
+        layers, batch_size, heads, text_length, _ = text_to_region.shape
+        if (layers, heads) != (self.num_layers, self.num_heads):
+            raise ValueError(
+                f"`text_to_region` must have (L, H) = {(self.num_layers, self.num_heads)} layers and heads, got shape "
+                f"{tuple(text_to_region.shape)}."
+            )
+        check_finite("text_to_region", text_to_region)
+        self._validate_targets(
+            batch_size, text_length, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence
+        )
+        check_dim("text_to_region", text_to_region, 4, phrase_region_iou.shape[-1], "(L, B, H, T, R)", "R of `phrase_region_iou`")
+        self._score(text_to_region, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence)
+
+    def _score(self, rows, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence) -> None:
+        """Accumulates the hits of every head, given its (L, B, H, T, R) text->region rows."""
+        device = rows.device
         # one entry per real phrase (K of them): its example, its slot and its last sub-word
         phrase_token_index = phrase_token_index.to(device)
         batch_index, slot_index = (phrase_token_index >= 0).nonzero(as_tuple=True)
@@ -243,7 +287,7 @@ class GroundingProbe:
         region_mask = visual_attention_mask.to(device).bool()[batch_index]  # (K, R)
 
         # (L, B, H, T, R) -> (B, T, L, H, R), then pick each phrase's row: (K, L, H, R)
-        rows = _text_to_region_rows(attentions, text_length, num_regions).permute(1, 3, 0, 2, 4)
+        rows = rows.permute(1, 3, 0, 2, 4)
         rows = rows[batch_index, token_index].float()
         rows = rows.masked_fill(~region_mask[:, None, None, :], float("-inf"))
         predicted = rows.argmax(dim=-1)  # (K, L, H)

@@ -8,6 +8,7 @@
 | `ImagePairCollator` | nlvr2 | sentence | visual tensors with a pair axis: (B, 2, R, ...); `labels` |
 | `ReferringExpressionCollator` | refcoco+ | expression | `labels` (best-IoU region), `target_region_iou` (B, R) |
 | `CaptioningCollator` | coco_captions | caption as target | `labels` (B, T) with -100 padding, `decoder_attention_mask` |
+| `PretrainingCollator` | gqa, synthetic_scenes (questions), captions | one text | masked words / objects, `matched_labels`, `answer_labels`, soft A* |
 
 Regions are padded to the longest image of the batch, flagged by `visual_attention_mask`; boxes are normalised once,
 by `alignment.boxes.normalize_boxes`, with the store's image size. Grounded phrases (`<text>_phrase_spans` with
@@ -21,13 +22,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedTokenizerBase
+from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
 from ..alignment.boxes import alignment_target, gold_region_iou, normalize_boxes
+from ..alignment.soft_targets import SoftAlignmentTargets
 from .feature_store import RegionFeatureStore
 
 
 PROBE_KEYS = ("phrase_token_index", "phrase_region_iou", "region_confidence")
+# region tensors the collators read but no model takes
+REGION_ONLY_KEYS = ("region_boxes_pixels", "region_object_ids", "region_attr_ids")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -37,7 +41,8 @@ PROBE_KEYS = ("phrase_token_index", "phrase_region_iou", "region_confidence")
 
 def pad_regions(store: RegionFeatureStore, image_ids: Sequence[str]) -> dict[str, torch.Tensor]:
     """Region tensors of `image_ids`, padded to the longest: `visual_feats`, `visual_boxes` (normalised),
-    `visual_attention_mask`, plus `region_boxes_pixels` and `region_confidence` (1 where the store has none)."""
+    `visual_attention_mask`, plus `region_boxes_pixels`, `region_confidence` (1 where the store has none) and the
+    detector's `region_object_ids` / `region_attr_ids` (-1 where the store has none, and on padding)."""
     images = store.batch(image_ids)
     num_regions, batch_size = max(len(image["boxes"]) for image in images), len(images)
     feats = torch.zeros(batch_size, num_regions, store.feature_dim)
@@ -45,6 +50,8 @@ def pad_regions(store: RegionFeatureStore, image_ids: Sequence[str]) -> dict[str
     pixels = torch.zeros(batch_size, num_regions, 4)
     mask = torch.zeros(batch_size, num_regions, dtype=torch.long)
     confidence = torch.zeros(batch_size, num_regions)
+    object_ids = torch.full((batch_size, num_regions), -1, dtype=torch.long)
+    attr_ids = torch.full((batch_size, num_regions), -1, dtype=torch.long)
     for i, image in enumerate(images):
         if image["image_size"] is None:
             raise ValueError(
@@ -58,12 +65,18 @@ def pad_regions(store: RegionFeatureStore, image_ids: Sequence[str]) -> dict[str
         pixels[i, :count] = image["boxes"]
         mask[i, :count] = 1
         confidence[i, :count] = image["object_conf"] if image["object_conf"] is not None else 1.0
+        if image["object_ids"] is not None:
+            object_ids[i, :count] = torch.as_tensor(image["object_ids"]).reshape(count, -1)[:, 0]
+        if image["attr_ids"] is not None:
+            attr_ids[i, :count] = torch.as_tensor(image["attr_ids"]).reshape(count, -1)[:, 0]
     return {
         "visual_feats": feats,
         "visual_boxes": boxes,
         "visual_attention_mask": mask,
         "region_boxes_pixels": pixels,
         "region_confidence": confidence,
+        "region_object_ids": object_ids,
+        "region_attr_ids": attr_ids,
     }
 
 
@@ -122,7 +135,8 @@ class RegionTextCollator:
         batch = {name: encoding[name] for name in ("input_ids", "attention_mask", "token_type_ids")}
         batch.update(self.region_tensors(examples))
         batch.update(self.task_tensors(examples, encoding, batch))
-        batch.pop("region_boxes_pixels", None)
+        for key in REGION_ONLY_KEYS:
+            batch.pop(key, None)
         if not self.return_probe_targets:
             for key in PROBE_KEYS:
                 batch.pop(key, None)
@@ -273,9 +287,7 @@ class QuestionAnsweringCollator(RegionTextCollator):
         return tensors
 
     def _checked(self, label: int) -> int:
-        if not 0 <= label < self.num_answers:
-            raise ValueError(f"answer label {label} is outside the vocabulary of `num_answers`={self.num_answers}.")
-        return label
+        return _checked_answer(label, self.num_answers)
 
 
 @dataclass
@@ -329,4 +341,140 @@ class CaptioningCollator(RegionTextCollator):
 
     def task_tensors(self, examples, encoding, batch):
         return {}
+
+
+
+@dataclass
+class PretrainingCollator(RegionTextCollator):
+    """Two-stream pre-training batches (LXMERT; Kervadec et al. 2020, sec. 4): one text per row (a question with
+    pointers, or a caption) with its image, then
+
+    - image-sentence matching: with probability `mismatch_probability` the row's image is replaced by another image
+      of the store (`matched_labels` 0); a mismatched row keeps no alignment and no answer;
+    - masked words: BERT's 15 % masking (80 % [MASK], 10 % random, 10 % kept) through transformers'
+      `DataCollatorForLanguageModeling`; `labels` holds the targets, -100 elsewhere;
+    - masked objects: each real region with probability `object_mask_probability` (LXMERT: 80 % of them zeroed,
+      10 % replaced by another region's feature, 10 % kept); `object_labels` / `attribute_labels` are the detector's
+      class / attribute of the masked regions (-100 elsewhere, or where the store has none), `feature_labels` the
+      original features and `masked_regions` the mask;
+    - answers: `answer_labels` (B,) from a `label` column (-100 when absent, unknown or mismatched), or (B, A) soft
+      scores from VQA's `labels` / `scores` columns (all zero on mismatched rows), when `num_answers` > 0;
+    - `word_region_alignment`: the soft targets A* of eqs. 15-18 when `soft_targets` is given (the store must have
+      detector class ids), else the IoU targets of the other collators.
+
+    Set the three probabilities to 0 for evaluation batches (nothing masked, every image matched).
+    """
+
+    text_columns: tuple[str, ...] = ("question",)
+    mlm_probability: float = 0.15
+    object_mask_probability: float = 0.15
+    mismatch_probability: float = 0.5
+    num_answers: int = 0
+    soft_targets: SoftAlignmentTargets | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("mlm_probability", "object_mask_probability", "mismatch_probability"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"`{name}` must be a probability in [0, 1], got {value!r}.")
+        if not isinstance(self.num_answers, int) or self.num_answers < 0:
+            raise ValueError(f"`num_answers` must be the answer vocabulary size (0 for no answers), got {self.num_answers!r}.")
+        if self.mismatch_probability > 0 and len(self.region_features) < 2:
+            raise ValueError("`mismatch_probability` > 0 needs a region-feature store of at least two images.")
+        self._masker = DataCollatorForLanguageModeling(self.tokenizer, mlm_probability=max(self.mlm_probability, 1e-12))
+
+    def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        if not examples:
+            raise ValueError("`examples` must hold at least one example, got an empty batch.")
+        mismatched = (torch.rand(len(examples)) < self.mismatch_probability).tolist()
+        return super().__call__([self._with_image(example, swap) for example, swap in zip(examples, mismatched)])
+
+    def _with_image(self, example: dict, swap: bool) -> dict:
+        """The row itself (matched), or the row with another image and none of its grounding (mismatched)."""
+        if not swap:
+            return {**example, "_matched": True}
+        image_ids = self.region_features.image_ids
+        other = image_ids[int(torch.randint(len(image_ids) - 1, ()))]
+        other = other if other != example["image_id"] else image_ids[-1]
+        ungrounded = {key: [] for key in example if key.endswith(("_phrase_spans", "_phrase_boxes", "_phrase_regions"))}
+        return {**example, **ungrounded, "image_id": other, "_matched": False}
+
+    def task_tensors(self, examples, encoding, batch):
+        matched = torch.tensor([example["_matched"] for example in examples])
+        tensors = self.grounding_tensors(examples, encoding, batch)
+        tensors["matched_labels"] = matched.long()
+        tensors.update(self._masked_words(batch["input_ids"]))
+        tensors.update(self._masked_objects(batch))
+        if self.num_answers:
+            tensors["answer_labels"] = self._answer_labels(examples, matched)
+        return tensors
+
+    def phrase_target(self, i, phrase, gold, regions, batch):
+        if self.soft_targets is None or not len(gold):
+            return super().phrase_target(i, phrase, gold, regions, batch)
+        region_mask = batch["visual_attention_mask"][i].bool()
+        object_ids = batch["region_object_ids"][i][region_mask]
+        if bool((object_ids < 0).any()):
+            raise ValueError(
+                f"soft alignment targets need the detector's class ids, but the region-feature store "
+                f"{self.region_features.directory} has none for the image of batch row {i}."
+            )
+        attr_ids = batch["region_attr_ids"][i][region_mask]
+        target = torch.zeros(len(region_mask))
+        target[region_mask] = self.soft_targets(
+            phrase,
+            gold,
+            batch["region_boxes_pixels"][i][region_mask],
+            object_ids,
+            attr_ids if self.soft_targets.attribute_names is not None and bool((attr_ids >= 0).all()) else None,
+        )
+        return target if float(target.sum()) > 0 else None
+
+    def _masked_words(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.mlm_probability == 0:
+            return {"labels": torch.full_like(input_ids, -100)}
+        masked_ids, labels = self._masker.torch_mask_tokens(input_ids.clone())
+        return {"input_ids": masked_ids, "labels": labels}
+
+    def _masked_objects(self, batch: dict) -> dict[str, torch.Tensor]:
+        features, real = batch["visual_feats"], batch["visual_attention_mask"].bool()
+        masked = (torch.rand(real.shape) < self.object_mask_probability) & real
+        choice = torch.rand(real.shape)
+        zeroed, replaced = masked & (choice < 0.8), masked & (choice >= 0.8) & (choice < 0.9)
+        new_features = features.masked_fill(zeroed.unsqueeze(-1), 0.0)
+        if bool(replaced.any()):
+            pool = features[real]
+            new_features[replaced] = pool[torch.randint(len(pool), (int(replaced.sum()),))]
+
+        def labels_of(ids: torch.Tensor) -> torch.Tensor:
+            return torch.where(masked & (ids >= 0), ids, torch.full_like(ids, -100))
+
+        return {
+            "visual_feats": new_features,
+            "feature_labels": features,
+            "masked_regions": masked.long(),
+            "object_labels": labels_of(batch["region_object_ids"]),
+            "attribute_labels": labels_of(batch["region_attr_ids"]),
+        }
+
+    def _answer_labels(self, examples: list[dict], matched: torch.Tensor) -> torch.Tensor:
+        if "scores" in examples[0]:
+            targets = torch.zeros(len(examples), self.num_answers)
+            for i, example in enumerate(examples):
+                for label, score in zip(example["labels"], example["scores"]):
+                    targets[i, _checked_answer(label, self.num_answers)] = score if bool(matched[i]) else 0.0
+            return targets
+        if "label" not in examples[0]:
+            raise ValueError(f"rows must have a `label` (or VQA `labels`/`scores`) column when `num_answers` > 0; got {sorted(examples[0])}.")
+        return torch.tensor([
+            _checked_answer(example["label"], self.num_answers) if bool(matched[i]) and example["label"] >= 0 else -100
+            for i, example in enumerate(examples)
+        ])  # fmt: skip
+
+
+def _checked_answer(label: int, num_answers: int) -> int:
+    if not 0 <= label < num_answers:
+        raise ValueError(f"answer label {label} is outside the vocabulary of `num_answers`={num_answers}.")
+    return label
 

@@ -8,7 +8,9 @@ through the writers of `hf_vlalign.data.formats`, everything the real pipelines 
 - `vgp/{train,val}.csv`: visually grounded paraphrase pairs ("identification" layout, with `ytrue`);
 - `features/features.tsv`: the "detector" output (LXMERT TSV): noisy regions, classes, confidences and
   `CropEncoder` features;
-- `images/<image_id>.png`.
+- `images/<image_id>.png`;
+- `gqa/`: questions with pointers, scene graphs and the answer vocabulary in the published GQA layout
+  (`data/synthetic_questions.py`, drawn from a random stream of their own).
 
 Caption grammar (every claim is true in the image; at most 16 words):
 
@@ -60,7 +62,7 @@ from .formats.lxmert_tsv import write_lxmert_tsv
 from .formats.vgp import TYPOLOGY_LABELS, VGPPair, write_vgp_csv
 from .region_extraction import CropEncoder
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: adds gqa/
 FIRST_IMAGE_ID = 100000
 
 # Detector vocabularies: `object_ids` index SHAPE_NAMES, `attr_ids` index COLOUR_NAMES.
@@ -142,6 +144,7 @@ class SyntheticVGPPaths:
     vgp_csv: dict[str, Path]  # {"train": ..., "val": ...}, "identification" layout
     features_tsv: Path  # LXMERT TSV, all images of both splits
     images: Path  # <image_id>.png
+    gqa_dir: Path  # {split}_balanced_questions.json, {split}_sceneGraphs.json, trainval_ans2label.json
 
     @classmethod
     def from_root(cls, root: str | Path) -> SyntheticVGPPaths:
@@ -153,6 +156,7 @@ class SyntheticVGPPaths:
             vgp_csv={split: root / "vgp" / f"{split}.csv" for split in ("train", "val")},
             features_tsv=root / "features" / "features.tsv",
             images=root / "images",
+            gqa_dir=root / "gqa",
         )
 
 
@@ -633,8 +637,8 @@ def _generate_image(
     first_phrase_id: int,
     encoder: CropEncoder,
     paths: SyntheticVGPPaths,
-) -> tuple[int, dict, list[VGPPair]]:
-    """Writes one image, its captions and annotation; returns its shape count, feature record and VGP pairs."""
+) -> tuple[list[_Shape], dict, list[VGPPair]]:
+    """Writes one image, its captions and annotation; returns its shapes, feature record and VGP pairs."""
     shapes = _sample_scene(config, rng, first_phrase_id)
     image = _render_scene(shapes, config.image_size, rng)
     sentences, mentions = _describe_scene(shapes, config.image_size, rng)
@@ -661,7 +665,7 @@ def _generate_image(
         **regions,
         "features": encoder.encode(image, regions["boxes"]),
     }
-    return len(shapes), record, pairs
+    return shapes, record, pairs
 
 
 def _manifest(config: SyntheticSceneConfig) -> dict:
@@ -696,7 +700,11 @@ def generate_synthetic_vgp(out_dir: str | Path, config: SyntheticSceneConfig | N
     ):
         folder.mkdir(parents=True, exist_ok=True)
 
+    # imported here: synthetic_questions builds on this module's scenes and noun phrases
+    from .synthetic_questions import SyntheticQuestionWriter
+
     encoder = CropEncoder(config.feature_dim, config.seed)
+    questions = SyntheticQuestionWriter(paths.gqa_dir, config.image_size, config.seed)
     split_sizes = {"train": config.num_train_images, "val": config.num_val_images}
     records: list[dict] = []
     next_phrase_id = 1
@@ -707,10 +715,9 @@ def generate_synthetic_vgp(out_dir: str | Path, config: SyntheticSceneConfig | N
                 index = len(records)
                 image_id = str(FIRST_IMAGE_ID + index)
                 rng = np.random.default_rng([config.seed, index])
-                num_shapes, record, image_pairs = _generate_image(
-                    image_id, config, rng, next_phrase_id, encoder, paths
-                )
-                next_phrase_id += num_shapes
+                shapes, record, image_pairs = _generate_image(image_id, config, rng, next_phrase_id, encoder, paths)
+                questions.add(split, index, image_id, shapes)
+                next_phrase_id += len(shapes)
                 image_ids.append(image_id)
                 records.append(record)
                 pairs.extend(image_pairs)
@@ -718,6 +725,7 @@ def generate_synthetic_vgp(out_dir: str | Path, config: SyntheticSceneConfig | N
             (paths.flickr30k_entities / f"{split}.txt").write_text("\n".join(image_ids) + "\n")
             write_vgp_csv(paths.vgp_csv[split], pairs, layout="identification")
     write_lxmert_tsv(paths.features_tsv, records)
+    questions.write()
     (paths.root / "manifest.json").write_text(json.dumps(_manifest(config), indent=2, sort_keys=True) + "\n")
     return paths
 

@@ -8,6 +8,18 @@ from collections import defaultdict
 import torch
 from transformers import Trainer
 
+# attention maps and hidden states of every model family
+ATTENTION_KEYS = (
+    "hidden_states",
+    "attentions",
+    "language_hidden_states",
+    "vision_hidden_states",
+    "language_attentions",
+    "vision_attentions",
+    "cross_encoder_attentions",
+    "cross_encoder_vision_attentions",
+)
+
 
 class ComponentLossTrainer(Trainer):
     """A `Trainer` whose model output carries loss components (`loss_component_keys`), each logged separately."""
@@ -15,6 +27,8 @@ class ComponentLossTrainer(Trainer):
     loss_component_keys: tuple[str, ...] = ()
     # batch entries used by evaluation tools but not taken by the model's forward
     non_model_keys: tuple[str, ...] = ()
+    # model outputs that are not predictions (large per-token tensors); never gathered at evaluation
+    non_prediction_keys: tuple[str, ...] = ()
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -35,7 +49,7 @@ class ComponentLossTrainer(Trainer):
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         # predictions are the task logits only: loss components and attention maps are not gathered
-        ignore_keys = list(ignore_keys or []) + [*self.loss_component_keys, "hidden_states", "attentions"]
+        ignore_keys = list(ignore_keys or []) + [*self.loss_component_keys, *self.non_prediction_keys, *ATTENTION_KEYS]
         return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
