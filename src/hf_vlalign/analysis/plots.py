@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 
-__all__ = ["plot_head_accuracy", "plot_word_region_heatmap"]
+__all__ = ["plot_head_accuracy", "plot_word_region_heatmap", "plot_word_region_heatmaps"]
 
 # cell values are written inside the heatmap only while they stay legible
 _MAX_ANNOTATED_CELLS = 400
@@ -72,23 +72,42 @@ def plot_word_region_heatmap(
         The path of the written PNG.
     """
     matrix = _as_matrix("attention", attention, "(W, R)")
+    figure = Figure(figsize=(max(4.0, 0.6 * matrix.shape[1] + 2.5), max(3.0, 0.45 * matrix.shape[0] + 1.5)))
+    _draw_word_region(figure, figure.subplots(), matrix, words, region_labels, title)
+    return _save(figure, path)
+
+
+def plot_word_region_heatmaps(
+    panels: list[tuple[np.ndarray, str]], words: list[str], region_labels: list[str], path: str | Path
+) -> Path:
+    """Word x region heatmaps side by side (one per `(attention, title)` panel, same words and regions), e.g. the
+    cross-attention of a model trained with and without a loss (Kervadec et al. 2020, Figure 4), saved as a PNG."""
+    if not isinstance(panels, (list, tuple)) or not panels:
+        raise ValueError(f"`panels` must be a non-empty list of (attention, title) pairs, got {panels!r}.")
+    matrices = [_as_matrix(f"panels[{i}] attention", attention, "(W, R)") for i, (attention, _) in enumerate(panels)]
+    shapes = {matrix.shape for matrix in matrices}
+    if len(shapes) != 1:
+        raise ValueError(f"`panels` must all have the same (W, R) shape, got {sorted(shapes)}.")
+    height, width = matrices[0].shape
+    figure = Figure(figsize=(len(panels) * max(4.0, 0.6 * width + 2.5), max(3.0, 0.45 * height + 1.5)))
+    for ax, matrix, (_, title) in zip(np.atleast_1d(figure.subplots(1, len(panels))), matrices, panels):
+        _draw_word_region(figure, ax, matrix, words, region_labels, title)
+    return _save(figure, path)
+
+
+def _draw_word_region(figure: Figure, ax, matrix: np.ndarray, words: list[str], region_labels: list[str], title: str) -> None:
     _check_labels("words", words, matrix.shape[0], "row of `attention` (W)")
     _check_labels("region_labels", region_labels, matrix.shape[1], "column of `attention` (R)")
-
-    width, height = matrix.shape[1], matrix.shape[0]
-    figure = Figure(figsize=(max(4.0, 0.6 * width + 2.5), max(3.0, 0.45 * height + 1.5)))
-    ax = figure.subplots()
     vmin, vmax = min(0.0, float(matrix.min())), max(float(matrix.max()), 1e-12)
     image = ax.imshow(matrix, cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto")
-    ax.set_xticks(range(width), labels=[str(label) for label in region_labels], rotation=45, ha="right")
-    ax.set_yticks(range(height), labels=[str(word) for word in words])
+    ax.set_xticks(range(matrix.shape[1]), labels=[str(label) for label in region_labels], rotation=45, ha="right")
+    ax.set_yticks(range(matrix.shape[0]), labels=[str(word) for word in words])
     ax.set_xlabel("region")
     ax.set_ylabel("word")
     if title:
         ax.set_title(title)
     _annotate(ax, matrix, ".2f", vmin, vmax)
     figure.colorbar(image, ax=ax, label="attention")
-    return _save(figure, path)
 
 
 def plot_head_accuracy(accuracy: np.ndarray, path: str | Path, title: str = "") -> Path:

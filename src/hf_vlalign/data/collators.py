@@ -427,7 +427,7 @@ class PretrainingCollator(RegionTextCollator):
             gold,
             batch["region_boxes_pixels"][i][region_mask],
             object_ids,
-            attr_ids if self.soft_targets.attribute_names is not None and bool((attr_ids >= 0).all()) else None,
+            attr_ids if self.soft_targets.attribute_vectors is not None and bool((attr_ids >= 0).all()) else None,
         )
         return target if float(target.sum()) > 0 else None
 

@@ -84,3 +84,92 @@ def word_region_attention(
         region_labels=[f"r{r}" for r in regions.tolist()],
         gold=gold[words][:, regions].cpu().numpy(),
     )
+
+
+@dataclass
+class CrossAttentionEvaluation:
+    """Question answering and cross-attention grounding of a two-stream model over a dataset.
+
+    `per_head` probes every head of every cross layer; `summed_heads` probes each layer's language->vision attention
+    summed over heads (Kervadec et al. 2020, Figure 4), with accuracy of shape (L, 1).
+    """
+
+    vqa_accuracy: float | None
+    num_questions: int
+    per_head: GroundingProbeResult
+    summed_heads: GroundingProbeResult
+
+    def to_dict(self) -> dict:
+        return {
+            "vqa_accuracy": self.vqa_accuracy,
+            "num_questions": self.num_questions,
+            "cross_attention_grounding_per_layer": self.summed_heads.accuracy[:, 0].tolist(),
+            "cross_attention_grounding_per_head": self.per_head.to_dict(),
+        }
+
+
+@torch.no_grad()
+def evaluate_cross_attention(
+    model: torch.nn.Module, dataset, collator, batch_size: int = 32, iou_threshold: float = 0.5, progress: bool = True
+) -> CrossAttentionEvaluation:
+    """Answer accuracy (argmax of `question_answering_score` vs `answer_labels`, where given) and Li et al.'s probe
+    applied to the language->vision cross-attention (`cross_encoder_attentions`) of a two-stream model.
+
+    `collator` must return the probe targets and mask nothing (e.g. a `PretrainingCollator` with its probabilities at 0).
+    """
+    if not getattr(collator, "return_probe_targets", False):
+        raise ValueError("`collator` must be built with `return_probe_targets=True` to evaluate grounding.")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    config = model.config
+    per_head = GroundingProbe(config.x_layers, config.num_attention_heads, iou_threshold)
+    summed = GroundingProbe(config.x_layers, 1, iou_threshold)
+    correct = total = 0
+    for batch in tqdm(DataLoader(dataset, batch_size=batch_size, collate_fn=collator), desc="evaluation", disable=not progress):
+        model_inputs, probe_inputs = _split_batch(batch, device)
+        outputs = model(**model_inputs, output_attentions=True)
+        rows = torch.stack(outputs.cross_encoder_attentions)  # (L, B, H, T, R)
+        targets = (probe_inputs["phrase_token_index"], probe_inputs["phrase_region_iou"], model_inputs["visual_attention_mask"], probe_inputs["region_confidence"])
+        per_head.update_from_text_to_region(rows, *targets)
+        summed.update_from_text_to_region(rows.sum(dim=2, keepdim=True), *targets)
+        answers = model_inputs.get("answer_labels")
+        scores = outputs.get("question_answering_score")
+        if answers is not None and scores is not None and answers.dim() == 1:
+            known = answers != -100
+            correct += int((scores.argmax(-1)[known] == answers[known]).sum())
+            total += int(known.sum())
+    model.train(was_training)
+    return CrossAttentionEvaluation(
+        vqa_accuracy=correct / total if total else None,
+        num_questions=total,
+        per_head=per_head.compute(),
+        summed_heads=summed.compute(),
+    )
+
+
+@torch.no_grad()
+def cross_attention_rows(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], tokenizer, layer: int, index: int = 0
+) -> WordRegionAttention:
+    """Language->vision attention of cross layer `layer`, summed over heads, from example `index`'s grounded words
+    to its regions (Kervadec et al. 2020, Figure 4)."""
+    if not -model.config.x_layers <= layer < model.config.x_layers:
+        raise ValueError(f"`layer` must index one of the {model.config.x_layers} cross layers, got {layer}.")
+    was_training = model.training
+    model.eval()
+    model_inputs, _ = _split_batch(batch, next(model.parameters()).device)
+    attention = model(**model_inputs, output_attentions=True).cross_encoder_attentions[layer][index].sum(0)
+    model.train(was_training)
+    gold = model_inputs["word_region_alignment"][index]
+    words = gold.sum(-1).nonzero().flatten()
+    if words.numel() == 0:
+        raise ValueError(f"`batch` example {index} has no grounded token to draw.")
+    regions = model_inputs["visual_attention_mask"][index].nonzero().flatten()
+    tokens = tokenizer.convert_ids_to_tokens(model_inputs["input_ids"][index, words].tolist())
+    return WordRegionAttention(
+        attention=attention[words][:, regions].cpu().numpy(),
+        words=[f"{token} ({position})" for token, position in zip(tokens, words.tolist())],
+        region_labels=[f"r{r}" for r in regions.tolist()],
+        gold=gold[words][:, regions].cpu().numpy(),
+    )

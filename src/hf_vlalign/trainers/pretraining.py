@@ -43,11 +43,9 @@ class AlignmentPretrainingTrainer(ComponentLossTrainer):
         return (self.state.epoch or 0.0) >= self.vqa_start_epoch
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if model.training and not self.vqa_loss_enabled:
-            inputs = {key: value for key, value in inputs.items() if key != "answer_labels"}
+        if model.training:
+            enabled = self.vqa_loss_enabled
+            self._metrics["train"]["vqa_loss_enabled"].append(float(enabled))  # logged with the step's losses
+            if not enabled:
+                inputs = {key: value for key, value in inputs.items() if key != "answer_labels"}
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs:
-            logs["vqa_loss_enabled"] = float(self.vqa_loss_enabled)
-        super().log(logs, start_time)

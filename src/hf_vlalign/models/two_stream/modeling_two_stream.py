@@ -76,7 +76,8 @@ class TwoStreamForPreTrainingOutput(ModelOutput):
     loss (`torch.FloatTensor`, *optional*): weighted sum of the enabled losses that were computed.
     loss_mlm / loss_object_class / loss_object_attr / loss_feat / loss_itm / loss_vqa / loss_align / loss_att: each
         component, unweighted (None when its head is disabled or its labels are absent).
-    prediction_logits (`(batch, T, vocab_size)`): masked language modelling scores.
+    prediction_logits (`(batch, T, vocab_size)`): masked language modelling scores (None in training mode when
+        `labels` are given: only the masked positions are then scored, for the loss).
     cross_relationship_score (`(batch, 2)`): image-sentence matching scores (0 = mismatched, 1 = matched).
     question_answering_score (`(batch, num_qa_labels)`): answer scores from [CLS].
     alignment_scores (`(batch, T, R)`): scores A_ij of the alignment decoder (eq. 12), when `task_alignment`.
@@ -127,12 +128,17 @@ ATTENTION_OUTPUT_NAMES = (
 )
 
 
+class TwoStreamFeatureProjection(nn.Linear):
+    """The object-feature projection. Its bias is initialised like its weights, not at zero: a masked object's all-zero
+    feature would otherwise reach the LayerNorm as a constant vector, whose gradient scales with 1/sqrt(eps) = 1e6."""
+
+
 class TwoStreamVisualEmbeddings(nn.Module):
     """Object embeddings, eq. (1): (LayerNorm(W_f f) + LayerNorm(W_b b)) / 2 from the features f and the box b."""
 
     def __init__(self, config: TwoStreamConfig):
         super().__init__()
-        self.feature_projection = nn.Linear(config.visual_feat_dim, config.hidden_size)
+        self.feature_projection = TwoStreamFeatureProjection(config.visual_feat_dim, config.hidden_size)
         self.feature_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.box_projection = nn.Linear(config.visual_pos_dim, config.hidden_size)
         self.box_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -333,6 +339,8 @@ class TwoStreamPreTrainedModel(AttentionSupervisionMixin, PreTrainedModel):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
         elif isinstance(module, TwoStreamLMPredictionHead):
             init.zeros_(module.bias)
+        if isinstance(module, TwoStreamFeatureProjection):
+            init.normal_(module.bias, mean=0.0, std=self.config.initializer_range)
 
     @classmethod
     def from_text_pretrained(cls, name_or_path: str | Path | None = None, **config_overrides) -> TwoStreamPreTrainedModel:
@@ -635,9 +643,9 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         )
         config = self.config
         losses = {}
-        prediction_logits = self.lm_head(outputs.language_output) if config.task_mask_lm else None
-        if prediction_logits is not None and labels is not None and bool((labels != -100).any()):
-            losses["loss_mlm"] = nn.functional.cross_entropy(prediction_logits.flatten(0, 1), labels.flatten())
+        prediction_logits = None
+        if config.task_mask_lm:
+            prediction_logits, losses["loss_mlm"] = self._masked_language_modelling(outputs.language_output, labels)
         if config.task_obj_predict and masked_regions is not None:
             losses.update(self._masked_object_losses(outputs.vision_output, object_labels, attribute_labels, feature_labels, masked_regions))
         matching_score = self.matching_head(outputs.pooled_output) if config.task_matched else None
@@ -663,9 +671,22 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             cross_relationship_score=matching_score,
             question_answering_score=answer_score,
             alignment_scores=alignment_scores,
-            **{name: outputs[name] for name in ATTENTION_OUTPUT_NAMES},
+            **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
         return output if return_dict else output.to_tuple()
+
+    def _masked_language_modelling(self, language_output, labels) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(prediction_logits, loss_mlm). In training with labels only the masked positions are scored (the loss is
+        the same, the vocabulary projection of every other token is skipped) and no logits are returned."""
+        masked = labels != -100 if labels is not None else None
+        if self.training and masked is not None:
+            if not bool(masked.any()):
+                return None, None
+            return None, nn.functional.cross_entropy(self.lm_head(language_output[masked]), labels[masked])
+        prediction_logits = self.lm_head(language_output)
+        if masked is None or not bool(masked.any()):
+            return prediction_logits, None
+        return prediction_logits, nn.functional.cross_entropy(prediction_logits.flatten(0, 1), labels.flatten())
 
     def _masked_object_losses(self, vision_output, object_labels, attribute_labels, feature_labels, masked_regions) -> dict:
         class_scores, attribute_scores, features = self.object_head(vision_output)
@@ -770,7 +791,7 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
             loss_task=loss_task,
             loss_att=outputs.loss_attention,
             logits=logits,
-            **{name: outputs[name] for name in ATTENTION_OUTPUT_NAMES},
+            **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
         return output if return_dict else output.to_tuple()
 
@@ -830,7 +851,7 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         if labels is not None:
             loss_task = nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
         output = TwoStreamClassificationOutput(
-            loss=loss_task, loss_task=loss_task, logits=logits, **{name: outputs[name] for name in ATTENTION_OUTPUT_NAMES}
+            loss=loss_task, loss_task=loss_task, logits=logits, **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES}
         )
         return output if return_dict else output.to_tuple()
 

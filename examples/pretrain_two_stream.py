@@ -1,0 +1,212 @@
+#!/usr/bin/env python
+"""Pre-train a two-stream (LXMERT-style) model with and without the object-word alignment loss (Kervadec et al. 2020).
+
+    accelerate launch examples/pretrain_two_stream.py                  # offline: synthetic questions, both runs
+    accelerate launch examples/pretrain_two_stream.py --alignment_loss with --output_dir outputs/two_stream
+    accelerate launch examples/pretrain_two_stream.py --data_dir GQA --features STORE_DIR \
+        --scene_graphs train_sceneGraphs.json --eval_scene_graphs val_sceneGraphs.json \
+        --answer_vocab trainval_ans2label.json --object_vocab objects_vocab.txt --attribute_vocab attributes_vocab.txt
+
+Each run pre-trains with masked words, masked objects, image-sentence matching and question answering (from
+`--vqa_start_epoch`), plus, with the alignment loss, the alignment decoder trained towards soft targets A* (eqs. 15-18:
+IoU with the pointed object's box and MiniLM similarity between the pointed words and the detector's class and
+attribute names). It then reports the answer accuracy and the grounding accuracy of the language->vision
+cross-attention (Li et al.'s probe on the penultimate cross layer, heads summed, as in the paper's Figure 4).
+
+Writes to --output_dir: one folder per run (`with_alignment/`, `without_alignment/`: safetensors weights, config,
+tokenizer, eval_results.json), `eval_results.json` with both runs, and `cross_attention.png` (the word x object
+cross-attention of the penultimate cross layer for both runs side by side).
+Every transformers `TrainingArguments` flag works too (--seed, --num_train_epochs, --push_to_hub, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
+
+from hf_vlalign import TwoStreamForPreTraining, default_text_model_path
+from hf_vlalign.alignment import GloveWordVectors, SentenceEmbeddingWordVectors, SoftAlignmentTargets, read_vocabulary
+from hf_vlalign.analysis.plots import plot_word_region_heatmaps
+from hf_vlalign.data import PretrainingCollator, RegionFeatureStore, load_dataset
+from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
+from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
+from hf_vlalign.trainers import AlignmentPretrainingTrainer, cross_attention_rows, evaluate_cross_attention
+
+RUNS = {"with": ("with_alignment", True), "without": ("without_alignment", False)}
+
+
+@dataclass
+class PretrainingArguments:
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "BERT-family text checkpoint or a two-stream checkpoint (default: MiniLM)."}
+    )
+    alignment_loss: str = field(default="both", metadata={"help": "with | without | both (same seed and budget)."})
+    l_layers: int = field(default=2, metadata={"help": "language layers (copied from the text checkpoint)."})
+    r_layers: int = field(default=1, metadata={"help": "object layers."})
+    x_layers: int = field(default=3, metadata={"help": "cross-modality layers."})
+    alignment_top_k: int = field(default=3, metadata={"help": "k of the top-k softmax (eq. 13)."})
+    alignment_loss_weight: float = field(default=1.0)
+    vqa_start_epoch: float = field(default=1.0, metadata={"help": "epoch from which the answer loss is on (paper: 10 of 20)."})
+    word_vectors: str | None = field(
+        default=None, metadata={"help": "GloVe-format text file for the semantic criterion (default: MiniLM embeddings)."}
+    )
+    data_dir: str | None = field(default=None, metadata={"help": "GQA question files (default: synthetic scenes)."})
+    features: str | None = field(default=None, metadata={"help": "RegionFeatureStore folder of the images."})
+    scene_graphs: str | None = field(default=None, metadata={"help": "GQA train scene graphs (pointer boxes)."})
+    eval_scene_graphs: str | None = field(default=None)
+    answer_vocab: str | None = field(default=None, metadata={"help": "ans2label JSON."})
+    object_vocab: str | None = field(default=None, metadata={"help": "the detector's class names (objects_vocab.txt)."})
+    attribute_vocab: str | None = field(default=None, metadata={"help": "the detector's attribute names."})
+    synthetic_seed: int = field(default=0)
+    synthetic_train_images: int = field(default=800)
+    synthetic_eval_images: int = field(default=150)
+    max_text_length: int = field(default=32)
+
+
+def parse_args(argv: list[str]) -> tuple[PretrainingArguments, TrainingArguments]:
+    parser = HfArgumentParser((PretrainingArguments, TrainingArguments))
+    parser.set_defaults(
+        output_dir="outputs/two_stream",
+        num_train_epochs=2,
+        learning_rate=3e-4,
+        warmup_steps=50,
+        per_device_train_batch_size=32,
+        per_device_eval_batch_size=64,
+        eval_strategy="no",
+        save_strategy="no",
+        logging_steps=50,
+        report_to="none",
+        remove_unused_columns=False,  # the collator reads the text-level columns
+        dataloader_num_workers=0,
+        seed=42,
+    )
+    args, training_args = parser.parse_args_into_dataclasses(argv)
+    if args.alignment_loss not in (*RUNS, "both"):
+        raise ValueError(f"`--alignment_loss` must be one of {[*RUNS, 'both']}, got {args.alignment_loss!r}.")
+    return args, training_args
+
+
+def load_data(args: PretrainingArguments):
+    """(train, eval, store, class names, attribute names, answer vocabulary size, data source)."""
+    if args.data_dir is None:
+        config = SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
+        store = synthetic_region_features(config=config)
+        train = load_dataset("synthetic_scenes", None, "train", task="questions", config=config, features=store)
+        evaluation = load_dataset("synthetic_scenes", None, "val", task="questions", config=config, features=store)
+        vocab_size = max(max(train["label"]), max(evaluation["label"])) + 1
+        return train, evaluation, store, list(SHAPE_NAMES), list(COLOUR_NAMES), vocab_size, "synthetic grounded scenes"
+    if not (args.features and args.answer_vocab and args.object_vocab):
+        raise ValueError("real GQA data needs `--features`, `--answer_vocab` and `--object_vocab`.")
+    store = RegionFeatureStore.load(args.features)
+    options = {"answer_vocab": args.answer_vocab, "features": store, "on_missing_image": "skip"}
+    train = load_dataset("gqa", args.data_dir, "train", scene_graphs=args.scene_graphs, **options)
+    evaluation = load_dataset("gqa", args.data_dir, "val", scene_graphs=args.eval_scene_graphs, **options)
+    vocab_size = len(json.loads(Path(args.answer_vocab).read_text()))
+    attributes = read_vocabulary(args.attribute_vocab) if args.attribute_vocab else None
+    return train, evaluation, store, read_vocabulary(args.object_vocab), attributes, vocab_size, f"GQA ({args.data_dir})"
+
+
+def load_model(args: PretrainingArguments, with_alignment: bool, store, num_objects, num_attributes, num_answers):
+    settings = {
+        "task_alignment": with_alignment,
+        "alignment_top_k": args.alignment_top_k,
+        "alignment_loss_weight": args.alignment_loss_weight,
+    }
+    path = args.model_name_or_path or default_text_model_path()
+    if AutoConfig.from_pretrained(path).model_type == TwoStreamForPreTraining.config_class.model_type:
+        return TwoStreamForPreTraining.from_pretrained(path, **settings)
+    return TwoStreamForPreTraining.from_text_pretrained(
+        path,
+        l_layers=args.l_layers,
+        r_layers=args.r_layers,
+        x_layers=args.x_layers,
+        visual_feat_dim=store.feature_dim,
+        num_object_labels=num_objects,
+        num_attr_labels=num_attributes,
+        num_qa_labels=num_answers,
+        **settings,
+    )
+
+
+def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> tuple:
+    """Trains one run in its own folder; returns (model, evaluation, eval collator)."""
+    folder, with_alignment = RUNS[run]
+    train, evaluation, store, classes, attributes, num_answers, source = data
+    set_seed(training_args.seed)  # both runs start from the same weights and see the same batches
+    model = load_model(args, with_alignment, store, len(classes), len(attributes or ["none"]), num_answers)
+    collate = {"max_text_length": args.max_text_length, "num_answers": num_answers, "soft_targets": soft_targets}
+    run_args = replace(training_args, output_dir=str(Path(training_args.output_dir) / folder), push_to_hub=False)
+    trainer = AlignmentPretrainingTrainer(
+        model=model,
+        args=run_args,
+        train_dataset=train,
+        data_collator=PretrainingCollator(tokenizer, store, **collate),
+        processing_class=tokenizer,
+        vqa_start_epoch=args.vqa_start_epoch,
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    eval_collator = PretrainingCollator(
+        tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0,
+        return_probe_targets=True, **collate,
+    )  # fmt: skip
+    result = evaluate_cross_attention(trainer.model, evaluation, eval_collator, run_args.per_device_eval_batch_size)
+    results = {}
+    if trainer.is_world_process_zero():
+        trainer.save_model(run_args.output_dir)
+        penultimate = max(model.config.x_layers - 2, 0)
+        results = {
+            "vqa_accuracy": result.vqa_accuracy,
+            "cross_attention_grounding_accuracy": result.summed_heads.accuracy[penultimate, 0].item(),
+            "cross_attention_grounding_layer": penultimate,
+            "alignment_loss": with_alignment,
+            "grounding_baseline_accuracy": result.per_head.baseline_accuracy,
+            "best_head_grounding_accuracy": result.per_head.best_head_accuracy,
+            "num_grounded_phrases": result.per_head.num_phrases,
+            "data": source,
+            **result.to_dict(),
+        }
+        (Path(run_args.output_dir) / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return trainer.model, results, eval_collator
+
+
+def draw_figure(runs: dict, evaluation, tokenizer, path: Path) -> None:
+    """The paper's Figure 4: penultimate-layer language->vision cross-attention (heads summed) of each run."""
+    example = next(i for i in range(len(evaluation)) if evaluation[i]["question_phrase_spans"])
+    panels, drawn = [], None
+    for run, (model, results, collator) in runs.items():
+        layer = results["cross_attention_grounding_layer"]
+        drawn = cross_attention_rows(model, collator([evaluation[example]]), tokenizer, layer)
+        panels.append((drawn.attention, f"{RUNS[run][0].replace('_', ' ')} (cross layer {layer})"))
+    plot_word_region_heatmaps(panels, drawn.words, drawn.region_labels, path)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
+    data = load_data(args)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or default_text_model_path())
+    word_vectors = GloveWordVectors(args.word_vectors) if args.word_vectors else SentenceEmbeddingWordVectors()
+    soft_targets = SoftAlignmentTargets(word_vectors, data[3], data[4])
+    selected = list(RUNS) if args.alignment_loss == "both" else [args.alignment_loss]
+    runs = {run: train_one(args, training_args, run, data, tokenizer, soft_targets) for run in selected}
+    summary = {RUNS[run][0]: results for run, (_, results, _) in runs.items()}
+    if summary and all(summary.values()):
+        output_dir = Path(training_args.output_dir)
+        (output_dir / "eval_results.json").write_text(json.dumps(summary, indent=2) + "\n")
+        draw_figure(runs, data[1], tokenizer, output_dir / "cross_attention.png")
+        print(json.dumps({name: {k: r[k] for k in ("vqa_accuracy", "cross_attention_grounding_accuracy")} for name, r in summary.items()}, indent=2))
+        if training_args.push_to_hub:
+            from huggingface_hub import HfApi
+
+            repo_id = training_args.hub_model_id or output_dir.name
+            api = HfApi(token=training_args.hub_token)
+            api.create_repo(repo_id, exist_ok=True, private=training_args.hub_private_repo)
+            api.upload_folder(repo_id=repo_id, folder_path=str(output_dir), commit_message="hf_vlalign two-stream pre-training")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

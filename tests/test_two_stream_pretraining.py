@@ -1,0 +1,169 @@
+"""Two-stream pre-training data and training: masking rates of the pre-training collator, image-sentence mismatches,
+soft alignment targets in batches, the VQA-loss schedule of the trainer, and one end-to-end run of the example."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForPreTraining, AutoTokenizer, TrainingArguments
+
+from hf_vlalign import TwoStreamConfig, TwoStreamForPreTraining, default_text_model_path
+from hf_vlalign.alignment import SoftAlignmentTargets, box_iou
+from hf_vlalign.data import PretrainingCollator, load_dataset
+from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
+from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
+from hf_vlalign.trainers import AlignmentPretrainingTrainer
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENES = SyntheticSceneConfig(num_train_images=40, num_val_images=10, seed=3)
+
+
+@pytest.fixture(scope="module")
+def questions(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scenes")
+    store = synthetic_region_features(root, SCENES)
+    train = load_dataset("synthetic_scenes", root, "train", task="questions", config=SCENES, features=store)
+    return train, store, AutoTokenizer.from_pretrained(default_text_model_path())
+
+
+def collate_all(collator, dataset, batch_size=32):
+    return [collator([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]) for start in range(0, len(dataset), batch_size)]
+
+
+def test_masking_rates_match_lxmert(questions):
+    train, store, tokenizer = questions
+    torch.manual_seed(0)
+    batches = collate_all(PretrainingCollator(tokenizer, store, num_answers=16), train)
+    special = set(tokenizer.all_special_ids)
+    maskable = masked_words = real_regions = masked_regions = mismatched = rows = 0
+    for batch in batches:
+        original = batch["labels"] != -100
+        maskable_tokens = batch["attention_mask"].bool() & ~torch.isin(torch.where(original, batch["labels"], batch["input_ids"]), torch.tensor(sorted(special)))
+        maskable += int(maskable_tokens.sum())
+        masked_words += int(original.sum())
+        real_regions += int(batch["visual_attention_mask"].sum())
+        masked_regions += int(batch["masked_regions"].sum())
+        mismatched += int((batch["matched_labels"] == 0).sum())
+        rows += len(batch["matched_labels"])
+    assert rows == len(train) > 250
+    assert 0.12 < masked_words / maskable < 0.18
+    assert 0.12 < masked_regions / real_regions < 0.18
+    assert 0.42 < mismatched / rows < 0.58
+
+
+def test_mismatched_rows_lose_their_alignment_and_answer(questions):
+    train, store, tokenizer = questions
+    torch.manual_seed(1)
+    batch = PretrainingCollator(tokenizer, store, num_answers=16, object_mask_probability=0.0)([train[i] for i in range(64)])
+    matched = batch["matched_labels"].bool()
+    grounded = batch["word_region_alignment"].sum(-1).sum(-1) > 0
+    has_pointers = torch.tensor([bool(train[i]["question_phrase_spans"]) for i in range(64)])
+    assert not bool(grounded[~matched].any()) and torch.equal(grounded[matched], has_pointers[matched])
+    assert bool((batch["answer_labels"][~matched] == -100).all()) and bool((batch["answer_labels"][matched] >= 0).all())
+    for i in range(64):  # a matched row keeps its own image's features, a mismatched one shows another image
+        own = store[train[i]["image_id"]]["features"]
+        same = torch.equal(batch["visual_feats"][i, : len(own)], own)
+        assert same == bool(matched[i])
+
+
+def test_object_masking_targets_come_from_the_detector(questions):
+    train, store, tokenizer = questions
+    torch.manual_seed(2)
+    collator = PretrainingCollator(tokenizer, store, object_mask_probability=0.5, mismatch_probability=0.0)
+    batch = collator([train[i] for i in range(16)])
+    masked = batch["masked_regions"].bool()
+    for i in range(16):
+        image = store[train[i]["image_id"]]
+        ids = torch.as_tensor(image["object_ids"])
+        assert torch.equal(batch["object_labels"][i][masked[i]], ids[masked[i]])
+        assert bool((batch["object_labels"][i][~masked[i]] == -100).all())
+        assert torch.equal(batch["feature_labels"][i], image["features"])
+    zeroed = (batch["visual_feats"] == 0).all(-1)
+    assert bool(zeroed[~masked].logical_not().all()) and 0.6 < float(zeroed[masked].float().mean()) < 1.0
+
+
+def test_evaluation_collator_masks_nothing(questions):
+    train, store, tokenizer = questions
+    collator = PretrainingCollator(tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0, num_answers=16)
+    batch = collator([train[i] for i in range(8)])
+    assert bool((batch["labels"] == -100).all()) and int(batch["masked_regions"].sum()) == 0
+    assert bool(batch["matched_labels"].all())
+    assert torch.equal(batch["answer_labels"], torch.tensor([train[i]["label"] for i in range(8)]))
+
+
+def test_soft_targets_in_batches_favour_the_pointed_object(questions):
+    train, store, tokenizer = questions
+
+    def one_hot_words(texts):  # a word vector per shape / colour name, so the semantic criterion is exact
+        vocabulary = [*SHAPE_NAMES, *COLOUR_NAMES]
+        return torch.stack([torch.tensor([float(name in text.split()) for name in vocabulary]) for text in texts])
+
+    soft = SoftAlignmentTargets(one_hot_words, SHAPE_NAMES, COLOUR_NAMES)
+    collator = PretrainingCollator(tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0, soft_targets=soft, return_probe_targets=True)
+    batch = collator([train[i] for i in range(32)])
+    rows = batch["word_region_alignment"].flatten(0, 1)
+    grounded = rows.sum(-1) > 0
+    torch.testing.assert_close(rows[grounded].sum(-1), torch.ones(int(grounded.sum())))
+    # the most likely region of each phrase overlaps the pointed object (IoU >= 0.5) for most phrases
+    best = batch["word_region_alignment"].argmax(-1)
+    token = batch["phrase_token_index"][:, 0]
+    has = token >= 0
+    iou_of_best = batch["phrase_region_iou"][has, 0].gather(-1, best[has, token[has]].unsqueeze(-1)).squeeze(-1)
+    assert float((iou_of_best >= 0.5).float().mean()) > 0.8
+    assert box_iou is not None
+
+
+def tiny_model(vocab_size: int) -> TwoStreamForPreTraining:
+    config = TwoStreamConfig(
+        vocab_size=vocab_size, hidden_size=32, num_attention_heads=4, intermediate_size=64, l_layers=1, r_layers=1,
+        x_layers=2, visual_feat_dim=SCENES.feature_dim, num_object_labels=len(SHAPE_NAMES),
+        num_attr_labels=len(COLOUR_NAMES), num_qa_labels=16, task_alignment=True,
+    )  # fmt: skip
+    return TwoStreamForPreTraining(config)
+
+
+def test_trainer_logs_every_loss_and_starts_vqa_at_its_epoch(questions, tmp_path):
+    train, store, tokenizer = questions
+    args = TrainingArguments(
+        output_dir=str(tmp_path), num_train_epochs=2, per_device_train_batch_size=64, logging_steps=1,
+        report_to="none", remove_unused_columns=False, save_strategy="no", use_cpu=True, seed=0,
+    )  # fmt: skip
+    subset = train.select(range(128))
+    trainer = AlignmentPretrainingTrainer(
+        model=tiny_model(tokenizer.vocab_size), args=args, train_dataset=subset,
+        data_collator=PretrainingCollator(tokenizer, store, num_answers=16), vqa_start_epoch=1.0,
+    )  # fmt: skip
+    trainer.train()
+    steps = [log for log in trainer.state.log_history if "loss" in log]
+    assert len(steps) == 4
+    for log in steps:
+        for key in ("loss_mlm", "loss_object_class", "loss_object_attr", "loss_feat", "loss_itm", "loss_align"):
+            assert key in log, (key, log)
+    # the epoch is counted after each step: steps 1-2 run in epoch 0 (no answer loss), steps 3-4 in epoch 1
+    assert [("loss_vqa" in log) for log in steps] == [False, False, True, True]
+    assert [log["vqa_loss_enabled"] for log in steps] == [0.0, 0.0, 1.0, 1.0]
+
+
+def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_VLALIGN_CACHE", str(tmp_path / "cache"))
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import pretrain_two_stream
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    summary = pretrain_two_stream.main([
+        "--output_dir", str(tmp_path / "out"), "--synthetic_train_images", "30", "--synthetic_eval_images", "8",
+        "--max_steps", "3", "--per_device_train_batch_size", "16", "--x_layers", "2", "--vqa_start_epoch", "0",
+        "--use_cpu",
+    ])  # fmt: skip
+    assert set(summary) == {"with_alignment", "without_alignment"}
+    on_disk = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    for name, results in summary.items():
+        assert 0.0 <= results["vqa_accuracy"] <= 1.0 and 0.0 <= results["cross_attention_grounding_accuracy"] <= 1.0
+        assert results["alignment_loss"] == (name == "with_alignment")
+        model = AutoModelForPreTraining.from_pretrained(tmp_path / "out" / name)
+        assert model.config.task_alignment == (name == "with_alignment")
+    assert (tmp_path / "out" / "cross_attention.png").stat().st_size > 1000
