@@ -14,7 +14,8 @@ attribute names). It then reports the answer accuracy and the grounding accuracy
 cross-attention (Li et al.'s probe on the penultimate cross layer, heads summed, as in the paper's Figure 4).
 
 Writes to --output_dir: one folder per run (`with_alignment/`, `without_alignment/`: safetensors weights, config,
-tokenizer, eval_results.json), `eval_results.json` with both runs, and `cross_attention.png` (the word x object
+tokenizer, eval_results.json with `vqa_accuracy`, `cross_attention_grounding_accuracy`, `alignment_loss` (mean L_align on
+the evaluation split; null without the decoder) and more), `eval_results.json` with both runs, and `cross_attention.png` (the word x object
 cross-attention of the penultimate cross layer for both runs side by side).
 Every transformers `TrainingArguments` flag works too (--seed, --num_train_epochs, --push_to_hub, ...).
 """
@@ -162,7 +163,7 @@ def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> t
             "vqa_accuracy": result.vqa_accuracy,
             "cross_attention_grounding_accuracy": result.summed_heads.accuracy[penultimate, 0].item(),
             "cross_attention_grounding_layer": penultimate,
-            "alignment_loss": with_alignment,
+            "alignment_loss_enabled": with_alignment,
             "grounding_baseline_accuracy": result.per_head.baseline_accuracy,
             "best_head_grounding_accuracy": result.per_head.best_head_accuracy,
             "num_grounded_phrases": result.per_head.num_phrases,
@@ -197,7 +198,8 @@ def main(argv: list[str] | None = None) -> dict:
         output_dir = Path(training_args.output_dir)
         (output_dir / "eval_results.json").write_text(json.dumps(summary, indent=2) + "\n")
         draw_figure(runs, data[1], tokenizer, output_dir / "cross_attention.png")
-        print(json.dumps({name: {k: r[k] for k in ("vqa_accuracy", "cross_attention_grounding_accuracy")} for name, r in summary.items()}, indent=2))
+        headline = ("vqa_accuracy", "cross_attention_grounding_accuracy", "alignment_decoder_grounding_accuracy", "alignment_loss")
+        print(json.dumps({name: {key: results[key] for key in headline} for name, results in summary.items()}, indent=2))
         if training_args.push_to_hub:
             from huggingface_hub import HfApi
 

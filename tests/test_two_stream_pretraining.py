@@ -163,7 +163,9 @@ def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):
     assert on_disk == json.loads(json.dumps(summary))
     for name, results in summary.items():
         assert 0.0 <= results["vqa_accuracy"] <= 1.0 and 0.0 <= results["cross_attention_grounding_accuracy"] <= 1.0
-        assert results["alignment_loss"] == (name == "with_alignment")
+        assert results["alignment_loss_enabled"] == (name == "with_alignment")
+        assert (results["alignment_loss"] is not None) == (name == "with_alignment")
+        assert (results["alignment_decoder_grounding_accuracy"] is not None) == (name == "with_alignment")
         model = AutoModelForPreTraining.from_pretrained(tmp_path / "out" / name)
         assert model.config.task_alignment == (name == "with_alignment")
     assert (tmp_path / "out" / "cross_attention.png").stat().st_size > 1000

@@ -150,6 +150,11 @@ class GroundingProbe:
         self.iou_threshold = float(iou_threshold)
         self.reset()
 
+    @property
+    def num_phrases(self) -> int:
+        """Grounded phrases scored so far."""
+        return self._num_phrases
+
     def reset(self) -> None:
         """Forgets every phrase seen so far."""
         self._correct = torch.zeros(self.num_layers, self.num_heads, dtype=torch.long)

@@ -91,13 +91,16 @@ class CrossAttentionEvaluation:
     """Question answering and cross-attention grounding of a two-stream model over a dataset.
 
     `per_head` probes every head of every cross layer; `summed_heads` probes each layer's language->vision attention
-    summed over heads (Kervadec et al. 2020, Figure 4), with accuracy of shape (L, 1).
+    summed over heads (Kervadec et al. 2020, Figure 4), with accuracy of shape (L, 1); `alignment_decoder` probes the
+    scores of the alignment decoder (when the model has it) and `alignment_loss` is its mean L_align (eq. 14).
     """
 
     vqa_accuracy: float | None
     num_questions: int
     per_head: GroundingProbeResult
     summed_heads: GroundingProbeResult
+    alignment_decoder: GroundingProbeResult | None = None
+    alignment_loss: float | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -105,6 +108,10 @@ class CrossAttentionEvaluation:
             "num_questions": self.num_questions,
             "cross_attention_grounding_per_layer": self.summed_heads.accuracy[:, 0].tolist(),
             "cross_attention_grounding_per_head": self.per_head.to_dict(),
+            "alignment_decoder_grounding_accuracy": (
+                self.alignment_decoder.accuracy[0, 0].item() if self.alignment_decoder is not None else None
+            ),
+            "alignment_loss": self.alignment_loss,
         }
 
 
@@ -125,7 +132,9 @@ def evaluate_cross_attention(
     config = model.config
     per_head = GroundingProbe(config.x_layers, config.num_attention_heads, iou_threshold)
     summed = GroundingProbe(config.x_layers, 1, iou_threshold)
+    decoder = GroundingProbe(1, 1, iou_threshold)
     correct = total = 0
+    alignment_losses = []
     for batch in tqdm(DataLoader(dataset, batch_size=batch_size, collate_fn=collator), desc="evaluation", disable=not progress):
         model_inputs, probe_inputs = _split_batch(batch, device)
         outputs = model(**model_inputs, output_attentions=True)
@@ -133,6 +142,10 @@ def evaluate_cross_attention(
         targets = (probe_inputs["phrase_token_index"], probe_inputs["phrase_region_iou"], model_inputs["visual_attention_mask"], probe_inputs["region_confidence"])
         per_head.update_from_text_to_region(rows, *targets)
         summed.update_from_text_to_region(rows.sum(dim=2, keepdim=True), *targets)
+        if outputs.get("alignment_scores") is not None:
+            decoder.update_from_text_to_region(outputs.alignment_scores[None, :, None], *targets)
+        if outputs.get("loss_align") is not None:
+            alignment_losses.append(float(outputs.loss_align))
         answers = model_inputs.get("answer_labels")
         scores = outputs.get("question_answering_score")
         if answers is not None and scores is not None and answers.dim() == 1:
@@ -145,6 +158,8 @@ def evaluate_cross_attention(
         num_questions=total,
         per_head=per_head.compute(),
         summed_heads=summed.compute(),
+        alignment_decoder=decoder.compute() if decoder.num_phrases else None,
+        alignment_loss=sum(alignment_losses) / len(alignment_losses) if alignment_losses else None,
     )
 
 
