@@ -51,9 +51,12 @@ class PretrainingArguments:
     x_layers: int = field(default=3, metadata={"help": "cross-modality layers."})
     alignment_top_k: int = field(default=3, metadata={"help": "k of the top-k softmax (eq. 13)."})
     alignment_loss_weight: float = field(default=1.0)
-    vqa_start_epoch: float = field(default=1.0, metadata={"help": "epoch from which the answer loss is on (paper: 10 of 20)."})
+    vqa_start_epoch: float = field(
+        default=1.0, metadata={"help": "epoch from which the answer loss is on (paper: 10 of 20)."}
+    )
     word_vectors: str | None = field(
-        default=None, metadata={"help": "GloVe-format text file for the semantic criterion (default: MiniLM embeddings)."}
+        default=None,
+        metadata={"help": "GloVe-format text file for the semantic criterion (default: MiniLM embeddings)."},
     )
     data_dir: str | None = field(default=None, metadata={"help": "GQA question files (default: synthetic scenes)."})
     features: str | None = field(default=None, metadata={"help": "RegionFeatureStore folder of the images."})
@@ -108,7 +111,15 @@ def load_data(args: PretrainingArguments):
     evaluation = load_dataset("gqa", args.data_dir, "val", scene_graphs=args.eval_scene_graphs, **options)
     vocab_size = len(json.loads(Path(args.answer_vocab).read_text()))
     attributes = read_vocabulary(args.attribute_vocab) if args.attribute_vocab else None
-    return train, evaluation, store, read_vocabulary(args.object_vocab), attributes, vocab_size, f"GQA ({args.data_dir})"
+    return (
+        train,
+        evaluation,
+        store,
+        read_vocabulary(args.object_vocab),
+        attributes,
+        vocab_size,
+        f"GQA ({args.data_dir})",
+    )
 
 
 def load_model(args: PretrainingArguments, with_alignment: bool, store, num_objects, num_attributes, num_answers):
@@ -198,15 +209,24 @@ def main(argv: list[str] | None = None) -> dict:
         output_dir = Path(training_args.output_dir)
         (output_dir / "eval_results.json").write_text(json.dumps(summary, indent=2) + "\n")
         draw_figure(runs, data[1], tokenizer, output_dir / "cross_attention.png")
-        headline = ("vqa_accuracy", "cross_attention_grounding_accuracy", "alignment_decoder_grounding_accuracy", "alignment_loss")
-        print(json.dumps({name: {key: results[key] for key in headline} for name, results in summary.items()}, indent=2))
+        headline = (
+            "vqa_accuracy",
+            "cross_attention_grounding_accuracy",
+            "alignment_decoder_grounding_accuracy",
+            "alignment_loss",
+        )
+        print(
+            json.dumps({name: {key: results[key] for key in headline} for name, results in summary.items()}, indent=2)
+        )
         if training_args.push_to_hub:
             from huggingface_hub import HfApi
 
             repo_id = training_args.hub_model_id or output_dir.name
             api = HfApi(token=training_args.hub_token)
             api.create_repo(repo_id, exist_ok=True, private=training_args.hub_private_repo)
-            api.upload_folder(repo_id=repo_id, folder_path=str(output_dir), commit_message="hf_vlalign two-stream pre-training")
+            api.upload_folder(
+                repo_id=repo_id, folder_path=str(output_dir), commit_message="hf_vlalign two-stream pre-training"
+            )
     return summary
 
 

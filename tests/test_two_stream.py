@@ -144,7 +144,10 @@ def test_direct_supervision_of_cross_layers_equals_loss_from_eager_probabilities
 
 def test_cross_modal_rollout_on_a_hand_example():
     # one word, one region, every attention trivially 1: each sub-layer mixes half of the other modality in
-    probs = {name: torch.ones(1, 1, 1, 1) for name in ("language_to_vision", "vision_to_language", "language_self", "vision_self")}
+    probs = {
+        name: torch.ones(1, 1, 1, 1)
+        for name in ("language_to_vision", "vision_to_language", "language_self", "vision_self")
+    }
     (rollout,) = cross_modal_rollout([probs])
     # cross: rownorm([[1, 1], [1, 1]]) = 1/2 everywhere; self: rownorm(2 I) = I
     torch.testing.assert_close(rollout, torch.full((1, 2, 2), 0.5))
@@ -175,7 +178,9 @@ def test_semi_direct_supervision_trains_and_matches_its_rollout_definition():
     scaling = (32 // 4) ** -0.5
     probs = [
         {
-            name: torch.softmax((q @ k.transpose(-1, -2) * scaling).masked_fill(masks[name][:, None, None, :] == 0, -1e9), -1)
+            name: torch.softmax(
+                (q @ k.transpose(-1, -2) * scaling).masked_fill(masks[name][:, None, None, :] == 0, -1e9), -1
+            )
             for name, (q, k) in captured[index].items()
         }
         for index in range(2)
@@ -212,10 +217,21 @@ def test_pretraining_losses_match_their_definitions():
     answered = labels["answer_labels"] != -100
     torch.testing.assert_close(
         outputs.loss_vqa,
-        torch.nn.functional.cross_entropy(outputs.question_answering_score[answered], labels["answer_labels"][answered]),
+        torch.nn.functional.cross_entropy(
+            outputs.question_answering_score[answered], labels["answer_labels"][answered]
+        ),
     )
     expected_total = sum(
-        outputs[name] for name in ("loss_mlm", "loss_object_class", "loss_object_attr", "loss_feat", "loss_itm", "loss_vqa", "loss_align")
+        outputs[name]
+        for name in (
+            "loss_mlm",
+            "loss_object_class",
+            "loss_object_attr",
+            "loss_feat",
+            "loss_itm",
+            "loss_vqa",
+            "loss_align",
+        )
     )
     torch.testing.assert_close(outputs.loss, expected_total)
     assert outputs.alignment_scores.shape == (B, T, R)
@@ -225,7 +241,13 @@ def test_loss_weights_and_switches():
     config = tiny_config(task_qa=False, mlm_loss_weight=2.0, alignment_loss_weight=0.5, visual_feat_loss=False)
     outputs = TwoStreamForPreTraining(config).eval()(**tiny_batch(), **pretraining_labels())
     assert outputs.loss_vqa is None and outputs.question_answering_score is None and outputs.loss_feat is None
-    expected = 2.0 * outputs.loss_mlm + outputs.loss_object_class + outputs.loss_object_attr + outputs.loss_itm + 0.5 * outputs.loss_align
+    expected = (
+        2.0 * outputs.loss_mlm
+        + outputs.loss_object_class
+        + outputs.loss_object_attr
+        + outputs.loss_itm
+        + 0.5 * outputs.loss_align
+    )
     torch.testing.assert_close(outputs.loss, expected)
 
 

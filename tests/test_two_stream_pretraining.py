@@ -29,7 +29,10 @@ def questions(tmp_path_factory):
 
 
 def collate_all(collator, dataset, batch_size=32):
-    return [collator([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]) for start in range(0, len(dataset), batch_size)]
+    return [
+        collator([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
+        for start in range(0, len(dataset), batch_size)
+    ]
 
 
 def test_masking_rates_match_lxmert(questions):
@@ -40,7 +43,9 @@ def test_masking_rates_match_lxmert(questions):
     maskable = masked_words = real_regions = masked_regions = mismatched = rows = 0
     for batch in batches:
         original = batch["labels"] != -100
-        maskable_tokens = batch["attention_mask"].bool() & ~torch.isin(torch.where(original, batch["labels"], batch["input_ids"]), torch.tensor(sorted(special)))
+        maskable_tokens = batch["attention_mask"].bool() & ~torch.isin(
+            torch.where(original, batch["labels"], batch["input_ids"]), torch.tensor(sorted(special))
+        )
         maskable += int(maskable_tokens.sum())
         masked_words += int(original.sum())
         real_regions += int(batch["visual_attention_mask"].sum())
@@ -56,7 +61,9 @@ def test_masking_rates_match_lxmert(questions):
 def test_mismatched_rows_lose_their_alignment_and_answer(questions):
     train, store, tokenizer = questions
     torch.manual_seed(1)
-    batch = PretrainingCollator(tokenizer, store, num_answers=16, object_mask_probability=0.0)([train[i] for i in range(64)])
+    batch = PretrainingCollator(tokenizer, store, num_answers=16, object_mask_probability=0.0)(
+        [train[i] for i in range(64)]
+    )
     matched = batch["matched_labels"].bool()
     grounded = batch["word_region_alignment"].sum(-1).sum(-1) > 0
     has_pointers = torch.tensor([bool(train[i]["question_phrase_spans"]) for i in range(64)])
@@ -86,7 +93,9 @@ def test_object_masking_targets_come_from_the_detector(questions):
 
 def test_evaluation_collator_masks_nothing(questions):
     train, store, tokenizer = questions
-    collator = PretrainingCollator(tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0, num_answers=16)
+    collator = PretrainingCollator(
+        tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0, num_answers=16
+    )
     batch = collator([train[i] for i in range(8)])
     assert bool((batch["labels"] == -100).all()) and int(batch["masked_regions"].sum()) == 0
     assert bool(batch["matched_labels"].all())
@@ -101,7 +110,15 @@ def test_soft_targets_in_batches_favour_the_pointed_object(questions):
         return torch.stack([torch.tensor([float(name in text.split()) for name in vocabulary]) for text in texts])
 
     soft = SoftAlignmentTargets(one_hot_words, SHAPE_NAMES, COLOUR_NAMES)
-    collator = PretrainingCollator(tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0, soft_targets=soft, return_probe_targets=True)
+    collator = PretrainingCollator(
+        tokenizer,
+        store,
+        mlm_probability=0,
+        object_mask_probability=0,
+        mismatch_probability=0,
+        soft_targets=soft,
+        return_probe_targets=True,
+    )
     batch = collator([train[i] for i in range(32)])
     rows = batch["word_region_alignment"].flatten(0, 1)
     grounded = rows.sum(-1) > 0

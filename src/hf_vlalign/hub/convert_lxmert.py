@@ -71,7 +71,7 @@ def rename_lxmert_key(key: str) -> str:
     for pattern, replacement in HEAD_RENAMES:
         key = re.sub(pattern, replacement, key)
     prefix = "two_stream." if key.startswith("two_stream.") else ""
-    base_key = key[len(prefix):]
+    base_key = key[len(prefix) :]
     for pattern, replacement in BASE_RENAMES:
         base_key = re.sub(pattern, replacement, base_key)
     return prefix + base_key
@@ -98,7 +98,11 @@ def convert_lxmert(model_or_path: PreTrainedModel | str | Path, **config_overrid
     own = target.state_dict()
     unexpected = sorted(set(renamed) - set(own))
     missing = sorted(key for key in set(own) - set(renamed) if not _is_tied_or_new(target, key))
-    shapes = {k: (tuple(renamed[k].shape), tuple(own[k].shape)) for k in renamed if k in own and renamed[k].shape != own[k].shape}
+    shapes = {
+        k: (tuple(renamed[k].shape), tuple(own[k].shape))
+        for k in renamed
+        if k in own and renamed[k].shape != own[k].shape
+    }
     if unexpected or missing or shapes:
         raise ValueError(
             f"Cannot convert {type(source).__name__}: LXMERT tensors without a place {unexpected}, two-stream tensors "
@@ -116,7 +120,9 @@ def _load_lxmert(model_or_path) -> PreTrainedModel:
     architecture = (config.architectures or ["LxmertModel"])[0]
     classes = {cls.__name__: cls for cls in TARGET_CLASSES}
     if architecture not in classes:
-        raise ValueError(f"`model_or_path` {str(model_or_path)!r} holds a {architecture}, not one of {sorted(classes)}.")
+        raise ValueError(
+            f"`model_or_path` {str(model_or_path)!r} holds a {architecture}, not one of {sorted(classes)}."
+        )
     return classes[architecture].from_pretrained(model_or_path)
 
 

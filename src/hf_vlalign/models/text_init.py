@@ -61,9 +61,13 @@ def copy_module_weights(target: nn.Module, source: nn.Module | None, name: str) 
         raise ValueError(f"The text checkpoint has no `{name}` module to copy.")
     own, theirs = target.state_dict(), source.state_dict()
     missing = sorted(set(own) - set(theirs))
-    shapes = {k: (tuple(own[k].shape), tuple(theirs[k].shape)) for k in own if k in theirs and own[k].shape != theirs[k].shape}
+    shapes = {
+        k: (tuple(own[k].shape), tuple(theirs[k].shape)) for k in own if k in theirs and own[k].shape != theirs[k].shape
+    }
     if missing or shapes:
-        raise ValueError(f"Cannot copy `{name}` from the text checkpoint: missing {missing}, shape mismatches {shapes}.")
+        raise ValueError(
+            f"Cannot copy `{name}` from the text checkpoint: missing {missing}, shape mismatches {shapes}."
+        )
     target.load_state_dict({k: theirs[k] for k in own})
 
 

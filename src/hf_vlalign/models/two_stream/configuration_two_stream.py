@@ -120,7 +120,9 @@ class TwoStreamConfig(PreTrainedConfig):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
         if self.num_qa_labels < 1:
-            raise ValueError(f"`num_qa_labels` (the answer vocabulary) must be >= 1, got an empty vocabulary ({self.num_qa_labels}).")
+            raise ValueError(
+                f"`num_qa_labels` (the answer vocabulary) must be >= 1, got an empty vocabulary ({self.num_qa_labels})."
+            )
         if self.alignment_top_k < 1:
             raise ValueError(f"`alignment_top_k` must be >= 1, got {self.alignment_top_k}.")
         for name in LOSS_WEIGHT_FIELDS:

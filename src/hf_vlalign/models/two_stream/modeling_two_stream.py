@@ -33,7 +33,13 @@ from ..single_stream.modeling_single_stream import (
     SingleStreamPooler,
     SingleStreamSelfOutput,
 )
-from ..text_init import TEXT_CONFIG_FIELDS, copy_module_weights, copy_pooler_weights, load_text_model, text_config_fields
+from ..text_init import (
+    TEXT_CONFIG_FIELDS,
+    copy_module_weights,
+    copy_pooler_weights,
+    load_text_model,
+    text_config_fields,
+)
 from .configuration_two_stream import TwoStreamConfig
 
 logger = logging.get_logger(__name__)
@@ -226,7 +232,9 @@ class TwoStreamLayer(GradientCheckpointingLayer):
         self.output = SingleStreamOutput(config)
 
     def forward(self, hidden_states, attention_mask, output_attentions=False):
-        attention_output, attn_weights, _ = self.attention(hidden_states, hidden_states, attention_mask, output_attentions)
+        attention_output, attn_weights, _ = self.attention(
+            hidden_states, hidden_states, attention_mask, output_attentions
+        )
         return self.output(self.intermediate(attention_output), attention_output), attn_weights
 
 
@@ -255,7 +263,9 @@ class TwoStreamCrossLayer(GradientCheckpointingLayer):
         output_attentions: bool = False,
         return_query_key: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], dict[str, tuple[torch.Tensor, torch.Tensor]]]:
-        vision_cross_attention = self.cross_attention if self.vision_cross_attention is None else self.vision_cross_attention
+        vision_cross_attention = (
+            self.cross_attention if self.vision_cross_attention is None else self.vision_cross_attention
+        )
         sublayers = {}
         # eq. (7): words attend to objects; eq. (9): objects attend to words
         sublayers["language_to_vision"] = self.cross_attention(
@@ -343,7 +353,9 @@ class TwoStreamPreTrainedModel(AttentionSupervisionMixin, PreTrainedModel):
             init.normal_(module.bias, mean=0.0, std=self.config.initializer_range)
 
     @classmethod
-    def from_text_pretrained(cls, name_or_path: str | Path | None = None, **config_overrides) -> TwoStreamPreTrainedModel:
+    def from_text_pretrained(
+        cls, name_or_path: str | Path | None = None, **config_overrides
+    ) -> TwoStreamPreTrainedModel:
         """Builds the model with the word embeddings, the first `l_layers` language layers and the pooler copied from
         a BERT-family checkpoint (default: the packaged MiniLM); objects, cross layers and heads are newly initialised.
 
@@ -397,7 +409,9 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         copy_module_weights(self.embeddings, getattr(text_model, "embeddings", None), "embeddings")
         text_layers = getattr(getattr(text_model, "encoder", None), "layer", [])
         for index, layer in enumerate(self.encoder.language_layers):
-            copy_module_weights(layer, text_layers[index] if index < len(text_layers) else None, f"encoder.layer.{index}")
+            copy_module_weights(
+                layer, text_layers[index] if index < len(text_layers) else None, f"encoder.layer.{index}"
+            )
         copy_pooler_weights(self.pooler, text_model)
 
     def forward(
@@ -627,7 +641,17 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if self.config.validate_inputs:
-            self._check_pretraining_labels(input_ids, visual_feats, labels, object_labels, attribute_labels, feature_labels, masked_regions, matched_labels, answer_labels)
+            self._check_pretraining_labels(
+                input_ids,
+                visual_feats,
+                labels,
+                object_labels,
+                attribute_labels,
+                feature_labels,
+                masked_regions,
+                matched_labels,
+                answer_labels,
+            )
         outputs = self.two_stream(
             input_ids,
             visual_feats,
@@ -647,7 +671,11 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         if config.task_mask_lm:
             prediction_logits, losses["loss_mlm"] = self._masked_language_modelling(outputs.language_output, labels)
         if config.task_obj_predict and masked_regions is not None:
-            losses.update(self._masked_object_losses(outputs.vision_output, object_labels, attribute_labels, feature_labels, masked_regions))
+            losses.update(
+                self._masked_object_losses(
+                    outputs.vision_output, object_labels, attribute_labels, feature_labels, masked_regions
+                )
+            )
         matching_score = self.matching_head(outputs.pooled_output) if config.task_matched else None
         if matching_score is not None and matched_labels is not None:
             losses["loss_itm"] = nn.functional.cross_entropy(matching_score, matched_labels)
@@ -658,7 +686,9 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         if config.task_alignment:
             alignment_scores = self.alignment_decoder(outputs.language_output, outputs.vision_output)
             if word_region_alignment is not None:
-                region_mask = torch.ones_like(visual_feats[..., 0]) if visual_attention_mask is None else visual_attention_mask
+                region_mask = (
+                    torch.ones_like(visual_feats[..., 0]) if visual_attention_mask is None else visual_attention_mask
+                )
                 # eq. (14): KL(A*, A) over the grounded words, A the top-k softmax of the decoder scores (eq. 13)
                 losses["loss_align"] = alignment_kl_loss(
                     alignment_scores, word_region_alignment, region_mask, attention_mask, k=config.alignment_top_k
@@ -688,13 +718,19 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             return prediction_logits, None
         return prediction_logits, nn.functional.cross_entropy(prediction_logits.flatten(0, 1), labels.flatten())
 
-    def _masked_object_losses(self, vision_output, object_labels, attribute_labels, feature_labels, masked_regions) -> dict:
+    def _masked_object_losses(
+        self, vision_output, object_labels, attribute_labels, feature_labels, masked_regions
+    ) -> dict:
         class_scores, attribute_scores, features = self.object_head(vision_output)
         losses = {}
         if self.config.visual_obj_loss and object_labels is not None and bool((object_labels != -100).any()):
-            losses["loss_object_class"] = nn.functional.cross_entropy(class_scores.flatten(0, 1), object_labels.flatten())
+            losses["loss_object_class"] = nn.functional.cross_entropy(
+                class_scores.flatten(0, 1), object_labels.flatten()
+            )
         if self.config.visual_attr_loss and attribute_labels is not None and bool((attribute_labels != -100).any()):
-            losses["loss_object_attr"] = nn.functional.cross_entropy(attribute_scores.flatten(0, 1), attribute_labels.flatten())
+            losses["loss_object_attr"] = nn.functional.cross_entropy(
+                attribute_scores.flatten(0, 1), attribute_labels.flatten()
+            )
         masked = masked_regions.bool()
         if self.config.visual_feat_loss and feature_labels is not None and bool(masked.any()):
             losses["loss_feat"] = nn.functional.mse_loss(features[masked], feature_labels[masked].to(features.dtype))
@@ -714,7 +750,18 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         }
         return _weighted_total([(weights[name], loss) for name, loss in losses.items()])
 
-    def _check_pretraining_labels(self, input_ids, visual_feats, labels, object_labels, attribute_labels, feature_labels, masked_regions, matched_labels, answer_labels) -> None:
+    def _check_pretraining_labels(
+        self,
+        input_ids,
+        visual_feats,
+        labels,
+        object_labels,
+        attribute_labels,
+        feature_labels,
+        masked_regions,
+        matched_labels,
+        answer_labels,
+    ) -> None:
         batch, text_length = input_ids.shape
         num_regions = visual_feats.shape[1]
         _check_labels("labels", labels, (batch, text_length), self.config.vocab_size)
@@ -722,9 +769,13 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         _check_labels("attribute_labels", attribute_labels, (batch, num_regions), self.config.num_attr_labels)
         _check_labels("matched_labels", matched_labels, (batch,), 2)
         if masked_regions is not None and tuple(masked_regions.shape) != (batch, num_regions):
-            raise ValueError(f"`masked_regions` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(masked_regions.shape)}.")
+            raise ValueError(
+                f"`masked_regions` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(masked_regions.shape)}."
+            )
         if feature_labels is not None and tuple(feature_labels.shape) != tuple(visual_feats.shape):
-            raise ValueError(f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}.")
+            raise ValueError(
+                f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}."
+            )
         check_answer_labels(answer_labels, batch, self.config.num_qa_labels)
 
 
@@ -787,7 +838,9 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         logits = self.answer_head(outputs.pooled_output)
         loss_task = answer_loss(logits, labels) if labels is not None else None
         output = TwoStreamClassificationOutput(
-            loss=_weighted_total([(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]),
+            loss=_weighted_total(
+                [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]
+            ),
             loss_task=loss_task,
             loss_att=outputs.loss_attention,
             logits=logits,
@@ -851,7 +904,10 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         if labels is not None:
             loss_task = nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
         output = TwoStreamClassificationOutput(
-            loss=loss_task, loss_task=loss_task, logits=logits, **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES}
+            loss=loss_task,
+            loss_task=loss_task,
+            logits=logits,
+            **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
         return output if return_dict else output.to_tuple()
 
