@@ -186,13 +186,18 @@ def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> t
 
 
 def draw_figure(runs: dict, evaluation, tokenizer, path: Path) -> None:
-    """The paper's Figure 4: penultimate-layer language->vision cross-attention (heads summed) of each run."""
-    example = next(i for i in range(len(evaluation)) if evaluation[i]["question_phrase_spans"])
+    """The paper's Figure 4: penultimate-layer language->vision cross-attention (heads summed) of each run, then the
+    alignment decoder's distribution (where a run has one) and the soft targets A*, for the evaluation question with
+    the most grounded words."""
+    example = max(range(min(len(evaluation), 200)), key=lambda i: sum(e - s for s, e in evaluation[i]["question_phrase_spans"]))
     panels, drawn = [], None
     for run, (model, results, collator) in runs.items():
         layer = results["cross_attention_grounding_layer"]
         drawn = cross_attention_rows(model, collator([evaluation[example]]), tokenizer, layer)
-        panels.append((drawn.attention, f"{RUNS[run][0].replace('_', ' ')} (cross layer {layer})"))
+        panels.append((drawn.attention, f"{RUNS[run][0].replace('_', ' ')}: cross layer {layer}, heads summed"))
+        if drawn.decoder is not None:
+            panels.append((drawn.decoder, f"{RUNS[run][0].replace('_', ' ')}: alignment decoder"))
+    panels.append((drawn.gold, "targets A*"))
     plot_word_region_heatmaps(panels, drawn.words, drawn.region_labels, path)
 
 

@@ -383,6 +383,7 @@ class PretrainingCollator(RegionTextCollator):
         if self.mismatch_probability > 0 and len(self.region_features) < 2:
             raise ValueError("`mismatch_probability` > 0 needs a region-feature store of at least two images.")
         self._masker = DataCollatorForLanguageModeling(self.tokenizer, mlm_probability=max(self.mlm_probability, 1e-12))
+        self._image_ids = self.region_features.image_ids  # the candidates of a mismatched image, listed once
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         if not examples:
@@ -394,9 +395,8 @@ class PretrainingCollator(RegionTextCollator):
         """The row itself (matched), or the row with another image and none of its grounding (mismatched)."""
         if not swap:
             return {**example, "_matched": True}
-        image_ids = self.region_features.image_ids
-        other = image_ids[int(torch.randint(len(image_ids) - 1, ()))]
-        other = other if other != example["image_id"] else image_ids[-1]
+        other = self._image_ids[int(torch.randint(len(self._image_ids) - 1, ()))]
+        other = other if other != example["image_id"] else self._image_ids[-1]
         ungrounded = {key: [] for key in example if key.endswith(("_phrase_spans", "_phrase_boxes", "_phrase_regions"))}
         return {**example, **ungrounded, "image_id": other, "_matched": False}
 

@@ -21,6 +21,7 @@ class WordRegionAttention:
     words: list[str]
     region_labels: list[str]
     gold: np.ndarray  # (W, R) gold alignment of the same words
+    decoder: np.ndarray | None = None  # (W, R) softmax of the alignment decoder's scores, when the model has one
 
 
 def _split_batch(batch: dict[str, torch.Tensor], device: torch.device) -> tuple[dict, dict]:
@@ -83,6 +84,11 @@ def word_region_attention(
         words=[f"{token} ({position})" for token, position in zip(tokens, words.tolist())],
         region_labels=[f"r{r}" for r in regions.tolist()],
         gold=gold[words][:, regions].cpu().numpy(),
+        decoder=(
+            outputs.alignment_scores[index][words][:, regions].softmax(-1).cpu().numpy()
+            if outputs.get("alignment_scores") is not None
+            else None
+        ),
     )
 
 
@@ -168,13 +174,15 @@ def cross_attention_rows(
     model: torch.nn.Module, batch: dict[str, torch.Tensor], tokenizer, layer: int, index: int = 0
 ) -> WordRegionAttention:
     """Language->vision attention of cross layer `layer`, summed over heads, from example `index`'s grounded words
-    to its regions (Kervadec et al. 2020, Figure 4)."""
+    to its regions (Kervadec et al. 2020, Figure 4), with the gold alignment and, when the model has an alignment
+    decoder, the softmax of its scores over the same regions."""
     if not -model.config.x_layers <= layer < model.config.x_layers:
         raise ValueError(f"`layer` must index one of the {model.config.x_layers} cross layers, got {layer}.")
     was_training = model.training
     model.eval()
     model_inputs, _ = _split_batch(batch, next(model.parameters()).device)
-    attention = model(**model_inputs, output_attentions=True).cross_encoder_attentions[layer][index].sum(0)
+    outputs = model(**model_inputs, output_attentions=True)
+    attention = outputs.cross_encoder_attentions[layer][index].sum(0)
     model.train(was_training)
     gold = model_inputs["word_region_alignment"][index]
     words = gold.sum(-1).nonzero().flatten()
@@ -187,4 +195,9 @@ def cross_attention_rows(
         words=[f"{token} ({position})" for token, position in zip(tokens, words.tolist())],
         region_labels=[f"r{r}" for r in regions.tolist()],
         gold=gold[words][:, regions].cpu().numpy(),
+        decoder=(
+            outputs.alignment_scores[index][words][:, regions].softmax(-1).cpu().numpy()
+            if outputs.get("alignment_scores") is not None
+            else None
+        ),
     )
