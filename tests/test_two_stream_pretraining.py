@@ -186,3 +186,46 @@ def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):
         model = AutoModelForPreTraining.from_pretrained(tmp_path / "out" / name)
         assert model.config.task_alignment == (name == "with_alignment")
     assert (tmp_path / "out" / "cross_attention.png").stat().st_size > 1000
+
+
+def test_soft_targets_from_real_visual_genome_descriptions(tmp_path):
+    """Kervadec et al. build A* from Visual Genome descriptions: the real VG sample, its objects as the detected
+    regions (classes from the real bottom-up-attention vocabulary) and the real MiniLM word vectors."""
+    from hf_vlalign.alignment import SentenceEmbeddingWordVectors, read_vocabulary
+    from hf_vlalign.data import RegionFeatureStore
+    from tests.shared_samples import real_sample
+
+    rows = load_dataset("visual_genome", real_sample("visual_genome"), "train")
+    classes = read_vocabulary(real_sample("bottom_up_attention", "objects_vocab.txt"))
+    index = {name: i for i, name in enumerate(classes)}
+    records = []
+    for image_id in sorted(set(rows["image_id"])):
+        row = next(r for r in rows if r["image_id"] == image_id)
+        boxes = torch.tensor(row["object_boxes"])
+        records.append({
+            "image_id": image_id,
+            "image_size": row["image_size"],
+            "boxes": boxes.numpy(),
+            "features": torch.randn(len(boxes), 8).numpy(),
+            "object_ids": torch.tensor([index.get(name, 0) for name in row["object_names"]]).numpy(),
+            "object_conf": None, "attr_ids": None, "attr_conf": None,
+        })  # fmt: skip
+    store = RegionFeatureStore.write(records, tmp_path / "store")
+    soft = SoftAlignmentTargets(SentenceEmbeddingWordVectors(), classes)
+    tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
+    collator = PretrainingCollator(
+        tokenizer, store, text_columns=("sentence",), mlm_probability=0, object_mask_probability=0,
+        mismatch_probability=0, soft_targets=soft, return_probe_targets=True,
+    )  # fmt: skip
+    batch = collator([rows[i] for i in range(len(rows))])
+    grounded = batch["word_region_alignment"].sum(-1) > 0
+    assert int(grounded.sum()) > 0
+    torch.testing.assert_close(batch["word_region_alignment"][grounded].sum(-1), torch.ones(int(grounded.sum())))
+    # eq. 17: A* = (IoU criterion + semantic criterion) / 2, each summing to one, so wherever some object overlaps the
+    # described region at least half of the mass sits on the overlapping objects
+    phrase_rows, overlaps = [], []
+    for i, slot in (batch["phrase_token_index"] >= 0).nonzero().tolist():
+        phrase_rows.append(batch["word_region_alignment"][i, batch["phrase_token_index"][i, slot]])
+        overlaps.append(batch["phrase_region_iou"][i, slot] > 0)
+    mass = torch.stack([(row * overlap).sum() for row, overlap in zip(phrase_rows, overlaps) if overlap.any()])
+    assert len(mass) >= 5 and float(mass.min()) >= 0.5 - 1e-5
