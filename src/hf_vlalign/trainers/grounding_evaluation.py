@@ -9,8 +9,12 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from ..analysis.grounding_probe import (
+    GroundingProbe,
+    GroundingProbeResult,
+    text_to_region_attention,
+)
 from ..data.collators import PROBE_KEYS
-from ..analysis.grounding_probe import GroundingProbe, GroundingProbeResult, text_to_region_attention
 
 
 @dataclass
