@@ -451,3 +451,25 @@ def test_bad_labels_are_refused():
 def test_bad_config_raises_value_error(overrides, match):
     with pytest.raises(ValueError, match=match):
         tiny_config(**overrides)
+
+
+def test_conversion_of_lxmert_question_answering():
+    from transformers import LxmertForQuestionAnswering
+
+    torch.manual_seed(2)
+    lxmert = LxmertForQuestionAnswering(lxmert_config()).eval()
+    converted = convert_lxmert(lxmert)
+    assert isinstance(converted, TwoStreamForQuestionAnswering)
+    batch = tiny_batch()
+    with torch.no_grad():
+        expected = lxmert(
+            input_ids=batch["input_ids"], visual_feats=batch["visual_feats"], visual_pos=batch["visual_boxes"],
+            attention_mask=batch["attention_mask"], visual_attention_mask=batch["visual_attention_mask"],
+        )  # fmt: skip
+        outputs = converted(**{k: v for k, v in batch.items() if k != "word_region_alignment"})
+    torch.testing.assert_close(outputs.logits, expected.question_answering_score, atol=1e-5, rtol=1e-5)
+
+
+def test_conversion_refuses_other_models():
+    with pytest.raises(ValueError, match=r"`model_or_path` must be one of"):
+        convert_lxmert(TwoStreamModel(tiny_config()))
