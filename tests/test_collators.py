@@ -140,6 +140,9 @@ def test_referring_expression_question_answering_and_captioning(tokenizer, tmp_p
     assert "input_ids" not in batch and batch["labels"].shape == batch["decoder_attention_mask"].shape
     assert (batch["labels"][0][batch["decoder_attention_mask"][0] == 0] == -100).all()
     assert tokenizer.decode(batch["labels"][1][batch["labels"][1] >= 0], skip_special_tokens=True) == captions[1]["caption"]
+    # the targets start at the first word (the decoder starts from [CLS]) and end with [SEP]
+    first = batch["labels"][0][batch["decoder_attention_mask"][0] == 1].tolist()
+    assert first == tokenizer("two squares", add_special_tokens=False)["input_ids"] + [tokenizer.sep_token_id]
 
 
 def test_collator_errors_are_clear(tokenizer, tmp_path):

@@ -1,8 +1,13 @@
 """hf_vlalign: vision-and-language transformers whose attention is supervised to align words with image regions."""
 
 from .models import (
+    AutoModelForRegionCaptioning,
     AutoModelForVisualParaphrase,
     AutoModelForVisualReasoning,
+    RegionCaptionerConfig,
+    RegionCaptionerForConditionalGeneration,
+    RegionCaptionerModel,
+    RegionCaptionerOutput,
     SingleStreamConfig,
     SingleStreamForVisualParaphrase,
     SingleStreamModel,
@@ -29,6 +34,11 @@ register_auto_classes()
 
 __all__ = [
     "AttentionSupervisionMixin",
+    "AutoModelForRegionCaptioning",
+    "RegionCaptionerConfig",
+    "RegionCaptionerForConditionalGeneration",
+    "RegionCaptionerModel",
+    "RegionCaptionerOutput",
     "AutoModelForVisualParaphrase",
     "AutoModelForVisualReasoning",
     "SingleStreamConfig",

@@ -326,23 +326,26 @@ class ReferringExpressionCollator(RegionTextCollator):
 
 @dataclass
 class CaptioningCollator(RegionTextCollator):
-    """Caption rows as generation targets: `labels` (B, T) token ids with -100 on padding and `decoder_attention_mask`.
-    The encoder reads regions only, so no `input_ids` are returned."""
+    """Caption rows as generation targets: `labels` (B, T) are the caption's tokens followed by [SEP], -100 on padding,
+    and `decoder_attention_mask` flags them; the leading [CLS] is dropped because the captioner's decoder starts from
+    it (`decoder_start_token_id`) and reads the labels shifted right. The encoder reads regions only, so no
+    `input_ids` are returned. `reference_column` (e.g. the image's other captions) is not tensorised: evaluation reads
+    the references from the rows."""
 
     text_columns: tuple[str, ...] = ("caption",)
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         batch = super().__call__(examples)
-        labels = batch.pop("input_ids").masked_fill(batch["attention_mask"] == 0, -100)
-        batch["decoder_attention_mask"] = batch.pop("attention_mask")
+        tokens, keep = batch.pop("input_ids")[:, 1:], batch.pop("attention_mask")[:, 1:]
         batch.pop("token_type_ids")
-        batch["labels"] = labels
+        for key in ("word_region_alignment", "phrase_masks"):  # token-indexed: follow the dropped [CLS]
+            if key in batch:
+                batch[key] = batch[key][..., 1:, :] if key == "word_region_alignment" else batch[key][..., 1:]
+        if "phrase_token_index" in batch:
+            batch["phrase_token_index"] = torch.where(batch["phrase_token_index"] > 0, batch["phrase_token_index"] - 1, -1)
+        batch["labels"] = tokens.masked_fill(keep == 0, -100)
+        batch["decoder_attention_mask"] = keep
         return batch
-
-    def task_tensors(self, examples, encoding, batch):
-        return {}
-
-
 
 @dataclass
 class PretrainingCollator(RegionTextCollator):

@@ -10,6 +10,7 @@ from transformers import (
 )
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
 
+from .captioning import RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, RegionCaptionerModel
 from .single_stream import SingleStreamConfig, SingleStreamForVisualParaphrase, SingleStreamModel
 from .two_stream import (
     TwoStreamConfig,
@@ -32,6 +33,12 @@ class AutoModelForVisualReasoning(_BaseAutoModelClass):
     _model_mapping = _LazyAutoMapping(OrderedDict(), OrderedDict())
 
 
+class AutoModelForRegionCaptioning(_BaseAutoModelClass):
+    """Auto class for captioners over region features (`RegionCaptionerForConditionalGeneration`, ...)."""
+
+    _model_mapping = _LazyAutoMapping(OrderedDict(), OrderedDict())
+
+
 def register_auto_classes() -> None:
     """Registers every hf_vlalign config with AutoConfig and its models with the matching Auto classes (idempotent)."""
     AutoConfig.register(SingleStreamConfig.model_type, SingleStreamConfig, exist_ok=True)
@@ -42,3 +49,6 @@ def register_auto_classes() -> None:
     AutoModelForPreTraining.register(TwoStreamConfig, TwoStreamForPreTraining, exist_ok=True)
     AutoModelForVisualQuestionAnswering.register(TwoStreamConfig, TwoStreamForQuestionAnswering, exist_ok=True)
     AutoModelForVisualReasoning.register(TwoStreamConfig, TwoStreamForVisualReasoning, exist_ok=True)
+    AutoConfig.register(RegionCaptionerConfig.model_type, RegionCaptionerConfig, exist_ok=True)
+    AutoModel.register(RegionCaptionerConfig, RegionCaptionerModel, exist_ok=True)
+    AutoModelForRegionCaptioning.register(RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, exist_ok=True)

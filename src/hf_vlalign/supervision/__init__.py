@@ -3,9 +3,12 @@ from .config import SUPERVISION_METHODS, validate_supervision_fields
 from .direct import direct_supervision_loss, masked_log_softmax, soft_cross_entropy
 from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
 from .mixin import AttentionSupervisionMixin
+from .perturbation import FUSIONS, AttentionPerturbation, fuse_attention, mask_objective, perturbed_attention
 from .rollout import attention_rollout, cross_modal_rollout, semi_direct_supervision_loss
 
 __all__ = [
+    "FUSIONS",
+    "AttentionPerturbation",
     "AlignmentDecoder",
     "SUPERVISION_METHODS",
     "AttentionSupervisionMixin",
@@ -14,8 +17,11 @@ __all__ = [
     "attention_rollout",
     "cross_modal_rollout",
     "direct_supervision_loss",
+    "fuse_attention",
+    "mask_objective",
     "indirect_supervision_loss",
     "masked_log_softmax",
+    "perturbed_attention",
     "max_pool_phrases",
     "semi_direct_supervision_loss",
     "soft_cross_entropy",

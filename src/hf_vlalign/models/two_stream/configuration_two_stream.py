@@ -50,6 +50,8 @@ class TwoStreamConfig(PreTrainedConfig):
     ```"""
 
     model_type = "vlalign_two_stream"
+    # the cross-modality layers answer `num_hidden_layers`: attention supervision and the grounding probe read them
+    attribute_map = {"num_hidden_layers": "x_layers"}
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -99,11 +101,6 @@ class TwoStreamConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         self.check_fields()
-
-    @property
-    def num_hidden_layers(self) -> int:
-        """The cross-modality layers: the ones attention supervision and the grounding probe read."""
-        return self.x_layers
 
     def check_fields(self) -> None:
         """Raises `ValueError` for sizes and settings the modules cannot use (run at construction)."""

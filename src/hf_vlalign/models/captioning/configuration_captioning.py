@@ -1,0 +1,101 @@
+"""Region captioner (geometry-aware encoder-decoder over detected objects) configuration."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+from ...utils.validation import check_index_list
+
+ALIGNMENT_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
+
+
+@strict(accept_kwargs=True)
+class RegionCaptionerConfig(PreTrainedConfig):
+    r"""
+    Configuration of [`RegionCaptionerModel`]: a transformer encoder over detected regions whose self-attention is
+    geometry-aware (Ilinykh; Herdade et al.'s Object Relation Transformer) and a caption decoder whose cross-attention
+    can be aligned by learnable mask perturbation (Fei, A2). Field names are BART's.
+
+    Args:
+        d_model (`int`): hidden size of encoder and decoder (a BERT-family checkpoint's hidden size when its word
+            embeddings are copied, see [`RegionCaptionerForConditionalGeneration.from_text_pretrained`]).
+        encoder_layers / decoder_layers (`int`): N (paper: 6); encoder/decoder_attention_heads: h (paper: 8).
+        visual_feat_dim (`int`): dimension of `visual_feats`.
+        use_geometry (`bool`): geometry-aware encoder attention; False is the ablation (plain self-attention).
+        geometry_dim (`int`): size of the sinusoidal embedding of the 4 relative-geometry values (multiple of 8).
+        geometry_floor (`float`): floor applied to |dx| / w and |dy| / h before the log (1e-3, as the Object Relation
+            Transformer's code), so that boxes with identical centres stay finite.
+        attention_alignment (`str`): "none" or the A2 fusion of the aligned cross-attention: "max", "moving_average",
+            "exp_decay" or "gate".
+        aligned_layers (`list[int]`, *optional*): decoder layers whose cross-attention is aligned (default: all).
+        alignment_eta (`float`): the moving-average ratio; alignment_temperature (`float`): T_P of the exponential decay.
+        mask_loss_weight (`float`): lambda of the mask objective (eq. 4).
+    """
+
+    model_type = "vlalign_captioner"
+    # the decoder's sizes answer the generic names (the cache and the grounding probe read them)
+    attribute_map = {
+        "num_hidden_layers": "decoder_layers",
+        "num_attention_heads": "decoder_attention_heads",
+        "hidden_size": "d_model",
+    }
+
+    vocab_size: int = 30522
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    encoder_ffn_dim: int = 2048
+    decoder_ffn_dim: int = 2048
+    activation_function: str = "relu"
+    dropout: float | int = 0.1
+    attention_dropout: float | int = 0.1
+    max_position_embeddings: int = 64
+    init_std: float = 0.02
+    layer_norm_eps: float = 1e-5
+    visual_feat_dim: int = 2048
+    use_geometry: bool = True
+    geometry_dim: int = 64
+    geometry_floor: float = 1e-3
+    attention_alignment: str = "none"
+    aligned_layers: list[int] | None = None
+    alignment_eta: float | int = 0.5
+    alignment_temperature: float | int = 1000.0
+    mask_loss_weight: float | int = 0.1
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 101
+    eos_token_id: int | None = 102
+    decoder_start_token_id: int | None = 101
+    is_encoder_decoder: bool = True
+    tie_word_embeddings: bool = True
+    validate_inputs: bool = True
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        self.check_fields()
+
+    def check_fields(self) -> None:
+        """Raises `ValueError` for sizes and settings the modules cannot use (run at construction)."""
+        for heads_name in ("encoder_attention_heads", "decoder_attention_heads"):
+            heads = getattr(self, heads_name)
+            if heads < 1 or self.d_model % heads != 0:
+                raise ValueError(f"`d_model` ({self.d_model}) must be a multiple of `{heads_name}` ({heads}).")
+        for name in ("encoder_layers", "decoder_layers", "visual_feat_dim", "max_position_embeddings"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        if self.geometry_dim < 8 or self.geometry_dim % 8 != 0:
+            raise ValueError(f"`geometry_dim` must be a positive multiple of 8, got {self.geometry_dim}.")
+        if not 0 < self.geometry_floor < 1:
+            raise ValueError(f"`geometry_floor` must be in (0, 1), got {self.geometry_floor}.")
+        if self.attention_alignment not in ALIGNMENT_FUSIONS:
+            raise ValueError(f"`attention_alignment` must be one of {ALIGNMENT_FUSIONS}, got {self.attention_alignment!r}.")
+        check_index_list("aligned_layers", self.aligned_layers, self.decoder_layers, "decoder layer")
+        if not 0 <= self.alignment_eta <= 1:
+            raise ValueError(f"`alignment_eta` must be in [0, 1], got {self.alignment_eta}.")
+        if not self.alignment_temperature > 0:
+            raise ValueError(f"`alignment_temperature` must be > 0, got {self.alignment_temperature}.")
+        if not self.mask_loss_weight >= 0:
+            raise ValueError(f"`mask_loss_weight` must be >= 0, got {self.mask_loss_weight}.")
+
+
+__all__ = ["ALIGNMENT_FUSIONS", "RegionCaptionerConfig"]

@@ -1,0 +1,713 @@
+"""PyTorch region captioner: a geometry-aware transformer encoder over detected objects and a caption decoder whose
+cross-attention can be aligned by learnable mask perturbation.
+
+Encoder: Ilinykh, "Interplay between language and vision in transformers" (after Herdade et al.'s Object Relation
+Transformer): attention = softmax(log(Omega_G) + QK^T / sqrt(d)) with Omega_G = ReLU(Emb(lambda) W_G) from the relative
+box geometry lambda(m, n). Decoder: masked self-attention, cross-attention to the encoder output, feed-forward network;
+with `attention_alignment`, the cross-attention of the aligned layers follows Fei's A2 (`supervision/perturbation.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import ModelOutput, logging
+
+from ...supervision.perturbation import AttentionPerturbation, PerturbationLinear, mask_objective
+from ...utils.validation import check_dim, check_finite, check_mask_not_empty, check_normalised_boxes, check_rank
+from ..attention_utils import eager_attention_forward, key_padding_mask_4d
+from ..text_init import load_text_model
+from .configuration_captioning import RegionCaptionerConfig
+
+logger = logging.get_logger(__name__)
+
+
+@dataclass
+class RegionCaptionerOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor`, *optional*): `loss_caption`, or `loss_mask` when `alignment_mode="perturb"`.
+    loss_caption (`torch.FloatTensor`, *optional*): token cross-entropy of the caption (L_IC).
+    loss_mask (`torch.FloatTensor`, *optional*): the mask objective of A2 (eq. 4), in "perturb" mode.
+    mask_mean (`torch.FloatTensor`, *optional*): mean of the perturbation masks m over the aligned layers.
+    logits (`(batch, T, vocab_size)`): next-token scores.
+    past_key_values (`EncoderDecoderCache`, *optional*): the decoder's self- and cross-attention cache.
+    encoder_last_hidden_state (`(batch, R, d_model)`): the encoded regions.
+    encoder_attentions / decoder_attentions / cross_attentions (`tuple(torch.FloatTensor)`, *optional*): per layer,
+        encoder self-attention (batch, heads, R, R), decoder self-attention (batch, heads, T, T_total) and decoder
+        cross-attention (batch, heads, T, R), probabilities before dropout and, for cross-attention, before alignment.
+    aligned_cross_attentions (`tuple(torch.FloatTensor)`, *optional*): per decoder layer, the cross-attention actually
+        used (after A2's alignment or perturbation in the aligned layers, the same as `cross_attentions` elsewhere).
+    """
+
+    loss: torch.FloatTensor | None = None
+    loss_caption: torch.FloatTensor | None = None
+    loss_mask: torch.FloatTensor | None = None
+    mask_mean: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    past_key_values: Cache | None = None
+    encoder_last_hidden_state: torch.FloatTensor | None = None
+    encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    cross_attentions: tuple[torch.FloatTensor, ...] | None = None
+    aligned_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Geometry
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def box_geometry(boxes: torch.Tensor, floor: float = 1e-3) -> torch.Tensor:
+    """Relative geometry lambda(m, n) of every pair of boxes (Ilinykh's slides, after the Object Relation Transformer):
+    (log(|x_m - x_n| / w_m), log(|y_m - y_n| / h_m), log(w_n / w_m), log(h_n / h_m)) from box centres and sizes.
+
+    Args:
+        boxes: (B, R, 4) x1, y1, x2, y2 with x2 > x1 and y2 > y1.
+        floor: |dx| / w and |dy| / h are clamped to at least `floor` before the log, so identical centres give
+            log(floor) instead of -inf (the Object Relation Transformer's code uses 1e-3).
+    Returns:
+        (B, R, R, 4): entry [b, m, n] is lambda(m, n).
+    """
+    x1, y1, x2, y2 = boxes.unbind(-1)
+    width, height = (x2 - x1), (y2 - y1)
+    centre_x, centre_y = (x1 + x2) / 2, (y1 + y2) / 2
+    dx = (centre_x[:, :, None] - centre_x[:, None, :]).abs() / width[:, :, None]
+    dy = (centre_y[:, :, None] - centre_y[:, None, :]).abs() / height[:, :, None]
+    dw = width[:, None, :] / width[:, :, None]
+    dh = height[:, None, :] / height[:, :, None]
+    return torch.stack([dx.clamp(min=floor).log(), dy.clamp(min=floor).log(), dw.log(), dh.log()], dim=-1)
+
+
+def sinusoidal_geometry_embedding(geometry: torch.Tensor, dim: int, wave_length: float = 1000.0) -> torch.Tensor:
+    """E = Emb(lambda): each of the 4 values through dim / 8 sine and dim / 8 cosine frequencies (the Object Relation
+    Transformer's embedding, with its scale of 100): (..., 4) -> (..., dim)."""
+    frequencies = wave_length ** -(torch.arange(dim // 8, dtype=geometry.dtype, device=geometry.device) / (dim // 8))
+    angles = 100.0 * geometry.unsqueeze(-1) * frequencies  # (..., 4, dim / 8)
+    return torch.cat([angles.sin(), angles.cos()], dim=-1).flatten(-2)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Encoder
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class RegionCaptionerRegionEmbeddings(nn.Module):
+    """Region features -> d_model: Linear, ReLU, dropout, LayerNorm (the meshed-memory / ORT region embedding)."""
+
+    def __init__(self, config: RegionCaptionerConfig):
+        super().__init__()
+        self.projection = nn.Linear(config.visual_feat_dim, config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, visual_feats: torch.Tensor) -> torch.Tensor:
+        return self.layer_norm(self.dropout(torch.relu(self.projection(visual_feats))))
+
+
+class RegionCaptionerAttention(nn.Module):
+    """Multi-head attention through `ALL_ATTENTION_FUNCTIONS`; with `key_value_states` it is cross-attention. The
+    decoder's attentions read and write an `EncoderDecoderCache` (cross-attention keys are computed once)."""
+
+    def __init__(self, config: RegionCaptionerConfig, num_heads: int, is_causal: bool = False, layer_idx: int | None = None):
+        super().__init__()
+        self.config = config
+        self.num_heads = num_heads
+        self.head_dim = config.d_model // num_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout = config.attention_dropout
+        self.is_causal = is_causal
+        self.layer_idx = layer_idx
+        self.q_proj = nn.Linear(config.d_model, config.d_model)
+        self.k_proj = nn.Linear(config.d_model, config.d_model)
+        self.v_proj = nn.Linear(config.d_model, config.d_model)
+        self.out_proj = nn.Linear(config.d_model, config.d_model)
+
+    def project_key_value(self, hidden_states, key_value_states, past_key_values) -> tuple[torch.Tensor, torch.Tensor]:
+        is_cross = key_value_states is not None
+        cache = None
+        if past_key_values is not None:
+            cache = past_key_values.cross_attention_cache if is_cross else past_key_values.self_attention_cache
+            if is_cross and past_key_values.is_updated.get(self.layer_idx):
+                layer = cache.layers[self.layer_idx]
+                return layer.keys, layer.values
+        source = key_value_states if is_cross else hidden_states
+        shape = (*source.shape[:-1], -1, self.head_dim)
+        key = self.k_proj(source).view(shape).transpose(1, 2)
+        value = self.v_proj(source).view(shape).transpose(1, 2)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
+            if is_cross:
+                past_key_values.is_updated[self.layer_idx] = True
+        return key, value
+
+    def query(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.q_proj(hidden_states).view(*hidden_states.shape[:-1], -1, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        key_value_states: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        query = self.query(hidden_states)
+        key, value = self.project_key_value(hidden_states, key_value_states, past_key_values)
+        attention_interface: Callable = eager_attention_forward
+        if not output_attentions:
+            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
+        attn_output, attn_weights = attention_interface(
+            self, query, key, value, attention_mask, dropout=self.dropout if self.training else 0.0, scaling=self.scaling
+        )
+        attn_output = self.out_proj(attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous())
+        return attn_output, attn_weights if output_attentions else None
+
+
+class GeometryAwareSelfAttention(RegionCaptionerAttention):
+    """Encoder self-attention = softmax(log(Omega_G) + QK^T / sqrt(d)), Omega_G = ReLU(E W_G) per head (Ilinykh;
+    Herdade et al. eq. 6); the geometry term is passed to the attention function as an additive mask, so `sdpa` runs."""
+
+    def __init__(self, config: RegionCaptionerConfig):
+        super().__init__(config, config.encoder_attention_heads)
+        self.geometry_projection = nn.Linear(config.geometry_dim, config.encoder_attention_heads) if config.use_geometry else None
+
+    def geometry_bias(self, geometry_embedding: torch.Tensor) -> torch.Tensor:
+        """log(max(ReLU(E W_G), 1e-6)): (B, R, R, geometry_dim) -> (B, H, R, R)."""
+        omega = torch.relu(self.geometry_projection(geometry_embedding)).permute(0, 3, 1, 2)
+        return omega.clamp(min=1e-6).log()
+
+
+class RegionCaptionerFeedForward(nn.Module):
+    def __init__(self, config: RegionCaptionerConfig, ffn_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.activation = ACT2FN[config.activation_function]
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.fc2(self.dropout(self.activation(self.fc1(hidden_states)))))
+
+
+class RegionCaptionerEncoderLayer(GradientCheckpointingLayer):
+    """Geometry-aware self-attention and feed-forward network, each with residual and LayerNorm (post-norm)."""
+
+    def __init__(self, config: RegionCaptionerConfig):
+        super().__init__()
+        self.self_attn = GeometryAwareSelfAttention(config)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = RegionCaptionerFeedForward(config, config.encoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, hidden_states, attention_mask, output_attentions=False):
+        attn_output, attn_weights = self.self_attn(hidden_states, attention_mask, output_attentions=output_attentions)
+        hidden_states = self.self_attn_layer_norm(hidden_states + self.dropout(attn_output))
+        hidden_states = self.final_layer_norm(hidden_states + self.feed_forward(hidden_states))
+        return hidden_states, attn_weights
+
+
+class RegionCaptionerEncoder(nn.Module):
+    """Encodes the regions; returns a `BaseModelOutput` (what `generate()` caches as `encoder_outputs`)."""
+
+    def __init__(self, config: RegionCaptionerConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = RegionCaptionerRegionEmbeddings(config)
+        self.layers = nn.ModuleList([RegionCaptionerEncoderLayer(config) for _ in range(config.encoder_layers)])
+
+    def forward(
+        self,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor,
+        visual_attention_mask: torch.LongTensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        return_dict: bool = True,
+        **kwargs,
+    ) -> BaseModelOutput:
+        if visual_attention_mask is None:
+            visual_attention_mask = visual_feats.new_ones(visual_feats.shape[:2], dtype=torch.long)
+        if self.config.validate_inputs:
+            check_region_inputs(self.config, visual_feats, visual_boxes, visual_attention_mask)
+        eager = output_attentions or self.config._attn_implementation == "eager"
+        attention_mask = key_padding_mask_4d(visual_attention_mask, visual_feats.dtype, eager=True)
+        if self.config.use_geometry:
+            # Omega_G depends on the layer (W_G is per layer), E = Emb(lambda) is shared
+            geometry = sinusoidal_geometry_embedding(
+                box_geometry(padded_boxes(visual_boxes, visual_attention_mask), self.config.geometry_floor),
+                self.config.geometry_dim,
+            )
+        hidden_states = self.embeddings(visual_feats)
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            layer_mask = attention_mask
+            if self.config.use_geometry:
+                layer_mask = attention_mask + layer.self_attn.geometry_bias(geometry)
+            elif not eager:
+                layer_mask = key_padding_mask_4d(visual_attention_mask, visual_feats.dtype, eager=False)
+            hidden_states, attn_weights = layer(hidden_states, layer_mask, output_attentions)
+            if output_attentions:
+                all_attentions += (attn_weights,)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+        return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions)
+
+
+def padded_boxes(visual_boxes: torch.Tensor, visual_attention_mask: torch.Tensor) -> torch.Tensor:
+    """Padding regions get the whole-image box, so the geometry of real regions never reads a degenerate box."""
+    whole_image = visual_boxes.new_tensor([0.0, 0.0, 1.0, 1.0])
+    return torch.where(visual_attention_mask.bool()[..., None], visual_boxes, whole_image)
+
+
+def check_region_inputs(config, visual_feats, visual_boxes, visual_attention_mask) -> None:
+    """Shapes, finiteness and box validity of the captioner's region inputs."""
+    check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
+    check_dim("visual_feats", visual_feats, 2, config.visual_feat_dim, "(batch, num_regions, visual_feat_dim)", "config.visual_feat_dim")
+    if visual_feats.shape[1] == 0:
+        raise ValueError("`visual_feats` must hold at least one region, got an empty region set (num_regions = 0).")
+    check_finite("visual_feats", visual_feats)
+    check_rank("visual_boxes", visual_boxes, 3, "(batch, num_regions, 4)")
+    if tuple(visual_boxes.shape[:2]) != tuple(visual_feats.shape[:2]):
+        raise ValueError(
+            f"`visual_boxes` must have shape (batch, num_regions, 4) = {(*visual_feats.shape[:2], 4)} to match "
+            f"`visual_feats`, got {tuple(visual_boxes.shape)}."
+        )
+    if tuple(visual_attention_mask.shape) != tuple(visual_feats.shape[:2]):
+        raise ValueError(
+            f"`visual_attention_mask` must have shape (batch, num_regions) = {tuple(visual_feats.shape[:2])}, "
+            f"got {tuple(visual_attention_mask.shape)}."
+        )
+    check_mask_not_empty("visual_attention_mask", visual_attention_mask, "region")
+    check_normalised_boxes("visual_boxes", visual_boxes, visual_attention_mask)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Decoder
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class AlignedCrossAttention(RegionCaptionerAttention):
+    """Decoder cross-attention. In an aligned layer (A2) the probabilities a are computed explicitly and replaced by
+    the fused aligned attention (eqs. 5-10, mask m fixed) or, in "perturb" mode, by the perturbed attention (eq. 3)."""
+
+    def __init__(self, config: RegionCaptionerConfig, layer_idx: int, aligned: bool):
+        super().__init__(config, config.decoder_attention_heads, layer_idx=layer_idx)
+        self.perturbation = None
+        if aligned:
+            self.perturbation = AttentionPerturbation(
+                config.d_model,
+                config.decoder_attention_heads,
+                config.attention_alignment,
+                eta=float(config.alignment_eta),
+                temperature=float(config.alignment_temperature),
+            )
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        key_value_states: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        output_attentions: bool = False,
+        region_mask: torch.Tensor | None = None,
+        alignment_mode: str = "align",
+        alignment_step: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        if self.perturbation is None:
+            attn_output, attn_weights = super().forward(
+                hidden_states, attention_mask, key_value_states, past_key_values, output_attentions
+            )
+            return attn_output, attn_weights, attn_weights, None
+        query = self.query(hidden_states)
+        key, value = self.project_key_value(hidden_states, key_value_states, past_key_values)
+        logits = query @ key.transpose(-1, -2) * self.scaling
+        probs = torch.softmax(logits + attention_mask if attention_mask is not None else logits, dim=-1)
+        # eq. (2), one value per head, step and region (a per-step mask would be undone by the re-normalisation)
+        mask = self.perturbation.mask(hidden_states, key_value_states, region_mask)
+        if alignment_mode == "perturb":
+            used = self.perturbation.perturb(probs, mask)  # eq. (3)
+        else:
+            used = self.perturbation.align(
+                probs, mask.detach(), queries=hidden_states, step=alignment_step, region_mask=region_mask
+            )  # eqs. (5-10)
+        dropped = nn.functional.dropout(used, p=self.dropout, training=self.training)
+        attn_output = (dropped @ value).transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
+        return self.out_proj(attn_output), probs, used, mask
+
+
+class RegionCaptionerDecoderLayer(GradientCheckpointingLayer):
+    """Masked self-attention, cross-attention to the encoded regions, feed-forward network (post-norm)."""
+
+    def __init__(self, config: RegionCaptionerConfig, layer_idx: int, aligned: bool):
+        super().__init__()
+        self.self_attn = RegionCaptionerAttention(config, config.decoder_attention_heads, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = AlignedCrossAttention(config, layer_idx, aligned)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = RegionCaptionerFeedForward(config, config.decoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        hidden_states,
+        self_attention_mask,
+        encoder_hidden_states,
+        cross_attention_mask,
+        region_mask,
+        past_key_values=None,
+        output_attentions=False,
+        alignment_mode="align",
+        alignment_step=0,
+    ):
+        attn_output, self_weights = self.self_attn(
+            hidden_states, self_attention_mask, past_key_values=past_key_values, output_attentions=output_attentions
+        )
+        hidden_states = self.self_attn_layer_norm(hidden_states + self.dropout(attn_output))
+        attn_output, cross_weights, used_weights, mask = self.encoder_attn(
+            hidden_states,
+            cross_attention_mask,
+            key_value_states=encoder_hidden_states,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
+            region_mask=region_mask,
+            alignment_mode=alignment_mode,
+            alignment_step=alignment_step,
+        )
+        hidden_states = self.encoder_attn_layer_norm(hidden_states + self.dropout(attn_output))
+        hidden_states = self.final_layer_norm(hidden_states + self.feed_forward(hidden_states))
+        return hidden_states, self_weights, cross_weights, used_weights, mask
+
+
+class RegionCaptionerDecoder(nn.Module):
+    def __init__(self, config: RegionCaptionerConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_positions = nn.Embedding(config.max_position_embeddings, config.d_model)
+        self.layernorm_embedding = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+        aligned = aligned_layer_indices(config)
+        self.layers = nn.ModuleList(
+            [RegionCaptionerDecoderLayer(config, index, index in aligned) for index in range(config.decoder_layers)]
+        )
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        encoder_hidden_states: torch.Tensor,
+        region_mask: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        output_attentions: bool = False,
+        alignment_mode: str = "align",
+        alignment_step: int = 0,
+    ) -> dict:
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        batch, length = input_ids.shape
+        if past_length + length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"captions are limited to `max_position_embeddings` ({self.config.max_position_embeddings}) tokens, got "
+                f"{past_length + length}; lower `max_new_tokens` or the caption length."
+            )
+        positions = torch.arange(past_length, past_length + length, device=input_ids.device)
+        hidden_states = self.dropout(self.layernorm_embedding(self.embed_tokens(input_ids) + self.embed_positions(positions)))
+        self_mask = causal_mask(attention_mask, batch, length, past_length, hidden_states.dtype, input_ids.device)
+        cross_mask = key_padding_mask_4d(region_mask, hidden_states.dtype, eager=True)  # additive: every path reads it
+        outputs = {"decoder_attentions": (), "cross_attentions": (), "aligned_cross_attentions": (), "masks": []}
+        for layer in self.layers:
+            hidden_states, self_weights, cross_weights, used_weights, mask = layer(
+                hidden_states, self_mask, encoder_hidden_states, cross_mask, region_mask,
+                past_key_values, output_attentions, alignment_mode, alignment_step,
+            )  # fmt: skip
+            if output_attentions:
+                outputs["decoder_attentions"] += (self_weights,)
+                outputs["cross_attentions"] += (cross_weights,)
+                outputs["aligned_cross_attentions"] += (used_weights,)
+            if mask is not None:
+                outputs["masks"].append(mask)
+        outputs["last_hidden_state"] = hidden_states
+        return outputs
+
+
+def aligned_layer_indices(config: RegionCaptionerConfig) -> set[int]:
+    if config.attention_alignment == "none":
+        return set()
+    return set(range(config.decoder_layers)) if config.aligned_layers is None else set(config.aligned_layers)
+
+
+def causal_mask(attention_mask, batch, length, past_length, dtype, device) -> torch.Tensor:
+    """Additive (B, 1, T, past + T) mask: query i sees keys up to its own position and no padded key."""
+    total = past_length + length
+    query_positions = torch.arange(past_length, total, device=device)[:, None]
+    keep = torch.arange(total, device=device)[None, :] <= query_positions
+    keep = keep[None, None].expand(batch, 1, length, total)
+    if attention_mask is not None:
+        keep = keep & attention_mask[:, None, None, -total:].bool()
+    return torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(~keep, torch.finfo(dtype).min)
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs from the targets: [start] + labels[:-1], with the ignored label -100 read as padding."""
+    shifted = labels.new_zeros(labels.shape)
+    shifted[:, 1:] = labels[:, :-1].clone()
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Models
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class RegionCaptionerPreTrainedModel(PreTrainedModel):
+    config_class = RegionCaptionerConfig
+    base_model_prefix = "model"
+    main_input_name = "visual_feats"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _no_split_modules = ["RegionCaptionerEncoderLayer", "RegionCaptionerDecoderLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        if isinstance(module, PerturbationLinear):
+            module.init_parameters()  # A2's own initialisation: m starts near 1 (no perturbation), not at sigmoid(0)
+            return
+        super()._init_weights(module)
+
+
+class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
+    """Encoder over regions + caption decoder (without the language-modelling head)."""
+
+    _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
+
+    def __init__(self, config: RegionCaptionerConfig):
+        super().__init__(config)
+        self.encoder = RegionCaptionerEncoder(config)
+        self.decoder = RegionCaptionerDecoder(config)
+        self.register_buffer("alignment_step", torch.zeros((), dtype=torch.long), persistent=True)
+        self.post_init()
+
+    def get_encoder(self) -> RegionCaptionerEncoder:
+        return self.encoder
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.decoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.decoder.embed_tokens = value
+
+    def forward(
+        self,
+        visual_feats: torch.FloatTensor | None = None,
+        visual_boxes: torch.FloatTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.LongTensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        alignment_mode: str = "align",
+        **kwargs,
+    ) -> dict:
+        if alignment_mode not in ("align", "perturb"):
+            raise ValueError(f"`alignment_mode` must be 'align' or 'perturb', got {alignment_mode!r}.")
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        if encoder_outputs is None:
+            if visual_feats is None or visual_boxes is None:
+                raise ValueError("`visual_feats` and `visual_boxes` are required when `encoder_outputs` is not given.")
+            encoder_outputs = self.encoder(visual_feats, visual_boxes, visual_attention_mask, output_attentions=output_attentions)
+        elif isinstance(encoder_outputs, tuple):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        encoder_states = encoder_outputs.last_hidden_state
+        if visual_attention_mask is None:
+            visual_attention_mask = encoder_states.new_ones(encoder_states.shape[:2], dtype=torch.long)
+        if decoder_input_ids is None:
+            raise ValueError("`decoder_input_ids` (or `labels`) are required to run the decoder.")
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        decoded = self.decoder(
+            decoder_input_ids,
+            encoder_states,
+            visual_attention_mask,
+            attention_mask=decoder_attention_mask,
+            past_key_values=past_key_values if use_cache else None,
+            output_attentions=output_attentions,
+            alignment_mode=alignment_mode,
+            alignment_step=int(self.alignment_step),
+        )
+        decoded["past_key_values"] = past_key_values if use_cache else None
+        decoded["encoder_outputs"] = encoder_outputs
+        return decoded
+
+
+class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, GenerationMixin):
+    """Region captioner with a language-modelling head tied to the word embeddings; `generate()` gives greedy or beam
+    search with a KV cache (`max_new_tokens`, `num_beams`, `length_penalty`, ...).
+
+    With `attention_alignment` set, training alternates two steps (`CaptioningTrainer`): the mask networks minimise
+    the mask objective (eq. 4) on the perturbed attention (`alignment_mode="perturb"`, gradient taken w.r.t. the mask
+    parameters only), then the captioner minimises the caption loss on the aligned attention (masks fixed).
+    """
+
+    _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+
+    def __init__(self, config: RegionCaptionerConfig):
+        super().__init__(config)
+        self.model = RegionCaptionerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_encoder(self) -> RegionCaptionerEncoder:
+        return self.model.encoder
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head = new_embeddings
+
+    def mask_parameters(self) -> list[nn.Parameter]:
+        """The A2 mask networks' parameters (updated by the mask objective only)."""
+        return [p for module in self.modules() if isinstance(module, AttentionPerturbation) for p in module.mask_parameters()]
+
+    @classmethod
+    def from_text_pretrained(cls, name_or_path: str | Path | None = None, **config_overrides):
+        """A captioner whose word embeddings (and tied output layer) are copied from a BERT-family checkpoint (default:
+        the packaged MiniLM); `d_model` and `vocab_size` follow the checkpoint, everything else is newly initialised."""
+        name_or_path, text_model = load_text_model(name_or_path)
+        embeddings = text_model.get_input_embeddings().weight
+        fixed = {"vocab_size": embeddings.shape[0], "d_model": embeddings.shape[1]}
+        clashing = {k: v for k, v in config_overrides.items() if k in fixed and v != fixed[k]}
+        if clashing:
+            raise ValueError(f"`config_overrides` may not change {sorted(clashing)}: the checkpoint {name_or_path!r} has {fixed}.")
+        model = cls(cls.config_class(**{**config_overrides, **fixed}))
+        with torch.no_grad():
+            model.model.decoder.embed_tokens.weight.copy_(embeddings)
+        return model
+
+    def forward(
+        self,
+        visual_feats: torch.FloatTensor | None = None,
+        visual_boxes: torch.FloatTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+        alignment_mode: str = "align",
+        **kwargs,
+    ) -> RegionCaptionerOutput | tuple:
+        r"""
+        visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]),
+        visual_attention_mask (`(batch, R)`): the regions. labels (`(batch, T)`): caption tokens ending with [SEP],
+        -100 on padding; the decoder reads them shifted right after `decoder_start_token_id`.
+        alignment_mode: "align" (the captioner's forward, aligned attention with the masks fixed) or "perturb" (the
+        mask networks' step: perturbed attention, `loss` is the mask objective).
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if labels is not None:
+            if decoder_input_ids is None:
+                decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+            if decoder_attention_mask is not None and decoder_attention_mask.shape == labels.shape:
+                decoder_attention_mask = torch.cat(
+                    [decoder_attention_mask.new_ones(labels.shape[0], 1), decoder_attention_mask[:, :-1]], dim=1
+                )
+        if self.config.validate_inputs and decoder_input_ids is not None:
+            self._check_tokens(decoder_input_ids, labels)
+        outputs = self.model(
+            visual_feats,
+            visual_boxes,
+            visual_attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            alignment_mode=alignment_mode,
+        )
+        logits = self.lm_head(outputs["last_hidden_state"])
+        loss_caption = loss_mask = mask_mean = None
+        if labels is not None:
+            loss_caption = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        masks = outputs["masks"]
+        if masks:
+            mask_mean = torch.stack([mask.detach().mean() for mask in masks]).mean()
+        if alignment_mode == "perturb" and loss_caption is not None:
+            if not masks:
+                raise ValueError("`alignment_mode='perturb'` needs aligned layers: set `attention_alignment` in the config.")
+            valid = (labels != -100)
+            # eq. (4): the mask networks maximise the caption loss under the smallest perturbation
+            loss_mask = mask_objective(loss_caption, masks, float(self.config.mask_loss_weight), valid)
+        encoder_outputs = outputs["encoder_outputs"]
+        output = RegionCaptionerOutput(
+            loss=loss_mask if alignment_mode == "perturb" else loss_caption,
+            loss_caption=loss_caption,
+            loss_mask=loss_mask,
+            mask_mean=mask_mean,
+            logits=logits,
+            past_key_values=outputs["past_key_values"],
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_attentions=encoder_outputs.attentions,
+            decoder_attentions=outputs["decoder_attentions"] or None,
+            cross_attentions=outputs["cross_attentions"] or None,
+            aligned_cross_attentions=outputs["aligned_cross_attentions"] or None,
+        )
+        return output if return_dict else output.to_tuple()
+
+    def _check_tokens(self, decoder_input_ids: torch.Tensor, labels: torch.Tensor | None) -> None:
+        check_rank("decoder_input_ids", decoder_input_ids, 2, "(batch, caption_length)")
+        if decoder_input_ids.numel() and (int(decoder_input_ids.min()) < 0 or int(decoder_input_ids.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"`decoder_input_ids` must be in [0, {self.config.vocab_size - 1}] (vocab_size), got "
+                f"[{int(decoder_input_ids.min())}, {int(decoder_input_ids.max())}]."
+            )
+        if labels is not None:
+            used = labels[labels != -100]
+            if used.numel() and (int(used.min()) < 0 or int(used.max()) >= self.config.vocab_size):
+                raise ValueError(
+                    f"`labels` must be token ids in [0, {self.config.vocab_size - 1}] or -100, got "
+                    f"[{int(used.min())}, {int(used.max())}]."
+                )
+
+    def prepare_inputs_for_generation(self, decoder_input_ids, past_key_values=None, **kwargs):
+        """Only the new token is fed once the cache holds the earlier ones."""
+        if past_key_values is not None and past_key_values.get_seq_length() > 0:
+            decoder_input_ids = decoder_input_ids[:, past_key_values.get_seq_length() :]
+        keep = ("encoder_outputs", "visual_attention_mask", "use_cache", "output_attentions")
+        return {
+            "decoder_input_ids": decoder_input_ids,
+            "past_key_values": past_key_values,
+            **{key: kwargs[key] for key in keep if key in kwargs},
+        }
+
+
+__all__ = [
+    "RegionCaptionerForConditionalGeneration",
+    "RegionCaptionerModel",
+    "RegionCaptionerOutput",
+    "RegionCaptionerPreTrainedModel",
+    "box_geometry",
+    "shift_tokens_right",
+    "sinusoidal_geometry_embedding",
+]

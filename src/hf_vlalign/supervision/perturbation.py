@@ -1,0 +1,519 @@
+"""Perturbation-based self-supervised attention alignment of Fei (AAAI 2022, "Attention-aligned Transformer for image
+captioning", A2) for the decoder's cross-attention over image regions.
+
+Per aligned decoder layer, with a the cross-attention probabilities (B, H, T, R) of the decoder queries over the R
+regions and h_t the decoder hidden state feeding the cross-attention:
+
+- a mask network m = sigmoid(W_m h_t + b_m) (eq. 2) says how much of each head's attention may be perturbed;
+- the perturbed attention a_p = m * a + (1 - m) * mean_heads(a) (eq. 3) is fed to the captioner, and the mask network
+  alone is trained to find the smallest perturbation that most degrades the caption (eq. 4, `mask_objective`);
+- regions whose perturbation hurts (small m) get more weight: a_m = a * exp(1 - m) (eq. 5), fused with the original
+  attention by one of four strategies (eqs. 6-10, `FUSIONS`) and re-normalised over the regions.
+
+Sources. Only the abstract and introduction of the paper could be consulted; the method section (eqs. 2-10) was not
+available. The forms below follow the project's design reading of the paper, checked against public code derived from
+the mask-perturbation "attention calibration" method for NMT that A2 transfers to captioning (Lu et al., ACL 2021).
+That code has the same a * exp(1 - m), a loss_mask = -loss(a_p) + alpha * ||1 - m||, an annealing weight
+exp(-updates / T) on the original attention (see eq. 8 below), and a perturbation m * a + (1 - m) * mean(a) whose mean
+is over the source positions; the mean over heads of eq. 3 here is the design's reading. The readings that are ours
+are said where they are used (eqs. 3, 4, 7, 8 and the mask granularity).
+
+Mask granularity. The design's mask has one value per head and decoder step, (B, H, T, 1). Such a mask scales a whole
+attention row by the same factor exp(1 - m), so after the re-normalisation over regions every fusion gives back the
+original attention exactly: eqs. 5-10 are then the identity (eq. 3, which mixes heads, is not). The abstract speaks of
+a "mask operation on image regions", and the calibration code computes one mask value per (query, key) pair, so the
+mask network here also accepts the region states and then returns one value per head, step and region, (B, H, T, R):
+m = sigmoid(W_m h_t + U_m v_j + b_m). Every function accepts either shape; only the per-region one realigns attention.
+
+Training recipe (two optimisers, as in the calibration code): a mask step minimises `mask_objective` with respect to
+`AttentionPerturbation.mask_parameters()` only, the captioner running on `perturb(...)`; a captioning step minimises
+the caption loss with respect to everything else, the captioner running on `align(...)` with the mask detached.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from transformers import initialization as init
+
+from ..utils.validation import check_finite, check_mask_not_empty, check_rank
+
+FUSIONS = ("max", "moving_average", "exp_decay", "gate")
+
+ATTENTION_LAYOUT = "(batch, num_heads, text_length, num_regions)"
+MASK_LAYOUT = "(batch, num_heads, text_length, 1) or (batch, num_heads, text_length, num_regions)"
+GATE_LAYOUT = "(batch, num_heads, text_length, 1)"
+
+
+# --- validation -----------------------------------------------------------------------------------------------------
+
+
+def _is_number(value) -> bool:
+    """A finite real number (bools excluded)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_positive_int(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+
+
+def _check_fusion(fusion: str) -> None:
+    if fusion not in FUSIONS:
+        raise ValueError(f"`fusion` must be one of {FUSIONS}, got {fusion!r}.")
+
+
+def _check_eta(eta: float) -> None:
+    if not _is_number(eta) or not 0.0 <= eta <= 1.0:
+        raise ValueError(f"`eta` (moving-average ratio, eq. 7) must be a float in [0, 1], got {eta!r}.")
+
+
+def _check_temperature(temperature: float) -> None:
+    if not _is_number(temperature) or temperature <= 0:
+        raise ValueError(
+            f"`temperature` (T_P of the exponential decay, eq. 8) must be a finite float > 0, got {temperature!r}."
+        )
+
+
+def _check_step(step: int | None, required: bool) -> None:
+    if step is None:
+        if required:
+            raise ValueError(
+                "`step` (the training step s of the exponential decay, eq. 8) is required for fusion 'exp_decay', "
+                "got None."
+            )
+        return
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"`step` (the training step s, eq. 8) must be an int >= 0, got {step!r}.")
+
+
+def _check_probabilities(name: str, tensor: torch.Tensor, layout: str, upper: float | None = None) -> None:
+    """Rank 4, finite, >= 0 and (when `upper` is set) <= upper."""
+    check_rank(name, tensor, 4, layout)
+    check_finite(name, tensor)
+    if tensor.numel() == 0:
+        return
+    values = tensor.detach()
+    low, high = float(values.min()), float(values.max())
+    if low < 0 or (upper is not None and high > upper):
+        expected = f"in [0, {upper:g}]" if upper is not None else "non-negative"
+        raise ValueError(f"`{name}` must be {expected}, got values in [{low:.4g}, {high:.4g}].")
+
+
+def _check_attention(name: str, attention: torch.Tensor) -> None:
+    _check_probabilities(name, attention, ATTENTION_LAYOUT)
+
+
+def _check_mask(mask: torch.Tensor, attention: torch.Tensor, name: str = "mask") -> None:
+    """A (B, H, T, 1) or (B, H, T, R) mask in [0, 1] matching a (B, H, T, R) attention."""
+    _check_probabilities(name, mask, MASK_LAYOUT, upper=1.0)
+    batch, heads, steps, regions = attention.shape
+    if tuple(mask.shape[:3]) != (batch, heads, steps) or mask.shape[3] not in (1, regions):
+        raise ValueError(
+            f"`{name}` must have shape {MASK_LAYOUT} = {(batch, heads, steps, 1)} or {(batch, heads, steps, regions)} "
+            f"to match `attention` {tuple(attention.shape)}, got {tuple(mask.shape)}."
+        )
+
+
+def _check_region_mask(region_mask: torch.Tensor | None, batch: int, num_regions: int) -> torch.Tensor | None:
+    """(B, R) mask of real regions, at least one per example; returned as bool."""
+    if region_mask is None:
+        return None
+    check_rank("region_mask", region_mask, 2, "(batch, num_regions)")
+    if tuple(region_mask.shape) != (batch, num_regions):
+        raise ValueError(
+            f"`region_mask` must have shape (batch, num_regions) = {(batch, num_regions)}, "
+            f"got {tuple(region_mask.shape)}."
+        )
+    check_mask_not_empty("region_mask", region_mask, "region")
+    return region_mask.bool()
+
+
+# --- functional building blocks ---------------------------------------------------------------------------------------
+
+
+def perturbed_attention(attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """a_p = m * a + (1 - m) * mean over heads of a (eq. 3).
+
+    Args:
+        attention: (B, H, T, R) cross-attention probabilities.
+        mask: (B, H, T, 1) or (B, H, T, R) mask in [0, 1]; m = 1 leaves a head's attention untouched, m = 0 replaces it
+            by the heads' mean. With a per-step mask the rows of a_p stay distributions; with a per-region mask they
+            need not sum to 1 (as in the paper's form, a_p is not re-normalised). Padded regions (0 in every head)
+            stay 0.
+
+    Returns:
+        (B, H, T, R) perturbed attention.
+    """
+    _check_attention("attention", attention)
+    _check_mask(mask, attention)
+    return mask * attention + (1.0 - mask) * attention.mean(dim=1, keepdim=True)
+
+
+def aligned_attention(attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """a_m = a * exp(1 - m) (eq. 5): the smaller m (the more perturbing it hurts), the more weight, up to e times.
+
+    Not re-normalised here: `fuse_attention` re-normalises after the fusion (eqs. 6-10).
+    """
+    _check_attention("attention", attention)
+    _check_mask(mask, attention)
+    return attention * torch.exp(1.0 - mask)
+
+
+def renormalise_over_regions(attention: torch.Tensor, region_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """a_tj / sum_j' a_tj' over the real regions (the normalisation after eqs. 6-10); padded regions get 0.
+
+    Rows with no mass on a real region (e.g. padded decoder steps) stay all zeros, with a zero (never NaN) gradient.
+
+    Args:
+        attention: (B, H, T, R) non-negative weights.
+        region_mask: (B, R), 1 for real regions (at least one per example); None keeps every region.
+    """
+    _check_attention("attention", attention)
+    region_mask = _check_region_mask(region_mask, attention.shape[0], attention.shape[-1])
+    if region_mask is not None:
+        attention = attention * region_mask[:, None, None, :].to(attention.dtype)
+    sums = attention.sum(dim=-1, keepdim=True)
+    # all-zero rows are divided by 1 and stay zero; dividing by a clamped sum would give the same values
+    return attention / torch.where(sums > 0, sums, torch.ones_like(sums))
+
+
+def exp_decay_weight(step: int, temperature: float) -> float:
+    """w_s = exp(-s / T_P), the weight of the *original* attention in the exponential-decay fusion (eq. 8)."""
+    _check_step(step, required=True)
+    _check_temperature(temperature)
+    return math.exp(-step / temperature)
+
+
+def fuse_attention(
+    attention: torch.Tensor,
+    aligned: torch.Tensor,
+    fusion: str,
+    *,
+    eta: float = 0.5,
+    step: int | None = None,
+    temperature: float = 1000.0,
+    gate: torch.Tensor | None = None,
+    region_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Fuses the original attention a with the aligned attention a_m (eqs. 6-10), then re-normalises over the regions.
+
+    - "max" (eq. 6): max(a, a_m) elementwise. Since m <= 1, a_m = a * exp(1 - m) >= a, so this is a_m re-normalised.
+    - "moving_average" (eq. 7): eta * a_m + (1 - eta) * a, eta in [0, 1] a fixed ratio (our reading: eta weighs the
+      aligned attention, so eta = 0 keeps the original attention).
+    - "exp_decay" (eq. 8): w_s * a + (1 - w_s) * a_m with w_s = exp(-s / T_P), s the training step and T_P
+      `temperature`. Our reading: the decaying weight is the original attention's, so training starts on the original
+      attention (the mask network is untrained then) and moves to the aligned one; this is what the public code of
+      the calibration method A2 builds on does (weight exp(-num_updates / T) on the original attention). The opposite
+      reading, w_s on a_m, would use the aligned attention only at the start of training.
+    - "gate" (eqs. 9-10): g * a_m + (1 - g) * a, g = sigmoid(W_g q + b_g) given per head and step as `gate`.
+
+    Args:
+        attention: (B, H, T, R) original cross-attention probabilities a.
+        aligned: (B, H, T, R) aligned attention a_m from `aligned_attention`.
+        fusion: one of `FUSIONS`.
+        eta: moving-average ratio in [0, 1] ("moving_average" only).
+        step: training step s >= 0, required for "exp_decay".
+        temperature: T_P > 0 ("exp_decay" only).
+        gate: (B, H, T, 1) gate values in [0, 1], required for "gate"; ignored by the other fusions.
+        region_mask: (B, R), 1 for real regions; padded regions get 0 after the re-normalisation.
+
+    Returns:
+        (B, H, T, R) fused attention whose rows sum to 1 over the real regions (all-zero rows stay zero).
+    """
+    _check_fusion(fusion)
+    _check_eta(eta)
+    _check_temperature(temperature)
+    _check_step(step, required=fusion == "exp_decay")
+    _check_attention("attention", attention)
+    _check_attention("aligned", aligned)
+    if aligned.shape != attention.shape:
+        raise ValueError(
+            f"`aligned` must have the shape of `attention` {ATTENTION_LAYOUT} = {tuple(attention.shape)}, "
+            f"got {tuple(aligned.shape)}."
+        )
+    if fusion == "max":
+        fused = torch.maximum(attention, aligned)
+    elif fusion == "moving_average":
+        fused = eta * aligned + (1.0 - eta) * attention
+    elif fusion == "exp_decay":
+        weight = exp_decay_weight(step, temperature)
+        fused = weight * attention + (1.0 - weight) * aligned
+    else:
+        if gate is None:
+            raise ValueError(f"`gate` {GATE_LAYOUT} is required for fusion 'gate', got None.")
+        _check_probabilities("gate", gate, GATE_LAYOUT, upper=1.0)
+        if tuple(gate.shape) != (*attention.shape[:3], 1):
+            raise ValueError(
+                f"`gate` must have shape {GATE_LAYOUT} = {(*attention.shape[:3], 1)} to match `attention`, "
+                f"got {tuple(gate.shape)}."
+            )
+        fused = gate * aligned + (1.0 - gate) * attention
+    return renormalise_over_regions(fused, region_mask)
+
+
+def mask_objective(
+    caption_loss: torch.Tensor,
+    masks: Sequence[torch.Tensor],
+    weight: float,
+    valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """L_mask = -L_IC(a_p) + lambda * ||1 - m||^2, minimised over the mask networks' parameters only (eq. 4).
+
+    Reading of eq. (4): the mask network looks for the smallest perturbation (m close to 1) that most degrades the
+    caption, i.e. it *maximises* the captioning loss under perturbation while paying lambda ||1 - m||^2; written as a
+    quantity to minimise, the caption loss enters with a minus sign (the sign is lost in the printed equation; the
+    calibration code A2 follows has `loss_mask = -loss(a_p) + alpha * ||1 - m||`). Minimise it only with respect to
+    `AttentionPerturbation.mask_parameters()`: taken with respect to the captioner, it would train the captioner to
+    caption badly.
+
+    Normalisation of the penalty: for each aligned layer, (1 - m)^2 is summed over heads (and over regions for
+    per-region masks; padded regions, where `AttentionPerturbation.mask` puts m = 1, add 0), averaged over the valid
+    decoder steps, and the layers are summed. With no valid step the penalty is a zero attached to the masks' graph.
+
+    Args:
+        caption_loss: scalar captioning loss L_IC computed with the perturbed attention a_p (eq. 3).
+        masks: one (B, H, T, 1) or (B, H, T, R) mask in [0, 1] per aligned layer.
+        weight: lambda >= 0.
+        valid: (B, T), 1 for real (non-padded) decoder steps; None counts every step.
+
+    Returns:
+        scalar objective.
+    """
+    if not isinstance(caption_loss, torch.Tensor) or caption_loss.dim() != 0:
+        got = tuple(caption_loss.shape) if isinstance(caption_loss, torch.Tensor) else type(caption_loss).__name__
+        raise ValueError(f"`caption_loss` must be a scalar (0-dim) tensor, got {got}.")
+    check_finite("caption_loss", caption_loss)
+    if not _is_number(weight) or weight < 0:
+        raise ValueError(f"`weight` (lambda of eq. 4) must be a finite float >= 0, got {weight!r}.")
+    if isinstance(masks, torch.Tensor) or not isinstance(masks, Sequence) or len(masks) == 0:
+        got = f"a tensor of shape {tuple(masks.shape)}" if isinstance(masks, torch.Tensor) else repr(masks)
+        raise ValueError(
+            f"`masks` must be a non-empty list of {MASK_LAYOUT} tensors (one per aligned layer), got {got}."
+        )
+    for index, mask in enumerate(masks):
+        _check_probabilities(f"masks[{index}]", mask, MASK_LAYOUT, upper=1.0)
+    batch, steps = masks[0].shape[0], masks[0].shape[2]
+    for index, mask in enumerate(masks):
+        if (mask.shape[0], mask.shape[2]) != (batch, steps):
+            raise ValueError(
+                f"`masks[{index}]` must share (batch, text_length) = {(batch, steps)} with `masks[0]`, "
+                f"got shape {tuple(mask.shape)}."
+            )
+    if valid is not None:
+        check_rank("valid", valid, 2, "(batch, text_length)")
+        if tuple(valid.shape) != (batch, steps):
+            raise ValueError(
+                f"`valid` must have shape (batch, text_length) = {(batch, steps)}, got {tuple(valid.shape)}."
+            )
+        valid = valid.bool()
+    penalty = caption_loss.new_zeros(())
+    for mask in masks:
+        per_step = (1.0 - mask).pow(2).sum(dim=(1, 3))  # (B, T): sum over heads and mask positions
+        if valid is None:
+            penalty = penalty + per_step.mean()
+        elif bool(valid.any()):
+            penalty = penalty + per_step[valid].mean()
+        else:
+            penalty = penalty + per_step.sum() * 0.0  # keeps the graph; no valid step in this batch
+    return -caption_loss + weight * penalty
+
+
+# --- module ---------------------------------------------------------------------------------------------------------
+
+
+class PerturbationLinear(nn.Linear):
+    """A Linear layer with the initialisation A2 needs (a model's `_init_weights` must call `init_parameters` on it
+    instead of its generic Linear init, which would zero the mask bias and make m start at 0.5)."""
+
+    def __init__(self, in_features: int, out_features: int, weight_std: float, bias_value: float | None):
+        super().__init__(in_features, out_features, bias=bias_value is not None)
+        self.weight_std = float(weight_std)
+        self.bias_value = bias_value
+        self.init_parameters()
+
+    @torch.no_grad()
+    def init_parameters(self) -> None:
+        # transformers' guarded initialisers: a weight loaded from a checkpoint is never re-initialised
+        if self.weight_std > 0:
+            init.normal_(self.weight, mean=0.0, std=self.weight_std)
+        else:
+            init.zeros_(self.weight)
+        if self.bias is not None:
+            init.constant_(self.bias, float(self.bias_value))
+
+
+class AttentionPerturbation(nn.Module):
+    """The A2 alignment of one decoder layer's cross-attention: mask network (eq. 2), perturbation (eq. 3), alignment
+    and fusion (eqs. 5-10).
+
+    Parameters: `mask_network` (W_m, b_m: Linear hidden -> heads, eq. 2), `region_network` (U_m: Linear hidden ->
+    heads without bias, the region term of the per-region mask) and, for fusion "gate", `gate` (W_g, b_g: Linear
+    hidden -> heads, eq. 9).
+
+    Initialisation (`reset_parameters`): W_m ~ N(0, initializer_range), b_m = `mask_bias_init` (3.0, so that m starts
+    near sigmoid(3) = 0.95, i.e. almost no perturbation and a_m almost a), U_m = 0 (the per-region mask starts equal
+    to the per-step one), W_g ~ N(0, initializer_range), b_g = 0 (g starts near 0.5). A model's `_init_weights` that
+    zeroes Linear biases must call `reset_parameters()` on this module afterwards, or m would start at 0.5.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        fusion: str,
+        eta: float = 0.5,
+        temperature: float = 1000.0,
+        mask_bias_init: float = 3.0,
+        initializer_range: float = 0.02,
+    ):
+        super().__init__()
+        _check_positive_int("hidden_size", hidden_size)
+        _check_positive_int("num_heads", num_heads)
+        _check_fusion(fusion)
+        _check_eta(eta)
+        _check_temperature(temperature)
+        if not _is_number(mask_bias_init):
+            raise ValueError(f"`mask_bias_init` must be a finite float, got {mask_bias_init!r}.")
+        if not _is_number(initializer_range) or initializer_range < 0:
+            raise ValueError(f"`initializer_range` must be a float >= 0, got {initializer_range!r}.")
+        self.hidden_size = hidden_size
+        self.num_heads = num_heads
+        self.fusion = fusion
+        self.eta = float(eta)
+        self.temperature = float(temperature)
+        self.mask_bias_init = float(mask_bias_init)
+        self.initializer_range = float(initializer_range)
+        self.mask_network = PerturbationLinear(hidden_size, num_heads, weight_std=initializer_range, bias_value=mask_bias_init)
+        self.region_network = PerturbationLinear(hidden_size, num_heads, weight_std=0.0, bias_value=None)
+        self.gate = PerturbationLinear(hidden_size, num_heads, weight_std=initializer_range, bias_value=0.0) if fusion == "gate" else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialises eq. 2 so that m starts near sigmoid(mask_bias_init) (no perturbation) and eq. 9 so that g ~ 0.5."""
+        for layer in (self.mask_network, self.region_network, self.gate):
+            if layer is not None:
+                layer.init_parameters()
+
+    def mask_parameters(self) -> list[nn.Parameter]:
+        """The parameters eq. (4) trains (W_m, b_m, U_m): give only these to the mask step's optimiser."""
+        return [*self.mask_network.parameters(), *self.region_network.parameters()]
+
+    def _check_states(self, name: str, states: torch.Tensor, layout: str) -> None:
+        check_rank(name, states, 3, layout)
+        check_finite(name, states)
+        if states.shape[-1] != self.hidden_size:
+            raise ValueError(
+                f"`{name}` must have shape {layout} with hidden_size={self.hidden_size}, got {tuple(states.shape)}."
+            )
+
+    def mask(
+        self,
+        hidden_states: torch.Tensor,
+        region_states: torch.Tensor | None = None,
+        region_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """m = sigmoid(W_m h_t + b_m) per head and step (eq. 2); with `region_states`, sigmoid(W_m h_t + U_m v_j + b_m).
+
+        Args:
+            hidden_states: (B, T, D) decoder states h_t feeding the cross-attention.
+            region_states: (B, R, D) region states v_j (the cross-attention's keys' input); None gives one mask value
+                per head and step (with which eqs. 5-10 are the identity, see the module docstring).
+            region_mask: (B, R), 1 for real regions; padded regions get m = 1 (no perturbation, no penalty, no
+                gradient). Only used with `region_states`.
+
+        Returns:
+            (B, H, T, 1) mask, or (B, H, T, R) with `region_states`, in (0, 1].
+        """
+        self._check_states("hidden_states", hidden_states, "(batch, text_length, hidden_size)")
+        logits = self.mask_network(hidden_states)  # (B, T, H)
+        if region_states is None:
+            return torch.sigmoid(logits).transpose(1, 2).unsqueeze(-1)
+        self._check_states("region_states", region_states, "(batch, num_regions, hidden_size)")
+        if region_states.shape[0] != hidden_states.shape[0]:
+            raise ValueError(
+                f"`region_states` must share the batch size of `hidden_states` ({hidden_states.shape[0]}), "
+                f"got shape {tuple(region_states.shape)}."
+            )
+        region_mask = _check_region_mask(region_mask, region_states.shape[0], region_states.shape[1])
+        logits = logits[:, :, None, :] + self.region_network(region_states)[:, None, :, :]  # (B, T, R, H)
+        mask = torch.sigmoid(logits).permute(0, 3, 1, 2)  # (B, H, T, R)
+        if region_mask is not None:
+            mask = mask.masked_fill(~region_mask[:, None, None, :], 1.0)
+        return mask
+
+    def perturb(self, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """a_p = m * a + (1 - m) * mean over heads of a (eq. 3); see `perturbed_attention`."""
+        self._check_heads(attention)
+        return perturbed_attention(attention, mask)
+
+    def gate_values(self, queries: torch.Tensor) -> torch.Tensor:
+        """g = sigmoid(W_g q + b_g) (eqs. 9-10), (B, T, D) queries -> (B, H, T, 1) gate values."""
+        if self.gate is None:
+            raise ValueError(f"`gate_values` needs fusion 'gate', this module has fusion {self.fusion!r}.")
+        self._check_states("queries", queries, "(batch, text_length, hidden_size)")
+        return torch.sigmoid(self.gate(queries)).transpose(1, 2).unsqueeze(-1)
+
+    def align(
+        self,
+        attention: torch.Tensor,
+        mask: torch.Tensor,
+        queries: torch.Tensor | None = None,
+        step: int | None = None,
+        region_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """a_m = a * exp(1 - m) (eq. 5) fused with a by `self.fusion` (eqs. 6-10), re-normalised over the real regions.
+
+        Args:
+            attention: (B, H, T, R) cross-attention probabilities.
+            mask: (B, H, T, 1) or (B, H, T, R) mask from `mask` (pass `mask.detach()` so that only eq. 4 trains the
+                mask network).
+            queries: (B, T, D) decoder states the gate reads (eq. 9); required for fusion "gate", ignored otherwise.
+            step: training step s >= 0; required for fusion "exp_decay".
+            region_mask: (B, R), 1 for real regions.
+
+        Returns:
+            (B, H, T, R) aligned attention, rows summing to 1 over the real regions.
+        """
+        self._check_heads(attention)
+        _check_step(step, required=self.fusion == "exp_decay")
+        gate = None
+        if self.fusion == "gate":
+            if queries is None:
+                raise ValueError(
+                    "`queries` (batch, text_length, hidden_size) are required for fusion 'gate', got None."
+                )
+            gate = self.gate_values(queries)
+            if tuple(queries.shape[:2]) != (attention.shape[0], attention.shape[2]):
+                raise ValueError(
+                    f"`queries` must have shape (batch, text_length, hidden_size) = "
+                    f"{(attention.shape[0], attention.shape[2], self.hidden_size)} to match `attention`, "
+                    f"got {tuple(queries.shape)}."
+                )
+        return fuse_attention(
+            attention,
+            aligned_attention(attention, mask),
+            self.fusion,
+            eta=self.eta,
+            step=step,
+            temperature=self.temperature,
+            gate=gate,
+            region_mask=region_mask,
+        )
+
+    def _check_heads(self, attention: torch.Tensor) -> None:
+        check_rank("attention", attention, 4, ATTENTION_LAYOUT)
+        if attention.shape[1] != self.num_heads:
+            raise ValueError(
+                f"`attention` must have shape {ATTENTION_LAYOUT} with num_heads={self.num_heads}, "
+                f"got {tuple(attention.shape)}."
+            )
+
+    def extra_repr(self) -> str:
+        return (
+            f"hidden_size={self.hidden_size}, num_heads={self.num_heads}, fusion={self.fusion!r}, eta={self.eta}, "
+            f"temperature={self.temperature}, mask_bias_init={self.mask_bias_init}"
+        )

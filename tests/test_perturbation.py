@@ -1,0 +1,401 @@
+"""A2 attention alignment of Fei (2022): mask (eq. 2), perturbation (eq. 3), mask objective (eq. 4), aligned attention
+(eq. 5), the four fusions (eqs. 6-10) and the re-normalisation over regions."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from hf_vlalign.supervision.perturbation import (
+    FUSIONS,
+    AttentionPerturbation,
+    aligned_attention,
+    exp_decay_weight,
+    fuse_attention,
+    mask_objective,
+    perturbed_attention,
+    renormalise_over_regions,
+)
+
+LN2 = math.log(2.0)
+
+
+def row(values):
+    """(1, 1, 1, R) tensor: one head, one decoder step."""
+    return torch.tensor([[[values]]], dtype=torch.float32)
+
+
+# Shared hand example (one head, one step, three regions):
+#   a = [0.5, 0.3, 0.2],  m = [1, 1 - ln 2, 1]  ->  exp(1 - m) = [1, 2, 1]  ->  a_m = [0.5, 0.6, 0.2]
+A = row([0.5, 0.3, 0.2])
+M = row([1.0, 1.0 - LN2, 1.0])
+A_M = row([0.5, 0.6, 0.2])
+
+
+# --- eq. 3: perturbed attention -------------------------------------------------------------------------------------
+
+
+def test_perturbed_attention_two_heads_by_hand():
+    # head 0: [0.6, 0.4], head 1: [0.2, 0.8]; mean over heads = [(0.6 + 0.2) / 2, (0.4 + 0.8) / 2] = [0.4, 0.6]
+    attention = torch.tensor([[[[0.6, 0.4]], [[0.2, 0.8]]]])  # (1, 2, 1, 2)
+    mask = torch.tensor([[[[0.5]], [[1.0]]]])  # (1, 2, 1, 1): head 0 half perturbed, head 1 untouched
+    # head 0: 0.5 * [0.6, 0.4] + 0.5 * [0.4, 0.6] = [0.3 + 0.2, 0.2 + 0.3] = [0.5, 0.5]
+    # head 1: 1.0 * [0.2, 0.8] + 0.0 * [0.4, 0.6] = [0.2, 0.8]
+    expected = torch.tensor([[[[0.5, 0.5]], [[0.2, 0.8]]]])
+    torch.testing.assert_close(perturbed_attention(attention, mask), expected)
+
+
+def test_perturbed_attention_per_region_mask_by_hand():
+    attention = torch.tensor([[[[0.6, 0.4]], [[0.2, 0.8]]]])
+    # head 0 keeps region 0 (m = 1) and fully perturbs region 1 (m = 0); head 1 perturbs region 0 by a quarter
+    mask = torch.tensor([[[[1.0, 0.0]], [[0.75, 1.0]]]])
+    # head 0: [1 * 0.6 + 0 * 0.4, 0 * 0.4 + 1 * 0.6] = [0.6, 0.6]
+    # head 1: [0.75 * 0.2 + 0.25 * 0.4, 1 * 0.8 + 0 * 0.6] = [0.15 + 0.1, 0.8] = [0.25, 0.8]
+    expected = torch.tensor([[[[0.6, 0.6]], [[0.25, 0.8]]]])
+    torch.testing.assert_close(perturbed_attention(attention, mask), expected)
+
+
+def test_perturbed_attention_with_mask_one_is_identity_and_keeps_padded_regions_zero():
+    attention = torch.softmax(torch.randn(2, 3, 4, 5), -1)
+    attention = renormalise_over_regions(attention, torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]))
+    torch.testing.assert_close(perturbed_attention(attention, torch.ones(2, 3, 4, 1)), attention)
+    perturbed = perturbed_attention(attention, torch.full((2, 3, 4, 1), 0.3))
+    assert torch.all(perturbed[0, :, :, 4] == 0)
+    torch.testing.assert_close(perturbed.sum(-1), torch.ones(2, 3, 4))  # per-step mask: rows stay distributions
+
+
+# --- eq. 5: aligned attention ---------------------------------------------------------------------------------------
+
+
+def test_aligned_attention_by_hand():
+    # m = [1, 1 - ln 2, 0.5]: a * exp(1 - m) = [0.5 * e^0, 0.3 * e^ln2, 0.2 * e^0.5] = [0.5, 0.6, 0.2 * 1.648721]
+    mask = row([1.0, 1.0 - LN2, 0.5])
+    expected = row([0.5, 0.6, 0.2 * math.exp(0.5)])
+    torch.testing.assert_close(aligned_attention(A, mask), expected)
+    torch.testing.assert_close(aligned_attention(A, M), A_M)
+
+
+# --- re-normalisation -----------------------------------------------------------------------------------------------
+
+
+def test_renormalise_with_masked_region_by_hand():
+    attention = row([0.2, 0.3, 0.5])
+    # region 2 is padding: [0.2, 0.3, 0] / (0.2 + 0.3) = [0.4, 0.6, 0]
+    out = renormalise_over_regions(attention, torch.tensor([[1, 1, 0]]))
+    torch.testing.assert_close(out, row([0.4, 0.6, 0.0]))
+
+
+def test_renormalise_keeps_all_zero_rows_zero_without_nan():
+    attention = torch.tensor([[[[0.0, 0.0, 0.7]], [[1.0, 3.0, 0.0]]]], requires_grad=True)  # (1, 2, 1, 3)
+    out = renormalise_over_regions(attention, torch.tensor([[1, 1, 0]]))
+    # head 0 only attends to the padded region -> all zeros; head 1: [1, 3] / 4 = [0.25, 0.75]
+    torch.testing.assert_close(out.detach(), torch.tensor([[[[0.0, 0.0, 0.0]], [[0.25, 0.75, 0.0]]]]))
+    out.sum().backward()
+    assert torch.isfinite(attention.grad).all()
+
+
+# --- eqs. 6-10: fusions, each by hand on (a, a_m) = ([0.5, 0.3, 0.2], [0.5, 0.6, 0.2]) ----------------------------
+
+
+def test_fusion_max_by_hand():
+    # max(a, a_m) = [0.5, 0.6, 0.2], sum 1.3 -> [5/13, 6/13, 2/13]
+    out = fuse_attention(A, A_M, "max")
+    torch.testing.assert_close(out, row([5 / 13, 6 / 13, 2 / 13]))
+
+
+def test_fusion_moving_average_by_hand():
+    # eta = 0.5: 0.5 * [0.5, 0.6, 0.2] + 0.5 * [0.5, 0.3, 0.2] = [0.5, 0.45, 0.2], sum 1.15 -> [10/23, 9/23, 4/23]
+    out = fuse_attention(A, A_M, "moving_average", eta=0.5)
+    torch.testing.assert_close(out, row([10 / 23, 9 / 23, 4 / 23]))
+    # eta = 0 keeps the original attention, eta = 1 is the re-normalised a_m (= the max fusion here)
+    torch.testing.assert_close(fuse_attention(A, A_M, "moving_average", eta=0.0), A)
+    torch.testing.assert_close(fuse_attention(A, A_M, "moving_average", eta=1.0), row([5 / 13, 6 / 13, 2 / 13]))
+
+
+def test_fusion_exp_decay_by_hand():
+    # T_P = 1 / ln 2, s = 2: w = exp(-2 ln 2) = 1/4 on the original attention, 3/4 on a_m
+    temperature = 1.0 / LN2
+    assert exp_decay_weight(2, temperature) == pytest.approx(0.25)
+    # 0.25 * [0.5, 0.3, 0.2] + 0.75 * [0.5, 0.6, 0.2] = [0.125 + 0.375, 0.075 + 0.45, 0.05 + 0.15] = [0.5, 0.525, 0.2]
+    # sum 1.225 -> [0.5 / 1.225, 0.525 / 1.225, 0.2 / 1.225] = [20/49, 21/49, 8/49]
+    out = fuse_attention(A, A_M, "exp_decay", step=2, temperature=temperature)
+    torch.testing.assert_close(out, row([20 / 49, 21 / 49, 8 / 49]))
+    # s = 0: w = 1, the original attention; s -> infinity: the re-normalised a_m
+    torch.testing.assert_close(fuse_attention(A, A_M, "exp_decay", step=0, temperature=temperature), A)
+    far = fuse_attention(A, A_M, "exp_decay", step=10_000, temperature=temperature)
+    torch.testing.assert_close(far, row([5 / 13, 6 / 13, 2 / 13]))
+
+
+def test_fusion_gate_by_hand():
+    # g = 0.75: 0.75 * [0.5, 0.6, 0.2] + 0.25 * [0.5, 0.3, 0.2] = [0.5, 0.525, 0.2] -> [20/49, 21/49, 8/49]
+    out = fuse_attention(A, A_M, "gate", gate=torch.full((1, 1, 1, 1), 0.75))
+    torch.testing.assert_close(out, row([20 / 49, 21 / 49, 8 / 49]))
+
+
+def test_fusion_renormalises_with_region_mask():
+    attention, aligned = row([0.5, 0.3, 0.2]), row([0.5, 0.6, 0.4])
+    # max = [0.5, 0.6, 0.4], region 2 padded -> [0.5, 0.6, 0] / 1.1 = [5/11, 6/11, 0]
+    out = fuse_attention(attention, aligned, "max", region_mask=torch.tensor([[1, 1, 0]]))
+    torch.testing.assert_close(out, row([5 / 11, 6 / 11, 0.0]))
+
+
+# --- module ---------------------------------------------------------------------------------------------------------
+
+
+def test_module_align_each_fusion_by_hand():
+    hidden = 4
+    queries = torch.zeros(1, 1, hidden)
+    expectations = {
+        "max": ({}, [5 / 13, 6 / 13, 2 / 13]),
+        "moving_average": ({"eta": 0.5}, [10 / 23, 9 / 23, 4 / 23]),
+        "exp_decay": ({"temperature": 1.0 / LN2}, [20 / 49, 21 / 49, 8 / 49]),
+        "gate": ({}, [20 / 49, 21 / 49, 8 / 49]),
+    }
+    for fusion, (kwargs, expected) in expectations.items():
+        module = AttentionPerturbation(hidden, 1, fusion, **kwargs)
+        if fusion == "gate":
+            with torch.no_grad():  # W_g = 0, b_g = ln 3 -> g = sigmoid(ln 3) = 3 / (1 + 3) = 0.75
+                module.gate.weight.zero_()
+                module.gate.bias.fill_(math.log(3.0))
+        out = module.align(A, M, queries=queries, step=2 if fusion == "exp_decay" else None)
+        torch.testing.assert_close(out, row(expected), msg=fusion)
+
+
+def test_mask_starts_near_one():
+    torch.manual_seed(0)
+    module = AttentionPerturbation(hidden_size=32, num_heads=4, fusion="max")
+    # zero states -> m = sigmoid(b_m) = sigmoid(3) = 0.9526
+    zero = module.mask(torch.zeros(2, 5, 32))
+    assert zero.shape == (2, 4, 5, 1)
+    torch.testing.assert_close(zero, torch.full_like(zero, 1 / (1 + math.exp(-3.0))))
+    mask = module.mask(torch.randn(2, 5, 32))
+    assert 0.9 < float(mask.detach().min()) and float(mask.detach().max()) < 1.0
+
+
+def test_per_region_mask_shape_padding_and_initial_value():
+    torch.manual_seed(0)
+    module = AttentionPerturbation(hidden_size=8, num_heads=2, fusion="max")
+    hidden, regions = torch.randn(2, 3, 8), torch.randn(2, 4, 8)
+    region_mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    per_step = module.mask(hidden)
+    per_region = module.mask(hidden, regions, region_mask)
+    assert per_region.shape == (2, 2, 3, 4)
+    assert torch.all(per_region[0, :, :, 3] == 1.0)  # padded region: no perturbation
+    # U_m starts at zero: the per-region mask starts equal to the per-step one on real regions
+    torch.testing.assert_close(per_region[1], per_step[1].expand(2, 3, 4))
+
+
+def test_per_step_mask_makes_alignment_the_identity_but_per_region_mask_does_not():
+    # A per-(head, step) mask scales a whole row by exp(1 - m): after re-normalisation every fusion gives back a.
+    torch.manual_seed(0)
+    attention = torch.softmax(torch.randn(2, 2, 3, 4), -1)
+    per_step, per_region = torch.rand(2, 2, 3, 1), torch.rand(2, 2, 3, 4)
+    queries = torch.randn(2, 3, 8)
+    for fusion in FUSIONS:
+        module = AttentionPerturbation(8, 2, fusion)
+        torch.testing.assert_close(module.align(attention, per_step, queries=queries, step=5000), attention)
+        realigned = module.align(attention, per_region, queries=queries, step=5000)
+        assert (realigned - attention).abs().max() > 1e-3, fusion
+        torch.testing.assert_close(realigned.sum(-1), torch.ones(2, 2, 3))
+
+
+def test_align_renormalises_over_real_regions():
+    torch.manual_seed(0)
+    module = AttentionPerturbation(8, 2, "moving_average", eta=0.7)
+    region_mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    attention = renormalise_over_regions(torch.softmax(torch.randn(2, 2, 3, 4), -1), region_mask)
+    mask = module.mask(torch.randn(2, 3, 8), torch.randn(2, 4, 8), region_mask)
+    out = module.align(attention, mask, region_mask=region_mask)
+    assert torch.all(out[0, :, :, 2:] == 0)
+    torch.testing.assert_close(out.sum(-1), torch.ones(2, 2, 3))
+
+
+# --- eq. 4: mask objective ------------------------------------------------------------------------------------------
+
+
+def test_mask_objective_by_hand():
+    caption_loss = torch.tensor(2.0)
+    # layer 1 (B=1, H=2, T=2, 1): step 0 has m = (0.5, 1.0) -> (1-m)^2 summed over heads = 0.25; step 1 (padding) = 1.0
+    layer1 = torch.tensor([[[[0.5], [0.0]], [[1.0], [0.0]]]])  # (1, 2, 2, 1)
+    # layer 2: step 0 has m = (0.9, 0.8) -> 0.01 + 0.04 = 0.05
+    layer2 = torch.tensor([[[[0.9], [1.0]], [[0.8], [1.0]]]])
+    valid = torch.tensor([[1, 0]])
+    # penalty = 0.25 + 0.05 = 0.3 (valid step only); objective = -2 + 0.5 * 0.3 = -1.85
+    out = mask_objective(caption_loss, [layer1, layer2], weight=0.5, valid=valid)
+    assert float(out) == pytest.approx(-1.85)
+    # without `valid` both steps count: layer 1 mean (0.25 + 2.0) / 2 = 1.125; layer 2: (0.05 + 0) / 2 = 0.025
+    assert float(mask_objective(caption_loss, [layer1, layer2], weight=1.0)) == pytest.approx(-2 + 1.15)
+
+
+def test_mask_objective_with_no_valid_step_keeps_graph():
+    mask = torch.full((1, 2, 2, 1), 0.5, requires_grad=True)
+    out = mask_objective(torch.tensor(1.0), [mask], weight=1.0, valid=torch.zeros(1, 2))
+    assert float(out.detach()) == -1.0
+    out.backward()
+    assert torch.all(mask.grad == 0)
+
+
+def _toy_scene(per_region: bool):
+    """A frozen-path toy captioner: a = softmax(W x) from a Linear "captioner", perturbed by the mask network."""
+    torch.manual_seed(0)
+    batch, heads, steps, regions, hidden = 2, 2, 3, 4, 8
+    captioner = nn.Linear(hidden, heads * regions)
+    perturbation = AttentionPerturbation(hidden, heads, "max")
+    states, region_states = torch.randn(batch, steps, hidden), torch.randn(batch, regions, hidden)
+
+    def objective():
+        attention = captioner(states).view(batch, steps, heads, regions).permute(0, 2, 1, 3).softmax(-1)
+        mask = perturbation.mask(states, region_states if per_region else None)
+        perturbed = perturbation.perturb(attention, mask)
+        # toy caption loss that grows with the perturbation: how far the perturbed attention moved
+        caption_loss = (perturbed - attention.detach()).pow(2).sum(-1).mean() * 100.0
+        return mask_objective(caption_loss, [mask], weight=0.01), mask
+
+    return captioner, perturbation, objective
+
+
+@pytest.mark.parametrize("per_region", [False, True])
+def test_mask_objective_gradient_reaches_only_the_mask_network(per_region):
+    captioner, perturbation, objective = _toy_scene(per_region)
+    value, _ = objective()
+    weight, bias, region_weight = torch.autograd.grad(value, perturbation.mask_parameters(), allow_unused=True)
+    assert torch.isfinite(weight).all() and float(weight.abs().sum()) > 0  # W_m
+    assert torch.isfinite(bias).all() and float(bias.abs().sum()) > 0  # b_m
+    if per_region:
+        assert torch.isfinite(region_weight).all() and float(region_weight.abs().sum()) > 0  # U_m
+    else:
+        assert region_weight is None  # the per-step mask does not read the region states
+    assert all(p.grad is None for p in captioner.parameters())  # the captioner got nothing
+    # the objective does depend on the captioner (it would train it to caption badly), which is why the mask step
+    # differentiates with respect to `mask_parameters()` only
+    value, _ = objective()
+    captioner_grads = torch.autograd.grad(value, list(captioner.parameters()))
+    assert any(float(g.abs().sum()) > 0 for g in captioner_grads)
+
+
+@pytest.mark.parametrize("per_region", [False, True])
+def test_sgd_on_mask_parameters_only_decreases_the_objective(per_region):
+    captioner, perturbation, objective = _toy_scene(per_region)
+    frozen = [p.detach().clone() for p in captioner.parameters()]
+    optimizer = torch.optim.SGD(perturbation.mask_parameters(), lr=0.5)
+    values, mean_masks = [], []
+    for _ in range(6):
+        value, mask = objective()
+        values.append(float(value.detach()))
+        mean_masks.append(float(mask.detach().mean()))
+        optimizer.zero_grad()
+        value.backward()
+        optimizer.step()
+    assert all(later < earlier for earlier, later in zip(values, values[1:])), values
+    assert mean_masks[-1] < mean_masks[0]  # it learned to perturb more where it hurts the caption
+    for before, after in zip(frozen, captioner.parameters()):
+        assert torch.equal(before, after)
+
+
+# --- errors ---------------------------------------------------------------------------------------------------------
+
+
+def test_constructor_errors():
+    with pytest.raises(ValueError, match="`fusion` must be one of .*'max'.*'moving_average'.*'exp_decay'.*'gate'"):
+        AttentionPerturbation(8, 2, "mean")
+    with pytest.raises(ValueError, match=r"`eta`.*\[0, 1\].*1.5"):
+        AttentionPerturbation(8, 2, "moving_average", eta=1.5)
+    with pytest.raises(ValueError, match=r"`eta`"):
+        AttentionPerturbation(8, 2, "moving_average", eta=-0.1)
+    with pytest.raises(ValueError, match=r"`temperature`.*> 0.*got 0"):
+        AttentionPerturbation(8, 2, "exp_decay", temperature=0)
+    with pytest.raises(ValueError, match=r"`temperature`"):
+        AttentionPerturbation(8, 2, "exp_decay", temperature=-5.0)
+    with pytest.raises(ValueError, match=r"`hidden_size` must be a positive int"):
+        AttentionPerturbation(0, 2, "max")
+    with pytest.raises(ValueError, match=r"`num_heads` must be a positive int"):
+        AttentionPerturbation(8, 0, "max")
+
+
+def test_step_and_queries_errors():
+    attention, mask = torch.softmax(torch.randn(1, 2, 3, 4), -1), torch.rand(1, 2, 3, 4)
+    decay = AttentionPerturbation(8, 2, "exp_decay")
+    with pytest.raises(ValueError, match=r"`step`.*required for fusion 'exp_decay'"):
+        decay.align(attention, mask)
+    with pytest.raises(ValueError, match=r"`step`.*>= 0, got -1"):
+        decay.align(attention, mask, step=-1)
+    with pytest.raises(ValueError, match=r"`step`.*got True"):
+        decay.align(attention, mask, step=True)
+    with pytest.raises(ValueError, match=r"`step`.*>= 0"):
+        fuse_attention(attention, attention, "max", step=-3)
+    gate = AttentionPerturbation(8, 2, "gate")
+    with pytest.raises(ValueError, match=r"`queries`.*required for fusion 'gate'"):
+        gate.align(attention, mask)
+    with pytest.raises(ValueError, match=r"`queries` must have shape .*\(1, 3, 8\)"):
+        gate.align(attention, mask, queries=torch.randn(1, 5, 8))
+    with pytest.raises(ValueError, match=r"`queries`.*hidden_size=8"):
+        gate.align(attention, mask, queries=torch.randn(1, 3, 6))
+    with pytest.raises(ValueError, match=r"`gate`.*required for fusion 'gate'"):
+        fuse_attention(attention, attention, "gate")
+    with pytest.raises(ValueError, match=r"`gate` must have shape"):
+        fuse_attention(attention, attention, "gate", gate=torch.rand(1, 2, 3, 4))
+    with pytest.raises(ValueError, match=r"`fusion` must be one of"):
+        fuse_attention(attention, attention, "average")
+    with pytest.raises(ValueError, match=r"`eta`"):
+        fuse_attention(attention, attention, "moving_average", eta=2.0)
+    with pytest.raises(ValueError, match=r"`temperature`"):
+        fuse_attention(attention, attention, "exp_decay", step=1, temperature=0.0)
+
+
+def test_shape_and_value_errors():
+    module = AttentionPerturbation(8, 2, "max")
+    attention = torch.softmax(torch.randn(1, 2, 3, 4), -1)
+    with pytest.raises(ValueError, match=r"`attention` must have shape \(batch, num_heads, text_length, num_regions\)"):
+        perturbed_attention(attention[0], torch.rand(1, 2, 3, 1))
+    with pytest.raises(ValueError, match=r"`attention`.*num_heads=2"):
+        module.perturb(torch.softmax(torch.randn(1, 3, 3, 4), -1), torch.rand(1, 3, 3, 1))
+    expected = r"`mask` must have shape .*\(1, 2, 3, 1\) or \(1, 2, 3, 4\).*got \(1, 2, 3, 2\)"
+    with pytest.raises(ValueError, match=expected):
+        perturbed_attention(attention, torch.rand(1, 2, 3, 2))
+    with pytest.raises(ValueError, match=r"`mask` must have shape"):
+        aligned_attention(attention, torch.rand(1, 2, 5, 1))
+    with pytest.raises(ValueError, match=r"`mask` must be in \[0, 1\]"):
+        aligned_attention(attention, torch.full((1, 2, 3, 1), 1.5))
+    with pytest.raises(ValueError, match=r"`attention` must be non-negative"):
+        perturbed_attention(-attention, torch.rand(1, 2, 3, 1))
+    with pytest.raises(ValueError, match=r"`attention` must be finite"):
+        renormalise_over_regions(torch.full((1, 2, 3, 4), float("nan")))
+    with pytest.raises(ValueError, match=r"`aligned` must have the shape of `attention`"):
+        fuse_attention(attention, attention[..., :3], "max")
+    with pytest.raises(ValueError, match=r"`region_mask` must have shape \(batch, num_regions\) = \(1, 4\)"):
+        renormalise_over_regions(attention, torch.ones(1, 3))
+    with pytest.raises(ValueError, match=r"`region_mask` must keep at least one region"):
+        renormalise_over_regions(attention, torch.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"`hidden_states`.*hidden_size=8.*got \(1, 3, 6\)"):
+        module.mask(torch.randn(1, 3, 6))
+    with pytest.raises(ValueError, match=r"`hidden_states` must have shape"):
+        module.mask(torch.randn(3, 8))
+    with pytest.raises(ValueError, match=r"`region_states`.*hidden_size=8"):
+        module.mask(torch.randn(1, 3, 8), torch.randn(1, 4, 5))
+    with pytest.raises(ValueError, match=r"`region_states` must share the batch size"):
+        module.mask(torch.randn(1, 3, 8), torch.randn(2, 4, 8))
+    with pytest.raises(ValueError, match=r"`region_mask` must have shape"):
+        module.mask(torch.randn(1, 3, 8), torch.randn(1, 4, 8), torch.ones(1, 5))
+    with pytest.raises(ValueError, match=r"`gate_values` needs fusion 'gate'"):
+        module.gate_values(torch.randn(1, 3, 8))
+
+
+def test_mask_objective_errors():
+    mask = torch.rand(2, 2, 3, 1)
+    with pytest.raises(ValueError, match=r"`caption_loss` must be a scalar"):
+        mask_objective(torch.ones(2), [mask], weight=1.0)
+    with pytest.raises(ValueError, match=r"`caption_loss` must be finite"):
+        mask_objective(torch.tensor(float("inf")), [mask], weight=1.0)
+    with pytest.raises(ValueError, match=r"`weight`.*>= 0, got -1"):
+        mask_objective(torch.tensor(1.0), [mask], weight=-1.0)
+    with pytest.raises(ValueError, match=r"`masks` must be a non-empty list"):
+        mask_objective(torch.tensor(1.0), [], weight=1.0)
+    with pytest.raises(ValueError, match=r"`masks` must be a non-empty list.*a tensor of shape"):
+        mask_objective(torch.tensor(1.0), mask, weight=1.0)
+    with pytest.raises(ValueError, match=r"`masks\[1\]` must be in \[0, 1\]"):
+        mask_objective(torch.tensor(1.0), [mask, mask + 2], weight=1.0)
+    with pytest.raises(ValueError, match=r"`masks\[1\]` must share \(batch, text_length\)"):
+        mask_objective(torch.tensor(1.0), [mask, torch.rand(2, 2, 4, 1)], weight=1.0)
+    with pytest.raises(ValueError, match=r"`valid` must have shape \(batch, text_length\) = \(2, 3\)"):
+        mask_objective(torch.tensor(1.0), [mask], weight=1.0, valid=torch.ones(2, 4))
