@@ -329,13 +329,16 @@ class CaptioningCollator(RegionTextCollator):
     """Caption rows as generation targets: `labels` (B, T) are the caption's tokens followed by [SEP], -100 on padding,
     and `decoder_attention_mask` flags them; the leading [CLS] is dropped because the captioner's decoder starts from
     it (`decoder_start_token_id`) and reads the labels shifted right. The encoder reads regions only, so no
-    `input_ids` are returned. `reference_column` (e.g. the image's other captions) is not tensorised: evaluation reads
-    the references from the rows."""
+    `input_ids` are returned. `reference_column` (a list of the image's reference captions per row) is passed through
+    as `references`, a list of lists of strings, for self-critical training."""
 
     text_columns: tuple[str, ...] = ("caption",)
+    reference_column: str | None = None
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         batch = super().__call__(examples)
+        if self.reference_column is not None:  # the image's reference captions, as strings (self-critical rewards)
+            batch["references"] = [list(example[self.reference_column]) for example in examples]
         tokens, keep = batch.pop("input_ids")[:, 1:], batch.pop("attention_mask")[:, 1:]
         batch.pop("token_type_ids")
         for key in ("word_region_alignment", "phrase_masks"):  # token-indexed: follow the dropped [CLS]

@@ -1,23 +1,27 @@
 from .base import ComponentLossTrainer
-from .pretraining import AlignmentPretrainingTrainer
+from .captioning import CaptioningTrainer
 from .grounding_evaluation import (
     CrossAttentionEvaluation,
     WordRegionAttention,
     cross_attention_rows,
     evaluate_cross_attention,
+    evaluate_decoder_grounding,
     evaluate_grounding,
     word_region_attention,
 )
+from .pretraining import AlignmentPretrainingTrainer
 from .vgp import VGPTrainer, vgp_classification_metrics
 
 __all__ = [
     "AlignmentPretrainingTrainer",
+    "CaptioningTrainer",
     "ComponentLossTrainer",
     "CrossAttentionEvaluation",
     "VGPTrainer",
     "WordRegionAttention",
     "cross_attention_rows",
     "evaluate_cross_attention",
+    "evaluate_decoder_grounding",
     "evaluate_grounding",
     "vgp_classification_metrics",
     "word_region_attention",

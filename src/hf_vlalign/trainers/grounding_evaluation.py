@@ -205,3 +205,33 @@ def cross_attention_rows(
             else None
         ),
     )
+
+
+@torch.no_grad()
+def evaluate_decoder_grounding(
+    model: torch.nn.Module, dataset, collator, batch_size: int = 32, iou_threshold: float = 0.5, progress: bool = True
+) -> tuple[GroundingProbeResult, GroundingProbeResult]:
+    """Li et al.'s probe on a captioner's decoder cross-attention, teacher-forced on the reference captions: the word at
+    label position t is grounded by the attention of the decoder step that generates it (query t).
+
+    Reads the attention the decoder actually used (`aligned_cross_attentions`: after A2's alignment in the aligned
+    layers). Returns (per head of every decoder layer, every layer's heads summed).
+    """
+    if not getattr(collator, "return_probe_targets", False):
+        raise ValueError("`collator` must be built with `return_probe_targets=True` to evaluate grounding.")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    config = model.config
+    per_head = GroundingProbe(config.decoder_layers, config.decoder_attention_heads, iou_threshold)
+    summed = GroundingProbe(config.decoder_layers, 1, iou_threshold)
+    for batch in tqdm(DataLoader(dataset, batch_size=batch_size, collate_fn=collator), desc="decoder grounding", disable=not progress):
+        batch = {k: v for k, v in batch.items() if k != "references"}
+        model_inputs, probe_inputs = _split_batch(batch, device)
+        model_inputs = {k: v for k, v in model_inputs.items() if k not in ("word_region_alignment", "phrase_masks")}
+        rows = torch.stack(model(**model_inputs, output_attentions=True).aligned_cross_attentions)  # (L, B, H, T, R)
+        targets = (probe_inputs["phrase_token_index"], probe_inputs["phrase_region_iou"], model_inputs["visual_attention_mask"], probe_inputs["region_confidence"])
+        per_head.update_from_text_to_region(rows, *targets)
+        summed.update_from_text_to_region(rows.sum(dim=2, keepdim=True), *targets)
+    model.train(was_training)
+    return per_head.compute(), summed.compute()

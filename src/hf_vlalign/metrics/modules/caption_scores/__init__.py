@@ -1,0 +1,1 @@
+"""The caption_scores evaluate module (a package only so that wheels ship the script)."""

@@ -1,0 +1,133 @@
+"""`CaptioningTrainer`: the region captioner trained with cross-entropy on the aligned attention, the A2 mask networks
+trained on their own objective (Fei, eq. 4) in alternation, and optional self-critical sequence training (Rennie et
+al. 2017: CIDEr-D reward, greedy baseline) after cross-entropy."""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from ..data.collators import PROBE_KEYS
+from ..metrics.captioning import cider_d_per_caption
+from .base import ComponentLossTrainer
+
+CAPTION_NON_MODEL_KEYS = (*PROBE_KEYS, "references")
+
+
+class CaptioningTrainer(ComponentLossTrainer):
+    """Trainer for `RegionCaptionerForConditionalGeneration`; logs `loss_caption`, `loss_mask`, `mask_mean` and, with
+    self-critical training, `loss_scst` and `reward`.
+
+    With `attention_alignment` in the model's config, every `mask_update_every` captioner steps one mask step runs
+    first: the perturbed attention's mask objective (eq. 4) is differentiated with respect to the mask networks' own
+    parameters only (`torch.autograd.grad`) and stepped by their own Adam optimiser; the captioner's optimiser never
+    holds them, and the captioner's step reads the masks detached. The training step count is the `s` of the
+    exponential-decay fusion (eq. 8).
+
+    Args:
+        mask_update_every (`int`): captioner steps per mask step (1: alternate every step).
+        mask_learning_rate (`float`, *optional*): learning rate of the mask networks (default: `args.learning_rate`).
+        scst_start_epoch (`float`, *optional*): from this (fractional) epoch on, the loss is self-critical: captions are
+            sampled, rewarded with CIDEr-D against the batch's `references` minus the reward of the greedy caption,
+            and their log-likelihood is weighted by that advantage. Needs `tokenizer` and a collator that returns
+            `references` (`CaptioningCollator(reference_column=...)`).
+        scst_max_new_tokens (`int`): length of the sampled and greedy captions.
+    """
+
+    loss_component_keys = ("loss_caption", "loss_mask", "mask_mean", "loss_scst", "reward")
+    non_model_keys = CAPTION_NON_MODEL_KEYS
+    non_prediction_keys = ("past_key_values", "encoder_last_hidden_state", "aligned_cross_attentions", "encoder_attentions", "decoder_attentions")
+
+    def __init__(
+        self,
+        *args,
+        mask_update_every: int = 1,
+        mask_learning_rate: float | None = None,
+        scst_start_epoch: float | None = None,
+        scst_max_new_tokens: int = 20,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        **kwargs,
+    ):
+        if not isinstance(mask_update_every, int) or mask_update_every < 1:
+            raise ValueError(f"`mask_update_every` must be an int >= 1, got {mask_update_every!r}.")
+        if scst_start_epoch is not None and (scst_start_epoch < 0 or tokenizer is None):
+            raise ValueError("`scst_start_epoch` must be >= 0 and needs the `tokenizer` that decodes the samples.")
+        super().__init__(*args, **kwargs)
+        self.label_names = ["labels"]
+        self.mask_update_every = mask_update_every
+        self.scst_start_epoch = scst_start_epoch
+        self.scst_max_new_tokens = scst_max_new_tokens
+        self.caption_tokenizer = tokenizer
+        self._mask_parameters = self.model.mask_parameters()
+        self.mask_optimizer = None
+        if self._mask_parameters:
+            self.mask_optimizer = torch.optim.Adam(self._mask_parameters, lr=mask_learning_rate or self.args.learning_rate)
+
+    def create_optimizer(self, model=None):
+        # the captioner's optimiser leaves the mask networks to the mask objective
+        for parameter in self._mask_parameters:
+            parameter.requires_grad_(False)
+        try:
+            return super().create_optimizer(model) if model is not None else super().create_optimizer()
+        finally:
+            for parameter in self._mask_parameters:
+                parameter.requires_grad_(True)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        self.model.model.alignment_step.fill_(self.state.global_step)  # s of eq. (8)
+        if self.mask_optimizer is not None and self.state.global_step % self.mask_update_every == 0:
+            self._mask_step(model, inputs)
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def _mask_step(self, model, inputs) -> None:
+        """One update of the mask networks on eq. (4); the captioner's parameters receive no gradient from it."""
+        model_inputs = {k: v for k, v in inputs.items() if k not in self.non_model_keys}
+        outputs = self.accelerator.unwrap_model(model)(**model_inputs, alignment_mode="perturb")
+        gradients = torch.autograd.grad(outputs.loss_mask, self._mask_parameters)
+        for parameter, gradient in zip(self._mask_parameters, gradients):
+            parameter.grad = self.accelerator.reduce(gradient, reduction="mean") if self.accelerator.num_processes > 1 else gradient
+        self.mask_optimizer.step()
+        self.mask_optimizer.zero_grad(set_to_none=True)
+        self._metrics["train"]["loss_mask"].append(float(outputs.loss_mask.detach()))
+
+    @property
+    def scst_enabled(self) -> bool:
+        return self.scst_start_epoch is not None and (self.state.epoch or 0.0) >= self.scst_start_epoch
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if model.training and self.scst_enabled:
+            return self._self_critical_loss(model, inputs, return_outputs)
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    def _self_critical_loss(self, model, inputs, return_outputs):
+        """-(CIDEr-D(sample) - CIDEr-D(greedy)) * log p(sample), averaged over the batch (Rennie et al. 2017, eq. 9)."""
+        references = inputs.get("references")
+        if references is None:
+            raise ValueError("self-critical training needs `references` in the batch: `CaptioningCollator(reference_column=...)`.")
+        captioner = self.accelerator.unwrap_model(model)
+        regions = {k: inputs[k] for k in ("visual_feats", "visual_boxes", "visual_attention_mask")}
+        generate = {"max_new_tokens": self.scst_max_new_tokens, "use_cache": True}
+        with torch.no_grad():
+            captioner.eval()
+            greedy = captioner.generate(**regions, do_sample=False, **generate)
+            captioner.train()
+            sampled = captioner.generate(**regions, do_sample=True, top_k=0, **generate)
+        decode = self.caption_tokenizer.batch_decode
+        reward = torch.tensor(cider_d_per_caption(decode(sampled, skip_special_tokens=True), references))
+        baseline = torch.tensor(cider_d_per_caption(decode(greedy, skip_special_tokens=True), references))
+        advantage = (reward - baseline).to(inputs["visual_feats"].device)
+        labels = sampled_labels(sampled, captioner.config.eos_token_id, captioner.config.pad_token_id)
+        outputs = model(**regions, labels=labels)
+        token_log_probs = torch.log_softmax(outputs.logits, dim=-1).gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        sequence_log_probs = (token_log_probs * (labels != -100)).sum(-1)
+        loss = -(advantage * sequence_log_probs).mean()
+        self._metrics["train"]["loss_scst"].append(float(loss.detach()))
+        self._metrics["train"]["reward"].append(float(reward.mean()))
+        return (loss, outputs) if return_outputs else loss
+
+
+def sampled_labels(sequences: torch.Tensor, eos_token_id: int, pad_token_id: int) -> torch.Tensor:
+    """Generated sequences ([start] w1 ... [end] pad ...) -> labels (w1 ... [end], -100 after the first [end])."""
+    labels = sequences[:, 1:].clone()
+    ended_before = (labels == eos_token_id).long().cumsum(-1) - (labels == eos_token_id).long() > 0
+    return labels.masked_fill(ended_before | (labels == pad_token_id), -100)

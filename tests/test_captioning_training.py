@@ -1,0 +1,133 @@
+"""Captioning training: the A2 mask step touches only the mask networks, the captioner's optimiser never holds them,
+every loss is logged, self-critical training runs on CIDEr-D rewards, and one end-to-end run of the example."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, TrainingArguments
+
+from hf_vlalign import RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, default_text_model_path
+from hf_vlalign.data import CaptioningCollator, load_dataset
+from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
+from hf_vlalign.data.synthetic import SyntheticSceneConfig
+from hf_vlalign.trainers import CaptioningTrainer
+from hf_vlalign.trainers.captioning import sampled_labels
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENES = SyntheticSceneConfig(num_train_images=20, num_val_images=6, seed=5)
+
+
+@pytest.fixture(scope="module")
+def captions(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scenes")
+    store = synthetic_region_features(root, SCENES)
+    train = load_dataset("synthetic_scenes", root, "train", task="captions", config=SCENES)
+    references = {}
+    for image_id, sentence in zip(train["image_id"], train["sentence"]):
+        references.setdefault(image_id, []).append(sentence)
+    train = train.map(lambda row: {"references": references[row["image_id"]]})
+    return train, store, AutoTokenizer.from_pretrained(default_text_model_path())
+
+
+def tiny_captioner(tokenizer, alignment: str = "gate") -> RegionCaptionerForConditionalGeneration:
+    torch.manual_seed(0)
+    config = RegionCaptionerConfig(
+        vocab_size=tokenizer.vocab_size, d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, visual_feat_dim=SCENES.feature_dim,
+        max_position_embeddings=32, geometry_dim=16, attention_alignment=alignment, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+        decoder_start_token_id=tokenizer.cls_token_id,
+    )  # fmt: skip
+    return RegionCaptionerForConditionalGeneration(config)
+
+
+def make_trainer(captions, tmp_path, alignment="gate", **kwargs) -> CaptioningTrainer:
+    train, store, tokenizer = captions
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=kwargs.pop("max_steps", 3), per_device_train_batch_size=16, logging_steps=1,
+        report_to="none", remove_unused_columns=False, save_strategy="no", use_cpu=True, seed=0, learning_rate=1e-3,
+    )  # fmt: skip
+    collator = CaptioningCollator(tokenizer, store, text_columns=("sentence",), reference_column="references")
+    return CaptioningTrainer(
+        model=tiny_captioner(tokenizer, alignment), args=args, train_dataset=train, data_collator=collator,
+        tokenizer=tokenizer, **kwargs,
+    )  # fmt: skip
+
+
+def test_mask_step_changes_only_the_mask_networks(captions, tmp_path):
+    trainer = make_trainer(captions, tmp_path)
+    train, _, _ = captions
+    batch = trainer.data_collator([train[i] for i in range(16)])
+    before = {name: tensor.clone() for name, tensor in trainer.model.state_dict().items()}
+    trainer._mask_step(trainer.model, batch)
+    mask_ids = {id(p) for p in trainer.model.mask_parameters()}
+    changed = {name for name, tensor in trainer.model.state_dict().items() if not torch.equal(tensor, before[name])}
+    mask_names = {name for name, p in trainer.model.named_parameters() if id(p) in mask_ids}
+    assert changed and changed <= mask_names
+    # the captioner's optimiser does not hold the mask networks
+    trainer.create_optimizer()
+    held = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    assert not held & mask_ids and len(held) > 0
+    assert all(p.requires_grad for p in trainer.model.mask_parameters())
+
+
+def test_training_alternates_and_logs_every_component(captions, tmp_path):
+    trainer = make_trainer(captions, tmp_path, alignment="exp_decay", max_steps=4, mask_update_every=2)
+    trainer.train()
+    steps = [log for log in trainer.state.log_history if "loss" in log]
+    assert len(steps) == 4
+    assert all("loss_caption" in log and "mask_mean" in log for log in steps)
+    # one mask step every two captioner steps: steps 0 and 2
+    assert [("loss_mask" in log) for log in steps] == [True, False, True, False]
+    assert int(trainer.model.model.alignment_step) == 3  # s of eq. (8): the step being trained
+
+
+def test_self_critical_training_rewards_cider(captions, tmp_path):
+    trainer = make_trainer(captions, tmp_path, alignment="none", max_steps=2, scst_start_epoch=0.0, scst_max_new_tokens=6)
+    trainer.train()
+    steps = [log for log in trainer.state.log_history if "loss" in log]
+    assert all("loss_scst" in log and "reward" in log for log in steps)
+    assert all(log["reward"] >= 0 for log in steps)
+
+
+def test_sampled_labels_stop_after_the_first_end_token():
+    sequences = torch.tensor([[101, 7, 8, 102, 9, 0], [101, 7, 102, 0, 0, 0]])
+    assert sampled_labels(sequences, eos_token_id=102, pad_token_id=0).tolist() == [
+        [7, 8, 102, -100, -100],
+        [7, 102, -100, -100, -100],
+    ]
+
+
+def test_trainer_refuses_bad_settings(captions, tmp_path):
+    with pytest.raises(ValueError, match=r"`mask_update_every` must be an int >= 1"):
+        make_trainer(captions, tmp_path, mask_update_every=0)
+    with pytest.raises(ValueError, match=r"`scst_start_epoch` must be >= 0 and needs the `tokenizer`"):
+        make_trainer(captions, tmp_path, scst_start_epoch=-1.0)
+
+
+def test_example_trains_evaluates_and_draws(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_VLALIGN_CACHE", str(tmp_path / "cache"))
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import train_captioning
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    output = tmp_path / "out"
+    results = train_captioning.main([
+        "--output_dir", str(output), "--synthetic_train_images", "16", "--synthetic_eval_images", "5",
+        "--max_steps", "3", "--per_device_train_batch_size", "16", "--alignment", "moving_average", "--no-geometry",
+        "--encoder_layers", "1", "--decoder_layers", "2", "--max_new_tokens", "5", "--use_cpu",
+    ])  # fmt: skip
+    on_disk = json.loads((output / "eval_results.json").read_text())
+    assert on_disk == json.loads(json.dumps(results))
+    for key in ("bleu_4", "cider", "meteor", "rouge_l", "alignment"):
+        assert 0.0 <= results[key] <= 10.0, key
+    assert len(results["alignment_per_layer"]) == 2 and results["num_test_images"] == 5
+    samples = json.loads((output / "samples.json").read_text())
+    assert len(samples) == 5 and all(len(sample["references"]) == 5 for sample in samples)
+    assert (output / "attention_alignment.png").stat().st_size > 1000
+    reloaded = RegionCaptionerForConditionalGeneration.from_pretrained(output)
+    assert reloaded.config.attention_alignment == "moving_average" and reloaded.config.use_geometry is False
