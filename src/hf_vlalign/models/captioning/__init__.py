@@ -2,6 +2,7 @@ from .configuration_captioning import ALIGNMENT_FUSIONS, RegionCaptionerConfig
 from .modeling_captioning import (
     RegionCaptionerForConditionalGeneration,
     RegionCaptionerModel,
+    RegionCaptionerModelOutput,
     RegionCaptionerOutput,
     RegionCaptionerPreTrainedModel,
     box_geometry,
@@ -14,6 +15,7 @@ __all__ = [
     "RegionCaptionerConfig",
     "RegionCaptionerForConditionalGeneration",
     "RegionCaptionerModel",
+    "RegionCaptionerModelOutput",
     "RegionCaptionerOutput",
     "RegionCaptionerPreTrainedModel",
     "box_geometry",

@@ -33,6 +33,24 @@ logger = logging.get_logger(__name__)
 
 
 @dataclass
+class RegionCaptionerModelOutput(ModelOutput):
+    r"""
+    last_hidden_state (`(batch, T, d_model)`): the decoder's last layer.
+    alignment_masks (`tuple(torch.FloatTensor)`, *optional*): per aligned decoder layer, A2's mask m (batch, heads, T,
+        R). The other fields are those of [`RegionCaptionerOutput`].
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    past_key_values: Cache | None = None
+    encoder_last_hidden_state: torch.FloatTensor | None = None
+    encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
+    cross_attentions: tuple[torch.FloatTensor, ...] | None = None
+    aligned_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
+    alignment_masks: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
 class RegionCaptionerOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor`, *optional*): `loss_caption`, or `loss_mask` when `alignment_mode="perturb"`.
@@ -524,7 +542,11 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
         output_attentions: bool | None = None,
         alignment_mode: str = "align",
         **kwargs,
-    ) -> dict:
+    ) -> RegionCaptionerModelOutput:
+        r"""
+        Encodes the regions (unless `encoder_outputs` are given) and decodes `decoder_input_ids`. alignment_mode:
+        "align" (aligned cross-attention, A2's masks fixed) or "perturb" (perturbed cross-attention, eq. 3).
+        """
         if alignment_mode not in ("align", "perturb"):
             raise ValueError(f"`alignment_mode` must be 'align' or 'perturb', got {alignment_mode!r}.")
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
@@ -551,9 +573,16 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
             alignment_mode=alignment_mode,
             alignment_step=int(self.alignment_step),
         )
-        decoded["past_key_values"] = past_key_values if use_cache else None
-        decoded["encoder_outputs"] = encoder_outputs
-        return decoded
+        return RegionCaptionerModelOutput(
+            last_hidden_state=decoded["last_hidden_state"],
+            past_key_values=past_key_values if use_cache else None,
+            encoder_last_hidden_state=encoder_states,
+            encoder_attentions=encoder_outputs.attentions,
+            decoder_attentions=decoded["decoder_attentions"] or None,
+            cross_attentions=decoded["cross_attentions"] or None,
+            aligned_cross_attentions=decoded["aligned_cross_attentions"] or None,
+            alignment_masks=tuple(decoded["masks"]) or None,
+        )
 
 
 class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, GenerationMixin):
@@ -646,11 +675,11 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             output_attentions=output_attentions,
             alignment_mode=alignment_mode,
         )
-        logits = self.lm_head(outputs["last_hidden_state"])
+        logits = self.lm_head(outputs.last_hidden_state)
         loss_caption = loss_mask = mask_mean = None
         if labels is not None:
             loss_caption = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
-        masks = outputs["masks"]
+        masks = outputs.alignment_masks or ()
         if masks:
             mask_mean = torch.stack([mask.detach().mean() for mask in masks]).mean()
         if alignment_mode == "perturb" and loss_caption is not None:
@@ -659,19 +688,18 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             valid = (labels != -100)
             # eq. (4): the mask networks maximise the caption loss under the smallest perturbation
             loss_mask = mask_objective(loss_caption, masks, float(self.config.mask_loss_weight), valid)
-        encoder_outputs = outputs["encoder_outputs"]
         output = RegionCaptionerOutput(
             loss=loss_mask if alignment_mode == "perturb" else loss_caption,
             loss_caption=loss_caption,
             loss_mask=loss_mask,
             mask_mean=mask_mean,
             logits=logits,
-            past_key_values=outputs["past_key_values"],
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_attentions=encoder_outputs.attentions,
-            decoder_attentions=outputs["decoder_attentions"] or None,
-            cross_attentions=outputs["cross_attentions"] or None,
-            aligned_cross_attentions=outputs["aligned_cross_attentions"] or None,
+            past_key_values=outputs.past_key_values,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_attentions=outputs.encoder_attentions,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            aligned_cross_attentions=outputs.aligned_cross_attentions,
         )
         return output if return_dict else output.to_tuple()
 
@@ -705,6 +733,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
 __all__ = [
     "RegionCaptionerForConditionalGeneration",
     "RegionCaptionerModel",
+    "RegionCaptionerModelOutput",
     "RegionCaptionerOutput",
     "RegionCaptionerPreTrainedModel",
     "box_geometry",
