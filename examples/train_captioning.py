@@ -42,6 +42,7 @@ class CaptioningArguments:
     encoder_layers: int = field(default=3)
     decoder_layers: int = field(default=3)
     attention_heads: int = field(default=8)
+    normalize_before: bool = field(default=False, metadata={"help": "pre-norm layers instead of post-norm."})
     mask_loss_weight: float = field(default=0.1, metadata={"help": "lambda of the mask objective (eq. 4)."})
     mask_update_every: int = field(default=1, metadata={"help": "captioner steps per mask step."})
     alignment_temperature: float = field(default=200.0, metadata={"help": "T_P of the exponential decay (in steps)."})
@@ -98,6 +99,7 @@ def load_model(args: CaptioningArguments, visual_feat_dim: int) -> RegionCaption
         "aligned_layers": None if args.aligned_layers is None else [int(v) for v in args.aligned_layers.split(",")],
         "mask_loss_weight": args.mask_loss_weight,
         "alignment_temperature": args.alignment_temperature,
+        "normalize_before": args.normalize_before,
     }
     path = args.model_name_or_path or default_text_model_path()
     if AutoConfig.from_pretrained(path).model_type == RegionCaptionerForConditionalGeneration.config_class.model_type:

@@ -98,8 +98,9 @@ def test_every_attention_map_is_returned_per_layer():
     assert float(out.decoder_attentions[0][:, :, 0, 1:].abs().max()) == 0.0
 
 
-def test_sdpa_and_eager_agree():
-    model = RegionCaptionerForConditionalGeneration(tiny_config()).eval()
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_sdpa_and_eager_agree(pre_norm):
+    model = RegionCaptionerForConditionalGeneration(tiny_config(normalize_before=pre_norm)).eval()
     inputs = regions()
     plain = model(**inputs, labels=caption_labels())
     eager = model(**inputs, labels=caption_labels(), output_attentions=True)
@@ -156,9 +157,9 @@ def trained_enough_model(**overrides) -> RegionCaptionerForConditionalGeneration
     return RegionCaptionerForConditionalGeneration(tiny_config(**overrides)).eval()
 
 
-@pytest.mark.parametrize("alignment", ["none", "exp_decay"])
-def test_greedy_generation_with_and_without_cache_is_identical(alignment):
-    model = trained_enough_model(attention_alignment=alignment)
+@pytest.mark.parametrize("alignment, pre_norm", [("none", False), ("exp_decay", False), ("gate", True)])
+def test_greedy_generation_with_and_without_cache_is_identical(alignment, pre_norm):
+    model = trained_enough_model(attention_alignment=alignment, normalize_before=pre_norm)
     inputs = regions()
     cached = model.generate(**inputs, max_new_tokens=8, do_sample=False, use_cache=True)
     uncached = model.generate(**inputs, max_new_tokens=8, do_sample=False, use_cache=False)

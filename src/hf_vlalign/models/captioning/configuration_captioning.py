@@ -29,6 +29,8 @@ class RegionCaptionerConfig(PreTrainedConfig):
         aligned_layers (`list[int]`, *optional*): decoder layers whose cross-attention is aligned (default: all).
         alignment_eta (`float`): the moving-average ratio; alignment_temperature (`float`): T_P of the exponential decay.
         mask_loss_weight (`float`): lambda of the mask objective (eq. 4).
+        normalize_before (`bool`): pre-norm layers (LayerNorm before each sub-layer, a final LayerNorm after the stack)
+            instead of the original transformer's post-norm.
     """
 
     model_type = "vlalign_captioner"
@@ -53,6 +55,7 @@ class RegionCaptionerConfig(PreTrainedConfig):
     max_position_embeddings: int = 64
     init_std: float = 0.02
     layer_norm_eps: float = 1e-5
+    normalize_before: bool = False
     visual_feat_dim: int = 2048
     use_geometry: bool = True
     geometry_dim: int = 64

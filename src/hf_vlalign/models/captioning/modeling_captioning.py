@@ -219,11 +219,18 @@ class RegionCaptionerFeedForward(nn.Module):
         return self.dropout(self.fc2(self.dropout(self.activation(self.fc1(hidden_states)))))
 
 
+def residual(hidden_states: torch.Tensor, update: torch.Tensor, layer_norm: nn.LayerNorm, pre_norm: bool) -> torch.Tensor:
+    """Post-norm: LayerNorm(x + f(x)); pre-norm: x + f(LayerNorm(x)) (the sub-layer already read the normalised x)."""
+    return hidden_states + update if pre_norm else layer_norm(hidden_states + update)
+
+
 class RegionCaptionerEncoderLayer(GradientCheckpointingLayer):
-    """Geometry-aware self-attention and feed-forward network, each with residual and LayerNorm (post-norm)."""
+    """Geometry-aware self-attention and feed-forward network, each with residual and LayerNorm (post-norm, or
+    pre-norm with `normalize_before`)."""
 
     def __init__(self, config: RegionCaptionerConfig):
         super().__init__()
+        self.pre_norm = config.normalize_before
         self.self_attn = GeometryAwareSelfAttention(config)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.feed_forward = RegionCaptionerFeedForward(config, config.encoder_ffn_dim)
@@ -231,10 +238,14 @@ class RegionCaptionerEncoderLayer(GradientCheckpointingLayer):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, hidden_states, attention_mask, output_attentions=False):
-        attn_output, attn_weights = self.self_attn(hidden_states, attention_mask, output_attentions=output_attentions)
-        hidden_states = self.self_attn_layer_norm(hidden_states + self.dropout(attn_output))
-        hidden_states = self.final_layer_norm(hidden_states + self.feed_forward(hidden_states))
-        return hidden_states, attn_weights
+        attn_output, attn_weights = self.self_attn(
+            self.self_attn_layer_norm(hidden_states) if self.pre_norm else hidden_states,
+            attention_mask,
+            output_attentions=output_attentions,
+        )
+        hidden_states = residual(hidden_states, self.dropout(attn_output), self.self_attn_layer_norm, self.pre_norm)
+        update = self.feed_forward(self.final_layer_norm(hidden_states) if self.pre_norm else hidden_states)
+        return residual(hidden_states, update, self.final_layer_norm, self.pre_norm), attn_weights
 
 
 class RegionCaptionerEncoder(nn.Module):
@@ -245,6 +256,7 @@ class RegionCaptionerEncoder(nn.Module):
         self.config = config
         self.embeddings = RegionCaptionerRegionEmbeddings(config)
         self.layers = nn.ModuleList([RegionCaptionerEncoderLayer(config) for _ in range(config.encoder_layers)])
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.normalize_before else None
 
     def forward(
         self,
@@ -282,6 +294,8 @@ class RegionCaptionerEncoder(nn.Module):
                 all_attentions += (attn_weights,)
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
         return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions)
 
 
@@ -372,6 +386,7 @@ class RegionCaptionerDecoderLayer(GradientCheckpointingLayer):
 
     def __init__(self, config: RegionCaptionerConfig, layer_idx: int, aligned: bool):
         super().__init__()
+        self.pre_norm = config.normalize_before
         self.self_attn = RegionCaptionerAttention(config, config.decoder_attention_heads, is_causal=True, layer_idx=layer_idx)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.encoder_attn = AlignedCrossAttention(config, layer_idx, aligned)
@@ -392,12 +407,13 @@ class RegionCaptionerDecoderLayer(GradientCheckpointingLayer):
         alignment_mode="align",
         alignment_step=0,
     ):
+        normed = self.self_attn_layer_norm(hidden_states) if self.pre_norm else hidden_states
         attn_output, self_weights = self.self_attn(
-            hidden_states, self_attention_mask, past_key_values=past_key_values, output_attentions=output_attentions
+            normed, self_attention_mask, past_key_values=past_key_values, output_attentions=output_attentions
         )
-        hidden_states = self.self_attn_layer_norm(hidden_states + self.dropout(attn_output))
+        hidden_states = residual(hidden_states, self.dropout(attn_output), self.self_attn_layer_norm, self.pre_norm)
         attn_output, cross_weights, used_weights, mask = self.encoder_attn(
-            hidden_states,
+            self.encoder_attn_layer_norm(hidden_states) if self.pre_norm else hidden_states,
             cross_attention_mask,
             key_value_states=encoder_hidden_states,
             past_key_values=past_key_values,
@@ -406,9 +422,9 @@ class RegionCaptionerDecoderLayer(GradientCheckpointingLayer):
             alignment_mode=alignment_mode,
             alignment_step=alignment_step,
         )
-        hidden_states = self.encoder_attn_layer_norm(hidden_states + self.dropout(attn_output))
-        hidden_states = self.final_layer_norm(hidden_states + self.feed_forward(hidden_states))
-        return hidden_states, self_weights, cross_weights, used_weights, mask
+        hidden_states = residual(hidden_states, self.dropout(attn_output), self.encoder_attn_layer_norm, self.pre_norm)
+        update = self.feed_forward(self.final_layer_norm(hidden_states) if self.pre_norm else hidden_states)
+        return residual(hidden_states, update, self.final_layer_norm, self.pre_norm), self_weights, cross_weights, used_weights, mask
 
 
 class RegionCaptionerDecoder(nn.Module):
@@ -423,6 +439,7 @@ class RegionCaptionerDecoder(nn.Module):
         self.layers = nn.ModuleList(
             [RegionCaptionerDecoderLayer(config, index, index in aligned) for index in range(config.decoder_layers)]
         )
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.normalize_before else None
 
     def forward(
         self,
@@ -458,7 +475,7 @@ class RegionCaptionerDecoder(nn.Module):
                 outputs["aligned_cross_attentions"] += (used_weights,)
             if mask is not None:
                 outputs["masks"].append(mask)
-        outputs["last_hidden_state"] = hidden_states
+        outputs["last_hidden_state"] = hidden_states if self.layer_norm is None else self.layer_norm(hidden_states)
         return outputs
 
 
