@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 
 def eager_attention_forward(
@@ -40,3 +41,26 @@ def key_padding_mask_4d(keep: torch.Tensor, dtype: torch.dtype, eager: bool) -> 
     if not eager:
         return keep
     return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+
+
+def run_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float,
+    output_attentions: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Attention through the model's implementation (`sdpa` by default), or eager when the probabilities are asked
+    for: they are only materialised then (supervision reads the logits from the query/key projections instead).
+
+    Returns the output (B, N_query, H, d) and the pre-dropout probabilities (B, H, N_query, N_key) or None.
+    """
+    attention_interface = eager_attention_forward
+    if not output_attentions:
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(module.config._attn_implementation, eager_attention_forward)
+    attn_output, attn_weights = attention_interface(
+        module, query, key, value, attention_mask, dropout=dropout if module.training else 0.0, scaling=module.scaling
+    )
+    return attn_output, attn_weights if output_attentions else None

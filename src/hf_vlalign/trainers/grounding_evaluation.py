@@ -96,6 +96,22 @@ def word_region_attention(
     )
 
 
+def _probe_targets(probe_inputs: dict, visual_attention_mask: torch.Tensor) -> tuple:
+    """The probe's arguments after the attention rows, in `GroundingProbe.update_from_text_to_region`'s order."""
+    return (
+        probe_inputs["phrase_token_index"],
+        probe_inputs["phrase_region_iou"],
+        visual_attention_mask,
+        probe_inputs["region_confidence"],
+    )
+
+
+def _update_head_probes(per_head: GroundingProbe, summed: GroundingProbe, rows: torch.Tensor, targets: tuple) -> None:
+    """Scores (L, B, H, T, R) text->region rows for every head and for each layer's heads summed."""
+    per_head.update_from_text_to_region(rows, *targets)
+    summed.update_from_text_to_region(rows.sum(dim=2, keepdim=True), *targets)
+
+
 @dataclass
 class CrossAttentionEvaluation:
     """Question answering and cross-attention grounding of a two-stream model over a dataset.
@@ -148,10 +164,8 @@ def evaluate_cross_attention(
     for batch in tqdm(DataLoader(dataset, batch_size=batch_size, collate_fn=collator), desc="evaluation", disable=not progress):
         model_inputs, probe_inputs = _split_batch(batch, device)
         outputs = model(**model_inputs, output_attentions=True)
-        rows = torch.stack(outputs.cross_encoder_attentions)  # (L, B, H, T, R)
-        targets = (probe_inputs["phrase_token_index"], probe_inputs["phrase_region_iou"], model_inputs["visual_attention_mask"], probe_inputs["region_confidence"])
-        per_head.update_from_text_to_region(rows, *targets)
-        summed.update_from_text_to_region(rows.sum(dim=2, keepdim=True), *targets)
+        targets = _probe_targets(probe_inputs, model_inputs["visual_attention_mask"])
+        _update_head_probes(per_head, summed, torch.stack(outputs.cross_encoder_attentions), targets)
         if outputs.get("alignment_scores") is not None:
             decoder.update_from_text_to_region(outputs.alignment_scores[None, :, None], *targets)
         if outputs.get("loss_align") is not None:
@@ -230,8 +244,6 @@ def evaluate_decoder_grounding(
         model_inputs, probe_inputs = _split_batch(batch, device)
         model_inputs = {k: v for k, v in model_inputs.items() if k not in ("word_region_alignment", "phrase_masks")}
         rows = torch.stack(model(**model_inputs, output_attentions=True).aligned_cross_attentions)  # (L, B, H, T, R)
-        targets = (probe_inputs["phrase_token_index"], probe_inputs["phrase_region_iou"], model_inputs["visual_attention_mask"], probe_inputs["region_confidence"])
-        per_head.update_from_text_to_region(rows, *targets)
-        summed.update_from_text_to_region(rows.sum(dim=2, keepdim=True), *targets)
+        _update_head_probes(per_head, summed, rows, _probe_targets(probe_inputs, model_inputs["visual_attention_mask"]))
     model.train(was_training)
     return per_head.compute(), summed.compute()

@@ -9,7 +9,6 @@ with `attention_alignment`, the cross-attention of the aligned layers follows Fe
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,12 +19,11 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
 from ...supervision.perturbation import AttentionPerturbation, PerturbationLinear, mask_objective
 from ...utils.validation import check_dim, check_finite, check_mask_not_empty, check_normalised_boxes, check_rank
-from ..attention_utils import eager_attention_forward, key_padding_mask_4d
+from ..attention_utils import key_padding_mask_4d, run_attention
 from ..text_init import load_text_model
 from .configuration_captioning import RegionCaptionerConfig
 
@@ -181,16 +179,8 @@ class RegionCaptionerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         query = self.query(hidden_states)
         key, value = self.project_key_value(hidden_states, key_value_states, past_key_values)
-        attention_interface: Callable = eager_attention_forward
-        if not output_attentions:
-            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-                self.config._attn_implementation, eager_attention_forward
-            )
-        attn_output, attn_weights = attention_interface(
-            self, query, key, value, attention_mask, dropout=self.dropout if self.training else 0.0, scaling=self.scaling
-        )
-        attn_output = self.out_proj(attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous())
-        return attn_output, attn_weights if output_attentions else None
+        attn_output, attn_weights = run_attention(self, query, key, value, attention_mask, self.dropout, output_attentions)
+        return self.out_proj(attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous()), attn_weights
 
 
 class GeometryAwareSelfAttention(RegionCaptionerAttention):

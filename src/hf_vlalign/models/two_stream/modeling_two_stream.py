@@ -9,7 +9,6 @@ Module boundaries and output names follow transformers' `modeling_lxmert.py`, so
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,13 +18,12 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import ModelOutput, logging
 
 from ...supervision import AttentionSupervisionMixin
 from ...supervision.alignment_decoder import AlignmentDecoder, alignment_kl_loss
 from ...utils.validation import check_phrase_masks, check_vision_language_inputs
-from ..attention_utils import eager_attention_forward, key_padding_mask_4d
+from ..attention_utils import key_padding_mask_4d, run_attention
 from ..single_stream.modeling_single_stream import (
     SingleStreamEmbeddings,
     SingleStreamIntermediate,
@@ -186,24 +184,9 @@ class TwoStreamAttention(nn.Module):
         key = self.key(context).view(context_shape).transpose(1, 2)
         value = self.value(context).view(context_shape).transpose(1, 2)
 
-        # probabilities are only materialised when asked for; supervision reads the logits from (query, key) instead
-        attention_interface: Callable = eager_attention_forward
-        if not output_attentions:
-            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-                self.config._attn_implementation, eager_attention_forward
-            )
-        attn_output, attn_weights = attention_interface(
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=0.0 if not self.training else self.dropout.p,
-            scaling=self.scaling,
-        )
+        attn_output, attn_weights = run_attention(self, query, key, value, attention_mask, self.dropout.p, output_attentions)
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        query_key = (query, key) if return_query_key else None
-        return attn_output, attn_weights if output_attentions else None, query_key
+        return attn_output, attn_weights, (query, key) if return_query_key else None
 
 
 class TwoStreamAttentionBlock(nn.Module):
