@@ -34,6 +34,15 @@ def _split_batch(batch: dict[str, torch.Tensor], device: torch.device) -> tuple[
     return model_inputs, probe_inputs
 
 
+def _start_evaluation(model: torch.nn.Module, collator) -> tuple[bool, torch.device]:
+    """Checks that `collator` returns the probe targets, puts `model` in eval mode; returns (was_training, device)."""
+    if not getattr(collator, "return_probe_targets", False):
+        raise ValueError("`collator` must be built with `return_probe_targets=True` to evaluate grounding.")
+    was_training = model.training
+    model.eval()
+    return was_training, next(model.parameters()).device
+
+
 @torch.no_grad()
 def evaluate_grounding(
     model: torch.nn.Module, dataset, collator, batch_size: int = 32, iou_threshold: float = 0.5, progress: bool = True
@@ -42,11 +51,7 @@ def evaluate_grounding(
 
     `collator` must return the probe targets (`return_probe_targets=True`).
     """
-    if not getattr(collator, "return_probe_targets", False):
-        raise ValueError("`collator` must be built with `return_probe_targets=True` to evaluate grounding.")
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    was_training, device = _start_evaluation(model, collator)
     probe = GroundingProbe(model.config.num_hidden_layers, model.config.num_attention_heads, iou_threshold)
     loader = DataLoader(dataset, batch_size=batch_size, collate_fn=collator)
     for batch in tqdm(loader, desc="grounding probe", disable=not progress):
@@ -150,11 +155,7 @@ def evaluate_cross_attention(
 
     `collator` must return the probe targets and mask nothing (e.g. a `PretrainingCollator` with its probabilities at 0).
     """
-    if not getattr(collator, "return_probe_targets", False):
-        raise ValueError("`collator` must be built with `return_probe_targets=True` to evaluate grounding.")
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    was_training, device = _start_evaluation(model, collator)
     config = model.config
     per_head = GroundingProbe(config.x_layers, config.num_attention_heads, iou_threshold)
     summed = GroundingProbe(config.x_layers, 1, iou_threshold)
@@ -231,11 +232,7 @@ def evaluate_decoder_grounding(
     Reads the attention the decoder actually used (`aligned_cross_attentions`: after A2's alignment in the aligned
     layers). Returns (per head of every decoder layer, every layer's heads summed).
     """
-    if not getattr(collator, "return_probe_targets", False):
-        raise ValueError("`collator` must be built with `return_probe_targets=True` to evaluate grounding.")
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    was_training, device = _start_evaluation(model, collator)
     config = model.config
     per_head = GroundingProbe(config.decoder_layers, config.decoder_attention_heads, iou_threshold)
     summed = GroundingProbe(config.decoder_layers, 1, iou_threshold)

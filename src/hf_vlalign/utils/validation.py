@@ -164,3 +164,36 @@ def check_phrase_masks(name: str, phrase_masks: torch.Tensor, batch: int, text_l
         )
     if not allow_empty_rows:
         check_mask_not_empty(name, phrase_masks, "token in the phrase")
+
+
+def default_and_check_inputs(
+    config,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    token_type_ids: torch.Tensor | None,
+    visual_feats: torch.Tensor,
+    visual_boxes: torch.Tensor,
+    visual_attention_mask: torch.Tensor | None,
+    word_region_alignment: torch.Tensor | None,
+    phrase_masks: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fills the optional masks (all ones, token type 0) and, unless `config.validate_inputs` is off, checks every
+    input tensor; returns (attention_mask, token_type_ids, visual_attention_mask)."""
+    attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    if visual_attention_mask is None:
+        visual_attention_mask = attention_mask.new_ones(visual_feats.shape[:2])
+    if config.validate_inputs:
+        check_vision_language_inputs(
+            config,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            visual_feats=visual_feats,
+            visual_boxes=visual_boxes,
+            visual_attention_mask=visual_attention_mask,
+            word_region_alignment=word_region_alignment,
+        )
+        if phrase_masks is not None:
+            check_phrase_masks("phrase_masks", phrase_masks, *input_ids.shape, allow_empty_rows=True)
+    return attention_mask, token_type_ids, visual_attention_mask

@@ -22,7 +22,7 @@ from transformers.utils import ModelOutput, logging
 
 from ...supervision import AttentionSupervisionMixin
 from ...supervision.alignment_decoder import AlignmentDecoder, alignment_kl_loss
-from ...utils.validation import check_phrase_masks, check_vision_language_inputs
+from ...utils.validation import default_and_check_inputs
 from ..attention_utils import key_padding_mask_4d, run_attention
 from ..single_stream.modeling_single_stream import (
     SingleStreamEmbeddings,
@@ -421,23 +421,10 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-        token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
-        if visual_attention_mask is None:
-            visual_attention_mask = attention_mask.new_ones(visual_feats.shape[:2])
-        if self.config.validate_inputs:
-            check_vision_language_inputs(
-                self.config,
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                visual_feats=visual_feats,
-                visual_boxes=visual_boxes,
-                visual_attention_mask=visual_attention_mask,
-                word_region_alignment=word_region_alignment,
-            )
-            if phrase_masks is not None:
-                check_phrase_masks("phrase_masks", phrase_masks, *input_ids.shape, allow_empty_rows=True)
+        attention_mask, token_type_ids, visual_attention_mask = default_and_check_inputs(
+            self.config, input_ids, attention_mask, token_type_ids, visual_feats, visual_boxes,
+            visual_attention_mask, word_region_alignment, phrase_masks,
+        )  # fmt: skip
 
         language_states = self.embeddings(input_ids, token_type_ids)
         vision_states = self.visual_embeddings(visual_feats, visual_boxes)
