@@ -40,7 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import feature_store  # noqa: E402  (benchmarks/feature_store.py)
-from transformers import LxmertConfig, LxmertModel, VisualBertConfig, VisualBertModel  # noqa: E402
+from transformers import BertConfig, BertModel, LxmertConfig, LxmertModel, VisualBertConfig, VisualBertModel  # noqa: E402
 
 from hf_vlalign import (  # noqa: E402
     RegionCaptionerConfig,
@@ -95,7 +95,7 @@ SIZES = {
                   store_batches=2, repeats=1, warmup=1),
     "quick": Size(hidden=384, layers=6, heads=12, intermediate=1536, regions=36, words=40, batch=16, features=2048,
                   vocab=30522, l_layers=3, r_layers=2, x_layers=2, caption_layers=3, matmul=2048, store_images=256,
-                  store_batch=64, store_batches=8, repeats=5, warmup=1),
+                  store_batch=64, store_batches=8, repeats=9, warmup=2),
     "full": Size(hidden=768, layers=12, heads=12, intermediate=3072, regions=36, words=40, batch=16, features=2048,
                  vocab=30522, l_layers=9, r_layers=5, x_layers=5, caption_layers=6, matmul=4096, store_images=1024,
                  store_batch=64, store_batches=30, repeats=10, warmup=2),
@@ -220,36 +220,44 @@ def task_loss(outputs) -> torch.Tensor:
 
 
 def naive_direct_loss(attentions, layers: list[int], heads: list[int], words: int, regions: int, alignment) -> torch.Tensor:
-    """Direct supervision the VGP authors' way: from the full eager attention probabilities of each supervised layer,
-    re-normalise the text->region rows over the regions (and region->text rows over the words), take their log and
-    the soft cross-entropy against the gold alignment, averaged over the rows that carry a target (eqs. 6-8)."""
+    """Direct supervision bolted on the usual way (the VGP authors' code): every supervised layer's full attention map
+    stacked into one (L, B, H, N, N) tensor, each row re-normalised over its supervised block (text rows over the
+    regions, region rows over the words), and the soft cross-entropy taken against a full (B, N, N) target holding the
+    alignment in the text->region block and its re-normalised columns in the region->text block (eqs. 6-8); each
+    direction averaged over the rows that carry a target."""
+    maps = torch.stack([attentions[layer] for layer in layers])[:, :, heads].float()
+    batch, length = alignment.shape[0], maps.shape[-1]
     text, region = slice(0, words), slice(words, words + regions)
     column_sums = alignment.transpose(1, 2).sum(-1, keepdim=True)
-    region_target = torch.where(column_sums > 0, alignment.transpose(1, 2) / column_sums.clamp(min=1e-12), 0.0)
+    target = alignment.new_zeros(batch, length, length)
+    target[:, text, region] = alignment
+    target[:, region, text] = torch.where(column_sums > 0, alignment.transpose(1, 2) / column_sums.clamp(min=1e-12), 0.0)
+    block = torch.zeros(length, length, dtype=torch.bool, device=maps.device)
+    block[text, region] = block[region, text] = True
+    block_mass = (maps * block).sum(-1, keepdim=True)
+    log_renormalised = torch.log(maps.clamp(min=1e-30)) - torch.log(block_mass.clamp(min=1e-30))
+    per_row = -(target[None, :, None] * log_renormalised).sum(-1)  # (L, B, H, N)
+    has_target = (target.sum(-1) > 0)[None, :, None].float()
+    losses = [
+        (per_row[..., rows] * has_target[..., rows]).sum() / has_target[..., rows].sum().clamp(min=1) / len(heads)
+        for rows in (text, region)
+    ]  # fmt: skip
+    return (losses[0] + losses[1]) / len(layers)
 
-    def cross_entropy(probs, target):
-        log_probs = torch.log(probs / probs.sum(-1, keepdim=True)).float()
-        target = target.unsqueeze(1).expand_as(log_probs).float()
-        per_row = -torch.where(target > 0, target * log_probs, torch.zeros_like(log_probs)).sum(-1)
-        has_target = target.sum(-1) > 0
-        return (per_row * has_target).sum() / has_target.sum().clamp(min=1)
 
-    losses = []
-    for layer in layers:
-        probs = attentions[layer][:, heads]
-        losses.append(cross_entropy(probs[:, :, text, region], alignment) + cross_entropy(probs[:, :, region, text], region_target))
-    return torch.stack(losses).mean()
-
-
-def supervision_models(size: Size, env: Env) -> tuple[SingleStreamModel, SingleStreamModel]:
-    """The same weights twice: ours (sdpa, direct supervision from logits) and the naive one (eager, no supervision)."""
+def supervision_models(size: Size, env: Env) -> dict[str, SingleStreamModel]:
+    """The same weights three times: ours (direct supervision from the query/key projections, hf_vlalign's dropout),
+    the naive one (eager attention, torch's dropout, loss from the returned maps), and the naive one with
+    hf_vlalign's dropout (which splits the speed-up between the supervision path and the dropout)."""
     torch.manual_seed(0)
     ours = SingleStreamModel(single_stream_config(size, attention_supervision="direct"))
-    naive_config = single_stream_config(size, attention_supervision="none")
-    naive_config._attn_implementation = "eager"
-    naive = SingleStreamModel(naive_config)
-    naive.load_state_dict(ours.state_dict())
-    return ours, naive
+    models = {"ours": ours}
+    for name, dropout in (("naive", "torch"), ("naive_fast_dropout", "auto")):
+        config = single_stream_config(size, attention_supervision="none", dropout_implementation=dropout)
+        config._attn_implementation = "eager"
+        models[name] = SingleStreamModel(config)
+        models[name].load_state_dict(ours.state_dict())
+    return models
 
 
 def naive_scalar(model: SingleStreamModel, inputs: dict, with_task: bool = True) -> Callable:
@@ -276,18 +284,19 @@ def check_supervision_losses(ours, naive, inputs: dict) -> tuple[float, float]:
 
 
 def measure_supervision(size: Size, env: Env, generator: torch.Generator) -> dict:
-    """Training step: ours without supervision, ours with direct supervision, the naive implementation."""
-    ours, naive = supervision_models(size, env)
+    """Training step: ours without supervision, ours with direct supervision, the naive implementation (and the naive
+    one with hf_vlalign's dropout, reported alongside)."""
+    models = supervision_models(size, env)
     inputs = make_inputs(size, env, generator)
-    loss_fast, loss_naive = check_supervision_losses(ours, naive, inputs)
-    ours, naive = on_model(ours, env), on_model(naive, env)
+    loss_fast, loss_naive = check_supervision_losses(models["ours"], models["naive"], inputs)
+    ours, naive, naive_fast = (on_model(models[name], env) for name in ("ours", "naive", "naive_fast_dropout"))
     plain_inputs = without(inputs, "word_region_alignment")
+    naive_inputs = {**plain_inputs, "output_attentions": True}
     steps = {
         "none": lambda: training_step(ours, plain_inputs, task_loss),
         "direct": lambda: training_step(ours, inputs, lambda out: task_loss(out) + out.loss_attention),
-        "naive": lambda: training_step(
-            naive, {**plain_inputs, "output_attentions": True}, naive_scalar(naive, inputs)
-        ),
+        "naive": lambda: training_step(naive, naive_inputs, naive_scalar(naive, inputs)),
+        "naive_fast_dropout": lambda: training_step(naive_fast, naive_inputs, naive_scalar(naive_fast, inputs)),
     }
     seconds = interleaved_median(steps, size.repeats, size.warmup, env.sync)
     memory = {name: peak_step_bytes(steps[name], env) for name in ("none", "direct", "naive")}
@@ -322,6 +331,24 @@ def measure_vs_visualbert(size: Size, env: Env, generator: torch.Generator) -> d
         size.repeats, size.warmup, env.sync,
     )  # fmt: skip
     return {"seconds": seconds, "speedup": seconds["visualbert"] / seconds["ours"]}
+
+
+def measure_bert_sdpa_vs_eager(size: Size, env: Env, generator: torch.Generator) -> dict:
+    """Context for the reference ratios: transformers' BertModel training step with `eager` / with `sdpa` attention,
+    same dimensions and number of tokens (what `sdpa` alone buys on this machine)."""
+    config = dict(vocab_size=size.vocab, hidden_size=size.hidden, num_hidden_layers=size.layers,
+                  num_attention_heads=size.heads, intermediate_size=size.intermediate)  # fmt: skip
+    models = {}
+    for implementation in ("eager", "sdpa"):
+        torch.manual_seed(0)
+        models[implementation] = on_model(BertModel(BertConfig(**config, attn_implementation=implementation)), env)
+    tokens = torch.randint(min(1000, size.vocab // 2), size.vocab, (size.batch, size.words + size.regions), generator=generator)
+    tokens = tokens.to(env.device)
+    seconds = interleaved_median(
+        {name: (lambda model=model: training_step(model, {"input_ids": tokens}, task_loss)) for name, model in models.items()},
+        size.repeats, size.warmup, env.sync,
+    )  # fmt: skip
+    return {"seconds": seconds, "speedup": seconds["eager"] / seconds["sdpa"]}
 
 
 def measure_vs_lxmert(size: Size, env: Env, generator: torch.Generator) -> dict:
@@ -502,19 +529,22 @@ def verdict(key: str, value: float) -> str:
 
 def print_report(size_name: str, size: Size, env: Env, threads: int, results: dict, details: dict) -> None:
     ms = lambda seconds: f"{1000 * seconds:.1f}"  # noqa: E731
-    sup, vb, lx = details["supervision"], details["visualbert"], details["lxmert"]
+    sup, vb, lx, bert = details["supervision"], details["visualbert"], details["lxmert"], details["bert_attention"]
     fs, kv, mfu, sc = details["feature_store"], details["kv_cache"], details["mfu"], details["scaling"]
     print(f"\n{size_name}: {size.layers} layers, {size.hidden} hidden, {size.heads} heads, batch {size.batch}, "
           f"{size.words} words, {size.regions} regions x {size.features}; {env.device.type} {str(env.dtype)[6:]}, "
           f"{threads} thread(s), median of {size.repeats} after {size.warmup} warm-up\n")
     rows = [
         ("supervision_overhead_direct", f"step direct {ms(sup['seconds']['direct'])} ms / none {ms(sup['seconds']['none'])} ms"),
-        ("supervision_speedup_vs_naive", f"naive {ms(sup['seconds']['naive'])} ms / direct {ms(sup['seconds']['direct'])} ms; "
+        ("supervision_speedup_vs_naive", f"naive {ms(sup['seconds']['naive'])} ms / direct {ms(sup['seconds']['direct'])} ms "
+                                         f"(naive with hf_vlalign's dropout {ms(sup['seconds']['naive_fast_dropout'])} ms); "
                                          f"loss {sup['loss_fast']:.6f} vs {sup['loss_naive']:.6f}"),
         ("supervision_memory_ratio_direct", f"peak direct {sup['peak_bytes']['direct'] / 2**20:.1f} MiB / none "
                                             f"{sup['peak_bytes']['none'] / 2**20:.1f} MiB (naive {sup['peak_bytes']['naive'] / 2**20:.1f})"),
         ("single_stream_speedup_vs_visualbert", f"VisualBert {ms(vb['seconds']['visualbert'])} ms / ours {ms(vb['seconds']['ours'])} ms"),
         ("two_stream_speedup_vs_lxmert", f"Lxmert {ms(lx['seconds']['lxmert'])} ms / ours {ms(lx['seconds']['ours'])} ms"),
+        ("bert_sdpa_speedup_vs_eager", f"context: transformers BertModel eager {ms(bert['seconds']['eager'])} ms / sdpa "
+                                       f"{ms(bert['seconds']['sdpa'])} ms"),
         ("feature_store_speedup_vs_tsv", f"TSV {ms(fs['seconds_per_batch']['tsv'])} ms / store "
                                          f"{ms(fs['seconds_per_batch']['store'])} ms per batch of {size.store_batch}"),
         ("kv_cache_speedup", f"no cache {ms(kv['seconds']['no_cache'])} ms / cache {ms(kv['seconds']['cache'])} ms (20 tokens)"),
@@ -542,6 +572,7 @@ def run(size_name: str, env: Env, threads: int) -> tuple[dict, dict]:
         "supervision": measure_supervision(size, env, generator),
         "visualbert": measure_vs_visualbert(size, env, generator),
         "lxmert": measure_vs_lxmert(size, env, generator),
+        "bert_attention": measure_bert_sdpa_vs_eager(size, env, generator),
         "feature_store": measure_feature_store(size),
         "kv_cache": measure_kv_cache(size, env, generator),
         "mfu": measure_mfu(size, env, generator),
@@ -556,6 +587,7 @@ def run(size_name: str, env: Env, threads: int) -> tuple[dict, dict]:
         "feature_store_speedup_vs_tsv": details["feature_store"]["speedup"],
         "kv_cache_speedup": details["kv_cache"]["speedup"],
         "mfu_vs_matmul": details["mfu"]["ratio"],
+        "bert_sdpa_speedup_vs_eager": details["bert_attention"]["speedup"],
         "scaling": details["scaling"],
         "supervision_loss_fast": details["supervision"]["loss_fast"],
         "supervision_loss_naive": details["supervision"]["loss_naive"],

@@ -19,6 +19,7 @@ KEYS = [
     "feature_store_speedup_vs_tsv",
     "kv_cache_speedup",
     "mfu_vs_matmul",
+    "bert_sdpa_speedup_vs_eager",
     "scaling",
 ]
 

@@ -1,11 +1,13 @@
-"""Attention helpers shared by the model families: the eager path that returns pre-dropout probabilities, and the
-key-padding mask in the form each attention implementation expects."""
+"""Attention helpers shared by the model families: the eager path that returns pre-dropout probabilities, the choice
+of attention function, and the key-padding mask in the form each attention implementation expects."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from .dropout import apply_dropout
 
 
 def eager_attention_forward(
@@ -20,13 +22,17 @@ def eager_attention_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(QK^T * scaling + mask) V, returning the probabilities *before* dropout (what analyses should read).
 
+    `attention_mask` is additive (float) or a keep-mask (bool), both broadcastable to (B, H, N_query, N_key).
+
     transformers' BERT eager function returns them after dropout, which differs in training mode.
     """
     logits = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        logits = logits.masked_fill(~attention_mask, torch.finfo(logits.dtype).min)
+    elif attention_mask is not None:
         logits = logits + attention_mask
     probs = nn.functional.softmax(logits, dim=-1)
-    attn_output = torch.matmul(nn.functional.dropout(probs, p=dropout, training=module.training), value)
+    attn_output = torch.matmul(apply_dropout(module.config, probs, dropout, module.training), value)
     return attn_output.transpose(1, 2).contiguous(), probs
 
 
@@ -55,12 +61,25 @@ def run_attention(
     """Attention through the model's implementation (`sdpa` by default), or eager when the probabilities are asked
     for: they are only materialised then (supervision reads the logits from the query/key projections instead).
 
+    Training with attention dropout on CPU also takes the eager path: CPU `sdpa` then runs its math kernel anyway and
+    draws the dropout mask with torch's Bernoulli sampler, while the eager path uses the cheaper mask of
+    `models/dropout.py` (measured by `benchmarks/run.py`). `dropout_implementation="torch"` keeps `sdpa`.
+
     Returns the output (B, N_query, H, d) and the pre-dropout probabilities (B, H, N_query, N_key) or None.
     """
     attention_interface = eager_attention_forward
-    if not output_attentions:
+    if not (output_attentions or _eager_dropout_is_faster(module, query, dropout)):
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(module.config._attn_implementation, eager_attention_forward)
     attn_output, attn_weights = attention_interface(
         module, query, key, value, attention_mask, dropout=dropout if module.training else 0.0, scaling=module.scaling
     )
     return attn_output, attn_weights if output_attentions else None
+
+
+def _eager_dropout_is_faster(module: nn.Module, query: torch.Tensor, dropout: float) -> bool:
+    return (
+        module.training
+        and dropout > 0.0
+        and query.device.type == "cpu"
+        and getattr(module.config, "dropout_implementation", "auto") == "auto"
+    )

@@ -4,11 +4,16 @@ other modality, trained with cross-entropy against the gold word-region alignmen
 The re-normalised text->region attention of eq. (6) is p(r | t) = a_tr / sum_r' a_tr'. Because a = softmax(QK^T/sqrt(d)),
 this equals a softmax of the attention *logits* restricted to the region keys, so the loss is computed from the
 query/key projections of the supervised rows only (before dropout), and the model's main path keeps `sdpa`.
+
+The models call [`direct_supervision_loss_from_query_key`], which recomputes those logits in the backward pass
+(`torch.utils.checkpoint`) instead of keeping them: the query/key projections are held for the attention's own
+backward anyway, so supervision adds no saved activations.
 """
 
 from __future__ import annotations
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 
 def masked_log_softmax(logits: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
@@ -29,6 +34,26 @@ def soft_cross_entropy(log_probs: torch.Tensor, target: torch.Tensor) -> torch.T
     if count == 0:
         return per_row.sum() * 0.0  # keeps the graph (finite: per_row never reads masked keys); no grounded row
     return (per_row * has_target).sum() / count
+
+
+def additive_key_bias(key_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Keep-mask -> additive bias: 0 on real keys, the dtype's most negative value on padding (an add is far cheaper
+    than a broadcast `masked_fill` on CPU)."""
+    return torch.zeros(key_mask.shape, dtype=dtype, device=key_mask.device).masked_fill(~key_mask.bool(), torch.finfo(dtype).min)
+
+
+def soft_cross_entropy_from_logits(logits: torch.Tensor, target: torch.Tensor, key_bias: torch.Tensor) -> torch.Tensor:
+    """[`soft_cross_entropy`] of `masked_log_softmax(logits, key_mask)`, without materialising the log-probabilities:
+    -sum_k t_k log p_k = (sum_k t_k) logsumexp_k(s) - sum_k t_k s_k over the unmasked keys (eq. 8).
+
+    logits: (B, H, N, K); target: (B, 1, N, K) rows, each a distribution over unmasked keys or zeros;
+    key_bias: [`additive_key_bias`] of the keys, broadcastable to logits.
+    """
+    target_mass = target.sum(-1)
+    # rows without target mass contribute exactly 0 (logsumexp stays finite: padding keys sit at finfo.min)
+    per_row = target_mass * torch.logsumexp(logits + key_bias, dim=-1) - (target * logits).sum(-1)
+    grounded_rows = (target_mass > 0).sum() * (logits.shape[1] // target.shape[1])
+    return per_row.sum() / grounded_rows.clamp(min=1)
 
 
 def normalise_rows(matrix: torch.Tensor) -> torch.Tensor:
@@ -68,3 +93,42 @@ def direct_supervision_loss(
         for t2r, r2t in zip(text_to_region_logits, region_to_text_logits)
     ]
     return torch.stack(losses).mean()
+
+
+def direct_supervision_loss_from_query_key(
+    text_to_region: list[tuple[torch.Tensor, torch.Tensor]],
+    region_to_text: list[tuple[torch.Tensor, torch.Tensor]],
+    scaling: float,
+    word_region_alignment: torch.Tensor,
+    text_mask: torch.Tensor,
+    region_mask: torch.Tensor,
+    heads: list[int] | None = None,
+) -> torch.Tensor:
+    """[`direct_supervision_loss`] from the pre-dropout query/key projections, logits recomputed in the backward pass.
+
+    Args:
+        text_to_region: per supervised layer, (text queries (B, H, T, d), region keys (B, H, R, d)).
+        region_to_text: per supervised layer, (region queries (B, H, R, d), text keys (B, H, T, d)).
+        scaling: the attention's 1/sqrt(d).
+        heads: supervised heads (None: all of them, and nothing is copied).
+    """
+    text_target = word_region_alignment.unsqueeze(1)
+    region_target = normalise_rows(word_region_alignment.transpose(1, 2)).unsqueeze(1)
+    dtype = text_to_region[0][0].dtype if text_to_region else word_region_alignment.dtype
+    region_keys = additive_key_bias(region_mask[:, None, None, :], dtype)
+    text_keys = additive_key_bias(text_mask[:, None, None, :], dtype)
+    losses = []
+    for (text_query, region_key), (region_query, text_key) in zip(text_to_region, region_to_text):
+        t2r = checkpoint(_direction_loss, text_query, region_key, heads, scaling, text_target, region_keys,
+                         use_reentrant=False, preserve_rng_state=False)  # fmt: skip
+        r2t = checkpoint(_direction_loss, region_query, text_key, heads, scaling, region_target, text_keys,
+                         use_reentrant=False, preserve_rng_state=False)  # fmt: skip
+        losses.append(t2r + r2t)
+    return torch.stack(losses).mean()
+
+
+def _direction_loss(query, key, heads, scaling, target, key_bias) -> torch.Tensor:
+    # eqs. (6)/(7): attention logits of the supervised heads' rows on the other modality's keys
+    if heads is not None:
+        query, key = query[:, heads], key[:, heads]
+    return soft_cross_entropy_from_logits(query @ key.transpose(-1, -2) * scaling, target, key_bias)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..utils.validation import check_index_list
-from .direct import direct_supervision_loss, masked_log_softmax
+from .direct import direct_supervision_loss_from_query_key, masked_log_softmax
 from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
 from .rollout import attention_rollout, cross_modal_rollout, semi_direct_supervision_loss
 
@@ -74,10 +74,12 @@ class AttentionSupervisionMixin:
         if method == "direct":
             t2r, r2t = [], []
             for layer in self.supervised_layer_indices:
-                query, key = (states[:, heads] for states in query_key_states[layer])
-                t2r.append(query[:, :, text_positions] @ key[:, :, region_positions].transpose(-1, -2) * scaling)
-                r2t.append(query[:, :, region_positions] @ key[:, :, text_positions].transpose(-1, -2) * scaling)
-            return direct_supervision_loss(t2r, r2t, word_region_alignment, text_mask, region_mask)
+                query, key = query_key_states[layer]
+                t2r.append((query[:, :, text_positions], key[:, :, region_positions]))
+                r2t.append((query[:, :, region_positions], key[:, :, text_positions]))
+            return direct_supervision_loss_from_query_key(
+                t2r, r2t, scaling, word_region_alignment, text_mask, region_mask, self._heads_to_select()
+            )
         # semi_direct: full attention probabilities of every layer up to the last supervised one, then rollout
         probs = []
         for layer in range(max(self.supervised_layer_indices) + 1):
@@ -126,12 +128,11 @@ class AttentionSupervisionMixin:
             "language_self": text_mask, "vision_self": region_mask,
         }  # fmt: skip
         if method == "direct":
-            t2r, r2t = [], []
-            for layer in self.supervised_layer_indices:
-                states = query_key_states[layer]
-                t2r.append(self._head_logits(*states["language_to_vision"], heads, scaling))
-                r2t.append(self._head_logits(*states["vision_to_language"], heads, scaling))
-            return direct_supervision_loss(t2r, r2t, word_region_alignment, text_mask, region_mask)
+            t2r = [query_key_states[layer]["language_to_vision"] for layer in self.supervised_layer_indices]
+            r2t = [query_key_states[layer]["vision_to_language"] for layer in self.supervised_layer_indices]
+            return direct_supervision_loss_from_query_key(
+                t2r, r2t, scaling, word_region_alignment, text_mask, region_mask, self._heads_to_select()
+            )
         probs = []
         for layer in range(max(self.supervised_layer_indices) + 1):
             probs.append({
@@ -141,6 +142,11 @@ class AttentionSupervisionMixin:
         rollouts = cross_modal_rollout(probs, heads)
         supervised = [rollouts[layer] for layer in self.supervised_layer_indices]
         return semi_direct_supervision_loss(supervised, text_positions, region_positions, word_region_alignment, text_mask, region_mask)
+
+    def _heads_to_select(self) -> list[int] | None:
+        """The supervised heads, or None when they are all the heads (then no query/key copy is made)."""
+        heads = self.supervised_head_indices
+        return None if heads == list(range(self.config.num_attention_heads)) else heads
 
     @staticmethod
     def _head_logits(query: torch.Tensor, key: torch.Tensor, heads: list[int] | None, scaling: float) -> torch.Tensor:

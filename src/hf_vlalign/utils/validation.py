@@ -53,8 +53,10 @@ def check_dim(name: str, tensor: torch.Tensor, dim: int, expected: int, layout: 
 
 
 def check_finite(name: str, tensor: torch.Tensor) -> None:
-    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-        bad = int((~torch.isfinite(tensor)).sum())
+    if not tensor.is_floating_point() or bool(torch.isfinite(tensor.sum())):
+        return  # a NaN or inf anywhere makes the sum non-finite: one cheap reduction clears the common case
+    bad = int((~torch.isfinite(tensor)).sum())  # the sum may also have overflowed from finite values
+    if bad:
         raise ValueError(f"`{name}` must be finite, got {bad} NaN/inf value(s) in a tensor of shape {_shape(tensor)}.")
 
 

@@ -4,6 +4,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from ...utils.validation import check_index_list
+from ..dropout import check_dropout_implementation
 
 ALIGNMENT_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
 
@@ -31,6 +32,8 @@ class RegionCaptionerConfig(PreTrainedConfig):
         mask_loss_weight (`float`): lambda of the mask objective (eq. 4).
         normalize_before (`bool`): pre-norm layers (LayerNorm before each sub-layer, a final LayerNorm after the stack)
             instead of the original transformer's post-norm.
+        dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
+            `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
     """
 
     model_type = "vlalign_captioner"
@@ -72,6 +75,7 @@ class RegionCaptionerConfig(PreTrainedConfig):
     is_encoder_decoder: bool = True
     tie_word_embeddings: bool = True
     validate_inputs: bool = True
+    dropout_implementation: str = "auto"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -99,6 +103,7 @@ class RegionCaptionerConfig(PreTrainedConfig):
             raise ValueError(f"`alignment_temperature` must be > 0, got {self.alignment_temperature}.")
         if not self.mask_loss_weight >= 0:
             raise ValueError(f"`mask_loss_weight` must be >= 0, got {self.mask_loss_weight}.")
+        check_dropout_implementation(self.dropout_implementation)
 
 
 __all__ = ["ALIGNMENT_FUSIONS", "RegionCaptionerConfig"]

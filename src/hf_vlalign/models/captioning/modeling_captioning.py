@@ -24,6 +24,7 @@ from transformers.utils import ModelOutput, logging
 from ...supervision.perturbation import AttentionPerturbation, PerturbationLinear, mask_objective
 from ...utils.validation import check_dim, check_finite, check_mask_not_empty, check_normalised_boxes, check_rank
 from ..attention_utils import key_padding_mask_4d, run_attention
+from ..dropout import apply_dropout, make_dropout
 from ..saving import SaveLoadMixin
 from ..text_init import load_text_model
 from .configuration_captioning import RegionCaptionerConfig
@@ -124,7 +125,7 @@ class RegionCaptionerRegionEmbeddings(nn.Module):
     def __init__(self, config: RegionCaptionerConfig):
         super().__init__()
         self.projection = nn.Linear(config.visual_feat_dim, config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = make_dropout(config, config.dropout)
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(self, visual_feats: torch.Tensor) -> torch.Tensor:
@@ -204,7 +205,7 @@ class RegionCaptionerFeedForward(nn.Module):
         self.fc1 = nn.Linear(config.d_model, ffn_dim)
         self.activation = ACT2FN[config.activation_function]
         self.fc2 = nn.Linear(ffn_dim, config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = make_dropout(config, config.dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.fc2(self.dropout(self.activation(self.fc1(hidden_states)))))
@@ -226,7 +227,7 @@ class RegionCaptionerEncoderLayer(GradientCheckpointingLayer):
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.feed_forward = RegionCaptionerFeedForward(config, config.encoder_ffn_dim)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = make_dropout(config, config.dropout)
 
     def forward(self, hidden_states, attention_mask, output_attentions=False):
         attn_output, attn_weights = self.self_attn(
@@ -367,7 +368,7 @@ class AlignedCrossAttention(RegionCaptionerAttention):
             used = self.perturbation.align(
                 probs, mask.detach(), queries=hidden_states, step=alignment_step, region_mask=region_mask
             )  # eqs. (5-10)
-        dropped = nn.functional.dropout(used, p=self.dropout, training=self.training)
+        dropped = apply_dropout(self.config, used, self.dropout, self.training)
         attn_output = (dropped @ value).transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
         return self.out_proj(attn_output), probs, used, mask
 
@@ -384,7 +385,7 @@ class RegionCaptionerDecoderLayer(GradientCheckpointingLayer):
         self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.feed_forward = RegionCaptionerFeedForward(config, config.decoder_ffn_dim)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = make_dropout(config, config.dropout)
 
     def forward(
         self,
@@ -425,7 +426,7 @@ class RegionCaptionerDecoder(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.embed_positions = nn.Embedding(config.max_position_embeddings, config.d_model)
         self.layernorm_embedding = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = make_dropout(config, config.dropout)
         aligned = aligned_layer_indices(config)
         self.layers = nn.ModuleList(
             [RegionCaptionerDecoderLayer(config, index, index in aligned) for index in range(config.decoder_layers)]

@@ -4,6 +4,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from ...supervision.config import validate_supervision_fields
+from ..dropout import check_dropout_implementation
 
 
 @strict(accept_kwargs=True)
@@ -23,6 +24,8 @@ class SingleStreamConfig(PreTrainedConfig):
         num_vgp_labels (`int`): classes of the VGP phrase-pair classifier (eqs. 2-4).
         id_loss_weight / vgp_loss_weight (`float`): weights of those losses in eq. 9.
         validate_inputs (`bool`): check every input tensor in `forward` (switch off only for speed).
+        dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
+            `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
 
     Example:
     ```python
@@ -57,6 +60,7 @@ class SingleStreamConfig(PreTrainedConfig):
     id_loss_weight: float | int = 1.0
     vgp_loss_weight: float | int = 1.0
     validate_inputs: bool = True
+    dropout_implementation: str = "auto"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -72,6 +76,7 @@ class SingleStreamConfig(PreTrainedConfig):
         if self.visual_feat_dim <= 0:
             raise ValueError(f"`visual_feat_dim` must be a positive int, got {self.visual_feat_dim}.")
         validate_supervision_fields(self, self.num_hidden_layers, self.num_attention_heads)
+        check_dropout_implementation(self.dropout_implementation)
 
 
 __all__ = ["SingleStreamConfig"]

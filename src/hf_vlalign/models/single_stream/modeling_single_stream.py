@@ -21,6 +21,7 @@ from ...supervision import AttentionSupervisionMixin, max_pool_phrases
 from ...utils.text_model import default_text_model_path
 from ...utils.validation import check_phrase_masks, check_rank, default_and_check_inputs
 from ..attention_utils import key_padding_mask_4d, run_attention
+from ..dropout import make_dropout
 from ..saving import SaveLoadMixin
 from ..text_init import (
     TEXT_CONFIG_FIELDS,
@@ -84,7 +85,7 @@ class SingleStreamEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = make_dropout(config, config.hidden_dropout_prob)
         self.position_ids = nn.Buffer(torch.arange(config.max_position_embeddings).expand((1, -1)), persistent=False)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
@@ -108,7 +109,7 @@ class SingleStreamVisualEmbeddings(nn.Module):
         self.segment_embedding = nn.Parameter(torch.zeros(config.hidden_size))
         self.end_embedding = nn.Parameter(torch.zeros(config.hidden_size))
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = make_dropout(config, config.hidden_dropout_prob)
 
     def forward(self, visual_feats: torch.Tensor, visual_boxes: torch.Tensor) -> torch.Tensor:
         area = (visual_boxes[..., 2] - visual_boxes[..., 0]) * (visual_boxes[..., 3] - visual_boxes[..., 1])
@@ -130,7 +131,7 @@ class SingleStreamSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+        self.dropout = make_dropout(config, config.attention_probs_dropout_prob)
 
     def forward(
         self,
@@ -155,7 +156,7 @@ class SingleStreamSelfOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = make_dropout(config, config.hidden_dropout_prob)
 
     def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
@@ -187,7 +188,7 @@ class SingleStreamOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = make_dropout(config, config.hidden_dropout_prob)
 
     def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
@@ -390,7 +391,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         super().__init__(config)
         self.single_stream = SingleStreamModel(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = make_dropout(config, dropout)
         # eq. (1): p(c1 | c2 | both) = softmax(W_id h_[CLS])
         self.id_classifier = nn.Linear(config.hidden_size, config.num_id_labels)
         # eqs. (2-4): MLP over [e1, e2, e1 * e2, |e1 - e2|] of max-pooled phrase states

@@ -4,6 +4,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from ...supervision.config import validate_supervision_fields
+from ..dropout import check_dropout_implementation
 
 LOSS_WEIGHT_FIELDS = (
     "mlm_loss_weight",
@@ -41,6 +42,8 @@ class TwoStreamConfig(PreTrainedConfig):
         alignment_top_k (`int`): objects kept per word by the alignment decoder (eq. 13, paper: 3).
         *_loss_weight (`float`): weight of each loss in the total.
         validate_inputs (`bool`): check every input tensor in `forward` (switch off only for speed).
+        dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
+            `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
 
     Example:
     ```python
@@ -96,6 +99,7 @@ class TwoStreamConfig(PreTrainedConfig):
     alignment_loss_weight: float | int = 1.0
     classifier_dropout: float | int | None = None
     validate_inputs: bool = True
+    dropout_implementation: str = "auto"
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):
@@ -126,6 +130,7 @@ class TwoStreamConfig(PreTrainedConfig):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
         validate_supervision_fields(self, self.x_layers, self.num_attention_heads)
+        check_dropout_implementation(self.dropout_implementation)
 
 
 __all__ = ["TwoStreamConfig"]

@@ -24,6 +24,7 @@ from ...supervision import AttentionSupervisionMixin
 from ...supervision.alignment_decoder import AlignmentDecoder, alignment_kl_loss
 from ...utils.validation import check_rank, default_and_check_inputs
 from ..attention_utils import key_padding_mask_4d, run_attention
+from ..dropout import make_dropout
 from ..saving import SaveLoadMixin
 from ..single_stream.modeling_single_stream import (
     SingleStreamEmbeddings,
@@ -147,7 +148,7 @@ class TwoStreamVisualEmbeddings(nn.Module):
         self.feature_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.box_projection = nn.Linear(config.visual_pos_dim, config.hidden_size)
         self.box_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = make_dropout(config, config.hidden_dropout_prob)
 
     def forward(self, visual_feats: torch.Tensor, visual_boxes: torch.Tensor) -> torch.Tensor:
         features = self.feature_layer_norm(self.feature_projection(visual_feats))
@@ -169,7 +170,7 @@ class TwoStreamAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+        self.dropout = make_dropout(config, config.attention_probs_dropout_prob)
 
     def forward(
         self,
