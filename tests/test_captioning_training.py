@@ -75,6 +75,28 @@ def test_mask_step_changes_only_the_mask_networks(captions, tmp_path):
     assert all(p.requires_grad for p in trainer.model.mask_parameters())
 
 
+def test_lora_wrapped_captioner_trains_adapters_and_mask_copies_only(captions, tmp_path):
+    from peft import get_peft_model
+
+    from hf_vlalign.lora import lora_config
+
+    train, store, tokenizer = captions
+    captioner = tiny_captioner(tokenizer, alignment="max")
+    peft_model = get_peft_model(captioner, lora_config(captioner))
+    template = make_trainer(captions, tmp_path, alignment="max", max_steps=2)
+    trainer = CaptioningTrainer(
+        model=peft_model, args=template.args, train_dataset=train, data_collator=template.data_collator, tokenizer=tokenizer
+    )
+    before = {name: tensor.detach().clone() for name, tensor in peft_model.named_parameters()}
+    trainer.train()
+    changed = {name for name, tensor in peft_model.named_parameters() if not torch.equal(tensor, before[name])}
+    assert any("lora_" in name for name in changed)
+    assert any("modules_to_save" in name and "mask_network" in name for name in changed)
+    # frozen base weights and the mask networks' original copies are untouched
+    assert all("lora_" in name or "modules_to_save" in name for name in changed), sorted(changed)[:5]
+    assert {"loss_caption", "loss_mask"} <= {key for row in trainer.state.log_history for key in row}
+
+
 def test_training_alternates_and_logs_every_component(captions, tmp_path):
     trainer = make_trainer(captions, tmp_path, alignment="exp_decay", max_steps=4, mask_update_every=2)
     trainer.train()

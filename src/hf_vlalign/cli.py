@@ -32,6 +32,32 @@ def _convert_features(args: argparse.Namespace) -> int:
     return 0
 
 
+def _convert_checkpoint(args: argparse.Namespace) -> int:
+    from .hub import convert_lxmert, convert_visualbert
+
+    if args.out.exists() and any(args.out.iterdir()) and not args.overwrite:
+        raise ValueError(f"`--out` {args.out} already holds files; pass --overwrite to replace the checkpoint there.")
+    overrides = {"attention_supervision": args.attention_supervision} if args.attention_supervision else {}
+    converter = {"visualbert": convert_visualbert, "lxmert": convert_lxmert}[args.source_format]
+    model = converter(args.src, **overrides)
+    model.save_pretrained(args.out)
+    tokenizer_saved = _copy_tokenizer(args.src, args.out)
+    print(json.dumps({"out": str(args.out), "model": type(model).__name__, "tokenizer": tokenizer_saved}, indent=2))
+    return 0
+
+
+def _copy_tokenizer(source: str, out: Path) -> bool:
+    """Saves the source checkpoint's tokenizer next to the converted model when the source has one."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError):
+        return False
+    tokenizer.save_pretrained(out)
+    return True
+
+
 def _extract_features(args: argparse.Namespace) -> int:
     from .data.region_extraction import extract_region_features
 
@@ -104,6 +130,38 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fisher(args: argparse.Namespace) -> int:
+    from torch.utils.data import DataLoader
+    from transformers import AutoTokenizer
+
+    from .data.builders import load_vgp_data
+    from .data.collators import VGPCollator
+    from .trainers.regularization import anchor_weights, estimate_fisher, save_fisher
+    from .trainers.task_evaluation import load_model
+
+    if args.num_batches is not None and args.num_batches < 1:
+        raise ValueError(f"`--num_batches` must be >= 1, got {args.num_batches}.")
+    model = load_model(args.model)
+    if model.config.model_type != "vlalign_single_stream":
+        raise ValueError(f"`--model` must hold a SingleStreamForVisualParaphrase (the VGP model), got a {model.config.model_type}.")
+    files = {"flickr30k_entities_dir": args.flickr30k_entities_dir, "vgp_train_csv": args.vgp_train_csv, "vgp_eval_csv": args.vgp_eval_csv, "features": args.features}
+    given = [name for name, value in files.items() if value is not None]
+    if args.data == "vgp" and len(given) < len(files):
+        raise ValueError(f"`--data vgp` needs --{', --'.join(files)}; missing: {sorted(set(files) - set(given))}.")
+    if args.data == "synthetic" and given:
+        raise ValueError(f"`--data synthetic` reads the synthetic scenes, but files were given ({given}): add `--data vgp`.")
+    data = load_vgp_data(**files, synthetic_config=_synthetic_config(args))
+    dataset = data.train if args.split == "train" else data.eval
+    collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features)
+    dataloader = DataLoader(dataset, batch_size=args.batch_size, collate_fn=collator)
+    fisher = estimate_fisher(model, dataloader, args.num_batches)
+    path = save_fisher(args.output, fisher, anchor_weights(model))
+    num_batches = min(len(dataloader), args.num_batches or len(dataloader))
+    summary = {"output": str(path), "num_parameters": len(fisher), "num_batches": num_batches, "batch_size": args.batch_size}
+    print(json.dumps(summary | {"data": f"{data.source} ({args.split})", "fisher_sum": float(sum(f.sum() for f in fisher.values()))}, indent=2))
+    return 0
+
+
 def _add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--synthetic_train_images", type=int, default=800, help="synthetic scenes (the default data)")
     parser.add_argument("--synthetic_eval_images", type=int, default=150)
@@ -166,6 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--box-dir", dest="box_dir", type=Path, help="npz_dir: folder of <id>.npy boxes")
     convert.set_defaults(run=_convert_features)
 
+    checkpoint = verbs.add_parser("convert", help="transformers' VisualBert / Lxmert checkpoint -> an hf_vlalign model")
+    checkpoint.add_argument("src", help="local folder (or Hub id) of the VisualBert / Lxmert checkpoint")
+    checkpoint.add_argument("--from", dest="source_format", choices=("visualbert", "lxmert"), required=True)
+    checkpoint.add_argument("--out", type=Path, required=True, help="folder for the converted checkpoint")
+    checkpoint.add_argument("--attention_supervision", choices=("none", "direct", "semi_direct", "indirect"))
+    checkpoint.add_argument("--overwrite", action="store_true", help="replace the files of an existing --out")
+    checkpoint.set_defaults(run=_convert_checkpoint)
+
     extract = verbs.add_parser("extract-features", help="region features of your own images -> a RegionFeatureStore")
     extract.add_argument("images", type=Path, help="folder of .jpg/.png images")
     extract.add_argument("--out", type=Path, required=True)
@@ -211,6 +277,22 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", type=Path, help="also write the results to this JSON file")
     _add_synthetic_arguments(evaluate)
     evaluate.set_defaults(run=_evaluate)
+
+    fisher = verbs.add_parser("fisher", help="diagonal Fisher of a saved VGP model, for EWC (`ewc_fisher=` of the trainers)")
+    fisher.add_argument("--model", required=True, help="folder of a SingleStreamForVisualParaphrase checkpoint")
+    fisher.add_argument(
+        "--data", choices=("synthetic", "vgp"), default="synthetic",
+        help="synthetic scenes (offline default) or real VGP pairs (the four files below)",
+    )  # fmt: skip
+    fisher.add_argument("--flickr30k_entities_dir")
+    fisher.add_argument("--vgp_train_csv")
+    fisher.add_argument("--vgp_eval_csv")
+    fisher.add_argument("--features", help="RegionFeatureStore folder (hf-vlalign convert-features)")
+    fisher.add_argument("--split", choices=("train", "eval"), default="train")
+    fisher.add_argument("--output", type=Path, required=True, help="the safetensors file to write (Fisher and anchor weights)")
+    fisher.add_argument("--num_batches", type=int, help="use only the first N batches (default: the whole split)")
+    _add_synthetic_arguments(fisher)
+    fisher.set_defaults(run=_fisher)
 
     table = verbs.add_parser("results-table", help="markdown table of several runs' eval_results.json")
     table.add_argument("output_dirs", nargs="+", type=Path)

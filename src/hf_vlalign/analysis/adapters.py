@@ -6,7 +6,8 @@ R = `region_mask.shape[1]` regions. How each source's outputs map onto the four 
 - "single_stream" (`SingleStreamModel`, `SingleStreamForVisualParaphrase`): one joint (B, H, N, N) map per layer over
   `[text (0..T-1); regions (T..T+R-1); [END] (T+R)]`, N = T + R + 1. Each block is a slice of the same layer, so
   every block has `num_hidden_layers` layers; the [END] row and column are dropped (rows of a block need not sum to
-  1).
+  1). A model built with `use_end_token=False` (e.g. a converted VisualBERT) has no [END]: N = T + R, read the same
+  way. `end_token=config.use_end_token` fixes the layout; left None, the map's size tells which of the two it is.
 - "visual_bert" (transformers' `VisualBertModel` and heads): the same, over `[text; visual_embeds]` with no end
   token, N = T + R.
 - "two_stream" (`TwoStreamModel` and heads): separate maps, so each block keeps its own layer count and rows sum
@@ -46,8 +47,9 @@ __all__ = ["SOURCES", "attention_blocks", "infer_source", "text_to_region_rows"]
 
 SOURCES = ("single_stream", "two_stream", "captioner", "visual_bert", "lxmert")
 
-# extra positions after [text; regions] in a joint map
-_JOINT_EXTRA = {"single_stream": 1, "visual_bert": 0}
+# the possible numbers of extra positions after [text; regions] in a joint map (single stream: [END], or none when the
+# model has `use_end_token=False`)
+_JOINT_EXTRA = {"single_stream": (1, 0), "visual_bert": (0,)}
 
 # output class name prefix -> source
 _CLASS_PREFIXES = (
@@ -137,18 +139,39 @@ def _check_block(field: str, maps: tuple[torch.Tensor, ...], batch: int, queries
             )
 
 
-def _joint_blocks(outputs: object, text_mask: torch.Tensor, region_mask: torch.Tensor, source: str) -> dict:
+def _joint_extras(source: str, end_token: bool | None) -> tuple[int, ...]:
+    """The numbers of positions a joint map of `source` may have after [text; regions]."""
+    if end_token is None:
+        return _JOINT_EXTRA[source]
+    if not isinstance(end_token, bool):
+        raise ValueError(f"`end_token` must be a bool or None, got {type(end_token).__name__} {end_token!r}.")
+    if end_token and source == "visual_bert":
+        raise ValueError("`end_token` must be False or None for source 'visual_bert' (no [END] token), got True.")
+    return (1,) if end_token else (0,)
+
+
+def _joint_blocks(
+    outputs: object,
+    text_mask: torch.Tensor,
+    region_mask: torch.Tensor,
+    source: str,
+    extras: tuple[int, ...] | None = None,
+) -> dict:
     """Slices joint (B, H, N, N) maps over [text; regions; extra] into the four blocks."""
     maps = _layers(outputs, "attentions")
     (batch, num_text), num_regions = text_mask.shape, region_mask.shape[1]
-    expected = num_text + num_regions + _JOINT_EXTRA[source]
-    end = " + 1 ([END])" if _JOINT_EXTRA[source] else ""
+    extras = _JOINT_EXTRA[source] if extras is None else extras
+    sizes = [num_text + num_regions + extra for extra in extras]
+    layouts = " or ".join(
+        f"N = T + R + 1 ([END]) = {size}" if extra else f"N = T + R = {size}" for extra, size in zip(extras, sizes)
+    )
     for layer, attention in enumerate(maps):
-        if attention.shape[0] != batch or attention.shape[2:] != (expected, expected):
+        n_query, n_key = attention.shape[2:]
+        if attention.shape[0] != batch or n_query != n_key or n_key not in sizes or n_key != maps[0].shape[-1]:
             raise ValueError(
                 f"`text_mask` (T = {num_text}) and `region_mask` (R = {num_regions}) disagree with "
                 f"`outputs.attentions[{layer}]` of shape {tuple(attention.shape)}: a {source} map must be "
-                f"(B = {batch}, H, N, N) with N = T + R{end} = {expected}."
+                f"(B = {batch}, H, N, N) with {layouts}."
             )
     text, regions = slice(0, num_text), slice(num_text, num_text + num_regions)
     spans = {"word": text, "region": regions}
@@ -209,7 +232,12 @@ _BUILDERS = {
 
 
 def attention_blocks(
-    outputs: object, *, text_mask: torch.Tensor, region_mask: torch.Tensor, source: str | None = None
+    outputs: object,
+    *,
+    text_mask: torch.Tensor,
+    region_mask: torch.Tensor,
+    source: str | None = None,
+    end_token: bool | None = None,
 ) -> AttentionBlocks:
     """The attention maps of `outputs` arranged by modality block.
 
@@ -219,6 +247,8 @@ def attention_blocks(
         text_mask: (B, T) 1 for real text tokens (`attention_mask`, or `decoder_attention_mask` for the captioner).
         region_mask: (B, R) 1 for real regions (`visual_attention_mask`).
         source: one of `SOURCES`; inferred from the output class when None.
+        end_token: joint single-stream maps only: whether the sequence ends with the [END] token (the model's
+            `config.use_end_token`); None accepts both layouts, told apart by the maps' size.
 
     Returns:
         `AttentionBlocks` whose blocks follow the mapping in the module docstring.
@@ -228,7 +258,14 @@ def attention_blocks(
     if source not in SOURCES:
         raise ValueError(f"`source` must be one of {SOURCES}, got {source!r}.")
     _check_masks(text_mask, region_mask)
-    blocks = _BUILDERS[source](outputs, text_mask, region_mask, source)
+    if source in _JOINT_EXTRA:
+        blocks = _joint_blocks(outputs, text_mask, region_mask, source, _joint_extras(source, end_token))
+    elif end_token is not None:
+        raise ValueError(
+            f"`end_token` applies to joint maps ({sorted(_JOINT_EXTRA)}) only, got {end_token!r} for {source!r}."
+        )
+    else:
+        blocks = _BUILDERS[source](outputs, text_mask, region_mask, source)
     return AttentionBlocks(text_mask=text_mask, region_mask=region_mask, source=source, **blocks)
 
 

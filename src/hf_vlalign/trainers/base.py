@@ -4,6 +4,7 @@ and training batches are collated with a random state of their own, so that a re
 
 from __future__ import annotations
 
+import math
 import os
 import random
 from collections import defaultdict
@@ -14,15 +15,27 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import get_worker_info
-from transformers import Trainer
+from transformers import PreTrainedModel, Trainer
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import logging
 
-# attention maps and hidden states of every model family
+from .regularization import (
+    ANCHOR_PREFIX,
+    FISHER_PREFIX,
+    anchor_weights,
+    check_fisher_matches,
+    ewc_penalty,
+    load_fisher,
+    outputs_distillation_loss,
+    split_fisher_state,
+)
+
 logger = logging.get_logger(__name__)
 
+# attention maps and hidden states of every model family
 ATTENTION_KEYS = (
     "hidden_states",
     "attentions",
@@ -101,6 +114,24 @@ class ComponentLossTrainer(Trainer):
 
     Training batches are collated by `SeededCollator`: random collation depends on (`args.seed`, epoch, batch index)
     only, so `train(resume_from_checkpoint=...)` reproduces the uninterrupted run's batches exactly.
+
+    Two regularisers keep what pre-training learned (`trainers/regularization.py`); each is added to the model's loss
+    and logged under its own key (`loss_distill`, `loss_ewc`, unweighted), in training and evaluation:
+
+    Args:
+        distill_from (`PreTrainedModel` or `str`, *optional*): the teacher of knowledge distillation (Hinton et al.
+            2015): a model, or a local folder loaded with the student's class (`from_pretrained`). It is frozen, kept
+            in eval mode and moved to the student's device; it sees the student's batch without gradient. The loss
+            adds `distill_weight * loss_distill`, the KL of every logits field of the outputs (see
+            `outputs_distillation_loss`). Typically the model the fine-tuning starts from.
+        distill_temperature (`float`): the softmax temperature T > 0 of both distributions.
+        distill_weight (`float`): weight >= 0 of `loss_distill` (0: logged only).
+        ewc_lambda (`float`): weight >= 0 of the EWC penalty `loss_ewc` = sum_i F_i (theta_i - theta*_i)^2
+            (Kirkpatrick et al. 2017; this `ewc_lambda` is their lambda / 2); 0 with `ewc_fisher` given: logged only.
+        ewc_fisher (`str`, `Path` or `dict`, *optional*): the Fisher: a file of `hf-vlalign fisher` / `save_fisher`
+            (Fisher and anchor weights theta*), the same content as a dict (`fisher.<p>` / `anchor.<p>` names), or a
+            plain `{parameter name: F}` dict whose anchor is then the model's weights when the trainer is built.
+            Required when `ewc_lambda > 0`. Trainable parameters it does not cover are left free (counted in a warning).
     """
 
     loss_component_keys: tuple[str, ...] = ()
@@ -109,10 +140,53 @@ class ComponentLossTrainer(Trainer):
     # model outputs that are not predictions (large per-token tensors); never gathered at evaluation
     non_prediction_keys: tuple[str, ...] = ()
 
-    def __init__(self, *args, **kwargs):
+    def __init__(
+        self,
+        *args,
+        distill_from: PreTrainedModel | str | os.PathLike | None = None,
+        distill_temperature: float = 2.0,
+        distill_weight: float = 1.0,
+        ewc_lambda: float = 0.0,
+        ewc_fisher: str | os.PathLike | dict | None = None,
+        **kwargs,
+    ):
+        _check_regularization_arguments(distill_from, distill_temperature, distill_weight, ewc_lambda, ewc_fisher)
         super().__init__(*args, **kwargs)
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
         self._batch_position = BatchPosition()
+        self.distill_temperature = float(distill_temperature)
+        self.distill_weight = float(distill_weight)
+        self.ewc_lambda = float(ewc_lambda)
+        self.distill_teacher = self._frozen_teacher(distill_from) if distill_from is not None else None
+        self.ewc_fisher, self.ewc_anchor = self._fisher_and_anchor(ewc_fisher) if ewc_fisher is not None else (None, None)
+
+    def _frozen_teacher(self, distill_from: PreTrainedModel | str | os.PathLike) -> nn.Module:
+        """The distillation teacher: loaded with the student's class when a path is given, frozen, in eval mode."""
+        if distill_from is self.model:
+            raise ValueError("`distill_from` is the student model itself; pass a copy (e.g. `copy.deepcopy(model)`) or its folder.")
+        if isinstance(distill_from, (str, os.PathLike)):
+            if not Path(distill_from).is_dir():
+                raise ValueError(f"`distill_from` must be a model or a local folder of a saved model, got {distill_from!r} (no such folder).")
+            teacher = type(self.model).from_pretrained(distill_from)
+        else:
+            teacher = distill_from
+        teacher.requires_grad_(False)
+        return teacher.eval().to(self.args.device)
+
+    def _fisher_and_anchor(self, ewc_fisher: str | os.PathLike | dict) -> tuple[dict, dict]:
+        """(fisher, anchor) from a Fisher file or dict, checked against the model's trainable parameters."""
+        if isinstance(ewc_fisher, dict):
+            prefixed = bool(ewc_fisher) and all(key.startswith((FISHER_PREFIX, ANCHOR_PREFIX)) for key in ewc_fisher)
+            if prefixed:
+                fisher, anchor = split_fisher_state(ewc_fisher)
+            else:
+                fisher, anchor = dict(ewc_fisher), {k: v for k, v in anchor_weights(self.model).items() if k in ewc_fisher}
+        else:
+            fisher, anchor = load_fisher(ewc_fisher)
+        uncovered = check_fisher_matches(self.model, fisher, anchor)
+        if uncovered:
+            logger.warning(f"`ewc_fisher` covers no Fisher for {len(uncovered)} trainable parameters (EWC leaves them free): {uncovered[:5]}")
+        return fisher, anchor
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         """`Trainer.train`; `resume_from_checkpoint=True` resumes from the last *complete* checkpoint of
@@ -148,11 +222,39 @@ class ComponentLossTrainer(Trainer):
         for key in self.loss_component_keys:
             value = outputs.get(key)
             if value is not None:
-                self._metrics[mode][key].append(self.accelerator.gather(value.detach().reshape(1)).mean().item())
+                self._record(mode, key, value)
         loss = outputs.get("loss")
         if loss is None:
             raise ValueError(f"The model returned no loss: the batch must carry the labels {self.label_names}.")
+        if self.distill_teacher is not None:
+            loss_distill = self._distillation_loss(model, model_inputs, outputs)
+            self._record(mode, "loss_distill", loss_distill)
+            loss = loss + self.distill_weight * loss_distill
+        if self.ewc_fisher is not None:
+            loss_ewc = self._ewc_penalty(model)
+            self._record(mode, "loss_ewc", loss_ewc)
+            loss = loss + self.ewc_lambda * loss_ewc
         return (loss, outputs) if return_outputs else loss
+
+    def _record(self, mode: str, key: str, value: torch.Tensor) -> None:
+        """Appends a loss component to the logging window (averaged over processes)."""
+        self._metrics[mode][key].append(self.accelerator.gather(value.detach().reshape(1)).mean().item())
+
+    def _distillation_loss(self, model, model_inputs: dict, outputs) -> torch.Tensor:
+        device = next(model.parameters()).device
+        if next(self.distill_teacher.parameters()).device != device:
+            self.distill_teacher.to(device)
+        with torch.no_grad():
+            teacher_outputs = self.distill_teacher(**model_inputs)
+        return outputs_distillation_loss(outputs, teacher_outputs, self.distill_temperature, labels=model_inputs.get("labels"))
+
+    def _ewc_penalty(self, model) -> torch.Tensor:
+        student = self.accelerator.unwrap_model(model)
+        device = next(student.parameters()).device
+        if next(iter(self.ewc_fisher.values())).device != device:  # moved once, not every step
+            self.ewc_fisher = {name: value.to(device) for name, value in self.ewc_fisher.items()}
+            self.ewc_anchor = {name: value.to(device) for name, value in self.ewc_anchor.items()}
+        return ewc_penalty(student, self.ewc_fisher, self.ewc_anchor, check=False)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         # predictions are the task logits only: loss components and attention maps are not gathered
@@ -167,3 +269,23 @@ class ComponentLossTrainer(Trainer):
                 logs[f"{prefix}{key}"] = float(torch.tensor(values).mean())
         self._metrics[mode].clear()
         super().log(logs, start_time)
+
+
+def _check_regularization_arguments(distill_from, distill_temperature, distill_weight, ewc_lambda, ewc_fisher) -> None:
+    """Errors naming the argument, what it must be and what came."""
+
+    def finite(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    if not (finite(distill_temperature) and distill_temperature > 0):
+        raise ValueError(f"`distill_temperature` must be a finite number > 0, got {distill_temperature!r}.")
+    if not (finite(distill_weight) and distill_weight >= 0):
+        raise ValueError(f"`distill_weight` must be a finite number >= 0, got {distill_weight!r}.")
+    if not (finite(ewc_lambda) and ewc_lambda >= 0):
+        raise ValueError(f"`ewc_lambda` must be a finite number >= 0, got {ewc_lambda!r}.")
+    if ewc_lambda > 0 and ewc_fisher is None:
+        raise ValueError(f"`ewc_lambda={ewc_lambda}` needs `ewc_fisher`: a Fisher file of `hf-vlalign fisher` (or `save_fisher`), or a dict.")
+    if ewc_fisher is not None and not isinstance(ewc_fisher, (str, os.PathLike, dict)):
+        raise ValueError(f"`ewc_fisher` must be a path to a Fisher file or a dict of tensors, got {type(ewc_fisher).__name__}.")
+    if distill_from is not None and not isinstance(distill_from, (str, os.PathLike, nn.Module)):
+        raise ValueError(f"`distill_from` must be a model or a local folder of a saved model, got {type(distill_from).__name__}.")

@@ -78,7 +78,9 @@ class CaptioningTrainer(ComponentLossTrainer):
         self.scst_start_epoch = scst_start_epoch
         self.scst_max_new_tokens = scst_max_new_tokens
         self.caption_tokenizer = tokenizer
-        self._mask_parameters = self.model.mask_parameters()
+        # a PEFT-wrapped captioner: the mask networks' trainable copies (peft's `modules_to_save`), not the originals
+        self._captioner = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        self._mask_parameters = [p for p in self._captioner.mask_parameters() if p.requires_grad]
         self.mask_optimizer = None
         if self._mask_parameters:
             self.mask_optimizer = torch.optim.Adam(self._mask_parameters, lr=mask_learning_rate or self.args.learning_rate)
@@ -114,7 +116,7 @@ class CaptioningTrainer(ComponentLossTrainer):
         self.mask_optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        self.model.model.alignment_step.fill_(self.state.global_step)  # s of eq. (8)
+        self._captioner.model.alignment_step.fill_(self.state.global_step)  # s of eq. (8)
         if self.mask_optimizer is not None and self.state.global_step % self.mask_update_every == 0:
             self._mask_step(model, inputs)
         return super().training_step(model, inputs, num_items_in_batch)

@@ -151,11 +151,12 @@ def analyze_model(
     if max_examples is not None and max_examples < len(dataset):
         dataset = dataset.select(range(max_examples))
     source = model.config.model_type.removeprefix("vlalign_")
+    end_token = getattr(model.config, "use_end_token", None)  # single-stream: with or without VL-BERT's [END]
     analyses = _Accumulators(GroundingProbe(*_probe_shape(model)), AttentionEntropy(), AttentionDistance())
     for batch in tqdm(DataLoader(dataset, batch_size=batch_size, collate_fn=data.collator), desc="analysis", disable=not progress):
         outputs = model(**_model_inputs(model, batch), output_attentions=True)
         masks = {"text_mask": batch[data.text_mask_key], "region_mask": batch["visual_attention_mask"]}
-        analyses.update(batch, attention_blocks(outputs, **masks, source=source))
+        analyses.update(batch, attention_blocks(outputs, **masks, source=source, end_token=end_token))
     result = analyses.probe.compute()
     entropy_rows = analyses.entropy.compute()
     distance_rows = analyses.distance.compute() if analyses.distance_seen else []

@@ -123,11 +123,15 @@ def check_vision_language_inputs(
     attention_mask: torch.Tensor | None,
     token_type_ids: torch.Tensor | None,
     visual_feats: torch.Tensor,
-    visual_boxes: torch.Tensor,
+    visual_boxes: torch.Tensor | None,
     visual_attention_mask: torch.Tensor | None,
     word_region_alignment: torch.Tensor | None = None,
 ) -> None:
-    """Shapes, ranges and values of the DESIGN.md input tensors, checked against each other and against `config`."""
+    """Shapes, ranges and values of the DESIGN.md input tensors, checked against each other and against `config`.
+
+    `visual_boxes` may be None only for a model without box embeddings (`config.use_box_embeddings=False`); when given
+    it is checked all the same.
+    """
     check_rank("input_ids", input_ids, 2, "(batch, text_length)")
     check_integer("input_ids", input_ids)
     batch, text_length = input_ids.shape
@@ -162,12 +166,14 @@ def check_vision_language_inputs(
     if num_regions == 0:
         raise ValueError("`visual_feats` must hold at least one region, got an empty region set (num_regions = 0).")
     check_finite("visual_feats", visual_feats)
-    check_rank("visual_boxes", visual_boxes, 3, "(batch, num_regions, 4)")
-    if tuple(visual_boxes.shape[:2]) != (batch, num_regions):
-        raise ValueError(
-            f"`visual_boxes` must have shape (batch, num_regions, 4) = {(batch, num_regions, 4)} to match `visual_feats`, "
-            f"got {tuple(visual_boxes.shape)}."
-        )
+    check_boxes_given(config, visual_boxes)
+    if visual_boxes is not None:
+        check_rank("visual_boxes", visual_boxes, 3, "(batch, num_regions, 4)")
+        if tuple(visual_boxes.shape[:2]) != (batch, num_regions):
+            raise ValueError(
+                f"`visual_boxes` must have shape (batch, num_regions, 4) = {(batch, num_regions, 4)} to match "
+                f"`visual_feats`, got {tuple(visual_boxes.shape)}."
+            )
     if visual_attention_mask is not None:
         check_rank("visual_attention_mask", visual_attention_mask, 2, "(batch, num_regions)")
         if tuple(visual_attention_mask.shape) != (batch, num_regions):
@@ -176,7 +182,8 @@ def check_vision_language_inputs(
                 f"got {tuple(visual_attention_mask.shape)}."
             )
         check_mask_not_empty("visual_attention_mask", visual_attention_mask, "region")
-    check_normalised_boxes("visual_boxes", visual_boxes, visual_attention_mask)
+    if visual_boxes is not None:
+        check_normalised_boxes("visual_boxes", visual_boxes, visual_attention_mask)
     if word_region_alignment is not None:
         check_rank("word_region_alignment", word_region_alignment, 3, "(batch, text_length, num_regions)")
         if tuple(word_region_alignment.shape) != (batch, text_length, num_regions):
@@ -191,6 +198,17 @@ def check_vision_language_inputs(
             )
         if attention_mask is not None:
             check_no_mass_on_padding("word_region_alignment", word_region_alignment, attention_mask[:, :, None], "attention_mask")
+
+
+def check_boxes_given(config, visual_boxes: torch.Tensor | None) -> None:
+    """`visual_boxes` is required unless the model has no box embeddings (`config.use_box_embeddings=False`; configs
+    without the field always embed boxes)."""
+    if visual_boxes is None and getattr(config, "use_box_embeddings", True):
+        raise ValueError(
+            f"`visual_boxes` (batch, num_regions, 4) is required by a {type(config).__name__} with box embeddings, "
+            "got None; only a model built with `use_box_embeddings=False` (e.g. a converted VisualBERT) runs without "
+            "boxes."
+        )
 
 
 def check_integer(name: str, tensor: torch.Tensor) -> None:
@@ -227,13 +245,15 @@ def default_and_check_inputs(
     attention_mask: torch.Tensor | None,
     token_type_ids: torch.Tensor | None,
     visual_feats: torch.Tensor,
-    visual_boxes: torch.Tensor,
+    visual_boxes: torch.Tensor | None,
     visual_attention_mask: torch.Tensor | None,
     word_region_alignment: torch.Tensor | None,
     phrase_masks: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fills the optional masks (all ones, token type 0) and, unless `config.validate_inputs` is off, checks every
-    input tensor; returns (attention_mask, token_type_ids, visual_attention_mask)."""
+    input tensor; returns (attention_mask, token_type_ids, visual_attention_mask). Missing `visual_boxes` for a model
+    that embeds boxes is an error even with validation off (it would fail deep inside the model)."""
+    check_boxes_given(config, visual_boxes)
     attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
     token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
     if visual_attention_mask is None:

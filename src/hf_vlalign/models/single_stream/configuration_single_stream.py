@@ -16,6 +16,11 @@ class SingleStreamConfig(PreTrainedConfig):
 
     Args:
         visual_feat_dim (`int`): dimension of `visual_feats` (2048 for bottom-up-attention features).
+        use_box_embeddings (`bool`): add the projected box geometry (x1, y1, x2, y2, area) to each region embedding;
+            when False there is no `box_projection` and `visual_boxes` is optional in `forward` (VisualBERT's
+            embeddings, see [`hf_vlalign.hub.convert_visualbert`]).
+        use_end_token (`bool`): append the learned [END] token after the regions; when False the sequence is
+            `[text] [regions]` (VisualBERT's layout).
         attention_supervision (`str`): "none", "direct", "semi_direct" or "indirect".
         supervised_layers (`list[int]`, *optional*): layers whose attention is supervised (default: all).
         supervised_heads (`list[int]`, *optional*): heads supervised in each of those layers (default: all).
@@ -51,6 +56,8 @@ class SingleStreamConfig(PreTrainedConfig):
     pad_token_id: int | None = 0
     classifier_dropout: float | int | None = None
     visual_feat_dim: int = 2048
+    use_box_embeddings: bool = True
+    use_end_token: bool = True
     attention_supervision: str = "none"
     supervised_layers: list[int] | None = None
     supervised_heads: list[int] | None = None

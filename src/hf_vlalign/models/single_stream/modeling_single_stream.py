@@ -1,7 +1,8 @@
 """PyTorch single-stream vision-and-language transformer (VL-BERT / VisualBERT style) with attention supervision.
 
 One BERT encoder reads `[CLS] c1 [SEP] c2 [SEP] regions [END]` (Samaran et al. 2021, sec. 3): positions [0, T) are
-text tokens, [T, T + R) the R regions and T + R the [END] token.
+text tokens, [T, T + R) the R regions and T + R the [END] token. With `config.use_end_token=False` (VisualBERT's
+layout) the sequence stops after the regions: N = T + R.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ logger = logging.get_logger(__name__)
 class SingleStreamModelOutput(ModelOutput):
     r"""
     last_hidden_state (`torch.FloatTensor` of shape `(batch_size, T + R + 1, hidden_size)`):
-        States of the text tokens, the regions and the [END] token.
+        States of the text tokens, the regions and the [END] token (`(batch_size, T + R, hidden_size)` without it,
+        `config.use_end_token=False`).
     pooler_output (`torch.FloatTensor` of shape `(batch_size, hidden_size)`):
         [CLS] state through the BERT pooler.
     loss_attention (`torch.FloatTensor`, *optional*):
@@ -100,23 +102,31 @@ class SingleStreamEmbeddings(nn.Module):
 
 class SingleStreamVisualEmbeddings(nn.Module):
     """Region embeddings: projected features + projected box geometry (x1, y1, x2, y2, area) + a visual segment
-    embedding, LayerNorm, dropout (VL-BERT's visual feature embedding); then the learned [END] token."""
+    embedding, LayerNorm, dropout (VL-BERT's visual feature embedding); then the learned [END] token.
+
+    `config.use_box_embeddings=False` drops the box term (no `box_projection`) and `config.use_end_token=False` the
+    [END] token (no `end_embedding`): with both, a region is LayerNorm(W x + b + segment), VisualBERT's embedding.
+    """
 
     def __init__(self, config: SingleStreamConfig):
         super().__init__()
         self.feature_projection = nn.Linear(config.visual_feat_dim, config.hidden_size)
-        self.box_projection = nn.Linear(5, config.hidden_size)
+        self.box_projection = nn.Linear(5, config.hidden_size) if config.use_box_embeddings else None
         self.segment_embedding = nn.Parameter(torch.zeros(config.hidden_size))
-        self.end_embedding = nn.Parameter(torch.zeros(config.hidden_size))
+        self.end_embedding = nn.Parameter(torch.zeros(config.hidden_size)) if config.use_end_token else None
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = make_dropout(config, config.hidden_dropout_prob)
 
-    def forward(self, visual_feats: torch.Tensor, visual_boxes: torch.Tensor) -> torch.Tensor:
-        area = (visual_boxes[..., 2] - visual_boxes[..., 0]) * (visual_boxes[..., 3] - visual_boxes[..., 1])
-        geometry = torch.cat([visual_boxes, area.unsqueeze(-1)], dim=-1)
-        regions = self.feature_projection(visual_feats) + self.box_projection(geometry) + self.segment_embedding
-        end = (self.end_embedding + self.segment_embedding).expand(regions.shape[0], 1, -1)
-        return self.dropout(self.LayerNorm(torch.cat([regions, end], dim=1)))
+    def forward(self, visual_feats: torch.Tensor, visual_boxes: torch.Tensor | None = None) -> torch.Tensor:
+        regions = self.feature_projection(visual_feats)
+        if self.box_projection is not None:
+            area = (visual_boxes[..., 2] - visual_boxes[..., 0]) * (visual_boxes[..., 3] - visual_boxes[..., 1])
+            regions = regions + self.box_projection(torch.cat([visual_boxes, area.unsqueeze(-1)], dim=-1))
+        regions = regions + self.segment_embedding
+        if self.end_embedding is not None:
+            end = (self.end_embedding + self.segment_embedding).expand(regions.shape[0], 1, -1)
+            regions = torch.cat([regions, end], dim=1)
+        return self.dropout(self.LayerNorm(regions))
 
 
 class SingleStreamSelfAttention(nn.Module):
@@ -254,7 +264,8 @@ class SingleStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, PreT
         super()._init_weights(module)
         if isinstance(module, SingleStreamVisualEmbeddings):
             init.normal_(module.segment_embedding, mean=0.0, std=self.config.initializer_range)
-            init.normal_(module.end_embedding, mean=0.0, std=self.config.initializer_range)
+            if module.end_embedding is not None:
+                init.normal_(module.end_embedding, mean=0.0, std=self.config.initializer_range)
         elif isinstance(module, SingleStreamEmbeddings):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
 
@@ -305,14 +316,17 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         copy_pooler_weights(self.pooler, text_model)
 
     def _key_padding_mask(self, attention_mask, visual_attention_mask) -> torch.Tensor:
-        end = attention_mask.new_ones(attention_mask.shape[0], 1)
-        return torch.cat([attention_mask, visual_attention_mask.to(attention_mask.dtype), end], dim=1)
+        """(B, N) over `[text] [regions] [END]`; the [END] token (when the model has one) is always attended."""
+        parts = [attention_mask, visual_attention_mask.to(attention_mask.dtype)]
+        if self.config.use_end_token:
+            parts.append(attention_mask.new_ones(attention_mask.shape[0], 1))
+        return torch.cat(parts, dim=1)
 
     def forward(
         self,
         input_ids: torch.LongTensor,
         visual_feats: torch.FloatTensor,
-        visual_boxes: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor | None = None,
         attention_mask: torch.LongTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         visual_attention_mask: torch.LongTensor | None = None,
@@ -323,10 +337,10 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         return_dict: bool | None = None,
     ) -> SingleStreamModelOutput | tuple:
         r"""
-        visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]),
-        visual_attention_mask (`(batch, R)`): the regions. word_region_alignment (`(batch, T, R)`): gold alignment
-        for attention supervision. phrase_masks (`(batch, P, T)`): grounded phrases (indirect supervision; all-zero
-        rows are padding).
+        visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]; optional,
+        and unused, when `config.use_box_embeddings=False`), visual_attention_mask (`(batch, R)`): the regions.
+        word_region_alignment (`(batch, T, R)`): gold alignment for attention supervision. phrase_masks
+        (`(batch, P, T)`): grounded phrases (indirect supervision; all-zero rows are padding).
         """
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (
@@ -404,9 +418,9 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         self,
         input_ids: torch.LongTensor,
         visual_feats: torch.FloatTensor,
-        visual_boxes: torch.FloatTensor,
-        phrase1_mask: torch.BoolTensor,
-        phrase2_mask: torch.BoolTensor,
+        visual_boxes: torch.FloatTensor | None = None,
+        phrase1_mask: torch.BoolTensor | None = None,
+        phrase2_mask: torch.BoolTensor | None = None,
         attention_mask: torch.LongTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         visual_attention_mask: torch.LongTensor | None = None,
@@ -419,11 +433,16 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         return_dict: bool | None = None,
     ) -> VisualParaphraseOutput | tuple:
         r"""
-        phrase1_mask / phrase2_mask (`(batch, T)`): tokens of the phrase pair, p1 in c1 and p2 in c2 (each non-empty).
+        visual_boxes may be None when `config.use_box_embeddings=False` (see [`SingleStreamModel.forward`]).
+        phrase1_mask / phrase2_mask (`(batch, T)`, required): tokens of the phrase pair, p1 in c1 and p2 in c2 (each
+        non-empty).
         id_labels (`(batch,)`): 0 = only c1 describes the image, 1 = only c2, 2 = both.
         vgp_labels (`(batch,)`): 1 when p1 and p2 are visually grounded paraphrases, else 0.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        for name, mask in (("phrase1_mask", phrase1_mask), ("phrase2_mask", phrase2_mask)):
+            if mask is None:
+                raise ValueError(f"`{name}` (batch, text_length) is required by {type(self).__name__}, got None.")
         if self.config.validate_inputs:
             self._check_head_inputs(input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels)
         outputs = self.single_stream(

@@ -1,0 +1,174 @@
+"""LoRA (or any PEFT method on Linear layers) for the three model families: which modules to adapt, which to train
+in full and save with the adapter, and `lora_config`, a `peft.LoraConfig` with both filled in from the model.
+
+This is a convenience over peft, not a wrapper: the models are plain `PreTrainedModel`s whose attention projections
+are `nn.Linear` modules called as modules, so `peft.get_peft_model`, `PeftModel.save_pretrained` /
+`PeftModel.from_pretrained` and `merge_and_unload()` work as for any transformers model. Attention supervision reads
+the query/key projections through those modules, so its loss trains the LoRA matrices of the supervised layers.
+
+```python
+>>> from peft import get_peft_model
+>>> from hf_vlalign.lora import lora_config
+>>> peft_model = get_peft_model(model, lora_config(model, r=8, alpha=16, preset="attention"))
+```
+
+Leave `task_type` unset: peft's task classes (`SEQ_2_SEQ_LM`, `SEQ_CLS`, ...) call the model with `input_ids` first,
+while these models take named region inputs; the plain `PeftModel` passes every keyword through (and `generate()`
+reaches the captioner's own).
+
+Target modules are matched by peft as name suffixes (`name == target or name.endswith("." + target)`):
+
+| family | preset "attention" | preset "attention_ffn" adds |
+|---|---|---|
+| single_stream | `query`, `key`, `value`, `attention.output.dense` | `intermediate.dense`, `output.dense` |
+| two_stream | `query`, `key`, `value`, `<block>.output.dense` (1) | `intermediate.dense`, `output.dense`, (2) |
+| captioner | `q_proj`, `k_proj`, `v_proj`, `out_proj` (3) | `fc1`, `fc2` |
+
+(1) for each attention block: `attention` (language / vision layers), `cross_attention`, `vision_cross_attention`
+(when `share_cross_attention=False`), `language_self_attention`, `vision_self_attention` (cross layers).
+(2) `language_intermediate.dense`, `language_output.dense`, `vision_intermediate.dense`, `vision_output.dense`.
+(3) encoder self-attention, decoder self-attention and cross-attention (aligned or not).
+
+Left out of the presets: embeddings and the visual projections, the poolers, the captioner's geometry projection
+(hidden -> heads, too small for a low rank) and every task head.
+
+Modules trained in full and saved with the adapter (`modules_to_save`): the task heads of the model class
+(`HEAD_MODULES`), plus the supervision modules the config switches on (`SUPERVISION_MODULES`): the indirect grounding
+head, and the A2 networks of the captioner's aligned layers (`perturbation.mask_network`, `perturbation.region_network`,
+`perturbation.gate`). The A2 mask networks are never given LoRA matrices: they are hidden -> heads Linear layers
+trained by their own objective (eq. 4, `alignment_mode="perturb"`), so they are full trainable copies, saved with the
+adapter; the caption loss does not reach them (the aligned attention reads the mask detached). Since peft keeps the
+frozen original next to the trained copy, `model.mask_parameters()` on a PEFT model lists both: give the mask
+optimiser only those with `requires_grad` (and set `alignment_step` on `peft_model.get_base_model().model`).
+Being in `modules_to_save`, they also stay out of LoRA with `target_modules="all-linear"`. Language-modelling heads
+tied to the word embeddings (the captioner's and the two-stream pre-training `lm_head`) stay frozen and tied.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from peft import LoraConfig
+from transformers import PreTrainedModel
+
+# model_type (see each family's configuration file) -> family key of the tables below
+MODEL_TYPE_TO_FAMILY = {
+    "vlalign_single_stream": "single_stream",
+    "vlalign_two_stream": "two_stream",
+    "vlalign_captioner": "captioner",
+}
+
+_SINGLE_STREAM_ATTENTION = ["query", "key", "value", "attention.output.dense"]
+_TWO_STREAM_ATTENTION = [
+    "query",
+    "key",
+    "value",
+    "attention.output.dense",  # language and vision self-attention layers
+    "cross_attention.output.dense",  # cross layers (shared, or language -> vision when separate)
+    "vision_cross_attention.output.dense",  # cross layers, vision -> language when `share_cross_attention=False`
+    "language_self_attention.output.dense",
+    "vision_self_attention.output.dense",
+]
+_CAPTIONER_ATTENTION = ["q_proj", "k_proj", "v_proj", "out_proj"]
+
+LORA_TARGET_MODULES: dict[str, dict[str, list[str]]] = {
+    "single_stream": {
+        "attention": _SINGLE_STREAM_ATTENTION,
+        "attention_ffn": [*_SINGLE_STREAM_ATTENTION, "intermediate.dense", "output.dense"],
+    },
+    "two_stream": {
+        "attention": _TWO_STREAM_ATTENTION,
+        "attention_ffn": [
+            *_TWO_STREAM_ATTENTION,
+            "intermediate.dense",  # language and vision layers
+            "output.dense",
+            "language_intermediate.dense",  # cross layers
+            "language_output.dense",
+            "vision_intermediate.dense",
+            "vision_output.dense",
+        ],
+    },
+    "captioner": {
+        "attention": _CAPTIONER_ATTENTION,
+        "attention_ffn": [*_CAPTIONER_ATTENTION, "fc1", "fc2"],
+    },
+}
+
+# model class -> its task heads, newly trained on the task: trained in full and saved with the adapter
+HEAD_MODULES: dict[str, list[str]] = {
+    "SingleStreamModel": [],
+    "SingleStreamForVisualParaphrase": ["id_classifier", "vgp_dense", "vgp_classifier"],
+    "TwoStreamModel": [],
+    "TwoStreamForPreTraining": ["matching_head", "object_head", "answer_head", "alignment_decoder"],
+    "TwoStreamForQuestionAnswering": ["answer_head"],
+    "TwoStreamForVisualReasoning": ["reasoning_head"],
+    "RegionCaptionerModel": [],
+    "RegionCaptionerForConditionalGeneration": [],
+}
+
+# supervision modules that exist only when the config switches them on, trained in full and saved with the adapter
+SUPERVISION_MODULES: dict[str, list[str]] = {
+    "indirect": ["indirect_grounding_head"],  # `attention_supervision="indirect"` (single- and two-stream)
+    "a2": ["perturbation.mask_network", "perturbation.region_network"],  # `attention_alignment` != "none"
+    "a2_gate": ["perturbation.gate"],  # `attention_alignment="gate"`
+}
+
+
+def _modules_to_save(model: PreTrainedModel, model_class: str) -> list[str]:
+    config = model.config
+    modules = list(HEAD_MODULES[model_class])
+    if getattr(config, "attention_supervision", "none") == "indirect":
+        modules += SUPERVISION_MODULES["indirect"]
+    alignment = getattr(config, "attention_alignment", "none")
+    if alignment != "none":
+        modules += SUPERVISION_MODULES["a2"]
+        if alignment == "gate":
+            modules += SUPERVISION_MODULES["a2_gate"]
+    return modules
+
+
+def lora_config(
+    model: PreTrainedModel,
+    r: int = 8,
+    alpha: int = 16,
+    dropout: float = 0.0,
+    preset: str = "attention",
+    **kwargs: Any,
+) -> LoraConfig:
+    """A `peft.LoraConfig` for `model`: the `LORA_TARGET_MODULES[family][preset]` as `target_modules` and the model's
+    task heads and enabled supervision modules as `modules_to_save` (see the module docstring).
+
+    Args:
+        model: a model of this library (the base model, before `get_peft_model`); the family comes from
+            `model.config.model_type`, the heads from its class (or the nearest library class it subclasses).
+        r: LoRA rank.
+        alpha: LoRA scaling numerator (`lora_alpha`; the update is scaled by alpha / r).
+        dropout: dropout on the LoRA input (`lora_dropout`).
+        preset: "attention" (query/key/value/output projections) or "attention_ffn" (also the feed-forward layers).
+        kwargs: any other `LoraConfig` field; `target_modules` or `modules_to_save` given here replace the defaults.
+
+    Returns:
+        a `LoraConfig` to pass to `peft.get_peft_model(model, config)`.
+    """
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in MODEL_TYPE_TO_FAMILY:
+        raise ValueError(
+            f"`model` must be a model of hf_vlalign with config.model_type in {sorted(MODEL_TYPE_TO_FAMILY)}, got "
+            f"{type(model).__name__} with model_type {model_type!r}."
+        )
+    family = MODEL_TYPE_TO_FAMILY[model_type]
+    if preset not in LORA_TARGET_MODULES[family]:
+        raise ValueError(f"`preset` must be one of {sorted(LORA_TARGET_MODULES[family])}, got {preset!r}.")
+    model_class = next((cls.__name__ for cls in type(model).__mro__ if cls.__name__ in HEAD_MODULES), None)
+    if model_class is None:
+        raise ValueError(
+            f"`model` must be one of (or subclass) {sorted(HEAD_MODULES)}, got {type(model).__name__}; pass "
+            "`modules_to_save` for its new heads and build the `LoraConfig` yourself."
+        )
+    kwargs.setdefault("target_modules", list(LORA_TARGET_MODULES[family][preset]))
+    kwargs.setdefault("modules_to_save", _modules_to_save(model, model_class) or None)
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, **kwargs)
+
+
+__all__ = ["HEAD_MODULES", "LORA_TARGET_MODULES", "MODEL_TYPE_TO_FAMILY", "SUPERVISION_MODULES", "lora_config"]

@@ -1,0 +1,298 @@
+"""Keeping what pre-training learned while fine-tuning: knowledge distillation from a frozen teacher (Hinton et al.
+2015) and elastic weight consolidation (Kirkpatrick et al. 2017) with a diagonal empirical Fisher estimate.
+
+Samaran et al. attribute the drop of their attention-supervised VGP model below the original model to catastrophic
+forgetting and propose distillation; `ComponentLossTrainer(distill_from=..., ewc_lambda=..., ewc_fisher=...)` adds
+either to any fine-tuning, and `hf-vlalign fisher` writes the Fisher file that `ewc_fisher` reads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm.auto import tqdm
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
+
+FISHER_PREFIX = "fisher."
+ANCHOR_PREFIX = "anchor."
+# the two-stream heads name their classification logits LXMERT's way (`cross_relationship_score`, ...)
+DISTILLED_SUFFIXES = ("logits", "_score")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Knowledge distillation
+
+
+def distillation_loss(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    temperature: float,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """KL(softmax(teacher / T) || softmax(student / T)) * T^2 over the last (class) dimension, averaged over the
+    positions (examples, or tokens for token-level logits) that `mask` keeps ("batchmean").
+
+    Args:
+        student_logits / teacher_logits (`torch.Tensor` of shape `(..., num_classes)`): the same shape.
+        temperature (`float`): T > 0; the T^2 factor keeps the gradient scale independent of T (Hinton et al., sec. 2).
+        mask (`torch.Tensor` of shape `student_logits.shape[:-1]`, *optional*): True where a position counts (e.g.
+            `labels != -100` for token-level logits); all positions count without it. A mask keeping no position
+            gives a zero loss (nothing to distil), still attached to the graph.
+    """
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"`temperature` must be a finite number > 0, got {temperature!r}.")
+    if student_logits.shape != teacher_logits.shape or student_logits.dim() < 1:
+        raise ValueError(
+            f"`student_logits` and `teacher_logits` must have one shape (..., num_classes), got {tuple(student_logits.shape)} "
+            f"and {tuple(teacher_logits.shape)}."
+        )
+    if mask is not None and mask.shape != student_logits.shape[:-1]:
+        raise ValueError(f"`mask` must have shape {tuple(student_logits.shape[:-1])} (the logits' positions), got {tuple(mask.shape)}.")
+    # Hinton et al. 2015, sec. 2: L = T^2 * KL(p_teacher^T || p_student^T), p^T = softmax(z / T)
+    student_log_probs = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    teacher_log_probs = F.log_softmax(teacher_logits.detach().float() / temperature, dim=-1)
+    per_position = (teacher_log_probs.exp() * (teacher_log_probs - student_log_probs)).sum(-1)
+    if mask is None:
+        return per_position.mean() * temperature**2
+    mask = mask.to(per_position.device, torch.bool)
+    return (per_position * mask).sum() / mask.sum().clamp(min=1) * temperature**2
+
+
+def _as_class_logits(logits: torch.Tensor) -> torch.Tensor:
+    """A `(batch,)` score (the two-stream NLVR2 head) is a binary logit s: the two-class logits (0, s)."""
+    return torch.stack([torch.zeros_like(logits), logits], dim=-1) if logits.dim() == 1 else logits
+
+
+def distilled_fields(student_outputs: Mapping, teacher_outputs: Mapping) -> list[str]:
+    """The output fields distilled: every `*logits` (and two-stream `*_score`) field present (not None) in both
+    outputs with equal shapes. Fields present in both with different shapes are named in a warning and skipped;
+    no field at all raises a `ValueError` naming what each side has."""
+    def logit_fields(outputs: Mapping) -> dict[str, torch.Tensor]:
+        return {
+            key: value for key, value in outputs.items()
+            if key.endswith(DISTILLED_SUFFIXES) and isinstance(value, torch.Tensor)
+        }  # fmt: skip
+
+    student, teacher = logit_fields(student_outputs), logit_fields(teacher_outputs)
+    shared = [key for key in student if key in teacher]
+    fields = [key for key in shared if student[key].shape == teacher[key].shape]
+    mismatched = {key: (tuple(student[key].shape), tuple(teacher[key].shape)) for key in shared if key not in fields}
+    if mismatched:
+        logger.warning_once(f"Distillation skips the output fields whose student and teacher shapes differ: {mismatched}.")
+    if not fields:
+        shapes = {key: tuple(value.shape) for key, value in student.items()}
+        raise ValueError(
+            f"Distillation found no logits field in both the student's and the teacher's outputs with equal shapes: "
+            f"student has {shapes}, teacher has {({key: tuple(value.shape) for key, value in teacher.items()})}"
+            + (f" (mismatched: {mismatched})." if mismatched else ".")
+        )
+    return fields
+
+
+def outputs_distillation_loss(
+    student_outputs: Mapping,
+    teacher_outputs: Mapping,
+    temperature: float,
+    labels: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Sum over the `distilled_fields` of `distillation_loss` (one term per head, as the task losses are summed).
+    Token-level logits `(batch, T, vocab)` count only the positions where `labels` `(batch, T)` is not -100, when
+    `labels` has that shape."""
+    total = None
+    for key in distilled_fields(student_outputs, teacher_outputs):
+        student, teacher = _as_class_logits(student_outputs[key]), _as_class_logits(teacher_outputs[key])
+        mask = None
+        if student.dim() >= 3 and isinstance(labels, torch.Tensor) and labels.shape == student.shape[:-1]:
+            mask = labels != -100
+        loss = distillation_loss(student, teacher, temperature, mask)
+        total = loss if total is None else total + loss
+    return total
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Elastic weight consolidation
+
+
+def trainable_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The parameters with `requires_grad`, by name (shared parameters once, under their first name)."""
+    return {name: parameter for name, parameter in model.named_parameters() if parameter.requires_grad}
+
+
+def anchor_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """theta*: detached CPU copies of the model's trainable parameters, the weights EWC keeps the model close to."""
+    return {name: parameter.detach().to("cpu", copy=True) for name, parameter in trainable_parameters(model).items()}
+
+
+def estimate_fisher(
+    model: nn.Module,
+    dataloader: Iterable[Mapping[str, torch.Tensor]],
+    num_batches: int | None = None,
+    *,
+    non_model_keys: Iterable[str] = (),
+    progress: bool = True,
+) -> dict[str, torch.Tensor]:
+    """Diagonal empirical Fisher of `model` on `dataloader`: for each trainable parameter, the mean over batches of
+    the squared gradient of the model's loss (`outputs.loss`, the batch-mean loss the model trains on).
+
+    The gradients are those of minibatch losses, as in the common EWC code (e.g. Avalanche's `EWCPlugin`); a batch
+    size of 1 gives the per-example empirical Fisher. The model runs in eval mode (no dropout); its mode is restored.
+
+    Args:
+        model: any model whose output carries `loss` when the batches carry labels.
+        dataloader: batches of model inputs (dicts of tensors; moved to the model's device).
+        num_batches (`int`, *optional*): use only the first `num_batches` batches (default: all).
+        non_model_keys: batch entries the model's forward does not take (dropped).
+    Returns:
+        `{name: F}` on CPU, float32, one entry per trainable parameter (zeros for parameters the loss does not reach).
+    """
+    if num_batches is not None and (not isinstance(num_batches, int) or num_batches < 1):
+        raise ValueError(f"`num_batches` must be an int >= 1 (or None for all batches), got {num_batches!r}.")
+    parameters = trainable_parameters(model)
+    if not parameters:
+        raise ValueError("`model` has no trainable parameter (requires_grad=True) to estimate a Fisher for.")
+    device = next(iter(parameters.values())).device
+    skip = set(non_model_keys)
+    fisher = {name: torch.zeros_like(parameter, dtype=torch.float32, device="cpu") for name, parameter in parameters.items()}
+    was_training = model.training
+    model.eval()
+    seen = 0
+    try:
+        for batch in tqdm(dataloader, desc="fisher", total=num_batches, disable=not progress):
+            if num_batches is not None and seen == num_batches:
+                break
+            inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items() if k not in skip}
+            loss = _model_loss(model(**inputs))
+            gradients = torch.autograd.grad(loss, list(parameters.values()), allow_unused=True)
+            # Kirkpatrick et al. 2017, eq. 3 uses F_i = E[(d log p / d theta_i)^2], estimated here from the loss's gradient
+            for (name, _), gradient in zip(parameters.items(), gradients):
+                if gradient is not None:
+                    fisher[name] += gradient.detach().float().pow(2).cpu()
+            seen += 1
+    finally:
+        model.train(was_training)
+    if seen == 0:
+        raise ValueError("`dataloader` yielded no batch: the Fisher needs at least one.")
+    if num_batches is not None and seen < num_batches:
+        logger.warning(f"`dataloader` yielded {seen} batches, fewer than `num_batches={num_batches}`; the Fisher averages {seen}.")
+    return {name: value / seen for name, value in fisher.items()}
+
+
+def _model_loss(outputs) -> torch.Tensor:
+    loss = outputs.get("loss") if isinstance(outputs, Mapping) else getattr(outputs, "loss", None)
+    if loss is None:
+        raise ValueError("The model returned no `loss`: the Fisher batches must carry the model's labels.")
+    if loss.dim() != 0 or not torch.isfinite(loss):
+        raise ValueError(f"The model's `loss` must be a finite scalar, got {loss.detach()!r}.")
+    return loss
+
+
+def _check_fisher_and_anchor(fisher: Mapping[str, torch.Tensor], anchor: Mapping[str, torch.Tensor]) -> None:
+    if not fisher:
+        raise ValueError("`fisher` is empty: expected {parameter name: tensor}.")
+    if set(fisher) != set(anchor):
+        raise ValueError(
+            f"`fisher` and `anchor` must name the same parameters; only in `fisher`: {sorted(set(fisher) - set(anchor))}, "
+            f"only in `anchor`: {sorted(set(anchor) - set(fisher))}."
+        )
+    for name, value in fisher.items():
+        if value.shape != anchor[name].shape:
+            raise ValueError(f"`fisher[{name!r}]` has shape {tuple(value.shape)} but `anchor[{name!r}]` {tuple(anchor[name].shape)}.")
+        if not torch.isfinite(value).all() or (value < 0).any():
+            raise ValueError(f"`fisher[{name!r}]` must hold finite values >= 0 (a squared gradient).")
+
+
+def save_fisher(path: str | Path, fisher: Mapping[str, torch.Tensor], anchor: Mapping[str, torch.Tensor]) -> Path:
+    """Writes the Fisher and the anchor weights into one safetensors file, named `fisher.<parameter>` and
+    `anchor.<parameter>`; returns the path."""
+    _check_fisher_and_anchor(fisher, anchor)
+    tensors = {f"{FISHER_PREFIX}{name}": value.detach().float().cpu().contiguous() for name, value in fisher.items()}
+    tensors |= {f"{ANCHOR_PREFIX}{name}": value.detach().cpu().contiguous() for name, value in anchor.items()}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path), metadata={"format": "pt", "content": "hf_vlalign EWC fisher and anchor"})
+    return path
+
+
+def split_fisher_state(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """`{"fisher.<p>": F, "anchor.<p>": theta*}` (a `save_fisher` file's content) -> (fisher, anchor), checked."""
+    other = sorted(key for key in state if not key.startswith((FISHER_PREFIX, ANCHOR_PREFIX)))
+    if other:
+        raise ValueError(f"Fisher state names must start with {FISHER_PREFIX!r} or {ANCHOR_PREFIX!r}; got {other[:5]}.")
+    fisher = {key.removeprefix(FISHER_PREFIX): value for key, value in state.items() if key.startswith(FISHER_PREFIX)}
+    anchor = {key.removeprefix(ANCHOR_PREFIX): value for key, value in state.items() if key.startswith(ANCHOR_PREFIX)}
+    _check_fisher_and_anchor(fisher, anchor)
+    return fisher, anchor
+
+
+def load_fisher(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(fisher, anchor) from a file written by `save_fisher` (or `hf-vlalign fisher`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"`path` must be a Fisher file written by `save_fisher` / `hf-vlalign fisher`, got {path} (no such file).")
+    return split_fisher_state(load_file(str(path)))
+
+
+def check_fisher_matches(model: nn.Module, fisher: Mapping[str, torch.Tensor], anchor: Mapping[str, torch.Tensor]) -> list[str]:
+    """Raises a `ValueError` naming the Fisher entries that are not trainable parameters of `model` or whose shapes
+    differ; returns the names of the trainable parameters the Fisher does not cover (EWC leaves them free)."""
+    parameters = trainable_parameters(model)
+    unknown = sorted(set(fisher) - set(parameters))
+    if unknown:
+        raise ValueError(
+            f"`fisher` names {len(unknown)} parameters that are not trainable parameters of the {type(model).__name__}: "
+            f"{unknown[:5]}{' ...' if len(unknown) > 5 else ''} (was it estimated for another model?)."
+        )
+    _check_fisher_and_anchor(fisher, anchor)
+    for name, value in fisher.items():
+        if value.shape != parameters[name].shape:
+            raise ValueError(f"`fisher[{name!r}]` has shape {tuple(value.shape)}, but the model's parameter has {tuple(parameters[name].shape)}.")
+    return sorted(set(parameters) - set(fisher))
+
+
+def ewc_penalty(
+    model: nn.Module,
+    fisher: Mapping[str, torch.Tensor],
+    anchor: Mapping[str, torch.Tensor],
+    *,
+    check: bool = True,
+) -> torch.Tensor:
+    """sum_i F_i (theta_i - theta*_i)^2 over the parameters named in `fisher`.
+
+    Kirkpatrick et al. 2017, eq. 3 writes the penalty (lambda / 2) sum_i F_i (theta_i - theta*_i)^2; like the common
+    EWC code (Avalanche's `EWCPlugin`, moskomule/ewc.pytorch) the 1/2 is left to the weight: `ewc_lambda` here is the
+    paper's lambda / 2. `fisher` and `anchor` are moved to each parameter's device (free when already there);
+    `check=False` skips `check_fisher_matches` (a trainer checks once, not every step).
+    """
+    if check:
+        check_fisher_matches(model, fisher, anchor)
+    parameters = trainable_parameters(model)
+    penalty = None
+    for name, importance in fisher.items():
+        parameter = parameters[name]
+        importance = importance.to(parameter.device)
+        target = anchor[name].to(parameter.device, parameter.dtype)
+        term = (importance * (parameter - target).float().pow(2)).sum()
+        penalty = term if penalty is None else penalty + term
+    return penalty
+
+
+__all__ = [
+    "anchor_weights",
+    "check_fisher_matches",
+    "distillation_loss",
+    "distilled_fields",
+    "estimate_fisher",
+    "ewc_penalty",
+    "load_fisher",
+    "outputs_distillation_loss",
+    "save_fisher",
+    "split_fisher_state",
+]

@@ -1,0 +1,251 @@
+"""Knowledge distillation and EWC (`trainers/regularization.py`): hand examples, the Fisher file, the trainer options
+and the `hf-vlalign fisher` verb, on real components."""
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+from transformers import AutoTokenizer, TrainingArguments
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, default_text_model_path
+from hf_vlalign.cli import main
+from hf_vlalign.data.builders import load_vgp_data
+from hf_vlalign.data.collators import VGPCollator
+from hf_vlalign.data.synthetic import SyntheticSceneConfig
+from hf_vlalign.trainers import VGPTrainer
+from hf_vlalign.trainers.regularization import (
+    anchor_weights,
+    distillation_loss,
+    distilled_fields,
+    estimate_fisher,
+    ewc_penalty,
+    load_fisher,
+    outputs_distillation_loss,
+    save_fisher,
+)
+
+SCENES = SyntheticSceneConfig(num_train_images=4, num_val_images=4, seed=3)
+SYNTHETIC_FLAGS = ["--synthetic_train_images", "4", "--synthetic_eval_images", "4", "--synthetic_seed", "3"]
+
+
+class TinyRegression(nn.Module):
+    """y = w . x + b with the mean squared error: gradients that are easy to compute by hand."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(2, 1)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.tensor([[1.0, -1.0]]))
+            self.linear.bias.fill_(0.5)
+
+    def forward(self, x, target):
+        prediction = self.linear(x).squeeze(-1)
+        return SequenceClassifierOutput(loss=((prediction - target) ** 2).mean(), logits=prediction)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# distillation
+
+
+def test_distillation_loss_is_zero_against_itself():
+    logits = torch.randn(5, 7)
+    assert distillation_loss(logits, logits.clone(), temperature=2.0).item() == 0.0
+    tokens = torch.randn(2, 4, 9)
+    assert distillation_loss(tokens, tokens.clone(), 3.0, mask=torch.rand(2, 4) > 0.5).item() == 0.0
+
+
+def test_distillation_loss_equals_the_hand_value_on_two_classes():
+    # T = 2: teacher logits (2 ln 3, 0) / T -> p = (3/4, 1/4); student logits (0, 0) -> q = (1/2, 1/2)
+    teacher, student = torch.tensor([[2 * math.log(3.0), 0.0]]), torch.zeros(1, 2)
+    kl = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)
+    assert distillation_loss(student, teacher, 2.0).item() == pytest.approx(kl * 4, rel=1e-6)
+    # batchmean: a second, identical example leaves the mean; a masked-out third one is not counted
+    batch_t = torch.cat([teacher, teacher, torch.tensor([[0.0, 9.0]])])
+    mask = torch.tensor([True, True, False])
+    assert distillation_loss(torch.zeros(3, 2), batch_t, 2.0, mask=mask).item() == pytest.approx(kl * 4, rel=1e-6)
+
+
+def test_distillation_reads_every_logits_field_of_both_outputs():
+    a, b = torch.randn(3, 2), torch.randn(3, 4)
+    student = SequenceClassifierOutput(logits=a)
+    assert distilled_fields({"id_logits": a, "vgp_logits": b}, {"id_logits": a + 1, "vgp_logits": b, "loss": a}) == ["id_logits", "vgp_logits"]
+    # one term per head, summed
+    expected = distillation_loss(a, a + 1, 2.0) + distillation_loss(b, b, 2.0)
+    assert outputs_distillation_loss({"id_logits": a, "vgp_logits": b}, {"id_logits": a + 1, "vgp_logits": b}, 2.0) == pytest.approx(expected.item())
+    # token-level logits count only the positions whose label is not -100
+    tokens, labels = torch.randn(1, 3, 5), torch.tensor([[4, -100, -100]])
+    teacher_tokens = tokens.clone()
+    teacher_tokens[0, 1:] += torch.randn(2, 5)
+    assert outputs_distillation_loss({"logits": tokens}, {"logits": teacher_tokens}, 1.0, labels=labels).item() == 0.0
+    with pytest.raises(ValueError, match="no logits field.*vgp_logits"):
+        distilled_fields({"vgp_logits": b}, student)
+
+
+def test_distillation_names_bad_arguments():
+    with pytest.raises(ValueError, match="`temperature` must be a finite number > 0, got 0"):
+        distillation_loss(torch.zeros(1, 2), torch.zeros(1, 2), 0)
+    with pytest.raises(ValueError, match="one shape"):
+        distillation_loss(torch.zeros(1, 2), torch.zeros(1, 3), 1.0)
+    with pytest.raises(ValueError, match="`mask` must have shape"):
+        distillation_loss(torch.zeros(2, 2), torch.zeros(2, 2), 1.0, mask=torch.ones(3, dtype=torch.bool))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# EWC
+
+
+def test_ewc_penalty_is_zero_at_the_anchor_and_the_hand_value_after_a_move():
+    model = TinyRegression()
+    anchor = anchor_weights(model)
+    fisher = {"linear.weight": torch.tensor([[2.0, 3.0]]), "linear.bias": torch.tensor([5.0])}
+    assert ewc_penalty(model, fisher, anchor).item() == 0.0
+    with torch.no_grad():
+        model.linear.weight[0, 1] += 0.5
+    assert ewc_penalty(model, fisher, anchor).item() == pytest.approx(3.0 * 0.5**2)
+    with pytest.raises(ValueError, match="not trainable parameters.*head.weight"):
+        ewc_penalty(model, {"head.weight": torch.ones(1)}, {"head.weight": torch.ones(1)})
+    with pytest.raises(ValueError, match=r"`fisher\['linear.bias'\]` has shape \(2,\)"):
+        ewc_penalty(model, {"linear.bias": torch.ones(2)}, {"linear.bias": torch.ones(2)})
+
+
+def test_fisher_of_a_linear_model_is_the_mean_squared_gradient():
+    model = TinyRegression()
+    # loss = mean((w.x + b - t)^2) over 2 examples; residuals r = w.x + b - t
+    x, t = torch.tensor([[1.0, 2.0], [3.0, 0.0]]), torch.tensor([0.0, 1.0])
+    r = torch.tensor([1.0 - 2.0 + 0.5 - 0.0, 3.0 + 0.5 - 1.0])  # (-0.5, 2.5)
+    grad_w = (2 * r[:, None] * x).mean(0)  # dL/dw = mean(2 r x) = (7, 1)
+    grad_b = (2 * r).mean()  # = 2
+    batch = {"x": x, "target": t}
+    fisher = estimate_fisher(model, [batch], progress=False)
+    assert torch.allclose(fisher["linear.weight"], grad_w.pow(2)[None])
+    assert torch.allclose(fisher["linear.bias"], grad_b.pow(2).reshape(1))
+    # the mean over batches: the same batch twice gives the same Fisher; num_batches stops early
+    twice = estimate_fisher(model, [batch, batch, {"x": x, "target": t + 100}], num_batches=2, progress=False)
+    assert torch.allclose(twice["linear.weight"], fisher["linear.weight"])
+    with pytest.raises(ValueError, match="`num_batches` must be an int >= 1"):
+        estimate_fisher(model, [batch], num_batches=0)
+    with pytest.raises(ValueError, match="yielded no batch"):
+        estimate_fisher(model, [], progress=False)
+
+
+def test_fisher_file_round_trip(tmp_path):
+    model = TinyRegression()
+    fisher = {"linear.weight": torch.tensor([[0.25, 4.0]]), "linear.bias": torch.tensor([1.5])}
+    path = save_fisher(tmp_path / "fisher.safetensors", fisher, anchor_weights(model))
+    loaded_fisher, loaded_anchor = load_fisher(path)
+    assert set(loaded_fisher) == set(loaded_anchor) == {"linear.weight", "linear.bias"}
+    assert torch.equal(loaded_fisher["linear.weight"], fisher["linear.weight"])
+    assert torch.equal(loaded_anchor["linear.bias"], model.linear.bias.detach())
+    with pytest.raises(ValueError, match="same parameters"):
+        save_fisher(tmp_path / "bad.safetensors", fisher, {"linear.weight": torch.zeros(1, 2)})
+    with pytest.raises(ValueError, match="no such file"):
+        load_fisher(tmp_path / "missing.safetensors")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the trainer options and the CLI verb
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_VLALIGN_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield load_vgp_data(synthetic_config=SCENES)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(default_text_model_path())
+
+
+def _tiny_vgp_model(tokenizer):
+    torch.manual_seed(0)
+    config = SingleStreamConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, visual_feat_dim=SCENES.feature_dim, attention_supervision="direct",
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    return SingleStreamForVisualParaphrase(config)
+
+
+def _args(tmp_path, **overrides):
+    options = dict(
+        output_dir=str(tmp_path), max_steps=2, logging_steps=1, per_device_train_batch_size=8, learning_rate=1e-3,
+        report_to="none", remove_unused_columns=False, save_strategy="no", use_cpu=True, seed=0,
+    )  # fmt: skip
+    return TrainingArguments(**(options | overrides))
+
+
+def test_trainer_logs_distillation_and_ewc_components(data, tokenizer, tmp_path):
+    model = _tiny_vgp_model(tokenizer)
+    collator = VGPCollator(tokenizer, data.region_features)
+    batches = torch.utils.data.DataLoader(data.train, batch_size=8, collate_fn=collator)
+    fisher_path = save_fisher(tmp_path / "fisher.safetensors", estimate_fisher(model, batches, 1, progress=False), anchor_weights(model))
+    trainer = VGPTrainer(
+        model=model, args=_args(tmp_path), train_dataset=data.train, data_collator=collator,
+        distill_from=copy.deepcopy(model), distill_temperature=2.0, distill_weight=0.5, ewc_lambda=10.0, ewc_fisher=fisher_path,
+    )  # fmt: skip
+    trainer.train()
+    logs = [log for log in trainer.state.log_history if "loss" in log]
+    assert len(logs) == 2
+    for log in logs:
+        assert {"loss_distill", "loss_ewc", "loss_id", "loss_vgp", "loss_att"} <= set(log)
+        task = log["loss_id"] + log["loss_vgp"] + log["loss_att"]
+        assert log["loss"] == pytest.approx(task + 0.5 * log["loss_distill"] + 10.0 * log["loss_ewc"], rel=1e-3)
+    # the first step runs at the anchor, with the teacher's own weights (no dropout): both terms are zero
+    assert logs[0]["loss_distill"] == pytest.approx(0.0, abs=1e-6) and logs[0]["loss_ewc"] == 0.0
+    assert logs[1]["loss_distill"] > 0 and logs[1]["loss_ewc"] > 0
+    assert all(not parameter.requires_grad for parameter in trainer.distill_teacher.parameters())
+    metrics = trainer.evaluate(data.eval)
+    assert "eval_loss_distill" in metrics and "eval_loss_ewc" in metrics
+
+
+def test_trainer_names_bad_regularization_arguments(tokenizer, tmp_path):
+    model = _tiny_vgp_model(tokenizer)
+    args = _args(tmp_path)
+    bad = [
+        ({"distill_temperature": 0.0}, "`distill_temperature` must be a finite number > 0, got 0.0"),
+        ({"distill_weight": -1.0}, "`distill_weight` must be a finite number >= 0, got -1.0"),
+        ({"ewc_lambda": -0.1}, "`ewc_lambda` must be a finite number >= 0"),
+        ({"ewc_lambda": 1.0}, "`ewc_lambda=1.0` needs `ewc_fisher`"),
+        ({"distill_from": model}, "`distill_from` is the student model itself"),
+        ({"distill_from": str(tmp_path / "nowhere")}, "`distill_from` must be a model or a local folder"),
+        ({"ewc_lambda": 1.0, "ewc_fisher": {"head.weight": torch.ones(2)}}, "not trainable parameters"),
+    ]
+    for options, message in bad:
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            VGPTrainer(model=model, args=args, **options)
+
+
+def test_fisher_verb_writes_a_file_that_load_fisher_reads(data, tokenizer, tmp_path, capsys):
+    model = _tiny_vgp_model(tokenizer)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    output = tmp_path / "fisher.safetensors"
+    argv = ["fisher", "--model", str(tmp_path / "model"), "--output", str(output), "--num_batches", "2", "--batch_size", "4"]
+    assert main([*argv, *SYNTHETIC_FLAGS]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["num_batches"] == 2 and summary["fisher_sum"] > 0
+    fisher, anchor = load_fisher(output)
+    parameters = dict(model.named_parameters())
+    assert set(fisher) == set(parameters)
+    assert all(torch.equal(anchor[name], parameter.detach()) for name, parameter in parameters.items())
+    assert ewc_penalty(model, fisher, anchor).item() == 0.0
+    with pytest.raises(ValueError, match="`--data vgp` needs"):
+        main([*argv, "--data", "vgp", *SYNTHETIC_FLAGS])
+    with pytest.raises(ValueError, match="`--num_batches` must be >= 1"):
+        main([*argv[:-4], "--num_batches", "0", *SYNTHETIC_FLAGS])
+
+    # a saved folder as the teacher (loaded with the student's class) and a plain {name: F} dict anchored at the model
+    trainer = VGPTrainer(
+        model=model, args=_args(tmp_path / "run"), distill_from=tmp_path / "model", ewc_lambda=1.0, ewc_fisher=dict(fisher),
+    )  # fmt: skip
+    assert type(trainer.distill_teacher) is SingleStreamForVisualParaphrase and not trainer.distill_teacher.training
+    batch = VGPCollator(tokenizer, data.region_features)([data.train[i] for i in range(4)])
+    loss, outputs = trainer.compute_loss(trainer.model, batch, return_outputs=True)
+    assert loss.item() == pytest.approx(outputs.loss.item(), abs=1e-6)  # same weights, no dropout, at the anchor
+    assert trainer._metrics["train"]["loss_ewc"] == [0.0]
