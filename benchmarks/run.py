@@ -568,16 +568,23 @@ def print_report(size_name: str, size: Size, env: Env, threads: int, results: di
 def run(size_name: str, env: Env, threads: int) -> tuple[dict, dict]:
     size = SIZES[size_name]
     generator = torch.Generator().manual_seed(0)
-    details = {
-        "supervision": measure_supervision(size, env, generator),
-        "visualbert": measure_vs_visualbert(size, env, generator),
-        "lxmert": measure_vs_lxmert(size, env, generator),
-        "bert_attention": measure_bert_sdpa_vs_eager(size, env, generator),
-        "feature_store": measure_feature_store(size),
-        "kv_cache": measure_kv_cache(size, env, generator),
-        "mfu": measure_mfu(size, env, generator),
-        "scaling": measure_scaling(size, env, generator),
+    sections = {
+        "supervision": lambda: measure_supervision(size, env, generator),
+        "visualbert": lambda: measure_vs_visualbert(size, env, generator),
+        "lxmert": lambda: measure_vs_lxmert(size, env, generator),
+        "bert_attention": lambda: measure_bert_sdpa_vs_eager(size, env, generator),
+        "feature_store": lambda: measure_feature_store(size),
+        "kv_cache": lambda: measure_kv_cache(size, env, generator),
+        "mfu": lambda: measure_mfu(size, env, generator),
+        "scaling": lambda: measure_scaling(size, env, generator),
     }
+    details = {}
+    for name, measure in sections.items():
+        started = time.perf_counter()
+        details[name] = measure()
+        # a long (full-size) run shows each section's headline as it lands, on stderr
+        headline = {key: value for key, value in details[name].items() if isinstance(value, float)}
+        print(f"[{name}: {time.perf_counter() - started:.0f} s] {headline}", file=sys.stderr, flush=True)
     results = {
         "supervision_overhead_direct": details["supervision"]["overhead"],
         "supervision_speedup_vs_naive": details["supervision"]["speedup_vs_naive"],

@@ -200,6 +200,14 @@ def _results_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_vgp_file_arguments(parser: argparse.ArgumentParser) -> None:
+    """The four inputs of real VGP data: Flickr30k Entities, the two VGP CSVs and a RegionFeatureStore."""
+    parser.add_argument("--flickr30k_entities_dir")
+    parser.add_argument("--vgp_train_csv")
+    parser.add_argument("--vgp_eval_csv")
+    parser.add_argument("--features", help="RegionFeatureStore folder (hf-vlalign convert-features)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-vlalign", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
@@ -243,10 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     probe = verbs.add_parser("probe", help="grounding probe (Li et al.) of a saved VGP model on the eval split")
     probe.add_argument("model", help="folder (or Hub id) of a SingleStreamForVisualParaphrase checkpoint")
-    probe.add_argument("--flickr30k_entities_dir")
-    probe.add_argument("--vgp_train_csv")
-    probe.add_argument("--vgp_eval_csv")
-    probe.add_argument("--features", help="RegionFeatureStore folder (hf-vlalign convert-features)")
+    _add_vgp_file_arguments(probe)
     probe.add_argument("--synthetic_train_images", type=int, default=800, help="synthetic scenes (no files given)")
     probe.add_argument("--synthetic_eval_images", type=int, default=150)
     probe.add_argument("--synthetic_seed", type=int, default=0)
@@ -260,10 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--data", choices=("synthetic", "vgp"), default="synthetic",
         help="synthetic scenes (offline default, any family) or real VGP pairs (single-stream; the four files below)",
     )  # fmt: skip
-    analyze.add_argument("--flickr30k_entities_dir")
-    analyze.add_argument("--vgp_train_csv")
-    analyze.add_argument("--vgp_eval_csv")
-    analyze.add_argument("--features", help="RegionFeatureStore folder (hf-vlalign convert-features)")
+    _add_vgp_file_arguments(analyze)
     analyze.add_argument("--out", type=Path, required=True, help="folder for analysis.json and the PNGs")
     analyze.add_argument("--max_examples", type=int, help="analyse only the first N examples")
     _add_synthetic_arguments(analyze)
@@ -284,10 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--data", choices=("synthetic", "vgp"), default="synthetic",
         help="synthetic scenes (offline default) or real VGP pairs (the four files below)",
     )  # fmt: skip
-    fisher.add_argument("--flickr30k_entities_dir")
-    fisher.add_argument("--vgp_train_csv")
-    fisher.add_argument("--vgp_eval_csv")
-    fisher.add_argument("--features", help="RegionFeatureStore folder (hf-vlalign convert-features)")
+    _add_vgp_file_arguments(fisher)
     fisher.add_argument("--split", choices=("train", "eval"), default="train")
     fisher.add_argument("--output", type=Path, required=True, help="the safetensors file to write (Fisher and anchor weights)")
     fisher.add_argument("--num_batches", type=int, help="use only the first N batches (default: the whole split)")

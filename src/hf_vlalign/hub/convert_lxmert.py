@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import torch
 from transformers import LxmertConfig, LxmertForPreTraining, LxmertForQuestionAnswering, LxmertModel, PreTrainedModel
 
 from ..models.two_stream import TwoStreamConfig, TwoStreamForPreTraining, TwoStreamForQuestionAnswering, TwoStreamModel
+from .conversion import load_converted_state
 
 # LXMERT parameter name -> two-stream parameter name (applied in order, on names relative to the base model)
 BASE_RENAMES = (
@@ -95,22 +95,7 @@ def convert_lxmert(model_or_path: PreTrainedModel | str | Path, **config_overrid
         )
     target = target_class(two_stream_config_from_lxmert(source.config, **config_overrides))
     renamed = {rename_lxmert_key(key): tensor for key, tensor in source.state_dict().items()}
-    own = target.state_dict()
-    unexpected = sorted(set(renamed) - set(own))
-    missing = sorted(key for key in set(own) - set(renamed) if not _is_tied_or_new(target, key))
-    shapes = {
-        k: (tuple(renamed[k].shape), tuple(own[k].shape))
-        for k in renamed
-        if k in own and renamed[k].shape != own[k].shape
-    }
-    if unexpected or missing or shapes:
-        raise ValueError(
-            f"Cannot convert {type(source).__name__}: LXMERT tensors without a place {unexpected}, two-stream tensors "
-            f"left unset {missing}, shape mismatches {shapes}."
-        )
-    with torch.no_grad():
-        target.load_state_dict(renamed, strict=False)
-    return target.eval()
+    return load_converted_state(target, renamed, "LXMERT", "two-stream", _is_tied_or_new)
 
 
 def _load_lxmert(model_or_path) -> PreTrainedModel:
@@ -126,7 +111,7 @@ def _load_lxmert(model_or_path) -> PreTrainedModel:
     return classes[architecture].from_pretrained(model_or_path)
 
 
-def _is_tied_or_new(model: PreTrainedModel, key: str) -> bool:
+def _is_tied_or_new(key: str) -> bool:
     """Keys LXMERT does not store: the tied decoder and, in the pre-training model, the alignment decoder (new)."""
     return key == "lm_head.decoder.weight" or key.startswith("alignment_decoder.")
 

@@ -32,6 +32,7 @@ from transformers.configuration_utils import PreTrainedConfig
 from transformers.utils import logging
 
 from ..models.single_stream import SingleStreamConfig, SingleStreamModel
+from .conversion import load_converted_state
 
 logger = logging.get_logger(__name__)
 
@@ -150,22 +151,7 @@ def convert_visualbert(model_or_path: PreTrainedModel | str | Path, **config_ove
         )
     target = SingleStreamModel(single_stream_config_from_visualbert(source.config, **config_overrides))
     converted = convert_visualbert_state_dict(source.state_dict())
-    own = target.state_dict()
-    unexpected = sorted(set(converted) - set(own))
-    missing = sorted(key for key in set(own) - set(converted) if not NEW_KEY_PATTERN.match(key))
-    shapes = {
-        key: (tuple(converted[key].shape), tuple(own[key].shape))
-        for key in converted
-        if key in own and converted[key].shape != own[key].shape
-    }
-    if unexpected or missing or shapes:
-        raise ValueError(
-            f"Cannot convert {type(source).__name__}: converted VisualBERT tensors without a place {unexpected}, "
-            f"single-stream tensors left unset {missing}, shape mismatches (VisualBERT, single-stream) {shapes}."
-        )
-    with torch.no_grad():
-        target.load_state_dict(converted, strict=False)
-    return target.eval()
+    return load_converted_state(target, converted, "VisualBERT", "single-stream", NEW_KEY_PATTERN.match)
 
 
 def _load_visualbert(model_or_path) -> VisualBertModel:
