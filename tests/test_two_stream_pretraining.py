@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from transformers import AutoModelForPreTraining, AutoTokenizer, TrainingArguments
 
 from hf_vlalign import TwoStreamConfig, TwoStreamForPreTraining, default_text_model_path
@@ -177,6 +178,8 @@ def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):
     ])  # fmt: skip
     assert set(summary) == {"with_alignment", "without_alignment"}
     on_disk = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    card = ModelCard.load(tmp_path / "out" / "README.md").data.to_dict()
+    assert card["library_name"] == "hf_vlalign" and card["model-index"][0]["results"]
     assert on_disk == json.loads(json.dumps(summary))
     for name, results in summary.items():
         assert 0.0 <= results["vqa_accuracy"] <= 1.0 and 0.0 <= results["cross_attention_grounding_accuracy"] <= 1.0

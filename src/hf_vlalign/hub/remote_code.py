@@ -1,0 +1,333 @@
+"""Publishing a model as transformers *remote code*, loadable without hf_vlalign installed.
+
+transformers' remote code (`register_for_auto_class` + `trust_remote_code=True`) copies the file defining a class and
+the files it imports with same-folder relative imports (`from .x import y`); it cannot follow the cross-package imports
+of this library's modeling files (`from ...supervision import ...`, `from ..attention_utils import ...`). So
+[`save_with_remote_code`] writes a *flat* copy of the code a family needs into the saved folder: every hf_vlalign module
+the family's configuration and modeling modules import (transitively, function-level imports included) is copied under
+its last name (`attention_utils.py`, `validation.py`, ...), its hf_vlalign imports rewritten to `from .<name> import
+...` (a name imported from a package `__init__` is resolved to the submodule it comes from), and `auto_map` is set in
+`config.json`. Third-party imports (torch, transformers, huggingface_hub, ...) are left as they are: transformers checks
+that they are installed when loading. Weights and every other config field are written by the model's own
+`save_pretrained`, unchanged.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import transformers
+from transformers import PreTrainedModel
+from transformers.models.auto.auto_factory import _BaseAutoModelClass
+
+PACKAGE = "hf_vlalign"
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class RemoteCodeFamily:
+    """One model family publishable as remote code: its configuration and modeling modules, its base model class
+    (published as `AutoModel`), and each supported model class with the transformers Auto class it is published under
+    by default (None: only `AutoConfig` / `AutoModel` unless `auto_class` is given)."""
+
+    configuration_module: str
+    config_class: str
+    modeling_module: str
+    base_model_class: str
+    model_classes: dict[str, str | None] = field(default_factory=dict)
+
+
+REMOTE_CODE_FAMILIES: dict[str, RemoteCodeFamily] = {
+    "single_stream": RemoteCodeFamily(
+        configuration_module="hf_vlalign.models.single_stream.configuration_single_stream",
+        config_class="SingleStreamConfig",
+        modeling_module="hf_vlalign.models.single_stream.modeling_single_stream",
+        base_model_class="SingleStreamModel",
+        model_classes={"SingleStreamModel": "AutoModel", "SingleStreamForVisualParaphrase": None},
+    ),
+    "two_stream": RemoteCodeFamily(
+        configuration_module="hf_vlalign.models.two_stream.configuration_two_stream",
+        config_class="TwoStreamConfig",
+        modeling_module="hf_vlalign.models.two_stream.modeling_two_stream",
+        base_model_class="TwoStreamModel",
+        model_classes={
+            "TwoStreamModel": "AutoModel",
+            "TwoStreamForPreTraining": "AutoModelForPreTraining",
+            "TwoStreamForQuestionAnswering": "AutoModelForVisualQuestionAnswering",
+            "TwoStreamForVisualReasoning": None,
+        },
+    ),
+    "captioning": RemoteCodeFamily(
+        configuration_module="hf_vlalign.models.captioning.configuration_captioning",
+        config_class="RegionCaptionerConfig",
+        modeling_module="hf_vlalign.models.captioning.modeling_captioning",
+        base_model_class="RegionCaptionerModel",
+        model_classes={
+            "RegionCaptionerModel": "AutoModel",
+            "RegionCaptionerForConditionalGeneration": "AutoModelForSeq2SeqLM",
+        },
+    ),
+}
+
+
+class RemoteCodeError(ValueError):
+    """A module of the family cannot be flattened into a standalone remote-code folder."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# module paths
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def module_file(module: str) -> Path:
+    """The source file of an hf_vlalign module (`hf_vlalign.models.dropout` -> `.../models/dropout.py`; a package ->
+    its `__init__.py`)."""
+    parts = module.split(".")
+    if parts[0] != PACKAGE:
+        raise RemoteCodeError(f"`module` must be inside {PACKAGE}, got {module!r}.")
+    base = PACKAGE_ROOT.joinpath(*parts[1:])
+    if base.is_dir() and (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    raise RemoteCodeError(f"No source file for the module {module!r} (looked for {base}.py and {base}/__init__.py).")
+
+
+def is_package(module: str) -> bool:
+    return module_file(module).name == "__init__.py"
+
+
+def resolve_import(importer: str, node: ast.ImportFrom) -> str | None:
+    """The absolute module named by `from ... import` in `importer`; None for an import from outside hf_vlalign."""
+    if node.level == 0:
+        name = node.module or ""
+        return name if name == PACKAGE or name.startswith(PACKAGE + ".") else None
+    package = importer if is_package(importer) else importer.rpartition(".")[0]
+    parts = package.split(".")
+    if node.level - 1 >= len(parts):
+        raise RemoteCodeError(f"In {importer}: the relative import at line {node.lineno} goes above {PACKAGE}.")
+    base = ".".join(parts[: len(parts) - (node.level - 1)])
+    return f"{base}.{node.module}" if node.module else base
+
+
+def parse_module(module: str) -> tuple[str, ast.Module]:
+    source = module_file(module).read_text(encoding="utf-8")
+    return source, ast.parse(source, filename=str(module_file(module)))
+
+
+def package_export_source(package: str, name: str) -> str:
+    """The submodule a package `__init__` re-exports `name` from (`from .mixin import X` in `supervision/__init__.py`
+    -> `hf_vlalign.supervision.mixin`)."""
+    submodule = f"{package}.{name}"
+    if _has_source(submodule):
+        raise RemoteCodeError(
+            f"`from {package} import {name}` imports a submodule; import from the module instead "
+            f"(`from {submodule} import ...`)."
+        )
+    _, tree = parse_module(package)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            exported = {alias.asname or alias.name: alias.name for alias in node.names}
+            if "*" in exported:
+                raise RemoteCodeError(f"{package}/__init__.py has a star import; it cannot be resolved for {name!r}.")
+            if name in exported and exported[name] == name:
+                source = resolve_import(package, node)
+                if source is None:
+                    raise RemoteCodeError(
+                        f"{package} re-exports {name!r} from outside {PACKAGE}; import it from there."
+                    )
+                return source
+    raise RemoteCodeError(
+        f"Cannot flatten `from {package} import {name}`: {name!r} is not re-exported from a submodule of {package} "
+        "(defined in its `__init__.py`, renamed, or missing)."
+    )
+
+
+def _has_source(module: str) -> bool:
+    try:
+        module_file(module)
+    except RemoteCodeError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# flattening
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def hf_vlalign_imports(module: str, tree: ast.Module) -> list[tuple[ast.ImportFrom, dict[str, list[str]]]]:
+    """Every `from ... import` of `module` (anywhere in the file) that points into hf_vlalign, with the module each
+    imported name comes from: `{source module: ["name", "name as alias", ...]}`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == PACKAGE for alias in node.names):
+            raise RemoteCodeError(f"In {module}, line {node.lineno}: `import {PACKAGE}...` cannot be flattened.")
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        target = resolve_import(module, node)
+        if target is None:
+            continue
+        sources: dict[str, list[str]] = {}
+        for alias in node.names:
+            if alias.name == "*":
+                raise RemoteCodeError(f"In {module}, line {node.lineno}: a star import cannot be flattened.")
+            source = package_export_source(target, alias.name) if is_package(target) else target
+            spelled = alias.name if alias.asname is None else f"{alias.name} as {alias.asname}"
+            sources.setdefault(source, []).append(spelled)
+        found.append((node, sources))
+    return found
+
+
+def module_closure(roots: list[str]) -> list[str]:
+    """The hf_vlalign modules `roots` import, transitively (the roots first)."""
+    ordered, pending = [], list(roots)
+    while pending:
+        module = pending.pop(0)
+        if module in ordered:
+            continue
+        ordered.append(module)
+        _, tree = parse_module(module)
+        for _, sources in hf_vlalign_imports(module, tree):
+            pending.extend(source for source in sources if source not in ordered)
+    return ordered
+
+
+def flat_names(modules: list[str]) -> dict[str, str]:
+    """Each module's file name in the flat folder (its last name); a collision raises."""
+    names: dict[str, str] = {}
+    for module in modules:
+        flat = module.rpartition(".")[2]
+        clash = next((other for other, name in names.items() if name == flat), None)
+        if clash is not None:
+            raise RemoteCodeError(f"Cannot flatten: {clash} and {module} would both be written as {flat}.py.")
+        names[module] = flat
+    return names
+
+
+def flatten_module(module: str, names: dict[str, str]) -> str:
+    """The source of `module` with every hf_vlalign import rewritten to a same-folder relative import."""
+    source, tree = parse_module(module)
+    lines = source.splitlines(keepends=True)
+    imports = sorted(hf_vlalign_imports(module, tree), key=lambda item: item[0].lineno, reverse=True)
+    for node, sources in imports:
+        first, last = node.lineno - 1, node.end_lineno - 1
+        indent = lines[first][: node.col_offset]
+        if indent.strip() or lines[last][node.end_col_offset :].strip() not in ("", "\\"):
+            raise RemoteCodeError(f"In {module}, line {node.lineno}: an import sharing its line cannot be flattened.")
+        rewritten = [f"{indent}from .{names[src]} import {', '.join(spelled)}\n" for src, spelled in sources.items()]
+        lines[first : last + 1] = rewritten
+    header = f"# Generated by hf_vlalign.hub.remote_code from {module} (hf_vlalign {_version()}): do not edit.\n"
+    return header + "".join(lines)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hf_vlalign")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def write_flat_code(family: RemoteCodeFamily, folder: str | os.PathLike) -> list[Path]:
+    """Writes the flattened modules of `family` into `folder`; returns the written files."""
+    modules = module_closure([family.configuration_module, family.modeling_module])
+    names = flat_names(modules)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for module in modules:
+        path = folder / f"{names[module]}.py"
+        path.write_text(flatten_module(module, names), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# public API
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def family_of(model: PreTrainedModel) -> RemoteCodeFamily:
+    """The remote-code family of `model`'s class; ValueError for any other class (subclasses included)."""
+    cls = type(model)
+    for family in REMOTE_CODE_FAMILIES.values():
+        if cls.__module__ == family.modeling_module and cls.__name__ in family.model_classes:
+            return family
+    supported = sorted(name for family in REMOTE_CODE_FAMILIES.values() for name in family.model_classes)
+    raise ValueError(
+        f"`model` must be an instance of one of {supported} (defined in hf_vlalign) to be saved as remote code, got "
+        f"{cls.__module__}.{cls.__qualname__}."
+    )
+
+
+def check_auto_class(auto_class: str) -> str:
+    """`auto_class` must name a transformers `AutoModel*` class (e.g. "AutoModelForSequenceClassification")."""
+    candidate = getattr(transformers, auto_class, None) if isinstance(auto_class, str) else None
+    if not (isinstance(candidate, type) and issubclass(candidate, _BaseAutoModelClass)):
+        raise ValueError(
+            f"`auto_class` must be the name of a transformers AutoModel class (e.g. 'AutoModel', "
+            f"'AutoModelForSequenceClassification'), got {auto_class!r}."
+        )
+    return auto_class
+
+
+def remote_auto_map(model: PreTrainedModel, auto_class: str | None = None) -> dict[str, str]:
+    """The `auto_map` of `model`'s remote-code folder: `AutoConfig`, `AutoModel` (the family's base model) and, for a
+    task model, `auto_class` (default: the family's Auto class for it, if any) -> the model's own class."""
+    family = family_of(model)
+    modeling = family.modeling_module.rpartition(".")[2]
+    configuration = family.configuration_module.rpartition(".")[2]
+    auto_map = {
+        "AutoConfig": f"{configuration}.{family.config_class}",
+        "AutoModel": f"{modeling}.{family.base_model_class}",
+    }
+    own_class = type(model).__name__
+    auto_class = family.model_classes[own_class] if auto_class is None else check_auto_class(auto_class)
+    if auto_class is not None:
+        auto_map[auto_class] = f"{modeling}.{own_class}"
+    return auto_map
+
+
+def save_with_remote_code(
+    model: PreTrainedModel, folder: str | os.PathLike, *, auto_class: str | None = None, **save_kwargs
+) -> Path:
+    """Saves `model` with `save_pretrained` into `folder`, plus a flat standalone copy of its family's code and an
+    `auto_map` in `config.json`, so that `AutoModel.from_pretrained(folder, trust_remote_code=True)` (and
+    `auto_class`'s `from_pretrained`) works where hf_vlalign is not installed.
+
+    Args:
+        model: a model of a family in `REMOTE_CODE_FAMILIES` (single-stream, two-stream, captioner).
+        folder: the output folder (created if missing).
+        auto_class: the transformers Auto class the model's own class is published under (e.g.
+            "AutoModelForSequenceClassification"); default: the family's one for that class (`AutoModel` for the base
+            model, `AutoModelForVisualQuestionAnswering` for `TwoStreamForQuestionAnswering`, ...), none for heads
+            without a transformers Auto class (then only `AutoConfig` / `AutoModel` are mapped).
+        save_kwargs: passed to `model.save_pretrained` (not `push_to_hub`: push the folder afterwards).
+
+    Returns:
+        the folder, resolved.
+    """
+    if save_kwargs.get("push_to_hub"):
+        raise ValueError("`push_to_hub` is not supported here, got True: push the saved folder afterwards.")
+    family = family_of(model)
+    auto_map = remote_auto_map(model, auto_class)
+    folder = Path(folder).resolve()
+    if folder.is_file():
+        raise NotADirectoryError(f"`folder` must be a folder, got the file {folder}.")
+    write_flat_code(family, folder)
+    config = model.config
+    had_auto_map, previous = hasattr(config, "auto_map"), getattr(config, "auto_map", None)
+    config.auto_map = auto_map
+    try:
+        model.save_pretrained(folder, **save_kwargs)
+    finally:
+        if had_auto_map:
+            config.auto_map = previous
+        else:
+            del config.auto_map
+    return folder
