@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
 
 from hf_vlalign import SingleStreamForVisualParaphrase, default_text_model_path
@@ -54,6 +55,13 @@ class VGPArguments:
     synthetic_train_images: int = field(default=800)
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=64)
+    dropout: float | None = field(
+        default=None,
+        metadata={
+            "help": "if set, every dropout probability of the model (hidden, attention, classifier); default: the "
+            "checkpoint's. 0.0 makes training deterministic across process counts (tests/test_multiprocess.py)."
+        },
+    )
     hub_model_id_for_card: str | None = field(default=None, metadata={"help": "model id shown in the card."})
 
 
@@ -90,8 +98,22 @@ def load_model(args: VGPArguments, visual_feat_dim: int) -> SingleStreamForVisua
     }
     path = args.model_name_or_path or default_text_model_path()
     if AutoConfig.from_pretrained(path).model_type == SingleStreamForVisualParaphrase.config_class.model_type:
-        return SingleStreamForVisualParaphrase.from_pretrained(path, **supervision)
-    return SingleStreamForVisualParaphrase.from_text_pretrained(path, visual_feat_dim=visual_feat_dim, **supervision)
+        model = SingleStreamForVisualParaphrase.from_pretrained(path, **supervision)
+    else:
+        model = SingleStreamForVisualParaphrase.from_text_pretrained(path, visual_feat_dim=visual_feat_dim, **supervision)
+    if args.dropout is not None:
+        set_dropout(model, args.dropout)
+    return model
+
+
+def set_dropout(model: SingleStreamForVisualParaphrase, p: float) -> None:
+    """Every dropout of `model` (its modules read `p` at each call) and the config fields that record it."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"`--dropout` must be in [0, 1), got {p}.")
+    model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = model.config.classifier_dropout = p
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = p
 
 
 def write_report(trainer, metrics, data_source, args, training_args, eval_dataset, collator, tokenizer) -> dict:
