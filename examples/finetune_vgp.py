@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
+from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
 
 from hf_vlalign import SingleStreamForVisualParaphrase, default_text_model_path
 from hf_vlalign.analysis.plots import plot_head_accuracy, plot_word_region_heatmap
@@ -30,6 +30,7 @@ from hf_vlalign.hub.model_card import render_model_card
 from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.trainers import VGPTrainer
 from hf_vlalign.trainers.grounding_evaluation import evaluate_grounding, word_region_attention
+from hf_vlalign.trainers.recipes import MixedPrecisionArguments, parse_recipe_args
 
 
 @dataclass
@@ -66,8 +67,9 @@ class VGPArguments:
 
 
 def parse_args(argv: list[str]) -> tuple[VGPArguments, TrainingArguments]:
-    parser = HfArgumentParser((VGPArguments, TrainingArguments))
-    parser.set_defaults(
+    args, _, training_args = parse_recipe_args(
+        argv,
+        (VGPArguments, MixedPrecisionArguments),
         output_dir="outputs/vgp",
         num_train_epochs=2,
         learning_rate=2e-4,  # new visual embeddings and supervised heads learn slowly at BERT's usual 5e-5
@@ -77,12 +79,11 @@ def parse_args(argv: list[str]) -> tuple[VGPArguments, TrainingArguments]:
         eval_strategy="epoch",
         save_strategy="no",
         logging_steps=20,
-        report_to="none",
         remove_unused_columns=False,  # the collator reads the text-level columns
         dataloader_num_workers=0,
         seed=42,
     )
-    return parser.parse_args_into_dataclasses(argv)
+    return args, training_args
 
 
 def _indices(text: str | None) -> list[int] | None:

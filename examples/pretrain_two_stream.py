@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
+from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
 
 from hf_vlalign import TwoStreamForPreTraining, default_text_model_path
 from hf_vlalign.alignment import GloveWordVectors, SentenceEmbeddingWordVectors, SoftAlignmentTargets, read_vocabulary
@@ -39,6 +39,7 @@ from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneC
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
 from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.trainers import AlignmentPretrainingTrainer, cross_attention_rows, evaluate_cross_attention
+from hf_vlalign.trainers.recipes import MixedPrecisionArguments, parse_recipe_args
 
 RUNS = {"with": ("with_alignment", True), "without": ("without_alignment", False)}
 
@@ -75,8 +76,9 @@ class PretrainingArguments:
 
 
 def parse_args(argv: list[str]) -> tuple[PretrainingArguments, TrainingArguments]:
-    parser = HfArgumentParser((PretrainingArguments, TrainingArguments))
-    parser.set_defaults(
+    args, _, training_args = parse_recipe_args(
+        argv,
+        (PretrainingArguments, MixedPrecisionArguments),
         output_dir="outputs/two_stream",
         num_train_epochs=2,
         learning_rate=3e-4,
@@ -86,12 +88,10 @@ def parse_args(argv: list[str]) -> tuple[PretrainingArguments, TrainingArguments
         eval_strategy="no",
         save_strategy="no",
         logging_steps=50,
-        report_to="none",
         remove_unused_columns=False,  # the collator reads the text-level columns
         dataloader_num_workers=0,
         seed=42,
     )
-    args, training_args = parser.parse_args_into_dataclasses(argv)
     if args.alignment_loss not in (*RUNS, "both"):
         raise ValueError(f"`--alignment_loss` must be one of {[*RUNS, 'both']}, got {args.alignment_loss!r}.")
     return args, training_args

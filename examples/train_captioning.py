@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, TrainingArguments, set_seed
+from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
 
 from hf_vlalign import RegionCaptionerForConditionalGeneration, default_text_model_path
 from hf_vlalign.analysis.plots import plot_word_region_heatmaps
@@ -34,6 +34,7 @@ from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_ca
 from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.metrics.captioning import caption_scores
 from hf_vlalign.trainers import CaptioningTrainer, evaluate_decoder_grounding
+from hf_vlalign.trainers.recipes import MixedPrecisionArguments, parse_recipe_args
 
 
 @dataclass
@@ -65,8 +66,9 @@ class CaptioningArguments:
 
 
 def parse_args(argv: list[str]) -> tuple[CaptioningArguments, TrainingArguments]:
-    parser = HfArgumentParser((CaptioningArguments, TrainingArguments))
-    parser.set_defaults(
+    args, _, training_args = parse_recipe_args(
+        argv,
+        (CaptioningArguments, MixedPrecisionArguments),
         output_dir="outputs/captioning",
         num_train_epochs=2,
         learning_rate=5e-4,
@@ -76,12 +78,11 @@ def parse_args(argv: list[str]) -> tuple[CaptioningArguments, TrainingArguments]
         eval_strategy="no",
         save_strategy="no",
         logging_steps=50,
-        report_to="none",
         remove_unused_columns=False,  # the collator reads the text-level columns
         dataloader_num_workers=0,
         seed=42,
     )
-    return parser.parse_args_into_dataclasses(argv)
+    return args, training_args
 
 
 def load_data(args: CaptioningArguments):

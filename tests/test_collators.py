@@ -145,6 +145,25 @@ def test_referring_expression_question_answering_and_captioning(tokenizer, tmp_p
     assert first == tokenizer("two squares", add_special_tokens=False)["input_ids"] + [tokenizer.sep_token_id]
 
 
+def test_rows_joined_to_differently_named_store_images_collate_through_their_feature_row(tokenizer, tmp_path):
+    # RefCOCO+ / VQA rows carry the COCO id ("581857"); the store names the image "COCO_train2014_000000581857"
+    coco_name = "COCO_train2014_000000581857"
+    store = RegionFeatureStore.write(
+        [region_record("other", [[0, 0, 10, 10]]), region_record(coco_name, [[0, 0, 40, 40], [50, 50, 100, 100]])],
+        tmp_path / "store",
+    )
+    row = {"image_id": "581857", "feature_row": store.row_of(coco_name), "expression": "the right square",
+           "expression_phrase_spans": [[0, 16]], "expression_phrase_boxes": [[[50, 50, 100, 100]]]}  # fmt: skip
+    batch = ReferringExpressionCollator(tokenizer, store)([row])
+    assert torch.equal(batch["visual_feats"][0], store[coco_name]["features"])
+    assert batch["labels"].tolist() == [1]
+    # an id the store has is read by name, whatever `feature_row` says
+    named = ReferringExpressionCollator(tokenizer, store)([{**row, "image_id": coco_name, "feature_row": 0}])
+    assert torch.equal(named["visual_feats"], batch["visual_feats"])
+    with pytest.raises(ValueError, match=r"`image_id` '581857' is not in the region-feature store"):
+        ReferringExpressionCollator(tokenizer, store)([{k: v for k, v in row.items() if k != "feature_row"}])
+
+
 def test_collator_errors_are_clear(tokenizer, tmp_path):
     no_size = RegionFeatureStore.write([region_record("1", [[0, 0, 4, 4]], size=None)], tmp_path / "store")
     with pytest.raises(ValueError, match=r"image '1' has no image size in the region-feature store"):

@@ -15,6 +15,7 @@ from hf_vlalign import (
     RegionCaptionerConfig,
     RegionCaptionerForConditionalGeneration,
     SingleStreamConfig,
+    SingleStreamForQuestionAnswering,
     SingleStreamForVisualParaphrase,
     SingleStreamModel,
     TwoStreamConfig,
@@ -165,6 +166,12 @@ def assert_same_outputs(model, inputs, loaded_outputs) -> None:
             lambda: tiny_inputs(phrases=True),
         ),
         (
+            lambda: SingleStreamForQuestionAnswering(single_stream_config()),
+            None,
+            "AutoModelForVisualQuestionAnswering",
+            tiny_inputs,
+        ),
+        (
             lambda: TwoStreamForQuestionAnswering(two_stream_config()),
             None,
             "AutoModelForVisualQuestionAnswering",
@@ -177,7 +184,7 @@ def assert_same_outputs(model, inputs, loaded_outputs) -> None:
             caption_inputs,
         ),
     ],
-    ids=["single_stream", "single_stream_vgp", "two_stream_qa", "captioner"],
+    ids=["single_stream", "single_stream_vgp", "single_stream_qa", "two_stream_qa", "captioner"],
 )
 def test_loads_without_hf_vlalign(tmp_path, make_model, auto_class, loader_class, make_inputs):
     torch.manual_seed(0)

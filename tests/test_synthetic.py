@@ -364,5 +364,5 @@ def test_load_dataset_synthetic_scenes_reads_back_through_the_real_builders(tmp_
 
     batch = CaptionCollator(AutoTokenizer.from_pretrained(default_text_model_path()), store)([joined[0], joined[1]])
     assert batch["visual_feats"].shape == (2, TINY.num_regions, TINY.feature_dim)
-    with pytest.raises(ValueError, match=r"`task` of synthetic_scenes must be one of \('vgp', 'captions', 'questions'\)"):
+    with pytest.raises(ValueError, match=r"`task` of synthetic_scenes must be one of \('vgp', 'captions', 'questions', 'nlvr2', 'refcoco'\)"):
         load_dataset("synthetic_scenes", tmp_path, "train", task="qa", config=TINY)

@@ -41,7 +41,8 @@ adapter; the caption loss does not reach them (the aligned attention reads the m
 frozen original next to the trained copy, `model.mask_parameters()` on a PEFT model lists both: give the mask
 optimiser only those with `requires_grad` (and set `alignment_step` on `peft_model.get_base_model().model`).
 Being in `modules_to_save`, they also stay out of LoRA with `target_modules="all-linear"`. Language-modelling heads
-tied to the word embeddings (the captioner's and the two-stream pre-training `lm_head`) stay frozen and tied.
+tied to the word embeddings (the captioner's, the two-stream pre-training `lm_head` and the single-stream pre-training
+`cls.predictions`) stay frozen and tied.
 """
 
 from __future__ import annotations
@@ -98,10 +99,17 @@ LORA_TARGET_MODULES: dict[str, dict[str, list[str]]] = {
 HEAD_MODULES: dict[str, list[str]] = {
     "SingleStreamModel": [],
     "SingleStreamForVisualParaphrase": ["id_classifier", "vgp_dense", "vgp_classifier"],
+    "SingleStreamForQuestionAnswering": ["answer_head"],
+    "SingleStreamForVisualReasoning": ["reasoning_head"],
+    "SingleStreamForReferringExpression": ["region_head"],
+    "SingleStreamForPhraseGrounding": ["grounding_head"],
+    "SingleStreamForPreTraining": ["cls.seq_relationship", "region_head"],
     "TwoStreamModel": [],
     "TwoStreamForPreTraining": ["matching_head", "object_head", "answer_head", "alignment_decoder"],
     "TwoStreamForQuestionAnswering": ["answer_head"],
     "TwoStreamForVisualReasoning": ["reasoning_head"],
+    "TwoStreamForReferringExpression": ["region_head"],
+    "TwoStreamForPhraseGrounding": ["grounding_head"],
     "RegionCaptionerModel": [],
     "RegionCaptionerForConditionalGeneration": [],
 }

@@ -1,16 +1,27 @@
 """Published formats, region-feature stores, dataset builders, collators and the synthetic grounded scenes."""
 
-from .builders import BUILDERS, ID_LABELS, VGPData, attach_region_features, build_vgp_dataset, load_dataset, load_vgp_data
+from .builders import (
+    BUILDERS,
+    ID_LABELS,
+    VGPData,
+    attach_region_features,
+    build_vgp_dataset,
+    load_dataset,
+    load_vgp_data,
+)
 from .collators import (
     PROBE_KEYS,
     CaptionCollator,
     CaptioningCollator,
     ImagePairCollator,
+    PhraseGroundingCollator,
     PretrainingCollator,
     QuestionAnsweringCollator,
     ReferringExpressionCollator,
     RegionTextCollator,
+    SentenceImagePretrainingCollator,
     VGPCollator,
+    group_captions_by_image,
 )
 from .feature_store import FEATURE_FORMATS, RegionFeatureStore, convert_features, iter_feature_records
 from .region_extraction import extract_region_features
@@ -24,11 +35,13 @@ __all__ = [
     "CaptionCollator",
     "CaptioningCollator",
     "ImagePairCollator",
+    "PhraseGroundingCollator",
     "PretrainingCollator",
     "QuestionAnsweringCollator",
     "ReferringExpressionCollator",
     "RegionFeatureStore",
     "RegionTextCollator",
+    "SentenceImagePretrainingCollator",
     "SyntheticSceneConfig",
     "SyntheticVGPPaths",
     "VGPCollator",
@@ -38,6 +51,7 @@ __all__ = [
     "convert_features",
     "extract_region_features",
     "generate_synthetic_vgp",
+    "group_captions_by_image",
     "iter_feature_records",
     "load_dataset",
     "load_or_generate_synthetic_vgp",

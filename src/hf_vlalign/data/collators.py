@@ -3,12 +3,14 @@
 | collator | rows from | text | extra outputs |
 |---|---|---|---|
 | `CaptionCollator` | flickr30k_entities, visual_genome, coco_captions, synthetic_scenes | one caption | `labels` if a label column is named |
+| `PhraseGroundingCollator` | flickr30k_entities, synthetic_scenes (captions) | one caption | `phrase_labels` (B, P, R) |
 | `VGPCollator` | vgp | caption pair | `phrase1_mask`, `phrase2_mask`, `id_labels`, `vgp_labels` |
 | `QuestionAnsweringCollator` | vqa_v2 (soft scores), gqa (one answer) | question | `labels` (B, num_answers) soft or (B,) |
 | `ImagePairCollator` | nlvr2 | sentence | visual tensors with a pair axis: (B, 2, R, ...); `labels` |
 | `ReferringExpressionCollator` | refcoco+ | expression | `labels` (best-IoU region), `target_region_iou` (B, R) |
 | `CaptioningCollator` | coco_captions | caption as target | `labels` (B, T) with -100 padding, `decoder_attention_mask` |
 | `PretrainingCollator` | gqa, synthetic_scenes (questions), captions | one text | masked words / objects, `matched_labels`, `answer_labels`, soft A* |
+| `SentenceImagePretrainingCollator` | flickr30k_entities, coco_captions, synthetic_scenes (captions) | caption pair (or one) | masked words / regions, `sentence_image_labels` |
 
 Regions are padded to the longest image of the batch, flagged by `visual_attention_mask`; boxes are normalised once,
 by `alignment.boxes.normalize_boxes`, with the store's image size. Grounded phrases (`<text>_phrase_spans` with
@@ -18,10 +20,13 @@ by `alignment.boxes.normalize_boxes`, with the store's image size. Grounded phra
 
 from __future__ import annotations
 
+import hashlib
 import numbers
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
 
+import datasets
 import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
@@ -100,6 +105,9 @@ class RegionTextCollator:
     last sub-word, its regions' IoU with the gold boxes, and the detector confidence of each region.
     """
 
+    # `phrase_labels` (each grounded phrase's target over regions) is returned by the phrase grounding collator only
+    returns_phrase_labels: ClassVar[bool] = False
+
     tokenizer: PreTrainedTokenizerBase
     region_features: RegionFeatureStore
     text_columns: tuple[str, ...] = ("sentence",)
@@ -136,6 +144,8 @@ class RegionTextCollator:
         batch.update(self.task_tensors(examples, encoding, batch))
         for key in REGION_ONLY_KEYS:
             batch.pop(key, None)
+        if not self.returns_phrase_labels:
+            batch.pop("phrase_labels", None)
         if not self.return_probe_targets:
             for key in PROBE_KEYS:
                 batch.pop(key, None)
@@ -147,7 +157,21 @@ class RegionTextCollator:
             raise ValueError(f"rows must have the columns {missing} for {type(self).__name__}; got {sorted(example)}.")
 
     def region_tensors(self, examples: list[dict]) -> dict[str, torch.Tensor]:
-        return pad_regions(self.region_features, [example["image_id"] for example in examples])
+        return pad_regions(self.region_features, [self.store_image_id(example) for example in examples])
+
+    def store_image_id(self, example: dict, id_column: str = "image_id", row_column: str = "feature_row") -> str:
+        """The row's image as the store names it: its `image_id` when the store has it, else the store row
+        `load_dataset(..., features=store)` matched it to (`feature_row`; e.g. COCO id "581857" stored as
+        "COCO_train2014_000000581857")."""
+        image_id, row = example[id_column], example.get(row_column)
+        if image_id in self.region_features or row is None:
+            return image_id  # a missing image without a row fails in `pad_regions`, naming it
+        if isinstance(row, bool) or not isinstance(row, numbers.Integral) or not 0 <= row < len(self.region_features):
+            raise ValueError(
+                f"`{row_column}` of image {image_id!r} must be a row of the region-feature store (0 to "
+                f"{len(self.region_features) - 1}), got {row!r}; were the rows joined with another store?"
+            )
+        return self.region_features.image_id_at(int(row))
 
     def task_tensors(self, examples: list[dict], encoding, batch: dict) -> dict[str, torch.Tensor]:
         return self.grounding_tensors(examples, encoding, batch)
@@ -164,17 +188,20 @@ class RegionTextCollator:
         phrase_masks = torch.zeros(batch_size, num_phrases, text_length, dtype=torch.bool)
         token_index = torch.full((batch_size, num_phrases), -1, dtype=torch.long)
         region_iou = torch.zeros(batch_size, num_phrases, num_regions)
+        phrase_labels = torch.zeros(batch_size, num_phrases, num_regions)
         for i, phrases in enumerate(grounded):
             for p, (mask, target, iou) in enumerate(phrases):
                 alignment[i, mask] = target
                 phrase_masks[i, p] = mask
                 token_index[i, p] = int(mask.nonzero().max())  # the probe reads the phrase's last sub-word
                 region_iou[i, p] = iou
+                phrase_labels[i, p] = target
         return {
             "word_region_alignment": alignment,
             "phrase_masks": phrase_masks,
             "phrase_token_index": token_index,
             "phrase_region_iou": region_iou,
+            "phrase_labels": phrase_labels,
         }
 
     def _grounded_phrases(self, i: int, example: dict, encoding, batch: dict) -> list[tuple]:
@@ -200,6 +227,8 @@ class RegionTextCollator:
         """Alignment row of one phrase of example `i` over its regions; None when the phrase is not grounded."""
         region_mask = batch["visual_attention_mask"][i]
         if regions is not None:  # built against the store by `load_dataset(..., features=store)`
+            if not len(gold) and not any(regions):  # a phrase without a box (GQA without scene graphs): all zeros
+                return None
             return self._checked_regions(i, regions, region_mask, batch)
         if len(gold):  # IoU in pixels: scale-free, so the annotation's and the store's pixels agree
             return alignment_target(gold, batch["region_boxes_pixels"][i], region_mask, self.iou_threshold)
@@ -242,6 +271,57 @@ def _labels(examples: list[dict], column: str, dtype=torch.long) -> torch.Tensor
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Masking (the pre-training collators)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def word_masker(tokenizer: PreTrainedTokenizerBase, mlm_probability: float) -> DataCollatorForLanguageModeling:
+    """transformers' BERT masking (80 % [MASK], 10 % random word, 10 % kept) at `mlm_probability`."""
+    return DataCollatorForLanguageModeling(tokenizer, mlm_probability=max(mlm_probability, 1e-12))
+
+
+def mask_words(
+    masker: DataCollatorForLanguageModeling, input_ids: torch.Tensor, mlm_probability: float
+) -> dict[str, torch.Tensor]:
+    """Masked `input_ids` and their `labels` (the original ids on masked positions, -100 elsewhere); special tokens
+    and padding are never masked. With `mlm_probability` 0, only all -100 `labels` (and no random draw)."""
+    if mlm_probability == 0:
+        return {"labels": torch.full_like(input_ids, -100)}
+    masked_ids, labels = masker.torch_mask_tokens(input_ids.clone())
+    return {"input_ids": masked_ids, "labels": labels}
+
+
+def mask_regions(
+    batch: dict[str, torch.Tensor], probability: float, zero_fraction: float = 0.8, replace_fraction: float = 0.1
+) -> dict[str, torch.Tensor]:
+    """Masks each real region of `batch` with `probability`: `zero_fraction` of the masked regions get zero features,
+    `replace_fraction` the feature of a random real region of the batch, the rest keep theirs (LXMERT: 0.8 / 0.1;
+    VL-BERT: 1 / 0). Returns the new `visual_feats`, the original ones as `feature_labels`, `masked_regions` (B, R) and
+    the detector's `object_labels` / `attribute_labels` of the masked regions (-100 elsewhere or where the store has
+    none); `batch` needs `visual_feats`, `visual_attention_mask`, `region_object_ids` and `region_attr_ids`."""
+    features, real = batch["visual_feats"], batch["visual_attention_mask"].bool()
+    masked = (torch.rand(real.shape) < probability) & real
+    choice = torch.rand(real.shape)
+    zeroed = masked & (choice < zero_fraction)
+    replaced = masked & (choice >= zero_fraction) & (choice < zero_fraction + replace_fraction)
+    new_features = features.masked_fill(zeroed.unsqueeze(-1), 0.0)
+    if bool(replaced.any()):
+        pool = features[real]
+        new_features[replaced] = pool[torch.randint(len(pool), (int(replaced.sum()),))]
+
+    def labels_of(ids: torch.Tensor) -> torch.Tensor:
+        return torch.where(masked & (ids >= 0), ids, torch.full_like(ids, -100))
+
+    return {
+        "visual_feats": new_features,
+        "feature_labels": features,
+        "masked_regions": masked.long(),
+        "object_labels": labels_of(batch["region_object_ids"]),
+        "attribute_labels": labels_of(batch["region_attr_ids"]),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Task families
 # ----------------------------------------------------------------------------------------------------------------
 
@@ -257,6 +337,16 @@ class CaptionCollator(RegionTextCollator):
         if self.label_column is not None:
             tensors["labels"] = _labels(examples, self.label_column)
         return tensors
+
+
+@dataclass
+class PhraseGroundingCollator(RegionTextCollator):
+    """Caption rows for phrase grounding (Flickr30k Entities): adds `phrase_labels` (B, P, R), each grounded phrase's
+    target distribution over regions (its `word_region_alignment` row), beside `phrase_masks` (B, P, T). With
+    `return_probe_targets`, `phrase_region_iou` (B, P, R) gives every region's best IoU with the phrase's gold boxes,
+    from which Recall@k is read."""
+
+    returns_phrase_labels: ClassVar[bool] = True
 
 
 @dataclass
@@ -324,7 +414,11 @@ class ImagePairCollator(RegionTextCollator):
     image_columns: tuple[str, str] = ("left_image_id", "right_image_id")
 
     def region_tensors(self, examples):
-        image_ids = [example[column] for example in examples for column in self.image_columns]
+        image_ids = [
+            self.store_image_id(example, column, column.replace("image_id", "feature_row"))
+            for example in examples
+            for column in self.image_columns
+        ]
         regions = pad_regions(self.region_features, image_ids)
         return {name: value.reshape(len(examples), 2, *value.shape[1:]) for name, value in regions.items()}
 
@@ -414,7 +508,7 @@ class PretrainingCollator(RegionTextCollator):
             raise ValueError(f"`num_answers` must be the answer vocabulary size (0 for no answers), got {self.num_answers!r}.")
         if self.mismatch_probability > 0 and len(self.region_features) < 2:
             raise ValueError("`mismatch_probability` > 0 needs a region-feature store of at least two images.")
-        self._masker = DataCollatorForLanguageModeling(self.tokenizer, mlm_probability=max(self.mlm_probability, 1e-12))
+        self._masker = word_masker(self.tokenizer, self.mlm_probability)
         self._image_ids = self.region_features.image_ids  # the candidates of a mismatched image, listed once
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
@@ -464,31 +558,10 @@ class PretrainingCollator(RegionTextCollator):
         return target if float(target.sum()) > 0 else None
 
     def _masked_words(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        if self.mlm_probability == 0:
-            return {"labels": torch.full_like(input_ids, -100)}
-        masked_ids, labels = self._masker.torch_mask_tokens(input_ids.clone())
-        return {"input_ids": masked_ids, "labels": labels}
+        return mask_words(self._masker, input_ids, self.mlm_probability)
 
     def _masked_objects(self, batch: dict) -> dict[str, torch.Tensor]:
-        features, real = batch["visual_feats"], batch["visual_attention_mask"].bool()
-        masked = (torch.rand(real.shape) < self.object_mask_probability) & real
-        choice = torch.rand(real.shape)
-        zeroed, replaced = masked & (choice < 0.8), masked & (choice >= 0.8) & (choice < 0.9)
-        new_features = features.masked_fill(zeroed.unsqueeze(-1), 0.0)
-        if bool(replaced.any()):
-            pool = features[real]
-            new_features[replaced] = pool[torch.randint(len(pool), (int(replaced.sum()),))]
-
-        def labels_of(ids: torch.Tensor) -> torch.Tensor:
-            return torch.where(masked & (ids >= 0), ids, torch.full_like(ids, -100))
-
-        return {
-            "visual_feats": new_features,
-            "feature_labels": features,
-            "masked_regions": masked.long(),
-            "object_labels": labels_of(batch["region_object_ids"]),
-            "attribute_labels": labels_of(batch["region_attr_ids"]),
-        }
+        return mask_regions(batch, self.object_mask_probability)  # LXMERT's 80 % zeroed, 10 % replaced, 10 % kept
 
     def _answer_labels(self, examples: list[dict], matched: torch.Tensor) -> torch.Tensor:
         if "scores" in examples[0]:
@@ -503,6 +576,190 @@ class PretrainingCollator(RegionTextCollator):
             _checked_answer(example["label"], self.num_answers) if bool(matched[i]) and example["label"] >= 0 else -100
             for i, example in enumerate(examples)
         ])  # fmt: skip
+
+
+def group_captions_by_image(
+    rows: datasets.Dataset | Sequence[Mapping], text_column: str = "sentence"
+) -> dict[str, list[str]]:
+    """{image id: its captions, in row order} from caption rows (a dataset or a list of rows with `image_id` and
+    `text_column`): the pool from which `SentenceImagePretrainingCollator` draws second captions."""
+    if isinstance(rows, datasets.Dataset):
+        missing = [name for name in ("image_id", text_column) if name not in rows.column_names]
+        if missing:
+            raise ValueError(f"caption rows must have the columns {missing}; got {rows.column_names}.")
+        rows = ({"image_id": image_id, text_column: text} for image_id, text in zip(rows["image_id"], rows[text_column]))
+    grouped: dict[str, list[str]] = {}
+    for index, row in enumerate(rows):
+        if "image_id" not in row or text_column not in row:
+            raise ValueError(
+                f"caption row {index} must have the columns `image_id` and `{text_column}`; got {sorted(row)}."
+            )
+        grouped.setdefault(str(row["image_id"]), []).append(row[text_column])
+    return grouped
+
+
+@dataclass
+class SentenceImagePretrainingCollator(RegionTextCollator):
+    """VisualBERT's pre-training batches (Li et al. 2019, sec. 3.3) for `SingleStreamForPreTraining`, from caption
+    rows (one row per caption, with `image_id` and `text_column`; e.g. flickr30k_entities, coco_captions or the
+    synthetic scenes' captions):
+
+    - sentence-image prediction (`paired=True`, task-agnostic pre-training): the text is `[CLS] c1 [SEP] c2 [SEP]`, c1
+      the row's caption and c2, with probability `random_caption_probability`, a caption of a random other image
+      (`sentence_image_labels` 1), else another caption of the row's image (0: transformers' VisualBERT convention),
+      drawn from `captions_by_image` ({image id: captions}, or the caption dataset itself, grouped here);
+    - `paired=False` (task-specific pre-training on a task's own texts): the row's text alone, masked words only, no
+      `sentence_image_labels`;
+    - masked words, on both captions: BERT's 15 % (80 % [MASK], 10 % random, 10 % kept) through transformers'
+      `DataCollatorForLanguageModeling`; `labels` holds the original ids of the masked tokens, -100 elsewhere. A batch
+      in which no word was drawn gets one masked word ([MASK]), so every batch has a masked-word loss;
+    - masked regions, with `region_mask_probability` > 0 (VL-BERT's masked RoI modelling; 0, the default, is
+      VisualBERT): each real region is masked with that probability and its features zeroed; `masked_regions` (B, R),
+      `feature_labels` (the original features) and, with `return_object_labels`, `object_labels` (the store's detector
+      class of each masked region, -100 elsewhere or where the store has none);
+    - the grounded phrases of c1 (rows with phrase spans and boxes or regions) give `word_region_alignment` and
+      `phrase_masks`, for attention supervision alongside; c2's phrases are not used.
+
+    Random draws come from torch's RNG (the trainers seed the collation of each training batch). With `seed` set,
+    every batch is collated with the RNG seeded from `seed` and the batch's rows (image ids and texts), so that an
+    evaluation batch is masked and paired the same way at every evaluation, and for a reloaded model.
+    """
+
+    # derived from `text_column` and `paired`: the row's text, then the drawn second caption
+    text_columns: tuple[str, ...] = field(default=("sentence",), init=False)
+    text_column: str = "sentence"
+    captions_by_image: Mapping[str, Sequence[str]] | datasets.Dataset | None = None
+    paired: bool = True
+    random_caption_probability: float = 0.5
+    mlm_probability: float = 0.15
+    region_mask_probability: float = 0.0
+    return_object_labels: bool = True
+    seed: int | None = None
+
+    second_text_column: ClassVar[str] = "_second_caption"
+
+    def __post_init__(self):
+        if not isinstance(self.text_column, str) or not self.text_column:
+            raise ValueError(
+                f"`text_column` must name the rows' caption column (e.g. 'sentence'), got {self.text_column!r}."
+            )
+        self.text_columns = (self.text_column, self.second_text_column) if self.paired else (self.text_column,)
+        super().__post_init__()
+        for name in ("random_caption_probability", "mlm_probability", "region_mask_probability"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"`{name}` must be a probability in [0, 1], got {value!r}.")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"`seed` must be an int (or None to use torch's current RNG), got {self.seed!r}.")
+        self._masker = word_masker(self.tokenizer, self.mlm_probability)
+        self._captions = self._caption_pool() if self.paired else {}
+        self._pool_ids = list(self._captions)
+        self._pool_index = {image_id: index for index, image_id in enumerate(self._pool_ids)}
+
+    def _caption_pool(self) -> dict[str, list[str]]:
+        pool = self.captions_by_image
+        if pool is None:
+            raise ValueError(
+                "`captions_by_image` is required with `paired=True` (the second captions are drawn from it): pass "
+                "{image id: captions} or the caption dataset; or `paired=False` for masked words alone."
+            )
+        if isinstance(pool, datasets.Dataset):
+            pool = group_captions_by_image(pool, self.text_column)
+        if not isinstance(pool, Mapping):
+            raise ValueError(
+                f"`captions_by_image` must be a mapping {{image id: captions}} or a dataset, got {type(pool).__name__}."
+            )
+        grouped = {}
+        for image_id, captions in pool.items():
+            if isinstance(captions, str) or not all(isinstance(caption, str) for caption in captions):
+                raise ValueError(
+                    f"`captions_by_image[{image_id!r}]` must be a list of caption strings, got {captions!r}."
+                )
+            grouped[str(image_id)] = list(captions)
+        if self.random_caption_probability > 0 and len(grouped) < 2:
+            raise ValueError(
+                f"`captions_by_image` must hold at least two images to draw random captions "
+                f"(`random_caption_probability`={self.random_caption_probability}), got {len(grouped)}."
+            )
+        if self.random_caption_probability < 1:
+            single = [image_id for image_id, captions in grouped.items() if len(set(captions)) < 2]
+            if single:
+                raise ValueError(
+                    f"every image of `captions_by_image` must have at least two different captions (a same-image pair "
+                    f"needs another caption), but {len(single)} of {len(grouped)} have fewer, e.g. {single[:3]}; leave "
+                    "those images out, or set `random_caption_probability`=1."
+                )
+        return grouped
+
+    def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        if not examples:
+            raise ValueError("`examples` must hold at least one example, got an empty batch.")
+        if self.seed is None:
+            return self._collate(examples)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self._batch_seed(examples))
+            return self._collate(examples)
+
+    def _collate(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        if self.paired:
+            examples = [self._with_second_caption(index, example) for index, example in enumerate(examples)]
+        return super().__call__(examples)
+
+    def _batch_seed(self, examples: list[dict]) -> int:
+        """A seed from `seed` and the batch's rows, the same in every process (unlike Python's salted `hash`)."""
+        key = "\x1f".join([str(self.seed), *(f"{e.get('image_id')}\x1e{e.get(self.text_column)}" for e in examples)])
+        return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") % 2**63
+
+    def _with_second_caption(self, index: int, example: dict) -> dict:
+        """The row with a second caption (`second_text_column`) and whether it is a random one (`_random_caption`)."""
+        missing = [name for name in ("image_id", self.text_column) if name not in example]
+        if missing:
+            raise ValueError(f"batch row {index} must have the columns {missing}; got {sorted(example)}.")
+        image_id, caption = str(example["image_id"]), example[self.text_column]
+        own = self._pool_index.get(image_id)
+        if own is None:
+            raise ValueError(
+                f"the image {image_id!r} of batch row {index} is not in `captions_by_image` ({len(self._pool_ids)} "
+                "images); build it from the same caption rows (e.g. `group_captions_by_image(dataset)`)."
+            )
+        random_caption = bool(torch.rand(()) < self.random_caption_probability)
+        if random_caption:
+            other = int(torch.randint(len(self._pool_ids) - 1, ()))
+            candidates = self._captions[self._pool_ids[other + (other >= own)]]
+        else:
+            candidates = [other for other in self._captions[image_id] if other != caption]
+            if not candidates:
+                raise ValueError(
+                    f"the image {image_id!r} of batch row {index} has no caption other than {caption!r} in "
+                    "`captions_by_image`; a same-image pair needs two different captions."
+                )
+        second = candidates[int(torch.randint(len(candidates), ()))]
+        return {**example, self.second_text_column: second, "_random_caption": random_caption}
+
+    def task_tensors(self, examples, encoding, batch):
+        tensors = self.grounding_tensors(examples, encoding, batch)
+        if self.paired:
+            tensors["sentence_image_labels"] = torch.tensor([int(example["_random_caption"]) for example in examples])
+        tensors.update(self._masked_words(batch["input_ids"], batch["attention_mask"]))
+        if self.region_mask_probability > 0:
+            regions = mask_regions(batch, self.region_mask_probability, zero_fraction=1.0, replace_fraction=0.0)
+            regions.pop("attribute_labels")
+            if not self.return_object_labels:
+                regions.pop("object_labels")
+            tensors.update(regions)
+        return tensors
+
+    def _masked_words(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        words = mask_words(self._masker, input_ids, self.mlm_probability)
+        if self.mlm_probability == 0 or bool((words["labels"] != -100).any()):
+            return words
+        special = torch.tensor(self.tokenizer.all_special_ids)
+        maskable = (attention_mask.bool() & ~torch.isin(input_ids, special)).nonzero()
+        if len(maskable):  # none drawn: mask one word, so that the batch has a masked-word loss
+            row, position = maskable[int(torch.randint(len(maskable), ()))].tolist()
+            words["labels"][row, position] = input_ids[row, position]
+            words["input_ids"][row, position] = self.tokenizer.mask_token_id
+        return words
 
 
 def _checked_answer(label: int, num_answers: int) -> int:

@@ -214,6 +214,12 @@ class RegionFeatureStore:
         """One image: `image_id`, then tensors (`image_size` (2,), `boxes` (R, 4), `features` (R, D), ...) or None."""
         return self.image_at(self.row_of(image_id))
 
+    def image_id_at(self, row: int) -> str:
+        """The image id of store row `row`."""
+        if not 0 <= row < len(self):
+            raise ValueError(f"`row` must be in [0, {len(self)}), got {row}.")
+        return self.dataset.data.column("image_id")[row].as_py()
+
     def batch(self, image_ids: Sequence[str], without: Sequence[str] = ()) -> list[dict]:
         """Several images, in the order asked (each as `store[image_id]`, less the columns named in `without`)."""
         return [self.image_at(self.row_of(image_id), without) for image_id in image_ids]

@@ -10,7 +10,11 @@ through the writers of `hf_vlalign.data.formats`, everything the real pipelines 
   `CropEncoder` features;
 - `images/<image_id>.png`;
 - `gqa/`: questions with pointers, scene graphs and the answer vocabulary in the published GQA layout
-  (`data/synthetic_questions.py`, drawn from a random stream of their own).
+  (`data/synthetic_questions.py`, drawn from a random stream of their own);
+- `nlvr2/{train,dev}.json` (NLVR2 statements about pairs of images; "val" is NLVR2's "dev") with
+  `features/nlvr2_features.tsv` (the pair images' records under NLVR2's image ids), and `refcoco+/` (`refs(unc).p`,
+  `instances.json`: RefCOCO+ referring expressions, one ref per shape), both from `data/synthetic_tasks.py`, on
+  random streams of their own too.
 
 Caption grammar (every claim is true in the image; at most 16 words):
 
@@ -62,7 +66,7 @@ from .formats.lxmert_tsv import write_lxmert_tsv
 from .formats.vgp import TYPOLOGY_LABELS, VGPPair, write_vgp_csv
 from .region_extraction import CropEncoder
 
-FORMAT_VERSION = 2  # 2: adds gqa/
+FORMAT_VERSION = 3  # 2: adds gqa/; 3: adds nlvr2/, features/nlvr2_features.tsv and refcoco+/
 FIRST_IMAGE_ID = 100000
 
 # Detector vocabularies: `object_ids` index SHAPE_NAMES, `attr_ids` index COLOUR_NAMES.
@@ -145,6 +149,9 @@ class SyntheticVGPPaths:
     features_tsv: Path  # LXMERT TSV, all images of both splits
     images: Path  # <image_id>.png
     gqa_dir: Path  # {split}_balanced_questions.json, {split}_sceneGraphs.json, trainval_ans2label.json
+    nlvr2_dir: Path  # train.json, dev.json (JSON lines)
+    nlvr2_features_tsv: Path  # LXMERT TSV of the NLVR2 pair images ("<split>-<set>-<pair>-img0/1")
+    refcoco_dir: Path  # refs(unc).p, instances.json
 
     @classmethod
     def from_root(cls, root: str | Path) -> SyntheticVGPPaths:
@@ -157,6 +164,9 @@ class SyntheticVGPPaths:
             features_tsv=root / "features" / "features.tsv",
             images=root / "images",
             gqa_dir=root / "gqa",
+            nlvr2_dir=root / "nlvr2",
+            nlvr2_features_tsv=root / "features" / "nlvr2_features.tsv",
+            refcoco_dir=root / "refcoco+",
         )
 
 
@@ -700,11 +710,14 @@ def generate_synthetic_vgp(out_dir: str | Path, config: SyntheticSceneConfig | N
     ):
         folder.mkdir(parents=True, exist_ok=True)
 
-    # imported here: synthetic_questions builds on this module's scenes and noun phrases
+    # imported here: synthetic_questions and synthetic_tasks build on this module's scenes and noun phrases
     from .synthetic_questions import SyntheticQuestionWriter
+    from .synthetic_tasks import SyntheticNLVR2Writer, SyntheticRefCOCOWriter, pair_feature_records
 
     encoder = CropEncoder(config.feature_dim, config.seed)
     questions = SyntheticQuestionWriter(paths.gqa_dir, config.image_size, config.seed)
+    nlvr2 = SyntheticNLVR2Writer(paths.nlvr2_dir, config.seed)
+    refcoco = SyntheticRefCOCOWriter(paths.refcoco_dir, config.image_size, config.seed)
     split_sizes = {"train": config.num_train_images, "val": config.num_val_images}
     records: list[dict] = []
     next_phrase_id = 1
@@ -716,7 +729,8 @@ def generate_synthetic_vgp(out_dir: str | Path, config: SyntheticSceneConfig | N
                 image_id = str(FIRST_IMAGE_ID + index)
                 rng = np.random.default_rng([config.seed, index])
                 shapes, record, image_pairs = _generate_image(image_id, config, rng, next_phrase_id, encoder, paths)
-                questions.add(split, index, image_id, shapes)
+                for writer in (questions, nlvr2, refcoco):
+                    writer.add(split, index, image_id, shapes)
                 next_phrase_id += len(shapes)
                 image_ids.append(image_id)
                 records.append(record)
@@ -726,6 +740,8 @@ def generate_synthetic_vgp(out_dir: str | Path, config: SyntheticSceneConfig | N
             write_vgp_csv(paths.vgp_csv[split], pairs, layout="identification")
     write_lxmert_tsv(paths.features_tsv, records)
     questions.write()
+    write_lxmert_tsv(paths.nlvr2_features_tsv, pair_feature_records(nlvr2.write(), records))
+    refcoco.write()
     (paths.root / "manifest.json").write_text(json.dumps(_manifest(config), indent=2, sort_keys=True) + "\n")
     return paths
 

@@ -7,7 +7,13 @@ from .convert_visualbert import (
     rename_visualbert_key,
     single_stream_config_from_visualbert,
 )
-from .model_card import MODEL_CARD_FAMILIES, metrics_from_eval_results, render_model_card
+from .model_card import (
+    MODEL_CARD_FAMILIES,
+    TASK_CARD_TASKS,
+    metrics_from_eval_results,
+    render_model_card,
+    render_task_model_card,
+)
 from .push import HubPushError, push_folder_to_hub
 from .remote_code import REMOTE_CODE_FAMILIES, save_with_remote_code
 
@@ -15,12 +21,14 @@ __all__ = [
     "HubPushError",
     "MODEL_CARD_FAMILIES",
     "REMOTE_CODE_FAMILIES",
+    "TASK_CARD_TASKS",
     "convert_lxmert",
     "convert_visualbert",
     "convert_visualbert_state_dict",
     "metrics_from_eval_results",
     "push_folder_to_hub",
     "render_model_card",
+    "render_task_model_card",
     "rename_lxmert_key",
     "rename_visualbert_key",
     "save_with_remote_code",

@@ -2,8 +2,11 @@
 
 Families: `single_stream` (VGP fine-tuning with attention supervision, Samaran et al.), `two_stream` (LXMERT-style
 pre-training with the alignment decoder of Kervadec et al.) and `captioner` (geometry-aware region captioner with A2
-attention alignment). Every card's YAML metadata is a `huggingface_hub.ModelCardData`: `library_name: hf_vlalign`,
-tags, datasets, `base_model` (when a Hub id) and a `model-index` built from the numeric entries of `eval_results.json`.
+attention alignment), rendered by `render_model_card`. The downstream tasks (VQA / GQA, NLVR2, RefCOCO+, Flickr30k
+phrase grounding) of either encoder family and the single-stream (VisualBERT-style) pre-training share one template,
+`model_cards/task.md`, rendered by `render_task_model_card`. Every card's YAML metadata is a
+`huggingface_hub.ModelCardData`: `library_name: hf_vlalign`, tags, datasets, `base_model` (when a Hub id) and a
+`model-index` built from the numeric entries of `eval_results.json`.
 
 Where the templates are found:
 - in a source checkout / editable install, in `<repository>/model_cards/` (edits show up at once);
@@ -26,7 +29,13 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..supervision.config import SUPERVISION_METHODS
 
-__all__ = ["MODEL_CARD_FAMILIES", "metrics_from_eval_results", "render_model_card"]
+__all__ = [
+    "MODEL_CARD_FAMILIES",
+    "TASK_CARD_TASKS",
+    "metrics_from_eval_results",
+    "render_model_card",
+    "render_task_model_card",
+]
 
 MODEL_CARD_FAMILIES = ("single_stream", "two_stream", "captioner")
 
@@ -52,6 +61,10 @@ _SUPERVISION_DESCRIPTIONS = {
         "alignment signal reaches the attention only through the representations."
     ),
 }
+# the supervision fields of the single- and two-stream configurations, shown in their cards' settings tables
+_SUPERVISION_SETTINGS = (
+    "attention_supervision", "supervised_layers", "supervised_heads", "attention_supervision_weight",
+)  # fmt: skip
 _TAGS = ["vision-language", "attention-supervision", "visual-grounding", "visually-grounded-paraphrases"]
 
 
@@ -71,7 +84,7 @@ _FAMILIES = {
         task_type="text-classification",
         task_name="Visually grounded paraphrase identification",
         tags=tuple(_TAGS),
-        settings=("attention_supervision", "supervised_layers", "supervised_heads", "attention_supervision_weight"),
+        settings=_SUPERVISION_SETTINGS,
         supervised=True,
     ),
     "two_stream": _FamilyCard(
@@ -79,9 +92,8 @@ _FAMILIES = {
         task_name="Visual question answering and word-object alignment",
         tags=("vision-language", "visual-grounding", "word-object-alignment", "visual-question-answering", "lxmert"),
         settings=(
-            "l_layers", "r_layers", "x_layers", "attention_supervision", "supervised_layers", "supervised_heads",
-            "attention_supervision_weight", "task_mask_lm", "task_obj_predict", "task_matched", "task_qa",
-            "task_alignment", "alignment_top_k", "alignment_loss_weight",
+            "l_layers", "r_layers", "x_layers", *_SUPERVISION_SETTINGS, "task_mask_lm", "task_obj_predict",
+            "task_matched", "task_qa", "task_alignment", "alignment_top_k", "alignment_loss_weight",
         ),  # fmt: skip
         supervised=True,
     ),
@@ -176,19 +188,17 @@ def metrics_from_eval_results(eval_results: Mapping[str, Any], prefix: str = "")
 
 
 def _eval_results(
-    results: list[tuple[str, float]], datasets: list[str] | None, family: _FamilyCard
+    results: list[tuple[str, float]], *, task_type: str, task_name: str, dataset_type: str, dataset_name: str
 ) -> list[EvalResult] | None:
-    """`model-index` entries: every metric measured on the family's task, on the first training dataset (or
-    synthetic scenes)."""
+    """`model-index` entries: every metric, measured on one task and one dataset."""
     if not results:
         return None
-    dataset = datasets[0] if datasets else "synthetic-grounded-scenes"
     return [
         EvalResult(
-            task_type=family.task_type,
-            task_name=family.task_name,
-            dataset_type=dataset,
-            dataset_name=dataset,
+            task_type=task_type,
+            task_name=task_name,
+            dataset_type=dataset_type,
+            dataset_name=dataset_name,
             metric_type=name,
             metric_name=name,
             metric_value=value,
@@ -197,8 +207,8 @@ def _eval_results(
     ]
 
 
-def _config_settings(config: Any, family: str) -> dict[str, Any]:
-    """The family's settings read from `config` (a `PreTrainedConfig`, a config dict or None)."""
+def _config_settings(config: Any, family: str, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The settings `fields` (default: the family's) of `config` (a `PreTrainedConfig`, a config dict or None)."""
     if config is None:
         return {}
     if isinstance(config, Mapping):
@@ -213,7 +223,8 @@ def _config_settings(config: Any, family: str) -> dict[str, Any]:
         raise ValueError(
             f"`config` must be a `{expected}` configuration for the `{family}` card, got model_type {model_type!r}."
         )
-    return {name: values[name] for name in _FAMILIES[family].settings if name in values}
+    fields = _FAMILIES[family].settings if fields is None else fields
+    return {name: values[name] for name in fields if name in values}
 
 
 def _resolve_supervision(supervision: str | None, settings: dict[str, Any], family: str) -> str:
@@ -233,6 +244,83 @@ def _resolve_supervision(supervision: str | None, settings: dict[str, Any], fami
             f"`supervision` ({supervision!r}) contradicts the config's `attention_supervision` ({from_config!r})."
         )
     return key
+
+
+@dataclass(frozen=True)
+class _CommonArguments:
+    """The arguments every card checks the same way."""
+
+    datasets: list[str] | None
+    results: list[tuple[str, float]]
+    training: list[tuple[str, str]]
+    synthetic_data: bool
+
+
+def _check_common_arguments(
+    *,
+    model_id: str | None,
+    base_model: str | None,
+    subfolder: str | None,
+    datasets: list[str] | None,
+    results: dict[str, float],
+    training: dict[str, object],
+    synthetic_data: bool | None,
+) -> _CommonArguments:
+    for name, value in (("model_id", model_id), ("base_model", base_model), ("subfolder", subfolder)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(f"`{name}` must be a non-empty string or None, got {value!r}.")
+    if datasets is not None and (
+        not isinstance(datasets, list) or not all(isinstance(d, str) and d for d in datasets)
+    ):
+        raise ValueError(f"`datasets` must be a list of dataset ids or None, got {datasets!r}.")
+    checked_results = _check_results(results)
+    checked_training = _check_training(training)
+    datasets = datasets or None
+    synthetic_data = datasets is None if synthetic_data is None else bool(synthetic_data)
+    return _CommonArguments(datasets, checked_results, checked_training, synthetic_data)
+
+
+def _is_hub_id(base_model: str | None) -> bool:
+    """The Hub only accepts model ids as `base_model`; a local path is mentioned in the text only."""
+    return base_model is not None and _HUB_ID.match(base_model) is not None and not Path(base_model).exists()
+
+
+def _add_supervision_tags(tags: list[str], supervision_key: str) -> None:
+    if supervision_key == "none":
+        return
+    if "attention-supervision" not in tags:
+        tags.append("attention-supervision")
+    tags.append(f"{supervision_key.replace('_', '-')}-supervision")
+
+
+def _template_variables(
+    arguments: _CommonArguments,
+    *,
+    model_name: str,
+    model_id: str | None,
+    subfolder: str | None,
+    base_model: str | None,
+    supervision_key: str,
+    settings: dict[str, Any],
+    config: Any,
+) -> dict[str, Any]:
+    """The variables every template reads."""
+    return dict(
+        model_name=model_name,
+        load_id=model_id or "path/to/checkpoint",
+        subfolder=subfolder,
+        base_model=base_model,
+        base_model_on_hub=_is_hub_id(base_model),
+        supervision=_SUPERVISION_NAMES[supervision_key],
+        supervision_key=supervision_key,
+        supervision_description=_SUPERVISION_DESCRIPTIONS[supervision_key],
+        results=[(name, format(value, ".4g")) for name, value in arguments.results],
+        training=arguments.training,
+        datasets=arguments.datasets,
+        synthetic_data=arguments.synthetic_data,
+        has_config=config is not None,
+        settings=[(name, str(value)) for name, value in settings.items()],
+    )
 
 
 def render_model_card(
@@ -276,17 +364,15 @@ def render_model_card(
     family_card = _FAMILIES[family]
     settings = _config_settings(config, family)
     supervision_key = _resolve_supervision(supervision, settings, family)
-    for name, value in (("model_id", model_id), ("base_model", base_model), ("subfolder", subfolder)):
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise ValueError(f"`{name}` must be a non-empty string or None, got {value!r}.")
-    if datasets is not None and (
-        not isinstance(datasets, list) or not all(isinstance(d, str) and d for d in datasets)
-    ):
-        raise ValueError(f"`datasets` must be a list of dataset ids or None, got {datasets!r}.")
-    checked_results = _check_results(results)
-    checked_training = _check_training(training)
-    datasets = datasets or None
-    synthetic_data = datasets is None if synthetic_data is None else bool(synthetic_data)
+    arguments = _check_common_arguments(
+        model_id=model_id,
+        base_model=base_model,
+        subfolder=subfolder,
+        datasets=datasets,
+        results=results,
+        training=training,
+        synthetic_data=synthetic_data,
+    )
 
     task_alignment = bool(settings.get("task_alignment", False))
     fusion = settings.get("attention_alignment", "none")
@@ -298,51 +384,47 @@ def render_model_card(
     else:
         default_name = f"region-captioner-{fusion}"
     model_name = model_id.split("/")[-1] if model_id else default_name
-    # the Hub only accepts model ids as `base_model`; a local path is mentioned in the text only
-    base_model_on_hub = (
-        base_model is not None and _HUB_ID.match(base_model) is not None and not Path(base_model).exists()
-    )
     tags = list(family_card.tags) + [family.replace("_", "-"), "hf_vlalign"]
-    if supervision_key != "none":
-        if "attention-supervision" not in tags:
-            tags.append("attention-supervision")
-        tags.append(f"{supervision_key.replace('_', '-')}-supervision")
+    _add_supervision_tags(tags, supervision_key)
     if task_alignment:
         tags.append("alignment-decoder")
     if use_geometry:
         tags.append("geometry-aware-attention")
     if fusion != "none":
         tags += ["attention-alignment", f"a2-{fusion.replace('_', '-')}"]
-    if synthetic_data:
+    if arguments.synthetic_data:
         tags.append("synthetic-data")
 
+    dataset = arguments.datasets[0] if arguments.datasets else "synthetic-grounded-scenes"
     card_data = ModelCardData(
         language="en",
         license=license,
         library_name="hf_vlalign",
-        base_model=base_model if base_model_on_hub else None,
-        datasets=datasets,
+        base_model=base_model if _is_hub_id(base_model) else None,
+        datasets=arguments.datasets,
         tags=tags,
-        model_name=model_name if checked_results else None,  # the `model-index` name
-        eval_results=_eval_results(checked_results, datasets, family_card),
+        model_name=model_name if arguments.results else None,  # the `model-index` name
+        eval_results=_eval_results(
+            arguments.results,
+            task_type=family_card.task_type,
+            task_name=family_card.task_name,
+            dataset_type=dataset,
+            dataset_name=dataset,
+        ),
     )
     return ModelCard.from_template(
         card_data,
         template_path=str(_find_template(family)),
-        model_name=model_name,
-        load_id=model_id or "path/to/checkpoint",
-        subfolder=subfolder,
-        base_model=base_model,
-        base_model_on_hub=base_model_on_hub,
-        supervision=_SUPERVISION_NAMES[supervision_key],
-        supervision_key=supervision_key,
-        supervision_description=_SUPERVISION_DESCRIPTIONS[supervision_key],
-        results=[(name, format(value, ".4g")) for name, value in checked_results],
-        training=checked_training,
-        datasets=datasets,
-        synthetic_data=synthetic_data,
-        has_config=config is not None,
-        settings=[(name, str(value)) for name, value in settings.items()],
+        **_template_variables(
+            arguments,
+            model_name=model_name,
+            model_id=model_id,
+            subfolder=subfolder,
+            base_model=base_model,
+            supervision_key=supervision_key,
+            settings=settings,
+            config=config,
+        ),
         task_alignment=task_alignment,
         alignment_top_k=settings.get("alignment_top_k"),
         use_geometry=use_geometry,
@@ -350,4 +432,287 @@ def render_model_card(
         fusion_description=_FUSION_DESCRIPTIONS.get(fusion, fusion),
         aligned_layers=settings.get("aligned_layers"),
         scst=training.get("scst_start_epoch") is not None,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Downstream tasks and single-stream pre-training: one template, model_cards/task.md
+# ----------------------------------------------------------------------------------------------------------------
+
+TASK_CARD_TASKS = ("question_answering", "visual_reasoning", "referring_expression", "phrase_grounding", "pretraining")
+_TASK_CARD_FAMILIES = ("single_stream", "two_stream")
+_TASK_TEMPLATE = "task"
+_SYNTHETIC_DATASET_NAME = "synthetic grounded scenes (hf_vlalign)"
+
+# the datasets of the library's builders (`hf_vlalign.data.load_dataset` names) as their papers name them
+_DATASET_NAMES = {
+    "vqa_v2": "VQA v2",
+    "gqa": "GQA",
+    "nlvr2": "NLVR2",
+    "refcoco+": "RefCOCO+",
+    "flickr30k_entities": "Flickr30k Entities",
+    "coco_captions": "COCO Captions",
+}
+# the encoder settings shown in a task card, before the task's own ones
+_ENCODER_SETTINGS = {
+    "single_stream": ("num_hidden_layers",),
+    "two_stream": ("l_layers", "r_layers", "x_layers"),
+}
+_TASK_NO_SUPERVISION = "No attention supervision was used: the attention was trained by the task loss only."
+
+
+@dataclass(frozen=True)
+class _TaskCard:
+    """What differs between the tasks' cards (the prose lives in model_cards/task.md)."""
+
+    task_type: str  # `model-index` task
+    task_name: str
+    tags: tuple[str, ...]
+    pipeline_tag: str | None
+    auto_class: str  # the Auto class of the loading snippet
+    auto_class_in_transformers: bool  # imported from transformers (else an `hf_vlalign` attribute)
+    head: str  # the model class is `<SingleStream|TwoStream>For<head>`
+    settings: tuple[str, ...]  # the task's own config fields shown in the settings table
+    datasets: tuple[str, ...]  # the real datasets of the task (`_DATASET_NAMES` keys)
+    supervised: bool  # whether the task's model takes `word_region_alignment` (so attention supervision applies)
+    families: tuple[str, ...] = _TASK_CARD_FAMILIES
+
+
+_TASKS = {
+    "question_answering": _TaskCard(
+        task_type="visual-question-answering",
+        task_name="Visual question answering",
+        tags=("visual-question-answering",),
+        pipeline_tag="visual-question-answering",
+        auto_class="AutoModelForVisualQuestionAnswering",
+        auto_class_in_transformers=True,
+        head="QuestionAnswering",
+        settings=("num_qa_labels",),
+        datasets=("vqa_v2", "gqa"),
+        supervised=True,
+    ),
+    "visual_reasoning": _TaskCard(
+        task_type="visual-reasoning",
+        task_name="Visual reasoning over image pairs",
+        tags=("visual-reasoning", "nlvr2"),
+        pipeline_tag=None,
+        auto_class="AutoModelForVisualReasoning",
+        auto_class_in_transformers=False,
+        head="VisualReasoning",
+        settings=(),
+        datasets=("nlvr2",),
+        supervised=False,
+    ),
+    "referring_expression": _TaskCard(
+        task_type="referring-expression-comprehension",
+        task_name="Referring expression comprehension",
+        tags=("referring-expression-comprehension", "visual-grounding"),
+        pipeline_tag=None,
+        auto_class="AutoModelForReferringExpression",
+        auto_class_in_transformers=False,
+        head="ReferringExpression",
+        settings=("referring_iou_threshold",),
+        datasets=("refcoco+",),
+        supervised=True,
+    ),
+    "phrase_grounding": _TaskCard(
+        task_type="phrase-grounding",
+        task_name="Phrase grounding",
+        tags=("phrase-grounding", "visual-grounding"),
+        pipeline_tag=None,
+        auto_class="AutoModelForPhraseGrounding",
+        auto_class_in_transformers=False,
+        head="PhraseGrounding",
+        settings=(),
+        datasets=("flickr30k_entities",),
+        supervised=True,
+    ),
+    "pretraining": _TaskCard(
+        task_type="vision-language-pretraining",
+        task_name="Masked language modelling with the image and sentence-image prediction",
+        tags=("vision-language-pretraining", "masked-language-modeling", "visualbert"),
+        pipeline_tag=None,
+        auto_class="AutoModelForPreTraining",
+        auto_class_in_transformers=True,
+        head="PreTraining",
+        settings=(
+            "num_object_labels", "mlm_loss_weight", "sentence_image_loss_weight", "region_feature_loss_weight",
+            "region_class_loss_weight",
+        ),  # fmt: skip
+        datasets=("coco_captions",),
+        supervised=True,
+        families=("single_stream",),  # the two-stream pre-training has its own card (`render_model_card("two_stream")`)
+    ),
+}
+_FAMILY_TAGS = {"single_stream": ("single-stream",), "two_stream": ("two-stream", "lxmert")}
+
+
+def _check_task(task: str, model_family: str) -> _TaskCard:
+    if task not in TASK_CARD_TASKS:
+        raise ValueError(f"`task` must be one of {TASK_CARD_TASKS}, got {task!r}.")
+    if model_family not in _TASK_CARD_FAMILIES:
+        raise ValueError(f"`model_family` must be one of {_TASK_CARD_FAMILIES}, got {model_family!r}.")
+    task_card = _TASKS[task]
+    if model_family not in task_card.families:
+        raise ValueError(
+            f"`model_family` must be one of {task_card.families} for the `{task}` card, got {model_family!r}; the "
+            "two-stream pre-training has its own card: `render_model_card('two_stream', ...)`."
+        )
+    return task_card
+
+
+def _evaluation_dataset(
+    task: str, dataset_name: str | None, datasets: list[str] | None, synthetic_data: bool
+) -> tuple[str | None, str, str]:
+    """(builder key or None, `model-index` dataset type, dataset name) of the evaluation data.
+
+    The name is `dataset_name` (a builder name such as "vqa_v2" reads as its paper's name, "VQA v2"), else the first
+    training dataset, else the synthetic scenes, else the task's real dataset(s)."""
+    task_datasets = _TASKS[task].datasets
+    if dataset_name is not None:
+        if not isinstance(dataset_name, str) or not dataset_name.strip():
+            raise ValueError(f"`dataset_name` must be a non-empty string or None, got {dataset_name!r}.")
+        if dataset_name in _DATASET_NAMES:
+            if dataset_name not in task_datasets:
+                raise ValueError(
+                    f"`dataset_name` must be a dataset of the `{task}` task {task_datasets} (or a free-form name), "
+                    f"got {dataset_name!r}."
+                )
+            return dataset_name, dataset_name, _DATASET_NAMES[dataset_name]
+        return None, datasets[0] if datasets else _slug(dataset_name), dataset_name
+    if datasets:
+        return None, datasets[0], datasets[0]
+    if synthetic_data:
+        return None, "synthetic-grounded-scenes", _SYNTHETIC_DATASET_NAME
+    key = task_datasets[0] if len(task_datasets) == 1 else None
+    return key, _slug(" ".join(task_datasets)), " / ".join(_DATASET_NAMES[name] for name in task_datasets)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "dataset"
+
+
+def render_task_model_card(
+    task: str,
+    *,
+    model_family: str,
+    model_id: str | None,
+    base_model: str | None,
+    results: dict[str, float],
+    training: dict[str, object],
+    config: Any = None,
+    datasets: list[str] | None = None,
+    synthetic_data: bool | None = None,
+    subfolder: str | None = None,
+    license: str = "apache-2.0",
+    dataset_name: str | None = None,
+) -> ModelCard:
+    """Renders the Hub model card of a downstream-task checkpoint (or a single-stream pre-trained one) from
+    `model_cards/task.md`.
+
+    Args:
+        task: one of `TASK_CARD_TASKS`: `question_answering` (VQA v2 / GQA), `visual_reasoning` (NLVR2),
+            `referring_expression` (RefCOCO+), `phrase_grounding` (Flickr30k Entities) or `pretraining`
+            (VisualBERT-style, single-stream only; the two-stream pre-training has its own card,
+            `render_model_card("two_stream", ...)`).
+        model_family: `single_stream` (VL-BERT / VisualBERT style) or `two_stream` (LXMERT style).
+        model_id: Hub id of the checkpoint (`user/name`), used in the loading snippet; None for a local checkpoint.
+        base_model: Hub id (or local path) of the weights the model started from.
+        results: metric name -> value, shown as a table and as `model-index` eval results.
+        training: training settings (steps, learning rate, ...), shown as a table.
+        config: the checkpoint's configuration (a `PreTrainedConfig` or its dict); its attention supervision and task
+            settings are described and shown as a table. Without it those parts of the card are left out.
+        datasets: Hub ids of the training datasets (YAML `datasets`); None when none is on the Hub.
+        synthetic_data: whether the model was trained on synthetic scenes; defaults to `datasets is None and
+            dataset_name is None`.
+        subfolder: folder of the checkpoint inside the repository, when it is not at the root (loading snippet).
+        license: license id of the checkpoint.
+        dataset_name: name of the evaluation dataset in `model-index` and in the text; a builder name of
+            `hf_vlalign.data.load_dataset` ("vqa_v2", "gqa", "nlvr2", "refcoco+", "flickr30k_entities", "coco_captions")
+            is shown as its paper names it and picks the matching objective and citation. Default: the first of
+            `datasets`, else the synthetic scenes (when `synthetic_data`), else the task's real dataset(s).
+
+    Returns:
+        A `huggingface_hub.ModelCard`; `card.save("README.md")` or `card.push_to_hub(repo_id)` publishes it.
+    """
+    task_card = _check_task(task, model_family)
+    if synthetic_data is None and dataset_name is not None:
+        synthetic_data = False  # a named evaluation dataset is real data, with or without a Hub id
+    fields = _ENCODER_SETTINGS[model_family] + _SUPERVISION_SETTINGS + task_card.settings
+    settings = _config_settings(config, model_family, fields)
+    supervision_key = _resolve_supervision(None, settings, model_family)
+    arguments = _check_common_arguments(
+        model_id=model_id,
+        base_model=base_model,
+        subfolder=subfolder,
+        datasets=datasets,
+        results=results,
+        training=training,
+        synthetic_data=synthetic_data,
+    )
+    dataset_key, dataset_type, evaluation_dataset = _evaluation_dataset(
+        task, dataset_name, arguments.datasets, arguments.synthetic_data
+    )
+    # the supervision the task's training applied: none for a task whose model takes no word-region alignment
+    applied_supervision = supervision_key if task_card.supervised else "none"
+
+    family_slug = model_family.replace("_", "-")
+    default_name = f"{family_slug}-pretrained" if task == "pretraining" else f"{family_slug}-{task.replace('_', '-')}"
+    if applied_supervision != "none":
+        default_name += f"-{applied_supervision.replace('_', '-')}"
+    model_name = model_id.split("/")[-1] if model_id else default_name
+    tags = ["vision-language", *task_card.tags, *_FAMILY_TAGS[model_family], "hf_vlalign"]
+    _add_supervision_tags(tags, applied_supervision)
+    if arguments.synthetic_data:
+        tags.append("synthetic-data")
+
+    card_data = ModelCardData(
+        language="en",
+        license=license,
+        library_name="hf_vlalign",
+        pipeline_tag=task_card.pipeline_tag,
+        base_model=base_model if _is_hub_id(base_model) else None,
+        datasets=arguments.datasets,
+        tags=tags,
+        model_name=model_name if arguments.results else None,  # the `model-index` name
+        eval_results=_eval_results(
+            arguments.results,
+            task_type=task_card.task_type,
+            task_name=task_card.task_name,
+            dataset_type=dataset_type,
+            dataset_name=evaluation_dataset,
+        ),
+    )
+    variables = _template_variables(
+        arguments,
+        model_name=model_name,
+        model_id=model_id,
+        subfolder=subfolder,
+        base_model=base_model,
+        supervision_key=supervision_key,
+        settings=settings,
+        config=config,
+    )
+    if supervision_key == "none":
+        variables["supervision_description"] = _TASK_NO_SUPERVISION
+    if task_card.auto_class_in_transformers:
+        auto_class, transformers_imports = task_card.auto_class, f"{task_card.auto_class}, AutoTokenizer"
+    else:
+        auto_class, transformers_imports = f"hf_vlalign.{task_card.auto_class}", "AutoTokenizer"
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(_find_template(_TASK_TEMPLATE)),
+        **variables,
+        task=task,
+        model_family=model_family,
+        task_supervised=task_card.supervised,
+        auto_class=auto_class,
+        transformers_imports=transformers_imports,
+        model_class=("SingleStream" if model_family == "single_stream" else "TwoStream") + f"For{task_card.head}",
+        dataset_key=dataset_key,
+        evaluation_dataset=evaluation_dataset,
+        cited_datasets=[dataset_key] if dataset_key else list(task_card.datasets),
+        num_qa_labels=settings.get("num_qa_labels"),
+        referring_iou_threshold=settings.get("referring_iou_threshold", 0.5),
+        num_object_labels=settings.get("num_object_labels"),
     )

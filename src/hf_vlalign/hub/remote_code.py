@@ -46,7 +46,15 @@ REMOTE_CODE_FAMILIES: dict[str, RemoteCodeFamily] = {
         config_class="SingleStreamConfig",
         modeling_module="hf_vlalign.models.single_stream.modeling_single_stream",
         base_model_class="SingleStreamModel",
-        model_classes={"SingleStreamModel": "AutoModel", "SingleStreamForVisualParaphrase": None},
+        model_classes={
+            "SingleStreamModel": "AutoModel",
+            "SingleStreamForVisualParaphrase": None,
+            "SingleStreamForPreTraining": "AutoModelForPreTraining",
+            "SingleStreamForQuestionAnswering": "AutoModelForVisualQuestionAnswering",
+            "SingleStreamForVisualReasoning": None,
+            "SingleStreamForReferringExpression": None,
+            "SingleStreamForPhraseGrounding": None,
+        },
     ),
     "two_stream": RemoteCodeFamily(
         configuration_module="hf_vlalign.models.two_stream.configuration_two_stream",
@@ -58,6 +66,8 @@ REMOTE_CODE_FAMILIES: dict[str, RemoteCodeFamily] = {
             "TwoStreamForPreTraining": "AutoModelForPreTraining",
             "TwoStreamForQuestionAnswering": "AutoModelForVisualQuestionAnswering",
             "TwoStreamForVisualReasoning": None,
+            "TwoStreamForReferringExpression": None,
+            "TwoStreamForPhraseGrounding": None,
         },
     ),
     "captioning": RemoteCodeFamily(

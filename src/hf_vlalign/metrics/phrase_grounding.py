@@ -102,6 +102,32 @@ def phrase_grounding_recall(
     return result
 
 
+def rank_boxes(scores, boxes, k: int | None = None) -> torch.Tensor:
+    """The boxes (R, 4) sorted by their scores (R,), best first, ready for `phrase_grounding_recall`: e.g. one
+    phrase's grounding logits over the real regions of its image with those regions' boxes. Ties keep the boxes'
+    order (a stable sort). With `k`, only the k best boxes are kept.
+
+        >>> rank_boxes([0.1, 0.9, 0.5], [[0, 0, 1, 1], [0, 0, 2, 2], [0, 0, 3, 3]], k=2).tolist()
+        [[0.0, 0.0, 2.0, 2.0], [0.0, 0.0, 3.0, 3.0]]
+    """
+    boxes = as_box_tensor("boxes", boxes, allow_empty=True)
+    try:
+        scores = torch.as_tensor(scores, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(f"`scores` must be one number per box (R,), got {type(scores).__name__}: {error}") from None
+    if scores.dim() != 1 or len(scores) != len(boxes):
+        raise ValueError(
+            f"`scores` must hold one score per box: shape ({len(boxes)},) for `boxes` of shape {tuple(boxes.shape)}, "
+            f"got shape {tuple(scores.shape)}."
+        )
+    if bool(torch.isnan(scores).any()):
+        raise ValueError("`scores` must not hold NaN (a NaN score cannot be ranked).")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"`k` must be a positive integer or None, got {k!r}.")
+    order = torch.sort(scores, descending=True, stable=True).indices
+    return boxes[order[:k] if k is not None else order]
+
+
 def load_phrase_grounding_metric(**kwargs):
     """`evaluate.load` of this package's phrase grounding module from its local folder (no Hub access):
     `load_phrase_grounding_metric().compute(predictions=[[[x1, y1, x2, y2], ...], ...], references=[[[...]], ...])`
@@ -115,5 +141,6 @@ __all__ = [
     "load_phrase_grounding_metric",
     "phrase_grounding_recall",
     "phrase_hits",
+    "rank_boxes",
     "union_box",
 ]

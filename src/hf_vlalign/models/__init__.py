@@ -1,4 +1,6 @@
 from .auto import (
+    AutoModelForPhraseGrounding,
+    AutoModelForReferringExpression,
     AutoModelForRegionCaptioning,
     AutoModelForVisualParaphrase,
     AutoModelForVisualReasoning,
@@ -12,6 +14,8 @@ from .two_stream import *  # noqa: F403
 from .two_stream import __all__ as _two_stream_all
 
 __all__ = [  # noqa: PLE0604
+    "AutoModelForPhraseGrounding",
+    "AutoModelForReferringExpression",
     "AutoModelForRegionCaptioning",
     "AutoModelForVisualParaphrase",
     "AutoModelForVisualReasoning",

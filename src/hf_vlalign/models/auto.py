@@ -11,11 +11,22 @@ from transformers import (
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
 
 from .captioning import RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, RegionCaptionerModel
-from .single_stream import SingleStreamConfig, SingleStreamForVisualParaphrase, SingleStreamModel
+from .single_stream import (
+    SingleStreamConfig,
+    SingleStreamForPhraseGrounding,
+    SingleStreamForPreTraining,
+    SingleStreamForQuestionAnswering,
+    SingleStreamForReferringExpression,
+    SingleStreamForVisualParaphrase,
+    SingleStreamForVisualReasoning,
+    SingleStreamModel,
+)
 from .two_stream import (
     TwoStreamConfig,
+    TwoStreamForPhraseGrounding,
     TwoStreamForPreTraining,
     TwoStreamForQuestionAnswering,
+    TwoStreamForReferringExpression,
     TwoStreamForVisualReasoning,
     TwoStreamModel,
 )
@@ -33,6 +44,18 @@ class AutoModelForVisualReasoning(_BaseAutoModelClass):
     _model_mapping = _LazyAutoMapping(OrderedDict(), OrderedDict())
 
 
+class AutoModelForReferringExpression(_BaseAutoModelClass):
+    """Auto class for region-scoring heads of referring expressions (RefCOCO+; `SingleStreamForReferringExpression`, ...)."""
+
+    _model_mapping = _LazyAutoMapping(OrderedDict(), OrderedDict())
+
+
+class AutoModelForPhraseGrounding(_BaseAutoModelClass):
+    """Auto class for phrase grounding heads (Flickr30k Entities; `SingleStreamForPhraseGrounding`, ...)."""
+
+    _model_mapping = _LazyAutoMapping(OrderedDict(), OrderedDict())
+
+
 class AutoModelForRegionCaptioning(_BaseAutoModelClass):
     """Auto class for captioners over region features (`RegionCaptionerForConditionalGeneration`, ...)."""
 
@@ -44,11 +67,18 @@ def register_auto_classes() -> None:
     AutoConfig.register(SingleStreamConfig.model_type, SingleStreamConfig, exist_ok=True)
     AutoModel.register(SingleStreamConfig, SingleStreamModel, exist_ok=True)
     AutoModelForVisualParaphrase.register(SingleStreamConfig, SingleStreamForVisualParaphrase, exist_ok=True)
+    AutoModelForPreTraining.register(SingleStreamConfig, SingleStreamForPreTraining, exist_ok=True)
+    AutoModelForVisualQuestionAnswering.register(SingleStreamConfig, SingleStreamForQuestionAnswering, exist_ok=True)
+    AutoModelForVisualReasoning.register(SingleStreamConfig, SingleStreamForVisualReasoning, exist_ok=True)
+    AutoModelForReferringExpression.register(SingleStreamConfig, SingleStreamForReferringExpression, exist_ok=True)
+    AutoModelForPhraseGrounding.register(SingleStreamConfig, SingleStreamForPhraseGrounding, exist_ok=True)
     AutoConfig.register(TwoStreamConfig.model_type, TwoStreamConfig, exist_ok=True)
     AutoModel.register(TwoStreamConfig, TwoStreamModel, exist_ok=True)
     AutoModelForPreTraining.register(TwoStreamConfig, TwoStreamForPreTraining, exist_ok=True)
     AutoModelForVisualQuestionAnswering.register(TwoStreamConfig, TwoStreamForQuestionAnswering, exist_ok=True)
     AutoModelForVisualReasoning.register(TwoStreamConfig, TwoStreamForVisualReasoning, exist_ok=True)
+    AutoModelForReferringExpression.register(TwoStreamConfig, TwoStreamForReferringExpression, exist_ok=True)
+    AutoModelForPhraseGrounding.register(TwoStreamConfig, TwoStreamForPhraseGrounding, exist_ok=True)
     AutoConfig.register(RegionCaptionerConfig.model_type, RegionCaptionerConfig, exist_ok=True)
     AutoModel.register(RegionCaptionerConfig, RegionCaptionerModel, exist_ok=True)
     AutoModelForRegionCaptioning.register(RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, exist_ok=True)

@@ -10,12 +10,15 @@ from .grounding_evaluation import (
     word_region_attention,
 )
 from .pretraining import AlignmentPretrainingTrainer
+from .task import SingleStreamPretrainingTrainer, TaskTrainer
 from .vgp import VGPTrainer, vgp_classification_metrics
 
 __all__ = [
     "AlignmentPretrainingTrainer",
     "CaptioningTrainer",
     "ComponentLossTrainer",
+    "SingleStreamPretrainingTrainer",
+    "TaskTrainer",
     "CrossAttentionEvaluation",
     "VGPTrainer",
     "WordRegionAttention",

@@ -16,7 +16,6 @@ from ..feature_store import RegionFeatureStore
 from ._common import attach_region_features
 from .vgp import ID_LABELS, VGPData, build_vgp_dataset, load_vgp_data
 
-
 BUILDERS = {
     "flickr30k_entities": "flickr30k_entities",
     "vgp": "vgp",
@@ -58,7 +57,7 @@ def load_dataset(
     if features is None:
         return dataset
     store = features if isinstance(features, RegionFeatureStore) else RegionFeatureStore.load(features)
-    if hasattr(builder, "attach_pair_features"):  # two images per row (NLVR2)
+    if hasattr(builder, "attach_pair_features") and "right_image_id" in dataset.column_names:  # NLVR2: two images
         return builder.attach_pair_features(dataset, store, on_missing_image=on_missing_image)
     candidates, id_columns = (None, ("image_id",))
     if hasattr(builder, "store_image_ids"):

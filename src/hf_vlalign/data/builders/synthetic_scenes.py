@@ -1,11 +1,25 @@
 """The embedded default data: synthetic grounded scenes (`data/synthetic.py`), read through the real builders.
 
-`load_dataset("synthetic_scenes", data_dir, split, task="vgp")` generates the scenes once (cached in `data_dir`, or
-in `$HF_VLALIGN_CACHE` / `~/.cache/hf_vlalign` when `data_dir` is None) in the published Flickr30k Entities, VGP and
-GQA formats, then builds them with the `vgp` builder (`task="vgp"`), the `flickr30k_entities` builder
-(`task="captions"`, one row per caption) or the `gqa` builder (`task="questions"`, one row per question, with the
-split's scene graphs and the trainval answer vocabulary, so rows have `label` and boxed pointers). Their region
-features: `synthetic_region_features(...)`; its image ids are the rows' `image_id`.
+`load_dataset("synthetic_scenes", data_dir, split, task=...)` generates the scenes once (cached in `data_dir`, or in
+`$HF_VLALIGN_CACHE` / `~/.cache/hf_vlalign` when `data_dir` is None) in the published Flickr30k Entities, VGP, GQA,
+NLVR2 and RefCOCO+ formats, then builds one split ("train" or "val") with the real builder of the task:
+
+| task | builder | rows |
+|---|---|---|
+| "vgp" (default) | `vgp` | visually grounded paraphrase pairs |
+| "captions" | `flickr30k_entities` | one per caption |
+| "questions" | `gqa` | one per question, with the split's scene graphs and the answer vocabulary (`label`, pointers) |
+| "nlvr2" | `nlvr2` | one per (sentence, image pair); split "val" reads NLVR2's `dev.json` ("dev" is accepted too) |
+| "refcoco" | `refcoco` | one per referring expression (RefCOCO+ split "train" / "val") |
+
+Region features: `synthetic_region_features(data_dir, config, task=...)`. For every task but "nlvr2" it is the store of
+the scenes' images, keyed by the rows' `image_id`. For "nlvr2" it is the store of the pair images, keyed by NLVR2's
+image ids ("train-3-1-img0", the rows' `left_image_id` / `right_image_id`), holding each image's regions again; with
+it, `load_dataset(..., task="nlvr2", features=store)` adds `left_feature_row` / `right_feature_row` (this module's
+`attach_pair_features`), e.g.
+
+    store = synthetic_region_features(task="nlvr2")
+    rows = load_dataset("synthetic_scenes", None, "val", task="nlvr2", features=store)
 """
 
 from __future__ import annotations
@@ -17,10 +31,13 @@ import datasets
 from ..feature_store import RegionFeatureStore
 from ..synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from ..synthetic_questions import ANSWER_VOCAB_FILE, scene_graphs_file
+from ..synthetic_tasks import NLVR2_SPLITS, REFCOCO_SPLITS
+from . import nlvr2
 from .vgp import _synthetic_store, build_vgp_dataset
 
-TASKS = ("vgp", "captions", "questions")
+TASKS = ("vgp", "captions", "questions", "nlvr2", "refcoco")
 SPLITS = ("train", "val")
+TASK_SPLITS = {"nlvr2": {**NLVR2_SPLITS, "dev": "dev"}, "refcoco": REFCOCO_SPLITS}  # our split -> the dataset's
 
 
 def build(
@@ -33,10 +50,10 @@ def build(
 ) -> datasets.Dataset:
     """One split of the synthetic scenes; `options` go to the task's builder (e.g. `negatives=` for "vgp", or
     `answer_vocab=` / `scene_graphs=` replacing the generated ones for "questions")."""
-    if task not in TASKS:
-        raise ValueError(f"`task` of synthetic_scenes must be one of {TASKS}, got {task!r}.")
-    if split not in SPLITS:
-        raise ValueError(f"`split` of synthetic_scenes must be one of {SPLITS}, got {split!r}.")
+    _check_task(task)
+    splits = TASK_SPLITS.get(task, {name: name for name in SPLITS})
+    if split not in splits:
+        raise ValueError(f"`split` of synthetic_scenes (task {task!r}) must be one of {list(splits)}, got {split!r}.")
     paths = load_or_generate_synthetic_vgp(cache_dir=data_dir, config=config)
     if task == "vgp":
         seed = options.pop("seed", {"train": 1, "val": 2}[split])
@@ -47,14 +64,38 @@ def build(
         options.setdefault("scene_graphs", scene_graphs_file(split))
         options.setdefault("answer_vocab", ANSWER_VOCAB_FILE)
         return build_questions(paths.gqa_dir, split, **options)
+    if task == "nlvr2":
+        return nlvr2.build(paths.nlvr2_dir, splits[split], **options)
+    if task == "refcoco":
+        from .refcoco import build as build_refcoco
+
+        return build_refcoco(paths.refcoco_dir, splits[split], **options)
     from .flickr30k_entities import build as build_captions
 
     return build_captions(paths.flickr30k_entities, split, **options)
 
 
 def synthetic_region_features(
-    data_dir: str | Path | None = None, config: SyntheticSceneConfig | None = None
+    data_dir: str | Path | None = None, config: SyntheticSceneConfig | None = None, *, task: str | None = None
 ) -> RegionFeatureStore:
-    """The region-feature store of the synthetic scenes (converted once from their LXMERT TSV)."""
+    """The region-feature store of the synthetic scenes (converted once from their LXMERT TSV); with task="nlvr2",
+    that of the NLVR2 pair images, keyed by NLVR2's image ids (see the module docstring)."""
+    if task is not None:
+        _check_task(task)
     paths = load_or_generate_synthetic_vgp(cache_dir=data_dir, config=config)
+    if task == "nlvr2":
+        return _synthetic_store(paths.nlvr2_features_tsv, paths.root / "nlvr2_region_features")
     return _synthetic_store(paths.features_tsv, paths.root / "region_features")
+
+
+def attach_pair_features(
+    dataset: datasets.Dataset, store: RegionFeatureStore, on_missing_image: str = "raise"
+) -> datasets.Dataset:
+    """`nlvr2.attach_pair_features`: what `load_dataset(..., task="nlvr2", features=store)` runs on the NLVR2 rows
+    (`load_dataset` joins the rows of the other tasks on `image_id`)."""
+    return nlvr2.attach_pair_features(dataset, store, on_missing_image=on_missing_image)
+
+
+def _check_task(task: str) -> None:
+    if task not in TASKS:
+        raise ValueError(f"`task` of synthetic_scenes must be one of {TASKS}, got {task!r}.")

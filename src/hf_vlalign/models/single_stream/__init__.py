@@ -1,19 +1,5 @@
 from .configuration_single_stream import SingleStreamConfig
-from .modeling_single_stream import (
-    SingleStreamForVisualParaphrase,
-    SingleStreamModel,
-    SingleStreamModelOutput,
-    SingleStreamPreTrainedModel,
-    VisualParaphraseOutput,
-    default_text_model_path,
-)
+from .modeling_single_stream import *  # noqa: F403
+from .modeling_single_stream import __all__ as _modeling_all
 
-__all__ = [
-    "SingleStreamConfig",
-    "SingleStreamForVisualParaphrase",
-    "SingleStreamModel",
-    "SingleStreamModelOutput",
-    "SingleStreamPreTrainedModel",
-    "VisualParaphraseOutput",
-    "default_text_model_path",
-]
+__all__ = ["SingleStreamConfig", *_modeling_all]  # noqa: PLE0604

@@ -6,6 +6,15 @@ from transformers import PreTrainedConfig
 from ...supervision.config import validate_supervision_fields
 from ..dropout import check_dropout_implementation
 
+LOSS_WEIGHT_FIELDS = (
+    "id_loss_weight",
+    "vgp_loss_weight",
+    "mlm_loss_weight",
+    "sentence_image_loss_weight",
+    "region_feature_loss_weight",
+    "region_class_loss_weight",
+)
+
 
 @strict(accept_kwargs=True)
 class SingleStreamConfig(PreTrainedConfig):
@@ -28,6 +37,14 @@ class SingleStreamConfig(PreTrainedConfig):
         num_id_labels (`int`): classes of image-description identification (c1 only, c2 only, both; eq. 1).
         num_vgp_labels (`int`): classes of the VGP phrase-pair classifier (eqs. 2-4).
         id_loss_weight / vgp_loss_weight (`float`): weights of those losses in eq. 9.
+        num_qa_labels (`int`): the answer vocabulary of [`SingleStreamForQuestionAnswering`] (3129: VQA v2's usual
+            answers seen at least 9 times).
+        referring_iou_threshold (`float`): regions with at least this IoU with the referred box are the positives of
+            [`SingleStreamForReferringExpression`]'s loss.
+        num_object_labels (`int`): detector classes predicted for masked regions by [`SingleStreamForPreTraining`]
+            (0: masked regions only regress their features).
+        mlm_loss_weight / sentence_image_loss_weight / region_feature_loss_weight / region_class_loss_weight
+            (`float`): weights of the pre-training losses.
         validate_inputs (`bool`): check every input tensor in `forward` (switch off only for speed).
         dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
             `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
@@ -66,6 +83,14 @@ class SingleStreamConfig(PreTrainedConfig):
     num_vgp_labels: int = 2
     id_loss_weight: float | int = 1.0
     vgp_loss_weight: float | int = 1.0
+    num_qa_labels: int = 3129
+    referring_iou_threshold: float | int = 0.5
+    num_object_labels: int = 0
+    mlm_loss_weight: float | int = 1.0
+    sentence_image_loss_weight: float | int = 1.0
+    region_feature_loss_weight: float | int = 1.0
+    region_class_loss_weight: float | int = 1.0
+    tie_word_embeddings: bool = True
     validate_inputs: bool = True
     dropout_implementation: str = "auto"
 
@@ -82,6 +107,15 @@ class SingleStreamConfig(PreTrainedConfig):
             )
         if self.visual_feat_dim <= 0:
             raise ValueError(f"`visual_feat_dim` must be a positive int, got {self.visual_feat_dim}.")
+        if self.num_qa_labels < 1:
+            raise ValueError(f"`num_qa_labels` (the answer vocabulary) must be >= 1, got {self.num_qa_labels}.")
+        if self.num_object_labels < 0:
+            raise ValueError(f"`num_object_labels` must be >= 0 (0: no masked-region classes), got {self.num_object_labels}.")
+        if not 0 < self.referring_iou_threshold <= 1:
+            raise ValueError(f"`referring_iou_threshold` must be in (0, 1], got {self.referring_iou_threshold}.")
+        for name in LOSS_WEIGHT_FIELDS:
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
         validate_supervision_fields(self, self.num_hidden_layers, self.num_attention_heads)
         check_dropout_implementation(self.dropout_implementation)
 

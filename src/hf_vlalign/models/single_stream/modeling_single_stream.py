@@ -24,6 +24,24 @@ from ...utils.validation import check_phrase_masks, check_rank, default_and_chec
 from ..attention_utils import key_padding_mask_4d, run_attention
 from ..dropout import make_dropout
 from ..saving import SaveLoadMixin
+from ..task_heads import (
+    AnswerHead,
+    RegionScoringHead,
+    RegionToPhraseAttention,
+    answer_loss,
+    check_answer_labels,
+    check_image_pair,
+    check_labels,
+    check_phrase_labels,
+    check_referring_inputs,
+    masked_language_modelling,
+    mean_pool_phrases,
+    pair_flatten,
+    pair_repeat,
+    phrase_grounding_loss,
+    referring_expression_loss,
+    weighted_total,
+)
 from ..text_init import (
     TEXT_CONFIG_FIELDS,
     copy_module_weights,
@@ -74,6 +92,47 @@ class VisualParaphraseOutput(ModelOutput):
     loss_att: torch.FloatTensor | None = None
     id_logits: torch.FloatTensor | None = None
     vgp_logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class SingleStreamClassificationOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor`, *optional*): `loss_task + attention_supervision_weight * loss_att`.
+    loss_task / loss_att (`torch.FloatTensor`, *optional*): the components, unweighted.
+    logits: answer scores `(batch, num_qa_labels)`, the NLVR2 score `(batch,)`, region scores `(batch, R)`
+        (referring expressions) or phrase-region scores `(batch, P, R)` (phrase grounding).
+    """
+
+    loss: torch.FloatTensor | None = None
+    loss_task: torch.FloatTensor | None = None
+    loss_att: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class SingleStreamForPreTrainingOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor`, *optional*): weighted sum of the computed losses.
+    loss_mlm / loss_sentence_image / loss_region_feat / loss_region_class / loss_att: each component, unweighted
+        (None when its labels are absent).
+    prediction_logits (`(batch, T, vocab_size)`): masked-word scores (None in training with `labels`: only the masked
+        positions are then scored, for the loss).
+    seq_relationship_logits (`(batch, 2)`): sentence-image prediction (0: the second caption also describes the
+        image, 1: it is a random caption).
+    """
+
+    loss: torch.FloatTensor | None = None
+    loss_mlm: torch.FloatTensor | None = None
+    loss_sentence_image: torch.FloatTensor | None = None
+    loss_region_feat: torch.FloatTensor | None = None
+    loss_region_class: torch.FloatTensor | None = None
+    loss_att: torch.FloatTensor | None = None
+    prediction_logits: torch.FloatTensor | None = None
+    seq_relationship_logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
@@ -268,6 +327,8 @@ class SingleStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, PreT
                 init.normal_(module.end_embedding, mean=0.0, std=self.config.initializer_range)
         elif isinstance(module, SingleStreamEmbeddings):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+        elif isinstance(module, SingleStreamLMPredictionHead):
+            init.zeros_(module.bias)
 
     @classmethod
     def from_text_pretrained(
@@ -290,7 +351,9 @@ class SingleStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, PreT
 
 class SingleStreamModel(SingleStreamPreTrainedModel):
     # the task heads of a `SingleStreamFor*` checkpoint, left out when only the encoder is loaded
-    _keys_to_ignore_on_load_unexpected = [r"^(id_classifier|vgp_dense|vgp_classifier)\."]
+    _keys_to_ignore_on_load_unexpected = [
+        r"^(id_classifier|vgp_dense|vgp_classifier|answer_head|reasoning_head|region_head|grounding_head|cls)\."
+    ]
 
     def __init__(self, config: SingleStreamConfig):
         super().__init__(config)
@@ -509,8 +572,452 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
                 )
 
 
+def _classification_output(
+    config: SingleStreamConfig, loss_task: torch.Tensor | None, outputs: SingleStreamModelOutput, logits: torch.Tensor
+) -> SingleStreamClassificationOutput:
+    return SingleStreamClassificationOutput(
+        loss=weighted_total([(1.0, loss_task), (config.attention_supervision_weight, outputs.loss_attention)]),
+        loss_task=loss_task,
+        loss_att=outputs.loss_attention,
+        logits=logits,
+        hidden_states=outputs.hidden_states,
+        attentions=outputs.attentions,
+    )
+
+
+def _region_states(outputs: SingleStreamModelOutput, text_length: int, num_regions: int) -> torch.Tensor:
+    """The regions' final states, (B, R, D), out of `[text] [regions] ([END])`."""
+    return outputs.last_hidden_state[:, text_length : text_length + num_regions]
+
+
+def _region_mask(visual_attention_mask: torch.Tensor | None, visual_feats: torch.Tensor) -> torch.Tensor:
+    if visual_attention_mask is not None:
+        return visual_attention_mask
+    return torch.ones(visual_feats.shape[:2], dtype=torch.long, device=visual_feats.device)
+
+
+class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
+    """Answer classification (VQA v2, GQA) from the pooled [CLS] state with LXMERT's answer head
+    ([`~hf_vlalign.models.task_heads.AnswerHead`]). GQA's single answer id is trained with cross-entropy; VQA's soft
+    scores with binary cross-entropy summed over answers (BUTD / LXMERT; transformers' VisualBERT port uses a KL
+    divergence instead). Attention supervision applies to the question's grounded words when
+    `word_region_alignment` is given (GQA's pointers)."""
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__(config)
+        self.single_stream = SingleStreamModel(config)
+        self.answer_head = AnswerHead(config, config.hidden_size, config.num_qa_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        word_region_alignment: torch.FloatTensor | None = None,
+        phrase_masks: torch.BoolTensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> SingleStreamClassificationOutput | tuple:
+        r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores in [0, 1]."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if self.config.validate_inputs:
+            check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, name="labels")
+        outputs = self.single_stream(
+            input_ids,
+            visual_feats,
+            visual_boxes,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            visual_attention_mask=visual_attention_mask,
+            word_region_alignment=word_region_alignment,
+            phrase_masks=phrase_masks,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.answer_head(outputs.pooler_output)
+        loss_task = answer_loss(logits, labels) if labels is not None else None
+        output = _classification_output(self.config, loss_task, outputs, logits)
+        return output if return_dict else output.to_tuple()
+
+
+class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
+    """NLVR2: is the sentence true of the image pair? The sentence is encoded once with each image, the two pooled
+    [CLS] states are concatenated and an answer head gives one score, trained with binary cross-entropy.
+
+    Reading: VisualBERT puts both images' regions in one sequence with an extra segment embedding per image; this
+    head uses the pair-wise encoding of LXMERT and UNITER ("pair" setting) instead, so the encoder's inputs keep the
+    layout of every other task and a pre-trained checkpoint needs no new embedding. Region tensors have a pair axis:
+    `visual_feats` (B, 2, R, Dv), `visual_boxes` (B, 2, R, 4), `visual_attention_mask` (B, 2, R)."""
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__(config)
+        self.single_stream = SingleStreamModel(config)
+        self.reasoning_head = AnswerHead(config, 2 * config.hidden_size, 1)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> SingleStreamClassificationOutput | tuple:
+        r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0. Returns `logits` (batch,)."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        batch = input_ids.shape[0]
+        check_image_pair(visual_feats, batch)
+        if self.config.validate_inputs:
+            check_labels("labels", labels, (batch,), 2)
+        outputs = self.single_stream(
+            pair_repeat(input_ids),
+            pair_flatten(visual_feats),
+            pair_flatten(visual_boxes),
+            attention_mask=pair_repeat(attention_mask),
+            token_type_ids=pair_repeat(token_type_ids),
+            visual_attention_mask=pair_flatten(visual_attention_mask),
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.reasoning_head(outputs.pooler_output.reshape(batch, -1)).squeeze(-1)
+        loss_task = None
+        if labels is not None:
+            loss_task = nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        output = _classification_output(self.config, loss_task, outputs, logits)
+        return output if return_dict else output.to_tuple()
+
+
+class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
+    """Referring expressions (RefCOCO+), as VL-BERT does them (Su et al. 2020, sec. 4.3): every region's final state
+    is scored by a [`~hf_vlalign.models.task_heads.RegionScoringHead`] and the referred region is the argmax; each
+    region is trained with binary cross-entropy against "IoU with the referred box >= `referring_iou_threshold`".
+    Attention supervision aligns the expression with the referred box when `word_region_alignment` is given."""
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__(config)
+        self.single_stream = SingleStreamModel(config)
+        self.region_head = RegionScoringHead(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        word_region_alignment: torch.FloatTensor | None = None,
+        phrase_masks: torch.BoolTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        target_region_iou: torch.FloatTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> SingleStreamClassificationOutput | tuple:
+        r"""
+        labels (`(batch,)`): the referred region (best IoU with the referred box). target_region_iou (`(batch, R)`):
+        every region's IoU with the referred box; when given, the loss uses it (positives at IoU >= threshold).
+        Returns `logits` (batch, R), padding regions at the dtype's minimum.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if self.config.validate_inputs:
+            check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1])
+        outputs = self.single_stream(
+            input_ids,
+            visual_feats,
+            visual_boxes,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            visual_attention_mask=visual_attention_mask,
+            word_region_alignment=word_region_alignment,
+            phrase_masks=phrase_masks,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        region_mask = _region_mask(visual_attention_mask, visual_feats)
+        logits = self.region_head(_region_states(outputs, input_ids.shape[1], visual_feats.shape[1]))
+        loss_task = referring_expression_loss(
+            logits, region_mask, target_region_iou, labels, self.config.referring_iou_threshold
+        )
+        logits = logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min)
+        output = _classification_output(self.config, loss_task, outputs, logits)
+        return output if return_dict else output.to_tuple()
+
+
+class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
+    """Phrase grounding (Flickr30k Entities) with VisualBERT's head (Li et al. 2019, sec. 4.4): each phrase's mean token
+    state queries every region's final state through one attention head
+    ([`~hf_vlalign.models.task_heads.RegionToPhraseAttention`]); the scores are the phrase's region logits, trained with
+    KL divergence to the gold distribution over regions. VisualBERT scores one token per phrase; the mean over the
+    phrase's sub-words is used here so that multi-word phrases have one query."""
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__(config)
+        self.single_stream = SingleStreamModel(config)
+        self.grounding_head = RegionToPhraseAttention(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor | None = None,
+        phrase_masks: torch.BoolTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        word_region_alignment: torch.FloatTensor | None = None,
+        phrase_labels: torch.FloatTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> SingleStreamClassificationOutput | tuple:
+        r"""
+        phrase_masks (`(batch, P, T)`, required): the tokens of each phrase (all-zero rows are padding).
+        phrase_labels (`(batch, P, R)`): each phrase's gold distribution over regions (zero rows: not grounded).
+        Returns `logits` (batch, P, R), padding regions at the dtype's minimum.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if phrase_masks is None:
+            raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
+        if self.config.validate_inputs:
+            check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1])
+        outputs = self.single_stream(
+            input_ids,
+            visual_feats,
+            visual_boxes,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            visual_attention_mask=visual_attention_mask,
+            word_region_alignment=word_region_alignment,
+            phrase_masks=phrase_masks,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
+        phrase_states = mean_pool_phrases(outputs.last_hidden_state[:, :text_length], phrase_masks)
+        region_states = _region_states(outputs, text_length, num_regions)
+        logits = self.grounding_head(phrase_states, region_states, _region_mask(visual_attention_mask, visual_feats))
+        loss_task = phrase_grounding_loss(logits, phrase_labels) if phrase_labels is not None else None
+        output = _classification_output(self.config, loss_task, outputs, logits)
+        return output if return_dict else output.to_tuple()
+
+
+class SingleStreamPredictionHeadTransform(nn.Module):
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform_act_fn = ACT2FN[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))
+
+
+class SingleStreamLMPredictionHead(nn.Module):
+    """Masked-word scores (BERT's); the decoder is tied to the word embeddings."""
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.transform = SingleStreamPredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden_states)) + self.bias
+
+
+class SingleStreamPreTrainingHeads(nn.Module):
+    """BERT's pre-training heads under VisualBERT's names (`cls.predictions`, `cls.seq_relationship`)."""
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.predictions = SingleStreamLMPredictionHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+class SingleStreamRegionHead(nn.Module):
+    """Masked-region prediction: the regressed feature of every region and, with `num_object_labels` > 0, its
+    detector class scores (VL-BERT's masked RoI classification)."""
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.transform = SingleStreamPredictionHeadTransform(config)
+        self.feature_decoder = nn.Linear(config.hidden_size, config.visual_feat_dim)
+        self.class_decoder = nn.Linear(config.hidden_size, config.num_object_labels) if config.num_object_labels else None
+
+    def forward(self, region_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        states = self.transform(region_states)
+        return self.feature_decoder(states), self.class_decoder(states) if self.class_decoder is not None else None
+
+
+class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
+    """Single-stream pre-training as VisualBERT does it (Li et al. 2019, sec. 3.3): masked language modelling with
+    the image (BERT's 15 % masking, regions never masked there) and sentence-image prediction: the text is two
+    captions, the first describing the image, the second either another caption of the same image or a random one,
+    predicted from [CLS]. Optional masked regions (VL-BERT's masked RoI modelling, Su et al. 2020): the features of
+    masked regions are zeroed by the collator and the model regresses them (L2) and, with `num_object_labels` > 0,
+    classifies them into the detector's classes. Task-agnostic pre-training uses caption pairs; task-specific
+    pre-training (on a downstream task's texts) uses masked language modelling alone.
+
+    `sentence_image_labels` follow transformers' VisualBERT: 0 when the second caption also matches the image, 1 when
+    it is random; the head names (`cls.predictions`, `cls.seq_relationship`) are VisualBERT's too.
+    """
+
+    _tied_weights_keys = {"cls.predictions.decoder.weight": "single_stream.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__(config)
+        self.single_stream = SingleStreamModel(config)
+        self.cls = SingleStreamPreTrainingHeads(config)
+        self.region_head = SingleStreamRegionHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.cls.predictions.decoder = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        word_region_alignment: torch.FloatTensor | None = None,
+        phrase_masks: torch.BoolTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        sentence_image_labels: torch.LongTensor | None = None,
+        masked_regions: torch.LongTensor | None = None,
+        feature_labels: torch.FloatTensor | None = None,
+        object_labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> SingleStreamForPreTrainingOutput | tuple:
+        r"""
+        labels (`(batch, T)`): masked-word targets, -100 on unmasked tokens.
+        sentence_image_labels (`(batch,)`): 0 when the second caption also describes the image, 1 when it is random.
+        masked_regions (`(batch, R)`): 1 on masked regions; feature_labels (`(batch, R, visual_feat_dim)`) their
+        original features; object_labels (`(batch, R)`) their detector classes (-100 elsewhere).
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if self.config.validate_inputs:
+            self._check_pretraining_labels(
+                input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels
+            )
+        outputs = self.single_stream(
+            input_ids,
+            visual_feats,
+            visual_boxes,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            visual_attention_mask=visual_attention_mask,
+            word_region_alignment=word_region_alignment,
+            phrase_masks=phrase_masks,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
+        prediction_logits, loss_mlm = masked_language_modelling(
+            self.cls.predictions, outputs.last_hidden_state[:, :text_length], labels, self.training
+        )
+        seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
+        losses = {"loss_mlm": loss_mlm}
+        if sentence_image_labels is not None:
+            losses["loss_sentence_image"] = nn.functional.cross_entropy(seq_relationship_logits, sentence_image_labels)
+        if masked_regions is not None and bool(masked_regions.bool().any()):
+            losses.update(
+                self._masked_region_losses(
+                    _region_states(outputs, text_length, num_regions), masked_regions, feature_labels, object_labels
+                )
+            )
+        losses["loss_att"] = outputs.loss_attention
+        output = SingleStreamForPreTrainingOutput(
+            loss=self._total_loss(losses),
+            **losses,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=seq_relationship_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+    def _masked_region_losses(self, region_states, masked_regions, feature_labels, object_labels) -> dict:
+        masked = masked_regions.bool()
+        features, class_scores = self.region_head(region_states[masked])
+        losses = {}
+        if feature_labels is not None:
+            losses["loss_region_feat"] = nn.functional.mse_loss(features, feature_labels[masked].to(features.dtype))
+        if class_scores is not None and object_labels is not None and bool((object_labels[masked] != -100).any()):
+            losses["loss_region_class"] = nn.functional.cross_entropy(class_scores, object_labels[masked])
+        return losses
+
+    def _total_loss(self, losses: dict[str, torch.Tensor | None]) -> torch.Tensor | None:
+        config = self.config
+        weights = {
+            "loss_mlm": config.mlm_loss_weight,
+            "loss_sentence_image": config.sentence_image_loss_weight,
+            "loss_region_feat": config.region_feature_loss_weight,
+            "loss_region_class": config.region_class_loss_weight,
+            "loss_att": config.attention_supervision_weight,
+        }
+        return weighted_total([(weights[name], loss) for name, loss in losses.items()])
+
+    def _check_pretraining_labels(
+        self, input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels
+    ) -> None:
+        check_rank("input_ids", input_ids, 2, "(batch, text_length)")
+        check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
+        batch, text_length = input_ids.shape
+        num_regions = visual_feats.shape[1]
+        check_labels("labels", labels, (batch, text_length), self.config.vocab_size)
+        check_labels("sentence_image_labels", sentence_image_labels, (batch,), 2)
+        if masked_regions is not None and tuple(masked_regions.shape) != (batch, num_regions):
+            raise ValueError(
+                f"`masked_regions` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(masked_regions.shape)}."
+            )
+        if masked_regions is not None and feature_labels is None and object_labels is None:
+            raise ValueError("`masked_regions` needs `feature_labels` (their original features) or `object_labels`.")
+        if feature_labels is not None and tuple(feature_labels.shape) != tuple(visual_feats.shape):
+            raise ValueError(
+                f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}."
+            )
+        if object_labels is not None:
+            if not self.config.num_object_labels:
+                raise ValueError("`object_labels` need a region class head: set `num_object_labels` > 0 in the config.")
+            check_labels("object_labels", object_labels, (batch, num_regions), self.config.num_object_labels)
+
+
 __all__ = [
+    "SingleStreamClassificationOutput",
+    "SingleStreamForPhraseGrounding",
+    "SingleStreamForPreTraining",
+    "SingleStreamForPreTrainingOutput",
+    "SingleStreamForQuestionAnswering",
+    "SingleStreamForReferringExpression",
     "SingleStreamForVisualParaphrase",
+    "SingleStreamForVisualReasoning",
     "SingleStreamModel",
     "SingleStreamModelOutput",
     "SingleStreamPreTrainedModel",

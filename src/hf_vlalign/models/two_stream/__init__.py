@@ -1,23 +1,5 @@
 from .configuration_two_stream import TwoStreamConfig
-from .modeling_two_stream import (
-    TwoStreamClassificationOutput,
-    TwoStreamForPreTraining,
-    TwoStreamForPreTrainingOutput,
-    TwoStreamForQuestionAnswering,
-    TwoStreamForVisualReasoning,
-    TwoStreamModel,
-    TwoStreamModelOutput,
-    TwoStreamPreTrainedModel,
-)
+from .modeling_two_stream import *  # noqa: F403
+from .modeling_two_stream import __all__ as _modeling_all
 
-__all__ = [
-    "TwoStreamClassificationOutput",
-    "TwoStreamConfig",
-    "TwoStreamForPreTraining",
-    "TwoStreamForPreTrainingOutput",
-    "TwoStreamForQuestionAnswering",
-    "TwoStreamForVisualReasoning",
-    "TwoStreamModel",
-    "TwoStreamModelOutput",
-    "TwoStreamPreTrainedModel",
-]
+__all__ = ["TwoStreamConfig", *_modeling_all]  # noqa: PLE0604

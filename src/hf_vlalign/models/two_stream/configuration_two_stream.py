@@ -39,6 +39,8 @@ class TwoStreamConfig(PreTrainedConfig):
         visual_obj_loss / visual_attr_loss / visual_feat_loss (`bool`): the parts of masked object prediction.
         num_object_labels / num_attr_labels (`int`): the detector's class and attribute vocabularies.
         num_qa_labels (`int`): the answer vocabulary (pre-training QA head and [`TwoStreamForQuestionAnswering`]).
+        referring_iou_threshold (`float`): regions with at least this IoU with the referred box are the positives of
+            [`TwoStreamForReferringExpression`]'s loss (0.5, as RefCOCO+'s accuracy).
         alignment_top_k (`int`): objects kept per word by the alignment decoder (eq. 13, paper: 3).
         *_loss_weight (`float`): weight of each loss in the total.
         validate_inputs (`bool`): check every input tensor in `forward` (switch off only for speed).
@@ -97,6 +99,7 @@ class TwoStreamConfig(PreTrainedConfig):
     itm_loss_weight: float | int = 1.0
     qa_loss_weight: float | int = 1.0
     alignment_loss_weight: float | int = 1.0
+    referring_iou_threshold: float | int = 0.5
     classifier_dropout: float | int | None = None
     validate_inputs: bool = True
     dropout_implementation: str = "auto"
@@ -124,6 +127,8 @@ class TwoStreamConfig(PreTrainedConfig):
             raise ValueError(
                 f"`num_qa_labels` (the answer vocabulary) must be >= 1, got an empty vocabulary ({self.num_qa_labels})."
             )
+        if not 0 < self.referring_iou_threshold <= 1:
+            raise ValueError(f"`referring_iou_threshold` must be in (0, 1], got {self.referring_iou_threshold}.")
         if self.alignment_top_k < 1:
             raise ValueError(f"`alignment_top_k` must be >= 1, got {self.alignment_top_k}.")
         for name in LOSS_WEIGHT_FIELDS:

@@ -33,6 +33,24 @@ from ..single_stream.modeling_single_stream import (
     SingleStreamPooler,
     SingleStreamSelfOutput,
 )
+from ..task_heads import (
+    AnswerHead,
+    RegionScoringHead,
+    RegionToPhraseAttention,
+    answer_loss,
+    check_answer_labels,
+    check_image_pair,
+    check_labels,
+    check_phrase_labels,
+    check_referring_inputs,
+    masked_language_modelling,
+    mean_pool_phrases,
+    pair_flatten,
+    pair_repeat,
+    phrase_grounding_loss,
+    referring_expression_loss,
+    weighted_total,
+)
 from ..text_init import (
     TEXT_CONFIG_FIELDS,
     copy_module_weights,
@@ -113,7 +131,8 @@ class TwoStreamClassificationOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor`, *optional*): `loss_task + attention_supervision_weight * loss_att`.
     loss_task / loss_att: the components, unweighted.
-    logits: answer scores `(batch, num_qa_labels)` or the NLVR2 score `(batch,)`.
+    logits: answer scores `(batch, num_qa_labels)`, the NLVR2 score `(batch,)`, region scores `(batch, R)`
+        (referring expressions) or phrase-region scores `(batch, P, R)` (phrase grounding).
     """
 
     loss: torch.FloatTensor | None = None
@@ -365,7 +384,7 @@ class TwoStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, PreTrai
 class TwoStreamModel(TwoStreamPreTrainedModel):
     # the heads of a `TwoStreamFor*` checkpoint, left out when only the encoder is loaded
     _keys_to_ignore_on_load_unexpected = [
-        r"^(lm_head|matching_head|object_head|answer_head|alignment_decoder|reasoning_head)\."
+        r"^(lm_head|matching_head|object_head|answer_head|alignment_decoder|reasoning_head|region_head|grounding_head)\."
     ]
 
     def __init__(self, config: TwoStreamConfig):
@@ -510,46 +529,8 @@ class TwoStreamObjectHead(nn.Module):
         return self.class_decoder(states), self.attribute_decoder(states), self.feature_decoder(states)
 
 
-class TwoStreamAnswerHead(nn.Module):
+class TwoStreamAnswerHead(AnswerHead):
     """Answer scores from the pooled [CLS] state: Linear(d, 2d), GELU, LayerNorm, Linear(2d, answers) (LXMERT)."""
-
-    def __init__(self, config: TwoStreamConfig, input_size: int, num_labels: int):
-        super().__init__()
-        self.dense = nn.Linear(input_size, 2 * config.hidden_size)
-        self.activation = ACT2FN["gelu"]
-        self.LayerNorm = nn.LayerNorm(2 * config.hidden_size, eps=config.layer_norm_eps)
-        self.classifier = nn.Linear(2 * config.hidden_size, num_labels)
-
-    def forward(self, pooled_output: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.LayerNorm(self.activation(self.dense(pooled_output))))
-
-
-def _weighted_total(weighted_losses: list[tuple[float, torch.Tensor | None]]) -> torch.Tensor | None:
-    terms = [weight * loss for weight, loss in weighted_losses if loss is not None]
-    return torch.stack(terms).sum() if terms else None
-
-
-def _check_labels(name: str, labels: torch.Tensor | None, shape: tuple[int, ...], num_labels: int) -> None:
-    """Integer labels of `shape` in [0, num_labels) or -100 (ignored)."""
-    if labels is None:
-        return
-    if tuple(labels.shape) != shape:
-        raise ValueError(f"`{name}` must have shape {shape}, got {tuple(labels.shape)}.")
-    used = labels[labels != -100]
-    if used.numel() and (int(used.min()) < 0 or int(used.max()) >= num_labels):
-        raise ValueError(
-            f"`{name}` must be in [0, {num_labels - 1}] or -100 (ignored), got values in [{int(used.min())}, {int(used.max())}]."
-        )
-
-
-def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
-    """Cross-entropy for one answer id per question (GQA; -100 ignored) or, for (B, A) soft scores (VQA), binary
-    cross-entropy summed over answers and averaged over questions (LXMERT's `bce_loss * num_answers`)."""
-    if labels.dim() == 2:
-        return nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype)) * logits.shape[-1]
-    if bool((labels == -100).all()):
-        return None
-    return nn.functional.cross_entropy(logits, labels)
 
 
 class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
@@ -641,7 +622,9 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         losses = {}
         prediction_logits = None
         if config.task_mask_lm:
-            prediction_logits, losses["loss_mlm"] = self._masked_language_modelling(outputs.language_output, labels)
+            prediction_logits, losses["loss_mlm"] = masked_language_modelling(
+                self.lm_head, outputs.language_output, labels, self.training
+            )
         if config.task_obj_predict and masked_regions is not None:
             losses.update(
                 self._masked_object_losses(
@@ -677,19 +660,6 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         )
         return output if return_dict else output.to_tuple()
 
-    def _masked_language_modelling(self, language_output, labels) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(prediction_logits, loss_mlm). In training with labels only the masked positions are scored (the loss is
-        the same, the vocabulary projection of every other token is skipped) and no logits are returned."""
-        masked = labels != -100 if labels is not None else None
-        if self.training and masked is not None:
-            if not bool(masked.any()):
-                return None, None
-            return None, nn.functional.cross_entropy(self.lm_head(language_output[masked]), labels[masked])
-        prediction_logits = self.lm_head(language_output)
-        if masked is None or not bool(masked.any()):
-            return prediction_logits, None
-        return prediction_logits, nn.functional.cross_entropy(prediction_logits.flatten(0, 1), labels.flatten())
-
     def _masked_object_losses(
         self, vision_output, object_labels, attribute_labels, feature_labels, masked_regions
     ) -> dict:
@@ -720,7 +690,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             "loss_align": config.alignment_loss_weight,
             "loss_att": config.attention_supervision_weight,
         }
-        return _weighted_total([(weights[name], loss) for name, loss in losses.items()])
+        return weighted_total([(weights[name], loss) for name, loss in losses.items()])
 
     def _check_pretraining_labels(
         self,
@@ -738,10 +708,10 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
         batch, text_length = input_ids.shape
         num_regions = visual_feats.shape[1]
-        _check_labels("labels", labels, (batch, text_length), self.config.vocab_size)
-        _check_labels("object_labels", object_labels, (batch, num_regions), self.config.num_object_labels)
-        _check_labels("attribute_labels", attribute_labels, (batch, num_regions), self.config.num_attr_labels)
-        _check_labels("matched_labels", matched_labels, (batch,), 2)
+        check_labels("labels", labels, (batch, text_length), self.config.vocab_size)
+        check_labels("object_labels", object_labels, (batch, num_regions), self.config.num_object_labels)
+        check_labels("attribute_labels", attribute_labels, (batch, num_regions), self.config.num_attr_labels)
+        check_labels("matched_labels", matched_labels, (batch,), 2)
         if masked_regions is not None and tuple(masked_regions.shape) != (batch, num_regions):
             raise ValueError(
                 f"`masked_regions` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(masked_regions.shape)}."
@@ -751,21 +721,6 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                 f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}."
             )
         check_answer_labels(answer_labels, batch, self.config.num_qa_labels)
-
-
-def check_answer_labels(answer_labels: torch.Tensor | None, batch: int, num_answers: int) -> None:
-    """(B,) answer ids (-100 ignored) or (B, num_answers) soft scores in [0, 1]."""
-    if answer_labels is None:
-        return
-    if answer_labels.is_floating_point():
-        if tuple(answer_labels.shape) != (batch, num_answers):
-            raise ValueError(
-                f"soft `answer_labels` must have shape (batch, num_qa_labels) = {(batch, num_answers)}, got {tuple(answer_labels.shape)}."
-            )
-        if answer_labels.numel() and (float(answer_labels.min()) < 0 or float(answer_labels.max()) > 1):
-            raise ValueError("soft `answer_labels` must be scores in [0, 1].")
-        return
-    _check_labels("answer_labels", answer_labels, (batch,), num_answers)
 
 
 class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
@@ -796,7 +751,7 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if self.config.validate_inputs:
-            check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels)
+            check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, name="labels")
         outputs = self.two_stream(
             input_ids,
             visual_feats,
@@ -812,7 +767,7 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         logits = self.answer_head(outputs.pooled_output)
         loss_task = answer_loss(logits, labels) if labels is not None else None
         output = TwoStreamClassificationOutput(
-            loss=_weighted_total(
+            loss=weighted_total(
                 [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]
             ),
             loss_task=loss_task,
@@ -849,27 +804,16 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         batch = input_ids.shape[0]
-        if visual_feats.dim() != 4 or tuple(visual_feats.shape[:2]) != (batch, 2):
-            raise ValueError(
-                f"`visual_feats` must have shape (batch, 2, R, visual_feat_dim) with batch={batch} (one image pair per "
-                f"sentence), got {tuple(visual_feats.shape)}."
-            )
+        check_image_pair(visual_feats, batch)
         if self.config.validate_inputs:
-            _check_labels("labels", labels, (batch,), 2)
-
-        def pair(tensor: torch.Tensor | None) -> torch.Tensor | None:  # the sentence once per image: (2B, ...)
-            return None if tensor is None else tensor.repeat_interleave(2, dim=0)
-
-        def flat(tensor: torch.Tensor | None) -> torch.Tensor | None:  # (B, 2, ...) -> (2B, ...)
-            return None if tensor is None else tensor.flatten(0, 1)
-
+            check_labels("labels", labels, (batch,), 2)
         outputs = self.two_stream(
-            pair(input_ids),
-            flat(visual_feats),
-            flat(visual_boxes),
-            attention_mask=pair(attention_mask),
-            token_type_ids=pair(token_type_ids),
-            visual_attention_mask=flat(visual_attention_mask),
+            pair_repeat(input_ids),
+            pair_flatten(visual_feats),
+            pair_flatten(visual_boxes),
+            attention_mask=pair_repeat(attention_mask),
+            token_type_ids=pair_repeat(token_type_ids),
+            visual_attention_mask=pair_flatten(visual_attention_mask),
             output_attentions=output_attentions,
             return_dict=True,
         )
@@ -886,11 +830,142 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
+class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
+    """Referring expressions (RefCOCO+): every object's final state (`vision_output`) is scored by a
+    [`~hf_vlalign.models.task_heads.RegionScoringHead`]; the referred object is the argmax. Trained with binary
+    cross-entropy of each object against "IoU with the referred box >= `referring_iou_threshold`" (ViLBERT / VL-BERT),
+    with attention supervision of the expression towards the referred box when `word_region_alignment` is given."""
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__(config)
+        self.two_stream = TwoStreamModel(config)
+        self.region_head = RegionScoringHead(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        word_region_alignment: torch.FloatTensor | None = None,
+        phrase_masks: torch.BoolTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        target_region_iou: torch.FloatTensor | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> TwoStreamClassificationOutput | tuple:
+        r"""
+        labels (`(batch,)`): the referred region (best IoU with the referred box). target_region_iou (`(batch, R)`):
+        every region's IoU with the referred box; when given, the loss uses it (positives at IoU >= threshold).
+        Returns `logits` (batch, R), padding regions at the dtype's minimum.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if self.config.validate_inputs:
+            check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1])
+        outputs = self.two_stream(
+            input_ids,
+            visual_feats,
+            visual_boxes,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            visual_attention_mask=visual_attention_mask,
+            word_region_alignment=word_region_alignment,
+            phrase_masks=phrase_masks,
+            output_attentions=output_attentions,
+            return_dict=True,
+        )
+        region_mask = _region_mask(visual_attention_mask, visual_feats)
+        logits = self.region_head(outputs.vision_output)
+        loss_task = referring_expression_loss(
+            logits, region_mask, target_region_iou, labels, self.config.referring_iou_threshold
+        )
+        output = TwoStreamClassificationOutput(
+            loss=weighted_total([(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]),
+            loss_task=loss_task,
+            loss_att=outputs.loss_attention,
+            logits=logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min),
+            **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
+    """Phrase grounding (Flickr30k Entities) with VisualBERT's head: each phrase's mean language state queries every
+    object's state through one attention head ([`~hf_vlalign.models.task_heads.RegionToPhraseAttention`]); its scores
+    are the phrase's region logits, trained with KL divergence to the gold distribution over regions."""
+
+    def __init__(self, config: TwoStreamConfig):
+        super().__init__(config)
+        self.two_stream = TwoStreamModel(config)
+        self.grounding_head = RegionToPhraseAttention(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        visual_feats: torch.FloatTensor,
+        visual_boxes: torch.FloatTensor,
+        phrase_masks: torch.BoolTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        word_region_alignment: torch.FloatTensor | None = None,
+        phrase_labels: torch.FloatTensor | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> TwoStreamClassificationOutput | tuple:
+        r"""
+        phrase_masks (`(batch, P, T)`, required): the tokens of each phrase (all-zero rows are padding).
+        phrase_labels (`(batch, P, R)`): each phrase's gold distribution over regions (zero rows: not grounded).
+        Returns `logits` (batch, P, R), padding regions at the dtype's minimum.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if phrase_masks is None:
+            raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
+        if self.config.validate_inputs:
+            check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1])
+        outputs = self.two_stream(
+            input_ids,
+            visual_feats,
+            visual_boxes,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            visual_attention_mask=visual_attention_mask,
+            word_region_alignment=word_region_alignment,
+            phrase_masks=phrase_masks,
+            output_attentions=output_attentions,
+            return_dict=True,
+        )
+        phrase_states = mean_pool_phrases(outputs.language_output, phrase_masks)
+        region_mask = _region_mask(visual_attention_mask, visual_feats)
+        logits = self.grounding_head(phrase_states, outputs.vision_output, region_mask)
+        loss_task = phrase_grounding_loss(logits, phrase_labels) if phrase_labels is not None else None
+        output = TwoStreamClassificationOutput(
+            loss=weighted_total([(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]),
+            loss_task=loss_task,
+            loss_att=outputs.loss_attention,
+            logits=logits,
+            **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
+        )
+        return output if return_dict else output.to_tuple()
+
+
+def _region_mask(visual_attention_mask: torch.Tensor | None, visual_feats: torch.Tensor) -> torch.Tensor:
+    if visual_attention_mask is not None:
+        return visual_attention_mask
+    return torch.ones(visual_feats.shape[:2], dtype=torch.long, device=visual_feats.device)
+
+
 __all__ = [
     "TwoStreamClassificationOutput",
     "TwoStreamForPreTraining",
+    "TwoStreamForPhraseGrounding",
     "TwoStreamForPreTrainingOutput",
     "TwoStreamForQuestionAnswering",
+    "TwoStreamForReferringExpression",
     "TwoStreamForVisualReasoning",
     "TwoStreamModel",
     "TwoStreamModelOutput",

@@ -1,0 +1,300 @@
+#!/usr/bin/env python
+"""Fine-tune referring expression comprehension on RefCOCO+ by region scoring (VL-BERT, Su et al. 2020, sec. 4.3),
+either family.
+
+Every region's final state is scored; each real region is trained with binary cross-entropy against "IoU with the
+referred box >= `referring_iou_threshold`", and the prediction is the best-scored region. An expression is correctly
+grounded when that region's box has IoU >= 0.5 with the referred box (Yu et al. 2016), measured after training on the
+evaluation split, in order, with `hf_vlalign.metrics.referring_expression_accuracy`. The same pass gives two references:
+the detector-confidence baseline (the image's most confident region, Li et al. 2020) and the upper bound (an expression
+is within reach when some region of its image has IoU >= 0.5 with its box: the detector's recall).
+
+    accelerate launch examples/finetune_refcoco.py                          # offline: synthetic scenes, MiniLM
+    accelerate launch examples/finetune_refcoco.py --model_family two_stream --supervision direct
+    accelerate launch examples/finetune_refcoco.py --dataset refcoco+ --data_dir refcoco+ --features STORE_DIR \
+        --eval_split testA      # real data: lichengunc/refer's refcoco+ folder (refs(unc).p, instances.json) and a
+                                # region-feature store of its COCO train2014 images (hf-vlalign convert-features)
+
+`--supervision direct|semi_direct|indirect` trains the attention of the expression's words towards the referred box.
+
+Writes to --output_dir: safetensors weights, config, tokenizer, `eval_results.json`, README.md (model card),
+`training_args.json` and TensorBoard logs under runs/ (when tensorboard is installed).
+Every transformers `TrainingArguments` flag works too (--seed, --eval_steps, --resume_from_checkpoint, --push_to_hub,
+...).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+
+import datasets
+import numpy as np
+import torch
+from transformers import AutoTokenizer, EvalPrediction, TrainingArguments, set_seed
+
+from hf_vlalign import SingleStreamForReferringExpression, TwoStreamForReferringExpression, default_text_model_path
+from hf_vlalign.alignment.boxes import box_iou
+from hf_vlalign.data import load_dataset
+from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
+from hf_vlalign.data.collators import ReferringExpressionCollator
+from hf_vlalign.data.feature_store import RegionFeatureStore
+from hf_vlalign.hub.model_card import metrics_from_eval_results, render_task_model_card
+from hf_vlalign.metrics import referring_expression_accuracy
+from hf_vlalign.trainers import TaskTrainer
+from hf_vlalign.trainers.recipes import (
+    DEFAULT_BASE_MODEL,
+    DataArguments,
+    ModelArguments,
+    first_rows,
+    load_task_model,
+    parse_recipe_args,
+    save_model,
+    take_push_to_hub,
+    training_summary,
+    write_results,
+)
+
+logger = logging.getLogger(__name__)
+
+TASK_CLASSES = {"single_stream": SingleStreamForReferringExpression, "two_stream": TwoStreamForReferringExpression}
+IOU_THRESHOLD = 0.5
+REAL_DATASET = "refcoco+"
+
+
+@dataclass
+class ReferringArguments:
+    refs_file: str | None = field(
+        default=None, metadata={"help": "RefCOCO+: the refs list to read instead of refs(unc).p (.p / .pkl / .json)."}
+    )
+    image_id_template: str | None = field(
+        default=None,
+        metadata={"help": "RefCOCO+: the store's image ids, e.g. 'COCO_train2014_{image_id:012d}' (default: both)."},
+    )
+    hub_model_id_for_card: str | None = field(default=None, metadata={"help": "model id shown in the card."})
+
+
+def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, ReferringArguments, TrainingArguments]:
+    return parse_recipe_args(
+        argv,
+        (ModelArguments, DataArguments, ReferringArguments),
+        output_dir="outputs/refcoco",
+        num_train_epochs=1,
+        learning_rate=2e-4,  # the new region head and visual embeddings learn slowly at BERT's usual 5e-5
+        warmup_steps=20,
+        weight_decay=0.01,
+        per_device_train_batch_size=16,
+        per_device_eval_batch_size=64,
+        eval_steps=100,
+        save_steps=100,
+        # the default data: ~2,700 training expressions (~165 steps), ~650 evaluation ones; a few minutes on 2 cores
+        synthetic_train_images=320,
+        synthetic_eval_images=80,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def load_splits(
+    data_args: DataArguments, ref_args: ReferringArguments
+) -> tuple[datasets.Dataset, datasets.Dataset, RegionFeatureStore, str]:
+    """(train rows, eval rows, region-feature store, description of the data) of RefCOCO+ or, by default, of the
+    synthetic scenes' referring expressions (written as RefCOCO+'s files and read by its builder)."""
+    if data_args.dataset in (None, "synthetic_scenes"):
+        config = data_args.synthetic_config()
+        store = synthetic_region_features(config=config)
+        options = {"task": "refcoco", "config": config, "features": store}
+        train = load_dataset("synthetic_scenes", None, data_args.train_split or "train", **options)
+        evaluation = load_dataset("synthetic_scenes", None, data_args.eval_split or "val", **options)
+        images = f"{config.num_train_images} train / {config.num_val_images} val images"
+        source = f"synthetic scenes, referring expressions ({images})"
+        return train, evaluation, store, source
+    if data_args.dataset != REAL_DATASET:
+        raise ValueError(f"`--dataset` must be {REAL_DATASET} (or unset: synthetic scenes), got {data_args.dataset!r}.")
+    if data_args.data_dir is None or data_args.features is None:
+        raise ValueError(
+            f"`--dataset {REAL_DATASET}` needs `--data_dir` (the refcoco+ folder with refs(unc).p and instances.json) "
+            f"and `--features` (a region-feature store of its COCO train2014 images), got --data_dir "
+            f"{data_args.data_dir!r} and --features {data_args.features!r}."
+        )
+    store = RegionFeatureStore.load(data_args.features)
+    options = {"features": store, "on_missing_image": "skip"}  # rows whose image has no features: counted, warned
+    if ref_args.refs_file is not None:
+        options["refs_file"] = ref_args.refs_file
+    if ref_args.image_id_template is not None:
+        options["image_id_template"] = ref_args.image_id_template
+    train = load_dataset(REAL_DATASET, data_args.data_dir, data_args.train_split or "train", **options)
+    evaluation = load_dataset(REAL_DATASET, data_args.data_dir, data_args.eval_split or "val", **options)
+    train, evaluation = with_store_image_ids(train, store), with_store_image_ids(evaluation, store)
+    return train, evaluation, store, f"RefCOCO+ ({data_args.data_dir})"
+
+
+def with_store_image_ids(dataset: datasets.Dataset, store: RegionFeatureStore) -> datasets.Dataset:
+    """Rows whose `image_id` is their image's id in `store` (the collator reads the regions by `image_id`): RefCOCO+
+    gives the plain COCO id ("581857"), feature stores often "COCO_train2014_000000581857"; `load_dataset` found each
+    row's image (`feature_row`), this names it. The COCO id stays in `coco_image_id`."""
+    store_ids = store.image_ids
+    if all(store_ids[row] == image_id for row, image_id in zip(dataset["feature_row"], dataset["image_id"])):
+        return dataset
+    dataset = dataset.add_column("coco_image_id", dataset["image_id"])
+    return dataset.map(lambda row: {"image_id": store_ids[row["feature_row"]]}, desc="store image ids")
+
+
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Evaluation
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class ReferringExpressionTrainer(TaskTrainer):
+    """`TaskTrainer` whose evaluation predictions are, per expression, the IoU of its top-scored region with the
+    referred box, and whose labels are the best IoU of any region of its image (both (B,)): they concatenate across
+    batches and processes even when the number of regions differs between images."""
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        step = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        loss, logits, target_region_iou = step
+        if logits is None or target_region_iou is None:
+            return loss, logits, target_region_iou
+        top1_iou = target_region_iou.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1)
+        return loss, top1_iou, target_region_iou.max(-1).values
+
+
+def accuracy_from_region_iou(prediction: EvalPrediction) -> dict[str, float]:
+    """Accuracy during training from the collator's `target_region_iou` (float32 IoUs with the referred box), and the
+    share of expressions some region reaches (the upper bound)."""
+    top1_iou, best_iou = np.asarray(prediction.predictions), np.asarray(prediction.label_ids)
+    return {
+        "accuracy": float((top1_iou >= IOU_THRESHOLD).mean()),
+        "upper_bound": float((best_iou >= IOU_THRESHOLD).mean()),
+    }
+
+
+@torch.no_grad()
+def chosen_regions(model, dataset: datasets.Dataset, collator, batch_size: int) -> list[int]:
+    """The index of the best-scored region of every row of `dataset`, in order. Every process runs it (sharded models
+    need all of them)."""
+    model.eval()
+    device = next(model.parameters()).device
+    choices = []
+    for start in range(0, len(dataset), batch_size):
+        batch = collator([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
+        inputs = {key: value.to(device) for key, value in batch.items() if key not in TaskTrainer.non_model_keys}
+        choices += model(**inputs).logits.argmax(-1).tolist()  # padding regions hold the dtype's minimum
+    return choices
+
+
+def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) -> dict:
+    """Accuracy (IoU >= 0.5 with the referred box, pixels) of the chosen regions, of the detector-confidence baseline
+    (each image's most confident region; left out when the store has no confidences) and of the upper bound (the
+    region of best IoU), each with `referring_expression_accuracy`; `chance_accuracy` is the expected accuracy of a
+    region drawn uniformly among the image's regions."""
+    if len(choices) != len(dataset):
+        raise ValueError(f"`choices` must hold one region per row ({len(dataset)}), got {len(choices)}.")
+    chosen, confident, best, gold, chance = [], [], [], [], []
+    with_confidence = True
+    for row, choice in zip(dataset, choices):
+        image = store[row["image_id"]]
+        boxes, box = image["boxes"], row["expression_phrase_boxes"][0][0]  # phrases -> boxes -> x1, y1, x2, y2
+        if not 0 <= choice < len(boxes):
+            raise ValueError(
+                f"`choices`: region {choice} of image {row['image_id']!r}, which has {len(boxes)} regions."
+            )
+        iou = box_iou(boxes, torch.tensor([box], dtype=boxes.dtype)).squeeze(-1)
+        chosen.append(boxes[choice].tolist())
+        best.append(boxes[int(iou.argmax())].tolist())
+        gold.append(box)
+        chance.append(float((iou >= IOU_THRESHOLD).double().mean()))
+        if image["object_conf"] is None:
+            with_confidence = False
+        else:
+            confident.append(boxes[int(torch.as_tensor(image["object_conf"]).argmax())].tolist())
+    model = referring_expression_accuracy(chosen, gold, IOU_THRESHOLD)
+    results = {
+        "accuracy": model["accuracy"],
+        "upper_bound_accuracy": referring_expression_accuracy(best, gold, IOU_THRESHOLD)["accuracy"],
+        "chance_accuracy": float(np.mean(chance)),
+        "num_expressions": model["num_expressions"],
+    }
+    if with_confidence:
+        baseline = referring_expression_accuracy(confident, gold, IOU_THRESHOLD)
+        results["baseline_confidence_accuracy"] = baseline["accuracy"]
+    else:
+        logger.warning("The region-feature store has no detection confidences: no confidence baseline.")
+    return results
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Main
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, ref_args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
+    set_seed(training_args.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path or default_text_model_path())
+    with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
+        train_rows, eval_rows, store, source = load_splits(data_args, ref_args)
+    train_dataset = first_rows(train_rows, data_args.max_train_samples)
+    eval_dataset = first_rows(eval_rows, data_args.max_eval_samples)
+
+    model = load_task_model(
+        TASK_CLASSES, model_args, visual_feat_dim=store.feature_dim, referring_iou_threshold=IOU_THRESHOLD
+    )
+    collator = ReferringExpressionCollator(
+        tokenizer, store, max_text_length=data_args.max_text_length, iou_threshold=IOU_THRESHOLD
+    )
+    push_to_hub = take_push_to_hub(training_args)
+    trainer = ReferringExpressionTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        data_collator=collator,
+        processing_class=tokenizer,
+        compute_metrics=accuracy_from_region_iou,
+        label_names=["target_region_iou"],
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    save_model(trainer, training_args.output_dir)
+    metrics = trainer.evaluate()
+
+    choices = chosen_regions(trainer.model, eval_dataset, collator, training_args.per_device_eval_batch_size)
+    results = {}
+    if trainer.is_world_process_zero():
+        synthetic = data_args.dataset in (None, "synthetic_scenes")
+        results = {
+            **referring_results(eval_dataset, store, choices),
+            "accuracy_from_collator_iou": metrics["eval_accuracy"],
+            "eval_loss": metrics["eval_loss"],
+            **{key: metrics[key] for key in ("eval_loss_task", "eval_loss_att") if key in metrics},
+            "model_family": model_args.model_family,
+            "supervision": model_args.supervision,
+        }
+        card = render_task_model_card(
+            "referring_expression",
+            model_family=model_args.model_family,
+            model_id=ref_args.hub_model_id_for_card or training_args.hub_model_id,
+            base_model=model_args.model_name_or_path or DEFAULT_BASE_MODEL,
+            results=metrics_from_eval_results(results),
+            training=training_summary(trainer, source, len(eval_dataset)),
+            config=trainer.model.config,
+            synthetic_data=synthetic,
+            dataset_name=None if synthetic else REAL_DATASET,
+        )
+        write_results(
+            training_args.output_dir, results, card, push_to_hub=push_to_hub, training_args=training_args,
+            commit_message="hf_vlalign referring expression fine-tuning",
+        )  # fmt: skip
+        print(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()

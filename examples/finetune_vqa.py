@@ -1,0 +1,464 @@
+#!/usr/bin/env python
+"""Fine-tune a single-stream or two-stream model on question answering (GQA, VQA v2): answer classification over an
+answer vocabulary, optionally with attention supervision from GQA's pointers.
+
+    accelerate launch examples/finetune_vqa.py          # offline: the synthetic scenes' GQA-format questions, MiniLM
+    accelerate launch examples/finetune_vqa.py --model_family two_stream --supervision direct
+    accelerate launch examples/finetune_vqa.py --dataset gqa --data_dir GQA --features STORE_DIR \
+        --answer_vocab trainval_ans2label.json --scene_graphs train_sceneGraphs.json \
+        --eval_scene_graphs val_sceneGraphs.json --supervision direct
+    accelerate launch examples/finetune_vqa.py --dataset vqa_v2 --data_dir VQA --features STORE_DIR \
+        --answer_vocab trainval_ans2label.json --image_id_template "COCO_{split}_{id:012d}"
+
+(`hf-vlalign convert-features` makes STORE_DIR; relative `--answer_vocab`, `--scene_graphs`, `--questions_file` and
+`--annotations_file` paths are read from `--data_dir`, as the builders do.)
+
+GQA rows have one answer id (cross-entropy); VQA v2 rows have soft scores min(#annotators / 3, 1) over the answers
+(binary cross-entropy). GQA's pointers ground question words to objects: with scene graphs they give
+`word_region_alignment`, which `--supervision direct|semi_direct|indirect` trains the attention towards.
+
+Metrics, every `--eval_steps` and at the end: `accuracy` (GQA: the predicted answer id is the gold one; VQA v2: the
+soft score of the predicted answer), plus for GQA the official script's `gqa_binary`, `gqa_open`, `gqa_distribution`
+(and `gqa_consistency` when the entailed questions are evaluated too) from `hf_vlalign.metrics.gqa_scores`, and for
+VQA v2 the official `vqa_accuracy` (and per answer type) from `hf_vlalign.metrics.vqa_accuracy`. The evaluation split's
+soft targets are gathered in memory: evaluate large VQA splits with --max_eval_samples (or on minival).
+
+Writes to --output_dir: safetensors weights, config, tokenizer, `answer_vocab.json` (answer -> id of the head's
+`num_qa_labels` outputs, the ans2label layout that --answer_vocab reads), `eval_results.json`, README.md (model card),
+`training_args.json` and TensorBoard logs under runs/ (when tensorboard is installed).
+Every transformers `TrainingArguments` flag works too (--seed, --eval_steps, --push_to_hub, --resume_from_checkpoint,
+--gradient_accumulation_steps, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+from transformers import AutoTokenizer, EvalPrediction, TrainingArguments, set_seed
+
+from hf_vlalign import SingleStreamForQuestionAnswering, TwoStreamForQuestionAnswering, default_text_model_path
+from hf_vlalign.data import RegionFeatureStore, load_dataset
+from hf_vlalign.data.builders import gqa, vqa_v2
+from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
+from hf_vlalign.data.collators import QuestionAnsweringCollator
+from hf_vlalign.data.synthetic import load_or_generate_synthetic_vgp
+from hf_vlalign.data.synthetic_questions import ANSWER_VOCAB_FILE
+from hf_vlalign.hub.model_card import render_task_model_card
+from hf_vlalign.metrics import gqa_scores, vqa_accuracy
+from hf_vlalign.trainers import TaskTrainer
+from hf_vlalign.trainers.recipes import (
+    DEFAULT_BASE_MODEL,
+    DataArguments,
+    ModelArguments,
+    final_evaluation,
+    first_rows,
+    load_task_model,
+    parse_recipe_args,
+    save_model,
+    take_push_to_hub,
+    training_summary,
+    write_results,
+)
+
+logger = logging.getLogger(__name__)
+
+TASK_CLASSES = {"single_stream": SingleStreamForQuestionAnswering, "two_stream": TwoStreamForQuestionAnswering}
+DATASETS = ("synthetic_scenes", "gqa", "vqa_v2")
+DEFAULT_SPLITS = {"synthetic_scenes": ("train", "val"), "gqa": ("train", "val"), "vqa_v2": ("train", "val")}
+# the file arguments each dataset reads; one it does not read is an error rather than silently ignored
+DATASET_ARGUMENTS = {
+    "synthetic_scenes": (),
+    "gqa": ("answer_vocab", "scene_graphs", "eval_scene_graphs", "questions_file", "eval_questions_file"),
+    "vqa_v2": (
+        "answer_vocab", "questions_file", "eval_questions_file", "annotations_file", "eval_annotations_file",
+        "image_id_template",
+    ),
+}  # fmt: skip
+ANSWER_VOCAB_NAME = "answer_vocab.json"
+SPEED_METRICS = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
+GQA_SCRIPT_METRICS = ("binary", "open", "consistency", "distribution")
+
+
+@dataclass
+class QuestionAnsweringArguments:
+    answer_vocab: str | None = field(
+        default=None,
+        metadata={
+            "help": "ans2label JSON ({answer: id}; LXMERT's trainval_ans2label.json). Required for GQA; VQA v2 builds "
+            "it from the train annotations when absent (answers of >= --min_answer_count questions)."
+        },
+    )
+    scene_graphs: str | None = field(
+        default=None, metadata={"help": "GQA: train_sceneGraphs.json (the pointers' boxes: needed for --supervision)."}
+    )
+    eval_scene_graphs: str | None = field(default=None, metadata={"help": "GQA: val_sceneGraphs.json."})
+    gqa_subset: str = field(default="balanced", metadata={"help": "GQA: balanced | all (which question files)."})
+    questions_file: str | None = field(
+        default=None, metadata={"help": "GQA / VQA v2: the training questions file, replacing the official name."}
+    )
+    eval_questions_file: str | None = field(default=None, metadata={"help": "the evaluation questions file."})
+    annotations_file: str | None = field(default=None, metadata={"help": "VQA v2: the training annotations file."})
+    eval_annotations_file: str | None = field(default=None, metadata={"help": "VQA v2: the evaluation annotations."})
+    min_answer_count: int = field(default=9, metadata={"help": "VQA v2 without --answer_vocab: the vocabulary rule."})
+    image_id_template: str | None = field(
+        default=None,
+        metadata={
+            "help": "VQA v2: the feature store's image ids, e.g. 'COCO_{split}_{id:012d}' (default: tries both)."
+        },
+    )
+
+
+@dataclass
+class QuestionAnsweringData:
+    """The two splits joined to their region features, the answer vocabulary and what the metrics read."""
+
+    train: datasets.Dataset
+    eval: datasets.Dataset
+    store: RegionFeatureStore
+    answer_vocab: dict[str, int]
+    dataset: str
+    # GQA: the evaluation rows' question records as published (`gqa_scores` reads their types); None for VQA v2
+    eval_questions: dict[str, dict] | None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def check_data_arguments(data_args: DataArguments, qa_args: QuestionAnsweringArguments) -> str:
+    """The dataset name (synthetic_scenes when --dataset is not given), after checking the arguments it needs."""
+    dataset = data_args.dataset or "synthetic_scenes"
+    if dataset not in DATASETS:
+        raise ValueError(f"`--dataset` must be one of {DATASETS[1:]} (or absent: synthetic scenes), got {dataset!r}.")
+    files = dict.fromkeys(name for arguments in DATASET_ARGUMENTS.values() for name in arguments)
+    given = [name for name in ("data_dir", "features") if getattr(data_args, name) is not None]
+    given += [name for name in files if getattr(qa_args, name) is not None]
+    unread = [name for name in given if name in files and name not in DATASET_ARGUMENTS[dataset]]
+    if dataset == "synthetic_scenes" and given:
+        raise ValueError(
+            f"`--{given[0]}` reads a real dataset: pass `--dataset gqa` or `--dataset vqa_v2` with it (the synthetic "
+            "scenes are generated into $HF_VLALIGN_CACHE)."
+        )
+    if unread:
+        raise ValueError(
+            f"`--{unread[0]}` is not read by `--dataset {dataset}` (it reads {DATASET_ARGUMENTS[dataset]})."
+        )
+    if dataset == "synthetic_scenes":
+        return dataset
+    if data_args.features is None:
+        raise ValueError(
+            f"`--features` is required with `--dataset {dataset}`: a RegionFeatureStore folder of its images."
+        )
+    if dataset == "gqa" and qa_args.answer_vocab is None:
+        raise ValueError(
+            "`--answer_vocab` is required with `--dataset gqa`: an ans2label JSON such as trainval_ans2label.json."
+        )
+    return dataset
+
+
+def _resolve(data_dir: str | None, path: str) -> Path:
+    """A relative path is read from `data_dir`, as the builders read their options."""
+    return Path(data_dir) / path if data_dir is not None and not Path(path).is_absolute() else Path(path)
+
+
+
+
+def load_question_data(data_args: DataArguments, qa_args: QuestionAnsweringArguments) -> QuestionAnsweringData:
+    """Train and evaluation rows of `--dataset` (default: the synthetic scenes' GQA-format questions)."""
+    name = check_data_arguments(data_args, qa_args)
+    train_split, eval_split = (
+        data_args.train_split or DEFAULT_SPLITS[name][0],
+        data_args.eval_split or DEFAULT_SPLITS[name][1],
+    )
+    if name == "synthetic_scenes":
+        config = data_args.synthetic_config()
+        store = synthetic_region_features(config=config)
+        questions_dir = load_or_generate_synthetic_vgp(config=config).gqa_dir
+        vocab = vqa_v2.read_answer_vocab(questions_dir / ANSWER_VOCAB_FILE)
+
+        def load(split: str, **_) -> datasets.Dataset:
+            return load_dataset(name, None, split, task="questions", config=config, features=store)
+
+    else:
+        store = RegionFeatureStore.load(data_args.features)
+        questions_dir = data_args.data_dir
+        vocab = _answer_vocab(name, data_args.data_dir, qa_args)
+        options = (
+            {"subset": qa_args.gqa_subset}
+            if name == "gqa"
+            else {"min_answer_count": qa_args.min_answer_count, "image_id_template": qa_args.image_id_template}
+        )
+
+        def load(split: str, **files) -> datasets.Dataset:
+            files = {key: value for key, value in files.items() if value is not None}
+            return load_dataset(name, data_args.data_dir, split, features=store, answer_vocab=vocab, **options, **files)
+
+    gqa_format = name != "vqa_v2"
+    train_files = {"questions_file": qa_args.questions_file}
+    eval_files = {"questions_file": qa_args.eval_questions_file}
+    if gqa_format:
+        train_files["scene_graphs"], eval_files["scene_graphs"] = qa_args.scene_graphs, qa_args.eval_scene_graphs
+    else:
+        train_files["annotations_file"], eval_files["annotations_file"] = (
+            qa_args.annotations_file,
+            qa_args.eval_annotations_file,
+        )
+    train = first_rows(_answered_training_rows(load(train_split, **train_files), gqa_format), data_args.max_train_samples)
+    eval_dataset = first_rows(load(eval_split, **eval_files), data_args.max_eval_samples)
+    _check_eval_answers(eval_dataset, eval_split, gqa_format)
+    eval_questions = None
+    if gqa_format:
+        files = gqa.question_files(
+            Path(questions_dir) if questions_dir is not None else None,
+            eval_split,
+            qa_args.gqa_subset,
+            qa_args.eval_questions_file,
+        )
+        records = gqa.read_questions(files)
+        eval_questions = {question_id: records[question_id] for question_id in eval_dataset["question_id"]}
+    return QuestionAnsweringData(train, eval_dataset, store, vocab, name, eval_questions)
+
+
+def _answer_vocab(name: str, data_dir: str | None, qa_args: QuestionAnsweringArguments) -> dict[str, int]:
+    if qa_args.answer_vocab is not None:
+        return vqa_v2.read_answer_vocab(_resolve(data_dir, qa_args.answer_vocab))
+    # VQA v2 without a vocabulary: the `compute_softscore` rule over the train annotations, as the builder would
+    annotations = qa_args.annotations_file or vqa_v2.ANNOTATIONS_FILE["train"]
+    if data_dir is None and qa_args.annotations_file is None:
+        raise ValueError("`--answer_vocab` is None and so is `--data_dir`: pass one of them (or `--annotations_file`).")
+    return vqa_v2.build_answer_vocab(_resolve(data_dir, annotations), min_count=qa_args.min_answer_count)
+
+
+def _answered_training_rows(dataset: datasets.Dataset, gqa_format: bool) -> datasets.Dataset:
+    """GQA training rows whose answer is in the vocabulary (the others carry no loss: LXMERT drops them too)."""
+    if not gqa_format:
+        return dataset
+    kept = [index for index, label in enumerate(dataset["label"]) if label >= 0]
+    if len(kept) < len(dataset):
+        logger.warning(
+            "%d of %d training questions dropped: no answer in the vocabulary.", len(dataset) - len(kept), len(dataset)
+        )
+    if not kept:
+        raise ValueError(
+            "no training question has its answer in `--answer_vocab`; is it the vocabulary of this dataset?"
+        )
+    return dataset.select(kept)
+
+
+def _check_eval_answers(dataset: datasets.Dataset, split: str, gqa_format: bool) -> None:
+    unanswered = (
+        sum(answer is None for answer in dataset["answer"]) if gqa_format else sum(not a for a in dataset["answers"])
+    )
+    if unanswered:
+        raise ValueError(
+            f"`--eval_split` {split!r}: {unanswered} of {len(dataset)} questions have no published answer; evaluate on "
+            "a split with answers (GQA: val or testdev; VQA v2: val)."
+        )
+
+
+def count_grounded_questions(dataset: datasets.Dataset) -> int:
+    """Questions with at least one pointer joined to the image's regions (what attention supervision learns from)."""
+    if "question_phrase_regions" not in dataset.column_names:
+        return 0
+    return sum(any(sum(row) > 0 for row in regions) for regions in dataset["question_phrase_regions"])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Metrics
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def predicted_answer_ids(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """`preprocess_logits_for_metrics`: only the best answer of each question is gathered, not every answer's score."""
+    return logits.argmax(dim=-1)
+
+
+def answer_metrics(data: QuestionAnsweringData) -> Callable[[EvalPrediction], dict[str, float]]:
+    """`compute_metrics` of the evaluation split: `accuracy` and the official GQA or VQA metrics. The predictions come
+    in the order of `data.eval`'s rows (Trainer's evaluation is sequential), whose answers the official metrics read."""
+    answers = sorted(data.answer_vocab, key=data.answer_vocab.get)
+    rows = data.eval
+
+    def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
+        predicted = np.asarray(prediction.predictions).reshape(-1)
+        labels = np.asarray(prediction.label_ids)
+        if len(predicted) != len(rows):
+            raise ValueError(f"got {len(predicted)} predictions for the {len(rows)} evaluation questions.")
+        predicted_answers = [answers[index] for index in predicted]
+        if labels.ndim == 2:  # VQA v2's soft scores: the score of the predicted answer
+            metrics = {"accuracy": float(labels[np.arange(len(predicted)), predicted].mean())}
+            answer_types = rows["answer_type"]
+            typed = all(isinstance(answer_type, str) for answer_type in answer_types)
+            official = vqa_accuracy(predicted_answers, rows["answers"], answer_types if typed else None)
+            metrics["vqa_accuracy"] = official["accuracy"]
+            for answer_type, value in official.get("per_answer_type", {}).items():
+                metrics[f"vqa_accuracy_{answer_type.replace('/', '_')}"] = value
+            return metrics
+        metrics = {"accuracy": float((predicted == labels).mean())}  # answers outside the vocabulary count as wrong
+        official = gqa_scores(dict(zip(rows["question_id"], predicted_answers)), data.eval_questions)
+        metrics.update({f"gqa_{name}": official[name] for name in GQA_SCRIPT_METRICS if official[name] is not None})
+        return metrics
+
+    return compute_metrics
+
+
+def majority_baseline(data: QuestionAnsweringData) -> tuple[str, float]:
+    """The most frequent training answer (VQA v2: by summed soft score) and its `accuracy` on the evaluation split."""
+    answers = sorted(data.answer_vocab, key=data.answer_vocab.get)
+    if "label" in data.train.column_names:
+        majority = Counter(data.train["label"]).most_common(1)[0][0]
+        return answers[majority], float(np.mean([label == majority for label in data.eval["label"]]))
+    totals = Counter()
+    for labels, scores in zip(data.train["labels"], data.train["scores"]):
+        totals.update(dict(zip(labels, scores)))
+    majority = totals.most_common(1)[0][0]
+    eval_scores = [
+        dict(zip(labels, scores)).get(majority, 0.0) for labels, scores in zip(data.eval["labels"], data.eval["scores"])
+    ]
+    return answers[majority], float(np.mean(eval_scores))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Run
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, QuestionAnsweringArguments, TrainingArguments]:
+    return parse_recipe_args(
+        argv,
+        (ModelArguments, DataArguments, QuestionAnsweringArguments),
+        output_dir="outputs/vqa",
+        # the default run (synthetic scenes, MiniLM) takes about 5 minutes on 2 CPU cores: ~2,400 training questions
+        # once, evaluated on ~790 questions at step 75 and at the end
+        synthetic_train_images=300,
+        synthetic_eval_images=100,
+        num_train_epochs=1,
+        learning_rate=2e-4,  # the new visual embeddings and answer head learn slowly at BERT's usual 5e-5
+        warmup_steps=20,
+        per_device_train_batch_size=16,
+        per_device_eval_batch_size=64,
+        eval_steps=75,
+        save_steps=500,
+    )
+
+
+def check_supervision(model_args: ModelArguments, data: QuestionAnsweringData) -> None:
+    """Attention supervision needs grounded question words: GQA's pointers with scene graphs."""
+    if model_args.supervision == "none":
+        return
+    grounded = count_grounded_questions(data.train)
+    if grounded == 0:
+        raise ValueError(
+            f"`--supervision {model_args.supervision}` needs questions whose words point to regions, but no training "
+            f"question of {data.dataset} has one; use GQA with `--scene_graphs` (VQA v2 has no pointers)."
+        )
+    logger.info("%d of %d training questions have grounded words (attention supervision).", grounded, len(data.train))
+
+
+def write_report(trainer, metrics, data, model_args, data_args, training_args, baseline, push_to_hub) -> dict:
+    """`answer_vocab.json`, `eval_results.json` and the model card in --output_dir, then the push (main process)."""
+    output_dir = Path(training_args.output_dir)
+    (output_dir / ANSWER_VOCAB_NAME).write_text(json.dumps(data.answer_vocab, indent=1) + "\n")
+    majority_answer, majority_accuracy = baseline
+    results = {
+        **{key.removeprefix("eval_"): value for key, value in metrics.items() if _is_metric(key)},
+        "eval_loss": metrics["eval_loss"],
+        "majority_baseline_accuracy": majority_accuracy,
+        "majority_answer": majority_answer,
+        "dataset": data.dataset,
+        "model_family": model_args.model_family,
+        "supervision": model_args.supervision,
+        "num_answers": len(data.answer_vocab),
+        "eval_examples": len(data.eval),
+    }
+    training = {
+        **training_summary(trainer, data_source(data, data_args), len(data.eval)),
+        "answer_vocabulary": f"{len(data.answer_vocab)} answers ({ANSWER_VOCAB_NAME})",
+        "supervision": model_args.supervision,
+    }
+    card = render_task_model_card(
+        "question_answering",
+        model_family=model_args.model_family,
+        model_id=training_args.hub_model_id,
+        base_model=model_args.model_name_or_path or DEFAULT_BASE_MODEL,
+        results={key: value for key, value in results.items() if isinstance(value, float)},
+        training=training,
+        config=trainer.model.config,
+        synthetic_data=data.dataset == "synthetic_scenes",
+        dataset_name=None if data.dataset == "synthetic_scenes" else data.dataset,
+    )
+    write_results(
+        output_dir,
+        results,
+        card,
+        push_to_hub=push_to_hub,
+        training_args=training_args,
+        commit_message=f"hf_vlalign {data.dataset} question answering ({model_args.model_family})",
+    )
+    return results
+
+
+def _is_metric(key: str) -> bool:
+    """The task metrics and loss components of `trainer.evaluate()`'s dict (`eval_loss` is kept under its name)."""
+    return key.startswith("eval_") and key not in ("eval_loss", *SPEED_METRICS)
+
+
+def data_source(data: QuestionAnsweringData, data_args: DataArguments) -> str:
+    if data.dataset == "synthetic_scenes":
+        return (
+            f"synthetic scenes' GQA-format questions ({data_args.synthetic_train_images} train / "
+            f"{data_args.synthetic_eval_images} eval images, seed {data_args.synthetic_seed})"
+        )
+    return f"{data.dataset} ({data_args.data_dir})"
+
+
+
+
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, qa_args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
+    set_seed(training_args.seed)
+    data = load_question_data(data_args, qa_args)
+    check_supervision(model_args, data)
+    model = load_task_model(TASK_CLASSES, model_args, data.store.feature_dim, num_qa_labels=len(data.answer_vocab))
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path or default_text_model_path())
+    collator = QuestionAnsweringCollator(
+        tokenizer=tokenizer,
+        region_features=data.store,
+        num_answers=len(data.answer_vocab),
+        max_text_length=data_args.max_text_length,
+    )
+    push_to_hub = take_push_to_hub(training_args)
+    trainer = TaskTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=data.train,
+        eval_dataset=data.eval,
+        data_collator=collator,
+        processing_class=tokenizer,
+        compute_metrics=answer_metrics(data),
+        preprocess_logits_for_metrics=predicted_answer_ids,
+        label_names=["labels"],
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    save_model(trainer, training_args.output_dir)
+    metrics = final_evaluation(trainer)
+    results = {}
+    if trainer.is_world_process_zero():
+        baseline = majority_baseline(data)
+        results = write_report(trainer, metrics, data, model_args, data_args, training_args, baseline, push_to_hub)
+        print(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()

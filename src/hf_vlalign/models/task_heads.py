@@ -1,0 +1,217 @@
+"""Downstream task heads and losses shared by the single- and two-stream families.
+
+| head | task | reads | paper it follows |
+|---|---|---|---|
+| `AnswerHead` | VQA v2 / GQA answers, NLVR2 pair score | pooled [CLS] | LXMERT's answer head (also UNITER's) |
+| `RegionScoringHead` | RefCOCO+ region scoring | every region's final state | VL-BERT / ViLBERT region classifier |
+| `RegionToPhraseAttention` | Flickr30k phrase grounding | phrase and region states | VisualBERT's `RegionToPhraseAttention` |
+
+Each loss is a plain function so the models stay short: `answer_loss`, `referring_expression_loss`,
+`phrase_grounding_loss`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+
+
+class AnswerHead(nn.Module):
+    """Scores from a pooled state: Linear(d_in, 2d), GELU, LayerNorm, Linear(2d, labels) (LXMERT's answer head)."""
+
+    def __init__(self, config, input_size: int, num_labels: int):
+        super().__init__()
+        self.dense = nn.Linear(input_size, 2 * config.hidden_size)
+        self.activation = ACT2FN["gelu"]
+        self.LayerNorm = nn.LayerNorm(2 * config.hidden_size, eps=config.layer_norm_eps)
+        self.classifier = nn.Linear(2 * config.hidden_size, num_labels)
+
+    def forward(self, pooled_output: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.LayerNorm(self.activation(self.dense(pooled_output))))
+
+
+class RegionScoringHead(nn.Module):
+    """One score per region from its final state: Linear(d, d), activation, LayerNorm, Linear(d, 1) (VL-BERT's RoI
+    classifier for referring expressions, Su et al. 2020, sec. 4.3; ViLBERT scores regions the same way)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, region_states: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.LayerNorm(self.activation(self.dense(region_states)))).squeeze(-1)
+
+
+class RegionToPhraseAttention(nn.Module):
+    """VisualBERT's phrase grounding head (Li et al. 2019, Flickr30k): one attention head whose scores between a
+    phrase query and every region key are the grounding logits, s_pr = (W_q h_p) . (W_k h_r) / sqrt(d)."""
+
+    def __init__(self, config):
+        super().__init__()
+        # VisualBERT's `query` / `key`, renamed so that LoRA's `query` / `key` targets never match this head
+        self.phrase_projection = nn.Linear(config.hidden_size, config.hidden_size)
+        self.region_projection = nn.Linear(config.hidden_size, config.hidden_size)
+        self.scaling = config.hidden_size**-0.5
+
+    def forward(self, phrase_states: torch.Tensor, region_states: torch.Tensor, region_mask: torch.Tensor) -> torch.Tensor:
+        """(B, P, D), (B, R, D), (B, R) -> (B, P, R) logits; padding regions get the dtype's minimum."""
+        queries, keys = self.phrase_projection(phrase_states), self.region_projection(region_states)
+        scores = queries @ keys.transpose(-1, -2) * self.scaling
+        return scores.masked_fill(~region_mask.bool().unsqueeze(1), torch.finfo(scores.dtype).min)
+
+
+def mean_pool_phrases(hidden_states: torch.Tensor, phrase_masks: torch.Tensor) -> torch.Tensor:
+    """Mean of each phrase's token states: (B, T, D), (B, P, T) -> (B, P, D); empty (padding) phrases give 0."""
+    weights = phrase_masks.to(hidden_states.dtype)
+    counts = weights.sum(-1, keepdim=True).clamp(min=1.0)
+    return (weights @ hidden_states) / counts
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Losses
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def weighted_total(weighted_losses: list[tuple[float, torch.Tensor | None]]) -> torch.Tensor | None:
+    """sum_k w_k L_k over the losses that were computed; None when none was."""
+    terms = [weight * loss for weight, loss in weighted_losses if loss is not None]
+    return torch.stack(terms).sum() if terms else None
+
+
+def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
+    """Cross-entropy for one answer id per question (GQA; -100 ignored) or, for (B, A) soft scores (VQA), binary
+    cross-entropy summed over answers and averaged over questions (LXMERT's `bce_loss * num_answers`)."""
+    if labels.dim() == 2:
+        return nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype)) * logits.shape[-1]
+    if bool((labels == -100).all()):
+        return None
+    return nn.functional.cross_entropy(logits, labels)
+
+
+def masked_language_modelling(
+    lm_head: nn.Module, text_states: torch.Tensor, labels: torch.Tensor | None, training: bool
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(prediction_logits, loss_mlm): BERT's masked-word cross-entropy over the positions whose label is not -100. In
+    training with labels only the masked positions are scored (the same loss, without the vocabulary projection of
+    every other token) and no logits are returned."""
+    masked = labels != -100 if labels is not None else None
+    if training and masked is not None:
+        if not bool(masked.any()):
+            return None, None
+        return None, nn.functional.cross_entropy(lm_head(text_states[masked]), labels[masked])
+    prediction_logits = lm_head(text_states)
+    if masked is None or not bool(masked.any()):
+        return prediction_logits, None
+    return prediction_logits, nn.functional.cross_entropy(prediction_logits.flatten(0, 1), labels.flatten())
+
+
+def referring_expression_loss(
+    logits: torch.Tensor,
+    region_mask: torch.Tensor,
+    target_region_iou: torch.Tensor | None,
+    labels: torch.Tensor | None,
+    iou_threshold: float,
+) -> torch.Tensor | None:
+    """Binary cross-entropy of every real region against "IoU with the referred box >= iou_threshold" (VL-BERT and
+    ViLBERT's RefCOCO+ loss), averaged over the batch's real regions; without IoUs, the `labels` region is the only
+    positive."""
+    if target_region_iou is None and labels is None:
+        return None
+    if target_region_iou is not None:
+        targets = (target_region_iou >= iou_threshold).to(logits.dtype)
+    else:
+        targets = nn.functional.one_hot(labels, logits.shape[-1]).to(logits.dtype)
+    real = region_mask.bool()
+    return nn.functional.binary_cross_entropy_with_logits(logits[real], targets[real])
+
+
+def phrase_grounding_loss(logits: torch.Tensor, phrase_labels: torch.Tensor) -> torch.Tensor | None:
+    """KL(target || softmax(logits)) over regions, averaged over grounded phrases (rows of `phrase_labels` that sum to
+    1; all-zero rows are padding). VisualBERT's `KLDivLoss` over `log_softmax` of the region-to-phrase scores."""
+    grounded = phrase_labels.sum(-1) > 0
+    if not bool(grounded.any()):
+        return None
+    log_probs = nn.functional.log_softmax(logits[grounded].float(), dim=-1)
+    return nn.functional.kl_div(log_probs, phrase_labels[grounded].float(), reduction="batchmean")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Label checks
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def check_labels(name: str, labels: torch.Tensor | None, shape: tuple[int, ...], num_labels: int) -> None:
+    """Integer labels of `shape` in [0, num_labels) or -100 (ignored)."""
+    if labels is None:
+        return
+    if tuple(labels.shape) != shape:
+        raise ValueError(f"`{name}` must have shape {shape}, got {tuple(labels.shape)}.")
+    used = labels[labels != -100]
+    if used.numel() and (int(used.min()) < 0 or int(used.max()) >= num_labels):
+        raise ValueError(
+            f"`{name}` must be in [0, {num_labels - 1}] or -100 (ignored), got values in [{int(used.min())}, {int(used.max())}]."
+        )
+
+
+def check_answer_labels(answer_labels: torch.Tensor | None, batch: int, num_answers: int, name: str = "answer_labels") -> None:
+    """(B,) answer ids (-100 ignored) or (B, num_answers) soft scores in [0, 1]."""
+    if answer_labels is None:
+        return
+    if answer_labels.is_floating_point():
+        if tuple(answer_labels.shape) != (batch, num_answers):
+            raise ValueError(
+                f"soft `{name}` must have shape (batch, num_qa_labels) = {(batch, num_answers)}, got {tuple(answer_labels.shape)}."
+            )
+        if answer_labels.numel() and (float(answer_labels.min()) < 0 or float(answer_labels.max()) > 1):
+            raise ValueError(f"soft `{name}` must be scores in [0, 1].")
+        return
+    check_labels(name, answer_labels, (batch,), num_answers)
+
+
+def check_image_pair(visual_feats: torch.Tensor, batch: int) -> None:
+    """NLVR2 inputs carry one image pair per sentence: `visual_feats` (B, 2, R, Dv)."""
+    if visual_feats.dim() != 4 or tuple(visual_feats.shape[:2]) != (batch, 2):
+        raise ValueError(
+            f"`visual_feats` must have shape (batch, 2, R, visual_feat_dim) with batch={batch} (one image pair per "
+            f"sentence), got {tuple(visual_feats.shape)}."
+        )
+
+
+def check_referring_inputs(labels, target_region_iou, batch: int, num_regions: int) -> None:
+    check_labels("labels", labels, (batch,), num_regions)
+    if target_region_iou is None:
+        return
+    if tuple(target_region_iou.shape) != (batch, num_regions):
+        raise ValueError(
+            f"`target_region_iou` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(target_region_iou.shape)}."
+        )
+    if target_region_iou.numel() and (float(target_region_iou.min()) < 0 or float(target_region_iou.max()) > 1):
+        raise ValueError("`target_region_iou` must hold IoUs in [0, 1].")
+
+
+def check_phrase_labels(phrase_labels: torch.Tensor | None, phrase_masks: torch.Tensor, num_regions: int) -> None:
+    """(B, P, R) rows that are distributions over regions (grounded phrases) or all zeros (padding)."""
+    if phrase_labels is None:
+        return
+    expected = (*phrase_masks.shape[:2], num_regions)
+    if tuple(phrase_labels.shape) != expected:
+        raise ValueError(f"`phrase_labels` must have shape (batch, P, R) = {expected}, got {tuple(phrase_labels.shape)}.")
+    sums = phrase_labels.sum(-1)
+    if bool((phrase_labels < 0).any()) or not bool(((sums - 1).abs() < 1e-3).logical_or(sums == 0).all()):
+        raise ValueError("`phrase_labels` rows must be non-negative and sum to 1 (grounded phrase) or 0 (padding).")
+    if bool((sums > 0).logical_and(~phrase_masks.bool().any(-1)).any()):
+        raise ValueError("`phrase_labels` gives a target to a phrase whose `phrase_masks` row has no token.")
+
+
+def pair_repeat(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """The sentence once per image of its pair: (B, ...) -> (2B, ...)."""
+    return None if tensor is None else tensor.repeat_interleave(2, dim=0)
+
+
+def pair_flatten(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """The two images of each pair in a row: (B, 2, ...) -> (2B, ...)."""
+    return None if tensor is None else tensor.flatten(0, 1)

