@@ -1,11 +1,15 @@
-"""Shared fixtures: one real end-to-end run of the VGP example, reused by the tests that read its output."""
+"""Shared fixtures: one real end-to-end run of the VGP example, reused by the tests that read its output, and a
+local fake of the Hub's HTTP side."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from huggingface_hub import HfApi
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,3 +28,25 @@ def finetuned(tmp_path_factory):
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stderr[-4000:]
     return output_dir
+
+
+@pytest.fixture
+def fake_hub(tmp_path, monkeypatch) -> Path:
+    """`HfApi.create_repo` / `HfApi.upload_folder` writing into `tmp_path / "hub" / <repo_id>`."""
+    remote = tmp_path / "hub"
+
+    def create_repo(self, repo_id, *, exist_ok=False, private=None, **kwargs):
+        folder = remote / repo_id
+        if folder.exists() and not exist_ok:
+            raise FileExistsError(f"{repo_id} exists")
+        folder.mkdir(parents=True, exist_ok=True)
+        return SimpleNamespace(repo_id=repo_id)
+
+    def upload_folder(self, *, repo_id, folder_path, commit_message=None, create_pr=False, **kwargs):
+        assert (remote / repo_id).is_dir(), "upload_folder before create_repo"
+        shutil.copytree(folder_path, remote / repo_id, dirs_exist_ok=True)
+        return SimpleNamespace(commit_url=f"https://huggingface.co/{repo_id}/commit/0123456789abcdef")
+
+    monkeypatch.setattr(HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    return remote

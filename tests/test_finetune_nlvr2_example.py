@@ -1,6 +1,7 @@
 """`examples/finetune_nlvr2.py`: one run of the single-stream default under `accelerate launch` (the synthetic scenes'
 NLVR2 statements), one quick two-stream run, a run on NLVR2 files in the published layout (real lines of NLVR2's
-dev.json) with a region-feature store of their pair images, and the argument errors."""
+dev.json) with a region-feature store of their pair images, and the argument errors. The two-stream run also pushes,
+to a local fake of the Hub's HTTP side (`conftest.fake_hub`)."""
 
 import importlib.util
 import json
@@ -156,15 +157,22 @@ def test_reloaded_single_stream_model_reproduces_the_reported_scores(single_stre
     assert scores["consistency"] == pytest.approx(results["consistency"], abs=1e-12)
 
 
-def test_two_stream_run(cache, tmp_path, monkeypatch):
+def test_two_stream_run_pushes_everything_last(cache, tmp_path, monkeypatch, fake_hub):
     monkeypatch.setenv("HF_VLALIGN_CACHE", str(cache))
     output_dir = tmp_path / "model"
     results = finetune_nlvr2.main([
         "--output_dir", str(output_dir), *TINY, "--model_family", "two_stream", "--l_layers", "1", "--r_layers", "1",
         "--x_layers", "1", "--max_steps", "2", "--eval_steps", "2", "--per_device_train_batch_size", "8",
-        "--save_strategy", "no",
+        "--save_strategy", "no", "--push_to_hub", "--hub_model_id", "someone/nlvr2-two-stream",
     ])  # fmt: skip
     assert results == json.loads((output_dir / "eval_results.json").read_text())
+    # the Hub's copy (only its HTTP side is faked) is the whole local folder: card, results, weights, tokenizer
+    pushed = fake_hub / "someone" / "nlvr2-two-stream"
+    local = {path.relative_to(output_dir) for path in output_dir.rglob("*") if path.is_file()}
+    assert local == {path.relative_to(pushed) for path in pushed.rglob("*") if path.is_file()}
+    assert {"README.md", "eval_results.json", "model.safetensors", "tokenizer.json"} <= {path.name for path in local}
+    assert "someone/nlvr2-two-stream" in (pushed / "README.md").read_text()
+    assert type(hf_vlalign.AutoModelForVisualReasoning.from_pretrained(pushed)) is TwoStreamForVisualReasoning
     assert (results["dataset"], results["model_family"]) == ("synthetic_scenes", "two_stream")
     assert 0.0 <= results["accuracy"] <= 1.0 and math.isfinite(results["eval_loss"])
     config = json.loads((output_dir / "config.json").read_text())

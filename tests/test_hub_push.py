@@ -6,13 +6,10 @@ outputs, and its model card carries valid metadata. Only the Hub's HTTP side is 
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
-from huggingface_hub import HfApi, ModelCard
+from huggingface_hub import ModelCard
 from test_captioning import caption_labels, regions
 from test_captioning import tiny_config as captioning_config
 from test_single_stream import tiny_batch as single_stream_batch
@@ -65,28 +62,6 @@ def captioner():
 
 
 FAMILIES = {"single_stream": single_stream, "two_stream": two_stream, "captioner": captioner}
-
-
-@pytest.fixture
-def fake_hub(tmp_path, monkeypatch) -> Path:
-    """`HfApi.create_repo` / `HfApi.upload_folder` writing into `tmp_path / "hub" / <repo_id>`."""
-    remote = tmp_path / "hub"
-
-    def create_repo(self, repo_id, *, exist_ok=False, private=None, **kwargs):
-        folder = remote / repo_id
-        if folder.exists() and not exist_ok:
-            raise FileExistsError(f"{repo_id} exists")
-        folder.mkdir(parents=True, exist_ok=True)
-        return SimpleNamespace(repo_id=repo_id)
-
-    def upload_folder(self, *, repo_id, folder_path, commit_message=None, create_pr=False, **kwargs):
-        assert (remote / repo_id).is_dir(), "upload_folder before create_repo"
-        shutil.copytree(folder_path, remote / repo_id, dirs_exist_ok=True)
-        return SimpleNamespace(commit_url=f"https://huggingface.co/{repo_id}/commit/0123456789abcdef")
-
-    monkeypatch.setattr(HfApi, "create_repo", create_repo)
-    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
-    return remote
 
 
 def assert_same_outputs(expected: ModelOutput, actual: ModelOutput) -> None:
