@@ -162,6 +162,8 @@ def test_rows_joined_to_differently_named_store_images_collate_through_their_fea
     assert torch.equal(named["visual_feats"], batch["visual_feats"])
     with pytest.raises(ValueError, match=r"`image_id` '581857' is not in the region-feature store"):
         ReferringExpressionCollator(tokenizer, store)([{k: v for k, v in row.items() if k != "feature_row"}])
+    with pytest.raises(ValueError, match=r"`image_id` '999' is not in the region-feature store, and its `feature_row`"):
+        ReferringExpressionCollator(tokenizer, store)([{**row, "image_id": "999"}])  # a row joined to another image
 
 
 def test_collator_errors_are_clear(tokenizer, tmp_path):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import numbers
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -171,7 +172,13 @@ class RegionTextCollator:
                 f"`{row_column}` of image {image_id!r} must be a row of the region-feature store (0 to "
                 f"{len(self.region_features) - 1}), got {row!r}; were the rows joined with another store?"
             )
-        return self.region_features.image_id_at(int(row))
+        store_id = self.region_features.image_id_at(int(row))
+        if not _names_same_image(str(image_id), store_id):
+            raise ValueError(
+                f"`image_id` {image_id!r} is not in the region-feature store, and its `{row_column}` {row} is the image "
+                f"{store_id!r}, not the same id in another naming; were the rows joined with another store?"
+            )
+        return store_id
 
     def task_tensors(self, examples: list[dict], encoding, batch: dict) -> dict[str, torch.Tensor]:
         return self.grounding_tensors(examples, encoding, batch)
@@ -264,6 +271,15 @@ class RegionTextCollator:
                 f"{len(example[column])}); raise `max_text_length` or shorten the text."
             )
         return mask
+
+
+def _names_same_image(image_id: str, store_id: str) -> bool:
+    """Whether a store id names a dataset's image in another convention: COCO's "581857" and
+    "COCO_train2014_000000581857" (the same number, zero-padded), or an id inside a template such as "581857.jpg"."""
+    if image_id.isdigit():
+        trailing = re.search(r"(\d+)\D*$", store_id)
+        return trailing is not None and int(trailing.group(1)) == int(image_id)
+    return image_id in store_id
 
 
 def _labels(examples: list[dict], column: str, dtype=torch.long) -> torch.Tensor:
