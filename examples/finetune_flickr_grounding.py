@@ -37,7 +37,7 @@ from hf_vlalign.alignment.boxes import box_iou
 from hf_vlalign.analysis.plots import plot_word_region_heatmap
 from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
-from hf_vlalign.data.collators import PhraseGroundingCollator
+from hf_vlalign.data.collators import PhraseGroundingCollator, store_image_id
 from hf_vlalign.data.feature_store import RegionFeatureStore
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_task_model_card
 from hf_vlalign.metrics import phrase_grounding_recall
@@ -255,7 +255,7 @@ def recall_results(dataset: datasets.Dataset, store: RegionFeatureStore, scores:
     ranked, by_confidence, every_region, gold = [], [], [], []
     without_confidence = 0
     for row, row_scores in zip(dataset, scores):
-        image = store.image_at(store.row_of(row["image_id"]), without=("features",))
+        image = store.image_at(store.row_of(store_image_id(store, row)), without=("features",))
         confidence = image["object_conf"]
         if confidence is None:  # ties: the store's order of the regions
             without_confidence += 1
@@ -287,7 +287,7 @@ def plot_grounding_scores(dataset, store, scores, path: Path, title: str) -> Pat
     with the most phrases among the first 50; each phrase is labelled with its gold regions (IoU >= 0.5)."""
     index = max(range(min(50, len(dataset))), key=lambda i: len(scores[i]))
     row = dataset[index]
-    boxes = store[row["image_id"]]["boxes"]
+    boxes = store[store_image_id(store, row)]["boxes"]
     probabilities = torch.stack([phrase.softmax(-1) for phrase in scores[index]]).numpy()
     labels = []
     for (start, end), gold in zip(row["sentence_phrase_spans"], row["sentence_phrase_boxes"]):

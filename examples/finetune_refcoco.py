@@ -39,7 +39,7 @@ from hf_vlalign import SingleStreamForReferringExpression, TwoStreamForReferring
 from hf_vlalign.alignment.boxes import box_iou
 from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
-from hf_vlalign.data.collators import ReferringExpressionCollator
+from hf_vlalign.data.collators import ReferringExpressionCollator, store_image_id
 from hf_vlalign.data.feature_store import RegionFeatureStore
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_task_model_card
 from hf_vlalign.metrics import referring_expression_accuracy
@@ -130,19 +130,9 @@ def load_splits(
         options["image_id_template"] = ref_args.image_id_template
     train = load_dataset(REAL_DATASET, data_args.data_dir, data_args.train_split or "train", **options)
     evaluation = load_dataset(REAL_DATASET, data_args.data_dir, data_args.eval_split or "val", **options)
-    train, evaluation = with_store_image_ids(train, store), with_store_image_ids(evaluation, store)
     return train, evaluation, store, f"RefCOCO+ ({data_args.data_dir})"
 
 
-def with_store_image_ids(dataset: datasets.Dataset, store: RegionFeatureStore) -> datasets.Dataset:
-    """Rows whose `image_id` is their image's id in `store` (the collator reads the regions by `image_id`): RefCOCO+
-    gives the plain COCO id ("581857"), feature stores often "COCO_train2014_000000581857"; `load_dataset` found each
-    row's image (`feature_row`), this names it. The COCO id stays in `coco_image_id`."""
-    store_ids = store.image_ids
-    if all(store_ids[row] == image_id for row, image_id in zip(dataset["feature_row"], dataset["image_id"])):
-        return dataset
-    dataset = dataset.add_column("coco_image_id", dataset["image_id"])
-    return dataset.map(lambda row: {"image_id": store_ids[row["feature_row"]]}, desc="store image ids")
 
 
 
@@ -200,7 +190,7 @@ def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) ->
     chosen, confident, best, gold, chance = [], [], [], [], []
     with_confidence = True
     for row, choice in zip(dataset, choices):
-        image = store[row["image_id"]]
+        image = store[store_image_id(store, row)]  # the row's image, whatever the store calls it
         boxes, box = image["boxes"], row["expression_phrase_boxes"][0][0]  # phrases -> boxes -> x1, y1, x2, y2
         if not 0 <= choice < len(boxes):
             raise ValueError(

@@ -125,18 +125,20 @@ def refcoco_files(tmp_path_factory):
     return paths.refcoco_dir, RegionFeatureStore.write(records, root / "coco_store"), store
 
 
-def test_real_data_path_names_the_store_images_and_collates(refcoco_files):
+def test_real_data_path_joins_the_store_images_and_collates(refcoco_files):
     refcoco_dir, coco_store, synthetic_store = refcoco_files
     data_args = example.DataArguments(dataset="refcoco+", data_dir=str(refcoco_dir), features=str(coco_store.directory))
     train, evaluation, store, source = example.load_splits(data_args, example.ReferringArguments())
     assert source.startswith("RefCOCO+") and store.image_ids == coco_store.image_ids
     plain = load_dataset("refcoco+", refcoco_dir, "val")
     assert len(evaluation) == len(plain) and len(train) == len(load_dataset("refcoco+", refcoco_dir, "train"))
-    assert evaluation["coco_image_id"] == plain["image_id"]
-    assert evaluation["image_id"] == [f"COCO_train2014_{int(i):012d}" for i in plain["image_id"]]
+    assert evaluation["image_id"] == plain["image_id"]  # COCO ids, joined to "COCO_train2014_<id:012d>" by row
+    assert [coco_store.image_id_at(row) for row in evaluation["feature_row"]] == [
+        f"COCO_train2014_{int(i):012d}" for i in plain["image_id"]
+    ]
     assert evaluation["expression"] == plain["expression"]
 
-    # the collator reads the regions of the renamed rows: every referred shape has a detected region at IoU >= 0.5
+    # the collator reads the regions through `feature_row`: every referred shape has a detected region at IoU >= 0.5
     tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
     batch = ReferringExpressionCollator(tokenizer, store)(list(evaluation))
     assert bool((batch["target_region_iou"].max(-1).values >= 0.5).all())
@@ -146,9 +148,6 @@ def test_real_data_path_names_the_store_images_and_collates(refcoco_files):
     results = example.referring_results(evaluation, store, batch["labels"].tolist())
     assert results["accuracy"] == results["upper_bound_accuracy"] == 1.0
 
-    # rows already named as in the store are left as they are
-    synthetic_rows = load_dataset("refcoco+", refcoco_dir, "val", features=synthetic_store)
-    assert example.with_store_image_ids(synthetic_rows, synthetic_store) is synthetic_rows
 
 
 def test_unknown_dataset_and_missing_paths_are_refused():

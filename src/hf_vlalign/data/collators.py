@@ -85,6 +85,29 @@ def pad_regions(store: RegionFeatureStore, image_ids: Sequence[str]) -> dict[str
     }
 
 
+def store_image_id(
+    store: RegionFeatureStore, example: dict, id_column: str = "image_id", row_column: str = "feature_row"
+) -> str:
+    """The row's image as the store names it: its `image_id` when the store has it, else the store row
+    `load_dataset(..., features=store)` matched it to (`feature_row`; e.g. COCO id "581857" stored as
+    "COCO_train2014_000000581857")."""
+    image_id, row = example[id_column], example.get(row_column)
+    if image_id in store or row is None:
+        return image_id  # a missing image without a row fails in `pad_regions`, naming it
+    if isinstance(row, bool) or not isinstance(row, numbers.Integral) or not 0 <= row < len(store):
+        raise ValueError(
+            f"`{row_column}` of image {image_id!r} must be a row of the region-feature store (0 to "
+            f"{len(store) - 1}), got {row!r}; were the rows joined with another store?"
+        )
+    store_id = store.image_id_at(int(row))
+    if not _names_same_image(str(image_id), store_id):
+        raise ValueError(
+            f"`image_id` {image_id!r} is not in the region-feature store, and its `{row_column}` {row} is the image "
+            f"{store_id!r}, not the same id in another naming; were the rows joined with another store?"
+        )
+    return store_id
+
+
 def span_token_mask(offsets: torch.Tensor, in_sentence: torch.Tensor, span) -> torch.Tensor:
     """Tokens of one sentence (`in_sentence`, (T,) bool) whose character offsets overlap [span[0], span[1])."""
     start, end = int(span[0]), int(span[1])
@@ -161,24 +184,7 @@ class RegionTextCollator:
         return pad_regions(self.region_features, [self.store_image_id(example) for example in examples])
 
     def store_image_id(self, example: dict, id_column: str = "image_id", row_column: str = "feature_row") -> str:
-        """The row's image as the store names it: its `image_id` when the store has it, else the store row
-        `load_dataset(..., features=store)` matched it to (`feature_row`; e.g. COCO id "581857" stored as
-        "COCO_train2014_000000581857")."""
-        image_id, row = example[id_column], example.get(row_column)
-        if image_id in self.region_features or row is None:
-            return image_id  # a missing image without a row fails in `pad_regions`, naming it
-        if isinstance(row, bool) or not isinstance(row, numbers.Integral) or not 0 <= row < len(self.region_features):
-            raise ValueError(
-                f"`{row_column}` of image {image_id!r} must be a row of the region-feature store (0 to "
-                f"{len(self.region_features) - 1}), got {row!r}; were the rows joined with another store?"
-            )
-        store_id = self.region_features.image_id_at(int(row))
-        if not _names_same_image(str(image_id), store_id):
-            raise ValueError(
-                f"`image_id` {image_id!r} is not in the region-feature store, and its `{row_column}` {row} is the image "
-                f"{store_id!r}, not the same id in another naming; were the rows joined with another store?"
-            )
-        return store_id
+        return store_image_id(self.region_features, example, id_column, row_column)
 
     def task_tensors(self, examples: list[dict], encoding, batch: dict) -> dict[str, torch.Tensor]:
         return self.grounding_tensors(examples, encoding, batch)
