@@ -52,7 +52,7 @@ class CaptioningTrainer(ComponentLossTrainer):
 
     loss_component_keys = ("loss_caption", "loss_mask", "mask_mean", "loss_scst", "reward")
     non_model_keys = CAPTION_NON_MODEL_KEYS
-    non_prediction_keys = ("past_key_values", "encoder_last_hidden_state", "aligned_cross_attentions", "encoder_attentions", "decoder_attentions")
+    non_prediction_keys = ("cache", "encoder_last_hidden_state", "aligned_cross_attentions", "encoder_attentions", "decoder_attentions")
 
     def __init__(
         self,

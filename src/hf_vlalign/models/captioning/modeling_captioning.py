@@ -20,6 +20,7 @@ from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import ModelOutput, logging
+from transformers.utils.deprecation import deprecate_kwarg
 
 from ...supervision.perturbation import AttentionPerturbation, PerturbationLinear, mask_objective
 from ...utils.validation import check_dim, check_finite, check_mask_not_empty, check_normalised_boxes, check_rank
@@ -41,7 +42,7 @@ class RegionCaptionerModelOutput(ModelOutput):
     """
 
     last_hidden_state: torch.FloatTensor | None = None
-    past_key_values: Cache | None = None
+    cache: Cache | None = None
     encoder_last_hidden_state: torch.FloatTensor | None = None
     encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
@@ -58,7 +59,7 @@ class RegionCaptionerOutput(ModelOutput):
     loss_mask (`torch.FloatTensor`, *optional*): the mask objective of A2 (eq. 4), in "perturb" mode.
     mask_mean (`torch.FloatTensor`, *optional*): mean of the perturbation masks m over the aligned layers.
     logits (`(batch, T, vocab_size)`): next-token scores.
-    past_key_values (`EncoderDecoderCache`, *optional*): the decoder's self- and cross-attention cache.
+    cache (`EncoderDecoderCache`, *optional*): the decoder's self- and cross-attention cache.
     encoder_last_hidden_state (`(batch, R, d_model)`): the encoded regions.
     encoder_attentions / decoder_attentions / cross_attentions (`tuple(torch.FloatTensor)`, *optional*): per layer,
         encoder self-attention (batch, heads, R, R), decoder self-attention (batch, heads, T, T_total) and decoder
@@ -72,7 +73,7 @@ class RegionCaptionerOutput(ModelOutput):
     loss_mask: torch.FloatTensor | None = None
     mask_mean: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
-    past_key_values: Cache | None = None
+    cache: Cache | None = None
     encoder_last_hidden_state: torch.FloatTensor | None = None
     encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
@@ -150,22 +151,22 @@ class RegionCaptionerAttention(nn.Module):
         self.v_proj = nn.Linear(config.d_model, config.d_model)
         self.out_proj = nn.Linear(config.d_model, config.d_model)
 
-    def project_key_value(self, hidden_states, key_value_states, past_key_values) -> tuple[torch.Tensor, torch.Tensor]:
+    def project_key_value(self, hidden_states, key_value_states, cache) -> tuple[torch.Tensor, torch.Tensor]:
         is_cross = key_value_states is not None
-        cache = None
-        if past_key_values is not None:
-            cache = past_key_values.cross_attention_cache if is_cross else past_key_values.self_attention_cache
-            if is_cross and past_key_values.is_updated.get(self.layer_idx):
-                layer = cache.layers[self.layer_idx]
+        layer_cache = None
+        if cache is not None:
+            layer_cache = cache.cross_attention_cache if is_cross else cache.self_attention_cache
+            if is_cross and cache.is_updated.get(self.layer_idx):
+                layer = layer_cache.layers[self.layer_idx]
                 return layer.keys, layer.values
         source = key_value_states if is_cross else hidden_states
         shape = (*source.shape[:-1], -1, self.head_dim)
         key = self.k_proj(source).view(shape).transpose(1, 2)
         value = self.v_proj(source).view(shape).transpose(1, 2)
-        if cache is not None:
-            key, value = cache.update(key, value, self.layer_idx)
+        if layer_cache is not None:
+            key, value = layer_cache.update(key, value, self.layer_idx)
             if is_cross:
-                past_key_values.is_updated[self.layer_idx] = True
+                cache.is_updated[self.layer_idx] = True
         return key, value
 
     def query(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -176,11 +177,11 @@ class RegionCaptionerAttention(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None,
         key_value_states: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         query = self.query(hidden_states)
-        key, value = self.project_key_value(hidden_states, key_value_states, past_key_values)
+        key, value = self.project_key_value(hidden_states, key_value_states, cache)
         attn_output, attn_weights = run_attention(self, query, key, value, attention_mask, self.dropout, output_attentions)
         return self.out_proj(attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous()), attn_weights
 
@@ -345,7 +346,7 @@ class AlignedCrossAttention(RegionCaptionerAttention):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None,
         key_value_states: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         output_attentions: bool = False,
         region_mask: torch.Tensor | None = None,
         alignment_mode: str = "align",
@@ -353,11 +354,11 @@ class AlignedCrossAttention(RegionCaptionerAttention):
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         if self.perturbation is None:
             attn_output, attn_weights = super().forward(
-                hidden_states, attention_mask, key_value_states, past_key_values, output_attentions
+                hidden_states, attention_mask, key_value_states, cache, output_attentions
             )
             return attn_output, attn_weights, attn_weights, None
         query = self.query(hidden_states)
-        key, value = self.project_key_value(hidden_states, key_value_states, past_key_values)
+        key, value = self.project_key_value(hidden_states, key_value_states, cache)
         logits = query @ key.transpose(-1, -2) * self.scaling
         probs = torch.softmax(logits + attention_mask if attention_mask is not None else logits, dim=-1)
         # eq. (2), one value per head, step and region (a per-step mask would be undone by the re-normalisation)
@@ -394,21 +395,21 @@ class RegionCaptionerDecoderLayer(GradientCheckpointingLayer):
         encoder_hidden_states,
         cross_attention_mask,
         region_mask,
-        past_key_values=None,
+        cache=None,
         output_attentions=False,
         alignment_mode="align",
         alignment_step=0,
     ):
         normed = self.self_attn_layer_norm(hidden_states) if self.pre_norm else hidden_states
         attn_output, self_weights = self.self_attn(
-            normed, self_attention_mask, past_key_values=past_key_values, output_attentions=output_attentions
+            normed, self_attention_mask, cache=cache, output_attentions=output_attentions
         )
         hidden_states = residual(hidden_states, self.dropout(attn_output), self.self_attn_layer_norm, self.pre_norm)
         attn_output, cross_weights, used_weights, mask = self.encoder_attn(
             self.encoder_attn_layer_norm(hidden_states) if self.pre_norm else hidden_states,
             cross_attention_mask,
             key_value_states=encoder_hidden_states,
-            past_key_values=past_key_values,
+            cache=cache,
             output_attentions=output_attentions,
             region_mask=region_mask,
             alignment_mode=alignment_mode,
@@ -439,12 +440,12 @@ class RegionCaptionerDecoder(nn.Module):
         encoder_hidden_states: torch.Tensor,
         region_mask: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         output_attentions: bool = False,
         alignment_mode: str = "align",
         alignment_step: int = 0,
     ) -> dict:
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past_length = cache.get_seq_length() if cache is not None else 0
         batch, length = input_ids.shape
         if past_length + length > self.config.max_position_embeddings:
             raise ValueError(
@@ -460,7 +461,7 @@ class RegionCaptionerDecoder(nn.Module):
         for layer in self.layers:
             hidden_states, self_weights, cross_weights, used_weights, mask = layer(
                 hidden_states, self_mask, encoder_hidden_states, cross_mask, region_mask,
-                past_key_values, output_attentions, alignment_mode, alignment_step,
+                cache, output_attentions, alignment_mode, alignment_step,
             )  # fmt: skip
             if output_attentions:
                 outputs["decoder_attentions"] += (self_weights,)
@@ -539,6 +540,7 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.decoder.embed_tokens = value
 
+    @deprecate_kwarg("past_key_values", "6.0.0", new_name="cache")
     def forward(
         self,
         visual_feats: torch.FloatTensor | None = None,
@@ -547,7 +549,7 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.LongTensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         alignment_mode: str = "align",
@@ -571,21 +573,21 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
             visual_attention_mask = encoder_states.new_ones(encoder_states.shape[:2], dtype=torch.long)
         if decoder_input_ids is None:
             raise ValueError("`decoder_input_ids` (or `labels`) are required to run the decoder.")
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         decoded = self.decoder(
             decoder_input_ids,
             encoder_states,
             visual_attention_mask,
             attention_mask=decoder_attention_mask,
-            past_key_values=past_key_values if use_cache else None,
+            cache=cache if use_cache else None,
             output_attentions=output_attentions,
             alignment_mode=alignment_mode,
             alignment_step=int(self.alignment_step),
         )
         return RegionCaptionerModelOutput(
             last_hidden_state=decoded["last_hidden_state"],
-            past_key_values=past_key_values if use_cache else None,
+            cache=cache if use_cache else None,
             encoder_last_hidden_state=encoder_states,
             encoder_attentions=encoder_outputs.attentions,
             decoder_attentions=decoded["decoder_attentions"] or None,
@@ -640,6 +642,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             model.model.decoder.embed_tokens.weight.copy_(embeddings)
         return model
 
+    @deprecate_kwarg("past_key_values", "6.0.0", new_name="cache")
     def forward(
         self,
         visual_feats: torch.FloatTensor | None = None,
@@ -649,7 +652,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         decoder_attention_mask: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
@@ -680,7 +683,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache,
             use_cache=use_cache,
             output_attentions=output_attentions,
             alignment_mode=alignment_mode,
@@ -704,7 +707,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             loss_mask=loss_mask,
             mask_mean=mask_mean,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            cache=outputs.cache,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_attentions=outputs.encoder_attentions,
             decoder_attentions=outputs.decoder_attentions,
@@ -734,14 +737,15 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
                 f"[{int(decoder_input_ids.min())}, {int(decoder_input_ids.max())}]."
             )
 
-    def prepare_inputs_for_generation(self, decoder_input_ids, past_key_values=None, **kwargs):
+    @deprecate_kwarg("past_key_values", "6.0.0", new_name="cache")
+    def prepare_inputs_for_generation(self, decoder_input_ids, cache=None, **kwargs):
         """Only the new token is fed once the cache holds the earlier ones."""
-        if past_key_values is not None and past_key_values.get_seq_length() > 0:
-            decoder_input_ids = decoder_input_ids[:, past_key_values.get_seq_length() :]
+        if cache is not None and cache.get_seq_length() > 0:
+            decoder_input_ids = decoder_input_ids[:, cache.get_seq_length() :]
         keep = ("encoder_outputs", "visual_attention_mask", "use_cache", "output_attentions")
         return {
             "decoder_input_ids": decoder_input_ids,
-            "past_key_values": past_key_values,
+            "cache": cache,
             **{key: kwargs[key] for key in keep if key in kwargs},
         }
 
