@@ -18,7 +18,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
 
 from hf_vlalign import SingleStreamForVisualParaphrase, default_text_model_path
@@ -30,7 +29,7 @@ from hf_vlalign.hub.model_card import render_model_card
 from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.trainers import VGPTrainer
 from hf_vlalign.trainers.grounding_evaluation import evaluate_grounding, word_region_attention
-from hf_vlalign.trainers.recipes import MixedPrecisionArguments, parse_recipe_args
+from hf_vlalign.trainers.recipes import MixedPrecisionArguments, parse_recipe_args, save_model, set_dropout
 
 
 @dataclass
@@ -107,21 +106,21 @@ def load_model(args: VGPArguments, visual_feat_dim: int) -> SingleStreamForVisua
     return model
 
 
-def set_dropout(model: SingleStreamForVisualParaphrase, p: float) -> None:
-    """Every dropout of `model` (its modules read `p` at each call) and the config fields that record it."""
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"`--dropout` must be in [0, 1), got {p}.")
-    model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = model.config.classifier_dropout = p
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = p
-
-
-def write_report(trainer, metrics, data_source, args, training_args, eval_dataset, collator, tokenizer) -> dict:
-    """Grounding probe, heatmaps, eval_results.json and the model card, in --output_dir (main process only)."""
-    output_dir = Path(training_args.output_dir)
+def probe_grounding(model, training_args, eval_dataset, collator, tokenizer) -> tuple:
+    """Li et al.'s grounding probe over the evaluation split and the word x region attention of the heatmap's example
+    in the best head: (probe result, drawn attention). Forward passes of the trained model, so every process runs them
+    (under FSDP or DeepSpeed ZeRO-3 a forward pass gathers the sharded weights from every process)."""
     collator.return_probe_targets = True
-    probe = evaluate_grounding(trainer.model, eval_dataset, collator, training_args.per_device_eval_batch_size)
+    probe = evaluate_grounding(model, eval_dataset, collator, training_args.per_device_eval_batch_size)
+    example = next(i for i in range(len(eval_dataset)) if eval_dataset[i]["caption1_phrase_spans"])
+    batch = collator([eval_dataset[example]])
+    drawn = word_region_attention(model, batch, tokenizer, probe.best_layer, probe.best_head)
+    return probe, drawn
+
+
+def write_report(trainer, metrics, probe, drawn, data_source, args, training_args, eval_dataset) -> dict:
+    """eval_results.json, grounding_probe.json, the heatmaps and the model card, in --output_dir (main process only)."""
+    output_dir = Path(training_args.output_dir)
     results = {
         "image_description_accuracy": metrics["eval_image_description_accuracy"],
         "vgp_accuracy": metrics["eval_vgp_accuracy"],
@@ -136,10 +135,6 @@ def write_report(trainer, metrics, data_source, args, training_args, eval_datase
     }
     (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
     (output_dir / "grounding_probe.json").write_text(json.dumps(probe.to_dict(), indent=2) + "\n")
-    example = next(i for i in range(len(eval_dataset)) if eval_dataset[i]["caption1_phrase_spans"])
-    drawn = word_region_attention(
-        trainer.model, collator([eval_dataset[example]]), tokenizer, probe.best_layer, probe.best_head
-    )
     plot_word_region_heatmap(
         drawn.attention,
         drawn.words,
@@ -193,14 +188,13 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=tokenizer,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    if trainer.is_world_process_zero():  # keep the folder pickle-free: the arguments as JSON, not training_args.bin
-        (Path(training_args.output_dir) / "training_args.bin").unlink(missing_ok=True)
-        (Path(training_args.output_dir) / "training_args.json").write_text(training_args.to_json_string())
+    # every process saves and evaluates (collectives under FSDP / DeepSpeed); only the main process writes the report
+    save_model(trainer, training_args.output_dir)
     metrics = trainer.evaluate()
+    probe, drawn = probe_grounding(trainer.model, training_args, eval_dataset, collator, tokenizer)
     results = {}
     if trainer.is_world_process_zero():
-        results = write_report(trainer, metrics, data.source, args, training_args, eval_dataset, collator, tokenizer)
+        results = write_report(trainer, metrics, probe, drawn, data.source, args, training_args, eval_dataset)
         print(json.dumps(results, indent=2))
         if push_to_hub:  # last: a failed push raises HubPushError, the local folder being complete
             push_folder_to_hub(

@@ -14,7 +14,7 @@ attribute names). It then reports the answer accuracy and the grounding accuracy
 cross-attention (Li et al.'s probe on the penultimate cross layer, heads summed, as in the paper's Figure 4).
 
 Writes to --output_dir: one folder per run (`with_alignment/`, `without_alignment/`: safetensors weights, config,
-tokenizer, eval_results.json with `vqa_accuracy`, `cross_attention_grounding_accuracy`, `alignment_loss` (mean L_align on
+training_args.json, tokenizer, eval_results.json with `vqa_accuracy`, `cross_attention_grounding_accuracy`, `alignment_loss` (mean L_align on
 the evaluation split; null without the decoder) and more), `eval_results.json` with both runs, and `cross_attention.png` (the word x object
 cross-attention of the penultimate cross layer for both runs side by side) and README.md (the model card: the
 with-alignment run's settings, both runs' results).
@@ -39,7 +39,7 @@ from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneC
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
 from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.trainers import AlignmentPretrainingTrainer, cross_attention_rows, evaluate_cross_attention
-from hf_vlalign.trainers.recipes import MixedPrecisionArguments, parse_recipe_args
+from hf_vlalign.trainers.recipes import MixedPrecisionArguments, parse_recipe_args, save_model, set_dropout
 
 RUNS = {"with": ("with_alignment", True), "without": ("without_alignment", False)}
 
@@ -73,6 +73,25 @@ class PretrainingArguments:
     synthetic_train_images: int = field(default=800)
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=32)
+    dropout: float | None = field(
+        default=None,
+        metadata={
+            "help": "if set, every dropout probability of the model (hidden, attention, classifier); default: the "
+            "checkpoint's. 0.0 makes training deterministic across process counts (tests/test_multiprocess.py)."
+        },
+    )
+    mlm_probability: float | None = field(
+        default=None,
+        metadata={"help": "training: probability of masking a word (default: PretrainingCollator's, 0.15)."},
+    )
+    object_mask_probability: float | None = field(
+        default=None,
+        metadata={"help": "training: probability of masking an object (default: PretrainingCollator's, 0.15)."},
+    )
+    mismatch_probability: float | None = field(
+        default=None,
+        metadata={"help": "training: probability of swapping a row's image (default: PretrainingCollator's, 0.5)."},
+    )
 
 
 def parse_args(argv: list[str]) -> tuple[PretrainingArguments, TrainingArguments]:
@@ -94,6 +113,8 @@ def parse_args(argv: list[str]) -> tuple[PretrainingArguments, TrainingArguments
     )
     if args.alignment_loss not in (*RUNS, "both"):
         raise ValueError(f"`--alignment_loss` must be one of {[*RUNS, 'both']}, got {args.alignment_loss!r}.")
+    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
+        raise ValueError(f"`--dropout` must be in [0, 1), got {args.dropout}.")
     return args, training_args
 
 
@@ -133,18 +154,22 @@ def load_model(args: PretrainingArguments, with_alignment: bool, store, num_obje
     }
     path = args.model_name_or_path or default_text_model_path()
     if AutoConfig.from_pretrained(path).model_type == TwoStreamForPreTraining.config_class.model_type:
-        return TwoStreamForPreTraining.from_pretrained(path, **settings)
-    return TwoStreamForPreTraining.from_text_pretrained(
-        path,
-        l_layers=args.l_layers,
-        r_layers=args.r_layers,
-        x_layers=args.x_layers,
-        visual_feat_dim=store.feature_dim,
-        num_object_labels=num_objects,
-        num_attr_labels=num_attributes,
-        num_qa_labels=num_answers,
-        **settings,
-    )
+        model = TwoStreamForPreTraining.from_pretrained(path, **settings)
+    else:
+        model = TwoStreamForPreTraining.from_text_pretrained(
+            path,
+            l_layers=args.l_layers,
+            r_layers=args.r_layers,
+            x_layers=args.x_layers,
+            visual_feat_dim=store.feature_dim,
+            num_object_labels=num_objects,
+            num_attr_labels=num_attributes,
+            num_qa_labels=num_answers,
+            **settings,
+        )
+    if args.dropout is not None:
+        set_dropout(model, args.dropout)  # every dropout module reads its `p` at each call
+    return model
 
 
 def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> tuple:
@@ -154,44 +179,51 @@ def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> t
     set_seed(training_args.seed)  # both runs start from the same weights and see the same batches
     model = load_model(args, with_alignment, store, len(classes), len(attributes or ["none"]), num_answers)
     collate = {"max_text_length": args.max_text_length, "num_answers": num_answers, "soft_targets": soft_targets}
+    masking = {
+        name: getattr(args, name)
+        for name in ("mlm_probability", "object_mask_probability", "mismatch_probability")
+        if getattr(args, name) is not None
+    }  # what is not given keeps PretrainingCollator's default
     run_args = replace(training_args, output_dir=str(Path(training_args.output_dir) / folder), push_to_hub=False)
     trainer = AlignmentPretrainingTrainer(
         model=model,
         args=run_args,
         train_dataset=train,
-        data_collator=PretrainingCollator(tokenizer, store, **collate),
+        data_collator=PretrainingCollator(tokenizer, store, **collate, **masking),
         processing_class=tokenizer,
         vqa_start_epoch=args.vqa_start_epoch,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    # every process saves and evaluates (collectives under FSDP / DeepSpeed); only the main process writes
+    save_model(trainer, run_args.output_dir)
     eval_collator = PretrainingCollator(
         tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0,
         return_probe_targets=True, **collate,
     )  # fmt: skip
     result = evaluate_cross_attention(trainer.model, evaluation, eval_collator, run_args.per_device_eval_batch_size)
-    results = {}
+    penultimate = max(model.config.x_layers - 2, 0)
+    results = {
+        "vqa_accuracy": result.vqa_accuracy,
+        "cross_attention_grounding_accuracy": result.summed_heads.accuracy[penultimate, 0].item(),
+        "cross_attention_grounding_layer": penultimate,
+        "alignment_loss_enabled": with_alignment,
+        "grounding_baseline_accuracy": result.per_head.baseline_accuracy,
+        "best_head_grounding_accuracy": result.per_head.best_head_accuracy,
+        "num_grounded_phrases": result.per_head.num_phrases,
+        "data": source,
+        **result.to_dict(),
+    }
     if trainer.is_world_process_zero():
-        trainer.save_model(run_args.output_dir)
-        penultimate = max(model.config.x_layers - 2, 0)
-        results = {
-            "vqa_accuracy": result.vqa_accuracy,
-            "cross_attention_grounding_accuracy": result.summed_heads.accuracy[penultimate, 0].item(),
-            "cross_attention_grounding_layer": penultimate,
-            "alignment_loss_enabled": with_alignment,
-            "grounding_baseline_accuracy": result.per_head.baseline_accuracy,
-            "best_head_grounding_accuracy": result.per_head.best_head_accuracy,
-            "num_grounded_phrases": result.per_head.num_phrases,
-            "data": source,
-            **result.to_dict(),
-        }
         (Path(run_args.output_dir) / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
     return trainer.model, results, eval_collator
 
 
-def draw_figure(runs: dict, evaluation, tokenizer, path: Path) -> None:
-    """The paper's Figure 4: penultimate-layer language->vision cross-attention (heads summed) of each run, then the
-    alignment decoder's distribution (where a run has one) and the soft targets A*, for the evaluation question with
-    the most grounded words."""
+def figure_panels(runs: dict, evaluation, tokenizer) -> tuple[list, object]:
+    """The panels of the paper's Figure 4: penultimate-layer language->vision cross-attention (heads summed) of each
+    run, then the alignment decoder's distribution (where a run has one) and the soft targets A*, for the evaluation
+    question with the most grounded words; returns (panels, the last run's `cross_attention_rows`). Forward passes of
+    the trained models, so every process runs them (under FSDP or DeepSpeed ZeRO-3 a forward pass gathers the
+    sharded weights from every process)."""
     example = max(range(min(len(evaluation), 200)), key=lambda i: sum(e - s for s, e in evaluation[i]["question_phrase_spans"]))
     panels, drawn = [], None
     for run, (model, results, collator) in runs.items():
@@ -201,7 +233,7 @@ def draw_figure(runs: dict, evaluation, tokenizer, path: Path) -> None:
         if drawn.decoder is not None:
             panels.append((drawn.decoder, f"{RUNS[run][0].replace('_', ' ')}: alignment decoder"))
     panels.append((drawn.gold, "targets A*"))
-    plot_word_region_heatmaps(panels, drawn.words, drawn.region_labels, path)
+    return panels, drawn
 
 
 def write_model_card(args, training_args, runs: dict, summary: dict, source: str, output_dir: Path) -> None:
@@ -241,10 +273,11 @@ def main(argv: list[str] | None = None) -> dict:
     selected = list(RUNS) if args.alignment_loss == "both" else [args.alignment_loss]
     runs = {run: train_one(args, training_args, run, data, tokenizer, soft_targets) for run in selected}
     summary = {RUNS[run][0]: results for run, (_, results, _) in runs.items()}
-    if summary and all(summary.values()):
+    panels, drawn = figure_panels(runs, data[1], tokenizer)  # every process: forward passes of the models
+    if training_args.process_index == 0:  # the main process writes, as `Trainer.is_world_process_zero`
         output_dir = Path(training_args.output_dir)
         (output_dir / "eval_results.json").write_text(json.dumps(summary, indent=2) + "\n")
-        draw_figure(runs, data[1], tokenizer, output_dir / "cross_attention.png")
+        plot_word_region_heatmaps(panels, drawn.words, drawn.region_labels, output_dir / "cross_attention.png")
         write_model_card(args, training_args, runs, summary, data[6], output_dir)
         headline = (
             "vqa_accuracy",

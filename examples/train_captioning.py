@@ -34,7 +34,7 @@ from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_ca
 from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.metrics.captioning import caption_scores
 from hf_vlalign.trainers import CaptioningTrainer, evaluate_decoder_grounding
-from hf_vlalign.trainers.recipes import MixedPrecisionArguments, parse_recipe_args
+from hf_vlalign.trainers.recipes import MixedPrecisionArguments, parse_recipe_args, save_model
 
 
 @dataclass
@@ -63,6 +63,13 @@ class CaptioningArguments:
     synthetic_train_images: int = field(default=800)
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=24)
+    dropout: float | None = field(
+        default=None,
+        metadata={
+            "help": "if set, every dropout probability of the model (hidden and attention); default: the checkpoint's "
+            "(0.1 from a text checkpoint). 0.0 makes training deterministic across process counts."
+        },
+    )
 
 
 def parse_args(argv: list[str]) -> tuple[CaptioningArguments, TrainingArguments]:
@@ -82,6 +89,8 @@ def parse_args(argv: list[str]) -> tuple[CaptioningArguments, TrainingArguments]
         dataloader_num_workers=0,
         seed=42,
     )
+    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
+        raise ValueError(f"`--dropout` must be in [0, 1), got {args.dropout}.")
     return args, training_args
 
 
@@ -111,6 +120,8 @@ def load_model(args: CaptioningArguments, visual_feat_dim: int) -> RegionCaption
         "alignment_temperature": args.alignment_temperature,
         "normalize_before": args.normalize_before,
     }
+    if args.dropout is not None:  # config fields, read when the modules are built
+        settings.update(dropout=args.dropout, attention_dropout=args.dropout)
     path = args.model_name_or_path or default_text_model_path()
     if AutoConfig.from_pretrained(path).model_type == RegionCaptionerForConditionalGeneration.config_class.model_type:
         return RegionCaptionerForConditionalGeneration.from_pretrained(path, **settings)
@@ -138,10 +149,11 @@ def load_model(args: CaptioningArguments, visual_feat_dim: int) -> RegionCaption
 def generate_captions(model, images, store, tokenizer, args, batch_size: int) -> list[str]:
     collator = CaptioningCollator(tokenizer, store, text_columns=("caption",))
     model.eval()
+    device = next(model.parameters()).device  # where the Trainer left the model
     captions = []
     for start in range(0, len(images), batch_size):
         rows = [{"image_id": image["image_id"], "caption": ""} for image in images[start : start + batch_size]]
-        regions = {k: v for k, v in collator(rows).items() if k.startswith("visual_")}
+        regions = {k: v.to(device) for k, v in collator(rows).items() if k.startswith("visual_")}
         generated = model.generate(**regions, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, do_sample=False)
         captions += tokenizer.batch_decode(generated, skip_special_tokens=True)
     return captions
@@ -154,13 +166,18 @@ def caption_losses(model, captions, collator, batch_size: int) -> tuple[float, f
     image_ids = sorted(set(captions["image_id"]))
     other_image = dict(zip(image_ids, image_ids[1:] + image_ids[:1]))
     model.eval()
+    device = next(model.parameters()).device
     totals = {"own": [0.0, 0], "other": [0.0, 0]}
     for start in range(0, len(captions), batch_size):
         rows = [captions[i] for i in range(start, min(start + batch_size, len(captions)))]
         swapped = [{**row, "image_id": other_image[row["image_id"]]} for row in rows]
         for key, batch_rows in (("own", rows), ("other", swapped)):
             batch = collator(batch_rows)
-            inputs = {k: v for k, v in batch.items() if k.startswith("visual_") or k in ("labels", "decoder_attention_mask")}
+            inputs = {
+                k: v.to(device)
+                for k, v in batch.items()
+                if k.startswith("visual_") or k in ("labels", "decoder_attention_mask")
+            }
             tokens = int((batch["labels"] != -100).sum())
             totals[key][0] += float(model(**inputs).loss) * tokens
             totals[key][1] += tokens
@@ -168,12 +185,17 @@ def caption_losses(model, captions, collator, batch_size: int) -> tuple[float, f
 
 
 @torch.no_grad()
-def draw_alignment(model, image, store, tokenizer, caption: str, path: Path) -> None:
+def alignment_panels(model, image, store, tokenizer, caption: str) -> tuple[list, list[str], list[str]]:
     """A2 Figure 1: for every generated word, the attention of the last decoder layer over the regions (heads
-    averaged) before alignment (the raw cross-attention) and after it (the attention the decoder used)."""
+    averaged) before alignment (the raw cross-attention) and after it (the attention the decoder used); returns
+    (panels, words, region labels) for `plot_word_region_heatmaps`. A forward pass of the trained model, so every
+    process runs it (under FSDP or DeepSpeed ZeRO-3 a forward pass gathers the sharded weights from every process)."""
     collator = CaptioningCollator(tokenizer, store, text_columns=("caption",))
     batch = collator([{"image_id": image["image_id"], "caption": caption or "."}])
-    inputs = {k: v for k, v in batch.items() if k.startswith("visual_") or k in ("labels", "decoder_attention_mask")}
+    device = next(model.parameters()).device
+    inputs = {
+        k: v.to(device) for k, v in batch.items() if k.startswith("visual_") or k in ("labels", "decoder_attention_mask")
+    }
     outputs = model(**inputs, output_attentions=True)
     keep = batch["decoder_attention_mask"][0].bool()
     words = tokenizer.convert_ids_to_tokens(batch["labels"][0][keep].tolist())
@@ -181,14 +203,13 @@ def draw_alignment(model, image, store, tokenizer, caption: str, path: Path) -> 
     labels = [f"r{r}" for r in regions.nonzero().flatten().tolist()]
 
     def rows(attention):
-        return attention[-1][0].mean(0)[keep][:, regions].numpy()
+        return attention[-1][0].mean(0).float().cpu()[keep][:, regions].numpy()
 
-    plot_word_region_heatmaps(
-        [(rows(outputs.cross_attentions), "before alignment"), (rows(outputs.aligned_cross_attentions), "after alignment")],
-        words,
-        labels,
-        path,
-    )
+    panels = [
+        (rows(outputs.cross_attentions), "before alignment"),
+        (rows(outputs.aligned_cross_attentions), "after alignment"),
+    ]
+    return panels, words, labels
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -214,20 +235,20 @@ def main(argv: list[str] | None = None) -> dict:
         encoder_learning_rate=args.encoder_learning_rate,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    if not trainer.is_world_process_zero():
-        return {}
     output_dir = Path(training_args.output_dir)
-    trainer.save_model(output_dir)
-    (output_dir / "training_args.bin").unlink(missing_ok=True)
-    (output_dir / "training_args.json").write_text(training_args.to_json_string())
+    # every process saves and runs the trained model (collectives under FSDP / DeepSpeed); only the main process writes
+    save_model(trainer, output_dir)
     model = trainer.model.eval()
     captions = generate_captions(model, images, store, tokenizer, args, training_args.per_device_eval_batch_size)
-    scores = caption_scores(captions, [image["references"] for image in images])
     grounding_collator = CaptioningCollator(
         tokenizer, store, text_columns=("sentence",), max_text_length=args.max_text_length, return_probe_targets=True
     )
     per_head, summed = evaluate_decoder_grounding(model, test, grounding_collator, training_args.per_device_eval_batch_size)
     own_loss, other_loss = caption_losses(model, test, grounding_collator, training_args.per_device_eval_batch_size)
+    panels, words, region_labels = alignment_panels(model, images[0], store, tokenizer, captions[0])
+    if not trainer.is_world_process_zero():
+        return {}
+    scores = caption_scores(captions, [image["references"] for image in images])
     results = {
         "bleu_4": scores["bleu_4"],
         "cider": scores["cider"],
@@ -248,7 +269,7 @@ def main(argv: list[str] | None = None) -> dict:
     (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
     samples = [{"image_id": image["image_id"], "generated": caption, "references": image["references"]} for image, caption in zip(images[:20], captions)]
     (output_dir / "samples.json").write_text(json.dumps(samples, indent=2) + "\n")
-    draw_alignment(model, images[0], store, tokenizer, captions[0], output_dir / "attention_alignment.png")
+    plot_word_region_heatmaps(panels, words, region_labels, output_dir / "attention_alignment.png")
     card = render_model_card(
         "captioner",
         model_id=training_args.hub_model_id,

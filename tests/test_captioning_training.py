@@ -64,7 +64,7 @@ def test_mask_step_changes_only_the_mask_networks(captions, tmp_path):
     train, _, _ = captions
     batch = trainer.data_collator([train[i] for i in range(16)])
     before = {name: tensor.clone() for name, tensor in trainer.model.state_dict().items()}
-    trainer._mask_step(trainer.model, batch)
+    trainer._mask_step([batch], trainer.global_item_counts([batch]))
     mask_ids = {id(p) for p in trainer.model.mask_parameters()}
     changed = {name for name, tensor in trainer.model.state_dict().items() if not torch.equal(tensor, before[name])}
     mask_names = {name for name, p in trainer.model.named_parameters() if id(p) in mask_ids}

@@ -6,15 +6,21 @@
 | `RegionScoringHead` | RefCOCO+ region scoring | every region's final state | VL-BERT / ViLBERT region classifier |
 | `RegionToPhraseAttention` | Flickr30k phrase grounding | phrase and region states | VisualBERT's `RegionToPhraseAttention` |
 
-Each loss is a plain function so the models stay short: `answer_loss`, `referring_expression_loss`,
-`phrase_grounding_loss`.
+Each loss is a plain function so the models stay short: `answer_loss`, `reasoning_loss`, `referring_expression_loss`,
+`phrase_grounding_loss`; each takes the number of items to divide by (`num_items`, global under data parallelism) and
+has a `*_item_counts(inputs)` function giving that number for a batch (the heads' `loss_item_counts`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
+
+from ..utils.item_counts import count_labeled, count_true, item_count, mean_cross_entropy, mean_over_items
 
 
 class AnswerHead(nn.Module):
@@ -82,31 +88,64 @@ def weighted_total(weighted_losses: list[tuple[float, torch.Tensor | None]]) -> 
     return torch.stack(terms).sum() if terms else None
 
 
-def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
+def answer_item_count(labels: torch.Tensor | None) -> torch.Tensor:
+    """The questions [`answer_loss`] averages over: every row of (B, A) soft scores, the ids that are not -100."""
+    if labels is not None and labels.dim() == 2:
+        return torch.tensor(labels.shape[0])
+    return count_labeled(labels)
+
+
+def answer_loss(logits: torch.Tensor, labels: torch.Tensor, num_items: torch.Tensor | None = None) -> torch.Tensor | None:
     """Cross-entropy for one answer id per question (GQA; -100 ignored) or, for (B, A) soft scores (VQA), binary
-    cross-entropy summed over answers and averaged over questions (LXMERT's `bce_loss * num_answers`)."""
-    if labels.dim() == 2:
-        return nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype)) * logits.shape[-1]
-    if bool((labels == -100).all()):
+    cross-entropy summed over answers and averaged over questions (LXMERT's `bce_loss * num_answers`). `num_items`:
+    the number of questions to divide by (global under data parallelism; default: this batch's); None when there is
+    none."""
+    count = item_count(answer_item_count(labels), num_items)
+    if not bool(count > 0):
         return None
-    return nn.functional.cross_entropy(logits, labels)
+    if labels.dim() == 2:
+        total = nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="sum")
+        return mean_over_items(total, count)
+    return mean_cross_entropy(logits, labels, count)
+
+
+def reasoning_loss(logits: torch.Tensor, labels: torch.Tensor, num_items: torch.Tensor | None = None) -> torch.Tensor:
+    """NLVR2's binary cross-entropy of the pair score, averaged over the sentences (or divided by the global
+    `num_items`)."""
+    total = nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="sum")
+    return mean_over_items(total, item_count(labels.numel(), num_items))
 
 
 def masked_language_modelling(
-    lm_head: nn.Module, text_states: torch.Tensor, labels: torch.Tensor | None, training: bool
+    lm_head: nn.Module,
+    text_states: torch.Tensor,
+    labels: torch.Tensor | None,
+    training: bool,
+    num_items: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """(prediction_logits, loss_mlm): BERT's masked-word cross-entropy over the positions whose label is not -100. In
-    training with labels only the masked positions are scored (the same loss, without the vocabulary projection of
-    every other token) and no logits are returned."""
-    masked = labels != -100 if labels is not None else None
-    if training and masked is not None:
-        if not bool(masked.any()):
+    """(prediction_logits, loss_mlm): BERT's masked-word cross-entropy over the positions whose label is not -100
+    (divided by `num_items` when given, the global count of masked words). In training with labels only the masked
+    positions are scored (the same loss, without the vocabulary projection of every other token) and no logits are
+    returned."""
+    has_loss = labels is not None and bool(item_count(count_labeled(labels), num_items) > 0)
+    if training and labels is not None:
+        if not has_loss:
             return None, None
-        return None, nn.functional.cross_entropy(lm_head(text_states[masked]), labels[masked])
+        masked = labels != -100
+        return None, mean_cross_entropy(lm_head(text_states[masked]), labels[masked], num_items)
     prediction_logits = lm_head(text_states)
-    if masked is None or not bool(masked.any()):
+    if not has_loss:
         return prediction_logits, None
-    return prediction_logits, nn.functional.cross_entropy(prediction_logits.flatten(0, 1), labels.flatten())
+    return prediction_logits, mean_cross_entropy(prediction_logits.flatten(0, 1), labels.flatten(), num_items)
+
+
+def referring_item_count(
+    region_mask: torch.Tensor, target_region_iou: torch.Tensor | None, labels: torch.Tensor | None
+) -> torch.Tensor:
+    """The regions [`referring_expression_loss`] averages over: the real ones, when the batch has targets."""
+    if target_region_iou is None and labels is None:
+        return torch.zeros((), dtype=torch.long)
+    return count_true(region_mask)
 
 
 def referring_expression_loss(
@@ -115,10 +154,11 @@ def referring_expression_loss(
     target_region_iou: torch.Tensor | None,
     labels: torch.Tensor | None,
     iou_threshold: float,
+    num_items: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """Binary cross-entropy of every real region against "IoU with the referred box >= iou_threshold" (VL-BERT and
-    ViLBERT's RefCOCO+ loss), averaged over the batch's real regions; without IoUs, the `labels` region is the only
-    positive."""
+    ViLBERT's RefCOCO+ loss), averaged over the batch's real regions (or over the global `num_items`); without IoUs,
+    the `labels` region is the only positive."""
     if target_region_iou is None and labels is None:
         return None
     if target_region_iou is not None:
@@ -126,17 +166,57 @@ def referring_expression_loss(
     else:
         targets = nn.functional.one_hot(labels, logits.shape[-1]).to(logits.dtype)
     real = region_mask.bool()
-    return nn.functional.binary_cross_entropy_with_logits(logits[real], targets[real])
+    total = nn.functional.binary_cross_entropy_with_logits(logits[real], targets[real], reduction="sum")
+    return mean_over_items(total, item_count(real.sum(), num_items))
 
 
-def phrase_grounding_loss(logits: torch.Tensor, phrase_labels: torch.Tensor) -> torch.Tensor | None:
+def phrase_grounding_item_count(phrase_labels: torch.Tensor | None) -> torch.Tensor:
+    """The grounded phrases [`phrase_grounding_loss`] averages over (rows of `phrase_labels` with mass)."""
+    return count_true(phrase_labels.sum(-1) > 0) if phrase_labels is not None else torch.zeros((), dtype=torch.long)
+
+
+def phrase_grounding_loss(
+    logits: torch.Tensor, phrase_labels: torch.Tensor, num_items: torch.Tensor | None = None
+) -> torch.Tensor | None:
     """KL(target || softmax(logits)) over regions, averaged over grounded phrases (rows of `phrase_labels` that sum to
-    1; all-zero rows are padding). VisualBERT's `KLDivLoss` over `log_softmax` of the region-to-phrase scores."""
+    1; all-zero rows are padding), or divided by the global `num_items` when given. VisualBERT's `KLDivLoss` over
+    `log_softmax` of the region-to-phrase scores."""
     grounded = phrase_labels.sum(-1) > 0
-    if not bool(grounded.any()):
+    count = item_count(grounded.sum(), num_items)
+    if not bool(count > 0):
         return None
     log_probs = nn.functional.log_softmax(logits[grounded].float(), dim=-1)
-    return nn.functional.kl_div(log_probs, phrase_labels[grounded].float(), reduction="batchmean")
+    total = nn.functional.kl_div(log_probs, phrase_labels[grounded].float(), reduction="sum")
+    return mean_over_items(total, count)
+
+
+def region_mask_or_ones(visual_attention_mask: torch.Tensor | None, visual_feats: torch.Tensor) -> torch.Tensor:
+    """The (B, R) region mask, all ones when none is given."""
+    if visual_attention_mask is not None:
+        return visual_attention_mask
+    return torch.ones(visual_feats.shape[:2], dtype=torch.long, device=visual_feats.device)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Item counts of a batch (`num_items_in_batch` keys of the task heads)
+
+
+def answer_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    return {"task": answer_item_count(inputs.get("labels"))}
+
+
+def reasoning_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    labels = inputs.get("labels")
+    return {"task": torch.tensor(labels.numel()) if labels is not None else count_true(None)}
+
+
+def referring_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    region_mask = region_mask_or_ones(inputs.get("visual_attention_mask"), inputs["visual_feats"])
+    return {"task": referring_item_count(region_mask, inputs.get("target_region_iou"), inputs.get("labels"))}
+
+
+def phrase_grounding_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    return {"task": phrase_grounding_item_count(inputs.get("phrase_labels"))}
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-from .alignment_decoder import AlignmentDecoder, alignment_kl_loss, top_k_log_softmax, top_k_mask
+from .alignment_decoder import AlignmentDecoder, alignment_kl_loss, grounded_word_count, top_k_log_softmax, top_k_mask
 from .config import SUPERVISION_METHODS, validate_supervision_fields
-from .direct import direct_supervision_loss, masked_log_softmax, soft_cross_entropy
+from .direct import direct_supervision_loss, masked_log_softmax, soft_cross_entropy, supervised_row_counts
 from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
 from .mixin import AttentionSupervisionMixin
 from .perturbation import FUSIONS, AttentionPerturbation, fuse_attention, mask_objective, perturbed_attention
@@ -18,6 +18,7 @@ __all__ = [
     "cross_modal_rollout",
     "direct_supervision_loss",
     "fuse_attention",
+    "grounded_word_count",
     "mask_objective",
     "indirect_supervision_loss",
     "masked_log_softmax",
@@ -25,6 +26,7 @@ __all__ = [
     "max_pool_phrases",
     "semi_direct_supervision_loss",
     "soft_cross_entropy",
+    "supervised_row_counts",
     "top_k_log_softmax",
     "top_k_mask",
     "validate_supervision_fields",

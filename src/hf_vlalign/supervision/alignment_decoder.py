@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
+from ..utils.item_counts import item_count, mean_over_items
 from ..utils.validation import (
     check_alignment,
     check_finite,
@@ -165,6 +166,11 @@ def _grounded_rows(target: torch.Tensor, text_mask: torch.Tensor | None) -> torc
     return grounded & text_mask.bool()
 
 
+def grounded_word_count(target: torch.Tensor, text_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The number of words [`alignment_kl_loss`] averages over: real tokens whose target row carries mass."""
+    return _grounded_rows(target, text_mask).sum()
+
+
 def alignment_kl_loss(
     scores: torch.Tensor,
     target: torch.Tensor,
@@ -172,6 +178,7 @@ def alignment_kl_loss(
     text_mask: torch.Tensor | None = None,
     k: int = 3,
     eps: float = 1e-6,
+    num_words: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """L_align = KL(A* || A) = sum_j A*_j (log A*_j - log A_j), averaged over the grounded words (eq. 14).
 
@@ -189,6 +196,7 @@ def alignment_kl_loss(
         text_mask: (B, T) 1 for real tokens.
         k: the top-k of eq. (13) (config field `alignment_top_k`), in [1, R].
         eps: the probability read for entries outside the kept set, in (0, 1) (they carry no target mass).
+        num_words: the number of grounded words to divide by (global under data parallelism); default: this batch's.
     """
     region_mask = _check_scores_and_region_mask(scores, region_mask)
     _check_target(target, scores, region_mask)
@@ -196,6 +204,6 @@ def alignment_kl_loss(
     target = target.to(log_probs.dtype)
     per_word = (torch.xlogy(target, target) - target * log_probs).sum(-1)
     grounded = _grounded_rows(target, text_mask)
-    if not bool(grounded.any()):
-        return scores.sum() * 0.0  # keeps the graph; no grounded word in this batch
-    return per_word[grounded].mean()
+    # where(): a batch without grounded word gives a zero connected to the graph of `scores`
+    total = torch.where(grounded, per_word, torch.zeros_like(per_word)).sum()
+    return mean_over_items(total, item_count(grounded.sum(), num_words))

@@ -12,8 +12,12 @@ backward anyway, so supervision adds no saved activations.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.utils.checkpoint import checkpoint
+
+from ..utils.item_counts import item_count, mean_over_items
 
 
 def masked_log_softmax(logits: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
@@ -22,18 +26,31 @@ def masked_log_softmax(logits: torch.Tensor, key_mask: torch.Tensor) -> torch.Te
     return torch.log_softmax(logits, dim=-1)
 
 
-def soft_cross_entropy(log_probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def supervised_row_counts(word_region_alignment: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(text rows, region rows) the direct and semi-direct losses average over: the tokens whose alignment row carries
+    mass (eq. 6) and the regions aligned to some token (eq. 7)."""
+    return (word_region_alignment.sum(-1) > 0).sum(), (word_region_alignment.sum(-2) > 0).sum()
+
+
+def _replicas(scores: torch.Tensor, target: torch.Tensor) -> int:
+    """How many score rows each target row is broadcast to (the heads of a (B, H, N, K) score against a (B, 1, N, K)
+    target)."""
+    return math.prod(scores.shape[:-1]) // math.prod(target.shape[:-1])
+
+
+def soft_cross_entropy(log_probs: torch.Tensor, target: torch.Tensor, num_rows: torch.Tensor | None = None) -> torch.Tensor:
     """Mean over the rows that carry target mass of -sum_k target_k log p_k (eq. 8); zero when no row does.
 
     log_probs: (..., N, K); target: (N, K)-shaped rows broadcast over the leading dims, each a distribution or zeros.
+    num_rows: the number of target rows with mass to divide by (the global count under data parallelism, see
+    `utils/item_counts.py`); default: those of `target`.
     """
+    replicas = _replicas(log_probs, target)
+    local_rows = (target.sum(-1) > 0).sum()
     target = target.expand_as(log_probs)
+    # where(): finite even though masked keys sit at log 0 = -inf; a batch without grounded row gives a zero in the graph
     per_row = -torch.where(target > 0, target * log_probs, torch.zeros_like(log_probs)).sum(-1)
-    has_target = target.sum(-1) > 0
-    count = has_target.sum()
-    if count == 0:
-        return per_row.sum() * 0.0  # keeps the graph (finite: per_row never reads masked keys); no grounded row
-    return (per_row * has_target).sum() / count
+    return mean_over_items(per_row.sum(), item_count(local_rows, num_rows) * replicas)
 
 
 def additive_key_bias(key_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -42,18 +59,20 @@ def additive_key_bias(key_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tenso
     return torch.zeros(key_mask.shape, dtype=dtype, device=key_mask.device).masked_fill(~key_mask.bool(), torch.finfo(dtype).min)
 
 
-def soft_cross_entropy_from_logits(logits: torch.Tensor, target: torch.Tensor, key_bias: torch.Tensor) -> torch.Tensor:
+def soft_cross_entropy_from_logits(
+    logits: torch.Tensor, target: torch.Tensor, key_bias: torch.Tensor, num_rows: torch.Tensor | None = None
+) -> torch.Tensor:
     """[`soft_cross_entropy`] of `masked_log_softmax(logits, key_mask)`, without materialising the log-probabilities:
     -sum_k t_k log p_k = (sum_k t_k) logsumexp_k(s) - sum_k t_k s_k over the unmasked keys (eq. 8).
 
     logits: (B, H, N, K); target: (B, 1, N, K) rows, each a distribution over unmasked keys or zeros;
-    key_bias: [`additive_key_bias`] of the keys, broadcastable to logits.
+    key_bias: [`additive_key_bias`] of the keys, broadcastable to logits; num_rows: as in [`soft_cross_entropy`].
     """
     target_mass = target.sum(-1)
     # rows without target mass contribute exactly 0 (logsumexp stays finite: padding keys sit at finfo.min)
     per_row = target_mass * torch.logsumexp(logits + key_bias, dim=-1) - (target * logits).sum(-1)
-    grounded_rows = (target_mass > 0).sum() * (logits.shape[1] // target.shape[1])
-    return per_row.sum() / grounded_rows.clamp(min=1)
+    local_rows = (target_mass > 0).sum()
+    return mean_over_items(per_row.sum(), item_count(local_rows, num_rows) * _replicas(logits, target))
 
 
 def normalise_rows(matrix: torch.Tensor) -> torch.Tensor:
@@ -103,6 +122,8 @@ def direct_supervision_loss_from_query_key(
     text_mask: torch.Tensor,
     region_mask: torch.Tensor,
     heads: list[int] | None = None,
+    num_text_rows: torch.Tensor | None = None,
+    num_region_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """[`direct_supervision_loss`] from the pre-dropout query/key projections, logits recomputed in the backward pass.
 
@@ -111,6 +132,8 @@ def direct_supervision_loss_from_query_key(
         region_to_text: per supervised layer, (region queries (B, H, R, d), text keys (B, H, T, d)).
         scaling: the attention's 1/sqrt(d).
         heads: supervised heads (None: all of them, and nothing is copied).
+        num_text_rows / num_region_rows: the counts of [`supervised_row_counts`] to divide by (global under data
+            parallelism); default: this batch's.
     """
     text_target = word_region_alignment.unsqueeze(1)
     region_target = normalise_rows(word_region_alignment.transpose(1, 2)).unsqueeze(1)
@@ -119,16 +142,16 @@ def direct_supervision_loss_from_query_key(
     text_keys = additive_key_bias(text_mask[:, None, None, :], dtype)
     losses = []
     for (text_query, region_key), (region_query, text_key) in zip(text_to_region, region_to_text):
-        t2r = checkpoint(_direction_loss, text_query, region_key, heads, scaling, text_target, region_keys,
+        t2r = checkpoint(_direction_loss, text_query, region_key, heads, scaling, text_target, region_keys, num_text_rows,
                          use_reentrant=False, preserve_rng_state=False)  # fmt: skip
-        r2t = checkpoint(_direction_loss, region_query, text_key, heads, scaling, region_target, text_keys,
+        r2t = checkpoint(_direction_loss, region_query, text_key, heads, scaling, region_target, text_keys, num_region_rows,
                          use_reentrant=False, preserve_rng_state=False)  # fmt: skip
         losses.append(t2r + r2t)
     return torch.stack(losses).mean()
 
 
-def _direction_loss(query, key, heads, scaling, target, key_bias) -> torch.Tensor:
+def _direction_loss(query, key, heads, scaling, target, key_bias, num_rows) -> torch.Tensor:
     # eqs. (6)/(7): attention logits of the supervised heads' rows on the other modality's keys
     if heads is not None:
         query, key = query[:, heads], key[:, heads]
-    return soft_cross_entropy_from_logits(query @ key.transpose(-1, -2) * scaling, target, key_bias)
+    return soft_cross_entropy_from_logits(query @ key.transpose(-1, -2) * scaling, target, key_bias, num_rows)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..utils.item_counts import item_count, mean_over_items
+
 
 def max_pool_phrases(hidden_states: torch.Tensor, phrase_masks: torch.Tensor) -> torch.Tensor:
     """Max-pool token states over each phrase: (B, T, D), (B, P, T) -> (B, P, D); empty (padding) phrases give 0."""
@@ -38,16 +40,21 @@ class IndirectGroundingHead(nn.Module):
 
 
 def indirect_supervision_loss(
-    pair_logits: torch.Tensor, phrase_region_targets: torch.Tensor, phrase_valid: torch.Tensor, region_mask: torch.Tensor
+    pair_logits: torch.Tensor,
+    phrase_region_targets: torch.Tensor,
+    phrase_valid: torch.Tensor,
+    region_mask: torch.Tensor,
+    num_phrases: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Binary cross-entropy per phrase-region pair, averaged over the real regions, then over the real phrases (eq. 5).
 
-    pair_logits / phrase_region_targets: (B, P, R); phrase_valid: (B, P); region_mask: (B, R).
+    pair_logits / phrase_region_targets: (B, P, R); phrase_valid: (B, P); region_mask: (B, R); num_phrases: the
+    number of real phrases to divide by (global under data parallelism); default: this batch's. With no real phrase
+    the loss is a zero connected to the graph.
     """
     pair_loss = nn.functional.binary_cross_entropy_with_logits(pair_logits, phrase_region_targets, reduction="none")
     region_mask = region_mask[:, None, :].to(pair_loss.dtype)
     per_phrase = (pair_loss * region_mask).sum(-1) / region_mask.sum(-1).clamp(min=1)
-    valid = phrase_valid.to(pair_loss.dtype)
-    if valid.sum() == 0:
-        return pair_logits.sum() * 0.0
-    return (per_phrase * valid).sum() / valid.sum()
+    valid = phrase_valid.bool()
+    total = torch.where(valid, per_phrase, torch.zeros_like(per_phrase)).sum()
+    return mean_over_items(total, item_count(valid.sum(), num_phrases))

@@ -6,10 +6,14 @@ layers must hand over their (pre-dropout) query/key projections, and calls `atte
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
+from ..utils.item_counts import count_true, num_items
 from ..utils.validation import check_index_list
-from .direct import direct_supervision_loss_from_query_key, masked_log_softmax
+from .direct import direct_supervision_loss_from_query_key, masked_log_softmax, supervised_row_counts
 from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
 from .rollout import attention_rollout, cross_modal_rollout, semi_direct_supervision_loss
 
@@ -33,6 +37,30 @@ class AttentionSupervisionMixin:
     def num_supervisable_layers(self) -> int:
         return self.config.num_hidden_layers
 
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """How many items each loss of this model averages over in `inputs` (a batch as its collator returns it), by
+        the keys `forward` reads from `num_items_in_batch`. `ComponentLossTrainer` sums these over the micro-batches
+        of an optimizer step and over processes, so that N processes x B examples train exactly as 1 x NB (see
+        `hf_vlalign.utils.item_counts`). The keys depend on the config only. Heads add their own losses' counts."""
+        return self.attention_supervision_item_counts(inputs.get("word_region_alignment"), inputs.get("phrase_masks"))
+
+    def attention_supervision_item_counts(
+        self, word_region_alignment: torch.Tensor | None, phrase_masks: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The items the configured supervision averages over in a batch, by `num_items_in_batch` key: grounded tokens
+        and aligned regions (`attention_text_rows`, `attention_region_rows`) for direct and semi-direct supervision,
+        real phrases (`attention_phrases`) for indirect supervision; zeros without `word_region_alignment`."""
+        method = self.config.attention_supervision
+        zero = torch.zeros((), dtype=torch.long)
+        supervised = word_region_alignment is not None
+        if method in ("direct", "semi_direct"):
+            text_rows, region_rows = supervised_row_counts(word_region_alignment) if supervised else (zero, zero)
+            return {"attention_text_rows": text_rows, "attention_region_rows": region_rows}
+        if method == "indirect":
+            phrases = count_true(phrase_masks.bool().any(-1)) if supervised and phrase_masks is not None else zero
+            return {"attention_phrases": phrases}
+        return {}
+
     def layers_needing_query_key(self) -> set[int]:
         """Layers whose query/key projections the supervision needs (rollout needs every layer up to the last one)."""
         method = self.config.attention_supervision
@@ -55,6 +83,7 @@ class AttentionSupervisionMixin:
         text_mask: torch.Tensor,
         region_mask: torch.Tensor,
         phrase_masks: torch.Tensor | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> torch.Tensor | None:
         """Attention loss of the configured method over a joint text+region sequence.
 
@@ -64,12 +93,19 @@ class AttentionSupervisionMixin:
             text_positions / region_positions: where the text tokens and the regions sit in the sequence.
             key_padding_mask: (B, N) 1 for real positions (rollout needs the full attention).
             scaling: the attention's 1/sqrt(d).
+            num_items_in_batch: the counts of [`attention_supervision_item_counts`] over the global batch (data
+                parallelism, gradient accumulation); default: this batch's.
         """
         method = self.config.attention_supervision
         if method == "none":
             return None
         if method == "indirect":
-            return self._indirect_loss(final_hidden_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks)
+            return self._indirect_loss(
+                final_hidden_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks,
+                num_items(num_items_in_batch, "attention_phrases"),
+            )  # fmt: skip
+        num_text_rows = num_items(num_items_in_batch, "attention_text_rows")
+        num_region_rows = num_items(num_items_in_batch, "attention_region_rows")
         heads = self.supervised_head_indices
         if method == "direct":
             t2r, r2t = [], []
@@ -78,8 +114,9 @@ class AttentionSupervisionMixin:
                 t2r.append((query[:, :, text_positions], key[:, :, region_positions]))
                 r2t.append((query[:, :, region_positions], key[:, :, text_positions]))
             return direct_supervision_loss_from_query_key(
-                t2r, r2t, scaling, word_region_alignment, text_mask, region_mask, self._heads_to_select()
-            )
+                t2r, r2t, scaling, word_region_alignment, text_mask, region_mask, self._heads_to_select(),
+                num_text_rows, num_region_rows,
+            )  # fmt: skip
         # semi_direct: full attention probabilities of every layer up to the last supervised one, then rollout
         probs = []
         for layer in range(max(self.supervised_layer_indices) + 1):
@@ -88,7 +125,10 @@ class AttentionSupervisionMixin:
             probs.append(masked_log_softmax(logits, key_padding_mask[:, None, None, :]).exp())
         rollouts = attention_rollout(probs, heads)
         supervised = [rollouts[layer] for layer in self.supervised_layer_indices]
-        return semi_direct_supervision_loss(supervised, text_positions, region_positions, word_region_alignment, text_mask, region_mask)
+        return semi_direct_supervision_loss(
+            supervised, text_positions, region_positions, word_region_alignment, text_mask, region_mask,
+            num_text_rows, num_region_rows,
+        )  # fmt: skip
 
     def cross_modal_supervision_loss(
         self,
@@ -101,6 +141,7 @@ class AttentionSupervisionMixin:
         text_mask: torch.Tensor,
         region_mask: torch.Tensor,
         phrase_masks: torch.Tensor | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> torch.Tensor | None:
         """Attention loss of the configured method over the cross-modality layers of a two-stream model.
 
@@ -112,6 +153,7 @@ class AttentionSupervisionMixin:
             query_key_states: cross layer index -> {"language_to_vision", "vision_to_language", "language_self",
                 "vision_self"} -> (query, key), each (B, H, N_query / N_key, d), before dropout.
             language_states / vision_states: (B, T, D) / (B, R, D) outputs of the last cross layer.
+            num_items_in_batch: as in [`attention_supervision_loss`].
         """
         method = self.config.attention_supervision
         if method == "none":
@@ -121,7 +163,12 @@ class AttentionSupervisionMixin:
         region_positions = slice(text_length, text_length + vision_states.shape[1])
         if method == "indirect":
             final_states = torch.cat([language_states, vision_states], dim=1)
-            return self._indirect_loss(final_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks)
+            return self._indirect_loss(
+                final_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks,
+                num_items(num_items_in_batch, "attention_phrases"),
+            )  # fmt: skip
+        num_text_rows = num_items(num_items_in_batch, "attention_text_rows")
+        num_region_rows = num_items(num_items_in_batch, "attention_region_rows")
         heads = self.supervised_head_indices
         key_masks = {
             "language_to_vision": region_mask, "vision_to_language": text_mask,
@@ -131,8 +178,9 @@ class AttentionSupervisionMixin:
             t2r = [query_key_states[layer]["language_to_vision"] for layer in self.supervised_layer_indices]
             r2t = [query_key_states[layer]["vision_to_language"] for layer in self.supervised_layer_indices]
             return direct_supervision_loss_from_query_key(
-                t2r, r2t, scaling, word_region_alignment, text_mask, region_mask, self._heads_to_select()
-            )
+                t2r, r2t, scaling, word_region_alignment, text_mask, region_mask, self._heads_to_select(),
+                num_text_rows, num_region_rows,
+            )  # fmt: skip
         probs = []
         for layer in range(max(self.supervised_layer_indices) + 1):
             probs.append({
@@ -141,7 +189,10 @@ class AttentionSupervisionMixin:
             })  # fmt: skip
         rollouts = cross_modal_rollout(probs, heads)
         supervised = [rollouts[layer] for layer in self.supervised_layer_indices]
-        return semi_direct_supervision_loss(supervised, text_positions, region_positions, word_region_alignment, text_mask, region_mask)
+        return semi_direct_supervision_loss(
+            supervised, text_positions, region_positions, word_region_alignment, text_mask, region_mask,
+            num_text_rows, num_region_rows,
+        )  # fmt: skip
 
     def _heads_to_select(self) -> list[int] | None:
         """The supervised heads, or None when they are all the heads (then no query/key copy is made)."""
@@ -154,11 +205,13 @@ class AttentionSupervisionMixin:
             query, key = query[:, heads], key[:, heads]
         return query @ key.transpose(-1, -2) * scaling
 
-    def _indirect_loss(self, final_hidden_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks):
+    def _indirect_loss(
+        self, final_hidden_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks, num_phrases
+    ):
         if phrase_masks is None:
             raise ValueError("`phrase_masks` (B, P, T) is required when `attention_supervision='indirect'`, got None.")
         phrase_embeddings = max_pool_phrases(final_hidden_states[:, text_positions], phrase_masks)
         pair_logits = self.indirect_grounding_head(phrase_embeddings, final_hidden_states[:, region_positions])
         # a phrase's positive regions: those its tokens are aligned to
         targets = (phrase_masks.to(word_region_alignment.dtype) @ word_region_alignment > 0).to(pair_logits.dtype)
-        return indirect_supervision_loss(pair_logits, targets, phrase_masks.bool().any(-1), region_mask)
+        return indirect_supervision_loss(pair_logits, targets, phrase_masks.bool().any(-1), region_mask, num_phrases)

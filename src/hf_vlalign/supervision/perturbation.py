@@ -39,6 +39,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
+from ..utils.item_counts import item_count, mean_over_items
 from ..utils.validation import check_finite, check_mask_not_empty, check_rank
 
 FUSIONS = ("max", "moving_average", "exp_decay", "gate")
@@ -260,6 +261,7 @@ def mask_objective(
     masks: Sequence[torch.Tensor],
     weight: float,
     valid: torch.Tensor | None = None,
+    num_steps: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """L_mask = -L_IC(a_p) + lambda * ||1 - m||^2, minimised over the mask networks' parameters only (eq. 4).
 
@@ -279,6 +281,8 @@ def mask_objective(
         masks: one (B, H, T, 1) or (B, H, T, R) mask in [0, 1] per aligned layer.
         weight: lambda >= 0.
         valid: (B, T), 1 for real (non-padded) decoder steps; None counts every step.
+        num_steps: the number of valid steps to average the penalty over (the global count under data parallelism,
+            the one `caption_loss` was divided by too); default: this batch's.
 
     Returns:
         scalar objective.
@@ -313,12 +317,10 @@ def mask_objective(
     penalty = caption_loss.new_zeros(())
     for mask in masks:
         per_step = (1.0 - mask).pow(2).sum(dim=(1, 3))  # (B, T): sum over heads and mask positions
-        if valid is None:
-            penalty = penalty + per_step.mean()
-        elif bool(valid.any()):
-            penalty = penalty + per_step[valid].mean()
-        else:
-            penalty = penalty + per_step.sum() * 0.0  # keeps the graph; no valid step in this batch
+        if valid is not None:  # where(): with no valid step, a zero attached to the masks' graph
+            per_step = torch.where(valid, per_step, torch.zeros_like(per_step))
+        local_steps = per_step.numel() if valid is None else valid.sum()
+        penalty = penalty + mean_over_items(per_step.sum(), item_count(local_steps, num_steps))
     return -caption_loss + weight * penalty
 
 

@@ -82,9 +82,13 @@ def semi_direct_supervision_loss(
     word_region_alignment: torch.Tensor,
     text_mask: torch.Tensor,
     region_mask: torch.Tensor,
+    num_text_rows: torch.Tensor | None = None,
+    num_region_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Eqs. 6-8 on rollout: text->region rows re-normalised over regions and region->text rows re-normalised over
-    words, cross-entropy with the gold alignment, averaged over the supervised layers, both directions summed."""
+    words, cross-entropy with the gold alignment, averaged over the supervised layers, both directions summed.
+    `num_text_rows` / `num_region_rows`: the counts to divide by (`direct.supervised_row_counts`, global under data
+    parallelism); default: this batch's."""
     region_target = normalise_rows(word_region_alignment.transpose(1, 2))
     losses = []
     for rollout in rollouts:
@@ -93,6 +97,7 @@ def semi_direct_supervision_loss(
         log_t2r = torch.log(normalise_rows(text_to_region).clamp(min=1e-12))
         log_r2t = torch.log(normalise_rows(region_to_text).clamp(min=1e-12))
         losses.append(
-            soft_cross_entropy(log_t2r, word_region_alignment) + soft_cross_entropy(log_r2t, region_target)
+            soft_cross_entropy(log_t2r, word_region_alignment, num_text_rows)
+            + soft_cross_entropy(log_r2t, region_target, num_region_rows)
         )
     return torch.stack(losses).mean()

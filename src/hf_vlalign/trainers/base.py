@@ -1,6 +1,8 @@
 """Trainer plumbing shared by every recipe: each loss component is averaged over the logging window and logged
-under its own key, in training and evaluation (the way trl's trainers keep a `_metrics` dict and flush it in `log()`),
-and training batches are collated with a random state of their own, so that a resumed run is exact."""
+under its own key, in training and evaluation (the way trl's trainers keep a `_metrics` dict and flush it in `log()`);
+every loss that is a mean over a variable number of items is divided by the count over the whole optimizer step (all
+processes, all accumulated micro-batches), so N processes x B examples train as 1 process x NB; and training batches
+are collated with a random state of their own, so that a resumed run is exact."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import os
 import random
 from collections import defaultdict
 from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ from torch import nn
 from torch.utils.data import get_worker_info
 from transformers import PreTrainedModel, Trainer
 from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, unwrap_peft_model
 from transformers.utils import logging
 
 from .regularization import (
@@ -112,6 +115,14 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
 class ComponentLossTrainer(Trainer):
     """A `Trainer` whose model output carries loss components (`loss_component_keys`), each logged separately.
 
+    Losses are normalised by global counts: before each optimizer step the trainer sums the model's
+    `loss_item_counts` (grounded words, masked tokens, caption tokens, ...) over the step's micro-batches and over
+    processes and passes them to the forward as `num_items_in_batch`; each process's loss is then its share of the
+    global mean, and the gradient equals that of one process over the whole global batch, whatever the number of
+    processes and accumulation steps (the way transformers' `Trainer` counts label tokens for causal language
+    models, for every loss of the model). Evaluation batches are normalised over processes the same way. A model
+    without `loss_item_counts` keeps the Trainer's per-batch means.
+
     Training batches are collated by `SeededCollator`: random collation depends on (`args.seed`, epoch, batch index)
     only, so `train(resume_from_checkpoint=...)` reproduces the uninterrupted run's batches exactly.
 
@@ -139,6 +150,8 @@ class ComponentLossTrainer(Trainer):
     non_model_keys: tuple[str, ...] = ()
     # model outputs that are not predictions (large per-token tensors); never gathered at evaluation
     non_prediction_keys: tuple[str, ...] = ()
+    # model outputs logged as they are (per-batch statistics, not losses normalised by `num_items_in_batch`)
+    metric_keys: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -215,26 +228,87 @@ class ComponentLossTrainer(Trainer):
         self._batch_position.epoch, self._batch_position.next_batch, self._batch_position.calls = epoch, skipped, 0
         return super()._run_epoch(*args, **kwargs)
 
+    def model_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """The entries of a batch that the model's forward takes (`non_model_keys` left out)."""
+        return {key: value for key, value in inputs.items() if key not in self.non_model_keys}
+
+    def batch_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor] | None:
+        """The items each loss averages over in one batch: the model's `loss_item_counts` (None without it)."""
+        model = unwrap_peft_model(self.accelerator.unwrap_model(self.model))
+        if not hasattr(model, "loss_item_counts"):
+            return None
+        return model.loss_item_counts(self.model_inputs(inputs))
+
+    def global_item_counts(self, batches: list[Mapping[str, Any]]) -> dict[str, torch.Tensor] | None:
+        """`batch_item_counts` summed over `batches` (an optimizer step's micro-batches) and over processes (a
+        collective: every process calls it at the same point). The keys are the same in every process (they depend on
+        the model's config only)."""
+        per_batch = [self.batch_item_counts(batch) for batch in batches]
+        if not per_batch or per_batch[0] is None or not per_batch[0]:
+            return None
+        keys = sorted(per_batch[0])
+        local = torch.stack([
+            sum(torch.as_tensor(counts[key], device=self.args.device).reshape(()).long() for counts in per_batch)
+            for key in keys
+        ])  # fmt: skip
+        totals = self.accelerator.reduce(local, reduction="sum") if self.accelerator.num_processes > 1 else local
+        return dict(zip(keys, totals))
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        # the global counts of the step's micro-batches reach `compute_loss` as `num_items_in_batch`
+        batches, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
+        return batches, self.global_item_counts(batches)
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        model_inputs = {k: v for k, v in inputs.items() if k not in self.non_model_keys}
+        model_inputs = self.model_inputs(inputs)
+        counts = num_items_in_batch if isinstance(num_items_in_batch, dict) else None
+        if counts is None and not model.training:
+            counts = self.global_item_counts([model_inputs])  # evaluation: this batch over every process
+        if counts is not None:
+            model_inputs["num_items_in_batch"] = counts
         outputs = model(**model_inputs)
-        mode = "train" if model.training else "eval"
-        for key in self.loss_component_keys:
-            value = outputs.get(key)
-            if value is not None:
-                self._record(mode, key, value)
         loss = outputs.get("loss")
         if loss is None:
             raise ValueError(f"The model returned no loss: the batch must carry the labels {self.label_names}.")
+        mode = "train" if model.training else "eval"
+        loss = self._scale_to_global(mode, loss, outputs, counts is not None)
+        loss = loss + self._regularization(mode, model, model_inputs, outputs, counts is not None)
+        return (loss, outputs) if return_outputs else loss
+
+    def _scale_to_global(self, mode: str, loss: torch.Tensor, outputs: Mapping, global_counts: bool) -> torch.Tensor:
+        """With global counts, each process's loss is its share of the global mean: DDP (like FSDP and DeepSpeed)
+        averages gradients over processes, so the share is multiplied by their number, and the shares of a step's
+        micro-batches add up (the Trainer must not divide by the accumulation steps again). Logs each component as the
+        mean over the global batch."""
+        self.loss_is_scaled_for_ga = global_counts
+        processes = self.accelerator.num_processes if global_counts else 1
+        # a micro-batch's share times the micro-batches of its step: the logging window's mean is the steps' mean
+        micro_batches = self.current_gradient_accumulation_steps if global_counts and mode == "train" else 1
+        for key in self.loss_component_keys:
+            value = outputs.get(key)
+            if value is not None:
+                self._record(mode, key, value * processes * micro_batches)
+        for key in self.metric_keys:
+            value = outputs.get(key)
+            if value is not None:
+                self._record(mode, key, value)
+        return loss * processes
+
+    def _regularization(self, mode: str, model, model_inputs: dict, outputs, global_counts: bool) -> torch.Tensor | float:
+        """The distillation and EWC terms, weighted. They are per-batch quantities: with global counts, where the
+        Trainer does not divide by the accumulation steps, each micro-batch carries its share."""
+        micro_batches = self.current_gradient_accumulation_steps if global_counts and mode == "train" else 1
+        model_inputs = {key: value for key, value in model_inputs.items() if key != "num_items_in_batch"}
+        total = 0.0
         if self.distill_teacher is not None:
             loss_distill = self._distillation_loss(model, model_inputs, outputs)
             self._record(mode, "loss_distill", loss_distill)
-            loss = loss + self.distill_weight * loss_distill
+            total = total + self.distill_weight * loss_distill / micro_batches
         if self.ewc_fisher is not None:
             loss_ewc = self._ewc_penalty(model)
             self._record(mode, "loss_ewc", loss_ewc)
-            loss = loss + self.ewc_lambda * loss_ewc
-        return (loss, outputs) if return_outputs else loss
+            total = total + self.ewc_lambda * loss_ewc / micro_batches
+        return total
 
     def _record(self, mode: str, key: str, value: torch.Tensor) -> None:
         """Appends a loss component to the logging window (averaged over processes)."""

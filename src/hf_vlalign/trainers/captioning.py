@@ -12,6 +12,7 @@ from transformers.utils import logging
 
 from ..data.collators import PROBE_KEYS
 from ..metrics.captioning import cider_d_per_caption
+from ..utils.item_counts import mean_over_items
 from .base import ComponentLossTrainer
 
 CAPTION_NON_MODEL_KEYS = (*PROBE_KEYS, "references")
@@ -26,10 +27,12 @@ class CaptioningTrainer(ComponentLossTrainer):
     self-critical training, `loss_scst` and `reward`.
 
     With `attention_alignment` in the model's config, every `mask_update_every` captioner steps one mask step runs
-    first: the perturbed attention's mask objective (eq. 4) is differentiated with respect to the mask networks' own
-    parameters only (`torch.autograd.grad`) and stepped by their own Adam optimiser; the captioner's optimiser never
-    holds them, and the captioner's step reads the masks detached. The training step count is the `s` of the
-    exponential-decay fusion (eq. 8).
+    first, over all the micro-batches of the step: the perturbed attention's mask objective (eq. 4), normalised by the
+    step's global caption-token count like the caption loss, is differentiated with respect to the mask networks' own
+    parameters only (`torch.autograd.grad`), summed over micro-batches and processes, and stepped by their own Adam
+    optimiser; the captioner's optimiser never holds them, and the captioner's step reads the masks detached. So N
+    processes or accumulation steps update the masks as one process over the global batch does. The training step
+    count is the `s` of the exponential-decay fusion (eq. 8).
 
     Resuming is exact: the mask networks are model weights (in `model.safetensors`), their Adam state is saved in each
     checkpoint as `mask_optimizer.pt` and restored with the captioner's optimiser, and the mask-step alternation, the
@@ -50,7 +53,8 @@ class CaptioningTrainer(ComponentLossTrainer):
             (`examples/train_captioning.py` sets 1.5e-4).
     """
 
-    loss_component_keys = ("loss_caption", "loss_mask", "mask_mean", "loss_scst", "reward")
+    loss_component_keys = ("loss_caption", "loss_mask", "loss_scst")
+    metric_keys = ("mask_mean",)
     non_model_keys = CAPTION_NON_MODEL_KEYS
     non_prediction_keys = ("cache", "encoder_last_hidden_state", "aligned_cross_attentions", "encoder_attentions", "decoder_attentions")
 
@@ -82,6 +86,7 @@ class CaptioningTrainer(ComponentLossTrainer):
         self._captioner = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         self._mask_parameters = [p for p in self._captioner.mask_parameters() if p.requires_grad]
         self.mask_optimizer = None
+        self._pending_mask_step = None
         if self._mask_parameters:
             self.mask_optimizer = torch.optim.Adam(self._mask_parameters, lr=mask_learning_rate or self.args.learning_rate)
 
@@ -115,22 +120,46 @@ class CaptioningTrainer(ComponentLossTrainer):
         # every process loads the same state (the mask networks are replicated); Adam moves it to the parameters' device
         self.mask_optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
+    def batch_item_counts(self, inputs):
+        counts = super().batch_item_counts(inputs)
+        # self-critical training averages over the captions (one per image of the batch)
+        return {**counts, "captions": torch.tensor(inputs["visual_feats"].shape[0])}
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batches, counts = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if batches and self.mask_optimizer is not None and self.state.global_step % self.mask_update_every == 0:
+            # run by the step's first `training_step`: a resumed Trainer restores the random state in between
+            self._pending_mask_step = (batches, counts)
+        return batches, counts
+
     def training_step(self, model, inputs, num_items_in_batch=None):
         self._captioner.model.alignment_step.fill_(self.state.global_step)  # s of eq. (8)
-        if self.mask_optimizer is not None and self.state.global_step % self.mask_update_every == 0:
-            self._mask_step(model, inputs)
+        if self._pending_mask_step is not None:
+            batches, counts = self._pending_mask_step
+            self._pending_mask_step = None
+            self._mask_step(batches, counts)
         return super().training_step(model, inputs, num_items_in_batch)
 
-    def _mask_step(self, model, inputs) -> None:
-        """One update of the mask networks on eq. (4); the captioner's parameters receive no gradient from it."""
-        model_inputs = {k: v for k, v in inputs.items() if k not in self.non_model_keys}
-        outputs = self.accelerator.unwrap_model(model)(**model_inputs, alignment_mode="perturb")
-        gradients = torch.autograd.grad(outputs.loss_mask, self._mask_parameters)
+    def _mask_step(self, batches: list[dict], counts: dict[str, torch.Tensor]) -> None:
+        """One update of the mask networks on eq. (4) over an optimizer step's micro-batches; the captioner's
+        parameters receive no gradient from it. Each micro-batch's objective is its share of the global one (divided
+        by the step's global caption-token count), so the shares' gradients are summed over micro-batches and
+        processes."""
+        captioner = self.accelerator.unwrap_model(self.model_wrapped).train()
+        gradients = [torch.zeros_like(parameter) for parameter in self._mask_parameters]
+        loss_mask = torch.zeros((), device=self.args.device)
+        for batch in batches:
+            model_inputs = self.model_inputs(self._prepare_inputs(batch))
+            outputs = captioner(**model_inputs, alignment_mode="perturb", num_items_in_batch=counts)
+            for total, gradient in zip(gradients, torch.autograd.grad(outputs.loss_mask, self._mask_parameters)):
+                total += gradient
+            loss_mask += outputs.loss_mask.detach()
+        processes = self.accelerator.num_processes
         for parameter, gradient in zip(self._mask_parameters, gradients):
-            parameter.grad = self.accelerator.reduce(gradient, reduction="mean") if self.accelerator.num_processes > 1 else gradient
+            parameter.grad = self.accelerator.reduce(gradient, reduction="sum") if processes > 1 else gradient
         self.mask_optimizer.step()
         self.mask_optimizer.zero_grad(set_to_none=True)
-        self._metrics["train"]["loss_mask"].append(float(outputs.loss_mask.detach()))
+        self._metrics["train"]["loss_mask"].append(self.accelerator.gather(loss_mask.reshape(1)).sum().item())
 
     @property
     def scst_enabled(self) -> bool:
@@ -138,11 +167,15 @@ class CaptioningTrainer(ComponentLossTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training and self.scst_enabled:
-            return self._self_critical_loss(model, inputs, return_outputs)
+            counts = num_items_in_batch if isinstance(num_items_in_batch, dict) else None
+            loss, outputs = self._self_critical_loss(model, inputs, counts)
+            loss = self._scale_to_global("train", loss, {"loss_scst": loss}, counts is not None)
+            return (loss, outputs) if return_outputs else loss
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
-    def _self_critical_loss(self, model, inputs, return_outputs):
-        """-(CIDEr-D(sample) - CIDEr-D(greedy)) * log p(sample), averaged over the batch (Rennie et al. 2017, eq. 9)."""
+    def _self_critical_loss(self, model, inputs, counts):
+        """-(CIDEr-D(sample) - CIDEr-D(greedy)) * log p(sample), averaged over the captions (Rennie et al. 2017, eq. 9)
+        of the batch, or of the global batch with `counts`. Returns (loss, outputs)."""
         references = inputs.get("references")
         if references is None:
             raise ValueError("self-critical training needs `references` in the batch: `CaptioningCollator(reference_column=...)`.")
@@ -162,10 +195,10 @@ class CaptioningTrainer(ComponentLossTrainer):
         outputs = model(**regions, labels=labels)
         token_log_probs = torch.log_softmax(outputs.logits, dim=-1).gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
         sequence_log_probs = (token_log_probs * (labels != -100)).sum(-1)
-        loss = -(advantage * sequence_log_probs).mean()
-        self._metrics["train"]["loss_scst"].append(float(loss.detach()))
-        self._metrics["train"]["reward"].append(float(reward.mean()))
-        return (loss, outputs) if return_outputs else loss
+        captions = counts["captions"] if counts is not None else labels.shape[0]
+        loss = mean_over_items(-(advantage * sequence_log_probs).sum(), captions)
+        self._record("train", "reward", reward.mean().to(advantage.device))
+        return loss, outputs
 
 
 def separate_parameter_groups(optimizer: torch.optim.Optimizer, parameters: list, learning_rate: float) -> None:

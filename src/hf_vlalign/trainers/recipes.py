@@ -10,6 +10,7 @@ with `parse_recipe_args`, so each takes the same flags: `--model_family`, `--mod
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,21 @@ def parse_recipe_args(argv: list[str], dataclass_types: tuple[type, ...], **defa
             check_model_arguments(value)
         if hasattr(value, "mixed_precision"):
             apply_mixed_precision(training_args, value.mixed_precision)
+    check_distributed_launch(training_args)
     return (*parsed, training_args)
+
+
+def check_distributed_launch(training_args: TrainingArguments) -> None:
+    """Refuses a multi-process launch that accelerate turned into independent processes: on a machine without GPUs,
+    `accelerate launch --multi_gpu` (or a GPU config) starts N processes that each train alone and overwrite one
+    another's output folder, unless CPU processes are asked for."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and training_args.world_size == 1:
+        raise ValueError(
+            f"{launched} processes were launched (WORLD_SIZE={launched}) but no distributed backend was set up, so each "
+            "would train alone and write the same output folder. On a machine without GPUs, launch CPU processes: "
+            "`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N ...` (gloo)."
+        )
 
 
 def check_model_arguments(args: ModelArguments) -> None:

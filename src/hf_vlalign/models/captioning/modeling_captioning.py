@@ -9,8 +9,10 @@ with `attention_alignment`, the cross-attention of the aligned layers follows Fe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -23,6 +25,7 @@ from transformers.utils import ModelOutput, logging
 from transformers.utils.deprecation import deprecate_kwarg
 
 from ...supervision.perturbation import AttentionPerturbation, PerturbationLinear, mask_objective
+from ...utils.item_counts import count_labeled, has_items, mean_cross_entropy, num_items
 from ...utils.validation import check_dim, check_finite, check_mask_not_empty, check_normalised_boxes, check_rank
 from ..attention_utils import key_padding_mask_4d, run_attention
 from ..dropout import apply_dropout, make_dropout
@@ -657,6 +660,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
         alignment_mode: str = "align",
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
         **kwargs,
     ) -> RegionCaptionerOutput | tuple:
         r"""
@@ -665,6 +669,9 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         -100 on padding; the decoder reads them shifted right after `decoder_start_token_id`.
         alignment_mode: "align" (the captioner's forward, aligned attention with the masks fixed) or "perturb" (the
         mask networks' step: perturbed attention, `loss` is the mask objective).
+        num_items_in_batch (`dict[str, torch.Tensor]`, *optional*): `{"caption": n}`, the global number of caption
+        tokens that the caption loss and the mask objective divide by (data parallelism, gradient accumulation;
+        `CaptioningTrainer` passes it); default: this batch's.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if labels is not None:
@@ -690,8 +697,9 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         )
         logits = self.lm_head(outputs.last_hidden_state)
         loss_caption = loss_mask = mask_mean = None
-        if labels is not None:
-            loss_caption = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        caption_tokens = num_items(num_items_in_batch, "caption")
+        if labels is not None and has_items(num_items_in_batch, "caption", count_labeled(labels)):
+            loss_caption = mean_cross_entropy(logits.flatten(0, 1), labels.flatten(), caption_tokens)
         masks = outputs.alignment_masks or ()
         if masks:
             mask_mean = torch.stack([mask.detach().mean() for mask in masks]).mean()
@@ -700,7 +708,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
                 raise ValueError("`alignment_mode='perturb'` needs aligned layers: set `attention_alignment` in the config.")
             valid = (labels != -100)
             # eq. (4): the mask networks maximise the caption loss under the smallest perturbation
-            loss_mask = mask_objective(loss_caption, masks, float(self.config.mask_loss_weight), valid)
+            loss_mask = mask_objective(loss_caption, masks, float(self.config.mask_loss_weight), valid, caption_tokens)
         output = RegionCaptionerOutput(
             loss=loss_mask if alignment_mode == "perturb" else loss_caption,
             loss_caption=loss_caption,
@@ -715,6 +723,11 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             aligned_cross_attentions=outputs.aligned_cross_attentions,
         )
         return output if return_dict else output.to_tuple()
+
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """The caption tokens (labels that are not -100) the caption loss and the mask objective average over, as
+        `num_items_in_batch` reads them; see [`~hf_vlalign.utils.item_counts`]."""
+        return {"caption": count_labeled(inputs.get("labels"))}
 
     def _check_tokens(self, decoder_input_ids: torch.Tensor, labels: torch.Tensor | None) -> None:
         if labels is not None:  # first: `decoder_input_ids` are often the labels shifted right

@@ -7,8 +7,10 @@ layout) the sequence stops after the regions: N = T + R.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -19,6 +21,15 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, logging
 
 from ...supervision import AttentionSupervisionMixin, max_pool_phrases
+from ...utils.item_counts import (
+    count_labeled,
+    count_true,
+    has_items,
+    item_count,
+    mean_over_items,
+    num_items,
+    optional_cross_entropy,
+)
 from ...utils.text_model import default_text_model_path
 from ...utils.validation import check_phrase_masks, check_rank, default_and_check_inputs
 from ..attention_utils import key_padding_mask_4d, run_attention
@@ -28,6 +39,7 @@ from ..task_heads import (
     AnswerHead,
     RegionScoringHead,
     RegionToPhraseAttention,
+    answer_item_counts,
     answer_loss,
     check_answer_labels,
     check_image_pair,
@@ -38,8 +50,13 @@ from ..task_heads import (
     mean_pool_phrases,
     pair_flatten,
     pair_repeat,
+    phrase_grounding_item_counts,
     phrase_grounding_loss,
+    reasoning_item_counts,
+    reasoning_loss,
     referring_expression_loss,
+    referring_item_counts,
+    region_mask_or_ones,
     weighted_total,
 )
 from ..text_init import (
@@ -398,12 +415,16 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> SingleStreamModelOutput | tuple:
         r"""
         visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]; optional,
         and unused, when `config.use_box_embeddings=False`), visual_attention_mask (`(batch, R)`): the regions.
         word_region_alignment (`(batch, T, R)`): gold alignment for attention supervision. phrase_masks
         (`(batch, P, T)`): grounded phrases (indirect supervision; all-zero rows are padding).
+        num_items_in_batch (`dict[str, torch.Tensor]`, *optional*): the global counts of [`loss_item_counts`] that
+        every loss divides by (data parallelism, gradient accumulation; `ComponentLossTrainer` passes them); default:
+        this batch's own counts.
         """
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (
@@ -443,6 +464,7 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
                 text_mask=attention_mask,
                 region_mask=visual_attention_mask,
                 phrase_masks=phrase_masks,
+                num_items_in_batch=num_items_in_batch,
             )
         output = SingleStreamModelOutput(
             last_hidden_state=sequence_output,
@@ -494,6 +516,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> VisualParaphraseOutput | tuple:
         r"""
         visual_boxes may be None when `config.use_box_embeddings=False` (see [`SingleStreamModel.forward`]).
@@ -520,6 +543,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            num_items_in_batch=num_items_in_batch,
         )
         text_states = outputs.last_hidden_state[:, : input_ids.shape[1]]
         id_logits = self.id_classifier(self.dropout(outputs.pooler_output))
@@ -528,8 +552,8 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         pair = torch.cat([e1, e2, e1 * e2, (e1 - e2).abs()], dim=-1)
         vgp_logits = self.vgp_classifier(self.dropout(self.vgp_activation(self.vgp_dense(self.dropout(pair)))))
 
-        loss_id = nn.functional.cross_entropy(id_logits, id_labels) if id_labels is not None else None
-        loss_vgp = nn.functional.cross_entropy(vgp_logits, vgp_labels) if vgp_labels is not None else None
+        loss_id = optional_cross_entropy(id_logits, id_labels, num_items_in_batch, "id")
+        loss_vgp = optional_cross_entropy(vgp_logits, vgp_labels, num_items_in_batch, "vgp")
         loss = self._total_loss(loss_id, loss_vgp, outputs.loss_attention)
         output = VisualParaphraseOutput(
             loss=loss,
@@ -542,6 +566,13 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             attentions=outputs.attentions,
         )
         return output if return_dict else output.to_tuple()
+
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        return {
+            "id": count_labeled(inputs.get("id_labels")),
+            "vgp": count_labeled(inputs.get("vgp_labels")),
+            **super().loss_item_counts(inputs),
+        }
 
     def _total_loss(self, loss_id, loss_vgp, loss_att) -> torch.Tensor | None:
         # eq. (9): L = w_id L_id + w_vgp L_vgp + lambda L_att
@@ -590,12 +621,6 @@ def _region_states(outputs: SingleStreamModelOutput, text_length: int, num_regio
     return outputs.last_hidden_state[:, text_length : text_length + num_regions]
 
 
-def _region_mask(visual_attention_mask: torch.Tensor | None, visual_feats: torch.Tensor) -> torch.Tensor:
-    if visual_attention_mask is not None:
-        return visual_attention_mask
-    return torch.ones(visual_feats.shape[:2], dtype=torch.long, device=visual_feats.device)
-
-
 class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
     """Answer classification (VQA v2, GQA) from the pooled [CLS] state with LXMERT's answer head
     ([`~hf_vlalign.models.task_heads.AnswerHead`]). GQA's single answer id is trained with cross-entropy; VQA's soft
@@ -623,6 +648,7 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> SingleStreamClassificationOutput | tuple:
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores in [0, 1]."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
@@ -640,11 +666,15 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            num_items_in_batch=num_items_in_batch,
         )
         logits = self.answer_head(outputs.pooler_output)
-        loss_task = answer_loss(logits, labels) if labels is not None else None
+        loss_task = answer_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
         output = _classification_output(self.config, loss_task, outputs, logits)
         return output if return_dict else output.to_tuple()
+
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        return {**answer_item_counts(inputs), **super().loss_item_counts(inputs)}
 
 
 class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
@@ -674,6 +704,7 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> SingleStreamClassificationOutput | tuple:
         r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0. Returns `logits` (batch,)."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
@@ -691,13 +722,15 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            num_items_in_batch=num_items_in_batch,
         )
         logits = self.reasoning_head(outputs.pooler_output.reshape(batch, -1)).squeeze(-1)
-        loss_task = None
-        if labels is not None:
-            loss_task = nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        loss_task = reasoning_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
         output = _classification_output(self.config, loss_task, outputs, logits)
         return output if return_dict else output.to_tuple()
+
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        return reasoning_item_counts(inputs)  # no attention supervision: the sentence has no regions of its own
 
 
 class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
@@ -727,6 +760,7 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> SingleStreamClassificationOutput | tuple:
         r"""
         labels (`(batch,)`): the referred region (best IoU with the referred box). target_region_iou (`(batch, R)`):
@@ -748,15 +782,20 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            num_items_in_batch=num_items_in_batch,
         )
-        region_mask = _region_mask(visual_attention_mask, visual_feats)
+        region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
         logits = self.region_head(_region_states(outputs, input_ids.shape[1], visual_feats.shape[1]))
         loss_task = referring_expression_loss(
-            logits, region_mask, target_region_iou, labels, self.config.referring_iou_threshold
-        )
+            logits, region_mask, target_region_iou, labels, self.config.referring_iou_threshold,
+            num_items(num_items_in_batch, "task"),
+        )  # fmt: skip
         logits = logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min)
         output = _classification_output(self.config, loss_task, outputs, logits)
         return output if return_dict else output.to_tuple()
+
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        return {**referring_item_counts(inputs), **super().loss_item_counts(inputs)}
 
 
 class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
@@ -786,6 +825,7 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> SingleStreamClassificationOutput | tuple:
         r"""
         phrase_masks (`(batch, P, T)`, required): the tokens of each phrase (all-zero rows are padding).
@@ -809,14 +849,20 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            num_items_in_batch=num_items_in_batch,
         )
         text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
         phrase_states = mean_pool_phrases(outputs.last_hidden_state[:, :text_length], phrase_masks)
         region_states = _region_states(outputs, text_length, num_regions)
-        logits = self.grounding_head(phrase_states, region_states, _region_mask(visual_attention_mask, visual_feats))
-        loss_task = phrase_grounding_loss(logits, phrase_labels) if phrase_labels is not None else None
+        logits = self.grounding_head(phrase_states, region_states, region_mask_or_ones(visual_attention_mask, visual_feats))
+        loss_task = None
+        if phrase_labels is not None:
+            loss_task = phrase_grounding_loss(logits, phrase_labels, num_items(num_items_in_batch, "task"))
         output = _classification_output(self.config, loss_task, outputs, logits)
         return output if return_dict else output.to_tuple()
+
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        return {**phrase_grounding_item_counts(inputs), **super().loss_item_counts(inputs)}
 
 
 class SingleStreamPredictionHeadTransform(nn.Module):
@@ -913,6 +959,7 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> SingleStreamForPreTrainingOutput | tuple:
         r"""
         labels (`(batch, T)`): masked-word targets, -100 on unmasked tokens.
@@ -937,20 +984,22 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            num_items_in_batch=num_items_in_batch,
         )
         text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
         prediction_logits, loss_mlm = masked_language_modelling(
-            self.cls.predictions, outputs.last_hidden_state[:, :text_length], labels, self.training
-        )
+            self.cls.predictions, outputs.last_hidden_state[:, :text_length], labels, self.training,
+            num_items(num_items_in_batch, "mlm"),
+        )  # fmt: skip
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
         losses = {"loss_mlm": loss_mlm}
-        if sentence_image_labels is not None:
-            losses["loss_sentence_image"] = nn.functional.cross_entropy(seq_relationship_logits, sentence_image_labels)
-        if masked_regions is not None and bool(masked_regions.bool().any()):
+        losses["loss_sentence_image"] = optional_cross_entropy(
+            seq_relationship_logits, sentence_image_labels, num_items_in_batch, "sentence_image"
+        )
+        if masked_regions is not None:
+            region_states = _region_states(outputs, text_length, num_regions)
             losses.update(
-                self._masked_region_losses(
-                    _region_states(outputs, text_length, num_regions), masked_regions, feature_labels, object_labels
-                )
+                self._masked_region_losses(region_states, masked_regions, feature_labels, object_labels, num_items_in_batch)
             )
         losses["loss_att"] = outputs.loss_attention
         output = SingleStreamForPreTrainingOutput(
@@ -963,15 +1012,32 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         )
         return output if return_dict else output.to_tuple()
 
-    def _masked_region_losses(self, region_states, masked_regions, feature_labels, object_labels) -> dict:
+    def _masked_region_losses(self, region_states, masked_regions, feature_labels, object_labels, counts) -> dict:
         masked = masked_regions.bool()
         features, class_scores = self.region_head(region_states[masked])
         losses = {}
-        if feature_labels is not None:
-            losses["loss_region_feat"] = nn.functional.mse_loss(features, feature_labels[masked].to(features.dtype))
-        if class_scores is not None and object_labels is not None and bool((object_labels[masked] != -100).any()):
-            losses["loss_region_class"] = nn.functional.cross_entropy(class_scores, object_labels[masked])
+        if feature_labels is not None and has_items(counts, "region_feat", masked.sum()):
+            # L2 of each masked region's feature (mean over its dimensions), averaged over the masked regions
+            total = nn.functional.mse_loss(features, feature_labels[masked].to(features.dtype), reduction="sum")
+            count = item_count(masked.sum(), num_items(counts, "region_feat"))
+            losses["loss_region_feat"] = mean_over_items(total / features.shape[-1], count)
+        if class_scores is not None and object_labels is not None:
+            losses["loss_region_class"] = optional_cross_entropy(class_scores, object_labels[masked], counts, "region_class")
         return losses
+
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        masked = inputs.get("masked_regions")
+        masked = masked.bool() if masked is not None else None
+        object_labels = inputs.get("object_labels")
+        has_features = masked is not None and inputs.get("feature_labels") is not None
+        has_classes = masked is not None and object_labels is not None
+        return {
+            "mlm": count_labeled(inputs.get("labels")),
+            "sentence_image": count_labeled(inputs.get("sentence_image_labels")),
+            "region_feat": count_true(masked) if has_features else count_true(None),
+            "region_class": count_labeled(object_labels[masked]) if has_classes else count_true(None),
+            **super().loss_item_counts(inputs),
+        }
 
     def _total_loss(self, losses: dict[str, torch.Tensor | None]) -> torch.Tensor | None:
         config = self.config

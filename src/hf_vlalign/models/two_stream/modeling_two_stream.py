@@ -9,8 +9,10 @@ Module boundaries and output names follow transformers' `modeling_lxmert.py`, so
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,7 +23,16 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, logging
 
 from ...supervision import AttentionSupervisionMixin
-from ...supervision.alignment_decoder import AlignmentDecoder, alignment_kl_loss
+from ...supervision.alignment_decoder import AlignmentDecoder, alignment_kl_loss, grounded_word_count
+from ...utils.item_counts import (
+    count_labeled,
+    count_true,
+    has_items,
+    item_count,
+    mean_over_items,
+    num_items,
+    optional_cross_entropy,
+)
 from ...utils.validation import check_rank, default_and_check_inputs
 from ..attention_utils import key_padding_mask_4d, run_attention
 from ..dropout import make_dropout
@@ -37,6 +48,8 @@ from ..task_heads import (
     AnswerHead,
     RegionScoringHead,
     RegionToPhraseAttention,
+    answer_item_count,
+    answer_item_counts,
     answer_loss,
     check_answer_labels,
     check_image_pair,
@@ -47,8 +60,13 @@ from ..task_heads import (
     mean_pool_phrases,
     pair_flatten,
     pair_repeat,
+    phrase_grounding_item_counts,
     phrase_grounding_loss,
+    reasoning_item_counts,
+    reasoning_loss,
     referring_expression_loss,
+    referring_item_counts,
+    region_mask_or_ones,
     weighted_total,
 )
 from ..text_init import (
@@ -431,11 +449,15 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> TwoStreamModelOutput | tuple:
         r"""
         visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]),
         visual_attention_mask (`(batch, R)`): the objects. word_region_alignment (`(batch, T, R)`): gold alignment for
         attention supervision of the cross layers. phrase_masks (`(batch, P, T)`): grounded phrases (indirect).
+        num_items_in_batch (`dict[str, torch.Tensor]`, *optional*): the global counts of [`loss_item_counts`] that
+        every loss divides by (data parallelism, gradient accumulation; `ComponentLossTrainer` passes them); default:
+        this batch's own counts.
         """
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (
@@ -471,6 +493,7 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
                 text_mask=attention_mask,
                 region_mask=visual_attention_mask,
                 phrase_masks=phrase_masks,
+                num_items_in_batch=num_items_in_batch,
             )
         attentions = {name: encoded[name] if output_attentions else None for name in ATTENTION_OUTPUT_NAMES}
         output = TwoStreamModelOutput(
@@ -581,6 +604,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> TwoStreamForPreTrainingOutput | tuple:
         r"""
         labels (`(batch, T)`): masked-word targets, -100 on unmasked tokens.
@@ -617,26 +641,28 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            num_items_in_batch=num_items_in_batch,
         )
         config = self.config
         losses = {}
         prediction_logits = None
+        counts = num_items_in_batch
         if config.task_mask_lm:
             prediction_logits, losses["loss_mlm"] = masked_language_modelling(
-                self.lm_head, outputs.language_output, labels, self.training
+                self.lm_head, outputs.language_output, labels, self.training, num_items(counts, "mlm")
             )
         if config.task_obj_predict and masked_regions is not None:
             losses.update(
                 self._masked_object_losses(
-                    outputs.vision_output, object_labels, attribute_labels, feature_labels, masked_regions
+                    outputs.vision_output, object_labels, attribute_labels, feature_labels, masked_regions, counts
                 )
             )
         matching_score = self.matching_head(outputs.pooled_output) if config.task_matched else None
-        if matching_score is not None and matched_labels is not None:
-            losses["loss_itm"] = nn.functional.cross_entropy(matching_score, matched_labels)
+        if matching_score is not None:
+            losses["loss_itm"] = optional_cross_entropy(matching_score, matched_labels, counts, "itm")
         answer_score = self.answer_head(outputs.pooled_output) if config.task_qa else None
         if answer_score is not None and answer_labels is not None:
-            losses["loss_vqa"] = answer_loss(answer_score, answer_labels)
+            losses["loss_vqa"] = answer_loss(answer_score, answer_labels, num_items(counts, "vqa"))
         alignment_scores = None
         if config.task_alignment:
             alignment_scores = self.alignment_decoder(outputs.language_output, outputs.vision_output)
@@ -646,8 +672,9 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                 )
                 # eq. (14): KL(A*, A) over the grounded words, A the top-k softmax of the decoder scores (eq. 13)
                 losses["loss_align"] = alignment_kl_loss(
-                    alignment_scores, word_region_alignment, region_mask, attention_mask, k=config.alignment_top_k
-                )
+                    alignment_scores, word_region_alignment, region_mask, attention_mask, k=config.alignment_top_k,
+                    num_words=num_items(counts, "align"),
+                )  # fmt: skip
         losses["loss_att"] = outputs.loss_attention
         output = TwoStreamForPreTrainingOutput(
             loss=self._total_loss(losses),
@@ -661,22 +688,40 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
     def _masked_object_losses(
-        self, vision_output, object_labels, attribute_labels, feature_labels, masked_regions
+        self, vision_output, object_labels, attribute_labels, feature_labels, masked_regions, counts
     ) -> dict:
         class_scores, attribute_scores, features = self.object_head(vision_output)
         losses = {}
-        if self.config.visual_obj_loss and object_labels is not None and bool((object_labels != -100).any()):
-            losses["loss_object_class"] = nn.functional.cross_entropy(
-                class_scores.flatten(0, 1), object_labels.flatten()
+        if self.config.visual_obj_loss and object_labels is not None:
+            losses["loss_object_class"] = optional_cross_entropy(
+                class_scores.flatten(0, 1), object_labels.flatten(), counts, "object_class"
             )
-        if self.config.visual_attr_loss and attribute_labels is not None and bool((attribute_labels != -100).any()):
-            losses["loss_object_attr"] = nn.functional.cross_entropy(
-                attribute_scores.flatten(0, 1), attribute_labels.flatten()
+        if self.config.visual_attr_loss and attribute_labels is not None:
+            losses["loss_object_attr"] = optional_cross_entropy(
+                attribute_scores.flatten(0, 1), attribute_labels.flatten(), counts, "object_attr"
             )
         masked = masked_regions.bool()
-        if self.config.visual_feat_loss and feature_labels is not None and bool(masked.any()):
-            losses["loss_feat"] = nn.functional.mse_loss(features[masked], feature_labels[masked].to(features.dtype))
+        if self.config.visual_feat_loss and feature_labels is not None and has_items(counts, "feat", masked.sum()):
+            # LXMERT's L2 feature regression: mean over the masked objects' feature dimensions
+            total = nn.functional.mse_loss(features[masked], feature_labels[masked].to(features.dtype), reduction="sum")
+            count = item_count(masked.sum(), num_items(counts, "feat"))
+            losses["loss_feat"] = mean_over_items(total / features.shape[-1], count)
         return losses
+
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        masked = inputs.get("masked_regions")
+        with_features = masked is not None and inputs.get("feature_labels") is not None
+        target = inputs.get("word_region_alignment")
+        return {
+            "mlm": count_labeled(inputs.get("labels")),
+            "object_class": count_labeled(inputs.get("object_labels")),
+            "object_attr": count_labeled(inputs.get("attribute_labels")),
+            "feat": count_true(masked) if with_features else count_true(None),
+            "itm": count_labeled(inputs.get("matched_labels")),
+            "vqa": answer_item_count(inputs.get("answer_labels")),
+            "align": grounded_word_count(target, inputs.get("attention_mask")) if target is not None else count_true(None),
+            **super().loss_item_counts(inputs),
+        }
 
     def _total_loss(self, losses: dict[str, torch.Tensor | None]) -> torch.Tensor | None:
         config = self.config
@@ -747,6 +792,7 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> TwoStreamClassificationOutput | tuple:
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
@@ -763,9 +809,10 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
             phrase_masks=phrase_masks,
             output_attentions=output_attentions,
             return_dict=True,
+            num_items_in_batch=num_items_in_batch,
         )
         logits = self.answer_head(outputs.pooled_output)
-        loss_task = answer_loss(logits, labels) if labels is not None else None
+        loss_task = answer_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
         output = TwoStreamClassificationOutput(
             loss=weighted_total(
                 [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]
@@ -776,6 +823,9 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
         return output if return_dict else output.to_tuple()
+
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        return {**answer_item_counts(inputs), **super().loss_item_counts(inputs)}
 
 
 class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
@@ -800,6 +850,7 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> TwoStreamClassificationOutput | tuple:
         r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
@@ -816,11 +867,10 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
             visual_attention_mask=pair_flatten(visual_attention_mask),
             output_attentions=output_attentions,
             return_dict=True,
+            num_items_in_batch=num_items_in_batch,
         )
         logits = self.reasoning_head(outputs.pooled_output.reshape(batch, -1)).squeeze(-1)
-        loss_task = None
-        if labels is not None:
-            loss_task = nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        loss_task = reasoning_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
         output = TwoStreamClassificationOutput(
             loss=loss_task,
             loss_task=loss_task,
@@ -828,6 +878,9 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
         return output if return_dict else output.to_tuple()
+
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        return reasoning_item_counts(inputs)  # no attention supervision: the sentence has no regions of its own
 
 
 class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
@@ -856,6 +909,7 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
         target_region_iou: torch.FloatTensor | None = None,
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> TwoStreamClassificationOutput | tuple:
         r"""
         labels (`(batch,)`): the referred region (best IoU with the referred box). target_region_iou (`(batch, R)`):
@@ -876,12 +930,14 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
             phrase_masks=phrase_masks,
             output_attentions=output_attentions,
             return_dict=True,
+            num_items_in_batch=num_items_in_batch,
         )
-        region_mask = _region_mask(visual_attention_mask, visual_feats)
+        region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
         logits = self.region_head(outputs.vision_output)
         loss_task = referring_expression_loss(
-            logits, region_mask, target_region_iou, labels, self.config.referring_iou_threshold
-        )
+            logits, region_mask, target_region_iou, labels, self.config.referring_iou_threshold,
+            num_items(num_items_in_batch, "task"),
+        )  # fmt: skip
         output = TwoStreamClassificationOutput(
             loss=weighted_total([(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]),
             loss_task=loss_task,
@@ -890,6 +946,9 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
         return output if return_dict else output.to_tuple()
+
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        return {**referring_item_counts(inputs), **super().loss_item_counts(inputs)}
 
 
 class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
@@ -916,6 +975,7 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         phrase_labels: torch.FloatTensor | None = None,
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> TwoStreamClassificationOutput | tuple:
         r"""
         phrase_masks (`(batch, P, T)`, required): the tokens of each phrase (all-zero rows are padding).
@@ -938,11 +998,14 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
             phrase_masks=phrase_masks,
             output_attentions=output_attentions,
             return_dict=True,
+            num_items_in_batch=num_items_in_batch,
         )
         phrase_states = mean_pool_phrases(outputs.language_output, phrase_masks)
-        region_mask = _region_mask(visual_attention_mask, visual_feats)
+        region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
         logits = self.grounding_head(phrase_states, outputs.vision_output, region_mask)
-        loss_task = phrase_grounding_loss(logits, phrase_labels) if phrase_labels is not None else None
+        loss_task = None
+        if phrase_labels is not None:
+            loss_task = phrase_grounding_loss(logits, phrase_labels, num_items(num_items_in_batch, "task"))
         output = TwoStreamClassificationOutput(
             loss=weighted_total([(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]),
             loss_task=loss_task,
@@ -952,11 +1015,8 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         )
         return output if return_dict else output.to_tuple()
 
-
-def _region_mask(visual_attention_mask: torch.Tensor | None, visual_feats: torch.Tensor) -> torch.Tensor:
-    if visual_attention_mask is not None:
-        return visual_attention_mask
-    return torch.ones(visual_feats.shape[:2], dtype=torch.long, device=visual_feats.device)
+    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        return {**phrase_grounding_item_counts(inputs), **super().loss_item_counts(inputs)}
 
 
 __all__ = [

@@ -1,0 +1,95 @@
+"""Losses that are means over a variable number of items, normalised by the global count.
+
+Many losses of the library average over items whose number varies from batch to batch: grounded words (attention
+supervision, the alignment decoder), masked words and regions, caption tokens, grounded phrases, real regions. The
+mean over a batch split across processes (data parallelism) or micro-batches (gradient accumulation) is not the mean
+of the shards' means. So every such loss takes the count it divides by as an argument: left `None`, it is the count
+of the batch it is given (the plain mean); given, it is the count over the whole optimizer step, every process and
+micro-batch included, and the losses of the shards then *sum* to the loss of the global batch.
+
+Models expose `loss_item_counts(inputs)` (the counts of one batch, always the same keys for a given config) and take
+`num_items_in_batch` (the global counts, same keys) in `forward`; `ComponentLossTrainer` sums the counts over the
+micro-batches of a step and over processes before the forward, the way transformers' `Trainer` counts the label
+tokens of causal language models (`num_items_in_batch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+
+def count_labeled(labels: torch.Tensor | None, ignore_index: int = -100) -> torch.Tensor:
+    """Number of entries of `labels` that are not `ignore_index` (0 when `labels` is None)."""
+    if labels is None:
+        return torch.zeros((), dtype=torch.long)
+    return (labels != ignore_index).sum()
+
+
+def count_true(mask: torch.Tensor | None) -> torch.Tensor:
+    """Number of non-zero entries of `mask` (0 when `mask` is None)."""
+    if mask is None:
+        return torch.zeros((), dtype=torch.long)
+    return mask.bool().sum()
+
+
+def item_count(local_count: torch.Tensor | int, num_items: torch.Tensor | int | None) -> torch.Tensor | int:
+    """The count a loss divides by: the global `num_items` when given, else the batch's own `local_count`."""
+    return local_count if num_items is None else num_items
+
+
+def mean_over_items(total: torch.Tensor, count: torch.Tensor | int) -> torch.Tensor:
+    """`total / count`, and `total` itself (a zero that keeps the graph) when there is no item."""
+    if isinstance(count, torch.Tensor):
+        return total / count.to(device=total.device, dtype=total.dtype).clamp(min=1)
+    return total / max(count, 1)
+
+
+def num_items(counts: Mapping[str, torch.Tensor] | None, key: str) -> torch.Tensor | None:
+    """`counts[key]` of a model's `num_items_in_batch`, or None (the batch's own count) when no counts are given."""
+    if counts is None:
+        return None
+    if key not in counts:
+        raise ValueError(
+            f"`num_items_in_batch` must hold a count for {key!r} (the keys of the model's `loss_item_counts`), got "
+            f"the keys {sorted(counts)}."
+        )
+    return counts[key]
+
+
+def has_items(counts: Mapping[str, torch.Tensor] | None, key: str, local_count: torch.Tensor) -> bool:
+    """Whether the loss counted under `key` exists for this step: some item in the global batch when `counts` are
+    given (a process whose shard has none still returns a zero loss, so every process logs the same components),
+    else some item in this batch."""
+    return bool(item_count(local_count, num_items(counts, key)) > 0)
+
+
+def mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, num_items: torch.Tensor | None = None) -> torch.Tensor:
+    """Cross-entropy summed over the labels that are not -100 and divided by their number, or by the global
+    `num_items` when given; 0 (in the graph) when no label counts."""
+    total = nn.functional.cross_entropy(logits, labels, reduction="sum")
+    return mean_over_items(total, item_count(count_labeled(labels), num_items))
+
+
+def optional_cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor | None, counts: Mapping[str, torch.Tensor] | None, key: str
+) -> torch.Tensor | None:
+    """[`mean_cross_entropy`] of `labels` with the count under `key` of `counts` (the model's `num_items_in_batch`);
+    None without labels or when no label counts (in the global batch when `counts` are given)."""
+    if labels is None or not has_items(counts, key, count_labeled(labels)):
+        return None
+    return mean_cross_entropy(logits, labels, num_items(counts, key))
+
+
+__all__ = [
+    "count_labeled",
+    "count_true",
+    "has_items",
+    "item_count",
+    "mean_cross_entropy",
+    "mean_over_items",
+    "num_items",
+    "optional_cross_entropy",
+]

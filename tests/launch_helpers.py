@@ -1,0 +1,33 @@
+"""Helpers of the tests that launch real processes (`tests/test_multiprocess.py`, `tests/test_fsdp.py`)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+from hf_vlalign import default_text_model_path
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on, for the rendezvous of a multi-process launch."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def save_tiny_bert(folder: Path) -> Path:
+    """A 2-layer BERT with 32 hidden units and seeded random weights, saved with the real MiniLM tokenizer: a text
+    checkpoint on which the examples start in seconds."""
+    tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128,
+    )  # fmt: skip
+    with torch.random.fork_rng():  # seeded, without touching the caller's generator
+        torch.manual_seed(0)
+        BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
