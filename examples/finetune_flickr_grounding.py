@@ -37,7 +37,13 @@ from hf_vlalign.alignment.boxes import box_iou
 from hf_vlalign.analysis.plots import plot_word_region_heatmap
 from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
-from hf_vlalign.data.collators import PhraseGroundingCollator, store_image_id
+from hf_vlalign.data.collators import (
+    PhraseGroundingCollator,
+    cut_word_pieces,
+    drop_overlong_rows,
+    span_is_cut,
+    store_image_id,
+)
 from hf_vlalign.data.feature_store import RegionFeatureStore
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_task_model_card
 from hf_vlalign.metrics import phrase_grounding_recall
@@ -47,12 +53,16 @@ from hf_vlalign.trainers.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
+    evaluation_subset,
+    final_evaluation,
     first_rows,
+    image_use_results,
     load_task_model,
     parse_recipe_args,
     save_model,
     take_push_to_hub,
     training_summary,
+    truncation_results,
     write_results,
 )
 
@@ -103,7 +113,6 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Groundin
         weight_decay=0.01,
         per_device_train_batch_size=16,
         per_device_eval_batch_size=64,
-        eval_steps=50,
         save_steps=100,
     )
 
@@ -115,16 +124,21 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Groundin
 
 def grounded_phrases_only(dataset: datasets.Dataset, tokenizer, max_text_length: int) -> tuple[datasets.Dataset, dict]:
     """Keeps, in every row, the phrases that can be grounded and scored: those with at least one gold box (Flickr30k's
-    `notvisual` and `nobndbox` phrases have none) whose tokens fit in `max_text_length`; rows left without a phrase
-    are dropped. Returns the rows and the counts of what was left out (also logged)."""
+    `notvisual` and `nobndbox` phrases have none) whose word pieces all fit in `max_text_length` (the collator drops
+    the alignment of a phrase cut by the truncation, so the rows' phrases stay the collator's); rows left without a
+    phrase are dropped. Returns the rows and the counts of what was left out (also logged)."""
     data = dataset.to_dict()
     offsets = tokenizer(data["sentence"], truncation=True, max_length=max_text_length, return_offsets_mapping=True)
+    cuts = cut_word_pieces(tokenizer, [[sentence] for sentence in data["sentence"]], offsets, max_text_length)
     counts = {"phrases": 0, "phrases_without_box": 0, "phrases_truncated": 0, "rows_without_phrase": 0}
     columns = [name for name in PHRASE_COLUMNS if name in data]
     rows_kept = []
     for i, (spans, boxes) in enumerate(zip(data["sentence_phrase_spans"], data["sentence_phrase_boxes"])):
         tokens = [(start, end) for start, end in offsets["offset_mapping"][i] if end > start]
-        keep = [bool(gold) and _has_token(span, tokens) for span, gold in zip(spans, boxes)]
+        keep = [
+            bool(gold) and _has_token(span, tokens) and not span_is_cut(cuts[i][0], span)
+            for span, gold in zip(spans, boxes)
+        ]
         counts["phrases"] += len(spans)
         counts["phrases_without_box"] += sum(not gold for gold in boxes)
         counts["phrases_truncated"] += sum(bool(gold) and not k for gold, k in zip(boxes, keep))
@@ -309,6 +323,10 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path or default_text_model_path())
     with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
         train_rows, eval_rows, store, source = load_splits(data_args)
+        truncation = {  # captions longer than max_text_length: counted before their cut phrases are left out
+            split: drop_overlong_rows(rows, tokenizer, data_args.max_text_length, where=f"phrase grounding {split}")[1]
+            for split, rows in (("train", train_rows), ("eval", eval_rows))
+        }
         train_dataset, _ = grounded_phrases_only(train_rows, tokenizer, data_args.max_text_length)
         eval_dataset, eval_counts = grounded_phrases_only(eval_rows, tokenizer, data_args.max_text_length)
     train_dataset = first_rows(train_dataset, data_args.max_train_samples)
@@ -324,7 +342,7 @@ def main(argv: list[str] | None = None) -> dict:
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
+        eval_dataset=evaluation_subset(eval_dataset, data_args.eval_subset_size, training_args.seed),
         data_collator=collator,
         processing_class=tokenizer,
         compute_metrics=recall_at_1_any_box,
@@ -333,9 +351,13 @@ def main(argv: list[str] | None = None) -> dict:
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_model(trainer, training_args.output_dir)
-    metrics = trainer.evaluate()
+    metrics = final_evaluation(trainer, eval_dataset)
 
     scores = phrase_region_scores(trainer.model, eval_dataset, collator, training_args.per_device_eval_batch_size)
+    image_use = image_use_results(  # own image vs another image's regions: ~0 means the image is not read
+        trainer.model, eval_dataset, collator, training_args.per_device_eval_batch_size, training_args.seed,
+        data_args.image_use_examples,
+    )  # fmt: skip
     results = {}
     if trainer.is_world_process_zero():
         results = {
@@ -347,6 +369,8 @@ def main(argv: list[str] | None = None) -> dict:
             "supervision": model_args.supervision,
             "eval_captions": len(eval_dataset),
             **{f"eval_{name}_left_out": eval_counts[name] for name in ("phrases_without_box", "phrases_truncated")},
+            "truncation": truncation_results(data_args.max_text_length, truncation, [collator]),
+            "image_use": image_use,
         }
         output_dir = Path(training_args.output_dir)
         plot_grounding_scores(

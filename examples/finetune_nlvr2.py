@@ -56,13 +56,16 @@ from hf_vlalign.trainers.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
+    evaluation_subset,
     final_evaluation,
     first_rows,
+    image_use_results,
     load_task_model,
     parse_recipe_args,
     save_model,
     take_push_to_hub,
     training_summary,
+    truncation_results,
     write_results,
 )
 
@@ -208,7 +211,6 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, VisualRe
         weight_decay=0.01,
         per_device_train_batch_size=16,  # more updates in the default's budget than 32
         per_device_eval_batch_size=64,
-        eval_steps=40,
         save_steps=80,
     )
 
@@ -233,7 +235,9 @@ def data_source(data: VisualReasoningData, data_args: DataArguments) -> str:
 
 
 
-def write_report(trainer, metrics, data, model_args, data_args, training_args, push_to_hub) -> dict:
+def write_report(
+    trainer, metrics, data, model_args, data_args, training_args, push_to_hub, truncation, image_use
+) -> dict:
     """`eval_results.json` and the model card in --output_dir, then the push (main process)."""
     results = {
         "accuracy": metrics["eval_accuracy"],
@@ -243,6 +247,8 @@ def write_report(trainer, metrics, data, model_args, data_args, training_args, p
         "dataset": data.dataset,
         "model_family": model_args.model_family,
         "eval_examples": len(data.eval),
+        "truncation": truncation,
+        "image_use": image_use,
     }
     card = render_task_model_card(
         "visual_reasoning",
@@ -275,24 +281,38 @@ def main(argv: list[str] | None = None) -> dict:
     model = load_task_model(TASK_CLASSES, model_args, data.store.feature_dim)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path or default_text_model_path())
     collator = ImagePairCollator(tokenizer, data.store, max_text_length=data_args.max_text_length)
+    # sentences longer than max_text_length are truncated (counted); no row needs a span, so none is dropped
+    data.train, train_truncation = collator.drop_overlong_rows(data.train, f"{data.dataset} train")
+    data.eval, eval_truncation = collator.drop_overlong_rows(data.eval, f"{data.dataset} eval")
     push_to_hub = take_push_to_hub(training_args)
+    eval_subset = evaluation_subset(data.eval, data_args.eval_subset_size, training_args.seed)
     trainer = TaskTrainer(
         model=model,
         args=training_args,
         train_dataset=data.train,
-        eval_dataset=data.eval,
+        eval_dataset=eval_subset,
         data_collator=collator,
         processing_class=tokenizer,
-        compute_metrics=reasoning_metrics(data.eval),
+        compute_metrics=reasoning_metrics(eval_subset),
         preprocess_logits_for_metrics=predicted_truth,
         label_names=["labels"],
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_model(trainer, training_args.output_dir)
-    metrics = final_evaluation(trainer)
+    metrics = final_evaluation(trainer, data.eval, reasoning_metrics)
+    # own image pair vs another pair's regions: ~0 means the truth values come from the sentence alone
+    image_use = image_use_results(
+        trainer.model, data.eval, collator, training_args.per_device_eval_batch_size, training_args.seed,
+        data_args.image_use_examples,
+    )  # fmt: skip
     results = {}
     if trainer.is_world_process_zero():
-        results = write_report(trainer, metrics, data, model_args, data_args, training_args, push_to_hub)
+        truncation = truncation_results(
+            data_args.max_text_length, {"train": train_truncation, "eval": eval_truncation}, [collator]
+        )
+        results = write_report(
+            trainer, metrics, data, model_args, data_args, training_args, push_to_hub, truncation, image_use
+        )
         print(json.dumps(results, indent=2))
     return results
 

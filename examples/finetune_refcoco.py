@@ -48,12 +48,16 @@ from hf_vlalign.trainers.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
+    evaluation_subset,
+    final_evaluation,
     first_rows,
+    image_use_results,
     load_task_model,
     parse_recipe_args,
     save_model,
     take_push_to_hub,
     training_summary,
+    truncation_results,
     write_results,
 )
 
@@ -87,7 +91,6 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Referrin
         weight_decay=0.01,
         per_device_train_batch_size=16,
         per_device_eval_batch_size=64,
-        eval_steps=100,
         save_steps=100,
         # the default data: ~2,700 training expressions (~165 steps), ~650 evaluation ones; a few minutes on 2 cores
         synthetic_train_images=320,
@@ -240,12 +243,15 @@ def main(argv: list[str] | None = None) -> dict:
     collator = ReferringExpressionCollator(
         tokenizer, store, max_text_length=data_args.max_text_length, iou_threshold=IOU_THRESHOLD
     )
+    # expressions longer than max_text_length are truncated, a cut expression losing its alignment: counted
+    train_dataset, train_truncation = collator.drop_overlong_rows(train_dataset, "referring train")
+    eval_dataset, eval_truncation = collator.drop_overlong_rows(eval_dataset, "referring eval")
     push_to_hub = take_push_to_hub(training_args)
     trainer = ReferringExpressionTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
+        eval_dataset=evaluation_subset(eval_dataset, data_args.eval_subset_size, training_args.seed),
         data_collator=collator,
         processing_class=tokenizer,
         compute_metrics=accuracy_from_region_iou,
@@ -253,9 +259,13 @@ def main(argv: list[str] | None = None) -> dict:
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_model(trainer, training_args.output_dir)
-    metrics = trainer.evaluate()
+    metrics = final_evaluation(trainer, eval_dataset)
 
     choices = chosen_regions(trainer.model, eval_dataset, collator, training_args.per_device_eval_batch_size)
+    image_use = image_use_results(  # own image vs another image's regions: ~0 means the image is not read
+        trainer.model, eval_dataset, collator, training_args.per_device_eval_batch_size, training_args.seed,
+        data_args.image_use_examples,
+    )  # fmt: skip
     results = {}
     if trainer.is_world_process_zero():
         synthetic = data_args.dataset in (None, "synthetic_scenes")
@@ -266,6 +276,10 @@ def main(argv: list[str] | None = None) -> dict:
             **{key: metrics[key] for key in ("eval_loss_task", "eval_loss_att") if key in metrics},
             "model_family": model_args.model_family,
             "supervision": model_args.supervision,
+            "truncation": truncation_results(
+                data_args.max_text_length, {"train": train_truncation, "eval": eval_truncation}, [collator]
+            ),
+            "image_use": image_use,
         }
         card = render_task_model_card(
             "referring_expression",

@@ -8,6 +8,8 @@
 
 Writes to --output_dir: safetensors weights, config, tokenizer, README.md (model card with the results),
 eval_results.json and attention_heatmap.png (one example's word x region attention in the best head).
+Caption pairs longer than --max_text_length word pieces are truncated; rows whose phrase pair is cut are dropped
+before training (`VGPCollator.drop_overlong_rows`) and the counts are reported under `truncation` in eval_results.json.
 Every transformers `TrainingArguments` flag works too (--seed, --per_device_train_batch_size, --push_to_hub, ...).
 """
 
@@ -29,7 +31,15 @@ from hf_vlalign.hub.model_card import render_model_card
 from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.trainers import VGPTrainer
 from hf_vlalign.trainers.grounding_evaluation import evaluate_grounding, word_region_attention
-from hf_vlalign.trainers.recipes import MixedPrecisionArguments, parse_recipe_args, save_model, set_dropout
+from hf_vlalign.trainers.recipes import (
+    IMAGE_USE_EXAMPLES,
+    MixedPrecisionArguments,
+    image_use_results,
+    parse_recipe_args,
+    save_model,
+    set_dropout,
+    truncation_results,
+)
 
 
 @dataclass
@@ -55,6 +65,10 @@ class VGPArguments:
     synthetic_train_images: int = field(default=800)
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=64)
+    image_use_examples: int | None = field(
+        default=IMAGE_USE_EXAMPLES,
+        metadata={"help": "evaluation rows of the own-image vs shuffled-image check (`image_use` in eval_results.json)."},
+    )
     dropout: float | None = field(
         default=None,
         metadata={
@@ -112,13 +126,19 @@ def probe_grounding(model, training_args, eval_dataset, collator, tokenizer) -> 
     (under FSDP or DeepSpeed ZeRO-3 a forward pass gathers the sharded weights from every process)."""
     collator.return_probe_targets = True
     probe = evaluate_grounding(model, eval_dataset, collator, training_args.per_device_eval_batch_size)
-    example = next(i for i in range(len(eval_dataset)) if eval_dataset[i]["caption1_phrase_spans"])
-    batch = collator([eval_dataset[example]])
-    drawn = word_region_attention(model, batch, tokenizer, probe.best_layer, probe.best_head)
-    return probe, drawn
+    for example in (i for i in range(len(eval_dataset)) if eval_dataset[i]["caption1_phrase_spans"]):
+        batch = collator([eval_dataset[example]])
+        if bool(batch["word_region_alignment"].any()):  # a phrase left whole by the truncation
+            return probe, word_region_attention(model, batch, tokenizer, probe.best_layer, probe.best_head)
+    raise ValueError(
+        f"no evaluation example keeps a grounded phrase of its first caption within --max_text_length "
+        f"{collator.max_text_length}; raise --max_text_length."
+    )
 
 
-def write_report(trainer, metrics, probe, drawn, data_source, args, training_args, eval_dataset) -> dict:
+def write_report(
+    trainer, metrics, probe, drawn, data_source, args, training_args, eval_dataset, truncation, image_use
+) -> dict:
     """eval_results.json, grounding_probe.json, the heatmaps and the model card, in --output_dir (main process only)."""
     output_dir = Path(training_args.output_dir)
     results = {
@@ -132,6 +152,8 @@ def write_report(trainer, metrics, probe, drawn, data_source, args, training_arg
         "num_grounded_phrases": probe.num_phrases,
         "eval_loss": metrics["eval_loss"],
         **{key: metrics[f"eval_{key}"] for key in ("loss_id", "loss_vgp", "loss_att") if f"eval_{key}" in metrics},
+        "truncation": truncation,
+        "image_use": image_use,
     }
     (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
     (output_dir / "grounding_probe.json").write_text(json.dumps(probe.to_dict(), indent=2) + "\n")
@@ -178,6 +200,9 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or default_text_model_path())
     model = load_model(args, visual_feat_dim=region_features.feature_dim)
     collator = VGPCollator(tokenizer, region_features, max_text_length=args.max_text_length)
+    # rows whose phrase pair does not fit in max_text_length cannot be trained: dropped, counted, reported
+    train_dataset, train_truncation = collator.drop_overlong_rows(train_dataset, "VGP train")
+    eval_dataset, eval_truncation = collator.drop_overlong_rows(eval_dataset, "VGP eval")
     push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False  # pushed once, with the card, below
     trainer = VGPTrainer(
         model=model,
@@ -192,9 +217,18 @@ def main(argv: list[str] | None = None) -> dict:
     save_model(trainer, training_args.output_dir)
     metrics = trainer.evaluate()
     probe, drawn = probe_grounding(trainer.model, training_args, eval_dataset, collator, tokenizer)
+    image_use = image_use_results(  # own image vs another image's regions: ~0 means the image is not read
+        trainer.model, eval_dataset, collator, training_args.per_device_eval_batch_size, training_args.seed,
+        args.image_use_examples,
+    )  # fmt: skip
     results = {}
     if trainer.is_world_process_zero():
-        results = write_report(trainer, metrics, probe, drawn, data.source, args, training_args, eval_dataset)
+        truncation = truncation_results(
+            args.max_text_length, {"train": train_truncation, "eval": eval_truncation}, [collator]
+        )
+        results = write_report(
+            trainer, metrics, probe, drawn, data.source, args, training_args, eval_dataset, truncation, image_use
+        )
         print(json.dumps(results, indent=2))
         if push_to_hub:  # last: a failed push raises HubPushError, the local folder being complete
             push_folder_to_hub(

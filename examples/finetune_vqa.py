@@ -59,13 +59,16 @@ from hf_vlalign.trainers.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
+    evaluation_subset,
     final_evaluation,
     first_rows,
+    image_use_results,
     load_task_model,
     parse_recipe_args,
     save_model,
     take_push_to_hub,
     training_summary,
+    truncation_results,
     write_results,
 )
 
@@ -283,11 +286,11 @@ def predicted_answer_ids(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
     return logits.argmax(dim=-1)
 
 
-def answer_metrics(data: QuestionAnsweringData) -> Callable[[EvalPrediction], dict[str, float]]:
-    """`compute_metrics` of the evaluation split: `accuracy` and the official GQA or VQA metrics. The predictions come
-    in the order of `data.eval`'s rows (Trainer's evaluation is sequential), whose answers the official metrics read."""
+def answer_metrics(data: QuestionAnsweringData, rows: datasets.Dataset) -> Callable[[EvalPrediction], dict[str, float]]:
+    """`compute_metrics` of the evaluation rows `rows` (the split, or the sample `--eval_subset_size` draws):
+    `accuracy` and the official GQA or VQA metrics. The predictions come in the order of `rows` (Trainer's evaluation
+    is sequential), whose answers the official metrics read."""
     answers = sorted(data.answer_vocab, key=data.answer_vocab.get)
-    rows = data.eval
 
     def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
         predicted = np.asarray(prediction.predictions).reshape(-1)
@@ -305,7 +308,9 @@ def answer_metrics(data: QuestionAnsweringData) -> Callable[[EvalPrediction], di
                 metrics[f"vqa_accuracy_{answer_type.replace('/', '_')}"] = value
             return metrics
         metrics = {"accuracy": float((predicted == labels).mean())}  # answers outside the vocabulary count as wrong
-        official = gqa_scores(dict(zip(rows["question_id"], predicted_answers)), data.eval_questions)
+        # the script's metrics over the evaluated questions (a sample of the split, or what truncation left)
+        questions = {qid: data.eval_questions[qid] for qid in rows["question_id"]}
+        official = gqa_scores(dict(zip(rows["question_id"], predicted_answers)), questions)
         metrics.update({f"gqa_{name}": official[name] for name in GQA_SCRIPT_METRICS if official[name] is not None})
         return metrics
 
@@ -347,7 +352,6 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Question
         warmup_steps=20,
         per_device_train_batch_size=16,
         per_device_eval_batch_size=64,
-        eval_steps=75,
         save_steps=500,
     )
 
@@ -365,7 +369,9 @@ def check_supervision(model_args: ModelArguments, data: QuestionAnsweringData) -
     logger.info("%d of %d training questions have grounded words (attention supervision).", grounded, len(data.train))
 
 
-def write_report(trainer, metrics, data, model_args, data_args, training_args, baseline, push_to_hub) -> dict:
+def write_report(
+    trainer, metrics, data, model_args, data_args, training_args, baseline, push_to_hub, truncation, image_use
+) -> dict:
     """`answer_vocab.json`, `eval_results.json` and the model card in --output_dir, then the push (main process)."""
     output_dir = Path(training_args.output_dir)
     (output_dir / ANSWER_VOCAB_NAME).write_text(json.dumps(data.answer_vocab, indent=1) + "\n")
@@ -380,6 +386,8 @@ def write_report(trainer, metrics, data, model_args, data_args, training_args, b
         "supervision": model_args.supervision,
         "num_answers": len(data.answer_vocab),
         "eval_examples": len(data.eval),
+        "truncation": truncation,
+        "image_use": image_use,
     }
     training = {
         **training_summary(trainer, data_source(data, data_args), len(data.eval)),
@@ -437,25 +445,39 @@ def main(argv: list[str] | None = None) -> dict:
         num_answers=len(data.answer_vocab),
         max_text_length=data_args.max_text_length,
     )
+    # questions longer than max_text_length are truncated (their cut pointers lose their alignment): counted
+    data.train, train_truncation = collator.drop_overlong_rows(data.train, f"{data.dataset} train")
+    data.eval, eval_truncation = collator.drop_overlong_rows(data.eval, f"{data.dataset} eval")
     push_to_hub = take_push_to_hub(training_args)
+    eval_subset = evaluation_subset(data.eval, data_args.eval_subset_size, training_args.seed)
     trainer = TaskTrainer(
         model=model,
         args=training_args,
         train_dataset=data.train,
-        eval_dataset=data.eval,
+        eval_dataset=eval_subset,
         data_collator=collator,
         processing_class=tokenizer,
-        compute_metrics=answer_metrics(data),
+        compute_metrics=answer_metrics(data, eval_subset),
         preprocess_logits_for_metrics=predicted_answer_ids,
         label_names=["labels"],
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_model(trainer, training_args.output_dir)
-    metrics = final_evaluation(trainer)
+    metrics = final_evaluation(trainer, data.eval, lambda rows: answer_metrics(data, rows))
+    # own image vs another image's regions: ~0 means the answers come from the question alone
+    image_use = image_use_results(
+        trainer.model, data.eval, collator, training_args.per_device_eval_batch_size, training_args.seed,
+        data_args.image_use_examples, group_column="answer_type",
+    )  # fmt: skip
     results = {}
     if trainer.is_world_process_zero():
         baseline = majority_baseline(data)
-        results = write_report(trainer, metrics, data, model_args, data_args, training_args, baseline, push_to_hub)
+        truncation = truncation_results(
+            data_args.max_text_length, {"train": train_truncation, "eval": eval_truncation}, [collator]
+        )
+        results = write_report(
+            trainer, metrics, data, model_args, data_args, training_args, baseline, push_to_hub, truncation, image_use
+        )
         print(json.dumps(results, indent=2))
     return results
 

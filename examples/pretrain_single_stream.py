@@ -25,6 +25,9 @@ masked and second captions drawn with a seed of their own, `eval_collation_seed`
 predicted exactly; `mlm_most_frequent_token_accuracy` is always predicting the most frequent masked word),
 `sentence_image_accuracy` (chance: 0.5) and every loss component.
 
+Texts longer than --max_text_length word pieces (a caption pair together) are truncated, never refused: grounded
+phrases cut lose their alignment, and the counts are reported under `truncation` in `eval_results.json`.
+
 Writes to --output_dir: safetensors weights, config, tokenizer, `eval_results.json`, README.md (model card),
 `training_args.json` and TensorBoard logs under runs/ (when tensorboard is installed). The folder is a starting point
 for the downstream tasks: `SingleStreamForQuestionAnswering.from_pretrained(output_dir, num_qa_labels=N)` (or any
@@ -57,13 +60,16 @@ from hf_vlalign.trainers.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
+    evaluation_subset,
     final_evaluation,
     first_rows,
+    image_use_results,
     load_task_model,
     parse_recipe_args,
     save_model,
     take_push_to_hub,
     training_summary,
+    truncation_results,
     write_results,
 )
 
@@ -295,7 +301,6 @@ def parse_args(
         warmup_steps=10,
         per_device_train_batch_size=16,
         per_device_eval_batch_size=64,
-        eval_steps=50,
         save_steps=50,
         max_text_length=64,  # two captions
         synthetic_eval_images=40,
@@ -325,7 +330,9 @@ def data_source(data: CaptionData, data_args: DataArguments) -> str:
     return f"{data.dataset} ({data_args.data_dir})"
 
 
-def write_report(trainer, metrics, data, model_args, data_args, task_args, training_args, push_to_hub) -> dict:
+def write_report(
+    trainer, metrics, data, model_args, data_args, task_args, training_args, push_to_hub, truncation, image_use
+) -> dict:
     """`eval_results.json` and the model card in --output_dir, then the push (main process)."""
     measured = {key[len("eval_") :]: value for key, value in metrics.items() if _is_metric(key)}
     results = {
@@ -338,6 +345,8 @@ def write_report(trainer, metrics, data, model_args, data_args, task_args, train
         "eval_collation_seed": training_args.seed,
         "supervision": model_args.supervision,
         "eval_examples": len(data.eval),
+        "truncation": truncation,
+        "image_use": image_use,
     }
     objectives = ["masked words"]
     if task_args.sentence_image_prediction:
@@ -391,6 +400,10 @@ def main(argv: list[str] | None = None) -> dict:
     collate = {"num_classes": num_classes, "max_text_length": data_args.max_text_length}
     # the evaluation batches are masked and paired the same way at every evaluation (and for a reloaded model)
     eval_collator = make_collator(data, tokenizer, task_args, train=False, seed=training_args.seed, **collate)
+    train_collator = make_collator(data, tokenizer, task_args, train=True, seed=None, **collate)
+    # long captions are truncated (no caption pre-training row needs a span): counted here, and by the collators
+    data.train, train_truncation = train_collator.drop_overlong_rows(data.train, f"{data.dataset} train")
+    data.eval, eval_truncation = eval_collator.drop_overlong_rows(data.eval, f"{data.dataset} eval")
     # the metrics read the masked-word and sentence-image labels; the loss needs them to be listed too
     training_args.label_names = ["labels", "sentence_image_labels"] if task_args.sentence_image_prediction else ["labels"]
     push_to_hub = take_push_to_hub(training_args)
@@ -398,8 +411,8 @@ def main(argv: list[str] | None = None) -> dict:
         model=model,
         args=training_args,
         train_dataset=data.train,
-        eval_dataset=data.eval,
-        data_collator=make_collator(data, tokenizer, task_args, train=True, seed=None, **collate),
+        eval_dataset=evaluation_subset(data.eval, data_args.eval_subset_size, training_args.seed),
+        data_collator=train_collator,
         eval_data_collator=eval_collator,
         processing_class=tokenizer,
         compute_metrics=pretraining_metrics(task_args.sentence_image_prediction),
@@ -407,10 +420,19 @@ def main(argv: list[str] | None = None) -> dict:
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_model(trainer, training_args.output_dir)
-    metrics = final_evaluation(trainer)
+    metrics = final_evaluation(trainer, data.eval)
+    # own image vs another image's regions, the same words masked in both: ~0 means the image is not read
+    image_use = image_use_results(
+        trainer.model, data.eval, eval_collator, training_args.per_device_eval_batch_size, training_args.seed,
+        data_args.image_use_examples,
+    )  # fmt: skip
     results = {}
     if trainer.is_world_process_zero():
-        results = write_report(trainer, metrics, data, model_args, data_args, task_args, training_args, push_to_hub)
+        splits = {"train": train_truncation, "eval": eval_truncation}
+        truncation = truncation_results(data_args.max_text_length, splits, [train_collator, eval_collator])
+        results = write_report(
+            trainer, metrics, data, model_args, data_args, task_args, training_args, push_to_hub, truncation, image_use
+        )
         print(json.dumps(results, indent=2))
     return results
 

@@ -39,7 +39,15 @@ from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneC
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
 from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.trainers import AlignmentPretrainingTrainer, cross_attention_rows, evaluate_cross_attention
-from hf_vlalign.trainers.recipes import MixedPrecisionArguments, parse_recipe_args, save_model, set_dropout
+from hf_vlalign.trainers.recipes import (
+    IMAGE_USE_EXAMPLES,
+    MixedPrecisionArguments,
+    image_use_results,
+    parse_recipe_args,
+    save_model,
+    set_dropout,
+    truncation_results,
+)
 
 RUNS = {"with": ("with_alignment", True), "without": ("without_alignment", False)}
 
@@ -73,6 +81,10 @@ class PretrainingArguments:
     synthetic_train_images: int = field(default=800)
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=32)
+    image_use_examples: int | None = field(
+        default=IMAGE_USE_EXAMPLES,
+        metadata={"help": "evaluation rows of the own-image vs shuffled-image check (`image_use` in eval_results.json)."},
+    )
     dropout: float | None = field(
         default=None,
         metadata={
@@ -185,11 +197,14 @@ def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> t
         if getattr(args, name) is not None
     }  # what is not given keeps PretrainingCollator's default
     run_args = replace(training_args, output_dir=str(Path(training_args.output_dir) / folder), push_to_hub=False)
+    train_collator = PretrainingCollator(tokenizer, store, **collate, **masking)
+    # questions longer than max_text_length are truncated (cut pointers lose their alignment): counted, reported
+    train, train_truncation = train_collator.drop_overlong_rows(train, f"{run} run, train")
     trainer = AlignmentPretrainingTrainer(
         model=model,
         args=run_args,
         train_dataset=train,
-        data_collator=PretrainingCollator(tokenizer, store, **collate, **masking),
+        data_collator=train_collator,
         processing_class=tokenizer,
         vqa_start_epoch=args.vqa_start_epoch,
     )
@@ -200,7 +215,12 @@ def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> t
         tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0,
         return_probe_targets=True, **collate,
     )  # fmt: skip
+    evaluation, eval_truncation = eval_collator.drop_overlong_rows(evaluation, f"{run} run, eval")
     result = evaluate_cross_attention(trainer.model, evaluation, eval_collator, run_args.per_device_eval_batch_size)
+    image_use = image_use_results(  # own image vs another image's regions: ~0 means the image is not read
+        trainer.model, evaluation, eval_collator, run_args.per_device_eval_batch_size, run_args.seed,
+        args.image_use_examples,
+    )  # fmt: skip
     penultimate = max(model.config.x_layers - 2, 0)
     results = {
         "vqa_accuracy": result.vqa_accuracy,
@@ -212,6 +232,10 @@ def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> t
         "num_grounded_phrases": result.per_head.num_phrases,
         "data": source,
         **result.to_dict(),
+        "truncation": truncation_results(
+            args.max_text_length, {"train": train_truncation, "eval": eval_truncation}, [train_collator, eval_collator]
+        ),
+        "image_use": image_use,
     }
     if trainer.is_world_process_zero():
         (Path(run_args.output_dir) / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")

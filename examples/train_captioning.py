@@ -9,7 +9,7 @@ Writes to --output_dir: safetensors weights, config, tokenizer, eval_results.jso
 `rouge_l` on the synthetic test split, and `alignment`: Li et al.'s grounding accuracy of the decoder's cross-attention
 teacher-forced on the test captions, last decoder layer, heads summed; `test_loss` and `test_loss_other_images`: the
 caption loss per token with each caption's own image and with another image, whose gap is how much the captioner uses
-the image), samples.json (generated captions with their
+the image, also under `image_use` with every example's keys), samples.json (generated captions with their
 references) and attention_alignment.png (the top-1 attended region of every generated word before and after alignment,
 the A2 paper's Figure 1) and README.md (the model card). Every transformers `TrainingArguments` flag works too
 (--seed, --push_to_hub, ...).
@@ -34,7 +34,14 @@ from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_ca
 from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.metrics.captioning import caption_scores
 from hf_vlalign.trainers import CaptioningTrainer, evaluate_decoder_grounding
-from hf_vlalign.trainers.recipes import MixedPrecisionArguments, parse_recipe_args, save_model
+from hf_vlalign.trainers.recipes import (
+    IMAGE_USE_EXAMPLES,
+    MixedPrecisionArguments,
+    image_use_results,
+    parse_recipe_args,
+    save_model,
+    truncation_results,
+)
 
 
 @dataclass
@@ -63,6 +70,10 @@ class CaptioningArguments:
     synthetic_train_images: int = field(default=800)
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=24)
+    image_use_examples: int | None = field(
+        default=IMAGE_USE_EXAMPLES,
+        metadata={"help": "test captions of the own-image vs shuffled-image check (`image_use` in eval_results.json)."},
+    )
     dropout: float | None = field(
         default=None,
         metadata={
@@ -160,31 +171,6 @@ def generate_captions(model, images, store, tokenizer, args, batch_size: int) ->
 
 
 @torch.no_grad()
-def caption_losses(model, captions, collator, batch_size: int) -> tuple[float, float]:
-    """Teacher-forced caption loss (per token) on `captions` read with their own images, and with the next image's
-    regions instead: a captioner that ignores the image scores both alike."""
-    image_ids = sorted(set(captions["image_id"]))
-    other_image = dict(zip(image_ids, image_ids[1:] + image_ids[:1]))
-    model.eval()
-    device = next(model.parameters()).device
-    totals = {"own": [0.0, 0], "other": [0.0, 0]}
-    for start in range(0, len(captions), batch_size):
-        rows = [captions[i] for i in range(start, min(start + batch_size, len(captions)))]
-        swapped = [{**row, "image_id": other_image[row["image_id"]]} for row in rows]
-        for key, batch_rows in (("own", rows), ("other", swapped)):
-            batch = collator(batch_rows)
-            inputs = {
-                k: v.to(device)
-                for k, v in batch.items()
-                if k.startswith("visual_") or k in ("labels", "decoder_attention_mask")
-            }
-            tokens = int((batch["labels"] != -100).sum())
-            totals[key][0] += float(model(**inputs).loss) * tokens
-            totals[key][1] += tokens
-    return totals["own"][0] / totals["own"][1], totals["other"][0] / totals["other"][1]
-
-
-@torch.no_grad()
 def alignment_panels(model, image, store, tokenizer, caption: str) -> tuple[list, list[str], list[str]]:
     """A2 Figure 1: for every generated word, the attention of the last decoder layer over the regions (heads
     averaged) before alignment (the raw cross-attention) and after it (the attention the decoder used); returns
@@ -221,6 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
     collator = CaptioningCollator(
         tokenizer, store, text_columns=("sentence",), max_text_length=args.max_text_length, reference_column="references"
     )
+    # captions longer than max_text_length are truncated (the targets end at the cut): counted, reported
+    train, train_truncation = collator.drop_overlong_rows(train, "captioning train")
     push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False  # pushed once, with the results, below
     trainer = CaptioningTrainer(
         model=model,
@@ -243,8 +231,12 @@ def main(argv: list[str] | None = None) -> dict:
     grounding_collator = CaptioningCollator(
         tokenizer, store, text_columns=("sentence",), max_text_length=args.max_text_length, return_probe_targets=True
     )
+    test, test_truncation = grounding_collator.drop_overlong_rows(test, "captioning test")
     per_head, summed = evaluate_decoder_grounding(model, test, grounding_collator, training_args.per_device_eval_batch_size)
-    own_loss, other_loss = caption_losses(model, test, grounding_collator, training_args.per_device_eval_batch_size)
+    image_use = image_use_results(  # teacher-forced caption loss with the own image vs another image's regions
+        model, test, grounding_collator, training_args.per_device_eval_batch_size, training_args.seed,
+        args.image_use_examples,
+    )  # fmt: skip
     panels, words, region_labels = alignment_panels(model, images[0], store, tokenizer, captions[0])
     if not trainer.is_world_process_zero():
         return {}
@@ -256,8 +248,8 @@ def main(argv: list[str] | None = None) -> dict:
         "rouge_l": scores["rouge_l"],
         "alignment": float(summed.accuracy[-1, 0]),
         **{key: scores[key] for key in ("bleu_1", "bleu_2", "bleu_3")},
-        "test_loss": own_loss,
-        "test_loss_other_images": other_loss,
+        "test_loss": image_use["own_image_loss"],
+        "test_loss_other_images": image_use["shuffled_image_loss"],
         "alignment_per_layer": summed.accuracy[:, 0].tolist(),
         "alignment_best_head": per_head.best_head_accuracy,
         "grounding_baseline_accuracy": per_head.baseline_accuracy,
@@ -265,6 +257,10 @@ def main(argv: list[str] | None = None) -> dict:
         "geometry": args.geometry,
         "num_test_images": len(images),
         "num_grounded_words": per_head.num_phrases,
+        "truncation": truncation_results(
+            args.max_text_length, {"train": train_truncation, "test": test_truncation}, [collator, grounding_collator]
+        ),
+        "image_use": image_use,
     }
     (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
     samples = [{"image_id": image["image_id"], "generated": caption, "references": image["references"]} for image, caption in zip(images[:20], captions)]

@@ -510,7 +510,10 @@ def test_vqa_through_load_dataset_with_region_features(vqa_vocab_file, val_annot
     assert dataset["question_id"] == [q["question_id"] for q in kept]
     expected_rows = [store.row_of(f"COCO_val2014_{q['image_id']:012d}") for q in kept]
     assert dataset["feature_row"] == expected_rows and set(expected_rows) == {0, 1}
-    assert f"{65 - 33} of 65 rows skipped" in caplog.text
+    assert (
+        f"vqa_v2 val: {65 - 33} of 65 rows skipped (on_missing_image='skip'): image not in the region-feature store "
+        f"{store.directory}." in caplog.messages
+    )
 
     plain = load_dataset("vqa_v2", head, "val", **options)
     assert len(plain) == 65 and "feature_row" not in plain.column_names

@@ -48,7 +48,7 @@ def flickr_root() -> Path:
 
 @pytest.fixture(scope="module")
 def flickr_val(flickr_root):
-    return flickr30k_entities.build(flickr_root, "val")
+    return flickr30k_entities.build(flickr_root, "val", on_missing_image="skip")  # the sample has 150 of 1000 images
 
 
 def _raw_flickr_counts(root: Path, split: str) -> dict:
@@ -79,7 +79,7 @@ def _raw_flickr_counts(root: Path, split: str) -> dict:
 def test_flickr_counts_match_raw_files(flickr_root, caplog):
     raw = _raw_flickr_counts(flickr_root, "val")
     with caplog.at_level(logging.WARNING):
-        dataset = flickr30k_entities.build(flickr_root, "val")
+        dataset = flickr30k_entities.build(flickr_root, "val", on_missing_image="skip")
 
     assert raw["present"] == 150 and raw["listed"] == 1000  # the sample holds the first 150 ids of val.txt
     assert len(dataset) == raw["captions"]
@@ -88,7 +88,15 @@ def test_flickr_counts_match_raw_files(flickr_root, caplog):
     assert sum(len(boxes) for row in dataset["sentence_phrase_boxes"] for boxes in row) == raw["boxes"]
     assert sum(map(sum, dataset["phrase_nobndbox"])) == raw["no_box"]
     # the images without files are reported, with their count, never skipped silently
-    assert f"{raw['listed'] - raw['present']} of {raw['listed']} images listed in val.txt" in caplog.text
+    assert (
+        f"Flickr30k Entities val: {raw['listed'] - raw['present']} of {raw['listed']} images listed in val.txt skipped "
+        f"(on_missing_image='skip'): image not in Sentences/ and Annotations/ of {flickr_root}." in caplog.text
+    )
+    # by default (the same in every builder) the first listed image without its files stops the build
+    first_missing = next(i for i in (flickr_root / "val.txt").read_text().split() if not (flickr_root / "Sentences" / f"{i}.txt").is_file())
+    line = (flickr_root / "val.txt").read_text().split().index(first_missing) + 1
+    with pytest.raises(ValueError, match=re.escape(f"val.txt, line {line}: image '{first_missing}' is not in Sentences/ and Annotations/")):
+        flickr30k_entities.build(flickr_root, "val")
 
 
 def test_flickr_columns_are_parallel_and_consistent(flickr_val):
@@ -105,7 +113,7 @@ def test_flickr_columns_are_parallel_and_consistent(flickr_val):
 
 
 def test_flickr_spot_values(flickr_root):
-    dataset = flickr30k_entities.build(flickr_root, "train")
+    dataset = flickr30k_entities.build(flickr_root, "train", on_missing_image="skip")  # a sample of train.txt
     rows = dataset.filter(lambda image_id: image_id == "1000092795", input_columns="image_id")
 
     assert len(rows) == 5 and rows["sentence_index"] == [0, 1, 2, 3, 4]
@@ -149,8 +157,12 @@ def test_flickr_bad_input(flickr_root, tmp_path):
     with pytest.raises(ValueError, match=re.escape(f"{image_id}.txt, line 3: malformed markup")):
         flickr30k_entities.build(tmp_path, "val")
     (tmp_path / "val.txt").write_text("12345\n")
-    with pytest.raises(ValueError, match="none of the 1 images of val.txt"):
+    with pytest.raises(ValueError, match=r"val\.txt, line 1: image '12345' is not in Sentences/ and Annotations/"):
         flickr30k_entities.build(tmp_path, "val")
+    with pytest.raises(ValueError, match="none of the 1 images of val.txt"):
+        flickr30k_entities.build(tmp_path, "val", on_missing_image="skip")
+    with pytest.raises(ValueError, match=r"`on_missing_image` must be one of \('raise', 'skip'\), got 'drop'"):
+        flickr30k_entities.build(tmp_path, "val", on_missing_image="drop")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -187,18 +199,45 @@ def test_nlvr2_spot_values(nlvr2_dir):
     assert first["synset"] == "beer bottle" and first["right_url"].endswith("beer-bottles-949793_960_720.jpg")
 
 
-def test_nlvr2_subsets(nlvr2_dir, tmp_path):
-    lines = (nlvr2_dir / "dev.json").read_text(encoding="utf-8").splitlines(keepends=True)
-    (tmp_path / "balanced").mkdir()
-    (tmp_path / "balanced" / "balanced_dev.json").write_text("".join(lines[:7]), encoding="utf-8")
+def _subset_layout(root: Path, lines: list[str], files: dict[str, slice]) -> Path:
+    """lil-lab/nlvr's nlvr2/data layout in `root`, each subset file ("balanced/balanced_dev.json", ...) holding real
+    dev.json lines."""
+    for name, rows in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("".join(lines[rows]), encoding="utf-8")
+    return root
 
-    assert len(nlvr2.build(tmp_path, "dev", subset="balanced")) == 7
-    with pytest.raises(ValueError, match=re.escape("balanced/unbalanced_dev.json")):
-        nlvr2.build(tmp_path, "dev", subset="unbalanced")
-    with pytest.raises(ValueError, match="exists only for the splits"):
-        nlvr2.build(tmp_path, "train", subset="balanced")
+
+def test_nlvr2_subsets_read_the_published_layout(nlvr2_dir, tmp_path):
+    lines = (nlvr2_dir / "dev.json").read_text(encoding="utf-8").splitlines(keepends=True)
+    # the sample holds dev lines only: they stand in for test1's (the builder reads lines, whatever their split)
+    data_dir = _subset_layout(
+        tmp_path / "nlvr2" / "data", lines,
+        {"dev.json": slice(0, 20), "balanced/balanced_dev.json": slice(0, 7), "unbalanced/unbalanced_dev.json": slice(7, 12),
+         "balanced/balanced_test1.json": slice(12, 14), "unbalanced/unbalanced_test1.json": slice(14, 17)},
+    )  # fmt: skip
+    identifiers = [json.loads(line)["identifier"] for line in lines]
+    expected = {("balanced", "dev"): (0, 7), ("unbalanced", "dev"): (7, 12), ("balanced", "test1"): (12, 14),
+                ("unbalanced", "test1"): (14, 17)}  # fmt: skip
+    for (subset, split), (start, end) in expected.items():
+        assert nlvr2.split_file(data_dir, split, subset) == data_dir / subset / f"{subset}_{split}.json"
+        assert load_dataset("nlvr2", data_dir, split, subset=subset)["identifier"] == identifiers[start:end]
+    assert len(nlvr2.build(data_dir, "dev")) == 20  # the full split beside them
+
+
+def test_nlvr2_subset_errors_name_the_expected_file(nlvr2_dir, tmp_path):
+    lines = (nlvr2_dir / "dev.json").read_text(encoding="utf-8").splitlines(keepends=True)
+    # the layout the builder used to read (both subsets under balanced/) is not the published one
+    data_dir = _subset_layout(tmp_path, lines, {"balanced/balanced_dev.json": slice(0, 3), "balanced/unbalanced_dev.json": slice(3, 6)})
+    with pytest.raises(ValueError, match=re.escape(f"NLVR2 subset file unbalanced/unbalanced_dev.json, but '{data_dir / 'unbalanced' / 'unbalanced_dev.json'}' is not a file")):
+        nlvr2.build(data_dir, "dev", subset="unbalanced")
+    with pytest.raises(ValueError, match=re.escape("balanced/balanced_test1.json")):
+        nlvr2.build(data_dir, "test1", subset="balanced")  # a split with subsets, whose file is absent
+    for split in ("train", "test2"):
+        with pytest.raises(ValueError, match=re.escape("exists only for the splits ['dev', 'test1'] (unbalanced/unbalanced_dev.json, unbalanced/unbalanced_test1.json)")):
+            nlvr2.build(data_dir, split, subset="unbalanced")
     with pytest.raises(ValueError, match="`subset` must be None or one of"):
-        nlvr2.build(tmp_path, "dev", subset="hard")
+        nlvr2.build(data_dir, "dev", subset="hard")
 
 
 def test_nlvr2_bad_input(nlvr2_dir, tmp_path):
@@ -225,12 +264,12 @@ def test_nlvr2_attach_pair_features(nlvr2_dir, tmp_path, caplog):
     store = _store(tmp_path, {image_id: [[0, 0, 10, 10]] for image_id in images if image_id != missing})
     expected_dropped = sum(missing in (left, right) for left, right in zip(dataset["left_image_id"], dataset["right_image_id"]))
 
-    with pytest.raises(ValueError, match=re.escape(f"row 1: image(s) ['{missing}'] not in the region-feature store")):
+    with pytest.raises(ValueError, match=re.escape(f"NLVR2: row 1: image '{missing}' is not in the region-feature store")):
         nlvr2.attach_pair_features(dataset, store)
     with caplog.at_level(logging.WARNING):
         joined = nlvr2.attach_pair_features(dataset, store, on_missing_image="skip")
     assert len(joined) == len(dataset) - expected_dropped
-    assert f"{expected_dropped} of 4 NLVR2 examples skipped" in caplog.text
+    assert f"NLVR2: {expected_dropped} of 4 examples skipped (on_missing_image='skip'): image not in" in caplog.text
     for row in joined:
         assert store.dataset[row["left_feature_row"]]["image_id"] == row["left_image_id"]
         assert store.dataset[row["right_feature_row"]]["image_id"] == row["right_image_id"]

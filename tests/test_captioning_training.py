@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from image_use_checks import assert_image_use_reported
 from transformers import AutoTokenizer, TrainerCallback, TrainingArguments
 
 from hf_vlalign import RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, default_text_model_path
 from hf_vlalign.data import CaptioningCollator, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.synthetic import SyntheticSceneConfig
-from hf_vlalign.trainers import CaptioningTrainer
+from hf_vlalign.trainers import CaptioningTrainer, image_use_gap
 from hf_vlalign.trainers.base import last_complete_checkpoint
 from hf_vlalign.trainers.captioning import sampled_labels
 
@@ -173,6 +174,7 @@ def test_example_trains_evaluates_and_draws(tmp_path, monkeypatch):
     for key in ("bleu_4", "cider", "meteor", "rouge_l", "alignment"):
         assert 0.0 <= results[key] <= 10.0, key
     assert len(results["alignment_per_layer"]) == 2 and results["num_test_images"] == 5
+    assert_image_use_reported(results, None)
     samples = json.loads((output / "samples.json").read_text())
     assert len(samples) == 5 and all(len(sample["references"]) == 5 for sample in samples)
     assert (output / "attention_alignment.png").stat().st_size > 1000
@@ -182,14 +184,16 @@ def test_example_trains_evaluates_and_draws(tmp_path, monkeypatch):
     args, _ = train_captioning.parse_args(argv)
     _, test, _, store = train_captioning.load_data(args)
     collator = CaptioningCollator(AutoTokenizer.from_pretrained(output), store, text_columns=("sentence",))
-    own, other = train_captioning.caption_losses(reloaded, test, collator, batch_size=8)
-    assert own == pytest.approx(results["test_loss"], rel=1e-5) and other == pytest.approx(results["test_loss_other_images"], rel=1e-5)
-    assert own != other
+    gap = image_use_gap(reloaded, test, collator, batch_size=8, seed=results["image_use"]["image_use_seed"], progress=False)
+    assert gap["own_image_loss"] == pytest.approx(results["test_loss"], rel=1e-5)
+    assert gap["shuffled_image_loss"] == pytest.approx(results["test_loss_other_images"], rel=1e-5)
+    assert results["image_use"]["image_use_loss_gap"] == pytest.approx(gap["image_use_loss_gap"], abs=1e-4)
+    assert gap["own_image_loss"] != gap["shuffled_image_loss"]
     for layer in reloaded.model.decoder.layers:
         layer.encoder_attn.out_proj.weight.data.zero_()
         layer.encoder_attn.out_proj.bias.data.zero_()
-    blind_own, blind_other = train_captioning.caption_losses(reloaded, test, collator, batch_size=8)
-    assert blind_own == pytest.approx(blind_other, rel=1e-6)
+    blind = image_use_gap(reloaded, test, collator, batch_size=8, progress=False)
+    assert blind["own_image_loss"] == pytest.approx(blind["shuffled_image_loss"], rel=1e-6)
 
 
 def test_resume_true_skips_a_checkpoint_whose_save_was_interrupted(captions, tmp_path, caplog):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from image_use_checks import assert_image_use_reported
 from shared_samples import real_sample
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoTokenizer, TrainingArguments
@@ -253,6 +254,7 @@ def _check_outputs(run: Path, family: str, supervision: str) -> dict:
         assert (model_dir / name).is_file(), name
     assert not list(model_dir.glob("*.bin"))  # safetensors only, nothing pickled
     results = json.loads((model_dir / "eval_results.json").read_text())
+    assert_image_use_reported(results, "accuracy")
     assert results["model_family"] == family and results["supervision"] == supervision
     for key in ("recall@1_merged_boxes", "recall@5_merged_boxes", "recall@10_merged_boxes", "recall@1_any_box",
                 "upper_bound_merged_boxes", "baseline_confidence_recall@1_merged_boxes"):  # fmt: skip

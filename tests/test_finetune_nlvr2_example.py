@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from image_use_checks import assert_image_use_reported
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoTokenizer
 
@@ -107,6 +108,7 @@ def test_single_stream_run_writes_model_results_and_card(single_stream_run, cach
         assert (model_dir / name).is_file(), name
     assert not list(model_dir.glob("*.bin"))  # safetensors only, nothing pickled
     results = json.loads((model_dir / "eval_results.json").read_text())
+    assert_image_use_reported(results, "accuracy")
     assert json.loads(stdout[stdout.index("{\n"):]) == results  # the results JSON is printed last
     assert (results["dataset"], results["model_family"]) == ("synthetic_scenes", "single_stream")
     for key in ("accuracy", "consistency", "majority_baseline_accuracy", "majority_baseline_consistency"):
@@ -225,7 +227,7 @@ def nlvr2_folder(tmp_path_factory):
 def test_published_nlvr2_files_are_read_and_a_missing_image_is_skipped_or_refused(nlvr2_folder, tmp_path):
     data_dir, store_dir, missing = nlvr2_folder
     real = ["--dataset", "nlvr2", "--data_dir", str(data_dir), "--features", str(store_dir)]
-    with pytest.raises(ValueError, match=rf"\[{missing!r}\] not in the region-feature store"):
+    with pytest.raises(ValueError, match=rf"image {missing!r} is not in the region-feature store"):
         finetune_nlvr2.main(["--output_dir", str(tmp_path / "refused"), *real])
 
     output_dir = tmp_path / "model"
@@ -245,16 +247,17 @@ def test_published_nlvr2_files_are_read_and_a_missing_image_is_skipped_or_refuse
     assert scores["consistency"] == pytest.approx(results["consistency"], abs=1e-12)
 
 
-def test_eval_subset_reads_the_balanced_file(nlvr2_folder, tmp_path):
+@pytest.mark.parametrize("subset", ["balanced", "unbalanced"])
+def test_eval_subset_reads_the_published_subset_file(nlvr2_folder, tmp_path, subset):
     data_dir, store_dir, _ = nlvr2_folder
     subset_dir = tmp_path / "nlvr2"
-    (subset_dir / "balanced").mkdir(parents=True)
+    (subset_dir / subset).mkdir(parents=True)  # nlvr2/data/{balanced,unbalanced}/<subset>_dev.json, as published
     lines = (data_dir / "dev.json").read_text().splitlines(keepends=True)
     (subset_dir / "train.json").write_text((data_dir / "train.json").read_text())
-    (subset_dir / "balanced" / "balanced_dev.json").write_text("".join(lines[8:12]))
+    (subset_dir / subset / f"{subset}_dev.json").write_text("".join(lines[8:12]))
     _, data_args, nlvr2_args, _ = finetune_nlvr2.parse_args([
         "--output_dir", "unused", "--dataset", "nlvr2", "--data_dir", str(subset_dir), "--features", str(store_dir),
-        "--eval_subset", "balanced",
+        "--eval_subset", subset,
     ])  # fmt: skip
     data = finetune_nlvr2.load_pair_data(data_args, nlvr2_args)
     assert data.eval["identifier"] == [json.loads(line)["identifier"] for line in lines[8:12]]

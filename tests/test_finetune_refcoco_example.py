@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from image_use_checks import assert_image_use_reported
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoTokenizer, EvalPrediction, TrainingArguments
 
@@ -228,6 +229,7 @@ def _check_outputs(run: Path, family: str, supervision: str) -> dict:
         assert (model_dir / name).is_file(), name
     assert not list(model_dir.glob("*.bin"))  # safetensors only, nothing pickled
     results = json.loads((model_dir / "eval_results.json").read_text())
+    assert_image_use_reported(results, "accuracy")
     assert results["model_family"] == family and results["supervision"] == supervision
     for key in ("accuracy", "upper_bound_accuracy", "baseline_confidence_accuracy", "chance_accuracy",
                 "accuracy_from_collator_iou"):  # fmt: skip

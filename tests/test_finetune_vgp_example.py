@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from image_use_checks import assert_image_use_reported
 from transformers import AutoModel, AutoTokenizer
 
 import hf_vlalign  # noqa: F401  (registers the Auto classes)
@@ -21,6 +22,7 @@ def test_example_writes_weights_card_plots_and_results(finetuned):
         assert (model_dir / name).is_file(), name
     assert not list(model_dir.glob("*.bin"))  # safetensors only, nothing pickled
     results = json.loads((model_dir / "eval_results.json").read_text())
+    assert_image_use_reported(results, "id_accuracy")
     for key in ("image_description_accuracy", "vgp_accuracy", "grounding_accuracy_best_head",
                 "grounding_accuracy_mean_head", "grounding_baseline_accuracy"):
         assert 0.0 <= results[key] <= 1.0, key

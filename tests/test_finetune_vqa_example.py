@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from image_use_checks import assert_image_use_reported
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoModelForVisualQuestionAnswering, AutoTokenizer
 
@@ -72,6 +73,7 @@ def test_single_stream_run_writes_model_vocabulary_results_and_card(single_strea
         assert (model_dir / name).is_file(), name
     assert not list(model_dir.glob("*.bin"))  # safetensors only, nothing pickled
     results = json.loads((model_dir / "eval_results.json").read_text())
+    assert_image_use_reported(results, "accuracy")
     assert json.loads(stdout[stdout.index("{\n") :]) == results  # the results JSON is printed last
     run = (results["dataset"], results["model_family"], results["supervision"])
     assert run == ("synthetic_scenes", "single_stream", "direct")
@@ -197,9 +199,9 @@ def test_two_stream_vqa_v2_run_in_bf16(vqa_files, tmp_path):
     output_dir = tmp_path / "model"
     arguments = [
         "--output_dir", str(output_dir), *_vqa_arguments(vqa_files), "--model_family", "two_stream",
-        "--l_layers", "1", "--r_layers", "1", "--x_layers", "1", "--max_steps", "2", "--eval_steps", "2",
+        "--l_layers", "1", "--r_layers", "1", "--x_layers", "1", "--max_steps", "2", "--eval_subset_size", "3",
         "--per_device_train_batch_size", "8", "--mixed_precision", "bf16", "--save_strategy", "no",
-    ]  # fmt: skip
+    ]  # fmt: skip  (the evaluations during training read 3 rows; the reported metrics, all of them: checked below)
     results = finetune_vqa.main(arguments)
     assert results == json.loads((output_dir / "eval_results.json").read_text())
     assert (results["dataset"], results["model_family"], results["supervision"]) == ("vqa_v2", "two_stream", "none")

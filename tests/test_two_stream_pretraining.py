@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from image_use_checks import assert_image_use_reported
 from transformers import AutoModelForPreTraining, AutoTokenizer, TrainingArguments
 
 from hf_vlalign import TwoStreamConfig, TwoStreamForPreTraining, default_text_model_path
@@ -184,6 +185,7 @@ def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):
     for name, results in summary.items():
         assert 0.0 <= results["vqa_accuracy"] <= 1.0 and 0.0 <= results["cross_attention_grounding_accuracy"] <= 1.0
         assert results["alignment_loss_enabled"] == (name == "with_alignment")
+        assert_image_use_reported(results, None)
         assert (results["alignment_loss"] is not None) == (name == "with_alignment")
         assert (results["alignment_decoder_grounding_accuracy"] is not None) == (name == "with_alignment")
         model = AutoModelForPreTraining.from_pretrained(tmp_path / "out" / name)

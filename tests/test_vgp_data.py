@@ -54,10 +54,13 @@ def test_builder_reads_the_identification_layout():
 
 
 def test_builder_counts_and_reports_rows_it_cannot_locate():
+    # 7 cells hold annotation-interface markup, 12 pairs meet only within one caption (tests/test_vgp_matching.py
+    # checks each reason); 4 rows the first-caption rule lost are placed through another caption of their image
     with CaptureLogger(vgp_builder.logger) as captured:
         dataset = build_vgp_dataset(FLICKR, TYPOLOGY_VAL, replace_caption_prob=0.0)
-    assert "skipped 23 of 939 rows" in captured.out
-    assert len(dataset) == 939 - 23
+    assert "skipped 19 of 939 rows" in captured.out
+    assert "7 with markup in a phrase cell" in captured.out and "12 same-caption pairs" in captured.out
+    assert len(dataset) == 939 - 19
 
 
 def test_caption_replacement_makes_identification_negatives():
@@ -132,11 +135,17 @@ def test_collator_alignment_follows_the_iou_rule(tokenizer, tmp_path):
     torch.testing.assert_close(batch["word_region_alignment"][0, token], expected)
 
 
-def test_collator_rejects_a_phrase_lost_to_truncation(tokenizer, tmp_path):
+def test_collator_truncates_a_long_row_and_refuses_a_span_outside_the_text(tokenizer, tmp_path):
     dataset = build_vgp_dataset(FLICKR, TYPOLOGY_VAL, replace_caption_prob=0.0, max_examples=1)
     features = _features_for(dataset, tmp_path)
-    with pytest.raises(ValueError, match="no token after tokenisation with max_text_length=4"):
-        VGPCollator(tokenizer, features, max_text_length=4)([dataset[0]])
+    with pytest.raises(ValueError, match=r"`max_text_length` must be an int >= 5 .*got 4"):
+        VGPCollator(tokenizer, features, max_text_length=4)
+    collator = VGPCollator(tokenizer, features, max_text_length=5)  # one word piece left of each caption
+    batch = collator([dataset[0]])  # truncated and counted, never refused (tests/test_truncation.py)
+    assert batch["input_ids"].shape == (1, 5) and bool(batch["phrase1_mask"].any() and batch["phrase2_mask"].any())
+    assert collator.truncation_stats.rows_truncated == 1
+    with pytest.raises(ValueError, match="has no token after tokenisation"):
+        VGPCollator(tokenizer, features)([{**dataset[0], "phrase1_span": [0, 0]}])
     with pytest.raises(ValueError, match="`image_id` 'missing' is not in the region-feature store"):
         VGPCollator(tokenizer, features)([{**dataset[0], "image_id": "missing"}])
 

@@ -20,9 +20,12 @@ from .collators import (
     ReferringExpressionCollator,
     RegionTextCollator,
     SentenceImagePretrainingCollator,
+    TruncationStats,
     VGPCollator,
+    drop_overlong_rows,
     group_captions_by_image,
 )
+from .feature_statistics import region_feature_statistics
 from .feature_store import FEATURE_FORMATS, RegionFeatureStore, convert_features, iter_feature_records
 from .region_extraction import extract_region_features
 from .synthetic import SyntheticSceneConfig, SyntheticVGPPaths, generate_synthetic_vgp, load_or_generate_synthetic_vgp
@@ -44,11 +47,13 @@ __all__ = [
     "SentenceImagePretrainingCollator",
     "SyntheticSceneConfig",
     "SyntheticVGPPaths",
+    "TruncationStats",
     "VGPCollator",
     "VGPData",
     "attach_region_features",
     "build_vgp_dataset",
     "convert_features",
+    "drop_overlong_rows",
     "extract_region_features",
     "generate_synthetic_vgp",
     "group_captions_by_image",
@@ -56,4 +61,5 @@ __all__ = [
     "load_dataset",
     "load_or_generate_synthetic_vgp",
     "load_vgp_data",
+    "region_feature_statistics",
 ]

@@ -16,11 +16,22 @@ Regions are padded to the longest image of the batch, flagged by `visual_attenti
 by `alignment.boxes.normalize_boxes`, with the store's image size. Grounded phrases (`<text>_phrase_spans` with
 `<text>_phrase_regions` from `load_dataset(..., features=store)`, or `<text>_phrase_boxes` matched here by IoU) give
 `word_region_alignment` (B, T, R) and `phrase_masks` (B, P, T).
+
+Truncation (`max_text_length`): one long row never stops a run. Texts are truncated the way the tokenizer does
+(`truncation=True`: a caption pair loses word pieces from the longer caption first). A grounded phrase with a word
+piece beyond the truncation (partly or wholly cut) loses its alignment: no `word_region_alignment` rows, no
+`phrase_masks` / `phrase_labels` entry. A span a row cannot be trained without (`required_spans`: the VGP phrase pair)
+is kept as far as it survives, or replaced by its caption's remaining tokens when wholly cut; such rows should be
+removed before training with `drop_overlong_rows` (or `collator.drop_overlong_rows(dataset)`), which counts and warns.
+Every collator counts what truncation cost in `truncation_stats` (`TruncationStats`: rows collated, rows truncated,
+phrases cut, rows whose required span was cut) and warns once, with the counts, the first time it truncates.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import logging
 import numbers
 import re
 from collections.abc import Mapping, Sequence
@@ -35,9 +46,13 @@ from ..alignment.boxes import alignment_target, gold_region_iou, normalize_boxes
 from ..alignment.soft_targets import SoftAlignmentTargets
 from .feature_store import RegionFeatureStore
 
+logger = logging.getLogger(__name__)
+
 PROBE_KEYS = ("phrase_token_index", "phrase_region_iou", "region_confidence")
 # region tensors the collators read but no model takes
 REGION_ONLY_KEYS = ("region_boxes_pixels", "region_object_ids", "region_attr_ids")
+# the batch entry (popped before the batch is returned) holding each row's word pieces lost to truncation
+CUT_KEY = "_cut_word_pieces"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -116,6 +131,199 @@ def span_token_mask(offsets: torch.Tensor, in_sentence: torch.Tensor, span) -> t
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Truncation
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TruncationStats:
+    """What truncating texts to `max_text_length` cost: counted by a collator over the rows it collates (its
+    `truncation_stats`; a row collated in several epochs or evaluations counts each time), or by `drop_overlong_rows`
+    over a dataset.
+
+    Attributes:
+        rows: rows seen.
+        rows_truncated: rows whose text (or caption pair) lost at least one word piece.
+        phrases_cut: grounded phrases (with a gold box or region weights) that lost a word piece: their alignment is
+            dropped.
+        required_spans_cut: rows whose required span (e.g. VGP's phrase pair) lost a word piece.
+        rows_dropped: rows removed (by `drop_overlong_rows`: those whose required span was cut; a collator never drops
+            a row).
+    """
+
+    rows: int = 0
+    rows_truncated: int = 0
+    phrases_cut: int = 0
+    required_spans_cut: int = 0
+    rows_dropped: int = 0
+
+    def __add__(self, other: TruncationStats) -> TruncationStats:
+        if not isinstance(other, TruncationStats):
+            return NotImplemented
+        return TruncationStats(**{name: getattr(self, name) + getattr(other, name) for name in self.to_dict()})
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def check_max_text_length(tokenizer: PreTrainedTokenizerBase, max_text_length: int, num_texts: int) -> None:
+    """`max_text_length` must leave at least one word piece to each text beside the special tokens."""
+    smallest = tokenizer.num_special_tokens_to_add(pair=num_texts == 2) + num_texts
+    if isinstance(max_text_length, bool) or not isinstance(max_text_length, int) or max_text_length < smallest:
+        raise ValueError(
+            f"`max_text_length` must be an int >= {smallest} (the special tokens plus one word piece per text, "
+            f"{num_texts} text(s)), got {max_text_length!r}."
+        )
+
+
+def cut_word_pieces(
+    tokenizer: PreTrainedTokenizerBase, texts: Sequence[Sequence[str]], encoding, max_text_length: int
+) -> list[list[list[tuple[int, int]]]]:
+    """The word pieces truncation removed. `encoding` is the tokenizer's output for `texts` (per row, its one text or
+    its pair) with `truncation=True, max_length=max_text_length`; returns, per row and per text, the character offsets
+    (start, end) of the word pieces that did not fit (an empty list for a whole text)."""
+    attention = encoding["attention_mask"]
+    lengths = attention.sum(-1).tolist() if isinstance(attention, torch.Tensor) else [sum(row) for row in attention]
+    cuts: list[list[list[tuple[int, int]]]] = [[[] for _ in row] for row in texts]
+    full_rows = [i for i, length in enumerate(lengths) if length >= max_text_length]  # only these can be truncated
+    if not full_rows:
+        return cuts
+    whole = tokenizer(
+        [text for i in full_rows for text in texts[i]], add_special_tokens=False, return_offsets_mapping=True
+    )["offset_mapping"]
+    position = 0
+    for i in full_rows:
+        sequence_ids = encoding.sequence_ids(i)
+        for k in range(len(texts[i])):
+            offsets, position = whole[position], position + 1
+            kept = sum(1 for sequence_id in sequence_ids if sequence_id == k)
+            lost = offsets[kept:] if tokenizer.truncation_side == "right" else offsets[: len(offsets) - kept]
+            cuts[i][k] = [(int(start), int(end)) for start, end in lost]
+    return cuts
+
+
+def span_is_cut(cut: Sequence[tuple[int, int]], span) -> bool:
+    """Whether a character span [span[0], span[1]) overlaps one of the word pieces truncation removed (`cut`)."""
+    start, end = int(span[0]), int(span[1])
+    return any(piece_start < end and piece_end > start and piece_end > piece_start for piece_start, piece_end in cut)
+
+
+def is_grounded_phrase(example: Mapping, column: str, index: int) -> bool:
+    """Whether phrase `index` of `column` has gold boxes (`<column>_phrase_boxes`) or region weights
+    (`<column>_phrase_regions`): the phrases that give alignment targets."""
+    boxes = example.get(f"{column}_phrase_boxes")
+    regions = example.get(f"{column}_phrase_regions")
+    has_boxes = boxes is not None and index < len(boxes) and bool(boxes[index])
+    has_regions = regions is not None and index < len(regions) and regions[index] is not None and any(regions[index])
+    return has_boxes or has_regions
+
+
+def row_truncation(
+    example: Mapping,
+    cut: Sequence[Sequence[tuple[int, int]]],
+    text_columns: Sequence[str],
+    required_spans: Mapping[str, str],
+) -> TruncationStats:
+    """The truncation counts of one row, from the word pieces `cut` from each of its `text_columns`."""
+    if not any(cut):
+        return TruncationStats(rows=1)
+    phrases_cut = 0
+    for k, column in enumerate(text_columns):
+        for p, span in enumerate(example.get(f"{column}_phrase_spans") or []):
+            phrases_cut += is_grounded_phrase(example, column, p) and span_is_cut(cut[k], span)
+    required_cut = any(
+        span_is_cut(cut[list(text_columns).index(column)], example[span_column])
+        for span_column, column in required_spans.items()
+    )
+    return TruncationStats(rows=1, rows_truncated=1, phrases_cut=phrases_cut, required_spans_cut=int(required_cut))
+
+
+def drop_overlong_rows(
+    dataset: datasets.Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    max_text_length: int,
+    *,
+    text_columns: Sequence[str] = ("sentence",),
+    required_spans: Mapping[str, str] | None = None,
+    where: str = "dataset",
+    batch_size: int = 1000,
+) -> tuple[datasets.Dataset, TruncationStats]:
+    """Removes the rows that cannot be trained once their texts are truncated to `max_text_length` word pieces: those
+    whose required span (`required_spans`, {span column: the text column it indexes}, e.g. VGP's
+    {"phrase1_span": "caption1", "phrase2_span": "caption2"}) loses a word piece. The other rows are kept as they are:
+    the collators truncate them and drop the alignment of their cut phrases. Texts are tokenised as the collators do
+    (`text_columns`: one text, or a pair encoded together, `truncation=True`).
+
+    `collator.drop_overlong_rows(dataset)` passes a collator's own tokenizer, `max_text_length`, text columns and
+    required spans. Returns the kept rows and the counts (rows, rows truncated, grounded phrases cut, required spans
+    cut = rows dropped), logged as a warning (naming `where`) when anything is truncated.
+
+    Raises:
+        ValueError: on a bad argument, or when no row is left.
+    """
+    required_spans = dict(required_spans or {})
+    text_columns = tuple(text_columns) if not isinstance(text_columns, str) else (text_columns,)
+    _check_filter_arguments(dataset, tokenizer, max_text_length, text_columns, required_spans, batch_size)
+    phrase_columns = [
+        name
+        for column in text_columns
+        for name in (f"{column}_phrase_spans", f"{column}_phrase_boxes", f"{column}_phrase_regions")
+        if name in dataset.column_names
+    ]
+    needed = dataset.select_columns([*text_columns, *required_spans, *phrase_columns])
+    stats, kept = TruncationStats(), []
+    for start in range(0, len(needed), batch_size):
+        columns = needed[start : start + batch_size]
+        examples = [dict(zip(columns, values)) for values in zip(*columns.values())]
+        texts = [[example[column] for column in text_columns] for example in examples]
+        encoding = tokenizer(*[list(column) for column in zip(*texts)], truncation=True, max_length=max_text_length)
+        cuts = cut_word_pieces(tokenizer, texts, encoding, max_text_length)
+        for offset, (example, cut) in enumerate(zip(examples, cuts)):
+            row = row_truncation(example, cut, text_columns, required_spans)
+            stats = stats + row
+            if not row.required_spans_cut:
+                kept.append(start + offset)
+    stats.rows_dropped = len(dataset) - len(kept)
+    if stats.rows_truncated:
+        logger.warning(
+            "%s: %d of %d rows are longer than max_text_length=%d word pieces and are truncated; %d grounded "
+            "phrase(s) cut lose their alignment; %d row(s) whose required span (%s) is cut are dropped.",
+            where, stats.rows_truncated, stats.rows, max_text_length, stats.phrases_cut, stats.rows_dropped,
+            ", ".join(required_spans) or "none",
+        )  # fmt: skip
+    if len(dataset) and not kept:
+        raise ValueError(
+            f"{where}: every one of the {len(dataset)} rows loses a required span ({', '.join(required_spans)}) to "
+            f"truncation at max_text_length={max_text_length}; raise `max_text_length`."
+        )
+    return (dataset.select(kept) if stats.rows_dropped else dataset), stats
+
+
+def _check_filter_arguments(dataset, tokenizer, max_text_length, text_columns, required_spans, batch_size) -> None:
+    if not isinstance(dataset, datasets.Dataset):
+        raise ValueError(f"`dataset` must be a datasets.Dataset, got {type(dataset).__name__}.")
+    if not isinstance(tokenizer, PreTrainedTokenizerBase) or not tokenizer.is_fast:
+        raise ValueError(
+            f"`tokenizer` must be a fast tokenizer (character offsets are needed), got {type(tokenizer).__name__}."
+        )
+    if len(text_columns) not in (1, 2):
+        raise ValueError(f"`text_columns` must name one text or a pair, got {text_columns}.")
+    check_max_text_length(tokenizer, max_text_length, len(text_columns))
+    missing = [name for name in (*text_columns, *required_spans) if name not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"`dataset` lacks the column(s) {missing} (`text_columns` / `required_spans`); it has {dataset.column_names}."
+        )
+    unknown = {span: column for span, column in required_spans.items() if column not in text_columns}
+    if unknown:
+        raise ValueError(
+            f"`required_spans` must map span columns to one of `text_columns` {list(text_columns)}, got {unknown}."
+        )
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # The shared collator
 # ----------------------------------------------------------------------------------------------------------------
 
@@ -127,6 +335,9 @@ class RegionTextCollator:
 
     With `return_probe_targets`, the batch also carries what the grounding probe needs (`PROBE_KEYS`): each phrase's
     last sub-word, its regions' IoU with the gold boxes, and the detector confidence of each region.
+
+    Texts longer than `max_text_length` word pieces are truncated, never refused: a grounded phrase that loses a word
+    piece loses its alignment, and `truncation_stats` counts what was cut (see the module docstring).
     """
 
     # `phrase_labels` (each grounded phrase's target over regions) is returned by the phrase grounding collator only
@@ -138,6 +349,8 @@ class RegionTextCollator:
     max_text_length: int = 64
     iou_threshold: float = 0.5
     return_probe_targets: bool = False
+    truncation_stats: TruncationStats = field(default_factory=TruncationStats, init=False, compare=False)
+    _warned: set = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not isinstance(self.region_features, RegionFeatureStore):
@@ -149,13 +362,15 @@ class RegionTextCollator:
             raise ValueError("`tokenizer` must be a fast tokenizer (character offsets are needed to find phrase tokens).")
         if len(self.text_columns) not in (1, 2):
             raise ValueError(f"`text_columns` must name one text or a pair, got {self.text_columns}.")
+        check_max_text_length(self.tokenizer, self.max_text_length, len(self.text_columns))
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         if not examples:
             raise ValueError("`examples` must hold at least one example, got an empty batch.")
         self._check_columns(examples[0])
+        texts = [[example[column] for column in self.text_columns] for example in examples]
         encoding = self.tokenizer(
-            *[[example[column] for example in examples] for column in self.text_columns],
+            *[[row[k] for row in texts] for k in range(len(self.text_columns))],
             padding="longest",
             truncation=True,
             max_length=self.max_text_length,
@@ -163,10 +378,13 @@ class RegionTextCollator:
             return_token_type_ids=True,
             return_tensors="pt",
         )
+        cuts = cut_word_pieces(self.tokenizer, texts, encoding, self.max_text_length)
+        self._count_truncation(examples, cuts)
         batch = {name: encoding[name] for name in ("input_ids", "attention_mask", "token_type_ids")}
+        batch[CUT_KEY] = cuts
         batch.update(self.region_tensors(examples))
         batch.update(self.task_tensors(examples, encoding, batch))
-        for key in REGION_ONLY_KEYS:
+        for key in (*REGION_ONLY_KEYS, CUT_KEY):
             batch.pop(key, None)
         if not self.returns_phrase_labels:
             batch.pop("phrase_labels", None)
@@ -182,6 +400,55 @@ class RegionTextCollator:
 
     def region_tensors(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         return pad_regions(self.region_features, [self.store_image_id(example) for example in examples])
+
+    # truncation --------------------------------------------------------------------------------------------------
+
+    @property
+    def dataset_text_columns(self) -> tuple[str, ...]:
+        """The text columns as the dataset holds them (what `drop_overlong_rows` tokenises)."""
+        return tuple(self.text_columns)
+
+    def required_spans(self) -> dict[str, str]:
+        """{span column: its text column} of the spans a row cannot be trained without (none here)."""
+        return {}
+
+    def drop_overlong_rows(
+        self, dataset: datasets.Dataset, where: str = "dataset"
+    ) -> tuple[datasets.Dataset, TruncationStats]:
+        """`drop_overlong_rows` with this collator's tokenizer, `max_text_length`, text columns and required spans."""
+        return drop_overlong_rows(
+            dataset,
+            self.tokenizer,
+            self.max_text_length,
+            text_columns=self.dataset_text_columns,
+            required_spans=self.required_spans(),
+            where=where,
+        )
+
+    def _count_truncation(self, examples: list[dict], cuts: list) -> None:
+        """Adds the batch to `truncation_stats`; warns the first time a row is truncated and the first time a required
+        span is cut."""
+        required = self.required_spans()
+        batch = TruncationStats()
+        for example, cut in zip(examples, cuts):
+            batch = batch + row_truncation(example, cut, self.text_columns, required)
+        self.truncation_stats = self.truncation_stats + batch
+        stats, name = self.truncation_stats, type(self).__name__
+        if batch.rows_truncated and "truncated" not in self._warned:
+            self._warned.add("truncated")
+            logger.warning(
+                "%s: texts longer than max_text_length=%d word pieces are truncated (%d of %d rows so far; %d grounded "
+                "phrase(s) cut, whose alignment is dropped). Warned once; the counts go on in `truncation_stats`.",
+                name, self.max_text_length, stats.rows_truncated, stats.rows, stats.phrases_cut,
+            )  # fmt: skip
+        if batch.required_spans_cut and "required" not in self._warned:
+            self._warned.add("required")
+            logger.warning(
+                "%s: %d row(s) lost part of a required span (%s) to truncation at max_text_length=%d; they are kept with "
+                "what survives (or their caption's tokens), but cannot be trained as meant: remove them beforehand with "
+                "`collator.drop_overlong_rows(dataset)`. Warned once; the counts go on in `truncation_stats`.",
+                name, stats.required_spans_cut, ", ".join(required), self.max_text_length,
+            )  # fmt: skip
 
     def store_image_id(self, example: dict, id_column: str = "image_id", row_column: str = "feature_row") -> str:
         return store_image_id(self.region_features, example, id_column, row_column)
@@ -222,12 +489,16 @@ class RegionTextCollator:
         sequence_ids = torch.tensor([-1 if sid is None else sid for sid in encoding.sequence_ids(i)])
         region_mask = batch["visual_attention_mask"][i]
         pixels = batch["region_boxes_pixels"][i]
+        cuts = batch.get(CUT_KEY)
         phrases = []
         for sequence, column in enumerate(self.text_columns):
             spans = example.get(f"{column}_phrase_spans") or []
             boxes = example.get(f"{column}_phrase_boxes") or [None] * len(spans)
             regions = example.get(f"{column}_phrase_regions")
+            cut = cuts[i][sequence] if cuts is not None else ()
             for p, (span, gold) in enumerate(zip(spans, boxes)):
+                if span_is_cut(cut, span):
+                    continue  # a word piece lost to truncation: the phrase keeps no alignment (`truncation_stats`)
                 mask = self.required_mask(offsets, sequence_ids == sequence, span, example, column)
                 gold = torch.zeros(0, 4) if gold is None else torch.tensor(gold, dtype=torch.float32).reshape(-1, 4)
                 iou = gold_region_iou(gold, pixels) * region_mask if len(gold) else torch.zeros(len(region_mask))
@@ -267,16 +538,19 @@ class RegionTextCollator:
         target[: len(values)] = values
         return target
 
-    def required_mask(self, offsets, in_sentence, span, example: dict, column: str) -> torch.Tensor:
+    def required_mask(self, offsets, in_sentence, span, example: dict, column: str, cut=()) -> torch.Tensor:
+        """The tokens of a span. A span wholly cut by truncation (`cut`: the text's lost word pieces) gets the text's
+        remaining tokens instead (counted in `truncation_stats`); a span with no token otherwise is an error."""
         mask = span_token_mask(offsets, in_sentence, span)
-        if not bool(mask.any()):
-            raise ValueError(
-                f"`{column}_phrase_spans` (or the phrase span of `{column}`): the phrase at characters {list(span)} of "
-                f"{column} {example[column]!r} (image {example['image_id']}) has no token after tokenisation with "
-                f"max_text_length={self.max_text_length}; expected a span inside the text (of length "
-                f"{len(example[column])}); raise `max_text_length` or shorten the text."
-            )
-        return mask
+        if bool(mask.any()):
+            return mask
+        if span_is_cut(cut, span) and bool(in_sentence.any()):
+            return in_sentence.clone()
+        raise ValueError(
+            f"`{column}_phrase_spans` (or the phrase span of `{column}`): the phrase at characters {list(span)} of "
+            f"{column} {example[column]!r} (image {example['image_id']}) has no token after tokenisation; expected a "
+            f"span covering a word inside the text (of length {len(example[column])})."
+        )
 
 
 def _names_same_image(image_id: str, store_id: str) -> bool:
@@ -385,14 +659,18 @@ class VGPCollator(RegionTextCollator):
                 f"VGPCollator rows must have the columns {', '.join(f'`{name}`' for name in missing)}; got {sorted(example)}."
             )
 
+    def required_spans(self) -> dict[str, str]:
+        """The phrase pair: `phrase1_span` in the first caption, `phrase2_span` in the second."""
+        return {f"phrase{sequence + 1}_span": column for sequence, column in enumerate(self.text_columns)}
+
     def task_tensors(self, examples, encoding, batch):
         tensors = self.grounding_tensors(examples, encoding, batch)
         for sequence, column in enumerate(self.text_columns):
             masks = []
             for i, example in enumerate(examples):
                 in_sentence = torch.tensor([sid == sequence for sid in encoding.sequence_ids(i)])
-                span = example[f"phrase{sequence + 1}_span"]
-                masks.append(self.required_mask(encoding["offset_mapping"][i], in_sentence, span, example, column))
+                span, cut = example[f"phrase{sequence + 1}_span"], batch[CUT_KEY][i][sequence]
+                masks.append(self.required_mask(encoding["offset_mapping"][i], in_sentence, span, example, column, cut))
             tensors[f"phrase{sequence + 1}_mask"] = torch.stack(masks)
         tensors["id_labels"] = _labels(examples, "id_label")
         tensors["vgp_labels"] = _labels(examples, "vgp_label")
@@ -659,6 +937,12 @@ class SentenceImagePretrainingCollator(RegionTextCollator):
     seed: int | None = None
 
     second_text_column: ClassVar[str] = "_second_caption"
+
+    @property
+    def dataset_text_columns(self) -> tuple[str, ...]:
+        """The row's caption (the second caption is drawn at collation, so `drop_overlong_rows` counts the first
+        alone; the pairs' truncation is counted in `truncation_stats`)."""
+        return (self.text_column,)
 
     def __post_init__(self):
         if not isinstance(self.text_column, str) or not self.text_column:

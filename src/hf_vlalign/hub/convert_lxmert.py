@@ -63,7 +63,9 @@ def two_stream_config_from_lxmert(config: LxmertConfig, **overrides) -> TwoStrea
     fields = {name: getattr(config, name) for name in SHARED_CONFIG_FIELDS}
     if config.num_qa_labels < 1:
         fields["num_qa_labels"] = 1  # LxmertModel checkpoints may leave the answer vocabulary empty
-    return TwoStreamConfig(**fields, layer_norm_eps=1e-12, share_cross_attention=True, **overrides)
+    # LXMERT's `visn_fc` projects raw detector features: no standardisation (and no statistics to convert)
+    settings = {"layer_norm_eps": 1e-12, "share_cross_attention": True, "visual_feature_normalization": "none"}
+    return TwoStreamConfig(**fields, **{**settings, **overrides})
 
 
 def rename_lxmert_key(key: str) -> str:

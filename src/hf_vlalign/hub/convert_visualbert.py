@@ -62,7 +62,8 @@ NEW_KEY_PATTERN = re.compile(r"^indirect_grounding_head\.")
 
 def single_stream_config_from_visualbert(config: VisualBertConfig, **overrides) -> SingleStreamConfig:
     """The [`SingleStreamConfig`] of the same architecture: BERT's fields copied, `visual_feat_dim` =
-    `visual_embedding_dim`, no box embeddings and no [END] token (VisualBERT's `[text] [regions]` layout).
+    `visual_embedding_dim`, no box embeddings and no [END] token (VisualBERT's `[text] [regions]` layout), and the
+    features read as they are (`visual_feature_normalization="none"`: VisualBERT projects raw detector features).
 
     Args:
         config: the `VisualBertConfig` of the source model.
@@ -70,7 +71,12 @@ def single_stream_config_from_visualbert(config: VisualBertConfig, **overrides) 
     """
     check_visualbert_config(config)
     fields = {name: getattr(config, name) for name in SHARED_CONFIG_FIELDS}
-    fields.update(visual_feat_dim=config.visual_embedding_dim, use_box_embeddings=False, use_end_token=False)
+    fields.update(
+        visual_feat_dim=config.visual_embedding_dim,
+        use_box_embeddings=False,
+        use_end_token=False,
+        visual_feature_normalization="none",
+    )
     return SingleStreamConfig(**{**fields, **overrides})
 
 

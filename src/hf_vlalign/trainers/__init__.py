@@ -9,6 +9,7 @@ from .grounding_evaluation import (
     evaluate_grounding,
     word_region_attention,
 )
+from .image_use import image_use_gap, shuffled_rows, task_scores
 from .pretraining import AlignmentPretrainingTrainer
 from .task import SingleStreamPretrainingTrainer, TaskTrainer
 from .vgp import VGPTrainer, vgp_classification_metrics
@@ -26,6 +27,9 @@ __all__ = [
     "evaluate_cross_attention",
     "evaluate_decoder_grounding",
     "evaluate_grounding",
+    "image_use_gap",
+    "shuffled_rows",
+    "task_scores",
     "vgp_classification_metrics",
     "word_region_attention",
 ]

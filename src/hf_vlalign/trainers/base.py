@@ -10,8 +10,7 @@ import math
 import os
 import random
 from collections import defaultdict
-from collections.abc import Callable
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, unwrap_peft_model
 from transformers.utils import logging
 
+from ..data.feature_statistics import region_feature_statistics
+from ..data.feature_store import RegionFeatureStore
 from .regularization import (
     ANCHOR_PREFIX,
     FISHER_PREFIX,
@@ -37,6 +38,9 @@ from .regularization import (
 )
 
 logger = logging.get_logger(__name__)
+
+# the automatic fit of the region-feature statistics reads at most this many training images (a seeded subset beyond)
+FEATURE_STATISTICS_MAX_IMAGES = 10_000
 
 # attention maps and hidden states of every model family
 ATTENTION_KEYS = (
@@ -61,6 +65,22 @@ class BatchPosition:
     calls: int = field(default=0, compare=False)
 
 
+def collate_with_seed(collator: Callable[[list[Any]], Any], examples: list[Any], key: tuple[int, ...]) -> Any:
+    """`collator(examples)` with the torch, numpy and Python random states seeded from `key` (a tuple of ints, which
+    hashes the same in every process: no PYTHONHASHSEED salt), the caller's states put back afterwards."""
+    seed = hash(key) % 2**32
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        try:
+            return collator(examples)
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+
+
 class SeededCollator:
     """Runs `collator` with the torch, numpy and Python random states seeded from (seed, epoch, batch index), and
     puts the caller's states back afterwards.
@@ -83,18 +103,20 @@ class SeededCollator:
         worker_id, num_workers = (worker.id, worker.num_workers) if worker is not None else (0, 1)
         index = self.position.next_batch + worker_id + num_workers * self.position.calls
         self.position.calls += 1
-        # a tuple of ints hashes the same in every process (no PYTHONHASHSEED salt)
-        seed = hash((self.seed, self.position.epoch, index)) % 2**32
-        python_state, numpy_state = random.getstate(), np.random.get_state()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            random.seed(seed)
-            np.random.seed(seed)
-            try:
-                return self.collator(examples)
-            finally:
-                random.setstate(python_state)
-                np.random.set_state(numpy_state)
+        return collate_with_seed(self.collator, examples, (self.seed, self.position.epoch, index))
+
+
+def store_images_of(dataset) -> Any:
+    """What `region_feature_statistics` reads a training set's images from: the dataset itself when it is a
+    `datasets.Dataset` (its joined store rows, else its `image_id`s), the `image_id` of each row of a list; a
+    ValueError for anything else (e.g. a stream, which is not read twice)."""
+    import datasets
+
+    if isinstance(dataset, datasets.Dataset):
+        return dataset
+    if isinstance(dataset, (list, tuple)) and all(isinstance(row, Mapping) and "image_id" in row for row in dataset):
+        return [row["image_id"] for row in dataset]
+    raise ValueError(f"a {type(dataset).__name__} training set does not list its images")
 
 
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
@@ -209,7 +231,35 @@ class ComponentLossTrainer(Trainer):
             resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
             if resume_from_checkpoint is None:
                 raise ValueError(f"`resume_from_checkpoint=True` found no complete checkpoint in {self.args.output_dir}.")
+        self.fit_visual_feature_statistics()
         return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def fit_visual_feature_statistics(self) -> None:
+        """Before training: a model that standardises its region features (`visual_feature_normalization=
+        "standardize"`) and has no statistics yet gets those of the training images, read from the collator's
+        region-feature store (`hf_vlalign.data.region_feature_statistics`: exact, the same on every process; at most
+        `FEATURE_STATISTICS_MAX_IMAGES` images, a subset seeded independently of `args.seed`). Statistics already
+        set (a checkpoint trained with them, or set by the caller) are kept; a resumed run loads the checkpoint's."""
+        model = unwrap_peft_model(self.accelerator.unwrap_model(self.model))
+        statistics = model.visual_feature_statistics() if hasattr(model, "visual_feature_statistics") else None
+        if statistics is None or statistics["num_regions"] > 0:
+            return
+        store = getattr(self.data_collator, "region_features", None)
+        if not isinstance(store, RegionFeatureStore) or self.train_dataset is None:
+            logger.warning(
+                "The model standardises its region features but has no statistics, and the data collator has no "
+                "region-feature store (`region_features`) to compute them from: features are read as they are. Call "
+                "`model.set_visual_feature_statistics(*region_feature_statistics(store, train_rows))` before training."
+            )
+            return
+        try:
+            images = store_images_of(self.train_dataset)
+            mean, std, count = region_feature_statistics(store, images, max_images=FEATURE_STATISTICS_MAX_IMAGES)
+        except ValueError as error:
+            logger.warning(f"Region-feature statistics from every image of the store: the training rows name no store image ({error}).")
+            mean, std, count = region_feature_statistics(store, max_images=FEATURE_STATISTICS_MAX_IMAGES)
+        model.set_visual_feature_statistics(mean, std, count)
+        logger.info(f"Region-feature statistics set from {count} regions of the training images (feature standardisation).")
 
     def get_train_dataloader(self):
         collator = self.data_collator

@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
 import torch
 from huggingface_hub import ModelCard
 from transformers import AutoConfig, HfArgumentParser, PreTrainedModel, Trainer, TrainingArguments
 from transformers.integrations import is_tensorboard_available
 
+from ..data.collators import RegionTextCollator, TruncationStats
 from ..data.synthetic import SyntheticSceneConfig
 from ..hub.push import push_folder_to_hub
 from ..models.single_stream import SingleStreamConfig
 from ..models.two_stream import TwoStreamConfig
 from ..utils.text_model import default_text_model_path
+from .image_use import image_use_gap
 
 FAMILIES = ("single_stream", "two_stream")
 MIXED_PRECISION = ("no", "fp16", "bf16")
@@ -72,6 +76,20 @@ class DataArguments:
     eval_split: str | None = field(default=None, metadata={"help": "default: the dataset's validation split."})
     max_train_samples: int | None = field(default=None, metadata={"help": "keep the first N training rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "keep the first N evaluation rows."})
+    image_use_examples: int | None = field(
+        default=1000,
+        metadata={
+            "help": "the own-image vs shuffled-image check after training (`image_use` in eval_results.json) reads a "
+            "seeded sample of N evaluation rows (None: all of them)."
+        },
+    )
+    eval_subset_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "evaluations during training read a seeded sample of N evaluation rows (default: all of them); "
+            "the final evaluation always reads the whole evaluation split."
+        },
+    )
     synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (default data)."})
     synthetic_train_images: int = field(default=800)
     synthetic_eval_images: int = field(default=150)
@@ -81,10 +99,14 @@ class DataArguments:
         return SyntheticSceneConfig(self.synthetic_train_images, self.synthetic_eval_images, seed=self.synthetic_seed)
 
 
+# evaluations during a run by default, evenly spaced whatever the data set's size (`--eval_steps` below 1 is a
+# fraction of the run's steps in transformers); an explicit `--eval_steps N` evaluates every N steps instead
+EVALUATIONS_PER_RUN = 5
+
 # shared `TrainingArguments` defaults of the examples; each script adds its own (learning rate, epochs, ...)
 TRAINING_DEFAULTS = {
     "eval_strategy": "steps",
-    "eval_steps": 100,
+    "eval_steps": 1 / EVALUATIONS_PER_RUN,
     "logging_steps": 20,
     "save_strategy": "steps",
     "save_steps": 100,
@@ -233,14 +255,33 @@ def first_rows(dataset: datasets.Dataset, count: int | None) -> datasets.Dataset
     return dataset if count is None else dataset.select(range(min(count, len(dataset))))
 
 
-def final_evaluation(trainer: Trainer) -> dict[str, float]:
-    """The metrics of the trained model: those of the evaluation the Trainer ran after the last step (`eval_strategy`
-    "steps" evaluates there), else a new evaluation."""
+def evaluation_subset(
+    dataset: datasets.Dataset | list, size: int | None, seed: int, argument: str = "--eval_subset_size"
+) -> datasets.Dataset | list:
+    """The rows the evaluations during training read (`--eval_subset_size`): a sample of `size` rows drawn with
+    `seed` and kept in their original order, or every row when `size` is None or not smaller than the split."""
+    if size is None or size >= len(dataset):
+        return dataset
+    if size < 1:
+        raise ValueError(f"`{argument}` must be a number of rows >= 1, got {size}.")
+    rows = sorted(np.random.default_rng(seed).choice(len(dataset), size=size, replace=False).tolist())
+    return dataset.select(rows) if isinstance(dataset, datasets.Dataset) else [dataset[i] for i in rows]
+
+
+def final_evaluation(
+    trainer: Trainer, eval_dataset: datasets.Dataset | None = None, metrics_for_rows: Callable | None = None
+) -> dict[str, float]:
+    """The metrics of the trained model on `eval_dataset` (default: the trainer's): those of the evaluation the
+    Trainer ran after the last step when it read the same rows, else a new evaluation. `metrics_for_rows(rows)` builds
+    the `compute_metrics` of metrics that read the evaluated rows (e.g. VQA's answers), for `eval_dataset`."""
     state = trainer.state
+    same_rows = eval_dataset is None or eval_dataset is trainer.eval_dataset
     last = next((log for log in reversed(state.log_history) if "eval_loss" in log), None)
-    if last is not None and last["step"] == state.global_step and not trainer.args.load_best_model_at_end:
+    if same_rows and last is not None and last["step"] == state.global_step and not trainer.args.load_best_model_at_end:
         return {key: value for key, value in last.items() if key.startswith("eval_")}
-    return trainer.evaluate()
+    if eval_dataset is not None and metrics_for_rows is not None:
+        trainer.compute_metrics = metrics_for_rows(eval_dataset)
+    return trainer.evaluate(eval_dataset)
 
 
 def take_push_to_hub(training_args: TrainingArguments) -> bool:
@@ -284,6 +325,53 @@ def write_results(
         )
 
 
+# evaluation rows the image-use check of the examples reads by default (two forward passes over each)
+IMAGE_USE_EXAMPLES = 1000
+
+
+def image_use_results(
+    model: PreTrainedModel,
+    dataset: datasets.Dataset | list[dict],
+    collator,
+    batch_size: int,
+    seed: int,
+    max_examples: int | None = IMAGE_USE_EXAMPLES,
+    group_column: str | None = None,
+) -> dict[str, Any]:
+    """The `image_use` entry of `eval_results.json`: [`image_use_gap`] of the trained model on a seeded sample of
+    `max_examples` evaluation rows (None: all), its own image vs another image's regions. A gap near 0 says the model
+    answers from the text alone. Run it on every process (the model may be sharded); only the main process writes."""
+    rows = evaluation_subset(dataset, max_examples, seed, argument="--image_use_examples")
+    columns = rows.column_names if isinstance(rows, datasets.Dataset) else list(rows[0]) if rows else []
+    if group_column not in columns:
+        group_column = None  # e.g. VQA's `answer_type`, absent from other question sets
+    return image_use_gap(model, rows, collator, batch_size, seed=seed, group_column=group_column, progress=False)
+
+
+def truncation_results(
+    max_text_length: int, splits: Mapping[str, TruncationStats], collators: Iterable[RegionTextCollator] = ()
+) -> dict[str, Any]:
+    """The `truncation` entry of `eval_results.json`: `max_text_length`, what `drop_overlong_rows` counted on each
+    split (rows, rows truncated, grounded phrases cut, rows dropped), and under `collated` the sum of the collators'
+    `truncation_stats` in this process (every batch they made, training and evaluation: a row collated several times
+    counts each time)."""
+    collators = list(collators)
+    for name, stats in splits.items():
+        if not isinstance(stats, TruncationStats):
+            raise ValueError(
+                f"`splits[{name!r}]` must be a TruncationStats (from drop_overlong_rows), got {type(stats).__name__}."
+            )
+    for collator in collators:
+        if not isinstance(collator, RegionTextCollator):
+            raise ValueError(f"`collators` must hold the examples' collators, got {type(collator).__name__}.")
+    collated = sum((collator.truncation_stats for collator in collators), TruncationStats())
+    return {
+        "max_text_length": max_text_length,
+        **{name: stats.to_dict() for name, stats in splits.items()},
+        "collated": collated.to_dict(),
+    }
+
+
 def training_summary(trainer: Trainer, data_source: str, eval_examples: int) -> dict[str, object]:
     """The training settings a model card shows."""
     args = trainer.args
@@ -312,6 +400,8 @@ __all__ = [
     "apply_mixed_precision",
     "checkpoint_family",
     "default_report_to",
+    "evaluation_subset",
+    "image_use_results",
     "final_evaluation",
     "first_rows",
     "load_task_model",
@@ -322,5 +412,6 @@ __all__ = [
     "supervision_settings",
     "take_push_to_hub",
     "training_summary",
+    "truncation_results",
     "write_results",
 ]

@@ -13,7 +13,8 @@ from pathlib import Path
 import datasets
 
 from ..feature_store import RegionFeatureStore
-from ._common import attach_region_features
+from ._common import DEFAULT_ON_MISSING_IMAGE, MISSING_IMAGE_CHOICES, attach_region_features, check_on_missing_image
+from ._common import takes_on_missing_image
 from .vgp import ID_LABELS, VGPData, build_vgp_dataset, load_vgp_data
 
 BUILDERS = {
@@ -36,7 +37,7 @@ def load_dataset(
     features: RegionFeatureStore | str | Path | None = None,
     *,
     iou_threshold: float = 0.5,
-    on_missing_image: str = "raise",
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
     **options,
 ) -> datasets.Dataset:
     """Reads one split of a published dataset from its files as published (see README, "Datasets").
@@ -47,13 +48,21 @@ def load_dataset(
         split: the split, in the dataset's own names ("train", "val", "testA", ...).
         features: a `RegionFeatureStore` (or its directory): rows are then joined to their image's regions and get
             `feature_row` and `<text>_phrase_regions` (`_common.attach_region_features`).
-        iou_threshold, on_missing_image: passed to `attach_region_features`.
+        iou_threshold: passed to `attach_region_features`.
+        on_missing_image: one policy for every image a row needs, in the annotation files (passed to the builder)
+            and in `features` (passed to `attach_region_features`): "raise" (the default) stops at the first row
+            whose image is missing, naming it; "skip" drops such rows and reports their count in one warning,
+            "<source>: N of M <rows> skipped (on_missing_image='skip'): image not in <where>."
         options: the builder's own options (see each `builders/<name>.py`).
     """
     if name not in BUILDERS:
         raise ValueError(f"`name` must be one of {sorted(BUILDERS)}, got {name!r}.")
+    check_on_missing_image(on_missing_image)
     builder = importlib.import_module(f".{BUILDERS[name]}", __name__)
-    dataset = builder.build(data_dir, split, **options)
+    if takes_on_missing_image(builder.build):
+        dataset = builder.build(data_dir, split, on_missing_image=on_missing_image, **options)
+    else:
+        dataset = builder.build(data_dir, split, **options)
     if features is None:
         return dataset
     store = features if isinstance(features, RegionFeatureStore) else RegionFeatureStore.load(features)
@@ -69,7 +78,18 @@ def load_dataset(
         id_columns=id_columns,
         iou_threshold=iou_threshold,
         on_missing_image=on_missing_image,
+        source=f"{name} {split}",
     )
 
 
-__all__ = ["BUILDERS", "ID_LABELS", "VGPData", "attach_region_features", "build_vgp_dataset", "load_dataset", "load_vgp_data"]
+__all__ = [
+    "BUILDERS",
+    "DEFAULT_ON_MISSING_IMAGE",
+    "ID_LABELS",
+    "MISSING_IMAGE_CHOICES",
+    "VGPData",
+    "attach_region_features",
+    "build_vgp_dataset",
+    "load_dataset",
+    "load_vgp_data",
+]

@@ -12,10 +12,19 @@ annotation does not say). Grounded text carries, for each text column `<text>`:
 `<text>_phrase_boxes`, `<text>_phrase_regions`: per phrase, a distribution over the image's detected regions built
 by IoU (`alignment.boxes.alignment_target`: uniform over regions with IoU >= threshold, else the best one).
 Collators turn these into the token-level `word_region_alignment`.
+
+Missing images, one policy everywhere. A row needs its image twice: in the annotation files that describe it (Flickr30k
+Entities `Sentences/` + `Annotations/`, GQA scene graphs, Visual Genome `image_data.json`, COCO `instances.json` of
+RefCOCO+) and, with `features=`, in the region-feature store. Every builder's `build`, `attach_region_features`,
+`load_dataset` and `load_vgp_data` take `on_missing_image`: "raise" (the default) stops at the first such row with a
+ValueError naming it and where its image was looked for; "skip" drops those rows and says so in one warning with the
+same wording everywhere (`report_missing_images`): "<source>: N of M <rows> skipped (on_missing_image='skip'): image
+not in <where>."
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -35,6 +44,7 @@ BOXES = datasets.List(datasets.List(datasets.List(datasets.Value("float32"), len
 IMAGE_SIZE = datasets.List(datasets.Value("int32"), length=2)
 REGION_TARGETS = datasets.List(datasets.List(datasets.Value("float32")))
 MISSING_IMAGE_CHOICES = ("raise", "skip")
+DEFAULT_ON_MISSING_IMAGE = "raise"
 
 
 def grounding_features(*text_columns: str) -> dict[str, datasets.List]:
@@ -85,8 +95,35 @@ def check_split(split: str, splits: Sequence[str], dataset: str) -> None:
 
 
 def check_on_missing_image(on_missing_image: str) -> None:
-    if on_missing_image not in MISSING_IMAGE_CHOICES:
+    """A ValueError naming `on_missing_image` unless it is one of `MISSING_IMAGE_CHOICES`."""
+    if not isinstance(on_missing_image, str) or on_missing_image not in MISSING_IMAGE_CHOICES:
         raise ValueError(f"`on_missing_image` must be one of {MISSING_IMAGE_CHOICES}, got {on_missing_image!r}.")
+
+
+def takes_on_missing_image(build: Callable) -> bool:
+    """Whether a builder's `build` takes `on_missing_image` (every builder but NLVR2's, whose files name no image
+    that could be missing; its store join, `nlvr2.attach_pair_features`, takes it)."""
+    return "on_missing_image" in inspect.signature(build).parameters
+
+
+def missing_image_error(
+    source: str, item: str, image_id: object, where: str, unit: str = "rows", tried: Sequence[str] | None = None
+) -> ValueError:
+    """The error `on_missing_image="raise"` raises: names the dataset, the row, its image (and the ids `tried` for it)
+    and where it was looked for."""
+    image = f"image {image_id!r}" + (f" (tried {list(tried)})" if tried is not None else "")
+    return ValueError(
+        f"{source}: {item}: {image} is not in {where}; pass on_missing_image='skip' to drop such {unit} "
+        "(they are counted in a warning)."
+    )
+
+
+def report_missing_images(source: str, skipped: int, total: int, unit: str, where: str) -> None:
+    """The one warning every builder gives for what `on_missing_image="skip"` dropped (nothing when `skipped` is 0)."""
+    if skipped:
+        logger.warning(
+            "%s: %d of %d %s skipped (on_missing_image='skip'): image not in %s.", source, skipped, total, unit, where
+        )
 
 
 def boxes_columns(dataset: datasets.Dataset) -> list[str]:
@@ -100,7 +137,8 @@ def attach_region_features(
     store_image_ids: Callable[[dict], Sequence[str]] | None = None,
     id_columns: Sequence[str] = ("image_id",),
     iou_threshold: float = 0.5,
-    on_missing_image: str = "raise",
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
+    source: str = "attach_region_features",
 ) -> datasets.Dataset:
     """Joins every row to its image's regions in `store` (see the module docstring for the added columns).
 
@@ -110,7 +148,9 @@ def attach_region_features(
         id_columns: the columns `store_image_ids` reads.
         iou_threshold: IoU at which a detected region counts as showing a phrase's gold box.
         on_missing_image: "raise" stops at the first row whose image is not in the store; "skip" drops those rows
-            and warns with their count. Either way the count is kept in `dataset.info.description`.
+            and warns with their count (`report_missing_images`). Either way the count is kept in
+            `dataset.info.description`.
+        source: the dataset named in the error and the warning (`load_dataset` passes "<name> <split>").
     """
     if not isinstance(store, RegionFeatureStore):
         raise ValueError(f"`features` must be a RegionFeatureStore (RegionFeatureStore.load(dir)), got {type(store).__name__}.")
@@ -122,17 +162,12 @@ def attach_region_features(
     for index, row in enumerate(dataset.select_columns(list(dict.fromkeys(["image_id", *id_columns])))):
         found = next((store.row_of(c) for c in candidates_of(row) if c in store), None)
         if found is None and on_missing_image == "raise":
-            raise ValueError(
-                f"row {index}: image {row['image_id']!r} (tried {list(candidates_of(row))}) is not in the region-feature "
-                f"store {store.directory} of {len(store)} images; pass on_missing_image='skip' to drop such rows."
-            )
+            where = f"the region-feature store {store.directory} of {len(store)} images"
+            raise missing_image_error(source, f"row {index}", row["image_id"], where, tried=candidates_of(row))
         rows_in_store.append(found)
     missing = sum(found is None for found in rows_in_store)
     if missing:
-        logger.warning(
-            "%d of %d rows skipped: their image is not in the region-feature store %s (on_missing_image='skip').",
-            missing, len(dataset), store.directory,
-        )  # fmt: skip
+        report_missing_images(source, missing, len(dataset), "rows", f"the region-feature store {store.directory}")
         dataset = dataset.select([i for i, found in enumerate(rows_in_store) if found is not None])
         rows_in_store = [found for found in rows_in_store if found is not None]
     if not len(dataset):

@@ -34,7 +34,7 @@ from pathlib import Path
 import datasets
 
 from ..formats.paths import check_relative_path
-from ._common import IMAGE_SIZE, check_keys, check_split, read_json
+from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, check_keys, check_on_missing_image, check_split, read_json
 
 SPLITS = ("train", "val", "test", "restval")
 DATASET_FILE = "dataset_coco.json"
@@ -73,6 +73,7 @@ def build(
     per_image: bool = False,
     restval_in_train: bool = True,
     image_id_template: str | None = None,
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
     """One Karpathy split of COCO captions (see the module docstring for the columns).
 
@@ -83,8 +84,11 @@ def build(
         restval_in_train: whether "train" also holds the "restval" images (the usual practice).
         image_id_template: only used by `store_image_ids` (accepted here because `load_dataset` passes every option
             to both).
+        on_missing_image: checked here, applied by `load_dataset(..., features=store)` to the images missing from the
+            store: `dataset_coco.json` describes every image it names, so no annotation file can lack one.
     """
     check_split(split, SPLITS, "COCO Karpathy captions")
+    check_on_missing_image(on_missing_image)
     for name, value in (("per_image", per_image), ("restval_in_train", restval_in_train)):
         if not isinstance(value, bool):
             raise ValueError(f"`{name}` must be a bool, got {value!r}.")

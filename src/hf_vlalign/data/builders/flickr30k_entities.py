@@ -24,22 +24,32 @@ Boxes are the XML's pixel coordinates *as published*, which are 1-based (the off
 subtracts 1; we do not, since boxes on disk keep their file's convention and `alignment/boxes.py` normalises them).
 An entity may have several boxes (all are kept); phrases of the same entity share them.
 
-Images listed in the split file but lacking `Sentences/` or `Annotations/` files are skipped, counted and reported in
-a warning. Option `max_images` keeps the first N images (in split-file order) that have both files.
+Images listed in the split file but lacking `Sentences/` or `Annotations/` files follow `on_missing_image` (the one
+policy of every builder, `_common`): "raise" (the default: the published `annotations.zip` has both files for every
+listed image, so a missing one means an incomplete copy) or "skip" (dropped, counted and reported in a warning).
+Option `max_images` keeps the first N images (in split-file order) that have both files; with "raise", the first N
+listed images must have them.
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import datasets
 
 from ..formats.flickr30k_entities import EntityAnnotation, EntitySentence, Flickr30kEntities
 from ..formats.paths import safe_join
-from ._common import IMAGE_SIZE, SPANS, check_split, grounding_features
+from ._common import (
+    DEFAULT_ON_MISSING_IMAGE,
+    IMAGE_SIZE,
+    SPANS,
+    check_on_missing_image,
+    check_split,
+    grounding_features,
+    missing_image_error,
+    report_missing_images,
+)
 
-logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
 
@@ -59,47 +69,59 @@ FEATURES = datasets.Features(
 )
 
 
-def build(data_dir: str | Path, split: str, *, max_images: int | None = None) -> datasets.Dataset:
+def build(
+    data_dir: str | Path,
+    split: str,
+    *,
+    max_images: int | None = None,
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
+) -> datasets.Dataset:
     """One split of Flickr30k Entities, one row per caption (see the module docstring for the columns).
 
     Args:
         data_dir: the folder with `<split>.txt`, `Sentences/` and `Annotations/`.
         split: "train", "val" or "test" (the official lists).
         max_images: keep only the first `max_images` images of the split that have both annotation files.
+        on_missing_image: "raise" stops at the first listed image without its `Sentences/` or `Annotations/` file;
+            "skip" leaves such images out and reports their count in a warning.
     """
     check_split(split, SPLITS, "Flickr30k Entities")
+    check_on_missing_image(on_missing_image)
     if max_images is not None and (not isinstance(max_images, int) or isinstance(max_images, bool) or max_images < 1):
         raise ValueError(f"`max_images` must be a positive int or None, got {max_images!r}.")
     if data_dir is None:
         raise ValueError("`data_dir` must be the Flickr30k Entities folder (with Sentences/ and Annotations/), got None.")
     corpus = Flickr30kEntities(data_dir)
-    image_ids = _images_with_files(corpus, split)
-    if max_images is not None:
-        image_ids = image_ids[:max_images]
+    image_ids = _images_with_files(corpus, split, max_images, on_missing_image)
     rows = [row for image_id in image_ids for row in _image_rows(corpus, image_id)]
     return datasets.Dataset.from_list(rows, features=FEATURES)
 
 
-def _images_with_files(corpus: Flickr30kEntities, split: str) -> list[str]:
-    """The split's image ids that have both annotation files; the others are counted and reported."""
+def _images_with_files(
+    corpus: Flickr30kEntities, split: str, max_images: int | None, on_missing_image: str
+) -> list[str]:
+    """The split's image ids that have both annotation files (the first `max_images` of them); the others raise or
+    are counted and reported, following `on_missing_image`."""
     listed = corpus.image_ids(split)
+    split_file, source = corpus.root / f"{split}.txt", f"Flickr30k Entities {split}"
+    where = f"Sentences/ and Annotations/ of {corpus.root}"
     present = []
     for line, image_id in enumerate(listed, start=1):
-        where = f"`data_dir` {corpus.root / f'{split}.txt'}, line {line} (image id)"
-        sentences = safe_join(corpus.root / "Sentences", f"{image_id}.txt", where)
-        annotation = safe_join(corpus.root / "Annotations", f"{image_id}.xml", where)
+        argument = f"`data_dir` {split_file}, line {line} (image id)"
+        sentences = safe_join(corpus.root / "Sentences", f"{image_id}.txt", argument)
+        annotation = safe_join(corpus.root / "Annotations", f"{image_id}.xml", argument)
         if sentences.is_file() and annotation.is_file():
             present.append(image_id)
-    missing = len(listed) - len(present)
-    if missing:
-        logger.warning(
-            "Flickr30k Entities %s: %d of %d images listed in %s.txt have no Sentences/<id>.txt or Annotations/<id>.xml "
-            "in %s; they are skipped.",
-            split, missing, len(listed), split, corpus.root,
-        )  # fmt: skip
+        elif on_missing_image == "raise":
+            raise missing_image_error(source, f"{split_file}, line {line}", image_id, where, "images")
+        if on_missing_image == "raise" and max_images is not None and len(present) == max_images:
+            break  # the images after the first `max_images` are not read
+    if on_missing_image == "skip":
+        unit = f"images listed in {split}.txt"
+        report_missing_images(source, len(listed) - len(present), len(listed), unit, where)
     if not present:
         raise ValueError(f"`data_dir` {corpus.root}: none of the {len(listed)} images of {split}.txt has annotation files.")
-    return present
+    return present[:max_images]
 
 
 def _image_rows(corpus: Flickr30kEntities, image_id: str) -> list[dict]:

@@ -45,7 +45,17 @@ from pathlib import Path
 
 import datasets
 
-from ._common import IMAGE_SIZE, check_split, grounding_features, read_json, xywh_to_xyxy
+from ._common import (
+    DEFAULT_ON_MISSING_IMAGE,
+    IMAGE_SIZE,
+    check_on_missing_image,
+    check_split,
+    grounding_features,
+    missing_image_error,
+    read_json,
+    report_missing_images,
+    xywh_to_xyxy,
+)
 from .vqa_v2 import read_answer_vocab
 
 
@@ -209,6 +219,7 @@ def build(
     questions_file: str | Path | None = None,
     scene_graphs: str | Path | None = None,
     answer_vocab: str | Path | Mapping[str, int] | None = None,
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
     """`load_dataset("gqa", data_dir, split)`: one row per question (see the module docstring for the columns).
 
@@ -216,15 +227,22 @@ def build(
         subset: "balanced" or "all" (which official question file to read; ignored with `questions_file`).
         questions_file: a questions JSON file or a folder of shards replacing the official name.
         scene_graphs: `{split}_sceneGraphs.json`: gives the pointers their boxes and the rows their image size and
-            objects. Every question's image must be in it.
+            objects.
         answer_vocab: ans2label JSON path or dict; adds the `label` column.
+        on_missing_image: with `scene_graphs`, a question whose image the scene graphs do not list raises ("raise",
+            the default) or is left out and counted in a warning ("skip").
     """
     check_split(split, SPLITS, "GQA")
+    check_on_missing_image(on_missing_image)
     if subset not in SUBSETS:
         raise ValueError(f"`subset` of GQA must be one of {list(SUBSETS)}, got {subset!r}.")
     data_dir = Path(data_dir) if data_dir is not None else None
     questions = read_questions(question_files(data_dir, split, subset, questions_file))
-    graphs = read_scene_graphs(_resolve(data_dir, scene_graphs)) if scene_graphs is not None else None
+    graphs = None
+    if scene_graphs is not None:
+        graphs_path = _resolve(data_dir, scene_graphs)
+        graphs = read_scene_graphs(graphs_path)
+        questions = _questions_with_graphs(questions, graphs, graphs_path, split, on_missing_image)
     vocab = None
     if answer_vocab is not None:
         vocab = read_answer_vocab(
@@ -234,6 +252,23 @@ def build(
     if vocab is not None:
         _report_labels(rows, split, len(vocab))
     return datasets.Dataset.from_list(rows, features=gqa_features(with_label=vocab is not None))
+
+
+def _questions_with_graphs(
+    questions: dict[str, dict], graphs: dict[str, dict], path: Path, split: str, on_missing_image: str
+) -> dict[str, dict]:
+    """The questions whose image has a scene graph; the others raise or are counted, following `on_missing_image`."""
+    kept, where = {}, f"the `scene_graphs` file {path}"
+    for question_id, record in questions.items():
+        image_id = str(record["imageId"])
+        if image_id in graphs:
+            kept[question_id] = record
+        elif on_missing_image == "raise":
+            raise missing_image_error(f"GQA {split}", f"question {question_id!r}", image_id, where, "questions")
+    report_missing_images(f"GQA {split}", len(questions) - len(kept), len(questions), "questions", where)
+    if not kept:
+        raise ValueError(f"`scene_graphs` {path}: none of the {len(questions)} questions of {split!r} has its image.")
+    return kept
 
 
 def _resolve(data_dir: Path | None, path: str | Path) -> Path:

@@ -3,8 +3,12 @@
 Files: https://github.com/lil-lab/nlvr, folder `nlvr2/data`. `data_dir` is that folder: `train.json`, `dev.json`,
 `test1.json` (and `test2.json`, released later), each JSON lines, one example per line with `identifier`
 ("dev-850-0-0" = split-set_id-pair_id-sentence_id), `sentence`, `label` ("True" / "False"), `left_url`, `right_url`,
-`synset`, `query`, `writer`, `validation`, ... The balanced / unbalanced subsets of dev and test1 are
-`data_dir/balanced/{balanced,unbalanced}_{dev,test1}.json` (same layout; option `subset`).
+`synset`, `query`, `writer`, `validation`, ... The balanced and unbalanced subsets of dev and test1 (option `subset`,
+same line layout) each have a folder of their own, as published:
+
+    nlvr2/data/{train,dev,test1,test2}.json
+    nlvr2/data/balanced/balanced_{dev,test1}.json
+    nlvr2/data/unbalanced/unbalanced_{dev,test1}.json
 
 Columns:
 
@@ -36,7 +40,14 @@ from pathlib import Path
 import datasets
 
 from ..feature_store import RegionFeatureStore
-from ._common import IMAGE_SIZE, check_on_missing_image, check_split, require_file
+from ._common import (
+    IMAGE_SIZE,
+    check_on_missing_image,
+    check_split,
+    missing_image_error,
+    report_missing_images,
+    require_file,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -69,8 +80,8 @@ def build(data_dir: str | Path, split: str, *, subset: str | None = None) -> dat
     Args:
         data_dir: the `nlvr2/data` folder of the lil-lab/nlvr repository.
         split: "train", "dev", "test1" or "test2".
-        subset: None for the full split, or "balanced" / "unbalanced" (dev and test1 only) for the subsets of
-            `data_dir/balanced/`.
+        subset: None for the full split, or "balanced" / "unbalanced" (dev and test1 only) for the subset files
+            `data_dir/<subset>/<subset>_<split>.json`.
     """
     path = split_file(data_dir, split, subset)
     rows = []
@@ -88,7 +99,8 @@ def build(data_dir: str | Path, split: str, *, subset: str | None = None) -> dat
 
 
 def split_file(data_dir: str | Path, split: str, subset: str | None = None) -> Path:
-    """The published file of a split (or of its balanced / unbalanced subset)."""
+    """The published file of a split, `data_dir/<split>.json`, or of its balanced / unbalanced subset,
+    `data_dir/<subset>/<subset>_<split>.json` (lil-lab/nlvr's `nlvr2/data` layout)."""
     check_split(split, SPLITS, "NLVR2")
     if data_dir is None:
         raise ValueError("`data_dir` must be the nlvr2/data folder of lil-lab/nlvr, got None.")
@@ -98,9 +110,17 @@ def split_file(data_dir: str | Path, split: str, subset: str | None = None) -> P
     if subset not in SUBSETS:
         raise ValueError(f"`subset` must be None or one of {list(SUBSETS)}, got {subset!r}.")
     if split not in SUBSET_SPLITS:
-        raise ValueError(f"`subset` {subset!r} exists only for the splits {list(SUBSET_SPLITS)}, got split {split!r}.")
-    name = f"{subset}_{split}.json"
-    return require_file(data_dir / "balanced" / name, "data_dir", f"a folder holding the NLVR2 file balanced/{name}")
+        raise ValueError(
+            f"`subset` {subset!r} exists only for the splits {list(SUBSET_SPLITS)} "
+            f"({', '.join(subset_file_name(subset, name) for name in SUBSET_SPLITS)}), got split {split!r}."
+        )
+    name = subset_file_name(subset, split)
+    return require_file(data_dir / name, "data_dir", f"the nlvr2/data folder holding the NLVR2 subset file {name}")
+
+
+def subset_file_name(subset: str, split: str) -> str:
+    """Where lil-lab/nlvr publishes a subset of a split, relative to `nlvr2/data`: "<subset>/<subset>_<split>.json"."""
+    return f"{subset}/{subset}_{split}.json"
 
 
 def parse_example(line: str) -> dict:
@@ -162,25 +182,19 @@ def attach_pair_features(
     absent = [column for column in ("left_image_id", "right_image_id") if column not in dataset.column_names]
     if absent:
         raise ValueError(f"`dataset` must be an NLVR2 dataset with the columns left_image_id/right_image_id, lacks {absent}.")
+    where = f"the region-feature store {store.directory} ({len(store)} images)"
     left_rows, right_rows, kept = [], [], []
     for index, (left, right) in enumerate(zip(dataset["left_image_id"], dataset["right_image_id"])):
         missing = [image_id for image_id in (left, right) if image_id not in store]
         if missing and on_missing_image == "raise":
-            raise ValueError(
-                f"row {index}: image(s) {missing} not in the region-feature store {store.directory} of {len(store)} "
-                "images; pass on_missing_image='skip' to drop such rows."
-            )
+            raise missing_image_error("NLVR2", f"row {index}", missing[0], where, unit="examples")
         if not missing:
             kept.append(index)
             left_rows.append(store.row_of(left))
             right_rows.append(store.row_of(right))
     dropped = len(dataset) - len(kept)
+    report_missing_images("NLVR2", dropped, len(dataset), "examples", where)
     if dropped:
-        logger.warning(
-            "%d of %d NLVR2 examples skipped: an image of the pair is not in the region-feature store %s "
-            "(on_missing_image='skip').",
-            dropped, len(dataset), store.directory,
-        )  # fmt: skip
         dataset = dataset.select(kept)
     if not len(dataset):
         raise ValueError(f"no NLVR2 example has both images in the region-feature store {store.directory}.")

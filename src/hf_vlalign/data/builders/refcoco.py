@@ -41,7 +41,19 @@ import datasets
 
 from ..formats.paths import check_relative_path
 from ..formats.safe_pickle import load_restricted_pickle
-from ._common import IMAGE_SIZE, check_keys, check_split, grounding_features, read_json, require_file, xywh_to_xyxy
+from ._common import (
+    DEFAULT_ON_MISSING_IMAGE,
+    IMAGE_SIZE,
+    check_keys,
+    check_on_missing_image,
+    check_split,
+    grounding_features,
+    missing_image_error,
+    read_json,
+    report_missing_images,
+    require_file,
+    xywh_to_xyxy,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +88,7 @@ def build(
     *,
     refs_file: str | Path | None = None,
     image_id_template: str | None = None,
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
     """One RefCOCO+ split, one row per expression (see the module docstring for the columns).
 
@@ -86,8 +99,11 @@ def build(
             a relative path is taken relative to `data_dir`.
         image_id_template: only used by `store_image_ids` (accepted here because `load_dataset` passes every option
             to both).
+        on_missing_image: a ref of the split whose image `instances.json` does not list raises ("raise", the default)
+            or is left out with its expressions and counted in a warning ("skip").
     """
     check_split(split, SPLITS, "RefCOCO+")
+    check_on_missing_image(on_missing_image)
     if data_dir is None:
         raise ValueError("`data_dir` must be the refcoco+ folder of lichengunc/refer (refs(unc).p, instances.json), got None.")
     _check_template(image_id_template)
@@ -97,9 +113,16 @@ def build(
     else:
         refs = read_refs(data_dir / refs_file)
     instances = _CocoInstances(data_dir / INSTANCES_FILE)
-    rows, empty = [], 0
+    rows, empty, in_split, missing = [], 0, 0, 0
     for index, ref in enumerate(refs):
         if ref["split"] != split:
+            continue
+        in_split += 1
+        if ref["image_id"] not in instances.images:
+            if on_missing_image == "raise":
+                item = f"ref #{index} (ref_id {ref['ref_id']})"
+                raise missing_image_error(f"RefCOCO+ {split}", item, str(ref["image_id"]), str(instances.path), "refs")
+            missing += 1
             continue
         for row in _ref_rows(ref, instances, f"ref #{index} (ref_id {ref['ref_id']})"):
             if row["expression"]:
@@ -108,6 +131,7 @@ def build(
                 empty += 1
     if empty:
         logger.warning("RefCOCO+ %s: %d empty expression(s) skipped.", split, empty)
+    report_missing_images(f"RefCOCO+ {split}", missing, in_split, f"refs of {split!r}", str(instances.path))
     if not rows:
         raise ValueError(f"no ref of {split!r} in {len(refs)} refs; their splits are {sorted({r['split'] for r in refs})}.")
     return datasets.Dataset.from_list(rows, features=FEATURES)

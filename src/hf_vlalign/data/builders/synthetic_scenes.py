@@ -33,6 +33,7 @@ from ..synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from ..synthetic_questions import ANSWER_VOCAB_FILE, scene_graphs_file
 from ..synthetic_tasks import NLVR2_SPLITS, REFCOCO_SPLITS
 from . import nlvr2
+from ._common import DEFAULT_ON_MISSING_IMAGE, check_on_missing_image, takes_on_missing_image
 from .vgp import _synthetic_store, build_vgp_dataset
 
 TASKS = ("vgp", "captions", "questions", "nlvr2", "refcoco")
@@ -46,33 +47,40 @@ def build(
     *,
     task: str = "vgp",
     config: SyntheticSceneConfig | None = None,
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
     **options,
 ) -> datasets.Dataset:
     """One split of the synthetic scenes; `options` go to the task's builder (e.g. `negatives=` for "vgp", or
-    `answer_vocab=` / `scene_graphs=` replacing the generated ones for "questions")."""
+    `answer_vocab=` / `scene_graphs=` replacing the generated ones for "questions"), and so does `on_missing_image`
+    (the generated files describe every image, so it only matters for replaced files and for the store join)."""
     _check_task(task)
+    check_on_missing_image(on_missing_image)
     splits = TASK_SPLITS.get(task, {name: name for name in SPLITS})
     if split not in splits:
         raise ValueError(f"`split` of synthetic_scenes (task {task!r}) must be one of {list(splits)}, got {split!r}.")
     paths = load_or_generate_synthetic_vgp(cache_dir=data_dir, config=config)
     if task == "vgp":
         seed = options.pop("seed", {"train": 1, "val": 2}[split])
-        return build_vgp_dataset(paths.flickr30k_entities, paths.vgp_csv[split], seed=seed, **options)
+        return build_vgp_dataset(
+            paths.flickr30k_entities, paths.vgp_csv[split], seed=seed, on_missing_image=on_missing_image, **options
+        )
     if task == "questions":
         from .gqa import build as build_questions
 
         options.setdefault("scene_graphs", scene_graphs_file(split))
         options.setdefault("answer_vocab", ANSWER_VOCAB_FILE)
-        return build_questions(paths.gqa_dir, split, **options)
+        return build_questions(paths.gqa_dir, split, on_missing_image=on_missing_image, **options)
     if task == "nlvr2":
+        if takes_on_missing_image(nlvr2.build):
+            options["on_missing_image"] = on_missing_image
         return nlvr2.build(paths.nlvr2_dir, splits[split], **options)
     if task == "refcoco":
         from .refcoco import build as build_refcoco
 
-        return build_refcoco(paths.refcoco_dir, splits[split], **options)
+        return build_refcoco(paths.refcoco_dir, splits[split], on_missing_image=on_missing_image, **options)
     from .flickr30k_entities import build as build_captions
 
-    return build_captions(paths.flickr30k_entities, split, **options)
+    return build_captions(paths.flickr30k_entities, split, on_missing_image=on_missing_image, **options)
 
 
 def synthetic_region_features(

@@ -1,4 +1,21 @@
-"""Dataset builders: published annotation files -> Arrow-backed `datasets.Dataset` of text-level examples.
+"""Visually grounded paraphrases (VGP): a VGP csv + Flickr30k Entities -> Arrow-backed `datasets.Dataset` of caption
+pairs (Samaran et al.: image-description identification + VGP classification).
+
+A csv row names an image and two phrases (`original_phrase1/2`, as the captions write them) with a label. A training
+row needs two *captions* of that image holding them: `match_phrases` tries every caption and every occurrence of each
+phrase and keeps two different captions whose phrases agree with the label through their Flickr30k entity ids (one
+entity for a paraphrase, two for a non-paraphrase), then with `roi1`/`roi2` (identification layout, `entities_of_rois`),
+then the earliest (the published rule: phrase 1 in the first caption that has it, phrase 2 in the first other one).
+Rows that cannot be placed are skipped and counted per reason in one warning, with their csv lines: markup in a cell
+(`<font color="red">` leftovers of the annotation interface), a phrase no caption marks up, a same-caption pair.
+
+Three checks keep real files from failing late or leaking silently:
+- `on_missing_image` ("raise" | "skip", the one policy of every builder, `_common`): rows whose image lacks its
+  `Sentences/` or `Annotations/` file, and (`load_vgp_data`) rows whose image is not in the region-feature store;
+- `on_split_overlap` ("warn" | "drop" | "raise"): rows on images that Flickr30k Entities' other split lists name, or
+  that the csvs of the evaluation splits use (the published VGP-Typology train csv has rows on Flickr30k test images,
+  identical to test rows);
+- kept rows whose entities disagree with their label (no caption pair agrees) are counted in a warning.
 
 Tokenisation and region features are joined in the collator (`data/collators.py`), so one builder output serves
 any tokenizer and any feature file of the same images.
@@ -7,6 +24,7 @@ any tokenizer and any feature file of the same images.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,15 +32,24 @@ import datasets
 import numpy as np
 from transformers.utils import logging
 
-from ..formats.flickr30k_entities import EntitySentence, Flickr30kEntities
+from ..formats.flickr30k_entities import SPLIT_NAMES, EntitySentence, Flickr30kEntities
 from ..feature_store import RegionFeatureStore, convert_features
-from ..formats.vgp import VGPPair, read_vgp_csv
-from ._common import IMAGE_SIZE, grounding_features
+from ..formats.vgp import VGPPair, has_markup, read_vgp_csv, unescape_phrase
+from ._common import (
+    DEFAULT_ON_MISSING_IMAGE,
+    IMAGE_SIZE,
+    check_on_missing_image,
+    grounding_features,
+    missing_image_error,
+    report_missing_images,
+)
 
 logger = logging.get_logger(__name__)
 
 # image-description identification classes (Samaran et al. 2021, eq. 1)
 ID_LABELS = {0: "c1", 1: "c2", 2: "both"}
+# what to do with rows on images of another split (`build_vgp_dataset(on_split_overlap=...)`)
+SPLIT_OVERLAP_CHOICES = ("warn", "drop", "raise")
 
 VGP_FEATURES = datasets.Features(
     {
@@ -41,16 +68,134 @@ VGP_FEATURES = datasets.Features(
 )
 
 
-def _find_phrase(sentences: list[EntitySentence], text: str, exclude: int | None = None) -> tuple[int, int] | None:
-    """(sentence index, phrase index) of the first phrase whose text equals `text` (case-insensitive)."""
-    wanted = text.strip().lower()
-    for sentence_index, sentence in enumerate(sentences):
-        if sentence_index == exclude:
-            continue
-        for phrase_index, phrase in enumerate(sentence.phrases):
-            if phrase.text.lower() == wanted:
-                return sentence_index, phrase_index
-    return None
+# ----------------------------------------------------------------------------------------------------------------
+# Matching a CSV row to two captions of its image
+# ----------------------------------------------------------------------------------------------------------------
+
+NOTVISUAL = "0"  # the entity id Flickr30k Entities gives every `notvisual` phrase: it names no one entity
+
+# why a row cannot be matched (keys of `PhraseMatch.skip_reason`), as the skip warning words them
+SKIP_REASONS: dict[str, str] = {
+    "markup": "with markup in a phrase cell",
+    "not_found": "with a phrase that no caption of the image marks up",
+    "same_caption": "same-caption pairs (the phrases meet, or name one entity, only within one caption)",
+}
+
+
+@dataclass(frozen=True)
+class PhraseOccurrence:
+    """A marked-up phrase of an image's captions: caption (sentence) index, phrase index in it, entity id."""
+
+    sentence: int
+    phrase: int
+    entity: str
+
+
+@dataclass
+class PhraseMatch:
+    """Where a VGP row's two phrases are in its image's captions, or why they cannot be placed.
+
+    `first`/`second` are None exactly when `skip_reason` (a key of `SKIP_REASONS`) is set. `entities` compares the
+    phrases' Flickr30k entities with the row's label: "agree" (one entity for a paraphrase, two for a
+    non-paraphrase), "disagree", or "unknown" when both phrases are `notvisual` (entity "0", which names no one
+    entity).
+    """
+
+    first: PhraseOccurrence | None = None
+    second: PhraseOccurrence | None = None
+    entities: str | None = None
+    skip_reason: str | None = None
+
+
+ENTITY_CHECKS = ("agree", "unknown", "disagree")  # `PhraseMatch.entities`, best first
+
+
+def phrase_occurrences(sentences: list[EntitySentence], text: str) -> list[PhraseOccurrence]:
+    """Every marked-up phrase of `sentences` whose text equals `text` (a CSV cell: case-insensitive, backslash-escaped
+    quotes restored, white space collapsed), in caption order."""
+    if not isinstance(text, str):
+        raise ValueError(f"`text` must be a str (a phrase cell of a VGP CSV), got {type(text).__name__}.")
+    wanted = unescape_phrase(text).lower()
+    return [
+        PhraseOccurrence(sentence_index, phrase_index, phrase.phrase_id)
+        for sentence_index, sentence in enumerate(sentences)
+        for phrase_index, phrase in enumerate(sentence.phrases)
+        if phrase.text.lower() == wanted
+    ]
+
+
+def match_phrases(
+    sentences: list[EntitySentence], pair: VGPPair, roi_entities: dict[int, set[str]] | None = None
+) -> PhraseMatch:
+    """Places a VGP row's phrases in two different captions of its image, trying every caption and every occurrence.
+
+    Among the pairs of occurrences in two different captions, the one kept
+    1. agrees with the label: both phrases on one Flickr30k entity for a paraphrase, on two for a non-paraphrase
+       (pairs of two `notvisual` phrases, whose entity is unknown, come next, then pairs against the label);
+    2. then agrees with the row's `roi1`/`roi2` (identification layout): a roi counts when the occurrence's entity is
+       one that `roi_entities` (roi -> entity ids, `entities_of_rois`) ties to it;
+    3. then comes first: phrase 1 in the earliest caption, then phrase 2 in the earliest other caption (the rule of
+       the published VGP code, kept where nothing above tells the pairs apart).
+    Rows not placed, with `skip_reason`: "markup" (a cell carries markup), "not_found" (a phrase is in no caption),
+    "same_caption" (the phrases share only one caption, or agree with the label only within one caption: the
+    annotated pair is a same-caption pair, and two other captions would join other entities).
+    """
+    if not isinstance(pair, VGPPair):
+        raise ValueError(f"`pair` must be a VGPPair (read_vgp_csv), got {type(pair).__name__}.")
+    if not isinstance(sentences, list) or not all(isinstance(sentence, EntitySentence) for sentence in sentences):
+        raise ValueError(
+            f"`sentences` must be the image's list of EntitySentence (Flickr30kEntities.sentences), got {sentences!r}."
+        )
+    if has_markup(pair.original_phrase1) or has_markup(pair.original_phrase2):
+        return PhraseMatch(skip_reason="markup")
+    firsts = phrase_occurrences(sentences, pair.original_phrase1)
+    seconds = phrase_occurrences(sentences, pair.original_phrase2)
+    if not firsts or not seconds:
+        return PhraseMatch(skip_reason="not_found")
+    pairs = [(a, b) for a in firsts for b in seconds if a != b]
+    across = [(a, b) for a, b in pairs if a.sentence != b.sentence]
+    within_agreeing = [(a, b) for a, b in pairs if a.sentence == b.sentence and _entities(a, b, pair) == "agree"]
+    if not across or (within_agreeing and all(_entities(a, b, pair) != "agree" for a, b in across)):
+        return PhraseMatch(skip_reason="same_caption")
+    roi_entities = roi_entities or {}
+
+    def rank(candidate: tuple[PhraseOccurrence, PhraseOccurrence]) -> tuple:
+        a, b = candidate
+        roi_votes = _roi_agrees(a, pair.roi1, roi_entities) + _roi_agrees(b, pair.roi2, roi_entities)
+        entities = ENTITY_CHECKS.index(_entities(a, b, pair))
+        return (entities, -roi_votes, a.sentence, a.phrase, b.sentence, b.phrase)
+
+    first, second = min(across, key=rank)
+    return PhraseMatch(first, second, entities=_entities(first, second, pair))
+
+
+def _entities(a: PhraseOccurrence, b: PhraseOccurrence, pair: VGPPair) -> str:
+    """How the two occurrences' entities compare with the label: "agree", "disagree" or "unknown" (both notvisual)."""
+    if a.entity == NOTVISUAL and b.entity == NOTVISUAL:
+        return "unknown"
+    return "agree" if (a.entity == b.entity) == pair.is_paraphrase else "disagree"
+
+
+def _roi_agrees(occurrence: PhraseOccurrence, roi: int | None, roi_entities: dict[int, set[str]]) -> int:
+    return int(roi is not None and roi >= 0 and occurrence.entity in roi_entities.get(roi, ()))
+
+
+def entities_of_rois(sentences: list[EntitySentence], pairs: list[VGPPair]) -> dict[int, set[str]]:
+    """roi -> the Flickr30k entities its phrases name, from the rows of one image (identification layout).
+
+    A roi (`VGPPair.roi1`/`roi2`, >= 0) is the detected region a phrase was localised to, so the phrases that carry it
+    show one region. Only phrases whose text names a single entity of the image vote; they tie the roi to that entity,
+    which then tells apart the occurrences of a phrase whose text several entities share.
+    """
+    entities: dict[int, set[str]] = {}
+    for pair in pairs:
+        for cell, roi in ((pair.original_phrase1, pair.roi1), (pair.original_phrase2, pair.roi2)):
+            if roi is None or roi < 0 or has_markup(cell):
+                continue
+            named = {occurrence.entity for occurrence in phrase_occurrences(sentences, cell)} - {NOTVISUAL}
+            if len(named) == 1:
+                entities.setdefault(roi, set()).update(named)
+    return entities
 
 
 def _grounded_phrases(sentence: EntitySentence, boxes: dict[str, list[list[int]]]) -> tuple[list, list]:
@@ -63,7 +208,9 @@ def _grounded_phrases(sentence: EntitySentence, boxes: dict[str, list[list[int]]
     return spans, phrase_boxes
 
 
-def _caption_neighbours(corpus: Flickr30kEntities, image_ids: list[str], num_neighbours: int) -> dict[str, list[str]]:
+def _caption_neighbours(
+    corpus: Flickr30kEntities | _CachedCorpus, image_ids: list[str], num_neighbours: int
+) -> dict[str, list[str]]:
     """The `num_neighbours` images nearest to each image, by TF-IDF cosine of their concatenated captions.
 
     Lu et al. (2019) draw hard negatives "from among the 100 nearest neighbors of the target image"; the images'
@@ -84,7 +231,7 @@ def _caption_neighbours(corpus: Flickr30kEntities, image_ids: list[str], num_nei
 
 
 def _foreign_caption(
-    corpus: Flickr30kEntities, candidates: list[str], image_id: str, rng: random.Random
+    corpus: Flickr30kEntities | _CachedCorpus, candidates: list[str], image_id: str, rng: random.Random
 ) -> tuple[EntitySentence, int]:
     """A caption of another image (drawn from `candidates`) and one of its phrases, for the identification negatives."""
     for _ in range(100 * len(candidates)):
@@ -95,7 +242,26 @@ def _foreign_caption(
         if sentences:
             sentence = rng.choice(sentences)
             return sentence, rng.randrange(len(sentence.phrases))
-    raise ValueError(f"no caption with a phrase among the images {candidates[:5]}... drawn as negatives for image {image_id}.")
+    raise ValueError(
+        f"no caption with a phrase among the images {candidates[:5]}... drawn as negatives for image {image_id}."
+    )
+
+
+class _CachedCorpus:
+    """A `Flickr30kEntities` folder whose captions and annotations are read once per image."""
+
+    def __init__(self, corpus: Flickr30kEntities) -> None:
+        self.corpus, self._sentences, self._annotations = corpus, {}, {}
+
+    def sentences(self, image_id: str) -> list[EntitySentence]:
+        if image_id not in self._sentences:
+            self._sentences[image_id] = self.corpus.sentences(image_id)
+        return self._sentences[image_id]
+
+    def annotation(self, image_id: str):
+        if image_id not in self._annotations:
+            self._annotations[image_id] = self.corpus.annotation(image_id)
+        return self._annotations[image_id]
 
 
 def build_vgp_dataset(
@@ -107,71 +273,181 @@ def build_vgp_dataset(
     num_neighbours: int = 100,
     seed: int = 0,
     max_examples: int | None = None,
+    split: str | None = None,
+    held_out_csvs: Sequence[str | Path] = (),
+    on_split_overlap: str = "warn",
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
     """Visually grounded paraphrase examples from a VGP csv (either published layout) and Flickr30k Entities files.
 
-    For each csv row, c1 is the first caption of the image holding a phrase equal to `original_phrase1` and c2 the
-    first other caption holding `original_phrase2`. With probability `replace_caption_prob` one caption (c1 or c2,
-    equally likely) is replaced by a caption of another image and its phrase by one of that caption's phrases: the
-    identification label then names the caption that still describes the image and the pair is not a VGP.
-    The other image is a hard negative (`negatives="hard"`, the VGP paper after Lu et al. 2019: drawn among the
-    `num_neighbours` nearest images, computed once, offline) or any image of the csv (`negatives="random"`).
-    Everything is drawn from `seed`. Rows whose phrases cannot be located are skipped, counted and reported.
+    Each csv row is placed in two different captions of its image by `match_phrases`: every caption and every
+    occurrence of each phrase is tried, and the pair whose Flickr30k entities agree with the label (one entity for a
+    paraphrase) is preferred, then the one agreeing with `roi1`/`roi2`, then the first. Rows that cannot be placed
+    (markup in a phrase cell, a phrase in no caption, both phrases only in one caption) are skipped and reported in
+    one warning, per reason with their csv lines; kept rows whose entities disagree with their label (no caption pair
+    agrees) are reported in another.
+    With probability `replace_caption_prob` one caption (c1 or c2, equally likely) is replaced by a caption of another
+    image and its phrase by one of that caption's phrases: the identification label then names the caption that
+    still describes the image and the pair is not a VGP. The other image is a hard negative (`negatives="hard"`, the
+    VGP paper after Lu et al. 2019: drawn among the `num_neighbours` nearest images, computed once, offline) or any
+    image of the csv (`negatives="random"`). Everything is drawn from `seed`.
+
+    Args:
+        split: the Flickr30k Entities split the csv is meant for ("train", "val" or "test"). With it, rows whose image
+            the folder's other split lists (`train.txt`, `val.txt`, `test.txt`) name are split overlap: the published
+            VGP-Typology train csv has rows on Flickr30k test images, some identical to test rows.
+        held_out_csvs: VGP csvs of the evaluation splits (for a train csv: the val / test csvs); rows of `vgp_csv` on
+            their images are split overlap too, and those with the same phrase pair are counted as identical.
+        on_split_overlap: "warn" (the default) keeps the overlapping rows and reports their counts; "drop" leaves them
+            out (and their images out of the negatives), reporting the counts; "raise" stops with the counts.
+        on_missing_image: a row whose image has no `Sentences/<id>.txt` or `Annotations/<id>.xml` raises ("raise", the
+            default) or is skipped and counted in a warning ("skip").
     """
-    if not 0.0 <= replace_caption_prob <= 1.0:
+    _check_options(
+        replace_caption_prob, negatives, num_neighbours, max_examples, split, held_out_csvs, on_split_overlap
+    )
+    check_on_missing_image(on_missing_image)
+    corpus = Flickr30kEntities(flickr30k_entities_dir)
+    pairs = read_vgp_csv(vgp_csv)
+    num_csv_rows, source = len(pairs), f"VGP {Path(vgp_csv).name}"
+    if split is not None or held_out_csvs:
+        pairs = handle_split_overlap(pairs, corpus, split, held_out_csvs, on_split_overlap, source)
+    pairs = _pairs_with_images(pairs, corpus, on_missing_image, source)
+    captions = _CachedCorpus(corpus)
+    image_ids = sorted({pair.image_id for pair in pairs})
+    if len(image_ids) < 2 and replace_caption_prob > 0:
+        raise ValueError(
+            f"`vgp_csv` {vgp_csv} must cover at least two images to draw foreign captions, got {image_ids}."
+        )
+    matches = _match_rows(captions, pairs)
+    _report_matches(pairs, matches, source)
+    neighbours = _caption_neighbours(captions, image_ids, num_neighbours) if negatives == "hard" else None
+    rng = random.Random(seed)
+    rows = []
+    for pair, match in zip(pairs, matches):
+        if match.skip_reason is not None:
+            continue
+        if max_examples is not None and len(rows) >= max_examples:
+            break
+        candidates = neighbours[pair.image_id] if neighbours else image_ids
+        rows.append(_build_row(captions, pair, match, candidates, rng, replace_caption_prob))
+    if not rows:
+        raise ValueError(f"`vgp_csv` {vgp_csv}: no row could be matched to the captions in {flickr30k_entities_dir}.")
+    dataset = datasets.Dataset.from_list(rows, features=VGP_FEATURES)
+    dataset.info.description = _summary(num_csv_rows, pairs, matches)
+    return dataset
+
+
+def _check_options(
+    replace_caption_prob, negatives, num_neighbours, max_examples, split, held_out_csvs, on_split_overlap
+) -> None:
+    if not isinstance(replace_caption_prob, (int, float)) or not 0.0 <= replace_caption_prob <= 1.0:
         raise ValueError(f"`replace_caption_prob` must be in [0, 1], got {replace_caption_prob}.")
     if negatives not in ("hard", "random"):
         raise ValueError(f"`negatives` must be 'hard' or 'random', got {negatives!r}.")
     if not isinstance(num_neighbours, int) or num_neighbours < 1:
         raise ValueError(f"`num_neighbours` must be a positive int, got {num_neighbours!r}.")
-    corpus = Flickr30kEntities(flickr30k_entities_dir)
-    pairs = read_vgp_csv(vgp_csv)
-    image_ids = sorted({pair.image_id for pair in pairs})
-    if len(image_ids) < 2 and replace_caption_prob > 0:
-        raise ValueError(f"`vgp_csv` {vgp_csv} must cover at least two images to draw foreign captions, got {image_ids}.")
-    neighbours = _caption_neighbours(corpus, image_ids, num_neighbours) if negatives == "hard" else None
-    rng = random.Random(seed)
-    rows, unlocated = [], 0
+    if max_examples is not None and (
+        not isinstance(max_examples, int) or isinstance(max_examples, bool) or max_examples < 1
+    ):
+        raise ValueError(f"`max_examples` must be a positive int or None, got {max_examples!r}.")
+    if split is not None and split not in SPLIT_NAMES:
+        raise ValueError(f"`split` must be one of the Flickr30k Entities splits {SPLIT_NAMES} or None, got {split!r}.")
+    if on_split_overlap not in SPLIT_OVERLAP_CHOICES:
+        raise ValueError(f"`on_split_overlap` must be one of {SPLIT_OVERLAP_CHOICES}, got {on_split_overlap!r}.")
+    if isinstance(held_out_csvs, (str, Path)) or not all(isinstance(path, (str, Path)) for path in held_out_csvs):
+        raise ValueError(f"`held_out_csvs` must be a list of VGP csv paths, got {held_out_csvs!r}.")
+
+
+def _pairs_with_images(
+    pairs: list[VGPPair], corpus: Flickr30kEntities, on_missing_image: str, source: str
+) -> list[VGPPair]:
+    """The rows whose image has both annotation files; the others raise or are counted (`on_missing_image`)."""
+    where = f"Sentences/ and Annotations/ of {corpus.root}"
+    present = {}
     for pair in pairs:
-        candidates = neighbours[pair.image_id] if neighbours else image_ids
-        row = _build_row(corpus, pair, candidates, rng, replace_caption_prob)
-        if row is None:
-            unlocated += 1
-            continue
-        rows.append(row)
-        if max_examples is not None and len(rows) >= max_examples:
-            break
-    if unlocated:
-        logger.warning(f"build_vgp_dataset: skipped {unlocated} of {len(pairs)} rows of {vgp_csv} whose phrases are not in the captions.")
-    if not rows:
-        raise ValueError(f"`vgp_csv` {vgp_csv}: no row could be matched to the captions in {flickr30k_entities_dir}.")
-    return datasets.Dataset.from_list(rows, features=VGP_FEATURES)
+        if pair.image_id not in present:
+            present[pair.image_id] = corpus.has_image(pair.image_id)  # refuses an id that is not digits
+        if not present[pair.image_id] and on_missing_image == "raise":
+            raise missing_image_error(source, f"line {pair.line}", pair.image_id, where)
+    kept = [pair for pair in pairs if present[pair.image_id]]
+    report_missing_images(source, len(pairs) - len(kept), len(pairs), "rows", where)
+    return kept
 
 
-def _build_row(corpus, pair: VGPPair, candidates, rng: random.Random, replace_caption_prob: float) -> dict | None:
-    sentences = corpus.sentences(pair.image_id)
-    first = _find_phrase(sentences, pair.original_phrase1)
-    if first is None:
-        return None
-    second = _find_phrase(sentences, pair.original_phrase2, exclude=first[0])
-    if second is None:
-        return None
-    annotation = corpus.annotation(pair.image_id)
-    captions = [sentences[first[0]], sentences[second[0]]]
-    phrases = [captions[0].phrases[first[1]], captions[1].phrases[second[1]]]
-    grounded = [_grounded_phrases(caption, annotation.boxes) for caption in captions]
+def _match_rows(captions: _CachedCorpus, pairs: list[VGPPair]) -> list[PhraseMatch]:
+    by_image: dict[str, list[VGPPair]] = {}
+    for pair in pairs:
+        by_image.setdefault(pair.image_id, []).append(pair)
+    rois = {image_id: entities_of_rois(captions.sentences(image_id), rows) for image_id, rows in by_image.items()}
+    return [match_phrases(captions.sentences(pair.image_id), pair, rois[pair.image_id]) for pair in pairs]
+
+
+def _lines(pairs: list[VGPPair], limit: int = 5) -> str:
+    lines = [str(pair.line) for pair in pairs[:limit]]
+    return ", ".join(lines) + (", ..." if len(pairs) > limit else "")
+
+
+def _report_matches(pairs: list[VGPPair], matches: list[PhraseMatch], source: str) -> None:
+    """One warning for the rows skipped (count and csv lines per reason), one for kept rows against their label."""
+    skipped = {reason: [p for p, m in zip(pairs, matches) if m.skip_reason == reason] for reason in SKIP_REASONS}
+    total = sum(map(len, skipped.values()))
+    if total:
+        reasons = "; ".join(
+            f"{len(rows)} {SKIP_REASONS[reason]} (lines {_lines(rows)})" for reason, rows in skipped.items() if rows
+        )
+        logger.warning(
+            f"{source}: skipped {total} of {len(pairs)} rows that cannot be placed in two captions of their image: "
+            f"{reasons}."
+        )
+    kept = [(p, m) for p, m in zip(pairs, matches) if m.skip_reason is None]
+    against = [p for p, m in kept if m.entities == "disagree"]
+    if against:
+        logger.warning(
+            f"{source}: {len(against)} of {len(kept)} kept rows join phrases whose Flickr30k entities disagree with the "
+            f"label (a paraphrase on two entities or a non-paraphrase on one): no pair of captions agrees (lines "
+            f"{_lines(against)})."
+        )
+
+
+def _summary(num_csv_rows: int, pairs: list[VGPPair], matches: list[PhraseMatch]) -> str:
+    """What became of the csv rows, kept in `dataset.info.description`."""
+    counts = {reason: sum(m.skip_reason == reason for m in matches) for reason in SKIP_REASONS}
+    kept = len(pairs) - sum(counts.values())
+    against = sum(m.entities == "disagree" for m in matches)
+    skipped = ", ".join(f"{count} {reason}" for reason, count in counts.items())
+    return (
+        f"VGP csv rows: {num_csv_rows}; dropped before matching (split overlap, missing image): "
+        f"{num_csv_rows - len(pairs)}; placed in two captions: {kept} ({against} against their label's entities); "
+        f"skipped: {skipped}"
+    )
+
+
+def _build_row(
+    captions: _CachedCorpus,
+    pair: VGPPair,
+    match: PhraseMatch,
+    candidates,
+    rng: random.Random,
+    replace_caption_prob: float,
+) -> dict:
+    sentences = captions.sentences(pair.image_id)
+    annotation = captions.annotation(pair.image_id)
+    chosen = [sentences[match.first.sentence], sentences[match.second.sentence]]
+    phrases = [chosen[0].phrases[match.first.phrase], chosen[1].phrases[match.second.phrase]]
+    grounded = [_grounded_phrases(caption, annotation.boxes) for caption in chosen]
     id_label, vgp_label = 2, int(pair.is_paraphrase)
     if rng.random() < replace_caption_prob:
         replaced = rng.randrange(2)
-        foreign, phrase_index = _foreign_caption(corpus, candidates, pair.image_id, rng)
-        captions[replaced], phrases[replaced] = foreign, foreign.phrases[phrase_index]
+        foreign, phrase_index = _foreign_caption(captions, candidates, pair.image_id, rng)
+        chosen[replaced], phrases[replaced] = foreign, foreign.phrases[phrase_index]
         grounded[replaced] = ([], [])
         id_label, vgp_label = 1 - replaced, 0
     return {
         "image_id": pair.image_id,
         "image_size": [annotation.height, annotation.width],
-        "caption1": captions[0].text,
-        "caption2": captions[1].text,
+        "caption1": chosen[0].text,
+        "caption2": chosen[1].text,
         "phrase1_span": [phrases[0].char_start, phrases[0].char_end],
         "phrase2_span": [phrases[1].char_start, phrases[1].char_end],
         "id_label": id_label,
@@ -184,7 +460,85 @@ def _build_row(corpus, pair: VGPPair, candidates, rng: random.Random, replace_ca
     }
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Split overlap: rows of one split on the images of another
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def find_split_overlap(
+    pairs: list[VGPPair],
+    split: str | None,
+    split_lists: dict[str, list[str]],
+    held_out: dict[str, list[VGPPair]] | None = None,
+) -> dict[str, list[int]]:
+    """Rows of a `split` csv on images of other splits: "<other>.txt" (a Flickr30k Entities split list other than
+    `split`) or a held-out csv's name -> the indices of the rows of `pairs` on its images.
+
+    Args:
+        pairs: the rows of the csv checked.
+        split: the Flickr30k Entities split it is meant for, or None (then the split lists are not read).
+        split_lists: split -> image ids (`Flickr30kEntities.split_lists()`).
+        held_out: csv name -> its rows, for the csvs of the evaluation splits.
+    """
+    if split is not None and split not in SPLIT_NAMES:
+        raise ValueError(f"`split` must be one of the Flickr30k Entities splits {SPLIT_NAMES} or None, got {split!r}.")
+    images = {f"{other}.txt": set(ids) for other, ids in split_lists.items() if split is not None and other != split}
+    images.update({name: {pair.image_id for pair in rows} for name, rows in (held_out or {}).items()})
+    overlap = {name: [i for i, pair in enumerate(pairs) if pair.image_id in ids] for name, ids in images.items()}
+    return {name: indices for name, indices in overlap.items() if indices}
+
+
+def _pair_key(pair: VGPPair) -> tuple[str, frozenset[str]]:
+    return pair.image_id, frozenset(unescape_phrase(p).lower() for p in (pair.original_phrase1, pair.original_phrase2))
+
+
+def handle_split_overlap(
+    pairs: list[VGPPair],
+    corpus: Flickr30kEntities,
+    split: str | None,
+    held_out_csvs: Sequence[str | Path],
+    on_split_overlap: str,
+    source: str,
+) -> list[VGPPair]:
+    """Finds the rows of `pairs` on images of other splits (`find_split_overlap`), reports their counts (rows, images,
+    identical rows of a held-out csv) and keeps, drops or refuses them following `on_split_overlap`."""
+    if on_split_overlap not in SPLIT_OVERLAP_CHOICES:
+        raise ValueError(f"`on_split_overlap` must be one of {SPLIT_OVERLAP_CHOICES}, got {on_split_overlap!r}.")
+    split_lists = corpus.split_lists() if split is not None else {}
+    if split is not None and not set(split_lists) - {split}:
+        logger.warning(
+            f"{source}: no other Flickr30k Entities split list than {split}.txt in {corpus.root}; rows on images of "
+            "other splits cannot be found (the published folder has train.txt, val.txt and test.txt)."
+        )
+    held_out = {Path(path).name: read_vgp_csv(path) for path in held_out_csvs}
+    overlap = find_split_overlap(pairs, split, split_lists, held_out)
+    if not overlap:
+        return pairs
+    rows = sorted({i for indices in overlap.values() for i in indices})
+    parts = []
+    for name, indices in overlap.items():
+        part = f"{len(indices)} row(s) on {len({pairs[i].image_id for i in indices})} image(s) of {name}"
+        if name in held_out:
+            keys = {_pair_key(pair) for pair in held_out[name]}
+            part += f", {sum(_pair_key(pairs[i]) in keys for i in indices)} of them identical to its rows"
+        parts.append(part)
+    message = (
+        f"{source}{f' (split {split!r})' if split else ''}: {len(rows)} of {len(pairs)} rows overlap other splits: "
+        f"{'; '.join(parts)} (lines {_lines([pairs[i] for i in rows])})"
+    )
+    if on_split_overlap == "raise":
+        raise ValueError(f"{message}; pass on_split_overlap='drop' to leave them out or 'warn' to keep them.")
+    if on_split_overlap == "drop":
+        logger.warning(f"{message}; dropped (on_split_overlap='drop').")
+        dropped = set(rows)
+        return [pair for i, pair in enumerate(pairs) if i not in dropped]
+    logger.warning(f"{message}; kept (on_split_overlap='warn'; pass 'drop' to leave them out).")
+    return pairs
+
+
 _CSV_NAMES = ("{split}_data.csv", "full_data_type_phrase_pair_{split}.csv", "{split}.csv")
+# the splits whose images a split's rows must not be on, besides the split lists: their csvs, when found beside it
+_HELD_OUT_SPLITS = {"train": ("val", "test"), "val": ("test",)}
 
 
 def build(
@@ -193,26 +547,55 @@ def build(
     *,
     flickr30k_entities_dir: str | Path | None = None,
     vgp_csv: str | Path | None = None,
+    on_split_overlap: str = "warn",
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
     **options,
 ) -> datasets.Dataset:
     """`load_dataset("vgp", data_dir, split)`: the csv of `split` in `data_dir` (VGP-Typology `{split}_data.csv` or
     the identification layout `full_data_type_phrase_pair_{split}.csv`), joined to Flickr30k Entities (by default
-    `data_dir/flickr30k_entities`). `options` go to `build_vgp_dataset`."""
+    `data_dir/flickr30k_entities`). `on_split_overlap`, `on_missing_image` and `options` go to `build_vgp_dataset`
+    (`negatives`, `max_examples`, ...). For a Flickr30k split ("train", "val", "test") the rows are checked against
+    the other split lists, and a train (val) csv found in `data_dir` against the val and test (test) csvs beside it
+    (`held_out_csvs`)."""
+    check_on_missing_image(on_missing_image)
+    if on_split_overlap not in SPLIT_OVERLAP_CHOICES:
+        raise ValueError(f"`on_split_overlap` must be one of {SPLIT_OVERLAP_CHOICES}, got {on_split_overlap!r}.")
     data_dir = Path(data_dir) if data_dir is not None else None
     if vgp_csv is None:
         if data_dir is None:
             raise ValueError("`data_dir` or `vgp_csv` must be given for the vgp dataset.")
-        found = [data_dir / name.format(split=split) for name in _CSV_NAMES if (data_dir / name.format(split=split)).is_file()]
-        if not found:
+        vgp_csv = _split_csv(data_dir, split)
+        if vgp_csv is None:
             expected = [name.format(split=split) for name in _CSV_NAMES]
             raise ValueError(f"`data_dir` {data_dir} holds no VGP csv for split {split!r}; expected one of {expected}.")
-        vgp_csv = found[0]
+        siblings = (_split_csv(data_dir, other) for other in _HELD_OUT_SPLITS.get(split, ()))
+        options.setdefault("held_out_csvs", [path for path in siblings if path is not None])
     if flickr30k_entities_dir is None:
         if data_dir is None:
             raise ValueError("`flickr30k_entities_dir` must be given when `data_dir` is None.")
         flickr30k_entities_dir = data_dir / "flickr30k_entities"
+    if split not in SPLIT_NAMES:
+        logger.warning(
+            f"VGP split {split!r} is not a Flickr30k Entities split {SPLIT_NAMES}: its rows are not checked against the "
+            "split lists for images of other splits."
+        )
     seed = options.pop("seed", {"train": 1, "val": 2}.get(split, 3))
-    return build_vgp_dataset(flickr30k_entities_dir, vgp_csv, seed=seed, **options)
+    flickr_split = split if split in SPLIT_NAMES else None
+    return build_vgp_dataset(
+        flickr30k_entities_dir,
+        vgp_csv,
+        seed=seed,
+        split=flickr_split,
+        on_split_overlap=on_split_overlap,
+        on_missing_image=on_missing_image,
+        **options,
+    )
+
+
+def _split_csv(data_dir: Path, split: str) -> Path | None:
+    return next(
+        (data_dir / n.format(split=split) for n in _CSV_NAMES if (data_dir / n.format(split=split)).is_file()), None
+    )
 
 
 @dataclass
@@ -232,10 +615,26 @@ def load_vgp_data(
     features: str | Path | RegionFeatureStore | None = None,
     synthetic_config=None,
     negatives: str = "random",
+    *,
+    eval_split: str = "val",
+    on_split_overlap: str = "warn",
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> VGPData:
     """Real files when all four are given (`features`: a `RegionFeatureStore` or its directory, made with
     `hf-vlalign convert-features`); otherwise the synthetic grounded scenes (the embedded default), generated once and
-    cached, read back through the same readers. `negatives` is passed to `build_vgp_dataset`."""
+    cached, read back through the same readers. `negatives` is passed to `build_vgp_dataset`.
+
+    Args:
+        eval_split: the Flickr30k Entities split of `vgp_eval_csv` ("val" or "test"); the train csv is "train". Each
+            csv's rows are checked against the other split lists, and the train rows against the eval csv's images.
+        on_split_overlap: "warn" (the default), "drop" or "raise" for rows on images of another split
+            (`build_vgp_dataset`); "drop" takes them out of the train rows.
+        on_missing_image: for the images a row needs, in the Flickr30k Entities files and in `features`: "raise"
+            (the default) stops here, before any training, at the first row whose image is missing; "skip" drops such
+            rows and reports their count in a warning. (Without this check a row whose image is not in the store
+            would stop training at its first batch.)
+    """
+    check_on_missing_image(on_missing_image)
     given = {
         "flickr30k_entities_dir": flickr30k_entities_dir,
         "vgp_train_csv": vgp_train_csv,
@@ -249,16 +648,51 @@ def load_vgp_data(
         from ..synthetic import load_or_generate_synthetic_vgp
 
         synthetic = load_or_generate_synthetic_vgp(config=synthetic_config)
-        flickr30k_entities_dir, vgp_train_csv, vgp_eval_csv = synthetic.flickr30k_entities, synthetic.vgp_csv["train"], synthetic.vgp_csv["val"]
+        flickr30k_entities_dir, vgp_train_csv, vgp_eval_csv = (
+            synthetic.flickr30k_entities,
+            synthetic.vgp_csv["train"],
+            synthetic.vgp_csv["val"],
+        )
         features = _synthetic_store(synthetic.features_tsv, synthetic.root / "region_features")
         source = "synthetic"
     store = features if isinstance(features, RegionFeatureStore) else RegionFeatureStore.load(features)
+    shared = {"negatives": negatives, "on_split_overlap": on_split_overlap, "on_missing_image": on_missing_image}
+    train = build_vgp_dataset(
+        flickr30k_entities_dir, vgp_train_csv, seed=1, split="train", held_out_csvs=[vgp_eval_csv], **shared
+    )
+    evaluation = build_vgp_dataset(flickr30k_entities_dir, vgp_eval_csv, seed=2, split=eval_split, **shared)
     return VGPData(
-        train=build_vgp_dataset(flickr30k_entities_dir, vgp_train_csv, seed=1, negatives=negatives),
-        eval=build_vgp_dataset(flickr30k_entities_dir, vgp_eval_csv, seed=2, negatives=negatives),
+        train=rows_with_features(train, store, on_missing_image, f"VGP {Path(vgp_train_csv).name}"),
+        eval=rows_with_features(evaluation, store, on_missing_image, f"VGP {Path(vgp_eval_csv).name}"),
         region_features=store,
         source=source,
     )
+
+
+def rows_with_features(
+    dataset: datasets.Dataset,
+    store: RegionFeatureStore,
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
+    source: str = "VGP",
+) -> datasets.Dataset:
+    """The rows whose `image_id` is in the region-feature store (the VGP collator reads them there); the others raise
+    ("raise") or are dropped and counted in a warning ("skip")."""
+    if not isinstance(store, RegionFeatureStore):
+        raise ValueError(
+            f"`store` must be a RegionFeatureStore (RegionFeatureStore.load(dir)), got {type(store).__name__}."
+        )
+    check_on_missing_image(on_missing_image)
+    where = f"the region-feature store {store.directory}"
+    present = [image_id in store for image_id in dataset["image_id"]]
+    if all(present):
+        return dataset
+    if on_missing_image == "raise":
+        index = present.index(False)
+        raise missing_image_error(source, f"row {index}", dataset[index]["image_id"], f"{where} of {len(store)} images")
+    report_missing_images(source, present.count(False), len(dataset), "rows", where)
+    if not any(present):
+        raise ValueError(f"{source}: no row has its image in {where}.")
+    return dataset.select([i for i, found in enumerate(present) if found])
 
 
 def _synthetic_store(features_tsv: Path, directory: Path) -> RegionFeatureStore:

@@ -38,7 +38,17 @@ from pathlib import Path
 
 import datasets
 
-from ._common import IMAGE_SIZE, check_split, grounding_features, read_json, xywh_to_xyxy
+from ._common import (
+    DEFAULT_ON_MISSING_IMAGE,
+    IMAGE_SIZE,
+    check_on_missing_image,
+    check_split,
+    grounding_features,
+    missing_image_error,
+    read_json,
+    report_missing_images,
+    xywh_to_xyxy,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -188,6 +198,7 @@ def build(
     num_pointers: Sequence[int] = (1, 2, 3),
     sentences_per_image: int = 1,
     exclude_coco_images: bool = False,
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
     """`load_dataset("visual_genome", data_dir, split)`: grounded sentences per image (see the module docstring).
 
@@ -198,8 +209,11 @@ def build(
             number of regions).
         sentences_per_image: sentences drawn per image.
         exclude_coco_images: drop the images that have a `coco_id` (counted in a log message).
+        on_missing_image: an image of `region_descriptions.json` that `image_data.json` does not list (so without a
+            size) raises ("raise", the default) or is left out and counted in a warning ("skip").
     """
     check_split(split, SPLITS, "Visual Genome")
+    check_on_missing_image(on_missing_image)
     _check_options(val_fraction, num_pointers, sentences_per_image)
     if data_dir is None:
         raise ValueError("`data_dir` must be the folder holding the Visual Genome JSON files, got None.")
@@ -207,11 +221,16 @@ def build(
     images = read_image_sizes(paths["image_data"])
     objects = read_objects(paths["objects"], paths["attributes"])
     counts = {"without regions": 0, "without objects": 0, "COCO": 0, "empty descriptions": 0}
-    rows = []
-    for entry in _read_list(paths["region_descriptions"], "data_dir", "Visual Genome region_descriptions.json"):
+    entries = _read_list(paths["region_descriptions"], "data_dir", "Visual Genome region_descriptions.json")
+    rows, missing = [], 0
+    for index, entry in enumerate(entries):
         image_id = _image_key(entry, paths["region_descriptions"])
         if image_id not in images:
-            raise ValueError(f"image {image_id} of {paths['region_descriptions']} is not in {paths['image_data']}.")
+            if on_missing_image == "raise":
+                item = f"{paths['region_descriptions']}, entry {index}"
+                raise missing_image_error(f"Visual Genome {split}", item, image_id, str(paths["image_data"]), "images")
+            missing += 1
+            continue
         if split != "all" and is_validation_image(image_id, val_fraction, seed) != (split == "val"):
             continue
         if exclude_coco_images and images[image_id][0].get("coco_id") is not None:
@@ -221,6 +240,9 @@ def build(
             _image_rows(image_id, entry, images[image_id][1], objects, counts, num_pointers, sentences_per_image, seed)
         )
     _report(counts, split, exclude_coco_images)
+    report_missing_images(
+        f"Visual Genome {split}", missing, len(entries), "images of region_descriptions.json", str(paths["image_data"])
+    )
     if not rows:
         raise ValueError(
             f"Visual Genome split {split!r} of {data_dir} is empty (val_fraction={val_fraction}, seed={seed}); "

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import datasets
 
-from ._common import IMAGE_SIZE, check_split, read_json
+from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, check_on_missing_image, check_split, read_json
 
 
 logger = logging.getLogger(__name__)
@@ -310,6 +310,7 @@ def build(
     answer_vocab: str | Path | Mapping[str, int] | None = None,
     min_answer_count: int = 9,
     image_id_template: str | None = None,
+    on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
     """`load_dataset("vqa_v2", data_dir, split)`: one row per question (see the module docstring for the columns).
 
@@ -320,8 +321,11 @@ def build(
             (`data_dir/v2_mscoco_train2014_annotations.json`, or `annotations_file` for split "train") with
             `build_answer_vocab(..., min_count=min_answer_count)`.
         image_id_template: only read by `store_image_ids` (accepted here: `load_dataset` passes both the same options).
+        on_missing_image: checked here, applied by `load_dataset(..., features=store)` to the images missing from the
+            store: the VQA files name images by id only, so no annotation file can lack one.
     """
     check_split(split, SPLITS, "VQA v2")
+    check_on_missing_image(on_missing_image)
     if image_id_template is not None:
         _check_template(image_id_template)
     data_dir = Path(data_dir) if data_dir is not None else None

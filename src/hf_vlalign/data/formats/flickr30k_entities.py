@@ -17,6 +17,8 @@ from ...utils.validation import check_existing_path
 _PHRASE_HEADER = re.compile(r"\[/EN#(\d+)((?:/[^/\s\]]+)+)$")
 _BOX_TAGS = ("xmin", "ymin", "xmax", "ymax")
 _SIZE_TAGS = ("width", "height", "depth")
+_IMAGE_FILES = (("Sentences", ".txt"), ("Annotations", ".xml"))
+SPLIT_NAMES = ("train", "val", "test")  # the official split lists, `<split>.txt`
 
 
 @dataclass
@@ -346,6 +348,11 @@ class Flickr30kEntities:
         if missing:
             raise ValueError(f"`root` must contain Sentences/ and Annotations/, got {self.root} without {missing}.")
 
+    def split_lists(self) -> dict[str, list[str]]:
+        """The official split lists present in the folder (`train.txt`, `val.txt`, `test.txt`): split -> image ids."""
+        paths = {split: self.root / f"{split}.txt" for split in SPLIT_NAMES}
+        return {split: read_split(path) for split, path in paths.items() if path.is_file()}
+
     def image_ids(self, split: str) -> list[str]:
         """Image ids listed in `<root>/<split>.txt`."""
         path = self.root / f"{split}.txt"
@@ -362,10 +369,20 @@ class Flickr30kEntities:
         """The boxes and flags of an image's phrases."""
         return read_annotation(self._file("Annotations", image_id, ".xml"))
 
-    def _file(self, folder: str, image_id: str, suffix: str) -> Path:
+    def has_image(self, image_id: str) -> bool:
+        """Whether the image has both its files, `Sentences/<id>.txt` and `Annotations/<id>.xml`.
+
+        An `image_id` that is not a str of digits (e.g. a path) raises a ValueError: it is never looked up on disk.
+        """
+        return all(self._path(folder, image_id, suffix).is_file() for folder, suffix in _IMAGE_FILES)
+
+    def _path(self, folder: str, image_id: str, suffix: str) -> Path:
         if not isinstance(image_id, str) or not image_id.isdigit():
             raise ValueError(f"`image_id` must be a str of digits such as '1000092795', got {image_id!r}.")
-        path = self.root / folder / f"{image_id}{suffix}"
+        return self.root / folder / f"{image_id}{suffix}"
+
+    def _file(self, folder: str, image_id: str, suffix: str) -> Path:
+        path = self._path(folder, image_id, suffix)
         if not path.is_file():
             raise ValueError(f"`image_id` {image_id!r} must have a file {folder}/{image_id}{suffix} in {self.root}.")
         return path

@@ -8,12 +8,26 @@
 and the identification `preprocessed_phrase` columns carry the same strings. The identification `phrase`
 columns join words with '+' and sometimes lack a determiner kept by preprocessing ('people' vs 'some people');
 they are written back as the '+'-joined preprocessed phrase.
+
+What the cells hold, checked on the published files (samples in `../shared/data/vgp`):
+
+- `original_phrase1`/`original_phrase2` are the phrases as marked up in the image's Flickr30k Entities captions
+  (case may differ). Some cells of the published VGP-Typology files carry leftovers of the annotation interface,
+  `his daughter</font> in <font color="red">his daughter` (`has_markup`), and some escape quotes, `a man \\'s lap`
+  for the caption's `a man 's lap` (`unescape_phrase`). Cells are read as published; the builder decides.
+- `roi1`/`roi2` (identification layout) are *region indices*, 0-199 or -1 for none: apparently the detected region
+  (of 200 per image) each phrase was localised to. They are neither Flickr30k entity ids nor indices of the
+  annotation's boxes. In the train/val samples (1,730 rows), a phrase naming one entity keeps one roi across rows
+  for 572 of 586 (image, entity) pairs, the two phrases of a row share a roi >= 0 in 1,487 rows and are both -1 in
+  190; a roi >= 0 names one entity in 475 of 488 (image, roi) pairs. `builders.vgp.entities_of_rois` uses them to
+  tell apart entities that share a phrase.
 """
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...utils.validation import check_existing_path
@@ -53,6 +67,28 @@ class VGPPair:
     original_label: str
     roi1: int | None = None
     roi2: int | None = None
+    line: int | None = field(default=None, compare=False)  # the row's line in the CSV it was read from
+
+
+_MARKUP = re.compile(r"</?[A-Za-z][^<>]*>|\[/EN#")  # an HTML tag (`<font color="red">`) or Flickr30k markup
+_ESCAPED_QUOTE = re.compile(r"\\(['\"])")
+
+
+def has_markup(cell: str) -> bool:
+    """Whether a phrase cell carries markup instead of a phrase: an HTML tag left by the annotation interface (the
+    published VGP-Typology val file has `his daughter</font> in <font color="red">his daughter`) or Flickr30k
+    Entities markup (`[/EN#...`)."""
+    if not isinstance(cell, str):
+        raise ValueError(f"`cell` must be a str (a phrase cell of a VGP CSV), got {type(cell).__name__}.")
+    return _MARKUP.search(cell) is not None
+
+
+def unescape_phrase(cell: str) -> str:
+    """A phrase cell as the captions write it: backslash-escaped quotes restored (`man \\'s lap` -> `man 's lap`, as
+    in the published VGP-Typology train file), white space collapsed."""
+    if not isinstance(cell, str):
+        raise ValueError(f"`cell` must be a str (a phrase cell of a VGP CSV), got {type(cell).__name__}.")
+    return " ".join(_ESCAPED_QUOTE.sub(r"\1", cell).split())
 
 
 def read_vgp_csv(path: str | Path) -> list[VGPPair]:
@@ -67,9 +103,11 @@ def read_vgp_csv(path: str | Path) -> list[VGPPair]:
             try:
                 if len(row) != len(columns):
                     raise ValueError(f"expected {len(columns)} columns ({layout} layout), got {len(row)}.")
-                pairs.append(_parse_row(dict(zip(columns, row)), layout))
+                pair = _parse_row(dict(zip(columns, row)), layout)
             except ValueError as error:
                 raise ValueError(f"{path}, line {reader.line_num}: {error}") from None
+            pair.line = reader.line_num
+            pairs.append(pair)
     return pairs
 
 

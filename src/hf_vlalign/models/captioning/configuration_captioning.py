@@ -5,6 +5,7 @@ from transformers import PreTrainedConfig
 
 from ...utils.validation import check_index_list
 from ..dropout import check_dropout_implementation
+from ..visual_features import check_visual_feature_normalization, legacy_config_dict
 
 ALIGNMENT_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
 
@@ -21,6 +22,12 @@ class RegionCaptionerConfig(PreTrainedConfig):
             embeddings are copied, see [`RegionCaptionerForConditionalGeneration.from_text_pretrained`]).
         encoder_layers / decoder_layers (`int`): N (paper: 6); encoder/decoder_attention_heads: h (paper: 8).
         visual_feat_dim (`int`): dimension of `visual_feats`.
+        visual_feature_normalization (`str`): "standardize" (default) standardises `visual_feats` per dimension,
+            `(x - mean) / std`, before the projection, with statistics the model stores in its weights (the library's
+            trainers fit them from the training images before training; by hand:
+            `model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, train_rows))`);
+            "none" reads features as they are. Configs saved without this field load as "none" (their checkpoints
+            were trained so). See `hf_vlalign.models.visual_features`.
         use_geometry (`bool`): geometry-aware encoder attention; False is the ablation (plain self-attention).
         geometry_dim (`int`): size of the sinusoidal embedding of the 4 relative-geometry values (multiple of 8).
         geometry_floor (`float`): floor applied to |dx| / w and |dy| / h before the log (1e-3, as the Object Relation
@@ -60,6 +67,7 @@ class RegionCaptionerConfig(PreTrainedConfig):
     layer_norm_eps: float = 1e-5
     normalize_before: bool = False
     visual_feat_dim: int = 2048
+    visual_feature_normalization: str = "standardize"
     use_geometry: bool = True
     geometry_dim: int = 64
     geometry_floor: float = 1e-3
@@ -80,6 +88,11 @@ class RegionCaptionerConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         self.check_fields()
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        # a config.json saved before `visual_feature_normalization` existed keeps the behaviour it was trained with
+        return super().from_dict(legacy_config_dict(config_dict), **kwargs)
 
     def check_fields(self) -> None:
         """Raises `ValueError` for sizes and settings the modules cannot use (run at construction)."""
@@ -104,6 +117,7 @@ class RegionCaptionerConfig(PreTrainedConfig):
         if not self.mask_loss_weight >= 0:
             raise ValueError(f"`mask_loss_weight` must be >= 0, got {self.mask_loss_weight}.")
         check_dropout_implementation(self.dropout_implementation)
+        check_visual_feature_normalization(self.visual_feature_normalization)
 
 
 __all__ = ["ALIGNMENT_FUSIONS", "RegionCaptionerConfig"]

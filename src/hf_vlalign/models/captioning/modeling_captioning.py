@@ -31,6 +31,7 @@ from ..attention_utils import key_padding_mask_4d, run_attention
 from ..dropout import apply_dropout, make_dropout
 from ..saving import SaveLoadMixin
 from ..text_init import load_text_model
+from ..visual_features import VisualFeatureStatisticsMixin, init_feature_normalization, make_feature_normalization
 from .configuration_captioning import RegionCaptionerConfig
 
 logger = logging.get_logger(__name__)
@@ -124,15 +125,20 @@ def sinusoidal_geometry_embedding(geometry: torch.Tensor, dim: int, wave_length:
 
 
 class RegionCaptionerRegionEmbeddings(nn.Module):
-    """Region features -> d_model: Linear, ReLU, dropout, LayerNorm (the meshed-memory / ORT region embedding)."""
+    """Region features -> d_model: Linear, ReLU, dropout, LayerNorm (the meshed-memory / ORT region embedding). With
+    `config.visual_feature_normalization="standardize"` the features are first standardised with the model's stored
+    statistics (`feature_normalization`, see `hf_vlalign.models.visual_features`)."""
 
     def __init__(self, config: RegionCaptionerConfig):
         super().__init__()
+        self.feature_normalization = make_feature_normalization(config)
         self.projection = nn.Linear(config.visual_feat_dim, config.d_model)
         self.dropout = make_dropout(config, config.dropout)
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(self, visual_feats: torch.Tensor) -> torch.Tensor:
+        if self.feature_normalization is not None:
+            visual_feats = self.feature_normalization(visual_feats)
         return self.layer_norm(self.dropout(torch.relu(self.projection(visual_feats))))
 
 
@@ -506,7 +512,7 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 # ----------------------------------------------------------------------------------------------------------------
 
 
-class RegionCaptionerPreTrainedModel(SaveLoadMixin, PreTrainedModel):
+class RegionCaptionerPreTrainedModel(SaveLoadMixin, VisualFeatureStatisticsMixin, PreTrainedModel):
     config_class = RegionCaptionerConfig
     base_model_prefix = "model"
     main_input_name = "visual_feats"
@@ -520,6 +526,7 @@ class RegionCaptionerPreTrainedModel(SaveLoadMixin, PreTrainedModel):
             module.init_parameters()  # A2's own initialisation: m starts near 1 (no perturbation), not at sigmoid(0)
             return
         super()._init_weights(module)
+        init_feature_normalization(module)
 
 
 class RegionCaptionerModel(RegionCaptionerPreTrainedModel):

@@ -5,6 +5,7 @@ from transformers import PreTrainedConfig
 
 from ...supervision.config import validate_supervision_fields
 from ..dropout import check_dropout_implementation
+from ..visual_features import check_visual_feature_normalization, legacy_config_dict
 
 LOSS_WEIGHT_FIELDS = (
     "id_loss_weight",
@@ -30,6 +31,12 @@ class SingleStreamConfig(PreTrainedConfig):
             embeddings, see [`hf_vlalign.hub.convert_visualbert`]).
         use_end_token (`bool`): append the learned [END] token after the regions; when False the sequence is
             `[text] [regions]` (VisualBERT's layout).
+        visual_feature_normalization (`str`): "standardize" (default) standardises `visual_feats` per dimension,
+            `(x - mean) / std`, before the projection, with statistics the model stores in its weights (the library's
+            trainers fit them from the training images before training; by hand:
+            `model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, train_rows))`);
+            "none" reads features as they are. Configs saved without this field load as "none" (their checkpoints
+            were trained so). See `hf_vlalign.models.visual_features`.
         attention_supervision (`str`): "none", "direct", "semi_direct" or "indirect".
         supervised_layers (`list[int]`, *optional*): layers whose attention is supervised (default: all).
         supervised_heads (`list[int]`, *optional*): heads supervised in each of those layers (default: all).
@@ -75,6 +82,7 @@ class SingleStreamConfig(PreTrainedConfig):
     visual_feat_dim: int = 2048
     use_box_embeddings: bool = True
     use_end_token: bool = True
+    visual_feature_normalization: str = "standardize"
     attention_supervision: str = "none"
     supervised_layers: list[int] | None = None
     supervised_heads: list[int] | None = None
@@ -98,6 +106,11 @@ class SingleStreamConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self.check_fields()
 
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        # a config.json saved before `visual_feature_normalization` existed keeps the behaviour it was trained with
+        return super().from_dict(legacy_config_dict(config_dict), **kwargs)
+
     def check_fields(self) -> None:
         """Raises `ValueError` for sizes and supervision settings the modules cannot use (run at construction)."""
         if self.num_attention_heads < 1 or self.hidden_size % self.num_attention_heads != 0:
@@ -118,6 +131,7 @@ class SingleStreamConfig(PreTrainedConfig):
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
         validate_supervision_fields(self, self.num_hidden_layers, self.num_attention_heads)
         check_dropout_implementation(self.dropout_implementation)
+        check_visual_feature_normalization(self.visual_feature_normalization)
 
 
 __all__ = ["SingleStreamConfig"]

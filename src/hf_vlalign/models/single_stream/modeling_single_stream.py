@@ -66,6 +66,7 @@ from ..text_init import (
     load_text_model,
     text_config_fields,
 )
+from ..visual_features import VisualFeatureStatisticsMixin, init_feature_normalization, make_feature_normalization
 from .configuration_single_stream import SingleStreamConfig
 
 logger = logging.get_logger(__name__)
@@ -178,7 +179,9 @@ class SingleStreamEmbeddings(nn.Module):
 
 class SingleStreamVisualEmbeddings(nn.Module):
     """Region embeddings: projected features + projected box geometry (x1, y1, x2, y2, area) + a visual segment
-    embedding, LayerNorm, dropout (VL-BERT's visual feature embedding); then the learned [END] token.
+    embedding, LayerNorm, dropout (VL-BERT's visual feature embedding); then the learned [END] token. With
+    `config.visual_feature_normalization="standardize"` the features are first standardised with the model's stored
+    statistics (`feature_normalization`, see `hf_vlalign.models.visual_features`).
 
     `config.use_box_embeddings=False` drops the box term (no `box_projection`) and `config.use_end_token=False` the
     [END] token (no `end_embedding`): with both, a region is LayerNorm(W x + b + segment), VisualBERT's embedding.
@@ -186,6 +189,7 @@ class SingleStreamVisualEmbeddings(nn.Module):
 
     def __init__(self, config: SingleStreamConfig):
         super().__init__()
+        self.feature_normalization = make_feature_normalization(config)
         self.feature_projection = nn.Linear(config.visual_feat_dim, config.hidden_size)
         self.box_projection = nn.Linear(5, config.hidden_size) if config.use_box_embeddings else None
         self.segment_embedding = nn.Parameter(torch.zeros(config.hidden_size))
@@ -194,6 +198,8 @@ class SingleStreamVisualEmbeddings(nn.Module):
         self.dropout = make_dropout(config, config.hidden_dropout_prob)
 
     def forward(self, visual_feats: torch.Tensor, visual_boxes: torch.Tensor | None = None) -> torch.Tensor:
+        if self.feature_normalization is not None:
+            visual_feats = self.feature_normalization(visual_feats)
         regions = self.feature_projection(visual_feats)
         if self.box_projection is not None:
             area = (visual_boxes[..., 2] - visual_boxes[..., 0]) * (visual_boxes[..., 3] - visual_boxes[..., 1])
@@ -327,7 +333,7 @@ class SingleStreamPooler(nn.Module):
         return self.activation(self.dense(hidden_states[:, 0]))
 
 
-class SingleStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, PreTrainedModel):
+class SingleStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, VisualFeatureStatisticsMixin, PreTrainedModel):
     config_class = SingleStreamConfig
     base_model_prefix = "single_stream"
     main_input_name = "input_ids"
@@ -338,6 +344,7 @@ class SingleStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, PreT
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
+        init_feature_normalization(module)
         if isinstance(module, SingleStreamVisualEmbeddings):
             init.normal_(module.segment_embedding, mean=0.0, std=self.config.initializer_range)
             if module.end_embedding is not None:

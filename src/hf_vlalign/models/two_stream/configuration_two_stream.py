@@ -5,6 +5,7 @@ from transformers import PreTrainedConfig
 
 from ...supervision.config import validate_supervision_fields
 from ..dropout import check_dropout_implementation
+from ..visual_features import check_visual_feature_normalization, legacy_config_dict
 
 LOSS_WEIGHT_FIELDS = (
     "mlm_loss_weight",
@@ -29,6 +30,12 @@ class TwoStreamConfig(PreTrainedConfig):
     Args:
         l_layers / r_layers / x_layers (`int`): language, object and cross-modality layers (paper: 9 / 5 / 5).
         visual_feat_dim (`int`): dimension of `visual_feats`; visual_pos_dim (`int`): of `visual_boxes` (4).
+        visual_feature_normalization (`str`): "standardize" (default) standardises `visual_feats` per dimension,
+            `(x - mean) / std`, before the projection, with statistics the model stores in its weights (the library's
+            trainers fit them from the training images before training; by hand:
+            `model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, train_rows))`);
+            "none" reads features as they are. Configs saved without this field load as "none" (their checkpoints
+            were trained so). See `hf_vlalign.models.visual_features`.
         share_cross_attention (`bool`): one cross-attention module serves both directions (LXMERT) or each
             direction has its own.
         attention_supervision (`str`): "none", "direct", "semi_direct" or "indirect", applied to the cross layers.
@@ -75,6 +82,7 @@ class TwoStreamConfig(PreTrainedConfig):
     x_layers: int = 5
     visual_feat_dim: int = 2048
     visual_pos_dim: int = 4
+    visual_feature_normalization: str = "standardize"
     share_cross_attention: bool = True
     attention_supervision: str = "none"
     supervised_layers: list[int] | None = None
@@ -109,6 +117,11 @@ class TwoStreamConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self.check_fields()
 
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        # a config.json saved before `visual_feature_normalization` existed keeps the behaviour it was trained with
+        return super().from_dict(legacy_config_dict(config_dict), **kwargs)
+
     def check_fields(self) -> None:
         """Raises `ValueError` for sizes and settings the modules cannot use (run at construction)."""
         if self.num_attention_heads < 1 or self.hidden_size % self.num_attention_heads != 0:
@@ -136,6 +149,7 @@ class TwoStreamConfig(PreTrainedConfig):
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
         validate_supervision_fields(self, self.x_layers, self.num_attention_heads)
         check_dropout_implementation(self.dropout_implementation)
+        check_visual_feature_normalization(self.visual_feature_normalization)
 
 
 __all__ = ["TwoStreamConfig"]

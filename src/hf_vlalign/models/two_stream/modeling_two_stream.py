@@ -76,6 +76,7 @@ from ..text_init import (
     load_text_model,
     text_config_fields,
 )
+from ..visual_features import VisualFeatureStatisticsMixin, init_feature_normalization, make_feature_normalization
 from .configuration_two_stream import TwoStreamConfig
 
 logger = logging.get_logger(__name__)
@@ -177,10 +178,14 @@ class TwoStreamFeatureProjection(nn.Linear):
 
 
 class TwoStreamVisualEmbeddings(nn.Module):
-    """Object embeddings, eq. (1): (LayerNorm(W_f f) + LayerNorm(W_b b)) / 2 from the features f and the box b."""
+    """Object embeddings, eq. (1): (LayerNorm(W_f f) + LayerNorm(W_b b)) / 2 from the features f and the box b (LXMERT's
+    `visn_fc` / `box_fc`). With `config.visual_feature_normalization="standardize"` f is first standardised with the
+    model's stored statistics (`feature_normalization`, see `hf_vlalign.models.visual_features`): the LayerNorm after
+    W_f removes the scale of f, not the mean vector that low-dimensional features share."""
 
     def __init__(self, config: TwoStreamConfig):
         super().__init__()
+        self.feature_normalization = make_feature_normalization(config)
         self.feature_projection = TwoStreamFeatureProjection(config.visual_feat_dim, config.hidden_size)
         self.feature_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.box_projection = nn.Linear(config.visual_pos_dim, config.hidden_size)
@@ -188,6 +193,8 @@ class TwoStreamVisualEmbeddings(nn.Module):
         self.dropout = make_dropout(config, config.hidden_dropout_prob)
 
     def forward(self, visual_feats: torch.Tensor, visual_boxes: torch.Tensor) -> torch.Tensor:
+        if self.feature_normalization is not None:
+            visual_feats = self.feature_normalization(visual_feats)
         features = self.feature_layer_norm(self.feature_projection(visual_feats))
         boxes = self.box_layer_norm(self.box_projection(visual_boxes))
         return self.dropout((features + boxes) / 2)
@@ -356,7 +363,7 @@ class TwoStreamEncoder(nn.Module):
         return outputs
 
 
-class TwoStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, PreTrainedModel):
+class TwoStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, VisualFeatureStatisticsMixin, PreTrainedModel):
     config_class = TwoStreamConfig
     base_model_prefix = "two_stream"
     main_input_name = "input_ids"
@@ -367,6 +374,7 @@ class TwoStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, PreTrai
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
+        init_feature_normalization(module)
         if isinstance(module, SingleStreamEmbeddings):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
         elif isinstance(module, TwoStreamLMPredictionHead):

@@ -1,0 +1,162 @@
+"""Standardisation of region features before the visual projection, shared by every family.
+
+Why. Region features come from many extractors. A detector's pooled ResNet features (2048 values, ReLU'd, small and
+sparse) suit the published projections (LXMERT's `visn_fc`, VisualBERT's `visual_projection`, VL-BERT's and the
+meshed-memory transformer's region embeddings). Low-dimensional features written by other converters do not: raw
+pooled colours (e.g. 8 x 8 RGB = 192 values in 0..255 or 0..1) share one large mean vector, so W x is mostly W mu,
+the same vector for every region of every image, and the LayerNorm after the projection keeps it (it normalises the
+scale, not the common direction). At initialisation two regions of such features embed with a mean cosine similarity
+of 0.83 (0.015 once standardised), and fine-tuning then learns the answer prior from the question alone: the image-use
+gap (`hf_vlalign.trainers.image_use_gap`) stays 0. Dividing by 255 changes nothing (LayerNorm and Adam are scale-free);
+centring is what matters. This is the input standardisation of LeCun et al. ("Efficient BackProp", 1998, sec. 4.3:
+shift each input to mean 0 and scale it to unit variance), which image models apply to pixels through their
+processor's `image_mean` / `image_std`; here the statistics are those of the region features.
+
+How. `config.visual_feature_normalization`:
+
+- "standardize" (the default of new configs): `(x - mean) / std` per feature dimension, with `mean` and `std`
+  persistent buffers of the model (saved in its safetensors, so a checkpoint carries the statistics it was trained
+  with). They are set once, before training, from the training images' features: the library's trainers do it when
+  training starts (`ComponentLossTrainer.fit_visual_feature_statistics`, from the collator's store and the training
+  rows), or by hand `model.set_visual_feature_statistics(*region_feature_statistics(store, image_ids))`
+  (`hf_vlalign.data.region_feature_statistics`: exact, float64, every region of those images: reproducible and the
+  same on every process). Statistics already set (a checkpoint's) are kept. Until they are set the buffers are mean
+  0 / std 1, the identity: the model computes what it computed before (and warns once in training).
+- "none": features reach the projection as they are. Configs saved before this field existed load as "none" (see
+  `legacy_config_dict`), so their checkpoints load without new tensors and give the same outputs; the converted
+  VisualBERT and LXMERT checkpoints use it too (their published projections were trained on raw detector features).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
+
+VISUAL_FEATURE_NORMALIZATIONS = ("none", "standardize")
+NORMALIZATION_FIELD = "visual_feature_normalization"
+
+
+def check_visual_feature_normalization(value: object) -> None:
+    if value not in VISUAL_FEATURE_NORMALIZATIONS:
+        raise ValueError(
+            f"`{NORMALIZATION_FIELD}` must be one of {VISUAL_FEATURE_NORMALIZATIONS}, got {value!r}."
+        )
+
+
+def legacy_config_dict(config_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved config without `visual_feature_normalization` was written before the field existed: its checkpoint
+    has no statistics and was trained on features as they are, so it keeps "none" (new configs default to
+    "standardize")."""
+    config_dict = dict(config_dict)
+    config_dict.setdefault(NORMALIZATION_FIELD, "none")
+    return config_dict
+
+
+class VisualFeatureNormalization(nn.Module):
+    """`(visual_feats - mean) / std` per feature dimension, the statistics being persistent buffers (see the module
+    docstring). `num_regions` counts the regions they were computed from (0: not set, the identity)."""
+
+    def __init__(self, visual_feat_dim: int):
+        super().__init__()
+        self.mean = nn.Buffer(torch.zeros(visual_feat_dim))
+        self.std = nn.Buffer(torch.ones(visual_feat_dim))
+        self.num_regions = nn.Buffer(torch.zeros((), dtype=torch.long))
+
+    @property
+    def is_set(self) -> bool:
+        return bool(self.num_regions > 0)
+
+    @torch.no_grad()
+    def set_statistics(self, mean: torch.Tensor, std: torch.Tensor, num_regions: int) -> None:
+        dim = self.mean.shape[0]
+        mean = torch.as_tensor(mean, dtype=torch.float32).reshape(-1)
+        std = torch.as_tensor(std, dtype=torch.float32).reshape(-1)
+        if mean.shape != (dim,) or std.shape != (dim,):
+            raise ValueError(
+                f"`mean` and `std` must have shape ({dim},) (config.visual_feat_dim), got {tuple(mean.shape)} and "
+                f"{tuple(std.shape)}."
+            )
+        if not bool(torch.isfinite(mean).all()):
+            raise ValueError("`mean` must be finite, got NaN or inf values.")
+        if not bool(torch.isfinite(std).all()) or not bool((std > 0).all()):
+            raise ValueError(
+                f"`std` must be finite and > 0 in every dimension (a constant dimension takes std 1), got min "
+                f"{float(std.min()):.4g}."
+            )
+        if not isinstance(num_regions, int) or isinstance(num_regions, bool) or num_regions < 1:
+            raise ValueError(f"`num_regions` (how many regions the statistics come from) must be an int >= 1, got {num_regions!r}.")
+        self.mean.copy_(mean.to(self.mean.device, self.mean.dtype))
+        self.std.copy_(std.to(self.std.device, self.std.dtype))
+        self.num_regions.fill_(num_regions)
+
+    def forward(self, visual_feats: torch.Tensor) -> torch.Tensor:
+        if self.training and not self.is_set:
+            logger.warning_once(
+                "visual_feature_normalization='standardize' but the region-feature statistics were never set, so "
+                "features reach the projection unchanged; train with the library's trainers (they fit them) or call "
+                "`model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, train_rows))`."
+            )
+        return (visual_feats - self.mean.to(visual_feats.dtype)) / self.std.to(visual_feats.dtype)
+
+
+def make_feature_normalization(config) -> VisualFeatureNormalization | None:
+    """The family's normaliser, or None for `visual_feature_normalization="none"` (no buffers: the old layout)."""
+    check_visual_feature_normalization(getattr(config, NORMALIZATION_FIELD))
+    if getattr(config, NORMALIZATION_FIELD) == "none":
+        return None
+    return VisualFeatureNormalization(config.visual_feat_dim)
+
+
+class VisualFeatureStatisticsMixin:
+    """`set_visual_feature_statistics` / `visual_feature_statistics` for every model of a family."""
+
+    def _feature_normalizations(self) -> list[VisualFeatureNormalization]:
+        return [module for module in self.modules() if isinstance(module, VisualFeatureNormalization)]
+
+    def set_visual_feature_statistics(self, mean: torch.Tensor, std: torch.Tensor, num_regions: int) -> None:
+        """Sets the per-dimension mean and standard deviation of the region features (e.g. from
+        `hf_vlalign.data.region_feature_statistics(store, train_image_ids)`) that the model standardises its
+        `visual_feats` with. Raises when the config has `visual_feature_normalization="none"`."""
+        modules = self._feature_normalizations()
+        if not modules:
+            raise ValueError(
+                f"this model has `{NORMALIZATION_FIELD}`={getattr(self.config, NORMALIZATION_FIELD)!r}: it reads features "
+                "as they are; build it with visual_feature_normalization='standardize' to set statistics."
+            )
+        for module in modules:
+            module.set_statistics(mean, std, num_regions)
+
+    def visual_feature_statistics(self) -> dict[str, Any] | None:
+        """{"mean", "std", "num_regions"} of the model's feature standardisation (None with "none")."""
+        modules = self._feature_normalizations()
+        if not modules:
+            return None
+        module = modules[0]
+        return {"mean": module.mean.detach().clone(), "std": module.std.detach().clone(), "num_regions": int(module.num_regions)}
+
+
+def init_feature_normalization(module: nn.Module) -> None:
+    """`_init_weights` of the families: the normaliser starts as the identity (buffers loaded from a checkpoint are
+    left alone: `transformers.initialization` skips them)."""
+    if isinstance(module, VisualFeatureNormalization):
+        init.zeros_(module.mean)
+        init.ones_(module.std)
+        init.zeros_(module.num_regions)
+
+
+__all__ = [
+    "VISUAL_FEATURE_NORMALIZATIONS",
+    "VisualFeatureNormalization",
+    "VisualFeatureStatisticsMixin",
+    "check_visual_feature_normalization",
+    "init_feature_normalization",
+    "legacy_config_dict",
+    "make_feature_normalization",
+]

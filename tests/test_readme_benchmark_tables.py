@@ -1,0 +1,33 @@
+"""README tables that come from committed benchmark results are exactly what the benchmark script renders from them
+(never typed by hand): `python benchmarks/image_use.py --readme benchmarks/results/image_use.json` rewrites the block."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_image_use_table_is_generated_from_the_committed_results():
+    benchmark = _load("image_use_benchmark", ROOT / "benchmarks" / "image_use.py")
+    report = json.loads(benchmark.RESULTS.read_text())
+    readme = (ROOT / "README.md").read_text()
+    assert benchmark.readme_block(report) in readme
+    # the claim the README makes of it: without the standardisation the model ignores the image, with it it does not
+    runs = {(run["family"], run["setting"]): run for run in report["runs"]}
+    for family in ("single_stream", "two_stream"):
+        before, after = runs[family, "before"], runs[family, "after"]
+        assert before["visual_feature_normalization"] == "none" and after["visual_feature_normalization"] == "standardize"
+        assert after["image_use_accuracy_gap"] > before["image_use_accuracy_gap"]
+        assert after["image_use_accuracy_gap"] > 0.02 and after["image_use_loss_gap"] > 0.05
