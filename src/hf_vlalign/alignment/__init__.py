@@ -6,7 +6,14 @@ from .soft_targets import (
     positional_criterion,
     semantic_criterion,
 )
-from .word_vectors import GloveWordVectors, SentenceEmbeddingWordVectors, read_vocabulary
+from .word_vectors import (
+    GloveWordVectors,
+    SentenceEmbeddingWordVectors,
+    default_word_vectors,
+    glove_package_path,
+    load_word_vectors,
+    read_vocabulary,
+)
 
 __all__ = [
     "GloveWordVectors",
@@ -16,7 +23,10 @@ __all__ = [
     "box_area",
     "box_iou",
     "combine_criteria",
+    "default_word_vectors",
+    "glove_package_path",
     "gold_region_iou",
+    "load_word_vectors",
     "normalise_over_objects",
     "normalize_boxes",
     "positional_criterion",

@@ -1,10 +1,12 @@
 """Analyses that read model outputs only: the grounding probe (Li et al.) and its syntactic variant, attention entropy,
-attention against geometry, rollout and flow, attention against gradient importance, plots and the bertviz export."""
+attention against geometry, rollout and flow, attention against gradient importance, plots, the bertviz export and
+the interactive HTML attention explorer."""
 
 from .adapters import attention_blocks, infer_source, text_to_region_rows
 from .attention_blocks import BLOCK_NAMES, AttentionBlocks
 from .bertviz_export import bertviz_inputs, load_bertviz_inputs, save_bertviz_inputs
 from .entropy import AttentionEntropy, attention_entropy, plot_entropy
+from .explorer import ExplorerExample, GoldPhrase, explorer_examples, read_explorer_payload, write_attention_explorer
 from .flow import attention_flow, attention_rollout
 from .geometry import (
     AttentionDistance,
@@ -24,7 +26,7 @@ from .plots import (
     plot_word_region_heatmap,
     plot_word_region_heatmaps,
 )
-from .probe_plots import plot_layer_accuracy_scatter, plot_relation_accuracy_scatter
+from .probe_plots import plot_layer_accuracy_scatter, plot_relation_accuracy_scatter, plot_top_relations
 from .syntactic_grounding import SyntacticGroundingProbe, SyntacticGroundingResult, parse_with_spacy, read_conllu
 
 __all__ = [
@@ -32,6 +34,8 @@ __all__ = [
     "AttentionBlocks",
     "AttentionDistance",
     "AttentionEntropy",
+    "ExplorerExample",
+    "GoldPhrase",
     "GroundingProbe",
     "GroundingProbeResult",
     "SyntacticGroundingProbe",
@@ -44,6 +48,7 @@ __all__ = [
     "attention_vs_distance",
     "bertviz_inputs",
     "captioner_attention_importance",
+    "explorer_examples",
     "infer_source",
     "kendall_tau",
     "load_bertviz_inputs",
@@ -55,13 +60,16 @@ __all__ = [
     "plot_layer_accuracy_scatter",
     "plot_layer_heatmaps",
     "plot_relation_accuracy_scatter",
+    "plot_top_relations",
     "plot_top_regions_on_image",
     "plot_within_cluster",
     "plot_word_region_heatmap",
     "plot_word_region_heatmaps",
     "read_conllu",
+    "read_explorer_payload",
     "save_bertviz_inputs",
     "text_to_region_attention",
     "text_to_region_rows",
     "within_cluster_attention",
+    "write_attention_explorer",
 ]

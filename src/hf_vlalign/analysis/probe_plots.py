@@ -1,4 +1,5 @@
-"""Figure 3 of Li et al. 2020: every head's grounding accuracy against its layer, one dot per head.
+"""Figure 3 of Li et al. 2020: every head's grounding accuracy against its layer, one dot per head; and Table 2 (the
+best head per dependency relation) as a bar chart.
 
 Drawn on matplotlib's Agg canvas through `matplotlib.figure.Figure` (never `pyplot`), like `analysis.plots`.
 """
@@ -14,7 +15,7 @@ from matplotlib.figure import Figure
 
 from .plots import _as_matrix, _save
 
-__all__ = ["plot_layer_accuracy_scatter", "plot_relation_accuracy_scatter"]
+__all__ = ["plot_layer_accuracy_scatter", "plot_relation_accuracy_scatter", "plot_top_relations"]
 
 
 def _checked_accuracy(name: str, accuracy: object) -> np.ndarray:
@@ -107,5 +108,64 @@ def plot_relation_accuracy_scatter(
         _draw_scatter(ax, matrix, baseline, relation)
     for ax in axes[len(relations):]:
         ax.set_visible(False)
+    figure.tight_layout()
+    return _save(figure, path)
+
+
+def _checked_relation_rows(rows: object) -> list[Mapping]:
+    """`SyntacticGroundingResult.top_relations` rows: a relation, a positive count, a head and accuracies in [0, 1]."""
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+        raise ValueError(f"`rows` must be a non-empty list of `top_relations` rows, got {rows!r}.")
+    for number, row in enumerate(rows):
+        keys = ("relation", "count", "layer", "head", "accuracy")
+        if not isinstance(row, Mapping) or any(key not in row for key in keys):
+            raise ValueError(f"`rows[{number}]` must be a mapping with the keys {list(keys)}, got {row!r}.")
+        values = [row["accuracy"], *(row.get(key) for key in ("mean_accuracy", "baseline_accuracy"))]
+        if row["count"] < 1 or any(value is not None and not 0.0 <= float(value) <= 1.0 for value in values):
+            raise ValueError(f"`rows[{number}]` must have count >= 1 and accuracies in [0, 1], got {dict(row)}.")
+    return list(rows)
+
+
+def plot_top_relations(rows: Sequence[Mapping], path: str | Path, title: str = "") -> Path:
+    """Li et al. 2020, Table 2 as bars: per dependency relation (with its number of arcs), the accuracy of its best
+    head, the mean over heads (lighter bar) and the detection-confidence baseline (a black line), on one 0-1 scale.
+
+    Args:
+        rows: `SyntacticGroundingResult.top_relations(k)` rows, optionally with a `mean_accuracy` key.
+        path: where to write the PNG; parent folders are created.
+        title: optional figure title.
+
+    Returns:
+        The path of the written PNG.
+    """
+    rows = _checked_relation_rows(rows)
+    figure = Figure(figsize=(7.5, 1.2 + 0.42 * len(rows)))
+    ax = figure.subplots()
+    positions = np.arange(len(rows))[::-1]  # the most frequent relation on top
+    best = [float(row["accuracy"]) for row in rows]
+    ax.barh(positions, best, height=0.7, color="tab:blue", label="best head")
+    if all(row.get("mean_accuracy") is not None for row in rows):
+        mean = [float(row["mean_accuracy"]) for row in rows]
+        ax.barh(positions, mean, height=0.35, color="lightsteelblue", label="mean over heads")
+    baseline_label = "detection-confidence baseline"
+    for position, row in zip(positions, rows):
+        if row.get("baseline_accuracy") is not None:
+            value = float(row["baseline_accuracy"])
+            ax.plot([value, value], [position - 0.42, position + 0.42], color="black", linewidth=2, label=baseline_label)
+            baseline_label = None  # one legend entry
+        # the best head's accuracy and place, in a column right of the axes (never over a bar or a line)
+        ax.text(1.02, position, f"{float(row['accuracy']):.2f}  layer {row['layer']}, head {row['head']}",
+                transform=ax.get_yaxis_transform(), va="center", fontsize=7)
+    ax.set_yticks(positions)
+    ax.set_yticklabels([f"{row['relation']} (n={row['count']:,})" for row in rows], fontsize=8)
+    ax.set_xlim(0.0, 1.01)  # room for a baseline of exactly 1
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.grid(axis="x", color="0.9", linewidth=0.6)
+    ax.set_axisbelow(True)
+    ax.set_xlabel("accuracy: share of arcs whose w2 attends most to a region of w1's gold box (IoU >= 0.5); n = arcs",
+                  fontsize=8)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=7, frameon=False)  # between title and bars
+    if title:
+        ax.set_title(title, fontsize=10, pad=18)
     figure.tight_layout()
     return _save(figure, path)

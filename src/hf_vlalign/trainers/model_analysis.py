@@ -1,5 +1,6 @@
-"""`hf-vlalign analyze`: Li et al.'s grounding probe, attention entropy per block (Ilinykh, Analysis III), attention
-against box distance (Analysis II) and the plots, for a saved model of any family on a dataset, in one call.
+"""`hf-vlalign analyze`: Li et al.'s grounding probe and its per-dependency-relation variant (Table 2, with spaCy),
+attention entropy per block (Ilinykh, Analysis III), attention against box distance (Analysis II) and the plots, for a
+saved model of any family on a dataset, in one call.
 
 The synthetic scenes are the offline default: a single-stream model reads their VGP caption pairs, a two-stream model
 their GQA-format questions, a captioner their captions (teacher-forced); all three carry gold phrase boxes.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +26,10 @@ from ..analysis.geometry import AttentionDistance, plot_attention_vs_distance
 from ..analysis.grounding_probe import GroundingProbe
 from ..analysis.plots import plot_head_accuracy, plot_word_region_heatmaps
 from ..analysis.probe_plots import plot_layer_accuracy_scatter
+from ..analysis.syntactic_grounding import SyntacticGroundingProbe
 from ..data.collators import PROBE_KEYS
 from ..data.synthetic import SyntheticSceneConfig
+from .syntactic_analysis import SyntacticGroundingAnalysis
 from .task_evaluation import load_model
 
 
@@ -102,20 +106,40 @@ class _Accumulators:
     probe: GroundingProbe
     entropy: AttentionEntropy
     distance: AttentionDistance
+    syntax: SyntacticGroundingAnalysis | None = None
     distance_seen: bool = False
     first_batch: tuple | None = None
 
-    def update(self, batch: dict, blocks) -> None:
+    def update(self, examples: list[dict], batch: dict, blocks) -> None:
         rows = torch.stack(blocks.word_to_region)  # (L, B, H, T, R)
         self.probe.update_from_text_to_region(
             rows, batch["phrase_token_index"], batch["phrase_region_iou"], batch["visual_attention_mask"], batch["region_confidence"]
         )
+        if self.syntax is not None:
+            self.syntax.update(examples, batch, rows)
         self.entropy.update(blocks)
         if blocks.region_to_region is not None:
             self.distance.update(blocks, batch["visual_boxes"])
             self.distance_seen = True
         if self.first_batch is None:
             self.first_batch = (batch, blocks)
+
+
+def _collate_keeping_rows(collator, examples: list[dict]) -> tuple[list[dict], dict]:
+    """The rows beside their batch: the syntactic analysis parses the rows' texts."""
+    return examples, collator(examples)
+
+
+def _syntactic_analysis(model, tokenizer, data: AnalysisData, spacy_model: str | None) -> tuple[SyntacticGroundingAnalysis | None, str | None]:
+    """The syntactic grounding analysis, or None and why not (spaCy or its English pipeline missing)."""
+    try:
+        return SyntacticGroundingAnalysis(
+            SyntacticGroundingProbe(*_probe_shape(model)), tokenizer, tuple(data.collator.text_columns),
+            data.collator.max_text_length, token_shift=-1 if data.text_mask_key == "decoder_attention_mask" else 0,
+            spacy_model=spacy_model,
+        ), None  # fmt: skip
+    except ImportError as error:
+        return None, str(error)
 
 
 @torch.no_grad()
@@ -128,6 +152,8 @@ def analyze_model(
     batch_size: int = 32,
     max_examples: int | None = None,
     progress: bool = True,
+    syntactic_grounding: bool = True,
+    spacy_model: str | None = None,
 ) -> dict:
     """Runs the probe, the entropy and distance analyses and the plots of the model saved in `model_dir` over `data`
     (default: the synthetic scenes' evaluation split); writes `analysis.json` and PNGs into `out_dir` and returns the
@@ -136,7 +162,10 @@ def analyze_model(
     PNGs: `grounding_accuracy_per_head.png` (layer x head), `grounding_accuracy_per_layer.png` (Li et al. Figure 3),
     `attention_entropy.png`, `attention_vs_distance.png` (region->region attention by box-centre distance) and
     `word_region_heatmaps.png` (the first example's grounded words x regions, best head of the first, middle and last
-    layers).
+    layers) and, when spaCy and an English pipeline are installed (`pip install "hf-vlalign[syntax]"`),
+    `syntactic_grounding.png`: Li et al.'s Table 2, the best head per dependency relation. Without them (or with
+    `syntactic_grounding=False`) analysis.json's "syntactic_grounding" says why it was skipped. `spacy_model`: a spaCy
+    pipeline name or folder (default: the first installed of `SPACY_MODELS`).
     """
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
@@ -152,11 +181,15 @@ def analyze_model(
         dataset = dataset.select(range(max_examples))
     source = model.config.model_type.removeprefix("vlalign_")
     end_token = getattr(model.config, "use_end_token", None)  # single-stream: with or without VL-BERT's [END]
-    analyses = _Accumulators(GroundingProbe(*_probe_shape(model)), AttentionEntropy(), AttentionDistance())
-    for batch in tqdm(DataLoader(dataset, batch_size=batch_size, collate_fn=data.collator), desc="analysis", disable=not progress):
+    syntax, skipped = (None, "`syntactic_grounding=False`.")
+    if syntactic_grounding:
+        syntax, skipped = _syntactic_analysis(model, tokenizer, data, spacy_model)
+    analyses = _Accumulators(GroundingProbe(*_probe_shape(model)), AttentionEntropy(), AttentionDistance(), syntax)
+    loader = DataLoader(dataset, batch_size=batch_size, collate_fn=partial(_collate_keeping_rows, data.collator))
+    for examples, batch in tqdm(loader, desc="analysis", disable=not progress):
         outputs = model(**_model_inputs(model, batch), output_attentions=True)
         masks = {"text_mask": batch[data.text_mask_key], "region_mask": batch["visual_attention_mask"]}
-        analyses.update(batch, attention_blocks(outputs, **masks, source=source, end_token=end_token))
+        analyses.update(examples, batch, attention_blocks(outputs, **masks, source=source, end_token=end_token))
     result = analyses.probe.compute()
     entropy_rows = analyses.entropy.compute()
     distance_rows = analyses.distance.compute() if analyses.distance_seen else []
@@ -172,8 +205,10 @@ def analyze_model(
     }
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "analysis.json").write_text(json.dumps(_json_ready(report), indent=2) + "\n")
     name = Path(model_dir).name
+    title = f"syntactic grounding, best head per relation: {name}"
+    report["syntactic_grounding"] = {"skipped": skipped} if syntax is None else syntax.report(out_dir, title)
+    (out_dir / "analysis.json").write_text(json.dumps(_json_ready(report), indent=2) + "\n")
     plot_head_accuracy(result.accuracy, out_dir / "grounding_accuracy_per_head.png", title=f"grounding accuracy per head: {name}")
     plot_layer_accuracy_scatter(
         result.accuracy, out_dir / "grounding_accuracy_per_layer.png", baseline=result.baseline_accuracy,
