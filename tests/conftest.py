@@ -50,3 +50,21 @@ def fake_hub(tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr(HfApi, "create_repo", create_repo)
     monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
     return remote
+
+
+@pytest.fixture(scope="module")
+def synthetic_scene_cache(tmp_path_factory):
+    """A module's synthetic scenes are generated into a temporary cache, not the user's (`usefixtures` it)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_VLALIGN_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The embedded default's real MiniLM tokenizer (a module may define its own `tokenizer` fixture instead)."""
+    from transformers import AutoTokenizer
+
+    from hf_vlalign import default_text_model_path
+
+    return AutoTokenizer.from_pretrained(default_text_model_path())

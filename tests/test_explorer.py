@@ -11,68 +11,21 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from analysis_models import FAMILIES, SCENES, SYNTHETIC_FLAGS, tiny_family_model
 from PIL import Image
 from transformers import AutoTokenizer, LxmertConfig, LxmertModel, VisualBertConfig, VisualBertModel
 
-from hf_vlalign import (
-    RegionCaptionerConfig,
-    RegionCaptionerForConditionalGeneration,
-    SingleStreamConfig,
-    SingleStreamForVisualParaphrase,
-    TwoStreamConfig,
-    TwoStreamForPreTraining,
-    default_text_model_path,
-)
 from hf_vlalign.analysis import attention_rollout, explorer_examples, read_explorer_payload, write_attention_explorer
 from hf_vlalign.cli import main
-from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
 from hf_vlalign.trainers.model_analysis import _model_inputs, analyze_model, synthetic_analysis_data
 from hf_vlalign.trainers.task_evaluation import load_model
 
-SCENES = SyntheticSceneConfig(num_train_images=16, num_val_images=6, seed=5)
-SYNTHETIC_FLAGS = ["--synthetic_train_images", "16", "--synthetic_eval_images", "6", "--synthetic_seed", "5"]
+pytestmark = pytest.mark.usefixtures("synthetic_scene_cache")
+
 PROBE_EXAMPLES = 8
 ATOL = 6e-5  # the page keeps 4 decimals
 
 
-@pytest.fixture(scope="module", autouse=True)
-def scene_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_VLALIGN_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(default_text_model_path())
-
-
-def _model(family: str, tokenizer):
-    torch.manual_seed(0)
-    if family == "single_stream":
-        config = SingleStreamConfig(
-            vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-            intermediate_size=64, max_position_embeddings=80, visual_feat_dim=SCENES.feature_dim,
-        )  # fmt: skip
-        return SingleStreamForVisualParaphrase(config)
-    if family == "two_stream":
-        config = TwoStreamConfig(
-            vocab_size=tokenizer.vocab_size, hidden_size=32, num_attention_heads=4, intermediate_size=64, l_layers=1,
-            r_layers=1, x_layers=2, visual_feat_dim=SCENES.feature_dim, num_object_labels=len(SHAPE_NAMES),
-            num_attr_labels=len(COLOUR_NAMES), num_qa_labels=16,
-        )  # fmt: skip
-        return TwoStreamForPreTraining(config)
-    config = RegionCaptionerConfig(
-        vocab_size=tokenizer.vocab_size, d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, visual_feat_dim=SCENES.feature_dim,
-        max_position_embeddings=64, geometry_dim=16, attention_alignment="max", pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
-        decoder_start_token_id=tokenizer.cls_token_id,
-    )  # fmt: skip
-    return RegionCaptionerForConditionalGeneration(config)
-
-
-FAMILIES = ("single_stream", "two_stream", "captioner")
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +34,7 @@ def explored(tokenizer, tmp_path_factory):
     pages = {}
     for family in FAMILIES:
         folder = tmp_path_factory.mktemp(family)
-        _model(family, tokenizer).save_pretrained(folder)
+        tiny_family_model(family, tokenizer).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         page = folder / "explorer.html"
         argv = [

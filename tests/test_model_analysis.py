@@ -3,77 +3,28 @@
 import json
 
 import pytest
-import torch
-from transformers import AutoTokenizer
+from analysis_models import SCENES, SYNTHETIC_FLAGS, save_with_tokenizer, tiny_family_model
 
-from hf_vlalign import (
-    RegionCaptionerConfig,
-    RegionCaptionerForConditionalGeneration,
-    SingleStreamConfig,
-    SingleStreamForVisualParaphrase,
-    TwoStreamConfig,
-    TwoStreamForPreTraining,
-    default_text_model_path,
-)
 from hf_vlalign.cli import main
-from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
 from hf_vlalign.trainers.model_analysis import analyze_model
 from hf_vlalign.trainers.task_evaluation import evaluate_task
 
-SCENES = SyntheticSceneConfig(num_train_images=16, num_val_images=6, seed=5)
-SYNTHETIC_FLAGS = ["--synthetic_train_images", "16", "--synthetic_eval_images", "6", "--synthetic_seed", "5"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def scene_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_VLALIGN_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(default_text_model_path())
-
-
-def _save(model, tokenizer, folder):
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+pytestmark = pytest.mark.usefixtures("synthetic_scene_cache")
 
 
 @pytest.fixture(scope="module")
 def single_stream_dir(tokenizer, tmp_path_factory):
-    torch.manual_seed(0)
-    config = SingleStreamConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=80, visual_feat_dim=SCENES.feature_dim,
-    )  # fmt: skip
-    return _save(SingleStreamForVisualParaphrase(config), tokenizer, tmp_path_factory.mktemp("single"))
+    return save_with_tokenizer(tiny_family_model("single_stream", tokenizer), tokenizer, tmp_path_factory.mktemp("single"))
 
 
 @pytest.fixture(scope="module")
 def two_stream_dir(tokenizer, tmp_path_factory):
-    torch.manual_seed(0)
-    config = TwoStreamConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_attention_heads=4, intermediate_size=64, l_layers=1,
-        r_layers=1, x_layers=2, visual_feat_dim=SCENES.feature_dim, num_object_labels=len(SHAPE_NAMES),
-        num_attr_labels=len(COLOUR_NAMES), num_qa_labels=16,
-    )  # fmt: skip
-    return _save(TwoStreamForPreTraining(config), tokenizer, tmp_path_factory.mktemp("two"))
+    return save_with_tokenizer(tiny_family_model("two_stream", tokenizer), tokenizer, tmp_path_factory.mktemp("two"))
 
 
 @pytest.fixture(scope="module")
 def captioner_dir(tokenizer, tmp_path_factory):
-    torch.manual_seed(0)
-    config = RegionCaptionerConfig(
-        vocab_size=tokenizer.vocab_size, d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, visual_feat_dim=SCENES.feature_dim,
-        max_position_embeddings=64, geometry_dim=16, attention_alignment="max", pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
-        decoder_start_token_id=tokenizer.cls_token_id,
-    )  # fmt: skip
-    return _save(RegionCaptionerForConditionalGeneration(config), tokenizer, tmp_path_factory.mktemp("captioner"))
+    return save_with_tokenizer(tiny_family_model("captioner", tokenizer), tokenizer, tmp_path_factory.mktemp("captioner"))
 
 
 PNGS = (

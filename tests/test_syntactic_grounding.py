@@ -9,10 +9,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoTokenizer
+from analysis_models import SCENES, SYNTHETIC_FLAGS, save_with_tokenizer, tiny_family_model
 
-from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, default_text_model_path
 from hf_vlalign.analysis import syntactic_grounding
 from hf_vlalign.analysis.probe_plots import plot_top_relations
 from hf_vlalign.analysis.syntactic_grounding import (
@@ -25,24 +23,11 @@ from hf_vlalign.analysis.syntactic_grounding import (
 )
 from hf_vlalign.cli import main
 from hf_vlalign.data.builders import load_vgp_data
-from hf_vlalign.data.synthetic import SyntheticSceneConfig
+
+pytestmark = pytest.mark.usefixtures("synthetic_scene_cache")
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENES = SyntheticSceneConfig(num_train_images=16, num_val_images=6, seed=5)
-SYNTHETIC_FLAGS = ["--synthetic_train_images", "16", "--synthetic_eval_images", "6", "--synthetic_seed", "5"]
 MISSING = "hf_vlalign_no_such_model"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def scene_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_VLALIGN_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(default_text_model_path())
 
 
 def _relations(parse: list[dict]) -> set[tuple[str, str, str]]:
@@ -114,15 +99,7 @@ def test_join_parses_numbers_words_on_and_keeps_each_root():
 
 @pytest.fixture(scope="module")
 def single_stream_dir(tokenizer, tmp_path_factory):
-    torch.manual_seed(0)
-    config = SingleStreamConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=80, visual_feat_dim=SCENES.feature_dim,
-    )  # fmt: skip
-    folder = tmp_path_factory.mktemp("single")
-    SingleStreamForVisualParaphrase(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_with_tokenizer(tiny_family_model("single_stream", tokenizer), tokenizer, tmp_path_factory.mktemp("single"))
 
 
 def _expected_counts(rows) -> Counter:
