@@ -39,15 +39,12 @@ from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import (
     PhraseGroundingCollator,
-    cut_word_pieces,
     drop_overlong_rows,
-    span_is_cut,
     store_image_id,
 )
 from hf_vlalign.data.feature_store import RegionFeatureStore
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_task_model_card
-from hf_vlalign.metrics import phrase_grounding_recall
-from hf_vlalign.metrics.phrase_grounding import rank_boxes, union_box
+from hf_vlalign.metrics.phrase_grounding import union_box
 from hf_vlalign.trainers import TaskTrainer
 from hf_vlalign.trainers.recipes import (
     DEFAULT_BASE_MODEL,
@@ -65,25 +62,18 @@ from hf_vlalign.trainers.recipes import (
     truncation_results,
     write_results,
 )
+from hf_vlalign.trainers.task_metrics import (
+    IOU_THRESHOLD,
+    grounded_phrases_only,
+    phrase_region_scores,
+    recall_results,
+)
 
 logger = logging.getLogger(__name__)
 
 TASK_CLASSES = {"single_stream": SingleStreamForPhraseGrounding, "two_stream": TwoStreamForPhraseGrounding}
-KS = (1, 5, 10)
 # the modules a text checkpoint lacks in both families, trained at --head_learning_rate
 NEW_MODULES = ("visual_embeddings", "grounding_head")
-IOU_THRESHOLD = 0.5
-# the columns of a Flickr30k Entities row that hold one entry per phrase, filtered together
-PHRASE_COLUMNS = (
-    "sentence_phrase_spans",
-    "sentence_phrase_boxes",
-    "sentence_phrase_regions",
-    "sentence_phrase_token_spans",
-    "phrase_ids",
-    "phrase_types",
-    "phrase_nobndbox",
-    "phrase_scene",
-)
 
 
 @dataclass
@@ -122,59 +112,13 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Groundin
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def grounded_phrases_only(dataset: datasets.Dataset, tokenizer, max_text_length: int) -> tuple[datasets.Dataset, dict]:
-    """Keeps, in every row, the phrases that can be grounded and scored: those with at least one gold box (Flickr30k's
-    `notvisual` and `nobndbox` phrases have none) whose word pieces all fit in `max_text_length` (the collator drops
-    the alignment of a phrase cut by the truncation, so the rows' phrases stay the collator's); rows left without a
-    phrase are dropped. Returns the rows and the counts of what was left out (also logged)."""
-    data = dataset.to_dict()
-    offsets = tokenizer(data["sentence"], truncation=True, max_length=max_text_length, return_offsets_mapping=True)
-    cuts = cut_word_pieces(tokenizer, [[sentence] for sentence in data["sentence"]], offsets, max_text_length)
-    counts = {"phrases": 0, "phrases_without_box": 0, "phrases_truncated": 0, "rows_without_phrase": 0}
-    columns = [name for name in PHRASE_COLUMNS if name in data]
-    rows_kept = []
-    for i, (spans, boxes) in enumerate(zip(data["sentence_phrase_spans"], data["sentence_phrase_boxes"])):
-        tokens = [(start, end) for start, end in offsets["offset_mapping"][i] if end > start]
-        keep = [
-            bool(gold) and _has_token(span, tokens) and not span_is_cut(cuts[i][0], span)
-            for span, gold in zip(spans, boxes)
-        ]
-        counts["phrases"] += len(spans)
-        counts["phrases_without_box"] += sum(not gold for gold in boxes)
-        counts["phrases_truncated"] += sum(bool(gold) and not k for gold, k in zip(boxes, keep))
-        for name in columns:
-            data[name][i] = [value for value, k in zip(data[name][i], keep) if k]
-        if any(keep):
-            rows_kept.append(i)
-    counts["rows_without_phrase"] = len(dataset) - len(rows_kept)
-    if not rows_kept:
-        raise ValueError(
-            f"none of the {len(dataset)} captions has a phrase with a gold box (`sentence_phrase_boxes`) within "
-            f"max_text_length={max_text_length} tokens; phrase grounding needs such phrases."
-        )
-    if counts["phrases_without_box"] or counts["phrases_truncated"] or counts["rows_without_phrase"]:
-        logger.warning(
-            "Phrase grounding: of %d phrases, %d have no gold box and %d fall beyond max_text_length=%d; they are left "
-            "out, and %d caption(s) without any phrase left are dropped.",
-            counts["phrases"], counts["phrases_without_box"], counts["phrases_truncated"], max_text_length,
-            counts["rows_without_phrase"],
-        )  # fmt: skip
-    kept = {name: [values[i] for i in rows_kept] for name, values in data.items()}
-    return datasets.Dataset.from_dict(kept, features=dataset.features), counts
-
-
-def _has_token(span: list[int], tokens: list[tuple[int, int]]) -> bool:
-    """Whether a character span overlaps one of the (kept, non-special) tokens' character offsets."""
-    return any(start < span[1] and end > span[0] for start, end in tokens)
-
-
 def load_splits(args: DataArguments) -> tuple[datasets.Dataset, datasets.Dataset, RegionFeatureStore, str]:
     """(train rows, eval rows, region-feature store, description of the data) of Flickr30k Entities or, by default,
     of the synthetic scenes' captions (written in the Flickr30k Entities format and read by its builder)."""
     if args.dataset in (None, "synthetic_scenes"):
         config = args.synthetic_config()
         store = synthetic_region_features(config=config)
-        options = {"task": "captions", "config": config, "features": store}
+        options = {"task": "captions", "config": config, "region_features": store}
         train = load_dataset("synthetic_scenes", None, args.train_split or "train", **options)
         evaluation = load_dataset("synthetic_scenes", None, args.eval_split or "val", **options)
         source = f"synthetic scenes, captions ({config.num_train_images} train / {config.num_val_images} val images)"
@@ -188,7 +132,7 @@ def load_splits(args: DataArguments) -> tuple[datasets.Dataset, datasets.Dataset
             f"--features {args.features!r}."
         )
     store = RegionFeatureStore.load(args.features)
-    options = {"features": store, "on_missing_image": "skip"}  # rows whose image has no features: counted, warned
+    options = {"region_features": store, "on_missing_image": "skip"}  # rows whose image has no features: counted, warned
     train = load_dataset("flickr30k_entities", args.data_dir, args.train_split or "train", **options)
     evaluation = load_dataset("flickr30k_entities", args.data_dir, args.eval_split or "val", **options)
     return train, evaluation, store, f"Flickr30k Entities ({args.data_dir})"
@@ -242,58 +186,6 @@ def recall_at_1_any_box(prediction: EvalPrediction) -> dict[str, float]:
     top1_iou, token_index = np.asarray(prediction.predictions), np.asarray(prediction.label_ids)
     real = token_index >= 0
     return {"recall@1_any_box": float((top1_iou[real] >= IOU_THRESHOLD).mean()) if real.any() else 0.0}
-
-
-@torch.no_grad()
-def phrase_region_scores(model, dataset: datasets.Dataset, collator, batch_size: int) -> list[list[torch.Tensor]]:
-    """The grounding logits of every phrase of every row of `dataset`, in order: per row, per phrase, a (R_image,)
-    tensor over the real regions of its image. Every process runs it (sharded models need all of them)."""
-    model.eval()
-    device = next(model.parameters()).device
-    scores = []
-    for start in range(0, len(dataset), batch_size):
-        rows = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
-        batch = collator(rows)
-        inputs = {key: value.to(device) for key, value in batch.items() if key not in TaskTrainer.non_model_keys}
-        logits = model(**inputs).logits.float().cpu()
-        regions = batch["visual_attention_mask"].sum(-1).tolist()
-        for i, row in enumerate(rows):
-            scores.append([logits[i, p, : regions[i]] for p in range(len(row["sentence_phrase_spans"]))])
-    return scores
-
-
-def recall_results(dataset: datasets.Dataset, store: RegionFeatureStore, scores: list[list[torch.Tensor]]) -> dict:
-    """Recall@k (MERGED-BOXES) of the model's ranking, of the detector-confidence baseline (Li et al. 2020: every phrase
-    gets the image's regions by decreasing detection confidence) and the upper bound (any region of the image at
-    IoU >= 0.5), each computed with `phrase_grounding_recall` on pixel boxes."""
-    ranked, by_confidence, every_region, gold = [], [], [], []
-    without_confidence = 0
-    for row, row_scores in zip(dataset, scores):
-        image = store.image_at(store.row_of(store_image_id(store, row)), without=("features",))
-        confidence = image["object_conf"]
-        if confidence is None:  # ties: the store's order of the regions
-            without_confidence += 1
-            confidence = torch.ones(len(image["boxes"]))
-        for p, phrase_scores in enumerate(row_scores):
-            ranked.append(rank_boxes(phrase_scores, image["boxes"], k=max(KS)))
-            by_confidence.append(rank_boxes(confidence, image["boxes"], k=max(KS)))
-            every_region.append(image["boxes"])
-            gold.append(row["sentence_phrase_boxes"][p])
-    if without_confidence:
-        logger.warning(
-            "%d caption(s) have no detection confidence in the region-feature store: the baseline ranks their regions "
-            "in the store's order.",
-            without_confidence,
-        )
-    model = phrase_grounding_recall(ranked, gold, KS, IOU_THRESHOLD)
-    baseline = phrase_grounding_recall(by_confidence, gold, KS, IOU_THRESHOLD)
-    most_regions = max(len(boxes) for boxes in every_region)
-    upper_bound = phrase_grounding_recall(every_region, gold, (most_regions,), IOU_THRESHOLD)[f"recall@{most_regions}"]
-    results = {f"recall@{k}_merged_boxes": model[f"recall@{k}"] for k in KS}
-    results.update({f"baseline_confidence_recall@{k}_merged_boxes": baseline[f"recall@{k}"] for k in KS})
-    results["upper_bound_merged_boxes"] = upper_bound
-    results["num_phrases"] = model["num_phrases"]
-    return results
 
 
 def plot_grounding_scores(dataset, store, scores, path: Path, title: str) -> Path:

@@ -36,13 +36,11 @@ import json
 import logging
 import sys
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import datasets
 import numpy as np
-import torch
-from transformers import AutoTokenizer, EvalPrediction, TrainingArguments, set_seed
+from transformers import AutoTokenizer, TrainingArguments, set_seed
 
 from hf_vlalign import SingleStreamForVisualReasoning, TwoStreamForVisualReasoning, default_text_model_path
 from hf_vlalign.data import RegionFeatureStore, load_dataset
@@ -68,6 +66,7 @@ from hf_vlalign.trainers.recipes import (
     truncation_results,
     write_results,
 )
+from hf_vlalign.trainers.task_metrics import predicted_truth, reasoning_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -140,11 +139,11 @@ def load_pair_data(data_args: DataArguments, nlvr2_args: VisualReasoningArgument
     if name == "synthetic_scenes":
         config = data_args.synthetic_config()
         store = synthetic_region_features(config=config, task="nlvr2")
-        train = load_dataset(name, None, train_split, task="nlvr2", config=config, features=store)
-        eval_rows = load_dataset(name, None, eval_split, task="nlvr2", config=config, features=store)
+        train = load_dataset(name, None, train_split, task="nlvr2", config=config, region_features=store)
+        eval_rows = load_dataset(name, None, eval_split, task="nlvr2", config=config, region_features=store)
     else:
         store = RegionFeatureStore.load(data_args.features)
-        options = {"features": store, "on_missing_image": nlvr2_args.on_missing_image}
+        options = {"region_features": store, "on_missing_image": nlvr2_args.on_missing_image}
         train = load_dataset(name, data_args.data_dir, train_split, **options)
         eval_rows = load_dataset(name, data_args.data_dir, eval_split, subset=nlvr2_args.eval_subset, **options)
     train = first_rows(train, data_args.max_train_samples)
@@ -155,28 +154,6 @@ def load_pair_data(data_args: DataArguments, nlvr2_args: VisualReasoningArgument
 # ----------------------------------------------------------------------------------------------------------------
 # Metrics
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def predicted_truth(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """`preprocess_logits_for_metrics`: the predicted truth value (score > 0, i.e. probability > 0.5) as 0 / 1."""
-    return (logits > 0).long()
-
-
-def reasoning_metrics(eval_rows: datasets.Dataset) -> Callable[[EvalPrediction], dict[str, float]]:
-    """`compute_metrics` of the evaluation split: NLVR2's `accuracy` and `consistency` (`nlvr2_scores`). The
-    predictions come in the order of `eval_rows` (Trainer's evaluation is sequential), whose identifiers group the
-    examples by sentence."""
-    identifiers = eval_rows["identifier"]
-
-    def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
-        predicted = np.asarray(prediction.predictions).reshape(-1)
-        labels = np.asarray(prediction.label_ids).reshape(-1)
-        if len(predicted) != len(identifiers):
-            raise ValueError(f"got {len(predicted)} predictions for the {len(identifiers)} evaluation examples.")
-        scores = nlvr2_scores(predicted.tolist(), labels.tolist(), identifiers)
-        return {"accuracy": scores["accuracy"], "consistency": scores["consistency"]}
-
-    return compute_metrics
 
 
 def baselines(data: VisualReasoningData) -> dict[str, float | int]:

@@ -32,17 +32,14 @@ from dataclasses import dataclass, field
 
 import datasets
 import numpy as np
-import torch
 from transformers import AutoTokenizer, EvalPrediction, TrainingArguments, set_seed
 
 from hf_vlalign import SingleStreamForReferringExpression, TwoStreamForReferringExpression, default_text_model_path
-from hf_vlalign.alignment.boxes import box_iou
 from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
-from hf_vlalign.data.collators import ReferringExpressionCollator, store_image_id
+from hf_vlalign.data.collators import ReferringExpressionCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_task_model_card
-from hf_vlalign.metrics import referring_expression_accuracy
 from hf_vlalign.trainers import TaskTrainer
 from hf_vlalign.trainers.recipes import (
     DEFAULT_BASE_MODEL,
@@ -60,11 +57,11 @@ from hf_vlalign.trainers.recipes import (
     truncation_results,
     write_results,
 )
+from hf_vlalign.trainers.task_metrics import IOU_THRESHOLD, chosen_regions, referring_results
 
 logger = logging.getLogger(__name__)
 
 TASK_CLASSES = {"single_stream": SingleStreamForReferringExpression, "two_stream": TwoStreamForReferringExpression}
-IOU_THRESHOLD = 0.5
 REAL_DATASET = "refcoco+"
 
 
@@ -111,7 +108,7 @@ def load_splits(
     if data_args.dataset in (None, "synthetic_scenes"):
         config = data_args.synthetic_config()
         store = synthetic_region_features(config=config)
-        options = {"task": "refcoco", "config": config, "features": store}
+        options = {"task": "refcoco", "config": config, "region_features": store}
         train = load_dataset("synthetic_scenes", None, data_args.train_split or "train", **options)
         evaluation = load_dataset("synthetic_scenes", None, data_args.eval_split or "val", **options)
         images = f"{config.num_train_images} train / {config.num_val_images} val images"
@@ -126,7 +123,7 @@ def load_splits(
             f"{data_args.data_dir!r} and --features {data_args.features!r}."
         )
     store = RegionFeatureStore.load(data_args.features)
-    options = {"features": store, "on_missing_image": "skip"}  # rows whose image has no features: counted, warned
+    options = {"region_features": store, "on_missing_image": "skip"}  # rows whose image has no features: counted, warned
     if ref_args.refs_file is not None:
         options["refs_file"] = ref_args.refs_file
     if ref_args.image_id_template is not None:
@@ -167,60 +164,6 @@ def accuracy_from_region_iou(prediction: EvalPrediction) -> dict[str, float]:
         "accuracy": float((top1_iou >= IOU_THRESHOLD).mean()),
         "upper_bound": float((best_iou >= IOU_THRESHOLD).mean()),
     }
-
-
-@torch.no_grad()
-def chosen_regions(model, dataset: datasets.Dataset, collator, batch_size: int) -> list[int]:
-    """The index of the best-scored region of every row of `dataset`, in order. Every process runs it (sharded models
-    need all of them)."""
-    model.eval()
-    device = next(model.parameters()).device
-    choices = []
-    for start in range(0, len(dataset), batch_size):
-        batch = collator([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
-        inputs = {key: value.to(device) for key, value in batch.items() if key not in TaskTrainer.non_model_keys}
-        choices += model(**inputs).logits.argmax(-1).tolist()  # padding regions hold the dtype's minimum
-    return choices
-
-
-def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) -> dict:
-    """Accuracy (IoU >= 0.5 with the referred box, pixels) of the chosen regions, of the detector-confidence baseline
-    (each image's most confident region; left out when the store has no confidences) and of the upper bound (the
-    region of best IoU), each with `referring_expression_accuracy`; `chance_accuracy` is the expected accuracy of a
-    region drawn uniformly among the image's regions."""
-    if len(choices) != len(dataset):
-        raise ValueError(f"`choices` must hold one region per row ({len(dataset)}), got {len(choices)}.")
-    chosen, confident, best, gold, chance = [], [], [], [], []
-    with_confidence = True
-    for row, choice in zip(dataset, choices):
-        image = store[store_image_id(store, row)]  # the row's image, whatever the store calls it
-        boxes, box = image["boxes"], row["expression_phrase_boxes"][0][0]  # phrases -> boxes -> x1, y1, x2, y2
-        if not 0 <= choice < len(boxes):
-            raise ValueError(
-                f"`choices`: region {choice} of image {row['image_id']!r}, which has {len(boxes)} regions."
-            )
-        iou = box_iou(boxes, torch.tensor([box], dtype=boxes.dtype)).squeeze(-1)
-        chosen.append(boxes[choice].tolist())
-        best.append(boxes[int(iou.argmax())].tolist())
-        gold.append(box)
-        chance.append(float((iou >= IOU_THRESHOLD).double().mean()))
-        if image["object_conf"] is None:
-            with_confidence = False
-        else:
-            confident.append(boxes[int(torch.as_tensor(image["object_conf"]).argmax())].tolist())
-    model = referring_expression_accuracy(chosen, gold, IOU_THRESHOLD)
-    results = {
-        "accuracy": model["accuracy"],
-        "upper_bound_accuracy": referring_expression_accuracy(best, gold, IOU_THRESHOLD)["accuracy"],
-        "chance_accuracy": float(np.mean(chance)),
-        "num_expressions": model["num_expressions"],
-    }
-    if with_confidence:
-        baseline = referring_expression_accuracy(confident, gold, IOU_THRESHOLD)
-        results["baseline_confidence_accuracy"] = baseline["accuracy"]
-    else:
-        logger.warning("The region-feature store has no detection confidences: no confidence baseline.")
-    return results
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -36,24 +36,21 @@ import json
 import logging
 import sys
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
 import numpy as np
-import torch
-from transformers import AutoTokenizer, EvalPrediction, TrainingArguments, set_seed
+from transformers import AutoTokenizer, TrainingArguments, set_seed
 
 from hf_vlalign import SingleStreamForQuestionAnswering, TwoStreamForQuestionAnswering, default_text_model_path
-from hf_vlalign.data import RegionFeatureStore, load_dataset
+from hf_vlalign.data import RegionFeatureStore, load_dataset, resolve_split
 from hf_vlalign.data.builders import gqa, vqa_v2
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import QuestionAnsweringCollator
 from hf_vlalign.data.synthetic import load_or_generate_synthetic_vgp
 from hf_vlalign.data.synthetic_questions import ANSWER_VOCAB_FILE
 from hf_vlalign.hub.model_card import render_task_model_card
-from hf_vlalign.metrics import gqa_scores, vqa_accuracy
 from hf_vlalign.trainers import TaskTrainer
 from hf_vlalign.trainers.recipes import (
     DEFAULT_BASE_MODEL,
@@ -71,6 +68,7 @@ from hf_vlalign.trainers.recipes import (
     truncation_results,
     write_results,
 )
+from hf_vlalign.trainers.task_metrics import answer_metrics, predicted_answer_ids
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +86,6 @@ DATASET_ARGUMENTS = {
 }  # fmt: skip
 ANSWER_VOCAB_NAME = "answer_vocab.json"
 SPEED_METRICS = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
-GQA_SCRIPT_METRICS = ("binary", "open", "consistency", "distribution")
 
 
 @dataclass
@@ -179,9 +176,9 @@ def _resolve(data_dir: str | None, path: str) -> Path:
 def load_question_data(data_args: DataArguments, qa_args: QuestionAnsweringArguments) -> QuestionAnsweringData:
     """Train and evaluation rows of `--dataset` (default: the synthetic scenes' GQA-format questions)."""
     name = check_data_arguments(data_args, qa_args)
-    train_split, eval_split = (
-        data_args.train_split or DEFAULT_SPLITS[name][0],
-        data_args.eval_split or DEFAULT_SPLITS[name][1],
+    train_split, eval_split = (  # "validation" names the dataset's validation split (it reads its files by name)
+        resolve_split(name, data_args.train_split or DEFAULT_SPLITS[name][0]),
+        resolve_split(name, data_args.eval_split or DEFAULT_SPLITS[name][1]),
     )
     if name == "synthetic_scenes":
         config = data_args.synthetic_config()
@@ -190,7 +187,7 @@ def load_question_data(data_args: DataArguments, qa_args: QuestionAnsweringArgum
         vocab = vqa_v2.read_answer_vocab(questions_dir / ANSWER_VOCAB_FILE)
 
         def load(split: str, **_) -> datasets.Dataset:
-            return load_dataset(name, None, split, task="questions", config=config, features=store)
+            return load_dataset(name, None, split, task="questions", config=config, region_features=store)
 
     else:
         store = RegionFeatureStore.load(data_args.features)
@@ -204,7 +201,7 @@ def load_question_data(data_args: DataArguments, qa_args: QuestionAnsweringArgum
 
         def load(split: str, **files) -> datasets.Dataset:
             files = {key: value for key, value in files.items() if value is not None}
-            return load_dataset(name, data_args.data_dir, split, features=store, answer_vocab=vocab, **options, **files)
+            return load_dataset(name, data_args.data_dir, split, region_features=store, answer_vocab=vocab, **options, **files)
 
     gqa_format = name != "vqa_v2"
     train_files = {"questions_file": qa_args.questions_file}
@@ -279,42 +276,6 @@ def count_grounded_questions(dataset: datasets.Dataset) -> int:
 # ----------------------------------------------------------------------------------------------------------------
 # Metrics
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def predicted_answer_ids(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """`preprocess_logits_for_metrics`: only the best answer of each question is gathered, not every answer's score."""
-    return logits.argmax(dim=-1)
-
-
-def answer_metrics(data: QuestionAnsweringData, rows: datasets.Dataset) -> Callable[[EvalPrediction], dict[str, float]]:
-    """`compute_metrics` of the evaluation rows `rows` (the split, or the sample `--eval_subset_size` draws):
-    `accuracy` and the official GQA or VQA metrics. The predictions come in the order of `rows` (Trainer's evaluation
-    is sequential), whose answers the official metrics read."""
-    answers = sorted(data.answer_vocab, key=data.answer_vocab.get)
-
-    def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
-        predicted = np.asarray(prediction.predictions).reshape(-1)
-        labels = np.asarray(prediction.label_ids)
-        if len(predicted) != len(rows):
-            raise ValueError(f"got {len(predicted)} predictions for the {len(rows)} evaluation questions.")
-        predicted_answers = [answers[index] for index in predicted]
-        if labels.ndim == 2:  # VQA v2's soft scores: the score of the predicted answer
-            metrics = {"accuracy": float(labels[np.arange(len(predicted)), predicted].mean())}
-            answer_types = rows["answer_type"]
-            typed = all(isinstance(answer_type, str) for answer_type in answer_types)
-            official = vqa_accuracy(predicted_answers, rows["answers"], answer_types if typed else None)
-            metrics["vqa_accuracy"] = official["accuracy"]
-            for answer_type, value in official.get("per_answer_type", {}).items():
-                metrics[f"vqa_accuracy_{answer_type.replace('/', '_')}"] = value
-            return metrics
-        metrics = {"accuracy": float((predicted == labels).mean())}  # answers outside the vocabulary count as wrong
-        # the script's metrics over the evaluated questions (a sample of the split, or what truncation left)
-        questions = {qid: data.eval_questions[qid] for qid in rows["question_id"]}
-        official = gqa_scores(dict(zip(rows["question_id"], predicted_answers)), questions)
-        metrics.update({f"gqa_{name}": official[name] for name in GQA_SCRIPT_METRICS if official[name] is not None})
-        return metrics
-
-    return compute_metrics
 
 
 def majority_baseline(data: QuestionAnsweringData) -> tuple[str, float]:
@@ -457,13 +418,15 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset=eval_subset,
         data_collator=collator,
         processing_class=tokenizer,
-        compute_metrics=answer_metrics(data, eval_subset),
+        compute_metrics=answer_metrics(data.answer_vocab, data.eval_questions, eval_subset),
         preprocess_logits_for_metrics=predicted_answer_ids,
         label_names=["labels"],
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_model(trainer, training_args.output_dir)
-    metrics = final_evaluation(trainer, data.eval, lambda rows: answer_metrics(data, rows))
+    metrics = final_evaluation(
+        trainer, data.eval, lambda rows: answer_metrics(data.answer_vocab, data.eval_questions, rows)
+    )
     # own image vs another image's regions: ~0 means the answers come from the question alone
     image_use = image_use_results(
         trainer.model, data.eval, collator, training_args.per_device_eval_batch_size, training_args.seed,

@@ -152,13 +152,13 @@ def load_caption_data(data_args: DataArguments, task_args: SingleStreamPretraini
         store = synthetic_region_features(config=config)
 
         def load(split: str) -> datasets.Dataset:
-            return load_dataset(name, None, split, task="captions", config=config, features=store)
+            return load_dataset(name, None, split, task="captions", config=config, region_features=store)
 
     else:
         store = RegionFeatureStore.load(data_args.features)
 
         def load(split: str) -> datasets.Dataset:
-            return load_dataset(name, data_args.data_dir, split, features=store, on_missing_image="skip")
+            return load_dataset(name, data_args.data_dir, split, region_features=store, on_missing_image="skip")
 
     splits = {}
     roles = (("train", train_split, data_args.max_train_samples), ("eval", eval_split, data_args.max_eval_samples))

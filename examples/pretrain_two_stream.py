@@ -140,14 +140,14 @@ def load_data(args: PretrainingArguments):
     if args.data_dir is None:
         config = SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
         store = synthetic_region_features(config=config)
-        train = load_dataset("synthetic_scenes", None, "train", task="questions", config=config, features=store)
-        evaluation = load_dataset("synthetic_scenes", None, "val", task="questions", config=config, features=store)
+        train = load_dataset("synthetic_scenes", None, "train", task="questions", config=config, region_features=store)
+        evaluation = load_dataset("synthetic_scenes", None, "val", task="questions", config=config, region_features=store)
         vocab_size = max(max(train["label"]), max(evaluation["label"])) + 1
         return train, evaluation, store, list(SHAPE_NAMES), list(COLOUR_NAMES), vocab_size, "synthetic grounded scenes"
     if not (args.features and args.answer_vocab and args.object_vocab):
         raise ValueError("real GQA data needs `--features`, `--answer_vocab` and `--object_vocab`.")
     store = RegionFeatureStore.load(args.features)
-    options = {"answer_vocab": args.answer_vocab, "features": store, "on_missing_image": "skip"}
+    options = {"answer_vocab": args.answer_vocab, "region_features": store, "on_missing_image": "skip"}
     train = load_dataset("gqa", args.data_dir, "train", scene_graphs=args.scene_graphs, **options)
     evaluation = load_dataset("gqa", args.data_dir, "val", scene_graphs=args.eval_scene_graphs, **options)
     vocab_size = len(json.loads(Path(args.answer_vocab).read_text()))

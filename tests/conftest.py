@@ -17,9 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def finetuned(tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("vgp")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(output_dir / "cache")}
+    # the CPU (no visible GPU) under the shipped single-process config, as `accelerate launch` runs the README's main
+    # job where that config is the machine's default; its stderr is kept for the test that it prints no notices
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(output_dir / "cache"), "CUDA_VISIBLE_DEVICES": ""}
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu",
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(ROOT / "examples" / "accelerate_configs" / "single_process.yaml"),
         str(ROOT / "examples" / "finetune_vgp.py"),
         "--output_dir", str(output_dir / "model"),
         "--synthetic_train_images", "12", "--synthetic_eval_images", "6",
@@ -27,6 +30,7 @@ def finetuned(tmp_path_factory):
     ]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stderr[-4000:]
+    (output_dir / "launch_stderr.txt").write_text(completed.stderr)
     return output_dir
 
 

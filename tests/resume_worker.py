@@ -93,7 +93,7 @@ def captioning_trainer(output_dir: str) -> CaptioningTrainer:
 def pretraining_trainer(output_dir: str) -> AlignmentPretrainingTrainer:
     tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
     store = synthetic_region_features(None, SCENES)
-    train = load_dataset("synthetic_scenes", None, "train", task="questions", config=SCENES, features=store)
+    train = load_dataset("synthetic_scenes", None, "train", task="questions", config=SCENES, region_features=store)
     torch.manual_seed(0)
     config = TwoStreamConfig(
         vocab_size=tokenizer.vocab_size, hidden_size=32, num_attention_heads=4, intermediate_size=64, l_layers=1,

@@ -25,8 +25,16 @@ def test_config_parses_with_accelerate(name):
     assert config.num_processes >= 2 and config.num_machines == 1
 
 
+def test_single_process_config_is_what_a_launch_without_config_runs():
+    # one process on the machine's device, no mixed precision, not forced onto the CPU (a forced CPU launch sets the
+    # thread count and warns about it); tests/conftest.py launches the VGP example with it and finds no notice
+    config = ClusterConfig.from_yaml_file(CONFIGS / "single_process.yaml")
+    assert config.distributed_type == DistributedType.NO and (config.num_processes, config.num_machines) == (1, 1)
+    assert config.mixed_precision == "no" and config.use_cpu is False
+
+
 def test_every_shipped_config_is_checked():
-    assert sorted(path.name for path in CONFIGS.glob("*.yaml")) == sorted(EXPECTED)
+    assert sorted(path.name for path in CONFIGS.glob("*.yaml")) == sorted([*EXPECTED, "single_process.yaml"])
 
 
 def test_fsdp_wrap_classes_are_the_models_layers():

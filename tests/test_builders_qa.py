@@ -15,12 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_samples import real_sample as _real
 
 from hf_vlalign.data.builders import gqa, load_dataset, visual_genome, vqa_v2
 from hf_vlalign.data.feature_store import RegionFeatureStore
-
-
-from shared_samples import real_sample as _real
 
 
 def _read(path: Path):
@@ -201,10 +199,12 @@ def test_gqa_through_load_dataset_with_official_names_and_features(gqa_dir, gqa_
     scene_graphs = _scene_graphs(tmp_path)
     store = _store({"n578564": ([375, 500], [[120, 20, 270, 120], [0, 0, 10, 10]])}, tmp_path / "store")
     dataset = load_dataset(
-        "gqa", tmp_path, "val", features=store, scene_graphs=scene_graphs.name, answer_vocab=gqa_vocab_file
+        "gqa", tmp_path, "val", region_features=store, scene_graphs=scene_graphs.name, answer_vocab=gqa_vocab_file
     )
     row = dataset[0]
     assert (row["question_id"], row["feature_row"], row["label"]) == ("202218649", 0, 472)
+    options = {"scene_graphs": scene_graphs.name, "answer_vocab": gqa_vocab_file}
+    assert load_dataset("gqa", tmp_path, "validation", **options)["question_id"] == dataset["question_id"]
     # the picture's gold box is region 0 exactly, the chalkboard overlaps no region: its best one gets it all
     assert row["full_answer_phrase_regions"][0] == [1.0, 0.0]
 
@@ -302,6 +302,8 @@ def test_visual_genome_bad_input_is_a_clear_value_error(vg_dir, tmp_path):
 def test_visual_genome_through_load_dataset(vg_dir):
     dataset = load_dataset("visual_genome", vg_dir, "all", seed=0)
     assert dataset["sentence"] == visual_genome.build(vg_dir, "all")["sentence"]
+    validation = load_dataset("visual_genome", vg_dir, "validation", seed=0)
+    assert len(validation) and validation["sentence"] == visual_genome.build(vg_dir, "val", seed=0)["sentence"]
     assert set(dataset.features) >= {"image_id", "image_size", "sentence_phrase_spans", "sentence_phrase_boxes"}
 
 
@@ -500,13 +502,14 @@ def test_vqa_through_load_dataset_with_region_features(vqa_vocab_file, val_annot
     with pytest.raises(
         ValueError, match=r"image '262148' \(tried \['262148', 'COCO_val2014_000000262148'\]\) is not in"
     ):
-        load_dataset("vqa_v2", head, "val", features=store, **options)
+        load_dataset("vqa_v2", head, "val", region_features=store, **options)
 
     with caplog.at_level(logging.WARNING):
-        dataset = load_dataset("vqa_v2", head, "val", features=store, on_missing_image="skip", **options)
+        dataset = load_dataset("vqa_v2", head, "val", region_features=store, on_missing_image="skip", **options)
     questions = _read(head / VAL_QUESTIONS)["questions"]
     kept = [q for q in questions if q["image_id"] in (262162, 42)]
     assert len(dataset) == len(kept) == 33
+    assert load_dataset("vqa_v2", head, "validation", **options)["question_id"] == [q["question_id"] for q in questions]
     assert dataset["question_id"] == [q["question_id"] for q in kept]
     expected_rows = [store.row_of(f"COCO_val2014_{q['image_id']:012d}") for q in kept]
     assert dataset["feature_row"] == expected_rows and set(expected_rows) == {0, 1}

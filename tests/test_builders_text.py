@@ -20,12 +20,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_samples import DATA
+from shared_samples import real_sample as _real
 
 from hf_vlalign.data.builders import coco_captions, flickr30k_entities, load_dataset, nlvr2, refcoco
 from hf_vlalign.data.feature_store import RegionFeatureStore
-
-
-from shared_samples import DATA, real_sample as _real
 
 
 def _store(tmp_path: Path, images: dict[str, list[list[float]]]) -> RegionFeatureStore:
@@ -137,6 +136,7 @@ def test_flickr_max_images_and_load_dataset(flickr_root):
 
     first_ids = (flickr_root / "val.txt").read_text().split()[:3]
     assert list(dict.fromkeys(dataset["image_id"])) == first_ids
+    assert load_dataset("flickr30k_entities", flickr_root, "validation", max_images=3)["sentence"] == dataset["sentence"]
     with pytest.raises(ValueError, match="max_images"):
         flickr30k_entities.build(flickr_root, "val", max_images=0)
 
@@ -182,6 +182,7 @@ def test_nlvr2_counts_and_labels_match_raw_file(nlvr2_dir):
     dataset = load_dataset("nlvr2", nlvr2_dir, "dev")
 
     assert len(dataset) == len(lines) == 500
+    assert load_dataset("nlvr2", nlvr2_dir, "validation")["identifier"] == dataset["identifier"]  # NLVR2's "dev"
     assert sum(dataset["label"]) == text.count('"label": "True"') == 260
     assert len(dataset) - sum(dataset["label"]) == text.count('"label": "False"')
     assert dataset["identifier"] == [json.loads(line)["identifier"] for line in lines]
@@ -390,10 +391,11 @@ def test_refcoco_rejects_unsafe_pickle_and_bad_input(refcoco_dir, tmp_path):
 def test_refcoco_store_join_through_load_dataset(refcoco_dir, tmp_path):
     # testA holds ref 1 only: ann 1002, bbox [10, 20, 30, 40] -> [10, 20, 40, 60]
     store = _store(tmp_path, {"COCO_train2014_000000581857": [[200, 200, 300, 300], [10, 20, 40, 60]]})
-    dataset = load_dataset("refcoco+", refcoco_dir, "testA", features=store)
+    dataset = load_dataset("refcoco+", refcoco_dir, "testA", region_features=store)
 
     assert dataset["feature_row"] == [0]
     assert dataset[0]["expression_phrase_regions"] == [[0.0, 1.0]]
+    assert load_dataset("refcoco+", refcoco_dir, "validation")["expression"] == ["dog"]  # ref 3, the "val" one
     candidates, columns = refcoco.store_image_ids(image_id_template="train2014/{image_id}")
     assert candidates({"image_id": "9"}) == ["train2014/9"] and columns == ("image_id",)
     assert refcoco.store_image_ids()[0]({"image_id": "9"}) == ["9", "COCO_train2014_000000000009"]
@@ -478,8 +480,9 @@ def test_coco_rows_and_options(coco_dir):
 
 def test_coco_store_ids_and_load_dataset(coco_dir, tmp_path):
     store = _store(tmp_path, {"COCO_val2014_000000391895": [[0, 0, 5, 5]], "9": [[0, 0, 5, 5]]})
-    joined = load_dataset("coco_captions", coco_dir, "test", features=store, on_missing_image="skip")
+    joined = load_dataset("coco_captions", coco_dir, "test", region_features=store, on_missing_image="skip")
     assert joined["image_id"] == ["391895", "391895"] and joined["feature_row"] == [0, 0]
+    assert load_dataset("coco_captions", coco_dir, "validation")["caption"] == coco_captions.build(coco_dir, "val")["caption"]
 
     candidates, columns = coco_captions.store_image_ids()
     assert columns == ("image_id", "coco_split")

@@ -1,13 +1,38 @@
-"""The `hf-vlalign` console entry point."""
+"""The `hf-vlalign` console entry point: one flag convention, help on every option, errors without tracebacks, a
+start-up that imports neither torch nor transformers, and the probe's table."""
 
+import argparse
 import json
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
+from analysis_models import SYNTHETIC_FLAGS, save_with_tokenizer, tiny_family_model
 
-from hf_vlalign.cli import main, results_table
+from hf_vlalign.cli import FEATURE_FORMATS, TASKS, _take_model_option, build_parser, main, results_table
 from hf_vlalign.data.formats.vgp import read_vgp_csv
+
+HEAVY_MODULES = ("torch", "transformers", "datasets")
+
+
+def run_cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
+    executable = shutil.which("hf-vlalign")
+    assert executable is not None, "pip install -e . must install the `hf-vlalign` console script"
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
+    return subprocess.run([executable, *argv], capture_output=True, text=True, timeout=300, env=environment)
+
+
+def verb_parsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+@pytest.fixture(scope="module")
+def vgp_model_dir(tokenizer, tmp_path_factory):
+    model = tiny_family_model("single_stream", tokenizer)
+    return save_with_tokenizer(model, tokenizer, tmp_path_factory.mktemp("vgp_model"))
 
 
 def _write_results(folder, supervision, best):
@@ -45,3 +70,137 @@ def test_console_script_is_installed():
     assert executable is not None, "pip install -e . must install the `hf-vlalign` console script"
     completed = subprocess.run([executable, "--help"], capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0 and "synthesize" in completed.stdout and "probe" in completed.stdout
+
+
+def test_help_and_import_load_no_heavy_module():
+    # `hf-vlalign --help` and every `hf-vlalign <verb> --help` build the parser only: no torch, transformers, datasets
+    code = (
+        "import json, sys\n"
+        "import hf_vlalign.cli as cli\n"
+        "for argv in [[], *[[verb] for verb in json.loads(sys.argv[1])]]:\n"
+        "    try:\n"
+        "        cli.main([*argv, '--help'])\n"
+        "    except SystemExit as exit:\n"
+        "        assert exit.code == 0, argv\n"
+        "print(json.dumps(sorted(name for name in sys.modules if name.split('.')[0] in json.loads(sys.argv[2]))))"
+    )
+    verbs, heavy = json.dumps(sorted(verb_parsers())), json.dumps(HEAVY_MODULES)
+    completed = subprocess.run([sys.executable, "-c", code, verbs, heavy], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    assert len(completed.stdout) > 10_000  # the help of the 10 verbs
+    assert json.loads(completed.stdout.splitlines()[-1]) == []
+
+
+def test_light_import_keeps_the_auto_classes_and_the_public_api(vgp_model_dir):
+    # `import hf_vlalign` is lazy, yet the Auto classes find the models (also when transformers loads its auto module
+    # in the middle of its own imports, as `from transformers import Trainer` does) and every public name imports
+    code = (
+        "import sys\n"
+        "import hf_vlalign\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules\n"
+        "from transformers import Trainer, AutoConfig, AutoModel\n"
+        "assert AutoConfig.from_pretrained(sys.argv[1]).model_type == 'vlalign_single_stream'\n"
+        "print(type(AutoModel.from_pretrained(sys.argv[1])).__name__)\n"
+        "import hf_vlalign.models\n"
+        "assert set(hf_vlalign.__all__) == {'AttentionSupervisionMixin', *hf_vlalign.models.__all__}\n"
+        "assert all(getattr(hf_vlalign, name) is not None for name in hf_vlalign.__all__)\n"
+        "from hf_vlalign import *\n"
+        "print(SingleStreamForVisualParaphrase.__name__, hf_vlalign.data.__name__)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code, str(vgp_model_dir)], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.split() == ["SingleStreamModel", "SingleStreamForVisualParaphrase", "hf_vlalign.data"]
+
+
+def test_parser_choices_are_the_librarys():
+    from hf_vlalign.data.feature_store import FEATURE_FORMATS as LIBRARY_FORMATS
+    from hf_vlalign.trainers.task_evaluation import TASKS as LIBRARY_TASKS
+
+    assert sorted(FEATURE_FORMATS) == sorted(LIBRARY_FORMATS) and TASKS == LIBRARY_TASKS
+
+
+def test_every_option_has_help_and_shows_its_default():
+    for name, parser in verb_parsers().items():
+        text = " ".join(parser.format_help().split())  # argparse wraps lines
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction) or action.option_strings == ["--model"]:  # fisher's old --model
+                continue
+            assert action.help and len(action.help) > 10, (name, action.dest)
+            if action.default not in (None, False):
+                assert f"(default: {action.default})" in text, (name, action.dest)
+            # options are spelled with underscores (an old hyphenated spelling is hidden and deprecated)
+            visible = [option for option in action.option_strings if option not in getattr(action, "old_spellings", ())]
+            assert all("-" not in option[2:] for option in visible), (name, visible)
+
+
+def test_one_flag_convention_and_the_old_spellings_still_work(capsys):
+    parser = build_parser()
+    argv = ["convert-features", "feats.tsv", "--format", "lxmert_tsv", "--out", "store"]
+    new = parser.parse_args([*argv, "--on_error", "skip", "--id_map", "ids.json", "--image_sizes", "s.json", "--box_dir", "b"])
+    assert capsys.readouterr().err == ""
+    old = parser.parse_args([*argv, "--on-error", "skip", "--id-map", "ids.json", "--image-sizes", "s.json", "--box-dir", "b"])
+    notes = capsys.readouterr().err.splitlines()
+    assert vars(old) == vars(new) and new.on_error == "skip" and str(new.box_dir) == "b"
+    assert notes[0] == "hf-vlalign convert-features: --on-error is deprecated; use --on_error" and len(notes) == 4
+    grid = parser.parse_args(["extract-features", "images", "--out", "store", "--grid-size", "3"])
+    assert grid.grid_size == 3 and "--grid-size is deprecated; use --grid_size" in capsys.readouterr().err
+    # fisher: the model is positional and the output `--out`, as in every verb; `--model` / `--output` still work
+    new = parser.parse_args(["fisher", "model_dir", "--out", "f.safetensors"])
+    old = parser.parse_args(["fisher", "--model", "model_dir", "--output", "f.safetensors"])
+    _take_model_option(old)
+    assert (old.model, old.out) == (new.model, new.out) == ("model_dir", new.out) and str(new.out) == "f.safetensors"
+    assert "--model is deprecated" in capsys.readouterr().err
+    for verb, parser in verb_parsers().items():  # the old spellings are hidden
+        assert not {"--on-error", "--id-map", "--grid-size", "--output", "--model"} & set(parser.format_help().split())
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["probe", "./no/such/folder"], "hf-vlalign probe: error: `model`: no such folder: ./no/such/folder"),
+        (["analyze", "/no/such/folder", "--out", "x"], "hf-vlalign analyze: error: `model`: no such folder: /no/such/folder"),
+        (["convert", "no/such/folder", "--from", "lxmert", "--out", "x"], "hf-vlalign convert: error: `src`: no such folder: no/such/folder"),
+        (["evaluate", "nobody-here/not-cached", "--task", "vqa"], "hf-vlalign evaluate: error: `model`: no such folder: "
+         "nobody-here/not-cached; as a Hub id it is not in the Hub cache, and HF_HUB_OFFLINE=1 forbids downloading it."),
+        (["fisher", "--out", "f.safetensors"], "hf-vlalign fisher: error: the following arguments are required: model"),
+    ],
+)
+def test_a_missing_model_is_one_line_without_traceback(argv, message):
+    completed = run_cli(*argv)
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert completed.stderr == message + "\n"
+
+
+def test_a_folder_or_file_that_is_no_checkpoint_and_bad_values_are_one_line(vgp_model_dir, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file.txt").write_text("x")
+    cases = [
+        (["explore", str(tmp_path / "empty"), "--out", "x.html"], "has no config.json"),
+        (["explore", str(tmp_path / "file.txt"), "--out", "x.html"], "is a file, not a checkpoint folder"),
+        (["evaluate", str(vgp_model_dir), "--task", "nlvr2"], "task 'nlvr2' needs a SingleStreamForVisualReasoning or"),
+        (["evaluate", str(vgp_model_dir), "--task", "vgp", "--batch_size", "0"], "`batch_size` must be an int >= 1, got 0"),
+        (["results-table", str(tmp_path)], "has no eval_results.json"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        error = capsys.readouterr().err
+        assert exit_info.value.code == 2 and "Traceback" not in error
+        assert error.splitlines()[-1].startswith(f"hf-vlalign {argv[0]}: error: ") and message in error.splitlines()[-1]
+
+
+def test_probe_prints_a_table_and_writes_the_full_json(vgp_model_dir, synthetic_scene_cache, tmp_path, capsys):
+    path = tmp_path / "probe.json"
+    assert main(["probe", str(vgp_model_dir), *SYNTHETIC_FLAGS, "--batch_size", "4", "--json", str(path)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    result = json.loads(path.read_text())
+    layers, heads = len(result["accuracy"]), len(result["accuracy"][0])
+    assert (layers, heads) == (2, 4) and len(table) < 20
+    assert table[0].endswith(f"{result['num_phrases']} phrases, 2 layers x 4 heads")
+    best = f"best head (layer {result['best_layer']}, head {result['best_head']})"
+    assert any(best in line and line.endswith(f"{result['best_head_accuracy']:.3f}") for line in table)
+    assert any(line.split()[-1] == f"{result['baseline_accuracy']:.3f}" for line in table if "baseline" in line)
+    rows = [line.split() for line in table if line.strip()[:1].isdigit()]
+    assert [int(row[0]) for row in rows] == [0, 1]
+    for layer, row in enumerate(rows):  # each layer's best head and its accuracy
+        assert float(row[2]) == pytest.approx(max(result["accuracy"][layer]), abs=5e-4)

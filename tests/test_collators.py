@@ -85,7 +85,7 @@ def test_caption_collator_aligns_real_phrases_to_their_regions(tokenizer, flickr
 
 def test_targets_built_by_load_dataset_match_the_collators_own(tokenizer, flickr_rows_and_store):
     rows, store = flickr_rows_and_store
-    joined = load_dataset("flickr30k_entities", SHARED / "flickr30k_entities", "val", features=store, max_images=3)
+    joined = load_dataset("flickr30k_entities", SHARED / "flickr30k_entities", "val", region_features=store, max_images=3)
     assert "sentence_phrase_regions" in joined.column_names and joined["feature_row"][0] == store.row_of(joined[0]["image_id"])
     collator = CaptionCollator(tokenizer, store)
     from_store = collator([joined[i] for i in range(5)])
@@ -106,7 +106,7 @@ def test_image_pair_collator_on_real_nlvr2_rows(tokenizer, tmp_path):
     right = store[rows[1]["right_image_id"]]
     assert int(batch["visual_attention_mask"][1, 1].sum()) == len(right["boxes"])
     torch.testing.assert_close(batch["visual_feats"][1, 1, : len(right["boxes"])], right["features"])
-    joined = load_dataset("nlvr2", SHARED / "nlvr2", "dev", features=store, on_missing_image="skip")
+    joined = load_dataset("nlvr2", SHARED / "nlvr2", "dev", region_features=store, on_missing_image="skip")
     assert len(joined) >= 3 and {"left_feature_row", "right_feature_row"} <= set(joined.column_names)
 
 

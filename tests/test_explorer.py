@@ -174,10 +174,13 @@ def test_user_image_replaces_the_rendering(explored, tmp_path, capsys):
     assert data["probe"] is None and data["examples"][0]["size"] == [300, 200]
     image = Image.open(io.BytesIO(base64.b64decode(data["examples"][0]["image"].split(",", 1)[1])))
     assert image.getpixel((5, 5)) == (10, 200, 30)
-    with pytest.raises(ValueError, match="`image` must be an image file"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match="2"):  # a user mistake: one line on stderr, exit status 2
         main([*argv, "--image", str(tmp_path / "missing.png")])
-    with pytest.raises(ValueError, match="`num_examples` must be an int >= 1"):
+    assert "`image` must be an image file" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
         main([*argv[:4], "--num_examples", "0", *SYNTHETIC_FLAGS])
+    assert "`num_examples` must be an int >= 1" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------------------------------

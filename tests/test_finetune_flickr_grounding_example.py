@@ -31,6 +31,7 @@ from hf_vlalign.data.feature_store import RegionFeatureStore
 from hf_vlalign.data.synthetic import SyntheticSceneConfig
 from hf_vlalign.metrics import phrase_grounding_recall
 from hf_vlalign.metrics.phrase_grounding import rank_boxes, union_box
+from hf_vlalign.trainers.task_metrics import PHRASE_COLUMNS
 from hf_vlalign.utils.text_model import default_text_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,7 +143,7 @@ def real_rows_and_store(tmp_path_factory):
         for image_id, image in regions.items()
     ]  # fmt: skip
     store = RegionFeatureStore.write(records, tmp_path_factory.mktemp("real_flickr") / "store")
-    return raw, load_dataset("flickr30k_entities", root, "val", max_images=20, features=store), store
+    return raw, load_dataset("flickr30k_entities", root, "val", max_images=20, region_features=store), store
 
 
 def test_real_annotations_keep_their_boxed_phrases_in_order(real_rows_and_store, tokenizer):
@@ -157,7 +158,7 @@ def test_real_annotations_keep_their_boxed_phrases_in_order(real_rows_and_store,
     originals = [(row, phrases) for row, phrases in zip(raw, boxed) if phrases]
     for row, (original, phrases) in zip(kept, originals):
         assert row["sentence"] == original["sentence"]
-        for column in example.PHRASE_COLUMNS:
+        for column in PHRASE_COLUMNS:
             if column in original:
                 assert row[column] == [original[column][i] for i in phrases], column
         assert len(row["sentence_phrase_regions"]) == len(phrases)
@@ -231,7 +232,7 @@ def _reloaded_recall(run: Path, monkeypatch) -> tuple[type, dict]:
     monkeypatch.setenv("HF_VLALIGN_CACHE", str(run / "cache"))
     config = SyntheticSceneConfig(TRAIN_IMAGES, EVAL_IMAGES)
     store = synthetic_region_features(config=config)
-    rows = load_dataset("synthetic_scenes", None, "val", task="captions", config=config, features=store)
+    rows = load_dataset("synthetic_scenes", None, "val", task="captions", config=config, region_features=store)
     model = AutoModelForPhraseGrounding.from_pretrained(run / "model").eval()
     collator = PhraseGroundingCollator(AutoTokenizer.from_pretrained(run / "model"), store, max_text_length=48)
     ranked, gold = [], []

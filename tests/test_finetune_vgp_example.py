@@ -32,6 +32,14 @@ def test_example_writes_weights_card_plots_and_results(finetuned):
     assert "library_name: hf_vlalign" in card and f"{results['vgp_accuracy']:.4f}"[:5] in card
 
 
+def test_launch_prints_no_accelerate_or_pin_memory_notice(finetuned):
+    # accelerate lists the defaults it picked when no config gives them (examples/accelerate_configs/single_process.yaml
+    # does); torch warns at every DataLoader when memory is pinned without an accelerator (the recipes pin only with one)
+    stderr = (finetuned / "launch_stderr.txt").read_text()
+    assert "were not passed to `accelerate launch`" not in stderr
+    assert "pin_memory" not in stderr
+
+
 def test_reloaded_model_reproduces_the_trained_models_predictions(finetuned, monkeypatch):
     model_dir = finetuned / "model"
     results = json.loads((model_dir / "eval_results.json").read_text())
@@ -60,12 +68,14 @@ def test_reloaded_model_reproduces_the_trained_models_predictions(finetuned, mon
 
 def test_cli_probe_reproduces_the_reported_grounding(finetuned, monkeypatch, capsys):
     monkeypatch.setenv("HF_VLALIGN_CACHE", str(finetuned / "cache"))
-    plot = finetuned / "heads.png"
+    plot, full = finetuned / "heads.png", finetuned / "probe.json"
     arguments = ["probe", str(finetuned / "model"), "--synthetic_train_images", "12", "--synthetic_eval_images", "6",
-                 "--plot", str(plot)]
+                 "--plot", str(plot), "--json", str(full)]  # fmt: skip
     assert main(arguments) == 0
-    printed = json.loads(capsys.readouterr().out)
+    table = capsys.readouterr().out  # a short table; the accuracy of every head goes to --json
+    probe = json.loads(full.read_text())
     results = json.loads((finetuned / "model" / "eval_results.json").read_text())
-    assert printed["best_head_accuracy"] == pytest.approx(results["grounding_accuracy_best_head"], abs=1e-9)
-    assert printed["baseline_accuracy"] == pytest.approx(results["grounding_baseline_accuracy"], abs=1e-9)
+    assert probe["best_head_accuracy"] == pytest.approx(results["grounding_accuracy_best_head"], abs=1e-9)
+    assert probe["baseline_accuracy"] == pytest.approx(results["grounding_baseline_accuracy"], abs=1e-9)
+    assert f"{results['grounding_accuracy_best_head']:.3f}" in table and len(table.splitlines()) < 30
     assert plot.is_file()

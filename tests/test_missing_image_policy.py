@@ -193,11 +193,11 @@ def test_both_levels_follow_the_one_option_of_load_dataset(tmp_path, caplog):
         tmp_path / "store",
     )  # fmt: skip  (10002456 has its annotation files but no features)
     with pytest.raises(ValueError) as raised:  # the first missing image stops the build: in the annotation files
-        load_dataset("flickr30k_entities", root, split, features=store)
+        load_dataset("flickr30k_entities", root, split, region_features=store)
     assert ERROR.fullmatch(str(raised.value))["image"] == TEST_IMAGE
 
     with caplog.at_level(logging.WARNING):
-        rows = load_dataset("flickr30k_entities", root, split, features=store, on_missing_image="skip")
+        rows = load_dataset("flickr30k_entities", root, split, region_features=store, on_missing_image="skip")
     matches = [WARNING.fullmatch(message) for message in caplog.messages if "on_missing_image" in message]
     warnings = [(m["source"], int(m["skipped"]), int(m["total"]), m["unit"]) for m in matches]
     assert warnings == [
@@ -208,7 +208,7 @@ def test_both_levels_follow_the_one_option_of_load_dataset(tmp_path, caplog):
 
     (root / "val.txt").write_text("1000092795\n10002456\n")  # every image has its files, one has no features
     with pytest.raises(ValueError) as raised:
-        load_dataset("flickr30k_entities", root, split, features=store)
+        load_dataset("flickr30k_entities", root, split, region_features=store)
     error = ERROR.fullmatch(str(raised.value))
     assert (error["source"], error["item"], error["image"]) == ("flickr30k_entities val", "row 5", "10002456")
     assert error["where"].startswith(f"the region-feature store {store.directory}")

@@ -1,6 +1,7 @@
 """`hf-vlalign analyze` and `hf-vlalign evaluate` on saved models of the three families, over the synthetic scenes."""
 
 import json
+import re
 
 import pytest
 from analysis_models import SCENES, SYNTHETIC_FLAGS, save_with_tokenizer, tiny_family_model
@@ -29,7 +30,7 @@ def captioner_dir(tokenizer, tmp_path_factory):
 
 PNGS = (
     "grounding_accuracy_per_head.png", "grounding_accuracy_per_layer.png", "attention_entropy.png",
-    "attention_vs_distance.png", "word_region_heatmaps.png",
+    "attention_vs_distance.png", "word_region_heatmaps.png", "top_regions_on_image.png",
 )
 
 
@@ -59,6 +60,11 @@ def test_analyze_writes_the_tables_and_plots(family, layers, heads, blocks, requ
     assert distance and sum(row["num_pairs"] for row in distance) > 0
     for name in PNGS:
         assert (out / name).stat().st_size > 1000, name
+    # the scene's rendered image, drawn with the boxes the probe's best head attends to
+    probe = report["grounding_probe"]
+    drawn = report["top_regions_on_image"]
+    assert drawn["png"] == "top_regions_on_image.png" and drawn["image"].endswith(".png")
+    assert (drawn["layer"], drawn["head"]) == (probe["best_layer"], probe["best_head"])
 
 
 def test_analyze_is_the_same_over_batch_sizes(single_stream_dir, tmp_path):
@@ -89,7 +95,7 @@ def test_evaluate_gqa_and_captioning(two_stream_dir, captioner_dir):
 
 
 def test_evaluate_refuses_a_model_of_another_task(single_stream_dir, tmp_path):
-    with pytest.raises(ValueError, match=r"task 'captioning' needs a vlalign_captioner model"):
+    with pytest.raises(ValueError, match=r"task 'captioning' needs a RegionCaptionerForConditionalGeneration model"):
         evaluate_task(single_stream_dir, "captioning", synthetic=SCENES)
     with pytest.raises(ValueError, match=r"`task` must be one of"):
         evaluate_task(single_stream_dir, "retrieval", synthetic=SCENES)
@@ -97,7 +103,7 @@ def test_evaluate_refuses_a_model_of_another_task(single_stream_dir, tmp_path):
         analyze_model(single_stream_dir, tmp_path, synthetic=SCENES, max_examples=0)
 
 
-def test_analyze_reads_real_vgp_files(single_stream_dir, tmp_path):
+def test_analyze_reads_real_vgp_files(single_stream_dir, tmp_path, capsys):
     from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
     from hf_vlalign.data.synthetic import load_or_generate_synthetic_vgp
 
@@ -113,5 +119,28 @@ def test_analyze_reads_real_vgp_files(single_stream_dir, tmp_path):
     )
     real = json.loads((tmp_path / "real" / "analysis.json").read_text())
     assert real["grounding_probe"] == synthetic["grounding_probe"] and real["data"].startswith("VGP caption pairs")
-    with pytest.raises(ValueError, match=r"real VGP data needs .* missing: \['features'\]"):
+    # real VGP files come without their images: no boxes-on-image figure, and analysis.json says why
+    assert "no image" in real["top_regions_on_image"]["skipped"] and not (tmp_path / "real" / "top_regions_on_image.png").exists()
+    assert synthetic["top_regions_on_image"]["png"] == "top_regions_on_image.png"
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match="2"):  # a user mistake: one line on stderr, exit status 2
         main([*argv, "--out", str(tmp_path / "x"), *files[:-2]])
+    assert re.search(r"real VGP data needs .* missing: \['features'\]", capsys.readouterr().err.splitlines()[-1])
+
+
+def test_make_analyze_figures_copies_every_png(single_stream_dir, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "make_analyze_figures.py"
+    spec = importlib.util.spec_from_file_location("make_analyze_figures", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    analysis, images = tmp_path / "analysis", tmp_path / "images"
+    analysis.mkdir()
+    (analysis / "stale.png").write_bytes(b"not this run's")  # a figure of an earlier run is not copied
+    argv = ["--model", str(single_stream_dir), "--analysis_dir", str(analysis), "--out_dir", str(images),
+            "--no_syntactic_grounding", *SYNTHETIC_FLAGS]  # fmt: skip
+    paths = script.main(argv)
+    assert sorted(p.name for p in paths) == sorted(f"analyze_{name}" for name in PNGS)
+    assert all((images / p.name).read_bytes() == (analysis / p.name.removeprefix("analyze_")).read_bytes() for p in paths)

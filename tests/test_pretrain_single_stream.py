@@ -33,7 +33,7 @@ SCENES = SyntheticSceneConfig(num_train_images=40, num_val_images=6, seed=5)
 def captions(tmp_path_factory):
     root = tmp_path_factory.mktemp("scenes")
     store = synthetic_region_features(root, SCENES)
-    train = load_dataset("synthetic_scenes", root, "train", task="captions", config=SCENES, features=store)
+    train = load_dataset("synthetic_scenes", root, "train", task="captions", config=SCENES, region_features=store)
     return train, store, AutoTokenizer.from_pretrained(default_text_model_path())
 
 
@@ -299,7 +299,7 @@ def test_reloaded_model_reproduces_the_reported_accuracies(pretrained, monkeypat
     results = json.loads((model_dir / "eval_results.json").read_text())
     monkeypatch.setenv("HF_VLALIGN_CACHE", str(output_dir / "cache"))
     store = synthetic_region_features(config=EXAMPLE_SCENES)
-    evaluation = load_dataset("synthetic_scenes", None, "val", task="captions", config=EXAMPLE_SCENES, features=store)
+    evaluation = load_dataset("synthetic_scenes", None, "val", task="captions", config=EXAMPLE_SCENES, region_features=store)
     collator = SentenceImagePretrainingCollator(
         AutoTokenizer.from_pretrained(model_dir), store, captions_by_image=evaluation, region_mask_probability=0.2,
         max_text_length=64, seed=results["eval_collation_seed"],

@@ -1,6 +1,7 @@
 """README tables that come from committed benchmark results are exactly what the benchmark script renders from them
 (never typed by hand): `python benchmarks/image_use.py --readme benchmarks/results/image_use.json` rewrites the block
-(`benchmarks/word_vectors.py --readme benchmarks/results/word_vectors.json` for the word-vectors table)."""
+(`benchmarks/word_vectors.py --readme benchmarks/results/word_vectors.json` for the word-vectors table,
+`benchmarks/time_to_result.py --readme benchmarks/results/time_to_result.json` for the times of analyze and training)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,15 @@ def test_word_vectors_table_is_generated_from_the_committed_results():
     targets = report["targets"]
     assert targets["same_highest_object"] > 0.95
     assert min(targets["minilm_targets_grounding_accuracy"], targets["glove_targets_grounding_accuracy"]) > 0.99
+
+
+def test_time_to_result_blocks_are_generated_from_the_committed_results():
+    benchmark = _load("time_to_result_benchmark", ROOT / "benchmarks" / "time_to_result.py")
+    report = json.loads(benchmark.RESULTS.read_text())
+    readme = (ROOT / "README.md").read_text()
+    assert benchmark.analyze_block(report) in readme
+    assert benchmark.training_block(report) in readme
+    # what the blocks say: one thread against every core of the machine, and the same analysis.json from both
+    assert report["settings"]["thread_counts"] == [1, report["machine"]["cores"]]
+    assert report["analyze"]["same_analysis_json"] is True
+    assert report["analyze"]["num_examples"] == 1262  # the README's 1,262 evaluation pairs of the main job

@@ -226,7 +226,7 @@ def test_fisher_verb_writes_a_file_that_load_fisher_reads(data, tokenizer, tmp_p
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     output = tmp_path / "fisher.safetensors"
-    argv = ["fisher", "--model", str(tmp_path / "model"), "--output", str(output), "--num_batches", "2", "--batch_size", "4"]
+    argv = ["fisher", str(tmp_path / "model"), "--out", str(output), "--num_batches", "2", "--batch_size", "4"]
     assert main([*argv, *SYNTHETIC_FLAGS]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["num_batches"] == 2 and summary["fisher_sum"] > 0
@@ -235,10 +235,12 @@ def test_fisher_verb_writes_a_file_that_load_fisher_reads(data, tokenizer, tmp_p
     assert set(fisher) == set(parameters)
     assert all(torch.equal(anchor[name], parameter.detach()) for name, parameter in parameters.items())
     assert ewc_penalty(model, fisher, anchor).item() == 0.0
-    with pytest.raises(ValueError, match="`--data vgp` needs"):
+    with pytest.raises(SystemExit, match="2"):  # a user mistake: one line on stderr, exit status 2
         main([*argv, "--data", "vgp", *SYNTHETIC_FLAGS])
-    with pytest.raises(ValueError, match="`--num_batches` must be >= 1"):
+    assert "`--data vgp` needs" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
         main([*argv[:-4], "--num_batches", "0", *SYNTHETIC_FLAGS])
+    assert "`--num_batches` must be >= 1" in capsys.readouterr().err
 
     # a saved folder as the teacher (loaded with the student's class) and a plain {name: F} dict anchored at the model
     trainer = VGPTrainer(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from analysis_models import SCENES, SYNTHETIC_FLAGS, save_with_tokenizer, tiny_family_model
+from shared_samples import real_sample
 
 from hf_vlalign.analysis import syntactic_grounding
 from hf_vlalign.analysis.probe_plots import plot_top_relations
@@ -47,6 +48,18 @@ def test_spacy_parses_real_sentences_into_the_expected_relations():
     assert {("box", "nsubj", "is"), ("large", "amod", "box"), ("yellow", "amod", "box"), ("red", "amod", "box")} <= _relations(scene)
     assert [word["deprel"] for word in man if word["head"] == 0] == ["root"]
     assert man[1] == {"id": 2, "form": "man", "head": 3, "deprel": "nsubj", "start": 2, "end": 5}
+
+
+def test_parses_without_the_unused_components_are_the_full_pipelines():
+    """`parse_with_spacy` switches off what the parses do not read (tagger, lemmatizer, NER...): the same parses, on
+    the 500 real sentences of the NLVR2 dev sample."""
+    lines = real_sample("nlvr2", "dev.json").read_text().splitlines()
+    sentences = [json.loads(line)["sentence"] for line in lines]
+    nlp = load_spacy_model()
+    switched_off = set(syntactic_grounding.SPACY_UNUSED_COMPONENTS) & set(nlp.pipe_names)
+    assert switched_off and "parser" in nlp.pipe_names, nlp.pipe_names
+    full = [syntactic_grounding._spacy_words(doc) for doc in nlp.pipe(sentences)]
+    assert parse_with_spacy(sentences) == full
 
 
 def test_missing_pipeline_names_what_to_pip_install(monkeypatch):

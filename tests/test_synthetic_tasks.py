@@ -224,6 +224,8 @@ def test_nlvr2_files_read_by_the_real_builder_with_balanced_labels(paths):
             assert by_sentence[(set_id, sentence_id, "True" if label == "False" else "False")] == count
     dev = load_dataset("synthetic_scenes", paths.root.parent, "dev", task="nlvr2", config=SMALL)
     assert dev["identifier"] == load_dataset("synthetic_scenes", paths.root.parent, "val", task="nlvr2", config=SMALL)["identifier"]
+    validation = load_dataset("synthetic_scenes", paths.root.parent, "validation", task="nlvr2", config=SMALL)
+    assert validation["identifier"] == dev["identifier"]
 
 
 def test_nlvr2_labels_match_a_recomputation_from_the_scene_graphs(paths, graphs):
@@ -244,7 +246,7 @@ def test_nlvr2_labels_match_a_recomputation_from_the_scene_graphs(paths, graphs)
 def test_nlvr2_pair_features_attach_and_collate(paths, tokenizer):
     store = synthetic_region_features(paths.root.parent, SMALL, task="nlvr2")
     images = synthetic_region_features(paths.root.parent, SMALL)
-    rows = load_dataset("synthetic_scenes", paths.root.parent, "val", task="nlvr2", config=SMALL, features=store)
+    rows = load_dataset("synthetic_scenes", paths.root.parent, "val", task="nlvr2", config=SMALL, region_features=store)
     assert {"left_feature_row", "right_feature_row"} <= set(rows.column_names)
     row = rows[0]
     assert store.image_at(row["left_feature_row"])["image_id"] == row["left_image_id"]
@@ -259,7 +261,7 @@ def test_nlvr2_pair_features_attach_and_collate(paths, tokenizer):
     assert batch["visual_attention_mask"].shape == (4, 2, num_regions)
     assert batch["labels"].tolist() == rows["label"][:4]
     with pytest.raises(ValueError, match="not in the region-feature store"):  # the image store has no NLVR2 ids
-        load_dataset("synthetic_scenes", paths.root.parent, "val", task="nlvr2", config=SMALL, features=images)
+        load_dataset("synthetic_scenes", paths.root.parent, "val", task="nlvr2", config=SMALL, region_features=images)
 
 
 def test_nlvr2_statement_truth_rules():
@@ -323,7 +325,7 @@ def test_refcoco_rows_boxes_and_collator_labels(paths, graphs, tokenizer):
     collator = ReferringExpressionCollator(tokenizer, store)
     hits = []
     for split in ("train", "val"):
-        rows = load_dataset("synthetic_scenes", paths.root.parent, split, task="refcoco", config=SMALL, features=store)
+        rows = load_dataset("synthetic_scenes", paths.root.parent, split, task="refcoco", config=SMALL, region_features=store)
         assert "expression_phrase_regions" in rows.column_names
         for row in rows:
             graph = graphs[row["image_id"]]

@@ -26,7 +26,7 @@ SCENES = SyntheticSceneConfig(num_train_images=40, num_val_images=10, seed=3)
 def questions(tmp_path_factory):
     root = tmp_path_factory.mktemp("scenes")
     store = synthetic_region_features(root, SCENES)
-    train = load_dataset("synthetic_scenes", root, "train", task="questions", config=SCENES, features=store)
+    train = load_dataset("synthetic_scenes", root, "train", task="questions", config=SCENES, region_features=store)
     return train, store, AutoTokenizer.from_pretrained(default_text_model_path())
 
 

@@ -6,16 +6,15 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoTokenizer
+from transformers.testing_utils import CaptureLogger
 
 from hf_vlalign import default_text_model_path
 from hf_vlalign.alignment import box_iou, normalize_boxes
-from transformers.testing_utils import CaptureLogger
-
-from hf_vlalign.data.builders import vgp as vgp_builder
 from hf_vlalign.data.builders import build_vgp_dataset, load_dataset
+from hf_vlalign.data.builders import vgp as vgp_builder
 from hf_vlalign.data.collators import PROBE_KEYS, VGPCollator
-from hf_vlalign.data.formats.flickr30k_entities import Flickr30kEntities
 from hf_vlalign.data.feature_store import RegionFeatureStore
+from hf_vlalign.data.formats.flickr30k_entities import Flickr30kEntities
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 if not SHARED.is_dir():
@@ -187,6 +186,7 @@ def test_load_dataset_vgp_finds_the_split_csv(tmp_path):
     (data_dir / "flickr30k_entities").symlink_to(FLICKR)
     rows = load_dataset("vgp", data_dir, "val", max_examples=10, negatives="random")
     assert len(rows) == 10 and rows[0]["image_id"] == "12252043"
+    assert load_dataset("vgp", data_dir, "validation", max_examples=10, negatives="random")["caption1"] == rows["caption1"]
     with pytest.raises(ValueError, match=r"holds no VGP csv for split 'test'; expected one of \['test_data.csv'"):
         load_dataset("vgp", data_dir, "test")
     with pytest.raises(ValueError, match=r"`name` must be one of .* got 'vgp2'"):

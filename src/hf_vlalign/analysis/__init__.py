@@ -19,6 +19,7 @@ from .geometry import (
 from .grounding_probe import GroundingProbe, GroundingProbeResult, text_to_region_attention
 from .importance import captioner_attention_importance, kendall_tau
 from .plots import (
+    format_region_labels,
     plot_head_accuracy,
     plot_head_grid,
     plot_layer_heatmaps,
@@ -49,6 +50,7 @@ __all__ = [
     "bertviz_inputs",
     "captioner_attention_importance",
     "explorer_examples",
+    "format_region_labels",
     "infer_source",
     "kendall_tau",
     "load_bertviz_inputs",

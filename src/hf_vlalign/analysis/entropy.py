@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from .attention_blocks import AttentionBlocks
 from .plots import _save
 
-__all__ = ["AttentionEntropy", "attention_entropy", "block_label", "plot_entropy"]
+__all__ = ["AttentionEntropy", "attention_entropy", "block_label", "draw_entropy", "plot_entropy"]
 
 
 def block_label(name: str, source: str) -> str:
@@ -119,31 +119,46 @@ def attention_entropy(blocks: AttentionBlocks) -> list[dict]:
     return meter.compute()
 
 
+def _count_text(counts: list[int]) -> str:
+    return f"{counts[0]:,}" if min(counts) == max(counts) else f"{min(counts):,}-{max(counts):,}"
+
+
+def draw_entropy(rows: list[dict], value: str = "normalised_entropy", title: str = "") -> Figure:
+    """The figure of `plot_entropy`, not saved."""
+    if value not in ("normalised_entropy", "entropy"):
+        raise ValueError(f"`value` must be 'normalised_entropy' or 'entropy', got {value!r}.")
+    means = [row for row in rows if isinstance(row, dict) and row.get("head") == "mean"] if isinstance(rows, (list, tuple)) else []
+    if not means:
+        raise ValueError("`rows` must be the non-empty table of `attention_entropy` (with 'mean' head rows), got none.")
+    figure = Figure(figsize=(6.5, 4.0), layout="constrained")
+    ax = figure.subplots()
+    for label in sorted({row["block"] for row in means}):
+        block = sorted((row for row in means if row["block"] == label), key=lambda row: row["layer"])
+        counts = [int(row["num_rows"]) for row in block]
+        ax.plot([row["layer"] for row in block], [row[value] for row in block], marker="o",
+                label=f"{label} (n = {_count_text(counts)} query rows per layer)")  # fmt: skip
+    ax.set_xlabel("layer (counted from 0)")
+    if value == "normalised_entropy":
+        ax.set_ylabel("normalised entropy H / ln(n keys)\n(0 = one key, 1 = uniform)")
+        ax.set_ylim(-0.02, 1.02)
+    else:
+        ax.set_ylabel("entropy H (nats)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(color="0.9", linewidth=0.6)
+    ax.legend(fontsize=7, loc="best")
+    heading = "attention entropy per block and layer (mean over heads and query rows)"
+    ax.set_title(f"{title}: {heading}" if title else heading, fontsize=10)
+    return figure
+
+
 def plot_entropy(rows: list[dict], path: str | Path, value: str = "normalised_entropy", title: str = "") -> Path:
-    """One line per block over layers of the head-averaged entropy (the "mean" rows), saved as a PNG.
+    """One line per block over layers of the head-averaged entropy (the "mean" rows), saved as a PNG; the legend
+    gives each block's number of query rows per layer.
 
     Args:
         rows: the table of `attention_entropy` / `AttentionEntropy.compute`.
         path: where to write the PNG; parent folders are created.
-        value: "normalised_entropy" (default) or "entropy" (nats).
-        title: optional figure title.
+        value: "normalised_entropy" (default; H / ln(n keys), in [0, 1]) or "entropy" (nats).
+        title: optional first title line (e.g. the model's name).
     """
-    if value not in ("normalised_entropy", "entropy"):
-        raise ValueError(f"`value` must be 'normalised_entropy' or 'entropy', got {value!r}.")
-    means = [row for row in rows if row.get("head") == "mean"] if isinstance(rows, (list, tuple)) else []
-    if not means:
-        raise ValueError("`rows` must be the non-empty table of `attention_entropy` (with 'mean' head rows), got none.")
-    figure = Figure(figsize=(5.5, 3.5))
-    ax = figure.subplots()
-    for label in sorted({row["block"] for row in means}):
-        points = sorted((row["layer"], row[value]) for row in means if row["block"] == label)
-        layers, values = zip(*points)
-        ax.plot(layers, values, marker="o", label=label)
-    ax.set_xlabel("layer")
-    ax.set_ylabel("normalised entropy" if value == "normalised_entropy" else "entropy (nats)")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title)
-    return _save(figure, path)
-
+    return _save(draw_entropy(rows, value, title), path)

@@ -25,6 +25,7 @@ __all__ = [
     "WithinClusterAttention",
     "attention_vs_distance",
     "box_centre_distances",
+    "draw_attention_vs_distance",
     "plot_attention_vs_distance",
     "plot_within_cluster",
     "within_cluster_attention",
@@ -218,24 +219,49 @@ def within_cluster_attention(blocks: AttentionBlocks, region_clusters: torch.Ten
     return meter.compute()
 
 
-def plot_attention_vs_distance(rows: list[dict], path: str | Path, title: str = "") -> Path:
-    """Mean attention against box-centre distance (bin centres), one line per layer, saved as a PNG."""
+def draw_attention_vs_distance(rows: list[dict], title: str = "") -> Figure:
+    """The figure of `plot_attention_vs_distance`, not saved."""
     if not isinstance(rows, (list, tuple)) or not rows:
         raise ValueError("`rows` must be the non-empty table of `attention_vs_distance`, got none.")
-    figure = Figure(figsize=(5.5, 3.5))
+    figure = Figure(figsize=(6.5, 4.2), layout="constrained")
     ax = figure.subplots()
+    # the number of pairs per bin (the same in every layer), as grey bars behind the lines
+    first = sorted((row for row in rows if row["layer"] == rows[0]["layer"]), key=lambda row: row["distance_bin_low"])
+    counts = ax.twinx()
+    counts.bar([(row["distance_bin_low"] + row["distance_bin_high"]) / 2 for row in first],
+               [row["num_pairs"] for row in first], width=[row["distance_bin_high"] - row["distance_bin_low"] for row in first],
+               color="0.88", edgecolor="0.75", linewidth=0.5)  # fmt: skip
+    counts.set_ylabel("region pairs per bin (grey bars)", color="0.4")
+    counts.tick_params(axis="y", colors="0.4")
+    ax.set_zorder(counts.get_zorder() + 1)
+    ax.patch.set_visible(False)
     for layer in sorted({row["layer"] for row in rows}):
         points = sorted(
             ((row["distance_bin_low"] + row["distance_bin_high"]) / 2, row["mean_attention"]) for row in rows if row["layer"] == layer
         )
         centres, values = zip(*points)
         ax.plot(centres, np.asarray(values, dtype=np.float64), marker="o", label=f"layer {layer}")
-    ax.set_xlabel("distance between box centres")
-    ax.set_ylabel("mean attention")
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title)
-    return _save(figure, path)
+    ax.set_xlabel("distance between box centres (normalised image coordinates: width and height = 1)")
+    ax.set_ylabel("mean attention weight\n(heads averaged, renormalised over regions)")
+    ax.set_xlim(0.0, MAX_CENTRE_DISTANCE)
+    figure.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=6, fontsize=7, frameon=False,
+                  title="region->region attention per layer (lines)", title_fontsize=7)  # fmt: skip
+    total = sum(row["num_pairs"] for row in first)
+    heading = f"attention vs box distance (n = {total:,} region pairs per layer, self-pairs excluded)"
+    ax.set_title(f"{title}: {heading}" if title else heading, fontsize=10)
+    return figure
+
+
+def plot_attention_vs_distance(rows: list[dict], path: str | Path, title: str = "") -> Path:
+    """Mean attention against box-centre distance (bin centres), one line per layer, with the number of region pairs
+    per bin as grey bars on a second axis, saved as a PNG.
+
+    Args:
+        rows: the table of `attention_vs_distance` / `AttentionDistance.compute`.
+        path: where to write the PNG; parent folders are created.
+        title: optional first title line (e.g. the model's name).
+    """
+    return _save(draw_attention_vs_distance(rows, title), path)
 
 
 def plot_within_cluster(rows: list[dict], path: str | Path, title: str = "") -> Path:

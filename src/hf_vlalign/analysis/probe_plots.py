@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from .plots import _as_matrix, _save
 
-__all__ = ["plot_layer_accuracy_scatter", "plot_relation_accuracy_scatter", "plot_top_relations"]
+__all__ = ["draw_layer_accuracy_scatter", "plot_layer_accuracy_scatter", "plot_relation_accuracy_scatter", "plot_top_relations"]
 
 
 def _checked_accuracy(name: str, accuracy: object) -> np.ndarray:
@@ -26,20 +26,25 @@ def _checked_accuracy(name: str, accuracy: object) -> np.ndarray:
     return matrix
 
 
-def _draw_scatter(ax, accuracy: np.ndarray, baseline: float | None, title: str) -> None:
+def _draw_scatter(
+    ax, accuracy: np.ndarray, baseline: float | None, title: str, baseline_label: str = "baseline"
+) -> None:
     """One dot per head at (layer, accuracy), the baseline as a horizontal line (Li et al. Figure 3)."""
     num_layers, num_heads = accuracy.shape
     layers = np.repeat(np.arange(num_layers), num_heads)
-    ax.scatter(layers, accuracy.reshape(-1), s=14, alpha=0.7, color="tab:blue", label="head")
+    ax.scatter(layers, accuracy.reshape(-1), s=14, alpha=0.7, color="tab:blue", label=f"one head ({num_heads} per layer)")
     if baseline is not None:
-        ax.axhline(float(baseline), color="tab:red", linestyle="--", linewidth=1.2, label="baseline")
+        ax.axhline(float(baseline), color="tab:red", linestyle="--", linewidth=1.2,
+                   label=f"{baseline_label} ({float(baseline):.3f})")  # fmt: skip
     ax.set_xticks(range(num_layers))
     ax.set_xlim(-0.5, num_layers - 0.5)
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("layer")
-    ax.set_ylabel("accuracy")
+    ax.grid(axis="y", color="0.9", linewidth=0.6)
+    ax.set_axisbelow(True)
+    ax.set_xlabel("layer (counted from 0)")
+    ax.set_ylabel("accuracy (share of items)")
     if title:
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
 
 
 def _checked_baseline(name: str, baseline: float | None) -> float | None:
@@ -48,8 +53,34 @@ def _checked_baseline(name: str, baseline: float | None) -> float | None:
     return baseline
 
 
+def draw_layer_accuracy_scatter(
+    accuracy: np.ndarray,
+    baseline: float | None = None,
+    title: str = "",
+    num_phrases: int | None = None,
+    baseline_label: str = "baseline",
+) -> Figure:
+    """The figure of `plot_layer_accuracy_scatter`, not saved."""
+    matrix = _checked_accuracy("accuracy", accuracy)
+    if num_phrases is not None and (isinstance(num_phrases, bool) or not isinstance(num_phrases, int) or num_phrases < 0):
+        raise ValueError(f"`num_phrases` must be an int >= 0 or None, got {num_phrases!r}.")
+    if num_phrases is not None:
+        title = f"{title} (n = {num_phrases:,} phrases)".strip()
+    figure = Figure(figsize=(max(5.0, 0.45 * matrix.shape[0] + 3.0), 3.8), layout="constrained")
+    ax = figure.subplots()
+    _draw_scatter(ax, matrix, _checked_baseline("baseline", baseline), title, baseline_label)
+    ax.set_ylabel("grounding accuracy (share of phrases)")
+    ax.legend(loc="lower right", fontsize=7)
+    return figure
+
+
 def plot_layer_accuracy_scatter(
-    accuracy: np.ndarray, path: str | Path, baseline: float | None = None, title: str = ""
+    accuracy: np.ndarray,
+    path: str | Path,
+    baseline: float | None = None,
+    title: str = "",
+    num_phrases: int | None = None,
+    baseline_label: str = "baseline",
 ) -> Path:
     """Per-layer scatter of every head's grounding accuracy (Li et al. 2020, Figure 3), saved as a PNG.
 
@@ -58,16 +89,13 @@ def plot_layer_accuracy_scatter(
         path: where to write the PNG; parent folders are created.
         baseline: optional accuracy drawn as a horizontal line (e.g. `GroundingProbeResult.baseline_accuracy`).
         title: optional figure title.
+        num_phrases: optional number of phrases the accuracies are over, added to the title as "(n = ... phrases)".
+        baseline_label: the baseline's name in the legend (e.g. "detection-confidence baseline").
 
     Returns:
         The path of the written PNG.
     """
-    matrix = _checked_accuracy("accuracy", accuracy)
-    figure = Figure(figsize=(max(4.0, 0.45 * matrix.shape[0] + 2.0), 3.5))
-    ax = figure.subplots()
-    _draw_scatter(ax, matrix, _checked_baseline("baseline", baseline), title)
-    ax.legend(loc="best", fontsize=7)
-    return _save(figure, path)
+    return _save(draw_layer_accuracy_scatter(accuracy, baseline, title, num_phrases, baseline_label), path)
 
 
 def plot_relation_accuracy_scatter(
@@ -106,6 +134,7 @@ def plot_relation_accuracy_scatter(
         matrix = _checked_accuracy(f"accuracy[{relation!r}]", accuracy[relation])
         baseline = _checked_baseline(f"baselines[{relation!r}]", baselines.get(relation))
         _draw_scatter(ax, matrix, baseline, relation)
+        ax.set_ylabel("accuracy (share of arcs)")
     for ax in axes[len(relations):]:
         ax.set_visible(False)
     figure.tight_layout()

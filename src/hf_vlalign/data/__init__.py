@@ -3,11 +3,13 @@
 from .builders import (
     BUILDERS,
     ID_LABELS,
+    VALIDATION_SPLITS,
     VGPData,
     attach_region_features,
     build_vgp_dataset,
     load_dataset,
     load_vgp_data,
+    resolve_split,
 )
 from .collators import (
     PROBE_KEYS,
@@ -48,6 +50,7 @@ __all__ = [
     "SyntheticSceneConfig",
     "SyntheticVGPPaths",
     "TruncationStats",
+    "VALIDATION_SPLITS",
     "VGPCollator",
     "VGPData",
     "attach_region_features",
@@ -62,4 +65,5 @@ __all__ = [
     "load_or_generate_synthetic_vgp",
     "load_vgp_data",
     "region_feature_statistics",
+    "resolve_split",
 ]

@@ -14,7 +14,7 @@
 
 Regions are padded to the longest image of the batch, flagged by `visual_attention_mask`; boxes are normalised once,
 by `alignment.boxes.normalize_boxes`, with the store's image size. Grounded phrases (`<text>_phrase_spans` with
-`<text>_phrase_regions` from `load_dataset(..., features=store)`, or `<text>_phrase_boxes` matched here by IoU) give
+`<text>_phrase_regions` from `load_dataset(..., region_features=store)`, or `<text>_phrase_boxes` matched here by IoU) give
 `word_region_alignment` (B, T, R) and `phrase_masks` (B, P, T).
 
 Truncation (`max_text_length`): one long row never stops a run. Texts are truncated the way the tokenizer does
@@ -104,7 +104,7 @@ def store_image_id(
     store: RegionFeatureStore, example: dict, id_column: str = "image_id", row_column: str = "feature_row"
 ) -> str:
     """The row's image as the store names it: its `image_id` when the store has it, else the store row
-    `load_dataset(..., features=store)` matched it to (`feature_row`; e.g. COCO id "581857" stored as
+    `load_dataset(..., region_features=store)` matched it to (`feature_row`; e.g. COCO id "581857" stored as
     "COCO_train2014_000000581857")."""
     image_id, row = example[id_column], example.get(row_column)
     if image_id in store or row is None:
@@ -510,7 +510,7 @@ class RegionTextCollator:
     def phrase_target(self, i: int, phrase: str, gold: torch.Tensor, regions: list | None, batch: dict) -> torch.Tensor | None:
         """Alignment row of one phrase of example `i` over its regions; None when the phrase is not grounded."""
         region_mask = batch["visual_attention_mask"][i]
-        if regions is not None:  # built against the store by `load_dataset(..., features=store)`
+        if regions is not None:  # built against the store by `load_dataset(..., region_features=store)`
             if not len(gold) and not any(regions):  # a phrase without a box (GQA without scene graphs): all zeros
                 return None
             return self._checked_regions(i, regions, region_mask, batch)

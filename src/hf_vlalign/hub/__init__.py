@@ -10,6 +10,7 @@ from .convert_visualbert import (
 from .model_card import (
     MODEL_CARD_FAMILIES,
     TASK_CARD_TASKS,
+    is_task_metric,
     metrics_from_eval_results,
     render_model_card,
     render_task_model_card,
@@ -25,6 +26,7 @@ __all__ = [
     "convert_lxmert",
     "convert_visualbert",
     "convert_visualbert_state_dict",
+    "is_task_metric",
     "metrics_from_eval_results",
     "push_folder_to_hub",
     "render_model_card",

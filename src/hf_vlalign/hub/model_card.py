@@ -6,7 +6,8 @@ attention alignment), rendered by `render_model_card`. The downstream tasks (VQA
 phrase grounding) of either encoder family and the single-stream (VisualBERT-style) pre-training share one template,
 `model_cards/task.md`, rendered by `render_task_model_card`. Every card's YAML metadata is a
 `huggingface_hub.ModelCardData`: `library_name: hf_vlalign`, tags, datasets, `base_model` (when a Hub id) and a
-`model-index` built from the numeric entries of `eval_results.json`.
+`model-index` built from the task metrics among the numeric entries of `eval_results.json` (`is_task_metric`: no
+losses, runtimes or baselines; the card's results table shows every entry).
 
 Where the templates are found:
 - in a source checkout / editable install, in `<repository>/model_cards/` (edits show up at once);
@@ -32,6 +33,7 @@ from ..supervision.config import SUPERVISION_METHODS
 __all__ = [
     "MODEL_CARD_FAMILIES",
     "TASK_CARD_TASKS",
+    "is_task_metric",
     "metrics_from_eval_results",
     "render_model_card",
     "render_task_model_card",
@@ -187,10 +189,25 @@ def metrics_from_eval_results(eval_results: Mapping[str, Any], prefix: str = "")
     }
 
 
+# results that are not task metrics of the model: losses, the Trainer's bookkeeping, and baselines, chance levels and
+# detector upper bounds measured on the data
+_NOT_TASK_METRIC = re.compile(
+    r"(^|[/_])(loss|runtime|samples_per_second|steps_per_second|epoch|baseline|chance|upper_bound)($|_)"
+)
+
+
+def is_task_metric(name: str) -> bool:
+    """Whether a result named `name` is a task metric of the model (an accuracy, BLEU-4, CIDEr-D, ...), listed in the
+    card's `model-index`; losses (`eval_loss`, `loss_att`, ...), runtimes, epochs, baselines, chance levels and upper
+    bounds (`grounding_baseline_accuracy`, `upper_bound_accuracy`) stay in the card's results table only."""
+    return not _NOT_TASK_METRIC.search(name)
+
+
 def _eval_results(
     results: list[tuple[str, float]], *, task_type: str, task_name: str, dataset_type: str, dataset_name: str
 ) -> list[EvalResult] | None:
-    """`model-index` entries: every metric, measured on one task and one dataset."""
+    """`model-index` entries: every task metric (`is_task_metric`), measured on one task and one dataset."""
+    results = [(name, value) for name, value in results if is_task_metric(name)]
     if not results:
         return None
     return [
@@ -403,7 +420,7 @@ def render_model_card(
         base_model=base_model if _is_hub_id(base_model) else None,
         datasets=arguments.datasets,
         tags=tags,
-        model_name=model_name if arguments.results else None,  # the `model-index` name
+        model_name=model_name if any(is_task_metric(name) for name, _ in arguments.results) else None,  # model-index
         eval_results=_eval_results(
             arguments.results,
             task_type=family_card.task_type,
@@ -674,7 +691,7 @@ def render_task_model_card(
         base_model=base_model if _is_hub_id(base_model) else None,
         datasets=arguments.datasets,
         tags=tags,
-        model_name=model_name if arguments.results else None,  # the `model-index` name
+        model_name=model_name if any(is_task_metric(name) for name, _ in arguments.results) else None,  # model-index
         eval_results=_eval_results(
             arguments.results,
             task_type=task_card.task_type,

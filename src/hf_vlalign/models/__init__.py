@@ -24,3 +24,5 @@ __all__ = [  # noqa: PLE0604
     *_single_stream_all,
     *_two_stream_all,
 ]
+
+register_auto_classes()  # importing the models registers them with transformers' Auto classes

@@ -6,6 +6,7 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForPreTraining,
+    AutoModelForSeq2SeqLM,
     AutoModelForVisualQuestionAnswering,
 )
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
@@ -82,3 +83,5 @@ def register_auto_classes() -> None:
     AutoConfig.register(RegionCaptionerConfig.model_type, RegionCaptionerConfig, exist_ok=True)
     AutoModel.register(RegionCaptionerConfig, RegionCaptionerModel, exist_ok=True)
     AutoModelForRegionCaptioning.register(RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, exist_ok=True)
+    # as its remote code: an encoder-decoder generating text, like BART (`AutoModelForSeq2SeqLM` + `generate`)
+    AutoModelForSeq2SeqLM.register(RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, exist_ok=True)

@@ -8,8 +8,12 @@ new one is complete. Only files the save wrote are touched (`eval_results.json`,
 weight files of an earlier save that the new one supersedes (a stale `model.safetensors` next to new shards would be
 loaded instead of them), which are removed before the new config is moved in.
 
-Loading. transformers 5 raises on a checkpoint whose weight shapes differ from the model built from the config, with
-an exception that only points to a report it logged; here the exception names every mismatching key and both shapes.
+Loading. A checkpoint of another model type (another family's folder, or a text checkpoint) is refused before the model
+is built, with a [`CheckpointMismatchError`] naming the class, both model types and the folder: transformers only logs
+a warning and returns a model whose weights are all newly initialised. So is a `config.json` that builds fewer layers
+than the checkpoint holds (transformers drops the extra layers as "unexpected" weights). transformers 5 raises on a
+checkpoint whose weight shapes differ from the model built from the config, with an exception that only points to a
+report it logged; here the exception names every mismatching key and both shapes.
 Weights left newly initialised (missing from the checkpoint, or re-initialised with `ignore_mismatched_sizes=True`) are
 named in transformers' WARNING report; for a supervised head (attention supervision, alignment decoder, VGP
 classifiers, A2 masks) a WARNING of this library's logger names them too, so it stays visible when transformers'
@@ -27,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel
+from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.utils import CONFIG_NAME
 
 logger = logging.getLogger(__name__)
@@ -41,8 +45,14 @@ SUPERVISED_HEAD_PATTERN = (
 )
 
 
-class CheckpointMismatchError(RuntimeError):
-    """A checkpoint's weights do not fit the model built from the (possibly overridden) config."""
+# the `from_pretrained` keywords that locate a checkpoint's files (passed on when reading its `config.json`)
+HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
+
+
+class CheckpointMismatchError(RuntimeError, ValueError):
+    """A checkpoint does not fit the model class or the model built from the (possibly overridden) config: another
+    `model_type`, weights of other shapes, or more layers than the config builds. A `ValueError` (bad input) and, as
+    transformers' own size-mismatch error, a `RuntimeError`."""
 
 
 def weight_file_pattern(variant: str | None = None) -> re.Pattern[str]:
@@ -99,6 +109,18 @@ class SaveLoadMixin:
     errors / warnings that name the weights concerned (see the module docstring)."""
 
     _supervised_head_pattern: str = SUPERVISED_HEAD_PATTERN
+    # the config field giving the length of each layer list (its path inside the base model), named by loading errors
+    _layer_count_fields: dict[str, str] = {}
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *model_args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, refusing with [`CheckpointMismatchError`] a checkpoint whose `config.json`
+        has another `model_type` than this class's config (instead of a model with every weight newly initialised),
+        and a config building fewer layers than the checkpoint holds (instead of dropping the extra layers)."""
+        config = kwargs.get("config")
+        if pretrained_model_name_or_path is not None and not isinstance(config, PreTrainedConfig):
+            check_checkpoint_model_type(cls, config if config is not None else pretrained_model_name_or_path, kwargs)
+        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
     def save_pretrained(
         self,
@@ -147,11 +169,12 @@ class SaveLoadMixin:
 
     @staticmethod
     def _finalize_model_loading(model, load_config, loading_info):
-        """transformers' finalisation (initialise missing weights, tie, log the report), plus: a size mismatch raises
-        [`CheckpointMismatchError`] naming every key and both shapes; weights get aligned memory of their own (outputs
-        equal the saved model's bit for bit); newly initialised supervised heads are named in a WARNING of this
-        library's logger."""
+        """transformers' finalisation (initialise missing weights, tie, log the report), plus: checkpoint layers beyond
+        the config's layer count, or a size mismatch, raise [`CheckpointMismatchError`] naming the layer counts or every
+        key and both shapes; weights get aligned memory of their own (outputs equal the saved model's bit for bit);
+        newly initialised supervised heads are named in a WARNING of this library's logger."""
         source = load_config.pretrained_model_name_or_path
+        _check_weights_fit(model, source, loading_info)
         try:
             loading_info = PreTrainedModel._finalize_model_loading(model, load_config, loading_info)
         except RuntimeError as error:
@@ -171,6 +194,73 @@ class SaveLoadMixin:
                 ", ".join(supervised),
             )
         return loading_info
+
+
+def check_checkpoint_model_type(model_class: type[PreTrainedModel], config_path: str | os.PathLike, kwargs) -> None:
+    """Raises [`CheckpointMismatchError`] when the `config.json` at `config_path` has another `model_type` than
+    `model_class`'s config. A folder without a readable config is left to `from_pretrained`'s own error."""
+    hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+    try:
+        config_dict, _ = model_class.config_class.get_config_dict(config_path, **hub_kwargs)
+    except (OSError, ValueError):
+        return
+    found, expected = config_dict.get("model_type"), model_class.config_class.model_type
+    if found is None or found == expected:
+        return
+    hints = []
+    if saved_by := config_dict.get("architectures"):
+        hints.append(f"Load it with the class it was saved from ({', '.join(saved_by)}) or an Auto class.")
+    if hasattr(model_class, "from_text_pretrained"):
+        hints.append(f"`{model_class.__name__}.from_text_pretrained` initialises the text side from a text checkpoint.")
+    raise CheckpointMismatchError(
+        f"{model_class.__name__} expects a checkpoint of model_type {expected!r}, but the config.json of {config_path} "
+        f"has model_type {found!r}: its weights would not be loaded (the model would be random). " + " ".join(hints)
+    )
+
+
+def _check_weights_fit(model: PreTrainedModel, source, loading_info) -> None:
+    """Raises [`CheckpointMismatchError`] when no weight of the checkpoint is one of `model` (a checkpoint of another
+    model with an explicit `config`), or when the checkpoint holds layers beyond a layer list of `model`."""
+    unexpected = sorted(loading_info.unexpected_keys)
+    if unexpected and not set(model.state_dict()) - set(loading_info.missing_keys):
+        raise CheckpointMismatchError(
+            f"Cannot load the checkpoint {source} into {type(model).__name__}: none of its {len(unexpected)} weight(s) "
+            f"(e.g. {unexpected[0]}) is a weight of the model, every weight would be newly initialised. It is the "
+            "checkpoint of another model: see the model_type in its config.json."
+        )
+    _check_layer_counts(model, source, unexpected)
+
+
+def _check_layer_counts(model: PreTrainedModel, source, unexpected_keys) -> None:
+    """Raises [`CheckpointMismatchError`] when the checkpoint holds layers beyond the length of a layer list of `model`
+    (a `config.json` whose layer count is lower than the weights'), naming both counts and the config field."""
+    prefix = f"{model.base_model_prefix}."
+    # a checkpoint of the base model lacks the prefix of a head model's keys, a head checkpoint loaded as base has it
+    keys = {variant for key in unexpected_keys for variant in (key, key.removeprefix(prefix), prefix + key)}
+    lines = []
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.ModuleList):
+            continue
+        pattern = re.compile(rf"{re.escape(name)}\.(\d+)\.")
+        saved = max((int(match[1]) + 1 for key in keys if (match := pattern.match(key))), default=0)
+        if saved > len(module):
+            field = _layer_count_field(model, name)
+            named = f" (`{field}`={len(module)})" if field else ""
+            lines.append(f"  {name}: the config builds {len(module)} layer(s){named}, the checkpoint holds {saved}")
+    if lines:
+        raise CheckpointMismatchError(
+            f"Cannot load the checkpoint {source} into {type(model).__name__}: its config builds fewer layers than its "
+            "weights hold, so layers would be silently dropped:\n" + "\n".join(lines) + "\nSet the layer count of "
+            "config.json (or of the override) to the checkpoint's."
+        )
+
+
+def _layer_count_field(model: PreTrainedModel, module_name: str) -> str | None:
+    """The config field giving the length of the layer list `module_name` (from `model._layer_count_fields`)."""
+    for path, field in model._layer_count_fields.items():
+        if module_name == path or module_name.endswith(f".{path}"):
+            return field
+    return None
 
 
 def _own_misaligned_tensors(model: PreTrainedModel, alignment: int = TENSOR_ALIGNMENT) -> None:

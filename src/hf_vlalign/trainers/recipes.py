@@ -5,6 +5,8 @@ Every example parses `ModelArguments`, `DataArguments`, its own task arguments a
 with `parse_recipe_args`, so each takes the same flags: `--model_family`, `--model_name_or_path`, `--dataset`,
 `--data_dir`, `--features`, `--mixed_precision`, and every `TrainingArguments` flag (`--seed`,
 `--gradient_accumulation_steps`, `--eval_steps`, `--resume_from_checkpoint`, `--push_to_hub`, `--hub_model_id`, ...).
+Every example also takes `--num_threads`: on CPU, each process uses the available cores divided by the processes of
+the machine unless OMP_NUM_THREADS or `--num_threads` says otherwise (`set_cpu_threads`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,18 @@ class MixedPrecisionArguments:
 
 
 @dataclass
+class ThreadArguments:
+    num_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "CPU threads of each process (torch.set_num_threads). Default: on CPU, your OMP_NUM_THREADS, else "
+            "the available cores divided by the processes of this machine (accelerate launch's own OMP_NUM_THREADS=1 "
+            "counts as unset)."
+        },
+    )
+
+
+@dataclass
 class ModelArguments(MixedPrecisionArguments):
     model_family: str = field(default="single_stream", metadata={"help": "single_stream | two_stream"})
     model_name_or_path: str | None = field(
@@ -73,7 +87,9 @@ class DataArguments:
         default=None, metadata={"help": "RegionFeatureStore folder of the images (hf-vlalign convert-features)."}
     )
     train_split: str | None = field(default=None, metadata={"help": "default: the dataset's training split."})
-    eval_split: str | None = field(default=None, metadata={"help": "default: the dataset's validation split."})
+    eval_split: str | None = field(
+        default=None, metadata={"help": "default: the dataset's validation split (also named by 'validation')."}
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "keep the first N training rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "keep the first N evaluation rows."})
     image_use_examples: int | None = field(
@@ -125,16 +141,21 @@ def default_report_to() -> str:
 def parse_recipe_args(argv: list[str], dataclass_types: tuple[type, ...], **defaults) -> tuple:
     """Parses `argv` into `dataclass_types` + `TrainingArguments` (returned in that order), with the examples'
     shared defaults, then `defaults`; a `mixed_precision` field of any of them (`--mixed_precision`) sets `bf16` /
-    `fp16`."""
-    parser = HfArgumentParser((*dataclass_types, TrainingArguments))
-    parser.set_defaults(**{**TRAINING_DEFAULTS, "report_to": default_report_to(), **defaults})
-    *parsed, training_args = parser.parse_args_into_dataclasses(argv)
+    `fp16`; every example also takes `--num_threads` (`set_cpu_threads`)."""
+    parser = HfArgumentParser((*dataclass_types, ThreadArguments, TrainingArguments))
+    # pinned memory only speeds up copies to an accelerator; without one torch warns at every DataLoader
+    pin_memory = torch.accelerator.is_available()
+    parser.set_defaults(
+        **{**TRAINING_DEFAULTS, "report_to": default_report_to(), "dataloader_pin_memory": pin_memory, **defaults}
+    )
+    *parsed, threads, training_args = parser.parse_args_into_dataclasses(argv)
     for value in parsed:
         if isinstance(value, ModelArguments):
             check_model_arguments(value)
         if hasattr(value, "mixed_precision"):
             apply_mixed_precision(training_args, value.mixed_precision)
     check_distributed_launch(training_args)
+    set_cpu_threads(training_args, threads.num_threads)
     return (*parsed, training_args)
 
 
@@ -149,6 +170,49 @@ def check_distributed_launch(training_args: TrainingArguments) -> None:
             "would train alone and write the same output folder. On a machine without GPUs, launch CPU processes: "
             "`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N ...` (gloo)."
         )
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, e.g. under `taskset` or a container's cpuset)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def default_cpu_threads(environ: Mapping[str, str], cores: int, local_processes: int) -> int:
+    """The threads per process when `--num_threads` is not given: the user's OMP_NUM_THREADS, else the cores divided
+    by the processes of this machine.
+
+    `accelerate launch` always hands its processes OMP_NUM_THREADS: the user's own value, its
+    `--num_cpu_threads_per_process`, or 1 when neither is given, which leaves every core but one idle in a single CPU
+    process. A launcher's 1 is therefore read as "not chosen" (pass `--num_threads 1` to mean it).
+    """
+    if cores < 1 or local_processes < 1:
+        raise ValueError(f"`cores` and `local_processes` must be >= 1, got {cores} and {local_processes}.")
+    chosen = environ.get("OMP_NUM_THREADS", "")
+    launcher_default = chosen == "1" and "ACCELERATE_DYNAMO_BACKEND" in environ  # set by accelerate's launchers
+    if not chosen or launcher_default:
+        return max(1, cores // local_processes)
+    first = chosen.split(",")[0].strip()  # OpenMP also takes a list, one count per nesting level
+    if not first.isdigit() or int(first) < 1:
+        raise ValueError(f"`OMP_NUM_THREADS` must be a positive integer (or unset), got {chosen!r}.")
+    return int(first)
+
+
+def set_cpu_threads(training_args: TrainingArguments, num_threads: int | None = None) -> int:
+    """Sets torch's intra-op threads of a CPU run (`--num_threads`, else `default_cpu_threads`), prints the count
+    once (main process) and returns it. Runs on an accelerator keep torch's setting."""
+    if num_threads is not None and (type(num_threads) is not int or num_threads < 1):  # bool is not a count
+        raise ValueError(f"`--num_threads` must be an integer >= 1 (or unset for the default), got {num_threads!r}.")
+    cores = available_cores()
+    if training_args.device.type == "cpu":
+        local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", training_args.world_size))
+        torch.set_num_threads(num_threads or default_cpu_threads(os.environ, cores, local_processes))
+    threads = torch.get_num_threads()
+    if training_args.process_index == 0:
+        print(
+            f"hf_vlalign: {threads} CPU thread(s) per process, {training_args.world_size} process(es), {cores} cores "
+            f"available (--num_threads sets another count)"
+        )
+    return threads
 
 
 def check_model_arguments(args: ModelArguments) -> None:
@@ -397,8 +461,11 @@ __all__ = [
     "MixedPrecisionArguments",
     "ModelArguments",
     "TRAINING_DEFAULTS",
+    "ThreadArguments",
     "apply_mixed_precision",
+    "available_cores",
     "checkpoint_family",
+    "default_cpu_threads",
     "default_report_to",
     "evaluation_subset",
     "image_use_results",
@@ -408,6 +475,7 @@ __all__ = [
     "parse_indices",
     "parse_recipe_args",
     "save_model",
+    "set_cpu_threads",
     "set_dropout",
     "supervision_settings",
     "take_push_to_hub",

@@ -97,15 +97,15 @@ class SyntacticGroundingAnalysis:
 
     @staticmethod
     def _entity_words(i: int, positions: list[int], batch: dict, grounded: torch.Tensor, iou: torch.Tensor) -> None:
-        """Marks the words of example `i` whose token lies in a grounded phrase, with that phrase's gold-box IoUs."""
-        masks = batch["phrase_masks"][i]  # (P, T)
-        for word, position in enumerate(positions):
-            if position < 0:
-                continue
-            phrases = masks[:, position].nonzero().flatten()
-            if len(phrases):
-                grounded[i, word] = True
-                iou[i, word] = batch["phrase_region_iou"][i, int(phrases[0])]
+        """Marks the words of example `i` whose token lies in a grounded phrase, with the gold-box IoUs of the first
+        such phrase."""
+        positions = torch.tensor(positions, dtype=torch.long)
+        words = (positions >= 0).nonzero().flatten()
+        inside = batch["phrase_masks"][i][:, positions[words]]  # (P, words with a token)
+        found, first = inside.any(dim=0), inside.to(torch.uint8).argmax(dim=0)  # argmax: the first maximal index
+        words, first = words[found], first[found]
+        grounded[i, words] = True
+        iou[i, words] = batch["phrase_region_iou"][i, first]
 
     def report(self, out_dir: Path, title: str, k: int = TOP_RELATIONS) -> dict:
         """analysis.json's "syntactic_grounding": the top-`k` relations (Li et al. Table 2) and the plot."""

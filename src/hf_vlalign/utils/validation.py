@@ -7,6 +7,7 @@ surfaces as a NaN or an index error from deep inside torch.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -60,8 +61,11 @@ def check_finite(name: str, tensor: torch.Tensor) -> None:
         raise ValueError(f"`{name}` must be finite, got {bad} NaN/inf value(s) in a tensor of shape {_shape(tensor)}.")
 
 
-def check_normalised_boxes(name: str, boxes: torch.Tensor, valid: torch.Tensor | None = None) -> None:
-    """Boxes (..., 4) as x1, y1, x2, y2 in [0, 1] with x2 > x1 and y2 > y1 (rows where `valid` is False are ignored)."""
+def check_normalised_boxes(
+    name: str, boxes: torch.Tensor, valid: torch.Tensor | None = None, mask_name: str = "visual_attention_mask"
+) -> None:
+    """Boxes (..., 4) as x1, y1, x2, y2 in [0, 1] with x2 > x1 and y2 > y1 (rows where `valid` is False are ignored).
+    All-zero boxes are reported as padding that the mask `mask_name` (`valid`, None when not given) should hide."""
     if boxes.shape[-1] != 4:
         raise ValueError(f"`{name}` must have a last dim of 4 (x1, y1, x2, y2), got shape {_shape(boxes)}.")
     check_finite(name, boxes)
@@ -74,11 +78,47 @@ def check_normalised_boxes(name: str, boxes: torch.Tensor, valid: torch.Tensor |
             f"`{name}` must be normalised to [0, 1] (x1, y1, x2, y2 divided by image width/height), got values in "
             f"[{low:.4g}, {high:.4g}]; normalise pixel boxes with hf_vlalign.alignment.normalize_boxes."
         )
+    check_padding_masked(name, boxes, valid, mask_name)
     degenerate = (rows[..., 2] <= rows[..., 0]) | (rows[..., 3] <= rows[..., 1])
     if bool(degenerate.any()):
         example = rows[degenerate][0].tolist()
         raise ValueError(
             f"`{name}` must satisfy x2 > x1 and y2 > y1, got {int(degenerate.sum())} degenerate box(es), e.g. {example}."
+        )
+
+
+def check_padding_masked(
+    name: str, values: torch.Tensor, mask: torch.Tensor | None, mask_name: str = "visual_attention_mask"
+) -> None:
+    """Rows of `values` (..., D) that are all zeros where `mask` is not 0 (or everywhere when no mask was given) look
+    like padding regions: raises a `ValueError` telling to pass (or fix) `mask_name`."""
+    padding = (values == 0).all(-1)
+    if mask is not None:
+        padding &= mask.bool()
+    if not bool(padding.any()):
+        return
+    where = padding.nonzero()[0].tolist()
+    if mask is None:
+        fix = f"pass `{mask_name}` (1 for real regions, 0 for padding) so that they are not attended"
+    else:
+        fix = f"`{mask_name}` is 1 for them: set it to 0 for padding regions"
+    raise ValueError(
+        f"`{name}` has {int(padding.sum())} all-zero region row(s) (e.g. at index {where}), which look like padding: "
+        f"{fix}."
+    )
+
+
+def warn_unmasked_zero_features(
+    name: str, visual_feats: torch.Tensor, mask_name: str = "visual_attention_mask"
+) -> None:
+    """Without a mask, regions whose features are all zeros but whose boxes look valid cannot be told from real ones;
+    they are attended. Warns that they look like padding (a constant message: Python shows it once per call site)."""
+    if bool((visual_feats == 0).all(-1).any()):
+        warnings.warn(
+            f"`{name}` has region(s) whose features are all zeros and no `{mask_name}` was given, so they are attended "
+            f"as real regions; if they are padding, pass `{mask_name}` (1 for real regions, 0 for padding).",
+            UserWarning,
+            stacklevel=2,
         )
 
 
@@ -184,6 +224,8 @@ def check_vision_language_inputs(
         check_mask_not_empty("visual_attention_mask", visual_attention_mask, "region")
     if visual_boxes is not None:
         check_normalised_boxes("visual_boxes", visual_boxes, visual_attention_mask)
+    if visual_attention_mask is None:
+        warn_unmasked_zero_features("visual_feats", visual_feats)
     if word_region_alignment is not None:
         check_rank("word_region_alignment", word_region_alignment, 3, "(batch, text_length, num_regions)")
         if tuple(word_region_alignment.shape) != (batch, text_length, num_regions):
@@ -256,9 +298,8 @@ def default_and_check_inputs(
     check_boxes_given(config, visual_boxes)
     attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
     token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
-    if visual_attention_mask is None:
-        visual_attention_mask = attention_mask.new_ones(visual_feats.shape[:2])
     if config.validate_inputs:
+        # checked before the region mask is defaulted: without one, all-zero regions are reported as unmasked padding
         check_vision_language_inputs(
             config,
             input_ids=input_ids,
@@ -271,4 +312,6 @@ def default_and_check_inputs(
         )
         if phrase_masks is not None:
             check_phrase_masks("phrase_masks", phrase_masks, *input_ids.shape, allow_empty_rows=True)
+    if visual_attention_mask is None:
+        visual_attention_mask = attention_mask.new_ones(visual_feats.shape[:2])
     return attention_mask, token_type_ids, visual_attention_mask

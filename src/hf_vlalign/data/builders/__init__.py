@@ -1,6 +1,6 @@
 """Dataset builders: published annotation files -> Arrow-backed `datasets.Dataset`, one module per dataset.
 
-`load_dataset(name, data_dir, split, features=None, **options)` is the one-liner. Each builder module has
+`load_dataset(name, data_dir, split, region_features=None, **options)` is the one-liner. Each builder module has
 `build(data_dir, split, **options) -> datasets.Dataset` and may have `store_image_ids(**options) -> (candidates,
 id_columns)` when its image ids differ from the feature files' ids (see `_common.attach_region_features`).
 """
@@ -13,8 +13,16 @@ from pathlib import Path
 import datasets
 
 from ..feature_store import RegionFeatureStore
-from ._common import DEFAULT_ON_MISSING_IMAGE, MISSING_IMAGE_CHOICES, attach_region_features, check_on_missing_image
-from ._common import takes_on_missing_image
+from ._common import (
+    DEFAULT_ON_MISSING_IMAGE,
+    MISSING_IMAGE_CHOICES,
+    VALIDATION_SPLITS,
+    attach_region_features,
+    check_on_missing_image,
+    renamed_features_argument,
+    resolve_split,
+    takes_on_missing_image,
+)
 from .vgp import ID_LABELS, VGPData, build_vgp_dataset, load_vgp_data
 
 BUILDERS = {
@@ -34,10 +42,11 @@ def load_dataset(
     name: str,
     data_dir: str | Path | None,
     split: str,
-    features: RegionFeatureStore | str | Path | None = None,
+    region_features: RegionFeatureStore | str | Path | None = None,
     *,
     iou_threshold: float = 0.5,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
+    features: RegionFeatureStore | str | Path | None = None,
     **options,
 ) -> datasets.Dataset:
     """Reads one split of a published dataset from its files as published (see README, "Datasets").
@@ -45,27 +54,34 @@ def load_dataset(
     Args:
         name: one of `BUILDERS`.
         data_dir: the folder holding the dataset's files (ignored by "synthetic_scenes", which generates them).
-        split: the split, in the dataset's own names ("train", "val", "testA", ...).
-        features: a `RegionFeatureStore` (or its directory): rows are then joined to their image's regions and get
-            `feature_row` and `<text>_phrase_regions` (`_common.attach_region_features`).
+        split: the split, in the dataset's own names ("train", "val", "testA", ...); "validation" is the dataset's
+            validation split (`VALIDATION_SPLITS`: "dev" for NLVR2, "val" for the others).
+        region_features: a `RegionFeatureStore` (or its directory): rows are then joined to their image's regions
+            and get `feature_row` and `<text>_phrase_regions` (`_common.attach_region_features`).
         iou_threshold: passed to `attach_region_features`.
         on_missing_image: one policy for every image a row needs, in the annotation files (passed to the builder)
-            and in `features` (passed to `attach_region_features`): "raise" (the default) stops at the first row
-            whose image is missing, naming it; "skip" drops such rows and reports their count in one warning,
+            and in `region_features` (passed to `attach_region_features`): "raise" (the default) stops at the first
+            row whose image is missing, naming it; "skip" drops such rows and reports their count in one warning,
             "<source>: N of M <rows> skipped (on_missing_image='skip'): image not in <where>."
+        features: deprecated alias of `region_features` (a `FutureWarning`; in `datasets`, `features` is a column
+            schema).
         options: the builder's own options (see each `builders/<name>.py`).
     """
+    region_features = renamed_features_argument(region_features, features, "load_dataset")
     if name not in BUILDERS:
         raise ValueError(f"`name` must be one of {sorted(BUILDERS)}, got {name!r}.")
+    split = resolve_split(name, split)
     check_on_missing_image(on_missing_image)
     builder = importlib.import_module(f".{BUILDERS[name]}", __name__)
     if takes_on_missing_image(builder.build):
         dataset = builder.build(data_dir, split, on_missing_image=on_missing_image, **options)
     else:
         dataset = builder.build(data_dir, split, **options)
-    if features is None:
+    if region_features is None:
         return dataset
-    store = features if isinstance(features, RegionFeatureStore) else RegionFeatureStore.load(features)
+    store = region_features
+    if not isinstance(store, RegionFeatureStore):
+        store = RegionFeatureStore.load(store)
     if hasattr(builder, "attach_pair_features") and "right_image_id" in dataset.column_names:  # NLVR2: two images
         return builder.attach_pair_features(dataset, store, on_missing_image=on_missing_image)
     candidates, id_columns = (None, ("image_id",))
@@ -87,9 +103,11 @@ __all__ = [
     "DEFAULT_ON_MISSING_IMAGE",
     "ID_LABELS",
     "MISSING_IMAGE_CHOICES",
+    "VALIDATION_SPLITS",
     "VGPData",
     "attach_region_features",
     "build_vgp_dataset",
     "load_dataset",
     "load_vgp_data",
+    "resolve_split",
 ]

@@ -15,7 +15,7 @@ Collators turn these into the token-level `word_region_alignment`.
 
 Missing images, one policy everywhere. A row needs its image twice: in the annotation files that describe it (Flickr30k
 Entities `Sentences/` + `Annotations/`, GQA scene graphs, Visual Genome `image_data.json`, COCO `instances.json` of
-RefCOCO+) and, with `features=`, in the region-feature store. Every builder's `build`, `attach_region_features`,
+RefCOCO+) and, with `region_features=`, in the region-feature store. Every builder's `build`, `attach_region_features`,
 `load_dataset` and `load_vgp_data` take `on_missing_image`: "raise" (the default) stops at the first such row with a
 ValueError naming it and where its image was looked for; "skip" drops those rows and says so in one warning with the
 same wording everywhere (`report_missing_images`): "<source>: N of M <rows> skipped (on_missing_image='skip'): image
@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -36,7 +37,6 @@ import torch
 from ...alignment.boxes import alignment_target
 from ..feature_store import RegionFeatureStore
 
-
 logger = logging.getLogger(__name__)
 
 SPANS = datasets.List(datasets.List(datasets.Value("int32"), length=2))
@@ -45,6 +45,43 @@ IMAGE_SIZE = datasets.List(datasets.Value("int32"), length=2)
 REGION_TARGETS = datasets.List(datasets.List(datasets.Value("float32")))
 MISSING_IMAGE_CHOICES = ("raise", "skip")
 DEFAULT_ON_MISSING_IMAGE = "raise"
+# each dataset's validation split in its own names; `load_dataset(name, ..., split="validation")` reads it (the split
+# name of `datasets` and of the Hub's datasets)
+VALIDATION_SPLITS = {
+    "flickr30k_entities": "val",
+    "vgp": "val",
+    "gqa": "val",
+    "visual_genome": "val",
+    "vqa_v2": "val",
+    "nlvr2": "dev",
+    "refcoco+": "val",
+    "coco_captions": "val",
+    "synthetic_scenes": "val",
+}
+
+
+def resolve_split(name: str, split: str) -> str:
+    """`split` in the dataset's own names: "validation" is `name`'s validation split (`VALIDATION_SPLITS`), any other
+    split is returned as it is (the builder checks it)."""
+    return VALIDATION_SPLITS.get(name, split) if split == "validation" else split
+
+
+def renamed_features_argument(region_features, features, function: str):
+    """The region-feature store passed as `region_features=` or, deprecated, as `features=` (renamed: in `datasets`,
+    `features` is a dataset's column schema): a `FutureWarning` for the old name, a `ValueError` when both are given."""
+    if features is None:
+        return region_features
+    if region_features is not None:
+        raise ValueError(
+            f"`{function}` got both `region_features` and its deprecated alias `features`; pass `region_features` only."
+        )
+    warnings.warn(
+        f"`{function}(..., features=...)` is deprecated and will be removed: pass the region-feature store as "
+        "`region_features=` (in `datasets`, `features` means a dataset's column schema).",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return features
 
 
 def grounding_features(*text_columns: str) -> dict[str, datasets.List]:
@@ -153,7 +190,7 @@ def attach_region_features(
         source: the dataset named in the error and the warning (`load_dataset` passes "<name> <split>").
     """
     if not isinstance(store, RegionFeatureStore):
-        raise ValueError(f"`features` must be a RegionFeatureStore (RegionFeatureStore.load(dir)), got {type(store).__name__}.")
+        raise ValueError(f"`store` must be a RegionFeatureStore (RegionFeatureStore.load(dir)), got {type(store).__name__}.")
     if not 0.0 < iou_threshold <= 1.0:
         raise ValueError(f"`iou_threshold` must be in (0, 1], got {iou_threshold}.")
     check_on_missing_image(on_missing_image)

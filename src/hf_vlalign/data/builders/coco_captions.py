@@ -84,7 +84,7 @@ def build(
         restval_in_train: whether "train" also holds the "restval" images (the usual practice).
         image_id_template: only used by `store_image_ids` (accepted here because `load_dataset` passes every option
             to both).
-        on_missing_image: checked here, applied by `load_dataset(..., features=store)` to the images missing from the
+        on_missing_image: checked here, applied by `load_dataset(..., region_features=store)` to the images missing from the
             store: `dataset_coco.json` describes every image it names, so no annotation file can lack one.
     """
     check_split(split, SPLITS, "COCO Karpathy captions")

@@ -32,8 +32,8 @@ import datasets
 import numpy as np
 from transformers.utils import logging
 
-from ..formats.flickr30k_entities import SPLIT_NAMES, EntitySentence, Flickr30kEntities
 from ..feature_store import RegionFeatureStore, convert_features
+from ..formats.flickr30k_entities import SPLIT_NAMES, EntitySentence, Flickr30kEntities
 from ..formats.vgp import VGPPair, has_markup, read_vgp_csv, unescape_phrase
 from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
@@ -41,7 +41,9 @@ from ._common import (
     check_on_missing_image,
     grounding_features,
     missing_image_error,
+    renamed_features_argument,
     report_missing_images,
+    resolve_split,
 )
 
 logger = logging.get_logger(__name__)
@@ -612,39 +614,44 @@ def load_vgp_data(
     flickr30k_entities_dir: str | Path | None = None,
     vgp_train_csv: str | Path | None = None,
     vgp_eval_csv: str | Path | None = None,
-    features: str | Path | RegionFeatureStore | None = None,
+    region_features: str | Path | RegionFeatureStore | None = None,
     synthetic_config=None,
     negatives: str = "random",
     *,
     eval_split: str = "val",
     on_split_overlap: str = "warn",
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
+    features: str | Path | RegionFeatureStore | None = None,
 ) -> VGPData:
-    """Real files when all four are given (`features`: a `RegionFeatureStore` or its directory, made with
-    `hf-vlalign convert-features`); otherwise the synthetic grounded scenes (the embedded default), generated once and
-    cached, read back through the same readers. `negatives` is passed to `build_vgp_dataset`.
+    """Real files when all four are given (`region_features`: a `RegionFeatureStore` or its directory, made with
+    `hf-vlalign convert-features`; `features=` is its deprecated alias); otherwise the synthetic grounded scenes (the
+    embedded default), generated once and cached, read back through the same readers. `negatives` is passed to
+    `build_vgp_dataset`.
 
     Args:
-        eval_split: the Flickr30k Entities split of `vgp_eval_csv` ("val" or "test"); the train csv is "train". Each
-            csv's rows are checked against the other split lists, and the train rows against the eval csv's images.
+        eval_split: the Flickr30k Entities split of `vgp_eval_csv` ("val", alias "validation", or "test"); the train
+            csv is "train". Each csv's rows are checked against the other split lists, and the train rows against the
+            eval csv's images.
         on_split_overlap: "warn" (the default), "drop" or "raise" for rows on images of another split
             (`build_vgp_dataset`); "drop" takes them out of the train rows.
-        on_missing_image: for the images a row needs, in the Flickr30k Entities files and in `features`: "raise"
-            (the default) stops here, before any training, at the first row whose image is missing; "skip" drops such
-            rows and reports their count in a warning. (Without this check a row whose image is not in the store
-            would stop training at its first batch.)
+        on_missing_image: for the images a row needs, in the Flickr30k Entities files and in `region_features`:
+            "raise" (the default) stops here, before any training, at the first row whose image is missing; "skip"
+            drops such rows and reports their count in a warning. (Without this check a row whose image is not in the
+            store would stop training at its first batch.)
     """
+    region_features = renamed_features_argument(region_features, features, "load_vgp_data")
+    eval_split = resolve_split("vgp", eval_split)
     check_on_missing_image(on_missing_image)
     given = {
         "flickr30k_entities_dir": flickr30k_entities_dir,
         "vgp_train_csv": vgp_train_csv,
         "vgp_eval_csv": vgp_eval_csv,
-        "features": features,
+        "region_features": region_features,
     }
     if any(v is not None for v in given.values()) and not all(v is not None for v in given.values()):
         raise ValueError(f"Real VGP data needs all of {list(given)}; got {given}.")
     source = "files"
-    if features is None:
+    if region_features is None:
         from ..synthetic import load_or_generate_synthetic_vgp
 
         synthetic = load_or_generate_synthetic_vgp(config=synthetic_config)
@@ -653,9 +660,11 @@ def load_vgp_data(
             synthetic.vgp_csv["train"],
             synthetic.vgp_csv["val"],
         )
-        features = _synthetic_store(synthetic.features_tsv, synthetic.root / "region_features")
+        region_features = _synthetic_store(synthetic.features_tsv, synthetic.root / "region_features")
         source = "synthetic"
-    store = features if isinstance(features, RegionFeatureStore) else RegionFeatureStore.load(features)
+    store = region_features
+    if not isinstance(store, RegionFeatureStore):
+        store = RegionFeatureStore.load(store)
     shared = {"negatives": negatives, "on_split_overlap": on_split_overlap, "on_missing_image": on_missing_image}
     train = build_vgp_dataset(
         flickr30k_entities_dir, vgp_train_csv, seed=1, split="train", held_out_csvs=[vgp_eval_csv], **shared

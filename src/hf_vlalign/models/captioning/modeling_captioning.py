@@ -26,7 +26,14 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from ...supervision.perturbation import AttentionPerturbation, PerturbationLinear, mask_objective
 from ...utils.item_counts import count_labeled, has_items, mean_cross_entropy, num_items
-from ...utils.validation import check_dim, check_finite, check_mask_not_empty, check_normalised_boxes, check_rank
+from ...utils.validation import (
+    check_dim,
+    check_finite,
+    check_mask_not_empty,
+    check_normalised_boxes,
+    check_rank,
+    warn_unmasked_zero_features,
+)
 from ..attention_utils import key_padding_mask_4d, run_attention
 from ..dropout import apply_dropout, make_dropout
 from ..saving import SaveLoadMixin
@@ -270,10 +277,10 @@ class RegionCaptionerEncoder(nn.Module):
         return_dict: bool = True,
         **kwargs,
     ) -> BaseModelOutput:
-        if visual_attention_mask is None:
-            visual_attention_mask = visual_feats.new_ones(visual_feats.shape[:2], dtype=torch.long)
         if self.config.validate_inputs:
             check_region_inputs(self.config, visual_feats, visual_boxes, visual_attention_mask)
+        if visual_attention_mask is None:
+            visual_attention_mask = visual_feats.new_ones(visual_feats.shape[:2], dtype=torch.long)
         eager = output_attentions or self.config._attn_implementation == "eager"
         attention_mask = key_padding_mask_4d(visual_attention_mask, visual_feats.dtype, eager=True)
         if self.config.use_geometry:
@@ -308,7 +315,8 @@ def padded_boxes(visual_boxes: torch.Tensor, visual_attention_mask: torch.Tensor
 
 
 def check_region_inputs(config, visual_feats, visual_boxes, visual_attention_mask) -> None:
-    """Shapes, finiteness and box validity of the captioner's region inputs."""
+    """Shapes, finiteness and box validity of the captioner's region inputs (`visual_attention_mask` None: not given,
+    every region is attended; all-zero regions are then reported as padding to mask)."""
     check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
     check_dim("visual_feats", visual_feats, 2, config.visual_feat_dim, "(batch, num_regions, visual_feat_dim)", "config.visual_feat_dim")
     if visual_feats.shape[1] == 0:
@@ -320,13 +328,16 @@ def check_region_inputs(config, visual_feats, visual_boxes, visual_attention_mas
             f"`visual_boxes` must have shape (batch, num_regions, 4) = {(*visual_feats.shape[:2], 4)} to match "
             f"`visual_feats`, got {tuple(visual_boxes.shape)}."
         )
-    if tuple(visual_attention_mask.shape) != tuple(visual_feats.shape[:2]):
-        raise ValueError(
-            f"`visual_attention_mask` must have shape (batch, num_regions) = {tuple(visual_feats.shape[:2])}, "
-            f"got {tuple(visual_attention_mask.shape)}."
-        )
-    check_mask_not_empty("visual_attention_mask", visual_attention_mask, "region")
+    if visual_attention_mask is not None:
+        if tuple(visual_attention_mask.shape) != tuple(visual_feats.shape[:2]):
+            raise ValueError(
+                f"`visual_attention_mask` must have shape (batch, num_regions) = {tuple(visual_feats.shape[:2])}, "
+                f"got {tuple(visual_attention_mask.shape)}."
+            )
+        check_mask_not_empty("visual_attention_mask", visual_attention_mask, "region")
     check_normalised_boxes("visual_boxes", visual_boxes, visual_attention_mask)
+    if visual_attention_mask is None:
+        warn_unmasked_zero_features("visual_feats", visual_feats)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -519,6 +530,7 @@ class RegionCaptionerPreTrainedModel(SaveLoadMixin, VisualFeatureStatisticsMixin
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _no_split_modules = ["RegionCaptionerEncoderLayer", "RegionCaptionerDecoderLayer"]
+    _layer_count_fields = {"encoder.layers": "encoder_layers", "decoder.layers": "decoder_layers"}
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -671,9 +683,11 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         **kwargs,
     ) -> RegionCaptionerOutput | tuple:
         r"""
-        visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]),
-        visual_attention_mask (`(batch, R)`): the regions. labels (`(batch, T)`): caption tokens ending with [SEP],
-        -100 on padding; the decoder reads them shifted right after `decoder_start_token_id`.
+        visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]): the
+        regions. visual_attention_mask (`(batch, R)`): 1 for real regions, 0 for padding; without it every region is
+        attended (all-zero padding boxes are refused, all-zero features warn, padding with valid-looking boxes and
+        features cannot be detected). labels (`(batch, T)`): caption tokens ending with [SEP], -100 on padding; the
+        decoder reads them shifted right after `decoder_start_token_id`.
         alignment_mode: "align" (the captioner's forward, aligned attention with the masks fixed) or "perturb" (the
         mask networks' step: perturbed attention, `loss` is the mask objective).
         num_items_in_batch (`dict[str, torch.Tensor]`, *optional*): `{"caption": n}`, the global number of caption

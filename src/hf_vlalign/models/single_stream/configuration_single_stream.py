@@ -4,6 +4,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from ...supervision.config import validate_supervision_fields
+from ..config_fields import drop_other_head_fields
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization, legacy_config_dict
 
@@ -15,6 +16,23 @@ LOSS_WEIGHT_FIELDS = (
     "region_feature_loss_weight",
     "region_class_loss_weight",
 )
+# the fields only one model class reads: a saved config.json keeps those of other classes only where they differ from
+# the default (see `hf_vlalign.models.config_fields`)
+HEAD_FIELDS = {
+    "SingleStreamModel": (),
+    "SingleStreamForVisualParaphrase": ("num_id_labels", "num_vgp_labels", "id_loss_weight", "vgp_loss_weight"),
+    "SingleStreamForQuestionAnswering": ("num_qa_labels",),
+    "SingleStreamForVisualReasoning": (),
+    "SingleStreamForReferringExpression": ("referring_iou_threshold",),
+    "SingleStreamForPhraseGrounding": (),
+    "SingleStreamForPreTraining": (
+        "num_object_labels",
+        "mlm_loss_weight",
+        "sentence_image_loss_weight",
+        "region_feature_loss_weight",
+        "region_class_loss_weight",
+    ),
+}
 
 
 @strict(accept_kwargs=True)
@@ -41,7 +59,9 @@ class SingleStreamConfig(PreTrainedConfig):
         supervised_layers (`list[int]`, *optional*): layers whose attention is supervised (default: all).
         supervised_heads (`list[int]`, *optional*): heads supervised in each of those layers (default: all).
         attention_supervision_weight (`float`): weight of the attention loss in the total loss (eq. 9).
-        num_id_labels (`int`): classes of image-description identification (c1 only, c2 only, both; eq. 1).
+        num_id_labels (`int`): classes of image-description identification (c1 only, c2 only, both; eq. 1). The
+            task fields below are read by one model class each; a saved `config.json` holds those of the other
+            classes only where they differ from the default (`HEAD_FIELDS`).
         num_vgp_labels (`int`): classes of the VGP phrase-pair classifier (eqs. 2-4).
         id_loss_weight / vgp_loss_weight (`float`): weights of those losses in eq. 9.
         num_qa_labels (`int`): the answer vocabulary of [`SingleStreamForQuestionAnswering`] (3129: VQA v2's usual
@@ -110,6 +130,10 @@ class SingleStreamConfig(PreTrainedConfig):
     def from_dict(cls, config_dict, **kwargs):
         # a config.json saved before `visual_feature_normalization` existed keeps the behaviour it was trained with
         return super().from_dict(legacy_config_dict(config_dict), **kwargs)
+
+    def to_diff_dict(self) -> dict:
+        # what config.json gets: the task fields of the saved model class, other heads' only where not at the default
+        return drop_other_head_fields(self, super().to_diff_dict(), HEAD_FIELDS)
 
     def check_fields(self) -> None:
         """Raises `ValueError` for sizes and supervision settings the modules cannot use (run at construction)."""

@@ -340,6 +340,7 @@ class SingleStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, Visu
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _no_split_modules = ["SingleStreamVisualEmbeddings", "SingleStreamLayer"]
+    _layer_count_fields = {"encoder.layer": "num_hidden_layers"}
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -426,9 +427,11 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
     ) -> SingleStreamModelOutput | tuple:
         r"""
         visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]; optional,
-        and unused, when `config.use_box_embeddings=False`), visual_attention_mask (`(batch, R)`): the regions.
-        word_region_alignment (`(batch, T, R)`): gold alignment for attention supervision. phrase_masks
-        (`(batch, P, T)`): grounded phrases (indirect supervision; all-zero rows are padding).
+        and unused, when `config.use_box_embeddings=False`): the regions. visual_attention_mask (`(batch, R)`): 1 for
+        real regions, 0 for padding; without it every region is attended (all-zero padding boxes are refused, all-zero
+        features warn, padding with valid-looking boxes and features cannot be detected). word_region_alignment
+        (`(batch, T, R)`): gold alignment for attention supervision. phrase_masks (`(batch, P, T)`): grounded phrases
+        (indirect supervision; all-zero rows are padding).
         num_items_in_batch (`dict[str, torch.Tensor]`, *optional*): the global counts of [`loss_item_counts`] that
         every loss divides by (data parallelism, gradient accumulation; `ComponentLossTrainer` passes them); default:
         this batch's own counts.

@@ -4,6 +4,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from ...supervision.config import validate_supervision_fields
+from ..config_fields import drop_other_head_fields
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization, legacy_config_dict
 
@@ -17,6 +18,31 @@ LOSS_WEIGHT_FIELDS = (
     "alignment_loss_weight",
     "attention_supervision_weight",
 )
+# the fields only one model class reads: a saved config.json keeps those of other classes only where they differ from
+# the default (see `hf_vlalign.models.config_fields`)
+PRETRAINING_FIELDS = (
+    "task_mask_lm",
+    "task_obj_predict",
+    "task_matched",
+    "task_qa",
+    "task_alignment",
+    "visual_obj_loss",
+    "visual_attr_loss",
+    "visual_feat_loss",
+    "num_object_labels",
+    "num_attr_labels",
+    "num_qa_labels",
+    "alignment_top_k",
+    *(name for name in LOSS_WEIGHT_FIELDS if name != "attention_supervision_weight"),  # every head reads that one
+)
+HEAD_FIELDS = {
+    "TwoStreamModel": (),
+    "TwoStreamForPreTraining": PRETRAINING_FIELDS,
+    "TwoStreamForQuestionAnswering": ("num_qa_labels",),
+    "TwoStreamForVisualReasoning": (),
+    "TwoStreamForReferringExpression": ("referring_iou_threshold",),
+    "TwoStreamForPhraseGrounding": (),
+}
 
 
 @strict(accept_kwargs=True)
@@ -49,7 +75,9 @@ class TwoStreamConfig(PreTrainedConfig):
         referring_iou_threshold (`float`): regions with at least this IoU with the referred box are the positives of
             [`TwoStreamForReferringExpression`]'s loss (0.5, as RefCOCO+'s accuracy).
         alignment_top_k (`int`): objects kept per word by the alignment decoder (eq. 13, paper: 3).
-        *_loss_weight (`float`): weight of each loss in the total.
+        *_loss_weight (`float`): weight of each loss in the total. These task fields are read by one model class
+            each (`HEAD_FIELDS`); a saved `config.json` holds those of the other classes only where they differ from
+            the default.
         validate_inputs (`bool`): check every input tensor in `forward` (switch off only for speed).
         dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
             `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
@@ -121,6 +149,10 @@ class TwoStreamConfig(PreTrainedConfig):
     def from_dict(cls, config_dict, **kwargs):
         # a config.json saved before `visual_feature_normalization` existed keeps the behaviour it was trained with
         return super().from_dict(legacy_config_dict(config_dict), **kwargs)
+
+    def to_diff_dict(self) -> dict:
+        # what config.json gets: the task fields of the saved model class, other heads' only where not at the default
+        return drop_other_head_fields(self, super().to_diff_dict(), HEAD_FIELDS)
 
     def check_fields(self) -> None:
         """Raises `ValueError` for sizes and settings the modules cannot use (run at construction)."""

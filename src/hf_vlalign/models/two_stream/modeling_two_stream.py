@@ -370,6 +370,9 @@ class TwoStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, VisualF
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _no_split_modules = ["TwoStreamVisualEmbeddings", "TwoStreamLayer", "TwoStreamCrossLayer"]
+    _layer_count_fields = {
+        "encoder.language_layers": "l_layers", "encoder.vision_layers": "r_layers", "encoder.cross_layers": "x_layers"
+    }
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -460,9 +463,11 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
     ) -> TwoStreamModelOutput | tuple:
         r"""
-        visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]),
-        visual_attention_mask (`(batch, R)`): the objects. word_region_alignment (`(batch, T, R)`): gold alignment for
-        attention supervision of the cross layers. phrase_masks (`(batch, P, T)`): grounded phrases (indirect).
+        visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]): the
+        objects. visual_attention_mask (`(batch, R)`): 1 for real regions, 0 for padding; without it every region is
+        attended (all-zero padding boxes are refused, all-zero features warn, padding with valid-looking boxes and
+        features cannot be detected). word_region_alignment (`(batch, T, R)`): gold alignment for attention supervision
+        of the cross layers. phrase_masks (`(batch, P, T)`): grounded phrases (indirect).
         num_items_in_batch (`dict[str, torch.Tensor]`, *optional*): the global counts of [`loss_item_counts`] that
         every loss divides by (data parallelism, gradient accumulation; `ComponentLossTrainer` passes them); default:
         this batch's own counts.

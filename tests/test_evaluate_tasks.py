@@ -1,0 +1,123 @@
+"""`hf-vlalign evaluate --task vqa | gqa | nlvr2 | refcoco | flickr_grounding` on tiny saved task models over the synthetic
+scenes (written in the GQA, NLVR2, RefCOCO+ and Flickr30k Entities layouts): the metrics the examples report, checked
+against the own-image accuracy that `image_use_gap` computes from the collators' targets (another code path)."""
+
+import json
+
+import pytest
+import torch
+from analysis_models import SCENES, SYNTHETIC_FLAGS, save_with_tokenizer
+
+from hf_vlalign import (
+    SingleStreamConfig,
+    SingleStreamForQuestionAnswering,
+    SingleStreamForReferringExpression,
+    TwoStreamConfig,
+    TwoStreamForPhraseGrounding,
+    TwoStreamForVisualReasoning,
+)
+from hf_vlalign.cli import main
+from hf_vlalign.data import (
+    ImagePairCollator,
+    PhraseGroundingCollator,
+    QuestionAnsweringCollator,
+    ReferringExpressionCollator,
+    load_dataset,
+)
+from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
+from hf_vlalign.data.synthetic import load_or_generate_synthetic_vgp
+from hf_vlalign.data.synthetic_questions import ANSWER_VOCAB_FILE
+from hf_vlalign.trainers.image_use import image_use_gap
+from hf_vlalign.trainers.task_evaluation import evaluate_task, load_model
+
+pytestmark = pytest.mark.usefixtures("synthetic_scene_cache")
+
+
+def single_stream(model_class, tokenizer, seed=0, **fields):
+    torch.manual_seed(seed)
+    config = SingleStreamConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=80, visual_feat_dim=SCENES.feature_dim, **fields,
+    )  # fmt: skip
+    return model_class(config)
+
+
+def two_stream(model_class, tokenizer, seed=0):
+    torch.manual_seed(seed)
+    config = TwoStreamConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_attention_heads=4, intermediate_size=64, l_layers=1,
+        r_layers=1, x_layers=2, visual_feat_dim=SCENES.feature_dim,
+    )  # fmt: skip
+    return model_class(config)
+
+
+def evaluate_cli(model_dir, task: str, capsys) -> dict:
+    assert main(["evaluate", str(model_dir), "--task", task, "--batch_size", "8", *SYNTHETIC_FLAGS]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def own_image_accuracy(model_dir, rows, collator) -> float:
+    return image_use_gap(load_model(model_dir), rows, collator, batch_size=8, progress=False)["own_image_accuracy"]
+
+
+@pytest.fixture(scope="module")
+def answer_vocab():
+    return json.loads((load_or_generate_synthetic_vgp(config=SCENES).gqa_dir / ANSWER_VOCAB_FILE).read_text())
+
+
+def test_vqa_and_gqa_read_the_folders_answer_vocabulary(answer_vocab, tokenizer, tmp_path, capsys):
+    model = single_stream(SingleStreamForQuestionAnswering, tokenizer, num_qa_labels=len(answer_vocab))
+    model_dir = save_with_tokenizer(model, tokenizer, tmp_path / "qa")
+    # the answer ids of the head, as examples/finetune_vqa.py saves them (here: reversed, unlike the scenes' file)
+    reversed_vocab = {answer: len(answer_vocab) - 1 - index for answer, index in answer_vocab.items()}
+    (model_dir / "answer_vocab.json").write_text(json.dumps(reversed_vocab))
+    results = evaluate_cli(model_dir, "vqa", capsys)
+    assert results["model"] == "SingleStreamForQuestionAnswering" and results["num_answers"] == len(answer_vocab)
+    assert {"accuracy", "gqa_binary", "gqa_open", "eval_loss"} <= set(results)
+    store = synthetic_region_features(config=SCENES)
+    rows = load_dataset("synthetic_scenes", None, "val", task="questions", config=SCENES, region_features=store)
+    rows = rows.map(lambda row: {"label": reversed_vocab[row["answer"]]})  # the labels in the folder's answer ids
+    collator = QuestionAnsweringCollator(tokenizer, store, num_answers=len(answer_vocab))
+    assert results["num_questions"] == len(rows)
+    assert results["accuracy"] == pytest.approx(own_image_accuracy(model_dir, rows, collator), abs=1e-9)
+    assert evaluate_cli(model_dir, "gqa", capsys) == {**results, "task": "gqa"}
+
+    (model_dir / "answer_vocab.json").write_text(json.dumps({"yes": 0, "no": 1}))
+    with pytest.raises(ValueError, match=rf"answers over {len(answer_vocab)} answers, but the answer vocabulary"):
+        evaluate_task(model_dir, "vqa", synthetic=SCENES, progress=False)
+
+
+def test_nlvr2_accuracy_and_consistency(tokenizer, tmp_path, capsys):
+    model_dir = save_with_tokenizer(two_stream(TwoStreamForVisualReasoning, tokenizer), tokenizer, tmp_path / "nlvr2")
+    results = evaluate_cli(model_dir, "nlvr2", capsys)
+    store = synthetic_region_features(config=SCENES, task="nlvr2")
+    rows = load_dataset("synthetic_scenes", None, "val", task="nlvr2", config=SCENES, region_features=store)
+    assert results["num_examples"] == len(rows) and 0.0 <= results["consistency"] <= results["accuracy"]
+    accuracy = own_image_accuracy(model_dir, rows, ImagePairCollator(tokenizer, store))
+    assert results["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+
+
+def test_refcoco_accuracy_with_its_baselines(tokenizer, tmp_path, capsys):
+    model = single_stream(SingleStreamForReferringExpression, tokenizer, seed=1)
+    model_dir = save_with_tokenizer(model, tokenizer, tmp_path / "refcoco")
+    results = evaluate_cli(model_dir, "refcoco", capsys)
+    store = synthetic_region_features(config=SCENES)
+    rows = load_dataset("synthetic_scenes", None, "val", task="refcoco", config=SCENES, region_features=store)
+    assert results["num_expressions"] == len(rows)
+    assert 0.0 <= results["chance_accuracy"] <= results["upper_bound_accuracy"] <= 1.0
+    assert 0.0 <= results["baseline_confidence_accuracy"] <= results["upper_bound_accuracy"]
+    accuracy = own_image_accuracy(model_dir, rows, ReferringExpressionCollator(tokenizer, store, iou_threshold=0.5))
+    assert results["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+
+
+def test_flickr_grounding_recall_with_its_baselines(tokenizer, tmp_path, capsys):
+    model_dir = save_with_tokenizer(two_stream(TwoStreamForPhraseGrounding, tokenizer), tokenizer, tmp_path / "flickr")
+    results = evaluate_cli(model_dir, "flickr_grounding", capsys)
+    store = synthetic_region_features(config=SCENES)
+    rows = load_dataset("synthetic_scenes", None, "val", task="captions", config=SCENES, region_features=store)
+    grounded = [boxes for row in rows for boxes in row["sentence_phrase_boxes"] if boxes]
+    assert results["num_phrases"] == len(grounded) and results["phrases_without_box_left_out"] == 0
+    recall = [results[f"recall@{k}_merged_boxes"] for k in (1, 5, 10)]
+    assert recall == sorted(recall) and recall[-1] <= results["upper_bound_merged_boxes"] <= 1.0
+    accuracy = own_image_accuracy(model_dir, rows, PhraseGroundingCollator(tokenizer, store, iou_threshold=0.5))
+    assert results["recall@1_merged_boxes"] == pytest.approx(accuracy, abs=1e-9)
