@@ -15,12 +15,29 @@ from transformers import AutoTokenizer
 
 from hf_vlalign import (
     SingleStreamConfig,
+    SingleStreamForPhraseGrounding,
+    SingleStreamForPreTraining,
+    SingleStreamForQuestionAnswering,
+    SingleStreamForReferringExpression,
+    SingleStreamForVisualReasoning,
     SingleStreamModel,
     TwoStreamConfig,
+    TwoStreamForPhraseGrounding,
     TwoStreamForPreTraining,
+    TwoStreamForQuestionAnswering,
+    TwoStreamForReferringExpression,
     default_text_model_path,
 )
-from hf_vlalign.data import CaptionCollator, RegionFeatureStore
+from hf_vlalign.data import (
+    CaptionCollator,
+    CaptioningCollator,
+    ImagePairCollator,
+    PretrainingCollator,
+    QuestionAnsweringCollator,
+    ReferringExpressionCollator,
+    RegionFeatureStore,
+    VGPCollator,
+)
 from hf_vlalign.models.captioning import RegionCaptionerConfig, RegionCaptionerForConditionalGeneration
 from hf_vlalign.utils.validation import check_alignment, check_normalised_boxes
 
@@ -159,6 +176,168 @@ def test_captioner_forward_is_finite_or_raises_value_error(batch, mode):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Heads' labels (issue 17): fixed valid regions and text (the last region and token of example 1 are padding), fuzzed
+# labels (NaN/inf, out of range, float instead of int, on padding, wrong shapes): a finite loss or a ValueError, and a
+# target on a padded position is always refused
+# ----------------------------------------------------------------------------------------------------------------
+
+HB, HT, HR, HP, HA = 2, 5, 4, 2, 3
+
+
+@functools.cache
+def head_models() -> dict[str, torch.nn.Module]:
+    torch.manual_seed(0)
+    single = SingleStreamConfig(vocab_size=V, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=16, max_position_embeddings=MAX_T, visual_feat_dim=DV,
+                                num_qa_labels=HA, num_object_labels=3)  # fmt: skip
+    two = TwoStreamConfig(vocab_size=V, hidden_size=8, num_attention_heads=2, intermediate_size=16,
+                          max_position_embeddings=MAX_T, l_layers=1, r_layers=1, x_layers=1, visual_feat_dim=DV,
+                          num_object_labels=3, num_attr_labels=3, num_qa_labels=HA)  # fmt: skip
+    return {
+        "ss_qa": SingleStreamForQuestionAnswering(single).eval(),
+        "ts_qa": TwoStreamForQuestionAnswering(two).eval(),
+        "ss_nlvr2": SingleStreamForVisualReasoning(single).eval(),
+        "ss_refcoco": SingleStreamForReferringExpression(single).eval(),
+        "ts_refcoco": TwoStreamForReferringExpression(two).eval(),
+        "ss_grounding": SingleStreamForPhraseGrounding(single).eval(),
+        "ts_grounding": TwoStreamForPhraseGrounding(two).eval(),
+        "ss_pretrain": SingleStreamForPreTraining(single).eval(),
+        "ts_pretrain": models()["two"],
+    }
+
+
+def head_batch(pair: bool = False) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    shape = (HB, 2, HR) if pair else (HB, HR)
+    corners = torch.rand(*shape, 2, generator=generator) * 0.5
+    region_mask = torch.ones(shape, dtype=torch.long)
+    region_mask[1, ..., HR - 1] = 0
+    text_mask = torch.ones(HB, HT, dtype=torch.long)
+    text_mask[1, HT - 1] = 0
+    return {
+        "input_ids": torch.randint(3, V, (HB, HT), generator=generator), "attention_mask": text_mask,
+        "visual_feats": torch.randn(*shape, DV, generator=generator) * region_mask[..., None],
+        "visual_boxes": torch.cat([corners, corners + 0.25], dim=-1) * region_mask[..., None],
+        "visual_attention_mask": region_mask,
+    }  # fmt: skip
+
+
+LABEL_VALUE = st.sampled_from([-100, -100, -1, 0, 1, 2, 3, V - 1, V])
+SOFT = UNIT | SPECIAL
+
+
+@st.composite
+def int_labels(draw, shape: tuple[int, ...]) -> torch.Tensor:
+    """Integer labels, sometimes of another shape or a float dtype."""
+    kind = draw(st.sampled_from(["ok", "ok", "ok", "float", "shape"]))
+    if kind == "shape":
+        shape = (*shape, 2) if len(shape) == 1 else shape[:-1]
+    labels = torch.from_numpy(draw(hnp.arrays(np.int64, shape, elements=LABEL_VALUE)))
+    return labels.float() if kind == "float" else labels
+
+
+def soft_scores(draw, shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.from_numpy(draw(hnp.arrays(np.float32, shape, elements=SOFT)))
+
+
+def on_padding(labels: torch.Tensor, mask: torch.Tensor) -> bool:
+    """A target (not -100 / not 0) on a position the mask pads, for labels of the mask's shape."""
+    if tuple(labels.shape) != tuple(mask.shape) or labels.is_floating_point():
+        return False
+    return bool(((labels != -100) & (mask == 0)).any())
+
+
+def finite_loss_or_value_error(model, inputs) -> None:
+    try:
+        out = model(**inputs)
+    except ValueError:
+        return
+    assert out.loss is None or bool(torch.isfinite(out.loss)), "a head returned a NaN/inf loss instead of raising"
+
+
+@FUZZ
+@given(st.data(), st.sampled_from(["ss", "ts"]))
+def test_answer_labels_are_finite_or_raise(data, family):
+    batch = head_batch()
+    soft = data.draw(st.booleans())
+    labels = soft_scores(data.draw, (HB, HA)) if soft else data.draw(int_labels((HB,)))
+    finite_loss_or_value_error(head_models()[f"{family}_qa"], {**batch, "labels": labels})
+
+
+@FUZZ
+@given(st.data())
+def test_nlvr2_labels_are_finite_or_raise(data):
+    labels = data.draw(int_labels((HB,))) if data.draw(st.booleans()) else soft_scores(data.draw, (HB,))
+    batch = head_batch(pair=True)
+    inputs = {**batch, "input_ids": batch["input_ids"], "labels": labels}
+    finite_loss_or_value_error(head_models()["ss_nlvr2"], inputs)
+
+
+@FUZZ
+@given(st.data(), st.sampled_from(["ss", "ts"]))
+def test_referring_labels_are_finite_or_raise_and_never_name_padding(data, family):
+    batch = head_batch()
+    labels = torch.tensor([data.draw(st.sampled_from([-100, -1, 0, 1, 2, 3, 4])) for _ in range(HB)])
+    inputs = {**batch, "labels": labels}
+    if data.draw(st.booleans()):
+        inputs["target_region_iou"] = soft_scores(data.draw, (HB, HR))
+    padded = labels[1] == HR - 1
+    if padded and "target_region_iou" not in inputs:
+        with pytest.raises(ValueError, match="`labels`"):
+            head_models()[f"{family}_refcoco"](**inputs)
+        return
+    finite_loss_or_value_error(head_models()[f"{family}_refcoco"], inputs)
+
+
+@FUZZ
+@given(st.data(), st.sampled_from(["ss", "ts"]))
+def test_phrase_labels_are_finite_or_raise_and_never_ground_on_padding(data, family):
+    batch = head_batch()
+    phrase_masks = torch.from_numpy(data.draw(hnp.arrays(np.int64, (HB, HP, HT), elements=st.sampled_from([0, 1]))))
+    phrase_labels = data.draw(alignments(HB, HP, HR, torch.ones(HB, HR)))
+    inputs = {**batch, "phrase_masks": phrase_masks, "phrase_labels": phrase_labels}
+    if bool(torch.isfinite(phrase_labels).all()) and bool((phrase_labels[1, :, HR - 1] > 0).any()):
+        with pytest.raises(ValueError, match="`phrase_labels`"):
+            head_models()[f"{family}_grounding"](**inputs)
+        return
+    finite_loss_or_value_error(head_models()[f"{family}_grounding"], inputs)
+
+
+@FUZZ
+@given(st.data(), st.sampled_from(["ss", "ts"]))
+def test_pretraining_labels_are_finite_or_raise_and_never_target_padding(data, family):
+    batch = head_batch()
+    labels = data.draw(int_labels((HB, HT)))
+    masked = torch.from_numpy(data.draw(hnp.arrays(np.int64, (HB, HR), elements=st.sampled_from([0, 0, 1, 2]))))
+    objects = data.draw(int_labels((HB, HR)))
+    features = soft_scores(data.draw, (HB, HR, DV)) if data.draw(st.booleans()) else batch["visual_feats"].clone()
+    inputs = {**batch, "labels": labels, "masked_regions": masked, "object_labels": objects, "feature_labels": features}
+    must_refuse = on_padding(labels, batch["attention_mask"]) or on_padding(objects, batch["visual_attention_mask"])
+    if must_refuse:
+        with pytest.raises(ValueError):
+            head_models()[f"{family}_pretrain"](**inputs)
+        return
+    finite_loss_or_value_error(head_models()[f"{family}_pretrain"], inputs)
+
+
+@FUZZ
+@given(st.data())
+def test_caption_labels_are_finite_or_raise(data):
+    length = data.draw(st.integers(1, MAX_T))
+    shape = data.draw(st.sampled_from([(2, length), (length,), (2, length, 1)]))
+    labels = torch.from_numpy(data.draw(hnp.arrays(np.int64, shape, elements=LABEL_VALUE)))
+    if data.draw(st.booleans()):
+        labels = labels.float()
+    batch = head_batch()
+    inputs = {name: batch[name] for name in ("visual_feats", "visual_boxes", "visual_attention_mask")}
+    if data.draw(st.booleans()):
+        inputs["decoder_attention_mask"] = torch.from_numpy(
+            data.draw(hnp.arrays(np.int64, (2, data.draw(st.integers(1, MAX_T))), elements=st.sampled_from([-1, 0, 1, 1])))
+        )
+    finite_loss_or_value_error(models()["captioner"], {**inputs, "labels": labels})
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Validators
 # ----------------------------------------------------------------------------------------------------------------
 
@@ -255,3 +434,79 @@ def test_caption_collator_gives_a_valid_batch_or_raises_value_error(tokenizer, s
     check_normalised_boxes("visual_boxes", batch["visual_boxes"], batch["visual_attention_mask"])
     assert not bool(((alignment > 0) & (batch["visual_attention_mask"][:, None, :] == 0)).any())
     assert bool((batch["attention_mask"].sum(-1) > 0).all())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Collators' row schemas (issue 17): any column of a well-formed row of each task replaced by junk (or removed), in
+# any batch row, gives a batch of finite tensors or a ValueError; never a KeyError, TypeError or IndexError
+# ----------------------------------------------------------------------------------------------------------------
+
+SCHEMA_COLLATORS = {
+    "caption": lambda tok, store: CaptionCollator(tok, store),
+    "vgp": lambda tok, store: VGPCollator(tok, store),
+    "vqa": lambda tok, store: QuestionAnsweringCollator(tok, store, num_answers=4),
+    "gqa": lambda tok, store: QuestionAnsweringCollator(tok, store, num_answers=4),
+    "nlvr2": lambda tok, store: ImagePairCollator(tok, store),
+    "refcoco": lambda tok, store: ReferringExpressionCollator(tok, store),
+    "captioning": lambda tok, store: CaptioningCollator(tok, store, reference_column="references"),
+    "pretraining": lambda tok, store: PretrainingCollator(tok, store, mismatch_probability=0.5, num_answers=4),
+}
+SCHEMA_ROWS = {
+    "caption": {"image_id": "1", "sentence": "a red circle", "sentence_phrase_spans": [[2, 12]],
+                "sentence_phrase_boxes": [[[10, 10, 60, 60]]], "sentence_phrase_regions": [[0.0, 1.0, 0.0]]},
+    "vgp": {"image_id": "2", "caption1": "a red circle", "caption2": "the circle", "phrase1_span": [2, 12],
+            "phrase2_span": [4, 10], "id_label": 2, "vgp_label": 0},
+    "vqa": {"image_id": "1", "question": "what colour?", "labels": [3, 0], "scores": [1.0, 0.3]},
+    "gqa": {"image_id": "0", "question": "is it red?", "label": 2},
+    "nlvr2": {"left_image_id": "1", "right_image_id": "2", "sentence": "two circles", "label": 1},
+    "refcoco": {"image_id": "2", "expression": "the big square", "expression_phrase_spans": [[0, 14]],
+                "expression_phrase_boxes": [[[10, 10, 60, 60]]]},
+    "captioning": {"image_id": "1", "caption": "a circle", "references": ["a circle", "one circle"]},
+    "pretraining": {"image_id": "1", "question": "what colour?", "label": 1},
+}  # fmt: skip
+SCALARS = (
+    st.none() | st.booleans() | st.integers(-3, 40) | st.floats(-1e6, 1e6, width=32) | SPECIAL | st.text(max_size=4)
+)
+JUNK = st.recursive(
+    SCALARS, lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=2), children, max_size=2),
+    max_leaves=10,
+)
+
+
+def with_junk_inside(draw, value: object) -> object:
+    """`value` with junk somewhere inside it: the value itself, or an element at any depth of its lists."""
+    if isinstance(value, list) and value and draw(st.booleans()):
+        index = draw(st.integers(0, len(value) - 1))
+        return [with_junk_inside(draw, item) if k == index else item for k, item in enumerate(value)]
+    return draw(JUNK)
+
+
+@st.composite
+def malformed_batches(draw) -> tuple[str, list]:
+    task = draw(st.sampled_from(sorted(SCHEMA_ROWS)))
+    rows = [dict(SCHEMA_ROWS[task]) for _ in range(draw(st.integers(1, 3)))]
+    for _ in range(draw(st.integers(1, 2))):
+        row = rows[draw(st.integers(0, len(rows) - 1))]
+        column = draw(st.sampled_from(sorted(SCHEMA_ROWS[task])))
+        if draw(st.integers(0, 5)) == 0:
+            row.pop(column, None)
+        elif column in row:
+            row[column] = with_junk_inside(draw, row[column])
+    return task, rows
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(malformed_batches())
+def test_collators_give_finite_batches_or_raise_value_error_on_malformed_rows(tokenizer, store, task_and_rows):
+    task, rows = task_and_rows
+    try:
+        batch = SCHEMA_COLLATORS[task](tokenizer, store)(rows)
+    except ValueError:
+        return
+    for name, value in batch.items():
+        if torch.is_tensor(value) and value.is_floating_point():
+            assert bool(torch.isfinite(value).all()), name
+    if "word_region_alignment" in batch:
+        check_alignment("word_region_alignment", batch["word_region_alignment"])
+    if "references" in batch:
+        assert all(isinstance(text, str) for references in batch["references"] for text in references)

@@ -33,7 +33,7 @@ from hf_vlalign import (
     TwoStreamForVisualReasoning,
     TwoStreamModel,
 )
-from hf_vlalign.models.saving import CheckpointMismatchError
+from hf_vlalign.models.saving import CheckpointMismatchError, publish_saved_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -341,7 +341,9 @@ def test_a_new_save_replaces_weights_and_keeps_user_files(tmp_path):
         assert torch.equal(reloaded.state_dict()[key], tensor), key
 
 
-def test_config_is_published_last(tmp_path, monkeypatch):
+def test_config_is_published_last_when_files_are_moved_one_by_one(tmp_path, monkeypatch):
+    """The fallback for a target whose parent is not writable (no staging sibling, so no folder swap)."""
+    RegionCaptionerForConditionalGeneration(captioning_config()).save_pretrained(tmp_path / "staged")
     moved = []
     real_replace = os.replace
 
@@ -350,7 +352,8 @@ def test_config_is_published_last(tmp_path, monkeypatch):
         real_replace(source, destination)
 
     monkeypatch.setattr(os, "replace", recording_replace)
-    RegionCaptionerForConditionalGeneration(captioning_config()).save_pretrained(tmp_path)
+    (tmp_path / "model").mkdir()
+    publish_saved_folder(tmp_path / "staged", tmp_path / "model")
     assert moved[0] == "model.safetensors" and moved[-1] == "config.json"
     assert set(moved) == {"model.safetensors", "generation_config.json", "config.json"}
 

@@ -32,6 +32,7 @@ from hf_vlalign import (
 from hf_vlalign.data.builders import coco_captions, flickr30k_entities, refcoco, vgp
 from hf_vlalign.data.formats.paths import check_relative_path, safe_join
 from hf_vlalign.data.formats.safe_pickle import load_restricted_pickle
+from hf_vlalign.models.saving import CheckpointMismatchError
 
 SRC = Path(hf_vlalign.__file__).resolve().parent
 
@@ -70,7 +71,7 @@ def test_the_package_never_unpickles_or_saves_weights_with_pickle():
                     found.append(f"{relative}:{number}: {name}")
     assert found == []
     assert allowed_seen == set(ALLOWED), "an allowed exception is gone: remove it from ALLOWED"
-    assert "pickle.Unpickler" in (SRC / "data" / "formats" / "safe_pickle.py").read_text()  # the scan reads real code
+    assert "pickle._Unpickler" in (SRC / "data" / "formats" / "safe_pickle.py").read_text()  # the scan reads real code
 
 
 def _tiny_model(family: str) -> torch.nn.Module:
@@ -199,8 +200,9 @@ def test_a_checkpoint_of_an_unknown_model_type_with_auto_map_is_refused_and_runs
         with pytest.raises(ValueError, match=r"trust_remote_code"):
             load(folder, trust_remote_code=False)
     assert not marker.exists()
-    # our own class reads the weights and ignores auto_map
-    assert type(SingleStreamModel.from_pretrained(folder)) is SingleStreamModel
+    # our own class ignores auto_map and refuses the folder by its model_type (its weights would not be loaded)
+    with pytest.raises(CheckpointMismatchError, match=r"model_type 'vlalign_single_stream'.*model_type 'evil'"):
+        SingleStreamModel.from_pretrained(folder)
     assert not marker.exists()
 
 

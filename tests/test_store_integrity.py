@@ -185,7 +185,7 @@ def test_a_truncated_arrow_file_is_refused_with_or_without_verification(referenc
     with pytest.raises(ValueError, match=rf"store {out} is damaged: (region_features.arrow cannot be read as Arrow|store.json expects num_images)"):
         RegionFeatureStore.load(out, verify=False)
     (out / "store.json").write_text("{not json")
-    with pytest.raises(ValueError, match=r"store.json: not valid JSON"):
+    with pytest.raises(ValueError, match=r"store.json, line 1: not valid JSON"):
         RegionFeatureStore.load(out)
 
 

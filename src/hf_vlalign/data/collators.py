@@ -25,6 +25,13 @@ is kept as far as it survives, or replaced by its caption's remaining tokens whe
 removed before training with `drop_overlong_rows` (or `collator.drop_overlong_rows(dataset)`), which counts and warns.
 Every collator counts what truncation cost in `truncation_stats` (`TruncationStats`: rows collated, rows truncated,
 phrases cut, rows whose required span was cut) and warns once, with the counts, the first time it truncates.
+
+Malformed rows (a missing column, a text that is not a string, a label that is not an int, a span outside its text,
+`_phrase_boxes` not one per span, a NaN box, references given as one string) are refused with a `ValueError` naming the
+batch row, the column, what was expected and what came (`check_row`). A gold box that overlaps no region of its image
+gets no target (never region 0): its `phrase_labels` and `word_region_alignment` rows are zero (it stays in
+`phrase_masks` and the probe targets, a miss for Recall@k), counted in `unmatched_phrases` and warned about once; a
+referring expression whose box overlaps no region gets `labels` -100.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import datasets
+import numpy as np
 import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
@@ -324,6 +332,113 @@ def _check_filter_arguments(dataset, tokenizer, max_text_length, text_columns, r
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Row checks: a malformed row is refused naming its batch row, its column, what was expected and what came
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _as_list(value: object) -> object:
+    """Arrays and tensors (rows of a dataset in numpy or torch format) as the lists the checks read."""
+    return value.tolist() if isinstance(value, (np.ndarray, torch.Tensor)) else value
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def row_error(index: int, column: str, expected: str, got: object) -> ValueError:
+    return ValueError(f"batch row {index}: `{column}` must be {expected}, got {_shown(got)}.")
+
+
+def check_row_columns(index: int, example: Mapping, columns: Sequence[str], collator: str) -> None:
+    if not isinstance(example, Mapping):
+        raise ValueError(f"batch row {index} must be a dict of columns for {collator}, got {_shown(example)}.")
+    missing = [column for column in columns if column not in example]
+    if missing:
+        raise ValueError(
+            f"rows must have the columns {missing} for {collator}; batch row {index} has {sorted(map(str, example))}."
+        )
+
+
+def check_row_text(index: int, example: Mapping, column: str) -> None:
+    if not isinstance(example[column], str):
+        raise row_error(index, column, "a string", example[column])
+
+
+def check_row_int(index: int, example: Mapping, column: str) -> None:
+    value = example[column]
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise row_error(index, column, "an int label", value)
+
+
+def check_row_span(index: int, column: str, span: object, text: str) -> None:
+    """A character span [start, end) of `text`: two ints, 0 <= start <= end <= len(text) (an empty span is refused
+    later, by `required_mask`, as a span without tokens)."""
+    span = _as_list(span)
+    if (
+        isinstance(span, (str, bytes, Mapping))
+        or not isinstance(span, Sequence)
+        or len(span) != 2
+        or any(isinstance(value, bool) or not isinstance(value, numbers.Integral) for value in span)
+    ):
+        raise row_error(index, column, "a character span [start, end] of two ints", span)
+    if not 0 <= span[0] <= span[1] <= len(text):
+        raise row_error(index, column, f"a span with 0 <= start <= end <= {len(text)} (the text's length)", list(span))
+
+
+def check_row_list(
+    index: int, column: str, value: object, length: int | None = None, what: str = "a list", per: str = "phrase span"
+) -> None:
+    value = _as_list(value)
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        raise row_error(index, column, what, value)
+    if length is not None and len(value) != length:
+        raise row_error(index, column, f"{what} of {length} (one per {per})", value)
+
+
+def check_row_phrases(index: int, example: Mapping, column: str) -> None:
+    """`<column>_phrase_spans` (character spans of the text), `_phrase_boxes` and `_phrase_regions` (one entry per
+    span) when the row has them."""
+    spans = _as_list(example.get(f"{column}_phrase_spans"))
+    if spans is None:
+        return
+    check_row_list(index, f"{column}_phrase_spans", spans, what="a list of character spans")
+    for span in spans:
+        check_row_span(index, f"{column}_phrase_spans", span, example[column])
+    for suffix in ("_phrase_boxes", "_phrase_regions"):
+        if example.get(f"{column}{suffix}") is not None:
+            check_row_list(index, f"{column}{suffix}", example[f"{column}{suffix}"], len(spans), "a list")
+
+
+def check_answer_columns(index: int, example: Mapping, first: Mapping, collator: str) -> None:
+    """The answer columns the batch's `first` row has, in every row: VQA soft scores (`labels`: answer ids, `scores`:
+    one score in [0, 1] per id), or GQA's single `label` (an int)."""
+    if "scores" in first:
+        check_row_columns(index, example, ("labels", "scores"), "VQA soft scores")
+        check_row_list(index, "labels", example["labels"], what="a list of answer ids")
+        check_row_list(index, "scores", example["scores"], len(example["labels"]), "a list of scores in [0, 1]", "answer id")
+        for score in _as_list(example["scores"]):
+            if isinstance(score, bool) or not isinstance(score, numbers.Real) or not 0 <= score <= 1:
+                raise row_error(index, "scores", "a list of scores in [0, 1] (one per answer id)", example["scores"])
+    elif "label" in first:
+        check_row_columns(index, example, ("label",), collator)
+        check_row_int(index, example, "label")
+
+
+def gold_boxes(index: int, column: str, gold: object) -> torch.Tensor:
+    """One phrase's gold boxes (x1, y1, x2, y2 in pixels) as a (G, 4) tensor; None or [] is no box."""
+    if gold is None:
+        return torch.zeros(0, 4)
+    try:
+        boxes = torch.tensor(gold, dtype=torch.float32)
+    except (TypeError, ValueError, RuntimeError):
+        raise row_error(index, column, "lists of [x1, y1, x2, y2] pixel boxes (numbers)", gold) from None
+    if boxes.numel() % 4 or not bool(torch.isfinite(boxes).all()):
+        raise row_error(index, column, "lists of 4 finite numbers [x1, y1, x2, y2] per box", gold)
+    return boxes.reshape(-1, 4)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # The shared collator
 # ----------------------------------------------------------------------------------------------------------------
 
@@ -350,6 +465,8 @@ class RegionTextCollator:
     iou_threshold: float = 0.5
     return_probe_targets: bool = False
     truncation_stats: TruncationStats = field(default_factory=TruncationStats, init=False, compare=False)
+    # grounded phrases (and referring expressions) whose gold boxes overlap no region of their image: not aligned
+    unmatched_phrases: int = field(default=0, init=False, compare=False)
     _warned: set = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -367,7 +484,8 @@ class RegionTextCollator:
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         if not examples:
             raise ValueError("`examples` must hold at least one example, got an empty batch.")
-        self._check_columns(examples[0])
+        for index, example in enumerate(examples):
+            self.check_row(index, example)
         texts = [[example[column] for column in self.text_columns] for example in examples]
         encoding = self.tokenizer(
             *[[row[k] for row in texts] for k in range(len(self.text_columns))],
@@ -393,10 +511,19 @@ class RegionTextCollator:
                 batch.pop(key, None)
         return batch
 
-    def _check_columns(self, example: dict) -> None:
-        missing = [column for column in ("image_id", *self.text_columns) if column not in example]
-        if missing:
-            raise ValueError(f"rows must have the columns {missing} for {type(self).__name__}; got {sorted(example)}.")
+    def required_columns(self) -> tuple[str, ...]:
+        return ("image_id", *self.text_columns)
+
+    def check_row(self, index: int, example: dict) -> None:
+        """Refuses a row missing a column or holding a value of the wrong type, naming the row and the column."""
+        check_row_columns(index, example, self.required_columns(), type(self).__name__)
+        for column in self.required_columns():
+            value = example[column]
+            if column.endswith("image_id") and (isinstance(value, bool) or not isinstance(value, (str, numbers.Integral))):
+                raise row_error(index, column, "an image id (a string or an int)", value)
+        for column in self.text_columns:
+            check_row_text(index, example, column)
+            check_row_phrases(index, example, column)
 
     def region_tensors(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         return pad_regions(self.region_features, [self.store_image_id(example) for example in examples])
@@ -500,7 +627,7 @@ class RegionTextCollator:
                 if span_is_cut(cut, span):
                     continue  # a word piece lost to truncation: the phrase keeps no alignment (`truncation_stats`)
                 mask = self.required_mask(offsets, sequence_ids == sequence, span, example, column)
-                gold = torch.zeros(0, 4) if gold is None else torch.tensor(gold, dtype=torch.float32).reshape(-1, 4)
+                gold = gold_boxes(i, f"{column}_phrase_boxes", gold)
                 iou = gold_region_iou(gold, pixels) * region_mask if len(gold) else torch.zeros(len(region_mask))
                 target = self.phrase_target(i, example[column][span[0] : span[1]], gold, None if regions is None else regions[p], batch)
                 if target is not None:
@@ -515,13 +642,37 @@ class RegionTextCollator:
                 return None
             return self._checked_regions(i, regions, region_mask, batch)
         if len(gold):  # IoU in pixels: scale-free, so the annotation's and the store's pixels agree
+            if not self._overlaps_a_region(gold, batch["region_boxes_pixels"][i], region_mask):
+                # no region to put the mass on (never region 0 by default): kept as a phrase without target, so that
+                # Recall@k counts it as the miss it is; counted and warned once
+                return torch.zeros(len(region_mask))
             return alignment_target(gold, batch["region_boxes_pixels"][i], region_mask, self.iou_threshold)
         return None  # a phrase without any box (e.g. Flickr30k's nobndbox) is not grounded
+
+    def _overlaps_a_region(self, gold: torch.Tensor, pixels: torch.Tensor, region_mask: torch.Tensor) -> bool:
+        """Whether a gold box overlaps a real region; counts (`unmatched_phrases`) and warns once when none does."""
+        if bool(((gold_region_iou(gold, pixels) > 0) & region_mask.bool()).any()):
+            return True
+        self._count_unmatched()
+        return False
+
+    def _count_unmatched(self) -> None:
+        self.unmatched_phrases += 1
+        if "unmatched" not in self._warned:
+            self._warned.add("unmatched")
+            logger.warning(
+                "%s: a gold box overlaps no region of its image; the phrase (or expression) gets no alignment target "
+                "(and counts as a miss in evaluation). Warned once; the count goes on in `unmatched_phrases`.",
+                type(self).__name__,
+            )
 
     def _checked_regions(self, i: int, regions: list, region_mask: torch.Tensor, batch: dict) -> torch.Tensor:
         """A `<text>_phrase_regions` row: one finite non-negative weight per region of the image, summing to 1."""
         column = f"{self.text_columns[0] if len(self.text_columns) == 1 else '<text>'}_phrase_regions"
-        values = torch.as_tensor(regions, dtype=torch.float32).flatten()
+        try:
+            values = torch.as_tensor(_as_list(regions), dtype=torch.float32).flatten()
+        except (TypeError, ValueError, RuntimeError):
+            raise row_error(i, column, "lists of region weights (numbers)", regions) from None
         count = int(region_mask.sum())
         if len(values) > count:
             raise ValueError(
@@ -628,6 +779,14 @@ class CaptionCollator(RegionTextCollator):
 
     label_column: str | None = None
 
+    def required_columns(self) -> tuple[str, ...]:
+        return (*super().required_columns(), *([self.label_column] if self.label_column is not None else []))
+
+    def check_row(self, index: int, example: dict) -> None:
+        super().check_row(index, example)
+        if self.label_column is not None:
+            check_row_int(index, example, self.label_column)
+
     def task_tensors(self, examples, encoding, batch):
         tensors = self.grounding_tensors(examples, encoding, batch)
         if self.label_column is not None:
@@ -651,13 +810,18 @@ class VGPCollator(RegionTextCollator):
 
     text_columns: tuple[str, ...] = ("caption1", "caption2")
 
-    def _check_columns(self, example: dict) -> None:
-        super()._check_columns(example)
+    def check_row(self, index: int, example: dict) -> None:
+        super().check_row(index, example)
         missing = [name for name in ("phrase1_span", "phrase2_span", "id_label", "vgp_label") if name not in example]
         if missing:
             raise ValueError(
-                f"VGPCollator rows must have the columns {', '.join(f'`{name}`' for name in missing)}; got {sorted(example)}."
+                f"VGPCollator rows must have the columns {', '.join(f'`{name}`' for name in missing)}; batch row "
+                f"{index} has {sorted(example)}."
             )
+        for sequence, column in enumerate(self.text_columns):
+            check_row_span(index, f"phrase{sequence + 1}_span", example[f"phrase{sequence + 1}_span"], example[column])
+        for column in ("id_label", "vgp_label"):
+            check_row_int(index, example, column)
 
     def required_spans(self) -> dict[str, str]:
         """The phrase pair: `phrase1_span` in the first caption, `phrase2_span` in the second."""
@@ -692,6 +856,8 @@ class QuestionAnsweringCollator(RegionTextCollator):
 
     def task_tensors(self, examples, encoding, batch):
         tensors = self.grounding_tensors(examples, encoding, batch)
+        for index, example in enumerate(examples):
+            check_answer_columns(index, example, examples[0], type(self).__name__)
         if "scores" in examples[0]:
             targets = torch.zeros(len(examples), self.num_answers)
             for i, example in enumerate(examples):
@@ -713,6 +879,13 @@ class ImagePairCollator(RegionTextCollator):
 
     image_columns: tuple[str, str] = ("left_image_id", "right_image_id")
 
+    def required_columns(self) -> tuple[str, ...]:
+        return (*self.image_columns, *self.text_columns, "label")
+
+    def check_row(self, index: int, example: dict) -> None:
+        super().check_row(index, example)
+        check_row_int(index, example, "label")
+
     def region_tensors(self, examples):
         image_ids = [
             self.store_image_id(example, column, column.replace("image_id", "feature_row"))
@@ -733,13 +906,27 @@ class ReferringExpressionCollator(RegionTextCollator):
 
     text_columns: tuple[str, ...] = ("expression",)
 
+    def required_columns(self) -> tuple[str, ...]:
+        return (*super().required_columns(), "expression_phrase_boxes")
+
+    def check_row(self, index: int, example: dict) -> None:
+        super().check_row(index, example)
+        boxes = example["expression_phrase_boxes"]
+        check_row_list(index, "expression_phrase_boxes", boxes, what="a list holding the referred object's boxes")
+        if not boxes or gold_boxes(index, "expression_phrase_boxes", boxes[0]).numel() == 0:
+            raise row_error(index, "expression_phrase_boxes", "a list holding the referred object's boxes", boxes)
+
     def task_tensors(self, examples, encoding, batch):
         tensors = self.grounding_tensors(examples, encoding, batch)
         target_iou = torch.zeros_like(batch["visual_attention_mask"], dtype=torch.float32)
         for i, example in enumerate(examples):
-            gold = torch.tensor(example["expression_phrase_boxes"][0], dtype=torch.float32).reshape(-1, 4)
+            gold = gold_boxes(i, "expression_phrase_boxes", example["expression_phrase_boxes"][0])
             target_iou[i] = gold_region_iou(gold, batch["region_boxes_pixels"][i]) * batch["visual_attention_mask"][i]
-        tensors["labels"] = target_iou.argmax(dim=1)
+        labels = target_iou.argmax(dim=1)
+        for i in (target_iou.amax(dim=1) <= 0).nonzero().flatten().tolist():  # no region to name: ignored, not region 0
+            self._count_unmatched()
+            labels[i] = -100
+        tensors["labels"] = labels
         tensors["target_region_iou"] = target_iou
         return tensors
 
@@ -754,6 +941,18 @@ class CaptioningCollator(RegionTextCollator):
 
     text_columns: tuple[str, ...] = ("caption",)
     reference_column: str | None = None
+
+    def required_columns(self) -> tuple[str, ...]:
+        return (*super().required_columns(), *([self.reference_column] if self.reference_column is not None else []))
+
+    def check_row(self, index: int, example: dict) -> None:
+        super().check_row(index, example)
+        if self.reference_column is not None:
+            references = _as_list(example[self.reference_column])
+            expected = "a list of reference captions (strings)"
+            check_row_list(index, self.reference_column, references, what=expected)
+            if not references or not all(isinstance(reference, str) for reference in references):
+                raise row_error(index, self.reference_column, f"a non-empty {expected[2:]}", references)
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         batch = super().__call__(examples)
@@ -814,6 +1013,8 @@ class PretrainingCollator(RegionTextCollator):
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         if not examples:
             raise ValueError("`examples` must hold at least one example, got an empty batch.")
+        for index, example in enumerate(examples):
+            self.check_row(index, example)
         mismatched = (torch.rand(len(examples)) < self.mismatch_probability).tolist()
         return super().__call__([self._with_image(example, swap) for example, swap in zip(examples, mismatched)])
 
@@ -864,14 +1065,16 @@ class PretrainingCollator(RegionTextCollator):
         return mask_regions(batch, self.object_mask_probability)  # LXMERT's 80 % zeroed, 10 % replaced, 10 % kept
 
     def _answer_labels(self, examples: list[dict], matched: torch.Tensor) -> torch.Tensor:
+        if "scores" not in examples[0] and "label" not in examples[0]:
+            raise ValueError(f"rows must have a `label` (or VQA `labels`/`scores`) column when `num_answers` > 0; got {sorted(examples[0])}.")
+        for index, example in enumerate(examples):
+            check_answer_columns(index, example, examples[0], type(self).__name__)
         if "scores" in examples[0]:
             targets = torch.zeros(len(examples), self.num_answers)
             for i, example in enumerate(examples):
                 for label, score in zip(example["labels"], example["scores"]):
                     targets[i, _checked_answer(label, self.num_answers)] = score if bool(matched[i]) else 0.0
             return targets
-        if "label" not in examples[0]:
-            raise ValueError(f"rows must have a `label` (or VQA `labels`/`scores`) column when `num_answers` > 0; got {sorted(examples[0])}.")
         return torch.tensor([
             _checked_answer(example["label"], self.num_answers) if bool(matched[i]) and example["label"] >= 0 else -100
             for i, example in enumerate(examples)

@@ -18,7 +18,10 @@ not match its `store.json` (pass `verify=False` to skip the checksum, which read
 Writing is atomic and resumable: a store is written into `<directory>.partial-<host>-<pid>` beside `directory` and
 renamed into place only once complete. A writer that was killed (SIGKILL, power loss) leaves its partial folder
 behind; the next write to the same directory removes the partial folders of writers that are no longer running, and
-writes the same bytes an uninterrupted run would have written (the Arrow file depends only on the records).
+writes the same bytes an uninterrupted run would have written (the Arrow file depends only on the records). An existing
+store (`overwrite=True`) is swapped with the complete new one atomically (`utils/atomic_folders.py`), so a kill at any
+instant leaves the old store or the new one; records that `load` would refuse (a repeated image id) are refused while
+writing, naming the id and where it repeats, before anything is replaced.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ import torch
 from datasets.arrow_writer import ArrowWriter
 from transformers.utils import logging
 
+from ..utils.atomic_folders import recover_folder, replace_folder, stale_siblings
 from .formats.region_records import check_region_record, normalise_record
+from .formats.text_files import FileFormatError, read_json_file
 
 logger = logging.get_logger(__name__)
 
@@ -123,11 +128,9 @@ class RegionFeatureStore:
                 "sha256": {ARROW_FILE: sha256},
             }
             (partial / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
-            if directory.exists():
-                if not overwrite:  # another writer finished first: never replace its store
-                    raise ValueError(f"`directory` {directory} already exists; pass overwrite=True to replace it.")
-                shutil.rmtree(directory)
-            os.replace(partial, directory)
+            if directory.exists() and not overwrite:  # another writer finished first: never replace its store
+                raise ValueError(f"`directory` {directory} already exists; pass overwrite=True to replace it.")
+            replace_folder(partial, directory)  # the old store stays in place until the new one is (atomic swap)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
@@ -144,16 +147,14 @@ class RegionFeatureStore:
         checksums were recorded still opens, with a warning that it is unverified.
         """
         directory = Path(directory)
+        recover_folder(directory, PARTIAL_MARKER)  # a write killed mid-swap (where folders cannot be exchanged)
         arrow, metadata_file = directory / ARROW_FILE, directory / METADATA_FILE
         if not arrow.is_file() or not metadata_file.is_file():
             raise ValueError(
                 f"`directory` {directory} is not a region-feature store: expected {ARROW_FILE} and {METADATA_FILE} in it "
                 "(write one with `hf-vlalign convert-features`)."
             )
-        try:
-            metadata = json.loads(metadata_file.read_text())
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{metadata_file}: not valid JSON ({error}); the store is damaged, convert it again.") from None
+        metadata = _read_metadata(metadata_file)
         if not isinstance(metadata, dict) or metadata.get("format_version") != STORE_FORMAT_VERSION:
             version = metadata.get("format_version") if isinstance(metadata, dict) else metadata
             raise ValueError(
@@ -316,14 +317,21 @@ def _flat_bounds(starts, stops, inner_starts, inner, values) -> tuple[np.ndarray
 
 
 def _write_arrow(path: Path, first: dict, rest: Iterator[dict], feature_dim: int) -> tuple[int, str]:
-    """Writes the records to `path`; returns their count and the sha256 of the bytes written (hashed on the way)."""
-    count = 0
+    """Writes the records to `path`; returns their count and the sha256 of the bytes written (hashed on the way).
+    A repeated image id (which `load` would refuse) raises, naming the id and both record numbers."""
+    count, first_record = 0, {}
     with open(path, "wb") as file:
         hashing = _HashingFile(file)
         writer = ArrowWriter(features=store_features(feature_dim), stream=pa.PythonFile(hashing, mode="w"), writer_batch_size=256)
         try:
             for record in _chain(first, rest):
                 check_region_record(record, feature_dim)
+                if (image_id := record["image_id"]) in first_record:
+                    raise ValueError(
+                        f"`records`: the image id {image_id!r} of record {count + 1} repeats record "
+                        f"{first_record[image_id] + 1} (counting from 1): image ids of a region-feature store must be unique."
+                    )
+                first_record[image_id] = count
                 writer.write(_arrow_row(normalise_record(record)))
                 count += 1
             writer.finalize()
@@ -363,6 +371,26 @@ class _HashingFile:
         return False
 
 
+def _read_metadata(metadata_file: Path) -> dict:
+    """`store.json` as a dict; a ValueError naming the file (and line) when it is not UTF-8 JSON or its fields have
+    the wrong types."""
+    try:
+        metadata = read_json_file(metadata_file)
+    except FileFormatError as error:
+        raise FileFormatError(f"{error} The store is damaged, convert it again.") from None
+    if not isinstance(metadata, dict):
+        raise FileFormatError(
+            f"{metadata_file}: expected a JSON object, got {type(metadata).__name__}; the store is damaged, convert it again."
+        )
+    sha256 = metadata.get("sha256") or {}
+    if not isinstance(sha256, dict) or not all(isinstance(v, str) for v in sha256.values()):
+        raise FileFormatError(f"{metadata_file}: field 'sha256' must map file names to hex digests, got {sha256!r}.")
+    num_images = metadata.get("num_images")
+    if num_images is not None and (type(num_images) is not int or num_images < 0):
+        raise FileFormatError(f"{metadata_file}: field 'num_images' must be a non-negative int, got {num_images!r}.")
+    return metadata
+
+
 def _sha256_of_file(path: Path) -> str:
     with open(path, "rb") as file:
         return hashlib.file_digest(file, "sha256").hexdigest()
@@ -379,31 +407,15 @@ def remove_stale_partials(directory: str | Path) -> list[Path]:
     (a shared file system), are left alone.
     """
     directory = Path(directory)
-    removed = []
     if not directory.parent.is_dir():
-        return removed
-    host_prefix = f"{directory.name}{PARTIAL_MARKER}{socket.gethostname()}-"
-    for candidate in directory.parent.iterdir():
-        pid = candidate.name[len(host_prefix) :]
-        if not candidate.name.startswith(host_prefix) or not pid.isdigit():
-            continue
-        if int(pid) != os.getpid() and _process_is_running(int(pid)):
-            continue
+        return []
+    recover_folder(directory, PARTIAL_MARKER)  # the old store, when a replacing writer was killed between two renames
+    removed = stale_siblings(directory, PARTIAL_MARKER)
+    for candidate in removed:
         shutil.rmtree(candidate, ignore_errors=True)
-        removed.append(candidate)
     if removed:
         logger.warning(f"Removed {len(removed)} partial folder(s) of interrupted writes to {directory}: {[str(p) for p in removed]}.")
     return removed
-
-
-def _process_is_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def _chain(first: dict, rest: Iterator[dict]) -> Iterator[dict]:

@@ -19,7 +19,6 @@ and `boxes` its pixels (EXIF orientation is not applied). Only the backbone sees
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import math
 import os
@@ -35,7 +34,7 @@ from transformers import AutoImageProcessor, AutoModel
 
 from .feature_store import RegionFeatureStore
 from .formats.region_records import RecordDecoder, iter_checked_records
-
+from .formats.text_files import FileFormatError, read_json_file
 
 logger = logging.getLogger(__name__)
 
@@ -465,9 +464,9 @@ def read_boxes_file(path: str | os.PathLike) -> dict:
     if not path.is_file():
         raise ValueError(f"`boxes` file {path} does not exist.")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"`boxes` file {path} is not valid JSON ({error}).") from None
+        data = read_json_file(path)
+    except FileFormatError as error:
+        raise FileFormatError(f"`boxes` file {path} is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise ValueError(
             f'`boxes` file {path}: expected a JSON object {{"<image file name or id>": [[x1, y1, x2, y2], ...]}}, '

@@ -2,11 +2,13 @@
 
 Saving. `PreTrainedModel.save_pretrained` writes `config.json` first and the weights after it, straight into the target
 folder: an interrupted save leaves a new config next to old or half-written weights. Here the model is saved into a
-temporary sibling folder (same filesystem), then every file is moved into place with `os.replace` (atomic per file):
-the weights first, `config.json` last, so the target folder keeps loading its previous complete checkpoint until the
-new one is complete. Only files the save wrote are touched (`eval_results.json`, a tokenizer, a model card stay), except
-weight files of an earlier save that the new one supersedes (a stale `model.safetensors` next to new shards would be
-loaded instead of them), which are removed before the new config is moved in.
+staging sibling folder (`.<name>.saving-<host>-<pid>-*`, same file system); the files of the target folder that the save
+does not replace (`eval_results.json`, a tokenizer, a model card, the user's own files) are hard-linked into it, and the
+staging folder then replaces the target folder as a whole (`utils/atomic_folders.py`: one atomic exchange on Linux), so
+a kill at any instant leaves the previous complete checkpoint or the new one, each loadable by plain transformers. Weight
+files of an earlier save that the new one supersedes are not carried over (a stale `model.safetensors` next to new
+shards would be loaded instead of them). The staging folders of killed saves are removed by the next save to the folder.
+When the parent folder is not writable, the files are moved in one by one instead (weights first, `config.json` last).
 
 Loading. A checkpoint of another model type (another family's folder, or a text checkpoint) is refused before the model
 is built, with a [`CheckpointMismatchError`] naming the class, both model types and the folder: transformers only logs
@@ -27,12 +29,16 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.utils import CONFIG_NAME
+
+from ..utils.atomic_folders import fsync_path, remove_stale_siblings, replace_folder, stale_siblings, writer_tag
 
 logger = logging.getLogger(__name__)
 
@@ -95,13 +101,67 @@ def publish_saved_folder(staging: str | os.PathLike, target: str | os.PathLike, 
     return published
 
 
-def _staging_folder(target: Path) -> Path:
-    """A temporary folder next to `target` (same filesystem, so `os.replace` is a rename); inside `target` when its
-    parent is not writable."""
+SAVING_MARKER = ".saving-"
+
+
+def _staging_folder(target: Path) -> tuple[Path, bool]:
+    """A new staging folder next to `target` (same file system, so the swap is a rename) and True; inside `target`
+    and False when its parent is not writable (the files are then moved in one by one)."""
+    prefix = f".{target.name}{SAVING_MARKER}{writer_tag()}-"
     try:
-        return Path(tempfile.mkdtemp(prefix=f".{target.name}.saving-", dir=target.parent))
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent)), True
     except PermissionError:
-        return Path(tempfile.mkdtemp(prefix=".saving-", dir=target))
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=target)), False
+
+
+def carry_over_files(target: Path, staging: Path, variant: str | None = None) -> None:
+    """Hard-links (copies where linking fails) into `staging` every file, link and folder of `target` that the save in
+    `staging` did not write, except the weight files of `variant` it supersedes and staging folders."""
+    weights = weight_file_pattern(variant)
+    for folder, subfolders, files in os.walk(target):
+        folder = Path(folder)
+        relative_folder = folder.relative_to(target)
+        subfolders[:] = [name for name in subfolders if not name.startswith(f".{target.name}{SAVING_MARKER}")]
+        for name in subfolders + files:
+            source, relative = folder / name, relative_folder / name
+            destination = staging / relative
+            if relative_folder == Path(".") and name in files and weights.fullmatch(name):
+                continue  # the new save's weights (or none of this variant) replace every old weight file
+            if source.is_symlink():
+                if not os.path.lexists(destination):
+                    os.symlink(os.readlink(source), destination)
+                subfolders[:] = [sub for sub in subfolders if sub != name]  # do not descend into a linked folder
+            elif source.is_dir():
+                destination.mkdir(exist_ok=True)
+                shutil.copystat(source, destination)
+            elif not destination.exists():
+                try:
+                    os.link(source, destination)
+                except OSError:
+                    shutil.copy2(source, destination)
+
+
+def publish_into_new_folder(staging: Path, target: Path, variant: str | None = None) -> None:
+    """Completes the finished save in `staging` with `target`'s other files and swaps it with `target` atomically."""
+    for path in staging.rglob("*"):
+        if path.is_file():
+            fsync_path(path)
+    carry_over_files(target, staging, variant)
+    os.chmod(staging, stat.S_IMODE(target.stat().st_mode))  # mkdtemp made it 0700: keep the target's permissions
+    cwd = os.getcwd()
+    replace_folder(staging, target)
+    if Path(cwd).is_relative_to(target):  # this process's working folder was the old one: move into the new one
+        os.chdir(cwd)
+
+
+def recover_interrupted_save(save_directory: str | os.PathLike) -> None:
+    """Restores a folder left missing by a save killed between the two renames of the fallback swap, and removes the
+    staging folders of killed saves (see `utils/atomic_folders.py`)."""
+    target = Path(save_directory).resolve()
+    remove_stale_siblings(target, SAVING_MARKER)
+    if target.is_dir():
+        for stale in stale_siblings(target / target.name, SAVING_MARKER):  # staging inside it (read-only parent)
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 class SaveLoadMixin:
@@ -118,9 +178,18 @@ class SaveLoadMixin:
         has another `model_type` than this class's config (instead of a model with every weight newly initialised),
         and a config building fewer layers than the checkpoint holds (instead of dropping the extra layers)."""
         config = kwargs.get("config")
+        if pretrained_model_name_or_path is not None and not Path(pretrained_model_name_or_path).exists():
+            recover_interrupted_save(pretrained_model_name_or_path)  # a save killed mid-swap (non-Linux fallback)
         if pretrained_model_name_or_path is not None and not isinstance(config, PreTrainedConfig):
             check_checkpoint_model_type(cls, config if config is not None else pretrained_model_name_or_path, kwargs)
-        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        except SafetensorError as error:
+            files = _unreadable_weight_files(pretrained_model_name_or_path, kwargs.get("variant")) or ["its weights"]
+            raise ValueError(
+                f"Cannot load the checkpoint {pretrained_model_name_or_path}: {', '.join(map(str, files))} is not a "
+                f"complete safetensors file ({error}); it is truncated or damaged, save or download it again."
+            ) from None
 
     def save_pretrained(
         self,
@@ -147,11 +216,15 @@ class SaveLoadMixin:
         target = Path(save_directory).resolve()
         if target.is_file():
             raise NotADirectoryError(f"`save_directory` must be a folder, got the file {target}.")
+        recover_interrupted_save(target)
         target.mkdir(parents=True, exist_ok=True)
-        staging = _staging_folder(target)
+        staging, beside = _staging_folder(target)
         try:
             super().save_pretrained(staging, is_main_process=is_main_process, push_to_hub=False, **kwargs)
-            publish_saved_folder(staging, target, variant=kwargs.get("variant"))
+            if beside:
+                publish_into_new_folder(staging, target, variant=kwargs.get("variant"))
+            else:
+                publish_saved_folder(staging, target, variant=kwargs.get("variant"))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         logger.info("Model saved in %s", target)
@@ -194,6 +267,20 @@ class SaveLoadMixin:
                 ", ".join(supervised),
             )
         return loading_info
+
+
+def _unreadable_weight_files(folder: str | os.PathLike | None, variant: str | None) -> list[Path]:
+    """The safetensors weight files of a local checkpoint folder that `safetensors` cannot open."""
+    if folder is None or not Path(folder).is_dir():
+        return []
+    pattern, unreadable = weight_file_pattern(variant), []
+    for file in sorted(Path(folder).iterdir()):
+        if file.suffix == ".safetensors" and pattern.fullmatch(file.name):
+            try:
+                safe_open(file, framework="pt").keys()
+            except (SafetensorError, OSError):
+                unreadable.append(file)
+    return unreadable
 
 
 def check_checkpoint_model_type(model_class: type[PreTrainedModel], config_path: str | os.PathLike, kwargs) -> None:

@@ -21,6 +21,15 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from ..utils.item_counts import count_labeled, count_true, item_count, mean_cross_entropy, mean_over_items
+from ..utils.validation import (
+    check_binary_mask,
+    check_finite,
+    check_floating,
+    check_integer,
+    check_no_mass_on_padding,
+    check_no_target_on_padding,
+    check_rank,
+)
 
 
 class AnswerHead(nn.Module):
@@ -164,7 +173,7 @@ def referring_expression_loss(
     if target_region_iou is not None:
         targets = (target_region_iou >= iou_threshold).to(logits.dtype)
     else:
-        targets = nn.functional.one_hot(labels, logits.shape[-1]).to(logits.dtype)
+        targets = nn.functional.one_hot(labels.long(), logits.shape[-1]).to(logits.dtype)
     real = region_mask.bool()
     total = nn.functional.binary_cross_entropy_with_logits(logits[real], targets[real], reduction="sum")
     return mean_over_items(total, item_count(real.sum(), num_items))
@@ -228,6 +237,8 @@ def check_labels(name: str, labels: torch.Tensor | None, shape: tuple[int, ...],
     """Integer labels of `shape` in [0, num_labels) or -100 (ignored)."""
     if labels is None:
         return
+    check_rank(name, labels, len(shape), str(shape))
+    check_integer(name, labels)
     if tuple(labels.shape) != shape:
         raise ValueError(f"`{name}` must have shape {shape}, got {tuple(labels.shape)}.")
     used = labels[labels != -100]
@@ -241,13 +252,17 @@ def check_answer_labels(answer_labels: torch.Tensor | None, batch: int, num_answ
     """(B,) answer ids (-100 ignored) or (B, num_answers) soft scores in [0, 1]."""
     if answer_labels is None:
         return
-    if answer_labels.is_floating_point():
+    if isinstance(answer_labels, torch.Tensor) and answer_labels.is_floating_point():
         if tuple(answer_labels.shape) != (batch, num_answers):
             raise ValueError(
                 f"soft `{name}` must have shape (batch, num_qa_labels) = {(batch, num_answers)}, got {tuple(answer_labels.shape)}."
             )
+        check_finite(name, answer_labels)
         if answer_labels.numel() and (float(answer_labels.min()) < 0 or float(answer_labels.max()) > 1):
-            raise ValueError(f"soft `{name}` must be scores in [0, 1].")
+            raise ValueError(
+                f"soft `{name}` must be scores in [0, 1], got values in [{float(answer_labels.min()):.4g}, "
+                f"{float(answer_labels.max()):.4g}]."
+            )
         return
     check_labels(name, answer_labels, (batch,), num_answers)
 
@@ -261,30 +276,93 @@ def check_image_pair(visual_feats: torch.Tensor, batch: int) -> None:
         )
 
 
-def check_referring_inputs(labels, target_region_iou, batch: int, num_regions: int) -> None:
+def check_referring_inputs(
+    labels, target_region_iou, batch: int, num_regions: int, visual_attention_mask: torch.Tensor | None = None
+) -> None:
+    """`labels` (B,) name a real region (without IoUs they are the only positive, so -100 is refused);
+    `target_region_iou` (B, R) are finite IoUs in [0, 1], zero on padded regions."""
     check_labels("labels", labels, (batch,), num_regions)
+    if labels is not None and target_region_iou is None and bool((labels == -100).any()):
+        raise ValueError("`labels` must name a region in [0, R - 1] for every expression, got -100 (ignored) without `target_region_iou`.")
+    if labels is not None and _has_shape(visual_attention_mask, (batch, num_regions)):
+        on_padding = ~visual_attention_mask.bool().gather(1, labels.clamp(min=0)[:, None]).squeeze(1) & (labels != -100)
+        if bool(on_padding.any()):
+            where = on_padding.nonzero().flatten().tolist()
+            raise ValueError(
+                f"`labels` must name a real region, got a region where `visual_attention_mask` is 0 (padding) for batch "
+                f"index(es) {where}."
+            )
     if target_region_iou is None:
         return
+    check_floating("target_region_iou", target_region_iou)
     if tuple(target_region_iou.shape) != (batch, num_regions):
         raise ValueError(
             f"`target_region_iou` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(target_region_iou.shape)}."
         )
+    check_finite("target_region_iou", target_region_iou)
     if target_region_iou.numel() and (float(target_region_iou.min()) < 0 or float(target_region_iou.max()) > 1):
-        raise ValueError("`target_region_iou` must hold IoUs in [0, 1].")
+        raise ValueError(
+            f"`target_region_iou` must hold IoUs in [0, 1], got values in [{float(target_region_iou.min()):.4g}, "
+            f"{float(target_region_iou.max()):.4g}]."
+        )
+    if _has_shape(visual_attention_mask, (batch, num_regions)):
+        check_no_mass_on_padding("target_region_iou", target_region_iou, visual_attention_mask, "visual_attention_mask")
 
 
-def check_phrase_labels(phrase_labels: torch.Tensor | None, phrase_masks: torch.Tensor, num_regions: int) -> None:
-    """(B, P, R) rows that are distributions over regions (grounded phrases) or all zeros (padding)."""
+def check_phrase_labels(
+    phrase_labels: torch.Tensor | None,
+    phrase_masks: torch.Tensor,
+    num_regions: int,
+    visual_attention_mask: torch.Tensor | None = None,
+) -> None:
+    """(B, P, T) 0/1 `phrase_masks`; (B, P, R) `phrase_labels` rows that are distributions over real regions (grounded
+    phrases) or all zeros (padding)."""
+    check_rank("phrase_masks", phrase_masks, 3, "(batch, num_phrases, text_length)")
+    check_binary_mask("phrase_masks", phrase_masks)
     if phrase_labels is None:
         return
     expected = (*phrase_masks.shape[:2], num_regions)
+    check_floating("phrase_labels", phrase_labels)
     if tuple(phrase_labels.shape) != expected:
         raise ValueError(f"`phrase_labels` must have shape (batch, P, R) = {expected}, got {tuple(phrase_labels.shape)}.")
+    check_finite("phrase_labels", phrase_labels)
+    if _has_shape(visual_attention_mask, (expected[0], num_regions)):
+        check_no_mass_on_padding("phrase_labels", phrase_labels, visual_attention_mask[:, None, :], "visual_attention_mask")
     sums = phrase_labels.sum(-1)
     if bool((phrase_labels < 0).any()) or not bool(((sums - 1).abs() < 1e-3).logical_or(sums == 0).all()):
         raise ValueError("`phrase_labels` rows must be non-negative and sum to 1 (grounded phrase) or 0 (padding).")
     if bool((sums > 0).logical_and(~phrase_masks.bool().any(-1)).any()):
         raise ValueError("`phrase_labels` gives a target to a phrase whose `phrase_masks` row has no token.")
+
+
+def _has_shape(mask: torch.Tensor | None, shape: tuple[int, ...]) -> bool:
+    """A mask to check targets against; one of another shape is left to the encoder's checks, which name it."""
+    return isinstance(mask, torch.Tensor) and tuple(mask.shape) == tuple(shape)
+
+
+def check_pretraining_targets(
+    labels: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    visual_attention_mask: torch.Tensor | None,
+    masked_regions: torch.Tensor | None,
+    feature_labels: torch.Tensor | None,
+    region_labels: Mapping[str, torch.Tensor | None],
+) -> None:
+    """Pre-training targets sit on real positions: masked words where `attention_mask` is 1, masked regions (0/1) and
+    their `region_labels` (object / attribute classes) where `visual_attention_mask` is 1; `feature_labels` finite.
+    Shapes are checked before (each family's `_check_pretraining_labels`)."""
+    if labels is not None and _has_shape(attention_mask, labels.shape):
+        check_no_target_on_padding("labels", labels, attention_mask, "attention_mask")
+    if masked_regions is not None:
+        check_binary_mask("masked_regions", masked_regions)
+        if _has_shape(visual_attention_mask, masked_regions.shape):
+            check_no_mass_on_padding("masked_regions", masked_regions, visual_attention_mask, "visual_attention_mask")
+    for name, targets in region_labels.items():
+        if targets is not None and _has_shape(visual_attention_mask, targets.shape):
+            check_no_target_on_padding(name, targets, visual_attention_mask, "visual_attention_mask")
+    if feature_labels is not None:
+        check_floating("feature_labels", feature_labels)
+        check_finite("feature_labels", feature_labels)
 
 
 def pair_repeat(tensor: torch.Tensor | None) -> torch.Tensor | None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import random
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,6 +136,36 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     return None
 
 
+def unreadable_state_files(checkpoint: str | os.PathLike) -> dict[Path, str]:
+    """{file: error} for each `*.pt` / `*.pth` state file of a Trainer checkpoint that `torch.load(weights_only=True)`
+    cannot read (truncated, not a torch file, or holding objects other than tensors and plain data)."""
+    unreadable = {}
+    for file in sorted(Path(checkpoint).glob("*.pt*")):
+        if file.suffix in (".pt", ".pth") and file.is_file():
+            try:
+                torch.load(file, map_location="cpu", weights_only=True)
+            except Exception as error:  # noqa: BLE001 - any failure makes the file unusable; reported by name
+                unreadable[file] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return unreadable
+
+
+@contextmanager
+def naming_unreadable_state_files(checkpoint: str | os.PathLike | None):
+    """Re-raises a failure of the body as a ValueError naming the checkpoint's unreadable state files, when there are
+    some (checked only after a failure, so a good resume reads each file once)."""
+    try:
+        yield
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as error:
+        unreadable = unreadable_state_files(checkpoint) if checkpoint is not None and Path(checkpoint).is_dir() else {}
+        if not unreadable:
+            raise
+        files = "; ".join(f"{file} ({problem})" for file, problem in unreadable.items())
+        raise ValueError(
+            f"`resume_from_checkpoint` {checkpoint}: cannot load {files} with torch.load(weights_only=True); the "
+            "file is truncated or damaged, resume from another checkpoint."
+        ) from error
+
+
 class ComponentLossTrainer(Trainer):
     """A `Trainer` whose model output carries loss components (`loss_component_keys`), each logged separately.
 
@@ -233,6 +265,20 @@ class ComponentLossTrainer(Trainer):
                 raise ValueError(f"`resume_from_checkpoint=True` found no complete checkpoint in {self.args.output_dir}.")
         self.fit_visual_feature_statistics()
         return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    # Resuming: a damaged optimizer / scheduler / scaler / RNG state file fails inside `torch.load(weights_only=True)`
+    # with an unpickling error that names no file; these name it.
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        with naming_unreadable_state_files(checkpoint):
+            super()._load_rng_state(checkpoint)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        with naming_unreadable_state_files(checkpoint):
+            super()._load_optimizer_and_scheduler(checkpoint)
+
+    def _load_scaler(self, checkpoint: str | None) -> None:
+        with naming_unreadable_state_files(checkpoint):
+            super()._load_scaler(checkpoint)
 
     def fit_visual_feature_statistics(self) -> None:
         """Before training: a model that standardises its region features (`visual_feature_normalization=

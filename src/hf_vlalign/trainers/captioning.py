@@ -13,7 +13,7 @@ from transformers.utils import logging
 from ..data.collators import PROBE_KEYS
 from ..metrics.captioning import cider_d_per_caption
 from ..utils.item_counts import mean_over_items
-from .base import ComponentLossTrainer
+from .base import ComponentLossTrainer, naming_unreadable_state_files
 
 CAPTION_NON_MODEL_KEYS = (*PROBE_KEYS, "references")
 # the A2 mask networks' Adam state, saved in every checkpoint folder next to the captioner's `optimizer.pt`
@@ -118,7 +118,8 @@ class CaptioningTrainer(ComponentLossTrainer):
             logger.warning(f"{checkpoint} holds no {MASK_OPTIMIZER_NAME}: the A2 mask optimiser restarts from scratch.")
             return
         # every process loads the same state (the mask networks are replicated); Adam moves it to the parameters' device
-        self.mask_optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        with naming_unreadable_state_files(checkpoint):
+            self.mask_optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
     def batch_item_counts(self, inputs):
         counts = super().batch_item_counts(inputs)

@@ -68,8 +68,9 @@ def has_items(counts: Mapping[str, torch.Tensor] | None, key: str, local_count: 
 
 def mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, num_items: torch.Tensor | None = None) -> torch.Tensor:
     """Cross-entropy summed over the labels that are not -100 and divided by their number, or by the global
-    `num_items` when given; 0 (in the graph) when no label counts."""
-    total = nn.functional.cross_entropy(logits, labels, reduction="sum")
+    `num_items` when given; 0 (in the graph) when no label counts. Integer labels of any width (int32, uint8) are
+    read as int64, the class indices `cross_entropy` takes."""
+    total = nn.functional.cross_entropy(logits, labels.long(), reduction="sum")
     return mean_over_items(total, item_count(count_labeled(labels), num_items))
 
 

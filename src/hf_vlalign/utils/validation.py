@@ -6,6 +6,7 @@ surfaces as a NaN or an index error from deep inside torch.
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Sequence
@@ -156,6 +157,43 @@ def check_index_list(name: str, indices: Sequence[int] | None, upper: int, what:
     return sorted(set(values))
 
 
+def check_config_numbers(
+    config,
+    positive: Sequence[str] = (),
+    non_negative: Sequence[str] = (),
+    dropouts: Sequence[str] = (),
+    activations: Sequence[str] = (),
+) -> None:
+    """Validates a config's numeric fields at construction: sizes and epsilons finite and > 0, weights and
+    initialisation scales finite and >= 0, dropout probabilities in [0, 1) (or None), activations known to
+    transformers' `ACT2FN`."""
+    for name in positive:
+        value = getattr(config, name)
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"`{name}` must be a finite number > 0, got {value!r}.")
+    for name in non_negative:
+        value = getattr(config, name)
+        if not (value >= 0 and math.isfinite(value)):
+            raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
+    for name in dropouts:
+        value = getattr(config, name)
+        if value is not None and not 0 <= value < 1:
+            raise ValueError(f"`{name}` must be a dropout probability in [0, 1), got {value!r}.")
+    if activations:
+        from transformers.activations import ACT2FN
+
+        for name in activations:
+            value = getattr(config, name)
+            if value not in ACT2FN:
+                raise ValueError(f"`{name}` must be one of transformers' activations {sorted(ACT2FN)}, got {value!r}.")
+
+
+def check_token_id(name: str, token_id: int | None, vocab_size: int) -> None:
+    """A config's token id (None allowed) must index the vocabulary."""
+    if token_id is not None and not 0 <= token_id < vocab_size:
+        raise ValueError(f"`{name}` must be None or a token id in [0, {vocab_size - 1}] (`vocab_size`), got {token_id}.")
+
+
 def check_vision_language_inputs(
     config,
     *,
@@ -191,6 +229,7 @@ def check_vision_language_inputs(
             if tuple(tensor.shape) != (batch, text_length):
                 raise ValueError(f"`{name}` must have the shape of `input_ids` {(batch, text_length)}, got {tuple(tensor.shape)}.")
     if attention_mask is not None:
+        check_binary_mask("attention_mask", attention_mask)
         check_mask_not_empty("attention_mask", attention_mask, "token")
     if token_type_ids is not None:
         check_integer("token_type_ids", token_type_ids)
@@ -200,6 +239,7 @@ def check_vision_language_inputs(
                 f"[{int(token_type_ids.min())}, {int(token_type_ids.max())}]."
             )
     check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
+    check_floating("visual_feats", visual_feats)
     num_regions = visual_feats.shape[1]
     check_dim("visual_feats", visual_feats, 0, batch, "(batch, num_regions, visual_feat_dim)", "batch of `input_ids`")
     check_dim("visual_feats", visual_feats, 2, config.visual_feat_dim, "(batch, num_regions, visual_feat_dim)", "config.visual_feat_dim")
@@ -209,6 +249,7 @@ def check_vision_language_inputs(
     check_boxes_given(config, visual_boxes)
     if visual_boxes is not None:
         check_rank("visual_boxes", visual_boxes, 3, "(batch, num_regions, 4)")
+        check_floating("visual_boxes", visual_boxes)
         if tuple(visual_boxes.shape[:2]) != (batch, num_regions):
             raise ValueError(
                 f"`visual_boxes` must have shape (batch, num_regions, 4) = {(batch, num_regions, 4)} to match "
@@ -221,6 +262,7 @@ def check_vision_language_inputs(
                 f"`visual_attention_mask` must have shape (batch, num_regions) = {(batch, num_regions)}, "
                 f"got {tuple(visual_attention_mask.shape)}."
             )
+        check_binary_mask("visual_attention_mask", visual_attention_mask)
         check_mask_not_empty("visual_attention_mask", visual_attention_mask, "region")
     if visual_boxes is not None:
         check_normalised_boxes("visual_boxes", visual_boxes, visual_attention_mask)
@@ -228,6 +270,7 @@ def check_vision_language_inputs(
         warn_unmasked_zero_features("visual_feats", visual_feats)
     if word_region_alignment is not None:
         check_rank("word_region_alignment", word_region_alignment, 3, "(batch, text_length, num_regions)")
+        check_floating("word_region_alignment", word_region_alignment)
         if tuple(word_region_alignment.shape) != (batch, text_length, num_regions):
             raise ValueError(
                 f"`word_region_alignment` must have shape (batch, text_length, num_regions) = "
@@ -272,11 +315,15 @@ def check_no_mass_on_padding(name: str, target: torch.Tensor, mask: torch.Tensor
 
 def check_phrase_masks(name: str, phrase_masks: torch.Tensor, batch: int, text_length: int, allow_empty_rows: bool) -> None:
     """A (B, T) mask (one phrase per example) or (B, P, T) masks (padding rows allowed when `allow_empty_rows`)."""
+    if not isinstance(phrase_masks, torch.Tensor) or phrase_masks.dim() not in (2, 3):
+        got = f"shape {_shape(phrase_masks)}" if isinstance(phrase_masks, torch.Tensor) else type(phrase_masks).__name__
+        raise ValueError(f"`{name}` must have shape (batch, text_length) or (batch, num_phrases, text_length), got {got}.")
     if phrase_masks.shape[0] != batch or phrase_masks.shape[-1] != text_length:
         raise ValueError(
             f"`{name}` must have shape (batch, [num_phrases,] text_length) with batch={batch}, text_length={text_length}, "
             f"got {tuple(phrase_masks.shape)}."
         )
+    check_binary_mask(name, phrase_masks)
     if not allow_empty_rows:
         check_mask_not_empty(name, phrase_masks, "token in the phrase")
 
@@ -315,3 +362,50 @@ def default_and_check_inputs(
     if visual_attention_mask is None:
         visual_attention_mask = attention_mask.new_ones(visual_feats.shape[:2])
     return attention_mask, token_type_ids, visual_attention_mask
+
+
+def check_floating(name: str, tensor: torch.Tensor) -> None:
+    """Features, boxes and soft targets must be a floating-point tensor (integer ones fail deep inside torch)."""
+    if not tensor.is_floating_point():
+        raise ValueError(f"`{name}` must be a floating-point tensor (e.g. torch.float32), got dtype {tensor.dtype}.")
+
+
+def regions_in_dtype(
+    dtype: torch.dtype, visual_feats: torch.Tensor, visual_boxes: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The documented cast of the region inputs: floating `visual_feats` / `visual_boxes` of another precision
+    (float16 or float64 on a float32 model) are cast to the model's `dtype`; integer, bool or complex ones are refused
+    with a `ValueError` naming the tensor. Non-tensors pass through (the shape checks name them)."""
+    cast = []
+    for name, tensor in (("visual_feats", visual_feats), ("visual_boxes", visual_boxes)):
+        if isinstance(tensor, torch.Tensor) and tensor.dtype != dtype:
+            check_floating(name, tensor)
+            tensor = tensor.to(dtype)
+        cast.append(tensor)
+    return cast[0], cast[1]
+
+
+def check_binary_mask(name: str, mask: torch.Tensor) -> None:
+    """A mask holds 0 (padding) and 1 (kept) only, in any dtype: an inverted integer mask (`~mask` gives -1 and -2),
+    a 1-for-padding convention with other values, or fractional weights are refused."""
+    if mask.dtype == torch.bool:
+        return
+    other = (mask != 0) & (mask != 1)
+    if bool(other.any()):
+        raise ValueError(
+            f"`{name}` must hold only 1 (kept) and 0 (padding), got {int(other.sum())} other value(s) such as "
+            f"{mask[other][0].item()!r} (dtype {mask.dtype}); an inverted mask (`~mask` of an integer tensor) gives -1/-2."
+        )
+
+
+def check_no_target_on_padding(
+    name: str, labels: torch.Tensor, mask: torch.Tensor, mask_name: str, ignore_index: int = -100
+) -> None:
+    """Integer targets (`ignore_index`: none) may not sit where `mask` (broadcast to `labels`) is 0 (padding)."""
+    on_padding = (labels != ignore_index) & ~mask.bool()
+    if bool(on_padding.any()):
+        where = on_padding.nonzero()[0].tolist()
+        raise ValueError(
+            f"`{name}` must be {ignore_index} (no target) where `{mask_name}` is 0 (padding), got {int(on_padding.sum())} "
+            f"target(s) on padding, e.g. at index {where}."
+        )

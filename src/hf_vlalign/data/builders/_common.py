@@ -25,7 +25,6 @@ not in <where>."
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import warnings
 from collections.abc import Callable, Sequence
@@ -36,6 +35,7 @@ import torch
 
 from ...alignment.boxes import alignment_target
 from ..feature_store import RegionFeatureStore
+from ..formats.text_files import FileFormatError, read_json_file
 
 logger = logging.getLogger(__name__)
 
@@ -108,12 +108,13 @@ def require_file(path: str | Path, argument: str, what: str) -> Path:
 
 
 def read_json(path: str | Path, argument: str, what: str) -> object:
+    """The JSON value of `path`; a ValueError naming `argument`, the file and the line for a file that is missing, not
+    UTF-8, not JSON, nested too deeply or holding a too long integer."""
     path = require_file(path, argument, what)
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"`{argument}` {path}: not valid JSON ({error}); expected {what}.") from None
+        return read_json_file(path)
+    except FileFormatError as error:
+        raise FileFormatError(f"`{argument}` {error} Expected {what}.") from None
 
 
 def check_keys(record: dict, types: dict[str, type], where: str) -> None:

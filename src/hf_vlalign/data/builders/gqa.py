@@ -58,7 +58,6 @@ from ._common import (
 )
 from .vqa_v2 import read_answer_vocab
 
-
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "testdev", "test", "challenge", "submission")
@@ -198,6 +197,13 @@ def read_scene_graphs(path: Path) -> dict[str, dict]:
     for image_id, graph in graphs.items():
         if not isinstance(graph, dict) or not {"width", "height", "objects"} <= graph.keys():
             raise ValueError(f"`scene_graphs` {path}: image {image_id!r} lacks width, height or objects.")
+        for side in ("width", "height"):
+            if type(graph[side]) is not int or graph[side] <= 0:
+                raise ValueError(
+                    f"`scene_graphs` {path}: image {image_id!r} must have a positive integer {side}, got {graph[side]!r}."
+                )
+        if not isinstance(graph["objects"], dict):
+            raise ValueError(f"`scene_graphs` {path}: image {image_id!r}: objects must be a JSON object, got {graph['objects']!r}.")
         for object_id, obj in graph["objects"].items():
             if not {"name", "x", "y", "w", "h"} <= obj.keys():
                 raise ValueError(

@@ -40,6 +40,7 @@ from pathlib import Path
 import datasets
 
 from ..feature_store import RegionFeatureStore
+from ..formats.text_files import FileFormatError, read_text
 from ._common import (
     IMAGE_SIZE,
     check_on_missing_image,
@@ -48,7 +49,6 @@ from ._common import (
     report_missing_images,
     require_file,
 )
-
 
 logger = logging.getLogger(__name__)
 
@@ -85,14 +85,13 @@ def build(data_dir: str | Path, split: str, *, subset: str | None = None) -> dat
     """
     path = split_file(data_dir, split, subset)
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(parse_example(line))
-            except ValueError as error:
-                raise ValueError(f"{path}, line {line_number}: {error}") from None
+    for line_number, line in enumerate(read_text(path).split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(parse_example(line))
+        except ValueError as error:
+            raise FileFormatError(f"{path}, line {line_number}: {error}") from None
     if not rows:
         raise ValueError(f"{path}: no NLVR2 example in the file.")
     return datasets.Dataset.from_list(rows, features=FEATURES)
@@ -129,6 +128,10 @@ def parse_example(line: str) -> dict:
         record = json.loads(line)
     except json.JSONDecodeError as error:
         raise ValueError(f"not valid JSON ({error}).") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read.") from None
+    except ValueError as error:  # an integer of more than 4300 digits
+        raise ValueError(f"not readable as JSON ({error}).") from None
     if not isinstance(record, dict):
         raise ValueError(f"expected a JSON object, got {type(record).__name__}.")
     missing = [key for key in ("identifier", "sentence", "label") if key not in record]

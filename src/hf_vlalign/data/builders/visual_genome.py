@@ -50,7 +50,6 @@ from ._common import (
     xywh_to_xyxy,
 )
 
-
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "all")
@@ -150,7 +149,17 @@ def _read_list(path: Path, argument: str, what: str) -> list[dict]:
 def read_image_sizes(path: Path) -> dict[str, tuple[dict, list[int]]]:
     """image id -> (its image_data.json entry, [height, width])."""
     entries = _read_list(path, "data_dir", "Visual Genome image_data.json")
-    return {_image_key(entry, path): (entry, [int(entry["height"]), int(entry["width"])]) for entry in entries}
+    sizes = {}
+    for index, entry in enumerate(entries):
+        key = _image_key(entry, path)
+        for side in ("height", "width"):
+            if type(entry.get(side)) is not int or entry[side] <= 0:
+                raise ValueError(
+                    f"`data_dir` {path}, entry #{index} (image {key}): {side!r} must be a positive integer, "
+                    f"got {entry.get(side)!r}."
+                )
+        sizes[key] = (entry, [entry["height"], entry["width"]])
+    return sizes
 
 
 def read_objects(objects_path: Path, attributes_path: Path) -> dict[str, dict[str, list]]:

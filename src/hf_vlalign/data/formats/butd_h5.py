@@ -22,7 +22,6 @@ Python 3 `_pickle` for BAN), read with the restricted unpickler of `safe_pickle`
 
 from __future__ import annotations
 
-import json
 import numbers
 from collections.abc import Iterator, Mapping
 from functools import partial
@@ -34,6 +33,7 @@ import numpy as np
 from ...utils.validation import check_existing_path
 from .region_records import RecordDecoder, RecordError, check_on_error, iter_checked_records
 from .safe_pickle import load_restricted_pickle
+from .text_files import FileFormatError, read_json_file
 
 DATASETS = ("image_features", "image_bb", "spatial_features")
 FIELDS = {"image_id": "id_map", "boxes": "image_bb", "features": "image_features", "image_size": "spatial_features"}
@@ -121,9 +121,9 @@ def _read_id_map_file(path: Path) -> object:
     if path.suffix.lower() != ".json":
         return load_restricted_pickle(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"`id_map` {path}: not a JSON file ({error}).") from None
+        return read_json_file(path)
+    except FileFormatError as error:
+        raise FileFormatError(f"`id_map` {error}") from None
 
 
 def _short(value: object) -> str:
@@ -153,9 +153,12 @@ def _decode_image(handle: h5py.File, index: int, image_id: str, adaptive: bool, 
 
 def _read_rows(handle: h5py.File, name: str, rows: int | slice) -> np.ndarray:
     try:
-        return handle[name][rows]
+        values = handle[name][rows]
     except OSError as error:  # a damaged chunk: a problem of this image only
         raise RecordError(name, f"expected readable data, got an HDF5 error ({error}).") from None
+    if values.dtype.kind not in "biuf":
+        raise RecordError(name, f"expected numbers, got an HDF5 dataset of dtype {values.dtype}.")
+    return values
 
 
 def _rows_of_image(handle: h5py.File, index: int, total_rows: int) -> slice:

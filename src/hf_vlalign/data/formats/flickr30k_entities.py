@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...utils.validation import check_existing_path
+from .text_files import FileFormatError, read_text
 
 _PHRASE_HEADER = re.compile(r"\[/EN#(\d+)((?:/[^/\s\]]+)+)$")
 _BOX_TAGS = ("xmin", "ymin", "xmax", "ymax")
@@ -165,14 +166,13 @@ def read_sentences(path: str | Path) -> list[EntitySentence]:
     """Reads one `Sentences/<id>.txt` file: one marked-up sentence per line (blank lines are not sentences)."""
     path = _existing_file(path, "a Flickr30k Entities Sentences/<id>.txt file")
     sentences = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                sentences.append(parse_sentence(line))
-            except ValueError as error:
-                raise ValueError(f"{path}, line {line_number}: {error}") from None
+    for line_number, line in enumerate(read_text(path).split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            sentences.append(parse_sentence(line))
+        except ValueError as error:
+            raise FileFormatError(f"{path}, line {line_number}: {error}") from None
     return sentences
 
 
@@ -209,6 +209,9 @@ def _parse_annotation(root: ET.Element) -> EntityAnnotation:
         raise ValueError(f"expected the root element <annotation>, got <{root.tag}>.")
     size = _child(root, "size", "<annotation>")
     width, height, depth = (_int_child(size, tag, "<size>") for tag in _SIZE_TAGS)
+    for tag, value in zip(_SIZE_TAGS, (width, height, depth)):
+        if value <= 0:
+            raise ValueError(f"<size> <{tag}> must be a positive integer, got {value}.")
     annotation = EntityAnnotation(width=width, height=height, depth=depth)
     for index, element in enumerate(root.findall("object")):
         _add_object(annotation, element, f"<object> #{index + 1}")
@@ -225,6 +228,8 @@ def _add_object(annotation: EntityAnnotation, element: ET.Element, where: str) -
         box = [_int_child(box_element, tag, f"{where} <bndbox>") for tag in _BOX_TAGS]
         if box[2] < box[0] or box[3] < box[1]:
             raise ValueError(f"{where}: <bndbox> must have xmin <= xmax and ymin <= ymax, got {box}.")
+        if min(box) < 0:
+            raise ValueError(f"{where}: <bndbox> must have non-negative pixel coordinates, got {box}.")
         for name in names:
             annotation.boxes.setdefault(name, []).append(list(box))
         return
@@ -328,12 +333,11 @@ def read_split(path: str | Path) -> list[str]:
     """Reads `train.txt` / `val.txt` / `test.txt`: one numeric image id per line."""
     path = _existing_file(path, "a Flickr30k Entities split file such as train.txt")
     image_ids = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            image_id = line.strip()
-            if not image_id.isdigit():
-                raise ValueError(f"{path}, line {line_number}: expected one numeric image id, got {line.rstrip()!r}.")
-            image_ids.append(image_id)
+    for line_number, line in enumerate(read_text(path).splitlines(), start=1):
+        image_id = line.strip()
+        if not image_id.isdigit():
+            raise FileFormatError(f"{path}, line {line_number}: expected one numeric image id, got {line.rstrip()!r}.")
+        image_ids.append(image_id)
     return image_ids
 
 

@@ -28,6 +28,7 @@ from .region_records import (
     parse_int,
     rows_of,
 )
+from .text_files import FileFormatError, decode_utf8
 
 FIELDS = [
     "img_id", "img_h", "img_w", "objects_id", "objects_conf", "attrs_id", "attrs_conf", "num_boxes", "boxes",
@@ -60,9 +61,16 @@ def count_lines(path: Path) -> int:
 def iter_tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
     """(line number, fields) of a tab-separated file with huge fields, streamed line by line."""
     csv.field_size_limit(FIELD_SIZE_LIMIT)
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-        for row in reader:
+    with open(path, "rb") as handle:
+        lines = (decode_utf8(line, path, first_line=number) for number, line in enumerate(handle, start=1))
+        reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as error:
+                raise FileFormatError(f"{path}, line {reader.line_num}: malformed TSV ({error}).") from None
             yield reader.line_num, row
 
 

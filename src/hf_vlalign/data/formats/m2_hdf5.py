@@ -14,7 +14,6 @@ probability. The file does not store the image size: pass `image_sizes` (a dict 
 
 from __future__ import annotations
 
-import json
 import numbers
 from collections.abc import Iterator, Mapping
 from functools import partial
@@ -25,6 +24,7 @@ import numpy as np
 
 from ...utils.validation import check_existing_path
 from .region_records import RecordDecoder, RecordError, check_on_error, check_region_record, iter_checked_records
+from .text_files import FileFormatError, read_json_file
 
 FEATURES_SUFFIX, BOXES_SUFFIX, CLASSES_SUFFIX = "_features", "_boxes", "_cls_prob"
 NUM_VG_CLASSES_WITH_BACKGROUND = 1601  # Visual Genome's 1600 object classes + background (column 0)
@@ -73,9 +73,10 @@ def load_image_sizes(image_sizes: None | str | Path | Mapping) -> dict[str, tupl
 
 def _coco_image_sizes(path: Path) -> list[tuple[object, tuple]]:
     try:
-        images = json.loads(path.read_text(encoding="utf-8")).get("images")
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
-        raise ValueError(f"`image_sizes` {path}: expected a COCO-style JSON object ({error}).") from None
+        content = read_json_file(path)
+    except FileFormatError as error:
+        raise FileFormatError(f"`image_sizes` {error} Expected a COCO-style JSON object.") from None
+    images = content.get("images") if isinstance(content, dict) else None
     if not isinstance(images, list) or not all(isinstance(image, dict) for image in images):
         raise ValueError(f"`image_sizes` {path}: expected an 'images' list of {{'id', 'width', 'height'}} objects.")
     missing = [image for image in images if not {"id", "width", "height"} <= image.keys()]
@@ -132,9 +133,12 @@ def _read_dataset(handle: h5py.File, name: str) -> np.ndarray:
     if not isinstance(dataset, h5py.Dataset):
         raise RecordError(name, "expected this dataset beside the image's features, it is missing.")
     try:
-        return dataset[()]
+        values = dataset[()]
     except OSError as error:  # a damaged chunk: a problem of this image only
         raise RecordError(name, f"expected readable data, got an HDF5 error ({error}).") from None
+    if not isinstance(values, np.ndarray) or values.dtype.kind not in "biuf":
+        raise RecordError(name, f"expected an array of numbers, got {type(values).__name__} of dtype {np.asarray(values).dtype}.")
+    return values
 
 
 def _decode_image(handle: h5py.File, image_id: str, image_sizes: dict | None, use_cls_prob: bool) -> dict:

@@ -19,6 +19,7 @@ from the file's `image_h`/`image_w`, else from `image_sizes`, else it is None.
 
 from __future__ import annotations
 
+import math
 import zipfile
 from collections.abc import Iterator, Mapping
 from functools import partial
@@ -97,7 +98,10 @@ def _load_arrays(file: Path) -> dict[str, np.ndarray]:
 
 def _array(archive, key: str) -> np.ndarray:
     try:
-        return archive[key]
+        member = f"{key}.npy"
+        with archive.zip.open(member) as handle:
+            _check_npy_header(handle, archive.zip.getinfo(member).file_size, key)
+        return _numeric(archive[key], key)
     except (OSError, EOFError, zipfile.BadZipFile) as error:
         raise RecordError(key, f"expected a readable array, got an error ({error}).") from None
     except ValueError as error:  # an object array, which would need unpickling
@@ -109,10 +113,36 @@ def _array(archive, key: str) -> np.ndarray:
 def _load_npy(file: Path, field: str) -> np.ndarray:
     """One `.npy` array, never unpickled; a RecordError naming `field` when the file is not a plain NumPy array."""
     _check_magic(file, field)
+    with open(file, "rb") as handle:
+        _check_npy_header(handle, file.stat().st_size, field)
     try:
-        return np.load(file, allow_pickle=False)
+        return _numeric(np.load(file, allow_pickle=False), field)
     except (OSError, EOFError, ValueError) as error:
         raise RecordError(field, f"expected a readable .npy file of numbers, got an error ({error}).") from None
+
+
+def _check_npy_header(handle, size: int, field: str) -> None:
+    """Refuses a `.npy` header that cannot be parsed, names an object dtype, or announces more data than the file
+    holds (NumPy would allocate the announced array first: a 10-byte header can ask for terabytes)."""
+    try:
+        version = np.lib.format.read_magic(handle)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(handle)
+    except Exception as error:  # noqa: BLE001 - NumPy parses the header with ast: ValueError, SyntaxError, ...
+        raise RecordError(field, f"expected a .npy header NumPy can parse, got an error ({type(error).__name__}: {error}).") from None
+    if dtype.hasobject:
+        raise RecordError(field, f"expected a readable .npy file of numbers, got the dtype {dtype} (it would need unpickling).")
+    announced = math.prod(shape) * dtype.itemsize
+    if announced > size - handle.tell():
+        raise RecordError(
+            field, f"the .npy header announces shape {shape} of {dtype} ({announced} bytes), the file holds {size - handle.tell()}."
+        )
+
+
+def _numeric(values: np.ndarray, field: str) -> np.ndarray:
+    if values.dtype.kind not in "biuf":
+        raise RecordError(field, f"expected a numeric array, got the dtype {values.dtype}.")
+    return values
 
 
 def _check_magic(file: Path, field: str) -> None:

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
-
 logger = logging.getLogger(__name__)
 
 ON_ERROR_CHOICES = ("raise", "skip")
@@ -44,6 +43,9 @@ class RecordError(ValueError):
 
 
 RecordDecoder = Callable[[], dict]
+# what damaged data can make NumPy, h5py or the decoders raise beyond `RecordError`; reported like a RecordError,
+# naming the record, instead of escaping as an internal error
+_DATA_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError, UnicodeDecodeError)
 
 
 def check_on_error(on_error: str) -> None:
@@ -77,9 +79,11 @@ def rows_of(field: str, values: np.ndarray, num_boxes: int, width: int | None = 
 
 
 def parse_int(field: str, text: object) -> int:
+    if isinstance(text, bool) or (isinstance(text, float) and not text.is_integer()):  # NaN, inf, 240.5: not counts
+        raise RecordError(field, f"expected an integer, got {text!r}.")
     try:
         return int(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise RecordError(field, f"expected an integer, got {str(text)[:20]!r}.") from None
 
 
@@ -126,6 +130,10 @@ def check_region_record(record: dict, feature_dim: int | None, fields: dict[str,
         values = record.get(column)
         if values is not None and np.shape(values) != (num_boxes,):
             raise fail(column, f"expected one value per box (R={num_boxes}), got shape {np.shape(values)}.")
+    for column in ("boxes", "features", *OPTIONAL_COLUMNS):
+        values = record.get(column)
+        if values is not None and np.asarray(values).dtype.kind not in "biuf":
+            raise fail(column, f"expected numbers, got an array of dtype {np.asarray(values).dtype}.")
     for column in ("boxes", "features", "object_conf", "attr_conf"):
         values = record.get(column)
         bad = 0 if values is None else int((~np.isfinite(values)).sum())
@@ -178,24 +186,34 @@ def iter_checked_records(
     fields: dict[str, str] | None = None,
 ) -> Iterator[dict]:
     """Decodes and checks every record; bad ones raise `ValueError("<location>, field 'f': problem")` or are skipped.
+    An image id that repeats always raises, naming both locations.
 
     With `on_error="skip"` the number of skipped records is logged as a warning at the end (each one at INFO).
     A source with no valid record at all raises, whatever `on_error` says.
     """
     check_on_error(on_error)
     feature_dim, kept, skipped = None, 0, 0
+    first_location = {}  # image id -> where it was read: a repeated id is refused whatever `on_error` says
     for location, decode in tqdm(decoders, desc=f"Reading {source}", unit=" images", total=total):
         try:
             record = decode()
             feature_dim = check_region_record(record, feature_dim, fields)
-        except RecordError as error:
-            field = f", field '{error.field}'" if error.field else ""
-            message = f"{location}{field}: {error}"
+        except (RecordError, *_DATA_ERRORS) as error:
+            field = f", field '{error.field}'" if isinstance(error, RecordError) and error.field else ""
+            problem = error if isinstance(error, RecordError) else f"unreadable record ({type(error).__name__}: {error})"
+            message = f"{location}{field}: {problem}"
             if on_error == "raise":
                 raise ValueError(message) from None
             skipped += 1
             logger.info("Skipping %s", message)
             continue
+        image_id = record["image_id"]
+        if image_id in first_location:
+            raise ValueError(
+                f"{location}, field 'image_id': the image id {image_id!r} repeats (first at {first_location[image_id]}); "
+                "a region-feature store needs unique ids: which copy to keep is ambiguous, so none is written."
+            )
+        first_location[image_id] = location
         kept += 1
         yield normalise_record(record)
     if skipped:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...utils.validation import check_existing_path
+from .text_files import FileFormatError, iter_csv_rows, read_text
 
 TYPOLOGY_LABELS: dict[int, str] = {
     0: "Alternation",
@@ -94,20 +95,19 @@ def unescape_phrase(cell: str) -> str:
 def read_vgp_csv(path: str | Path) -> list[VGPPair]:
     """Reads a VGP CSV in either published layout, detected from its header."""
     path = check_existing_path("path", path, "VGP CSV file")
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        reader = csv.reader(handle)
-        layout = _detect_layout(path, next(reader, None))
-        columns = LAYOUTS[layout]
-        pairs = []
-        for row in reader:
-            try:
-                if len(row) != len(columns):
-                    raise ValueError(f"expected {len(columns)} columns ({layout} layout), got {len(row)}.")
-                pair = _parse_row(dict(zip(columns, row)), layout)
-            except ValueError as error:
-                raise ValueError(f"{path}, line {reader.line_num}: {error}") from None
-            pair.line = reader.line_num
-            pairs.append(pair)
+    records = iter_csv_rows(path, read_text(path, encoding="utf-8-sig"))
+    layout = _detect_layout(path, next(records, (1, None))[1])
+    columns = LAYOUTS[layout]
+    pairs = []
+    for line, row in records:
+        try:
+            if len(row) != len(columns):
+                raise ValueError(f"expected {len(columns)} columns ({layout} layout), got {len(row)}.")
+            pair = _parse_row(dict(zip(columns, row)), layout)
+        except ValueError as error:
+            raise FileFormatError(f"{path}, line {line}: {error}") from None
+        pair.line = line
+        pairs.append(pair)
     return pairs
 
 

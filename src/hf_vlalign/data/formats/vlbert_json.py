@@ -17,7 +17,6 @@ objects / 400 attributes, LXMERT's convention) when there are 1601 / 401 columns
 
 from __future__ import annotations
 
-import json
 import zipfile
 from collections.abc import Iterator
 from functools import partial
@@ -38,6 +37,7 @@ from .region_records import (
     parse_int,
     rows_of,
 )
+from .text_files import FileFormatError, decode_utf8, parse_json
 
 REQUIRED_KEYS = ("image_id", "image_h", "image_w", "num_boxes", "boxes", "features")
 NUM_VG_ATTRIBUTES_WITH_NONE = 401
@@ -47,9 +47,9 @@ FIELDS = {"object_ids": "classes", "object_conf": "classes", "attr_ids": "attrs"
 def _decode_json(text: bytes) -> dict:
     """One JSON file -> a record (see `region_records`)."""
     try:
-        data = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise RecordError("", f"expected a JSON object, got undecodable text ({error}).") from None
+        data = parse_json(decode_utf8(text, "the text"), "the text")
+    except FileFormatError as error:
+        raise RecordError("", f"expected a JSON object, got undecodable text ({error})") from None
     if not isinstance(data, dict):
         raise RecordError("", f"expected a JSON object, got {type(data).__name__}.")
     missing = [key for key in REQUIRED_KEYS if key not in data]

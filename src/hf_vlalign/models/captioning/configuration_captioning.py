@@ -1,13 +1,28 @@
 """Region captioner (geometry-aware encoder-decoder over detected objects) configuration."""
 
+import re
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from ...utils.validation import check_index_list
+from ...utils.validation import check_config_numbers, check_index_list, check_token_id
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization, legacy_config_dict
 
 ALIGNMENT_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
+# unknown fields named like the encoder families' attention supervision: the captioner has none (its cross-attention is
+# aligned by `attention_alignment`), so such a field would be stored and silently ignored
+SUPERVISION_LIKE_FIELD = re.compile(r"supervis|att(ention|n)_(loss|target|label)")
+
+
+def check_no_supervision_fields(kwargs: dict) -> None:
+    """Refuses unknown config fields that look like attention supervision (a silently ignored setting)."""
+    names = sorted(name for name in kwargs if SUPERVISION_LIKE_FIELD.search(name))
+    if names:
+        raise ValueError(
+            f"`RegionCaptionerConfig` has no attention supervision, got the unknown field(s) {names}; align the "
+            f"cross-attention with `attention_alignment` ({ALIGNMENT_FUSIONS}) and `mask_loss_weight` instead."
+        )
 
 
 @strict(accept_kwargs=True)
@@ -32,6 +47,8 @@ class RegionCaptionerConfig(PreTrainedConfig):
         geometry_dim (`int`): size of the sinusoidal embedding of the 4 relative-geometry values (multiple of 8).
         geometry_floor (`float`): floor applied to |dx| / w and |dy| / h before the log (1e-3, as the Object Relation
             Transformer's code), so that boxes with identical centres stay finite.
+        max_regions (`int`): the most regions an image may have (default 1024, far above a detector's 10-100); more
+            are refused before the encoder builds its (batch, R, R, geometry_dim) relative geometry.
         attention_alignment (`str`): "none" or the A2 fusion of the aligned cross-attention: "max", "moving_average",
             "exp_decay" or "gate".
         aligned_layers (`list[int]`, *optional*): decoder layers whose cross-attention is aligned (default: all).
@@ -71,6 +88,7 @@ class RegionCaptionerConfig(PreTrainedConfig):
     use_geometry: bool = True
     geometry_dim: int = 64
     geometry_floor: float = 1e-3
+    max_regions: int = 1024
     attention_alignment: str = "none"
     aligned_layers: list[int] | None = None
     alignment_eta: float | int = 0.5
@@ -86,6 +104,7 @@ class RegionCaptionerConfig(PreTrainedConfig):
     dropout_implementation: str = "auto"
 
     def __post_init__(self, **kwargs):
+        check_no_supervision_fields(kwargs)
         super().__post_init__(**kwargs)
         self.check_fields()
 
@@ -96,6 +115,14 @@ class RegionCaptionerConfig(PreTrainedConfig):
 
     def check_fields(self) -> None:
         """Raises `ValueError` for sizes and settings the modules cannot use (run at construction)."""
+        check_config_numbers(
+            self,
+            positive=("vocab_size", "d_model", "max_regions", "encoder_ffn_dim", "decoder_ffn_dim", "layer_norm_eps"),
+            non_negative=("init_std", "mask_loss_weight"),
+            dropouts=("dropout", "attention_dropout"),
+            activations=("activation_function",),
+        )
+        check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)
         for heads_name in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, heads_name)
             if heads < 1 or self.d_model % heads != 0:
@@ -114,8 +141,6 @@ class RegionCaptionerConfig(PreTrainedConfig):
             raise ValueError(f"`alignment_eta` must be in [0, 1], got {self.alignment_eta}.")
         if not self.alignment_temperature > 0:
             raise ValueError(f"`alignment_temperature` must be > 0, got {self.alignment_temperature}.")
-        if not self.mask_loss_weight >= 0:
-            raise ValueError(f"`mask_loss_weight` must be >= 0, got {self.mask_loss_weight}.")
         check_dropout_implementation(self.dropout_implementation)
         check_visual_feature_normalization(self.visual_feature_normalization)
 

@@ -27,11 +27,16 @@ from transformers.utils.deprecation import deprecate_kwarg
 from ...supervision.perturbation import AttentionPerturbation, PerturbationLinear, mask_objective
 from ...utils.item_counts import count_labeled, has_items, mean_cross_entropy, num_items
 from ...utils.validation import (
+    check_binary_mask,
     check_dim,
     check_finite,
+    check_floating,
+    check_integer,
     check_mask_not_empty,
+    check_no_target_on_padding,
     check_normalised_boxes,
     check_rank,
+    regions_in_dtype,
     warn_unmasked_zero_features,
 )
 from ..attention_utils import key_padding_mask_4d, run_attention
@@ -277,6 +282,8 @@ class RegionCaptionerEncoder(nn.Module):
         return_dict: bool = True,
         **kwargs,
     ) -> BaseModelOutput:
+        check_region_count(self.config, visual_feats)  # always: the geometry below is O(R^2) in memory
+        visual_feats, visual_boxes = regions_in_dtype(self.embeddings.projection.weight.dtype, visual_feats, visual_boxes)
         if self.config.validate_inputs:
             check_region_inputs(self.config, visual_feats, visual_boxes, visual_attention_mask)
         if visual_attention_mask is None:
@@ -314,6 +321,18 @@ def padded_boxes(visual_boxes: torch.Tensor, visual_attention_mask: torch.Tensor
     return torch.where(visual_attention_mask.bool()[..., None], visual_boxes, whole_image)
 
 
+def check_region_count(config, visual_feats) -> None:
+    """At most `config.max_regions` regions: the geometry-aware encoder builds (batch, R, R, geometry_dim) tensors, so
+    a region count far above any detector's output is refused before they are allocated."""
+    check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
+    if visual_feats.shape[1] > config.max_regions:
+        raise ValueError(
+            f"`visual_feats` has {visual_feats.shape[1]} regions, more than `max_regions` ({config.max_regions}) of the "
+            "config: the encoder's relative geometry is O(R^2) in memory. Keep the detector's top regions, or raise "
+            "`max_regions` in the config."
+        )
+
+
 def check_region_inputs(config, visual_feats, visual_boxes, visual_attention_mask) -> None:
     """Shapes, finiteness and box validity of the captioner's region inputs (`visual_attention_mask` None: not given,
     every region is attended; all-zero regions are then reported as padding to mask)."""
@@ -321,8 +340,10 @@ def check_region_inputs(config, visual_feats, visual_boxes, visual_attention_mas
     check_dim("visual_feats", visual_feats, 2, config.visual_feat_dim, "(batch, num_regions, visual_feat_dim)", "config.visual_feat_dim")
     if visual_feats.shape[1] == 0:
         raise ValueError("`visual_feats` must hold at least one region, got an empty region set (num_regions = 0).")
+    check_floating("visual_feats", visual_feats)
     check_finite("visual_feats", visual_feats)
     check_rank("visual_boxes", visual_boxes, 3, "(batch, num_regions, 4)")
+    check_floating("visual_boxes", visual_boxes)
     if tuple(visual_boxes.shape[:2]) != tuple(visual_feats.shape[:2]):
         raise ValueError(
             f"`visual_boxes` must have shape (batch, num_regions, 4) = {(*visual_feats.shape[:2], 4)} to match "
@@ -334,6 +355,7 @@ def check_region_inputs(config, visual_feats, visual_boxes, visual_attention_mas
                 f"`visual_attention_mask` must have shape (batch, num_regions) = {tuple(visual_feats.shape[:2])}, "
                 f"got {tuple(visual_attention_mask.shape)}."
             )
+        check_binary_mask("visual_attention_mask", visual_attention_mask)
         check_mask_not_empty("visual_attention_mask", visual_attention_mask, "region")
     check_normalised_boxes("visual_boxes", visual_boxes, visual_attention_mask)
     if visual_attention_mask is None:
@@ -695,6 +717,8 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         `CaptioningTrainer` passes it); default: this batch's.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if self.config.validate_inputs:
+            self._check_decoder_inputs(labels, decoder_input_ids, decoder_attention_mask, cache)
         if labels is not None:
             if decoder_input_ids is None:
                 decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -750,6 +774,30 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         `num_items_in_batch` reads them; see [`~hf_vlalign.utils.item_counts`]."""
         return {"caption": count_labeled(inputs.get("labels"))}
 
+    def _check_decoder_inputs(self, labels, decoder_input_ids, decoder_attention_mask, cache) -> None:
+        """Before the labels are shifted: (B, T) integer `labels`, and a 0/1 `decoder_attention_mask` of the labels'
+        shape (or, without labels, of the cached plus new `decoder_input_ids`) that keeps every target."""
+        if labels is not None:
+            check_rank("labels", labels, 2, "(batch, caption_length)")
+            check_integer("labels", labels)
+        if decoder_attention_mask is None:
+            return
+        check_rank("decoder_attention_mask", decoder_attention_mask, 2, "(batch, caption_length)")
+        if labels is not None:
+            expected, source = tuple(labels.shape), "`labels`"
+        elif decoder_input_ids is not None:
+            past = cache.get_seq_length() if cache is not None else 0
+            expected, source = (decoder_input_ids.shape[0], past + decoder_input_ids.shape[1]), "cached + `decoder_input_ids`"
+        else:
+            return
+        if tuple(decoder_attention_mask.shape) != expected:
+            raise ValueError(
+                f"`decoder_attention_mask` must have the shape of {source} {expected}, got {tuple(decoder_attention_mask.shape)}."
+            )
+        check_binary_mask("decoder_attention_mask", decoder_attention_mask)
+        if labels is not None:
+            check_no_target_on_padding("labels", labels, decoder_attention_mask, "decoder_attention_mask")
+
     def _check_tokens(self, decoder_input_ids: torch.Tensor, labels: torch.Tensor | None) -> None:
         if labels is not None:  # first: `decoder_input_ids` are often the labels shifted right
             check_rank("labels", labels, 2, "(batch, caption_length)")
@@ -765,11 +813,48 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
                     f"[{int(used.min())}, {int(used.max())}]."
                 )
         check_rank("decoder_input_ids", decoder_input_ids, 2, "(batch, caption_length)")
+        check_integer("decoder_input_ids", decoder_input_ids)
         if decoder_input_ids.numel() and (int(decoder_input_ids.min()) < 0 or int(decoder_input_ids.max()) >= self.config.vocab_size):
             raise ValueError(
                 f"`decoder_input_ids` must be in [0, {self.config.vocab_size - 1}] (vocab_size), got "
                 f"[{int(decoder_input_ids.min())}, {int(decoder_input_ids.max())}]."
             )
+
+    def generate(
+        self,
+        visual_feats: torch.FloatTensor | None = None,
+        visual_boxes: torch.FloatTensor | None = None,
+        visual_attention_mask: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> torch.LongTensor:
+        r"""`GenerationMixin.generate` over the regions (greedy or beam search), after checking what it would otherwise
+        fail on deep inside: `visual_feats` and `visual_boxes` (unless `encoder_outputs` are given), `num_beams` >= 1
+        (argument or generation config), and a `decoder_attention_mask` of the prompt's shape, (batch, 1) without
+        `decoder_input_ids`."""
+        if kwargs.get("encoder_outputs") is None:
+            for name, tensor in (("visual_feats", visual_feats), ("visual_boxes", visual_boxes)):
+                if tensor is None:
+                    raise ValueError(f"`generate()` needs `{name}` (or `encoder_outputs`), got None.")
+        generation_config = kwargs.get("generation_config") or self.generation_config
+        num_beams = kwargs.get("num_beams")
+        num_beams = (generation_config.num_beams or 1) if num_beams is None else num_beams
+        if not isinstance(num_beams, int) or isinstance(num_beams, bool) or num_beams < 1:
+            raise ValueError(f"`num_beams` must be an integer >= 1 (1: greedy search), got {num_beams!r}.")
+        decoder_attention_mask = kwargs.get("decoder_attention_mask")
+        if decoder_attention_mask is not None:
+            prompt = kwargs.get("decoder_input_ids")
+            batch = (visual_feats if visual_feats is not None else kwargs["encoder_outputs"][0]).shape[0]
+            expected = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else (batch, 1)
+            if not isinstance(decoder_attention_mask, torch.Tensor) or tuple(decoder_attention_mask.shape) != expected:
+                got = tuple(decoder_attention_mask.shape) if isinstance(decoder_attention_mask, torch.Tensor) else decoder_attention_mask
+                raise ValueError(
+                    f"`decoder_attention_mask` must have the shape of the decoder prompt (`decoder_input_ids`, or the "
+                    f"start token) {expected}, got {got}."
+                )
+            check_binary_mask("decoder_attention_mask", decoder_attention_mask)
+        return super().generate(
+            visual_feats=visual_feats, visual_boxes=visual_boxes, visual_attention_mask=visual_attention_mask, **kwargs
+        )
 
     @deprecate_kwarg("past_key_values", "6.0.0", new_name="cache")
     def prepare_inputs_for_generation(self, decoder_input_ids, cache=None, **kwargs):

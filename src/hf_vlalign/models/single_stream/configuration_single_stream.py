@@ -4,6 +4,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from ...supervision.config import validate_supervision_fields
+from ...utils.validation import check_config_numbers, check_token_id
 from ..config_fields import drop_other_head_fields
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization, legacy_config_dict
@@ -137,6 +138,24 @@ class SingleStreamConfig(PreTrainedConfig):
 
     def check_fields(self) -> None:
         """Raises `ValueError` for sizes and supervision settings the modules cannot use (run at construction)."""
+        check_config_numbers(
+            self,
+            positive=(
+                "vocab_size",
+                "hidden_size",
+                "num_hidden_layers",
+                "intermediate_size",
+                "max_position_embeddings",
+                "type_vocab_size",
+                "layer_norm_eps",
+                "num_id_labels",
+                "num_vgp_labels",
+            ),
+            non_negative=("initializer_range", "attention_supervision_weight", *LOSS_WEIGHT_FIELDS),
+            dropouts=("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"),
+            activations=("hidden_act",),
+        )
+        check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)
         if self.num_attention_heads < 1 or self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"`hidden_size` ({self.hidden_size}) must be a multiple of `num_attention_heads` "
@@ -150,9 +169,6 @@ class SingleStreamConfig(PreTrainedConfig):
             raise ValueError(f"`num_object_labels` must be >= 0 (0: no masked-region classes), got {self.num_object_labels}.")
         if not 0 < self.referring_iou_threshold <= 1:
             raise ValueError(f"`referring_iou_threshold` must be in (0, 1], got {self.referring_iou_threshold}.")
-        for name in LOSS_WEIGHT_FIELDS:
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
         validate_supervision_fields(self, self.num_hidden_layers, self.num_attention_heads)
         check_dropout_implementation(self.dropout_implementation)
         check_visual_feature_normalization(self.visual_feature_normalization)

@@ -31,7 +31,13 @@ from ...utils.item_counts import (
     optional_cross_entropy,
 )
 from ...utils.text_model import default_text_model_path
-from ...utils.validation import check_phrase_masks, check_rank, default_and_check_inputs
+from ...utils.validation import (
+    check_integer,
+    check_phrase_masks,
+    check_rank,
+    default_and_check_inputs,
+    regions_in_dtype,
+)
 from ..attention_utils import key_padding_mask_4d, run_attention
 from ..dropout import make_dropout
 from ..saving import SaveLoadMixin
@@ -45,6 +51,7 @@ from ..task_heads import (
     check_image_pair,
     check_labels,
     check_phrase_labels,
+    check_pretraining_targets,
     check_referring_inputs,
     masked_language_modelling,
     mean_pool_phrases,
@@ -441,6 +448,7 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        visual_feats, visual_boxes = regions_in_dtype(self.dtype, visual_feats, visual_boxes)
         attention_mask, token_type_ids, visual_attention_mask = default_and_check_inputs(
             self.config, input_ids, attention_mask, token_type_ids, visual_feats, visual_boxes,
             visual_attention_mask, word_region_alignment, phrase_masks,
@@ -605,6 +613,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         ):
             if labels is None:
                 continue
+            check_integer(name, labels)
             if tuple(labels.shape) != (batch,):
                 raise ValueError(f"`{name}` must have shape (batch,) = ({batch},), got {tuple(labels.shape)}.")
             if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_labels):
@@ -779,7 +788,7 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if self.config.validate_inputs:
-            check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1])
+            check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask)
         outputs = self.single_stream(
             input_ids,
             visual_feats,
@@ -846,7 +855,7 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
         if phrase_masks is None:
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
         if self.config.validate_inputs:
-            check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1])
+            check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask)
         outputs = self.single_stream(
             input_ids,
             visual_feats,
@@ -982,6 +991,10 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
             self._check_pretraining_labels(
                 input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels
             )
+            check_pretraining_targets(
+                labels, attention_mask, visual_attention_mask, masked_regions, feature_labels,
+                {"object_labels": object_labels},
+            )  # fmt: skip
         outputs = self.single_stream(
             input_ids,
             visual_feats,

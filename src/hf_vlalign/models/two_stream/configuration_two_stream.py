@@ -4,6 +4,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from ...supervision.config import validate_supervision_fields
+from ...utils.validation import check_config_numbers, check_token_id
 from ..config_fields import drop_other_head_fields
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization, legacy_config_dict
@@ -156,6 +157,21 @@ class TwoStreamConfig(PreTrainedConfig):
 
     def check_fields(self) -> None:
         """Raises `ValueError` for sizes and settings the modules cannot use (run at construction)."""
+        check_config_numbers(
+            self,
+            positive=(
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "max_position_embeddings",
+                "type_vocab_size",
+                "layer_norm_eps",
+            ),
+            non_negative=("initializer_range", *LOSS_WEIGHT_FIELDS),
+            dropouts=("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"),
+            activations=("hidden_act",),
+        )
+        check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)
         if self.num_attention_heads < 1 or self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"`hidden_size` ({self.hidden_size}) must be a multiple of `num_attention_heads` "
@@ -176,9 +192,6 @@ class TwoStreamConfig(PreTrainedConfig):
             raise ValueError(f"`referring_iou_threshold` must be in (0, 1], got {self.referring_iou_threshold}.")
         if self.alignment_top_k < 1:
             raise ValueError(f"`alignment_top_k` must be >= 1, got {self.alignment_top_k}.")
-        for name in LOSS_WEIGHT_FIELDS:
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
         validate_supervision_fields(self, self.x_layers, self.num_attention_heads)
         check_dropout_implementation(self.dropout_implementation)
         check_visual_feature_normalization(self.visual_feature_normalization)

@@ -33,7 +33,7 @@ from ...utils.item_counts import (
     num_items,
     optional_cross_entropy,
 )
-from ...utils.validation import check_rank, default_and_check_inputs
+from ...utils.validation import check_rank, default_and_check_inputs, regions_in_dtype
 from ..attention_utils import key_padding_mask_4d, run_attention
 from ..dropout import make_dropout
 from ..saving import SaveLoadMixin
@@ -55,6 +55,7 @@ from ..task_heads import (
     check_image_pair,
     check_labels,
     check_phrase_labels,
+    check_pretraining_targets,
     check_referring_inputs,
     masked_language_modelling,
     mean_pool_phrases,
@@ -477,6 +478,7 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        visual_feats, visual_boxes = regions_in_dtype(self.dtype, visual_feats, visual_boxes)
         attention_mask, token_type_ids, visual_attention_mask = default_and_check_inputs(
             self.config, input_ids, attention_mask, token_type_ids, visual_feats, visual_boxes,
             visual_attention_mask, word_region_alignment, phrase_masks,
@@ -642,6 +644,10 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                 matched_labels,
                 answer_labels,
             )
+            check_pretraining_targets(
+                labels, attention_mask, visual_attention_mask, masked_regions, feature_labels,
+                {"object_labels": object_labels, "attribute_labels": attribute_labels},
+            )  # fmt: skip
         outputs = self.two_stream(
             input_ids,
             visual_feats,
@@ -778,6 +784,10 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             raise ValueError(
                 f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}."
             )
+        region_targets = {"object_labels": object_labels, "attribute_labels": attribute_labels, "feature_labels": feature_labels}
+        given = [name for name, targets in region_targets.items() if targets is not None]
+        if masked_regions is None and given:
+            raise ValueError(f"{given} are the targets of masked regions: they need `masked_regions` (batch, R), got None.")
         check_answer_labels(answer_labels, batch, self.config.num_qa_labels)
 
 
@@ -931,7 +941,7 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if self.config.validate_inputs:
-            check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1])
+            check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask)
         outputs = self.two_stream(
             input_ids,
             visual_feats,
@@ -999,7 +1009,7 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         if phrase_masks is None:
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
         if self.config.validate_inputs:
-            check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1])
+            check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask)
         outputs = self.two_stream(
             input_ids,
             visual_feats,

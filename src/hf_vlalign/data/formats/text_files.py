@@ -1,0 +1,107 @@
+"""Reading text, JSON and CSV files so that every failure names the file and the line.
+
+Python's own errors for a damaged file name neither: `UnicodeDecodeError` gives a byte offset, `json` raises a bare
+`RecursionError` for deep nesting and a `ValueError` without position for an integer of more than 4300 digits, and
+`csv` reads an unterminated quote to the end of the file. The readers here turn each of these into a `ValueError`
+"<file>, line <n>: <what is wrong>" (`FileFormatError`, a `ValueError` subclass), so every reader and builder reports
+them alike.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+_LONG_DIGITS = re.compile(r"\d{4301,}")  # more digits than int() converts by default (sys.get_int_max_str_digits)
+
+
+class FileFormatError(ValueError):
+    """A file that cannot be read as the format it should have; the message names the file and the line/record."""
+
+
+def line_of_offset(text: str | bytes, offset: int) -> int:
+    """The 1-based line number of character (or byte) `offset` of `text`."""
+    newline = b"\n" if isinstance(text, bytes) else "\n"
+    return text.count(newline, 0, max(offset, 0)) + 1
+
+
+def decode_utf8(data: bytes, path: str | Path, encoding: str = "utf-8", first_line: int = 1) -> str:
+    """`data` (the text of `path` from line `first_line` on) decoded as UTF-8 ("utf-8-sig" drops a BOM); a
+    FileFormatError naming the line of the first byte that is not UTF-8."""
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as error:
+        line = first_line - 1 + line_of_offset(data, error.start)
+        bad = data[error.start : error.start + 1].hex()
+        raise FileFormatError(f"{path}, line {line}: not UTF-8 text (the byte 0x{bad}).") from None
+
+
+def read_text(path: str | Path, encoding: str = "utf-8") -> str:
+    """The text of `path` (UTF-8); non-UTF-8 bytes are a FileFormatError naming the file and the line."""
+    return decode_utf8(Path(path).read_bytes(), path, encoding)
+
+
+def _deepest_point(text: str) -> tuple[int, int]:
+    """(deepest nesting, its line) of JSON `text` (brackets inside strings are skipped); only run on a failure."""
+    depth, deepest, deepest_line, in_string, escaped, line = 0, 0, 1, False, False, 1
+    for char in text:
+        if char == "\n":
+            line += 1
+        elif in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest, deepest_line = depth, line
+        elif char in "]}":
+            depth -= 1
+    return deepest, deepest_line
+
+
+def parse_json(text: str, path: str | Path, record: str | None = None) -> object:
+    """`text` parsed as JSON; every failure is a FileFormatError naming `path` and the line (or `record`, e.g.
+    "line 7" of a JSON-lines file, when `text` is one record of it)."""
+    where = f"{path}, {record}" if record is not None else str(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        at = "" if record is not None else f", line {error.lineno}"
+        raise FileFormatError(f"{where}{at}: not valid JSON ({error.msg}, column {error.colno}).") from None
+    except RecursionError:
+        depth, line = _deepest_point(text)
+        at = "" if record is not None else f", line {line}"
+        raise FileFormatError(f"{where}{at}: JSON nested too deeply to read ({depth} levels).") from None
+    except ValueError as error:  # an integer of more than 4300 digits
+        long_number = _LONG_DIGITS.search(text)
+        at = f", line {line_of_offset(text, long_number.start())}" if long_number and record is None else ""
+        raise FileFormatError(f"{where}{at}: not readable as JSON ({error}).") from None
+
+
+def read_json_file(path: str | Path) -> object:
+    """The JSON value of file `path`; FileFormatError naming the file and line for non-UTF-8 bytes, syntax errors,
+    nesting too deep for `json` and integers too long to convert."""
+    return parse_json(read_text(path), path)
+
+
+def iter_csv_rows(path: str | Path, text: str, **format_parameters) -> Iterator[tuple[int, list[str]]]:
+    """(first line, cells) of each record of CSV `text` read from `path`, with `strict` quoting: an unterminated
+    quote is a FileFormatError naming the line where its record opens, a malformed field the line it is on."""
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True, **format_parameters)
+    start = 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            if "end of data" in str(error):
+                raise FileFormatError(f"{path}, line {start}: a quoted field opened on this line is never closed.") from None
+            raise FileFormatError(f"{path}, line {reader.line_num}: malformed CSV ({error}).") from None
+        yield start, row
+        start = reader.line_num + 1

@@ -1,0 +1,130 @@
+"""Replacing a whole folder so that a kill at any instant leaves either the old or the new folder in place.
+
+`replace_folder(new, target)` swaps a complete folder `new` with `target`. On Linux (`renameat2(RENAME_EXCHANGE)`, on
+ext4, xfs, btrfs, tmpfs...) the two folders are exchanged by one atomic system call: `target` is never missing, and a
+reader (plain `transformers.from_pretrained` included) sees the old folder or the new one. Elsewhere `target` is renamed
+to a backup sibling, then `new` to `target`: a kill between the two renames leaves `target` missing and the old folder
+in the backup, which `recover_folder(target)` (run by the next save and load) renames back. The old folder (left under
+the name of `new`, or the backup) is removed last; a kill before that leaves it behind as a stale sibling, removed by
+`remove_stale_siblings` once its writer (named by host and pid in the folder name) is no longer running.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import re
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+BACKUP_SUFFIX = ".old"
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def writer_tag() -> str:
+    """`<host>-<pid>` of this process: what the names of its staging and backup folders contain."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def exchange_folders(first: str | os.PathLike, second: str | os.PathLike) -> bool:
+    """Atomically exchanges two existing folders (Linux `renameat2(RENAME_EXCHANGE)`); False where not supported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # a libc without renameat2 (glibc < 2.28, musl)
+        return False
+    result = renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    error = ctypes.get_errno()
+    if error in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):  # a file system without exchange
+        return False
+    raise OSError(error, f"Cannot exchange {first} and {second}: {os.strerror(error)}")
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flushes a file or folder to disk (so a power loss after the swap cannot leave empty files)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    except OSError:  # folders cannot be fsync'ed on some platforms
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def replace_folder(new: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Puts the complete folder `new` in place of `target` (see the module docstring) and removes the old folder.
+    `target` may not exist; `new` is consumed."""
+    new, target = Path(new), Path(target)
+    fsync_path(new)
+    if not target.exists():
+        os.rename(new, target)
+    elif exchange_folders(new, target):
+        shutil.rmtree(new)  # now the old folder
+    else:
+        backup = new.with_name(new.name + BACKUP_SUFFIX)
+        os.rename(target, backup)
+        os.rename(new, target)
+        shutil.rmtree(backup)
+    fsync_path(target.parent)
+
+
+def _process_is_running(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process is not writing it now (it calls the cleanup before it writes)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def stale_siblings(target: Path, marker: str) -> list[Path]:
+    """The folders `<parent>/<prefix><target name><marker><host>-<pid>[suffix]` (prefix "" or ".") of writers on this
+    host that are no longer running."""
+    if not target.parent.is_dir():
+        return []
+    pattern = re.compile(rf"\.?{re.escape(target.name)}{re.escape(marker)}{re.escape(socket.gethostname())}-(\d+)(\D.*)?")
+    stale = []
+    for candidate in target.parent.iterdir():
+        match = pattern.fullmatch(candidate.name)
+        if match and not _process_is_running(int(match[1])):
+            stale.append(candidate)
+    return sorted(stale)
+
+
+def recover_folder(target: str | os.PathLike, marker: str) -> Path | None:
+    """When `target` is missing and a dead writer left its backup (a kill between the two renames of the fallback
+    swap), renames the backup back to `target` and returns it."""
+    target = Path(target)
+    if target.exists():
+        return None
+    for candidate in stale_siblings(target, marker):
+        if candidate.name.endswith(BACKUP_SUFFIX) and candidate.is_dir():
+            os.rename(candidate, target)
+            logger.warning("Restored %s from %s, left by a writer killed while replacing it.", target, candidate)
+            return candidate
+    return None
+
+
+def remove_stale_siblings(target: str | os.PathLike, marker: str) -> list[Path]:
+    """Recovers `target` (see `recover_folder`), then removes the staging and backup folders of dead writers."""
+    target = Path(target)
+    recover_folder(target, marker)
+    removed = stale_siblings(target, marker)
+    for candidate in removed:
+        shutil.rmtree(candidate, ignore_errors=True)
+    if removed:
+        logger.warning("Removed %d folder(s) of interrupted writes to %s: %s", len(removed), target, [str(p) for p in removed])
+    return removed
