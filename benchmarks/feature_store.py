@@ -3,18 +3,25 @@
 
     python benchmarks/feature_store.py                    # 1024 images x 36 boxes x 2048 features, batches of 64
     python benchmarks/feature_store.py --num-images 4096 --batches 50
+    python benchmarks/feature_store.py --json benchmarks/results/feature_store.json      # the README's run
+    python benchmarks/feature_store.py --readme benchmarks/results/feature_store.json    # only rewrite README.md's tables
 
 Writes a synthetic LXMERT TSV (random features, the published layout), converts it to a store, then times the same
 random batches of image ids three ways in one run: the store; the TSV read by seeking to each image's line (an index
 of line offsets built once) and decoding it; and LXMERT's own approach, loading the whole TSV into memory first
 (`load_obj_tsv`), whose start-up cost and memory are reported. Memory comes from /proc/self/status: `RssAnon` is
 private memory, `RssFile` pages of memory-mapped files (shared with the page cache, dropped under pressure).
+The README's tables are rendered from the committed results file (tests/test_readme_benchmark_tables.py checks it).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
+import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +31,14 @@ import torch
 
 from hf_vlalign.data.feature_store import RegionFeatureStore, convert_features
 from hf_vlalign.data.formats.lxmert_tsv import _decode_row, write_lxmert_tsv
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from readme_blocks import replace_readme_block  # noqa: E402  (benchmarks/readme_blocks.py)
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "feature_store.json"
+README_BEGIN = "<!-- benchmarks/feature_store.py table: begin -->"
+README_END = "<!-- benchmarks/feature_store.py table: end -->"
 
 
 def memory_mib() -> dict[str, float]:
@@ -88,15 +103,9 @@ def batches_per_second(read, batches: list[list[str]]) -> float:
     return len(batches) / (time.perf_counter() - start)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num-images", type=int, default=1024)
-    parser.add_argument("--num-boxes", type=int, default=36)
-    parser.add_argument("--dim", type=int, default=2048)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--batches", type=int, default=30)
-    args = parser.parse_args()
-
+def measure(args: argparse.Namespace) -> dict:
+    """Writes the TSV and the store in a temporary folder and measures the three readers on the same batches."""
+    load_average = [round(value, 2) for value in os.getloadavg()]
     with tempfile.TemporaryDirectory() as tmp:
         tsv = Path(tmp) / "features.tsv"
         write_lxmert_tsv(tsv, synthetic_records(args.num_images, args.num_boxes, args.dim))
@@ -108,9 +117,8 @@ def main() -> None:
         rng = np.random.default_rng(0)
         ids = store.image_ids
         batches = [[ids[i] for i in rng.choice(len(ids), args.batch_size, replace=False)] for _ in range(args.batches)]
-        for image_ids in batches:  # same values both ways
-            assert torch.equal(store_batch(store, image_ids[:2]), tsv_batch(tsv, line_offsets(tsv), image_ids[:2]))
-            break
+        # the same values both ways
+        assert torch.equal(store_batch(store, batches[0][:2]), tsv_batch(tsv, line_offsets(tsv), batches[0][:2]))
 
         store_rate = batches_per_second(lambda b: store_batch(store, b), batches)
         after_store = memory_mib()
@@ -124,27 +132,78 @@ def main() -> None:
         load_seconds = time.perf_counter() - start
         after_load = memory_mib()
         memory_rate = batches_per_second(lambda b: torch.stack([torch.from_numpy(in_memory[i]) for i in b]), batches)
-
-        raw_mib = args.num_images * args.num_boxes * args.dim * 4 / 2**20
         tsv_mib, store_mib = tsv.stat().st_size / 2**20, (store_dir / "region_features.arrow").stat().st_size / 2**20
+    return {
+        "settings": {key: getattr(args, key) for key in ("num_images", "num_boxes", "dim", "batch_size", "batches")},
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "torch": torch.__version__,
+        "load_average_before": load_average,
+        "store_batches_per_second": store_rate,
+        "tsv_batches_per_second": tsv_rate,
+        "in_memory_batches_per_second": memory_rate,
+        "in_memory_load_seconds": load_seconds,
+        "store_private_mib": after_store["RssAnon"] - before_open["RssAnon"],
+        "store_mapped_mib": after_store["RssFile"] - before_open["RssFile"],
+        "in_memory_private_mib": after_load["RssAnon"] - before_load["RssAnon"],
+        "tsv_file_mib": tsv_mib,
+        "store_file_mib": store_mib,
+    }
 
-    print(f"{args.num_images} images x {args.num_boxes} boxes x {args.dim} float32 features "
-          f"({raw_mib:.0f} MiB of features); {args.batches} random batches of {args.batch_size} images\n")
-    print("| reader | batches/s | vs TSV seek+parse |")
-    print("|---|---:|---:|")
-    print(f"| RegionFeatureStore (memory-mapped Arrow) | {store_rate:.1f} | {store_rate / tsv_rate:.1f}x |")
-    print(f"| LXMERT TSV, seek to the line + parse | {tsv_rate:.1f} | 1.0x |")
-    print(f"| LXMERT TSV loaded whole first (after {load_seconds:.1f} s of parsing) | {memory_rate:.1f} | {memory_rate / tsv_rate:.1f}x |")
-    print()
-    print("| memory | private (RssAnon) MiB | mapped file (RssFile) MiB | vs raw feature bytes |")
-    print("|---|---:|---:|---:|")
-    anon = after_store["RssAnon"] - before_open["RssAnon"]
-    mapped = after_store["RssFile"] - before_open["RssFile"]
-    print(f"| store, after the batches | {anon:.0f} | {mapped:.0f} | {anon / raw_mib:.2f}x private |")
-    loaded = after_load["RssAnon"] - before_load["RssAnon"]
-    print(f"| whole TSV in memory (LXMERT) | {loaded:.0f} | - | {loaded / raw_mib:.2f}x private |")
-    print()
-    print(f"on disk: TSV {tsv_mib:.0f} MiB, store {store_mib:.0f} MiB ({store_mib / tsv_mib:.2f}x)")
+
+def tables(report: dict) -> str:
+    settings = report["settings"]
+    raw_mib = settings["num_images"] * settings["num_boxes"] * settings["dim"] * 4 / 2**20
+    store, tsv, memory = (report[f"{name}_batches_per_second"] for name in ("store", "tsv", "in_memory"))
+    anon, mapped, loaded = report["store_private_mib"], report["store_mapped_mib"], report["in_memory_private_mib"]
+    lines = [
+        f"{settings['num_images']} images x {settings['num_boxes']} boxes x {settings['dim']} float32 features "
+        f"({raw_mib:.0f} MiB of features); {settings['batches']} random batches of {settings['batch_size']} images; "
+        f"{report['machine']}, torch {report['torch']}, load average before the run "
+        f"{', '.join(map(str, report['load_average_before']))}; `python benchmarks/feature_store.py --json "
+        f"{RESULTS.relative_to(ROOT)}`",
+        "",
+        "| reader | batches/s | vs TSV seek+parse |",
+        "|---|---:|---:|",
+        f"| RegionFeatureStore (memory-mapped Arrow) | {store:.1f} | {store / tsv:.1f}x |",
+        f"| LXMERT TSV, seek to the line + parse | {tsv:.1f} | 1.0x |",
+        f"| LXMERT TSV loaded whole first (after {report['in_memory_load_seconds']:.1f} s of parsing) | {memory:.1f} | "
+        f"{memory / tsv:.1f}x |",
+        "",
+        "| memory | private (RssAnon) MiB | mapped file (RssFile) MiB | vs raw feature bytes |",
+        "|---|---:|---:|---:|",
+        f"| store, after the batches | {anon:.0f} | {mapped:.0f} | {anon / raw_mib:.2f}x private |",
+        f"| whole TSV in memory (LXMERT) | {loaded:.0f} | - | {loaded / raw_mib:.2f}x private |",
+        "",
+        f"on disk: TSV {report['tsv_file_mib']:.0f} MiB, store {report['store_file_mib']:.0f} MiB "
+        f"({report['store_file_mib'] / report['tsv_file_mib']:.2f}x)",
+    ]
+    return "\n".join(lines)
+
+
+def readme_block(report: dict) -> str:
+    return f"{README_BEGIN}\n{tables(report)}\n{README_END}"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-images", "--num_images", dest="num_images", type=int, default=1024)
+    parser.add_argument("--num-boxes", "--num_boxes", dest="num_boxes", type=int, default=36)
+    parser.add_argument("--dim", type=int, default=2048)
+    parser.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=64)
+    parser.add_argument("--batches", type=int, default=30)
+    parser.add_argument("--json", default=None, help=f"write the results here (the README's: {RESULTS.relative_to(ROOT)})")
+    parser.add_argument("--readme", default=None, help="only rewrite README.md's tables from this results JSON")
+    args = parser.parse_args(argv)
+    if args.readme:
+        report = json.loads(Path(args.readme).read_text())
+        replace_readme_block(ROOT / "README.md", README_BEGIN, README_END, readme_block(report))
+        return report
+    report = measure(args)
+    print(tables(report))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return report
 
 
 if __name__ == "__main__":

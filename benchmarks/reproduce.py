@@ -92,6 +92,7 @@ class Experiment:
     budgets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # extra flags per budget, for every setting
 
 
+IMAGE_USE = Metric("image_use.image_use_loss_gap", "image-use gap (loss with another image - own)")
 SMALL_SCENES = ("--synthetic_train_images", "240", "--synthetic_eval_images", "100")
 SMOKE_SCENES = ("--synthetic_train_images", "12", "--synthetic_eval_images", "6", "--image_use_examples", "8")
 SMOKE_STEPS = ("--max_steps", "2", "--per_device_train_batch_size", "4", "--logging_steps", "1")
@@ -118,11 +119,16 @@ EXPERIMENTS: dict[str, Experiment] = {
                 Metric("grounding_accuracy_best_head", "grounding, best head"),
                 Metric("grounding_accuracy_mean_head", "grounding, mean head"),
                 Metric("grounding_baseline_accuracy", "confidence baseline"),
+                IMAGE_USE,
             ),
-            comparisons=_compare_to(
-                "none",
-                ["direct", "semi_direct", "indirect"],
-                ["grounding_accuracy_best_head", "grounding_accuracy_mean_head", "vgp_accuracy"],
+            comparisons=(
+                *_compare_to(
+                    "none",
+                    ["direct", "semi_direct", "indirect"],
+                    ["grounding_accuracy_best_head", "grounding_accuracy_mean_head", "vgp_accuracy"],
+                ),
+                Comparison(("direct", "grounding_accuracy_best_head"), ("semi_direct", "grounding_accuracy_best_head")),
+                Comparison(("indirect", "grounding_accuracy_best_head"), ("indirect", "grounding_baseline_accuracy")),
             ),
             budgets={"reduced": SMALL_SCENES, "smoke": (*SMOKE_SCENES, *SMOKE_STEPS)},
         ),
@@ -143,11 +149,15 @@ EXPERIMENTS: dict[str, Experiment] = {
                 Metric("best_head_grounding_accuracy", "best cross-attention head"),
                 Metric("alignment_decoder_grounding_accuracy", "alignment decoder grounding"),
                 Metric("grounding_baseline_accuracy", "confidence baseline"),
+                IMAGE_USE,
             ),
-            comparisons=_compare_to(
-                "without",
-                ["with"],
-                ["cross_attention_grounding_accuracy", "best_head_grounding_accuracy", "vqa_accuracy"],
+            comparisons=(
+                *_compare_to(
+                    "without",
+                    ["with"],
+                    ["cross_attention_grounding_accuracy", "best_head_grounding_accuracy", "vqa_accuracy"],
+                ),
+                Comparison(("with", "alignment_decoder_grounding_accuracy"), ("with", "grounding_baseline_accuracy")),
             ),
             budgets={"reduced": SMALL_SCENES, "smoke": (*SMOKE_SCENES, *SMOKE_STEPS, *SMOKE_TWO_STREAM)},
         ),
@@ -168,6 +178,7 @@ EXPERIMENTS: dict[str, Experiment] = {
                 Metric("rouge_l", "ROUGE-L"),
                 Metric("alignment", "grounding (last layer, heads summed)"),
                 Metric("grounding_baseline_accuracy", "confidence baseline"),
+                IMAGE_USE,
             ),
             comparisons=(
                 *_compare_to("none", ["max", "moving_average", "exp_decay", "gate"], ["alignment", "cider"]),
@@ -193,6 +204,7 @@ EXPERIMENTS: dict[str, Experiment] = {
                 Metric("baseline_confidence_accuracy", "confidence baseline"),
                 Metric("recall@1_merged_boxes", "Recall@1 (Flickr30k)"),
                 Metric("baseline_confidence_recall@1_merged_boxes", "confidence baseline R@1"),
+                IMAGE_USE,
             ),
             comparisons=(
                 Comparison(("vqa", "accuracy"), ("vqa", "majority_baseline_accuracy")),
@@ -202,6 +214,16 @@ EXPERIMENTS: dict[str, Experiment] = {
                     ("flickr_grounding", "recall@1_merged_boxes"),
                     ("flickr_grounding", "baseline_confidence_recall@1_merged_boxes"),
                 ),
+            ),
+            budgets={"reduced": (), "smoke": (*SMOKE_SCENES[:4], *SMOKE_STEPS, "--eval_steps", "2")},
+        ),
+        Experiment(
+            name="single_stream_pretraining",
+            title="single-stream pre-training (VisualBERT), the example's defaults",
+            settings={"default": Setting("pretrain_single_stream.py")},
+            metrics=(
+                Metric("mlm_accuracy", "masked-word accuracy"),
+                Metric("sentence_image_accuracy", "sentence-image accuracy (chance 0.5)"),
             ),
             budgets={"reduced": (), "smoke": (*SMOKE_SCENES[:4], *SMOKE_STEPS, "--eval_steps", "2")},
         ),
@@ -369,7 +391,9 @@ def aggregate_experiment(results_dir: Path, budget: str, experiment: Experiment)
         }
         first = by_seed[min(by_seed)]
         settings[setting] = {
-            "command": first["command"].replace(f"--seed {first['seed']}", "--seed S"),
+            "command": first["command"]
+            .replace(f"--seed {first['seed']}", "--seed S")
+            .replace(f"/seed{first['seed']} ", "/seedS "),
             "seeds": sorted(by_seed),
             "metrics": metrics,
             "wall_seconds": summarise({seed: run["wall_seconds"] for seed, run in sorted(by_seed.items())}),
@@ -389,7 +413,12 @@ def aggregate_experiment(results_dir: Path, budget: str, experiment: Experiment)
 
 def aggregate(results_dir: Path, budget: str) -> dict:
     experiments = {name: aggregate_experiment(results_dir, budget, e) for name, e in EXPERIMENTS.items()}
-    return {"budget": budget, "experiments": {name: value for name, value in experiments.items() if value}}
+    checks = results_dir / budget / "determinism.json"
+    return {
+        "budget": budget,
+        "experiments": {name: value for name, value in experiments.items() if value},
+        "determinism": json.loads(checks.read_text()) if checks.exists() else [],
+    }
 
 
 def _cell(summary: dict | None) -> str:
@@ -401,7 +430,8 @@ def _cell(summary: dict | None) -> str:
 
 
 def _minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)}:{int(round(seconds % 60)):02d}"
+    total = round(seconds)
+    return f"{total // 60}:{total % 60:02d}"
 
 
 def comparison_line(result: dict) -> str:
@@ -412,11 +442,18 @@ def comparison_line(result: dict) -> str:
     return f"- {result['name']}: {result['mean']:+.3f}{spread} over {n} seed(s){t}; the sign of the mean in {verdict}"
 
 
+def ordered_settings(summary: dict, experiment: Experiment) -> list[tuple[str, dict]]:
+    """The summary's settings in the experiment's order (a results file read back has its keys sorted)."""
+    return [
+        (setting, summary["settings"][setting]) for setting in experiment.settings if setting in summary["settings"]
+    ]
+
+
 def table(summary: dict, experiment: Experiment) -> str:
     metrics = [m for m in experiment.metrics if any(m.key in s["metrics"] for s in summary["settings"].values())]
     header = "| setting | " + " | ".join(m.label for m in metrics) + " | seeds | wall time per run (min-max) |"
     lines = [header, "|" + "---|" * (len(metrics) + 3)]
-    for setting, row in summary["settings"].items():
+    for setting, row in ordered_settings(summary, experiment):
         cells = [_cell(row["metrics"].get(m.key)) for m in metrics]
         times = list(row["wall_seconds"]["by_seed"].values())
         seeds = ", ".join(str(seed) for seed in row["seeds"])
@@ -434,7 +471,7 @@ def readme_block(name: str, report: dict) -> str:
     """The README block of one experiment: its commands, table (mean ± sd over seeds) and paired comparisons."""
     experiment, summary = EXPERIMENTS[name], report["experiments"][name]
     begin, end = readme_markers(name)
-    commands = "\n".join(f"  {s}: `{row['command']}`" for s, row in summary["settings"].items())
+    commands = "\n".join(f"- {s}: `{row['command']}`" for s, row in ordered_settings(summary, experiment))
     threads = sorted({t for row in summary["settings"].values() for t in row["threads"]})
     caption = (
         f"{summary['title']}; budget `{report['budget']}` of `benchmarks/reproduce.py`; mean ± sd over seeds "
@@ -447,8 +484,39 @@ def readme_block(name: str, report: dict) -> str:
     return f"{begin}\n{caption}\n\n{table(summary, experiment)}{paired}\n{end}"
 
 
+def determinism_line(check: dict) -> str:
+    same = check["num_metrics"] - len(check["differing_metrics"])
+    weights = {True: "identical", False: "different", None: "not compared"}[check["same_weights"]]
+    return (
+        f"- {check['experiment']}/{check['setting']}, seed {check['seed']}, {check['threads']} thread(s), run again in "
+        f"a new process: {same} of {check['num_metrics']} numbers of eval_results.json equal, saved weights {weights}"
+    )
+
+
+def summary_block(report: dict) -> str:
+    """The README's overview of the committed results: runs, seeds, total wall time and the determinism checks."""
+    begin, end = readme_markers("summary")
+    rows = [row for summary in report["experiments"].values() for row in summary["settings"].values()]
+    seconds = sum(sum(row["wall_seconds"]["by_seed"].values()) for row in rows)
+    runs = sum(row["wall_seconds"]["n"] for row in rows)
+    seeds = sorted({seed for row in rows for seed in row["seeds"]})
+    lines = [
+        f"Budget `{report['budget']}`: {len(report['experiments'])} experiments, {len(rows)} settings, {runs} runs "
+        f"(seeds {', '.join(map(str, seeds))}), {seconds / 3600:.1f} hours of run wall time in all (the sum over runs; "
+        f"two ran side by side), `results/{report['budget']}/`.",
+    ]
+    if report["determinism"]:
+        lines += ["", "Determinism checks (`--check_determinism`):", ""]
+        lines += [determinism_line(check) for check in report["determinism"]]
+    return f"{begin}\n" + "\n".join(lines) + f"\n{end}"
+
+
 def write_readme(report: dict, readme: Path) -> list[str]:
     written = []
+    begin, end = readme_markers("summary")
+    if begin in readme.read_text():
+        replace_readme_block(readme, begin, end, summary_block(report))
+        written.append("summary")
     for name in report["experiments"]:
         begin, end = readme_markers(name)
         if begin in readme.read_text():
@@ -550,17 +618,16 @@ def main(argv: list[str] | None = None) -> dict:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             list(pool.map(one, todo))
     if args.check_determinism:
-        checks = [
-            check_determinism(
-                EXPERIMENTS[name],
-                next(iter(EXPERIMENTS[name].settings)),
-                args.budget,
-                args.seeds[0],
-                results_dir,
-                outputs_dir,
-            )
-            for name in args.experiments
-        ]
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            checks = list(
+                pool.map(
+                    lambda name: check_determinism(
+                        EXPERIMENTS[name], next(iter(EXPERIMENTS[name].settings)), args.budget, args.seeds[0],
+                        results_dir, outputs_dir,
+                    ),
+                    args.experiments,
+                )
+            )  # fmt: skip
         path = results_dir / args.budget / "determinism.json"
         path.write_text(json.dumps(checks, indent=2, sort_keys=True) + "\n")
         print(json.dumps(checks, indent=2), flush=True)

@@ -4,26 +4,13 @@ repeated with the same seed, machine and thread count gives the same metrics and
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
+from script_modules import ROOT, load_script
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-reproduce = _load("reproduce_benchmark", ROOT / "benchmarks" / "reproduce.py")
+reproduce = load_script("reproduce_benchmark", ROOT / "benchmarks" / "reproduce.py")
 CASES = [
     (experiment, setting, budget)
     for experiment in reproduce.EXPERIMENTS.values()
@@ -36,7 +23,7 @@ CASES = [
 def test_every_command_is_a_valid_example_command_line(experiment, setting, budget, tmp_path):
     command = reproduce.run_command(experiment, setting, budget, 7, tmp_path / "out", 1)
     script = ROOT / command[0]
-    example = _load(f"reproduce_{script.stem}", script)
+    example = load_script(f"reproduce_{script.stem}", script)
     parsed = example.parse_args(command[1:])
     training_args = parsed[-1]
     assert (training_args.seed, training_args.output_dir) == (7, str(tmp_path / "out"))
@@ -46,7 +33,8 @@ def test_every_command_is_a_valid_example_command_line(experiment, setting, budg
         if flag.startswith("--") and not value.startswith("--"):
             name = flag.removeprefix("--")
             found = [getattr(part, name) for part in parsed if hasattr(part, name)]
-            assert found and str(found[0]) == value, (flag, value, found)
+            parsed_value = found[0] if found else None
+            assert found and (str(parsed_value) == value or parsed_value == float(value)), (flag, value, found)
     if "--no_geometry" in command:
         assert parsed[0].geometry is False
 
