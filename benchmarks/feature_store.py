@@ -33,7 +33,7 @@ from hf_vlalign.data.feature_store import RegionFeatureStore, convert_features
 from hf_vlalign.data.formats.lxmert_tsv import _decode_row, write_lxmert_tsv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from readme_blocks import replace_readme_block  # noqa: E402  (benchmarks/readme_blocks.py)
+from readme_blocks import replace_readme_block, write_results  # noqa: E402  (benchmarks/readme_blocks.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "feature_store.json"
@@ -201,8 +201,7 @@ def main(argv: list[str] | None = None) -> dict:
     report = measure(args)
     print(tables(report))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        write_results(args.json, report)
     return report
 
 

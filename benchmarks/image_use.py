@@ -41,7 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import simple_vqa_fixture  # noqa: E402  (benchmarks/simple_vqa_fixture.py)
-from readme_blocks import replace_readme_block  # noqa: E402  (benchmarks/readme_blocks.py)
+from readme_blocks import replace_readme_block, write_results  # noqa: E402  (benchmarks/readme_blocks.py)
 from transformers import AutoTokenizer  # noqa: E402
 
 import hf_vlalign  # noqa: E402, F401  (registers the Auto classes)
@@ -177,8 +177,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     }
     print(readme_block({"settings": settings, "runs": rows}))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"settings": settings, "runs": rows}, indent=2) + "\n")
+        write_results(args.json, {"settings": settings, "runs": rows})
     return rows
 
 

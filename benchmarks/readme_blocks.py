@@ -1,8 +1,9 @@
 """Rewrites a generated block of README.md: the text between a begin and an end marker (both kept), so that tables
-come from committed result files through their script, never typed by hand."""
+come from committed result files through their script, never typed by hand; and writes those result files."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 
@@ -13,3 +14,10 @@ def replace_readme_block(readme: Path, begin: str, end: str, block: str) -> None
         raise ValueError(f"{readme} must hold the markers {begin!r} and {end!r}; add them where the block goes.")
     start, stop = text.index(begin), text.index(end) + len(end)
     readme.write_text(text[:start] + block + text[stop:])
+
+
+def write_results(path: str | Path, report: dict) -> None:
+    """Writes a benchmark's results JSON (the file its README block is rendered from), creating the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")

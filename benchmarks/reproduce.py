@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine_info import cpu_model  # noqa: E402  (benchmarks/machine_info.py)
 from readme_blocks import replace_readme_block  # noqa: E402  (benchmarks/readme_blocks.py)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -264,21 +265,9 @@ def flatten_numbers(results: dict, prefix: str = "") -> dict[str, float]:
     return flat
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def machine() -> dict:
+    from hf_vlalign.trainers.recipes import available_cores
+
     return {"cpu": cpu_model(), "cores": available_cores(), "platform": platform.platform()}
 
 
@@ -602,7 +591,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     results_dir, outputs_dir = Path(args.results_dir), Path(args.outputs_dir).resolve()
     if not args.aggregate_only:
-        threads = max(available_cores() // args.jobs, 1)
+        threads = max(machine()["cores"] // args.jobs, 1)
         todo = [
             (experiment, setting, seed)
             for experiment, setting, seed in planned_runs(args.experiments, args.seeds)

@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from readme_blocks import replace_readme_block  # noqa: E402  (benchmarks/readme_blocks.py)
+from machine_info import cpu_model  # noqa: E402  (benchmarks/machine_info.py)
+from readme_blocks import replace_readme_block, write_results  # noqa: E402  (benchmarks/readme_blocks.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "finetune_vgp.py"
@@ -174,16 +175,6 @@ def measure_training(thread_counts: list[int], steps: int, repeats: int) -> dict
     }
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def versions() -> dict[str, str]:
     import accelerate
     import torch
@@ -304,8 +295,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "training" not in args.skip:
         print(training_block(report))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        write_results(args.json, report)
     return report
 
 

@@ -43,7 +43,7 @@ from hf_vlalign.alignment import SoftAlignmentTargets, load_word_vectors
 from hf_vlalign.data import PretrainingCollator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from readme_blocks import replace_readme_block  # noqa: E402  (benchmarks/readme_blocks.py)
+from readme_blocks import replace_readme_block, write_results  # noqa: E402  (benchmarks/readme_blocks.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "pretrain_two_stream.py"
@@ -223,8 +223,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     report = {"settings": settings, "targets": targets, "runs": rows}
     print(readme_block(report))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        write_results(args.json, report)
     return rows
 
 
