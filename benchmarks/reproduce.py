@@ -31,6 +31,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -326,15 +327,9 @@ def run_one(
     return record
 
 
-def mean_sd(values: list[float]) -> tuple[float, float | None]:
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, math.sqrt(sum((value - mean) ** 2 for value in values) / (len(values) - 1))
-
-
 def summarise(values_by_seed: dict[int, float]) -> dict:
-    mean, sd = mean_sd(list(values_by_seed.values()))
+    values = list(values_by_seed.values())
+    mean, sd = statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None  # sd: n - 1
     return {"n": len(values_by_seed), "mean": mean, "sd": sd, "by_seed": {str(s): v for s, v in values_by_seed.items()}}
 
 
