@@ -11,13 +11,21 @@ per stdin line (KIND is `save` or `convert`), each answered with the child's pid
 - `loop KIND V`: the child saves (converts) version V, then the other, alternately, forever (the test SIGKILLs it);
 - `step KIND K V [fallback]`: the child saves version V once, ending itself with `os._exit(KILLED)` just before its
   K-th file system operation (K = 0: never); with `fallback`, folders are swapped by two renames, not one exchange;
+  with `stall`, the child sleeps instead (a hung child, for the test of the deadline below);
 - `time KIND V`: the mean duration of a save (conversion) of version V, in this process, printed as seconds.
+
+A `step` child still running after `STEP_DEADLINE` seconds (a save takes milliseconds) is answered `hung`: its Python
+stacks go to the log (faulthandler, SIGUSR1), then it is SIGKILLed. Forking a process that has library threads (torch,
+pyarrow's jemalloc) can leave a child stuck on a lock one of them held, rarely; the test reruns such a step, counts it
+and fails if it recurs, so a save that really hangs is reported with its stack and never stalls the suite.
 """
 
 from __future__ import annotations
 
 import builtins
+import faulthandler
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -37,6 +45,7 @@ from hf_vlalign.data.formats.lxmert_tsv import write_lxmert_tsv  # noqa: E402
 from hf_vlalign.utils import atomic_folders  # noqa: E402
 
 KILLED = 86
+STEP_DEADLINE = float(os.environ.get("KILL_SAFETY_STEP_DEADLINE", "60"))
 # the file system operations an injected kill lands before (every one a save or a conversion makes from Python)
 OS_STEPS = ("rename", "replace", "link", "symlink", "unlink", "remove", "rmdir", "mkdir", "fsync", "chmod")
 
@@ -67,7 +76,9 @@ def setup(workdir: Path) -> dict:
         write_lxmert_tsv(workdir / f"{version}.tsv", [store_record(i, version) for i in range(count)])
     return {
         "save": lambda version: models[version].save_pretrained(workdir / "model"),
-        "convert": lambda version: convert_features(workdir / f"{version}.tsv", "lxmert_tsv", workdir / "store", overwrite=True),
+        "convert": lambda version: convert_features(
+            workdir / f"{version}.tsv", "lxmert_tsv", workdir / "store", overwrite=True
+        ),
     }
 
 
@@ -99,6 +110,7 @@ def inject_kill_at(step: int) -> None:
 
 def run_child(command: list[str], write) -> None:
     """In the forked child: runs one command, never returns."""
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     try:
         if command[0] == "loop":
             version = command[2]
@@ -108,6 +120,8 @@ def run_child(command: list[str], write) -> None:
         _, _, step, version, *options = command
         if "fallback" in options:
             atomic_folders.exchange_folders = lambda first, second: False
+        if "stall" in options:
+            time.sleep(3600)
         if int(step):
             inject_kill_at(int(step))
         write(version)
@@ -115,6 +129,23 @@ def run_child(command: list[str], write) -> None:
     except BaseException as error:  # noqa: BLE001 - reported to the test as an exit status
         print(f"child error: {error!r}", file=sys.stderr, flush=True)
         os._exit(1)
+
+
+def wait_for(pid: int, deadline: float | None) -> int | None:
+    """The child's wait status; None if it was still running after `deadline` seconds (its stacks dumped, killed)."""
+    if deadline is None:
+        return os.waitpid(pid, 0)[1]
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        finished, status = os.waitpid(pid, os.WNOHANG)
+        if finished:
+            return status
+        time.sleep(0.002)
+    os.kill(pid, signal.SIGUSR1)
+    time.sleep(1.0)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return None
 
 
 def main() -> None:
@@ -140,8 +171,11 @@ def main() -> None:
         if pid == 0:
             run_child(command, write)
         print(pid, flush=True)
-        _, status = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(status):
+        status = wait_for(pid, STEP_DEADLINE if command[0] == "step" else None)
+        if status is None:
+            print(f"hung: {line.strip()} (pid {pid}); its stacks are in the log", file=sys.stderr, flush=True)
+            print("hung", flush=True)
+        elif os.WIFSIGNALED(status):
             print(f"signal {os.WTERMSIG(status)}", flush=True)
         else:
             print(f"exit {os.WEXITSTATUS(status)}", flush=True)
