@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import NoReturn
 
 # the parser's choices, spelled out so that `--help` imports nothing heavy (tests/test_cli.py checks them against
-# `data.feature_store.FEATURE_FORMATS` and `trainers.task_evaluation.TASKS`)
+# `data.feature_store.FEATURE_FORMATS` and `trainers.task_evaluation.TASKS`; tests/test_families.py checks TASKS against
+# the tasks of the families' `FamilySpec`s, `hf_vlalign.models.family`)
 FEATURE_FORMATS = ("butd_h5", "butd_tsv", "lxmert_tsv", "m2_hdf5", "npz_dir", "vlbert_json")
 TASKS = ("vgp", "vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding", "captioning")
 # what the user passed (a folder, a file, a value) is wrong: printed without a traceback. The library's own error
@@ -328,14 +329,17 @@ def _fisher(args: argparse.Namespace) -> int:
 
     from .data.builders import load_vgp_data
     from .data.collators import VGPCollator
+    from .models.family import FAMILIES
     from .trainers.regularization import anchor_weights, estimate_fisher, save_fisher
     from .trainers.task_evaluation import load_model
 
     if args.num_batches is not None and args.num_batches < 1:
         raise ValueError(f"`--num_batches` must be >= 1, got {args.num_batches}.")
     model = load_model(args.model)
-    if model.config.model_type != "vlalign_single_stream":
-        raise ValueError(f"`model` must hold a SingleStreamForVisualParaphrase (the VGP model), got a {model.config.model_type}.")
+    single_stream = FAMILIES["single_stream"]
+    if model.config.model_type != single_stream.model_type:
+        vgp_model = single_stream.model("visual_paraphrase").class_name
+        raise ValueError(f"`model` must hold a {vgp_model} (the VGP model), got a {model.config.model_type}.")
     files = {"flickr30k_entities_dir": args.flickr30k_entities_dir, "vgp_train_csv": args.vgp_train_csv, "vgp_eval_csv": args.vgp_eval_csv, "features": args.features}
     given = [name for name, value in files.items() if value is not None]
     if args.data == "vgp" and len(given) < len(files):

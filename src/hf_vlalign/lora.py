@@ -16,7 +16,8 @@ Leave `task_type` unset: peft's task classes (`SEQ_2_SEQ_LM`, `SEQ_CLS`, ...) ca
 while these models take named region inputs; the plain `PeftModel` passes every keyword through (and `generate()`
 reaches the captioner's own).
 
-Target modules are matched by peft as name suffixes (`name == target or name.endswith("." + target)`):
+Target modules are matched by peft as name suffixes (`name == target or name.endswith("." + target)`); each family
+declares its own in its `FamilySpec` (`lora_attention`, `lora_ffn`; `hf_vlalign.models.family`):
 
 | family | preset "attention" | preset "attention_ffn" adds |
 |---|---|---|
@@ -52,66 +53,21 @@ from typing import Any
 from peft import LoraConfig
 from transformers import PreTrainedModel
 
-# model_type (see each family's configuration file) -> family key of the tables below
-MODEL_TYPE_TO_FAMILY = {
-    "vlalign_single_stream": "single_stream",
-    "vlalign_two_stream": "two_stream",
-    "vlalign_captioner": "captioner",
-}
+from .models.family import FAMILIES
 
-_SINGLE_STREAM_ATTENTION = ["query", "key", "value", "attention.output.dense"]
-_TWO_STREAM_ATTENTION = [
-    "query",
-    "key",
-    "value",
-    "attention.output.dense",  # language and vision self-attention layers
-    "cross_attention.output.dense",  # cross layers (shared, or language -> vision when separate)
-    "vision_cross_attention.output.dense",  # cross layers, vision -> language when `share_cross_attention=False`
-    "language_self_attention.output.dense",
-    "vision_self_attention.output.dense",
-]
-_CAPTIONER_ATTENTION = ["q_proj", "k_proj", "v_proj", "out_proj"]
+# model_type -> family key of the tables below (the families' `FamilySpec`s, `hf_vlalign.models.family`)
+MODEL_TYPE_TO_FAMILY = {spec.model_type: name for name, spec in FAMILIES.items()}
 
+# family -> preset -> target modules: each family's `FamilySpec.lora_attention` (+ `lora_ffn` for "attention_ffn")
 LORA_TARGET_MODULES: dict[str, dict[str, list[str]]] = {
-    "single_stream": {
-        "attention": _SINGLE_STREAM_ATTENTION,
-        "attention_ffn": [*_SINGLE_STREAM_ATTENTION, "intermediate.dense", "output.dense"],
-    },
-    "two_stream": {
-        "attention": _TWO_STREAM_ATTENTION,
-        "attention_ffn": [
-            *_TWO_STREAM_ATTENTION,
-            "intermediate.dense",  # language and vision layers
-            "output.dense",
-            "language_intermediate.dense",  # cross layers
-            "language_output.dense",
-            "vision_intermediate.dense",
-            "vision_output.dense",
-        ],
-    },
-    "captioner": {
-        "attention": _CAPTIONER_ATTENTION,
-        "attention_ffn": [*_CAPTIONER_ATTENTION, "fc1", "fc2"],
-    },
+    name: {"attention": list(spec.lora_attention), "attention_ffn": [*spec.lora_attention, *spec.lora_ffn]}
+    for name, spec in FAMILIES.items()
 }
 
 # model class -> its task heads, newly trained on the task: trained in full and saved with the adapter
+# (`ModelSpec.head_modules` of every family's model classes)
 HEAD_MODULES: dict[str, list[str]] = {
-    "SingleStreamModel": [],
-    "SingleStreamForVisualParaphrase": ["id_classifier", "vgp_dense", "vgp_classifier"],
-    "SingleStreamForQuestionAnswering": ["answer_head"],
-    "SingleStreamForVisualReasoning": ["reasoning_head"],
-    "SingleStreamForReferringExpression": ["region_head"],
-    "SingleStreamForPhraseGrounding": ["grounding_head"],
-    "SingleStreamForPreTraining": ["cls.seq_relationship", "region_head"],
-    "TwoStreamModel": [],
-    "TwoStreamForPreTraining": ["matching_head", "object_head", "answer_head", "alignment_decoder"],
-    "TwoStreamForQuestionAnswering": ["answer_head"],
-    "TwoStreamForVisualReasoning": ["reasoning_head"],
-    "TwoStreamForReferringExpression": ["region_head"],
-    "TwoStreamForPhraseGrounding": ["grounding_head"],
-    "RegionCaptionerModel": [],
-    "RegionCaptionerForConditionalGeneration": [],
+    model.class_name: list(model.head_modules) for spec in FAMILIES.values() for model in spec.models.values()
 }
 
 # supervision modules that exist only when the config switches them on, trained in full and saved with the adapter

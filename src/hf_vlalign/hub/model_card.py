@@ -2,7 +2,8 @@
 
 Families: `single_stream` (VGP fine-tuning with attention supervision, Samaran et al.), `two_stream` (LXMERT-style
 pre-training with the alignment decoder of Kervadec et al.) and `captioner` (geometry-aware region captioner with A2
-attention alignment), rendered by `render_model_card`. The downstream tasks (VQA / GQA, NLVR2, RefCOCO+, Flickr30k
+attention alignment), rendered by `render_model_card`; what differs between them is declared in each family's
+`FamilySpec.card` (`hf_vlalign.models.family`). The downstream tasks (VQA / GQA, NLVR2, RefCOCO+, Flickr30k
 phrase grounding) of either encoder family and the single-stream (VisualBERT-style) pre-training share one template,
 `model_cards/task.md`, rendered by `render_task_model_card`. Every card's YAML metadata is a
 `huggingface_hub.ModelCardData`: `library_name: hf_vlalign`, tags, datasets, `base_model` (when a Hub id) and a
@@ -28,6 +29,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from ..models.family import FAMILIES, LIBRARY_AUTO_CLASSES, SUPERVISION_FIELDS
 from ..supervision.config import SUPERVISION_METHODS
 
 __all__ = [
@@ -39,7 +41,8 @@ __all__ = [
     "render_task_model_card",
 ]
 
-MODEL_CARD_FAMILIES = ("single_stream", "two_stream", "captioner")
+# every family has a card (`FamilySpec.card`, `hf_vlalign.models.family`)
+MODEL_CARD_FAMILIES = tuple(FAMILIES)
 
 _DISTRIBUTION = "hf-vlalign"
 _INSTALLED_TEMPLATE_FOLDER = "share/hf_vlalign/model_cards"
@@ -63,60 +66,6 @@ _SUPERVISION_DESCRIPTIONS = {
         "alignment signal reaches the attention only through the representations."
     ),
 }
-# the supervision fields of the single- and two-stream configurations, shown in their cards' settings tables
-_SUPERVISION_SETTINGS = (
-    "attention_supervision", "supervised_layers", "supervised_heads", "attention_supervision_weight",
-)  # fmt: skip
-_TAGS = ["vision-language", "attention-supervision", "visual-grounding", "visually-grounded-paraphrases"]
-
-
-@dataclass(frozen=True)
-class _FamilyCard:
-    """What differs between the families' cards: the `model-index` task, the tags, the config settings shown."""
-
-    task_type: str
-    task_name: str
-    tags: tuple[str, ...]
-    settings: tuple[str, ...]  # config fields shown in the card's "settings" table
-    supervised: bool  # whether the family has `attention_supervision`
-
-
-_FAMILIES = {
-    "single_stream": _FamilyCard(
-        task_type="text-classification",
-        task_name="Visually grounded paraphrase identification",
-        tags=tuple(_TAGS),
-        settings=_SUPERVISION_SETTINGS,
-        supervised=True,
-    ),
-    "two_stream": _FamilyCard(
-        task_type="visual-question-answering",
-        task_name="Visual question answering and word-object alignment",
-        tags=("vision-language", "visual-grounding", "word-object-alignment", "visual-question-answering", "lxmert"),
-        settings=(
-            "l_layers", "r_layers", "x_layers", *_SUPERVISION_SETTINGS, "task_mask_lm", "task_obj_predict",
-            "task_matched", "task_qa", "task_alignment", "alignment_top_k", "alignment_loss_weight",
-        ),  # fmt: skip
-        supervised=True,
-    ),
-    "captioner": _FamilyCard(
-        task_type="image-to-text",
-        task_name="Image captioning",
-        tags=("vision-language", "image-captioning", "visual-grounding"),
-        settings=(
-            "encoder_layers", "decoder_layers", "use_geometry", "attention_alignment", "aligned_layers",
-            "alignment_eta", "alignment_temperature", "mask_loss_weight", "normalize_before",
-        ),  # fmt: skip
-        supervised=False,
-    ),
-}
-
-_MODEL_TYPES = {
-    "single_stream": "vlalign_single_stream",
-    "two_stream": "vlalign_two_stream",
-    "captioner": "vlalign_captioner",
-}
-
 # the A2 fusions of the original and the aligned cross-attention (Fei 2022, sec. 3.3)
 _FUSION_DESCRIPTIONS = {
     "none": "No attention alignment: the decoder uses its raw cross-attention (the A2 ablation baseline).",
@@ -128,9 +77,10 @@ _FUSION_DESCRIPTIONS = {
 }
 
 
-def _find_template(family: str) -> Path:
-    """Path of `model_cards/<family>.md`, from the source checkout first, then from the installed distribution."""
-    filename = f"{family}.md"
+def _find_template(template: str) -> Path:
+    """Path of `model_cards/<template>.md` (a family's `FamilySpec.card.template`, or "task"), from the source checkout
+    first, then from the installed distribution."""
+    filename = f"{template}.md"
     package_root = Path(__file__).resolve().parents[1]  # .../hf_vlalign
     if package_root.parent.name == "src":
         checkout_template = package_root.parent.parent / "model_cards" / filename
@@ -235,12 +185,12 @@ def _config_settings(config: Any, family: str, fields: tuple[str, ...] | None = 
     else:
         raise ValueError(f"`config` must be a model configuration, a dict or None, got {type(config).__name__}.")
     model_type = values.get("model_type")
-    expected = _MODEL_TYPES[family]
+    expected = FAMILIES[family].model_type
     if model_type is not None and model_type != expected:
         raise ValueError(
             f"`config` must be a `{expected}` configuration for the `{family}` card, got model_type {model_type!r}."
         )
-    fields = _FAMILIES[family].settings if fields is None else fields
+    fields = FAMILIES[family].card.settings if fields is None else fields
     return {name: values[name] for name in fields if name in values}
 
 
@@ -251,7 +201,7 @@ def _resolve_supervision(supervision: str | None, settings: dict[str, Any], fami
     key = supervision.replace("-", "_") if isinstance(supervision, str) else supervision
     if key not in SUPERVISION_METHODS:
         raise ValueError(f"`supervision` must be one of {SUPERVISION_METHODS}, got {supervision!r}.")
-    if not _FAMILIES[family].supervised and key != "none":
+    if not FAMILIES[family].attention_supervision and key != "none":
         raise ValueError(
             f"`supervision` must be None or 'none' for the `{family}` family (it has no attention supervision), "
             f"got {supervision!r}."
@@ -378,7 +328,7 @@ def render_model_card(
     """
     if family not in MODEL_CARD_FAMILIES:
         raise ValueError(f"`family` must be one of the known model families {MODEL_CARD_FAMILIES}, got {family!r}.")
-    family_card = _FAMILIES[family]
+    family_card = FAMILIES[family].card
     settings = _config_settings(config, family)
     supervision_key = _resolve_supervision(supervision, settings, family)
     arguments = _check_common_arguments(
@@ -394,12 +344,8 @@ def render_model_card(
     task_alignment = bool(settings.get("task_alignment", False))
     fusion = settings.get("attention_alignment", "none")
     use_geometry = settings.get("use_geometry")
-    if family == "single_stream":
-        default_name = f"single-stream-vgp-{supervision_key}"
-    elif family == "two_stream":
-        default_name = "two-stream-pretrained" + ("-alignment" if task_alignment else "")
-    else:
-        default_name = f"region-captioner-{fusion}"
+    alignment = "-alignment" if task_alignment else ""
+    default_name = family_card.default_name.format(supervision=supervision_key, alignment=alignment, fusion=fusion)
     model_name = model_id.split("/")[-1] if model_id else default_name
     tags = list(family_card.tags) + [family.replace("_", "-"), "hf_vlalign"]
     _add_supervision_tags(tags, supervision_key)
@@ -431,7 +377,7 @@ def render_model_card(
     )
     return ModelCard.from_template(
         card_data,
-        template_path=str(_find_template(family)),
+        template_path=str(_find_template(family_card.template)),
         **_template_variables(
             arguments,
             model_name=model_name,
@@ -457,7 +403,8 @@ def render_model_card(
 # ----------------------------------------------------------------------------------------------------------------
 
 TASK_CARD_TASKS = ("question_answering", "visual_reasoning", "referring_expression", "phrase_grounding", "pretraining")
-_TASK_CARD_FAMILIES = ("single_stream", "two_stream")
+# the families with task cards (`FamilySpec.card.task_card_tags`)
+_TASK_CARD_FAMILIES = tuple(name for name, spec in FAMILIES.items() if spec.card.task_card_tags is not None)
 _TASK_TEMPLATE = "task"
 _SYNTHETIC_DATASET_NAME = "synthetic grounded scenes (hf_vlalign)"
 
@@ -470,25 +417,18 @@ _DATASET_NAMES = {
     "flickr30k_entities": "Flickr30k Entities",
     "coco_captions": "COCO Captions",
 }
-# the encoder settings shown in a task card, before the task's own ones
-_ENCODER_SETTINGS = {
-    "single_stream": ("num_hidden_layers",),
-    "two_stream": ("l_layers", "r_layers", "x_layers"),
-}
 _TASK_NO_SUPERVISION = "No attention supervision was used: the attention was trained by the task loss only."
 
 
 @dataclass(frozen=True)
 class _TaskCard:
-    """What differs between the tasks' cards (the prose lives in model_cards/task.md)."""
+    """What differs between the tasks' cards (the prose lives in model_cards/task.md). The model class and the Auto
+    class of the loading snippet are the family's (`FamilySpec.model(task)`: a task card's task is a model kind)."""
 
     task_type: str  # `model-index` task
     task_name: str
     tags: tuple[str, ...]
     pipeline_tag: str | None
-    auto_class: str  # the Auto class of the loading snippet
-    auto_class_in_transformers: bool  # imported from transformers (else an `hf_vlalign` attribute)
-    head: str  # the model class is `<SingleStream|TwoStream>For<head>`
     settings: tuple[str, ...]  # the task's own config fields shown in the settings table
     datasets: tuple[str, ...]  # the real datasets of the task (`_DATASET_NAMES` keys)
     supervised: bool  # whether the task's model takes `word_region_alignment` (so attention supervision applies)
@@ -501,9 +441,6 @@ _TASKS = {
         task_name="Visual question answering",
         tags=("visual-question-answering",),
         pipeline_tag="visual-question-answering",
-        auto_class="AutoModelForVisualQuestionAnswering",
-        auto_class_in_transformers=True,
-        head="QuestionAnswering",
         settings=("num_qa_labels",),
         datasets=("vqa_v2", "gqa"),
         supervised=True,
@@ -513,9 +450,6 @@ _TASKS = {
         task_name="Visual reasoning over image pairs",
         tags=("visual-reasoning", "nlvr2"),
         pipeline_tag=None,
-        auto_class="AutoModelForVisualReasoning",
-        auto_class_in_transformers=False,
-        head="VisualReasoning",
         settings=(),
         datasets=("nlvr2",),
         supervised=False,
@@ -525,9 +459,6 @@ _TASKS = {
         task_name="Referring expression comprehension",
         tags=("referring-expression-comprehension", "visual-grounding"),
         pipeline_tag=None,
-        auto_class="AutoModelForReferringExpression",
-        auto_class_in_transformers=False,
-        head="ReferringExpression",
         settings=("referring_iou_threshold",),
         datasets=("refcoco+",),
         supervised=True,
@@ -537,9 +468,6 @@ _TASKS = {
         task_name="Phrase grounding",
         tags=("phrase-grounding", "visual-grounding"),
         pipeline_tag=None,
-        auto_class="AutoModelForPhraseGrounding",
-        auto_class_in_transformers=False,
-        head="PhraseGrounding",
         settings=(),
         datasets=("flickr30k_entities",),
         supervised=True,
@@ -549,9 +477,6 @@ _TASKS = {
         task_name="Masked language modelling with the image and sentence-image prediction",
         tags=("vision-language-pretraining", "masked-language-modeling", "visualbert"),
         pipeline_tag=None,
-        auto_class="AutoModelForPreTraining",
-        auto_class_in_transformers=True,
-        head="PreTraining",
         settings=(
             "num_object_labels", "mlm_loss_weight", "sentence_image_loss_weight", "region_feature_loss_weight",
             "region_class_loss_weight",
@@ -561,7 +486,6 @@ _TASKS = {
         families=("single_stream",),  # the two-stream pre-training has its own card (`render_model_card("two_stream")`)
     ),
 }
-_FAMILY_TAGS = {"single_stream": ("single-stream",), "two_stream": ("two-stream", "lxmert")}
 
 
 def _check_task(task: str, model_family: str) -> _TaskCard:
@@ -655,7 +579,8 @@ def render_task_model_card(
     task_card = _check_task(task, model_family)
     if synthetic_data is None and dataset_name is not None:
         synthetic_data = False  # a named evaluation dataset is real data, with or without a Hub id
-    fields = _ENCODER_SETTINGS[model_family] + _SUPERVISION_SETTINGS + task_card.settings
+    spec = FAMILIES[model_family]
+    fields = spec.layer_fields + SUPERVISION_FIELDS + task_card.settings
     settings = _config_settings(config, model_family, fields)
     supervision_key = _resolve_supervision(None, settings, model_family)
     arguments = _check_common_arguments(
@@ -678,7 +603,7 @@ def render_task_model_card(
     if applied_supervision != "none":
         default_name += f"-{applied_supervision.replace('_', '-')}"
     model_name = model_id.split("/")[-1] if model_id else default_name
-    tags = ["vision-language", *task_card.tags, *_FAMILY_TAGS[model_family], "hf_vlalign"]
+    tags = ["vision-language", *task_card.tags, *spec.card.task_card_tags, "hf_vlalign"]
     _add_supervision_tags(tags, applied_supervision)
     if arguments.synthetic_data:
         tags.append("synthetic-data")
@@ -712,10 +637,11 @@ def render_task_model_card(
     )
     if supervision_key == "none":
         variables["supervision_description"] = _TASK_NO_SUPERVISION
-    if task_card.auto_class_in_transformers:
-        auto_class, transformers_imports = task_card.auto_class, f"{task_card.auto_class}, AutoTokenizer"
-    else:
-        auto_class, transformers_imports = f"hf_vlalign.{task_card.auto_class}", "AutoTokenizer"
+    model = spec.model(task)  # the task cards' tasks are the families' model kinds
+    if model.auto_class not in LIBRARY_AUTO_CLASSES:  # imported from transformers
+        auto_class, transformers_imports = model.auto_class, f"{model.auto_class}, AutoTokenizer"
+    else:  # an `hf_vlalign` attribute
+        auto_class, transformers_imports = f"hf_vlalign.{model.auto_class}", "AutoTokenizer"
     return ModelCard.from_template(
         card_data,
         template_path=str(_find_template(_TASK_TEMPLATE)),
@@ -725,7 +651,7 @@ def render_task_model_card(
         task_supervised=task_card.supervised,
         auto_class=auto_class,
         transformers_imports=transformers_imports,
-        model_class=("SingleStream" if model_family == "single_stream" else "TwoStream") + f"For{task_card.head}",
+        model_class=model.class_name,
         dataset_key=dataset_key,
         evaluation_dataset=evaluation_dataset,
         cited_datasets=[dataset_key] if dataset_key else list(task_card.datasets),

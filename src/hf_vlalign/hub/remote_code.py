@@ -23,6 +23,8 @@ import transformers
 from transformers import PreTrainedModel
 from transformers.models.auto.auto_factory import _BaseAutoModelClass
 
+from ..models.family import FAMILIES, FamilySpec
+
 PACKAGE = "hf_vlalign"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,47 +41,22 @@ class RemoteCodeFamily:
     base_model_class: str
     model_classes: dict[str, str | None] = field(default_factory=dict)
 
+    @classmethod
+    def from_spec(cls, spec: FamilySpec) -> RemoteCodeFamily:
+        """The remote-code view of a family's `FamilySpec`: each model class is published under the first transformers
+        Auto class it is registered with (none for the heads registered with hf_vlalign's own Auto classes only)."""
+        return cls(
+            configuration_module=spec.config_module,
+            config_class=spec.config_class,
+            modeling_module=spec.modeling_module,
+            base_model_class=spec.base_model.class_name,
+            model_classes={model.class_name: model.transformers_auto_class for model in spec.models.values()},
+        )
 
+
+# family short name (`hf_vlalign.models.family.FAMILIES`) -> its remote-code view
 REMOTE_CODE_FAMILIES: dict[str, RemoteCodeFamily] = {
-    "single_stream": RemoteCodeFamily(
-        configuration_module="hf_vlalign.models.single_stream.configuration_single_stream",
-        config_class="SingleStreamConfig",
-        modeling_module="hf_vlalign.models.single_stream.modeling_single_stream",
-        base_model_class="SingleStreamModel",
-        model_classes={
-            "SingleStreamModel": "AutoModel",
-            "SingleStreamForVisualParaphrase": None,
-            "SingleStreamForPreTraining": "AutoModelForPreTraining",
-            "SingleStreamForQuestionAnswering": "AutoModelForVisualQuestionAnswering",
-            "SingleStreamForVisualReasoning": None,
-            "SingleStreamForReferringExpression": None,
-            "SingleStreamForPhraseGrounding": None,
-        },
-    ),
-    "two_stream": RemoteCodeFamily(
-        configuration_module="hf_vlalign.models.two_stream.configuration_two_stream",
-        config_class="TwoStreamConfig",
-        modeling_module="hf_vlalign.models.two_stream.modeling_two_stream",
-        base_model_class="TwoStreamModel",
-        model_classes={
-            "TwoStreamModel": "AutoModel",
-            "TwoStreamForPreTraining": "AutoModelForPreTraining",
-            "TwoStreamForQuestionAnswering": "AutoModelForVisualQuestionAnswering",
-            "TwoStreamForVisualReasoning": None,
-            "TwoStreamForReferringExpression": None,
-            "TwoStreamForPhraseGrounding": None,
-        },
-    ),
-    "captioning": RemoteCodeFamily(
-        configuration_module="hf_vlalign.models.captioning.configuration_captioning",
-        config_class="RegionCaptionerConfig",
-        modeling_module="hf_vlalign.models.captioning.modeling_captioning",
-        base_model_class="RegionCaptionerModel",
-        model_classes={
-            "RegionCaptionerModel": "AutoModel",
-            "RegionCaptionerForConditionalGeneration": "AutoModelForSeq2SeqLM",
-        },
-    ),
+    name: RemoteCodeFamily.from_spec(spec) for name, spec in FAMILIES.items()
 }
 
 

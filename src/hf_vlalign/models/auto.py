@@ -2,35 +2,11 @@
 
 from collections import OrderedDict
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForPreTraining,
-    AutoModelForSeq2SeqLM,
-    AutoModelForVisualQuestionAnswering,
-)
+import transformers
+from transformers import AutoConfig
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
 
-from .captioning import RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, RegionCaptionerModel
-from .single_stream import (
-    SingleStreamConfig,
-    SingleStreamForPhraseGrounding,
-    SingleStreamForPreTraining,
-    SingleStreamForQuestionAnswering,
-    SingleStreamForReferringExpression,
-    SingleStreamForVisualParaphrase,
-    SingleStreamForVisualReasoning,
-    SingleStreamModel,
-)
-from .two_stream import (
-    TwoStreamConfig,
-    TwoStreamForPhraseGrounding,
-    TwoStreamForPreTraining,
-    TwoStreamForQuestionAnswering,
-    TwoStreamForReferringExpression,
-    TwoStreamForVisualReasoning,
-    TwoStreamModel,
-)
+from .family import FAMILIES, LIBRARY_AUTO_CLASSES
 
 
 class AutoModelForVisualParaphrase(_BaseAutoModelClass):
@@ -63,25 +39,18 @@ class AutoModelForRegionCaptioning(_BaseAutoModelClass):
     _model_mapping = _LazyAutoMapping(OrderedDict(), OrderedDict())
 
 
+def _auto_class(name: str) -> type[_BaseAutoModelClass]:
+    """The Auto class a `FamilySpec` names: one of this module's (`LIBRARY_AUTO_CLASSES`), else transformers'."""
+    return globals()[name] if name in LIBRARY_AUTO_CLASSES else getattr(transformers, name)
+
+
 def register_auto_classes() -> None:
-    """Registers every hf_vlalign config with AutoConfig and its models with the matching Auto classes (idempotent)."""
-    AutoConfig.register(SingleStreamConfig.model_type, SingleStreamConfig, exist_ok=True)
-    AutoModel.register(SingleStreamConfig, SingleStreamModel, exist_ok=True)
-    AutoModelForVisualParaphrase.register(SingleStreamConfig, SingleStreamForVisualParaphrase, exist_ok=True)
-    AutoModelForPreTraining.register(SingleStreamConfig, SingleStreamForPreTraining, exist_ok=True)
-    AutoModelForVisualQuestionAnswering.register(SingleStreamConfig, SingleStreamForQuestionAnswering, exist_ok=True)
-    AutoModelForVisualReasoning.register(SingleStreamConfig, SingleStreamForVisualReasoning, exist_ok=True)
-    AutoModelForReferringExpression.register(SingleStreamConfig, SingleStreamForReferringExpression, exist_ok=True)
-    AutoModelForPhraseGrounding.register(SingleStreamConfig, SingleStreamForPhraseGrounding, exist_ok=True)
-    AutoConfig.register(TwoStreamConfig.model_type, TwoStreamConfig, exist_ok=True)
-    AutoModel.register(TwoStreamConfig, TwoStreamModel, exist_ok=True)
-    AutoModelForPreTraining.register(TwoStreamConfig, TwoStreamForPreTraining, exist_ok=True)
-    AutoModelForVisualQuestionAnswering.register(TwoStreamConfig, TwoStreamForQuestionAnswering, exist_ok=True)
-    AutoModelForVisualReasoning.register(TwoStreamConfig, TwoStreamForVisualReasoning, exist_ok=True)
-    AutoModelForReferringExpression.register(TwoStreamConfig, TwoStreamForReferringExpression, exist_ok=True)
-    AutoModelForPhraseGrounding.register(TwoStreamConfig, TwoStreamForPhraseGrounding, exist_ok=True)
-    AutoConfig.register(RegionCaptionerConfig.model_type, RegionCaptionerConfig, exist_ok=True)
-    AutoModel.register(RegionCaptionerConfig, RegionCaptionerModel, exist_ok=True)
-    AutoModelForRegionCaptioning.register(RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, exist_ok=True)
-    # as its remote code: an encoder-decoder generating text, like BART (`AutoModelForSeq2SeqLM` + `generate`)
-    AutoModelForSeq2SeqLM.register(RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, exist_ok=True)
+    """Registers every hf_vlalign config with AutoConfig and its models with the Auto classes their family's
+    `FamilySpec` names (`hf_vlalign.models.family.FAMILIES`; idempotent)."""
+    for spec in FAMILIES.values():
+        config_class = spec.config_class_object()
+        AutoConfig.register(spec.model_type, config_class, exist_ok=True)
+        for kind, model in spec.models.items():
+            model_class = spec.model_class_object(kind)
+            for auto_class in model.auto_classes:
+                _auto_class(auto_class).register(config_class, model_class, exist_ok=True)
