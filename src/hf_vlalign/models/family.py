@@ -76,9 +76,8 @@ class ModelCardSpec:
     tags: tuple[str, ...]  # the family card's tags (before the family name and "hf_vlalign")
     settings: tuple[str, ...]  # config fields shown in the card's settings table
     default_name: str  # the model name without a model id; formatted with `supervision`, `alignment` and `fusion`
-    task_card_tags: tuple[str, ...] | None = (
-        None  # its tags in the task cards (`model_cards/task.md`); None: no task cards
-    )
+    # its tags in the task cards (`model_cards/task.md`, `render_task_model_card`); None: the family has no task cards
+    task_card_tags: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
