@@ -12,7 +12,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from hf_vlalign.analysis.attention_blocks import AttentionBlocks
 from hf_vlalign.analysis.entropy import AttentionEntropy, attention_entropy, plot_entropy
-from hf_vlalign.analysis.flow import attention_flow, attention_rollout, layer_capacities
+from hf_vlalign.analysis.flow import attention_flow, layer_capacities, layer_rollouts
 from hf_vlalign.analysis.geometry import (
     attention_vs_distance,
     plot_attention_vs_distance,
@@ -172,10 +172,10 @@ def test_within_cluster_errors():
 
 def test_identity_layers_give_identity_rollout_and_flow():
     identity = torch.eye(4).expand(2, 4, 4)  # 2 heads
-    rollouts = attention_rollout([identity, identity, identity])
+    rollouts = layer_rollouts([identity, identity, identity])
     assert len(rollouts) == 3
     torch.testing.assert_close(rollouts[-1], torch.eye(4))
-    torch.testing.assert_close(attention_rollout([identity[None]] * 2)[-1], torch.eye(4)[None])
+    torch.testing.assert_close(layer_rollouts([identity[None]] * 2)[-1], torch.eye(4)[None])
     np.testing.assert_allclose(attention_flow([identity, identity, identity]), np.eye(4), atol=1e-12)
     np.testing.assert_allclose(attention_flow([torch.eye(4)] * 2, residual=False), np.eye(4), atol=1e-12)
 
@@ -192,7 +192,7 @@ def test_flow_two_layer_hand_example():
     flow = attention_flow([a1, a2], residual=False)
     np.testing.assert_allclose(flow, [[0.6, 0.6], [0.6, 1.0]], atol=1e-12)
     np.testing.assert_allclose(attention_flow([a1, a2], residual=False, normalise=True), [[0.5, 0.5], [0.375, 0.625]])
-    rollout = attention_rollout([torch.tensor(a1), torch.tensor(a2)])[-1]
+    rollout = layer_rollouts([torch.tensor(a1), torch.tensor(a2)])[-1]
     res1, res2 = (torch.tensor(a) * 0.5 + torch.eye(2) * 0.5 for a in (a1, a2))  # 0.5 W + 0.5 I
     torch.testing.assert_close(rollout, res2 @ res1)
 
@@ -229,9 +229,9 @@ def test_flow_equals_brute_force_min_cut_on_three_random_layers():
 
 def test_rollout_and_flow_errors():
     with pytest.raises(ValueError, match="`attentions`"):
-        attention_rollout([])
+        layer_rollouts([])
     with pytest.raises(ValueError, match="`attentions`"):
-        attention_rollout([torch.ones(2, 2), torch.ones(1, 2, 2)])
+        layer_rollouts([torch.ones(2, 2), torch.ones(1, 2, 2)])
     with pytest.raises(ValueError, match="`attentions\\[1\\]`.*3 tokens"):
         attention_flow([np.eye(2), np.eye(3)])
     with pytest.raises(ValueError, match="`attentions\\[0\\]`.*\\(H, N, N\\)"):

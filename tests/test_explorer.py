@@ -15,7 +15,7 @@ from analysis_models import FAMILIES, SCENES, SYNTHETIC_FLAGS, tiny_family_model
 from PIL import Image
 from transformers import AutoTokenizer, LxmertConfig, LxmertModel, VisualBertConfig, VisualBertModel
 
-from hf_vlalign.analysis import attention_rollout, explorer_examples, read_explorer_payload, write_attention_explorer
+from hf_vlalign.analysis import explorer_examples, layer_rollouts, read_explorer_payload, write_attention_explorer
 from hf_vlalign.cli import main
 from hf_vlalign.trainers.model_analysis import _model_inputs, analyze_model, synthetic_analysis_data
 from hf_vlalign.trainers.task_evaluation import load_model
@@ -88,7 +88,7 @@ def test_embedded_attention_equals_the_model_outputs(family, explored):
         text, regions = slice(0, num_words), slice(num_words, num_words + num_regions)
         expected = {"word_to_region": _renormalised(torch.from_numpy(joint[..., text, regions])),
                     "region_to_word": _renormalised(torch.from_numpy(joint[..., regions, text]))}  # fmt: skip
-        rollout = torch.stack([r[0] for r in attention_rollout(list(outputs.attentions))])
+        rollout = torch.stack([r[0] for r in layer_rollouts(list(outputs.attentions))])
         assert np.allclose(
             example["attention"]["word_to_region"]["rollout"], _renormalised(rollout[:, text, regions]), atol=ATOL
         )

@@ -15,14 +15,14 @@ from hf_vlalign.alignment import box_iou
 from hf_vlalign.data.formats.flickr30k_entities import EntitySentence, read_annotation, read_sentences, read_split
 from hf_vlalign.data.formats.lxmert_tsv import iter_lxmert_tsv_records
 from hf_vlalign.data.formats.vgp import TYPOLOGY_LABELS, read_vgp_csv
-from hf_vlalign.data.synthetic import (
+from hf_vlalign.data.region_extraction import CropEncoder
+from hf_vlalign.synthetic import (
     COLOUR_NAMES,
     COLOUR_WORDS,
     SHAPE_NAMES,
     SHAPE_WORDS,
-    CropEncoder,
     SyntheticSceneConfig,
-    generate_synthetic_vgp,
+    generate_synthetic_scenes,
     load_or_generate_synthetic_vgp,
 )
 
@@ -38,7 +38,7 @@ class _Dataset:
     """A generated folder read back through the real readers."""
 
     def __init__(self, root: Path, config: SyntheticSceneConfig, cache_dir: Path) -> None:
-        self.paths = generate_synthetic_vgp(root, config)
+        self.paths = generate_synthetic_scenes(root, config)
         entities = self.paths.flickr30k_entities
         self.splits = {split: read_split(entities / f"{split}.txt") for split in ("train", "val")}
         self.image_ids = self.splits["train"] + self.splits["val"]
@@ -76,10 +76,10 @@ def default_sample(tmp_path_factory) -> _Dataset:
 
 
 def test_same_seed_gives_identical_files_and_another_seed_differs(tiny, tmp_path):
-    again = generate_synthetic_vgp(tmp_path / "again", TINY)
+    again = generate_synthetic_scenes(tmp_path / "again", TINY)
     assert _files(again.root) == _files(tiny.paths.root)
 
-    other = generate_synthetic_vgp(tmp_path / "other", SyntheticSceneConfig(**{**vars(TINY), "seed": 1}))
+    other = generate_synthetic_scenes(tmp_path / "other", SyntheticSceneConfig(**{**vars(TINY), "seed": 1}))
     reference, changed = _files(tiny.paths.root), _files(other.root)
     assert reference.keys() == changed.keys()
     for name in ("features/features.tsv", "vgp/train.csv", "flickr30k_entities/Sentences/100000.txt"):
@@ -344,7 +344,7 @@ def test_bad_config_names_the_field(overrides, field):
 
 def test_generate_rejects_a_wrong_config_type(tmp_path):
     with pytest.raises(ValueError, match="config"):
-        generate_synthetic_vgp(tmp_path, config={"seed": 0})
+        generate_synthetic_scenes(tmp_path, config={"seed": 0})
 
 
 def test_load_dataset_synthetic_scenes_reads_back_through_the_real_builders(tmp_path):

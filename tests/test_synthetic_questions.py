@@ -1,4 +1,4 @@
-"""Synthetic questions with pointers (`data/synthetic_questions.py`): GQA files read back through the real GQA builder,
+"""Synthetic questions with pointers (`synthetic/questions.py`): GQA files read back through the real GQA builder,
 answers recomputed from the scene graphs, determinism, answer balance, region features and the QA collator."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import QuestionAnsweringCollator
 from hf_vlalign.data.formats.flickr30k_entities import read_annotation
-from hf_vlalign.data.synthetic import (
+from hf_vlalign.synthetic import (
     COLOUR_NAMES,
     COLOUR_WORDS,
     SHAPE_NAMES,
@@ -24,10 +24,10 @@ from hf_vlalign.data.synthetic import (
     SIZE_WORDS,
     SyntheticSceneConfig,
     SyntheticVGPPaths,
-    generate_synthetic_vgp,
+    generate_synthetic_scenes,
     load_or_generate_synthetic_vgp,
 )
-from hf_vlalign.data.synthetic_questions import (
+from hf_vlalign.synthetic.questions import (
     GENERIC_NOUNS,
     MAX_QUESTIONS,
     MIN_QUESTIONS,
@@ -155,8 +155,8 @@ def test_layout_record_fields_and_scene_graphs(generated):
 
 
 def test_same_seed_gives_identical_gqa_files_and_another_seed_differs(generated, tmp_path):
-    again = generate_synthetic_vgp(tmp_path / "again", SMALL)
-    other = generate_synthetic_vgp(tmp_path / "other", SyntheticSceneConfig(**{**vars(SMALL), "seed": 1}))
+    again = generate_synthetic_scenes(tmp_path / "again", SMALL)
+    other = generate_synthetic_scenes(tmp_path / "other", SyntheticSceneConfig(**{**vars(SMALL), "seed": 1}))
     for name in GQA_FILES:
         assert (again.gqa_dir / name).read_bytes() == (generated.paths.gqa_dir / name).read_bytes(), name
     assert (other.gqa_dir / GQA_FILES[0]).read_bytes() != (generated.paths.gqa_dir / GQA_FILES[0]).read_bytes()

@@ -1,4 +1,4 @@
-"""Synthetic NLVR2 and RefCOCO+ data (`data/synthetic_tasks.py`): the published files read back through the real
+"""Synthetic NLVR2 and RefCOCO+ data (`synthetic/tasks.py`): the published files read back through the real
 builders, NLVR2 labels recomputed from the GQA scene graphs, pair features and the pair / referring-expression
 collators, determinism, and tiny splits."""
 
@@ -20,19 +20,19 @@ from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ImagePairCollator, ReferringExpressionCollator
 from hf_vlalign.data.formats.safe_pickle import load_restricted_pickle
-from hf_vlalign.data.synthetic import (
+from hf_vlalign.synthetic import (
     COLOUR_NAMES,
     COLOUR_WORDS,
     SHAPE_NAMES,
     SHAPE_WORDS,
     SIZE_NAMES,
     SIZE_WORDS,
+    Shape,
     SyntheticSceneConfig,
-    _Shape,
-    generate_synthetic_vgp,
+    generate_synthetic_scenes,
     load_or_generate_synthetic_vgp,
 )
-from hf_vlalign.data.synthetic_tasks import (
+from hf_vlalign.synthetic.tasks import (
     STATEMENT_TEMPLATES,
     SyntheticNLVR2Writer,
     SyntheticRefCOCOWriter,
@@ -266,7 +266,7 @@ def test_nlvr2_pair_features_attach_and_collate(paths, tokenizer):
 
 def test_nlvr2_statement_truth_rules():
     def shape(kind, colour, box):
-        return _Shape(kind, colour, "small", box, "1")
+        return Shape(kind, colour, "small", box, "1")
 
     circle, square = shape("circle", "red", (10, 10, 20, 20)), shape("square", "blue", (40, 15, 50, 25))
     red_circle, blue_square = _Description("circle", "red", None), _Description("square", None, None)
@@ -352,7 +352,7 @@ def test_refcoco_split_names_and_bad_input(paths):
         load_dataset("synthetic_scenes", paths.root.parent, "dev", task="vgp", config=SMALL)
     with pytest.raises(ValueError, match="`task` of synthetic_scenes must be one of"):
         synthetic_region_features(paths.root.parent, SMALL, task="pairs")
-    shape = _Shape("circle", "red", "small", (1, 1, 9, 9), "7")
+    shape = Shape("circle", "red", "small", (1, 1, 9, 9), "7")
     with pytest.raises(ValueError, match="`split` must be one of"):
         SyntheticNLVR2Writer(paths.root / "unused", 0).add("test", 0, "1", [shape])
     with pytest.raises(ValueError, match="`shapes` of image '1' must hold"):
@@ -377,11 +377,11 @@ def _task_files(root: Path) -> dict[str, bytes]:
 
 def test_generation_is_deterministic_and_seeded(tmp_path):
     config = SyntheticSceneConfig(num_train_images=10, num_val_images=4, feature_dim=8, seed=2)
-    first = _task_files(generate_synthetic_vgp(tmp_path / "a", config).root)
+    first = _task_files(generate_synthetic_scenes(tmp_path / "a", config).root)
     assert set(first) == {
         "nlvr2/train.json", "nlvr2/dev.json", "refcoco+/refs(unc).p", "refcoco+/instances.json",
         "features/nlvr2_features.tsv",
     }  # fmt: skip
-    assert _task_files(generate_synthetic_vgp(tmp_path / "b", config).root) == first
-    other = _task_files(generate_synthetic_vgp(tmp_path / "c", SyntheticSceneConfig(**{**vars(config), "seed": 3})).root)
+    assert _task_files(generate_synthetic_scenes(tmp_path / "b", config).root) == first
+    other = _task_files(generate_synthetic_scenes(tmp_path / "c", SyntheticSceneConfig(**{**vars(config), "seed": 3})).root)
     assert all(other[name] != first[name] for name in first)

@@ -145,7 +145,7 @@ def test_visual_reasoning_encodes_the_sentence_with_each_image(family):
         for image in range(2):
             single = {k: v[:, image] for k, v in regions(pair=True).items()}
             out = model.base_model(**text(), **single)
-            pooled.append(out.pooler_output if family == "SingleStream" else out.pooled_output)
+            pooled.append(out.pooler_output)
         assert torch.allclose(logits, model.reasoning_head(torch.cat(pooled, dim=-1)).squeeze(-1), atol=1e-5)
     with pytest.raises(ValueError, match=r"\(batch, 2, R, visual_feat_dim\)"):
         model(**text(), **regions())

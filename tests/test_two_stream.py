@@ -112,7 +112,7 @@ def test_sdpa_and_eager_agree():
     batch = tiny_batch()
     sdpa = model(**batch)
     eager = model(**batch, output_attentions=True)
-    for name in ("language_output", "vision_output", "pooled_output", "loss_attention"):
+    for name in ("language_output", "vision_output", "pooler_output", "loss_attention"):
         torch.testing.assert_close(sdpa[name], eager[name], atol=1e-5, rtol=1e-5)
 
 
@@ -361,8 +361,9 @@ def test_conversion_from_lxmert_gives_equal_outputs():
             output_attentions=True,
         )  # fmt: skip
         outputs = converted(**{k: v for k, v in batch.items() if k != "word_region_alignment"}, output_attentions=True)
-    for name in ("language_output", "vision_output", "pooled_output"):
-        torch.testing.assert_close(outputs[name], expected[name], atol=1e-5, rtol=1e-5)
+    # transformers' Lxmert calls the pooled [CLS] state `pooled_output`; ours is `pooler_output` (BERT's name)
+    for ours, theirs in (("language_output",) * 2, ("vision_output",) * 2, ("pooler_output", "pooled_output")):
+        torch.testing.assert_close(outputs[ours], expected[theirs], atol=1e-5, rtol=1e-5)
     for ours, theirs in zip(outputs.cross_encoder_attentions, expected.cross_encoder_attentions):
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
 

@@ -2,12 +2,21 @@
 attention against geometry, rollout and flow, attention against gradient importance, plots, the bertviz export and
 the interactive HTML attention explorer."""
 
+from . import plots  # noqa: F401  (the old module path of the plots, kept importable as an attribute too)
 from .adapters import attention_blocks, infer_source, text_to_region_rows
 from .attention_blocks import BLOCK_NAMES, AttentionBlocks
+from .attention_plots import (
+    format_region_labels,
+    plot_head_grid,
+    plot_layer_heatmaps,
+    plot_top_regions_on_image,
+    plot_word_region_heatmap,
+    plot_word_region_heatmaps,
+)
 from .bertviz_export import bertviz_inputs, load_bertviz_inputs, save_bertviz_inputs
 from .entropy import AttentionEntropy, attention_entropy, plot_entropy
 from .explorer import ExplorerExample, GoldPhrase, explorer_examples, read_explorer_payload, write_attention_explorer
-from .flow import attention_flow, attention_rollout
+from .flow import attention_flow, attention_rollout, layer_rollouts
 from .geometry import (
     AttentionDistance,
     WithinClusterAttention,
@@ -18,16 +27,12 @@ from .geometry import (
 )
 from .grounding_probe import GroundingProbe, GroundingProbeResult, text_to_region_attention
 from .importance import captioner_attention_importance, kendall_tau
-from .plots import (
-    format_region_labels,
+from .probe_plots import (
     plot_head_accuracy,
-    plot_head_grid,
-    plot_layer_heatmaps,
-    plot_top_regions_on_image,
-    plot_word_region_heatmap,
-    plot_word_region_heatmaps,
+    plot_layer_accuracy_scatter,
+    plot_relation_accuracy_scatter,
+    plot_top_relations,
 )
-from .probe_plots import plot_layer_accuracy_scatter, plot_relation_accuracy_scatter, plot_top_relations
 from .syntactic_grounding import SyntacticGroundingProbe, SyntacticGroundingResult, parse_with_spacy, read_conllu
 
 __all__ = [
@@ -53,6 +58,7 @@ __all__ = [
     "format_region_labels",
     "infer_source",
     "kendall_tau",
+    "layer_rollouts",
     "load_bertviz_inputs",
     "parse_with_spacy",
     "plot_attention_vs_distance",

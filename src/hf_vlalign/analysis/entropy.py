@@ -21,7 +21,7 @@ import torch
 from matplotlib.figure import Figure
 
 from .attention_blocks import AttentionBlocks
-from .plots import _save
+from .figures import save_png
 
 __all__ = ["AttentionEntropy", "attention_entropy", "block_label", "draw_entropy", "plot_entropy"]
 
@@ -161,4 +161,4 @@ def plot_entropy(rows: list[dict], path: str | Path, value: str = "normalised_en
         value: "normalised_entropy" (default; H / ln(n keys), in [0, 1]) or "entropy" (nats).
         title: optional first title line (e.g. the model's name).
     """
-    return _save(draw_entropy(rows, value, title), path)
+    return save_png(draw_entropy(rows, value, title), path)

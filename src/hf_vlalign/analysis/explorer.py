@@ -43,7 +43,7 @@ from PIL import Image
 
 from .adapters import _JOINT_EXTRA, _field, attention_blocks, infer_source
 from .attention_blocks import AttentionBlocks
-from .flow import attention_rollout
+from .flow import layer_rollouts
 
 __all__ = [
     "VIEWS",
@@ -214,7 +214,7 @@ def _rollout_views(outputs: object, blocks: AttentionBlocks) -> dict[str, torch.
     and renormalised over the real keys; empty for separate maps (two-stream, captioner: no joint sequence)."""
     if blocks.source not in _JOINT_EXTRA or isinstance(outputs, AttentionBlocks):
         return {}
-    rollouts = torch.stack(attention_rollout([a.float() for a in _field(outputs, "attentions")]), dim=1)  # (B, L, N, N)
+    rollouts = torch.stack(layer_rollouts([a.float() for a in _field(outputs, "attentions")]), dim=1)  # (B, L, N, N)
     num_text, num_regions = blocks.text_mask.shape[1], blocks.region_mask.shape[1]
     text, regions = slice(0, num_text), slice(num_text, num_text + num_regions)
     return {

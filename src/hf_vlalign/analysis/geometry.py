@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from ..utils.validation import check_normalised_boxes, check_rank
 from .attention_blocks import AttentionBlocks
-from .plots import _save
+from .figures import save_png
 
 __all__ = [
     "AttentionDistance",
@@ -261,7 +261,7 @@ def plot_attention_vs_distance(rows: list[dict], path: str | Path, title: str = 
         path: where to write the PNG; parent folders are created.
         title: optional first title line (e.g. the model's name).
     """
-    return _save(draw_attention_vs_distance(rows, title), path)
+    return save_png(draw_attention_vs_distance(rows, title), path)
 
 
 def plot_within_cluster(rows: list[dict], path: str | Path, title: str = "") -> Path:
@@ -282,4 +282,4 @@ def plot_within_cluster(rows: list[dict], path: str | Path, title: str = "") -> 
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title)
-    return _save(figure, path)
+    return save_png(figure, path)

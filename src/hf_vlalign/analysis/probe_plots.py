@@ -1,7 +1,7 @@
-"""Figure 3 of Li et al. 2020: every head's grounding accuracy against its layer, one dot per head; and Table 2 (the
-best head per dependency relation) as a bar chart.
+"""PNG plots of grounding-probe accuracies (Li et al. 2020): the layer x head accuracy heatmap; Figure 3, every head's
+accuracy against its layer, one dot per head; and Table 2 (the best head per dependency relation) as a bar chart.
 
-Drawn on matplotlib's Agg canvas through `matplotlib.figure.Figure` (never `pyplot`), like `analysis.plots`.
+Drawn on matplotlib's Agg canvas through `matplotlib.figure.Figure` (never `pyplot`), like `attention_plots.py`.
 """
 
 from __future__ import annotations
@@ -11,16 +11,118 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.colors import BoundaryNorm, Normalize
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
-from .plots import _as_matrix, _save
+from .figures import annotate_cells, as_matrix, save_png
 
-__all__ = ["draw_layer_accuracy_scatter", "plot_layer_accuracy_scatter", "plot_relation_accuracy_scatter", "plot_top_relations"]
+__all__ = [
+    "draw_head_accuracy",
+    "draw_layer_accuracy_scatter",
+    "plot_head_accuracy",
+    "plot_layer_accuracy_scatter",
+    "plot_relation_accuracy_scatter",
+    "plot_top_relations",
+]
+
+
+def _decile_norm(matrix: np.ndarray) -> BoundaryNorm | None:
+    """Colour bins holding a tenth of the values each (bounds: the deciles), or None when the values are too alike to
+    split."""
+    bounds = np.unique(np.round(np.quantile(matrix, np.linspace(0.0, 1.0, 11)), 6))
+    return BoundaryNorm(bounds, ncolors=256) if len(bounds) >= 3 else None
+
+
+def _colourbar_baseline(colourbar, baseline: float, bounds: np.ndarray, name: str) -> None:
+    """The baseline as a dashed line across the colourbar with its own red tick label (the bound labels next to it
+    dropped), or, outside the scale, said in the colourbar's label."""
+    if not bounds[0] <= baseline <= bounds[-1]:
+        where = "below" if baseline < bounds[0] else "above"
+        colourbar.set_label(f"{colourbar.ax.get_ylabel()}\n{name} {baseline:.3f} lies {where} the scale")
+        return
+    # positions along the bar: the bins are drawn with equal heights
+    position = np.interp(baseline, bounds, np.linspace(0.0, 1.0, len(bounds)))
+    ticks = [tick for tick in bounds if abs(np.interp(tick, bounds, np.linspace(0.0, 1.0, len(bounds))) - position) > 0.05]
+    colourbar.ax.axhline(baseline, color="red", linestyle="--", linewidth=2)
+    colourbar.set_ticks([*ticks, baseline], labels=[f"{tick:.3f}" for tick in ticks] + [f"{name} {baseline:.3f}"])
+    colourbar.ax.get_yticklabels()[-1].set_color("red")
+
+
+def draw_head_accuracy(
+    accuracy: np.ndarray, title: str = "", baseline: float | None = None, num_phrases: int | None = None
+) -> Figure:
+    """The figure of `plot_head_accuracy`, not saved."""
+    matrix = as_matrix("accuracy", accuracy, "(L, H)")
+    if matrix.min() < 0 or matrix.max() > 1:
+        raise ValueError(f"`accuracy` must hold values in [0, 1], got [{matrix.min():.4g}, {matrix.max():.4g}].")
+    if baseline is not None and not 0.0 <= float(baseline) <= 1.0:
+        raise ValueError(f"`baseline` must be an accuracy in [0, 1] or None, got {baseline!r}.")
+    if num_phrases is not None and (isinstance(num_phrases, bool) or not isinstance(num_phrases, int) or num_phrases < 0):
+        raise ValueError(f"`num_phrases` must be an int >= 0 or None, got {num_phrases!r}.")
+    # one colour per decile of the heads: close accuracies of many good heads (0.86 vs 0.88) still get distinct
+    # colours, where a linear 0-1 (or min-max) scale would paint them alike
+    norm = _decile_norm(matrix)
+    if norm is None:  # (nearly) one value: a linear scale around it
+        middle = float(matrix.mean())
+        norm = Normalize(max(0.0, middle - 0.005), min(1.0, middle + 0.005))
+        bounds, scale = np.array([norm.vmin, norm.vmax]), "linear scale"
+    else:
+        bounds, scale = norm.boundaries, f"colour bins: deciles of the {matrix.size} heads"
+    num_layers, num_heads = matrix.shape
+    figure = Figure(figsize=(max(4.5, 0.62 * num_heads + 3.2), max(3.6, 0.45 * num_layers + 1.9)), layout="constrained")
+    ax = figure.subplots()
+    image = ax.imshow(matrix, cmap="viridis", norm=norm, aspect="auto")
+    ax.set_xticks(range(num_heads))
+    ax.set_yticks(range(num_layers))
+    ax.set_xlabel("head (counted from 0)")
+    ax.set_ylabel("layer (counted from 0)")
+    annotate_cells(ax, image, matrix, ".3f")
+    best_layer, best_head = np.unravel_index(int(np.argmax(matrix)), matrix.shape)
+    ax.add_patch(Rectangle((best_head - 0.5, best_layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
+    colourbar = figure.colorbar(image, ax=ax, spacing="uniform", label=f"grounding accuracy (share of phrases)\n{scale}")
+    colourbar.set_ticks(bounds, labels=[f"{bound:.3f}" for bound in bounds])
+    if baseline is not None:
+        _colourbar_baseline(colourbar, float(baseline), bounds, "baseline")
+    facts = [f"best (red): layer {best_layer}, head {best_head} = {matrix[best_layer, best_head]:.3f}"]
+    if baseline is not None:
+        facts.append(f"detection-confidence baseline {float(baseline):.3f}")
+    if num_phrases is not None:
+        facts.append(f"n = {num_phrases:,} phrases")
+    ax.set_title("\n".join(part for part in (title, "; ".join(facts)) if part), fontsize=10)
+    return figure
+
+
+def plot_head_accuracy(
+    accuracy: np.ndarray,
+    path: str | Path,
+    title: str = "",
+    baseline: float | None = None,
+    num_phrases: int | None = None,
+) -> Path:
+    """Layer x head heatmap of grounding-probe accuracy (Li et al. 2020), saved as a PNG.
+
+    Each colour is one decile of the heads' accuracies (the colourbar gives the bounds), so the many close accuracies
+    of good heads (0.86 vs 0.88) get distinct colours; each cell's value is written in it, the best head is outlined
+    in red and the title names it; `baseline` (e.g. the detection-confidence baseline) is drawn on the colourbar (or
+    said to lie below / above the scale) and named in the title with `num_phrases`.
+
+    Args:
+        accuracy: (L, H) accuracy in [0, 1] of each head, e.g. `GroundingProbeResult.accuracy`.
+        path: where to write the PNG; parent folders are created.
+        title: optional first title line.
+        baseline: optional baseline accuracy in [0, 1], e.g. `GroundingProbeResult.baseline_accuracy`.
+        num_phrases: optional number of phrases the accuracies are over.
+
+    Returns:
+        The path of the written PNG.
+    """
+    return save_png(draw_head_accuracy(accuracy, title, baseline, num_phrases), path)
 
 
 def _checked_accuracy(name: str, accuracy: object) -> np.ndarray:
     """(L, H) accuracies in [0, 1]."""
-    matrix = _as_matrix(name, accuracy, "(L, H)")
+    matrix = as_matrix(name, accuracy, "(L, H)")
     if matrix.min() < 0 or matrix.max() > 1:
         raise ValueError(f"`{name}` must hold values in [0, 1], got [{matrix.min():.4g}, {matrix.max():.4g}].")
     return matrix
@@ -95,7 +197,7 @@ def plot_layer_accuracy_scatter(
     Returns:
         The path of the written PNG.
     """
-    return _save(draw_layer_accuracy_scatter(accuracy, baseline, title, num_phrases, baseline_label), path)
+    return save_png(draw_layer_accuracy_scatter(accuracy, baseline, title, num_phrases, baseline_label), path)
 
 
 def plot_relation_accuracy_scatter(
@@ -138,7 +240,7 @@ def plot_relation_accuracy_scatter(
     for ax in axes[len(relations):]:
         ax.set_visible(False)
     figure.tight_layout()
-    return _save(figure, path)
+    return save_png(figure, path)
 
 
 def _checked_relation_rows(rows: object) -> list[Mapping]:
@@ -197,4 +299,4 @@ def plot_top_relations(rows: Sequence[Mapping], path: str | Path, title: str = "
     if title:
         ax.set_title(title, fontsize=10, pad=18)
     figure.tight_layout()
-    return _save(figure, path)
+    return save_png(figure, path)

@@ -229,7 +229,7 @@ class SaveLoadMixin:
             shutil.rmtree(staging, ignore_errors=True)
         logger.info("Model saved in %s", target)
         if push_to_hub:
-            from ..hub.push import push_folder_to_hub
+            from ..utils.hub_push import push_folder_to_hub
 
             push_folder_to_hub(
                 target,

@@ -1,4 +1,4 @@
-"""The embedded default data: synthetic grounded scenes (`data/synthetic.py`), read through the real builders.
+"""The embedded default data: synthetic grounded scenes (`hf_vlalign.synthetic`), read through the real builders.
 
 `load_dataset("synthetic_scenes", data_dir, split, task=...)` generates the scenes once (cached in `data_dir`, or in
 `$HF_VLALIGN_CACHE` / `~/.cache/hf_vlalign` when `data_dir` is None) in the published Flickr30k Entities, VGP, GQA,
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import datasets
 
+from ...synthetic.questions import ANSWER_VOCAB_FILE, scene_graphs_file
+from ...synthetic.scenes import SyntheticSceneConfig, load_or_generate_synthetic_vgp
+from ...synthetic.tasks import NLVR2_SPLITS, REFCOCO_SPLITS
 from ..feature_store import RegionFeatureStore
-from ..synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
-from ..synthetic_questions import ANSWER_VOCAB_FILE, scene_graphs_file
-from ..synthetic_tasks import NLVR2_SPLITS, REFCOCO_SPLITS
 from . import nlvr2
 from ._common import DEFAULT_ON_MISSING_IMAGE, check_on_missing_image, takes_on_missing_image
 from .vgp import _synthetic_store, build_vgp_dataset

@@ -652,7 +652,7 @@ def load_vgp_data(
         raise ValueError(f"Real VGP data needs all of {list(given)}; got {given}.")
     source = "files"
     if region_features is None:
-        from ..synthetic import load_or_generate_synthetic_vgp
+        from ...synthetic.scenes import load_or_generate_synthetic_vgp
 
         synthetic = load_or_generate_synthetic_vgp(config=synthetic_config)
         flickr30k_entities_dir, vgp_train_csv, vgp_eval_csv = (

@@ -9,6 +9,7 @@ Module boundaries and output names follow transformers' `modeling_lxmert.py`, so
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,7 +90,9 @@ CROSS_ATTENTION_NAMES = ("language_to_vision", "vision_to_language", "language_s
 class TwoStreamModelOutput(ModelOutput):
     r"""
     language_output (`(batch, T, hidden_size)`) / vision_output (`(batch, R, hidden_size)`): last cross layer's states.
-    pooled_output (`(batch, hidden_size)`): [CLS] language state through the pooler.
+    pooler_output (`(batch, hidden_size)`): [CLS] language state through the pooler (BERT's name, as the single-stream
+        model's; transformers' Lxmert calls it `pooled_output`, this field's former name, still readable with a
+        `FutureWarning` as `outputs.pooled_output` / `outputs["pooled_output"]`).
     loss_attention (`torch.FloatTensor`, *optional*): attention-supervision loss over the cross layers.
     language_hidden_states / vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*): outputs of every language
         (resp. object) layer followed by every cross layer, as transformers' Lxmert returns them.
@@ -104,7 +107,7 @@ class TwoStreamModelOutput(ModelOutput):
 
     language_output: torch.FloatTensor | None = None
     vision_output: torch.FloatTensor | None = None
-    pooled_output: torch.FloatTensor | None = None
+    pooler_output: torch.FloatTensor | None = None
     loss_attention: torch.FloatTensor | None = None
     language_hidden_states: tuple[torch.FloatTensor, ...] | None = None
     vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
@@ -112,6 +115,34 @@ class TwoStreamModelOutput(ModelOutput):
     vision_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+    # The former field name, kept readable (not a field: `keys()` / `to_tuple()` hold `pooler_output`, in its place).
+    @property
+    def pooled_output(self) -> torch.FloatTensor | None:
+        """Deprecated name of `pooler_output` (a `FutureWarning`)."""
+        return getattr(self, _renamed_output_key("pooled_output"))
+
+    def __getitem__(self, key):
+        return super().__getitem__(_renamed_output_key(key))
+
+    def __contains__(self, key) -> bool:
+        return super().__contains__(_renamed_output_key(key))
+
+    def get(self, key, default=None):
+        return super().get(_renamed_output_key(key), default)
+
+
+def _renamed_output_key(key):
+    """`pooler_output` for the former field name `pooled_output` (with a `FutureWarning`); any other key unchanged."""
+    if isinstance(key, str) and key == "pooled_output":
+        warnings.warn(
+            "`TwoStreamModelOutput.pooled_output` is deprecated; use `pooler_output` (the name BERT and the "
+            "single-stream model use).",
+            FutureWarning,
+            stacklevel=3,
+        )
+        return "pooler_output"
+    return key
 
 
 @dataclass
@@ -514,7 +545,7 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         output = TwoStreamModelOutput(
             language_output=language_output,
             vision_output=vision_output,
-            pooled_output=self.pooler(language_output),
+            pooler_output=self.pooler(language_output),
             loss_attention=loss_attention,
             language_hidden_states=encoded["language_hidden_states"] if output_hidden_states else None,
             vision_hidden_states=encoded["vision_hidden_states"] if output_hidden_states else None,
@@ -676,10 +707,10 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                     outputs.vision_output, object_labels, attribute_labels, feature_labels, masked_regions, counts
                 )
             )
-        matching_score = self.matching_head(outputs.pooled_output) if config.task_matched else None
+        matching_score = self.matching_head(outputs.pooler_output) if config.task_matched else None
         if matching_score is not None:
             losses["loss_itm"] = optional_cross_entropy(matching_score, matched_labels, counts, "itm")
-        answer_score = self.answer_head(outputs.pooled_output) if config.task_qa else None
+        answer_score = self.answer_head(outputs.pooler_output) if config.task_qa else None
         if answer_score is not None and answer_labels is not None:
             losses["loss_vqa"] = answer_loss(answer_score, answer_labels, num_items(counts, "vqa"))
         alignment_scores = None
@@ -834,7 +865,7 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
         )
-        logits = self.answer_head(outputs.pooled_output)
+        logits = self.answer_head(outputs.pooler_output)
         loss_task = answer_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
         output = TwoStreamClassificationOutput(
             loss=weighted_total(
@@ -892,7 +923,7 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
         )
-        logits = self.reasoning_head(outputs.pooled_output.reshape(batch, -1)).squeeze(-1)
+        logits = self.reasoning_head(outputs.pooler_output.reshape(batch, -1)).squeeze(-1)
         loss_task = reasoning_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
         output = TwoStreamClassificationOutput(
             loss=loss_task,

@@ -1,0 +1,60 @@
+"""Helpers shared by the analysis plots: input arrays checked for plotting, cell values written on heatmaps, and
+PNG saving on matplotlib's Agg canvas through `matplotlib.figure.Figure` (never `pyplot`), so plotting needs no display
+and leaves the global backend and figure registry untouched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+__all__ = ["MAX_ANNOTATED_CELLS", "annotate_cells", "as_array", "as_matrix", "save_png"]
+
+# cell values are written inside the heatmap only while they stay legible
+MAX_ANNOTATED_CELLS = 400
+
+
+def as_matrix(name: str, values: object, layout: str) -> np.ndarray:
+    """A finite, non-empty 2-D float array (accepts numpy arrays, nested lists and CPU/GPU tensors)."""
+    if hasattr(values, "detach"):  # torch.Tensor without importing torch here
+        values = values.detach().cpu().numpy()
+    matrix = np.asarray(values, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.size == 0:
+        raise ValueError(f"`{name}` must be a non-empty 2-D array {layout}, got shape {matrix.shape}.")
+    if not np.isfinite(matrix).all():
+        raise ValueError(f"`{name}` must be finite, got {int((~np.isfinite(matrix)).sum())} NaN/inf value(s).")
+    return matrix
+
+
+def as_array(name: str, values: object, ndim: int, layout: str) -> np.ndarray:
+    """A finite, non-empty float array with `ndim` dims (numpy arrays, nested lists, CPU/GPU tensors)."""
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().numpy()
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != ndim or array.size == 0:
+        raise ValueError(f"`{name}` must be a non-empty {ndim}-D array {layout}, got shape {array.shape}.")
+    if not np.isfinite(array).all():
+        raise ValueError(f"`{name}` must be finite, got {int((~np.isfinite(array)).sum())} NaN/inf value(s).")
+    return array
+
+
+def annotate_cells(ax, image, matrix: np.ndarray, fmt: str) -> None:
+    """Writes each cell's value, dark on light cells and light on dark ones (by the cell colour's luminance)."""
+    if matrix.size > MAX_ANNOTATED_CELLS:
+        return
+    for (row, column), value in np.ndenumerate(matrix):
+        red, green, blue, _ = image.to_rgba(value)
+        color = "white" if 0.299 * red + 0.587 * green + 0.114 * blue < 0.5 else "black"
+        ax.text(column, row, format(value, fmt), ha="center", va="center", fontsize=7, color=color)
+
+
+def save_png(figure: Figure, path: str | Path) -> Path:
+    """Saves `figure` as a PNG at `path` (120 dpi, tight bounding box), creating parent folders; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(figure)
+    figure.savefig(path, format="png", dpi=120, bbox_inches="tight")
+    return path

@@ -1,0 +1,64 @@
+"""Synthetic grounded scenes, the embedded default data: generated images of shapes with their captions, paraphrase
+pairs, questions, statements and referring expressions, written in the published formats of the real data sets.
+
+- `shapes.py`: the shapes of a scene and the words naming them (shared by the writers below);
+- `scenes.py`: scenes, images, captions, VGP pairs and detector-like regions; `generate_synthetic_scenes` writes every
+  file, `load_or_generate_synthetic_vgp` caches them;
+- `questions.py`: GQA questions with pointers, scene graphs and the answer vocabulary;
+- `tasks.py`: NLVR2 statements about image pairs and RefCOCO+ referring expressions.
+
+This package reads `hf_vlalign.data.formats` (the writers) and `hf_vlalign.data.region_extraction`; `hf_vlalign.data`
+does not import it at import time (its builders of the synthetic data import it when they run).
+"""
+
+from .questions import ANSWER_LIST_FILE, ANSWER_VOCAB_FILE, SyntheticQuestionWriter, questions_file, scene_graphs_file
+from .scenes import (
+    FORMAT_VERSION,
+    SyntheticSceneConfig,
+    SyntheticVGPPaths,
+    generate_synthetic_scenes,
+    generate_synthetic_vgp,
+    load_or_generate_synthetic_vgp,
+)
+from .shapes import (
+    COLOUR_NAMES,
+    COLOUR_WORDS,
+    SHAPE_NAMES,
+    SHAPE_WORDS,
+    SIZE_NAMES,
+    SIZE_WORDS,
+    Shape,
+    identifying_attribute_sets,
+    phrase_wordings,
+    shape_relation,
+)
+from .tasks import NLVR2_SPLITS, REFCOCO_SPLITS, SyntheticNLVR2Writer, SyntheticRefCOCOWriter, pair_feature_records
+
+__all__ = [
+    "ANSWER_LIST_FILE",
+    "ANSWER_VOCAB_FILE",
+    "COLOUR_NAMES",
+    "COLOUR_WORDS",
+    "FORMAT_VERSION",
+    "NLVR2_SPLITS",
+    "REFCOCO_SPLITS",
+    "SHAPE_NAMES",
+    "SHAPE_WORDS",
+    "SIZE_NAMES",
+    "SIZE_WORDS",
+    "Shape",
+    "SyntheticNLVR2Writer",
+    "SyntheticQuestionWriter",
+    "SyntheticRefCOCOWriter",
+    "SyntheticSceneConfig",
+    "SyntheticVGPPaths",
+    "generate_synthetic_scenes",
+    "generate_synthetic_vgp",
+    "identifying_attribute_sets",
+    "load_or_generate_synthetic_vgp",
+    "pair_feature_records",
+    "phrase_wordings",
+    "questions_file",
+    "scene_graphs_file",
+    "shape_relation",
+]

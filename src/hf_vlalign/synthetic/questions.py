@@ -1,0 +1,471 @@
+"""Questions with pointers about the synthetic scenes, written as published GQA files (Hudson & Manning 2019).
+
+`generate_synthetic_scenes` (`scenes.py`) writes, through `SyntheticQuestionWriter`, under `<root>/gqa/`:
+
+- `{split}_sceneGraphs.json` (train, val): image id -> {width, height, objects}; one object per shape, its id the
+  shape's Flickr30k Entities phrase id (a digit string, unique over the data set), `name` its SHAPE_NAMES category,
+  `x, y, w, h` its gold box in pixels (0-based, so `x + w` is the box's exclusive right edge), `attributes`
+  [colour, size] and `relations` [{name, object}] to every other shape: where it lies relative to that shape along
+  the axis where their centres are furthest apart ("to the left of", "to the right of", "above", "below"), the rule
+  the captions use;
+- `{split}_balanced_questions.json`: question id -> record with the fields of a real GQA record (`imageId`,
+  `question`, `answer`, `fullAnswer`, `annotations`, `types`, `semantic`, `semanticStr`, `isBalanced`);
+- `trainval_ans2label.json` (+ `trainval_label2ans.json`): every answer of both splits, by decreasing count, ties in
+  alphabetical order (LXMERT's layout of the GQA answer vocabulary).
+
+Templates (`types.detailed`, with GQA's structural / semantic types), 6-10 distinct questions per image:
+
+    queryColor   query / attr   "What colour is the large square?"          -> "red"
+    queryShape   query / cat    "What shape is the blue object?"            -> "circle"
+    chooseSize   choose / attr  "Is the red circle small or large?"         -> "small"
+    verifyColor  verify / attr  "Is the large square crimson?"              -> "yes" / "no" (half each)
+    exist        verify / obj   "Is there a green star?"                    -> "yes" / "no" (half each)
+    relS         query / rel    "What is to the left of the red circle?"    -> "square"
+
+Noun phrases follow the caption grammar's words (SHAPE_WORDS / COLOUR_WORDS / SIZE_WORDS synonyms) and always identify
+their object uniquely in the image; a phrase never names the attribute its question asks about. queryShape names its
+object by colour and / or size and a generic noun ("object", "shape", "thing") that is unique among all shapes.
+GQA has no counting questions, so neither do these files.
+
+Pointers are GQA's: `annotations[<text>]` maps a whitespace-token position ("i" or "i:j", end exclusive, punctuation
+attached to its token) to an object id. They cover a noun phrase without its determiner ("What colour is the large
+square?" points "4:6"), the answer when it names an object ("square" points "0", and "diamond" in queryShape's full
+answer "The small green object is a diamond."; the shape word alone need not single the object out there, the answer
+is about the object already identified), and the noun phrases of the full answer. A phrase of something the image
+does not hold (exist -> "no") has no pointer.
+
+Randomness: image `index` uses `np.random.default_rng([seed, index, QUESTION_STREAM])`, a stream separate from the
+scene's `[seed, index]`, so adding questions leaves every other generated file unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .shapes import (
+    COLOUR_NAMES,
+    COLOUR_WORDS,
+    SHAPE_NAMES,
+    SHAPE_WORDS,
+    SIZE_NAMES,
+    SIZE_WORDS,
+    Shape,
+    identifying_attribute_sets,
+    shape_relation,
+)
+
+QUESTION_STREAM = 1
+MIN_QUESTIONS, MAX_QUESTIONS = 6, 10
+ATTEMPTS_PER_QUESTION = 50
+SPLITS = ("train", "val")
+GENERIC_NOUNS = ("object", "shape", "thing")
+RELATIONS = ("to the left of", "to the right of", "above", "below")
+ANSWER_VOCAB_FILE = "trainval_ans2label.json"
+ANSWER_LIST_FILE = "trainval_label2ans.json"
+# detailed type -> (structural, semantic), as GQA's `types`
+TEMPLATE_TYPES = {
+    "queryColor": ("query", "attr"),
+    "queryShape": ("query", "cat"),
+    "chooseSize": ("choose", "attr"),
+    "verifyColor": ("verify", "attr"),
+    "exist": ("verify", "obj"),
+    "relS": ("query", "rel"),
+}
+
+
+def questions_file(split: str) -> str:
+    """The official GQA name of a split's balanced questions file."""
+    return f"{split}_balanced_questions.json"
+
+
+def scene_graphs_file(split: str) -> str:
+    """The official GQA name of a split's scene graphs file."""
+    return f"{split}_sceneGraphs.json"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Noun phrases and texts with pointers
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Phrase:
+    """Content words of a noun phrase (no determiner) and the object it points to (None: nothing in the image)."""
+
+    words: tuple[str, ...]
+    object_id: str | None
+
+
+def _pick(options: list, rng: np.random.Generator):
+    return options[int(rng.integers(len(options)))]
+
+
+def _words(kind: str | None, colour: str | None, size: str | None, rng: np.random.Generator) -> tuple[str, ...]:
+    """Words naming the given attributes (None: not named) and the shape, or a generic noun when `kind` is None."""
+    words = []
+    if size is not None:
+        words.append(_pick(list(SIZE_WORDS[size]), rng))
+    if colour is not None:
+        words.append(_pick(list(COLOUR_WORDS.get(colour, (colour,))), rng))
+    words.append(_pick(list(SHAPE_WORDS.get(kind, (kind,)) if kind is not None else GENERIC_NOUNS), rng))
+    return tuple(words)
+
+
+def _shape_phrase(
+    index: int, shapes: list[Shape], rng: np.random.Generator, avoid: str | None = None
+) -> _Phrase | None:
+    """A noun phrase that singles out shape `index` by its shape word, never naming the attribute `avoid`."""
+    sets = [attributes for attributes in identifying_attribute_sets(index, shapes) if avoid not in attributes]
+    if not sets:
+        return None
+    attributes, shape = _pick(sets, rng), shapes[index]
+    colour = shape.colour if "colour" in attributes else None
+    size = shape.size if "size" in attributes else None
+    return _Phrase(_words(shape.kind, colour, size, rng), shape.phrase_id)
+
+
+def _generic_phrase(index: int, shapes: list[Shape], rng: np.random.Generator) -> _Phrase | None:
+    """A noun phrase without the shape word ("the blue object") that singles out shape `index` among all shapes."""
+    target = shapes[index]
+    sets = []
+    for attributes in (("colour",), ("size",), ("colour", "size")):
+        if not any(
+            other is not target and all(getattr(other, name) == getattr(target, name) for name in attributes)
+            for other in shapes
+        ):
+            sets.append(attributes)
+    if not sets:
+        return None
+    attributes = _pick(sets, rng)
+    colour = target.colour if "colour" in attributes else None
+    size = target.size if "size" in attributes else None
+    return _Phrase(_words(None, colour, size, rng), target.phrase_id)
+
+
+def _article(words: tuple[str, ...]) -> str:
+    return "an" if words[0][0] in "aeiou" else "a"
+
+
+def _pointer_key(start: int, end: int) -> str:
+    return str(start) if end == start + 1 else f"{start}:{end}"
+
+
+def _compose(parts: list[str | _Phrase], end: str) -> tuple[str, dict[str, str]]:
+    """Plain words and phrases -> (text, GQA pointers): first letter capitalised, `end` attached to the last token."""
+    tokens: list[str] = []
+    pointers: dict[str, str] = {}
+    for part in parts:
+        if isinstance(part, _Phrase):
+            start = len(tokens)
+            tokens.extend(part.words)
+            if part.object_id is not None:
+                pointers[_pointer_key(start, len(tokens))] = part.object_id
+        else:
+            tokens.extend(part.split())
+    tokens[0] = tokens[0][0].upper() + tokens[0][1:]
+    tokens[-1] += end
+    return " ".join(tokens), pointers
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Programs (GQA's `semantic` field)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _operation(operation: str, argument: str, *dependencies: int) -> dict:
+    return {"operation": operation, "dependencies": list(dependencies), "argument": argument}
+
+
+def _select(kind: str, object_id: str | None, colour: str | None = None, size: str | None = None) -> list[dict]:
+    """select the object (`-` when absent), then one filter per attribute the phrase names."""
+    program = [_operation("select", f"{kind} ({object_id or '-'})")]
+    for name, value in (("color", colour), ("size", size)):
+        if value is not None:
+            program.append(_operation(f"filter {name}", value, len(program) - 1))
+    return program
+
+
+def _then(program: list[dict], operation: str, argument: str) -> list[dict]:
+    return [*program, _operation(operation, argument, len(program) - 1)]
+
+
+def _phrase_program(phrase: _Phrase, shape: Shape) -> list[dict]:
+    """The select / filter steps of a phrase naming `shape` (attributes read back from its words)."""
+    colour = shape.colour if set(phrase.words) & set(COLOUR_WORDS.get(shape.colour, (shape.colour,))) else None
+    size = shape.size if set(phrase.words) & set(SIZE_WORDS[shape.size]) else None
+    kind = shape.kind if phrase.words[-1] not in GENERIC_NOUNS else phrase.words[-1]
+    return _select(kind, phrase.object_id, colour, size)
+
+
+def _semantic_str(program: list[dict]) -> str:
+    steps = []
+    for step in program:
+        dependencies = f" [{', '.join(str(d) for d in step['dependencies'])}]" if step["dependencies"] else ""
+        steps.append(f"{step['operation']}: {step['argument']}{dependencies}")
+    return "->".join(steps)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Templates: each returns a draft question, or None when the scene does not allow it
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Draft:
+    template: str
+    question: list[str | _Phrase]
+    answer: str
+    full_answer: list[str | _Phrase]
+    program: list[dict]
+    answer_object: str | None = None  # the object the answer names (GQA points the answer at it)
+
+
+def _query_colour(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
+    index = int(rng.integers(len(shapes)))
+    phrase = _shape_phrase(index, shapes, rng, avoid="colour")
+    if phrase is None:
+        return None
+    colour = shapes[index].colour
+    program = _then(_phrase_program(phrase, shapes[index]), "query", "color")
+    return _Draft("queryColor", ["What colour is the", phrase], colour, ["the", phrase, "is", colour], program)
+
+
+def _query_shape(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
+    index = int(rng.integers(len(shapes)))
+    phrase = _generic_phrase(index, shapes, rng)
+    if phrase is None:
+        return None
+    kind = shapes[index].kind
+    answer_phrase = _Phrase((kind,), phrase.object_id)
+    full_answer = ["the", phrase, "is", _article(answer_phrase.words), answer_phrase]
+    program = _then(_phrase_program(phrase, shapes[index]), "query", "name")
+    return _Draft("queryShape", ["What shape is the", phrase], kind, full_answer, program, phrase.object_id)
+
+
+def _choose_size(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
+    index = int(rng.integers(len(shapes)))
+    phrase = _shape_phrase(index, shapes, rng, avoid="size")
+    if phrase is None:
+        return None
+    first, second = SIZE_NAMES if rng.random() < 0.5 else SIZE_NAMES[::-1]
+    size = shapes[index].size
+    question = ["Is the", phrase, f"{first} or {second}"]
+    program = _then(_phrase_program(phrase, shapes[index]), "choose size", f"{first}|{second}")
+    return _Draft("chooseSize", question, size, ["the", phrase, "is", size], program)
+
+
+def _verify_colour(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
+    index = int(rng.integers(len(shapes)))
+    phrase = _shape_phrase(index, shapes, rng, avoid="colour")
+    if phrase is None:
+        return None
+    colour = shapes[index].colour
+    holds = bool(rng.random() < 0.5)
+    asked = colour if holds else _pick([c for c in COLOUR_NAMES if c != colour], rng)
+    asked_word = _pick(list(COLOUR_WORDS.get(asked, (asked,))), rng)
+    full_answer = ["yes, the" if holds else "no, the", phrase, "is", colour]
+    program = _then(_phrase_program(phrase, shapes[index]), "verify color", asked)
+    return _Draft("verifyColor", ["Is the", phrase, asked_word], "yes" if holds else "no", full_answer, program)
+
+
+def _absent_description(shapes: list[Shape], rng: np.random.Generator) -> tuple[str, str | None, str | None] | None:
+    """A random (shape, colour or None, size or None) that no shape of the image matches."""
+    for _ in range(ATTEMPTS_PER_QUESTION):
+        kind, colour, size = (_pick(list(names), rng) for names in (SHAPE_NAMES, COLOUR_NAMES, SIZE_NAMES))
+        named = _pick([(), ("colour",), ("size",), ("colour", "size")], rng)
+        colour, size = (colour if "colour" in named else None), (size if "size" in named else None)
+        if not any(
+            shape.kind == kind and colour in (None, shape.colour) and size in (None, shape.size) for shape in shapes
+        ):
+            return kind, colour, size
+    return None
+
+
+def _exist(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
+    if rng.random() < 0.5:
+        index = int(rng.integers(len(shapes)))
+        phrase = _shape_phrase(index, shapes, rng)
+        program = _then(_phrase_program(phrase, shapes[index]), "exist", "?")
+        full_answer = ["yes, there is", _article(phrase.words), phrase]
+        return _Draft("exist", ["Is there", _article(phrase.words), phrase], "yes", full_answer, program)
+    description = _absent_description(shapes, rng)
+    if description is None:
+        return None
+    kind, colour, size = description
+    phrase = _Phrase(_words(kind, colour, size, rng), None)
+    program = _then(_select(kind, None, colour, size), "exist", "?")
+    full_answer = ["no, there is no", phrase]
+    return _Draft("exist", ["Is there", _article(phrase.words), phrase], "no", full_answer, program)
+
+
+def _relate(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
+    """"What is <relation> the <reference>?" where exactly one other shape stands in that relation to it."""
+    candidates = []
+    for reference in range(len(shapes)):
+        for relation in RELATIONS:
+            others = [
+                other
+                for other in range(len(shapes))
+                if other != reference and shape_relation(shapes[other], shapes[reference]) == relation
+            ]
+            if len(others) == 1:
+                candidates.append((reference, relation, others[0]))
+    if not candidates:
+        return None
+    reference, relation, other = _pick(candidates, rng)
+    reference_phrase = _shape_phrase(reference, shapes, rng)
+    other_phrase = _shape_phrase(other, shapes, rng)
+    kind = shapes[other].kind
+    question = [f"What is {relation} the", reference_phrase]
+    full_answer = ["the", other_phrase, f"is {relation} the", reference_phrase]
+    program = _phrase_program(reference_phrase, shapes[reference])
+    program = _then(program, "relate", f"_,{relation},s ({shapes[other].phrase_id})")
+    program = _then(program, "query", "name")
+    return _Draft("relS", question, kind, full_answer, program, shapes[other].phrase_id)
+
+
+TEMPLATES: dict[str, Callable[[list[Shape], np.random.Generator], _Draft | None]] = {
+    "queryColor": _query_colour,
+    "queryShape": _query_shape,
+    "chooseSize": _choose_size,
+    "verifyColor": _verify_colour,
+    "exist": _exist,
+    "relS": _relate,
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Records
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _record(image_id: str, draft: _Draft) -> dict:
+    question, question_pointers = _compose(draft.question, "?")
+    full_answer, full_answer_pointers = _compose(draft.full_answer, ".")
+    structural, semantic = TEMPLATE_TYPES[draft.template]
+    return {
+        "imageId": image_id,
+        "question": question,
+        "answer": draft.answer,
+        "fullAnswer": full_answer,
+        "annotations": {
+            "question": question_pointers,
+            "answer": {"0": draft.answer_object} if draft.answer_object is not None else {},
+            "fullAnswer": full_answer_pointers,
+        },
+        "types": {"structural": structural, "semantic": semantic, "detailed": draft.template},
+        "semantic": draft.program,
+        "semanticStr": _semantic_str(draft.program),
+        "isBalanced": True,
+    }
+
+
+def scene_graph(shapes: list[Shape], image_size: int) -> dict:
+    """The GQA scene graph of one image (see the module docstring)."""
+    objects = {}
+    for shape in shapes:
+        x1, y1, x2, y2 = shape.box
+        relations = [
+            {"name": shape_relation(shape, other), "object": other.phrase_id} for other in shapes if other is not shape
+        ]
+        objects[shape.phrase_id] = {
+            "name": shape.kind,
+            "x": x1,
+            "y": y1,
+            "w": x2 - x1,
+            "h": y2 - y1,
+            "attributes": [shape.colour, shape.size],
+            "relations": relations,
+        }
+    return {"width": image_size, "height": image_size, "objects": objects}
+
+
+def sample_questions(image_id: str, shapes: list[Shape], rng: np.random.Generator) -> dict[str, dict]:
+    """6-10 distinct questions about one image, question id -> GQA record; ids are `image_id` and two digits."""
+    if not shapes:
+        raise ValueError(f"`shapes` of image {image_id!r} must hold at least one shape, got none.")
+    target = int(rng.integers(MIN_QUESTIONS, MAX_QUESTIONS + 1))
+    names = list(TEMPLATES)
+    records: dict[str, dict] = {}
+    texts: set[str] = set()
+    for _ in range(ATTEMPTS_PER_QUESTION * target):
+        if len(records) == target:
+            break
+        draft = TEMPLATES[_pick(names, rng)](shapes, rng)
+        if draft is None:
+            continue
+        record = _record(image_id, draft)
+        if record["question"] not in texts:
+            texts.add(record["question"])
+            records[f"{image_id}{len(records):02d}"] = record
+    if len(records) < MIN_QUESTIONS:
+        raise RuntimeError(
+            f"image {image_id!r}: only {len(records)} distinct questions after {ATTEMPTS_PER_QUESTION * target} "
+            f"attempts, expected at least {MIN_QUESTIONS}."
+        )
+    return records
+
+
+def answer_vocab(answers: list[str]) -> dict[str, int]:
+    """ans2label of `answers`: labels by decreasing count, ties in alphabetical order."""
+    if not answers:
+        raise ValueError("`answers` must hold at least one answer, got none.")
+    counts = Counter(answers)
+    ordered = sorted(counts, key=lambda answer: (-counts[answer], answer))
+    return {answer: label for label, answer in enumerate(ordered)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Writer
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SyntheticQuestionWriter:
+    """Collects the scene graphs and questions of the generated images, then writes the GQA files of every split."""
+
+    gqa_dir: Path
+    image_size: int
+    seed: int
+    graphs: dict[str, dict[str, dict]] = field(default_factory=lambda: {split: {} for split in SPLITS})
+    questions: dict[str, dict[str, dict]] = field(default_factory=lambda: {split: {} for split in SPLITS})
+
+    def add(self, split: str, index: int, image_id: str, shapes: list[Shape]) -> None:
+        """The scene graph and questions of image `index` (its place in the generation order) of `split`."""
+        if split not in SPLITS:
+            raise ValueError(f"`split` must be one of {SPLITS}, got {split!r}.")
+        rng = np.random.default_rng([self.seed, index, QUESTION_STREAM])
+        self.graphs[split][image_id] = scene_graph(shapes, self.image_size)
+        self.questions[split].update(sample_questions(image_id, shapes, rng))
+
+    def write(self) -> None:
+        """`{split}_balanced_questions.json`, `{split}_sceneGraphs.json` and the trainval answer vocabulary."""
+        self.gqa_dir.mkdir(parents=True, exist_ok=True)
+        for split in SPLITS:
+            _write_json(self.gqa_dir / questions_file(split), self.questions[split])
+            _write_json(self.gqa_dir / scene_graphs_file(split), self.graphs[split])
+        vocab = answer_vocab([q["answer"] for split in SPLITS for q in self.questions[split].values()])
+        _write_json(self.gqa_dir / ANSWER_VOCAB_FILE, vocab)
+        _write_json(self.gqa_dir / ANSWER_LIST_FILE, list(vocab))
+
+
+def _write_json(path: Path, content: object) -> None:
+    path.write_text(json.dumps(content) + "\n", encoding="utf-8")
+
+
+__all__ = [
+    "ANSWER_VOCAB_FILE",
+    "TEMPLATES",
+    "SyntheticQuestionWriter",
+    "answer_vocab",
+    "questions_file",
+    "sample_questions",
+    "scene_graph",
+    "scene_graphs_file",
+]

@@ -1,0 +1,773 @@
+"""Synthetic grounded scenes: the embedded default data of hf_vlalign.
+
+Every image is a small canvas with a few coloured shapes (`shapes.py`). `generate_synthetic_scenes` writes, in the
+*published formats* and through the writers of `hf_vlalign.data.formats`, everything the real pipelines read:
+
+- `flickr30k_entities/`: five captions per image with Flickr30k Entities markup (one entity per shape) and the
+  shapes' pixel boxes, plus `train.txt` / `val.txt`;
+- `vgp/{train,val}.csv`: visually grounded paraphrase pairs ("identification" layout, with `ytrue`);
+- `features/features.tsv`: the "detector" output (LXMERT TSV): noisy regions, classes, confidences and
+  `CropEncoder` features;
+- `images/<image_id>.png`;
+- `gqa/`: questions with pointers, scene graphs and the answer vocabulary in the published GQA layout
+  (`questions.py`, drawn from a random stream of their own);
+- `nlvr2/{train,dev}.json` (NLVR2 statements about pairs of images; "val" is NLVR2's "dev") with
+  `features/nlvr2_features.tsv` (the pair images' records under NLVR2's image ids), and `refcoco+/` (`refs(unc).p`,
+  `instances.json`: RefCOCO+ referring expressions, one ref per shape), both from `tasks.py`, on random streams of
+  their own too.
+
+Caption grammar (every claim is true in the image; at most 16 words):
+
+    caption     := NP is LOCATION . | NP sits LOCATION . | There is NP LOCATION .          (one shape)
+                 | NP is RELATION NP . | NP sits RELATION NP .                              (two shapes)
+                 | NP is between NP and NP . | NP , NP and NP .                             (three shapes)
+    NP          := DET [SIZE] [COLOUR] SHAPE          e.g. "a large crimson box", "the disc"
+    LOCATION    := on the left | on the right | at the top | at the bottom | in the middle
+    RELATION    := to the left of | to the right of | above | below
+
+A noun phrase always identifies its shape uniquely in the image (it names enough of size / colour / shape), so
+the same phrase text never names two shapes of one image. Every shape is mentioned by at least two captions, with
+different content words whenever the vocabulary allows it.
+
+Typology rule for a paraphrase pair (same shape): compare the sets of attributes {size, colour} each phrase names.
+Same set (only synonyms or determiners differ) -> 3 Equivalence; phrase1's set strictly larger -> 1 Entailment1;
+strictly smaller -> 2 Entailment2; size vs colour -> 4 Independence. The synthetic describers never contradict each
+other, so 0 Alternation does not occur. Hard negatives are phrases of two different shapes of the same image that
+name the same shape category or the same colour, possibly through synonyms ("a red square" / "the crimson disc").
+Each image contributes as many hard negatives as paraphrases, so about half of the pairs are positives.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass
+from itertools import combinations, permutations
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+from tqdm.auto import tqdm
+
+from ..alignment.boxes import box_iou
+from ..data.formats.flickr30k_entities import (
+    EntityAnnotation,
+    EntityPhrase,
+    EntitySentence,
+    write_annotation,
+    write_sentences,
+)
+from ..data.formats.lxmert_tsv import write_lxmert_tsv
+from ..data.formats.vgp import TYPOLOGY_LABELS, VGPPair, write_vgp_csv
+from ..data.region_extraction import CropEncoder
+from .questions import SyntheticQuestionWriter
+from .shapes import (
+    COLOUR_NAMES,
+    COLOUR_WORDS,
+    SHAPE_NAMES,
+    SHAPE_WORDS,
+    SIZE_NAMES,
+    SIZE_WORDS,
+    Shape,
+    identifying_attribute_sets,
+    phrase_wordings,
+    shape_relation,
+)
+from .tasks import SyntheticNLVR2Writer, SyntheticRefCOCOWriter, pair_feature_records
+
+FORMAT_VERSION = 3  # 2: adds gqa/; 3: adds nlvr2/, features/nlvr2_features.tsv and refcoco+/
+FIRST_IMAGE_ID = 100000
+
+# Hues sit at the centres of CropEncoder's 30-degree hue bins.
+COLOUR_HUES = {"red": 0, "orange": 30, "yellow": 60, "green": 120, "blue": 240, "purple": 270}
+# Side of a shape's box as a fraction of the canvas, per size.
+SIZE_RANGES = {"small": (0.11, 0.16), "large": (0.22, 0.30)}
+
+NUM_CAPTIONS = 5
+MAX_MENTIONS_PER_CAPTION = 3
+DETERMINERS = ("a", "the")
+LOCATIONS = ("on the left", "on the right", "at the top", "at the bottom", "in the middle")
+TYPE_LABELS = {name: label for label, name in TYPOLOGY_LABELS.items()}
+
+# Region ("detector") noise: IoU bounds, label noise and confidence ranges per region kind.
+TRUE_REGION_MIN_IOU = 0.6  # kept above 0.5 so that a one-pixel box convention shift never breaks a hit
+DISTRACTOR_MAX_IOU = 0.4
+SECOND_TRUE_REGION_PROB = 0.25
+CONFIDENCE_RANGES = {"true": (0.35, 0.98), "shifted": (0.3, 0.9), "straddle": (0.2, 0.8), "background": (0.05, 0.6)}
+CLASS_NOISE = {"true": 0.1, "shifted": 0.3}  # probability of a random class id
+
+
+@dataclass
+class SyntheticSceneConfig:
+    """Size and randomness of the synthetic data set; the defaults generate in seconds on two CPU cores."""
+
+    num_train_images: int = 800
+    num_val_images: int = 150
+    image_size: int = 128  # square canvas, pixels
+    min_shapes: int = 2
+    max_shapes: int = 6
+    num_regions: int = 12  # regions per image: jittered true boxes (IoU >= 0.5 with their shape) + distractors
+    feature_dim: int = 256
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"`{name}` must be an int, got {type(value).__name__} {value!r}.")
+        lower_bounds = {
+            "num_train_images": 1,
+            "num_val_images": 1,
+            "image_size": 64,
+            "min_shapes": 1,
+            "feature_dim": 1,
+            "seed": 0,
+        }
+        for name, low in lower_bounds.items():
+            if getattr(self, name) < low:
+                raise ValueError(f"`{name}` must be >= {low}, got {getattr(self, name)}.")
+        if self.min_shapes > self.max_shapes:
+            raise ValueError(f"`min_shapes` must be <= `max_shapes` ({self.max_shapes}), got {self.min_shapes}.")
+        max_shapes_limit = NUM_CAPTIONS * MAX_MENTIONS_PER_CAPTION // 2
+        if self.max_shapes > max_shapes_limit:
+            raise ValueError(
+                f"`max_shapes` must be <= {max_shapes_limit} (every shape is mentioned in two of {NUM_CAPTIONS} "
+                f"captions of at most {MAX_MENTIONS_PER_CAPTION} mentions), got {self.max_shapes}."
+            )
+        if self.num_regions < self.max_shapes:
+            raise ValueError(
+                f"`num_regions` must be >= `max_shapes` ({self.max_shapes}) so every shape gets a region, "
+                f"got {self.num_regions}."
+            )
+
+
+@dataclass
+class SyntheticVGPPaths:
+    """Where the generated files are."""
+
+    root: Path
+    flickr30k_entities: Path  # Sentences/, Annotations/, train.txt, val.txt
+    vgp_csv: dict[str, Path]  # {"train": ..., "val": ...}, "identification" layout
+    features_tsv: Path  # LXMERT TSV, all images of both splits
+    images: Path  # <image_id>.png
+    gqa_dir: Path  # {split}_balanced_questions.json, {split}_sceneGraphs.json, trainval_ans2label.json
+    nlvr2_dir: Path  # train.json, dev.json (JSON lines)
+    nlvr2_features_tsv: Path  # LXMERT TSV of the NLVR2 pair images ("<split>-<set>-<pair>-img0/1")
+    refcoco_dir: Path  # refs(unc).p, instances.json
+
+    @classmethod
+    def from_root(cls, root: str | Path) -> SyntheticVGPPaths:
+        """The layout `generate_synthetic_scenes` writes under `root`."""
+        root = Path(root)
+        return cls(
+            root=root,
+            flickr30k_entities=root / "flickr30k_entities",
+            vgp_csv={split: root / "vgp" / f"{split}.csv" for split in ("train", "val")},
+            features_tsv=root / "features" / "features.tsv",
+            images=root / "images",
+            gqa_dir=root / "gqa",
+            nlvr2_dir=root / "nlvr2",
+            nlvr2_features_tsv=root / "features" / "nlvr2_features.tsv",
+            refcoco_dir=root / "refcoco+",
+        )
+
+
+@dataclass
+class _Mention:
+    """One noun phrase of a caption."""
+
+    caption: int
+    text: str  # as written in the caption
+    shape: int  # index into the image's shapes
+    attributes: frozenset[str]  # which of {"size", "colour"} the phrase names
+    words: tuple[str, ...]  # content words (no determiner), lower case
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Scenes and rendering
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _sample_attributes(num_shapes: int, rng: np.random.Generator) -> list[tuple[str, str, str]]:
+    """Distinct (shape, colour, size) triples, so that a full noun phrase always identifies its shape."""
+    triples: list[tuple[str, str, str]] = []
+    while len(triples) < num_shapes:
+        triple = (str(rng.choice(SHAPE_NAMES)), str(rng.choice(COLOUR_NAMES)), str(rng.choice(SIZE_NAMES)))
+        if triple not in triples:
+            triples.append(triple)
+    return triples
+
+
+def _place_boxes(sides: list[int], image_size: int, rng: np.random.Generator, gap: int = 2) -> list[tuple] | None:
+    """Non-overlapping square boxes of the given sides, or None when random placement fails."""
+    boxes: list[tuple[int, int, int, int]] = []
+    for side in sides:
+        for _ in range(200):
+            x1, y1 = (int(v) for v in rng.integers(1, image_size - side, size=2))
+            box = (x1, y1, x1 + side, y1 + side)
+            if all(
+                box[0] >= other[2] + gap
+                or other[0] >= box[2] + gap
+                or box[1] >= other[3] + gap
+                or other[1] >= box[3] + gap
+                for other in boxes
+            ):
+                boxes.append(box)
+                break
+        else:
+            return None
+    return boxes
+
+
+def _sample_scene(config: SyntheticSceneConfig, rng: np.random.Generator, first_phrase_id: int) -> list[Shape]:
+    num_shapes = int(rng.integers(config.min_shapes, config.max_shapes + 1))
+    for _ in range(100):
+        triples = _sample_attributes(num_shapes, rng)
+        sides = [int(rng.uniform(*SIZE_RANGES[size]) * config.image_size) for _, _, size in triples]
+        boxes = _place_boxes(sides, config.image_size, rng)
+        if boxes is not None:
+            return [
+                Shape(kind, colour, size, box, str(first_phrase_id + index))
+                for index, ((kind, colour, size), box) in enumerate(zip(triples, boxes, strict=True))
+            ]
+    raise RuntimeError(f"Could not place {num_shapes} shapes on a {config.image_size}px canvas after 100 attempts.")
+
+
+def _unit_polygon(kind: str) -> np.ndarray:
+    """Outline of a polygonal shape as (N, 2) points whose bounding box is exactly [0, 1] x [0, 1]."""
+    if kind == "triangle":
+        return np.array([[0.5, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    if kind == "diamond":
+        return np.array([[0.5, 0.0], [1.0, 0.5], [0.5, 1.0], [0.0, 0.5]])
+    if kind == "cross":
+        a, b = 1 / 3, 2 / 3
+        return np.array(
+            [[a, 0], [b, 0], [b, a], [1, a], [1, b], [b, b], [b, 1], [a, 1], [a, b], [0, b], [0, a], [a, a]]
+        )
+    if kind == "star":
+        angles = np.pi / 2 + np.arange(10) * np.pi / 5
+        radii = np.where(np.arange(10) % 2 == 0, 1.0, 0.45)
+        points = np.stack([radii * np.cos(angles), -radii * np.sin(angles)], axis=1)
+        return (points - points.min(0)) / (points.max(0) - points.min(0))
+    raise ValueError(f"`kind` must be a polygonal shape (triangle, diamond, cross, star), got {kind!r}.")
+
+
+def _shape_colour(colour: str, rng: np.random.Generator) -> tuple[int, int, int]:
+    hue = (COLOUR_HUES[colour] + rng.uniform(-6, 6)) % 360
+    rgb = colorsys.hsv_to_rgb(hue / 360, rng.uniform(0.65, 0.9), rng.uniform(0.75, 0.95))
+    return tuple(int(round(255 * channel)) for channel in rgb)
+
+
+def _render_scene(shapes: list[Shape], image_size: int, rng: np.random.Generator) -> Image.Image:
+    """Plain or lightly textured grey background, each shape filling its box."""
+    background = rng.integers(200, 236) + rng.integers(-6, 7, size=3)
+    pixels = np.broadcast_to(background, (image_size, image_size, 3)).astype(np.float64)
+    if rng.random() < 0.5:
+        pixels = pixels + rng.normal(0.0, 4.0, size=pixels.shape)
+    image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(image)
+    for shape in shapes:
+        fill = _shape_colour(shape.colour, rng)
+        x1, y1, x2, y2 = shape.box
+        inclusive = (x1, y1, x2 - 1, y2 - 1)  # PIL draws both end pixels
+        if shape.kind == "circle":
+            draw.ellipse(inclusive, fill=fill)
+        elif shape.kind == "square":
+            draw.rectangle(inclusive, fill=fill)
+        else:
+            scale = np.array([x2 - 1 - x1, y2 - 1 - y1])
+            points = _unit_polygon(shape.kind) * scale + np.array([x1, y1])
+            draw.polygon([tuple(point) for point in points.tolist()], fill=fill)
+    return image
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Captions
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _assign_mentions(num_shapes: int, rng: np.random.Generator) -> list[list[int]]:
+    """Which shapes each caption mentions: 1-3 distinct shapes per caption, every shape in at least two captions.
+
+    Each shape takes the two captions with the most room left (Havel-Hakimi style), which always succeeds when the
+    total room covers two mentions per shape; the room left over is filled with random extra mentions.
+    """
+    room = np.minimum(rng.integers(1, MAX_MENTIONS_PER_CAPTION + 1, size=NUM_CAPTIONS), num_shapes)
+    while room.sum() < 2 * num_shapes:
+        room[rng.choice(np.flatnonzero(room < min(MAX_MENTIONS_PER_CAPTION, num_shapes)))] += 1
+    captions: list[list[int]] = [[] for _ in range(NUM_CAPTIONS)]
+    for shape in rng.permutation(num_shapes).tolist():
+        for _ in range(2):
+            left = [room[c] - len(captions[c]) if shape not in captions[c] else -1 for c in range(NUM_CAPTIONS)]
+            best = np.flatnonzero(np.array(left) == max(left))
+            captions[int(rng.choice(best))].append(shape)
+    for caption, slots in zip(captions, room.tolist(), strict=True):
+        missing = [shape for shape in range(num_shapes) if shape not in caption]
+        caption.extend(rng.choice(missing, size=slots - len(caption), replace=False).tolist())
+        rng.shuffle(caption)
+    return captions
+
+
+def _location(shape: Shape, image_size: int, rng: np.random.Generator) -> str:
+    """A true absolute location of the shape's centre (thirds of the canvas)."""
+    cx, cy = shape.centre
+    third = image_size / 3
+    holds = (
+        cx < third,
+        cx > 2 * third,
+        cy < third,
+        cy > 2 * third,
+        max(abs(cx - 1.5 * third), abs(cy - 1.5 * third)) <= third / 2,
+    )
+    candidates = [name for name, true in zip(LOCATIONS, holds, strict=True) if true]
+    return str(rng.choice(candidates))  # the five regions cover the canvas
+
+
+def _is_between(middle: Shape, first: Shape, second: Shape) -> bool:
+    return any(
+        min(first.centre[axis], second.centre[axis])
+        < middle.centre[axis]
+        < max(first.centre[axis], second.centre[axis])
+        for axis in (0, 1)
+    )
+
+
+def _template(
+    mentioned: list[int], shapes: list[Shape], image_size: int, rng: np.random.Generator
+) -> tuple[str, list[int]]:
+    """A caption template with slots {0}, {1}, {2} and the shapes filling them, in order; every claim is true."""
+    if len(mentioned) == 1:
+        location = _location(shapes[mentioned[0]], image_size, rng)
+        options = ["{0} is " + location + " .", "{0} sits " + location + " .", "There is {0} " + location + " ."]
+        return str(rng.choice(options)), mentioned
+    if len(mentioned) == 2:
+        relation = shape_relation(shapes[mentioned[0]], shapes[mentioned[1]])
+        return str(rng.choice(["{0} is " + relation + " {1} .", "{0} sits " + relation + " {1} ."])), mentioned
+    between = [list(order) for order in permutations(mentioned) if _is_between(*(shapes[i] for i in order))]
+    if between and rng.random() < 0.5:
+        return "{0} is between {1} and {2} .", between[int(rng.integers(len(between)))]
+    return "{0} , {1} and {2} .", mentioned
+
+
+def _noun_phrase(
+    index: int, shapes: list[Shape], used: list[tuple[str, ...]], rng: np.random.Generator
+) -> tuple[frozenset[str], tuple[str, ...]]:
+    """Attribute set and content words for a new mention of shape `index`, avoiding wordings already `used`."""
+    options = {
+        attributes: phrase_wordings(shapes[index], attributes)
+        for attributes in identifying_attribute_sets(index, shapes)
+    }
+    fresh = {attributes: [w for w in words if w not in used] for attributes, words in options.items()}
+    fresh = {attributes: words for attributes, words in fresh.items() if words} or options
+    attributes = list(fresh)[int(rng.integers(len(fresh)))]
+    words = fresh[attributes][int(rng.integers(len(fresh[attributes])))]
+    return attributes, words
+
+
+def _with_determiner(words: tuple[str, ...], rng: np.random.Generator) -> str:
+    determiner = str(rng.choice(DETERMINERS))
+    if determiner == "a" and words[0][0] in "aeiou":
+        determiner = "an"
+    return " ".join((determiner, *words))
+
+
+def _build_sentence(template: str, phrases: list[tuple[str, str]]) -> EntitySentence:
+    """Fill the template's slots with (text, phrase_id) phrases, capitalising the first word."""
+    words: list[str] = []
+    entity_phrases: list[EntityPhrase] = []
+    for token in template.split():
+        if token.startswith("{"):
+            text, phrase_id = phrases[int(token[1:-1])]
+            if not words:
+                text = text[0].upper() + text[1:]
+            char_start = len(" ".join(words)) + (1 if words else 0)
+            entity_phrases.append(
+                EntityPhrase(phrase_id, ["other"], text, len(words), char_start, char_start + len(text))
+            )
+            words.extend(text.split())
+        else:
+            words.append(token)
+    return EntitySentence(" ".join(words), entity_phrases)
+
+
+def _describe_scene(
+    shapes: list[Shape], image_size: int, rng: np.random.Generator
+) -> tuple[list[EntitySentence], list[_Mention]]:
+    """Five captions with phrase markup, and every mention they make."""
+    used: list[list[tuple[str, ...]]] = [[] for _ in shapes]
+    sentences: list[EntitySentence] = []
+    mentions: list[_Mention] = []
+    for caption, mentioned in enumerate(_assign_mentions(len(shapes), rng)):
+        template, order = _template(mentioned, shapes, image_size, rng)
+        # A caption mentions a shape at most once, so its noun phrases can be chosen together.
+        choices = [_noun_phrase(index, shapes, used[index], rng) for index in order]
+        phrases = [
+            (_with_determiner(words, rng), shapes[index].phrase_id)
+            for index, (_, words) in zip(order, choices, strict=True)
+        ]
+        sentence = _build_sentence(template, phrases)
+        sentences.append(sentence)
+        for index, (attributes, words), phrase in zip(order, choices, sentence.phrases, strict=True):
+            used[index].append(words)
+            mentions.append(_Mention(caption, phrase.text, index, attributes, words))
+    return sentences, mentions
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# VGP pairs
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _typology(attributes1: frozenset[str], attributes2: frozenset[str]) -> int:
+    """Type of a paraphrase pair from the attributes each phrase names (the rule of the module docstring)."""
+    if attributes1 == attributes2:
+        return TYPE_LABELS["Equivalence"]
+    if attributes1 > attributes2:
+        return TYPE_LABELS["Entailment1"]
+    if attributes1 < attributes2:
+        return TYPE_LABELS["Entailment2"]
+    return TYPE_LABELS["Independence"]
+
+
+def _is_hard_negative(first: _Mention, second: _Mention, shapes: list[Shape]) -> bool:
+    """Phrases of two different shapes that name the same shape category or the same colour (maybe by synonyms)."""
+    shape1, shape2 = shapes[first.shape], shapes[second.shape]
+    same_colour = "colour" in (first.attributes & second.attributes) and shape1.colour == shape2.colour
+    return first.shape != second.shape and (shape1.kind == shape2.kind or same_colour)
+
+
+def _locate(first: str, second: str, mentions: list[_Mention]) -> tuple[_Mention, _Mention] | None:
+    """The mentions a builder recovers: phrase1 in the first caption that has it (case-insensitive), phrase2 in the
+    first *other* caption that has it; None when no other caption has phrase2."""
+    mention1 = next(m for m in mentions if m.text.lower() == first)
+    mention2 = next((m for m in mentions if m.text.lower() == second and m.caption != mention1.caption), None)
+    return None if mention2 is None else (mention1, mention2)
+
+
+def _vgp_pair(image_id: str, mention1: _Mention, mention2: _Mention, is_paraphrase: bool) -> VGPPair:
+    type_label = _typology(mention1.attributes, mention2.attributes) if is_paraphrase else -1
+    return VGPPair(
+        image_id=image_id,
+        phrase1=" ".join(mention1.words),  # the preprocessed phrase: no determiner, lower case
+        phrase2=" ".join(mention2.words),
+        original_phrase1=mention1.text,
+        original_phrase2=mention2.text,
+        is_paraphrase=is_paraphrase,
+        type_label=type_label,
+        original_label=TYPOLOGY_LABELS[type_label] if is_paraphrase else "",
+    )
+
+
+def _sample_vgp_pairs(
+    image_id: str, mentions: list[_Mention], shapes: list[Shape], rng: np.random.Generator
+) -> list[VGPPair]:
+    """Paraphrase pairs (same shape, different wording, different captions) and as many hard negatives, in random
+    direction and order; the image's larger kind is subsampled so that every image is balanced."""
+    texts = sorted({mention.text.lower() for mention in mentions})
+    positives, negatives = [], []
+    for text1, text2 in combinations(texts, 2):
+        directions = [(text1, text2), (text2, text1)]
+        if rng.random() < 0.5:
+            directions.reverse()
+        located = next((found for found in (_locate(a, b, mentions) for a, b in directions) if found), None)
+        if located is None:
+            continue
+        mention1, mention2 = located
+        if mention1.shape == mention2.shape:
+            positives.append(_vgp_pair(image_id, mention1, mention2, is_paraphrase=True))
+        elif _is_hard_negative(mention1, mention2, shapes):
+            negatives.append(_vgp_pair(image_id, mention1, mention2, is_paraphrase=False))
+    count = min(len(positives), len(negatives))
+    pairs = [pair for kind in (positives, negatives) for pair in _subsample(kind, count, rng)]
+    return [pairs[i] for i in rng.permutation(len(pairs)).tolist()]
+
+
+def _subsample(items: list, count: int, rng: np.random.Generator) -> list:
+    return [items[i] for i in sorted(rng.permutation(len(items))[:count].tolist())]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Regions (the "detector")
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """IoU of one box (4,) with boxes (N, 4), both x1, y1, x2, y2 (`alignment.box_iou` on numpy arrays)."""
+    return box_iou(torch.as_tensor(box, dtype=torch.float64)[None], torch.as_tensor(boxes, dtype=torch.float64))[0].numpy()
+
+
+def _clip_box(box: np.ndarray, image_size: int, min_side: float = 3.0) -> np.ndarray | None:
+    """The box clipped to the canvas, or None when less than `min_side` pixels of it are left."""
+    box = box.clip(0, image_size)
+    return box if box[2] - box[0] >= min_side and box[3] - box[1] >= min_side else None
+
+
+def _jittered_box(box: np.ndarray, image_size: int, rng: np.random.Generator) -> np.ndarray:
+    """A detection of the shape in `box`: every side moved by noise, IoU with the true box >= TRUE_REGION_MIN_IOU."""
+    extent = np.tile(box[2:] - box[:2], 2)
+    for _ in range(50):
+        candidate = _clip_box(box + rng.normal(0.0, 0.1, size=4) * extent, image_size)
+        if candidate is not None and _iou(candidate, box[None])[0] >= TRUE_REGION_MIN_IOU:
+            return candidate
+    return box.copy()
+
+
+def _distractor_box(
+    kind: str, shape_boxes: np.ndarray, image_size: int, rng: np.random.Generator
+) -> tuple[np.ndarray | None, int]:
+    """A box of IoU < DISTRACTOR_MAX_IOU with every shape (or None) and the shape it was derived from (-1: none).
+
+    "shifted": a shape's box moved by about half its size; "straddle": the box around a shape and its nearest
+    neighbour; "background": a random box.
+    """
+    source = int(rng.integers(len(shape_boxes)))
+    box = shape_boxes[source]
+    if kind == "shifted":
+        extent = box[2:] - box[:2]
+        direction = rng.normal(size=2)
+        centre = (box[:2] + box[2:]) / 2 + rng.uniform(0.45, 0.9) * extent * direction / np.linalg.norm(direction)
+        half = rng.uniform(0.4, 0.65) * extent
+        candidate = np.concatenate([centre - half, centre + half])
+    elif kind == "straddle":
+        centres = (shape_boxes[:, :2] + shape_boxes[:, 2:]) / 2
+        distances = np.linalg.norm(centres - centres[source], axis=1)
+        distances[source] = np.inf
+        pair = shape_boxes[[source, int(distances.argmin())]]
+        candidate = np.concatenate([pair[:, :2].min(0), pair[:, 2:].max(0)])
+        shrink = rng.uniform(0.0, 0.1, size=4) * np.tile(candidate[2:] - candidate[:2], 2)
+        candidate = candidate + shrink * np.array([1, 1, -1, -1])
+    else:
+        side = rng.uniform(0.08, 0.5, size=2) * image_size
+        corner = rng.uniform(0, image_size - side)
+        candidate, source = np.concatenate([corner, corner + side]), -1
+    candidate = _clip_box(candidate, image_size)
+    if candidate is None or _iou(candidate, shape_boxes).max() >= DISTRACTOR_MAX_IOU:
+        return None, source
+    return candidate, source
+
+
+def _detect(shapes: list[Shape], config: SyntheticSceneConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """`num_regions` shuffled regions with noisy classes, colours and confidences, like a detector's output.
+
+    Each shape gets one jittered true region (sometimes two); distractors fill the rest. True regions are usually,
+    not always, more confident than distractors, so the highest-confidence region is an imperfect guess.
+    """
+    shape_boxes = np.array([shape.box for shape in shapes], dtype=np.float64)
+    regions = [(_jittered_box(box, config.image_size, rng), index, "true") for index, box in enumerate(shape_boxes)]
+    for index in rng.permutation(len(shapes)).tolist():
+        if len(regions) < config.num_regions and rng.random() < SECOND_TRUE_REGION_PROB:
+            regions.append((_jittered_box(shape_boxes[index], config.image_size, rng), index, "true"))
+    kinds = ["shifted", "straddle", "background"] if len(shapes) > 1 else ["shifted", "background"]
+    for _ in range(1000 * config.num_regions):
+        if len(regions) == config.num_regions:
+            break
+        kind = str(rng.choice(kinds))
+        box, source = _distractor_box(kind, shape_boxes, config.image_size, rng)
+        if box is not None:
+            regions.append((box, source, kind))
+    else:
+        raise RuntimeError(f"Could not place {config.num_regions} regions on a {config.image_size}px canvas.")
+
+    object_ids, attr_ids, object_conf = [], [], []
+    for _, source, kind in regions:
+        object_id = SHAPE_NAMES.index(shapes[source].kind) if source >= 0 else int(rng.integers(len(SHAPE_NAMES)))
+        if rng.random() < CLASS_NOISE.get(kind, 0.0):
+            object_id = int(rng.integers(len(SHAPE_NAMES)))
+        object_ids.append(object_id)
+        attr_ids.append(
+            COLOUR_NAMES.index(shapes[source].colour) if source >= 0 else int(rng.integers(len(COLOUR_NAMES)))
+        )
+        object_conf.append(rng.uniform(*CONFIDENCE_RANGES[kind]))
+    object_conf = np.array(object_conf)
+    attr_conf = (object_conf + rng.normal(0.0, 0.1, size=len(regions))).clip(0.01, 0.99)
+    order = rng.permutation(len(regions))
+    return {
+        "boxes": np.stack([box for box, _, _ in regions])[order].astype(np.float32),
+        "object_ids": np.array(object_ids, dtype=np.int64)[order],
+        "object_conf": object_conf[order].astype(np.float32),
+        "attr_ids": np.array(attr_ids, dtype=np.int64)[order],
+        "attr_conf": attr_conf[order].astype(np.float32),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Generation and cache
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _generate_image(
+    image_id: str,
+    config: SyntheticSceneConfig,
+    rng: np.random.Generator,
+    first_phrase_id: int,
+    encoder: CropEncoder,
+    paths: SyntheticVGPPaths,
+) -> tuple[list[Shape], dict, list[VGPPair]]:
+    """Writes one image, its captions and annotation; returns its shapes, feature record and VGP pairs."""
+    shapes = _sample_scene(config, rng, first_phrase_id)
+    image = _render_scene(shapes, config.image_size, rng)
+    sentences, mentions = _describe_scene(shapes, config.image_size, rng)
+    regions = _detect(shapes, config, rng)
+    pairs = _sample_vgp_pairs(image_id, mentions, shapes, rng)
+
+    image.save(paths.images / f"{image_id}.png", format="PNG")
+    write_sentences(paths.flickr30k_entities / "Sentences" / f"{image_id}.txt", sentences)
+    annotation = EntityAnnotation(
+        width=config.image_size,
+        height=config.image_size,
+        depth=3,
+        # published boxes are 1-based and inclusive
+        boxes={
+            shape.phrase_id: [[shape.box[0] + 1, shape.box[1] + 1, shape.box[2], shape.box[3]]] for shape in shapes
+        },
+        scene=[],
+        no_box=[],
+    )
+    write_annotation(paths.flickr30k_entities / "Annotations" / f"{image_id}.xml", annotation)
+    record = {
+        "image_id": image_id,
+        "image_size": (config.image_size, config.image_size),  # height, width
+        **regions,
+        "features": encoder.encode(image, regions["boxes"]),
+    }
+    return shapes, record, pairs
+
+
+def _manifest(config: SyntheticSceneConfig) -> dict:
+    return {"format_version": FORMAT_VERSION, "config": asdict(config)}
+
+
+def _read_manifest(root: Path) -> dict | None:
+    try:
+        return json.loads((root / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def generate_synthetic_scenes(out_dir: str | Path, config: SyntheticSceneConfig | None = None) -> SyntheticVGPPaths:
+    """Generates the synthetic grounded scenes into `out_dir`: the Flickr30k Entities, VGP, GQA, NLVR2 and RefCOCO+
+    files, the images and their region features (see the module docstring for the layout).
+
+    Deterministic: the same config writes byte-identical files. `manifest.json` (config and format version) is
+    written last.
+    """
+    if not isinstance(out_dir, (str, Path)):
+        raise ValueError(f"`out_dir` must be a str or Path, got {type(out_dir).__name__}.")
+    config = SyntheticSceneConfig() if config is None else config
+    if not isinstance(config, SyntheticSceneConfig):
+        raise ValueError(f"`config` must be a SyntheticSceneConfig or None, got {type(config).__name__}.")
+    paths = SyntheticVGPPaths.from_root(out_dir)
+    for folder in (
+        paths.flickr30k_entities / "Sentences",
+        paths.flickr30k_entities / "Annotations",
+        paths.vgp_csv["train"].parent,
+        paths.features_tsv.parent,
+        paths.images,
+    ):
+        folder.mkdir(parents=True, exist_ok=True)
+
+    encoder = CropEncoder(config.feature_dim, config.seed)
+    questions = SyntheticQuestionWriter(paths.gqa_dir, config.image_size, config.seed)
+    nlvr2 = SyntheticNLVR2Writer(paths.nlvr2_dir, config.seed)
+    refcoco = SyntheticRefCOCOWriter(paths.refcoco_dir, config.image_size, config.seed)
+    split_sizes = {"train": config.num_train_images, "val": config.num_val_images}
+    records: list[dict] = []
+    next_phrase_id = 1
+    with tqdm(total=sum(split_sizes.values()), desc="Generating synthetic scenes") as progress:
+        for split, size in split_sizes.items():
+            image_ids, pairs = [], []
+            for _ in range(size):
+                index = len(records)
+                image_id = str(FIRST_IMAGE_ID + index)
+                rng = np.random.default_rng([config.seed, index])
+                shapes, record, image_pairs = _generate_image(image_id, config, rng, next_phrase_id, encoder, paths)
+                for writer in (questions, nlvr2, refcoco):
+                    writer.add(split, index, image_id, shapes)
+                next_phrase_id += len(shapes)
+                image_ids.append(image_id)
+                records.append(record)
+                pairs.extend(image_pairs)
+                progress.update()
+            (paths.flickr30k_entities / f"{split}.txt").write_text("\n".join(image_ids) + "\n")
+            write_vgp_csv(paths.vgp_csv[split], pairs, layout="identification")
+    write_lxmert_tsv(paths.features_tsv, records)
+    questions.write()
+    write_lxmert_tsv(paths.nlvr2_features_tsv, pair_feature_records(nlvr2.write(), records))
+    refcoco.write()
+    (paths.root / "manifest.json").write_text(json.dumps(_manifest(config), indent=2, sort_keys=True) + "\n")
+    return paths
+
+
+def generate_synthetic_vgp(out_dir: str | Path, config: SyntheticSceneConfig | None = None) -> SyntheticVGPPaths:
+    """Deprecated alias of [`generate_synthetic_scenes`] (a `FutureWarning`): besides the VGP pairs it writes the
+    GQA, NLVR2 and RefCOCO+ files too."""
+    warnings.warn(
+        "`generate_synthetic_vgp` is deprecated and will be removed; use "
+        "`hf_vlalign.synthetic.generate_synthetic_scenes` (the same files: the VGP pairs and the GQA, NLVR2 and "
+        "RefCOCO+ files).",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return generate_synthetic_scenes(out_dir, config)
+
+
+def load_or_generate_synthetic_vgp(
+    cache_dir: str | Path | None = None, config: SyntheticSceneConfig | None = None
+) -> SyntheticVGPPaths:
+    """The synthetic data set for `config`, generated once and then read from the cache.
+
+    The cache lives in `cache_dir` (default: $HF_VLALIGN_CACHE or ~/.cache/hf_vlalign), in a subfolder named from a
+    hash of the config; it is reused only when its manifest matches. Generation happens in a temporary folder that
+    is renamed into place, so an interrupted run never leaves a half-written cache.
+    """
+    if cache_dir is not None and not isinstance(cache_dir, (str, Path)):
+        raise ValueError(f"`cache_dir` must be a str, Path or None, got {type(cache_dir).__name__}.")
+    config = SyntheticSceneConfig() if config is None else config
+    if not isinstance(config, SyntheticSceneConfig):
+        raise ValueError(f"`config` must be a SyntheticSceneConfig or None, got {type(config).__name__}.")
+    cache_root = Path(cache_dir or os.environ.get("HF_VLALIGN_CACHE") or Path.home() / ".cache" / "hf_vlalign")
+    manifest = _manifest(config)
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
+    root = cache_root / f"synthetic_vgp_{digest}"
+    if _read_manifest(root) == manifest:
+        return SyntheticVGPPaths.from_root(root)
+
+    cache_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=cache_root))
+    try:
+        generate_synthetic_scenes(staging, config)
+        if root.exists():  # stale or incomplete: replace it
+            shutil.rmtree(root)
+        try:
+            os.replace(staging, root)
+        except OSError:
+            if _read_manifest(root) != manifest:  # else a concurrent run finished first: use its copy
+                raise
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return SyntheticVGPPaths.from_root(root)
+
+
+__all__ = [
+    "COLOUR_HUES",
+    "COLOUR_NAMES",
+    "COLOUR_WORDS",
+    "FIRST_IMAGE_ID",
+    "FORMAT_VERSION",
+    "SHAPE_NAMES",
+    "SHAPE_WORDS",
+    "SIZE_NAMES",
+    "SIZE_WORDS",
+    "Shape",
+    "SyntheticSceneConfig",
+    "SyntheticVGPPaths",
+    "generate_synthetic_scenes",
+    "generate_synthetic_vgp",
+    "load_or_generate_synthetic_vgp",
+]

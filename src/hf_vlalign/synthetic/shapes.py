@@ -1,0 +1,85 @@
+"""The shapes of a synthetic scene and the words that name them, shared by every writer of the package.
+
+`scenes.py` draws and describes the shapes; `questions.py` (GQA) and `tasks.py` (NLVR2, RefCOCO+) ask about them. All
+three read the vocabularies, the `Shape` record, the spatial relation between two shapes and the noun phrases that
+single a shape out from this module, which imports nothing of theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+# Detector vocabularies: `object_ids` index SHAPE_NAMES, `attr_ids` index COLOUR_NAMES.
+SHAPE_NAMES = ("circle", "square", "triangle", "diamond", "star", "cross")
+COLOUR_NAMES = ("red", "orange", "yellow", "green", "blue", "purple")
+SIZE_NAMES = ("small", "large")
+
+SHAPE_WORDS = {"circle": ("circle", "disc"), "square": ("square", "box")}
+COLOUR_WORDS = {"red": ("red", "crimson"), "purple": ("purple", "violet")}
+SIZE_WORDS = {"small": ("small", "little"), "large": ("large", "big")}
+
+
+@dataclass
+class Shape:
+    """One shape of a scene; it is one Flickr30k Entities entity."""
+
+    kind: str  # a SHAPE_NAMES entry
+    colour: str  # a COLOUR_NAMES entry
+    size: str  # a SIZE_NAMES entry
+    box: tuple[int, int, int, int]  # 0-based pixels, x2 / y2 exclusive
+    phrase_id: str
+
+    @property
+    def centre(self) -> tuple[float, float]:
+        x1, y1, x2, y2 = self.box
+        return (x1 + x2) / 2, (y1 + y2) / 2
+
+
+def shape_relation(first: Shape, second: Shape) -> str:
+    """Where `first` is relative to `second`, along the axis where their centres are furthest apart."""
+    dx = second.centre[0] - first.centre[0]
+    dy = second.centre[1] - first.centre[1]
+    if abs(dx) >= abs(dy):
+        return "to the left of" if dx > 0 else "to the right of"
+    return "above" if dy > 0 else "below"
+
+
+def identifying_attribute_sets(index: int, shapes: list[Shape]) -> list[frozenset[str]]:
+    """Attribute sets (subsets of {"colour", "size"}) that, with the shape word, single out shape `index` among the
+    image's shapes."""
+    target = shapes[index]
+    valid = []
+    for attributes in (frozenset(), frozenset({"colour"}), frozenset({"size"}), frozenset({"colour", "size"})):
+        clashes = [
+            other
+            for other in shapes
+            if other is not target
+            and other.kind == target.kind
+            and all(getattr(other, attribute) == getattr(target, attribute) for attribute in attributes)
+        ]
+        if not clashes:
+            valid.append(attributes)
+    return valid
+
+
+def phrase_wordings(shape: Shape, attributes: frozenset[str]) -> list[tuple[str, ...]]:
+    """Every choice of synonyms for a noun phrase naming `attributes` of the shape: tuples of content words."""
+    size_words = SIZE_WORDS[shape.size] if "size" in attributes else ("",)
+    colour_words = COLOUR_WORDS.get(shape.colour, (shape.colour,)) if "colour" in attributes else ("",)
+    shape_words = SHAPE_WORDS.get(shape.kind, (shape.kind,))
+    return [tuple(word for word in words if word) for words in product(size_words, colour_words, shape_words)]
+
+
+__all__ = [
+    "COLOUR_NAMES",
+    "COLOUR_WORDS",
+    "SHAPE_NAMES",
+    "SHAPE_WORDS",
+    "SIZE_NAMES",
+    "SIZE_WORDS",
+    "Shape",
+    "identifying_attribute_sets",
+    "phrase_wordings",
+    "shape_relation",
+]
