@@ -17,7 +17,7 @@ Settings, each trained by the example's own `main()` with its defaults (plus `--
   the training images by the trainer.
 
 Per run: the example's `vqa_accuracy` overall and per answer type (yes/no, other = colour and shape, number), and
-the `image_use` entry the example writes (`hf_vlalign.trainers.image_use_gap`): accuracy with each question's own
+the `image_use` entry the example writes (`hf_vlalign.evaluation.image_use_gap`): accuracy with each question's own
 image and with another image's regions (a seeded derangement of the evaluation images), their gap overall and per
 answer type, and the loss gap. A model that ignores the image has gaps of ~0.
 

@@ -267,7 +267,7 @@ def flatten_numbers(results: dict, prefix: str = "") -> dict[str, float]:
 
 
 def machine() -> dict:
-    from hf_vlalign.trainers.recipes import available_cores
+    from hf_vlalign.recipes import available_cores
 
     return {"cpu": cpu_model(), "cores": available_cores(), "platform": platform.platform()}
 

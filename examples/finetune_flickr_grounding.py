@@ -43,10 +43,15 @@ from hf_vlalign.data.collators import (
     store_image_id,
 )
 from hf_vlalign.data.feature_store import RegionFeatureStore
+from hf_vlalign.evaluation.task_metrics import (
+    IOU_THRESHOLD,
+    grounded_phrases_only,
+    phrase_region_scores,
+    recall_results,
+)
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_task_model_card
 from hf_vlalign.metrics.phrase_grounding import union_box
-from hf_vlalign.trainers import TaskTrainer
-from hf_vlalign.trainers.recipes import (
+from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
@@ -62,12 +67,7 @@ from hf_vlalign.trainers.recipes import (
     truncation_results,
     write_results,
 )
-from hf_vlalign.trainers.task_metrics import (
-    IOU_THRESHOLD,
-    grounded_phrases_only,
-    phrase_region_scores,
-    recall_results,
-)
+from hf_vlalign.trainers import TaskTrainer
 
 logger = logging.getLogger(__name__)
 

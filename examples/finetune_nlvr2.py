@@ -46,11 +46,11 @@ from hf_vlalign import SingleStreamForVisualReasoning, TwoStreamForVisualReasoni
 from hf_vlalign.data import RegionFeatureStore, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ImagePairCollator
+from hf_vlalign.evaluation.task_metrics import predicted_truth, reasoning_metrics
 from hf_vlalign.hub.model_card import render_task_model_card
 from hf_vlalign.metrics import nlvr2_scores
 from hf_vlalign.metrics.nlvr2 import sentence_key
-from hf_vlalign.trainers import TaskTrainer
-from hf_vlalign.trainers.recipes import (
+from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
@@ -66,7 +66,7 @@ from hf_vlalign.trainers.recipes import (
     truncation_results,
     write_results,
 )
-from hf_vlalign.trainers.task_metrics import predicted_truth, reasoning_metrics
+from hf_vlalign.trainers import TaskTrainer
 
 logger = logging.getLogger(__name__)
 

@@ -39,9 +39,9 @@ from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ReferringExpressionCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
+from hf_vlalign.evaluation.task_metrics import IOU_THRESHOLD, chosen_regions, referring_results
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_task_model_card
-from hf_vlalign.trainers import TaskTrainer
-from hf_vlalign.trainers.recipes import (
+from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
@@ -57,7 +57,7 @@ from hf_vlalign.trainers.recipes import (
     truncation_results,
     write_results,
 )
-from hf_vlalign.trainers.task_metrics import IOU_THRESHOLD, chosen_regions, referring_results
+from hf_vlalign.trainers import TaskTrainer
 
 logger = logging.getLogger(__name__)
 

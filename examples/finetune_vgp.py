@@ -27,11 +27,10 @@ from hf_vlalign.analysis.plots import plot_head_accuracy, plot_word_region_heatm
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.data.synthetic import SyntheticSceneConfig
+from hf_vlalign.evaluation.grounding import evaluate_grounding, word_region_attention
 from hf_vlalign.hub.model_card import render_model_card
 from hf_vlalign.hub.push import push_folder_to_hub
-from hf_vlalign.trainers import VGPTrainer
-from hf_vlalign.trainers.grounding_evaluation import evaluate_grounding, word_region_attention
-from hf_vlalign.trainers.recipes import (
+from hf_vlalign.recipes import (
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
     image_use_results,
@@ -40,6 +39,7 @@ from hf_vlalign.trainers.recipes import (
     set_dropout,
     truncation_results,
 )
+from hf_vlalign.trainers import VGPTrainer
 
 
 @dataclass

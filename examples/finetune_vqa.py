@@ -50,9 +50,9 @@ from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import QuestionAnsweringCollator
 from hf_vlalign.data.synthetic import load_or_generate_synthetic_vgp
 from hf_vlalign.data.synthetic_questions import ANSWER_VOCAB_FILE
+from hf_vlalign.evaluation.task_metrics import answer_metrics, predicted_answer_ids
 from hf_vlalign.hub.model_card import render_task_model_card
-from hf_vlalign.trainers import TaskTrainer
-from hf_vlalign.trainers.recipes import (
+from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
@@ -68,7 +68,7 @@ from hf_vlalign.trainers.recipes import (
     truncation_results,
     write_results,
 )
-from hf_vlalign.trainers.task_metrics import answer_metrics, predicted_answer_ids
+from hf_vlalign.trainers import TaskTrainer
 
 logger = logging.getLogger(__name__)
 

@@ -55,8 +55,7 @@ from hf_vlalign import SingleStreamForPreTraining, default_text_model_path
 from hf_vlalign.data import RegionFeatureStore, SentenceImagePretrainingCollator, group_captions_by_image, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.hub.model_card import render_task_model_card
-from hf_vlalign.trainers import SingleStreamPretrainingTrainer
-from hf_vlalign.trainers.recipes import (
+from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
@@ -72,6 +71,7 @@ from hf_vlalign.trainers.recipes import (
     truncation_results,
     write_results,
 )
+from hf_vlalign.trainers import SingleStreamPretrainingTrainer
 
 logger = logging.getLogger(__name__)
 

@@ -37,10 +37,10 @@ from hf_vlalign.analysis.plots import plot_word_region_heatmaps
 from hf_vlalign.data import PretrainingCollator, RegionFeatureStore, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
+from hf_vlalign.evaluation import cross_attention_rows, evaluate_cross_attention
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
 from hf_vlalign.hub.push import push_folder_to_hub
-from hf_vlalign.trainers import AlignmentPretrainingTrainer, cross_attention_rows, evaluate_cross_attention
-from hf_vlalign.trainers.recipes import (
+from hf_vlalign.recipes import (
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
     image_use_results,
@@ -49,6 +49,7 @@ from hf_vlalign.trainers.recipes import (
     set_dropout,
     truncation_results,
 )
+from hf_vlalign.trainers import AlignmentPretrainingTrainer
 
 RUNS = {"with": ("with_alignment", True), "without": ("without_alignment", False)}
 

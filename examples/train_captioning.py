@@ -30,11 +30,12 @@ from hf_vlalign.analysis.plots import plot_word_region_heatmaps
 from hf_vlalign.data import CaptioningCollator, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.synthetic import SyntheticSceneConfig
+from hf_vlalign.evaluation import evaluate_decoder_grounding
+from hf_vlalign.evaluation.tasks import generate_captions
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
 from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.metrics.captioning import caption_scores
-from hf_vlalign.trainers import CaptioningTrainer, evaluate_decoder_grounding
-from hf_vlalign.trainers.recipes import (
+from hf_vlalign.recipes import (
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
     image_use_results,
@@ -42,6 +43,7 @@ from hf_vlalign.trainers.recipes import (
     save_model,
     truncation_results,
 )
+from hf_vlalign.trainers import CaptioningTrainer
 
 
 @dataclass
@@ -157,20 +159,6 @@ def load_model(args: CaptioningArguments, visual_feat_dim: int) -> RegionCaption
 
 
 @torch.no_grad()
-def generate_captions(model, images, store, tokenizer, args, batch_size: int) -> list[str]:
-    collator = CaptioningCollator(tokenizer, store, text_columns=("caption",))
-    model.eval()
-    device = next(model.parameters()).device  # where the Trainer left the model
-    captions = []
-    for start in range(0, len(images), batch_size):
-        rows = [{"image_id": image["image_id"], "caption": ""} for image in images[start : start + batch_size]]
-        regions = {k: v.to(device) for k, v in collator(rows).items() if k.startswith("visual_")}
-        generated = model.generate(**regions, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, do_sample=False)
-        captions += tokenizer.batch_decode(generated, skip_special_tokens=True)
-    return captions
-
-
-@torch.no_grad()
 def alignment_panels(model, image, store, tokenizer, caption: str) -> tuple[list, list[str], list[str]]:
     """A2 Figure 1: for every generated word, the attention of the last decoder layer over the regions (heads
     averaged) before alignment (the raw cross-attention) and after it (the attention the decoder used); returns
@@ -227,7 +215,10 @@ def main(argv: list[str] | None = None) -> dict:
     # every process saves and runs the trained model (collectives under FSDP / DeepSpeed); only the main process writes
     save_model(trainer, output_dir)
     model = trainer.model.eval()
-    captions = generate_captions(model, images, store, tokenizer, args, training_args.per_device_eval_batch_size)
+    captions = generate_captions(
+        model, tokenizer, store, [image["image_id"] for image in images], training_args.per_device_eval_batch_size,
+        args.max_new_tokens, args.num_beams,
+    )
     grounding_collator = CaptioningCollator(
         tokenizer, store, text_columns=("sentence",), max_text_length=args.max_text_length, return_probe_targets=True
     )

@@ -1,5 +1,5 @@
 """What every example must write under `image_use` in eval_results.json (issue 18.7): the own-image vs shuffled-image
-check of `hf_vlalign.trainers.image_use_gap`, consistent with itself."""
+check of `hf_vlalign.evaluation.image_use_gap`, consistent with itself."""
 
 from __future__ import annotations
 

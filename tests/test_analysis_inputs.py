@@ -9,7 +9,8 @@ import torch
 from analysis_models import SCENES, tiny_family_model
 
 from hf_vlalign.analysis.adapters import attention_blocks
-from hf_vlalign.trainers.model_analysis import _model_inputs, synthetic_analysis_data
+from hf_vlalign.evaluation import inference_batches
+from hf_vlalign.evaluation.model_analysis import ATTENTION_TARGET_KEYS, synthetic_analysis_data
 
 pytestmark = pytest.mark.usefixtures("synthetic_scene_cache")
 
@@ -21,8 +22,9 @@ def test_analysis_inputs_leave_out_the_attention_targets_and_keep_every_map(fami
     model = tiny_family_model(family, tokenizer).eval()
     model.config.attention_supervision = "direct"  # the main job's setting: with the targets, a loss is computed
     data = synthetic_analysis_data(model, tokenizer, SCENES)
-    batch = data.collator([data.dataset[i] for i in range(8)])
-    inputs = _model_inputs(model, batch)
+    assert set(ATTENTION_TARGET_KEYS) == set(TARGETS)  # what the analysis leaves out of its batches
+    (first,) = inference_batches(model, data.dataset.select(range(8)), data.collator, 8, exclude=ATTENTION_TARGET_KEYS)
+    batch, inputs = first.batch, first.inputs
     assert not set(TARGETS) & set(inputs)
     with torch.no_grad():
         without = model(**inputs, output_attentions=True)

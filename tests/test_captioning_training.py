@@ -15,7 +15,8 @@ from hf_vlalign import RegionCaptionerConfig, RegionCaptionerForConditionalGener
 from hf_vlalign.data import CaptioningCollator, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.synthetic import SyntheticSceneConfig
-from hf_vlalign.trainers import CaptioningTrainer, image_use_gap
+from hf_vlalign.evaluation import image_use_gap
+from hf_vlalign.trainers import CaptioningTrainer
 from hf_vlalign.trainers.base import last_complete_checkpoint
 from hf_vlalign.trainers.captioning import sampled_labels
 

@@ -114,7 +114,7 @@ def test_light_import_keeps_the_auto_classes_and_the_public_api(vgp_model_dir):
 
 def test_parser_choices_are_the_librarys():
     from hf_vlalign.data.feature_store import FEATURE_FORMATS as LIBRARY_FORMATS
-    from hf_vlalign.trainers.task_evaluation import TASKS as LIBRARY_TASKS
+    from hf_vlalign.evaluation.tasks import TASKS as LIBRARY_TASKS
 
     assert sorted(FEATURE_FORMATS) == sorted(LIBRARY_FORMATS) and TASKS == LIBRARY_TASKS
 

@@ -15,7 +15,7 @@ import pytest
 from launch_helpers import save_tiny_bert
 from transformers import TrainingArguments
 
-from hf_vlalign.trainers.recipes import available_cores, default_cpu_threads, set_cpu_threads
+from hf_vlalign.recipes import available_cores, default_cpu_threads, set_cpu_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHED = {"OMP_NUM_THREADS": "1", "ACCELERATE_DYNAMO_BACKEND": "NO"}  # what `accelerate launch` sets by default

@@ -12,7 +12,7 @@ import datasets
 import pytest
 from transformers import TrainerState, TrainingArguments
 
-from hf_vlalign.trainers.recipes import EVALUATIONS_PER_RUN, evaluation_subset
+from hf_vlalign.recipes import EVALUATIONS_PER_RUN, evaluation_subset
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ("finetune_vqa", "finetune_nlvr2", "finetune_refcoco", "finetune_flickr_grounding", "pretrain_single_stream")

@@ -17,8 +17,9 @@ from transformers import AutoTokenizer, LxmertConfig, LxmertModel, VisualBertCon
 
 from hf_vlalign.analysis import explorer_examples, layer_rollouts, read_explorer_payload, write_attention_explorer
 from hf_vlalign.cli import main
-from hf_vlalign.trainers.model_analysis import _model_inputs, analyze_model, synthetic_analysis_data
-from hf_vlalign.trainers.task_evaluation import load_model
+from hf_vlalign.evaluation.inference import split_batch
+from hf_vlalign.evaluation.model_analysis import ATTENTION_TARGET_KEYS, analyze_model, synthetic_analysis_data
+from hf_vlalign.evaluation.tasks import load_model
 
 pytestmark = pytest.mark.usefixtures("synthetic_scene_cache")
 
@@ -59,7 +60,7 @@ def _reference(folder, index: int = 0):
     row = data.dataset[index]
     batch = data.collator([row])
     with torch.no_grad():
-        outputs = model(**_model_inputs(model, batch), output_attentions=True)
+        outputs = model(**split_batch(batch, torch.device("cpu"), ATTENTION_TARGET_KEYS)[0], output_attentions=True)
     return outputs, batch, row, data
 
 

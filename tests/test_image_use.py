@@ -27,8 +27,8 @@ from hf_vlalign.data import (
     RegionFeatureStore,
     region_feature_statistics,
 )
-from hf_vlalign.trainers import image_use_gap, shuffled_rows
-from hf_vlalign.trainers.image_use import image_derangement
+from hf_vlalign.evaluation import image_use_gap, shuffled_rows
+from hf_vlalign.evaluation.image_use import image_derangement
 
 NUM_IMAGES, REGIONS, DV, CLASSES = 24, 3, 6, 3
 

@@ -21,7 +21,7 @@ from transformers import AutoModelForVisualQuestionAnswering, AutoTokenizer
 
 from hf_vlalign.data import QuestionAnsweringCollator, RegionFeatureStore, load_dataset
 from hf_vlalign.data.builders import vqa_v2
-from hf_vlalign.trainers import image_use_gap
+from hf_vlalign.evaluation import image_use_gap
 
 ROOT = Path(__file__).resolve().parents[1]
 

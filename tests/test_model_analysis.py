@@ -7,8 +7,8 @@ import pytest
 from analysis_models import SCENES, SYNTHETIC_FLAGS, save_with_tokenizer, tiny_family_model
 
 from hf_vlalign.cli import main
-from hf_vlalign.trainers.model_analysis import analyze_model
-from hf_vlalign.trainers.task_evaluation import evaluate_task
+from hf_vlalign.evaluation.model_analysis import analyze_model
+from hf_vlalign.evaluation.tasks import evaluate_task
 
 pytestmark = pytest.mark.usefixtures("synthetic_scene_cache")
 

@@ -21,6 +21,8 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from launch_helpers import save_tiny_bert
+from shared_samples import real_sample
 from transformers import AutoTokenizer
 
 from hf_vlalign import default_text_model_path
@@ -41,9 +43,7 @@ from hf_vlalign.data import (
     load_dataset,
 )
 from hf_vlalign.data.formats.flickr30k_entities import Flickr30kEntities
-from hf_vlalign.trainers.recipes import truncation_results
-from launch_helpers import save_tiny_bert
-from shared_samples import real_sample
+from hf_vlalign.recipes import truncation_results
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG_IMAGE = "19663663"  # its first caption is 82 word pieces long (the longest of the Flickr30k Entities sample)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NoReturn
 
 # the parser's choices, spelled out so that `--help` imports nothing heavy (tests/test_cli.py checks them against
-# `data.feature_store.FEATURE_FORMATS` and `trainers.task_evaluation.TASKS`; tests/test_families.py checks TASKS against
+# `data.feature_store.FEATURE_FORMATS` and `evaluation.tasks.TASKS`; tests/test_families.py checks TASKS against
 # the tasks of the families' `FamilySpec`s, `hf_vlalign.models.family`)
 FEATURE_FORMATS = ("butd_h5", "butd_tsv", "lxmert_tsv", "m2_hdf5", "npz_dir", "vlbert_json")
 TASKS = ("vgp", "vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding", "captioning")
@@ -235,8 +235,8 @@ def _probe(args: argparse.Namespace) -> int:
     from .analysis.plots import plot_head_accuracy
     from .data.builders import load_vgp_data
     from .data.collators import VGPCollator
+    from .evaluation.grounding import evaluate_grounding
     from .models import AutoModelForVisualParaphrase
-    from .trainers.grounding_evaluation import evaluate_grounding
 
     data = load_vgp_data(
         args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features, _synthetic_config(args)
@@ -281,7 +281,7 @@ def _syntactic_summary(syntactic: dict) -> dict | list[str]:
 def _analyze(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
-    from .trainers.model_analysis import analyze_model, vgp_analysis_data
+    from .evaluation.model_analysis import analyze_model, vgp_analysis_data
 
     data = None
     if args.data == "vgp":
@@ -299,7 +299,7 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def _explore(args: argparse.Namespace) -> int:
-    from .trainers.model_explorer import explore_model
+    from .evaluation.model_explorer import explore_model
 
     path = explore_model(
         args.model, args.out, num_examples=args.num_examples, image=args.image, synthetic=_synthetic_config(args),
@@ -310,7 +310,7 @@ def _explore(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from .trainers.task_evaluation import evaluate_task
+    from .evaluation.tasks import evaluate_task
 
     results = evaluate_task(
         args.model, args.task, synthetic=_synthetic_config(args), batch_size=args.batch_size,
@@ -329,9 +329,9 @@ def _fisher(args: argparse.Namespace) -> int:
 
     from .data.builders import load_vgp_data
     from .data.collators import VGPCollator
+    from .evaluation.tasks import load_model
     from .models.family import FAMILIES
     from .trainers.regularization import anchor_weights, estimate_fisher, save_fisher
-    from .trainers.task_evaluation import load_model
 
     if args.num_batches is not None and args.num_batches < 1:
         raise ValueError(f"`--num_batches` must be >= 1, got {args.num_batches}.")

@@ -7,7 +7,7 @@ pooled colours (e.g. 8 x 8 RGB = 192 values in 0..255 or 0..1) share one large m
 the same vector for every region of every image, and the LayerNorm after the projection keeps it (it normalises the
 scale, not the common direction). At initialisation two regions of such features embed with a mean cosine similarity
 of 0.83 (0.015 once standardised), and fine-tuning then learns the answer prior from the question alone: the image-use
-gap (`hf_vlalign.trainers.image_use_gap`) stays 0. Dividing by 255 changes nothing (LayerNorm and Adam are scale-free);
+gap (`hf_vlalign.evaluation.image_use_gap`) stays 0. Dividing by 255 changes nothing (LayerNorm and Adam are scale-free);
 centring is what matters. This is the input standardisation of LeCun et al. ("Efficient BackProp", 1998, sec. 4.3:
 shift each input to mean 0 and scale it to unit variance), which image models apply to pixels through their
 processor's `image_mean` / `image_std`; here the statistics are those of the region features.

@@ -1,18 +1,26 @@
+"""`Trainer` subclasses, one per training recipe, each logging every loss component. The evaluation runners that
+lived here moved to `hf_vlalign.evaluation` (their old names still import from here, with a FutureWarning)."""
+
+from ..utils.deprecation import moved_names
 from .base import ComponentLossTrainer
 from .captioning import CaptioningTrainer
-from .grounding_evaluation import (
-    CrossAttentionEvaluation,
-    WordRegionAttention,
-    cross_attention_rows,
-    evaluate_cross_attention,
-    evaluate_decoder_grounding,
-    evaluate_grounding,
-    word_region_attention,
-)
-from .image_use import image_use_gap, shuffled_rows, task_scores
 from .pretraining import AlignmentPretrainingTrainer
 from .task import SingleStreamPretrainingTrainer, TaskTrainer
 from .vgp import VGPTrainer, vgp_classification_metrics
+
+_MOVED_TO_EVALUATION = (
+    "CrossAttentionEvaluation",
+    "WordRegionAttention",
+    "cross_attention_rows",
+    "evaluate_cross_attention",
+    "evaluate_decoder_grounding",
+    "evaluate_grounding",
+    "word_region_attention",
+    "image_use_gap",
+    "shuffled_rows",
+    "task_scores",
+)
+__getattr__ = moved_names(__name__, lambda name: "hf_vlalign.evaluation" if name in _MOVED_TO_EVALUATION else None)
 
 __all__ = [
     "AlignmentPretrainingTrainer",
@@ -20,16 +28,6 @@ __all__ = [
     "ComponentLossTrainer",
     "SingleStreamPretrainingTrainer",
     "TaskTrainer",
-    "CrossAttentionEvaluation",
     "VGPTrainer",
-    "WordRegionAttention",
-    "cross_attention_rows",
-    "evaluate_cross_attention",
-    "evaluate_decoder_grounding",
-    "evaluate_grounding",
-    "image_use_gap",
-    "shuffled_rows",
-    "task_scores",
     "vgp_classification_metrics",
-    "word_region_attention",
 ]

@@ -264,21 +264,11 @@ class ComponentLossTrainer(Trainer):
             if resume_from_checkpoint is None:
                 raise ValueError(f"`resume_from_checkpoint=True` found no complete checkpoint in {self.args.output_dir}.")
         self.fit_visual_feature_statistics()
-        return super().train(resume_from_checkpoint, *args, **kwargs)
-
-    # Resuming: a damaged optimizer / scheduler / scaler / RNG state file fails inside `torch.load(weights_only=True)`
-    # with an unpickling error that names no file; these name it.
-    def _load_rng_state(self, checkpoint: str | None) -> None:
+        # resuming: a damaged optimizer / scheduler / scaler / RNG state file fails inside `torch.load(weights_only=True)`
+        # with an unpickling error that names no file; this names it (the files are read again only after a failure)
+        checkpoint = resume_from_checkpoint if isinstance(resume_from_checkpoint, (str, os.PathLike)) else None
         with naming_unreadable_state_files(checkpoint):
-            super()._load_rng_state(checkpoint)
-
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        with naming_unreadable_state_files(checkpoint):
-            super()._load_optimizer_and_scheduler(checkpoint)
-
-    def _load_scaler(self, checkpoint: str | None) -> None:
-        with naming_unreadable_state_files(checkpoint):
-            super()._load_scaler(checkpoint)
+            return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def fit_visual_feature_statistics(self) -> None:
         """Before training: a model that standardises its region features (`visual_feature_normalization=

@@ -1,0 +1,33 @@
+"""Evaluation runners: the grounding probe over a dataset, task evaluation of a saved checkpoint, the model analysis
+and explorer behind `hf-vlalign analyze` / `explore`, the image-use gap, and the task metrics the examples hand to
+`Trainer`. Every batched pass over a dataset goes through one loop, `inference.inference_batches`, which owns the
+batching, the device placement and the keys that never reach a model's `forward` (the probe targets)."""
+
+from .grounding import (
+    CrossAttentionEvaluation,
+    WordRegionAttention,
+    cross_attention_rows,
+    evaluate_cross_attention,
+    evaluate_decoder_grounding,
+    evaluate_grounding,
+    word_region_attention,
+)
+from .image_use import image_use_gap, shuffled_rows, task_scores
+from .inference import NON_MODEL_KEYS, InferenceBatch, inference_batches, split_batch
+
+__all__ = [
+    "NON_MODEL_KEYS",
+    "CrossAttentionEvaluation",
+    "InferenceBatch",
+    "WordRegionAttention",
+    "cross_attention_rows",
+    "evaluate_cross_attention",
+    "evaluate_decoder_grounding",
+    "evaluate_grounding",
+    "image_use_gap",
+    "inference_batches",
+    "shuffled_rows",
+    "split_batch",
+    "task_scores",
+    "word_region_attention",
+]

@@ -1,0 +1,236 @@
+"""Grounding evaluation of a model over a dataset: runs the model, feeds the probe of `analysis/`, picks an example to draw."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..analysis.grounding_probe import (
+    GroundingProbe,
+    GroundingProbeResult,
+    text_to_region_attention,
+)
+from .inference import inference_batches, model_device, split_batch
+
+
+@dataclass
+class WordRegionAttention:
+    """One example's attention from its grounded words to its regions in one head (rows re-normalised over regions)."""
+
+    attention: np.ndarray  # (W, R)
+    words: list[str]
+    region_labels: list[str]
+    gold: np.ndarray  # (W, R) gold alignment of the same words
+    decoder: np.ndarray | None = None  # (W, R) softmax of the alignment decoder's scores, when the model has one
+
+
+def _start_evaluation(model: torch.nn.Module, collator) -> bool:
+    """Checks that `collator` returns the probe targets, puts `model` in eval mode; returns whether it was training."""
+    if not getattr(collator, "return_probe_targets", False):
+        raise ValueError("`collator` must be built with `return_probe_targets=True` to evaluate grounding.")
+    was_training = model.training
+    model.eval()
+    return was_training
+
+
+@torch.no_grad()
+def evaluate_grounding(
+    model: torch.nn.Module, dataset, collator, batch_size: int = 32, iou_threshold: float = 0.5, progress: bool = True
+) -> GroundingProbeResult:
+    """Li et al.'s probe over `dataset`: every head of every layer as a classifier (see `GroundingProbe`).
+
+    `collator` must return the probe targets (`return_probe_targets=True`).
+    """
+    was_training = _start_evaluation(model, collator)
+    probe = GroundingProbe(model.config.num_hidden_layers, model.config.num_attention_heads, iou_threshold)
+    for batch in inference_batches(model, dataset, collator, batch_size, description="grounding probe", progress=progress):
+        outputs = model(**batch.inputs, output_attentions=True)
+        probe.update(
+            outputs.attentions,
+            batch.inputs["input_ids"].shape[1],
+            batch.targets["phrase_token_index"],
+            batch.targets["phrase_region_iou"],
+            batch.inputs["visual_attention_mask"],
+            batch.targets["region_confidence"],
+        )
+    model.train(was_training)
+    return probe.compute()
+
+
+@torch.no_grad()
+def word_region_attention(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], tokenizer, layer: int, head: int, index: int = 0
+) -> WordRegionAttention:
+    """Attention of example `index` of `batch` from its grounded tokens to its regions, in head (`layer`, `head`)."""
+    was_training = model.training
+    model.eval()
+    model_inputs, _ = split_batch(batch, model_device(model))
+    outputs = model(**model_inputs, output_attentions=True)
+    model.train(was_training)
+    text_length, num_regions = model_inputs["input_ids"].shape[1], model_inputs["visual_feats"].shape[1]
+    rows = text_to_region_attention(outputs.attentions, text_length, num_regions, model_inputs["visual_attention_mask"])
+    gold = model_inputs["word_region_alignment"][index]
+    words = gold.sum(-1).nonzero().flatten()
+    if words.numel() == 0:
+        raise ValueError(f"`batch` example {index} has no grounded token to draw.")
+    regions = model_inputs["visual_attention_mask"][index].nonzero().flatten()
+    tokens = tokenizer.convert_ids_to_tokens(model_inputs["input_ids"][index, words].tolist())
+    return WordRegionAttention(
+        attention=rows[layer, index, head][words][:, regions].cpu().numpy(),
+        words=[f"{token} ({position})" for token, position in zip(tokens, words.tolist())],
+        region_labels=[f"r{r}" for r in regions.tolist()],
+        gold=gold[words][:, regions].cpu().numpy(),
+        decoder=(
+            outputs.alignment_scores[index][words][:, regions].softmax(-1).cpu().numpy()
+            if outputs.get("alignment_scores") is not None
+            else None
+        ),
+    )
+
+
+def _probe_targets(probe_inputs: dict, visual_attention_mask: torch.Tensor) -> tuple:
+    """The probe's arguments after the attention rows, in `GroundingProbe.update_from_text_to_region`'s order."""
+    return (
+        probe_inputs["phrase_token_index"],
+        probe_inputs["phrase_region_iou"],
+        visual_attention_mask,
+        probe_inputs["region_confidence"],
+    )
+
+
+def _update_head_probes(per_head: GroundingProbe, summed: GroundingProbe, rows: torch.Tensor, targets: tuple) -> None:
+    """Scores (L, B, H, T, R) text->region rows for every head and for each layer's heads summed."""
+    per_head.update_from_text_to_region(rows, *targets)
+    summed.update_from_text_to_region(rows.sum(dim=2, keepdim=True), *targets)
+
+
+@dataclass
+class CrossAttentionEvaluation:
+    """Question answering and cross-attention grounding of a two-stream model over a dataset.
+
+    `per_head` probes every head of every cross layer; `summed_heads` probes each layer's language->vision attention
+    summed over heads (Kervadec et al. 2020, Figure 4), with accuracy of shape (L, 1); `alignment_decoder` probes the
+    scores of the alignment decoder (when the model has it) and `alignment_loss` is its mean L_align (eq. 14).
+    """
+
+    vqa_accuracy: float | None
+    num_questions: int
+    per_head: GroundingProbeResult
+    summed_heads: GroundingProbeResult
+    alignment_decoder: GroundingProbeResult | None = None
+    alignment_loss: float | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "vqa_accuracy": self.vqa_accuracy,
+            "num_questions": self.num_questions,
+            "cross_attention_grounding_per_layer": self.summed_heads.accuracy[:, 0].tolist(),
+            "cross_attention_grounding_per_head": self.per_head.to_dict(),
+            "alignment_decoder_grounding_accuracy": (
+                self.alignment_decoder.accuracy[0, 0].item() if self.alignment_decoder is not None else None
+            ),
+            "alignment_loss": self.alignment_loss,
+        }
+
+
+@torch.no_grad()
+def evaluate_cross_attention(
+    model: torch.nn.Module, dataset, collator, batch_size: int = 32, iou_threshold: float = 0.5, progress: bool = True
+) -> CrossAttentionEvaluation:
+    """Answer accuracy (argmax of `question_answering_score` vs `answer_labels`, where given) and Li et al.'s probe
+    applied to the language->vision cross-attention (`cross_encoder_attentions`) of a two-stream model.
+
+    `collator` must return the probe targets and mask nothing (e.g. a `PretrainingCollator` with its probabilities at 0).
+    """
+    was_training = _start_evaluation(model, collator)
+    config = model.config
+    per_head = GroundingProbe(config.x_layers, config.num_attention_heads, iou_threshold)
+    summed = GroundingProbe(config.x_layers, 1, iou_threshold)
+    decoder = GroundingProbe(1, 1, iou_threshold)
+    correct = total = 0
+    alignment_losses = []
+    for batch in inference_batches(model, dataset, collator, batch_size, description="evaluation", progress=progress):
+        model_inputs = batch.inputs
+        outputs = model(**model_inputs, output_attentions=True)
+        targets = _probe_targets(batch.targets, model_inputs["visual_attention_mask"])
+        _update_head_probes(per_head, summed, torch.stack(outputs.cross_encoder_attentions), targets)
+        if outputs.get("alignment_scores") is not None:
+            decoder.update_from_text_to_region(outputs.alignment_scores[None, :, None], *targets)
+        if outputs.get("loss_align") is not None:
+            alignment_losses.append(float(outputs.loss_align))
+        answers = model_inputs.get("answer_labels")
+        scores = outputs.get("question_answering_score")
+        if answers is not None and scores is not None and answers.dim() == 1:
+            known = answers != -100
+            correct += int((scores.argmax(-1)[known] == answers[known]).sum())
+            total += int(known.sum())
+    model.train(was_training)
+    return CrossAttentionEvaluation(
+        vqa_accuracy=correct / total if total else None,
+        num_questions=total,
+        per_head=per_head.compute(),
+        summed_heads=summed.compute(),
+        alignment_decoder=decoder.compute() if decoder.num_phrases else None,
+        alignment_loss=sum(alignment_losses) / len(alignment_losses) if alignment_losses else None,
+    )
+
+
+@torch.no_grad()
+def cross_attention_rows(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], tokenizer, layer: int, index: int = 0
+) -> WordRegionAttention:
+    """Language->vision attention of cross layer `layer`, summed over heads, from example `index`'s grounded words
+    to its regions (Kervadec et al. 2020, Figure 4), with the gold alignment and, when the model has an alignment
+    decoder, the softmax of its scores over the same regions."""
+    if not -model.config.x_layers <= layer < model.config.x_layers:
+        raise ValueError(f"`layer` must index one of the {model.config.x_layers} cross layers, got {layer}.")
+    was_training = model.training
+    model.eval()
+    model_inputs, _ = split_batch(batch, model_device(model))
+    outputs = model(**model_inputs, output_attentions=True)
+    attention = outputs.cross_encoder_attentions[layer][index].sum(0)
+    model.train(was_training)
+    gold = model_inputs["word_region_alignment"][index]
+    words = gold.sum(-1).nonzero().flatten()
+    if words.numel() == 0:
+        raise ValueError(f"`batch` example {index} has no grounded token to draw.")
+    regions = model_inputs["visual_attention_mask"][index].nonzero().flatten()
+    tokens = tokenizer.convert_ids_to_tokens(model_inputs["input_ids"][index, words].tolist())
+    return WordRegionAttention(
+        attention=attention[words][:, regions].cpu().numpy(),
+        words=[f"{token} ({position})" for token, position in zip(tokens, words.tolist())],
+        region_labels=[f"r{r}" for r in regions.tolist()],
+        gold=gold[words][:, regions].cpu().numpy(),
+        decoder=(
+            outputs.alignment_scores[index][words][:, regions].softmax(-1).cpu().numpy()
+            if outputs.get("alignment_scores") is not None
+            else None
+        ),
+    )
+
+
+@torch.no_grad()
+def evaluate_decoder_grounding(
+    model: torch.nn.Module, dataset, collator, batch_size: int = 32, iou_threshold: float = 0.5, progress: bool = True
+) -> tuple[GroundingProbeResult, GroundingProbeResult]:
+    """Li et al.'s probe on a captioner's decoder cross-attention, teacher-forced on the reference captions: the word at
+    label position t is grounded by the attention of the decoder step that generates it (query t).
+
+    Reads the attention the decoder actually used (`aligned_cross_attentions`: after A2's alignment in the aligned
+    layers). Returns (per head of every decoder layer, every layer's heads summed).
+    """
+    was_training = _start_evaluation(model, collator)
+    config = model.config
+    per_head = GroundingProbe(config.decoder_layers, config.decoder_attention_heads, iou_threshold)
+    summed = GroundingProbe(config.decoder_layers, 1, iou_threshold)
+    batches = inference_batches(
+        model, dataset, collator, batch_size, exclude=("word_region_alignment", "phrase_masks"),
+        description="decoder grounding", progress=progress,
+    )  # fmt: skip
+    for batch in batches:
+        rows = torch.stack(model(**batch.inputs, output_attentions=True).aligned_cross_attentions)  # (L, B, H, T, R)
+        _update_head_probes(per_head, summed, rows, _probe_targets(batch.targets, batch.inputs["visual_attention_mask"]))
+    model.train(was_training)
+    return per_head.compute(), summed.compute()

@@ -1,0 +1,312 @@
+"""Does a trained model read the image? Its task loss and accuracy with each example's own image, and with another
+image's regions (a seeded derangement of the images of the evaluation set), and the gap between the two.
+
+A model that answers from the text alone (VQA's language priors, a captioner's average caption) scores the same with
+any image: its gap is about 0. This is the check `examples/train_captioning.py` reports as `test_loss` vs
+`test_loss_other_images`, for every family and task:
+
+    from hf_vlalign.evaluation import image_use_gap
+
+    results.update(image_use_gap(model, eval_dataset, collator, batch_size=64, group_column="answer_type"))
+
+Shuffling. The distinct images of the evaluation set (an image pair for NLVR2 rows) are put in a seeded random order
+and each is replaced by the next one in that order (one cycle: no image keeps its own regions, every image is used as
+often as before). A row gets its replacement's `image_id` (and `feature_row`, the store row
+`load_dataset(..., region_features=store)` joined it to; both of each side for NLVR2's `left_*` / `right_*`, with its
+`image_id`). Columns joined
+to the row's own regions (`<text>_phrase_regions`) are dropped from the shuffled rows: the collator then aligns the
+gold boxes with the other image's regions, as it does for rows without the join. Text, labels and batches are the
+same in both passes.
+
+Loss: the model's task losses (every `loss_<key>` output whose items `loss_item_counts` counts, attention supervision
+left out: `word_region_alignment` is not passed), each averaged over all its items of the set (questions, caption
+tokens, ...) and summed over components. Accuracy, where the task has one: VQA's soft score of the best answer, the
+accuracy of a single answer id (GQA), of NLVR2's binary score, of the referred region (IoU >= 0.5 with the referred
+box, RefCOCO+), of each phrase's best region (phrase grounding), of VGP's two classifiers. Gaps are signed so that
+> 0 means the image helps: `image_use_loss_gap` = shuffled - own loss, `image_use_<metric>_gap` = own - shuffled.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import random
+import re
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .inference import inference_batches, model_device
+
+# the image columns of a row: NLVR2's pair, else the single image (and the store row each was joined to)
+PAIR_IMAGE_COLUMNS = ("left_image_id", "right_image_id")
+ROW_COLUMNS = {"image_id": "feature_row", "left_image_id": "left_feature_row", "right_image_id": "right_feature_row"}
+# batch entries the model does not read for its task losses (attention supervision, the probe's targets)
+LEFT_OUT_INPUTS = ("word_region_alignment",)
+
+ScoreFunction = Callable[[Any, Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Shuffling
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def image_columns(column_names: Sequence[str]) -> tuple[str, ...]:
+    """The columns naming a row's image(s): NLVR2's `left_image_id` / `right_image_id`, else `image_id`."""
+    if all(column in column_names for column in PAIR_IMAGE_COLUMNS):
+        return PAIR_IMAGE_COLUMNS
+    if "image_id" in column_names:
+        return ("image_id",)
+    raise ValueError(
+        f"`dataset` rows must name their image in `image_id` (or an NLVR2 pair in {PAIR_IMAGE_COLUMNS}), got the "
+        f"columns {sorted(column_names)}."
+    )
+
+
+def image_derangement(image_keys: Sequence, seed: int = 0) -> dict:
+    """Maps each distinct key of `image_keys` to another one: the keys in a seeded random order, each replaced by the
+    next (a single cycle, so no key maps to itself). Needs at least two distinct keys."""
+    keys = sorted(set(image_keys), key=repr)
+    if len(keys) < 2:
+        raise ValueError(
+            f"`dataset` must show at least 2 distinct images to shuffle them, got {len(keys)}; evaluate on more rows."
+        )
+    random.Random(seed).shuffle(keys)
+    return dict(zip(keys, keys[1:] + keys[:1]))
+
+
+def _image_key(row: Mapping, columns: tuple[str, ...]) -> tuple:
+    return tuple(str(row[column]) for column in columns)
+
+
+def shuffled_rows(rows: Sequence[Mapping], seed: int = 0) -> list[dict]:
+    """`rows` with every row's image replaced by another image of `rows` (see the module docstring)."""
+    if not rows:
+        raise ValueError("`rows` must hold at least one row, got none.")
+    columns = image_columns(list(rows[0]))
+    keys = [_image_key(row, columns) for row in rows]
+    mapping = image_derangement(keys, seed)
+    donors = {}  # each image's first row: where its image columns are copied from
+    for key, row in zip(keys, rows):
+        donors.setdefault(key, row)
+    shuffled = []
+    for key, row in zip(keys, rows):
+        donor = donors[mapping[key]]
+        new = {name: value for name, value in row.items() if not name.endswith("_phrase_regions")}
+        # an NLVR2 row's `image_id` (the library-wide join column, = its left image) moves with the pair
+        for column in columns + (("image_id",) if columns == PAIR_IMAGE_COLUMNS and "image_id" in row else ()):
+            new[column] = donor[column]
+            if ROW_COLUMNS[column] in row:
+                new[ROW_COLUMNS[column]] = donor.get(ROW_COLUMNS[column])
+        shuffled.append(new)
+    return shuffled
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Scores
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def task_scores(outputs: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per-item scores in [0, 1] of a task head's outputs, keyed by metric name: `accuracy` (one value per row for
+    answers, NLVR2 and referring expressions; per grounded phrase for phrase grounding), or VGP's `id_accuracy` and
+    `vgp_accuracy`. Empty for outputs without a classification (e.g. the captioner: loss only)."""
+    scores = {}
+    for name, logits_name, labels_name in (("id_accuracy", "id_logits", "id_labels"), ("vgp_accuracy", "vgp_logits", "vgp_labels")):
+        logits, labels = getattr(outputs, logits_name, None), batch.get(labels_name)
+        if logits is not None and labels is not None:
+            keep = labels != -100
+            scores[name] = (logits.argmax(-1) == labels)[keep].float()
+    if scores:
+        return scores
+    logits, labels = getattr(outputs, "logits", None), batch.get("labels")
+    if logits is None:
+        return {}
+    if "target_region_iou" in batch:  # referring expressions: the chosen region overlaps the referred box
+        iou = batch["target_region_iou"]
+        return {"accuracy": (iou.gather(1, logits.argmax(-1, keepdim=True)).squeeze(1) >= 0.5).float()}
+    if "phrase_labels" in batch and logits.dim() == 3:  # phrase grounding: each phrase's best region is a target
+        targets = batch["phrase_labels"]
+        grounded = targets.sum(-1) > 0
+        best = logits.argmax(-1, keepdim=True)
+        return {"accuracy": (targets.gather(2, best).squeeze(2) > 0)[grounded].float()}
+    if labels is None:
+        return {}
+    if labels.is_floating_point() and labels.dim() == 2 and logits.dim() == 2:  # VQA's soft scores
+        return {"accuracy": labels.gather(1, logits.argmax(-1, keepdim=True)).squeeze(1).float()}
+    if logits.dim() == 1 or (logits.dim() == 2 and logits.shape[-1] == 1 and labels.dim() == 1):  # NLVR2's score
+        return {"accuracy": ((logits.reshape(-1) > 0).long() == labels.reshape(-1).long()).float()}
+    if logits.dim() == 2 and labels.dim() == 1 and not labels.is_floating_point():  # one answer id (GQA)
+        keep = labels != -100
+        return {"accuracy": (logits.argmax(-1) == labels)[keep].float()}
+    return {}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The gap
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class _Totals:
+    """Sums of each loss component (weighted by its item count) and of each metric's per-item scores."""
+
+    def __init__(self) -> None:
+        self.loss = defaultdict(lambda: [0.0, 0])
+        self.scores = defaultdict(lambda: [0.0, 0])
+
+    def add_loss(self, name: str, mean: float, count: int) -> None:
+        if count > 0:
+            if not math.isfinite(mean):
+                raise ValueError(f"the model's `{name}` is {mean} on an evaluation batch; cannot measure image use.")
+            self.loss[name][0] += mean * count
+            self.loss[name][1] += count
+
+    def add_scores(self, name: str, values: torch.Tensor) -> None:
+        self.scores[name][0] += float(values.sum())
+        self.scores[name][1] += int(values.numel())
+
+    def mean_loss(self) -> float | None:
+        if not self.loss:
+            return None
+        return sum(total / count for total, count in self.loss.values())
+
+    def mean_scores(self) -> dict[str, float]:
+        return {name: total / count for name, (total, count) in self.scores.items() if count}
+
+
+def _group_name(value: object) -> str:
+    return re.sub(r"[^0-9A-Za-z]+", "_", str(value)).strip("_") or "none"
+
+
+@torch.no_grad()
+def _evaluate(
+    model,
+    rows: list[dict],
+    collator,
+    batch_size: int,
+    score_fn: ScoreFunction,
+    groups: list | None,
+    seed: int,
+    desc: str,
+    progress: bool,
+) -> tuple[_Totals, dict[str, _Totals]]:
+    device = model_device(model)
+    totals, by_group = _Totals(), defaultdict(_Totals)
+    # seeded by batch: a random collator (pre-training masks) masks the same positions in both passes
+    batches = inference_batches(
+        model, rows, collator, batch_size, exclude=LEFT_OUT_INPUTS, forward_arguments_only=True, seed=seed,
+        description=desc, progress=progress,
+    )  # fmt: skip
+    for one in batches:
+        start, batch, inputs = one.index * batch_size, one.batch, one.inputs
+        outputs = model(**inputs, return_dict=True) if "return_dict" in inspect.signature(model.forward).parameters else model(**inputs)
+        counts = model.loss_item_counts(inputs) if hasattr(model, "loss_item_counts") else {"": len(one.rows)}
+        for key, count in counts.items():
+            loss = getattr(outputs, f"loss_{key}" if key else "loss", None)
+            if loss is not None:
+                totals.add_loss(key or "loss", float(loss), int(count))
+        scores = score_fn(outputs, {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()})
+        for name, values in scores.items():
+            values = values.detach().float().cpu().reshape(-1)
+            totals.add_scores(name, values)
+            if groups is not None:
+                size = len(rows[start : start + batch_size])
+                if values.numel() != size:
+                    raise ValueError(
+                        f"`group_column` needs one `{name}` score per row, but the task scores {values.numel()} items "
+                        f"for {size} rows (e.g. phrases); leave `group_column` None for this task."
+                    )
+                for value, group in zip(values, groups[start : start + size]):
+                    by_group[group].add_scores(name, value.reshape(1))
+    if not totals.loss and not totals.scores:
+        raise ValueError(
+            f"{type(model).__name__} returned no task loss and `score_fn` no score on these batches: do the rows carry "
+            "labels for the collator?"
+        )
+    return totals, by_group
+
+
+def image_use_gap(
+    model: torch.nn.Module,
+    dataset,
+    collator: Callable[[list[dict]], dict[str, torch.Tensor]],
+    batch_size: int = 64,
+    *,
+    seed: int = 0,
+    group_column: str | None = None,
+    score_fn: ScoreFunction | None = None,
+    max_examples: int | None = None,
+    progress: bool = True,
+) -> dict[str, float | int | str]:
+    """How much `model` reads the image on `dataset`: its task loss and accuracy with each row's own image and with
+    another image's regions (see the module docstring), and the gaps.
+
+    Args:
+        model: any hf_vlalign task model (or captioner) whose outputs carry `loss_<key>` for each key of its
+            `loss_item_counts`; run in eval mode without gradients, on its own device, and left in the mode it had.
+        dataset: rows with labels, as the collator reads them (a `datasets.Dataset` or a list of dicts), at least two
+            distinct images.
+        collator: the task's collator (e.g. `QuestionAnsweringCollator`), called on lists of rows.
+        batch_size: rows per forward pass (the same batches in both passes).
+        seed: seed of the derangement of the images.
+        group_column: a column (e.g. VQA's `answer_type`) whose values also get their own accuracies and gaps
+            (tasks with one score per row).
+        score_fn: `(outputs, batch) -> {metric: per-item scores}` replacing [`task_scores`].
+        max_examples: evaluate the first N rows only (None: all).
+
+    Returns a flat dict for `eval_results.json`: `own_image_loss`, `shuffled_image_loss`, `image_use_loss_gap`
+    (shuffled - own); for each metric `own_image_<metric>`, `shuffled_image_<metric>`, `image_use_<metric>_gap`
+    (own - shuffled), and per group `..._<metric>_<group>`; `image_use_gap` (the first metric's gap, else the loss
+    gap) with `image_use_gap_metric` naming it; `image_use_examples`, `image_use_images`, `image_use_seed`.
+    """
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be an int >= 1, got {batch_size!r}.")
+    if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 2):
+        raise ValueError(f"`max_examples` must be None or an int >= 2, got {max_examples!r}.")
+    if not callable(collator):
+        raise ValueError(f"`collator` must be callable on a list of rows, got {type(collator).__name__}.")
+    count = len(dataset) if max_examples is None else min(max_examples, len(dataset))
+    rows = [dict(dataset[i]) for i in range(count)]
+    if not rows:
+        raise ValueError("`dataset` is empty; the image-use gap needs evaluation rows with labels.")
+    if group_column is not None and group_column not in rows[0]:
+        raise ValueError(f"`group_column` {group_column!r} is not a column of `dataset` (columns: {sorted(rows[0])}).")
+    groups = [_group_name(row[group_column]) for row in rows] if group_column is not None else None
+    shuffled = shuffled_rows(rows, seed)
+    num_images = len({_image_key(row, image_columns(list(rows[0]))) for row in rows})
+    score_fn = score_fn or task_scores
+    was_training = model.training
+    model.eval()
+    try:
+        own, own_groups = _evaluate(model, rows, collator, batch_size, score_fn, groups, seed, "own images", progress)
+        other, other_groups = _evaluate(model, shuffled, collator, batch_size, score_fn, groups, seed, "shuffled images", progress)
+    finally:
+        model.train(was_training)
+    results: dict[str, float | int | str] = {}
+    own_loss, other_loss = own.mean_loss(), other.mean_loss()
+    if own_loss is not None and other_loss is not None:
+        results.update(own_image_loss=own_loss, shuffled_image_loss=other_loss, image_use_loss_gap=other_loss - own_loss)
+    own_scores, other_scores = own.mean_scores(), other.mean_scores()
+    for name, value in own_scores.items():
+        results[f"own_image_{name}"] = value
+        results[f"shuffled_image_{name}"] = other_scores[name]
+        results[f"image_use_{name}_gap"] = value - other_scores[name]
+    for group in sorted(own_groups):
+        group_own, group_other = own_groups[group].mean_scores(), other_groups[group].mean_scores()
+        for name, value in group_own.items():
+            results[f"own_image_{name}_{group}"] = value
+            results[f"shuffled_image_{name}_{group}"] = group_other[name]
+            results[f"image_use_{name}_gap_{group}"] = value - group_other[name]
+    primary = next(iter(own_scores), None)
+    if primary is not None:
+        results["image_use_gap"], results["image_use_gap_metric"] = results[f"image_use_{primary}_gap"], primary
+    elif "image_use_loss_gap" in results:
+        results["image_use_gap"], results["image_use_gap_metric"] = results["image_use_loss_gap"], "loss"
+    results.update(image_use_examples=len(rows), image_use_images=num_images, image_use_seed=seed)
+    return results
+
+
+__all__ = ["image_columns", "image_derangement", "image_use_gap", "shuffled_rows", "task_scores"]

@@ -1,0 +1,349 @@
+"""`hf-vlalign analyze`: Li et al.'s grounding probe and its per-dependency-relation variant (Table 2, with spaCy),
+attention entropy per block (Ilinykh, Analysis III), attention against box distance (Analysis II) and the plots, for a
+saved model of any family on a dataset, in one call.
+
+The synthetic scenes are the offline default: a single-stream model reads their VGP caption pairs, a two-stream model
+their GQA-format questions, a captioner their captions (teacher-forced); all three carry gold phrase boxes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from PIL import Image
+from transformers import AutoTokenizer
+
+from ..analysis.adapters import attention_blocks
+from ..analysis.entropy import AttentionEntropy, plot_entropy
+from ..analysis.geometry import AttentionDistance, plot_attention_vs_distance
+from ..analysis.grounding_probe import GroundingProbe
+from ..analysis.plots import (
+    format_region_labels,
+    plot_head_accuracy,
+    plot_top_regions_on_image,
+    plot_word_region_heatmaps,
+)
+from ..analysis.probe_plots import plot_layer_accuracy_scatter
+from ..analysis.syntactic_grounding import SyntacticGroundingProbe
+from ..data.synthetic import SHAPE_NAMES, SyntheticSceneConfig, load_or_generate_synthetic_vgp
+from .inference import inference_batches
+from .syntactic_analysis import SyntacticGroundingAnalysis
+from .tasks import load_model
+
+
+@dataclass
+class AnalysisData:
+    """What `analyze_model` runs on: the examples, the collator returning probe targets, and the key of the text mask;
+    optionally the folder of the images (`<image_id>.png`, for the figure of boxes on the image) and the detector's
+    class names (indexed by the store's `object_ids`, for the region labels)."""
+
+    dataset: object
+    collator: object
+    text_mask_key: str
+    description: str
+    image_dir: Path | None = None
+    class_names: tuple[str, ...] | None = None
+
+
+def vgp_analysis_data(tokenizer, flickr30k_entities_dir, vgp_train_csv, vgp_eval_csv, features) -> AnalysisData:
+    """Real VGP caption pairs (Flickr30k Entities boxes, a `RegionFeatureStore`) for a single-stream model."""
+    from ..data import VGPCollator
+    from ..data.builders import load_vgp_data
+
+    files = {"flickr30k_entities_dir": flickr30k_entities_dir, "vgp_train_csv": vgp_train_csv, "vgp_eval_csv": vgp_eval_csv, "features": features}
+    missing = [name for name, value in files.items() if value is None]
+    if missing:
+        raise ValueError(f"real VGP data needs {sorted(files)}; missing: {missing}.")
+    data = load_vgp_data(flickr30k_entities_dir, vgp_train_csv, vgp_eval_csv, region_features=features)
+    collator = VGPCollator(tokenizer, data.region_features, return_probe_targets=True)
+    return AnalysisData(data.eval, collator, "attention_mask", f"VGP caption pairs ({vgp_eval_csv})")
+
+
+def synthetic_analysis_data(model, tokenizer, synthetic: SyntheticSceneConfig) -> AnalysisData:
+    """The synthetic scenes' evaluation split, read as the model's family reads it, with the probe's targets."""
+    from ..data import CaptioningCollator, PretrainingCollator, VGPCollator, load_dataset
+    from ..data.builders import load_vgp_data
+    from ..data.builders.synthetic_scenes import synthetic_region_features
+
+    model_type = model.config.model_type
+    scenes = {"image_dir": load_or_generate_synthetic_vgp(config=synthetic).images, "class_names": SHAPE_NAMES}
+    if model_type == "vlalign_single_stream":
+        data = load_vgp_data(synthetic_config=synthetic)
+        collator = VGPCollator(tokenizer, data.region_features, return_probe_targets=True)
+        return AnalysisData(data.eval, collator, "attention_mask", "synthetic scenes, VGP caption pairs (val)", **scenes)
+    store = synthetic_region_features(config=synthetic)
+    if model_type == "vlalign_two_stream":
+        questions = load_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
+        collator = PretrainingCollator(
+            tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0,
+            num_answers=model.config.num_qa_labels if model.config.task_qa else 0, return_probe_targets=True,
+        )  # fmt: skip
+        return AnalysisData(questions, collator, "attention_mask", "synthetic scenes, GQA-format questions (val)", **scenes)
+    captions = load_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
+    collator = CaptioningCollator(tokenizer, store, text_columns=("sentence",), return_probe_targets=True)
+    description = "synthetic scenes, captions (test, teacher-forced)"
+    return AnalysisData(captions, collator, "decoder_attention_mask", description, **scenes)
+
+
+# the targets of attention supervision and of the alignment decoder: the analyses read attention maps only, and
+# without these the model computes no attention loss (the same maps; 12 % of a direct-supervised VGP model's forward)
+ATTENTION_TARGET_KEYS = ("word_region_alignment", "phrase_masks")
+
+
+def _probe_shape(model) -> tuple[int, int]:
+    """(layers, heads) of the text->region attention the probe reads."""
+    config = model.config
+    if config.model_type == "vlalign_two_stream":
+        return config.x_layers, config.num_attention_heads
+    if config.model_type == "vlalign_captioner":
+        return config.decoder_layers, config.decoder_attention_heads
+    return config.num_hidden_layers, config.num_attention_heads
+
+
+@dataclass
+class _Accumulators:
+    """The analyses fed batch by batch."""
+
+    probe: GroundingProbe
+    entropy: AttentionEntropy
+    distance: AttentionDistance
+    syntax: SyntacticGroundingAnalysis | None = None
+    distance_seen: bool = False
+    first_batch: tuple | None = None
+
+    def update(self, examples: list[dict], batch: dict, blocks) -> None:
+        rows = torch.stack(blocks.word_to_region)  # (L, B, H, T, R)
+        self.probe.update_from_text_to_region(
+            rows, batch["phrase_token_index"], batch["phrase_region_iou"], batch["visual_attention_mask"], batch["region_confidence"]
+        )
+        if self.syntax is not None:
+            self.syntax.update(examples, batch, rows)
+        self.entropy.update(blocks)
+        if blocks.region_to_region is not None:
+            self.distance.update(blocks, batch["visual_boxes"])
+            self.distance_seen = True
+        if self.first_batch is None:
+            self.first_batch = (examples, batch, blocks)
+
+
+def _syntactic_analysis(model, tokenizer, data: AnalysisData, spacy_model: str | None) -> tuple[SyntacticGroundingAnalysis | None, str | None]:
+    """The syntactic grounding analysis, or None and why not (spaCy or its English pipeline missing)."""
+    try:
+        return SyntacticGroundingAnalysis(
+            SyntacticGroundingProbe(*_probe_shape(model)), tokenizer, tuple(data.collator.text_columns),
+            data.collator.max_text_length, token_shift=-1 if data.text_mask_key == "decoder_attention_mask" else 0,
+            spacy_model=spacy_model,
+        ), None  # fmt: skip
+    except ImportError as error:
+        return None, str(error)
+
+
+@torch.no_grad()
+def analyze_model(
+    model_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    data: AnalysisData | None = None,
+    synthetic: SyntheticSceneConfig | None = None,
+    batch_size: int = 32,
+    max_examples: int | None = None,
+    progress: bool = True,
+    syntactic_grounding: bool = True,
+    spacy_model: str | None = None,
+) -> dict:
+    """Runs the probe, the entropy and distance analyses and the plots of the model saved in `model_dir` over `data`
+    (default: the synthetic scenes' evaluation split); writes `analysis.json` and PNGs into `out_dir` and returns the
+    JSON content.
+
+    PNGs: `grounding_accuracy_per_head.png` (layer x head), `grounding_accuracy_per_layer.png` (Li et al. Figure 3),
+    both with the detection-confidence baseline; `attention_entropy.png`, `attention_vs_distance.png` (region->region
+    attention by box-centre distance, pairs per bin); `word_region_heatmaps.png` (the first grounded example's words x
+    regions labelled with class and box, best head of the first, middle and last layers on one colour scale, gold
+    regions outlined); `top_regions_on_image.png` (that example's image with each word's top-3 boxes on the probe's
+    best head and the gold box; only when `data.image_dir` holds the image, else analysis.json's
+    "top_regions_on_image" says why not) and, when spaCy and an English pipeline are installed
+    (`pip install "hf-vlalign[syntax]"`), `syntactic_grounding.png`: Li et al.'s Table 2, the best head per dependency relation. Without them (or with
+    `syntactic_grounding=False`) analysis.json's "syntactic_grounding" says why it was skipped. `spacy_model`: a spaCy
+    pipeline name or folder (default: the first installed of `SPACY_MODELS`).
+    """
+    if batch_size < 1:
+        raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
+    if max_examples is not None and max_examples < 1:
+        raise ValueError(f"`max_examples` must be >= 1 (or None for all), got {max_examples}.")
+    model = load_model(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if data is not None and data.text_mask_key == "attention_mask" and model.config.model_type == "vlalign_captioner":
+        raise ValueError("`data` holds text pairs for an encoder model, but `model_dir` holds a captioner.")
+    data = data or synthetic_analysis_data(model, tokenizer, synthetic or SyntheticSceneConfig())
+    dataset = data.dataset
+    if max_examples is not None and max_examples < len(dataset):
+        dataset = dataset.select(range(max_examples))
+    source = model.config.model_type.removeprefix("vlalign_")
+    end_token = getattr(model.config, "use_end_token", None)  # single-stream: with or without VL-BERT's [END]
+    syntax, skipped = (None, "`syntactic_grounding=False`.")
+    if syntactic_grounding:
+        syntax, skipped = _syntactic_analysis(model, tokenizer, data, spacy_model)
+    analyses = _Accumulators(GroundingProbe(*_probe_shape(model)), AttentionEntropy(), AttentionDistance(), syntax)
+    batches = inference_batches(
+        model, dataset, data.collator, batch_size, exclude=ATTENTION_TARGET_KEYS, description="analysis", progress=progress
+    )
+    for batch in batches:
+        outputs = model(**batch.inputs, output_attentions=True)
+        masks = {"text_mask": batch.batch[data.text_mask_key], "region_mask": batch.batch["visual_attention_mask"]}
+        analyses.update(batch.rows, batch.batch, attention_blocks(outputs, **masks, source=source, end_token=end_token))
+    result = analyses.probe.compute()
+    entropy_rows = analyses.entropy.compute()
+    distance_rows = analyses.distance.compute() if analyses.distance_seen else []
+    report = {
+        "model_dir": str(model_dir),
+        "model_type": model.config.model_type,
+        "data": data.description,
+        "num_examples": len(dataset),
+        "grounding_probe": result.to_dict(),
+        "grounding_probe_rows": result.to_rows(),
+        "attention_entropy": entropy_rows,
+        "attention_vs_distance": distance_rows,
+    }
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = Path(model_dir).name
+    title = f"syntactic grounding, best head per relation: {name}"
+    report["syntactic_grounding"] = {"skipped": skipped} if syntax is None else syntax.report(out_dir, title)
+    _plot_probe(result, out_dir, name)
+    plot_entropy(entropy_rows, out_dir / "attention_entropy.png", title=name)
+    if distance_rows:
+        plot_attention_vs_distance(distance_rows, out_dir / "attention_vs_distance.png", title=name)
+    example = _first_example(analyses.first_batch, tokenizer, data, analyses.probe.iou_threshold)
+    _plot_word_region_heatmaps(example, analyses.first_batch[2], result, out_dir / "word_region_heatmaps.png", name)
+    report["top_regions_on_image"] = _plot_top_regions(example, analyses.first_batch[2], result, data, out_dir, name)
+    (out_dir / "analysis.json").write_text(json.dumps(_json_ready(report), indent=2) + "\n")
+    return _json_ready(report)
+
+
+def _json_ready(value):
+    """NaN (an empty bin, an undefined share) becomes null, so analysis.json stays valid JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(item) for item in value]
+    return value
+
+
+def _plot_probe(result, out_dir: Path, name: str) -> None:
+    """The probe's layer x head heatmap and per-layer scatter, both with the detection-confidence baseline."""
+    baseline, count = result.baseline_accuracy, result.num_phrases
+    plot_head_accuracy(result.accuracy, out_dir / "grounding_accuracy_per_head.png",
+                       title=f"grounding accuracy per head: {name}", baseline=baseline, num_phrases=count)  # fmt: skip
+    plot_layer_accuracy_scatter(
+        result.accuracy, out_dir / "grounding_accuracy_per_layer.png", baseline=baseline,
+        title=f"grounding accuracy per layer: {name}", num_phrases=count, baseline_label="detection-confidence baseline",
+    )  # fmt: skip
+
+
+@dataclass
+class _Example:
+    """The first grounded example of the first batch, as the figures draw it."""
+
+    row: dict
+    index: int  # its row in the batch
+    tokens: torch.Tensor  # positions of its grounded words (each phrase's last sub-word, the probe's query)
+    words: list[str]
+    regions: torch.Tensor  # its real regions
+    boxes: torch.Tensor  # (R, 4) their boxes, normalised
+    region_labels: list[str]  # "r<i> <class> (x1,y1)-(x2,y2)", normalised coordinates
+    gold_regions: list[list[int]]  # per grounded word, its phrase's regions with IoU >= the probe's threshold
+    iou_threshold: float
+    text: str
+
+
+def _region_classes(data: AnalysisData, row: dict, num_regions: int) -> list[str] | None:
+    """The detector class of each region (from the store's `object_ids`), or None where the store has none."""
+    object_ids = data.collator.region_features[data.collator.store_image_id(row)]["object_ids"]
+    if object_ids is None:
+        return None
+    ids = torch.as_tensor(object_ids).reshape(num_regions, -1)[:, 0].tolist()
+    names = data.class_names or ()
+    return [names[i] if 0 <= i < len(names) else f"class {i}" for i in ids]
+
+
+def _first_example(first_batch, tokenizer, data: AnalysisData, iou_threshold: float) -> _Example:
+    examples, batch, _ = first_batch
+    grounded = batch["phrase_token_index"] >= 0  # (B, P)
+    index = int(grounded.any(-1).long().argmax())
+    tokens = batch["phrase_token_index"][index][grounded[index]].unique()
+    regions = batch["visual_attention_mask"][index].nonzero().flatten()
+    ids = batch["labels"][index] if data.text_mask_key == "decoder_attention_mask" else batch["input_ids"][index]
+    words = [f"{word} ({token})" for word, token in zip(tokenizer.convert_ids_to_tokens(ids[tokens].tolist()), tokens.tolist())]
+    row = examples[index]
+    boxes = batch["visual_boxes"][index][regions]
+    labels = format_region_labels(boxes.numpy(), _region_classes(data, row, len(regions)))
+    iou = batch["phrase_region_iou"][index][:, regions]  # (P, R)
+    phrase_tokens = batch["phrase_token_index"][index]
+    gold = [sorted({int(r) for p in (phrase_tokens == token).nonzero().flatten() for r in (iou[p] >= iou_threshold).nonzero().flatten()})
+            for token in tokens]  # fmt: skip
+    text = " / ".join(str(row[column]) for column in data.collator.text_columns)
+    return _Example(row, index, tokens, words, regions, boxes, labels, gold, iou_threshold, text)
+
+
+def _rows(blocks, example: _Example, layer: int, head: int) -> torch.Tensor:
+    """(W, R) attention of the example's grounded words over its real regions, renormalised over those regions."""
+    rows = blocks.word_to_region[layer][example.index, head][example.tokens][:, example.regions].double()
+    return rows / rows.sum(-1, keepdim=True).clamp(min=1e-12)
+
+
+def _plot_word_region_heatmaps(example: _Example, blocks, result, path: Path, name: str) -> None:
+    """Word x region heatmaps of the first grounded example: the best head of the first, middle and last layers, on one
+    colour scale, each word's gold regions outlined."""
+    panels = []
+    num_layers = len(blocks.word_to_region)
+    for layer in sorted({0, num_layers // 2, num_layers - 1}):
+        head = int(result.accuracy[layer].argmax())
+        title = f"layer {layer}, head {head}\n(best of its layer; probe accuracy {result.accuracy[layer, head]:.3f})"
+        panels.append((_rows(blocks, example, layer, head).numpy(), title))
+    title = textwrap.fill(f"{name}: word -> region attention, image {example.row['image_id']}: \"{example.text}\"", 110)
+    plot_word_region_heatmaps(
+        panels, example.words, example.region_labels, path, gold_regions=example.gold_regions, title=title,
+        gold_label=f"gold region: IoU >= {example.iou_threshold:g} with the phrase's gold box (what the probe counts as right)",
+        regions_as_rows=True,
+        axis_labels=("grounded word (token position)", "region: detector class, box (normalised x1,y1)-(x2,y2)"),
+    )  # fmt: skip
+
+
+def _plot_top_regions(example: _Example, blocks, result, data: AnalysisData, out_dir: Path, name: str) -> dict:
+    """The image with each grounded word's top-3 boxes on the probe's best head and its phrase's gold box, when the
+    image is at hand; returns {"png": file name} or {"skipped": why}."""
+    from .model_explorer import _gold_phrases  # the explorer imports this module
+
+    image_id = example.row["image_id"]
+    image = data.image_dir / f"{image_id}.png" if data.image_dir is not None else None
+    if image is None or not image.is_file():
+        return {"skipped": f"no image: the data has no image folder, or {image} is missing."}
+    with Image.open(image) as opened:
+        width, height = opened.size
+    scale = torch.tensor([width, height, width, height], dtype=torch.float64)
+    captioner = data.text_mask_key == "decoder_attention_mask"
+    phrases = _gold_phrases(example.row, data, captioner)
+    gold = [[box for phrase in phrases if max(phrase.tokens) == token for box in phrase.boxes] for token in example.tokens.tolist()]
+    gold = [(torch.tensor(boxes, dtype=torch.float64) * scale).numpy() if boxes else None for boxes in gold]
+    layer, head = result.best_layer, result.best_head
+    words = [f"'{word}': layer {layer}, head {head}" for word in example.words]
+    title = textwrap.fill(
+        f"{name}: top-3 attended boxes of each grounded word on the probe's best head (accuracy "
+        f"{result.best_head_accuracy:.3f}); gold box dashed red; image {image_id}: \"{example.text}\"", 110
+    )  # fmt: skip
+    path = out_dir / "top_regions_on_image.png"
+    plot_top_regions_on_image(
+        image, (example.boxes.double() * scale).numpy(), words, _rows(blocks, example, layer, head).numpy(), path,
+        top_k=3, title=title, gold_boxes=gold, region_labels=example.region_labels,
+    )  # fmt: skip
+    return {"png": path.name, "image": str(image), "layer": int(layer), "head": int(head)}
+
+
+__all__ = ["AnalysisData", "analyze_model", "synthetic_analysis_data", "vgp_analysis_data"]

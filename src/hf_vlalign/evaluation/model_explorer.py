@@ -1,0 +1,156 @@
+"""`hf-vlalign explore`: the interactive word-region attention explorer (`analysis.explorer`) of a saved model of any
+family, on the first N examples of the synthetic scenes' evaluation split (read as `hf-vlalign analyze` reads them),
+with the grounding probe's per-head accuracy over the first `probe_examples` examples."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer
+
+from ..analysis.adapters import attention_blocks
+from ..analysis.explorer import GoldPhrase, explorer_examples, write_attention_explorer
+from ..analysis.grounding_probe import GroundingProbe, GroundingProbeResult
+from ..data.collators import span_token_mask
+from ..data.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
+from .inference import inference_batches
+from .model_analysis import ATTENTION_TARGET_KEYS, AnalysisData, _probe_shape, synthetic_analysis_data
+from .tasks import load_model
+
+__all__ = ["explore_model"]
+
+_IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+def _gold_phrases(row: dict, data: AnalysisData, captioner: bool) -> list[GoldPhrase]:
+    """The row's grounded phrases: word positions (the collator's tokenisation; the captioner's labels drop [CLS]) and
+    gold boxes normalised by the row's image size (height, width)."""
+    collator = data.collator
+    texts = [row[column] for column in collator.text_columns]
+    encoding = collator.tokenizer(
+        *texts, truncation=True, max_length=collator.max_text_length, return_offsets_mapping=True, return_tensors="pt"
+    )
+    offsets = encoding["offset_mapping"][0]
+    sequence_ids = torch.tensor([-1 if sid is None else sid for sid in encoding.sequence_ids(0)])
+    height, width = row["image_size"]
+    phrases = []
+    for sequence, column in enumerate(collator.text_columns):
+        spans = row.get(f"{column}_phrase_spans") or []
+        for span, boxes in zip(spans, row.get(f"{column}_phrase_boxes") or [None] * len(spans)):
+            tokens = span_token_mask(offsets, sequence_ids == sequence, span).nonzero().flatten() - int(captioner)
+            if boxes and len(tokens):
+                scaled = [[x1 / width, y1 / height, x2 / width, y2 / height] for x1, y1, x2, y2 in boxes]
+                phrases.append(GoldPhrase(tokens.tolist(), scaled, row[column][span[0] : span[1]]))
+    return phrases
+
+
+def _image_for(image_id: str, image: str | os.PathLike | None, synthetic: SyntheticSceneConfig) -> Path | None:
+    """`image` itself (a file), `<image>/<image_id>.png|.jpg` (a folder), or the synthetic scene's rendering."""
+    if image is not None:
+        image = Path(image)
+        if image.is_file():
+            return image
+        if not image.is_dir():
+            raise ValueError(
+                f"`image` must be an image file or a folder of <image_id>.png/.jpg, got {str(image)!r} which does not exist."
+            )
+        found = [
+            image / f"{image_id}{suffix}" for suffix in _IMAGE_SUFFIXES if (image / f"{image_id}{suffix}").is_file()
+        ]
+        return found[0] if found else None
+    rendered = load_or_generate_synthetic_vgp(config=synthetic).images / f"{image_id}.png"
+    return rendered if rendered.is_file() else None
+
+
+def _probe(
+    model, data: AnalysisData, dataset, batch_size: int, source: str, end_token, progress: bool
+) -> GroundingProbeResult | None:
+    """Li et al.'s probe of every word->region head over `dataset` (None when it holds no grounded phrase)."""
+    probe = GroundingProbe(*_probe_shape(model))
+    batches = inference_batches(
+        model, dataset, data.collator, batch_size, exclude=ATTENTION_TARGET_KEYS, description="probe", progress=progress
+    )
+    for batch in batches:
+        outputs = model(**batch.inputs, output_attentions=True)
+        masks = {"text_mask": batch.batch[data.text_mask_key], "region_mask": batch.batch["visual_attention_mask"]}
+        blocks = attention_blocks(outputs, **masks, source=source, end_token=end_token)
+        probe.update_from_text_to_region(
+            torch.stack(blocks.word_to_region), batch.batch["phrase_token_index"], batch.batch["phrase_region_iou"],
+            batch.batch["visual_attention_mask"], batch.batch["region_confidence"],
+        )  # fmt: skip
+    return probe.compute() if probe.num_phrases else None
+
+
+@torch.no_grad()
+def explore_model(
+    model_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    num_examples: int = 4,
+    image: str | os.PathLike | None = None,
+    synthetic: SyntheticSceneConfig | None = None,
+    probe_examples: int = 128,
+    batch_size: int = 32,
+    progress: bool = True,
+) -> Path:
+    """Writes the attention explorer (one self-contained HTML file) of the model saved in `model_dir`.
+
+    Args:
+        model_dir: an hf_vlalign checkpoint of any family (with its tokenizer).
+        out: the HTML file to write.
+        num_examples: the first N examples of the synthetic scenes' evaluation split to show.
+        image: the image to draw the boxes on instead of the synthetic scene's rendering: a file (every example) or a
+            folder of `<image_id>.png` / `.jpg` files.
+        synthetic: the synthetic scenes (default `SyntheticSceneConfig()`).
+        probe_examples: examples the grounding probe's accuracy grid is computed on (0: no grid).
+        batch_size: batch size of the probe.
+    """
+    for name, value, low in (
+        ("num_examples", num_examples, 1),
+        ("probe_examples", probe_examples, 0),
+        ("batch_size", batch_size, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"`{name}` must be an int >= {low}, got {value!r}.")
+    if image is not None and not Path(image).exists():
+        raise ValueError(
+            f"`image` must be an image file or a folder of <image_id>.png/.jpg, got {str(image)!r} which does not exist."
+        )
+    model = load_model(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    synthetic = synthetic or SyntheticSceneConfig()
+    data = synthetic_analysis_data(model, tokenizer, synthetic)
+    source = model.config.model_type.removeprefix("vlalign_")
+    end_token = getattr(model.config, "use_end_token", None)
+    captioner = source == "captioner"
+    dataset = data.dataset
+    probed = dataset.select(range(min(probe_examples, len(dataset))))
+    probe = _probe(model, data, probed, batch_size, source, end_token, progress) if probe_examples else None
+    examples = []
+    shown = dataset.select(range(min(num_examples, len(dataset))))
+    for one in inference_batches(model, shown, data.collator, 1, exclude=ATTENTION_TARGET_KEYS):
+        row, batch = one.rows[0], one.batch
+        outputs = model(**one.inputs, output_attentions=True)
+        text_mask = batch[data.text_mask_key]
+        ids = batch["labels" if captioner else "input_ids"][0][text_mask[0].bool()]
+        examples += explorer_examples(
+            outputs, words=[tokenizer.convert_ids_to_tokens(ids.tolist())], region_boxes=batch["visual_boxes"],
+            text_mask=text_mask, region_mask=batch["visual_attention_mask"], gold=[_gold_phrases(row, data, captioner)],
+            images=[_image_for(row["image_id"], image, synthetic)], source=source, end_token=end_token,
+            titles=[" / ".join(row[column] for column in data.collator.text_columns)],
+        )  # fmt: skip
+    subtitle = (
+        f"{model.config.model_type} from {model_dir}; {data.description}; each query's weights renormalised over the "
+        "keys of the direction (language \u2192 vision: a word's weights over the boxes sum to 1); layers and heads "
+        "counted from 0"
+    )
+    return write_attention_explorer(
+        examples,
+        out,
+        probe=probe,
+        title=f"Word-region attention: {Path(model_dir).name}",
+        subtitle=subtitle,
+        source=source,
+    )
