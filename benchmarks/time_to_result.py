@@ -133,7 +133,7 @@ def measure_training(thread_counts: list[int], steps: int, repeats: int) -> dict
     from hf_vlalign import default_text_model_path
     from hf_vlalign.data.builders import load_vgp_data
     from hf_vlalign.data.collators import VGPCollator
-    from hf_vlalign.data.synthetic import SyntheticSceneConfig
+    from hf_vlalign.synthetic import SyntheticSceneConfig
     from hf_vlalign.trainers import VGPTrainer
 
     example = load_example()

@@ -29,8 +29,8 @@ def copy_figures(analysis_dir: Path, out_dir: Path, prefix: str = "analyze") -> 
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    from hf_vlalign.data.synthetic import SyntheticSceneConfig
     from hf_vlalign.evaluation.model_analysis import analyze_model
+    from hf_vlalign.synthetic import SyntheticSceneConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=Path("outputs/vgp"), help="run from the repository root")

@@ -96,8 +96,8 @@ def take_screenshots(html: Path, out_dir: Path, prefix: str = "explorer") -> lis
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    from hf_vlalign.data.synthetic import SyntheticSceneConfig
     from hf_vlalign.evaluation.model_explorer import explore_model
+    from hf_vlalign.synthetic import SyntheticSceneConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=Path("outputs/vgp"), help="run from the repository root")

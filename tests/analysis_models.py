@@ -14,7 +14,7 @@ from hf_vlalign import (
     TwoStreamConfig,
     TwoStreamForPreTraining,
 )
-from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
+from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
 
 SCENES = SyntheticSceneConfig(num_train_images=16, num_val_images=6, seed=5)
 SYNTHETIC_FLAGS = ["--synthetic_train_images", "16", "--synthetic_eval_images", "6", "--synthetic_seed", "5"]

@@ -41,7 +41,7 @@ from transformers import AutoTokenizer, set_seed
 from hf_vlalign import SingleStreamForVisualParaphrase
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
-from hf_vlalign.data.synthetic import SyntheticSceneConfig
+from hf_vlalign.synthetic import SyntheticSceneConfig
 
 SCENES = SyntheticSceneConfig(num_train_images=12, num_val_images=6)
 GLOBAL_BATCH = 8

@@ -31,7 +31,7 @@ from hf_vlalign.data import CaptioningCollator, PretrainingCollator, load_datase
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import VGPCollator
-from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
+from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
 from hf_vlalign.trainers import AlignmentPretrainingTrainer, CaptioningTrainer, VGPTrainer
 
 RECIPES = ("captioning", "pretraining", "vgp")

@@ -14,8 +14,8 @@ from transformers import AutoTokenizer, TrainerCallback, TrainingArguments
 from hf_vlalign import RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, default_text_model_path
 from hf_vlalign.data import CaptioningCollator, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
-from hf_vlalign.data.synthetic import SyntheticSceneConfig
 from hf_vlalign.evaluation import image_use_gap
+from hf_vlalign.synthetic import SyntheticSceneConfig
 from hf_vlalign.trainers import CaptioningTrainer
 from hf_vlalign.trainers.base import last_complete_checkpoint
 from hf_vlalign.trainers.captioning import sampled_labels

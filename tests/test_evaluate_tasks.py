@@ -25,10 +25,10 @@ from hf_vlalign.data import (
     load_dataset,
 )
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
-from hf_vlalign.data.synthetic import load_or_generate_synthetic_vgp
-from hf_vlalign.data.synthetic_questions import ANSWER_VOCAB_FILE
 from hf_vlalign.evaluation.image_use import image_use_gap
 from hf_vlalign.evaluation.tasks import evaluate_task, load_model
+from hf_vlalign.synthetic import load_or_generate_synthetic_vgp
+from hf_vlalign.synthetic.questions import ANSWER_VOCAB_FILE
 
 pytestmark = pytest.mark.usefixtures("synthetic_scene_cache")
 

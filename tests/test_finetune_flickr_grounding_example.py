@@ -28,10 +28,10 @@ from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import PhraseGroundingCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
-from hf_vlalign.data.synthetic import SyntheticSceneConfig
 from hf_vlalign.evaluation.task_metrics import PHRASE_COLUMNS
 from hf_vlalign.metrics import phrase_grounding_recall
 from hf_vlalign.metrics.phrase_grounding import rank_boxes, union_box
+from hf_vlalign.synthetic import SyntheticSceneConfig
 from hf_vlalign.utils.text_model import default_text_model_path
 
 ROOT = Path(__file__).resolve().parents[1]

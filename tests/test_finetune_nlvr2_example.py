@@ -26,8 +26,8 @@ from hf_vlalign.data import RegionFeatureStore, load_dataset
 from hf_vlalign.data.builders.nlvr2 import pair_image_ids
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ImagePairCollator
-from hf_vlalign.data.synthetic import SyntheticSceneConfig
 from hf_vlalign.metrics import nlvr2_scores
+from hf_vlalign.synthetic import SyntheticSceneConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "finetune_nlvr2.py"

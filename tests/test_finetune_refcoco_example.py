@@ -26,8 +26,8 @@ from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ReferringExpressionCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
-from hf_vlalign.data.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from hf_vlalign.metrics import referring_expression_accuracy
+from hf_vlalign.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from hf_vlalign.utils.text_model import default_text_model_path
 
 ROOT = Path(__file__).resolve().parents[1]

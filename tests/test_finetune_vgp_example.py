@@ -12,7 +12,7 @@ from hf_vlalign import AutoModelForVisualParaphrase, SingleStreamForVisualParaph
 from hf_vlalign.cli import main
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
-from hf_vlalign.data.synthetic import SyntheticSceneConfig
+from hf_vlalign.synthetic import SyntheticSceneConfig
 
 
 def test_example_writes_weights_card_plots_and_results(finetuned):

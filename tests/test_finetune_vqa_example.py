@@ -23,8 +23,8 @@ from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders import vqa_v2
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import QuestionAnsweringCollator
-from hf_vlalign.data.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from hf_vlalign.metrics import gqa_scores, vqa_accuracy
+from hf_vlalign.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "finetune_vqa.py"

@@ -27,8 +27,8 @@ from hf_vlalign.data.formats import iter_lxmert_tsv_records, read_annotation, re
 from hf_vlalign.data.formats.butd_tsv import iter_butd_tsv_records
 from hf_vlalign.data.formats.npz_dir import iter_npz_dir_records
 from hf_vlalign.data.formats.vlbert_json import iter_vlbert_json_records
-from hf_vlalign.data.synthetic import SyntheticSceneConfig
 from hf_vlalign.models.captioning import RegionCaptionerConfig, RegionCaptionerForConditionalGeneration
+from hf_vlalign.synthetic import SyntheticSceneConfig
 
 B, T, R, DV, V = 2, 6, 4, 12, 60
 

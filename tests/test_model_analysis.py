@@ -105,7 +105,7 @@ def test_evaluate_refuses_a_model_of_another_task(single_stream_dir, tmp_path):
 
 def test_analyze_reads_real_vgp_files(single_stream_dir, tmp_path, capsys):
     from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
-    from hf_vlalign.data.synthetic import load_or_generate_synthetic_vgp
+    from hf_vlalign.synthetic import load_or_generate_synthetic_vgp
 
     # the synthetic scenes written in the published formats, read back as real files: the same analysis
     paths = load_or_generate_synthetic_vgp(config=SCENES)

@@ -23,7 +23,7 @@ from hf_vlalign import (
 )
 from hf_vlalign.data import SentenceImagePretrainingCollator, group_captions_by_image, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
-from hf_vlalign.data.synthetic import SyntheticSceneConfig
+from hf_vlalign.synthetic import SyntheticSceneConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENES = SyntheticSceneConfig(num_train_images=40, num_val_images=6, seed=5)

@@ -113,7 +113,7 @@ def make_captioner(folder: Path) -> None:
     from transformers import AutoTokenizer, set_seed
 
     from hf_vlalign import default_text_model_path
-    from hf_vlalign.data.synthetic import SyntheticSceneConfig
+    from hf_vlalign.synthetic import SyntheticSceneConfig
 
     sys.path.insert(0, str(ROOT / "examples"))
     try:

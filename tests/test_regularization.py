@@ -15,7 +15,7 @@ from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, defa
 from hf_vlalign.cli import main
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
-from hf_vlalign.data.synthetic import SyntheticSceneConfig
+from hf_vlalign.synthetic import SyntheticSceneConfig
 from hf_vlalign.trainers import VGPTrainer
 from hf_vlalign.trainers.regularization import (
     anchor_weights,

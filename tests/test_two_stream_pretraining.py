@@ -15,7 +15,7 @@ from hf_vlalign import TwoStreamConfig, TwoStreamForPreTraining, default_text_mo
 from hf_vlalign.alignment import SoftAlignmentTargets, box_iou
 from hf_vlalign.data import PretrainingCollator, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
-from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
+from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
 from hf_vlalign.trainers import AlignmentPretrainingTrainer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ from transformers import AutoTokenizer, TrainingArguments
 from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, default_text_model_path
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
-from hf_vlalign.data.synthetic import SyntheticSceneConfig
+from hf_vlalign.synthetic import SyntheticSceneConfig
 from hf_vlalign.trainers import VGPTrainer
 
 

@@ -167,10 +167,10 @@ def converted_tokenizer(source: str, tokenizer: str | None, vocab_size: int) -> 
 
 
 def _synthesize(args: argparse.Namespace) -> int:
-    from .data.synthetic import SyntheticSceneConfig, generate_synthetic_vgp
+    from .synthetic import SyntheticSceneConfig, generate_synthetic_scenes
 
     config = SyntheticSceneConfig(num_train_images=args.train_images, num_val_images=args.val_images, seed=args.seed)
-    paths = generate_synthetic_vgp(args.out, config)
+    paths = generate_synthetic_scenes(args.out, config)
     print(json.dumps({"root": str(paths.root), "features_tsv": str(paths.features_tsv)}, indent=2))
     return 0
 
@@ -232,7 +232,7 @@ def probe_table(result: dict, model: str, data: str) -> str:
 def _probe(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
-    from .analysis.plots import plot_head_accuracy
+    from .analysis.probe_plots import plot_head_accuracy
     from .data.builders import load_vgp_data
     from .data.collators import VGPCollator
     from .evaluation.grounding import evaluate_grounding
@@ -259,7 +259,7 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _synthetic_config(args: argparse.Namespace):
-    from .data.synthetic import SyntheticSceneConfig
+    from .synthetic import SyntheticSceneConfig
 
     return SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
 

@@ -26,11 +26,11 @@ from transformers import AutoConfig, HfArgumentParser, PreTrainedModel, Trainer,
 from transformers.integrations import is_tensorboard_available
 
 from .data.collators import RegionTextCollator, TruncationStats
-from .data.synthetic import SyntheticSceneConfig
 from .evaluation.image_use import image_use_gap
 from .hub.push import push_folder_to_hub
 from .models.single_stream import SingleStreamConfig
 from .models.two_stream import TwoStreamConfig
+from .synthetic import SyntheticSceneConfig
 from .utils.text_model import default_text_model_path
 
 FAMILIES = ("single_stream", "two_stream")

@@ -19,18 +19,17 @@ from PIL import Image
 from transformers import AutoTokenizer
 
 from ..analysis.adapters import attention_blocks
+from ..analysis.attention_plots import format_region_labels, plot_top_regions_on_image, plot_word_region_heatmaps
 from ..analysis.entropy import AttentionEntropy, plot_entropy
+from ..analysis.explorer import GoldPhrase
 from ..analysis.geometry import AttentionDistance, plot_attention_vs_distance
 from ..analysis.grounding_probe import GroundingProbe
-from ..analysis.plots import (
-    format_region_labels,
-    plot_head_accuracy,
-    plot_top_regions_on_image,
-    plot_word_region_heatmaps,
-)
-from ..analysis.probe_plots import plot_layer_accuracy_scatter
+from ..analysis.probe_plots import plot_head_accuracy, plot_layer_accuracy_scatter
 from ..analysis.syntactic_grounding import SyntacticGroundingProbe
-from ..data.synthetic import SHAPE_NAMES, SyntheticSceneConfig, load_or_generate_synthetic_vgp
+from ..data.collators import span_token_mask
+from ..models.family import family_spec
+from ..models.single_stream.family import SINGLE_STREAM
+from ..synthetic import SHAPE_NAMES, SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from .inference import inference_batches
 from .syntactic_analysis import SyntacticGroundingAnalysis
 from .tasks import load_model
@@ -61,7 +60,7 @@ def vgp_analysis_data(tokenizer, flickr30k_entities_dir, vgp_train_csv, vgp_eval
         raise ValueError(f"real VGP data needs {sorted(files)}; missing: {missing}.")
     data = load_vgp_data(flickr30k_entities_dir, vgp_train_csv, vgp_eval_csv, region_features=features)
     collator = VGPCollator(tokenizer, data.region_features, return_probe_targets=True)
-    return AnalysisData(data.eval, collator, "attention_mask", f"VGP caption pairs ({vgp_eval_csv})")
+    return AnalysisData(data.eval, collator, SINGLE_STREAM.text_mask_key, f"VGP caption pairs ({vgp_eval_csv})")
 
 
 def synthetic_analysis_data(model, tokenizer, synthetic: SyntheticSceneConfig) -> AnalysisData:
@@ -70,39 +69,51 @@ def synthetic_analysis_data(model, tokenizer, synthetic: SyntheticSceneConfig) -
     from ..data.builders import load_vgp_data
     from ..data.builders.synthetic_scenes import synthetic_region_features
 
-    model_type = model.config.model_type
+    spec = family_spec(model)
     scenes = {"image_dir": load_or_generate_synthetic_vgp(config=synthetic).images, "class_names": SHAPE_NAMES}
-    if model_type == "vlalign_single_stream":
+    if spec.name == "single_stream":
         data = load_vgp_data(synthetic_config=synthetic)
         collator = VGPCollator(tokenizer, data.region_features, return_probe_targets=True)
-        return AnalysisData(data.eval, collator, "attention_mask", "synthetic scenes, VGP caption pairs (val)", **scenes)
+        return AnalysisData(data.eval, collator, spec.text_mask_key, "synthetic scenes, VGP caption pairs (val)", **scenes)
     store = synthetic_region_features(config=synthetic)
-    if model_type == "vlalign_two_stream":
+    if spec.name == "two_stream":
         questions = load_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
         collator = PretrainingCollator(
             tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0,
             num_answers=model.config.num_qa_labels if model.config.task_qa else 0, return_probe_targets=True,
         )  # fmt: skip
-        return AnalysisData(questions, collator, "attention_mask", "synthetic scenes, GQA-format questions (val)", **scenes)
+        return AnalysisData(questions, collator, spec.text_mask_key, "synthetic scenes, GQA-format questions (val)", **scenes)
     captions = load_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
     collator = CaptioningCollator(tokenizer, store, text_columns=("sentence",), return_probe_targets=True)
     description = "synthetic scenes, captions (test, teacher-forced)"
-    return AnalysisData(captions, collator, "decoder_attention_mask", description, **scenes)
+    return AnalysisData(captions, collator, spec.text_mask_key, description, **scenes)
+
+
+def gold_phrases(row: dict, data: AnalysisData, captioner: bool) -> list[GoldPhrase]:
+    """The row's grounded phrases: word positions (the collator's tokenisation; the captioner's labels drop [CLS]) and
+    gold boxes normalised by the row's image size (height, width)."""
+    collator = data.collator
+    texts = [row[column] for column in collator.text_columns]
+    encoding = collator.tokenizer(
+        *texts, truncation=True, max_length=collator.max_text_length, return_offsets_mapping=True, return_tensors="pt"
+    )
+    offsets = encoding["offset_mapping"][0]
+    sequence_ids = torch.tensor([-1 if sid is None else sid for sid in encoding.sequence_ids(0)])
+    height, width = row["image_size"]
+    phrases = []
+    for sequence, column in enumerate(collator.text_columns):
+        spans = row.get(f"{column}_phrase_spans") or []
+        for span, boxes in zip(spans, row.get(f"{column}_phrase_boxes") or [None] * len(spans)):
+            tokens = span_token_mask(offsets, sequence_ids == sequence, span).nonzero().flatten() - int(captioner)
+            if boxes and len(tokens):
+                scaled = [[x1 / width, y1 / height, x2 / width, y2 / height] for x1, y1, x2, y2 in boxes]
+                phrases.append(GoldPhrase(tokens.tolist(), scaled, row[column][span[0] : span[1]]))
+    return phrases
 
 
 # the targets of attention supervision and of the alignment decoder: the analyses read attention maps only, and
 # without these the model computes no attention loss (the same maps; 12 % of a direct-supervised VGP model's forward)
 ATTENTION_TARGET_KEYS = ("word_region_alignment", "phrase_masks")
-
-
-def _probe_shape(model) -> tuple[int, int]:
-    """(layers, heads) of the text->region attention the probe reads."""
-    config = model.config
-    if config.model_type == "vlalign_two_stream":
-        return config.x_layers, config.num_attention_heads
-    if config.model_type == "vlalign_captioner":
-        return config.decoder_layers, config.decoder_attention_heads
-    return config.num_hidden_layers, config.num_attention_heads
 
 
 @dataclass
@@ -135,7 +146,7 @@ def _syntactic_analysis(model, tokenizer, data: AnalysisData, spacy_model: str |
     """The syntactic grounding analysis, or None and why not (spaCy or its English pipeline missing)."""
     try:
         return SyntacticGroundingAnalysis(
-            SyntacticGroundingProbe(*_probe_shape(model)), tokenizer, tuple(data.collator.text_columns),
+            SyntacticGroundingProbe(*family_spec(model).probe_shape(model)), tokenizer, tuple(data.collator.text_columns),
             data.collator.max_text_length, token_shift=-1 if data.text_mask_key == "decoder_attention_mask" else 0,
             spacy_model=spacy_model,
         ), None  # fmt: skip
@@ -177,18 +188,18 @@ def analyze_model(
         raise ValueError(f"`max_examples` must be >= 1 (or None for all), got {max_examples}.")
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if data is not None and data.text_mask_key == "attention_mask" and model.config.model_type == "vlalign_captioner":
+    if data is not None and data.text_mask_key == "attention_mask" and family_spec(model).name == "captioner":
         raise ValueError("`data` holds text pairs for an encoder model, but `model_dir` holds a captioner.")
     data = data or synthetic_analysis_data(model, tokenizer, synthetic or SyntheticSceneConfig())
     dataset = data.dataset
     if max_examples is not None and max_examples < len(dataset):
         dataset = dataset.select(range(max_examples))
-    source = model.config.model_type.removeprefix("vlalign_")
+    source = family_spec(model).name
     end_token = getattr(model.config, "use_end_token", None)  # single-stream: with or without VL-BERT's [END]
     syntax, skipped = (None, "`syntactic_grounding=False`.")
     if syntactic_grounding:
         syntax, skipped = _syntactic_analysis(model, tokenizer, data, spacy_model)
-    analyses = _Accumulators(GroundingProbe(*_probe_shape(model)), AttentionEntropy(), AttentionDistance(), syntax)
+    analyses = _Accumulators(GroundingProbe(*family_spec(model).probe_shape(model)), AttentionEntropy(), AttentionDistance(), syntax)
     batches = inference_batches(
         model, dataset, data.collator, batch_size, exclude=ATTENTION_TARGET_KEYS, description="analysis", progress=progress
     )
@@ -319,8 +330,6 @@ def _plot_word_region_heatmaps(example: _Example, blocks, result, path: Path, na
 def _plot_top_regions(example: _Example, blocks, result, data: AnalysisData, out_dir: Path, name: str) -> dict:
     """The image with each grounded word's top-3 boxes on the probe's best head and its phrase's gold box, when the
     image is at hand; returns {"png": file name} or {"skipped": why}."""
-    from .model_explorer import _gold_phrases  # the explorer imports this module
-
     image_id = example.row["image_id"]
     image = data.image_dir / f"{image_id}.png" if data.image_dir is not None else None
     if image is None or not image.is_file():
@@ -329,7 +338,7 @@ def _plot_top_regions(example: _Example, blocks, result, data: AnalysisData, out
         width, height = opened.size
     scale = torch.tensor([width, height, width, height], dtype=torch.float64)
     captioner = data.text_mask_key == "decoder_attention_mask"
-    phrases = _gold_phrases(example.row, data, captioner)
+    phrases = gold_phrases(example.row, data, captioner)
     gold = [[box for phrase in phrases if max(phrase.tokens) == token for box in phrase.boxes] for token in example.tokens.tolist()]
     gold = [(torch.tensor(boxes, dtype=torch.float64) * scale).numpy() if boxes else None for boxes in gold]
     layer, head = result.best_layer, result.best_head

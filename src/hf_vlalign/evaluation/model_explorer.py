@@ -11,39 +11,17 @@ import torch
 from transformers import AutoTokenizer
 
 from ..analysis.adapters import attention_blocks
-from ..analysis.explorer import GoldPhrase, explorer_examples, write_attention_explorer
+from ..analysis.explorer import explorer_examples, write_attention_explorer
 from ..analysis.grounding_probe import GroundingProbe, GroundingProbeResult
-from ..data.collators import span_token_mask
-from ..data.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
+from ..models.family import family_spec
+from ..synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from .inference import inference_batches
-from .model_analysis import ATTENTION_TARGET_KEYS, AnalysisData, _probe_shape, synthetic_analysis_data
+from .model_analysis import ATTENTION_TARGET_KEYS, AnalysisData, gold_phrases, synthetic_analysis_data
 from .tasks import load_model
 
 __all__ = ["explore_model"]
 
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-
-
-def _gold_phrases(row: dict, data: AnalysisData, captioner: bool) -> list[GoldPhrase]:
-    """The row's grounded phrases: word positions (the collator's tokenisation; the captioner's labels drop [CLS]) and
-    gold boxes normalised by the row's image size (height, width)."""
-    collator = data.collator
-    texts = [row[column] for column in collator.text_columns]
-    encoding = collator.tokenizer(
-        *texts, truncation=True, max_length=collator.max_text_length, return_offsets_mapping=True, return_tensors="pt"
-    )
-    offsets = encoding["offset_mapping"][0]
-    sequence_ids = torch.tensor([-1 if sid is None else sid for sid in encoding.sequence_ids(0)])
-    height, width = row["image_size"]
-    phrases = []
-    for sequence, column in enumerate(collator.text_columns):
-        spans = row.get(f"{column}_phrase_spans") or []
-        for span, boxes in zip(spans, row.get(f"{column}_phrase_boxes") or [None] * len(spans)):
-            tokens = span_token_mask(offsets, sequence_ids == sequence, span).nonzero().flatten() - int(captioner)
-            if boxes and len(tokens):
-                scaled = [[x1 / width, y1 / height, x2 / width, y2 / height] for x1, y1, x2, y2 in boxes]
-                phrases.append(GoldPhrase(tokens.tolist(), scaled, row[column][span[0] : span[1]]))
-    return phrases
 
 
 def _image_for(image_id: str, image: str | os.PathLike | None, synthetic: SyntheticSceneConfig) -> Path | None:
@@ -68,7 +46,7 @@ def _probe(
     model, data: AnalysisData, dataset, batch_size: int, source: str, end_token, progress: bool
 ) -> GroundingProbeResult | None:
     """Li et al.'s probe of every word->region head over `dataset` (None when it holds no grounded phrase)."""
-    probe = GroundingProbe(*_probe_shape(model))
+    probe = GroundingProbe(*family_spec(model).probe_shape(model))
     batches = inference_batches(
         model, dataset, data.collator, batch_size, exclude=ATTENTION_TARGET_KEYS, description="probe", progress=progress
     )
@@ -122,7 +100,7 @@ def explore_model(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     synthetic = synthetic or SyntheticSceneConfig()
     data = synthetic_analysis_data(model, tokenizer, synthetic)
-    source = model.config.model_type.removeprefix("vlalign_")
+    source = family_spec(model).name
     end_token = getattr(model.config, "use_end_token", None)
     captioner = source == "captioner"
     dataset = data.dataset
@@ -137,7 +115,7 @@ def explore_model(
         ids = batch["labels" if captioner else "input_ids"][0][text_mask[0].bool()]
         examples += explorer_examples(
             outputs, words=[tokenizer.convert_ids_to_tokens(ids.tolist())], region_boxes=batch["visual_boxes"],
-            text_mask=text_mask, region_mask=batch["visual_attention_mask"], gold=[_gold_phrases(row, data, captioner)],
+            text_mask=text_mask, region_mask=batch["visual_attention_mask"], gold=[gold_phrases(row, data, captioner)],
             images=[_image_for(row["image_id"], image, synthetic)], source=source, end_token=end_token,
             titles=[" / ".join(row[column] for column in data.collator.text_columns)],
         )  # fmt: skip

@@ -25,21 +25,17 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoTokenizer, TrainingArguments
 
-from ..data.synthetic import SyntheticSceneConfig
+from ..models.family import FAMILIES as FAMILY_SPECS
+from ..synthetic import SyntheticSceneConfig
 from .inference import inference_batches
 
-FAMILIES = ("vlalign_single_stream", "vlalign_two_stream", "vlalign_captioner")
-TASKS = ("vgp", "vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding", "captioning")
-QUESTION_ANSWERING = ("SingleStreamForQuestionAnswering", "TwoStreamForQuestionAnswering")
-# the model classes (the checkpoint's `architectures`) that each task evaluates
+# read from the families' specs (`hf_vlalign.models.family`): their model types, the tasks their heads evaluate and the
+# model classes (a checkpoint's `architectures`) that each task evaluates
+FAMILIES = tuple(spec.model_type for spec in FAMILY_SPECS.values())
+TASKS = tuple(dict.fromkeys(task for spec in FAMILY_SPECS.values() for task in spec.tasks))
 TASK_ARCHITECTURES = {
-    "vgp": ("SingleStreamForVisualParaphrase",),
-    "vqa": QUESTION_ANSWERING,
-    "gqa": (*QUESTION_ANSWERING, "TwoStreamForPreTraining"),
-    "nlvr2": ("SingleStreamForVisualReasoning", "TwoStreamForVisualReasoning"),
-    "refcoco": ("SingleStreamForReferringExpression", "TwoStreamForReferringExpression"),
-    "flickr_grounding": ("SingleStreamForPhraseGrounding", "TwoStreamForPhraseGrounding"),
-    "captioning": ("RegionCaptionerForConditionalGeneration",),
+    task: tuple(model.class_name for spec in FAMILY_SPECS.values() for model in spec.models.values() if task in model.tasks)
+    for task in TASKS
 }
 ANSWER_VOCAB_NAME = "answer_vocab.json"  # the answers of a question-answering head, saved by examples/finetune_vqa.py
 # `Trainer.evaluate`'s timings, left out of the results
@@ -79,9 +75,9 @@ def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
 def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool) -> dict:
     from ..data import PretrainingCollator, load_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
-    from ..data.synthetic import load_or_generate_synthetic_vgp
-    from ..data.synthetic_questions import ANSWER_LIST_FILE, questions_file
     from ..metrics.gqa import gqa_scores
+    from ..synthetic import load_or_generate_synthetic_vgp
+    from ..synthetic.questions import ANSWER_LIST_FILE, questions_file
 
     if not getattr(model.config, "task_qa", True):
         raise ValueError("`model_dir` holds a two-stream model without a question-answering head (`task_qa=False`).")
@@ -169,8 +165,8 @@ def evaluate_question_answering(model, tokenizer, model_dir, synthetic: Syntheti
     from ..data import QuestionAnsweringCollator, load_dataset
     from ..data.builders import gqa, vqa_v2
     from ..data.builders.synthetic_scenes import synthetic_region_features
-    from ..data.synthetic import load_or_generate_synthetic_vgp
-    from ..data.synthetic_questions import ANSWER_VOCAB_FILE
+    from ..synthetic import load_or_generate_synthetic_vgp
+    from ..synthetic.questions import ANSWER_VOCAB_FILE
     from .task_metrics import answer_metrics, predicted_answer_ids
 
     store = synthetic_region_features(config=synthetic)
@@ -265,7 +261,7 @@ def evaluate_task(
     synthetic = synthetic or SyntheticSceneConfig()
     if task == "vgp":
         results = evaluate_vgp(model, tokenizer, synthetic, batch_size, progress)
-    elif architecture == "TwoStreamForPreTraining":
+    elif architecture == FAMILY_SPECS["two_stream"].model("pretraining").class_name:
         results = evaluate_gqa(model, tokenizer, synthetic, batch_size, progress)
     elif task in ("vqa", "gqa"):
         results = evaluate_question_answering(model, tokenizer, model_dir, synthetic, batch_size, progress, max_text_length)

@@ -1,7 +1,7 @@
 """`Trainer` subclasses, one per training recipe, each logging every loss component. The evaluation runners that
 lived here moved to `hf_vlalign.evaluation` (their old names still import from here, with a FutureWarning)."""
 
-from ..utils.deprecation import moved_names
+from ..utils.lazy_exports import lazy_exports, moved_warning
 from .base import ComponentLossTrainer
 from .captioning import CaptioningTrainer
 from .pretraining import AlignmentPretrainingTrainer
@@ -20,7 +20,11 @@ _MOVED_TO_EVALUATION = (
     "shuffled_rows",
     "task_scores",
 )
-__getattr__ = moved_names(__name__, lambda name: "hf_vlalign.evaluation" if name in _MOVED_TO_EVALUATION else None)
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    names={name: ("hf_vlalign.evaluation", name) for name in _MOVED_TO_EVALUATION},
+    deprecation=moved_warning(__name__, "hf_vlalign.evaluation"),
+)
 
 __all__ = [
     "AlignmentPretrainingTrainer",

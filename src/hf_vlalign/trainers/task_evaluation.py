@@ -1,5 +1,5 @@
 """Moved to `hf_vlalign.evaluation.tasks`: this path still imports, with a FutureWarning."""
 
-from ..utils.deprecation import moved_module
+from ..utils.lazy_exports import lazy_exports, moved_warning
 
-__getattr__ = moved_module(__name__, "hf_vlalign.evaluation.tasks")
+__getattr__, __dir__ = lazy_exports(__name__, default="hf_vlalign.evaluation.tasks", deprecation=moved_warning(__name__, "hf_vlalign.evaluation.tasks"))

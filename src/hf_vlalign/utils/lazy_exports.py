@@ -31,7 +31,8 @@ def lazy_exports(
             dunder name is never looked up there); None: only `names`.
         names: attribute -> (module, name in that module), for the names that are found elsewhere or renamed; with
             None for the name, the attribute is the module itself (a submodule imported on first access).
-        deprecation: when given, a `FutureWarning` with this text is issued at each first access of a name.
+        deprecation: when given, a `FutureWarning` with this text (`{name}` replaced by the attribute's name) is issued
+            at each access of a name; `moved_warning` writes the usual one.
     """
     names = dict(names or {})
 
@@ -48,7 +49,7 @@ def lazy_exports(
         except AttributeError:
             raise AttributeError(f"module {importer!r} has no attribute {name!r}") from None
         if deprecation is not None:
-            warnings.warn(deprecation, FutureWarning, stacklevel=2)
+            warnings.warn(deprecation.replace("{name}", name), FutureWarning, stacklevel=2)
         else:  # cached: the next access is a plain attribute read (a deprecated name is not cached: it warns each time)
             vars(importlib.import_module(importer))[name] = value
         return value
@@ -62,4 +63,9 @@ def lazy_exports(
     return __getattr__, __dir__
 
 
-__all__ = ["lazy_exports"]
+def moved_warning(old: str, new: str) -> str:
+    """The `deprecation` text of a name that moved from module `old` to module `new`."""
+    return f"`{old}.{{name}}` moved to `{new}.{{name}}`; the old path will be removed in a future release."
+
+
+__all__ = ["lazy_exports", "moved_warning"]

@@ -1,7 +1,7 @@
 """The captioner's (geometry-aware encoder-decoder over regions, A2 alignment) `FamilySpec` (see
 `hf_vlalign.models.family`)."""
 
-from ..family import FamilySpec, ModelCardSpec, ModelSpec
+from ..family_types import FamilySpec, ModelCardSpec, ModelSpec
 
 CAPTIONER = FamilySpec(
     name="captioner",

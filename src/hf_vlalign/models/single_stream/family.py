@@ -1,6 +1,6 @@
 """The single-stream (VL-BERT / VisualBERT style) family's `FamilySpec` (see `hf_vlalign.models.family`)."""
 
-from ..family import SUPERVISION_FIELDS, FamilySpec, ModelCardSpec, ModelSpec
+from ..family_types import SUPERVISION_FIELDS, FamilySpec, ModelCardSpec, ModelSpec
 
 _ATTENTION = ("query", "key", "value", "attention.output.dense")
 

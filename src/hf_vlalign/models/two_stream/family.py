@@ -1,6 +1,6 @@
 """The two-stream (LXMERT style) family's `FamilySpec` (see `hf_vlalign.models.family`)."""
 
-from ..family import SUPERVISION_FIELDS, FamilySpec, ModelCardSpec, ModelSpec
+from ..family_types import SUPERVISION_FIELDS, FamilySpec, ModelCardSpec, ModelSpec
 
 TWO_STREAM = FamilySpec(
     name="two_stream",
