@@ -486,3 +486,42 @@ def test_two_stream_pooler_output_and_the_deprecated_pooled_output():
             assert read() is outputs.pooler_output
     with pytest.warns(FutureWarning):
         assert "pooled_output" in outputs
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The README's table of rooms
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _readme_rooms() -> dict[str, set[str]]:
+    """room -> the rooms it may import, from the table of the README's Architecture section."""
+    readme = (SRC.parent / "README.md").read_text()
+    section = readme[readme.index("## Architecture\n") :]
+    section = section[: section.index("\n## ", 1)]
+    rooms = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        room = cells[0].strip("`").removesuffix("/").removesuffix(".py")
+        rooms[room] = set(cells[2].split("`")[1::2])  # the backticked room names of the third column
+    return rooms
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else PACKAGE
+
+
+def test_the_readme_table_names_every_room_and_every_import_between_rooms():
+    rooms = _readme_rooms()
+    modules = _modules()
+    assert set(rooms) == {_room(module) for module in modules} - {PACKAGE}
+    crossing = sorted(
+        f"{module}:{line} imports {target} ({_room(module)} -> {_room(target)})"
+        for module in modules
+        for target, _, line, _ in _imports(module)
+        if _within(target, PACKAGE) and _room(module) not in (_room(target), PACKAGE)
+        and _room(target) not in rooms[_room(module)]
+    )  # fmt: skip
+    assert not crossing, crossing
