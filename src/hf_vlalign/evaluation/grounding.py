@@ -59,6 +59,28 @@ def evaluate_grounding(
     return probe.compute()
 
 
+def _grounded_rows(attention: torch.Tensor, model_inputs: dict, outputs, tokenizer, index: int) -> WordRegionAttention:
+    """The (T, R) `attention` of example `index` restricted to its grounded words and real regions, with the gold
+    alignment and, when the model has an alignment decoder, the softmax of its scores over the same regions."""
+    gold = model_inputs["word_region_alignment"][index]
+    words = gold.sum(-1).nonzero().flatten()
+    if words.numel() == 0:
+        raise ValueError(f"`batch` example {index} has no grounded token to draw.")
+    regions = model_inputs["visual_attention_mask"][index].nonzero().flatten()
+    tokens = tokenizer.convert_ids_to_tokens(model_inputs["input_ids"][index, words].tolist())
+    return WordRegionAttention(
+        attention=attention[words][:, regions].cpu().numpy(),
+        words=[f"{token} ({position})" for token, position in zip(tokens, words.tolist())],
+        region_labels=[f"r{r}" for r in regions.tolist()],
+        gold=gold[words][:, regions].cpu().numpy(),
+        decoder=(
+            outputs.alignment_scores[index][words][:, regions].softmax(-1).cpu().numpy()
+            if outputs.get("alignment_scores") is not None
+            else None
+        ),
+    )
+
+
 @torch.no_grad()
 def word_region_attention(
     model: torch.nn.Module, batch: dict[str, torch.Tensor], tokenizer, layer: int, head: int, index: int = 0
@@ -71,23 +93,7 @@ def word_region_attention(
     model.train(was_training)
     text_length, num_regions = model_inputs["input_ids"].shape[1], model_inputs["visual_feats"].shape[1]
     rows = text_to_region_attention(outputs.attentions, text_length, num_regions, model_inputs["visual_attention_mask"])
-    gold = model_inputs["word_region_alignment"][index]
-    words = gold.sum(-1).nonzero().flatten()
-    if words.numel() == 0:
-        raise ValueError(f"`batch` example {index} has no grounded token to draw.")
-    regions = model_inputs["visual_attention_mask"][index].nonzero().flatten()
-    tokens = tokenizer.convert_ids_to_tokens(model_inputs["input_ids"][index, words].tolist())
-    return WordRegionAttention(
-        attention=rows[layer, index, head][words][:, regions].cpu().numpy(),
-        words=[f"{token} ({position})" for token, position in zip(tokens, words.tolist())],
-        region_labels=[f"r{r}" for r in regions.tolist()],
-        gold=gold[words][:, regions].cpu().numpy(),
-        decoder=(
-            outputs.alignment_scores[index][words][:, regions].softmax(-1).cpu().numpy()
-            if outputs.get("alignment_scores") is not None
-            else None
-        ),
-    )
+    return _grounded_rows(rows[layer, index, head], model_inputs, outputs, tokenizer, index)
 
 
 def _probe_targets(probe_inputs: dict, visual_attention_mask: torch.Tensor) -> tuple:
@@ -192,23 +198,7 @@ def cross_attention_rows(
     outputs = model(**model_inputs, output_attentions=True)
     attention = outputs.cross_encoder_attentions[layer][index].sum(0)
     model.train(was_training)
-    gold = model_inputs["word_region_alignment"][index]
-    words = gold.sum(-1).nonzero().flatten()
-    if words.numel() == 0:
-        raise ValueError(f"`batch` example {index} has no grounded token to draw.")
-    regions = model_inputs["visual_attention_mask"][index].nonzero().flatten()
-    tokens = tokenizer.convert_ids_to_tokens(model_inputs["input_ids"][index, words].tolist())
-    return WordRegionAttention(
-        attention=attention[words][:, regions].cpu().numpy(),
-        words=[f"{token} ({position})" for token, position in zip(tokens, words.tolist())],
-        region_labels=[f"r{r}" for r in regions.tolist()],
-        gold=gold[words][:, regions].cpu().numpy(),
-        decoder=(
-            outputs.alignment_scores[index][words][:, regions].softmax(-1).cpu().numpy()
-            if outputs.get("alignment_scores") is not None
-            else None
-        ),
-    )
+    return _grounded_rows(attention, model_inputs, outputs, tokenizer, index)
 
 
 @torch.no_grad()
