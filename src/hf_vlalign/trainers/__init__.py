@@ -5,7 +5,7 @@ from ..utils.deprecation import moved_names
 from .base import ComponentLossTrainer
 from .captioning import CaptioningTrainer
 from .pretraining import AlignmentPretrainingTrainer
-from .task import SingleStreamPretrainingTrainer, TaskTrainer
+from .task import PhraseGroundingTrainer, ReferringExpressionTrainer, SingleStreamPretrainingTrainer, TaskTrainer
 from .vgp import VGPTrainer, vgp_classification_metrics
 
 _MOVED_TO_EVALUATION = (
@@ -26,6 +26,8 @@ __all__ = [
     "AlignmentPretrainingTrainer",
     "CaptioningTrainer",
     "ComponentLossTrainer",
+    "PhraseGroundingTrainer",
+    "ReferringExpressionTrainer",
     "SingleStreamPretrainingTrainer",
     "TaskTrainer",
     "VGPTrainer",
