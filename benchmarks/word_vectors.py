@@ -88,13 +88,14 @@ def run(example, source: str, out_dir: Path, seed: int, max_steps: int | None) -
 def target_rows(example, source: str, batch_size: int = 64) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """A* of every evaluation phrase of the example's default data under `source`, with the phrase's IoU per region."""
     args, _ = example.parse_args([])
-    evaluation, store, classes, attributes, num_answers = example.load_data(args)[1:6]
+    data = example.load_data(args)
+    soft_targets = SoftAlignmentTargets(load_word_vectors(source), data.object_names, data.attribute_names)
     collator = PretrainingCollator(
-        AutoTokenizer.from_pretrained(default_text_model_path()), store, max_text_length=args.max_text_length,
-        num_answers=num_answers, soft_targets=SoftAlignmentTargets(load_word_vectors(source), classes, attributes),
+        AutoTokenizer.from_pretrained(default_text_model_path()), data.store, max_text_length=args.max_text_length,
+        num_answers=data.num_answers, soft_targets=soft_targets,
         mlm_probability=0, object_mask_probability=0, mismatch_probability=0, return_probe_targets=True,
     )  # fmt: skip
-    evaluation, _ = collator.drop_overlong_rows(evaluation, f"{source} targets")
+    evaluation, _ = collator.drop_overlong_rows(data.eval, f"{source} targets")
     targets, ious = [], []
     for start in range(0, len(evaluation), batch_size):
         batch = collator([evaluation[i] for i in range(start, min(start + batch_size, len(evaluation)))])

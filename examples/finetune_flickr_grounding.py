@@ -28,13 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
-import numpy as np
 import torch
-from transformers import AutoTokenizer, EvalPrediction, TrainingArguments, set_seed
+from transformers import TrainingArguments, set_seed
 
-from hf_vlalign import SingleStreamForPhraseGrounding, TwoStreamForPhraseGrounding, default_text_model_path
+from hf_vlalign import SingleStreamForPhraseGrounding, TwoStreamForPhraseGrounding
 from hf_vlalign.alignment.boxes import box_iou
-from hf_vlalign.analysis.plots import plot_word_region_heatmap
+from hf_vlalign.analysis.attention_plots import plot_word_region_heatmap
 from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import (
@@ -47,6 +46,7 @@ from hf_vlalign.evaluation.task_metrics import (
     IOU_THRESHOLD,
     grounded_phrases_only,
     phrase_region_scores,
+    recall_at_1_any_box,
     recall_results,
 )
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_task_model_card
@@ -60,6 +60,7 @@ from hf_vlalign.recipes import (
     first_rows,
     image_use_results,
     load_task_model,
+    load_tokenizer,
     parse_recipe_args,
     save_model,
     take_push_to_hub,
@@ -67,13 +68,11 @@ from hf_vlalign.recipes import (
     truncation_results,
     write_results,
 )
-from hf_vlalign.trainers import TaskTrainer
+from hf_vlalign.trainers import PhraseGroundingTrainer
 
 logger = logging.getLogger(__name__)
 
 TASK_CLASSES = {"single_stream": SingleStreamForPhraseGrounding, "two_stream": TwoStreamForPhraseGrounding}
-# the modules a text checkpoint lacks in both families, trained at --head_learning_rate
-NEW_MODULES = ("visual_embeddings", "grounding_head")
 
 
 @dataclass
@@ -138,54 +137,9 @@ def load_splits(args: DataArguments) -> tuple[datasets.Dataset, datasets.Dataset
     return train, evaluation, store, f"Flickr30k Entities ({args.data_dir})"
 
 
-
-
 # ----------------------------------------------------------------------------------------------------------------
-# Evaluation
+# Report
 # ----------------------------------------------------------------------------------------------------------------
-
-
-class PhraseGroundingTrainer(TaskTrainer):
-    """`TaskTrainer` with a learning rate of its own for the new parts of the model (`head_learning_rate`), and whose
-    evaluation predictions are, per phrase, the IoU of its top-scored region with the gold boxes (B, P) and whose
-    labels are the phrases' token index (B, P; < 0 on padding phrases): both concatenate and gather across batches
-    and processes even when the number of regions differs between images."""
-
-    def __init__(self, *args, head_learning_rate: float | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        if head_learning_rate is not None and not head_learning_rate > 0:
-            raise ValueError(f"`--head_learning_rate` must be > 0 (or None), got {head_learning_rate!r}.")
-        self.head_learning_rate = head_learning_rate
-
-    def create_optimizer(self, model=None):
-        """Trainer's optimizer, with the parameters of `NEW_MODULES` moved to groups at `head_learning_rate` (before
-        any step, so no optimizer state exists yet; the scheduler, made afterwards, scales every group alike)."""
-        optimizer = super().create_optimizer(model)
-        if self.head_learning_rate is None:
-            return optimizer
-        names = {id(parameter): name for name, parameter in (model or self.model).named_parameters()}
-        for group in list(optimizer.param_groups):
-            new = [p for p in group["params"] if any(f"{module}." in names.get(id(p), "") for module in NEW_MODULES)]
-            if new:
-                group["params"] = [p for p in group["params"] if all(p is not q for q in new)]
-                optimizer.add_param_group({**group, "params": new, "lr": self.head_learning_rate})
-        return optimizer
-
-    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
-        loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
-        if logits is None or labels is None:
-            return loss, logits, labels
-        region_iou, token_index = labels
-        top1_iou = region_iou.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1)
-        return loss, top1_iou, token_index
-
-
-def recall_at_1_any_box(prediction: EvalPrediction) -> dict[str, float]:
-    """Recall@1 during training, from the collator's `phrase_region_iou` (each region's best IoU with *any* of the
-    phrase's gold boxes: MDETR's ANY-BOX protocol); the same as MERGED-BOXES for phrases with one gold box."""
-    top1_iou, token_index = np.asarray(prediction.predictions), np.asarray(prediction.label_ids)
-    real = token_index >= 0
-    return {"recall@1_any_box": float((top1_iou[real] >= IOU_THRESHOLD).mean()) if real.any() else 0.0}
 
 
 def plot_grounding_scores(dataset, store, scores, path: Path, title: str) -> Path:
@@ -212,7 +166,7 @@ def plot_grounding_scores(dataset, store, scores, path: Path, title: str) -> Pat
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, grounding_args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     set_seed(training_args.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path or default_text_model_path())
+    tokenizer = load_tokenizer(model_args.model_name_or_path)
     with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
         train_rows, eval_rows, store, source = load_splits(data_args)
         truncation = {  # captions longer than max_text_length: counted before their cut phrases are left out

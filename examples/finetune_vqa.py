@@ -41,15 +41,13 @@ from pathlib import Path
 
 import datasets
 import numpy as np
-from transformers import AutoTokenizer, TrainingArguments, set_seed
+from transformers import TrainingArguments, set_seed
 
-from hf_vlalign import SingleStreamForQuestionAnswering, TwoStreamForQuestionAnswering, default_text_model_path
+from hf_vlalign import SingleStreamForQuestionAnswering, TwoStreamForQuestionAnswering
 from hf_vlalign.data import RegionFeatureStore, load_dataset, resolve_split
 from hf_vlalign.data.builders import gqa, vqa_v2
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import QuestionAnsweringCollator
-from hf_vlalign.data.synthetic import load_or_generate_synthetic_vgp
-from hf_vlalign.data.synthetic_questions import ANSWER_VOCAB_FILE
 from hf_vlalign.evaluation.task_metrics import answer_metrics, predicted_answer_ids
 from hf_vlalign.hub.model_card import render_task_model_card
 from hf_vlalign.recipes import (
@@ -61,6 +59,7 @@ from hf_vlalign.recipes import (
     first_rows,
     image_use_results,
     load_task_model,
+    load_tokenizer,
     parse_recipe_args,
     save_model,
     take_push_to_hub,
@@ -68,6 +67,8 @@ from hf_vlalign.recipes import (
     truncation_results,
     write_results,
 )
+from hf_vlalign.synthetic import load_or_generate_synthetic_vgp
+from hf_vlalign.synthetic.questions import ANSWER_VOCAB_FILE
 from hf_vlalign.trainers import TaskTrainer
 
 logger = logging.getLogger(__name__)
@@ -114,6 +115,24 @@ class QuestionAnsweringArguments:
         metadata={
             "help": "VQA v2: the feature store's image ids, e.g. 'COCO_{split}_{id:012d}' (default: tries both)."
         },
+    )
+
+
+def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, QuestionAnsweringArguments, TrainingArguments]:
+    return parse_recipe_args(
+        argv,
+        (ModelArguments, DataArguments, QuestionAnsweringArguments),
+        output_dir="outputs/vqa",
+        # the default run (synthetic scenes, MiniLM) takes about 5 minutes on 2 CPU cores: ~2,400 training questions
+        # once, evaluated on ~790 questions at step 75 and at the end
+        synthetic_train_images=300,
+        synthetic_eval_images=100,
+        num_train_epochs=1,
+        learning_rate=2e-4,  # the new visual embeddings and answer head learn slowly at BERT's usual 5e-5
+        warmup_steps=20,
+        per_device_train_batch_size=16,
+        per_device_eval_batch_size=64,
+        save_steps=500,
     )
 
 
@@ -169,8 +188,6 @@ def check_data_arguments(data_args: DataArguments, qa_args: QuestionAnsweringArg
 def _resolve(data_dir: str | None, path: str) -> Path:
     """A relative path is read from `data_dir`, as the builders read their options."""
     return Path(data_dir) / path if data_dir is not None and not Path(path).is_absolute() else Path(path)
-
-
 
 
 def load_question_data(data_args: DataArguments, qa_args: QuestionAnsweringArguments) -> QuestionAnsweringData:
@@ -299,24 +316,6 @@ def majority_baseline(data: QuestionAnsweringData) -> tuple[str, float]:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, QuestionAnsweringArguments, TrainingArguments]:
-    return parse_recipe_args(
-        argv,
-        (ModelArguments, DataArguments, QuestionAnsweringArguments),
-        output_dir="outputs/vqa",
-        # the default run (synthetic scenes, MiniLM) takes about 5 minutes on 2 CPU cores: ~2,400 training questions
-        # once, evaluated on ~790 questions at step 75 and at the end
-        synthetic_train_images=300,
-        synthetic_eval_images=100,
-        num_train_epochs=1,
-        learning_rate=2e-4,  # the new visual embeddings and answer head learn slowly at BERT's usual 5e-5
-        warmup_steps=20,
-        per_device_train_batch_size=16,
-        per_device_eval_batch_size=64,
-        save_steps=500,
-    )
-
-
 def check_supervision(model_args: ModelArguments, data: QuestionAnsweringData) -> None:
     """Attention supervision needs grounded question words: GQA's pointers with scene graphs."""
     if model_args.supervision == "none":
@@ -391,15 +390,13 @@ def data_source(data: QuestionAnsweringData, data_args: DataArguments) -> str:
     return f"{data.dataset} ({data_args.data_dir})"
 
 
-
-
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, qa_args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     set_seed(training_args.seed)
     data = load_question_data(data_args, qa_args)
     check_supervision(model_args, data)
     model = load_task_model(TASK_CLASSES, model_args, data.store.feature_dim, num_qa_labels=len(data.answer_vocab))
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path or default_text_model_path())
+    tokenizer = load_tokenizer(model_args.model_name_or_path)
     collator = QuestionAnsweringCollator(
         tokenizer=tokenizer,
         region_features=data.store,

@@ -42,18 +42,16 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import datasets
-import numpy as np
 import pyarrow.compute as pc
-import torch
-from transformers import AutoTokenizer, EvalPrediction, TrainingArguments, set_seed
+from transformers import TrainingArguments, set_seed
 
-from hf_vlalign import SingleStreamForPreTraining, default_text_model_path
+from hf_vlalign import SingleStreamForPreTraining
 from hf_vlalign.data import RegionFeatureStore, SentenceImagePretrainingCollator, group_captions_by_image, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
+from hf_vlalign.evaluation.task_metrics import predictions_for_metrics, pretraining_metrics
 from hf_vlalign.hub.model_card import render_task_model_card
 from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
@@ -64,6 +62,7 @@ from hf_vlalign.recipes import (
     first_rows,
     image_use_results,
     load_task_model,
+    load_tokenizer,
     parse_recipe_args,
     save_model,
     take_push_to_hub,
@@ -77,7 +76,6 @@ logger = logging.getLogger(__name__)
 
 DATASETS = ("synthetic_scenes", "flickr30k_entities", "coco_captions")
 TEXT_COLUMNS = {"synthetic_scenes": "sentence", "flickr30k_entities": "sentence", "coco_captions": "caption"}
-LOSS_COMPONENTS = SingleStreamPretrainingTrainer.loss_component_keys
 
 
 @dataclass
@@ -104,6 +102,43 @@ class SingleStreamPretrainingArguments:
     )
 
 
+def parse_args(
+    argv: list[str],
+) -> tuple[ModelArguments, DataArguments, SingleStreamPretrainingArguments, TrainingArguments]:
+    return parse_recipe_args(
+        argv,
+        (ModelArguments, DataArguments, SingleStreamPretrainingArguments),
+        output_dir="outputs/single_stream_pretraining",
+        max_steps=100,  # about 5 minutes on 2 CPU cores; VisualBERT pre-trains for 10 epochs of COCO
+        learning_rate=2e-4,  # the new visual embeddings and heads learn slowly at BERT's usual 5e-5
+        warmup_steps=10,
+        per_device_train_batch_size=16,
+        per_device_eval_batch_size=64,
+        save_steps=50,
+        max_text_length=64,  # two captions
+        synthetic_eval_images=40,
+    )
+
+
+def check_arguments(model_args: ModelArguments, task_args: SingleStreamPretrainingArguments) -> None:
+    if model_args.model_family != "single_stream":
+        raise ValueError(
+            f"`--model_family {model_args.model_family}`: this example pre-trains single-stream models (VisualBERT); "
+            "pre-train a two-stream (LXMERT-style) model with examples/pretrain_two_stream.py."
+        )
+    for name in ("random_caption_probability", "mlm_probability", "region_mask_probability"):
+        value = getattr(task_args, name)
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"`--{name}` must be a probability in [0, 1], got {value}.")
+    if task_args.mlm_probability == 0 and not task_args.sentence_image_prediction:
+        raise ValueError("`--mlm_probability 0` with `--no_sentence_image_prediction` leaves nothing to learn.")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------------------------
+
+
 @dataclass
 class CaptionData:
     """The caption rows of both splits joined to their region features, and each split's captions by image."""
@@ -115,11 +150,6 @@ class CaptionData:
     eval_captions: dict[str, list[str]]
     dataset: str
     text_column: str
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Data
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def check_data_arguments(data_args: DataArguments) -> str:
@@ -196,8 +226,6 @@ def pairable_rows(
     return rows, {image_id: texts for image_id, texts in captions.items() if image_id in kept_images}
 
 
-
-
 def detector_num_classes(store: RegionFeatureStore) -> int:
     """1 + the largest detector class id of the store's regions (the synthetic scenes: 6 shapes); 0 when it has none."""
     table = store.dataset.data.table if hasattr(store.dataset.data, "table") else store.dataset.data
@@ -235,90 +263,8 @@ def make_collator(
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Metrics
+# Report
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def predictions_for_metrics(logits: tuple[torch.Tensor, torch.Tensor], labels) -> tuple[torch.Tensor, torch.Tensor]:
-    """`preprocess_logits_for_metrics`: the predicted word of each position (not the whole vocabulary's scores) and the
-    sentence-image logits."""
-    prediction_logits, seq_relationship_logits = logits
-    return prediction_logits.argmax(dim=-1), seq_relationship_logits
-
-
-def pretraining_metrics(paired: bool) -> Callable[[EvalPrediction], dict[str, float]]:
-    """`compute_metrics`: masked-word accuracy (and always predicting the most frequent masked word) and, with pairs,
-    sentence-image accuracy."""
-
-    def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
-        predicted_words, sentence_image_logits = prediction.predictions
-        label_ids = prediction.label_ids if paired else (prediction.label_ids,)
-        words = np.asarray(label_ids[0])
-        masked = words != -100
-        targets = words[masked]
-        metrics = {
-            "mlm_accuracy": float((np.asarray(predicted_words)[masked] == targets).mean()),
-            "mlm_most_frequent_token_accuracy": float(np.bincount(targets).max() / len(targets)),
-            "num_masked_words": float(len(targets)),
-        }
-        if paired:
-            predicted = np.asarray(sentence_image_logits).argmax(axis=-1)
-            metrics["sentence_image_accuracy"] = float((predicted == np.asarray(label_ids[1])).mean())
-        return metrics
-
-    return compute_metrics
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Run
-# ----------------------------------------------------------------------------------------------------------------
-
-
-class PretrainingTrainer(SingleStreamPretrainingTrainer):
-    """Evaluation batches come from `eval_data_collator` (seeded: the same masks and pairs at every evaluation)."""
-
-    def __init__(self, *args, eval_data_collator: SentenceImagePretrainingCollator, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.eval_data_collator = eval_data_collator
-
-    def get_eval_dataloader(self, eval_dataset=None):
-        training_collator, self.data_collator = self.data_collator, self.eval_data_collator
-        try:
-            return super().get_eval_dataloader(eval_dataset)
-        finally:
-            self.data_collator = training_collator
-
-
-def parse_args(
-    argv: list[str],
-) -> tuple[ModelArguments, DataArguments, SingleStreamPretrainingArguments, TrainingArguments]:
-    return parse_recipe_args(
-        argv,
-        (ModelArguments, DataArguments, SingleStreamPretrainingArguments),
-        output_dir="outputs/single_stream_pretraining",
-        max_steps=100,  # about 5 minutes on 2 CPU cores; VisualBERT pre-trains for 10 epochs of COCO
-        learning_rate=2e-4,  # the new visual embeddings and heads learn slowly at BERT's usual 5e-5
-        warmup_steps=10,
-        per_device_train_batch_size=16,
-        per_device_eval_batch_size=64,
-        save_steps=50,
-        max_text_length=64,  # two captions
-        synthetic_eval_images=40,
-    )
-
-
-def check_arguments(model_args: ModelArguments, task_args: SingleStreamPretrainingArguments) -> None:
-    if model_args.model_family != "single_stream":
-        raise ValueError(
-            f"`--model_family {model_args.model_family}`: this example pre-trains single-stream models (VisualBERT); "
-            "pre-train a two-stream (LXMERT-style) model with examples/pretrain_two_stream.py."
-        )
-    for name in ("random_caption_probability", "mlm_probability", "region_mask_probability"):
-        value = getattr(task_args, name)
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"`--{name}` must be a probability in [0, 1], got {value}.")
-    if task_args.mlm_probability == 0 and not task_args.sentence_image_prediction:
-        raise ValueError("`--mlm_probability 0` with `--no_sentence_image_prediction` leaves nothing to learn.")
 
 
 def data_source(data: CaptionData, data_args: DataArguments) -> str:
@@ -381,8 +327,6 @@ def write_report(
     return results
 
 
-
-
 def _is_metric(key: str) -> bool:
     return key.startswith("eval_") and key not in ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "eval_epoch")
 
@@ -396,7 +340,7 @@ def main(argv: list[str] | None = None) -> dict:
     model = load_task_model(
         {"single_stream": SingleStreamForPreTraining}, model_args, data.store.feature_dim, num_object_labels=num_classes
     )
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path or default_text_model_path())
+    tokenizer = load_tokenizer(model_args.model_name_or_path)
     collate = {"num_classes": num_classes, "max_text_length": data_args.max_text_length}
     # the evaluation batches are masked and paired the same way at every evaluation (and for a reloaded model)
     eval_collator = make_collator(data, tokenizer, task_args, train=False, seed=training_args.seed, **collate)
@@ -407,7 +351,7 @@ def main(argv: list[str] | None = None) -> dict:
     # the metrics read the masked-word and sentence-image labels; the loss needs them to be listed too
     training_args.label_names = ["labels", "sentence_image_labels"] if task_args.sentence_image_prediction else ["labels"]
     push_to_hub = take_push_to_hub(training_args)
-    trainer = PretrainingTrainer(
+    trainer = SingleStreamPretrainingTrainer(
         model=model,
         args=training_args,
         train_dataset=data.train,

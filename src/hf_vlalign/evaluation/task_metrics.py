@@ -3,9 +3,13 @@
 - question answering: `answer_metrics` (accuracy, and the official GQA script's or VQA v2 metrics), the
   `compute_metrics` of `Trainer.evaluate`, with `predicted_answer_ids` as `preprocess_logits_for_metrics`;
 - NLVR2: `reasoning_metrics` (accuracy and consistency) with `predicted_truth`;
-- referring expressions: `chosen_regions` (the model's region per expression) scored by `referring_results`;
+- referring expressions: `chosen_regions` (the model's region per expression) scored by `referring_results`, and
+  during training `accuracy_from_region_iou` (with `trainers.ReferringExpressionTrainer`'s predictions);
 - phrase grounding: `grounded_phrases_only` (the phrases that can be scored), `phrase_region_scores` (the model's
-  logits per phrase) scored by `recall_results` (recall@k, MERGED-BOXES).
+  logits per phrase) scored by `recall_results` (recall@k, MERGED-BOXES), and during training `recall_at_1_any_box`
+  (with `trainers.PhraseGroundingTrainer`'s predictions);
+- single-stream pre-training: `pretraining_metrics` (masked-word and sentence-image accuracy) with
+  `predictions_for_metrics`.
 """
 
 from __future__ import annotations
@@ -170,6 +174,17 @@ def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) ->
     return results
 
 
+def accuracy_from_region_iou(prediction: EvalPrediction) -> dict[str, float]:
+    """`compute_metrics` during training, from the collator's `target_region_iou` (float32 IoUs with the referred box)
+    as `ReferringExpressionTrainer` predicts them: the accuracy, and the share of expressions some region reaches (the
+    upper bound)."""
+    top1_iou, best_iou = np.asarray(prediction.predictions), np.asarray(prediction.label_ids)
+    return {
+        "accuracy": float((top1_iou >= IOU_THRESHOLD).mean()),
+        "upper_bound": float((best_iou >= IOU_THRESHOLD).mean()),
+    }
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Phrase grounding
 # ----------------------------------------------------------------------------------------------------------------
@@ -269,18 +284,66 @@ def recall_results(dataset: datasets.Dataset, store: RegionFeatureStore, scores:
     return results
 
 
+def recall_at_1_any_box(prediction: EvalPrediction) -> dict[str, float]:
+    """`compute_metrics` during training: recall@1 from the collator's `phrase_region_iou` (each region's best IoU with
+    *any* of the phrase's gold boxes: MDETR's ANY-BOX protocol) as `PhraseGroundingTrainer` predicts it; the same as
+    MERGED-BOXES for phrases with one gold box."""
+    top1_iou, token_index = np.asarray(prediction.predictions), np.asarray(prediction.label_ids)
+    real = token_index >= 0
+    return {"recall@1_any_box": float((top1_iou[real] >= IOU_THRESHOLD).mean()) if real.any() else 0.0}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Single-stream pre-training
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def predictions_for_metrics(logits: tuple[torch.Tensor, torch.Tensor], labels) -> tuple[torch.Tensor, torch.Tensor]:
+    """`preprocess_logits_for_metrics`: the predicted word of each position (not the whole vocabulary's scores) and the
+    sentence-image logits."""
+    prediction_logits, seq_relationship_logits = logits
+    return prediction_logits.argmax(dim=-1), seq_relationship_logits
+
+
+def pretraining_metrics(paired: bool) -> Callable[[EvalPrediction], dict[str, float]]:
+    """`compute_metrics`: masked-word accuracy (and always predicting the most frequent masked word) and, with pairs,
+    sentence-image accuracy."""
+
+    def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
+        predicted_words, sentence_image_logits = prediction.predictions
+        label_ids = prediction.label_ids if paired else (prediction.label_ids,)
+        words = np.asarray(label_ids[0])
+        masked = words != -100
+        targets = words[masked]
+        metrics = {
+            "mlm_accuracy": float((np.asarray(predicted_words)[masked] == targets).mean()),
+            "mlm_most_frequent_token_accuracy": float(np.bincount(targets).max() / len(targets)),
+            "num_masked_words": float(len(targets)),
+        }
+        if paired:
+            predicted = np.asarray(sentence_image_logits).argmax(axis=-1)
+            metrics["sentence_image_accuracy"] = float((predicted == np.asarray(label_ids[1])).mean())
+        return metrics
+
+    return compute_metrics
+
+
 __all__ = [
     "GQA_SCRIPT_METRICS",
     "IOU_THRESHOLD",
     "KS",
     "PHRASE_COLUMNS",
+    "accuracy_from_region_iou",
     "answer_metrics",
     "chosen_regions",
     "grounded_phrases_only",
     "phrase_region_scores",
     "predicted_answer_ids",
     "predicted_truth",
+    "predictions_for_metrics",
+    "pretraining_metrics",
     "reasoning_metrics",
+    "recall_at_1_any_box",
     "recall_results",
     "referring_results",
 ]

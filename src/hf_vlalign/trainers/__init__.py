@@ -5,7 +5,7 @@ from ..utils.lazy_exports import lazy_exports, moved_warning
 from .base import ComponentLossTrainer
 from .captioning import CaptioningTrainer
 from .pretraining import AlignmentPretrainingTrainer
-from .task import SingleStreamPretrainingTrainer, TaskTrainer
+from .task import PhraseGroundingTrainer, ReferringExpressionTrainer, SingleStreamPretrainingTrainer, TaskTrainer
 from .vgp import VGPTrainer, vgp_classification_metrics
 
 _MOVED_TO_EVALUATION = (
@@ -30,6 +30,8 @@ __all__ = [
     "AlignmentPretrainingTrainer",
     "CaptioningTrainer",
     "ComponentLossTrainer",
+    "PhraseGroundingTrainer",
+    "ReferringExpressionTrainer",
     "SingleStreamPretrainingTrainer",
     "TaskTrainer",
     "VGPTrainer",

@@ -1,5 +1,7 @@
 """`TaskTrainer`: downstream fine-tuning (VQA / GQA, NLVR2, RefCOCO+, phrase grounding) of either family, logging the
-task loss and the attention-supervision loss separately."""
+task loss and the attention-supervision loss separately; `ReferringExpressionTrainer` and `PhraseGroundingTrainer`,
+whose evaluation predictions are what their metrics (`evaluation.task_metrics`) read; `SingleStreamPretrainingTrainer`:
+VisualBERT-style pre-training."""
 
 from __future__ import annotations
 
@@ -21,9 +23,81 @@ class TaskTrainer(ComponentLossTrainer):
             self.label_names = list(label_names)
 
 
+class ReferringExpressionTrainer(TaskTrainer):
+    """`TaskTrainer` whose evaluation predictions are, per expression, the IoU of its top-scored region with the
+    referred box, and whose labels are the best IoU of any region of its image (both (B,)): they concatenate across
+    batches and processes even when the number of regions differs between images. Pass
+    `label_names=["target_region_iou"]` and `compute_metrics=accuracy_from_region_iou`."""
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        step = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        loss, logits, target_region_iou = step
+        if logits is None or target_region_iou is None:
+            return loss, logits, target_region_iou
+        top1_iou = target_region_iou.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1)
+        return loss, top1_iou, target_region_iou.max(-1).values
+
+
+class PhraseGroundingTrainer(TaskTrainer):
+    """`TaskTrainer` with a learning rate of its own for the new parts of the model (`head_learning_rate`), and whose
+    evaluation predictions are, per phrase, the IoU of its top-scored region with the gold boxes (B, P) and whose
+    labels are the phrases' token index (B, P; < 0 on padding phrases): both concatenate and gather across batches
+    and processes even when the number of regions differs between images. Pass
+    `label_names=["phrase_region_iou", "phrase_token_index"]` and `compute_metrics=recall_at_1_any_box`."""
+
+    # the modules a text checkpoint lacks in both families, trained at `head_learning_rate`
+    new_modules = ("visual_embeddings", "grounding_head")
+
+    def __init__(self, *args, head_learning_rate: float | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if head_learning_rate is not None and not head_learning_rate > 0:
+            raise ValueError(f"`--head_learning_rate` must be > 0 (or None), got {head_learning_rate!r}.")
+        self.head_learning_rate = head_learning_rate
+
+    def create_optimizer(self, model=None):
+        """Trainer's optimizer, with the parameters of `new_modules` moved to groups at `head_learning_rate` (before
+        any step, so no optimizer state exists yet; the scheduler, made afterwards, scales every group alike)."""
+        optimizer = super().create_optimizer(model)
+        if self.head_learning_rate is None:
+            return optimizer
+        names = {id(parameter): name for name, parameter in (model or self.model).named_parameters()}
+        for group in list(optimizer.param_groups):
+            new = [p for p in group["params"] if any(f"{module}." in names.get(id(p), "") for module in self.new_modules)]
+            if new:
+                group["params"] = [p for p in group["params"] if all(p is not q for q in new)]
+                optimizer.add_param_group({**group, "params": new, "lr": self.head_learning_rate})
+        return optimizer
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        if logits is None or labels is None:
+            return loss, logits, labels
+        region_iou, token_index = labels
+        top1_iou = region_iou.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1)
+        return loss, top1_iou, token_index
+
+
 class SingleStreamPretrainingTrainer(ComponentLossTrainer):
     """Trainer for `SingleStreamForPreTraining`: logs `loss_mlm`, `loss_sentence_image`, `loss_region_feat`,
-    `loss_region_class` and `loss_att`."""
+    `loss_region_class` and `loss_att`.
+
+    Args:
+        eval_data_collator (*optional*): the collator of the evaluation batches (e.g. one seeded, so that every
+            evaluation masks the same words and draws the same second captions); default: `data_collator`.
+    """
 
     loss_component_keys = ("loss_mlm", "loss_sentence_image", "loss_region_feat", "loss_region_class", "loss_att")
     non_model_keys = PROBE_KEYS
+
+    def __init__(self, *args, eval_data_collator=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.eval_data_collator = eval_data_collator
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        if self.eval_data_collator is None:
+            return super().get_eval_dataloader(eval_dataset)
+        training_collator, self.data_collator = self.data_collator, self.eval_data_collator
+        try:
+            return super().get_eval_dataloader(eval_dataset)
+        finally:
+            self.data_collator = training_collator
