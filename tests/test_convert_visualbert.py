@@ -277,7 +277,8 @@ def test_visual_paraphrase_head_trains_without_boxes_or_end_token():
         **inputs(), phrase1_mask=phrase1, phrase2_mask=phrase2, word_region_alignment=alignment(),
         id_labels=torch.tensor([0, 2]), vgp_labels=torch.tensor([1, 0]),
     )  # fmt: skip
-    assert all(math.isfinite(float(outputs[name].detach())) for name in ("loss", "loss_id", "loss_vgp", "loss_att"))
+    names = ("loss", "loss_id", "loss_vgp", "loss_attention")
+    assert all(math.isfinite(float(outputs[name].detach())) for name in names)
     outputs.loss.backward()
     with pytest.raises(ValueError, match="`phrase2_mask`"):
         model(**inputs(), phrase1_mask=phrase1)

@@ -97,7 +97,7 @@ def test_task_head_shards_sum_to_the_batch(family, task, supervision):
     if task == "ForReferringExpression":
         batch["phrase_masks"] = (batch["word_region_alignment"].sum(-1) > 0).unsqueeze(1)  # the expression's word
     losses = check_shards_sum_to_the_batch(model, batch)
-    assert "loss_task" in losses and (task == "ForVisualReasoning" or "loss_att" in losses)
+    assert "loss_task" in losses and (task == "ForVisualReasoning" or "loss_attention" in losses)
 
 
 def test_soft_answer_scores_are_averaged_over_questions():
@@ -122,7 +122,7 @@ def test_visual_paraphrase_shards_sum_to_the_batch(supervision):
     torch.manual_seed(0)
     model = SingleStreamForVisualParaphrase(single_stream_config(attention_supervision=supervision, **NO_DROPOUT))
     losses = check_shards_sum_to_the_batch(model, vgp_batch(), split=2)
-    assert set(losses) == {"loss", "loss_id", "loss_vgp", "loss_att"}
+    assert set(losses) == {"loss", "loss_id", "loss_vgp", "loss_attention"}
 
 
 def test_single_stream_pretraining_shards_sum_to_the_batch():
@@ -140,7 +140,7 @@ def test_single_stream_pretraining_shards_sum_to_the_batch():
         "feature_labels": torch.randn(B, R, DV), "object_labels": object_labels,
     }  # fmt: skip
     losses = check_shards_sum_to_the_batch(model, batch)
-    assert {"loss_mlm", "loss_sentence_image", "loss_region_feat", "loss_region_class", "loss_att"} <= set(losses)
+    assert {"loss_mlm", "loss_sentence_image", "loss_region_feat", "loss_region_class", "loss_attention"} <= set(losses)
 
 
 def test_two_stream_pretraining_with_alignment_shards_sum_to_the_batch():
@@ -158,7 +158,10 @@ def test_two_stream_pretraining_with_alignment_shards_sum_to_the_batch():
         "answer_labels": torch.tensor([3, -100, 5]),
     }  # fmt: skip
     losses = check_shards_sum_to_the_batch(model, batch)
-    expected = {"loss_mlm", "loss_object_class", "loss_object_attr", "loss_feat", "loss_itm", "loss_vqa", "loss_align", "loss_att"}
+    expected = {
+        "loss_mlm", "loss_object_class", "loss_object_attr", "loss_region_feat", "loss_itm", "loss_vqa", "loss_align",
+        "loss_attention",
+    }  # fmt: skip
     assert expected <= set(losses)
 
 

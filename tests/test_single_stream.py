@@ -165,14 +165,14 @@ def test_visual_paraphrase_losses_and_total_eq9():
     config = tiny_config(id_loss_weight=0.5, vgp_loss_weight=2.0, attention_supervision_weight=0.25)
     out = SingleStreamForVisualParaphrase(config)(**tiny_batch())
     assert out.id_logits.shape == (B, 3) and out.vgp_logits.shape == (B, 2)
-    expected = 0.5 * out.loss_id + 2.0 * out.loss_vgp + 0.25 * out.loss_att
+    expected = 0.5 * out.loss_id + 2.0 * out.loss_vgp + 0.25 * out.loss_attention
     torch.testing.assert_close(out.loss, expected)
     assert out.loss_id.item() == pytest.approx(math.log(3), rel=0.3)
 
 
 def test_no_supervision_has_no_attention_loss():
     out = SingleStreamForVisualParaphrase(tiny_config(attention_supervision="none"))(**tiny_batch())
-    assert out.loss_att is None
+    assert out.loss_attention is None
     torch.testing.assert_close(out.loss, out.loss_id + out.loss_vgp)
 
 
@@ -187,7 +187,7 @@ def test_save_load_roundtrip_is_exact_with_safetensors(tmp_path):
     reloaded = AutoModelForVisualParaphrase.from_pretrained(tmp_path).eval()
     assert type(reloaded) is SingleStreamForVisualParaphrase
     after = reloaded(**batch)
-    for key in ("id_logits", "vgp_logits", "loss", "loss_att"):
+    for key in ("id_logits", "vgp_logits", "loss", "loss_attention"):
         assert torch.equal(before[key], after[key]), key
     base = AutoModel.from_pretrained(tmp_path).eval()
     assert type(base) is SingleStreamModel

@@ -100,8 +100,8 @@ def test_every_head_trains_and_reloads_exactly_through_its_auto_class(family, ta
     output = model(**batch)
     assert torch.isfinite(output.loss) and torch.isfinite(output.loss_task)
     if task != "ForVisualReasoning":  # the pair head has no alignment to supervise
-        assert output.loss_att is not None
-        assert torch.allclose(output.loss, output.loss_task + output.loss_att)
+        assert output.loss_attention is not None
+        assert torch.allclose(output.loss, output.loss_task + output.loss_attention)
     output.loss.backward()
     head = {"ForQuestionAnswering": "answer_head", "ForVisualReasoning": "reasoning_head",
             "ForReferringExpression": "region_head", "ForPhraseGrounding": "grounding_head"}[task]  # fmt: skip

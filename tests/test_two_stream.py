@@ -227,7 +227,7 @@ def test_pretraining_losses_match_their_definitions():
             "loss_mlm",
             "loss_object_class",
             "loss_object_attr",
-            "loss_feat",
+            "loss_region_feat",
             "loss_itm",
             "loss_vqa",
             "loss_align",
@@ -240,7 +240,7 @@ def test_pretraining_losses_match_their_definitions():
 def test_loss_weights_and_switches():
     config = tiny_config(task_qa=False, mlm_loss_weight=2.0, alignment_loss_weight=0.5, visual_feat_loss=False)
     outputs = TwoStreamForPreTraining(config).eval()(**tiny_batch(), **pretraining_labels())
-    assert outputs.loss_vqa is None and outputs.question_answering_score is None and outputs.loss_feat is None
+    assert outputs.loss_vqa is None and outputs.question_answering_score is None and outputs.loss_region_feat is None
     expected = (
         2.0 * outputs.loss_mlm
         + outputs.loss_object_class

@@ -1,7 +1,9 @@
-"""Downstream task heads and losses shared by the single- and two-stream families.
+"""Task heads and losses shared by the single- and two-stream families.
 
 | head | task | reads | paper it follows |
 |---|---|---|---|
+| `PredictionHeadTransform` | the shared first layer of the pre-training heads | token or region states | BERT |
+| `LMPredictionHead` | masked words (decoder tied to the word embeddings) | text states | BERT |
 | `AnswerHead` | VQA v2 / GQA answers, NLVR2 pair score | pooled [CLS] | LXMERT's answer head (also UNITER's) |
 | `RegionScoringHead` | RefCOCO+ region scoring | every region's final state | VL-BERT / ViLBERT region classifier |
 | `RegionToPhraseAttention` | Flickr30k phrase grounding | phrase and region states | VisualBERT's `RegionToPhraseAttention` |
@@ -30,6 +32,34 @@ from ..utils.validation import (
     check_no_target_on_padding,
     check_rank,
 )
+
+
+class PredictionHeadTransform(nn.Module):
+    """Linear(d, d), activation, LayerNorm: BERT's `BertPredictionHeadTransform`, the first layer of the masked-word
+    head and of each family's masked-region head."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform_act_fn = ACT2FN[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))
+
+
+class LMPredictionHead(nn.Module):
+    """Masked-word scores (BERT's `BertLMPredictionHead`): the transform, then the decoder, tied to the word embeddings
+    by the model's `_tied_weights_keys`, plus a bias of its own that a model's `_init_weights` sets to zero."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.transform = PredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden_states)) + self.bias
 
 
 class AnswerHead(nn.Module):

@@ -3,6 +3,9 @@
 One BERT encoder reads `[CLS] c1 [SEP] c2 [SEP] regions [END]` (Samaran et al. 2021, sec. 3): positions [0, T) are
 text tokens, [T, T + R) the R regions and T + R the [END] token. With `config.use_end_token=False` (VisualBERT's
 layout) the sequence stops after the regions: N = T + R.
+
+BERT's blocks (text embeddings, attention output, feed-forward, pooler) come from `..bert_modules` and the masked-word
+head from `..task_heads`: the two-stream family is built from the same ones.
 """
 
 from __future__ import annotations
@@ -39,10 +42,14 @@ from ...utils.validation import (
     regions_in_dtype,
 )
 from ..attention_utils import key_padding_mask_4d, run_attention
+from ..bert_modules import Intermediate, LayerOutput, Pooler, SelfOutput, TextEmbeddings
 from ..dropout import make_dropout
+from ..renamed_fields import RenamedFieldsMixin
 from ..saving import SaveLoadMixin
 from ..task_heads import (
     AnswerHead,
+    LMPredictionHead,
+    PredictionHeadTransform,
     RegionScoringHead,
     RegionToPhraseAttention,
     answer_item_counts,
@@ -78,6 +85,14 @@ from .configuration_single_stream import SingleStreamConfig
 
 logger = logging.get_logger(__name__)
 
+# the shared BERT blocks and prediction heads (`..bert_modules`, `..task_heads`) under this module's former names
+SingleStreamEmbeddings = TextEmbeddings
+SingleStreamSelfOutput = SelfOutput
+SingleStreamIntermediate = Intermediate
+SingleStreamOutput = LayerOutput
+SingleStreamPooler = Pooler
+SingleStreamPredictionHeadTransform = PredictionHeadTransform
+SingleStreamLMPredictionHead = LMPredictionHead
 
 
 @dataclass
@@ -102,11 +117,12 @@ class SingleStreamModelOutput(ModelOutput):
 
 
 @dataclass
-class VisualParaphraseOutput(ModelOutput):
+class VisualParaphraseOutput(RenamedFieldsMixin, ModelOutput):
     r"""
     loss (`torch.FloatTensor`, *optional*): total loss of eq. (9), `id_loss_weight * loss_id + vgp_loss_weight *
-        loss_vgp + attention_supervision_weight * loss_att`.
-    loss_id / loss_vgp / loss_att (`torch.FloatTensor`, *optional*): its components, each unweighted.
+        loss_vgp + attention_supervision_weight * loss_attention`.
+    loss_id / loss_vgp / loss_attention (`torch.FloatTensor`, *optional*): its components, each unweighted
+        (`loss_attention` was `loss_att`, still readable with a `FutureWarning`; trainers log it as `loss_att`).
     id_logits (`torch.FloatTensor` of shape `(batch_size, num_id_labels)`): image-description identification.
     vgp_logits (`torch.FloatTensor` of shape `(batch_size, num_vgp_labels)`): VGP phrase-pair classification.
     """
@@ -114,36 +130,41 @@ class VisualParaphraseOutput(ModelOutput):
     loss: torch.FloatTensor | None = None
     loss_id: torch.FloatTensor | None = None
     loss_vgp: torch.FloatTensor | None = None
-    loss_att: torch.FloatTensor | None = None
+    loss_attention: torch.FloatTensor | None = None
     id_logits: torch.FloatTensor | None = None
     vgp_logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
+    _renamed_fields = {"loss_att": "loss_attention"}
+
 
 @dataclass
-class SingleStreamClassificationOutput(ModelOutput):
+class SingleStreamClassificationOutput(RenamedFieldsMixin, ModelOutput):
     r"""
-    loss (`torch.FloatTensor`, *optional*): `loss_task + attention_supervision_weight * loss_att`.
-    loss_task / loss_att (`torch.FloatTensor`, *optional*): the components, unweighted.
+    loss (`torch.FloatTensor`, *optional*): `loss_task + attention_supervision_weight * loss_attention`.
+    loss_task / loss_attention (`torch.FloatTensor`, *optional*): the components, unweighted (`loss_attention` was
+        `loss_att`, still readable with a `FutureWarning`).
     logits: answer scores `(batch, num_qa_labels)`, the NLVR2 score `(batch,)`, region scores `(batch, R)`
         (referring expressions) or phrase-region scores `(batch, P, R)` (phrase grounding).
     """
 
     loss: torch.FloatTensor | None = None
     loss_task: torch.FloatTensor | None = None
-    loss_att: torch.FloatTensor | None = None
+    loss_attention: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
+    _renamed_fields = {"loss_att": "loss_attention"}
+
 
 @dataclass
-class SingleStreamForPreTrainingOutput(ModelOutput):
+class SingleStreamForPreTrainingOutput(RenamedFieldsMixin, ModelOutput):
     r"""
     loss (`torch.FloatTensor`, *optional*): weighted sum of the computed losses.
-    loss_mlm / loss_sentence_image / loss_region_feat / loss_region_class / loss_att: each component, unweighted
-        (None when its labels are absent).
+    loss_mlm / loss_sentence_image / loss_region_feat / loss_region_class / loss_attention: each component, unweighted
+        (None when its labels are absent; `loss_attention` was `loss_att`, still readable with a `FutureWarning`).
     prediction_logits (`(batch, T, vocab_size)`): masked-word scores (None in training with `labels`: only the masked
         positions are then scored, for the loss).
     seq_relationship_logits (`(batch, 2)`): sentence-image prediction (0: the second caption also describes the
@@ -155,33 +176,13 @@ class SingleStreamForPreTrainingOutput(ModelOutput):
     loss_sentence_image: torch.FloatTensor | None = None
     loss_region_feat: torch.FloatTensor | None = None
     loss_region_class: torch.FloatTensor | None = None
-    loss_att: torch.FloatTensor | None = None
+    loss_attention: torch.FloatTensor | None = None
     prediction_logits: torch.FloatTensor | None = None
     seq_relationship_logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
-
-class SingleStreamEmbeddings(nn.Module):
-    """BERT's text embeddings (word + position + token type), named as in BERT so its weights copy over."""
-
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = make_dropout(config, config.hidden_dropout_prob)
-        self.position_ids = nn.Buffer(torch.arange(config.max_position_embeddings).expand((1, -1)), persistent=False)
-
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        position_ids = self.position_ids[:, : input_ids.shape[1]]
-        embeddings = (
-            self.word_embeddings(input_ids)
-            + self.token_type_embeddings(token_type_ids)
-            + self.position_embeddings(position_ids)
-        )
-        return self.dropout(self.LayerNorm(embeddings))
+    _renamed_fields = {"loss_att": "loss_attention"}
 
 
 class SingleStreamVisualEmbeddings(nn.Module):
@@ -250,55 +251,23 @@ class SingleStreamSelfAttention(nn.Module):
         return attn_output, attn_weights, (query, key) if return_query_key else None
 
 
-class SingleStreamSelfOutput(nn.Module):
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = make_dropout(config, config.hidden_dropout_prob)
-
-    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
-
-
 class SingleStreamAttention(nn.Module):
     def __init__(self, config: SingleStreamConfig):
         super().__init__()
         self.self = SingleStreamSelfAttention(config)
-        self.output = SingleStreamSelfOutput(config)
+        self.output = SelfOutput(config)
 
     def forward(self, hidden_states, attention_mask, output_attentions=False, return_query_key=False):
         attn_output, attn_weights, query_key = self.self(hidden_states, attention_mask, output_attentions, return_query_key)
         return self.output(attn_output, hidden_states), attn_weights, query_key
 
 
-class SingleStreamIntermediate(nn.Module):
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.intermediate_act_fn = ACT2FN[config.hidden_act]
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.intermediate_act_fn(self.dense(hidden_states))
-
-
-class SingleStreamOutput(nn.Module):
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = make_dropout(config, config.hidden_dropout_prob)
-
-    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
-
-
 class SingleStreamLayer(GradientCheckpointingLayer):
     def __init__(self, config: SingleStreamConfig):
         super().__init__()
         self.attention = SingleStreamAttention(config)
-        self.intermediate = SingleStreamIntermediate(config)
-        self.output = SingleStreamOutput(config)
+        self.intermediate = Intermediate(config)
+        self.output = LayerOutput(config)
 
     def forward(self, hidden_states, attention_mask, output_attentions=False, return_query_key=False):
         attention_output, attn_weights, query_key = self.attention(
@@ -330,16 +299,6 @@ class SingleStreamEncoder(nn.Module):
         return hidden_states, all_hidden_states, all_attentions, query_key_states
 
 
-class SingleStreamPooler(nn.Module):
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.activation = nn.Tanh()
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.dense(hidden_states[:, 0]))
-
-
 class SingleStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, VisualFeatureStatisticsMixin, PreTrainedModel):
     config_class = SingleStreamConfig
     base_model_prefix = "single_stream"
@@ -357,9 +316,9 @@ class SingleStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, Visu
             init.normal_(module.segment_embedding, mean=0.0, std=self.config.initializer_range)
             if module.end_embedding is not None:
                 init.normal_(module.end_embedding, mean=0.0, std=self.config.initializer_range)
-        elif isinstance(module, SingleStreamEmbeddings):
+        elif isinstance(module, TextEmbeddings):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
-        elif isinstance(module, SingleStreamLMPredictionHead):
+        elif isinstance(module, LMPredictionHead):
             init.zeros_(module.bias)
 
     @classmethod
@@ -390,10 +349,10 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
     def __init__(self, config: SingleStreamConfig):
         super().__init__(config)
         self.config = config
-        self.embeddings = SingleStreamEmbeddings(config)
+        self.embeddings = TextEmbeddings(config)
         self.visual_embeddings = SingleStreamVisualEmbeddings(config)
         self.encoder = SingleStreamEncoder(config)
-        self.pooler = SingleStreamPooler(config)
+        self.pooler = Pooler(config)
         self.init_attention_supervision()
         self.post_init()
 
@@ -494,6 +453,30 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
+class SingleStreamPreTrainingHeads(nn.Module):
+    """BERT's pre-training heads under VisualBERT's names (`cls.predictions`, `cls.seq_relationship`)."""
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.predictions = LMPredictionHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+class SingleStreamRegionHead(nn.Module):
+    """Masked-region prediction: the regressed feature of every region and, with `num_object_labels` > 0, its
+    detector class scores (VL-BERT's masked RoI classification)."""
+
+    def __init__(self, config: SingleStreamConfig):
+        super().__init__()
+        self.transform = PredictionHeadTransform(config)
+        self.feature_decoder = nn.Linear(config.hidden_size, config.visual_feat_dim)
+        self.class_decoder = nn.Linear(config.hidden_size, config.num_object_labels) if config.num_object_labels else None
+
+    def forward(self, region_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        states = self.transform(region_states)
+        return self.feature_decoder(states), self.class_decoder(states) if self.class_decoder is not None else None
+
+
 class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
     """Single-stream model fine-tuned for visually grounded paraphrases (Samaran et al. 2021): image-description
     identification on [CLS] (eq. 1), VGP classification of a phrase pair (eqs. 2-4) and attention supervision; the
@@ -577,7 +560,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             loss=loss,
             loss_id=loss_id,
             loss_vgp=loss_vgp,
-            loss_att=outputs.loss_attention,
+            loss_attention=outputs.loss_attention,
             id_logits=id_logits,
             vgp_logits=vgp_logits,
             hidden_states=outputs.hidden_states,
@@ -592,12 +575,12 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             **super().loss_item_counts(inputs),
         }
 
-    def _total_loss(self, loss_id, loss_vgp, loss_att) -> torch.Tensor | None:
+    def _total_loss(self, loss_id, loss_vgp, loss_attention) -> torch.Tensor | None:
         # eq. (9): L = w_id L_id + w_vgp L_vgp + lambda L_att
         weighted = [
             (self.config.id_loss_weight, loss_id),
             (self.config.vgp_loss_weight, loss_vgp),
-            (self.config.attention_supervision_weight, loss_att),
+            (self.config.attention_supervision_weight, loss_attention),
         ]
         terms = [weight * loss for weight, loss in weighted if loss is not None]
         return torch.stack(terms).sum() if terms else None
@@ -628,7 +611,7 @@ def _classification_output(
     return SingleStreamClassificationOutput(
         loss=weighted_total([(1.0, loss_task), (config.attention_supervision_weight, outputs.loss_attention)]),
         loss_task=loss_task,
-        loss_att=outputs.loss_attention,
+        loss_attention=outputs.loss_attention,
         logits=logits,
         hidden_states=outputs.hidden_states,
         attentions=outputs.attentions,
@@ -884,54 +867,6 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
         return {**phrase_grounding_item_counts(inputs), **super().loss_item_counts(inputs)}
 
 
-class SingleStreamPredictionHeadTransform(nn.Module):
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.transform_act_fn = ACT2FN[config.hidden_act]
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))
-
-
-class SingleStreamLMPredictionHead(nn.Module):
-    """Masked-word scores (BERT's); the decoder is tied to the word embeddings."""
-
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__()
-        self.transform = SingleStreamPredictionHeadTransform(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.transform(hidden_states)) + self.bias
-
-
-class SingleStreamPreTrainingHeads(nn.Module):
-    """BERT's pre-training heads under VisualBERT's names (`cls.predictions`, `cls.seq_relationship`)."""
-
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__()
-        self.predictions = SingleStreamLMPredictionHead(config)
-        self.seq_relationship = nn.Linear(config.hidden_size, 2)
-
-
-class SingleStreamRegionHead(nn.Module):
-    """Masked-region prediction: the regressed feature of every region and, with `num_object_labels` > 0, its
-    detector class scores (VL-BERT's masked RoI classification)."""
-
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__()
-        self.transform = SingleStreamPredictionHeadTransform(config)
-        self.feature_decoder = nn.Linear(config.hidden_size, config.visual_feat_dim)
-        self.class_decoder = nn.Linear(config.hidden_size, config.num_object_labels) if config.num_object_labels else None
-
-    def forward(self, region_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        states = self.transform(region_states)
-        return self.feature_decoder(states), self.class_decoder(states) if self.class_decoder is not None else None
-
-
 class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
     """Single-stream pre-training as VisualBERT does it (Li et al. 2019, sec. 3.3): masked language modelling with
     the image (BERT's 15 % masking, regions never masked there) and sentence-image prediction: the text is two
@@ -1024,7 +959,7 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
             losses.update(
                 self._masked_region_losses(region_states, masked_regions, feature_labels, object_labels, num_items_in_batch)
             )
-        losses["loss_att"] = outputs.loss_attention
+        losses["loss_attention"] = outputs.loss_attention
         output = SingleStreamForPreTrainingOutput(
             loss=self._total_loss(losses),
             **losses,
@@ -1069,7 +1004,7 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
             "loss_sentence_image": config.sentence_image_loss_weight,
             "loss_region_feat": config.region_feature_loss_weight,
             "loss_region_class": config.region_class_loss_weight,
-            "loss_att": config.attention_supervision_weight,
+            "loss_attention": config.attention_supervision_weight,
         }
         return weighted_total([(weights[name], loss) for name, loss in losses.items()])
 

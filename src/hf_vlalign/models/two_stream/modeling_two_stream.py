@@ -4,12 +4,12 @@ Kervadec et al. 2020, "Weak supervision helps emergence of word-object alignment
 (N_s<-s), an object self-attention stack (N_o<-o) and cross-modality layers (N_o<->s); pre-training with masked words,
 masked objects, image-sentence matching, question answering and the object-word alignment decoder (sec. 5).
 Module boundaries and output names follow transformers' `modeling_lxmert.py`, so its checkpoints convert exactly
-(`hf_vlalign.hub.convert_lxmert`).
+(`hf_vlalign.hub.convert_lxmert`). BERT's blocks (text embeddings, attention output, feed-forward, pooler) come from
+`..bert_modules` and the masked-word head from `..task_heads`, shared with the single-stream family.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +19,6 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
-from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, logging
 
@@ -36,17 +35,14 @@ from ...utils.item_counts import (
 )
 from ...utils.validation import check_rank, default_and_check_inputs, regions_in_dtype
 from ..attention_utils import key_padding_mask_4d, run_attention
+from ..bert_modules import Intermediate, LayerOutput, Pooler, SelfOutput, TextEmbeddings
 from ..dropout import make_dropout
+from ..renamed_fields import RenamedFieldsMixin
 from ..saving import SaveLoadMixin
-from ..single_stream.modeling_single_stream import (
-    SingleStreamEmbeddings,
-    SingleStreamIntermediate,
-    SingleStreamOutput,
-    SingleStreamPooler,
-    SingleStreamSelfOutput,
-)
 from ..task_heads import (
     AnswerHead,
+    LMPredictionHead,
+    PredictionHeadTransform,
     RegionScoringHead,
     RegionToPhraseAttention,
     answer_item_count,
@@ -83,11 +79,15 @@ from .configuration_two_stream import TwoStreamConfig
 
 logger = logging.get_logger(__name__)
 
+# the shared prediction heads (`..task_heads`) under this module's former names
+TwoStreamPredictionHeadTransform = PredictionHeadTransform
+TwoStreamLMPredictionHead = LMPredictionHead
+
 CROSS_ATTENTION_NAMES = ("language_to_vision", "vision_to_language", "language_self", "vision_self")
 
 
 @dataclass
-class TwoStreamModelOutput(ModelOutput):
+class TwoStreamModelOutput(RenamedFieldsMixin, ModelOutput):
     r"""
     language_output (`(batch, T, hidden_size)`) / vision_output (`(batch, R, hidden_size)`): last cross layer's states.
     pooler_output (`(batch, hidden_size)`): [CLS] language state through the pooler (BERT's name, as the single-stream
@@ -116,41 +116,18 @@ class TwoStreamModelOutput(ModelOutput):
     cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
 
-    # The former field name, kept readable (not a field: `keys()` / `to_tuple()` hold `pooler_output`, in its place).
-    @property
-    def pooled_output(self) -> torch.FloatTensor | None:
-        """Deprecated name of `pooler_output` (a `FutureWarning`)."""
-        return getattr(self, _renamed_output_key("pooled_output"))
-
-    def __getitem__(self, key):
-        return super().__getitem__(_renamed_output_key(key))
-
-    def __contains__(self, key) -> bool:
-        return super().__contains__(_renamed_output_key(key))
-
-    def get(self, key, default=None):
-        return super().get(_renamed_output_key(key), default)
-
-
-def _renamed_output_key(key):
-    """`pooler_output` for the former field name `pooled_output` (with a `FutureWarning`); any other key unchanged."""
-    if isinstance(key, str) and key == "pooled_output":
-        warnings.warn(
-            "`TwoStreamModelOutput.pooled_output` is deprecated; use `pooler_output` (the name BERT and the "
-            "single-stream model use).",
-            FutureWarning,
-            stacklevel=3,
-        )
-        return "pooler_output"
-    return key
+    _renamed_fields = {"pooled_output": "pooler_output"}
 
 
 @dataclass
-class TwoStreamForPreTrainingOutput(ModelOutput):
+class TwoStreamForPreTrainingOutput(RenamedFieldsMixin, ModelOutput):
     r"""
     loss (`torch.FloatTensor`, *optional*): weighted sum of the enabled losses that were computed.
-    loss_mlm / loss_object_class / loss_object_attr / loss_feat / loss_itm / loss_vqa / loss_align / loss_att: each
-        component, unweighted (None when its head is disabled or its labels are absent).
+    loss_mlm / loss_object_class / loss_object_attr / loss_region_feat / loss_itm / loss_vqa / loss_align /
+        loss_attention: each component, unweighted (None when its head is disabled or its labels are absent).
+        `loss_region_feat` (the masked objects' feature regression, the single-stream model's name) was `loss_feat`
+        and `loss_attention` was `loss_att`: both still readable with a `FutureWarning`; trainers log them under
+        their former names.
     prediction_logits (`(batch, T, vocab_size)`): masked language modelling scores (None in training mode when
         `labels` are given: only the masked positions are then scored, for the loss).
     cross_relationship_score (`(batch, 2)`): image-sentence matching scores (0 = mismatched, 1 = matched).
@@ -162,11 +139,11 @@ class TwoStreamForPreTrainingOutput(ModelOutput):
     loss_mlm: torch.FloatTensor | None = None
     loss_object_class: torch.FloatTensor | None = None
     loss_object_attr: torch.FloatTensor | None = None
-    loss_feat: torch.FloatTensor | None = None
+    loss_region_feat: torch.FloatTensor | None = None
     loss_itm: torch.FloatTensor | None = None
     loss_vqa: torch.FloatTensor | None = None
     loss_align: torch.FloatTensor | None = None
-    loss_att: torch.FloatTensor | None = None
+    loss_attention: torch.FloatTensor | None = None
     prediction_logits: torch.FloatTensor | None = None
     cross_relationship_score: torch.FloatTensor | None = None
     question_answering_score: torch.FloatTensor | None = None
@@ -176,24 +153,29 @@ class TwoStreamForPreTrainingOutput(ModelOutput):
     cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
 
+    _renamed_fields = {"loss_feat": "loss_region_feat", "loss_att": "loss_attention"}
+
 
 @dataclass
-class TwoStreamClassificationOutput(ModelOutput):
+class TwoStreamClassificationOutput(RenamedFieldsMixin, ModelOutput):
     r"""
-    loss (`torch.FloatTensor`, *optional*): `loss_task + attention_supervision_weight * loss_att`.
-    loss_task / loss_att: the components, unweighted.
+    loss (`torch.FloatTensor`, *optional*): `loss_task + attention_supervision_weight * loss_attention`.
+    loss_task / loss_attention: the components, unweighted (`loss_attention` was `loss_att`, still readable with a
+        `FutureWarning`).
     logits: answer scores `(batch, num_qa_labels)`, the NLVR2 score `(batch,)`, region scores `(batch, R)`
         (referring expressions) or phrase-region scores `(batch, P, R)` (phrase grounding).
     """
 
     loss: torch.FloatTensor | None = None
     loss_task: torch.FloatTensor | None = None
-    loss_att: torch.FloatTensor | None = None
+    loss_attention: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     language_attentions: tuple[torch.FloatTensor, ...] | None = None
     vision_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+    _renamed_fields = {"loss_att": "loss_attention"}
 
 
 ATTENTION_OUTPUT_NAMES = (
@@ -274,7 +256,7 @@ class TwoStreamAttentionBlock(nn.Module):
     def __init__(self, config: TwoStreamConfig):
         super().__init__()
         self.self = TwoStreamAttention(config)
-        self.output = SingleStreamSelfOutput(config)
+        self.output = SelfOutput(config)
 
     def forward(self, hidden_states, context, attention_mask, output_attentions=False, return_query_key=False):
         attn_output, attn_weights, query_key = self.self(
@@ -289,8 +271,8 @@ class TwoStreamLayer(GradientCheckpointingLayer):
     def __init__(self, config: TwoStreamConfig):
         super().__init__()
         self.attention = TwoStreamAttentionBlock(config)
-        self.intermediate = SingleStreamIntermediate(config)
-        self.output = SingleStreamOutput(config)
+        self.intermediate = Intermediate(config)
+        self.output = LayerOutput(config)
 
     def forward(self, hidden_states, attention_mask, output_attentions=False):
         attention_output, attn_weights, _ = self.attention(
@@ -310,10 +292,10 @@ class TwoStreamCrossLayer(GradientCheckpointingLayer):
         self.vision_cross_attention = None if config.share_cross_attention else TwoStreamAttentionBlock(config)
         self.language_self_attention = TwoStreamAttentionBlock(config)
         self.vision_self_attention = TwoStreamAttentionBlock(config)
-        self.language_intermediate = SingleStreamIntermediate(config)
-        self.language_output = SingleStreamOutput(config)
-        self.vision_intermediate = SingleStreamIntermediate(config)
-        self.vision_output = SingleStreamOutput(config)
+        self.language_intermediate = Intermediate(config)
+        self.language_output = LayerOutput(config)
+        self.vision_intermediate = Intermediate(config)
+        self.vision_output = LayerOutput(config)
 
     def forward(
         self,
@@ -410,9 +392,9 @@ class TwoStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, VisualF
     def _init_weights(self, module):
         super()._init_weights(module)
         init_feature_normalization(module)
-        if isinstance(module, SingleStreamEmbeddings):
+        if isinstance(module, TextEmbeddings):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
-        elif isinstance(module, TwoStreamLMPredictionHead):
+        elif isinstance(module, LMPredictionHead):
             init.zeros_(module.bias)
         if isinstance(module, TwoStreamFeatureProjection):
             init.normal_(module.bias, mean=0.0, std=self.config.initializer_range)
@@ -451,10 +433,10 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
     def __init__(self, config: TwoStreamConfig):
         super().__init__(config)
         self.config = config
-        self.embeddings = SingleStreamEmbeddings(config)
+        self.embeddings = TextEmbeddings(config)
         self.visual_embeddings = TwoStreamVisualEmbeddings(config)
         self.encoder = TwoStreamEncoder(config)
-        self.pooler = SingleStreamPooler(config)
+        self.pooler = Pooler(config)
         self.init_attention_supervision()
         self.post_init()
 
@@ -559,36 +541,12 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-class TwoStreamPredictionHeadTransform(nn.Module):
-    def __init__(self, config: TwoStreamConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.transform_act_fn = ACT2FN[config.hidden_act]
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))
-
-
-class TwoStreamLMPredictionHead(nn.Module):
-    """Masked-word scores; the decoder is tied to the word embeddings."""
-
-    def __init__(self, config: TwoStreamConfig):
-        super().__init__()
-        self.transform = TwoStreamPredictionHeadTransform(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.transform(hidden_states)) + self.bias
-
-
 class TwoStreamObjectHead(nn.Module):
     """Masked-object prediction: detector class and attribute scores and the regressed feature of every object."""
 
     def __init__(self, config: TwoStreamConfig):
         super().__init__()
-        self.transform = TwoStreamPredictionHeadTransform(config)
+        self.transform = PredictionHeadTransform(config)
         self.class_decoder = nn.Linear(config.hidden_size, config.num_object_labels)
         self.attribute_decoder = nn.Linear(config.hidden_size, config.num_attr_labels)
         self.feature_decoder = nn.Linear(config.hidden_size, config.visual_feat_dim)
@@ -617,7 +575,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
     def __init__(self, config: TwoStreamConfig):
         super().__init__(config)
         self.two_stream = TwoStreamModel(config)
-        self.lm_head = TwoStreamLMPredictionHead(config)
+        self.lm_head = LMPredictionHead(config)
         self.matching_head = nn.Linear(config.hidden_size, 2)
         self.object_head = TwoStreamObjectHead(config)
         self.answer_head = TwoStreamAnswerHead(config, config.hidden_size, config.num_qa_labels)
@@ -725,7 +683,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                     alignment_scores, word_region_alignment, region_mask, attention_mask, k=config.alignment_top_k,
                     num_words=num_items(counts, "align"),
                 )  # fmt: skip
-        losses["loss_att"] = outputs.loss_attention
+        losses["loss_attention"] = outputs.loss_attention
         output = TwoStreamForPreTrainingOutput(
             loss=self._total_loss(losses),
             **losses,
@@ -751,11 +709,12 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                 attribute_scores.flatten(0, 1), attribute_labels.flatten(), counts, "object_attr"
             )
         masked = masked_regions.bool()
-        if self.config.visual_feat_loss and feature_labels is not None and has_items(counts, "feat", masked.sum()):
+        with_features = self.config.visual_feat_loss and feature_labels is not None
+        if with_features and has_items(counts, "region_feat", masked.sum()):
             # LXMERT's L2 feature regression: mean over the masked objects' feature dimensions
             total = nn.functional.mse_loss(features[masked], feature_labels[masked].to(features.dtype), reduction="sum")
-            count = item_count(masked.sum(), num_items(counts, "feat"))
-            losses["loss_feat"] = mean_over_items(total / features.shape[-1], count)
+            count = item_count(masked.sum(), num_items(counts, "region_feat"))
+            losses["loss_region_feat"] = mean_over_items(total / features.shape[-1], count)
         return losses
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -766,7 +725,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             "mlm": count_labeled(inputs.get("labels")),
             "object_class": count_labeled(inputs.get("object_labels")),
             "object_attr": count_labeled(inputs.get("attribute_labels")),
-            "feat": count_true(masked) if with_features else count_true(None),
+            "region_feat": count_true(masked) if with_features else count_true(None),
             "itm": count_labeled(inputs.get("matched_labels")),
             "vqa": answer_item_count(inputs.get("answer_labels")),
             "align": grounded_word_count(target, inputs.get("attention_mask")) if target is not None else count_true(None),
@@ -779,11 +738,11 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             "loss_mlm": config.mlm_loss_weight,
             "loss_object_class": config.object_class_loss_weight,
             "loss_object_attr": config.object_attr_loss_weight,
-            "loss_feat": config.feat_loss_weight,
+            "loss_region_feat": config.feat_loss_weight,
             "loss_itm": config.itm_loss_weight,
             "loss_vqa": config.qa_loss_weight,
             "loss_align": config.alignment_loss_weight,
-            "loss_att": config.attention_supervision_weight,
+            "loss_attention": config.attention_supervision_weight,
         }
         return weighted_total([(weights[name], loss) for name, loss in losses.items()])
 
@@ -872,7 +831,7 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
                 [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]
             ),
             loss_task=loss_task,
-            loss_att=outputs.loss_attention,
+            loss_attention=outputs.loss_attention,
             logits=logits,
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
@@ -995,7 +954,7 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
         output = TwoStreamClassificationOutput(
             loss=weighted_total([(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]),
             loss_task=loss_task,
-            loss_att=outputs.loss_attention,
+            loss_attention=outputs.loss_attention,
             logits=logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min),
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
@@ -1063,7 +1022,7 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         output = TwoStreamClassificationOutput(
             loss=weighted_total([(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]),
             loss_task=loss_task,
-            loss_att=outputs.loss_attention,
+            loss_attention=outputs.loss_attention,
             logits=logits,
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
