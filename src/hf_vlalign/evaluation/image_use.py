@@ -181,6 +181,12 @@ def _group_name(value: object) -> str:
     return re.sub(r"[^0-9A-Za-z]+", "_", str(value)).strip("_") or "none"
 
 
+def _takes_return_dict(model: torch.nn.Module) -> bool:
+    """True for forwards that take `return_dict` (named, or through transformers' `**kwargs`)."""
+    parameters = inspect.signature(model.forward).parameters.values()
+    return any(p.name == "return_dict" or p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
 @torch.no_grad()
 def _evaluate(
     model,
@@ -202,7 +208,7 @@ def _evaluate(
     )  # fmt: skip
     for one in batches:
         start, batch, inputs = one.index * batch_size, one.batch, one.inputs
-        outputs = model(**inputs, return_dict=True) if "return_dict" in inspect.signature(model.forward).parameters else model(**inputs)
+        outputs = model(**inputs, return_dict=True) if _takes_return_dict(model) else model(**inputs)
         counts = model.loss_item_counts(inputs) if hasattr(model, "loss_item_counts") else {"": len(one.rows)}
         for key, count in counts.items():
             loss = getattr(outputs, f"loss_{key}" if key else "loss", None)

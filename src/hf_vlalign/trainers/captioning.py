@@ -15,7 +15,9 @@ from ..metrics.captioning import cider_d_per_caption
 from ..utils.item_counts import mean_over_items
 from .base import ComponentLossTrainer, naming_unreadable_state_files
 
-CAPTION_NON_MODEL_KEYS = (*PROBE_KEYS, "references")
+# besides the probe targets and references: the captions' word-region alignment, read by the decoder-grounding probe
+# (`evaluate_decoder_grounding`), never by the captioner, whose forward refuses keys it does not use
+CAPTION_NON_MODEL_KEYS = (*PROBE_KEYS, "references", "word_region_alignment", "phrase_masks")
 # the A2 mask networks' Adam state, saved in every checkpoint folder next to the captioner's `optimizer.pt`
 MASK_OPTIMIZER_NAME = "mask_optimizer.pt"
 

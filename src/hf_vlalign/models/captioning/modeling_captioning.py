@@ -21,8 +21,10 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput
-from transformers.utils import ModelOutput, logging
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs, logging
 from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.generic import can_return_tuple
 
 from ...supervision.perturbation import AttentionPerturbation, PerturbationLinear, mask_objective
 from ...utils.item_counts import count_labeled, has_items, mean_cross_entropy, num_items
@@ -41,6 +43,7 @@ from ...utils.validation import (
 )
 from ..attention_utils import key_padding_mask_4d, run_attention
 from ..dropout import apply_dropout, make_dropout
+from ..forward_kwargs import check_forward_kwargs, output_flag
 from ..saving import SaveLoadMixin
 from ..text_init import load_text_model
 from ..visual_features import VisualFeatureStatisticsMixin, init_feature_normalization, make_feature_normalization
@@ -553,6 +556,9 @@ class RegionCaptionerPreTrainedModel(SaveLoadMixin, VisualFeatureStatisticsMixin
     _supports_sdpa = True
     _no_split_modules = ["RegionCaptionerEncoderLayer", "RegionCaptionerDecoderLayer"]
     _layer_count_fields = {"encoder.layers": "encoder_layers", "decoder.layers": "decoder_layers"}
+    # the losses divide by the caption-token count of `loss_item_counts` (a dict, passed by `CaptioningTrainer`), not by
+    # the tensor transformers' Trainer would pass through `**kwargs`
+    accepts_loss_kwargs = False
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -584,6 +590,7 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.decoder.embed_tokens = value
 
+    @can_return_tuple
     @deprecate_kwarg("past_key_values", "6.0.0", new_name="cache")
     def forward(
         self,
@@ -595,9 +602,8 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
         encoder_outputs: BaseModelOutput | tuple | None = None,
         cache: EncoderDecoderCache | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
         alignment_mode: str = "align",
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> RegionCaptionerModelOutput:
         r"""
         Encodes the regions (unless `encoder_outputs` are given) and decodes `decoder_input_ids`. alignment_mode:
@@ -605,7 +611,8 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
         """
         if alignment_mode not in ("align", "perturb"):
             raise ValueError(f"`alignment_mode` must be 'align' or 'perturb', got {alignment_mode!r}.")
-        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        check_forward_kwargs(self, kwargs, supported={"output_attentions"})  # no hidden states are returned
+        output_attentions = output_flag("output_attentions", kwargs, self.config)
         if encoder_outputs is None:
             if visual_feats is None or visual_boxes is None:
                 raise ValueError("`visual_feats` and `visual_boxes` are required when `encoder_outputs` is not given.")
@@ -686,6 +693,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             model.model.decoder.embed_tokens.weight.copy_(embeddings)
         return model
 
+    @can_return_tuple
     @deprecate_kwarg("past_key_values", "6.0.0", new_name="cache")
     def forward(
         self,
@@ -698,12 +706,10 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         encoder_outputs: BaseModelOutput | tuple | None = None,
         cache: EncoderDecoderCache | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        return_dict: bool | None = None,
         alignment_mode: str = "align",
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-        **kwargs,
-    ) -> RegionCaptionerOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> RegionCaptionerOutput:
         r"""
         visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]): the
         regions. visual_attention_mask (`(batch, R)`): 1 for real regions, 0 for padding; without it every region is
@@ -716,7 +722,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         tokens that the caption loss and the mask objective divide by (data parallelism, gradient accumulation;
         `CaptioningTrainer` passes it); default: this batch's.
         """
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs, supported={"output_attentions"})  # no hidden states are returned
         if self.config.validate_inputs:
             self._check_decoder_inputs(labels, decoder_input_ids, decoder_attention_mask, cache)
         if labels is not None:
@@ -737,8 +743,9 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             encoder_outputs=encoder_outputs,
             cache=cache,
             use_cache=use_cache,
-            output_attentions=output_attentions,
             alignment_mode=alignment_mode,
+            return_dict=True,
+            **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state)
         loss_caption = loss_mask = mask_mean = None
@@ -754,7 +761,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             valid = (labels != -100)
             # eq. (4): the mask networks maximise the caption loss under the smallest perturbation
             loss_mask = mask_objective(loss_caption, masks, float(self.config.mask_loss_weight), valid, caption_tokens)
-        output = RegionCaptionerOutput(
+        return RegionCaptionerOutput(
             loss=loss_mask if alignment_mode == "perturb" else loss_caption,
             loss_caption=loss_caption,
             loss_mask=loss_mask,
@@ -767,7 +774,6 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             cross_attentions=outputs.cross_attentions,
             aligned_cross_attentions=outputs.aligned_cross_attentions,
         )
-        return output if return_dict else output.to_tuple()
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """The caption tokens (labels that are not -100) the caption loss and the mask objective average over, as
@@ -829,13 +835,18 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
     ) -> torch.LongTensor:
         r"""`GenerationMixin.generate` over the regions (greedy or beam search), after checking what it would otherwise
         fail on deep inside: `visual_feats` and `visual_boxes` (unless `encoder_outputs` are given), `num_beams` >= 1
-        (argument or generation config), and a `decoder_attention_mask` of the prompt's shape, (batch, 1) without
-        `decoder_input_ids`."""
+        (argument or generation config), no `output_hidden_states` (the captioner returns none), and a
+        `decoder_attention_mask` of the prompt's shape, (batch, 1) without `decoder_input_ids`."""
         if kwargs.get("encoder_outputs") is None:
             for name, tensor in (("visual_feats", visual_feats), ("visual_boxes", visual_boxes)):
                 if tensor is None:
                     raise ValueError(f"`generate()` needs `{name}` (or `encoder_outputs`), got None.")
         generation_config = kwargs.get("generation_config") or self.generation_config
+        if kwargs.get("output_hidden_states", generation_config.output_hidden_states):
+            raise ValueError(
+                "`output_hidden_states` is not supported by the captioner, which returns no hidden states; "
+                "`output_attentions=True` returns its attention maps."
+            )
         num_beams = kwargs.get("num_beams")
         num_beams = (generation_config.num_beams or 1) if num_beams is None else num_beams
         if not isinstance(num_beams, int) or isinstance(num_beams, bool) or num_beams < 1:

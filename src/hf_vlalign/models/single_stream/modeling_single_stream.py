@@ -21,7 +21,10 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.utils import ModelOutput, logging
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs, logging
+from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import capture_outputs
 
 from ...supervision import AttentionSupervisionMixin, max_pool_phrases
 from ...utils.item_counts import (
@@ -44,6 +47,7 @@ from ...utils.validation import (
 from ..attention_utils import key_padding_mask_4d, run_attention
 from ..bert_modules import Intermediate, LayerOutput, Pooler, SelfOutput, TextEmbeddings
 from ..dropout import make_dropout
+from ..forward_kwargs import check_forward_kwargs, output_flag
 from ..renamed_fields import RenamedFieldsMixin
 from ..saving import SaveLoadMixin
 from ..task_heads import (
@@ -282,21 +286,17 @@ class SingleStreamEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList([SingleStreamLayer(config) for _ in range(config.num_hidden_layers)])
 
-    def forward(self, hidden_states, attention_mask, output_attentions=False, output_hidden_states=False, query_key_layers=()):
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
+    def forward(
+        self, hidden_states, attention_mask, output_attentions=False, query_key_layers=()
+    ) -> tuple[torch.Tensor, dict[int, tuple[torch.Tensor, torch.Tensor]]]:
+        """The last layer's states and the (query, key) projections of `query_key_layers` (for supervision); every
+        layer's states and attention maps are recorded by the model's `@capture_outputs`."""
         query_key_states = {}
         for index, layer in enumerate(self.layer):
-            hidden_states, attn_weights, query_key = layer(
-                hidden_states, attention_mask, output_attentions, index in query_key_layers
-            )
+            hidden_states, _, query_key = layer(hidden_states, attention_mask, output_attentions, index in query_key_layers)
             if query_key is not None:
                 query_key_states[index] = query_key
-            if output_attentions:
-                all_attentions += (attn_weights,)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-        return hidden_states, all_hidden_states, all_attentions, query_key_states
+        return hidden_states, query_key_states
 
 
 class SingleStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, VisualFeatureStatisticsMixin, PreTrainedModel):
@@ -307,6 +307,11 @@ class SingleStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, Visu
     _supports_sdpa = True
     _no_split_modules = ["SingleStreamVisualEmbeddings", "SingleStreamLayer"]
     _layer_count_fields = {"encoder.layer": "num_hidden_layers"}
+    # `@capture_outputs` records each layer's output (index 0) and each attention's probabilities (index 1)
+    _can_record_outputs = {"hidden_states": SingleStreamLayer, "attentions": SingleStreamSelfAttention}
+    # the losses divide by the per-loss counts of `loss_item_counts` (a dict, passed by `ComponentLossTrainer`), not by
+    # the one token count transformers' Trainer would pass through `**kwargs`
+    accepts_loss_kwargs = False
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -376,6 +381,7 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
             parts.append(attention_mask.new_ones(attention_mask.shape[0], 1))
         return torch.cat(parts, dim=1)
 
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -386,11 +392,9 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         visual_attention_mask: torch.LongTensor | None = None,
         word_region_alignment: torch.FloatTensor | None = None,
         phrase_masks: torch.BoolTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> SingleStreamModelOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SingleStreamModelOutput:
         r"""
         visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]; optional,
         and unused, when `config.use_box_embeddings=False`): the regions. visual_attention_mask (`(batch, R)`): 1 for
@@ -401,12 +405,10 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         num_items_in_batch (`dict[str, torch.Tensor]`, *optional*): the global counts of [`loss_item_counts`] that
         every loss divides by (data parallelism, gradient accumulation; `ComponentLossTrainer` passes them); default:
         this batch's own counts.
+        output_attentions / output_hidden_states: recorded by `@capture_outputs` from the layers (`_can_record_outputs`).
         """
-        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs)
+        output_attentions = output_flag("output_attentions", kwargs, self.config)
         visual_feats, visual_boxes = regions_in_dtype(self.dtype, visual_feats, visual_boxes)
         attention_mask, token_type_ids, visual_attention_mask = default_and_check_inputs(
             self.config, input_ids, attention_mask, token_type_ids, visual_feats, visual_boxes,
@@ -421,11 +423,10 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         key_padding_mask = self._key_padding_mask(attention_mask, visual_attention_mask)
         eager = output_attentions or self.config._attn_implementation == "eager"
         supervise = word_region_alignment is not None and self.config.attention_supervision != "none"
-        sequence_output, all_hidden_states, all_attentions, query_key_states = self.encoder(
+        sequence_output, query_key_states = self.encoder(
             embedding_output,
             key_padding_mask_4d(key_padding_mask, embedding_output.dtype, eager),
             output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             query_key_layers=self.layers_needing_query_key() if supervise else set(),
         )
         loss_attention = None
@@ -443,14 +444,11 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
                 phrase_masks=phrase_masks,
                 num_items_in_batch=num_items_in_batch,
             )
-        output = SingleStreamModelOutput(
+        return SingleStreamModelOutput(
             last_hidden_state=sequence_output,
             pooler_output=self.pooler(sequence_output),
             loss_attention=loss_attention,
-            hidden_states=all_hidden_states,
-            attentions=all_attentions,
         )
-        return output if return_dict else output.to_tuple()
 
 
 class SingleStreamPreTrainingHeads(nn.Module):
@@ -500,6 +498,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         self.vgp_classifier = nn.Linear(config.hidden_size, config.num_vgp_labels)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -514,11 +513,9 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         phrase_masks: torch.BoolTensor | None = None,
         id_labels: torch.LongTensor | None = None,
         vgp_labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> VisualParaphraseOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> VisualParaphraseOutput:
         r"""
         visual_boxes may be None when `config.use_box_embeddings=False` (see [`SingleStreamModel.forward`]).
         phrase1_mask / phrase2_mask (`(batch, T)`, required): tokens of the phrase pair, p1 in c1 and p2 in c2 (each
@@ -526,7 +523,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         id_labels (`(batch,)`): 0 = only c1 describes the image, 1 = only c2, 2 = both.
         vgp_labels (`(batch,)`): 1 when p1 and p2 are visually grounded paraphrases, else 0.
         """
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs)
         for name, mask in (("phrase1_mask", phrase1_mask), ("phrase2_mask", phrase2_mask)):
             if mask is None:
                 raise ValueError(f"`{name}` (batch, text_length) is required by {type(self).__name__}, got None.")
@@ -541,10 +538,9 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             visual_attention_mask=visual_attention_mask,
             word_region_alignment=word_region_alignment,
             phrase_masks=phrase_masks,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
+            **kwargs,
         )
         text_states = outputs.last_hidden_state[:, : input_ids.shape[1]]
         id_logits = self.id_classifier(self.dropout(outputs.pooler_output))
@@ -556,7 +552,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         loss_id = optional_cross_entropy(id_logits, id_labels, num_items_in_batch, "id")
         loss_vgp = optional_cross_entropy(vgp_logits, vgp_labels, num_items_in_batch, "vgp")
         loss = self._total_loss(loss_id, loss_vgp, outputs.loss_attention)
-        output = VisualParaphraseOutput(
+        return VisualParaphraseOutput(
             loss=loss,
             loss_id=loss_id,
             loss_vgp=loss_vgp,
@@ -566,7 +562,6 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return output if return_dict else output.to_tuple()
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return {
@@ -636,6 +631,7 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
         self.answer_head = AnswerHead(config, config.hidden_size, config.num_qa_labels)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -647,13 +643,11 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
         word_region_alignment: torch.FloatTensor | None = None,
         phrase_masks: torch.BoolTensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> SingleStreamClassificationOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SingleStreamClassificationOutput:
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores in [0, 1]."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs)
         if self.config.validate_inputs:
             check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, name="labels")
         outputs = self.single_stream(
@@ -665,15 +659,13 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
             visual_attention_mask=visual_attention_mask,
             word_region_alignment=word_region_alignment,
             phrase_masks=phrase_masks,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
+            **kwargs,
         )
         logits = self.answer_head(outputs.pooler_output)
         loss_task = answer_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
-        output = _classification_output(self.config, loss_task, outputs, logits)
-        return output if return_dict else output.to_tuple()
+        return _classification_output(self.config, loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return {**answer_item_counts(inputs), **super().loss_item_counts(inputs)}
@@ -694,6 +686,7 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
         self.reasoning_head = AnswerHead(config, 2 * config.hidden_size, 1)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -703,13 +696,11 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
         token_type_ids: torch.LongTensor | None = None,
         visual_attention_mask: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> SingleStreamClassificationOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SingleStreamClassificationOutput:
         r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0. Returns `logits` (batch,)."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs)
         batch = input_ids.shape[0]
         check_image_pair(visual_feats, batch)
         if self.config.validate_inputs:
@@ -721,15 +712,13 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
             attention_mask=pair_repeat(attention_mask),
             token_type_ids=pair_repeat(token_type_ids),
             visual_attention_mask=pair_flatten(visual_attention_mask),
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
+            **kwargs,
         )
         logits = self.reasoning_head(outputs.pooler_output.reshape(batch, -1)).squeeze(-1)
         loss_task = reasoning_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
-        output = _classification_output(self.config, loss_task, outputs, logits)
-        return output if return_dict else output.to_tuple()
+        return _classification_output(self.config, loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return reasoning_item_counts(inputs)  # no attention supervision: the sentence has no regions of its own
@@ -747,6 +736,7 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
         self.region_head = RegionScoringHead(config)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -759,17 +749,15 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
         phrase_masks: torch.BoolTensor | None = None,
         labels: torch.LongTensor | None = None,
         target_region_iou: torch.FloatTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> SingleStreamClassificationOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SingleStreamClassificationOutput:
         r"""
         labels (`(batch,)`): the referred region (best IoU with the referred box). target_region_iou (`(batch, R)`):
         every region's IoU with the referred box; when given, the loss uses it (positives at IoU >= threshold).
         Returns `logits` (batch, R), padding regions at the dtype's minimum.
         """
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs)
         if self.config.validate_inputs:
             check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask)
         outputs = self.single_stream(
@@ -781,10 +769,9 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
             visual_attention_mask=visual_attention_mask,
             word_region_alignment=word_region_alignment,
             phrase_masks=phrase_masks,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
+            **kwargs,
         )
         region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
         logits = self.region_head(_region_states(outputs, input_ids.shape[1], visual_feats.shape[1]))
@@ -793,8 +780,7 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
             num_items(num_items_in_batch, "task"),
         )  # fmt: skip
         logits = logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min)
-        output = _classification_output(self.config, loss_task, outputs, logits)
-        return output if return_dict else output.to_tuple()
+        return _classification_output(self.config, loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return {**referring_item_counts(inputs), **super().loss_item_counts(inputs)}
@@ -813,6 +799,7 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
         self.grounding_head = RegionToPhraseAttention(config)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -824,17 +811,15 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
         visual_attention_mask: torch.LongTensor | None = None,
         word_region_alignment: torch.FloatTensor | None = None,
         phrase_labels: torch.FloatTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> SingleStreamClassificationOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SingleStreamClassificationOutput:
         r"""
         phrase_masks (`(batch, P, T)`, required): the tokens of each phrase (all-zero rows are padding).
         phrase_labels (`(batch, P, R)`): each phrase's gold distribution over regions (zero rows: not grounded).
         Returns `logits` (batch, P, R), padding regions at the dtype's minimum.
         """
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs)
         if phrase_masks is None:
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
         if self.config.validate_inputs:
@@ -848,10 +833,9 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
             visual_attention_mask=visual_attention_mask,
             word_region_alignment=word_region_alignment,
             phrase_masks=phrase_masks,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
+            **kwargs,
         )
         text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
         phrase_states = mean_pool_phrases(outputs.last_hidden_state[:, :text_length], phrase_masks)
@@ -860,8 +844,7 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
         loss_task = None
         if phrase_labels is not None:
             loss_task = phrase_grounding_loss(logits, phrase_labels, num_items(num_items_in_batch, "task"))
-        output = _classification_output(self.config, loss_task, outputs, logits)
-        return output if return_dict else output.to_tuple()
+        return _classification_output(self.config, loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return {**phrase_grounding_item_counts(inputs), **super().loss_item_counts(inputs)}
@@ -895,6 +878,7 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.cls.predictions.decoder = new_embeddings
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -910,18 +894,16 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         masked_regions: torch.LongTensor | None = None,
         feature_labels: torch.FloatTensor | None = None,
         object_labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> SingleStreamForPreTrainingOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SingleStreamForPreTrainingOutput:
         r"""
         labels (`(batch, T)`): masked-word targets, -100 on unmasked tokens.
         sentence_image_labels (`(batch,)`): 0 when the second caption also describes the image, 1 when it is random.
         masked_regions (`(batch, R)`): 1 on masked regions; feature_labels (`(batch, R, visual_feat_dim)`) their
         original features; object_labels (`(batch, R)`) their detector classes (-100 elsewhere).
         """
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs)
         if self.config.validate_inputs:
             self._check_pretraining_labels(
                 input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels
@@ -939,10 +921,9 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
             visual_attention_mask=visual_attention_mask,
             word_region_alignment=word_region_alignment,
             phrase_masks=phrase_masks,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
+            **kwargs,
         )
         text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
         prediction_logits, loss_mlm = masked_language_modelling(
@@ -960,7 +941,7 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
                 self._masked_region_losses(region_states, masked_regions, feature_labels, object_labels, num_items_in_batch)
             )
         losses["loss_attention"] = outputs.loss_attention
-        output = SingleStreamForPreTrainingOutput(
+        return SingleStreamForPreTrainingOutput(
             loss=self._total_loss(losses),
             **losses,
             prediction_logits=prediction_logits,
@@ -968,7 +949,6 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return output if return_dict else output.to_tuple()
 
     def _masked_region_losses(self, region_states, masked_regions, feature_labels, object_labels, counts) -> dict:
         masked = masked_regions.bool()

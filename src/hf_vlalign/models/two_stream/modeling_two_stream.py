@@ -20,7 +20,9 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.utils import ModelOutput, logging
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs, logging
+from transformers.utils.generic import can_return_tuple
 
 from ...supervision import AttentionSupervisionMixin
 from ...supervision.alignment_decoder import AlignmentDecoder, alignment_kl_loss, grounded_word_count
@@ -37,6 +39,7 @@ from ...utils.validation import check_rank, default_and_check_inputs, regions_in
 from ..attention_utils import key_padding_mask_4d, run_attention
 from ..bert_modules import Intermediate, LayerOutput, Pooler, SelfOutput, TextEmbeddings
 from ..dropout import make_dropout
+from ..forward_kwargs import check_forward_kwargs, output_flag
 from ..renamed_fields import RenamedFieldsMixin
 from ..saving import SaveLoadMixin
 from ..task_heads import (
@@ -384,6 +387,9 @@ class TwoStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, VisualF
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _no_split_modules = ["TwoStreamVisualEmbeddings", "TwoStreamLayer", "TwoStreamCrossLayer"]
+    # the losses divide by the per-loss counts of `loss_item_counts` (a dict, passed by `ComponentLossTrainer`), not by
+    # the one token count transformers' Trainer would pass through `**kwargs`
+    accepts_loss_kwargs = False
     _layer_count_fields = {
         "encoder.language_layers": "l_layers", "encoder.vision_layers": "r_layers", "encoder.cross_layers": "x_layers"
     }
@@ -461,6 +467,7 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
             )
         copy_pooler_weights(self.pooler, text_model)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -471,11 +478,9 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         visual_attention_mask: torch.LongTensor | None = None,
         word_region_alignment: torch.FloatTensor | None = None,
         phrase_masks: torch.BoolTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> TwoStreamModelOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TwoStreamModelOutput:
         r"""
         visual_feats (`(batch, R, visual_feat_dim)`), visual_boxes (`(batch, R, 4)` x1, y1, x2, y2 in [0, 1]): the
         objects. visual_attention_mask (`(batch, R)`): 1 for real regions, 0 for padding; without it every region is
@@ -485,12 +490,12 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         num_items_in_batch (`dict[str, torch.Tensor]`, *optional*): the global counts of [`loss_item_counts`] that
         every loss divides by (data parallelism, gradient accumulation; `ComponentLossTrainer` passes them); default:
         this batch's own counts.
+        output_attentions / output_hidden_states: collected here per stream (LXMERT's `language_*`, `vision_*` and
+        `cross_encoder_*` fields have no counterpart among the `output_<key>` flags of `@capture_outputs`).
         """
-        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs)
+        output_attentions = output_flag("output_attentions", kwargs, self.config)
+        output_hidden_states = output_flag("output_hidden_states", kwargs, self.config)
         visual_feats, visual_boxes = regions_in_dtype(self.dtype, visual_feats, visual_boxes)
         attention_mask, token_type_ids, visual_attention_mask = default_and_check_inputs(
             self.config, input_ids, attention_mask, token_type_ids, visual_feats, visual_boxes,
@@ -524,7 +529,7 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
                 num_items_in_batch=num_items_in_batch,
             )
         attentions = {name: encoded[name] if output_attentions else None for name in ATTENTION_OUTPUT_NAMES}
-        output = TwoStreamModelOutput(
+        return TwoStreamModelOutput(
             language_output=language_output,
             vision_output=vision_output,
             pooler_output=self.pooler(language_output),
@@ -533,7 +538,6 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
             vision_hidden_states=encoded["vision_hidden_states"] if output_hidden_states else None,
             **attentions,
         )
-        return output if return_dict else output.to_tuple()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -588,6 +592,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head.decoder = new_embeddings
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -605,11 +610,9 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         masked_regions: torch.LongTensor | None = None,
         matched_labels: torch.LongTensor | None = None,
         answer_labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> TwoStreamForPreTrainingOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TwoStreamForPreTrainingOutput:
         r"""
         labels (`(batch, T)`): masked-word targets, -100 on unmasked tokens.
         object_labels / attribute_labels (`(batch, R)`): the detector's class / attribute of each masked object, -100
@@ -620,7 +623,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         word_region_alignment (`(batch, T, R)`): soft targets A* of the alignment decoder (eq. 18), also used by
             attention supervision when `attention_supervision` is not "none".
         """
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs)
         if self.config.validate_inputs:
             self._check_pretraining_labels(
                 input_ids,
@@ -646,10 +649,9 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             visual_attention_mask=visual_attention_mask,
             word_region_alignment=word_region_alignment,
             phrase_masks=phrase_masks,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
+            **kwargs,
         )
         config = self.config
         losses = {}
@@ -684,7 +686,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                     num_words=num_items(counts, "align"),
                 )  # fmt: skip
         losses["loss_attention"] = outputs.loss_attention
-        output = TwoStreamForPreTrainingOutput(
+        return TwoStreamForPreTrainingOutput(
             loss=self._total_loss(losses),
             **losses,
             prediction_logits=prediction_logits,
@@ -693,7 +695,6 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             alignment_scores=alignment_scores,
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
-        return output if return_dict else output.to_tuple()
 
     def _masked_object_losses(
         self, vision_output, object_labels, attribute_labels, feature_labels, masked_regions, counts
@@ -792,6 +793,7 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         self.answer_head = TwoStreamAnswerHead(config, config.hidden_size, config.num_qa_labels)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -803,12 +805,11 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         word_region_alignment: torch.FloatTensor | None = None,
         phrase_masks: torch.BoolTensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> TwoStreamClassificationOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TwoStreamClassificationOutput:
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs, supported={"output_attentions"})
         if self.config.validate_inputs:
             check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, name="labels")
         outputs = self.two_stream(
@@ -820,13 +821,13 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
             visual_attention_mask=visual_attention_mask,
             word_region_alignment=word_region_alignment,
             phrase_masks=phrase_masks,
-            output_attentions=output_attentions,
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
+            **kwargs,
         )
         logits = self.answer_head(outputs.pooler_output)
         loss_task = answer_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
-        output = TwoStreamClassificationOutput(
+        return TwoStreamClassificationOutput(
             loss=weighted_total(
                 [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]
             ),
@@ -835,7 +836,6 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
             logits=logits,
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
-        return output if return_dict else output.to_tuple()
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return {**answer_item_counts(inputs), **super().loss_item_counts(inputs)}
@@ -852,6 +852,7 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         self.reasoning_head = TwoStreamAnswerHead(config, 2 * config.hidden_size, 1)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -861,12 +862,11 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         token_type_ids: torch.LongTensor | None = None,
         visual_attention_mask: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> TwoStreamClassificationOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TwoStreamClassificationOutput:
         r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs, supported={"output_attentions"})
         batch = input_ids.shape[0]
         check_image_pair(visual_feats, batch)
         if self.config.validate_inputs:
@@ -878,19 +878,18 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
             attention_mask=pair_repeat(attention_mask),
             token_type_ids=pair_repeat(token_type_ids),
             visual_attention_mask=pair_flatten(visual_attention_mask),
-            output_attentions=output_attentions,
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
+            **kwargs,
         )
         logits = self.reasoning_head(outputs.pooler_output.reshape(batch, -1)).squeeze(-1)
         loss_task = reasoning_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
-        output = TwoStreamClassificationOutput(
+        return TwoStreamClassificationOutput(
             loss=loss_task,
             loss_task=loss_task,
             logits=logits,
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
-        return output if return_dict else output.to_tuple()
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return reasoning_item_counts(inputs)  # no attention supervision: the sentence has no regions of its own
@@ -908,6 +907,7 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
         self.region_head = RegionScoringHead(config)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -920,16 +920,15 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
         phrase_masks: torch.BoolTensor | None = None,
         labels: torch.LongTensor | None = None,
         target_region_iou: torch.FloatTensor | None = None,
-        output_attentions: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> TwoStreamClassificationOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TwoStreamClassificationOutput:
         r"""
         labels (`(batch,)`): the referred region (best IoU with the referred box). target_region_iou (`(batch, R)`):
         every region's IoU with the referred box; when given, the loss uses it (positives at IoU >= threshold).
         Returns `logits` (batch, R), padding regions at the dtype's minimum.
         """
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs, supported={"output_attentions"})
         if self.config.validate_inputs:
             check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask)
         outputs = self.two_stream(
@@ -941,9 +940,9 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
             visual_attention_mask=visual_attention_mask,
             word_region_alignment=word_region_alignment,
             phrase_masks=phrase_masks,
-            output_attentions=output_attentions,
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
+            **kwargs,
         )
         region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
         logits = self.region_head(outputs.vision_output)
@@ -951,14 +950,13 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
             logits, region_mask, target_region_iou, labels, self.config.referring_iou_threshold,
             num_items(num_items_in_batch, "task"),
         )  # fmt: skip
-        output = TwoStreamClassificationOutput(
+        return TwoStreamClassificationOutput(
             loss=weighted_total([(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]),
             loss_task=loss_task,
             loss_attention=outputs.loss_attention,
             logits=logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min),
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
-        return output if return_dict else output.to_tuple()
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return {**referring_item_counts(inputs), **super().loss_item_counts(inputs)}
@@ -975,6 +973,7 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         self.grounding_head = RegionToPhraseAttention(config)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor,
@@ -986,16 +985,15 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         visual_attention_mask: torch.LongTensor | None = None,
         word_region_alignment: torch.FloatTensor | None = None,
         phrase_labels: torch.FloatTensor | None = None,
-        output_attentions: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
-    ) -> TwoStreamClassificationOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TwoStreamClassificationOutput:
         r"""
         phrase_masks (`(batch, P, T)`, required): the tokens of each phrase (all-zero rows are padding).
         phrase_labels (`(batch, P, R)`): each phrase's gold distribution over regions (zero rows: not grounded).
         Returns `logits` (batch, P, R), padding regions at the dtype's minimum.
         """
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        check_forward_kwargs(self, kwargs, supported={"output_attentions"})
         if phrase_masks is None:
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
         if self.config.validate_inputs:
@@ -1009,9 +1007,9 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
             visual_attention_mask=visual_attention_mask,
             word_region_alignment=word_region_alignment,
             phrase_masks=phrase_masks,
-            output_attentions=output_attentions,
             return_dict=True,
             num_items_in_batch=num_items_in_batch,
+            **kwargs,
         )
         phrase_states = mean_pool_phrases(outputs.language_output, phrase_masks)
         region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
@@ -1019,14 +1017,13 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         loss_task = None
         if phrase_labels is not None:
             loss_task = phrase_grounding_loss(logits, phrase_labels, num_items(num_items_in_batch, "task"))
-        output = TwoStreamClassificationOutput(
+        return TwoStreamClassificationOutput(
             loss=weighted_total([(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]),
             loss_task=loss_task,
             loss_attention=outputs.loss_attention,
             logits=logits,
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
-        return output if return_dict else output.to_tuple()
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return {**phrase_grounding_item_counts(inputs), **super().loss_item_counts(inputs)}
