@@ -15,7 +15,9 @@ import pytest
 from launch_helpers import save_tiny_bert
 from transformers import TrainingArguments
 
+from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.recipes import available_cores, default_cpu_threads, set_cpu_threads
+from hf_vlalign.synthetic import SyntheticSceneConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHED = {"OMP_NUM_THREADS": "1", "ACCELERATE_DYNAMO_BACKEND": "NO"}  # what `accelerate launch` sets by default
@@ -60,12 +62,16 @@ def tiny_text_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("synthetic_cache")
+    """The example's scenes, written once here: the launches read them side by side."""
+    cache = tmp_path_factory.mktemp("synthetic_cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_VLALIGN_CACHE", str(cache))
+        load_vgp_data(synthetic_config=SyntheticSceneConfig(num_train_images=12, num_val_images=6))
+    return cache
 
 
-def launched_threads(tmp_path: Path, cache: Path, text_model: Path, env: dict, extra: list[str]) -> int:
-    """Runs `accelerate launch examples/finetune_vgp.py` (no accelerate config, one CPU process) for one step and
-    returns the thread count it printed."""
+def launch(tmp_path: Path, cache: Path, text_model: Path, env: dict, extra: list[str]) -> subprocess.Popen:
+    """Starts `accelerate launch examples/finetune_vgp.py` (no accelerate config, one CPU process) for one step."""
     env = {**env, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(cache), "CUDA_VISIBLE_DEVICES": ""}
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
@@ -74,21 +80,36 @@ def launched_threads(tmp_path: Path, cache: Path, text_model: Path, env: dict, e
         "--synthetic_train_images", "12", "--synthetic_eval_images", "6", "--max_steps", "1", "--eval_strategy", "no",
         "--per_device_train_batch_size", "4", "--image_use_examples", "4", "--report_to", "none", *extra,
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    printed = re.findall(r"^hf_vlalign: (\d+) CPU thread\(s\) per process, 1 process\(es\)", completed.stdout, re.M)
-    assert len(printed) == 1, completed.stdout[-2000:]  # logged once
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def printed_threads(process: subprocess.Popen) -> int:
+    """The thread count a launched run printed (once)."""
+    try:
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, stderr[-4000:]
+    printed = re.findall(r"^hf_vlalign: (\d+) CPU thread\(s\) per process, 1 process\(es\)", stdout, re.M)
+    assert len(printed) == 1, stdout[-2000:]  # logged once
     return int(printed[0])
 
 
 def test_accelerate_launch_uses_the_available_cores_by_default(tmp_path, cache, tiny_text_model):
     env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
-    assert launched_threads(tmp_path, cache, tiny_text_model, env, []) == available_cores()
+    assert printed_threads(launch(tmp_path, cache, tiny_text_model, env, [])) == available_cores()
 
 
 def test_num_threads_and_the_users_omp_num_threads_override_the_default(tmp_path, cache, tiny_text_model):
     chosen = available_cores() + 1  # neither the default nor accelerate's 1
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    assert launched_threads(tmp_path, cache, tiny_text_model, env, ["--num_threads", str(chosen)]) == chosen
-    env = {**os.environ, "OMP_NUM_THREADS": str(chosen)}  # the user's own value, passed on by accelerate
-    assert launched_threads(tmp_path / "omp", cache, tiny_text_model, env, []) == chosen
+    # both runs side by side (the count is chosen from the arguments and environment, not from the load)
+    by_argument = launch(
+        tmp_path, cache, tiny_text_model, {**os.environ, "OMP_NUM_THREADS": "1"}, ["--num_threads", str(chosen)]
+    )
+    # the user's own value, passed on by accelerate
+    by_environment = launch(
+        tmp_path / "omp", cache, tiny_text_model, {**os.environ, "OMP_NUM_THREADS": str(chosen)}, []
+    )
+    assert printed_threads(by_argument) == chosen
+    assert printed_threads(by_environment) == chosen
