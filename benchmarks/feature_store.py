@@ -3,15 +3,16 @@
 
     python benchmarks/feature_store.py                    # 1024 images x 36 boxes x 2048 features, batches of 64
     python benchmarks/feature_store.py --num-images 4096 --batches 50
-    python benchmarks/feature_store.py --json benchmarks/results/feature_store.json      # the README's run
-    python benchmarks/feature_store.py --readme benchmarks/results/feature_store.json    # only rewrite README.md's tables
+    python benchmarks/feature_store.py --json benchmarks/results/feature_store.json      # the docs' run
+    python benchmarks/feature_store.py --docs benchmarks/results/feature_store.json      # only rewrite the docs' tables
 
 Writes a synthetic LXMERT TSV (random features, the published layout), converts it to a store, then times the same
 random batches of image ids three ways in one run: the store; the TSV read by seeking to each image's line (an index
 of line offsets built once) and decoding it; and LXMERT's own approach, loading the whole TSV into memory first
 (`load_obj_tsv`), whose start-up cost and memory are reported. Memory comes from /proc/self/status: `RssAnon` is
 private memory, `RssFile` pages of memory-mapped files (shared with the page cache, dropped under pressure).
-The README's tables are rendered from the committed results file (tests/test_readme_benchmark_tables.py checks it).
+The tables of docs/datasets.md are rendered from the committed results file (tests/test_readme_benchmark_tables.py
+checks it).
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ from hf_vlalign.data.feature_store import RegionFeatureStore, convert_features
 from hf_vlalign.data.formats.lxmert_tsv import _decode_row, write_lxmert_tsv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from readme_blocks import replace_readme_block, write_results  # noqa: E402  (benchmarks/readme_blocks.py)
+from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "feature_store.json"
-README_BEGIN = "<!-- benchmarks/feature_store.py table: begin -->"
-README_END = "<!-- benchmarks/feature_store.py table: end -->"
+DOCS_BEGIN = "<!-- benchmarks/feature_store.py table: begin -->"
+DOCS_END = "<!-- benchmarks/feature_store.py table: end -->"
 
 
 def memory_mib() -> dict[str, float]:
@@ -180,8 +181,8 @@ def tables(report: dict) -> str:
     return "\n".join(lines)
 
 
-def readme_block(report: dict) -> str:
-    return f"{README_BEGIN}\n{tables(report)}\n{README_END}"
+def docs_block(report: dict) -> str:
+    return f"{DOCS_BEGIN}\n{tables(report)}\n{DOCS_END}"
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -191,12 +192,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dim", type=int, default=2048)
     parser.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=64)
     parser.add_argument("--batches", type=int, default=30)
-    parser.add_argument("--json", default=None, help=f"write the results here (the README's: {RESULTS.relative_to(ROOT)})")
-    parser.add_argument("--readme", default=None, help="only rewrite README.md's tables from this results JSON")
+    parser.add_argument("--json", default=None, help=f"write the results here (the docs': {RESULTS.relative_to(ROOT)})")
+    parser.add_argument("--docs", default=None, help="only rewrite the docs' tables from this results JSON")
     args = parser.parse_args(argv)
-    if args.readme:
-        report = json.loads(Path(args.readme).read_text())
-        replace_readme_block(ROOT / "README.md", README_BEGIN, README_END, readme_block(report))
+    if args.docs:
+        report = json.loads(Path(args.docs).read_text())
+        replace_docs_block(DOCS_BEGIN, DOCS_END, docs_block(report))
         return report
     report = measure(args)
     print(tables(report))

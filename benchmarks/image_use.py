@@ -21,8 +21,8 @@ the `image_use` entry the example writes (`hf_vlalign.evaluation.image_use_gap`)
 image and with another image's regions (a seeded derangement of the evaluation images), their gap overall and per
 answer type, and the loss gap. A model that ignores the image has gaps of ~0.
 
-The README's table is generated from the committed `benchmarks/results/image_use.json`:
-`python benchmarks/image_use.py --readme benchmarks/results/image_use.json` (a test checks they agree).
+The table of docs/datasets.md is generated from the committed `benchmarks/results/image_use.json`:
+`python benchmarks/image_use.py --docs benchmarks/results/image_use.json` (a test checks they agree).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import simple_vqa_fixture  # noqa: E402  (benchmarks/simple_vqa_fixture.py)
-from readme_blocks import replace_readme_block, write_results  # noqa: E402  (benchmarks/readme_blocks.py)
+from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
 from transformers import AutoTokenizer  # noqa: E402
 
 import hf_vlalign  # noqa: E402, F401  (registers the Auto classes)
@@ -117,24 +117,24 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-README_BEGIN = "<!-- benchmarks/image_use.py table: begin -->"
-README_END = "<!-- benchmarks/image_use.py table: end -->"
+DOCS_BEGIN = "<!-- benchmarks/image_use.py table: begin -->"
+DOCS_END = "<!-- benchmarks/image_use.py table: end -->"
 RESULTS = ROOT / "benchmarks" / "results" / "image_use.json"
 
 
-def readme_block(report: dict) -> str:
-    """The README's table and its one-line setting, from a results file this script wrote."""
+def docs_block(report: dict) -> str:
+    """The docs' table and its one-line setting, from a results file this script wrote."""
     settings = report["settings"]
     caption = (
         f"{settings['train_images']} train / {settings['val_images']} eval images (17 regions, 192-dim raw pooled "
         f"colours), {settings['epochs']:g} epochs of `examples/finetune_vqa.py` with its defaults, seed {settings['seed']}; "
         f"{settings['machine']}, torch {settings['torch']}, `python benchmarks/image_use.py --json {RESULTS.relative_to(ROOT)}`"
     )
-    return f"{README_BEGIN}\n{caption}\n\n{table(report['runs'])}\n{README_END}"
+    return f"{DOCS_BEGIN}\n{caption}\n\n{table(report['runs'])}\n{DOCS_END}"
 
 
-def write_readme(results: Path, readme: Path) -> None:
-    replace_readme_block(readme, README_BEGIN, README_END, readme_block(json.loads(results.read_text())))
+def write_docs(results: Path) -> None:
+    replace_docs_block(DOCS_BEGIN, DOCS_END, docs_block(json.loads(results.read_text())))
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -147,11 +147,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--settings", nargs="+", default=["before", "after"], choices=["before", "after"])
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--quick", action="store_true", help="200 / 60 images, 4 epochs, single-stream")
-    parser.add_argument("--json", default=None, help=f"also write the runs as JSON here (the README's: {RESULTS.relative_to(ROOT)})")
-    parser.add_argument("--readme", default=None, help="only rewrite README.md's table from this results JSON")
+    parser.add_argument("--json", default=None, help=f"also write the runs as JSON here (the docs': {RESULTS.relative_to(ROOT)})")
+    parser.add_argument("--docs", default=None, help="only rewrite the docs' table from this results JSON")
     args = parser.parse_args(argv)
-    if args.readme:
-        write_readme(Path(args.readme), ROOT / "README.md")
+    if args.docs:
+        write_docs(Path(args.docs))
         return []
     if args.quick:
         args.train_images, args.val_images, args.epochs, args.families = 200, 60, 4.0, ["single_stream"]
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "threads": torch.get_num_threads(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
     }
-    print(readme_block({"settings": settings, "runs": rows}))
+    print(docs_block({"settings": settings, "runs": rows}))
     if args.json:
         write_results(args.json, {"settings": settings, "runs": rows})
     return rows

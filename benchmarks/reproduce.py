@@ -1,12 +1,13 @@
 #!/usr/bin/env python
-"""Reproduce the README's result tables over several seeds: one JSON per run under `results/`, an aggregate with mean,
-standard deviation and paired comparisons, and the README's tables rewritten from them.
+"""Reproduce the result tables of the docs over several seeds: one JSON per run under `results/`, an aggregate with
+mean, standard deviation and paired comparisons, and the docs' tables (docs/results.md, docs/training.md) rewritten
+from them.
 
     python benchmarks/reproduce.py                                   # every experiment, 3 seeds, reduced budget
     python benchmarks/reproduce.py --experiments two_stream_alignment --seeds 42 43 44 45 --jobs 2
     python benchmarks/reproduce.py --budget default                  # the examples' own defaults (hours on 2 cores)
     python benchmarks/reproduce.py --budget smoke --seeds 1 2 --results_dir /tmp/results   # CI's smoke mode
-    python benchmarks/reproduce.py --aggregate_only --readme         # aggregate committed runs, rewrite the README
+    python benchmarks/reproduce.py --aggregate_only --docs           # aggregate committed runs, rewrite the docs
 
 Each run is one example script in its own process (`python examples/<script>.py <setting> <budget> --seed S`), with
 `--num_threads` = the machine's cores divided by `--jobs`; its `eval_results.json` is read back and written, with the
@@ -19,9 +20,9 @@ settings share them.
 
 `<results_dir>/<budget>/aggregate.json` holds, per setting and metric, n, mean, sd (n - 1 in the denominator) and the
 values by seed; per comparison ("setting A - setting B on a metric"), the per-seed differences, their mean and sd, the
-paired t statistic and in how many seeds the difference has the sign of the mean. The README blocks between
+paired t statistic and in how many seeds the difference has the sign of the mean. The docs blocks between
 `<!-- benchmarks/reproduce.py <experiment>: begin -->` and `... end -->` are rendered from the aggregate
-(`readme_block`); tests/test_readme_results.py fails when they differ from what the committed results give.
+(`docs_block`); tests/test_readme_results.py fails when they differ from what the committed results give.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_info import cpu_model  # noqa: E402  (benchmarks/machine_info.py)
-from readme_blocks import replace_readme_block  # noqa: E402  (benchmarks/readme_blocks.py)
+from docs_blocks import docs_pages, replace_docs_block  # noqa: E402  (benchmarks/docs_blocks.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "results"
@@ -447,14 +448,14 @@ def table(summary: dict, experiment: Experiment) -> str:
     return "\n".join(lines)
 
 
-def readme_markers(name: str) -> tuple[str, str]:
+def docs_markers(name: str) -> tuple[str, str]:
     return f"<!-- benchmarks/reproduce.py {name}: begin -->", f"<!-- benchmarks/reproduce.py {name}: end -->"
 
 
-def readme_block(name: str, report: dict) -> str:
-    """The README block of one experiment: its commands, table (mean ± sd over seeds) and paired comparisons."""
+def docs_block(name: str, report: dict) -> str:
+    """The docs block of one experiment: its commands, table (mean ± sd over seeds) and paired comparisons."""
     experiment, summary = EXPERIMENTS[name], report["experiments"][name]
-    begin, end = readme_markers(name)
+    begin, end = docs_markers(name)
     commands = "\n".join(f"- {s}: `{row['command']}`" for s, row in ordered_settings(summary, experiment))
     threads = sorted({t for row in summary["settings"].values() for t in row["threads"]})
     caption = (
@@ -478,8 +479,8 @@ def determinism_line(check: dict) -> str:
 
 
 def summary_block(report: dict) -> str:
-    """The README's overview of the committed results: runs, seeds, total wall time and the determinism checks."""
-    begin, end = readme_markers("summary")
+    """The docs' overview of the committed results: runs, seeds, total wall time and the determinism checks."""
+    begin, end = docs_markers("summary")
     rows = [row for summary in report["experiments"].values() for row in summary["settings"].values()]
     seconds = sum(sum(row["wall_seconds"]["by_seed"].values()) for row in rows)
     runs = sum(row["wall_seconds"]["n"] for row in rows)
@@ -495,17 +496,17 @@ def summary_block(report: dict) -> str:
     return f"{begin}\n" + "\n".join(lines) + f"\n{end}"
 
 
-def write_readme(report: dict, readme: Path) -> list[str]:
+def write_docs(report: dict, root: Path = ROOT) -> list[str]:
+    """Rewrites the summary block and each experiment's block on the page of README.md / docs/ that holds its markers;
+    returns what it wrote, as `<block> -> <page>`."""
+    text = "\n".join(page.read_text() for page in docs_pages(root))
+    blocks = {"summary": summary_block(report)} | {name: docs_block(name, report) for name in report["experiments"]}
     written = []
-    begin, end = readme_markers("summary")
-    if begin in readme.read_text():
-        replace_readme_block(readme, begin, end, summary_block(report))
-        written.append("summary")
-    for name in report["experiments"]:
-        begin, end = readme_markers(name)
-        if begin in readme.read_text():
-            replace_readme_block(readme, begin, end, readme_block(name, report))
-            written.append(name)
+    for name, block in blocks.items():
+        begin, end = docs_markers(name)
+        if begin in text:
+            page = replace_docs_block(begin, end, block, root)
+            written.append(f"{name} -> {page.relative_to(root)}")
     return written
 
 
@@ -513,7 +514,7 @@ def check_determinism(
     experiment: Experiment, setting: str, budget: str, seed: int, results_dir: Path, outputs_dir: Path
 ) -> dict:
     """Reruns one committed run (same command, seed and thread count, on this machine) and compares its metrics and
-    saved weights with the first run's; what README's determinism statement rests on."""
+    saved weights with the first run's; what the docs' determinism statement rests on."""
     first = json.loads(run_file(results_dir, budget, experiment.name, setting, seed).read_text())
     scratch = outputs_dir / "determinism"
     again = run_one(experiment, setting, budget, seed, scratch / "results", scratch / "outputs", first["threads"])
@@ -574,7 +575,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "the first seed and record whether metrics and weights are identical (<budget>/determinism.json)",
     )
     parser.add_argument("--aggregate_only", action="store_true", help="no runs: aggregate the result files")
-    parser.add_argument("--readme", action="store_true", help="rewrite README.md's blocks from the aggregate")
+    parser.add_argument(
+        "--docs", action="store_true", help="rewrite the blocks of README.md and docs/*.md from the aggregate"
+    )
     args = parser.parse_args(argv)
     if args.num_seeds < 1 or args.jobs < 1:
         parser.error(f"--num_seeds and --jobs must be >= 1, got {args.num_seeds} and {args.jobs}")
@@ -620,9 +623,9 @@ def main(argv: list[str] | None = None) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     for name in report["experiments"]:
-        print(readme_block(name, report), flush=True)
-    if args.readme:
-        print("README blocks rewritten:", write_readme(report, ROOT / "README.md"))
+        print(docs_block(name, report), flush=True)
+    if args.docs:
+        print("docs blocks rewritten:", write_docs(report))
     return report
 
 

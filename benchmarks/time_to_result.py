@@ -4,12 +4,12 @@ steps, each with one CPU thread and with every core, measured in the same run.
 
     python benchmarks/time_to_result.py --json benchmarks/results/time_to_result.json   # ~10 min on 2 cores
     python benchmarks/time_to_result.py --model_dir outputs/vgp_direct --repeats 3 --train_steps 30
-    python benchmarks/time_to_result.py --readme benchmarks/results/time_to_result.json  # only rewrite the README
+    python benchmarks/time_to_result.py --docs benchmarks/results/time_to_result.json  # only rewrite the docs' blocks
 
 - start-up: wall time of a fresh process running `python -c pass`, `python -c "import torch"`,
   `python -c "import hf_vlalign"` and `hf-vlalign --help` (one untimed run of each first, then the median of
   `--startup_repeats`);
-- analyze: `hf-vlalign analyze MODEL_DIR --out DIR` (the README's command; MODEL_DIR is a model trained by
+- analyze: `hf-vlalign analyze MODEL_DIR --out DIR` (the command of docs/analysis.md; MODEL_DIR is a model trained by
   `examples/finetune_vgp.py`) with OMP_NUM_THREADS=1 and OMP_NUM_THREADS=<cores>, the two alternating, median of
   `--repeats` each; the `analysis.json` of both thread counts must be equal;
 - training: `--train_steps` optimizer steps of `examples/finetune_vgp.py` with its defaults (MiniLM, the synthetic
@@ -18,8 +18,8 @@ steps, each with one CPU thread and with every core, measured in the same run.
   Trainer's `train_runtime`.
 
 Compare the ratios (time with 1 thread / time with every core); the absolute times depend on the machine and on what
-else runs on it (the load average before and after is recorded). The README's blocks are generated from the committed
-`benchmarks/results/time_to_result.json` (a test checks they agree).
+else runs on it (the load average before and after is recorded). The blocks of docs/analysis.md and docs/results.md are
+generated from the committed `benchmarks/results/time_to_result.json` (a test checks they agree).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_info import cpu_model  # noqa: E402  (benchmarks/machine_info.py)
-from readme_blocks import replace_readme_block, write_results  # noqa: E402  (benchmarks/readme_blocks.py)
+from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "finetune_vgp.py"
@@ -86,7 +86,7 @@ def measure_startup(repeats: int, env: dict[str, str]) -> list[dict]:
 
 
 def _shown(path: Path) -> str:
-    """`path` relative to the repository when it lies inside it (as the README writes it)."""
+    """`path` relative to the repository when it lies inside it (as the docs write it)."""
     try:
         return str(path.resolve().relative_to(ROOT))
     except ValueError:
@@ -205,7 +205,7 @@ def _caption(report: dict) -> str:
 
 
 def analyze_block(report: dict) -> str:
-    """The README block of the analysis section: analyze's wall time per thread count and the start-up times."""
+    """The docs block of the analysis page: analyze's wall time per thread count and the start-up times."""
     analyze, cores = report["analyze"], report["machine"]["cores"]
     counts = list(analyze["median_seconds"])
     header = "| `" + analyze["command"] + f"` ({analyze['num_examples']:,} examples) | " + " | ".join(
@@ -231,7 +231,7 @@ def analyze_block(report: dict) -> str:
 
 
 def training_block(report: dict) -> str:
-    """The README block of the VGP results: seconds per optimizer step of the main job per thread count."""
+    """The docs block of the VGP results: seconds per optimizer step of the main job per thread count."""
     training, cores = report["training"], report["machine"]["cores"]
     counts = list(training["median_seconds"])
     header = f"| {training['example']} | " + " | ".join(_threads_label(t, cores) for t in counts)
@@ -243,10 +243,10 @@ def training_block(report: dict) -> str:
     return "\n".join([TRAINING_BEGIN, header, separator, row, "", _caption(report) + ".", TRAINING_END])
 
 
-def write_readme(results: Path, readme: Path) -> None:
+def write_docs(results: Path) -> None:
     report = json.loads(results.read_text())
-    replace_readme_block(readme, ANALYZE_BEGIN, ANALYZE_END, analyze_block(report))
-    replace_readme_block(readme, TRAINING_BEGIN, TRAINING_END, training_block(report))
+    replace_docs_block(ANALYZE_BEGIN, ANALYZE_END, analyze_block(report))
+    replace_docs_block(TRAINING_BEGIN, TRAINING_END, training_block(report))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -256,11 +256,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--startup_repeats", type=int, default=5)
     parser.add_argument("--train_steps", type=int, default=20)
     parser.add_argument("--skip", nargs="*", default=[], choices=["startup", "analyze", "training"])
-    parser.add_argument("--json", default=None, help=f"write the results here (README: {RESULTS.relative_to(ROOT)})")
-    parser.add_argument("--readme", default=None, help="only rewrite README.md's blocks from this results JSON")
+    parser.add_argument("--json", default=None, help=f"write the results here (the docs': {RESULTS.relative_to(ROOT)})")
+    parser.add_argument("--docs", default=None, help="only rewrite the docs' blocks from this results JSON")
     args = parser.parse_args(argv)
-    if args.readme:
-        write_readme(Path(args.readme), ROOT / "README.md")
+    if args.docs:
+        write_docs(Path(args.docs))
         return {}
     for name in ("repeats", "startup_repeats", "train_steps"):
         if getattr(args, name) < 1:

@@ -5,7 +5,7 @@ embeddings, on the same seed and budget.
 
     python benchmarks/word_vectors.py --json benchmarks/results/word_vectors.json   # both runs, ~25 min, 1 thread
     python benchmarks/word_vectors.py --max_steps 50                                # a quick look (~3 min a run)
-    python benchmarks/word_vectors.py --readme benchmarks/results/word_vectors.json # only rewrite README.md's table
+    python benchmarks/word_vectors.py --docs benchmarks/results/word_vectors.json   # only rewrite the docs' table
 
 Each run is `examples/pretrain_two_stream.py --alignment_loss with --word_vectors <source>` with the example's defaults
 (synthetic questions with pointers, MiniLM text side, 2 epochs, seed 42): the two runs start from the same weights and
@@ -19,8 +19,8 @@ Before training, the targets themselves are compared on the evaluation phrases (
 sources' A* put their highest weight on the same object, their mean total variation distance, and per source the
 share of phrases whose highest-weight object has IoU >= 0.5 with the pointed box (the grounding of the targets).
 
-The README's table is generated from the committed `benchmarks/results/word_vectors.json`:
-`python benchmarks/word_vectors.py --readme benchmarks/results/word_vectors.json` (a test checks they agree).
+The table of docs/results.md is generated from the committed `benchmarks/results/word_vectors.json`:
+`python benchmarks/word_vectors.py --docs benchmarks/results/word_vectors.json` (a test checks they agree).
 """
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ from hf_vlalign.alignment import SoftAlignmentTargets, load_word_vectors
 from hf_vlalign.data import PretrainingCollator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from readme_blocks import replace_readme_block, write_results  # noqa: E402  (benchmarks/readme_blocks.py)
+from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "pretrain_two_stream.py"
 RESULTS = ROOT / "benchmarks" / "results" / "word_vectors.json"
 SOURCES = ("minilm", "glove")
-README_BEGIN = "<!-- benchmarks/word_vectors.py table: begin -->"
-README_END = "<!-- benchmarks/word_vectors.py table: end -->"
+DOCS_BEGIN = "<!-- benchmarks/word_vectors.py table: begin -->"
+DOCS_END = "<!-- benchmarks/word_vectors.py table: end -->"
 
 
 def load_example():
@@ -164,8 +164,8 @@ def difference_line(rows: list[dict]) -> str:
     return "GloVe - MiniLM: " + "; ".join(parts) + "."
 
 
-def readme_block(report: dict) -> str:
-    """The README's table, its one-line setting, the difference and the targets' comparison, from a results file this
+def docs_block(report: dict) -> str:
+    """The docs' table, its one-line setting, the difference and the targets' comparison, from a results file this
     script wrote."""
     settings = report["settings"]
     budget = f"{settings['max_steps']} steps" if settings["max_steps"] else "the example's 2 epochs"
@@ -184,11 +184,11 @@ def readme_block(report: dict) -> str:
         f"{targets['glove_targets_grounding_accuracy']:.3f} (GloVe) of them."
     )
     body = f"{caption}\n\n{table(report['runs'])}\n\n{difference_line(report['runs'])} {comparison}"
-    return f"{README_BEGIN}\n{body}\n{README_END}"
+    return f"{DOCS_BEGIN}\n{body}\n{DOCS_END}"
 
 
-def write_readme(results: Path, readme: Path) -> None:
-    replace_readme_block(readme, README_BEGIN, README_END, readme_block(json.loads(results.read_text())))
+def write_docs(results: Path) -> None:
+    replace_docs_block(DOCS_BEGIN, DOCS_END, docs_block(json.loads(results.read_text())))
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -199,12 +199,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--max_steps", type=int, default=None, help="default: the example's budget (2 epochs)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: as `accelerate launch` on CPU)")
     parser.add_argument(
-        "--json", default=None, help=f"also write the runs here (the README's: {RESULTS.relative_to(ROOT)})"
+        "--json", default=None, help=f"also write the runs here (the docs': {RESULTS.relative_to(ROOT)})"
     )
-    parser.add_argument("--readme", default=None, help="only rewrite README.md's table from this results JSON")
+    parser.add_argument("--docs", default=None, help="only rewrite the docs' table from this results JSON")
     args = parser.parse_args(argv)
-    if args.readme:
-        write_readme(Path(args.readme), ROOT / "README.md")
+    if args.docs:
+        write_docs(Path(args.docs))
         return []
     torch.set_num_threads(args.threads)
     example = load_example()
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
     }
     report = {"settings": settings, "targets": targets, "runs": rows}
-    print(readme_block(report))
+    print(docs_block(report))
     if args.json:
         write_results(args.json, report)
     return rows

@@ -1,4 +1,4 @@
-"""Writes the README's figures of `hf-vlalign analyze` (docs/images/analyze_*.png) from a saved model.
+"""Writes the figures of docs/analysis.md of `hf-vlalign analyze` (docs/images/analyze_*.png) from a saved model.
 
     python docs/make_analyze_figures.py                              # the main job's model, outputs/vgp
     python docs/make_analyze_figures.py --no_syntactic_grounding     # leaves analyze_syntactic_grounding.png alone

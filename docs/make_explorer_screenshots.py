@@ -1,4 +1,4 @@
-"""Writes the README's screenshots of the attention explorer (docs/images/explorer_*.png) from a saved model.
+"""Writes the screenshots in docs/analysis.md of the attention explorer (docs/images/explorer_*.png) from a saved model.
 
     python docs/make_explorer_screenshots.py                       # the main job's model, outputs/vgp
     python docs/make_explorer_screenshots.py --model DIR --out_dir DIR

@@ -1,13 +1,13 @@
-"""The README's syntactic-grounding table (Li et al. 2020, "What does BERT with vision look at?", Table 2) of the main
-job's model, rendered from a committed results file and never typed by hand:
+"""The syntactic-grounding table of docs/analysis.md (Li et al. 2020, "What does BERT with vision look at?",
+Table 2) of the main job's model, rendered from a committed results file and never typed by hand:
 
     accelerate launch examples/finetune_vgp.py --output_dir outputs/vgp
     hf-vlalign analyze outputs/vgp --out outputs/vgp_analysis
     python docs/syntactic_grounding_table.py --analysis outputs/vgp_analysis   # -> docs/results/syntactic_grounding.json
                                                                                #    and docs/images/analyze_syntactic_grounding.png
-    python docs/syntactic_grounding_table.py --readme                          # README.md's block from that JSON
+    python docs/syntactic_grounding_table.py --docs                            # docs/analysis.md's block from that JSON
 
-A test checks that README.md holds exactly what `readme_block` renders from the committed JSON.
+A test checks that docs/analysis.md holds exactly what `docs_block` renders from the committed JSON.
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from readme_blocks import replace_readme_block  # noqa: E402  (benchmarks/readme_blocks.py)
+from docs_blocks import replace_docs_block  # noqa: E402  (benchmarks/docs_blocks.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "syntactic_grounding.json"
 PLOT = ROOT / "docs" / "images" / "analyze_syntactic_grounding.png"
-README_BEGIN = "<!-- syntactic grounding table: begin -->"
-README_END = "<!-- syntactic grounding table: end -->"
+DOCS_BEGIN = "<!-- syntactic grounding table: begin -->"
+DOCS_END = "<!-- syntactic grounding table: end -->"
 SUMMARY_KEYS = ("parser", "num_arcs", "num_words", "words_without_token", "iou_threshold", "top_relations")
 
 
 def results_from_analysis(analysis_dir: Path) -> dict:
-    """The small, commit-ready part of `hf-vlalign analyze`'s analysis.json: what the README table needs."""
+    """The small, commit-ready part of `hf-vlalign analyze`'s analysis.json: what the docs' table needs."""
     analysis = json.loads((analysis_dir / "analysis.json").read_text())
     syntactic = analysis.get("syntactic_grounding")
     if syntactic is None or "skipped" in syntactic:
@@ -68,8 +68,8 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def readme_block(report: dict) -> str:
-    """The README's table and its one-line setting, from a results file this script wrote."""
+def docs_block(report: dict) -> str:
+    """The docs' table and its one-line setting, from a results file this script wrote."""
     family = report["model_type"].removeprefix("vlalign_").replace("_", "-")
     caption = (
         f"{family.capitalize()} model with `{report['attention_supervision']}` attention supervision; data: "
@@ -77,28 +77,28 @@ def readme_block(report: dict) -> str:
         f"parser: spaCy `{report['parser']}` ({report['words_without_token']} of {report['num_words']:,} words without "
         f"a token). From `{report['command']}`, saved in `{RESULTS.relative_to(ROOT)}`:"
     )
-    return f"{README_BEGIN}\n{caption}\n\n{table(report['top_relations'])}\n{README_END}"
+    return f"{DOCS_BEGIN}\n{caption}\n\n{table(report['top_relations'])}\n{DOCS_END}"
 
 
-def write_readme(results: Path, readme: Path) -> None:
-    replace_readme_block(readme, README_BEGIN, README_END, readme_block(json.loads(results.read_text())))
+def write_docs(results: Path) -> None:
+    replace_docs_block(DOCS_BEGIN, DOCS_END, docs_block(json.loads(results.read_text())))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--analysis", type=Path, help="an `hf-vlalign analyze --out` folder: write the results JSON and the PNG")
-    parser.add_argument("--readme", action="store_true", help="rewrite README.md's block from the results JSON")
+    parser.add_argument("--docs", action="store_true", help="rewrite docs/analysis.md's block from the results JSON")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    if args.analysis is None and not args.readme:
-        parser.error("give --analysis DIR and/or --readme")
+    if args.analysis is None and not args.docs:
+        parser.error("give --analysis DIR and/or --docs")
     if args.analysis is not None:
         args.results.parent.mkdir(parents=True, exist_ok=True)
         args.results.write_text(json.dumps(results_from_analysis(args.analysis), indent=2) + "\n")
         PLOT.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(args.analysis / "syntactic_grounding.png", PLOT)
-    if args.readme:
-        write_readme(args.results, ROOT / "README.md")
+    if args.docs:
+        write_docs(args.results)
 
 
 if __name__ == "__main__":
