@@ -1,6 +1,7 @@
-"""The README's result tables are what `benchmarks/reproduce.py` renders from the committed run files under `results/`
-(never typed by hand), the committed aggregate is what those run files give, and each claim the README's prose makes
-of a table holds in the committed results. After new runs: `python benchmarks/reproduce.py --aggregate_only --readme`."""
+"""The result tables of the docs (docs/results.md, docs/training.md) are what `benchmarks/reproduce.py` renders from
+the committed run files under `results/` (never typed by hand), the committed aggregate is what those run files give,
+and each claim the docs' prose makes of a table holds in the committed results. After new runs:
+`python benchmarks/reproduce.py --aggregate_only --docs`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ BUDGET = "reduced"
 
 reproduce = load_script("reproduce_benchmark", ROOT / "benchmarks" / "reproduce.py")
 REPORT = json.loads((ROOT / "results" / BUDGET / "aggregate.json").read_text())
-README = (ROOT / "README.md").read_text()
+docs_blocks = load_script("docs_blocks", ROOT / "benchmarks" / "docs_blocks.py")
+DOCS = "\n".join(page.read_text() for page in docs_blocks.docs_pages(ROOT))  # README.md and docs/*.md
 
 
 def _comparison(experiment: str, name: str) -> dict:
@@ -31,9 +33,9 @@ def test_the_committed_aggregate_is_what_the_run_files_give():
     assert json.loads(json.dumps(reproduce.aggregate(ROOT / "results", BUDGET))) == REPORT
 
 
-def test_every_experiment_in_the_readme_has_every_setting_at_three_seeds_or_more():
-    in_readme = [name for name in reproduce.EXPERIMENTS if reproduce.readme_markers(name)[0] in README]
-    assert set(in_readme) == set(REPORT["experiments"])
+def test_every_experiment_in_the_docs_has_every_setting_at_three_seeds_or_more():
+    in_docs = [name for name in reproduce.EXPERIMENTS if reproduce.docs_markers(name)[0] in DOCS]
+    assert set(in_docs) == set(REPORT["experiments"])
     for name, summary in REPORT["experiments"].items():
         assert set(summary["settings"]) == set(reproduce.EXPERIMENTS[name].settings), name
         for setting, row in summary["settings"].items():
@@ -41,12 +43,12 @@ def test_every_experiment_in_the_readme_has_every_setting_at_three_seeds_or_more
 
 
 @pytest.mark.parametrize("name", ["summary", *REPORT["experiments"]])
-def test_the_readme_block_is_generated_from_the_committed_results(name):
-    block = reproduce.summary_block(REPORT) if name == "summary" else reproduce.readme_block(name, REPORT)
-    assert block in README, f"run `python benchmarks/reproduce.py --aggregate_only --readme` ({name})"
+def test_the_docs_block_is_generated_from_the_committed_results(name):
+    block = reproduce.summary_block(REPORT) if name == "summary" else reproduce.docs_block(name, REPORT)
+    assert block in DOCS, f"run `python benchmarks/reproduce.py --aggregate_only --docs` ({name})"
 
 
-def test_the_determinism_the_readme_states():
+def test_the_determinism_the_docs_state():
     (check,) = [c for c in REPORT["determinism"] if c["experiment"] == "two_stream_alignment"]
     assert check["differing_metrics"] == [] and check["same_weights"] is True and check["same_machine"]
 
@@ -61,7 +63,7 @@ def _within_seed_spread(result: dict) -> bool:
 
 
 def test_the_two_stream_claims():
-    """README: the decoder learns the alignment in every seed; the summed cross-attention grounds fewer phrases with the
+    """docs: the decoder learns the alignment in every seed; the summed cross-attention grounds fewer phrases with the
     loss in every seed; the best head and the answer accuracy do not differ beyond the seed-to-seed spread."""
     name = "two_stream_alignment"
     decoder = _comparison(name, "with: alignment_decoder_grounding_accuracy - grounding_baseline_accuracy")
@@ -72,7 +74,7 @@ def test_the_two_stream_claims():
 
 
 def test_the_vgp_supervision_claims():
-    """README: direct and semi-direct supervision ground phrases in every seed, direct more sharply; indirect leaves the
+    """docs: direct and semi-direct supervision ground phrases in every seed, direct more sharply; indirect leaves the
     attention close to the baseline; direct / semi-direct lower the VGP accuracy, indirect raises it in every seed;
     identification is the same in every run."""
     name = "vgp_supervision"
@@ -103,7 +105,7 @@ def test_the_vgp_supervision_claims():
 
 
 def test_the_downstream_claims():
-    """README: every task above its baseline in every seed; VQA, RefCOCO+ and Flickr30k far above; RefCOCO+ varies by a
+    """docs: every task above its baseline in every seed; VQA, RefCOCO+ and Flickr30k far above; RefCOCO+ varies by a
     factor of two over seeds; NLVR2 above the majority baseline by less than one standard error at chance on average
     and less than two in every seed."""
     name = "downstream"
@@ -124,7 +126,7 @@ def test_the_downstream_claims():
 
 
 def test_the_captioning_claims():
-    """README: no fusion and not the geometry ablation differs from its reference beyond the seed-to-seed spread; every
+    """docs: no fusion and not the geometry ablation differs from its reference beyond the seed-to-seed spread; every
     run reads the image and grounds words above the confidence baseline."""
     name = "captioning_alignment"
     comparisons = REPORT["experiments"][name]["comparisons"]

@@ -1,5 +1,5 @@
 """Zero-padded regions without `visual_attention_mask`: all-zero boxes are refused with an error naming the mask (not
-as "degenerate boxes"), all-zero features with valid boxes warn, and the forward docstrings and the README say that
+as "degenerate boxes"), all-zero features with valid boxes warn, and the forward docstrings and docs/reliability.md say that
 padding with valid-looking boxes cannot be detected."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from test_two_stream import tiny_config as two_stream_config
 
 from hf_vlalign import RegionCaptionerForConditionalGeneration, RegionCaptionerModel, SingleStreamModel, TwoStreamModel
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+RELIABILITY_PAGE = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
 TEXT_KEYS = ("input_ids", "attention_mask")
 
 
@@ -89,6 +89,6 @@ def test_valid_looking_padding_is_undetectable_and_documented():
         docstring = " ".join(model_class.forward.__doc__.split())
         assert "visual_attention_mask (`(batch, R)`): 1 for real regions, 0 for padding; without it every region is" in docstring
         assert "padding with valid-looking boxes and features cannot be detected" in docstring, model_class.__name__
-    readme = " ".join(README.read_text().split())
-    assert "pass `visual_attention_mask` whenever regions are padded" in readme
-    assert "padding with valid-looking boxes and non-zero features cannot be told from real regions" in readme
+    page = " ".join(RELIABILITY_PAGE.read_text().split())
+    assert "pass `visual_attention_mask` whenever regions are padded" in page
+    assert "padding with valid-looking boxes and non-zero features cannot be told from real regions" in page

@@ -104,8 +104,8 @@ def test_smoke_mode_writes_one_file_per_run_and_the_paired_aggregate(smoke):
         str(seed): runs["with"][seed]["metrics"][key] - runs["without"][seed]["metrics"][key] for seed in (1, 2)
     }
     assert "alignment_decoder_grounding_accuracy" in summary["settings"]["with"]["metrics"]  # only the with run has it
-    block = reproduce.readme_block("two_stream_alignment", report)
-    assert block.startswith(reproduce.readme_markers("two_stream_alignment")[0]) and "| with |" in block
+    block = reproduce.docs_block("two_stream_alignment", report)
+    assert block.startswith(reproduce.docs_markers("two_stream_alignment")[0]) and "| with |" in block
 
 
 def test_a_repeated_two_stream_run_gives_the_same_metrics_and_weights(smoke):

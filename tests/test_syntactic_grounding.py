@@ -1,6 +1,6 @@
 """Syntactic grounding with the real spaCy English pipeline (Li et al. 2020, Table 2): parses of real sentences, the
 word -> WordPiece alignment, `hf-vlalign analyze`'s table and plot, the message when no pipeline is installed, and the
-README block rendered from the committed results."""
+docs/analysis.md block rendered from the committed results."""
 
 import importlib.util
 import json
@@ -168,15 +168,15 @@ def test_plot_top_relations_rejects_bad_rows(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# README
+# docs/analysis.md
 
 
-def test_readme_table_is_rendered_from_the_committed_results():
+def test_docs_table_is_rendered_from_the_committed_results():
     spec = importlib.util.spec_from_file_location("syntactic_grounding_table", ROOT / "docs" / "syntactic_grounding_table.py")
     script = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = script
     spec.loader.exec_module(script)
     report = json.loads(script.RESULTS.read_text())
-    assert script.readme_block(report) in (ROOT / "README.md").read_text()
+    assert script.docs_block(report) in (ROOT / "docs" / "analysis.md").read_text()
     assert report["top_relations"] and report["attention_supervision"] == "direct"
     assert script.PLOT.stat().st_size > 1000
