@@ -6,7 +6,7 @@ This is torch's FSDP2 driven by hand, not `accelerate launch --config_file <FSDP
 accelerate 1.15 enables FSDP only for accelerator devices (`AcceleratorState.__init__` in accelerate/state.py sets
 `DistributedType.FSDP` only from MULTI_GPU / MLU / SDAA / MUSA / NPU / XPU / HPU / NEURON), so on CPU an FSDP config
 runs as DDP (with ACCELERATE_USE_CPU=1) or as independent unsharded processes (without it); see the worker's docstring
-and README "Scaling up". The worker does what accelerate's FSDP2 path and `Trainer.save_model` do: one shard unit per
+and docs/scaling.md. The worker does what accelerate's FSDP2 path and `Trainer.save_model` do: one shard unit per
 `_no_split_modules` layer, gradients reduce-scattered, the full state dict gathered by every process and written by
 rank 0 with `save_pretrained(state_dict=...)`.
 

@@ -4,7 +4,7 @@
 and loss are better with each question's own regions than with another image's.
 
 `python benchmarks/image_use.py --quick` runs the same fixture size and budget before and after the feature
-standardisation; the README's table (from `benchmarks/results/image_use.json`) is the longer comparison."""
+standardisation; the table of docs/datasets.md (from `benchmarks/results/image_use.json`) is the longer comparison."""
 
 from __future__ import annotations
 
