@@ -47,7 +47,6 @@ def require(module: str, extra: str) -> ModuleType:
         # a package the optional one itself needs is a broken install, not a missing extra: its own error says which
         if error.name is None or error.name.partition(".")[0] != package:
             raise
-        raise MissingDependencyError(
-            f'{feature} needs {package}, which is not installed: pip install "hf-vlalign[{extra}]" (or pip install {package})',
-            name=package,
-        ) from error
+        install = f'pip install "hf-vlalign[{extra}]" (or pip install {package})'
+        message = f"{feature} needs {package}, which is not installed: {install}"
+        raise MissingDependencyError(message, name=package) from error
