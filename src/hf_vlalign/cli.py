@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from .utils.optional import MissingDependencyError, require
+
 # the parser's choices, spelled out so that `--help` imports nothing heavy (tests/test_cli.py checks them against
 # `data.feature_store.FEATURE_FORMATS` and `evaluation.tasks.TASKS`; tests/test_families.py checks TASKS against
 # the tasks of the families' `FamilySpec`s, `hf_vlalign.models.family`)
@@ -238,6 +240,8 @@ def _probe(args: argparse.Namespace) -> int:
     from .evaluation.grounding import evaluate_grounding
     from .models import AutoModelForVisualParaphrase
 
+    if args.plot:  # checked before the model runs
+        require("matplotlib", extra="plots")
     data = load_vgp_data(
         args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features, _synthetic_config(args)
     )
@@ -283,6 +287,7 @@ def _analyze(args: argparse.Namespace) -> int:
 
     from .evaluation.model_analysis import analyze_model, vgp_analysis_data
 
+    require("matplotlib", extra="plots")  # the analysis writes PNGs: checked before the model runs
     data = None
     if args.data == "vgp":
         tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -301,6 +306,7 @@ def _analyze(args: argparse.Namespace) -> int:
 def _explore(args: argparse.Namespace) -> int:
     from .evaluation.model_explorer import explore_model
 
+    require("matplotlib", extra="plots")  # the page's colour scale: checked before the model runs
     path = explore_model(
         args.model, args.out, num_examples=args.num_examples, image=args.image, synthetic=_synthetic_config(args),
         probe_examples=args.probe_examples, batch_size=args.batch_size,
@@ -312,6 +318,8 @@ def _explore(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation.tasks import evaluate_task
 
+    if args.task == "captioning":  # checked before the model runs
+        require("pycocoevalcap", extra="caption-metrics")
     results = evaluate_task(
         args.model, args.task, synthetic=_synthetic_config(args), batch_size=args.batch_size,
         max_text_length=args.max_text_length,
@@ -545,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except USER_ERRORS as error:
         _fail(args.verb, str(error) or type(error).__name__)
+    except MissingDependencyError as error:  # the verb needs an extra that is not installed: the pip command
+        _fail(args.verb, str(error))
 
 
 if __name__ == "__main__":

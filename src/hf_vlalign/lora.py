@@ -48,12 +48,15 @@ tied to the word embeddings (the captioner's, the two-stream pre-training `lm_he
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from peft import LoraConfig
 from transformers import PreTrainedModel
 
 from .models.family import FAMILIES
+from .utils.optional import require
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
 
 # model_type -> family key of the tables below (the families' `FamilySpec`s, `hf_vlalign.models.family`)
 MODEL_TYPE_TO_FAMILY = {spec.model_type: name for name, spec in FAMILIES.items()}
@@ -114,6 +117,7 @@ def lora_config(
     Returns:
         a `LoraConfig` to pass to `peft.get_peft_model(model, config)`.
     """
+    peft = require("peft", extra="peft")
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
     if model_type not in MODEL_TYPE_TO_FAMILY:
@@ -132,7 +136,7 @@ def lora_config(
         )
     kwargs.setdefault("target_modules", list(LORA_TARGET_MODULES[family][preset]))
     kwargs.setdefault("modules_to_save", _modules_to_save(model, model_class) or None)
-    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, **kwargs)
+    return peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, **kwargs)
 
 
 __all__ = ["HEAD_MODULES", "LORA_TARGET_MODULES", "MODEL_TYPE_TO_FAMILY", "SUPERVISION_MODULES", "lora_config"]

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib import patheffects
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 from PIL import Image
 
+from ..utils.optional import require
 from .figures import annotate_cells, as_array, as_matrix, save_png
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "draw_top_regions_on_image",
@@ -110,6 +112,10 @@ def draw_word_region_heatmaps(
     all on one colour scale (one colourbar), each word's gold region(s) outlined in every panel. With
     `regions_as_rows`, regions are the rows (their long labels written once, horizontally) and words the columns;
     `axis_labels` names the word and region axes."""
+    require("matplotlib", extra="plots")
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
     if not isinstance(panels, (list, tuple)) or not panels:
         raise ValueError(f"`panels` must be a non-empty list of (attention, title) pairs, got {panels!r}.")
     matrices = [as_matrix(f"panels[{i}] attention", attention, "(W, R)") for i, (attention, _) in enumerate(panels)]
@@ -243,6 +249,9 @@ def plot_head_grid(
         path: where to write the PNG; parent folders are created.
         title: optional figure title.
     """
+    require("matplotlib", extra="plots")
+    from matplotlib.figure import Figure
+
     heads = as_array("attention", attention, 3, "(H, Q, K)")
     num_heads, num_queries, num_keys = heads.shape
     _check_labels("query_labels", query_labels, num_queries, "query of `attention` (Q)")
@@ -282,6 +291,9 @@ _TOP_COLOURS = ("lime", "yellow", "cyan", "magenta", "orange")
 
 def _outlined(patch, width: float):
     """A dark outline keeps a box visible on any background."""
+    require("matplotlib", extra="plots")
+    from matplotlib import patheffects
+
     patch.set_path_effects([patheffects.withStroke(linewidth=width + 2, foreground="black"), patheffects.Normal()])
     return patch
 
@@ -298,6 +310,9 @@ def _draw_top_regions(
 ) -> None:
     """The image with the `top_k` most attended boxes (line width and opacity growing with the weight) and the gold
     boxes dashed red; the legend gives each drawn box's rank, name and weight."""
+    require("matplotlib", extra="plots")
+    from matplotlib.patches import Rectangle
+
     ax.imshow(pixels)
     ax.set_title(title, fontsize=9)
     ax.set_xticks([])
@@ -353,6 +368,9 @@ def draw_top_regions_on_image(
     region_labels: list[str] | None = None,
 ) -> Figure:
     """The figure of `plot_top_regions_on_image`, not saved."""
+    require("matplotlib", extra="plots")
+    from matplotlib.figure import Figure
+
     boxes = as_matrix("boxes", boxes, "(R, 4) x1, y1, x2, y2 in pixels")
     if boxes.shape[1] != 4:
         raise ValueError(f"`boxes` must have shape (R, 4) (x1, y1, x2, y2 in pixels), got shape {boxes.shape}.")

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from matplotlib.figure import Figure
 
+from ..utils.optional import require
 from .attention_blocks import AttentionBlocks
 from .figures import save_png
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["AttentionEntropy", "attention_entropy", "block_label", "draw_entropy", "plot_entropy"]
 
@@ -125,6 +129,9 @@ def _count_text(counts: list[int]) -> str:
 
 def draw_entropy(rows: list[dict], value: str = "normalised_entropy", title: str = "") -> Figure:
     """The figure of `plot_entropy`, not saved."""
+    require("matplotlib", extra="plots")
+    from matplotlib.figure import Figure
+
     if value not in ("normalised_entropy", "entropy"):
         raise ValueError(f"`value` must be 'normalised_entropy' or 'entropy', got {value!r}.")
     means = [row for row in rows if isinstance(row, dict) and row.get("head") == "mean"] if isinstance(rows, (list, tuple)) else []

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..utils.optional import require
 from .adapters import _JOINT_EXTRA, _field, attention_blocks, infer_source
 from .attention_blocks import AttentionBlocks
 from .flow import layer_rollouts
@@ -389,6 +390,7 @@ def _probe_payload(probe: object, views: dict) -> dict | None:
 
 def _colour_stops(count: int = 11) -> list[str]:
     """`_COLORMAP` sampled at `count` evenly spaced weights (matplotlib's colours, interpolated in the page)."""
+    require("matplotlib", extra="plots")
     from matplotlib import colormaps
     from matplotlib.colors import to_hex
 

@@ -6,10 +6,14 @@ and leaves the global backend and figure registry untouched.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+
+from ..utils.optional import require
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["MAX_ANNOTATED_CELLS", "annotate_cells", "as_array", "as_matrix", "save_png"]
 
@@ -53,6 +57,9 @@ def annotate_cells(ax, image, matrix: np.ndarray, fmt: str) -> None:
 
 def save_png(figure: Figure, path: str | Path) -> Path:
     """Saves `figure` as a PNG at `path` (120 dpi, tight bounding box), creating parent folders; returns the path."""
+    require("matplotlib", extra="plots")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(figure)

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 
+from ..utils.optional import require
 from ..utils.validation import check_normalised_boxes, check_rank
 from .attention_blocks import AttentionBlocks
 from .figures import save_png
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "AttentionDistance",
@@ -221,6 +225,9 @@ def within_cluster_attention(blocks: AttentionBlocks, region_clusters: torch.Ten
 
 def draw_attention_vs_distance(rows: list[dict], title: str = "") -> Figure:
     """The figure of `plot_attention_vs_distance`, not saved."""
+    require("matplotlib", extra="plots")
+    from matplotlib.figure import Figure
+
     if not isinstance(rows, (list, tuple)) or not rows:
         raise ValueError("`rows` must be the non-empty table of `attention_vs_distance`, got none.")
     figure = Figure(figsize=(6.5, 4.2), layout="constrained")
@@ -266,6 +273,9 @@ def plot_attention_vs_distance(rows: list[dict], path: str | Path, title: str = 
 
 def plot_within_cluster(rows: list[dict], path: str | Path, title: str = "") -> Path:
     """Within- and across-cluster attention shares over layers (stacked bars), saved as a PNG."""
+    require("matplotlib", extra="plots")
+    from matplotlib.figure import Figure
+
     if not isinstance(rows, (list, tuple)) or not rows:
         raise ValueError("`rows` must be the non-empty table of `within_cluster_attention`, got none.")
     ordered = sorted(rows, key=lambda row: row["layer"])

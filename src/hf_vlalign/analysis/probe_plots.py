@@ -9,13 +9,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.colors import BoundaryNorm, Normalize
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 
+from ..utils.optional import require
 from .figures import annotate_cells, as_matrix, save_png
+
+if TYPE_CHECKING:
+    from matplotlib.colors import BoundaryNorm
+    from matplotlib.figure import Figure
 
 __all__ = [
     "draw_head_accuracy",
@@ -30,6 +33,9 @@ __all__ = [
 def _decile_norm(matrix: np.ndarray) -> BoundaryNorm | None:
     """Colour bins holding a tenth of the values each (bounds: the deciles), or None when the values are too alike to
     split."""
+    require("matplotlib", extra="plots")
+    from matplotlib.colors import BoundaryNorm
+
     bounds = np.unique(np.round(np.quantile(matrix, np.linspace(0.0, 1.0, 11)), 6))
     return BoundaryNorm(bounds, ncolors=256) if len(bounds) >= 3 else None
 
@@ -53,6 +59,11 @@ def draw_head_accuracy(
     accuracy: np.ndarray, title: str = "", baseline: float | None = None, num_phrases: int | None = None
 ) -> Figure:
     """The figure of `plot_head_accuracy`, not saved."""
+    require("matplotlib", extra="plots")
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
     matrix = as_matrix("accuracy", accuracy, "(L, H)")
     if matrix.min() < 0 or matrix.max() > 1:
         raise ValueError(f"`accuracy` must hold values in [0, 1], got [{matrix.min():.4g}, {matrix.max():.4g}].")
@@ -163,6 +174,9 @@ def draw_layer_accuracy_scatter(
     baseline_label: str = "baseline",
 ) -> Figure:
     """The figure of `plot_layer_accuracy_scatter`, not saved."""
+    require("matplotlib", extra="plots")
+    from matplotlib.figure import Figure
+
     matrix = _checked_accuracy("accuracy", accuracy)
     if num_phrases is not None and (isinstance(num_phrases, bool) or not isinstance(num_phrases, int) or num_phrases < 0):
         raise ValueError(f"`num_phrases` must be an int >= 0 or None, got {num_phrases!r}.")
@@ -219,6 +233,9 @@ def plot_relation_accuracy_scatter(
     Returns:
         The path of the written PNG.
     """
+    require("matplotlib", extra="plots")
+    from matplotlib.figure import Figure
+
     if not isinstance(accuracy, Mapping) or not accuracy:
         raise ValueError(f"`accuracy` must be a non-empty mapping relation -> (L, H) accuracies, got {accuracy!r}.")
     relations = list(accuracy) if relations is None else list(relations)
@@ -269,6 +286,9 @@ def plot_top_relations(rows: Sequence[Mapping], path: str | Path, title: str = "
     Returns:
         The path of the written PNG.
     """
+    require("matplotlib", extra="plots")
+    from matplotlib.figure import Figure
+
     rows = _checked_relation_rows(rows)
     figure = Figure(figsize=(7.5, 1.2 + 0.42 * len(rows)))
     ax = figure.subplots()

@@ -46,6 +46,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..utils.optional import MissingDependencyError, require
 from .local_modules import MODULES_DIR, load_local_metric
 
 ALL_METRICS = ("bleu", "meteor", "rouge_l", "cider", "spice")
@@ -140,6 +141,7 @@ def _ptb_tokenize(captions: list[str]) -> list[str]:
     """pycocoevalcap's PTBTokenizer, run the same way (same jar, same flags, same punctuation list) but reading a
     temporary file outside site-packages (pycocoevalcap writes next to its jar, which fails on read-only installs)
     and checking that every caption comes back as exactly one line."""
+    require("pycocoevalcap", extra="caption-metrics")
     from pycocoevalcap.tokenizer import ptbtokenizer
 
     java = _require_java("The PTB tokenizer (tokenizer='ptb')")
@@ -267,6 +269,7 @@ _METEOR_LOCK = threading.Lock()
 
 @functools.cache
 def _meteor_process_class():
+    require("pycocoevalcap", extra="caption-metrics")
     from pycocoevalcap.meteor import meteor as meteor_module
 
     class MeteorProcess(meteor_module.Meteor):
@@ -365,9 +368,9 @@ _CORENLP_JARS = ("stanford-corenlp-3.6.0.jar", "stanford-corenlp-3.6.0-models.ja
 def spice_unavailable_reason() -> str | None:
     """None when SPICE can run here; otherwise what is missing and how to provide it."""
     try:
-        from pycocoevalcap.spice import spice as spice_module
-    except ImportError as error:  # pragma: no cover - pycocoevalcap is a dependency
-        return f"pycocoevalcap is not importable ({error}); `pip install pycocoevalcap`."
+        spice_module = require("pycocoevalcap.spice.spice", extra="caption-metrics")
+    except MissingDependencyError as error:
+        return str(error)
     lib = Path(spice_module.__file__).resolve().parent / "lib"
     missing = [name for name in _CORENLP_JARS if not (lib / name).is_file()]
     problems = []
@@ -388,6 +391,7 @@ def _spice_scores(gts: dict, res: dict) -> float:
     reason = spice_unavailable_reason()
     if reason is not None:
         raise RuntimeError(reason)
+    require("pycocoevalcap", extra="caption-metrics")
     from pycocoevalcap.spice.spice import Spice
 
     score, _ = Spice().compute_score(gts, res)
@@ -421,6 +425,7 @@ def caption_scores(
         scores); ROUGE-L and CIDEr-D are means over the images; all on pycocoevalcap's scales (CIDEr-D is x10, so it
         may exceed 1).
     """
+    require("pycocoevalcap", extra="caption-metrics")
     from pycocoevalcap.bleu.bleu import Bleu
     from pycocoevalcap.cider.cider import Cider
     from pycocoevalcap.rouge.rouge import Rouge
@@ -505,6 +510,7 @@ class CiderD:
         self.log_corpus_size = math.log(float(len(tokenized)))
 
     def _counts(self, caption: str) -> dict:
+        require("pycocoevalcap", extra="caption-metrics")
         from pycocoevalcap.cider.cider_scorer import precook
 
         return precook(caption, self.n)

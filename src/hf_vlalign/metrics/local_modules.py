@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..utils.optional import require
+
 MODULES_DIR = Path(__file__).resolve().parent / "modules"
 
 
 def load_local_metric(name: str, **kwargs):
     """`evaluate.load` of the module `modules/<name>/<name>.py` of this package."""
-    import evaluate
+    evaluate = require("evaluate", extra="evaluate")
 
     script = MODULES_DIR / name / f"{name}.py"
     if not script.is_file():

@@ -26,14 +26,18 @@ import numbers
 from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import h5py
 import numpy as np
 
+from ...utils.optional import require
 from ...utils.validation import check_existing_path
 from .region_records import RecordDecoder, RecordError, check_on_error, iter_checked_records
 from .safe_pickle import load_restricted_pickle
 from .text_files import FileFormatError, read_json_file
+
+if TYPE_CHECKING:
+    import h5py
 
 DATASETS = ("image_features", "image_bb", "spatial_features")
 FIELDS = {"image_id": "id_map", "boxes": "image_bb", "features": "image_features", "image_size": "spatial_features"}
@@ -49,6 +53,7 @@ _SPATIAL_TOLERANCE = 1e-4
 
 def _read_layout(path: Path) -> tuple[bool, int, int]:
     """Checks the datasets of the file; returns (adaptive, number of images, total rows of the box arrays)."""
+    h5py = require("h5py", extra="hdf5")
     try:
         handle = h5py.File(path, "r")
     except OSError as error:
@@ -211,6 +216,7 @@ def _recover_side(side: str, lengths: np.ndarray, fractions: np.ndarray) -> int:
 def _iter_decoders(
     path: Path, ordered: list[tuple[str, int]], adaptive: bool, total_rows: int
 ) -> Iterator[tuple[str, RecordDecoder]]:
+    h5py = require("h5py", extra="hdf5")
     with h5py.File(path, "r") as handle:
         for image_id, index in ordered:
             location = f"{path.name}, image index {index} (image_id {image_id})"

@@ -18,13 +18,17 @@ import numbers
 from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import h5py
 import numpy as np
 
+from ...utils.optional import require
 from ...utils.validation import check_existing_path
 from .region_records import RecordDecoder, RecordError, check_on_error, check_region_record, iter_checked_records
 from .text_files import FileFormatError, read_json_file
+
+if TYPE_CHECKING:
+    import h5py
 
 FEATURES_SUFFIX, BOXES_SUFFIX, CLASSES_SUFFIX = "_features", "_boxes", "_cls_prob"
 NUM_VG_CLASSES_WITH_BACKGROUND = 1601  # Visual Genome's 1600 object classes + background (column 0)
@@ -117,6 +121,7 @@ def sorted_ids(ids: list[str]) -> list[str]:
 
 
 def _image_ids(path: Path) -> list[str]:
+    h5py = require("h5py", extra="hdf5")
     try:
         handle = h5py.File(path, "r")
     except OSError as error:
@@ -129,6 +134,7 @@ def _image_ids(path: Path) -> list[str]:
 
 
 def _read_dataset(handle: h5py.File, name: str) -> np.ndarray:
+    h5py = require("h5py", extra="hdf5")
     dataset = handle.get(name)
     if not isinstance(dataset, h5py.Dataset):
         raise RecordError(name, "expected this dataset beside the image's features, it is missing.")
@@ -177,6 +183,7 @@ def _decode_image(handle: h5py.File, image_id: str, image_sizes: dict | None, us
 def _iter_decoders(
     path: Path, image_ids: list[str], image_sizes: dict | None, use_cls_prob: bool
 ) -> Iterator[tuple[str, RecordDecoder]]:
+    h5py = require("h5py", extra="hdf5")
     with h5py.File(path, "r") as handle:
         for image_id in image_ids:
             yield f"{path.name}, image {image_id}", partial(_decode_image, handle, image_id, image_sizes, use_cls_prob)
