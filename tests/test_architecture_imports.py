@@ -50,8 +50,8 @@ SYNTHETIC_LAYERS = {
         "hf_vlalign.synthetic.tasks",
     },
 }
-# cycles of the explicit graph that are left, each with where it is (none: the explorer reads model_analysis's
-# `gold_phrases`, model_analysis no longer imports the explorer)
+# cycles of the explicit graph that are allowed, each with where it is (none: the explorer reads model_analysis's
+# `gold_phrases`, model_analysis does not import the explorer)
 KNOWN_CYCLES: set[frozenset[str]] = set()
 
 

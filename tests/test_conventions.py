@@ -110,8 +110,8 @@ def test_other_heads_fields_are_kept_when_set_and_configs_holding_them_load(tmp_
     assert not {"num_object_labels", "referring_iou_threshold"} & set(saved)
 
     # a config.json holding every field of every head, at its default
-    old = {**saved, **{name: getattr(SingleStreamConfig, name) for name in OTHER_HEADS_OF_VGP}}
-    (tmp_path / "set" / "config.json").write_text(json.dumps(old))
+    every_field = {**saved, **{name: getattr(SingleStreamConfig, name) for name in OTHER_HEADS_OF_VGP}}
+    (tmp_path / "set" / "config.json").write_text(json.dumps(every_field))
     reloaded = SingleStreamForVisualParaphrase.from_pretrained(tmp_path / "set")
     assert reloaded.config.num_qa_labels == SingleStreamConfig.num_qa_labels
     assert reloaded.config.to_dict()["num_vgp_labels"] == config.num_vgp_labels
