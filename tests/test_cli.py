@@ -155,13 +155,18 @@ def test_one_flag_convention(capsys):
         (["convert", "no/such/folder", "--from", "lxmert", "--out", "x"], "hf-vlalign convert: error: `src`: no such folder: no/such/folder"),
         (["evaluate", "nobody-here/not-cached", "--task", "vqa"], "hf-vlalign evaluate: error: `model`: no such folder: "
          "nobody-here/not-cached; as a Hub id it is not in the Hub cache, and HF_HUB_OFFLINE=1 forbids downloading it."),
-        (["fisher", "--out", "f.safetensors"], "hf-vlalign fisher: error: the following arguments are required: model"),
     ],
 )
 def test_a_missing_model_is_one_line_without_traceback(argv, message):
     completed = run_cli(*argv)
     assert completed.returncode == 2 and completed.stdout == ""
     assert completed.stderr == message + "\n"
+
+
+def test_a_model_left_out_is_argparse_s_error():
+    completed = run_cli("fisher", "--out", "f.safetensors")
+    assert completed.returncode == 2 and completed.stdout == "" and "Traceback" not in completed.stderr
+    assert completed.stderr.splitlines()[-1] == "hf-vlalign fisher: error: the following arguments are required: model"
 
 
 def test_a_folder_or_file_that_is_no_checkpoint_and_bad_values_are_one_line(vgp_model_dir, tmp_path, capsys):
