@@ -162,7 +162,7 @@ def test_trainer_logs_every_loss_and_starts_vqa_at_its_epoch(questions, tmp_path
             assert key in log, (key, log)
     # the epoch is counted after each step: steps 1-2 run in epoch 0 (no answer loss), steps 3-4 in epoch 1
     assert [("loss_qa" in log) for log in steps] == [False, False, True, True]
-    assert [log["vqa_loss_enabled"] for log in steps] == [0.0, 0.0, 1.0, 1.0]
+    assert [log["qa_loss_enabled"] for log in steps] == [0.0, 0.0, 1.0, 1.0]
 
 
 def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):

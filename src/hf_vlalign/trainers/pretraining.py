@@ -40,13 +40,13 @@ class AlignmentPretrainingTrainer(ComponentLossTrainer):
         self.label_names = ["answer_labels"]
 
     @property
-    def vqa_loss_enabled(self) -> bool:
+    def qa_loss_enabled(self) -> bool:
         return (self.state.epoch or 0.0) >= self.vqa_start_epoch
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training:
-            enabled = self.vqa_loss_enabled
-            self._metrics["train"]["vqa_loss_enabled"].append(float(enabled))  # logged with the step's losses
+            enabled = self.qa_loss_enabled
+            self._metrics["train"]["qa_loss_enabled"].append(float(enabled))  # logged with the step's losses
             if not enabled:
                 inputs = {key: value for key, value in inputs.items() if key != "answer_labels"}
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
