@@ -277,7 +277,7 @@ def check_supervision_losses(ours, naive, inputs: dict) -> tuple[float, float]:
     ours32, naive32 = ours.float().eval(), naive.float().eval()
     inputs32 = {name: tensor.float() if tensor.is_floating_point() else tensor for name, tensor in inputs.items()}
     with torch.no_grad():
-        fast = float(ours32(**inputs32).loss_attention)
+        fast = float(ours32(**inputs32).loss_attention_supervision)
         slow = float(naive_scalar(naive32, inputs32, with_task=False)(naive32(**without(inputs32, "word_region_alignment"), output_attentions=True)))
     assert abs(fast - slow) <= LOSS_TOLERANCE * max(1.0, abs(fast)), f"naive {slow} != fast {fast}"
     return fast, slow
@@ -294,7 +294,7 @@ def measure_supervision(size: Size, env: Env, generator: torch.Generator) -> dic
     naive_inputs = {**plain_inputs, "output_attentions": True}
     steps = {
         "none": lambda: training_step(ours, plain_inputs, task_loss),
-        "direct": lambda: training_step(ours, inputs, lambda out: task_loss(out) + out.loss_attention),
+        "direct": lambda: training_step(ours, inputs, lambda out: task_loss(out) + out.loss_attention_supervision),
         "naive": lambda: training_step(naive, naive_inputs, naive_scalar(naive, inputs)),
         "naive_fast_dropout": lambda: training_step(naive_fast, naive_inputs, naive_scalar(naive_fast, inputs)),
     }
@@ -497,7 +497,9 @@ def measure_scaling(size: Size, env: Env, generator: torch.Generator) -> dict:
             plain = without(inputs, "word_region_alignment")
             points[(regions, words)] = interleaved_median(
                 {"none": lambda: training_step(model, plain, task_loss),
-                 "direct": lambda: training_step(model, inputs, lambda out: task_loss(out) + out.loss_attention)},
+                 "direct": lambda: training_step(
+                     model, inputs, lambda out: task_loss(out) + out.loss_attention_supervision
+                 )},
                 max(1, size.repeats // 2 + 1), size.warmup, env.sync,
             )  # fmt: skip
         return points[(regions, words)]

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> dict:
             **recall_results(eval_dataset, store, scores),
             "recall@1_any_box": metrics["eval_recall@1_any_box"],
             "eval_loss": metrics["eval_loss"],
-            **{key: metrics[key] for key in ("eval_loss_task", "eval_loss_att") if key in metrics},
+            **{key: metrics[key] for key in ("eval_loss_task", "eval_loss_attention_supervision") if key in metrics},
             "model_family": model_args.model_family,
             "supervision": model_args.supervision,
             "eval_captions": len(eval_dataset),

@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
             **referring_results(eval_dataset, store, choices),
             "accuracy_from_collator_iou": metrics["eval_accuracy"],
             "eval_loss": metrics["eval_loss"],
-            **{key: metrics[key] for key in ("eval_loss_task", "eval_loss_att") if key in metrics},
+            **{key: metrics[key] for key in ("eval_loss_task", "eval_loss_attention_supervision") if key in metrics},
             "model_family": model_args.model_family,
             "supervision": model_args.supervision,
             "truncation": truncation_results(

@@ -155,7 +155,11 @@ def write_report(
         "best_head": [probe.best_layer, probe.best_head],
         "num_grounded_phrases": probe.num_phrases,
         "eval_loss": metrics["eval_loss"],
-        **{key: metrics[f"eval_{key}"] for key in ("loss_id", "loss_vgp", "loss_att") if f"eval_{key}" in metrics},
+        **{
+            key: metrics[f"eval_{key}"]
+            for key in ("loss_id", "loss_vgp", "loss_attention_supervision")
+            if f"eval_{key}" in metrics
+        },
         "truncation": truncation,
         "image_use": image_use,
     }

@@ -72,7 +72,7 @@ class PretrainingArguments:
     r_layers: int = field(default=1, metadata={"help": "object layers."})
     x_layers: int = field(default=3, metadata={"help": "cross-modality layers."})
     alignment_top_k: int = field(default=3, metadata={"help": "k of the top-k softmax (eq. 13)."})
-    alignment_loss_weight: float = field(default=1.0)
+    alignment_weight: float = field(default=1.0)
     vqa_start_epoch: float = field(
         default=1.0, metadata={"help": "epoch from which the answer loss is on (paper: 10 of 20)."}
     )
@@ -192,7 +192,7 @@ def load_model(args: PretrainingArguments, with_alignment: bool, data: Pretraini
     settings = {
         "task_alignment": with_alignment,
         "alignment_top_k": args.alignment_top_k,
-        "alignment_loss_weight": args.alignment_loss_weight,
+        "alignment_weight": args.alignment_weight,
     }
     sizes = {
         "l_layers": args.l_layers,

@@ -68,7 +68,7 @@ class CaptioningArguments:
         default=1.5e-4,
         metadata={"help": "peak learning rate of the region encoder (at the decoder's rate its outputs collapse)."},
     )
-    mask_loss_weight: float = field(default=0.1, metadata={"help": "lambda of the mask objective (eq. 4)."})
+    mask_weight: float = field(default=0.1, metadata={"help": "lambda of the mask objective (eq. 4)."})
     mask_update_every: int = field(default=1, metadata={"help": "captioner steps per mask step."})
     alignment_temperature: float = field(default=200.0, metadata={"help": "T_P of the exponential decay (in steps)."})
     scst_start_epoch: float | None = field(default=None, metadata={"help": "epoch from which training is self-critical."})
@@ -137,7 +137,7 @@ def load_model(args: CaptioningArguments, visual_feat_dim: int) -> RegionCaption
         "attention_alignment": args.alignment,
         "use_geometry": args.geometry,
         "aligned_layers": parse_indices(args.aligned_layers, "--aligned_layers"),
-        "mask_loss_weight": args.mask_loss_weight,
+        "mask_weight": args.mask_weight,
         "alignment_temperature": args.alignment_temperature,
         "normalize_before": args.normalize_before,
     }

@@ -47,7 +47,7 @@ SCENES = SyntheticSceneConfig(num_train_images=12, num_val_images=6)
 GLOBAL_BATCH = 8
 STEPS = 3
 LEARNING_RATE = 2e-4  # finetune_vgp.py's
-LOGGED = ("loss", "loss_id", "loss_vgp", "loss_attention")  # the loss components written to losses.json, where present
+LOGGED = ("loss", "loss_id", "loss_vgp", "loss_attention_supervision")  # the loss components written to losses.json, where present
 
 
 def shard(model: torch.nn.Module) -> dict:

@@ -15,7 +15,7 @@ from hf_vlalign.analysis.adapters import attention_blocks, infer_source, text_to
 from hf_vlalign.analysis.attention_blocks import AttentionBlocks
 from hf_vlalign.analysis.bertviz_export import bertviz_inputs, load_bertviz_inputs, save_bertviz_inputs
 from hf_vlalign.analysis.grounding_probe import GroundingProbe
-from hf_vlalign.analysis.plots import plot_head_grid, plot_layer_heatmaps, plot_top_regions_on_image
+from hf_vlalign.analysis.attention_plots import plot_head_grid, plot_layer_heatmaps, plot_top_regions_on_image
 from hf_vlalign.models.captioning import RegionCaptionerConfig, RegionCaptionerModel
 
 B, T, R, DV, H, V = 3, 6, 4, 12, 4, 60

@@ -29,7 +29,7 @@ def test_analysis_inputs_leave_out_the_attention_targets_and_keep_every_map(fami
     with torch.no_grad():
         without = model(**inputs, output_attentions=True)
         with_targets = model(**inputs, **{key: batch[key] for key in TARGETS}, output_attentions=True)
-    assert with_targets.loss_attention is not None and without.loss_attention is None
+    assert with_targets.loss_attention_supervision is not None and without.loss_attention_supervision is None
     masks = {"text_mask": batch[data.text_mask_key], "region_mask": batch["visual_attention_mask"]}
     source = model.config.model_type.removeprefix("vlalign_")
     blocks, reference = (attention_blocks(out, **masks, source=source) for out in (without, with_targets))

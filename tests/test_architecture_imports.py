@@ -3,8 +3,7 @@
 - `models/` imports none of `data/`, `trainers/`, `hub/`, `evaluation/`, `synthetic/`, `analysis/` (function-level
   imports included);
 - `data/` imports nothing of `models/`; of `synthetic/` only the builders of the embedded default
-  (`ALLOWED_DATA_TO_SYNTHETIC`) do, and `import hf_vlalign.data` does not import `hf_vlalign.synthetic`; the old paths
-  `data/synthetic*.py` are compatibility shims that import nothing at import time;
+  (`ALLOWED_DATA_TO_SYNTHETIC`) do, and `import hf_vlalign.data` does not import `hf_vlalign.synthetic`;
 - `synthetic/` imports, of hf_vlalign, only itself, `data.formats`, `data.region_extraction`, `alignment` and `utils`;
   its modules form a chain (`shapes` <- `questions`, `tasks` <- `scenes`) and import no underscore-private name of
   each other;
@@ -12,9 +11,6 @@
 - the module import graph (explicit imports, function-level ones included) has no cycle but the known ones
   (`KNOWN_CYCLES`), and the import-time graph (module-level imports, each also importing the packages above its target)
   has none at all.
-
-Then, with real calls: every deprecated alias works and issues a `FutureWarning`, and every old import path gives the
-same object as the new one, without a warning.
 """
 
 from __future__ import annotations
@@ -22,11 +18,9 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-import warnings
 from functools import cache
 from pathlib import Path
 
-import pytest
 import torch
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -37,12 +31,6 @@ MODELS_FORBIDDEN = ("data", "trainers", "hub", "evaluation", "synthetic", "analy
 # the modules of `data/` that import `synthetic/`: the reader side of the embedded default, `load_dataset(
 # "synthetic_scenes")` (a builder loaded by name) and `load_vgp_data()` without files (inside the function)
 ALLOWED_DATA_TO_SYNTHETIC = {"hf_vlalign.data.builders.synthetic_scenes", "hf_vlalign.data.builders.vgp"}
-# the compatibility shims of the old paths: they name `hf_vlalign.synthetic` in strings, imported on first access
-SYNTHETIC_SHIMS = {
-    "hf_vlalign.data.synthetic": "hf_vlalign.synthetic.scenes",
-    "hf_vlalign.data.synthetic_questions": "hf_vlalign.synthetic.questions",
-    "hf_vlalign.data.synthetic_tasks": "hf_vlalign.synthetic.tasks",
-}
 # what `synthetic/` may import of hf_vlalign (a module or a package prefix)
 SYNTHETIC_MAY_IMPORT = (
     "hf_vlalign.synthetic",
@@ -62,18 +50,9 @@ SYNTHETIC_LAYERS = {
         "hf_vlalign.synthetic.tasks",
     },
 }
-# cycles of the explicit graph that are left, each with where it is (none: the explorer reads model_analysis's
-# `gold_phrases`, model_analysis no longer imports the explorer)
+# cycles of the explicit graph that are allowed, each with where it is (none: the explorer reads model_analysis's
+# `gold_phrases`, model_analysis does not import the explorer)
 KNOWN_CYCLES: set[frozenset[str]] = set()
-# the compatibility modules of trainers/ (the evaluation runners and the recipes moved out): they import nothing of the
-# package they point to at import time
-TRAINERS_SHIMS = {
-    f"hf_vlalign.trainers.{name}"
-    for name in (
-        "grounding_evaluation", "image_use", "model_analysis", "model_explorer", "recipes", "syntactic_analysis",
-        "task_evaluation", "task_metrics",
-    )
-}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -246,7 +225,7 @@ def test_trainers_import_no_evaluation_recipes_hub_or_cli():
     forbidden = ("hf_vlalign.evaluation", "hf_vlalign.recipes", "hf_vlalign.hub", "hf_vlalign.cli")
     assert not _violations(
         "hf_vlalign.trainers",
-        lambda module, target, name, top: module not in TRAINERS_SHIMS and any(_within(target, f) for f in forbidden),
+        lambda module, target, name, top: any(_within(target, f) for f in forbidden),
     )
 
 
@@ -277,20 +256,9 @@ def test_data_imports_no_models_and_synthetic_only_from_the_embedded_default_bui
         )
 
 
-def test_the_compatibility_shims_import_nothing_of_the_package_they_point_to():
-    for shim, target in SYNTHETIC_SHIMS.items():
-        imported = {imported_module for imported_module, *_ in _imports(shim)}
-        assert imported == {"hf_vlalign.utils.lazy_exports"}, (shim, imported)
-        assert f'"{target}"' in _modules()[shim].read_text(), f"{shim} does not point to {target}"
-    assert {imported_module for imported_module, *_ in _imports("hf_vlalign.analysis.plots")} == {
-        "hf_vlalign.utils.lazy_exports"
-    }
-
-
 def test_importing_data_does_not_import_synthetic():
     code = (
-        "import sys, hf_vlalign.data, hf_vlalign.data.builders, hf_vlalign.data.formats, hf_vlalign.data.synthetic, "
-        "hf_vlalign.data.synthetic_questions, hf_vlalign.data.synthetic_tasks\n"
+        "import sys, hf_vlalign.data, hf_vlalign.data.builders, hf_vlalign.data.formats\n"
         "loaded = sorted(name for name in sys.modules if name.startswith('hf_vlalign.synthetic'))\n"
         "assert not loaded, loaded"
     )
@@ -348,8 +316,8 @@ def test_the_import_time_graph_has_no_cycle():
 
 def test_models_are_in_no_cycle_even_through_package_inits():
     """All imports (function-level too), each also running the `__init__` of the packages above its target: no cycle
-    goes through the models (as `models/saving.py` -> `hub.push` -> `hub/__init__` -> the checkpoint converters ->
-    the models did)."""
+    goes through the models (e.g. `models/saving.py` -> `hub/__init__` -> the checkpoint converters -> the models:
+    the models reach the push through `utils.hub_push`)."""
     modules = _modules()
     graph: dict[str, set[str]] = {module: set() for module in modules}
     for module in modules:
@@ -361,111 +329,11 @@ def test_models_are_in_no_cycle_even_through_package_inits():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Old paths and deprecated names, with real calls
+# Output names, with a real call
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _no_warning(call):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        return call()
-
-
-def test_old_synthetic_paths_give_the_new_objects_without_a_warning():
-    import importlib
-
-    import hf_vlalign.data as data
-    from hf_vlalign import synthetic
-    from hf_vlalign.synthetic import questions, scenes, shapes, tasks
-
-    for old, new in SYNTHETIC_SHIMS.items():
-        shim, module = importlib.import_module(old), importlib.import_module(new)
-        for name in shim.__all__:
-            assert _no_warning(lambda: getattr(shim, name)) is getattr(module, name), (old, name)
-        assert set(shim.__all__) <= set(dir(shim))
-    renamed = {"_Shape": shapes.Shape, "_relation": shapes.shape_relation}
-    for name, value in {**renamed, "_valid_attribute_sets": shapes.identifying_attribute_sets}.items():
-        for old in SYNTHETIC_SHIMS:
-            assert getattr(importlib.import_module(old), name) is value
-    from hf_vlalign.data.synthetic import CropEncoder, _wordings  # a re-exported name and an old private one
-    from hf_vlalign.data.synthetic_questions import _Phrase
-    from hf_vlalign.data.synthetic_tasks import _Description
-
-    assert _wordings is shapes.phrase_wordings and _Phrase is questions._Phrase and _Description is tasks._Description
-    assert CropEncoder is scenes.CropEncoder
-    for name in (
-        "SyntheticSceneConfig",
-        "SyntheticVGPPaths",
-        "generate_synthetic_vgp",
-        "load_or_generate_synthetic_vgp",
-    ):
-        assert _no_warning(lambda: getattr(data, name)) is getattr(synthetic, name), name
-        assert name in data.__all__ and name in dir(data)
-    assert data.synthetic is importlib.import_module("hf_vlalign.data.synthetic")
-    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
-        data.synthetic.not_a_name
-
-
-def test_generate_synthetic_vgp_is_a_deprecated_alias_of_generate_synthetic_scenes(tmp_path):
-    import hf_vlalign.data
-    import hf_vlalign.data.synthetic
-    from hf_vlalign.synthetic import SyntheticSceneConfig, generate_synthetic_scenes, generate_synthetic_vgp
-
-    assert hf_vlalign.data.generate_synthetic_vgp is generate_synthetic_vgp
-    assert hf_vlalign.data.synthetic.generate_synthetic_vgp is generate_synthetic_vgp
-    config = SyntheticSceneConfig(num_train_images=2, num_val_images=1, feature_dim=4, seed=5)
-    new = _no_warning(lambda: generate_synthetic_scenes(tmp_path / "new", config))
-    with pytest.warns(FutureWarning, match="generate_synthetic_vgp` is deprecated.*generate_synthetic_scenes"):
-        old = generate_synthetic_vgp(tmp_path / "old", config)
-
-    def files(root: Path) -> dict[str, bytes]:
-        return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
-
-    assert len(files(new.root)) > 10 and files(old.root) == files(new.root)
-
-
-def test_analysis_attention_rollout_is_a_deprecated_alias_of_layer_rollouts():
-    from hf_vlalign import analysis
-    from hf_vlalign.analysis import flow
-    from hf_vlalign.supervision import attention_rollout as supervision_rollout
-
-    assert analysis.attention_rollout is flow.attention_rollout and analysis.layer_rollouts is flow.layer_rollouts
-    assert "layer_rollouts" in analysis.__all__ and "attention_rollout" in analysis.__all__
-    maps = torch.softmax(torch.randn(3, 2, 5, 5, generator=torch.Generator().manual_seed(0)), dim=-1)  # L, H, N, N
-    expected = _no_warning(lambda: flow.layer_rollouts(list(maps)))
-    with pytest.warns(FutureWarning, match="attention_rollout.*deprecated.*layer_rollouts"):
-        old = analysis.attention_rollout(list(maps))
-    assert all(torch.equal(a, b) for a, b in zip(old, expected, strict=True))
-    batched = supervision_rollout([layer[None] for layer in maps])  # the supervision one is not deprecated
-    assert all(torch.equal(a[0], b) for a, b in zip(batched, expected, strict=True))
-
-
-def test_old_plots_path_gives_the_new_objects_without_a_warning():
-    from hf_vlalign import analysis
-    from hf_vlalign.analysis import attention_plots, figures, plots, probe_plots
-
-    assert analysis.plots is plots
-    for name in plots.__all__:
-        module = probe_plots if "head_accuracy" in name else attention_plots
-        assert _no_warning(lambda: getattr(plots, name)) is getattr(module, name), name
-    old_private = {"_as_matrix": figures.as_matrix, "_as_array": figures.as_array, "_save": figures.save_png,
-                   "_annotate": figures.annotate_cells, "_MAX_ANNOTATED_CELLS": figures.MAX_ANNOTATED_CELLS,
-                   "_decile_norm": probe_plots._decile_norm, "_check_labels": attention_plots._check_labels}  # fmt: skip
-    for name, value in old_private.items():
-        assert getattr(plots, name) is value, name
-    assert analysis.plot_head_accuracy is probe_plots.plot_head_accuracy
-
-
-def test_hub_push_is_the_utils_module_under_its_public_path():
-    import hf_vlalign.hub
-    from hf_vlalign.hub import push
-    from hf_vlalign.utils import hub_push
-
-    for name in ("HubPushError", "push_folder_to_hub"):
-        assert getattr(push, name) is getattr(hub_push, name) is getattr(hf_vlalign.hub, name)
-
-
-def test_two_stream_pooler_output_and_the_deprecated_pooled_output():
+def test_two_stream_pooler_output_is_bert_s_name_in_lxmert_s_place():
     from test_two_stream import tiny_batch, tiny_config
 
     from hf_vlalign import TwoStreamModel
@@ -474,18 +342,13 @@ def test_two_stream_pooler_output_and_the_deprecated_pooled_output():
     model = TwoStreamModel(tiny_config(attention_supervision="direct")).eval()
     with torch.no_grad():
         outputs = model(**tiny_batch(), output_attentions=True, output_hidden_states=True)
-    fields = ["language_output", "vision_output", "pooler_output", "loss_attention", "language_hidden_states",
+    fields = ["language_output", "vision_output", "pooler_output", "loss_attention_supervision", "language_hidden_states",
               "vision_hidden_states", "language_attentions", "vision_attentions", "cross_encoder_attentions",
               "cross_encoder_vision_attentions"]  # fmt: skip
-    assert list(outputs.keys()) == fields  # the old order, `pooled_output` renamed in its place
+    assert list(outputs.keys()) == fields  # transformers' Lxmert order, with BERT's `pooler_output`
     assert outputs.to_tuple()[2] is outputs.pooler_output and outputs[2] is outputs.pooler_output
     assert len(outputs.to_tuple()) == len(fields) and "pooled_output" not in outputs.keys()
     assert outputs.pooler_output.shape == (outputs.language_output.shape[0], model.config.hidden_size)
-    for read in (lambda: outputs.pooled_output, lambda: outputs["pooled_output"], lambda: outputs.get("pooled_output")):
-        with pytest.warns(FutureWarning, match="pooled_output` is deprecated; use `pooler_output"):
-            assert read() is outputs.pooler_output
-    with pytest.warns(FutureWarning):
-        assert "pooled_output" in outputs
 
 
 # ----------------------------------------------------------------------------------------------------------------

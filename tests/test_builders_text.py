@@ -228,7 +228,7 @@ def test_nlvr2_subsets_read_the_published_layout(nlvr2_dir, tmp_path):
 
 def test_nlvr2_subset_errors_name_the_expected_file(nlvr2_dir, tmp_path):
     lines = (nlvr2_dir / "dev.json").read_text(encoding="utf-8").splitlines(keepends=True)
-    # the layout the builder used to read (both subsets under balanced/) is not the published one
+    # both subsets under balanced/ is not the published layout
     data_dir = _subset_layout(tmp_path, lines, {"balanced/balanced_dev.json": slice(0, 3), "balanced/unbalanced_dev.json": slice(3, 6)})
     with pytest.raises(ValueError, match=re.escape(f"NLVR2 subset file unbalanced/unbalanced_dev.json, but '{data_dir / 'unbalanced' / 'unbalanced_dev.json'}' is not a file")):
         nlvr2.build(data_dir, "dev", subset="unbalanced")

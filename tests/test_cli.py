@@ -11,7 +11,7 @@ import sys
 import pytest
 from analysis_models import SYNTHETIC_FLAGS, save_with_tokenizer, tiny_family_model
 
-from hf_vlalign.cli import FEATURE_FORMATS, TASKS, _take_model_option, build_parser, main, results_table
+from hf_vlalign.cli import FEATURE_FORMATS, TASKS, build_parser, main, results_table
 from hf_vlalign.data.formats.vgp import read_vgp_csv
 
 HEAVY_MODULES = ("torch", "transformers", "datasets")
@@ -123,35 +123,28 @@ def test_every_option_has_help_and_shows_its_default():
     for name, parser in verb_parsers().items():
         text = " ".join(parser.format_help().split())  # argparse wraps lines
         for action in parser._actions:
-            if isinstance(action, argparse._HelpAction) or action.option_strings == ["--model"]:  # fisher's old --model
+            if isinstance(action, argparse._HelpAction):
                 continue
             assert action.help and len(action.help) > 10, (name, action.dest)
             if action.default not in (None, False):
                 assert f"(default: {action.default})" in text, (name, action.dest)
-            # options are spelled with underscores (an old hyphenated spelling is hidden and deprecated)
-            visible = [option for option in action.option_strings if option not in getattr(action, "old_spellings", ())]
-            assert all("-" not in option[2:] for option in visible), (name, visible)
+            # options are spelled with underscores, as in transformers' examples
+            assert all("-" not in option[2:] for option in action.option_strings), (name, action.option_strings)
 
 
-def test_one_flag_convention_and_the_old_spellings_still_work(capsys):
+def test_one_flag_convention(capsys):
     parser = build_parser()
     argv = ["convert-features", "feats.tsv", "--format", "lxmert_tsv", "--out", "store"]
-    new = parser.parse_args([*argv, "--on_error", "skip", "--id_map", "ids.json", "--image_sizes", "s.json", "--box_dir", "b"])
+    args = parser.parse_args([*argv, "--on_error", "skip", "--id_map", "ids.json", "--image_sizes", "s.json", "--box_dir", "b"])
     assert capsys.readouterr().err == ""
-    old = parser.parse_args([*argv, "--on-error", "skip", "--id-map", "ids.json", "--image-sizes", "s.json", "--box-dir", "b"])
-    notes = capsys.readouterr().err.splitlines()
-    assert vars(old) == vars(new) and new.on_error == "skip" and str(new.box_dir) == "b"
-    assert notes[0] == "hf-vlalign convert-features: --on-error is deprecated; use --on_error" and len(notes) == 4
-    grid = parser.parse_args(["extract-features", "images", "--out", "store", "--grid-size", "3"])
-    assert grid.grid_size == 3 and "--grid-size is deprecated; use --grid_size" in capsys.readouterr().err
-    # fisher: the model is positional and the output `--out`, as in every verb; `--model` / `--output` still work
-    new = parser.parse_args(["fisher", "model_dir", "--out", "f.safetensors"])
-    old = parser.parse_args(["fisher", "--model", "model_dir", "--output", "f.safetensors"])
-    _take_model_option(old)
-    assert (old.model, old.out) == (new.model, new.out) == ("model_dir", new.out) and str(new.out) == "f.safetensors"
-    assert "--model is deprecated" in capsys.readouterr().err
-    for verb, parser in verb_parsers().items():  # the old spellings are hidden
-        assert not {"--on-error", "--id-map", "--grid-size", "--output", "--model"} & set(parser.format_help().split())
+    assert args.on_error == "skip" and str(args.box_dir) == "b"
+    assert parser.parse_args(["extract-features", "images", "--out", "store", "--grid_size", "3"]).grid_size == 3
+    # fisher: the model is positional and the output `--out`, as in every verb
+    args = parser.parse_args(["fisher", "model_dir", "--out", "f.safetensors"])
+    assert args.model == "model_dir" and str(args.out) == "f.safetensors"
+    for spelling in (["--on-error", "skip"], ["--model", "model_dir"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*argv, *spelling])
 
 
 @pytest.mark.parametrize(
@@ -162,13 +155,18 @@ def test_one_flag_convention_and_the_old_spellings_still_work(capsys):
         (["convert", "no/such/folder", "--from", "lxmert", "--out", "x"], "hf-vlalign convert: error: `src`: no such folder: no/such/folder"),
         (["evaluate", "nobody-here/not-cached", "--task", "vqa"], "hf-vlalign evaluate: error: `model`: no such folder: "
          "nobody-here/not-cached; as a Hub id it is not in the Hub cache, and HF_HUB_OFFLINE=1 forbids downloading it."),
-        (["fisher", "--out", "f.safetensors"], "hf-vlalign fisher: error: the following arguments are required: model"),
     ],
 )
 def test_a_missing_model_is_one_line_without_traceback(argv, message):
     completed = run_cli(*argv)
     assert completed.returncode == 2 and completed.stdout == ""
     assert completed.stderr == message + "\n"
+
+
+def test_a_model_left_out_is_argparse_s_error():
+    completed = run_cli("fisher", "--out", "f.safetensors")
+    assert completed.returncode == 2 and completed.stdout == "" and "Traceback" not in completed.stderr
+    assert completed.stderr.splitlines()[-1] == "hf-vlalign fisher: error: the following arguments are required: model"
 
 
 def test_a_folder_or_file_that_is_no_checkpoint_and_bad_values_are_one_line(vgp_model_dir, tmp_path, capsys):

@@ -1,12 +1,11 @@
 """transformers / datasets conventions: the captioner is an `AutoModelForSeq2SeqLM`; the region-feature store of
-`load_dataset` / `load_vgp_data` is `region_features=` (`features=` deprecated); "validation" names every dataset's
-validation split; a saved config.json carries the task fields of its own model class only (others at their default
-are left out, and old configs holding them still load)."""
+`load_dataset` / `load_vgp_data` is `region_features=`; "validation" names every dataset's validation split; a saved
+config.json carries the task fields of its own model class only (others at their default are left out, and a config
+holding them loads the same)."""
 
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 import torch
@@ -51,31 +50,20 @@ def test_auto_model_for_seq2seq_lm_loads_the_captioner_and_generates(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# region_features= (features= deprecated)
+# region_features=
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def test_region_features_is_the_store_argument_and_features_a_deprecated_alias(tmp_path):
+def test_region_features_is_the_store_argument(tmp_path):
     flickr = real_sample("flickr30k_entities")
     image_ids = (flickr / "val.txt").read_text().split()[:2]
     store = _store(tmp_path, {image_id: [[0, 0, 50, 50], [10, 10, 400, 300]] for image_id in image_ids})
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", FutureWarning)
-        joined = load_dataset("flickr30k_entities", flickr, "val", region_features=store, max_images=2)
+    joined = load_dataset("flickr30k_entities", flickr, "val", region_features=store, max_images=2)
     assert joined["feature_row"] and "sentence_phrase_regions" in joined.column_names
-
-    with pytest.warns(FutureWarning, match=r"`load_dataset\(\.\.\., features=\.\.\.\)` is deprecated .* `region_features=`"):
-        old = load_dataset("flickr30k_entities", flickr, "val", features=store, max_images=2)
-    assert old["feature_row"] == joined["feature_row"]
-    assert old["sentence_phrase_regions"] == joined["sentence_phrase_regions"]
-    with pytest.raises(ValueError, match="both `region_features` and its deprecated alias `features`"):
-        load_dataset("flickr30k_entities", flickr, "val", region_features=store, features=store)
-
-    with pytest.warns(FutureWarning, match=r"`load_vgp_data\(\.\.\., features=\.\.\.\)` is deprecated"):
-        with pytest.raises(ValueError, match=r"Real VGP data needs all of .*'region_features'"):
-            load_vgp_data(features=store.directory)  # the alias reaches `region_features`, which needs the csvs
-    with pytest.raises(ValueError, match="both `region_features` and its deprecated alias `features`"):
-        load_vgp_data(region_features=store, features=store)
+    with pytest.raises(TypeError, match="features"):  # `features` is a dataset's column schema in `datasets`
+        load_dataset("flickr30k_entities", flickr, "val", features=store, max_images=2)
+    with pytest.raises(ValueError, match=r"Real VGP data needs all of .*'region_features'"):
+        load_vgp_data(region_features=store.directory)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -96,8 +84,8 @@ def test_every_dataset_has_a_validation_split():
 # ----------------------------------------------------------------------------------------------------------------
 
 OTHER_HEADS_OF_VGP = {
-    "num_qa_labels", "referring_iou_threshold", "num_object_labels", "mlm_loss_weight", "sentence_image_loss_weight",
-    "region_feature_loss_weight", "region_class_loss_weight",
+    "num_qa_labels", "referring_iou_threshold", "num_object_labels", "mlm_weight", "sentence_image_weight",
+    "region_feature_weight", "region_class_weight",
 }  # fmt: skip
 
 
@@ -105,25 +93,25 @@ def test_a_saved_vgp_config_carries_no_other_heads_fields(tmp_path):
     SingleStreamForVisualParaphrase(single_stream_config()).save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert not OTHER_HEADS_OF_VGP & set(saved)
-    assert {"num_id_labels", "num_vgp_labels", "id_loss_weight", "vgp_loss_weight"} <= set(saved)
+    assert {"num_id_labels", "num_vgp_labels", "id_weight", "vgp_weight"} <= set(saved)
     assert {"hidden_size", "attention_supervision", "visual_feature_normalization"} <= set(saved)  # shared: kept
     # every other head loads from the folder with the defaults it would have read
     answers = SingleStreamForQuestionAnswering.from_pretrained(tmp_path)
     assert answers.config.num_qa_labels == SingleStreamConfig.num_qa_labels == answers.answer_head.classifier.out_features
     pretraining = SingleStreamForPreTraining.from_pretrained(tmp_path)
-    assert pretraining.config.mlm_loss_weight == 1.0 and pretraining.config.num_object_labels == 0
+    assert pretraining.config.mlm_weight == 1.0 and pretraining.config.num_object_labels == 0
 
 
-def test_other_heads_fields_are_kept_when_set_and_old_configs_still_load(tmp_path):
-    config = single_stream_config(num_qa_labels=17, mlm_loss_weight=0.5)
+def test_other_heads_fields_are_kept_when_set_and_configs_holding_them_load(tmp_path):
+    config = single_stream_config(num_qa_labels=17, mlm_weight=0.5)
     SingleStreamForVisualParaphrase(config).save_pretrained(tmp_path / "set")
     saved = json.loads((tmp_path / "set" / "config.json").read_text())
-    assert (saved["num_qa_labels"], saved["mlm_loss_weight"]) == (17, 0.5)  # not the default: nothing is lost
+    assert (saved["num_qa_labels"], saved["mlm_weight"]) == (17, 0.5)  # not the default: nothing is lost
     assert not {"num_object_labels", "referring_iou_threshold"} & set(saved)
 
-    # a config.json written before: every field of every head, at its default
-    old = {**saved, **{name: getattr(SingleStreamConfig, name) for name in OTHER_HEADS_OF_VGP}}
-    (tmp_path / "set" / "config.json").write_text(json.dumps(old))
+    # a config.json holding every field of every head, at its default
+    every_field = {**saved, **{name: getattr(SingleStreamConfig, name) for name in OTHER_HEADS_OF_VGP}}
+    (tmp_path / "set" / "config.json").write_text(json.dumps(every_field))
     reloaded = SingleStreamForVisualParaphrase.from_pretrained(tmp_path / "set")
     assert reloaded.config.num_qa_labels == SingleStreamConfig.num_qa_labels
     assert reloaded.config.to_dict()["num_vgp_labels"] == config.num_vgp_labels
@@ -139,7 +127,7 @@ def test_a_saved_two_stream_answer_config_carries_no_pretraining_switches(tmp_pa
     TwoStreamForQuestionAnswering(config).save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["num_qa_labels"] == 7
-    assert not {"task_mask_lm", "task_qa", "task_alignment", "num_object_labels", "alignment_top_k", "itm_loss_weight",
+    assert not {"task_mask_lm", "task_qa", "task_alignment", "num_object_labels", "alignment_top_k", "itm_weight",
                 "referring_iou_threshold"} & set(saved)  # fmt: skip
 
 

@@ -247,8 +247,8 @@ def test_a_model_without_end_token_is_supervised_with_a_finite_loss(method):
     phrase_masks[0, 0, 1], phrase_masks[0, 1, 2], phrase_masks[1, 0, 3] = True, True, True
     outputs = model(**batch, visual_boxes=boxes(), word_region_alignment=alignment(), phrase_masks=phrase_masks)
     assert outputs.last_hidden_state.shape == (B, T + R, 32)
-    assert outputs.loss_attention is not None and math.isfinite(float(outputs.loss_attention.detach()))
-    outputs.loss_attention.backward()
+    assert outputs.loss_attention_supervision is not None and math.isfinite(float(outputs.loss_attention_supervision.detach()))
+    outputs.loss_attention_supervision.backward()
     gradient = model.encoder.layer[0].attention.self.query.weight.grad
     assert gradient is not None and torch.isfinite(gradient).all() and float(gradient.abs().sum()) > 0
 
@@ -260,10 +260,10 @@ def test_direct_supervision_without_end_token_ignores_padded_regions():
     model = SingleStreamModel(config).eval()
     batch = inputs()
     with torch.no_grad():
-        loss = model(**batch, word_region_alignment=alignment()).loss_attention
+        loss = model(**batch, word_region_alignment=alignment()).loss_attention_supervision
         changed = dict(batch, visual_feats=batch["visual_feats"].clone())
         changed["visual_feats"][0, -2:] += 100.0  # example 0's two padded regions
-        assert torch.equal(model(**changed, word_region_alignment=alignment()).loss_attention, loss)
+        assert torch.equal(model(**changed, word_region_alignment=alignment()).loss_attention_supervision, loss)
 
 
 def test_visual_paraphrase_head_trains_without_boxes_or_end_token():
@@ -277,7 +277,7 @@ def test_visual_paraphrase_head_trains_without_boxes_or_end_token():
         **inputs(), phrase1_mask=phrase1, phrase2_mask=phrase2, word_region_alignment=alignment(),
         id_labels=torch.tensor([0, 2]), vgp_labels=torch.tensor([1, 0]),
     )  # fmt: skip
-    names = ("loss", "loss_id", "loss_vgp", "loss_attention")
+    names = ("loss", "loss_id", "loss_vgp", "loss_attention_supervision")
     assert all(math.isfinite(float(outputs[name].detach())) for name in names)
     outputs.loss.backward()
     with pytest.raises(ValueError, match="`phrase2_mask`"):

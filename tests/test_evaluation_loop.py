@@ -1,9 +1,6 @@
-"""The one inference loop (`hf_vlalign.evaluation.inference_batches`) and the old import paths of the runners that
-moved out of `trainers/`."""
+"""The one inference loop (`hf_vlalign.evaluation.inference_batches`)."""
 
-import importlib
 import random
-import warnings
 
 import datasets
 import pytest
@@ -91,37 +88,3 @@ def test_a_seed_gives_a_random_collator_the_same_batches_in_every_pass_and_keeps
 def test_a_bad_batch_size_is_named(dataset, batch_size):
     with pytest.raises(ValueError, match=r"`batch_size` must be a positive integer, got"):
         next(inference_batches(TinyModel(), dataset, collate, batch_size))
-
-
-MOVED_MODULES = {
-    "hf_vlalign.trainers.grounding_evaluation": ("hf_vlalign.evaluation.grounding", "evaluate_grounding"),
-    "hf_vlalign.trainers.task_evaluation": ("hf_vlalign.evaluation.tasks", "evaluate_task"),
-    "hf_vlalign.trainers.model_analysis": ("hf_vlalign.evaluation.model_analysis", "analyze_model"),
-    "hf_vlalign.trainers.model_explorer": ("hf_vlalign.evaluation.model_explorer", "explore_model"),
-    "hf_vlalign.trainers.syntactic_analysis": ("hf_vlalign.evaluation.syntactic_analysis", "SyntacticGroundingAnalysis"),
-    "hf_vlalign.trainers.image_use": ("hf_vlalign.evaluation.image_use", "image_use_gap"),
-    "hf_vlalign.trainers.task_metrics": ("hf_vlalign.evaluation.task_metrics", "answer_metrics"),
-    "hf_vlalign.trainers.recipes": ("hf_vlalign.recipes", "load_task_model"),
-}
-
-
-@pytest.mark.parametrize("old", sorted(MOVED_MODULES))
-def test_an_old_module_path_still_imports_with_a_future_warning_naming_the_new_one(old):
-    new, name = MOVED_MODULES[old]
-    with pytest.warns(FutureWarning, match=rf"`{old}\.{name}` moved to `{new}\.{name}`"):
-        value = getattr(importlib.import_module(old), name)
-    assert value is getattr(importlib.import_module(new), name)
-    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
-        importlib.import_module(old).no_such_name
-
-
-def test_trainers_keeps_the_trainers_and_forwards_the_moved_runners():
-    import hf_vlalign.evaluation as evaluation
-    import hf_vlalign.trainers as trainers
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the Trainer subclasses import without a warning
-        assert trainers.VGPTrainer.__module__ == "hf_vlalign.trainers.vgp"
-    with pytest.warns(FutureWarning, match="moved to `hf_vlalign.evaluation.evaluate_grounding`"):
-        assert trainers.evaluate_grounding is evaluation.evaluate_grounding
-    assert "evaluate_grounding" not in trainers.__all__

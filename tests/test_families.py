@@ -1,7 +1,7 @@
 """The family registry (`hf_vlalign.models.family`): every `FamilySpec` names real classes, registered with the Auto
 classes it says; its probe shape is the shape of the attention the probe reads; its LoRA targets and head modules are
 real module names; its mask keys are forward arguments; lookups by short name, model_type, config or model work and
-anything else raises a clear ValueError; the tables that used to spell the families out are derived from the specs."""
+anything else raises a clear ValueError; the tables that list the families are derived from the specs."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ def test_model_direct_loss_trains_with_a_head_subset():
     model = tiny_single_stream(attention_supervision="direct", supervised_heads=[1, 3], supervised_layers=[1])
     model.train()
     out = model(**single_stream_inputs())
-    out.loss_attention.backward()
+    out.loss_attention_supervision.backward()
     query_grad = model.encoder.layer[1].attention.self.query.weight.grad
     assert query_grad is not None and float(query_grad.abs().sum()) > 0
     # the unsupervised layer 0 still gets a gradient through layer 1's inputs, and nothing is NaN

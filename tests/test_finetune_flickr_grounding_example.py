@@ -294,7 +294,7 @@ def test_single_stream_run_writes_its_results_and_the_reloaded_model_reproduces_
 
 def test_two_stream_run_with_attention_supervision(two_stream_run, monkeypatch):
     results = _check_outputs(two_stream_run, "two_stream", "direct")
-    assert results["eval_loss_att"] > 0
+    assert results["eval_loss_attention_supervision"] > 0
     model_class, recall = _reloaded_recall(two_stream_run, monkeypatch)
     assert model_class is TwoStreamForPhraseGrounding
     assert recall["recall@1"] == results["recall@1_merged_boxes"]

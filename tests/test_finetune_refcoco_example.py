@@ -261,13 +261,13 @@ def _check_outputs(run: Path, family: str, supervision: str) -> dict:
         tags |= set(accumulator.Tags()["scalars"])
     assert {"train/loss", "train/loss_task", "eval/loss", "eval/accuracy", "eval/upper_bound"} <= tags
     if supervision != "none":
-        assert {"train/loss_att", "eval/loss_att"} <= tags
+        assert {"train/loss_attention_supervision", "eval/loss_attention_supervision"} <= tags
     return results
 
 
 def test_single_stream_run_with_attention_supervision(single_stream_run, monkeypatch):
     results = _check_outputs(single_stream_run, "single_stream", "direct")
-    assert results["eval_loss_att"] > 0
+    assert results["eval_loss_attention_supervision"] > 0
     model_class, reloaded = _reloaded_accuracy(single_stream_run, monkeypatch)
     assert model_class is SingleStreamForReferringExpression
     assert reloaded["num_expressions"] == results["num_expressions"]
@@ -276,7 +276,7 @@ def test_single_stream_run_with_attention_supervision(single_stream_run, monkeyp
 
 def test_two_stream_run(two_stream_run, monkeypatch):
     results = _check_outputs(two_stream_run, "two_stream", "none")
-    assert "eval_loss_att" not in results
+    assert "eval_loss_attention_supervision" not in results
     model_class, reloaded = _reloaded_accuracy(two_stream_run, monkeypatch)
     assert model_class is TwoStreamForReferringExpression
     assert reloaded["accuracy"] == results["accuracy"]  # exactly

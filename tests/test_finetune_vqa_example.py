@@ -79,7 +79,7 @@ def test_single_stream_run_writes_model_vocabulary_results_and_card(single_strea
     assert run == ("synthetic_scenes", "single_stream", "direct")
     for key in ("accuracy", "gqa_binary", "gqa_open", "majority_baseline_accuracy"):
         assert 0.0 <= results[key] <= 1.0, key
-    for key in ("eval_loss", "loss_task", "loss_att"):
+    for key in ("eval_loss", "loss_task", "loss_attention_supervision"):
         assert math.isfinite(results[key]) and results[key] > 0.0, key
     vocab = json.loads((model_dir / "answer_vocab.json").read_text())
     assert vocab == vqa_v2.read_answer_vocab(vocab)  # an ans2label file that --answer_vocab reads back
@@ -104,7 +104,7 @@ def test_single_stream_run_logs_every_loss_component_to_tensorboard(single_strea
         accumulator = EventAccumulator(str(path))
         accumulator.Reload()
         tags.update(accumulator.Tags()["scalars"])
-    assert {"train/loss", "train/loss_task", "train/loss_att", "eval/accuracy", "eval/loss_att"} <= tags, tags
+    assert {"train/loss", "train/loss_task", "train/loss_attention_supervision", "eval/accuracy", "eval/loss_attention_supervision"} <= tags, tags
     state = json.loads((model_dir / "checkpoint-4" / "trainer_state.json").read_text())
     assert [entry["step"] for entry in state["log_history"] if "eval_accuracy" in entry] == [2, 4]  # every --eval_steps
 
@@ -207,7 +207,7 @@ def test_two_stream_vqa_v2_run_in_bf16(vqa_files, tmp_path):
     assert (results["dataset"], results["model_family"], results["supervision"]) == ("vqa_v2", "two_stream", "none")
     for key in ("accuracy", "vqa_accuracy", "vqa_accuracy_yes_no", "vqa_accuracy_other", "majority_baseline_accuracy"):
         assert 0.0 <= results[key] <= 1.0, key
-    assert math.isfinite(results["eval_loss"]) and "loss_att" not in results
+    assert math.isfinite(results["eval_loss"]) and "loss_attention_supervision" not in results
     training_args = json.loads((output_dir / "training_args.json").read_text())
     assert training_args["bf16"] is True
     assert list((output_dir / "runs").rglob("events.out.tfevents.*"))

@@ -137,7 +137,7 @@ def test_fsdp2_on_two_cpu_processes_trains_like_one_process_and_saves_a_full_mod
     one = json.loads((single / "losses.json").read_text())
     two = json.loads((sharded / "losses.json").read_text())
     assert len(one) == len(two) == fsdp_worker.STEPS
-    keys = ("loss", "loss_id", "loss_vgp") + (("loss_attention",) if supervision != "none" else ())
+    keys = ("loss", "loss_id", "loss_vgp") + (("loss_attention_supervision",) if supervision != "none" else ())
     differences = {(step, key): abs(a[key] - b[key]) for step, (a, b) in enumerate(zip(one, two)) for key in keys}
     assert max(differences.values()) <= LOSS_TOLERANCE, differences
     assert abs(one[-1]["loss"] - one[0]["loss"]) > 100 * LOSS_TOLERANCE  # the weights moved between steps

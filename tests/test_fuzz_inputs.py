@@ -145,7 +145,7 @@ def test_single_stream_forward_is_finite_or_raises_value_error(batch):
         out = models()["single"](**batch)
     except ValueError:
         return
-    assert_finite(out.last_hidden_state, out.loss_attention)
+    assert_finite(out.last_hidden_state, out.loss_attention_supervision)
 
 
 @FUZZ
@@ -158,7 +158,7 @@ def test_two_stream_pretraining_is_finite_or_raises_value_error(batch, with_labe
         out = models()["two"](**batch, **labels)
     except ValueError:
         return
-    assert_finite(out.loss, out.loss_attention, out.loss_align, out.alignment_scores, out.prediction_logits)
+    assert_finite(out.loss, out.loss_attention_supervision, out.loss_alignment, out.alignment_scores, out.prediction_logits)
 
 
 @FUZZ

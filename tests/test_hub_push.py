@@ -25,8 +25,8 @@ from hf_vlalign import (
     TwoStreamForPreTraining,
     default_text_model_path,
 )
+from hf_vlalign.hub import push_folder_to_hub
 from hf_vlalign.hub.model_card import MODEL_CARD_FAMILIES, metrics_from_eval_results, render_model_card
-from hf_vlalign.hub.push import push_folder_to_hub
 
 BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 

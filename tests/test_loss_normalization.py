@@ -97,7 +97,7 @@ def test_task_head_shards_sum_to_the_batch(family, task, supervision):
     if task == "ForReferringExpression":
         batch["phrase_masks"] = (batch["word_region_alignment"].sum(-1) > 0).unsqueeze(1)  # the expression's word
     losses = check_shards_sum_to_the_batch(model, batch)
-    assert "loss_task" in losses and (task == "ForVisualReasoning" or "loss_attention" in losses)
+    assert "loss_task" in losses and (task == "ForVisualReasoning" or "loss_attention_supervision" in losses)
 
 
 def test_soft_answer_scores_are_averaged_over_questions():
@@ -122,7 +122,7 @@ def test_visual_paraphrase_shards_sum_to_the_batch(supervision):
     torch.manual_seed(0)
     model = SingleStreamForVisualParaphrase(single_stream_config(attention_supervision=supervision, **NO_DROPOUT))
     losses = check_shards_sum_to_the_batch(model, vgp_batch(), split=2)
-    assert set(losses) == {"loss", "loss_id", "loss_vgp", "loss_attention"}
+    assert set(losses) == {"loss", "loss_id", "loss_vgp", "loss_attention_supervision"}
 
 
 def test_single_stream_pretraining_shards_sum_to_the_batch():
@@ -140,7 +140,7 @@ def test_single_stream_pretraining_shards_sum_to_the_batch():
         "feature_labels": torch.randn(B, R, DV), "object_labels": object_labels,
     }  # fmt: skip
     losses = check_shards_sum_to_the_batch(model, batch)
-    assert {"loss_mlm", "loss_sentence_image", "loss_region_feat", "loss_region_class", "loss_attention"} <= set(losses)
+    assert {"loss_mlm", "loss_sentence_image", "loss_region_feature", "loss_region_class", "loss_attention_supervision"} <= set(losses)
 
 
 def test_two_stream_pretraining_with_alignment_shards_sum_to_the_batch():
@@ -159,8 +159,8 @@ def test_two_stream_pretraining_with_alignment_shards_sum_to_the_batch():
     }  # fmt: skip
     losses = check_shards_sum_to_the_batch(model, batch)
     expected = {
-        "loss_mlm", "loss_object_class", "loss_object_attr", "loss_region_feat", "loss_itm", "loss_vqa", "loss_align",
-        "loss_attention",
+        "loss_mlm", "loss_object_class", "loss_object_attr", "loss_region_feature", "loss_itm", "loss_qa", "loss_alignment",
+        "loss_attention_supervision",
     }  # fmt: skip
     assert expected <= set(losses)
 

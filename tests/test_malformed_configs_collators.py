@@ -57,9 +57,9 @@ DROPOUTS = {
     "captioner": ("dropout", "attention_dropout"),
 }
 WEIGHTS = {
-    "single": ("initializer_range", "mlm_loss_weight", "vgp_loss_weight", "attention_supervision_weight"),
-    "two": ("initializer_range", "mlm_loss_weight", "qa_loss_weight", "attention_supervision_weight"),
-    "captioner": ("init_std", "mask_loss_weight"),
+    "single": ("initializer_range", "mlm_weight", "vgp_weight", "attention_supervision_weight"),
+    "two": ("initializer_range", "mlm_weight", "qa_weight", "attention_supervision_weight"),
+    "captioner": ("init_std", "mask_weight"),
 }
 ACTIVATION = {"single": "hidden_act", "two": "hidden_act", "captioner": "activation_function"}
 NAN, INF = float("nan"), float("inf")

@@ -319,7 +319,7 @@ def test_a_missing_file_is_also_a_value_error(tmp_path):
 
 def test_the_valid_inputs_of_the_matrix_run(collator_context):
     """The matrix's base inputs are valid, so each case fails for the one thing it changes."""
-    assert torch.isfinite(run_single().loss_attention)
+    assert torch.isfinite(run_single().loss_attention_supervision)
     assert torch.isfinite(run_two({"matched_labels": torch.tensor([1, 0])}).loss)
     assert torch.isfinite(run_captioner().loss)
     batch = CaptionCollator(collator_context.tokenizer, collator_context.store)(collator_context.rows)

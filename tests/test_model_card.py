@@ -210,7 +210,7 @@ def test_model_index_lists_task_metrics_only_and_the_table_every_result(tmp_path
     results = {
         "image_description_accuracy": 0.79, "vgp_accuracy": 0.85, "grounding_accuracy_best_head": 0.87,
         "grounding_accuracy_mean_head": 0.78, "grounding_baseline_accuracy": 0.19, "eval_loss": 3.7, "loss_id": 0.5,
-        "loss_vgp": 0.34, "loss_att": 2.86, "with_alignment/loss_mlm": 1.2, "test_loss_own_image": 1.18,
+        "loss_vgp": 0.34, "loss_attention_supervision": 2.86, "with_alignment/loss_mlm": 1.2, "test_loss_own_image": 1.18,
         "eval_runtime": 12.5, "eval_samples_per_second": 40.0, "epoch": 2.0,
     }  # fmt: skip
     card = render(results=results)
@@ -218,7 +218,7 @@ def test_model_index_lists_task_metrics_only_and_the_table_every_result(tmp_path
     listed = {r.metric_type for r in ModelCard.load(tmp_path / "README.md").data.eval_results}
     assert listed == {"image_description_accuracy", "vgp_accuracy", "grounding_accuracy_best_head",
                       "grounding_accuracy_mean_head"}  # fmt: skip
-    assert "| loss_att | 2.86 |" in card.text and "| grounding_baseline_accuracy | 0.19 |" in card.text
+    assert "| loss_attention_supervision | 2.86 |" in card.text and "| grounding_baseline_accuracy | 0.19 |" in card.text
     assert is_task_metric("bleu_4") and is_task_metric("run/cider") and not is_task_metric("run/eval_loss")
-    only_losses = render(results={"eval_loss": 1.0, "loss_att": 0.5})
+    only_losses = render(results={"eval_loss": 1.0, "loss_attention_supervision": 0.5})
     assert only_losses.data.eval_results is None and "model-index" not in only_losses.content.split("---")[1]

@@ -138,8 +138,8 @@ def test_two_processes_and_accumulation_train_as_one_process(recipe, tmp_path, c
     assert [entry["epoch"] for entry in two["logs"]] == [entry["epoch"] for entry in one["logs"]]
     components = {key for key in one["logs"][0] if key.startswith("loss_")}
     expected = {
-        "vgp_semi_direct": {"loss_id", "loss_vgp", "loss_att"},
-        "two_stream_alignment": {"loss_itm", "loss_vqa", "loss_align"},
+        "vgp_semi_direct": {"loss_id", "loss_vgp", "loss_attention_supervision"},
+        "two_stream_alignment": {"loss_itm", "loss_qa", "loss_alignment"},
         "captioner_a2": {"loss_caption", "loss_mask"},
     }[recipe]
     assert expected <= components, components

@@ -157,7 +157,7 @@ def test_nothing_is_recorded_unless_asked_and_the_state_is_the_same():
         recorded = model(**batch, output_hidden_states=True, output_attentions=True)
     assert plain.hidden_states is None and plain.attentions is None
     assert torch.allclose(plain.last_hidden_state, recorded.last_hidden_state, atol=1e-6)  # sdpa vs eager
-    assert torch.equal(plain.loss_attention, recorded.loss_attention)  # supervision reads query/key, not the maps
+    assert torch.equal(plain.loss_attention_supervision, recorded.loss_attention_supervision)  # supervision reads query/key, not the maps
 
 
 def test_gradient_checkpointing_records_the_forward_pass_only():
@@ -166,7 +166,7 @@ def test_gradient_checkpointing_records_the_forward_pass_only():
     model.train()
     batch = base_inputs(tiny_batch())
     outputs = model(**batch, output_hidden_states=True, output_attentions=True)
-    (outputs.last_hidden_state.square().mean() + outputs.loss_attention).backward()
+    (outputs.last_hidden_state.square().mean() + outputs.loss_attention_supervision).backward()
     assert len(outputs.hidden_states) == 4 and len(outputs.attentions) == 3
     assert all(parameter.grad is not None for parameter in model.encoder.parameters())
     again = model(**batch, output_hidden_states=True, output_attentions=True)  # the backward left nothing behind

@@ -129,20 +129,20 @@ CASES = {
     "single_stream": Case(
         lambda: SingleStreamForVisualParaphrase(single_stream_config()),
         paraphrase_batch,
-        ("id_logits", "vgp_logits", "loss", "loss_attention"),
+        ("id_logits", "vgp_logits", "loss", "loss_attention_supervision"),
         ("id_classifier", "vgp_dense", "vgp_classifier"),
     ),
     "two_stream_qa": Case(
         lambda: TwoStreamForQuestionAnswering(two_stream_config()),
         question_answering_batch,
-        ("logits", "loss", "loss_attention"),
+        ("logits", "loss", "loss_attention_supervision"),
         ("answer_head",),
     ),
     "two_stream_pretraining": Case(
         lambda: TwoStreamForPreTraining(two_stream_config()),
         pretraining_batch,
-        ("question_answering_score", "cross_relationship_score", "alignment_scores", "loss", "loss_attention",
-         "loss_align"),
+        ("question_answering_score", "cross_relationship_score", "alignment_scores", "loss", "loss_attention_supervision",
+         "loss_alignment"),
         ("matching_head", "object_head", "answer_head", "alignment_decoder"),
     ),
     "captioner_a2": Case(
@@ -253,9 +253,9 @@ def test_captioner_generates_the_same_captions_through_peft_reloaded_and_merged(
 def test_attention_supervision_loss_reaches_the_query_key_adapters(name, top_layer):
     case = CASES[name]
     model = get_peft_model(fresh_model(case), lora_config(fresh_model(case)))
-    loss_attention = model(**case.batch()).loss_attention
+    loss_attention_supervision = model(**case.batch()).loss_attention_supervision
     adapters = {n: p for n, p in model.named_parameters() if ".lora_B." in n}
-    gradients = dict(zip(adapters, torch.autograd.grad(loss_attention, list(adapters.values()), allow_unused=True)))
+    gradients = dict(zip(adapters, torch.autograd.grad(loss_attention_supervision, list(adapters.values()), allow_unused=True)))
     reached = {n for n, g in gradients.items() if g is not None and float(g.abs().sum()) > 0}
     assert reached, "the attention-supervision loss does not reach any LoRA matrix"
     # the loss reads the supervised rows' logits: in the top supervised layer, only the query/key adapters

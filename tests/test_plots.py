@@ -8,16 +8,14 @@ from PIL import Image
 
 from hf_vlalign.analysis.entropy import draw_entropy
 from hf_vlalign.analysis.geometry import draw_attention_vs_distance
-from hf_vlalign.analysis.plots import (
-    draw_head_accuracy,
+from hf_vlalign.analysis.attention_plots import (
     draw_top_regions_on_image,
     draw_word_region_heatmaps,
     format_region_labels,
-    plot_head_accuracy,
     plot_word_region_heatmap,
     plot_word_region_heatmaps,
 )
-from hf_vlalign.analysis.probe_plots import draw_layer_accuracy_scatter
+from hf_vlalign.analysis.probe_plots import draw_head_accuracy, draw_layer_accuracy_scatter, plot_head_accuracy
 
 
 def _open(path):

@@ -169,7 +169,7 @@ def test_masked_regions_are_zeroed_with_feature_and_class_labels(captions):
         intermediate_size=64, visual_feat_dim=store.feature_dim, num_object_labels=6,
     )  # fmt: skip
     outputs = SingleStreamForPreTraining(config)(**batch)
-    for key in ("loss_mlm", "loss_sentence_image", "loss_region_feat", "loss_region_class"):
+    for key in ("loss_mlm", "loss_sentence_image", "loss_region_feature", "loss_region_class"):
         assert torch.isfinite(outputs[key]), key
 
 
@@ -282,7 +282,7 @@ def test_example_writes_weights_card_logs_and_results(pretrained):
     assert results == json.loads(stdout[stdout.index('{\n  "') :])  # printed too, last
     for key in ("mlm_accuracy", "sentence_image_accuracy", "mlm_most_frequent_token_accuracy"):
         assert 0.0 <= results[key] <= 1.0, key
-    for key in ("loss", "loss_mlm", "loss_sentence_image", "loss_region_feat", "loss_region_class"):
+    for key in ("loss", "loss_mlm", "loss_sentence_image", "loss_region_feature", "loss_region_class"):
         assert results[key] > 0, key
     assert results["eval_examples"] == 30 and results["num_masked_words"] > 0
     card = ModelCard.load(model_dir / "README.md").data.to_dict()

@@ -193,8 +193,8 @@ def test_trainer_logs_distillation_and_ewc_components(data, tokenizer, tmp_path)
     logs = [log for log in trainer.state.log_history if "loss" in log]
     assert len(logs) == 2
     for log in logs:
-        assert {"loss_distill", "loss_ewc", "loss_id", "loss_vgp", "loss_att"} <= set(log)
-        task = log["loss_id"] + log["loss_vgp"] + log["loss_att"]
+        assert {"loss_distill", "loss_ewc", "loss_id", "loss_vgp", "loss_attention_supervision"} <= set(log)
+        task = log["loss_id"] + log["loss_vgp"] + log["loss_attention_supervision"]
         assert log["loss"] == pytest.approx(task + 0.5 * log["loss_distill"] + 10.0 * log["loss_ewc"], rel=1e-3)
     # the first step runs at the anchor, with the teacher's own weights (no dropout): both terms are zero
     assert logs[0]["loss_distill"] == pytest.approx(0.0, abs=1e-6) and logs[0]["loss_ewc"] == 0.0

@@ -151,8 +151,8 @@ def test_resumed_pretraining_starts_the_answer_loss_at_its_epoch(runs):
         history = json.loads((directory / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
         steps = {log["step"]: log for log in history if "loss" in log}
         assert sorted(steps) == [1, 2, 3, 4, 5, 6]
-        assert [steps[step]["vqa_loss_enabled"] for step in range(1, 7)] == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
-        assert all(("loss_vqa" in steps[step]) == (step >= 4) for step in range(1, 7))
+        assert [steps[step]["qa_loss_enabled"] for step in range(1, 7)] == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+        assert all(("loss_qa" in steps[step]) == (step >= 4) for step in range(1, 7))
     full_losses = json.loads((run["full"] / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
     resumed_losses = json.loads((run["resumed"] / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
-    assert [log.get("loss_vqa") for log in full_losses] == [log.get("loss_vqa") for log in resumed_losses]
+    assert [log.get("loss_qa") for log in full_losses] == [log.get("loss_qa") for log in resumed_losses]

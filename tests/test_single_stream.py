@@ -101,7 +101,7 @@ def test_direct_loss_from_logits_equals_loss_from_eager_probabilities(layers, he
     torch.manual_seed(0)
     model = SingleStreamModel(tiny_config(supervised_layers=layers, supervised_heads=heads)).eval()
     batch = base_inputs(tiny_batch())
-    ours = model(**batch).loss_attention  # sdpa main path, loss from the logits of the supervised rows
+    ours = model(**batch).loss_attention_supervision  # sdpa main path, loss from the logits of the supervised rows
     assert model.config._attn_implementation == "sdpa"
     eager = model(**batch, output_attentions=True)
     expected = direct_loss_from_probabilities(
@@ -115,7 +115,7 @@ def test_semi_direct_loss_equals_rollout_of_eager_probabilities():
     torch.manual_seed(0)
     model = SingleStreamModel(tiny_config(attention_supervision="semi_direct", supervised_layers=[1, 2])).eval()
     batch = base_inputs(tiny_batch())
-    ours = model(**batch).loss_attention
+    ours = model(**batch).loss_attention_supervision
     attentions = model(**batch, output_attentions=True).attentions
     rollouts = attention_rollout(list(attentions))
     expected = semi_direct_supervision_loss(
@@ -140,7 +140,7 @@ def test_sdpa_and_eager_agree():
 def test_attention_loss_trains_only_supervised_layers_query_key():
     torch.manual_seed(0)
     model = SingleStreamModel(tiny_config(supervised_layers=[1])).train()
-    model(**base_inputs(tiny_batch())).loss_attention.backward()
+    model(**base_inputs(tiny_batch())).loss_attention_supervision.backward()
     layers = model.encoder.layer
     assert layers[1].attention.self.query.weight.grad.abs().sum() > 0
     assert layers[2].attention.self.query.weight.grad is None  # above the supervised layer: untouched
@@ -151,8 +151,8 @@ def test_indirect_supervision_head_and_loss():
     torch.manual_seed(0)
     model = SingleStreamModel(tiny_config(attention_supervision="indirect"))
     out = model(**base_inputs(tiny_batch()))
-    assert out.loss_attention.item() > 0
-    out.loss_attention.backward()
+    assert out.loss_attention_supervision.item() > 0
+    out.loss_attention_supervision.backward()
     assert model.indirect_grounding_head.classifier.weight.grad is not None
     with pytest.raises(ValueError, match="phrase_masks"):
         batch = base_inputs(tiny_batch())
@@ -162,17 +162,17 @@ def test_indirect_supervision_head_and_loss():
 
 def test_visual_paraphrase_losses_and_total_eq9():
     torch.manual_seed(0)
-    config = tiny_config(id_loss_weight=0.5, vgp_loss_weight=2.0, attention_supervision_weight=0.25)
+    config = tiny_config(id_weight=0.5, vgp_weight=2.0, attention_supervision_weight=0.25)
     out = SingleStreamForVisualParaphrase(config)(**tiny_batch())
     assert out.id_logits.shape == (B, 3) and out.vgp_logits.shape == (B, 2)
-    expected = 0.5 * out.loss_id + 2.0 * out.loss_vgp + 0.25 * out.loss_attention
+    expected = 0.5 * out.loss_id + 2.0 * out.loss_vgp + 0.25 * out.loss_attention_supervision
     torch.testing.assert_close(out.loss, expected)
     assert out.loss_id.item() == pytest.approx(math.log(3), rel=0.3)
 
 
 def test_no_supervision_has_no_attention_loss():
     out = SingleStreamForVisualParaphrase(tiny_config(attention_supervision="none"))(**tiny_batch())
-    assert out.loss_attention is None
+    assert out.loss_attention_supervision is None
     torch.testing.assert_close(out.loss, out.loss_id + out.loss_vgp)
 
 
@@ -187,7 +187,7 @@ def test_save_load_roundtrip_is_exact_with_safetensors(tmp_path):
     reloaded = AutoModelForVisualParaphrase.from_pretrained(tmp_path).eval()
     assert type(reloaded) is SingleStreamForVisualParaphrase
     after = reloaded(**batch)
-    for key in ("id_logits", "vgp_logits", "loss", "loss_attention"):
+    for key in ("id_logits", "vgp_logits", "loss", "loss_attention_supervision"):
         assert torch.equal(before[key], after[key]), key
     base = AutoModel.from_pretrained(tmp_path).eval()
     assert type(base) is SingleStreamModel

@@ -100,8 +100,8 @@ def test_every_head_trains_and_reloads_exactly_through_its_auto_class(family, ta
     output = model(**batch)
     assert torch.isfinite(output.loss) and torch.isfinite(output.loss_task)
     if task != "ForVisualReasoning":  # the pair head has no alignment to supervise
-        assert output.loss_attention is not None
-        assert torch.allclose(output.loss, output.loss_task + output.loss_attention)
+        assert output.loss_attention_supervision is not None
+        assert torch.allclose(output.loss, output.loss_task + output.loss_attention_supervision)
     output.loss.backward()
     head = {"ForQuestionAnswering": "answer_head", "ForVisualReasoning": "reasoning_head",
             "ForReferringExpression": "region_head", "ForPhraseGrounding": "grounding_head"}[task]  # fmt: skip
@@ -252,7 +252,7 @@ def test_single_stream_pretraining_losses_match_their_definitions(tmp_path):
         assert torch.allclose(output.loss_mlm, expected_mlm)
         expected_sip = torch.nn.functional.cross_entropy(output.seq_relationship_logits, batch["sentence_image_labels"])
         assert torch.allclose(output.loss_sentence_image, expected_sip)
-        parts = output.loss_mlm + output.loss_sentence_image + output.loss_region_feat + output.loss_region_class
+        parts = output.loss_mlm + output.loss_sentence_image + output.loss_region_feature + output.loss_region_class
         assert torch.allclose(output.loss, parts)
     assert torch.isfinite(train_loss)
 

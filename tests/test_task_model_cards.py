@@ -144,7 +144,7 @@ def test_task_specific_objectives_and_settings():
     assert "KL divergence" in grounding and "Recall@k" in grounding and "`phrase_masks` (B, P, T)" in grounding
     pretraining = render("pretraining", "single_stream").text
     assert "masked language modelling with the image" in pretraining and "two captions" in pretraining
-    assert "classified into the detector's 3 classes" in pretraining and "| mlm_loss_weight | 1.0 |" in pretraining
+    assert "classified into the detector's 3 classes" in pretraining and "| mlm_weight | 1.0 |" in pretraining
     assert "`seq_relationship_logits` (B, 2)" in pretraining
 
 

@@ -4,7 +4,7 @@ Real over-long texts go through every collator: the real 82-word-piece Flickr30k
 `max_text_length` 64, real captions, questions-from-captions, expressions and NLVR2 statements at a short one, and real
 VGP caption pairs. No collator raises; the cut phrases lose their alignment and are counted, the whole ones keep
 exactly the alignment of an untruncated collation. `drop_overlong_rows` removes the rows that cannot be trained (a cut
-VGP phrase pair), and the two examples that used to stop at their first evaluation run end to end with a short
+VGP phrase pair), and the two examples whose evaluation sees over-long texts run end to end with a short
 `--max_text_length`, writing the counts in `eval_results.json`.
 """
 
@@ -351,7 +351,7 @@ def test_truncation_results_sum_the_collators(tokenizer, flickr):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The examples that used to exit 1 at their first evaluation
+# The examples end to end with over-long texts
 # ----------------------------------------------------------------------------------------------------------------
 
 

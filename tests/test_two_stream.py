@@ -112,7 +112,7 @@ def test_sdpa_and_eager_agree():
     batch = tiny_batch()
     sdpa = model(**batch)
     eager = model(**batch, output_attentions=True)
-    for name in ("language_output", "vision_output", "pooler_output", "loss_attention"):
+    for name in ("language_output", "vision_output", "pooler_output", "loss_attention_supervision"):
         torch.testing.assert_close(sdpa[name], eager[name], atol=1e-5, rtol=1e-5)
 
 
@@ -139,7 +139,7 @@ def test_direct_supervision_of_cross_layers_equals_loss_from_eager_probabilities
     expected = direct_supervision_loss(
         t2r, r2t, batch["word_region_alignment"], batch["attention_mask"], batch["visual_attention_mask"]
     )
-    torch.testing.assert_close(outputs.loss_attention, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outputs.loss_attention_supervision, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_cross_modal_rollout_on_a_hand_example():
@@ -158,7 +158,7 @@ def test_cross_modal_rollout_on_a_hand_example():
 def test_semi_direct_supervision_trains_and_matches_its_rollout_definition():
     model = TwoStreamModel(tiny_config(attention_supervision="semi_direct")).eval()
     batch = tiny_batch()
-    loss = model(**batch).loss_attention
+    loss = model(**batch).loss_attention_supervision
     assert torch.isfinite(loss) and loss > 0
     loss.backward()
     assert model.encoder.cross_layers[0].cross_attention.self.query.weight.grad.abs().sum() > 0
@@ -196,7 +196,7 @@ def test_indirect_supervision_uses_final_states():
     model = TwoStreamModel(tiny_config(attention_supervision="indirect"))
     batch = tiny_batch()
     phrase_masks = batch["word_region_alignment"].sum(-1, keepdim=True).transpose(1, 2) > 0
-    loss = model(**batch, phrase_masks=phrase_masks).loss_attention
+    loss = model(**batch, phrase_masks=phrase_masks).loss_attention_supervision
     assert torch.isfinite(loss) and loss > 0
 
 
@@ -216,7 +216,7 @@ def test_pretraining_losses_match_their_definitions():
     )
     answered = labels["answer_labels"] != -100
     torch.testing.assert_close(
-        outputs.loss_vqa,
+        outputs.loss_qa,
         torch.nn.functional.cross_entropy(
             outputs.question_answering_score[answered], labels["answer_labels"][answered]
         ),
@@ -227,10 +227,10 @@ def test_pretraining_losses_match_their_definitions():
             "loss_mlm",
             "loss_object_class",
             "loss_object_attr",
-            "loss_region_feat",
+            "loss_region_feature",
             "loss_itm",
-            "loss_vqa",
-            "loss_align",
+            "loss_qa",
+            "loss_alignment",
         )
     )
     torch.testing.assert_close(outputs.loss, expected_total)
@@ -238,15 +238,15 @@ def test_pretraining_losses_match_their_definitions():
 
 
 def test_loss_weights_and_switches():
-    config = tiny_config(task_qa=False, mlm_loss_weight=2.0, alignment_loss_weight=0.5, visual_feat_loss=False)
+    config = tiny_config(task_qa=False, mlm_weight=2.0, alignment_weight=0.5, visual_feat_loss=False)
     outputs = TwoStreamForPreTraining(config).eval()(**tiny_batch(), **pretraining_labels())
-    assert outputs.loss_vqa is None and outputs.question_answering_score is None and outputs.loss_region_feat is None
+    assert outputs.loss_qa is None and outputs.question_answering_score is None and outputs.loss_region_feature is None
     expected = (
         2.0 * outputs.loss_mlm
         + outputs.loss_object_class
         + outputs.loss_object_attr
         + outputs.loss_itm
-        + 0.5 * outputs.loss_align
+        + 0.5 * outputs.loss_alignment
     )
     torch.testing.assert_close(outputs.loss, expected)
 
@@ -272,7 +272,7 @@ def test_mlm_decoder_is_tied_to_word_embeddings(tmp_path):
 
 def test_alignment_loss_reaches_the_alignment_decoder_and_the_encoder():
     model = TwoStreamForPreTraining(tiny_config())
-    model(**tiny_batch()).loss_align.backward()
+    model(**tiny_batch()).loss_alignment.backward()
     assert model.alignment_decoder.language_projection.dense_in.weight.grad.abs().sum() > 0
     assert model.two_stream.encoder.cross_layers[-1].language_output.dense.weight.grad.abs().sum() > 0
 

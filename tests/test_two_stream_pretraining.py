@@ -158,11 +158,11 @@ def test_trainer_logs_every_loss_and_starts_vqa_at_its_epoch(questions, tmp_path
     steps = [log for log in trainer.state.log_history if "loss" in log]
     assert len(steps) == 4
     for log in steps:
-        for key in ("loss_mlm", "loss_object_class", "loss_object_attr", "loss_feat", "loss_itm", "loss_align"):
+        for key in ("loss_mlm", "loss_object_class", "loss_object_attr", "loss_region_feature", "loss_itm", "loss_alignment"):
             assert key in log, (key, log)
     # the epoch is counted after each step: steps 1-2 run in epoch 0 (no answer loss), steps 3-4 in epoch 1
-    assert [("loss_vqa" in log) for log in steps] == [False, False, True, True]
-    assert [log["vqa_loss_enabled"] for log in steps] == [0.0, 0.0, 1.0, 1.0]
+    assert [("loss_qa" in log) for log in steps] == [False, False, True, True]
+    assert [log["qa_loss_enabled"] for log in steps] == [0.0, 0.0, 1.0, 1.0]
 
 
 def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):

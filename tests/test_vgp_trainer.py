@@ -39,13 +39,13 @@ def test_trainer_logs_each_loss_component_in_train_and_eval(data, tmp_path, supe
     train_logs = [log for log in trainer.state.log_history if "loss" in log]
     assert len(train_logs) == 3
     for log in train_logs:
-        assert {"loss_id", "loss_vgp", "loss_att"} <= set(log)
+        assert {"loss_id", "loss_vgp", "loss_attention_supervision"} <= set(log)
         # the logged total is eq. (9) of the logged components (all weights 1), up to averaging within the step
-        assert log["loss"] == pytest.approx(log["loss_id"] + log["loss_vgp"] + log["loss_att"], rel=1e-3)
-    for key in ("eval_loss_id", "eval_loss_vgp", "eval_loss_att", "eval_image_description_accuracy", "eval_vgp_accuracy"):
+        assert log["loss"] == pytest.approx(log["loss_id"] + log["loss_vgp"] + log["loss_attention_supervision"], rel=1e-3)
+    for key in ("eval_loss_id", "eval_loss_vgp", "eval_loss_attention_supervision", "eval_image_description_accuracy", "eval_vgp_accuracy"):
         assert key in metrics, key
     assert 0.0 <= metrics["eval_vgp_accuracy"] <= 1.0
-    assert metrics["eval_loss"] == pytest.approx(metrics["eval_loss_id"] + metrics["eval_loss_vgp"] + metrics["eval_loss_att"], rel=1e-2)
+    assert metrics["eval_loss"] == pytest.approx(metrics["eval_loss_id"] + metrics["eval_loss_vgp"] + metrics["eval_loss_attention_supervision"], rel=1e-2)
 
 
 def test_trainer_names_missing_labels(data, tmp_path):

@@ -1,10 +1,8 @@
 """Region-feature standardisation (`visual_feature_normalization`): exact statistics from a store, the same outputs as
-a model without it fed standardised features, old configs and converted checkpoints unchanged, statistics saved with
+a model without it fed standardised features, "none" configs and converted checkpoints unchanged, statistics saved with
 the weights (safetensors and remote code), fitted by the trainers before training, and clear errors."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
@@ -136,7 +134,7 @@ def test_new_configs_standardize_and_every_family_equals_the_unnormalised_model_
         assert model.config.visual_feature_normalization == "standardize"
         assert not any("feature_normalization" in key for key in plain.state_dict())
         inputs = model_inputs(model)
-        # statistics not set: the identity, so the outputs are the old architecture's
+        # statistics not set: the identity, so the outputs are the unnormalised model's
         assert model.visual_feature_statistics()["num_regions"] == 0
         torch.testing.assert_close(first_output(model, inputs), first_output(plain, inputs), rtol=0, atol=0)
         model.set_visual_feature_statistics(mean, std, 100)
@@ -168,7 +166,7 @@ def test_standardisation_separates_regions_of_raw_pooled_colour_features():
     assert raw > 0.7 and mean_cosine() < 0.1, (raw, mean_cosine())
 
 
-def test_statistics_are_saved_with_the_weights_and_old_configs_load_without_them(tmp_path):
+def test_statistics_are_saved_with_the_weights_and_none_configs_load_without_them(tmp_path):
     model = family_models("standardize")[0]
     model.set_visual_feature_statistics(torch.full((DV,), 120.0), torch.full((DV,), 50.0), 42)
     model.save_pretrained(tmp_path / "new")
@@ -177,18 +175,14 @@ def test_statistics_are_saved_with_the_weights_and_old_configs_load_without_them
     inputs = model_inputs(model)
     torch.testing.assert_close(first_output(loaded, inputs), first_output(model, inputs), rtol=0, atol=0)
 
-    # a checkpoint saved before the field existed: no statistics in its weights, no field in its config.json
-    old = family_models("none")[0]
-    old.save_pretrained(tmp_path / "old")
-    config_file = tmp_path / "old" / "config.json"
-    fields = json.loads(config_file.read_text())
-    del fields["visual_feature_normalization"]
-    config_file.write_text(json.dumps(fields))
-    assert SingleStreamConfig.from_pretrained(tmp_path / "old").visual_feature_normalization == "none"
-    reloaded, info = SingleStreamForQuestionAnswering.from_pretrained(tmp_path / "old", output_loading_info=True)
+    # a "none" checkpoint: no statistics in its weights
+    plain = family_models("none")[0]
+    plain.save_pretrained(tmp_path / "none")
+    assert SingleStreamConfig.from_pretrained(tmp_path / "none").visual_feature_normalization == "none"
+    reloaded, info = SingleStreamForQuestionAnswering.from_pretrained(tmp_path / "none", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
-    torch.testing.assert_close(first_output(reloaded.eval(), inputs), first_output(old, inputs), rtol=0, atol=0)
-    # ... while a config built in code gets the new default
+    torch.testing.assert_close(first_output(reloaded.eval(), inputs), first_output(plain, inputs), rtol=0, atol=0)
+    # a config built in code standardises
     assert SingleStreamConfig().visual_feature_normalization == TwoStreamConfig().visual_feature_normalization == "standardize"
 
 

@@ -1,16 +1,15 @@
 """`hf-vlalign <verb>`: the library's one console entry point.
 
 Every verb that reads a model takes it (a local folder, or a Hub id) as its positional argument, every output path is
-`--out`, and options are spelled with underscores, as in transformers' examples (the old spellings still work, with a
-one-line deprecation note). Building the parser imports neither torch nor transformers, so `hf-vlalign --help` is
-instant; each verb imports what it runs. A user mistake (a missing folder, a bad file, a wrong value) prints
-`hf-vlalign <verb>: error: <message>` and exits with status 2, as argparse does; a bug still shows its traceback.
+`--out`, and options are spelled with underscores, as in transformers' examples. Building the parser imports neither
+torch nor transformers, so `hf-vlalign --help` is instant; each verb imports what it runs. A user mistake (a missing
+folder, a bad file, a wrong value) prints `hf-vlalign <verb>: error: <message>` and exits with status 2, as argparse
+does; a bug still shows its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 from pathlib import Path
@@ -36,38 +35,13 @@ MIN_VOCABULARY_SIZE = 100
 # ----------------------------------------------------------------------------------------------------------------
 
 
-class StoreOption(argparse.Action):
-    """argparse's `store`, also reachable under old spellings (`old_spellings`), which print a deprecation note."""
-
-    def __init__(self, option_strings, dest, old_spellings: tuple[str, ...] = (), **kwargs):
-        super().__init__(option_strings, dest, **kwargs)
-        self.old_spellings = tuple(old_spellings)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string in self.old_spellings:
-            print(f"{parser.prog}: {option_string} is deprecated; use {self.option_strings[0]}", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows the default of every option that has one (not `None` / `False`) and hides the old spellings."""
+    """Shows the default of every option that has one (not `None` / `False`)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default is None or action.default is False:
             return action.help
         return super()._get_help_string(action)
-
-    def _format_action_invocation(self, action: argparse.Action) -> str:
-        old = getattr(action, "old_spellings", ())
-        if old:
-            action = copy.copy(action)
-            action.option_strings = [option for option in action.option_strings if option not in old]
-        return super()._format_action_invocation(action)
-
-
-def _add_option(parser: argparse.ArgumentParser, name: str, *old_spellings: str, **kwargs) -> None:
-    """An option with its old spellings (hidden in `--help`, still accepted with a deprecation note)."""
-    parser.add_argument(name, *old_spellings, action=StoreOption, old_spellings=old_spellings, **kwargs)
 
 
 def _fail(verb: str, message: str) -> NoReturn:
@@ -444,11 +418,13 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("src", type=Path, help="the feature file or folder as published")
     convert.add_argument("--format", required=True, choices=FEATURE_FORMATS, help="the published layout of `src`")
     convert.add_argument("--out", type=Path, required=True, help="the store folder to write")
-    _add_option(convert, "--on_error", "--on-error", choices=("raise", "skip"), default="raise", help="a malformed record: stop, or skip it (counted)")
+    convert.add_argument(
+        "--on_error", choices=("raise", "skip"), default="raise", help="a malformed record: stop, or skip it (counted)"
+    )
     convert.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    _add_option(convert, "--id_map", "--id-map", type=Path, help="butd_h5: image id -> index map (.json or .pkl)")
-    _add_option(convert, "--image_sizes", "--image-sizes", type=Path, help="m2_hdf5, npz_dir: COCO-style JSON with the images' sizes")
-    _add_option(convert, "--box_dir", "--box-dir", type=Path, help="npz_dir: folder of <id>.npy boxes")
+    convert.add_argument("--id_map", type=Path, help="butd_h5: image id -> index map (.json or .pkl)")
+    convert.add_argument("--image_sizes", type=Path, help="m2_hdf5, npz_dir: COCO-style JSON with the images' sizes")
+    convert.add_argument("--box_dir", type=Path, help="npz_dir: folder of <id>.npy boxes")
 
     checkpoint = add_verb("convert", "transformers' VisualBert / Lxmert checkpoint -> an hf_vlalign model", _convert_checkpoint)
     checkpoint.add_argument("src", help="the VisualBert / Lxmert checkpoint: a local folder or a Hub id")
@@ -466,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("images", type=Path, help="folder of .jpg/.png images")
     extract.add_argument("--out", type=Path, required=True, help="the store folder to write")
     extract.add_argument("--boxes", type=Path, help='JSON {"<image>": [[x1, y1, x2, y2], ...]} in pixels')
-    _add_option(extract, "--grid_size", "--grid-size", type=int, help="a fixed g x g grid of boxes instead of --boxes")
+    extract.add_argument("--grid_size", type=int, help="a fixed g x g grid of boxes instead of --boxes")
     extract.add_argument("--encoder", default="pixel", help="'pixel' (offline) or a vision backbone's Hub id / path")
     extract.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
@@ -514,16 +490,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_synthetic_arguments(evaluate)
 
     fisher = add_verb("fisher", "diagonal Fisher of a saved VGP model, for EWC (`ewc_fisher=` of the trainers)", _fisher)
-    fisher.add_argument("model", nargs="?", help="a SingleStreamForVisualParaphrase checkpoint: a local folder or a Hub id")
-    fisher.add_argument("--model", dest="model_option", action=StoreOption, old_spellings=("--model",), help=argparse.SUPPRESS)
-    fisher.set_defaults(checkpoint_argument="model")
+    _add_model_argument(fisher, "a SingleStreamForVisualParaphrase checkpoint")
     fisher.add_argument(
         "--data", choices=("synthetic", "vgp"), default="synthetic",
         help="synthetic scenes (offline) or real VGP pairs (the four files below)",
     )  # fmt: skip
     _add_vgp_file_arguments(fisher)
     fisher.add_argument("--split", choices=("train", "eval"), default="train", help="the split the Fisher is estimated on")
-    _add_option(fisher, "--out", "--output", type=Path, required=True, help="the safetensors file to write (Fisher and anchor weights)")
+    fisher.add_argument(
+        "--out", type=Path, required=True, help="the safetensors file to write (Fisher and anchor weights)"
+    )
     fisher.add_argument("--num_batches", type=int, help="use only the first N batches (default: the whole split)")
     _add_synthetic_arguments(fisher)
 
@@ -532,22 +508,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _take_model_option(args: argparse.Namespace) -> None:
-    """`fisher --model X` (the old spelling) is `fisher X`."""
-    option = getattr(args, "model_option", None)
-    if option is not None:
-        if args.model is not None:
-            raise ValueError(f"the model is given twice: {args.model} and --model {option}; give it once, positionally.")
-        args.model = option
-    if getattr(args, "checkpoint_argument", None) == "model" and args.model is None:
-        raise ValueError("the following arguments are required: model")
-
-
 def main(argv: list[str] | None = None) -> int:
     """`hf-vlalign <verb> ...`: returns 0, or exits with status 2 and a one-line message on a user mistake."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        _take_model_option(args)
         if args.checkpoint_argument is not None:
             check_checkpoint(getattr(args, args.checkpoint_argument), args.checkpoint_argument)
         return args.run(args)

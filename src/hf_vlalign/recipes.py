@@ -39,7 +39,7 @@ from transformers.integrations import is_tensorboard_available
 
 from .data.collators import RegionTextCollator, TruncationStats
 from .evaluation.image_use import image_use_gap
-from .hub.push import push_folder_to_hub
+from .hub import push_folder_to_hub
 from .models.family import FAMILIES as FAMILY_SPECS
 from .models.family import family_spec
 from .synthetic import SyntheticSceneConfig

@@ -2,7 +2,6 @@
 attention against geometry, rollout and flow, attention against gradient importance, plots, the bertviz export and
 the interactive HTML attention explorer."""
 
-from . import plots  # noqa: F401  (the old module path of the plots, kept importable as an attribute too)
 from .adapters import attention_blocks, infer_source, text_to_region_rows
 from .attention_blocks import BLOCK_NAMES, AttentionBlocks
 from .attention_plots import (
@@ -16,7 +15,7 @@ from .attention_plots import (
 from .bertviz_export import bertviz_inputs, load_bertviz_inputs, save_bertviz_inputs
 from .entropy import AttentionEntropy, attention_entropy, plot_entropy
 from .explorer import ExplorerExample, GoldPhrase, explorer_examples, read_explorer_payload, write_attention_explorer
-from .flow import attention_flow, attention_rollout, layer_rollouts
+from .flow import attention_flow, layer_rollouts
 from .geometry import (
     AttentionDistance,
     WithinClusterAttention,
@@ -50,7 +49,6 @@ __all__ = [
     "attention_blocks",
     "attention_entropy",
     "attention_flow",
-    "attention_rollout",
     "attention_vs_distance",
     "bertviz_inputs",
     "captioner_attention_importance",

@@ -10,7 +10,6 @@ capacities (each path limited by its weakest edge).
 
 from __future__ import annotations
 
-import warnings
 from collections import deque
 
 import numpy as np
@@ -18,7 +17,7 @@ import torch
 
 from ..supervision.rollout import attention_rollout as _batched_rollout
 
-__all__ = ["attention_flow", "attention_rollout", "layer_capacities", "layer_rollouts", "max_flow"]
+__all__ = ["attention_flow", "layer_capacities", "layer_rollouts", "max_flow"]
 
 # residual capacities below this count as saturated (the weights are probabilities, at most 1)
 _EPS = 1e-12
@@ -28,8 +27,7 @@ def layer_rollouts(attentions: list[torch.Tensor], heads: list[int] | None = Non
     """Rollout after each layer (Abnar & Zuidema 2020, eq. 1: R_l = A_l R_{l-1}, R_0 = I) for any model.
 
     A thin wrapper of `supervision.rollout.attention_rollout` (the rollout attention supervision uses, batched maps
-    only) that also takes one example's maps. It was named `attention_rollout` too; that name is kept here as a
-    deprecated alias.
+    only) that also takes one example's maps.
 
     Args:
         attentions: per layer, (B, H, N, N) joint attention probabilities (rows = queries), or one example's
@@ -50,18 +48,6 @@ def layer_rollouts(attentions: list[torch.Tensor], heads: list[int] | None = Non
     batched = [a if rank == 4 else a.reshape((1,) * (4 - rank) + tuple(a.shape)) for a in attentions]
     rollouts = _batched_rollout(batched, heads)
     return rollouts if rank == 4 else [rollout[0] for rollout in rollouts]
-
-
-def attention_rollout(attentions: list[torch.Tensor], heads: list[int] | None = None) -> list[torch.Tensor]:
-    """Deprecated alias of [`layer_rollouts`] (a `FutureWarning`): the name is `supervision.attention_rollout`'s, which
-    takes batched maps only."""
-    warnings.warn(
-        "`hf_vlalign.analysis.attention_rollout` (analysis/flow.py) is deprecated; use `layer_rollouts` (the same "
-        "function; `hf_vlalign.supervision.attention_rollout` is the batched one attention supervision uses).",
-        FutureWarning,
-        stacklevel=2,
-    )
-    return layer_rollouts(attentions, heads)
 
 
 def layer_capacities(attentions: list, residual: bool = True) -> list[np.ndarray]:

@@ -164,8 +164,8 @@ def evaluate_cross_attention(
         _update_head_probes(per_head, summed, torch.stack(outputs.cross_encoder_attentions), targets)
         if outputs.get("alignment_scores") is not None:
             decoder.update_from_text_to_region(outputs.alignment_scores[None, :, None], *targets)
-        if outputs.get("loss_align") is not None:
-            alignment_losses.append(float(outputs.loss_align))
+        if outputs.get("loss_alignment") is not None:
+            alignment_losses.append(float(outputs.loss_alignment))
         answers = model_inputs.get("answer_labels")
         scores = outputs.get("question_answering_score")
         if answers is not None and scores is not None and answers.dim() == 1:

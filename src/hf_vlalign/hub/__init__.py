@@ -1,5 +1,7 @@
-"""Hub helpers: model cards rendered from the templates in `model_cards/`, conversion of published checkpoints."""
+"""Hub helpers: model cards rendered from the templates in `model_cards/`, conversion of published checkpoints, pushing
+an output folder (`push_folder_to_hub`)."""
 
+from ..utils.hub_push import HubPushError, push_folder_to_hub
 from .convert_lxmert import convert_lxmert, rename_lxmert_key, two_stream_config_from_lxmert
 from .convert_visualbert import (
     convert_visualbert,
@@ -15,7 +17,6 @@ from .model_card import (
     render_model_card,
     render_task_model_card,
 )
-from .push import HubPushError, push_folder_to_hub
 from .remote_code import REMOTE_CODE_FAMILIES, save_with_remote_code
 
 __all__ = [

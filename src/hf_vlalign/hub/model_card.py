@@ -148,8 +148,9 @@ _NOT_TASK_METRIC = re.compile(
 
 def is_task_metric(name: str) -> bool:
     """Whether a result named `name` is a task metric of the model (an accuracy, BLEU-4, CIDEr-D, ...), listed in the
-    card's `model-index`; losses (`eval_loss`, `loss_att`, ...), runtimes, epochs, baselines, chance levels and upper
-    bounds (`grounding_baseline_accuracy`, `upper_bound_accuracy`) stay in the card's results table only."""
+    card's `model-index`; losses (`eval_loss`, `loss_attention_supervision`, ...), runtimes, epochs, baselines, chance
+    levels and upper bounds (`grounding_baseline_accuracy`, `upper_bound_accuracy`) stay in the card's results table
+    only."""
     return not _NOT_TASK_METRIC.search(name)
 
 
@@ -478,8 +479,8 @@ _TASKS = {
         tags=("vision-language-pretraining", "masked-language-modeling", "visualbert"),
         pipeline_tag=None,
         settings=(
-            "num_object_labels", "mlm_loss_weight", "sentence_image_loss_weight", "region_feature_loss_weight",
-            "region_class_loss_weight",
+            "num_object_labels", "mlm_weight", "sentence_image_weight", "region_feature_weight",
+            "region_class_weight",
         ),  # fmt: skip
         datasets=("coco_captions",),
         supervised=True,

@@ -21,15 +21,13 @@ How. `config.visual_feature_normalization`:
   rows), or by hand `model.set_visual_feature_statistics(*region_feature_statistics(store, image_ids))`
   (`hf_vlalign.data.region_feature_statistics`: exact, float64, every region of those images: reproducible and the
   same on every process). Statistics already set (a checkpoint's) are kept. Until they are set the buffers are mean
-  0 / std 1, the identity: the model computes what it computed before (and warns once in training).
-- "none": features reach the projection as they are. Configs saved before this field existed load as "none" (see
-  `legacy_config_dict`), so their checkpoints load without new tensors and give the same outputs; the converted
-  VisualBERT and LXMERT checkpoints use it too (their published projections were trained on raw detector features).
+  0 / std 1, the identity: the model reads the features unchanged (and warns once in training).
+- "none": features reach the projection as they are; the converted VisualBERT and LXMERT checkpoints use it (their
+  published projections were trained on raw detector features).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -48,15 +46,6 @@ def check_visual_feature_normalization(value: object) -> None:
         raise ValueError(
             f"`{NORMALIZATION_FIELD}` must be one of {VISUAL_FEATURE_NORMALIZATIONS}, got {value!r}."
         )
-
-
-def legacy_config_dict(config_dict: Mapping[str, Any]) -> dict[str, Any]:
-    """A saved config without `visual_feature_normalization` was written before the field existed: its checkpoint
-    has no statistics and was trained on features as they are, so it keeps "none" (new configs default to
-    "standardize")."""
-    config_dict = dict(config_dict)
-    config_dict.setdefault(NORMALIZATION_FIELD, "none")
-    return config_dict
 
 
 class VisualFeatureNormalization(nn.Module):
@@ -107,7 +96,7 @@ class VisualFeatureNormalization(nn.Module):
 
 
 def make_feature_normalization(config) -> VisualFeatureNormalization | None:
-    """The family's normaliser, or None for `visual_feature_normalization="none"` (no buffers: the old layout)."""
+    """The family's normaliser, or None for `visual_feature_normalization="none"` (no buffers)."""
     check_visual_feature_normalization(getattr(config, NORMALIZATION_FIELD))
     if getattr(config, NORMALIZATION_FIELD) == "none":
         return None
@@ -157,6 +146,5 @@ __all__ = [
     "VisualFeatureStatisticsMixin",
     "check_visual_feature_normalization",
     "init_feature_normalization",
-    "legacy_config_dict",
     "make_feature_normalization",
 ]

@@ -17,7 +17,6 @@ from .scenes import (
     SyntheticSceneConfig,
     SyntheticVGPPaths,
     generate_synthetic_scenes,
-    generate_synthetic_vgp,
     load_or_generate_synthetic_vgp,
 )
 from .shapes import (
@@ -53,7 +52,6 @@ __all__ = [
     "SyntheticSceneConfig",
     "SyntheticVGPPaths",
     "generate_synthetic_scenes",
-    "generate_synthetic_vgp",
     "identifying_attribute_sets",
     "load_or_generate_synthetic_vgp",
     "pair_feature_records",

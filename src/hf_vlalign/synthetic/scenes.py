@@ -45,7 +45,6 @@ import json
 import os
 import shutil
 import tempfile
-import warnings
 from dataclasses import asdict, dataclass
 from itertools import combinations, permutations
 from pathlib import Path
@@ -703,19 +702,6 @@ def generate_synthetic_scenes(out_dir: str | Path, config: SyntheticSceneConfig 
     return paths
 
 
-def generate_synthetic_vgp(out_dir: str | Path, config: SyntheticSceneConfig | None = None) -> SyntheticVGPPaths:
-    """Deprecated alias of [`generate_synthetic_scenes`] (a `FutureWarning`): besides the VGP pairs it writes the
-    GQA, NLVR2 and RefCOCO+ files too."""
-    warnings.warn(
-        "`generate_synthetic_vgp` is deprecated and will be removed; use "
-        "`hf_vlalign.synthetic.generate_synthetic_scenes` (the same files: the VGP pairs and the GQA, NLVR2 and "
-        "RefCOCO+ files).",
-        FutureWarning,
-        stacklevel=2,
-    )
-    return generate_synthetic_scenes(out_dir, config)
-
-
 def load_or_generate_synthetic_vgp(
     cache_dir: str | Path | None = None, config: SyntheticSceneConfig | None = None
 ) -> SyntheticVGPPaths:
@@ -768,6 +754,5 @@ __all__ = [
     "SyntheticSceneConfig",
     "SyntheticVGPPaths",
     "generate_synthetic_scenes",
-    "generate_synthetic_vgp",
     "load_or_generate_synthetic_vgp",
 ]

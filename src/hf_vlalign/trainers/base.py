@@ -44,10 +44,6 @@ logger = logging.get_logger(__name__)
 # the automatic fit of the region-feature statistics reads at most this many training images (a seeded subset beyond)
 FEATURE_STATISTICS_MAX_IMAGES = 10_000
 
-# the logged loss components whose model-output field has another name, log key -> output field: the logs keep the
-# names they have always had (so results files stay comparable); every other component is logged under its field's name
-LOSS_LOG_KEY_FIELDS = {"loss_att": "loss_attention", "loss_feat": "loss_region_feat"}
-
 # attention maps and hidden states of every model family
 ATTENTION_KEYS = (
     "hidden_states",
@@ -203,7 +199,7 @@ class ComponentLossTrainer(Trainer):
             Required when `ewc_lambda > 0`. Trainable parameters it does not cover are left free (counted in a warning).
     """
 
-    # the log keys of the loss components; each is read from the output field `LOSS_LOG_KEY_FIELDS` maps it to
+    # the loss components: each is logged under the name of the model-output field it is read from
     loss_component_keys: tuple[str, ...] = ()
     # batch entries used by evaluation tools but not taken by the model's forward
     non_model_keys: tuple[str, ...] = ()
@@ -319,11 +315,6 @@ class ComponentLossTrainer(Trainer):
         self._batch_position.epoch, self._batch_position.next_batch, self._batch_position.calls = epoch, skipped, 0
         return super()._run_epoch(*args, **kwargs)
 
-    @classmethod
-    def loss_component_fields(cls) -> dict[str, str]:
-        """{log key: model-output field} of each loss component (`loss_component_keys`, `LOSS_LOG_KEY_FIELDS`)."""
-        return {key: LOSS_LOG_KEY_FIELDS.get(key, key) for key in cls.loss_component_keys}
-
     def model_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The entries of a batch that the model's forward takes (`non_model_keys` left out)."""
         return {key: value for key, value in inputs.items() if key not in self.non_model_keys}
@@ -380,8 +371,8 @@ class ComponentLossTrainer(Trainer):
         processes = self.accelerator.num_processes if global_counts else 1
         # a micro-batch's share times the micro-batches of its step: the logging window's mean is the steps' mean
         micro_batches = self.current_gradient_accumulation_steps if global_counts and mode == "train" else 1
-        for key, output_field in self.loss_component_fields().items():
-            value = outputs.get(output_field)
+        for key in self.loss_component_keys:
+            value = outputs.get(key)
             if value is not None:
                 self._record(mode, key, value * processes * micro_batches)
         for key in self.metric_keys:
@@ -428,8 +419,7 @@ class ComponentLossTrainer(Trainer):
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         # predictions are the task logits only: loss components and attention maps are not gathered
-        loss_fields = self.loss_component_fields().values()
-        ignore_keys = list(ignore_keys or []) + [*loss_fields, *self.non_prediction_keys, *ATTENTION_KEYS]
+        ignore_keys = list(ignore_keys or []) + [*self.loss_component_keys, *self.non_prediction_keys, *ATTENTION_KEYS]
         return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:

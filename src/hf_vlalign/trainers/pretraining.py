@@ -9,19 +9,20 @@ PRETRAINING_LOSS_KEYS = (
     "loss_mlm",
     "loss_object_class",
     "loss_object_attr",
-    "loss_feat",
+    "loss_region_feature",
     "loss_itm",
-    "loss_vqa",
-    "loss_align",
-    "loss_att",
+    "loss_qa",
+    "loss_alignment",
+    "loss_attention_supervision",
 )
 
 
 class AlignmentPretrainingTrainer(ComponentLossTrainer):
     """Trainer for `TwoStreamForPreTraining`: sums the enabled losses with their config weights (the model does),
-    logs each of `loss_mlm`, `loss_object_class`, `loss_object_attr`, `loss_feat`, `loss_itm`, `loss_vqa`,
-    `loss_align` and `loss_att`, and starts the question-answering loss only from epoch `vqa_start_epoch` (the paper
-    adds it at epoch 10 of 20): before that, training batches are stripped of their `answer_labels`.
+    logs each of `loss_mlm`, `loss_object_class`, `loss_object_attr`, `loss_region_feature`, `loss_itm`, `loss_qa`,
+    `loss_alignment` and `loss_attention_supervision`, and starts the question-answering loss only from epoch
+    `vqa_start_epoch` (the paper adds it at epoch 10 of 20): before that, training batches are stripped of their
+    `answer_labels`.
 
     Args:
         vqa_start_epoch (`float`): first (fractional) epoch whose training steps include the answer loss.
@@ -39,13 +40,13 @@ class AlignmentPretrainingTrainer(ComponentLossTrainer):
         self.label_names = ["answer_labels"]
 
     @property
-    def vqa_loss_enabled(self) -> bool:
+    def qa_loss_enabled(self) -> bool:
         return (self.state.epoch or 0.0) >= self.vqa_start_epoch
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training:
-            enabled = self.vqa_loss_enabled
-            self._metrics["train"]["vqa_loss_enabled"].append(float(enabled))  # logged with the step's losses
+            enabled = self.qa_loss_enabled
+            self._metrics["train"]["qa_loss_enabled"].append(float(enabled))  # logged with the step's losses
             if not enabled:
                 inputs = {key: value for key, value in inputs.items() if key != "answer_labels"}
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)

@@ -11,10 +11,11 @@ from .base import ComponentLossTrainer
 
 class TaskTrainer(ComponentLossTrainer):
     """Trainer for the `*For{QuestionAnswering,VisualReasoning,ReferringExpression,PhraseGrounding}` heads: logs
-    `loss_task` and `loss_att` (train and eval). The probe targets of a batch (`PROBE_KEYS`) stay out of the model's
-    inputs; list in `label_names` the batch entries `compute_metrics` needs (they reach it as `label_ids`)."""
+    `loss_task` and `loss_attention_supervision` (train and eval). The probe targets of a batch (`PROBE_KEYS`) stay
+    out of the model's inputs; list in `label_names` the batch entries `compute_metrics` needs (they reach it as
+    `label_ids`)."""
 
-    loss_component_keys = ("loss_task", "loss_att")
+    loss_component_keys = ("loss_task", "loss_attention_supervision")
     non_model_keys = PROBE_KEYS
 
     def __init__(self, *args, label_names: list[str] | None = None, **kwargs):
@@ -78,15 +79,21 @@ class PhraseGroundingTrainer(TaskTrainer):
 
 
 class SingleStreamPretrainingTrainer(ComponentLossTrainer):
-    """Trainer for `SingleStreamForPreTraining`: logs `loss_mlm`, `loss_sentence_image`, `loss_region_feat`,
-    `loss_region_class` and `loss_att`.
+    """Trainer for `SingleStreamForPreTraining`: logs `loss_mlm`, `loss_sentence_image`, `loss_region_feature`,
+    `loss_region_class` and `loss_attention_supervision`.
 
     Args:
         eval_data_collator (*optional*): the collator of the evaluation batches (e.g. one seeded, so that every
             evaluation masks the same words and draws the same second captions); default: `data_collator`.
     """
 
-    loss_component_keys = ("loss_mlm", "loss_sentence_image", "loss_region_feat", "loss_region_class", "loss_att")
+    loss_component_keys = (
+        "loss_mlm",
+        "loss_sentence_image",
+        "loss_region_feature",
+        "loss_region_class",
+        "loss_attention_supervision",
+    )
     non_model_keys = PROBE_KEYS
 
     def __init__(self, *args, eval_data_collator=None, **kwargs):

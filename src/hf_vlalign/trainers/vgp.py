@@ -20,10 +20,10 @@ def vgp_classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
 
 
 class VGPTrainer(ComponentLossTrainer):
-    """Trainer for `SingleStreamForVisualParaphrase`: logs `loss_id`, `loss_vgp` and `loss_att` (train and eval) and,
-    by default, the identification and VGP accuracies at evaluation."""
+    """Trainer for `SingleStreamForVisualParaphrase`: logs `loss_id`, `loss_vgp` and `loss_attention_supervision`
+    (train and eval) and, by default, the identification and VGP accuracies at evaluation."""
 
-    loss_component_keys = ("loss_id", "loss_vgp", "loss_att")
+    loss_component_keys = ("loss_id", "loss_vgp", "loss_attention_supervision")
     non_model_keys = PROBE_KEYS
 
     def __init__(self, *args, **kwargs):

@@ -19,7 +19,6 @@ from ._common import (
     VALIDATION_SPLITS,
     attach_region_features,
     check_on_missing_image,
-    renamed_features_argument,
     resolve_split,
     takes_on_missing_image,
 )
@@ -46,7 +45,6 @@ def load_dataset(
     *,
     iou_threshold: float = 0.5,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
-    features: RegionFeatureStore | str | Path | None = None,
     **options,
 ) -> datasets.Dataset:
     """Reads one split of a published dataset from its files as published (see README, "Datasets").
@@ -63,11 +61,8 @@ def load_dataset(
             and in `region_features` (passed to `attach_region_features`): "raise" (the default) stops at the first
             row whose image is missing, naming it; "skip" drops such rows and reports their count in one warning,
             "<source>: N of M <rows> skipped (on_missing_image='skip'): image not in <where>."
-        features: deprecated alias of `region_features` (a `FutureWarning`; in `datasets`, `features` is a column
-            schema).
         options: the builder's own options (see each `builders/<name>.py`).
     """
-    region_features = renamed_features_argument(region_features, features, "load_dataset")
     if name not in BUILDERS:
         raise ValueError(f"`name` must be one of {sorted(BUILDERS)}, got {name!r}.")
     split = resolve_split(name, split)

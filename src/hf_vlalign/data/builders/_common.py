@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -64,24 +63,6 @@ def resolve_split(name: str, split: str) -> str:
     """`split` in the dataset's own names: "validation" is `name`'s validation split (`VALIDATION_SPLITS`), any other
     split is returned as it is (the builder checks it)."""
     return VALIDATION_SPLITS.get(name, split) if split == "validation" else split
-
-
-def renamed_features_argument(region_features, features, function: str):
-    """The region-feature store passed as `region_features=` or, deprecated, as `features=` (renamed: in `datasets`,
-    `features` is a dataset's column schema): a `FutureWarning` for the old name, a `ValueError` when both are given."""
-    if features is None:
-        return region_features
-    if region_features is not None:
-        raise ValueError(
-            f"`{function}` got both `region_features` and its deprecated alias `features`; pass `region_features` only."
-        )
-    warnings.warn(
-        f"`{function}(..., features=...)` is deprecated and will be removed: pass the region-feature store as "
-        "`region_features=` (in `datasets`, `features` means a dataset's column schema).",
-        FutureWarning,
-        stacklevel=3,
-    )
-    return features
 
 
 def grounding_features(*text_columns: str) -> dict[str, datasets.List]:

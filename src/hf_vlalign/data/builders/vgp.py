@@ -41,7 +41,6 @@ from ._common import (
     check_on_missing_image,
     grounding_features,
     missing_image_error,
-    renamed_features_argument,
     report_missing_images,
     resolve_split,
 )
@@ -621,10 +620,9 @@ def load_vgp_data(
     eval_split: str = "val",
     on_split_overlap: str = "warn",
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
-    features: str | Path | RegionFeatureStore | None = None,
 ) -> VGPData:
     """Real files when all four are given (`region_features`: a `RegionFeatureStore` or its directory, made with
-    `hf-vlalign convert-features`; `features=` is its deprecated alias); otherwise the synthetic grounded scenes (the
+    `hf-vlalign convert-features`); otherwise the synthetic grounded scenes (the
     embedded default), generated once and cached, read back through the same readers. `negatives` is passed to
     `build_vgp_dataset`.
 
@@ -639,7 +637,6 @@ def load_vgp_data(
             drops such rows and reports their count in a warning. (Without this check a row whose image is not in the
             store would stop training at its first batch.)
     """
-    region_features = renamed_features_argument(region_features, features, "load_vgp_data")
     eval_split = resolve_split("vgp", eval_split)
     check_on_missing_image(on_missing_image)
     given = {

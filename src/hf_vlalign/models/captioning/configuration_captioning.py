@@ -7,7 +7,7 @@ from transformers import PreTrainedConfig
 
 from ...utils.validation import check_config_numbers, check_index_list, check_token_id
 from ..dropout import check_dropout_implementation
-from ..visual_features import check_visual_feature_normalization, legacy_config_dict
+from ..visual_features import check_visual_feature_normalization
 
 ALIGNMENT_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
 # unknown fields named like the encoder families' attention supervision: the captioner has none (its cross-attention is
@@ -21,7 +21,7 @@ def check_no_supervision_fields(kwargs: dict) -> None:
     if names:
         raise ValueError(
             f"`RegionCaptionerConfig` has no attention supervision, got the unknown field(s) {names}; align the "
-            f"cross-attention with `attention_alignment` ({ALIGNMENT_FUSIONS}) and `mask_loss_weight` instead."
+            f"cross-attention with `attention_alignment` ({ALIGNMENT_FUSIONS}) and `mask_weight` instead."
         )
 
 
@@ -41,8 +41,7 @@ class RegionCaptionerConfig(PreTrainedConfig):
             `(x - mean) / std`, before the projection, with statistics the model stores in its weights (the library's
             trainers fit them from the training images before training; by hand:
             `model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, train_rows))`);
-            "none" reads features as they are. Configs saved without this field load as "none" (their checkpoints
-            were trained so). See `hf_vlalign.models.visual_features`.
+            "none" reads features as they are. See `hf_vlalign.models.visual_features`.
         use_geometry (`bool`): geometry-aware encoder attention; False is the ablation (plain self-attention).
         geometry_dim (`int`): size of the sinusoidal embedding of the 4 relative-geometry values (multiple of 8).
         geometry_floor (`float`): floor applied to |dx| / w and |dy| / h before the log (1e-3, as the Object Relation
@@ -53,7 +52,7 @@ class RegionCaptionerConfig(PreTrainedConfig):
             "exp_decay" or "gate".
         aligned_layers (`list[int]`, *optional*): decoder layers whose cross-attention is aligned (default: all).
         alignment_eta (`float`): the moving-average ratio; alignment_temperature (`float`): T_P of the exponential decay.
-        mask_loss_weight (`float`): lambda of the mask objective (eq. 4).
+        mask_weight (`float`): lambda of the mask objective (eq. 4).
         normalize_before (`bool`): pre-norm layers (LayerNorm before each sub-layer, a final LayerNorm after the stack)
             instead of the original transformer's post-norm.
         dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
@@ -93,7 +92,7 @@ class RegionCaptionerConfig(PreTrainedConfig):
     aligned_layers: list[int] | None = None
     alignment_eta: float | int = 0.5
     alignment_temperature: float | int = 1000.0
-    mask_loss_weight: float | int = 0.1
+    mask_weight: float | int = 0.1
     pad_token_id: int | None = 0
     bos_token_id: int | None = 101
     eos_token_id: int | None = 102
@@ -108,17 +107,12 @@ class RegionCaptionerConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self.check_fields()
 
-    @classmethod
-    def from_dict(cls, config_dict, **kwargs):
-        # a config.json saved before `visual_feature_normalization` existed keeps the behaviour it was trained with
-        return super().from_dict(legacy_config_dict(config_dict), **kwargs)
-
     def check_fields(self) -> None:
         """Raises `ValueError` for sizes and settings the modules cannot use (run at construction)."""
         check_config_numbers(
             self,
             positive=("vocab_size", "d_model", "max_regions", "encoder_ffn_dim", "decoder_ffn_dim", "layer_norm_eps"),
-            non_negative=("init_std", "mask_loss_weight"),
+            non_negative=("init_std", "mask_weight"),
             dropouts=("dropout", "attention_dropout"),
             activations=("activation_function",),
         )

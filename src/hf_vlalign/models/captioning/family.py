@@ -37,7 +37,7 @@ CAPTIONER = FamilySpec(
             "aligned_layers",
             "alignment_eta",
             "alignment_temperature",
-            "mask_loss_weight",
+            "mask_weight",
             "normalize_before",
         ),
         default_name="region-captioner-{fusion}",

@@ -760,7 +760,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
                 raise ValueError("`alignment_mode='perturb'` needs aligned layers: set `attention_alignment` in the config.")
             valid = (labels != -100)
             # eq. (4): the mask networks maximise the caption loss under the smallest perturbation
-            loss_mask = mask_objective(loss_caption, masks, float(self.config.mask_loss_weight), valid, caption_tokens)
+            loss_mask = mask_objective(loss_caption, masks, float(self.config.mask_weight), valid, caption_tokens)
         return RegionCaptionerOutput(
             loss=loss_mask if alignment_mode == "perturb" else loss_caption,
             loss_caption=loss_caption,

@@ -7,31 +7,31 @@ from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
 from ..config_fields import drop_other_head_fields
 from ..dropout import check_dropout_implementation
-from ..visual_features import check_visual_feature_normalization, legacy_config_dict
+from ..visual_features import check_visual_feature_normalization
 
 LOSS_WEIGHT_FIELDS = (
-    "id_loss_weight",
-    "vgp_loss_weight",
-    "mlm_loss_weight",
-    "sentence_image_loss_weight",
-    "region_feature_loss_weight",
-    "region_class_loss_weight",
+    "id_weight",
+    "vgp_weight",
+    "mlm_weight",
+    "sentence_image_weight",
+    "region_feature_weight",
+    "region_class_weight",
 )
 # the fields only one model class reads: a saved config.json keeps those of other classes only where they differ from
 # the default (see `hf_vlalign.models.config_fields`)
 HEAD_FIELDS = {
     "SingleStreamModel": (),
-    "SingleStreamForVisualParaphrase": ("num_id_labels", "num_vgp_labels", "id_loss_weight", "vgp_loss_weight"),
+    "SingleStreamForVisualParaphrase": ("num_id_labels", "num_vgp_labels", "id_weight", "vgp_weight"),
     "SingleStreamForQuestionAnswering": ("num_qa_labels",),
     "SingleStreamForVisualReasoning": (),
     "SingleStreamForReferringExpression": ("referring_iou_threshold",),
     "SingleStreamForPhraseGrounding": (),
     "SingleStreamForPreTraining": (
         "num_object_labels",
-        "mlm_loss_weight",
-        "sentence_image_loss_weight",
-        "region_feature_loss_weight",
-        "region_class_loss_weight",
+        "mlm_weight",
+        "sentence_image_weight",
+        "region_feature_weight",
+        "region_class_weight",
     ),
 }
 
@@ -54,8 +54,7 @@ class SingleStreamConfig(PreTrainedConfig):
             `(x - mean) / std`, before the projection, with statistics the model stores in its weights (the library's
             trainers fit them from the training images before training; by hand:
             `model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, train_rows))`);
-            "none" reads features as they are. Configs saved without this field load as "none" (their checkpoints
-            were trained so). See `hf_vlalign.models.visual_features`.
+            "none" reads features as they are. See `hf_vlalign.models.visual_features`.
         attention_supervision (`str`): "none", "direct", "semi_direct" or "indirect".
         supervised_layers (`list[int]`, *optional*): layers whose attention is supervised (default: all).
         supervised_heads (`list[int]`, *optional*): heads supervised in each of those layers (default: all).
@@ -64,15 +63,15 @@ class SingleStreamConfig(PreTrainedConfig):
             task fields below are read by one model class each; a saved `config.json` holds those of the other
             classes only where they differ from the default (`HEAD_FIELDS`).
         num_vgp_labels (`int`): classes of the VGP phrase-pair classifier (eqs. 2-4).
-        id_loss_weight / vgp_loss_weight (`float`): weights of those losses in eq. 9.
+        id_weight / vgp_weight (`float`): weights of those losses in eq. 9.
         num_qa_labels (`int`): the answer vocabulary of [`SingleStreamForQuestionAnswering`] (3129: VQA v2's usual
             answers seen at least 9 times).
         referring_iou_threshold (`float`): regions with at least this IoU with the referred box are the positives of
             [`SingleStreamForReferringExpression`]'s loss.
         num_object_labels (`int`): detector classes predicted for masked regions by [`SingleStreamForPreTraining`]
             (0: masked regions only regress their features).
-        mlm_loss_weight / sentence_image_loss_weight / region_feature_loss_weight / region_class_loss_weight
-            (`float`): weights of the pre-training losses.
+        mlm_weight / sentence_image_weight / region_feature_weight / region_class_weight (`float`): weights of the
+            pre-training losses.
         validate_inputs (`bool`): check every input tensor in `forward` (switch off only for speed).
         dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
             `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
@@ -110,15 +109,15 @@ class SingleStreamConfig(PreTrainedConfig):
     attention_supervision_weight: float | int = 1.0
     num_id_labels: int = 3
     num_vgp_labels: int = 2
-    id_loss_weight: float | int = 1.0
-    vgp_loss_weight: float | int = 1.0
+    id_weight: float | int = 1.0
+    vgp_weight: float | int = 1.0
     num_qa_labels: int = 3129
     referring_iou_threshold: float | int = 0.5
     num_object_labels: int = 0
-    mlm_loss_weight: float | int = 1.0
-    sentence_image_loss_weight: float | int = 1.0
-    region_feature_loss_weight: float | int = 1.0
-    region_class_loss_weight: float | int = 1.0
+    mlm_weight: float | int = 1.0
+    sentence_image_weight: float | int = 1.0
+    region_feature_weight: float | int = 1.0
+    region_class_weight: float | int = 1.0
     tie_word_embeddings: bool = True
     validate_inputs: bool = True
     dropout_implementation: str = "auto"
@@ -126,11 +125,6 @@ class SingleStreamConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         self.check_fields()
-
-    @classmethod
-    def from_dict(cls, config_dict, **kwargs):
-        # a config.json saved before `visual_feature_normalization` existed keeps the behaviour it was trained with
-        return super().from_dict(legacy_config_dict(config_dict), **kwargs)
 
     def to_diff_dict(self) -> dict:
         # what config.json gets: the task fields of the saved model class, other heads' only where not at the default

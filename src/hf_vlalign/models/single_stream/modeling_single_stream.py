@@ -48,7 +48,6 @@ from ..attention_utils import key_padding_mask_4d, run_attention
 from ..bert_modules import Intermediate, LayerOutput, Pooler, SelfOutput, TextEmbeddings
 from ..dropout import make_dropout
 from ..forward_kwargs import check_forward_kwargs, output_flag
-from ..renamed_fields import RenamedFieldsMixin
 from ..saving import SaveLoadMixin
 from ..task_heads import (
     AnswerHead,
@@ -89,15 +88,6 @@ from .configuration_single_stream import SingleStreamConfig
 
 logger = logging.get_logger(__name__)
 
-# the shared BERT blocks and prediction heads (`..bert_modules`, `..task_heads`) under this module's former names
-SingleStreamEmbeddings = TextEmbeddings
-SingleStreamSelfOutput = SelfOutput
-SingleStreamIntermediate = Intermediate
-SingleStreamOutput = LayerOutput
-SingleStreamPooler = Pooler
-SingleStreamPredictionHeadTransform = PredictionHeadTransform
-SingleStreamLMPredictionHead = LMPredictionHead
-
 
 @dataclass
 class SingleStreamModelOutput(ModelOutput):
@@ -107,7 +97,7 @@ class SingleStreamModelOutput(ModelOutput):
         `config.use_end_token=False`).
     pooler_output (`torch.FloatTensor` of shape `(batch_size, hidden_size)`):
         [CLS] state through the BERT pooler.
-    loss_attention (`torch.FloatTensor`, *optional*):
+    loss_attention_supervision (`torch.FloatTensor`, *optional*):
         Attention-supervision loss, returned when `word_region_alignment` is given and supervision is not "none".
     hidden_states / attentions (`tuple(torch.FloatTensor)`, *optional*):
         Per layer, as in transformers; attentions are (batch, heads, N, N) probabilities before dropout.
@@ -115,18 +105,18 @@ class SingleStreamModelOutput(ModelOutput):
 
     last_hidden_state: torch.FloatTensor | None = None
     pooler_output: torch.FloatTensor | None = None
-    loss_attention: torch.FloatTensor | None = None
+    loss_attention_supervision: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @dataclass
-class VisualParaphraseOutput(RenamedFieldsMixin, ModelOutput):
+class VisualParaphraseOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor`, *optional*): total loss of eq. (9), `id_loss_weight * loss_id + vgp_loss_weight *
-        loss_vgp + attention_supervision_weight * loss_attention`.
-    loss_id / loss_vgp / loss_attention (`torch.FloatTensor`, *optional*): its components, each unweighted
-        (`loss_attention` was `loss_att`, still readable with a `FutureWarning`; trainers log it as `loss_att`).
+    loss (`torch.FloatTensor`, *optional*): total loss of eq. (9), `id_weight * loss_id + vgp_weight *
+        loss_vgp + attention_supervision_weight * loss_attention_supervision`.
+    loss_id / loss_vgp / loss_attention_supervision (`torch.FloatTensor`, *optional*): its components, each
+        unweighted (trainers log them under the same names).
     id_logits (`torch.FloatTensor` of shape `(batch_size, num_id_labels)`): image-description identification.
     vgp_logits (`torch.FloatTensor` of shape `(batch_size, num_vgp_labels)`): VGP phrase-pair classification.
     """
@@ -134,41 +124,36 @@ class VisualParaphraseOutput(RenamedFieldsMixin, ModelOutput):
     loss: torch.FloatTensor | None = None
     loss_id: torch.FloatTensor | None = None
     loss_vgp: torch.FloatTensor | None = None
-    loss_attention: torch.FloatTensor | None = None
+    loss_attention_supervision: torch.FloatTensor | None = None
     id_logits: torch.FloatTensor | None = None
     vgp_logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
-    _renamed_fields = {"loss_att": "loss_attention"}
-
 
 @dataclass
-class SingleStreamClassificationOutput(RenamedFieldsMixin, ModelOutput):
+class SingleStreamClassificationOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor`, *optional*): `loss_task + attention_supervision_weight * loss_attention`.
-    loss_task / loss_attention (`torch.FloatTensor`, *optional*): the components, unweighted (`loss_attention` was
-        `loss_att`, still readable with a `FutureWarning`).
+    loss (`torch.FloatTensor`, *optional*): `loss_task + attention_supervision_weight * loss_attention_supervision`.
+    loss_task / loss_attention_supervision (`torch.FloatTensor`, *optional*): the components, unweighted.
     logits: answer scores `(batch, num_qa_labels)`, the NLVR2 score `(batch,)`, region scores `(batch, R)`
         (referring expressions) or phrase-region scores `(batch, P, R)` (phrase grounding).
     """
 
     loss: torch.FloatTensor | None = None
     loss_task: torch.FloatTensor | None = None
-    loss_attention: torch.FloatTensor | None = None
+    loss_attention_supervision: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
-    _renamed_fields = {"loss_att": "loss_attention"}
-
 
 @dataclass
-class SingleStreamForPreTrainingOutput(RenamedFieldsMixin, ModelOutput):
+class SingleStreamForPreTrainingOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor`, *optional*): weighted sum of the computed losses.
-    loss_mlm / loss_sentence_image / loss_region_feat / loss_region_class / loss_attention: each component, unweighted
-        (None when its labels are absent; `loss_attention` was `loss_att`, still readable with a `FutureWarning`).
+    loss_mlm / loss_sentence_image / loss_region_feature / loss_region_class / loss_attention_supervision: each
+        component, unweighted (None when its labels are absent).
     prediction_logits (`(batch, T, vocab_size)`): masked-word scores (None in training with `labels`: only the masked
         positions are then scored, for the loss).
     seq_relationship_logits (`(batch, 2)`): sentence-image prediction (0: the second caption also describes the
@@ -178,15 +163,13 @@ class SingleStreamForPreTrainingOutput(RenamedFieldsMixin, ModelOutput):
     loss: torch.FloatTensor | None = None
     loss_mlm: torch.FloatTensor | None = None
     loss_sentence_image: torch.FloatTensor | None = None
-    loss_region_feat: torch.FloatTensor | None = None
+    loss_region_feature: torch.FloatTensor | None = None
     loss_region_class: torch.FloatTensor | None = None
-    loss_attention: torch.FloatTensor | None = None
+    loss_attention_supervision: torch.FloatTensor | None = None
     prediction_logits: torch.FloatTensor | None = None
     seq_relationship_logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
-
-    _renamed_fields = {"loss_att": "loss_attention"}
 
 
 class SingleStreamVisualEmbeddings(nn.Module):
@@ -429,9 +412,9 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
             output_attentions=output_attentions,
             query_key_layers=self.layers_needing_query_key() if supervise else set(),
         )
-        loss_attention = None
+        loss_attention_supervision = None
         if supervise:
-            loss_attention = self.attention_supervision_loss(
+            loss_attention_supervision = self.attention_supervision_loss(
                 query_key_states=query_key_states,
                 final_hidden_states=sequence_output,
                 text_positions=text_positions,
@@ -447,7 +430,7 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         return SingleStreamModelOutput(
             last_hidden_state=sequence_output,
             pooler_output=self.pooler(sequence_output),
-            loss_attention=loss_attention,
+            loss_attention_supervision=loss_attention_supervision,
         )
 
 
@@ -551,12 +534,12 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
 
         loss_id = optional_cross_entropy(id_logits, id_labels, num_items_in_batch, "id")
         loss_vgp = optional_cross_entropy(vgp_logits, vgp_labels, num_items_in_batch, "vgp")
-        loss = self._total_loss(loss_id, loss_vgp, outputs.loss_attention)
+        loss = self._total_loss(loss_id, loss_vgp, outputs.loss_attention_supervision)
         return VisualParaphraseOutput(
             loss=loss,
             loss_id=loss_id,
             loss_vgp=loss_vgp,
-            loss_attention=outputs.loss_attention,
+            loss_attention_supervision=outputs.loss_attention_supervision,
             id_logits=id_logits,
             vgp_logits=vgp_logits,
             hidden_states=outputs.hidden_states,
@@ -570,12 +553,12 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             **super().loss_item_counts(inputs),
         }
 
-    def _total_loss(self, loss_id, loss_vgp, loss_attention) -> torch.Tensor | None:
+    def _total_loss(self, loss_id, loss_vgp, loss_attention_supervision) -> torch.Tensor | None:
         # eq. (9): L = w_id L_id + w_vgp L_vgp + lambda L_att
         weighted = [
-            (self.config.id_loss_weight, loss_id),
-            (self.config.vgp_loss_weight, loss_vgp),
-            (self.config.attention_supervision_weight, loss_attention),
+            (self.config.id_weight, loss_id),
+            (self.config.vgp_weight, loss_vgp),
+            (self.config.attention_supervision_weight, loss_attention_supervision),
         ]
         terms = [weight * loss for weight, loss in weighted if loss is not None]
         return torch.stack(terms).sum() if terms else None
@@ -604,9 +587,11 @@ def _classification_output(
     config: SingleStreamConfig, loss_task: torch.Tensor | None, outputs: SingleStreamModelOutput, logits: torch.Tensor
 ) -> SingleStreamClassificationOutput:
     return SingleStreamClassificationOutput(
-        loss=weighted_total([(1.0, loss_task), (config.attention_supervision_weight, outputs.loss_attention)]),
+        loss=weighted_total(
+            [(1.0, loss_task), (config.attention_supervision_weight, outputs.loss_attention_supervision)]
+        ),
         loss_task=loss_task,
-        loss_attention=outputs.loss_attention,
+        loss_attention_supervision=outputs.loss_attention_supervision,
         logits=logits,
         hidden_states=outputs.hidden_states,
         attentions=outputs.attentions,
@@ -940,7 +925,7 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
             losses.update(
                 self._masked_region_losses(region_states, masked_regions, feature_labels, object_labels, num_items_in_batch)
             )
-        losses["loss_attention"] = outputs.loss_attention
+        losses["loss_attention_supervision"] = outputs.loss_attention_supervision
         return SingleStreamForPreTrainingOutput(
             loss=self._total_loss(losses),
             **losses,
@@ -958,7 +943,7 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
             # L2 of each masked region's feature (mean over its dimensions), averaged over the masked regions
             total = nn.functional.mse_loss(features, feature_labels[masked].to(features.dtype), reduction="sum")
             count = item_count(masked.sum(), num_items(counts, "region_feat"))
-            losses["loss_region_feat"] = mean_over_items(total / features.shape[-1], count)
+            losses["loss_region_feature"] = mean_over_items(total / features.shape[-1], count)
         if class_scores is not None and object_labels is not None:
             losses["loss_region_class"] = optional_cross_entropy(class_scores, object_labels[masked], counts, "region_class")
         return losses
@@ -980,11 +965,11 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
     def _total_loss(self, losses: dict[str, torch.Tensor | None]) -> torch.Tensor | None:
         config = self.config
         weights = {
-            "loss_mlm": config.mlm_loss_weight,
-            "loss_sentence_image": config.sentence_image_loss_weight,
-            "loss_region_feat": config.region_feature_loss_weight,
-            "loss_region_class": config.region_class_loss_weight,
-            "loss_attention": config.attention_supervision_weight,
+            "loss_mlm": config.mlm_weight,
+            "loss_sentence_image": config.sentence_image_weight,
+            "loss_region_feature": config.region_feature_weight,
+            "loss_region_class": config.region_class_weight,
+            "loss_attention_supervision": config.attention_supervision_weight,
         }
         return weighted_total([(weights[name], loss) for name, loss in losses.items()])
 

@@ -7,16 +7,16 @@ from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
 from ..config_fields import drop_other_head_fields
 from ..dropout import check_dropout_implementation
-from ..visual_features import check_visual_feature_normalization, legacy_config_dict
+from ..visual_features import check_visual_feature_normalization
 
 LOSS_WEIGHT_FIELDS = (
-    "mlm_loss_weight",
-    "object_class_loss_weight",
-    "object_attr_loss_weight",
-    "feat_loss_weight",
-    "itm_loss_weight",
-    "qa_loss_weight",
-    "alignment_loss_weight",
+    "mlm_weight",
+    "object_class_weight",
+    "object_attr_weight",
+    "region_feature_weight",
+    "itm_weight",
+    "qa_weight",
+    "alignment_weight",
     "attention_supervision_weight",
 )
 # the fields only one model class reads: a saved config.json keeps those of other classes only where they differ from
@@ -61,8 +61,7 @@ class TwoStreamConfig(PreTrainedConfig):
             `(x - mean) / std`, before the projection, with statistics the model stores in its weights (the library's
             trainers fit them from the training images before training; by hand:
             `model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, train_rows))`);
-            "none" reads features as they are. Configs saved without this field load as "none" (their checkpoints
-            were trained so). See `hf_vlalign.models.visual_features`.
+            "none" reads features as they are. See `hf_vlalign.models.visual_features`.
         share_cross_attention (`bool`): one cross-attention module serves both directions (LXMERT) or each
             direction has its own.
         attention_supervision (`str`): "none", "direct", "semi_direct" or "indirect", applied to the cross layers.
@@ -76,9 +75,9 @@ class TwoStreamConfig(PreTrainedConfig):
         referring_iou_threshold (`float`): regions with at least this IoU with the referred box are the positives of
             [`TwoStreamForReferringExpression`]'s loss (0.5, as RefCOCO+'s accuracy).
         alignment_top_k (`int`): objects kept per word by the alignment decoder (eq. 13, paper: 3).
-        *_loss_weight (`float`): weight of each loss in the total. These task fields are read by one model class
-            each (`HEAD_FIELDS`); a saved `config.json` holds those of the other classes only where they differ from
-            the default.
+        `<name>_weight` (`float`): weight of the loss `loss_<name>` in the total. These task fields are read by one
+            model class each (`HEAD_FIELDS`); a saved `config.json` holds those of the other classes only where they
+            differ from the default.
         validate_inputs (`bool`): check every input tensor in `forward` (switch off only for speed).
         dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
             `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
@@ -129,13 +128,13 @@ class TwoStreamConfig(PreTrainedConfig):
     num_attr_labels: int = 400
     num_qa_labels: int = 9500
     alignment_top_k: int = 3
-    mlm_loss_weight: float | int = 1.0
-    object_class_loss_weight: float | int = 1.0
-    object_attr_loss_weight: float | int = 1.0
-    feat_loss_weight: float | int = 1.0
-    itm_loss_weight: float | int = 1.0
-    qa_loss_weight: float | int = 1.0
-    alignment_loss_weight: float | int = 1.0
+    mlm_weight: float | int = 1.0
+    object_class_weight: float | int = 1.0
+    object_attr_weight: float | int = 1.0
+    region_feature_weight: float | int = 1.0
+    itm_weight: float | int = 1.0
+    qa_weight: float | int = 1.0
+    alignment_weight: float | int = 1.0
     referring_iou_threshold: float | int = 0.5
     classifier_dropout: float | int | None = None
     validate_inputs: bool = True
@@ -145,11 +144,6 @@ class TwoStreamConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         self.check_fields()
-
-    @classmethod
-    def from_dict(cls, config_dict, **kwargs):
-        # a config.json saved before `visual_feature_normalization` existed keeps the behaviour it was trained with
-        return super().from_dict(legacy_config_dict(config_dict), **kwargs)
 
     def to_diff_dict(self) -> dict:
         # what config.json gets: the task fields of the saved model class, other heads' only where not at the default

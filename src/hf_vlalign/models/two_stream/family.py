@@ -63,7 +63,7 @@ TWO_STREAM = FamilySpec(
             "task_qa",
             "task_alignment",
             "alignment_top_k",
-            "alignment_loss_weight",
+            "alignment_weight",
         ),
         default_name="two-stream-pretrained{alignment}",
         task_card_tags=("two-stream", "lxmert"),

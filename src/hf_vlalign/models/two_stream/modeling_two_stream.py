@@ -40,7 +40,6 @@ from ..attention_utils import key_padding_mask_4d, run_attention
 from ..bert_modules import Intermediate, LayerOutput, Pooler, SelfOutput, TextEmbeddings
 from ..dropout import make_dropout
 from ..forward_kwargs import check_forward_kwargs, output_flag
-from ..renamed_fields import RenamedFieldsMixin
 from ..saving import SaveLoadMixin
 from ..task_heads import (
     AnswerHead,
@@ -82,21 +81,16 @@ from .configuration_two_stream import TwoStreamConfig
 
 logger = logging.get_logger(__name__)
 
-# the shared prediction heads (`..task_heads`) under this module's former names
-TwoStreamPredictionHeadTransform = PredictionHeadTransform
-TwoStreamLMPredictionHead = LMPredictionHead
-
 CROSS_ATTENTION_NAMES = ("language_to_vision", "vision_to_language", "language_self", "vision_self")
 
 
 @dataclass
-class TwoStreamModelOutput(RenamedFieldsMixin, ModelOutput):
+class TwoStreamModelOutput(ModelOutput):
     r"""
     language_output (`(batch, T, hidden_size)`) / vision_output (`(batch, R, hidden_size)`): last cross layer's states.
     pooler_output (`(batch, hidden_size)`): [CLS] language state through the pooler (BERT's name, as the single-stream
-        model's; transformers' Lxmert calls it `pooled_output`, this field's former name, still readable with a
-        `FutureWarning` as `outputs.pooled_output` / `outputs["pooled_output"]`).
-    loss_attention (`torch.FloatTensor`, *optional*): attention-supervision loss over the cross layers.
+        model's; transformers' Lxmert calls it `pooled_output`).
+    loss_attention_supervision (`torch.FloatTensor`, *optional*): attention-supervision loss over the cross layers.
     language_hidden_states / vision_hidden_states (`tuple(torch.FloatTensor)`, *optional*): outputs of every language
         (resp. object) layer followed by every cross layer, as transformers' Lxmert returns them.
     language_attentions / vision_attentions (`tuple(torch.FloatTensor)`, *optional*): self-attention probabilities of the
@@ -111,7 +105,7 @@ class TwoStreamModelOutput(RenamedFieldsMixin, ModelOutput):
     language_output: torch.FloatTensor | None = None
     vision_output: torch.FloatTensor | None = None
     pooler_output: torch.FloatTensor | None = None
-    loss_attention: torch.FloatTensor | None = None
+    loss_attention_supervision: torch.FloatTensor | None = None
     language_hidden_states: tuple[torch.FloatTensor, ...] | None = None
     vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
     language_attentions: tuple[torch.FloatTensor, ...] | None = None
@@ -119,18 +113,15 @@ class TwoStreamModelOutput(RenamedFieldsMixin, ModelOutput):
     cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
 
-    _renamed_fields = {"pooled_output": "pooler_output"}
-
 
 @dataclass
-class TwoStreamForPreTrainingOutput(RenamedFieldsMixin, ModelOutput):
+class TwoStreamForPreTrainingOutput(ModelOutput):
     r"""
     loss (`torch.FloatTensor`, *optional*): weighted sum of the enabled losses that were computed.
-    loss_mlm / loss_object_class / loss_object_attr / loss_region_feat / loss_itm / loss_vqa / loss_align /
-        loss_attention: each component, unweighted (None when its head is disabled or its labels are absent).
-        `loss_region_feat` (the masked objects' feature regression, the single-stream model's name) was `loss_feat`
-        and `loss_attention` was `loss_att`: both still readable with a `FutureWarning`; trainers log them under
-        their former names.
+    loss_mlm / loss_object_class / loss_object_attr / loss_region_feature / loss_itm / loss_qa / loss_alignment /
+        loss_attention_supervision: each component, unweighted (None when its head is disabled or its labels are
+        absent), logged by the trainers under the same names; `loss_region_feature` is the masked objects' feature
+        regression.
     prediction_logits (`(batch, T, vocab_size)`): masked language modelling scores (None in training mode when
         `labels` are given: only the masked positions are then scored, for the loss).
     cross_relationship_score (`(batch, 2)`): image-sentence matching scores (0 = mismatched, 1 = matched).
@@ -142,11 +133,11 @@ class TwoStreamForPreTrainingOutput(RenamedFieldsMixin, ModelOutput):
     loss_mlm: torch.FloatTensor | None = None
     loss_object_class: torch.FloatTensor | None = None
     loss_object_attr: torch.FloatTensor | None = None
-    loss_region_feat: torch.FloatTensor | None = None
+    loss_region_feature: torch.FloatTensor | None = None
     loss_itm: torch.FloatTensor | None = None
-    loss_vqa: torch.FloatTensor | None = None
-    loss_align: torch.FloatTensor | None = None
-    loss_attention: torch.FloatTensor | None = None
+    loss_qa: torch.FloatTensor | None = None
+    loss_alignment: torch.FloatTensor | None = None
+    loss_attention_supervision: torch.FloatTensor | None = None
     prediction_logits: torch.FloatTensor | None = None
     cross_relationship_score: torch.FloatTensor | None = None
     question_answering_score: torch.FloatTensor | None = None
@@ -156,29 +147,24 @@ class TwoStreamForPreTrainingOutput(RenamedFieldsMixin, ModelOutput):
     cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
 
-    _renamed_fields = {"loss_feat": "loss_region_feat", "loss_att": "loss_attention"}
-
 
 @dataclass
-class TwoStreamClassificationOutput(RenamedFieldsMixin, ModelOutput):
+class TwoStreamClassificationOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor`, *optional*): `loss_task + attention_supervision_weight * loss_attention`.
-    loss_task / loss_attention: the components, unweighted (`loss_attention` was `loss_att`, still readable with a
-        `FutureWarning`).
+    loss (`torch.FloatTensor`, *optional*): `loss_task + attention_supervision_weight * loss_attention_supervision`.
+    loss_task / loss_attention_supervision: the components, unweighted.
     logits: answer scores `(batch, num_qa_labels)`, the NLVR2 score `(batch,)`, region scores `(batch, R)`
         (referring expressions) or phrase-region scores `(batch, P, R)` (phrase grounding).
     """
 
     loss: torch.FloatTensor | None = None
     loss_task: torch.FloatTensor | None = None
-    loss_attention: torch.FloatTensor | None = None
+    loss_attention_supervision: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     language_attentions: tuple[torch.FloatTensor, ...] | None = None
     vision_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_vision_attentions: tuple[torch.FloatTensor, ...] | None = None
-
-    _renamed_fields = {"loss_att": "loss_attention"}
 
 
 ATTENTION_OUTPUT_NAMES = (
@@ -515,9 +501,9 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
             query_key_layers=self.layers_needing_query_key() if supervise else set(),
         )
         language_output, vision_output = encoded["language_hidden_states"][-1], encoded["vision_hidden_states"][-1]
-        loss_attention = None
+        loss_attention_supervision = None
         if supervise:
-            loss_attention = self.cross_modal_supervision_loss(
+            loss_attention_supervision = self.cross_modal_supervision_loss(
                 query_key_states=encoded["query_key_states"],
                 language_states=language_output,
                 vision_states=vision_output,
@@ -533,7 +519,7 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
             language_output=language_output,
             vision_output=vision_output,
             pooler_output=self.pooler(language_output),
-            loss_attention=loss_attention,
+            loss_attention_supervision=loss_attention_supervision,
             language_hidden_states=encoded["language_hidden_states"] if output_hidden_states else None,
             vision_hidden_states=encoded["vision_hidden_states"] if output_hidden_states else None,
             **attentions,
@@ -672,7 +658,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             losses["loss_itm"] = optional_cross_entropy(matching_score, matched_labels, counts, "itm")
         answer_score = self.answer_head(outputs.pooler_output) if config.task_qa else None
         if answer_score is not None and answer_labels is not None:
-            losses["loss_vqa"] = answer_loss(answer_score, answer_labels, num_items(counts, "vqa"))
+            losses["loss_qa"] = answer_loss(answer_score, answer_labels, num_items(counts, "vqa"))
         alignment_scores = None
         if config.task_alignment:
             alignment_scores = self.alignment_decoder(outputs.language_output, outputs.vision_output)
@@ -681,11 +667,11 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                     torch.ones_like(visual_feats[..., 0]) if visual_attention_mask is None else visual_attention_mask
                 )
                 # eq. (14): KL(A*, A) over the grounded words, A the top-k softmax of the decoder scores (eq. 13)
-                losses["loss_align"] = alignment_kl_loss(
+                losses["loss_alignment"] = alignment_kl_loss(
                     alignment_scores, word_region_alignment, region_mask, attention_mask, k=config.alignment_top_k,
                     num_words=num_items(counts, "align"),
                 )  # fmt: skip
-        losses["loss_attention"] = outputs.loss_attention
+        losses["loss_attention_supervision"] = outputs.loss_attention_supervision
         return TwoStreamForPreTrainingOutput(
             loss=self._total_loss(losses),
             **losses,
@@ -715,7 +701,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             # LXMERT's L2 feature regression: mean over the masked objects' feature dimensions
             total = nn.functional.mse_loss(features[masked], feature_labels[masked].to(features.dtype), reduction="sum")
             count = item_count(masked.sum(), num_items(counts, "region_feat"))
-            losses["loss_region_feat"] = mean_over_items(total / features.shape[-1], count)
+            losses["loss_region_feature"] = mean_over_items(total / features.shape[-1], count)
         return losses
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -736,14 +722,14 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
     def _total_loss(self, losses: dict[str, torch.Tensor | None]) -> torch.Tensor | None:
         config = self.config
         weights = {
-            "loss_mlm": config.mlm_loss_weight,
-            "loss_object_class": config.object_class_loss_weight,
-            "loss_object_attr": config.object_attr_loss_weight,
-            "loss_region_feat": config.feat_loss_weight,
-            "loss_itm": config.itm_loss_weight,
-            "loss_vqa": config.qa_loss_weight,
-            "loss_align": config.alignment_loss_weight,
-            "loss_attention": config.attention_supervision_weight,
+            "loss_mlm": config.mlm_weight,
+            "loss_object_class": config.object_class_weight,
+            "loss_object_attr": config.object_attr_weight,
+            "loss_region_feature": config.region_feature_weight,
+            "loss_itm": config.itm_weight,
+            "loss_qa": config.qa_weight,
+            "loss_alignment": config.alignment_weight,
+            "loss_attention_supervision": config.attention_supervision_weight,
         }
         return weighted_total([(weights[name], loss) for name, loss in losses.items()])
 
@@ -829,10 +815,10 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         loss_task = answer_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
         return TwoStreamClassificationOutput(
             loss=weighted_total(
-                [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]
+                [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention_supervision)]
             ),
             loss_task=loss_task,
-            loss_attention=outputs.loss_attention,
+            loss_attention_supervision=outputs.loss_attention_supervision,
             logits=logits,
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
@@ -951,9 +937,11 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
             num_items(num_items_in_batch, "task"),
         )  # fmt: skip
         return TwoStreamClassificationOutput(
-            loss=weighted_total([(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]),
+            loss=weighted_total(
+                [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention_supervision)]
+            ),
             loss_task=loss_task,
-            loss_attention=outputs.loss_attention,
+            loss_attention_supervision=outputs.loss_attention_supervision,
             logits=logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min),
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )
@@ -1018,9 +1006,11 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         if phrase_labels is not None:
             loss_task = phrase_grounding_loss(logits, phrase_labels, num_items(num_items_in_batch, "task"))
         return TwoStreamClassificationOutput(
-            loss=weighted_total([(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention)]),
+            loss=weighted_total(
+                [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention_supervision)]
+            ),
             loss_task=loss_task,
-            loss_attention=outputs.loss_attention,
+            loss_attention_supervision=outputs.loss_attention_supervision,
             logits=logits,
             **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
         )

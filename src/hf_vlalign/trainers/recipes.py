@@ -1,5 +1,0 @@
-"""Moved to `hf_vlalign.recipes`: this path still imports, with a FutureWarning."""
-
-from ..utils.lazy_exports import lazy_exports, moved_warning
-
-__getattr__, __dir__ = lazy_exports(__name__, default="hf_vlalign.recipes", deprecation=moved_warning(__name__, "hf_vlalign.recipes"))
