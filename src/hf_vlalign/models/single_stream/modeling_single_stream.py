@@ -70,6 +70,7 @@ from ..task_heads import (
     check_image_pair,
     check_labels,
     check_phrase_labels,
+    check_pretraining_shapes,
     check_pretraining_targets,
     check_referring_inputs,
     masked_language_modelling,
@@ -885,22 +886,12 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
     def _check_pretraining_labels(
         self, input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels
     ) -> None:
-        check_rank("input_ids", input_ids, 2, "(batch, text_length)")
-        check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
-        batch, text_length = input_ids.shape
-        num_regions = visual_feats.shape[1]
-        check_labels("labels", labels, (batch, text_length), self.config.vocab_size)
+        batch, num_regions = check_pretraining_shapes(
+            input_ids, visual_feats, labels, masked_regions, feature_labels, self.config.vocab_size
+        )
         check_labels("sentence_image_labels", sentence_image_labels, (batch,), 2)
-        if masked_regions is not None and tuple(masked_regions.shape) != (batch, num_regions):
-            raise ValueError(
-                f"`masked_regions` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(masked_regions.shape)}."
-            )
         if masked_regions is not None and feature_labels is None and object_labels is None:
             raise ValueError("`masked_regions` needs `feature_labels` (their original features) or `object_labels`.")
-        if feature_labels is not None and tuple(feature_labels.shape) != tuple(visual_feats.shape):
-            raise ValueError(
-                f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}."
-            )
         if object_labels is not None:
             if not self.config.num_object_labels:
                 raise ValueError("`object_labels` need a region class head: set `num_object_labels` > 0 in the config.")

@@ -34,7 +34,7 @@ from ...utils.item_counts import (
     num_items,
     optional_cross_entropy,
 )
-from ...utils.validation import check_rank, default_and_check_inputs, regions_in_dtype
+from ...utils.validation import default_and_check_inputs, regions_in_dtype
 from ..attention_utils import key_padding_mask_4d
 from ..bert_modules import (
     AttentionBlock,
@@ -62,6 +62,7 @@ from ..task_heads import (
     check_image_pair,
     check_labels,
     check_phrase_labels,
+    check_pretraining_shapes,
     check_pretraining_targets,
     check_referring_inputs,
     masked_language_modelling,
@@ -691,22 +692,12 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         matched_labels,
         answer_labels,
     ) -> None:
-        check_rank("input_ids", input_ids, 2, "(batch, text_length)")
-        check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
-        batch, text_length = input_ids.shape
-        num_regions = visual_feats.shape[1]
-        check_labels("labels", labels, (batch, text_length), self.config.vocab_size)
+        batch, num_regions = check_pretraining_shapes(
+            input_ids, visual_feats, labels, masked_regions, feature_labels, self.config.vocab_size
+        )
         check_labels("object_labels", object_labels, (batch, num_regions), self.config.num_object_labels)
         check_labels("attribute_labels", attribute_labels, (batch, num_regions), self.config.num_attr_labels)
         check_labels("matched_labels", matched_labels, (batch,), 2)
-        if masked_regions is not None and tuple(masked_regions.shape) != (batch, num_regions):
-            raise ValueError(
-                f"`masked_regions` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(masked_regions.shape)}."
-            )
-        if feature_labels is not None and tuple(feature_labels.shape) != tuple(visual_feats.shape):
-            raise ValueError(
-                f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}."
-            )
         region_targets = {"object_labels": object_labels, "attribute_labels": attribute_labels, "feature_labels": feature_labels}
         given = [name for name, targets in region_targets.items() if targets is not None]
         if masked_regions is None and given:
