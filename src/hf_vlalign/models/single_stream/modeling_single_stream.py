@@ -44,16 +44,7 @@ from ...utils.validation import (
     regions_in_dtype,
 )
 from ..attention_utils import key_padding_mask_4d
-from ..bert_modules import (
-    AttentionBlock,
-    Intermediate,
-    LayerOutput,
-    MultiHeadAttention,
-    Pooler,
-    SelfOutput,
-    TextEmbeddings,
-    TransformerLayer,
-)
+from ..bert_modules import AttentionBlock, MultiHeadAttention, Pooler, TextEmbeddings, TransformerLayer
 from ..dropout import make_dropout
 from ..forward_kwargs import check_forward_kwargs, output_flag
 from ..pretrained import VisionLanguagePreTrainedModel
@@ -97,15 +88,6 @@ from ..visual_features import make_feature_normalization
 from .configuration_single_stream import SingleStreamConfig
 
 logger = logging.get_logger(__name__)
-
-# the shared BERT blocks and prediction heads (`..bert_modules`, `..task_heads`) under this module's former names
-SingleStreamEmbeddings = TextEmbeddings
-SingleStreamSelfOutput = SelfOutput
-SingleStreamIntermediate = Intermediate
-SingleStreamOutput = LayerOutput
-SingleStreamPooler = Pooler
-SingleStreamPredictionHeadTransform = PredictionHeadTransform
-SingleStreamLMPredictionHead = LMPredictionHead
 
 
 @dataclass

@@ -90,10 +90,6 @@ from .configuration_two_stream import TwoStreamConfig
 
 logger = logging.get_logger(__name__)
 
-# the shared prediction heads (`..task_heads`) under this module's former names
-TwoStreamPredictionHeadTransform = PredictionHeadTransform
-TwoStreamLMPredictionHead = LMPredictionHead
-
 CROSS_ATTENTION_NAMES = ("language_to_vision", "vision_to_language", "language_self", "vision_self")
 
 
