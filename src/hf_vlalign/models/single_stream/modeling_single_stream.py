@@ -219,10 +219,15 @@ class SingleStreamSelfAttention(MultiHeadAttention):
 
 
 class SingleStreamAttention(AttentionBlock):
+    """Self-attention, then projection, dropout, residual and LayerNorm (BERT's `attention.self` /
+    `attention.output`)."""
+
     attention_class = SingleStreamSelfAttention
 
 
 class SingleStreamLayer(TransformerLayer):
+    """One BERT layer over the whole sequence: self-attention, then the feed-forward network."""
+
     attention_class = SingleStreamAttention
 
 
