@@ -1,8 +1,9 @@
-"""BERT's building blocks, shared by the single- and two-stream families: the text embeddings, the projection after
-attention, the feed-forward network and the pooler (transformers' `BertEmbeddings`, `BertSelfOutput`,
-`BertIntermediate`, `BertOutput`, `BertPooler`). Their attribute names are BERT's, so BERT checkpoints copy into
-either family (`hf_vlalign.models.text_init.copy_module_weights`) and the published checkpoints convert
-(`hf_vlalign.hub`). The prediction heads on top of them are in `hf_vlalign.models.task_heads`.
+"""BERT's building blocks, shared by the single- and two-stream families: the text embeddings, multi-head attention,
+the projection after attention, the feed-forward network, the layer they make up and the pooler (transformers'
+`BertEmbeddings`, `BertSelfAttention`, `BertSelfOutput`, `BertAttention`, `BertIntermediate`, `BertOutput`,
+`BertLayer`, `BertPooler`). Their attribute names are BERT's, so BERT checkpoints copy into either family
+(`hf_vlalign.models.text_init.copy_module_weights`) and the published checkpoints convert (`hf_vlalign.hub`). The
+prediction heads on top of them are in `hf_vlalign.models.task_heads`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
+from transformers.modeling_layers import GradientCheckpointingLayer
 
+from .attention_utils import run_attention
 from .dropout import make_dropout
 
 
@@ -37,6 +40,43 @@ class TextEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(embeddings))
 
 
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention of `hidden_states` (queries) over `context` (keys and values): self-attention when they
+    are the same tensor, cross-attention otherwise. Runs through the model's attention implementation
+    ([`~hf_vlalign.models.attention_utils.run_attention`]); with `return_query_key` it also returns the per-head query
+    and key projections, from which attention supervision computes its logits."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.num_attention_heads = config.num_attention_heads
+        self.attention_head_size = config.hidden_size // config.num_attention_heads
+        self.scaling = self.attention_head_size**-0.5
+        self.is_causal = False
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = make_dropout(config, config.attention_probs_dropout_prob)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        context: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        output_attentions: bool = False,
+        return_query_key: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
+        input_shape = hidden_states.shape[:-1]
+        query = self.query(hidden_states).view(*input_shape, -1, self.attention_head_size).transpose(1, 2)
+        context_shape = (*context.shape[:-1], -1, self.attention_head_size)
+        key = self.key(context).view(context_shape).transpose(1, 2)
+        value = self.value(context).view(context_shape).transpose(1, 2)
+
+        attn_output, attn_weights = run_attention(self, query, key, value, attention_mask, self.dropout.p, output_attentions)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return attn_output, attn_weights, (query, key) if return_query_key else None
+
+
 class SelfOutput(nn.Module):
     """After attention: projection (from `input_size`, default `hidden_size`), dropout, residual and LayerNorm (BERT's
     `attention.output`)."""
@@ -49,6 +89,24 @@ class SelfOutput(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+
+
+class AttentionBlock(nn.Module):
+    """Attention (`attention_class`, set by each family) followed by [`SelfOutput`] (BERT's `attention.self` /
+    `attention.output` naming, so BERT layers load into it)."""
+
+    attention_class: type[nn.Module] = MultiHeadAttention
+
+    def __init__(self, config):
+        super().__init__()
+        self.self = self.attention_class(config)
+        self.output = SelfOutput(config)
+
+    def forward(self, hidden_states, context, attention_mask, output_attentions=False, return_query_key=False):
+        attn_output, attn_weights, query_key = self.self(
+            hidden_states, context, attention_mask, output_attentions, return_query_key
+        )
+        return self.output(attn_output, hidden_states), attn_weights, query_key
 
 
 class Intermediate(nn.Module):
@@ -71,6 +129,27 @@ class LayerOutput(SelfOutput):
         super().__init__(config, config.intermediate_size)
 
 
+class TransformerLayer(GradientCheckpointingLayer):
+    """BERT's layer: self-attention (`attention_class`, an [`AttentionBlock`] set by each family), then the feed-forward
+    network. Returns the layer's output, the attention probabilities (with `output_attentions`) and the (query, key)
+    projections (with `return_query_key`)."""
+
+    attention_class: type[nn.Module] = AttentionBlock
+
+    def __init__(self, config):
+        super().__init__()
+        self.attention = self.attention_class(config)
+        self.intermediate = Intermediate(config)
+        self.output = LayerOutput(config)
+
+    def forward(self, hidden_states, attention_mask, output_attentions=False, return_query_key=False):
+        attention_output, attn_weights, query_key = self.attention(
+            hidden_states, hidden_states, attention_mask, output_attentions, return_query_key
+        )
+        layer_output = self.output(self.intermediate(attention_output), attention_output)
+        return layer_output, attn_weights, query_key
+
+
 class Pooler(nn.Module):
     """The first token's state through Linear and tanh (BERT's pooler)."""
 
@@ -83,4 +162,13 @@ class Pooler(nn.Module):
         return self.activation(self.dense(hidden_states[:, 0]))
 
 
-__all__ = ["Intermediate", "LayerOutput", "Pooler", "SelfOutput", "TextEmbeddings"]
+__all__ = [
+    "AttentionBlock",
+    "Intermediate",
+    "LayerOutput",
+    "MultiHeadAttention",
+    "Pooler",
+    "SelfOutput",
+    "TextEmbeddings",
+    "TransformerLayer",
+]

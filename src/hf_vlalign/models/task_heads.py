@@ -370,6 +370,33 @@ def _has_shape(mask: torch.Tensor | None, shape: tuple[int, ...]) -> bool:
     return isinstance(mask, torch.Tensor) and tuple(mask.shape) == tuple(shape)
 
 
+def check_pretraining_shapes(
+    input_ids: torch.Tensor,
+    visual_feats: torch.Tensor,
+    labels: torch.Tensor | None,
+    masked_regions: torch.Tensor | None,
+    feature_labels: torch.Tensor | None,
+    vocab_size: int,
+) -> tuple[int, int]:
+    """The shapes both families' pre-training reads: `input_ids` (B, T), `visual_feats` (B, R, Dv), masked-word
+    `labels` (B, T) in [0, vocab_size) or -100, `masked_regions` (B, R) and `feature_labels` shaped as `visual_feats`.
+    Returns (B, R)."""
+    check_rank("input_ids", input_ids, 2, "(batch, text_length)")
+    check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
+    batch, text_length = input_ids.shape
+    num_regions = visual_feats.shape[1]
+    check_labels("labels", labels, (batch, text_length), vocab_size)
+    if masked_regions is not None and tuple(masked_regions.shape) != (batch, num_regions):
+        raise ValueError(
+            f"`masked_regions` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(masked_regions.shape)}."
+        )
+    if feature_labels is not None and tuple(feature_labels.shape) != tuple(visual_feats.shape):
+        raise ValueError(
+            f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}."
+        )
+    return batch, num_regions
+
+
 def check_pretraining_targets(
     labels: torch.Tensor | None,
     attention_mask: torch.Tensor | None,

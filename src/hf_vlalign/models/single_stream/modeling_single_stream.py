@@ -4,8 +4,9 @@ One BERT encoder reads `[CLS] c1 [SEP] c2 [SEP] regions [END]` (Samaran et al. 2
 text tokens, [T, T + R) the R regions and T + R the [END] token. With `config.use_end_token=False` (VisualBERT's
 layout) the sequence stops after the regions: N = T + R.
 
-BERT's blocks (text embeddings, attention output, feed-forward, pooler) come from `..bert_modules` and the masked-word
-head from `..task_heads`: the two-stream family is built from the same ones.
+BERT's blocks (text embeddings, attention, feed-forward, layer, pooler) come from `..bert_modules`, the masked-word
+head from `..task_heads` and the `PreTrainedModel` base from `..pretrained`: the two-stream family is built from the
+same ones.
 """
 
 from __future__ import annotations
@@ -17,16 +18,14 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, logging
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
-from ...supervision import AttentionSupervisionMixin, max_pool_phrases
+from ...supervision import max_pool_phrases
 from ...utils.item_counts import (
     count_labeled,
     count_true,
@@ -44,11 +43,11 @@ from ...utils.validation import (
     default_and_check_inputs,
     regions_in_dtype,
 )
-from ..attention_utils import key_padding_mask_4d, run_attention
-from ..bert_modules import Intermediate, LayerOutput, Pooler, SelfOutput, TextEmbeddings
+from ..attention_utils import key_padding_mask_4d
+from ..bert_modules import AttentionBlock, MultiHeadAttention, Pooler, TextEmbeddings, TransformerLayer
 from ..dropout import make_dropout
 from ..forward_kwargs import check_forward_kwargs, output_flag
-from ..saving import SaveLoadMixin
+from ..pretrained import VisionLanguagePreTrainedModel
 from ..task_heads import (
     AnswerHead,
     LMPredictionHead,
@@ -61,6 +60,7 @@ from ..task_heads import (
     check_image_pair,
     check_labels,
     check_phrase_labels,
+    check_pretraining_shapes,
     check_pretraining_targets,
     check_referring_inputs,
     masked_language_modelling,
@@ -83,7 +83,7 @@ from ..text_init import (
     load_text_model,
     text_config_fields,
 )
-from ..visual_features import VisualFeatureStatisticsMixin, init_feature_normalization, make_feature_normalization
+from ..visual_features import make_feature_normalization
 from .configuration_single_stream import SingleStreamConfig
 
 logger = logging.get_logger(__name__)
@@ -206,62 +206,21 @@ class SingleStreamVisualEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(regions))
 
 
-class SingleStreamSelfAttention(nn.Module):
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__()
-        self.config = config
-        self.num_attention_heads = config.num_attention_heads
-        self.attention_head_size = config.hidden_size // config.num_attention_heads
-        self.scaling = self.attention_head_size**-0.5
-        self.is_causal = False
-
-        self.query = nn.Linear(config.hidden_size, config.hidden_size)
-        self.key = nn.Linear(config.hidden_size, config.hidden_size)
-        self.value = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = make_dropout(config, config.attention_probs_dropout_prob)
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        output_attentions: bool = False,
-        return_query_key: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.attention_head_size)
-        query = self.query(hidden_states).view(hidden_shape).transpose(1, 2)
-        key = self.key(hidden_states).view(hidden_shape).transpose(1, 2)
-        value = self.value(hidden_states).view(hidden_shape).transpose(1, 2)
-
-        attn_output, attn_weights = run_attention(self, query, key, value, attention_mask, self.dropout.p, output_attentions)
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        return attn_output, attn_weights, (query, key) if return_query_key else None
+class SingleStreamSelfAttention(MultiHeadAttention):
+    """Self-attention over `[text] [regions] [END]`; its probabilities are what `output_attentions` records."""
 
 
-class SingleStreamAttention(nn.Module):
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__()
-        self.self = SingleStreamSelfAttention(config)
-        self.output = SelfOutput(config)
+class SingleStreamAttention(AttentionBlock):
+    """Self-attention, then projection, dropout, residual and LayerNorm (BERT's `attention.self` /
+    `attention.output`)."""
 
-    def forward(self, hidden_states, attention_mask, output_attentions=False, return_query_key=False):
-        attn_output, attn_weights, query_key = self.self(hidden_states, attention_mask, output_attentions, return_query_key)
-        return self.output(attn_output, hidden_states), attn_weights, query_key
+    attention_class = SingleStreamSelfAttention
 
 
-class SingleStreamLayer(GradientCheckpointingLayer):
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__()
-        self.attention = SingleStreamAttention(config)
-        self.intermediate = Intermediate(config)
-        self.output = LayerOutput(config)
+class SingleStreamLayer(TransformerLayer):
+    """One BERT layer over the whole sequence: self-attention, then the feed-forward network."""
 
-    def forward(self, hidden_states, attention_mask, output_attentions=False, return_query_key=False):
-        attention_output, attn_weights, query_key = self.attention(
-            hidden_states, attention_mask, output_attentions, return_query_key
-        )
-        layer_output = self.output(self.intermediate(attention_output), attention_output)
-        return layer_output, attn_weights, query_key
+    attention_class = SingleStreamAttention
 
 
 class SingleStreamEncoder(nn.Module):
@@ -282,32 +241,21 @@ class SingleStreamEncoder(nn.Module):
         return hidden_states, query_key_states
 
 
-class SingleStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, VisualFeatureStatisticsMixin, PreTrainedModel):
+class SingleStreamPreTrainedModel(VisionLanguagePreTrainedModel):
     config_class = SingleStreamConfig
     base_model_prefix = "single_stream"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
-    _supports_sdpa = True
     _no_split_modules = ["SingleStreamVisualEmbeddings", "SingleStreamLayer"]
     _layer_count_fields = {"encoder.layer": "num_hidden_layers"}
     # `@capture_outputs` records each layer's output (index 0) and each attention's probabilities (index 1)
     _can_record_outputs = {"hidden_states": SingleStreamLayer, "attentions": SingleStreamSelfAttention}
-    # the losses divide by the per-loss counts of `loss_item_counts` (a dict, passed by `ComponentLossTrainer`), not by
-    # the one token count transformers' Trainer would pass through `**kwargs`
-    accepts_loss_kwargs = False
 
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
-        init_feature_normalization(module)
         if isinstance(module, SingleStreamVisualEmbeddings):
             init.normal_(module.segment_embedding, mean=0.0, std=self.config.initializer_range)
             if module.end_embedding is not None:
                 init.normal_(module.end_embedding, mean=0.0, std=self.config.initializer_range)
-        elif isinstance(module, TextEmbeddings):
-            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
-        elif isinstance(module, LMPredictionHead):
-            init.zeros_(module.bias)
 
     @classmethod
     def from_text_pretrained(
@@ -343,12 +291,6 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         self.pooler = Pooler(config)
         self.init_attention_supervision()
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embeddings.word_embeddings = value
 
     @torch.no_grad()
     def copy_text_weights_from(self, text_model: nn.Module) -> None:
@@ -512,18 +454,9 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
                 raise ValueError(f"`{name}` (batch, text_length) is required by {type(self).__name__}, got None.")
         if self.config.validate_inputs:
             self._check_head_inputs(input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels)
-        outputs = self.single_stream(
-            input_ids,
-            visual_feats,
-            visual_boxes,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            visual_attention_mask=visual_attention_mask,
-            word_region_alignment=word_region_alignment,
-            phrase_masks=phrase_masks,
-            return_dict=True,
-            num_items_in_batch=num_items_in_batch,
-            **kwargs,
+        outputs = self._base_outputs(
+            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
+            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
         )
         text_states = outputs.last_hidden_state[:, : input_ids.shape[1]]
         id_logits = self.id_classifier(self.dropout(outputs.pooler_output))
@@ -635,18 +568,9 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
         check_forward_kwargs(self, kwargs)
         if self.config.validate_inputs:
             check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, name="labels")
-        outputs = self.single_stream(
-            input_ids,
-            visual_feats,
-            visual_boxes,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            visual_attention_mask=visual_attention_mask,
-            word_region_alignment=word_region_alignment,
-            phrase_masks=phrase_masks,
-            return_dict=True,
-            num_items_in_batch=num_items_in_batch,
-            **kwargs,
+        outputs = self._base_outputs(
+            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
+            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
         )
         logits = self.answer_head(outputs.pooler_output)
         loss_task = answer_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
@@ -690,15 +614,9 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
         check_image_pair(visual_feats, batch)
         if self.config.validate_inputs:
             check_labels("labels", labels, (batch,), 2)
-        outputs = self.single_stream(
-            pair_repeat(input_ids),
-            pair_flatten(visual_feats),
-            pair_flatten(visual_boxes),
-            attention_mask=pair_repeat(attention_mask),
-            token_type_ids=pair_repeat(token_type_ids),
-            visual_attention_mask=pair_flatten(visual_attention_mask),
-            return_dict=True,
-            num_items_in_batch=num_items_in_batch,
+        outputs = self._base_outputs(
+            pair_repeat(input_ids), pair_flatten(visual_feats), pair_flatten(visual_boxes), pair_repeat(attention_mask),
+            pair_repeat(token_type_ids), pair_flatten(visual_attention_mask), num_items_in_batch=num_items_in_batch,
             **kwargs,
         )
         logits = self.reasoning_head(outputs.pooler_output.reshape(batch, -1)).squeeze(-1)
@@ -745,18 +663,9 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
         check_forward_kwargs(self, kwargs)
         if self.config.validate_inputs:
             check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask)
-        outputs = self.single_stream(
-            input_ids,
-            visual_feats,
-            visual_boxes,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            visual_attention_mask=visual_attention_mask,
-            word_region_alignment=word_region_alignment,
-            phrase_masks=phrase_masks,
-            return_dict=True,
-            num_items_in_batch=num_items_in_batch,
-            **kwargs,
+        outputs = self._base_outputs(
+            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
+            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
         )
         region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
         logits = self.region_head(_region_states(outputs, input_ids.shape[1], visual_feats.shape[1]))
@@ -809,18 +718,9 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
         if self.config.validate_inputs:
             check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask)
-        outputs = self.single_stream(
-            input_ids,
-            visual_feats,
-            visual_boxes,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            visual_attention_mask=visual_attention_mask,
-            word_region_alignment=word_region_alignment,
-            phrase_masks=phrase_masks,
-            return_dict=True,
-            num_items_in_batch=num_items_in_batch,
-            **kwargs,
+        outputs = self._base_outputs(
+            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
+            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
         )
         text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
         phrase_states = mean_pool_phrases(outputs.last_hidden_state[:, :text_length], phrase_masks)
@@ -897,18 +797,9 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
                 labels, attention_mask, visual_attention_mask, masked_regions, feature_labels,
                 {"object_labels": object_labels},
             )  # fmt: skip
-        outputs = self.single_stream(
-            input_ids,
-            visual_feats,
-            visual_boxes,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            visual_attention_mask=visual_attention_mask,
-            word_region_alignment=word_region_alignment,
-            phrase_masks=phrase_masks,
-            return_dict=True,
-            num_items_in_batch=num_items_in_batch,
-            **kwargs,
+        outputs = self._base_outputs(
+            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
+            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
         )
         text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
         prediction_logits, loss_mlm = masked_language_modelling(
@@ -939,10 +830,10 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         masked = masked_regions.bool()
         features, class_scores = self.region_head(region_states[masked])
         losses = {}
-        if feature_labels is not None and has_items(counts, "region_feat", masked.sum()):
+        if feature_labels is not None and has_items(counts, "region_feature", masked.sum()):
             # L2 of each masked region's feature (mean over its dimensions), averaged over the masked regions
             total = nn.functional.mse_loss(features, feature_labels[masked].to(features.dtype), reduction="sum")
-            count = item_count(masked.sum(), num_items(counts, "region_feat"))
+            count = item_count(masked.sum(), num_items(counts, "region_feature"))
             losses["loss_region_feature"] = mean_over_items(total / features.shape[-1], count)
         if class_scores is not None and object_labels is not None:
             losses["loss_region_class"] = optional_cross_entropy(class_scores, object_labels[masked], counts, "region_class")
@@ -957,7 +848,7 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         return {
             "mlm": count_labeled(inputs.get("labels")),
             "sentence_image": count_labeled(inputs.get("sentence_image_labels")),
-            "region_feat": count_true(masked) if has_features else count_true(None),
+            "region_feature": count_true(masked) if has_features else count_true(None),
             "region_class": count_labeled(object_labels[masked]) if has_classes else count_true(None),
             **super().loss_item_counts(inputs),
         }
@@ -976,22 +867,12 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
     def _check_pretraining_labels(
         self, input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels
     ) -> None:
-        check_rank("input_ids", input_ids, 2, "(batch, text_length)")
-        check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
-        batch, text_length = input_ids.shape
-        num_regions = visual_feats.shape[1]
-        check_labels("labels", labels, (batch, text_length), self.config.vocab_size)
+        batch, num_regions = check_pretraining_shapes(
+            input_ids, visual_feats, labels, masked_regions, feature_labels, self.config.vocab_size
+        )
         check_labels("sentence_image_labels", sentence_image_labels, (batch,), 2)
-        if masked_regions is not None and tuple(masked_regions.shape) != (batch, num_regions):
-            raise ValueError(
-                f"`masked_regions` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(masked_regions.shape)}."
-            )
         if masked_regions is not None and feature_labels is None and object_labels is None:
             raise ValueError("`masked_regions` needs `feature_labels` (their original features) or `object_labels`.")
-        if feature_labels is not None and tuple(feature_labels.shape) != tuple(visual_feats.shape):
-            raise ValueError(
-                f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}."
-            )
         if object_labels is not None:
             if not self.config.num_object_labels:
                 raise ValueError("`object_labels` need a region class head: set `num_object_labels` > 0 in the config.")

@@ -4,8 +4,9 @@ Kervadec et al. 2020, "Weak supervision helps emergence of word-object alignment
 (N_s<-s), an object self-attention stack (N_o<-o) and cross-modality layers (N_o<->s); pre-training with masked words,
 masked objects, image-sentence matching, question answering and the object-word alignment decoder (sec. 5).
 Module boundaries and output names follow transformers' `modeling_lxmert.py`, so its checkpoints convert exactly
-(`hf_vlalign.hub.convert_lxmert`). BERT's blocks (text embeddings, attention output, feed-forward, pooler) come from
-`..bert_modules` and the masked-word head from `..task_heads`, shared with the single-stream family.
+(`hf_vlalign.hub.convert_lxmert`). BERT's blocks (text embeddings, attention, feed-forward, layer, pooler) come from
+`..bert_modules`, the masked-word head from `..task_heads` and the `PreTrainedModel` base from `..pretrained`, shared
+with the single-stream family.
 """
 
 from __future__ import annotations
@@ -17,14 +18,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, logging
 from transformers.utils.generic import can_return_tuple
 
-from ...supervision import AttentionSupervisionMixin
 from ...supervision.alignment_decoder import AlignmentDecoder, alignment_kl_loss, grounded_word_count
 from ...utils.item_counts import (
     count_labeled,
@@ -35,12 +34,20 @@ from ...utils.item_counts import (
     num_items,
     optional_cross_entropy,
 )
-from ...utils.validation import check_rank, default_and_check_inputs, regions_in_dtype
-from ..attention_utils import key_padding_mask_4d, run_attention
-from ..bert_modules import Intermediate, LayerOutput, Pooler, SelfOutput, TextEmbeddings
+from ...utils.validation import default_and_check_inputs, regions_in_dtype
+from ..attention_utils import key_padding_mask_4d
+from ..bert_modules import (
+    AttentionBlock,
+    Intermediate,
+    LayerOutput,
+    MultiHeadAttention,
+    Pooler,
+    TextEmbeddings,
+    TransformerLayer,
+)
 from ..dropout import make_dropout
 from ..forward_kwargs import check_forward_kwargs, output_flag
-from ..saving import SaveLoadMixin
+from ..pretrained import VisionLanguagePreTrainedModel
 from ..task_heads import (
     AnswerHead,
     LMPredictionHead,
@@ -54,6 +61,7 @@ from ..task_heads import (
     check_image_pair,
     check_labels,
     check_phrase_labels,
+    check_pretraining_shapes,
     check_pretraining_targets,
     check_referring_inputs,
     masked_language_modelling,
@@ -76,7 +84,7 @@ from ..text_init import (
     load_text_model,
     text_config_fields,
 )
-from ..visual_features import VisualFeatureStatisticsMixin, init_feature_normalization, make_feature_normalization
+from ..visual_features import make_feature_normalization
 from .configuration_two_stream import TwoStreamConfig
 
 logger = logging.get_logger(__name__)
@@ -203,71 +211,22 @@ class TwoStreamVisualEmbeddings(nn.Module):
         return self.dropout((features + boxes) / 2)
 
 
-class TwoStreamAttention(nn.Module):
+class TwoStreamAttention(MultiHeadAttention):
     """Multi-head attention of `hidden_states` (queries) over `context` (keys and values): self-attention when they
     are the same tensor, cross-attention (eqs. 7 and 9) otherwise."""
 
-    def __init__(self, config: TwoStreamConfig):
-        super().__init__()
-        self.config = config
-        self.num_attention_heads = config.num_attention_heads
-        self.attention_head_size = config.hidden_size // config.num_attention_heads
-        self.scaling = self.attention_head_size**-0.5
-        self.is_causal = False
-        self.query = nn.Linear(config.hidden_size, config.hidden_size)
-        self.key = nn.Linear(config.hidden_size, config.hidden_size)
-        self.value = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = make_dropout(config, config.attention_probs_dropout_prob)
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        context: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        output_attentions: bool = False,
-        return_query_key: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
-        input_shape = hidden_states.shape[:-1]
-        query = self.query(hidden_states).view(*input_shape, -1, self.attention_head_size).transpose(1, 2)
-        context_shape = (*context.shape[:-1], -1, self.attention_head_size)
-        key = self.key(context).view(context_shape).transpose(1, 2)
-        value = self.value(context).view(context_shape).transpose(1, 2)
-
-        attn_output, attn_weights = run_attention(self, query, key, value, attention_mask, self.dropout.p, output_attentions)
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        return attn_output, attn_weights, (query, key) if return_query_key else None
-
-
-class TwoStreamAttentionBlock(nn.Module):
+class TwoStreamAttentionBlock(AttentionBlock):
     """Attention followed by projection, dropout, residual and LayerNorm (BERT's `attention.self` / `attention.output`
     naming, so BERT layers load into the language stack)."""
 
-    def __init__(self, config: TwoStreamConfig):
-        super().__init__()
-        self.self = TwoStreamAttention(config)
-        self.output = SelfOutput(config)
-
-    def forward(self, hidden_states, context, attention_mask, output_attentions=False, return_query_key=False):
-        attn_output, attn_weights, query_key = self.self(
-            hidden_states, context, attention_mask, output_attentions, return_query_key
-        )
-        return self.output(attn_output, hidden_states), attn_weights, query_key
+    attention_class = TwoStreamAttention
 
 
-class TwoStreamLayer(GradientCheckpointingLayer):
+class TwoStreamLayer(TransformerLayer):
     """One single-modality layer (N_s<-s or N_o<-o): self-attention, then the feed-forward network."""
 
-    def __init__(self, config: TwoStreamConfig):
-        super().__init__()
-        self.attention = TwoStreamAttentionBlock(config)
-        self.intermediate = Intermediate(config)
-        self.output = LayerOutput(config)
-
-    def forward(self, hidden_states, attention_mask, output_attentions=False):
-        attention_output, attn_weights, _ = self.attention(
-            hidden_states, hidden_states, attention_mask, output_attentions
-        )
-        return self.output(self.intermediate(attention_output), attention_output), attn_weights
+    attention_class = TwoStreamAttentionBlock
 
 
 class TwoStreamCrossLayer(GradientCheckpointingLayer):
@@ -345,11 +304,11 @@ class TwoStreamEncoder(nn.Module):
             "query_key_states": {},
         }  # fmt: skip
         for layer in self.language_layers:
-            language_states, attn_weights = layer(language_states, language_mask, output_attentions)
+            language_states, attn_weights, _ = layer(language_states, language_mask, output_attentions)
             outputs["language_hidden_states"] += (language_states,)
             outputs["language_attentions"] += (attn_weights,)
         for layer in self.vision_layers:
-            vision_states, attn_weights = layer(vision_states, vision_mask, output_attentions)
+            vision_states, attn_weights, _ = layer(vision_states, vision_mask, output_attentions)
             outputs["vision_hidden_states"] += (vision_states,)
             outputs["vision_attentions"] += (attn_weights,)
         for index, layer in enumerate(self.cross_layers):
@@ -366,16 +325,10 @@ class TwoStreamEncoder(nn.Module):
         return outputs
 
 
-class TwoStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, VisualFeatureStatisticsMixin, PreTrainedModel):
+class TwoStreamPreTrainedModel(VisionLanguagePreTrainedModel):
     config_class = TwoStreamConfig
     base_model_prefix = "two_stream"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
-    _supports_sdpa = True
     _no_split_modules = ["TwoStreamVisualEmbeddings", "TwoStreamLayer", "TwoStreamCrossLayer"]
-    # the losses divide by the per-loss counts of `loss_item_counts` (a dict, passed by `ComponentLossTrainer`), not by
-    # the one token count transformers' Trainer would pass through `**kwargs`
-    accepts_loss_kwargs = False
     _layer_count_fields = {
         "encoder.language_layers": "l_layers", "encoder.vision_layers": "r_layers", "encoder.cross_layers": "x_layers"
     }
@@ -383,11 +336,6 @@ class TwoStreamPreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, VisualF
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
-        init_feature_normalization(module)
-        if isinstance(module, TextEmbeddings):
-            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
-        elif isinstance(module, LMPredictionHead):
-            init.zeros_(module.bias)
         if isinstance(module, TwoStreamFeatureProjection):
             init.normal_(module.bias, mean=0.0, std=self.config.initializer_range)
 
@@ -435,12 +383,6 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
     @property
     def num_supervisable_layers(self) -> int:
         return self.config.x_layers
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embeddings.word_embeddings = value
 
     @torch.no_grad()
     def copy_text_weights_from(self, text_model: nn.Module) -> None:
@@ -626,18 +568,9 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                 labels, attention_mask, visual_attention_mask, masked_regions, feature_labels,
                 {"object_labels": object_labels, "attribute_labels": attribute_labels},
             )  # fmt: skip
-        outputs = self.two_stream(
-            input_ids,
-            visual_feats,
-            visual_boxes,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            visual_attention_mask=visual_attention_mask,
-            word_region_alignment=word_region_alignment,
-            phrase_masks=phrase_masks,
-            return_dict=True,
-            num_items_in_batch=num_items_in_batch,
-            **kwargs,
+        outputs = self._base_outputs(
+            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
+            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
         )
         config = self.config
         losses = {}
@@ -658,7 +591,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             losses["loss_itm"] = optional_cross_entropy(matching_score, matched_labels, counts, "itm")
         answer_score = self.answer_head(outputs.pooler_output) if config.task_qa else None
         if answer_score is not None and answer_labels is not None:
-            losses["loss_qa"] = answer_loss(answer_score, answer_labels, num_items(counts, "vqa"))
+            losses["loss_qa"] = answer_loss(answer_score, answer_labels, num_items(counts, "qa"))
         alignment_scores = None
         if config.task_alignment:
             alignment_scores = self.alignment_decoder(outputs.language_output, outputs.vision_output)
@@ -669,7 +602,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                 # eq. (14): KL(A*, A) over the grounded words, A the top-k softmax of the decoder scores (eq. 13)
                 losses["loss_alignment"] = alignment_kl_loss(
                     alignment_scores, word_region_alignment, region_mask, attention_mask, k=config.alignment_top_k,
-                    num_words=num_items(counts, "align"),
+                    num_words=num_items(counts, "alignment"),
                 )  # fmt: skip
         losses["loss_attention_supervision"] = outputs.loss_attention_supervision
         return TwoStreamForPreTrainingOutput(
@@ -697,10 +630,10 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             )
         masked = masked_regions.bool()
         with_features = self.config.visual_feat_loss and feature_labels is not None
-        if with_features and has_items(counts, "region_feat", masked.sum()):
+        if with_features and has_items(counts, "region_feature", masked.sum()):
             # LXMERT's L2 feature regression: mean over the masked objects' feature dimensions
             total = nn.functional.mse_loss(features[masked], feature_labels[masked].to(features.dtype), reduction="sum")
-            count = item_count(masked.sum(), num_items(counts, "region_feat"))
+            count = item_count(masked.sum(), num_items(counts, "region_feature"))
             losses["loss_region_feature"] = mean_over_items(total / features.shape[-1], count)
         return losses
 
@@ -712,10 +645,10 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             "mlm": count_labeled(inputs.get("labels")),
             "object_class": count_labeled(inputs.get("object_labels")),
             "object_attr": count_labeled(inputs.get("attribute_labels")),
-            "region_feat": count_true(masked) if with_features else count_true(None),
+            "region_feature": count_true(masked) if with_features else count_true(None),
             "itm": count_labeled(inputs.get("matched_labels")),
-            "vqa": answer_item_count(inputs.get("answer_labels")),
-            "align": grounded_word_count(target, inputs.get("attention_mask")) if target is not None else count_true(None),
+            "qa": answer_item_count(inputs.get("answer_labels")),
+            "alignment": grounded_word_count(target, inputs.get("attention_mask")) if target is not None else count_true(None),
             **super().loss_item_counts(inputs),
         }
 
@@ -745,22 +678,12 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         matched_labels,
         answer_labels,
     ) -> None:
-        check_rank("input_ids", input_ids, 2, "(batch, text_length)")
-        check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
-        batch, text_length = input_ids.shape
-        num_regions = visual_feats.shape[1]
-        check_labels("labels", labels, (batch, text_length), self.config.vocab_size)
+        batch, num_regions = check_pretraining_shapes(
+            input_ids, visual_feats, labels, masked_regions, feature_labels, self.config.vocab_size
+        )
         check_labels("object_labels", object_labels, (batch, num_regions), self.config.num_object_labels)
         check_labels("attribute_labels", attribute_labels, (batch, num_regions), self.config.num_attr_labels)
         check_labels("matched_labels", matched_labels, (batch,), 2)
-        if masked_regions is not None and tuple(masked_regions.shape) != (batch, num_regions):
-            raise ValueError(
-                f"`masked_regions` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(masked_regions.shape)}."
-            )
-        if feature_labels is not None and tuple(feature_labels.shape) != tuple(visual_feats.shape):
-            raise ValueError(
-                f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}."
-            )
         region_targets = {"object_labels": object_labels, "attribute_labels": attribute_labels, "feature_labels": feature_labels}
         given = [name for name, targets in region_targets.items() if targets is not None]
         if masked_regions is None and given:
@@ -798,18 +721,9 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         check_forward_kwargs(self, kwargs, supported={"output_attentions"})
         if self.config.validate_inputs:
             check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, name="labels")
-        outputs = self.two_stream(
-            input_ids,
-            visual_feats,
-            visual_boxes,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            visual_attention_mask=visual_attention_mask,
-            word_region_alignment=word_region_alignment,
-            phrase_masks=phrase_masks,
-            return_dict=True,
-            num_items_in_batch=num_items_in_batch,
-            **kwargs,
+        outputs = self._base_outputs(
+            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
+            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
         )
         logits = self.answer_head(outputs.pooler_output)
         loss_task = answer_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
@@ -857,15 +771,9 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         check_image_pair(visual_feats, batch)
         if self.config.validate_inputs:
             check_labels("labels", labels, (batch,), 2)
-        outputs = self.two_stream(
-            pair_repeat(input_ids),
-            pair_flatten(visual_feats),
-            pair_flatten(visual_boxes),
-            attention_mask=pair_repeat(attention_mask),
-            token_type_ids=pair_repeat(token_type_ids),
-            visual_attention_mask=pair_flatten(visual_attention_mask),
-            return_dict=True,
-            num_items_in_batch=num_items_in_batch,
+        outputs = self._base_outputs(
+            pair_repeat(input_ids), pair_flatten(visual_feats), pair_flatten(visual_boxes), pair_repeat(attention_mask),
+            pair_repeat(token_type_ids), pair_flatten(visual_attention_mask), num_items_in_batch=num_items_in_batch,
             **kwargs,
         )
         logits = self.reasoning_head(outputs.pooler_output.reshape(batch, -1)).squeeze(-1)
@@ -917,18 +825,9 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
         check_forward_kwargs(self, kwargs, supported={"output_attentions"})
         if self.config.validate_inputs:
             check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask)
-        outputs = self.two_stream(
-            input_ids,
-            visual_feats,
-            visual_boxes,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            visual_attention_mask=visual_attention_mask,
-            word_region_alignment=word_region_alignment,
-            phrase_masks=phrase_masks,
-            return_dict=True,
-            num_items_in_batch=num_items_in_batch,
-            **kwargs,
+        outputs = self._base_outputs(
+            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
+            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
         )
         region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
         logits = self.region_head(outputs.vision_output)
@@ -986,18 +885,9 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
         if self.config.validate_inputs:
             check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask)
-        outputs = self.two_stream(
-            input_ids,
-            visual_feats,
-            visual_boxes,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            visual_attention_mask=visual_attention_mask,
-            word_region_alignment=word_region_alignment,
-            phrase_masks=phrase_masks,
-            return_dict=True,
-            num_items_in_batch=num_items_in_batch,
-            **kwargs,
+        outputs = self._base_outputs(
+            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
+            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
         )
         phrase_states = mean_pool_phrases(outputs.language_output, phrase_masks)
         region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
