@@ -34,7 +34,7 @@ PACKAGE = "hf_vlalign"
 
 # subpackages `models/` must not import
 MODELS_FORBIDDEN = ("data", "trainers", "hub", "evaluation", "synthetic", "analysis")
-# the modules of `data/` that import `synthetic/`: the reader side of the embedded default, `load_dataset(
+# the modules of `data/` that import `synthetic/`: the reader side of the embedded default, `build_dataset(
 # "synthetic_scenes")` (a builder loaded by name) and `load_vgp_data()` without files (inside the function)
 ALLOWED_DATA_TO_SYNTHETIC = {"hf_vlalign.data.builders.synthetic_scenes", "hf_vlalign.data.builders.vgp"}
 # the compatibility shims of the old paths: they name `hf_vlalign.synthetic` in strings, imported on first access
@@ -270,7 +270,7 @@ def test_data_imports_no_models_and_synthetic_only_from_the_embedded_default_bui
         for target, _, _, top in _imports("hf_vlalign.data.builders.vgp")
         if _within(target, "hf_vlalign.synthetic")
     )
-    # the builders package does not load the synthetic_scenes builder at import time (load_dataset imports it by name)
+    # the builders package does not load the synthetic_scenes builder at import time (build_dataset imports it by name)
     for package in ("hf_vlalign.data", "hf_vlalign.data.builders"):
         assert all(target != "hf_vlalign.data.builders.synthetic_scenes" for target, *_ in _imports(package)), (
             f"{package} imports the synthetic_scenes builder"

@@ -1,5 +1,5 @@
 """transformers / datasets conventions: the captioner is an `AutoModelForSeq2SeqLM`; the region-feature store of
-`load_dataset` / `load_vgp_data` is `region_features=` (`features=` deprecated); "validation" names every dataset's
+`build_dataset` / `load_vgp_data` is `region_features=` (`features=` deprecated); "validation" names every dataset's
 validation split; a saved config.json carries the task fields of its own model class only (others at their default
 are left out, and old configs holding them still load)."""
 
@@ -28,7 +28,7 @@ from hf_vlalign import (
     TwoStreamConfig,
     TwoStreamForQuestionAnswering,
 )
-from hf_vlalign.data import VALIDATION_SPLITS, load_dataset, load_vgp_data, resolve_split
+from hf_vlalign.data import VALIDATION_SPLITS, build_dataset, load_vgp_data, resolve_split
 from hf_vlalign.data.builders import BUILDERS
 from hf_vlalign.models.single_stream.configuration_single_stream import HEAD_FIELDS as SINGLE_STREAM_HEAD_FIELDS
 from hf_vlalign.models.two_stream.configuration_two_stream import HEAD_FIELDS as TWO_STREAM_HEAD_FIELDS
@@ -61,15 +61,15 @@ def test_region_features_is_the_store_argument_and_features_a_deprecated_alias(t
     store = _store(tmp_path, {image_id: [[0, 0, 50, 50], [10, 10, 400, 300]] for image_id in image_ids})
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
-        joined = load_dataset("flickr30k_entities", flickr, "val", region_features=store, max_images=2)
+        joined = build_dataset("flickr30k_entities", flickr, "val", region_features=store, max_images=2)
     assert joined["feature_row"] and "sentence_phrase_regions" in joined.column_names
 
-    with pytest.warns(FutureWarning, match=r"`load_dataset\(\.\.\., features=\.\.\.\)` is deprecated .* `region_features=`"):
-        old = load_dataset("flickr30k_entities", flickr, "val", features=store, max_images=2)
+    with pytest.warns(FutureWarning, match=r"`build_dataset\(\.\.\., features=\.\.\.\)` is deprecated .* `region_features=`"):
+        old = build_dataset("flickr30k_entities", flickr, "val", features=store, max_images=2)
     assert old["feature_row"] == joined["feature_row"]
     assert old["sentence_phrase_regions"] == joined["sentence_phrase_regions"]
     with pytest.raises(ValueError, match="both `region_features` and its deprecated alias `features`"):
-        load_dataset("flickr30k_entities", flickr, "val", region_features=store, features=store)
+        build_dataset("flickr30k_entities", flickr, "val", region_features=store, features=store)
 
     with pytest.warns(FutureWarning, match=r"`load_vgp_data\(\.\.\., features=\.\.\.\)` is deprecated"):
         with pytest.raises(ValueError, match=r"Real VGP data needs all of .*'region_features'"):

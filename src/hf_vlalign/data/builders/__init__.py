@@ -1,6 +1,6 @@
 """Dataset builders: published annotation files -> Arrow-backed `datasets.Dataset`, one module per dataset.
 
-`load_dataset(name, data_dir, split, region_features=None, **options)` is the one-liner. Each builder module has
+`build_dataset(name, data_dir, split, region_features=None, **options)` is the one-liner. Each builder module has
 `build(data_dir, split, **options) -> datasets.Dataset` and may have `store_image_ids(**options) -> (candidates,
 id_columns)` when its image ids differ from the feature files' ids (see `_common.attach_region_features`).
 """
@@ -38,7 +38,7 @@ BUILDERS = {
 }
 
 
-def load_dataset(
+def build_dataset(
     name: str,
     data_dir: str | Path | None,
     split: str,
@@ -67,7 +67,7 @@ def load_dataset(
             schema).
         options: the builder's own options (see each `builders/<name>.py`).
     """
-    region_features = renamed_features_argument(region_features, features, "load_dataset")
+    region_features = renamed_features_argument(region_features, features, "build_dataset")
     if name not in BUILDERS:
         raise ValueError(f"`name` must be one of {sorted(BUILDERS)}, got {name!r}.")
     split = resolve_split(name, split)
@@ -106,8 +106,8 @@ __all__ = [
     "VALIDATION_SPLITS",
     "VGPData",
     "attach_region_features",
+    "build_dataset",
     "build_vgp_dataset",
-    "load_dataset",
     "load_vgp_data",
     "resolve_split",
 ]
