@@ -40,7 +40,7 @@ from transformers import AutoTokenizer
 
 from hf_vlalign import default_text_model_path
 from hf_vlalign.alignment import SoftAlignmentTargets, load_word_vectors
-from hf_vlalign.data import PretrainingCollator
+from hf_vlalign.data import TwoStreamPretrainingCollator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
@@ -90,7 +90,7 @@ def target_rows(example, source: str, batch_size: int = 64) -> tuple[list[torch.
     args, _ = example.parse_args([])
     data = example.load_data(args)
     soft_targets = SoftAlignmentTargets(load_word_vectors(source), data.object_names, data.attribute_names)
-    collator = PretrainingCollator(
+    collator = TwoStreamPretrainingCollator(
         AutoTokenizer.from_pretrained(default_text_model_path()), data.store, max_text_length=args.max_text_length,
         num_answers=data.num_answers, soft_targets=soft_targets,
         mlm_probability=0, object_mask_probability=0, mismatch_probability=0, return_probe_targets=True,

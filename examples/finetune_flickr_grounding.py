@@ -34,7 +34,7 @@ from transformers import TrainingArguments, set_seed
 from hf_vlalign import SingleStreamForPhraseGrounding, TwoStreamForPhraseGrounding
 from hf_vlalign.alignment.boxes import box_iou
 from hf_vlalign.analysis.attention_plots import plot_word_region_heatmap
-from hf_vlalign.data import load_dataset
+from hf_vlalign.data import build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import (
     PhraseGroundingCollator,
@@ -118,8 +118,8 @@ def load_splits(args: DataArguments) -> tuple[datasets.Dataset, datasets.Dataset
         config = args.synthetic_config()
         store = synthetic_region_features(config=config)
         options = {"task": "captions", "config": config, "region_features": store}
-        train = load_dataset("synthetic_scenes", None, args.train_split or "train", **options)
-        evaluation = load_dataset("synthetic_scenes", None, args.eval_split or "val", **options)
+        train = build_dataset("synthetic_scenes", None, args.train_split or "train", **options)
+        evaluation = build_dataset("synthetic_scenes", None, args.eval_split or "val", **options)
         source = f"synthetic scenes, captions ({config.num_train_images} train / {config.num_val_images} val images)"
         return train, evaluation, store, source
     if args.dataset != "flickr30k_entities":
@@ -132,8 +132,8 @@ def load_splits(args: DataArguments) -> tuple[datasets.Dataset, datasets.Dataset
         )
     store = RegionFeatureStore.load(args.features)
     options = {"region_features": store, "on_missing_image": "skip"}  # rows whose image has no features: counted, warned
-    train = load_dataset("flickr30k_entities", args.data_dir, args.train_split or "train", **options)
-    evaluation = load_dataset("flickr30k_entities", args.data_dir, args.eval_split or "val", **options)
+    train = build_dataset("flickr30k_entities", args.data_dir, args.train_split or "train", **options)
+    evaluation = build_dataset("flickr30k_entities", args.data_dir, args.eval_split or "val", **options)
     return train, evaluation, store, f"Flickr30k Entities ({args.data_dir})"
 
 

@@ -43,7 +43,7 @@ import numpy as np
 from transformers import TrainingArguments, set_seed
 
 from hf_vlalign import SingleStreamForVisualReasoning, TwoStreamForVisualReasoning
-from hf_vlalign.data import RegionFeatureStore, load_dataset
+from hf_vlalign.data import RegionFeatureStore, build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ImagePairCollator
 from hf_vlalign.evaluation.task_metrics import predicted_truth, reasoning_metrics
@@ -153,13 +153,13 @@ def load_pair_data(data_args: DataArguments, nlvr2_args: VisualReasoningArgument
     if name == "synthetic_scenes":
         config = data_args.synthetic_config()
         store = synthetic_region_features(config=config, task="nlvr2")
-        train = load_dataset(name, None, train_split, task="nlvr2", config=config, region_features=store)
-        eval_rows = load_dataset(name, None, eval_split, task="nlvr2", config=config, region_features=store)
+        train = build_dataset(name, None, train_split, task="nlvr2", config=config, region_features=store)
+        eval_rows = build_dataset(name, None, eval_split, task="nlvr2", config=config, region_features=store)
     else:
         store = RegionFeatureStore.load(data_args.features)
         options = {"region_features": store, "on_missing_image": nlvr2_args.on_missing_image}
-        train = load_dataset(name, data_args.data_dir, train_split, **options)
-        eval_rows = load_dataset(name, data_args.data_dir, eval_split, subset=nlvr2_args.eval_subset, **options)
+        train = build_dataset(name, data_args.data_dir, train_split, **options)
+        eval_rows = build_dataset(name, data_args.data_dir, eval_split, subset=nlvr2_args.eval_subset, **options)
     train = first_rows(train, data_args.max_train_samples)
     eval_rows = first_rows(eval_rows, data_args.max_eval_samples)
     return VisualReasoningData(train, eval_rows, store, name)

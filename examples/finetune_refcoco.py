@@ -34,7 +34,7 @@ import datasets
 from transformers import TrainingArguments, set_seed
 
 from hf_vlalign import SingleStreamForReferringExpression, TwoStreamForReferringExpression
-from hf_vlalign.data import load_dataset
+from hf_vlalign.data import build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ReferringExpressionCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
@@ -114,8 +114,8 @@ def load_splits(
         config = data_args.synthetic_config()
         store = synthetic_region_features(config=config)
         options = {"task": "refcoco", "config": config, "region_features": store}
-        train = load_dataset("synthetic_scenes", None, data_args.train_split or "train", **options)
-        evaluation = load_dataset("synthetic_scenes", None, data_args.eval_split or "val", **options)
+        train = build_dataset("synthetic_scenes", None, data_args.train_split or "train", **options)
+        evaluation = build_dataset("synthetic_scenes", None, data_args.eval_split or "val", **options)
         images = f"{config.num_train_images} train / {config.num_val_images} val images"
         source = f"synthetic scenes, referring expressions ({images})"
         return train, evaluation, store, source
@@ -133,8 +133,8 @@ def load_splits(
         options["refs_file"] = ref_args.refs_file
     if ref_args.image_id_template is not None:
         options["image_id_template"] = ref_args.image_id_template
-    train = load_dataset(REAL_DATASET, data_args.data_dir, data_args.train_split or "train", **options)
-    evaluation = load_dataset(REAL_DATASET, data_args.data_dir, data_args.eval_split or "val", **options)
+    train = build_dataset(REAL_DATASET, data_args.data_dir, data_args.train_split or "train", **options)
+    evaluation = build_dataset(REAL_DATASET, data_args.data_dir, data_args.eval_split or "val", **options)
     return train, evaluation, store, f"RefCOCO+ ({data_args.data_dir})"
 
 

@@ -44,7 +44,7 @@ import numpy as np
 from transformers import TrainingArguments, set_seed
 
 from hf_vlalign import SingleStreamForQuestionAnswering, TwoStreamForQuestionAnswering
-from hf_vlalign.data import RegionFeatureStore, load_dataset, resolve_split
+from hf_vlalign.data import RegionFeatureStore, build_dataset, resolve_split
 from hf_vlalign.data.builders import gqa, vqa_v2
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import QuestionAnsweringCollator
@@ -204,7 +204,7 @@ def load_question_data(data_args: DataArguments, qa_args: QuestionAnsweringArgum
         vocab = vqa_v2.read_answer_vocab(questions_dir / ANSWER_VOCAB_FILE)
 
         def load(split: str, **_) -> datasets.Dataset:
-            return load_dataset(name, None, split, task="questions", config=config, region_features=store)
+            return build_dataset(name, None, split, task="questions", config=config, region_features=store)
 
     else:
         store = RegionFeatureStore.load(data_args.features)
@@ -218,7 +218,7 @@ def load_question_data(data_args: DataArguments, qa_args: QuestionAnsweringArgum
 
         def load(split: str, **files) -> datasets.Dataset:
             files = {key: value for key, value in files.items() if value is not None}
-            return load_dataset(name, data_args.data_dir, split, region_features=store, answer_vocab=vocab, **options, **files)
+            return build_dataset(name, data_args.data_dir, split, region_features=store, answer_vocab=vocab, **options, **files)
 
     gqa_format = name != "vqa_v2"
     train_files = {"questions_file": qa_args.questions_file}

@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 from transformers import TrainingArguments, set_seed
 
 from hf_vlalign import SingleStreamForPreTraining
-from hf_vlalign.data import RegionFeatureStore, SentenceImagePretrainingCollator, group_captions_by_image, load_dataset
+from hf_vlalign.data import RegionFeatureStore, SingleStreamPretrainingCollator, build_dataset, group_captions_by_image
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation.task_metrics import predictions_for_metrics, pretraining_metrics
 from hf_vlalign.hub.model_card import render_task_model_card
@@ -182,13 +182,13 @@ def load_caption_data(data_args: DataArguments, task_args: SingleStreamPretraini
         store = synthetic_region_features(config=config)
 
         def load(split: str) -> datasets.Dataset:
-            return load_dataset(name, None, split, task="captions", config=config, region_features=store)
+            return build_dataset(name, None, split, task="captions", config=config, region_features=store)
 
     else:
         store = RegionFeatureStore.load(data_args.features)
 
         def load(split: str) -> datasets.Dataset:
-            return load_dataset(name, data_args.data_dir, split, region_features=store, on_missing_image="skip")
+            return build_dataset(name, data_args.data_dir, split, region_features=store, on_missing_image="skip")
 
     splits = {}
     roles = (("train", train_split, data_args.max_train_samples), ("eval", eval_split, data_args.max_eval_samples))
@@ -245,9 +245,9 @@ def num_object_labels(task_args: SingleStreamPretrainingArguments, store: Region
 
 def make_collator(
     data: CaptionData, tokenizer, task_args, max_text_length: int, *, train: bool, num_classes: int, seed: int | None
-) -> SentenceImagePretrainingCollator:
+) -> SingleStreamPretrainingCollator:
     """The collator of the training (unseeded: the trainer seeds each batch) or evaluation split."""
-    return SentenceImagePretrainingCollator(
+    return SingleStreamPretrainingCollator(
         tokenizer=tokenizer,
         region_features=data.store,
         text_column=data.text_column,

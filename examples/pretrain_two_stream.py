@@ -36,7 +36,7 @@ from transformers import TrainingArguments, set_seed
 from hf_vlalign import TwoStreamForPreTraining
 from hf_vlalign.alignment import SoftAlignmentTargets, load_word_vectors, read_vocabulary
 from hf_vlalign.analysis.attention_plots import plot_word_region_heatmaps
-from hf_vlalign.data import PretrainingCollator, RegionFeatureStore, load_dataset
+from hf_vlalign.data import RegionFeatureStore, TwoStreamPretrainingCollator, build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation import cross_attention_rows, evaluate_cross_attention
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
@@ -108,15 +108,21 @@ class PretrainingArguments:
     )
     mlm_probability: float | None = field(
         default=None,
-        metadata={"help": "training: probability of masking a word (default: PretrainingCollator's, 0.15)."},
+        metadata={
+            "help": "training: probability of masking a word (default: TwoStreamPretrainingCollator's, 0.15)."
+        },
     )
     object_mask_probability: float | None = field(
         default=None,
-        metadata={"help": "training: probability of masking an object (default: PretrainingCollator's, 0.15)."},
+        metadata={
+            "help": "training: probability of masking an object (default: TwoStreamPretrainingCollator's, 0.15)."
+        },
     )
     mismatch_probability: float | None = field(
         default=None,
-        metadata={"help": "training: probability of swapping a row's image (default: PretrainingCollator's, 0.5)."},
+        metadata={
+            "help": "training: probability of swapping a row's image (default: TwoStreamPretrainingCollator's, 0.5)."
+        },
     )
 
 
@@ -162,8 +168,10 @@ def load_data(args: PretrainingArguments) -> PretrainingData:
     if args.data_dir is None:
         config = synthetic_scene_config(args)
         store = synthetic_region_features(config=config)
-        train = load_dataset("synthetic_scenes", None, "train", task="questions", config=config, region_features=store)
-        evaluation = load_dataset("synthetic_scenes", None, "val", task="questions", config=config, region_features=store)
+        train = build_dataset("synthetic_scenes", None, "train", task="questions", config=config, region_features=store)
+        evaluation = build_dataset(
+            "synthetic_scenes", None, "val", task="questions", config=config, region_features=store
+        )
         vocab_size = max(max(train["label"]), max(evaluation["label"])) + 1
         return PretrainingData(
             train, evaluation, store, list(SHAPE_NAMES), list(COLOUR_NAMES), vocab_size, "synthetic grounded scenes"
@@ -172,8 +180,8 @@ def load_data(args: PretrainingArguments) -> PretrainingData:
         raise ValueError("real GQA data needs `--features`, `--answer_vocab` and `--object_vocab`.")
     store = RegionFeatureStore.load(args.features)
     options = {"answer_vocab": args.answer_vocab, "region_features": store, "on_missing_image": "skip"}
-    train = load_dataset("gqa", args.data_dir, "train", scene_graphs=args.scene_graphs, **options)
-    evaluation = load_dataset("gqa", args.data_dir, "val", scene_graphs=args.eval_scene_graphs, **options)
+    train = build_dataset("gqa", args.data_dir, "train", scene_graphs=args.scene_graphs, **options)
+    evaluation = build_dataset("gqa", args.data_dir, "val", scene_graphs=args.eval_scene_graphs, **options)
     vocab_size = len(json.loads(Path(args.answer_vocab).read_text()))
     attributes = read_vocabulary(args.attribute_vocab) if args.attribute_vocab else None
     return PretrainingData(
@@ -220,9 +228,9 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
         name: getattr(args, name)
         for name in ("mlm_probability", "object_mask_probability", "mismatch_probability")
         if getattr(args, name) is not None
-    }  # what is not given keeps PretrainingCollator's default
+    }  # what is not given keeps TwoStreamPretrainingCollator's default
     run_args = replace(training_args, output_dir=str(Path(training_args.output_dir) / folder))
-    train_collator = PretrainingCollator(tokenizer, store, **collate, **masking)
+    train_collator = TwoStreamPretrainingCollator(tokenizer, store, **collate, **masking)
     # questions longer than max_text_length are truncated (cut pointers lose their alignment): counted, reported
     train, train_truncation = train_collator.drop_overlong_rows(data.train, f"{run} run, train")
     trainer = AlignmentPretrainingTrainer(
@@ -236,7 +244,7 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     # every process saves and evaluates (collectives under FSDP / DeepSpeed); only the main process writes
     save_model(trainer, run_args.output_dir)
-    eval_collator = PretrainingCollator(
+    eval_collator = TwoStreamPretrainingCollator(
         tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0,
         return_probe_targets=True, **collate,
     )  # fmt: skip

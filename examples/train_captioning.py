@@ -27,7 +27,7 @@ from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
 
 from hf_vlalign import RegionCaptionerForConditionalGeneration
 from hf_vlalign.analysis.attention_plots import plot_word_region_heatmaps
-from hf_vlalign.data import CaptioningCollator, group_captions_by_image, load_dataset
+from hf_vlalign.data import CaptioningCollator, build_dataset, group_captions_by_image
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation import evaluate_decoder_grounding
 from hf_vlalign.evaluation.tasks import generate_captions
@@ -117,8 +117,8 @@ def load_data(args: CaptioningArguments):
     """(train captions with their image's references, test captions, test images with their references, store)."""
     config = synthetic_scene_config(args)
     store = synthetic_region_features(config=config)
-    train = load_dataset("synthetic_scenes", None, "train", task="captions", config=config)
-    test = load_dataset("synthetic_scenes", None, "val", task="captions", config=config)
+    train = build_dataset("synthetic_scenes", None, "train", task="captions", config=config)
+    test = build_dataset("synthetic_scenes", None, "val", task="captions", config=config)
     train_references = group_captions_by_image(train)  # the CIDEr-D rewards of self-critical training read them
     train = train.map(lambda row: {"references": train_references[row["image_id"]]})
     images = [{"image_id": image_id, "references": captions} for image_id, captions in group_captions_by_image(test).items()]

@@ -27,7 +27,7 @@ from hf_vlalign import (
     TwoStreamForPreTraining,
     default_text_model_path,
 )
-from hf_vlalign.data import CaptioningCollator, PretrainingCollator, load_dataset
+from hf_vlalign.data import CaptioningCollator, TwoStreamPretrainingCollator, build_dataset
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import VGPCollator
@@ -75,7 +75,7 @@ def training_arguments(output_dir: str) -> TrainingArguments:
 def captioning_trainer(output_dir: str) -> CaptioningTrainer:
     tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
     store = synthetic_region_features(None, SCENES)
-    train = load_dataset("synthetic_scenes", None, "train", task="captions", config=SCENES).select(range(ROWS))
+    train = build_dataset("synthetic_scenes", None, "train", task="captions", config=SCENES).select(range(ROWS))
     torch.manual_seed(0)
     config = RegionCaptionerConfig(
         vocab_size=tokenizer.vocab_size, d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4,
@@ -93,7 +93,7 @@ def captioning_trainer(output_dir: str) -> CaptioningTrainer:
 def pretraining_trainer(output_dir: str) -> AlignmentPretrainingTrainer:
     tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
     store = synthetic_region_features(None, SCENES)
-    train = load_dataset("synthetic_scenes", None, "train", task="questions", config=SCENES, region_features=store)
+    train = build_dataset("synthetic_scenes", None, "train", task="questions", config=SCENES, region_features=store)
     torch.manual_seed(0)
     config = TwoStreamConfig(
         vocab_size=tokenizer.vocab_size, hidden_size=32, num_attention_heads=4, intermediate_size=64, l_layers=1,
@@ -102,7 +102,7 @@ def pretraining_trainer(output_dir: str) -> AlignmentPretrainingTrainer:
     )  # fmt: skip
     return AlignmentPretrainingTrainer(
         model=TwoStreamForPreTraining(config), args=training_arguments(output_dir), train_dataset=train.select(range(ROWS)),
-        data_collator=PretrainingCollator(tokenizer, store, num_answers=16), vqa_start_epoch=1.0,
+        data_collator=TwoStreamPretrainingCollator(tokenizer, store, num_answers=16), vqa_start_epoch=1.0,
     )  # fmt: skip
 
 

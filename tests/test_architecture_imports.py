@@ -7,6 +7,9 @@
 - `synthetic/` imports, of hf_vlalign, only itself, `data.formats`, `data.region_extraction`, `alignment` and `utils`;
   its modules form a chain (`shapes` <- `questions`, `tasks` <- `scenes`) and import no underscore-private name of
   each other;
+- the modules of the packages `data/collators/` and `recipes/` import one another in layers (`COLLATOR_LAYERS`,
+  `RECIPE_LAYERS`): the helpers of one concern first, each task collator on them alone (no task module imports
+  another), and none imports its own package's `__init__`;
 - no module imports an underscore-private name from a module of another subpackage;
 - the module import graph (explicit imports, function-level ones included) has no cycle but the known ones
   (`KNOWN_CYCLES`), and the import-time graph (module-level imports, each also importing the packages above its target)
@@ -28,7 +31,7 @@ PACKAGE = "hf_vlalign"
 
 # subpackages `models/` must not import
 MODELS_FORBIDDEN = ("data", "trainers", "hub", "evaluation", "synthetic", "analysis")
-# the modules of `data/` that import `synthetic/`: the reader side of the embedded default, `load_dataset(
+# the modules of `data/` that import `synthetic/`: the reader side of the embedded default, `build_dataset(
 # "synthetic_scenes")` (a builder loaded by name) and `load_vgp_data()` without files (inside the function)
 ALLOWED_DATA_TO_SYNTHETIC = {"hf_vlalign.data.builders.synthetic_scenes", "hf_vlalign.data.builders.vgp"}
 # what `synthetic/` may import of hf_vlalign (a module or a package prefix)
@@ -49,6 +52,26 @@ SYNTHETIC_LAYERS = {
         "hf_vlalign.synthetic.questions",
         "hf_vlalign.synthetic.tasks",
     },
+}
+# data/collators/ module -> the modules of the package it may import: row checks, truncation, regions and masking import
+# none; the shared collator (`base`) imports the first three; each task family imports `base` and the helpers it needs
+_COLLATOR_HELPERS = {f"hf_vlalign.data.collators.{name}" for name in ("rows", "truncation", "regions", "masking")}
+COLLATOR_LAYERS = {
+    **{helper: set() for helper in _COLLATOR_HELPERS},
+    "hf_vlalign.data.collators.base": _COLLATOR_HELPERS - {"hf_vlalign.data.collators.masking"},
+    **{
+        f"hf_vlalign.data.collators.{name}": {"hf_vlalign.data.collators.base", *_COLLATOR_HELPERS}
+        for name in ("grounding", "vgp", "question_answering", "image_pair", "referring", "captioning", "pretraining")
+    },
+}
+# recipes/ module -> the modules of the package it may import: the argument classes parse `--num_threads` (`threads`),
+# model loading reads the argument classes, the run's outputs read the evaluation subset
+RECIPE_LAYERS = {
+    "hf_vlalign.recipes.threads": set(),
+    "hf_vlalign.recipes.subsets": set(),
+    "hf_vlalign.recipes.arguments": {"hf_vlalign.recipes.threads"},
+    "hf_vlalign.recipes.models": {"hf_vlalign.recipes.arguments"},
+    "hf_vlalign.recipes.outputs": {"hf_vlalign.recipes.subsets"},
 }
 # cycles of the explicit graph that are allowed, each with where it is (none: the explorer reads model_analysis's
 # `gold_phrases`, model_analysis does not import the explorer)
@@ -249,7 +272,7 @@ def test_data_imports_no_models_and_synthetic_only_from_the_embedded_default_bui
         for target, _, _, top in _imports("hf_vlalign.data.builders.vgp")
         if _within(target, "hf_vlalign.synthetic")
     )
-    # the builders package does not load the synthetic_scenes builder at import time (load_dataset imports it by name)
+    # the builders package does not load the synthetic_scenes builder at import time (build_dataset imports it by name)
     for package in ("hf_vlalign.data", "hf_vlalign.data.builders"):
         assert all(target != "hf_vlalign.data.builders.synthetic_scenes" for target, *_ in _imports(package)), (
             f"{package} imports the synthetic_scenes builder"
@@ -281,6 +304,16 @@ def test_synthetic_modules_form_a_chain_without_private_imports():
         assert imported <= allowed, (module, sorted(imported - allowed))
         private = [name for target, name, *_ in _imports(module) if name and name.startswith("_")]
         assert not private, (module, private)
+
+
+@pytest.mark.parametrize("package, layers", [("hf_vlalign.data.collators", COLLATOR_LAYERS),
+                                             ("hf_vlalign.recipes", RECIPE_LAYERS)])  # fmt: skip
+def test_collator_and_recipe_modules_import_one_another_in_layers(package, layers):
+    modules = {module for module in _modules() if _within(module, package)}
+    assert modules == {package, *layers}, sorted(modules ^ {package, *layers})
+    for module, allowed in layers.items():
+        imported = {target for target, *_ in _imports(module) if _within(target, package)}
+        assert imported <= allowed, (module, sorted(imported - allowed))  # the package itself is never allowed
 
 
 def test_no_private_name_is_imported_from_another_subpackage():

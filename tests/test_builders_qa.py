@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from shared_samples import real_sample as _real
 
-from hf_vlalign.data.builders import gqa, load_dataset, visual_genome, vqa_v2
+from hf_vlalign.data.builders import build_dataset, gqa, visual_genome, vqa_v2
 from hf_vlalign.data.feature_store import RegionFeatureStore
 
 
@@ -189,22 +189,22 @@ def test_gqa_bad_input_is_a_clear_value_error(gqa_dir, tmp_path):
         gqa.text_pointers("What is it?", {"a-b": "1"}, "question 'q'")
 
 
-def test_gqa_through_load_dataset_with_official_names_and_features(gqa_dir, gqa_vocab_file, tmp_path):
+def test_gqa_through_build_dataset_with_official_names_and_features(gqa_dir, gqa_vocab_file, tmp_path):
     shutil.copy(gqa_dir / "questions.json", tmp_path / "val_balanced_questions.json")
     (tmp_path / "train_all_questions").mkdir()
     for shard in (gqa_dir / "question_dir").glob("*.json"):
         shutil.copy(shard, tmp_path / "train_all_questions" / shard.name)
-    assert len(load_dataset("gqa", tmp_path, "train", subset="all")) == 2
+    assert len(build_dataset("gqa", tmp_path, "train", subset="all")) == 2
 
     scene_graphs = _scene_graphs(tmp_path)
     store = _store({"n578564": ([375, 500], [[120, 20, 270, 120], [0, 0, 10, 10]])}, tmp_path / "store")
-    dataset = load_dataset(
+    dataset = build_dataset(
         "gqa", tmp_path, "val", region_features=store, scene_graphs=scene_graphs.name, answer_vocab=gqa_vocab_file
     )
     row = dataset[0]
     assert (row["question_id"], row["feature_row"], row["label"]) == ("202218649", 0, 472)
     options = {"scene_graphs": scene_graphs.name, "answer_vocab": gqa_vocab_file}
-    assert load_dataset("gqa", tmp_path, "validation", **options)["question_id"] == dataset["question_id"]
+    assert build_dataset("gqa", tmp_path, "validation", **options)["question_id"] == dataset["question_id"]
     # the picture's gold box is region 0 exactly, the chalkboard overlaps no region: its best one gets it all
     assert row["full_answer_phrase_regions"][0] == [1.0, 0.0]
 
@@ -299,10 +299,10 @@ def test_visual_genome_bad_input_is_a_clear_value_error(vg_dir, tmp_path):
         visual_genome.build(vg_dir, "all", num_pointers=(0,))
 
 
-def test_visual_genome_through_load_dataset(vg_dir):
-    dataset = load_dataset("visual_genome", vg_dir, "all", seed=0)
+def test_visual_genome_through_build_dataset(vg_dir):
+    dataset = build_dataset("visual_genome", vg_dir, "all", seed=0)
     assert dataset["sentence"] == visual_genome.build(vg_dir, "all")["sentence"]
-    validation = load_dataset("visual_genome", vg_dir, "validation", seed=0)
+    validation = build_dataset("visual_genome", vg_dir, "validation", seed=0)
     assert len(validation) and validation["sentence"] == visual_genome.build(vg_dir, "val", seed=0)["sentence"]
     assert set(dataset.features) >= {"image_id", "image_size", "sentence_phrase_spans", "sentence_phrase_boxes"}
 
@@ -489,7 +489,7 @@ def test_vqa_store_image_ids():
     assert templated({"image_id": "42", "coco_split": "val2014"}) == ["val2014/000042"]
 
 
-def test_vqa_through_load_dataset_with_region_features(vqa_vocab_file, val_annotations, tmp_path, caplog):
+def test_vqa_through_build_dataset_with_region_features(vqa_vocab_file, val_annotations, tmp_path, caplog):
     head = _real(*HEAD)
     store = _store(
         {
@@ -502,14 +502,14 @@ def test_vqa_through_load_dataset_with_region_features(vqa_vocab_file, val_annot
     with pytest.raises(
         ValueError, match=r"image '262148' \(tried \['262148', 'COCO_val2014_000000262148'\]\) is not in"
     ):
-        load_dataset("vqa_v2", head, "val", region_features=store, **options)
+        build_dataset("vqa_v2", head, "val", region_features=store, **options)
 
     with caplog.at_level(logging.WARNING):
-        dataset = load_dataset("vqa_v2", head, "val", region_features=store, on_missing_image="skip", **options)
+        dataset = build_dataset("vqa_v2", head, "val", region_features=store, on_missing_image="skip", **options)
     questions = _read(head / VAL_QUESTIONS)["questions"]
     kept = [q for q in questions if q["image_id"] in (262162, 42)]
     assert len(dataset) == len(kept) == 33
-    assert load_dataset("vqa_v2", head, "validation", **options)["question_id"] == [q["question_id"] for q in questions]
+    assert build_dataset("vqa_v2", head, "validation", **options)["question_id"] == [q["question_id"] for q in questions]
     assert dataset["question_id"] == [q["question_id"] for q in kept]
     expected_rows = [store.row_of(f"COCO_val2014_{q['image_id']:012d}") for q in kept]
     assert dataset["feature_row"] == expected_rows and set(expected_rows) == {0, 1}
@@ -518,5 +518,5 @@ def test_vqa_through_load_dataset_with_region_features(vqa_vocab_file, val_annot
         f"{store.directory}." in caplog.messages
     )
 
-    plain = load_dataset("vqa_v2", head, "val", **options)
+    plain = build_dataset("vqa_v2", head, "val", **options)
     assert len(plain) == 65 and "feature_row" not in plain.column_names

@@ -23,7 +23,7 @@ import pytest
 from shared_samples import DATA
 from shared_samples import real_sample as _real
 
-from hf_vlalign.data.builders import coco_captions, flickr30k_entities, load_dataset, nlvr2, refcoco
+from hf_vlalign.data.builders import build_dataset, coco_captions, flickr30k_entities, nlvr2, refcoco
 from hf_vlalign.data.feature_store import RegionFeatureStore
 
 
@@ -131,12 +131,12 @@ def test_flickr_spot_values(flickr_root):
     assert last["sentence_phrase_boxes"][1] == []
 
 
-def test_flickr_max_images_and_load_dataset(flickr_root):
-    dataset = load_dataset("flickr30k_entities", flickr_root, "val", max_images=3)
+def test_flickr_max_images_and_build_dataset(flickr_root):
+    dataset = build_dataset("flickr30k_entities", flickr_root, "val", max_images=3)
 
     first_ids = (flickr_root / "val.txt").read_text().split()[:3]
     assert list(dict.fromkeys(dataset["image_id"])) == first_ids
-    assert load_dataset("flickr30k_entities", flickr_root, "validation", max_images=3)["sentence"] == dataset["sentence"]
+    assert build_dataset("flickr30k_entities", flickr_root, "validation", max_images=3)["sentence"] == dataset["sentence"]
     with pytest.raises(ValueError, match="max_images"):
         flickr30k_entities.build(flickr_root, "val", max_images=0)
 
@@ -179,10 +179,10 @@ def nlvr2_dir() -> Path:
 def test_nlvr2_counts_and_labels_match_raw_file(nlvr2_dir):
     text = (nlvr2_dir / "dev.json").read_text(encoding="utf-8")
     lines = [line for line in text.splitlines() if line.strip()]
-    dataset = load_dataset("nlvr2", nlvr2_dir, "dev")
+    dataset = build_dataset("nlvr2", nlvr2_dir, "dev")
 
     assert len(dataset) == len(lines) == 500
-    assert load_dataset("nlvr2", nlvr2_dir, "validation")["identifier"] == dataset["identifier"]  # NLVR2's "dev"
+    assert build_dataset("nlvr2", nlvr2_dir, "validation")["identifier"] == dataset["identifier"]  # NLVR2's "dev"
     assert sum(dataset["label"]) == text.count('"label": "True"') == 260
     assert len(dataset) - sum(dataset["label"]) == text.count('"label": "False"')
     assert dataset["identifier"] == [json.loads(line)["identifier"] for line in lines]
@@ -222,7 +222,7 @@ def test_nlvr2_subsets_read_the_published_layout(nlvr2_dir, tmp_path):
                 ("unbalanced", "test1"): (14, 17)}  # fmt: skip
     for (subset, split), (start, end) in expected.items():
         assert nlvr2.split_file(data_dir, split, subset) == data_dir / subset / f"{subset}_{split}.json"
-        assert load_dataset("nlvr2", data_dir, split, subset=subset)["identifier"] == identifiers[start:end]
+        assert build_dataset("nlvr2", data_dir, split, subset=subset)["identifier"] == identifiers[start:end]
     assert len(nlvr2.build(data_dir, "dev")) == 20  # the full split beside them
 
 
@@ -388,14 +388,14 @@ def test_refcoco_rejects_unsafe_pickle_and_bad_input(refcoco_dir, tmp_path):
         refcoco.build(refcoco_dir, "train", refs_file="bad.json")
 
 
-def test_refcoco_store_join_through_load_dataset(refcoco_dir, tmp_path):
+def test_refcoco_store_join_through_build_dataset(refcoco_dir, tmp_path):
     # testA holds ref 1 only: ann 1002, bbox [10, 20, 30, 40] -> [10, 20, 40, 60]
     store = _store(tmp_path, {"COCO_train2014_000000581857": [[200, 200, 300, 300], [10, 20, 40, 60]]})
-    dataset = load_dataset("refcoco+", refcoco_dir, "testA", region_features=store)
+    dataset = build_dataset("refcoco+", refcoco_dir, "testA", region_features=store)
 
     assert dataset["feature_row"] == [0]
     assert dataset[0]["expression_phrase_regions"] == [[0.0, 1.0]]
-    assert load_dataset("refcoco+", refcoco_dir, "validation")["expression"] == ["dog"]  # ref 3, the "val" one
+    assert build_dataset("refcoco+", refcoco_dir, "validation")["expression"] == ["dog"]  # ref 3, the "val" one
     candidates, columns = refcoco.store_image_ids(image_id_template="train2014/{image_id}")
     assert candidates({"image_id": "9"}) == ["train2014/9"] and columns == ("image_id",)
     assert refcoco.store_image_ids()[0]({"image_id": "9"}) == ["9", "COCO_train2014_000000000009"]
@@ -478,11 +478,11 @@ def test_coco_rows_and_options(coco_dir):
     assert coco_captions.build(coco_dir, "restval")["image_id"] == ["74"]
 
 
-def test_coco_store_ids_and_load_dataset(coco_dir, tmp_path):
+def test_coco_store_ids_and_build_dataset(coco_dir, tmp_path):
     store = _store(tmp_path, {"COCO_val2014_000000391895": [[0, 0, 5, 5]], "9": [[0, 0, 5, 5]]})
-    joined = load_dataset("coco_captions", coco_dir, "test", region_features=store, on_missing_image="skip")
+    joined = build_dataset("coco_captions", coco_dir, "test", region_features=store, on_missing_image="skip")
     assert joined["image_id"] == ["391895", "391895"] and joined["feature_row"] == [0, 0]
-    assert load_dataset("coco_captions", coco_dir, "validation")["caption"] == coco_captions.build(coco_dir, "val")["caption"]
+    assert build_dataset("coco_captions", coco_dir, "validation")["caption"] == coco_captions.build(coco_dir, "val")["caption"]
 
     candidates, columns = coco_captions.store_image_ids()
     assert columns == ("image_id", "coco_split")

@@ -12,7 +12,7 @@ from image_use_checks import assert_image_use_reported
 from transformers import AutoTokenizer, TrainerCallback, TrainingArguments
 
 from hf_vlalign import RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, default_text_model_path
-from hf_vlalign.data import CaptioningCollator, load_dataset
+from hf_vlalign.data import CaptioningCollator, build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation import image_use_gap
 from hf_vlalign.synthetic import SyntheticSceneConfig
@@ -28,7 +28,7 @@ SCENES = SyntheticSceneConfig(num_train_images=20, num_val_images=6, seed=5)
 def captions(tmp_path_factory):
     root = tmp_path_factory.mktemp("scenes")
     store = synthetic_region_features(root, SCENES)
-    train = load_dataset("synthetic_scenes", root, "train", task="captions", config=SCENES)
+    train = build_dataset("synthetic_scenes", root, "train", task="captions", config=SCENES)
     references = {}
     for image_id, sentence in zip(train["image_id"], train["sentence"]):
         references.setdefault(image_id, []).append(sentence)

@@ -12,13 +12,13 @@ from transformers import AutoTokenizer
 from hf_vlalign import default_text_model_path
 from hf_vlalign.alignment import box_iou
 from hf_vlalign.data import (
-    CaptionCollator,
     CaptioningCollator,
+    GroundedCaptionCollator,
     ImagePairCollator,
     QuestionAnsweringCollator,
     ReferringExpressionCollator,
     RegionFeatureStore,
-    load_dataset,
+    build_dataset,
 )
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -45,7 +45,7 @@ def region_record(image_id: str, boxes, size=(100, 100), dim: int = 8) -> dict:
 @pytest.fixture(scope="module")
 def flickr_rows_and_store(tmp_path_factory):
     """Real Flickr30k Entities val captions; regions = each image's gold boxes widened by 4 px, plus a distractor."""
-    rows = load_dataset("flickr30k_entities", SHARED / "flickr30k_entities", "val", max_images=3)
+    rows = build_dataset("flickr30k_entities", SHARED / "flickr30k_entities", "val", max_images=3)
     records = {}
     for row in rows:
         height, width = row["image_size"]
@@ -63,7 +63,7 @@ def flickr_rows_and_store(tmp_path_factory):
 def test_caption_collator_aligns_real_phrases_to_their_regions(tokenizer, flickr_rows_and_store):
     rows, store = flickr_rows_and_store
     examples = [rows[i] for i in range(4)]
-    batch = CaptionCollator(tokenizer, store, return_probe_targets=True)(examples)
+    batch = GroundedCaptionCollator(tokenizer, store, return_probe_targets=True)(examples)
     B, T = batch["input_ids"].shape
     R = batch["visual_feats"].shape[1]
     assert batch["word_region_alignment"].shape == (B, T, R) and batch["visual_boxes"].shape == (B, R, 4)
@@ -83,18 +83,18 @@ def test_caption_collator_aligns_real_phrases_to_their_regions(tokenizer, flickr
     assert (batch["phrase_region_iou"].amax(-1)[batch["phrase_token_index"] >= 0] >= 0.5).all()
 
 
-def test_targets_built_by_load_dataset_match_the_collators_own(tokenizer, flickr_rows_and_store):
+def test_targets_built_by_build_dataset_match_the_collators_own(tokenizer, flickr_rows_and_store):
     rows, store = flickr_rows_and_store
-    joined = load_dataset("flickr30k_entities", SHARED / "flickr30k_entities", "val", region_features=store, max_images=3)
+    joined = build_dataset("flickr30k_entities", SHARED / "flickr30k_entities", "val", region_features=store, max_images=3)
     assert "sentence_phrase_regions" in joined.column_names and joined["feature_row"][0] == store.row_of(joined[0]["image_id"])
-    collator = CaptionCollator(tokenizer, store)
+    collator = GroundedCaptionCollator(tokenizer, store)
     from_store = collator([joined[i] for i in range(5)])
     from_boxes = collator([rows[i] for i in range(5)])
     torch.testing.assert_close(from_store["word_region_alignment"], from_boxes["word_region_alignment"])
 
 
 def test_image_pair_collator_on_real_nlvr2_rows(tokenizer, tmp_path):
-    rows = load_dataset("nlvr2", SHARED / "nlvr2", "dev").select(range(3))
+    rows = build_dataset("nlvr2", SHARED / "nlvr2", "dev").select(range(3))
     image_ids = sorted({row[c] for row in rows for c in ("left_image_id", "right_image_id")})
     store = RegionFeatureStore.write(
         [region_record(i, [[0, 0, 50, 50]] * (2 + n % 3)) for n, i in enumerate(image_ids)], tmp_path / "store"
@@ -106,7 +106,7 @@ def test_image_pair_collator_on_real_nlvr2_rows(tokenizer, tmp_path):
     right = store[rows[1]["right_image_id"]]
     assert int(batch["visual_attention_mask"][1, 1].sum()) == len(right["boxes"])
     torch.testing.assert_close(batch["visual_feats"][1, 1, : len(right["boxes"])], right["features"])
-    joined = load_dataset("nlvr2", SHARED / "nlvr2", "dev", region_features=store, on_missing_image="skip")
+    joined = build_dataset("nlvr2", SHARED / "nlvr2", "dev", region_features=store, on_missing_image="skip")
     assert len(joined) >= 3 and {"left_feature_row", "right_feature_row"} <= set(joined.column_names)
 
 
@@ -169,8 +169,8 @@ def test_rows_joined_to_differently_named_store_images_collate_through_their_fea
 def test_collator_errors_are_clear(tokenizer, tmp_path):
     no_size = RegionFeatureStore.write([region_record("1", [[0, 0, 4, 4]], size=None)], tmp_path / "store")
     with pytest.raises(ValueError, match=r"image '1' has no image size in the region-feature store"):
-        CaptionCollator(tokenizer, no_size)([{"image_id": "1", "sentence": "a box"}])
+        GroundedCaptionCollator(tokenizer, no_size)([{"image_id": "1", "sentence": "a box"}])
     with pytest.raises(ValueError, match=r"`region_features` must be a RegionFeatureStore, got list"):
-        CaptionCollator(tokenizer, [])
+        GroundedCaptionCollator(tokenizer, [])
     with pytest.raises(ValueError, match=r"rows must have the columns \['sentence'\]"):
-        CaptionCollator(tokenizer, no_size)([{"image_id": "1", "caption": "a box"}])
+        GroundedCaptionCollator(tokenizer, no_size)([{"image_id": "1", "caption": "a box"}])

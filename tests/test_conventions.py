@@ -1,5 +1,5 @@
 """transformers / datasets conventions: the captioner is an `AutoModelForSeq2SeqLM`; the region-feature store of
-`load_dataset` / `load_vgp_data` is `region_features=`; "validation" names every dataset's validation split; a saved
+`build_dataset` / `load_vgp_data` is `region_features=`; "validation" names every dataset's validation split; a saved
 config.json carries the task fields of its own model class only (others at their default are left out, and a config
 holding them loads the same)."""
 
@@ -27,7 +27,7 @@ from hf_vlalign import (
     TwoStreamConfig,
     TwoStreamForQuestionAnswering,
 )
-from hf_vlalign.data import VALIDATION_SPLITS, load_dataset, load_vgp_data, resolve_split
+from hf_vlalign.data import VALIDATION_SPLITS, build_dataset, load_vgp_data, resolve_split
 from hf_vlalign.data.builders import BUILDERS
 from hf_vlalign.models.single_stream.configuration_single_stream import HEAD_FIELDS as SINGLE_STREAM_HEAD_FIELDS
 from hf_vlalign.models.two_stream.configuration_two_stream import HEAD_FIELDS as TWO_STREAM_HEAD_FIELDS
@@ -58,10 +58,10 @@ def test_region_features_is_the_store_argument(tmp_path):
     flickr = real_sample("flickr30k_entities")
     image_ids = (flickr / "val.txt").read_text().split()[:2]
     store = _store(tmp_path, {image_id: [[0, 0, 50, 50], [10, 10, 400, 300]] for image_id in image_ids})
-    joined = load_dataset("flickr30k_entities", flickr, "val", region_features=store, max_images=2)
+    joined = build_dataset("flickr30k_entities", flickr, "val", region_features=store, max_images=2)
     assert joined["feature_row"] and "sentence_phrase_regions" in joined.column_names
     with pytest.raises(TypeError, match="features"):  # `features` is a dataset's column schema in `datasets`
-        load_dataset("flickr30k_entities", flickr, "val", features=store, max_images=2)
+        build_dataset("flickr30k_entities", flickr, "val", features=store, max_images=2)
     with pytest.raises(ValueError, match=r"Real VGP data needs all of .*'region_features'"):
         load_vgp_data(region_features=store.directory)
 

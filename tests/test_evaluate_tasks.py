@@ -22,7 +22,7 @@ from hf_vlalign.data import (
     PhraseGroundingCollator,
     QuestionAnsweringCollator,
     ReferringExpressionCollator,
-    load_dataset,
+    build_dataset,
 )
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation.image_use import image_use_gap
@@ -75,7 +75,7 @@ def test_vqa_and_gqa_read_the_folders_answer_vocabulary(answer_vocab, tokenizer,
     assert results["model"] == "SingleStreamForQuestionAnswering" and results["num_answers"] == len(answer_vocab)
     assert {"accuracy", "gqa_binary", "gqa_open", "eval_loss"} <= set(results)
     store = synthetic_region_features(config=SCENES)
-    rows = load_dataset("synthetic_scenes", None, "val", task="questions", config=SCENES, region_features=store)
+    rows = build_dataset("synthetic_scenes", None, "val", task="questions", config=SCENES, region_features=store)
     rows = rows.map(lambda row: {"label": reversed_vocab[row["answer"]]})  # the labels in the folder's answer ids
     collator = QuestionAnsweringCollator(tokenizer, store, num_answers=len(answer_vocab))
     assert results["num_questions"] == len(rows)
@@ -91,7 +91,7 @@ def test_nlvr2_accuracy_and_consistency(tokenizer, tmp_path, capsys):
     model_dir = save_with_tokenizer(two_stream(TwoStreamForVisualReasoning, tokenizer), tokenizer, tmp_path / "nlvr2")
     results = evaluate_cli(model_dir, "nlvr2", capsys)
     store = synthetic_region_features(config=SCENES, task="nlvr2")
-    rows = load_dataset("synthetic_scenes", None, "val", task="nlvr2", config=SCENES, region_features=store)
+    rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", config=SCENES, region_features=store)
     assert results["num_examples"] == len(rows) and 0.0 <= results["consistency"] <= results["accuracy"]
     accuracy = own_image_accuracy(model_dir, rows, ImagePairCollator(tokenizer, store))
     assert results["accuracy"] == pytest.approx(accuracy, abs=1e-9)
@@ -102,7 +102,7 @@ def test_refcoco_accuracy_with_its_baselines(tokenizer, tmp_path, capsys):
     model_dir = save_with_tokenizer(model, tokenizer, tmp_path / "refcoco")
     results = evaluate_cli(model_dir, "refcoco", capsys)
     store = synthetic_region_features(config=SCENES)
-    rows = load_dataset("synthetic_scenes", None, "val", task="refcoco", config=SCENES, region_features=store)
+    rows = build_dataset("synthetic_scenes", None, "val", task="refcoco", config=SCENES, region_features=store)
     assert results["num_expressions"] == len(rows)
     assert 0.0 <= results["chance_accuracy"] <= results["upper_bound_accuracy"] <= 1.0
     assert 0.0 <= results["baseline_confidence_accuracy"] <= results["upper_bound_accuracy"]
@@ -114,7 +114,7 @@ def test_flickr_grounding_recall_with_its_baselines(tokenizer, tmp_path, capsys)
     model_dir = save_with_tokenizer(two_stream(TwoStreamForPhraseGrounding, tokenizer), tokenizer, tmp_path / "flickr")
     results = evaluate_cli(model_dir, "flickr_grounding", capsys)
     store = synthetic_region_features(config=SCENES)
-    rows = load_dataset("synthetic_scenes", None, "val", task="captions", config=SCENES, region_features=store)
+    rows = build_dataset("synthetic_scenes", None, "val", task="captions", config=SCENES, region_features=store)
     grounded = [boxes for row in rows for boxes in row["sentence_phrase_boxes"] if boxes]
     assert results["num_phrases"] == len(grounded) and results["phrases_without_box_left_out"] == 0
     recall = [results[f"recall@{k}_merged_boxes"] for k in (1, 5, 10)]

@@ -24,7 +24,7 @@ from hf_vlalign import (
     TwoStreamConfig,
     TwoStreamForPhraseGrounding,
 )
-from hf_vlalign.data import load_dataset
+from hf_vlalign.data import build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import PhraseGroundingCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
@@ -131,7 +131,7 @@ def real_rows_and_store(tmp_path_factory):
     """Real val captions; each image's regions are its gold boxes, the union box of each multi-box entity, and a
     corner distractor, so every boxed phrase has a region at IoU >= 0.5 under MERGED-BOXES."""
     root = real_sample("flickr30k_entities")
-    raw = load_dataset("flickr30k_entities", root, "val", max_images=20)
+    raw = build_dataset("flickr30k_entities", root, "val", max_images=20)
     regions = {}
     for row in raw:
         found = regions.setdefault(row["image_id"], {"size": row["image_size"], "boxes": [[0, 0, 3, 3]]})
@@ -144,7 +144,7 @@ def real_rows_and_store(tmp_path_factory):
         for image_id, image in regions.items()
     ]  # fmt: skip
     store = RegionFeatureStore.write(records, tmp_path_factory.mktemp("real_flickr") / "store")
-    return raw, load_dataset("flickr30k_entities", root, "val", max_images=20, region_features=store), store
+    return raw, build_dataset("flickr30k_entities", root, "val", max_images=20, region_features=store), store
 
 
 def test_real_annotations_keep_their_boxed_phrases_in_order(real_rows_and_store, tokenizer):
@@ -233,7 +233,7 @@ def _reloaded_recall(run: Path, monkeypatch) -> tuple[type, dict]:
     monkeypatch.setenv("HF_VLALIGN_CACHE", str(run / "cache"))
     config = SyntheticSceneConfig(TRAIN_IMAGES, EVAL_IMAGES)
     store = synthetic_region_features(config=config)
-    rows = load_dataset("synthetic_scenes", None, "val", task="captions", config=config, region_features=store)
+    rows = build_dataset("synthetic_scenes", None, "val", task="captions", config=config, region_features=store)
     model = AutoModelForPhraseGrounding.from_pretrained(run / "model").eval()
     collator = PhraseGroundingCollator(AutoTokenizer.from_pretrained(run / "model"), store, max_text_length=48)
     ranked, gold = [], []

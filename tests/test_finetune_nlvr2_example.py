@@ -22,7 +22,7 @@ from transformers import AutoTokenizer
 
 import hf_vlalign
 from hf_vlalign import SingleStreamForVisualReasoning, TwoStreamForVisualReasoning
-from hf_vlalign.data import RegionFeatureStore, load_dataset
+from hf_vlalign.data import RegionFeatureStore, build_dataset
 from hf_vlalign.data.builders.nlvr2 import pair_image_ids
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ImagePairCollator
@@ -72,7 +72,7 @@ def single_stream_run(tmp_path_factory, cache):
 
 def _synthetic_rows(split: str):
     store = synthetic_region_features(config=CONFIG, task="nlvr2")
-    return load_dataset("synthetic_scenes", None, split, task="nlvr2", config=CONFIG, region_features=store), store
+    return build_dataset("synthetic_scenes", None, split, task="nlvr2", config=CONFIG, region_features=store), store
 
 
 def _predictions(model, collator, rows) -> list[int]:
@@ -235,7 +235,7 @@ def test_published_nlvr2_files_are_read_and_a_missing_image_is_skipped_or_refuse
         "--output_dir", str(output_dir), *real, "--on_missing_image", "skip", "--max_steps", "2", "--eval_steps", "2",
         "--per_device_train_batch_size", "8", "--save_strategy", "no",
     ])  # fmt: skip
-    rows = load_dataset("nlvr2", data_dir, "dev", region_features=store_dir, on_missing_image="skip")
+    rows = build_dataset("nlvr2", data_dir, "dev", region_features=store_dir, on_missing_image="skip")
     dev_pairs = [pair_image_ids(json.loads(line)["identifier"]) for line in (data_dir / "dev.json").open()]
     assert results["eval_examples"] == len(rows) == sum(missing not in pair for pair in dev_pairs) < len(dev_pairs)
     assert (results["dataset"], results["model_family"]) == ("nlvr2", "single_stream")

@@ -22,7 +22,7 @@ from hf_vlalign import (
     SingleStreamForReferringExpression,
     TwoStreamForReferringExpression,
 )
-from hf_vlalign.data import load_dataset
+from hf_vlalign.data import build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ReferringExpressionCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
@@ -132,8 +132,8 @@ def test_real_data_path_joins_the_store_images_and_collates(refcoco_files):
     data_args = example.DataArguments(dataset="refcoco+", data_dir=str(refcoco_dir), features=str(coco_store.directory))
     train, evaluation, store, source = example.load_splits(data_args, example.ReferringArguments())
     assert source.startswith("RefCOCO+") and store.image_ids == coco_store.image_ids
-    plain = load_dataset("refcoco+", refcoco_dir, "val")
-    assert len(evaluation) == len(plain) and len(train) == len(load_dataset("refcoco+", refcoco_dir, "train"))
+    plain = build_dataset("refcoco+", refcoco_dir, "val")
+    assert len(evaluation) == len(plain) and len(train) == len(build_dataset("refcoco+", refcoco_dir, "train"))
     assert evaluation["image_id"] == plain["image_id"]  # COCO ids, joined to "COCO_train2014_<id:012d>" by row
     assert [coco_store.image_id_at(row) for row in evaluation["feature_row"]] == [
         f"COCO_train2014_{int(i):012d}" for i in plain["image_id"]
@@ -209,7 +209,7 @@ def _reloaded_accuracy(run: Path, monkeypatch) -> tuple[type, dict]:
     monkeypatch.setenv("HF_VLALIGN_CACHE", str(run / "cache"))
     config = SyntheticSceneConfig(TRAIN_IMAGES, EVAL_IMAGES)
     store = synthetic_region_features(config=config)
-    rows = load_dataset("synthetic_scenes", None, "val", task="refcoco", config=config, region_features=store)
+    rows = build_dataset("synthetic_scenes", None, "val", task="refcoco", config=config, region_features=store)
     model = AutoModelForReferringExpression.from_pretrained(run / "model").eval()
     collator = ReferringExpressionCollator(AutoTokenizer.from_pretrained(run / "model"), store, max_text_length=48)
     predicted, gold = [], []

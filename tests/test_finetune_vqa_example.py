@@ -19,7 +19,7 @@ from transformers import AutoModelForVisualQuestionAnswering, AutoTokenizer
 
 import hf_vlalign  # noqa: F401  (registers the Auto classes)
 from hf_vlalign import SingleStreamForQuestionAnswering, TwoStreamConfig, TwoStreamForQuestionAnswering
-from hf_vlalign.data import load_dataset
+from hf_vlalign.data import build_dataset
 from hf_vlalign.data.builders import vqa_v2
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import QuestionAnsweringCollator
@@ -114,7 +114,7 @@ def test_reloaded_single_stream_model_reproduces_the_reported_accuracy(single_st
     results = json.loads((model_dir / "eval_results.json").read_text())
     monkeypatch.setenv("HF_VLALIGN_CACHE", str(cache))
     store = synthetic_region_features(config=CONFIG)
-    rows = load_dataset("synthetic_scenes", None, "val", task="questions", config=CONFIG, region_features=store)
+    rows = build_dataset("synthetic_scenes", None, "val", task="questions", config=CONFIG, region_features=store)
     model = AutoModelForVisualQuestionAnswering.from_pretrained(model_dir).eval()
     assert type(model) is SingleStreamForQuestionAnswering
     collator = QuestionAnsweringCollator(
@@ -217,7 +217,7 @@ def test_two_stream_vqa_v2_run_in_bf16(vqa_files, tmp_path):
     data_dir, store = vqa_files
     vocab = json.loads((output_dir / "answer_vocab.json").read_text())
     assert vocab == vqa_v2.build_answer_vocab(data_dir / vqa_v2.ANNOTATIONS_FILE["train"], min_count=1)
-    rows = load_dataset("vqa_v2", data_dir, "val", region_features=store, answer_vocab=vocab, image_id_template="{id}")
+    rows = build_dataset("vqa_v2", data_dir, "val", region_features=store, answer_vocab=vocab, image_id_template="{id}")
     model = AutoModelForVisualQuestionAnswering.from_pretrained(output_dir).eval()
     assert type(model) is TwoStreamForQuestionAnswering
     collator = QuestionAnsweringCollator(

@@ -29,13 +29,13 @@ from hf_vlalign import (
     default_text_model_path,
 )
 from hf_vlalign.data import (
-    CaptionCollator,
     CaptioningCollator,
+    GroundedCaptionCollator,
     ImagePairCollator,
-    PretrainingCollator,
     QuestionAnsweringCollator,
     ReferringExpressionCollator,
     RegionFeatureStore,
+    TwoStreamPretrainingCollator,
     VGPCollator,
 )
 from hf_vlalign.models.captioning import RegionCaptionerConfig, RegionCaptionerForConditionalGeneration
@@ -425,7 +425,7 @@ def caption_rows(draw) -> list[dict]:
 @given(caption_rows(), st.integers(2, 16))
 def test_caption_collator_gives_a_valid_batch_or_raises_value_error(tokenizer, store, rows, max_text_length):
     try:
-        batch = CaptionCollator(tokenizer, store, max_text_length=max_text_length)(rows)
+        batch = GroundedCaptionCollator(tokenizer, store, max_text_length=max_text_length)(rows)
     except ValueError:
         return
     alignment = batch["word_region_alignment"]
@@ -442,14 +442,14 @@ def test_caption_collator_gives_a_valid_batch_or_raises_value_error(tokenizer, s
 # ----------------------------------------------------------------------------------------------------------------
 
 SCHEMA_COLLATORS = {
-    "caption": lambda tok, store: CaptionCollator(tok, store),
+    "caption": lambda tok, store: GroundedCaptionCollator(tok, store),
     "vgp": lambda tok, store: VGPCollator(tok, store),
     "vqa": lambda tok, store: QuestionAnsweringCollator(tok, store, num_answers=4),
     "gqa": lambda tok, store: QuestionAnsweringCollator(tok, store, num_answers=4),
     "nlvr2": lambda tok, store: ImagePairCollator(tok, store),
     "refcoco": lambda tok, store: ReferringExpressionCollator(tok, store),
     "captioning": lambda tok, store: CaptioningCollator(tok, store, reference_column="references"),
-    "pretraining": lambda tok, store: PretrainingCollator(tok, store, mismatch_probability=0.5, num_answers=4),
+    "pretraining": lambda tok, store: TwoStreamPretrainingCollator(tok, store, mismatch_probability=0.5, num_answers=4),
 }
 SCHEMA_ROWS = {
     "caption": {"image_id": "1", "sentence": "a red circle", "sentence_phrase_spans": [[2, 12]],

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from transformers import AutoModelForVisualQuestionAnswering, AutoTokenizer
 
-from hf_vlalign.data import QuestionAnsweringCollator, RegionFeatureStore, load_dataset
+from hf_vlalign.data import QuestionAnsweringCollator, RegionFeatureStore, build_dataset
 from hf_vlalign.data.builders import vqa_v2
 from hf_vlalign.evaluation import image_use_gap
 
@@ -57,7 +57,7 @@ def test_fixture_is_written_in_the_published_layouts(fixture):
     assert questions["data_subtype"] == "val2014" and len(annotations) == len(questions["questions"])
     assert {a["answer_type"] for a in annotations} == {"yes/no", "other", "number"}
     assert all(len(a["answers"]) == 10 for a in annotations)
-    rows = load_dataset("vqa_v2", fixture.data_dir, "val", region_features=store)  # the real builder joins every image
+    rows = build_dataset("vqa_v2", fixture.data_dir, "val", region_features=store)  # the real builder joins every image
     assert len(rows) == len(annotations) and all(row is not None for row in rows["feature_row"])
 
 
@@ -78,7 +78,7 @@ def test_finetune_vqa_defaults_read_the_image_on_low_dimensional_raw_features(fi
 
     store = RegionFeatureStore.load(fixture.store_dir)
     vocab = vqa_v2.read_answer_vocab(output_dir / "answer_vocab.json")
-    rows = load_dataset("vqa_v2", fixture.data_dir, "val", region_features=store, answer_vocab=vocab)
+    rows = build_dataset("vqa_v2", fixture.data_dir, "val", region_features=store, answer_vocab=vocab)
     collator = QuestionAnsweringCollator(
         tokenizer=AutoTokenizer.from_pretrained(output_dir), region_features=store, num_answers=len(vocab)
     )

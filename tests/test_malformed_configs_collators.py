@@ -14,14 +14,14 @@ from transformers import AutoTokenizer
 
 from hf_vlalign import SingleStreamConfig, TwoStreamConfig, default_text_model_path
 from hf_vlalign.data import (
-    CaptionCollator,
     CaptioningCollator,
+    GroundedCaptionCollator,
     ImagePairCollator,
     PhraseGroundingCollator,
-    PretrainingCollator,
     QuestionAnsweringCollator,
     ReferringExpressionCollator,
     RegionFeatureStore,
+    TwoStreamPretrainingCollator,
     VGPCollator,
 )
 from hf_vlalign.models.captioning import RegionCaptionerConfig
@@ -148,14 +148,14 @@ def store(tmp_path_factory) -> RegionFeatureStore:
 
 
 COLLATORS = {
-    "caption": lambda tok, store: CaptionCollator(tok, store),
+    "caption": lambda tok, store: GroundedCaptionCollator(tok, store),
     "vgp": lambda tok, store: VGPCollator(tok, store),
     "vqa": lambda tok, store: QuestionAnsweringCollator(tok, store, num_answers=5),
     "gqa": lambda tok, store: QuestionAnsweringCollator(tok, store, num_answers=5),
     "nlvr2": lambda tok, store: ImagePairCollator(tok, store),
     "refcoco": lambda tok, store: ReferringExpressionCollator(tok, store),
     "captioning": lambda tok, store: CaptioningCollator(tok, store, reference_column="references"),
-    "pretraining": lambda tok, store: PretrainingCollator(tok, store, mismatch_probability=0.0, num_answers=5),
+    "pretraining": lambda tok, store: TwoStreamPretrainingCollator(tok, store, mismatch_probability=0.0, num_answers=5),
 }
 GOOD = {
     "caption": {"image_id": "1", "sentence": "a red box and a blue box",
@@ -182,9 +182,9 @@ def case(collator: str, changes, match: str, case_id: str):
 ROW1 = r"batch row 1: "
 BAD_ROWS = [
     # missing columns
-    case("caption", {"sentence": DROP}, r"rows must have the columns \['sentence'\] for CaptionCollator; batch row 1", "no-sentence"),
-    case("caption", {"image_id": DROP}, r"rows must have the columns \['image_id'\] for CaptionCollator; batch row 1", "no-image"),
-    case("caption", "a red box", r"batch row 1 must be a dict of columns for CaptionCollator, got str", "row-is-str"),
+    case("caption", {"sentence": DROP}, r"rows must have the columns \['sentence'\] for GroundedCaptionCollator; batch row 1", "no-sentence"),
+    case("caption", {"image_id": DROP}, r"rows must have the columns \['image_id'\] for GroundedCaptionCollator; batch row 1", "no-image"),
+    case("caption", "a red box", r"batch row 1 must be a dict of columns for GroundedCaptionCollator, got str", "row-is-str"),
     case("vgp", {"vgp_label": DROP}, r"VGPCollator rows must have the columns `vgp_label`; batch row 1", "no-vgp-label"),
     case("vgp", {"phrase2_span": DROP}, r"VGPCollator rows must have the columns `phrase2_span`; batch row 1", "no-phrase2"),
     case("nlvr2", {"right_image_id": DROP}, r"rows must have the columns \['right_image_id'\] for ImagePairCollator", "no-right"),
@@ -194,7 +194,7 @@ BAD_ROWS = [
     case("captioning", {"references": DROP}, r"rows must have the columns \['references'\] for CaptioningCollator", "no-refs"),
     case("vqa", {"scores": DROP}, r"rows must have the columns \['scores'\] for VQA soft scores; batch row 1", "no-scores"),
     case("gqa", {"label": DROP}, r"rows must have the columns \['label'\] for QuestionAnsweringCollator; batch row 1", "no-label"),
-    case("pretraining", {"label": DROP}, r"rows must have the columns \['label'\] for PretrainingCollator; batch row 1", "no-label"),
+    case("pretraining", {"label": DROP}, r"rows must have the columns \['label'\] for TwoStreamPretrainingCollator; batch row 1", "no-label"),
     # texts and image ids
     case("caption", {"sentence": None, "sentence_phrase_spans": DROP}, ROW1 + r"`sentence` must be a string, got NoneType None", "sentence-none"),
     case("caption", {"sentence": 7, "sentence_phrase_spans": DROP}, ROW1 + r"`sentence` must be a string, got int 7", "sentence-int"),

@@ -21,7 +21,13 @@ from hf_vlalign import (
     TwoStreamForPreTraining,
     default_text_model_path,
 )
-from hf_vlalign.data import CaptionCollator, PretrainingCollator, QuestionAnsweringCollator, VGPCollator, load_dataset
+from hf_vlalign.data import (
+    GroundedCaptionCollator,
+    QuestionAnsweringCollator,
+    TwoStreamPretrainingCollator,
+    VGPCollator,
+    build_dataset,
+)
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.formats import iter_lxmert_tsv_records, read_annotation, read_sentences, read_split, read_vgp_csv
 from hf_vlalign.data.formats.butd_tsv import iter_butd_tsv_records
@@ -151,7 +157,7 @@ def collator_context(tmp_path_factory) -> CollatorContext:
     root = tmp_path_factory.mktemp("scenes")
     config = SyntheticSceneConfig(num_train_images=3, num_val_images=1, feature_dim=8, seed=0)
     store = synthetic_region_features(root, config)
-    rows = load_dataset("synthetic_scenes", root, "train", store, task="captions", config=config)
+    rows = build_dataset("synthetic_scenes", root, "train", store, task="captions", config=config)
     return CollatorContext(AutoTokenizer.from_pretrained(default_text_model_path()), store, [rows[0], rows[1]])
 
 
@@ -268,17 +274,17 @@ CASES = [
     ("cfg_negative_supervision_weight", lambda c, p: SingleStreamConfig(**SINGLE, attention_supervision_weight=-1.0), ValueError, r"`attention_supervision_weight`"),
     ("cfg_zero_visual_feat_dim", lambda c, p: SingleStreamConfig(**{**SINGLE, "visual_feat_dim": 0}), ValueError, r"`visual_feat_dim`"),
     # --- collators -------------------------------------------------------------------------------------------
-    ("col_unknown_image_id", lambda c, p: CaptionCollator(c.tokenizer, c.store)(row_with(c, image_id="no-such-image")), ValueError, r"`image_id` 'no-such-image'"),
-    ("col_empty_batch", lambda c, p: CaptionCollator(c.tokenizer, c.store)([]), ValueError, r"`examples`"),
-    ("col_missing_text_column", lambda c, p: CaptionCollator(c.tokenizer, c.store, text_columns=("caption",))(c.rows), ValueError, r"\['caption'\]"),
-    ("col_three_text_columns", lambda c, p: CaptionCollator(c.tokenizer, c.store, text_columns=("a", "b", "c")), ValueError, r"`text_columns`"),
-    ("col_phrase_regions_longer_than_image", lambda c, p: CaptionCollator(c.tokenizer, c.store)(row_with(c, sentence_phrase_regions=[[0.0] * 40 + [1.0]] * 2)), ValueError, r"`sentence_phrase_regions`"),
-    ("col_phrase_regions_not_a_distribution", lambda c, p: CaptionCollator(c.tokenizer, c.store)(row_with(c, sentence_phrase_regions=[[0.5, 0.9], [1.0]])), ValueError, r"`sentence_phrase_regions`.*sum"),
-    ("col_phrase_span_outside_text", lambda c, p: CaptionCollator(c.tokenizer, c.store)(row_with(c, sentence_phrase_spans=[[200, 210], [0, 3]])), ValueError, r"`sentence_phrase_spans`"),
+    ("col_unknown_image_id", lambda c, p: GroundedCaptionCollator(c.tokenizer, c.store)(row_with(c, image_id="no-such-image")), ValueError, r"`image_id` 'no-such-image'"),
+    ("col_empty_batch", lambda c, p: GroundedCaptionCollator(c.tokenizer, c.store)([]), ValueError, r"`examples`"),
+    ("col_missing_text_column", lambda c, p: GroundedCaptionCollator(c.tokenizer, c.store, text_columns=("caption",))(c.rows), ValueError, r"\['caption'\]"),
+    ("col_three_text_columns", lambda c, p: GroundedCaptionCollator(c.tokenizer, c.store, text_columns=("a", "b", "c")), ValueError, r"`text_columns`"),
+    ("col_phrase_regions_longer_than_image", lambda c, p: GroundedCaptionCollator(c.tokenizer, c.store)(row_with(c, sentence_phrase_regions=[[0.0] * 40 + [1.0]] * 2)), ValueError, r"`sentence_phrase_regions`"),
+    ("col_phrase_regions_not_a_distribution", lambda c, p: GroundedCaptionCollator(c.tokenizer, c.store)(row_with(c, sentence_phrase_regions=[[0.5, 0.9], [1.0]])), ValueError, r"`sentence_phrase_regions`.*sum"),
+    ("col_phrase_span_outside_text", lambda c, p: GroundedCaptionCollator(c.tokenizer, c.store)(row_with(c, sentence_phrase_spans=[[200, 210], [0, 3]])), ValueError, r"`sentence_phrase_spans`"),
     ("col_vgp_missing_span_column", lambda c, p: VGPCollator(c.tokenizer, c.store)([{"image_id": c.rows[0]["image_id"], "caption1": "a cat", "caption2": "a dog"}]), ValueError, r"`phrase1_span`"),
     ("col_qa_label_out_of_vocabulary", lambda c, p: QuestionAnsweringCollator(c.tokenizer, c.store, text_columns=("sentence",), num_answers=3)([{**c.rows[0], "label": 7}]), ValueError, r"answer label 7 .*`num_answers`=3.*`label`"),
     ("col_qa_no_answer_vocabulary", lambda c, p: QuestionAnsweringCollator(c.tokenizer, c.store, num_answers=0), ValueError, r"`num_answers`"),
-    ("col_pretraining_bad_probability", lambda c, p: PretrainingCollator(c.tokenizer, c.store, mlm_probability=1.5), ValueError, r"`mlm_probability`"),
+    ("col_pretraining_bad_probability", lambda c, p: TwoStreamPretrainingCollator(c.tokenizer, c.store, mlm_probability=1.5), ValueError, r"`mlm_probability`"),
     # --- readers ---------------------------------------------------------------------------------------------
     ("rd_lxmert_missing_file", lambda c, p: read_lxmert(p / "absent.tsv"), FileNotFoundError, r"`path`.*absent\.tsv"),
     ("rd_lxmert_truncated_line", lambda c, p: read_lxmert(write(p / "f.tsv", lxmert_line()[:60] + "\n")), ValueError, r"f\.tsv, line 1.*10 tab-separated fields"),
@@ -322,5 +328,5 @@ def test_the_valid_inputs_of_the_matrix_run(collator_context):
     assert torch.isfinite(run_single().loss_attention_supervision)
     assert torch.isfinite(run_two({"matched_labels": torch.tensor([1, 0])}).loss)
     assert torch.isfinite(run_captioner().loss)
-    batch = CaptionCollator(collator_context.tokenizer, collator_context.store)(collator_context.rows)
+    batch = GroundedCaptionCollator(collator_context.tokenizer, collator_context.store)(collator_context.rows)
     assert batch["word_region_alignment"].sum() > 0

@@ -1,5 +1,5 @@
 """One `on_missing_image` everywhere: same name, same choices ("raise", "skip"), same default ("raise"), same error and
-same counted warning, in every builder, `load_dataset`, `attach_region_features` and `load_vgp_data`.
+same counted warning, in every builder, `build_dataset`, `attach_region_features` and `load_vgp_data`.
 
 Each builder is run on real published files (../shared/data) from which one image is missing where that builder looks
 for it: Flickr30k Entities Sentences/Annotations (a real test-split id listed in val.txt), a VGP csv row on a Flickr30k
@@ -25,7 +25,7 @@ from hf_vlalign.data.builders import (
     MISSING_IMAGE_CHOICES,
     attach_region_features,
     build_vgp_dataset,
-    load_dataset,
+    build_dataset,
     load_vgp_data,
 )
 from hf_vlalign.data.builders.vgp import rows_with_features
@@ -52,7 +52,7 @@ def test_one_name_one_default_one_set_of_choices():
         # NLVR2's files name no image that could be missing; its store join takes the option
         function = module.attach_pair_features if name == "nlvr2" else module.build
         assert inspect.signature(function).parameters["on_missing_image"].default == "raise", name
-    for function in (load_dataset, attach_region_features, build_vgp_dataset, load_vgp_data, rows_with_features):
+    for function in (build_dataset, attach_region_features, build_vgp_dataset, load_vgp_data, rows_with_features):
         assert inspect.signature(function).parameters["on_missing_image"].default == "raise", function.__name__
 
 
@@ -60,7 +60,7 @@ def test_one_name_one_default_one_set_of_choices():
 def test_an_unknown_choice_is_refused_before_any_file_is_read(name, tmp_path):
     refused = r"`on_missing_image` must be one of \('raise', 'skip'\), got 'drop'"
     with pytest.raises(ValueError, match=refused):
-        load_dataset(name, tmp_path / "nowhere", SPLITS[name], on_missing_image="drop")
+        build_dataset(name, tmp_path / "nowhere", SPLITS[name], on_missing_image="drop")
     if name != "nlvr2":
         module = importlib.import_module(f"hf_vlalign.data.builders.{BUILDERS[name]}")
         with pytest.raises(ValueError, match=refused):
@@ -157,14 +157,14 @@ def test_an_image_missing_from_the_annotations_raises_or_is_skipped_and_counted(
     source, item, image, unit, skipped, total, skipped_unit = expected
 
     with pytest.raises(ValueError) as raised:
-        load_dataset(name, data_dir, split, **options)
+        build_dataset(name, data_dir, split, **options)
     error = ERROR.fullmatch(str(raised.value))
     assert error is not None, str(raised.value)
     assert (error["source"], error["image"], error["unit"]) == (source, image, unit)
     assert re.search(item, error["item"]), error["item"]
 
     with caplog.at_level(logging.WARNING):
-        rows = load_dataset(name, data_dir, split, on_missing_image="skip", **options)
+        rows = build_dataset(name, data_dir, split, on_missing_image="skip", **options)
     warnings = [WARNING.fullmatch(message) for message in caplog.messages if "on_missing_image" in message]
     assert len(warnings) == 1 and warnings[0] is not None, caplog.messages
     assert (warnings[0]["source"], int(warnings[0]["skipped"]), int(warnings[0]["total"]), warnings[0]["unit"]) == (
@@ -179,7 +179,7 @@ def test_an_image_missing_from_the_annotations_raises_or_is_skipped_and_counted(
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def test_both_levels_follow_the_one_option_of_load_dataset(tmp_path, caplog):
+def test_both_levels_follow_the_one_option_of_build_dataset(tmp_path, caplog):
     root, split, _, _ = _flickr(tmp_path)
     store = RegionFeatureStore.write(
         [
@@ -193,11 +193,11 @@ def test_both_levels_follow_the_one_option_of_load_dataset(tmp_path, caplog):
         tmp_path / "store",
     )  # fmt: skip  (10002456 has its annotation files but no features)
     with pytest.raises(ValueError) as raised:  # the first missing image stops the build: in the annotation files
-        load_dataset("flickr30k_entities", root, split, region_features=store)
+        build_dataset("flickr30k_entities", root, split, region_features=store)
     assert ERROR.fullmatch(str(raised.value))["image"] == TEST_IMAGE
 
     with caplog.at_level(logging.WARNING):
-        rows = load_dataset("flickr30k_entities", root, split, region_features=store, on_missing_image="skip")
+        rows = build_dataset("flickr30k_entities", root, split, region_features=store, on_missing_image="skip")
     matches = [WARNING.fullmatch(message) for message in caplog.messages if "on_missing_image" in message]
     warnings = [(m["source"], int(m["skipped"]), int(m["total"]), m["unit"]) for m in matches]
     assert warnings == [
@@ -208,7 +208,7 @@ def test_both_levels_follow_the_one_option_of_load_dataset(tmp_path, caplog):
 
     (root / "val.txt").write_text("1000092795\n10002456\n")  # every image has its files, one has no features
     with pytest.raises(ValueError) as raised:
-        load_dataset("flickr30k_entities", root, split, region_features=store)
+        build_dataset("flickr30k_entities", root, split, region_features=store)
     error = ERROR.fullmatch(str(raised.value))
     assert (error["source"], error["item"], error["image"]) == ("flickr30k_entities val", "row 5", "10002456")
     assert error["where"].startswith(f"the region-feature store {store.directory}")

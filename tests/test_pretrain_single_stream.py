@@ -21,7 +21,7 @@ from hf_vlalign import (
     SingleStreamForQuestionAnswering,
     default_text_model_path,
 )
-from hf_vlalign.data import SentenceImagePretrainingCollator, group_captions_by_image, load_dataset
+from hf_vlalign.data import SingleStreamPretrainingCollator, build_dataset, group_captions_by_image
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation.task_metrics import pretraining_metrics
 from hf_vlalign.synthetic import SyntheticSceneConfig
@@ -34,7 +34,7 @@ SCENES = SyntheticSceneConfig(num_train_images=40, num_val_images=6, seed=5)
 def captions(tmp_path_factory):
     root = tmp_path_factory.mktemp("scenes")
     store = synthetic_region_features(root, SCENES)
-    train = load_dataset("synthetic_scenes", root, "train", task="captions", config=SCENES, region_features=store)
+    train = build_dataset("synthetic_scenes", root, "train", task="captions", config=SCENES, region_features=store)
     return train, store, AutoTokenizer.from_pretrained(default_text_model_path())
 
 
@@ -59,7 +59,7 @@ def test_second_captions_are_half_random_and_from_the_right_images(captions):
         for text in texts:
             decoded = tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"])
             images_of.setdefault(decoded, set()).add(image_id)
-    collator = SentenceImagePretrainingCollator(tokenizer, store, captions_by_image=train, mlm_probability=0)
+    collator = SingleStreamPretrainingCollator(tokenizer, store, captions_by_image=train, mlm_probability=0)
     torch.manual_seed(0)
     labels = []
     for _ in range(5):  # 5 x 200 draws
@@ -83,7 +83,7 @@ def test_always_random_and_never_random_second_captions(captions):
     train, store, tokenizer = captions
     rows = [train[i] for i in range(20)]
     for probability, label in ((0.0, 0), (1.0, 1)):
-        collator = SentenceImagePretrainingCollator(
+        collator = SingleStreamPretrainingCollator(
             tokenizer, store, captions_by_image=group_captions_by_image(train), random_caption_probability=probability
         )
         assert collator(rows)["sentence_image_labels"].tolist() == [label] * 20
@@ -91,8 +91,8 @@ def test_always_random_and_never_random_second_captions(captions):
 
 def test_masked_word_labels_only_on_masked_positions(captions):
     train, store, tokenizer = captions
-    masked_collator = SentenceImagePretrainingCollator(tokenizer, store, captions_by_image=train)
-    plain_collator = SentenceImagePretrainingCollator(tokenizer, store, captions_by_image=train, mlm_probability=0)
+    masked_collator = SingleStreamPretrainingCollator(tokenizer, store, captions_by_image=train)
+    plain_collator = SingleStreamPretrainingCollator(tokenizer, store, captions_by_image=train, mlm_probability=0)
     special = torch.tensor(tokenizer.all_special_ids)
     masked = maskable = as_mask_token = 0
     for start in range(0, len(train), 50):
@@ -116,7 +116,7 @@ def test_masked_word_labels_only_on_masked_positions(captions):
 
 def test_task_specific_mode_has_one_text_and_no_pair_labels(captions):
     train, store, tokenizer = captions
-    collator = SentenceImagePretrainingCollator(tokenizer, store, paired=False)  # no caption pool needed
+    collator = SingleStreamPretrainingCollator(tokenizer, store, paired=False)  # no caption pool needed
     torch.manual_seed(1)
     batch = collator([train[i] for i in range(8)])
     assert "sentence_image_labels" not in batch
@@ -131,7 +131,7 @@ def test_task_specific_mode_has_one_text_and_no_pair_labels(captions):
 
 def test_a_batch_without_drawn_masks_gets_one_masked_word(captions):
     train, store, tokenizer = captions
-    collator = SentenceImagePretrainingCollator(tokenizer, store, paired=False, mlm_probability=1e-6)
+    collator = SingleStreamPretrainingCollator(tokenizer, store, paired=False, mlm_probability=1e-6)
     batch = collator([train[0]])
     assert int((batch["labels"] != -100).sum()) == 1
     assert int((batch["input_ids"] == tokenizer.mask_token_id).sum()) == 1
@@ -140,7 +140,7 @@ def test_a_batch_without_drawn_masks_gets_one_masked_word(captions):
 def test_masked_regions_are_zeroed_with_feature_and_class_labels(captions):
     train, store, tokenizer = captions
     rows = [train[i] for i in range(0, 200, 2)]
-    collator = SentenceImagePretrainingCollator(tokenizer, store, captions_by_image=train, region_mask_probability=0.3)
+    collator = SingleStreamPretrainingCollator(tokenizer, store, captions_by_image=train, region_mask_probability=0.3)
     torch.manual_seed(2)
     batch = collator(rows)
     original = store.padded([row["image_id"] for row in rows])
@@ -156,11 +156,11 @@ def test_masked_regions_are_zeroed_with_feature_and_class_labels(captions):
         assert torch.equal(batch["object_labels"][i, :count], expected)
         assert bool((batch["object_labels"][i, count:] == -100).all())
     assert "attribute_labels" not in batch
-    without_classes = SentenceImagePretrainingCollator(
+    without_classes = SingleStreamPretrainingCollator(
         tokenizer, store, captions_by_image=train, region_mask_probability=0.3, return_object_labels=False
     )(rows)
     assert "object_labels" not in without_classes and "masked_regions" in without_classes
-    visualbert = SentenceImagePretrainingCollator(tokenizer, store, captions_by_image=train)(rows)
+    visualbert = SingleStreamPretrainingCollator(tokenizer, store, captions_by_image=train)(rows)
     assert not {"masked_regions", "feature_labels", "object_labels"} & set(visualbert)
     assert torch.equal(visualbert["visual_feats"], original)
 
@@ -176,13 +176,13 @@ def test_masked_regions_are_zeroed_with_feature_and_class_labels(captions):
 def test_grounding_comes_from_the_first_caption_only(captions):
     train, store, tokenizer = captions
     rows = [train[i] for i in range(30)]
-    batch = SentenceImagePretrainingCollator(tokenizer, store, captions_by_image=train, mlm_probability=0)(rows)
+    batch = SingleStreamPretrainingCollator(tokenizer, store, captions_by_image=train, mlm_probability=0)(rows)
     grounded = batch["word_region_alignment"].sum(-1) > 0
     assert int(grounded.sum()) > 0
     assert not bool((grounded & (batch["token_type_ids"] == 1)).any())
     torch.testing.assert_close(batch["word_region_alignment"][grounded].sum(-1), torch.ones(int(grounded.sum())))
     # the first caption's tokens sit at the same positions alone and paired, with the same alignment
-    single = SentenceImagePretrainingCollator(tokenizer, store, paired=False, mlm_probability=0)(rows)
+    single = SingleStreamPretrainingCollator(tokenizer, store, paired=False, mlm_probability=0)(rows)
     length = single["input_ids"].shape[1]
     assert int(grounded[:, :length].sum()) == int(grounded.sum())
     torch.testing.assert_close(batch["word_region_alignment"][:, :length], single["word_region_alignment"], rtol=0, atol=0)
@@ -191,7 +191,7 @@ def test_grounding_comes_from_the_first_caption_only(captions):
 def test_seeded_collation_is_fixed_per_batch_and_leaves_the_rng_alone(captions):
     train, store, tokenizer = captions
     rows = [train[i] for i in range(16)]
-    collator = SentenceImagePretrainingCollator(tokenizer, store, captions_by_image=train, seed=7, region_mask_probability=0.2)
+    collator = SingleStreamPretrainingCollator(tokenizer, store, captions_by_image=train, seed=7, region_mask_probability=0.2)
     torch.manual_seed(0)
     first = collator(rows)
     state = torch.random.get_rng_state()
@@ -200,10 +200,10 @@ def test_seeded_collation_is_fixed_per_batch_and_leaves_the_rng_alone(captions):
     assert first.keys() == second.keys() and all(torch.equal(first[key], second[key]) for key in first)
     torch.manual_seed(0)
     assert torch.equal(torch.random.get_rng_state(), state)  # the collation drew nothing from torch's RNG
-    other = SentenceImagePretrainingCollator(tokenizer, store, captions_by_image=train, seed=8)(rows)
+    other = SingleStreamPretrainingCollator(tokenizer, store, captions_by_image=train, seed=8)(rows)
     assert not torch.equal(other["input_ids"], first["input_ids"])
     torch.manual_seed(4)  # unseeded: the same global state gives the same batch
-    unseeded = SentenceImagePretrainingCollator(tokenizer, store, captions_by_image=train)
+    unseeded = SingleStreamPretrainingCollator(tokenizer, store, captions_by_image=train)
     a = unseeded(rows)
     torch.manual_seed(4)
     assert all(torch.equal(a[key], value) for key, value in unseeded(rows).items())
@@ -227,23 +227,23 @@ def test_seeded_collation_is_fixed_per_batch_and_leaves_the_rng_alone(captions):
 def test_bad_arguments_are_named(captions, options, message):
     train, store, tokenizer = captions
     with pytest.raises(ValueError, match=message):
-        SentenceImagePretrainingCollator(tokenizer, store, **{"captions_by_image": train, **options})
+        SingleStreamPretrainingCollator(tokenizer, store, **{"captions_by_image": train, **options})
 
 
 def test_bad_rows_are_named(captions):
     train, store, tokenizer = captions
     pool = {"100000": ["a b", "c d"], "100001": ["e", "f"]}
-    collator = SentenceImagePretrainingCollator(tokenizer, store, captions_by_image=pool)
+    collator = SingleStreamPretrainingCollator(tokenizer, store, captions_by_image=pool)
     with pytest.raises(ValueError, match=r"`examples` must hold at least one example"):
         collator([])
     with pytest.raises(ValueError, match=r"image '100039' of batch row 0 is not in `captions_by_image`"):
         collator([train[len(train) - 1]])
     with pytest.raises(ValueError, match=r"batch row 0 must have the columns \['sentence'\]"):
-        SentenceImagePretrainingCollator(tokenizer, store, captions_by_image=train)([{"image_id": "100000", "caption": "x"}])
+        SingleStreamPretrainingCollator(tokenizer, store, captions_by_image=train)([{"image_id": "100000", "caption": "x"}])
     with pytest.raises(ValueError, match=r"caption rows must have the columns \['caption'\]"):
         group_captions_by_image(train, "caption")
     with pytest.raises(ValueError, match=r"`feature_row` of image 'COCO_1' must be a row of the region-feature store"):
-        SentenceImagePretrainingCollator(tokenizer, store, paired=False)(
+        SingleStreamPretrainingCollator(tokenizer, store, paired=False)(
             [{**train[0], "image_id": "COCO_1", "feature_row": len(store)}]
         )
 
@@ -300,8 +300,8 @@ def test_reloaded_model_reproduces_the_reported_accuracies(pretrained, monkeypat
     results = json.loads((model_dir / "eval_results.json").read_text())
     monkeypatch.setenv("HF_VLALIGN_CACHE", str(output_dir / "cache"))
     store = synthetic_region_features(config=EXAMPLE_SCENES)
-    evaluation = load_dataset("synthetic_scenes", None, "val", task="captions", config=EXAMPLE_SCENES, region_features=store)
-    collator = SentenceImagePretrainingCollator(
+    evaluation = build_dataset("synthetic_scenes", None, "val", task="captions", config=EXAMPLE_SCENES, region_features=store)
+    collator = SingleStreamPretrainingCollator(
         AutoTokenizer.from_pretrained(model_dir), store, captions_by_image=evaluation, region_mask_probability=0.2,
         max_text_length=64, seed=results["eval_collation_seed"],
     )  # fmt: skip

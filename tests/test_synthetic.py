@@ -347,22 +347,22 @@ def test_generate_rejects_a_wrong_config_type(tmp_path):
         generate_synthetic_scenes(tmp_path, config={"seed": 0})
 
 
-def test_load_dataset_synthetic_scenes_reads_back_through_the_real_builders(tmp_path):
-    from hf_vlalign.data import CaptionCollator, load_dataset
+def test_build_dataset_synthetic_scenes_reads_back_through_the_real_builders(tmp_path):
+    from hf_vlalign.data import GroundedCaptionCollator, build_dataset
     from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 
-    vgp = load_dataset("synthetic_scenes", tmp_path, "val", config=TINY)
-    captions = load_dataset("synthetic_scenes", tmp_path, "train", task="captions", config=TINY)
+    vgp = build_dataset("synthetic_scenes", tmp_path, "val", config=TINY)
+    captions = build_dataset("synthetic_scenes", tmp_path, "train", task="captions", config=TINY)
     store = synthetic_region_features(tmp_path, TINY)
     assert len(store) == TINY.num_train_images + TINY.num_val_images and store.feature_dim == TINY.feature_dim
     assert set(vgp["image_id"]) <= set(store.image_ids) and len(captions) == 5 * TINY.num_train_images
-    joined = load_dataset("synthetic_scenes", tmp_path, "train", store, task="captions", config=TINY)
+    joined = build_dataset("synthetic_scenes", tmp_path, "train", store, task="captions", config=TINY)
     assert all(sum(target) == pytest.approx(1.0) for row in joined for target in row["sentence_phrase_regions"])
     from transformers import AutoTokenizer
 
     from hf_vlalign import default_text_model_path
 
-    batch = CaptionCollator(AutoTokenizer.from_pretrained(default_text_model_path()), store)([joined[0], joined[1]])
+    batch = GroundedCaptionCollator(AutoTokenizer.from_pretrained(default_text_model_path()), store)([joined[0], joined[1]])
     assert batch["visual_feats"].shape == (2, TINY.num_regions, TINY.feature_dim)
     with pytest.raises(ValueError, match=r"`task` of synthetic_scenes must be one of \('vgp', 'captions', 'questions', 'nlvr2', 'refcoco'\)"):
-        load_dataset("synthetic_scenes", tmp_path, "train", task="qa", config=TINY)
+        build_dataset("synthetic_scenes", tmp_path, "train", task="qa", config=TINY)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hf_vlalign.alignment import box_iou
-from hf_vlalign.data import load_dataset
+from hf_vlalign.data import build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import QuestionAnsweringCollator
 from hf_vlalign.data.formats.flickr30k_entities import read_annotation
@@ -246,7 +246,7 @@ def test_answers_are_balanced_and_in_the_vocabulary(generated):
 
 def test_every_pointer_resolves_through_the_gqa_builder_to_its_object_box(generated, cache_dir):
     for split in SPLITS:
-        dataset = load_dataset("synthetic_scenes", cache_dir, split, task="questions", config=SMALL)
+        dataset = build_dataset("synthetic_scenes", cache_dir, split, task="questions", config=SMALL)
         records, graphs = generated.questions[split], generated.graphs[split]
         assert len(dataset) == len(records) and list(dataset["question_id"]) == list(records)
         labels = dataset["label"]
@@ -267,7 +267,7 @@ def test_every_pointer_resolves_through_the_gqa_builder_to_its_object_box(genera
 
 
 def test_joined_region_features_give_targets_on_the_pointed_objects(cache_dir, store):
-    dataset = load_dataset("synthetic_scenes", cache_dir, "train", store, task="questions", config=SMALL)
+    dataset = build_dataset("synthetic_scenes", cache_dir, "train", store, task="questions", config=SMALL)
     assert set(dataset["image_id"]) <= set(store.image_ids)
     hits = []
     for row in dataset:
@@ -286,7 +286,7 @@ def test_question_answering_collator_grounds_question_words_and_gives_labels(gen
 
     from hf_vlalign.utils.text_model import default_text_model_path
 
-    dataset = load_dataset("synthetic_scenes", cache_dir, "val", store, task="questions", config=SMALL)
+    dataset = build_dataset("synthetic_scenes", cache_dir, "val", store, task="questions", config=SMALL)
     rows = [dataset[i] for i in range(8)]
     tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
     batch = QuestionAnsweringCollator(tokenizer, store, num_answers=len(generated.vocab))(rows)
@@ -302,4 +302,4 @@ def test_question_answering_collator_grounds_question_words_and_gives_labels(gen
 
 def test_unknown_task_names_the_choices(cache_dir):
     with pytest.raises(ValueError, match=r"`task` of synthetic_scenes must be one of .*'questions'"):
-        load_dataset("synthetic_scenes", cache_dir, "train", task="qa", config=SMALL)
+        build_dataset("synthetic_scenes", cache_dir, "train", task="qa", config=SMALL)

@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 
 from hf_vlalign import default_text_model_path
 from hf_vlalign.alignment import box_iou
-from hf_vlalign.data import load_dataset
+from hf_vlalign.data import build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ImagePairCollator, ReferringExpressionCollator
 from hf_vlalign.data.formats.safe_pickle import load_restricted_pickle
@@ -209,7 +209,7 @@ def _xyxy(obj: dict) -> list[float]:
 
 def test_nlvr2_files_read_by_the_real_builder_with_balanced_labels(paths):
     for split, nlvr2_split in (("train", "train"), ("val", "dev")):
-        rows = load_dataset("synthetic_scenes", paths.root.parent, split, task="nlvr2", config=SMALL)
+        rows = build_dataset("synthetic_scenes", paths.root.parent, split, task="nlvr2", config=SMALL)
         assert len(rows) >= 4 * (SMALL.num_val_images // 8)
         assert all(identifier.startswith(f"{nlvr2_split}-") for identifier in rows["identifier"])
         assert sum(rows["label"]) * 2 == len(rows)  # every sentence keeps as many True as False pairs
@@ -222,9 +222,9 @@ def test_nlvr2_files_read_by_the_real_builder_with_balanced_labels(paths):
         assert {label for *_, label in by_sentence} == {"True", "False"}
         for (set_id, sentence_id, label), count in by_sentence.items():
             assert by_sentence[(set_id, sentence_id, "True" if label == "False" else "False")] == count
-    dev = load_dataset("synthetic_scenes", paths.root.parent, "dev", task="nlvr2", config=SMALL)
-    assert dev["identifier"] == load_dataset("synthetic_scenes", paths.root.parent, "val", task="nlvr2", config=SMALL)["identifier"]
-    validation = load_dataset("synthetic_scenes", paths.root.parent, "validation", task="nlvr2", config=SMALL)
+    dev = build_dataset("synthetic_scenes", paths.root.parent, "dev", task="nlvr2", config=SMALL)
+    assert dev["identifier"] == build_dataset("synthetic_scenes", paths.root.parent, "val", task="nlvr2", config=SMALL)["identifier"]
+    validation = build_dataset("synthetic_scenes", paths.root.parent, "validation", task="nlvr2", config=SMALL)
     assert validation["identifier"] == dev["identifier"]
 
 
@@ -246,7 +246,7 @@ def test_nlvr2_labels_match_a_recomputation_from_the_scene_graphs(paths, graphs)
 def test_nlvr2_pair_features_attach_and_collate(paths, tokenizer):
     store = synthetic_region_features(paths.root.parent, SMALL, task="nlvr2")
     images = synthetic_region_features(paths.root.parent, SMALL)
-    rows = load_dataset("synthetic_scenes", paths.root.parent, "val", task="nlvr2", config=SMALL, region_features=store)
+    rows = build_dataset("synthetic_scenes", paths.root.parent, "val", task="nlvr2", config=SMALL, region_features=store)
     assert {"left_feature_row", "right_feature_row"} <= set(rows.column_names)
     row = rows[0]
     assert store.image_at(row["left_feature_row"])["image_id"] == row["left_image_id"]
@@ -261,7 +261,7 @@ def test_nlvr2_pair_features_attach_and_collate(paths, tokenizer):
     assert batch["visual_attention_mask"].shape == (4, 2, num_regions)
     assert batch["labels"].tolist() == rows["label"][:4]
     with pytest.raises(ValueError, match="not in the region-feature store"):  # the image store has no NLVR2 ids
-        load_dataset("synthetic_scenes", paths.root.parent, "val", task="nlvr2", config=SMALL, region_features=images)
+        build_dataset("synthetic_scenes", paths.root.parent, "val", task="nlvr2", config=SMALL, region_features=images)
 
 
 def test_nlvr2_statement_truth_rules():
@@ -287,11 +287,11 @@ def test_nlvr2_statement_truth_rules():
 
 def test_tiny_splits_are_still_balanced_and_readable(tmp_path):
     config = SyntheticSceneConfig(num_train_images=3, num_val_images=1, feature_dim=8, seed=0)
-    rows = load_dataset("synthetic_scenes", tmp_path, "val", task="nlvr2", config=config)
+    rows = build_dataset("synthetic_scenes", tmp_path, "val", task="nlvr2", config=config)
     assert sorted(rows["label"]) == [0, 1] and rows["left_url"] == rows["right_url"]
-    train = load_dataset("synthetic_scenes", tmp_path, "train", task="nlvr2", config=config)
+    train = build_dataset("synthetic_scenes", tmp_path, "train", task="nlvr2", config=config)
     assert sum(train["label"]) * 2 == len(train) > 0
-    assert len(load_dataset("synthetic_scenes", tmp_path, "val", task="refcoco", config=config)) >= 1
+    assert len(build_dataset("synthetic_scenes", tmp_path, "val", task="refcoco", config=config)) >= 1
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -325,7 +325,7 @@ def test_refcoco_rows_boxes_and_collator_labels(paths, graphs, tokenizer):
     collator = ReferringExpressionCollator(tokenizer, store)
     hits = []
     for split in ("train", "val"):
-        rows = load_dataset("synthetic_scenes", paths.root.parent, split, task="refcoco", config=SMALL, region_features=store)
+        rows = build_dataset("synthetic_scenes", paths.root.parent, split, task="refcoco", config=SMALL, region_features=store)
         assert "expression_phrase_regions" in rows.column_names
         for row in rows:
             graph = graphs[row["image_id"]]
@@ -345,11 +345,11 @@ def test_refcoco_rows_boxes_and_collator_labels(paths, graphs, tokenizer):
 
 def test_refcoco_split_names_and_bad_input(paths):
     with pytest.raises(ValueError, match="`split` of synthetic_scenes \\(task 'refcoco'\\) must be one of"):
-        load_dataset("synthetic_scenes", paths.root.parent, "testA", task="refcoco", config=SMALL)
+        build_dataset("synthetic_scenes", paths.root.parent, "testA", task="refcoco", config=SMALL)
     with pytest.raises(ValueError, match="`split` of synthetic_scenes \\(task 'nlvr2'\\) must be one of"):
-        load_dataset("synthetic_scenes", paths.root.parent, "test1", task="nlvr2", config=SMALL)
+        build_dataset("synthetic_scenes", paths.root.parent, "test1", task="nlvr2", config=SMALL)
     with pytest.raises(ValueError, match="`split` of synthetic_scenes \\(task 'vgp'\\) must be one of"):
-        load_dataset("synthetic_scenes", paths.root.parent, "dev", task="vgp", config=SMALL)
+        build_dataset("synthetic_scenes", paths.root.parent, "dev", task="vgp", config=SMALL)
     with pytest.raises(ValueError, match="`task` of synthetic_scenes must be one of"):
         synthetic_region_features(paths.root.parent, SMALL, task="pairs")
     shape = Shape("circle", "red", "small", (1, 1, 9, 9), "7")

@@ -27,20 +27,20 @@ from transformers import AutoTokenizer
 
 from hf_vlalign import default_text_model_path
 from hf_vlalign.data import (
-    CaptionCollator,
     CaptioningCollator,
+    GroundedCaptionCollator,
     ImagePairCollator,
     PhraseGroundingCollator,
-    PretrainingCollator,
     QuestionAnsweringCollator,
     ReferringExpressionCollator,
     RegionFeatureStore,
-    SentenceImagePretrainingCollator,
+    SingleStreamPretrainingCollator,
     TruncationStats,
+    TwoStreamPretrainingCollator,
     VGPCollator,
+    build_dataset,
     build_vgp_dataset,
     drop_overlong_rows,
-    load_dataset,
 )
 from hf_vlalign.data.formats.flickr30k_entities import Flickr30kEntities
 from hf_vlalign.recipes import truncation_results
@@ -81,8 +81,8 @@ def flickr(tmp_path_factory):
     for name in ("Sentences", "Annotations"):
         (split_dir / name).symlink_to(folder / name)
     (split_dir / "train.txt").write_text(f"{LONG_IMAGE}\n")
-    long_rows = load_dataset("flickr30k_entities", split_dir, "train")
-    val_rows = load_dataset("flickr30k_entities", folder, "val", max_images=3)
+    long_rows = build_dataset("flickr30k_entities", split_dir, "train")
+    val_rows = build_dataset("flickr30k_entities", folder, "val", max_images=3)
     store = gold_box_store([*long_rows["image_id"], *val_rows["image_id"]], tmp_path_factory.mktemp("flickr") / "store")
     return long_rows, val_rows, store
 
@@ -133,7 +133,7 @@ def check_truncated_batch(tokenizer, rows, column, short: dict, full: dict, stat
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("collator_class", [CaptionCollator, PhraseGroundingCollator])
+@pytest.mark.parametrize("collator_class", [GroundedCaptionCollator, PhraseGroundingCollator])
 def test_the_real_82_word_piece_caption_at_the_default_max_text_length(tokenizer, flickr, collator_class):
     long_rows, _, store = flickr
     rows = list(long_rows)
@@ -162,7 +162,7 @@ def _as_expression(row: dict) -> dict:
 
 
 COLLATORS = {  # collator, its text column, the rows as it reads them (real captions, renamed)
-    "caption": (lambda tok, store, length: CaptionCollator(tok, store, max_text_length=length), "sentence", dict),
+    "caption": (lambda tok, store, length: GroundedCaptionCollator(tok, store, max_text_length=length), "sentence", dict),
     "phrase_grounding": (lambda tok, store, length: PhraseGroundingCollator(tok, store, max_text_length=length), "sentence", dict),
     "question_answering": (
         lambda tok, store, length: QuestionAnsweringCollator(tok, store, num_answers=2, max_text_length=length),
@@ -176,14 +176,14 @@ COLLATORS = {  # collator, its text column, the rows as it reads them (real capt
         "sentence", dict,
     ),
     "two_stream_pretraining": (
-        lambda tok, store, length: PretrainingCollator(
+        lambda tok, store, length: TwoStreamPretrainingCollator(
             tok, store, text_columns=("sentence",), mlm_probability=0, object_mask_probability=0,
             mismatch_probability=0, max_text_length=length,
         ),
         "sentence", dict,
     ),
     "sentence_image_pretraining": (
-        lambda tok, store, length: SentenceImagePretrainingCollator(
+        lambda tok, store, length: SingleStreamPretrainingCollator(
             tok, store, paired=False, mlm_probability=0, max_text_length=length
         ),
         "sentence", dict,
@@ -220,7 +220,7 @@ def test_paired_captions_are_truncated_longest_first_and_never_refused(tokenizer
     pool = {}
     for row in rows:
         pool.setdefault(row["image_id"], []).append(row["sentence"])
-    collator = SentenceImagePretrainingCollator(tokenizer, store, captions_by_image=pool, max_text_length=SHORT, seed=3)
+    collator = SingleStreamPretrainingCollator(tokenizer, store, captions_by_image=pool, max_text_length=SHORT, seed=3)
     batch = collator(rows)
     assert batch["input_ids"].shape == (len(rows), SHORT)
     assert collator.truncation_stats.rows == collator.truncation_stats.rows_truncated == len(rows)  # every pair is long
@@ -230,13 +230,13 @@ def test_paired_captions_are_truncated_longest_first_and_never_refused(tokenizer
     assert not bool((sums > 0)[batch["token_type_ids"] == 1].any())  # the first caption's phrases only
     # counted on the first caption alone (the second is drawn at collation)
     _, counted = collator.drop_overlong_rows(datasets.Dataset.from_list(rows))
-    single = SentenceImagePretrainingCollator(tokenizer, store, paired=False, max_text_length=SHORT)
+    single = SingleStreamPretrainingCollator(tokenizer, store, paired=False, max_text_length=SHORT)
     single(rows)
     assert counted == single.truncation_stats
 
 
 def test_nlvr2_statements_are_truncated_and_counted(tokenizer, tmp_path):
-    rows = load_dataset("nlvr2", real_sample("nlvr2"), "dev").select(range(40))
+    rows = build_dataset("nlvr2", real_sample("nlvr2"), "dev").select(range(40))
     image_ids = sorted({row[c] for row in rows for c in ("left_image_id", "right_image_id")})
     store = RegionFeatureStore.write(
         [{"image_id": i, "image_size": (100, 100), "boxes": np.array([[0, 0, 50, 50]], np.float32),
@@ -310,12 +310,12 @@ def test_a_wholly_cut_phrase_stands_on_its_captions_visible_tokens(tokenizer, vg
 
 def test_warned_once_and_counted_on(tokenizer, flickr, caplog):
     _, val_rows, store = flickr
-    collator = CaptionCollator(tokenizer, store, max_text_length=SHORT)
+    collator = GroundedCaptionCollator(tokenizer, store, max_text_length=SHORT)
     with caplog.at_level(logging.WARNING, logger="hf_vlalign.data.collators"):
         collator([val_rows[i] for i in range(5)])
         collator([val_rows[i] for i in range(5, 10)])
     assert caplog.text.count("are truncated") == 1
-    assert "CaptionCollator: texts longer than max_text_length=16 word pieces are truncated" in caplog.text
+    assert "GroundedCaptionCollator: texts longer than max_text_length=16 word pieces are truncated" in caplog.text
     assert collator.truncation_stats.rows == 10
 
 
@@ -341,7 +341,7 @@ def test_drop_overlong_rows_refuses_bad_arguments_and_an_empty_result(tokenizer,
 
 def test_truncation_results_sum_the_collators(tokenizer, flickr):
     _, val_rows, store = flickr
-    first, second = CaptionCollator(tokenizer, store, max_text_length=SHORT), CaptionCollator(tokenizer, store)
+    first, second = GroundedCaptionCollator(tokenizer, store, max_text_length=SHORT), GroundedCaptionCollator(tokenizer, store)
     first([val_rows[i] for i in range(4)])
     second([val_rows[i] for i in range(4)])
     report = truncation_results(SHORT, {"train": TruncationStats(rows=3, rows_truncated=1)}, [first, second])

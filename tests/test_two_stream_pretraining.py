@@ -13,7 +13,7 @@ from transformers import AutoModelForPreTraining, AutoTokenizer, TrainingArgumen
 
 from hf_vlalign import TwoStreamConfig, TwoStreamForPreTraining, default_text_model_path
 from hf_vlalign.alignment import SoftAlignmentTargets, box_iou
-from hf_vlalign.data import PretrainingCollator, load_dataset
+from hf_vlalign.data import TwoStreamPretrainingCollator, build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
 from hf_vlalign.trainers import AlignmentPretrainingTrainer
@@ -26,7 +26,7 @@ SCENES = SyntheticSceneConfig(num_train_images=40, num_val_images=10, seed=3)
 def questions(tmp_path_factory):
     root = tmp_path_factory.mktemp("scenes")
     store = synthetic_region_features(root, SCENES)
-    train = load_dataset("synthetic_scenes", root, "train", task="questions", config=SCENES, region_features=store)
+    train = build_dataset("synthetic_scenes", root, "train", task="questions", config=SCENES, region_features=store)
     return train, store, AutoTokenizer.from_pretrained(default_text_model_path())
 
 
@@ -40,7 +40,7 @@ def collate_all(collator, dataset, batch_size=32):
 def test_masking_rates_match_lxmert(questions):
     train, store, tokenizer = questions
     torch.manual_seed(0)
-    batches = collate_all(PretrainingCollator(tokenizer, store, num_answers=16), train)
+    batches = collate_all(TwoStreamPretrainingCollator(tokenizer, store, num_answers=16), train)
     special = set(tokenizer.all_special_ids)
     maskable = masked_words = real_regions = masked_regions = mismatched = rows = 0
     for batch in batches:
@@ -63,7 +63,7 @@ def test_masking_rates_match_lxmert(questions):
 def test_mismatched_rows_lose_their_alignment_and_answer(questions):
     train, store, tokenizer = questions
     torch.manual_seed(1)
-    batch = PretrainingCollator(tokenizer, store, num_answers=16, object_mask_probability=0.0)(
+    batch = TwoStreamPretrainingCollator(tokenizer, store, num_answers=16, object_mask_probability=0.0)(
         [train[i] for i in range(64)]
     )
     matched = batch["matched_labels"].bool()
@@ -80,7 +80,7 @@ def test_mismatched_rows_lose_their_alignment_and_answer(questions):
 def test_object_masking_targets_come_from_the_detector(questions):
     train, store, tokenizer = questions
     torch.manual_seed(2)
-    collator = PretrainingCollator(tokenizer, store, object_mask_probability=0.5, mismatch_probability=0.0)
+    collator = TwoStreamPretrainingCollator(tokenizer, store, object_mask_probability=0.5, mismatch_probability=0.0)
     batch = collator([train[i] for i in range(16)])
     masked = batch["masked_regions"].bool()
     for i in range(16):
@@ -95,7 +95,7 @@ def test_object_masking_targets_come_from_the_detector(questions):
 
 def test_evaluation_collator_masks_nothing(questions):
     train, store, tokenizer = questions
-    collator = PretrainingCollator(
+    collator = TwoStreamPretrainingCollator(
         tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0, num_answers=16
     )
     batch = collator([train[i] for i in range(8)])
@@ -112,7 +112,7 @@ def test_soft_targets_in_batches_favour_the_pointed_object(questions):
         return torch.stack([torch.tensor([float(name in text.split()) for name in vocabulary]) for text in texts])
 
     soft = SoftAlignmentTargets(one_hot_words, SHAPE_NAMES, COLOUR_NAMES)
-    collator = PretrainingCollator(
+    collator = TwoStreamPretrainingCollator(
         tokenizer,
         store,
         mlm_probability=0,
@@ -152,7 +152,7 @@ def test_trainer_logs_every_loss_and_starts_vqa_at_its_epoch(questions, tmp_path
     subset = train.select(range(128))
     trainer = AlignmentPretrainingTrainer(
         model=tiny_model(tokenizer.vocab_size), args=args, train_dataset=subset,
-        data_collator=PretrainingCollator(tokenizer, store, num_answers=16), vqa_start_epoch=1.0,
+        data_collator=TwoStreamPretrainingCollator(tokenizer, store, num_answers=16), vqa_start_epoch=1.0,
     )  # fmt: skip
     trainer.train()
     steps = [log for log in trainer.state.log_history if "loss" in log]
@@ -202,7 +202,7 @@ def test_soft_targets_from_real_visual_genome_descriptions(tmp_path):
     from hf_vlalign.data import RegionFeatureStore
     from tests.shared_samples import real_sample
 
-    rows = load_dataset("visual_genome", real_sample("visual_genome"), "train")
+    rows = build_dataset("visual_genome", real_sample("visual_genome"), "train")
     classes = read_vocabulary(real_sample("bottom_up_attention", "objects_vocab.txt"))
     index = {name: i for i, name in enumerate(classes)}
     records = []
@@ -220,7 +220,7 @@ def test_soft_targets_from_real_visual_genome_descriptions(tmp_path):
     store = RegionFeatureStore.write(records, tmp_path / "store")
     soft = SoftAlignmentTargets(SentenceEmbeddingWordVectors(), classes)
     tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
-    collator = PretrainingCollator(
+    collator = TwoStreamPretrainingCollator(
         tokenizer, store, text_columns=("sentence",), mlm_probability=0, object_mask_probability=0,
         mismatch_probability=0, soft_targets=soft, return_probe_targets=True,
     )  # fmt: skip

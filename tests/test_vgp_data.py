@@ -10,7 +10,7 @@ from transformers.testing_utils import CaptureLogger
 
 from hf_vlalign import default_text_model_path
 from hf_vlalign.alignment import box_iou, normalize_boxes
-from hf_vlalign.data.builders import build_vgp_dataset, load_dataset
+from hf_vlalign.data.builders import build_dataset, build_vgp_dataset
 from hf_vlalign.data.builders import vgp as vgp_builder
 from hf_vlalign.data.collators import PROBE_KEYS, VGPCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
@@ -179,15 +179,15 @@ def test_hard_negatives_come_from_the_nearest_images_and_are_closer_than_random(
         build_vgp_dataset(FLICKR, TYPOLOGY_VAL, negatives="easy")
 
 
-def test_load_dataset_vgp_finds_the_split_csv(tmp_path):
+def test_build_dataset_vgp_finds_the_split_csv(tmp_path):
     data_dir = tmp_path / "vgp"
     data_dir.mkdir()
     (data_dir / "val_data.csv").symlink_to(TYPOLOGY_VAL)
     (data_dir / "flickr30k_entities").symlink_to(FLICKR)
-    rows = load_dataset("vgp", data_dir, "val", max_examples=10, negatives="random")
+    rows = build_dataset("vgp", data_dir, "val", max_examples=10, negatives="random")
     assert len(rows) == 10 and rows[0]["image_id"] == "12252043"
-    assert load_dataset("vgp", data_dir, "validation", max_examples=10, negatives="random")["caption1"] == rows["caption1"]
+    assert build_dataset("vgp", data_dir, "validation", max_examples=10, negatives="random")["caption1"] == rows["caption1"]
     with pytest.raises(ValueError, match=r"holds no VGP csv for split 'test'; expected one of \['test_data.csv'"):
-        load_dataset("vgp", data_dir, "test")
+        build_dataset("vgp", data_dir, "test")
     with pytest.raises(ValueError, match=r"`name` must be one of .* got 'vgp2'"):
-        load_dataset("vgp2", data_dir, "val")
+        build_dataset("vgp2", data_dir, "val")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hf_vlalign.data.builders import build_vgp_dataset, load_dataset, load_vgp_data
+from hf_vlalign.data.builders import build_vgp_dataset, build_dataset, load_vgp_data
 from hf_vlalign.data.builders import vgp as vgp_builder
 from hf_vlalign.data.feature_store import RegionFeatureStore
 from hf_vlalign.data.formats import read_vgp_csv
@@ -323,7 +323,7 @@ def test_split_overlap_finds_rows_by_split_lists_and_held_out_csvs():
     assert vgp_builder.find_split_overlap(pairs, None, lists) == {}  # no split, no list read
 
 
-def test_load_dataset_vgp_checks_the_csvs_beside_it(tmp_path, caplog):
+def test_build_dataset_vgp_checks_the_csvs_beside_it(tmp_path, caplog):
     data_dir = tmp_path / "vgp"
     data_dir.mkdir()
     for name, path in (
@@ -333,7 +333,7 @@ def test_load_dataset_vgp_checks_the_csvs_beside_it(tmp_path, caplog):
     ):
         (data_dir / name).symlink_to(path)
     with caplog.at_level(logging.WARNING, logger=VGP_LOGGER):
-        rows = load_dataset("vgp", data_dir, "train", on_split_overlap="drop", negatives="random")
+        rows = build_dataset("vgp", data_dir, "train", on_split_overlap="drop", negatives="random")
     assert len(rows) == 303
     assert "1 row(s) on 1 image(s) of val_data.csv, 1 of them identical to its rows" in caplog.text
 

@@ -20,7 +20,7 @@ import torch
 
 from .feature_store import RegionFeatureStore
 
-# columns that `load_dataset(..., region_features=store)` joins: a row's store row, or both rows of an NLVR2 pair
+# columns that `build_dataset(..., region_features=store)` joins: a row's store row, or both rows of an NLVR2 pair
 ROW_COLUMNS = ("feature_row", "left_feature_row", "right_feature_row")
 CHUNK_IMAGES = 256
 # a dimension whose std is below this fraction of the largest std is constant: it keeps std 1 (x - mean is 0 anyway)
@@ -41,7 +41,7 @@ def store_rows_of(store: RegionFeatureStore, images: datasets.Dataset | Sequence
             values = list(images["image_id"])
         else:
             raise ValueError(
-                f"`images` must be joined to the store (a `feature_row` column: load_dataset(..., region_features=store)) or "
+                f"`images` must be joined to the store (a `feature_row` column: build_dataset(..., region_features=store)) or "
                 f"have an `image_id` column, got the columns {images.column_names}."
             )
     elif isinstance(images, (str, bytes)) or not isinstance(images, Sequence):

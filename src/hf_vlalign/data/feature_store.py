@@ -244,7 +244,7 @@ class RegionFeatureStore:
         return (self.image_at(row) for row in range(len(self)))
 
     def image_at(self, row: int, without: Sequence[str] = ()) -> dict:
-        """The image in store row `row` (the `feature_row` that `load_dataset(..., region_features=store)` adds)."""
+        """The image in store row `row` (the `feature_row` that `build_dataset(..., region_features=store)` adds)."""
         if not 0 <= row < len(self):
             raise ValueError(f"`row` must be in [0, {len(self)}), got {row}.")
         # read straight from the memory-mapped Arrow buffers: datasets' row formatting is ~50x slower on 2D arrays

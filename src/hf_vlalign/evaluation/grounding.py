@@ -148,7 +148,7 @@ def evaluate_cross_attention(
     """Answer accuracy (argmax of `question_answering_score` vs `answer_labels`, where given) and Li et al.'s probe
     applied to the language->vision cross-attention (`cross_encoder_attentions`) of a two-stream model.
 
-    `collator` must return the probe targets and mask nothing (e.g. a `PretrainingCollator` with its probabilities at 0).
+    `collator` must return the probe targets and mask nothing (e.g. a `TwoStreamPretrainingCollator` with its probabilities at 0).
     """
     was_training = _start_evaluation(model, collator)
     config = model.config

@@ -12,7 +12,7 @@ any image: its gap is about 0. This is the check `examples/train_captioning.py` 
 Shuffling. The distinct images of the evaluation set (an image pair for NLVR2 rows) are put in a seeded random order
 and each is replaced by the next one in that order (one cycle: no image keeps its own regions, every image is used as
 often as before). A row gets its replacement's `image_id` (and `feature_row`, the store row
-`load_dataset(..., region_features=store)` joined it to; both of each side for NLVR2's `left_*` / `right_*`, with its
+`build_dataset(..., region_features=store)` joined it to; both of each side for NLVR2's `left_*` / `right_*`, with its
 `image_id`). Columns joined
 to the row's own regions (`<text>_phrase_regions`) are dropped from the shuffled rows: the collator then aligns the
 gold boxes with the other image's regions, as it does for rows without the join. Text, labels and batches are the

@@ -65,7 +65,7 @@ def vgp_analysis_data(tokenizer, flickr30k_entities_dir, vgp_train_csv, vgp_eval
 
 def synthetic_analysis_data(model, tokenizer, synthetic: SyntheticSceneConfig) -> AnalysisData:
     """The synthetic scenes' evaluation split, read as the model's family reads it, with the probe's targets."""
-    from ..data import CaptioningCollator, PretrainingCollator, VGPCollator, load_dataset
+    from ..data import CaptioningCollator, TwoStreamPretrainingCollator, VGPCollator, build_dataset
     from ..data.builders import load_vgp_data
     from ..data.builders.synthetic_scenes import synthetic_region_features
 
@@ -77,13 +77,13 @@ def synthetic_analysis_data(model, tokenizer, synthetic: SyntheticSceneConfig) -
         return AnalysisData(data.eval, collator, spec.text_mask_key, "synthetic scenes, VGP caption pairs (val)", **scenes)
     store = synthetic_region_features(config=synthetic)
     if spec.name == "two_stream":
-        questions = load_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
-        collator = PretrainingCollator(
+        questions = build_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
+        collator = TwoStreamPretrainingCollator(
             tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0,
             num_answers=model.config.num_qa_labels if model.config.task_qa else 0, return_probe_targets=True,
         )  # fmt: skip
         return AnalysisData(questions, collator, spec.text_mask_key, "synthetic scenes, GQA-format questions (val)", **scenes)
-    captions = load_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
+    captions = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
     collator = CaptioningCollator(tokenizer, store, text_columns=("sentence",), return_probe_targets=True)
     description = "synthetic scenes, captions (test, teacher-forced)"
     return AnalysisData(captions, collator, spec.text_mask_key, description, **scenes)

@@ -73,7 +73,7 @@ def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
 
 @torch.no_grad()
 def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool) -> dict:
-    from ..data import PretrainingCollator, load_dataset
+    from ..data import TwoStreamPretrainingCollator, build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
     from ..metrics.gqa import gqa_scores
     from ..synthetic import load_or_generate_synthetic_vgp
@@ -83,9 +83,13 @@ def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
         raise ValueError("`model_dir` holds a two-stream model without a question-answering head (`task_qa=False`).")
     store = synthetic_region_features(config=synthetic)
     gqa_dir = load_or_generate_synthetic_vgp(config=synthetic).gqa_dir
-    questions = load_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
+    questions = build_dataset(
+        "synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store
+    )
     answers = json.loads((gqa_dir / ANSWER_LIST_FILE).read_text())
-    collator = PretrainingCollator(tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0)
+    collator = TwoStreamPretrainingCollator(
+        tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0
+    )
     predictions = {}
     batches = inference_batches(
         model, questions, collator, batch_size, exclude=("labels", "answer_labels"), description="gqa", progress=progress
@@ -119,12 +123,12 @@ def generate_captions(
 
 @torch.no_grad()
 def evaluate_captioning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, num_beams: int = 1, max_new_tokens: int = 20) -> dict:
-    from ..data import load_dataset
+    from ..data import build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
     from ..metrics.captioning import caption_scores
 
     store = synthetic_region_features(config=synthetic)
-    captions = load_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
+    captions = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
     references: dict[str, list[str]] = {}
     for image_id, sentence in zip(captions["image_id"], captions["sentence"]):
         references.setdefault(image_id, []).append(sentence)
@@ -162,7 +166,7 @@ def evaluate_question_answering(model, tokenizer, model_dir, synthetic: Syntheti
     when the folder has none)."""
     from transformers.utils import cached_file
 
-    from ..data import QuestionAnsweringCollator, load_dataset
+    from ..data import QuestionAnsweringCollator, build_dataset
     from ..data.builders import gqa, vqa_v2
     from ..data.builders.synthetic_scenes import synthetic_region_features
     from ..synthetic import load_or_generate_synthetic_vgp
@@ -179,7 +183,7 @@ def evaluate_question_answering(model, tokenizer, model_dir, synthetic: Syntheti
             f"({vocab_file or 'of the synthetic scenes'}) has {len(vocab)}: evaluate the model on the questions it was "
             "trained on (its folder's answer_vocab.json)."
         )
-    rows = load_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
+    rows = build_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
     collator = QuestionAnsweringCollator(tokenizer, store, num_answers=len(vocab), max_text_length=max_text_length)
     rows, _ = collator.drop_overlong_rows(rows, "synthetic questions eval")
     records = gqa.read_questions(gqa.question_files(questions_dir, "val", "balanced", None))
@@ -191,12 +195,12 @@ def evaluate_question_answering(model, tokenizer, model_dir, synthetic: Syntheti
 def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int) -> dict:
     """NLVR2's accuracy and consistency of a `*ForVisualReasoning` on the scenes' NLVR2 statements, as
     examples/finetune_nlvr2.py evaluates."""
-    from ..data import ImagePairCollator, load_dataset
+    from ..data import ImagePairCollator, build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
     from .task_metrics import predicted_truth, reasoning_metrics
 
     store = synthetic_region_features(config=synthetic, task="nlvr2")
-    rows = load_dataset("synthetic_scenes", None, "val", task="nlvr2", config=synthetic, region_features=store)
+    rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", config=synthetic, region_features=store)
     collator = ImagePairCollator(tokenizer, store, max_text_length=max_text_length)
     rows, _ = collator.drop_overlong_rows(rows, "synthetic nlvr2 eval")
     results = _trainer_evaluate(model, collator, rows, batch_size, progress, reasoning_metrics(rows), predicted_truth)
@@ -206,12 +210,12 @@ def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig,
 def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int) -> dict:
     """Accuracy (IoU >= 0.5) of a `*ForReferringExpression`'s chosen regions on the scenes' referring expressions, with
     the confidence baseline, the upper bound and chance, as examples/finetune_refcoco.py evaluates."""
-    from ..data import ReferringExpressionCollator, load_dataset
+    from ..data import ReferringExpressionCollator, build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
     from .task_metrics import IOU_THRESHOLD, chosen_regions, referring_results
 
     store = synthetic_region_features(config=synthetic)
-    rows = load_dataset("synthetic_scenes", None, "val", task="refcoco", config=synthetic, region_features=store)
+    rows = build_dataset("synthetic_scenes", None, "val", task="refcoco", config=synthetic, region_features=store)
     collator = ReferringExpressionCollator(tokenizer, store, max_text_length=max_text_length, iou_threshold=IOU_THRESHOLD)
     rows, _ = collator.drop_overlong_rows(rows, "synthetic referring eval")
     return referring_results(rows, store, chosen_regions(model, rows, collator, batch_size))
@@ -220,12 +224,12 @@ def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneCon
 def evaluate_phrase_grounding(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int) -> dict:
     """Recall@1/5/10 (MERGED-BOXES) of a `*ForPhraseGrounding` on the scenes' captions (Flickr30k Entities format), with
     the confidence baseline and the upper bound, as examples/finetune_flickr_grounding.py evaluates."""
-    from ..data import PhraseGroundingCollator, load_dataset
+    from ..data import PhraseGroundingCollator, build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
     from .task_metrics import IOU_THRESHOLD, grounded_phrases_only, phrase_region_scores, recall_results
 
     store = synthetic_region_features(config=synthetic)
-    rows = load_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic, region_features=store)
+    rows = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic, region_features=store)
     rows, counts = grounded_phrases_only(rows, tokenizer, max_text_length)
     collator = PhraseGroundingCollator(tokenizer, store, max_text_length=max_text_length, iou_threshold=IOU_THRESHOLD)
     results = recall_results(rows, store, phrase_region_scores(model, rows, collator, batch_size))

@@ -409,7 +409,7 @@ _TASK_CARD_FAMILIES = tuple(name for name, spec in FAMILIES.items() if spec.card
 _TASK_TEMPLATE = "task"
 _SYNTHETIC_DATASET_NAME = "synthetic grounded scenes (hf_vlalign)"
 
-# the datasets of the library's builders (`hf_vlalign.data.load_dataset` names) as their papers name them
+# the datasets of the library's builders (`hf_vlalign.data.build_dataset` names) as their papers name them
 _DATASET_NAMES = {
     "vqa_v2": "VQA v2",
     "gqa": "GQA",
@@ -570,9 +570,10 @@ def render_task_model_card(
         subfolder: folder of the checkpoint inside the repository, when it is not at the root (loading snippet).
         license: license id of the checkpoint.
         dataset_name: name of the evaluation dataset in `model-index` and in the text; a builder name of
-            `hf_vlalign.data.load_dataset` ("vqa_v2", "gqa", "nlvr2", "refcoco+", "flickr30k_entities", "coco_captions")
-            is shown as its paper names it and picks the matching objective and citation. Default: the first of
-            `datasets`, else the synthetic scenes (when `synthetic_data`), else the task's real dataset(s).
+            `hf_vlalign.data.build_dataset` ("vqa_v2", "gqa", "nlvr2", "refcoco+", "flickr30k_entities",
+            "coco_captions") is shown as its paper names it and picks the matching objective and citation. Default:
+            the first of `datasets`, else the synthetic scenes (when `synthetic_data`), else the task's real
+            dataset(s).
 
     Returns:
         A `huggingface_hub.ModelCard`; `card.save("README.md")` or `card.push_to_hub(repo_id)` publishes it.

@@ -1,6 +1,6 @@
 """Dataset builders: published annotation files -> Arrow-backed `datasets.Dataset`, one module per dataset.
 
-`load_dataset(name, data_dir, split, region_features=None, **options)` is the one-liner. Each builder module has
+`build_dataset(name, data_dir, split, region_features=None, **options)` is the one-liner. Each builder module has
 `build(data_dir, split, **options) -> datasets.Dataset` and may have `store_image_ids(**options) -> (candidates,
 id_columns)` when its image ids differ from the feature files' ids (see `_common.attach_region_features`).
 """
@@ -37,7 +37,7 @@ BUILDERS = {
 }
 
 
-def load_dataset(
+def build_dataset(
     name: str,
     data_dir: str | Path | None,
     split: str,
@@ -101,8 +101,8 @@ __all__ = [
     "VALIDATION_SPLITS",
     "VGPData",
     "attach_region_features",
+    "build_dataset",
     "build_vgp_dataset",
-    "load_dataset",
     "load_vgp_data",
     "resolve_split",
 ]

@@ -16,7 +16,7 @@ Collators turn these into the token-level `word_region_alignment`.
 Missing images, one policy everywhere. A row needs its image twice: in the annotation files that describe it (Flickr30k
 Entities `Sentences/` + `Annotations/`, GQA scene graphs, Visual Genome `image_data.json`, COCO `instances.json` of
 RefCOCO+) and, with `region_features=`, in the region-feature store. Every builder's `build`, `attach_region_features`,
-`load_dataset` and `load_vgp_data` take `on_missing_image`: "raise" (the default) stops at the first such row with a
+`build_dataset` and `load_vgp_data` take `on_missing_image`: "raise" (the default) stops at the first such row with a
 ValueError naming it and where its image was looked for; "skip" drops those rows and says so in one warning with the
 same wording everywhere (`report_missing_images`): "<source>: N of M <rows> skipped (on_missing_image='skip'): image
 not in <where>."
@@ -44,7 +44,7 @@ IMAGE_SIZE = datasets.List(datasets.Value("int32"), length=2)
 REGION_TARGETS = datasets.List(datasets.List(datasets.Value("float32")))
 MISSING_IMAGE_CHOICES = ("raise", "skip")
 DEFAULT_ON_MISSING_IMAGE = "raise"
-# each dataset's validation split in its own names; `load_dataset(name, ..., split="validation")` reads it (the split
+# each dataset's validation split in its own names; `build_dataset(name, ..., split="validation")` reads it (the split
 # name of `datasets` and of the Hub's datasets)
 VALIDATION_SPLITS = {
     "flickr30k_entities": "val",
@@ -169,7 +169,7 @@ def attach_region_features(
         on_missing_image: "raise" stops at the first row whose image is not in the store; "skip" drops those rows
             and warns with their count (`report_missing_images`). Either way the count is kept in
             `dataset.info.description`.
-        source: the dataset named in the error and the warning (`load_dataset` passes "<name> <split>").
+        source: the dataset named in the error and the warning (`build_dataset` passes "<name> <split>").
     """
     if not isinstance(store, RegionFeatureStore):
         raise ValueError(f"`store` must be a RegionFeatureStore (RegionFeatureStore.load(dir)), got {type(store).__name__}.")

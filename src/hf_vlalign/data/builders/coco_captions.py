@@ -82,9 +82,9 @@ def build(
         split: "train", "val", "test" or "restval".
         per_image: one row per image with all its captions (for evaluation) instead of one row per caption.
         restval_in_train: whether "train" also holds the "restval" images (the usual practice).
-        image_id_template: only used by `store_image_ids` (accepted here because `load_dataset` passes every option
+        image_id_template: only used by `store_image_ids` (accepted here because `build_dataset` passes every option
             to both).
-        on_missing_image: checked here, applied by `load_dataset(..., region_features=store)` to the images missing from the
+        on_missing_image: checked here, applied by `build_dataset(..., region_features=store)` to the images missing from the
             store: `dataset_coco.json` describes every image it names, so no annotation file can lack one.
     """
     check_split(split, SPLITS, "COCO Karpathy captions")

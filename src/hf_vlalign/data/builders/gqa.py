@@ -227,7 +227,7 @@ def build(
     answer_vocab: str | Path | Mapping[str, int] | None = None,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
-    """`load_dataset("gqa", data_dir, split)`: one row per question (see the module docstring for the columns).
+    """`build_dataset("gqa", data_dir, split)`: one row per question (see the module docstring for the columns).
 
     Args:
         subset: "balanced" or "all" (which official question file to read; ignored with `questions_file`).

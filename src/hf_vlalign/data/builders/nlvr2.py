@@ -26,7 +26,7 @@ Image ids follow the naming the NLVR2 README fixes ("Given the identifier split-
 and right images are named split-set_id-pair_id-img0.png and split-set_id-pair_id-img1.png"), which is also the
 `img_id` of LXMERT's NLVR2 feature files (`img0` / `img1` fields of its converted json).
 
-Region features: an example needs *both* images, so `load_dataset("nlvr2", ..., region_features=store)` (which joins on
+Region features: an example needs *both* images, so `build_dataset("nlvr2", ..., region_features=store)` (which joins on
 `image_id` only) is not enough; call `attach_pair_features(dataset, store)` to add `left_feature_row` and
 `right_feature_row`.
 """

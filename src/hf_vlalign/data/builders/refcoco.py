@@ -97,7 +97,7 @@ def build(
         split: "train", "val", "testA" or "testB".
         refs_file: the refs list to read instead of `data_dir/refs(unc).p`: a pickle, or a `.json` of the same list;
             a relative path is taken relative to `data_dir`.
-        image_id_template: only used by `store_image_ids` (accepted here because `load_dataset` passes every option
+        image_id_template: only used by `store_image_ids` (accepted here because `build_dataset` passes every option
             to both).
         on_missing_image: a ref of the split whose image `instances.json` does not list raises ("raise", the default)
             or is left out with its expressions and counted in a warning ("skip").

@@ -1,6 +1,6 @@
 """The embedded default data: synthetic grounded scenes (`hf_vlalign.synthetic`), read through the real builders.
 
-`load_dataset("synthetic_scenes", data_dir, split, task=...)` generates the scenes once (cached in `data_dir`, or in
+`build_dataset("synthetic_scenes", data_dir, split, task=...)` generates the scenes once (cached in `data_dir`, or in
 `$HF_VLALIGN_CACHE` / `~/.cache/hf_vlalign` when `data_dir` is None) in the published Flickr30k Entities, VGP, GQA,
 NLVR2 and RefCOCO+ formats, then builds one split ("train" or "val") with the real builder of the task:
 
@@ -15,11 +15,11 @@ NLVR2 and RefCOCO+ formats, then builds one split ("train" or "val") with the re
 Region features: `synthetic_region_features(data_dir, config, task=...)`. For every task but "nlvr2" it is the store of
 the scenes' images, keyed by the rows' `image_id`. For "nlvr2" it is the store of the pair images, keyed by NLVR2's
 image ids ("train-3-1-img0", the rows' `left_image_id` / `right_image_id`), holding each image's regions again; with
-it, `load_dataset(..., task="nlvr2", region_features=store)` adds `left_feature_row` / `right_feature_row` (this module's
+it, `build_dataset(..., task="nlvr2", region_features=store)` adds `left_feature_row` / `right_feature_row` (this module's
 `attach_pair_features`), e.g.
 
     store = synthetic_region_features(task="nlvr2")
-    rows = load_dataset("synthetic_scenes", None, "val", task="nlvr2", region_features=store)
+    rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", region_features=store)
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def synthetic_region_features(
 def attach_pair_features(
     dataset: datasets.Dataset, store: RegionFeatureStore, on_missing_image: str = "raise"
 ) -> datasets.Dataset:
-    """`nlvr2.attach_pair_features`: what `load_dataset(..., task="nlvr2", region_features=store)` runs on the NLVR2 rows
-    (`load_dataset` joins the rows of the other tasks on `image_id`)."""
+    """`nlvr2.attach_pair_features`: what `build_dataset(..., task="nlvr2", region_features=store)` runs on the NLVR2 rows
+    (`build_dataset` joins the rows of the other tasks on `image_id`)."""
     return nlvr2.attach_pair_features(dataset, store, on_missing_image=on_missing_image)
 
 

@@ -17,7 +17,7 @@ Three checks keep real files from failing late or leaking silently:
   identical to test rows);
 - kept rows whose entities disagree with their label (no caption pair agrees) are counted in a warning.
 
-Tokenisation and region features are joined in the collator (`data/collators.py`), so one builder output serves
+Tokenisation and region features are joined in the collator (`data/collators/vgp.py`), so one builder output serves
 any tokenizer and any feature file of the same images.
 """
 
@@ -552,7 +552,7 @@ def build(
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
     **options,
 ) -> datasets.Dataset:
-    """`load_dataset("vgp", data_dir, split)`: the csv of `split` in `data_dir` (VGP-Typology `{split}_data.csv` or
+    """`build_dataset("vgp", data_dir, split)`: the csv of `split` in `data_dir` (VGP-Typology `{split}_data.csv` or
     the identification layout `full_data_type_phrase_pair_{split}.csv`), joined to Flickr30k Entities (by default
     `data_dir/flickr30k_entities`). `on_split_overlap`, `on_missing_image` and `options` go to `build_vgp_dataset`
     (`negatives`, `max_examples`, ...). For a Flickr30k split ("train", "val", "test") the rows are checked against

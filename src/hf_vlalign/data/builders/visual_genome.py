@@ -209,7 +209,7 @@ def build(
     exclude_coco_images: bool = False,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
-    """`load_dataset("visual_genome", data_dir, split)`: grounded sentences per image (see the module docstring).
+    """`build_dataset("visual_genome", data_dir, split)`: grounded sentences per image (see the module docstring).
 
     Args:
         seed: seeds both the train / val assignment and the sentence draws.

@@ -32,7 +32,7 @@ has the usual 3,129 answers) or a dict; when None it is built from the train ann
 `min_answer_count` (9) questions (`build_answer_vocab`; the 3,129 answers come from train + val with that rule).
 
 Region features are usually stored under LXMERT's TSV ids ("COCO_val2014_000000393225"); `store_image_ids` tells
-`load_dataset(..., region_features=store)` how to find a row's image there.
+`build_dataset(..., region_features=store)` how to find a row's image there.
 """
 
 from __future__ import annotations
@@ -312,7 +312,7 @@ def build(
     image_id_template: str | None = None,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
-    """`load_dataset("vqa_v2", data_dir, split)`: one row per question (see the module docstring for the columns).
+    """`build_dataset("vqa_v2", data_dir, split)`: one row per question (see the module docstring for the columns).
 
     Args:
         questions_file, annotations_file: replace the official file names (relative paths are read from `data_dir`).
@@ -320,8 +320,8 @@ def build(
         answer_vocab: ans2label JSON path or dict; None builds it from the train annotations
             (`data_dir/v2_mscoco_train2014_annotations.json`, or `annotations_file` for split "train") with
             `build_answer_vocab(..., min_count=min_answer_count)`.
-        image_id_template: only read by `store_image_ids` (accepted here: `load_dataset` passes both the same options).
-        on_missing_image: checked here, applied by `load_dataset(..., region_features=store)` to the images missing from the
+        image_id_template: only read by `store_image_ids` (accepted here: `build_dataset` passes both the same options).
+        on_missing_image: checked here, applied by `build_dataset(..., region_features=store)` to the images missing from the
             store: the VQA files name images by id only, so no annotation file can lack one.
     """
     check_split(split, SPLITS, "VQA v2")
@@ -400,7 +400,7 @@ def _check_template(template: str) -> None:
 
 
 def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable[[dict], list[str]], tuple[str, ...]]:
-    """How `load_dataset(..., region_features=store)` finds a row's image in a region-feature store.
+    """How `build_dataset(..., region_features=store)` finds a row's image in a region-feature store.
 
     Returns (candidates, id_columns): `candidates(row)` lists the store ids to try, in order: with a template,
     `image_id_template.format(id=<int COCO id>, split=<coco_split>)` alone; otherwise the plain id ("393225") then

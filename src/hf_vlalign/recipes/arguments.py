@@ -1,0 +1,195 @@
+"""The examples' shared arguments (`ModelArguments`, `DataArguments`, `MixedPrecisionArguments`,
+`ThreadArguments`), their `TrainingArguments` defaults and checks, and `parse_recipe_args`, which parses them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import HfArgumentParser, TrainingArguments
+from transformers.integrations import is_tensorboard_available
+
+from ..models.family import FAMILIES as FAMILY_SPECS
+from ..synthetic import SyntheticSceneConfig
+from .threads import check_distributed_launch, set_cpu_threads
+
+# the families whose task models the recipes train: those that take the attention-supervision arguments
+FAMILIES = tuple(name for name, spec in FAMILY_SPECS.items() if spec.attention_supervision)
+MIXED_PRECISION = ("no", "fp16", "bf16")
+
+
+@dataclass
+class MixedPrecisionArguments:
+    mixed_precision: str | None = field(
+        default=None,
+        metadata={"help": "no | fp16 | bf16 (default: what `accelerate launch --mixed_precision` or --bf16/--fp16 set)."},
+    )
+
+
+@dataclass
+class ThreadArguments:
+    num_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "CPU threads of each process (torch.set_num_threads). Default: on CPU, your OMP_NUM_THREADS, else "
+            "the available cores divided by the processes of this machine (accelerate launch's own OMP_NUM_THREADS=1 "
+            "counts as unset)."
+        },
+    )
+
+
+@dataclass
+class ModelArguments(MixedPrecisionArguments):
+    model_family: str = field(default="single_stream", metadata={"help": "single_stream | two_stream"})
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "a BERT-family text checkpoint (default: MiniLM) or an hf_vlalign checkpoint of the family."},
+    )
+    supervision: str = field(default="none", metadata={"help": "attention supervision: none | direct | semi_direct | indirect"})
+    supervision_weight: float = field(default=1.0, metadata={"help": "weight of the attention loss."})
+    supervised_layers: str | None = field(default=None, metadata={"help": "comma-separated layer indices (default all)."})
+    supervised_heads: str | None = field(default=None, metadata={"help": "comma-separated head indices (default all)."})
+    l_layers: int = field(default=2, metadata={"help": "two-stream from a text checkpoint: language layers."})
+    r_layers: int = field(default=1, metadata={"help": "two-stream from a text checkpoint: object layers."})
+    x_layers: int = field(default=3, metadata={"help": "two-stream from a text checkpoint: cross-modality layers."})
+    dropout: float | None = field(
+        default=None, metadata={"help": "if set, every dropout probability of the model (default: the checkpoint's)."}
+    )
+
+
+@dataclass
+class DataArguments:
+    dataset: str | None = field(default=None, metadata={"help": "a dataset builder name (default: synthetic scenes)."})
+    data_dir: str | None = field(default=None, metadata={"help": "the folder of the dataset's published files."})
+    features: str | None = field(
+        default=None, metadata={"help": "RegionFeatureStore folder of the images (hf-vlalign convert-features)."}
+    )
+    train_split: str | None = field(default=None, metadata={"help": "default: the dataset's training split."})
+    eval_split: str | None = field(
+        default=None, metadata={"help": "default: the dataset's validation split (also named by 'validation')."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "keep the first N training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "keep the first N evaluation rows."})
+    image_use_examples: int | None = field(
+        default=1000,
+        metadata={
+            "help": "the own-image vs shuffled-image check after training (`image_use` in eval_results.json) reads a "
+            "seeded sample of N evaluation rows (None: all of them)."
+        },
+    )
+    eval_subset_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "evaluations during training read a seeded sample of N evaluation rows (default: all of them); "
+            "the final evaluation always reads the whole evaluation split."
+        },
+    )
+    synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (default data)."})
+    synthetic_train_images: int = field(default=800)
+    synthetic_eval_images: int = field(default=150)
+    max_text_length: int = field(default=48)
+
+    def synthetic_config(self) -> SyntheticSceneConfig:
+        return synthetic_scene_config(self)
+
+
+def synthetic_scene_config(args) -> SyntheticSceneConfig:
+    """The synthetic scenes (the default data) of `args`' `--synthetic_train_images`, `--synthetic_eval_images` and
+    `--synthetic_seed` (`DataArguments` or an example's own arguments)."""
+    return SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
+
+
+# evaluations during a run by default, evenly spaced whatever the data set's size (`--eval_steps` below 1 is a
+# fraction of the run's steps in transformers); an explicit `--eval_steps N` evaluates every N steps instead
+EVALUATIONS_PER_RUN = 5
+
+# shared `TrainingArguments` defaults of the examples; each script adds its own (learning rate, epochs, ...)
+TRAINING_DEFAULTS = {
+    "eval_strategy": "steps",
+    "eval_steps": 1 / EVALUATIONS_PER_RUN,
+    "logging_steps": 20,
+    "save_strategy": "steps",
+    "save_steps": 100,
+    "save_total_limit": 2,
+    "remove_unused_columns": False,  # the collators read the text-level columns
+    "dataloader_num_workers": 0,
+    "seed": 42,
+}
+
+
+def default_report_to() -> str:
+    """TensorBoard when it is installed (logs under `<output_dir>/runs`), else no reporting."""
+    return "tensorboard" if is_tensorboard_available() else "none"
+
+
+def parse_recipe_args(argv: list[str], dataclass_types: tuple[type, ...], **defaults) -> tuple:
+    """Parses `argv` into `dataclass_types` + `TrainingArguments` (returned in that order), with the examples'
+    shared defaults, then `defaults`; a `mixed_precision` field of any of them (`--mixed_precision`) sets `bf16` /
+    `fp16`, and a `dropout` field (`--dropout`) is checked; every example also takes `--num_threads`
+    (`set_cpu_threads`)."""
+    parser = HfArgumentParser((*dataclass_types, ThreadArguments, TrainingArguments))
+    # pinned memory only speeds up copies to an accelerator; without one torch warns at every DataLoader
+    pin_memory = torch.accelerator.is_available()
+    parser.set_defaults(
+        **{**TRAINING_DEFAULTS, "report_to": default_report_to(), "dataloader_pin_memory": pin_memory, **defaults}
+    )
+    *parsed, threads, training_args = parser.parse_args_into_dataclasses(argv)
+    for value in parsed:
+        if isinstance(value, ModelArguments):
+            check_model_arguments(value)
+        elif getattr(value, "dropout", None) is not None:
+            check_dropout(value.dropout)  # an example's own `--dropout`
+        if hasattr(value, "mixed_precision"):
+            apply_mixed_precision(training_args, value.mixed_precision)
+    check_distributed_launch(training_args)
+    set_cpu_threads(training_args, threads.num_threads)
+    return (*parsed, training_args)
+
+
+def check_model_arguments(args: ModelArguments) -> None:
+    if args.model_family not in FAMILIES:
+        raise ValueError(f"`--model_family` must be one of {FAMILIES}, got {args.model_family!r}.")
+    if args.dropout is not None:
+        check_dropout(args.dropout)
+    if args.mixed_precision is not None and args.mixed_precision not in MIXED_PRECISION:
+        raise ValueError(f"`--mixed_precision` must be one of {MIXED_PRECISION}, got {args.mixed_precision!r}.")
+
+
+def apply_mixed_precision(training_args: TrainingArguments, mixed_precision: str | None) -> None:
+    """`--mixed_precision bf16|fp16|no` as `TrainingArguments` sees it (None keeps --bf16 / --fp16 and accelerate's
+    `ACCELERATE_MIXED_PRECISION`)."""
+    if mixed_precision is None:
+        return
+    if mixed_precision not in MIXED_PRECISION:
+        raise ValueError(f"`--mixed_precision` must be one of {MIXED_PRECISION}, got {mixed_precision!r}.")
+    training_args.bf16 = mixed_precision == "bf16"
+    training_args.fp16 = mixed_precision == "fp16"
+    training_args.mixed_precision = mixed_precision
+
+
+def parse_indices(text: str | None, argument: str) -> list[int] | None:
+    """"0,2,5" -> [0, 2, 5]; None stays None."""
+    if text is None:
+        return None
+    try:
+        return [int(value) for value in text.split(",")]
+    except ValueError:
+        raise ValueError(f"`{argument}` must be comma-separated integers such as '0,2,5', got {text!r}.") from None
+
+
+def supervision_settings(args: ModelArguments) -> dict[str, Any]:
+    """The attention-supervision config fields of the supervision flags (`--supervision`, `--supervision_weight`,
+    `--supervised_layers`, `--supervised_heads`) of `args` (`ModelArguments` or an example's own arguments)."""
+    return {
+        "attention_supervision": args.supervision,
+        "attention_supervision_weight": args.supervision_weight,
+        "supervised_layers": parse_indices(args.supervised_layers, "--supervised_layers"),
+        "supervised_heads": parse_indices(args.supervised_heads, "--supervised_heads"),
+    }
+
+
+def check_dropout(p: float) -> None:
+    """`--dropout` is a probability in [0, 1)."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"`--dropout` must be in [0, 1), got {p}.")

@@ -1,0 +1,145 @@
+"""Finishing a run: the final evaluation, the weights, `eval_results.json` and its entries, the model card's training
+summary, and the push."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import datasets
+from huggingface_hub import ModelCard
+from transformers import PreTrainedModel, Trainer, TrainingArguments
+
+from ..data.collators import RegionTextCollator, TruncationStats
+from ..evaluation.image_use import image_use_gap
+from ..hub import push_folder_to_hub
+from .subsets import evaluation_subset
+
+
+def final_evaluation(
+    trainer: Trainer, eval_dataset: datasets.Dataset | None = None, metrics_for_rows: Callable | None = None
+) -> dict[str, float]:
+    """The metrics of the trained model on `eval_dataset` (default: the trainer's): those of the evaluation the
+    Trainer ran after the last step when it read the same rows, else a new evaluation. `metrics_for_rows(rows)` builds
+    the `compute_metrics` of metrics that read the evaluated rows (e.g. VQA's answers), for `eval_dataset`."""
+    state = trainer.state
+    same_rows = eval_dataset is None or eval_dataset is trainer.eval_dataset
+    last = next((log for log in reversed(state.log_history) if "eval_loss" in log), None)
+    if same_rows and last is not None and last["step"] == state.global_step and not trainer.args.load_best_model_at_end:
+        return {key: value for key, value in last.items() if key.startswith("eval_")}
+    if eval_dataset is not None and metrics_for_rows is not None:
+        trainer.compute_metrics = metrics_for_rows(eval_dataset)
+    return trainer.evaluate(eval_dataset)
+
+
+def take_push_to_hub(training_args: TrainingArguments) -> bool:
+    """Whether to push, switched off in `training_args`: the examples push once, last, with the model card."""
+    push_to_hub, training_args.push_to_hub = training_args.push_to_hub, False
+    return push_to_hub
+
+
+def save_model(trainer: Trainer, output_dir: str | Path) -> None:
+    """Weights, config and tokenizer in `output_dir` (every process calls it; FSDP / DeepSpeed gather there), and the
+    arguments as JSON instead of the pickled `training_args.bin`, so the folder is pickle-free."""
+    trainer.save_model(str(output_dir))
+    if trainer.is_world_process_zero():
+        (Path(output_dir) / "training_args.bin").unlink(missing_ok=True)
+        (Path(output_dir) / "training_args.json").write_text(trainer.args.to_json_string())
+
+
+def write_json(path: str | Path, value: Any) -> None:
+    """`value` as indented JSON (the layout of every JSON file the examples write)."""
+    Path(path).write_text(json.dumps(value, indent=2) + "\n")
+
+
+def write_results(
+    output_dir: str | Path,
+    results: dict,
+    card: ModelCard | None,
+    *,
+    push_to_hub: bool,
+    training_args: TrainingArguments,
+    commit_message: str,
+) -> None:
+    """`eval_results.json` and the model card (README.md) in `output_dir`, then the push when asked (last: a failed
+    push raises `HubPushError`, the local folder being complete). Main process only."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_json(output_dir / "eval_results.json", results)
+    if card is not None:
+        card.save(output_dir / "README.md")
+    if push_to_hub:
+        push_folder_to_hub(
+            output_dir,
+            repo_id=training_args.hub_model_id,
+            token=training_args.hub_token,
+            private=training_args.hub_private_repo,
+            commit_message=commit_message,
+        )
+
+
+# evaluation rows the image-use check of the examples reads by default (two forward passes over each)
+IMAGE_USE_EXAMPLES = 1000
+
+
+def image_use_results(
+    model: PreTrainedModel,
+    dataset: datasets.Dataset | list[dict],
+    collator,
+    batch_size: int,
+    seed: int,
+    max_examples: int | None = IMAGE_USE_EXAMPLES,
+    group_column: str | None = None,
+) -> dict[str, Any]:
+    """The `image_use` entry of `eval_results.json`: [`image_use_gap`] of the trained model on a seeded sample of
+    `max_examples` evaluation rows (None: all), its own image vs another image's regions. A gap near 0 says the model
+    answers from the text alone. Run it on every process (the model may be sharded); only the main process writes."""
+    rows = evaluation_subset(dataset, max_examples, seed, argument="--image_use_examples")
+    columns = rows.column_names if isinstance(rows, datasets.Dataset) else list(rows[0]) if rows else []
+    if group_column not in columns:
+        group_column = None  # e.g. VQA's `answer_type`, absent from other question sets
+    return image_use_gap(model, rows, collator, batch_size, seed=seed, group_column=group_column, progress=False)
+
+
+def truncation_results(
+    max_text_length: int, splits: Mapping[str, TruncationStats], collators: Iterable[RegionTextCollator] = ()
+) -> dict[str, Any]:
+    """The `truncation` entry of `eval_results.json`: `max_text_length`, what `drop_overlong_rows` counted on each
+    split (rows, rows truncated, grounded phrases cut, rows dropped), and under `collated` the sum of the collators'
+    `truncation_stats` in this process (every batch they made, training and evaluation: a row collated several times
+    counts each time)."""
+    collators = list(collators)
+    for name, stats in splits.items():
+        if not isinstance(stats, TruncationStats):
+            raise ValueError(
+                f"`splits[{name!r}]` must be a TruncationStats (from drop_overlong_rows), got {type(stats).__name__}."
+            )
+    for collator in collators:
+        if not isinstance(collator, RegionTextCollator):
+            raise ValueError(f"`collators` must hold the examples' collators, got {type(collator).__name__}.")
+    collated = sum((collator.truncation_stats for collator in collators), TruncationStats())
+    return {
+        "max_text_length": max_text_length,
+        **{name: stats.to_dict() for name, stats in splits.items()},
+        "collated": collated.to_dict(),
+    }
+
+
+def training_summary(trainer: Trainer, data_source: str, eval_examples: int) -> dict[str, object]:
+    """The training settings a model card shows."""
+    args = trainer.args
+    return {
+        "data": data_source,
+        "epochs": args.num_train_epochs,
+        "max_steps": args.max_steps,
+        "learning_rate": args.learning_rate,
+        "batch_size": args.per_device_train_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "processes": args.world_size,
+        "mixed_precision": args.mixed_precision,
+        "seed": args.seed,
+        "train_examples": len(trainer.train_dataset),
+        "eval_examples": eval_examples,
+    }
