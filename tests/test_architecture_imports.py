@@ -24,6 +24,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
+import pytest
 import torch
 
 SRC = Path(__file__).resolve().parents[1] / "src"
