@@ -1,5 +1,11 @@
 """Shared fixtures: one real end-to-end run of the VGP example, reused by the tests that read its output, and a
-local fake of the Hub's HTTP side."""
+local fake of the Hub's HTTP side; the `slow` marker of the tests that launch processes.
+
+A test that starts a Python process (an example, the CLI, `accelerate launch`, `torchrun`) or a browser is marked
+`slow`: `python -m pytest -m "not slow"` is the quick development run, the README's test command runs everything. An
+unmarked test that starts one fails, naming the program, and a test that reads the `finetuned` run is marked `slow`
+where it is collected.
+"""
 
 import os
 import shutil
@@ -12,6 +18,49 @@ import pytest
 from huggingface_hub import HfApi
 
 ROOT = Path(__file__).resolve().parents[1]
+# programs whose launch makes a test slow (a Python interpreter is matched by name too)
+SLOW_PROGRAMS = ("accelerate", "torchrun", "hf-vlalign", "chromedriver", "chromium")
+# fixtures that launch a process for the tests that use them
+SLOW_FIXTURES = ("finetuned",)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: launches a process (an example, the CLI, accelerate, torchrun, a browser)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(name in getattr(item, "fixturenames", ()) for name in SLOW_FIXTURES):
+            item.add_marker(pytest.mark.slow)
+
+
+def _launched_program(args) -> str:
+    """The name of the program a `subprocess.Popen` call starts (a shell command line: its first word)."""
+    if isinstance(args, (str, bytes, os.PathLike)):
+        first = os.fsdecode(args).split()[0] if os.fsdecode(args).split() else ""
+    else:
+        first = os.fsdecode(list(args)[0]) if list(args) else ""
+    return Path(first).name
+
+
+def _is_slow_program(program: str) -> bool:
+    return program == Path(sys.executable).name or program.startswith("python") or program in SLOW_PROGRAMS
+
+
+@pytest.fixture(autouse=True)
+def _process_launches_are_marked_slow(request, monkeypatch):
+    """Fails an unmarked test that starts a Python process or a browser (see the module docstring)."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+    launch = subprocess.Popen.__init__
+
+    def guarded(self, args, *rest, **kwargs):
+        program = _launched_program(args)
+        if _is_slow_program(program):
+            raise AssertionError(f"{request.node.nodeid} launches `{program}`: mark it `@pytest.mark.slow`.")
+        launch(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
 
 
 @pytest.fixture(scope="session")
