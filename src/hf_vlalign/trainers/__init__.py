@@ -2,11 +2,19 @@
 lived here moved to `hf_vlalign.evaluation` (their old names still import from here, with a FutureWarning)."""
 
 from ..utils.lazy_exports import lazy_exports, moved_warning
-from .base import ComponentLossTrainer
-from .captioning import CaptioningTrainer
-from .pretraining import AlignmentPretrainingTrainer
-from .task import PhraseGroundingTrainer, ReferringExpressionTrainer, SingleStreamPretrainingTrainer, TaskTrainer
-from .vgp import VGPTrainer, vgp_classification_metrics
+from .base import ComponentLossTrainer, ComponentLossTrainingArguments
+from .captioning import CaptioningTrainer, CaptioningTrainingArguments
+from .pretraining import AlignmentPretrainingTrainer, AlignmentPretrainingTrainingArguments
+from .task import (
+    PhraseGroundingTrainer,
+    PhraseGroundingTrainingArguments,
+    ReferringExpressionTrainer,
+    SingleStreamPretrainingTrainer,
+    SingleStreamPretrainingTrainingArguments,
+    TaskTrainer,
+    TaskTrainingArguments,
+)
+from .vgp import VGPTrainer, VGPTrainingArguments, vgp_classification_metrics
 
 _MOVED_TO_EVALUATION = (
     "CrossAttentionEvaluation",
@@ -28,12 +36,19 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "AlignmentPretrainingTrainer",
+    "AlignmentPretrainingTrainingArguments",
     "CaptioningTrainer",
+    "CaptioningTrainingArguments",
     "ComponentLossTrainer",
+    "ComponentLossTrainingArguments",
     "PhraseGroundingTrainer",
+    "PhraseGroundingTrainingArguments",
     "ReferringExpressionTrainer",
     "SingleStreamPretrainingTrainer",
+    "SingleStreamPretrainingTrainingArguments",
     "TaskTrainer",
+    "TaskTrainingArguments",
     "VGPTrainer",
+    "VGPTrainingArguments",
     "vgp_classification_metrics",
 ]
