@@ -505,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max_text_length", type=int, default=48, help="tokens per text, as in the examples")
     _add_synthetic_arguments(evaluate)
 
-    fisher = add_verb("fisher", "diagonal Fisher of a saved VGP model, for EWC (`ewc_fisher=` of the trainers)", _fisher)
+    fisher = add_verb("fisher", "diagonal Fisher of a saved VGP model, for EWC (`--ewc_fisher` of the trainers' arguments)", _fisher)
     fisher.add_argument("model", nargs="?", help="a SingleStreamForVisualParaphrase checkpoint: a local folder or a Hub id")
     fisher.add_argument("--model", dest="model_option", action=StoreOption, old_spellings=("--model",), help=argparse.SUPPRESS)
     fisher.set_defaults(checkpoint_argument="model")
