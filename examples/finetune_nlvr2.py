@@ -27,7 +27,8 @@ pair, as in NLVR2) and `chance_consistency`, the expected consistency of random 
 
 Writes to --output_dir: safetensors weights, config, tokenizer, `eval_results.json`, README.md (model card),
 `training_args.json` and TensorBoard logs under runs/ (when tensorboard is installed).
-Every transformers `TrainingArguments` flag works too (--seed, --eval_steps, --push_to_hub, --resume_from_checkpoint, ...).
+Every transformers `TrainingArguments` flag works too (--seed, --eval_steps, --push_to_hub, --resume_from_checkpoint, ...),
+and those of `TaskTrainingArguments` (--distill_from, --ewc_weight, ...).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 
 import datasets
 import numpy as np
-from transformers import TrainingArguments, set_seed
+from transformers import set_seed
 
 from hf_vlalign import SingleStreamForVisualReasoning, TwoStreamForVisualReasoning
 from hf_vlalign.data import RegionFeatureStore, build_dataset
@@ -67,7 +68,7 @@ from hf_vlalign.recipes import (
     truncation_results,
     write_results,
 )
-from hf_vlalign.trainers import TaskTrainer
+from hf_vlalign.trainers import TaskTrainer, TaskTrainingArguments
 
 logger = logging.getLogger(__name__)
 
@@ -89,10 +90,11 @@ class VisualReasoningArguments:
     )
 
 
-def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, VisualReasoningArguments, TrainingArguments]:
+def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, VisualReasoningArguments, TaskTrainingArguments]:
     return parse_recipe_args(
         argv,
         (ModelArguments, DataArguments, VisualReasoningArguments),
+        TaskTrainingArguments,
         output_dir="outputs/nlvr2",
         num_train_epochs=2,
         learning_rate=5e-5,  # higher rates (1e-4, 2e-4) collapse to one answer on the synthetic statements
@@ -260,6 +262,7 @@ def main(argv: list[str] | None = None) -> dict:
     data.eval, eval_truncation = collator.drop_overlong_rows(data.eval, f"{data.dataset} eval")
     push_to_hub = take_push_to_hub(training_args)
     eval_subset = evaluation_subset(data.eval, data_args.eval_subset_size, training_args.seed)
+    training_args.label_names = ["labels"]  # what compute_metrics reads
     trainer = TaskTrainer(
         model=model,
         args=training_args,
@@ -269,7 +272,6 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=tokenizer,
         compute_metrics=reasoning_metrics(eval_subset),
         preprocess_logits_for_metrics=predicted_truth,
-        label_names=["labels"],
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_model(trainer, training_args.output_dir)

@@ -20,7 +20,7 @@ is within reach when some region of its image has IoU >= 0.5 with its box: the d
 Writes to --output_dir: safetensors weights, config, tokenizer, `eval_results.json`, README.md (model card),
 `training_args.json` and TensorBoard logs under runs/ (when tensorboard is installed).
 Every transformers `TrainingArguments` flag works too (--seed, --eval_steps, --resume_from_checkpoint, --push_to_hub,
-...).
+...), and those of `TaskTrainingArguments` (--distill_from, --ewc_weight, ...).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass, field
 
 import datasets
-from transformers import TrainingArguments, set_seed
+from transformers import set_seed
 
 from hf_vlalign import SingleStreamForReferringExpression, TwoStreamForReferringExpression
 from hf_vlalign.data import build_dataset
@@ -62,7 +62,7 @@ from hf_vlalign.recipes import (
     truncation_results,
     write_results,
 )
-from hf_vlalign.trainers import ReferringExpressionTrainer
+from hf_vlalign.trainers import ReferringExpressionTrainer, TaskTrainingArguments
 
 logger = logging.getLogger(__name__)
 
@@ -82,10 +82,11 @@ class ReferringArguments:
     hub_model_id_for_card: str | None = field(default=None, metadata={"help": "model id shown in the card."})
 
 
-def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, ReferringArguments, TrainingArguments]:
+def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, ReferringArguments, TaskTrainingArguments]:
     return parse_recipe_args(
         argv,
         (ModelArguments, DataArguments, ReferringArguments),
+        TaskTrainingArguments,
         output_dir="outputs/refcoco",
         num_train_epochs=1,
         learning_rate=2e-4,  # the new region head and visual embeddings learn slowly at BERT's usual 5e-5
@@ -162,6 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
     train_dataset, train_truncation = collator.drop_overlong_rows(train_dataset, "referring train")
     eval_dataset, eval_truncation = collator.drop_overlong_rows(eval_dataset, "referring eval")
     push_to_hub = take_push_to_hub(training_args)
+    training_args.label_names = ["target_region_iou"]  # what compute_metrics reads
     trainer = ReferringExpressionTrainer(
         model=model,
         args=training_args,
@@ -170,7 +172,6 @@ def main(argv: list[str] | None = None) -> dict:
         data_collator=collator,
         processing_class=tokenizer,
         compute_metrics=accuracy_from_region_iou,
-        label_names=["target_region_iou"],
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_model(trainer, training_args.output_dir)

@@ -10,7 +10,8 @@ Writes to --output_dir: safetensors weights, config, tokenizer, README.md (model
 eval_results.json and attention_heatmap.png (one example's word x region attention in the best head).
 Caption pairs longer than --max_text_length word pieces are truncated; rows whose phrase pair is cut are dropped
 before training (`VGPCollator.drop_overlong_rows`) and the counts are reported under `truncation` in eval_results.json.
-Every transformers `TrainingArguments` flag works too (--seed, --per_device_train_batch_size, --push_to_hub, ...).
+Every transformers `TrainingArguments` flag works too (--seed, --per_device_train_batch_size, --push_to_hub, ...),
+and those of `VGPTrainingArguments` (--distill_from, --ewc_weight, --ewc_fisher, ...).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import TrainingArguments, set_seed
+from transformers import set_seed
 
 from hf_vlalign import SingleStreamForVisualParaphrase
 from hf_vlalign.analysis.attention_plots import plot_word_region_heatmap
@@ -46,7 +47,7 @@ from hf_vlalign.recipes import (
     write_json,
     write_results,
 )
-from hf_vlalign.trainers import VGPTrainer
+from hf_vlalign.trainers import VGPTrainer, VGPTrainingArguments
 
 
 @dataclass
@@ -86,10 +87,11 @@ class VGPArguments:
     hub_model_id_for_card: str | None = field(default=None, metadata={"help": "model id shown in the card."})
 
 
-def parse_args(argv: list[str]) -> tuple[VGPArguments, TrainingArguments]:
+def parse_args(argv: list[str]) -> tuple[VGPArguments, VGPTrainingArguments]:
     args, _, training_args = parse_recipe_args(
         argv,
         (VGPArguments, MixedPrecisionArguments),
+        VGPTrainingArguments,
         output_dir="outputs/vgp",
         num_train_epochs=2,
         learning_rate=2e-4,  # new visual embeddings and supervised heads learn slowly at BERT's usual 5e-5

@@ -27,7 +27,7 @@ Writes to --output_dir: safetensors weights, config, tokenizer, `answer_vocab.js
 `num_qa_labels` outputs, the ans2label layout that --answer_vocab reads), `eval_results.json`, README.md (model card),
 `training_args.json` and TensorBoard logs under runs/ (when tensorboard is installed).
 Every transformers `TrainingArguments` flag works too (--seed, --eval_steps, --push_to_hub, --resume_from_checkpoint,
---gradient_accumulation_steps, ...).
+--gradient_accumulation_steps, ...), and those of `TaskTrainingArguments` (--distill_from, --ewc_weight, ...).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import datasets
 import numpy as np
-from transformers import TrainingArguments, set_seed
+from transformers import set_seed
 
 from hf_vlalign import SingleStreamForQuestionAnswering, TwoStreamForQuestionAnswering
 from hf_vlalign.data import RegionFeatureStore, build_dataset, resolve_split
@@ -69,7 +69,7 @@ from hf_vlalign.recipes import (
 )
 from hf_vlalign.synthetic import load_or_generate_synthetic_vgp
 from hf_vlalign.synthetic.questions import ANSWER_VOCAB_FILE
-from hf_vlalign.trainers import TaskTrainer
+from hf_vlalign.trainers import TaskTrainer, TaskTrainingArguments
 
 logger = logging.getLogger(__name__)
 
@@ -118,10 +118,11 @@ class QuestionAnsweringArguments:
     )
 
 
-def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, QuestionAnsweringArguments, TrainingArguments]:
+def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, QuestionAnsweringArguments, TaskTrainingArguments]:
     return parse_recipe_args(
         argv,
         (ModelArguments, DataArguments, QuestionAnsweringArguments),
+        TaskTrainingArguments,
         output_dir="outputs/vqa",
         # the default run (synthetic scenes, MiniLM) takes about 5 minutes on 2 CPU cores: ~2,400 training questions
         # once, evaluated on ~790 questions at step 75 and at the end
@@ -408,6 +409,7 @@ def main(argv: list[str] | None = None) -> dict:
     data.eval, eval_truncation = collator.drop_overlong_rows(data.eval, f"{data.dataset} eval")
     push_to_hub = take_push_to_hub(training_args)
     eval_subset = evaluation_subset(data.eval, data_args.eval_subset_size, training_args.seed)
+    training_args.label_names = ["labels"]  # what compute_metrics reads
     trainer = TaskTrainer(
         model=model,
         args=training_args,
@@ -417,7 +419,6 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=tokenizer,
         compute_metrics=answer_metrics(data.answer_vocab, data.eval_questions, eval_subset),
         preprocess_logits_for_metrics=predicted_answer_ids,
-        label_names=["labels"],
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_model(trainer, training_args.output_dir)

@@ -34,7 +34,8 @@ for the downstream tasks: `SingleStreamForQuestionAnswering.from_pretrained(outp
 `SingleStreamFor*`, `AutoModel`) keeps the encoder and initialises the new head, as does `--model_name_or_path
 output_dir` in the fine-tuning examples.
 Every transformers `TrainingArguments` flag works too (--seed, --max_steps, --eval_steps, --push_to_hub,
---resume_from_checkpoint, ...).
+--resume_from_checkpoint, ...), and those of `SingleStreamPretrainingTrainingArguments` (--distill_from, --ewc_weight,
+...).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from dataclasses import dataclass, field
 
 import datasets
 import pyarrow.compute as pc
-from transformers import TrainingArguments, set_seed
+from transformers import set_seed
 
 from hf_vlalign import SingleStreamForPreTraining
 from hf_vlalign.data import RegionFeatureStore, SingleStreamPretrainingCollator, build_dataset, group_captions_by_image
@@ -70,7 +71,7 @@ from hf_vlalign.recipes import (
     truncation_results,
     write_results,
 )
-from hf_vlalign.trainers import SingleStreamPretrainingTrainer
+from hf_vlalign.trainers import SingleStreamPretrainingTrainer, SingleStreamPretrainingTrainingArguments
 
 logger = logging.getLogger(__name__)
 
@@ -104,10 +105,11 @@ class SingleStreamPretrainingArguments:
 
 def parse_args(
     argv: list[str],
-) -> tuple[ModelArguments, DataArguments, SingleStreamPretrainingArguments, TrainingArguments]:
+) -> tuple[ModelArguments, DataArguments, SingleStreamPretrainingArguments, SingleStreamPretrainingTrainingArguments]:
     return parse_recipe_args(
         argv,
         (ModelArguments, DataArguments, SingleStreamPretrainingArguments),
+        SingleStreamPretrainingTrainingArguments,
         output_dir="outputs/single_stream_pretraining",
         max_steps=100,  # about 5 minutes on 2 CPU cores; VisualBERT pre-trains for 10 epochs of COCO
         learning_rate=2e-4,  # the new visual embeddings and heads learn slowly at BERT's usual 5e-5

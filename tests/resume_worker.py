@@ -32,7 +32,14 @@ from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
-from hf_vlalign.trainers import AlignmentPretrainingTrainer, CaptioningTrainer, VGPTrainer
+from hf_vlalign.trainers import (
+    AlignmentPretrainingTrainer,
+    AlignmentPretrainingTrainingArguments,
+    CaptioningTrainer,
+    CaptioningTrainingArguments,
+    VGPTrainer,
+    VGPTrainingArguments,
+)
 
 RECIPES = ("captioning", "pretraining", "vgp")
 SCENES = SyntheticSceneConfig(num_train_images=12, num_val_images=4, feature_dim=32, seed=5)
@@ -64,11 +71,11 @@ class ProgressCallback(TrainerCallback):
             time.sleep(self.pause_after_save)
 
 
-def training_arguments(output_dir: str) -> TrainingArguments:
-    return TrainingArguments(
+def training_arguments(output_dir: str, args_class: type[TrainingArguments], **settings) -> TrainingArguments:
+    return args_class(
         output_dir=output_dir, max_steps=MAX_STEPS, save_steps=SAVE_STEPS, per_device_train_batch_size=BATCH_SIZE,
         learning_rate=1e-3, logging_steps=1, report_to="none", remove_unused_columns=False, use_cpu=True, seed=0,
-        dataloader_num_workers=0, disable_tqdm=True,
+        dataloader_num_workers=0, disable_tqdm=True, **settings,
     )  # fmt: skip
 
 
@@ -85,8 +92,9 @@ def captioning_trainer(output_dir: str) -> CaptioningTrainer:
         decoder_start_token_id=tokenizer.cls_token_id,
     )  # fmt: skip
     return CaptioningTrainer(
-        model=RegionCaptionerForConditionalGeneration(config), args=training_arguments(output_dir), train_dataset=train,
-        data_collator=CaptioningCollator(tokenizer, store, text_columns=("sentence",)), mask_update_every=2,
+        model=RegionCaptionerForConditionalGeneration(config),
+        args=training_arguments(output_dir, CaptioningTrainingArguments, mask_update_every=2), train_dataset=train,
+        data_collator=CaptioningCollator(tokenizer, store, text_columns=("sentence",)),
     )  # fmt: skip
 
 
@@ -101,8 +109,9 @@ def pretraining_trainer(output_dir: str) -> AlignmentPretrainingTrainer:
         num_attr_labels=len(COLOUR_NAMES), num_qa_labels=16, task_alignment=True,
     )  # fmt: skip
     return AlignmentPretrainingTrainer(
-        model=TwoStreamForPreTraining(config), args=training_arguments(output_dir), train_dataset=train.select(range(ROWS)),
-        data_collator=TwoStreamPretrainingCollator(tokenizer, store, num_answers=16), vqa_start_epoch=1.0,
+        model=TwoStreamForPreTraining(config),
+        args=training_arguments(output_dir, AlignmentPretrainingTrainingArguments, qa_start_epoch=1.0),
+        train_dataset=train.select(range(ROWS)), data_collator=TwoStreamPretrainingCollator(tokenizer, store, num_answers=16),
     )  # fmt: skip
 
 
@@ -115,7 +124,7 @@ def vgp_trainer(output_dir: str) -> VGPTrainer:
         intermediate_size=64, visual_feat_dim=SCENES.feature_dim, attention_supervision="direct",
     )  # fmt: skip
     return VGPTrainer(
-        model=SingleStreamForVisualParaphrase(config), args=training_arguments(output_dir),
+        model=SingleStreamForVisualParaphrase(config), args=training_arguments(output_dir, VGPTrainingArguments),
         train_dataset=data.train.select(range(ROWS)), data_collator=VGPCollator(tokenizer, data.region_features),
     )  # fmt: skip
 

@@ -9,14 +9,14 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from image_use_checks import assert_image_use_reported
-from transformers import AutoTokenizer, TrainerCallback, TrainingArguments
+from transformers import AutoTokenizer, HfArgumentParser, TrainerCallback, TrainingArguments
 
 from hf_vlalign import RegionCaptionerConfig, RegionCaptionerForConditionalGeneration, default_text_model_path
 from hf_vlalign.data import CaptioningCollator, build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation import image_use_gap
 from hf_vlalign.synthetic import SyntheticSceneConfig
-from hf_vlalign.trainers import CaptioningTrainer
+from hf_vlalign.trainers import CaptioningTrainer, CaptioningTrainingArguments
 from hf_vlalign.trainers.base import last_complete_checkpoint
 from hf_vlalign.trainers.captioning import sampled_labels
 
@@ -48,16 +48,20 @@ def tiny_captioner(tokenizer, alignment: str = "gate") -> RegionCaptionerForCond
     return RegionCaptionerForConditionalGeneration(config)
 
 
-def make_trainer(captions, tmp_path, alignment="gate", **kwargs) -> CaptioningTrainer:
-    train, store, tokenizer = captions
-    args = TrainingArguments(
-        output_dir=str(tmp_path), max_steps=kwargs.pop("max_steps", 3), per_device_train_batch_size=16, logging_steps=1,
-        report_to="none", remove_unused_columns=False, save_strategy="no", use_cpu=True, seed=0, learning_rate=1e-3,
+def training_args(tmp_path, **settings) -> CaptioningTrainingArguments:
+    options = dict(
+        output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=16, logging_steps=1, report_to="none",
+        remove_unused_columns=False, save_strategy="no", use_cpu=True, seed=0, learning_rate=1e-3,
     )  # fmt: skip
+    return CaptioningTrainingArguments(**(options | settings))
+
+
+def make_trainer(captions, tmp_path, alignment="gate", **settings) -> CaptioningTrainer:
+    train, store, tokenizer = captions
     collator = CaptioningCollator(tokenizer, store, text_columns=("sentence",), reference_column="references")
     return CaptioningTrainer(
-        model=tiny_captioner(tokenizer, alignment), args=args, train_dataset=train, data_collator=collator,
-        tokenizer=tokenizer, **kwargs,
+        model=tiny_captioner(tokenizer, alignment), args=training_args(tmp_path, **settings), train_dataset=train,
+        data_collator=collator, processing_class=tokenizer,
     )  # fmt: skip
 
 
@@ -88,7 +92,8 @@ def test_lora_wrapped_captioner_trains_adapters_and_mask_copies_only(captions, t
     peft_model = get_peft_model(captioner, lora_config(captioner))
     template = make_trainer(captions, tmp_path, alignment="max", max_steps=2)
     trainer = CaptioningTrainer(
-        model=peft_model, args=template.args, train_dataset=train, data_collator=template.data_collator, tokenizer=tokenizer
+        model=peft_model, args=template.args, train_dataset=train, data_collator=template.data_collator,
+        processing_class=tokenizer,
     )
     before = {name: tensor.detach().clone() for name, tensor in peft_model.named_parameters()}
     trainer.train()
@@ -145,13 +150,50 @@ def test_sampled_labels_stop_after_the_first_end_token():
     ]
 
 
-def test_trainer_refuses_bad_settings(captions, tmp_path):
-    with pytest.raises(ValueError, match=r"`mask_update_every` must be an int >= 1"):
-        make_trainer(captions, tmp_path, mask_update_every=0)
-    with pytest.raises(ValueError, match=r"`scst_start_epoch` must be >= 0 and needs the `tokenizer`"):
-        make_trainer(captions, tmp_path, scst_start_epoch=-1.0)
-    with pytest.raises(ValueError, match=r"`encoder_learning_rate` must be > 0"):
-        make_trainer(captions, tmp_path, encoder_learning_rate=0.0)
+def test_arguments_refuse_bad_settings(tmp_path):
+    bad = {
+        "mask_update_every": (0, r"`mask_update_every` must be an int >= 1, got 0"),
+        "mask_learning_rate": (0.0, r"`mask_learning_rate` must be > 0"),
+        "scst_start_epoch": (-1.0, r"`scst_start_epoch` must be >= 0 \(or None: no self-critical training\), got -1.0"),
+        "scst_max_new_tokens": (0, r"`scst_max_new_tokens` must be an int >= 1"),
+        "encoder_learning_rate": (0.0, r"`encoder_learning_rate` must be > 0"),
+    }
+    for name, (value, message) in bad.items():
+        with pytest.raises(ValueError, match=message):
+            training_args(tmp_path, **{name: value})
+
+
+def test_self_critical_training_needs_the_processing_class(captions, tmp_path):
+    train, store, tokenizer = captions
+    with pytest.raises(ValueError, match=r"`scst_start_epoch` needs the trainer's `processing_class`"):
+        CaptioningTrainer(model=tiny_captioner(tokenizer), args=training_args(tmp_path, scst_start_epoch=0.0))
+
+
+def test_settings_are_arguments_parsed_listed_and_saved(captions, tmp_path):
+    parser = HfArgumentParser(CaptioningTrainingArguments)
+    flags = {
+        "mask_update_every": "3", "mask_learning_rate": "0.002", "scst_start_epoch": "1.5", "scst_max_new_tokens": "7",
+        "encoder_learning_rate": "0.0001",
+    }  # fmt: skip
+    argv = ["--output_dir", str(tmp_path), *(item for name, value in flags.items() for item in (f"--{name}", value))]
+    (args,) = parser.parse_args_into_dataclasses(argv)
+    assert (args.mask_update_every, args.mask_learning_rate, args.scst_start_epoch) == (3, 0.002, 1.5)
+    assert (args.scst_max_new_tokens, args.encoder_learning_rate) == (7, 1e-4)
+    help_text = parser.format_help()
+    assert all(f"--{name}" in help_text for name in flags) and "--distill_from" in help_text
+    saved = json.loads(args.to_json_string())  # what Trainer saves with the run
+    assert {name: saved[name] for name in flags} == {"mask_update_every": 3, "mask_learning_rate": 0.002,
+        "scst_start_epoch": 1.5, "scst_max_new_tokens": 7, "encoder_learning_rate": 1e-4}  # fmt: skip
+    # the trainer takes its settings from `args` only, and a plain TrainingArguments becomes its arguments' class
+    _, _, tokenizer = captions
+    for old in ({"mask_update_every": 2}, {"scst_start_epoch": 0.0}, {"tokenizer": tokenizer}):
+        with pytest.raises(TypeError, match=next(iter(old))):
+            CaptioningTrainer(model=tiny_captioner(tokenizer), args=training_args(tmp_path), **old)
+    plain = TrainingArguments(output_dir=str(tmp_path), learning_rate=3e-3, report_to="none", use_cpu=True)
+    trainer = CaptioningTrainer(model=tiny_captioner(tokenizer), args=plain)
+    assert type(trainer.args) is CaptioningTrainingArguments and trainer.args.learning_rate == 3e-3
+    converted = trainer.args.to_dict()
+    assert trainer.args.mask_update_every == 1 and {name: converted[name] for name in plain.to_dict()} == plain.to_dict()
 
 
 def test_example_trains_evaluates_and_draws(tmp_path, monkeypatch):

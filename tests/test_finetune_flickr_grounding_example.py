@@ -32,7 +32,7 @@ from hf_vlalign.evaluation.task_metrics import PHRASE_COLUMNS, grounded_phrases_
 from hf_vlalign.metrics import phrase_grounding_recall
 from hf_vlalign.metrics.phrase_grounding import rank_boxes, union_box
 from hf_vlalign.synthetic import SyntheticSceneConfig
-from hf_vlalign.trainers import PhraseGroundingTrainer
+from hf_vlalign.trainers import PhraseGroundingTrainer, PhraseGroundingTrainingArguments
 from hf_vlalign.utils.text_model import default_text_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,14 +111,31 @@ def test_new_modules_get_the_head_learning_rate(family, tmp_path):
     config = config_class(vocab_size=50, hidden_size=16, num_attention_heads=2, intermediate_size=32,
                           visual_feat_dim=8, **sizes)  # fmt: skip
     model = example.TASK_CLASSES[family](config)
-    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, weight_decay=0.01, report_to="none")
-    optimizer = PhraseGroundingTrainer(model=model, args=args, head_learning_rate=1e-3).create_optimizer()
+    args = PhraseGroundingTrainingArguments(
+        output_dir=str(tmp_path), learning_rate=1e-4, weight_decay=0.01, report_to="none", head_learning_rate=1e-3
+    )
+    optimizer = PhraseGroundingTrainer(model=model, args=args).create_optimizer()
     rate_of = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
     assert len(rate_of) == len(list(model.parameters()))  # every parameter once
     for name, parameter in model.named_parameters():
         new = name.split(".")[0] == "grounding_head" or ".visual_embeddings." in name
         assert rate_of[id(parameter)] == (1e-3 if new else 1e-4), name
     assert {group["weight_decay"] for group in optimizer.param_groups} == {0.0, 0.01}  # Trainer's decay groups kept
+
+
+def test_head_learning_rate_is_a_flag_of_the_example(tmp_path):
+    *_, training_args = example.parse_args(["--output_dir", str(tmp_path), "--head_learning_rate", "0.002", "--use_cpu"])
+    assert type(training_args) is PhraseGroundingTrainingArguments and training_args.head_learning_rate == 0.002
+    assert example.parse_args(["--output_dir", str(tmp_path), "--use_cpu"])[-1].head_learning_rate == 1e-3  # its default
+    assert json.loads(training_args.to_json_string())["head_learning_rate"] == 0.002
+    help_text = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--help"], capture_output=True, text=True, check=True, env=os.environ | {"COLUMNS": "200"}
+    ).stdout
+    assert all(flag in help_text for flag in ("--head_learning_rate", "--label_names", "--distill_from", "--ewc_weight"))
+    with pytest.raises(ValueError, match=r"`head_learning_rate` must be > 0 \(or None\), got 0.0"):
+        PhraseGroundingTrainingArguments(output_dir=str(tmp_path), head_learning_rate=0.0)
+    with pytest.raises(TypeError, match="head_learning_rate"):
+        PhraseGroundingTrainer(model=torch.nn.Linear(1, 1), args=TrainingArguments(str(tmp_path)), head_learning_rate=1e-3)
 
 
 # ----------------------------------------------------------------------------------------------------------------

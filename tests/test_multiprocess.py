@@ -46,7 +46,7 @@ RECIPES = {
     "vgp_semi_direct": ("finetune_vgp.py", ["--supervision", "semi_direct", "--eval_strategy", "no", *SCENES]),
     "two_stream_alignment": (
         "pretrain_two_stream.py",
-        ["--alignment_loss", "with", "--vqa_start_epoch", "0", "--l_layers", "2", "--r_layers", "1", "--x_layers", "2",
+        ["--alignment_loss", "with", "--qa_start_epoch", "0", "--l_layers", "2", "--r_layers", "1", "--x_layers", "2",
          "--mlm_probability", "0", "--object_mask_probability", "0", "--mismatch_probability", "0", *SCENES],
     ),  # fmt: skip
     "captioner_a2": (

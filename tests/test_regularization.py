@@ -1,14 +1,13 @@
 """Knowledge distillation and EWC (`trainers/regularization.py`): hand examples, the Fisher file, the trainer options
 and the `hf-vlalign fisher` verb, on real components."""
 
-import copy
 import json
 import math
 
 import pytest
 import torch
 from torch import nn
-from transformers import AutoTokenizer, TrainingArguments
+from transformers import AutoTokenizer, HfArgumentParser
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, default_text_model_path
@@ -16,7 +15,7 @@ from hf_vlalign.cli import main
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.synthetic import SyntheticSceneConfig
-from hf_vlalign.trainers import VGPTrainer
+from hf_vlalign.trainers import VGPTrainer, VGPTrainingArguments
 from hf_vlalign.trainers.regularization import (
     anchor_weights,
     distillation_loss,
@@ -177,7 +176,7 @@ def _args(tmp_path, **overrides):
         output_dir=str(tmp_path), max_steps=2, logging_steps=1, per_device_train_batch_size=8, learning_rate=1e-3,
         report_to="none", remove_unused_columns=False, save_strategy="no", use_cpu=True, seed=0,
     )  # fmt: skip
-    return TrainingArguments(**(options | overrides))
+    return VGPTrainingArguments(**(options | overrides))
 
 
 def test_trainer_logs_distillation_and_ewc_components(data, tokenizer, tmp_path):
@@ -185,10 +184,12 @@ def test_trainer_logs_distillation_and_ewc_components(data, tokenizer, tmp_path)
     collator = VGPCollator(tokenizer, data.region_features)
     batches = torch.utils.data.DataLoader(data.train, batch_size=8, collate_fn=collator)
     fisher_path = save_fisher(tmp_path / "fisher.safetensors", estimate_fisher(model, batches, 1, progress=False), anchor_weights(model))
-    trainer = VGPTrainer(
-        model=model, args=_args(tmp_path), train_dataset=data.train, data_collator=collator,
-        distill_from=copy.deepcopy(model), distill_temperature=2.0, distill_weight=0.5, ewc_lambda=10.0, ewc_fisher=fisher_path,
+    model.save_pretrained(tmp_path / "teacher")
+    args = _args(
+        tmp_path, distill_from=str(tmp_path / "teacher"), distill_temperature=2.0, distill_weight=0.5, ewc_weight=10.0,
+        ewc_fisher=str(fisher_path),
     )  # fmt: skip
+    trainer = VGPTrainer(model=model, args=args, train_dataset=data.train, data_collator=collator)
     trainer.train()
     logs = [log for log in trainer.state.log_history if "loss" in log]
     assert len(logs) == 2
@@ -204,21 +205,45 @@ def test_trainer_logs_distillation_and_ewc_components(data, tokenizer, tmp_path)
     assert "eval_loss_distill" in metrics and "eval_loss_ewc" in metrics
 
 
-def test_trainer_names_bad_regularization_arguments(tokenizer, tmp_path):
-    model = _tiny_vgp_model(tokenizer)
-    args = _args(tmp_path)
+def test_regularization_arguments_name_bad_values(tmp_path):
     bad = [
         ({"distill_temperature": 0.0}, "`distill_temperature` must be a finite number > 0, got 0.0"),
         ({"distill_weight": -1.0}, "`distill_weight` must be a finite number >= 0, got -1.0"),
-        ({"ewc_lambda": -0.1}, "`ewc_lambda` must be a finite number >= 0"),
-        ({"ewc_lambda": 1.0}, "`ewc_lambda=1.0` needs `ewc_fisher`"),
-        ({"distill_from": model}, "`distill_from` is the student model itself"),
-        ({"distill_from": str(tmp_path / "nowhere")}, "`distill_from` must be a model or a local folder"),
-        ({"ewc_lambda": 1.0, "ewc_fisher": {"head.weight": torch.ones(2)}}, "not trainable parameters"),
+        ({"ewc_weight": -0.1}, "`ewc_weight` must be a finite number >= 0"),
+        ({"ewc_weight": 1.0}, "`ewc_weight=1.0` needs `ewc_fisher`"),
+        ({"distill_from": nn.Linear(1, 1)}, "`distill_from` must be a path (a `str`), got Linear"),
     ]
     for options, message in bad:
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-            VGPTrainer(model=model, args=args, **options)
+            _args(tmp_path, **options)
+
+
+def test_trainer_names_bad_regularization_files(tokenizer, tmp_path):
+    model = _tiny_vgp_model(tokenizer)
+    with pytest.raises(ValueError, match="`distill_from` must be a local folder of a saved model"):
+        VGPTrainer(model=model, args=_args(tmp_path, distill_from=str(tmp_path / "nowhere")))
+    fisher = save_fisher(tmp_path / "other.safetensors", {"head.weight": torch.ones(2)}, {"head.weight": torch.ones(2)})
+    with pytest.raises(ValueError, match="not trainable parameters"):
+        VGPTrainer(model=model, args=_args(tmp_path, ewc_weight=1.0, ewc_fisher=str(fisher)))
+
+
+def test_regularization_settings_are_arguments_only(tokenizer, tmp_path):
+    """The settings are fields of the arguments: parsed from a command line, listed by `--help`, saved with the run;
+    the trainer takes no keyword of its own."""
+    parser = HfArgumentParser(VGPTrainingArguments)
+    flags = ["--distill_from", "teacher", "--distill_temperature", "3", "--distill_weight", "0.25"]
+    (args,) = parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path), *flags, "--ewc_weight", "2", "--ewc_fisher", "f"])
+    assert (args.distill_from, args.distill_temperature, args.distill_weight) == ("teacher", 3.0, 0.25)
+    assert (args.ewc_weight, args.ewc_fisher) == (2.0, "f")
+    help_text = parser.format_help()
+    assert all(f"--{name}" in help_text for name in ("distill_from", "distill_temperature", "distill_weight", "ewc_weight", "ewc_fisher"))
+    saved = json.loads(args.to_json_string())
+    assert saved["distill_weight"] == 0.25 and saved["ewc_fisher"] == "f" and saved["ewc_weight"] == 2.0
+    model = _tiny_vgp_model(tokenizer)
+    with pytest.raises(TypeError, match="distill_weight"):
+        VGPTrainer(model=model, args=_args(tmp_path), distill_weight=0.5)
+    with pytest.raises(TypeError, match="ewc_lambda"):
+        VGPTrainer(model=model, args=_args(tmp_path), ewc_lambda=1.0)
 
 
 def test_fisher_verb_writes_a_file_that_load_fisher_reads(data, tokenizer, tmp_path, capsys):
@@ -242,10 +267,10 @@ def test_fisher_verb_writes_a_file_that_load_fisher_reads(data, tokenizer, tmp_p
         main([*argv[:-4], "--num_batches", "0", *SYNTHETIC_FLAGS])
     assert "`--num_batches` must be >= 1" in capsys.readouterr().err
 
-    # a saved folder as the teacher (loaded with the student's class) and a plain {name: F} dict anchored at the model
-    trainer = VGPTrainer(
-        model=model, args=_args(tmp_path / "run"), distill_from=tmp_path / "model", ewc_lambda=1.0, ewc_fisher=dict(fisher),
-    )  # fmt: skip
+    # a saved folder as the teacher (loaded with the student's class) and the verb's file, anchored at the model
+    args = _args(tmp_path / "run", distill_from=tmp_path / "model", ewc_weight=1.0, ewc_fisher=output)
+    assert (args.distill_from, args.ewc_fisher) == (str(tmp_path / "model"), str(output))  # paths saved as text
+    trainer = VGPTrainer(model=model, args=args)
     assert type(trainer.distill_teacher) is SingleStreamForVisualParaphrase and not trainer.distill_teacher.training
     batch = VGPCollator(tokenizer, data.region_features)([data.train[i] for i in range(4)])
     loss, outputs = trainer.compute_loss(trainer.model, batch, return_outputs=True)

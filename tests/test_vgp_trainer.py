@@ -7,7 +7,7 @@ from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, defa
 from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.synthetic import SyntheticSceneConfig
-from hf_vlalign.trainers import VGPTrainer
+from hf_vlalign.trainers import VGPTrainer, VGPTrainingArguments
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def test_trainer_logs_each_loss_component_in_train_and_eval(data, tmp_path, supe
         vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=64, visual_feat_dim=32, attention_supervision=supervision,
     )
-    args = TrainingArguments(
+    args = VGPTrainingArguments(
         output_dir=str(tmp_path), max_steps=3, logging_steps=1, per_device_train_batch_size=8,
         per_device_eval_batch_size=16, report_to="none", remove_unused_columns=False, save_strategy="no",
         use_cpu=True, seed=0,

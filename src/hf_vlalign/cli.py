@@ -489,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max_text_length", type=int, default=48, help="tokens per text, as in the examples")
     _add_synthetic_arguments(evaluate)
 
-    fisher = add_verb("fisher", "diagonal Fisher of a saved VGP model, for EWC (`ewc_fisher=` of the trainers)", _fisher)
+    fisher = add_verb("fisher", "diagonal Fisher of a saved VGP model, for EWC (`--ewc_fisher` of the trainers' arguments)", _fisher)
     _add_model_argument(fisher, "a SingleStreamForVisualParaphrase checkpoint")
     fisher.add_argument(
         "--data", choices=("synthetic", "vgp"), default="synthetic",

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, TrainingArguments
+from transformers import AutoConfig, AutoTokenizer
 
 from ..models.family import FAMILIES as FAMILY_SPECS
 from ..synthetic import SyntheticSceneConfig
@@ -143,16 +143,16 @@ def _trainer_evaluate(model, collator, rows, batch_size: int, progress: bool, co
     the metrics without their `eval_` prefix (but `eval_loss`), speed metrics left out."""
     from transformers import PrinterCallback
 
-    from ..trainers.task import TaskTrainer
+    from ..trainers.task import TaskTrainer, TaskTrainingArguments
 
     with tempfile.TemporaryDirectory() as output_dir:
-        args = TrainingArguments(
+        args = TaskTrainingArguments(
             output_dir, per_device_eval_batch_size=batch_size, report_to="none", disable_tqdm=not progress,
-            remove_unused_columns=False, dataloader_num_workers=0, dataloader_pin_memory=False,
+            remove_unused_columns=False, dataloader_num_workers=0, dataloader_pin_memory=False, label_names=["labels"],
         )  # fmt: skip
         trainer = TaskTrainer(
             model=model, args=args, data_collator=collator, compute_metrics=compute_metrics,
-            preprocess_logits_for_metrics=preprocess_logits, label_names=["labels"],
+            preprocess_logits_for_metrics=preprocess_logits,
         )  # fmt: skip
         trainer.remove_callback(PrinterCallback)  # the results are returned, not printed
         metrics = trainer.evaluate(rows)

@@ -123,12 +123,17 @@ def default_report_to() -> str:
     return "tensorboard" if is_tensorboard_available() else "none"
 
 
-def parse_recipe_args(argv: list[str], dataclass_types: tuple[type, ...], **defaults) -> tuple:
-    """Parses `argv` into `dataclass_types` + `TrainingArguments` (returned in that order), with the examples'
-    shared defaults, then `defaults`; a `mixed_precision` field of any of them (`--mixed_precision`) sets `bf16` /
-    `fp16`, and a `dropout` field (`--dropout`) is checked; every example also takes `--num_threads`
-    (`set_cpu_threads`)."""
-    parser = HfArgumentParser((*dataclass_types, ThreadArguments, TrainingArguments))
+def parse_recipe_args(
+    argv: list[str],
+    dataclass_types: tuple[type, ...],
+    training_args_class: type[TrainingArguments] = TrainingArguments,
+    **defaults,
+) -> tuple:
+    """Parses `argv` into `dataclass_types` + `training_args_class` (the trainer's `TrainingArguments` subclass, whose
+    own settings are flags too; returned in that order), with the examples' shared defaults, then `defaults`; a
+    `mixed_precision` field of any of them (`--mixed_precision`) sets `bf16` / `fp16`, and a `dropout` field
+    (`--dropout`) is checked; every example also takes `--num_threads` (`set_cpu_threads`)."""
+    parser = HfArgumentParser((*dataclass_types, ThreadArguments, training_args_class))
     # pinned memory only speeds up copies to an accelerator; without one torch warns at every DataLoader
     pin_memory = torch.accelerator.is_available()
     parser.set_defaults(

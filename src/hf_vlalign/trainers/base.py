@@ -13,31 +13,22 @@ import random
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import get_worker_info
-from transformers import PreTrainedModel, Trainer
+from transformers import Trainer, TrainingArguments
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, unwrap_peft_model
 from transformers.utils import logging
 
 from ..data.feature_statistics import region_feature_statistics
 from ..data.feature_store import RegionFeatureStore
-from .regularization import (
-    ANCHOR_PREFIX,
-    FISHER_PREFIX,
-    anchor_weights,
-    check_fisher_matches,
-    ewc_penalty,
-    load_fisher,
-    outputs_distillation_loss,
-    split_fisher_state,
-)
+from .regularization import check_fisher_matches, ewc_penalty, load_fisher, outputs_distillation_loss
 
 logger = logging.get_logger(__name__)
 
@@ -166,6 +157,109 @@ def naming_unreadable_state_files(checkpoint: str | os.PathLike | None):
         ) from error
 
 
+@dataclass
+class ComponentLossTrainingArguments(TrainingArguments):
+    r"""
+    [`TrainingArguments`] of [`ComponentLossTrainer`], and the base of every other trainer's arguments: the two
+    regularisers that keep what pre-training learned (`trainers/regularization.py`). Each is added to the model's loss
+    and logged under its own key (`loss_distill`, `loss_ewc`, unweighted), in training and evaluation.
+
+    Parameters:
+        distill_from (`str`, *optional*):
+            Local folder of the teacher of knowledge distillation (Hinton et al. 2015), loaded with the student's
+            class (`from_pretrained`); typically the model the fine-tuning starts from. It is frozen, kept in eval
+            mode and moved to the student's device; it sees the student's batch without gradient. The loss adds
+            `distill_weight * loss_distill`, the KL of every logits field of the outputs (see
+            `outputs_distillation_loss`).
+        distill_temperature (`float`, *optional*, defaults to `2.0`):
+            Softmax temperature T > 0 of both distributions.
+        distill_weight (`float`, *optional*, defaults to `1.0`):
+            Weight >= 0 of `loss_distill` (0: logged only).
+        ewc_weight (`float`, *optional*, defaults to `0.0`):
+            Weight >= 0 of the EWC penalty `loss_ewc` = sum_i F_i (theta_i - theta*_i)^2 (Kirkpatrick et al. 2017,
+            whose lambda is twice this weight: their penalty carries a 1/2); 0 with `ewc_fisher` given: logged only.
+        ewc_fisher (`str`, *optional*):
+            File of the Fisher and the anchor weights theta*, written by `hf-vlalign fisher` or `save_fisher`.
+            Required when `ewc_weight > 0`. Trainable parameters it does not cover are left free (counted in a
+            warning).
+    """
+
+    distill_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local folder of the teacher model of knowledge distillation (loaded with the student's class); "
+            "adds distill_weight * loss_distill to the loss."
+        },
+    )
+    distill_temperature: float = field(
+        default=2.0, metadata={"help": "Softmax temperature (> 0) of the student's and the teacher's distributions."}
+    )
+    distill_weight: float = field(default=1.0, metadata={"help": "Weight (>= 0) of loss_distill (0: logged only)."})
+    ewc_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "Weight (>= 0) of the EWC penalty loss_ewc = sum F (theta - theta*)^2, half the lambda of "
+            "Kirkpatrick et al.; needs --ewc_fisher."
+        },
+    )
+    ewc_fisher: str | None = field(
+        default=None,
+        metadata={"help": "Fisher file of `hf-vlalign fisher` (Fisher and anchor weights) for the EWC penalty."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("distill_from", "ewc_fisher"):
+            value = getattr(self, name)
+            if isinstance(value, os.PathLike):
+                setattr(self, name, os.fspath(value))
+            elif value is not None and not isinstance(value, str):
+                raise ValueError(f"`{name}` must be a path (a `str`), got {type(value).__name__}.")
+        if not (_finite(self.distill_temperature) and self.distill_temperature > 0):
+            raise ValueError(f"`distill_temperature` must be a finite number > 0, got {self.distill_temperature!r}.")
+        if not (_finite(self.distill_weight) and self.distill_weight >= 0):
+            raise ValueError(f"`distill_weight` must be a finite number >= 0, got {self.distill_weight!r}.")
+        if not (_finite(self.ewc_weight) and self.ewc_weight >= 0):
+            raise ValueError(f"`ewc_weight` must be a finite number >= 0, got {self.ewc_weight!r}.")
+        if self.ewc_weight > 0 and self.ewc_fisher is None:
+            raise ValueError(
+                f"`ewc_weight={self.ewc_weight}` needs `ewc_fisher`: a Fisher file of `hf-vlalign fisher` (or `save_fisher`)."
+            )
+        self.distill_temperature = float(self.distill_temperature)
+        self.distill_weight = float(self.distill_weight)
+        self.ewc_weight = float(self.ewc_weight)
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+ArgumentsT = TypeVar("ArgumentsT", bound=TrainingArguments)
+
+
+def as_training_arguments(args: TrainingArguments | None, args_class: type[ArgumentsT]) -> ArgumentsT:
+    """`args` as an `args_class`: kept when it is one, rebuilt from its fields (`to_dict`, as trl's trainers convert a
+    plain `TrainingArguments` into their config) when its class is `TrainingArguments` or a parent of `args_class`,
+    `args_class(output_dir="tmp_trainer")` for None (as `Trainer`). Arguments of another trainer raise a ValueError
+    naming the settings `args_class` lacks."""
+    if args is None:
+        return args_class(output_dir="tmp_trainer")
+    if isinstance(args, args_class):
+        return args
+    expected = f"`args` must be {args_class.__name__} or a TrainingArguments to convert into it"
+    if not isinstance(args, TrainingArguments):
+        raise ValueError(f"{expected}, got {type(args).__name__}.")
+    known = {item.name for item in fields(args_class) if item.init}
+    foreign = sorted(item.name for item in fields(args) if item.init and item.name not in known)
+    if foreign:
+        raise ValueError(f"{expected}, got {type(args).__name__}, whose settings {foreign} it does not have.")
+    values = args.to_dict()
+    for name in values:
+        if name.endswith("_token"):
+            values[name] = getattr(args, name)  # `to_dict` hides the tokens
+    return args_class(**values)
+
+
 class ComponentLossTrainer(Trainer):
     """A `Trainer` whose model output carries loss components (`loss_component_keys`), each logged separately.
 
@@ -180,25 +274,12 @@ class ComponentLossTrainer(Trainer):
     Training batches are collated by `SeededCollator`: random collation depends on (`args.seed`, epoch, batch index)
     only, so `train(resume_from_checkpoint=...)` reproduces the uninterrupted run's batches exactly.
 
-    Two regularisers keep what pre-training learned (`trainers/regularization.py`); each is added to the model's loss
-    and logged under its own key (`loss_distill`, `loss_ewc`, unweighted), in training and evaluation:
-
-    Args:
-        distill_from (`PreTrainedModel` or `str`, *optional*): the teacher of knowledge distillation (Hinton et al.
-            2015): a model, or a local folder loaded with the student's class (`from_pretrained`). It is frozen, kept
-            in eval mode and moved to the student's device; it sees the student's batch without gradient. The loss
-            adds `distill_weight * loss_distill`, the KL of every logits field of the outputs (see
-            `outputs_distillation_loss`). Typically the model the fine-tuning starts from.
-        distill_temperature (`float`): the softmax temperature T > 0 of both distributions.
-        distill_weight (`float`): weight >= 0 of `loss_distill` (0: logged only).
-        ewc_lambda (`float`): weight >= 0 of the EWC penalty `loss_ewc` = sum_i F_i (theta_i - theta*_i)^2
-            (Kirkpatrick et al. 2017; this `ewc_lambda` is their lambda / 2); 0 with `ewc_fisher` given: logged only.
-        ewc_fisher (`str`, `Path` or `dict`, *optional*): the Fisher: a file of `hf-vlalign fisher` / `save_fisher`
-            (Fisher and anchor weights theta*), the same content as a dict (`fisher.<p>` / `anchor.<p>` names), or a
-            plain `{parameter name: F}` dict whose anchor is then the model's weights when the trainer is built.
-            Required when `ewc_lambda > 0`. Trainable parameters it does not cover are left free (counted in a warning).
+    The trainer's own settings are fields of `args`, an instance of `args_class` (here
+    [`ComponentLossTrainingArguments`]: distillation and EWC); a plain `TrainingArguments` is converted into it.
     """
 
+    # the class of the trainer's `args`, which holds its own settings
+    args_class: type[ComponentLossTrainingArguments] = ComponentLossTrainingArguments
     # the loss components: each is logged under the name of the model-output field it is read from
     loss_component_keys: tuple[str, ...] = ()
     # batch entries used by evaluation tools but not taken by the model's forward
@@ -208,49 +289,27 @@ class ComponentLossTrainer(Trainer):
     # model outputs logged as they are (per-batch statistics, not losses normalised by `num_items_in_batch`)
     metric_keys: tuple[str, ...] = ()
 
-    def __init__(
-        self,
-        *args,
-        distill_from: PreTrainedModel | str | os.PathLike | None = None,
-        distill_temperature: float = 2.0,
-        distill_weight: float = 1.0,
-        ewc_lambda: float = 0.0,
-        ewc_fisher: str | os.PathLike | dict | None = None,
-        **kwargs,
-    ):
-        _check_regularization_arguments(distill_from, distill_temperature, distill_weight, ewc_lambda, ewc_fisher)
-        super().__init__(*args, **kwargs)
+    def __init__(self, model: nn.Module | None = None, args: TrainingArguments | None = None, *trainer_args, **kwargs):
+        super().__init__(model, as_training_arguments(args, self.args_class), *trainer_args, **kwargs)
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
         self._batch_position = BatchPosition()
-        self.distill_temperature = float(distill_temperature)
-        self.distill_weight = float(distill_weight)
-        self.ewc_lambda = float(ewc_lambda)
-        self.distill_teacher = self._frozen_teacher(distill_from) if distill_from is not None else None
-        self.ewc_fisher, self.ewc_anchor = self._fisher_and_anchor(ewc_fisher) if ewc_fisher is not None else (None, None)
-
-    def _frozen_teacher(self, distill_from: PreTrainedModel | str | os.PathLike) -> nn.Module:
-        """The distillation teacher: loaded with the student's class when a path is given, frozen, in eval mode."""
-        if distill_from is self.model:
-            raise ValueError("`distill_from` is the student model itself; pass a copy (e.g. `copy.deepcopy(model)`) or its folder.")
-        if isinstance(distill_from, (str, os.PathLike)):
-            if not Path(distill_from).is_dir():
-                raise ValueError(f"`distill_from` must be a model or a local folder of a saved model, got {distill_from!r} (no such folder).")
-            teacher = type(self.model).from_pretrained(distill_from)
+        self.distill_teacher = self._frozen_teacher(self.args.distill_from) if self.args.distill_from is not None else None
+        if self.args.ewc_fisher is not None:
+            self.ewc_fisher, self.ewc_anchor = self._fisher_and_anchor(self.args.ewc_fisher)
         else:
-            teacher = distill_from
+            self.ewc_fisher, self.ewc_anchor = None, None
+
+    def _frozen_teacher(self, distill_from: str) -> nn.Module:
+        """The distillation teacher: loaded with the student's class, frozen, in eval mode."""
+        if not Path(distill_from).is_dir():
+            raise ValueError(f"`distill_from` must be a local folder of a saved model, got {distill_from!r} (no such folder).")
+        teacher = type(self.model).from_pretrained(distill_from)
         teacher.requires_grad_(False)
         return teacher.eval().to(self.args.device)
 
-    def _fisher_and_anchor(self, ewc_fisher: str | os.PathLike | dict) -> tuple[dict, dict]:
-        """(fisher, anchor) from a Fisher file or dict, checked against the model's trainable parameters."""
-        if isinstance(ewc_fisher, dict):
-            prefixed = bool(ewc_fisher) and all(key.startswith((FISHER_PREFIX, ANCHOR_PREFIX)) for key in ewc_fisher)
-            if prefixed:
-                fisher, anchor = split_fisher_state(ewc_fisher)
-            else:
-                fisher, anchor = dict(ewc_fisher), {k: v for k, v in anchor_weights(self.model).items() if k in ewc_fisher}
-        else:
-            fisher, anchor = load_fisher(ewc_fisher)
+    def _fisher_and_anchor(self, ewc_fisher: str) -> tuple[dict, dict]:
+        """(fisher, anchor) from a Fisher file, checked against the model's trainable parameters."""
+        fisher, anchor = load_fisher(ewc_fisher)
         uncovered = check_fisher_matches(self.model, fisher, anchor)
         if uncovered:
             logger.warning(f"`ewc_fisher` covers no Fisher for {len(uncovered)} trainable parameters (EWC leaves them free): {uncovered[:5]}")
@@ -390,11 +449,11 @@ class ComponentLossTrainer(Trainer):
         if self.distill_teacher is not None:
             loss_distill = self._distillation_loss(model, model_inputs, outputs)
             self._record(mode, "loss_distill", loss_distill)
-            total = total + self.distill_weight * loss_distill / micro_batches
+            total = total + self.args.distill_weight * loss_distill / micro_batches
         if self.ewc_fisher is not None:
             loss_ewc = self._ewc_penalty(model)
             self._record(mode, "loss_ewc", loss_ewc)
-            total = total + self.ewc_lambda * loss_ewc / micro_batches
+            total = total + self.args.ewc_weight * loss_ewc / micro_batches
         return total
 
     def _record(self, mode: str, key: str, value: torch.Tensor) -> None:
@@ -407,7 +466,7 @@ class ComponentLossTrainer(Trainer):
             self.distill_teacher.to(device)
         with torch.no_grad():
             teacher_outputs = self.distill_teacher(**model_inputs)
-        return outputs_distillation_loss(outputs, teacher_outputs, self.distill_temperature, labels=model_inputs.get("labels"))
+        return outputs_distillation_loss(outputs, teacher_outputs, self.args.distill_temperature, labels=model_inputs.get("labels"))
 
     def _ewc_penalty(self, model) -> torch.Tensor:
         student = self.accelerator.unwrap_model(model)
@@ -431,22 +490,3 @@ class ComponentLossTrainer(Trainer):
         self._metrics[mode].clear()
         super().log(logs, start_time)
 
-
-def _check_regularization_arguments(distill_from, distill_temperature, distill_weight, ewc_lambda, ewc_fisher) -> None:
-    """Errors naming the argument, what it must be and what came."""
-
-    def finite(value) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-    if not (finite(distill_temperature) and distill_temperature > 0):
-        raise ValueError(f"`distill_temperature` must be a finite number > 0, got {distill_temperature!r}.")
-    if not (finite(distill_weight) and distill_weight >= 0):
-        raise ValueError(f"`distill_weight` must be a finite number >= 0, got {distill_weight!r}.")
-    if not (finite(ewc_lambda) and ewc_lambda >= 0):
-        raise ValueError(f"`ewc_lambda` must be a finite number >= 0, got {ewc_lambda!r}.")
-    if ewc_lambda > 0 and ewc_fisher is None:
-        raise ValueError(f"`ewc_lambda={ewc_lambda}` needs `ewc_fisher`: a Fisher file of `hf-vlalign fisher` (or `save_fisher`), or a dict.")
-    if ewc_fisher is not None and not isinstance(ewc_fisher, (str, os.PathLike, dict)):
-        raise ValueError(f"`ewc_fisher` must be a path to a Fisher file or a dict of tensors, got {type(ewc_fisher).__name__}.")
-    if distill_from is not None and not isinstance(distill_from, (str, os.PathLike, nn.Module)):
-        raise ValueError(f"`distill_from` must be a model or a local folder of a saved model, got {type(distill_from).__name__}.")

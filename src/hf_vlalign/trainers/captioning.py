@@ -5,15 +5,15 @@ al. 2017: CIDEr-D reward, greedy baseline) after cross-entropy."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
 import torch
-from transformers import PreTrainedTokenizerBase
 from transformers.utils import logging
 
 from ..data.collators import PROBE_KEYS
 from ..metrics.captioning import cider_d_per_caption
 from ..utils.item_counts import mean_over_items
-from .base import ComponentLossTrainer, naming_unreadable_state_files
+from .base import ComponentLossTrainer, ComponentLossTrainingArguments, naming_unreadable_state_files
 
 # besides the probe targets and references: the captions' word-region alignment, read by the decoder-grounding probe
 # (`evaluate_decoder_grounding`), never by the captioner, whose forward refuses keys it does not use
@@ -24,11 +24,66 @@ MASK_OPTIMIZER_NAME = "mask_optimizer.pt"
 logger = logging.get_logger(__name__)
 
 
+@dataclass
+class CaptioningTrainingArguments(ComponentLossTrainingArguments):
+    r"""
+    [`ComponentLossTrainingArguments`] of [`CaptioningTrainer`]: the A2 mask step, self-critical training and the
+    region encoder's learning rate.
+
+    Parameters:
+        mask_update_every (`int`, *optional*, defaults to `1`):
+            Captioner steps per mask step (1: alternate every step).
+        mask_learning_rate (`float`, *optional*):
+            Learning rate of the mask networks (default: `learning_rate`).
+        scst_start_epoch (`float`, *optional*):
+            From this (fractional) epoch on, the loss is self-critical: captions are sampled, rewarded with CIDEr-D
+            against the batch's `references` minus the reward of the greedy caption, and their log-likelihood is
+            weighted by that advantage. Needs the trainer's `processing_class` (the tokenizer) and a collator that
+            returns `references` (`CaptioningCollator(reference_column=...)`). None: cross-entropy throughout.
+        scst_max_new_tokens (`int`, *optional*, defaults to `20`):
+            Length of the sampled and greedy captions of self-critical training.
+        encoder_learning_rate (`float`, *optional*):
+            Peak learning rate of the region encoder (default: `learning_rate`, like every other parameter). The
+            scheduler scales it like the others. On the synthetic scenes an encoder at the decoder's 5e-4 collapses its
+            outputs to one vector within 100 steps (region std 0.6 -> 0.002) and the captioner ignores the image; at a
+            third of it the image is used (`examples/train_captioning.py` sets 1.5e-4).
+    """
+
+    mask_update_every: int = field(default=1, metadata={"help": "Captioner steps per A2 mask step (1: every step)."})
+    mask_learning_rate: float | None = field(
+        default=None, metadata={"help": "Learning rate of the A2 mask networks (default: --learning_rate)."}
+    )
+    scst_start_epoch: float | None = field(
+        default=None,
+        metadata={"help": "Epoch from which training is self-critical (CIDEr-D reward, greedy baseline); default: never."},
+    )
+    scst_max_new_tokens: int = field(
+        default=20, metadata={"help": "Length of the sampled and greedy captions of self-critical training."}
+    )
+    encoder_learning_rate: float | None = field(
+        default=None,
+        metadata={"help": "Peak learning rate of the region encoder (default: --learning_rate)."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.mask_update_every, int) or self.mask_update_every < 1:
+            raise ValueError(f"`mask_update_every` must be an int >= 1, got {self.mask_update_every!r}.")
+        if self.mask_learning_rate is not None and not self.mask_learning_rate > 0:
+            raise ValueError(f"`mask_learning_rate` must be > 0 (or None for `learning_rate`), got {self.mask_learning_rate!r}.")
+        if self.scst_start_epoch is not None and not self.scst_start_epoch >= 0:
+            raise ValueError(f"`scst_start_epoch` must be >= 0 (or None: no self-critical training), got {self.scst_start_epoch!r}.")
+        if not isinstance(self.scst_max_new_tokens, int) or self.scst_max_new_tokens < 1:
+            raise ValueError(f"`scst_max_new_tokens` must be an int >= 1, got {self.scst_max_new_tokens!r}.")
+        if self.encoder_learning_rate is not None and not self.encoder_learning_rate > 0:
+            raise ValueError(f"`encoder_learning_rate` must be > 0 (or None for `learning_rate`), got {self.encoder_learning_rate!r}.")
+
+
 class CaptioningTrainer(ComponentLossTrainer):
     """Trainer for `RegionCaptionerForConditionalGeneration`; logs `loss_caption`, `loss_mask`, `mask_mean` and, with
-    self-critical training, `loss_scst` and `reward`.
+    self-critical training, `loss_scst` and `reward`. Its settings are [`CaptioningTrainingArguments`].
 
-    With `attention_alignment` in the model's config, every `mask_update_every` captioner steps one mask step runs
+    With `attention_alignment` in the model's config, every `args.mask_update_every` captioner steps one mask step runs
     first, over all the micro-batches of the step: the perturbed attention's mask objective (eq. 4), normalised by the
     step's global caption-token count like the caption loss, is differentiated with respect to the mask networks' own
     parameters only (`torch.autograd.grad`), summed over micro-batches and processes, and stepped by their own Adam
@@ -40,57 +95,28 @@ class CaptioningTrainer(ComponentLossTrainer):
     checkpoint as `mask_optimizer.pt` and restored with the captioner's optimiser, and the mask-step alternation, the
     step `s` and the self-critical switch are read from the restored `TrainerState`.
 
-    Args:
-        mask_update_every (`int`): captioner steps per mask step (1: alternate every step).
-        mask_learning_rate (`float`, *optional*): learning rate of the mask networks (default: `args.learning_rate`).
-        scst_start_epoch (`float`, *optional*): from this (fractional) epoch on, the loss is self-critical: captions are
-            sampled, rewarded with CIDEr-D against the batch's `references` minus the reward of the greedy caption,
-            and their log-likelihood is weighted by that advantage. Needs `tokenizer` and a collator that returns
-            `references` (`CaptioningCollator(reference_column=...)`).
-        scst_max_new_tokens (`int`): length of the sampled and greedy captions.
-        encoder_learning_rate (`float`, *optional*): peak learning rate of the region encoder (default:
-            `args.learning_rate`, like every other parameter). The scheduler scales it like the others. On the
-            synthetic scenes an encoder at the decoder's 5e-4 collapses its outputs to one vector within 100 steps
-            (region std 0.6 -> 0.002) and the captioner ignores the image; at a third of it the image is used
-            (`examples/train_captioning.py` sets 1.5e-4).
+    Self-critical training (`args.scst_start_epoch`) decodes the sampled captions with `processing_class`.
     """
 
+    args_class = CaptioningTrainingArguments
     loss_component_keys = ("loss_caption", "loss_mask", "loss_scst")
     metric_keys = ("mask_mean",)
     non_model_keys = CAPTION_NON_MODEL_KEYS
     non_prediction_keys = ("cache", "encoder_last_hidden_state", "aligned_cross_attentions", "encoder_attentions", "decoder_attentions")
 
-    def __init__(
-        self,
-        *args,
-        mask_update_every: int = 1,
-        mask_learning_rate: float | None = None,
-        scst_start_epoch: float | None = None,
-        scst_max_new_tokens: int = 20,
-        tokenizer: PreTrainedTokenizerBase | None = None,
-        encoder_learning_rate: float | None = None,
-        **kwargs,
-    ):
-        if not isinstance(mask_update_every, int) or mask_update_every < 1:
-            raise ValueError(f"`mask_update_every` must be an int >= 1, got {mask_update_every!r}.")
-        if scst_start_epoch is not None and (scst_start_epoch < 0 or tokenizer is None):
-            raise ValueError("`scst_start_epoch` must be >= 0 and needs the `tokenizer` that decodes the samples.")
-        if encoder_learning_rate is not None and not encoder_learning_rate > 0:
-            raise ValueError(f"`encoder_learning_rate` must be > 0 (or None for `args.learning_rate`), got {encoder_learning_rate!r}.")
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.encoder_learning_rate = encoder_learning_rate
+        if self.args.scst_start_epoch is not None and self.processing_class is None:
+            raise ValueError("`scst_start_epoch` needs the trainer's `processing_class`: the tokenizer that decodes the sampled captions.")
         self.label_names = ["labels"]
-        self.mask_update_every = mask_update_every
-        self.scst_start_epoch = scst_start_epoch
-        self.scst_max_new_tokens = scst_max_new_tokens
-        self.caption_tokenizer = tokenizer
         # a PEFT-wrapped captioner: the mask networks' trainable copies (peft's `modules_to_save`), not the originals
         self._captioner = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         self._mask_parameters = [p for p in self._captioner.mask_parameters() if p.requires_grad]
         self.mask_optimizer = None
         self._pending_mask_step = None
         if self._mask_parameters:
-            self.mask_optimizer = torch.optim.Adam(self._mask_parameters, lr=mask_learning_rate or self.args.learning_rate)
+            learning_rate = self.args.mask_learning_rate or self.args.learning_rate
+            self.mask_optimizer = torch.optim.Adam(self._mask_parameters, lr=learning_rate)
 
     def create_optimizer(self, model=None):
         # the captioner's optimiser leaves the mask networks to the mask objective
@@ -101,9 +127,9 @@ class CaptioningTrainer(ComponentLossTrainer):
         finally:
             for parameter in self._mask_parameters:
                 parameter.requires_grad_(True)
-        if self.encoder_learning_rate is not None:
+        if self.args.encoder_learning_rate is not None:
             encoder = self.accelerator.unwrap_model(model if model is not None else self.model).get_encoder()
-            separate_parameter_groups(optimizer, list(encoder.parameters()), self.encoder_learning_rate)
+            separate_parameter_groups(optimizer, list(encoder.parameters()), self.args.encoder_learning_rate)
         return optimizer
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
@@ -130,7 +156,7 @@ class CaptioningTrainer(ComponentLossTrainer):
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batches, counts = super().get_batch_samples(epoch_iterator, num_batches, device)
-        if batches and self.mask_optimizer is not None and self.state.global_step % self.mask_update_every == 0:
+        if batches and self.mask_optimizer is not None and self.state.global_step % self.args.mask_update_every == 0:
             # run by the step's first `training_step`: a resumed Trainer restores the random state in between
             self._pending_mask_step = (batches, counts)
         return batches, counts
@@ -166,7 +192,7 @@ class CaptioningTrainer(ComponentLossTrainer):
 
     @property
     def scst_enabled(self) -> bool:
-        return self.scst_start_epoch is not None and (self.state.epoch or 0.0) >= self.scst_start_epoch
+        return self.args.scst_start_epoch is not None and (self.state.epoch or 0.0) >= self.args.scst_start_epoch
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training and self.scst_enabled:
@@ -184,13 +210,13 @@ class CaptioningTrainer(ComponentLossTrainer):
             raise ValueError("self-critical training needs `references` in the batch: `CaptioningCollator(reference_column=...)`.")
         captioner = self.accelerator.unwrap_model(model)
         regions = {k: inputs[k] for k in ("visual_feats", "visual_boxes", "visual_attention_mask")}
-        generate = {"max_new_tokens": self.scst_max_new_tokens, "use_cache": True}
+        generate = {"max_new_tokens": self.args.scst_max_new_tokens, "use_cache": True}
         with torch.no_grad():
             captioner.eval()
             greedy = captioner.generate(**regions, do_sample=False, **generate)
             captioner.train()
             sampled = captioner.generate(**regions, do_sample=True, top_k=0, **generate)
-        decode = self.caption_tokenizer.batch_decode
+        decode = self.processing_class.batch_decode
         reward = torch.tensor(cider_d_per_caption(decode(sampled, skip_special_tokens=True), references))
         baseline = torch.tensor(cider_d_per_caption(decode(greedy, skip_special_tokens=True), references))
         advantage = (reward - baseline).to(inputs["visual_feats"].device)

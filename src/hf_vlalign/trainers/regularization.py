@@ -2,8 +2,8 @@
 2015) and elastic weight consolidation (Kirkpatrick et al. 2017) with a diagonal empirical Fisher estimate.
 
 Samaran et al. attribute the drop of their attention-supervised VGP model below the original model to catastrophic
-forgetting and propose distillation; `ComponentLossTrainer(distill_from=..., ewc_lambda=..., ewc_fisher=...)` adds
-either to any fine-tuning, and `hf-vlalign fisher` writes the Fisher file that `ewc_fisher` reads.
+forgetting and propose distillation; `ComponentLossTrainingArguments(distill_from=..., ewc_weight=..., ewc_fisher=...)`
+adds either to any fine-tuning, and `hf-vlalign fisher` writes the Fisher file that `ewc_fisher` reads.
 """
 
 from __future__ import annotations
@@ -267,8 +267,8 @@ def ewc_penalty(
     """sum_i F_i (theta_i - theta*_i)^2 over the parameters named in `fisher`.
 
     Kirkpatrick et al. 2017, eq. 3 writes the penalty (lambda / 2) sum_i F_i (theta_i - theta*_i)^2; like the common
-    EWC code (Avalanche's `EWCPlugin`, moskomule/ewc.pytorch) the 1/2 is left to the weight: `ewc_lambda` here is the
-    paper's lambda / 2. `fisher` and `anchor` are moved to each parameter's device (free when already there);
+    EWC code (Avalanche's `EWCPlugin`, moskomule/ewc.pytorch) the 1/2 is left to the weight: the trainers' `ewc_weight`
+    is the paper's lambda / 2. `fisher` and `anchor` are moved to each parameter's device (free when already there);
     `check=False` skips `check_fisher_matches` (a trainer checks once, not every step).
     """
     if check:

@@ -5,30 +5,36 @@ VisualBERT-style pre-training."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from ..data.collators import PROBE_KEYS
-from .base import ComponentLossTrainer
+from .base import ComponentLossTrainer, ComponentLossTrainingArguments
+
+
+@dataclass
+class TaskTrainingArguments(ComponentLossTrainingArguments):
+    r"""
+    [`ComponentLossTrainingArguments`] of [`TaskTrainer`] and [`ReferringExpressionTrainer`]: list in `label_names`
+    the batch entries `compute_metrics` needs (they reach it as `label_ids`).
+    """
 
 
 class TaskTrainer(ComponentLossTrainer):
     """Trainer for the `*For{QuestionAnswering,VisualReasoning,ReferringExpression,PhraseGrounding}` heads: logs
     `loss_task` and `loss_attention_supervision` (train and eval). The probe targets of a batch (`PROBE_KEYS`) stay
-    out of the model's inputs; list in `label_names` the batch entries `compute_metrics` needs (they reach it as
-    `label_ids`)."""
+    out of the model's inputs; list in `args.label_names` ([`TaskTrainingArguments`]) the batch entries
+    `compute_metrics` needs (they reach it as `label_ids`)."""
 
+    args_class = TaskTrainingArguments
     loss_component_keys = ("loss_task", "loss_attention_supervision")
     non_model_keys = PROBE_KEYS
-
-    def __init__(self, *args, label_names: list[str] | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        if label_names is not None:
-            self.label_names = list(label_names)
 
 
 class ReferringExpressionTrainer(TaskTrainer):
     """`TaskTrainer` whose evaluation predictions are, per expression, the IoU of its top-scored region with the
     referred box, and whose labels are the best IoU of any region of its image (both (B,)): they concatenate across
     batches and processes even when the number of regions differs between images. Pass
-    `label_names=["target_region_iou"]` and `compute_metrics=accuracy_from_region_iou`."""
+    `TaskTrainingArguments(label_names=["target_region_iou"], ...)` and `compute_metrics=accuracy_from_region_iou`."""
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         step = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
@@ -39,34 +45,55 @@ class ReferringExpressionTrainer(TaskTrainer):
         return loss, top1_iou, target_region_iou.max(-1).values
 
 
-class PhraseGroundingTrainer(TaskTrainer):
-    """`TaskTrainer` with a learning rate of its own for the new parts of the model (`head_learning_rate`), and whose
-    evaluation predictions are, per phrase, the IoU of its top-scored region with the gold boxes (B, P) and whose
-    labels are the phrases' token index (B, P; < 0 on padding phrases): both concatenate and gather across batches
-    and processes even when the number of regions differs between images. Pass
-    `label_names=["phrase_region_iou", "phrase_token_index"]` and `compute_metrics=recall_at_1_any_box`."""
+@dataclass
+class PhraseGroundingTrainingArguments(TaskTrainingArguments):
+    r"""
+    [`TaskTrainingArguments`] of [`PhraseGroundingTrainer`].
 
+    Parameters:
+        head_learning_rate (`float`, *optional*):
+            Learning rate of the parts of the model a text checkpoint lacks (`PhraseGroundingTrainer.new_modules`: the
+            visual embeddings and the grounding head); default: `learning_rate`, like every other parameter.
+    """
+
+    head_learning_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": "Learning rate of the grounding head and the visual embeddings, which a text checkpoint lacks "
+            "(default: --learning_rate)."
+        },
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.head_learning_rate is not None and not self.head_learning_rate > 0:
+            raise ValueError(f"`head_learning_rate` must be > 0 (or None), got {self.head_learning_rate!r}.")
+
+
+class PhraseGroundingTrainer(TaskTrainer):
+    """`TaskTrainer` with a learning rate of its own for the new parts of the model (`args.head_learning_rate`,
+    [`PhraseGroundingTrainingArguments`]), and whose evaluation predictions are, per phrase, the IoU of its top-scored
+    region with the gold boxes (B, P) and whose labels are the phrases' token index (B, P; < 0 on padding phrases):
+    both concatenate and gather across batches and processes even when the number of regions differs between images.
+    Pass `label_names=["phrase_region_iou", "phrase_token_index"]` in the arguments and
+    `compute_metrics=recall_at_1_any_box`."""
+
+    args_class = PhraseGroundingTrainingArguments
     # the modules a text checkpoint lacks in both families, trained at `head_learning_rate`
     new_modules = ("visual_embeddings", "grounding_head")
-
-    def __init__(self, *args, head_learning_rate: float | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        if head_learning_rate is not None and not head_learning_rate > 0:
-            raise ValueError(f"`--head_learning_rate` must be > 0 (or None), got {head_learning_rate!r}.")
-        self.head_learning_rate = head_learning_rate
 
     def create_optimizer(self, model=None):
         """Trainer's optimizer, with the parameters of `new_modules` moved to groups at `head_learning_rate` (before
         any step, so no optimizer state exists yet; the scheduler, made afterwards, scales every group alike)."""
         optimizer = super().create_optimizer(model)
-        if self.head_learning_rate is None:
+        if self.args.head_learning_rate is None:
             return optimizer
         names = {id(parameter): name for name, parameter in (model or self.model).named_parameters()}
         for group in list(optimizer.param_groups):
             new = [p for p in group["params"] if any(f"{module}." in names.get(id(p), "") for module in self.new_modules)]
             if new:
                 group["params"] = [p for p in group["params"] if all(p is not q for q in new)]
-                optimizer.add_param_group({**group, "params": new, "lr": self.head_learning_rate})
+                optimizer.add_param_group({**group, "params": new, "lr": self.args.head_learning_rate})
         return optimizer
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
@@ -78,15 +105,24 @@ class PhraseGroundingTrainer(TaskTrainer):
         return loss, top1_iou, token_index
 
 
+@dataclass
+class SingleStreamPretrainingTrainingArguments(ComponentLossTrainingArguments):
+    r"""
+    [`ComponentLossTrainingArguments`] of [`SingleStreamPretrainingTrainer`].
+    """
+
+
 class SingleStreamPretrainingTrainer(ComponentLossTrainer):
     """Trainer for `SingleStreamForPreTraining`: logs `loss_mlm`, `loss_sentence_image`, `loss_region_feature`,
-    `loss_region_class` and `loss_attention_supervision`.
+    `loss_region_class` and `loss_attention_supervision`. Its settings are [`SingleStreamPretrainingTrainingArguments`].
 
     Args:
         eval_data_collator (*optional*): the collator of the evaluation batches (e.g. one seeded, so that every
-            evaluation masks the same words and draws the same second captions); default: `data_collator`.
+            evaluation masks the same words and draws the same second captions); default: `data_collator`. An object
+            beside `data_collator`, so a constructor argument rather than a field of `args`.
     """
 
+    args_class = SingleStreamPretrainingTrainingArguments
     loss_component_keys = (
         "loss_mlm",
         "loss_sentence_image",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from transformers import EvalPrediction
 
 from ..data.collators import PROBE_KEYS
-from .base import ComponentLossTrainer
+from .base import ComponentLossTrainer, ComponentLossTrainingArguments
 
 
 def vgp_classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
@@ -19,10 +21,19 @@ def vgp_classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
     }
 
 
+@dataclass
+class VGPTrainingArguments(ComponentLossTrainingArguments):
+    r"""
+    [`ComponentLossTrainingArguments`] of [`VGPTrainer`] (distillation and EWC are what Samaran et al. propose against
+    the forgetting their attention-supervised model shows).
+    """
+
+
 class VGPTrainer(ComponentLossTrainer):
     """Trainer for `SingleStreamForVisualParaphrase`: logs `loss_id`, `loss_vgp` and `loss_attention_supervision`
-    (train and eval) and, by default, the identification and VGP accuracies at evaluation."""
+    (train and eval) and, by default, the identification and VGP accuracies at evaluation. Its settings are [`VGPTrainingArguments`]."""
 
+    args_class = VGPTrainingArguments
     loss_component_keys = ("loss_id", "loss_vgp", "loss_attention_supervision")
     non_model_keys = PROBE_KEYS
 
