@@ -280,6 +280,7 @@ def test_data_imports_no_models_and_synthetic_only_from_the_embedded_default_bui
         )
 
 
+@pytest.mark.slow
 def test_importing_data_does_not_import_synthetic():
     code = (
         "import sys, hf_vlalign.data, hf_vlalign.data.builders, hf_vlalign.data.formats\n"

@@ -9,6 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = [
     "supervision_overhead_direct",

@@ -259,6 +259,7 @@ def test_missing_java_is_named(monkeypatch):
     assert "java" in spice_unavailable_reason()
 
 
+@pytest.mark.slow
 def test_a_failing_meteor_process_is_reported_and_dropped(monkeypatch):
     # last in the file: it stops the shared METEOR process (the next METEOR call starts a fresh one)
     import sys

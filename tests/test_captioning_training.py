@@ -196,6 +196,7 @@ def test_settings_are_arguments_parsed_listed_and_saved(captions, tmp_path):
     assert trainer.args.mask_update_every == 1 and {name: converted[name] for name in plain.to_dict()} == plain.to_dict()
 
 
+@pytest.mark.slow
 def test_example_trains_evaluates_and_draws(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_VLALIGN_CACHE", str(tmp_path / "cache"))
     sys.path.insert(0, str(ROOT / "examples"))

@@ -65,6 +65,7 @@ def test_synthesize_writes_the_published_formats(tmp_path, capsys):
     assert read_vgp_csv(tmp_path / "scenes" / "vgp" / "train.csv")
 
 
+@pytest.mark.slow
 def test_console_script_is_installed():
     executable = shutil.which("hf-vlalign")
     assert executable is not None, "pip install -e . must install the `hf-vlalign` console script"
@@ -72,6 +73,7 @@ def test_console_script_is_installed():
     assert completed.returncode == 0 and "synthesize" in completed.stdout and "probe" in completed.stdout
 
 
+@pytest.mark.slow
 def test_help_and_import_load_no_heavy_module():
     # `hf-vlalign --help` and every `hf-vlalign <verb> --help` build the parser only: no torch, transformers, datasets
     code = (
@@ -91,6 +93,7 @@ def test_help_and_import_load_no_heavy_module():
     assert json.loads(completed.stdout.splitlines()[-1]) == []
 
 
+@pytest.mark.slow
 def test_light_import_keeps_the_auto_classes_and_the_public_api(vgp_model_dir):
     # `import hf_vlalign` is lazy, yet the Auto classes find the models (also when transformers loads its auto module
     # in the middle of its own imports, as `from transformers import Trainer` does) and every public name imports
@@ -157,12 +160,14 @@ def test_one_flag_convention(capsys):
          "nobody-here/not-cached; as a Hub id it is not in the Hub cache, and HF_HUB_OFFLINE=1 forbids downloading it."),
     ],
 )
+@pytest.mark.slow
 def test_a_missing_model_is_one_line_without_traceback(argv, message):
     completed = run_cli(*argv)
     assert completed.returncode == 2 and completed.stdout == ""
     assert completed.stderr == message + "\n"
 
 
+@pytest.mark.slow
 def test_a_model_left_out_is_argparse_s_error():
     completed = run_cli("fisher", "--out", "f.safetensors")
     assert completed.returncode == 2 and completed.stdout == "" and "Traceback" not in completed.stderr

@@ -96,11 +96,13 @@ def printed_threads(process: subprocess.Popen) -> int:
     return int(printed[0])
 
 
+@pytest.mark.slow
 def test_accelerate_launch_uses_the_available_cores_by_default(tmp_path, cache, tiny_text_model):
     env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
     assert printed_threads(launch(tmp_path, cache, tiny_text_model, env, [])) == available_cores()
 
 
+@pytest.mark.slow
 def test_num_threads_and_the_users_omp_num_threads_override_the_default(tmp_path, cache, tiny_text_model):
     chosen = available_cores() + 1  # neither the default nor accelerate's 1
     # both runs side by side (the count is chosen from the arguments and environment, not from the load)

@@ -436,6 +436,7 @@ def test_browser_shows_the_captioner_before_and_after_alignment(browser, explore
     assert "Before A2 alignment" in browser.find_element(By.ID, "info").text
 
 
+@pytest.mark.slow
 def test_screenshot_script_writes_three_states(browser, explored, tmp_path):
     import importlib.util
     from pathlib import Path

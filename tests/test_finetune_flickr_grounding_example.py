@@ -35,6 +35,9 @@ from hf_vlalign.synthetic import SyntheticSceneConfig
 from hf_vlalign.trainers import PhraseGroundingTrainer, PhraseGroundingTrainingArguments
 from hf_vlalign.utils.text_model import default_text_model_path
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "finetune_flickr_grounding.py"
 TRAIN_IMAGES, EVAL_IMAGES, EVAL_BATCH = 12, 6, 16

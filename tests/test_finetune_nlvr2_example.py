@@ -29,6 +29,9 @@ from hf_vlalign.data.collators import ImagePairCollator
 from hf_vlalign.metrics import nlvr2_scores
 from hf_vlalign.synthetic import SyntheticSceneConfig
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "finetune_nlvr2.py"
 NLVR2_SAMPLE = ROOT.parent / "shared" / "data" / "nlvr2" / "dev.json"

@@ -31,6 +31,9 @@ from hf_vlalign.metrics import referring_expression_accuracy
 from hf_vlalign.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from hf_vlalign.utils.text_model import default_text_model_path
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "finetune_refcoco.py"
 TRAIN_IMAGES, EVAL_IMAGES, EVAL_BATCH = 12, 6, 16

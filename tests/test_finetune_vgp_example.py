@@ -14,6 +14,9 @@ from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.synthetic import SyntheticSceneConfig
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 
 def test_example_writes_weights_card_plots_and_results(finetuned):
     model_dir = finetuned / "model"

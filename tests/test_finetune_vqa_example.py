@@ -26,6 +26,9 @@ from hf_vlalign.data.collators import QuestionAnsweringCollator
 from hf_vlalign.metrics import gqa_scores, vqa_accuracy
 from hf_vlalign.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "finetune_vqa.py"
 TINY = ["--synthetic_train_images", "12", "--synthetic_eval_images", "6"]

@@ -32,6 +32,9 @@ from safetensors.torch import load_file
 from hf_vlalign import SingleStreamForVisualParaphrase
 from hf_vlalign.data.builders import load_vgp_data
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "fsdp_worker.py"
 LOSS_TOLERANCE = 1e-5  # measured: 1.2e-7 without supervision, 4.8e-7 with it

@@ -23,6 +23,9 @@ from hf_vlalign.data import QuestionAnsweringCollator, RegionFeatureStore, build
 from hf_vlalign.data.builders import vqa_v2
 from hf_vlalign.evaluation import image_use_gap
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -29,6 +29,9 @@ from hf_vlalign import SingleStreamForVisualParaphrase
 from hf_vlalign.data import RegionFeatureStore, convert_features, extract_region_features
 from hf_vlalign.data.formats.lxmert_tsv import write_lxmert_tsv
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).resolve().parent / "kill_safety_worker.py"
 KILLED = 86  # the worker's exit code for an injected kill
 RANDOM_KILLS = 20  # real SIGKILLs per kind

@@ -424,6 +424,7 @@ BOMB_RUNNER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_restricted_unpickler_refuses_bombs_and_cycles_in_bounded_time_and_memory(tmp_path):
     paths = {}
     for name, (data, _) in PICKLE_BOMBS.items():

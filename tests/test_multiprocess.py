@@ -37,6 +37,9 @@ import pytest
 from launch_helpers import free_port, save_tiny_bert
 from safetensors.torch import load_file
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 3
 GLOBAL_BATCH = 8

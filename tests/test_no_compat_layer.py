@@ -96,6 +96,7 @@ print(json.dumps({"modules": modules, "raised": raised}))
 """
 
 
+@pytest.mark.slow
 def test_importing_every_module_raises_no_deprecation_from_the_library():
     path = os.pathsep.join([str(SRC.parent), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": path}

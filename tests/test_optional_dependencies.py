@@ -63,6 +63,7 @@ def require_message(extra: str) -> str:
     return f"{feature} needs {package}, which is not installed: {install}"
 
 
+@pytest.mark.slow
 def test_every_module_imports_and_the_three_families_run_without_the_optional_packages():
     code = """
 import importlib
@@ -114,6 +115,7 @@ print(sorted(name for name in sys.modules if name.partition(".")[0] in HIDDEN))
     assert completed.stdout.splitlines()[-1] == "[]"
 
 
+@pytest.mark.slow
 def test_each_feature_raises_the_pip_command_of_its_extra(tmp_path):
     (tmp_path / "features.h5").write_bytes(b"")
     code = """
@@ -203,6 +205,7 @@ CLI_VERBS = {
 }
 
 
+@pytest.mark.slow
 def test_cli_verbs_print_the_pip_command_without_a_traceback(tmp_path):
     # the checks run before any model loads: a folder with a config.json passes the CLI's checkpoint check
     (tmp_path / "model").mkdir()
@@ -246,6 +249,7 @@ def test_require_returns_the_module_and_checks_its_arguments():
     assert issubclass(MissingDependencyError, ModuleNotFoundError)
 
 
+@pytest.mark.slow
 def test_a_broken_optional_package_is_not_reported_as_missing():
     # matplotlib installed but one of its own dependencies missing: that error, not the extra's pip command
     code = """

@@ -26,6 +26,9 @@ from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation.task_metrics import pretraining_metrics
 from hf_vlalign.synthetic import SyntheticSceneConfig
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SCENES = SyntheticSceneConfig(num_train_images=40, num_val_images=6, seed=5)
 

@@ -18,6 +18,9 @@ from transformers import AutoTokenizer
 from hf_vlalign import SingleStreamForVisualParaphrase
 from hf_vlalign.hub import HubPushError, push_folder_to_hub
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

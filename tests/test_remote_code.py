@@ -186,6 +186,7 @@ def assert_same_outputs(model, inputs, loaded_outputs) -> None:
     ],
     ids=["single_stream", "single_stream_vgp", "single_stream_qa", "two_stream_qa", "captioner"],
 )
+@pytest.mark.slow
 def test_loads_without_hf_vlalign(tmp_path, make_model, auto_class, loader_class, make_inputs):
     torch.manual_seed(0)
     model = make_model().eval()

@@ -10,6 +10,9 @@ import math
 import pytest
 from script_modules import ROOT, load_script
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 reproduce = load_script("reproduce_benchmark", ROOT / "benchmarks" / "reproduce.py")
 CASES = [
     (experiment, setting, budget)

@@ -21,6 +21,9 @@ import resume_worker
 import torch
 from safetensors.torch import load_file
 
+# end-to-end: each test runs an example, a launch or a whole training
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "resume_worker.py"
 RECIPES = ("captioning", "pretraining", "vgp")

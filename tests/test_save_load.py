@@ -290,6 +290,7 @@ def test_an_interrupted_first_save_leaves_no_loadable_checkpoint(tmp_path, monke
         TwoStreamForPreTraining.from_pretrained(target)
 
 
+@pytest.mark.slow
 def test_a_killed_save_keeps_the_previous_checkpoint(tmp_path):
     """A process killed (SIGKILL: no `finally`, no cleanup) in the middle of writing the weights."""
     target = tmp_path / "model"

@@ -137,6 +137,7 @@ def test_restricted_unpickler_refuses_an_os_system_payload(tmp_path, protocol, n
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_the_os_system_payload_is_real_when_unpickled_without_restriction(tmp_path):
     """Keeps the test above honest: in a child process, plain pickle.loads does run the command."""
     marker = tmp_path / "pwned"

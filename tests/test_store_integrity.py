@@ -78,6 +78,7 @@ RegionFeatureStore.write(killed_midway(iter_feature_records(source, "lxmert_tsv"
 """
 
 
+@pytest.mark.slow
 def test_a_conversion_killed_midway_is_redone_to_the_same_bytes(source, reference, tmp_path):
     out = tmp_path / "store"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -111,6 +112,7 @@ def test_a_reader_error_midway_leaves_nothing_and_a_rerun_matches(source, refere
     assert store_bytes(out) == store_bytes(reference)
 
 
+@pytest.mark.slow
 def test_partial_folders_of_live_writers_and_other_hosts_are_left_alone(source, tmp_path):
     out = tmp_path / "store"
     host = socket.gethostname()

@@ -369,6 +369,7 @@ def _launch(script: str, output_dir: Path, *arguments: str) -> dict:
     return json.loads((output_dir / "model" / "eval_results.json").read_text())
 
 
+@pytest.mark.slow
 def test_finetune_vgp_runs_with_a_short_max_text_length(tmp_path):
     results = _launch("finetune_vgp.py", tmp_path, "--max_text_length", "16", "--eval_strategy", "steps", "--eval_steps", "1")
     truncation = results["truncation"]
@@ -382,6 +383,7 @@ def test_finetune_vgp_runs_with_a_short_max_text_length(tmp_path):
     assert 0.0 <= results["vgp_accuracy"] <= 1.0 and results["num_grounded_phrases"] > 0
 
 
+@pytest.mark.slow
 def test_pretrain_single_stream_runs_with_a_short_max_text_length(tmp_path):
     results = _launch("pretrain_single_stream.py", tmp_path, "--max_text_length", "12", "--eval_steps", "1")
     truncation = results["truncation"]

@@ -188,6 +188,7 @@ def test_qa_start_epoch_is_an_argument(tmp_path):
         AlignmentPretrainingTrainer(model=model, args=other)
 
 
+@pytest.mark.slow
 def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_VLALIGN_CACHE", str(tmp_path / "cache"))
     sys.path.insert(0, str(ROOT / "examples"))

@@ -186,6 +186,7 @@ def test_statistics_are_saved_with_the_weights_and_none_configs_load_without_the
     assert SingleStreamConfig().visual_feature_normalization == TwoStreamConfig().visual_feature_normalization == "standardize"
 
 
+@pytest.mark.slow
 def test_remote_code_carries_the_statistics(tmp_path):
     model = family_models("standardize")[0]
     model.set_visual_feature_statistics(torch.linspace(100.0, 150.0, DV), torch.linspace(20.0, 60.0, DV), 9)
