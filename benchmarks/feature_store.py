@@ -11,7 +11,7 @@ random batches of image ids three ways in one run: the store; the TSV read by se
 of line offsets built once) and decoding it; and LXMERT's own approach, loading the whole TSV into memory first
 (`load_obj_tsv`), whose start-up cost and memory are reported. Memory comes from /proc/self/status: `RssAnon` is
 private memory, `RssFile` pages of memory-mapped files (shared with the page cache, dropped under pressure).
-The tables of docs/datasets.md are rendered from the committed results file (tests/test_readme_benchmark_tables.py
+The tables of docs/datasets.md are rendered from the committed results file (tests/project/test_readme_benchmark_tables.py
 checks it).
 """
 

@@ -22,7 +22,7 @@ settings share them.
 values by seed; per comparison ("setting A - setting B on a metric"), the per-seed differences, their mean and sd, the
 paired t statistic and in how many seeds the difference has the sign of the mean. The docs blocks between
 `<!-- benchmarks/reproduce.py <experiment>: begin -->` and `... end -->` are rendered from the aggregate
-(`docs_block`); tests/test_readme_results.py fails when they differ from what the committed results give.
+(`docs_block`); tests/project/test_readme_results.py fails when they differ from what the committed results give.
 """
 
 from __future__ import annotations

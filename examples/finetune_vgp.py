@@ -81,7 +81,7 @@ class VGPArguments:
         default=None,
         metadata={
             "help": "if set, every dropout probability of the model (hidden, attention, classifier); default: the "
-            "checkpoint's. 0.0 makes training deterministic across process counts (tests/test_multiprocess.py)."
+            "checkpoint's. 0.0 makes training deterministic across process counts (tests/trainers/test_multiprocess.py)."
         },
     )
     hub_model_id_for_card: str | None = field(default=None, metadata={"help": "model id shown in the card."})

@@ -101,7 +101,7 @@ class PretrainingArguments:
         default=None,
         metadata={
             "help": "if set, every dropout probability of the model (hidden, attention, classifier); default: the "
-            "checkpoint's. 0.0 makes training deterministic across process counts (tests/test_multiprocess.py)."
+            "checkpoint's. 0.0 makes training deterministic across process counts (tests/trainers/test_multiprocess.py)."
         },
     )
     mlm_probability: float | None = field(

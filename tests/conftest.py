@@ -18,6 +18,11 @@ import pytest
 from huggingface_hub import HfApi
 
 ROOT = Path(__file__).resolve().parents[1]
+# the test modules import helpers from one another (e.g. `from test_two_stream import tiny_config`), each folder of
+# the suite (models per family, data, trainers, analysis, cli, examples, hub, project) is on sys.path
+for _folder in sorted({path.parent for path in (ROOT / "tests").rglob("test_*.py")}):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 # programs whose launch makes a test slow (a Python interpreter is matched by name too)
 SLOW_PROGRAMS = ("accelerate", "torchrun", "hf-vlalign", "chromedriver", "chromium")
 # fixtures that launch a process for the tests that use them

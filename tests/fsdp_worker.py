@@ -1,5 +1,5 @@
 """A few VGP training steps of `SingleStreamForVisualParaphrase`, sharded with torch's FSDP2 (`fully_shard`) over the
-CPU processes of `torchrun` (gloo), or unsharded in one plain process; for `tests/test_fsdp.py`.
+CPU processes of `torchrun` (gloo), or unsharded in one plain process; for `tests/trainers/test_fsdp.py`.
 
     python tests/fsdp_worker.py TEXT_MODEL OUTPUT_DIR [--supervision none]                 # one process, no FSDP
     torchrun --nproc_per_node 2 tests/fsdp_worker.py TEXT_MODEL OUTPUT_DIR [--supervision none]   # FSDP2, 2 shards

@@ -1,4 +1,4 @@
-"""A fork server for `tests/test_kill_safety.py`: imports torch and hf_vlalign once, then forks one child per command
+"""A fork server for `tests/trainers/test_kill_safety.py`: imports torch and hf_vlalign once, then forks one child per command
 that saves a model (or converts features) into the same folder, so that the test can kill it at any point cheaply.
 
     python tests/kill_safety_worker.py WORKDIR
@@ -35,7 +35,7 @@ import torch
 import transformers.modeling_utils
 from tqdm.auto import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "models" / "single_stream"))
 from test_single_stream import tiny_config  # noqa: E402
 
 from hf_vlalign import SingleStreamForVisualParaphrase  # noqa: E402

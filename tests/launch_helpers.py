@@ -1,4 +1,4 @@
-"""Helpers of the tests that launch real processes (`tests/test_multiprocess.py`, `tests/test_fsdp.py`)."""
+"""Helpers of the tests that launch real processes (`tests/trainers/test_multiprocess.py`, `tests/trainers/test_fsdp.py`)."""
 
 from __future__ import annotations
 

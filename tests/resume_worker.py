@@ -1,4 +1,4 @@
-"""One tiny training run for `tests/test_resume.py`, in a process of its own so that the test can SIGKILL it.
+"""One tiny training run for `tests/trainers/test_resume.py`, in a process of its own so that the test can SIGKILL it.
 
     python tests/resume_worker.py RECIPE OUTPUT_DIR [--resume_from_checkpoint DIR] [--pause_after_save SECONDS]
 

@@ -13,7 +13,7 @@ from .utils.auto_registration import register_when_transformers_auto_loads
 
 __version__ = "0.1.0"
 
-# the submodule of every public name (the same names as `hf_vlalign.models.__all__`, checked by tests/test_cli.py)
+# the submodule of every public name (the same names as `hf_vlalign.models.__all__`, checked by tests/cli/test_cli.py)
 _import_structure = {
     "models": [
         "AutoModelForPhraseGrounding", "AutoModelForReferringExpression", "AutoModelForRegionCaptioning",

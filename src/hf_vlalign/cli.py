@@ -17,8 +17,8 @@ from typing import NoReturn
 
 from .utils.optional import MissingDependencyError, require
 
-# the parser's choices, spelled out so that `--help` imports nothing heavy (tests/test_cli.py checks them against
-# `data.feature_store.FEATURE_FORMATS` and `evaluation.tasks.TASKS`; tests/test_families.py checks TASKS against
+# the parser's choices, spelled out so that `--help` imports nothing heavy (tests/cli/test_cli.py checks them against
+# `data.feature_store.FEATURE_FORMATS` and `evaluation.tasks.TASKS`; tests/models/test_families.py checks TASKS against
 # the tasks of the families' `FamilySpec`s, `hf_vlalign.models.family`)
 FEATURE_FORMATS = ("butd_h5", "butd_tsv", "lxmert_tsv", "m2_hdf5", "npz_dir", "vlbert_json")
 TASKS = ("vgp", "vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding", "captioning")

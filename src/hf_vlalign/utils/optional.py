@@ -2,7 +2,7 @@
 trainers and data loaders import without them and a missing one fails with the pip command that installs it.
 
 The base install is what a training script needs; each entry of `EXTRAS` is an extra of setup.cfg
-(`pip install "hf-vlalign[<extra>]"`) and the one package it adds (tests/test_optional_dependencies.py checks that
+(`pip install "hf-vlalign[<extra>]"`) and the one package it adds (tests/project/test_optional_dependencies.py checks that
 setup.cfg lists them).
 """
 

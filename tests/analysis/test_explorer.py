@@ -1,0 +1,451 @@
+"""The attention explorer: the JSON embedded in the HTML page holds the models' own attention (all three families and
+transformers' VisualBert / Lxmert), the gold boxes, the image and the probe grid; bad input raises naming the argument;
+and a real headless Chromium clicks a word, a probe cell and a box and finds the highlighted boxes and words equal to
+the embedded numbers (a browser that cannot start fails the test where CI is set, and skips it elsewhere)."""
+
+import base64
+import io
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from analysis_models import FAMILIES, SCENES, SYNTHETIC_FLAGS, tiny_family_model
+from PIL import Image
+from transformers import AutoTokenizer, LxmertConfig, LxmertModel, VisualBertConfig, VisualBertModel
+
+from hf_vlalign.analysis import explorer_examples, layer_rollouts, read_explorer_payload, write_attention_explorer
+from hf_vlalign.cli import main
+from hf_vlalign.evaluation.inference import split_batch
+from hf_vlalign.evaluation.model_analysis import ATTENTION_TARGET_KEYS, analyze_model, synthetic_analysis_data
+from hf_vlalign.evaluation.tasks import load_model
+
+pytestmark = pytest.mark.usefixtures("synthetic_scene_cache")
+
+PROBE_EXAMPLES = 8
+ATOL = 6e-5  # the page keeps 4 decimals
+
+
+
+
+@pytest.fixture(scope="module")
+def explored(tokenizer, tmp_path_factory):
+    """family -> (model folder, explorer page written by `hf-vlalign explore`)."""
+    pages = {}
+    for family in FAMILIES:
+        folder = tmp_path_factory.mktemp(family)
+        tiny_family_model(family, tokenizer).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        page = folder / "explorer.html"
+        argv = [
+            "explore",
+            str(folder),
+            "--out",
+            str(page),
+            "--num_examples",
+            "2",
+            "--probe_examples",
+            str(PROBE_EXAMPLES),
+        ]
+        assert main([*argv, "--batch_size", "4", *SYNTHETIC_FLAGS]) == 0
+        pages[family] = (folder, page)
+    return pages
+
+
+def _reference(folder, index: int = 0):
+    """The model's own outputs on example `index` (as the analysis reads it), its batch and its row."""
+    model = load_model(folder)
+    data = synthetic_analysis_data(model, AutoTokenizer.from_pretrained(folder), SCENES)
+    row = data.dataset[index]
+    batch = data.collator([row])
+    with torch.no_grad():
+        outputs = model(**split_batch(batch, torch.device("cpu"), ATTENTION_TARGET_KEYS)[0], output_attentions=True)
+    return outputs, batch, row, data
+
+
+def _renormalised(maps: torch.Tensor) -> np.ndarray:
+    maps = maps.double()
+    return (maps / maps.sum(-1, keepdim=True)).numpy()
+
+
+def _stack(maps) -> np.ndarray:
+    return torch.stack([layer[0] for layer in maps]).numpy()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_embedded_attention_equals_the_model_outputs(family, explored):
+    folder, page = explored[family]
+    data = read_explorer_payload(page)
+    outputs, batch, row, analysis = _reference(folder)
+    example = data["examples"][0]
+    text_mask = batch[analysis.text_mask_key][0].bool()
+    assert len(data["examples"]) == 2 and len(example["words"]) == int(text_mask.sum())
+    assert np.allclose(example["regions"], batch["visual_boxes"][0].numpy(), atol=1e-5)
+    heads = {view: np.asarray(spec["heads"]) for view, spec in example["attention"].items()}
+    num_words, num_regions = int(text_mask.sum()), batch["visual_boxes"].shape[1]
+    if family == "single_stream":
+        joint = _stack(outputs.attentions)  # (L, H, N, N) over [text; regions; END]
+        text, regions = slice(0, num_words), slice(num_words, num_words + num_regions)
+        expected = {"word_to_region": _renormalised(torch.from_numpy(joint[..., text, regions])),
+                    "region_to_word": _renormalised(torch.from_numpy(joint[..., regions, text]))}  # fmt: skip
+        rollout = torch.stack([r[0] for r in layer_rollouts(list(outputs.attentions))])
+        assert np.allclose(
+            example["attention"]["word_to_region"]["rollout"], _renormalised(rollout[:, text, regions]), atol=ATOL
+        )
+    elif family == "two_stream":
+        expected = {"word_to_region": _stack(outputs.cross_encoder_attentions),
+                    "region_to_word": _stack(outputs.cross_encoder_vision_attentions)}  # fmt: skip
+    else:
+        expected = {"word_to_region": _stack(outputs.cross_attentions),
+                    "aligned_word_to_region": _renormalised(torch.stack([a[0] for a in outputs.aligned_cross_attentions]))}  # fmt: skip
+        assert (
+            "A2" in data["views"]["word_to_region"]["label"]
+            and "after A2" in data["views"]["aligned_word_to_region"]["label"]
+        )
+    assert set(heads) == set(expected) == set(data["views"])
+    for view, values in expected.items():
+        assert heads[view].shape == values.shape == (2, 4, *values.shape[2:]), view
+        assert np.allclose(heads[view], values, atol=ATOL), view
+        assert data["views"][view]["shape"] == [2, 4]
+        assert data["views"][view]["rollout"] == (family == "single_stream")
+    # gold: every phrase of the row with its boxes (normalised by the image size) on the words that spell it
+    columns = analysis.collator.text_columns
+    phrases = [
+        (row[c][s:e], boxes)
+        for c in columns
+        for (s, e), boxes in zip(row[f"{c}_phrase_spans"], row[f"{c}_phrase_boxes"])
+    ]
+    assert [gold["text"] for gold in example["gold"]] == [text for text, _ in phrases]
+    height, width = row["image_size"]
+    for gold, (text, boxes) in zip(example["gold"], phrases):
+        assert np.allclose(gold["boxes"], np.asarray(boxes) / [width, height, width, height], atol=1e-5)
+        spelled = " ".join(example["words"][t] for t in gold["tokens"]).replace(" ##", "")
+        assert spelled == text.lower()
+    # the synthetic scene's rendering, as a base64 PNG
+    image = Image.open(io.BytesIO(base64.b64decode(example["image"].split(",", 1)[1])))
+    assert example["size"] == [SCENES.image_size, SCENES.image_size] and image.size == (SCENES.image_size,) * 2
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_probe_grid_is_the_analysis_probe(family, explored, tmp_path):
+    folder, page = explored[family]
+    probe = read_explorer_payload(page)["probe"]
+    accuracy = np.asarray(probe["accuracy"])
+    assert probe["view"] == "word_to_region" and accuracy.shape == (2, 4) and probe["num_phrases"] > 0
+    assert ((accuracy >= 0) & (accuracy <= 1)).all() and accuracy[tuple(probe["best"])] == accuracy.max()
+    if family != "single_stream":
+        return
+    # `hf-vlalign analyze` on the same examples finds the same grid (its PNGs make it slow: one family)
+    report = analyze_model(
+        folder, tmp_path, synthetic=SCENES, batch_size=4, max_examples=PROBE_EXAMPLES, progress=False
+    )
+    expected = report["grounding_probe"]
+    assert np.allclose(accuracy, expected["accuracy"], atol=ATOL)
+    assert probe["num_phrases"] == expected["num_phrases"]
+    assert probe["best"] == [expected["best_layer"], expected["best_head"]]
+    assert probe["baseline"] == pytest.approx(expected["baseline_accuracy"])
+
+
+def test_page_is_self_contained(explored):
+    text = explored["single_stream"][1].read_text()
+    assert text.startswith("<!DOCTYPE html>") and "<svg" in text
+    local = text.replace('"http://www.w3.org/2000/svg"', "")  # the SVG namespace, not a request
+    for remote in ("http://", "https://", "<link", "<script src", "url("):
+        assert remote not in local, remote
+
+
+def test_user_image_replaces_the_rendering(explored, tmp_path, capsys):
+    folder, _ = explored["two_stream"]
+    Image.new("RGB", (300, 200), (10, 200, 30)).save(tmp_path / "photo.png")
+    page = tmp_path / "report.html"
+    argv = [
+        "explore",
+        str(folder),
+        "--out",
+        str(page),
+        "--num_examples",
+        "1",
+        "--probe_examples",
+        "0",
+        *SYNTHETIC_FLAGS,
+    ]
+    assert main([*argv, "--image", str(tmp_path / "photo.png")]) == 0
+    data = read_explorer_payload(page)
+    assert data["probe"] is None and data["examples"][0]["size"] == [300, 200]
+    image = Image.open(io.BytesIO(base64.b64decode(data["examples"][0]["image"].split(",", 1)[1])))
+    assert image.getpixel((5, 5)) == (10, 200, 30)
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match="2"):  # a user mistake: one line on stderr, exit status 2
+        main([*argv, "--image", str(tmp_path / "missing.png")])
+    assert "`image` must be an image file" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
+        main([*argv[:4], "--num_examples", "0", *SYNTHETIC_FLAGS])
+    assert "`num_examples` must be an int >= 1" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# transformers' VisualBert and Lxmert through the adapters
+# ---------------------------------------------------------------------------------------------------------------------
+
+B, T, R, DV, H, V = 2, 6, 4, 12, 4, 60
+WORDS = [["[CLS]", "a", "red", "disc", "[SEP]"], ["[CLS]", "the", "blue", "square", "is", "[SEP]"]]
+GOLD = [[{"tokens": [1, 2, 3], "boxes": [[0.1, 0.1, 0.4, 0.5]], "text": "a red disc"}], []]
+
+
+def _inputs():
+    generator = torch.Generator().manual_seed(0)
+    corners = torch.rand(B, R, 2, generator=generator) * 0.5
+    boxes = torch.cat([corners, corners + 0.1 + torch.rand(B, R, 2, generator=generator) * 0.4], dim=-1)
+    text_mask = torch.ones(B, T, dtype=torch.long)
+    text_mask[0, -1] = 0
+    region_mask = torch.ones(B, R, dtype=torch.long)
+    region_mask[1, -1] = 0
+    ids = torch.randint(3, V, (B, T), generator=generator)
+    return ids, torch.randn(B, R, DV, generator=generator), boxes, text_mask, region_mask
+
+
+def _visual_bert():
+    torch.manual_seed(0)
+    config = VisualBertConfig(vocab_size=V, hidden_size=32, visual_embedding_dim=DV, num_hidden_layers=2,
+                              num_attention_heads=H, intermediate_size=64, max_position_embeddings=32)  # fmt: skip
+    ids, feats, boxes, text_mask, region_mask = _inputs()
+    with torch.no_grad():
+        outputs = VisualBertModel(config).eval()(input_ids=ids, attention_mask=text_mask, visual_embeds=feats,
+                                                 visual_attention_mask=region_mask, output_attentions=True)  # fmt: skip
+    return outputs, boxes, text_mask, region_mask
+
+
+def _lxmert():
+    torch.manual_seed(0)
+    config = LxmertConfig(
+        vocab_size=V, hidden_size=32, num_attention_heads=H, intermediate_size=64, l_layers=2, r_layers=1, x_layers=3,
+        visual_feat_dim=DV, visual_pos_dim=4, num_object_labels=6, num_attr_labels=5, num_qa_labels=7,
+        max_position_embeddings=32,
+    )  # fmt: skip
+    ids, feats, boxes, text_mask, region_mask = _inputs()
+    with torch.no_grad():
+        outputs = LxmertModel(config).eval()(input_ids=ids, visual_feats=feats, visual_pos=boxes, attention_mask=text_mask,
+                                             visual_attention_mask=region_mask, output_attentions=True)  # fmt: skip
+    return outputs, boxes, text_mask, region_mask
+
+
+def _write(outputs, boxes, text_mask, region_mask, path, **options):
+    examples = explorer_examples(
+        outputs, words=WORDS, region_boxes=boxes, text_mask=text_mask, region_mask=region_mask, gold=GOLD
+    )
+    return read_explorer_payload(write_attention_explorer(examples, path, **options))
+
+
+def test_visual_bert_page_slices_the_joint_map(tmp_path):
+    outputs, boxes, text_mask, region_mask = _visual_bert()
+    data = _write(outputs, boxes, text_mask, region_mask, tmp_path / "vb.html", probe=np.full((2, H), 0.5))
+    assert set(data["views"]) == {"word_to_region", "region_to_word"} and data["views"]["word_to_region"]["rollout"]
+    assert data["probe"]["accuracy"] == [[0.5] * H] * 2
+    for index, (words, real_regions) in enumerate(zip(WORDS, (R, R - 1))):
+        example = data["examples"][index]
+        assert example["words"] == words and example["image"] is None and len(example["regions"]) == real_regions
+        joint = torch.stack([layer[index] for layer in outputs.attentions])  # (L, H, T + R, T + R)
+        rows = joint[..., : len(words), T : T + real_regions]
+        assert np.allclose(example["attention"]["word_to_region"]["heads"], _renormalised(rows), atol=ATOL)
+        columns = joint[..., T : T + real_regions, : len(words)]
+        assert np.allclose(example["attention"]["region_to_word"]["heads"], _renormalised(columns), atol=ATOL)
+    assert data["examples"][0]["gold"] == [{"tokens": [1, 2, 3], "boxes": [[0.1, 0.1, 0.4, 0.5]], "text": "a red disc"}]
+
+
+def test_lxmert_page_has_language_to_vision_only(tmp_path):
+    outputs, boxes, text_mask, region_mask = _lxmert()
+    data = _write(outputs, boxes, text_mask, region_mask, tmp_path / "lxmert.html")
+    assert list(data["views"]) == ["word_to_region"] and data["views"]["word_to_region"] == {
+        "label": "language \u2192 vision (word \u2192 region)", "query": "word", "shape": [3, H], "rollout": False,
+    }  # fmt: skip
+    example = data["examples"][1]
+    expected = torch.stack([layer[1] for layer in outputs.cross_encoder_attentions])[:, :, :, : R - 1]
+    assert np.allclose(example["attention"]["word_to_region"]["heads"], _renormalised(expected), atol=ATOL)
+    assert example["attention"]["word_to_region"]["rollout"] is None
+
+
+def test_bad_input_raises_naming_the_argument(tmp_path):
+    outputs, boxes, text_mask, region_mask = _visual_bert()
+    kwargs = {"words": WORDS, "region_boxes": boxes, "text_mask": text_mask, "region_mask": region_mask}
+    with pytest.raises(ValueError, match=r"`words\[0\]` must hold one token per real text position \(5\), got 4"):
+        explorer_examples(outputs, **{**kwargs, "words": [WORDS[0][:4], WORDS[1]]})
+    with pytest.raises(ValueError, match="`words` must hold one entry per example"):
+        explorer_examples(outputs, **{**kwargs, "words": WORDS[:1]})
+    with pytest.raises(ValueError, match="`region_boxes` must be normalised to"):
+        explorer_examples(outputs, **{**kwargs, "region_boxes": boxes * 100})
+    with pytest.raises(ValueError, match=r"`region_boxes` must be \(B, R, 4\)"):
+        explorer_examples(outputs, **{**kwargs, "region_boxes": boxes[0]})
+    with pytest.raises(ValueError, match=r"`gold\[0\].tokens` must be word positions in \[0, 4\]"):
+        explorer_examples(outputs, **kwargs, gold=[[{"tokens": [7], "boxes": [[0, 0, 1, 1]]}], []])
+    with pytest.raises(ValueError, match=r"`gold\[0\]` must have the keys"):
+        explorer_examples(outputs, **kwargs, gold=[[{"tokens": [1]}], []])
+    with pytest.raises(ValueError, match=r"`images\[0\]` must be an existing image file"):
+        explorer_examples(outputs, **kwargs, images=[tmp_path / "missing.png", None])
+    with pytest.raises(ValueError, match="hold no attention maps"):
+        explorer_examples(object(), **kwargs)
+    examples = explorer_examples(outputs, **kwargs)
+    with pytest.raises(ValueError, match=r"`probe` must be \(L, H\) = \(2, 4\)"):
+        write_attention_explorer(examples, tmp_path / "a.html", probe=np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="`examples` must be a non-empty list"):
+        write_attention_explorer([], tmp_path / "a.html")
+    with pytest.raises(ValueError, match="`path` must be a str or Path"):
+        write_attention_explorer(examples, None)
+    lxmert = explorer_examples(_lxmert()[0], **{**kwargs, "text_mask": text_mask, "region_mask": region_mask})
+    with pytest.raises(ValueError, match=r"`examples\[1\]` must have the views, layers and heads of examples\[0\]"):
+        write_attention_explorer([examples[0], lxmert[1]], tmp_path / "a.html")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A real browser
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (Debian's `chromium` + `chromium-driver`) through selenium. Where CI is set, a browser that
+    cannot start fails the tests: CI installs it (.ci/run)."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        binary = next(
+            (shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)),
+            None,
+        )
+        driver_path = shutil.which("chromedriver")
+        if binary is None or driver_path is None:
+            raise RuntimeError(f"chromium ({binary}) or chromedriver ({driver_path}) not found")
+        options = webdriver.ChromeOptions()
+        for argument in (
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1400,1000",
+        ):
+            options.add_argument(argument)
+        options.binary_location = binary
+        driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    except Exception as error:  # ImportError, WebDriverException, RuntimeError: no browser here
+        message = f"headless Chromium could not start ({type(error).__name__}: {error}); apt-get install chromium chromium-driver; pip install selenium"
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail(message)
+        pytest.skip(message)
+    yield driver
+    driver.quit()
+
+
+def _regions(driver) -> dict[int, dict]:
+    """region index -> its rect's weight, fill opacity and classes."""
+    rects = driver.execute_script(
+        "return [...document.querySelectorAll('rect.region')].map(r => [r.dataset.region, r.dataset.weight, "
+        "r.getAttribute('fill-opacity'), r.getAttribute('class')])"
+    )
+    return {
+        int(r): {"weight": float(w) if w else None, "opacity": float(o), "top": "top" in c.split()}
+        for r, w, o, c in rects
+    }
+
+
+def _word_weights(driver) -> list[float | None]:
+    spans = driver.execute_script(
+        "return [...document.querySelectorAll('#sentence span.tok')].map(s => s.dataset.weight || null)"
+    )
+    return [None if w is None else float(w) for w in spans]
+
+
+def _assert_boxes_show(driver, weights: np.ndarray) -> None:
+    shown = _regions(driver)
+    assert sorted(shown) == list(range(len(weights)))
+    assert np.allclose([shown[r]["weight"] for r in range(len(weights))], weights, atol=1e-9)
+    assert np.allclose([shown[r]["opacity"] for r in range(len(weights))], 0.6 * weights, atol=1e-4)  # proportional
+    assert [r for r in shown if shown[r]["top"]] == [int(np.argmax(weights))]
+
+
+def test_browser_clicks_word_probe_cell_and_region(browser, explored, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    page = explored["single_stream"][1]
+    data = read_explorer_payload(page)
+    example = data["examples"][0]
+    heads = np.asarray(example["attention"]["word_to_region"]["heads"])
+    browser.get(page.resolve().as_uri())
+    assert browser.execute_script("return document.body.dataset.ready") == "1"
+    assert browser.find_element(By.TAG_NAME, "h1").text == data["title"]
+    assert "attention weight (0 to 1)" in browser.find_element(By.ID, "legend").text
+    assert browser.get_log("browser") == []  # no script error
+    # the page opens on the probe's best head; click a word of the first gold phrase
+    layer, head = data["probe"]["best"]
+    gold = example["gold"][0]
+    word = gold["tokens"][-1]
+    browser.find_element(By.CSS_SELECTOR, f'span.tok[data-token="{word}"]').click()
+    _assert_boxes_show(browser, heads[layer, head, word])
+    (gold_rect,) = browser.find_elements(By.CSS_SELECTOR, "rect.gold")
+    x1, y1, x2, y2 = np.asarray(gold["boxes"][0]) * (example["size"] * 2)
+    placed = [float(gold_rect.get_attribute(name)) for name in ("x", "y", "width", "height")]
+    assert np.allclose(placed, [x1, y1, x2 - x1, y2 - y1], atol=1e-3)
+    browser.save_screenshot(str(tmp_path / "word.png"))
+    # a probe cell switches the view to its layer and head
+    cell = browser.find_element(By.CSS_SELECTOR, 'td.probe-cell[data-layer="0"][data-head="2"]')
+    assert float(cell.get_attribute("data-accuracy")) == data["probe"]["accuracy"][0][2]
+    cell.click()
+    assert Select(browser.find_element(By.ID, "layer")).first_selected_option.get_attribute("value") == "0"
+    assert Select(browser.find_element(By.ID, "head")).first_selected_option.get_attribute("value") == "2"
+    assert "current" in browser.find_element(
+        By.CSS_SELECTOR, 'td.probe-cell[data-layer="0"][data-head="2"]'
+    ).get_attribute("class")
+    _assert_boxes_show(browser, heads[0, 2, word])
+    # heads summed and rollout
+    Select(browser.find_element(By.ID, "head")).select_by_value("sum")
+    _assert_boxes_show(browser, heads[0, :, word].mean(0))
+    Select(browser.find_element(By.ID, "head")).select_by_value("rollout")
+    _assert_boxes_show(browser, np.asarray(example["attention"]["word_to_region"]["rollout"])[0, word])
+    Select(browser.find_element(By.ID, "head")).select_by_value("2")
+    # click a box (the smallest one is drawn last, so a real click lands on it): the words' attention on it
+    sizes = [(b[2] - b[0]) * (b[3] - b[1]) for b in example["regions"]]
+    region = int(np.argmin(sizes))
+    browser.find_element(By.CSS_SELECTOR, f'rect.region[data-region="{region}"]').click()
+    assert np.allclose(_word_weights(browser), heads[0, 2, :, region], atol=1e-9)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "rect.selected-region")) == 1
+    assert browser.find_elements(By.CSS_SELECTOR, "rect.region.top") == []
+    # vision -> language: the box's own attention over the words
+    Select(browser.find_element(By.ID, "view")).select_by_value("region_to_word")
+    rows = np.asarray(example["attention"]["region_to_word"]["heads"])
+    assert np.allclose(_word_weights(browser), rows[0, 2, region], atol=1e-9)
+    browser.save_screenshot(str(tmp_path / "region.png"))
+    assert (tmp_path / "word.png").stat().st_size > 10_000 and browser.get_log("browser") == []
+
+
+def test_browser_shows_the_captioner_before_and_after_alignment(browser, explored):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    page = explored["captioner"][1]
+    example = read_explorer_payload(page)["examples"][1]
+    browser.get(page.resolve().as_uri())
+    Select(browser.find_element(By.ID, "example")).select_by_value("1")
+    Select(browser.find_element(By.ID, "layer")).select_by_value("1")
+    Select(browser.find_element(By.ID, "head")).select_by_value("3")
+    browser.find_element(By.CSS_SELECTOR, 'span.tok[data-token="1"]').click()
+    _assert_boxes_show(browser, np.asarray(example["attention"]["word_to_region"]["heads"])[1, 3, 1])
+    assert "After A2 alignment" in browser.find_element(By.ID, "info").text
+    Select(browser.find_element(By.ID, "view")).select_by_value("aligned_word_to_region")
+    _assert_boxes_show(browser, np.asarray(example["attention"]["aligned_word_to_region"]["heads"])[1, 3, 1])
+    assert "Before A2 alignment" in browser.find_element(By.ID, "info").text
+
+
+@pytest.mark.slow
+def test_screenshot_script_writes_three_states(browser, explored, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "make_explorer_screenshots.py"
+    spec = importlib.util.spec_from_file_location("make_explorer_screenshots", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    paths = script.take_screenshots(explored["single_stream"][1], tmp_path)
+    assert [p.name for p in paths] == ["explorer_word.png", "explorer_probe_head.png", "explorer_region.png"]
+    for p in paths:
+        assert Image.open(p).size[0] == 1400

@@ -1,0 +1,48 @@
+"""The accelerate configs shipped in examples/accelerate_configs parse with accelerate's own loader, and the FSDP
+wrap classes they name are the models' transformer layers (`_no_split_modules`)."""
+
+import re
+from pathlib import Path
+
+import pytest
+from accelerate.commands.config.config_args import ClusterConfig
+from accelerate.utils import DistributedType
+
+from hf_vlalign import RegionCaptionerForConditionalGeneration, SingleStreamModel, TwoStreamModel
+
+CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "accelerate_configs"
+EXPECTED = {
+    "ddp.yaml": DistributedType.MULTI_GPU,
+    "fsdp.yaml": DistributedType.FSDP,
+    "deepspeed_zero2.yaml": DistributedType.DEEPSPEED,
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_config_parses_with_accelerate(name):
+    config = ClusterConfig.from_yaml_file(CONFIGS / name)
+    assert config.distributed_type == EXPECTED[name]
+    assert config.num_processes >= 2 and config.num_machines == 1
+
+
+def test_single_process_config_is_what_a_launch_without_config_runs():
+    # one process on the machine's device, no mixed precision, not forced onto the CPU (a forced CPU launch sets the
+    # thread count and warns about it); tests/conftest.py launches the VGP example with it and finds no notice
+    config = ClusterConfig.from_yaml_file(CONFIGS / "single_process.yaml")
+    assert config.distributed_type == DistributedType.NO and (config.num_processes, config.num_machines) == (1, 1)
+    assert config.mixed_precision == "no" and config.use_cpu is False
+
+
+def test_every_shipped_config_is_checked():
+    assert sorted(path.name for path in CONFIGS.glob("*.yaml")) == sorted([*EXPECTED, "single_process.yaml"])
+
+
+def test_fsdp_wrap_classes_are_the_models_layers():
+    text = (CONFIGS / "fsdp.yaml").read_text()
+    config = ClusterConfig.from_yaml_file(CONFIGS / "fsdp.yaml")
+    layers = {cls: set(cls._no_split_modules) for cls in (SingleStreamModel, TwoStreamModel, RegionCaptionerForConditionalGeneration)}
+    assert config.fsdp_config["fsdp_transformer_layer_cls_to_wrap"] in layers[SingleStreamModel]
+    # the comment's per-family lists name real layer classes of each family
+    for family_line, cls in (("single-stream", SingleStreamModel), ("two-stream", TwoStreamModel), ("captioner", RegionCaptionerForConditionalGeneration)):
+        named = re.search(rf"{family_line} ([A-Za-z,]+)", text).group(1).split(",")
+        assert set(named) <= layers[cls], (family_line, named, layers[cls])
