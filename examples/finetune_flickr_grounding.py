@@ -64,6 +64,7 @@ from hf_vlalign.recipes import (
     load_tokenizer,
     parse_recipe_args,
     save_model,
+    synthetic_scene_config,
     take_push_to_hub,
     training_summary,
     truncation_results,
@@ -115,7 +116,7 @@ def load_splits(args: DataArguments) -> tuple[datasets.Dataset, datasets.Dataset
     """(train rows, eval rows, region-feature store, description of the data) of Flickr30k Entities or, by default,
     of the synthetic scenes' captions (written in the Flickr30k Entities format and read by its builder)."""
     if args.dataset in (None, "synthetic_scenes"):
-        config = args.synthetic_config()
+        config = synthetic_scene_config(args)
         store = synthetic_region_features(config=config)
         options = {"task": "captions", "config": config, "region_features": store}
         train = build_dataset("synthetic_scenes", None, args.train_split or "train", **options)

@@ -63,6 +63,7 @@ from hf_vlalign.recipes import (
     load_tokenizer,
     parse_recipe_args,
     save_model,
+    synthetic_scene_config,
     take_push_to_hub,
     training_summary,
     truncation_results,
@@ -153,7 +154,7 @@ def load_pair_data(data_args: DataArguments, nlvr2_args: VisualReasoningArgument
     train_split = data_args.train_split or DEFAULT_SPLITS[name][0]
     eval_split = data_args.eval_split or DEFAULT_SPLITS[name][1]
     if name == "synthetic_scenes":
-        config = data_args.synthetic_config()
+        config = synthetic_scene_config(data_args)
         store = synthetic_region_features(config=config, task="nlvr2")
         train = build_dataset(name, None, train_split, task="nlvr2", config=config, region_features=store)
         eval_rows = build_dataset(name, None, eval_split, task="nlvr2", config=config, region_features=store)

@@ -57,6 +57,7 @@ from hf_vlalign.recipes import (
     load_tokenizer,
     parse_recipe_args,
     save_model,
+    synthetic_scene_config,
     take_push_to_hub,
     training_summary,
     truncation_results,
@@ -112,7 +113,7 @@ def load_splits(
     """(train rows, eval rows, region-feature store, description of the data) of RefCOCO+ or, by default, of the
     synthetic scenes' referring expressions (written as RefCOCO+'s files and read by its builder)."""
     if data_args.dataset in (None, "synthetic_scenes"):
-        config = data_args.synthetic_config()
+        config = synthetic_scene_config(data_args)
         store = synthetic_region_features(config=config)
         options = {"task": "refcoco", "config": config, "region_features": store}
         train = build_dataset("synthetic_scenes", None, data_args.train_split or "train", **options)

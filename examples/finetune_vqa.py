@@ -62,6 +62,7 @@ from hf_vlalign.recipes import (
     load_tokenizer,
     parse_recipe_args,
     save_model,
+    synthetic_scene_config,
     take_push_to_hub,
     training_summary,
     truncation_results,
@@ -199,7 +200,7 @@ def load_question_data(data_args: DataArguments, qa_args: QuestionAnsweringArgum
         resolve_split(name, data_args.eval_split or DEFAULT_SPLITS[name][1]),
     )
     if name == "synthetic_scenes":
-        config = data_args.synthetic_config()
+        config = synthetic_scene_config(data_args)
         store = synthetic_region_features(config=config)
         questions_dir = load_or_generate_synthetic_vgp(config=config).gqa_dir
         vocab = vqa_v2.read_answer_vocab(questions_dir / ANSWER_VOCAB_FILE)

@@ -20,7 +20,7 @@ the evaluation split; null without the decoder) and more), `eval_results.json` w
 cross-attention of the penultimate cross layer for both runs side by side) and README.md (the model card: the
 with-alignment run's settings, both runs' results).
 Every transformers `TrainingArguments` flag works too (--seed, --num_train_epochs, --push_to_hub, ...), and those of
-`AlignmentPretrainingTrainingArguments` (--qa_start_epoch, --distill_from, --ewc_weight, ...).
+`TwoStreamPretrainingTrainingArguments` (--qa_start_epoch, --distill_from, --ewc_weight, ...).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from hf_vlalign.recipes import (
     write_results,
 )
 from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES
-from hf_vlalign.trainers import AlignmentPretrainingTrainer, AlignmentPretrainingTrainingArguments
+from hf_vlalign.trainers import TwoStreamPretrainingTrainer, TwoStreamPretrainingTrainingArguments
 
 RUNS = {"with": ("with_alignment", True), "without": ("without_alignment", False)}
 
@@ -124,11 +124,11 @@ class PretrainingArguments:
     )
 
 
-def parse_args(argv: list[str]) -> tuple[PretrainingArguments, AlignmentPretrainingTrainingArguments]:
+def parse_args(argv: list[str]) -> tuple[PretrainingArguments, TwoStreamPretrainingTrainingArguments]:
     args, _, training_args = parse_recipe_args(
         argv,
         (PretrainingArguments, MixedPrecisionArguments),
-        AlignmentPretrainingTrainingArguments,
+        TwoStreamPretrainingTrainingArguments,
         output_dir="outputs/two_stream",
         qa_start_epoch=1.0,
         num_train_epochs=2,
@@ -233,7 +233,7 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
     train_collator = TwoStreamPretrainingCollator(tokenizer, store, **collate, **masking)
     # questions longer than max_text_length are truncated (cut pointers lose their alignment): counted, reported
     train, train_truncation = train_collator.drop_overlong_rows(data.train, f"{run} run, train")
-    trainer = AlignmentPretrainingTrainer(
+    trainer = TwoStreamPretrainingTrainer(
         model=model,
         args=run_args,
         train_dataset=train,

@@ -29,10 +29,6 @@ SLOW_PROGRAMS = ("accelerate", "torchrun", "hf-vlalign", "chromedriver", "chromi
 SLOW_FIXTURES = ("finetuned",)
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: launches a process (an example, the CLI, accelerate, torchrun, a browser)")
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in SLOW_FIXTURES):

@@ -33,8 +33,8 @@ from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
 from hf_vlalign.trainers import (
-    AlignmentPretrainingTrainer,
-    AlignmentPretrainingTrainingArguments,
+    TwoStreamPretrainingTrainer,
+    TwoStreamPretrainingTrainingArguments,
     CaptioningTrainer,
     CaptioningTrainingArguments,
     VGPTrainer,
@@ -98,7 +98,7 @@ def captioning_trainer(output_dir: str) -> CaptioningTrainer:
     )  # fmt: skip
 
 
-def pretraining_trainer(output_dir: str) -> AlignmentPretrainingTrainer:
+def pretraining_trainer(output_dir: str) -> TwoStreamPretrainingTrainer:
     tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
     store = synthetic_region_features(None, SCENES)
     train = build_dataset("synthetic_scenes", None, "train", task="questions", config=SCENES, region_features=store)
@@ -108,9 +108,9 @@ def pretraining_trainer(output_dir: str) -> AlignmentPretrainingTrainer:
         r_layers=1, x_layers=1, visual_feat_dim=SCENES.feature_dim, num_object_labels=len(SHAPE_NAMES),
         num_attr_labels=len(COLOUR_NAMES), num_qa_labels=16, task_alignment=True,
     )  # fmt: skip
-    return AlignmentPretrainingTrainer(
+    return TwoStreamPretrainingTrainer(
         model=TwoStreamForPreTraining(config),
-        args=training_arguments(output_dir, AlignmentPretrainingTrainingArguments, qa_start_epoch=1.0),
+        args=training_arguments(output_dir, TwoStreamPretrainingTrainingArguments, qa_start_epoch=1.0),
         train_dataset=train.select(range(ROWS)), data_collator=TwoStreamPretrainingCollator(tokenizer, store, num_answers=16),
     )  # fmt: skip
 

@@ -13,8 +13,8 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 
 from hf_vlalign.recipes import save_model
 from hf_vlalign.trainers import (
-    AlignmentPretrainingTrainer,
-    AlignmentPretrainingTrainingArguments,
+    TwoStreamPretrainingTrainer,
+    TwoStreamPretrainingTrainingArguments,
     CaptioningTrainer,
     CaptioningTrainingArguments,
     ComponentLossTrainer,
@@ -40,7 +40,7 @@ TRAINERS = {
     ReferringExpressionTrainer: (TaskTrainingArguments, COMMON),
     PhraseGroundingTrainer: (PhraseGroundingTrainingArguments, COMMON | {"head_learning_rate": ("0.001", 1e-3)}),
     SingleStreamPretrainingTrainer: (SingleStreamPretrainingTrainingArguments, COMMON),
-    AlignmentPretrainingTrainer: (AlignmentPretrainingTrainingArguments, COMMON | {"qa_start_epoch": ("2.5", 2.5)}),
+    TwoStreamPretrainingTrainer: (TwoStreamPretrainingTrainingArguments, COMMON | {"qa_start_epoch": ("2.5", 2.5)}),
     CaptioningTrainer: (
         CaptioningTrainingArguments,
         COMMON | {"mask_update_every": ("2", 2), "mask_learning_rate": ("0.01", 0.01), "scst_start_epoch": ("1", 1.0),
@@ -52,7 +52,7 @@ OLD_KEYWORDS = {
     ComponentLossTrainer: ("distill_from", "distill_temperature", "distill_weight", "ewc_lambda", "ewc_fisher"),
     TaskTrainer: ("label_names",),
     PhraseGroundingTrainer: ("head_learning_rate", "label_names"),
-    AlignmentPretrainingTrainer: ("vqa_start_epoch",),
+    TwoStreamPretrainingTrainer: ("vqa_start_epoch",),
     CaptioningTrainer: ("mask_update_every", "mask_learning_rate", "scst_start_epoch", "scst_max_new_tokens",
                         "encoder_learning_rate", "tokenizer"),  # fmt: skip
 }
@@ -146,7 +146,7 @@ def test_bad_values_name_their_field(tmp_path):
         (VGPTrainingArguments, {"ewc_weight": 1.0}, "`ewc_weight=1.0` needs `ewc_fisher`"),
         (TaskTrainingArguments, {"ewc_fisher": 3}, r"`ewc_fisher` must be a path \(a `str`\), got int"),
         (PhraseGroundingTrainingArguments, {"head_learning_rate": -1e-3}, "`head_learning_rate` must be > 0"),
-        (AlignmentPretrainingTrainingArguments, {"qa_start_epoch": -0.5}, "`qa_start_epoch` must be >= 0, got -0.5"),
+        (TwoStreamPretrainingTrainingArguments, {"qa_start_epoch": -0.5}, "`qa_start_epoch` must be >= 0, got -0.5"),
         (CaptioningTrainingArguments, {"mask_update_every": 1.5}, "`mask_update_every` must be an int >= 1, got 1.5"),
         (CaptioningTrainingArguments, {"scst_start_epoch": -2}, "`scst_start_epoch` must be >= 0"),
     ]
@@ -154,7 +154,7 @@ def test_bad_values_name_their_field(tmp_path):
         with pytest.raises(ValueError, match=message):
             args_class(output_dir=str(tmp_path), report_to="none", **settings)
     # on the command line too, before anything is built
-    parser = HfArgumentParser(AlignmentPretrainingTrainingArguments)
+    parser = HfArgumentParser(TwoStreamPretrainingTrainingArguments)
     with pytest.raises(ValueError, match="`qa_start_epoch` must be >= 0"):
         parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path), "--qa_start_epoch", "-1"])
 

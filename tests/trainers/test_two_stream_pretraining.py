@@ -16,7 +16,7 @@ from hf_vlalign.alignment import SoftAlignmentTargets, box_iou
 from hf_vlalign.data import TwoStreamPretrainingCollator, build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES, SyntheticSceneConfig
-from hf_vlalign.trainers import AlignmentPretrainingTrainer, AlignmentPretrainingTrainingArguments
+from hf_vlalign.trainers import TwoStreamPretrainingTrainer, TwoStreamPretrainingTrainingArguments
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENES = SyntheticSceneConfig(num_train_images=40, num_val_images=10, seed=3)
@@ -145,12 +145,12 @@ def tiny_model(vocab_size: int) -> TwoStreamForPreTraining:
 
 def test_trainer_logs_every_loss_and_starts_vqa_at_its_epoch(questions, tmp_path):
     train, store, tokenizer = questions
-    args = AlignmentPretrainingTrainingArguments(
+    args = TwoStreamPretrainingTrainingArguments(
         output_dir=str(tmp_path), num_train_epochs=2, per_device_train_batch_size=64, logging_steps=1,
         report_to="none", remove_unused_columns=False, save_strategy="no", use_cpu=True, seed=0, qa_start_epoch=1.0,
     )  # fmt: skip
     subset = train.select(range(128))
-    trainer = AlignmentPretrainingTrainer(
+    trainer = TwoStreamPretrainingTrainer(
         model=tiny_model(tokenizer.vocab_size), args=args, train_dataset=subset,
         data_collator=TwoStreamPretrainingCollator(tokenizer, store, num_answers=16),
     )  # fmt: skip
@@ -166,26 +166,26 @@ def test_trainer_logs_every_loss_and_starts_vqa_at_its_epoch(questions, tmp_path
 
 
 def test_qa_start_epoch_is_an_argument(tmp_path):
-    parser = HfArgumentParser(AlignmentPretrainingTrainingArguments)
+    parser = HfArgumentParser(TwoStreamPretrainingTrainingArguments)
     (args,) = parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path), "--qa_start_epoch", "2.5"])
     assert args.qa_start_epoch == 2.5 and "--qa_start_epoch" in parser.format_help()
     assert json.loads(args.to_json_string())["qa_start_epoch"] == 2.5  # saved with the run
     with pytest.raises(ValueError, match=r"`qa_start_epoch` must be >= 0, got -1.0"):
-        AlignmentPretrainingTrainingArguments(output_dir=str(tmp_path), qa_start_epoch=-1.0)
+        TwoStreamPretrainingTrainingArguments(output_dir=str(tmp_path), qa_start_epoch=-1.0)
     model = tiny_model(128)
     with pytest.raises(TypeError, match="vqa_start_epoch"):
-        AlignmentPretrainingTrainer(model=model, args=args, vqa_start_epoch=1.0)
+        TwoStreamPretrainingTrainer(model=model, args=args, vqa_start_epoch=1.0)
     with pytest.raises(TypeError, match="qa_start_epoch"):
-        AlignmentPretrainingTrainer(model=model, args=args, qa_start_epoch=1.0)
+        TwoStreamPretrainingTrainer(model=model, args=args, qa_start_epoch=1.0)
     # a plain TrainingArguments is converted; another trainer's arguments are refused, naming `args`
     plain = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, seed=7)
-    trainer = AlignmentPretrainingTrainer(model=model, args=plain)
-    assert type(trainer.args) is AlignmentPretrainingTrainingArguments and (trainer.args.seed, trainer.args.qa_start_epoch) == (7, 0.0)
+    trainer = TwoStreamPretrainingTrainer(model=model, args=plain)
+    assert type(trainer.args) is TwoStreamPretrainingTrainingArguments and (trainer.args.seed, trainer.args.qa_start_epoch) == (7, 0.0)
     from hf_vlalign.trainers import CaptioningTrainingArguments
 
     other = CaptioningTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
-    with pytest.raises(ValueError, match=r"`args` must be AlignmentPretrainingTrainingArguments or a .*, got CaptioningTrainingArguments, whose settings .*'mask_update_every'"):
-        AlignmentPretrainingTrainer(model=model, args=other)
+    with pytest.raises(ValueError, match=r"`args` must be TwoStreamPretrainingTrainingArguments or a .*, got CaptioningTrainingArguments, whose settings .*'mask_update_every'"):
+        TwoStreamPretrainingTrainer(model=model, args=other)
 
 
 @pytest.mark.slow

@@ -90,9 +90,6 @@ class DataArguments:
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=48)
 
-    def synthetic_config(self) -> SyntheticSceneConfig:
-        return synthetic_scene_config(self)
-
 
 def synthetic_scene_config(args) -> SyntheticSceneConfig:
     """The synthetic scenes (the default data) of `args`' `--synthetic_train_images`, `--synthetic_eval_images` and

@@ -2,21 +2,22 @@
 
 from .base import ComponentLossTrainer, ComponentLossTrainingArguments
 from .captioning import CaptioningTrainer, CaptioningTrainingArguments
-from .pretraining import AlignmentPretrainingTrainer, AlignmentPretrainingTrainingArguments
+from .pretraining import (
+    SingleStreamPretrainingTrainer,
+    SingleStreamPretrainingTrainingArguments,
+    TwoStreamPretrainingTrainer,
+    TwoStreamPretrainingTrainingArguments,
+)
 from .task import (
     PhraseGroundingTrainer,
     PhraseGroundingTrainingArguments,
     ReferringExpressionTrainer,
-    SingleStreamPretrainingTrainer,
-    SingleStreamPretrainingTrainingArguments,
     TaskTrainer,
     TaskTrainingArguments,
 )
 from .vgp import VGPTrainer, VGPTrainingArguments, vgp_classification_metrics
 
 __all__ = [
-    "AlignmentPretrainingTrainer",
-    "AlignmentPretrainingTrainingArguments",
     "CaptioningTrainer",
     "CaptioningTrainingArguments",
     "ComponentLossTrainer",
@@ -28,6 +29,8 @@ __all__ = [
     "SingleStreamPretrainingTrainingArguments",
     "TaskTrainer",
     "TaskTrainingArguments",
+    "TwoStreamPretrainingTrainer",
+    "TwoStreamPretrainingTrainingArguments",
     "VGPTrainer",
     "VGPTrainingArguments",
     "vgp_classification_metrics",

@@ -1,4 +1,5 @@
-"""`AlignmentPretrainingTrainer`: two-stream pre-training (Kervadec et al. 2020, after LXMERT) logging every loss."""
+"""The pre-training trainers, each logging every loss: `TwoStreamPretrainingTrainer` (Kervadec et al. 2020, after
+LXMERT) and `SingleStreamPretrainingTrainer` (VisualBERT, Li et al. 2019)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass, field
 from ..data.collators import PROBE_KEYS
 from .base import ComponentLossTrainer, ComponentLossTrainingArguments
 
-PRETRAINING_LOSS_KEYS = (
+TWO_STREAM_PRETRAINING_LOSS_KEYS = (
     "loss_mlm",
     "loss_object_class",
     "loss_object_attr",
@@ -20,9 +21,9 @@ PRETRAINING_LOSS_KEYS = (
 
 
 @dataclass
-class AlignmentPretrainingTrainingArguments(ComponentLossTrainingArguments):
+class TwoStreamPretrainingTrainingArguments(ComponentLossTrainingArguments):
     r"""
-    [`ComponentLossTrainingArguments`] of [`AlignmentPretrainingTrainer`].
+    [`ComponentLossTrainingArguments`] of [`TwoStreamPretrainingTrainer`].
 
     Parameters:
         qa_start_epoch (`float`, *optional*, defaults to `0.0`):
@@ -41,16 +42,16 @@ class AlignmentPretrainingTrainingArguments(ComponentLossTrainingArguments):
         self.qa_start_epoch = float(self.qa_start_epoch)
 
 
-class AlignmentPretrainingTrainer(ComponentLossTrainer):
+class TwoStreamPretrainingTrainer(ComponentLossTrainer):
     """Trainer for `TwoStreamForPreTraining`: sums the enabled losses with their config weights (the model does),
     logs each of `loss_mlm`, `loss_object_class`, `loss_object_attr`, `loss_region_feature`, `loss_itm`, `loss_qa`,
     `loss_alignment` and `loss_attention_supervision`, and starts the question-answering loss only from epoch
-    `args.qa_start_epoch` ([`AlignmentPretrainingTrainingArguments`]): before that, training batches are stripped of
+    `args.qa_start_epoch` ([`TwoStreamPretrainingTrainingArguments`]): before that, training batches are stripped of
     their `answer_labels`.
     """
 
-    args_class = AlignmentPretrainingTrainingArguments
-    loss_component_keys = PRETRAINING_LOSS_KEYS
+    args_class = TwoStreamPretrainingTrainingArguments
+    loss_component_keys = TWO_STREAM_PRETRAINING_LOSS_KEYS
     non_model_keys = PROBE_KEYS
     non_prediction_keys = ("prediction_logits", "alignment_scores")
 
@@ -69,3 +70,44 @@ class AlignmentPretrainingTrainer(ComponentLossTrainer):
             if not enabled:
                 inputs = {key: value for key, value in inputs.items() if key != "answer_labels"}
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+
+@dataclass
+class SingleStreamPretrainingTrainingArguments(ComponentLossTrainingArguments):
+    r"""
+    [`ComponentLossTrainingArguments`] of [`SingleStreamPretrainingTrainer`].
+    """
+
+
+class SingleStreamPretrainingTrainer(ComponentLossTrainer):
+    """Trainer for `SingleStreamForPreTraining`: logs `loss_mlm`, `loss_sentence_image`, `loss_region_feature`,
+    `loss_region_class` and `loss_attention_supervision`. Its settings are [`SingleStreamPretrainingTrainingArguments`].
+
+    Args:
+        eval_data_collator (*optional*): the collator of the evaluation batches (e.g. one seeded, so that every
+            evaluation masks the same words and draws the same second captions); default: `data_collator`. An object
+            beside `data_collator`, so a constructor argument rather than a field of `args`.
+    """
+
+    args_class = SingleStreamPretrainingTrainingArguments
+    loss_component_keys = (
+        "loss_mlm",
+        "loss_sentence_image",
+        "loss_region_feature",
+        "loss_region_class",
+        "loss_attention_supervision",
+    )
+    non_model_keys = PROBE_KEYS
+
+    def __init__(self, *args, eval_data_collator=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.eval_data_collator = eval_data_collator
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        if self.eval_data_collator is None:
+            return super().get_eval_dataloader(eval_dataset)
+        training_collator, self.data_collator = self.data_collator, self.eval_data_collator
+        try:
+            return super().get_eval_dataloader(eval_dataset)
+        finally:
+            self.data_collator = training_collator

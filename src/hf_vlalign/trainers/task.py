@@ -1,7 +1,6 @@
 """`TaskTrainer`: downstream fine-tuning (VQA / GQA, NLVR2, RefCOCO+, phrase grounding) of either family, logging the
 task loss and the attention-supervision loss separately; `ReferringExpressionTrainer` and `PhraseGroundingTrainer`,
-whose evaluation predictions are what their metrics (`evaluation.task_metrics`) read; `SingleStreamPretrainingTrainer`:
-VisualBERT-style pre-training."""
+whose evaluation predictions are what their metrics (`evaluation.task_metrics`) read."""
 
 from __future__ import annotations
 
@@ -103,44 +102,3 @@ class PhraseGroundingTrainer(TaskTrainer):
         region_iou, token_index = labels
         top1_iou = region_iou.gather(-1, logits.argmax(-1, keepdim=True)).squeeze(-1)
         return loss, top1_iou, token_index
-
-
-@dataclass
-class SingleStreamPretrainingTrainingArguments(ComponentLossTrainingArguments):
-    r"""
-    [`ComponentLossTrainingArguments`] of [`SingleStreamPretrainingTrainer`].
-    """
-
-
-class SingleStreamPretrainingTrainer(ComponentLossTrainer):
-    """Trainer for `SingleStreamForPreTraining`: logs `loss_mlm`, `loss_sentence_image`, `loss_region_feature`,
-    `loss_region_class` and `loss_attention_supervision`. Its settings are [`SingleStreamPretrainingTrainingArguments`].
-
-    Args:
-        eval_data_collator (*optional*): the collator of the evaluation batches (e.g. one seeded, so that every
-            evaluation masks the same words and draws the same second captions); default: `data_collator`. An object
-            beside `data_collator`, so a constructor argument rather than a field of `args`.
-    """
-
-    args_class = SingleStreamPretrainingTrainingArguments
-    loss_component_keys = (
-        "loss_mlm",
-        "loss_sentence_image",
-        "loss_region_feature",
-        "loss_region_class",
-        "loss_attention_supervision",
-    )
-    non_model_keys = PROBE_KEYS
-
-    def __init__(self, *args, eval_data_collator=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.eval_data_collator = eval_data_collator
-
-    def get_eval_dataloader(self, eval_dataset=None):
-        if self.eval_data_collator is None:
-            return super().get_eval_dataloader(eval_dataset)
-        training_collator, self.data_collator = self.data_collator, self.eval_data_collator
-        try:
-            return super().get_eval_dataloader(eval_dataset)
-        finally:
-            self.data_collator = training_collator
