@@ -16,7 +16,7 @@ what this worker does, the way accelerate's FSDP2 path and the Trainer would:
 - step i reads the rows [8i, 8i + 8) of the training split in order; process k of n takes its 8 / n of them (the
   global batch is 8 whatever n);
 - every loss is normalised by the global count, as `ComponentLossTrainer` does it: the processes' `loss_item_counts`
-  are summed (all-reduce) and passed as `num_items_in_batch`, each process's loss is its share of the global mean,
+  are summed (all-reduce) and passed as `global_item_counts`, each process's loss is its share of the global mean,
   multiplied by n because the gradients are averaged over the processes; the logged loss is the sum of the shares;
 - the full state dict is gathered from every process (`get_model_state_dict(full_state_dict=True)`, what accelerate's
   FULL_STATE_DICT does) and rank 0 writes it with `save_pretrained(state_dict=...)`, as `Trainer.save_model` does.
@@ -121,7 +121,7 @@ def main() -> None:
     for step in range(STEPS):
         start = step * GLOBAL_BATCH + rank * per_process
         batch = collator([data.train[i] for i in range(start, start + per_process)])
-        outputs = model(**batch, num_items_in_batch=global_counts(model.loss_item_counts(batch), distributed))
+        outputs = model(**batch, global_item_counts=global_counts(model.loss_item_counts(batch), distributed))
         (outputs.loss * world).backward()  # FSDP2 reduce-scatters the gradients, averaged over the processes
         optimizer.step()
         optimizer.zero_grad()

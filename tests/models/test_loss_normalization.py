@@ -1,4 +1,4 @@
-"""Every loss that is a mean over a variable number of items divides by the count it is given (`num_items_in_batch`).
+"""Every loss that is a mean over a variable number of items divides by the count it is given (`global_item_counts`).
 
 For every head of every family, a batch is split into two shards with different numbers of grounded words, masked
 tokens, caption tokens, phrases, ...; with the global counts (the sum of the shards' `loss_item_counts`), the shards'
@@ -49,8 +49,8 @@ def check_shards_sum_to_the_batch(model, batch: dict, split: int = 1, **forward)
     model.train()
     counts = model.loss_item_counts(batch)
     whole = model(**batch, **forward)
-    assert losses_of(model(**batch, num_items_in_batch=counts, **forward)).keys() == losses_of(whole).keys()
-    for key, value in losses_of(model(**batch, num_items_in_batch=counts, **forward)).items():
+    assert losses_of(model(**batch, global_item_counts=counts, **forward)).keys() == losses_of(whole).keys()
+    for key, value in losses_of(model(**batch, global_item_counts=counts, **forward)).items():
         assert torch.allclose(value, whole[key], atol=TOLERANCE), key
     whole.loss.backward()
     expected_gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
@@ -59,7 +59,7 @@ def check_shards_sum_to_the_batch(model, batch: dict, split: int = 1, **forward)
     first, second = shard(batch, slice(0, split)), shard(batch, slice(split, None))
     global_counts = add_counts(model.loss_item_counts(first), model.loss_item_counts(second))
     assert all(torch.equal(global_counts[key], counts[key]) for key in counts)
-    outputs = [model(**part, num_items_in_batch=global_counts, **forward) for part in (first, second)]
+    outputs = [model(**part, global_item_counts=global_counts, **forward) for part in (first, second)]
     for key, value in losses_of(whole).items():
         shares = [losses_of(output).get(key) for output in outputs]
         assert all(share is not None for share in shares), f"{key}: every shard returns it (zero when it has no item)"
@@ -196,5 +196,5 @@ def test_counts_are_the_divisors_of_each_loss():
 
 def test_missing_count_key_is_named():
     model = SingleStreamForVisualParaphrase(single_stream_config(attention_supervision="none"))
-    with pytest.raises(ValueError, match="`num_items_in_batch` must hold a count for 'id'"):
-        model(**vgp_batch(), num_items_in_batch={"vgp": torch.tensor(2)})
+    with pytest.raises(ValueError, match="`global_item_counts` must hold a count for 'id'"):
+        model(**vgp_batch(), global_item_counts={"vgp": torch.tensor(2)})

@@ -11,7 +11,7 @@ and docs/scaling.md. The worker does what accelerate's FSDP2 path and `Trainer.s
 rank 0 with `save_pretrained(state_dict=...)`.
 
 The model is a tiny BERT (2 layers, hidden 32) with the real MiniLM tokenizer; dropout is off, and every loss is
-normalised by the count over both processes (`num_items_in_batch`), so that the sharded runs are the same computation
+normalised by the count over both processes (`global_item_counts`), so that the sharded runs are the same computation
 as one process, attention supervision included.
 """
 

@@ -14,7 +14,7 @@ per-step losses (every logged component) and the final weights agree to 1e-5. Wh
   it, so step i of every run sees examples [8i, 8i + 8) of the permutation;
 - every loss that is a mean over a variable number of items (grounded words and regions of attention supervision,
   the alignment decoder's grounded words, caption tokens, the A2 mask objective, ...) divides by the count over all
-  processes and micro-batches of the step (`ComponentLossTrainer`, `num_items_in_batch`), so the shards' shares sum
+  processes and micro-batches of the step (`ComponentLossTrainer`, `global_item_counts`), so the shards' shares sum
   to the global mean whatever their sizes;
 - the two-stream run switches LXMERT's random word / object masking and image swapping off: those draws are made per
   batch (an object may take the feature of another region of its batch), so a shard of 4 draws other masks than the

@@ -49,7 +49,7 @@ class VisionLanguagePreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, Vi
         visual_attention_mask: torch.Tensor | None,
         word_region_alignment: torch.Tensor | None = None,
         phrase_masks: torch.Tensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs,
     ) -> ModelOutput:
         """A task head's call of its base model with the shared input names (in the order of the base model's
@@ -64,7 +64,7 @@ class VisionLanguagePreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, Vi
             word_region_alignment=word_region_alignment,
             phrase_masks=phrase_masks,
             return_dict=True,
-            num_items_in_batch=num_items_in_batch,
+            global_item_counts=global_item_counts,
             **kwargs,
         )
 

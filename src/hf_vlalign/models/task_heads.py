@@ -237,7 +237,7 @@ def region_mask_or_ones(visual_attention_mask: torch.Tensor | None, visual_feats
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Item counts of a batch (`num_items_in_batch` keys of the task heads)
+# Item counts of a batch (`global_item_counts` keys of the task heads)
 
 
 def answer_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:

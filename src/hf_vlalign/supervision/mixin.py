@@ -39,7 +39,7 @@ class AttentionSupervisionMixin:
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """How many items each loss of this model averages over in `inputs` (a batch as its collator returns it), by
-        the keys `forward` reads from `num_items_in_batch`. `ComponentLossTrainer` sums these over the micro-batches
+        the keys `forward` reads from `global_item_counts`. `ComponentLossTrainer` sums these over the micro-batches
         of an optimizer step and over processes, so that N processes x B examples train exactly as 1 x NB (see
         `hf_vlalign.utils.item_counts`). The keys depend on the config only. Heads add their own losses' counts."""
         return self.attention_supervision_item_counts(inputs.get("word_region_alignment"), inputs.get("phrase_masks"))
@@ -47,7 +47,7 @@ class AttentionSupervisionMixin:
     def attention_supervision_item_counts(
         self, word_region_alignment: torch.Tensor | None, phrase_masks: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
-        """The items the configured supervision averages over in a batch, by `num_items_in_batch` key: grounded tokens
+        """The items the configured supervision averages over in a batch, by `global_item_counts` key: grounded tokens
         and aligned regions (`attention_text_rows`, `attention_region_rows`) for direct and semi-direct supervision,
         real phrases (`attention_phrases`) for indirect supervision; zeros without `word_region_alignment`."""
         method = self.config.attention_supervision
@@ -83,7 +83,7 @@ class AttentionSupervisionMixin:
         text_mask: torch.Tensor,
         region_mask: torch.Tensor,
         phrase_masks: torch.Tensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
     ) -> torch.Tensor | None:
         """Attention loss of the configured method over a joint text+region sequence.
 
@@ -93,7 +93,7 @@ class AttentionSupervisionMixin:
             text_positions / region_positions: where the text tokens and the regions sit in the sequence.
             key_padding_mask: (B, N) 1 for real positions (rollout needs the full attention).
             scaling: the attention's 1/sqrt(d).
-            num_items_in_batch: the counts of [`attention_supervision_item_counts`] over the global batch (data
+            global_item_counts: the counts of [`attention_supervision_item_counts`] over the global batch (data
                 parallelism, gradient accumulation); default: this batch's.
         """
         method = self.config.attention_supervision
@@ -102,10 +102,10 @@ class AttentionSupervisionMixin:
         if method == "indirect":
             return self._indirect_loss(
                 final_hidden_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks,
-                num_items(num_items_in_batch, "attention_phrases"),
+                num_items(global_item_counts, "attention_phrases"),
             )  # fmt: skip
-        num_text_rows = num_items(num_items_in_batch, "attention_text_rows")
-        num_region_rows = num_items(num_items_in_batch, "attention_region_rows")
+        num_text_rows = num_items(global_item_counts, "attention_text_rows")
+        num_region_rows = num_items(global_item_counts, "attention_region_rows")
         heads = self.supervised_head_indices
         if method == "direct":
             t2r, r2t = [], []
@@ -141,7 +141,7 @@ class AttentionSupervisionMixin:
         text_mask: torch.Tensor,
         region_mask: torch.Tensor,
         phrase_masks: torch.Tensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
     ) -> torch.Tensor | None:
         """Attention loss of the configured method over the cross-modality layers of a two-stream model.
 
@@ -153,7 +153,7 @@ class AttentionSupervisionMixin:
             query_key_states: cross layer index -> {"language_to_vision", "vision_to_language", "language_self",
                 "vision_self"} -> (query, key), each (B, H, N_query / N_key, d), before dropout.
             language_states / vision_states: (B, T, D) / (B, R, D) outputs of the last cross layer.
-            num_items_in_batch: as in [`attention_supervision_loss`].
+            global_item_counts: as in [`attention_supervision_loss`].
         """
         method = self.config.attention_supervision
         if method == "none":
@@ -165,10 +165,10 @@ class AttentionSupervisionMixin:
             final_states = torch.cat([language_states, vision_states], dim=1)
             return self._indirect_loss(
                 final_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks,
-                num_items(num_items_in_batch, "attention_phrases"),
+                num_items(global_item_counts, "attention_phrases"),
             )  # fmt: skip
-        num_text_rows = num_items(num_items_in_batch, "attention_text_rows")
-        num_region_rows = num_items(num_items_in_batch, "attention_region_rows")
+        num_text_rows = num_items(global_item_counts, "attention_text_rows")
+        num_region_rows = num_items(global_item_counts, "attention_region_rows")
         heads = self.supervised_head_indices
         key_masks = {
             "language_to_vision": region_mask, "vision_to_language": text_mask,

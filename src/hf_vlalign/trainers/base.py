@@ -265,7 +265,8 @@ class ComponentLossTrainer(Trainer):
 
     Losses are normalised by global counts: before each optimizer step the trainer sums the model's
     `loss_item_counts` (grounded words, masked tokens, caption tokens, ...) over the step's micro-batches and over
-    processes and passes them to the forward as `num_items_in_batch`; each process's loss is then its share of the
+    processes and passes them to the forward as `global_item_counts` (transformers' `num_items_in_batch` keeps its
+    meaning: one label-token count, None for these models); each process's loss is then its share of the
     global mean, and the gradient equals that of one process over the whole global batch, whatever the number of
     processes and accumulation steps (the way transformers' `Trainer` counts label tokens for causal language
     models, for every loss of the model). Evaluation batches are normalised over processes the same way. A model
@@ -286,13 +287,15 @@ class ComponentLossTrainer(Trainer):
     non_model_keys: tuple[str, ...] = ()
     # model outputs that are not predictions (large per-token tensors); never gathered at evaluation
     non_prediction_keys: tuple[str, ...] = ()
-    # model outputs logged as they are (per-batch statistics, not losses normalised by `num_items_in_batch`)
+    # model outputs logged as they are (per-batch statistics, not losses normalised by `global_item_counts`)
     metric_keys: tuple[str, ...] = ()
 
     def __init__(self, model: nn.Module | None = None, args: TrainingArguments | None = None, *trainer_args, **kwargs):
         super().__init__(model, as_training_arguments(args, self.args_class), *trainer_args, **kwargs)
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
         self._batch_position = BatchPosition()
+        # each loss's item count over the current optimizer step's micro-batches and processes (`get_batch_samples`)
+        self._step_item_counts: dict[str, torch.Tensor] | None = None
         self.distill_teacher = self._frozen_teacher(self.args.distill_from) if self.args.distill_from is not None else None
         if self.args.ewc_fisher is not None:
             self.ewc_fisher, self.ewc_anchor = self._fisher_and_anchor(self.args.ewc_fisher)
@@ -401,17 +404,16 @@ class ComponentLossTrainer(Trainer):
         return dict(zip(keys, totals))
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
-        # the global counts of the step's micro-batches reach `compute_loss` as `num_items_in_batch`
-        batches, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
-        return batches, self.global_item_counts(batches)
+        batches, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self._step_item_counts = self.global_item_counts(batches)  # read by the step's `compute_loss` calls
+        return batches, num_items_in_batch
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         model_inputs = self.model_inputs(inputs)
-        counts = num_items_in_batch if isinstance(num_items_in_batch, dict) else None
-        if counts is None and not model.training:
-            counts = self.global_item_counts([model_inputs])  # evaluation: this batch over every process
+        # training: the step's counts; evaluation: this batch over every process
+        counts = self._step_item_counts if model.training else self.global_item_counts([model_inputs])
         if counts is not None:
-            model_inputs["num_items_in_batch"] = counts
+            model_inputs["global_item_counts"] = counts
         outputs = model(**model_inputs)
         loss = outputs.get("loss")
         if loss is None:
@@ -444,7 +446,7 @@ class ComponentLossTrainer(Trainer):
         """The distillation and EWC terms, weighted. They are per-batch quantities: with global counts, where the
         Trainer does not divide by the accumulation steps, each micro-batch carries its share."""
         micro_batches = self.current_gradient_accumulation_steps if global_counts and mode == "train" else 1
-        model_inputs = {key: value for key, value in model_inputs.items() if key != "num_items_in_batch"}
+        model_inputs = {key: value for key, value in model_inputs.items() if key != "global_item_counts"}
         total = 0.0
         if self.distill_teacher is not None:
             loss_distill = self._distillation_loss(model, model_inputs, outputs)

@@ -155,11 +155,11 @@ class CaptioningTrainer(ComponentLossTrainer):
         return {**counts, "captions": torch.tensor(inputs["visual_feats"].shape[0])}
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
-        batches, counts = super().get_batch_samples(epoch_iterator, num_batches, device)
+        batches, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
         if batches and self.mask_optimizer is not None and self.state.global_step % self.args.mask_update_every == 0:
             # run by the step's first `training_step`: a resumed Trainer restores the random state in between
-            self._pending_mask_step = (batches, counts)
-        return batches, counts
+            self._pending_mask_step = (batches, self._step_item_counts)
+        return batches, num_items_in_batch
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         self._captioner.model.alignment_step.fill_(self.state.global_step)  # s of eq. (8)
@@ -179,7 +179,7 @@ class CaptioningTrainer(ComponentLossTrainer):
         loss_mask = torch.zeros((), device=self.args.device)
         for batch in batches:
             model_inputs = self.model_inputs(self._prepare_inputs(batch))
-            outputs = captioner(**model_inputs, alignment_mode="perturb", num_items_in_batch=counts)
+            outputs = captioner(**model_inputs, alignment_mode="perturb", global_item_counts=counts)
             for total, gradient in zip(gradients, torch.autograd.grad(outputs.loss_mask, self._mask_parameters)):
                 total += gradient
             loss_mask += outputs.loss_mask.detach()
@@ -196,7 +196,7 @@ class CaptioningTrainer(ComponentLossTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training and self.scst_enabled:
-            counts = num_items_in_batch if isinstance(num_items_in_batch, dict) else None
+            counts = self._step_item_counts
             loss, outputs = self._self_critical_loss(model, inputs, counts)
             loss = self._scale_to_global("train", loss, {"loss_scst": loss}, counts is not None)
             return (loss, outputs) if return_outputs else loss

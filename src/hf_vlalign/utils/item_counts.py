@@ -8,9 +8,9 @@ of the batch it is given (the plain mean); given, it is the count over the whole
 micro-batch included, and the losses of the shards then *sum* to the loss of the global batch.
 
 Models expose `loss_item_counts(inputs)` (the counts of one batch, always the same keys for a given config) and take
-`num_items_in_batch` (the global counts, same keys) in `forward`; `ComponentLossTrainer` sums the counts over the
-micro-batches of a step and over processes before the forward, the way transformers' `Trainer` counts the label
-tokens of causal language models (`num_items_in_batch`).
+`global_item_counts` (the global counts, same keys) in `forward`; `ComponentLossTrainer` sums the counts over the
+micro-batches of a step and over processes before the forward, as transformers' `Trainer` counts the label tokens
+of causal language models (its `num_items_in_batch`, one count, which keeps that meaning here).
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ def mean_over_items(total: torch.Tensor, count: torch.Tensor | int) -> torch.Ten
 
 
 def num_items(counts: Mapping[str, torch.Tensor] | None, key: str) -> torch.Tensor | None:
-    """`counts[key]` of a model's `num_items_in_batch`, or None (the batch's own count) when no counts are given."""
+    """`counts[key]` of a model's `global_item_counts`, or None (the batch's own count) when no counts are given."""
     if counts is None:
         return None
     if key not in counts:
         raise ValueError(
-            f"`num_items_in_batch` must hold a count for {key!r} (the keys of the model's `loss_item_counts`), got "
+            f"`global_item_counts` must hold a count for {key!r} (the keys of the model's `loss_item_counts`), got "
             f"the keys {sorted(counts)}."
         )
     return counts[key]
@@ -77,7 +77,7 @@ def mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, num_items: to
 def optional_cross_entropy(
     logits: torch.Tensor, labels: torch.Tensor | None, counts: Mapping[str, torch.Tensor] | None, key: str
 ) -> torch.Tensor | None:
-    """[`mean_cross_entropy`] of `labels` with the count under `key` of `counts` (the model's `num_items_in_batch`);
+    """[`mean_cross_entropy`] of `labels` with the count under `key` of `counts` (the model's `global_item_counts`);
     None without labels or when no label counts (in the global batch when `counts` are given)."""
     if labels is None or not has_items(counts, key, count_labeled(labels)):
         return None

@@ -707,7 +707,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         cache: EncoderDecoderCache | None = None,
         use_cache: bool | None = None,
         alignment_mode: str = "align",
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> RegionCaptionerOutput:
         r"""
@@ -718,7 +718,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         decoder reads them shifted right after `decoder_start_token_id`.
         alignment_mode: "align" (the captioner's forward, aligned attention with the masks fixed) or "perturb" (the
         mask networks' step: perturbed attention, `loss` is the mask objective).
-        num_items_in_batch (`dict[str, torch.Tensor]`, *optional*): `{"caption": n}`, the global number of caption
+        global_item_counts (`dict[str, torch.Tensor]`, *optional*): `{"caption": n}`, the global number of caption
         tokens that the caption loss and the mask objective divide by (data parallelism, gradient accumulation;
         `CaptioningTrainer` passes it); default: this batch's.
         """
@@ -749,8 +749,8 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         )
         logits = self.lm_head(outputs.last_hidden_state)
         loss_caption = loss_mask = mask_mean = None
-        caption_tokens = num_items(num_items_in_batch, "caption")
-        if labels is not None and has_items(num_items_in_batch, "caption", count_labeled(labels)):
+        caption_tokens = num_items(global_item_counts, "caption")
+        if labels is not None and has_items(global_item_counts, "caption", count_labeled(labels)):
             loss_caption = mean_cross_entropy(logits.flatten(0, 1), labels.flatten(), caption_tokens)
         masks = outputs.alignment_masks or ()
         if masks:
@@ -777,7 +777,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """The caption tokens (labels that are not -100) the caption loss and the mask objective average over, as
-        `num_items_in_batch` reads them; see [`~hf_vlalign.utils.item_counts`]."""
+        `global_item_counts` reads them; see [`~hf_vlalign.utils.item_counts`]."""
         return {"caption": count_labeled(inputs.get("labels"))}
 
     def _check_decoder_inputs(self, labels, decoder_input_ids, decoder_attention_mask, cache) -> None:

@@ -317,7 +317,7 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         visual_attention_mask: torch.LongTensor | None = None,
         word_region_alignment: torch.FloatTensor | None = None,
         phrase_masks: torch.BoolTensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SingleStreamModelOutput:
         r"""
@@ -327,7 +327,7 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         features warn, padding with valid-looking boxes and features cannot be detected). word_region_alignment
         (`(batch, T, R)`): gold alignment for attention supervision. phrase_masks (`(batch, P, T)`): grounded phrases
         (indirect supervision; all-zero rows are padding).
-        num_items_in_batch (`dict[str, torch.Tensor]`, *optional*): the global counts of [`loss_item_counts`] that
+        global_item_counts (`dict[str, torch.Tensor]`, *optional*): the global counts of [`loss_item_counts`] that
         every loss divides by (data parallelism, gradient accumulation; `ComponentLossTrainer` passes them); default:
         this batch's own counts.
         output_attentions / output_hidden_states: recorded by `@capture_outputs` from the layers (`_can_record_outputs`).
@@ -367,7 +367,7 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
                 text_mask=attention_mask,
                 region_mask=visual_attention_mask,
                 phrase_masks=phrase_masks,
-                num_items_in_batch=num_items_in_batch,
+                global_item_counts=global_item_counts,
             )
         return SingleStreamModelOutput(
             last_hidden_state=sequence_output,
@@ -438,7 +438,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         phrase_masks: torch.BoolTensor | None = None,
         id_labels: torch.LongTensor | None = None,
         vgp_labels: torch.LongTensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> VisualParaphraseOutput:
         r"""
@@ -456,7 +456,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             self._check_head_inputs(input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
+            word_region_alignment, phrase_masks, global_item_counts, **kwargs
         )
         text_states = outputs.last_hidden_state[:, : input_ids.shape[1]]
         id_logits = self.id_classifier(self.dropout(outputs.pooler_output))
@@ -465,8 +465,8 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         pair = torch.cat([e1, e2, e1 * e2, (e1 - e2).abs()], dim=-1)
         vgp_logits = self.vgp_classifier(self.dropout(self.vgp_activation(self.vgp_dense(self.dropout(pair)))))
 
-        loss_id = optional_cross_entropy(id_logits, id_labels, num_items_in_batch, "id")
-        loss_vgp = optional_cross_entropy(vgp_logits, vgp_labels, num_items_in_batch, "vgp")
+        loss_id = optional_cross_entropy(id_logits, id_labels, global_item_counts, "id")
+        loss_vgp = optional_cross_entropy(vgp_logits, vgp_labels, global_item_counts, "vgp")
         loss = self._total_loss(loss_id, loss_vgp, outputs.loss_attention_supervision)
         return VisualParaphraseOutput(
             loss=loss,
@@ -561,7 +561,7 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
         word_region_alignment: torch.FloatTensor | None = None,
         phrase_masks: torch.BoolTensor | None = None,
         labels: torch.Tensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SingleStreamClassificationOutput:
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores in [0, 1]."""
@@ -570,10 +570,10 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
             check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, name="labels")
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
+            word_region_alignment, phrase_masks, global_item_counts, **kwargs
         )
         logits = self.answer_head(outputs.pooler_output)
-        loss_task = answer_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
+        loss_task = answer_loss(logits, labels, num_items(global_item_counts, "task")) if labels is not None else None
         return _classification_output(self.config, loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -605,7 +605,7 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
         token_type_ids: torch.LongTensor | None = None,
         visual_attention_mask: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SingleStreamClassificationOutput:
         r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0. Returns `logits` (batch,)."""
@@ -616,11 +616,11 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
             check_labels("labels", labels, (batch,), 2)
         outputs = self._base_outputs(
             pair_repeat(input_ids), pair_flatten(visual_feats), pair_flatten(visual_boxes), pair_repeat(attention_mask),
-            pair_repeat(token_type_ids), pair_flatten(visual_attention_mask), num_items_in_batch=num_items_in_batch,
+            pair_repeat(token_type_ids), pair_flatten(visual_attention_mask), global_item_counts=global_item_counts,
             **kwargs,
         )
         logits = self.reasoning_head(outputs.pooler_output.reshape(batch, -1)).squeeze(-1)
-        loss_task = reasoning_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
+        loss_task = reasoning_loss(logits, labels, num_items(global_item_counts, "task")) if labels is not None else None
         return _classification_output(self.config, loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -652,7 +652,7 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
         phrase_masks: torch.BoolTensor | None = None,
         labels: torch.LongTensor | None = None,
         target_region_iou: torch.FloatTensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SingleStreamClassificationOutput:
         r"""
@@ -665,13 +665,13 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
             check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
+            word_region_alignment, phrase_masks, global_item_counts, **kwargs
         )
         region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
         logits = self.region_head(_region_states(outputs, input_ids.shape[1], visual_feats.shape[1]))
         loss_task = referring_expression_loss(
             logits, region_mask, target_region_iou, labels, self.config.referring_iou_threshold,
-            num_items(num_items_in_batch, "task"),
+            num_items(global_item_counts, "task"),
         )  # fmt: skip
         logits = logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min)
         return _classification_output(self.config, loss_task, outputs, logits)
@@ -705,7 +705,7 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
         visual_attention_mask: torch.LongTensor | None = None,
         word_region_alignment: torch.FloatTensor | None = None,
         phrase_labels: torch.FloatTensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SingleStreamClassificationOutput:
         r"""
@@ -720,7 +720,7 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
             check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
+            word_region_alignment, phrase_masks, global_item_counts, **kwargs
         )
         text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
         phrase_states = mean_pool_phrases(outputs.last_hidden_state[:, :text_length], phrase_masks)
@@ -728,7 +728,7 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
         logits = self.grounding_head(phrase_states, region_states, region_mask_or_ones(visual_attention_mask, visual_feats))
         loss_task = None
         if phrase_labels is not None:
-            loss_task = phrase_grounding_loss(logits, phrase_labels, num_items(num_items_in_batch, "task"))
+            loss_task = phrase_grounding_loss(logits, phrase_labels, num_items(global_item_counts, "task"))
         return _classification_output(self.config, loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -779,7 +779,7 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         masked_regions: torch.LongTensor | None = None,
         feature_labels: torch.FloatTensor | None = None,
         object_labels: torch.LongTensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SingleStreamForPreTrainingOutput:
         r"""
@@ -799,22 +799,22 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
             )  # fmt: skip
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
+            word_region_alignment, phrase_masks, global_item_counts, **kwargs
         )
         text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
         prediction_logits, loss_mlm = masked_language_modelling(
             self.cls.predictions, outputs.last_hidden_state[:, :text_length], labels, self.training,
-            num_items(num_items_in_batch, "mlm"),
+            num_items(global_item_counts, "mlm"),
         )  # fmt: skip
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
         losses = {"loss_mlm": loss_mlm}
         losses["loss_sentence_image"] = optional_cross_entropy(
-            seq_relationship_logits, sentence_image_labels, num_items_in_batch, "sentence_image"
+            seq_relationship_logits, sentence_image_labels, global_item_counts, "sentence_image"
         )
         if masked_regions is not None:
             region_states = _region_states(outputs, text_length, num_regions)
             losses.update(
-                self._masked_region_losses(region_states, masked_regions, feature_labels, object_labels, num_items_in_batch)
+                self._masked_region_losses(region_states, masked_regions, feature_labels, object_labels, global_item_counts)
             )
         losses["loss_attention_supervision"] = outputs.loss_attention_supervision
         return SingleStreamForPreTrainingOutput(

@@ -406,7 +406,7 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         visual_attention_mask: torch.LongTensor | None = None,
         word_region_alignment: torch.FloatTensor | None = None,
         phrase_masks: torch.BoolTensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TwoStreamModelOutput:
         r"""
@@ -415,7 +415,7 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         attended (all-zero padding boxes are refused, all-zero features warn, padding with valid-looking boxes and
         features cannot be detected). word_region_alignment (`(batch, T, R)`): gold alignment for attention supervision
         of the cross layers. phrase_masks (`(batch, P, T)`): grounded phrases (indirect).
-        num_items_in_batch (`dict[str, torch.Tensor]`, *optional*): the global counts of [`loss_item_counts`] that
+        global_item_counts (`dict[str, torch.Tensor]`, *optional*): the global counts of [`loss_item_counts`] that
         every loss divides by (data parallelism, gradient accumulation; `ComponentLossTrainer` passes them); default:
         this batch's own counts.
         output_attentions / output_hidden_states: collected here per stream (LXMERT's `language_*`, `vision_*` and
@@ -454,7 +454,7 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
                 text_mask=attention_mask,
                 region_mask=visual_attention_mask,
                 phrase_masks=phrase_masks,
-                num_items_in_batch=num_items_in_batch,
+                global_item_counts=global_item_counts,
             )
         attentions = {name: encoded[name] if output_attentions else None for name in ATTENTION_OUTPUT_NAMES}
         return TwoStreamModelOutput(
@@ -538,7 +538,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         masked_regions: torch.LongTensor | None = None,
         matched_labels: torch.LongTensor | None = None,
         answer_labels: torch.Tensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TwoStreamForPreTrainingOutput:
         r"""
@@ -570,12 +570,12 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             )  # fmt: skip
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
+            word_region_alignment, phrase_masks, global_item_counts, **kwargs
         )
         config = self.config
         losses = {}
         prediction_logits = None
-        counts = num_items_in_batch
+        counts = global_item_counts
         if config.task_mask_lm:
             prediction_logits, losses["loss_mlm"] = masked_language_modelling(
                 self.lm_head, outputs.language_output, labels, self.training, num_items(counts, "mlm")
@@ -714,7 +714,7 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         word_region_alignment: torch.FloatTensor | None = None,
         phrase_masks: torch.BoolTensor | None = None,
         labels: torch.Tensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TwoStreamClassificationOutput:
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores."""
@@ -723,10 +723,10 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
             check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, name="labels")
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
+            word_region_alignment, phrase_masks, global_item_counts, **kwargs
         )
         logits = self.answer_head(outputs.pooler_output)
-        loss_task = answer_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
+        loss_task = answer_loss(logits, labels, num_items(global_item_counts, "task")) if labels is not None else None
         return TwoStreamClassificationOutput(
             loss=weighted_total(
                 [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention_supervision)]
@@ -762,7 +762,7 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         token_type_ids: torch.LongTensor | None = None,
         visual_attention_mask: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TwoStreamClassificationOutput:
         r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0."""
@@ -773,11 +773,11 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
             check_labels("labels", labels, (batch,), 2)
         outputs = self._base_outputs(
             pair_repeat(input_ids), pair_flatten(visual_feats), pair_flatten(visual_boxes), pair_repeat(attention_mask),
-            pair_repeat(token_type_ids), pair_flatten(visual_attention_mask), num_items_in_batch=num_items_in_batch,
+            pair_repeat(token_type_ids), pair_flatten(visual_attention_mask), global_item_counts=global_item_counts,
             **kwargs,
         )
         logits = self.reasoning_head(outputs.pooler_output.reshape(batch, -1)).squeeze(-1)
-        loss_task = reasoning_loss(logits, labels, num_items(num_items_in_batch, "task")) if labels is not None else None
+        loss_task = reasoning_loss(logits, labels, num_items(global_item_counts, "task")) if labels is not None else None
         return TwoStreamClassificationOutput(
             loss=loss_task,
             loss_task=loss_task,
@@ -814,7 +814,7 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
         phrase_masks: torch.BoolTensor | None = None,
         labels: torch.LongTensor | None = None,
         target_region_iou: torch.FloatTensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TwoStreamClassificationOutput:
         r"""
@@ -827,13 +827,13 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
             check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
+            word_region_alignment, phrase_masks, global_item_counts, **kwargs
         )
         region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
         logits = self.region_head(outputs.vision_output)
         loss_task = referring_expression_loss(
             logits, region_mask, target_region_iou, labels, self.config.referring_iou_threshold,
-            num_items(num_items_in_batch, "task"),
+            num_items(global_item_counts, "task"),
         )  # fmt: skip
         return TwoStreamClassificationOutput(
             loss=weighted_total(
@@ -872,7 +872,7 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         visual_attention_mask: torch.LongTensor | None = None,
         word_region_alignment: torch.FloatTensor | None = None,
         phrase_labels: torch.FloatTensor | None = None,
-        num_items_in_batch: Mapping[str, torch.Tensor] | None = None,
+        global_item_counts: Mapping[str, torch.Tensor] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TwoStreamClassificationOutput:
         r"""
@@ -887,14 +887,14 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
             check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, num_items_in_batch, **kwargs
+            word_region_alignment, phrase_masks, global_item_counts, **kwargs
         )
         phrase_states = mean_pool_phrases(outputs.language_output, phrase_masks)
         region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
         logits = self.grounding_head(phrase_states, outputs.vision_output, region_mask)
         loss_task = None
         if phrase_labels is not None:
-            loss_task = phrase_grounding_loss(logits, phrase_labels, num_items(num_items_in_batch, "task"))
+            loss_task = phrase_grounding_loss(logits, phrase_labels, num_items(global_item_counts, "task"))
         return TwoStreamClassificationOutput(
             loss=weighted_total(
                 [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention_supervision)]
