@@ -66,6 +66,7 @@ from hf_vlalign.recipes import (
     load_tokenizer,
     parse_recipe_args,
     save_model,
+    synthetic_scene_config,
     take_push_to_hub,
     training_summary,
     truncation_results,
@@ -180,7 +181,7 @@ def load_caption_data(data_args: DataArguments, task_args: SingleStreamPretraini
     text_column = task_args.text_column or TEXT_COLUMNS[name]
     train_split, eval_split = data_args.train_split or "train", data_args.eval_split or "val"
     if name == "synthetic_scenes":
-        config = data_args.synthetic_config()
+        config = synthetic_scene_config(data_args)
         store = synthetic_region_features(config=config)
 
         def load(split: str) -> datasets.Dataset:

@@ -27,6 +27,7 @@ import faulthandler
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +35,7 @@ import datasets
 import torch
 import transformers.modeling_utils
 from tqdm.auto import tqdm
+from tqdm.std import tqdm as tqdm_std
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "models" / "single_stream"))
 from test_single_stream import tiny_config  # noqa: E402
@@ -111,6 +113,10 @@ def inject_kill_at(step: int) -> None:
 def run_child(command: list[str], write) -> None:
     """In the forked child: runs one command, never returns."""
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    # a progress-bar lock of the child's own: tqdm's default lock holds a semaphore shared by every forked process,
+    # which a sibling killed while holding it (a kill point inside a progress bar) leaves taken for good
+    for progress_bar in {tqdm, tqdm_std}:
+        progress_bar.set_lock(threading.RLock())
     try:
         if command[0] == "loop":
             version = command[2]
