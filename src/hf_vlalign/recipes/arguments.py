@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.integrations import is_tensorboard_available
 
@@ -127,16 +130,29 @@ def parse_recipe_args(
     **defaults,
 ) -> tuple:
     """Parses `argv` into `dataclass_types` + `training_args_class` (the trainer's `TrainingArguments` subclass, whose
-    own settings are flags too; returned in that order), with the examples' shared defaults, then `defaults`; a
-    `mixed_precision` field of any of them (`--mixed_precision`) sets `bf16` / `fp16`, and a `dropout` field
+    own settings are flags too; returned in that order), with the examples' shared defaults, then `defaults`, then
+    the values of a `--config FILE` (YAML or JSON: an experiment's settings, see `examples/configs/`), then the other
+    flags; a `mixed_precision` field of any of them (`--mixed_precision`) sets `bf16` / `fp16`, and a `dropout` field
     (`--dropout`) is checked; every example also takes `--num_threads` (`set_cpu_threads`)."""
-    parser = HfArgumentParser((*dataclass_types, ThreadArguments, training_args_class))
+    dataclass_types = (*dataclass_types, ThreadArguments, training_args_class)
+    parser = HfArgumentParser(dataclass_types)
+    parser.add_argument(
+        "--config", default=None, help="a YAML or JSON file of flag values, which the other flags override (examples/configs/)."
+    )
     # pinned memory only speeds up copies to an accelerator; without one torch warns at every DataLoader
     pin_memory = torch.accelerator.is_available()
+    config_path, argv = split_config_flag(argv)
+    config_values = read_recipe_config(config_path, dataclass_types) if config_path else {}
     parser.set_defaults(
-        **{**TRAINING_DEFAULTS, "report_to": default_report_to(), "dataloader_pin_memory": pin_memory, **defaults}
+        **{
+            **TRAINING_DEFAULTS,
+            "report_to": default_report_to(),
+            "dataloader_pin_memory": pin_memory,
+            **defaults,
+            **config_values,
+        }
     )
-    *parsed, threads, training_args = parser.parse_args_into_dataclasses(argv)
+    *parsed, threads, training_args, _ = parser.parse_args_into_dataclasses(argv)  # _: the `--config` namespace
     for value in parsed:
         if isinstance(value, ModelArguments):
             check_model_arguments(value)
@@ -147,6 +163,41 @@ def parse_recipe_args(
     check_distributed_launch(training_args)
     set_cpu_threads(training_args, threads.num_threads)
     return (*parsed, training_args)
+
+
+def split_config_flag(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(`--config` value, the other flags): the config file sets defaults before the other flags are parsed."""
+    argv = list(argv)
+    for index, flag in enumerate(argv):
+        if flag == "--config" or flag.startswith("--config="):
+            if "=" in flag:
+                value, consumed = flag.split("=", 1)[1], 1
+            elif index + 1 < len(argv):
+                value, consumed = argv[index + 1], 2
+            else:
+                raise ValueError("`--config` expects a YAML or JSON file, got nothing after it.")
+            return value, argv[:index] + argv[index + consumed :]
+    return None, argv
+
+
+def read_recipe_config(path: str | Path, dataclass_types: tuple[type, ...]) -> dict[str, Any]:
+    """The flag values of an experiment's config file: a YAML (`.yaml`/`.yml`) or JSON mapping of flag names (without
+    `--`) to values; every name must be a flag of the recipe."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"`--config` must be an existing YAML or JSON file, got {str(path)!r} (no such file).")
+    text = path.read_text(encoding="utf-8")
+    try:
+        values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise ValueError(f"`--config` {str(path)!r} is not valid {path.suffix[1:].upper() or 'YAML'}: {error}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"`--config` {str(path)!r} must hold a mapping of flag names to values, got {type(values).__name__}.")
+    known = {item.name for dataclass_type in dataclass_types for item in fields(dataclass_type)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"`--config` {str(path)!r} names flags this recipe does not take: {unknown}.")
+    return values
 
 
 def check_model_arguments(args: ModelArguments) -> None:
