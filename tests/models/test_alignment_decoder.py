@@ -117,14 +117,27 @@ def test_gradient_reaches_only_the_kept_scores():
     assert scores.grad[0, 0, :2].abs().sum().item() > 0
 
 
-def test_target_mass_entirely_outside_top_k_still_trains_the_target_region():
-    # our reading keeps the target's support: A = softmax over {0, 1} u {2} = softmax([2, 1, 0])
+def test_target_support_reading_trains_a_target_region_outside_top_k():
+    # "target_support": A = softmax over {0, 1} u {2} = softmax([2, 1, 0])
     scores = one_word([2.0, 1.0, 0.0]).requires_grad_()
-    loss = alignment_kl_loss(scores, one_word([0.0, 0.0, 1.0]), k=2, eps=EPS)
+    loss = alignment_kl_loss(scores, one_word([0.0, 0.0, 1.0]), k=2, eps=EPS, outside_top_k="target_support")
     denominator = math.e**2 + math.e + 1
     assert loss.item() == pytest.approx(-math.log(1 / denominator), rel=1e-5)
     loss.backward()
     assert scores.grad[0, 0, 2].item() < 0  # descending the loss raises the target region's score
+
+
+def test_default_target_entirely_outside_top_k_gives_zero_without_nan():
+    # "renormalise_target": no target mass in the top-2 {0, 1}, so the renormalised target is empty: loss 0, no NaN,
+    # but the word still counts among the grounded words (the second word's loss is halved)
+    scores = torch.tensor([[[2.0, 1.0, 0.0], [2.0, 1.0, 0.0]]], requires_grad=True)
+    target = torch.tensor([[[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]])
+    loss = alignment_kl_loss(scores, target, k=2)
+    p0 = math.e**2 / (math.e**2 + math.e)
+    assert loss.item() == pytest.approx(-math.log(p0) / 2, rel=1e-5)
+    loss.backward()
+    assert torch.isfinite(scores.grad).all()
+    assert scores.grad[0, 0].abs().sum().item() == 0.0
 
 
 # --- KL loss (eq. 14) ---------------------------------------------------------------------------------------------
@@ -137,13 +150,68 @@ def test_kl_by_hand():
     assert loss.item() == pytest.approx(expected, rel=1e-5)
 
 
-def test_kl_target_mass_outside_top_k_is_kept_in_the_softmax():
+def test_kl_renormalises_the_target_over_the_top_k_by_default():
+    # scores [2, 1, 0], k = 2: A = [p0, p1, 0]; A* = [1/2, 1/4, 1/4] restricted to {0, 1} and renormalised: [2/3, 1/3, 0]
+    p0, p1 = math.e**2 / (math.e**2 + math.e), math.e / (math.e**2 + math.e)
+    loss = alignment_kl_loss(one_word([2.0, 1.0, 0.0]), one_word([0.5, 0.25, 0.25]), k=2)
+    expected = 2 / 3 * (math.log(2 / 3) - math.log(p0)) + 1 / 3 * (math.log(1 / 3) - math.log(p1))
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    # k = 3 keeps every region: the full-softmax KL
+    q = [math.e**2 / (math.e**2 + math.e + 1), math.e / (math.e**2 + math.e + 1), 1 / (math.e**2 + math.e + 1)]
+    loss_k3 = alignment_kl_loss(one_word([2.0, 1.0, 0.0]), one_word([0.5, 0.25, 0.25]), k=3)
+    target = [0.5, 0.25, 0.25]
+    assert loss_k3.item() == pytest.approx(sum(t * (math.log(t) - math.log(x)) for t, x in zip(target, q)), rel=1e-5)
+
+
+def test_kl_floor_reads_eps_outside_the_top_k():
+    # "floor": A = [p0, p1, 0] read as [p0, p1, eps]; the target mass 1/4 on region 2 adds 1/4 (log 1/4 - log eps)
+    p0, p1 = math.e**2 / (math.e**2 + math.e), math.e / (math.e**2 + math.e)
+    scores = one_word([2.0, 1.0, 0.0]).requires_grad_()
+    loss = alignment_kl_loss(scores, one_word([0.5, 0.25, 0.25]), k=2, eps=EPS, outside_top_k="floor")
+    expected = (
+        0.5 * (math.log(0.5) - math.log(p0))
+        + 0.25 * (math.log(0.25) - math.log(p1))
+        + 0.25 * (math.log(0.25) - math.log(EPS))
+    )
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    loss.backward()
+    # d/ds_j of -sum_{i in top-k} A*_i log A_i = m_K A_j - A*_j with m_K = 3/4 the target mass in the top-k
+    torch.testing.assert_close(scores.grad, one_word([0.75 * p0 - 0.5, 0.75 * p1 - 0.25, 0.0]))
+
+
+def test_kl_target_support_reading_keeps_the_target_in_the_softmax():
     # region 2 is outside the top-2 but carries target mass: A = softmax over all three scores, KL exact and finite
     denominator = math.e**2 + math.e + 1
     p0, p2 = math.e**2 / denominator, 1 / denominator
-    loss = alignment_kl_loss(one_word([2.0, 1.0, 0.0]), one_word([0.5, 0.0, 0.5]), k=2, eps=EPS)
+    loss = alignment_kl_loss(
+        one_word([2.0, 1.0, 0.0]), one_word([0.5, 0.0, 0.5]), k=2, eps=EPS, outside_top_k="target_support"
+    )
     expected = 0.5 * (math.log(0.5) - math.log(p0)) + 0.5 * (math.log(0.5) - math.log(p2))
     assert loss.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_default_gradient_by_hand():
+    # renormalised target [2/3, 1/3, 0] over the top-2: d loss / d s_j = A_j - A*_j on the kept regions, 0 elsewhere
+    p0, p1 = math.e**2 / (math.e**2 + math.e), math.e / (math.e**2 + math.e)
+    scores = one_word([2.0, 1.0, 0.0]).requires_grad_()
+    alignment_kl_loss(scores, one_word([0.5, 0.25, 0.25]), k=2).backward()
+    torch.testing.assert_close(scores.grad, one_word([p0 - 2 / 3, p1 - 1 / 3, 0.0]))
+
+
+def test_outside_top_k_must_be_a_known_reading():
+    with pytest.raises(ValueError, match="alignment_outside_top_k.*renormalise_target"):
+        alignment_kl_loss(one_word([2.0, 1.0, 0.0]), one_word([1.0, 0.0, 0.0]), k=2, outside_top_k="drop")
+
+
+def test_loss_reads_no_tensor_value_on_the_host_without_value_checks():
+    # meta tensors have no values: any .item(), bool(t) or float(t) would raise
+    scores = torch.randn(2, 3, 5, device="meta", requires_grad=True)
+    target = torch.rand(2, 3, 5, device="meta")
+    region_mask = torch.ones(2, 5, device="meta")
+    text_mask = torch.ones(2, 3, device="meta")
+    for reading in ("renormalise_target", "floor", "target_support"):
+        loss = alignment_kl_loss(scores, target, region_mask, text_mask, k=2, outside_top_k=reading, check_values=False)
+        assert loss.shape == () and loss.device.type == "meta"
 
 
 def test_kl_is_zero_when_prediction_matches_target():
@@ -237,3 +305,13 @@ def test_non_finite_scores_and_bad_eps_are_errors():
         alignment_kl_loss(one_word([float("nan"), 1.0, 0.0]), one_word([1.0, 0.0, 0.0]), k=2)
     with pytest.raises(ValueError, match="eps"):
         top_k_log_softmax(one_word([2.0, 1.0, 0.0]), k=2, eps=0.0)
+
+
+def test_config_outside_top_k_round_trips_and_is_checked(tmp_path):
+    from hf_vlalign.models.two_stream.configuration_two_stream import TwoStreamConfig
+
+    assert TwoStreamConfig().alignment_outside_top_k == "renormalise_target"
+    TwoStreamConfig(alignment_outside_top_k="floor").save_pretrained(tmp_path)
+    assert TwoStreamConfig.from_pretrained(tmp_path).alignment_outside_top_k == "floor"
+    with pytest.raises(ValueError, match="alignment_outside_top_k"):
+        TwoStreamConfig(alignment_outside_top_k="drop")

@@ -279,3 +279,62 @@ def test_soft_target_with_minilm_and_real_vocabulary(minilm):
     assert row.sum().item() == pytest.approx(1.0)
     assert row[0] > row[1]
     assert math.isfinite(row.max().item())
+
+
+# --- the top-k of eq. (13) on targets built here -------------------------------------------------------------------
+
+# 3-D vectors with positive coordinates: every cosine is positive, as the semantic criterion is on real vocabularies
+TOPK_GLOVE_LINES = [
+    "dog 1 0.1 0.1", "cat 0.8 0.6 0.1", "horse 0.6 0.6 0.5", "ball 0.3 0.3 0.9", "tree 0.2 0.9 0.4",
+    "car 0.1 0.5 0.8", "brown 0.5 0.5 0.7", "black 0.7 0.2 0.6",
+]  # fmt: skip
+TOPK_CLASSES = ["dog", "cat", "horse", "ball", "tree", "car"]
+TOPK_REGIONS = torch.tensor(
+    [[0, 0, 4, 4], [1, 0, 5, 4], [6, 6, 9, 9], [0, 5, 3, 9], [5, 0, 9, 3], [2, 2, 7, 7]], dtype=torch.float32
+)
+
+
+def library_targets(tmp_path):
+    """(1, 3, 6) soft targets A* of three phrases over six detected objects, built by `SoftAlignmentTargets`."""
+    path = tmp_path / "glove.3d.txt"
+    path.write_text("\n".join(TOPK_GLOVE_LINES) + "\n", encoding="utf-8")
+    builder = SoftAlignmentTargets(GloveWordVectors(path), TOPK_CLASSES, ["brown", "black"])
+    object_ids, attribute_ids = torch.arange(6), torch.tensor([0, 1, 0, 1, 0, 1])
+    rows = [
+        builder(phrase, torch.tensor(gold, dtype=torch.float32), TOPK_REGIONS, object_ids, attribute_ids)
+        for phrase, gold in (("the dog", [[0, 0, 4, 4]]), ("a ball", [[0, 5, 3, 9]]), ("the tree", [[5, 0, 9, 3]]))
+    ]
+    return torch.stack(rows)[None]
+
+
+def test_top_k_changes_the_loss_and_its_gradient_on_library_targets(tmp_path):
+    from hf_vlalign.supervision.alignment_decoder import alignment_kl_loss
+
+    target = library_targets(tmp_path)
+    # the semantic criterion is positive on every object, so each target row covers all six regions
+    assert bool((target > 0).all())
+    torch.testing.assert_close(target.sum(-1), torch.ones(1, 3))
+    scores = torch.tensor([[[2.0, 1.5, -1.0, 0.5, 0.0, 1.0], [0.0, 0.3, 1.2, 2.0, -0.5, 0.8],
+                            [1.0, -1.0, 0.5, 0.0, 2.5, 1.5]]])  # fmt: skip
+    losses, gradients = {}, {}
+    for k in range(2, 7):
+        leaf = scores.clone().requires_grad_()
+        loss = alignment_kl_loss(leaf, target, k=k)
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(leaf.grad).all()
+        # only each word's k best scores are trained
+        assert int((leaf.grad != 0).sum(-1).max()) <= k
+        losses[k], gradients[k] = loss.item(), leaf.grad
+    assert len({round(value, 6) for value in losses.values()}) == len(losses)
+    for k in range(2, 6):
+        assert not torch.allclose(gradients[k], gradients[k + 1])
+    # k = R is the full-softmax KL(A* || softmax(scores))
+    full = (target * (target.log() - torch.log_softmax(scores, -1))).sum(-1).mean()
+    assert losses[6] == pytest.approx(full.item(), rel=1e-5)
+    # the "target_support" reading keeps every region with target mass: here all of them, whatever k
+    for k in range(2, 6):
+        kept_all = alignment_kl_loss(scores, target, k=k, outside_top_k="target_support")
+        assert kept_all.item() == pytest.approx(losses[6], rel=1e-5)
+    # "floor" is finite and depends on k too
+    floors = [alignment_kl_loss(scores, target, k=k, outside_top_k="floor").item() for k in range(2, 7)]
+    assert all(math.isfinite(value) for value in floors) and len(set(floors)) == len(floors)

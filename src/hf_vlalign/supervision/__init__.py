@@ -1,4 +1,11 @@
-from .alignment_decoder import AlignmentDecoder, alignment_kl_loss, grounded_word_count, top_k_log_softmax, top_k_mask
+from .alignment_decoder import (
+    OUTSIDE_TOP_K,
+    AlignmentDecoder,
+    alignment_kl_loss,
+     grounded_word_count,
+    top_k_log_softmax,
+    top_k_mask,
+)
 from .config import SUPERVISION_METHODS, validate_supervision_fields
 from .direct import direct_supervision_loss, masked_log_softmax, soft_cross_entropy, supervised_row_counts
 from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
@@ -8,6 +15,7 @@ from .rollout import attention_rollout, cross_modal_rollout, semi_direct_supervi
 
 __all__ = [
     "FUSIONS",
+    "OUTSIDE_TOP_K",
     "AttentionPerturbation",
     "AlignmentDecoder",
     "SUPERVISION_METHODS",

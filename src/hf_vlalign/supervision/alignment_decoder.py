@@ -75,10 +75,16 @@ class AlignmentDecoder(nn.Module):
         return torch.matmul(words, objects.transpose(-1, -2)) / math.sqrt(self.hidden_size)
 
 
-def _check_scores_and_region_mask(scores: torch.Tensor, region_mask: torch.Tensor | None) -> torch.Tensor:
-    """Validates (B, T, R) scores and a (B, R) region mask; returns the mask as bool (all True when None)."""
+def _check_scores_and_region_mask(
+    scores: torch.Tensor, region_mask: torch.Tensor | None, check_values: bool = True
+) -> torch.Tensor:
+    """Validates (B, T, R) scores and a (B, R) region mask; returns the mask as bool (all True when None).
+
+    Shapes are always checked; values (finite scores, a real region per example) only with `check_values`, since
+    reading them synchronises the device with the host."""
     check_rank("scores", scores, 3, "(batch, text_length, num_regions)")
-    check_finite("scores", scores)
+    if check_values:
+        check_finite("scores", scores)
     batch, _, num_regions = scores.shape
     if region_mask is None:
         return torch.ones(batch, num_regions, dtype=torch.bool, device=scores.device)
@@ -88,7 +94,8 @@ def _check_scores_and_region_mask(scores: torch.Tensor, region_mask: torch.Tenso
             f"`region_mask` must have shape (batch, num_regions) = {(batch, num_regions)} to match `scores`, "
             f"got {tuple(region_mask.shape)}."
         )
-    check_mask_not_empty("region_mask", region_mask, "region")
+    if check_values:
+        check_mask_not_empty("region_mask", region_mask, "region")
     return region_mask.bool()
 
 
@@ -100,12 +107,15 @@ def _check_top_k(k: int, num_regions: int) -> None:
         )
 
 
-def top_k_mask(scores: torch.Tensor, k: int, region_mask: torch.Tensor | None = None) -> torch.Tensor:
+def top_k_mask(
+    scores: torch.Tensor, k: int, region_mask: torch.Tensor | None = None, check_values: bool = True
+) -> torch.Tensor:
     """(B, T, R) bool mask of each word's k highest-scoring real regions (eq. 13's top-k set).
 
-    An example with fewer than k real regions keeps all of its real regions and no padded one.
+    An example with fewer than k real regions keeps all of its real regions and no padded one. `check_values=False`
+    skips the checks that read tensor values on the host (the shapes are still checked).
     """
-    region_mask = _check_scores_and_region_mask(scores, region_mask)
+    region_mask = _check_scores_and_region_mask(scores, region_mask, check_values)
     _check_top_k(k, scores.shape[-1])
     masked_scores = scores.detach().masked_fill(~region_mask[:, None, :], float("-inf"))
     top_indices = masked_scores.topk(k, dim=-1).indices
@@ -119,30 +129,35 @@ def top_k_log_softmax(
     region_mask: torch.Tensor | None = None,
     eps: float = 1e-6,
     always_keep: torch.Tensor | None = None,
+    check_values: bool = True,
 ) -> torch.Tensor:
     """log A with A = softmax over each word's top-k real regions only (eq. 13), as (B, T, R) log-probabilities.
 
     Entries outside the top-k (and padded regions) have probability 0 in A; they read `log(eps)` here so that a loss
     reading them stays finite. Their gradient is zero: only the kept scores are trained. `always_keep` (B, T, R)
-    adds entries to the kept set (the loss passes the target's support).
+    adds entries to the kept set (the loss's "target_support" reading passes the target's support). `check_values=False` skips
+    the checks that read tensor values on the host.
     """
     if not 0 < eps < 1:
         raise ValueError(f"`eps` must be in (0, 1), got {eps!r}.")
-    keep = top_k_mask(scores, k, region_mask)
+    keep = top_k_mask(scores, k, region_mask, check_values)
     if always_keep is not None:
-        keep = keep | (always_keep.bool() & _check_scores_and_region_mask(scores, region_mask)[:, None, :])
+        real_regions = _check_scores_and_region_mask(scores, region_mask, check_values=False)
+        keep = keep | (always_keep.bool() & real_regions[:, None, :])
     logits = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
     log_probs = torch.log_softmax(logits, dim=-1)
     return torch.where(keep, log_probs, torch.full_like(log_probs, math.log(eps)))
 
 
-def _check_target(target: torch.Tensor, scores: torch.Tensor, region_mask: torch.Tensor) -> None:
+def _check_target(target: torch.Tensor, scores: torch.Tensor, region_mask: torch.Tensor, check_values: bool) -> None:
     if not isinstance(target, torch.Tensor) or tuple(target.shape) != tuple(scores.shape):
         got = tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
         raise ValueError(
             f"`word_region_alignment` (target) must have the shape of `scores` (batch, text_length, num_regions) = "
             f"{tuple(scores.shape)}, got {got}."
         )
+    if not check_values:
+        return
     check_alignment("word_region_alignment", target)
     mass_on_padding = (target * (~region_mask)[:, None, :]).sum()
     if float(mass_on_padding) > 1e-6:
@@ -171,6 +186,16 @@ def grounded_word_count(target: torch.Tensor, text_mask: torch.Tensor | None = N
     return _grounded_rows(target, text_mask).sum()
 
 
+OUTSIDE_TOP_K = ("renormalise_target", "floor", "target_support")
+
+
+def _check_outside_top_k(outside_top_k: str) -> None:
+    if outside_top_k not in OUTSIDE_TOP_K:
+        raise ValueError(
+            f"`alignment_outside_top_k` (outside_top_k) must be one of {OUTSIDE_TOP_K}, got {outside_top_k!r}."
+        )
+
+
 def alignment_kl_loss(
     scores: torch.Tensor,
     target: torch.Tensor,
@@ -179,15 +204,35 @@ def alignment_kl_loss(
     k: int = 3,
     eps: float = 1e-6,
     num_words: torch.Tensor | None = None,
+    outside_top_k: str = "renormalise_target",
+    check_values: bool = True,
 ) -> torch.Tensor:
     """L_align = KL(A* || A) = sum_j A*_j (log A*_j - log A_j), averaged over the grounded words (eq. 14).
 
-    Reading of eq. (14): A is eq. (13)'s softmax over each word's top-k regions, so a region outside the top-k has
-    probability 0 in A, and KL(A* || A) is undefined (infinite) wherever the target puts mass on such a region. The
-    paper does not say how this is handled; our reading keeps the target's support in the softmax together with the
-    top-k (A is the softmax over top-k(scores) united with {j : A*_j > 0}), so the KL is exact and finite and the
-    gradient raises the target regions even when the decoder does not rank them in its top-k yet. Rows whose target is all zeros (ungrounded words) and rows where
-    `text_mask` is 0 are ignored; with no grounded word the loss is a zero connected to the graph of `scores`.
+    A is eq. (13)'s softmax over each word's k highest-scoring real regions only: the other regions have probability 0
+    in A and their scores get no gradient, so `k` decides which scores the loss trains. The paper does not say what
+    becomes of target mass on a region outside the top-k, where KL(A* || A) is infinite; `outside_top_k` chooses:
+
+    - "renormalise_target" (default): A* is restricted to the top-k and renormalised there,
+      A*_j <- A*_j 1[j in top-k] / sum_{j' in top-k} A*_j'. The loss is eq. (14) between two distributions over the
+      same k regions, zero when A matches A* there. A word whose target has no mass in its top-k contributes 0 (and
+      no gradient) but still counts among the grounded words, so that the divisor does not depend on the scores.
+    - "floor": A is read as max(A, eps) in the KL: target mass outside the top-k adds the constant
+      A*_j (log A*_j - log eps) and no gradient. Inside the top-k the gradient equals the renormalised one scaled by
+      the target mass in the top-k, so words whose target mostly falls outside weigh less.
+    - "target_support": the kept set is the top-k united with the target's support {j : A*_j > 0} and A* is used as
+      is, so the KL is exact and the target regions are raised even when the decoder does not rank them in its
+      top-k yet. Its drawback, and why it is not the default: the semantic criterion of A* (eq. 16) is positive on
+      almost every region, so the kept set is then nearly all regions and `k` has no effect (the loss equals the
+      full-softmax KL).
+
+    With k = 1, A is 1 on the best region and the first two readings give no gradient (the renormalised target is 1
+    there too): k >= 2 is needed for a training signal, as with the paper's k = 3.
+
+    Rows whose target is all zeros (ungrounded words) and rows where `text_mask` is 0 are ignored; with no grounded
+    word the loss is a zero connected to the graph of `scores`. With `check_values=False` (a model passes its
+    `config.validate_inputs`) the loss reads no tensor value on the host: the top-k set is a `topk` on the device and
+    the renormalisation a division by a guarded sum.
 
     Args:
         scores: (B, T, R) alignment scores from `AlignmentDecoder`.
@@ -195,15 +240,26 @@ def alignment_kl_loss(
         region_mask: (B, R) 1 for real regions; target mass on padded regions is an error.
         text_mask: (B, T) 1 for real tokens.
         k: the top-k of eq. (13) (config field `alignment_top_k`), in [1, R].
-        eps: the probability read for entries outside the kept set, in (0, 1) (they carry no target mass).
+        eps: the probability read for entries outside the kept set, in (0, 1) (the floor of "floor"; the other
+            readings put no target mass there).
         num_words: the number of grounded words to divide by (global under data parallelism); default: this batch's.
+        outside_top_k: one of `OUTSIDE_TOP_K` (config field `alignment_outside_top_k`), see above.
+        check_values: check the values of `scores` (finite) and `target` (rows are distributions or zeros, no mass on
+            padded regions); the shapes are always checked.
     """
-    region_mask = _check_scores_and_region_mask(scores, region_mask)
-    _check_target(target, scores, region_mask)
-    log_probs = top_k_log_softmax(scores, k, region_mask, eps, always_keep=target > 0)
+    _check_outside_top_k(outside_top_k)
+    region_mask = _check_scores_and_region_mask(scores, region_mask, check_values)
+    _check_target(target, scores, region_mask, check_values)
+    grounded = _grounded_rows(target, text_mask)  # from the full target: the divisor does not depend on the scores
+    always_keep = target > 0 if outside_top_k == "target_support" else None
+    log_probs = top_k_log_softmax(scores, k, region_mask, eps, always_keep=always_keep, check_values=False)
     target = target.to(log_probs.dtype)
+    if outside_top_k == "renormalise_target":
+        kept_target = target * top_k_mask(scores, k, region_mask, check_values=False).to(target.dtype)
+        kept_mass = kept_target.sum(-1, keepdim=True)
+        # a row with no target mass in its top-k is divided by 1 and stays all zeros (loss 0, no NaN)
+        target = kept_target / torch.where(kept_mass > 0, kept_mass, torch.ones_like(kept_mass))
     per_word = (torch.xlogy(target, target) - target * log_probs).sum(-1)
-    grounded = _grounded_rows(target, text_mask)
     # where(): a batch without grounded word gives a zero connected to the graph of `scores`
     total = torch.where(grounded, per_word, torch.zeros_like(per_word)).sum()
     return mean_over_items(total, item_count(grounded.sum(), num_words))

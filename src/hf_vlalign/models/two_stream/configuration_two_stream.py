@@ -3,6 +3,7 @@
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
+from ...supervision.alignment_decoder import OUTSIDE_TOP_K
 from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
 from ..config_fields import drop_other_head_fields
@@ -34,6 +35,7 @@ PRETRAINING_FIELDS = (
     "num_attr_labels",
     "num_qa_labels",
     "alignment_top_k",
+    "alignment_outside_top_k",
     *(name for name in LOSS_WEIGHT_FIELDS if name != "attention_supervision_weight"),  # every head reads that one
 )
 HEAD_FIELDS = {
@@ -74,7 +76,13 @@ class TwoStreamConfig(PreTrainedConfig):
         num_qa_labels (`int`): the answer vocabulary (pre-training QA head and [`TwoStreamForQuestionAnswering`]).
         referring_iou_threshold (`float`): regions with at least this IoU with the referred box are the positives of
             [`TwoStreamForReferringExpression`]'s loss (0.5, as RefCOCO+'s accuracy).
-        alignment_top_k (`int`): objects kept per word by the alignment decoder (eq. 13, paper: 3).
+        alignment_top_k (`int`): objects kept per word by the alignment decoder (eq. 13, paper: 3): the prediction is
+            a softmax over each word's k best-scoring objects only.
+        alignment_outside_top_k (`str`): what eq. (14)'s KL does with target mass on objects outside the top-k
+            (`hf_vlalign.supervision.OUTSIDE_TOP_K`): "renormalise_target" (default; A* renormalised over the top-k),
+            "floor" (A read as max(A, 1e-6)) or "target_support" (the kept set is the top-k united with the target's
+            support; with the semantic criterion positive almost everywhere, k then has no effect). See
+            `hf_vlalign.supervision.alignment_kl_loss`.
         `<name>_weight` (`float`): weight of the loss `loss_<name>` in the total. These task fields are read by one
             model class each (`HEAD_FIELDS`); a saved `config.json` holds those of the other classes only where they
             differ from the default.
@@ -128,6 +136,7 @@ class TwoStreamConfig(PreTrainedConfig):
     num_attr_labels: int = 400
     num_qa_labels: int = 9500
     alignment_top_k: int = 3
+    alignment_outside_top_k: str = "renormalise_target"
     mlm_weight: float | int = 1.0
     object_class_weight: float | int = 1.0
     object_attr_weight: float | int = 1.0
@@ -186,6 +195,10 @@ class TwoStreamConfig(PreTrainedConfig):
             raise ValueError(f"`referring_iou_threshold` must be in (0, 1], got {self.referring_iou_threshold}.")
         if self.alignment_top_k < 1:
             raise ValueError(f"`alignment_top_k` must be >= 1, got {self.alignment_top_k}.")
+        if self.alignment_outside_top_k not in OUTSIDE_TOP_K:
+            raise ValueError(
+                f"`alignment_outside_top_k` must be one of {OUTSIDE_TOP_K}, got {self.alignment_outside_top_k!r}."
+            )
         validate_supervision_fields(self, self.x_layers, self.num_attention_heads)
         check_dropout_implementation(self.dropout_implementation)
         check_visual_feature_normalization(self.visual_feature_normalization)

@@ -63,6 +63,7 @@ TWO_STREAM = FamilySpec(
             "task_qa",
             "task_alignment",
             "alignment_top_k",
+            "alignment_outside_top_k",
             "alignment_weight",
         ),
         default_name="two-stream-pretrained{alignment}",

@@ -602,7 +602,8 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                 # eq. (14): KL(A*, A) over the grounded words, A the top-k softmax of the decoder scores (eq. 13)
                 losses["loss_alignment"] = alignment_kl_loss(
                     alignment_scores, word_region_alignment, region_mask, attention_mask, k=config.alignment_top_k,
-                    num_words=num_items(counts, "alignment"),
+                    num_words=num_items(counts, "alignment"), outside_top_k=config.alignment_outside_top_k,
+                    check_values=config.validate_inputs,
                 )  # fmt: skip
         losses["loss_attention_supervision"] = outputs.loss_attention_supervision
         return TwoStreamForPreTrainingOutput(
