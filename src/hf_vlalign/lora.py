@@ -36,7 +36,7 @@ Left out of the presets: embeddings and the visual projections, the poolers, the
 Modules trained in full and saved with the adapter (`modules_to_save`): the task heads of the model class
 (`HEAD_MODULES`), plus the supervision modules the config switches on (`SUPERVISION_MODULES`): the indirect grounding
 head, and the A2 networks of the captioner's aligned layers (`perturbation.mask_network`, `perturbation.region_network`,
-`perturbation.gate`). The A2 mask networks are never given LoRA matrices: they are hidden -> heads Linear layers
+`perturbation.gate`). The A2 mask networks are never given LoRA matrices: they are small Linear layers from the hidden state
 trained by their own objective (eq. 4, `alignment_mode="perturb"`), so they are full trainable copies, saved with the
 adapter; the caption loss does not reach them (the aligned attention reads the mask detached). Since peft keeps the
 frozen original next to the trained copy, `model.mask_parameters()` on a PEFT model lists both: give the mask
@@ -76,7 +76,8 @@ HEAD_MODULES: dict[str, list[str]] = {
 # supervision modules that exist only when the config switches them on, trained in full and saved with the adapter
 SUPERVISION_MODULES: dict[str, list[str]] = {
     "indirect": ["indirect_grounding_head"],  # `attention_supervision="indirect"` (single- and two-stream)
-    "a2": ["perturbation.mask_network", "perturbation.region_network"],  # `attention_alignment` != "none"
+    "a2": ["perturbation.mask_network"],  # `attention_alignment` != "none"
+    "a2_regions": ["perturbation.region_network"],  # and `alignment_mask_input="query_and_regions"`
     "a2_gate": ["perturbation.gate"],  # `attention_alignment="gate"`
 }
 
@@ -89,6 +90,8 @@ def _modules_to_save(model: PreTrainedModel, model_class: str) -> list[str]:
     alignment = getattr(config, "attention_alignment", "none")
     if alignment != "none":
         modules += SUPERVISION_MODULES["a2"]
+        if getattr(config, "alignment_mask_input", "query") == "query_and_regions":
+            modules += SUPERVISION_MODULES["a2_regions"]
         if alignment == "gate":
             modules += SUPERVISION_MODULES["a2_gate"]
     return modules

@@ -10,11 +10,21 @@ from .config import SUPERVISION_METHODS, validate_supervision_fields
 from .direct import direct_supervision_loss, masked_log_softmax, soft_cross_entropy, supervised_row_counts
 from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
 from .mixin import AttentionSupervisionMixin
-from .perturbation import FUSIONS, AttentionPerturbation, fuse_attention, mask_objective, perturbed_attention
+from .perturbation import (
+    FUSIONS,
+    MASK_INPUTS,
+    MOVING_AVERAGES,
+    AttentionPerturbation,
+    fuse_attention,
+    mask_objective,
+    perturbed_attention,
+)
 from .rollout import attention_rollout, cross_modal_rollout, semi_direct_supervision_loss
 
 __all__ = [
     "FUSIONS",
+    "MASK_INPUTS",
+    "MOVING_AVERAGES",
     "OUTSIDE_TOP_K",
     "AttentionPerturbation",
     "AlignmentDecoder",

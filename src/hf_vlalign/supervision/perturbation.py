@@ -4,26 +4,39 @@ captioning", A2) for the decoder's cross-attention over image regions.
 Per aligned decoder layer, with a the cross-attention probabilities (B, H, T, R) of the decoder queries over the R
 regions and h_t the decoder hidden state feeding the cross-attention:
 
-- a mask network m = sigmoid(W_m h_t + b_m) (eq. 2) says how much of each head's attention may be perturbed;
+- a mask network m_t = sigmoid(W_m h_t + b_m) (eq. 2) says how much of each head's attention on each region may be
+  perturbed;
 - the perturbed attention a_p = m * a + (1 - m) * mean_heads(a) (eq. 3) is fed to the captioner, and the mask network
   alone is trained to find the smallest perturbation that most degrades the caption (eq. 4, `mask_objective`);
 - regions whose perturbation hurts (small m) get more weight: a_m = a * exp(1 - m) (eq. 5), fused with the original
-  attention by one of four strategies (eqs. 6-10, `FUSIONS`) and re-normalised over the regions.
+  attention by one of four strategies (eqs. 6-10, `FUSIONS`) and re-normalised over the regions (our reading: the
+  fused weights of eqs. 6-10 do not sum to 1, e.g. eq. 7's a + eta a_m sums to 1 + eta sum_j a_m; the paper does not
+  print a normalisation, and the captioner needs attention probabilities, so each fusion is divided by its row sum).
 
-Sources. Only the abstract and introduction of the paper could be consulted; the method section (eqs. 2-10) was not
-available. The forms below follow the project's design reading of the paper, checked against public code derived from
-the mask-perturbation "attention calibration" method for NMT that A2 transfers to captioning (Lu et al., ACL 2021).
+Sources. The printed forms of eqs. 2 and 7 are taken from the paper as quoted in the project's issue 31:
+m_t = sigmoid(W_m h_t + b_m) and a + eta * a_m. The rest of the method section could not be consulted here; the other
+forms follow the project's design reading, checked against public code derived from the mask-perturbation "attention
+calibration" method for NMT that A2 transfers to captioning (Lu et al., ACL 2021).
 That code has the same a * exp(1 - m), a loss_mask = -loss(a_p) + alpha * ||1 - m||, an annealing weight
 exp(-updates / T) on the original attention (see eq. 8 below), and a perturbation m * a + (1 - m) * mean(a) whose mean
 is over the source positions; the mean over heads of eq. 3 here is the design's reading. The readings that are ours
-are said where they are used (eqs. 3, 4, 7, 8 and the mask granularity).
+are said where they are used (eqs. 3, 4, 8, 9-10 and the mask granularity).
 
-Mask granularity. The design's mask has one value per head and decoder step, (B, H, T, 1). Such a mask scales a whole
-attention row by the same factor exp(1 - m), so after the re-normalisation over regions every fusion gives back the
-original attention exactly: eqs. 5-10 are then the identity (eq. 3, which mixes heads, is not). The abstract speaks of
-a "mask operation on image regions", and the calibration code computes one mask value per (query, key) pair, so the
-mask network here also accepts the region states and then returns one value per head, step and region, (B, H, T, R):
-m = sigmoid(W_m h_t + U_m v_j + b_m). Every function accepts either shape; only the per-region one realigns attention.
+Mask granularity and the mask network's input (`MASK_INPUTS`, config field `alignment_mask_input`). A mask with one
+value per head and decoder step, (B, H, T, 1), scales a whole attention row by the same factor exp(1 - m), so after
+the re-normalisation over regions every fusion gives back the original attention exactly: eqs. 5-10 are then the
+identity (eq. 3, which mixes heads, is not). The paper's mask acts "on image regions", so m_t has one value per region:
+
+- "query" (default, the printed eq. 2): m_t = sigmoid(W_m h_t + b_m) reads the decoder state h_t only; W_m maps h_t to
+  one value per head and region *slot* (N = `num_region_slots` slots, config `alignment_mask_regions`), and the R <= N
+  regions of an image take the first R slots (a detector's regions come in a fixed order, e.g. by confidence).
+- "query_and_regions": m = sigmoid(W_m h_t + U_m v_j + b_m) adds a region-content term U_m v_j (v_j the region states
+  the cross-attention reads). Reason to keep it: a slot-wise W_m ties a mask value to a region's position in the
+  detector's list, not to its content, and it bounds the number of regions; the content term scores each region by
+  what it shows, as the calibration code scores each (query, key) pair. Without region states this network gives
+  the per-(head, step) mask (B, H, T, 1) (with which eqs. 5-10 are the identity).
+
+Every function accepts a (B, H, T, 1) or (B, H, T, R) mask; only the per-region one realigns attention.
 
 Training recipe (two optimisers, as in the calibration code): a mask step minimises `mask_objective` with respect to
 `AttentionPerturbation.mask_parameters()` only, the captioner running on `perturb(...)`; a captioning step minimises
@@ -43,6 +56,10 @@ from ..utils.item_counts import item_count, mean_over_items
 from ..utils.validation import check_finite, check_mask_not_empty, check_rank
 
 FUSIONS = ("max", "moving_average", "exp_decay", "gate")
+# the mask network of eq. (2): the printed form (decoder state only) or with a region-content term (module docstring)
+MASK_INPUTS = ("query", "query_and_regions")
+# eq. (7): the printed a + eta * a_m, or the convex (1 - eta) * a + eta * a_m (see `fuse_attention`)
+MOVING_AVERAGES = ("additive", "convex")
 
 ATTENTION_LAYOUT = "(batch, num_heads, text_length, num_regions)"
 MASK_LAYOUT = "(batch, num_heads, text_length, 1) or (batch, num_heads, text_length, num_regions)"
@@ -67,9 +84,29 @@ def _check_fusion(fusion: str) -> None:
         raise ValueError(f"`fusion` must be one of {FUSIONS}, got {fusion!r}.")
 
 
-def _check_eta(eta: float) -> None:
-    if not _is_number(eta) or not 0.0 <= eta <= 1.0:
-        raise ValueError(f"`eta` (moving-average ratio, eq. 7) must be a float in [0, 1], got {eta!r}.")
+def _check_moving_average(moving_average: str) -> None:
+    if moving_average not in MOVING_AVERAGES:
+        raise ValueError(
+            f"`moving_average` (the form of eq. 7, config `alignment_moving_average`) must be one of {MOVING_AVERAGES}, "
+            f"got {moving_average!r}."
+        )
+
+
+def _check_mask_input(mask_input: str) -> None:
+    if mask_input not in MASK_INPUTS:
+        raise ValueError(
+            f"`mask_input` (the input of eq. 2's mask network, config `alignment_mask_input`) must be one of "
+            f"{MASK_INPUTS}, got {mask_input!r}."
+        )
+
+
+def _check_eta(eta: float, moving_average: str = "additive") -> None:
+    """eta >= 0 for the printed a + eta a_m; in [0, 1] for the convex form."""
+    if moving_average == "convex":
+        if not _is_number(eta) or not 0.0 <= eta <= 1.0:
+            raise ValueError(f"`eta` (moving-average ratio, eq. 7, convex form) must be a float in [0, 1], got {eta!r}.")
+    elif not _is_number(eta) or eta < 0.0:
+        raise ValueError(f"`eta` (moving-average weight, eq. 7) must be a finite float >= 0, got {eta!r}.")
 
 
 def _check_temperature(temperature: float) -> None:
@@ -199,34 +236,48 @@ def fuse_attention(
     temperature: float = 1000.0,
     gate: torch.Tensor | None = None,
     region_mask: torch.Tensor | None = None,
+    moving_average: str = "additive",
 ) -> torch.Tensor:
     """Fuses the original attention a with the aligned attention a_m (eqs. 6-10), then re-normalises over the regions.
 
+    Re-normalisation (our reading): none of the fused weights below sums to 1 over the regions (a_m does not, and
+    eq. 7's a + eta a_m sums to 1 + eta sum_j a_m); the paper prints no normalisation, but the fused weights replace
+    attention probabilities, so every fusion is divided by its sum over the real regions.
+
     - "max" (eq. 6): max(a, a_m) elementwise. Since m <= 1, a_m = a * exp(1 - m) >= a, so this is a_m re-normalised.
-    - "moving_average" (eq. 7): eta * a_m + (1 - eta) * a, eta in [0, 1] a fixed ratio (our reading: eta weighs the
-      aligned attention, so eta = 0 keeps the original attention).
+    - "moving_average" (eq. 7), form chosen by `moving_average`:
+      "additive" (default, the printed form): a + eta * a_m with eta >= 0; after the re-normalisation this is the
+      convex mix with ratio eta / (1 + eta) of the two attentions weighted by their masses.
+      "convex": (1 - eta) * a + eta * a_m with eta in [0, 1], the usual moving average (eta = 0 keeps the original
+      attention, eta = 1 gives a_m re-normalised). Reason to keep it: eta then reads directly as the aligned
+      attention's share, and eta = 1 reaches the aligned attention alone, which the printed form only approaches.
     - "exp_decay" (eq. 8): w_s * a + (1 - w_s) * a_m with w_s = exp(-s / T_P), s the training step and T_P
       `temperature`. Our reading: the decaying weight is the original attention's, so training starts on the original
       attention (the mask network is untrained then) and moves to the aligned one; this is what the public code of
       the calibration method A2 builds on does (weight exp(-num_updates / T) on the original attention). The opposite
       reading, w_s on a_m, would use the aligned attention only at the start of training.
-    - "gate" (eqs. 9-10): g * a_m + (1 - g) * a, g = sigmoid(W_g q + b_g) given per head and step as `gate`.
+    - "gate" (eqs. 9-10): g * a_m + (1 - g) * a, g = sigmoid(W_g h_t + b_g) given per head and step as `gate`. Our
+      reading of the gate's parameterisation (the printed eqs. 9-10 could not be consulted): a learned gate read from
+      the decoder state h_t, the same input as eq. 2's mask network, one value per head and step, weighing the
+      aligned attention.
 
     Args:
         attention: (B, H, T, R) original cross-attention probabilities a.
         aligned: (B, H, T, R) aligned attention a_m from `aligned_attention`.
         fusion: one of `FUSIONS`.
-        eta: moving-average ratio in [0, 1] ("moving_average" only).
+        eta: moving-average weight ("moving_average" only): >= 0 for "additive", in [0, 1] for "convex".
         step: training step s >= 0, required for "exp_decay".
         temperature: T_P > 0 ("exp_decay" only).
         gate: (B, H, T, 1) gate values in [0, 1], required for "gate"; ignored by the other fusions.
         region_mask: (B, R), 1 for real regions; padded regions get 0 after the re-normalisation.
+        moving_average: "additive" (printed eq. 7) or "convex" (`MOVING_AVERAGES`), "moving_average" only.
 
     Returns:
         (B, H, T, R) fused attention whose rows sum to 1 over the real regions (all-zero rows stay zero).
     """
     _check_fusion(fusion)
-    _check_eta(eta)
+    _check_moving_average(moving_average)
+    _check_eta(eta, moving_average)
     _check_temperature(temperature)
     _check_step(step, required=fusion == "exp_decay")
     _check_attention("attention", attention)
@@ -238,8 +289,10 @@ def fuse_attention(
         )
     if fusion == "max":
         fused = torch.maximum(attention, aligned)
+    elif fusion == "moving_average" and moving_average == "additive":
+        fused = attention + eta * aligned
     elif fusion == "moving_average":
-        fused = eta * aligned + (1.0 - eta) * attention
+        fused = (1.0 - eta) * attention + eta * aligned
     elif fusion == "exp_decay":
         weight = exp_decay_weight(step, temperature)
         fused = weight * attention + (1.0 - weight) * aligned
@@ -352,14 +405,24 @@ class AttentionPerturbation(nn.Module):
     """The A2 alignment of one decoder layer's cross-attention: mask network (eq. 2), perturbation (eq. 3), alignment
     and fusion (eqs. 5-10).
 
-    Parameters: `mask_network` (W_m, b_m: Linear hidden -> heads, eq. 2), `region_network` (U_m: Linear hidden ->
-    heads without bias, the region term of the per-region mask) and, for fusion "gate", `gate` (W_g, b_g: Linear
-    hidden -> heads, eq. 9).
+    Parameters: `mask_network` (W_m, b_m of eq. 2: Linear hidden -> heads * num_region_slots for `mask_input="query"`,
+    hidden -> heads for "query_and_regions"), `region_network` (U_m: Linear hidden -> heads without bias, the
+    region-content term; "query_and_regions" only, None otherwise) and, for fusion "gate", `gate` (W_g, b_g: Linear
+    hidden -> heads, eqs. 9-10).
 
     Initialisation (`reset_parameters`): W_m ~ N(0, initializer_range), b_m = `mask_bias_init` (3.0, so that m starts
     near sigmoid(3) = 0.95, i.e. almost no perturbation and a_m almost a), U_m = 0 (the per-region mask starts equal
     to the per-step one), W_g ~ N(0, initializer_range), b_g = 0 (g starts near 0.5). A model's `_init_weights` that
     zeroes Linear biases must call `reset_parameters()` on this module afterwards, or m would start at 0.5.
+
+    Args:
+        hidden_size / num_heads: the decoder's hidden size and cross-attention heads.
+        fusion: one of `FUSIONS` (eqs. 6-10).
+        eta: eq. 7's weight; temperature: T_P of eq. 8.
+        mask_bias_init / initializer_range: see above.
+        mask_input: one of `MASK_INPUTS`: "query" (printed eq. 2) or "query_and_regions" (module docstring).
+        num_region_slots: N, the region slots the "query" mask network scores; an image may have at most N regions.
+        moving_average: one of `MOVING_AVERAGES`: "additive" (printed eq. 7) or "convex" (see `fuse_attention`).
     """
 
     def __init__(
@@ -371,12 +434,18 @@ class AttentionPerturbation(nn.Module):
         temperature: float = 1000.0,
         mask_bias_init: float = 3.0,
         initializer_range: float = 0.02,
+        mask_input: str = "query",
+        num_region_slots: int = 100,
+        moving_average: str = "additive",
     ):
         super().__init__()
         _check_positive_int("hidden_size", hidden_size)
         _check_positive_int("num_heads", num_heads)
+        _check_positive_int("num_region_slots", num_region_slots)
         _check_fusion(fusion)
-        _check_eta(eta)
+        _check_mask_input(mask_input)
+        _check_moving_average(moving_average)
+        _check_eta(eta, moving_average)
         _check_temperature(temperature)
         if not _is_number(mask_bias_init):
             raise ValueError(f"`mask_bias_init` must be a finite float, got {mask_bias_init!r}.")
@@ -389,8 +458,16 @@ class AttentionPerturbation(nn.Module):
         self.temperature = float(temperature)
         self.mask_bias_init = float(mask_bias_init)
         self.initializer_range = float(initializer_range)
-        self.mask_network = PerturbationLinear(hidden_size, num_heads, weight_std=initializer_range, bias_value=mask_bias_init)
-        self.region_network = PerturbationLinear(hidden_size, num_heads, weight_std=0.0, bias_value=None)
+        self.mask_input = mask_input
+        self.num_region_slots = num_region_slots
+        self.moving_average = moving_average
+        mask_outputs = num_heads * num_region_slots if mask_input == "query" else num_heads
+        self.mask_network = PerturbationLinear(hidden_size, mask_outputs, weight_std=initializer_range, bias_value=mask_bias_init)
+        self.region_network = (
+            PerturbationLinear(hidden_size, num_heads, weight_std=0.0, bias_value=None)
+            if mask_input == "query_and_regions"
+            else None
+        )
         self.gate = PerturbationLinear(hidden_size, num_heads, weight_std=initializer_range, bias_value=0.0) if fusion == "gate" else None
         self.reset_parameters()
 
@@ -401,8 +478,10 @@ class AttentionPerturbation(nn.Module):
                 layer.init_parameters()
 
     def mask_parameters(self) -> list[nn.Parameter]:
-        """The parameters eq. (4) trains (W_m, b_m, U_m): give only these to the mask step's optimiser."""
-        return [*self.mask_network.parameters(), *self.region_network.parameters()]
+        """The parameters eq. (4) trains (W_m, b_m and, with "query_and_regions", U_m): give only these to the mask
+        step's optimiser."""
+        networks = (self.mask_network, self.region_network)
+        return [parameter for network in networks if network is not None for parameter in network.parameters()]
 
     def _check_states(self, name: str, states: torch.Tensor, layout: str) -> None:
         check_rank(name, states, 3, layout)
@@ -418,31 +497,54 @@ class AttentionPerturbation(nn.Module):
         region_states: torch.Tensor | None = None,
         region_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """m = sigmoid(W_m h_t + b_m) per head and step (eq. 2); with `region_states`, sigmoid(W_m h_t + U_m v_j + b_m).
+        """The mask of eq. (2), in (0, 1], one value per head, step and region.
+
+        - `mask_input="query"`: m_t = sigmoid(W_m h_t + b_m), the R regions taking the first R of the N region slots;
+          `region_states` are read for their number R only (and may be omitted when `region_mask` is given).
+        - `mask_input="query_and_regions"`: m = sigmoid(W_m h_t + U_m v_j + b_m); without `region_states`, one value
+          per head and step, sigmoid(W_m h_t + b_m) of shape (B, H, T, 1).
 
         Args:
             hidden_states: (B, T, D) decoder states h_t feeding the cross-attention.
-            region_states: (B, R, D) region states v_j (the cross-attention's keys' input); None gives one mask value
-                per head and step (with which eqs. 5-10 are the identity, see the module docstring).
+            region_states: (B, R, D) region states v_j (the cross-attention's keys' input).
             region_mask: (B, R), 1 for real regions; padded regions get m = 1 (no perturbation, no penalty, no
-                gradient). Only used with `region_states`.
+                gradient).
 
         Returns:
-            (B, H, T, 1) mask, or (B, H, T, R) with `region_states`, in (0, 1].
+            (B, H, T, R) mask ((B, H, T, 1) for "query_and_regions" without `region_states`).
         """
         self._check_states("hidden_states", hidden_states, "(batch, text_length, hidden_size)")
-        logits = self.mask_network(hidden_states)  # (B, T, H)
-        if region_states is None:
+        batch, steps = hidden_states.shape[:2]
+        if region_states is not None:
+            self._check_states("region_states", region_states, "(batch, num_regions, hidden_size)")
+            if region_states.shape[0] != batch:
+                raise ValueError(
+                    f"`region_states` must share the batch size of `hidden_states` ({batch}), "
+                    f"got shape {tuple(region_states.shape)}."
+                )
+        logits = self.mask_network(hidden_states)
+        if self.mask_input == "query":
+            if region_states is None and region_mask is None:
+                raise ValueError(
+                    "`region_states` or `region_mask` (batch, num_regions) is required by the mask network "
+                    "`mask_input='query'` (one value per region slot), got neither."
+                )
+            num_regions = region_states.shape[1] if region_states is not None else region_mask.shape[-1]
+            if num_regions > self.num_region_slots:
+                raise ValueError(
+                    f"the mask network scores at most `alignment_mask_regions` = {self.num_region_slots} regions "
+                    f"(eq. 2, one value per region slot), got an image with {num_regions} regions; raise "
+                    f"`alignment_mask_regions` or use `alignment_mask_input='query_and_regions'`."
+                )
+            region_mask = _check_region_mask(region_mask, batch, num_regions)
+            logits = logits.view(batch, steps, self.num_heads, self.num_region_slots)[..., :num_regions]
+            mask = torch.sigmoid(logits).transpose(1, 2)  # (B, H, T, R)
+        elif region_states is None:
             return torch.sigmoid(logits).transpose(1, 2).unsqueeze(-1)
-        self._check_states("region_states", region_states, "(batch, num_regions, hidden_size)")
-        if region_states.shape[0] != hidden_states.shape[0]:
-            raise ValueError(
-                f"`region_states` must share the batch size of `hidden_states` ({hidden_states.shape[0]}), "
-                f"got shape {tuple(region_states.shape)}."
-            )
-        region_mask = _check_region_mask(region_mask, region_states.shape[0], region_states.shape[1])
-        logits = logits[:, :, None, :] + self.region_network(region_states)[:, None, :, :]  # (B, T, R, H)
-        mask = torch.sigmoid(logits).permute(0, 3, 1, 2)  # (B, H, T, R)
+        else:
+            region_mask = _check_region_mask(region_mask, batch, region_states.shape[1])
+            logits = logits[:, :, None, :] + self.region_network(region_states)[:, None, :, :]  # (B, T, R, H)
+            mask = torch.sigmoid(logits).permute(0, 3, 1, 2)  # (B, H, T, R)
         if region_mask is not None:
             mask = mask.masked_fill(~region_mask[:, None, None, :], 1.0)
         return mask
@@ -453,7 +555,8 @@ class AttentionPerturbation(nn.Module):
         return perturbed_attention(attention, mask)
 
     def gate_values(self, queries: torch.Tensor) -> torch.Tensor:
-        """g = sigmoid(W_g q + b_g) (eqs. 9-10), (B, T, D) queries -> (B, H, T, 1) gate values."""
+        """g = sigmoid(W_g h_t + b_g) (eqs. 9-10, our reading, see `fuse_attention`), (B, T, D) decoder states h_t ->
+        (B, H, T, 1) gate values."""
         if self.gate is None:
             raise ValueError(f"`gate_values` needs fusion 'gate', this module has fusion {self.fusion!r}.")
         self._check_states("queries", queries, "(batch, text_length, hidden_size)")
@@ -504,6 +607,7 @@ class AttentionPerturbation(nn.Module):
             temperature=self.temperature,
             gate=gate,
             region_mask=region_mask,
+            moving_average=self.moving_average,
         )
 
     def _check_heads(self, attention: torch.Tensor) -> None:
@@ -517,5 +621,6 @@ class AttentionPerturbation(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"hidden_size={self.hidden_size}, num_heads={self.num_heads}, fusion={self.fusion!r}, eta={self.eta}, "
-            f"temperature={self.temperature}, mask_bias_init={self.mask_bias_init}"
+            f"temperature={self.temperature}, mask_bias_init={self.mask_bias_init}, mask_input={self.mask_input!r}, "
+            f"num_region_slots={self.num_region_slots}, moving_average={self.moving_average!r}"
         )

@@ -134,12 +134,28 @@ def test_aligned_layers_use_the_fused_attention(fusion):
     assert out.mask_mean is not None and 0 < float(out.mask_mean) < 1
 
 
+@pytest.mark.parametrize("mask_input", ["query", "query_and_regions"])
+def test_a2_readings_round_trip_and_reach_the_modules(mask_input, tmp_path):
+    config = tiny_config(attention_alignment="moving_average", alignment_eta=2.0, alignment_moving_average="additive",
+                         alignment_mask_input=mask_input, alignment_mask_regions=7)  # fmt: skip
+    config.save_pretrained(tmp_path)
+    loaded = RegionCaptionerConfig.from_pretrained(tmp_path)
+    for name in ("alignment_eta", "alignment_moving_average", "alignment_mask_input", "alignment_mask_regions"):
+        assert getattr(loaded, name) == getattr(config, name), name
+    defaults = RegionCaptionerConfig()
+    assert (defaults.alignment_moving_average, defaults.alignment_mask_input) == ("additive", "query")
+    perturbation = RegionCaptionerForConditionalGeneration(loaded).model.decoder.layers[0].encoder_attn.perturbation
+    assert (perturbation.mask_input, perturbation.num_region_slots) == (mask_input, 7)
+    assert (perturbation.moving_average, perturbation.eta) == ("additive", 2.0)
+    assert (perturbation.region_network is None) == (mask_input == "query")
+
+
 def test_mask_objective_gradient_reaches_only_the_mask_networks():
     model = RegionCaptionerForConditionalGeneration(tiny_config(attention_alignment="gate"))
     out = model(**regions(), labels=caption_labels(), alignment_mode="perturb")
     assert out.loss is out.loss_mask
     mask_parameters = model.mask_parameters()
-    assert len(mask_parameters) == 2 * 3  # W_m, b_m and U_m (region term) of each aligned layer
+    assert len(mask_parameters) == 2 * 2  # W_m, b_m of each aligned layer (the printed eq. 2 has no region term)
     grads = torch.autograd.grad(out.loss_mask, mask_parameters, retain_graph=True)
     assert all(g.abs().sum() > 0 for g in grads)
     # the captioner's step: the caption loss on the aligned attention does not reach the mask networks
@@ -221,7 +237,11 @@ def test_bad_inputs_raise_clear_errors():
         ({"aligned_layers": [2]}, r"`aligned_layers` must hold decoder layer indices in \[0, 1\]"),
         ({"d_model": 30}, r"`d_model` \(30\) must be a multiple of `encoder_attention_heads`"),
         ({"geometry_dim": 12}, r"`geometry_dim` must be a positive multiple of 8"),
-        ({"alignment_eta": 1.5}, r"`alignment_eta` must be in \[0, 1\]"),
+        ({"alignment_eta": 1.5, "alignment_moving_average": "convex"}, r"`alignment_eta` must be in \[0, 1\]"),
+        ({"alignment_eta": -0.5}, r"`alignment_eta` must be a finite number >= 0"),
+        ({"alignment_moving_average": "ema"}, r"`alignment_moving_average` must be one of \('additive', 'convex'\)"),
+        ({"alignment_mask_input": "regions"}, r"`alignment_mask_input` must be one of \('query', 'query_and_regions'\)"),
+        ({"alignment_mask_regions": 0}, r"`alignment_mask_regions` must be >= 1"),
     ],
 )
 def test_bad_config_raises_value_error(overrides, match):

@@ -104,13 +104,25 @@ def test_fusion_max_by_hand():
     torch.testing.assert_close(out, row([5 / 13, 6 / 13, 2 / 13]))
 
 
-def test_fusion_moving_average_by_hand():
-    # eta = 0.5: 0.5 * [0.5, 0.6, 0.2] + 0.5 * [0.5, 0.3, 0.2] = [0.5, 0.45, 0.2], sum 1.15 -> [10/23, 9/23, 4/23]
+def test_fusion_moving_average_printed_form_by_hand():
+    # printed eq. 7, a + eta * a_m with eta = 0.5: [0.5, 0.3, 0.2] + [0.25, 0.3, 0.1] = [0.75, 0.6, 0.3], sum 1.65
+    # -> re-normalised [75/165, 60/165, 30/165] = [5/11, 4/11, 2/11]
     out = fuse_attention(A, A_M, "moving_average", eta=0.5)
+    torch.testing.assert_close(out, row([5 / 11, 4 / 11, 2 / 11]))
+    torch.testing.assert_close(out, fuse_attention(A, A_M, "moving_average", eta=0.5, moving_average="additive"))
+    # eta = 0 keeps the original attention; eta = 2: [0.5 + 1.0, 0.3 + 1.2, 0.2 + 0.4] = [1.5, 1.5, 0.6] / 3.6
+    torch.testing.assert_close(fuse_attention(A, A_M, "moving_average", eta=0.0), A)
+    torch.testing.assert_close(fuse_attention(A, A_M, "moving_average", eta=2.0), row([5 / 12, 5 / 12, 1 / 6]))
+
+
+def test_fusion_moving_average_convex_option_by_hand():
+    # (1 - eta) * a + eta * a_m, eta = 0.5: [0.5, 0.45, 0.2], sum 1.15 -> [10/23, 9/23, 4/23]
+    out = fuse_attention(A, A_M, "moving_average", eta=0.5, moving_average="convex")
     torch.testing.assert_close(out, row([10 / 23, 9 / 23, 4 / 23]))
     # eta = 0 keeps the original attention, eta = 1 is the re-normalised a_m (= the max fusion here)
-    torch.testing.assert_close(fuse_attention(A, A_M, "moving_average", eta=0.0), A)
-    torch.testing.assert_close(fuse_attention(A, A_M, "moving_average", eta=1.0), row([5 / 13, 6 / 13, 2 / 13]))
+    torch.testing.assert_close(fuse_attention(A, A_M, "moving_average", eta=0.0, moving_average="convex"), A)
+    one = fuse_attention(A, A_M, "moving_average", eta=1.0, moving_average="convex")
+    torch.testing.assert_close(one, row([5 / 13, 6 / 13, 2 / 13]))
 
 
 def test_fusion_exp_decay_by_hand():
@@ -148,12 +160,13 @@ def test_module_align_each_fusion_by_hand():
     queries = torch.zeros(1, 1, hidden)
     expectations = {
         "max": ({}, [5 / 13, 6 / 13, 2 / 13]),
-        "moving_average": ({"eta": 0.5}, [10 / 23, 9 / 23, 4 / 23]),
+        "moving_average": ({"eta": 0.5}, [5 / 11, 4 / 11, 2 / 11]),
+        "convex": ({"eta": 0.5, "moving_average": "convex"}, [10 / 23, 9 / 23, 4 / 23]),
         "exp_decay": ({"temperature": 1.0 / LN2}, [20 / 49, 21 / 49, 8 / 49]),
         "gate": ({}, [20 / 49, 21 / 49, 8 / 49]),
     }
     for fusion, (kwargs, expected) in expectations.items():
-        module = AttentionPerturbation(hidden, 1, fusion, **kwargs)
+        module = AttentionPerturbation(hidden, 1, "moving_average" if fusion == "convex" else fusion, **kwargs)
         if fusion == "gate":
             with torch.no_grad():  # W_g = 0, b_g = ln 3 -> g = sigmoid(ln 3) = 3 / (1 + 3) = 0.75
                 module.gate.weight.zero_()
@@ -162,20 +175,54 @@ def test_module_align_each_fusion_by_hand():
         torch.testing.assert_close(out, row(expected), msg=fusion)
 
 
-def test_mask_starts_near_one():
+@pytest.mark.parametrize(("mask_input", "shape"), [("query", (2, 4, 5, 3)), ("query_and_regions", (2, 4, 5, 1))])
+def test_mask_starts_near_one(mask_input, shape):
     torch.manual_seed(0)
-    module = AttentionPerturbation(hidden_size=32, num_heads=4, fusion="max")
+    module = AttentionPerturbation(hidden_size=32, num_heads=4, fusion="max", mask_input=mask_input, num_region_slots=6)
     # zero states -> m = sigmoid(b_m) = sigmoid(3) = 0.9526
-    zero = module.mask(torch.zeros(2, 5, 32))
-    assert zero.shape == (2, 4, 5, 1)
+    regions = torch.ones(2, 3) if mask_input == "query" else None
+    zero = module.mask(torch.zeros(2, 5, 32), region_mask=regions)
+    assert zero.shape == shape
     torch.testing.assert_close(zero, torch.full_like(zero, 1 / (1 + math.exp(-3.0))))
-    mask = module.mask(torch.randn(2, 5, 32))
+    mask = module.mask(torch.randn(2, 5, 32), region_mask=regions)
     assert 0.9 < float(mask.detach().min()) and float(mask.detach().max()) < 1.0
+
+
+def test_printed_mask_network_by_hand():
+    # eq. 2 as printed: m_t = sigmoid(W_m h_t + b_m), W_m: hidden 2 -> 2 heads x 3 region slots, no region term
+    module = AttentionPerturbation(hidden_size=2, num_heads=2, fusion="max", num_region_slots=3)
+    assert module.region_network is None and module.mask_input == "query"
+    with torch.no_grad():
+        # output index = head * 3 + slot; h = [1, 2] -> logits = W[:, 0] + 2 W[:, 1] + b
+        module.mask_network.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0], [-1.0, 0.0], [0.0, 0.0],
+                                                       [2.0, 2.0]]))  # fmt: skip
+        module.mask_network.bias.copy_(torch.tensor([0.0, -2.0, 0.0, 1.0, 0.0, 0.0]))
+    hidden = torch.tensor([[[1.0, 2.0]]])  # (B=1, T=1, D=2)
+    # head 0: logits [1, 2 - 2, 15] -> slots 0, 1; head 1: [-1 + 1, 0, 6] -> slots 0, 1 (two regions, second padded)
+    mask = module.mask(hidden, torch.randn(1, 2, 2), torch.tensor([[1, 0]]))
+    sigmoid = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    torch.testing.assert_close(mask, torch.tensor([[[[sigmoid(1.0), 1.0]], [[sigmoid(0.0), 1.0]]]]))
+    # region_mask alone gives the number of regions
+    torch.testing.assert_close(module.mask(hidden, region_mask=torch.tensor([[1, 0]])), mask)
+    # the mask acts on regions: the aligned attention differs from the original one
+    attention = torch.tensor([[[[0.5, 0.5, 0.0]], [[0.25, 0.75, 0.0]]]])
+    three = module.mask(hidden, region_mask=torch.ones(1, 3))
+    realigned = module.align(attention, three)
+    assert (realigned - attention).abs().max() > 1e-3
+    torch.testing.assert_close(realigned.sum(-1), torch.ones(1, 2, 1))
+
+
+def test_printed_mask_network_refuses_more_regions_than_slots():
+    module = AttentionPerturbation(hidden_size=4, num_heads=1, fusion="max", num_region_slots=3)
+    with pytest.raises(ValueError, match=r"`alignment_mask_regions` = 3.*4 regions"):
+        module.mask(torch.randn(1, 2, 4), torch.randn(1, 4, 4))
+    with pytest.raises(ValueError, match=r"`region_states` or `region_mask`.*mask_input='query'"):
+        module.mask(torch.randn(1, 2, 4))
 
 
 def test_per_region_mask_shape_padding_and_initial_value():
     torch.manual_seed(0)
-    module = AttentionPerturbation(hidden_size=8, num_heads=2, fusion="max")
+    module = AttentionPerturbation(hidden_size=8, num_heads=2, fusion="max", mask_input="query_and_regions")
     hidden, regions = torch.randn(2, 3, 8), torch.randn(2, 4, 8)
     region_mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
     per_step = module.mask(hidden)
@@ -236,12 +283,15 @@ def test_mask_objective_with_no_valid_step_keeps_graph():
     assert torch.all(mask.grad == 0)
 
 
-def _toy_scene(per_region: bool):
-    """A frozen-path toy captioner: a = softmax(W x) from a Linear "captioner", perturbed by the mask network."""
+def _toy_scene(mask_input: str):
+    """A frozen-path toy captioner: a = softmax(W x) from a Linear "captioner", perturbed by the mask network
+    ("query": printed eq. 2; "query_and_regions": with the region term; "per_step": that network without regions)."""
     torch.manual_seed(0)
     batch, heads, steps, regions, hidden = 2, 2, 3, 4, 8
     captioner = nn.Linear(hidden, heads * regions)
-    perturbation = AttentionPerturbation(hidden, heads, "max")
+    per_region = mask_input != "per_step"
+    network = "query" if mask_input == "query" else "query_and_regions"
+    perturbation = AttentionPerturbation(hidden, heads, "max", mask_input=network, num_region_slots=5)
     states, region_states = torch.randn(batch, steps, hidden), torch.randn(batch, regions, hidden)
 
     def objective():
@@ -255,17 +305,19 @@ def _toy_scene(per_region: bool):
     return captioner, perturbation, objective
 
 
-@pytest.mark.parametrize("per_region", [False, True])
-def test_mask_objective_gradient_reaches_only_the_mask_network(per_region):
-    captioner, perturbation, objective = _toy_scene(per_region)
+@pytest.mark.parametrize("mask_input", ["query", "query_and_regions", "per_step"])
+def test_mask_objective_gradient_reaches_only_the_mask_network(mask_input):
+    captioner, perturbation, objective = _toy_scene(mask_input)
     value, _ = objective()
-    weight, bias, region_weight = torch.autograd.grad(value, perturbation.mask_parameters(), allow_unused=True)
+    weight, bias, *region_weight = torch.autograd.grad(value, perturbation.mask_parameters(), allow_unused=True)
     assert torch.isfinite(weight).all() and float(weight.abs().sum()) > 0  # W_m
     assert torch.isfinite(bias).all() and float(bias.abs().sum()) > 0  # b_m
-    if per_region:
-        assert torch.isfinite(region_weight).all() and float(region_weight.abs().sum()) > 0  # U_m
+    if mask_input == "query_and_regions":
+        assert torch.isfinite(region_weight[0]).all() and float(region_weight[0].abs().sum()) > 0  # U_m
+    elif mask_input == "per_step":
+        assert region_weight == [None]  # the per-step mask does not read the region states
     else:
-        assert region_weight is None  # the per-step mask does not read the region states
+        assert region_weight == []  # the printed eq. 2 has no region term
     assert all(p.grad is None for p in captioner.parameters())  # the captioner got nothing
     # the objective does depend on the captioner (it would train it to caption badly), which is why the mask step
     # differentiates with respect to `mask_parameters()` only
@@ -274,9 +326,9 @@ def test_mask_objective_gradient_reaches_only_the_mask_network(per_region):
     assert any(float(g.abs().sum()) > 0 for g in captioner_grads)
 
 
-@pytest.mark.parametrize("per_region", [False, True])
-def test_sgd_on_mask_parameters_only_decreases_the_objective(per_region):
-    captioner, perturbation, objective = _toy_scene(per_region)
+@pytest.mark.parametrize("mask_input", ["query", "query_and_regions", "per_step"])
+def test_sgd_on_mask_parameters_only_decreases_the_objective(mask_input):
+    captioner, perturbation, objective = _toy_scene(mask_input)
     frozen = [p.detach().clone() for p in captioner.parameters()]
     optimizer = torch.optim.SGD(perturbation.mask_parameters(), lr=0.5)
     values, mean_masks = [], []
@@ -299,10 +351,17 @@ def test_sgd_on_mask_parameters_only_decreases_the_objective(per_region):
 def test_constructor_errors():
     with pytest.raises(ValueError, match="`fusion` must be one of .*'max'.*'moving_average'.*'exp_decay'.*'gate'"):
         AttentionPerturbation(8, 2, "mean")
-    with pytest.raises(ValueError, match=r"`eta`.*\[0, 1\].*1.5"):
-        AttentionPerturbation(8, 2, "moving_average", eta=1.5)
-    with pytest.raises(ValueError, match=r"`eta`"):
+    with pytest.raises(ValueError, match=r"`eta`.*convex.*\[0, 1\].*1.5"):
+        AttentionPerturbation(8, 2, "moving_average", eta=1.5, moving_average="convex")
+    assert AttentionPerturbation(8, 2, "moving_average", eta=1.5).eta == 1.5  # the printed a + eta a_m: any eta >= 0
+    with pytest.raises(ValueError, match=r"`eta`.*>= 0"):
         AttentionPerturbation(8, 2, "moving_average", eta=-0.1)
+    with pytest.raises(ValueError, match=r"`moving_average`.*'additive'.*'convex'.*got 'ema'"):
+        AttentionPerturbation(8, 2, "moving_average", moving_average="ema")
+    with pytest.raises(ValueError, match=r"`mask_input`.*'query'.*'query_and_regions'.*got 'regions'"):
+        AttentionPerturbation(8, 2, "max", mask_input="regions")
+    with pytest.raises(ValueError, match=r"`num_region_slots` must be a positive int"):
+        AttentionPerturbation(8, 2, "max", num_region_slots=0)
     with pytest.raises(ValueError, match=r"`temperature`.*> 0.*got 0"):
         AttentionPerturbation(8, 2, "exp_decay", temperature=0)
     with pytest.raises(ValueError, match=r"`temperature`"):
@@ -338,7 +397,9 @@ def test_step_and_queries_errors():
     with pytest.raises(ValueError, match=r"`fusion` must be one of"):
         fuse_attention(attention, attention, "average")
     with pytest.raises(ValueError, match=r"`eta`"):
-        fuse_attention(attention, attention, "moving_average", eta=2.0)
+        fuse_attention(attention, attention, "moving_average", eta=2.0, moving_average="convex")
+    with pytest.raises(ValueError, match=r"`eta`"):
+        fuse_attention(attention, attention, "moving_average", eta=-1.0)
     with pytest.raises(ValueError, match=r"`temperature`"):
         fuse_attention(attention, attention, "exp_decay", step=1, temperature=0.0)
 

@@ -10,6 +10,9 @@ from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
 
 ALIGNMENT_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
+# A2's readings (`hf_vlalign.supervision.perturbation`): the mask network's input (eq. 2) and the moving average (eq. 7)
+ALIGNMENT_MASK_INPUTS = ("query", "query_and_regions")
+ALIGNMENT_MOVING_AVERAGES = ("additive", "convex")
 # unknown fields named like the encoder families' attention supervision: the captioner has none (its cross-attention is
 # aligned by `attention_alignment`), so such a field would be stored and silently ignored
 SUPERVISION_LIKE_FIELD = re.compile(r"supervis|att(ention|n)_(loss|target|label)")
@@ -51,7 +54,15 @@ class RegionCaptionerConfig(PreTrainedConfig):
         attention_alignment (`str`): "none" or the A2 fusion of the aligned cross-attention: "max", "moving_average",
             "exp_decay" or "gate".
         aligned_layers (`list[int]`, *optional*): decoder layers whose cross-attention is aligned (default: all).
-        alignment_eta (`float`): the moving-average ratio; alignment_temperature (`float`): T_P of the exponential decay.
+        alignment_eta (`float`): eta of the moving average (eq. 7): >= 0 for "additive", in [0, 1] for "convex".
+        alignment_temperature (`float`): T_P of the exponential decay (eq. 8).
+        alignment_moving_average (`str`): the form of eq. 7: "additive" (default, the printed a + eta a_m, then
+            re-normalised over the regions) or "convex" ((1 - eta) a + eta a_m, eta the aligned attention's share).
+        alignment_mask_input (`str`): the mask network of eq. 2: "query" (default, the printed
+            m_t = sigmoid(W_m h_t + b_m), one value per head and region slot) or "query_and_regions"
+            (sigmoid(W_m h_t + U_m v_j + b_m), a region-content term that scores each region by what it shows).
+        alignment_mask_regions (`int`): N, the region slots the "query" mask network scores (W_m: d_model -> heads * N);
+            an image may have at most N regions (100 covers the bottom-up-attention features' 10-100 regions).
         mask_weight (`float`): lambda of the mask objective (eq. 4).
         normalize_before (`bool`): pre-norm layers (LayerNorm before each sub-layer, a final LayerNorm after the stack)
             instead of the original transformer's post-norm.
@@ -92,6 +103,9 @@ class RegionCaptionerConfig(PreTrainedConfig):
     aligned_layers: list[int] | None = None
     alignment_eta: float | int = 0.5
     alignment_temperature: float | int = 1000.0
+    alignment_moving_average: str = "additive"
+    alignment_mask_input: str = "query"
+    alignment_mask_regions: int = 100
     mask_weight: float | int = 0.1
     pad_token_id: int | None = 0
     bos_token_id: int | None = 101
@@ -131,12 +145,25 @@ class RegionCaptionerConfig(PreTrainedConfig):
         if self.attention_alignment not in ALIGNMENT_FUSIONS:
             raise ValueError(f"`attention_alignment` must be one of {ALIGNMENT_FUSIONS}, got {self.attention_alignment!r}.")
         check_index_list("aligned_layers", self.aligned_layers, self.decoder_layers, "decoder layer")
-        if not 0 <= self.alignment_eta <= 1:
-            raise ValueError(f"`alignment_eta` must be in [0, 1], got {self.alignment_eta}.")
+        if self.alignment_moving_average not in ALIGNMENT_MOVING_AVERAGES:
+            raise ValueError(
+                f"`alignment_moving_average` must be one of {ALIGNMENT_MOVING_AVERAGES}, "
+                f"got {self.alignment_moving_average!r}."
+            )
+        if self.alignment_moving_average == "convex" and not 0 <= self.alignment_eta <= 1:
+            raise ValueError(f"`alignment_eta` must be in [0, 1] for the convex moving average, got {self.alignment_eta}.")
+        if not 0 <= self.alignment_eta < float("inf"):
+            raise ValueError(f"`alignment_eta` must be a finite number >= 0, got {self.alignment_eta}.")
+        if self.alignment_mask_input not in ALIGNMENT_MASK_INPUTS:
+            raise ValueError(
+                f"`alignment_mask_input` must be one of {ALIGNMENT_MASK_INPUTS}, got {self.alignment_mask_input!r}."
+            )
+        if self.alignment_mask_regions < 1:
+            raise ValueError(f"`alignment_mask_regions` must be >= 1, got {self.alignment_mask_regions}.")
         if not self.alignment_temperature > 0:
             raise ValueError(f"`alignment_temperature` must be > 0, got {self.alignment_temperature}.")
         check_dropout_implementation(self.dropout_implementation)
         check_visual_feature_normalization(self.visual_feature_normalization)
 
 
-__all__ = ["ALIGNMENT_FUSIONS", "RegionCaptionerConfig"]
+__all__ = ["ALIGNMENT_FUSIONS", "ALIGNMENT_MASK_INPUTS", "ALIGNMENT_MOVING_AVERAGES", "RegionCaptionerConfig"]

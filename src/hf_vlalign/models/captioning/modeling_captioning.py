@@ -384,6 +384,9 @@ class AlignedCrossAttention(RegionCaptionerAttention):
                 config.attention_alignment,
                 eta=float(config.alignment_eta),
                 temperature=float(config.alignment_temperature),
+                mask_input=config.alignment_mask_input,
+                num_region_slots=config.alignment_mask_regions,
+                moving_average=config.alignment_moving_average,
             )
 
     def forward(
