@@ -70,7 +70,8 @@ _SUPERVISION_DESCRIPTIONS = {
 _FUSION_DESCRIPTIONS = {
     "none": "No attention alignment: the decoder uses its raw cross-attention (the A2 ablation baseline).",
     "max": "the element-wise maximum of the original and the aligned attention",
-    "moving_average": "a moving average of the original and the aligned attention (ratio `alignment_eta`)",
+    "moving_average": "a moving average of the original and the aligned attention (weight `alignment_eta`, form "
+    "`alignment_moving_average`), re-normalised over the regions",
     "exp_decay": "an exponentially decaying mix that moves from the original to the aligned attention during training "
     "(temperature `alignment_temperature`, in steps)",
     "gate": "a learnable gate between the original and the aligned attention",

@@ -20,6 +20,9 @@ from ..utils.validation import (
     check_rank,
 )
 
+# how eq. (14)'s KL treats target mass on regions outside eq. (13)'s top-k (see `alignment_kl_loss`)
+OUTSIDE_TOP_K = ("renormalise_target", "floor", "target_support")
+
 
 class AlignmentProjection(nn.Module):
     """proj(x) = LayerNorm(x + W2 act(W1 x)): feed-forward with a residual connection and LayerNorm (eqs. 11-12)."""
@@ -184,9 +187,6 @@ def _grounded_rows(target: torch.Tensor, text_mask: torch.Tensor | None) -> torc
 def grounded_word_count(target: torch.Tensor, text_mask: torch.Tensor | None = None) -> torch.Tensor:
     """The number of words [`alignment_kl_loss`] averages over: real tokens whose target row carries mass."""
     return _grounded_rows(target, text_mask).sum()
-
-
-OUTSIDE_TOP_K = ("renormalise_target", "floor", "target_support")
 
 
 def _check_outside_top_k(outside_top_k: str) -> None:
