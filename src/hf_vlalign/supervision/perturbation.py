@@ -320,8 +320,10 @@ def mask_objective(
 
     Reading of eq. (4): the mask network looks for the smallest perturbation (m close to 1) that most degrades the
     caption, i.e. it *maximises* the captioning loss under perturbation while paying lambda ||1 - m||^2; written as a
-    quantity to minimise, the caption loss enters with a minus sign (the sign is lost in the printed equation; the
-    calibration code A2 follows has `loss_mask = -loss(a_p) + alpha * ||1 - m||`). Minimise it only with respect to
+    quantity to minimise, the caption loss enters with a minus sign. Read with a plus sign, as a sum to minimise, eq. (4)
+    would have the mask network find the perturbation that *least* hurts the caption, and m = 1 everywhere would be
+    its trivial optimum (no region ever marked as needed), which contradicts the paper's stated aim; the calibration
+    code A2 follows has `loss_mask = -loss(a_p) + alpha * ||1 - m||`. Minimise it only with respect to
     `AttentionPerturbation.mask_parameters()`: taken with respect to the captioner, it would train the captioner to
     caption badly.
 
