@@ -279,7 +279,12 @@ def _probe_flickr30k_entities(args: argparse.Namespace):
     from .evaluation.grounding import probe_attention_blocks
     from .evaluation.tasks import load_model
 
+    from .models.family import family_spec
+
     model = load_model(args.model)
+    if family_spec(model).name != "single_stream":
+        raise ValueError(f"`--data flickr30k_entities` needs a single-stream model, got a {model.config.model_type}.")
+    model = model.base_model  # the encoder: single captions carry no VGP pair inputs
     data = _flickr30k_entities_data(args, AutoTokenizer.from_pretrained(args.model))
     probe = probe_attention_blocks(
         model, data.dataset, data.collator, data.text_mask_key, args.batch_size, active_heads_only=args.active_heads_only

@@ -47,7 +47,9 @@ from .tasks import load_model
 class AnalysisData:
     """What `analyze_model` runs on: the examples, the collator returning probe targets, and the key of the text mask;
     optionally the folder of the images (`<image_id>.png`, for the figure of boxes on the image) and the detector's
-    class names (indexed by the store's `object_ids`, for the region labels)."""
+    class names (indexed by the store's `object_ids`, for the region labels). `encoder_only`: run the checkpoint's
+    base model (`model.base_model`), for data without the inputs of its task head (single captions read by a VGP
+    model)."""
 
     dataset: object
     collator: object
@@ -55,6 +57,7 @@ class AnalysisData:
     description: str
     image_dir: Path | None = None
     class_names: tuple[str, ...] | None = None
+    encoder_only: bool = False
 
 
 def vgp_analysis_data(tokenizer, flickr30k_entities_dir, vgp_train_csv, vgp_eval_csv, features) -> AnalysisData:
@@ -99,7 +102,7 @@ def flickr30k_entities_analysis_data(
         tokenizer, store, text_columns=("sentence",), max_text_length=max_text_length, return_probe_targets=True
     )
     description = f"Flickr30k Entities {split}, single captions ({len(captions)} captions)"
-    return AnalysisData(captions, collator, SINGLE_STREAM.text_mask_key, description)
+    return AnalysisData(captions, collator, SINGLE_STREAM.text_mask_key, description, encoder_only=True)
 
 
 def synthetic_analysis_data(model, tokenizer, synthetic: SyntheticSceneConfig) -> AnalysisData:
@@ -275,6 +278,13 @@ def analyze_model(
     if data is not None and data.text_mask_key == "attention_mask" and family_spec(model).name == "captioner":
         raise ValueError("`data` holds text pairs for an encoder model, but `model_dir` holds a captioner.")
     data = data or synthetic_analysis_data(model, tokenizer, synthetic or SyntheticSceneConfig())
+    if data.encoder_only:
+        if family_spec(model).name != SINGLE_STREAM.name:
+            raise ValueError(
+                f"`data` ({data.description}) is read by a single-stream model, but `model_dir` holds a "
+                f"{model.config.model_type}."
+            )
+        model = model.base_model
     dataset = data.dataset
     if max_examples is not None and max_examples < len(dataset):
         dataset = dataset.select(range(max_examples))
