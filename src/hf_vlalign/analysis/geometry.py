@@ -54,7 +54,9 @@ DEFAULT_NUM_SPATIAL_CLUSTERS = 5
 KMEANS_ITERATIONS = 20
 
 
-def spatial_clusters(visual_boxes: torch.Tensor, visual_attention_mask: torch.Tensor, num_clusters: int = DEFAULT_NUM_SPATIAL_CLUSTERS) -> torch.Tensor:
+def spatial_clusters(
+    visual_boxes: torch.Tensor, visual_attention_mask: torch.Tensor, num_clusters: int = DEFAULT_NUM_SPATIAL_CLUSTERS
+) -> torch.Tensor:
     """(B, R) k-means cluster id of each real region by its box centre, -1 on padding.
 
     Per image, k = min(`num_clusters`, real regions); deterministic: the first centre is the first region's, each

@@ -31,7 +31,7 @@ from ..analysis.geometry import (
     plot_within_cluster,
     region_clusters,
 )
-from ..analysis.grounding_probe import GroundingProbe
+from ..analysis.grounding_probe import GroundingProbe, best_active_head
 from ..analysis.probe_plots import plot_head_accuracy, plot_layer_accuracy_scatter
 from ..analysis.syntactic_grounding import SyntacticGroundingProbe
 from ..data.collators import span_token_mask
@@ -434,8 +434,12 @@ def _plot_word_region_heatmaps(example: _Example, blocks, result, path: Path, na
     panels = []
     num_layers = len(blocks.word_to_region)
     for layer in sorted({0, num_layers // 2, num_layers - 1}):
-        head = int(result.accuracy[layer].argmax())
-        title = f"layer {layer}, head {head}\n(best of its layer; probe accuracy {result.accuracy[layer, head]:.3f})"
+        share = None if result.active_share is None else result.active_share[layer : layer + 1]
+        _, head, _ = best_active_head(
+            result.accuracy[layer : layer + 1], share, result.active_threshold, result.best_among != "all heads"
+        )
+        active = "" if share is None else f", active share {share[0, head]:.2f}"
+        title = f"layer {layer}, head {head}\n(best of its layer; probe accuracy {result.accuracy[layer, head]:.3f}{active})"
         panels.append((_rows(blocks, example, layer, head).numpy(), title))
     title = textwrap.fill(f"{name}: word -> region attention, image {example.row['image_id']}: \"{example.text}\"", 110)
     plot_word_region_heatmaps(
