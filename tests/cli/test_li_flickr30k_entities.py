@@ -119,3 +119,17 @@ def test_analyze_on_flickr30k_entities_single_captions(model, clusters, flickr30
     for png in ("grounding_accuracy_per_head.png", "grounding_accuracy_per_layer.png", "syntactic_grounding.png",
                 "within_cluster_attention.png", "attention_entropy.png", "attention_vs_distance.png"):  # fmt: skip
         assert (out / png).stat().st_size > 0, png
+
+
+def test_flickr30k_entities_data_mistakes_are_one_line(trained_model_dir, flickr30k_entities, store, tmp_path, capsys):
+    flags = data_flags(flickr30k_entities, store)
+    without_features = flags[: flags.index("--features")] + flags[flags.index("--features") + 2 :]
+    mistakes = [
+        (["probe", str(trained_model_dir), *without_features], "`--data flickr30k_entities` needs --features"),
+        (["analyze", str(trained_model_dir), *flags, "--vgp_eval_csv", "x.csv", "--out", str(tmp_path)],
+         "reads single captions, not VGP pairs: drop ['--vgp_eval_csv']"),
+    ]  # fmt: skip
+    for argv, message in mistakes:
+        with pytest.raises(SystemExit, match="2"):
+            main(argv)
+        assert message in capsys.readouterr().err
