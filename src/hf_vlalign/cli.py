@@ -234,7 +234,7 @@ def _probe(args: argparse.Namespace) -> int:
         plot_head_accuracy(
             probe.accuracy, args.plot, title=f"grounding accuracy per head: {args.model}",
             baseline=result["baseline_accuracy"], num_phrases=result["num_phrases"],
-            active_share=probe.active_share if args.active_heads_only else None, active_threshold=probe.active_threshold,
+            active_share=probe.active_share if args.best_head_among == "active" else None, active_threshold=probe.active_threshold,
         )  # fmt: skip
     return 0
 
@@ -253,7 +253,7 @@ def _probe_vgp(args: argparse.Namespace):
     )
     model = AutoModelForVisualParaphrase.from_pretrained(args.model)
     collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features, return_probe_targets=True)
-    probe = evaluate_grounding(model, data.eval, collator, args.batch_size, active_heads_only=args.active_heads_only)
+    probe = evaluate_grounding(model, data.eval, collator, args.batch_size, active_heads_only=args.best_head_among == "active")
     return probe, f"{data.source} (eval)"
 
 
@@ -287,7 +287,7 @@ def _probe_flickr30k_entities(args: argparse.Namespace):
     model = model.base_model  # the encoder: single captions carry no VGP pair inputs
     data = _flickr30k_entities_data(args, AutoTokenizer.from_pretrained(args.model))
     probe = probe_attention_blocks(
-        model, data.dataset, data.collator, data.text_mask_key, args.batch_size, active_heads_only=args.active_heads_only
+        model, data.dataset, data.collator, data.text_mask_key, args.batch_size, active_heads_only=args.best_head_among == "active"
     )
     return probe, data.description
 
@@ -328,7 +328,7 @@ def _analyze(args: argparse.Namespace) -> int:
     report = analyze_model(
         args.model, args.out, data=data, synthetic=_synthetic_config(args), batch_size=args.batch_size,
         max_examples=args.max_examples, syntactic_grounding=not args.no_syntactic_grounding, spacy_model=args.spacy_model,
-        active_heads_only=args.active_heads_only, cluster_source=args.cluster_source,
+        active_heads_only=args.best_head_among == "active", cluster_source=args.cluster_source,
         num_spatial_clusters=args.num_spatial_clusters,
     )  # fmt: skip
     probe = report["grounding_probe"]
@@ -477,9 +477,9 @@ def _add_flickr30k_entities_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_active_heads_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--all_heads", dest="active_heads_only", action="store_false",
-        help="take the best head over all heads; by default only heads putting > 20%% of their attention on the regions "
-        "(\"actively attending\", Li et al.) are candidates",
+        "--best_head_among", choices=("active", "all"), default="active",
+        help="candidates for the best head: the heads putting > 20%% of their attention on the regions (\"actively "
+        "attending\", Li et al.), or all heads (the unrestricted maximum)",
     )  # fmt: skip
 
 

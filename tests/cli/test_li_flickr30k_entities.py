@@ -133,3 +133,12 @@ def test_flickr30k_entities_data_mistakes_are_one_line(trained_model_dir, flickr
         with pytest.raises(SystemExit, match="2"):
             main(argv)
         assert message in capsys.readouterr().err
+
+
+def test_probe_best_head_among_all_heads(trained_model_dir, flickr30k_entities, store, tmp_path):
+    path = tmp_path / "probe.json"
+    argv = ["probe", str(trained_model_dir), *data_flags(flickr30k_entities, store), "--json", str(path)]
+    assert main([*argv, "--best_head_among", "all"]) == 0
+    result = json.loads(path.read_text())
+    assert result["best_among"] == "all heads"
+    assert result["best_head_accuracy"] == max(max(row) for row in result["accuracy"])
