@@ -24,6 +24,7 @@ from ..analysis.attention_plots import format_region_labels, plot_top_regions_on
 from ..analysis.entropy import AttentionEntropy, plot_entropy
 from ..analysis.explorer import GoldPhrase
 from ..analysis.geometry import (
+    CLUSTER_SOURCES,
     DEFAULT_NUM_SPATIAL_CLUSTERS,
     AttentionDistance,
     WithinClusterAttention,
@@ -273,6 +274,10 @@ def analyze_model(
         raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
     if max_examples is not None and max_examples < 1:
         raise ValueError(f"`max_examples` must be >= 1 (or None for all), got {max_examples}.")
+    if cluster_source not in CLUSTER_SOURCES:
+        raise ValueError(f"`cluster_source` must be one of {CLUSTER_SOURCES}, got {cluster_source!r}.")
+    if isinstance(num_spatial_clusters, bool) or not isinstance(num_spatial_clusters, int) or num_spatial_clusters < 1:
+        raise ValueError(f"`num_spatial_clusters` must be a positive int, got {num_spatial_clusters!r}.")
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if data is not None and data.text_mask_key == "attention_mask" and family_spec(model).name == "captioner":
