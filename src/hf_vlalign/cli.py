@@ -187,53 +187,109 @@ def _extract_features(args: argparse.Namespace) -> int:
 
 
 def probe_table(result: dict, model: str, data: str) -> str:
-    """The grounding probe's summary (best head, mean head, baseline, counts) and its best head per layer, as text."""
+    """The grounding probe's summary (best actively attending head with its active share, mean head, baseline, counts)
+    and its best head per layer, as text."""
     accuracy = result["accuracy"]
+    share = result.get("active_share")
     layers, heads = len(accuracy), len(accuracy[0])
+    best_share = "" if result.get("best_head_active_share") is None else f", active share {result['best_head_active_share']:.2f}"
     summary = {
-        f"best head (layer {result['best_layer']}, head {result['best_head']})": result["best_head_accuracy"],
+        f"best head of {result['best_among']} (layer {result['best_layer']}, head {result['best_head']}{best_share})": result["best_head_accuracy"],
         "mean head": result["mean_head_accuracy"],
-        "detector-confidence baseline": result["baseline_accuracy"],
+        "detection-confidence baseline": result["baseline_accuracy"],
     }
     width = max(map(len, summary))
     lines = [f"grounding probe of {model} on {data}: {result['num_phrases']} phrases, {layers} layers x {heads} heads", ""]
     lines += [f"  {name.ljust(width)}  {value:.3f}" for name, value in summary.items()]
-    lines += ["", "  layer  best head  accuracy  mean of heads"]
+    lines += ["", "  layer  best head  accuracy  active share  mean of heads"]
+    threshold = result.get("active_threshold", 0.2)
+    restrict = share is not None and result["best_among"] != "all heads"
     for layer, row in enumerate(accuracy):
-        best = max(range(heads), key=row.__getitem__)
-        lines.append(f"  {layer:>5}  {best:>9}  {row[best]:>8.3f}  {sum(row) / heads:>13.3f}")
+        candidates = [h for h in range(heads) if not restrict or share[layer][h] > threshold] or list(range(heads))
+        best = max(candidates, key=row.__getitem__)
+        active = "-" if share is None else f"{share[layer][best]:.2f}"
+        lines.append(f"  {layer:>5}  {best:>9}  {row[best]:>8.3f}  {active:>12}  {sum(row) / heads:>13.3f}")
     return "\n".join(lines)
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from transformers import AutoTokenizer
-
     from .analysis.probe_plots import plot_head_accuracy
-    from .data.builders import load_vgp_data
-    from .data.collators import VGPCollator
-    from .evaluation.grounding import evaluate_grounding
-    from .models import AutoModelForVisualParaphrase
 
     if args.plot:  # checked before the model runs
         require("matplotlib", extra="plots")
-    data = load_vgp_data(
-        args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features, _synthetic_config(args)
-    )
-    model = AutoModelForVisualParaphrase.from_pretrained(args.model)
-    collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features, return_probe_targets=True)
-    probe = evaluate_grounding(model, data.eval, collator, args.batch_size)
+    if args.data == "flickr30k_entities":
+        probe, source = _probe_flickr30k_entities(args)
+    else:
+        probe, source = _probe_vgp(args)
     result = probe.to_dict()
-    print(probe_table(result, args.model, f"{data.source} (eval)"))
+    print(probe_table(result, args.model, source))
     if args.json is not None:
+        from .evaluation.grounding import entity_grounding_metrics
+
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"model": args.model, "data": data.source, **result}, indent=2) + "\n")
+        payload = {"model": args.model, "data": source, **result, "paper_metrics": entity_grounding_metrics(probe)}
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"\nfull results (accuracy of every head): {args.json}")
     if args.plot:
         plot_head_accuracy(
             probe.accuracy, args.plot, title=f"grounding accuracy per head: {args.model}",
             baseline=result["baseline_accuracy"], num_phrases=result["num_phrases"],
+            active_share=probe.active_share if args.best_head_among == "active" else None, active_threshold=probe.active_threshold,
         )  # fmt: skip
     return 0
+
+
+def _probe_vgp(args: argparse.Namespace):
+    """(probe result, data description) of a VGP model on the VGP pairs' eval split (synthetic or the four files)."""
+    from transformers import AutoTokenizer
+
+    from .data.builders import load_vgp_data
+    from .data.collators import VGPCollator
+    from .evaluation.grounding import evaluate_grounding
+    from .models import AutoModelForVisualParaphrase
+
+    data = load_vgp_data(
+        args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features, _synthetic_config(args)
+    )
+    model = AutoModelForVisualParaphrase.from_pretrained(args.model)
+    collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features, return_probe_targets=True)
+    probe = evaluate_grounding(model, data.eval, collator, args.batch_size, active_heads_only=args.best_head_among == "active")
+    return probe, f"{data.source} (eval)"
+
+
+def _flickr30k_entities_data(args: argparse.Namespace, tokenizer):
+    from .evaluation.model_analysis import flickr30k_entities_analysis_data
+
+    missing = [f"--{name}" for name in ("flickr30k_entities_dir", "features") if getattr(args, name) is None]
+    if missing:
+        raise ValueError(f"`--data flickr30k_entities` needs {' and '.join(missing)}.")
+    given = [f"--{name}" for name in ("vgp_train_csv", "vgp_eval_csv") if getattr(args, name) is not None]
+    if given:
+        raise ValueError(f"`--data flickr30k_entities` reads single captions, not VGP pairs: drop {given}.")
+    return flickr30k_entities_analysis_data(
+        tokenizer, args.flickr30k_entities_dir, args.features, args.split, args.max_images, args.max_text_length
+    )
+
+
+def _probe_flickr30k_entities(args: argparse.Namespace):
+    """(probe result, data description) of any single-stream checkpoint (trained, or a converted VisualBERT) on
+    Flickr30k Entities single captions (Li et al.'s setting)."""
+    from transformers import AutoTokenizer
+
+    from .evaluation.grounding import probe_attention_blocks
+    from .evaluation.tasks import load_model
+
+    from .models.family import family_spec
+
+    model = load_model(args.model)
+    if family_spec(model).name != "single_stream":
+        raise ValueError(f"`--data flickr30k_entities` needs a single-stream model, got a {model.config.model_type}.")
+    model = model.base_model  # the encoder: single captions carry no VGP pair inputs
+    data = _flickr30k_entities_data(args, AutoTokenizer.from_pretrained(args.model))
+    probe = probe_attention_blocks(
+        model, data.dataset, data.collator, data.text_mask_key, args.batch_size, active_heads_only=args.best_head_among == "active"
+    )
+    return probe, data.description
 
 
 def _synthetic_config(args: argparse.Namespace):
@@ -249,9 +305,10 @@ def _syntactic_summary(syntactic: dict) -> dict | list[str]:
     lines = []
     for row in syntactic["top_relations"]:
         baseline = "-" if row["baseline_accuracy"] is None else f"{row['baseline_accuracy']:.3f}"
+        share = "-" if row.get("active_share") is None else f"{row['active_share']:.2f}"
         lines.append(
-            f"{row['relation']}: {row['count']} arcs, best head layer {row['layer']} head {row['head']} accuracy "
-            f"{row['accuracy']:.3f}, mean head {row['mean_accuracy']:.3f}, baseline {baseline}"
+            f"{row['relation']}: {row['count']} arcs, best head layer {row['layer']} head {row['head']} (active share "
+            f"{share}) accuracy {row['accuracy']:.3f}, mean head {row['mean_accuracy']:.3f}, baseline {baseline}"
         )
     return lines
 
@@ -266,13 +323,22 @@ def _analyze(args: argparse.Namespace) -> int:
     if args.data == "vgp":
         tokenizer = AutoTokenizer.from_pretrained(args.model)
         data = vgp_analysis_data(tokenizer, args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features)
+    elif args.data == "flickr30k_entities":
+        data = _flickr30k_entities_data(args, AutoTokenizer.from_pretrained(args.model))
     report = analyze_model(
         args.model, args.out, data=data, synthetic=_synthetic_config(args), batch_size=args.batch_size,
         max_examples=args.max_examples, syntactic_grounding=not args.no_syntactic_grounding, spacy_model=args.spacy_model,
+        active_heads_only=args.best_head_among == "active", cluster_source=args.cluster_source,
+        num_spatial_clusters=args.num_spatial_clusters,
     )  # fmt: skip
     probe = report["grounding_probe"]
-    summary = {key: probe[key] for key in ("best_layer", "best_head", "best_head_accuracy", "mean_head_accuracy", "baseline_accuracy", "num_phrases")}
+    keys = ("best_layer", "best_head", "best_head_accuracy", "best_head_active_share", "best_among", "mean_head_accuracy", "baseline_accuracy", "num_phrases")
+    summary = {key: probe[key] for key in keys}
     summary["syntactic_grounding"] = _syntactic_summary(report["syntactic_grounding"])
+    clusters = report["within_cluster_attention"]
+    summary["within_cluster_attention"] = clusters.get("skipped") or {
+        f"layer {row['layer']}": row["within"] for row in clusters["per_layer"]
+    }
     print(json.dumps({"out": str(args.out), "data": report["data"], **summary}, indent=2))
     return 0
 
@@ -398,6 +464,25 @@ def _add_vgp_file_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--features", help="RegionFeatureStore folder of the images (hf-vlalign convert-features)")
 
 
+def _add_flickr30k_entities_arguments(parser: argparse.ArgumentParser) -> None:
+    """Li et al.'s setting: Flickr30k Entities captions, each alone with its image's regions (--flickr30k_entities_dir
+    and --features of the group above)."""
+    group = parser.add_argument_group(
+        "Flickr30k Entities single captions (--data flickr30k_entities, with --flickr30k_entities_dir and --features)"
+    )
+    group.add_argument("--split", choices=("train", "val", "test"), default="val", help="the Flickr30k Entities split")
+    group.add_argument("--max_images", type=int, help="only the first N images of the split (default: all)")
+    group.add_argument("--max_text_length", type=int, default=64, help="word pieces per caption (longer ones are cut)")
+
+
+def _add_active_heads_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--best_head_among", choices=("active", "all"), default="active",
+        help="candidates for the best head: the heads putting > 20%% of their attention on the regions (\"actively "
+        "attending\", Li et al.), or all heads (the unrestricted maximum)",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `hf-vlalign` parser; building it imports nothing beyond the standard library."""
     parser = argparse.ArgumentParser(prog="hf-vlalign", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -446,9 +531,17 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("--encoder", default="pixel", help="'pixel' (offline) or a vision backbone's Hub id / path")
     extract.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
-    probe = add_verb("probe", "grounding probe (Li et al.) of a saved VGP model on the eval split", _probe)
-    _add_model_argument(probe, "a SingleStreamForVisualParaphrase checkpoint")
+    probe = add_verb("probe", "grounding probe (Li et al.) of a saved model, per head and layer", _probe)
+    _add_model_argument(probe, "a SingleStreamForVisualParaphrase checkpoint (any single-stream checkpoint with "
+                        "--data flickr30k_entities, e.g. a converted VisualBERT)")  # fmt: skip
+    probe.add_argument(
+        "--data", choices=("synthetic", "vgp", "flickr30k_entities"), default="synthetic",
+        help="the VGP pairs' eval split (synthetic scenes, or the four VGP files: `vgp`), or Flickr30k Entities single "
+        "captions (Li et al.'s setting: --flickr30k_entities_dir, --features, --split)",
+    )  # fmt: skip
     _add_vgp_file_arguments(probe)
+    _add_flickr30k_entities_arguments(probe)
+    _add_active_heads_argument(probe)
     _add_synthetic_arguments(probe)
     probe.add_argument("--json", type=Path, help="write the full results (the accuracy of every head) to this JSON file")
     probe.add_argument("--plot", type=Path, help="write the layer x head accuracy heatmap to this PNG file")
@@ -456,10 +549,19 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = add_verb("analyze", "grounding probe, attention entropy and plots of a saved model", _analyze)
     _add_model_argument(analyze, "an hf_vlalign checkpoint (any family)")
     analyze.add_argument(
-        "--data", choices=("synthetic", "vgp"), default="synthetic",
-        help="synthetic scenes (offline, any family) or real VGP pairs (single-stream; the four files below)",
+        "--data", choices=("synthetic", "vgp", "flickr30k_entities"), default="synthetic",
+        help="synthetic scenes (offline, any family), real VGP pairs (single-stream; the four files below) or Flickr30k "
+        "Entities single captions (single-stream, Li et al.'s setting: --flickr30k_entities_dir, --features, --split)",
     )  # fmt: skip
     _add_vgp_file_arguments(analyze)
+    _add_flickr30k_entities_arguments(analyze)
+    _add_active_heads_argument(analyze)
+    analyze.add_argument(
+        "--cluster_source", choices=("auto", "detector_class", "spatial"), default="auto",
+        help="object clusters of the within-cluster attention (Ilinykh, Analysis I): the detector class of each region "
+        "(the store's object_ids), k-means on box centres, or auto (detector classes where the store has them)",
+    )  # fmt: skip
+    analyze.add_argument("--num_spatial_clusters", type=int, default=5, help="k of the spatial k-means (per image)")
     analyze.add_argument("--out", type=Path, required=True, help="folder for analysis.json and the PNGs")
     analyze.add_argument("--max_examples", type=int, help="analyse only the first N examples (default: all)")
     analyze.add_argument(

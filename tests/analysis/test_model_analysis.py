@@ -30,7 +30,7 @@ def captioner_dir(tokenizer, tmp_path_factory):
 
 PNGS = (
     "grounding_accuracy_per_head.png", "grounding_accuracy_per_layer.png", "attention_entropy.png",
-    "attention_vs_distance.png", "word_region_heatmaps.png", "top_regions_on_image.png",
+    "attention_vs_distance.png", "word_region_heatmaps.png", "top_regions_on_image.png", "within_cluster_attention.png",
 )
 
 
@@ -58,6 +58,13 @@ def test_analyze_writes_the_tables_and_plots(family, layers, heads, blocks, requ
     assert all(0.0 <= row["normalised_entropy"] <= 1.0 + 1e-6 for row in entropy if row["num_rows"])
     distance = report["attention_vs_distance"]
     assert distance and sum(row["num_pairs"] for row in distance) > 0
+    # Ilinykh Analysis I on the region->region block (the captioner's encoder self-attention); the scenes' store has
+    # the shape class of each region, so the clusters are the regions of one shape
+    within = report["within_cluster_attention"]
+    assert within["cluster_source"] == "detector_class" and within["plot"] == "within_cluster_attention.png"
+    assert len(within["per_layer"]) == len({row["layer"] for row in distance})
+    assert sum(row["num_rows"] for row in within["per_layer"]) > 0
+    assert all(0.0 <= row["within"] <= 1.0 for row in within["per_layer"] if row["num_rows"])
     for name in PNGS:
         assert (out / name).stat().st_size > 1000, name
     # the scene's rendered image, drawn with the boxes the probe's best head attends to

@@ -237,7 +237,10 @@ def test_syntactic_grounding_hand_example():
 
     top = result.top_relations(k=2)
     assert [row["relation"] for row in top] == ["det", "nsubj"]  # by count, ties by name
-    assert top[0] == {"relation": "det", "count": 4, "layer": 0, "head": 0, "accuracy": 0.75, "baseline_accuracy": 0.5}
+    assert top[0] == {
+        "relation": "det", "count": 4, "layer": 0, "head": 0, "accuracy": 0.75, "active_share": 1.0,
+        "best_among": "active heads", "baseline_accuracy": 0.5,
+    }  # fmt: skip
     assert len(result.to_rows()) == 3 * 2
     json.dumps(result.to_dict())
 

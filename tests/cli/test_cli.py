@@ -200,10 +200,14 @@ def test_probe_prints_a_table_and_writes_the_full_json(vgp_model_dir, synthetic_
     layers, heads = len(result["accuracy"]), len(result["accuracy"][0])
     assert (layers, heads) == (2, 4) and len(table) < 20
     assert table[0].endswith(f"{result['num_phrases']} phrases, 2 layers x 4 heads")
-    best = f"best head (layer {result['best_layer']}, head {result['best_head']})"
+    # the best actively attending head (Li et al.), with its share of attention on the regions
+    share = result["best_head_active_share"]
+    best = f"best head of {result['best_among']} (layer {result['best_layer']}, head {result['best_head']}, active share {share:.2f})"
     assert any(best in line and line.endswith(f"{result['best_head_accuracy']:.3f}") for line in table)
     assert any(line.split()[-1] == f"{result['baseline_accuracy']:.3f}" for line in table if "baseline" in line)
     rows = [line.split() for line in table if line.strip()[:1].isdigit()]
     assert [int(row[0]) for row in rows] == [0, 1]
-    for layer, row in enumerate(rows):  # each layer's best head and its accuracy
-        assert float(row[2]) == pytest.approx(max(result["accuracy"][layer]), abs=5e-4)
+    for layer, row in enumerate(rows):  # each layer's best active head, its accuracy and its share
+        active = [h for h in range(heads) if result["active_share"][layer][h] > result["active_threshold"]] or range(heads)
+        assert float(row[2]) == pytest.approx(max(result["accuracy"][layer][h] for h in active), abs=5e-4)
+        assert float(row[3]) == pytest.approx(result["active_share"][layer][int(row[1])], abs=5e-3)

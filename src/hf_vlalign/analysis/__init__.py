@@ -22,9 +22,11 @@ from .geometry import (
     attention_vs_distance,
     plot_attention_vs_distance,
     plot_within_cluster,
+    region_clusters,
+    spatial_clusters,
     within_cluster_attention,
 )
-from .grounding_probe import GroundingProbe, GroundingProbeResult, text_to_region_attention
+from .grounding_probe import GroundingProbe, GroundingProbeResult, best_active_head, text_to_region_attention
 from .importance import captioner_attention_importance, kendall_tau
 from .probe_plots import (
     plot_head_accuracy,
@@ -51,6 +53,7 @@ __all__ = [
     "attention_flow",
     "attention_vs_distance",
     "bertviz_inputs",
+    "best_active_head",
     "captioner_attention_importance",
     "explorer_examples",
     "format_region_labels",
@@ -73,7 +76,9 @@ __all__ = [
     "plot_word_region_heatmaps",
     "read_conllu",
     "read_explorer_payload",
+    "region_clusters",
     "save_bertviz_inputs",
+    "spatial_clusters",
     "text_to_region_attention",
     "text_to_region_rows",
     "within_cluster_attention",

@@ -378,11 +378,16 @@ def _probe_payload(probe: object, views: dict) -> dict | None:
         raise ValueError(
             f"`probe` must be (L, H) = {expected} accuracies in [0, 1] (a GroundingProbeResult or an array), got shape {accuracy.shape}."
         )
-    best = np.unravel_index(int(np.argmax(accuracy)), accuracy.shape)
+    if result is not None:  # the probe's best head: the best actively attending one (Li et al.)
+        best, among, share = (result.best_layer, result.best_head), result.best_among, result.best_head_active_share
+    else:
+        best, among, share = np.unravel_index(int(np.argmax(accuracy)), accuracy.shape), "all heads", None
     return {
         "view": "word_to_region",
         "accuracy": _rounded(accuracy, 4),
         "best": [int(best[0]), int(best[1])],
+        "best_among": among,
+        "best_head_active_share": share,
         "baseline": None if result is None else float(result.baseline_accuracy),
         "num_phrases": None if result is None else int(result.num_phrases),
     }

@@ -2,6 +2,11 @@
 transformers"): Analysis II, attention as a function of the distance between box centres, and Analysis I, how much
 attention stays within object clusters.
 
+Analysis I needs a cluster id per region; `region_clusters` gives one from a documented source (`CLUSTER_SOURCES`):
+"detector_class" (the default where the feature store has the detector's class of each region, `object_ids`: regions
+of one class, e.g. the several "man" boxes of a picture, form a cluster) or "spatial" (k-means on the box centres with
+`num_spatial_clusters` = 5 clusters per image, for stores without classes); "auto" takes the first that the data has.
+
 Both read the `region_to_region` block of `AttentionBlocks` renormalised over the real regions
 (`AttentionBlocks.row_normalised`, so a single-stream joint map and a separate encoder map are comparable) and
 averaged over heads.
@@ -25,6 +30,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "CLUSTER_SOURCES",
     "AttentionDistance",
     "WithinClusterAttention",
     "attention_vs_distance",
@@ -32,11 +38,113 @@ __all__ = [
     "draw_attention_vs_distance",
     "plot_attention_vs_distance",
     "plot_within_cluster",
+    "region_clusters",
+    "spatial_clusters",
     "within_cluster_attention",
 ]
 
 # the largest distance between two centres in the unit square
 MAX_CENTRE_DISTANCE = math.sqrt(2.0)
+
+# where the object clusters of Analysis I come from ("auto": detector classes where the store has them, else spatial)
+CLUSTER_SOURCES = ("auto", "detector_class", "spatial")
+# k of the spatial k-means: a handful of groups among the 10-100 boxes of a detector's output
+DEFAULT_NUM_SPATIAL_CLUSTERS = 5
+# Lloyd iterations of the spatial k-means (it converges in a few on tens of points)
+KMEANS_ITERATIONS = 20
+
+
+def spatial_clusters(
+    visual_boxes: torch.Tensor, visual_attention_mask: torch.Tensor, num_clusters: int = DEFAULT_NUM_SPATIAL_CLUSTERS
+) -> torch.Tensor:
+    """(B, R) k-means cluster id of each real region by its box centre, -1 on padding.
+
+    Per image, k = min(`num_clusters`, real regions); deterministic: the first centre is the first region's, each
+    next one the region farthest from the centres so far (farthest-point initialisation), then `KMEANS_ITERATIONS`
+    Lloyd steps (a cluster left empty keeps its centre).
+
+    Args:
+        visual_boxes: (B, R, 4) x1, y1, x2, y2 normalised to [0, 1].
+        visual_attention_mask: (B, R), 1 for real regions.
+        num_clusters: k, a positive int.
+    """
+    if isinstance(num_clusters, bool) or not isinstance(num_clusters, int) or num_clusters < 1:
+        raise ValueError(f"`num_clusters` must be a positive int, got {num_clusters!r}.")
+    check_rank("visual_boxes", visual_boxes, 3, "(B, R, 4)")
+    check_rank("visual_attention_mask", visual_attention_mask, 2, "(B, R)")
+    if tuple(visual_boxes.shape) != (*visual_attention_mask.shape, 4):
+        raise ValueError(
+            f"`visual_boxes` must have shape (B, R, 4) = {(*visual_attention_mask.shape, 4)} from `visual_attention_mask`, "
+            f"got {tuple(visual_boxes.shape)}."
+        )
+    boxes = visual_boxes.detach().double().cpu()
+    centres = torch.stack([(boxes[..., 0] + boxes[..., 2]) / 2, (boxes[..., 1] + boxes[..., 3]) / 2], -1)
+    mask = visual_attention_mask.detach().bool().cpu()
+    clusters = torch.full(mask.shape, -1, dtype=torch.long)
+    for example in range(mask.shape[0]):
+        real = mask[example].nonzero().flatten()
+        if real.numel() == 0:
+            continue
+        points = centres[example, real]  # (n, 2)
+        k = min(num_clusters, len(points))
+        chosen = [0]
+        for _ in range(1, k):
+            distance = torch.cdist(points, points[chosen]).min(dim=1).values
+            chosen.append(int(distance.argmax()))
+        means = points[chosen].clone()
+        for _ in range(KMEANS_ITERATIONS):
+            assignment = torch.cdist(points, means).argmin(dim=1)
+            for cluster in range(k):
+                members = points[assignment == cluster]
+                if len(members):
+                    means[cluster] = members.mean(dim=0)
+        clusters[example, real] = torch.cdist(points, means).argmin(dim=1)
+    return clusters
+
+
+def region_clusters(
+    visual_boxes: torch.Tensor,
+    visual_attention_mask: torch.Tensor,
+    object_ids: torch.Tensor | None = None,
+    source: str = "auto",
+    num_spatial_clusters: int = DEFAULT_NUM_SPATIAL_CLUSTERS,
+    min_cluster_size: int = 2,
+) -> tuple[torch.Tensor, str]:
+    """The object clusters of Ilinykh's Analysis I: ((B, R) cluster id of each region, -1 for none; the source used).
+
+    Args:
+        visual_boxes: (B, R, 4) normalised boxes (for "spatial").
+        visual_attention_mask: (B, R), 1 for real regions (padding is never clustered).
+        object_ids: (B, R) detector class of each region (-1 where unknown), e.g. the store's `object_ids`.
+        source: "detector_class" (regions of one detector class form a cluster), "spatial" (`spatial_clusters`:
+            k-means on box centres with `num_spatial_clusters`), or "auto": detector classes when `object_ids` is
+            given and holds a class for every real region, else spatial.
+        num_spatial_clusters: k of the spatial k-means.
+        min_cluster_size: a cluster needs this many real regions of its image; the regions of a smaller one get -1
+            (default 2: a region alone in its cluster has nothing else to attend to inside it, its "within" share
+            would be its self-attention only).
+    """
+    if source not in CLUSTER_SOURCES:
+        raise ValueError(f"`source` must be one of {CLUSTER_SOURCES}, got {source!r}.")
+    if isinstance(min_cluster_size, bool) or not isinstance(min_cluster_size, int) or min_cluster_size < 1:
+        raise ValueError(f"`min_cluster_size` must be a positive int, got {min_cluster_size!r}.")
+    mask = visual_attention_mask.detach().bool().cpu()
+    if object_ids is not None:
+        _check_clusters(object_ids, tuple(mask.shape), name="object_ids")
+        object_ids = object_ids.detach().cpu().long()
+    has_classes = object_ids is not None and bool((object_ids[mask] >= 0).all())
+    if source == "auto":
+        source = "detector_class" if has_classes else "spatial"
+    if source == "detector_class":
+        if object_ids is None:
+            raise ValueError("`source='detector_class'` needs `object_ids` (the store's detector classes), got None.")
+        clusters = object_ids.masked_fill(~mask, -1)
+    else:
+        clusters = spatial_clusters(visual_boxes, visual_attention_mask, num_spatial_clusters)
+    if min_cluster_size > 1:
+        same = (clusters[:, :, None] == clusters[:, None, :]) & mask[:, None, :] & (clusters[:, :, None] >= 0)
+        clusters = clusters.masked_fill(same.sum(-1) < min_cluster_size, -1)
+    return clusters, source
 
 
 def _region_attention(blocks: AttentionBlocks) -> list[torch.Tensor]:
@@ -197,14 +305,14 @@ class WithinClusterAttention:
         return table
 
 
-def _check_clusters(region_clusters: torch.Tensor, expected: tuple[int, int]) -> None:
-    check_rank("region_clusters", region_clusters, 2, "(B, R)")
+def _check_clusters(region_clusters: torch.Tensor, expected: tuple[int, int], name: str = "region_clusters") -> None:
+    check_rank(name, region_clusters, 2, "(B, R)")
     if region_clusters.is_floating_point() or region_clusters.dtype == torch.bool:
-        raise ValueError(f"`region_clusters` must hold integer cluster ids (-1 = no cluster), got dtype {region_clusters.dtype}.")
+        raise ValueError(f"`{name}` must hold integer ids (-1 = none), got dtype {region_clusters.dtype}.")
     if tuple(region_clusters.shape) != expected:
-        raise ValueError(f"`region_clusters` must have shape (B, R) = {expected} from `blocks.region_mask`, got {tuple(region_clusters.shape)}.")
+        raise ValueError(f"`{name}` must have shape (B, R) = {expected} from the region mask, got {tuple(region_clusters.shape)}.")
     if region_clusters.numel() and int(region_clusters.min()) < -1:
-        raise ValueError(f"`region_clusters` must be cluster ids >= 0 or -1 (no cluster), got minimum {int(region_clusters.min())}.")
+        raise ValueError(f"`{name}` must be ids >= 0 or -1 (none), got minimum {int(region_clusters.min())}.")
 
 
 def within_cluster_attention(blocks: AttentionBlocks, region_clusters: torch.Tensor, include_self: bool = True) -> list[dict]:

@@ -3,7 +3,8 @@
 Li et al. 2020, "What does BERT with vision look at?": a head grounds a phrase correctly when the region its
 last sub-word attends to most has IoU >= 0.5 with a gold box of the phrase; the baseline picks the region with the
 highest detection confidence. A head is "actively attending" when the mean share of attention that the probed entity
-tokens put on the (real) regions exceeds `active_threshold` (20 % in the paper).
+tokens put on the (real) regions exceeds `active_threshold` (20 % in the paper), and only actively attending heads are
+candidates for the best head (`active_heads_only=True`, the paper's choice; see `best_active_head`).
 
 Sequence layout of the single-stream model: positions [0, T) are text tokens, [T, T + R) the R regions and
 T + R the [END] token, so every attention map is (B, H, N, N) with N = T + R + 1 (rows are queries).
@@ -19,11 +20,62 @@ import torch
 
 from ..utils.validation import check_dim, check_finite, check_mask_not_empty, check_rank
 
-__all__ = ["GroundingProbe", "GroundingProbeResult", "text_to_region_attention"]
+__all__ = ["GroundingProbe", "GroundingProbeResult", "best_active_head", "text_to_region_attention"]
 
 
 # rows passed as text->region maps count as attention probabilities while their region mass stays below 1 + this
 _PROBABILITY_TOLERANCE = 1e-3
+
+# what `best_active_head` chose its head among, as the results files spell it
+BEST_AMONG_ACTIVE = "active heads"
+BEST_AMONG_ALL = "all heads"
+BEST_AMONG_ALL_NONE_ACTIVE = "all heads (no head is actively attending)"
+BEST_AMONG_ALL_SHARE_UNDEFINED = "all heads (active share undefined: the rows are not attention probabilities)"
+
+
+def best_active_head(
+    accuracy: np.ndarray, active_share: np.ndarray | None, active_threshold: float = 0.2, active_heads_only: bool = True
+) -> tuple[int, int, str]:
+    """(layer, head, candidates) of the most accurate head, first in layer then head order on ties.
+
+    Li et al. 2020 (sec. 3 and Table 2) count only heads that are "actively attending", i.e. put more than
+    `active_threshold` (20 %) of the probed words' attention on the image regions, as candidates for the best head: a
+    head that barely looks at the image can still have its tiny region mass peak on the right box. That is the default.
+    `active_heads_only=False` takes the best over all heads (the unrestricted maximum, e.g. to compare with a model
+    whose heads are supervised to attend to regions anyway). When the share is undefined (`active_share` None: rows
+    that are not attention probabilities) or no head is active, every head is a candidate, and `candidates` says so.
+
+    Args:
+        accuracy: (L, H) head accuracies.
+        active_share: (L, H) mean share of attention on the regions, or None.
+        active_threshold: a head is active when its share is above this.
+        active_heads_only: restrict the candidates to the active heads.
+    Returns:
+        (layer, head, candidates), candidates one of "active heads", "all heads", "all heads (no head is actively
+        attending)", "all heads (active share undefined: ...)".
+    """
+    accuracy = np.asarray(accuracy, dtype=np.float64)
+    if accuracy.ndim != 2 or accuracy.size == 0:
+        raise ValueError(f"`accuracy` must be a non-empty (L, H) array, got shape {accuracy.shape}.")
+    candidates = BEST_AMONG_ALL
+    scores = accuracy
+    if active_heads_only:
+        if active_share is None:
+            candidates = BEST_AMONG_ALL_SHARE_UNDEFINED
+        else:
+            active_share = np.asarray(active_share, dtype=np.float64)
+            if active_share.shape != accuracy.shape:
+                raise ValueError(
+                    f"`active_share` must have the shape of `accuracy` {accuracy.shape}, got {active_share.shape}."
+                )
+            active = active_share > active_threshold
+            if active.any():
+                candidates = BEST_AMONG_ACTIVE
+                scores = np.where(active, accuracy, -np.inf)
+            else:
+                candidates = BEST_AMONG_ALL_NONE_ACTIVE
+    layer, head = np.unravel_index(int(np.argmax(scores)), scores.shape)
+    return int(layer), int(head), candidates
 
 
 @dataclass
@@ -33,6 +85,9 @@ class GroundingProbeResult:
     `active_share[l, h]` is the mean share of attention that head (l, h) puts on the real regions from the probed entity
     tokens (Li et al. 2020, sec. 3); it is None when the probe was fed rows that are not attention probabilities (e.g.
     alignment scores, or heads summed). A head is active when its share is above `active_threshold`.
+
+    `best_layer`, `best_head` is the most accurate head among the actively attending ones (Li et al.; `best_among` says
+    which heads were candidates, see `best_active_head`), `best_head_active_share` its share.
     """
 
     accuracy: np.ndarray
@@ -44,6 +99,7 @@ class GroundingProbeResult:
     num_phrases: int
     active_share: np.ndarray | None = None
     active_threshold: float = 0.2
+    best_among: str = BEST_AMONG_ALL
     active: np.ndarray | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -57,6 +113,11 @@ class GroundingProbeResult:
             return []
         return [(int(layer), int(head)) for layer, head in zip(*np.nonzero(self.active))]
 
+    @property
+    def best_head_active_share(self) -> float | None:
+        """The share of attention the best head puts on the regions (None when undefined)."""
+        return None if self.active_share is None else float(self.active_share[self.best_layer, self.best_head])
+
     def to_dict(self) -> dict:
         """JSON-ready dictionary (plain lists, ints and floats)."""
         return {
@@ -64,6 +125,8 @@ class GroundingProbeResult:
             "best_layer": int(self.best_layer),
             "best_head": int(self.best_head),
             "best_head_accuracy": float(self.best_head_accuracy),
+            "best_head_active_share": self.best_head_active_share,
+            "best_among": self.best_among,
             "mean_head_accuracy": float(self.mean_head_accuracy),
             "baseline_accuracy": float(self.baseline_accuracy),
             "num_phrases": int(self.num_phrases),
@@ -168,7 +231,8 @@ class GroundingProbe:
 
     The probe also measures, per head, the mean share of attention mass that the probed tokens put on the real
     regions (for joint single-stream maps: the row's mass on the region columns), and flags heads above
-    `active_threshold` as actively attending.
+    `active_threshold` as actively attending; only those are candidates for the best head (Li et al.), unless
+    `active_heads_only=False` (see `best_active_head`).
 
     Example:
         ```python
@@ -181,7 +245,14 @@ class GroundingProbe:
         ```
     """
 
-    def __init__(self, num_layers: int, num_heads: int, iou_threshold: float = 0.5, active_threshold: float = 0.2) -> None:
+    def __init__(
+        self,
+        num_layers: int,
+        num_heads: int,
+        iou_threshold: float = 0.5,
+        active_threshold: float = 0.2,
+        active_heads_only: bool = True,
+    ) -> None:
         for name, value in (("num_layers", num_layers), ("num_heads", num_heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
@@ -194,6 +265,7 @@ class GroundingProbe:
         self.num_heads = num_heads
         self.iou_threshold = float(iou_threshold)
         self.active_threshold = float(active_threshold)
+        self.active_heads_only = bool(active_heads_only)
         self.reset()
 
     @property
@@ -374,7 +446,10 @@ class GroundingProbe:
                 "passed to `update` was -1 (or `update` was never called)."
             )
         accuracy = self._correct.double().numpy() / self._num_phrases
-        best_layer, best_head = np.unravel_index(int(np.argmax(accuracy)), accuracy.shape)
+        active_share = (self._share_sum.numpy() / self._num_phrases) if self._share_defined else None
+        best_layer, best_head, best_among = best_active_head(
+            accuracy, active_share, self.active_threshold, self.active_heads_only
+        )
         return GroundingProbeResult(
             accuracy=accuracy,
             best_layer=int(best_layer),
@@ -383,6 +458,7 @@ class GroundingProbe:
             mean_head_accuracy=float(accuracy.mean()),
             baseline_accuracy=self._baseline_correct / self._num_phrases,
             num_phrases=self._num_phrases,
-            active_share=(self._share_sum.numpy() / self._num_phrases) if self._share_defined else None,
+            active_share=active_share,
             active_threshold=self.active_threshold,
+            best_among=best_among,
         )

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..utils.optional import require
 from .figures import annotate_cells, as_matrix, save_png
+from .grounding_probe import best_active_head
 
 if TYPE_CHECKING:
     from matplotlib.colors import BoundaryNorm
@@ -56,7 +57,12 @@ def _colourbar_baseline(colourbar, baseline: float, bounds: np.ndarray, name: st
 
 
 def draw_head_accuracy(
-    accuracy: np.ndarray, title: str = "", baseline: float | None = None, num_phrases: int | None = None
+    accuracy: np.ndarray,
+    title: str = "",
+    baseline: float | None = None,
+    num_phrases: int | None = None,
+    active_share: np.ndarray | None = None,
+    active_threshold: float = 0.2,
 ) -> Figure:
     """The figure of `plot_head_accuracy`, not saved."""
     require("matplotlib", extra="plots")
@@ -89,13 +95,22 @@ def draw_head_accuracy(
     ax.set_xlabel("head (counted from 0)")
     ax.set_ylabel("layer (counted from 0)")
     annotate_cells(ax, image, matrix, ".3f")
-    best_layer, best_head = np.unravel_index(int(np.argmax(matrix)), matrix.shape)
+    if active_share is not None:
+        active_share = as_matrix("active_share", active_share, "(L, H)")
+        if active_share.shape != matrix.shape:
+            raise ValueError(f"`active_share` must have the shape of `accuracy` {matrix.shape}, got {active_share.shape}.")
+        # Li et al.: only actively attending heads are candidates for the best head; the others are hatched
+        for layer, head in zip(*np.nonzero(active_share <= active_threshold)):
+            ax.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.55", linewidth=0))
+    best_layer, best_head, among = best_active_head(matrix, active_share, active_threshold)
     ax.add_patch(Rectangle((best_head - 0.5, best_layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
     colourbar = figure.colorbar(image, ax=ax, spacing="uniform", label=f"grounding accuracy (share of phrases)\n{scale}")
     colourbar.set_ticks(bounds, labels=[f"{bound:.3f}" for bound in bounds])
     if baseline is not None:
         _colourbar_baseline(colourbar, float(baseline), bounds, "baseline")
-    facts = [f"best (red): layer {best_layer}, head {best_head} = {matrix[best_layer, best_head]:.3f}"]
+    facts = [f"best (red, of {among}): layer {best_layer}, head {best_head} = {matrix[best_layer, best_head]:.3f}"]
+    if active_share is not None:
+        facts[0] += f", active share {active_share[best_layer, best_head]:.2f} (hatched: share <= {active_threshold:g})"
     if baseline is not None:
         facts.append(f"detection-confidence baseline {float(baseline):.3f}")
     if num_phrases is not None:
@@ -110,6 +125,8 @@ def plot_head_accuracy(
     title: str = "",
     baseline: float | None = None,
     num_phrases: int | None = None,
+    active_share: np.ndarray | None = None,
+    active_threshold: float = 0.2,
 ) -> Path:
     """Layer x head heatmap of grounding-probe accuracy (Li et al. 2020), saved as a PNG.
 
@@ -124,11 +141,15 @@ def plot_head_accuracy(
         title: optional first title line.
         baseline: optional baseline accuracy in [0, 1], e.g. `GroundingProbeResult.baseline_accuracy`.
         num_phrases: optional number of phrases the accuracies are over.
+        active_share: optional (L, H) share of attention on the regions (`GroundingProbeResult.active_share`): heads
+            at or below `active_threshold` are hatched and the best head is the best actively attending one (Li et
+            al.), with its share in the title.
+        active_threshold: the share above which a head is actively attending.
 
     Returns:
         The path of the written PNG.
     """
-    return save_png(draw_head_accuracy(accuracy, title, baseline, num_phrases), path)
+    return save_png(draw_head_accuracy(accuracy, title, baseline, num_phrases, active_share, active_threshold), path)
 
 
 def _checked_accuracy(name: str, accuracy: object) -> np.ndarray:
@@ -276,7 +297,7 @@ def _checked_relation_rows(rows: object) -> list[Mapping]:
 
 def plot_top_relations(rows: Sequence[Mapping], path: str | Path, title: str = "") -> Path:
     """Li et al. 2020, Table 2 as bars: per dependency relation (with its number of arcs), the accuracy of its best
-    head, the mean over heads (lighter bar) and the detection-confidence baseline (a black line), on one 0-1 scale.
+    (actively attending) head, named with its layer, head and share of attention on the regions, the mean over heads (lighter bar) and the detection-confidence baseline (a black line), on one 0-1 scale.
 
     Args:
         rows: `SyntacticGroundingResult.top_relations(k)` rows, optionally with a `mean_accuracy` key.
@@ -294,7 +315,7 @@ def plot_top_relations(rows: Sequence[Mapping], path: str | Path, title: str = "
     ax = figure.subplots()
     positions = np.arange(len(rows))[::-1]  # the most frequent relation on top
     best = [float(row["accuracy"]) for row in rows]
-    ax.barh(positions, best, height=0.7, color="tab:blue", label="best head")
+    ax.barh(positions, best, height=0.7, color="tab:blue", label="best head (of the actively attending)")
     if all(row.get("mean_accuracy") is not None for row in rows):
         mean = [float(row["mean_accuracy"]) for row in rows]
         ax.barh(positions, mean, height=0.35, color="lightsteelblue", label="mean over heads")
@@ -305,7 +326,8 @@ def plot_top_relations(rows: Sequence[Mapping], path: str | Path, title: str = "
             ax.plot([value, value], [position - 0.42, position + 0.42], color="black", linewidth=2, label=baseline_label)
             baseline_label = None  # one legend entry
         # the best head's accuracy and place, in a column right of the axes (never over a bar or a line)
-        ax.text(1.02, position, f"{float(row['accuracy']):.2f}  layer {row['layer']}, head {row['head']}",
+        share = "" if row.get("active_share") is None else f", active share {float(row['active_share']):.2f}"
+        ax.text(1.02, position, f"{float(row['accuracy']):.2f}  layer {row['layer']}, head {row['head']}{share}",
                 transform=ax.get_yaxis_transform(), va="center", fontsize=7)
     ax.set_yticks(positions)
     ax.set_yticklabels([f"{row['relation']} (n={row['count']:,})" for row in rows], fontsize=8)

@@ -5,6 +5,11 @@ the relation when the region w2 attends to most has IoU >= 0.5 with w1's gold bo
 (w2 may be w1's governor, e.g. the verb of an `nsubj` argument, or its dependent, e.g. an `amod` adjective) and, as in
 Table 2, reported under the relation's label; `split_directions=True` reports the two directions apart.
 
+Table 2 reports, per relation, the best head among the "actively attending" ones only: heads that put more than 20 %
+of their attention on the image regions. The probe measures each head's share on the rows it reads (w2's text->region
+row, over every scored arc) and `SyntacticGroundingResult.best_head` picks among the heads above `active_threshold`
+(`active_heads_only=False`: among all heads; see `grounding_probe.best_active_head`).
+
 Parses are lists of word dicts {"id", "form", "head", "deprel"} (1-based ids, head 0 = root), read from CoNLL-U files
 with `read_conllu` or produced by spaCy with `parse_with_spacy` (spaCy 3.8's English pipeline installs from PyPI:
 `pip install "hf-vlalign[syntax]"`). `word_ids_from_offsets` + `word_token_index` find the token the probe reads for
@@ -25,6 +30,7 @@ import numpy as np
 import torch
 
 from ..utils.validation import check_finite, check_mask_not_empty, check_rank
+from .grounding_probe import _PROBABILITY_TOLERANCE, best_active_head
 
 __all__ = [
     "SyntacticGroundingProbe",
@@ -252,11 +258,19 @@ def dependency_pairs(
 @dataclass
 class SyntacticGroundingResult:
     """Per relation: `accuracy[relation]` (L, H) head accuracies, `counts[relation]` the number of (w1, w2) pairs and
-    `baseline_accuracy[relation]` the detection-confidence baseline (None when no confidences were given)."""
+    `baseline_accuracy[relation]` the detection-confidence baseline (None when no confidences were given).
+
+    `active_share` (L, H): each head's mean share of attention on the real regions over the w2 rows of every arc (None
+    when the rows were not attention probabilities); heads above `active_threshold` are actively attending and, with
+    `active_heads_only` (Li et al. Table 2), the only candidates for a relation's best head.
+    """
 
     accuracy: dict[str, np.ndarray]
     counts: dict[str, int]
     baseline_accuracy: dict[str, float | None]
+    active_share: np.ndarray | None = None
+    active_threshold: float = 0.2
+    active_heads_only: bool = True
 
     @property
     def relations(self) -> list[str]:
@@ -264,28 +278,35 @@ class SyntacticGroundingResult:
         return sorted(self.counts, key=lambda relation: (-self.counts[relation], relation))
 
     def best_head(self, relation: str) -> tuple[int, int, float]:
-        """(layer, head, accuracy) of the best head for `relation` (first in layer, head order on ties)."""
+        """(layer, head, accuracy) of the best head for `relation` among the actively attending heads (all heads with
+        `active_heads_only=False`, or when none is active or the share is undefined); first in layer, head order on
+        ties."""
+        layer, head, _ = self._best(relation)
+        return layer, head, float(self.accuracy[relation][layer, head])
+
+    def _best(self, relation: str) -> tuple[int, int, str]:
         if relation not in self.accuracy:
             raise ValueError(f"`relation` must be one of {self.relations}, got {relation!r}.")
-        accuracy = self.accuracy[relation]
-        layer, head = np.unravel_index(int(np.argmax(accuracy)), accuracy.shape)
-        return int(layer), int(head), float(accuracy[layer, head])
+        return best_active_head(self.accuracy[relation], self.active_share, self.active_threshold, self.active_heads_only)
 
     def top_relations(self, k: int = 10) -> list[dict]:
-        """Li et al. Table 2: the `k` most frequent relations with their best head, one tidy row each:
-        {"relation", "count", "layer", "head", "accuracy", "baseline_accuracy"}."""
+        """Li et al. Table 2: the `k` most frequent relations with their best (actively attending) head, one tidy row
+        each: {"relation", "count", "layer", "head", "accuracy", "active_share", "best_among", "baseline_accuracy"}
+        (`active_share`: the best head's share of attention on the regions, None when undefined)."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"`k` must be a positive int, got {k!r}.")
         rows = []
         for relation in self.relations[:k]:
-            layer, head, accuracy = self.best_head(relation)
+            layer, head, among = self._best(relation)
             rows.append(
                 {
                     "relation": relation,
                     "count": self.counts[relation],
                     "layer": layer,
                     "head": head,
-                    "accuracy": accuracy,
+                    "accuracy": float(self.accuracy[relation][layer, head]),
+                    "active_share": None if self.active_share is None else float(self.active_share[layer, head]),
+                    "best_among": among,
                     "baseline_accuracy": self.baseline_accuracy[relation],
                 }
             )
@@ -307,6 +328,9 @@ class SyntacticGroundingResult:
             "accuracy": {relation: self.accuracy[relation].tolist() for relation in self.relations},
             "counts": {relation: int(self.counts[relation]) for relation in self.relations},
             "baseline_accuracy": {relation: self.baseline_accuracy[relation] for relation in self.relations},
+            "active_share": None if self.active_share is None else self.active_share.tolist(),
+            "active_threshold": float(self.active_threshold),
+            "active_heads_only": bool(self.active_heads_only),
         }
 
 
@@ -357,17 +381,28 @@ class SyntacticGroundingProbe:
     """
 
     def __init__(
-        self, num_layers: int, num_heads: int, iou_threshold: float = 0.5, split_directions: bool = False
+        self,
+        num_layers: int,
+        num_heads: int,
+        iou_threshold: float = 0.5,
+        split_directions: bool = False,
+        active_threshold: float = 0.2,
+        active_heads_only: bool = True,
     ) -> None:
         for name, value in (("num_layers", num_layers), ("num_heads", num_heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
         if not 0.0 < iou_threshold <= 1.0:
             raise ValueError(f"`iou_threshold` must be in (0, 1], got {iou_threshold!r}.")
+        is_number = isinstance(active_threshold, (int, float)) and not isinstance(active_threshold, bool)
+        if not is_number or not 0.0 <= active_threshold < 1.0:
+            raise ValueError(f"`active_threshold` must be a share in [0, 1), got {active_threshold!r}.")
         self.num_layers = num_layers
         self.num_heads = num_heads
         self.iou_threshold = float(iou_threshold)
         self.split_directions = bool(split_directions)
+        self.active_threshold = float(active_threshold)
+        self.active_heads_only = bool(active_heads_only)
         self.reset()
 
     def reset(self) -> None:
@@ -376,6 +411,8 @@ class SyntacticGroundingProbe:
         self._counts: dict[str, int] = {}
         self._baseline_correct: dict[str, int] = {}
         self._has_baseline = True
+        self._share_sum = torch.zeros(self.num_layers, self.num_heads, dtype=torch.float64)
+        self._share_defined = True
 
     @property
     def num_pairs(self) -> int:
@@ -476,6 +513,7 @@ class SyntacticGroundingProbe:
         gold = word_region_iou.to(device).float()[batch_index, w1]  # (P, R), w1's gold IoUs
         tokens = word_token_index.to(device)[batch_index, w2]  # (P,), w2's token
         picked = rows.permute(1, 3, 0, 2, 4)[batch_index, tokens].float()  # (P, L, H, R)
+        self._accumulate_share(picked, region_mask)
         predicted = picked.masked_fill(~region_mask[:, None, None, :], float("-inf")).argmax(dim=-1)
         hits = gold.gather(-1, predicted.flatten(1)).view_as(predicted) >= self.iou_threshold  # (P, L, H)
         baseline = None
@@ -497,6 +535,15 @@ class SyntacticGroundingProbe:
                 w2s.append(w2)
                 labels.append(label)
         return batch_index, w1s, w2s, labels
+
+    def _accumulate_share(self, picked: torch.Tensor, region_mask: torch.Tensor) -> None:
+        """Adds each arc's w2 attention mass on the real regions, (P, L, H, R) rows -> (L, H) sums; rows that are not
+        probabilities (negative, or more than 1 in total) leave the share undefined."""
+        real = picked.masked_fill(~region_mask[:, None, None, :], 0.0)
+        share = real.sum(dim=-1)
+        if bool((real < 0).any()) or bool((share > 1 + _PROBABILITY_TOLERANCE).any()):
+            self._share_defined = False
+        self._share_sum += share.sum(dim=0).double().cpu()
 
     def _accumulate(self, labels: list[str], hits: torch.Tensor, baseline: torch.Tensor | None) -> None:
         for label in sorted(set(labels)):
@@ -520,4 +567,7 @@ class SyntacticGroundingProbe:
                 label: (self._baseline_correct.get(label, 0) / count if self._has_baseline else None)
                 for label, count in self._counts.items()
             },
+            active_share=(self._share_sum.numpy() / self.num_pairs) if self._share_defined else None,
+            active_threshold=self.active_threshold,
+            active_heads_only=self.active_heads_only,
         )

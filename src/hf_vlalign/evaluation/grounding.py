@@ -10,6 +10,7 @@ import torch
 from ..analysis.grounding_probe import (
     GroundingProbe,
     GroundingProbeResult,
+    best_active_head,
     text_to_region_attention,
 )
 from .inference import inference_batches, model_device, split_batch
@@ -37,14 +38,23 @@ def _start_evaluation(model: torch.nn.Module, collator) -> bool:
 
 @torch.no_grad()
 def evaluate_grounding(
-    model: torch.nn.Module, dataset, collator, batch_size: int = 32, iou_threshold: float = 0.5, progress: bool = True
+    model: torch.nn.Module,
+    dataset,
+    collator,
+    batch_size: int = 32,
+    iou_threshold: float = 0.5,
+    progress: bool = True,
+    active_heads_only: bool = True,
 ) -> GroundingProbeResult:
-    """Li et al.'s probe over `dataset`: every head of every layer as a classifier (see `GroundingProbe`).
+    """Li et al.'s probe over `dataset`: every head of every layer as a classifier (see `GroundingProbe`; the best head
+    is the best actively attending one unless `active_heads_only=False`).
 
     `collator` must return the probe targets (`return_probe_targets=True`).
     """
     was_training = _start_evaluation(model, collator)
-    probe = GroundingProbe(model.config.num_hidden_layers, model.config.num_attention_heads, iou_threshold)
+    probe = GroundingProbe(
+        model.config.num_hidden_layers, model.config.num_attention_heads, iou_threshold, active_heads_only=active_heads_only
+    )
     for batch in inference_batches(model, dataset, collator, batch_size, description="grounding probe", progress=progress):
         outputs = model(**batch.inputs, output_attentions=True)
         probe.update(
@@ -57,6 +67,83 @@ def evaluate_grounding(
         )
     model.train(was_training)
     return probe.compute()
+
+
+@torch.no_grad()
+def probe_attention_blocks(
+    model: torch.nn.Module,
+    dataset,
+    collator,
+    text_mask_key: str,
+    batch_size: int = 32,
+    iou_threshold: float = 0.5,
+    active_heads_only: bool = True,
+    progress: bool = True,
+) -> GroundingProbeResult:
+    """Li et al.'s probe over `dataset` for a model of any family, read through `analysis.adapters.attention_blocks`
+    (so a single-stream model with or without VL-BERT's [END], e.g. a converted VisualBERT, and the other families'
+    text->region maps all work): every head of every layer as a classifier of its word->region rows.
+
+    `collator` must return the probe targets; `text_mask_key` is the batch key of the text mask ("attention_mask",
+    or "decoder_attention_mask" for the captioner).
+    """
+    from ..analysis.adapters import attention_blocks
+    from ..models.family import family_spec
+
+    was_training = _start_evaluation(model, collator)
+    spec = family_spec(model)
+    probe = GroundingProbe(*spec.probe_shape(model), iou_threshold, active_heads_only=active_heads_only)
+    end_token = getattr(model.config, "use_end_token", None)
+    batches = inference_batches(
+        model, dataset, collator, batch_size, exclude=("word_region_alignment", "phrase_masks"),
+        description="grounding probe", progress=progress,
+    )  # fmt: skip
+    for batch in batches:
+        outputs = model(**batch.inputs, output_attentions=True)
+        blocks = attention_blocks(
+            outputs, text_mask=batch.batch[text_mask_key], region_mask=batch.batch["visual_attention_mask"],
+            source=spec.name, end_token=end_token,
+        )  # fmt: skip
+        probe.update_from_text_to_region(
+            torch.stack(blocks.word_to_region).to(batch.targets["phrase_region_iou"].device),
+            *_probe_targets(batch.targets, batch.inputs["visual_attention_mask"]),
+        )
+    model.train(was_training)
+    return probe.compute()
+
+
+def entity_grounding_metrics(result: GroundingProbeResult) -> dict:
+    """Li et al.'s entity grounding results under the paper's names: the accuracy of every head
+    (`entity_grounding_accuracy`, L x H), of the best actively attending head overall and per layer (Figure 3), each
+    best head's active share, and the detection-confidence baseline."""
+    per_layer = []
+    share = result.active_share
+    for layer, accuracy in enumerate(result.accuracy):
+        layer_share = None if share is None else share[layer : layer + 1]
+        _, head, among = best_active_head(
+            accuracy[None], layer_share, result.active_threshold, result.best_among != "all heads"
+        )
+        per_layer.append(
+            {
+                "layer": layer,
+                "head": head,
+                "entity_grounding_accuracy": float(accuracy[head]),
+                "active_share": None if share is None else float(share[layer, head]),
+                "best_among": among,
+            }
+        )
+    return {
+        "entity_grounding_accuracy": result.accuracy.tolist(),
+        "entity_grounding_accuracy_best_head": float(result.best_head_accuracy),
+        "best_head": [int(result.best_layer), int(result.best_head)],
+        "best_head_active_share": result.best_head_active_share,
+        "best_among": result.best_among,
+        "entity_grounding_accuracy_best_head_per_layer": per_layer,
+        "entity_grounding_accuracy_mean_head": float(result.mean_head_accuracy),
+        "detection_confidence_baseline": float(result.baseline_accuracy),
+        "active_threshold": float(result.active_threshold),
+        "num_entities": int(result.num_phrases),
+    }
 
 
 def _grounded_rows(attention: torch.Tensor, model_inputs: dict, outputs, tokenizer, index: int) -> WordRegionAttention:

@@ -1,9 +1,10 @@
 """`hf-vlalign analyze`: Li et al.'s grounding probe and its per-dependency-relation variant (Table 2, with spaCy),
-attention entropy per block (Ilinykh, Analysis III), attention against box distance (Analysis II) and the plots, for a
-saved model of any family on a dataset, in one call.
+attention entropy per block (Ilinykh, Analysis III), attention against box distance (Analysis II), attention within
+object clusters (Analysis I) and the plots, for a saved model of any family on a dataset, in one call.
 
 The synthetic scenes are the offline default: a single-stream model reads their VGP caption pairs, a two-stream model
-their GQA-format questions, a captioner their captions (teacher-forced); all three carry gold phrase boxes.
+their GQA-format questions, a captioner their captions (teacher-forced); all three carry gold phrase boxes. Li et al.'s
+own setting is `flickr30k_entities_analysis_data`: Flickr30k Entities captions, each alone with its image's regions.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -22,8 +23,16 @@ from ..analysis.adapters import attention_blocks
 from ..analysis.attention_plots import format_region_labels, plot_top_regions_on_image, plot_word_region_heatmaps
 from ..analysis.entropy import AttentionEntropy, plot_entropy
 from ..analysis.explorer import GoldPhrase
-from ..analysis.geometry import AttentionDistance, plot_attention_vs_distance
-from ..analysis.grounding_probe import GroundingProbe
+from ..analysis.geometry import (
+    CLUSTER_SOURCES,
+    DEFAULT_NUM_SPATIAL_CLUSTERS,
+    AttentionDistance,
+    WithinClusterAttention,
+    plot_attention_vs_distance,
+    plot_within_cluster,
+    region_clusters,
+)
+from ..analysis.grounding_probe import GroundingProbe, best_active_head
 from ..analysis.probe_plots import plot_head_accuracy, plot_layer_accuracy_scatter
 from ..analysis.syntactic_grounding import SyntacticGroundingProbe
 from ..data.collators import span_token_mask
@@ -39,7 +48,9 @@ from .tasks import load_model
 class AnalysisData:
     """What `analyze_model` runs on: the examples, the collator returning probe targets, and the key of the text mask;
     optionally the folder of the images (`<image_id>.png`, for the figure of boxes on the image) and the detector's
-    class names (indexed by the store's `object_ids`, for the region labels)."""
+    class names (indexed by the store's `object_ids`, for the region labels). `encoder_only`: run the checkpoint's
+    base model (`model.base_model`), for data without the inputs of its task head (single captions read by a VGP
+    model)."""
 
     dataset: object
     collator: object
@@ -47,6 +58,7 @@ class AnalysisData:
     description: str
     image_dir: Path | None = None
     class_names: tuple[str, ...] | None = None
+    encoder_only: bool = False
 
 
 def vgp_analysis_data(tokenizer, flickr30k_entities_dir, vgp_train_csv, vgp_eval_csv, features) -> AnalysisData:
@@ -61,6 +73,37 @@ def vgp_analysis_data(tokenizer, flickr30k_entities_dir, vgp_train_csv, vgp_eval
     data = load_vgp_data(flickr30k_entities_dir, vgp_train_csv, vgp_eval_csv, region_features=features)
     collator = VGPCollator(tokenizer, data.region_features, return_probe_targets=True)
     return AnalysisData(data.eval, collator, SINGLE_STREAM.text_mask_key, f"VGP caption pairs ({vgp_eval_csv})")
+
+
+def flickr30k_entities_analysis_data(
+    tokenizer,
+    flickr30k_entities_dir: str | Path,
+    features: str | Path,
+    split: str = "val",
+    max_images: int | None = None,
+    max_text_length: int = 64,
+) -> AnalysisData:
+    """Li et al.'s setting: Flickr30k Entities captions of `split`, each caption alone with its image's regions (from
+    the `RegionFeatureStore` at `features`) and its phrases' gold boxes from `Annotations/<id>.xml`; for a single-stream
+    model (trained with hf_vlalign, or a converted VisualBERT).
+
+    `max_images`: the first N images of the split (each with its five captions); with it, the first N listed images
+    must have their annotation files.
+    """
+    from ..data import GroundedCaptionCollator, RegionFeatureStore
+    from ..data.builders import build_dataset
+
+    for name, value in (("flickr30k_entities_dir", flickr30k_entities_dir), ("features", features)):
+        if value is None:
+            raise ValueError(f"Flickr30k Entities single captions need `{name}`, got None.")
+    store = RegionFeatureStore.load(features)
+    options = {} if max_images is None else {"max_images": max_images}
+    captions = build_dataset("flickr30k_entities", flickr30k_entities_dir, split, region_features=store, **options)
+    collator = GroundedCaptionCollator(
+        tokenizer, store, text_columns=("sentence",), max_text_length=max_text_length, return_probe_targets=True
+    )
+    description = f"Flickr30k Entities {split}, single captions ({len(captions)} captions)"
+    return AnalysisData(captions, collator, SINGLE_STREAM.text_mask_key, description, encoder_only=True)
 
 
 def synthetic_analysis_data(model, tokenizer, synthetic: SyntheticSceneConfig) -> AnalysisData:
@@ -123,8 +166,11 @@ class _Accumulators:
     probe: GroundingProbe
     entropy: AttentionEntropy
     distance: AttentionDistance
+    clusters: WithinClusterAttention
+    cluster_ids: object  # (examples, batch) -> ((B, R) cluster ids, source used)
     syntax: SyntacticGroundingAnalysis | None = None
     distance_seen: bool = False
+    cluster_sources: set = field(default_factory=set)
     first_batch: tuple | None = None
 
     def update(self, examples: list[dict], batch: dict, blocks) -> None:
@@ -138,15 +184,45 @@ class _Accumulators:
         if blocks.region_to_region is not None:
             self.distance.update(blocks, batch["visual_boxes"])
             self.distance_seen = True
+            clusters, source = self.cluster_ids(examples, batch)
+            self.clusters.update(blocks, clusters)
+            self.cluster_sources.add(source)
         if self.first_batch is None:
             self.first_batch = (examples, batch, blocks)
 
 
-def _syntactic_analysis(model, tokenizer, data: AnalysisData, spacy_model: str | None) -> tuple[SyntacticGroundingAnalysis | None, str | None]:
+def _store_object_ids(data: AnalysisData, examples: list[dict], num_regions: int) -> torch.Tensor | None:
+    """(B, R) detector class of each example's regions from the store's `object_ids` (-1 on padding), or None when the
+    store has no classes for one of the images."""
+    store, ids = data.collator.region_features, torch.full((len(examples), num_regions), -1, dtype=torch.long)
+    for i, row in enumerate(examples):
+        object_ids = store[data.collator.store_image_id(row)]["object_ids"]
+        if object_ids is None:
+            return None
+        column = torch.as_tensor(object_ids).reshape(len(object_ids), -1)[:, 0]
+        ids[i, : len(column)] = column
+    return ids
+
+
+def _cluster_ids(data: AnalysisData, source: str, num_spatial_clusters: int):
+    """The (examples, batch) -> (cluster ids, source) function of the within-cluster analysis."""
+
+    def cluster_ids(examples: list[dict], batch: dict) -> tuple[torch.Tensor, str]:
+        mask = batch["visual_attention_mask"]
+        object_ids = None if source == "spatial" else _store_object_ids(data, examples, mask.shape[1])
+        return region_clusters(batch["visual_boxes"], mask, object_ids, source, num_spatial_clusters)
+
+    return cluster_ids
+
+
+def _syntactic_analysis(
+    model, tokenizer, data: AnalysisData, spacy_model: str | None, active_heads_only: bool
+) -> tuple[SyntacticGroundingAnalysis | None, str | None]:
     """The syntactic grounding analysis, or None and why not (spaCy or its English pipeline missing)."""
     try:
+        probe = SyntacticGroundingProbe(*family_spec(model).probe_shape(model), active_heads_only=active_heads_only)
         return SyntacticGroundingAnalysis(
-            SyntacticGroundingProbe(*family_spec(model).probe_shape(model)), tokenizer, tuple(data.collator.text_columns),
+            probe, tokenizer, tuple(data.collator.text_columns),
             data.collator.max_text_length, token_shift=-1 if data.text_mask_key == "decoder_attention_mask" else 0,
             spacy_model=spacy_model,
         ), None  # fmt: skip
@@ -166,6 +242,9 @@ def analyze_model(
     progress: bool = True,
     syntactic_grounding: bool = True,
     spacy_model: str | None = None,
+    active_heads_only: bool = True,
+    cluster_source: str = "auto",
+    num_spatial_clusters: int = DEFAULT_NUM_SPATIAL_CLUSTERS,
 ) -> dict:
     """Runs the probe, the entropy and distance analyses and the plots of the model saved in `model_dir` over `data`
     (default: the synthetic scenes' evaluation split); writes `analysis.json` and PNGs into `out_dir` and returns the
@@ -181,16 +260,36 @@ def analyze_model(
     (`pip install "hf-vlalign[syntax]"`), `syntactic_grounding.png`: Li et al.'s Table 2, the best head per dependency relation. Without them (or with
     `syntactic_grounding=False`) analysis.json's "syntactic_grounding" says why it was skipped. `spacy_model`: a spaCy
     pipeline name or folder (default: the first installed of `SPACY_MODELS`).
+
+    Best heads (the probe's, each relation's) are the best of the actively attending heads, > 20 % of attention on
+    the regions (Li et al.; `active_heads_only=False`: of all heads), reported with their active share.
+
+    Within-cluster attention (Ilinykh, Analysis I; `within_cluster_attention.png`, one bar per layer of the
+    region->region attention: the captioner's encoder self-attention, the joint map's region rows of a single-stream
+    model, a two-stream model's object layers): clusters from `cluster_source` (see `analysis.geometry.region_clusters`:
+    "auto" = the detector class of each region where the store has `object_ids`, else k-means on box centres with
+    `num_spatial_clusters`).
     """
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
     if max_examples is not None and max_examples < 1:
         raise ValueError(f"`max_examples` must be >= 1 (or None for all), got {max_examples}.")
+    if cluster_source not in CLUSTER_SOURCES:
+        raise ValueError(f"`cluster_source` must be one of {CLUSTER_SOURCES}, got {cluster_source!r}.")
+    if isinstance(num_spatial_clusters, bool) or not isinstance(num_spatial_clusters, int) or num_spatial_clusters < 1:
+        raise ValueError(f"`num_spatial_clusters` must be a positive int, got {num_spatial_clusters!r}.")
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if data is not None and data.text_mask_key == "attention_mask" and family_spec(model).name == "captioner":
         raise ValueError("`data` holds text pairs for an encoder model, but `model_dir` holds a captioner.")
     data = data or synthetic_analysis_data(model, tokenizer, synthetic or SyntheticSceneConfig())
+    if data.encoder_only:
+        if family_spec(model).name != SINGLE_STREAM.name:
+            raise ValueError(
+                f"`data` ({data.description}) is read by a single-stream model, but `model_dir` holds a "
+                f"{model.config.model_type}."
+            )
+        model = model.base_model
     dataset = data.dataset
     if max_examples is not None and max_examples < len(dataset):
         dataset = dataset.select(range(max_examples))
@@ -198,8 +297,11 @@ def analyze_model(
     end_token = getattr(model.config, "use_end_token", None)  # single-stream: with or without VL-BERT's [END]
     syntax, skipped = (None, "`syntactic_grounding=False`.")
     if syntactic_grounding:
-        syntax, skipped = _syntactic_analysis(model, tokenizer, data, spacy_model)
-    analyses = _Accumulators(GroundingProbe(*family_spec(model).probe_shape(model)), AttentionEntropy(), AttentionDistance(), syntax)
+        syntax, skipped = _syntactic_analysis(model, tokenizer, data, spacy_model, active_heads_only)
+    analyses = _Accumulators(
+        GroundingProbe(*family_spec(model).probe_shape(model), active_heads_only=active_heads_only), AttentionEntropy(),
+        AttentionDistance(), WithinClusterAttention(), _cluster_ids(data, cluster_source, num_spatial_clusters), syntax,
+    )  # fmt: skip
     batches = inference_batches(
         model, dataset, data.collator, batch_size, exclude=ATTENTION_TARGET_KEYS, description="analysis", progress=progress
     )
@@ -210,6 +312,7 @@ def analyze_model(
     result = analyses.probe.compute()
     entropy_rows = analyses.entropy.compute()
     distance_rows = analyses.distance.compute() if analyses.distance_seen else []
+    cluster_rows = analyses.clusters.compute() if analyses.distance_seen else []
     report = {
         "model_dir": str(model_dir),
         "model_type": model.config.model_type,
@@ -229,11 +332,29 @@ def analyze_model(
     plot_entropy(entropy_rows, out_dir / "attention_entropy.png", title=name)
     if distance_rows:
         plot_attention_vs_distance(distance_rows, out_dir / "attention_vs_distance.png", title=name)
+    report["within_cluster_attention"] = _within_cluster_report(
+        cluster_rows, analyses.cluster_sources, num_spatial_clusters, out_dir, name
+    )
     example = _first_example(analyses.first_batch, tokenizer, data, analyses.probe.iou_threshold)
     _plot_word_region_heatmaps(example, analyses.first_batch[2], result, out_dir / "word_region_heatmaps.png", name)
     report["top_regions_on_image"] = _plot_top_regions(example, analyses.first_batch[2], result, data, out_dir, name)
     (out_dir / "analysis.json").write_text(json.dumps(_json_ready(report), indent=2) + "\n")
     return _json_ready(report)
+
+
+def _within_cluster_report(rows: list[dict], sources: set, num_spatial_clusters: int, out_dir: Path, name: str) -> dict:
+    """analysis.json's "within_cluster_attention" (Ilinykh, Analysis I) and its plot, or why it is skipped."""
+    if not rows:
+        return {"skipped": "the model's outputs have no region->region attention."}
+    path = plot_within_cluster(rows, out_dir / "within_cluster_attention.png", title=f"{name}: attention within object clusters")
+    source = " + ".join(sorted(sources))
+    return {
+        "cluster_source": source,
+        "num_spatial_clusters": num_spatial_clusters if "spatial" in sources else None,
+        "min_cluster_size": 2,
+        "per_layer": rows,
+        "plot": path.name,
+    }
 
 
 def _json_ready(value):
@@ -250,8 +371,11 @@ def _json_ready(value):
 def _plot_probe(result, out_dir: Path, name: str) -> None:
     """The probe's layer x head heatmap and per-layer scatter, both with the detection-confidence baseline."""
     baseline, count = result.baseline_accuracy, result.num_phrases
-    plot_head_accuracy(result.accuracy, out_dir / "grounding_accuracy_per_head.png",
-                       title=f"grounding accuracy per head: {name}", baseline=baseline, num_phrases=count)  # fmt: skip
+    plot_head_accuracy(
+        result.accuracy, out_dir / "grounding_accuracy_per_head.png", title=f"grounding accuracy per head: {name}",
+        baseline=baseline, num_phrases=count, active_share=result.active_share if result.best_among != "all heads" else None,
+        active_threshold=result.active_threshold,
+    )  # fmt: skip
     plot_layer_accuracy_scatter(
         result.accuracy, out_dir / "grounding_accuracy_per_layer.png", baseline=baseline,
         title=f"grounding accuracy per layer: {name}", num_phrases=count, baseline_label="detection-confidence baseline",
@@ -315,8 +439,12 @@ def _plot_word_region_heatmaps(example: _Example, blocks, result, path: Path, na
     panels = []
     num_layers = len(blocks.word_to_region)
     for layer in sorted({0, num_layers // 2, num_layers - 1}):
-        head = int(result.accuracy[layer].argmax())
-        title = f"layer {layer}, head {head}\n(best of its layer; probe accuracy {result.accuracy[layer, head]:.3f})"
+        share = None if result.active_share is None else result.active_share[layer : layer + 1]
+        _, head, _ = best_active_head(
+            result.accuracy[layer : layer + 1], share, result.active_threshold, result.best_among != "all heads"
+        )
+        active = "" if share is None else f", active share {share[0, head]:.2f}"
+        title = f"layer {layer}, head {head}\n(best of its layer; probe accuracy {result.accuracy[layer, head]:.3f}{active})"
         panels.append((_rows(blocks, example, layer, head).numpy(), title))
     title = textwrap.fill(f"{name}: word -> region attention, image {example.row['image_id']}: \"{example.text}\"", 110)
     plot_word_region_heatmaps(
@@ -355,4 +483,10 @@ def _plot_top_regions(example: _Example, blocks, result, data: AnalysisData, out
     return {"png": path.name, "image": str(image), "layer": int(layer), "head": int(head)}
 
 
-__all__ = ["AnalysisData", "analyze_model", "synthetic_analysis_data", "vgp_analysis_data"]
+__all__ = [
+    "AnalysisData",
+    "analyze_model",
+    "flickr30k_entities_analysis_data",
+    "synthetic_analysis_data",
+    "vgp_analysis_data",
+]

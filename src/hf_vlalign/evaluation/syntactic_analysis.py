@@ -108,7 +108,8 @@ class SyntacticGroundingAnalysis:
         iou[i, words] = batch["phrase_region_iou"][i, first]
 
     def report(self, out_dir: Path, title: str, k: int = TOP_RELATIONS) -> dict:
-        """analysis.json's "syntactic_grounding": the top-`k` relations (Li et al. Table 2) and the plot."""
+        """analysis.json's "syntactic_grounding": the top-`k` relations (Li et al. Table 2: each with its best actively
+        attending head and that head's `active_share`), the paper's metrics by relation and the plot."""
         if self.probe.num_pairs == 0:
             return {"skipped": f"no dependency arc touches a word of a grounded phrase (of {self.words} words parsed)."}
         result = self.probe.compute()
@@ -122,7 +123,13 @@ class SyntacticGroundingAnalysis:
             "num_words": self.words,
             "words_without_token": self.words_without_token,  # truncated, or whitespace words spaCy keeps
             "iou_threshold": self.probe.iou_threshold,
+            "active_threshold": self.probe.active_threshold,
+            "active_heads_only": self.probe.active_heads_only,
             "top_relations": rows,
+            # Li et al. Table 2's columns, by relation
+            "syntactic_grounding_accuracy_best_head": {row["relation"]: row["accuracy"] for row in rows},
+            "best_head_active_share": {row["relation"]: row["active_share"] for row in rows},
+            "detection_confidence_baseline": {row["relation"]: row["baseline_accuracy"] for row in rows},
             "plot": plot.name,
             "relations": result.to_dict(),
         }
