@@ -34,7 +34,7 @@ from transformers.utils import logging
 
 from ..feature_store import RegionFeatureStore, convert_features
 from ..formats.flickr30k_entities import SPLIT_NAMES, EntitySentence, Flickr30kEntities
-from ..formats.vgp import VGPPair, has_markup, read_vgp_csv, unescape_phrase
+from ..formats.vgp import TYPOLOGY_LABELS, VGPPair, has_markup, read_vgp_csv, unescape_phrase
 from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
@@ -335,7 +335,11 @@ def build_vgp_dataset(
     if not rows:
         raise ValueError(f"`vgp_csv` {vgp_csv}: no row could be matched to the captions in {flickr30k_entities_dir}.")
     dataset = datasets.Dataset.from_list(rows, features=VGP_FEATURES)
-    dataset.info.description = _summary(num_csv_rows, pairs, matches)
+    types = count_vgp_types(dataset)
+    dataset.info.description = (
+        f"{_summary(num_csv_rows, pairs, matches)}; rows with a semantic type: {types['typed']}, without "
+        f"(not VGPs, left out of the type loss): {types['untyped']}"
+    )
     return dataset
 
 
@@ -459,6 +463,22 @@ def _build_row(
         "caption2_phrase_spans": grounded[1][0],
         "caption2_phrase_boxes": grounded[1][1],
     }
+
+
+def count_vgp_types(dataset: datasets.Dataset) -> dict[str, int]:
+    """How many rows of a VGP dataset (`build_vgp_dataset`) have each semantic type, and how many have none.
+
+    A row's `type_label` is the csv's type when the row is a VGP, -1 when it is not (a caption replaced by another
+    image's, or a csv row with `ytrue` False or an empty `type_label`): the VGP type task (`VGPCollator(vgp_task=
+    "type")`) leaves those rows out of its loss, and this is their count. Returns `{"typed": n, "untyped": m,
+    <type name>: count, ...}` with every name of `TYPOLOGY_LABELS`.
+    """
+    if not isinstance(dataset, datasets.Dataset) or "type_label" not in dataset.column_names:
+        raise ValueError(f"`dataset` must be a VGP datasets.Dataset with a `type_label` column, got {dataset!r}.")
+    labels = dataset["type_label"]
+    counts = {name: sum(label == type_label for label in labels) for type_label, name in TYPOLOGY_LABELS.items()}
+    typed = sum(counts.values())
+    return {"typed": typed, "untyped": len(labels) - typed, **counts}
 
 
 # ----------------------------------------------------------------------------------------------------------------
