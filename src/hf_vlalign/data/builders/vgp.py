@@ -17,6 +17,12 @@ Three checks keep real files from failing late or leaking silently:
   identical to test rows);
 - kept rows whose entities disagree with their label (no caption pair agrees) are counted in a warning.
 
+Labels of a row: `id_label` (eq. 1), `vgp_label` (1: the phrases are a VGP) and `type_label`, the csv's semantic type
+(`TYPOLOGY_LABELS`: 0 Alternation, 1 Entailment1, 2 Entailment2, 3 Equivalence, 4 Independence; phrase 1 stays in
+caption 1, so the direction of the entailments is the csv's) or -1 for a row that is not a VGP (a replaced caption,
+`ytrue` False, an empty cell). The VGP type task (eq. 4, `VGPCollator(vgp_task="type")`) leaves the -1 rows out of its
+loss; `count_vgp_types` counts them and `dataset.info.description` reports the count.
+
 Tokenisation and region features are joined in the collator (`data/collators/vgp.py`), so one builder output serves
 any tokenizer and any feature file of the same images.
 """
