@@ -60,7 +60,6 @@ def load_model(model_dir: str | Path) -> torch.nn.Module:
 def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool) -> dict:
     from ..data import VGPCollator
     from ..data.builders import load_vgp_data
-
     from ..metrics.vgp import vgp_accuracy
 
     data = load_vgp_data(synthetic_config=synthetic)
