@@ -8,6 +8,11 @@
 
 Writes to --output_dir: safetensors weights, config, tokenizer, README.md (model card with the results),
 eval_results.json and attention_heatmap.png (one example's word x region attention in the best head).
+The VGP classifier (eq. 4) predicts each pair's semantic type (--vgp_task type, the default: the 5 types of the VGP
+typology, from the csvs' `type_label`; pairs that are not VGPs have no type and are left out of that loss, counted
+under `vgp_untyped_rows`); --vgp_task binary classifies paraphrase vs not instead. eval_results.json has
+`vgp_accuracy` and, per type, `vgp_type_accuracy/<type>` (with --vgp_task binary: `vgp_class_accuracy/<class>`).
+The paper's settings: --config examples/configs/samaran_vgp.yaml.
 Caption pairs longer than --max_text_length word pieces are truncated; rows whose phrase pair is cut are dropped
 before training (`VGPCollator.drop_overlong_rows`) and the counts are reported under `truncation` in eval_results.json.
 Every transformers `TrainingArguments` flag works too (--seed, --per_device_train_batch_size, --push_to_hub, ...),
@@ -22,12 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import set_seed
+from transformers.utils import logging
 
 from hf_vlalign import SingleStreamForVisualParaphrase
 from hf_vlalign.analysis.attention_plots import plot_word_region_heatmap
 from hf_vlalign.analysis.probe_plots import plot_head_accuracy
-from hf_vlalign.data.builders import load_vgp_data
+from hf_vlalign.data.builders import count_vgp_types, load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
+from hf_vlalign.data.formats.vgp import TYPOLOGY_LABELS
 from hf_vlalign.evaluation.grounding import evaluate_grounding, word_region_attention
 from hf_vlalign.hub.model_card import render_model_card
 from hf_vlalign.recipes import (
@@ -49,6 +56,8 @@ from hf_vlalign.recipes import (
 )
 from hf_vlalign.trainers import VGPTrainer, VGPTrainingArguments
 
+logger = logging.get_logger(__name__)
+
 
 @dataclass
 class VGPArguments:
@@ -56,6 +65,13 @@ class VGPArguments:
         default=None, metadata={"help": "BERT-family text checkpoint or an hf_vlalign checkpoint (default: MiniLM)."}
     )
     supervision: str = field(default="direct", metadata={"help": "none | direct | semi_direct | indirect"})
+    vgp_task: str = field(
+        default="type",
+        metadata={
+            "help": "type (the paper's eq. 4: the pair's semantic type, 5 classes, from the csvs' type_label; pairs "
+            "without a type are left out of that loss) | binary (paraphrase vs not)."
+        },
+    )
     supervision_weight: float = field(default=1.0, metadata={"help": "lambda of eq. (9)."})
     supervised_layers: str | None = field(default=None, metadata={"help": "comma-separated layer indices (default all)."})
     supervised_heads: str | None = field(default=None, metadata={"help": "comma-separated head indices (default all)."})
@@ -109,11 +125,23 @@ def parse_args(argv: list[str]) -> tuple[VGPArguments, VGPTrainingArguments]:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def vgp_task_settings(vgp_task: str) -> dict:
+    """The config fields of `--vgp_task`: the 5 semantic types of the csvs' `type_label` (named as in their
+    `original_label` column), or paraphrase vs not."""
+    if vgp_task == "type":
+        names = [TYPOLOGY_LABELS[label] for label in sorted(TYPOLOGY_LABELS)]
+        return {"vgp_task": "type", "num_vgp_labels": len(names), "vgp_label_names": names}
+    if vgp_task == "binary":
+        return {"vgp_task": "binary", "num_vgp_labels": 2, "vgp_label_names": None}
+    raise ValueError(f"`--vgp_task` must be 'type' or 'binary', got {vgp_task!r}.")
+
+
 def load_model(args: VGPArguments, visual_feat_dim: int) -> SingleStreamForVisualParaphrase:
-    """From a text checkpoint (new visual embeddings and heads) or a VGP checkpoint, with the supervision flags."""
+    """From a text checkpoint (new visual embeddings and heads) or a VGP checkpoint, with the supervision and
+    --vgp_task flags."""
     model = from_checkpoint_or_text(
-        SingleStreamForVisualParaphrase, args.model_name_or_path, supervision_settings(args),
-        {"visual_feat_dim": visual_feat_dim},
+        SingleStreamForVisualParaphrase, args.model_name_or_path,
+        {**supervision_settings(args), **vgp_task_settings(args.vgp_task)}, {"visual_feat_dim": visual_feat_dim},
     )  # fmt: skip
     if args.dropout is not None:
         set_dropout(model, args.dropout)
@@ -141,15 +169,52 @@ def probe_grounding(model, training_args, eval_dataset, collator, tokenizer) -> 
     )
 
 
+def vgp_class_results(metrics: dict, config) -> dict:
+    """`vgp_type_accuracy/<type>` (or `vgp_class_accuracy/<class>` with --vgp_task binary) for every class, None for
+    a class without evaluation pairs, and the count of each class's evaluation pairs."""
+    key = "vgp_type" if config.vgp_task == "type" else "vgp_class"
+    results = {}
+    for name in config.vgp_class_names():
+        results[f"{key}_accuracy/{name}"] = metrics.get(f"eval_{key}_accuracy/{name}")
+        results[f"{key}_count/{name}"] = metrics[f"eval_{key}_count/{name}"]
+    return results
+
+
+def check_vgp_types(vgp_task: str, datasets_by_split: dict) -> dict[str, dict[str, int]]:
+    """The rows with and without a semantic type in each split (`count_vgp_types`); with --vgp_task type, the rows
+    without one (not VGPs) are left out of the type loss and reported in a warning, and a split without any typed row
+    is refused."""
+    counts = {split: count_vgp_types(dataset) for split, dataset in datasets_by_split.items()}
+    if vgp_task != "type":
+        return counts
+    for split, count in counts.items():
+        if count["typed"] == 0:
+            raise ValueError(
+                f"--vgp_task type: the VGP {split} rows have no semantic type (`type_label` empty or -1 in every row "
+                f"kept); pass --vgp_task binary to train paraphrase vs not on them."
+            )
+        if count["untyped"]:
+            logger.warning(
+                f"VGP {split}: {count['untyped']} of {count['typed'] + count['untyped']} rows have no semantic type "
+                "(pairs that are not VGPs); the type loss leaves them out (they still train identification and the "
+                "attention)."
+            )
+    return counts
+
+
 def write_report(
-    trainer, metrics, probe, drawn, data_source, args, training_args, eval_dataset, truncation, image_use, push_to_hub
+    trainer, metrics, probe, drawn, data_source, args, training_args, eval_dataset, truncation, image_use, push_to_hub,
+    type_counts,
 ) -> dict:
     """grounding_probe.json, the heatmaps, eval_results.json and the model card in --output_dir, the results printed,
     then the push (main process only)."""
     output_dir = Path(training_args.output_dir)
     results = {
         "image_description_accuracy": metrics["eval_image_description_accuracy"],
+        "vgp_task": args.vgp_task,
         "vgp_accuracy": metrics["eval_vgp_accuracy"],
+        **vgp_class_results(metrics, trainer.model.config),
+        "vgp_untyped_rows": {split: count["untyped"] for split, count in type_counts.items()},
         "grounding_accuracy_best_head": probe.best_head_accuracy,
         "grounding_accuracy_mean_head": probe.mean_head_accuracy,
         "grounding_baseline_accuracy": probe.baseline_accuracy,
@@ -217,10 +282,11 @@ def main(argv: list[str] | None = None) -> dict:
     train_dataset, eval_dataset, region_features = data.train, data.eval, data.region_features
     tokenizer = load_tokenizer(args.model_name_or_path)
     model = load_model(args, visual_feat_dim=region_features.feature_dim)
-    collator = VGPCollator(tokenizer, region_features, max_text_length=args.max_text_length)
+    collator = VGPCollator(tokenizer, region_features, max_text_length=args.max_text_length, vgp_task=args.vgp_task)
     # rows whose phrase pair does not fit in max_text_length cannot be trained: dropped, counted, reported
     train_dataset, train_truncation = collator.drop_overlong_rows(train_dataset, "VGP train")
     eval_dataset, eval_truncation = collator.drop_overlong_rows(eval_dataset, "VGP eval")
+    type_counts = check_vgp_types(args.vgp_task, {"train": train_dataset, "eval": eval_dataset})
     push_to_hub = take_push_to_hub(training_args)  # pushed once, with the card, below
     trainer = VGPTrainer(
         model=model,
@@ -246,7 +312,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
         results = write_report(
             trainer, metrics, probe, drawn, data.source, args, training_args, eval_dataset, truncation, image_use,
-            push_to_hub,
+            push_to_hub, type_counts,
         )  # fmt: skip
     return results
 

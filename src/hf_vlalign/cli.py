@@ -396,7 +396,7 @@ def _fisher(args: argparse.Namespace) -> int:
         raise ValueError(f"`--data synthetic` reads the synthetic scenes, but files were given ({given}): add `--data vgp`.")
     data = load_vgp_data(*files.values(), synthetic_config=_synthetic_config(args))
     dataset = data.train if args.split == "train" else data.eval
-    collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features)
+    collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features, vgp_task=model.config.vgp_task)
     dataloader = DataLoader(dataset, batch_size=args.batch_size, collate_fn=collator)
     fisher = estimate_fisher(model, dataloader, args.num_batches)
     path = save_fisher(args.out, fisher, anchor_weights(model))

@@ -88,8 +88,11 @@ def test_evaluate_vgp_counts_every_pair(single_stream_dir, tmp_path, capsys):
     results = json.loads(out.read_text())
     assert results == json.loads(capsys.readouterr().out)
     assert 0.0 <= results["vgp_accuracy"] <= 1.0 and 0.0 <= results["image_description_accuracy"] <= 1.0
-    # accuracies are counts over the pairs: multiples of 1 / num_examples
-    assert (results["vgp_accuracy"] * results["num_examples"]) == pytest.approx(round(results["vgp_accuracy"] * results["num_examples"]))
+    # accuracies are counts over the pairs: multiples of 1 / num_examples, VGP's over the pairs with a type
+    labelled = results["vgp_labelled_pairs"]
+    assert labelled + results["vgp_unlabelled_pairs"] == results["num_examples"]
+    assert (results["vgp_accuracy"] * labelled) == pytest.approx(round(results["vgp_accuracy"] * labelled))
+    assert sum(results[key] for key in results if key.startswith("vgp_type_count/")) == labelled
 
 
 def test_evaluate_gqa_and_captioning(two_stream_dir, captioner_dir):

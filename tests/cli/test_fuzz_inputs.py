@@ -455,7 +455,7 @@ SCHEMA_ROWS = {
     "caption": {"image_id": "1", "sentence": "a red circle", "sentence_phrase_spans": [[2, 12]],
                 "sentence_phrase_boxes": [[[10, 10, 60, 60]]], "sentence_phrase_regions": [[0.0, 1.0, 0.0]]},
     "vgp": {"image_id": "2", "caption1": "a red circle", "caption2": "the circle", "phrase1_span": [2, 12],
-            "phrase2_span": [4, 10], "id_label": 2, "vgp_label": 0},
+            "phrase2_span": [4, 10], "id_label": 2, "vgp_label": 0, "type_label": -1},
     "vqa": {"image_id": "1", "question": "what colour?", "labels": [3, 0], "scores": [1.0, 0.3]},
     "gqa": {"image_id": "0", "question": "is it red?", "label": 2},
     "nlvr2": {"left_image_id": "1", "right_image_id": "2", "sentence": "two circles", "label": 1},

@@ -235,7 +235,7 @@ CASES = [
     ("ss_token_type_out_of_range", lambda c, p: run_single(token_type_ids=set_((0, 0), 2)), ValueError, r"`token_type_ids`.*type_vocab_size"),
     ("ss_input_ids_float", lambda c, p: run_single(input_ids=torch.ones(B, T)), ValueError, r"`input_ids`.*integer"),
     ("ss_empty_region_set", lambda c, p: single_stream()(**{**inputs(), **regions(0), "word_region_alignment": None}), ValueError, r"`visual_feats`.*at least one region"),
-    ("ss_vgp_labels_out_of_range", lambda c, p: visual_paraphrase()(**inputs(), phrase1_mask=torch.ones(B, T, dtype=torch.bool), phrase2_mask=torch.ones(B, T, dtype=torch.bool), vgp_labels=torch.tensor([0, 2])), ValueError, r"`vgp_labels`"),
+    ("ss_vgp_labels_out_of_range", lambda c, p: visual_paraphrase()(**inputs(), phrase1_mask=torch.ones(B, T, dtype=torch.bool), phrase2_mask=torch.ones(B, T, dtype=torch.bool), vgp_labels=torch.tensor([0, 5])), ValueError, r"`vgp_labels`"),
     ("ss_id_labels_out_of_range", lambda c, p: visual_paraphrase()(**inputs(), phrase1_mask=torch.ones(B, T, dtype=torch.bool), phrase2_mask=torch.ones(B, T, dtype=torch.bool), id_labels=torch.tensor([-1, 0])), ValueError, r"`id_labels`"),
     # --- two-stream forward ----------------------------------------------------------------------------------
     ("ts_boxes_disagree_on_R", lambda c, p: run_two(visual_boxes=torch.rand(B, R - 1, 4)), ValueError, r"`visual_boxes`"),

@@ -10,7 +10,7 @@ from transformers.testing_utils import CaptureLogger
 
 from hf_vlalign import default_text_model_path
 from hf_vlalign.alignment import box_iou, normalize_boxes
-from hf_vlalign.data.builders import build_dataset, build_vgp_dataset
+from hf_vlalign.data.builders import build_dataset, build_vgp_dataset, count_vgp_types
 from hf_vlalign.data.builders import vgp as vgp_builder
 from hf_vlalign.data.collators import PROBE_KEYS, VGPCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
@@ -119,6 +119,34 @@ def test_collator_builds_the_design_tensors_from_real_annotations(tokenizer, tmp
     # probe keys are dropped by default
     plain = VGPCollator(tokenizer, features)([dataset[0]])
     assert not set(PROBE_KEYS) & set(plain)
+
+
+def test_type_task_labels_are_the_csv_types_and_minus_100_for_pairs_without_one(tokenizer, tmp_path):
+    # a replaced caption makes a pair that is not a VGP: no type, left out of the type loss and counted
+    dataset = build_vgp_dataset(FLICKR, TYPOLOGY_VAL, replace_caption_prob=0.5, seed=3, max_examples=40)
+    counts = count_vgp_types(dataset)
+    replaced = sum(label != 2 for label in dataset["id_label"])
+    assert counts["untyped"] == replaced > 0 and counts["typed"] == len(dataset) - replaced
+    assert sum(counts[name] for name in ("Alternation", "Entailment1", "Entailment2", "Equivalence", "Independence")) == counts["typed"]
+    assert f"rows with a semantic type: {counts['typed']}, without (not VGPs" in dataset.info.description
+    rows = [dataset[i] for i in range(len(dataset))]
+    features = _features_for(dataset, tmp_path)
+    typed = VGPCollator(tokenizer, features)(rows)["vgp_labels"]  # vgp_task="type" is the default
+    expected = [label if label >= 0 else -100 for label in dataset["type_label"]]
+    assert typed.tolist() == expected
+    binary = VGPCollator(tokenizer, features, vgp_task="binary")(rows)["vgp_labels"]
+    assert binary.tolist() == dataset["vgp_label"]
+    with pytest.raises(ValueError, match="`vgp_task` must be 'type' or 'binary'"):
+        VGPCollator(tokenizer, features, vgp_task="types")
+    with pytest.raises(ValueError, match="`type_label` must be a type"):
+        VGPCollator(tokenizer, features)([{**rows[0], "type_label": -3}])
+
+
+def test_real_typology_and_identification_csvs_give_every_row_a_type():
+    for csv_path, size in ((TYPOLOGY_VAL, 920), (IDENTIFICATION_TRAIN, 305)):
+        counts = count_vgp_types(build_vgp_dataset(FLICKR, csv_path, replace_caption_prob=0.0))
+        assert counts["typed"] == size and counts["untyped"] == 0
+        assert all(counts[name] > 0 for name in ("Alternation", "Entailment1", "Entailment2", "Equivalence", "Independence"))
 
 
 def test_collator_alignment_follows_the_iou_rule(tokenizer, tmp_path):

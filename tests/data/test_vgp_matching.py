@@ -155,7 +155,8 @@ def test_markup_and_same_caption_rows_are_skipped_with_their_reason(caplog):
     assert "no caption of the image marks up" not in warning  # no phrase is missing from its captions
     assert "against their label" not in warning
     assert dataset.info.description.endswith(
-        "placed in two captions: 920 (0 against their label's entities); skipped: 7 markup, 0 not_found, 12 same_caption"
+        "placed in two captions: 920 (0 against their label's entities); skipped: 7 markup, 0 not_found, 12 same_caption; "
+        "rows with a semantic type: 920, without (not VGPs, left out of the type loss): 0"
     )
 
     # the reasons, row by row

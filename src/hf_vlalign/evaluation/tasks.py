@@ -60,15 +60,22 @@ def load_model(model_dir: str | Path) -> torch.nn.Module:
 def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool) -> dict:
     from ..data import VGPCollator
     from ..data.builders import load_vgp_data
+    from ..metrics.vgp import vgp_accuracy
 
     data = load_vgp_data(synthetic_config=synthetic)
-    collator = VGPCollator(tokenizer, data.region_features)
-    correct = {"image_description_accuracy": 0, "vgp_accuracy": 0}
+    # the model's VGP task (eq. 4): semantic types (pairs without one are -100, left out) or paraphrase vs not
+    collator = VGPCollator(tokenizer, data.region_features, vgp_task=model.config.vgp_task)
+    id_correct, vgp_predicted, vgp_labels = 0, [], []
     for batch in inference_batches(model, data.eval, collator, batch_size, description="vgp", progress=progress):
         outputs = model(**batch.inputs)
-        correct["image_description_accuracy"] += int((outputs.id_logits.argmax(-1) == batch.inputs["id_labels"]).sum())
-        correct["vgp_accuracy"] += int((outputs.vgp_logits.argmax(-1) == batch.inputs["vgp_labels"]).sum())
-    return {key: value / len(data.eval) for key, value in correct.items()} | {"num_examples": len(data.eval)}
+        id_correct += int((outputs.id_logits.argmax(-1) == batch.inputs["id_labels"]).sum())
+        vgp_predicted.append(outputs.vgp_logits.argmax(-1).cpu())
+        vgp_labels.append(batch.inputs["vgp_labels"].cpu())
+    per_class_key = "vgp_type" if model.config.vgp_task == "type" else "vgp_class"
+    vgp = vgp_accuracy(
+        torch.cat(vgp_predicted).numpy(), torch.cat(vgp_labels).numpy(), model.config.vgp_class_names(), per_class_key
+    )
+    return {"image_description_accuracy": id_correct / len(data.eval), **vgp, "num_examples": len(data.eval)}
 
 
 @torch.no_grad()

@@ -5,6 +5,7 @@ from .gqa import gqa_scores, load_gqa_metric
 from .nlvr2 import load_nlvr2_metric, nlvr2_scores
 from .phrase_grounding import load_phrase_grounding_metric, phrase_grounding_recall
 from .referring import load_referring_metric, referring_expression_accuracy
+from .vgp import vgp_accuracy
 from .vqa import load_vqa_metric, normalize_vqa_answer, vqa_accuracy
 
 __all__ = [
@@ -20,5 +21,6 @@ __all__ = [
     "normalize_vqa_answer",
     "phrase_grounding_recall",
     "referring_expression_accuracy",
+    "vgp_accuracy",
     "vqa_accuracy",
 ]

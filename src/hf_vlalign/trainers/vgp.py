@@ -2,23 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from transformers import EvalPrediction
 
 from ..data.collators import PROBE_KEYS
+from ..metrics.vgp import vgp_accuracy
 from .base import ComponentLossTrainer, ComponentLossTrainingArguments
 
 
-def vgp_classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
-    """Accuracy of image-description identification and of VGP classification."""
+def vgp_classification_metrics(
+    prediction: EvalPrediction, class_names: Sequence[str], vgp_task: str = "type"
+) -> dict[str, float]:
+    """Accuracy of image-description identification (`image_description_accuracy`) and of VGP classification (eq. 4):
+    `vgp_accuracy` over the pairs with a VGP label, and per class (`vgp_accuracy` of `hf_vlalign.metrics`):
+    `vgp_type_accuracy/<type>` for the semantic types (`vgp_task="type"`), `vgp_class_accuracy/<class>` for
+    "binary"; the pairs without a label (-100: not VGPs, with the type task) are counted in `vgp_unlabelled_pairs`."""
+    if vgp_task not in ("type", "binary"):
+        raise ValueError(f"`vgp_task` must be 'type' or 'binary', got {vgp_task!r}.")
     id_logits, vgp_logits = prediction.predictions[:2]
     id_labels, vgp_labels = prediction.label_ids
+    per_class_key = "vgp_type" if vgp_task == "type" else "vgp_class"
     return {
         "image_description_accuracy": float((np.argmax(id_logits, -1) == id_labels).mean()),
-        "vgp_accuracy": float((np.argmax(vgp_logits, -1) == vgp_labels).mean()),
+        **vgp_accuracy(vgp_logits, vgp_labels, class_names, per_class_key=per_class_key),
     }
+
+
+def vgp_metrics_for(config) -> Callable[[EvalPrediction], dict[str, float]]:
+    """`vgp_classification_metrics` with the VGP task and class names of a `SingleStreamConfig`."""
+    return partial(vgp_classification_metrics, class_names=config.vgp_class_names(), vgp_task=config.vgp_task)
 
 
 @dataclass
@@ -31,13 +47,16 @@ class VGPTrainingArguments(ComponentLossTrainingArguments):
 
 class VGPTrainer(ComponentLossTrainer):
     """Trainer for `SingleStreamForVisualParaphrase`: logs `loss_id`, `loss_vgp` and `loss_attention_supervision`
-    (train and eval) and, by default, the identification and VGP accuracies at evaluation. Its settings are [`VGPTrainingArguments`]."""
+    (train and eval) and, by default, the identification and VGP accuracies at evaluation, the VGP one per type
+    (`vgp_classification_metrics` with the model config's `vgp_task` and class names). Its settings are
+    [`VGPTrainingArguments`]."""
 
     args_class = VGPTrainingArguments
     loss_component_keys = ("loss_id", "loss_vgp", "loss_attention_supervision")
     non_model_keys = PROBE_KEYS
 
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("compute_metrics", vgp_classification_metrics)
-        super().__init__(*args, **kwargs)
+    def __init__(self, model=None, *args, **kwargs):
+        if "compute_metrics" not in kwargs and model is not None:
+            kwargs["compute_metrics"] = vgp_metrics_for(model.config)
+        super().__init__(model, *args, **kwargs)
         self.label_names = ["id_labels", "vgp_labels"]

@@ -164,10 +164,56 @@ def test_visual_paraphrase_losses_and_total_eq9():
     torch.manual_seed(0)
     config = tiny_config(id_weight=0.5, vgp_weight=2.0, attention_supervision_weight=0.25)
     out = SingleStreamForVisualParaphrase(config)(**tiny_batch())
-    assert out.id_logits.shape == (B, 3) and out.vgp_logits.shape == (B, 2)
+    assert out.id_logits.shape == (B, 3) and out.vgp_logits.shape == (B, 5)  # the 5 VGP types
     expected = 0.5 * out.loss_id + 2.0 * out.loss_vgp + 0.25 * out.loss_attention_supervision
     torch.testing.assert_close(out.loss, expected)
     assert out.loss_id.item() == pytest.approx(math.log(3), rel=0.3)
+
+
+def test_vgp_type_loss_eq4_by_hand_leaves_out_pairs_without_a_type():
+    # eq. (4): softmax over the 5 semantic types of MLP([e1, e2, e1 * e2, |e1 - e2|]), e_i the max-pooled phrase
+    # states; a pair without a type (-100) is left out of the mean
+    torch.manual_seed(0)
+    model = SingleStreamForVisualParaphrase(tiny_config(attention_supervision="none")).eval()
+    batch = {**tiny_batch(), "vgp_labels": torch.tensor([3, -100, 4])}
+    out = model(**batch)
+    with torch.no_grad():
+        states = model.single_stream(**base_inputs(batch)).last_hidden_state[:, :T]
+        e1 = states.masked_fill(~batch["phrase1_mask"][..., None], float("-inf")).amax(1)
+        e2 = states.masked_fill(~batch["phrase2_mask"][..., None], float("-inf")).amax(1)
+        pair = torch.cat([e1, e2, e1 * e2, (e1 - e2).abs()], dim=-1)
+        logits = model.vgp_classifier(model.vgp_activation(model.vgp_dense(pair)))
+    torch.testing.assert_close(out.vgp_logits, logits)
+    log_probs = logits.log_softmax(-1)
+    expected = -(log_probs[0, 3] + log_probs[2, 4]) / 2  # row 1 has no type
+    torch.testing.assert_close(out.loss_vgp, expected)
+    assert model.loss_item_counts(batch)["vgp"] == 2
+
+
+def test_vgp_task_config_fields():
+    config = tiny_config()
+    assert (config.vgp_task, config.num_vgp_labels) == ("type", 5)
+    assert config.vgp_class_names() == ["Alternation", "Entailment1", "Entailment2", "Equivalence", "Independence"]
+    binary = tiny_config(vgp_task="binary", num_vgp_labels=2)
+    assert binary.vgp_class_names() == ["not_paraphrase", "paraphrase"]
+    assert SingleStreamForVisualParaphrase(binary).vgp_classifier.out_features == 2
+    assert tiny_config(num_vgp_labels=3, vgp_label_names=["a", "b", "c"]).vgp_class_names() == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="`num_vgp_labels` must be 2"):
+        tiny_config(vgp_task="binary")
+    with pytest.raises(ValueError, match="`vgp_task` must be one of"):
+        tiny_config(vgp_task="paraphrase")
+    with pytest.raises(ValueError, match="`vgp_label_names` must be None or a list of 5"):
+        tiny_config(vgp_label_names=["a", "b"])
+
+
+def test_vgp_labels_out_of_range_are_refused_and_minus_100_is_not():
+    model = SingleStreamForVisualParaphrase(tiny_config())
+    with pytest.raises(ValueError, match=r"`vgp_labels` must be in \[0, 4\] or -100"):
+        model(**{**tiny_batch(), "vgp_labels": torch.tensor([5, 0, 1])})
+    with pytest.raises(ValueError, match="`vgp_labels` must be in"):
+        model(**{**tiny_batch(), "vgp_labels": torch.tensor([-1, 0, 1])})
+    out = model(**{**tiny_batch(), "vgp_labels": torch.full((B,), -100)})
+    assert out.loss_vgp is None  # no typed pair in the batch: no VGP loss
 
 
 def test_no_supervision_has_no_attention_loss():

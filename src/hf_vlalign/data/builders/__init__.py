@@ -22,7 +22,7 @@ from ._common import (
     resolve_split,
     takes_on_missing_image,
 )
-from .vgp import ID_LABELS, VGPData, build_vgp_dataset, load_vgp_data
+from .vgp import ID_LABELS, VGPData, build_vgp_dataset, count_vgp_types, load_vgp_data
 
 BUILDERS = {
     "flickr30k_entities": "flickr30k_entities",
@@ -103,6 +103,7 @@ __all__ = [
     "attach_region_features",
     "build_dataset",
     "build_vgp_dataset",
+    "count_vgp_types",
     "load_vgp_data",
     "resolve_split",
 ]

@@ -17,6 +17,12 @@ Three checks keep real files from failing late or leaking silently:
   identical to test rows);
 - kept rows whose entities disagree with their label (no caption pair agrees) are counted in a warning.
 
+Labels of a row: `id_label` (eq. 1), `vgp_label` (1: the phrases are a VGP) and `type_label`, the csv's semantic type
+(`TYPOLOGY_LABELS`: 0 Alternation, 1 Entailment1, 2 Entailment2, 3 Equivalence, 4 Independence; phrase 1 stays in
+caption 1, so the direction of the entailments is the csv's) or -1 for a row that is not a VGP (a replaced caption,
+`ytrue` False, an empty cell). The VGP type task (eq. 4, `VGPCollator(vgp_task="type")`) leaves the -1 rows out of its
+loss; `count_vgp_types` counts them and `dataset.info.description` reports the count.
+
 Tokenisation and region features are joined in the collator (`data/collators/vgp.py`), so one builder output serves
 any tokenizer and any feature file of the same images.
 """
@@ -34,7 +40,7 @@ from transformers.utils import logging
 
 from ..feature_store import RegionFeatureStore, convert_features
 from ..formats.flickr30k_entities import SPLIT_NAMES, EntitySentence, Flickr30kEntities
-from ..formats.vgp import VGPPair, has_markup, read_vgp_csv, unescape_phrase
+from ..formats.vgp import TYPOLOGY_LABELS, VGPPair, has_markup, read_vgp_csv, unescape_phrase
 from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
@@ -335,7 +341,11 @@ def build_vgp_dataset(
     if not rows:
         raise ValueError(f"`vgp_csv` {vgp_csv}: no row could be matched to the captions in {flickr30k_entities_dir}.")
     dataset = datasets.Dataset.from_list(rows, features=VGP_FEATURES)
-    dataset.info.description = _summary(num_csv_rows, pairs, matches)
+    types = count_vgp_types(dataset)
+    dataset.info.description = (
+        f"{_summary(num_csv_rows, pairs, matches)}; rows with a semantic type: {types['typed']}, without "
+        f"(not VGPs, left out of the type loss): {types['untyped']}"
+    )
     return dataset
 
 
@@ -459,6 +469,22 @@ def _build_row(
         "caption2_phrase_spans": grounded[1][0],
         "caption2_phrase_boxes": grounded[1][1],
     }
+
+
+def count_vgp_types(dataset: datasets.Dataset) -> dict[str, int]:
+    """How many rows of a VGP dataset (`build_vgp_dataset`) have each semantic type, and how many have none.
+
+    A row's `type_label` is the csv's type when the row is a VGP, -1 when it is not (a caption replaced by another
+    image's, or a csv row with `ytrue` False or an empty `type_label`): the VGP type task (`VGPCollator(vgp_task=
+    "type")`) leaves those rows out of its loss, and this is their count. Returns `{"typed": n, "untyped": m,
+    <type name>: count, ...}` with every name of `TYPOLOGY_LABELS`.
+    """
+    if not isinstance(dataset, datasets.Dataset) or "type_label" not in dataset.column_names:
+        raise ValueError(f"`dataset` must be a VGP datasets.Dataset with a `type_label` column, got {dataset!r}.")
+    labels = dataset["type_label"]
+    counts = {name: sum(label == type_label for label in labels) for type_label, name in TYPOLOGY_LABELS.items()}
+    typed = sum(counts.values())
+    return {"typed": typed, "untyped": len(labels) - typed, **counts}
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -3,23 +3,43 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from .base import RegionTextCollator, _labels
-from .rows import check_row_int, check_row_span
+from .rows import check_row_int, check_row_span, row_error
 from .truncation import CUT_KEY
 
 
 @dataclass
 class VGPCollator(RegionTextCollator):
-    """VGP rows: `[CLS] c1 [SEP] c2 [SEP]`, the two phrase masks and the identification / VGP labels."""
+    """VGP rows: `[CLS] c1 [SEP] c2 [SEP]`, the two phrase masks and the identification / VGP labels.
+
+    `vgp_task` picks what `vgp_labels` holds (the model's `config.vgp_task`): "type" (the default) the row's
+    `type_label`, the pair's semantic type, with -100 (left out of the loss) for the rows without one (`type_label`
+    -1: pairs that are not VGPs); "binary" the row's `vgp_label` (1: a VGP, 0: not). The builder counts the rows
+    without a type (`hf_vlalign.data.builders.vgp.count_vgp_types`).
+    """
+
+    # the label of a pair without a type: cross-entropy's ignore index
+    ignore_index: ClassVar[int] = -100
 
     text_columns: tuple[str, ...] = ("caption1", "caption2")
+    vgp_task: str = "type"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.vgp_task not in ("type", "binary"):
+            raise ValueError(f"`vgp_task` must be 'type' or 'binary', got {self.vgp_task!r}.")
+
+    def _label_columns(self) -> tuple[str, str]:
+        return ("id_label", "type_label" if self.vgp_task == "type" else "vgp_label")
 
     def check_row(self, index: int, example: dict) -> None:
         super().check_row(index, example)
-        missing = [name for name in ("phrase1_span", "phrase2_span", "id_label", "vgp_label") if name not in example]
+        required = ("phrase1_span", "phrase2_span", *self._label_columns())
+        missing = [name for name in required if name not in example]
         if missing:
             raise ValueError(
                 f"VGPCollator rows must have the columns {', '.join(f'`{name}`' for name in missing)}; batch row "
@@ -27,8 +47,10 @@ class VGPCollator(RegionTextCollator):
             )
         for sequence, column in enumerate(self.text_columns):
             check_row_span(index, f"phrase{sequence + 1}_span", example[f"phrase{sequence + 1}_span"], example[column])
-        for column in ("id_label", "vgp_label"):
+        for column in self._label_columns():
             check_row_int(index, example, column)
+        if self.vgp_task == "type" and example["type_label"] < -1:
+            raise row_error(index, "type_label", "a type (>= 0) or -1 (no type)", example["type_label"])
 
     def required_spans(self) -> dict[str, str]:
         """The phrase pair: `phrase1_span` in the first caption, `phrase2_span` in the second."""
@@ -44,5 +66,9 @@ class VGPCollator(RegionTextCollator):
                 masks.append(self.required_mask(encoding["offset_mapping"][i], in_sentence, span, example, column, cut))
             tensors[f"phrase{sequence + 1}_mask"] = torch.stack(masks)
         tensors["id_labels"] = _labels(examples, "id_label")
-        tensors["vgp_labels"] = _labels(examples, "vgp_label")
+        if self.vgp_task == "type":
+            labels = _labels(examples, "type_label")
+            tensors["vgp_labels"] = labels.masked_fill(labels == -1, self.ignore_index)
+        else:
+            tensors["vgp_labels"] = _labels(examples, "vgp_label")
         return tensors

@@ -17,11 +17,27 @@ LOSS_WEIGHT_FIELDS = (
     "region_feature_weight",
     "region_class_weight",
 )
+# the VGP tasks of `SingleStreamConfig.vgp_task`
+VGP_TASKS = ("type", "binary")
+# the semantic types of a visually grounded paraphrase (Chu et al., CVIU 2022), in the order of the published
+# `type_label` column (VGP-Typology csvs and the identification csvs extended with types): the 5-way phrase-pair
+# classifier of Samaran et al.'s code (jules-samaran/VL-BERT, `vgp/modules/resnet_vlbert_for_vgp.py`, `phrasal_cls`)
+VGP_TYPE_NAMES = ("Alternation", "Entailment1", "Entailment2", "Equivalence", "Independence")
+# the classes of `vgp_task="binary"`
+VGP_BINARY_NAMES = ("not_paraphrase", "paraphrase")
+
 # the fields only one model class reads: a saved config.json keeps those of other classes only where they differ from
 # the default (see `hf_vlalign.models.config_fields`)
 HEAD_FIELDS = {
     "SingleStreamModel": (),
-    "SingleStreamForVisualParaphrase": ("num_id_labels", "num_vgp_labels", "id_weight", "vgp_weight"),
+    "SingleStreamForVisualParaphrase": (
+        "num_id_labels",
+        "vgp_task",
+        "num_vgp_labels",
+        "vgp_label_names",
+        "id_weight",
+        "vgp_weight",
+    ),
     "SingleStreamForQuestionAnswering": ("num_qa_labels",),
     "SingleStreamForVisualReasoning": (),
     "SingleStreamForReferringExpression": ("referring_iou_threshold",),
@@ -62,7 +78,16 @@ class SingleStreamConfig(PreTrainedConfig):
         num_id_labels (`int`): classes of image-description identification (c1 only, c2 only, both; eq. 1). The
             task fields below are read by one model class each; a saved `config.json` holds those of the other
             classes only where they differ from the default (`HEAD_FIELDS`).
-        num_vgp_labels (`int`): classes of the VGP phrase-pair classifier (eqs. 2-4).
+        vgp_task (`str`): what the VGP phrase-pair classifier (eq. 4) predicts. "type" (the default, the paper's): the
+            semantic type of the pair, one of `num_vgp_labels` = 5 classes (`VGP_TYPE_NAMES`: Alternation,
+            Entailment1, Entailment2, Equivalence, Independence; Chu et al. 2022), trained on the rows that have a
+            type (pairs that are not VGPs have none and are left out of the loss). "binary": paraphrase or not
+            (`num_vgp_labels` = 2), the VGP identification task of the csvs without types (Otani et al. 2020): it
+            also learns from the pairs that are not VGPs, which the type task cannot use.
+        num_vgp_labels (`int`): classes of the VGP phrase-pair classifier (eq. 4): 5 types, or 2 for "binary".
+        vgp_label_names (`list[str]`, *optional*): the name of each VGP class, in label order (the keys of the
+            per-type accuracies); default `VGP_TYPE_NAMES` for "type" with 5 classes, `VGP_BINARY_NAMES` for
+            "binary", else `type_<i>` (see `vgp_class_names`).
         id_weight / vgp_weight (`float`): weights of those losses in eq. 9.
         num_qa_labels (`int`): the answer vocabulary of [`SingleStreamForQuestionAnswering`] (3129: VQA v2's usual
             answers seen at least 9 times).
@@ -108,7 +133,9 @@ class SingleStreamConfig(PreTrainedConfig):
     supervised_heads: list[int] | None = None
     attention_supervision_weight: float | int = 1.0
     num_id_labels: int = 3
-    num_vgp_labels: int = 2
+    vgp_task: str = "type"
+    num_vgp_labels: int = 5
+    vgp_label_names: list[str] | None = None
     id_weight: float | int = 1.0
     vgp_weight: float | int = 1.0
     num_qa_labels: int = 3129
@@ -163,9 +190,40 @@ class SingleStreamConfig(PreTrainedConfig):
             raise ValueError(f"`num_object_labels` must be >= 0 (0: no masked-region classes), got {self.num_object_labels}.")
         if not 0 < self.referring_iou_threshold <= 1:
             raise ValueError(f"`referring_iou_threshold` must be in (0, 1], got {self.referring_iou_threshold}.")
+        self._check_vgp_fields()
         validate_supervision_fields(self, self.num_hidden_layers, self.num_attention_heads)
         check_dropout_implementation(self.dropout_implementation)
         check_visual_feature_normalization(self.visual_feature_normalization)
 
+    def _check_vgp_fields(self) -> None:
+        if self.vgp_task not in VGP_TASKS:
+            raise ValueError(f"`vgp_task` must be one of {VGP_TASKS}, got {self.vgp_task!r}.")
+        if self.vgp_task == "binary" and self.num_vgp_labels != 2:
+            raise ValueError(
+                f"`num_vgp_labels` must be 2 (not a paraphrase, paraphrase) for vgp_task='binary', got "
+                f"{self.num_vgp_labels}."
+            )
+        names = self.vgp_label_names
+        if names is not None and (
+            not isinstance(names, list)
+            or not all(isinstance(name, str) and name for name in names)
+            or len(names) != self.num_vgp_labels
+            or len(set(names)) != len(names)
+        ):
+            raise ValueError(
+                f"`vgp_label_names` must be None or a list of {self.num_vgp_labels} (`num_vgp_labels`) different "
+                f"non-empty names, got {names!r}."
+            )
 
-__all__ = ["SingleStreamConfig"]
+    def vgp_class_names(self) -> list[str]:
+        """The name of each VGP class in label order: `vgp_label_names`, or the default of `vgp_task`."""
+        if self.vgp_label_names is not None:
+            return list(self.vgp_label_names)
+        if self.vgp_task == "binary":
+            return list(VGP_BINARY_NAMES)
+        if self.num_vgp_labels == len(VGP_TYPE_NAMES):
+            return list(VGP_TYPE_NAMES)
+        return [f"type_{label}" for label in range(self.num_vgp_labels)]
+
+
+__all__ = ["VGP_BINARY_NAMES", "VGP_TASKS", "VGP_TYPE_NAMES", "SingleStreamConfig"]

@@ -118,7 +118,8 @@ class VisualParaphraseOutput(ModelOutput):
     loss_id / loss_vgp / loss_attention_supervision (`torch.FloatTensor`, *optional*): its components, each
         unweighted (trainers log them under the same names).
     id_logits (`torch.FloatTensor` of shape `(batch_size, num_id_labels)`): image-description identification.
-    vgp_logits (`torch.FloatTensor` of shape `(batch_size, num_vgp_labels)`): VGP phrase-pair classification.
+    vgp_logits (`torch.FloatTensor` of shape `(batch_size, num_vgp_labels)`): VGP phrase-pair classification (eq. 4):
+        the pair's semantic type, or paraphrase vs not with `vgp_task="binary"`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -405,9 +406,19 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
     identification on [CLS] (eq. 1), VGP classification of a phrase pair (eqs. 2-4) and attention supervision; the
     total loss is eq. (9).
 
+    VGP classification (eq. 4): p(y | p1, p2) = softmax(MLP([e1, e2, e1 * e2, |e1 - e2|])), e1 / e2 the max-pooled
+    final states of the two phrases' tokens, y the pair's *semantic type* (`config.vgp_task="type"`, the default): one
+    of the 5 classes of the VGP typology (Chu et al. 2022; `config.vgp_class_names()`), as in the authors' code
+    (jules-samaran/VL-BERT, a 5-way `phrasal_cls`). Only VGPs have a type: pairs that are not (a caption replaced by
+    another image's) carry the label -100 and are left out of L_vgp, which averages over the typed pairs (the
+    authors' code ignores their label -1 the same way; the collator counts them).
+    `vgp_task="binary"` (a named option) classifies paraphrase vs not instead (`num_vgp_labels=2`): the task of the VGP
+    identification csvs, which have no types, and one that also learns from the pairs that are not VGPs.
+
     Readings where the paper leaves details open: identification is one 3-way softmax over {only c1, only c2, both}
     describe the image; the phrase-pair features [e1, e2, e1 * e2, |e1 - e2|] (InferSent's pair features) go through a
-    two-layer MLP (hidden size, the encoder's activation) before the softmax.
+    two-layer MLP (hidden size, the encoder's activation) before the softmax (the authors' code uses one linear layer
+    after dropout, its "1fc" classifier).
     """
 
     def __init__(self, config: SingleStreamConfig):
@@ -417,7 +428,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         self.dropout = make_dropout(config, dropout)
         # eq. (1): p(c1 | c2 | both) = softmax(W_id h_[CLS])
         self.id_classifier = nn.Linear(config.hidden_size, config.num_id_labels)
-        # eqs. (2-4): MLP over [e1, e2, e1 * e2, |e1 - e2|] of max-pooled phrase states
+        # eqs. (2-4): MLP over [e1, e2, e1 * e2, |e1 - e2|] of max-pooled phrase states -> the pair's type (eq. 4)
         self.vgp_dense = nn.Linear(4 * config.hidden_size, config.hidden_size)
         self.vgp_activation = ACT2FN[config.hidden_act]
         self.vgp_classifier = nn.Linear(config.hidden_size, config.num_vgp_labels)
@@ -446,7 +457,9 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         phrase1_mask / phrase2_mask (`(batch, T)`, required): tokens of the phrase pair, p1 in c1 and p2 in c2 (each
         non-empty).
         id_labels (`(batch,)`): 0 = only c1 describes the image, 1 = only c2, 2 = both.
-        vgp_labels (`(batch,)`): 1 when p1 and p2 are visually grounded paraphrases, else 0.
+        vgp_labels (`(batch,)`): with `config.vgp_task="type"`, the pair's semantic type in [0, num_vgp_labels) or
+        -100 for a pair without one (not a VGP: left out of `loss_vgp`); with "binary", 1 when p1 and p2 are visually
+        grounded paraphrases, else 0 (-100 leaves a pair out there too).
         """
         check_forward_kwargs(self, kwargs)
         for name, mask in (("phrase1_mask", phrase1_mask), ("phrase2_mask", phrase2_mask)):
@@ -510,9 +523,11 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             check_integer(name, labels)
             if tuple(labels.shape) != (batch,):
                 raise ValueError(f"`{name}` must have shape (batch,) = ({batch},), got {tuple(labels.shape)}.")
-            if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_labels):
+            counted = labels[labels != -100] if name == "vgp_labels" else labels  # -100: a pair without a type
+            if counted.numel() and (int(counted.min()) < 0 or int(counted.max()) >= num_labels):
+                allowed = f"[0, {num_labels - 1}]" + (" or -100 (no label)" if name == "vgp_labels" else "")
                 raise ValueError(
-                    f"`{name}` must be in [0, {num_labels - 1}], got values in [{int(labels.min())}, {int(labels.max())}]."
+                    f"`{name}` must be in {allowed}, got values in [{int(counted.min())}, {int(counted.max())}]."
                 )
 
 
