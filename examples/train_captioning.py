@@ -18,7 +18,7 @@ grounding accuracy of the decoder's cross-attention teacher-forced on the test c
 summed (COCO captions carry no phrase boxes); `test_loss` and `test_loss_other_images`: the caption loss per token with
 each caption's own image and with another image, whose gap is how much the captioner uses the image, also under
 `image_use` with every example's keys), paper_results.json (the papers' tables under their names: "BLEU-1".."BLEU-4",
-"METEOR", "ROUGE-L", "CIDEr" (CIDEr-D, as the COCO server), "SPICE" with --spice; "attention_entropy_per_layer": Ilinykh's
+"METEOR", "ROUGE-L", "CIDEr" (CIDEr-D, as the COCO server), "SPICE" where it can run (else "SPICE_skipped" says why); "attention_entropy_per_layer": Ilinykh's
 Analysis III, the mean normalised entropy of each layer of the encoder self-attention ("region_to_region"), decoder
 self-attention ("word_to_word") and cross-attention ("decoder_cross"), teacher-forced on test captions;
 "attention_vs_distance": Analysis II, the encoder's region->region attention per layer in bins of box-centre distance,
@@ -58,7 +58,7 @@ from hf_vlalign.evaluation import evaluate_decoder_grounding
 from hf_vlalign.evaluation.inference import inference_batches
 from hf_vlalign.evaluation.tasks import generate_captions
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
-from hf_vlalign.metrics.captioning import caption_scores
+from hf_vlalign.metrics.captioning import caption_scores, spice_unavailable_reason
 from hf_vlalign.models.captioning.configuration_captioning import ALIGNMENT_FUSIONS
 from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
@@ -133,7 +133,11 @@ class CaptioningArguments:
     alignment_temperature: float = field(default=200.0, metadata={"help": "T_P of the exponential decay (in steps)."})
     max_new_tokens: int = field(default=20, metadata={"help": "length of the captions generated for the evaluation."})
     num_beams: int = field(default=1)
-    spice: bool = field(default=False, metadata={"help": "also SPICE (needs Stanford CoreNLP 3.6.0 in pycocoevalcap)."})
+    spice: bool | None = field(
+        default=None,
+        metadata={"help": "SPICE too (needs java and Stanford CoreNLP 3.6.0 in pycocoevalcap): default where it can run "
+                  "(else paper_results.json says why not), --spice true requires it, --spice false skips it."},
+    )  # fmt: skip
     analysis_examples: int | None = field(
         default=1000,
         metadata={"help": "test captions (a seeded sample) of the entropy and attention-vs-distance analyses (None: all)."},
@@ -420,14 +424,17 @@ def write_report(
     scores printed, then the push (main process only)."""
     output_dir = Path(training_args.output_dir)
     images = data.images
-    metrics = ("bleu", "meteor", "rouge_l", "cider", *(("spice",) if args.spice else ()))
+    spice_skipped = None if args.spice is not False else "--spice false"
+    if args.spice is None:
+        spice_skipped = spice_unavailable_reason()
+    metrics = ("bleu", "meteor", "rouge_l", "cider", *(() if spice_skipped else ("spice",)))
     scores = caption_scores(captions, [image["references"] for image in images], metrics=metrics)
     results = {
         "bleu_4": scores["bleu_4"],
         "cider": scores["cider"],
         "meteor": scores["meteor"],
         "rouge_l": scores["rouge_l"],
-        **({"spice": scores["spice"]} if args.spice else {}),
+        **({"spice": scores["spice"]} if "spice" in scores else {}),
         **{key: scores[key] for key in ("bleu_1", "bleu_2", "bleu_3")},
         "test_loss": image_use["own_image_loss"],
         "test_loss_other_images": image_use["shuffled_image_loss"],
@@ -454,6 +461,7 @@ def write_report(
         "attention_alignment": args.alignment,
         "geometry": args.geometry,
         **{PAPER_METRIC_NAMES[key]: value for key, value in scores.items() if key in PAPER_METRIC_NAMES},
+        **({"SPICE_skipped": spice_skipped} if spice_skipped else {}),
         "attention_entropy_per_layer": entropy_per_layer(analyses["entropy"]),
         "attention_vs_distance": {"per_layer": distance_correlation(distance_rows), "bins": distance_rows},
         "attention_entropy": analyses["entropy"],
@@ -487,7 +495,7 @@ def write_report(
         },
         config=model.config,
     )
-    headline = ("BLEU-4", "METEOR", "ROUGE-L", "CIDEr", *(("SPICE",) if args.spice else ()))
+    headline = ("BLEU-4", "METEOR", "ROUGE-L", "CIDEr", *(("SPICE",) if "spice" in scores else ()))
     print(json.dumps({key: paper[key] for key in headline}, indent=2))  # before the push, which may fail
     write_results(
         output_dir, results, card, push_to_hub=push_to_hub, training_args=training_args,

@@ -19,8 +19,6 @@ from published_features import write_butd_h5_features, write_m2_hdf5_features
 from script_modules import ROOT, load_script
 from shared_samples import real_sample
 
-pytestmark = pytest.mark.slow  # each test trains and evaluates a captioner
-
 train_captioning = load_script("train_captioning", ROOT / "examples" / "train_captioning.py")
 
 PAPER_METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr")
@@ -81,6 +79,7 @@ def check_paper_results(run: Path, num_layers: int) -> dict:
     for name in PAPER_METRICS:
         assert 0.0 <= paper[name] <= 10.0, name
     assert paper["num_test_images"] == 4 and paper["split"] == "test"
+    assert ("SPICE" in paper) != ("SPICE_skipped" in paper)  # SPICE where its CoreNLP jars are installed
     entropy = paper["attention_entropy_per_layer"]
     assert set(entropy) == {"region_to_region", "word_to_word", "decoder_cross"}
     for block, layers in entropy.items():
@@ -98,6 +97,7 @@ def check_paper_results(run: Path, num_layers: int) -> dict:
     return paper
 
 
+@pytest.mark.slow
 def test_ilinykh_command_on_butd_features(karpathy, tmp_path):
     dataset_coco, butd_store, _ = karpathy
     run = tmp_path / "ilinykh"
@@ -115,6 +115,7 @@ def test_ilinykh_command_on_butd_features(karpathy, tmp_path):
     assert paper["CIDEr"] == pytest.approx(results["cider"]) and paper["BLEU-4"] == pytest.approx(results["bleu_4"])
 
 
+@pytest.mark.slow
 def test_fei_command_compares_fusions_with_scst_on_m2_features(karpathy, tmp_path):
     dataset_coco, _, m2_store = karpathy
     root = tmp_path / "fei"
@@ -136,3 +137,26 @@ def test_fei_command_compares_fusions_with_scst_on_m2_features(karpathy, tmp_pat
         logged = {key for entry in state["log_history"] for key in entry}
         assert {"loss_scst", "reward"} <= logged, fusion  # the last step was self-critical
         assert ("loss_mask" in logged) == (fusion != "none")
+
+
+def test_configs_hold_the_papers_settings_and_flags_are_checked(tmp_path):
+    data = ["--karpathy_json", "dataset_coco.json", "--features", "store", "--output_dir", str(tmp_path), "--use_cpu"]
+    args, training_args = train_captioning.parse_args(["--config", str(ROOT / "examples/configs/ilinykh.yaml"), *data])
+    sizes = (args.encoder_layers, args.decoder_layers, args.d_model, args.ffn_dim, args.attention_heads, args.dropout)
+    assert sizes == (6, 6, 512, 2048, 8, 0.1) and args.geometry and args.alignment == "none"
+    # NoamOpt(512, factor 1, warmup 10000): the peak of transformers' inverse_sqrt schedule
+    assert training_args.learning_rate == pytest.approx(512**-0.5 * 10000**-0.5)
+    assert (training_args.warmup_steps, training_args.per_device_train_batch_size, training_args.num_train_epochs) == (10000, 75, 30)
+    assert training_args.encoder_learning_rate is None and training_args.scst_start_epoch is None
+    args, training_args = train_captioning.parse_args(["--config", str(ROOT / "examples/configs/fei_a2.yaml"), *data])
+    assert train_captioning.fusions(args) == ["none", "max", "moving_average", "exp_decay", "gate"]
+    assert (args.d_model, args.attention_heads, args.dropout, args.geometry) == (512, 8, 0.1, False)
+    assert (training_args.scst_start_epoch, training_args.num_train_epochs, training_args.scst_learning_rate) == (20, 30, 5e-6)
+    single, _ = train_captioning.parse_args(["--config", str(ROOT / "examples/configs/fei_a2.yaml"), *data, "--a2_fusions", ""])
+    assert train_captioning.fusions(single) == [] and single.alignment == "gate"
+    with pytest.raises(ValueError, match=r"`--karpathy_json` and `--features` go together"):
+        train_captioning.parse_args(["--karpathy_json", "dataset_coco.json", "--output_dir", str(tmp_path)])
+    with pytest.raises(ValueError, match=r"`--a2_fusions` must name fusions from .*got 'average'"):
+        train_captioning.parse_args(["--a2_fusions", "none,average", "--output_dir", str(tmp_path)])
+    with pytest.raises(ValueError, match=r"`--a2_fusions` must be a comma-separated list of distinct fusions"):
+        train_captioning.parse_args(["--a2_fusions", "max,max", "--output_dir", str(tmp_path)])
