@@ -117,6 +117,16 @@ class CaptioningArguments:
                   "<output_dir>/<fusion>, then a2_comparison.json / .md (overrides --alignment)."},
     )  # fmt: skip
     alignment_eta: float | None = field(default=None, metadata={"help": "eta of the moving-average fusion (eq. 7)."})
+    # A2's readings, the captioner config's fields of the same names (default: the config's, the printed forms)
+    alignment_moving_average: str | None = field(
+        default=None, metadata={"help": "eq. 7: additive (printed: a + eta a_m) | convex ((1 - eta) a + eta a_m)."}
+    )
+    alignment_mask_input: str | None = field(
+        default=None, metadata={"help": "eq. 2: query (printed: sigmoid(W_m h_t + b_m)) | query_and_regions."}
+    )
+    alignment_mask_regions: int | None = field(
+        default=None, metadata={"help": "region slots N of the 'query' mask network (at least the most regions an image has)."}
+    )
     geometry: bool = field(default=True, metadata={"help": "geometry-aware encoder attention (--no_geometry: ablation)."})
     aligned_layers: str | None = field(default=None, metadata={"help": "comma-separated decoder layers (default all)."})
     d_model: int | None = field(
@@ -287,8 +297,9 @@ def load_model(
         "alignment_temperature": args.alignment_temperature,
         "normalize_before": args.normalize_before,
     }
-    if args.alignment_eta is not None:
-        settings["alignment_eta"] = args.alignment_eta
+    for name in ("alignment_eta", "alignment_moving_average", "alignment_mask_input", "alignment_mask_regions"):
+        if getattr(args, name) is not None:  # the config checks the value
+            settings[name] = getattr(args, name)
     if args.dropout is not None:  # config fields, read when the modules are built
         settings.update(dropout=args.dropout, attention_dropout=args.dropout)
 

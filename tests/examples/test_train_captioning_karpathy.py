@@ -151,6 +151,7 @@ def test_configs_hold_the_papers_settings_and_flags_are_checked(tmp_path):
     args, training_args = train_captioning.parse_args(["--config", str(ROOT / "examples/configs/fei_a2.yaml"), *data])
     assert train_captioning.fusions(args) == ["none", "max", "moving_average", "exp_decay", "gate"]
     assert (args.d_model, args.attention_heads, args.dropout, args.geometry) == (512, 8, 0.1, False)
+    assert (args.alignment_mask_input, args.alignment_moving_average) == ("query", "additive")  # eqs. 2 and 7 as printed
     assert (training_args.scst_start_epoch, training_args.num_train_epochs, training_args.scst_learning_rate) == (20, 30, 5e-6)
     single, _ = train_captioning.parse_args(["--config", str(ROOT / "examples/configs/fei_a2.yaml"), *data, "--a2_fusions", ""])
     assert train_captioning.fusions(single) == [] and single.alignment == "gate"
