@@ -124,6 +124,24 @@ def test_self_critical_training_rewards_cider(captions, tmp_path):
     assert all(log["reward"] >= 0 for log in steps)
 
 
+def test_scst_learning_rate_replaces_the_schedule_from_the_switch_on(captions, tmp_path):
+    # batches of 16 captions: 7 steps an epoch; the first is cross-entropy (epoch 0), the others self-critical
+    trainer = make_trainer(captions, tmp_path, alignment="none", max_steps=3, scst_start_epoch=0.1,
+                           scst_learning_rate=2e-5, scst_max_new_tokens=5, warmup_steps=0)  # fmt: skip
+    seen = []
+
+    class Rates(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            seen.append({group["lr"] for group in trainer.optimizer.param_groups})
+
+    trainer.add_callback(Rates())
+    trainer.train()
+    # linear decay from 1e-3 over 3 steps: the cross-entropy step at 1e-3, then the fixed SCST rate in every group
+    assert seen == [{1e-3}, {2e-5}, {2e-5}]
+    steps = [log for log in trainer.state.log_history if "loss" in log]
+    assert "loss_scst" not in steps[0] and all("loss_scst" in log for log in steps[1:])
+
+
 def test_encoder_learning_rate_gets_its_own_scheduled_groups(captions, tmp_path):
     trainer = make_trainer(captions, tmp_path, max_steps=2, encoder_learning_rate=1e-4)
     trainer.train()
@@ -157,6 +175,7 @@ def test_arguments_refuse_bad_settings(tmp_path):
         "scst_start_epoch": (-1.0, r"`scst_start_epoch` must be >= 0 \(or None: no self-critical training\), got -1.0"),
         "scst_max_new_tokens": (0, r"`scst_max_new_tokens` must be an int >= 1"),
         "encoder_learning_rate": (0.0, r"`encoder_learning_rate` must be > 0"),
+        "scst_learning_rate": (0.0, r"`scst_learning_rate` must be > 0 \(or None: the scheduler's\), got 0.0"),
     }
     for name, (value, message) in bad.items():
         with pytest.raises(ValueError, match=message):
@@ -173,7 +192,7 @@ def test_settings_are_arguments_parsed_listed_and_saved(captions, tmp_path):
     parser = HfArgumentParser(CaptioningTrainingArguments)
     flags = {
         "mask_update_every": "3", "mask_learning_rate": "0.002", "scst_start_epoch": "1.5", "scst_max_new_tokens": "7",
-        "encoder_learning_rate": "0.0001",
+        "encoder_learning_rate": "0.0001", "scst_learning_rate": "5e-06",
     }  # fmt: skip
     argv = ["--output_dir", str(tmp_path), *(item for name, value in flags.items() for item in (f"--{name}", value))]
     (args,) = parser.parse_args_into_dataclasses(argv)
@@ -183,7 +202,8 @@ def test_settings_are_arguments_parsed_listed_and_saved(captions, tmp_path):
     assert all(f"--{name}" in help_text for name in flags) and "--distill_from" in help_text
     saved = json.loads(args.to_json_string())  # what Trainer saves with the run
     assert {name: saved[name] for name in flags} == {"mask_update_every": 3, "mask_learning_rate": 0.002,
-        "scst_start_epoch": 1.5, "scst_max_new_tokens": 7, "encoder_learning_rate": 1e-4}  # fmt: skip
+        "scst_start_epoch": 1.5, "scst_max_new_tokens": 7, "encoder_learning_rate": 1e-4,
+        "scst_learning_rate": 5e-6}  # fmt: skip
     # the trainer takes its settings from `args` only, and a plain TrainingArguments becomes its arguments' class
     _, _, tokenizer = captions
     for old in ({"mask_update_every": 2}, {"scst_start_epoch": 0.0}, {"tokenizer": tokenizer}):
@@ -222,12 +242,20 @@ def test_example_trains_evaluates_and_draws(tmp_path, monkeypatch):
     samples = json.loads((output / "samples.json").read_text())
     assert len(samples) == 5 and all(len(sample["references"]) == 5 for sample in samples)
     assert (output / "attention_alignment.png").stat().st_size > 1000
+    # the papers' table: caption metrics under their names, Ilinykh's entropy per layer and attention vs distance
+    paper = json.loads((output / "paper_results.json").read_text())
+    assert paper["BLEU-4"] == pytest.approx(results["bleu_4"]) and paper["CIDEr"] == pytest.approx(results["cider"])
+    layers = {block: len(rows) for block, rows in paper["attention_entropy_per_layer"].items()}
+    assert layers == {"region_to_region": 1, "word_to_word": 2, "decoder_cross": 2}
+    assert len(paper["attention_vs_distance"]["per_layer"]) == 1
+    assert (output / "attention_entropy.png").stat().st_size > 1000
     reloaded = RegionCaptionerForConditionalGeneration.from_pretrained(output)
     assert reloaded.config.attention_alignment == "moving_average" and reloaded.config.use_geometry is False
     # the image-use gap: the trained captioner reads the regions; one whose cross-attention adds nothing cannot
     args, _ = train_captioning.parse_args(argv)
-    _, test, _, store = train_captioning.load_data(args)
-    collator = CaptioningCollator(AutoTokenizer.from_pretrained(output), store, text_columns=("sentence",))
+    data = train_captioning.load_data(args)
+    test = data.test
+    collator = CaptioningCollator(AutoTokenizer.from_pretrained(output), data.store, text_columns=("sentence",))
     gap = image_use_gap(reloaded, test, collator, batch_size=8, seed=results["image_use"]["image_use_seed"], progress=False)
     assert gap["own_image_loss"] == pytest.approx(results["test_loss"], rel=1e-5)
     assert gap["shuffled_image_loss"] == pytest.approx(results["test_loss_other_images"], rel=1e-5)

@@ -40,6 +40,10 @@ class CaptioningTrainingArguments(ComponentLossTrainingArguments):
             against the batch's `references` minus the reward of the greedy caption, and their log-likelihood is
             weighted by that advantage. Needs the trainer's `processing_class` (the tokenizer) and a collator that
             returns `references` (`CaptioningCollator(reference_column=...)`). None: cross-entropy throughout.
+        scst_learning_rate (`float`, *optional*):
+            A fixed learning rate of every parameter group during self-critical training (e.g. 5e-6, the
+            meshed-memory transformer's SCST stage, which the A2 paper's training follows), replacing the scheduler's
+            value from the switch on. None: the scheduler goes on as in cross-entropy training.
         scst_max_new_tokens (`int`, *optional*, defaults to `20`):
             Length of the sampled and greedy captions of self-critical training.
         encoder_learning_rate (`float`, *optional*):
@@ -57,6 +61,10 @@ class CaptioningTrainingArguments(ComponentLossTrainingArguments):
         default=None,
         metadata={"help": "Epoch from which training is self-critical (CIDEr-D reward, greedy baseline); default: never."},
     )
+    scst_learning_rate: float | None = field(
+        default=None,
+        metadata={"help": "Fixed learning rate during self-critical training (default: the scheduler's, continued)."},
+    )
     scst_max_new_tokens: int = field(
         default=20, metadata={"help": "Length of the sampled and greedy captions of self-critical training."}
     )
@@ -73,6 +81,8 @@ class CaptioningTrainingArguments(ComponentLossTrainingArguments):
             raise ValueError(f"`mask_learning_rate` must be > 0 (or None for `learning_rate`), got {self.mask_learning_rate!r}.")
         if self.scst_start_epoch is not None and not self.scst_start_epoch >= 0:
             raise ValueError(f"`scst_start_epoch` must be >= 0 (or None: no self-critical training), got {self.scst_start_epoch!r}.")
+        if self.scst_learning_rate is not None and not self.scst_learning_rate > 0:
+            raise ValueError(f"`scst_learning_rate` must be > 0 (or None: the scheduler's), got {self.scst_learning_rate!r}.")
         if not isinstance(self.scst_max_new_tokens, int) or self.scst_max_new_tokens < 1:
             raise ValueError(f"`scst_max_new_tokens` must be an int >= 1, got {self.scst_max_new_tokens!r}.")
         if self.encoder_learning_rate is not None and not self.encoder_learning_rate > 0:
@@ -167,6 +177,10 @@ class CaptioningTrainer(ComponentLossTrainer):
             batches, counts = self._pending_mask_step
             self._pending_mask_step = None
             self._mask_step(batches, counts)
+        if self.args.scst_learning_rate is not None and self.scst_enabled and self.optimizer is not None:
+            # set before every optimizer step: the scheduler's step after it writes its own value back
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.args.scst_learning_rate
         return super().training_step(model, inputs, num_items_in_batch)
 
     def _mask_step(self, batches: list[dict], counts: dict[str, torch.Tensor]) -> None:
