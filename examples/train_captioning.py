@@ -22,7 +22,9 @@ each caption's own image and with another image, whose gap is how much the capti
 Analysis III, the mean normalised entropy of each layer of the encoder self-attention ("region_to_region"), decoder
 self-attention ("word_to_word") and cross-attention ("decoder_cross"), teacher-forced on test captions;
 "attention_vs_distance": Analysis II, the encoder's region->region attention per layer in bins of box-centre distance,
-with its Pearson correlation per layer), attention_entropy.png and attention_vs_distance.png (those analyses),
+with its Pearson correlation per layer; "within_cluster_attention": Analysis I, the share of the encoder's
+region->region attention that stays within the query region's spatial cluster of boxes, per layer),
+attention_entropy.png, attention_vs_distance.png and within_cluster_attention.png (those analyses),
 samples.json (generated captions with their references), attention_alignment.png (the top-1 attended region of every
 generated word before and after alignment, the A2 paper's Figure 1) and README.md (the model card).
 
@@ -50,7 +52,13 @@ from hf_vlalign import RegionCaptionerConfig, RegionCaptionerForConditionalGener
 from hf_vlalign.analysis.adapters import attention_blocks
 from hf_vlalign.analysis.attention_plots import plot_word_region_heatmaps
 from hf_vlalign.analysis.entropy import AttentionEntropy, plot_entropy
-from hf_vlalign.analysis.geometry import AttentionDistance, plot_attention_vs_distance
+from hf_vlalign.analysis.geometry import (
+    AttentionDistance,
+    WithinClusterAttention,
+    plot_attention_vs_distance,
+    plot_within_cluster,
+    region_clusters,
+)
 from hf_vlalign.data import CaptioningCollator, RegionFeatureStore, build_dataset, group_captions_by_image
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators.regions import store_image_id
@@ -370,10 +378,12 @@ def alignment_panels(model, image, store, tokenizer, caption: str) -> tuple[list
 @torch.no_grad()
 def attention_analyses(model, test, collator, batch_size: int, seed: int, max_examples: int | None, num_bins: int) -> dict:
     """Ilinykh's analyses of the trained captioner, teacher-forced on a seeded sample of test captions: attention
-    entropy per block, layer and head (Analysis III, `AttentionEntropy`) and the encoder's region->region attention
-    by box-centre distance (Analysis II, `AttentionDistance`). Every process runs it (forward passes)."""
+    entropy per block, layer and head (Analysis III, `AttentionEntropy`), the encoder's region->region attention
+    by box-centre distance (Analysis II, `AttentionDistance`) and within spatial clusters of boxes (Analysis I,
+    `WithinClusterAttention`: k-means on box centres, `region_clusters(source="spatial")`; the captioner's batches
+    carry no detector class). Every process runs it (forward passes)."""
     rows = evaluation_subset(test, max_examples, seed, argument="--analysis_examples")
-    entropy, distance = AttentionEntropy(), AttentionDistance(num_bins)
+    entropy, distance, within_cluster = AttentionEntropy(), AttentionDistance(num_bins), WithinClusterAttention()
     model.eval()
     for batch in inference_batches(model, rows, collator, batch_size, exclude=CAPTION_NON_MODEL_KEYS, description="analyses"):
         outputs = model(**batch.inputs, output_attentions=True)
@@ -381,7 +391,14 @@ def attention_analyses(model, test, collator, batch_size: int, seed: int, max_ex
         blocks = attention_blocks(outputs, **masks, source="captioner")
         entropy.update(blocks)
         distance.update(blocks, batch.batch["visual_boxes"])
-    return {"entropy": entropy.compute(), "distance": distance.compute(), "num_captions": len(rows)}
+        clusters, _ = region_clusters(batch.batch["visual_boxes"], batch.batch["visual_attention_mask"], source="spatial")
+        within_cluster.update(blocks, clusters)
+    return {
+        "entropy": entropy.compute(),
+        "distance": distance.compute(),
+        "within_cluster": within_cluster.compute(),
+        "num_captions": len(rows),
+    }
 
 
 def entropy_per_layer(rows: list[dict]) -> dict[str, list[dict]]:
@@ -475,6 +492,7 @@ def write_report(
         **({"SPICE_skipped": spice_skipped} if spice_skipped else {}),
         "attention_entropy_per_layer": entropy_per_layer(analyses["entropy"]),
         "attention_vs_distance": {"per_layer": distance_correlation(distance_rows), "bins": distance_rows},
+        "within_cluster_attention": {"cluster_source": "spatial", "per_layer": analyses["within_cluster"]},
         "attention_entropy": analyses["entropy"],
         "num_analysis_captions": analyses["num_captions"],
     }
@@ -489,6 +507,7 @@ def write_report(
     title = f"captioner ({args.alignment})"
     plot_entropy(analyses["entropy"], output_dir / "attention_entropy.png", title=title)
     plot_attention_vs_distance(distance_rows, output_dir / "attention_vs_distance.png", title=title)
+    plot_within_cluster(analyses["within_cluster"], output_dir / "within_cluster_attention.png", title=title)
     card = render_model_card(
         "captioner",
         model_id=training_args.hub_model_id,

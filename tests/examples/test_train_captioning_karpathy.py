@@ -90,7 +90,11 @@ def check_paper_results(run: Path, num_layers: int) -> dict:
     assert sum(row["num_pairs"] for row in distance["bins"] if row["layer"] == 0) == 12 * 10 * 9  # 10 regions a caption
     assert all(row["pearson_distance_attention"] is None or -1 <= row["pearson_distance_attention"] <= 1
                for row in distance["per_layer"])  # fmt: skip
-    for plot in ("attention_entropy.png", "attention_vs_distance.png", "attention_alignment.png"):
+    clusters = paper["within_cluster_attention"]
+    assert clusters["cluster_source"] == "spatial"
+    assert [row["layer"] for row in clusters["per_layer"]] == list(range(num_layers))
+    assert all(abs(row["within"] + row["across"] - 1.0) < 1e-6 and row["num_rows"] > 0 for row in clusters["per_layer"])
+    for plot in ("attention_entropy.png", "attention_vs_distance.png", "within_cluster_attention.png", "attention_alignment.png"):
         assert (run / plot).stat().st_size > 1000, plot
     samples = json.loads((run / "samples.json").read_text())
     assert len(samples) == 4 and all(len(sample["references"]) == 5 for sample in samples)
