@@ -25,6 +25,7 @@ Every transformers `TrainingArguments` flag works too (--seed, --num_train_epoch
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from dataclasses import dataclass, field, replace
@@ -82,6 +83,36 @@ class PretrainingArguments:
             "pair; default: glove when that package is installed, else minilm."
         },
     )
+    lxmert_data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "LXMERT's pre-training json folder (data/lxmert: mscoco_train, mscoco_nominival, mscoco_minival, "
+            "vgnococo .json): COCO captions + Visual Genome region descriptions + VQA / GQA / VG questions."
+        },
+    )
+    lxmert_train_files: str = field(
+        default="mscoco_train,mscoco_nominival,vgnococo", metadata={"help": "LXMERT's --train files."}
+    )
+    lxmert_eval_files: str = field(default="mscoco_minival", metadata={"help": "LXMERT's --valid files."})
+    visual_genome_dir: str | None = field(
+        default=None,
+        metadata={"help": "Visual Genome folder (region_descriptions.json, image_data.json): the 'vg' sentences' "
+                  "pointers to their regions (alignment targets)."},
+    )
+    gqa_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "GQA folder ({train,val}_balanced_questions.json): with --lxmert_data_dir, each run is fine-tuned "
+            "on GQA (examples/finetune_vqa.py --dataset gqa) and reports GQA accuracy and consistency; the train "
+            "questions' annotations (with --scene_graphs) are the 'gqa' sentences' pointers."
+        },
+    )
+    gqa_questions_file: str | None = field(default=None, metadata={"help": "GQA train questions (file or shards)."})
+    gqa_eval_questions_file: str | None = field(default=None, metadata={"help": "GQA evaluation questions."})
+    gqa_answer_vocab: str | None = field(default=None, metadata={"help": "GQA ans2label JSON (fine-tuning head)."})
+    gqa_num_train_epochs: float = field(default=4.0, metadata={"help": "GQA fine-tuning epochs."})
+    gqa_learning_rate: float = field(default=1e-5, metadata={"help": "GQA fine-tuning learning rate."})
+    gqa_batch_size: int = field(default=32, metadata={"help": "GQA fine-tuning batch size per device."})
     data_dir: str | None = field(default=None, metadata={"help": "GQA question files (default: synthetic scenes)."})
     features: str | None = field(default=None, metadata={"help": "RegionFeatureStore folder of the images."})
     scene_graphs: str | None = field(default=None, metadata={"help": "GQA train scene graphs (pointer boxes)."})
@@ -161,10 +192,14 @@ class PretrainingData:
     attribute_names: list[str] | None
     num_answers: int
     source: str
+    text_column: str = "question"  # the rows' text ("sentence" in LXMERT's layout)
 
 
 def load_data(args: PretrainingArguments) -> PretrainingData:
-    """GQA questions with `--data_dir`, else the synthetic scenes' GQA-format questions."""
+    """LXMERT's pre-training files with `--lxmert_data_dir`, GQA questions with `--data_dir`, else the synthetic
+    scenes' GQA-format questions."""
+    if args.lxmert_data_dir is not None:
+        return load_lxmert_data(args)
     if args.data_dir is None:
         config = synthetic_scene_config(args)
         store = synthetic_region_features(config=config)
@@ -187,6 +222,105 @@ def load_data(args: PretrainingArguments) -> PretrainingData:
     return PretrainingData(
         train, evaluation, store, read_vocabulary(args.object_vocab), attributes, vocab_size, f"GQA ({args.data_dir})"
     )
+
+
+def load_lxmert_data(args: PretrainingArguments) -> PretrainingData:
+    """LXMERT's pre-training sentences (`builders/lxmert_pretraining.py`), QA labels from `--answer_vocab` (LXMERT's
+    VQA ans2label), word->object pointers from Visual Genome's region descriptions (`--visual_genome_dir`) and from
+    GQA's question annotations (`--gqa_dir` or `--gqa_questions_file`, with `--scene_graphs`)."""
+    if args.data_dir is not None:
+        raise ValueError("`--data_dir` (GQA questions) and `--lxmert_data_dir` are two data sources; pass one.")
+    if not (args.features and args.answer_vocab and args.object_vocab):
+        raise ValueError("`--lxmert_data_dir` needs `--features`, `--answer_vocab` and `--object_vocab`.")
+    store = RegionFeatureStore.load(args.features)
+    options = {
+        "answer_vocab": args.answer_vocab,
+        "visual_genome_dir": args.visual_genome_dir,
+        "region_features": store,
+        "on_missing_image": "skip",
+    }
+    if args.scene_graphs is not None:
+        options["gqa_questions"] = gqa_questions_path(args, "train")
+        options["gqa_scene_graphs"] = args.scene_graphs
+    train = build_dataset("lxmert_pretraining", args.lxmert_data_dir, args.lxmert_train_files, **options)
+    evaluation = build_dataset("lxmert_pretraining", args.lxmert_data_dir, args.lxmert_eval_files, **options)
+    vocab_size = len(json.loads(Path(args.answer_vocab).read_text()))
+    attributes = read_vocabulary(args.attribute_vocab) if args.attribute_vocab else None
+    return PretrainingData(
+        train, evaluation, store, read_vocabulary(args.object_vocab), attributes, vocab_size,
+        f"LXMERT pre-training data ({args.lxmert_data_dir}: {args.lxmert_train_files})", "sentence",
+    )  # fmt: skip
+
+
+def gqa_questions_path(args: PretrainingArguments, split: str) -> str:
+    """`--gqa_questions_file` / `--gqa_eval_questions_file`, else the official balanced file of `--gqa_dir`."""
+    given = args.gqa_questions_file if split == "train" else args.gqa_eval_questions_file
+    if given is not None:
+        return given
+    if args.gqa_dir is None:
+        raise ValueError(f"GQA {split} questions are needed: pass `--gqa_dir` (or `--gqa_questions_file`).")
+    return str(Path(args.gqa_dir) / f"{split}_balanced_questions.json")
+
+
+def pointer_counts(dataset) -> dict:
+    """Rows whose sentence has word->object pointers (the alignment loss's rows), per text source."""
+    pointed = [bool(spans) for spans in dataset["sentence_phrase_spans"]]
+    counts = {"rows": len(dataset), "rows_with_pointers": sum(pointed)}
+    if "source" in dataset.column_names:
+        for source, has in zip(dataset["source"], pointed):
+            entry = counts.setdefault("by_source", {}).setdefault(source, {"rows": 0, "rows_with_pointers": 0})
+            entry["rows"] += 1
+            entry["rows_with_pointers"] += has
+    return counts
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# GQA fine-tuning of a pre-trained run (Kervadec et al.: GQA accuracy and consistency)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def finetune_on_gqa(args: PretrainingArguments, training_args, checkpoint: Path) -> dict:
+    """Fine-tunes `checkpoint` on GQA with examples/finetune_vqa.py (`--dataset gqa`) in this process, into
+    `checkpoint/gqa`; returns its eval_results plus `gqa_accuracy` and `gqa_consistency` (None when the evaluated
+    questions do not hold the entailed questions of the balanced ones)."""
+    if args.gqa_answer_vocab is None:
+        raise ValueError("GQA fine-tuning (`--gqa_dir`) needs `--gqa_answer_vocab` (GQA's trainval_ans2label.json).")
+    finetune_vqa = _finetune_vqa_module()
+    argv = [
+        "--dataset", "gqa", "--data_dir", args.gqa_dir, "--features", args.features, "--model_family", "two_stream",
+        "--model_name_or_path", str(checkpoint), "--answer_vocab", args.gqa_answer_vocab,
+        "--output_dir", str(checkpoint / "gqa"), "--num_train_epochs", str(args.gqa_num_train_epochs),
+        "--learning_rate", str(args.gqa_learning_rate), "--per_device_train_batch_size", str(args.gqa_batch_size),
+        "--per_device_eval_batch_size", str(training_args.per_device_eval_batch_size),
+        "--seed", str(training_args.seed), "--max_text_length", str(args.max_text_length),
+        "--report_to", *(training_args.report_to or ["none"]),
+        "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", str(training_args.logging_steps),
+    ]  # fmt: skip
+    if training_args.max_steps > 0:
+        argv += ["--max_steps", str(training_args.max_steps)]
+    for flag, value in (
+        ("questions_file", args.gqa_questions_file),
+        ("eval_questions_file", args.gqa_eval_questions_file),
+        ("scene_graphs", args.scene_graphs),
+        ("eval_scene_graphs", args.eval_scene_graphs),
+        ("dropout", args.dropout),
+        ("image_use_examples", args.image_use_examples),
+    ):
+        if value is not None:
+            argv += [f"--{flag}", str(value)]
+    results = finetune_vqa.main(argv)
+    return {"gqa_accuracy": results.get("accuracy"), "gqa_consistency": results.get("gqa_consistency"), "gqa": results}
+
+
+def _finetune_vqa_module():
+    """examples/finetune_vqa.py (a script beside this one, not a package), imported once."""
+    name = "hf_vlalign_examples_finetune_vqa"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("finetune_vqa.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -223,7 +357,12 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
     store = data.store
     set_seed(training_args.seed)  # both runs start from the same weights and see the same batches
     model = load_model(args, with_alignment, data)
-    collate = {"max_text_length": args.max_text_length, "num_answers": data.num_answers, "soft_targets": soft_targets}
+    collate = {
+        "max_text_length": args.max_text_length,
+        "num_answers": data.num_answers,
+        "soft_targets": soft_targets,
+        "text_columns": (data.text_column,),
+    }
     masking = {
         name: getattr(args, name)
         for name in ("mlm_probability", "object_mask_probability", "mismatch_probability")
@@ -264,6 +403,8 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
         "best_head_grounding_accuracy": result.per_head.best_head_accuracy,
         "num_grounded_phrases": result.per_head.num_phrases,
         "data": data.source,
+        **({"pointers": {"train": pointer_counts(train), "eval": pointer_counts(evaluation)}}
+           if data.text_column == "sentence" else {}),
         **result.to_dict(),
         "truncation": truncation_results(
             args.max_text_length, {"train": train_truncation, "eval": eval_truncation}, [train_collator, eval_collator]
@@ -280,13 +421,13 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def figure_panels(runs: dict, evaluation, tokenizer) -> tuple[list, object]:
+def figure_panels(runs: dict, evaluation, tokenizer, text_column: str = "question") -> tuple[list, object]:
     """The panels of the paper's Figure 4: penultimate-layer language->vision cross-attention (heads summed) of each
     run, then the alignment decoder's distribution (where a run has one) and the soft targets A*, for the evaluation
     question with the most grounded words; returns (panels, the last run's `cross_attention_rows`). Forward passes of
     the trained models, so every process runs them (under FSDP or DeepSpeed ZeRO-3 a forward pass gathers the
     sharded weights from every process)."""
-    example = max(range(min(len(evaluation), 200)), key=lambda i: sum(e - s for s, e in evaluation[i]["question_phrase_spans"]))
+    example = max(range(min(len(evaluation), 200)), key=lambda i: sum(e - s for s, e in evaluation[i][f"{text_column}_phrase_spans"]))
     panels, drawn = [], None
     for run, (model, results, collator) in runs.items():
         layer = results["cross_attention_grounding_layer"]
@@ -340,12 +481,18 @@ def main(argv: list[str] | None = None) -> dict:
     push_to_hub = take_push_to_hub(training_args)  # the runs are pushed once, together, below
     runs = {run: train_one(args, training_args, run, data, tokenizer, soft_targets) for run in selected}
     summary = {RUNS[run][0]: results for run, (_, results, _) in runs.items()}
-    panels, drawn = figure_panels(runs, data.eval, tokenizer)  # every process: forward passes of the models
+    panels, drawn = figure_panels(runs, data.eval, tokenizer, data.text_column)
+    if args.lxmert_data_dir is not None and args.gqa_dir is not None:  # Kervadec et al.'s GQA evaluation of each run
+        for name, results in summary.items():
+            results.update(finetune_on_gqa(args, training_args, Path(training_args.output_dir) / name))
+            if training_args.process_index == 0:
+                write_json(Path(training_args.output_dir) / name / "eval_results.json", results)  # every process: forward passes of the models
     if training_args.process_index == 0:  # the main process writes, as `Trainer.is_world_process_zero`
         output_dir = Path(training_args.output_dir)
         plot_word_region_heatmaps(panels, drawn.words, drawn.region_labels, output_dir / "cross_attention.png")
         card = model_card(args, training_args, runs, summary, data.source)
         headline = (
+            *(("gqa_accuracy", "gqa_consistency") if "gqa_accuracy" in summary[next(iter(summary))] else ()),
             "vqa_accuracy",
             "cross_attention_grounding_accuracy",
             "alignment_decoder_grounding_accuracy",
