@@ -6,6 +6,22 @@
     accelerate launch examples/pretrain_two_stream.py --data_dir GQA --features STORE_DIR \
         --scene_graphs train_sceneGraphs.json --eval_scene_graphs val_sceneGraphs.json \
         --answer_vocab trainval_ans2label.json --object_vocab objects_vocab.txt --attribute_vocab attributes_vocab.txt
+    # Kervadec et al.'s experiment: LXMERT's pre-training data, then GQA fine-tuning of each run
+    accelerate launch examples/pretrain_two_stream.py --config examples/configs/kervadec.yaml \
+        --lxmert_data_dir data/lxmert --features STORE_DIR --visual_genome_dir VG \
+        --answer_vocab data/vqa/trainval_ans2label.json --object_vocab objects_vocab.txt \
+        --attribute_vocab attributes_vocab.txt --gqa_dir GQA --gqa_answer_vocab data/gqa/trainval_ans2label.json \
+        --scene_graphs GQA/train_sceneGraphs.json --eval_scene_graphs GQA/val_sceneGraphs.json
+
+Data. `--lxmert_data_dir` reads LXMERT's pre-training files (`builders/lxmert_pretraining.py`: COCO captions, Visual
+Genome region descriptions, VQA / GQA / Visual Genome questions, one row per sentence; `--lxmert_train_files`,
+`--lxmert_eval_files` as LXMERT's --train / --valid) with QA labels from `--answer_vocab` (LXMERT's VQA ans2label);
+STORE_DIR is LXMERT's `*_obj36.tsv` files concatenated and converted (`hf-vlalign convert-features ALL.tsv --format
+lxmert_tsv --out STORE_DIR`), whose detector classes and attributes are the masked-object labels. The alignment
+targets come from the sentences' word->object pointers: Visual Genome region descriptions point to their region
+(`--visual_genome_dir`), GQA questions to their annotated objects (`--gqa_dir` or `--gqa_questions_file` with
+`--scene_graphs`); rows without pointers contribute no alignment loss (`pointers` in eval_results.json counts them).
+`--data_dir` instead reads GQA questions and scene graphs only; with neither, the synthetic scenes.
 
 Each run pre-trains with masked words, masked objects, image-sentence matching and question answering (from
 `--qa_start_epoch`), plus, with the alignment loss, the alignment decoder trained towards soft targets A* (eqs. 15-18:
@@ -18,7 +34,10 @@ Writes to --output_dir: one folder per run (`with_alignment/`, `without_alignmen
 training_args.json, tokenizer, eval_results.json with `vqa_accuracy`, `cross_attention_grounding_accuracy`, `alignment_loss` (mean L_align on
 the evaluation split; null without the decoder) and more), `eval_results.json` with both runs, and `cross_attention.png` (the word x object
 cross-attention of the penultimate cross layer for both runs side by side) and README.md (the model card: the
-with-alignment run's settings, both runs' results).
+with-alignment run's settings, both runs' results). With `--lxmert_data_dir` and `--gqa_dir`, each run is then
+fine-tuned on GQA (examples/finetune_vqa.py `--dataset gqa`, in this process, into `<run>/gqa/`; `--gqa_*` flags) and
+its results gain the paper's metrics `gqa_accuracy` and `gqa_consistency` (GQA's official consistency over the
+entailed questions; null when the evaluated questions do not hold them), with the whole fine-tuning result under `gqa`.
 Every transformers `TrainingArguments` flag works too (--seed, --num_train_epochs, --push_to_hub, ...), and those of
 `TwoStreamPretrainingTrainingArguments` (--qa_start_epoch, --distill_from, --ewc_weight, ...).
 """
@@ -173,6 +192,10 @@ def parse_args(argv: list[str]) -> tuple[PretrainingArguments, TwoStreamPretrain
     )
     if args.alignment_loss not in (*RUNS, "both"):
         raise ValueError(f"`--alignment_loss` must be one of {[*RUNS, 'both']}, got {args.alignment_loss!r}.")
+    lxmert_only = ("visual_genome_dir", "gqa_dir", "gqa_questions_file", "gqa_eval_questions_file", "gqa_answer_vocab")
+    given = [name for name in lxmert_only if getattr(args, name) is not None]
+    if given and args.lxmert_data_dir is None:
+        raise ValueError(f"`--{given[0]}` is read with LXMERT's pre-training data only: pass `--lxmert_data_dir` too.")
     return args, training_args
 
 
@@ -369,7 +392,8 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
         if getattr(args, name) is not None
     }  # what is not given keeps TwoStreamPretrainingCollator's default
     run_args = replace(training_args, output_dir=str(Path(training_args.output_dir) / folder))
-    train_collator = TwoStreamPretrainingCollator(tokenizer, store, **collate, **masking)
+    # LXMERT's rows draw one of their answers in proportion to the scores at each collation, as LXMERT does
+    train_collator = TwoStreamPretrainingCollator(tokenizer, store, **collate, **masking, sample_answers=True)
     # questions longer than max_text_length are truncated (cut pointers lose their alignment): counted, reported
     train, train_truncation = train_collator.drop_overlong_rows(data.train, f"{run} run, train")
     trainer = TwoStreamPretrainingTrainer(

@@ -18,13 +18,14 @@ Splits: one file name, or several joined by commas as LXMERT's `--train mscoco_t
 
 Rows (as `LXMERTTorchDataset` flattens the records): `sentence_id` (LXMERT's uid `"{img_id}_{source}_{index:03d}"`),
 `image_id` (the record's `img_id`, the feature store's id), `image_size` (null: the feature store has it), `source`,
-`sentence`, `answer` and `label`. Answers go through LXMERT's `AnswerTable.convert_ans` (lower case, trailing period
-and leading article removed, number words to digits, "grey" -> "gray"), and, with `answer_vocab` (an ans2label JSON:
-LXMERT's VQA `trainval_ans2label.json`), answers outside the vocabulary are dropped as LXMERT drops answers outside
-its table; `label` is the id of the highest-scored answer left (ties: the first in the file), -1 for captions and for
-questions with no answer left (counted in a warning). LXMERT samples one answer in proportion to the scores each time a
-question is drawn; taking the top-scored one is the same for GQA and Visual Genome QA (one answer each) and the
-VQA majority answer otherwise.
+`sentence`, `answer`, `label`, `answer_ids` and `answer_scores`. Answers go through LXMERT's
+`AnswerTable.convert_ans` (lower case, trailing period and leading article removed, number words to digits, "grey" ->
+"gray"), and, with `answer_vocab` (an ans2label JSON: LXMERT's VQA `trainval_ans2label.json`), answers outside the
+vocabulary are dropped as LXMERT drops answers outside its table. `answer_ids` / `answer_scores` are the answers left
+and their scores (what `TwoStreamPretrainingCollator(sample_answers=True)` draws one answer from at each collation, in
+proportion to the scores, as LXMERT's pre-training does); `answer` / `label` are the highest-scored one (ties: the
+first in the file) and its id (what evaluation compares with), -1 for captions and for questions with no answer left
+(counted in a warning).
 
 Word -> object pointers (Kervadec et al. 2020, "Weak supervision helps emergence of word-object alignment", sec. 5:
 the alignment targets come from the datasets' own grounding), in `sentence_phrase_spans` / `sentence_phrase_boxes`
@@ -89,6 +90,8 @@ LXMERT_FEATURES = datasets.Features(
         "sentence": datasets.Value("string"),
         "answer": datasets.Value("string"),
         "label": datasets.Value("int32"),
+        "answer_ids": datasets.List(datasets.Value("int32")),
+        "answer_scores": datasets.List(datasets.Value("float32")),
         **grounding_features("sentence"),
     }
 )
@@ -301,7 +304,9 @@ def build(
             labels = record["labelf"].get(source)
             for index, sentence in enumerate(sentences):
                 spans, boxes = _pointers(source, img_id, sentence, region_boxes, coco_to_vg, question_pointers)
-                answer, label = _answer(labels[index] if labels is not None else None, vocab)
+                answers = _answers(labels[index] if labels is not None else None, vocab)
+                answer = max(answers, key=answers.get) if answers else None  # the first of the highest scores
+                label = vocab[answer] if answer is not None and vocab is not None else -1
                 counts[(source, "rows")] += 1
                 counts[(source, "pointed")] += bool(spans)
                 counts[(source, "unanswered")] += labels is not None and label < 0
@@ -314,6 +319,8 @@ def build(
                         "sentence": sentence,
                         "answer": answer,
                         "label": label,
+                        "answer_ids": [vocab[a] for a in answers] if vocab is not None else [],
+                        "answer_scores": list(answers.values()) if vocab is not None else [],
                         "sentence_phrase_spans": spans,
                         "sentence_phrase_boxes": boxes,
                     }
@@ -334,8 +341,8 @@ def _pointers(source, img_id, sentence, region_boxes, coco_to_vg, question_point
         vg_id = visual_genome_id(img_id, coco_to_vg)
         box = region_boxes.get((vg_id, _sentence_key(sentence))) if vg_id is not None else None
         if box is not None:
-            text = sentence.rstrip()
-            return [[0, len(text)]], [[box]]
+            end = len(sentence.rstrip().rstrip(".").rstrip())  # the description, its trailing periods left out
+            return [[0, end]], [[box]]
     if source == "gqa" and question_pointers:
         found = question_pointers.get((img_id, sentence.strip()))
         if found is not None:
@@ -343,19 +350,15 @@ def _pointers(source, img_id, sentence, region_boxes, coco_to_vg, question_point
     return [], []
 
 
-def _answer(label: dict | None, vocab: Mapping[str, int] | None) -> tuple[str | None, int]:
-    """(the top-scored answer after `convert_answer`, kept by `vocab` when given; its id or -1)."""
-    if not label:
-        return None, -1
+def _answers(label: dict | None, vocab: Mapping[str, int] | None) -> dict[str, float]:
+    """{answer after `convert_answer`: score} of one question, in file order, those outside `vocab` dropped (LXMERT
+    renames an answer to its converted form, so a later answer converted to the same form keeps the later score)."""
     scores = {}
-    for answer, score in label.items():
+    for answer, score in (label or {}).items():
         answer = convert_answer(answer)
         if vocab is None or answer in vocab:
-            scores.setdefault(answer, float(score))
-    if not scores:
-        return None, -1
-    best = max(scores, key=scores.get)  # the first of the highest scores, in file order
-    return best, vocab[best] if vocab is not None else -1
+            scores[answer] = float(score)
+    return scores
 
 
 def _report(counts: Counter, split: str, vocab) -> None:
