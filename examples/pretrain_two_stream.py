@@ -58,6 +58,7 @@ from hf_vlalign import TwoStreamForPreTraining
 from hf_vlalign.alignment import SoftAlignmentTargets, load_word_vectors, read_vocabulary
 from hf_vlalign.analysis.attention_plots import plot_word_region_heatmaps
 from hf_vlalign.data import RegionFeatureStore, TwoStreamPretrainingCollator, build_dataset
+from hf_vlalign.data.builders import lxmert_pretraining
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation import cross_attention_rows, evaluate_cross_attention
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
@@ -136,7 +137,11 @@ class PretrainingArguments:
     features: str | None = field(default=None, metadata={"help": "RegionFeatureStore folder of the images."})
     scene_graphs: str | None = field(default=None, metadata={"help": "GQA train scene graphs (pointer boxes)."})
     eval_scene_graphs: str | None = field(default=None)
-    answer_vocab: str | None = field(default=None, metadata={"help": "ans2label JSON."})
+    answer_vocab: str | None = field(
+        default=None,
+        metadata={"help": "ans2label JSON of the QA head (with --lxmert_data_dir: LXMERT's VQA trainval_ans2label.json, "
+                  "or its joint answer table data/lxmert/all_ans.json)."},
+    )
     object_vocab: str | None = field(default=None, metadata={"help": "the detector's class names (objects_vocab.txt)."})
     attribute_vocab: str | None = field(default=None, metadata={"help": "the detector's attribute names."})
     synthetic_seed: int = field(default=0)
@@ -267,7 +272,7 @@ def load_lxmert_data(args: PretrainingArguments) -> PretrainingData:
         options["gqa_scene_graphs"] = args.scene_graphs
     train = build_dataset("lxmert_pretraining", args.lxmert_data_dir, args.lxmert_train_files, **options)
     evaluation = build_dataset("lxmert_pretraining", args.lxmert_data_dir, args.lxmert_eval_files, **options)
-    vocab_size = len(json.loads(Path(args.answer_vocab).read_text()))
+    vocab_size = len(lxmert_pretraining.read_answer_table(args.answer_vocab))  # ans2label or LXMERT's all_ans.json
     attributes = read_vocabulary(args.attribute_vocab) if args.attribute_vocab else None
     return PretrainingData(
         train, evaluation, store, read_vocabulary(args.object_vocab), attributes, vocab_size,

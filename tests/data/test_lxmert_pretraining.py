@@ -105,6 +105,19 @@ def test_top_answer_and_answers_outside_the_vocabulary(tmp_path):
     assert rows[1]["label"] == -1 and rows[1]["answer_ids"] == []
 
 
+def test_lxmerts_joint_answer_table_is_read_in_list_order(tmp_path):
+    """data/lxmert/all_ans.json: [{"ans": answer, "dsets": [...]}], an answer's id its position (LXMERT's AnswerTable)."""
+    table = [{"ans": "net", "dsets": ["vqa"]}, {"ans": "2", "dsets": ["vqa", "gqa", "visual7w"]}]
+    (tmp_path / "all_ans.json").write_text(json.dumps(table))
+    record = {"img_id": "1", "sentf": {"visual7w": ["How many people are there?"]}, "labelf": {"visual7w": [{"Two.": 1.0}]}}
+    root = write(tmp_path / "lxmert", "vgnococo", [record])
+    rows = build_dataset("lxmert_pretraining", root, "vgnococo", answer_vocab=tmp_path / "all_ans.json")
+    assert (rows[0]["answer"], rows[0]["label"], rows[0]["answer_ids"]) == ("2", 1, [1])
+    (tmp_path / "bad.json").write_text(json.dumps([{"answer": "net"}]))
+    with pytest.raises(ValueError, match="a list must be LXMERT's all_ans.json"):
+        build_dataset("lxmert_pretraining", root, "vgnococo", answer_vocab=tmp_path / "bad.json")
+
+
 def test_coco_images_are_found_in_visual_genome_through_coco_id():
     assert visual_genome_id("COCO_train2014_000000318556", {"318556": "2417890"}) == "2417890"
     assert visual_genome_id("COCO_val2014_000000000042", {}) is None and visual_genome_id("107", {}) == "107"

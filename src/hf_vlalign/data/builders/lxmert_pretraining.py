@@ -20,8 +20,10 @@ Rows (as `LXMERTTorchDataset` flattens the records): `sentence_id` (LXMERT's uid
 `image_id` (the record's `img_id`, the feature store's id), `image_size` (null: the feature store has it), `source`,
 `sentence`, `answer`, `label`, `answer_ids` and `answer_scores`. Answers go through LXMERT's
 `AnswerTable.convert_ans` (lower case, trailing period and leading article removed, number words to digits, "grey" ->
-"gray"), and, with `answer_vocab` (an ans2label JSON: LXMERT's VQA `trainval_ans2label.json`), answers outside the
-vocabulary are dropped as LXMERT drops answers outside its table. `answer_ids` / `answer_scores` are the answers left
+"gray"), and, with `answer_vocab`, answers outside the vocabulary are dropped as LXMERT drops answers outside its
+table. `answer_vocab` is an ans2label JSON (e.g. LXMERT's VQA `data/vqa/trainval_ans2label.json`) or LXMERT's joint
+answer table `data/lxmert/all_ans.json` (a list of {"ans", "dsets"}: an answer's id is its position, as in
+`AnswerTable`; `read_answer_table`). `answer_ids` / `answer_scores` are the answers left
 and their scores (what `TwoStreamPretrainingCollator(sample_answers=True)` draws one answer from at each collation, in
 proportion to the scores, as LXMERT's pre-training does); `answer` / `label` are the highest-scored one (ties: the
 first in the file) and its id (what evaluation compares with), -1 for captions and for questions with no answer left
@@ -95,6 +97,24 @@ LXMERT_FEATURES = datasets.Features(
         **grounding_features("sentence"),
     }
 )
+
+
+def read_answer_table(answer_vocab: str | Path | Mapping[str, int]) -> dict[str, int]:
+    """The {answer: id} of an ans2label JSON (or dict), or of LXMERT's `all_ans.json` (a list of {"ans": answer,
+    "dsets": [...]}: ids in list order, as LXMERT's `AnswerTable`)."""
+    if isinstance(answer_vocab, Mapping):
+        return read_answer_vocab(answer_vocab)
+    content = read_json(answer_vocab, "answer_vocab", "an ans2label JSON or LXMERT's all_ans.json")
+    if isinstance(content, list):
+        if not all(isinstance(entry, dict) and isinstance(entry.get("ans"), str) for entry in content):
+            raise ValueError(
+                f"`answer_vocab` {answer_vocab}: a list must be LXMERT's all_ans.json, records with an `ans` string."
+            )
+        table = {entry["ans"]: index for index, entry in enumerate(content)}
+        if len(table) != len(content):
+            raise ValueError(f"`answer_vocab` {answer_vocab}: all_ans.json lists an answer twice.")
+        return table
+    return read_answer_vocab(content)
 
 
 def convert_answer(answer: str) -> str:
@@ -261,8 +281,8 @@ def build(
 
     Args:
         split: a file of `FILES`, several joined by commas, or "val" (`mscoco_minival`).
-        answer_vocab: ans2label JSON path or dict (LXMERT's VQA `trainval_ans2label.json`); without it every `label`
-            is -1.
+        answer_vocab: ans2label JSON path or dict (LXMERT's VQA `trainval_ans2label.json`), or LXMERT's
+            `all_ans.json`; without it every `label` is -1 and no row has `answer_ids`.
         visual_genome_dir: Visual Genome's folder: the "vg" sentences' pointers to their regions.
         gqa_questions, gqa_scene_graphs: GQA question files and scene graphs: the "gqa" questions' pointers (both or
             neither).
@@ -286,7 +306,7 @@ def build(
     records = read_records(data_dir, split_files(split))
     vocab = None
     if answer_vocab is not None:
-        vocab = read_answer_vocab(answer_vocab if isinstance(answer_vocab, Mapping) else _resolve(data_dir, answer_vocab))
+        vocab = read_answer_table(answer_vocab if isinstance(answer_vocab, Mapping) else _resolve(data_dir, answer_vocab))
     region_boxes, coco_to_vg = (
         region_description_boxes(_resolve(data_dir, visual_genome_dir)) if visual_genome_dir is not None else ({}, {})
     )
@@ -381,6 +401,7 @@ __all__ = [
     "check_record",
     "convert_answer",
     "gqa_question_pointers",
+    "read_answer_table",
     "region_description_boxes",
     "split_files",
     "visual_genome_id",
