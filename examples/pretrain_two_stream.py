@@ -326,6 +326,7 @@ def finetune_on_gqa(args: PretrainingArguments, training_args, checkpoint: Path)
     ]  # fmt: skip
     if training_args.max_steps > 0:
         argv += ["--max_steps", str(training_args.max_steps)]
+    argv += [f"--{name}" for name in ("bf16", "fp16") if getattr(training_args, name)]  # the pre-training's precision
     for flag, value in (
         ("questions_file", args.gqa_questions_file),
         ("eval_questions_file", args.gqa_eval_questions_file),
