@@ -20,8 +20,8 @@ STORE_DIR is LXMERT's `*_obj36.tsv` files concatenated and converted (`hf-vlalig
 lxmert_tsv --out STORE_DIR`), whose detector classes and attributes are the masked-object labels. The alignment
 targets come from the sentences' word->object pointers: Visual Genome region descriptions point to their region
 (`--visual_genome_dir`), GQA questions to their annotated objects (`--gqa_dir` or `--gqa_questions_file` with
-`--scene_graphs`); rows without pointers contribute no alignment loss (`pointers` in eval_results.json counts them).
-`--data_dir` instead reads GQA questions and scene graphs only; with neither, the synthetic scenes.
+`--scene_graphs`, and the val questions with `--eval_scene_graphs`); rows without pointers contribute no alignment
+loss (`pointers` in eval_results.json counts them). `--data_dir` instead reads GQA questions and scene graphs only; with neither, the synthetic scenes.
 
 Each run pre-trains with masked words, masked objects, image-sentence matching and question answering (from
 `--qa_start_epoch`), plus, with the alignment loss, the alignment decoder trained towards soft targets A* (eqs. 15-18:
@@ -267,9 +267,12 @@ def load_lxmert_data(args: PretrainingArguments) -> PretrainingData:
         "region_features": store,
         "on_missing_image": "skip",
     }
-    if args.scene_graphs is not None:
-        options["gqa_questions"] = gqa_questions_path(args, "train")
-        options["gqa_scene_graphs"] = args.scene_graphs
+    if args.scene_graphs is not None:  # GQA's pointers: train questions, and val ones with --eval_scene_graphs
+        options["gqa_questions"] = [gqa_questions_path(args, "train")]
+        options["gqa_scene_graphs"] = [args.scene_graphs]
+        if args.eval_scene_graphs is not None:
+            options["gqa_questions"].append(gqa_questions_path(args, "val"))
+            options["gqa_scene_graphs"].append(args.eval_scene_graphs)
     train = build_dataset("lxmert_pretraining", args.lxmert_data_dir, args.lxmert_train_files, **options)
     evaluation = build_dataset("lxmert_pretraining", args.lxmert_data_dir, args.lxmert_eval_files, **options)
     vocab_size = len(lxmert_pretraining.read_answer_table(args.answer_vocab))  # ans2label or LXMERT's all_ans.json

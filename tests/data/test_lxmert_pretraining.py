@@ -148,6 +148,11 @@ def test_gqa_questions_point_to_their_annotated_objects(tmp_path):
     assert [question[s:e] for s, e in rows[0]["sentence_phrase_spans"]] == ["table", "water"]
     assert rows[0]["sentence_phrase_boxes"] == [[[10.0, 200.0, 310.0, 300.0]], [[0.0, 0.0, 500.0, 150.0]]]
     assert rows[1]["sentence_phrase_spans"] == []  # not a GQA question of the files
+    several = build_dataset(  # train and val files, e.g.: the pointers of all of them
+        "lxmert_pretraining", lxmert, "vgnococo", gqa_scene_graphs=[tmp_path / "graphs.json"],
+        gqa_questions=[GQA / "allennlp_fixture" / "questions.json", GQA / "allennlp_fixture" / "question_dir" / "questions1.json"],
+    )  # fmt: skip
+    assert several["sentence_phrase_boxes"] == rows["sentence_phrase_boxes"]
     with pytest.raises(ValueError, match="`gqa_questions` and `gqa_scene_graphs` go together"):
         build_dataset("lxmert_pretraining", lxmert, "vgnococo", gqa_scene_graphs=tmp_path / "graphs.json")
 

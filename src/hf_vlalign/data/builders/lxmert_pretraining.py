@@ -50,7 +50,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import datasets
@@ -242,12 +242,18 @@ def visual_genome_id(img_id: str, coco_to_vg: Mapping[str, str]) -> str | None:
 
 
 def gqa_question_pointers(
-    questions: str | Path, scene_graphs: str | Path
+    questions: str | Path | Sequence[str | Path], scene_graphs: str | Path | Sequence[str | Path]
 ) -> dict[tuple[str, str], tuple[list[list[int]], list[list[list[float]]]]]:
-    """(image id, question text) -> (pointer spans, pointer boxes) of every GQA question with pointers, from a
-    questions file (or folder of shards) and the scene graphs of its images."""
-    records = gqa.read_questions(gqa.question_files(None, "train", "balanced", questions))
-    graphs = gqa.read_scene_graphs(Path(scene_graphs))
+    """(image id, question text) -> (pointer spans, pointer boxes) of every GQA question with pointers, from question
+    files (each a file or folder of shards; e.g. train and val) and the scene graphs of their images (e.g. train and
+    val: GQA's splits are by image, and LXMERT's files mix the images of both)."""
+    paths = [questions] if isinstance(questions, (str, Path)) else list(questions)
+    records = {}
+    for path in paths:
+        records.update(gqa.read_questions(gqa.question_files(None, "train", "balanced", path)))
+    graphs = {}
+    for path in [scene_graphs] if isinstance(scene_graphs, (str, Path)) else list(scene_graphs):
+        graphs.update(gqa.read_scene_graphs(Path(path)))
     pointers = {}
     for question_id, record in records.items():
         graph = graphs.get(str(record["imageId"]))
@@ -272,8 +278,8 @@ def build(
     *,
     answer_vocab: str | Path | Mapping[str, int] | None = None,
     visual_genome_dir: str | Path | None = None,
-    gqa_questions: str | Path | None = None,
-    gqa_scene_graphs: str | Path | None = None,
+    gqa_questions: str | Path | Sequence[str | Path] | None = None,
+    gqa_scene_graphs: str | Path | Sequence[str | Path] | None = None,
     sources: tuple[str, ...] | list[str] | None = None,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
@@ -284,8 +290,8 @@ def build(
         answer_vocab: ans2label JSON path or dict (LXMERT's VQA `trainval_ans2label.json`), or LXMERT's
             `all_ans.json`; without it every `label` is -1 and no row has `answer_ids`.
         visual_genome_dir: Visual Genome's folder: the "vg" sentences' pointers to their regions.
-        gqa_questions, gqa_scene_graphs: GQA question files and scene graphs: the "gqa" questions' pointers (both or
-            neither).
+        gqa_questions, gqa_scene_graphs: GQA question files (each a file or a folder of shards) and scene graphs, one
+            path or several (e.g. train and val): the "gqa" questions' pointers (both or neither).
         sources: the text sources kept (default: all of `SOURCES` found); LXMERT's `--qaSets` restricts the QA ones.
         on_missing_image: checked here for the one policy of every builder; the records name their images themselves,
             so only the region-feature store can lack one (`build_dataset` passes the policy to the store join).
@@ -311,7 +317,7 @@ def build(
         region_description_boxes(_resolve(data_dir, visual_genome_dir)) if visual_genome_dir is not None else ({}, {})
     )
     question_pointers = (
-        gqa_question_pointers(_resolve(data_dir, gqa_questions), _resolve(data_dir, gqa_scene_graphs))
+        gqa_question_pointers(_resolved(data_dir, gqa_questions), _resolved(data_dir, gqa_scene_graphs))
         if gqa_questions is not None
         else {}
     )
@@ -349,6 +355,10 @@ def build(
         raise ValueError(f"`data_dir` {data_dir}: split {split!r} holds no sentence (sources {sources}).")
     _report(counts, split, vocab)
     return datasets.Dataset.from_list(rows, features=LXMERT_FEATURES)
+
+
+def _resolved(data_dir: Path, paths: str | Path | Sequence[str | Path]) -> list[Path]:
+    return [_resolve(data_dir, path) for path in ([paths] if isinstance(paths, (str, Path)) else paths)]
 
 
 def _resolve(data_dir: Path, path: str | Path) -> Path:
