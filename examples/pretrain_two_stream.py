@@ -460,7 +460,8 @@ def figure_panels(runs: dict, evaluation, tokenizer, text_column: str = "questio
     question with the most grounded words; returns (panels, the last run's `cross_attention_rows`). Forward passes of
     the trained models, so every process runs them (under FSDP or DeepSpeed ZeRO-3 a forward pass gathers the
     sharded weights from every process)."""
-    example = max(range(min(len(evaluation), 200)), key=lambda i: sum(e - s for s, e in evaluation[i][f"{text_column}_phrase_spans"]))
+    spans = f"{text_column}_phrase_spans"
+    example = max(range(min(len(evaluation), 200)), key=lambda i: sum(e - s for s, e in evaluation[i][spans]))
     panels, drawn = [], None
     for run, (model, results, collator) in runs.items():
         layer = results["cross_attention_grounding_layer"]

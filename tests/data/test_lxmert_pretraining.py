@@ -99,7 +99,8 @@ def test_top_answer_and_answers_outside_the_vocabulary(tmp_path):
         "sentf": {"vqa": ["What is this photo taken looking through?", "What?"]},
         "labelf": {"vqa": [{"net": 1.0, "netting": 0.3, "mesh": 0.3, "not-an-answer-xyz": 0.9}, {"zzz-unknown": 1}]},
     }
-    rows = build_dataset("lxmert_pretraining", write(tmp_path, "mscoco_train", [record]), "mscoco_train", answer_vocab=VQA_VOCAB)
+    root = write(tmp_path, "mscoco_train", [record])
+    rows = build_dataset("lxmert_pretraining", root, "mscoco_train", answer_vocab=VQA_VOCAB)
     kept = [a for a in ("net", "netting", "mesh") if a in VQA_VOCAB]
     assert rows[0]["answer"] == "net" and rows[0]["answer_ids"] == [VQA_VOCAB[a] for a in kept]
     assert rows[1]["label"] == -1 and rows[1]["answer_ids"] == []
@@ -150,7 +151,7 @@ def test_gqa_questions_point_to_their_annotated_objects(tmp_path):
     assert rows[1]["sentence_phrase_spans"] == []  # not a GQA question of the files
     several = build_dataset(  # train and val files, e.g.: the pointers of all of them
         "lxmert_pretraining", lxmert, "vgnococo", gqa_scene_graphs=[tmp_path / "graphs.json"],
-        gqa_questions=[GQA / "allennlp_fixture" / "questions.json", GQA / "allennlp_fixture" / "question_dir" / "questions1.json"],
+        gqa_questions=[GQA / "allennlp_fixture" / "questions.json", GQA / "allennlp_fixture" / "question_dir"],
     )  # fmt: skip
     assert several["sentence_phrase_boxes"] == rows["sentence_phrase_boxes"]
     with pytest.raises(ValueError, match="`gqa_questions` and `gqa_scene_graphs` go together"):
@@ -186,7 +187,7 @@ def test_the_collator_draws_answers_in_proportion_to_their_scores(tmp_path):
     write_lxmert_tsv_features(tmp_path / "obj36.tsv", ["1", "2"])
     store = convert_features(tmp_path / "obj36.tsv", "lxmert_tsv", tmp_path / "store")
     tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
-    row = {"image_id": "1", "sentence": "what color is the clock?", "label": 7, "answer_ids": [7, 9], "answer_scores": [0.3, 0.9]}
+    row = {"image_id": "1", "sentence": "what color is it?", "label": 7, "answer_ids": [7, 9], "answer_scores": [0.3, 0.9]}
     caption = {**row, "label": -1, "answer_ids": [], "answer_scores": []}
     options = {"num_answers": 10, "mismatch_probability": 0.0, "text_columns": ("sentence",)}
     sampling = TwoStreamPretrainingCollator(tokenizer, store, sample_answers=True, **options)

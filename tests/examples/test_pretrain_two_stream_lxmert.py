@@ -6,8 +6,8 @@ No sample of LXMERT's `data/lxmert/*.json` exists, so the test writes them in th
 labelf) for the real samples' images, from their real text: Visual Genome region descriptions ("vg") and VG questions
 ("visual7w") of VG images 1-5, the AllenNLP fixture's VQA v2 questions and answers ("vqa", COCO image 458752) and GQA
 questions ("gqa"). The samples hold no COCO caption, so no record has "mscoco" sentences here (the builder's tests read
-that source), and no COCO image with Visual Genome regions, so `mscoco_minival.json` holds VG images 4 and 5. The GQA fine-tuning trains and evaluates on the
-fixture's two questions (`question_dir`): the image-use check needs two images. Features: random
+that source), and no COCO image with Visual Genome regions, so `mscoco_minival.json` holds VG images 4 and 5. The GQA
+fine-tuning trains and evaluates on the fixture's two questions (`question_dir`): the image-use check needs two images. Features: random
 values in LXMERT's `*_obj36.tsv` layout for those image ids (`tests/published_features.py`), concatenated and
 converted to a store as a user would (`convert_features`, i.e. `hf-vlalign convert-features`)."""
 
@@ -55,10 +55,15 @@ def write_lxmert_files(root: Path) -> list[str]:
     for path in (GQA / "allennlp_fixture" / "question_dir").glob("*.json"):
         for record in json.loads(path.read_text()).values():
             gqa_records.append(
-                {"img_id": record["imageId"], "sentf": {"gqa": [record["question"]]}, "labelf": {"gqa": [{record["answer"]: 1.0}]}}
+                {
+                    "img_id": record["imageId"],
+                    "sentf": {"gqa": [record["question"]]},
+                    "labelf": {"gqa": [{record["answer"]: 1.0}]},
+                }
             )
     questions = json.loads((VQA / "allennlp_fixture" / "questions.json").read_text())["questions"]
-    answers = {a["question_id"]: a["answers"] for a in json.loads((VQA / "allennlp_fixture" / "annotations.json").read_text())["annotations"]}
+    annotations = json.loads((VQA / "allennlp_fixture" / "annotations.json").read_text())["annotations"]
+    answers = {a["question_id"]: a["answers"] for a in annotations}
     vqa_labels = [
         {answer: vqa_score(count) for answer, count in Counter(a["answer"] for a in answers[q["question_id"]]).items()}
         for q in questions
