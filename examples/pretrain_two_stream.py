@@ -37,7 +37,9 @@ cross-attention of the penultimate cross layer for both runs side by side) and R
 with-alignment run's settings, both runs' results). With `--lxmert_data_dir` and `--gqa_dir`, each run is then
 fine-tuned on GQA (examples/finetune_vqa.py `--dataset gqa`, in this process, into `<run>/gqa/`; `--gqa_*` flags) and
 its results gain the paper's metrics `gqa_accuracy` and `gqa_consistency` (GQA's official consistency over the
-entailed questions; null when the evaluated questions do not hold them), with the whole fine-tuning result under `gqa`.
+entailed questions; null when the evaluated questions do not hold them: the entailed questions are in GQA's "all" files,
+so evaluate on `--gqa_eval_questions_file val_all_questions.json` for it; accuracy is over the balanced ones either way),
+with the whole fine-tuning result under `gqa`.
 Every transformers `TrainingArguments` flag works too (--seed, --num_train_epochs, --push_to_hub, ...), and those of
 `TwoStreamPretrainingTrainingArguments` (--qa_start_epoch, --distill_from, --ewc_weight, ...).
 """
