@@ -314,8 +314,9 @@ def pointer_counts(dataset) -> dict:
 
 def finetune_on_gqa(args: PretrainingArguments, training_args, checkpoint: Path) -> dict:
     """Fine-tunes `checkpoint` on GQA with examples/finetune_vqa.py (`--dataset gqa`) in this process, into
-    `checkpoint/gqa`; returns its eval_results plus `gqa_accuracy` and `gqa_consistency` (None when the evaluated
-    questions do not hold the entailed questions of the balanced ones)."""
+    `checkpoint/gqa`; returns its eval_results (under `gqa`) and the official `gqa_accuracy` (over the balanced
+    evaluated questions) and `gqa_consistency` (None when the evaluated questions do not hold the entailed questions
+    of the balanced ones)."""
     if args.gqa_answer_vocab is None:
         raise ValueError("GQA fine-tuning (`--gqa_dir`) needs `--gqa_answer_vocab` (GQA's trainval_ans2label.json).")
     finetune_vqa = _finetune_vqa_module()
@@ -343,7 +344,8 @@ def finetune_on_gqa(args: PretrainingArguments, training_args, checkpoint: Path)
         if value is not None:
             argv += [f"--{flag}", str(value)]
     results = finetune_vqa.main(argv)
-    return {"gqa_accuracy": results.get("accuracy"), "gqa_consistency": results.get("gqa_consistency"), "gqa": results}
+    official = {name: results.get(name) for name in ("gqa_accuracy", "gqa_consistency")}
+    return {**official, "gqa": results}
 
 
 def _finetune_vqa_module():
