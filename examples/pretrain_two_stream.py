@@ -6,6 +6,22 @@
     accelerate launch examples/pretrain_two_stream.py --data_dir GQA --features STORE_DIR \
         --scene_graphs train_sceneGraphs.json --eval_scene_graphs val_sceneGraphs.json \
         --answer_vocab trainval_ans2label.json --object_vocab objects_vocab.txt --attribute_vocab attributes_vocab.txt
+    # Kervadec et al.'s experiment: LXMERT's pre-training data, then GQA fine-tuning of each run
+    accelerate launch examples/pretrain_two_stream.py --config examples/configs/kervadec.yaml \
+        --lxmert_data_dir data/lxmert --features STORE_DIR --visual_genome_dir VG \
+        --answer_vocab data/vqa/trainval_ans2label.json --object_vocab objects_vocab.txt \
+        --attribute_vocab attributes_vocab.txt --gqa_dir GQA --gqa_answer_vocab data/gqa/trainval_ans2label.json \
+        --scene_graphs GQA/train_sceneGraphs.json --eval_scene_graphs GQA/val_sceneGraphs.json
+
+Data. `--lxmert_data_dir` reads LXMERT's pre-training files (`builders/lxmert_pretraining.py`: COCO captions, Visual
+Genome region descriptions, VQA / GQA / Visual Genome questions, one row per sentence; `--lxmert_train_files`,
+`--lxmert_eval_files` as LXMERT's --train / --valid) with QA labels from `--answer_vocab` (LXMERT's VQA ans2label);
+STORE_DIR is LXMERT's `*_obj36.tsv` files concatenated and converted (`hf-vlalign convert-features ALL.tsv --format
+lxmert_tsv --out STORE_DIR`), whose detector classes and attributes are the masked-object labels. The alignment
+targets come from the sentences' word->object pointers: Visual Genome region descriptions point to their region
+(`--visual_genome_dir`), GQA questions to their annotated objects (`--gqa_dir` or `--gqa_questions_file` with
+`--scene_graphs`, and the val questions with `--eval_scene_graphs`); rows without pointers contribute no alignment
+loss (`pointers` in eval_results.json counts them). `--data_dir` instead reads GQA questions and scene graphs only; with neither, the synthetic scenes.
 
 Each run pre-trains with masked words, masked objects, image-sentence matching and question answering (from
 `--qa_start_epoch`), plus, with the alignment loss, the alignment decoder trained towards soft targets A* (eqs. 15-18:
@@ -18,13 +34,19 @@ Writes to --output_dir: one folder per run (`with_alignment/`, `without_alignmen
 training_args.json, tokenizer, eval_results.json with `vqa_accuracy`, `cross_attention_grounding_accuracy`, `alignment_loss` (mean L_align on
 the evaluation split; null without the decoder) and more), `eval_results.json` with both runs, and `cross_attention.png` (the word x object
 cross-attention of the penultimate cross layer for both runs side by side) and README.md (the model card: the
-with-alignment run's settings, both runs' results).
+with-alignment run's settings, both runs' results). With `--lxmert_data_dir` and `--gqa_dir`, each run is then
+fine-tuned on GQA (examples/finetune_vqa.py `--dataset gqa`, in this process, into `<run>/gqa/`; `--gqa_*` flags) and
+its results gain the paper's metrics `gqa_accuracy` and `gqa_consistency` (GQA's official consistency over the
+entailed questions; null when the evaluated questions do not hold them: the entailed questions are in GQA's "all" files,
+so evaluate on `--gqa_eval_questions_file val_all_questions.json` for it; accuracy is over the balanced ones either way),
+with the whole fine-tuning result under `gqa`.
 Every transformers `TrainingArguments` flag works too (--seed, --num_train_epochs, --push_to_hub, ...), and those of
 `TwoStreamPretrainingTrainingArguments` (--qa_start_epoch, --distill_from, --ewc_weight, ...).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from dataclasses import dataclass, field, replace
@@ -38,6 +60,7 @@ from hf_vlalign import TwoStreamForPreTraining
 from hf_vlalign.alignment import SoftAlignmentTargets, load_word_vectors, read_vocabulary
 from hf_vlalign.analysis.attention_plots import plot_word_region_heatmaps
 from hf_vlalign.data import RegionFeatureStore, TwoStreamPretrainingCollator, build_dataset
+from hf_vlalign.data.builders import lxmert_pretraining
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation import cross_attention_rows, evaluate_cross_attention
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
@@ -82,11 +105,45 @@ class PretrainingArguments:
             "pair; default: glove when that package is installed, else minilm."
         },
     )
+    lxmert_data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "LXMERT's pre-training json folder (data/lxmert: mscoco_train, mscoco_nominival, mscoco_minival, "
+            "vgnococo .json): COCO captions + Visual Genome region descriptions + VQA / GQA / VG questions."
+        },
+    )
+    lxmert_train_files: str = field(
+        default="mscoco_train,mscoco_nominival,vgnococo", metadata={"help": "LXMERT's --train files."}
+    )
+    lxmert_eval_files: str = field(default="mscoco_minival", metadata={"help": "LXMERT's --valid files."})
+    visual_genome_dir: str | None = field(
+        default=None,
+        metadata={"help": "Visual Genome folder (region_descriptions.json, image_data.json): the 'vg' sentences' "
+                  "pointers to their regions (alignment targets)."},
+    )
+    gqa_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "GQA folder ({train,val}_balanced_questions.json): with --lxmert_data_dir, each run is fine-tuned "
+            "on GQA (examples/finetune_vqa.py --dataset gqa) and reports GQA accuracy and consistency; the train "
+            "questions' annotations (with --scene_graphs) are the 'gqa' sentences' pointers."
+        },
+    )
+    gqa_questions_file: str | None = field(default=None, metadata={"help": "GQA train questions (file or shards)."})
+    gqa_eval_questions_file: str | None = field(default=None, metadata={"help": "GQA evaluation questions."})
+    gqa_answer_vocab: str | None = field(default=None, metadata={"help": "GQA ans2label JSON (fine-tuning head)."})
+    gqa_num_train_epochs: float = field(default=4.0, metadata={"help": "GQA fine-tuning epochs."})
+    gqa_learning_rate: float = field(default=1e-5, metadata={"help": "GQA fine-tuning learning rate."})
+    gqa_batch_size: int = field(default=32, metadata={"help": "GQA fine-tuning batch size per device."})
     data_dir: str | None = field(default=None, metadata={"help": "GQA question files (default: synthetic scenes)."})
     features: str | None = field(default=None, metadata={"help": "RegionFeatureStore folder of the images."})
     scene_graphs: str | None = field(default=None, metadata={"help": "GQA train scene graphs (pointer boxes)."})
     eval_scene_graphs: str | None = field(default=None)
-    answer_vocab: str | None = field(default=None, metadata={"help": "ans2label JSON."})
+    answer_vocab: str | None = field(
+        default=None,
+        metadata={"help": "ans2label JSON of the QA head (with --lxmert_data_dir: LXMERT's VQA trainval_ans2label.json, "
+                  "or its joint answer table data/lxmert/all_ans.json)."},
+    )
     object_vocab: str | None = field(default=None, metadata={"help": "the detector's class names (objects_vocab.txt)."})
     attribute_vocab: str | None = field(default=None, metadata={"help": "the detector's attribute names."})
     synthetic_seed: int = field(default=0)
@@ -142,6 +199,10 @@ def parse_args(argv: list[str]) -> tuple[PretrainingArguments, TwoStreamPretrain
     )
     if args.alignment_loss not in (*RUNS, "both"):
         raise ValueError(f"`--alignment_loss` must be one of {[*RUNS, 'both']}, got {args.alignment_loss!r}.")
+    lxmert_only = ("visual_genome_dir", "gqa_dir", "gqa_questions_file", "gqa_eval_questions_file", "gqa_answer_vocab")
+    given = [name for name in lxmert_only if getattr(args, name) is not None]
+    if given and args.lxmert_data_dir is None:
+        raise ValueError(f"`--{given[0]}` is read with LXMERT's pre-training data only: pass `--lxmert_data_dir` too.")
     return args, training_args
 
 
@@ -161,10 +222,14 @@ class PretrainingData:
     attribute_names: list[str] | None
     num_answers: int
     source: str
+    text_column: str = "question"  # the rows' text ("sentence" in LXMERT's layout)
 
 
 def load_data(args: PretrainingArguments) -> PretrainingData:
-    """GQA questions with `--data_dir`, else the synthetic scenes' GQA-format questions."""
+    """LXMERT's pre-training files with `--lxmert_data_dir`, GQA questions with `--data_dir`, else the synthetic
+    scenes' GQA-format questions."""
+    if args.lxmert_data_dir is not None:
+        return load_lxmert_data(args)
     if args.data_dir is None:
         config = synthetic_scene_config(args)
         store = synthetic_region_features(config=config)
@@ -187,6 +252,111 @@ def load_data(args: PretrainingArguments) -> PretrainingData:
     return PretrainingData(
         train, evaluation, store, read_vocabulary(args.object_vocab), attributes, vocab_size, f"GQA ({args.data_dir})"
     )
+
+
+def load_lxmert_data(args: PretrainingArguments) -> PretrainingData:
+    """LXMERT's pre-training sentences (`builders/lxmert_pretraining.py`), QA labels from `--answer_vocab` (LXMERT's
+    VQA ans2label), word->object pointers from Visual Genome's region descriptions (`--visual_genome_dir`) and from
+    GQA's question annotations (`--gqa_dir` or `--gqa_questions_file`, with `--scene_graphs`)."""
+    if args.data_dir is not None:
+        raise ValueError("`--data_dir` (GQA questions) and `--lxmert_data_dir` are two data sources; pass one.")
+    if not (args.features and args.answer_vocab and args.object_vocab):
+        raise ValueError("`--lxmert_data_dir` needs `--features`, `--answer_vocab` and `--object_vocab`.")
+    store = RegionFeatureStore.load(args.features)
+    options = {
+        "answer_vocab": args.answer_vocab,
+        "visual_genome_dir": args.visual_genome_dir,
+        "region_features": store,
+        "on_missing_image": "skip",
+    }
+    if args.scene_graphs is not None:  # GQA's pointers: train questions, and val ones with --eval_scene_graphs
+        options["gqa_questions"] = [gqa_questions_path(args, "train")]
+        options["gqa_scene_graphs"] = [args.scene_graphs]
+        if args.eval_scene_graphs is not None:
+            options["gqa_questions"].append(gqa_questions_path(args, "val"))
+            options["gqa_scene_graphs"].append(args.eval_scene_graphs)
+    train = build_dataset("lxmert_pretraining", args.lxmert_data_dir, args.lxmert_train_files, **options)
+    evaluation = build_dataset("lxmert_pretraining", args.lxmert_data_dir, args.lxmert_eval_files, **options)
+    vocab_size = len(lxmert_pretraining.read_answer_table(args.answer_vocab))  # ans2label or LXMERT's all_ans.json
+    attributes = read_vocabulary(args.attribute_vocab) if args.attribute_vocab else None
+    return PretrainingData(
+        train, evaluation, store, read_vocabulary(args.object_vocab), attributes, vocab_size,
+        f"LXMERT pre-training data ({args.lxmert_data_dir}: {args.lxmert_train_files})", "sentence",
+    )  # fmt: skip
+
+
+def gqa_questions_path(args: PretrainingArguments, split: str) -> str:
+    """`--gqa_questions_file` / `--gqa_eval_questions_file`, else the official balanced file of `--gqa_dir`."""
+    given = args.gqa_questions_file if split == "train" else args.gqa_eval_questions_file
+    if given is not None:
+        return given
+    if args.gqa_dir is None:
+        raise ValueError(f"GQA {split} questions are needed: pass `--gqa_dir` (or `--gqa_questions_file`).")
+    return str(Path(args.gqa_dir) / f"{split}_balanced_questions.json")
+
+
+def pointer_counts(dataset) -> dict:
+    """Rows whose sentence has word->object pointers (the alignment loss's rows), per text source."""
+    pointed = [bool(spans) for spans in dataset["sentence_phrase_spans"]]
+    counts = {"rows": len(dataset), "rows_with_pointers": sum(pointed)}
+    if "source" in dataset.column_names:
+        for source, has in zip(dataset["source"], pointed):
+            entry = counts.setdefault("by_source", {}).setdefault(source, {"rows": 0, "rows_with_pointers": 0})
+            entry["rows"] += 1
+            entry["rows_with_pointers"] += has
+    return counts
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# GQA fine-tuning of a pre-trained run (Kervadec et al.: GQA accuracy and consistency)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def finetune_on_gqa(args: PretrainingArguments, training_args, checkpoint: Path) -> dict:
+    """Fine-tunes `checkpoint` on GQA with examples/finetune_vqa.py (`--dataset gqa`) in this process, into
+    `checkpoint/gqa`; returns its eval_results (under `gqa`) and the official `gqa_accuracy` (over the balanced
+    evaluated questions) and `gqa_consistency` (None when the evaluated questions do not hold the entailed questions
+    of the balanced ones)."""
+    if args.gqa_answer_vocab is None:
+        raise ValueError("GQA fine-tuning (`--gqa_dir`) needs `--gqa_answer_vocab` (GQA's trainval_ans2label.json).")
+    finetune_vqa = _finetune_vqa_module()
+    argv = [
+        "--dataset", "gqa", "--data_dir", args.gqa_dir, "--features", args.features, "--model_family", "two_stream",
+        "--model_name_or_path", str(checkpoint), "--answer_vocab", args.gqa_answer_vocab,
+        "--output_dir", str(checkpoint / "gqa"), "--num_train_epochs", str(args.gqa_num_train_epochs),
+        "--learning_rate", str(args.gqa_learning_rate), "--per_device_train_batch_size", str(args.gqa_batch_size),
+        "--per_device_eval_batch_size", str(training_args.per_device_eval_batch_size),
+        "--seed", str(training_args.seed), "--max_text_length", str(args.max_text_length),
+        "--report_to", *(training_args.report_to or ["none"]),
+        "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", str(training_args.logging_steps),
+    ]  # fmt: skip
+    if training_args.max_steps > 0:
+        argv += ["--max_steps", str(training_args.max_steps)]
+    argv += [f"--{name}" for name in ("bf16", "fp16") if getattr(training_args, name)]  # the pre-training's precision
+    for flag, value in (
+        ("questions_file", args.gqa_questions_file),
+        ("eval_questions_file", args.gqa_eval_questions_file),
+        ("scene_graphs", args.scene_graphs),
+        ("eval_scene_graphs", args.eval_scene_graphs),
+        ("dropout", args.dropout),
+        ("image_use_examples", args.image_use_examples),
+    ):
+        if value is not None:
+            argv += [f"--{flag}", str(value)]
+    results = finetune_vqa.main(argv)
+    official = {name: results.get(name) for name in ("gqa_accuracy", "gqa_consistency")}
+    return {**official, "gqa": results}
+
+
+def _finetune_vqa_module():
+    """examples/finetune_vqa.py (a script beside this one, not a package), imported once."""
+    name = "hf_vlalign_examples_finetune_vqa"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("finetune_vqa.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -223,14 +393,20 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
     store = data.store
     set_seed(training_args.seed)  # both runs start from the same weights and see the same batches
     model = load_model(args, with_alignment, data)
-    collate = {"max_text_length": args.max_text_length, "num_answers": data.num_answers, "soft_targets": soft_targets}
+    collate = {
+        "max_text_length": args.max_text_length,
+        "num_answers": data.num_answers,
+        "soft_targets": soft_targets,
+        "text_columns": (data.text_column,),
+    }
     masking = {
         name: getattr(args, name)
         for name in ("mlm_probability", "object_mask_probability", "mismatch_probability")
         if getattr(args, name) is not None
     }  # what is not given keeps TwoStreamPretrainingCollator's default
     run_args = replace(training_args, output_dir=str(Path(training_args.output_dir) / folder))
-    train_collator = TwoStreamPretrainingCollator(tokenizer, store, **collate, **masking)
+    # LXMERT's rows draw one of their answers in proportion to the scores at each collation, as LXMERT does
+    train_collator = TwoStreamPretrainingCollator(tokenizer, store, **collate, **masking, sample_answers=True)
     # questions longer than max_text_length are truncated (cut pointers lose their alignment): counted, reported
     train, train_truncation = train_collator.drop_overlong_rows(data.train, f"{run} run, train")
     trainer = TwoStreamPretrainingTrainer(
@@ -264,6 +440,8 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
         "best_head_grounding_accuracy": result.per_head.best_head_accuracy,
         "num_grounded_phrases": result.per_head.num_phrases,
         "data": data.source,
+        **({"pointers": {"train": pointer_counts(train), "eval": pointer_counts(evaluation)}}
+           if data.text_column == "sentence" else {}),
         **result.to_dict(),
         "truncation": truncation_results(
             args.max_text_length, {"train": train_truncation, "eval": eval_truncation}, [train_collator, eval_collator]
@@ -280,13 +458,14 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def figure_panels(runs: dict, evaluation, tokenizer) -> tuple[list, object]:
+def figure_panels(runs: dict, evaluation, tokenizer, text_column: str = "question") -> tuple[list, object]:
     """The panels of the paper's Figure 4: penultimate-layer language->vision cross-attention (heads summed) of each
     run, then the alignment decoder's distribution (where a run has one) and the soft targets A*, for the evaluation
     question with the most grounded words; returns (panels, the last run's `cross_attention_rows`). Forward passes of
     the trained models, so every process runs them (under FSDP or DeepSpeed ZeRO-3 a forward pass gathers the
     sharded weights from every process)."""
-    example = max(range(min(len(evaluation), 200)), key=lambda i: sum(e - s for s, e in evaluation[i]["question_phrase_spans"]))
+    spans = f"{text_column}_phrase_spans"
+    example = max(range(min(len(evaluation), 200)), key=lambda i: sum(e - s for s, e in evaluation[i][spans]))
     panels, drawn = [], None
     for run, (model, results, collator) in runs.items():
         layer = results["cross_attention_grounding_layer"]
@@ -340,12 +519,18 @@ def main(argv: list[str] | None = None) -> dict:
     push_to_hub = take_push_to_hub(training_args)  # the runs are pushed once, together, below
     runs = {run: train_one(args, training_args, run, data, tokenizer, soft_targets) for run in selected}
     summary = {RUNS[run][0]: results for run, (_, results, _) in runs.items()}
-    panels, drawn = figure_panels(runs, data.eval, tokenizer)  # every process: forward passes of the models
+    panels, drawn = figure_panels(runs, data.eval, tokenizer, data.text_column)
+    if args.lxmert_data_dir is not None and args.gqa_dir is not None:  # Kervadec et al.'s GQA evaluation of each run
+        for name, results in summary.items():
+            results.update(finetune_on_gqa(args, training_args, Path(training_args.output_dir) / name))
+            if training_args.process_index == 0:
+                write_json(Path(training_args.output_dir) / name / "eval_results.json", results)  # every process: forward passes of the models
     if training_args.process_index == 0:  # the main process writes, as `Trainer.is_world_process_zero`
         output_dir = Path(training_args.output_dir)
         plot_word_region_heatmaps(panels, drawn.words, drawn.region_labels, output_dir / "cross_attention.png")
         card = model_card(args, training_args, runs, summary, data.source)
         headline = (
+            *(("gqa_accuracy", "gqa_consistency") if "gqa_accuracy" in summary[next(iter(summary))] else ()),
             "vqa_accuracy",
             "cross_attention_grounding_accuracy",
             "alignment_decoder_grounding_accuracy",

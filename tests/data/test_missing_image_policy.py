@@ -42,7 +42,8 @@ ERROR = re.compile(
     r"pass on_missing_image='skip' to drop such (?P<unit>\w+) \(they are counted in a warning\)\."
 )
 SPLITS = {"flickr30k_entities": "val", "vgp": "train", "gqa": "val", "visual_genome": "all", "vqa_v2": "val",
-          "nlvr2": "dev", "refcoco+": "train", "coco_captions": "test", "synthetic_scenes": "train"}  # fmt: skip
+          "nlvr2": "dev", "refcoco+": "train", "coco_captions": "test", "synthetic_scenes": "train",
+          "lxmert_pretraining": "mscoco_train"}  # fmt: skip
 
 
 def test_one_name_one_default_one_set_of_choices():

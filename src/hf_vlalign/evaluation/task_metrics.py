@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 IOU_THRESHOLD = 0.5  # a region is the referred / grounded object at IoU >= 0.5 with its box (RefCOCO+, Flickr30k)
 KS = (1, 5, 10)  # recall@k of phrase grounding
-GQA_SCRIPT_METRICS = ("binary", "open", "consistency", "distribution")
+GQA_SCRIPT_METRICS = ("accuracy", "binary", "open", "consistency", "distribution")
 # the columns of a Flickr30k Entities row that hold one entry per phrase, filtered together
 PHRASE_COLUMNS = (
     "sentence_phrase_spans",

@@ -33,6 +33,7 @@ BUILDERS = {
     "nlvr2": "nlvr2",
     "refcoco+": "refcoco",
     "coco_captions": "coco_captions",
+    "lxmert_pretraining": "lxmert_pretraining",
     "synthetic_scenes": "synthetic_scenes",
 }
 

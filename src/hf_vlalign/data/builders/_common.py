@@ -55,6 +55,7 @@ VALIDATION_SPLITS = {
     "nlvr2": "dev",
     "refcoco+": "val",
     "coco_captions": "val",
+    "lxmert_pretraining": "val",
     "synthetic_scenes": "val",
 }
 

@@ -31,7 +31,9 @@ class TwoStreamPretrainingCollator(RegionTextCollator):
       class / attribute of the masked regions (-100 elsewhere, or where the store has none), `feature_labels` the
       original features and `masked_regions` the mask;
     - answers: `answer_labels` (B,) from a `label` column (-100 when absent, unknown or mismatched), or (B, A) soft
-      scores from VQA's `labels` / `scores` columns (all zero on mismatched rows), when `num_answers` > 0;
+      scores from VQA's `labels` / `scores` columns (all zero on mismatched rows), when `num_answers` > 0; with
+      `sample_answers`, rows with `answer_ids` / `answer_scores` columns (LXMERT's pre-training rows) draw their
+      answer id in proportion to the scores at each collation, as LXMERT's pre-training does (-100 without answers);
     - `word_region_alignment`: the soft targets A* of eqs. 15-18 when `soft_targets` is given (the store must have
       detector class ids), else the IoU targets of the other collators.
 
@@ -44,6 +46,7 @@ class TwoStreamPretrainingCollator(RegionTextCollator):
     mismatch_probability: float = 0.5
     num_answers: int = 0
     soft_targets: SoftAlignmentTargets | None = None
+    sample_answers: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -123,10 +126,28 @@ class TwoStreamPretrainingCollator(RegionTextCollator):
                 for label, score in zip(example["labels"], example["scores"]):
                     targets[i, _checked_answer(label, self.num_answers)] = score if bool(matched[i]) else 0.0
             return targets
+        if self.sample_answers and "answer_ids" in examples[0]:
+            return torch.tensor([
+                self._sampled_answer(i, example) if bool(matched[i]) else -100 for i, example in enumerate(examples)
+            ])  # fmt: skip
         return torch.tensor([
             _checked_answer(example["label"], self.num_answers) if bool(matched[i]) and example["label"] >= 0 else -100
             for i, example in enumerate(examples)
         ])  # fmt: skip
+
+    def _sampled_answer(self, index: int, example: dict) -> int:
+        """One of the row's `answer_ids`, drawn in proportion to its `answer_scores` (LXMERT's
+        `np.random.multinomial(1, scores / sum)`); -100 for a row without answers (a caption)."""
+        ids, scores = list(example["answer_ids"]), list(example["answer_scores"])
+        if len(ids) != len(scores) or any(not 0 <= score for score in scores):
+            raise ValueError(
+                f"batch row {index}: `answer_ids` and `answer_scores` must be lists of the same length with scores "
+                f">= 0, got {ids!r} and {scores!r}."
+            )
+        if not ids or sum(scores) <= 0:
+            return -100
+        choice = int(torch.multinomial(torch.tensor(scores, dtype=torch.float64), 1)) if len(ids) > 1 else 0
+        return _checked_answer(ids[choice], self.num_answers)
 
 
 def group_captions_by_image(
