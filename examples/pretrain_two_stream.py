@@ -96,6 +96,13 @@ class PretrainingArguments:
     r_layers: int = field(default=1, metadata={"help": "object layers."})
     x_layers: int = field(default=3, metadata={"help": "cross-modality layers."})
     alignment_top_k: int = field(default=3, metadata={"help": "k of the top-k softmax (eq. 13)."})
+    alignment_outside_top_k: str = field(
+        default="renormalise_target",
+        metadata={
+            "help": "what the KL of eq. 14 does with target mass outside the top-k: renormalise_target (A* "
+            "renormalised over the top-k, default) | floor | target_support (see TwoStreamConfig)."
+        },
+    )
     alignment_weight: float = field(default=1.0)
     word_vectors: str | None = field(
         default=None,
@@ -370,6 +377,7 @@ def load_model(args: PretrainingArguments, with_alignment: bool, data: Pretraini
     settings = {
         "task_alignment": with_alignment,
         "alignment_top_k": args.alignment_top_k,
+        "alignment_outside_top_k": args.alignment_outside_top_k,
         "alignment_weight": args.alignment_weight,
     }
     sizes = {
