@@ -258,6 +258,17 @@ def test_a_rerun_skips_the_finished_sub_runs(table_run):
     assert json.loads(json.dumps(again)) == json.loads(json.dumps(table))
     assert weights.stat().st_mtime_ns == written
 
+    # an unfinished sub-run (no results, a checkpoint) resumes from its last checkpoint instead of starting over
+    unfinished = output_dir / "none" / "seed12345" / "refcoco"
+    (unfinished / "eval_results.json").unlink()
+    state = json.loads((unfinished / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+    resumed = table1.main(argv)
+    assert (unfinished / "eval_results.json").is_file()
+    # the checkpoint holds the final weights: the resumed run takes no step and reports the same accuracies
+    assert json.loads(json.dumps(resumed)) == json.loads(json.dumps(table))
+    assert weights.stat().st_mtime_ns == written
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # Arguments
