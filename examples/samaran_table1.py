@@ -36,21 +36,21 @@ stage's own results) and `<output_dir>/table1.md` (the table).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import yaml
 from accelerate import PartialState
+from transformers import HfArgumentParser
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_vlalign.recipes import DataArguments, MixedPrecisionArguments, ModelArguments
-from hf_vlalign.recipes.arguments import ThreadArguments
+from hf_vlalign.recipes.arguments import ThreadArguments, split_config_flag
 from hf_vlalign.trainers import TaskTrainingArguments, VGPTrainingArguments
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -109,30 +109,48 @@ def stage_flag_names(examples: dict[str, ModuleType]) -> dict[str, set[str]]:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--config", help="YAML or JSON: driver flags + sections common / vgp / vqa / refcoco")
-    parser.add_argument("--output_dir", help="folder of the sub-runs, table1.json and table1.md")
-    parser.add_argument("--supervisions", help=f"comma-separated settings among {SUPERVISIONS} (default: all four)")
-    parser.add_argument("--seeds", help="comma-separated seeds; each setting runs once per seed (default: 42)")
-    parser.add_argument("--flickr30k_entities_dir", help="VGP: Flickr30k Entities (Sentences/, Annotations/)")
-    parser.add_argument("--vgp_train_csv", help="VGP: the training pairs csv")
-    parser.add_argument("--vgp_eval_csv", help="VGP: the evaluation pairs csv")
-    parser.add_argument("--features", help="VGP: region-feature store of the Flickr30k images")
-    parser.add_argument("--vqa_dir", help="VQA v2: folder of the official question and annotation files")
-    parser.add_argument(
-        "--coco_features", help="VQA v2 and RefCOCO+: region-feature store of the COCO images (default: --features)"
+@dataclass
+class Table1Arguments:
+    output_dir: str | None = field(default=None, metadata={"help": "folder of the sub-runs, table1.json and table1.md"})
+    supervisions: str = field(
+        default=",".join(SUPERVISIONS), metadata={"help": f"comma-separated settings among {SUPERVISIONS}"}
     )
-    parser.add_argument("--refcoco_dir", help="RefCOCO+: lichengunc/refer's refcoco+ folder (refs(unc).p, instances.json)")
-    parser.add_argument("--vqa_eval_split", help="VQA v2: the evaluated split (default: val)")
-    parser.add_argument(
-        "--refcoco_splits", help="RefCOCO+: evaluated splits, the first also during training (default: val,testA,testB)"
+    seeds: str = field(default="42", metadata={"help": "comma-separated seeds; each setting runs once per seed"})
+    flickr30k_entities_dir: str | None = field(
+        default=None, metadata={"help": "VGP: Flickr30k Entities (Sentences/, Annotations/)"}
     )
-    return parser
+    vgp_train_csv: str | None = field(default=None, metadata={"help": "VGP: the training pairs csv"})
+    vgp_eval_csv: str | None = field(default=None, metadata={"help": "VGP: the evaluation pairs csv"})
+    features: str | None = field(default=None, metadata={"help": "VGP: region-feature store of the Flickr30k images"})
+    vqa_dir: str | None = field(
+        default=None, metadata={"help": "VQA v2: folder of the official question and annotation files"}
+    )
+    coco_features: str | None = field(
+        default=None,
+        metadata={"help": "VQA v2 and RefCOCO+: region-feature store of the COCO images (default: --features)"},
+    )
+    refcoco_dir: str | None = field(
+        default=None, metadata={"help": "RefCOCO+: lichengunc/refer's refcoco+ folder (refs(unc).p, instances.json)"}
+    )
+    vqa_eval_split: str = field(default="val", metadata={"help": "VQA v2: the evaluated split (answers needed)"})
+    refcoco_splits: str = field(
+        default=",".join(REFCOCO_SPLITS),
+        metadata={"help": "RefCOCO+: the evaluated splits, the first also during training"},
+    )
+
+    @property
+    def supervision_list(self) -> list[str]:
+        return parse_list(self.supervisions, "--supervisions", SUPERVISIONS)
+
+    @property
+    def seed_list(self) -> list[int]:
+        return [parse_int(seed, "--seeds") for seed in parse_list(self.seeds, "--seeds")]
+
+    @property
+    def refcoco_split_list(self) -> list[str]:
+        return parse_list(self.refcoco_splits, "--refcoco_splits", REFCOCO_SPLITS)
 
 
-DRIVER_DEFAULTS = {"supervisions": ",".join(SUPERVISIONS), "seeds": "42", "vqa_eval_split": "val",
-                   "refcoco_splits": ",".join(REFCOCO_SPLITS)}  # fmt: skip
 REQUIRED = ("output_dir", "flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features", "vqa_dir", "refcoco_dir")
 
 
@@ -209,27 +227,24 @@ def stage_file(stage: str) -> str:
     return {"vgp": "finetune_vgp.py", "vqa": "finetune_vqa.py", "refcoco": "finetune_refcoco.py"}[stage]
 
 
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, dict[str, Any]]]:
+def parse_args(argv: list[str]) -> tuple[Table1Arguments, dict[str, dict[str, Any]]]:
     """(driver arguments, {stage: flag values of its sub-runs}), the config file's values under the command line's."""
-    parser = build_parser()
     driver_argv, cli_sections = split_section_flags(argv)
-    args = parser.parse_args(driver_argv)
-    driver_names = {action.dest for action in parser._actions if action.dest not in ("help", "config")}
-    config_values, config_sections = read_config(args.config, driver_names)
-    for name in driver_names:
-        if getattr(args, name) is None:
-            value = config_values.get(name, DRIVER_DEFAULTS.get(name))
-            setattr(args, name, None if value is None else str(value))
+    config_path, driver_argv = split_config_flag(driver_argv)
+    driver_names = {item.name for item in fields(Table1Arguments)}
+    config_values, config_sections = read_config(config_path, driver_names)
+    parser = HfArgumentParser(Table1Arguments)
+    parser.add_argument("--config", help="YAML or JSON: driver flags and the sections common / vgp / vqa / refcoco")
+    parser.set_defaults(**{name: str(value) for name, value in config_values.items()})
+    args, _ = parser.parse_args_into_dataclasses(driver_argv)  # _: the `--config` namespace
     missing = [name for name in REQUIRED if getattr(args, name) is None]
     if missing:
-        raise ValueError(f"`--{missing[0]}` is required (flag or config key); missing: {missing}.")
+        raise ValueError(f"`--{missing[0]}` is required (a flag or a config key); missing: {missing}.")
     args.coco_features = args.coco_features or args.features
-    args.supervision_list = parse_list(args.supervisions, "--supervisions", SUPERVISIONS)
-    args.seed_list = [parse_int(seed, "--seeds") for seed in parse_list(args.seeds, "--seeds")]
-    args.refcoco_split_list = parse_list(args.refcoco_splits, "--refcoco_splits", REFCOCO_SPLITS)
+    _ = (args.supervision_list, args.seed_list, args.refcoco_split_list)  # checked now, before any training
 
     flag_names = stage_flag_names(stage_examples())
-    check_section_flags(config_sections, flag_names, f"`--config` {args.config!r}")
+    check_section_flags(config_sections, flag_names, f"`--config` {config_path!r}")
     check_section_flags(cli_sections, flag_names, "the command line")
     # the config file's `common`, then its stage section, then the same two from the command line
     stage_flags = {}
@@ -269,7 +284,7 @@ def run_folder(output_dir: Path, supervision: str, seed: int) -> Path:
     return output_dir / supervision / f"seed{seed}"
 
 
-def driver_flags(stage: str, args: argparse.Namespace, supervision: str, seed: int, folder: Path) -> dict[str, Any]:
+def driver_flags(stage: str, args: Table1Arguments, supervision: str, seed: int, folder: Path) -> dict[str, Any]:
     """The flags the driver sets for one sub-run (on top of its config sections)."""
     flags: dict[str, Any] = {"output_dir": str(folder / stage), "seed": seed}
     if stage == "vgp":
@@ -334,13 +349,13 @@ REFCOCO_COLUMN = "RefCOCO+ {split}"
 VGP_COLUMNS = {"VGP accuracy": "vgp_accuracy", "grounding accuracy (best head)": "grounding_accuracy_best_head"}
 
 
-def table_columns(args: argparse.Namespace) -> list[str]:
+def table_columns(args: Table1Arguments) -> list[str]:
     return [VQA_COLUMN.format(split=args.vqa_eval_split)] + [
         REFCOCO_COLUMN.format(split=split) for split in args.refcoco_split_list
     ]
 
 
-def seed_metrics(args: argparse.Namespace, vgp: dict, vqa: dict, refcoco: dict) -> dict[str, float]:
+def seed_metrics(args: Table1Arguments, vgp: dict, vqa: dict, refcoco: dict) -> dict[str, float]:
     """One seed's row: the Table 1 columns, then the VGP stage's."""
     row = {VQA_COLUMN.format(split=args.vqa_eval_split): vqa["vqa_accuracy"]}
     row[REFCOCO_COLUMN.format(split=args.refcoco_split_list[0])] = refcoco["accuracy"]

@@ -227,6 +227,8 @@ def test_each_setting_chains_vgp_into_both_downstream_runs(table_run):
             # the VGP run's encoder (its size), trained downstream without attention supervision
             assert config["hidden_size"] == 32 and config["attention_supervision"] == "none"
             assert results["supervision"] == "none" and args["seed"] == 12345
+            card = (output_dir / setting / "seed12345" / stage / "README.md").read_text()
+            assert f"started from `{output_dir / setting / 'seed12345' / 'vgp'}`" in card
         vqa = json.loads((output_dir / setting / "seed12345" / "vqa" / "eval_results.json").read_text())
         assert vqa["dataset"] == "vqa_v2" and vqa["eval_examples"] == 65  # every question of the official head
         assert table["settings"][setting]["metrics"]["VQA val"] == vqa["vqa_accuracy"]
@@ -279,11 +281,14 @@ def test_unknown_config_keys_and_section_flags_are_named(user_files, tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("supervisions: none\nvgp:\n  learning_rte: 1.0\n")
     argv = [*user_files["driver"], "--output_dir", str(tmp_path / "o")]
+    assert argv[0] == "--config"
     with pytest.raises(ValueError, match=r"section `vgp` names flags \['learning_rte'\]"):
-        table1.parse_args([*argv, "--config", str(config)])
+        table1.parse_args(["--config", str(config), *argv[2:]])
     config.write_text("supervison: none\n")
     with pytest.raises(ValueError, match=r"keys this command does not take: \['supervison'\]"):
-        table1.parse_args([*argv, "--config", str(config)])
+        table1.parse_args(["--config", str(config), *argv[2:]])
+    with pytest.raises(ValueError, match=r"`--vqa_dir` is required \(a flag or a config key\)"):
+        table1.parse_args([token for token in argv if token != "--vqa_dir" and not token.endswith("/vqa")])
     with pytest.raises(ValueError, match=r"section `refcoco` sets \['model_name_or_path'\], which the driver sets"):
         table1.parse_args([*argv, "--refcoco.model_name_or_path", "x"])
     with pytest.raises(ValueError, match=r"`--vqa_typo.x`: a sub-run flag is `--<section>.<flag>`"):
