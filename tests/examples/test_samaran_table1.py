@@ -300,3 +300,13 @@ def test_unknown_config_keys_and_section_flags_are_named(user_files, tmp_path):
     assert flags["vgp"]["negatives"] == "random" and "negatives" not in flags["vqa"]
     assert flags["vqa"]["learning_rate"] == 8.0e-5 and flags["vgp"]["mixed_precision"] == "no"
     assert args.supervision_list == list(SETTINGS) and args.seed_list == [12345]
+
+
+def test_seeds_are_averaged_with_their_spread():
+    per_seed = {"1": {"VQA val": 0.5, "RefCOCO+ val": 0.25}, "2": {"VQA val": 0.7, "RefCOCO+ val": 0.25}}
+    means, stds = table1.summarise(per_seed)
+    assert means == {"VQA val": pytest.approx(0.6), "RefCOCO+ val": 0.25}
+    assert stds["VQA val"] == pytest.approx(0.1414213562, abs=1e-9) and stds["RefCOCO+ val"] == 0.0  # sample std
+    table = {"columns": ["VQA val", "RefCOCO+ val"], "vgp_columns": [], "seeds": [1, 2],
+             "settings": {"direct": {"metrics": means, "std": stds}}}  # fmt: skip
+    assert "| direct | 60.00 ± 14.14 | 25.00 ± 0.00 |" in table1.render_table(table)
