@@ -13,7 +13,10 @@ What the samples lack is written here in the published layouts, and only that:
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import subprocess
+import sys
 import time
 
 import pytest
@@ -26,7 +29,7 @@ from hf_vlalign.cli import main as cli_main
 from hf_vlalign.utils.text_model import default_text_model_path
 from published_features import region_record, write_lxmert_tsv_features
 
-# end to end: six trainings (2 settings x VGP, VQA, RefCOCO+)
+# end to end: six trainings in this process (2 settings x VGP, VQA, RefCOCO+), three more in two launched processes
 pytestmark = pytest.mark.slow
 
 table1 = load_script("samaran_table1", ROOT / "examples" / "samaran_table1.py")
@@ -270,6 +273,26 @@ def test_a_rerun_skips_the_finished_sub_runs(table_run):
     # the checkpoint holds the final weights: the resumed run takes no step and reports the same accuracies
     assert json.loads(json.dumps(resumed)) == json.loads(json.dumps(table))
     assert weights.stat().st_mtime_ns == written
+
+
+def test_two_processes_under_accelerate_launch_run_the_indirect_setting(user_files):
+    """The sub-runs' Trainers one after the other in each of two launched processes (gloo on the CPU): every
+    TrainingArguments resets accelerate's state, the driver's barriers keep the processes together."""
+    output_dir = user_files["root"] / "launched"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", str(ROOT / "examples" / "samaran_table1.py"),
+        *user_files["driver"], *user_files["tiny"], "--supervisions", "indirect", "--output_dir", str(output_dir),
+    ]  # fmt: skip
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    table = json.loads((output_dir / "table1.json").read_text())
+    assert list(table["settings"]) == ["indirect"] and table["columns"] == PAPER_COLUMNS
+    assert set(table["settings"]["indirect"]["metrics"]) == set(PAPER_COLUMNS) | set(table1.VGP_COLUMNS)
+    vgp_config = json.loads((output_dir / "indirect" / "seed12345" / "vgp" / "config.json").read_text())
+    assert vgp_config["attention_supervision"] == "indirect"
+    assert completed.stdout.count("| indirect |") == 1  # the table is printed by the main process only
 
 
 # ----------------------------------------------------------------------------------------------------------------
