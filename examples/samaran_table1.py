@@ -233,7 +233,12 @@ def parse_args(argv: list[str]) -> tuple[Table1Arguments, dict[str, dict[str, An
     config_path, driver_argv = split_config_flag(driver_argv)
     driver_names = {item.name for item in fields(Table1Arguments)}
     config_values, config_sections = read_config(config_path, driver_names)
-    parser = HfArgumentParser(Table1Arguments)
+    parser = HfArgumentParser(
+        Table1Arguments,
+        description="Samaran et al. (2021), Table 1: VGP fine-tuning with each supervision, then VQA v2 and RefCOCO+.",
+        epilog="Sub-run flags: --<section>.<flag> VALUE, section one of common, vgp, vqa, refcoco (e.g. "
+        "--vqa.max_steps 10); they override the config file's sections.",
+    )
     parser.add_argument("--config", help="YAML or JSON: driver flags and the sections common / vgp / vqa / refcoco")
     parser.set_defaults(**{name: str(value) for name, value in config_values.items()})
     args, _ = parser.parse_args_into_dataclasses(driver_argv)  # _: the `--config` namespace
