@@ -12,10 +12,14 @@ is within reach when some region of its image has IoU >= 0.5 with its box: the d
     accelerate launch examples/finetune_refcoco.py                          # offline: synthetic scenes, MiniLM
     accelerate launch examples/finetune_refcoco.py --model_family two_stream --supervision direct
     accelerate launch examples/finetune_refcoco.py --dataset refcoco+ --data_dir refcoco+ --features STORE_DIR \
-        --eval_split testA      # real data: lichengunc/refer's refcoco+ folder (refs(unc).p, instances.json) and a
-                                # region-feature store of its COCO train2014 images (hf-vlalign convert-features)
+        --eval_split val --test_splits testA,testB   # real data: lichengunc/refer's refcoco+ folder (refs(unc).p,
+                                # instances.json) and a region-feature store of its COCO train2014 images
+                                # (hf-vlalign convert-features)
 
 `--supervision direct|semi_direct|indirect` trains the attention of the expression's words towards the referred box.
+
+`--test_splits testA,testB` evaluates the trained model on those splits too (VL-BERT and Samaran et al. report val,
+testA and testB): their results go under `test_splits` in `eval_results.json`, one entry per split.
 
 Writes to --output_dir: safetensors weights, config, tokenizer, `eval_results.json`, README.md (model card),
 `training_args.json` and TensorBoard logs under runs/ (when tensorboard is installed).
@@ -35,6 +39,7 @@ from transformers import set_seed
 
 from hf_vlalign import SingleStreamForReferringExpression, TwoStreamForReferringExpression
 from hf_vlalign.data import build_dataset
+from hf_vlalign.data.builders import refcoco
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ReferringExpressionCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
@@ -79,6 +84,13 @@ class ReferringArguments:
     image_id_template: str | None = field(
         default=None,
         metadata={"help": "RefCOCO+: the store's image ids, e.g. 'COCO_train2014_{image_id:012d}' (default: both)."},
+    )
+    test_splits: str | None = field(
+        default=None,
+        metadata={
+            "help": "RefCOCO+: comma-separated splits also evaluated after training, e.g. 'testA,testB' (results under "
+            "`test_splits` in eval_results.json)."
+        },
     )
     hub_model_id_for_card: str | None = field(default=None, metadata={"help": "model id shown in the card."})
 
@@ -130,14 +142,50 @@ def load_splits(
             f"{data_args.data_dir!r} and --features {data_args.features!r}."
         )
     store = RegionFeatureStore.load(data_args.features)
-    options = {"region_features": store, "on_missing_image": "skip"}  # rows whose image has no features: counted, warned
+    train = load_refcoco_split(data_args, ref_args, store, data_args.train_split or "train")
+    evaluation = load_refcoco_split(data_args, ref_args, store, data_args.eval_split or "val")
+    return train, evaluation, store, f"RefCOCO+ ({data_args.data_dir})"
+
+
+def load_refcoco_split(
+    data_args: DataArguments, ref_args: ReferringArguments, store: RegionFeatureStore, split: str
+) -> datasets.Dataset:
+    """One RefCOCO+ split joined to `store` (rows whose image has no features: counted, warned and left out)."""
+    options = {"region_features": store, "on_missing_image": "skip"}
     if ref_args.refs_file is not None:
         options["refs_file"] = ref_args.refs_file
     if ref_args.image_id_template is not None:
         options["image_id_template"] = ref_args.image_id_template
-    train = build_dataset(REAL_DATASET, data_args.data_dir, data_args.train_split or "train", **options)
-    evaluation = build_dataset(REAL_DATASET, data_args.data_dir, data_args.eval_split or "val", **options)
-    return train, evaluation, store, f"RefCOCO+ ({data_args.data_dir})"
+    return build_dataset(REAL_DATASET, data_args.data_dir, split, **options)
+
+
+def parse_test_splits(data_args: DataArguments, ref_args: ReferringArguments) -> list[str]:
+    """The splits of `--test_splits` (RefCOCO+ only), checked."""
+    if ref_args.test_splits is None:
+        return []
+    if data_args.dataset != REAL_DATASET:
+        raise ValueError(
+            f"`--test_splits` evaluates further RefCOCO+ splits: pass `--dataset {REAL_DATASET}` with it, got "
+            f"--dataset {data_args.dataset!r}."
+        )
+    splits = [split.strip() for split in ref_args.test_splits.split(",") if split.strip()]
+    bad = [split for split in splits if split not in refcoco.SPLITS]
+    if not splits or bad:
+        raise ValueError(
+            f"`--test_splits` must be comma-separated RefCOCO+ splits among {refcoco.SPLITS}, got {ref_args.test_splits!r}."
+        )
+    return splits
+
+
+def evaluate_test_splits(model, data_args, ref_args, store, collator, splits, batch_size) -> tuple[dict, dict]:
+    """(`referring_results` of the trained model on each of `splits`, what `drop_overlong_rows` counted on each):
+    forward passes, so every process runs them."""
+    results, truncations = {}, {}
+    for split in splits:
+        rows = first_rows(load_refcoco_split(data_args, ref_args, store, split), data_args.max_eval_samples)
+        rows, truncations[split] = collator.drop_overlong_rows(rows, f"referring {split}")
+        results[split] = referring_results(rows, store, chosen_regions(model, rows, collator, batch_size))
+    return results, truncations
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -147,6 +195,7 @@ def load_splits(
 
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, ref_args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
+    test_splits = parse_test_splits(data_args, ref_args)
     set_seed(training_args.seed)
     tokenizer = load_tokenizer(model_args.model_name_or_path)
     with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
@@ -179,6 +228,9 @@ def main(argv: list[str] | None = None) -> dict:
     metrics = final_evaluation(trainer, eval_dataset)
 
     choices = chosen_regions(trainer.model, eval_dataset, collator, training_args.per_device_eval_batch_size)
+    split_results, split_truncation = evaluate_test_splits(
+        trainer.model, data_args, ref_args, store, collator, test_splits, training_args.per_device_eval_batch_size
+    )
     image_use = image_use_results(  # own image vs another image's regions: ~0 means the image is not read
         trainer.model, eval_dataset, collator, training_args.per_device_eval_batch_size, training_args.seed,
         data_args.image_use_examples,
@@ -194,10 +246,14 @@ def main(argv: list[str] | None = None) -> dict:
             "model_family": model_args.model_family,
             "supervision": model_args.supervision,
             "truncation": truncation_results(
-                data_args.max_text_length, {"train": train_truncation, "eval": eval_truncation}, [collator]
+                data_args.max_text_length,
+                {"train": train_truncation, "eval": eval_truncation, **split_truncation},
+                [collator],
             ),
             "image_use": image_use,
         }
+        if split_results:
+            results["test_splits"] = split_results
         card = render_task_model_card(
             "referring_expression",
             model_family=model_args.model_family,

@@ -162,6 +162,15 @@ def test_unknown_dataset_and_missing_paths_are_refused():
         example.main(["--output_dir", "unused", "--dataset", "refcoco+", "--data_dir", "somewhere"])
 
 
+def test_test_splits_are_refcoco_splits_of_the_real_dataset():
+    with pytest.raises(ValueError, match="`--test_splits` evaluates further RefCOCO\\+ splits: pass `--dataset refcoco\\+`"):
+        example.main(["--output_dir", "unused", "--test_splits", "testA"])
+    with pytest.raises(ValueError, match=r"`--test_splits` must be comma-separated RefCOCO\+ splits among .*got 'testA,testC'"):
+        example.main(["--output_dir", "unused", "--dataset", "refcoco+", "--test_splits", "testA,testC"])
+    data_args = example.DataArguments(dataset="refcoco+")
+    assert example.parse_test_splits(data_args, example.ReferringArguments(test_splits="testA, testB")) == ["testA", "testB"]
+
+
 def test_defaults_are_the_measured_ones():
     model_args, data_args, _, training_args = example.parse_args([])
     assert isinstance(training_args, TrainingArguments)
