@@ -507,7 +507,11 @@ def write_report(
     title = f"captioner ({args.alignment})"
     plot_entropy(analyses["entropy"], output_dir / "attention_entropy.png", title=title)
     plot_attention_vs_distance(distance_rows, output_dir / "attention_vs_distance.png", title=title)
-    plot_within_cluster(analyses["within_cluster"], output_dir / "within_cluster_attention.png", title=title)
+    plot_within_cluster(
+        analyses["within_cluster"],
+        output_dir / "within_cluster_attention.png",
+        title=f"{title}: encoder attention within spatial clusters of boxes",
+    )
     card = render_model_card(
         "captioner",
         model_id=training_args.hub_model_id,

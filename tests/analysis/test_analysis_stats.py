@@ -151,9 +151,12 @@ def test_within_cluster_share_on_a_hand_example(tmp_path):
     assert row["within"] == pytest.approx((0.7 + 0.5) / 2)
     assert row["across"] == pytest.approx(1 - (0.7 + 0.5) / 2)
     assert row["num_rows"] == 2 and row["num_skipped_rows"] == 0
-    # without the diagonal: row 0 -> within 0.2 / 0.5, row 1 -> 0.1 / 0.5
+    # chance level: 2 of the 3 real regions are in cluster 0
+    assert row["uniform_within"] == pytest.approx(2 / 3)
+    # without the diagonal: row 0 -> within 0.2 / 0.5, row 1 -> 0.1 / 0.5; chance 1 of the 2 other real regions
     (row,) = within_cluster_attention(blocks, clusters, include_self=False)
     assert row["within"] == pytest.approx((0.4 + 0.2) / 2)
+    assert row["uniform_within"] == pytest.approx(1 / 2)
     assert plot_within_cluster([row], tmp_path / "clusters.png").stat().st_size > 0
 
 

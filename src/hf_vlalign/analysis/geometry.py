@@ -255,7 +255,8 @@ class WithinClusterAttention:
     """Accumulates the share of region->region attention that stays within the query region's cluster
     (Ilinykh, Analysis I): for each real, clustered query region, within = sum of its attention (renormalised over
     the real regions, heads averaged) on real regions of the same cluster, across = 1 - within (other clusters and
-    unclustered regions); both are averaged over query rows.
+    unclustered regions); both are averaged over query rows. `uniform_within` is the chance level: the within share
+    uniform attention over the real regions would give (the query's cluster size over the real regions).
 
     Args:
         include_self: count the query's attention to itself as within its cluster (default). With False the diagonal
@@ -265,6 +266,7 @@ class WithinClusterAttention:
     def __init__(self, include_self: bool = True) -> None:
         self.include_self = bool(include_self)
         self._within: list[float] = []
+        self._uniform: list[float] = []
         self._rows: list[int] = []
         self._skipped: list[int] = []
 
@@ -278,6 +280,10 @@ class WithinClusterAttention:
         same = (clusters[:, :, None] == clusters[:, None, :]) & real[:, None, :]  # keys in the query's cluster
         queries = real & (clusters >= 0)  # (B, R) rows that have a cluster
         eye = torch.eye(real.shape[1], dtype=torch.bool, device=real.device)
+        # chance level: the share of the query's keys that lie in its cluster
+        keys_in_cluster = same.sum(-1).double() - (0.0 if self.include_self else 1.0)
+        keys = real.sum(-1, keepdim=True).double().expand_as(keys_in_cluster) - (0.0 if self.include_self else 1.0)
+        uniform = keys_in_cluster / keys.clamp(min=1.0)
         for layer, attention in enumerate(layers):
             if not self.include_self:
                 attention = attention.masked_fill(eye, 0.0)
@@ -287,21 +293,34 @@ class WithinClusterAttention:
             within = (attention * same).sum(-1)[rows]
             if len(self._within) <= layer:
                 self._within.append(0.0)
+                self._uniform.append(0.0)
                 self._rows.append(0)
                 self._skipped.append(0)
             self._within[layer] += float(within.sum())
+            self._uniform[layer] += float(uniform[rows].sum())
             self._rows[layer] += int(rows.sum())
             self._skipped[layer] += int((queries & ~has_mass).sum())
 
     def compute(self) -> list[dict]:
-        """Rows {"layer", "within", "across", "num_rows", "num_skipped_rows"} (skipped: clustered real regions with
-        no attention mass left on real regions); with no clustered row, within and across are NaN."""
+        """Rows {"layer", "within", "across", "uniform_within", "num_rows", "num_skipped_rows"} (skipped: clustered
+        real regions with no attention mass left on real regions); with no clustered row, the shares are NaN."""
         if not self._within:
             raise ValueError("`WithinClusterAttention.compute()` needs at least one `update(...)` first, got none.")
         table = []
-        for layer, (within, rows, skipped) in enumerate(zip(self._within, self._rows, self._skipped)):
-            share = within / rows if rows else math.nan
-            table.append({"layer": layer, "within": share, "across": 1.0 - share, "num_rows": rows, "num_skipped_rows": skipped})
+        for layer, (within, uniform, rows, skipped) in enumerate(
+            zip(self._within, self._uniform, self._rows, self._skipped)
+        ):
+            share, chance = (within / rows, uniform / rows) if rows else (math.nan, math.nan)
+            table.append(
+                {
+                    "layer": layer,
+                    "within": share,
+                    "across": 1.0 - share,
+                    "uniform_within": chance,
+                    "num_rows": rows,
+                    "num_skipped_rows": skipped,
+                }
+            )
         return table
 
 
@@ -324,7 +343,7 @@ def within_cluster_attention(blocks: AttentionBlocks, region_clusters: torch.Ten
         region_clusters: (B, R) long cluster id of each region, -1 for regions in no cluster.
         include_self: whether a region's attention to itself counts as within its cluster.
     Returns:
-        rows {"layer", "within", "across", "num_rows", "num_skipped_rows"}.
+        rows {"layer", "within", "across", "uniform_within", "num_rows", "num_skipped_rows"}.
     """
     meter = WithinClusterAttention(include_self)
     meter.update(blocks, region_clusters)
@@ -389,15 +408,18 @@ def plot_within_cluster(rows: list[dict], path: str | Path, title: str = "") -> 
     ordered = sorted(rows, key=lambda row: row["layer"])
     layers = [row["layer"] for row in ordered]
     within = np.asarray([row["within"] for row in ordered], dtype=np.float64)
-    figure = Figure(figsize=(max(4.0, 0.5 * len(layers) + 2.5), 3.5))
+    figure = Figure(figsize=(max(5.0, 0.5 * len(layers) + 2.5), 4.2), layout="constrained")
     ax = figure.subplots()
     ax.bar(layers, within, label="within cluster")
     ax.bar(layers, 1.0 - within, bottom=within, label="across clusters")
+    uniform = [row.get("uniform_within", math.nan) for row in ordered]
+    ax.scatter(layers, uniform, marker="_", s=900, linewidths=2.5, color="black", zorder=3,
+               label="within, if attention were uniform")  # fmt: skip
     ax.set_ylim(0.0, 1.0)
     ax.set_xticks(layers)
-    ax.set_xlabel("layer")
-    ax.set_ylabel("share of attention")
-    ax.legend(fontsize=8)
+    ax.set_xlabel("layer (counted from 0)")
+    ax.set_ylabel("share of a region's attention\n(heads averaged)")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)  # below the axes: bars stay visible
     if title:
         ax.set_title(title)
     return save_png(figure, path)

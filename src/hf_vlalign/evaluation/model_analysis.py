@@ -346,8 +346,9 @@ def _within_cluster_report(rows: list[dict], sources: set, num_spatial_clusters:
     """analysis.json's "within_cluster_attention" (Ilinykh, Analysis I) and its plot, or why it is skipped."""
     if not rows:
         return {"skipped": "the model's outputs have no region->region attention."}
-    path = plot_within_cluster(rows, out_dir / "within_cluster_attention.png", title=f"{name}: attention within object clusters")
     source = " + ".join(sorted(sources))
+    title = f"{name}: region attention within clusters ({source})"
+    path = plot_within_cluster(rows, out_dir / "within_cluster_attention.png", title=title)
     return {
         "cluster_source": source,
         "num_spatial_clusters": num_spatial_clusters if "spatial" in sources else None,
