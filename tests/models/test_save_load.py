@@ -190,8 +190,8 @@ def test_another_number_of_labels_fails_naming_the_keys_and_shapes(tmp_path):
     with pytest.raises(CheckpointMismatchError) as raised:
         SingleStreamForVisualParaphrase.from_pretrained(tmp_path, num_vgp_labels=3)
     message = str(raised.value)
-    assert "vgp_classifier.weight: checkpoint (2, 32) vs model (3, 32)" in message
-    assert "vgp_classifier.bias: checkpoint (2,) vs model (3,)" in message
+    assert "vgp_classifier.weight: checkpoint (5, 32) vs model (3, 32)" in message
+    assert "vgp_classifier.bias: checkpoint (5,) vs model (3,)" in message
     assert "ignore_mismatched_sizes=True" in message and str(tmp_path) in message
 
 

@@ -56,7 +56,7 @@ class VGPTrainer(ComponentLossTrainer):
     non_model_keys = PROBE_KEYS
 
     def __init__(self, model=None, *args, **kwargs):
-        if "compute_metrics" not in kwargs and model is not None:
+        if "compute_metrics" not in kwargs and hasattr(getattr(model, "config", None), "vgp_class_names"):
             kwargs["compute_metrics"] = vgp_metrics_for(model.config)
         super().__init__(model, *args, **kwargs)
         self.label_names = ["id_labels", "vgp_labels"]
