@@ -44,13 +44,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import yaml
 from accelerate import PartialState
 from transformers import HfArgumentParser
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_vlalign.recipes import DataArguments, MixedPrecisionArguments, ModelArguments
-from hf_vlalign.recipes.arguments import ThreadArguments, split_config_flag
+from hf_vlalign.recipes.arguments import ThreadArguments, read_config_file, split_config_flag
 from hf_vlalign.trainers import TaskTrainingArguments, VGPTrainingArguments
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -182,16 +181,7 @@ def read_config(path: str | None, driver_names: set[str]) -> tuple[dict[str, Any
     """(driver values, {section: flag values}) of the config file; unknown names are an error naming them."""
     if path is None:
         return {}, {section: {} for section in SECTIONS}
-    file = Path(path)
-    if not file.is_file():
-        raise ValueError(f"`--config` must be an existing YAML or JSON file, got {path!r} (no such file).")
-    text = file.read_text(encoding="utf-8")
-    try:
-        values = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise ValueError(f"`--config` {path!r} is not valid {file.suffix[1:].upper() or 'YAML'}: {error}") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"`--config` {path!r} must hold a mapping, got {type(values).__name__}.")
+    values = read_config_file(path)
     unknown = sorted(set(values) - driver_names - set(SECTIONS))
     if unknown:
         raise ValueError(

@@ -180,9 +180,8 @@ def split_config_flag(argv: list[str]) -> tuple[str | None, list[str]]:
     return None, argv
 
 
-def read_recipe_config(path: str | Path, dataclass_types: tuple[type, ...]) -> dict[str, Any]:
-    """The flag values of an experiment's config file: a YAML (`.yaml`/`.yml`) or JSON mapping of flag names (without
-    `--`) to values; every name must be a flag of the recipe."""
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping a `--config` file holds: YAML (`.yaml`/`.yml`, or any other suffix) or JSON (`.json`)."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"`--config` must be an existing YAML or JSON file, got {str(path)!r} (no such file).")
@@ -193,6 +192,13 @@ def read_recipe_config(path: str | Path, dataclass_types: tuple[type, ...]) -> d
         raise ValueError(f"`--config` {str(path)!r} is not valid {path.suffix[1:].upper() or 'YAML'}: {error}") from None
     if not isinstance(values, dict):
         raise ValueError(f"`--config` {str(path)!r} must hold a mapping of flag names to values, got {type(values).__name__}.")
+    return values
+
+
+def read_recipe_config(path: str | Path, dataclass_types: tuple[type, ...]) -> dict[str, Any]:
+    """The flag values of an experiment's config file (`read_config_file`): a mapping of flag names (without `--`) to
+    values; every name must be a flag of the recipe."""
+    values = read_config_file(path)
     known = {item.name for dataclass_type in dataclass_types for item in fields(dataclass_type)}
     unknown = sorted(set(values) - known)
     if unknown:
