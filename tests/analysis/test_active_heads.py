@@ -12,6 +12,7 @@ from hf_vlalign.analysis.grounding_probe import GroundingProbe, best_active_head
 from hf_vlalign.analysis.probe_plots import plot_head_accuracy, plot_top_relations
 from hf_vlalign.analysis.syntactic_grounding import SyntacticGroundingProbe
 from hf_vlalign.evaluation.grounding import entity_grounding_metrics
+from test_probe_analysis import PARSE  # "a man rides a horse", parsed
 
 R = 4
 
@@ -82,13 +83,6 @@ def test_no_active_head_or_an_undefined_share_falls_back_to_all_heads():
 # ---------------------------------------------------------------------------------------------------------------------
 # Syntactic grounding (Table 2): "a man rides a horse"
 
-PARSE = [
-    {"id": 1, "form": "a", "head": 2, "deprel": "det"},
-    {"id": 2, "form": "man", "head": 3, "deprel": "nsubj"},
-    {"id": 3, "form": "rides", "head": 0, "deprel": "root"},
-    {"id": 4, "form": "a", "head": 5, "deprel": "det"},
-    {"id": 5, "form": "horse", "head": 3, "deprel": "obj"},
-]
 T_SYN, R_SYN = 8, 3
 MAN_IOU, HORSE_IOU = [0.9, 0.1, 0.0], [0.0, 0.8, 0.3]
 
