@@ -42,6 +42,7 @@ import torch
 from PIL import Image
 
 from ..utils.optional import require
+from ..utils.output_paths import refuse_foreign_file
 from .adapters import _JOINT_EXTRA, _field, attention_blocks, infer_source
 from .attention_blocks import AttentionBlocks
 from .flow import layer_rollouts
@@ -492,7 +493,8 @@ def write_attention_explorer(
 
     Args:
         examples: the examples; all must have the same views, layers and heads.
-        path: the HTML file to write; parent folders are created.
+        path: the HTML file to write; parent folders are created. An existing file is replaced only when it is an
+            explorer page (`is_explorer_page`).
         probe: the grounding probe's per-head accuracy, a `GroundingProbeResult` or an (L, H) array matching the
             "word_to_region" view; shown as a clickable heatmap.
         title, subtitle: the page's heading and the line under it (model, data).
@@ -510,22 +512,35 @@ def write_attention_explorer(
     data = json.dumps(payload, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     page = _TEMPLATE.replace("__TITLE__", html.escape(title)).replace("__DATA__", data)
     path = Path(path)
+    refuse_foreign_file(path, "path", description="an attention explorer page", is_own=is_explorer_page)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     return path
 
 
+def is_explorer_page(path: Path) -> bool:
+    """Whether `path` is a page `write_attention_explorer` wrote (it embeds the explorer's data element)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return EXPLORER_DATA_ELEMENT in file.read(EXPLORER_HEAD_BYTES)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def read_explorer_payload(path: str | os.PathLike) -> dict:
     """The JSON embedded in an explorer page written by `write_attention_explorer`."""
     text = Path(path).read_text(encoding="utf-8")
-    start = text.find(_DATA_OPEN)
+    start = text.find(EXPLORER_DATA_ELEMENT)
     end = text.find("</script>", start)
     if start < 0 or end < 0:
         raise ValueError(f"`path` {str(path)!r} is not an explorer page (no embedded data).")
-    return json.loads(text[start + len(_DATA_OPEN) : end])
+    return json.loads(text[start + len(EXPLORER_DATA_ELEMENT) : end])
 
 
-_DATA_OPEN = '<script type="application/json" id="explorer-data">'
+# the element holding a page's data: how `read_explorer_payload` finds it, and how a page is recognised as one this
+# module wrote (it opens within the template's first `EXPLORER_HEAD_BYTES`, before the embedded data)
+EXPLORER_DATA_ELEMENT = '<script type="application/json" id="explorer-data">'
+EXPLORER_HEAD_BYTES = 16384
 
 _TEMPLATE = (
     """<!DOCTYPE html>
@@ -585,7 +600,7 @@ rect.region { cursor: pointer; }
   </div>
 </div>
 """
-    + _DATA_OPEN
+    + EXPLORER_DATA_ELEMENT
     + """__DATA__</script>
 <script>
 "use strict";

@@ -42,7 +42,8 @@ import torch
 from datasets.arrow_writer import ArrowWriter
 from transformers.utils import logging
 
-from ..utils.atomic_folders import recover_folder, replace_folder, stale_siblings
+from ..utils.atomic_folders import derived_stem, recover_folder, replace_folder, stale_siblings
+from ..utils.output_paths import refuse_foreign_folder, refuse_output_overlapping_inputs
 from .formats.region_records import check_region_record, normalise_record
 from .formats.text_files import FileFormatError, read_json_file
 
@@ -104,18 +105,18 @@ class RegionFeatureStore:
         """Streams records (the `region_records` layout) into a new store at `directory` and opens it.
 
         The store is written beside `directory` and renamed into place only once complete, so an error (or a
-        Ctrl-C) never leaves a half store, and an existing directory is replaced only with `overwrite=True`.
+        Ctrl-C) never leaves a half store. An existing directory is replaced only with `overwrite=True`, and only when
+        it is a store (see `check_store_output`).
         """
         directory = Path(directory)
-        if directory.exists() and not overwrite:
-            raise ValueError(f"`directory` {directory} already exists; pass overwrite=True to replace it.")
+        check_store_output(directory, "directory", overwrite=overwrite)
         iterator = iter(records)
         first = next(iterator, None)
         if first is None:
             raise ValueError("`records` is empty; a region-feature store needs at least one image.")
         feature_dim = check_region_record(first, None)
         remove_stale_partials(directory)
-        partial = directory.with_name(f"{directory.name}{PARTIAL_MARKER}{_writer_tag()}")
+        partial = directory.with_name(f"{derived_stem(directory.name)}{PARTIAL_MARKER}{_writer_tag()}")  # <= NAME_MAX
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         try:
@@ -128,8 +129,7 @@ class RegionFeatureStore:
                 "sha256": {ARROW_FILE: sha256},
             }
             (partial / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
-            if directory.exists() and not overwrite:  # another writer finished first: never replace its store
-                raise ValueError(f"`directory` {directory} already exists; pass overwrite=True to replace it.")
+            check_store_output(directory, "directory", overwrite=overwrite)  # another writer may have finished first
             replace_folder(partial, directory)  # the old store stays in place until the new one is (atomic swap)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
@@ -396,6 +396,30 @@ def _sha256_of_file(path: Path) -> str:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
 
+def is_feature_store(directory: Path) -> bool:
+    """Whether `directory` holds a store as `RegionFeatureStore.write` leaves it: its `store.json` (a JSON object with
+    the format version) and Arrow file, and nothing else."""
+    names = {entry.name for entry in directory.iterdir()}
+    if not names <= {ARROW_FILE, METADATA_FILE} or METADATA_FILE not in names:
+        return False
+    try:
+        metadata = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(metadata, dict) and "format_version" in metadata
+
+
+def check_store_output(directory: str | Path, argument: str, *, overwrite: bool) -> None:
+    """An existing `directory` is refused without `overwrite`, and with it unless it is a store (`is_feature_store`):
+    a folder holding anything else (images, a checkpoint, a published feature file) is never replaced."""
+    directory = Path(directory)
+    if not os.path.lexists(directory):
+        return
+    if not overwrite:
+        raise ValueError(f"`{argument}` {directory} already exists; pass overwrite=True (--overwrite) to replace it.")
+    refuse_foreign_folder(directory, argument, description="a region-feature store", is_own=is_feature_store)
+
+
 def _writer_tag() -> str:
     """`<host>-<pid>` of this process: the suffix of its partial folders."""
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -455,10 +479,16 @@ def convert_features(
 ) -> RegionFeatureStore:
     """Converts a published feature file into a `RegionFeatureStore` at `out` (what `hf-vlalign convert-features` runs).
 
-    `options` go to the format's reader (e.g. `id_map=` for `butd_h5`, `image_sizes=` for `m2_hdf5`).
+    `options` go to the format's reader (e.g. `id_map=` for `butd_h5`, `image_sizes=` for `m2_hdf5`). `out` may be
+    neither `src` nor any file option, nor inside or around one; an existing `out` is replaced only with `overwrite=True`
+    and only when it is a store (`check_store_output`).
     """
     out = Path(out)
-    if out.exists() and not overwrite:  # checked before reading a possibly huge source
-        raise ValueError(f"`out` {out} already exists; pass overwrite=True (--overwrite) to replace it.")
+    # checked before reading a possibly huge source: the output never replaces an input, nor a folder of other files
+    refuse_output_overlapping_inputs(
+        out, {"src": src} | {name: value for name, value in options.items() if isinstance(value, (str, os.PathLike))},
+        output_argument="out",
+    )
+    check_store_output(out, "out", overwrite=overwrite)
     records = iter_feature_records(src, format, on_error=on_error, **options)
     return RegionFeatureStore.write(records, out, source=f"{format}:{Path(src).resolve()}", overwrite=overwrite)

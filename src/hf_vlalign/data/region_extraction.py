@@ -22,7 +22,7 @@ import inspect
 import logging
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +32,9 @@ import torch.nn.functional as F
 from PIL import Image
 from transformers import AutoImageProcessor, AutoModel
 
-from .feature_store import RegionFeatureStore
+from ..utils.output_paths import refuse_output_overlapping_inputs
+from ..utils.size_limits import MAX_BATCH_SIZE, MAX_GRID_SIZE, MAX_REGIONS_PER_IMAGE, SizeLimitError, check_size
+from .feature_store import RegionFeatureStore, check_store_output
 from .formats.region_records import RecordDecoder, iter_checked_records
 from .formats.text_files import FileFormatError, read_json_file
 
@@ -450,8 +452,9 @@ def grid_boxes(height: int, width: int, grid_size: int, include_whole_image: boo
 
     With `include_whole_image`, the whole-image box comes first (g * g + 1 boxes).
     """
-    for name, value in (("height", height), ("width", width), ("grid_size", grid_size)):
+    for name, value in (("height", height), ("width", width)):
         _check_positive_int(name, value)
+    check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
     xs, ys = np.linspace(0.0, width, grid_size + 1), np.linspace(0.0, height, grid_size + 1)
     cells = [[xs[col], ys[row], xs[col + 1], ys[row + 1]] for row in range(grid_size) for col in range(grid_size)]
     whole = [[0.0, 0.0, float(width), float(height)]] if include_whole_image else []
@@ -502,6 +505,10 @@ def _boxes_per_image(boxes: Mapping, source: str, entries: Sequence[_ImageEntry]
 
 
 def _checked_boxes(values: object, where: str, entry: _ImageEntry) -> np.ndarray:
+    if isinstance(values, Sized) and len(values) > MAX_REGIONS_PER_IMAGE:  # before converting a huge list
+        raise SizeLimitError(
+            f"{where}: {len(values)} boxes, more than MAX_REGIONS_PER_IMAGE = {MAX_REGIONS_PER_IMAGE} per image."
+        )
     try:
         array = np.asarray(values)
     except ValueError:  # ragged lists
@@ -569,10 +576,13 @@ def extract_region_features(
     Args:
         images: a folder (every .jpg / .jpeg / .png in it, sorted by name) or a list of image paths. The image id
             is the file stem, so stems must be unique.
-        out_dir: the store directory; an existing one is replaced only with `overwrite=True`.
+        out_dir: the store directory; an existing one is replaced only with `overwrite=True`, and only when it is a
+            store. It may be neither an input (`images` or one of them, the `boxes` file, a local `encoder`) nor
+            inside or around one.
         boxes: a JSON file or a dict `{"<image file name or id>": [[x1, y1, x2, y2], ...]}` in pixels of the file;
             every image needs at least one box and every key must name an image.
-        grid_size: instead of `boxes`, a grid_size x grid_size grid of boxes covering each image.
+        grid_size: instead of `boxes`, a grid_size x grid_size grid of boxes covering each image (at most
+            `MAX_GRID_SIZE`; a `boxes` entry holds at most `MAX_REGIONS_PER_IMAGE` boxes).
         include_whole_image: put the whole-image box first (with `grid_size` or `boxes`).
         encoder: `"pixel"` (the deterministic `CropEncoder`, offline) or a Hub id / local folder of a transformers
             vision model (see `BackboneRegionEncoder`; to use a local folder named "pixel", pass "./pixel").
@@ -590,11 +600,16 @@ def extract_region_features(
             f"grid), got boxes={_short(boxes)} and grid_size={grid_size!r}."
         )
     if grid_size is not None:
-        _check_positive_int("grid_size", grid_size)
-    _check_positive_int("batch_size", batch_size)
+        check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
+    check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
     out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
-        raise ValueError(f"`out_dir` {out_dir} already exists; pass overwrite=True to replace it.")
+    inputs = {"boxes": boxes if isinstance(boxes, (str, os.PathLike)) else None, "encoder": encoder}
+    if isinstance(images, (str, os.PathLike)):
+        inputs["images"] = images
+    else:
+        inputs |= {f"images[{index}]": path for index, path in enumerate(images) if isinstance(path, (str, os.PathLike))}
+    refuse_output_overlapping_inputs(out_dir, inputs, output_argument="out_dir")
+    check_store_output(out_dir, "out_dir", overwrite=overwrite)
 
     entries = _read_image_entries(list_images(images))
     if grid_size is not None:

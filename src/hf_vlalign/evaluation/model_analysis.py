@@ -39,9 +39,13 @@ from ..data.collators import span_token_mask
 from ..models.family import family_spec
 from ..models.single_stream.family import SINGLE_STREAM
 from ..synthetic import SHAPE_NAMES, SyntheticSceneConfig, load_or_generate_synthetic_vgp
+from ..utils.output_paths import refuse_foreign_folder, refuse_output_overlapping_inputs
+from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, MAX_BATCH_SIZE, MAX_SPATIAL_CLUSTERS, check_size
 from .inference import inference_batches
 from .syntactic_analysis import SyntacticGroundingAnalysis
 from .tasks import load_model
+
+ANALYSIS_FILE = "analysis.json"
 
 
 @dataclass
@@ -269,15 +273,18 @@ def analyze_model(
     model, a two-stream model's object layers): clusters from `cluster_source` (see `analysis.geometry.region_clusters`:
     "auto" = the detector class of each region where the store has `object_ids`, else k-means on box centres with
     `num_spatial_clusters`).
+
+    `out_dir` may be neither `model_dir` nor the data's image folder, nor inside or around one, and must be new, empty
+    or an earlier analysis (`check_analysis_output`, before the model runs). Sizes are bounded by
+    `hf_vlalign.utils.size_limits` (`MAX_BATCH_SIZE`, `MAX_ANALYSIS_EXAMPLES`, `MAX_SPATIAL_CLUSTERS`).
     """
-    if batch_size < 1:
-        raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
-    if max_examples is not None and max_examples < 1:
-        raise ValueError(f"`max_examples` must be >= 1 (or None for all), got {max_examples}.")
+    check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
+    if max_examples is not None:
+        check_size("max_examples", max_examples, MAX_ANALYSIS_EXAMPLES, limit_name="MAX_ANALYSIS_EXAMPLES")
     if cluster_source not in CLUSTER_SOURCES:
         raise ValueError(f"`cluster_source` must be one of {CLUSTER_SOURCES}, got {cluster_source!r}.")
-    if isinstance(num_spatial_clusters, bool) or not isinstance(num_spatial_clusters, int) or num_spatial_clusters < 1:
-        raise ValueError(f"`num_spatial_clusters` must be a positive int, got {num_spatial_clusters!r}.")
+    check_size("num_spatial_clusters", num_spatial_clusters, MAX_SPATIAL_CLUSTERS, limit_name="MAX_SPATIAL_CLUSTERS")
+    check_analysis_output(out_dir, {"model_dir": model_dir, "data.image_dir": getattr(data, "image_dir", None)})
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if data is not None and data.text_mask_key == "attention_mask" and family_spec(model).name == "captioner":
@@ -338,8 +345,26 @@ def analyze_model(
     example = _first_example(analyses.first_batch, tokenizer, data, analyses.probe.iou_threshold)
     _plot_word_region_heatmaps(example, analyses.first_batch[2], result, out_dir / "word_region_heatmaps.png", name)
     report["top_regions_on_image"] = _plot_top_regions(example, analyses.first_batch[2], result, data, out_dir, name)
-    (out_dir / "analysis.json").write_text(json.dumps(_json_ready(report), indent=2) + "\n")
+    (out_dir / ANALYSIS_FILE).write_text(json.dumps(_json_ready(report), indent=2) + "\n")
     return _json_ready(report)
+
+
+def is_analysis_folder(folder: Path) -> bool:
+    """Whether `folder` holds an earlier `analyze_model` output: its `analysis.json` with the grounding probe."""
+    try:
+        report = json.loads((folder / ANALYSIS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and {"grounding_probe", "data"} <= set(report)
+
+
+def check_analysis_output(
+    out_dir: str | Path, inputs: dict[str, str | Path | None], output_argument: str = "out_dir"
+) -> None:
+    """Before the model runs: `out_dir` is none of `inputs` (the model folder, the data's files), nor inside or around
+    one, and is new, empty or an earlier analysis (its files are replaced; a folder of other files is left alone)."""
+    refuse_output_overlapping_inputs(out_dir, inputs, output_argument=output_argument)
+    refuse_foreign_folder(out_dir, output_argument, description="an analysis folder", is_own=is_analysis_folder)
 
 
 def _within_cluster_report(rows: list[dict], sources: set, num_spatial_clusters: int, out_dir: Path, name: str) -> dict:

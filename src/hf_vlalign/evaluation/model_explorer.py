@@ -11,10 +11,12 @@ import torch
 from transformers import AutoTokenizer
 
 from ..analysis.adapters import attention_blocks
-from ..analysis.explorer import explorer_examples, write_attention_explorer
+from ..analysis.explorer import explorer_examples, is_explorer_page, write_attention_explorer
 from ..analysis.grounding_probe import GroundingProbe, GroundingProbeResult
 from ..models.family import family_spec
 from ..synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
+from ..utils.output_paths import refuse_foreign_file, refuse_output_overlapping_inputs
+from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, MAX_BATCH_SIZE, MAX_EXPLORER_EXAMPLES, check_size
 from .inference import inference_batches
 from .model_analysis import ATTENTION_TARGET_KEYS, AnalysisData, gold_phrases, synthetic_analysis_data
 from .tasks import load_model
@@ -61,6 +63,13 @@ def _probe(
     return probe.compute() if probe.num_phrases else None
 
 
+def check_explorer_output(out: str | os.PathLike, inputs: dict, output_argument: str = "out") -> None:
+    """Before the model runs: `out` is none of `inputs` (the model folder, the image), nor inside or around one, and
+    is new or an earlier explorer page (any other file is left alone)."""
+    refuse_output_overlapping_inputs(out, inputs, output_argument=output_argument)
+    refuse_foreign_file(out, output_argument, description="an attention explorer page", is_own=is_explorer_page)
+
+
 @torch.no_grad()
 def explore_model(
     model_dir: str | os.PathLike,
@@ -77,25 +86,24 @@ def explore_model(
 
     Args:
         model_dir: an hf_vlalign checkpoint of any family (with its tokenizer).
-        out: the HTML file to write.
-        num_examples: the first N examples of the synthetic scenes' evaluation split to show.
+        out: the HTML file to write: new or an earlier explorer page, and none of the inputs (`model_dir`, `image`),
+            nor inside or around one.
+        num_examples: the first N examples of the synthetic scenes' evaluation split to show (at most
+            `MAX_EXPLORER_EXAMPLES`).
         image: the image to draw the boxes on instead of the synthetic scene's rendering: a file (every example) or a
             folder of `<image_id>.png` / `.jpg` files.
         synthetic: the synthetic scenes (default `SyntheticSceneConfig()`).
         probe_examples: examples the grounding probe's accuracy grid is computed on (0: no grid).
         batch_size: batch size of the probe.
     """
-    for name, value, low in (
-        ("num_examples", num_examples, 1),
-        ("probe_examples", probe_examples, 0),
-        ("batch_size", batch_size, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"`{name}` must be an int >= {low}, got {value!r}.")
+    check_size("num_examples", num_examples, MAX_EXPLORER_EXAMPLES, limit_name="MAX_EXPLORER_EXAMPLES")
+    check_size("probe_examples", probe_examples, MAX_ANALYSIS_EXAMPLES, minimum=0, limit_name="MAX_ANALYSIS_EXAMPLES")
+    check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
     if image is not None and not Path(image).exists():
         raise ValueError(
             f"`image` must be an image file or a folder of <image_id>.png/.jpg, got {str(image)!r} which does not exist."
         )
+    check_explorer_output(out, {"model_dir": model_dir, "image": image})
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     synthetic = synthetic or SyntheticSceneConfig()

@@ -24,6 +24,7 @@ from transformers import PreTrainedModel
 from transformers.models.auto.auto_factory import _BaseAutoModelClass
 
 from ..models.family import FAMILIES, FamilySpec
+from ..utils.output_paths import refuse_output_overlapping_inputs
 
 PACKAGE = "hf_vlalign"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -289,7 +290,8 @@ def save_with_remote_code(
 
     Args:
         model: a model of a family in `REMOTE_CODE_FAMILIES` (single-stream, two-stream, captioner).
-        folder: the output folder (created if missing).
+        folder: the output folder (created if missing); not inside the hf_vlalign package, nor holding it (the flat
+            modules have the names of the family's own source files).
         auto_class: the transformers Auto class the model's own class is published under (e.g.
             "AutoModelForSequenceClassification"); default: the family's one for that class (`AutoModel` for the base
             model, `AutoModelForVisualQuestionAnswering` for `TwoStreamForQuestionAnswering`, ...), none for heads
@@ -306,6 +308,8 @@ def save_with_remote_code(
     folder = Path(folder).resolve()
     if folder.is_file():
         raise NotADirectoryError(f"`folder` must be a folder, got the file {folder}.")
+    # the flat modules are named like the family's own source files: never write them over (or into) the library
+    refuse_output_overlapping_inputs(folder, {"the hf_vlalign source folder": PACKAGE_ROOT}, output_argument="folder")
     write_flat_code(family, folder)
     config = model.config
     had_auto_map, previous = hasattr(config, "auto_map"), getattr(config, "auto_map", None)

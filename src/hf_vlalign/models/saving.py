@@ -2,7 +2,7 @@
 
 Saving. `PreTrainedModel.save_pretrained` writes `config.json` first and the weights after it, straight into the target
 folder: an interrupted save leaves a new config next to old or half-written weights. Here the model is saved into a
-staging sibling folder (`.<name>.saving-<host>-<pid>-*`, same file system); the files of the target folder that the save
+staging sibling folder (`.<name>.saving-<host>-<pid>-*`, same file system; a long name shortened with a hash); the files of the target folder that the save
 does not replace (`eval_results.json`, a tokenizer, a model card, the user's own files) are hard-linked into it, and the
 staging folder then replaces the target folder as a whole (`utils/atomic_folders.py`: one atomic exchange on Linux), so
 a kill at any instant leaves the previous complete checkpoint or the new one, each loadable by plain transformers. Weight
@@ -38,7 +38,14 @@ from safetensors import SafetensorError, safe_open
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.utils import CONFIG_NAME
 
-from ..utils.atomic_folders import fsync_path, remove_stale_siblings, replace_folder, stale_siblings, writer_tag
+from ..utils.atomic_folders import (
+    derived_stem,
+    fsync_path,
+    remove_stale_siblings,
+    replace_folder,
+    stale_siblings,
+    writer_tag,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +114,7 @@ SAVING_MARKER = ".saving-"
 def _staging_folder(target: Path) -> tuple[Path, bool]:
     """A new staging folder next to `target` (same file system, so the swap is a rename) and True; inside `target`
     and False when its parent is not writable (the files are then moved in one by one)."""
-    prefix = f".{target.name}{SAVING_MARKER}{writer_tag()}-"
+    prefix = f".{derived_stem(target.name)}{SAVING_MARKER}{writer_tag()}-"  # within NAME_MAX for any target name
     try:
         return Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent)), True
     except PermissionError:
@@ -121,7 +128,7 @@ def carry_over_files(target: Path, staging: Path, variant: str | None = None) ->
     for folder, subfolders, files in os.walk(target):
         folder = Path(folder)
         relative_folder = folder.relative_to(target)
-        subfolders[:] = [name for name in subfolders if not name.startswith(f".{target.name}{SAVING_MARKER}")]
+        subfolders[:] = [name for name in subfolders if not name.startswith(f".{derived_stem(target.name)}{SAVING_MARKER}")]
         for name in subfolders + files:
             source, relative = folder / name, relative_folder / name
             destination = staging / relative

@@ -7,12 +7,17 @@ to a backup sibling, then `new` to `target`: a kill between the two renames leav
 in the backup, which `recover_folder(target)` (run by the next save and load) renames back. The old folder (left under
 the name of `new`, or the backup) is removed last; a kill before that leaves it behind as a stale sibling, removed by
 `remove_stale_siblings` once its writer (named by host and pid in the folder name) is no longer running.
+
+The names of these sibling folders start with `derived_stem(target name)`: the name itself, or for a long name its
+first bytes and a hash of the whole, so that a sibling name stays within the file system's 255 bytes (NAME_MAX) for
+every valid target name, and the cleanup still recognises it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import logging
 import os
 import re
@@ -26,6 +31,25 @@ logger = logging.getLogger(__name__)
 BACKUP_SUFFIX = ".old"
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
+# bytes of a target's name kept in the names derived from it: with a "." prefix, a marker (".saving-", ".partial-"),
+# a host name (<= 64 bytes, HOST_NAME_MAX), a pid (<= 7 digits), a temporary suffix (<= 9) and ".old", a derived name
+# stays below the 255 bytes (NAME_MAX) of Linux, macOS and Windows file systems.
+MAX_DERIVED_STEM_BYTES = 100
+DERIVED_HASH_CHARACTERS = 16
+
+
+def derived_stem(name: str) -> str:
+    """The start of the names derived from the folder name `name`: `name` itself when it has at most
+    `MAX_DERIVED_STEM_BYTES` bytes, else its first characters, "~" and the first 16 hex digits of its sha256 (the same
+    for the same name, so a later cleanup recognises the folders)."""
+    encoded = os.fsencode(name)
+    if len(encoded) <= MAX_DERIVED_STEM_BYTES:
+        return name
+    digest = hashlib.sha256(encoded).hexdigest()[:DERIVED_HASH_CHARACTERS]
+    kept = name
+    while len(os.fsencode(kept)) > MAX_DERIVED_STEM_BYTES - DERIVED_HASH_CHARACTERS - 1:
+        kept = kept[:-1]  # character by character: never cuts a multi-byte character in two
+    return f"{kept}~{digest}"
 
 
 def writer_tag() -> str:
@@ -91,11 +115,11 @@ def _process_is_running(pid: int) -> bool:
 
 
 def stale_siblings(target: Path, marker: str) -> list[Path]:
-    """The folders `<parent>/<prefix><target name><marker><host>-<pid>[suffix]` (prefix "" or ".") of writers on this
-    host that are no longer running."""
+    """The folders `<parent>/<prefix><derived_stem(target name)><marker><host>-<pid>[suffix]` (prefix "" or ".") of
+    writers on this host that are no longer running."""
     if not target.parent.is_dir():
         return []
-    pattern = re.compile(rf"\.?{re.escape(target.name)}{re.escape(marker)}{re.escape(socket.gethostname())}-(\d+)(\D.*)?")
+    pattern = re.compile(rf"\.?{re.escape(derived_stem(target.name))}{re.escape(marker)}{re.escape(socket.gethostname())}-(\d+)(\D.*)?")
     stale = []
     for candidate in target.parent.iterdir():
         match = pattern.fullmatch(candidate.name)

@@ -1,0 +1,125 @@
+"""Checks every writing entry point runs before it writes: the output never meets an input, and an existing output is
+replaced only when the library recognises it as its own.
+
+`refuse_output_overlapping_inputs(output, inputs)` refuses an output path that is an input, is inside one, or holds
+one (a features file converted onto itself, a store written into the image folder it is extracted from, a checkpoint
+converted into its own folder): replacing the output would destroy the input. Paths are compared once resolved
+(`~`, relative spellings, `..` and symbolic links), and an existing output that is a hard link of an input file counts
+as the same file.
+
+`refuse_foreign_folder` / `refuse_foreign_file` refuse an existing output that the writer did not make (a folder holding
+other files, a file of another kind), naming a few of the entries found there, so that `overwrite=True` (`--overwrite`)
+only ever replaces what the library wrote.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+
+# entries of a foreign folder an error lists (the rest are counted)
+LISTED_ENTRIES = 5
+
+
+class OutputPathError(ValueError):
+    """An output path that would destroy an input or something the library did not write."""
+
+
+def resolved_path(path: str | os.PathLike) -> Path:
+    """`path` absolute, with `~`, `..` and every symbolic link of its existing part resolved."""
+    return Path(os.path.expanduser(os.fspath(path))).resolve()
+
+
+def _relation(output: Path, given: Path) -> str | None:
+    """How the resolved `output` meets the resolved input `given`: "is", "is inside", "contains" or None."""
+    if output == given or (output.exists() and given.exists() and os.path.samefile(output, given)):
+        return "is"
+    if output.is_relative_to(given):
+        return "is inside"
+    if given.is_relative_to(output):
+        return "contains"
+    return None
+
+
+def refuse_output_overlapping_inputs(
+    output: str | os.PathLike,
+    inputs: Mapping[str, str | os.PathLike | None],
+    *,
+    output_argument: str = "--out",
+    inputs_may_be_inside_output: Collection[str] = (),
+) -> None:
+    """Raises [`OutputPathError`] when `output` is one of `inputs` (argument name -> path; None and paths that do not
+    exist, e.g. Hub ids, are skipped), is inside one, or holds one: writing it would replace or mix with that input.
+    `inputs_may_be_inside_output` names the inputs that may live inside the output (a `resume_from_checkpoint` under
+    the run's `output_dir`)."""
+    output_path = resolved_path(output)
+    for name, given in inputs.items():
+        if given is None or not isinstance(given, (str, os.PathLike)) or not os.path.lexists(os.path.expanduser(given)):
+            continue
+        given_path = resolved_path(given)
+        relation = _relation(output_path, given_path)
+        if relation is None or (relation == "contains" and name in inputs_may_be_inside_output):
+            continue
+        consequence = {
+            "is": "writing it would replace that input",
+            "is inside": "writing there would mix the output into that input",
+            "contains": "replacing it would delete that input",
+        }[relation]
+        raise OutputPathError(
+            f"`{output_argument}` {os.fspath(output)} ({output_path}) {relation} the input `{name}` "
+            f"{os.fspath(given)} ({given_path}): {consequence}. Choose an output path outside every input."
+        )
+
+
+def _listing(entries: list[str]) -> str:
+    shown = ", ".join(entries[:LISTED_ENTRIES])
+    return shown + (f" and {len(entries) - LISTED_ENTRIES} more" if len(entries) > LISTED_ENTRIES else "")
+
+
+def refuse_foreign_folder(
+    folder: str | os.PathLike,
+    argument: str,
+    *,
+    description: str,
+    is_own: Callable[[Path], bool],
+) -> None:
+    """Raises [`OutputPathError`] when `folder` exists and is not a folder, or is a non-empty folder that `is_own` does
+    not recognise as `description` (what the writer makes, e.g. "a region-feature store"). Missing and empty folders
+    pass."""
+    path = Path(os.path.expanduser(os.fspath(folder)))
+    if not os.path.lexists(path):
+        return
+    if not path.is_dir():
+        raise OutputPathError(
+            f"`{argument}` {os.fspath(folder)} is a file, not {description}; it is left alone: choose a new folder."
+        )
+    entries = sorted(entry.name for entry in path.iterdir())
+    if entries and not is_own(path):
+        raise OutputPathError(
+            f"`{argument}` {os.fspath(folder)} is not {description} hf_vlalign wrote: it holds {len(entries)} other "
+            f"entr{'y' if len(entries) == 1 else 'ies'} ({_listing(entries)}), left alone. Choose a new or empty folder."
+        )
+
+
+def refuse_foreign_file(
+    file: str | os.PathLike,
+    argument: str,
+    *,
+    description: str,
+    is_own: Callable[[Path], bool],
+) -> None:
+    """Raises [`OutputPathError`] when `file` exists and is a folder, or a file that `is_own` does not recognise as
+    `description` (e.g. "a Fisher file"). A missing file passes."""
+    path = Path(os.path.expanduser(os.fspath(file)))
+    if not os.path.lexists(path):
+        return
+    if path.is_dir():
+        entries = sorted(entry.name for entry in path.iterdir())
+        held = f"holding {_listing(entries)}" if entries else "empty"
+        raise OutputPathError(f"`{argument}` {os.fspath(file)} is a folder ({held}), not {description}: give a file path.")
+    if not is_own(path):
+        raise OutputPathError(
+            f"`{argument}` {os.fspath(file)} exists and is not {description} hf_vlalign wrote ({path.stat().st_size} "
+            "bytes of something else); it is left alone: choose another file name."
+        )
