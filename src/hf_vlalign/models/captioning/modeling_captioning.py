@@ -28,6 +28,7 @@ from transformers.utils.generic import can_return_tuple
 
 from ...supervision.perturbation import AttentionPerturbation, PerturbationLinear, mask_objective
 from ...utils.item_counts import count_labeled, has_items, mean_cross_entropy, num_items
+from ...utils.size_limits import check_generation_sizes
 from ...utils.validation import (
     check_binary_mask,
     check_dim,
@@ -838,7 +839,8 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
     ) -> torch.LongTensor:
         r"""`GenerationMixin.generate` over the regions (greedy or beam search), after checking what it would otherwise
         fail on deep inside: `visual_feats` and `visual_boxes` (unless `encoder_outputs` are given), `num_beams` >= 1
-        (argument or generation config), no `output_hidden_states` (the captioner returns none), and a
+        (argument or generation config), `num_beams` and `max_new_tokens` within `MAX_NUM_BEAMS` / `MAX_NEW_TOKENS`
+        (`hf_vlalign.utils.size_limits`), no `output_hidden_states` (the captioner returns none), and a
         `decoder_attention_mask` of the prompt's shape, (batch, 1) without `decoder_input_ids`."""
         if kwargs.get("encoder_outputs") is None:
             for name, tensor in (("visual_feats", visual_feats), ("visual_boxes", visual_boxes)):
@@ -854,6 +856,8 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         num_beams = (generation_config.num_beams or 1) if num_beams is None else num_beams
         if not isinstance(num_beams, int) or isinstance(num_beams, bool) or num_beams < 1:
             raise ValueError(f"`num_beams` must be an integer >= 1 (1: greedy search), got {num_beams!r}.")
+        max_new_tokens = kwargs.get("max_new_tokens", generation_config.max_new_tokens)
+        check_generation_sizes(num_beams, max_new_tokens)  # before any cache is allocated
         decoder_attention_mask = kwargs.get("decoder_attention_mask")
         if decoder_attention_mask is not None:
             prompt = kwargs.get("decoder_input_ids")
