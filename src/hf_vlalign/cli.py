@@ -163,11 +163,12 @@ def _synthesize(args: argparse.Namespace) -> int:
 
 
 def _convert_features(args: argparse.Namespace) -> int:
-    from .data.feature_store import convert_features
+    from .data.feature_store import check_store_output, convert_features
     from .utils.output_paths import refuse_output_overlapping_inputs
 
     options = {name: getattr(args, name) for name in ("id_map", "image_sizes", "box_dir") if getattr(args, name)}
     refuse_output_overlapping_inputs(args.out, {"src": args.src} | {f"--{name}": path for name, path in options.items()})
+    check_store_output(args.out, "--out", overwrite=args.overwrite)
     store = convert_features(args.src, args.format, args.out, on_error=args.on_error, overwrite=args.overwrite, **options)
     print(json.dumps({"out": str(args.out), "num_images": len(store), "feature_dim": store.feature_dim}, indent=2))
     return 0
@@ -191,11 +192,13 @@ def _convert_checkpoint(args: argparse.Namespace) -> int:
 
 
 def _extract_features(args: argparse.Namespace) -> int:
+    from .data.feature_store import check_store_output
     from .data.region_extraction import extract_region_features
     from .utils.output_paths import refuse_output_overlapping_inputs
 
     inputs = {"images": args.images, "--boxes": args.boxes, "--encoder": args.encoder}
     refuse_output_overlapping_inputs(args.out, inputs)
+    check_store_output(args.out, "--out", overwrite=args.overwrite)
     store = extract_region_features(
         args.images, args.out, boxes=args.boxes, grid_size=args.grid_size, encoder=args.encoder, overwrite=args.overwrite
     )

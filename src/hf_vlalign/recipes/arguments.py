@@ -15,6 +15,7 @@ from transformers.integrations import is_tensorboard_available
 
 from ..models.family import FAMILIES as FAMILY_SPECS
 from ..synthetic import SyntheticSceneConfig
+from .outputs import check_output_dir
 from .threads import check_distributed_launch, set_cpu_threads
 
 # the families whose task models the recipes train: those that take the attention-supervision arguments
@@ -161,6 +162,8 @@ def parse_recipe_args(
         if hasattr(value, "mixed_precision"):
             apply_mixed_precision(training_args, value.mixed_precision)
     check_distributed_launch(training_args)
+    if training_args.output_dir is not None:
+        check_output_dir(parsed, training_args, config_path)  # before anything is written
     set_cpu_threads(training_args, threads.num_threads)
     return (*parsed, training_args)
 
