@@ -1,9 +1,12 @@
 """The examples' shared arguments (`ModelArguments`, `DataArguments`, `MixedPrecisionArguments`,
-`ThreadArguments`), their `TrainingArguments` defaults and checks, and `parse_recipe_args`, which parses them."""
+`ThreadArguments`), their `TrainingArguments` defaults and checks, and `parse_recipe_args`, which parses them and
+refuses an `--output_dir` that meets one of the run's inputs (`check_output_dir`)."""
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ from transformers.integrations import is_tensorboard_available
 
 from ..models.family import FAMILIES as FAMILY_SPECS
 from ..synthetic import SyntheticSceneConfig
-from .outputs import check_output_dir
+from ..utils.output_paths import refuse_output_overlapping_inputs
 from .threads import check_distributed_launch, set_cpu_threads
 
 # the families whose task models the recipes train: those that take the attention-supervision arguments
@@ -166,6 +169,49 @@ def parse_recipe_args(
         check_output_dir(parsed, training_args, config_path)  # before anything is written
     set_cpu_threads(training_args, threads.num_threads)
     return (*parsed, training_args)
+
+
+# fields of the examples' arguments that name what a run writes, not what it reads
+OUTPUT_FIELDS = ("output_dir", "logging_dir")
+
+
+def _path_values(value: Any) -> list[str | os.PathLike]:
+    if isinstance(value, (str, os.PathLike)):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [item for item in value if isinstance(item, (str, os.PathLike))]
+    return []
+
+
+def recipe_inputs(parsed: Iterable[Any], training_args: TrainingArguments, config_path: str | None) -> dict[str, Any]:
+    """The paths a run reads, by flag: every path-valued field of the examples' own arguments (a model folder, data
+    files and folders, feature stores; a list such as `--lxmert_train_files` entry by entry), the fields a
+    `TrainingArguments` subclass adds (a Fisher file, a teacher model), `--resume_from_checkpoint` and `--config`.
+    Values that are no existing path (a Hub id, a split name) are skipped by the overlap check."""
+    base_fields = {one.name for one in fields(TrainingArguments)}
+    own = [(args, {one.name for one in fields(args)}) for args in parsed]
+    own.append((training_args, {one.name for one in fields(training_args)} - base_fields))
+    inputs: dict[str, Any] = {}
+    for args, names in own:
+        for name in sorted(names - set(OUTPUT_FIELDS)):
+            values = _path_values(getattr(args, name))
+            for index, value in enumerate(values):
+                inputs[f"--{name}" if len(values) == 1 else f"--{name}[{index}]"] = value
+    inputs["--resume_from_checkpoint"] = training_args.resume_from_checkpoint
+    inputs["--config"] = config_path
+    return inputs
+
+
+def check_output_dir(parsed: Iterable[Any], training_args: TrainingArguments, config_path: str | None = None) -> None:
+    """Refuses an `--output_dir` that is one of the run's inputs (`recipe_inputs`), is inside one or holds one, before
+    anything is written: the Trainer's checkpoints and the final save would replace or rotate them away. Only
+    `--resume_from_checkpoint` may lie inside `--output_dir` (a checkpoint of the same run)."""
+    refuse_output_overlapping_inputs(
+        training_args.output_dir,
+        recipe_inputs(parsed, training_args, config_path),
+        output_argument="--output_dir",
+        inputs_may_be_inside_output=("--resume_from_checkpoint",),
+    )
 
 
 def split_config_flag(argv: list[str]) -> tuple[str | None, list[str]]:

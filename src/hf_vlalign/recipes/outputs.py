@@ -1,11 +1,9 @@
-"""Checking a run's `--output_dir` against its inputs; finishing a run: the final evaluation, the weights, `eval_results.json` and its entries, the model card's training
+"""Finishing a run: the final evaluation, the weights, `eval_results.json` and its entries, the model card's training
 summary, and the push."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,51 +15,7 @@ from transformers import PreTrainedModel, Trainer, TrainingArguments
 from ..data.collators import RegionTextCollator, TruncationStats
 from ..evaluation.image_use import image_use_gap
 from ..hub import push_folder_to_hub
-from ..utils.output_paths import refuse_output_overlapping_inputs
 from .subsets import evaluation_subset
-
-
-# fields of the examples' arguments that name what a run writes, not what it reads
-OUTPUT_FIELDS = ("output_dir", "logging_dir")
-
-
-def _path_values(value: Any) -> list[str | os.PathLike]:
-    if isinstance(value, (str, os.PathLike)):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [item for item in value if isinstance(item, (str, os.PathLike))]
-    return []
-
-
-def recipe_inputs(parsed: Iterable[Any], training_args: TrainingArguments, config_path: str | None) -> dict[str, Any]:
-    """The paths a run reads, by flag: every path-valued field of the examples' own arguments (a model folder, data
-    files and folders, feature stores; a list such as `--lxmert_train_files` entry by entry), the fields a
-    `TrainingArguments` subclass adds (a Fisher file, a teacher model), `--resume_from_checkpoint` and `--config`.
-    Values that are no existing path (a Hub id, a split name) are skipped by the overlap check."""
-    base_fields = {field.name for field in dataclasses.fields(TrainingArguments)}
-    own = [(args, {field.name for field in dataclasses.fields(args)}) for args in parsed]
-    own.append((training_args, {field.name for field in dataclasses.fields(training_args)} - base_fields))
-    inputs: dict[str, Any] = {}
-    for args, names in own:
-        for name in sorted(names - set(OUTPUT_FIELDS)):
-            values = _path_values(getattr(args, name))
-            for index, value in enumerate(values):
-                inputs[f"--{name}" if len(values) == 1 else f"--{name}[{index}]"] = value
-    inputs["--resume_from_checkpoint"] = training_args.resume_from_checkpoint
-    inputs["--config"] = config_path
-    return inputs
-
-
-def check_output_dir(parsed: Iterable[Any], training_args: TrainingArguments, config_path: str | None = None) -> None:
-    """Refuses an `--output_dir` that is one of the run's inputs (`recipe_inputs`), is inside one or holds one, before
-    anything is written: the Trainer's checkpoints and the final save would replace or rotate them away. Only
-    `--resume_from_checkpoint` may lie inside `--output_dir` (a checkpoint of the same run)."""
-    refuse_output_overlapping_inputs(
-        training_args.output_dir,
-        recipe_inputs(parsed, training_args, config_path),
-        output_argument="--output_dir",
-        inputs_may_be_inside_output=("--resume_from_checkpoint",),
-    )
 
 
 def final_evaluation(
