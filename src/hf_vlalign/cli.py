@@ -234,7 +234,13 @@ def probe_table(result: dict, model: str, data: str) -> str:
 
 def _probe(args: argparse.Namespace) -> int:
     from .analysis.probe_plots import plot_head_accuracy
+    from .utils.output_paths import refuse_output_overlapping_inputs
 
+    files = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features")
+    inputs = {"model": args.model} | {f"--{name}": getattr(args, name) for name in files}
+    for argument in ("json", "plot"):  # before the model runs: a results file never replaces an input
+        if getattr(args, argument) is not None:
+            refuse_output_overlapping_inputs(getattr(args, argument), inputs, output_argument=f"--{argument}")
     if args.plot:  # checked before the model runs
         require("matplotlib", extra="plots")
     if args.data == "flickr30k_entities":
@@ -380,7 +386,10 @@ def _explore(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation.tasks import evaluate_task
+    from .utils.output_paths import refuse_output_overlapping_inputs
 
+    if args.out is not None:  # before the model runs: the results file never replaces the model's files
+        refuse_output_overlapping_inputs(args.out, {"model": args.model})
     if args.task == "captioning":  # checked before the model runs
         require("pycocoevalcap", extra="caption-metrics")
     results = evaluate_task(
@@ -404,6 +413,8 @@ def _fisher(args: argparse.Namespace) -> int:
     from .models.family import FAMILIES
     from .trainers.regularization import anchor_weights, check_fisher_output, estimate_fisher, save_fisher
 
+    if args.num_batches is not None and args.num_batches < 1:
+        raise ValueError(f"`--num_batches` must be >= 1, got {args.num_batches}.")
     files = {"flickr30k_entities_dir": args.flickr30k_entities_dir, "vgp_train_csv": args.vgp_train_csv, "vgp_eval_csv": args.vgp_eval_csv, "features": args.features}
     check_fisher_output(args.out, {"model": args.model} | {f"--{name}": path for name, path in files.items()}, "--out")
     model = load_model(args.model)
@@ -598,7 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--out", type=Path, required=True, help="the HTML file to write (self-contained, opens offline)")
     explore.add_argument("--num_examples", type=bounded_int("--num_examples", MAX_EXPLORER_EXAMPLES, limit_name="MAX_EXPLORER_EXAMPLES"), default=4, help="the first N examples of the synthetic scenes' eval split")
     explore.add_argument("--image", type=Path, help="draw the boxes on this image (or on <image_id>.png/.jpg of this folder)")
-    explore.add_argument("--probe_examples", type=bounded_int("--probe_examples", MAX_ANALYSIS_EXAMPLES, minimum=0, limit_name="MAX_ANALYSIS_EXAMPLES"), default=128, help="examples of the grounding-probe grid (0: none)")
+    explore.add_argument("--probe_examples", type=bounded_int("--probe_examples", MAX_ANALYSIS_EXAMPLES, limit_name="MAX_ANALYSIS_EXAMPLES"), default=128, help="examples of the grounding-probe grid (0: none)")
     _add_synthetic_arguments(explore)
 
     evaluate = add_verb("evaluate", "a saved model's task metric on the synthetic scenes' evaluation split", _evaluate)

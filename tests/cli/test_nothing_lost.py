@@ -519,3 +519,14 @@ def test_store_into_a_255_byte_folder_and_its_stale_partial_cleanup(tmp_path, ca
     assert len(RegionFeatureStore.load(store)) == len(IMAGE_IDS) and (store / METADATA_FILE).is_file()
     assert not stale.exists()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["data", store.name]
+
+
+@pytest.mark.parametrize("relation", RELATIONS)
+def test_probe_and_evaluate_results_never_overwrite_their_model(relation, vgp_model_dir, capsys, restore_cwd):
+    before = tree_digest(vgp_model_dir)
+    out = overlapping_output(relation, vgp_model_dir, inside_name="config.json")
+    assert_refused(capsys, "probe", ["probe", str(vgp_model_dir), "--json", out, *SYNTHETIC_FLAGS], "--json", "model")
+    assert_refused(capsys, "probe", ["probe", str(vgp_model_dir), "--plot", out, *SYNTHETIC_FLAGS], "--plot", "model")
+    argv = ["evaluate", str(vgp_model_dir), "--task", "vgp", "--out", out, *SYNTHETIC_FLAGS]
+    assert_refused(capsys, "evaluate", argv, "--out", "model")
+    assert tree_digest(vgp_model_dir) == before

@@ -59,18 +59,16 @@ def check_size(argument: str, value: object, limit: int, *, minimum: int = 1, li
     return value
 
 
-def bounded_int(argument: str, limit: int, *, minimum: int = 1, limit_name: str = "") -> Callable[[str], int]:
-    """An argparse `type=`: the option's text as an int in [minimum, limit], else argparse's one-line error."""
+def bounded_int(argument: str, limit: int, *, limit_name: str = "") -> Callable[[str], int]:
+    """An argparse `type=`: the option's text as an int at most `limit`, else argparse's one-line error. The lower
+    bound stays with the function the option is passed to (its own message)."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an int in [{minimum}, {limit}], got {text!r}") from None
-        try:
-            return check_size(argument, value, limit, minimum=minimum, limit_name=limit_name)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
+        value = int(text)  # a ValueError: argparse's own "invalid int value" message
+        if value > limit:
+            named = f" ({limit_name} in hf_vlalign.utils.size_limits)" if limit_name else ""
+            raise argparse.ArgumentTypeError(f"`{argument}` must be <= {limit}{named}, got {value}")
+        return value
 
     parse.__name__ = "int"  # argparse names the type in its messages
     return parse
