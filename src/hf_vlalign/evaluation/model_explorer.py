@@ -99,6 +99,13 @@ def explore_model(
         probe_examples: examples the grounding probe's accuracy grid is computed on (0: no grid).
         batch_size: batch size of the probe.
     """
+    for name, value, low in (
+        ("num_examples", num_examples, 1),
+        ("probe_examples", probe_examples, 0),
+        ("batch_size", batch_size, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"`{name}` must be an int >= {low}, got {value!r}.")
     check_size("num_examples", num_examples, MAX_EXPLORER_EXAMPLES, limit_name="MAX_EXPLORER_EXAMPLES")
     check_size("probe_examples", probe_examples, MAX_ANALYSIS_EXAMPLES, minimum=0, limit_name="MAX_ANALYSIS_EXAMPLES")
     check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
