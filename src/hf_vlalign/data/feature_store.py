@@ -18,8 +18,9 @@ not match its `store.json` (pass `verify=False` to skip the checksum, which read
 Writing is atomic and resumable: a store is written into `<directory>.partial-<host>-<pid>` beside `directory` and
 renamed into place only once complete. A writer that was killed (SIGKILL, power loss) leaves its partial folder
 behind; the next write to the same directory removes the partial folders of writers that are no longer running, and
-writes the same bytes an uninterrupted run would have written (the Arrow file depends only on the records). An existing
-store (`overwrite=True`) is swapped with the complete new one atomically (`utils/atomic_folders.py`), so a kill at any
+writes the same bytes an uninterrupted run would have written (the Arrow file depends only on the records). The partial
+folder's name starts with `derived_stem(<directory name>)`, so it stays within 255 bytes for any directory name. An
+existing store (`overwrite=True`; a folder holding anything but a store's two files is refused) is swapped with the complete new one atomically (`utils/atomic_folders.py`), so a kill at any
 instant leaves the old store or the new one; records that `load` would refuse (a repeated image id) are refused while
 writing, naming the id and where it repeats, before anything is replaced.
 """
