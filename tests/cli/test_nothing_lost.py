@@ -299,11 +299,15 @@ def test_example_output_dir_never_meets_its_model(relation, finetune_vgp, vgp_mo
     assert tree_digest(vgp_model_dir) == before
 
 
-def test_example_output_dir_never_meets_its_config_file_or_resume_checkpoint(finetune_vgp, tmp_path):
+def test_example_output_dir_never_meets_its_config_file_store_or_resume_checkpoint(finetune_vgp, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("max_steps: 1\n")
     with pytest.raises(OutputPathError, match="`--output_dir`.*`--config`"):
         finetune_vgp.parse_args(["--config", str(config), "--output_dir", str(config)])
+    store = tmp_path / "store"
+    store.mkdir()
+    with pytest.raises(OutputPathError, match="`--output_dir`.*is inside the input `--features`"):
+        finetune_vgp.parse_args(["--features", str(store), "--output_dir", str(store / "run")])
     checkpoint = tmp_path / "other_run" / "checkpoint-1"
     checkpoint.mkdir(parents=True)
     with pytest.raises(OutputPathError, match="`--output_dir`.*`--resume_from_checkpoint`"):
