@@ -423,6 +423,20 @@ def test_analyze_and_explore_refuse_foreign_outputs(vgp_model_dir, tmp_path, cap
     assert page.read_text() == "<html>my own page</html>" and (folder / "paper.pdf").read_bytes() == b"%PDF"
 
 
+def test_write_attention_explorer_replaces_only_its_own_page(tmp_path):
+    from test_explorer import _visual_bert, _write  # a tiny transformers VisualBert's attention, as a page
+
+    parts = _visual_bert()
+    page = tmp_path / "page.html"
+    _write(*parts, page)
+    _write(*parts, page)  # an earlier page is replaced
+    foreign = tmp_path / "index.html"
+    foreign.write_text("<html>mine</html>")
+    with pytest.raises(OutputPathError, match="`path` .* is not an attention explorer page"):
+        _write(*parts, foreign)
+    assert foreign.read_text() == "<html>mine</html>"
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Sizes that allocate are bounded, and refused before allocating
 # ----------------------------------------------------------------------------------------------------------------
