@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from ..data.collators import PROBE_KEYS
 from ..trainers.base import collate_with_seed
+from ..utils.validation import check_callable, check_module, check_rows
 
 # what collators add for evaluation only: the grounding probe's targets and a captioner's reference captions
 NON_MODEL_KEYS = (*PROBE_KEYS, "references")
@@ -79,6 +80,9 @@ def inference_batches(
     the model's device. With `seed`, each batch is collated under random states seeded from (seed, batch index), so a
     random collator (pre-training masks) gives the same batch in every pass. `forward_arguments_only` keeps the keys
     `model.forward` names. The caller owns `torch.no_grad()` and the model's train/eval mode."""
+    check_module("model", model)
+    check_rows("dataset", dataset)
+    check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
     device = model_device(model)
