@@ -85,8 +85,23 @@ def inference_batches(
     check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
-    device = model_device(model)
+    # the arguments are checked here, when called; the batches are made as they are iterated
     accepted = set(inspect.signature(model.forward).parameters) if forward_arguments_only else None
+    return _batches(model, dataset, collator, batch_size, exclude, accepted, seed, description, progress)
+
+
+def _batches(
+    model: torch.nn.Module,
+    dataset: Sequence[Any],
+    collator: Callable[[list[Any]], Mapping[str, Any]],
+    batch_size: int,
+    exclude: Collection[str],
+    accepted: set[str] | None,
+    seed: int | None,
+    description: str,
+    progress: bool,
+) -> Iterator[InferenceBatch]:
+    device = model_device(model)
     starts = range(0, len(dataset), batch_size)
     for index, start in enumerate(tqdm(starts, desc=description, disable=not progress)):
         rows = _rows(dataset, list(range(start, min(start + batch_size, len(dataset)))))
