@@ -12,7 +12,9 @@ import re
 import typing
 
 import pytest
+from transformers import AutoConfig, AutoModel
 
+import hf_vlalign
 from hf_vlalign import SingleStreamConfig, TwoStreamConfig
 from hf_vlalign.models.captioning import RegionCaptionerConfig
 from hf_vlalign.models.config_fields import ConfigFieldError, field_types
@@ -167,3 +169,31 @@ def test_unknown_keys_far_from_every_field_are_kept_without_warning(family, capl
     with caplog.at_level(logging.WARNING, logger="hf_vlalign"):
         config = FAMILIES[family](experiment_note="run 3", dataset_name="coco")
     assert config.experiment_note == "run 3" and "did you mean" not in caplog.text
+
+
+TINY = {
+    "single_stream": ("SingleStreamModel", dict(vocab_size=40, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                                intermediate_size=16, max_position_embeddings=16, visual_feat_dim=6)),
+    "two_stream": ("TwoStreamModel", dict(vocab_size=40, hidden_size=8, num_attention_heads=2, intermediate_size=16,
+                                          max_position_embeddings=16, l_layers=1, r_layers=1, x_layers=1, visual_feat_dim=6,
+                                          num_object_labels=3, num_attr_labels=3, num_qa_labels=3)),
+    "captioning": ("RegionCaptionerModel", dict(vocab_size=40, d_model=8, encoder_layers=1, decoder_layers=1,
+                                                encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=16,
+                                                decoder_ffn_dim=16, visual_feat_dim=6, max_position_embeddings=16,
+                                                geometry_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                                decoder_start_token_id=1)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_saved_model_with_a_field_of_the_wrong_type_names_the_field_and_file(family, tmp_path):
+    model_name, kwargs = TINY[family]
+    model_class = getattr(hf_vlalign, model_name)
+    model_class(FAMILIES[family](**kwargs)).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["vocab_size"] = "40"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    match = rf"{tmp_path / 'config.json'}: `vocab_size` of {FAMILIES[family].__name__} must be an int, got str '40'"
+    for load in (model_class.from_pretrained, AutoModel.from_pretrained, AutoConfig.from_pretrained):
+        with pytest.raises(ConfigFieldError, match=match):
+            load(tmp_path)

@@ -274,6 +274,15 @@ class ConfigFileMixin:
         return config_dict
 
     @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        # `AutoConfig` / `AutoModel.from_pretrained` come here with the folder as `name_or_path`
+        source = kwargs.get("name_or_path")
+        if not isinstance(source, (str, os.PathLike)) or not str(source):
+            return super().from_dict(config_dict, **kwargs)
+        with naming_config_file(config_file_of(source)):
+            return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
     def from_json_file(cls, json_file: str | os.PathLike):
         with naming_config_file(json_file):
             return super().from_json_file(json_file)
