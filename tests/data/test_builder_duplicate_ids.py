@@ -6,6 +6,7 @@ otherwise (RefCOCO+, COCO Karpathy, LXMERT)."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from hf_vlalign.data.builders import (
     build_dataset,
+    build_vgp_dataset,
     coco_captions,
     flickr30k_entities,
     gqa,
@@ -206,3 +208,15 @@ def test_lxmert_img_id_twice_over_the_files_read(tmp_path):
     assert len(lxmert_pretraining.build(tmp_path, "mscoco_train")) == 2
     with pytest.raises(ValueError, match=match):
         lxmert_pretraining.build(tmp_path, "mscoco_train,mscoco_nominival")
+
+
+def test_vgp_row_repeated_in_every_field_is_kept_and_warned_about(tmp_path, caplog):
+    # the VGP csvs have no pair id, and the published ones give the same phrase pair twice with different labels
+    # (VGP-Typology train_data.csv lines 315-316): a repeat is kept and said, never refused
+    lines = real_sample("vgp", "VGP-Typology", "val_data.csv").read_text(encoding="utf-8-sig").splitlines()
+    csv = tmp_path / "val_data.csv"
+    csv.write_text("\n".join([*lines[:40], lines[3], lines[7]]) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        dataset = build_vgp_dataset(real_sample("flickr30k_entities"), csv, replace_caption_prob=0.0)
+    assert re.search(r"VGP val_data\.csv: 2 row\(s\) repeat an earlier row .*line 41 = line 4, line 42 = line 8", caplog.text)
+    assert len(dataset) > 0  # built: the repeat is not refused
