@@ -1,4 +1,18 @@
-"""Task-head fields of a family's config: what a saved `config.json` keeps of them.
+"""What every family's config shares about its fields: their types, unknown keys that look like typos of them, the
+`config.json` they are read from, and which task-head fields a saved `config.json` keeps.
+
+Types: every field is checked against its annotation whenever it is set (constructor, `from_dict`, `config.json`, a
+later assignment), transformers' own fields (`output_hidden_states`, `id2label`, `dtype`, ...) included. A wrong type
+raises [`ConfigFieldError`], a `ValueError` naming the field, the type it takes and what came (and the `config.json`
+it was read from); a `config.json` that is not a JSON object is named the same way. As in `huggingface_hub`'s strict
+dataclasses, a bool is not an int and an int is not a float (numeric fields that take both are `float | int`), so
+`2.0` for a layer count is refused rather than silently truncated.
+
+Typos: configs keep unknown keys (they are stored and saved), so a misspelt field would be silently ignored; an
+unknown key one typo away from a field (an insertion, deletion, substitution or swap of two neighbours; two for keys of
+12 characters or more) is warned about, naming the field meant.
+
+Task-head fields:
 
 One configuration class serves every model class of a family (like `BertConfig`), so it has the fields of every task
 head: the VGP classifiers' sizes, the answer vocabulary of the QA head, the pre-training loss weights. A saved config
@@ -134,6 +148,8 @@ def wrong_type_error(config_class: type, name: str, value: Any, expected: Any) -
     hint = ""
     if expected is int and isinstance(value, float) and value.is_integer():
         hint = f" (write {int(value)}, without a decimal point)"
+    elif expected is float and isinstance(value, int) and not isinstance(value, bool):
+        hint = f" (write {float(value)})"
     elif isinstance(value, str) and {int, float, bool} & {expected, *typing.get_args(expected)}:
         hint = " (a value in quotes is a string)"
     elif isinstance(value, list):
@@ -219,14 +235,13 @@ def warn_about_typos(config_class: type, unknown: typing.Iterable[str]) -> list[
 def check_transformers_kwargs(config_class: type, kwargs: dict) -> None:
     """The keys transformers' `PreTrainedConfig.__post_init__` reads from the extra keyword arguments, checked before it
     reads them: `torch_dtype` / a string `dtype` must name a torch dtype."""
-    for name in ("torch_dtype",):
-        value = kwargs.get(name)
-        if value is not None and not _is_dtype_name(value):
-            raise ConfigFieldError(
-                f"`{name}` of {config_class.__name__} must be a torch dtype name such as 'float32', got "
-                f"{describe_value(value)}.",
-                field=name,
-            )
+    value = kwargs.get("torch_dtype")
+    if value is not None and not _is_dtype_name(value):
+        raise ConfigFieldError(
+            f"`torch_dtype` of {config_class.__name__} must be a torch dtype name such as 'float32', got "
+            f"{describe_value(value)}.",
+            field="torch_dtype",
+        )
 
 
 def check_dtype_field(config: PreTrainedConfig) -> None:
