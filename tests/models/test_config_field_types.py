@@ -73,12 +73,21 @@ def test_wrong_type_is_refused_naming_the_field(family, name, value, tmp_path):
     with pytest.raises(ConfigFieldError, match=rf"`{name}` of {config_class.__name__} must be .*, got ") as caught:
         config_class(**{name: value})
     assert isinstance(caught.value, ValueError) and caught.value.field == name
-    # the same value in a saved config.json is named with the file, through from_pretrained and from_json_file
+    # the same value in a saved config.json is named with the file
     config_file = tmp_path / "config.json"
     config_file.write_text(json.dumps({"model_type": config_class.model_type, name: value}))
     with pytest.raises(ConfigFieldError, match=rf"{config_file}: `{name}` of {config_class.__name__} must be "):
         config_class.from_pretrained(tmp_path)
-    with pytest.raises(ConfigFieldError, match=rf"{config_file}: `{name}` "):
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_from_json_file_names_the_file(family, tmp_path):
+    config_class = FAMILIES[family]
+    config_file = tmp_path / "settings.json"
+    name = "aligned_layers" if family == "captioning" else "supervised_layers"
+    config_file.write_text(json.dumps({name: [0, "1"]}))
+    match = rf"{config_file}: `{name}` of {config_class.__name__} must be None or a list of ints, got list "
+    with pytest.raises(ConfigFieldError, match=match + r"\[0, '1'\] \(item 1 is str '1'\)"):
         config_class.from_json_file(config_file)
 
 
