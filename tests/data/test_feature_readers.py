@@ -157,7 +157,7 @@ BAD_TSV_LINES = {
     ),
     "outside": (
         lambda image: butd_tsv_line("5", image, boxes=b64(image["boxes"] + [0, 0, 200, 0])),
-        r", field 'boxes': expected 0 <= x1 <= x2 <= width",
+        r", field 'boxes': expected 0 <= x1 < x2 <= width",
     ),
 }
 
@@ -304,7 +304,7 @@ BAD_H5_IMAGES = {
         lambda handle: handle["pos_boxes"].__setitem__(1, [_first_row(handle, 1), handle["image_bb"].shape[0] + 2]),
         r", field 'pos_boxes': expected 0 <= start < end <= 9",
     ),
-    "outside": (_set_outside_box, r", field 'image_bb': expected 0 <= x1 <= x2 <= width .*width=320, height=240"),
+    "outside": (_set_outside_box, r", field 'image_bb': expected 0 <= x1 < x2 <= width .*width=320, height=240"),
     "spatial": (
         lambda handle: handle["spatial_features"].__setitem__((_first_row(handle, 1) + 1, 0), 0.75),
         r", field 'spatial_features': expected \(x1/w, y1/h",
@@ -410,7 +410,7 @@ BAD_M2_IMAGES = {
     ),
     "outside": (
         lambda handle, image: _replace(handle, "391895_boxes", image["boxes"] + [0, 0, 0, 300]),
-        r", field '391895_boxes': expected 0 <= x1 <= x2 <= width",
+        r", field '391895_boxes': expected 0 <= x1 < x2 <= width",
     ),
 }
 
@@ -513,7 +513,7 @@ BAD_NPZ_FILES = {
     ),
     "outside": (
         lambda root, image: np.save(root / "cocobu_box" / "10", image["boxes"] + [0, 0, 400, 0]),
-        r"cocobu_att/10\.npz, field 'cocobu_box/10\.npy': expected 0 <= x1 <= x2 <= width",
+        r"cocobu_att/10\.npz, field 'cocobu_box/10\.npy': expected 0 <= x1 < x2 <= width",
     ),
     "no boxes": (
         lambda root, image: (root / "cocobu_box" / "10.npy").unlink(),
@@ -612,7 +612,7 @@ BAD_VLBERT_FILES = {
     ),
     "outside": (
         lambda image: vlbert_json(10, image, boxes=b64(image["boxes"] + [0, 0, 0, 300])),
-        r", field 'boxes': expected 0 <= x1 <= x2 <= width",
+        r", field 'boxes': expected 0 <= x1 < x2 <= width",
     ),
     "json": (lambda image: vlbert_json(10, image)[:-5], r": expected a JSON object"),
 }

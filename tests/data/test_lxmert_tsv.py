@@ -172,11 +172,11 @@ BAD_LINES = {
     ),
     "box outside": (
         lambda line: tsv_line(make_record(1), boxes=box([10, 10, 330, 20])),
-        r"line 2, field 'boxes': expected 0 <= x1 <= x2 <= width .* with image width=320, height=240, got box 2 = \[10.0, 10.0, 330.0, 20.0\]",
+        r"line 2, field 'boxes': expected 0 <= x1 < x2 <= width .* with image width=320, height=240, got box 2 = \[10.0, 10.0, 330.0, 20.0\]",
     ),
     "x2 < x1": (
         lambda line: tsv_line(make_record(1), boxes=box([50, 10, 40, 20])),
-        r"line 2, field 'boxes': expected 0 <= x1 <= x2 .*, got box 2 = \[50.0, 10.0, 40.0, 20.0\]",
+        r"line 2, field 'boxes': expected 0 <= x1 < x2 .*, got box 2 = \[50.0, 10.0, 40.0, 20.0\]",
     ),
     "image size": (
         lambda line: tsv_line(make_record(1), img_h="tall"),

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..utils.validation import check_finite, check_rank
+from ..utils.validation import check_finite, check_rank, check_tensor
 from .boxes import gold_region_iou
 
 WordVectors = Callable[[Sequence[str]], torch.Tensor]
@@ -41,6 +41,8 @@ def positional_criterion(gold_boxes: torch.Tensor, region_boxes: torch.Tensor) -
 
     Both sides must use the same convention (both in pixels or both normalised to [0, 1]); a mix is an error.
     """
+    check_tensor("gold_boxes", gold_boxes)
+    check_tensor("region_boxes", region_boxes)
     _check_boxes("gold_boxes", gold_boxes, "(num_gold_boxes, 4)")
     _check_boxes("region_boxes", region_boxes, "(num_regions, 4)")
     if _looks_normalised(gold_boxes) != _looks_normalised(region_boxes):
@@ -63,6 +65,9 @@ def semantic_criterion(
     attribute. With no attributes the class term alone is used (weight 1). Negative cosines are clamped at 0: a
     criterion is a non-negative score to be normalised over the objects (eq. 17). Zero vectors give a zero cosine.
     """
+    check_tensor("word_vector", word_vector)
+    check_tensor("class_vectors", class_vectors)
+    check_tensor("attribute_vectors", attribute_vectors, optional=True)
     check_rank("word_vector", word_vector, 1, "(dim,)")
     check_rank("class_vectors", class_vectors, 2, "(num_regions, dim)")
     if class_vectors.shape[1] != word_vector.shape[0]:
@@ -100,6 +105,8 @@ def _check_region_mask(region_mask: torch.Tensor | None, num_regions: int) -> No
 def normalise_over_objects(scores: torch.Tensor, region_mask: torch.Tensor | None = None) -> torch.Tensor:
     """A criterion divided by its sum over the real regions (eq. 17): (R,) -> (R,); padded regions and an all-zero
     row stay zero."""
+    check_tensor("scores", scores)
+    check_tensor("region_mask", region_mask, optional=True)
     check_rank("scores", scores, 1, "(num_regions,)")
     check_finite("scores", scores)
     if bool((scores < 0).any()):
@@ -121,6 +128,9 @@ def combine_criteria(
     When one criterion is zero on every real region (no overlapping box, or no known word), the other alone is used;
     when both are, the row is all zeros and the phrase counts as ungrounded.
     """
+    check_tensor("positional", positional)
+    check_tensor("semantic", semantic)
+    check_tensor("region_mask", region_mask, optional=True)
     if tuple(positional.shape) != tuple(semantic.shape):
         raise ValueError(
             f"`positional` and `semantic` must have the same shape (num_regions,), got {tuple(positional.shape)} "

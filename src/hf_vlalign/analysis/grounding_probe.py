@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..utils.validation import check_dim, check_finite, check_mask_not_empty, check_rank
+from ..utils.validation import (
+    check_dim,
+    check_finite,
+    check_mask_not_empty,
+    check_rank,
+    check_tensor,
+    check_tensor_sequence,
+)
 
 __all__ = ["GroundingProbe", "GroundingProbeResult", "best_active_head", "text_to_region_attention"]
 
@@ -207,6 +214,8 @@ def text_to_region_attention(
     Returns:
         (L, B, H, T, R) float tensor; a row with no attention on (unmasked) regions stays all zeros, never NaN.
     """
+    check_tensor_sequence("attentions", attentions)
+    check_tensor("visual_attention_mask", visual_attention_mask, optional=True)
     shape = _check_attentions(attentions)
     _check_layout(shape, text_length, num_regions)
     rows = _text_to_region_rows(attentions, text_length, num_regions).float()

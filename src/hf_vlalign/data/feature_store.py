@@ -45,7 +45,7 @@ from transformers.utils import logging
 
 from ..utils.atomic_folders import derived_stem, recover_folder, replace_folder, stale_siblings
 from ..utils.output_paths import refuse_foreign_folder, refuse_output_overlapping_inputs
-from .formats.region_records import check_region_record, normalise_record
+from .formats.region_records import check_store_record, normalise_record
 from .formats.text_files import FileFormatError, read_json_file
 
 logger = logging.get_logger(__name__)
@@ -54,6 +54,7 @@ STORE_FORMAT_VERSION = 1
 ARROW_FILE = "region_features.arrow"
 METADATA_FILE = "store.json"
 PARTIAL_MARKER = ".partial-"
+_NO_RECORD = object()
 
 
 def store_features(feature_dim: int) -> datasets.Features:
@@ -112,10 +113,10 @@ class RegionFeatureStore:
         directory = Path(directory)
         check_store_output(directory, "directory", overwrite=overwrite)
         iterator = iter(records)
-        first = next(iterator, None)
-        if first is None:
+        first = next(iterator, _NO_RECORD)  # a None record is a bad record, named by the record check
+        if first is _NO_RECORD:
             raise ValueError("`records` is empty; a region-feature store needs at least one image.")
-        feature_dim = check_region_record(first, None)
+        feature_dim = check_store_record(first, 0, None)
         remove_stale_partials(directory)
         partial = directory.with_name(f"{derived_stem(directory.name)}{PARTIAL_MARKER}{_writer_tag()}")  # <= NAME_MAX
         shutil.rmtree(partial, ignore_errors=True)
@@ -326,7 +327,7 @@ def _write_arrow(path: Path, first: dict, rest: Iterator[dict], feature_dim: int
         writer = ArrowWriter(features=store_features(feature_dim), stream=pa.PythonFile(hashing, mode="w"), writer_batch_size=256)
         try:
             for record in _chain(first, rest):
-                check_region_record(record, feature_dim)
+                check_store_record(record, count, feature_dim)
                 if (image_id := record["image_id"]) in first_record:
                     raise ValueError(
                         f"`records`: the image id {image_id!r} of record {count + 1} repeats record "

@@ -13,6 +13,7 @@ from ..analysis.grounding_probe import (
     best_active_head,
     text_to_region_attention,
 )
+from ..utils.validation import check_callable, check_module, check_rows, check_tokenizer
 from .inference import inference_batches, model_device, split_batch
 
 
@@ -51,6 +52,9 @@ def evaluate_grounding(
 
     `collator` must return the probe targets (`return_probe_targets=True`).
     """
+    check_module("model", model)
+    check_rows("dataset", dataset)
+    check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
     was_training = _start_evaluation(model, collator)
     probe = GroundingProbe(
         model.config.num_hidden_layers, model.config.num_attention_heads, iou_threshold, active_heads_only=active_heads_only
@@ -87,6 +91,9 @@ def probe_attention_blocks(
     `collator` must return the probe targets; `text_mask_key` is the batch key of the text mask ("attention_mask",
     or "decoder_attention_mask" for the captioner).
     """
+    check_module("model", model)
+    check_rows("dataset", dataset)
+    check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
     from ..analysis.adapters import attention_blocks
     from ..models.family import family_spec
 
@@ -173,6 +180,8 @@ def word_region_attention(
     model: torch.nn.Module, batch: dict[str, torch.Tensor], tokenizer, layer: int, head: int, index: int = 0
 ) -> WordRegionAttention:
     """Attention of example `index` of `batch` from its grounded tokens to its regions, in head (`layer`, `head`)."""
+    check_module("model", model)
+    check_tokenizer("tokenizer", tokenizer)
     was_training = model.training
     model.eval()
     model_inputs, _ = split_batch(batch, model_device(model))
@@ -237,6 +246,9 @@ def evaluate_cross_attention(
 
     `collator` must return the probe targets and mask nothing (e.g. a `TwoStreamPretrainingCollator` with its probabilities at 0).
     """
+    check_module("model", model)
+    check_rows("dataset", dataset)
+    check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
     was_training = _start_evaluation(model, collator)
     config = model.config
     per_head = GroundingProbe(config.x_layers, config.num_attention_heads, iou_threshold)
@@ -277,6 +289,8 @@ def cross_attention_rows(
     """Language->vision attention of cross layer `layer`, summed over heads, from example `index`'s grounded words
     to its regions (Kervadec et al. 2020, Figure 4), with the gold alignment and, when the model has an alignment
     decoder, the softmax of its scores over the same regions."""
+    check_module("model", model)
+    check_tokenizer("tokenizer", tokenizer)
     if not -model.config.x_layers <= layer < model.config.x_layers:
         raise ValueError(f"`layer` must index one of the {model.config.x_layers} cross layers, got {layer}.")
     was_training = model.training
@@ -298,6 +312,9 @@ def evaluate_decoder_grounding(
     Reads the attention the decoder actually used (`aligned_cross_attentions`: after A2's alignment in the aligned
     layers). Returns (per head of every decoder layer, every layer's heads summed).
     """
+    check_module("model", model)
+    check_rows("dataset", dataset)
+    check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
     was_training = _start_evaluation(model, collator)
     config = model.config
     per_head = GroundingProbe(config.decoder_layers, config.decoder_attention_heads, iou_threshold)

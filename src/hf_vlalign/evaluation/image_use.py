@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from ..utils.validation import check_callable, check_module, check_rows
 from .inference import inference_batches, model_device
 
 # the image columns of a row: NLVR2's pair, else the single image (and the store row each was joined to)
@@ -268,6 +269,9 @@ def image_use_gap(
     (own - shuffled), and per group `..._<metric>_<group>`; `image_use_gap` (the first metric's gap, else the loss
     gap) with `image_use_gap_metric` naming it; `image_use_examples`, `image_use_images`, `image_use_seed`.
     """
+    check_module("model", model)
+    check_rows("dataset", dataset)
+    check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"`batch_size` must be an int >= 1, got {batch_size!r}.")
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 2):

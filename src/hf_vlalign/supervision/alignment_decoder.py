@@ -13,12 +13,7 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from ..utils.item_counts import item_count, mean_over_items
-from ..utils.validation import (
-    check_alignment,
-    check_finite,
-    check_mask_not_empty,
-    check_rank,
-)
+from ..utils.validation import check_alignment, check_finite, check_mask_not_empty, check_rank, check_tensor
 
 # how eq. (14)'s KL treats target mass on regions outside eq. (13)'s top-k (see `alignment_kl_loss`)
 OUTSIDE_TOP_K = ("renormalise_target", "floor", "target_support")
@@ -118,6 +113,8 @@ def top_k_mask(
     An example with fewer than k real regions keeps all of its real regions and no padded one. `check_values=False`
     skips the checks that read tensor values on the host (the shapes are still checked).
     """
+    check_tensor("scores", scores)
+    check_tensor("region_mask", region_mask, optional=True)
     region_mask = _check_scores_and_region_mask(scores, region_mask, check_values)
     _check_top_k(k, scores.shape[-1])
     masked_scores = scores.detach().masked_fill(~region_mask[:, None, :], float("-inf"))
@@ -141,6 +138,9 @@ def top_k_log_softmax(
     adds entries to the kept set (the loss's "target_support" reading passes the target's support). `check_values=False` skips
     the checks that read tensor values on the host.
     """
+    check_tensor("scores", scores)
+    check_tensor("region_mask", region_mask, optional=True)
+    check_tensor("always_keep", always_keep, optional=True)
     if not 0 < eps < 1:
         raise ValueError(f"`eps` must be in (0, 1), got {eps!r}.")
     keep = top_k_mask(scores, k, region_mask, check_values)
@@ -186,6 +186,8 @@ def _grounded_rows(target: torch.Tensor, text_mask: torch.Tensor | None) -> torc
 
 def grounded_word_count(target: torch.Tensor, text_mask: torch.Tensor | None = None) -> torch.Tensor:
     """The number of words [`alignment_kl_loss`] averages over: real tokens whose target row carries mass."""
+    check_tensor("target", target)
+    check_tensor("text_mask", text_mask, optional=True)
     return _grounded_rows(target, text_mask).sum()
 
 
@@ -247,6 +249,11 @@ def alignment_kl_loss(
         check_values: check the values of `scores` (finite) and `target` (rows are distributions or zeros, no mass on
             padded regions); the shapes are always checked.
     """
+    check_tensor("scores", scores)
+    check_tensor("target", target)
+    check_tensor("region_mask", region_mask, optional=True)
+    check_tensor("text_mask", text_mask, optional=True)
+    check_tensor("num_words", num_words, optional=True)
     _check_outside_top_k(outside_top_k)
     region_mask = _check_scores_and_region_mask(scores, region_mask, check_values)
     _check_target(target, scores, region_mask, check_values)

@@ -53,7 +53,7 @@ from torch import nn
 from transformers import initialization as init
 
 from ..utils.item_counts import item_count, mean_over_items
-from ..utils.validation import check_finite, check_mask_not_empty, check_rank
+from ..utils.validation import check_finite, check_mask_not_empty, check_rank, check_tensor, check_tensor_sequence
 
 FUSIONS = ("max", "moving_average", "exp_decay", "gate")
 # the mask network of eq. (2): the printed form (decoder state only) or with a region-content term (module docstring)
@@ -186,6 +186,8 @@ def perturbed_attention(attention: torch.Tensor, mask: torch.Tensor) -> torch.Te
     Returns:
         (B, H, T, R) perturbed attention.
     """
+    check_tensor("attention", attention)
+    check_tensor("mask", mask)
     _check_attention("attention", attention)
     _check_mask(mask, attention)
     return mask * attention + (1.0 - mask) * attention.mean(dim=1, keepdim=True)
@@ -275,6 +277,10 @@ def fuse_attention(
     Returns:
         (B, H, T, R) fused attention whose rows sum to 1 over the real regions (all-zero rows stay zero).
     """
+    check_tensor("attention", attention)
+    check_tensor("aligned", aligned)
+    check_tensor("gate", gate, optional=True)
+    check_tensor("region_mask", region_mask, optional=True)
     _check_fusion(fusion)
     _check_moving_average(moving_average)
     _check_eta(eta, moving_average)
@@ -342,6 +348,10 @@ def mask_objective(
     Returns:
         scalar objective.
     """
+    check_tensor("caption_loss", caption_loss)
+    check_tensor_sequence("masks", masks)
+    check_tensor("valid", valid, optional=True)
+    check_tensor("num_steps", num_steps, optional=True)
     if not isinstance(caption_loss, torch.Tensor) or caption_loss.dim() != 0:
         got = tuple(caption_loss.shape) if isinstance(caption_loss, torch.Tensor) else type(caption_loss).__name__
         raise ValueError(f"`caption_loss` must be a scalar (0-dim) tensor, got {got}.")

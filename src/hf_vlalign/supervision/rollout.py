@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..utils.validation import check_tensor, check_tensor_sequence
 from .direct import normalise_rows, soft_cross_entropy
 
 
@@ -19,6 +20,7 @@ def attention_rollout(attention_probs: list[torch.Tensor], heads: list[int] | No
     Returns:
         per layer, (B, N, N) rollout up to and including that layer.
     """
+    check_tensor_sequence("attention_probs", attention_probs)
     if not attention_probs:
         raise ValueError("`attention_probs` must hold at least one layer, got an empty list.")
     rollouts, rollout = [], None
@@ -89,6 +91,12 @@ def semi_direct_supervision_loss(
     words, cross-entropy with the gold alignment, averaged over the supervised layers, both directions summed.
     `num_text_rows` / `num_region_rows`: the counts to divide by (`direct.supervised_row_counts`, global under data
     parallelism); default: this batch's."""
+    check_tensor_sequence("rollouts", rollouts)
+    check_tensor("word_region_alignment", word_region_alignment)
+    check_tensor("text_mask", text_mask)
+    check_tensor("region_mask", region_mask)
+    check_tensor("num_text_rows", num_text_rows, optional=True)
+    check_tensor("num_region_rows", num_region_rows, optional=True)
     region_target = normalise_rows(word_region_alignment.transpose(1, 2))
     losses = []
     for rollout in rollouts:

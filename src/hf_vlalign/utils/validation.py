@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -409,3 +409,104 @@ def check_no_target_on_padding(
             f"`{name}` must be {ignore_index} (no target) where `{mask_name}` is 0 (padding), got {int(on_padding.sum())} "
             f"target(s) on padding, e.g. at index {where}."
         )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Python objects of the wrong kind (a list or NumPy array for a tensor, a name for a tokenizer or model, a dict for a
+# dataset): refused at the door of each public function, naming the argument, what it takes and what came
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class ArgumentKindError(ValueError, TypeError):
+    """An argument that is the wrong kind of Python object. Like every bad argument of the library it is a
+    `ValueError`; it is also the `TypeError` Python code expects for a wrong type, so either `except` clause catches
+    it. The message names the argument, the kind it takes and the type that came."""
+
+
+def describe_object(value: object) -> str:
+    """The type of `value` as a user would look it up (`numpy.ndarray`, `list`), with a short repr of small values."""
+    kind = type(value)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__.split('.')[0]}.{kind.__name__}"
+    if value is None:
+        return "None"
+    if isinstance(value, (str, int, float, bool)):
+        shown = repr(value)
+        return f"{name} {shown if len(shown) <= 60 else shown[:57] + '...'}"
+    if hasattr(value, "shape"):
+        return f"{name} of shape {tuple(value.shape)}"
+    return name
+
+
+def _conversion_hint(value: object, what: str) -> str:
+    if what.startswith("a torch.Tensor"):
+        if type(value).__module__ == "numpy":
+            return " (convert it with torch.from_numpy)"
+        if isinstance(value, (list, tuple)):
+            return " (convert it with torch.tensor)"
+    return ""
+
+
+def check_kind(
+    name: str, value: object, kinds: type | tuple[type, ...], what: str, *, optional: bool = False, hint: str = ""
+) -> None:
+    """Raises `ArgumentKindError` unless `value` is an instance of `kinds` (or None when `optional`)."""
+    if (optional and value is None) or isinstance(value, kinds):
+        return
+    what = f"{what} or None" if optional else what
+    hint = hint or _conversion_hint(value, what)
+    raise ArgumentKindError(f"`{name}` must be {what}, got {describe_object(value)}{hint}.")
+
+
+def check_tensor(name: str, value: object, *, optional: bool = False, layout: str = "") -> None:
+    """`value` is a `torch.Tensor` (None allowed when `optional`); a list or NumPy array is refused with its
+    conversion. `layout` (e.g. "(B, R, 4)") is said in the message."""
+    check_kind(name, value, torch.Tensor, f"a torch.Tensor{' ' + layout if layout else ''}", optional=optional)
+
+
+def check_tensor_sequence(name: str, value: object, what: str = "one torch.Tensor per layer") -> None:
+    """`value` is a list or tuple of `torch.Tensor`s (a stacked tensor, a NumPy array or a dict is refused), each named
+    by its index when it is not a tensor."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        hint = " (split a stacked tensor with list(tensor.unbind(0)))" if isinstance(value, torch.Tensor) else ""
+        raise ArgumentKindError(
+            f"`{name}` must be a list or tuple of torch.Tensors ({what}), got {describe_object(value)}{hint}."
+        )
+    for index, item in enumerate(value):
+        check_tensor(f"{name}[{index}]", item)
+
+
+def check_tokenizer(name: str, value: object) -> None:
+    """`value` is a transformers tokenizer (a name or path is refused with how to load it)."""
+    from transformers import PreTrainedTokenizerBase
+
+    is_name = isinstance(value, (str, os.PathLike))
+    hint = " (load it with AutoTokenizer.from_pretrained(name_or_path))" if is_name else ""
+    check_kind(name, value, PreTrainedTokenizerBase, "a transformers tokenizer (PreTrainedTokenizerBase)", hint=hint)
+
+
+def check_module(name: str, value: object, what: str = "a model (torch.nn.Module, e.g. SingleStreamModel)") -> None:
+    """`value` is a `torch.nn.Module` (a checkpoint name or path is refused with how to load it)."""
+    is_name = isinstance(value, (str, os.PathLike))
+    hint = " (load it first, e.g. with <ModelClass>.from_pretrained(name_or_path))" if is_name else ""
+    check_kind(name, value, torch.nn.Module, what, hint=hint)
+
+
+def check_rows(name: str, value: object) -> None:
+    """`value` is a `datasets.Dataset` or another sized sequence of rows (a list of dicts): a dict of columns, a
+    `DatasetDict` of splits, a string or an iterator is refused (a dict would be read as its column names)."""
+    if isinstance(value, dict) and type(value).__name__.endswith("DatasetDict"):
+        raise ArgumentKindError(
+            f"`{name}` must be a datasets.Dataset or a list of rows, got a {type(value).__name__} of the splits "
+            f"{list(value)} (pick one, e.g. {name}[{next(iter(value), 'validation')!r}])."
+        )
+    if isinstance(value, (str, bytes, Mapping)) or not (hasattr(value, "__len__") and hasattr(value, "__getitem__")):
+        hint = " (a dict of columns becomes a Dataset with datasets.Dataset.from_dict)" if isinstance(value, Mapping) else ""
+        raise ArgumentKindError(
+            f"`{name}` must be a datasets.Dataset or a list of rows (dicts), got {describe_object(value)}{hint}."
+        )
+
+
+def check_callable(name: str, value: object, what: str) -> None:
+    """`value` can be called (a collator, a score function); `what` says what it is called with."""
+    if not callable(value):
+        raise ArgumentKindError(f"`{name}` must be {what}, got {describe_object(value)}.")

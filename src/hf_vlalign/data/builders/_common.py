@@ -109,6 +109,28 @@ def check_keys(record: dict, types: dict[str, type], where: str) -> None:
             raise ValueError(f"{where}: field {key!r} must be a {kind.__name__}, got {value!r}.")
 
 
+class UniqueIds:
+    """Where each id of a file was first read; `add` refuses an id read twice, naming the file, the id and both places
+    (every builder refuses repeated ids the same way: which copy to use is ambiguous, and a repeat is counted twice).
+
+    >>> ids = UniqueIds("`questions_file` questions.json", "question id")
+    >>> ids.add(7, "question 0"); ids.add(7, "question 3")
+    Traceback (most recent call last):
+    ValueError: `questions_file` questions.json: question id 7 appears twice, at question 0 and at question 3; ...
+    """
+
+    def __init__(self, source: str, what: str) -> None:
+        self.source, self.what, self.first = source, what, {}
+
+    def add(self, key: object, where: str) -> None:
+        if key in self.first:
+            raise ValueError(
+                f"{self.source}: {self.what} {key!r} appears twice, at {self.first[key]} and at {where}; ids must be "
+                "unique (which copy to use is ambiguous), remove or renumber one."
+            )
+        self.first[key] = where
+
+
 def check_split(split: str, splits: Sequence[str], dataset: str) -> None:
     if split not in splits:
         raise ValueError(f"`split` of {dataset} must be one of {list(splits)}, got {split!r}.")

@@ -34,7 +34,15 @@ from pathlib import Path
 import datasets
 
 from ..formats.paths import check_relative_path
-from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, check_keys, check_on_missing_image, check_split, read_json
+from ._common import (
+    DEFAULT_ON_MISSING_IMAGE,
+    IMAGE_SIZE,
+    UniqueIds,
+    check_keys,
+    check_on_missing_image,
+    check_split,
+    read_json,
+)
 
 SPLITS = ("train", "val", "test", "restval")
 DATASET_FILE = "dataset_coco.json"
@@ -95,10 +103,13 @@ def build(
     _check_template(image_id_template)
     path = dataset_file(data_dir)
     wanted = {split, "restval"} if split == "train" and restval_in_train else {split}
-    rows = []
+    rows, image_ids, sentence_ids = [], UniqueIds(f"`data_dir` {path}", "cocoid"), UniqueIds(f"`data_dir` {path}", "sentid")
     for index, image in enumerate(_images(path)):
         where = f"{path}, images[{index}]"
         _check_image(image, where)
+        image_ids.add(image["cocoid"], f"images[{index}]")
+        for number, sentence in enumerate(image["sentences"]):
+            sentence_ids.add(sentence["sentid"], f"images[{index}].sentences[{number}]")
         if image["split"] in wanted:
             rows.extend(_image_rows(image, where, per_image))
     if not rows:

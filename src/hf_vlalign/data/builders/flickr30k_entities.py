@@ -43,6 +43,7 @@ from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
     SPANS,
+    UniqueIds,
     check_on_missing_image,
     check_split,
     grounding_features,
@@ -105,8 +106,9 @@ def _images_with_files(
     listed = corpus.image_ids(split)
     split_file, source = corpus.root / f"{split}.txt", f"Flickr30k Entities {split}"
     where = f"Sentences/ and Annotations/ of {corpus.root}"
-    present = []
+    present, listed_ids = [], UniqueIds(f"`data_dir` {split_file}", "image id")
     for line, image_id in enumerate(listed, start=1):
+        listed_ids.add(image_id, f"line {line}")
         argument = f"`data_dir` {split_file}, line {line} (image id)"
         sentences = safe_join(corpus.root / "Sentences", f"{image_id}.txt", argument)
         annotation = safe_join(corpus.root / "Annotations", f"{image_id}.xml", argument)

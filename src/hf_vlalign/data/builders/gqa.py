@@ -48,6 +48,7 @@ import datasets
 from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
+    UniqueIds,
     check_on_missing_image,
     check_split,
     grounding_features,
@@ -169,6 +170,7 @@ def question_files(data_dir: Path | None, split: str, subset: str, questions_fil
 def read_questions(paths: list[Path]) -> dict[str, dict]:
     """question id -> record, over all shards; a ValueError on a malformed record or a repeated id."""
     questions: dict[str, dict] = {}
+    shards = UniqueIds("`questions_file`", "question id")
     for path in paths:
         content = read_json(path, "questions_file", "a GQA questions JSON file (question id -> record)")
         if not isinstance(content, dict):
@@ -176,8 +178,7 @@ def read_questions(paths: list[Path]) -> dict[str, dict]:
                 f"`questions_file` {path}: expected a JSON object question id -> record, got {type(content).__name__}."
             )
         for question_id, record in content.items():
-            if question_id in questions:
-                raise ValueError(f"`questions_file` {path}: question id {question_id!r} appears in two shards.")
+            shards.add(question_id, str(path))
             missing = [key for key in ("imageId", "question") if not isinstance(record, dict) or key not in record]
             if missing:
                 raise ValueError(f"`questions_file` {path}: question {question_id!r} lacks {missing}.")

@@ -59,6 +59,7 @@ from . import gqa
 from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
+    UniqueIds,
     check_on_missing_image,
     grounding_features,
     read_json,
@@ -185,7 +186,7 @@ def check_record(record: object, where: str) -> None:
 
 def read_records(data_dir: Path, names: list[str]) -> list[tuple[str, dict]]:
     """(file name, record) of every record of the files, each checked."""
-    records = []
+    records, image_ids = [], UniqueIds("`data_dir`", "img_id")
     for name in names:
         path = data_dir / f"{name}.json"
         content = read_json(path, "data_dir", f"LXMERT's pre-training file {name}.json (a list of image records)")
@@ -193,6 +194,7 @@ def read_records(data_dir: Path, names: list[str]) -> list[tuple[str, dict]]:
             raise ValueError(f"`data_dir` {path}: expected a JSON list of image records, got {type(content).__name__}.")
         for index, record in enumerate(content):
             check_record(record, f"`data_dir` {path}, record #{index}")
+            image_ids.add(record["img_id"], f"{path}, record #{index}")
             records.append((name, record))
     return records
 

@@ -43,6 +43,7 @@ from ..feature_store import RegionFeatureStore
 from ..formats.text_files import FileFormatError, read_text
 from ._common import (
     IMAGE_SIZE,
+    UniqueIds,
     check_on_missing_image,
     check_split,
     missing_image_error,
@@ -84,7 +85,7 @@ def build(data_dir: str | Path, split: str, *, subset: str | None = None) -> dat
             `data_dir/<subset>/<subset>_<split>.json`.
     """
     path = split_file(data_dir, split, subset)
-    rows = []
+    rows, identifiers = [], UniqueIds(str(path), "identifier")
     for line_number, line in enumerate(read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
@@ -92,6 +93,7 @@ def build(data_dir: str | Path, split: str, *, subset: str | None = None) -> dat
             rows.append(parse_example(line))
         except ValueError as error:
             raise FileFormatError(f"{path}, line {line_number}: {error}") from None
+        identifiers.add(rows[-1]["identifier"], f"line {line_number}")
     if not rows:
         raise ValueError(f"{path}: no NLVR2 example in the file.")
     return datasets.Dataset.from_list(rows, features=FEATURES)

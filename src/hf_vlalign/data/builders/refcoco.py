@@ -44,6 +44,7 @@ from ..formats.safe_pickle import load_restricted_pickle
 from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
+    UniqueIds,
     check_keys,
     check_on_missing_image,
     check_split,
@@ -146,8 +147,12 @@ def read_refs(path: str | Path, argument: str = "refs_file") -> list[dict]:
         refs = load_restricted_pickle(path)
     if not isinstance(refs, list) or not refs:
         raise ValueError(f"`{argument}` {path}: expected a non-empty list of ref dicts, got {type(refs).__name__}.")
+    ref_ids, sent_ids = UniqueIds(f"`{argument}` {path}", "ref_id"), UniqueIds(f"`{argument}` {path}", "sent_id")
     for index, ref in enumerate(refs):
         _check_ref(ref, f"`{argument}` {path}, ref #{index}")
+        ref_ids.add(ref["ref_id"], f"ref #{index}")
+        for number, sentence in enumerate(ref["sentences"]):
+            sent_ids.add(sentence["sent_id"], f"ref #{index} (ref_id {ref['ref_id']}), sentence #{number}")
     return refs
 
 
@@ -176,8 +181,8 @@ class _CocoInstances:
             raise ValueError(f"`data_dir` {path}: expected {what}.")
         self.path = path
         try:
-            self.images = {image["id"]: image for image in data["images"]}
-            self.annotations = {annotation["id"]: annotation for annotation in data["annotations"]}
+            self.images = _by_unique_id(data["images"], f"`data_dir` {path}", "images")
+            self.annotations = _by_unique_id(data["annotations"], f"`data_dir` {path}", "annotations")
             self.categories = {category["id"]: category["name"] for category in data["categories"]}
         except (KeyError, TypeError) as error:
             raise ValueError(f"`data_dir` {path}: an image, annotation or category lacks {error}; expected {what}.") from None
@@ -193,6 +198,15 @@ class _CocoInstances:
         if not isinstance(box, list) or len(box) != 4:
             raise ValueError(f"{self.path}: annotation {annotation.get('id')} must have bbox [x, y, w, h], got {box!r}.")
         return xywh_to_xyxy(box)
+
+
+def _by_unique_id(entries: list[dict], source: str, key: str) -> dict:
+    """id -> entry of a COCO list ("images", "annotations"); an id listed twice is refused, naming both positions."""
+    ids, by_id = UniqueIds(source, f"{key[:-1]} id"), {}
+    for index, entry in enumerate(entries):
+        ids.add(entry["id"], f"{key}[{index}]")
+        by_id[entry["id"]] = entry
+    return by_id
 
 
 def _ref_rows(ref: dict, instances: _CocoInstances, where: str) -> list[dict]:

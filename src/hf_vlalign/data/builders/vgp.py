@@ -317,6 +317,7 @@ def build_vgp_dataset(
     corpus = Flickr30kEntities(flickr30k_entities_dir)
     pairs = read_vgp_csv(vgp_csv)
     num_csv_rows, source = len(pairs), f"VGP {Path(vgp_csv).name}"
+    _report_repeated_rows(pairs, source)
     if split is not None or held_out_csvs:
         pairs = handle_split_overlap(pairs, corpus, split, held_out_csvs, on_split_overlap, source)
     pairs = _pairs_with_images(pairs, corpus, on_missing_image, source)
@@ -392,6 +393,28 @@ def _match_rows(captions: _CachedCorpus, pairs: list[VGPPair]) -> list[PhraseMat
         by_image.setdefault(pair.image_id, []).append(pair)
     rois = {image_id: entities_of_rois(captions.sentences(image_id), rows) for image_id, rows in by_image.items()}
     return [match_phrases(captions.sentences(pair.image_id), pair, rois[pair.image_id]) for pair in pairs]
+
+
+def _report_repeated_rows(pairs: list[VGPPair], source: str) -> list[tuple[int, int]]:
+    """Warns about rows that repeat an earlier row in every field but the preprocessed phrases, and returns (line,
+    first line) of each. The VGP csvs have no pair id a repeat could be refused by, and the same phrase pair does
+    appear twice with different labels in the published files (two annotations, e.g. VGP-Typology's train_data.csv
+    lines 315-316), so a repeat is kept, as published, and said."""
+    first_line, repeats = {}, []
+    for pair in pairs:
+        key = (pair.image_id, pair.original_phrase1, pair.original_phrase2, pair.is_paraphrase, pair.type_label,
+               pair.original_label, pair.roi1, pair.roi2)  # fmt: skip
+        if key in first_line:
+            repeats.append((pair.line, first_line[key]))
+        else:
+            first_line[key] = pair.line
+    if repeats:
+        shown = ", ".join(f"line {line} = line {first}" for line, first in repeats[:5]) + (", ..." if len(repeats) > 5 else "")
+        logger.warning(
+            f"{source}: {len(repeats)} row(s) repeat an earlier row (same image, phrases and labels: {shown}); they are "
+            "kept, as published, and count once more each."
+        )
+    return repeats
 
 
 def _lines(pairs: list[VGPPair], limit: int = 5) -> str:

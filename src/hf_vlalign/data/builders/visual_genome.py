@@ -41,6 +41,7 @@ import datasets
 from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
+    UniqueIds,
     check_on_missing_image,
     check_split,
     grounding_features,
@@ -149,9 +150,10 @@ def _read_list(path: Path, argument: str, what: str) -> list[dict]:
 def read_image_sizes(path: Path) -> dict[str, tuple[dict, list[int]]]:
     """image id -> (its image_data.json entry, [height, width])."""
     entries = _read_list(path, "data_dir", "Visual Genome image_data.json")
-    sizes = {}
+    sizes, image_ids = {}, UniqueIds(f"`data_dir` {path}", "image id")
     for index, entry in enumerate(entries):
         key = _image_key(entry, path)
+        image_ids.add(key, f"entry #{index}")
         for side in ("height", "width"):
             if type(entry.get(side)) is not int or entry[side] <= 0:
                 raise ValueError(
@@ -169,7 +171,9 @@ def read_objects(objects_path: Path, attributes_path: Path) -> dict[str, dict[st
         for obj in entry.get("attributes", []):
             attributes_of[obj["object_id"]] = [attribute.strip() for attribute in obj.get("attributes") or []]
     objects_by_image, seen = {}, set()
-    for entry in _read_list(objects_path, "data_dir", "Visual Genome objects.json"):
+    image_ids = UniqueIds(f"`data_dir` {objects_path}", "image id")
+    for index, entry in enumerate(_read_list(objects_path, "data_dir", "Visual Genome objects.json")):
+        image_ids.add(_image_key(entry, objects_path), f"entry #{index}")
         objects = entry.get("objects", [])
         seen.update(obj["object_id"] for obj in objects)
         objects_by_image[_image_key(entry, objects_path)] = {

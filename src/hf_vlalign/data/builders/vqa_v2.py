@@ -45,7 +45,7 @@ from pathlib import Path
 
 import datasets
 
-from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, check_on_missing_image, check_split, read_json
+from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, UniqueIds, check_on_missing_image, check_split, read_json
 
 
 logger = logging.getLogger(__name__)
@@ -240,14 +240,12 @@ def _read_questions(path: Path, split: str) -> list[dict]:
         raise ValueError(
             f"`questions_file` {path} holds data_subtype {subtype!r}, but split {split!r} is {DATA_SUBTYPE[split]!r}."
         )
-    questions, seen = content["questions"], set()
+    questions, seen = content["questions"], UniqueIds(f"`questions_file` {path}", "question id")
     for index, question in enumerate(questions):
         missing = [key for key in ("image_id", "question", "question_id") if key not in question]
         if missing:
             raise ValueError(f"`questions_file` {path}: question {index} lacks {missing}.")
-        if question["question_id"] in seen:
-            raise ValueError(f"`questions_file` {path}: question id {question['question_id']} appears twice.")
-        seen.add(question["question_id"])
+        seen.add(question["question_id"], f"questions[{index}]")
     if not questions:
         raise ValueError(f"`questions_file` {path} holds no question.")
     return questions
@@ -257,9 +255,11 @@ def _read_annotations(path: str | Path, argument: str) -> list[dict]:
     content = read_json(path, argument, "a VQA v2 annotations JSON file ({'annotations': [...]})")
     if not isinstance(content, dict) or not isinstance(content.get("annotations"), list):
         raise ValueError(f"`{argument}` {path}: expected a JSON object with an 'annotations' list (VQA v2 layout).")
+    seen = UniqueIds(f"`{argument}` {path}", "question id")
     for index, annotation in enumerate(content["annotations"]):
-        if "question_id" not in annotation or not isinstance(annotation.get("answers"), list):
+        if not isinstance(annotation, dict) or "question_id" not in annotation or not isinstance(annotation.get("answers"), list):
             raise ValueError(f"`{argument}` {path}: annotation {index} lacks `question_id` or its `answers` list.")
+        seen.add(annotation["question_id"], f"annotations[{index}]")
     return content["annotations"]
 
 

@@ -13,6 +13,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ...alignment.boxes import alignment_target, gold_region_iou
+from ...utils.validation import check_kind, check_tokenizer
 from ..feature_store import RegionFeatureStore
 from .regions import pad_regions, store_image_id
 from .rows import _as_list, check_row_columns, check_row_phrases, check_row_text, gold_boxes, row_error
@@ -67,11 +68,14 @@ class RegionTextCollator:
     _warned: set = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        if not isinstance(self.region_features, RegionFeatureStore):
-            raise ValueError(
-                f"`region_features` must be a RegionFeatureStore, got {type(self.region_features).__name__} "
-                "(open one with RegionFeatureStore.load(directory))."
-            )
+        check_tokenizer("tokenizer", self.tokenizer)
+        check_kind(
+            "region_features",
+            self.region_features,
+            RegionFeatureStore,
+            "a RegionFeatureStore",
+            hint=" (open one with RegionFeatureStore.load(directory))",
+        )
         if not self.tokenizer.is_fast:
             raise ValueError("`tokenizer` must be a fast tokenizer (character offsets are needed to find phrase tokens).")
         if len(self.text_columns) not in (1, 2):

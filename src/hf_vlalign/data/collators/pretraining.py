@@ -12,6 +12,7 @@ import datasets
 import torch
 
 from ...alignment.soft_targets import SoftAlignmentTargets
+from ...utils.validation import check_rows
 from .base import RegionTextCollator
 from .masking import mask_regions, mask_words, word_masker
 from .rows import _checked_answer, check_answer_columns
@@ -155,6 +156,7 @@ def group_captions_by_image(
 ) -> dict[str, list[str]]:
     """{image id: its captions, in row order} from caption rows (a dataset or a list of rows with `image_id` and
     `text_column`): the pool from which `SingleStreamPretrainingCollator` draws second captions."""
+    check_rows("rows", rows)
     if isinstance(rows, datasets.Dataset):
         missing = [name for name in ("image_id", text_column) if name not in rows.column_names]
         if missing:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import datasets
 import torch
 from transformers import PreTrainedTokenizerBase
+from ...utils.validation import check_rows, check_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +145,8 @@ def drop_overlong_rows(
     Raises:
         ValueError: on a bad argument, or when no row is left.
     """
+    check_rows("dataset", dataset)
+    check_tokenizer("tokenizer", tokenizer)
     required_spans = dict(required_spans or {})
     text_columns = tuple(text_columns) if not isinstance(text_columns, str) else (text_columns,)
     _check_filter_arguments(dataset, tokenizer, max_text_length, text_columns, required_spans, batch_size)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -134,6 +134,10 @@ def check_region_record(record: dict, feature_dim: int | None, fields: dict[str,
         values = record.get(column)
         if values is not None and np.asarray(values).dtype.kind not in "biuf":
             raise fail(column, f"expected numbers, got an array of dtype {np.asarray(values).dtype}.")
+    for column in ("object_ids", "attr_ids"):
+        values = record.get(column)
+        if values is not None and not _are_integers(np.asarray(values)):
+            raise fail(column, f"expected integer ids, got {np.asarray(values)[:5].tolist()}...")
     for column in ("boxes", "features", "object_conf", "attr_conf"):
         values = record.get(column)
         bad = 0 if values is None else int((~np.isfinite(values)).sum())
@@ -141,8 +145,8 @@ def check_region_record(record: dict, feature_dim: int | None, fields: dict[str,
             raise fail(column, f"expected finite values, got {bad} NaN/inf value(s).")
     size = record.get("image_size")
     if size is not None:
-        if len(size) != 2 or min(size) <= 0:
-            raise fail("image_size", f"expected (height, width) > 0 in pixels, got {tuple(size)}.")
+        if not _is_pixel_size(size):
+            raise fail("image_size", f"expected (height, width), two positive integers (pixels), got {_shown(size)}.")
         _check_boxes_inside(boxes, height=size[0], width=size[1], fail=fail)
     else:
         _check_boxes_inside(boxes, height=np.inf, width=np.inf, fail=fail)
@@ -151,15 +155,62 @@ def check_region_record(record: dict, feature_dim: int | None, fields: dict[str,
 
 def _check_boxes_inside(boxes: np.ndarray, height: float, width: float, fail) -> None:
     x1, y1, x2, y2 = boxes.T
-    bad = (x1 < 0) | (y1 < 0) | (x2 > width) | (y2 > height) | (x2 < x1) | (y2 < y1)
+    # a box of zero width or height is refused here, where the file and record are known: the models refuse it too
+    bad = (x1 < 0) | (y1 < 0) | (x2 > width) | (y2 > height) | (x2 <= x1) | (y2 <= y1)
     if bad.any():
         index = int(bad.argmax())
         limits = "" if np.isinf(width) else f" with image width={width:g}, height={height:g}"
         raise fail(
             "boxes",
-            f"expected 0 <= x1 <= x2 <= width and 0 <= y1 <= y2 <= height (pixels){limits}, "
-            f"got box {index} = {boxes[index].tolist()}.",
+            f"expected 0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height (pixels; a box of zero width or height has no "
+            f"area){limits}, got box {index} = {boxes[index].tolist()}.",
         )
+
+
+def _is_pixel_size(size: object) -> bool:
+    if isinstance(size, (str, bytes, dict)) or not hasattr(size, "__len__") or len(size) != 2:
+        return False
+    return all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v > 0 for v in size)
+
+
+def _shown(value: object) -> str:
+    shown = repr(tuple(value) if isinstance(value, (list, np.ndarray)) else value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def _are_integers(values: np.ndarray) -> bool:
+    if values.dtype.kind in "iu":
+        return True
+    return values.dtype.kind == "f" and bool(np.isfinite(values).all() and (values == np.round(values)).all())
+
+
+# what `RegionFeatureStore.write` requires of a record given directly (file readers always give every column)
+REQUIRED_COLUMNS = ("image_id", "boxes", "features")
+
+
+def check_store_record(record: object, index: int, feature_dim: int | None) -> int:
+    """Checks a record given to `RegionFeatureStore.write` as the file readers' records are checked
+    (`check_region_record`), plus its layout: a dict with the `RECORD_COLUMNS` (`image_size` and the id / confidence
+    columns may be left out or None) and nothing else. Returns its feature dimension D. The `RecordError` names the
+    record (`index` counting from 0, said counting from 1 like the repeated-id error), its image id and the column."""
+    where = f"`records`, record {index + 1} (counting from 1)"
+    if not isinstance(record, Mapping):
+        raise RecordError("", f"{where}: expected a dict with the columns {list(RECORD_COLUMNS)}, got {type(record).__name__}.")
+    image_id = record.get("image_id")
+    where += f", image id {image_id!r}" if isinstance(image_id, str) else ""
+    unknown = [key for key in record if key not in RECORD_COLUMNS]
+    if unknown:
+        raise RecordError(
+            str(unknown[0]),
+            f"{where}: unknown column(s) {unknown}; a record has the columns {list(RECORD_COLUMNS)} (nothing else is stored).",
+        )
+    missing = [column for column in REQUIRED_COLUMNS if column not in record]
+    if missing:
+        raise RecordError(missing[0], f"{where}: missing the column(s) {missing} (has {list(record)}).")
+    try:
+        return check_region_record(dict(record), feature_dim)
+    except RecordError as error:
+        raise RecordError(error.field, f"{where}, column '{error.field}': {error}") from None
 
 
 def normalise_record(record: dict) -> dict:

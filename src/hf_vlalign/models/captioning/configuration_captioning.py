@@ -6,6 +6,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from ...utils.validation import check_config_numbers, check_index_list, check_token_id
+from ..config_fields import ConfigFileMixin, check_config_kwargs, check_field_types
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
 
@@ -28,8 +29,9 @@ def check_no_supervision_fields(kwargs: dict) -> None:
         )
 
 
+@check_field_types
 @strict(accept_kwargs=True)
-class RegionCaptionerConfig(PreTrainedConfig):
+class RegionCaptionerConfig(ConfigFileMixin, PreTrainedConfig):
     r"""
     Configuration of [`RegionCaptionerModel`]: a transformer encoder over detected regions whose self-attention is
     geometry-aware (Ilinykh; Herdade et al.'s Object Relation Transformer) and a caption decoder whose cross-attention
@@ -118,6 +120,7 @@ class RegionCaptionerConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         check_no_supervision_fields(kwargs)
+        check_config_kwargs(self, kwargs)
         super().__post_init__(**kwargs)
         self.check_fields()
 

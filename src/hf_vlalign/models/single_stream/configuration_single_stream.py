@@ -5,7 +5,7 @@ from transformers import PreTrainedConfig
 
 from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
-from ..config_fields import drop_other_head_fields
+from ..config_fields import ConfigFileMixin, check_config_kwargs, check_field_types, drop_other_head_fields
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
 
@@ -52,8 +52,9 @@ HEAD_FIELDS = {
 }
 
 
+@check_field_types
 @strict(accept_kwargs=True)
-class SingleStreamConfig(PreTrainedConfig):
+class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
     r"""
     Configuration of [`SingleStreamModel`]: a BERT encoder over `[CLS] c1 [SEP] c2 [SEP] regions [END]` (Samaran et al.
     2021, sec. 3). The text fields are BERT's, so a BERT-family checkpoint initialises the text side
@@ -150,6 +151,7 @@ class SingleStreamConfig(PreTrainedConfig):
     dropout_implementation: str = "auto"
 
     def __post_init__(self, **kwargs):
+        check_config_kwargs(self, kwargs)
         super().__post_init__(**kwargs)
         self.check_fields()
 

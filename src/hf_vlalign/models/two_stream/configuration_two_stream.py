@@ -6,7 +6,7 @@ from transformers import PreTrainedConfig
 from ...supervision.alignment_decoder import OUTSIDE_TOP_K
 from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
-from ..config_fields import drop_other_head_fields
+from ..config_fields import ConfigFileMixin, check_config_kwargs, check_field_types, drop_other_head_fields
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
 
@@ -48,8 +48,9 @@ HEAD_FIELDS = {
 }
 
 
+@check_field_types
 @strict(accept_kwargs=True)
-class TwoStreamConfig(PreTrainedConfig):
+class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
     r"""
     Configuration of [`TwoStreamModel`]: a language self-attention stack (`l_layers`), an object self-attention stack
     (`r_layers`) and cross-modality layers (`x_layers`), as in LXMERT and Kervadec et al. 2020 (sec. 3). Field names
@@ -151,6 +152,7 @@ class TwoStreamConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):
+        check_config_kwargs(self, kwargs)
         super().__post_init__(**kwargs)
         self.check_fields()
 
