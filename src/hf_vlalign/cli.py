@@ -54,6 +54,14 @@ def _one_line(message: str) -> str:
     return " ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
+def _json_kind(value: object) -> str:
+    """How JSON names the type of a parsed value ("null", "an array", ...)."""
+    if value is None:
+        return "null"
+    kinds = ((bool, "a boolean"), (dict, "an object"), (list, "an array"), (str, "a string"), ((int, float), "a number"))
+    return next(kind for types, kind in kinds if isinstance(value, types))
+
+
 def _fail(verb: str, message: str, status: int = 2) -> NoReturn:
     """argparse's convention for a user mistake: one line on stderr, exit status 2."""
     sys.stderr.write(f"hf-vlalign {verb}: error: {_one_line(message)}\n")
@@ -213,14 +221,47 @@ def check_output_paths(args: argparse.Namespace) -> None:
             raise NotADirectoryError(f"`--{option}` {path} cannot be written: {blocking} is a file, not a folder.")
 
 
+# the JSON files a checkpoint folder may hold, each a JSON object: read once by `check_checkpoint_files` so that a
+# damaged one is named (transformers' and tokenizers' own errors do not all name the file)
+CHECKPOINT_JSON_FILES = (
+    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "preprocessor_config.json",
+)  # fmt: skip
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # a BERT-family tokenizer: the fast serialisation or the WordPiece vocabulary
+
+
+def check_checkpoint_files(folder: Path, argument: str, needs_tokenizer: bool) -> None:
+    """Refuses a checkpoint folder whose JSON files (`CHECKPOINT_JSON_FILES`) are not UTF-8 JSON objects, whose
+    config.json names no model type, or, where `needs_tokenizer`, that has no tokenizer; each error names the file."""
+    from .data.formats.text_files import read_json_file
+
+    for name in CHECKPOINT_JSON_FILES:
+        if not (folder / name).is_file():
+            continue
+        value = read_json_file(folder / name)
+        if not isinstance(value, dict):
+            raise ValueError(f"`{argument}` {folder / name} must hold a JSON object, got {_json_kind(value)}.")
+        if name == "config.json" and not isinstance(value.get("model_type"), str):
+            raise ValueError(
+                f"`{argument}` {folder / name} must name its model type as a string (`model_type`), got "
+                f"{_json_kind(value.get('model_type')) if 'model_type' in value else 'none'}."
+            )
+    if needs_tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"`{argument}` {folder} has no tokenizer ({' or '.join(TOKENIZER_FILES)}): save it beside the model "
+            "(tokenizer.save_pretrained(folder))."
+        )
+
+
 def _looks_like_a_path(name: str) -> bool:
     """A name no Hub id can be ('./x', '/x', '~/x', 'a/b/c', 'a\\b', 'x/'): the user means a local folder."""
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name or name.endswith("/")
 
 
-def check_checkpoint(name_or_path: str, argument: str = "model") -> None:
+def check_checkpoint(name_or_path: str, argument: str = "model", needs_tokenizer: bool = False) -> None:
     """Refuses a model argument that cannot load, with one line rather than a Hub traceback: a local path that does not
-    exist ("no such folder"), a folder without config.json, or a Hub id that is neither cached nor downloadable (with
+    exist ("no such folder"), a folder without config.json or with a damaged JSON file (`check_checkpoint_files`),
+    without a tokenizer where `needs_tokenizer`, or a Hub id that is neither cached nor downloadable (with
     `HF_HUB_OFFLINE=1`, every Hub id outside the cache)."""
     path = Path(name_or_path).expanduser()
     if path.exists():
@@ -228,6 +269,7 @@ def check_checkpoint(name_or_path: str, argument: str = "model") -> None:
             raise NotADirectoryError(f"`{argument}` {name_or_path} is a file, not a checkpoint folder.")
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"`{argument}` {name_or_path} is not a checkpoint folder: it has no config.json.")
+        check_checkpoint_files(path, argument, needs_tokenizer)
         return
     if _looks_like_a_path(name_or_path):
         raise FileNotFoundError(f"`{argument}`: no such folder: {name_or_path}")
@@ -621,14 +663,6 @@ RESULT_COLUMNS = (
 )
 
 
-def _json_kind(value: object) -> str:
-    """How JSON names the type of a parsed value ("null", "an array", ...)."""
-    if value is None:
-        return "null"
-    kinds = ((bool, "a boolean"), (dict, "an object"), (list, "an array"), (str, "a string"), ((int, float), "a number"))
-    return next(kind for types, kind in kinds if isinstance(value, types))
-
-
 def read_eval_results(output_dir: str | Path) -> dict:
     """The `eval_results.json` of a run's `output_dir`, checked: a JSON object (ValueError naming the file on
     non-UTF-8 bytes, bad or truncated JSON, another JSON value) holding every result of `RESULT_COLUMNS`, the
@@ -852,7 +886,9 @@ def main(argv: list[str] | None = None) -> int:
         check_options(args, given_options(argv))
         check_output_paths(args)
         if args.checkpoint_argument is not None:
-            check_checkpoint(getattr(args, args.checkpoint_argument), args.checkpoint_argument)
+            # every verb but `convert` (whose `src` may ship none: `--tokenizer`) reads the checkpoint's tokenizer
+            needs_tokenizer = args.checkpoint_argument == "model"
+            check_checkpoint(getattr(args, args.checkpoint_argument), args.checkpoint_argument, needs_tokenizer)
             check_model_kind(args)
         return args.run(args)
     except KeyboardInterrupt:
