@@ -127,6 +127,8 @@ def explore_model(
         raise ValueError(
             f"`image` must be an image file or a folder of <image_id>.png/.jpg, got {str(image)!r} which does not exist."
         )
+    if image is not None and Path(image).is_file():  # checked before the model runs
+        _readable_image(Path(image))
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     synthetic = synthetic or SyntheticSceneConfig()
