@@ -189,8 +189,12 @@ def _setting_text(setting: str, value: object) -> str:
 
 
 def check_options(args: argparse.Namespace, given: set[str]) -> None:
-    """Refuses an option that the chosen setting does not read (`OPTION_SETTINGS`) and a setting without an option it
-    needs (`REQUIRED_OPTIONS`), naming both."""
+    """Refuses a setting without an option it needs (`REQUIRED_OPTIONS`), then an option that the chosen setting does
+    not read (`OPTION_SETTINGS`), naming both."""
+    for (setting, value), options in REQUIRED_OPTIONS.get(args.verb, {}).items():
+        missing = [f"--{option}" for option in options if getattr(args, option) is None]
+        if getattr(args, setting) == value and missing:
+            raise ValueError(f"{_setting_text(setting, value)} needs {', '.join(missing)}.")
     for option in sorted(given):
         setting, values = OPTION_SETTINGS.get(args.verb, {}).get(option, (None, ()))
         if setting is not None and getattr(args, setting) not in values:
@@ -198,10 +202,6 @@ def check_options(args: argparse.Namespace, given: set[str]) -> None:
             raise ValueError(
                 f"`--{option}` applies only to {allowed}, not to {_setting_text(setting, getattr(args, setting))}: drop it."
             )
-    for (setting, value), options in REQUIRED_OPTIONS.get(args.verb, {}).items():
-        missing = [f"--{option}" for option in options if getattr(args, option) is None]
-        if getattr(args, setting) == value and missing:
-            raise ValueError(f"{_setting_text(setting, value)} needs {', '.join(missing)}.")
 
 
 def check_output_paths(args: argparse.Namespace) -> None:
@@ -506,12 +506,7 @@ def _probe_vgp(args: argparse.Namespace):
 def _flickr30k_entities_data(args: argparse.Namespace, tokenizer):
     from .evaluation.model_analysis import flickr30k_entities_analysis_data
 
-    missing = [f"--{name}" for name in ("flickr30k_entities_dir", "features") if getattr(args, name) is None]
-    if missing:
-        raise ValueError(f"`--data flickr30k_entities` needs {' and '.join(missing)}.")
-    given = [f"--{name}" for name in ("vgp_train_csv", "vgp_eval_csv") if getattr(args, name) is not None]
-    if given:
-        raise ValueError(f"`--data flickr30k_entities` reads single captions, not VGP pairs: drop {given}.")
+    # the files it needs and the VGP files it does not read are checked by `check_options`
     return flickr30k_entities_analysis_data(
         tokenizer, args.flickr30k_entities_dir, args.features, args.split, args.max_images, args.max_text_length
     )
@@ -525,12 +520,8 @@ def _probe_flickr30k_entities(args: argparse.Namespace):
     from .evaluation.grounding import probe_attention_blocks
     from .evaluation.tasks import load_model
 
-    from .models.family import family_spec
-
-    model = load_model(args.model)
-    if family_spec(model).name != "single_stream":
-        raise ValueError(f"`--data flickr30k_entities` needs a single-stream model, got a {model.config.model_type}.")
-    model = model.base_model  # the encoder: single captions carry no VGP pair inputs
+    # the encoder of a single-stream model (`check_model_kind`): single captions carry no VGP pair inputs
+    model = load_model(args.model).base_model
     data = _flickr30k_entities_data(args, AutoTokenizer.from_pretrained(args.model))
     probe = probe_attention_blocks(
         model, data.dataset, data.collator, data.text_mask_key, args.batch_size, active_heads_only=args.best_head_among == "active"
