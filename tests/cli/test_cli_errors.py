@@ -266,9 +266,14 @@ def test_the_applicability_tables_name_real_options_and_values():
             assert value in actions[setting].choices and set(options) <= set(actions), (verb, setting)
     for verb, outputs in OUTPUT_PATHS.items():
         assert {option for option, _ in outputs} <= {action.dest for action in parsers[verb]._actions}, verb
+    from hf_vlalign.models.family import FAMILIES
+
+    class_names = {model.class_name for spec in FAMILIES.values() for model in spec.models.values()}
     for verb, rules in MODEL_REQUIREMENTS.items():
         data = next(action for action in parsers[verb]._actions if action.dest == "data")
         assert set(rules) <= set(data.choices), verb
+        for kind, name in rules.values():
+            assert name in (class_names if kind == "architecture" else FAMILIES), (verb, name)
 
 
 def test_an_option_given_with_its_default_value_is_still_refused(places, capsys):
