@@ -445,6 +445,20 @@ def test_recipe_flags_with_the_setting_that_reads_them_are_kept():
     assert (model_args.l_layers, model_args.supervised_layers, data_args.synthetic_seed) == (2, "0", 3)
 
 
+def test_a_recipe_row_count_larger_than_the_split_is_warned():
+    import datasets
+
+    from hf_vlalign.recipes import subsets
+
+    rows = datasets.Dataset.from_dict({"x": list(range(5))})
+    with CaptureLogger(subsets.logger) as warnings:
+        assert len(subsets.first_rows(rows, 3)) == 3
+    assert warnings.out == ""
+    with CaptureLogger(subsets.logger) as warnings:
+        assert len(subsets.first_rows(rows, 50)) == 5
+    assert "`--max_train_samples` / `--max_eval_samples` 50 is more than the 5 rows of the split: using 5." in warnings.out
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The real console script
 # ----------------------------------------------------------------------------------------------------------------
