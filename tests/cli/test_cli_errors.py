@@ -54,6 +54,8 @@ def places(tokenizer, tmp_path_factory) -> dict[str, str]:
     (files / "empty").mkdir()
     (files / "images").mkdir()
     (files / "images" / "a.png").write_bytes(b"not a png")
+    (files / "huge").mkdir()
+    Image.new("1", (14000, 14000)).save(files / "huge" / "a.png")  # 196 M pixels: beyond PIL's decompression-bomb limit
     (files / "good_images").mkdir()
     Image.new("RGB", (16, 16), (200, 10, 10)).save(files / "good_images" / "a.png")
     (files / "a_file").write_text("x")
@@ -150,6 +152,7 @@ MISTAKES = {
         ("boxes_not_utf8", "{files}/good_images --out {files}/s --boxes {files}/non_utf8.json", "{files}/non_utf8.json, line 1: not UTF-8"),
         ("boxes_a_list", "{files}/good_images --out {files}/s --boxes {files}/list.json", "{files}/list.json: expected a JSON object"),
         ("image_unreadable", "{files}/images --out {files}/s --grid_size 2", "{files}/images/a.png is not a readable image"),
+        ("image_too_large", "{files}/huge --out {files}/s --grid_size 2", "{files}/huge/a.png is not a readable image (Image size"),
         ("no_images", "{files}/empty --out {files}/s --grid_size 2", "{files}/empty holds no .jpg/.jpeg/.png file"),
         ("out_is_a_file", "{files}/images --out {files}/a_file --grid_size 2 --overwrite", "`--out` {files}/a_file is a file"),
     ],
@@ -184,6 +187,7 @@ MISTAKES = {
         ("out_under_a_file", "{single} --out {files}/a_file/x.html", "{files}/a_file is a file, not a folder"),
         ("image_unreadable", "{single} --out {files}/x.html --image {files}/images/a.png", "`image` {files}/images/a.png is not a readable image"),
         ("image_missing", "{single} --out {files}/x.html --image {files}/no.png", "got '{files}/no.png' which does not exist"),
+        ("image_too_large", "{single} --out {files}/x.html --image {files}/huge/a.png", "`image` {files}/huge/a.png is not a readable image (Image size"),
         ("config_null", "{config_null} --out {files}/x.html", "`model` {config_null}/config.json must hold a JSON object, got null"),
         ("no_examples", "{single} --out {files}/x.html --num_examples 0", "`num_examples` must be an int >= 1, got 0"),
     ],

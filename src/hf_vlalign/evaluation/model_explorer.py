@@ -49,7 +49,8 @@ def _readable_image(path: Path) -> Path:
     try:
         with Image.open(path) as opened:
             opened.verify()
-    except (UnidentifiedImageError, OSError, SyntaxError) as error:  # PIL's truncated-file errors include SyntaxError
+    # PIL's truncated-file errors include SyntaxError; DecompressionBombError: more pixels than PIL's limit
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError) as error:
         raise ValueError(f"`image` {path} is not a readable image ({error}).") from None
     return path
 
