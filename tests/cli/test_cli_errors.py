@@ -449,6 +449,14 @@ def test_recipe_flags_with_the_setting_that_reads_them_are_kept():
     assert (model_args.l_layers, model_args.supervised_layers, data_args.synthetic_seed) == (2, "0", 3)
 
 
+def test_layer_flags_with_an_hf_vlalign_checkpoint_are_refused(places):
+    argv = ["--model_family", "two_stream", "--model_name_or_path", places["two"], "--x_layers", "4"]
+    with pytest.raises(ValueError, match=f"^--x_layers size a model built from a text checkpoint, but `--model_name_or_path` {places['two']} is a two_stream checkpoint"):
+        _parse_recipe(argv)
+    model_args, *_ = _parse_recipe(argv[:4])  # without the flag the checkpoint's layers are kept
+    assert model_args.model_name_or_path == places["two"]
+
+
 def test_a_recipe_row_count_larger_than_the_split_is_warned():
     import datasets
 

@@ -159,6 +159,7 @@ def parse_recipe_args(
         check_flags_read(value, given)
         if isinstance(value, ModelArguments):
             check_model_arguments(value)
+            check_layer_flags(value, given)
         elif getattr(value, "dropout", None) is not None:
             check_dropout(value.dropout)  # an example's own `--dropout`
         if hasattr(value, "mixed_precision"):
@@ -213,6 +214,26 @@ def check_flags_read(arguments: object, given: set[str]) -> None:
         if flag in given and value not in values:
             allowed = " or ".join(_setting_text(setting, allowed) for allowed in values)
             raise ValueError(f"`--{flag}` applies only to {allowed}, not to {_setting_text(setting, value)}: drop it.")
+
+
+def check_layer_flags(args: ModelArguments, given: set[str]) -> None:
+    """Refuses `--l_layers` / `--r_layers` / `--x_layers` with an hf_vlalign checkpoint as `--model_name_or_path`: they
+    size a model built from a text checkpoint, and a checkpoint keeps its own layers. A path that does not load is
+    left to the model loading, which names it."""
+    flags = [f"--{name}" for name in ("l_layers", "r_layers", "x_layers") if name in given]
+    if not flags or args.model_name_or_path is None:
+        return
+    from .models import checkpoint_family
+
+    try:
+        family = checkpoint_family(args.model_name_or_path)
+    except (OSError, ValueError):
+        return
+    if family is not None:
+        raise ValueError(
+            f"{' / '.join(flags)} size a model built from a text checkpoint, but `--model_name_or_path` "
+            f"{args.model_name_or_path} is a {family} checkpoint, which keeps its own layers: drop them."
+        )
 
 
 def split_config_flag(argv: list[str]) -> tuple[str | None, list[str]]:
