@@ -156,12 +156,12 @@ def parse_recipe_args(
     *parsed, threads, training_args, _ = parser.parse_args_into_dataclasses(argv)  # _: the `--config` namespace
     given = given_flags(parser, argv) | set(config_values)
     for value in parsed:
-        check_flags_read(value, given)
         if isinstance(value, ModelArguments):
             check_model_arguments(value)
             check_layer_flags(value, given)
         elif getattr(value, "dropout", None) is not None:
             check_dropout(value.dropout)  # an example's own `--dropout`
+        check_flags_read(value, given)
         if hasattr(value, "mixed_precision"):
             apply_mixed_precision(training_args, value.mixed_precision)
     check_distributed_launch(training_args)
