@@ -377,17 +377,27 @@ def test_a_message_of_several_lines_is_printed_on_one(monkeypatch, tmp_path, cap
 
 
 def test_explore_counts_larger_than_the_data_are_warned_and_the_used_counts_reported(places, tmp_path, capsys):
-    out = tmp_path / "page.html"
-    argv = ["explore", places["single"], "--out", str(out), *shlex.split(SCENES), "--num_examples", "1000", "--probe_examples", "5000"]
     from hf_vlalign.evaluation import model_explorer
 
+    out = tmp_path / "page.html"
+    argv = ["explore", places["single"], "--out", str(out), *shlex.split(SCENES), "--num_examples", "1", "--probe_examples", "5000"]
     with CaptureLogger(model_explorer.logger) as warnings:  # printed on stderr by transformers' logging
         assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert 0 < summary["num_examples"] < 1000 and summary["probe_examples"] == summary["num_examples"]
-    assert f"`num_examples` 1000 is more than the {summary['num_examples']} examples of" in warnings.out
-    assert f"`probe_examples` 5000 is more than the {summary['num_examples']} examples of" in warnings.out
-    assert f"using {summary['num_examples']}." in warnings.out
+    assert summary["num_examples"] == 1 and 0 < summary["probe_examples"] < 5000
+    assert f"`probe_examples` 5000 is more than the {summary['probe_examples']} examples of" in warnings.out
+    assert warnings.out.rstrip().endswith(f"using {summary['probe_examples']}.")
+
+
+def test_explore_shows_all_examples_of_a_smaller_split_with_a_warning():
+    import datasets
+
+    from hf_vlalign.evaluation import model_explorer
+
+    rows = datasets.Dataset.from_dict({"x": list(range(3))})
+    with CaptureLogger(model_explorer.logger) as warnings:
+        assert len(model_explorer._first(rows, 10, "num_examples", "the split")) == 3
+    assert "`num_examples` 10 is more than the 3 examples of the split: using 3." in warnings.out
 
 
 def test_analyze_max_examples_larger_than_the_data_is_warned(places, tmp_path):
