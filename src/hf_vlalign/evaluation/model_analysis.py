@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 from transformers import AutoTokenizer
+from transformers.utils import logging
 
 from ..analysis.adapters import attention_blocks
 from ..analysis.attention_plots import format_region_labels, plot_top_regions_on_image, plot_word_region_heatmaps
@@ -46,6 +47,7 @@ from .syntactic_analysis import SyntacticGroundingAnalysis
 from .tasks import load_model
 
 ANALYSIS_FILE = "analysis.json"
+logger = logging.get_logger(__name__)
 
 
 @dataclass
@@ -298,6 +300,11 @@ def analyze_model(
             )
         model = model.base_model
     dataset = data.dataset
+    if max_examples is not None and max_examples > len(dataset):  # analysis.json's num_examples is the count used
+        logger.warning(
+            f"`max_examples` {max_examples} is more than the {len(dataset)} examples of {data.description}: using "
+            f"{len(dataset)}."
+        )
     if max_examples is not None and max_examples < len(dataset):
         dataset = dataset.select(range(max_examples))
     source = family_spec(model).name

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from transformers import AutoTokenizer
+from transformers.utils import logging
 
 from ..analysis.adapters import attention_blocks
 from ..analysis.explorer import explorer_examples, is_explorer_page, write_attention_explorer
@@ -21,9 +23,38 @@ from .inference import inference_batches
 from .model_analysis import ATTENTION_TARGET_KEYS, AnalysisData, gold_phrases, synthetic_analysis_data
 from .tasks import load_model
 
-__all__ = ["explore_model"]
+__all__ = ["ExplorerPage", "explore_model"]
 
+logger = logging.get_logger(__name__)
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+class ExplorerPage(NamedTuple):
+    """What `explore_model` wrote: the HTML file, the examples it shows and the examples its probe grid read."""
+
+    path: Path
+    num_examples: int
+    probe_examples: int
+
+
+def _first(dataset, count: int, argument: str, description: str):
+    """The first `count` rows of `dataset`; asking for more than it holds is said in a warning naming `argument`."""
+    if count > len(dataset):
+        logger.warning(f"`{argument}` {count} is more than the {len(dataset)} examples of {description}: using {len(dataset)}.")
+    return dataset.select(range(min(count, len(dataset))))
+
+
+def _readable_image(path: Path) -> Path:
+    """`path` when PIL reads it as an image; else a ValueError naming `image` and the file."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as opened:
+            opened.verify()
+    # PIL's truncated-file errors include SyntaxError; DecompressionBombError: more pixels than PIL's limit
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError) as error:
+        raise ValueError(f"`image` {path} is not a readable image ({error}).") from None
+    return path
 
 
 def _image_for(image_id: str, image: str | os.PathLike | None, synthetic: SyntheticSceneConfig) -> Path | None:
@@ -31,7 +62,7 @@ def _image_for(image_id: str, image: str | os.PathLike | None, synthetic: Synthe
     if image is not None:
         image = Path(image)
         if image.is_file():
-            return image
+            return _readable_image(image)
         if not image.is_dir():
             raise ValueError(
                 f"`image` must be an image file or a folder of <image_id>.png/.jpg, got {str(image)!r} which does not exist."
@@ -39,7 +70,7 @@ def _image_for(image_id: str, image: str | os.PathLike | None, synthetic: Synthe
         found = [
             image / f"{image_id}{suffix}" for suffix in _IMAGE_SUFFIXES if (image / f"{image_id}{suffix}").is_file()
         ]
-        return found[0] if found else None
+        return _readable_image(found[0]) if found else None
     rendered = load_or_generate_synthetic_vgp(config=synthetic).images / f"{image_id}.png"
     return rendered if rendered.is_file() else None
 
@@ -84,8 +115,9 @@ def explore_model(
     probe_examples: int = 128,
     batch_size: int = 32,
     progress: bool = True,
-) -> Path:
-    """Writes the attention explorer (one self-contained HTML file) of the model saved in `model_dir`.
+) -> ExplorerPage:
+    """Writes the attention explorer (one self-contained HTML file) of the model saved in `model_dir`; returns the file
+    and the counts of examples it shows and probed (a count larger than the split is cut to it, with a warning).
 
     Args:
         model_dir: an hf_vlalign checkpoint of any family (with its tokenizer).
@@ -114,6 +146,8 @@ def explore_model(
             f"`image` must be an image file or a folder of <image_id>.png/.jpg, got {str(image)!r} which does not exist."
         )
     check_explorer_output(out, {"model_dir": model_dir, "image": image})
+    if image is not None and Path(image).is_file():  # checked before the model runs
+        _readable_image(Path(image))
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     synthetic = synthetic or SyntheticSceneConfig()
@@ -122,10 +156,10 @@ def explore_model(
     end_token = getattr(model.config, "use_end_token", None)
     captioner = source == "captioner"
     dataset = data.dataset
-    probed = dataset.select(range(min(probe_examples, len(dataset))))
+    probed = _first(dataset, probe_examples, "probe_examples", data.description)
     probe = _probe(model, data, probed, batch_size, source, end_token, progress) if probe_examples else None
     examples = []
-    shown = dataset.select(range(min(num_examples, len(dataset))))
+    shown = _first(dataset, num_examples, "num_examples", data.description)
     for one in inference_batches(model, shown, data.collator, 1, exclude=ATTENTION_TARGET_KEYS):
         row, batch = one.rows[0], one.batch
         outputs = model(**one.inputs, output_attentions=True)
@@ -142,7 +176,7 @@ def explore_model(
         "keys of the direction (language \u2192 vision: a word's weights over the boxes sum to 1); layers and heads "
         "counted from 0"
     )
-    return write_attention_explorer(
+    path = write_attention_explorer(
         examples,
         out,
         probe=probe,
@@ -150,3 +184,4 @@ def explore_model(
         subtitle=subtitle,
         source=source,
     )
+    return ExplorerPage(path, len(shown), len(probed) if probe_examples else 0)

@@ -38,6 +38,11 @@ TASK_ARCHITECTURES = {
     for task in TASKS
 }
 ANSWER_VOCAB_NAME = "answer_vocab.json"  # the answers of a question-answering head, saved by examples/finetune_vqa.py
+# texts are cut at this many tokens, as in the task examples, unless `max_text_length` says otherwise
+DEFAULT_MAX_TEXT_LENGTH = 48
+# the evaluations that read `max_text_length`: the VGP pairs and the two-stream pre-training QA head read their texts
+# as their collators cut them in training, the captioner reads no text
+TEXT_LENGTH_TASKS = ("vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding")
 # `Trainer.evaluate`'s timings, left out of the results
 SPEED_METRICS = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "eval_model_preparation_time")
 
@@ -251,14 +256,19 @@ def evaluate_task(
     synthetic: SyntheticSceneConfig | None = None,
     batch_size: int = 32,
     progress: bool = True,
-    max_text_length: int = 48,
+    max_text_length: int | None = None,
 ) -> dict:
-    """The metric of `task` for the model saved in `model_dir`, on the synthetic scenes' evaluation split (texts cut
-    at `max_text_length` tokens, as the examples do)."""
+    """The metric of `task` for the model saved in `model_dir`, on the synthetic scenes' evaluation split.
+
+    `max_text_length` cuts the texts of the tasks in `TEXT_LENGTH_TASKS` (None: `DEFAULT_MAX_TEXT_LENGTH`, as the
+    examples do); the other evaluations (`vgp`, a two-stream pre-training QA head, `captioning`) do not read it and
+    refuse a value rather than ignore it."""
     if task not in TASKS:
         raise ValueError(f"`task` must be one of {TASKS}, got {task!r}.")
     for name, value in (("batch_size", batch_size), ("max_text_length", max_text_length)):
-        if not isinstance(value, int) or value < 1:
+        if value is None and name == "max_text_length":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
     config = AutoConfig.from_pretrained(model_dir)
     architecture = (config.architectures or [None])[0]
@@ -267,12 +277,20 @@ def evaluate_task(
             f"task {task!r} needs a {' or '.join(TASK_ARCHITECTURES[task])} model, but `model_dir` holds a "
             f"{architecture} ({config.model_type})."
         )
+    pretraining = architecture == FAMILY_SPECS["two_stream"].model("pretraining").class_name
+    if max_text_length is not None and (task not in TEXT_LENGTH_TASKS or pretraining):
+        evaluation = f"a {architecture}'s {task!r} evaluation" if pretraining else f"task {task!r}"
+        raise ValueError(
+            f"`max_text_length` applies only to the tasks {TEXT_LENGTH_TASKS} of heads that cut texts; {evaluation} does "
+            "not read it: drop it."
+        )
+    max_text_length = max_text_length or DEFAULT_MAX_TEXT_LENGTH
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     synthetic = synthetic or SyntheticSceneConfig()
     if task == "vgp":
         results = evaluate_vgp(model, tokenizer, synthetic, batch_size, progress)
-    elif architecture == FAMILY_SPECS["two_stream"].model("pretraining").class_name:
+    elif pretraining:
         results = evaluate_gqa(model, tokenizer, synthetic, batch_size, progress)
     elif task in ("vqa", "gqa"):
         results = evaluate_question_answering(model, tokenizer, model_dir, synthetic, batch_size, progress, max_text_length)

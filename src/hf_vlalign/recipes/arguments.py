@@ -4,6 +4,7 @@ refuses an `--output_dir` that meets one of the run's inputs (`check_output_dir`
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Iterable
@@ -157,11 +158,14 @@ def parse_recipe_args(
         }
     )
     *parsed, threads, training_args, _ = parser.parse_args_into_dataclasses(argv)  # _: the `--config` namespace
+    given = given_flags(parser, argv) | set(config_values)
     for value in parsed:
         if isinstance(value, ModelArguments):
             check_model_arguments(value)
+            check_layer_flags(value, given)
         elif getattr(value, "dropout", None) is not None:
             check_dropout(value.dropout)  # an example's own `--dropout`
+        check_flags_read(value, given)
         if hasattr(value, "mixed_precision"):
             apply_mixed_precision(training_args, value.mixed_precision)
     check_distributed_launch(training_args)
@@ -212,6 +216,73 @@ def check_output_dir(parsed: Iterable[Any], training_args: TrainingArguments, co
         output_argument="--output_dir",
         inputs_may_be_inside_output=("--resume_from_checkpoint",),
     )
+
+
+# flags that only some settings read: arguments class -> {flag: (setting, the values that read it)}; a flag given
+# (on the command line or in `--config`) with another value of its setting is refused (`check_flags_read`)
+SUPERVISIONS = ("direct", "semi_direct", "indirect")
+FLAGS_READ_WITH: dict[type, dict[str, tuple[str, tuple]]] = {
+    ModelArguments: {
+        **{name: ("model_family", ("two_stream",)) for name in ("l_layers", "r_layers", "x_layers")},
+        **{name: ("supervision", SUPERVISIONS) for name in ("supervision_weight", "supervised_layers", "supervised_heads")},
+    },
+    DataArguments: {
+        name: ("dataset", (None, "synthetic_scenes"))
+        for name in ("synthetic_seed", "synthetic_train_images", "synthetic_eval_images")
+    },
+}
+
+
+def given_flags(parser: HfArgumentParser, argv: list[str]) -> set[str]:
+    """The flags (by field name) typed in `argv`, told from defaults by parsing `argv` again with every default left
+    out (argparse's abbreviations and `--flag=value` spellings included)."""
+    saved = {action: action.default for action in parser._actions}, dict(parser._defaults)
+    try:
+        parser._defaults.clear()
+        for action in parser._actions:
+            if action.option_strings:
+                action.default = argparse.SUPPRESS
+        namespace, _ = parser.parse_known_args(argv)
+    finally:
+        for action, default in saved[0].items():
+            action.default = default
+        parser._defaults.update(saved[1])
+    return set(vars(namespace))
+
+
+def _setting_text(setting: str, value: object) -> str:
+    return f"no `--{setting}`" if value is None else f"`--{setting} {value}`"
+
+
+def check_flags_read(arguments: object, given: set[str]) -> None:
+    """Refuses a flag of `arguments` given with a setting that does not read it (`FLAGS_READ_WITH`), naming both:
+    e.g. `--l_layers` (two-stream layer counts) with `--model_family single_stream`."""
+    reads = {flag: rule for kind, rules in FLAGS_READ_WITH.items() if isinstance(arguments, kind) for flag, rule in rules.items()}
+    for flag, (setting, values) in reads.items():
+        value = getattr(arguments, setting)
+        if flag in given and value not in values:
+            allowed = " or ".join(_setting_text(setting, allowed) for allowed in values)
+            raise ValueError(f"`--{flag}` applies only to {allowed}, not to {_setting_text(setting, value)}: drop it.")
+
+
+def check_layer_flags(args: ModelArguments, given: set[str]) -> None:
+    """Refuses `--l_layers` / `--r_layers` / `--x_layers` with an hf_vlalign checkpoint as `--model_name_or_path`: they
+    size a model built from a text checkpoint, and a checkpoint keeps its own layers. A path that does not load is
+    left to the model loading, which names it."""
+    flags = [f"--{name}" for name in ("l_layers", "r_layers", "x_layers") if name in given]
+    if not flags or args.model_name_or_path is None:
+        return
+    from .models import checkpoint_family
+
+    try:
+        family = checkpoint_family(args.model_name_or_path)
+    except (OSError, ValueError):
+        return
+    if family is not None:
+        raise ValueError(
+            f"{' / '.join(flags)} size a model built from a text checkpoint, but `--model_name_or_path` "
+            f"{args.model_name_or_path} is a {family} checkpoint, which keeps its own layers: drop them."
+        )
 
 
 def split_config_flag(argv: list[str]) -> tuple[str | None, list[str]]:
