@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=Path("outputs/vgp"), help="run from the repository root")
     parser.add_argument("--out_dir", type=Path, default=ROOT / "docs" / "images")
-    parser.add_argument("--html", type=Path, help="the explorer page to write (default: MODEL/explorer.html)")
+    parser.add_argument("--html", type=Path, help="the explorer page to write (default: MODEL-explorer.html, beside the model folder)")
     parser.add_argument("--num_examples", type=int, default=4)
     parser.add_argument("--probe_examples", type=int, default=128)
     parser.add_argument("--synthetic_train_images", type=int, default=800)
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
         )
     synthetic = SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
     html = explore_model(
-        args.model, args.html or args.model / "explorer.html", num_examples=args.num_examples, synthetic=synthetic,
+        args.model, args.html or args.model.with_name(f"{args.model.name}-explorer.html"), num_examples=args.num_examples, synthetic=synthetic,
         probe_examples=args.probe_examples, progress=False,
     )  # fmt: skip
     paths = take_screenshots(html, args.out_dir)

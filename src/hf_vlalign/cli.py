@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .utils.optional import MissingDependencyError, require
+from .utils.output_paths import refuse_output_overlapping_inputs
 from .utils.size_limits import int_at_most
 
 # the parser's choices, spelled out so that `--help` imports nothing heavy (tests/cli/test_cli.py checks them against
@@ -203,6 +204,33 @@ def check_options(args: argparse.Namespace, given: set[str]) -> None:
             raise ValueError(
                 f"`--{option}` applies only to {allowed}, not to {_setting_text(setting, getattr(args, setting))}: drop it."
             )
+
+
+# positional arguments that name what a verb reads (the options are spelled `--name`)
+POSITIONAL_INPUTS = ("model", "src", "images", "output_dirs")
+
+
+def verb_inputs(args: argparse.Namespace) -> dict[str, Path | str]:
+    """What a verb reads, by argument name: the checkpoint argument (a folder or a Hub id) and every path-typed
+    argument that is not one of its outputs (`OUTPUT_PATHS`)."""
+    outputs = {option for option, _ in OUTPUT_PATHS.get(args.verb, ())}
+    inputs: dict[str, Path | str] = {}
+    for name, value in vars(args).items():
+        values = value if isinstance(value, list) else [value]
+        paths = [one for one in values if isinstance(one, Path) or (name == args.checkpoint_argument and isinstance(one, str))]
+        label = name if name in POSITIONAL_INPUTS else f"--{name}"
+        for index, path in enumerate(paths if name not in outputs else []):
+            inputs[label if len(paths) == 1 else f"{label}[{index}]"] = path
+    return inputs
+
+
+def check_outputs_meet_no_inputs(args: argparse.Namespace) -> None:
+    """Refuses an output path that is one of the verb's inputs, is inside one or holds one, before anything runs (and
+    before the output's kind is checked, so that `--out` equal to `src` is named as such)."""
+    inputs = verb_inputs(args)
+    for option, _ in OUTPUT_PATHS.get(args.verb, ()):
+        if getattr(args, option) is not None:
+            refuse_output_overlapping_inputs(getattr(args, option), inputs, output_argument=f"--{option}")
 
 
 def check_output_paths(args: argparse.Namespace) -> None:
@@ -400,10 +428,8 @@ def _synthesize(args: argparse.Namespace) -> int:
 
 def _convert_features(args: argparse.Namespace) -> int:
     from .data.feature_store import check_store_output, convert_features
-    from .utils.output_paths import refuse_output_overlapping_inputs
 
     options = {name: getattr(args, name) for name in ("id_map", "image_sizes", "box_dir") if getattr(args, name)}
-    refuse_output_overlapping_inputs(args.out, {"src": args.src} | {f"--{name}": path for name, path in options.items()})
     check_store_output(args.out, "--out", overwrite=args.overwrite)
     store = convert_features(args.src, args.format, args.out, on_error=args.on_error, overwrite=args.overwrite, **options)
     print(json.dumps({"out": str(args.out), "num_images": len(store), "feature_dim": store.feature_dim}, indent=2))
@@ -430,10 +456,7 @@ def _convert_checkpoint(args: argparse.Namespace) -> int:
 def _extract_features(args: argparse.Namespace) -> int:
     from .data.feature_store import check_store_output
     from .data.region_extraction import extract_region_features
-    from .utils.output_paths import refuse_output_overlapping_inputs
 
-    inputs = {"images": args.images, "--boxes": args.boxes, "--encoder": args.encoder}
-    refuse_output_overlapping_inputs(args.out, inputs)
     check_store_output(args.out, "--out", overwrite=args.overwrite)
     store = extract_region_features(
         args.images, args.out, boxes=args.boxes, grid_size=args.grid_size, encoder=args.encoder, overwrite=args.overwrite
@@ -470,13 +493,7 @@ def probe_table(result: dict, model: str, data: str) -> str:
 
 def _probe(args: argparse.Namespace) -> int:
     from .analysis.probe_plots import plot_head_accuracy
-    from .utils.output_paths import refuse_output_overlapping_inputs
 
-    files = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features")
-    inputs = {"model": args.model} | {f"--{name}": getattr(args, name) for name in files}
-    for argument in ("json", "plot"):  # before the model runs: a results file never replaces an input
-        if getattr(args, argument) is not None:
-            refuse_output_overlapping_inputs(getattr(args, argument), inputs, output_argument=f"--{argument}")
     if args.plot:  # checked before the model runs
         require("matplotlib", extra="plots")
     if args.data == "flickr30k_entities":
@@ -614,10 +631,7 @@ def _explore(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from .evaluation.tasks import evaluate_task
-    from .utils.output_paths import refuse_output_overlapping_inputs
 
-    if args.out is not None:  # before the model runs: the results file never replaces the model's files
-        refuse_output_overlapping_inputs(args.out, {"model": args.model})
     if args.task == "captioning":  # checked before the model runs
         require("pycocoevalcap", extra="caption-metrics")
     results = evaluate_task(
@@ -902,6 +916,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_options(args, given_options(argv))
+        check_outputs_meet_no_inputs(args)
         check_output_paths(args)
         if args.checkpoint_argument is not None:
             # every verb but `convert` (whose `src` may ship none: `--tokenizer`) reads the checkpoint's tokenizer

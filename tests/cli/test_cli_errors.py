@@ -148,7 +148,7 @@ MISTAKES = {
     "extract-features": [
         ("no_boxes_nor_grid", "{files}/images --out {files}/s", "exactly one of `boxes`"),
         ("boxes_and_grid", "{files}/images --out {files}/s --grid_size 2 --boxes {files}/list.json", "exactly one of `boxes`"),
-        ("grid_size_zero", "{files}/images --out {files}/s --grid_size 0", "`grid_size` must be a positive int, got 0"),
+        ("grid_size_zero", "{files}/images --out {files}/s --grid_size 0", "`grid_size` must be >= 1, got 0"),
         ("boxes_not_utf8", "{files}/good_images --out {files}/s --boxes {files}/non_utf8.json", "{files}/non_utf8.json, line 1: not UTF-8"),
         ("boxes_a_list", "{files}/good_images --out {files}/s --boxes {files}/list.json", "{files}/list.json: expected a JSON object"),
         ("image_unreadable", "{files}/images --out {files}/s --grid_size 2", "{files}/images/a.png is not a readable image"),

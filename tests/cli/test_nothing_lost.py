@@ -219,19 +219,16 @@ def test_analyze_never_writes_into_its_model(relation, vgp_model_dir, capsys, re
     assert tree_digest(vgp_model_dir) == before
 
 
-def test_a_new_or_earlier_analysis_and_page_may_live_inside_the_model_folder(vgp_model_dir, tmp_path):
-    # the documented `hf-vlalign analyze outputs/vgp --out outputs/vgp/analysis`: a new entry beside the model's files
-    check_analysis_output(vgp_model_dir / "analysis", {"model": vgp_model_dir})
-    check_explorer_output(vgp_model_dir / "explorer.html", {"model": vgp_model_dir})
-    earlier = tmp_path / "model"
-    earlier.mkdir()
-    (earlier / "analysis").mkdir()
-    (earlier / "analysis" / "analysis.json").write_text(json.dumps({"grounding_probe": {}, "data": "synthetic"}))
-    check_analysis_output(earlier / "analysis", {"model": earlier})
-    (earlier / "notes").mkdir()
-    (earlier / "notes" / "todo.txt").write_text("mine")
-    with pytest.raises(OutputPathError, match="`out_dir` .* is an existing entry of the input `model`"):
-        check_analysis_output(earlier / "notes", {"model": earlier})
+def test_a_new_analysis_or_page_inside_the_model_folder_is_refused(vgp_model_dir, capsys):
+    # "inside one of its inputs" is refused even when new: the model folder stays exactly what was saved or pushed
+    before = tree_digest(vgp_model_dir)
+    with pytest.raises(OutputPathError, match="`out_dir` .* is inside the input `model`"):
+        check_analysis_output(vgp_model_dir / "analysis", {"model": vgp_model_dir})
+    with pytest.raises(OutputPathError, match="`out` .* is inside the input `model`"):
+        check_explorer_output(vgp_model_dir / "explorer.html", {"model": vgp_model_dir})
+    argv = ["analyze", str(vgp_model_dir), "--out", str(vgp_model_dir / "analysis"), *SYNTHETIC_FLAGS]
+    assert_refused(capsys, "analyze", argv, "--out", "model")
+    assert tree_digest(vgp_model_dir) == before
 
 
 def test_analyze_never_writes_into_its_feature_store(vgp_model_dir, tmp_path, capsys):

@@ -276,8 +276,8 @@ def analyze_model(
     "auto" = the detector class of each region where the store has `object_ids`, else k-means on box centres with
     `num_spatial_clusters`).
 
-    `out_dir` may be neither `model_dir` nor the data's image folder, nor inside or around one (a new folder inside
-    `model_dir`, e.g. `<model_dir>/analysis`, is fine), and must be new, empty or an earlier analysis (`check_analysis_output`, before the model runs). Sizes are bounded by
+    `out_dir` may be neither `model_dir` nor the data's image folder, nor inside or around one (e.g. `<model_dir>-analysis`
+    beside the model), and must be new, empty or an earlier analysis (`check_analysis_output`, before the model runs). Sizes are bounded by
     `hf_vlalign.utils.size_limits` (`MAX_BATCH_SIZE`, `MAX_ANALYSIS_EXAMPLES`, `MAX_SPATIAL_CLUSTERS`).
     """
     check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
@@ -369,11 +369,8 @@ def check_analysis_output(
     out_dir: str | Path, inputs: dict[str, str | Path | None], output_argument: str = "out_dir"
 ) -> None:
     """Before the model runs: `out_dir` is none of `inputs` (the model folder, the data's files), nor inside or around
-    one (except a new or earlier analysis folder inside the model folder, the first of `inputs`, beside its files), and
-    is new, empty or an earlier analysis (its files are replaced; a folder of other files is left alone)."""
-    refuse_output_overlapping_inputs(
-        out_dir, inputs, output_argument=output_argument, new_output_may_be_inside=list(inputs)[:1], is_own=is_analysis_folder
-    )
+    one, and is new, empty or an earlier analysis (its files are replaced; a folder of other files is left alone)."""
+    refuse_output_overlapping_inputs(out_dir, inputs, output_argument=output_argument)
     refuse_foreign_folder(out_dir, output_argument, description="an analysis folder", is_own=is_analysis_folder)
 
 

@@ -95,12 +95,9 @@ def _probe(
 
 
 def check_explorer_output(out: str | os.PathLike, inputs: dict, output_argument: str = "out") -> None:
-    """Before the model runs: `out` is none of `inputs` (the model folder, the image), nor inside or around one (except
-    a new page or an earlier one inside the model folder, the first of `inputs`), and is new or an earlier explorer page
-    (any other file is left alone)."""
-    refuse_output_overlapping_inputs(
-        out, inputs, output_argument=output_argument, new_output_may_be_inside=list(inputs)[:1], is_own=is_explorer_page
-    )
+    """Before the model runs: `out` is none of `inputs` (the model folder, the image), nor inside or around one, and is
+    new or an earlier explorer page (any other file is left alone)."""
+    refuse_output_overlapping_inputs(out, inputs, output_argument=output_argument)
     refuse_foreign_file(out, output_argument, description="an attention explorer page", is_own=is_explorer_page)
 
 
@@ -122,7 +119,7 @@ def explore_model(
     Args:
         model_dir: an hf_vlalign checkpoint of any family (with its tokenizer).
         out: the HTML file to write: new or an earlier explorer page, and none of the inputs (`model_dir`, `image`),
-            nor inside or around one (a new page inside `model_dir`, e.g. `<model_dir>/explorer.html`, is fine).
+            nor inside or around one (e.g. `<model_dir>-explorer.html` beside the model).
         num_examples: the first N examples of the synthetic scenes' evaluation split to show (at most
             `MAX_EXPLORER_EXAMPLES`).
         image: the image to draw the boxes on instead of the synthetic scene's rendering: a file (every example) or a

@@ -48,14 +48,11 @@ def refuse_output_overlapping_inputs(
     *,
     output_argument: str = "--out",
     inputs_may_be_inside_output: Collection[str] = (),
-    new_output_may_be_inside: Collection[str] = (),
-    is_own: Callable[[Path], bool] | None = None,
 ) -> None:
     """Raises [`OutputPathError`] when `output` is one of `inputs` (argument name -> path; None and paths that do not
     exist, e.g. Hub ids, are skipped), is inside one, or holds one: writing it would replace or mix with that input.
     `inputs_may_be_inside_output` names the inputs that may live inside the output (a `resume_from_checkpoint` under
-    the run's `output_dir`); `new_output_may_be_inside` the inputs that may hold the output when it does not exist yet
-    or is the writer's own earlier output (`is_own`), e.g. an analysis folder beside the model's files."""
+    the run's `output_dir`)."""
     output_path = resolved_path(output)
     for name, given in inputs.items():
         if given is None or not isinstance(given, (str, os.PathLike)) or not os.path.lexists(os.path.expanduser(given)):
@@ -64,14 +61,9 @@ def refuse_output_overlapping_inputs(
         relation = _relation(output_path, given_path)
         if relation is None or (relation == "contains" and name in inputs_may_be_inside_output):
             continue
-        if relation == "is inside" and name in new_output_may_be_inside:
-            if not os.path.lexists(output_path) or (is_own is not None and is_own(output_path)):
-                continue
-            relation = "is an existing entry of"
         consequence = {
             "is": "writing it would replace that input",
             "is inside": "writing there would mix the output into that input",
-            "is an existing entry of": "writing it would replace part of that input",
             "contains": "replacing it would delete that input",
         }[relation]
         raise OutputPathError(
