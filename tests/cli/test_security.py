@@ -233,7 +233,7 @@ def test_safe_join_admits_paths_that_stay_inside(tmp_path):
 
 def _coco_dataset(filename: str) -> dict:
     image = {"filepath": "val2014", "cocoid": 391895, "split": "val", "sentences": [{"raw": "A man.", "tokens": ["a", "man"], "sentid": 0}]}
-    return {"dataset": "coco", "images": [{**image, "filename": "COCO_val2014_000000391895.jpg"}, {**image, "cocoid": 7, "filename": filename}]}
+    return {"dataset": "coco", "images": [{**image, "filename": "COCO_val2014_000000391895.jpg"}, {**image, "cocoid": 7, "filename": filename, "sentences": [{"raw": "A man.", "tokens": ["a", "man"], "sentid": 1}]}]}
 
 
 @pytest.mark.parametrize("filename", ["../../etc/passwd", "/etc/passwd"])

@@ -29,6 +29,7 @@ from .arguments import (
     apply_mixed_precision,
     check_dropout,
     check_model_arguments,
+    checkpoint_family,
     default_report_to,
     parse_indices,
     parse_recipe_args,
@@ -37,7 +38,6 @@ from .arguments import (
 )
 from .models import (
     DEFAULT_BASE_MODEL,
-    checkpoint_family,
     checkpoint_path,
     from_checkpoint_or_text,
     load_task_model,

