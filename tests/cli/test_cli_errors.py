@@ -12,7 +12,6 @@ import json
 import re
 import shlex
 import tempfile
-from pathlib import Path
 
 import pytest
 from analysis_models import save_with_tokenizer, tiny_family_model
