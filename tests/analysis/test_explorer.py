@@ -37,7 +37,7 @@ def explored(tokenizer, tmp_path_factory):
         folder = tmp_path_factory.mktemp(family)
         tiny_family_model(family, tokenizer).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        page = folder / "explorer.html"
+        page = folder.with_name(f"{folder.name}-explorer.html")  # beside the model: never inside an input
         argv = [
             "explore",
             str(folder),

@@ -95,7 +95,8 @@ def test_json_readers_name_the_file_and_line(reader, damage, tmp_path):
 def test_nlvr2_names_the_line_of_a_damaged_json_line(damage, tmp_path):
     data, _, problem = JSON_DAMAGE[damage]
     good = json.dumps({"identifier": "dev-1-0-0", "sentence": "Two dogs.", "label": "True"}).encode()
-    (tmp_path / "dev.json").write_bytes(good + b"\n" + good + b"\n" + data.replace(b"\n", b" ") + b"\n")
+    second = good.replace(b"dev-1-0-0", b"dev-1-0-1")
+    (tmp_path / "dev.json").write_bytes(good + b"\n" + second + b"\n" + data.replace(b"\n", b" ") + b"\n")
     with raises_at(tmp_path / "dev.json", 3, problem):
         nlvr2.build(tmp_path, "dev")
 
