@@ -771,7 +771,8 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         `CaptioningTrainer` passes it); default: this batch's.
         """
         check_forward_kwargs(self, kwargs)
-        check_caption_batch_not_empty(self, visual_feats, encoder_outputs, labels if decoder_input_ids is None else decoder_input_ids)
+        check_caption_batch_not_empty(self, visual_feats, encoder_outputs, decoder_input_ids)
+        check_batch_not_empty(self, "labels", labels)
         if self.config.validate_inputs:
             self._check_decoder_inputs(labels, decoder_input_ids, decoder_attention_mask, cache)
         if labels is not None:
@@ -886,9 +887,10 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
     ) -> torch.LongTensor:
         r"""`GenerationMixin.generate` over the regions (greedy or beam search), after checking what it would otherwise
         fail on deep inside: `visual_feats` and `visual_boxes` (unless `encoder_outputs` are given), a batch of at
-        least one example, `num_beams` >= 1
-        (argument or generation config), and a
-        `decoder_attention_mask` of the prompt's shape, (batch, 1) without `decoder_input_ids`."""
+        least one example, `num_beams` >= 1 (argument or generation config), and a `decoder_attention_mask` of the
+        prompt's shape, (batch, 1) without `decoder_input_ids`. Every other model keyword argument reaches each
+        decoding step's forward (transformers' `prepare_inputs_for_generation`); `output_hidden_states=True` with
+        `return_dict_in_generate=True` returns the encoder's and each step's decoder hidden states, as BART's."""
         if kwargs.get("encoder_outputs") is None:
             for name, tensor in (("visual_feats", visual_feats), ("visual_boxes", visual_boxes)):
                 if tensor is None:
