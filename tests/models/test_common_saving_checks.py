@@ -96,15 +96,14 @@ def test_resize_token_embeddings_then_forward(key, new_size):
     for head in (module for module in model.modules() if isinstance(module, LMPredictionHead)):
         assert head.bias.shape == (new_size,)
     inputs = valid_inputs(*key)
-    text = "labels" if key[0] == "cap" else "input_ids"
-    inputs[text] = inputs[text].clamp(max=new_size - 1)
-    inputs[text][0, 1] = new_size - 1
-    if key == ("ts", "pretrain") or key == ("ss", "pretrain"):
-        inputs["labels"] = inputs["labels"].clamp(max=new_size - 1)
+    for name in ("input_ids", "labels") if key[1] in ("pretrain", "caption") else ("input_ids",):
+        if name in inputs:
+            inputs[name] = inputs[name].clamp(max=new_size - 1)
+    inputs["labels" if key[0] == "cap" else "input_ids"][0, 1] = new_size - 1  # the last id of the new vocabulary
     outputs = model(**inputs)
-    for name in ("prediction_logits", "logits") if key[1] in ("pretrain", "caption") else ():
-        if getattr(outputs, name, None) is not None:
-            assert outputs[name].shape[-1] == new_size
+    vocabulary_scores = {"pretrain": "prediction_logits", "caption": "logits"}.get(key[1])
+    if vocabulary_scores:
+        assert outputs[vocabulary_scores].shape[-1] == new_size
     assert all(torch.isfinite(value).all() for value in tensors(outputs).values())
 
 
