@@ -142,7 +142,7 @@ def test_torch_export_with_value_checks_stops_at_a_data_dependent_check(family):
         torch.export.export(build(key), args=(), kwargs=inference_inputs(key), strict=False)
 
 
-# inductor runs its C++ compiler in other processes (so `slow`) and compiles for about a minute per family on 2 cores
+# inductor, the default backend, runs its C++ compiler in other processes: a `slow` test (see tests/conftest.py)
 @pytest.mark.slow
 @pytest.mark.parametrize("validate_inputs", [False, True], ids=["fullgraph_unvalidated", "graph_breaks_validated"])
 @pytest.mark.parametrize("family", ["ss", "ts", "cap"])
