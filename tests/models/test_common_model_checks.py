@@ -1,13 +1,14 @@
 """transformers' common model tests (`ModelTesterMixin` of transformers' `tests/test_modeling_common.py`, with what
-the VisualBert, Lxmert and Bart testers add), the project's version, part 1 of 3: what every (family, head) class
+the VisualBert, Lxmert and Bart testers add), the project's version, part 1 of 4: what every (family, head) class
 returns. The single-stream family is VisualBERT's peer, the two-stream family LXMERT's, the captioner BART's.
 
 Checked per class: hidden states and attention maps (number and shapes, asked for by keyword or by the config),
 `return_dict=False` tuples equal to the dict outputs, determinism in eval mode, batching equivalence (row i of a batch
 equals example i alone), and the empty batch, refused by name in every forward and in `generate()`, validated or not,
-where transformers' peers fail with "cannot reshape tensor of 0 elements". Parts 2 and 3:
-`test_common_saving_checks.py` (saving, loading, embeddings, initialisation) and `test_common_training_checks.py`
-(training, gradient checkpointing, `torch.compile` / `torch.export`, `generate()`).
+where transformers' peers fail with "cannot reshape tensor of 0 elements". Parts 2 to 4:
+`test_common_saving_checks.py` (saving, loading, embeddings, initialisation), `test_common_training_checks.py`
+(training, gradient checkpointing, `generate()`) and `test_common_compile_checks.py` (`torch.compile`,
+`torch.export`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""transformers' common model tests, the project's version, part 2 of 3 (see `test_common_model_checks.py`): saving,
+"""transformers' common model tests, the project's version, part 2 of 4 (see `test_common_model_checks.py`): saving,
 loading, embeddings and initialisation of every (family, head) class.
 
 Checked per class: a save / load round trip with bit-equal outputs; a checkpoint missing one weight loads with it

@@ -1,13 +1,10 @@
-"""transformers' common model tests, the project's version, part 3 of 3 (see `test_common_model_checks.py`): training,
-compilation and generation.
+"""transformers' common model tests, the project's version, part 3 of 4 (see `test_common_model_checks.py`): training,
+and generation (compilation: `test_common_compile_checks.py`).
 
 Checked: a training step's gradients reach every trainable parameter of every (family, head) class, except the
 documented ones no loss of the head reads (`NOT_TRAINED_BY_THE_HEAD`); gradient checkpointing recomputes the layers
-and gives the same loss and gradients; each family's inference forward (base model and a task head) compiles into
-one graph (`torch.compile(fullgraph=True)`) and exports (`torch.export`) with `validate_inputs=False` and equals eager
-mode, while with the value checks on export stops at a data-dependent check and compile breaks the graph there (slow
-test, inductor); `generate()` returns hidden states, attention maps and scores (greedy and beam search) and passes
-every model keyword argument to the forward.
+and gives the same loss and gradients; `generate()` returns hidden states, attention maps and scores (greedy and beam
+search) and passes every model keyword argument to the forward.
 """
 
 from __future__ import annotations
@@ -16,14 +13,7 @@ import re
 
 import pytest
 import torch
-from common_model_checks import (
-    CLASSES,
-    NO_DROPOUT,
-    assert_outputs_equal,
-    build,
-    inference_inputs,
-    tensors,
-)
+from common_model_checks import CLASSES, NO_DROPOUT, build, tensors
 from test_malformed_model_inputs import B, CAPTIONER, R, T, TWO, V, region_inputs, valid_inputs
 
 
@@ -99,62 +89,6 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(key):
     assert grads.keys() == plain_grads.keys()
     for name in grads:
         torch.testing.assert_close(grads[name], plain_grads[name], atol=1e-5, rtol=1e-4, msg=name)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# torch.compile and torch.export
-# ----------------------------------------------------------------------------------------------------------------
-
-# each family's base model and one task head (the captioner: its generation head); the other heads add a small layer
-COMPILED = [("ss", "base"), ("ss", "qa"), ("ts", "base"), ("ts", "qa"), ("cap", "caption")]
-COMPILED_CLASSES = pytest.mark.parametrize("key", COMPILED, ids=[f"{family}_{head}" for family, head in COMPILED])
-
-
-@COMPILED_CLASSES
-def test_torch_compile_fullgraph_equals_eager_without_value_checks(key):
-    """With `validate_inputs=False` the inference forward reads no tensor value on the host, so dynamo captures it in
-    one graph (`fullgraph=True`); run here through AOTAutograd (`aot_eager`), which needs no compiler process (inductor,
-    the default backend, is `test_torch_compile_with_inductor_equals_eager`)."""
-    torch._dynamo.reset()
-    model = build(key, validate_inputs=False)
-    inputs = inference_inputs(key)
-    with torch.no_grad():
-        assert_outputs_equal(torch.compile(model, fullgraph=True, backend="aot_eager")(**inputs), model(**inputs))
-
-
-@COMPILED_CLASSES
-def test_torch_export_of_the_inference_forward_equals_eager(key):
-    """`torch.export` (non-strict) of the inference forward needs `validate_inputs=False`: the value checks read the
-    inputs on the host, which export cannot trace (a data-dependent guard, next test)."""
-    model = build(key, validate_inputs=False)
-    inputs = inference_inputs(key)
-    exported = torch.export.export(model, args=(), kwargs=inputs, strict=False)
-    with torch.no_grad():
-        expected = model(**inputs)
-    got = exported.module()(**inputs)
-    assert_outputs_equal(type(expected)(**got) if isinstance(got, dict) else got, expected)
-
-
-@pytest.mark.parametrize("family", ["ss", "ts", "cap"])
-def test_torch_export_with_value_checks_stops_at_a_data_dependent_check(family):
-    key = (family, "caption" if family == "cap" else "base")
-    with pytest.raises(Exception, match="data-dependent"):
-        torch.export.export(build(key), args=(), kwargs=inference_inputs(key), strict=False)
-
-
-# inductor, the default backend, runs its C++ compiler in other processes: a `slow` test (see tests/conftest.py)
-@pytest.mark.slow
-@pytest.mark.parametrize("validate_inputs", [False, True], ids=["fullgraph_unvalidated", "graph_breaks_validated"])
-@pytest.mark.parametrize("family", ["ss", "ts", "cap"])
-def test_torch_compile_with_inductor_equals_eager(family, validate_inputs):
-    """The default backend: one graph without the value checks (`fullgraph=True`), a graph break at each value check
-    with them (the default settings, `validate_inputs=True`)."""
-    torch._dynamo.reset()
-    key = (family, "caption" if family == "cap" else "base")
-    model = build(key, validate_inputs=validate_inputs)
-    inputs = inference_inputs(key)
-    with torch.no_grad():
-        assert_outputs_equal(torch.compile(model, fullgraph=not validate_inputs)(**inputs), model(**inputs))
 
 
 # ----------------------------------------------------------------------------------------------------------------
