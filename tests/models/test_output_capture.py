@@ -191,8 +191,11 @@ def test_the_task_heads_pass_the_flags_through_to_the_encoder():
         outputs = model(**task_batch("ForQuestionAnswering"), output_hidden_states=True, output_attentions=True)
     assert len(outputs.hidden_states) == 4 and len(outputs.attentions) == 3
     two_stream = model_of("TwoStream", "ForQuestionAnswering").eval()
-    with pytest.raises(TypeError, match=r"\['output_hidden_states'\]"):  # its outputs have no hidden states
-        two_stream(**task_batch("ForQuestionAnswering"), output_hidden_states=True)
+    with torch.no_grad():
+        outputs = two_stream(**task_batch("ForQuestionAnswering"), output_hidden_states=True)
+    config = two_stream.config
+    assert len(outputs.language_hidden_states) == config.l_layers + config.x_layers
+    assert len(outputs.vision_hidden_states) == config.r_layers + config.x_layers
 
 
 @pytest.mark.parametrize(
@@ -210,12 +213,17 @@ def test_transformers_trainer_passes_no_token_count_through_the_kwargs(build, tm
     assert trainer.model_accepts_loss_kwargs is False
 
 
-def test_the_captioner_refuses_hidden_states_it_does_not_return():
+def test_the_captioner_returns_hidden_states_from_forward_and_generate():
     model = RegionCaptionerForConditionalGeneration(captioning_config()).eval()
-    with pytest.raises(TypeError, match=r"got unexpected keyword argument\(s\) \['output_hidden_states'\]"):
-        model(**captioning_inputs(), output_hidden_states=True)
-    with pytest.raises(ValueError, match="`output_hidden_states` is not supported by the captioner"):
-        model.generate(**caption_regions(), max_new_tokens=2, output_hidden_states=True, return_dict_in_generate=True)
+    config = model.config
+    with torch.no_grad():
+        outputs = model(**captioning_inputs(), output_hidden_states=True)
+    assert len(outputs.encoder_hidden_states) == config.encoder_layers + 1
+    assert len(outputs.decoder_hidden_states) == config.decoder_layers + 1
+    assert torch.equal(outputs.encoder_hidden_states[-1], outputs.encoder_last_hidden_state)
+    generated = model.generate(**caption_regions(), max_new_tokens=2, output_hidden_states=True, return_dict_in_generate=True)
+    assert len(generated.encoder_hidden_states) == config.encoder_layers + 1
+    assert all(len(step) == config.decoder_layers + 1 for step in generated.decoder_hidden_states)
     generated = model.generate(
         **caption_regions(), max_new_tokens=2, output_attentions=True, return_dict_in_generate=True
     )

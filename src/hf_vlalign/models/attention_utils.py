@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import is_torchdynamo_compiling
 
 from .dropout import apply_dropout
 
@@ -39,9 +40,11 @@ def eager_attention_forward(
 def key_padding_mask_4d(keep: torch.Tensor, dtype: torch.dtype, eager: bool) -> torch.Tensor | None:
     """(B, N) keep-mask of the keys -> additive float mask (eager) or boolean mask (sdpa), shaped (B, 1, 1, N).
 
-    Returns None when nothing is masked on the sdpa path, which lets sdpa use its fastest kernel.
+    Returns None when nothing is masked on the sdpa path, which lets sdpa use its fastest kernel. That test reads the
+    mask on the host, so it is skipped under `torch.compile` / `torch.export` (as transformers' `sdpa_mask` does): the
+    traced graph always passes the boolean mask, with the same result.
     """
-    if not eager and bool(keep.all()):
+    if not eager and not is_torchdynamo_compiling() and bool(keep.all()):
         return None
     keep = keep.bool()[:, None, None, :]
     if not eager:

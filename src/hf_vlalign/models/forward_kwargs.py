@@ -1,12 +1,14 @@
-"""The transformers-5 keyword arguments of every forward (`**kwargs: Unpack[TransformersKwargs]`, as in
-modeling_bert.py): which of them the models act on, and a clear error for any other name, so that a misspelt argument
-is not silently ignored."""
+"""What every forward checks first, before any other validation: the transformers-5 keyword arguments
+(`**kwargs: Unpack[TransformersKwargs]`, as in modeling_bert.py) it acts on, with a clear error for any other name so
+that a misspelt argument is not silently ignored, and a batch of at least one example. Both are checks of names and
+shapes: they read no tensor value and run even with `config.validate_inputs=False`."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 # the output flags every family reads; `return_dict` is taken by `@can_return_tuple` / `@capture_outputs` before
@@ -29,3 +31,17 @@ def output_flag(name: str, kwargs: Mapping[str, Any], config: Any) -> bool:
     """`kwargs[name]` when given (not None), else the config's default, the precedence of transformers' models."""
     value = kwargs.get(name)
     return bool(value if value is not None else getattr(config, name, False))
+
+
+def check_batch_not_empty(model: nn.Module, name: str, tensor: torch.Tensor | None) -> None:
+    """Raises a ValueError naming the argument `name` when `tensor` holds no example (batch size 0).
+
+    An empty batch is refused by every forward and `generate()` of the library, the same way in every family: its
+    losses would be averages over nothing, and transformers' own models (BERT, VisualBERT, LXMERT, BART) fail on it
+    deep inside attention with a reshape error that names no argument.
+    """
+    if isinstance(tensor, torch.Tensor) and tensor.ndim > 0 and tensor.shape[0] == 0:
+        raise ValueError(
+            f"`{name}` has batch size 0 (shape {tuple(tensor.shape)}): {type(model).__name__} needs at least one "
+            "example; leave empty batches out before calling the model."
+        )

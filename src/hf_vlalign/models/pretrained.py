@@ -39,6 +39,19 @@ class VisionLanguagePreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, Vi
         elif isinstance(module, LMPredictionHead):
             init.zeros_(module.bias)
 
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> torch.nn.Embedding:
+        """`PreTrainedModel.resize_token_embeddings`, also resizing the output bias of every masked-word head
+        ([`~hf_vlalign.models.task_heads.LMPredictionHead`], whose decoder is tied to the word embeddings): kept
+        entries keep their values, new ones start at zero (transformers resizes a bias only when it is the decoder's own
+        `nn.Linear` bias, which ours is not, so the next forward would add a bias of the old size)."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        for module in self.modules():
+            if isinstance(module, LMPredictionHead):
+                module.resize_bias(embeddings.weight.shape[0])
+        return embeddings
+
     def _base_outputs(
         self,
         input_ids: torch.Tensor,

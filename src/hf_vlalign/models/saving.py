@@ -16,6 +16,13 @@ a warning and returns a model whose weights are all newly initialised. So is a `
 than the checkpoint holds (transformers drops the extra layers as "unexpected" weights). transformers 5 raises on a
 checkpoint whose weight shapes differ from the model built from the config, with an exception that only points to a
 report it logged; here the exception names every mismatching key and both shapes.
+A checkpoint sharing no weight name with the model (e.g. a folder of another model loaded with an explicit config of
+this class) raises a [`CheckpointMismatchError`] too, where transformers logs the missing and unexpected keys and returns
+a model whose every weight is newly initialised. The decision: a model that loads without an error from the folder the
+user named but holds none of its weights is a silent wrong result (it trains or evaluates as if pre-trained), the case
+the refusal of other model types exists for; a random model is asked for explicitly with `Model(config)` or
+`from_config`. A checkpoint that shares some but not all weight names loads as in transformers: the missing weights are
+initialised and reported (a head added to a pre-trained encoder is the common case).
 Weights left newly initialised (missing from the checkpoint, or re-initialised with `ignore_mismatched_sizes=True`) are
 named in transformers' WARNING report; for a supervised head (attention supervision, alignment decoder, VGP
 classifiers, A2 masks) a WARNING of this library's logger names them too, so it stays visible when transformers'

@@ -61,6 +61,17 @@ class LMPredictionHead(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.transform(hidden_states)) + self.bias
 
+    @torch.no_grad()
+    def resize_bias(self, vocab_size: int) -> None:
+        """The bias for a vocabulary of `vocab_size` words (after `resize_token_embeddings`): the first entries are
+        kept, new ones are zero."""
+        if self.bias.shape[0] == vocab_size:
+            return
+        bias = self.bias.new_zeros(vocab_size)
+        kept = min(vocab_size, self.bias.shape[0])
+        bias[:kept] = self.bias[:kept]
+        self.bias = nn.Parameter(bias, requires_grad=self.bias.requires_grad)
+
 
 class AnswerHead(nn.Module):
     """Scores from a pooled state: Linear(d_in, 2d), GELU, LayerNorm, Linear(2d, labels) (LXMERT's answer head)."""

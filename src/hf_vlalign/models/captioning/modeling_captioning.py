@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -44,7 +45,7 @@ from ...utils.validation import (
 )
 from ..attention_utils import key_padding_mask_4d, run_attention
 from ..dropout import apply_dropout, make_dropout
-from ..forward_kwargs import check_forward_kwargs, output_flag
+from ..forward_kwargs import check_batch_not_empty, check_forward_kwargs, output_flag
 from ..saving import SaveLoadMixin
 from ..text_init import load_text_model
 from ..visual_features import VisualFeatureStatisticsMixin, init_feature_normalization, make_feature_normalization
@@ -63,7 +64,9 @@ class RegionCaptionerModelOutput(ModelOutput):
 
     last_hidden_state: torch.FloatTensor | None = None
     cache: Cache | None = None
+    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
     encoder_last_hidden_state: torch.FloatTensor | None = None
+    encoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
     encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_attentions: tuple[torch.FloatTensor, ...] | None = None
@@ -86,6 +89,9 @@ class RegionCaptionerOutput(ModelOutput):
         cross-attention (batch, heads, T, R), probabilities before dropout and, for cross-attention, before alignment.
     aligned_cross_attentions (`tuple(torch.FloatTensor)`, *optional*): per decoder layer, the cross-attention actually
         used (after A2's alignment or perturbation in the aligned layers, the same as `cross_attentions` elsewhere).
+    decoder_hidden_states / encoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*): with
+        `output_hidden_states`, the embeddings and the output of every layer, (batch, T, d_model) / (batch, R,
+        d_model), as BART returns them (with `normalize_before` the last one is after the final LayerNorm, as mBART's).
     """
 
     loss: torch.FloatTensor | None = None
@@ -94,7 +100,9 @@ class RegionCaptionerOutput(ModelOutput):
     mask_mean: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
     cache: Cache | None = None
+    decoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
     encoder_last_hidden_state: torch.FloatTensor | None = None
+    encoder_hidden_states: tuple[torch.FloatTensor, ...] | None = None
     encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_attentions: tuple[torch.FloatTensor, ...] | None = None
@@ -301,9 +309,11 @@ class RegionCaptionerEncoder(nn.Module):
                 self.config.geometry_dim,
             )
         hidden_states = self.embeddings(visual_feats)
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_hidden_states = () if output_hidden_states else None
         all_attentions = () if output_attentions else None
         for layer in self.layers:
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
             layer_mask = attention_mask
             if self.config.use_geometry:
                 layer_mask = attention_mask + layer.self_attn.geometry_bias(geometry)
@@ -312,11 +322,20 @@ class RegionCaptionerEncoder(nn.Module):
             hidden_states, attn_weights = layer(hidden_states, layer_mask, output_attentions)
             if output_attentions:
                 all_attentions += (attn_weights,)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
+        if output_hidden_states:
+            all_hidden_states += (hidden_states,)
         return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions)
+
+
+def check_caption_batch_not_empty(model, visual_feats, encoder_outputs, decoder_input_ids) -> None:
+    """The captioner's batch is that of the regions (`visual_feats`, or the `encoder_outputs` computed from them) and of
+    the caption prefix; none may be empty (see [`~hf_vlalign.models.forward_kwargs.check_batch_not_empty`])."""
+    check_batch_not_empty(model, "visual_feats", visual_feats)
+    if encoder_outputs is not None:
+        check_batch_not_empty(model, "encoder_outputs", encoder_outputs[0])
+    check_batch_not_empty(model, "decoder_input_ids", decoder_input_ids)
 
 
 def padded_boxes(visual_boxes: torch.Tensor, visual_attention_mask: torch.Tensor) -> torch.Tensor:
@@ -493,6 +512,7 @@ class RegionCaptionerDecoder(nn.Module):
         output_attentions: bool = False,
         alignment_mode: str = "align",
         alignment_step: int = 0,
+        output_hidden_states: bool = False,
     ) -> dict:
         past_length = cache.get_seq_length() if cache is not None else 0
         batch, length = input_ids.shape
@@ -506,8 +526,13 @@ class RegionCaptionerDecoder(nn.Module):
         hidden_states = self.dropout(self.layernorm_embedding(self.embed_tokens(input_ids) + self.embed_positions(positions)))
         self_mask = causal_mask(attention_mask, batch, length, past_length, hidden_states.dtype, input_ids.device)
         cross_mask = key_padding_mask_4d(region_mask, hidden_states.dtype, eager=True)  # additive: every path reads it
-        outputs = {"decoder_attentions": (), "cross_attentions": (), "aligned_cross_attentions": (), "masks": []}
+        outputs = {
+            "hidden_states": (), "decoder_attentions": (), "cross_attentions": (), "aligned_cross_attentions": (),
+            "masks": [],
+        }  # fmt: skip
         for layer in self.layers:
+            if output_hidden_states:
+                outputs["hidden_states"] += (hidden_states,)
             hidden_states, self_weights, cross_weights, used_weights, mask = layer(
                 hidden_states, self_mask, encoder_hidden_states, cross_mask, region_mask,
                 cache, output_attentions, alignment_mode, alignment_step,
@@ -519,6 +544,8 @@ class RegionCaptionerDecoder(nn.Module):
             if mask is not None:
                 outputs["masks"].append(mask)
         outputs["last_hidden_state"] = hidden_states if self.layer_norm is None else self.layer_norm(hidden_states)
+        if output_hidden_states:
+            outputs["hidden_states"] += (outputs["last_hidden_state"],)
         return outputs
 
 
@@ -571,6 +598,8 @@ class RegionCaptionerPreTrainedModel(SaveLoadMixin, VisualFeatureStatisticsMixin
             return
         super()._init_weights(module)
         init_feature_normalization(module)
+        if isinstance(module, RegionCaptionerModel):
+            init.zeros_(module.alignment_step)  # a persistent buffer: a model built on the meta device gets it here
 
 
 class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
@@ -587,6 +616,11 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
 
     def get_encoder(self) -> RegionCaptionerEncoder:
         return self.encoder
+
+    def _alignment_step(self) -> int:
+        """The training step s of A2's exponential-decay fusion (eq. 8), read on the host only for that fusion: the
+        other fusions do not use it, so their forward reads no tensor value (`torch.compile` traces it whole)."""
+        return int(self.alignment_step) if self.config.attention_alignment == "exp_decay" else 0
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.decoder.embed_tokens
@@ -615,12 +649,20 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
         """
         if alignment_mode not in ("align", "perturb"):
             raise ValueError(f"`alignment_mode` must be 'align' or 'perturb', got {alignment_mode!r}.")
-        check_forward_kwargs(self, kwargs, supported={"output_attentions"})  # no hidden states are returned
+        check_forward_kwargs(self, kwargs)
+        check_caption_batch_not_empty(self, visual_feats, encoder_outputs, decoder_input_ids)
         output_attentions = output_flag("output_attentions", kwargs, self.config)
+        output_hidden_states = output_flag("output_hidden_states", kwargs, self.config)
         if encoder_outputs is None:
             if visual_feats is None or visual_boxes is None:
                 raise ValueError("`visual_feats` and `visual_boxes` are required when `encoder_outputs` is not given.")
-            encoder_outputs = self.encoder(visual_feats, visual_boxes, visual_attention_mask, output_attentions=output_attentions)
+            encoder_outputs = self.encoder(
+                visual_feats,
+                visual_boxes,
+                visual_attention_mask,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+            )
         elif isinstance(encoder_outputs, tuple):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         encoder_states = encoder_outputs.last_hidden_state
@@ -638,12 +680,15 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
             cache=cache if use_cache else None,
             output_attentions=output_attentions,
             alignment_mode=alignment_mode,
-            alignment_step=int(self.alignment_step),
+            alignment_step=self._alignment_step(),
+            output_hidden_states=output_hidden_states,
         )
         return RegionCaptionerModelOutput(
             last_hidden_state=decoded["last_hidden_state"],
             cache=cache if use_cache else None,
+            decoder_hidden_states=decoded["hidden_states"] or None,
             encoder_last_hidden_state=encoder_states,
+            encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
             decoder_attentions=decoded["decoder_attentions"] or None,
             cross_attentions=decoded["cross_attentions"] or None,
@@ -726,7 +771,9 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         tokens that the caption loss and the mask objective divide by (data parallelism, gradient accumulation;
         `CaptioningTrainer` passes it); default: this batch's.
         """
-        check_forward_kwargs(self, kwargs, supported={"output_attentions"})  # no hidden states are returned
+        check_forward_kwargs(self, kwargs)
+        check_caption_batch_not_empty(self, visual_feats, encoder_outputs, decoder_input_ids)
+        check_batch_not_empty(self, "labels", labels)
         if self.config.validate_inputs:
             self._check_decoder_inputs(labels, decoder_input_ids, decoder_attention_mask, cache)
         if labels is not None:
@@ -772,7 +819,9 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             mask_mean=mask_mean,
             logits=logits,
             cache=outputs.cache,
+            decoder_hidden_states=outputs.decoder_hidden_states,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -838,20 +887,18 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         **kwargs,
     ) -> torch.LongTensor:
         r"""`GenerationMixin.generate` over the regions (greedy or beam search), after checking what it would otherwise
-        fail on deep inside: `visual_feats` and `visual_boxes` (unless `encoder_outputs` are given), `num_beams` >= 1
-        (argument or generation config), `num_beams` and `max_new_tokens` within `MAX_NUM_BEAMS` / `MAX_NEW_TOKENS`
-        (`hf_vlalign.utils.size_limits`), no `output_hidden_states` (the captioner returns none), and a
-        `decoder_attention_mask` of the prompt's shape, (batch, 1) without `decoder_input_ids`."""
+        fail on deep inside: `visual_feats` and `visual_boxes` (unless `encoder_outputs` are given), a batch of at
+        least one example, `num_beams` >= 1 (argument or generation config), `num_beams` and `max_new_tokens` within
+        `MAX_NUM_BEAMS` / `MAX_NEW_TOKENS` (`hf_vlalign.utils.size_limits`), and a `decoder_attention_mask` of the
+        prompt's shape, (batch, 1) without `decoder_input_ids`. Every other model keyword argument reaches each
+        decoding step's forward (transformers' `prepare_inputs_for_generation`); `output_hidden_states=True` with
+        `return_dict_in_generate=True` returns the encoder's and each step's decoder hidden states, as BART's."""
         if kwargs.get("encoder_outputs") is None:
             for name, tensor in (("visual_feats", visual_feats), ("visual_boxes", visual_boxes)):
                 if tensor is None:
                     raise ValueError(f"`generate()` needs `{name}` (or `encoder_outputs`), got None.")
+        check_caption_batch_not_empty(self, visual_feats, kwargs.get("encoder_outputs"), kwargs.get("decoder_input_ids"))
         generation_config = kwargs.get("generation_config") or self.generation_config
-        if kwargs.get("output_hidden_states", generation_config.output_hidden_states):
-            raise ValueError(
-                "`output_hidden_states` is not supported by the captioner, which returns no hidden states; "
-                "`output_attentions=True` returns its attention maps."
-            )
         num_beams = kwargs.get("num_beams")
         num_beams = (generation_config.num_beams or 1) if num_beams is None else num_beams
         if not isinstance(num_beams, int) or isinstance(num_beams, bool) or num_beams < 1:
@@ -873,18 +920,6 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         return super().generate(
             visual_feats=visual_feats, visual_boxes=visual_boxes, visual_attention_mask=visual_attention_mask, **kwargs
         )
-
-    @deprecate_kwarg("past_key_values", "6.0.0", new_name="cache")
-    def prepare_inputs_for_generation(self, decoder_input_ids, cache=None, **kwargs):
-        """Only the new token is fed once the cache holds the earlier ones."""
-        if cache is not None and cache.get_seq_length() > 0:
-            decoder_input_ids = decoder_input_ids[:, cache.get_seq_length() :]
-        keep = ("encoder_outputs", "visual_attention_mask", "use_cache", "output_attentions")
-        return {
-            "decoder_input_ids": decoder_input_ids,
-            "cache": cache,
-            **{key: kwargs[key] for key in keep if key in kwargs},
-        }
 
 
 __all__ = [

@@ -46,7 +46,7 @@ from ...utils.validation import (
 from ..attention_utils import key_padding_mask_4d
 from ..bert_modules import AttentionBlock, MultiHeadAttention, Pooler, TextEmbeddings, TransformerLayer
 from ..dropout import make_dropout
-from ..forward_kwargs import check_forward_kwargs, output_flag
+from ..forward_kwargs import check_batch_not_empty, check_forward_kwargs, output_flag
 from ..pretrained import VisionLanguagePreTrainedModel
 from ..task_heads import (
     AnswerHead,
@@ -334,6 +334,7 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         output_attentions / output_hidden_states: recorded by `@capture_outputs` from the layers (`_can_record_outputs`).
         """
         check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         output_attentions = output_flag("output_attentions", kwargs, self.config)
         visual_feats, visual_boxes = regions_in_dtype(self.dtype, visual_feats, visual_boxes)
         attention_mask, token_type_ids, visual_attention_mask = default_and_check_inputs(
@@ -462,6 +463,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         grounded paraphrases, else 0 (-100 leaves a pair out there too).
         """
         check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         for name, mask in (("phrase1_mask", phrase1_mask), ("phrase2_mask", phrase2_mask)):
             if mask is None:
                 raise ValueError(f"`{name}` (batch, text_length) is required by {type(self).__name__}, got None.")
@@ -581,6 +583,7 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
     ) -> SingleStreamClassificationOutput:
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores in [0, 1]."""
         check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         if self.config.validate_inputs:
             check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, name="labels")
         outputs = self._base_outputs(
@@ -625,6 +628,7 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
     ) -> SingleStreamClassificationOutput:
         r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0. Returns `logits` (batch,)."""
         check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         batch = input_ids.shape[0]
         check_image_pair(visual_feats, batch)
         if self.config.validate_inputs:
@@ -676,6 +680,7 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
         Returns `logits` (batch, R), padding regions at the dtype's minimum.
         """
         check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         if self.config.validate_inputs:
             check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask)
         outputs = self._base_outputs(
@@ -729,6 +734,7 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
         Returns `logits` (batch, P, R), padding regions at the dtype's minimum.
         """
         check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         if phrase_masks is None:
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
         if self.config.validate_inputs:
@@ -804,6 +810,7 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         original features; object_labels (`(batch, R)`) their detector classes (-100 elsewhere).
         """
         check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         if self.config.validate_inputs:
             self._check_pretraining_labels(
                 input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels

@@ -46,7 +46,7 @@ from ..bert_modules import (
     TransformerLayer,
 )
 from ..dropout import make_dropout
-from ..forward_kwargs import check_forward_kwargs, output_flag
+from ..forward_kwargs import check_batch_not_empty, check_forward_kwargs, output_flag
 from ..pretrained import VisionLanguagePreTrainedModel
 from ..task_heads import (
     AnswerHead,
@@ -135,6 +135,8 @@ class TwoStreamForPreTrainingOutput(ModelOutput):
     cross_relationship_score (`(batch, 2)`): image-sentence matching scores (0 = mismatched, 1 = matched).
     question_answering_score (`(batch, num_qa_labels)`): answer scores from [CLS].
     alignment_scores (`(batch, T, R)`): scores A_ij of the alignment decoder (eq. 12), when `task_alignment`.
+    The hidden states and attention maps are those of [`TwoStreamModelOutput`] (with `output_hidden_states` /
+    `output_attentions`), as transformers' `LxmertForPreTrainingOutput` returns them.
     """
 
     loss: torch.FloatTensor | None = None
@@ -150,6 +152,8 @@ class TwoStreamForPreTrainingOutput(ModelOutput):
     cross_relationship_score: torch.FloatTensor | None = None
     question_answering_score: torch.FloatTensor | None = None
     alignment_scores: torch.FloatTensor | None = None
+    language_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
     language_attentions: tuple[torch.FloatTensor, ...] | None = None
     vision_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
@@ -163,12 +167,16 @@ class TwoStreamClassificationOutput(ModelOutput):
     loss_task / loss_attention_supervision: the components, unweighted.
     logits: answer scores `(batch, num_qa_labels)`, the NLVR2 score `(batch,)`, region scores `(batch, R)`
         (referring expressions) or phrase-region scores `(batch, P, R)` (phrase grounding).
+    The hidden states and attention maps are those of [`TwoStreamModelOutput`] (with `output_hidden_states` /
+    `output_attentions`); NLVR2's have twice the batch, the sentence with each image of the pair in turn.
     """
 
     loss: torch.FloatTensor | None = None
     loss_task: torch.FloatTensor | None = None
     loss_attention_supervision: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
+    language_hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vision_hidden_states: tuple[torch.FloatTensor, ...] | None = None
     language_attentions: tuple[torch.FloatTensor, ...] | None = None
     vision_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_encoder_attentions: tuple[torch.FloatTensor, ...] | None = None
@@ -181,6 +189,8 @@ ATTENTION_OUTPUT_NAMES = (
     "cross_encoder_attentions",
     "cross_encoder_vision_attentions",
 )
+# the per-layer outputs of the base model that every head passes on
+LAYER_OUTPUT_NAMES = ("language_hidden_states", "vision_hidden_states", *ATTENTION_OUTPUT_NAMES)
 
 
 class TwoStreamFeatureProjection(nn.Linear):
@@ -422,6 +432,7 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         `cross_encoder_*` fields have no counterpart among the `output_<key>` flags of `@capture_outputs`).
         """
         check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         output_attentions = output_flag("output_attentions", kwargs, self.config)
         output_hidden_states = output_flag("output_hidden_states", kwargs, self.config)
         visual_feats, visual_boxes = regions_in_dtype(self.dtype, visual_feats, visual_boxes)
@@ -552,6 +563,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             attention supervision when `attention_supervision` is not "none".
         """
         check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         if self.config.validate_inputs:
             self._check_pretraining_labels(
                 input_ids,
@@ -613,7 +625,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             cross_relationship_score=matching_score,
             question_answering_score=answer_score,
             alignment_scores=alignment_scores,
-            **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
+            **{name: getattr(outputs, name) for name in LAYER_OUTPUT_NAMES},
         )
 
     def _masked_object_losses(
@@ -719,7 +731,8 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> TwoStreamClassificationOutput:
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores."""
-        check_forward_kwargs(self, kwargs, supported={"output_attentions"})
+        check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         if self.config.validate_inputs:
             check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, name="labels")
         outputs = self._base_outputs(
@@ -735,7 +748,7 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
             loss_task=loss_task,
             loss_attention_supervision=outputs.loss_attention_supervision,
             logits=logits,
-            **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
+            **{name: getattr(outputs, name) for name in LAYER_OUTPUT_NAMES},
         )
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -767,7 +780,8 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> TwoStreamClassificationOutput:
         r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0."""
-        check_forward_kwargs(self, kwargs, supported={"output_attentions"})
+        check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         batch = input_ids.shape[0]
         check_image_pair(visual_feats, batch)
         if self.config.validate_inputs:
@@ -783,7 +797,7 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
             loss=loss_task,
             loss_task=loss_task,
             logits=logits,
-            **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
+            **{name: getattr(outputs, name) for name in LAYER_OUTPUT_NAMES},
         )
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -823,7 +837,8 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
         every region's IoU with the referred box; when given, the loss uses it (positives at IoU >= threshold).
         Returns `logits` (batch, R), padding regions at the dtype's minimum.
         """
-        check_forward_kwargs(self, kwargs, supported={"output_attentions"})
+        check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         if self.config.validate_inputs:
             check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask)
         outputs = self._base_outputs(
@@ -843,7 +858,7 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
             loss_task=loss_task,
             loss_attention_supervision=outputs.loss_attention_supervision,
             logits=logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min),
-            **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
+            **{name: getattr(outputs, name) for name in LAYER_OUTPUT_NAMES},
         )
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -881,7 +896,8 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         phrase_labels (`(batch, P, R)`): each phrase's gold distribution over regions (zero rows: not grounded).
         Returns `logits` (batch, P, R), padding regions at the dtype's minimum.
         """
-        check_forward_kwargs(self, kwargs, supported={"output_attentions"})
+        check_forward_kwargs(self, kwargs)
+        check_batch_not_empty(self, "input_ids", input_ids)
         if phrase_masks is None:
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
         if self.config.validate_inputs:
@@ -903,7 +919,7 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
             loss_task=loss_task,
             loss_attention_supervision=outputs.loss_attention_supervision,
             logits=logits,
-            **{name: getattr(outputs, name) for name in ATTENTION_OUTPUT_NAMES},
+            **{name: getattr(outputs, name) for name in LAYER_OUTPUT_NAMES},
         )
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
