@@ -276,3 +276,13 @@ def test_folder_errors(root, tmp_path):
         dataset.annotation("1")
     with pytest.raises(ValueError, match=r"`path` must be an existing file .* does not exist"):
         read_sentences(tmp_path / "missing.txt")
+
+
+
+def test_more_images_than_the_split_holds_says_how_many_are_used(root, caplog):
+    from hf_vlalign.data.builders.flickr30k_entities import build
+
+    with caplog.at_level("WARNING"):
+        dataset = build(root, "val", max_images=10**5, on_missing_image="skip")
+    used = len(set(dataset["image_id"]))
+    assert f"`max_images` 100000 is more than the {used} images of Flickr30k Entities val" in caplog.text

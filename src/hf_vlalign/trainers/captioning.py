@@ -112,7 +112,10 @@ class CaptioningTrainer(ComponentLossTrainer):
     loss_component_keys = ("loss_caption", "loss_mask", "loss_scst")
     metric_keys = ("mask_mean",)
     non_model_keys = CAPTION_NON_MODEL_KEYS
-    non_prediction_keys = ("cache", "encoder_last_hidden_state", "aligned_cross_attentions", "encoder_attentions", "decoder_attentions")
+    non_prediction_keys = (
+        "cache", "encoder_last_hidden_state", "encoder_hidden_states", "decoder_hidden_states", "aligned_cross_attentions",
+        "encoder_attentions", "decoder_attentions",
+    )  # fmt: skip
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -47,6 +47,7 @@ from ._common import (
     check_on_missing_image,
     check_split,
     grounding_features,
+    logger,
     missing_image_error,
     report_missing_images,
 )
@@ -123,6 +124,8 @@ def _images_with_files(
         report_missing_images(source, len(listed) - len(present), len(listed), unit, where)
     if not present:
         raise ValueError(f"`data_dir` {corpus.root}: none of the {len(listed)} images of {split}.txt has annotation files.")
+    if max_images is not None and max_images > len(present):
+        logger.warning(f"`max_images` {max_images} is more than the {len(present)} images of {source} with annotation files: using {len(present)}.")
     return present[:max_images]
 
 
