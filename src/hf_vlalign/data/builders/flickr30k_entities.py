@@ -125,7 +125,8 @@ def _images_with_files(
     if not present:
         raise ValueError(f"`data_dir` {corpus.root}: none of the {len(listed)} images of {split}.txt has annotation files.")
     if max_images is not None and max_images > len(present):
-        logger.warning(f"`max_images` {max_images} is more than the {len(present)} images of {source} with annotation files: using {len(present)}.")
+        used = len(present)
+        logger.warning(f"`max_images` {max_images} is more than the {used} images of {source} with annotation files: using {used}.")
     return present[:max_images]
 
 
