@@ -21,6 +21,7 @@ from typing import NoReturn
 from .utils.optional import MissingDependencyError, require
 from .utils.output_paths import refuse_output_overlapping_inputs
 from .utils.size_limits import int_at_most
+from .utils.typed_options import typed_options
 
 # the parser's choices, spelled out so that `--help` imports nothing heavy (tests/cli/test_cli.py checks them against
 # `data.feature_store.FEATURE_FORMATS` and `evaluation.tasks.TASKS`; tests/models/test_families.py checks TASKS against
@@ -165,23 +166,6 @@ OUTPUT_PATHS: dict[str, tuple[tuple[str, str], ...]] = {
     "evaluate": (("out", "file"),),
     "fisher": (("out", "file"),),
 }
-
-
-def _verb_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-
-
-def given_options(argv: list[str]) -> set[str]:
-    """The options (by their `dest`) typed in `argv`, told from defaults by parsing `argv` again with every default
-    left out (argparse's abbreviations and `--option=value` spellings included)."""
-    parser = build_parser()
-    for verb in _verb_parsers(parser).values():
-        verb._defaults.clear()
-        for action in verb._actions:
-            if action.option_strings:
-                action.default = argparse.SUPPRESS
-    positional = {action.dest for verb in _verb_parsers(parser).values() for action in verb._actions if not action.option_strings}
-    return set(vars(parser.parse_args(argv))) - positional - {"verb"}
 
 
 def _setting_text(setting: str, value: object) -> str:
@@ -913,9 +897,10 @@ def main(argv: list[str] | None = None) -> int:
     """`hf-vlalign <verb> ...`: returns 0, or exits with status 2 and a one-line message on a user mistake
     (`user_error_message`), or with status 130 and one line when interrupted (Ctrl-C)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        check_options(args, given_options(argv))
+        check_options(args, typed_options(parser, argv))
         check_outputs_meet_no_inputs(args)
         check_output_paths(args)
         if args.checkpoint_argument is not None:

@@ -492,3 +492,13 @@ def test_the_console_script_prints_one_line_and_no_traceback(tmp_path):
     completed = run_cli("results-table", str(tmp_path / "run"))
     assert completed.returncode == 2 and completed.stdout == "" and "Traceback" not in completed.stderr
     assert completed.stderr == f"hf-vlalign results-table: error: {tmp_path}/run/eval_results.json, line 1: not UTF-8 text (the byte 0xff).\n"
+
+
+def test_typed_options_tells_typed_options_from_defaults_and_restores_the_defaults():
+    from hf_vlalign.cli import build_parser
+    from hf_vlalign.utils.typed_options import typed_options
+
+    parser = build_parser()
+    argv = ["convert-features", "src.tsv", "--form=butd_tsv", "--out", "o"]  # an abbreviation and a `=value` spelling
+    assert typed_options(parser, argv) == {"format", "out"}
+    assert parser.parse_args(argv).on_error == "raise"  # the defaults are back

@@ -4,7 +4,6 @@ refuses an `--output_dir` that meets one of the run's inputs (`check_output_dir`
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections.abc import Iterable
@@ -20,6 +19,7 @@ from transformers.integrations import is_tensorboard_available
 from ..models.family import FAMILIES as FAMILY_SPECS
 from ..synthetic import SyntheticSceneConfig
 from ..utils.output_paths import refuse_output_overlapping_inputs
+from ..utils.typed_options import typed_options
 from .threads import check_distributed_launch, set_cpu_threads
 
 # the families whose task models the recipes train: those that take the attention-supervision arguments
@@ -159,7 +159,7 @@ def parse_recipe_args(
         }
     )
     *parsed, threads, training_args, _ = parser.parse_args_into_dataclasses(argv)  # _: the `--config` namespace
-    given = given_flags(parser, argv) | set(config_values)
+    given = typed_options(parser, argv) | set(config_values)
     for value in parsed:
         if isinstance(value, ModelArguments):
             check_model_arguments(value)
@@ -232,23 +232,6 @@ FLAGS_READ_WITH: dict[type, dict[str, tuple[str, tuple]]] = {
         for name in ("synthetic_seed", "synthetic_train_images", "synthetic_eval_images")
     },
 }
-
-
-def given_flags(parser: HfArgumentParser, argv: list[str]) -> set[str]:
-    """The flags (by field name) typed in `argv`, told from defaults by parsing `argv` again with every default left
-    out (argparse's abbreviations and `--flag=value` spellings included)."""
-    saved = {action: action.default for action in parser._actions}, dict(parser._defaults)
-    try:
-        parser._defaults.clear()
-        for action in parser._actions:
-            if action.option_strings:
-                action.default = argparse.SUPPRESS
-        namespace, _ = parser.parse_known_args(argv)
-    finally:
-        for action, default in saved[0].items():
-            action.default = default
-        parser._defaults.update(saved[1])
-    return set(vars(namespace))
 
 
 def _setting_text(setting: str, value: object) -> str:
