@@ -393,6 +393,22 @@ def test_convert_overwrite_refuses_a_foreign_folder_and_replaces_a_converted_che
     assert (out / "my_notes.md").read_text() == "kept"  # save_pretrained keeps the folder's other files
 
 
+def test_synthesize_refuses_a_folder_of_other_files_and_rewrites_its_own_scenes(tmp_path, capsys):
+    own_photos = tmp_path / "data"
+    (own_photos / "images").mkdir(parents=True)
+    (own_photos / "images" / "1000.png").write_bytes(b"my photo")
+    before = tree_digest(own_photos)
+    sizes = ["--train_images", "2", "--val_images", "1"]
+    error = assert_refused(capsys, "synthesize", ["synthesize", "--out", str(own_photos), *sizes], "out_dir")
+    assert "synthetic-scenes folder" in error and "images" in error
+    assert tree_digest(own_photos) == before
+    scenes = tmp_path / "scenes"
+    assert main(["synthesize", "--out", str(scenes), *sizes]) == 0
+    first = tree_digest(scenes)
+    assert main(["synthesize", "--out", str(scenes), *sizes]) == 0  # earlier scenes: written again, identical
+    assert tree_digest(scenes) == first
+
+
 def test_fisher_refuses_a_foreign_file_and_replaces_its_own(vgp_model_dir, tmp_path, capsys):
     foreign = tmp_path / "weights.safetensors"
     foreign.write_bytes(b"not a fisher file")

@@ -65,6 +65,7 @@ from ..data.formats.flickr30k_entities import (
 from ..data.formats.lxmert_tsv import write_lxmert_tsv
 from ..data.formats.vgp import TYPOLOGY_LABELS, VGPPair, write_vgp_csv
 from ..data.region_extraction import CropEncoder
+from ..utils.output_paths import refuse_foreign_folder
 from ..utils.size_limits import MAX_SYNTHETIC_IMAGES, check_size
 from .questions import SyntheticQuestionWriter
 from .shapes import (
@@ -656,13 +657,17 @@ def generate_synthetic_scenes(out_dir: str | Path, config: SyntheticSceneConfig 
     files, the images and their region features (see the module docstring for the layout).
 
     Deterministic: the same config writes byte-identical files. `manifest.json` (config and format version) is
-    written last.
+    written last. `out_dir` must be new, empty or earlier synthetic scenes (with their `manifest.json`): a folder of
+    other files is left alone, since the scenes' files would mix with or replace them.
     """
     if not isinstance(out_dir, (str, Path)):
         raise ValueError(f"`out_dir` must be a str or Path, got {type(out_dir).__name__}.")
     config = SyntheticSceneConfig() if config is None else config
     if not isinstance(config, SyntheticSceneConfig):
         raise ValueError(f"`config` must be a SyntheticSceneConfig or None, got {type(config).__name__}.")
+    refuse_foreign_folder(
+        out_dir, "out_dir", description="a synthetic-scenes folder", is_own=lambda root: _read_manifest(root) is not None
+    )
     paths = SyntheticVGPPaths.from_root(out_dir)
     for folder in (
         paths.flickr30k_entities / "Sentences",
