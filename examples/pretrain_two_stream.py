@@ -321,7 +321,7 @@ def pointer_counts(dataset) -> dict:
 
 def finetune_on_gqa(args: PretrainingArguments, training_args, checkpoint: Path) -> dict:
     """Fine-tunes `checkpoint` on GQA with examples/finetune_vqa.py (`--dataset gqa`) in this process, into
-    `checkpoint/gqa`; returns its eval_results (under `gqa`) and the official `gqa_accuracy` (over the balanced
+    `<checkpoint>-gqa` beside it (a run's output never lies inside the model it reads); returns its eval_results (under `gqa`) and the official `gqa_accuracy` (over the balanced
     evaluated questions) and `gqa_consistency` (None when the evaluated questions do not hold the entailed questions
     of the balanced ones)."""
     if args.gqa_answer_vocab is None:
@@ -330,7 +330,7 @@ def finetune_on_gqa(args: PretrainingArguments, training_args, checkpoint: Path)
     argv = [
         "--dataset", "gqa", "--data_dir", args.gqa_dir, "--features", args.features, "--model_family", "two_stream",
         "--model_name_or_path", str(checkpoint), "--answer_vocab", args.gqa_answer_vocab,
-        "--output_dir", str(checkpoint / "gqa"), "--num_train_epochs", str(args.gqa_num_train_epochs),
+        "--output_dir", str(checkpoint.with_name(f"{checkpoint.name}-gqa")), "--num_train_epochs", str(args.gqa_num_train_epochs),
         "--learning_rate", str(args.gqa_learning_rate), "--per_device_train_batch_size", str(args.gqa_batch_size),
         "--per_device_eval_batch_size", str(training_args.per_device_eval_batch_size),
         "--seed", str(training_args.seed), "--max_text_length", str(args.max_text_length),

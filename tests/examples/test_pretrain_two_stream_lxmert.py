@@ -122,7 +122,7 @@ def test_kervadec_pretraining_then_gqa_on_the_published_layouts(tmp_path):
         assert 0.0 <= run["gqa_accuracy"] <= 1.0 and run["gqa_consistency"] is None
         assert run["gqa"]["dataset"] == "gqa" and run["gqa"]["eval_examples"] == 2
         assert run["gqa_accuracy"] == run["gqa"]["gqa_accuracy"]  # GQA's eval.py accuracy: the balanced question
-        assert (output / name / "gqa" / "model.safetensors").is_file()
+        assert (output / f"{name}-gqa" / "model.safetensors").is_file()
         # every VG region description of the samples points to its region; the other sentences have no pointer
         train = run["pointers"]["train"]["by_source"]
         assert train["vg"] == {"rows": 18, "rows_with_pointers": 18}
