@@ -252,19 +252,21 @@ def test_a_checkpoint_of_the_other_family_is_a_clear_error(tmp_path, cache, monk
 
 
 def test_data_arguments_a_run_cannot_use_are_clear_errors(vqa_files, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
     with pytest.raises(ValueError, match=r"`--supervision direct` needs questions whose words point to regions"):
-        finetune_vqa.main(["--output_dir", str(tmp_path), *_vqa_arguments(vqa_files), "--supervision", "direct"])
+        finetune_vqa.main(["--output_dir", str(tmp_path / "out"), *_vqa_arguments(vqa_files), "--supervision", "direct"])
     with pytest.raises(ValueError, match=r"`--data_dir` reads a real dataset: pass `--dataset gqa`"):
-        finetune_vqa.main(["--output_dir", str(tmp_path), "--data_dir", str(tmp_path)])
+        finetune_vqa.main(["--output_dir", str(tmp_path / "out"), "--data_dir", str(data)])
     with pytest.raises(ValueError, match=r"`--answer_vocab` is required with `--dataset gqa`"):
-        finetune_vqa.main(["--output_dir", str(tmp_path), "--dataset", "gqa", "--data_dir", str(tmp_path),
-                           "--features", str(tmp_path)])  # fmt: skip
+        finetune_vqa.main(["--output_dir", str(tmp_path / "out"), "--dataset", "gqa", "--data_dir", str(data),
+                           "--features", str(data)])  # fmt: skip
     with pytest.raises(ValueError, match=r"`--answer_vocab` reads a real dataset"):
-        finetune_vqa.main(["--output_dir", str(tmp_path), "--answer_vocab", "trainval_ans2label.json"])
+        finetune_vqa.main(["--output_dir", str(tmp_path / "out"), "--answer_vocab", "trainval_ans2label.json"])
     with pytest.raises(ValueError, match=r"`--scene_graphs` is not read by `--dataset vqa_v2`"):
-        finetune_vqa.main(["--output_dir", str(tmp_path), *_vqa_arguments(vqa_files), "--scene_graphs", "x.json"])
+        finetune_vqa.main(["--output_dir", str(tmp_path / "out"), *_vqa_arguments(vqa_files), "--scene_graphs", "x.json"])
     with pytest.raises(ValueError, match=r"`--dataset` must be one of \('gqa', 'vqa_v2'\)"):
-        finetune_vqa.main(["--output_dir", str(tmp_path), "--dataset", "nlvr2"])
+        finetune_vqa.main(["--output_dir", str(tmp_path / "out"), "--dataset", "nlvr2"])
 
 
 def test_gqa_files_read_as_the_default_and_without_scene_graphs_carry_no_alignment(vqa_files, cache, monkeypatch):

@@ -207,9 +207,12 @@ CLI_VERBS = {
 
 @pytest.mark.slow
 def test_cli_verbs_print_the_pip_command_without_a_traceback(tmp_path):
-    # the checks run before any model loads: a folder with a config.json passes the CLI's checkpoint check
+    # the checks run before any model loads: a folder with a config.json naming the VGP model and a tokenizer file
+    # passes the CLI's checkpoint checks
     (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{}")
+    config = {"model_type": "vlalign_single_stream", "architectures": ["SingleStreamForVisualParaphrase"]}
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model" / "tokenizer.json").write_text("{}")
     (tmp_path / "features.h5").write_bytes(b"")
     code = """
 import contextlib

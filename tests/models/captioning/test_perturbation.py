@@ -452,7 +452,7 @@ def test_mask_objective_errors():
         mask_objective(torch.tensor(1.0), [mask], weight=-1.0)
     with pytest.raises(ValueError, match=r"`masks` must be a non-empty list"):
         mask_objective(torch.tensor(1.0), [], weight=1.0)
-    with pytest.raises(ValueError, match=r"`masks` must be a non-empty list.*a tensor of shape"):
+    with pytest.raises(ValueError, match=r"`masks` must be a list or tuple of torch.Tensors.*got torch.Tensor of shape"):
         mask_objective(torch.tensor(1.0), mask, weight=1.0)
     with pytest.raises(ValueError, match=r"`masks\[1\]` must be in \[0, 1\]"):
         mask_objective(torch.tensor(1.0), [mask, mask + 2], weight=1.0)
