@@ -87,6 +87,7 @@ from hf_vlalign.recipes import (
 )
 from hf_vlalign.trainers import CaptioningTrainer, CaptioningTrainingArguments
 from hf_vlalign.trainers.captioning import CAPTION_NON_MODEL_KEYS
+from hf_vlalign.utils.size_limits import MAX_NEW_TOKENS, MAX_NUM_BEAMS, check_size
 
 # the papers' names of the caption metrics (the COCO caption evaluation's), keyed by `caption_scores`' names
 PAPER_METRIC_NAMES = {
@@ -214,6 +215,8 @@ def check_args(args: CaptioningArguments) -> None:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"`--{name}` must be >= 1 (or unset), got {value}.")
+    check_size("--num_beams", args.num_beams, MAX_NUM_BEAMS, limit_name="MAX_NUM_BEAMS")  # before training starts
+    check_size("--max_new_tokens", args.max_new_tokens, MAX_NEW_TOKENS, limit_name="MAX_NEW_TOKENS")
 
 
 def fusions(args: CaptioningArguments) -> list[str]:
