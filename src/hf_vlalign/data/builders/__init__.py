@@ -22,6 +22,7 @@ from ._common import (
     resolve_split,
     takes_on_missing_image,
 )
+from .user_data import USER_TASKS, UserData, UserDataError, build_user_dataset, load_user_data
 from .vgp import ID_LABELS, VGPData, build_vgp_dataset, count_vgp_types, load_vgp_data
 
 BUILDERS = {
@@ -99,12 +100,17 @@ __all__ = [
     "DEFAULT_ON_MISSING_IMAGE",
     "ID_LABELS",
     "MISSING_IMAGE_CHOICES",
+    "USER_TASKS",
+    "UserData",
+    "UserDataError",
     "VALIDATION_SPLITS",
     "VGPData",
     "attach_region_features",
     "build_dataset",
+    "build_user_dataset",
     "build_vgp_dataset",
     "count_vgp_types",
+    "load_user_data",
     "load_vgp_data",
     "resolve_split",
 ]
