@@ -67,9 +67,9 @@ def save_model(trainer: Trainer, output_dir: str | Path, region_options: Mapping
 
 
 def run_processor(trainer: Trainer, region_options: Mapping[str, Any] | None = None) -> VLAlignProcessor | None:
-    """The processor of the trainer's model: its tokenizer (the trainer's `processing_class`) and a
-    `RegionFeatureExtractor(**region_options)` (None: `default_region_options`); None when the trainer has no
-    tokenizer. A `VLAlignProcessor` already set is returned as it is when `region_options` is None."""
+    """The processor `save_model` saves: the trainer's `VLAlignProcessor` when it has one and `region_options` is None;
+    else its tokenizer (the `processing_class`) with `build_processor`'s extractor for the trainer's model and data.
+    None when the trainer has no tokenizer."""
     current = trainer.processing_class
     if isinstance(current, VLAlignProcessor):
         if region_options is None:
@@ -77,11 +77,25 @@ def run_processor(trainer: Trainer, region_options: Mapping[str, Any] | None = N
         current = current.tokenizer
     if not isinstance(current, PreTrainedTokenizerBase):
         return None
-    config = unwrap_model(trainer.model).config
+    store = getattr(trainer.data_collator, "region_features", None)
+    return build_processor(current, trainer.model, store, region_options)
+
+
+def build_processor(
+    tokenizer: PreTrainedTokenizerBase,
+    model: PreTrainedModel,
+    region_features: RegionFeatureStore | None = None,
+    region_options: Mapping[str, Any] | None = None,
+) -> VLAlignProcessor:
+    """The `VLAlignProcessor` of a run: `tokenizer` and `RegionFeatureExtractor(**region_options)` checked against the
+    model's `visual_feat_dim`; `region_options` None: `default_region_options(model.config, region_features)`.
+
+    Pass it to the Trainer as `processing_class`: transformers then saves it in every checkpoint-N folder and in the
+    final model, so that `AutoProcessor.from_pretrained` loads any of them."""
+    config = unwrap_model(model).config
     if region_options is None:
-        store = getattr(trainer.data_collator, "region_features", None)
-        region_options = default_region_options(config, store)
-    return VLAlignProcessor(region_feature_extractor(config, region_options), current)
+        region_options = default_region_options(config, region_features)
+    return VLAlignProcessor(region_feature_extractor(config, region_options), tokenizer)
 
 
 def default_region_options(config: PreTrainedConfig, store: RegionFeatureStore | None) -> dict[str, Any]:
