@@ -37,6 +37,7 @@ from ..analysis.adapters import attention_blocks
 from ..analysis.explorer import explorer_examples, write_attention_explorer
 from ..models.family import family_spec
 from .feature_extraction import load_images
+from .processor import VLAlignProcessor
 
 __all__ = ["WORD_REGION_ATTENTION_TASK", "WordRegionAttentionPipeline"]
 
@@ -68,10 +69,11 @@ class WordRegionAttentionPipeline(Pipeline):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self.processor is None:
+        if not isinstance(self.processor, VLAlignProcessor):
             raise ValueError(
-                "The word-region-attention pipeline needs the model's VLAlignProcessor: pass `processor=` or a model "
-                "folder saved by hf_vlalign.recipes.save_model (its processor_config.json)."
+                "The word-region-attention pipeline needs the model's VLAlignProcessor, got "
+                f"{type(self.processor).__name__}: pass `processor=VLAlignProcessor(RegionFeatureExtractor(...), "
+                "tokenizer)` or a model folder saved by hf_vlalign.recipes.save_model (with its processor_config.json)."
             )
         self.family = family_spec(self.model, argument="model").name
         if self.family == "captioner":
@@ -193,9 +195,11 @@ class WordRegionAttentionPipeline(Pipeline):
     # ------------------------------------------------------------------------------------------------------------
 
     def _subtitle(self) -> str:
+        options = self.processor.image_processor.region_options
+        regions = ", ".join(f"{name}={value!r}" for name, value in options.items() if value is not None)
         return (
-            f"{self.model.config.model_type}; regions from {self.processor.image_processor.region_options}; each "
-            "word's weights renormalised over the regions; layers and heads counted from 0"
+            f"{self.model.config.model_type}; regions and features: {regions}; each word's weights renormalised over "
+            "the regions; layers and heads counted from 0"
         )
 
     def _write_page(self, examples: list, path: str | os.PathLike) -> Path:
