@@ -97,8 +97,10 @@ def test_the_captioner_and_bad_input_are_refused(tokenizer, model_dirs, tmp_path
         grounder(PHOTO)
     tokenizer.save_pretrained(tmp_path / "no_processor")  # a folder saved before processors: a model and a tokenizer
     tiny_family_model("two_stream", tokenizer).save_pretrained(tmp_path / "no_processor")
-    with pytest.raises(ValueError, match="needs the model's VLAlignProcessor, got BertTokenizer"):
+    with pytest.raises(FileNotFoundError, match="has no processor_config.json: the model was saved without its processor"):
         pipeline("word-region-attention", model=str(tmp_path / "no_processor"))
+    with pytest.raises(ValueError, match="needs the model's VLAlignProcessor, got BertTokenizer"):
+        pipeline("word-region-attention", model=str(tmp_path / "no_processor"), processor=tokenizer)
     small = VLAlignProcessor(RegionFeatureExtractor(grid_size=1, feature_dim=8), tokenizer)
     with pytest.raises(ValueError, match="feature_dim=8, but the model reads visual_feat_dim=256"):
         pipeline("word-region-attention", model=str(model_dirs["two_stream"]), processor=small)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import BatchFeature, PreTrainedTokenizerBase
 from transformers.processing_utils import ProcessorMixin
+from transformers.utils import PROCESSOR_NAME
 
 from .feature_extraction import ImageLike, RegionFeatureExtractor
 
@@ -46,6 +48,19 @@ class VLAlignProcessor(ProcessorMixin):
         if not isinstance(image_processor, RegionFeatureExtractor):
             raise ValueError(f"`image_processor` must be a RegionFeatureExtractor, got {type(image_processor).__name__}.")
         super().__init__(image_processor, tokenizer, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> VLAlignProcessor:
+        """`ProcessorMixin.from_pretrained`; a local folder without `processor_config.json` (a model saved before
+        processors, or without `hf_vlalign.recipes.save_model`) raises a FileNotFoundError saying how to add one."""
+        folder = Path(pretrained_model_name_or_path)
+        if folder.is_dir() and not (folder / PROCESSOR_NAME).is_file() and not kwargs.get("subfolder"):
+            raise FileNotFoundError(
+                f"{str(folder)!r} has no {PROCESSOR_NAME}: the model was saved without its processor. Add one with "
+                "VLAlignProcessor(RegionFeatureExtractor(<the region options of its training features>), "
+                f"AutoTokenizer.from_pretrained(folder)).save_pretrained(folder)."
+            )
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
 
     @property
     def model_input_names(self) -> list[str]:
