@@ -55,6 +55,7 @@ from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
+    build_processor,
     evaluation_subset,
     final_evaluation,
     first_rows,
@@ -270,7 +271,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=data.train,
         eval_dataset=eval_subset,
         data_collator=collator,
-        processing_class=tokenizer,
+        processing_class=build_processor(tokenizer, model, data.store),  # saved in every checkpoint too
         compute_metrics=reasoning_metrics(eval_subset),
         preprocess_logits_for_metrics=predicted_truth,
     )

@@ -54,6 +54,7 @@ from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
+    build_processor,
     evaluation_subset,
     final_evaluation,
     first_rows,
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=train_dataset,
         eval_dataset=evaluation_subset(eval_dataset, data_args.eval_subset_size, training_args.seed),
         data_collator=collator,
-        processing_class=tokenizer,
+        processing_class=build_processor(tokenizer, model, store),  # saved in every checkpoint too
         compute_metrics=accuracy_from_region_iou,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)

@@ -41,6 +41,7 @@ from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
+    build_processor,
     from_checkpoint_or_text,
     image_use_results,
     load_tokenizer,
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         data_collator=collator,
-        processing_class=tokenizer,
+        processing_class=build_processor(tokenizer, model, region_features),  # saved in every checkpoint too
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     # every process saves and evaluates (collectives under FSDP / DeepSpeed); only the main process writes the report

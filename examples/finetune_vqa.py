@@ -54,6 +54,7 @@ from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
+    build_processor,
     evaluation_subset,
     final_evaluation,
     first_rows,
@@ -417,7 +418,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=data.train,
         eval_dataset=eval_subset,
         data_collator=collator,
-        processing_class=tokenizer,
+        processing_class=build_processor(tokenizer, model, data.store),  # saved in every checkpoint too
         compute_metrics=answer_metrics(data.answer_vocab, data.eval_questions, eval_subset),
         preprocess_logits_for_metrics=predicted_answer_ids,
     )

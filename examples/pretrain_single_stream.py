@@ -58,6 +58,7 @@ from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
     ModelArguments,
+    build_processor,
     evaluation_subset,
     final_evaluation,
     first_rows,
@@ -361,7 +362,7 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset=evaluation_subset(data.eval, data_args.eval_subset_size, training_args.seed),
         data_collator=train_collator,
         eval_data_collator=eval_collator,
-        processing_class=tokenizer,
+        processing_class=build_processor(tokenizer, model, data.store),  # saved in every checkpoint too
         compute_metrics=pretraining_metrics(task_args.sentence_image_prediction),
         preprocess_logits_for_metrics=predictions_for_metrics,
     )

@@ -68,6 +68,7 @@ from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
+    build_processor,
     from_checkpoint_or_text,
     image_use_results,
     load_tokenizer,
@@ -422,7 +423,7 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
         args=run_args,
         train_dataset=train,
         data_collator=train_collator,
-        processing_class=tokenizer,
+        processing_class=build_processor(tokenizer, model, store),  # saved in every checkpoint too
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     # every process saves and evaluates (collectives under FSDP / DeepSpeed); only the main process writes

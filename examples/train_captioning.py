@@ -72,6 +72,7 @@ from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
+    build_processor,
     evaluation_subset,
     from_checkpoint_or_text,
     image_use_results,
@@ -566,7 +567,7 @@ def train_and_evaluate(args: CaptioningArguments, training_args: CaptioningTrain
         args=training_args,
         train_dataset=train,
         data_collator=collator,
-        processing_class=tokenizer,
+        processing_class=build_processor(tokenizer, model, store),  # saved in every checkpoint too
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     output_dir = Path(training_args.output_dir)

@@ -29,14 +29,16 @@ _import_structure = {
         "TwoStreamForQuestionAnswering", "TwoStreamForReferringExpression", "TwoStreamForVisualReasoning",
         "TwoStreamModel", "TwoStreamModelOutput", "TwoStreamPreTrainedModel",
     ],
+    "processing": ["RegionFeatureExtractor", "VLAlignProcessor", "WordRegionAttentionPipeline"],
     "supervision": ["AttentionSupervisionMixin"],
 }  # fmt: skip
 _module_of = {name: module for module, names in _import_structure.items() for name in names}
 
-__all__ = ["AttentionSupervisionMixin", *_import_structure["models"]]
+__all__ = ["AttentionSupervisionMixin", *_import_structure["models"], *_import_structure["processing"]]
 
 if TYPE_CHECKING:
     from .models import *  # noqa: F403
+    from .processing import RegionFeatureExtractor, VLAlignProcessor, WordRegionAttentionPipeline
     from .supervision import AttentionSupervisionMixin
 
 

@@ -443,8 +443,10 @@ def _extract_features(args: argparse.Namespace) -> int:
 
     check_store_output(args.out, "--out", overwrite=args.overwrite)
     store = extract_region_features(
-        args.images, args.out, boxes=args.boxes, grid_size=args.grid_size, encoder=args.encoder, overwrite=args.overwrite
-    )
+        args.images, args.out, boxes=args.boxes, grid_size=args.grid_size, detector=args.detector,
+        detector_threshold=args.detector_threshold, max_regions=args.max_regions,
+        include_whole_image=args.include_whole_image, encoder=args.encoder, overwrite=args.overwrite,
+    )  # fmt: skip
     print(json.dumps({"out": str(args.out), "num_images": len(store), "feature_dim": store.feature_dim}, indent=2))
     return 0
 
@@ -799,6 +801,12 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("--out", type=Path, required=True, help="the store folder to write")
     extract.add_argument("--boxes", type=Path, help='JSON {"<image>": [[x1, y1, x2, y2], ...]} in pixels')
     extract.add_argument("--grid_size", type=int_at_most("MAX_GRID_SIZE"), help="a fixed g x g grid of boxes instead of --boxes")
+    extract.add_argument("--detector", help="instead: a transformers object detection model's Hub id / path finds the boxes")
+    extract.add_argument("--detector_threshold", type=float, default=0.5, help="keep the detector's boxes scoring >= this")
+    extract.add_argument(
+        "--max_regions", type=int_at_most("MAX_REGIONS_PER_IMAGE"), default=36, help="the detector's best boxes kept per image"
+    )
+    extract.add_argument("--include_whole_image", action="store_true", help="put the whole-image box first")
     extract.add_argument("--encoder", default="pixel", help="'pixel' (offline) or a vision backbone's Hub id / path")
     extract.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 

@@ -266,7 +266,7 @@ def test_backbone_feature_dim_must_match_its_channels(backbones, image_dir, tmp_
 
 
 def test_an_encoder_that_cannot_be_loaded_is_named(image_dir, tmp_path):
-    with pytest.raises(ValueError, match="`encoder` .*missing_model"):
+    with pytest.raises(FileNotFoundError, match="`encoder` .*missing_model"):
         extract_region_features(image_dir, tmp_path / "store", grid_size=2, encoder=str(tmp_path / "missing_model"))
 
 
@@ -302,9 +302,12 @@ def test_malformed_box_lists_are_rejected(value, image_dir, tmp_path):
         extract_region_features(image_dir, tmp_path / "store", boxes={"beach": value, "kitchen": [[0, 0, 5, 5]]})
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"grid_size": 2, "boxes": {"beach": [[0, 0, 5, 5]]}}])
-def test_exactly_one_of_boxes_and_grid_size(kwargs, image_dir, tmp_path):
-    with pytest.raises(ValueError, match="exactly one of `boxes` .* and `grid_size`"):
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"grid_size": 2, "boxes": {"beach": [[0, 0, 5, 5]]}}, {"grid_size": 2, "detector": "./no_detector"}],
+)
+def test_exactly_one_of_boxes_grid_size_and_detector(kwargs, image_dir, tmp_path):
+    with pytest.raises(ValueError, match="exactly one of `boxes` .*, `grid_size` .* and `detector`"):
         extract_region_features(image_dir, tmp_path / "store", **kwargs)
 
 

@@ -11,7 +11,7 @@ from launch_helpers import save_tiny_bert
 from published_features import write_lxmert_tsv_features
 from script_modules import ROOT, load_script
 from shared_samples import real_sample
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoModel, AutoProcessor, AutoTokenizer
 
 import hf_vlalign  # noqa: F401  (registers the Auto classes)
 from hf_vlalign import AutoModelForVisualParaphrase, SingleStreamForVisualParaphrase
@@ -28,7 +28,7 @@ TYPES = ("Alternation", "Entailment1", "Entailment2", "Equivalence", "Independen
 
 def test_example_writes_weights_card_plots_and_results(finetuned):
     model_dir = finetuned / "model"
-    for name in ("model.safetensors", "config.json", "tokenizer.json", "README.md", "attention_heatmap.png",
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "processor_config.json", "README.md", "attention_heatmap.png",
                  "grounding_accuracy_per_head.png", "eval_results.json", "training_args.json"):
         assert (model_dir / name).is_file(), name
     assert not list(model_dir.glob("*.bin"))  # safetensors only, nothing pickled
@@ -186,5 +186,8 @@ def test_binary_vgp_task_on_the_real_samples(real_vgp_inputs, tmp_path, monkeypa
         "--per_device_eval_batch_size", "128", "--image_use_examples", "16", "--use_cpu",
     ])  # fmt: skip
     assert results["vgp_task"] == "binary" and 0.0 <= results["vgp_accuracy"] <= 1.0
+    # published features the region-feature extractor cannot reproduce: the saved processor has no encoder
+    processor = AutoProcessor.from_pretrained(tmp_path / "out")
+    assert processor.image_processor.encoder is None and processor(text="two dogs")["input_ids"].shape[0] == 1
     assert results["vgp_class_count/paraphrase"] + results["vgp_class_count/not_paraphrase"] > 0
     assert not any(key.startswith("vgp_type_") for key in results)

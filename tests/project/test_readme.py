@@ -203,8 +203,11 @@ def test_the_pages_hold_the_python_blocks():
 def test_quick_start_runs(run_block, capsys):
     assert BLOCKS[0].page == "README.md" and BLOCKS[0].heading == "Quick start"
     run_block(BLOCKS[0])
-    printed = capsys.readouterr().out
-    assert "torch.Size([1, " in printed and ", 384])" in printed
+    first, *words = capsys.readouterr().out.splitlines()
+    assert first == "10 regions, 6 layers of attention maps"  # the whole photo and a 3 x 3 grid; MiniLM's 6 layers
+    # one line per word of the caption, each with its most attended box in pixels and its weight
+    assert [line.split(" -> ")[0].strip() for line in words] == "a woman in a dark uniform with a white collar".split()
+    assert all(re.search(r" -> box \[\d+, \d+, \d+, \d+\] \(weight [01]\.\d\d\)$", line) for line in words)
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[block.id for block in BLOCKS])

@@ -3,11 +3,13 @@
 `extract_region_features(images, out_dir, ...)` turns a folder (or a list) of images into a `RegionFeatureStore`,
 the one store every builder and collator reads:
 
-- **boxes**: either a JSON file (or dict) `{"<image file name or id>": [[x1, y1, x2, y2], ...]}` in pixels of the
-  image file, or a fixed grid (`grid_size=g`: g x g cells covering the image, optionally preceded by the
-  whole-image box). Boxes are validated (inside the image, x1 < x2, y1 < y2) before any feature is computed.
+- **boxes**: a JSON file (or dict) `{"<image file name or id>": [[x1, y1, x2, y2], ...]}` in pixels of the
+  image file, a fixed grid (`grid_size=g`: g x g cells covering the image), or the boxes a transformers object
+  detection model finds (`detector=`: a Hub id or local folder, `RegionDetector`); each optionally preceded by the
+  whole-image box. Given boxes are validated (inside the image, x1 < x2, y1 < y2) before any feature is computed.
 - **encoder**: `"pixel"` (the offline default) is `CropEncoder`, a deterministic encoder of the crops' colours,
-  silhouettes and geometry (the synthetic scenes use it for their "detector" features). Any other value is a Hub
+  silhouettes and geometry (the synthetic scenes use it for their "detector" features): good for the synthetic scenes
+  and simple coloured-shape images, blind to the semantics of natural photos. Any other value is a Hub
   id or a local folder of a transformers vision model (`AutoModel` + `AutoImageProcessor`), run once per image to
   get a spatial feature map, from which every box is pooled with RoIAlign (`roi_align`).
 
@@ -30,7 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from transformers import AutoImageProcessor, AutoModel
+from transformers import AutoImageProcessor, AutoModel, AutoModelForObjectDetection
 
 from ..utils.output_paths import refuse_output_overlapping_inputs
 from ..utils.size_limits import MAX_BATCH_SIZE, MAX_GRID_SIZE, MAX_REGIONS_PER_IMAGE, SizeLimitError, check_size
@@ -46,6 +48,8 @@ DEFAULT_PIXEL_FEATURE_DIM = 256
 ROI_OUTPUT_SIZE = 7
 ROI_SAMPLING_RATIO = 2
 MAX_PREFIX_TOKENS = 16  # CLS, distillation and register tokens before the patch tokens of a ViT-like model
+DEFAULT_DETECTOR_THRESHOLD = 0.5  # the score transformers' object-detection pipeline keeps by default
+DEFAULT_MAX_REGIONS = 36  # detector boxes kept per image, highest scores first (bottom-up attention's usual count)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -69,6 +73,11 @@ def _hue_saturation(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 class CropEncoder:
     """Deterministic pixel encoder standing in for a detector's region features.
+
+    What it is good for: the synthetic scenes (it made their features) and simple images of coloured shapes, where
+    colour, silhouette, size and position are what a caption talks about. It knows nothing of the semantics of natural
+    photos (a dog and a brown sofa look alike to it): for photos, use a transformers vision backbone
+    (`BackboneRegionEncoder`, `encoder=<Hub id or folder>`).
 
     Each box is cropped and resized to `crop_size` x `crop_size`. The features start with explicit statistics
     (`num_statistics` values): a hue histogram of the coloured (foreground) pixels and their mean colour, the
@@ -287,11 +296,28 @@ class BackboneRegionEncoder:
         return self.encode_batch([image], [boxes])[0]
 
 
+def check_model_reference(argument: str, name_or_path: str) -> None:
+    """A FileNotFoundError naming `argument` when `name_or_path` is meant as a local folder (absolute, starting with
+    "." or "~", or more than one "/" deep) and is none; a Hub id ("org/name") is left to `from_pretrained`."""
+    path = Path(name_or_path).expanduser()
+    looks_local = path.is_absolute() or name_or_path.startswith((".", "~")) or name_or_path.count("/") > 1
+    if looks_local and not path.is_dir():
+        raise FileNotFoundError(
+            f"`{argument}` {name_or_path!r} is not a folder: expected a local model folder or a Hub model id."
+        )
+
+
 def _load_backbone(name_or_path: str) -> tuple[object, torch.nn.Module]:
+    check_model_reference("encoder", name_or_path)
     try:
         processor = AutoImageProcessor.from_pretrained(name_or_path)
         model = AutoModel.from_pretrained(name_or_path, use_safetensors=True, dtype=torch.float32)
-    except (OSError, ValueError, KeyError) as error:
+    except OSError as error:  # no such Hub id, or not cached offline
+        raise FileNotFoundError(
+            f"`encoder` {name_or_path!r} is neither {PIXEL_ENCODER!r} nor a local folder or Hub id of a transformers "
+            f"vision model that can be loaded ({error})."
+        ) from error
+    except (ValueError, KeyError) as error:
         raise ValueError(
             f"`encoder` {name_or_path!r} is neither {PIXEL_ENCODER!r} nor a loadable transformers vision model: expected "
             f"a local folder or Hub id with safetensors weights and a preprocessor_config.json ({error})."
@@ -384,6 +410,96 @@ def _token_grid(
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Detector (any transformers object detection model)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class RegionDetector:
+    """Region boxes from a transformers object detection model (DETR, YOLOS, RT-DETR, ...), in pixels of each image.
+
+    The model and its image processor are loaded with `AutoModelForObjectDetection` / `AutoImageProcessor
+    .from_pretrained(name_or_path)` (a Hub id or a local folder; safetensors only). The processor prepares the images
+    and its `post_process_object_detection` turns the outputs into boxes of the original image size; the boxes scoring
+    at least `threshold` are clipped to the image, those with no area dropped, and the `max_regions` best kept
+    (highest score first). An image where nothing scores `threshold` gets the whole-image box (a warning counts them).
+    """
+
+    def __init__(
+        self,
+        name_or_path: str | os.PathLike,
+        threshold: float = DEFAULT_DETECTOR_THRESHOLD,
+        max_regions: int = DEFAULT_MAX_REGIONS,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        check_detector_options(threshold, max_regions)
+        self.name_or_path = str(name_or_path)
+        self.threshold, self.max_regions = float(threshold), int(max_regions)
+        self.device = _torch_device(device)
+        self.processor, self.model = _load_detector(self.name_or_path)
+        self.model.to(self.device).eval()
+
+    @torch.inference_mode()
+    def detect(self, images: Sequence[Image.Image]) -> list[np.ndarray]:
+        """Boxes (R_i, 4) float32, x1, y1, x2, y2 in pixels of each image, best first (1 <= R_i <= max_regions)."""
+        images = [image.convert("RGB") for image in images]
+        inputs = self.processor(images=images, return_tensors="pt").to(self.device)
+        outputs = self.model(**inputs)
+        sizes = [(image.height, image.width) for image in images]
+        results = self.processor.post_process_object_detection(outputs, threshold=self.threshold, target_sizes=sizes)
+        boxes, empty = [], 0
+        for image, result in zip(images, results):
+            found = self._kept(result, image.width, image.height)
+            if not len(found):
+                empty += 1
+                found = np.array([[0.0, 0.0, image.width, image.height]], dtype=np.float32)
+            boxes.append(found)
+        if empty:
+            logger.warning(
+                "`detector` %r found no box scoring >= %s in %d of %d images: they get the whole-image box.",
+                self.name_or_path, self.threshold, empty, len(images),
+            )  # fmt: skip
+        return boxes
+
+    def _kept(self, result: Mapping, width: int, height: int) -> np.ndarray:
+        scores = result["scores"].detach().cpu().numpy()
+        boxes = result["boxes"].detach().cpu().numpy().astype(np.float32).reshape(-1, 4)
+        boxes = np.clip(boxes, 0.0, [width, height, width, height]).astype(np.float32)
+        valid = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+        boxes, scores = boxes[valid], scores[valid]
+        return boxes[np.argsort(-scores, kind="stable")[: self.max_regions]]
+
+
+def check_detector_options(threshold: object, max_regions: object) -> None:
+    """`detector_threshold` a number in [0, 1], `max_regions` an int in [1, MAX_REGIONS_PER_IMAGE]."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"`detector_threshold` must be a score in [0, 1], got {threshold!r}.")
+    check_size("max_regions", max_regions, MAX_REGIONS_PER_IMAGE, limit_name="MAX_REGIONS_PER_IMAGE")
+
+
+def _load_detector(name_or_path: str) -> tuple[object, torch.nn.Module]:
+    check_model_reference("detector", name_or_path)
+    try:
+        processor = AutoImageProcessor.from_pretrained(name_or_path)
+        model = AutoModelForObjectDetection.from_pretrained(name_or_path, use_safetensors=True, dtype=torch.float32)
+    except OSError as error:  # no such Hub id, or not cached offline
+        raise FileNotFoundError(
+            f"`detector` {name_or_path!r} is not a local folder or Hub id of a transformers object detection model "
+            f"that can be loaded ({error})."
+        ) from error
+    except (ValueError, KeyError) as error:
+        raise ValueError(
+            f"`detector` {name_or_path!r} is not a transformers object detection model (AutoModelForObjectDetection "
+            f"with an image processor that has `post_process_object_detection`): {error}"
+        ) from error
+    if not hasattr(processor, "post_process_object_detection"):
+        raise ValueError(
+            f"`detector` {name_or_path!r}: its image processor {type(processor).__name__} has no "
+            "`post_process_object_detection`."
+        )
+    return processor, model
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Images and boxes
 # ----------------------------------------------------------------------------------------------------------------
 
@@ -440,11 +556,18 @@ def _read_image_entries(paths: Sequence[Path]) -> list[_ImageEntry]:
 
 
 def _load_image(entry: _ImageEntry) -> Image.Image:
+    return load_rgb_image(entry.path)
+
+
+def load_rgb_image(path: str | os.PathLike, argument: str = "images") -> Image.Image:
+    """The image file at `path` as RGB, as stored (EXIF orientation not applied); errors name `argument`."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"`{argument}`: {str(path)!r} is not a file.")
     try:
-        with Image.open(entry.path) as image:
+        with Image.open(path) as image:
             return image.convert("RGB")
     except (OSError, Image.DecompressionBombError) as error:
-        raise ValueError(f"`images`: {entry.path} is not a readable image ({error}).") from None
+        raise ValueError(f"`{argument}`: {path} is not a readable image ({error}).") from None
 
 
 def grid_boxes(height: int, width: int, grid_size: int, include_whole_image: bool = False) -> np.ndarray:
@@ -505,6 +628,12 @@ def _boxes_per_image(boxes: Mapping, source: str, entries: Sequence[_ImageEntry]
 
 
 def _checked_boxes(values: object, where: str, entry: _ImageEntry) -> np.ndarray:
+    return check_image_boxes(values, where, entry.width, entry.height)
+
+
+def check_image_boxes(values: object, where: str, width: int, height: int) -> np.ndarray:
+    """Pixel boxes [[x1, y1, x2, y2], ...] of a width x height image as (R, 4) float32: non-empty, at most
+    MAX_REGIONS_PER_IMAGE, each inside the image with x1 < x2 and y1 < y2; else a ValueError starting with `where`."""
     if isinstance(values, Sized) and len(values) > MAX_REGIONS_PER_IMAGE:  # before converting a huge list
         raise SizeLimitError(
             f"{where}: {len(values)} boxes, more than MAX_REGIONS_PER_IMAGE = {MAX_REGIONS_PER_IMAGE} per image."
@@ -516,10 +645,10 @@ def _checked_boxes(values: object, where: str, entry: _ImageEntry) -> np.ndarray
     if array.dtype.kind not in "iuf" or array.ndim != 2 or array.shape[1] != 4 or len(array) == 0:
         raise ValueError(f"{where}: expected a non-empty list of [x1, y1, x2, y2] boxes in pixels, got {_short(values)}.")
     for index, (x1, y1, x2, y2) in enumerate(array.astype(np.float64)):
-        if not (np.isfinite([x1, y1, x2, y2]).all() and 0 <= x1 < x2 <= entry.width and 0 <= y1 < y2 <= entry.height):
+        if not (np.isfinite([x1, y1, x2, y2]).all() and 0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height):
             raise ValueError(
                 f"{where}: box {index} = {array[index].tolist()} must satisfy 0 <= x1 < x2 <= width and "
-                f"0 <= y1 < y2 <= height, with the image's width={entry.width}, height={entry.height} (pixels)."
+                f"0 <= y1 < y2 <= height, with the image's width={width}, height={height} (pixels)."
             )
     return array.astype(np.float32)
 
@@ -563,6 +692,9 @@ def extract_region_features(
     *,
     boxes: str | os.PathLike | Mapping | None = None,
     grid_size: int | None = None,
+    detector: str | os.PathLike | None = None,
+    detector_threshold: float = DEFAULT_DETECTOR_THRESHOLD,
+    max_regions: int = DEFAULT_MAX_REGIONS,
     include_whole_image: bool = False,
     encoder: str | os.PathLike = PIXEL_ENCODER,
     feature_dim: int | None = None,
@@ -583,7 +715,11 @@ def extract_region_features(
             every image needs at least one box and every key must name an image.
         grid_size: instead of `boxes`, a grid_size x grid_size grid of boxes covering each image (at most
             `MAX_GRID_SIZE`; a `boxes` entry holds at most `MAX_REGIONS_PER_IMAGE` boxes).
-        include_whole_image: put the whole-image box first (with `grid_size` or `boxes`).
+        detector: instead of `boxes` or `grid_size`, a Hub id or local folder of a transformers object detection
+            model whose boxes are the regions (see `RegionDetector`).
+        detector_threshold: the detector's boxes scoring at least this are kept (default 0.5).
+        max_regions: at most this many of the detector's boxes per image, highest scores first (default 36).
+        include_whole_image: put the whole-image box first (with any of `boxes`, `grid_size` and `detector`).
         encoder: `"pixel"` (the deterministic `CropEncoder`, offline) or a Hub id / local folder of a transformers
             vision model (see `BackboneRegionEncoder`; to use a local folder named "pixel", pass "./pixel").
         feature_dim: the pixel encoder's dimension (default 256); for a backbone None or its channel count.
@@ -591,19 +727,22 @@ def extract_region_features(
         batch_size: images per forward pass of the backbone (and per group of images loaded at once).
         seed: the seed of the pixel encoder's random projection.
 
-    Exactly one of `boxes` and `grid_size` must be given. Images and boxes are all checked before any feature is
-    computed; a tqdm bar shows the progress.
+    Exactly one of `boxes`, `grid_size` and `detector` must be given. Images and boxes are all checked before any
+    feature is computed; a tqdm bar shows the progress. `hf_vlalign.processing.RegionFeatureExtractor` takes the same
+    keyword arguments (but `boxes`, given per call) and computes the same features for one image at a time.
     """
-    if (boxes is None) == (grid_size is None):
+    if sum(source is not None for source in (boxes, grid_size, detector)) != 1:
         raise ValueError(
-            "Pass exactly one of `boxes` (a JSON file or dict of pixel boxes per image) and `grid_size` (g for a g x g "
-            f"grid), got boxes={_short(boxes)} and grid_size={grid_size!r}."
+            "Pass exactly one of `boxes` (a JSON file or dict of pixel boxes per image), `grid_size` (g for a g x g "
+            f"grid) and `detector` (an object detection model), got boxes={_short(boxes)}, grid_size={grid_size!r} "
+            f"and detector={_short(detector)}."
         )
     if grid_size is not None:
         check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
+    check_detector_options(detector_threshold, max_regions)
     check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
     out_dir = Path(out_dir)
-    inputs = {"boxes": boxes if isinstance(boxes, (str, os.PathLike)) else None, "encoder": encoder}
+    inputs = {"boxes": boxes if isinstance(boxes, (str, os.PathLike)) else None, "encoder": encoder, "detector": detector}
     if isinstance(images, (str, os.PathLike)):
         inputs["images"] = images
     else:
@@ -612,21 +751,24 @@ def extract_region_features(
     check_store_output(out_dir, "out_dir", overwrite=overwrite)
 
     entries = _read_image_entries(list_images(images))
+    region_detector = None
     if grid_size is not None:
         boxes_of = {entry.image_id: grid_boxes(entry.height, entry.width, grid_size) for entry in entries}
         box_source = f"grid_size={grid_size}"
-    else:
+    elif boxes is not None:
         boxes_of = _boxes_per_image(*_boxes_mapping(boxes), entries)
         box_source = f"boxes={str(boxes)!r}" if isinstance(boxes, (str, os.PathLike)) else "boxes=<dict>"
-    if include_whole_image:
-        boxes_of = {entry.image_id: _with_whole_image(boxes_of[entry.image_id], entry) for entry in entries}
+    else:
+        region_detector = RegionDetector(detector, detector_threshold, max_regions, device=device)
+        boxes_of = None  # found a batch of images at a time
+        box_source = f"detector={str(detector)!r}, detector_threshold={detector_threshold}, max_regions={max_regions}"
 
     region_encoder = build_region_encoder(encoder, feature_dim=feature_dim, device=device, seed=seed)
     source = (
         f"extract_region_features(encoder={str(encoder)!r}, feature_dim={region_encoder.feature_dim}, {box_source}, "
         f"include_whole_image={include_whole_image})"
     )
-    decoders = _record_decoders(entries, boxes_of, region_encoder, batch_size)
+    decoders = _record_decoders(entries, boxes_of, region_detector, include_whole_image, region_encoder, batch_size)
     records = iter_checked_records(decoders, source=f"{len(entries)} images", total=len(entries))
     return RegionFeatureStore.write(records, out_dir, source=source, overwrite=overwrite)
 
@@ -639,27 +781,34 @@ def _boxes_mapping(boxes: str | os.PathLike | Mapping) -> tuple[Mapping, str]:
     raise ValueError(f"`boxes` must be a JSON file path or a dict of pixel boxes per image, got {_short(boxes)}.")
 
 
-def _with_whole_image(boxes: np.ndarray, entry: _ImageEntry) -> np.ndarray:
-    whole = np.array([[0.0, 0.0, entry.width, entry.height]], dtype=np.float32)
-    return np.concatenate([whole, boxes])
+def with_whole_image(boxes: np.ndarray, width: int, height: int) -> np.ndarray:
+    """The whole-image box (0, 0, width, height) followed by `boxes` (R, 4) pixels: (R + 1, 4) float32."""
+    whole = np.array([[0.0, 0.0, width, height]], dtype=np.float32)
+    return np.concatenate([whole, np.asarray(boxes, dtype=np.float32)])
 
 
 def _record_decoders(
     entries: Sequence[_ImageEntry],
-    boxes_of: dict[str, np.ndarray],
+    boxes_of: dict[str, np.ndarray] | None,
+    detector: RegionDetector | None,
+    include_whole_image: bool,
     encoder: CropEncoder | BackboneRegionEncoder,
     batch_size: int,
 ) -> Iterator[tuple[str, RecordDecoder]]:
-    """(location, decode) pairs for `iter_checked_records`; features are computed a batch of images at a time."""
+    """(location, decode) pairs for `iter_checked_records`; boxes (from `boxes_of`, else the detector) and features
+    are computed a batch of images at a time."""
     for start in range(0, len(entries), batch_size):
         batch = entries[start : start + batch_size]
         images = [_load_image(entry) for entry in batch]
-        features = encoder.encode_batch(images, [boxes_of[entry.image_id] for entry in batch])
-        for entry, image_features in zip(batch, features):
+        found = detector.detect(images) if boxes_of is None else [boxes_of[entry.image_id] for entry in batch]
+        if include_whole_image:
+            found = [with_whole_image(boxes, entry.width, entry.height) for boxes, entry in zip(found, batch)]
+        features = encoder.encode_batch(images, found)
+        for entry, image_boxes, image_features in zip(batch, found, features):
             record = {
                 "image_id": entry.image_id,
                 "image_size": (entry.height, entry.width),
-                "boxes": boxes_of[entry.image_id],
+                "boxes": image_boxes,
                 "features": image_features,
             }
             yield str(entry.path), _constant(record)

@@ -10,11 +10,14 @@ from typing import Any
 
 import datasets
 from huggingface_hub import ModelCard
-from transformers import PreTrainedModel, Trainer, TrainingArguments
+from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
+from transformers.modeling_utils import unwrap_model
 
 from ..data.collators import RegionTextCollator, TruncationStats
+from ..data.feature_store import RegionFeatureStore
 from ..evaluation.image_use import image_use_gap
 from ..hub import push_folder_to_hub
+from ..processing import RegionFeatureExtractor, VLAlignProcessor
 from .subsets import evaluation_subset
 
 
@@ -40,13 +43,107 @@ def take_push_to_hub(training_args: TrainingArguments) -> bool:
     return push_to_hub
 
 
-def save_model(trainer: Trainer, output_dir: str | Path) -> None:
-    """Weights, config and tokenizer in `output_dir` (every process calls it; FSDP / DeepSpeed gather there), and the
-    arguments as JSON instead of the pickled `training_args.bin`, so the folder is pickle-free."""
+# regions of a new image for a model trained on the synthetic scenes, whose "detector" boxes exist only for the
+# rendered scenes: the whole image and a 3 x 3 grid (10 regions, near the scenes' 12)
+SYNTHETIC_INFERENCE_GRID = {"grid_size": 3, "include_whole_image": True}
+
+
+def save_model(trainer: Trainer, output_dir: str | Path, region_options: Mapping[str, Any] | None = None) -> None:
+    """Weights, config, tokenizer and processor in `output_dir` (every process calls it; FSDP / DeepSpeed gather
+    there), and the arguments as JSON instead of the pickled `training_args.bin`, so the folder is pickle-free.
+
+    The processor (`VLAlignProcessor`: `processor_config.json` beside the tokenizer's files) becomes the trainer's
+    `processing_class`, so that `AutoProcessor.from_pretrained(output_dir)` loads it. `region_options` are the
+    `RegionFeatureExtractor` keyword arguments (those given to `extract_region_features` for the training images);
+    None: `default_region_options` of the run's data (see there). A processor already set as the trainer's
+    `processing_class` is kept when `region_options` is None."""
+    processor = run_processor(trainer, region_options)
+    if processor is not None:
+        trainer.processing_class = processor
     trainer.save_model(str(output_dir))
     if trainer.is_world_process_zero():
         (Path(output_dir) / "training_args.bin").unlink(missing_ok=True)
         (Path(output_dir) / "training_args.json").write_text(trainer.args.to_json_string())
+
+
+def run_processor(trainer: Trainer, region_options: Mapping[str, Any] | None = None) -> VLAlignProcessor | None:
+    """The processor `save_model` saves: the trainer's `VLAlignProcessor` when it has one and `region_options` is None;
+    else its tokenizer (the `processing_class`) with `build_processor`'s extractor for the trainer's model and data.
+    None when the trainer has no tokenizer."""
+    current = trainer.processing_class
+    if isinstance(current, VLAlignProcessor):
+        if region_options is None:
+            return current
+        current = current.tokenizer
+    if not isinstance(current, PreTrainedTokenizerBase):
+        return None
+    store = getattr(trainer.data_collator, "region_features", None)
+    return build_processor(current, trainer.model, store, region_options)
+
+
+def build_processor(
+    tokenizer: PreTrainedTokenizerBase,
+    model: PreTrainedModel,
+    region_features: RegionFeatureStore | None = None,
+    region_options: Mapping[str, Any] | None = None,
+) -> VLAlignProcessor:
+    """The `VLAlignProcessor` of a run: `tokenizer` and `RegionFeatureExtractor(**region_options)` checked against the
+    model's `visual_feat_dim`; `region_options` None: `default_region_options(model.config, region_features)`.
+
+    Pass it to the Trainer as `processing_class`: transformers then saves it in every checkpoint-N folder and in the
+    final model, so that `AutoProcessor.from_pretrained` loads any of them."""
+    config = unwrap_model(model).config
+    if region_options is None:
+        region_options = default_region_options(config, region_features)
+    return VLAlignProcessor(region_feature_extractor(config, region_options), tokenizer)
+
+
+def default_region_options(config: PreTrainedConfig, store: RegionFeatureStore | None) -> dict[str, Any]:
+    """The region options of a model trained on `store`'s features, when the run gives none.
+
+    The synthetic scenes (a store converted from their `features.tsv`): the pixel encoder with the scenes'
+    `feature_dim` and `seed` (what made their features), and, since their "detector" boxes exist only for the rendered
+    scenes, `SYNTHETIC_INFERENCE_GRID` (the whole image and a 3 x 3 grid) on a new image. Any other store (e.g.
+    published 2048-d bottom-up-attention features): no encoder (`encoder=None`, the extractor cannot reproduce them),
+    the model's `visual_feat_dim` recorded."""
+    scenes = synthetic_scene_settings(store)
+    if scenes is not None:
+        return {"encoder": "pixel", "feature_dim": scenes["feature_dim"], "seed": scenes["seed"], **SYNTHETIC_INFERENCE_GRID}
+    return {"encoder": None, "feature_dim": config.visual_feat_dim, **SYNTHETIC_INFERENCE_GRID}
+
+
+def synthetic_scene_settings(store: RegionFeatureStore | None) -> dict[str, Any] | None:
+    """The `SyntheticSceneConfig` fields (as a dict) of the synthetic scenes whose features `store` was converted
+    from (their `manifest.json` above the features file named in the store's source), else None."""
+    source = (getattr(store, "metadata", None) or {}).get("source", "")
+    _, _, path = source.partition(":")
+    if not path:
+        return None
+    for folder in list(Path(path).parents)[:3]:
+        try:
+            manifest = json.loads((folder / "manifest.json").read_text())
+        except (OSError, ValueError):
+            continue
+        settings = manifest.get("config") if isinstance(manifest, dict) else None
+        if isinstance(settings, dict) and {"feature_dim", "seed"} <= set(settings):
+            return settings
+    return None
+
+
+def region_feature_extractor(config: PreTrainedConfig, region_options: Mapping[str, Any]) -> RegionFeatureExtractor:
+    """`RegionFeatureExtractor(**region_options)` checked against the model's `visual_feat_dim` (the pixel encoder
+    without a `feature_dim` takes it)."""
+    if not isinstance(region_options, Mapping):
+        raise ValueError(f"`region_options` must be a dict of RegionFeatureExtractor arguments, got {region_options!r}.")
+    options = dict(region_options)
+    expected = config.visual_feat_dim
+    if options.get("encoder", "pixel") == "pixel" and options.get("feature_dim") is None:
+        options["feature_dim"] = expected
+    if options.get("feature_dim") not in (None, expected):
+        raise ValueError(
+            f"`region_options` feature_dim={options['feature_dim']} differs from the model's visual_feat_dim={expected}."
+        )
+    return RegionFeatureExtractor(**options)
 
 
 def write_json(path: str | Path, value: Any) -> None:

@@ -20,10 +20,16 @@ MODELS_MODULE = "hf_vlalign.models"
 WATCHED_PACKAGES = ("transformers", "hf_vlalign")
 
 
+PROCESSING_MODULE = "hf_vlalign.processing"
+
+
 def import_models() -> None:
-    """Imports `hf_vlalign.models` (which registers the Auto classes) unless it is imported or being imported."""
+    """Imports `hf_vlalign.models` (which registers the Auto classes), then `hf_vlalign.processing` (which registers
+    the processor with AutoProcessor and the "word-region-attention" pipeline), unless imported or being imported."""
     if MODELS_MODULE not in sys.modules:
         importlib.import_module(MODELS_MODULE)
+    if PROCESSING_MODULE not in sys.modules:
+        importlib.import_module(PROCESSING_MODULE)
 
 
 class AutoRegistrationFinder(importlib.abc.MetaPathFinder):

@@ -1,0 +1,278 @@
+"""`RegionFeatureExtractor`: images (PIL or paths) -> region boxes and features, the image half of `VLAlignProcessor`.
+
+It is an image processor in transformers' sense (`BaseImageProcessor`): its options are saved as JSON (inside
+`processor_config.json` when saved with the processor, `preprocessor_config.json` on its own) and it is found by
+`AutoImageProcessor` / `AutoProcessor.from_pretrained(model_dir)` for the library's model types. Its keyword arguments
+are those of `hf_vlalign.data.extract_region_features` (but `boxes`, given per call), and for one image it computes
+the features `extract_region_features` stores for it with the same options: the two share the box sources
+(`grid_boxes`, `RegionDetector`, `with_whole_image`) and the encoders (`build_region_encoder`).
+
+Regions, per image, from the first that applies: the `boxes` given to the call (pixels x1, y1, x2, y2), the
+`detector`'s boxes, the `grid_size` grid; with `include_whole_image` the whole-image box comes first.
+
+Features: `encoder="pixel"` is `CropEncoder`, deterministic colour / silhouette / geometry statistics plus a seeded
+random projection of the crop's pixels. It is what made the synthetic scenes' features, and suits them and simple
+images of coloured shapes; it knows nothing of the semantics of natural photos. Any other value is a Hub id or local
+folder of a transformers vision backbone (`BackboneRegionEncoder`, RoIAlign over its feature map). `encoder=None`
+records that the model's features came from files this extractor cannot reproduce (e.g. published 2048-d bottom-up
+attention features): calling it on images then raises a ValueError.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, TypedDict
+
+import numpy as np
+import torch
+from PIL import Image
+from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
+
+from ..alignment.boxes import normalize_boxes
+from ..data.region_extraction import (
+    DEFAULT_DETECTOR_THRESHOLD,
+    DEFAULT_MAX_REGIONS,
+    PIXEL_ENCODER,
+    BackboneRegionEncoder,
+    CropEncoder,
+    RegionDetector,
+    build_region_encoder,
+    check_detector_options,
+    check_image_boxes,
+    grid_boxes,
+    load_rgb_image,
+    with_whole_image,
+)
+from ..utils.size_limits import MAX_GRID_SIZE, check_size
+
+__all__ = ["RegionFeatureExtractor", "RegionFeatureExtractorKwargs"]
+
+ImageLike = str | os.PathLike | Image.Image
+
+
+class RegionFeatureExtractorKwargs(TypedDict, total=False):
+    """The options of `RegionFeatureExtractor` (the names of `extract_region_features`)."""
+
+    grid_size: int | None
+    include_whole_image: bool
+    encoder: str | None
+    feature_dim: int | None
+    seed: int
+    detector: str | None
+    detector_threshold: float
+    max_regions: int
+    device: str
+
+
+class RegionFeatureExtractor(BaseImageProcessor):
+    r"""Region boxes and features of images, as the library's models read them.
+
+    Args:
+        grid_size: a grid_size x grid_size grid of boxes covering each image, used when a call gives no `boxes` and
+            there is no `detector`.
+        include_whole_image: put the whole-image box first.
+        encoder: `"pixel"` (`CropEncoder`: synthetic scenes and simple coloured-shape images, not natural photos'
+            semantics), a Hub id / local folder of a transformers vision backbone, or None (the model's features come
+            from files this extractor cannot reproduce: only text can be processed).
+        feature_dim: the pixel encoder's dimension (default 256; the model's `visual_feat_dim`); for a backbone None or
+            its channel count.
+        seed: the seed of the pixel encoder's random projection.
+        detector: a Hub id / local folder of a transformers object detection model whose boxes are the regions.
+        detector_threshold: the detector's boxes scoring at least this are kept.
+        max_regions: at most this many detector boxes per image, highest scores first.
+        device: where a backbone or detector runs.
+
+    Calling it (`extractor(images, boxes=None)`) returns a `BatchFeature` with `visual_feats` (B, R, D) float32,
+    `visual_boxes` (B, R, 4) x1, y1, x2, y2 normalised to [0, 1], `visual_attention_mask` (B, R) (1: a real region;
+    padding has zero features and the box (0, 0, 1, 1), as the collators pad) and `region_boxes` (B, R, 4) in pixels
+    of each image (zeros on padding), for drawing.
+    """
+
+    model_input_names = ["visual_feats", "visual_boxes", "visual_attention_mask"]
+    valid_kwargs = RegionFeatureExtractorKwargs
+
+    def __init__(
+        self,
+        grid_size: int | None = None,
+        include_whole_image: bool = False,
+        encoder: str | os.PathLike | None = PIXEL_ENCODER,
+        feature_dim: int | None = None,
+        seed: int = 0,
+        detector: str | os.PathLike | None = None,
+        detector_threshold: float = DEFAULT_DETECTOR_THRESHOLD,
+        max_regions: int = DEFAULT_MAX_REGIONS,
+        device: str = "cpu",
+        **kwargs: Any,
+    ) -> None:
+        kwargs.pop("image_processor_type", None)  # written by `to_dict`, the class itself
+        if kwargs:
+            raise TypeError(f"RegionFeatureExtractor got unexpected keyword argument(s) {sorted(kwargs)}.")
+        super().__init__()
+        if grid_size is not None:
+            check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
+        if not isinstance(include_whole_image, bool):
+            raise ValueError(f"`include_whole_image` must be a bool, got {include_whole_image!r}.")
+        if encoder is not None and (not isinstance(encoder, (str, os.PathLike)) or not str(encoder)):
+            raise ValueError(f"`encoder` must be {PIXEL_ENCODER!r}, a Hub id, a local folder or None, got {encoder!r}.")
+        if feature_dim is not None and (isinstance(feature_dim, bool) or not isinstance(feature_dim, int) or feature_dim < 1):
+            raise ValueError(f"`feature_dim` must be a positive int or None, got {feature_dim!r}.")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"`seed` must be a non-negative int, got {seed!r}.")
+        if detector is not None and (not isinstance(detector, (str, os.PathLike)) or not str(detector)):
+            raise ValueError(f"`detector` must be a Hub id, a local folder or None, got {detector!r}.")
+        check_detector_options(detector_threshold, max_regions)
+        self.grid_size = grid_size
+        self.include_whole_image = include_whole_image
+        self.encoder = None if encoder is None else str(encoder)
+        self.feature_dim = feature_dim
+        self.seed = seed
+        self.detector = None if detector is None else str(detector)
+        self.detector_threshold = float(detector_threshold)
+        self.max_regions = max_regions
+        self.device = str(device)
+        self._region_encoder: CropEncoder | BackboneRegionEncoder | None = None
+        self._region_detector: RegionDetector | None = None
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Serialisation: the options only (the encoder and detector are loaded on first use)
+    # ------------------------------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        options = {name: getattr(self, name) for name in RegionFeatureExtractorKwargs.__annotations__}
+        return {**options, "image_processor_type": type(self).__name__}
+
+    @property
+    def region_options(self) -> dict[str, Any]:
+        """The options as keyword arguments of `extract_region_features` (without `device`)."""
+        options = {name: value for name, value in self.to_dict().items() if name not in ("image_processor_type", "device")}
+        return options
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Regions and features
+    # ------------------------------------------------------------------------------------------------------------
+
+    @property
+    def region_encoder(self) -> CropEncoder | BackboneRegionEncoder:
+        """The encoder (built on first use); a ValueError when `encoder` is None."""
+        if self.encoder is None:
+            raise ValueError(
+                "This model's region features came from files the RegionFeatureExtractor cannot reproduce (encoder=None, "
+                "e.g. published bottom-up-attention features): pass the model `visual_feats`, `visual_boxes` and "
+                "`visual_attention_mask` yourself (the processor still tokenizes text), or set an encoder "
+                "(`processor.image_processor = RegionFeatureExtractor(encoder=..., feature_dim=...)`) that gives the "
+                "model's visual_feat_dim."
+            )
+        if self._region_encoder is None:
+            self._region_encoder = build_region_encoder(
+                self.encoder, feature_dim=self.feature_dim, device=self.device, seed=self.seed
+            )
+        return self._region_encoder
+
+    def region_boxes(
+        self, images: Sequence[Image.Image], boxes: Sequence[object | None] | None = None
+    ) -> list[np.ndarray]:
+        """Pixel boxes (R_i, 4) float32 of each image: its given boxes, else the detector's, else the grid's; with
+        `include_whole_image` the whole-image box first."""
+        boxes = [None] * len(images) if boxes is None else list(boxes)
+        regions: list[np.ndarray | None] = []
+        for index, (image, given) in enumerate(zip(images, boxes)):
+            if given is not None:
+                regions.append(check_image_boxes(_as_list(given), f"`boxes[{index}]`", image.width, image.height))
+            elif self.detector is None and self.grid_size is None:
+                raise ValueError(
+                    f"`boxes[{index}]`: no boxes given for image {index}, and this extractor has neither a `detector` "
+                    "nor a `grid_size` to find regions; pass boxes=[[x1, y1, x2, y2], ...] in pixels per image."
+                )
+            elif self.detector is None:
+                regions.append(grid_boxes(image.height, image.width, self.grid_size))
+            else:
+                regions.append(None)
+        missing = [index for index, found in enumerate(regions) if found is None]
+        if missing:
+            detected = self._detector().detect([images[index] for index in missing])
+            for index, found in zip(missing, detected):
+                regions[index] = found
+        if self.include_whole_image:
+            regions = [with_whole_image(found, image.width, image.height) for found, image in zip(regions, images)]
+        return regions
+
+    def _detector(self) -> RegionDetector:
+        if self._region_detector is None:
+            self._region_detector = RegionDetector(
+                self.detector, self.detector_threshold, self.max_regions, device=self.device
+            )
+        return self._region_detector
+
+    def __call__(
+        self, images: ImageLike | Sequence[ImageLike], boxes: Sequence | None = None, **kwargs: Any
+    ) -> BatchFeature:
+        return self.preprocess(images, boxes=boxes, **kwargs)
+
+    def preprocess(
+        self,
+        images: ImageLike | Sequence[ImageLike],
+        boxes: Sequence | None = None,
+        return_tensors: str | None = "pt",
+    ) -> BatchFeature:
+        """Region tensors of `images` (one image or a list: paths or PIL images); `boxes`: per image None or its
+        pixel boxes [[x1, y1, x2, y2], ...] (for a single image, its boxes)."""
+        single = isinstance(images, (str, os.PathLike, Image.Image))
+        images = load_images([images] if single else images)
+        if boxes is not None and single:
+            boxes = [boxes]
+        if boxes is not None and (isinstance(boxes, (str, bytes)) or not isinstance(boxes, Sequence) or len(boxes) != len(images)):
+            got = len(boxes) if isinstance(boxes, Sequence) else type(boxes).__name__
+            raise ValueError(f"`boxes` must hold one entry (None or pixel boxes) per image ({len(images)}), got {got}.")
+        if return_tensors not in ("pt", None):
+            raise ValueError(f"`return_tensors` must be 'pt' (or None: the same torch tensors), got {return_tensors!r}.")
+        encoder = self.region_encoder  # before any detector runs: a model without an encoder fails first
+        regions = self.region_boxes(images, boxes)
+        features = encoder.encode_batch(images, regions)
+        return BatchFeature(pad_regions(images, regions, features))
+
+
+def _as_list(boxes: object) -> object:
+    if isinstance(boxes, torch.Tensor):
+        return boxes.detach().cpu().numpy()
+    return boxes
+
+
+def load_images(images: Sequence[ImageLike]) -> list[Image.Image]:
+    """RGB PIL images of paths or PIL images (paths read as `extract_region_features` reads them)."""
+    if isinstance(images, (str, bytes)) or not isinstance(images, Sequence) or not len(images):
+        raise ValueError(f"`images` must be an image (path or PIL.Image) or a non-empty list of them, got {images!r}.")
+    loaded = []
+    for index, image in enumerate(images):
+        if isinstance(image, (str, os.PathLike)):
+            loaded.append(load_rgb_image(image, argument=f"images[{index}]"))
+        elif isinstance(image, Image.Image):
+            loaded.append(image.convert("RGB"))
+        else:
+            raise ValueError(f"`images[{index}]` must be a path or a PIL.Image, got {type(image).__name__}.")
+    return loaded
+
+
+def pad_regions(
+    images: Sequence[Image.Image], regions: Sequence[np.ndarray], features: Sequence[np.ndarray]
+) -> dict[str, torch.Tensor]:
+    """The padded region tensors of a batch: `visual_feats`, `visual_boxes` (normalised), `visual_attention_mask`,
+    `region_boxes` (pixels); padding as `data.collators.regions.pad_regions` pads."""
+    batch, num_regions = len(images), max(len(boxes) for boxes in regions)
+    feature_dim = features[0].shape[1]
+    visual_feats = torch.zeros(batch, num_regions, feature_dim)
+    visual_boxes = torch.tensor([0.0, 0.0, 1.0, 1.0]).repeat(batch, num_regions, 1)
+    mask = torch.zeros(batch, num_regions, dtype=torch.long)
+    pixels = torch.zeros(batch, num_regions, 4)
+    for index, (image, boxes, image_features) in enumerate(zip(images, regions, features)):
+        count = len(boxes)
+        visual_feats[index, :count] = torch.as_tensor(image_features, dtype=torch.float32)
+        visual_boxes[index, :count] = normalize_boxes(torch.as_tensor(boxes), image.width, image.height)
+        mask[index, :count] = 1
+        pixels[index, :count] = torch.as_tensor(boxes, dtype=torch.float32)
+    return {
+        "visual_feats": visual_feats,
+        "visual_boxes": visual_boxes,
+        "visual_attention_mask": mask,
+        "region_boxes": pixels,
+    }
