@@ -167,7 +167,10 @@ def test_explore_image_shows_only_the_rows_of_that_image(models, folder, tmp_pat
     assert [example["title"] for example in read_explorer_payload(page)["examples"]] == [CUP]
 
 
-@pytest.mark.parametrize("task", ["vgp", "vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding", "captioning"])
+# captioning's METEOR starts a Java process (about 50 s here)
+@pytest.mark.parametrize(
+    "task", ["vgp", "vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding", pytest.param("captioning", marks=pytest.mark.slow)]
+)
 def test_evaluate_reads_the_user_file_of_its_task(task, models, folder, tmp_path, capsys):
     data = {"vgp": "vgp", "vqa": "vqa", "gqa": "vqa", "nlvr2": "nlvr2", "refcoco": "refcoco"}.get(task, "caption")
     if task == "captioning":
