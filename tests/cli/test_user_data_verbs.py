@@ -98,9 +98,7 @@ def models(tokenizer, tmp_path_factory) -> dict[str, Path]:
     }
     folders = {task: save_with_tokenizer(model, tokenizer, root / task) for task, model in heads.items()}
     (folders["vqa"] / "answer_vocab.json").write_text(json.dumps({"cat": 0, "coffee": 1, "dog": 2}))
-    captioner = tiny_family_model("captioner", tokenizer)
-    captioner.config.visual_feat_dim = FEATURE_DIM
-    captioner = type(captioner)(captioner.config)
+    captioner = tiny_family_model("captioner", tokenizer)  # 256-d features: the pixel encoder's default size
     folders["captioning"] = save_with_tokenizer(captioner, tokenizer, root / "captioning")
     return folders
 
@@ -145,10 +143,14 @@ def test_analyze_reads_a_user_file_and_draws_its_own_photo(models, folder, tmp_p
     assert (tmp_path / "analysis" / "top_regions_on_image.png").is_file()
 
 
-def test_analyze_reads_a_user_file_with_a_captioner(models, folder, tmp_path, capsys):
-    printed = json.loads(run(capsys, "analyze", str(models["captioning"]), "--data_file", str(folder / "caption.jsonl"),
-                             "--out", str(tmp_path / "analysis"), "--no_syntactic_grounding"))  # fmt: skip
-    assert "teacher-forced" in printed["data"]
+@pytest.mark.parametrize("family", ["two_stream", "captioner"])
+def test_explore_reads_a_user_file_with_every_family(family, tokenizer, folder, tmp_path, capsys):
+    model = save_with_tokenizer(tiny_family_model(family, tokenizer), tokenizer, tmp_path / family)
+    page = tmp_path / "page.html"
+    run(capsys, "explore", str(model), "--data_file", str(folder / "caption.jsonl"), "--out", str(page), "--probe_examples", "2")
+    payload = read_explorer_payload(page)
+    assert [example["title"] for example in payload["examples"]] == [CAT, CUP]
+    assert payload["probe"] is not None  # the phrases' gold boxes were probed
 
 
 def test_explore_draws_each_example_on_its_own_photo(models, folder, tmp_path, capsys):

@@ -148,10 +148,9 @@ def user_analysis_data(
         return AnalysisData(data.train, GroundedCaptionCollator(tokenizer, store, **options), spec.text_mask_key,
                             description, encoder_only=True, **files)  # fmt: skip
     if spec.name == "two_stream":
-        collator = TwoStreamPretrainingCollator(
-            tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0,
-            num_answers=model.config.num_qa_labels if getattr(model.config, "task_qa", False) else 0, **options,
-        )  # fmt: skip
+        collator = TwoStreamPretrainingCollator(  # captions carry no answers: nothing masked, every image matched
+            tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0, num_answers=0, **options
+        )
         return AnalysisData(data.train, collator, spec.text_mask_key, description, **files)
     collator = CaptioningCollator(tokenizer, store, **options)
     return AnalysisData(data.train, collator, spec.text_mask_key, f"{description}, teacher-forced", **files)
