@@ -826,7 +826,7 @@ def _add_data_file_argument(parser: argparse.ArgumentParser, reads: str) -> None
     group = parser.add_argument_group("your own data (--data_file alone means --data user_file)")
     group.add_argument(
         "--data_file", type=Path,
-        help=f"{reads} in the user-data format (JSON lines or CSV; image paths relative to the file; docs/own_data.md). "
+        help=f"{reads}; a file of the user-data format (JSON lines or CSV, image paths relative to the file: docs/own_data.md). "
         "The images' regions and features are made as the model's processor makes them (default: the whole image and "
         "a 4 x 4 grid, the pixel encoder at the model's visual_feat_dim) and kept in a cache reused while the images "
         "are unchanged: $HF_VLALIGN_CACHE/user_features (default ~/.cache/hf_vlalign/user_features)",
@@ -972,9 +972,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the synthetic scenes' evaluation split, or your own file (--data_file)",
     )  # fmt: skip
     _add_data_file_argument(
-        evaluate, "the evaluation examples, in the format of the task: vgp -> vgp, vqa / gqa -> vqa (answers named by "
-        "the model folder's answer_vocab.json), nlvr2 -> nlvr2, refcoco -> refcoco, flickr_grounding and captioning -> "
-        "caption",
+        evaluate, "the evaluation examples in the format of the task (vgp -> vgp, vqa / gqa -> vqa with answers named by "
+        "the model folder's answer_vocab.json, nlvr2 -> nlvr2, refcoco -> refcoco, flickr_grounding and captioning -> "
+        "caption)",
     )  # fmt: skip
     evaluate.add_argument("--out", type=Path, help="also write the results to this JSON file")
     evaluate.add_argument(
