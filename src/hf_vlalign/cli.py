@@ -6,7 +6,8 @@ torch nor transformers, so `hf-vlalign --help` is instant; each verb imports wha
 folder, a bad file, a wrong value) prints `hf-vlalign <verb>: error: <message>` and exits with status 2, as argparse
 does; a bug still shows its traceback. `user_error_message` is the one mapping from exception types to that line.
 An option the chosen setting (`--format`, `--data`, `--task`, ...) does not read is refused, never silently ignored
-(`OPTION_SETTINGS`), and an output path of the wrong kind (a folder where a file is written, or the reverse) is refused
+(`OPTION_SETTINGS`); `--data_file FILE` (a file of one's own images and texts, docs/own_data.md) alone means
+`--data user_file`; and an output path of the wrong kind (a folder where a file is written, or the reverse) is refused
 before anything runs (`OUTPUT_PATHS`).
 """
 
@@ -123,14 +124,19 @@ def user_error_message(error: BaseException) -> str | None:
 # option typed with another value is refused, naming both (`check_options`), never silently ignored.
 SYNTHETIC_OPTIONS = ("synthetic_train_images", "synthetic_eval_images", "synthetic_seed")
 VGP_FILE_OPTIONS = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features")
-FLICKR30K_ENTITIES_OPTIONS = ("split", "max_images", "max_text_length")
+FLICKR30K_ENTITIES_OPTIONS = ("split", "max_images")
+USER_FILE = "user_file"  # the `--data` value of a user-format file (`--data_file`)
+_USER_FILE_OPTIONS = {"data_file": ("data", (USER_FILE,))}
+_SYNTHETIC_ONLY = {name: ("data", ("synthetic",)) for name in SYNTHETIC_OPTIONS}
 _DATA_OPTIONS = {
-    **{name: ("data", ("synthetic",)) for name in SYNTHETIC_OPTIONS},
+    **_SYNTHETIC_ONLY,
     "vgp_train_csv": ("data", ("vgp",)),
     "vgp_eval_csv": ("data", ("vgp",)),
     "flickr30k_entities_dir": ("data", ("vgp", "flickr30k_entities")),
     "features": ("data", ("vgp", "flickr30k_entities")),
     **{name: ("data", ("flickr30k_entities",)) for name in FLICKR30K_ENTITIES_OPTIONS},
+    "max_text_length": ("data", ("flickr30k_entities", USER_FILE)),
+    **_USER_FILE_OPTIONS,
 }
 OPTION_SETTINGS: dict[str, dict[str, tuple[str, tuple]]] = {
     "convert-features": {
@@ -144,16 +150,28 @@ OPTION_SETTINGS: dict[str, dict[str, tuple[str, tuple]]] = {
         "spacy_model": ("no_syntactic_grounding", (False,)),
         "num_spatial_clusters": ("cluster_source", ("auto", "spatial")),
     },
-    "fisher": {name: ("data", ("synthetic",)) for name in SYNTHETIC_OPTIONS}
-    | {name: ("data", ("vgp",)) for name in VGP_FILE_OPTIONS},
+    "explore": _SYNTHETIC_ONLY | _USER_FILE_OPTIONS,
+    "evaluate": _SYNTHETIC_ONLY | _USER_FILE_OPTIONS,
+    "fisher": _SYNTHETIC_ONLY
+    | {name: ("data", ("vgp",)) for name in VGP_FILE_OPTIONS}
+    | {"split": ("data", ("synthetic", "vgp"))}
+    | _USER_FILE_OPTIONS,
 }
 # Options a value of a setting cannot run without: verb -> {(setting, value): options}
+_NEEDS_DATA_FILE = {("data", USER_FILE): ("data_file",)}
 REQUIRED_OPTIONS: dict[str, dict[tuple[str, object], tuple[str, ...]]] = {
     "convert-features": {("format", "butd_h5"): ("id_map",)},
-    "probe": {("data", "vgp"): VGP_FILE_OPTIONS, ("data", "flickr30k_entities"): ("flickr30k_entities_dir", "features")},
-    "analyze": {("data", "vgp"): VGP_FILE_OPTIONS, ("data", "flickr30k_entities"): ("flickr30k_entities_dir", "features")},
-    "fisher": {("data", "vgp"): VGP_FILE_OPTIONS},
+    "probe": {("data", "vgp"): VGP_FILE_OPTIONS, ("data", "flickr30k_entities"): ("flickr30k_entities_dir", "features")}
+    | _NEEDS_DATA_FILE,
+    "analyze": {("data", "vgp"): VGP_FILE_OPTIONS, ("data", "flickr30k_entities"): ("flickr30k_entities_dir", "features")}
+    | _NEEDS_DATA_FILE,
+    "explore": _NEEDS_DATA_FILE,
+    "evaluate": _NEEDS_DATA_FILE,
+    "fisher": {("data", "vgp"): VGP_FILE_OPTIONS} | _NEEDS_DATA_FILE,
 }
+# the user-data task (`data.builders.user_data.USER_TASKS`) whose format each verb's `--data_file` has (evaluate: by
+# its `--task`, `evaluation.tasks.USER_FILE_TASKS`)
+DATA_FILE_TASKS = {"probe": "caption", "analyze": "caption", "explore": "caption", "fisher": "vgp"}
 # Output paths of each verb and what is written there: a file, or a folder (of several files)
 OUTPUT_PATHS: dict[str, tuple[tuple[str, str], ...]] = {
     "synthesize": (("out", "folder"),),
@@ -172,6 +190,22 @@ def _setting_text(setting: str, value: object) -> str:
     if isinstance(value, bool):
         return f"`--{setting}`" if value else f"a run without `--{setting}`"
     return f"`--{setting} {value}`"
+
+
+def data_from_file(args: argparse.Namespace, given: set[str]) -> None:
+    """`--data_file` without `--data` means `--data user_file` (a `--data` typed with it is checked by
+    `check_options`)."""
+    if "data_file" in given and "data" not in given:
+        args.data = USER_FILE
+
+
+def data_file_task(args: argparse.Namespace) -> str:
+    """The user-data task whose format the verb's `--data_file` has."""
+    if args.verb == "evaluate":
+        from .evaluation.tasks import USER_FILE_TASKS
+
+        return USER_FILE_TASKS[args.task]
+    return DATA_FILE_TASKS[args.verb]
 
 
 def check_options(args: argparse.Namespace, given: set[str]) -> None:
@@ -209,9 +243,14 @@ def verb_inputs(args: argparse.Namespace) -> dict[str, Path | str]:
 
 
 def check_outputs_meet_no_inputs(args: argparse.Namespace) -> None:
-    """Refuses an output path that is one of the verb's inputs, is inside one or holds one, before anything runs (and
-    before the output's kind is checked, so that `--out` equal to `src` is named as such)."""
+    """Refuses an output path that is one of the verb's inputs (`verb_inputs`, and the images `--data_file` names), is
+    inside one or holds one, before anything runs (and before the output's kind is checked, so that `--out` equal to
+    `src` is named as such)."""
     inputs = verb_inputs(args)
+    if getattr(args, "data_file", None) is not None:  # the images the data file names are inputs too
+        from .evaluation.user_files import user_file_images
+
+        inputs |= user_file_images(args.data_file, data_file_task(args), argument="--data_file")
     for option, _ in OUTPUT_PATHS.get(args.verb, ()):
         if getattr(args, option) is not None:
             refuse_output_overlapping_inputs(getattr(args, option), inputs, output_argument=f"--{option}")
@@ -306,11 +345,13 @@ MODEL_REQUIREMENTS: dict[str, dict[str, tuple[str, str]]] = {
         "synthetic": ("architecture", "SingleStreamForVisualParaphrase"),
         "vgp": ("architecture", "SingleStreamForVisualParaphrase"),
         "flickr30k_entities": ("family", "single_stream"),
+        USER_FILE: ("family", "single_stream"),
     },
     "analyze": {"vgp": ("family", "single_stream"), "flickr30k_entities": ("family", "single_stream")},
     "fisher": {
         "synthetic": ("architecture", "SingleStreamForVisualParaphrase"),
         "vgp": ("architecture", "SingleStreamForVisualParaphrase"),
+        USER_FILE: ("architecture", "SingleStreamForVisualParaphrase"),
     },
 }
 
@@ -484,6 +525,8 @@ def _probe(args: argparse.Namespace) -> int:
         require("matplotlib", extra="plots")
     if args.data == "flickr30k_entities":
         probe, source = _probe_flickr30k_entities(args)
+    elif args.data == USER_FILE:
+        probe, source = _probe_user_file(args)
     else:
         probe, source = _probe_vgp(args)
     result = probe.to_dict()
@@ -548,6 +591,24 @@ def _probe_flickr30k_entities(args: argparse.Namespace):
     return probe, data.description
 
 
+def _probe_user_file(args: argparse.Namespace):
+    """(probe result, data description) of any single-stream checkpoint on the single captions of a user's `caption`
+    file with grounded phrases (Li et al.'s setting on one's own images)."""
+    from transformers import AutoTokenizer
+
+    from .evaluation.grounding import probe_attention_blocks
+    from .evaluation.model_analysis import user_analysis_data
+    from .evaluation.tasks import load_model
+
+    model = load_model(args.model)
+    data = user_analysis_data(args.model, model, AutoTokenizer.from_pretrained(args.model), args.data_file, args.max_text_length)
+    probe = probe_attention_blocks(
+        model.base_model, data.dataset, data.collator, data.text_mask_key, args.batch_size,
+        active_heads_only=args.best_head_among == "active",
+    )  # fmt: skip
+    return probe, data.description
+
+
 def _synthetic_config(args: argparse.Namespace):
     from .synthetic import SyntheticSceneConfig
 
@@ -574,7 +635,7 @@ def _analyze(args: argparse.Namespace) -> int:
 
     from .evaluation.model_analysis import analyze_model, check_analysis_output, vgp_analysis_data
 
-    files = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features", "spacy_model")
+    files = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features", "spacy_model", "data_file")
     check_analysis_output(args.out, {"model": args.model} | {f"--{name}": getattr(args, name) for name in files}, "--out")
     require("matplotlib", extra="plots")  # the analysis writes PNGs: checked before the model runs
     data = None
@@ -583,8 +644,10 @@ def _analyze(args: argparse.Namespace) -> int:
         data = vgp_analysis_data(tokenizer, args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features)
     elif args.data == "flickr30k_entities":
         data = _flickr30k_entities_data(args, AutoTokenizer.from_pretrained(args.model))
+    data_file = args.data_file if args.data == USER_FILE else None
     report = analyze_model(
-        args.model, args.out, data=data, synthetic=_synthetic_config(args), batch_size=args.batch_size,
+        args.model, args.out, data=data, data_file=data_file, max_text_length=args.max_text_length,
+        synthetic=_synthetic_config(args), batch_size=args.batch_size,
         max_examples=args.max_examples, syntactic_grounding=not args.no_syntactic_grounding, spacy_model=args.spacy_model,
         active_heads_only=args.best_head_among == "active", cluster_source=args.cluster_source,
         num_spatial_clusters=args.num_spatial_clusters,
@@ -604,10 +667,11 @@ def _analyze(args: argparse.Namespace) -> int:
 def _explore(args: argparse.Namespace) -> int:
     from .evaluation.model_explorer import check_explorer_output, explore_model
 
-    check_explorer_output(args.out, {"model": args.model, "--image": args.image}, "--out")
+    check_explorer_output(args.out, {"model": args.model, "--image": args.image, "--data_file": args.data_file}, "--out")
     require("matplotlib", extra="plots")  # the page's colour scale: checked before the model runs
     page = explore_model(
-        args.model, args.out, num_examples=args.num_examples, image=args.image, synthetic=_synthetic_config(args),
+        args.model, args.out, num_examples=args.num_examples, data_file=args.data_file, image=args.image,
+        synthetic=_synthetic_config(args),
         probe_examples=args.probe_examples, batch_size=args.batch_size,
     )  # fmt: skip
     summary = {"num_examples": page.num_examples, "probe_examples": page.probe_examples}
@@ -621,7 +685,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.task == "captioning":  # checked before the model runs
         require("pycocoevalcap", extra="caption-metrics")
     results = evaluate_task(
-        args.model, args.task, synthetic=_synthetic_config(args), batch_size=args.batch_size,
+        args.model, args.task, data_file=args.data_file, synthetic=_synthetic_config(args), batch_size=args.batch_size,
         max_text_length=args.max_text_length,
     )  # fmt: skip
     print(json.dumps(results, indent=2))
@@ -644,21 +708,29 @@ def _fisher(args: argparse.Namespace) -> int:
     if args.num_batches is not None and args.num_batches < 1:
         raise ValueError(f"`--num_batches` must be >= 1, got {args.num_batches}.")
     files = {"flickr30k_entities_dir": args.flickr30k_entities_dir, "vgp_train_csv": args.vgp_train_csv, "vgp_eval_csv": args.vgp_eval_csv, "features": args.features}
-    check_fisher_output(args.out, {"model": args.model} | {f"--{name}": path for name, path in files.items()}, "--out")
+    inputs = {"model": args.model, "--data_file": args.data_file} | {f"--{name}": path for name, path in files.items()}
+    check_fisher_output(args.out, inputs, "--out")
     model = load_model(args.model)
     single_stream = FAMILIES["single_stream"]
     if model.config.model_type != single_stream.model_type:
         vgp_model = single_stream.model("visual_paraphrase").class_name
         raise ValueError(f"`model` must hold a {vgp_model} (the VGP model), got a {model.config.model_type}.")
-    data = load_vgp_data(*files.values(), synthetic_config=_synthetic_config(args))
-    dataset = data.train if args.split == "train" else data.eval
-    collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features, vgp_task=model.config.vgp_task)
+    if args.data == USER_FILE:
+        from .evaluation.user_files import load_user_file
+
+        user_data = load_user_file(args.model, model.config, args.data_file, "vgp")
+        dataset, store, source = user_data.train, user_data.store, str(args.data_file)
+    else:
+        data = load_vgp_data(*files.values(), synthetic_config=_synthetic_config(args))
+        dataset = data.train if args.split == "train" else data.eval
+        store, source = data.region_features, f"{data.source} ({args.split})"
+    collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), store, vgp_task=model.config.vgp_task)
     dataloader = DataLoader(dataset, batch_size=args.batch_size, collate_fn=collator)
     fisher = estimate_fisher(model, dataloader, args.num_batches)
     path = save_fisher(args.out, fisher, anchor_weights(model))
     num_batches = min(len(dataloader), args.num_batches or len(dataloader))
     summary = {"out": str(path), "num_parameters": len(fisher), "num_batches": num_batches, "batch_size": args.batch_size}
-    print(json.dumps(summary | {"data": f"{data.source} ({args.split})", "fisher_sum": float(sum(f.sum() for f in fisher.values()))}, indent=2))
+    print(json.dumps(summary | {"data": source, "fisher_sum": float(sum(f.sum() for f in fisher.values()))}, indent=2))
     return 0
 
 
@@ -745,7 +817,22 @@ def _add_flickr30k_entities_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--split", choices=("train", "val", "test"), default="val", help="the Flickr30k Entities split")
     group.add_argument("--max_images", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), help="only the first N images of the split (default: all)")
-    group.add_argument("--max_text_length", type=int_at_most("MAX_TEXT_LENGTH"), default=64, help="word pieces per caption (longer ones are cut)")
+    group.add_argument(
+        "--max_text_length", type=int_at_most("MAX_TEXT_LENGTH"), default=64,
+        help="word pieces per caption of Flickr30k Entities or --data_file (longer ones are cut)",
+    )  # fmt: skip
+
+
+def _add_data_file_argument(parser: argparse.ArgumentParser, reads: str) -> None:
+    """`--data_file`: a file of one's own images and texts in the user-data format (docs/own_data.md)."""
+    group = parser.add_argument_group("your own data (--data_file alone means --data user_file)")
+    group.add_argument(
+        "--data_file", type=Path,
+        help=f"{reads}; a file of the user-data format (JSON lines or CSV, image paths relative to the file: docs/own_data.md). "
+        "The images' regions and features are made as the model's processor makes them (default: the whole image and "
+        "a 4 x 4 grid, the pixel encoder at the model's visual_feat_dim) and kept in a cache reused while the images "
+        "are unchanged: $HF_VLALIGN_CACHE/user_features (default ~/.cache/hf_vlalign/user_features)",
+    )  # fmt: skip
 
 
 def _add_active_heads_argument(parser: argparse.ArgumentParser) -> None:
@@ -814,10 +901,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_argument(probe, "a SingleStreamForVisualParaphrase checkpoint (any single-stream checkpoint with "
                         "--data flickr30k_entities, e.g. a converted VisualBERT)")  # fmt: skip
     probe.add_argument(
-        "--data", choices=("synthetic", "vgp", "flickr30k_entities"), default="synthetic",
-        help="the VGP pairs' eval split (synthetic scenes, or the four VGP files: `vgp`), or Flickr30k Entities single "
-        "captions (Li et al.'s setting: --flickr30k_entities_dir, --features, --split)",
+        "--data", choices=("synthetic", "vgp", "flickr30k_entities", USER_FILE), default="synthetic",
+        help="the VGP pairs' eval split (synthetic scenes, or the four VGP files: `vgp`), Flickr30k Entities single "
+        "captions (Li et al.'s setting: --flickr30k_entities_dir, --features, --split), or the single captions of your "
+        "own file (--data_file; any single-stream checkpoint)",
     )  # fmt: skip
+    _add_data_file_argument(probe, "a `caption` file with grounded phrases (image, caption, phrases with pixel boxes)")
     _add_vgp_file_arguments(probe)
     _add_flickr30k_entities_arguments(probe)
     _add_active_heads_argument(probe)
@@ -828,10 +917,12 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = add_verb("analyze", "grounding probe, attention entropy and plots of a saved model", _analyze)
     _add_model_argument(analyze, "an hf_vlalign checkpoint (any family)")
     analyze.add_argument(
-        "--data", choices=("synthetic", "vgp", "flickr30k_entities"), default="synthetic",
-        help="synthetic scenes (offline, any family), real VGP pairs (single-stream; the four files below) or Flickr30k "
-        "Entities single captions (single-stream, Li et al.'s setting: --flickr30k_entities_dir, --features, --split)",
+        "--data", choices=("synthetic", "vgp", "flickr30k_entities", USER_FILE), default="synthetic",
+        help="synthetic scenes (offline, any family), real VGP pairs (single-stream; the four files below), Flickr30k "
+        "Entities single captions (single-stream, Li et al.'s setting: --flickr30k_entities_dir, --features, --split) "
+        "or the captions of your own file (--data_file; any family)",
     )  # fmt: skip
+    _add_data_file_argument(analyze, "a `caption` file with grounded phrases (image, caption, phrases with pixel boxes)")
     _add_vgp_file_arguments(analyze)
     _add_flickr30k_entities_arguments(analyze)
     _add_active_heads_argument(analyze)
@@ -857,10 +948,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_argument(explore, "an hf_vlalign checkpoint (any family)")
     explore.add_argument("--out", type=Path, required=True, help="the HTML file to write (self-contained, opens offline)")
     explore.add_argument(
-        "--num_examples", type=int_at_most("MAX_EXPLORER_EXAMPLES"), default=4, help="the first N examples of the synthetic scenes' eval split (more "
+        "--data", choices=("synthetic", USER_FILE), default="synthetic",
+        help="the synthetic scenes' eval split (drawn on their renderings) or your own file (--data_file: each example "
+        "drawn on its own image)",
+    )  # fmt: skip
+    _add_data_file_argument(explore, "a `caption` file (image, caption, optional phrases with pixel boxes)")
+    explore.add_argument(
+        "--num_examples", type=int_at_most("MAX_EXPLORER_EXAMPLES"), default=4, help="the first N examples of the data (more "
         "than it holds: all of them, with a warning; the printed summary gives the count shown)",
     )  # fmt: skip
-    explore.add_argument("--image", type=Path, help="draw the boxes on this image (or on <image_id>.png/.jpg of this folder)")
+    explore.add_argument(
+        "--image", type=Path, help="with --data_file: show only the rows of this image (a file the data file names). An "
+        "image without its own rows is refused: boxes are never drawn on another image",
+    )  # fmt: skip
     explore.add_argument(
         "--probe_examples", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), default=128, help="examples of the grounding-probe grid (0: none; more than the "
         "split holds: all of them, with a warning)",
@@ -875,6 +975,15 @@ def build_parser() -> argparse.ArgumentParser:
         "nlvr2 (VisualReasoning), refcoco (ReferringExpression), flickr_grounding (PhraseGrounding), captioning "
         "(the captioner)",
     )  # fmt: skip
+    evaluate.add_argument(
+        "--data", choices=("synthetic", USER_FILE), default="synthetic",
+        help="the synthetic scenes' evaluation split, or your own file (--data_file)",
+    )  # fmt: skip
+    _add_data_file_argument(
+        evaluate, "the evaluation examples in the format of the task (vgp -> vgp, vqa / gqa -> vqa with answers named by "
+        "the model folder's answer_vocab.json, nlvr2 -> nlvr2, refcoco -> refcoco, flickr_grounding and captioning -> "
+        "caption)",
+    )  # fmt: skip
     evaluate.add_argument("--out", type=Path, help="also write the results to this JSON file")
     evaluate.add_argument(
         "--max_text_length", type=int_at_most("MAX_TEXT_LENGTH"), help="tokens per text of vqa, gqa (question-answering heads), nlvr2, refcoco "
@@ -885,11 +994,12 @@ def build_parser() -> argparse.ArgumentParser:
     fisher = add_verb("fisher", "diagonal Fisher of a saved VGP model, for EWC (`--ewc_fisher` of the trainers' arguments)", _fisher)
     _add_model_argument(fisher, "a SingleStreamForVisualParaphrase checkpoint")
     fisher.add_argument(
-        "--data", choices=("synthetic", "vgp"), default="synthetic",
-        help="synthetic scenes (offline) or real VGP pairs (the four files below)",
+        "--data", choices=("synthetic", "vgp", USER_FILE), default="synthetic",
+        help="synthetic scenes (offline), real VGP pairs (the four files below) or your own file (--data_file)",
     )  # fmt: skip
+    _add_data_file_argument(fisher, "a `vgp` file (image, two captions, a phrase of each, which caption describes the image)")
     _add_vgp_file_arguments(fisher)
-    fisher.add_argument("--split", choices=("train", "eval"), default="train", help="the split the Fisher is estimated on")
+    fisher.add_argument("--split", choices=("train", "eval"), default="train", help="the split the Fisher is estimated on (synthetic or vgp data)")
     fisher.add_argument(
         "--out", type=Path, required=True, help="the safetensors file to write (Fisher and anchor weights)"
     )
@@ -908,7 +1018,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        check_options(args, typed_options(parser, argv))
+        given = typed_options(parser, argv)
+        data_from_file(args, given)
+        check_options(args, given)
         check_outputs_meet_no_inputs(args)
         check_output_paths(args)
         if args.checkpoint_argument is not None:

@@ -159,7 +159,7 @@ def test_page_is_self_contained(explored):
         assert remote not in local, remote
 
 
-def test_user_image_replaces_the_rendering(explored, tmp_path, capsys):
+def test_an_image_without_its_own_rows_is_refused_never_overlaid(explored, tmp_path, capsys):
     folder, _ = explored["two_stream"]
     Image.new("RGB", (300, 200), (10, 200, 30)).save(tmp_path / "photo.png")
     page = tmp_path / "report.html"
@@ -174,12 +174,9 @@ def test_user_image_replaces_the_rendering(explored, tmp_path, capsys):
         "0",
         *SYNTHETIC_FLAGS,
     ]
-    assert main([*argv, "--image", str(tmp_path / "photo.png")]) == 0
-    data = read_explorer_payload(page)
-    assert data["probe"] is None and data["examples"][0]["size"] == [300, 200]
-    image = Image.open(io.BytesIO(base64.b64decode(data["examples"][0]["image"].split(",", 1)[1])))
-    assert image.getpixel((5, 5)) == (10, 200, 30)
-    capsys.readouterr()
+    with pytest.raises(SystemExit, match="2"):  # the synthetic scene's boxes and caption are not the photo's
+        main([*argv, "--image", str(tmp_path / "photo.png")])
+    assert "has no text and boxes of its own" in capsys.readouterr().err and not page.exists()
     with pytest.raises(SystemExit, match="2"):  # a user mistake: one line on stderr, exit status 2
         main([*argv, "--image", str(tmp_path / "missing.png")])
     assert "`image` must be an image file" in capsys.readouterr().err

@@ -4,7 +4,8 @@ object clusters (Analysis I) and the plots, for a saved model of any family on a
 
 The synthetic scenes are the offline default: a single-stream model reads their VGP caption pairs, a two-stream model
 their GQA-format questions, a captioner their captions (teacher-forced); all three carry gold phrase boxes. Li et al.'s
-own setting is `flickr30k_entities_analysis_data`: Flickr30k Entities captions, each alone with its image's regions.
+own setting is `flickr30k_entities_analysis_data`: Flickr30k Entities captions, each alone with its image's regions;
+`user_analysis_data` reads a user's `caption` file (`data.builders.user_data`) the same way.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, MAX_BATCH_SIZE, MAX_SPATI
 from .inference import inference_batches
 from .syntactic_analysis import SyntacticGroundingAnalysis
 from .tasks import load_model
+from .user_files import user_file_images
 
 ANALYSIS_FILE = "analysis.json"
 logger = logging.get_logger(__name__)
@@ -65,6 +67,13 @@ class AnalysisData:
     image_dir: Path | None = None
     class_names: tuple[str, ...] | None = None
     encoder_only: bool = False
+    image_paths: dict[str, Path] | None = None
+
+    def image_path(self, image_id: str) -> Path | None:
+        """The image file of `image_id`: from `image_paths`, else `<image_dir>/<image_id>.png`; None without either."""
+        if self.image_paths is not None:
+            return self.image_paths.get(image_id)
+        return self.image_dir / f"{image_id}.png" if self.image_dir is not None else None
 
 
 def vgp_analysis_data(tokenizer, flickr30k_entities_dir, vgp_train_csv, vgp_eval_csv, features) -> AnalysisData:
@@ -110,6 +119,41 @@ def flickr30k_entities_analysis_data(
     )
     description = f"Flickr30k Entities {split}, single captions ({len(captions)} captions)"
     return AnalysisData(captions, collator, SINGLE_STREAM.text_mask_key, description, encoder_only=True)
+
+
+def user_analysis_data(
+    model_dir: str | Path,
+    model,
+    tokenizer,
+    data_file: str | Path,
+    max_text_length: int = 64,
+    require_phrases: bool = True,
+) -> AnalysisData:
+    """A user's `caption` file (`data.builders.user_data`: image, caption, grounded phrases with pixel boxes), each
+    caption alone with its image's regions (made as the model's processor makes them, `region_options_for_model`),
+    read as the model's family reads captions: a single-stream model's encoder (Li et al.'s single-caption setting), a
+    two-stream model's pre-training inputs, a captioner's teacher-forced captions. `require_phrases`: refuse a file
+    without any grounded phrase (the grounding probe scores those)."""
+    from ..data import CaptioningCollator, GroundedCaptionCollator, TwoStreamPretrainingCollator
+    from .user_files import check_grounded_phrases, load_user_file
+
+    data = load_user_file(model_dir, model.config, data_file, "caption")
+    if require_phrases:
+        check_grounded_phrases(data, data_file, "the grounding probe")
+    spec, store = family_spec(model), data.store
+    options = {"text_columns": ("caption",), "max_text_length": max_text_length, "return_probe_targets": True}
+    description = f"{data_file}, single captions ({len(data.train)} captions)"
+    files = {"image_paths": data.image_paths}
+    if spec.name == "single_stream":
+        return AnalysisData(data.train, GroundedCaptionCollator(tokenizer, store, **options), spec.text_mask_key,
+                            description, encoder_only=True, **files)  # fmt: skip
+    if spec.name == "two_stream":
+        collator = TwoStreamPretrainingCollator(  # captions carry no answers: nothing masked, every image matched
+            tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0, num_answers=0, **options
+        )
+        return AnalysisData(data.train, collator, spec.text_mask_key, description, **files)
+    collator = CaptioningCollator(tokenizer, store, **options)
+    return AnalysisData(data.train, collator, spec.text_mask_key, f"{description}, teacher-forced", **files)
 
 
 def synthetic_analysis_data(model, tokenizer, synthetic: SyntheticSceneConfig) -> AnalysisData:
@@ -242,6 +286,8 @@ def analyze_model(
     out_dir: str | Path,
     *,
     data: AnalysisData | None = None,
+    data_file: str | Path | None = None,
+    max_text_length: int = 64,
     synthetic: SyntheticSceneConfig | None = None,
     batch_size: int = 32,
     max_examples: int | None = None,
@@ -253,7 +299,8 @@ def analyze_model(
     num_spatial_clusters: int = DEFAULT_NUM_SPATIAL_CLUSTERS,
 ) -> dict:
     """Runs the probe, the entropy and distance analyses and the plots of the model saved in `model_dir` over `data`
-    (default: the synthetic scenes' evaluation split); writes `analysis.json` and PNGs into `out_dir` and returns the
+    (default: the synthetic scenes' evaluation split), or over a user's `caption` file `data_file` with grounded
+    phrases (`user_analysis_data`, texts cut at `max_text_length` word pieces); writes `analysis.json` and PNGs into `out_dir` and returns the
     JSON content.
 
     PNGs: `grounding_accuracy_per_head.png` (layer x head), `grounding_accuracy_per_layer.png` (Li et al. Figure 3),
@@ -286,9 +333,14 @@ def analyze_model(
     if cluster_source not in CLUSTER_SOURCES:
         raise ValueError(f"`cluster_source` must be one of {CLUSTER_SOURCES}, got {cluster_source!r}.")
     check_size("num_spatial_clusters", num_spatial_clusters, MAX_SPATIAL_CLUSTERS, limit_name="MAX_SPATIAL_CLUSTERS")
-    check_analysis_output(out_dir, {"model_dir": model_dir, "data.image_dir": getattr(data, "image_dir", None)})
+    if data is not None and data_file is not None:
+        raise ValueError("pass `data` or `data_file`, not both.")
+    inputs = {"model_dir": model_dir, "data.image_dir": getattr(data, "image_dir", None), "data_file": data_file}
+    check_analysis_output(out_dir, inputs | user_file_images(data_file, "caption"))
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if data_file is not None:
+        data = user_analysis_data(model_dir, model, tokenizer, data_file, max_text_length)
     if data is not None and data.text_mask_key == "attention_mask" and family_spec(model).name == "captioner":
         raise ValueError("`data` holds text pairs for an encoder model, but `model_dir` holds a captioner.")
     data = data or synthetic_analysis_data(model, tokenizer, synthetic or SyntheticSceneConfig())
@@ -492,7 +544,7 @@ def _plot_top_regions(example: _Example, blocks, result, data: AnalysisData, out
     """The image with each grounded word's top-3 boxes on the probe's best head and its phrase's gold box, when the
     image is at hand; returns {"png": file name} or {"skipped": why}."""
     image_id = example.row["image_id"]
-    image = data.image_dir / f"{image_id}.png" if data.image_dir is not None else None
+    image = data.image_path(image_id)
     if image is None or not image.is_file():
         return {"skipped": f"no image: the data has no image folder, or {image} is missing."}
     with Image.open(image) as opened:
@@ -521,5 +573,6 @@ __all__ = [
     "analyze_model",
     "flickr30k_entities_analysis_data",
     "synthetic_analysis_data",
+    "user_analysis_data",
     "vgp_analysis_data",
 ]

@@ -1,6 +1,10 @@
 """`hf-vlalign explore`: the interactive word-region attention explorer (`analysis.explorer`) of a saved model of any
-family, on the first N examples of the synthetic scenes' evaluation split (read as `hf-vlalign analyze` reads them),
-with the grounding probe's per-head accuracy over the first `probe_examples` examples."""
+family, on the first N examples of the synthetic scenes' evaluation split or of a user's `caption` file (read as
+`hf-vlalign analyze` reads them), with the grounding probe's per-head accuracy over the first `probe_examples` examples.
+
+Boxes are drawn only on the image whose regions they are: a synthetic scene's rendering, or the image a user file's row
+names. An `image` that does not come with its own text and boxes (with the synthetic scenes, or one no row of the file
+names) is refused, never overlaid with another image's boxes."""
 
 from __future__ import annotations
 
@@ -16,17 +20,17 @@ from ..analysis.adapters import attention_blocks
 from ..analysis.explorer import explorer_examples, is_explorer_page, write_attention_explorer
 from ..analysis.grounding_probe import GroundingProbe, GroundingProbeResult
 from ..models.family import family_spec
-from ..synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
+from ..synthetic import SyntheticSceneConfig
 from ..utils.output_paths import refuse_foreign_file, refuse_output_overlapping_inputs
 from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, MAX_BATCH_SIZE, MAX_EXPLORER_EXAMPLES, check_size
 from .inference import inference_batches
-from .model_analysis import ATTENTION_TARGET_KEYS, AnalysisData, gold_phrases, synthetic_analysis_data
+from .model_analysis import ATTENTION_TARGET_KEYS, AnalysisData, gold_phrases, synthetic_analysis_data, user_analysis_data
 from .tasks import load_model
+from .user_files import user_file_images
 
 __all__ = ["ExplorerPage", "explore_model"]
 
 logger = logging.get_logger(__name__)
-_IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 
 class ExplorerPage(NamedTuple):
@@ -57,22 +61,33 @@ def _readable_image(path: Path) -> Path:
     return path
 
 
-def _image_for(image_id: str, image: str | os.PathLike | None, synthetic: SyntheticSceneConfig) -> Path | None:
-    """`image` itself (a file), `<image>/<image_id>.png|.jpg` (a folder), or the synthetic scene's rendering."""
-    if image is not None:
-        image = Path(image)
-        if image.is_file():
-            return _readable_image(image)
-        if not image.is_dir():
-            raise ValueError(
-                f"`image` must be an image file or a folder of <image_id>.png/.jpg, got {str(image)!r} which does not exist."
-            )
-        found = [
-            image / f"{image_id}{suffix}" for suffix in _IMAGE_SUFFIXES if (image / f"{image_id}{suffix}").is_file()
-        ]
-        return _readable_image(found[0]) if found else None
-    rendered = load_or_generate_synthetic_vgp(config=synthetic).images / f"{image_id}.png"
-    return rendered if rendered.is_file() else None
+def image_shown(image: str | os.PathLike | None, data_file: str | os.PathLike | None) -> str | None:
+    """The image id whose rows `image` asks for (None without `image`), checked before the model runs: an image is
+    refused without a `data_file` (it would get a synthetic scene's boxes and text) and when no row of the file names
+    it (it would get another image's)."""
+    from ..data.builders.user_data import read_user_rows
+
+    if image is None:
+        return None
+    if data_file is None:
+        raise ValueError(
+            f"`image` {image} has no text and boxes of its own: the synthetic scenes' boxes and captions are drawn only "
+            "on their own renderings; give a `data_file` whose rows name the image (its caption and phrase boxes)."
+        )
+    named = {path.resolve(): path for row in read_user_rows(data_file, "caption") for path in row.images.values()}
+    if Path(image).resolve() not in named:
+        names = ", ".join(sorted({path.name for path in named.values()}))
+        raise ValueError(
+            f"`image` {image} is named by no row of `data_file` {data_file} (its images: {names}): the explorer draws a "
+            "row's boxes and text only on that row's own image."
+        )
+    return named[Path(image).resolve()].stem
+
+
+def _image_for(image_id: str, data: AnalysisData) -> Path | None:
+    """The image a row's boxes belong to: the user file's image, or the synthetic scene's rendering."""
+    path = data.image_path(image_id)
+    return path if path is not None and path.is_file() else None
 
 
 def _probe(
@@ -107,7 +122,9 @@ def explore_model(
     out: str | os.PathLike,
     *,
     num_examples: int = 4,
+    data_file: str | os.PathLike | None = None,
     image: str | os.PathLike | None = None,
+    max_text_length: int = 64,
     synthetic: SyntheticSceneConfig | None = None,
     probe_examples: int = 128,
     batch_size: int = 32,
@@ -118,12 +135,13 @@ def explore_model(
 
     Args:
         model_dir: an hf_vlalign checkpoint of any family (with its tokenizer).
-        out: the HTML file to write: new or an earlier explorer page, and none of the inputs (`model_dir`, `image`),
-            nor inside or around one (e.g. `<model_dir>-explorer.html` beside the model).
-        num_examples: the first N examples of the synthetic scenes' evaluation split to show (at most
-            `MAX_EXPLORER_EXAMPLES`).
-        image: the image to draw the boxes on instead of the synthetic scene's rendering: a file (every example) or a
-            folder of `<image_id>.png` / `.jpg` files.
+        out: the HTML file to write: new or an earlier explorer page, and none of the inputs (`model_dir`,
+            `data_file` and its images), nor inside or around one (e.g. `<model_dir>-explorer.html` beside the model).
+        num_examples: the first N examples to show (at most `MAX_EXPLORER_EXAMPLES`).
+        data_file: a user's `caption` file (`data.builders.user_data`); each example is drawn on its own image. Default:
+            the synthetic scenes' evaluation split, drawn on their renderings.
+        image: with `data_file`, show only the rows of this image (a file the data file names); refused otherwise.
+        max_text_length: word pieces per caption of `data_file` (longer ones are cut).
         synthetic: the synthetic scenes (default `SyntheticSceneConfig()`).
         probe_examples: examples the grounding probe's accuracy grid is computed on (0: no grid).
         batch_size: batch size of the probe.
@@ -138,21 +156,26 @@ def explore_model(
     check_size("num_examples", num_examples, MAX_EXPLORER_EXAMPLES, limit_name="MAX_EXPLORER_EXAMPLES")
     check_size("probe_examples", probe_examples, MAX_ANALYSIS_EXAMPLES, minimum=0, limit_name="MAX_ANALYSIS_EXAMPLES")
     check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
-    if image is not None and not Path(image).exists():
-        raise ValueError(
-            f"`image` must be an image file or a folder of <image_id>.png/.jpg, got {str(image)!r} which does not exist."
-        )
-    check_explorer_output(out, {"model_dir": model_dir, "image": image})
-    if image is not None and Path(image).is_file():  # checked before the model runs
+    if image is not None and not Path(image).is_file():
+        problem = "is a folder" if Path(image).is_dir() else "which does not exist"
+        raise ValueError(f"`image` must be an image file that `data_file` names, got {str(image)!r} {problem}.")
+    inputs = {"model_dir": model_dir, "data_file": data_file, "image": image}
+    check_explorer_output(out, inputs | user_file_images(data_file, "caption"))
+    if image is not None:  # checked before the model runs
         _readable_image(Path(image))
+    image_id = image_shown(image, data_file)
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    synthetic = synthetic or SyntheticSceneConfig()
-    data = synthetic_analysis_data(model, tokenizer, synthetic)
+    if data_file is not None:
+        data = user_analysis_data(model_dir, model, tokenizer, data_file, max_text_length, require_phrases=False)
+    else:
+        data = synthetic_analysis_data(model, tokenizer, synthetic or SyntheticSceneConfig())
     source = family_spec(model).name
+    if data.encoder_only:  # single captions carry no inputs of a single-stream task head
+        model = model.base_model
     end_token = getattr(model.config, "use_end_token", None)
     captioner = source == "captioner"
-    dataset = data.dataset
+    dataset = data.dataset if image_id is None else data.dataset.filter(lambda row: row["image_id"] == image_id)
     probed = _first(dataset, probe_examples, "probe_examples", data.description)
     probe = _probe(model, data, probed, batch_size, source, end_token, progress) if probe_examples else None
     examples = []
@@ -165,7 +188,7 @@ def explore_model(
         examples += explorer_examples(
             outputs, words=[tokenizer.convert_ids_to_tokens(ids.tolist())], region_boxes=batch["visual_boxes"],
             text_mask=text_mask, region_mask=batch["visual_attention_mask"], gold=[gold_phrases(row, data, captioner)],
-            images=[_image_for(row["image_id"], image, synthetic)], source=source, end_token=end_token,
+            images=[_image_for(row["image_id"], data)], source=source, end_token=end_token,
             titles=[" / ".join(row[column] for column in data.collator.text_columns)],
         )  # fmt: skip
     subtitle = (

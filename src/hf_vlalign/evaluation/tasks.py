@@ -63,15 +63,22 @@ def load_model(model_dir: str | Path) -> torch.nn.Module:
 
 @torch.no_grad()
 def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool) -> dict:
-    from ..data import VGPCollator
     from ..data.builders import load_vgp_data
-    from ..metrics.vgp import vgp_accuracy
 
     data = load_vgp_data(synthetic_config=synthetic)
+    return score_vgp(model, tokenizer, data.eval, data.region_features, batch_size, progress)
+
+
+@torch.no_grad()
+def score_vgp(model, tokenizer, rows, store, batch_size: int, progress: bool) -> dict:
+    """Identification and VGP accuracy of a `SingleStreamForVisualParaphrase` on VGP rows joined to `store`."""
+    from ..data import VGPCollator
+    from ..metrics.vgp import vgp_accuracy
+
     # the model's VGP task (eq. 4): semantic types (pairs without one are -100, left out) or paraphrase vs not
-    collator = VGPCollator(tokenizer, data.region_features, vgp_task=model.config.vgp_task)
+    collator = VGPCollator(tokenizer, store, vgp_task=model.config.vgp_task)
     id_correct, vgp_predicted, vgp_labels = 0, [], []
-    for batch in inference_batches(model, data.eval, collator, batch_size, description="vgp", progress=progress):
+    for batch in inference_batches(model, rows, collator, batch_size, description="vgp", progress=progress):
         outputs = model(**batch.inputs)
         id_correct += int((outputs.id_logits.argmax(-1) == batch.inputs["id_labels"]).sum())
         vgp_predicted.append(outputs.vgp_logits.argmax(-1).cpu())
@@ -80,7 +87,7 @@ def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
     vgp = vgp_accuracy(
         torch.cat(vgp_predicted).numpy(), torch.cat(vgp_labels).numpy(), model.config.vgp_class_names(), per_class_key
     )
-    return {"image_description_accuracy": id_correct / len(data.eval), **vgp, "num_examples": len(data.eval)}
+    return {"image_description_accuracy": id_correct / len(rows), **vgp, "num_examples": len(rows)}
 
 
 @torch.no_grad()
@@ -137,12 +144,22 @@ def generate_captions(
 def evaluate_captioning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, num_beams: int = 1, max_new_tokens: int = 20) -> dict:
     from ..data import build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
-    from ..metrics.captioning import caption_scores
 
     store = synthetic_region_features(config=synthetic)
     captions = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
+    return score_captioning(model, tokenizer, captions, "sentence", store, batch_size, progress, num_beams, max_new_tokens)
+
+
+def score_captioning(
+    model, tokenizer, captions, column: str, store, batch_size: int, progress: bool, num_beams: int = 1,
+    max_new_tokens: int = 20,
+) -> dict:
+    """Caption metrics of a captioner's captions of the images of `captions` (the rows of one image, their texts in
+    `column`, are its references)."""
+    from ..metrics.captioning import caption_scores
+
     references: dict[str, list[str]] = {}
-    for image_id, sentence in zip(captions["image_id"], captions["sentence"]):
+    for image_id, sentence in zip(captions["image_id"], captions[column]):
         references.setdefault(image_id, []).append(sentence)
     generated = generate_captions(
         model, tokenizer, store, list(references), batch_size, max_new_tokens, num_beams, progress=progress
@@ -176,30 +193,55 @@ def evaluate_question_answering(model, tokenizer, model_dir, synthetic: Syntheti
     """`accuracy` and the GQA script's metrics of a `*ForQuestionAnswering` on the scenes' GQA-format questions, as
     examples/finetune_vqa.py evaluates: its answers are `answer_vocab.json` of `model_dir` (the scenes' vocabulary
     when the folder has none)."""
-    from transformers.utils import cached_file
-
-    from ..data import QuestionAnsweringCollator, build_dataset
-    from ..data.builders import gqa, vqa_v2
+    from ..data import build_dataset
+    from ..data.builders import gqa
     from ..data.builders.synthetic_scenes import synthetic_region_features
     from ..synthetic import load_or_generate_synthetic_vgp
     from ..synthetic.questions import ANSWER_VOCAB_FILE
-    from .task_metrics import answer_metrics, predicted_answer_ids
 
     store = synthetic_region_features(config=synthetic)
     questions_dir = load_or_generate_synthetic_vgp(config=synthetic).gqa_dir
+    vocab = model_answer_vocab(model, model_dir, questions_dir / ANSWER_VOCAB_FILE)
+    rows = build_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
+    records = gqa.read_questions(gqa.question_files(questions_dir, "val", "balanced", None))
+    return score_question_answering(model, tokenizer, vocab, rows, store, records, batch_size, progress, max_text_length)
+
+
+def model_answer_vocab(model, model_dir, default: Path | None = None) -> dict[str, int]:
+    """{answer: id} of a question-answering head: `answer_vocab.json` of `model_dir` (else the `default` file), of
+    the head's size."""
+    from transformers.utils import cached_file
+
+    from ..data.builders import vqa_v2
+
     vocab_file = cached_file(str(model_dir), ANSWER_VOCAB_NAME, _raise_exceptions_for_missing_entries=False)
-    vocab = vqa_v2.read_answer_vocab(vocab_file or questions_dir / ANSWER_VOCAB_FILE)
+    if vocab_file is None and default is None:
+        raise FileNotFoundError(
+            f"`model_dir` {model_dir} has no {ANSWER_VOCAB_NAME} (the answers of its head, saved by "
+            "examples/finetune_vqa.py): the predicted answer ids cannot be named."
+        )
+    vocab = vqa_v2.read_answer_vocab(vocab_file or default)
     if len(vocab) != model.config.num_qa_labels:
         raise ValueError(
             f"`model_dir` answers over {model.config.num_qa_labels} answers, but the answer vocabulary "
             f"({vocab_file or 'of the synthetic scenes'}) has {len(vocab)}: evaluate the model on the questions it was "
             "trained on (its folder's answer_vocab.json)."
         )
-    rows = build_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
+    return vocab
+
+
+def score_question_answering(
+    model, tokenizer, vocab, rows, store, records, batch_size: int, progress: bool, max_text_length: int
+) -> dict:
+    """`accuracy` of a `*ForQuestionAnswering` on question rows with answers in `vocab`'s ids (`label`, or VQA's
+    `labels` / `scores`), and the GQA script's metrics with GQA question `records` (None: VQA's metrics)."""
+    from ..data import QuestionAnsweringCollator
+    from .task_metrics import answer_metrics, predicted_answer_ids
+
     collator = QuestionAnsweringCollator(tokenizer, store, num_answers=len(vocab), max_text_length=max_text_length)
-    rows, _ = collator.drop_overlong_rows(rows, "synthetic questions eval")
-    records = gqa.read_questions(gqa.question_files(questions_dir, "val", "balanced", None))
-    metrics = answer_metrics(vocab, {qid: records[qid] for qid in rows["question_id"]}, rows)
+    rows, _ = collator.drop_overlong_rows(rows, "questions eval")
+    questions = None if records is None else {qid: records[qid] for qid in rows["question_id"]}
+    metrics = answer_metrics(vocab, questions, rows)
     results = _trainer_evaluate(model, collator, rows, batch_size, progress, metrics, predicted_answer_ids)
     return results | {"num_questions": len(rows), "num_answers": len(vocab)}
 
@@ -207,14 +249,21 @@ def evaluate_question_answering(model, tokenizer, model_dir, synthetic: Syntheti
 def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int) -> dict:
     """NLVR2's accuracy and consistency of a `*ForVisualReasoning` on the scenes' NLVR2 statements, as
     examples/finetune_nlvr2.py evaluates."""
-    from ..data import ImagePairCollator, build_dataset
+    from ..data import build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
-    from .task_metrics import predicted_truth, reasoning_metrics
 
     store = synthetic_region_features(config=synthetic, task="nlvr2")
     rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", config=synthetic, region_features=store)
+    return score_visual_reasoning(model, tokenizer, rows, store, batch_size, progress, max_text_length)
+
+
+def score_visual_reasoning(model, tokenizer, rows, store, batch_size: int, progress: bool, max_text_length: int) -> dict:
+    """NLVR2's accuracy and consistency of a `*ForVisualReasoning` on image-pair rows with NLVR2 identifiers."""
+    from ..data import ImagePairCollator
+    from .task_metrics import predicted_truth, reasoning_metrics
+
     collator = ImagePairCollator(tokenizer, store, max_text_length=max_text_length)
-    rows, _ = collator.drop_overlong_rows(rows, "synthetic nlvr2 eval")
+    rows, _ = collator.drop_overlong_rows(rows, "nlvr2 eval")
     results = _trainer_evaluate(model, collator, rows, batch_size, progress, reasoning_metrics(rows), predicted_truth)
     return results | {"num_examples": len(rows)}
 
@@ -222,26 +271,40 @@ def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig,
 def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int) -> dict:
     """Accuracy (IoU >= 0.5) of a `*ForReferringExpression`'s chosen regions on the scenes' referring expressions, with
     the confidence baseline, the upper bound and chance, as examples/finetune_refcoco.py evaluates."""
-    from ..data import ReferringExpressionCollator, build_dataset
+    from ..data import build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
-    from .task_metrics import IOU_THRESHOLD, chosen_regions, referring_results
 
     store = synthetic_region_features(config=synthetic)
     rows = build_dataset("synthetic_scenes", None, "val", task="refcoco", config=synthetic, region_features=store)
+    return score_referring_expression(model, tokenizer, rows, store, batch_size, max_text_length)
+
+
+def score_referring_expression(model, tokenizer, rows, store, batch_size: int, max_text_length: int) -> dict:
+    """Accuracy (IoU >= 0.5) of a `*ForReferringExpression` on referring-expression rows joined to `store`."""
+    from ..data import ReferringExpressionCollator
+    from .task_metrics import IOU_THRESHOLD, chosen_regions, referring_results
+
     collator = ReferringExpressionCollator(tokenizer, store, max_text_length=max_text_length, iou_threshold=IOU_THRESHOLD)
-    rows, _ = collator.drop_overlong_rows(rows, "synthetic referring eval")
+    rows, _ = collator.drop_overlong_rows(rows, "referring eval")
     return referring_results(rows, store, chosen_regions(model, rows, collator, batch_size))
 
 
 def evaluate_phrase_grounding(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int) -> dict:
     """Recall@1/5/10 (MERGED-BOXES) of a `*ForPhraseGrounding` on the scenes' captions (Flickr30k Entities format), with
     the confidence baseline and the upper bound, as examples/finetune_flickr_grounding.py evaluates."""
-    from ..data import PhraseGroundingCollator, build_dataset
+    from ..data import build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
-    from .task_metrics import IOU_THRESHOLD, grounded_phrases_only, phrase_region_scores, recall_results
 
     store = synthetic_region_features(config=synthetic)
     rows = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic, region_features=store)
+    return score_phrase_grounding(model, tokenizer, rows, store, batch_size, max_text_length)
+
+
+def score_phrase_grounding(model, tokenizer, rows, store, batch_size: int, max_text_length: int) -> dict:
+    """Recall@1/5/10 (MERGED-BOXES) of a `*ForPhraseGrounding` on caption rows (`sentence` and its phrase columns)."""
+    from ..data import PhraseGroundingCollator
+    from .task_metrics import IOU_THRESHOLD, grounded_phrases_only, phrase_region_scores, recall_results
+
     rows, counts = grounded_phrases_only(rows, tokenizer, max_text_length)
     collator = PhraseGroundingCollator(tokenizer, store, max_text_length=max_text_length, iou_threshold=IOU_THRESHOLD)
     results = recall_results(rows, store, phrase_region_scores(model, rows, collator, batch_size))
@@ -253,12 +316,15 @@ def evaluate_task(
     model_dir: str | Path,
     task: str,
     *,
+    data_file: str | Path | None = None,
     synthetic: SyntheticSceneConfig | None = None,
     batch_size: int = 32,
     progress: bool = True,
     max_text_length: int | None = None,
 ) -> dict:
-    """The metric of `task` for the model saved in `model_dir`, on the synthetic scenes' evaluation split.
+    """The metric of `task` for the model saved in `model_dir`, on the synthetic scenes' evaluation split, or on a
+    user-format `data_file` (`data.builders.user_data`) of the task's format (`USER_FILE_TASKS`), whose images' region
+    features are made as the model's processor makes them (`user_files.region_options_for_model`).
 
     `max_text_length` cuts the texts of the tasks in `TEXT_LENGTH_TASKS` (None: `DEFAULT_MAX_TEXT_LENGTH`, as the
     examples do); the other evaluations (`vgp`, a two-stream pre-training QA head, `captioning`) do not read it and
@@ -284,9 +350,17 @@ def evaluate_task(
             f"`max_text_length` applies only to the tasks {TEXT_LENGTH_TASKS} of heads that cut texts; {evaluation} does "
             "not read it: drop it."
         )
+    if data_file is not None and pretraining:
+        raise ValueError(
+            f"a {architecture}'s pre-training answers are those of the synthetic scenes; a `data_file` of questions is "
+            "evaluated by a *ForQuestionAnswering model (examples/finetune_vqa.py)."
+        )
     max_text_length = max_text_length or DEFAULT_MAX_TEXT_LENGTH
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if data_file is not None:
+        results = evaluate_user_file(model, tokenizer, model_dir, task, data_file, batch_size, progress, max_text_length)
+        return {"task": task, "model_dir": str(model_dir), "model": architecture, "data_file": str(data_file)} | results
     synthetic = synthetic or SyntheticSceneConfig()
     if task == "vgp":
         results = evaluate_vgp(model, tokenizer, synthetic, batch_size, progress)
@@ -305,4 +379,44 @@ def evaluate_task(
     return {"task": task, "model_dir": str(model_dir), "model": architecture} | results
 
 
-__all__ = ["TASKS", "evaluate_task", "load_model"]
+# the user-data format (`data.builders.user_data.USER_TASKS`) each task's evaluation reads
+USER_FILE_TASKS = {
+    "vgp": "vgp", "vqa": "vqa", "gqa": "vqa", "nlvr2": "nlvr2", "refcoco": "refcoco", "flickr_grounding": "caption",
+    "captioning": "caption",
+}  # fmt: skip
+
+
+def _nlvr2_identifiers(rows):
+    """NLVR2 identifiers "user-<sentence>-<row>-0" of user rows: the rows of one sentence are one sentence's examples,
+    which consistency groups."""
+    sentences = {sentence: index for index, sentence in enumerate(dict.fromkeys(rows["sentence"]))}
+    identifiers = [f"user-{sentences[sentence]}-{row}-0" for row, sentence in enumerate(rows["sentence"])]
+    return rows.add_column("identifier", identifiers)
+
+
+def evaluate_user_file(
+    model, tokenizer, model_dir, task: str, data_file, batch_size: int, progress: bool, max_text_length: int
+) -> dict:
+    """`task`'s metric on the rows of a user-format `data_file` (format `USER_FILE_TASKS[task]`)."""
+    from ..data.builders.user_data import with_soft_scores
+    from .user_files import load_user_file
+
+    data = load_user_file(model_dir, model.config, data_file, USER_FILE_TASKS[task])
+    rows, store = data.train, data.store
+    if task == "vgp":
+        return score_vgp(model, tokenizer, rows, store, batch_size, progress)
+    if task in ("vqa", "gqa"):
+        vocab = model_answer_vocab(model, model_dir)  # the model's answers, not those of the file
+        rows = with_soft_scores(rows, vocab)
+        return score_question_answering(model, tokenizer, vocab, rows, store, None, batch_size, progress, max_text_length)
+    if task == "nlvr2":
+        return score_visual_reasoning(model, tokenizer, _nlvr2_identifiers(rows), store, batch_size, progress, max_text_length)
+    if task == "refcoco":
+        return score_referring_expression(model, tokenizer, rows, store, batch_size, max_text_length)
+    if task == "flickr_grounding":  # the phrase-grounding rows' text column is `sentence`
+        rows = rows.rename_columns({name: "sentence" + name[len("caption"):] for name in rows.column_names if name.startswith("caption")})
+        return score_phrase_grounding(model, tokenizer, rows, store, batch_size, max_text_length)
+    return score_captioning(model, tokenizer, rows, "caption", store, batch_size, progress)
+
+
+__all__ = ["TASKS", "USER_FILE_TASKS", "evaluate_task", "evaluate_user_file", "load_model"]
