@@ -27,7 +27,8 @@ from transformers import AutoConfig, AutoTokenizer
 
 from ..models.family import FAMILIES as FAMILY_SPECS
 from ..synthetic import SyntheticSceneConfig
-from .inference import inference_batches
+from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, check_size
+from .inference import first_examples, inference_batches
 
 # read from the families' specs (`hf_vlalign.models.family`): their model types, the tasks their heads evaluate and the
 # model classes (a checkpoint's `architectures`) that each task evaluates
@@ -62,7 +63,7 @@ def load_model(model_dir: str | Path) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool) -> dict:
+def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_examples: int | None = None) -> dict:
     from ..data import VGPCollator
     from ..data.builders import load_vgp_data
     from ..metrics.vgp import vgp_accuracy
@@ -70,8 +71,9 @@ def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
     data = load_vgp_data(synthetic_config=synthetic)
     # the model's VGP task (eq. 4): semantic types (pairs without one are -100, left out) or paraphrase vs not
     collator = VGPCollator(tokenizer, data.region_features, vgp_task=model.config.vgp_task)
+    pairs = first_examples(data.eval, max_examples, f"{data.source} (eval)")
     id_correct, vgp_predicted, vgp_labels = 0, [], []
-    for batch in inference_batches(model, data.eval, collator, batch_size, description="vgp", progress=progress):
+    for batch in inference_batches(model, pairs, collator, batch_size, description="vgp", progress=progress):
         outputs = model(**batch.inputs)
         id_correct += int((outputs.id_logits.argmax(-1) == batch.inputs["id_labels"]).sum())
         vgp_predicted.append(outputs.vgp_logits.argmax(-1).cpu())
@@ -80,11 +82,11 @@ def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
     vgp = vgp_accuracy(
         torch.cat(vgp_predicted).numpy(), torch.cat(vgp_labels).numpy(), model.config.vgp_class_names(), per_class_key
     )
-    return {"image_description_accuracy": id_correct / len(data.eval), **vgp, "num_examples": len(data.eval)}
+    return {"image_description_accuracy": id_correct / len(pairs), **vgp, "num_examples": len(pairs)}
 
 
 @torch.no_grad()
-def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool) -> dict:
+def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_examples: int | None = None) -> dict:
     from ..data import TwoStreamPretrainingCollator, build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
     from ..metrics.gqa import gqa_scores
@@ -98,6 +100,7 @@ def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
     questions = build_dataset(
         "synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store
     )
+    questions = first_examples(questions, max_examples, "the synthetic questions (val)")
     answers = json.loads((gqa_dir / ANSWER_LIST_FILE).read_text())
     collator = TwoStreamPretrainingCollator(
         tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0
@@ -111,7 +114,7 @@ def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
         ids = [row["question_id"] for row in batch.rows]
         predictions.update({question_id: answers[label] for question_id, label in zip(ids, labels)})
     records = json.loads((gqa_dir / questions_file("val")).read_text())
-    return gqa_scores(predictions, {qid: records[qid] for qid in predictions})
+    return gqa_scores(predictions, {qid: records[qid] for qid in predictions}) | {"num_examples": len(questions)}
 
 
 @torch.no_grad()
@@ -134,7 +137,9 @@ def generate_captions(
 
 
 @torch.no_grad()
-def evaluate_captioning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, num_beams: int = 1, max_new_tokens: int = 20) -> dict:
+def evaluate_captioning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, num_beams: int = 1, max_new_tokens: int = 20, max_examples: int | None = None) -> dict:
+    """Caption metrics of a captioner's captions of the scenes' validation images (an example: one image and its
+    reference captions)."""
     from ..data import build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
     from ..metrics.captioning import caption_scores
@@ -144,10 +149,10 @@ def evaluate_captioning(model, tokenizer, synthetic: SyntheticSceneConfig, batch
     references: dict[str, list[str]] = {}
     for image_id, sentence in zip(captions["image_id"], captions["sentence"]):
         references.setdefault(image_id, []).append(sentence)
-    generated = generate_captions(
-        model, tokenizer, store, list(references), batch_size, max_new_tokens, num_beams, progress=progress
-    )
-    return caption_scores(generated, list(references.values())) | {"num_images": len(references)}
+    image_ids = first_examples(list(references), max_examples, "the synthetic scenes' images (val)")
+    generated = generate_captions(model, tokenizer, store, image_ids, batch_size, max_new_tokens, num_beams, progress=progress)
+    scores = caption_scores(generated, [references[image_id] for image_id in image_ids])
+    return scores | {"num_images": len(image_ids), "num_examples": len(image_ids)}
 
 
 def _trainer_evaluate(model, collator, rows, batch_size: int, progress: bool, compute_metrics, preprocess_logits) -> dict:
@@ -172,7 +177,7 @@ def _trainer_evaluate(model, collator, rows, batch_size: int, progress: bool, co
     return {key if key == "eval_loss" else key.removeprefix("eval_"): value for key, value in kept.items()}
 
 
-def evaluate_question_answering(model, tokenizer, model_dir, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int) -> dict:
+def evaluate_question_answering(model, tokenizer, model_dir, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None) -> dict:
     """`accuracy` and the GQA script's metrics of a `*ForQuestionAnswering` on the scenes' GQA-format questions, as
     examples/finetune_vqa.py evaluates: its answers are `answer_vocab.json` of `model_dir` (the scenes' vocabulary
     when the folder has none)."""
@@ -198,13 +203,14 @@ def evaluate_question_answering(model, tokenizer, model_dir, synthetic: Syntheti
     rows = build_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
     collator = QuestionAnsweringCollator(tokenizer, store, num_answers=len(vocab), max_text_length=max_text_length)
     rows, _ = collator.drop_overlong_rows(rows, "synthetic questions eval")
+    rows = first_examples(rows, max_examples, "the synthetic questions (val)")
     records = gqa.read_questions(gqa.question_files(questions_dir, "val", "balanced", None))
     metrics = answer_metrics(vocab, {qid: records[qid] for qid in rows["question_id"]}, rows)
     results = _trainer_evaluate(model, collator, rows, batch_size, progress, metrics, predicted_answer_ids)
-    return results | {"num_questions": len(rows), "num_answers": len(vocab)}
+    return results | {"num_questions": len(rows), "num_answers": len(vocab), "num_examples": len(rows)}
 
 
-def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int) -> dict:
+def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None) -> dict:
     """NLVR2's accuracy and consistency of a `*ForVisualReasoning` on the scenes' NLVR2 statements, as
     examples/finetune_nlvr2.py evaluates."""
     from ..data import ImagePairCollator, build_dataset
@@ -215,11 +221,12 @@ def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig,
     rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", config=synthetic, region_features=store)
     collator = ImagePairCollator(tokenizer, store, max_text_length=max_text_length)
     rows, _ = collator.drop_overlong_rows(rows, "synthetic nlvr2 eval")
+    rows = first_examples(rows, max_examples, "the synthetic NLVR2 statements (val)")
     results = _trainer_evaluate(model, collator, rows, batch_size, progress, reasoning_metrics(rows), predicted_truth)
     return results | {"num_examples": len(rows)}
 
 
-def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int) -> dict:
+def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
     """Accuracy (IoU >= 0.5) of a `*ForReferringExpression`'s chosen regions on the scenes' referring expressions, with
     the confidence baseline, the upper bound and chance, as examples/finetune_refcoco.py evaluates."""
     from ..data import ReferringExpressionCollator, build_dataset
@@ -230,10 +237,11 @@ def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneCon
     rows = build_dataset("synthetic_scenes", None, "val", task="refcoco", config=synthetic, region_features=store)
     collator = ReferringExpressionCollator(tokenizer, store, max_text_length=max_text_length, iou_threshold=IOU_THRESHOLD)
     rows, _ = collator.drop_overlong_rows(rows, "synthetic referring eval")
-    return referring_results(rows, store, chosen_regions(model, rows, collator, batch_size))
+    rows = first_examples(rows, max_examples, "the synthetic referring expressions (val)")
+    return referring_results(rows, store, chosen_regions(model, rows, collator, batch_size)) | {"num_examples": len(rows)}
 
 
-def evaluate_phrase_grounding(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int) -> dict:
+def evaluate_phrase_grounding(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
     """Recall@1/5/10 (MERGED-BOXES) of a `*ForPhraseGrounding` on the scenes' captions (Flickr30k Entities format), with
     the confidence baseline and the upper bound, as examples/finetune_flickr_grounding.py evaluates."""
     from ..data import PhraseGroundingCollator, build_dataset
@@ -243,10 +251,11 @@ def evaluate_phrase_grounding(model, tokenizer, synthetic: SyntheticSceneConfig,
     store = synthetic_region_features(config=synthetic)
     rows = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic, region_features=store)
     rows, counts = grounded_phrases_only(rows, tokenizer, max_text_length)
+    rows = first_examples(rows, max_examples, "the synthetic captions (val)")
     collator = PhraseGroundingCollator(tokenizer, store, max_text_length=max_text_length, iou_threshold=IOU_THRESHOLD)
     results = recall_results(rows, store, phrase_region_scores(model, rows, collator, batch_size))
     left_out = {f"{name}_left_out": counts[name] for name in ("phrases_without_box", "phrases_truncated")}
-    return results | {"eval_captions": len(rows), **left_out}
+    return results | {"eval_captions": len(rows), **left_out, "num_examples": len(rows)}
 
 
 def evaluate_task(
@@ -257,8 +266,11 @@ def evaluate_task(
     batch_size: int = 32,
     progress: bool = True,
     max_text_length: int | None = None,
+    max_examples: int | None = None,
 ) -> dict:
-    """The metric of `task` for the model saved in `model_dir`, on the synthetic scenes' evaluation split.
+    """The metric of `task` for the model saved in `model_dir`, on the synthetic scenes' evaluation split (its first
+    `max_examples` examples: pairs, questions, statements, expressions, captions or, for captioning, images; None: all;
+    more than the split holds: all, with a warning). The results' `num_examples` is the count evaluated.
 
     `max_text_length` cuts the texts of the tasks in `TEXT_LENGTH_TASKS` (None: `DEFAULT_MAX_TEXT_LENGTH`, as the
     examples do); the other evaluations (`vgp`, a two-stream pre-training QA head, `captioning`) do not read it and
@@ -270,6 +282,8 @@ def evaluate_task(
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
+    if max_examples is not None:
+        check_size("max_examples", max_examples, MAX_ANALYSIS_EXAMPLES, limit_name="MAX_ANALYSIS_EXAMPLES")
     config = AutoConfig.from_pretrained(model_dir)
     architecture = (config.architectures or [None])[0]
     if architecture not in TASK_ARCHITECTURES[task]:
@@ -289,19 +303,21 @@ def evaluate_task(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     synthetic = synthetic or SyntheticSceneConfig()
     if task == "vgp":
-        results = evaluate_vgp(model, tokenizer, synthetic, batch_size, progress)
+        results = evaluate_vgp(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
     elif pretraining:
-        results = evaluate_gqa(model, tokenizer, synthetic, batch_size, progress)
+        results = evaluate_gqa(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
     elif task in ("vqa", "gqa"):
-        results = evaluate_question_answering(model, tokenizer, model_dir, synthetic, batch_size, progress, max_text_length)
+        results = evaluate_question_answering(
+            model, tokenizer, model_dir, synthetic, batch_size, progress, max_text_length, max_examples=max_examples
+        )
     elif task == "nlvr2":
-        results = evaluate_visual_reasoning(model, tokenizer, synthetic, batch_size, progress, max_text_length)
+        results = evaluate_visual_reasoning(model, tokenizer, synthetic, batch_size, progress, max_text_length, max_examples=max_examples)
     elif task == "refcoco":
-        results = evaluate_referring_expression(model, tokenizer, synthetic, batch_size, max_text_length)
+        results = evaluate_referring_expression(model, tokenizer, synthetic, batch_size, max_text_length, max_examples=max_examples)
     elif task == "flickr_grounding":
-        results = evaluate_phrase_grounding(model, tokenizer, synthetic, batch_size, max_text_length)
+        results = evaluate_phrase_grounding(model, tokenizer, synthetic, batch_size, max_text_length, max_examples=max_examples)
     else:
-        results = evaluate_captioning(model, tokenizer, synthetic, batch_size, progress)
+        results = evaluate_captioning(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
     return {"task": task, "model_dir": str(model_dir), "model": architecture} | results
 
 
