@@ -201,6 +201,9 @@ def evaluate_question_answering(model, tokenizer, model_dir, synthetic: Syntheti
             "trained on (its folder's answer_vocab.json)."
         )
     rows = build_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
+    # the labels in the head's answer ids (the folder's vocabulary; -1: an answer it lacks, counted wrong), not the
+    # scenes' own ids
+    rows = rows.map(lambda row: {"label": vocab.get(row["answer"], -1)}, desc="answer ids of the model")
     collator = QuestionAnsweringCollator(tokenizer, store, num_answers=len(vocab), max_text_length=max_text_length)
     rows, _ = collator.drop_overlong_rows(rows, "synthetic questions eval")
     rows = first_examples(rows, max_examples, "the synthetic questions (val)")
