@@ -4,8 +4,8 @@
     python docs/make_explorer_screenshots.py --model DIR --out_dir DIR
 
 Runs `hf-vlalign explore` (as `explore_model`) and opens the page in headless Chromium (Debian's `chromium` and
-`chromium-driver`, driven by selenium), then saves three states: a word clicked (its attention over the boxes, the gold
-box dashed), the worst head's cell of the grounding-probe grid clicked (the view switched to that layer and head) and
+`chromium-driver`, driven by selenium), then saves three states: a word clicked (its attention over the boxes, the most
+attended box solid magenta, the gold box dashed green), the worst head's cell of the grounding-probe grid clicked (the view switched to that layer and head) and
 a box clicked (the words' attention on it).
 """
 
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     html = explore_model(
         args.model, args.html or args.model.with_name(f"{args.model.name}-explorer.html"), num_examples=args.num_examples, synthetic=synthetic,
         probe_examples=args.probe_examples, progress=False,
-    )  # fmt: skip
+    ).path  # fmt: skip
     paths = take_screenshots(html, args.out_dir)
     print(json.dumps({"html": str(html), "screenshots": [str(path) for path in paths]}, indent=2))
     return paths

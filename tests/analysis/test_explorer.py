@@ -15,7 +15,15 @@ from analysis_models import FAMILIES, SCENES, SYNTHETIC_FLAGS, tiny_family_model
 from PIL import Image
 from transformers import AutoTokenizer, LxmertConfig, LxmertModel, VisualBertConfig, VisualBertModel
 
-from hf_vlalign.analysis import explorer_examples, layer_rollouts, read_explorer_payload, write_attention_explorer
+from hf_vlalign.analysis import (
+    ExplorerExample,
+    GoldPhrase,
+    explorer_examples,
+    layer_rollouts,
+    read_explorer_payload,
+    write_attention_explorer,
+)
+from hf_vlalign.analysis.explorer import GOLD_BOX_STYLE, SCALE, TOP_BOX_STYLE
 from hf_vlalign.cli import main
 from hf_vlalign.evaluation.inference import split_batch
 from hf_vlalign.evaluation.model_analysis import ATTENTION_TARGET_KEYS, analyze_model, synthetic_analysis_data
@@ -302,6 +310,8 @@ def test_bad_input_raises_naming_the_argument(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+
+
 @pytest.fixture(scope="module")
 def browser():
     """Headless Chromium (Debian's `chromium` + `chromium-driver`) through selenium. Where CI is set, a browser that
@@ -356,11 +366,17 @@ def _word_weights(driver) -> list[float | None]:
     return [None if w is None else float(w) for w in spans]
 
 
+def _fill_opacity(weights: np.ndarray) -> np.ndarray:
+    """The scale's fill opacity of each weight: from its minimum (any weight above 0) to its maximum, in sqrt(w)."""
+    low, high = SCALE["fill_opacity"]
+    return np.where(weights > 0, low + (high - low) * np.sqrt(weights), 0.0)
+
+
 def _assert_boxes_show(driver, weights: np.ndarray) -> None:
     shown = _regions(driver)
     assert sorted(shown) == list(range(len(weights)))
     assert np.allclose([shown[r]["weight"] for r in range(len(weights))], weights, atol=1e-9)
-    assert np.allclose([shown[r]["opacity"] for r in range(len(weights))], 0.6 * weights, atol=1e-4)  # proportional
+    assert np.allclose([shown[r]["opacity"] for r in range(len(weights))], _fill_opacity(weights), atol=1e-4)
     assert [r for r in shown if shown[r]["top"]] == [int(np.argmax(weights))]
 
 
@@ -398,8 +414,10 @@ def test_browser_clicks_word_probe_cell_and_region(browser, explored, tmp_path):
         By.CSS_SELECTOR, 'td.probe-cell[data-layer="0"][data-head="2"]'
     ).get_attribute("class")
     _assert_boxes_show(browser, heads[0, 2, word])
-    # heads summed and rollout
-    Select(browser.find_element(By.ID, "head")).select_by_value("sum")
+    # the mean over heads and the rollout
+    Select(browser.find_element(By.ID, "head")).select_by_value("mean")
+    assert Select(browser.find_element(By.ID, "head")).first_selected_option.text == "mean over heads"
+    assert "mean over heads" in browser.find_element(By.ID, "info").text
     _assert_boxes_show(browser, heads[0, :, word].mean(0))
     Select(browser.find_element(By.ID, "head")).select_by_value("rollout")
     _assert_boxes_show(browser, np.asarray(example["attention"]["word_to_region"]["rollout"])[0, word])
@@ -417,6 +435,111 @@ def test_browser_clicks_word_probe_cell_and_region(browser, explored, tmp_path):
     assert np.allclose(_word_weights(browser), rows[0, 2, region], atol=1e-9)
     browser.save_screenshot(str(tmp_path / "region.png"))
     assert (tmp_path / "word.png").stat().st_size > 10_000 and browser.get_log("browser") == []
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A real photo: low weights visible, the most attended box and the gold box told apart
+# ---------------------------------------------------------------------------------------------------------------------
+
+PHOTO_BOXES = np.array([[150, 15, 300, 190], [20, 150, 365, 512], [0, 0, 95, 512], [355, 0, 470, 285],
+                        [275, 340, 512, 512], [132, 345, 210, 425]]) / 512  # fmt: skip
+PHOTO_WORDS = ["[CLS]", "a", "woman", "in", "an", "orange", "suit", "beside", "a", "flag", "[SEP]"]
+WOMAN, SUIT = 2, 6
+
+
+@pytest.fixture
+def photo_page(tmp_path):
+    """skimage's astronaut.png (a real photo whose orange suit and red flag share the scale's colours) with hand-made
+    boxes (face, suit, flag, shuttle, helmet, patch) and two heads: "woman" puts 0.55 on the face and 0.02-0.20 on the
+    others, its gold box the whole person; "suit" attends most to its gold box."""
+    import skimage
+
+    photo = Image.open(os.path.join(os.path.dirname(skimage.__file__), "data", "astronaut.png"))
+    attention = np.full((1, 2, len(PHOTO_WORDS), len(PHOTO_BOXES)), 1 / len(PHOTO_BOXES))
+    attention[0, 0, WOMAN] = [0.55, 0.20, 0.10, 0.08, 0.05, 0.02]
+    attention[0, 1, WOMAN] = [0.45, 0.30, 0.10, 0.08, 0.05, 0.02]
+    attention[0, :, SUIT] = [0.15, 0.30, 0.10, 0.05, 0.15, 0.25]
+    gold = [GoldPhrase([1, WOMAN], [[140 / 512, 10 / 512, 370 / 512, 1.0]], "a woman"),
+            GoldPhrase([4, 5, SUIT], [PHOTO_BOXES[1].tolist()], "an orange suit")]  # fmt: skip
+    example = ExplorerExample(PHOTO_WORDS, PHOTO_BOXES, {"word_to_region": attention}, gold=gold, image=photo)
+    return write_attention_explorer([example], tmp_path / "photo.html"), attention[0]
+
+
+def test_payload_holds_one_scale_and_two_distinct_outlines(photo_page):
+    data = read_explorer_payload(photo_page[0])
+    assert data["scale"] == {name: list(value) if isinstance(value, tuple) else value for name, value in SCALE.items()}
+    low, high = data["scale"]["fill_opacity"]
+    assert 0 < low < high <= 1 and 0 < data["scale"]["dim_photo"] < 1
+    assert low + (high - low) * np.sqrt(0.1) > 0.25  # a weight of 0.1 is filled at opacity > 0.25
+    # the scale's 0 is a colour (yellow), not the near-white that vanishes on a photo
+    red, green, blue = (int(data["colours"][0][i : i + 2], 16) for i in (1, 3, 5))
+    assert red > 240 and blue < 150
+    # the two outlines differ in colour and in line style, and neither colour is on the weights' scale
+    top, gold = data["top_box"], data["gold_box"]
+    assert top == TOP_BOX_STYLE and gold == GOLD_BOX_STYLE
+    assert top["colour"] != gold["colour"] and top["dasharray"] == "" and gold["dasharray"]
+    assert {top["colour"], gold["colour"]}.isdisjoint(data["colours"])
+
+
+def test_browser_shows_low_weights_and_tells_the_top_box_from_the_gold_box(browser, photo_page, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    page, attention = photo_page
+    browser.get(page.resolve().as_uri())
+    assert browser.execute_script("return document.body.dataset.ready") == "1" and browser.get_log("browser") == []
+    # the page opens on the mean over heads (no probe grid), named so
+    head = Select(browser.find_element(By.ID, "head"))
+    assert head.first_selected_option.get_attribute("value") == "mean"
+    assert [option.text for option in head.options] == ["head 0", "head 1", "mean over heads"]
+    browser.find_element(By.CSS_SELECTOR, f'span.tok[data-token="{WOMAN}"]').click()
+    weights = attention[:, WOMAN].mean(0)
+    _assert_boxes_show(browser, weights)
+    assert "mean over heads" in browser.find_element(By.ID, "info").text
+    # every weight above 0, down to 0.02, is filled and outlined: opacity and width from the scale's minimum
+    shown = browser.execute_script(
+        "return [...document.querySelectorAll('rect.region')].map(r => [Number(r.dataset.weight), "
+        "Number(r.getAttribute('fill-opacity')), Number(r.getAttribute('stroke-width')), r.getAttribute('stroke')])"
+    )
+    for weight, opacity, width, stroke in shown:
+        assert opacity >= SCALE["fill_opacity"][0] and width >= SCALE["outline_width"][0] and stroke != "#ffffff"
+    low_weight = next(row for row in shown if row[0] == pytest.approx(0.10))  # the flag
+    assert low_weight[1] == pytest.approx(_fill_opacity(np.array(0.10)), abs=1e-4) and low_weight[1] > 0.25
+    dim = browser.find_element(By.ID, "dim")
+    assert float(dim.get_attribute("fill-opacity")) == SCALE["dim_photo"]
+    # the most attended box (the face) solid magenta, the gold box (the whole person) dashed green
+    (top,) = browser.find_elements(By.CSS_SELECTOR, "rect.top-outline")
+    (gold,) = browser.find_elements(By.CSS_SELECTOR, "rect.gold")
+    assert top.get_attribute("data-region") == "0" and top.get_attribute("stroke") == TOP_BOX_STYLE["colour"]
+    assert (top.get_attribute("stroke-dasharray") or "") == ""
+    assert gold.get_attribute("stroke") == GOLD_BOX_STYLE["colour"] and gold.get_attribute("stroke-dasharray") == "8 5"
+    browser.save_screenshot(str(tmp_path / "woman.png"))
+    # where they are the same box ("suit"), both are drawn: the gold dashes over the solid magenta
+    browser.find_element(By.CSS_SELECTOR, f'span.tok[data-token="{SUIT}"]').click()
+    (top,) = browser.find_elements(By.CSS_SELECTOR, "rect.top-outline")
+    (gold,) = browser.find_elements(By.CSS_SELECTOR, "rect.gold")
+    placed = [[float(rect.get_attribute(name)) for name in ("x", "y", "width", "height")] for rect in (top, gold)]
+    assert top.get_attribute("data-region") == "1" and np.allclose(*placed)
+    overlay = browser.execute_script("return [...document.getElementById('overlay').children].map(e => e.getAttribute('class'))")
+    assert overlay.index("top-outline") < overlay.index("gold")
+    # the legend names both outlines with their styles and shows the scale with sample boxes from 0.02 up
+    legend = browser.find_element(By.ID, "legend")
+    assert "most attended box (solid magenta)" in legend.find_element(By.CLASS_NAME, "legend-top").text
+    assert "gold box, the annotation (dashed green)" in legend.find_element(By.CLASS_NAME, "legend-gold").text
+    assert f"from {SCALE['fill_opacity'][0]} just above 0" in legend.text and "one scale for every word" in legend.text
+    samples = legend.find_elements(By.CSS_SELECTOR, "svg.samples rect[stroke]")
+    assert [float(r.get_attribute("fill-opacity")) for r in samples] == pytest.approx(
+        _fill_opacity(np.array([0.02, 0.1, 0.2, 0.3, 0.5, 1.0])), abs=1e-3
+    )
+    # a box clicked: the words take the same scale and the photo is not dimmed
+    browser.execute_script(
+        "arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))",
+        browser.find_element(By.CSS_SELECTOR, 'rect.region[data-region="1"]'),
+    )
+    assert float(dim.get_attribute("fill-opacity")) == 0
+    assert np.allclose(_word_weights(browser), attention[:, :, 1].mean(0), atol=ATOL)
+    browser.save_screenshot(str(tmp_path / "region.png"))
+    assert (tmp_path / "woman.png").stat().st_size > 10_000 and browser.get_log("browser") == []
 
 
 def test_browser_shows_the_captioner_before_and_after_alignment(browser, explored):

@@ -101,6 +101,11 @@ def test_evaluate_gqa_and_captioning(two_stream_dir, captioner_dir):
     captions = evaluate_task(captioner_dir, "captioning", synthetic=SCENES, batch_size=4, progress=False)
     assert captions["num_images"] == SCENES.num_val_images
     assert all(0.0 <= captions[key] <= 10.0 for key in ("bleu_4", "cider", "meteor", "rouge_l"))
+    # `max_examples`: the first questions, the first images (with all their reference captions)
+    first = evaluate_task(two_stream_dir, "gqa", synthetic=SCENES, batch_size=8, progress=False, max_examples=3)
+    assert first["num_examples"] == first["num_questions"] == 3
+    first = evaluate_task(captioner_dir, "captioning", synthetic=SCENES, batch_size=4, progress=False, max_examples=2)
+    assert first["num_examples"] == first["num_images"] == 2
 
 
 def test_evaluate_refuses_a_model_of_another_task(single_stream_dir, tmp_path):

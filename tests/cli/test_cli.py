@@ -212,3 +212,56 @@ def test_probe_prints_a_table_and_writes_the_full_json(vgp_model_dir, synthetic_
         active = [h for h in range(heads) if result["active_share"][layer][h] > result["active_threshold"]] or range(heads)
         assert float(row[2]) == pytest.approx(max(result["accuracy"][layer][h] for h in active), abs=5e-4)
         assert float(row[3]) == pytest.approx(result["active_share"][layer][int(row[1])], abs=5e-3)
+
+
+def test_probe_and_evaluate_read_the_first_max_examples(vgp_model_dir, synthetic_scene_cache, tmp_path, capsys):
+    import torch
+    from transformers import AutoTokenizer
+
+    from hf_vlalign.data.builders import load_vgp_data
+    from hf_vlalign.data.collators import VGPCollator
+    from hf_vlalign.evaluation.grounding import evaluate_grounding
+    from hf_vlalign.evaluation.tasks import load_model
+    from hf_vlalign.synthetic import SyntheticSceneConfig
+
+    path = tmp_path / "probe.json"
+    assert main(["probe", str(vgp_model_dir), *SYNTHETIC_FLAGS, "--max_examples", "3", "--json", str(path)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    result = json.loads(path.read_text())
+    assert result["num_examples"] == 3 and ": 3 examples, " in table[0]
+    # the probe of exactly the first three pairs of the split
+    scenes = SyntheticSceneConfig(*(int(SYNTHETIC_FLAGS[i]) for i in (1, 3)), seed=int(SYNTHETIC_FLAGS[5]))
+    data = load_vgp_data(synthetic_config=scenes)
+    collator = VGPCollator(AutoTokenizer.from_pretrained(vgp_model_dir), data.region_features, return_probe_targets=True)
+    with torch.no_grad():
+        expected = evaluate_grounding(load_model(vgp_model_dir), data.eval.select(range(3)), collator, progress=False)
+    assert result["num_phrases"] == expected.num_phrases and len(data.eval) > 3
+    assert torch.allclose(torch.tensor(result["accuracy"]).double(), torch.as_tensor(expected.accuracy).double())
+
+    assert main(["evaluate", str(vgp_model_dir), "--task", "vgp", *SYNTHETIC_FLAGS, "--max_examples", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_examples"] == 3
+
+
+def test_max_examples_beyond_the_data_reads_all_of_it_with_a_warning(vgp_model_dir, synthetic_scene_cache, tmp_path, capsys):
+    from transformers.testing_utils import CaptureLogger
+
+    from hf_vlalign.evaluation import inference
+
+    path = tmp_path / "probe.json"
+    with CaptureLogger(inference.logger) as warnings:  # printed on stderr by transformers' logging
+        assert main(["probe", str(vgp_model_dir), *SYNTHETIC_FLAGS, "--max_examples", "1000", "--json", str(path)]) == 0
+    used = json.loads(path.read_text())["num_examples"]
+    assert 3 < used < 1000 and f": {used} examples, " in capsys.readouterr().out.splitlines()[0]
+    assert f"`max_examples` 1000 is more than the {used} examples of synthetic (eval): using {used}." in warnings.out
+    with CaptureLogger(inference.logger) as warnings:
+        assert main(["evaluate", str(vgp_model_dir), "--task", "vgp", *SYNTHETIC_FLAGS, "--max_examples", "1000"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_examples"] == used
+    assert f"`max_examples` 1000 is more than the {used} examples of" in warnings.out
+    for verb in (["probe"], ["evaluate", "--task", "vgp"]):  # below 1, above the size limit: one line, exit status 2
+        argv = [verb[0], str(vgp_model_dir), *verb[1:], *SYNTHETIC_FLAGS]
+        with pytest.raises(SystemExit, match="2"):
+            main([*argv, "--max_examples", "0"])
+        assert "`max_examples` must be >= 1, got 0" in capsys.readouterr().err
+        with pytest.raises(SystemExit, match="2"):
+            main([*argv, "--max_examples", "100000000"])
+        assert "argument --max_examples: must be <= " in capsys.readouterr().err

@@ -26,6 +26,7 @@ from hf_vlalign.data.feature_store import METADATA_FILE, RegionFeatureStore, con
 from hf_vlalign.data.region_extraction import extract_region_features, grid_boxes
 from hf_vlalign.evaluation.model_analysis import analyze_model, check_analysis_output
 from hf_vlalign.evaluation.model_explorer import check_explorer_output, explore_model
+from hf_vlalign.evaluation.tasks import evaluate_task
 from hf_vlalign.hub.remote_code import PACKAGE_ROOT, save_with_remote_code
 from hf_vlalign.synthetic import SyntheticSceneConfig
 from hf_vlalign.trainers.regularization import save_fisher
@@ -497,6 +498,8 @@ def test_library_sizes_above_their_limit_fail_fast(tmp_path, tokenizer):
         analyze_model(tmp_path, tmp_path / "analysis", batch_size=10**9)
     with pytest.raises(SizeLimitError, match="`num_examples` must be <= 1000"):
         explore_model(tmp_path, tmp_path / "page.html", num_examples=10**9)
+    with pytest.raises(SizeLimitError, match="`max_examples` must be <= 1000000"):
+        evaluate_task(tmp_path, "vgp", max_examples=10**9)
     assert time.perf_counter() - started < 5
     assert not (tmp_path / "out").exists() and not (tmp_path / "analysis").exists()
 

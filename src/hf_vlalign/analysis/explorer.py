@@ -2,11 +2,13 @@
 embedded as JSON; no server, no network) to look at what every head attends to.
 
 For each example the page shows the image with its region boxes and the sentence(s) as clickable words. Clicking (or
-hovering) a word fills every box with the word's attention weight on it (colour and opacity from one shared 0..1
-scale), outlines the most attended box and draws the gold box(es) of the word's phrase; clicking a box colours the
-words by their attention on it. Selectors pick the example, the direction (a "view"), the layer and the head, or the
-heads summed, or the attention rollout (Abnar & Zuidema; joint single-stream / VisualBERT maps only), and the grounding
-probe's per-head accuracy grid (Li et al.) is a heatmap whose cells switch the view to that layer and head.
+hovering) a word dims the photo and fills every box with the word's attention weight on it (colour, fill opacity and
+outline width from one 0..1 scale shared by every word and example of the page, opacity and width growing with the
+square root of the weight so that weights of 0.1-0.3 stay visible on a photo), outlines the most attended box in solid
+magenta and draws the gold box(es) of the word's phrase in dashed green; clicking a box colours the words by their
+attention on it. Selectors pick the example, the direction (a "view"), the layer and the head, or the mean over heads,
+or the attention rollout (Abnar & Zuidema; joint single-stream / VisualBERT maps only), and the grounding probe's
+per-head accuracy grid (Li et al.) is a heatmap whose cells switch the view to that layer and head.
 
 Views (each a stack of (L, H, queries, keys) maps, rows renormalised over the real keys so that they sum to 1):
 
@@ -48,6 +50,9 @@ from .attention_blocks import AttentionBlocks
 from .flow import layer_rollouts
 
 __all__ = [
+    "GOLD_BOX_STYLE",
+    "SCALE",
+    "TOP_BOX_STYLE",
     "VIEWS",
     "ExplorerExample",
     "GoldPhrase",
@@ -68,8 +73,19 @@ _CAPTIONER_LABEL = "cross-attention before A2 alignment (word \u2192 region)"
 _TOLERANCE = 1e-3
 # the longest side of an embedded image, in pixels (a user's photo is scaled down; boxes are normalised)
 _MAX_IMAGE_SIDE = 800
-# the shared colour scale of attention weights and probe accuracies (0..1)
+# the shared colour scale of attention weights and probe accuracies (0..1): matplotlib's YlOrRd from its yellow on,
+# so that a low weight is a colour (yellow) rather than the near-white that vanishes on a photo
 _COLORMAP = "YlOrRd"
+_COLORMAP_RANGE = (0.2, 1.0)
+# how a box shows its weight w over the photo: fill opacity and outline width grow with sqrt(w) from the first value
+# (any w > 0) to the second (w = 1), so that low weights get most of the range (0.1: opacity 0.30, 0.3: 0.49, a
+# uniform weight over 36 boxes: 0.18); the photo is dimmed under the boxes by `dim_photo` (the opacity of a black
+# layer) while a word's weights are shown
+SCALE = {"fill_opacity": (0.05, 0.85), "outline_width": (1.0, 4.5), "dim_photo": 0.45}
+# the two outlines a word draws, different in colour and in line style (SVG's stroke-dasharray; "": solid), neither
+# colour on the weights' scale: its most attended box and its phrase's gold box(es)
+TOP_BOX_STYLE = {"colour": "#ff2bd6", "dasharray": "", "name": "most attended box (solid magenta)"}
+GOLD_BOX_STYLE = {"colour": "#00e676", "dasharray": "8 5", "name": "gold box, the annotation (dashed green)"}
 
 
 @dataclass
@@ -395,13 +411,14 @@ def _probe_payload(probe: object, views: dict) -> dict | None:
 
 
 def _colour_stops(count: int = 11) -> list[str]:
-    """`_COLORMAP` sampled at `count` evenly spaced weights (matplotlib's colours, interpolated in the page)."""
+    """`_COLORMAP` over `_COLORMAP_RANGE` sampled at `count` evenly spaced weights 0..1 (matplotlib's colours,
+    interpolated in the page)."""
     require("matplotlib", extra="plots")
     from matplotlib import colormaps
     from matplotlib.colors import to_hex
 
     cmap = colormaps[_COLORMAP]
-    return [to_hex(cmap(value)) for value in np.linspace(0.0, 1.0, count)]
+    return [to_hex(cmap(value)) for value in np.linspace(*_COLORMAP_RANGE, count)]
 
 
 def _view_specs(examples: Sequence[ExplorerExample]) -> dict:
@@ -437,8 +454,9 @@ def explorer_payload(
     source: str = "",
     precision: int = 4,
 ) -> dict:
-    """The JSON the page embeds: the views (shape, label, rollout available), the colour scale, the probe grid and,
-    per example, its image (base64 PNG), words, region and gold boxes and attention (rounded to `precision` decimals)."""
+    """The JSON the page embeds: the views (shape, label, rollout available), the colour scale (`colours`, and `scale`:
+    `SCALE`, the fill opacity and outline width of a weight), the outline styles of the most attended and gold boxes,
+    the probe grid and, per example, its image (base64 PNG), words, region and gold boxes and attention (rounded to `precision` decimals)."""
     if isinstance(examples, ExplorerExample) or not isinstance(examples, Sequence) or not examples:
         raise ValueError(f"`examples` must be a non-empty list of ExplorerExample, got {type(examples).__name__}.")
     for index, example in enumerate(examples):
@@ -453,6 +471,9 @@ def explorer_payload(
         "source": source,
         "units": "attention weight (0 to 1)",
         "colours": _colour_stops(),
+        "scale": {name: list(value) if isinstance(value, tuple) else value for name, value in SCALE.items()},
+        "top_box": dict(TOP_BOX_STYLE),
+        "gold_box": dict(GOLD_BOX_STYLE),
         "views": views,
         "probe": _probe_payload(probe, views),
         "examples": [
@@ -606,8 +627,8 @@ rect.region { cursor: pointer; }
 "use strict";
 const DATA = JSON.parse(document.getElementById("explorer-data").textContent);
 const SVG = "http://www.w3.org/2000/svg";
-const GOLD = "#00e676", SELECT = "#1565c0", FILL = 0.6;  // a box of weight 1 is filled at opacity 0.6
-const state = { example: 0, view: null, layer: 0, head: "sum", select: null, hover: null };
+const GOLD = DATA.gold_box.colour, TOP = DATA.top_box.colour, SELECT = "#1565c0";
+const state = { example: 0, view: null, layer: 0, head: "mean", select: null, hover: null };
 
 function colour(w) {  // the shared 0..1 scale, linear between the stops
   const stops = DATA.colours, x = Math.min(Math.max(w, 0), 1) * (stops.length - 1);
@@ -615,6 +636,10 @@ function colour(w) {  // the shared 0..1 scale, linear between the stops
   const a = hex(stops[i]), b = hex(stops[i + 1]);
   return "rgb(" + [0, 1, 2].map(k => Math.round(a[k] + f * (b[k] - a[k]))).join(",") + ")";
 }
+// a weight's fill opacity and outline width: from the scale's minimum (any w > 0) to its maximum (w = 1), in sqrt(w)
+function along(range, w) { return w > 0 ? range[0] + (range[1] - range[0]) * Math.sqrt(Math.min(w, 1)) : 0; }
+function fillOpacity(w) { return along(DATA.scale.fill_opacity, w); }
+function outlineWidth(w) { return w > 0 ? along(DATA.scale.outline_width, w) : 1; }
 function hex(s) { return [1, 3, 5].map(k => parseInt(s.slice(k, k + 2), 16)); }
 function el(tag, attrs, parent) {
   const node = document.createElementNS(SVG, tag);
@@ -626,12 +651,12 @@ function example() { return DATA.examples[state.example]; }
 function spec() { return DATA.views[state.view]; }
 function fmt(w) { return w.toFixed(2); }
 
-// the (Q, K) map of the selected example, view, layer and head ("sum": heads summed, divided by H; "rollout")
+// the (Q, K) map of the selected example, view, layer and head ("mean": the mean over heads; "rollout")
 function matrix() {
   const v = example().attention[state.view];
   if (state.head === "rollout") return v.rollout[state.layer];
   const heads = v.heads[state.layer];
-  if (state.head !== "sum") return heads[Number(state.head)];
+  if (state.head !== "mean") return heads[Number(state.head)];
   return heads[0].map((row, q) => row.map((_, k) => heads.reduce((s, h) => s + h[q][k], 0) / heads.length));
 }
 // weights over the regions of word t, and over the words of region r, in either direction
@@ -639,7 +664,7 @@ function regionWeights(t) { const m = matrix(); return spec().query === "word" ?
 function wordWeights(r) { const m = matrix(); return spec().query === "word" ? m.map(row => row[r]) : m[r]; }
 function argmax(ws) { let best = 0; ws.forEach((w, i) => { if (w > ws[best]) best = i; }); return best; }
 function headName() {
-  return state.head === "sum" ? "heads summed (shown / H)" : state.head === "rollout" ? "rollout" : "head " + state.head;
+  return state.head === "mean" ? "mean over heads" : state.head === "rollout" ? "rollout" : "head " + state.head;
 }
 
 function fillSelect(id, options, value) {
@@ -654,11 +679,11 @@ function syncControls() {
   fillSelect("view", Object.entries(DATA.views).map(([k, v]) => [k, v.label]), state.view);
   const [layers, heads] = spec().shape;
   state.layer = Math.min(state.layer, layers - 1);
-  if (state.head === "rollout" && !spec().rollout) state.head = "sum";
-  if (state.head !== "sum" && state.head !== "rollout" && Number(state.head) >= heads) state.head = "sum";
+  if (state.head === "rollout" && !spec().rollout) state.head = "mean";
+  if (state.head !== "mean" && state.head !== "rollout" && Number(state.head) >= heads) state.head = "mean";
   fillSelect("layer", [...Array(layers).keys()].map(l => [l, "layer " + l]), state.layer);
   const options = [...Array(heads).keys()].map(h => [String(h), "head " + h]);
-  options.push(["sum", "heads summed (/ H)"]);
+  options.push(["mean", "mean over heads"]);
   if (spec().rollout) options.push(["rollout", "attention rollout"]);
   fillSelect("head", options, state.head);
   document.body.dataset.view = state.view; document.body.dataset.layer = state.layer; document.body.dataset.head = state.head;
@@ -680,6 +705,7 @@ function buildScene() {
   svg.setAttribute("viewBox", "0 0 " + w + " " + h);
   if (ex.image) el("image", { href: ex.image, x: 0, y: 0, width: w, height: h, preserveAspectRatio: "none" }, svg);
   else el("rect", { x: 0, y: 0, width: w, height: h, fill: "#d0d0d0" }, svg);
+  el("rect", { id: "dim", x: 0, y: 0, width: w, height: h, fill: "#000", "fill-opacity": 0, "pointer-events": "none" }, svg);
   const area = b => (b[2] - b[0]) * (b[3] - b[1]);
   const order = ex.regions.map((b, r) => r).sort((a, b) => area(ex.regions[b]) - area(ex.regions[a]));
   order.forEach(r => {  // larger boxes first, so that every box keeps a clickable part
@@ -695,29 +721,37 @@ function drawScene(active) {
   const ex = example(), svg = document.getElementById("scene"), [w, h] = ex.size, font = Math.max(w, h) / 26;
   const weights = active && active.kind === "word" ? regionWeights(active.index) : null;
   const top = weights ? argmax(weights) : -1;
+  // the photo is dimmed while weights are shown, so that the scale's colours stand out over any photo
+  document.getElementById("dim").setAttribute("fill-opacity", weights ? DATA.scale.dim_photo : 0);
   svg.querySelectorAll("rect.region").forEach(rect => {
     const r = Number(rect.dataset.region), wt = weights ? weights[r] : 0;
     rect.setAttribute("class", "region" + (r === top ? " top" : ""));
     rect.setAttribute("data-weight", weights ? wt : "");
     rect.setAttribute("fill", colour(wt));
-    rect.setAttribute("fill-opacity", (FILL * wt).toFixed(4));  // opacity proportional to the weight
-    rect.setAttribute("stroke", r === top ? colour(1) : "#ffffff");
-    rect.setAttribute("stroke-opacity", r === top ? 1 : 0.55);
-    rect.setAttribute("stroke-width", r === top ? 3 : 1);
+    rect.setAttribute("fill-opacity", fillOpacity(wt).toFixed(4));
+    rect.setAttribute("stroke", weights ? colour(wt) : "#ffffff");
+    rect.setAttribute("stroke-opacity", weights && wt > 0 ? 1 : 0.55);
+    rect.setAttribute("stroke-width", outlineWidth(wt).toFixed(2));
     rect.firstChild.textContent = "box r" + r + (weights ? ": attention " + wt.toFixed(4) : "");
   });
   const overlay = document.getElementById("overlay");
   overlay.innerHTML = "";
   const place = b => ({ x: b[0] * w, y: b[1] * h, width: (b[2] - b[0]) * w, height: (b[3] - b[1]) * h, fill: "none",
     "vector-effect": "non-scaling-stroke" });
-  if (active && active.kind === "word") {  // the gold boxes of the word's phrase(s): dashed, on a dark underlay
-    ex.gold.filter(g => g.tokens.includes(active.index)).forEach(g => g.boxes.forEach(b => {
-      el("rect", Object.assign(place(b), { stroke: "#000", "stroke-width": 5, "stroke-opacity": 0.7 }), overlay);
-      el("rect", Object.assign(place(b), { stroke: GOLD, "stroke-width": 3, "stroke-dasharray": "7 4", class: "gold",
-        "data-phrase": g.text }), overlay);
-    }));
+  const gold = active && active.kind === "word" ? ex.gold.filter(g => g.tokens.includes(active.index)) : [];
+  // dark underlays first, then the most attended box solid magenta, then the gold boxes dashed green on top of it:
+  // where the two coincide, the magenta shows in the gaps of the green dashes
+  gold.forEach(g => g.boxes.forEach(b =>
+    el("rect", Object.assign(place(b), { stroke: "#000", "stroke-width": 6, "stroke-opacity": 0.7 }), overlay)));
+  if (top >= 0) {
+    el("rect", Object.assign(place(ex.regions[top]), { stroke: "#000", "stroke-width": 6, "stroke-opacity": 0.7 }), overlay);
+    el("rect", Object.assign(place(ex.regions[top]), { stroke: TOP, "stroke-width": 3.5,
+      "stroke-dasharray": DATA.top_box.dasharray, class: "top-outline", "data-region": top }), overlay);
   }
-  if (top >= 0) label(overlay, ex.regions[top], "r" + top + " " + fmt(weights[top]), w, h, font, colour(1), "#fff");
+  gold.forEach(g => g.boxes.forEach(b =>
+    el("rect", Object.assign(place(b), { stroke: GOLD, "stroke-width": 3.5, "stroke-dasharray": DATA.gold_box.dasharray, class: "gold",
+      "data-phrase": g.text }), overlay)));
+  if (top >= 0) label(overlay, ex.regions[top], "r" + top + " " + fmt(weights[top]), w, h, font, TOP, "#fff");
   if (active && active.kind === "region") {
     const b = ex.regions[active.index];
     el("rect", Object.assign(place(b), { stroke: SELECT, "stroke-width": 4, class: "selected-region" }), overlay);
@@ -755,8 +789,8 @@ function drawWords(active) {
     const t = Number(span.dataset.token), wt = weights ? weights[t] : null;
     span.classList.toggle("selected", Boolean(active && active.kind === "word" && active.index === t));
     if (wt === null) { delete span.dataset.weight; span.style.backgroundColor = ""; span.style.color = ""; span.title = ""; return; }
-    span.dataset.weight = wt;  // background colour from the scale, its opacity the weight
-    span.style.backgroundColor = colour(wt).replace("rgb", "rgba").replace(")", "," + wt.toFixed(4) + ")");
+    span.dataset.weight = wt;  // background colour and opacity from the scale, as a box's fill
+    span.style.backgroundColor = colour(wt).replace("rgb", "rgba").replace(")", "," + fillOpacity(wt).toFixed(4) + ")");
     span.style.color = wt > 0.55 ? "#fff" : "";
     span.title = "attention " + wt.toFixed(4);
   });
@@ -771,7 +805,7 @@ function drawInfo(active) {
     let text = "\\u201c" + ex.words[active.index] + "\\u201d (token " + active.index + ") \\u2014 " + where
       + ": most attended box r" + top + ", weight " + ws[top].toFixed(3)
       + (spec().query === "region" ? " (boxes attending to the word)" : "") + ". ";
-    text += phrases.length ? "Gold box of " + phrases.join(", ") + " shown dashed." : "No gold box for this word.";
+    text += phrases.length ? "Gold box of " + phrases.join(", ") + " shown dashed green." : "No gold box for this word.";
     const other = state.view === "word_to_region" ? "aligned_word_to_region" : state.view === "aligned_word_to_region" ? "word_to_region" : null;
     if (other && DATA.views[other] && state.head !== "rollout") {
       const saved = state.view; state.view = other;
@@ -788,15 +822,26 @@ function drawInfo(active) {
 }
 
 function drawLegend() {
-  const legend = document.getElementById("legend");
+  const legend = document.getElementById("legend"), scale = DATA.scale;
   const gradient = "linear-gradient(to right, " + DATA.colours.join(", ") + ")";
-  legend.innerHTML = '<div><div><b>' + DATA.units + '</b> \\u2014 fill colour and opacity</div>'
+  // sample boxes drawn as the scene draws them, on a grey photo dimmed as the scene dims it
+  const samples = [0.02, 0.1, 0.2, 0.3, 0.5, 1].map((wt, i) => '<rect x="' + (6 + 40 * i) + '" y="5" width="30" height="18" fill="'
+    + colour(wt) + '" fill-opacity="' + fillOpacity(wt).toFixed(3) + '" stroke="' + colour(wt) + '" stroke-width="'
+    + outlineWidth(wt).toFixed(2) + '"/><text x="' + (21 + 40 * i) + '" y="36" font-size="10" fill="#fff" text-anchor="middle">'
+    + wt + '</text>').join("");
+  const outline = style => '<svg width="40" height="20"><rect x="3" y="3" width="34" height="14" fill="none" stroke="#000" stroke-width="6" stroke-opacity="0.7"/>'
+    + '<rect x="3" y="3" width="34" height="14" fill="none" stroke="' + style.colour + '" stroke-width="3.5" stroke-dasharray="'
+    + style.dasharray + '"/></svg> ' + style.name;
+  legend.innerHTML = '<div class="legend-scale"><div><b>' + DATA.units + '</b> \\u2014 one scale for every word and example:'
+    + ' fill colour, opacity (from ' + scale.fill_opacity[0] + ' just above 0 to ' + scale.fill_opacity[1] + ' at 1, in \u221aweight)'
+    + ' and outline width; the photo is dimmed under the boxes</div>'
     + '<div class="bar" style="background:' + gradient + '"></div>'
-    + '<div class="ticks"><span>0</span><span>0.25</span><span>0.5</span><span>0.75</span><span>1</span></div></div>'
-    + '<div><svg width="34" height="18"><rect x="2" y="2" width="30" height="14" fill="none" stroke="#000" stroke-width="5" stroke-opacity="0.7"/>'
-    + '<rect x="2" y="2" width="30" height="14" fill="none" stroke="' + GOLD + '" stroke-width="3" stroke-dasharray="7 4"/></svg> gold box (annotation)</div>'
-    + '<div><svg width="34" height="18"><rect x="2" y="2" width="30" height="14" fill="' + colour(1) + '" fill-opacity="' + FILL + '" stroke="' + colour(1) + '" stroke-width="3"/></svg> most attended box</div>'
-    + '<div><svg width="34" height="18"><rect x="2" y="2" width="30" height="14" fill="none" stroke="' + SELECT + '" stroke-width="4"/></svg> selected box</div>'
+    + '<div class="ticks"><span>0</span><span>0.25</span><span>0.5</span><span>0.75</span><span>1</span></div>'
+    + '<svg class="samples" width="246" height="40"><rect width="246" height="40" fill="#8c8c8c"/>'
+    + '<rect width="246" height="40" fill="#000" fill-opacity="' + scale.dim_photo + '"/>' + samples + '</svg></div>'
+    + '<div class="legend-top">' + outline(DATA.top_box) + '</div>'
+    + '<div class="legend-gold">' + outline(DATA.gold_box) + '</div>'
+    + '<div><svg width="40" height="20"><rect x="3" y="3" width="34" height="14" fill="none" stroke="' + SELECT + '" stroke-width="4"/></svg> selected box</div>'
     + '<div><span class="tok grounded">word</span> has a gold box</div>';
 }
 
@@ -837,7 +882,7 @@ function init() {
   document.getElementById("subtitle").textContent = DATA.subtitle;
   state.view = DATA.probe ? DATA.probe.view : Object.keys(DATA.views)[0];
   if (DATA.probe) { state.layer = DATA.probe.best[0]; state.head = String(DATA.probe.best[1]); }
-  else { state.layer = DATA.views[state.view].shape[0] - 1; state.head = "sum"; }
+  else { state.layer = DATA.views[state.view].shape[0] - 1; state.head = "mean"; }
   state.select = defaultSelection();
   document.getElementById("example").addEventListener("change", e => { state.example = Number(e.target.value); state.select = defaultSelection(); render(); });
   document.getElementById("view").addEventListener("change", e => { state.view = e.target.value; render(); });

@@ -11,10 +11,14 @@ from typing import Any, Callable
 
 import torch
 from tqdm.auto import tqdm
+from transformers.utils import logging
 
 from ..data.collators import PROBE_KEYS
 from ..trainers.base import collate_with_seed
+from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, check_size
 from ..utils.validation import check_callable, check_module, check_rows
+
+logger = logging.get_logger(__name__)
 
 # what collators add for evaluation only: the grounding probe's targets and a captioner's reference captions
 NON_MODEL_KEYS = (*PROBE_KEYS, "references")
@@ -56,6 +60,19 @@ def split_batch(
     }
     targets = {key: batch[key].to(device) for key in PROBE_KEYS if key in batch}
     return inputs, targets
+
+
+def first_examples(rows: Sequence[Any], max_examples: int | None, description: str, argument: str = "max_examples"):
+    """The first `max_examples` of `rows` (a `datasets.Dataset` or a list) that an evaluation reads; all of them for
+    None. A count larger than `rows` is said in a warning naming `argument` and `description` (every row is read), so
+    the caller reports `len()` of the result as the count used."""
+    if max_examples is None:
+        return rows
+    check_size(argument, max_examples, MAX_ANALYSIS_EXAMPLES, limit_name="MAX_ANALYSIS_EXAMPLES")
+    if max_examples > len(rows):
+        logger.warning(f"`{argument}` {max_examples} is more than the {len(rows)} examples of {description}: using {len(rows)}.")
+        return rows
+    return rows.select(range(max_examples)) if hasattr(rows, "select") else rows[:max_examples]
 
 
 def _rows(dataset: Sequence[Any], indices: list[int]) -> list[Any]:

@@ -27,7 +27,8 @@ from transformers import AutoConfig, AutoTokenizer
 
 from ..models.family import FAMILIES as FAMILY_SPECS
 from ..synthetic import SyntheticSceneConfig
-from .inference import inference_batches
+from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, check_size
+from .inference import first_examples, inference_batches
 
 # read from the families' specs (`hf_vlalign.models.family`): their model types, the tasks their heads evaluate and the
 # model classes (a checkpoint's `architectures`) that each task evaluates
@@ -62,11 +63,12 @@ def load_model(model_dir: str | Path) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool) -> dict:
+def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_examples: int | None = None) -> dict:
     from ..data.builders import load_vgp_data
 
     data = load_vgp_data(synthetic_config=synthetic)
-    return score_vgp(model, tokenizer, data.eval, data.region_features, batch_size, progress)
+    pairs = first_examples(data.eval, max_examples, f"{data.source} (eval)")
+    return score_vgp(model, tokenizer, pairs, data.region_features, batch_size, progress)
 
 
 @torch.no_grad()
@@ -91,7 +93,7 @@ def score_vgp(model, tokenizer, rows, store, batch_size: int, progress: bool) ->
 
 
 @torch.no_grad()
-def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool) -> dict:
+def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_examples: int | None = None) -> dict:
     from ..data import TwoStreamPretrainingCollator, build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
     from ..metrics.gqa import gqa_scores
@@ -105,6 +107,7 @@ def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
     questions = build_dataset(
         "synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store
     )
+    questions = first_examples(questions, max_examples, "the synthetic questions (val)")
     answers = json.loads((gqa_dir / ANSWER_LIST_FILE).read_text())
     collator = TwoStreamPretrainingCollator(
         tokenizer, store, mlm_probability=0, object_mask_probability=0, mismatch_probability=0
@@ -118,7 +121,7 @@ def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
         ids = [row["question_id"] for row in batch.rows]
         predictions.update({question_id: answers[label] for question_id, label in zip(ids, labels)})
     records = json.loads((gqa_dir / questions_file("val")).read_text())
-    return gqa_scores(predictions, {qid: records[qid] for qid in predictions})
+    return gqa_scores(predictions, {qid: records[qid] for qid in predictions}) | {"num_examples": len(questions)}
 
 
 @torch.no_grad()
@@ -141,30 +144,34 @@ def generate_captions(
 
 
 @torch.no_grad()
-def evaluate_captioning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, num_beams: int = 1, max_new_tokens: int = 20) -> dict:
+def evaluate_captioning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, num_beams: int = 1, max_new_tokens: int = 20, max_examples: int | None = None) -> dict:
+    """Caption metrics of a captioner's captions of the scenes' validation images (an example: one image and its
+    reference captions)."""
     from ..data import build_dataset
     from ..data.builders.synthetic_scenes import synthetic_region_features
 
     store = synthetic_region_features(config=synthetic)
     captions = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
-    return score_captioning(model, tokenizer, captions, "sentence", store, batch_size, progress, num_beams, max_new_tokens)
+    return score_captioning(
+        model, tokenizer, captions, "sentence", store, batch_size, progress, num_beams, max_new_tokens, max_examples
+    )
 
 
 def score_captioning(
     model, tokenizer, captions, column: str, store, batch_size: int, progress: bool, num_beams: int = 1,
-    max_new_tokens: int = 20,
+    max_new_tokens: int = 20, max_examples: int | None = None,
 ) -> dict:
-    """Caption metrics of a captioner's captions of the images of `captions` (the rows of one image, their texts in
-    `column`, are its references)."""
+    """Caption metrics of a captioner's captions of the first `max_examples` images of `captions` (the rows of one
+    image, their texts in `column`, are its references)."""
     from ..metrics.captioning import caption_scores
 
     references: dict[str, list[str]] = {}
     for image_id, sentence in zip(captions["image_id"], captions[column]):
         references.setdefault(image_id, []).append(sentence)
-    generated = generate_captions(
-        model, tokenizer, store, list(references), batch_size, max_new_tokens, num_beams, progress=progress
-    )
-    return caption_scores(generated, list(references.values())) | {"num_images": len(references)}
+    image_ids = first_examples(list(references), max_examples, "the captions' images")
+    generated = generate_captions(model, tokenizer, store, image_ids, batch_size, max_new_tokens, num_beams, progress=progress)
+    scores = caption_scores(generated, [references[image_id] for image_id in image_ids])
+    return scores | {"num_images": len(image_ids), "num_examples": len(image_ids)}
 
 
 def _trainer_evaluate(model, collator, rows, batch_size: int, progress: bool, compute_metrics, preprocess_logits) -> dict:
@@ -189,7 +196,7 @@ def _trainer_evaluate(model, collator, rows, batch_size: int, progress: bool, co
     return {key if key == "eval_loss" else key.removeprefix("eval_"): value for key, value in kept.items()}
 
 
-def evaluate_question_answering(model, tokenizer, model_dir, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int) -> dict:
+def evaluate_question_answering(model, tokenizer, model_dir, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None) -> dict:
     """`accuracy` and the GQA script's metrics of a `*ForQuestionAnswering` on the scenes' GQA-format questions, as
     examples/finetune_vqa.py evaluates: its answers are `answer_vocab.json` of `model_dir` (the scenes' vocabulary
     when the folder has none)."""
@@ -203,8 +210,13 @@ def evaluate_question_answering(model, tokenizer, model_dir, synthetic: Syntheti
     questions_dir = load_or_generate_synthetic_vgp(config=synthetic).gqa_dir
     vocab = model_answer_vocab(model, model_dir, questions_dir / ANSWER_VOCAB_FILE)
     rows = build_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
+    # the labels in the head's answer ids (the folder's vocabulary; -1: an answer it lacks, counted wrong), not the
+    # scenes' own ids
+    rows = rows.map(lambda row: {"label": vocab.get(row["answer"], -1)}, desc="answer ids of the model")
     records = gqa.read_questions(gqa.question_files(questions_dir, "val", "balanced", None))
-    return score_question_answering(model, tokenizer, vocab, rows, store, records, batch_size, progress, max_text_length)
+    return score_question_answering(
+        model, tokenizer, vocab, rows, store, records, batch_size, progress, max_text_length, max_examples
+    )
 
 
 def model_answer_vocab(model, model_dir, default: Path | None = None) -> dict[str, int]:
@@ -231,22 +243,25 @@ def model_answer_vocab(model, model_dir, default: Path | None = None) -> dict[st
 
 
 def score_question_answering(
-    model, tokenizer, vocab, rows, store, records, batch_size: int, progress: bool, max_text_length: int
+    model, tokenizer, vocab, rows, store, records, batch_size: int, progress: bool, max_text_length: int,
+    max_examples: int | None = None,
 ) -> dict:
-    """`accuracy` of a `*ForQuestionAnswering` on question rows with answers in `vocab`'s ids (`label`, or VQA's
-    `labels` / `scores`), and the GQA script's metrics with GQA question `records` (None: VQA's metrics)."""
+    """`accuracy` of a `*ForQuestionAnswering` on the first `max_examples` question rows with answers in `vocab`'s
+    ids (`label`, or VQA's `labels` / `scores`), and the GQA script's metrics with GQA question `records` (None: VQA's
+    metrics)."""
     from ..data import QuestionAnsweringCollator
     from .task_metrics import answer_metrics, predicted_answer_ids
 
     collator = QuestionAnsweringCollator(tokenizer, store, num_answers=len(vocab), max_text_length=max_text_length)
     rows, _ = collator.drop_overlong_rows(rows, "questions eval")
+    rows = first_examples(rows, max_examples, "the questions")
     questions = None if records is None else {qid: records[qid] for qid in rows["question_id"]}
     metrics = answer_metrics(vocab, questions, rows)
     results = _trainer_evaluate(model, collator, rows, batch_size, progress, metrics, predicted_answer_ids)
-    return results | {"num_questions": len(rows), "num_answers": len(vocab)}
+    return results | {"num_questions": len(rows), "num_answers": len(vocab), "num_examples": len(rows)}
 
 
-def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int) -> dict:
+def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None) -> dict:
     """NLVR2's accuracy and consistency of a `*ForVisualReasoning` on the scenes' NLVR2 statements, as
     examples/finetune_nlvr2.py evaluates."""
     from ..data import build_dataset
@@ -254,21 +269,22 @@ def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig,
 
     store = synthetic_region_features(config=synthetic, task="nlvr2")
     rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", config=synthetic, region_features=store)
-    return score_visual_reasoning(model, tokenizer, rows, store, batch_size, progress, max_text_length)
+    return score_visual_reasoning(model, tokenizer, rows, store, batch_size, progress, max_text_length, max_examples)
 
 
-def score_visual_reasoning(model, tokenizer, rows, store, batch_size: int, progress: bool, max_text_length: int) -> dict:
+def score_visual_reasoning(model, tokenizer, rows, store, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None) -> dict:
     """NLVR2's accuracy and consistency of a `*ForVisualReasoning` on image-pair rows with NLVR2 identifiers."""
     from ..data import ImagePairCollator
     from .task_metrics import predicted_truth, reasoning_metrics
 
     collator = ImagePairCollator(tokenizer, store, max_text_length=max_text_length)
     rows, _ = collator.drop_overlong_rows(rows, "nlvr2 eval")
+    rows = first_examples(rows, max_examples, "the NLVR2 statements")
     results = _trainer_evaluate(model, collator, rows, batch_size, progress, reasoning_metrics(rows), predicted_truth)
     return results | {"num_examples": len(rows)}
 
 
-def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int) -> dict:
+def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
     """Accuracy (IoU >= 0.5) of a `*ForReferringExpression`'s chosen regions on the scenes' referring expressions, with
     the confidence baseline, the upper bound and chance, as examples/finetune_refcoco.py evaluates."""
     from ..data import build_dataset
@@ -276,20 +292,21 @@ def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneCon
 
     store = synthetic_region_features(config=synthetic)
     rows = build_dataset("synthetic_scenes", None, "val", task="refcoco", config=synthetic, region_features=store)
-    return score_referring_expression(model, tokenizer, rows, store, batch_size, max_text_length)
+    return score_referring_expression(model, tokenizer, rows, store, batch_size, max_text_length, max_examples)
 
 
-def score_referring_expression(model, tokenizer, rows, store, batch_size: int, max_text_length: int) -> dict:
+def score_referring_expression(model, tokenizer, rows, store, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
     """Accuracy (IoU >= 0.5) of a `*ForReferringExpression` on referring-expression rows joined to `store`."""
     from ..data import ReferringExpressionCollator
     from .task_metrics import IOU_THRESHOLD, chosen_regions, referring_results
 
     collator = ReferringExpressionCollator(tokenizer, store, max_text_length=max_text_length, iou_threshold=IOU_THRESHOLD)
     rows, _ = collator.drop_overlong_rows(rows, "referring eval")
-    return referring_results(rows, store, chosen_regions(model, rows, collator, batch_size))
+    rows = first_examples(rows, max_examples, "the referring expressions")
+    return referring_results(rows, store, chosen_regions(model, rows, collator, batch_size)) | {"num_examples": len(rows)}
 
 
-def evaluate_phrase_grounding(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int) -> dict:
+def evaluate_phrase_grounding(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
     """Recall@1/5/10 (MERGED-BOXES) of a `*ForPhraseGrounding` on the scenes' captions (Flickr30k Entities format), with
     the confidence baseline and the upper bound, as examples/finetune_flickr_grounding.py evaluates."""
     from ..data import build_dataset
@@ -297,19 +314,20 @@ def evaluate_phrase_grounding(model, tokenizer, synthetic: SyntheticSceneConfig,
 
     store = synthetic_region_features(config=synthetic)
     rows = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic, region_features=store)
-    return score_phrase_grounding(model, tokenizer, rows, store, batch_size, max_text_length)
+    return score_phrase_grounding(model, tokenizer, rows, store, batch_size, max_text_length, max_examples)
 
 
-def score_phrase_grounding(model, tokenizer, rows, store, batch_size: int, max_text_length: int) -> dict:
+def score_phrase_grounding(model, tokenizer, rows, store, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
     """Recall@1/5/10 (MERGED-BOXES) of a `*ForPhraseGrounding` on caption rows (`sentence` and its phrase columns)."""
     from ..data import PhraseGroundingCollator
     from .task_metrics import IOU_THRESHOLD, grounded_phrases_only, phrase_region_scores, recall_results
 
     rows, counts = grounded_phrases_only(rows, tokenizer, max_text_length)
+    rows = first_examples(rows, max_examples, "the captions")
     collator = PhraseGroundingCollator(tokenizer, store, max_text_length=max_text_length, iou_threshold=IOU_THRESHOLD)
     results = recall_results(rows, store, phrase_region_scores(model, rows, collator, batch_size))
     left_out = {f"{name}_left_out": counts[name] for name in ("phrases_without_box", "phrases_truncated")}
-    return results | {"eval_captions": len(rows), **left_out}
+    return results | {"eval_captions": len(rows), **left_out, "num_examples": len(rows)}
 
 
 def evaluate_task(
@@ -321,10 +339,13 @@ def evaluate_task(
     batch_size: int = 32,
     progress: bool = True,
     max_text_length: int | None = None,
+    max_examples: int | None = None,
 ) -> dict:
     """The metric of `task` for the model saved in `model_dir`, on the synthetic scenes' evaluation split, or on a
     user-format `data_file` (`data.builders.user_data`) of the task's format (`USER_FILE_TASKS`), whose images' region
-    features are made as the model's processor makes them (`user_files.region_options_for_model`).
+    features are made as the model's processor makes them (`user_files.region_options_for_model`). Only the first
+    `max_examples` examples are read (pairs, questions, statements, expressions, captions or, for captioning, images;
+    None: all; more than the data holds: all, with a warning); the results' `num_examples` is the count evaluated.
 
     `max_text_length` cuts the texts of the tasks in `TEXT_LENGTH_TASKS` (None: `DEFAULT_MAX_TEXT_LENGTH`, as the
     examples do); the other evaluations (`vgp`, a two-stream pre-training QA head, `captioning`) do not read it and
@@ -336,6 +357,8 @@ def evaluate_task(
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
+    if max_examples is not None:
+        check_size("max_examples", max_examples, MAX_ANALYSIS_EXAMPLES, limit_name="MAX_ANALYSIS_EXAMPLES")
     config = AutoConfig.from_pretrained(model_dir)
     architecture = (config.architectures or [None])[0]
     if architecture not in TASK_ARCHITECTURES[task]:
@@ -359,23 +382,27 @@ def evaluate_task(
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if data_file is not None:
-        results = evaluate_user_file(model, tokenizer, model_dir, task, data_file, batch_size, progress, max_text_length)
+        results = evaluate_user_file(
+            model, tokenizer, model_dir, task, data_file, batch_size, progress, max_text_length, max_examples
+        )
         return {"task": task, "model_dir": str(model_dir), "model": architecture, "data_file": str(data_file)} | results
     synthetic = synthetic or SyntheticSceneConfig()
     if task == "vgp":
-        results = evaluate_vgp(model, tokenizer, synthetic, batch_size, progress)
+        results = evaluate_vgp(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
     elif pretraining:
-        results = evaluate_gqa(model, tokenizer, synthetic, batch_size, progress)
+        results = evaluate_gqa(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
     elif task in ("vqa", "gqa"):
-        results = evaluate_question_answering(model, tokenizer, model_dir, synthetic, batch_size, progress, max_text_length)
+        results = evaluate_question_answering(
+            model, tokenizer, model_dir, synthetic, batch_size, progress, max_text_length, max_examples=max_examples
+        )
     elif task == "nlvr2":
-        results = evaluate_visual_reasoning(model, tokenizer, synthetic, batch_size, progress, max_text_length)
+        results = evaluate_visual_reasoning(model, tokenizer, synthetic, batch_size, progress, max_text_length, max_examples=max_examples)
     elif task == "refcoco":
-        results = evaluate_referring_expression(model, tokenizer, synthetic, batch_size, max_text_length)
+        results = evaluate_referring_expression(model, tokenizer, synthetic, batch_size, max_text_length, max_examples=max_examples)
     elif task == "flickr_grounding":
-        results = evaluate_phrase_grounding(model, tokenizer, synthetic, batch_size, max_text_length)
+        results = evaluate_phrase_grounding(model, tokenizer, synthetic, batch_size, max_text_length, max_examples=max_examples)
     else:
-        results = evaluate_captioning(model, tokenizer, synthetic, batch_size, progress)
+        results = evaluate_captioning(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
     return {"task": task, "model_dir": str(model_dir), "model": architecture} | results
 
 
@@ -395,28 +422,32 @@ def _nlvr2_identifiers(rows):
 
 
 def evaluate_user_file(
-    model, tokenizer, model_dir, task: str, data_file, batch_size: int, progress: bool, max_text_length: int
+    model, tokenizer, model_dir, task: str, data_file, batch_size: int, progress: bool, max_text_length: int,
+    max_examples: int | None = None,
 ) -> dict:
-    """`task`'s metric on the rows of a user-format `data_file` (format `USER_FILE_TASKS[task]`)."""
+    """`task`'s metric on the first `max_examples` rows of a user-format `data_file` (format `USER_FILE_TASKS[task]`)."""
     from ..data.builders.user_data import with_soft_scores
     from .user_files import load_user_file
 
     data = load_user_file(model_dir, model.config, data_file, USER_FILE_TASKS[task])
     rows, store = data.train, data.store
     if task == "vgp":
-        return score_vgp(model, tokenizer, rows, store, batch_size, progress)
+        return score_vgp(model, tokenizer, first_examples(rows, max_examples, str(data_file)), store, batch_size, progress)
     if task in ("vqa", "gqa"):
         vocab = model_answer_vocab(model, model_dir)  # the model's answers, not those of the file
         rows = with_soft_scores(rows, vocab)
-        return score_question_answering(model, tokenizer, vocab, rows, store, None, batch_size, progress, max_text_length)
+        return score_question_answering(
+            model, tokenizer, vocab, rows, store, None, batch_size, progress, max_text_length, max_examples
+        )
     if task == "nlvr2":
-        return score_visual_reasoning(model, tokenizer, _nlvr2_identifiers(rows), store, batch_size, progress, max_text_length)
+        rows = _nlvr2_identifiers(rows)
+        return score_visual_reasoning(model, tokenizer, rows, store, batch_size, progress, max_text_length, max_examples)
     if task == "refcoco":
-        return score_referring_expression(model, tokenizer, rows, store, batch_size, max_text_length)
+        return score_referring_expression(model, tokenizer, rows, store, batch_size, max_text_length, max_examples)
     if task == "flickr_grounding":  # the phrase-grounding rows' text column is `sentence`
         rows = rows.rename_columns({name: "sentence" + name[len("caption"):] for name in rows.column_names if name.startswith("caption")})
-        return score_phrase_grounding(model, tokenizer, rows, store, batch_size, max_text_length)
-    return score_captioning(model, tokenizer, rows, "caption", store, batch_size, progress)
+        return score_phrase_grounding(model, tokenizer, rows, store, batch_size, max_text_length, max_examples)
+    return score_captioning(model, tokenizer, rows, "caption", store, batch_size, progress, max_examples=max_examples)
 
 
 __all__ = ["TASKS", "USER_FILE_TASKS", "evaluate_task", "evaluate_user_file", "load_model"]
