@@ -14,7 +14,8 @@ the machine unless OMP_NUM_THREADS or `--num_threads` says otherwise (`set_cpu_t
 
 Modules: `arguments` (the argument classes, their defaults and checks, `parse_recipe_args`), `threads` (CPU threads and
 the multi-process launch check), `models` (tokenizer and model loading, dropout), `subsets` (the rows a run reads),
-`outputs` (final evaluation, weights, `eval_results.json`, model-card summary, push).
+`outputs` (final evaluation, weights, `eval_results.json`, model-card summary, push), `user_data` (`--train_file` /
+`--validation_file`: one's own images and texts, and the evaluation rows without a validation file).
 """
 
 from .arguments import (
@@ -26,6 +27,7 @@ from .arguments import (
     MixedPrecisionArguments,
     ModelArguments,
     ThreadArguments,
+    UserDataArguments,
     apply_mixed_precision,
     check_dropout,
     check_model_arguments,
@@ -57,11 +59,13 @@ from .outputs import (
 )
 from .subsets import evaluation_subset, first_rows
 from .threads import available_cores, check_distributed_launch, default_cpu_threads, set_cpu_threads
+from .user_data import HELD_OUT_FRACTION, UserSplits, load_user_splits, rename_text_columns
 
 __all__ = [
     "DEFAULT_BASE_MODEL",
     "EVALUATIONS_PER_RUN",
     "FAMILIES",
+    "HELD_OUT_FRACTION",
     "IMAGE_USE_EXAMPLES",
     "MIXED_PRECISION",
     "TRAINING_DEFAULTS",
@@ -69,6 +73,8 @@ __all__ = [
     "MixedPrecisionArguments",
     "ModelArguments",
     "ThreadArguments",
+    "UserDataArguments",
+    "UserSplits",
     "apply_mixed_precision",
     "available_cores",
     "check_distributed_launch",
@@ -85,8 +91,10 @@ __all__ = [
     "image_use_results",
     "load_task_model",
     "load_tokenizer",
+    "load_user_splits",
     "parse_indices",
     "parse_recipe_args",
+    "rename_text_columns",
     "save_model",
     "set_cpu_threads",
     "set_dropout",

@@ -40,9 +40,11 @@ def take_push_to_hub(training_args: TrainingArguments) -> bool:
     return push_to_hub
 
 
-def save_model(trainer: Trainer, output_dir: str | Path) -> None:
+def save_model(trainer: Trainer, output_dir: str | Path, region_options: Mapping[str, Any] | None = None) -> None:
     """Weights, config and tokenizer in `output_dir` (every process calls it; FSDP / DeepSpeed gather there), and the
-    arguments as JSON instead of the pickled `training_args.bin`, so the folder is pickle-free."""
+    arguments as JSON instead of the pickled `training_args.bin`, so the folder is pickle-free. `region_options`: the
+    `extract_region_features` options the run's features were made with; the processor saved with the model makes the
+    same regions."""
     trainer.save_model(str(output_dir))
     if trainer.is_world_process_zero():
         (Path(output_dir) / "training_args.bin").unlink(missing_ok=True)

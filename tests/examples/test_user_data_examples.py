@@ -1,0 +1,147 @@
+"""Every example on the user-data format: `--train_file` / `--validation_file` of real photos (scikit-image's) run in
+process to a saved model whose config reads the store's features, with `eval_results.json` naming the data; the flag
+combinations that mix the user's files with another data source are refused."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import skimage
+from launch_helpers import save_tiny_bert
+from PIL import Image
+from script_modules import ROOT, load_script
+
+from hf_vlalign.recipes import DataArguments, ModelArguments, parse_recipe_args
+
+PHOTOS = Path(os.path.dirname(skimage.__file__)) / "data"
+PHOTO_NAMES = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "horse.png", "camera.png")
+# the pixel encoder's dimension: the store's, hence the saved model's `visual_feat_dim`
+FEATURE_DIM = 256
+# a few steps of tiny batches, no checkpoint, every evaluation row
+SHORT_RUN = [
+    "--max_steps", "2", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4",
+    "--save_strategy", "no", "--report_to", "none", "--logging_steps", "1", "--image_use_examples", "4",
+]  # fmt: skip
+
+
+def example(name: str):
+    return load_script(name, ROOT / "examples" / f"{name}.py")
+
+
+@pytest.fixture(scope="module")
+def user_folder(tmp_path_factory) -> Path:
+    """A folder of six real photos (photos/) beside which the tests write their data files, and a tiny BERT."""
+    folder = tmp_path_factory.mktemp("user_data")
+    (folder / "photos").mkdir()
+    for name in PHOTO_NAMES:
+        shutil.copy(PHOTOS / name, folder / "photos" / name)
+    save_tiny_bert(folder / "bert")
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _feature_cache(user_folder, monkeypatch):
+    """The region-feature stores of the photos, extracted once for the module."""
+    monkeypatch.setenv("HF_VLALIGN_CACHE", str(user_folder / "cache"))
+
+
+def sizes(folder: Path) -> dict[str, tuple[int, int]]:
+    """{photo: (width, height)}."""
+    out = {}
+    for name in PHOTO_NAMES:
+        with Image.open(folder / "photos" / name) as image:
+            out[name] = image.size
+    return out
+
+
+def whole(size: tuple[int, int]) -> list[int]:
+    return [0, 0, *size]
+
+
+def corner(size: tuple[int, int]) -> list[float]:
+    """The top left cell of the 4 x 4 grid."""
+    return [0, 0, size[0] / 4, size[1] / 4]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    """A CSV file of `rows` (a list or object cell as JSON text)."""
+    columns = list(dict.fromkeys(column for row in rows for column in row))
+    with path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(columns)
+        for row in rows:
+            cells = [row.get(column, "") for column in columns]
+            writer.writerow([json.dumps(cell) if isinstance(cell, (list, dict)) else cell for cell in cells])
+    return path
+
+
+def caption_rows(folder: Path) -> list[dict]:
+    """Two grounded captions of each photo."""
+    size = sizes(folder)
+    texts = {
+        "astronaut.png": ("the astronaut poses beside a flag .", "the astronaut", "a woman in a white suit smiles .", "a woman"),
+        "chelsea.png": ("a cat looks to the side .", "a cat", "an orange cat sits still .", "an orange cat"),
+        "coffee.png": ("a cup of coffee on a saucer .", "a cup", "coffee with foam in a red cup .", "coffee"),
+        "rocket.jpg": ("a rocket stands on the launch pad .", "a rocket", "the launch tower beside a rocket .", "the launch tower"),
+        "horse.png": ("a black horse in profile .", "a black horse", "the horse raises its tail .", "the horse"),
+        "camera.png": ("a man with a camera on a tripod .", "a man", "the camera faces the right .", "the camera"),
+    }  # fmt: skip
+    rows = []
+    for name, (first, first_phrase, second, second_phrase) in texts.items():
+        rows.append({"image": f"photos/{name}", "caption": first,
+                     "phrases": [{"text": first_phrase, "boxes": [whole(size[name])]}]})  # fmt: skip
+        rows.append({"image": f"photos/{name}", "caption": second,
+                     "phrases": [{"text": second_phrase, "boxes": [corner(size[name])]}]})  # fmt: skip
+    return rows
+
+
+def assert_finished(output_dir: Path, results: dict, metric_keys: tuple[str, ...], source: str) -> dict:
+    """The run wrote its results with `metric_keys`, named the data, and saved a model reading the store's
+    features."""
+    written = json.loads((output_dir / "eval_results.json").read_text())
+    assert written == json.loads(json.dumps(results))
+    for key in metric_keys:
+        assert key in written, sorted(written)
+    assert written["data"].startswith("user data: ") and source in written["data"], written["data"]
+    config = json.loads((output_dir / "config.json").read_text())
+    assert config["visual_feat_dim"] == FEATURE_DIM
+    assert "user data" in (output_dir / "README.md").read_text()
+    return written
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Every example on the user format
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_flickr_grounding_on_user_captions(user_folder, tmp_path):
+    rows = caption_rows(user_folder)
+    train = write_jsonl(user_folder / "captions_train.jsonl", rows[:8])
+    validation = write_jsonl(user_folder / "captions_val.jsonl", rows[8:])
+    output_dir = tmp_path / "out"
+    results = example("finetune_flickr_grounding").main([
+        "--train_file", str(train), "--validation_file", str(validation), "--output_dir", str(output_dir),
+        "--model_name_or_path", str(user_folder / "bert"), *SHORT_RUN,
+    ])  # fmt: skip
+    written = assert_finished(output_dir, results, ("recall@1_merged_boxes", "recall@1_any_box", "eval_loss"), "captions_train.jsonl (8 rows)")
+    assert "captions_val.jsonl (4 rows)" in written["data"]
+    assert written["eval_captions"] == 4
+
+
+def test_flickr_grounding_refuses_captions_without_phrases(user_folder, tmp_path):
+    rows = [{"image": row["image"], "caption": row["caption"]} for row in caption_rows(user_folder)]
+    train = write_jsonl(user_folder / "plain_captions.jsonl", rows)
+    with pytest.raises(ValueError, match="phrase grounding learns from grounded phrases.*add `phrases`"):
+        example("finetune_flickr_grounding").main(
+            ["--train_file", str(train), "--output_dir", str(tmp_path / "out"), *SHORT_RUN]
+        )
