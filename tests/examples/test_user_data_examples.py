@@ -145,3 +145,57 @@ def test_flickr_grounding_refuses_captions_without_phrases(user_folder, tmp_path
         example("finetune_flickr_grounding").main(
             ["--train_file", str(train), "--output_dir", str(tmp_path / "out"), *SHORT_RUN]
         )
+
+
+def vqa_rows(folder: Path) -> list[dict]:
+    """Two questions on each photo, one of them grounded."""
+    size = sizes(folder)
+    subjects = {"astronaut.png": "person", "chelsea.png": "cat", "coffee.png": "cup", "rocket.jpg": "rocket",
+                "horse.png": "horse", "camera.png": "person"}  # fmt: skip
+    rows = []
+    for name, subject in subjects.items():
+        rows.append({"image": f"photos/{name}", "question": "what is in the picture ?", "answer": subject,
+                     "phrases": [{"text": "the picture", "boxes": [whole(size[name])]}]})  # fmt: skip
+        rows.append({"image": f"photos/{name}", "question": "is it a photo ?", "answers": ["yes", "yes", "no"]})
+    return rows
+
+
+def test_vqa_on_user_questions_from_csv(user_folder, tmp_path):
+    train = write_csv(user_folder / "questions.csv", vqa_rows(user_folder))
+    output_dir = tmp_path / "out"
+    results = example("finetune_vqa").main([
+        "--train_file", str(train), "--output_dir", str(output_dir), "--model_name_or_path", str(user_folder / "bert"),
+        "--supervision", "direct", *SHORT_RUN,
+    ])  # fmt: skip
+    written = assert_finished(output_dir, results, ("accuracy", "vqa_accuracy", "majority_baseline_accuracy"), "questions.csv (12 rows")
+    # no validation file: the rows of 2 of the 6 images (10%, at least 2) are held out
+    assert "held out for evaluation" in written["data"] and written["eval_examples"] == 4
+    vocab = json.loads((output_dir / "answer_vocab.json").read_text())
+    assert set(vocab) == {"person", "cat", "cup", "rocket", "horse", "yes", "no"}
+    assert written["num_answers"] == len(vocab)
+
+
+def nlvr2_rows() -> list[dict]:
+    """Each sentence judged against two image pairs, once true and once false."""
+    pairs = [("chelsea.png", "horse.png"), ("coffee.png", "rocket.jpg"), ("astronaut.png", "chelsea.png"),
+             ("camera.png", "coffee.png"), ("horse.png", "rocket.jpg"), ("astronaut.png", "camera.png")]  # fmt: skip
+    sentences = ["one image shows an animal .", "one image shows an animal .", "a person is in the left image .",
+                 "a person is in the left image .", "the right image shows a rocket .", "the right image shows a rocket ."]  # fmt: skip
+    labels = [True, False, True, True, True, False]
+    return [
+        {"left_image": f"photos/{left}", "right_image": f"photos/{right}", "sentence": sentence, "label": label}
+        for (left, right), sentence, label in zip(pairs, sentences, labels)
+    ]
+
+
+def test_nlvr2_on_user_pairs(user_folder, tmp_path):
+    rows = nlvr2_rows()
+    train = write_jsonl(user_folder / "pairs_train.jsonl", rows)
+    validation = write_jsonl(user_folder / "pairs_val.jsonl", rows[:4])
+    output_dir = tmp_path / "out"
+    results = example("finetune_nlvr2").main([
+        "--train_file", str(train), "--validation_file", str(validation), "--output_dir", str(output_dir),
+        "--model_name_or_path", str(user_folder / "bert"), *SHORT_RUN,
+    ])  # fmt: skip
+    written = assert_finished(output_dir, results, ("accuracy", "consistency", "majority_baseline_accuracy"), "pairs_train.jsonl (6 rows)")
+    assert written["eval_sentences"] == 2  # two sentences, each judged against two pairs
