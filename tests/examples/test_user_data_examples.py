@@ -199,3 +199,25 @@ def test_nlvr2_on_user_pairs(user_folder, tmp_path):
     ])  # fmt: skip
     written = assert_finished(output_dir, results, ("accuracy", "consistency", "majority_baseline_accuracy"), "pairs_train.jsonl (6 rows)")
     assert written["eval_sentences"] == 2  # two sentences, each judged against two pairs
+
+
+def refcoco_rows(folder: Path) -> list[dict]:
+    """The whole photo and its top left corner referred to, for each photo."""
+    size = sizes(folder)
+    rows = []
+    for name in PHOTO_NAMES:
+        rows.append({"image": f"photos/{name}", "expression": "the whole picture", "box": whole(size[name])})
+        rows.append({"image": f"photos/{name}", "expression": "the top left corner", "box": corner(size[name])})
+    return rows
+
+
+def test_refcoco_on_user_expressions(user_folder, tmp_path):
+    rows = refcoco_rows(user_folder)
+    train = write_jsonl(user_folder / "expressions_train.jsonl", rows[:8])
+    validation = write_jsonl(user_folder / "expressions_val.jsonl", rows[8:])
+    output_dir = tmp_path / "out"
+    results = example("finetune_refcoco").main([
+        "--train_file", str(train), "--validation_file", str(validation), "--output_dir", str(output_dir),
+        "--model_name_or_path", str(user_folder / "bert"), "--supervision", "direct", *SHORT_RUN,
+    ])  # fmt: skip
+    assert_finished(output_dir, results, ("accuracy", "chance_accuracy", "eval_loss"), "expressions_val.jsonl (4 rows)")
