@@ -221,3 +221,36 @@ def test_refcoco_on_user_expressions(user_folder, tmp_path):
         "--model_name_or_path", str(user_folder / "bert"), "--supervision", "direct", *SHORT_RUN,
     ])  # fmt: skip
     assert_finished(output_dir, results, ("accuracy", "chance_accuracy", "eval_loss"), "expressions_val.jsonl (4 rows)")
+
+
+def vgp_rows(folder: Path) -> list[dict]:
+    """A paraphrase pair on each photo (grounded phrases in both captions), one caption of it describing the photo."""
+    size = sizes(folder)
+    types = ["Equivalence", "Entailment1", "Alternation", "Independence", "Entailment2", None]
+    labels = ["both", "c1", "c2", "both", "c1", "c2"]
+    rows = []
+    for (name, kind, label), caption in zip(zip(PHOTO_NAMES, types, labels), caption_rows(folder)[::2]):
+        phrase = caption["phrases"][0]["text"]
+        other = f"there is {phrase} here ."
+        rows.append({
+            "image": f"photos/{name}", "caption1": caption["caption"], "caption2": other, "phrase1": phrase,
+            "phrase2": phrase, "label": label, "type": kind,
+            "phrases1": [{"text": phrase, "boxes": [whole(size[name])]}],
+            "phrases2": [{"text": phrase, "boxes": [whole(size[name])]}],
+        })  # fmt: skip
+    return rows
+
+
+def test_vgp_on_user_paraphrases(user_folder, tmp_path):
+    rows = vgp_rows(user_folder)
+    train = write_jsonl(user_folder / "paraphrases_train.jsonl", rows)
+    validation = write_jsonl(user_folder / "paraphrases_val.jsonl", rows[2:4])
+    output_dir = tmp_path / "out"
+    results = example("finetune_vgp").main([
+        "--train_file", str(train), "--validation_file", str(validation), "--output_dir", str(output_dir),
+        "--model_name_or_path", str(user_folder / "bert"), *SHORT_RUN,
+    ])  # fmt: skip
+    assert_finished(
+        output_dir, results, ("image_description_accuracy", "vgp_accuracy", "grounding_accuracy_best_head"),
+        "paraphrases_train.jsonl (6 rows), paraphrases_val.jsonl (2 rows)",
+    )  # fmt: skip

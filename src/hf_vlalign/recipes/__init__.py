@@ -40,6 +40,7 @@ from .arguments import (
 )
 from .models import (
     DEFAULT_BASE_MODEL,
+    check_visual_feat_dim,
     checkpoint_path,
     from_checkpoint_or_text,
     load_task_model,
@@ -81,6 +82,7 @@ __all__ = [
     "check_dropout",
     "check_model_arguments",
     "checkpoint_family",
+    "check_visual_feat_dim",
     "checkpoint_path",
     "default_cpu_threads",
     "default_report_to",
