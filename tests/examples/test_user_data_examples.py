@@ -254,3 +254,14 @@ def test_vgp_on_user_paraphrases(user_folder, tmp_path):
         output_dir, results, ("image_description_accuracy", "vgp_accuracy", "grounding_accuracy_best_head"),
         "paraphrases_train.jsonl (6 rows), paraphrases_val.jsonl (2 rows)",
     )  # fmt: skip
+
+
+def test_pretrain_single_stream_on_user_captions(user_folder, tmp_path):
+    train = write_jsonl(user_folder / "captions_all.jsonl", caption_rows(user_folder))
+    output_dir = tmp_path / "out"
+    results = example("pretrain_single_stream").main([
+        "--train_file", str(train), "--output_dir", str(output_dir), "--model_name_or_path", str(user_folder / "bert"),
+        "--supervision", "direct", "--region_mask_probability", "0.15", *SHORT_RUN,
+    ])  # fmt: skip
+    written = assert_finished(output_dir, results, ("mlm_accuracy", "sentence_image_accuracy"), "captions_all.jsonl (12 rows")
+    assert written["eval_examples"] == 4  # two held-out photos, two captions each
