@@ -105,9 +105,11 @@ def caption_rows(folder: Path) -> list[dict]:
     return rows
 
 
-def assert_finished(output_dir: Path, results: dict, metric_keys: tuple[str, ...], source: str) -> dict:
-    """The run wrote its results with `metric_keys`, named the data, and saved a model reading the store's
-    features."""
+def assert_finished(
+    output_dir: Path, results: dict, metric_keys: tuple[str, ...], source: str, card_dir: Path | None = None
+) -> dict:
+    """The run wrote its results with `metric_keys`, named the data (also in the model card of `card_dir`, default
+    `output_dir`), and saved a model reading the store's features."""
     written = json.loads((output_dir / "eval_results.json").read_text())
     assert written == json.loads(json.dumps(results))
     for key in metric_keys:
@@ -115,7 +117,7 @@ def assert_finished(output_dir: Path, results: dict, metric_keys: tuple[str, ...
     assert written["data"].startswith("user data: ") and source in written["data"], written["data"]
     config = json.loads((output_dir / "config.json").read_text())
     assert config["visual_feat_dim"] == FEATURE_DIM
-    assert "user data" in (output_dir / "README.md").read_text()
+    assert "user data" in ((card_dir or output_dir) / "README.md").read_text()
     return written
 
 
@@ -265,3 +267,19 @@ def test_pretrain_single_stream_on_user_captions(user_folder, tmp_path):
     ])  # fmt: skip
     written = assert_finished(output_dir, results, ("mlm_accuracy", "sentence_image_accuracy"), "captions_all.jsonl (12 rows")
     assert written["eval_examples"] == 4  # two held-out photos, two captions each
+
+
+def test_pretrain_two_stream_on_user_captions(user_folder, tmp_path):
+    rows = caption_rows(user_folder)
+    train = write_jsonl(user_folder / "captions_train.jsonl", rows[:8])
+    validation = write_jsonl(user_folder / "captions_val.jsonl", rows[8:])
+    output_dir = tmp_path / "out"
+    summary = example("pretrain_two_stream").main([
+        "--train_file", str(train), "--validation_file", str(validation), "--output_dir", str(output_dir),
+        "--model_name_or_path", str(user_folder / "bert"), "--l_layers", "1", "--r_layers", "1", "--x_layers", "2",
+        "--alignment_loss", "with", *SHORT_RUN,
+    ])  # fmt: skip
+    results = summary["with_alignment"]
+    keys = ("cross_attention_grounding_accuracy", "alignment_decoder_grounding_accuracy", "alignment_loss")
+    assert_finished(output_dir / "with_alignment", results, keys, "captions_val.jsonl (4 rows)", card_dir=output_dir)
+    assert results["alignment_loss"] is not None  # the decoder trained towards the phrases' IoU targets
