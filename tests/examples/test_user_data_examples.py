@@ -283,3 +283,19 @@ def test_pretrain_two_stream_on_user_captions(user_folder, tmp_path):
     keys = ("cross_attention_grounding_accuracy", "alignment_decoder_grounding_accuracy", "alignment_loss")
     assert_finished(output_dir / "with_alignment", results, keys, "captions_val.jsonl (4 rows)", card_dir=output_dir)
     assert results["alignment_loss"] is not None  # the decoder trained towards the phrases' IoU targets
+
+
+def test_train_captioning_on_user_captions(user_folder, tmp_path):
+    rows = caption_rows(user_folder)
+    train = write_jsonl(user_folder / "captions_train.jsonl", rows[:8])
+    validation = write_jsonl(user_folder / "captions_val.jsonl", rows[8:])
+    output_dir = tmp_path / "out"
+    results = example("train_captioning").main([
+        "--train_file", str(train), "--validation_file", str(validation), "--output_dir", str(output_dir),
+        "--d_model", "32", "--ffn_dim", "64", "--attention_heads", "4", "--encoder_layers", "1", "--decoder_layers", "1",
+        "--max_new_tokens", "6", "--analysis_examples", "4", "--spice", "false", *SHORT_RUN,
+    ])  # fmt: skip
+    written = assert_finished(output_dir, results, ("bleu_4", "cider", "alignment"), "captions_val.jsonl (4 rows)")
+    assert written["num_test_images"] == 2  # the two validation photos, their two rows each the references
+    samples = json.loads((output_dir / "samples.json").read_text())
+    assert all(len(sample["references"]) == 2 for sample in samples)
