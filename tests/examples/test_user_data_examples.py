@@ -299,3 +299,24 @@ def test_train_captioning_on_user_captions(user_folder, tmp_path):
     assert written["num_test_images"] == 2  # the two validation photos, their two rows each the references
     samples = json.loads((output_dir / "samples.json").read_text())
     assert all(len(sample["references"]) == 2 for sample in samples)
+
+
+def test_samaran_table1_on_user_data(user_folder, tmp_path):
+    vgp = write_jsonl(user_folder / "t1_vgp.jsonl", vgp_rows(user_folder))
+    vqa = write_jsonl(user_folder / "t1_vqa.jsonl", vqa_rows(user_folder))
+    refcoco = write_jsonl(user_folder / "t1_refcoco.jsonl", refcoco_rows(user_folder))
+    refcoco_val = write_jsonl(user_folder / "t1_refcoco_val.jsonl", refcoco_rows(user_folder)[:4])
+    common = [flag if not flag.startswith("--") else f"--common.{flag[2:]}" for flag in SHORT_RUN]
+    output_dir = tmp_path / "out"
+    table = example("samaran_table1").main([
+        "--train_file", str(vgp), "--vqa_train_file", str(vqa), "--refcoco_train_file", str(refcoco),
+        "--refcoco_validation_file", str(refcoco_val), "--supervisions", "direct", "--output_dir", str(output_dir),
+        "--vgp.model_name_or_path", str(user_folder / "bert"), *common,
+    ])  # fmt: skip
+    assert table["columns"] == ["VQA (user data)", "referring expressions (user data)"]
+    metrics = table["settings"]["direct"]["metrics"]
+    assert set(metrics) == {*table["columns"], *table["vgp_columns"]}
+    for stage, source in (("vgp", "t1_vgp.jsonl"), ("vqa", "t1_vqa.jsonl"), ("refcoco", "t1_refcoco_val.jsonl")):
+        folder = output_dir / "direct" / "seed42" / stage
+        assert source in json.loads((folder / "eval_results.json").read_text())["data"]
+        assert json.loads((folder / "config.json").read_text())["visual_feat_dim"] == FEATURE_DIM
