@@ -320,3 +320,111 @@ def test_samaran_table1_on_user_data(user_folder, tmp_path):
         folder = output_dir / "direct" / "seed42" / stage
         assert source in json.loads((folder / "eval_results.json").read_text())["data"]
         assert json.loads((folder / "config.json").read_text())["visual_feat_dim"] == FEATURE_DIM
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Refused combinations
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "flags", "message"),
+    [
+        ("finetune_vqa", ["--dataset", "gqa"], "`--dataset` names another data source than `--train_file`"),
+        ("finetune_vqa", ["--features", "STORE"], "`--features` names another data source"),
+        ("finetune_vqa", ["--answer_vocab", "vocab.json"], "`--answer_vocab` names another data source"),
+        ("finetune_vqa", ["--min_answer_count", "3"], "`--min_answer_count` names another data source"),
+        ("finetune_flickr_grounding", ["--synthetic_train_images", "5"], "`--synthetic_train_images` names another"),
+        ("finetune_flickr_grounding", ["--train_split", "val"], "`--train_split` names another"),
+        ("finetune_nlvr2", ["--eval_subset", "balanced"], "`--eval_subset` names another"),
+        ("finetune_refcoco", ["--test_splits", "testA"], "`--test_splits` names another"),
+        ("finetune_vgp", ["--vgp_train_csv", "x.csv"], "`--vgp_train_csv` names another"),
+        ("finetune_vgp", ["--negatives", "hard"], "`--negatives` names another"),
+        ("pretrain_single_stream", ["--text_column", "sentence"], "`--text_column` names another"),
+        ("pretrain_two_stream", ["--lxmert_data_dir", "lxmert"], "`--lxmert_data_dir` names another"),
+        ("train_captioning", ["--karpathy_json", "dataset_coco.json"], "`--karpathy_json` names another"),
+        ("finetune_refcoco", ["--grid_size", "0"], "`--grid_size` must be a positive number"),
+    ],
+)
+def test_train_file_refuses_the_flags_of_other_data(name, flags, message, tmp_path):
+    train = tmp_path / "data" / "train.jsonl"
+    with pytest.raises(ValueError, match=message):
+        example(name).parse_args(["--train_file", str(train), *flags, "--output_dir", str(tmp_path / "out")])
+
+
+@pytest.mark.parametrize("flag", [["--validation_file", "val.jsonl"], ["--grid_size", "3"], ["--region_encoder", "x"]])
+@pytest.mark.parametrize("name", ["finetune_nlvr2", "finetune_vgp", "pretrain_two_stream", "train_captioning"])
+def test_user_data_flags_need_a_train_file(name, flag, tmp_path):
+    with pytest.raises(ValueError, match=f"`--{flag[0][2:]}` applies only to your own data: pass `--train_file`"):
+        example(name).parse_args([*flag, "--output_dir", str(tmp_path / "out")])
+
+
+def test_output_dir_may_not_hold_the_train_file(tmp_path):
+    train = tmp_path / "train.jsonl"
+    train.write_text("")
+    with pytest.raises(ValueError, match="--train_file"):
+        parse_recipe_args(["--train_file", str(train), "--output_dir", str(tmp_path)], (ModelArguments, DataArguments))
+
+
+def test_without_validation_file_the_rows_of_held_out_images_evaluate(user_folder, tmp_path):
+    from hf_vlalign.recipes.user_data import held_out_split
+
+    import datasets
+
+    rows = datasets.Dataset.from_dict({"image_id": [f"img{i // 2}" for i in range(40)], "row": list(range(40))})
+    train, evaluation = held_out_split(rows, seed=0, file="train.jsonl")
+    assert len(set(evaluation["image_id"])) == 2 and len(evaluation) == 4  # 10% of 20 images, all their rows
+    assert not set(train["image_id"]) & set(evaluation["image_id"])
+    assert held_out_split(rows, seed=0, file="train.jsonl")[1]["row"] == evaluation["row"]  # seeded
+    with pytest.raises(ValueError, match="needs at least 3 images; pass `--validation_file`"):
+        held_out_split(rows.select(range(4)), seed=0, file="train.jsonl")
+
+
+def test_a_validation_file_of_one_image_is_refused(user_folder, tmp_path):
+    rows = caption_rows(user_folder)
+    train = write_jsonl(user_folder / "one_image_train.jsonl", rows[:8])
+    validation = write_jsonl(user_folder / "one_image_val.jsonl", rows[8:10])
+    with pytest.raises(ValueError, match="shows 1 image: the evaluation needs rows of at least 2 images"):
+        example("finetune_flickr_grounding").main([
+            "--train_file", str(train), "--validation_file", str(validation), "--output_dir", str(tmp_path / "out"),
+            *SHORT_RUN,
+        ])  # fmt: skip
+
+
+def test_a_checkpoint_of_another_feature_dimension_is_refused(user_folder, tmp_path):
+    from transformers import AutoTokenizer
+
+    from hf_vlalign import SingleStreamConfig, SingleStreamForPhraseGrounding
+
+    tokenizer = AutoTokenizer.from_pretrained(user_folder / "bert")
+    config = SingleStreamConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, visual_feat_dim=64,
+    )  # fmt: skip
+    checkpoint = tmp_path / "checkpoint"
+    SingleStreamForPhraseGrounding(config).save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    rows = caption_rows(user_folder)
+    train = write_jsonl(user_folder / "captions_train.jsonl", rows[:8])
+    validation = write_jsonl(user_folder / "captions_val.jsonl", rows[8:])
+    with pytest.raises(ValueError, match="reads 64-dimensional region features but the features of the data have 256"):
+        example("finetune_flickr_grounding").main([
+            "--train_file", str(train), "--validation_file", str(validation), "--output_dir", str(tmp_path / "out"),
+            "--model_name_or_path", str(checkpoint), *SHORT_RUN,
+        ])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--train_file", "{vgp}", "--vgp_train_csv", "x.csv"], "`--vgp_train_csv` reads published data"),
+        (["--train_file", "{vgp}", "--vqa_train_file", "{vgp}", "--vqa_eval_split", "test"], "`--vqa_eval_split` reads published"),
+        (["--train_file", "{vgp}", "--vqa_validation_file", "{vgp}"], "`--vqa_validation_file` is the evaluation rows of `--vqa_train_file`"),
+        (["--train_file", "{vgp}", "--refcoco_train_file", "{vgp}"], "the vqa stage reads `--vqa_train_file`.*missing: \\['vqa_dir'\\]"),
+    ],
+)
+def test_samaran_table1_refuses_mixed_data_sources(flags, message, tmp_path):
+    vgp = str(tmp_path / "vgp.jsonl")
+    argv = [flag.format(vgp=vgp) for flag in flags]
+    with pytest.raises(ValueError, match=message):
+        example("samaran_table1").parse_args([*argv, "--output_dir", str(tmp_path / "out")])
