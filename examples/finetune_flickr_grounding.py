@@ -116,7 +116,9 @@ def parse_args(
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def load_user_captions(args: DataArguments, training_args) -> tuple[datasets.Dataset, datasets.Dataset, RegionFeatureStore, str, dict]:
+def load_user_captions(
+    args: DataArguments, training_args
+) -> tuple[datasets.Dataset, datasets.Dataset, RegionFeatureStore, str, dict]:
     """(train rows, eval rows, store, description, region options) of `--train_file` / `--validation_file`: `caption`
     rows, read as Flickr30k Entities' `sentence` rows; each split needs grounded phrases."""
     data = load_user_splits(args, "caption", training_args)

@@ -103,7 +103,7 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Referrin
         argv,
         (ModelArguments, DataArguments, ReferringArguments),
         TaskTrainingArguments,
-        data_source_flags=("refs_file", "image_id_template", "test_splits"),  # RefCOCO+'s own: refused with --train_file
+        data_source_flags=("refs_file", "image_id_template", "test_splits"),  # RefCOCO+'s: refused with --train_file
         output_dir="outputs/refcoco",
         num_train_epochs=1,
         learning_rate=2e-4,  # the new region head and visual embeddings learn slowly at BERT's usual 5e-5

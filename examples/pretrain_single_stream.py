@@ -188,7 +188,8 @@ def load_user_captions(data_args: DataArguments, task_args, training_args) -> Ca
     """The `caption` rows of `--train_file` / `--validation_file` (several rows of an image: its captions)."""
     user = load_user_splits(data_args, "caption", training_args)
     splits = {}
-    for role, rows, count in (("train", user.train, data_args.max_train_samples), ("eval", user.eval, data_args.max_eval_samples)):
+    roles = (("train", user.train, data_args.max_train_samples), ("eval", user.eval, data_args.max_eval_samples))
+    for role, rows, count in roles:
         rows, captions = pairable_rows(rows, "caption", f"{USER_DATA} {role}", task_args.sentence_image_prediction)
         splits[role] = (first_rows(rows, count), captions)
     (train, train_captions), (evaluation, eval_captions) = splits["train"], splits["eval"]

@@ -64,8 +64,8 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from hf_vlalign.recipes import DataArguments, MixedPrecisionArguments, ModelArguments
 from hf_vlalign.recipes.arguments import ThreadArguments, read_config_file, split_config_flag
-from hf_vlalign.utils.typed_options import typed_options
 from hf_vlalign.trainers import TaskTrainingArguments, VGPTrainingArguments
+from hf_vlalign.utils.typed_options import typed_options
 
 EXAMPLES = Path(__file__).resolve().parent
 SUPERVISIONS = ("none", "direct", "semi_direct", "indirect")
@@ -171,7 +171,7 @@ class Table1Arguments:
     )
     validation_file: str | None = field(default=None, metadata={"help": "VGP: your own evaluation rows"})
     vqa_train_file: str | None = field(
-        default=None, metadata={"help": "VQA from your own data: `vqa` rows of the user-data format (instead of --vqa_dir)"}
+        default=None, metadata={"help": "VQA from your own data: `vqa` rows of the user-data format (not --vqa_dir)"}
     )
     vqa_validation_file: str | None = field(default=None, metadata={"help": "VQA: your own evaluation rows"})
     refcoco_train_file: str | None = field(
@@ -210,7 +210,9 @@ def check_data_sources(args: Table1Arguments, given: set[str]) -> None:
         if args.user_data(stage):
             replaced = published + [name for name in PUBLISHED_ONLY.get(stage, ()) if name in given]
             if replaced:
-                raise ValueError(f"`--{replaced[0]}` reads published data, but `--{train}` gives the {stage} stage's own: drop it.")
+                raise ValueError(
+                    f"`--{replaced[0]}` reads published data, but `--{train}` gives the {stage} stage's own: drop it."
+                )
         elif len(published) < len(PUBLISHED_DATA[stage]):
             missing = [name for name in PUBLISHED_DATA[stage] if name not in published]
             raise ValueError(
@@ -220,7 +222,9 @@ def check_data_sources(args: Table1Arguments, given: set[str]) -> None:
     if args.coco_features is None and not (args.user_data("vqa") and args.user_data("refcoco")):
         args.coco_features = args.features
         if args.coco_features is None:
-            raise ValueError("`--coco_features` is required for the published VQA v2 / RefCOCO+ data (the COCO images' store).")
+            raise ValueError(
+                "`--coco_features` is required for the published VQA v2 / RefCOCO+ data (the COCO images' store)."
+            )
 
 
 def split_section_flags(argv: list[str]) -> tuple[list[str], dict[str, dict[str, str]]]:

@@ -15,9 +15,10 @@ COCO Karpathy splits with region features, or offline on the synthetic scenes.
     accelerate launch examples/train_captioning.py --train_file captions.jsonl --validation_file val.jsonl
 
 Writes to --output_dir: safetensors weights, config, tokenizer, eval_results.json (`bleu_4`, `cider`, `meteor`,
-`rouge_l` on the test split (Karpathy "test" by default); on the synthetic scenes also `alignment`: Li et al.'s
-grounding accuracy of the decoder's cross-attention teacher-forced on the test captions, last decoder layer, heads
-summed (COCO captions carry no phrase boxes; with `--train_file`, when the evaluation rows give `phrases`); `test_loss` and `test_loss_other_images`: the caption loss per token with
+`rouge_l` on the test split (Karpathy "test" by default); on the synthetic scenes (and your own captions whose
+evaluation rows give `phrases`) also `alignment`: Li et al.'s grounding accuracy of the decoder's cross-attention
+teacher-forced on the test captions, last decoder layer, heads summed (COCO captions carry no phrase boxes);
+`test_loss` and `test_loss_other_images`: the caption loss per token with
 each caption's own image and with another image, whose gap is how much the captioner uses the image, also under
 `image_use` with every example's keys), paper_results.json (the papers' tables under their names: "BLEU-1".."BLEU-4",
 "METEOR", "ROUGE-L", "CIDEr" (CIDEr-D, as the COCO server), "SPICE" where it can run (else "SPICE_skipped" says why); "attention_entropy_per_layer": Ilinykh's
@@ -79,8 +80,8 @@ from hf_vlalign.recipes import (
     from_checkpoint_or_text,
     image_use_results,
     load_tokenizer,
-    parse_indices,
     load_user_splits,
+    parse_indices,
     parse_recipe_args,
     save_model,
     synthetic_scene_config,

@@ -135,7 +135,9 @@ def test_flickr_grounding_on_user_captions(user_folder, tmp_path):
         "--train_file", str(train), "--validation_file", str(validation), "--output_dir", str(output_dir),
         "--model_name_or_path", str(user_folder / "bert"), *SHORT_RUN,
     ])  # fmt: skip
-    written = assert_finished(output_dir, results, ("recall@1_merged_boxes", "recall@1_any_box", "eval_loss"), "captions_train.jsonl (8 rows)")
+    written = assert_finished(
+        output_dir, results, ("recall@1_merged_boxes", "recall@1_any_box", "eval_loss"), "captions_train.jsonl (8 rows)"
+    )
     assert "captions_val.jsonl (4 rows)" in written["data"]
     assert written["eval_captions"] == 4
 
@@ -169,7 +171,9 @@ def test_vqa_on_user_questions_from_csv(user_folder, tmp_path):
         "--train_file", str(train), "--output_dir", str(output_dir), "--model_name_or_path", str(user_folder / "bert"),
         "--supervision", "direct", *SHORT_RUN,
     ])  # fmt: skip
-    written = assert_finished(output_dir, results, ("accuracy", "vqa_accuracy", "majority_baseline_accuracy"), "questions.csv (12 rows")
+    written = assert_finished(
+        output_dir, results, ("accuracy", "vqa_accuracy", "majority_baseline_accuracy"), "questions.csv (12 rows"
+    )
     # no validation file: the rows of 2 of the 6 images (10%, at least 2) are held out
     assert "held out for evaluation" in written["data"] and written["eval_examples"] == 4
     vocab = json.loads((output_dir / "answer_vocab.json").read_text())
@@ -199,7 +203,9 @@ def test_nlvr2_on_user_pairs(user_folder, tmp_path):
         "--train_file", str(train), "--validation_file", str(validation), "--output_dir", str(output_dir),
         "--model_name_or_path", str(user_folder / "bert"), *SHORT_RUN,
     ])  # fmt: skip
-    written = assert_finished(output_dir, results, ("accuracy", "consistency", "majority_baseline_accuracy"), "pairs_train.jsonl (6 rows)")
+    written = assert_finished(
+        output_dir, results, ("accuracy", "consistency", "majority_baseline_accuracy"), "pairs_train.jsonl (6 rows)"
+    )
     assert written["eval_sentences"] == 2  # two sentences, each judged against two pairs
 
 
@@ -265,7 +271,9 @@ def test_pretrain_single_stream_on_user_captions(user_folder, tmp_path):
         "--train_file", str(train), "--output_dir", str(output_dir), "--model_name_or_path", str(user_folder / "bert"),
         "--supervision", "direct", "--region_mask_probability", "0.15", *SHORT_RUN,
     ])  # fmt: skip
-    written = assert_finished(output_dir, results, ("mlm_accuracy", "sentence_image_accuracy"), "captions_all.jsonl (12 rows")
+    written = assert_finished(
+        output_dir, results, ("mlm_accuracy", "sentence_image_accuracy"), "captions_all.jsonl (12 rows"
+    )
     assert written["eval_examples"] == 4  # two held-out photos, two captions each
 
 
@@ -367,9 +375,9 @@ def test_output_dir_may_not_hold_the_train_file(tmp_path):
 
 
 def test_without_validation_file_the_rows_of_held_out_images_evaluate(user_folder, tmp_path):
-    from hf_vlalign.recipes.user_data import held_out_split
-
     import datasets
+
+    from hf_vlalign.recipes.user_data import held_out_split
 
     rows = datasets.Dataset.from_dict({"image_id": [f"img{i // 2}" for i in range(40)], "row": list(range(40))})
     train, evaluation = held_out_split(rows, seed=0, file="train.jsonl")

@@ -89,7 +89,7 @@ class UserDataArguments:
     )
     grid_size: int = field(
         default=4,
-        metadata={"help": "with --train_file whose rows give no `regions`: a g x g grid of regions after the whole image."},
+        metadata={"help": "with --train_file whose rows give no `regions`: a g x g grid after the whole image."},
     )
     region_encoder: str = field(
         default="pixel",

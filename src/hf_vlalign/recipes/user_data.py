@@ -80,10 +80,11 @@ def load_user_splits(args: UserDataArguments, task: str, training_args: Training
         shown = len(set(evaluation["image_id"]))
         if shown < MIN_EVAL_IMAGES:
             raise ValueError(
-                f"`--validation_file` {args.validation_file} shows {shown} image: the evaluation needs rows of at least "
-                f"{MIN_EVAL_IMAGES} images (its own-image vs shuffled-image check swaps them)."
+                f"`--validation_file` {args.validation_file} shows {shown} image: the evaluation needs rows of at "
+                f"least {MIN_EVAL_IMAGES} images (its own-image vs shuffled-image check swaps them)."
             )
-        source = f"user data: {train_name} ({len(train)} rows), {Path(args.validation_file).name} ({len(evaluation)} rows)"
+        validation_name = Path(args.validation_file).name
+        source = f"user data: {train_name} ({len(train)} rows), {validation_name} ({len(evaluation)} rows)"
     else:
         train, evaluation = held_out_split(data.train, training_args.seed, args.train_file)
         source = (
@@ -102,4 +103,12 @@ def rename_text_columns(dataset: datasets.Dataset, old: str, new: str) -> datase
     return dataset.rename_columns(names)
 
 
-__all__ = ["HELD_OUT_FRACTION", "MIN_EVAL_IMAGES", "UserSplits", "held_out_split", "load_user_splits", "region_options", "rename_text_columns"]
+__all__ = [
+    "HELD_OUT_FRACTION",
+    "MIN_EVAL_IMAGES",
+    "UserSplits",
+    "held_out_split",
+    "load_user_splits",
+    "region_options",
+    "rename_text_columns",
+]
