@@ -1,6 +1,7 @@
 """Every example on the user-data format: `--train_file` / `--validation_file` of real photos (scikit-image's) run in
-process to a saved model whose config reads the store's features, with `eval_results.json` naming the data; the flag
-combinations that mix the user's files with another data source are refused."""
+process to a saved model whose config reads the store's features, with `eval_results.json` naming the data (marked
+`slow`: about 4 minutes together on 2 busy cores, the captioner's METEOR start-up the longest); the flag combinations
+that mix the user's files with another data source are refused (fast)."""
 
 from __future__ import annotations
 
@@ -126,6 +127,7 @@ def assert_finished(
 # ----------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a whole run of the example
 def test_flickr_grounding_on_user_captions(user_folder, tmp_path):
     rows = caption_rows(user_folder)
     train = write_jsonl(user_folder / "captions_train.jsonl", rows[:8])
@@ -164,6 +166,7 @@ def vqa_rows(folder: Path) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow  # a whole run of the example
 def test_vqa_on_user_questions_from_csv(user_folder, tmp_path):
     train = write_csv(user_folder / "questions.csv", vqa_rows(user_folder))
     output_dir = tmp_path / "out"
@@ -194,6 +197,7 @@ def nlvr2_rows() -> list[dict]:
     ]
 
 
+@pytest.mark.slow  # a whole run of the example
 def test_nlvr2_on_user_pairs(user_folder, tmp_path):
     rows = nlvr2_rows()
     train = write_jsonl(user_folder / "pairs_train.jsonl", rows)
@@ -219,6 +223,7 @@ def refcoco_rows(folder: Path) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow  # a whole run of the example
 def test_refcoco_on_user_expressions(user_folder, tmp_path):
     rows = refcoco_rows(user_folder)
     train = write_jsonl(user_folder / "expressions_train.jsonl", rows[:8])
@@ -249,6 +254,7 @@ def vgp_rows(folder: Path) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow  # a whole run of the example
 def test_vgp_on_user_paraphrases(user_folder, tmp_path):
     rows = vgp_rows(user_folder)
     train = write_jsonl(user_folder / "paraphrases_train.jsonl", rows)
@@ -264,6 +270,7 @@ def test_vgp_on_user_paraphrases(user_folder, tmp_path):
     )  # fmt: skip
 
 
+@pytest.mark.slow  # a whole run of the example
 def test_pretrain_single_stream_on_user_captions(user_folder, tmp_path):
     train = write_jsonl(user_folder / "captions_all.jsonl", caption_rows(user_folder))
     output_dir = tmp_path / "out"
@@ -277,6 +284,7 @@ def test_pretrain_single_stream_on_user_captions(user_folder, tmp_path):
     assert written["eval_examples"] == 4  # two held-out photos, two captions each
 
 
+@pytest.mark.slow  # a whole run of the example
 def test_pretrain_two_stream_on_user_captions(user_folder, tmp_path):
     rows = caption_rows(user_folder)
     train = write_jsonl(user_folder / "captions_train.jsonl", rows[:8])
@@ -293,6 +301,7 @@ def test_pretrain_two_stream_on_user_captions(user_folder, tmp_path):
     assert results["alignment_loss"] is not None  # the decoder trained towards the phrases' IoU targets
 
 
+@pytest.mark.slow  # a whole run of the example
 def test_train_captioning_on_user_captions(user_folder, tmp_path):
     rows = caption_rows(user_folder)
     train = write_jsonl(user_folder / "captions_train.jsonl", rows[:8])
@@ -309,6 +318,7 @@ def test_train_captioning_on_user_captions(user_folder, tmp_path):
     assert all(len(sample["references"]) == 2 for sample in samples)
 
 
+@pytest.mark.slow  # a whole run of the example
 def test_samaran_table1_on_user_data(user_folder, tmp_path):
     vgp = write_jsonl(user_folder / "t1_vgp.jsonl", vgp_rows(user_folder))
     vqa = write_jsonl(user_folder / "t1_vqa.jsonl", vqa_rows(user_folder))
