@@ -256,6 +256,13 @@ def load_user_captions(args: PretrainingArguments, training_args) -> Pretraining
     """The `caption` rows of `--train_file` / `--validation_file`: no answers, and regions without detector
     classes (one placeholder class, which no masked region is labelled with)."""
     user = load_user_splits(args, "caption", training_args)
+    for name, rows in (("training", user.train), ("evaluation", user.eval)):
+        if not any(spans for spans in rows["caption_phrase_spans"]):
+            raise ValueError(
+                f"the alignment loss and the cross-attention grounding evaluation read grounded phrases, but no {name} "
+                f'row of {user.source} gives one: add `phrases` ([{{"text": "a cat", "boxes": [[x1, y1, x2, y2]]}}]) '
+                "to the `caption` rows."
+            )
     return PretrainingData(
         user.train, user.eval, user.store, ["region"], None, 0, user.source, "caption", user.region_options
     )

@@ -446,3 +446,10 @@ def test_samaran_table1_refuses_mixed_data_sources(flags, message, tmp_path):
     argv = [flag.format(vgp=vgp) for flag in flags]
     with pytest.raises(ValueError, match=message):
         example("samaran_table1").parse_args([*argv, "--output_dir", str(tmp_path / "out")])
+
+
+def test_pretrain_two_stream_refuses_captions_without_phrases(user_folder, tmp_path):
+    rows = [{"image": row["image"], "caption": row["caption"]} for row in caption_rows(user_folder)]
+    train = write_jsonl(user_folder / "plain_captions.jsonl", rows)
+    with pytest.raises(ValueError, match="the alignment loss and the cross-attention grounding evaluation read grounded"):
+        example("pretrain_two_stream").main(["--train_file", str(train), "--output_dir", str(tmp_path / "out")])
