@@ -9,7 +9,8 @@ with `parse_recipe_args`, so each takes the same flags: `--model_family`, `--mod
 `--push_to_hub`, `--hub_model_id`, ...). Examples with arguments of their own (VGP, two-stream pre-training,
 captioning) parse them with `parse_recipe_args` too (their argument classes extend `UserDataArguments`, for
 `--train_file`), so the same checks apply (`--mixed_precision`, `--dropout`) and they load and finish their runs with
-the same helpers (`load_tokenizer`, `from_checkpoint_or_text`, `set_dropout`, `save_model`, `take_push_to_hub`, `write_results`).
+the same helpers (`load_tokenizer`, `from_checkpoint_or_text`, `set_dropout`, `save_model`, `take_push_to_hub`,
+`write_results`).
 Every example also takes `--num_threads`: on CPU, each process uses the available cores divided by the processes of
 the machine unless OMP_NUM_THREADS or `--num_threads` says otherwise (`set_cpu_threads`).
 
