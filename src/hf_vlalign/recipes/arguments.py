@@ -77,14 +77,14 @@ class UserDataArguments:
         metadata={
             "help": "your own data: a JSON lines (.jsonl) or CSV file of the example's task in the user-data format "
             "(image paths relative to the file); its images' region features are extracted and cached. Replaces "
-            "--dataset / --data_dir / --features."
+            "the flags of the example's other data (--dataset, --data_dir, --features, ...)."
         },
     )
     validation_file: str | None = field(
         default=None,
         metadata={
-            "help": "the evaluation rows of --train_file's format (default: a seeded 10%% of the training file's "
-            "images, at least one, and their rows are held out for evaluation)."
+            "help": "the evaluation rows, in --train_file's format (default: the rows of a seeded 10%% of the "
+            "training file's images, at least 2, are held out for evaluation)."
         },
     )
     grid_size: int = field(
