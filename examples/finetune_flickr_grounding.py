@@ -12,6 +12,8 @@ with the union of its gold boxes (MERGED-BOXES), measured after training with
     accelerate launch examples/finetune_flickr_grounding.py --dataset flickr30k_entities --data_dir F30K \
         --features STORE_DIR   # real data: the annotation folder and a region-feature store of its images
                                # (hf-vlalign convert-features makes STORE_DIR from BUTD / LXMERT features)
+    accelerate launch examples/finetune_flickr_grounding.py --train_file train.jsonl --validation_file val.jsonl
+        # your own photos: `caption` rows of the user-data format whose `phrases` give boxes (docs: "Your own data")
 
 Writes to --output_dir: safetensors weights, config, tokenizer, README.md (model card with the results),
 eval_results.json, and grounding_scores.png (one evaluation caption's phrase x region probabilities).
@@ -63,7 +65,9 @@ from hf_vlalign.recipes import (
     image_use_results,
     load_task_model,
     load_tokenizer,
+    load_user_splits,
     parse_recipe_args,
+    rename_text_columns,
     save_model,
     synthetic_scene_config,
     take_push_to_hub,
@@ -113,9 +117,31 @@ def parse_args(
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def load_splits(args: DataArguments) -> tuple[datasets.Dataset, datasets.Dataset, RegionFeatureStore, str]:
-    """(train rows, eval rows, region-feature store, description of the data) of Flickr30k Entities or, by default,
-    of the synthetic scenes' captions (written in the Flickr30k Entities format and read by its builder)."""
+def load_user_captions(
+    args: DataArguments, training_args
+) -> tuple[datasets.Dataset, datasets.Dataset, RegionFeatureStore, str, dict]:
+    """(train rows, eval rows, store, description, region options) of `--train_file` / `--validation_file`: `caption`
+    rows, read as Flickr30k Entities' `sentence` rows; each split needs grounded phrases."""
+    data = load_user_splits(args, "caption", training_args)
+    splits = []
+    for name, rows in (("training", data.train), ("evaluation", data.eval)):
+        if not any(boxes for phrases in rows["caption_phrase_boxes"] for boxes in phrases):
+            raise ValueError(
+                f"phrase grounding learns from grounded phrases, but no {name} row of {data.source} gives one: add "
+                '`phrases` ([{"text": "a cat", "boxes": [[x1, y1, x2, y2]]}]) to the `caption` rows.'
+            )
+        splits.append(rename_text_columns(rows, "caption", "sentence"))
+    return *splits, data.store, data.source, data.region_options
+
+
+def load_splits(
+    args: DataArguments, training_args
+) -> tuple[datasets.Dataset, datasets.Dataset, RegionFeatureStore, str, dict | None]:
+    """(train rows, eval rows, region-feature store, description of the data, the region options of features made
+    from the images) of `--train_file`, Flickr30k Entities or, by default, of the synthetic scenes' captions (written
+    in the Flickr30k Entities format and read by its builder)."""
+    if args.train_file is not None:
+        return load_user_captions(args, training_args)
     if args.dataset in (None, "synthetic_scenes"):
         config = synthetic_scene_config(args)
         store = synthetic_region_features(config=config)
@@ -123,7 +149,7 @@ def load_splits(args: DataArguments) -> tuple[datasets.Dataset, datasets.Dataset
         train = build_dataset("synthetic_scenes", None, args.train_split or "train", **options)
         evaluation = build_dataset("synthetic_scenes", None, args.eval_split or "val", **options)
         source = f"synthetic scenes, captions ({config.num_train_images} train / {config.num_val_images} val images)"
-        return train, evaluation, store, source
+        return train, evaluation, store, source, None
     if args.dataset != "flickr30k_entities":
         raise ValueError(f"`--dataset` must be flickr30k_entities (or unset: synthetic scenes), got {args.dataset!r}.")
     if args.data_dir is None or args.features is None:
@@ -136,7 +162,14 @@ def load_splits(args: DataArguments) -> tuple[datasets.Dataset, datasets.Dataset
     options = {"region_features": store, "on_missing_image": "skip"}  # rows whose image has no features: counted, warned
     train = build_dataset("flickr30k_entities", args.data_dir, args.train_split or "train", **options)
     evaluation = build_dataset("flickr30k_entities", args.data_dir, args.eval_split or "val", **options)
-    return train, evaluation, store, f"Flickr30k Entities ({args.data_dir})"
+    return train, evaluation, store, f"Flickr30k Entities ({args.data_dir})", None
+
+
+def dataset_name(args: DataArguments) -> str | None:
+    """The data set the model card names: None for the synthetic scenes."""
+    if args.train_file is not None:
+        return "user data"
+    return None if args.dataset in (None, "synthetic_scenes") else "flickr30k_entities"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -170,7 +203,7 @@ def main(argv: list[str] | None = None) -> dict:
     set_seed(training_args.seed)
     tokenizer = load_tokenizer(model_args.model_name_or_path)
     with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
-        train_rows, eval_rows, store, source = load_splits(data_args)
+        train_rows, eval_rows, store, source, region_options = load_splits(data_args, training_args)
         truncation = {  # captions longer than max_text_length: counted before their cut phrases are left out
             split: drop_overlong_rows(rows, tokenizer, data_args.max_text_length, where=f"phrase grounding {split}")[1]
             for split, rows in (("train", train_rows), ("eval", eval_rows))
@@ -193,7 +226,8 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=train_dataset,
         eval_dataset=evaluation_subset(eval_dataset, data_args.eval_subset_size, training_args.seed),
         data_collator=collator,
-        processing_class=build_processor(tokenizer, model, store),  # saved in every checkpoint too
+        # the processor is saved with the model and in every checkpoint-N
+        processing_class=build_processor(tokenizer, model, store, region_options),
         compute_metrics=recall_at_1_any_box,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -214,6 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
             **{key: metrics[key] for key in ("eval_loss_task", "eval_loss_attention_supervision") if key in metrics},
             "model_family": model_args.model_family,
             "supervision": model_args.supervision,
+            "data": source,
             "eval_captions": len(eval_dataset),
             **{f"eval_{name}_left_out": eval_counts[name] for name in ("phrases_without_box", "phrases_truncated")},
             "truncation": truncation_results(data_args.max_text_length, truncation, [collator]),
@@ -235,8 +270,8 @@ def main(argv: list[str] | None = None) -> dict:
                 "head_learning_rate": training_args.head_learning_rate,
             },
             config=trainer.model.config,
-            synthetic_data=data_args.dataset in (None, "synthetic_scenes"),
-            dataset_name=None if data_args.dataset in (None, "synthetic_scenes") else "flickr30k_entities",
+            synthetic_data=data_args.dataset in (None, "synthetic_scenes") and data_args.train_file is None,
+            dataset_name=dataset_name(data_args),
         )
         write_results(
             output_dir, results, card, push_to_hub=push_to_hub, training_args=training_args,

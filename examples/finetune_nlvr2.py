@@ -10,6 +10,8 @@ setting).
     accelerate launch examples/finetune_nlvr2.py --dataset nlvr2 --data_dir nlvr/nlvr2/data --features STORE_DIR
     accelerate launch examples/finetune_nlvr2.py --dataset nlvr2 --data_dir nlvr/nlvr2/data --features STORE_DIR \
         --eval_split test1 --eval_subset balanced
+    accelerate launch examples/finetune_nlvr2.py --train_file train.jsonl --validation_file val.jsonl
+        # your own photos: `nlvr2` rows of the user-data format (left_image, right_image, sentence, label)
 
 `--data_dir` is the `nlvr2/data` folder of lil-lab/nlvr (train.json, dev.json, test1.json, balanced/); STORE_DIR is a
 RegionFeatureStore of the pair images keyed by NLVR2's image ids ("dev-850-0-img0", "dev-850-0-img1"), the `img_id` of
@@ -62,6 +64,7 @@ from hf_vlalign.recipes import (
     image_use_results,
     load_task_model,
     load_tokenizer,
+    load_user_splits,
     parse_recipe_args,
     save_model,
     synthetic_scene_config,
@@ -78,6 +81,7 @@ TASK_CLASSES = {"single_stream": SingleStreamForVisualReasoning, "two_stream": T
 DATASETS = ("synthetic_scenes", "nlvr2")
 DEFAULT_SPLITS = {"synthetic_scenes": ("train", "val"), "nlvr2": ("train", "dev")}
 ON_MISSING_IMAGE = ("raise", "skip")
+USER_DATA = "user data"
 
 
 @dataclass
@@ -97,6 +101,7 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, VisualRe
         argv,
         (ModelArguments, DataArguments, VisualReasoningArguments),
         TaskTrainingArguments,
+        data_source_flags=("eval_subset", "on_missing_image"),  # NLVR2's own: refused with --train_file
         output_dir="outputs/nlvr2",
         num_train_epochs=2,
         learning_rate=5e-5,  # higher rates (1e-4, 2e-4) collapse to one answer on the synthetic statements
@@ -116,6 +121,9 @@ class VisualReasoningData:
     eval: datasets.Dataset
     store: RegionFeatureStore
     dataset: str
+    # `--train_file`: what the data is, and the `extract_region_features` options of its features
+    source: str | None = None
+    region_options: dict | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -148,9 +156,33 @@ def check_data_arguments(data_args: DataArguments, nlvr2_args: VisualReasoningAr
     return dataset
 
 
-def load_pair_data(data_args: DataArguments, nlvr2_args: VisualReasoningArguments) -> VisualReasoningData:
-    """Train and evaluation rows of `--dataset` (default: the synthetic scenes' NLVR2 statements) with both images'
-    region features (`left_feature_row`, `right_feature_row`)."""
+def with_identifiers(dataset: datasets.Dataset, split: str) -> datasets.Dataset:
+    """NLVR2 identifiers `split-sentence-pair-0` of user rows: the rows of one sentence (judged against several image
+    pairs) share its number, so the consistency metric groups them as NLVR2's."""
+    sentences, pairs, identifiers = {}, {}, []
+    for sentence in dataset["sentence"]:
+        number = sentences.setdefault(sentence, len(sentences))
+        pairs[number] = pairs.get(number, -1) + 1
+        identifiers.append(f"{split}-{number}-{pairs[number]}-0")
+    return dataset.add_column("identifier", identifiers)
+
+
+def load_user_pairs(data_args: DataArguments, training_args: TaskTrainingArguments) -> VisualReasoningData:
+    """`--train_file` / `--validation_file` of `nlvr2` rows (two images, a sentence, its truth)."""
+    user = load_user_splits(data_args, "nlvr2", training_args)
+    train = first_rows(with_identifiers(user.train, "train"), data_args.max_train_samples)
+    evaluation = first_rows(with_identifiers(user.eval, "eval"), data_args.max_eval_samples)
+    return VisualReasoningData(train, evaluation, user.store, USER_DATA, user.source, user.region_options)
+
+
+def load_pair_data(
+    data_args: DataArguments, nlvr2_args: VisualReasoningArguments, training_args: TaskTrainingArguments | None = None
+) -> VisualReasoningData:
+    """Train and evaluation rows of `--train_file` (which needs `training_args`), `--dataset` or, by default, the
+    synthetic scenes' NLVR2 statements, with both images' region features (`left_feature_row`,
+    `right_feature_row`)."""
+    if data_args.train_file is not None:
+        return load_user_pairs(data_args, training_args)
     name = check_data_arguments(data_args, nlvr2_args)
     train_split = data_args.train_split or DEFAULT_SPLITS[name][0]
     eval_split = data_args.eval_split or DEFAULT_SPLITS[name][1]
@@ -205,6 +237,8 @@ def check_supervision(model_args: ModelArguments) -> None:
 
 
 def data_source(data: VisualReasoningData, data_args: DataArguments) -> str:
+    if data.source is not None:
+        return data.source
     if data.dataset == "synthetic_scenes":
         return (
             f"synthetic scenes' NLVR2-format statements ({data_args.synthetic_train_images} train / "
@@ -223,6 +257,7 @@ def write_report(
         "eval_loss": metrics["eval_loss"],
         **baselines(data),
         "dataset": data.dataset,
+        "data": data_source(data, data_args),
         "model_family": model_args.model_family,
         "eval_examples": len(data.eval),
         "truncation": truncation,
@@ -255,7 +290,7 @@ def main(argv: list[str] | None = None) -> dict:
     check_supervision(model_args)
     set_seed(training_args.seed)
     with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
-        data = load_pair_data(data_args, nlvr2_args)
+        data = load_pair_data(data_args, nlvr2_args, training_args)
     model = load_task_model(TASK_CLASSES, model_args, data.store.feature_dim)
     tokenizer = load_tokenizer(model_args.model_name_or_path)
     collator = ImagePairCollator(tokenizer, data.store, max_text_length=data_args.max_text_length)
@@ -271,7 +306,8 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=data.train,
         eval_dataset=eval_subset,
         data_collator=collator,
-        processing_class=build_processor(tokenizer, model, data.store),  # saved in every checkpoint too
+        # the processor is saved with the model and in every checkpoint-N
+        processing_class=build_processor(tokenizer, model, data.store, data.region_options),
         compute_metrics=reasoning_metrics(eval_subset),
         preprocess_logits_for_metrics=predicted_truth,
     )

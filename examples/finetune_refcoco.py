@@ -15,6 +15,8 @@ is within reach when some region of its image has IoU >= 0.5 with its box: the d
         --eval_split val --test_splits testA,testB   # real data: lichengunc/refer's refcoco+ folder (refs(unc).p,
                                 # instances.json) and a region-feature store of its COCO train2014 images
                                 # (hf-vlalign convert-features)
+    accelerate launch examples/finetune_refcoco.py --train_file train.jsonl --validation_file val.jsonl
+        # your own photos: `refcoco` rows of the user-data format (image, expression, box in pixels)
 
 `--supervision direct|semi_direct|indirect` trains the attention of the expression's words towards the referred box.
 
@@ -61,6 +63,7 @@ from hf_vlalign.recipes import (
     image_use_results,
     load_task_model,
     load_tokenizer,
+    load_user_splits,
     parse_recipe_args,
     save_model,
     synthetic_scene_config,
@@ -101,6 +104,7 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Referrin
         argv,
         (ModelArguments, DataArguments, ReferringArguments),
         TaskTrainingArguments,
+        data_source_flags=("refs_file", "image_id_template", "test_splits"),  # RefCOCO+'s: refused with --train_file
         output_dir="outputs/refcoco",
         num_train_epochs=1,
         learning_rate=2e-4,  # the new region head and visual embeddings learn slowly at BERT's usual 5e-5
@@ -146,6 +150,17 @@ def load_splits(
     train = load_refcoco_split(data_args, ref_args, store, data_args.train_split or "train")
     evaluation = load_refcoco_split(data_args, ref_args, store, data_args.eval_split or "val")
     return train, evaluation, store, f"RefCOCO+ ({data_args.data_dir})"
+
+
+def load_data(
+    data_args: DataArguments, ref_args: ReferringArguments, training_args: TaskTrainingArguments
+) -> tuple[datasets.Dataset, datasets.Dataset, RegionFeatureStore, str, dict | None]:
+    """`load_splits`, or the `refcoco` rows of `--train_file` / `--validation_file`, with the `extract_region_features`
+    options of features made from the images (None for a given store)."""
+    if data_args.train_file is None:
+        return *load_splits(data_args, ref_args), None
+    user = load_user_splits(data_args, "refcoco", training_args)
+    return user.train, user.eval, user.store, user.source, user.region_options
 
 
 def load_refcoco_split(
@@ -200,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
     set_seed(training_args.seed)
     tokenizer = load_tokenizer(model_args.model_name_or_path)
     with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
-        train_rows, eval_rows, store, source = load_splits(data_args, ref_args)
+        train_rows, eval_rows, store, source, region_options = load_data(data_args, ref_args, training_args)
     train_dataset = first_rows(train_rows, data_args.max_train_samples)
     eval_dataset = first_rows(eval_rows, data_args.max_eval_samples)
 
@@ -221,7 +236,8 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=train_dataset,
         eval_dataset=evaluation_subset(eval_dataset, data_args.eval_subset_size, training_args.seed),
         data_collator=collator,
-        processing_class=build_processor(tokenizer, model, store),  # saved in every checkpoint too
+        # the processor is saved with the model and in every checkpoint-N
+        processing_class=build_processor(tokenizer, model, store, region_options),
         compute_metrics=accuracy_from_region_iou,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -238,12 +254,13 @@ def main(argv: list[str] | None = None) -> dict:
     )  # fmt: skip
     results = {}
     if trainer.is_world_process_zero():
-        synthetic = data_args.dataset in (None, "synthetic_scenes")
+        synthetic = data_args.dataset in (None, "synthetic_scenes") and data_args.train_file is None
         results = {
             **referring_results(eval_dataset, store, choices),
             "accuracy_from_collator_iou": metrics["eval_accuracy"],
             "eval_loss": metrics["eval_loss"],
             **{key: metrics[key] for key in ("eval_loss_task", "eval_loss_attention_supervision") if key in metrics},
+            "data": source,
             "model_family": model_args.model_family,
             "supervision": model_args.supervision,
             "truncation": truncation_results(
@@ -264,7 +281,7 @@ def main(argv: list[str] | None = None) -> dict:
             training=training_summary(trainer, source, len(eval_dataset)),
             config=trainer.model.config,
             synthetic_data=synthetic,
-            dataset_name=None if synthetic else REAL_DATASET,
+            dataset_name=None if synthetic else "user data" if data_args.train_file is not None else REAL_DATASET,
         )
         write_results(
             training_args.output_dir, results, card, push_to_hub=push_to_hub, training_args=training_args,

@@ -5,6 +5,8 @@
     accelerate launch examples/finetune_vgp.py --supervision semi_direct --output_dir outputs/vgp_semi
     accelerate launch examples/finetune_vgp.py --flickr30k_entities_dir F30K --vgp_train_csv train.csv \
         --vgp_eval_csv val.csv --features STORE_DIR    # real data (hf-vlalign convert-features makes STORE_DIR)
+    accelerate launch examples/finetune_vgp.py --train_file train.jsonl --validation_file val.jsonl
+        # your own photos: `vgp` rows of the user-data format (caption1, caption2, phrase1, phrase2, label, type)
 
 Writes to --output_dir: safetensors weights, config, tokenizer, README.md (model card with the results),
 eval_results.json and attention_heatmap.png (one example's word x region attention in the best head).
@@ -33,6 +35,7 @@ from hf_vlalign import SingleStreamForVisualParaphrase
 from hf_vlalign.analysis.attention_plots import plot_word_region_heatmap
 from hf_vlalign.analysis.probe_plots import plot_head_accuracy
 from hf_vlalign.data.builders import count_vgp_types, load_vgp_data
+from hf_vlalign.data.builders.vgp import VGPData
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.data.formats.vgp import TYPOLOGY_LABELS
 from hf_vlalign.evaluation.grounding import evaluate_grounding, word_region_attention
@@ -42,9 +45,12 @@ from hf_vlalign.recipes import (
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
     build_processor,
+    UserDataArguments,
+    check_visual_feat_dim,
     from_checkpoint_or_text,
     image_use_results,
     load_tokenizer,
+    load_user_splits,
     parse_recipe_args,
     save_model,
     set_dropout,
@@ -61,7 +67,7 @@ logger = logging.get_logger(__name__)
 
 
 @dataclass
-class VGPArguments:
+class VGPArguments(UserDataArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "BERT-family text checkpoint or an hf_vlalign checkpoint (default: MiniLM)."}
     )
@@ -109,6 +115,8 @@ def parse_args(argv: list[str]) -> tuple[VGPArguments, VGPTrainingArguments]:
         argv,
         (VGPArguments, MixedPrecisionArguments),
         VGPTrainingArguments,
+        # the published files and how their negatives are drawn: refused with --train_file (its rows hold the labels)
+        data_source_flags=("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "negatives"),
         output_dir="outputs/vgp",
         num_train_epochs=2,
         learning_rate=2e-4,  # new visual embeddings and supervised heads learn slowly at BERT's usual 5e-5
@@ -144,9 +152,24 @@ def load_model(args: VGPArguments, visual_feat_dim: int) -> SingleStreamForVisua
         SingleStreamForVisualParaphrase, args.model_name_or_path,
         {**supervision_settings(args), **vgp_task_settings(args.vgp_task)}, {"visual_feat_dim": visual_feat_dim},
     )  # fmt: skip
+    check_visual_feat_dim(model, args.model_name_or_path, visual_feat_dim)
     if args.dropout is not None:
         set_dropout(model, args.dropout)
     return model
+
+
+def load_data(args: VGPArguments, training_args: VGPTrainingArguments) -> tuple[VGPData, dict | None]:
+    """(the VGP rows and their region features, the `extract_region_features` options of features made from the
+    images): the `vgp` rows of `--train_file` / `--validation_file`, the published files, or the synthetic scenes."""
+    if args.train_file is not None:
+        user = load_user_splits(args, "vgp", training_args)
+        return VGPData(user.train, user.eval, user.store, user.source), user.region_options
+    with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
+        data = load_vgp_data(
+            args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features,
+            synthetic_scene_config(args), negatives=args.negatives,
+        )  # fmt: skip
+    return data, None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -220,6 +243,7 @@ def write_report(
         "grounding_accuracy_mean_head": probe.mean_head_accuracy,
         "grounding_baseline_accuracy": probe.baseline_accuracy,
         "supervision": args.supervision,
+        "data": data_source,
         "best_head": [probe.best_layer, probe.best_head],
         "num_grounded_phrases": probe.num_phrases,
         "eval_loss": metrics["eval_loss"],
@@ -272,14 +296,7 @@ def write_report(
 def main(argv: list[str] | None = None) -> dict:
     args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     set_seed(training_args.seed)
-    data = load_vgp_data(
-        args.flickr30k_entities_dir,
-        args.vgp_train_csv,
-        args.vgp_eval_csv,
-        args.features,
-        synthetic_scene_config(args),
-        negatives=args.negatives,
-    )
+    data, region_options = load_data(args, training_args)
     train_dataset, eval_dataset, region_features = data.train, data.eval, data.region_features
     tokenizer = load_tokenizer(args.model_name_or_path)
     model = load_model(args, visual_feat_dim=region_features.feature_dim)
@@ -295,7 +312,8 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         data_collator=collator,
-        processing_class=build_processor(tokenizer, model, region_features),  # saved in every checkpoint too
+        # the processor is saved with the model and in every checkpoint-N
+        processing_class=build_processor(tokenizer, model, region_features, region_options),
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     # every process saves and evaluates (collectives under FSDP / DeepSpeed); only the main process writes the report

@@ -61,6 +61,7 @@ from hf_vlalign.recipes import (
     image_use_results,
     load_task_model,
     load_tokenizer,
+    load_user_splits,
     parse_recipe_args,
     save_model,
     synthetic_scene_config,
@@ -87,6 +88,9 @@ DATASET_ARGUMENTS = {
         "image_id_template",
     ),
 }  # fmt: skip
+# the dataset files that `--train_file` replaces (its answer vocabulary is that of its training answers)
+USER_DATA_REPLACES = tuple(dict.fromkeys(name for names in DATASET_ARGUMENTS.values() for name in names))
+USER_DATA = "user data"
 ANSWER_VOCAB_NAME = "answer_vocab.json"
 SPEED_METRICS = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
 
@@ -125,6 +129,7 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Question
         argv,
         (ModelArguments, DataArguments, QuestionAnsweringArguments),
         TaskTrainingArguments,
+        data_source_flags=(*USER_DATA_REPLACES, "gqa_subset", "min_answer_count"),
         output_dir="outputs/vqa",
         # the default run (synthetic scenes, MiniLM) takes about 5 minutes on 2 CPU cores: ~2,400 training questions
         # once, evaluated on ~790 questions at step 75 and at the end
@@ -150,6 +155,9 @@ class QuestionAnsweringData:
     dataset: str
     # GQA: the evaluation rows' question records as published (`gqa_scores` reads their types); None for VQA v2
     eval_questions: dict[str, dict] | None
+    # `--train_file`: what the data is, and the `extract_region_features` options of its features
+    source: str | None = None
+    region_options: dict | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -193,8 +201,24 @@ def _resolve(data_dir: str | None, path: str) -> Path:
     return Path(data_dir) / path if data_dir is not None and not Path(path).is_absolute() else Path(path)
 
 
-def load_question_data(data_args: DataArguments, qa_args: QuestionAnsweringArguments) -> QuestionAnsweringData:
-    """Train and evaluation rows of `--dataset` (default: the synthetic scenes' GQA-format questions)."""
+def load_user_questions(data_args: DataArguments, training_args: TaskTrainingArguments) -> QuestionAnsweringData:
+    """`--train_file` / `--validation_file` of `vqa` rows, scored as VQA v2 (soft scores of the answers); the
+    vocabulary holds every answer of the training file."""
+    user = load_user_splits(data_args, "vqa", training_args)
+    train = first_rows(user.train, data_args.max_train_samples)
+    evaluation = first_rows(user.eval, data_args.max_eval_samples)
+    return QuestionAnsweringData(
+        train, evaluation, user.store, user.answer_vocab, USER_DATA, None, user.source, user.region_options
+    )
+
+
+def load_question_data(
+    data_args: DataArguments, qa_args: QuestionAnsweringArguments, training_args: TaskTrainingArguments | None = None
+) -> QuestionAnsweringData:
+    """Train and evaluation rows of `--train_file` (which needs `training_args`), `--dataset` or, by default, the
+    synthetic scenes' GQA-format questions."""
+    if data_args.train_file is not None:
+        return load_user_questions(data_args, training_args)
     name = check_data_arguments(data_args, qa_args)
     train_split, eval_split = (  # "validation" names the dataset's validation split (it reads its files by name)
         resolve_split(name, data_args.train_split or DEFAULT_SPLITS[name][0]),
@@ -325,9 +349,14 @@ def check_supervision(model_args: ModelArguments, data: QuestionAnsweringData) -
         return
     grounded = count_grounded_questions(data.train)
     if grounded == 0:
+        remedy = (
+            "give `phrases` with boxes in the rows of `--train_file`"
+            if data.dataset == USER_DATA
+            else "use GQA with `--scene_graphs` (VQA v2 has no pointers)"
+        )
         raise ValueError(
             f"`--supervision {model_args.supervision}` needs questions whose words point to regions, but no training "
-            f"question of {data.dataset} has one; use GQA with `--scene_graphs` (VQA v2 has no pointers)."
+            f"question of {data.dataset} has one; {remedy}."
         )
     logger.info("%d of %d training questions have grounded words (attention supervision).", grounded, len(data.train))
 
@@ -345,6 +374,7 @@ def write_report(
         "majority_baseline_accuracy": majority_accuracy,
         "majority_answer": majority_answer,
         "dataset": data.dataset,
+        "data": data_source(data, data_args),
         "model_family": model_args.model_family,
         "supervision": model_args.supervision,
         "num_answers": len(data.answer_vocab),
@@ -385,6 +415,8 @@ def _is_metric(key: str) -> bool:
 
 
 def data_source(data: QuestionAnsweringData, data_args: DataArguments) -> str:
+    if data.source is not None:
+        return data.source
     if data.dataset == "synthetic_scenes":
         return (
             f"synthetic scenes' GQA-format questions ({data_args.synthetic_train_images} train / "
@@ -396,7 +428,8 @@ def data_source(data: QuestionAnsweringData, data_args: DataArguments) -> str:
 def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, qa_args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     set_seed(training_args.seed)
-    data = load_question_data(data_args, qa_args)
+    with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
+        data = load_question_data(data_args, qa_args, training_args)
     check_supervision(model_args, data)
     model = load_task_model(TASK_CLASSES, model_args, data.store.feature_dim, num_qa_labels=len(data.answer_vocab))
     tokenizer = load_tokenizer(model_args.model_name_or_path)
@@ -418,7 +451,8 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=data.train,
         eval_dataset=eval_subset,
         data_collator=collator,
-        processing_class=build_processor(tokenizer, model, data.store),  # saved in every checkpoint too
+        # the processor is saved with the model and in every checkpoint-N
+        processing_class=build_processor(tokenizer, model, data.store, data.region_options),
         compute_metrics=answer_metrics(data.answer_vocab, data.eval_questions, eval_subset),
         preprocess_logits_for_metrics=predicted_answer_ids,
     )

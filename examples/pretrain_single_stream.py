@@ -7,6 +7,9 @@ the image and sentence-image prediction, optionally with VL-BERT's masked region
     accelerate launch examples/pretrain_single_stream.py --no_sentence_image_prediction    # task-specific: MLM only
     accelerate launch examples/pretrain_single_stream.py --dataset coco_captions --data_dir KARPATHY --features STORE_DIR
     accelerate launch examples/pretrain_single_stream.py --dataset flickr30k_entities --data_dir F30K --features STORE_DIR
+    accelerate launch examples/pretrain_single_stream.py --train_file captions.jsonl --validation_file val.jsonl
+        # your own photos: `caption` rows of the user-data format; sentence-image prediction pairs two captions of
+        # an image, so give each image at least two different captions (`phrases` give attention supervision)
 
 (`hf-vlalign convert-features` makes STORE_DIR; `--data_dir` holds `dataset_coco.json`, or Flickr30k Entities'
 split lists, `Sentences/` and `Annotations/`.)
@@ -65,6 +68,7 @@ from hf_vlalign.recipes import (
     image_use_results,
     load_task_model,
     load_tokenizer,
+    load_user_splits,
     parse_recipe_args,
     save_model,
     synthetic_scene_config,
@@ -79,6 +83,7 @@ logger = logging.getLogger(__name__)
 
 DATASETS = ("synthetic_scenes", "flickr30k_entities", "coco_captions")
 TEXT_COLUMNS = {"synthetic_scenes": "sentence", "flickr30k_entities": "sentence", "coco_captions": "caption"}
+USER_DATA = "user data"
 
 
 @dataclass
@@ -112,6 +117,7 @@ def parse_args(
         argv,
         (ModelArguments, DataArguments, SingleStreamPretrainingArguments),
         SingleStreamPretrainingTrainingArguments,
+        data_source_flags=("text_column",),  # the user format's captions are its `caption` column
         output_dir="outputs/single_stream_pretraining",
         max_steps=100,  # about 5 minutes on 2 CPU cores; VisualBERT pre-trains for 10 epochs of COCO
         learning_rate=2e-4,  # the new visual embeddings and heads learn slowly at BERT's usual 5e-5
@@ -154,6 +160,9 @@ class CaptionData:
     eval_captions: dict[str, list[str]]
     dataset: str
     text_column: str
+    # `--train_file`: what the data is, and the `extract_region_features` options of its features
+    source: str | None = None
+    region_options: dict | None = None
 
 
 def check_data_arguments(data_args: DataArguments) -> str:
@@ -176,8 +185,28 @@ def check_data_arguments(data_args: DataArguments) -> str:
     return dataset
 
 
-def load_caption_data(data_args: DataArguments, task_args: SingleStreamPretrainingArguments) -> CaptionData:
-    """Train and evaluation caption rows of `--dataset` (default: the synthetic scenes' captions)."""
+def load_user_captions(data_args: DataArguments, task_args, training_args) -> CaptionData:
+    """The `caption` rows of `--train_file` / `--validation_file` (several rows of an image: its captions)."""
+    user = load_user_splits(data_args, "caption", training_args)
+    splits = {}
+    roles = (("train", user.train, data_args.max_train_samples), ("eval", user.eval, data_args.max_eval_samples))
+    for role, rows, count in roles:
+        rows, captions = pairable_rows(rows, "caption", f"{USER_DATA} {role}", task_args.sentence_image_prediction)
+        splits[role] = (first_rows(rows, count), captions)
+    (train, train_captions), (evaluation, eval_captions) = splits["train"], splits["eval"]
+    return CaptionData(
+        train, evaluation, user.store, train_captions, eval_captions, USER_DATA, "caption", user.source,
+        user.region_options,
+    )  # fmt: skip
+
+
+def load_caption_data(
+    data_args: DataArguments, task_args: SingleStreamPretrainingArguments, training_args=None
+) -> CaptionData:
+    """Train and evaluation caption rows of `--train_file` (which needs `training_args`), `--dataset` or, by default,
+    the synthetic scenes' captions."""
+    if data_args.train_file is not None:
+        return load_user_captions(data_args, task_args, training_args)
     name = check_data_arguments(data_args)
     text_column = task_args.text_column or TEXT_COLUMNS[name]
     train_split, eval_split = data_args.train_split or "train", data_args.eval_split or "val"
@@ -272,6 +301,8 @@ def make_collator(
 
 
 def data_source(data: CaptionData, data_args: DataArguments) -> str:
+    if data.source is not None:
+        return data.source
     if data.dataset == "synthetic_scenes":
         return (
             f"synthetic scenes' captions ({data_args.synthetic_train_images} train / {data_args.synthetic_eval_images} "
@@ -288,6 +319,7 @@ def write_report(
     results = {
         **measured,
         "dataset": data.dataset,
+        "data": data_source(data, data_args),
         "sentence_image_prediction": task_args.sentence_image_prediction,
         "random_caption_probability": task_args.random_caption_probability,
         "mlm_probability": task_args.mlm_probability,
@@ -339,7 +371,8 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, task_args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     check_arguments(model_args, task_args)
     set_seed(training_args.seed)
-    data = load_caption_data(data_args, task_args)
+    with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
+        data = load_caption_data(data_args, task_args, training_args)
     num_classes = num_object_labels(task_args, data.store)
     model = load_task_model(
         {"single_stream": SingleStreamForPreTraining}, model_args, data.store.feature_dim, num_object_labels=num_classes
@@ -362,7 +395,8 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset=evaluation_subset(data.eval, data_args.eval_subset_size, training_args.seed),
         data_collator=train_collator,
         eval_data_collator=eval_collator,
-        processing_class=build_processor(tokenizer, model, data.store),  # saved in every checkpoint too
+        # the processor is saved with the model and in every checkpoint-N
+        processing_class=build_processor(tokenizer, model, data.store, data.region_options),
         compute_metrics=pretraining_metrics(task_args.sentence_image_prediction),
         preprocess_logits_for_metrics=predictions_for_metrics,
     )

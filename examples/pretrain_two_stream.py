@@ -12,6 +12,8 @@
         --answer_vocab data/vqa/trainval_ans2label.json --object_vocab objects_vocab.txt \
         --attribute_vocab attributes_vocab.txt --gqa_dir GQA --gqa_answer_vocab data/gqa/trainval_ans2label.json \
         --scene_graphs GQA/train_sceneGraphs.json --eval_scene_graphs GQA/val_sceneGraphs.json
+    # your own photos: `caption` rows of the user-data format (no answers: no QA head; `phrases` give the alignment)
+    accelerate launch examples/pretrain_two_stream.py --train_file captions.jsonl --validation_file val.jsonl
 
 Data. `--lxmert_data_dir` reads LXMERT's pre-training files (`builders/lxmert_pretraining.py`: COCO captions, Visual
 Genome region descriptions, VQA / GQA / Visual Genome questions, one row per sentence; `--lxmert_train_files`,
@@ -22,6 +24,10 @@ targets come from the sentences' word->object pointers: Visual Genome region des
 (`--visual_genome_dir`), GQA questions to their annotated objects (`--gqa_dir` or `--gqa_questions_file` with
 `--scene_graphs`, and the val questions with `--eval_scene_graphs`); rows without pointers contribute no alignment
 loss (`pointers` in eval_results.json counts them). `--data_dir` instead reads GQA questions and scene graphs only; with neither, the synthetic scenes.
+`--train_file` reads your own `caption` rows (docs: "Your own data"): masked words, masked regions (features only:
+the extracted regions have no detector classes) and image-sentence matching; no question answering; the alignment
+loss trains towards the IoU of each region with the grounded phrases' boxes (`phrases`), without the semantic term
+of A*, which needs detector class names.
 
 Each run pre-trains with masked words, masked objects, image-sentence matching and question answering (from
 `--qa_start_epoch`), plus, with the alignment loss, the alignment decoder trained towards soft targets A* (eqs. 15-18:
@@ -69,9 +75,12 @@ from hf_vlalign.recipes import (
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
     build_processor,
+    UserDataArguments,
+    check_visual_feat_dim,
     from_checkpoint_or_text,
     image_use_results,
     load_tokenizer,
+    load_user_splits,
     parse_recipe_args,
     save_model,
     set_dropout,
@@ -87,8 +96,16 @@ from hf_vlalign.trainers import TwoStreamPretrainingTrainer, TwoStreamPretrainin
 RUNS = {"with": ("with_alignment", True), "without": ("without_alignment", False)}
 
 
+# the flags of LXMERT's and GQA's files, refused with --train_file (DATA_SOURCE_FLAGS adds --data_dir, --features, ...)
+PUBLISHED_DATA_FLAGS = (
+    "lxmert_data_dir", "lxmert_train_files", "lxmert_eval_files", "visual_genome_dir", "gqa_dir", "gqa_questions_file",
+    "gqa_eval_questions_file", "gqa_answer_vocab", "gqa_num_train_epochs", "gqa_learning_rate", "gqa_batch_size",
+    "scene_graphs", "eval_scene_graphs", "answer_vocab", "object_vocab", "attribute_vocab", "word_vectors",
+)  # fmt: skip
+
+
 @dataclass
-class PretrainingArguments:
+class PretrainingArguments(UserDataArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "BERT-family text checkpoint or a two-stream checkpoint (default: MiniLM)."}
     )
@@ -194,6 +211,7 @@ def parse_args(argv: list[str]) -> tuple[PretrainingArguments, TwoStreamPretrain
         argv,
         (PretrainingArguments, MixedPrecisionArguments),
         TwoStreamPretrainingTrainingArguments,
+        data_source_flags=PUBLISHED_DATA_FLAGS,
         output_dir="outputs/two_stream",
         qa_start_epoch=1.0,
         num_train_epochs=2,
@@ -231,11 +249,31 @@ class PretrainingData:
     num_answers: int
     source: str
     text_column: str = "question"  # the rows' text ("sentence" in LXMERT's layout)
+    # `--train_file`: the `extract_region_features` options of its features
+    region_options: dict | None = None
 
 
-def load_data(args: PretrainingArguments) -> PretrainingData:
-    """LXMERT's pre-training files with `--lxmert_data_dir`, GQA questions with `--data_dir`, else the synthetic
-    scenes' GQA-format questions."""
+def load_user_captions(args: PretrainingArguments, training_args) -> PretrainingData:
+    """The `caption` rows of `--train_file` / `--validation_file`: no answers, and regions without detector
+    classes (one placeholder class, which no masked region is labelled with)."""
+    user = load_user_splits(args, "caption", training_args)
+    for name, rows in (("training", user.train), ("evaluation", user.eval)):
+        if not any(spans for spans in rows["caption_phrase_spans"]):
+            raise ValueError(
+                f"the alignment loss and the cross-attention grounding evaluation read grounded phrases, but no {name} "
+                f'row of {user.source} gives one: add `phrases` ([{{"text": "a cat", "boxes": [[x1, y1, x2, y2]]}}]) '
+                "to the `caption` rows."
+            )
+    return PretrainingData(
+        user.train, user.eval, user.store, ["region"], None, 0, user.source, "caption", user.region_options
+    )
+
+
+def load_data(args: PretrainingArguments, training_args=None) -> PretrainingData:
+    """Your own captions with `--train_file` (which needs `training_args`), LXMERT's pre-training files with
+    `--lxmert_data_dir`, GQA questions with `--data_dir`, else the synthetic scenes' GQA-format questions."""
+    if args.train_file is not None:
+        return load_user_captions(args, training_args)
     if args.lxmert_data_dir is not None:
         return load_lxmert_data(args)
     if args.data_dir is None:
@@ -388,9 +426,10 @@ def load_model(args: PretrainingArguments, with_alignment: bool, data: Pretraini
         "visual_feat_dim": data.store.feature_dim,
         "num_object_labels": len(data.object_names),
         "num_attr_labels": len(data.attribute_names or ["none"]),
-        "num_qa_labels": data.num_answers,
+        "num_qa_labels": max(data.num_answers, 1),  # captions without answers: a head that no batch trains
     }
     model = from_checkpoint_or_text(TwoStreamForPreTraining, args.model_name_or_path, settings, sizes)
+    check_visual_feat_dim(model, args.model_name_or_path, data.store.feature_dim)
     if args.dropout is not None:
         set_dropout(model, args.dropout)  # every dropout module reads its `p` at each call
     return model
@@ -423,7 +462,8 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
         args=run_args,
         train_dataset=train,
         data_collator=train_collator,
-        processing_class=build_processor(tokenizer, model, store),  # saved in every checkpoint too
+        # the processor is saved with the model and in every checkpoint-N
+        processing_class=build_processor(tokenizer, model, store, data.region_options),
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     # every process saves and evaluates (collectives under FSDP / DeepSpeed); only the main process writes
@@ -444,7 +484,7 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
         "cross_attention_grounding_accuracy": result.summed_heads.accuracy[penultimate, 0].item(),
         "cross_attention_grounding_layer": penultimate,
         "alignment_loss_enabled": with_alignment,
-        "word_vectors": repr(soft_targets.word_vectors) if with_alignment else None,  # of the soft targets A*
+        "word_vectors": repr(soft_targets.word_vectors) if with_alignment and soft_targets else None,  # of A*
         "grounding_baseline_accuracy": result.per_head.baseline_accuracy,
         "best_head_grounding_accuracy": result.per_head.best_head_accuracy,
         "num_grounded_phrases": result.per_head.num_phrases,
@@ -520,10 +560,13 @@ def model_card(args, training_args, runs: dict, summary: dict, source: str) -> M
 
 def main(argv: list[str] | None = None) -> dict:
     args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
-    data = load_data(args)
+    with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
+        data = load_data(args, training_args)
     tokenizer = load_tokenizer(args.model_name_or_path)
-    word_vectors = load_word_vectors(args.word_vectors)  # None: GloVe when installed, else MiniLM (logged)
-    soft_targets = SoftAlignmentTargets(word_vectors, data.object_names, data.attribute_names)
+    soft_targets = None  # your own regions have no detector classes: the alignment targets are the phrases' IoU
+    if args.train_file is None:
+        word_vectors = load_word_vectors(args.word_vectors)  # None: GloVe when installed, else MiniLM (logged)
+        soft_targets = SoftAlignmentTargets(word_vectors, data.object_names, data.attribute_names)
     selected = list(RUNS) if args.alignment_loss == "both" else [args.alignment_loss]
     push_to_hub = take_push_to_hub(training_args)  # the runs are pushed once, together, below
     runs = {run: train_one(args, training_args, run, data, tokenizer, soft_targets) for run in selected}

@@ -6,6 +6,12 @@ v2 and RefCOCO+ fine-tuning from each resulting checkpoint, and one table compar
         --flickr30k_entities_dir F30K --vgp_train_csv full_data_type_phrase_pair_train.csv \
         --vgp_eval_csv full_data_type_phrase_pair_val.csv --features FLICKR_STORE \
         --vqa_dir VQA --coco_features COCO_STORE --refcoco_dir refcoco+ --output_dir outputs/samaran_table1
+    # your own photos, every stage in the user-data format (docs: "Your own data"; validation files optional; the
+    # paper's config is that of the published data: its VGP `negatives` and evaluation splits are refused here)
+    accelerate launch examples/samaran_table1.py --supervisions none,direct \
+        --train_file vgp_train.jsonl --validation_file vgp_val.jsonl \
+        --vqa_train_file vqa_train.jsonl --vqa_validation_file vqa_val.jsonl \
+        --refcoco_train_file refcoco_train.jsonl --refcoco_validation_file refcoco_val.jsonl --output_dir outputs/t1
 
 For every supervision of `--supervisions` (none, direct, semi_direct, indirect) and every seed of `--seeds`, three
 sub-runs, in this process (the same `accelerate launch`), one after the other:
@@ -30,6 +36,14 @@ flags as usual and sub-run flags as `--<section>.<flag> VALUE` (e.g. `--vqa.max_
 itself (output folders, seeds, the supervision of the VGP stage, the checkpoint and data of the downstream stages) are
 refused in the sections.
 
+Each stage reads either its published files or your own in the user-data format: the VGP stage `--train_file`
+(`vgp` rows) instead of `--flickr30k_entities_dir`, `--vgp_train_csv`, `--vgp_eval_csv` and `--features`; VQA
+`--vqa_train_file` (`vqa` rows) instead of `--vqa_dir`; RefCOCO+ `--refcoco_train_file` (`refcoco` rows) instead of
+`--refcoco_dir` (then evaluated on its validation rows only: `--refcoco_splits` is RefCOCO+'s). Each `*_validation_file`
+is optional (without it, the example holds out the rows of a seeded 10% of the training file's images). The
+downstream stages start from the VGP model, so their region features must have its dimension: with your own files in
+every stage, the same `--common.grid_size` / `--common.region_encoder` make them alike.
+
 Writes `<output_dir>/table1.json` (per setting: the Table 1 metrics, mean over the seeds, each seed's values and the VGP
 stage's own results) and `<output_dir>/table1.md` (the table).
 """
@@ -51,6 +65,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from hf_vlalign.recipes import DataArguments, MixedPrecisionArguments, ModelArguments
 from hf_vlalign.recipes.arguments import ThreadArguments, read_config_file, split_config_flag
 from hf_vlalign.trainers import TaskTrainingArguments, VGPTrainingArguments
+from hf_vlalign.utils.typed_options import typed_options
 
 EXAMPLES = Path(__file__).resolve().parent
 SUPERVISIONS = ("none", "direct", "semi_direct", "indirect")
@@ -62,12 +77,27 @@ REFCOCO_SPLITS = ("val", "testA", "testB")
 # the flags each stage's sub-run gets from the driver; a config section or `--<stage>.<flag>` may not set them
 DRIVER_FLAGS = {
     "vgp": ("output_dir", "seed", "supervision", "flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features",
-            "resume_from_checkpoint"),
+            "train_file", "validation_file", "resume_from_checkpoint"),
     "vqa": ("output_dir", "seed", "model_name_or_path", "model_family", "dataset", "data_dir", "features",
-            "eval_split", "resume_from_checkpoint"),
+            "eval_split", "train_file", "validation_file", "resume_from_checkpoint"),
     "refcoco": ("output_dir", "seed", "model_name_or_path", "model_family", "dataset", "data_dir", "features",
-                "eval_split", "test_splits", "resume_from_checkpoint"),
+                "eval_split", "test_splits", "train_file", "validation_file", "resume_from_checkpoint"),
 }  # fmt: skip
+# each stage's data: its published files (driver flags) or a user-format training file (and validation file)
+PUBLISHED_DATA = {
+    "vgp": ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features"),
+    "vqa": ("vqa_dir",),
+    "refcoco": ("refcoco_dir",),
+}
+USER_FILES = {
+    "vgp": ("train_file", "validation_file"),
+    "vqa": ("vqa_train_file", "vqa_validation_file"),
+    "refcoco": ("refcoco_train_file", "refcoco_validation_file"),
+}
+# the driver flags that only the published data of a stage reads
+PUBLISHED_ONLY = {"vqa": ("vqa_eval_split",), "refcoco": ("refcoco_splits",)}
+# the column of a stage's accuracy on your own data
+USER_COLUMN = {"vqa": "VQA (user data)", "refcoco": "referring expressions (user data)"}
 
 
 def load_example(name: str) -> ModuleType:
@@ -136,6 +166,23 @@ class Table1Arguments:
         default=",".join(REFCOCO_SPLITS),
         metadata={"help": "RefCOCO+: the evaluated splits, the first also during training"},
     )
+    train_file: str | None = field(
+        default=None, metadata={"help": "VGP from your own data: `vgp` rows of the user-data format (.jsonl / .csv)"}
+    )
+    validation_file: str | None = field(default=None, metadata={"help": "VGP: your own evaluation rows"})
+    vqa_train_file: str | None = field(
+        default=None, metadata={"help": "VQA from your own data: `vqa` rows of the user-data format (not --vqa_dir)"}
+    )
+    vqa_validation_file: str | None = field(default=None, metadata={"help": "VQA: your own evaluation rows"})
+    refcoco_train_file: str | None = field(
+        default=None,
+        metadata={"help": "referring expressions from your own data: `refcoco` rows (instead of --refcoco_dir)"},
+    )
+    refcoco_validation_file: str | None = field(default=None, metadata={"help": "RefCOCO: your own evaluation rows"})
+
+    def user_data(self, stage: str) -> bool:
+        """Whether `stage` reads your own files (`USER_FILES`)."""
+        return getattr(self, USER_FILES[stage][0]) is not None
 
     @property
     def supervision_list(self) -> list[str]:
@@ -150,7 +197,34 @@ class Table1Arguments:
         return parse_list(self.refcoco_splits, "--refcoco_splits", REFCOCO_SPLITS)
 
 
-REQUIRED = ("output_dir", "flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features", "vqa_dir", "refcoco_dir")
+def check_data_sources(args: Table1Arguments, given: set[str]) -> None:
+    """Each stage reads its published files or your own (`PUBLISHED_DATA`, `USER_FILES`), never both; a validation
+    file needs its training file, and the published data's own flags are refused with your files."""
+    if args.output_dir is None:
+        raise ValueError("`--output_dir` is required (a flag or a config key).")
+    for stage in STAGES:
+        train, validation = USER_FILES[stage]
+        published = [name for name in PUBLISHED_DATA[stage] if getattr(args, name) is not None]
+        if getattr(args, validation) is not None and getattr(args, train) is None:
+            raise ValueError(f"`--{validation}` is the evaluation rows of `--{train}`: pass `--{train}` too.")
+        if args.user_data(stage):
+            replaced = published + [name for name in PUBLISHED_ONLY.get(stage, ()) if name in given]
+            if replaced:
+                raise ValueError(
+                    f"`--{replaced[0]}` reads published data, but `--{train}` gives the {stage} stage's own: drop it."
+                )
+        elif len(published) < len(PUBLISHED_DATA[stage]):
+            missing = [name for name in PUBLISHED_DATA[stage] if name not in published]
+            raise ValueError(
+                f"the {stage} stage reads `--{train}` (your own data) or its published files, which need "
+                f"{['--' + name for name in PUBLISHED_DATA[stage]]}; missing: {missing}."
+            )
+    if args.coco_features is None and not (args.user_data("vqa") and args.user_data("refcoco")):
+        args.coco_features = args.features
+        if args.coco_features is None:
+            raise ValueError(
+                "`--coco_features` is required for the published VQA v2 / RefCOCO+ data (the COCO images' store)."
+            )
 
 
 def split_section_flags(argv: list[str]) -> tuple[list[str], dict[str, dict[str, str]]]:
@@ -232,10 +306,7 @@ def parse_args(argv: list[str]) -> tuple[Table1Arguments, dict[str, dict[str, An
     parser.add_argument("--config", help="YAML or JSON: driver flags and the sections common / vgp / vqa / refcoco")
     parser.set_defaults(**{name: str(value) for name, value in config_values.items()})
     args, _ = parser.parse_args_into_dataclasses(driver_argv)  # _: the `--config` namespace
-    missing = [name for name in REQUIRED if getattr(args, name) is None]
-    if missing:
-        raise ValueError(f"`--{missing[0]}` is required (a flag or a config key); missing: {missing}.")
-    args.coco_features = args.coco_features or args.features
+    check_data_sources(args, typed_options(parser, driver_argv) | set(config_values))
     _ = (args.supervision_list, args.seed_list, args.refcoco_split_list)  # checked now, before any training
 
     flag_names = stage_flag_names(stage_examples())
@@ -283,13 +354,19 @@ def driver_flags(stage: str, args: Table1Arguments, supervision: str, seed: int,
     """The flags the driver sets for one sub-run (on top of its config sections)."""
     flags: dict[str, Any] = {"output_dir": str(folder / stage), "seed": seed}
     if stage == "vgp":
+        flags["supervision"] = supervision
+        if args.user_data(stage):
+            return {**flags, **user_files(args, stage)}
         flags.update(
-            supervision=supervision, flickr30k_entities_dir=args.flickr30k_entities_dir,
-            vgp_train_csv=args.vgp_train_csv, vgp_eval_csv=args.vgp_eval_csv, features=args.features,
+            flickr30k_entities_dir=args.flickr30k_entities_dir, vgp_train_csv=args.vgp_train_csv,
+            vgp_eval_csv=args.vgp_eval_csv, features=args.features,
         )  # fmt: skip
         return flags
     # the downstream runs start from the VGP run's weights (its single-stream encoder; the task head is new)
-    flags.update(model_name_or_path=str(folder / "vgp"), model_family="single_stream", features=args.coco_features)
+    flags.update(model_name_or_path=str(folder / "vgp"), model_family="single_stream")
+    if args.user_data(stage):
+        return {**flags, **user_files(args, stage)}
+    flags["features"] = args.coco_features
     if stage == "vqa":
         flags.update(dataset="vqa_v2", data_dir=args.vqa_dir, eval_split=args.vqa_eval_split)
     else:
@@ -297,6 +374,12 @@ def driver_flags(stage: str, args: Table1Arguments, supervision: str, seed: int,
         if len(args.refcoco_split_list) > 1:
             flags["test_splits"] = ",".join(args.refcoco_split_list[1:])
     return flags
+
+
+def user_files(args: Table1Arguments, stage: str) -> dict[str, str]:
+    """`--train_file` (and `--validation_file`) of a stage that reads your own data."""
+    train, validation = (getattr(args, name) for name in USER_FILES[stage])
+    return {"train_file": train, **({"validation_file": validation} if validation is not None else {})}
 
 
 def run_stage(
@@ -344,18 +427,28 @@ REFCOCO_COLUMN = "RefCOCO+ {split}"
 VGP_COLUMNS = {"VGP accuracy": "vgp_accuracy", "grounding accuracy (best head)": "grounding_accuracy_best_head"}
 
 
+def vqa_column(args: Table1Arguments) -> str:
+    return USER_COLUMN["vqa"] if args.user_data("vqa") else VQA_COLUMN.format(split=args.vqa_eval_split)
+
+
+def refcoco_columns(args: Table1Arguments) -> list[str]:
+    """One column per RefCOCO+ split, or one of your own validation rows."""
+    if args.user_data("refcoco"):
+        return [USER_COLUMN["refcoco"]]
+    return [REFCOCO_COLUMN.format(split=split) for split in args.refcoco_split_list]
+
+
 def table_columns(args: Table1Arguments) -> list[str]:
-    return [VQA_COLUMN.format(split=args.vqa_eval_split)] + [
-        REFCOCO_COLUMN.format(split=split) for split in args.refcoco_split_list
-    ]
+    return [vqa_column(args), *refcoco_columns(args)]
 
 
 def seed_metrics(args: Table1Arguments, vgp: dict, vqa: dict, refcoco: dict) -> dict[str, float]:
     """One seed's row: the Table 1 columns, then the VGP stage's."""
-    row = {VQA_COLUMN.format(split=args.vqa_eval_split): vqa["vqa_accuracy"]}
-    row[REFCOCO_COLUMN.format(split=args.refcoco_split_list[0])] = refcoco["accuracy"]
-    for split in args.refcoco_split_list[1:]:
-        row[REFCOCO_COLUMN.format(split=split)] = refcoco["test_splits"][split]["accuracy"]
+    row = {vqa_column(args): vqa["vqa_accuracy"]}
+    first, *others = refcoco_columns(args)
+    row[first] = refcoco["accuracy"]
+    for column, split in zip(others, args.refcoco_split_list[1:]):
+        row[column] = refcoco["test_splits"][split]["accuracy"]
     row.update({column: vgp[key] for column, key in VGP_COLUMNS.items()})
     return row
 

@@ -11,11 +11,14 @@ COCO Karpathy splits with region features, or offline on the synthetic scenes.
         --karpathy_json dataset_coco.json --features STORE --output_dir outputs/ilinykh
     accelerate launch examples/train_captioning.py --config examples/configs/fei_a2.yaml \
         --karpathy_json dataset_coco.json --features STORE --a2_fusions none,max,moving_average,exp_decay,gate
+    # your own photos: `caption` rows of the user-data format (the rows of one image are its references)
+    accelerate launch examples/train_captioning.py --train_file captions.jsonl --validation_file val.jsonl
 
 Writes to --output_dir: safetensors weights, config, tokenizer, eval_results.json (`bleu_4`, `cider`, `meteor`,
-`rouge_l` on the test split (Karpathy "test" by default); on the synthetic scenes also `alignment`: Li et al.'s
-grounding accuracy of the decoder's cross-attention teacher-forced on the test captions, last decoder layer, heads
-summed (COCO captions carry no phrase boxes); `test_loss` and `test_loss_other_images`: the caption loss per token with
+`rouge_l` on the test split (Karpathy "test" by default); on the synthetic scenes (and your own captions whose
+evaluation rows give `phrases`) also `alignment`: Li et al.'s grounding accuracy of the decoder's cross-attention
+teacher-forced on the test captions, last decoder layer, heads summed (COCO captions carry no phrase boxes);
+`test_loss` and `test_loss_other_images`: the caption loss per token with
 each caption's own image and with another image, whose gap is how much the captioner uses the image, also under
 `image_use` with every example's keys), paper_results.json (the papers' tables under their names: "BLEU-1".."BLEU-4",
 "METEOR", "ROUGE-L", "CIDEr" (CIDEr-D, as the COCO server), "SPICE" where it can run (else "SPICE_skipped" says why); "attention_entropy_per_layer": Ilinykh's
@@ -72,11 +75,13 @@ from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
+    UserDataArguments,
     build_processor,
     evaluation_subset,
     from_checkpoint_or_text,
     image_use_results,
     load_tokenizer,
+    load_user_splits,
     parse_indices,
     parse_recipe_args,
     save_model,
@@ -98,7 +103,7 @@ PAPER_METRIC_NAMES = {
 
 
 @dataclass
-class CaptioningArguments:
+class CaptioningArguments(UserDataArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "BERT-family checkpoint for the word embeddings, or a captioner checkpoint."}
     )
@@ -185,6 +190,7 @@ def parse_args(argv: list[str]) -> tuple[CaptioningArguments, CaptioningTraining
         argv,
         (CaptioningArguments, MixedPrecisionArguments),
         CaptioningTrainingArguments,
+        data_source_flags=("karpathy_json", "restval_in_train", "on_missing_image"),  # refused with --train_file
         output_dir="outputs/captioning",
         # at the decoder's rate the region encoder's outputs collapse (CaptioningTrainingArguments.encoder_learning_rate)
         encoder_learning_rate=1.5e-4,
@@ -244,11 +250,16 @@ class CaptionData:
     store: RegionFeatureStore
     text_column: str  # the caption column of `train` and `test`
     description: str  # what the data is, for the model card
+    grounded: bool = False  # the test captions give phrase boxes (the decoder's grounding accuracy is measured)
+    region_options: dict | None = None  # `--train_file`: the `extract_region_features` options of its features
 
 
-def load_data(args: CaptioningArguments) -> CaptionData:
+def load_data(args: CaptioningArguments, training_args: CaptioningTrainingArguments | None = None) -> CaptionData:
     """The training captions (each with its image's references, which self-critical training's CIDEr-D rewards read),
-    the test captions and test images, from the COCO Karpathy splits or the synthetic scenes."""
+    the test captions and test images, from your own `--train_file` (which needs `training_args`), the COCO Karpathy
+    splits or the synthetic scenes."""
+    if args.train_file is not None:
+        return load_user_captions(args, training_args)
     if args.karpathy_json is not None:
         return load_karpathy(args)
     config = synthetic_scene_config(args)
@@ -257,7 +268,24 @@ def load_data(args: CaptioningArguments) -> CaptionData:
     test = build_dataset("synthetic_scenes", None, "val", task="captions", config=config)
     train = with_references(train, "sentence")
     images = [{"image_id": image_id, "references": captions} for image_id, captions in group_captions_by_image(test).items()]
-    return CaptionData(train, test, images, store, "sentence", "synthetic captioned scenes")
+    return CaptionData(train, test, images, store, "sentence", "synthetic captioned scenes", grounded=True)
+
+
+def load_user_captions(args: CaptioningArguments, training_args: CaptioningTrainingArguments) -> CaptionData:
+    """The `caption` rows of `--train_file` / `--validation_file`: the rows of one image are its references."""
+    user = load_user_splits(args, "caption", training_args)
+    train = user.train
+    if args.max_train_samples is not None and args.max_train_samples < len(train):
+        train = train.select(range(args.max_train_samples))
+    grouped = list(group_captions_by_image(user.eval, "caption").items())[: args.max_eval_images]
+    kept = {image_id for image_id, _ in grouped}
+    test = user.eval.filter(lambda row: row["image_id"] in kept)
+    images = [{"image_id": image_id, "references": captions} for image_id, captions in grouped]
+    grounded = any(spans for spans in test["caption_phrase_spans"])
+    return CaptionData(
+        with_references(train, "caption"), test, images, user.store, "caption", user.source, grounded,
+        user.region_options,
+    )  # fmt: skip
 
 
 def load_karpathy(args: CaptioningArguments) -> CaptionData:
@@ -357,7 +385,10 @@ def alignment_panels(model, image, store, tokenizer, caption: str) -> tuple[list
     averaged) before alignment (the raw cross-attention) and after it (the attention the decoder used); returns
     (panels, words, region labels) for `plot_word_region_heatmaps`. A forward pass of the trained model, so every
     process runs it (under FSDP or DeepSpeed ZeRO-3 a forward pass gathers the sharded weights from every process)."""
-    collator = CaptioningCollator(tokenizer, store, text_columns=("caption",))
+    # a generated caption re-tokenised can be longer than it was generated (word pieces decoded into words): cut to
+    # the decoder's positions
+    limit = model.config.max_position_embeddings
+    collator = CaptioningCollator(tokenizer, store, text_columns=("caption",), max_text_length=limit)
     batch = collator([{"image_id": image["image_id"], "caption": caption or "."}])
     device = next(model.parameters()).device
     inputs = {
@@ -472,11 +503,12 @@ def write_report(
         "test_loss_other_images": image_use["shuffled_image_loss"],
         "attention_alignment": args.alignment,
         "geometry": args.geometry,
+        "data": data.description,
         "num_test_images": len(images),
         "truncation": truncation,
         "image_use": image_use,
     }
-    if grounding is not None:  # only the synthetic scenes carry phrase boxes
+    if grounding is not None:  # only test captions with phrase boxes
         per_head, summed = grounding
         results.update(
             alignment=float(summed.accuracy[-1, 0]),
@@ -488,7 +520,7 @@ def write_report(
     distance_rows = analyses["distance"]
     paper = {
         "data": data.description,
-        "split": args.eval_split if args.karpathy_json else "synthetic val",
+        "split": args.eval_split if args.karpathy_json else "validation" if args.train_file else "synthetic val",
         "num_test_images": len(images),
         "attention_alignment": args.alignment,
         "geometry": args.geometry,
@@ -567,7 +599,8 @@ def train_and_evaluate(args: CaptioningArguments, training_args: CaptioningTrain
         args=training_args,
         train_dataset=train,
         data_collator=collator,
-        processing_class=build_processor(tokenizer, model, store),  # saved in every checkpoint too
+        # the processor is saved with the model and in every checkpoint-N
+        processing_class=build_processor(tokenizer, model, store, data.region_options),
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     output_dir = Path(training_args.output_dir)
@@ -583,7 +616,7 @@ def train_and_evaluate(args: CaptioningArguments, training_args: CaptioningTrain
     grounding = None
     test_collator = CaptioningCollator(tokenizer, store, text_columns=text, max_text_length=args.max_text_length)
     test, test_truncation = test_collator.drop_overlong_rows(data.test, "captioning test")
-    if args.karpathy_json is None:  # Li et al.'s grounding accuracy of the cross-attention: phrase boxes needed
+    if data.grounded:  # Li et al.'s grounding accuracy of the cross-attention: phrase boxes needed
         grounding_collator = CaptioningCollator(
             tokenizer, store, text_columns=text, max_text_length=args.max_text_length, return_probe_targets=True
         )
@@ -637,7 +670,8 @@ def compare_fusions(args: CaptioningArguments, training_args: CaptioningTraining
 def main(argv: list[str] | None = None) -> dict:
     """One run (eval_results.json's content), or with `--a2_fusions` the comparison ({fusion: paper metrics})."""
     args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
-    data = load_data(args)
+    with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
+        data = load_data(args, training_args)
     if fusions(args):
         return compare_fusions(args, training_args, data)
     return train_and_evaluate(args, training_args, data)

@@ -73,6 +73,7 @@ RECIPE_LAYERS = {
     "hf_vlalign.recipes.arguments": {"hf_vlalign.recipes.threads"},
     "hf_vlalign.recipes.models": {"hf_vlalign.recipes.arguments"},
     "hf_vlalign.recipes.outputs": {"hf_vlalign.recipes.subsets"},
+    "hf_vlalign.recipes.user_data": {"hf_vlalign.recipes.arguments"},
 }
 # cycles of the explicit graph that are allowed, each with where it is (none: the explorer reads model_analysis's
 # `gold_phrases`, model_analysis does not import the explorer)

@@ -75,7 +75,7 @@ def answer_metrics(
         if labels.ndim == 2:  # VQA v2's soft scores: the score of the predicted answer
             metrics = {"accuracy": float(labels[np.arange(len(predicted)), predicted].mean())}
             answer_types = rows["answer_type"]
-            typed = all(isinstance(answer_type, str) for answer_type in answer_types)
+            typed = all(isinstance(answer_type, str) and answer_type for answer_type in answer_types)
             official = vqa_accuracy(predicted_answers, rows["answers"], answer_types if typed else None)
             metrics["vqa_accuracy"] = official["accuracy"]
             for answer_type, value in official.get("per_answer_type", {}).items():

@@ -68,7 +68,73 @@ class ModelArguments(MixedPrecisionArguments):
 
 
 @dataclass
-class DataArguments:
+class UserDataArguments:
+    """Your own images and texts in the user-data format (`hf_vlalign.data.builders.user_data`): `--train_file`,
+    `--validation_file` and how the region features of their images are made."""
+
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "your own data: a JSON lines (.jsonl) or CSV file of the example's task in the user-data format "
+            "(image paths relative to the file); its images' region features are extracted and cached. Replaces "
+            "the flags of the example's other data (--dataset, --data_dir, --features, ...)."
+        },
+    )
+    validation_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "the evaluation rows, in --train_file's format (default: the rows of a seeded 10%% of the "
+            "training file's images, at least 2, are held out for evaluation)."
+        },
+    )
+    grid_size: int = field(
+        default=4,
+        metadata={"help": "with --train_file whose rows give no `regions`: a g x g grid after the whole image."},
+    )
+    region_encoder: str = field(
+        default="pixel",
+        metadata={
+            "help": "with --train_file: the region feature encoder, `pixel` (the deterministic pooled-pixel "
+            "CropEncoder, 256 dimensions, offline) or a transformers vision backbone (Hub id or local folder)."
+        },
+    )
+
+
+# the data-source flags of `DataArguments` that `--train_file` replaces (an example adds its own with
+# `parse_recipe_args(data_source_flags=...)`)
+DATA_SOURCE_FLAGS = (
+    "dataset", "data_dir", "features", "train_split", "eval_split",
+    "synthetic_seed", "synthetic_train_images", "synthetic_eval_images",
+)  # fmt: skip
+# the `UserDataArguments` flags that only `--train_file` reads
+USER_DATA_FLAGS = ("validation_file", "grid_size", "region_encoder")
+
+
+def check_user_data_flags(parsed: Iterable[Any], given: set[str], data_source_flags: Iterable[str] = ()) -> None:
+    """Refuses `--validation_file`, `--grid_size` or `--region_encoder` without `--train_file`, and, with it, a flag
+    that names another data source (`DATA_SOURCE_FLAGS`, `data_source_flags`): the user's files replace them."""
+    user = next((args for args in parsed if isinstance(args, UserDataArguments)), None)
+    if user is None:
+        return
+    if user.train_file is None:
+        unread = [flag for flag in USER_DATA_FLAGS if flag in given]
+        if unread:
+            raise ValueError(
+                f"`--{unread[0]}` applies only to your own data: pass `--train_file` (a user-format file) with it."
+            )
+        return
+    if user.grid_size < 1:
+        raise ValueError(f"`--grid_size` must be a positive number of rows and columns, got {user.grid_size}.")
+    replaced = [flag for flag in (*DATA_SOURCE_FLAGS, *data_source_flags) if flag in given]
+    if replaced:
+        raise ValueError(
+            f"`--{replaced[0]}` names another data source than `--train_file` {user.train_file}: drop it (your file's "
+            "images give the region features)."
+        )
+
+
+@dataclass
+class DataArguments(UserDataArguments):
     dataset: str | None = field(default=None, metadata={"help": "a dataset builder name (default: synthetic scenes)."})
     data_dir: str | None = field(default=None, metadata={"help": "the folder of the dataset's published files."})
     features: str | None = field(
@@ -133,13 +199,16 @@ def parse_recipe_args(
     argv: list[str],
     dataclass_types: tuple[type, ...],
     training_args_class: type[TrainingArguments] = TrainingArguments,
+    data_source_flags: tuple[str, ...] = (),
     **defaults,
 ) -> tuple:
     """Parses `argv` into `dataclass_types` + `training_args_class` (the trainer's `TrainingArguments` subclass, whose
     own settings are flags too; returned in that order), with the examples' shared defaults, then `defaults`, then
     the values of a `--config FILE` (YAML or JSON: an experiment's settings, see `examples/configs/`), then the other
     flags; a `mixed_precision` field of any of them (`--mixed_precision`) sets `bf16` / `fp16`, and a `dropout` field
-    (`--dropout`) is checked; every example also takes `--num_threads` (`set_cpu_threads`)."""
+    (`--dropout`) is checked; every example also takes `--num_threads` (`set_cpu_threads`). With `--train_file`
+    (`UserDataArguments`), the flags of other data sources (`DATA_SOURCE_FLAGS` and the example's `data_source_flags`)
+    are refused (`check_user_data_flags`)."""
     dataclass_types = (*dataclass_types, ThreadArguments, training_args_class)
     parser = HfArgumentParser(dataclass_types)
     parser.add_argument(
@@ -169,6 +238,7 @@ def parse_recipe_args(
         check_flags_read(value, given)
         if hasattr(value, "mixed_precision"):
             apply_mixed_precision(training_args, value.mixed_precision)
+    check_user_data_flags(parsed, given, data_source_flags)
     check_distributed_launch(training_args)
     if training_args.output_dir is not None:
         check_output_dir(parsed, training_args, config_path)  # before anything is written

@@ -79,14 +79,21 @@ def load_task_model(
         task_classes[args.model_family], path, {**supervision_settings(args), **task_config}, sizes,
         ignore_mismatched_sizes=True,
     )  # fmt: skip
-    if model.config.visual_feat_dim != visual_feat_dim:
-        raise ValueError(
-            f"`--model_name_or_path` {path} reads {model.config.visual_feat_dim}-dimensional region features but the "
-            f"features of the data have {visual_feat_dim} dimensions."
-        )
+    check_visual_feat_dim(model, path, visual_feat_dim)
     if args.dropout is not None:
         set_dropout(model, args.dropout)
     return model
+
+
+def check_visual_feat_dim(model: PreTrainedModel, name_or_path: str | None, visual_feat_dim: int) -> None:
+    """Refuses a model from `--model_name_or_path` whose `visual_feat_dim` is not the data's feature dimension (a
+    checkpoint keeps its own), naming both."""
+    if model.config.visual_feat_dim != visual_feat_dim:
+        raise ValueError(
+            f"`--model_name_or_path` {checkpoint_path(name_or_path)} reads {model.config.visual_feat_dim}-dimensional "
+            f"region features but the features of the data have {visual_feat_dim} dimensions (with `--train_file`: "
+            "those of `--region_encoder`); start from a checkpoint of the same feature dimension or a text checkpoint."
+        )
 
 
 def set_dropout(model: PreTrainedModel, p: float) -> None:
