@@ -27,6 +27,7 @@ from ..data.collators import cut_word_pieces, span_is_cut, store_image_id
 from ..data.feature_store import RegionFeatureStore
 from ..metrics import gqa_scores, nlvr2_scores, phrase_grounding_recall, referring_expression_accuracy, vqa_accuracy
 from ..metrics.phrase_grounding import rank_boxes
+from .baselines import largest_region_accuracy, largest_region_recall
 from .inference import inference_batches
 
 logger = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) ->
     region drawn uniformly among the image's regions."""
     if len(choices) != len(dataset):
         raise ValueError(f"`choices` must hold one region per row ({len(dataset)}), got {len(choices)}.")
-    chosen, confident, best, gold, chance = [], [], [], [], []
+    chosen, confident, best, gold, chance, regions = [], [], [], [], [], []
     with_confidence = True
     for row, choice in zip(dataset, choices):
         image = store[store_image_id(store, row)]  # the row's image, whatever the store calls it
@@ -152,6 +153,7 @@ def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) ->
             )
         iou = box_iou(boxes, torch.tensor([box], dtype=boxes.dtype)).squeeze(-1)
         chosen.append(boxes[choice].tolist())
+        regions.append(boxes)
         best.append(boxes[int(iou.argmax())].tolist())
         gold.append(box)
         chance.append(float((iou >= IOU_THRESHOLD).double().mean()))
@@ -164,6 +166,7 @@ def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) ->
         "accuracy": model["accuracy"],
         "upper_bound_accuracy": referring_expression_accuracy(best, gold, IOU_THRESHOLD)["accuracy"],
         "chance_accuracy": float(np.mean(chance)),
+        "largest_region_accuracy": largest_region_accuracy(regions, gold, IOU_THRESHOLD),
         "num_expressions": model["num_expressions"],
     }
     if with_confidence:
@@ -252,8 +255,9 @@ def phrase_region_scores(model, dataset: datasets.Dataset, collator, batch_size:
 
 def recall_results(dataset: datasets.Dataset, store: RegionFeatureStore, scores: list[list[torch.Tensor]]) -> dict:
     """Recall@k (MERGED-BOXES) of the model's ranking, of the detector-confidence baseline (Li et al. 2020: every phrase
-    gets the image's regions by decreasing detection confidence) and the upper bound (any region of the image at
-    IoU >= 0.5), each computed with `phrase_grounding_recall` on pixel boxes."""
+    gets the image's regions by decreasing detection confidence), of the largest-region baseline (the image's regions
+    by decreasing area, whatever the phrase: `baselines.largest_region_recall`) and the upper bound (any region of the
+    image at IoU >= 0.5), each computed with `phrase_grounding_recall` on pixel boxes."""
     ranked, by_confidence, every_region, gold = [], [], [], []
     without_confidence = 0
     for row, row_scores in zip(dataset, scores):
@@ -279,6 +283,8 @@ def recall_results(dataset: datasets.Dataset, store: RegionFeatureStore, scores:
     upper_bound = phrase_grounding_recall(every_region, gold, (most_regions,), IOU_THRESHOLD)[f"recall@{most_regions}"]
     results = {f"recall@{k}_merged_boxes": model[f"recall@{k}"] for k in KS}
     results.update({f"baseline_confidence_recall@{k}_merged_boxes": baseline[f"recall@{k}"] for k in KS})
+    largest = largest_region_recall(every_region, gold, KS, IOU_THRESHOLD)
+    results.update({f"largest_region_recall@{k}_merged_boxes": largest[k] for k in KS})
     results["upper_bound_merged_boxes"] = upper_bound
     results["num_phrases"] = model["num_phrases"]
     return results
