@@ -38,6 +38,7 @@ from ..alignment.boxes import box_iou
 __all__ = [
     "BASELINE_KINDS",
     "Baseline",
+    "answer_label_baselines",
     "compare_with_baselines",
     "grounding_probe_baselines",
     "largest_region_accuracy",
@@ -48,6 +49,7 @@ __all__ = [
     "majority_soft_score",
     "majority_soft_score_accuracy",
     "phrase_grounding_baselines",
+    "pretraining_baselines",
     "question_answering_baselines",
     "referring_baselines",
     "vgp_baselines",
@@ -115,7 +117,9 @@ def _kept(labels: Sequence, ignore_index: int | None, argument: str) -> list:
     return kept
 
 
-def majority_label(labels: Sequence[Hashable], ignore_index: int | None = -100, *, argument: str = "labels") -> Hashable:
+def majority_label(
+    labels: Sequence[Hashable], ignore_index: int | None = -100, *, argument: str = "labels"
+) -> Hashable:
     """The most frequent of `labels` (those equal to `ignore_index` left out); ties go to the smallest label, so the
     baseline does not depend on the rows' order."""
     counts = Counter(_kept(labels, ignore_index, argument))
@@ -141,7 +145,10 @@ def majority_labels_per_group(
     by_group = defaultdict(list)
     for label, group in zip(labels, groups):
         by_group[group].append(label)
-    return {group: majority_label(members, ignore_index, argument=f"labels of group {group!r}") for group, members in by_group.items()}
+    return {
+        group: majority_label(members, ignore_index, argument=f"labels of group {group!r}")
+        for group, members in by_group.items()
+    }
 
 
 def _check_soft_scores(rows: Sequence[Mapping[Hashable, float]], argument: str) -> None:
@@ -282,7 +289,8 @@ def question_answering_baselines(
         labels = [label for label in train_rows["label"] if label >= 0]
         majority = majority_label(labels, None, argument="train_rows['label'] (in the vocabulary)")
         eval_labels = eval_rows["label"]
-        baselines = {"accuracy": Baseline(sum(label == majority for label in eval_labels) / len(eval_labels), "majority_class")}
+        hits = sum(label == majority for label in eval_labels)
+        baselines = {"accuracy": Baseline(hits / len(eval_labels), "majority_class")}
         if eval_questions is not None:
             ids = eval_rows["question_id"]
             official = gqa_scores({qid: answers[majority] for qid in ids}, {qid: eval_questions[qid] for qid in ids})
@@ -312,6 +320,19 @@ def question_answering_baselines(
     return baselines
 
 
+def answer_label_baselines(train_rows, eval_rows, key: str = "vqa_accuracy") -> dict[str, Baseline]:
+    """The answer accuracy `key` of a question-answering head read from a `label` column (negative: no answer, left
+    out on both sides as the collators make it -100): the majority training label. No `label` column (captions, or
+    soft scores): no baseline."""
+    if "label" not in train_rows.column_names or "label" not in eval_rows.column_names:
+        return {}
+    train_labels = [label for label in train_rows["label"] if label >= 0]
+    eval_labels = [label for label in eval_rows["label"] if label >= 0]
+    if not train_labels or not eval_labels:
+        return {}
+    return {key: Baseline(majority_class_accuracy(train_labels, eval_labels, None), "majority_class")}
+
+
 def visual_reasoning_baselines(
     train_labels: Sequence[int], eval_labels: Sequence[int], eval_identifiers: Sequence[str]
 ) -> dict[str, Baseline]:
@@ -334,6 +355,18 @@ def phrase_grounding_baselines(results: Mapping, ks: Sequence[int] = (1, 5, 10))
         f"recall@{k}_merged_boxes": Baseline(results[f"largest_region_recall@{k}_merged_boxes"], "largest_region")
         for k in ks
     }
+
+
+def pretraining_baselines(results: Mapping) -> dict[str, Baseline]:
+    """`mlm_accuracy` and `sentence_image_accuracy` (when measured) of `task_metrics.pretraining_metrics` against its
+    most frequent masked word / match label of the evaluation rows (`majority_class_eval`: the masks and the mismatched
+    captions are drawn at collation, so no training labels exist to count)."""
+    pairs = {
+        "mlm_accuracy": "mlm_most_frequent_token_accuracy",
+        "sentence_image_accuracy": "sentence_image_most_frequent_label_accuracy",
+    }
+    measured = {key: baseline for key, baseline in pairs.items() if baseline in results}
+    return {key: Baseline(results[baseline], "majority_class_eval") for key, baseline in measured.items()}
 
 
 def grounding_probe_baselines(detection_confidence_accuracy: float, keys: Sequence[str]) -> dict[str, Baseline]:
