@@ -228,8 +228,8 @@ def write_report(
         "truncation": truncation,
         "image_use": image_use,
     }
-    baselines = visual_reasoning_baselines(data.train["label"], data.eval["label"], data.eval["identifier"])
-    results["baselines"] = compare_with_baselines(results, baselines)
+    majority = visual_reasoning_baselines(data.train["label"], data.eval["label"], data.eval["identifier"])
+    results["baselines"] = compare_with_baselines(results, majority)
     card = render_task_model_card(
         "visual_reasoning",
         model_family=model_args.model_family,
