@@ -40,6 +40,7 @@ __all__ = [
     "Baseline",
     "answer_label_baselines",
     "compare_with_baselines",
+    "gqa_baselines",
     "grounding_probe_baselines",
     "largest_region_accuracy",
     "largest_region_recall",
@@ -275,28 +276,25 @@ def question_answering_baselines(
 ) -> dict[str, Baseline]:
     """The baselines of the keys of `task_metrics.answer_metrics`, scored with the same metrics:
 
-    - GQA-style rows (a `label` column, -1 outside the vocabulary): the majority training label; `accuracy` is its
-      exact match on every evaluation row (an answer outside the vocabulary counts as wrong, as for the model) and, with
-      `eval_questions`, `gqa_accuracy` / `gqa_binary` / `gqa_open` are the official script's for that answer;
+    - GQA-style rows (`label` and `answer` columns): the most frequent training `answer` of the vocabulary; `accuracy`
+      is its exact match on every evaluation row (an answer outside the vocabulary counts as wrong, as for the model)
+      and, with `eval_questions`, `gqa_accuracy` / `gqa_binary` / `gqa_open` are the official script's for that answer
+      (`gqa_baselines`: one answer for all, binary and open questions alike);
     - VQA v2 rows (`labels` / `scores` soft scores): the training answer of the largest summed soft score; `accuracy`
       is its label score, `vqa_accuracy` the official script's (`answers`), and `vqa_accuracy_<type>` each answer
       type's own majority training answer on that type's questions (when every row has an `answer_type`).
     """
-    from ..metrics import gqa_scores, vqa_accuracy
+    from ..metrics import vqa_accuracy
 
     answers = sorted(answer_vocab, key=answer_vocab.get)
     if "label" in train_rows.column_names:
-        labels = [label for label in train_rows["label"] if label >= 0]
-        majority = majority_label(labels, None, argument="train_rows['label'] (in the vocabulary)")
-        eval_labels = eval_rows["label"]
-        hits = sum(label == majority for label in eval_labels)
-        baselines = {"accuracy": Baseline(hits / len(eval_labels), "majority_class")}
+        known = [answer for answer in train_rows["answer"] if answer in answer_vocab]
+        majority = majority_label(known, None, argument="train_rows['answer'] (in the answer vocabulary)")
+        eval_answers = eval_rows["answer"]
+        hits = sum(answer == majority for answer in eval_answers)
+        baselines = {"accuracy": Baseline(hits / len(eval_answers), "majority_class")}
         if eval_questions is not None:
-            ids = eval_rows["question_id"]
-            official = gqa_scores({qid: answers[majority] for qid in ids}, {qid: eval_questions[qid] for qid in ids})
-            for name in ("accuracy", "binary", "open"):
-                if official[name] is not None:
-                    baselines[f"gqa_{name}"] = Baseline(official[name], "majority_class")
+            baselines |= gqa_baselines(majority, {qid: eval_questions[qid] for qid in eval_rows["question_id"]})
         return baselines
     train_scores = [dict(zip(labels, scores)) for labels, scores in zip(train_rows["labels"], train_rows["scores"])]
     eval_scores = [dict(zip(labels, scores)) for labels, scores in zip(eval_rows["labels"], eval_rows["scores"])]
@@ -318,6 +316,16 @@ def question_answering_baselines(
         for answer_type, value in official.get("per_answer_type", {}).items():
             baselines[f"vqa_accuracy_{answer_type.replace('/', '_')}"] = Baseline(value, "majority_class_per_type")
     return baselines
+
+
+def gqa_baselines(answer: str, questions: Mapping[str, dict], prefix: str = "gqa_") -> dict[str, Baseline]:
+    """The official GQA script's `accuracy`, `binary` and `open` (`metrics.gqa_scores`, as `<prefix><name>`) of
+    answering `answer` (the most frequent training answer) to every question of `questions` (GQA records by id)."""
+    from ..metrics import gqa_scores
+
+    official = gqa_scores(dict.fromkeys(questions, answer), questions)
+    names = [name for name in ("accuracy", "binary", "open") if official[name] is not None]
+    return {f"{prefix}{name}": Baseline(official[name], "majority_class") for name in names}
 
 
 def answer_label_baselines(train_rows, eval_rows, key: str = "vqa_accuracy") -> dict[str, Baseline]:

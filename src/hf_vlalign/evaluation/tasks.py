@@ -13,7 +13,11 @@
 - `captioning`: BLEU-1..4, METEOR, ROUGE-L and CIDEr-D of a `RegionCaptionerForConditionalGeneration`'s greedy
   (or beam) captions.
 
-The task examples' own evaluation code (`evaluation/task_metrics.py`) computes the metrics.
+The task examples' own evaluation code (`evaluation/task_metrics.py`) computes the metrics. Every accuracy stands
+beside its baseline under `baselines` ({metric: {"value", "baseline", "kind", "beats"}}, `evaluation/baselines.py`):
+the most frequent label of the scenes' *training* split (generated with the evaluation split from the same seed) for
+`vgp`, `vqa` / `gqa` and `nlvr2`; the image's largest region for `refcoco` and `flickr_grounding`; none for the caption
+metrics.
 """
 
 from __future__ import annotations
@@ -27,6 +31,14 @@ from transformers import AutoConfig, AutoTokenizer
 
 from ..models.family import FAMILIES as FAMILY_SPECS
 from ..synthetic import SyntheticSceneConfig
+from .baselines import (
+    compare_with_baselines,
+    gqa_baselines,
+    majority_label,
+    question_answering_baselines,
+    vgp_baselines,
+    visual_reasoning_baselines,
+)
 from .inference import inference_batches
 
 # read from the families' specs (`hf_vlalign.models.family`): their model types, the tasks their heads evaluate and the
@@ -80,7 +92,9 @@ def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
     vgp = vgp_accuracy(
         torch.cat(vgp_predicted).numpy(), torch.cat(vgp_labels).numpy(), model.config.vgp_class_names(), per_class_key
     )
-    return {"image_description_accuracy": id_correct / len(data.eval), **vgp, "num_examples": len(data.eval)}
+    results = {"image_description_accuracy": id_correct / len(data.eval), **vgp, "num_examples": len(data.eval)}
+    baselines = vgp_baselines(data.train, data.eval, model.config.vgp_task)
+    return results | {"baselines": compare_with_baselines(results, baselines)}
 
 
 @torch.no_grad()
@@ -111,7 +125,12 @@ def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
         ids = [row["question_id"] for row in batch.rows]
         predictions.update({question_id: answers[label] for question_id, label in zip(ids, labels)})
     records = json.loads((gqa_dir / questions_file("val")).read_text())
-    return gqa_scores(predictions, {qid: records[qid] for qid in predictions})
+    evaluated = {qid: records[qid] for qid in predictions}
+    results = gqa_scores(predictions, evaluated)
+    # the baseline: the scenes' training split's most frequent answer (of the head's answers) to every question
+    train_answers = [record["answer"] for record in json.loads((gqa_dir / questions_file("train")).read_text()).values()]
+    majority = majority_label([answer for answer in train_answers if answer in set(answers)], None)
+    return results | {"baselines": compare_with_baselines(results, gqa_baselines(majority, evaluated, prefix=""))}
 
 
 @torch.no_grad()
@@ -199,9 +218,15 @@ def evaluate_question_answering(model, tokenizer, model_dir, synthetic: Syntheti
     collator = QuestionAnsweringCollator(tokenizer, store, num_answers=len(vocab), max_text_length=max_text_length)
     rows, _ = collator.drop_overlong_rows(rows, "synthetic questions eval")
     records = gqa.read_questions(gqa.question_files(questions_dir, "val", "balanced", None))
-    metrics = answer_metrics(vocab, {qid: records[qid] for qid in rows["question_id"]}, rows)
+    evaluated = {qid: records[qid] for qid in rows["question_id"]}
+    metrics = answer_metrics(vocab, evaluated, rows)
     results = _trainer_evaluate(model, collator, rows, batch_size, progress, metrics, predicted_answer_ids)
-    return results | {"num_questions": len(rows), "num_answers": len(vocab)}
+    # the baselines: the most frequent answer of the scenes' training split (generated with the evaluation split)
+    train_rows = build_dataset("synthetic_scenes", None, "train", task="questions", config=synthetic)
+    baselines = question_answering_baselines(vocab, train_rows, rows, evaluated)
+    return results | {
+        "num_questions": len(rows), "num_answers": len(vocab), "baselines": compare_with_baselines(results, baselines)
+    }
 
 
 def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int) -> dict:
@@ -216,7 +241,10 @@ def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig,
     collator = ImagePairCollator(tokenizer, store, max_text_length=max_text_length)
     rows, _ = collator.drop_overlong_rows(rows, "synthetic nlvr2 eval")
     results = _trainer_evaluate(model, collator, rows, batch_size, progress, reasoning_metrics(rows), predicted_truth)
-    return results | {"num_examples": len(rows)}
+    # the baselines: the most frequent truth value of the scenes' training split (generated with the evaluation split)
+    train_labels = build_dataset("synthetic_scenes", None, "train", task="nlvr2", config=synthetic)["label"]
+    baselines = visual_reasoning_baselines(train_labels, rows["label"], rows["identifier"])
+    return results | {"num_examples": len(rows), "baselines": compare_with_baselines(results, baselines)}
 
 
 def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int) -> dict:
