@@ -8,7 +8,9 @@ phrase grounding) of either encoder family and the single-stream (VisualBERT-sty
 `model_cards/task.md`, rendered by `render_task_model_card`. Every card's YAML metadata is a
 `huggingface_hub.ModelCardData`: `library_name: hf_vlalign`, tags, datasets, `base_model` (when a Hub id) and a
 `model-index` built from the task metrics among the numeric entries of `eval_results.json` (`is_task_metric`: no
-losses, runtimes or baselines; the card's results table shows every entry).
+losses, runtimes or baselines; the card's results table shows every entry). Given the `baselines` entry of
+`eval_results.json` (`hf_vlalign.evaluation.baselines`), the results table shows each accuracy's baseline beside it and
+flags, with a warning line under the table, every result that does not beat its baseline.
 
 Where the templates are found:
 - in a source checkout / editable install, in `<repository>/model_cards/` (edits show up at once);
