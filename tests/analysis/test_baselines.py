@@ -132,6 +132,9 @@ def test_question_answering_baselines_of_gqa_rows_score_the_majority_answer_with
         "gqa_binary": Baseline(1 / 2, "majority_class"),
         "gqa_open": Baseline(0.0, "majority_class"),
     }
+    # rows without answer strings (a user's labels only): the same majority, read through the vocabulary
+    labels_only = question_answering_baselines(vocab, train.remove_columns("answer"), evaluation.remove_columns("answer"))
+    assert labels_only == {"accuracy": Baseline(1 / 3, "majority_class")}
     assert gqa_baselines("red", questions, prefix="") == {
         "accuracy": Baseline(1 / 3, "majority_class"),
         "binary": Baseline(0.0, "majority_class"),
@@ -154,6 +157,10 @@ def test_question_answering_baselines_of_vqa_rows_use_the_soft_scores_and_each_a
     assert baselines["vqa_accuracy_yes_no"] == Baseline(0.5, "majority_class_per_type")
     # "2" given by 1 of 10 annotators: min(1, 1 / 3) over the 9-annotator subsets that hold it (9 of 10) -> 0.3
     assert baselines["vqa_accuracy_number"].value == pytest.approx(0.3)
+    # without answer types: no per-type baselines; without the annotators' answers: no official accuracy either
+    untyped = question_answering_baselines(vocab, train.remove_columns("answer_type"), evaluation)
+    assert set(untyped) == {"accuracy", "vqa_accuracy"}
+    assert set(question_answering_baselines(vocab, train, evaluation.remove_columns("answers"))) == {"accuracy"}
 
 
 def test_visual_reasoning_answer_label_and_pretraining_baselines():

@@ -276,21 +276,22 @@ def question_answering_baselines(
 ) -> dict[str, Baseline]:
     """The baselines of the keys of `task_metrics.answer_metrics`, scored with the same metrics:
 
-    - GQA-style rows (`label` and `answer` columns): the most frequent training `answer` of the vocabulary; `accuracy`
-      is its exact match on every evaluation row (an answer outside the vocabulary counts as wrong, as for the model)
-      and, with `eval_questions`, `gqa_accuracy` / `gqa_binary` / `gqa_open` are the official script's for that answer
-      (`gqa_baselines`: one answer for all, binary and open questions alike);
+    - GQA-style rows (a `label` column, and `answer` strings where given): the most frequent training answer of the
+      vocabulary; `accuracy` is its exact match on every evaluation row (an answer outside the vocabulary counts as
+      wrong, as for the model) and, with `eval_questions`, `gqa_accuracy` / `gqa_binary` / `gqa_open` are the official
+      script's for that answer (`gqa_baselines`: one answer for all, binary and open questions alike);
     - VQA v2 rows (`labels` / `scores` soft scores): the training answer of the largest summed soft score; `accuracy`
-      is its label score, `vqa_accuracy` the official script's (`answers`), and `vqa_accuracy_<type>` each answer
-      type's own majority training answer on that type's questions (when every row has an `answer_type`).
+      is its label score, `vqa_accuracy` the official script's (when the rows have the annotators' `answers`), and
+      `vqa_accuracy_<type>` each answer type's own majority training answer on that type's questions (when every row
+      has an `answer_type`).
     """
     from ..metrics import vqa_accuracy
 
     answers = sorted(answer_vocab, key=answer_vocab.get)
     if "label" in train_rows.column_names:
-        known = [answer for answer in train_rows["answer"] if answer in answer_vocab]
-        majority = majority_label(known, None, argument="train_rows['answer'] (in the answer vocabulary)")
-        eval_answers = eval_rows["answer"]
+        train_answers, eval_answers = _answer_strings(train_rows, answers), _answer_strings(eval_rows, answers)
+        known = [answer for answer in train_answers if answer in answer_vocab]
+        majority = majority_label(known, None, argument="train_rows' answers (in the answer vocabulary)")
         hits = sum(answer == majority for answer in eval_answers)
         baselines = {"accuracy": Baseline(hits / len(eval_answers), "majority_class")}
         if eval_questions is not None:
@@ -300,12 +301,14 @@ def question_answering_baselines(
     eval_scores = [dict(zip(labels, scores)) for labels, scores in zip(eval_rows["labels"], eval_rows["scores"])]
     majority = majority_soft_score(train_scores)
     baselines = {
-        "accuracy": Baseline(sum(row.get(majority, 0.0) for row in eval_scores) / len(eval_scores), "majority_class"),
-        "vqa_accuracy": Baseline(
-            vqa_accuracy([answers[majority]] * len(eval_rows), eval_rows["answers"])["accuracy"], "majority_class"
-        ),
+        "accuracy": Baseline(sum(row.get(majority, 0.0) for row in eval_scores) / len(eval_scores), "majority_class")
     }
-    train_types, eval_types = train_rows["answer_type"], eval_rows["answer_type"]
+    if "answers" not in eval_rows.column_names:  # no annotators' answers: no official VQA accuracy
+        return baselines
+    official = vqa_accuracy([answers[majority]] * len(eval_rows), eval_rows["answers"])
+    baselines["vqa_accuracy"] = Baseline(official["accuracy"], "majority_class")
+    typed = all("answer_type" in rows.column_names for rows in (train_rows, eval_rows))
+    train_types, eval_types = (train_rows["answer_type"], eval_rows["answer_type"]) if typed else ([], [None])
     if all(isinstance(answer_type, str) for answer_type in (*train_types, *eval_types)):
         by_type = defaultdict(list)
         for row, answer_type in zip(train_scores, train_types):
@@ -316,6 +319,13 @@ def question_answering_baselines(
         for answer_type, value in official.get("per_answer_type", {}).items():
             baselines[f"vqa_accuracy_{answer_type.replace('/', '_')}"] = Baseline(value, "majority_class_per_type")
     return baselines
+
+
+def _answer_strings(rows, answers: list[str]) -> list[str | None]:
+    """The rows' `answer` strings, else their `label` ids read in the vocabulary (None outside it)."""
+    if "answer" in rows.column_names:
+        return rows["answer"]
+    return [answers[label] if 0 <= label < len(answers) else None for label in rows["label"]]
 
 
 def gqa_baselines(answer: str, questions: Mapping[str, dict], prefix: str = "gqa_") -> dict[str, Baseline]:
