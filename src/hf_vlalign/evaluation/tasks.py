@@ -129,7 +129,8 @@ def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
     results = gqa_scores(predictions, evaluated)
     # the baseline: the scenes' training split's most frequent answer (of the head's answers) to every question
     train_answers = [record["answer"] for record in json.loads((gqa_dir / questions_file("train")).read_text()).values()]
-    majority = majority_label([answer for answer in train_answers if answer in set(answers)], None)
+    known = set(answers)
+    majority = majority_label([answer for answer in train_answers if answer in known], None)
     return results | {"baselines": compare_with_baselines(results, gqa_baselines(majority, evaluated, prefix=""))}
 
 
