@@ -228,7 +228,8 @@ def test_results_stand_beside_their_baselines_and_a_result_below_its_baseline_is
     ) in text
     assert "| eval_loss | 0.6931 |  |" in text  # a loss has no baseline
     assert "**⚠ 1 result(s) do not beat their baseline (vqa_accuracy_yes_no)" in text
-    assert "*majority class* predicts the most frequent training label" in text
+    assert "Baselines: *majority class* predicts the most frequent training label" in text
+    assert "*majority class per answer type* predicts each answer type" in text and "largest region" not in text
     # without baselines the table keeps its two columns and no warning
     plain = render("question_answering", "single_stream", results=results).text
     assert "| metric | value |\n|---|---|\n| accuracy | 0.625 |" in plain and "⚠" not in plain

@@ -125,6 +125,16 @@ _BASELINE_NAMES = {
     "largest_region": "largest region",
     "detection_confidence": "most confident region",
 }
+# what each kind predicts, in the legend under the results table
+_BASELINE_LEGENDS = {
+    "majority_class": "the most frequent training label (VQA: the training answer of the largest summed soft score) "
+    "for every evaluation example, scored with the same metric",
+    "majority_class_per_type": "each answer type's most frequent training answer for that type's questions",
+    "majority_class_eval": "the most frequent label of the evaluation examples themselves (no training labels exist: "
+    "the masks and mismatched captions are drawn at collation)",
+    "largest_region": "the image's largest region, whatever the text says",
+    "detection_confidence": "the detector's most confident region, whatever the text says (Li et al. 2020)",
+}
 
 
 def _check_baselines(baselines: Mapping[str, Mapping] | None, results: list[tuple[str, float]]) -> dict[str, dict]:
@@ -337,6 +347,10 @@ def _template_variables(
             (name, format(value, ".4g"), _baseline_cell(arguments.baselines.get(name))) for name, value in arguments.results
         ],
         has_baselines=bool(arguments.baselines),
+        baseline_legend=[
+            (_BASELINE_NAMES[kind], _BASELINE_LEGENDS[kind])
+            for kind in dict.fromkeys(entry["kind"] for entry in arguments.baselines.values())
+        ],
         baselines_not_beaten=[name for name, entry in arguments.baselines.items() if not entry["beats"]],
         training=arguments.training,
         datasets=arguments.datasets,
