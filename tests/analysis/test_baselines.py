@@ -13,7 +13,6 @@ from hf_vlalign.evaluation.baselines import (
     largest_region_recall,
     majority_class_accuracy,
     majority_label,
-    majority_labels_per_group,
     majority_soft_score,
     majority_soft_score_accuracy,
     pretraining_baselines,
@@ -39,14 +38,6 @@ def test_majority_class_accuracy_is_the_training_majority_scored_on_the_evaluati
     # the evaluation split's own majority (0) does not matter: the baseline reads the training labels
     assert majority_class_accuracy([1, 1, 0], [0, 0, 0, 1]) == pytest.approx(1 / 4)
     assert majority_class_accuracy([0, -1, -1, -1], [-1, 0, 1], ignore_index=-1) == pytest.approx(1 / 2)
-
-
-def test_majority_labels_per_group():
-    labels = ["yes", "yes", "no", "2", "3", "3"]
-    groups = ["yes/no", "yes/no", "yes/no", "number", "number", "number"]
-    assert majority_labels_per_group(labels, groups) == {"yes/no": "yes", "number": "3"}
-    with pytest.raises(ValueError, match=r"`groups` must hold one group per label \(6\), got 1"):
-        majority_labels_per_group(labels, ["x"])
 
 
 def test_majority_soft_score_sums_the_training_soft_scores():

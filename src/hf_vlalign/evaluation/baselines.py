@@ -46,7 +46,6 @@ __all__ = [
     "largest_region_recall",
     "majority_class_accuracy",
     "majority_label",
-    "majority_labels_per_group",
     "majority_soft_score",
     "majority_soft_score_accuracy",
     "phrase_grounding_baselines",
@@ -135,21 +134,6 @@ def majority_class_accuracy(
     majority = majority_label(train_labels, ignore_index, argument="train_labels")
     kept = _kept(eval_labels, ignore_index, "eval_labels")
     return sum(label == majority for label in kept) / len(kept)
-
-
-def majority_labels_per_group(
-    labels: Sequence[Hashable], groups: Sequence[Hashable], ignore_index: int | None = -100
-) -> dict[Hashable, Hashable]:
-    """The most frequent label of each group (e.g. VQA's answer types): {group: label}."""
-    if len(labels) != len(groups):
-        raise ValueError(f"`groups` must hold one group per label ({len(labels)}), got {len(groups)}.")
-    by_group = defaultdict(list)
-    for label, group in zip(labels, groups):
-        by_group[group].append(label)
-    return {
-        group: majority_label(members, ignore_index, argument=f"labels of group {group!r}")
-        for group, members in by_group.items()
-    }
 
 
 def _check_soft_scores(rows: Sequence[Mapping[Hashable, float]], argument: str) -> None:
