@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> dict:
             model_id=grounding_args.hub_model_id_for_card or training_args.hub_model_id,
             base_model=model_args.model_name_or_path or DEFAULT_BASE_MODEL,
             results=metrics_from_eval_results(results),
+            baselines=results["baselines"],
             training={
                 **training_summary(trainer, source, len(eval_dataset)),
                 "head_learning_rate": training_args.head_learning_rate,

@@ -49,6 +49,7 @@ from hf_vlalign import SingleStreamForVisualReasoning, TwoStreamForVisualReasoni
 from hf_vlalign.data import RegionFeatureStore, build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ImagePairCollator
+from hf_vlalign.evaluation.baselines import compare_with_baselines, visual_reasoning_baselines
 from hf_vlalign.evaluation.task_metrics import predicted_truth, reasoning_metrics
 from hf_vlalign.hub.model_card import render_task_model_card
 from hf_vlalign.metrics import nlvr2_scores
@@ -263,12 +264,15 @@ def write_report(
         "truncation": truncation,
         "image_use": image_use,
     }
+    majority = visual_reasoning_baselines(data.train["label"], data.eval["label"], data.eval["identifier"])
+    results["baselines"] = compare_with_baselines(results, majority)
     card = render_task_model_card(
         "visual_reasoning",
         model_family=model_args.model_family,
         model_id=training_args.hub_model_id,
         base_model=model_args.model_name_or_path or DEFAULT_BASE_MODEL,
         results={key: value for key, value in results.items() if isinstance(value, float)},
+        baselines=results["baselines"],
         training=training_summary(trainer, data_source(data, data_args), len(data.eval)),
         config=trainer.model.config,
         synthetic_data=data.dataset == "synthetic_scenes",

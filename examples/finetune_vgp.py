@@ -38,6 +38,7 @@ from hf_vlalign.data.builders import count_vgp_types, load_vgp_data
 from hf_vlalign.data.builders.vgp import VGPData
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.data.formats.vgp import TYPOLOGY_LABELS
+from hf_vlalign.evaluation.baselines import compare_with_baselines, grounding_probe_baselines, vgp_baselines
 from hf_vlalign.evaluation.grounding import evaluate_grounding, word_region_attention
 from hf_vlalign.hub.model_card import render_model_card
 from hf_vlalign.recipes import (
@@ -57,6 +58,7 @@ from hf_vlalign.recipes import (
     supervision_settings,
     synthetic_scene_config,
     take_push_to_hub,
+    training_summary,
     truncation_results,
     write_json,
     write_results,
@@ -255,6 +257,11 @@ def write_report(
         "truncation": truncation,
         "image_use": image_use,
     }
+    grounding_keys = ("grounding_accuracy_best_head", "grounding_accuracy_mean_head")
+    baselines = vgp_baselines(trainer.train_dataset, eval_dataset, args.vgp_task)
+    results["baselines"] = compare_with_baselines(
+        results, baselines | grounding_probe_baselines(probe.baseline_accuracy, grounding_keys)
+    )
     write_json(output_dir / "grounding_probe.json", probe.to_dict())
     plot_word_region_heatmap(
         drawn.attention,
@@ -270,15 +277,8 @@ def write_report(
         base_model=args.model_name_or_path or DEFAULT_BASE_MODEL,
         supervision=args.supervision,
         results={k: v for k, v in results.items() if isinstance(v, float)},
-        training={
-            "data": data_source,
-            "epochs": training_args.num_train_epochs,
-            "learning_rate": training_args.learning_rate,
-            "batch_size": training_args.per_device_train_batch_size,
-            "seed": training_args.seed,
-            "train_examples": len(trainer.train_dataset),
-            "eval_examples": len(eval_dataset),
-        },
+        baselines=results["baselines"],
+        training=training_summary(trainer, data_source, len(eval_dataset)),
     )
     print(json.dumps(results, indent=2))  # before the push: a failed push leaves them on the console too
     write_results(

@@ -48,6 +48,7 @@ from hf_vlalign.data import RegionFeatureStore, build_dataset, resolve_split
 from hf_vlalign.data.builders import gqa, vqa_v2
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import QuestionAnsweringCollator
+from hf_vlalign.evaluation.baselines import compare_with_baselines, question_answering_baselines
 from hf_vlalign.evaluation.task_metrics import answer_metrics, predicted_answer_ids
 from hf_vlalign.hub.model_card import render_task_model_card
 from hf_vlalign.recipes import (
@@ -382,6 +383,8 @@ def write_report(
         "truncation": truncation,
         "image_use": image_use,
     }
+    baselines = question_answering_baselines(data.answer_vocab, data.train, data.eval, data.eval_questions)
+    results["baselines"] = compare_with_baselines(results, baselines)
     training = {
         **training_summary(trainer, data_source(data, data_args), len(data.eval)),
         "answer_vocabulary": f"{len(data.answer_vocab)} answers ({ANSWER_VOCAB_NAME})",
@@ -393,6 +396,7 @@ def write_report(
         model_id=training_args.hub_model_id,
         base_model=model_args.model_name_or_path or DEFAULT_BASE_MODEL,
         results={key: value for key, value in results.items() if isinstance(value, float)},
+        baselines=results["baselines"],
         training=training,
         config=trainer.model.config,
         synthetic_data=data.dataset == "synthetic_scenes",

@@ -55,6 +55,7 @@ from transformers import set_seed
 from hf_vlalign import SingleStreamForPreTraining
 from hf_vlalign.data import RegionFeatureStore, SingleStreamPretrainingCollator, build_dataset, group_captions_by_image
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
+from hf_vlalign.evaluation.baselines import compare_with_baselines, pretraining_baselines
 from hf_vlalign.evaluation.task_metrics import predictions_for_metrics, pretraining_metrics
 from hf_vlalign.hub.model_card import render_task_model_card
 from hf_vlalign.recipes import (
@@ -330,6 +331,7 @@ def write_report(
         "truncation": truncation,
         "image_use": image_use,
     }
+    results["baselines"] = compare_with_baselines(results, pretraining_baselines(results))
     objectives = ["masked words"]
     if task_args.sentence_image_prediction:
         objectives.append(f"sentence-image prediction (random second caption: {task_args.random_caption_probability})")
@@ -347,6 +349,7 @@ def write_report(
         model_id=training_args.hub_model_id,
         base_model=model_args.model_name_or_path or DEFAULT_BASE_MODEL,
         results={key: value for key, value in measured.items() if key != "num_masked_words"},
+        baselines=results["baselines"],
         training=training,
         config=trainer.model.config,
         synthetic_data=data.dataset == "synthetic_scenes",

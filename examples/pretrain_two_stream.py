@@ -69,6 +69,7 @@ from hf_vlalign.data import RegionFeatureStore, TwoStreamPretrainingCollator, bu
 from hf_vlalign.data.builders import lxmert_pretraining
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation import cross_attention_rows, evaluate_cross_attention
+from hf_vlalign.evaluation.baselines import answer_label_baselines, compare_with_baselines, grounding_probe_baselines
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
 from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
@@ -86,6 +87,7 @@ from hf_vlalign.recipes import (
     set_dropout,
     synthetic_scene_config,
     take_push_to_hub,
+    trained_amount,
     truncation_results,
     write_json,
     write_results,
@@ -496,7 +498,14 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
             args.max_text_length, {"train": train_truncation, "eval": eval_truncation}, [train_collator, eval_collator]
         ),
         "image_use": image_use,
+        "trained": trained_amount(trainer),
     }
+    grounding_keys = (
+        "cross_attention_grounding_accuracy", "best_head_grounding_accuracy", "alignment_decoder_grounding_accuracy"
+    )
+    baselines = answer_label_baselines(train, evaluation)
+    baselines |= grounding_probe_baselines(result.per_head.baseline_accuracy, grounding_keys)
+    results["baselines"] = compare_with_baselines(results, baselines)
     if trainer.is_world_process_zero():
         write_json(Path(run_args.output_dir) / "eval_results.json", results)
     return trainer.model, results, eval_collator
@@ -529,19 +538,21 @@ def figure_panels(runs: dict, evaluation, tokenizer, text_column: str = "questio
 def model_card(args, training_args, runs: dict, summary: dict, source: str) -> ModelCard:
     """The card of --output_dir: that of the with-alignment run (or the only run), with every run's results."""
     card_run = "with" if "with" in runs else next(iter(runs))
-    results = {}
+    results, baselines = {}, {}
     for name, run_results in summary.items():
-        results.update(metrics_from_eval_results(run_results, prefix=f"{name}/" if len(summary) > 1 else ""))
+        prefix = f"{name}/" if len(summary) > 1 else ""
+        results.update(metrics_from_eval_results(run_results, prefix=prefix))
+        baselines.update({f"{prefix}{key}": entry for key, entry in run_results["baselines"].items()})
     return render_model_card(
         "two_stream",
         model_id=training_args.hub_model_id,
         base_model=args.model_name_or_path or DEFAULT_BASE_MODEL,
         results=results,
+        baselines=baselines,
         training={
             "data": source,
             "runs": ", ".join(summary),
-            "epochs": training_args.num_train_epochs,
-            "max_steps": training_args.max_steps,
+            "trained": runs[card_run][1]["trained"],
             "learning_rate": training_args.learning_rate,
             "batch_size": training_args.per_device_train_batch_size,
             "qa_start_epoch": training_args.qa_start_epoch,
@@ -574,7 +585,9 @@ def main(argv: list[str] | None = None) -> dict:
     panels, drawn = figure_panels(runs, data.eval, tokenizer, data.text_column)
     if args.lxmert_data_dir is not None and args.gqa_dir is not None:  # Kervadec et al.'s GQA evaluation of each run
         for name, results in summary.items():
-            results.update(finetune_on_gqa(args, training_args, Path(training_args.output_dir) / name))
+            gqa = finetune_on_gqa(args, training_args, Path(training_args.output_dir) / name)
+            results["baselines"] |= {key: entry for key, entry in gqa["gqa"]["baselines"].items() if key in gqa}
+            results.update(gqa)
             if training_args.process_index == 0:
                 write_json(Path(training_args.output_dir) / name / "eval_results.json", results)  # every process: forward passes of the models
     if training_args.process_index == 0:  # the main process writes, as `Trainer.is_world_process_zero`

@@ -66,6 +66,7 @@ from hf_vlalign.data import CaptioningCollator, RegionFeatureStore, build_datase
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators.regions import store_image_id
 from hf_vlalign.evaluation import evaluate_decoder_grounding
+from hf_vlalign.evaluation.baselines import compare_with_baselines, grounding_probe_baselines
 from hf_vlalign.evaluation.inference import inference_batches
 from hf_vlalign.evaluation.tasks import generate_captions
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
@@ -87,6 +88,7 @@ from hf_vlalign.recipes import (
     save_model,
     synthetic_scene_config,
     take_push_to_hub,
+    trained_amount,
     truncation_results,
     write_json,
     write_results,
@@ -481,7 +483,8 @@ def json_ready(value):
 
 
 def write_report(
-    args, training_args, model, data: CaptionData, captions, grounding, image_use, truncation, figure, analyses, push_to_hub
+    args, training_args, model, data: CaptionData, captions, grounding, image_use, truncation, figure, analyses,
+    push_to_hub, trained: str,
 ) -> dict:
     """samples.json, the plots, eval_results.json, paper_results.json and the model card in --output_dir, the headline
     scores printed, then the push (main process only)."""
@@ -517,6 +520,8 @@ def write_report(
             grounding_baseline_accuracy=per_head.baseline_accuracy,
             num_grounded_words=per_head.num_phrases,
         )
+        baselines = grounding_probe_baselines(per_head.baseline_accuracy, ("alignment", "alignment_best_head"))
+        results["baselines"] = compare_with_baselines(results, baselines)
     distance_rows = analyses["distance"]
     paper = {
         "data": data.description,
@@ -553,10 +558,10 @@ def write_report(
         model_id=training_args.hub_model_id,
         base_model=args.model_name_or_path or DEFAULT_BASE_MODEL,  # its word embeddings
         results=metrics_from_eval_results(results),
+        baselines=results.get("baselines"),
         training={
             "data": data.description,
-            "epochs": training_args.num_train_epochs,
-            "max_steps": training_args.max_steps,
+            "trained": trained,
             "learning_rate": training_args.learning_rate,
             "encoder_learning_rate": training_args.encoder_learning_rate,
             "batch_size": training_args.per_device_train_batch_size,
@@ -635,7 +640,8 @@ def train_and_evaluate(args: CaptioningArguments, training_args: CaptioningTrain
             args.max_text_length, {"train": train_truncation, "test": test_truncation}, [collator, test_collator]
         )
         results = write_report(
-            args, training_args, model, data, captions, grounding, image_use, truncation, figure, analyses, push_to_hub
+            args, training_args, model, data, captions, grounding, image_use, truncation, figure, analyses, push_to_hub,
+            trained_amount(trainer),
         )
     return results
 

@@ -699,10 +699,22 @@ def _evaluate(args: argparse.Namespace) -> int:
         max_text_length=args.max_text_length, max_examples=args.max_examples,
     )  # fmt: skip
     print(json.dumps(results, indent=2))
+    if results.get("baselines"):  # for the reader, beside the JSON (stdout stays one JSON document)
+        print(baseline_table(results["baselines"]), file=sys.stderr)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     return 0
+
+
+def baseline_table(baselines: dict) -> str:
+    """Markdown table of a `baselines` entry (`hf_vlalign.evaluation.baselines.compare_with_baselines`): each accuracy,
+    its baseline and the baseline's kind, flagged when the accuracy does not beat it."""
+    lines = ["| metric | value | baseline | kind | |", "|---|---|---|---|---|"]
+    for key, entry in baselines.items():
+        flag = "" if entry["beats"] else "⚠ does not beat its baseline"
+        lines.append(f"| {key} | {entry['value']:.3f} | {entry['baseline']:.3f} | {entry['kind']} | {flag} |")
+    return "\n".join(lines)
 
 
 def _fisher(args: argparse.Namespace) -> int:
@@ -752,12 +764,17 @@ RESULT_COLUMNS = (
     ("grounding_accuracy_mean_head", "grounding, mean head"),
     ("grounding_baseline_accuracy", "confidence baseline"),
 )
+# the accuracies whose baseline the table shows beside them: the majority class of the training labels (the run's
+# `baselines` entry, `hf_vlalign.evaluation.baselines`); the grounding accuracies' is the confidence baseline column
+MAJORITY_COLUMNS = ("image_description_accuracy", "vgp_accuracy")
+GROUNDING_COLUMNS = ("grounding_accuracy_best_head", "grounding_accuracy_mean_head")
 
 
 def read_eval_results(output_dir: str | Path) -> dict:
     """The `eval_results.json` of a run's `output_dir`, checked: a JSON object (ValueError naming the file on
     non-UTF-8 bytes, bad or truncated JSON, another JSON value) holding every result of `RESULT_COLUMNS`, the
-    supervision a string and the accuracies numbers (ValueError naming the file and the key)."""
+    supervision a string and the accuracies numbers, and, when it has one, a `baselines` object whose entries hold a
+    number `baseline` (ValueError naming the file and the key)."""
     from .data.formats.text_files import read_json_file
 
     path = Path(output_dir) / "eval_results.json"
@@ -774,15 +791,36 @@ def read_eval_results(output_dir: str | Path) -> dict:
         if isinstance(value, bool) or not isinstance(value, expected) or value != value:
             kind = "a string" if key == "supervision" else "a number"
             raise ValueError(f"{path}: `{key}` must be {kind}, got {json.dumps(value)}.")
+    baselines = results.get("baselines", {})
+    if not isinstance(baselines, dict):
+        raise ValueError(f"{path}: `baselines` must be an object of metric -> baseline, got {_json_kind(baselines)}.")
+    for key, entry in baselines.items():
+        value = entry.get("baseline") if isinstance(entry, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise ValueError(f"{path}: `baselines.{key}` must be an object with a number `baseline`, got {json.dumps(entry)}.")
     return results
 
 
 def results_table(output_dirs: list[Path]) -> str:
-    """Markdown table of the `eval_results.json` of several runs (one row each)."""
-    lines = ["| " + " | ".join(title for _, title in RESULT_COLUMNS) + " |", "|---" * len(RESULT_COLUMNS) + "|"]
+    """Markdown table of the `eval_results.json` of several runs (one row each): each accuracy beside its baseline
+    (identification and VGP: the majority class of the training labels, "n/a" for a run that recorded none; grounding:
+    the detection-confidence baseline), and a last column naming the accuracies that do not beat their baseline."""
+    titles = dict(RESULT_COLUMNS)
+    header = ["supervision"]
+    for key in MAJORITY_COLUMNS:
+        header += [titles[key], "majority class"]
+    header += [titles[key] for key in (*GROUNDING_COLUMNS, "grounding_baseline_accuracy")] + ["⚠ not above baseline"]
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for output_dir in output_dirs:
         results = read_eval_results(output_dir)
-        cells = [results[key] if isinstance(results[key], str) else f"{results[key]:.3f}" for key, _ in RESULT_COLUMNS]
+        baselines = {key: entry["baseline"] for key, entry in results.get("baselines", {}).items()}
+        baselines |= dict.fromkeys(GROUNDING_COLUMNS, results["grounding_baseline_accuracy"])
+        cells = [results["supervision"]]
+        for key in MAJORITY_COLUMNS:
+            cells += [f"{results[key]:.3f}", f"{baselines[key]:.3f}" if key in baselines else "n/a"]
+        cells += [f"{results[key]:.3f}" for key in (*GROUNDING_COLUMNS, "grounding_baseline_accuracy")]
+        below = [titles[key] for key in (*MAJORITY_COLUMNS, *GROUNDING_COLUMNS) if key in baselines and results[key] <= baselines[key]]
+        cells.append("⚠ " + ", ".join(below) if below else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

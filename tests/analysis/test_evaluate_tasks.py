@@ -86,6 +86,12 @@ def test_vqa_and_gqa_read_the_folders_answer_vocabulary(answer_vocab, tokenizer,
     collator = QuestionAnsweringCollator(tokenizer, store, num_answers=len(answer_vocab))
     assert results["num_questions"] == len(rows)
     assert results["accuracy"] == pytest.approx(own_image_accuracy(model_dir, rows, collator), abs=1e-9)
+    # the baseline: the most frequent answer of the scenes' training split
+    train_answers = build_dataset("synthetic_scenes", None, "train", task="questions", config=SCENES)["answer"]
+    majority = max(sorted(set(train_answers)), key=train_answers.count)
+    expected = sum(answer == majority for answer in rows["answer"]) / len(rows)
+    assert results["baselines"]["accuracy"]["baseline"] == pytest.approx(expected)
+    assert {"accuracy", "gqa_accuracy", "gqa_binary", "gqa_open"} <= set(results["baselines"])
     assert evaluate_cli(model_dir, "gqa", capsys) == {**results, "task": "gqa"}
     count = rows_of_two_images(rows)  # the first questions
     first = evaluate_task(model_dir, "vqa", synthetic=SCENES, batch_size=8, progress=False, max_examples=count)
@@ -99,10 +105,24 @@ def test_vqa_and_gqa_read_the_folders_answer_vocabulary(answer_vocab, tokenizer,
 
 def test_nlvr2_accuracy_and_consistency(tokenizer, tmp_path, capsys):
     model_dir = save_with_tokenizer(two_stream(TwoStreamForVisualReasoning, tokenizer), tokenizer, tmp_path / "nlvr2")
-    results = evaluate_cli(model_dir, "nlvr2", capsys)
+    assert main(["evaluate", str(model_dir), "--task", "nlvr2", "--batch_size", "8", *SYNTHETIC_FLAGS]) == 0
+    printed = capsys.readouterr()
+    results = json.loads(printed.out)
     store = synthetic_region_features(config=SCENES, task="nlvr2")
     rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", config=SCENES, region_features=store)
     assert results["num_examples"] == len(rows) and 0.0 <= results["consistency"] <= results["accuracy"]
+    # the baseline: the scenes' training split's most frequent truth value, on the evaluation rows
+    train_labels = build_dataset("synthetic_scenes", None, "train", task="nlvr2", config=SCENES)["label"]
+    majority = max(sorted(set(train_labels)), key=train_labels.count)
+    expected = sum(label == majority for label in rows["label"]) / len(rows)
+    entry = results["baselines"]["accuracy"]
+    assert entry == {"value": results["accuracy"], "baseline": pytest.approx(expected), "kind": "majority_class",
+                     "beats": results["accuracy"] > expected}
+    assert results["baselines"]["consistency"]["kind"] == "majority_class"
+    # stderr: the same comparison as a table for the reader, flagged where the accuracy does not beat its baseline
+    row = next(line for line in printed.err.splitlines() if line.startswith("| accuracy |"))
+    assert row.startswith(f"| accuracy | {results['accuracy']:.3f} | {expected:.3f} | majority_class |")
+    assert row.endswith("| ⚠ does not beat its baseline |") != entry["beats"]
     accuracy = own_image_accuracy(model_dir, rows, ImagePairCollator(tokenizer, store))
     assert results["accuracy"] == pytest.approx(accuracy, abs=1e-9)
     count = rows_of_two_images(rows)  # the first statements
@@ -120,6 +140,21 @@ def test_refcoco_accuracy_with_its_baselines(tokenizer, tmp_path, capsys):
     assert results["num_expressions"] == len(rows)
     assert 0.0 <= results["chance_accuracy"] <= results["upper_bound_accuracy"] <= 1.0
     assert 0.0 <= results["baseline_confidence_accuracy"] <= results["upper_bound_accuracy"]
+    # the text-blind baseline: each image's largest region, at IoU >= 0.5 with the referred box
+    hits = []
+    for row in rows:
+        boxes = store[row["image_id"]]["boxes"].double()
+        largest = boxes[((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])).argmax()]
+        gold = torch.tensor(row["expression_phrase_boxes"][0][0], dtype=torch.float64)
+        low, high = torch.maximum(largest[:2], gold[:2]), torch.minimum(largest[2:], gold[2:])
+        inter = (high - low).clamp(min=0).prod()
+        union = (largest[2:] - largest[:2]).prod() + (gold[2:] - gold[:2]).prod() - inter
+        hits.append(bool(inter / union >= 0.5))
+    assert results["largest_region_accuracy"] == pytest.approx(sum(hits) / len(hits))
+    assert results["baselines"] == {"accuracy": {
+        "value": results["accuracy"], "baseline": results["largest_region_accuracy"], "kind": "largest_region",
+        "beats": results["accuracy"] > results["largest_region_accuracy"],
+    }}  # fmt: skip
     accuracy = own_image_accuracy(model_dir, rows, ReferringExpressionCollator(tokenizer, store, iou_threshold=0.5))
     assert results["accuracy"] == pytest.approx(accuracy, abs=1e-9)
     count = rows_of_two_images(rows)  # the first expressions
@@ -139,6 +174,12 @@ def test_flickr_grounding_recall_with_its_baselines(tokenizer, tmp_path, capsys)
     assert results["num_phrases"] == len(grounded) and results["phrases_without_box_left_out"] == 0
     recall = [results[f"recall@{k}_merged_boxes"] for k in (1, 5, 10)]
     assert recall == sorted(recall) and recall[-1] <= results["upper_bound_merged_boxes"] <= 1.0
+    for k in (1, 5, 10):
+        baseline = results[f"largest_region_recall@{k}_merged_boxes"]
+        assert results["baselines"][f"recall@{k}_merged_boxes"] == {
+            "value": results[f"recall@{k}_merged_boxes"], "baseline": baseline, "kind": "largest_region",
+            "beats": results[f"recall@{k}_merged_boxes"] > baseline,
+        }  # fmt: skip
     accuracy = own_image_accuracy(model_dir, rows, PhraseGroundingCollator(tokenizer, store, iou_threshold=0.5))
     assert results["recall@1_merged_boxes"] == pytest.approx(accuracy, abs=1e-9)
     first = evaluate_task(model_dir, "flickr_grounding", synthetic=SCENES, batch_size=8, progress=False, max_examples=2)  # 2 captions

@@ -6,6 +6,7 @@ import pytest
 from analysis_models import SCENES, SYNTHETIC_FLAGS, save_with_tokenizer, tiny_family_model
 
 from hf_vlalign.cli import main
+from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.evaluation.model_analysis import analyze_model
 from hf_vlalign.evaluation.tasks import evaluate_task
 
@@ -92,12 +93,26 @@ def test_evaluate_vgp_counts_every_pair(single_stream_dir, tmp_path, capsys):
     assert labelled + results["vgp_unlabelled_pairs"] == results["num_examples"]
     assert (results["vgp_accuracy"] * labelled) == pytest.approx(round(results["vgp_accuracy"] * labelled))
     assert sum(results[key] for key in results if key.startswith("vgp_type_count/")) == labelled
+    # each accuracy beside the majority class of the scenes' training pairs (types: the typed pairs only)
+    data = load_vgp_data(synthetic_config=SCENES)
+    train_types = [label for label in data.train["type_label"] if label >= 0]
+    majority = max(sorted(set(train_types)), key=train_types.count)
+    eval_types = [label for label in data.eval["type_label"] if label >= 0]
+    expected = sum(label == majority for label in eval_types) / len(eval_types)
+    entry = results["baselines"]["vgp_accuracy"]
+    assert entry == {"value": results["vgp_accuracy"], "baseline": pytest.approx(expected), "kind": "majority_class",
+                     "beats": results["vgp_accuracy"] > expected}
+    assert set(results["baselines"]) == {"image_description_accuracy", "vgp_accuracy"}
 
 
 def test_evaluate_gqa_and_captioning(two_stream_dir, captioner_dir):
     gqa = evaluate_task(two_stream_dir, "gqa", synthetic=SCENES, batch_size=8, progress=False)
     assert set(gqa["computed"]) >= {"accuracy", "binary", "open"} and gqa["num_questions"] > 0
     assert 0.0 <= gqa["accuracy"] <= 1.0
+    # the GQA script's accuracies beside those of the training split's most frequent answer
+    assert set(gqa["baselines"]) == {"accuracy", "binary", "open"} & {key for key in gqa if gqa[key] is not None}
+    for key, entry in gqa["baselines"].items():
+        assert entry["kind"] == "majority_class" and entry["beats"] == (gqa[key] > entry["baseline"])
     captions = evaluate_task(captioner_dir, "captioning", synthetic=SCENES, batch_size=4, progress=False)
     assert captions["num_images"] == SCENES.num_val_images
     assert all(0.0 <= captions[key] <= 10.0 for key in ("bleu_4", "cider", "meteor", "rouge_l"))
@@ -106,6 +121,7 @@ def test_evaluate_gqa_and_captioning(two_stream_dir, captioner_dir):
     assert first["num_examples"] == first["num_questions"] == 3
     first = evaluate_task(captioner_dir, "captioning", synthetic=SCENES, batch_size=4, progress=False, max_examples=2)
     assert first["num_examples"] == first["num_images"] == 2
+    assert "baselines" not in captions  # caption metrics have no accuracy baseline
 
 
 def test_evaluate_refuses_a_model_of_another_task(single_stream_dir, tmp_path):

@@ -35,22 +35,45 @@ def vgp_model_dir(tokenizer, tmp_path_factory):
     return save_with_tokenizer(model, tokenizer, tmp_path_factory.mktemp("vgp_model"))
 
 
-def _write_results(folder, supervision, best):
+def _write_results(folder, supervision, best, baselines=True):
     folder.mkdir()
     results = {
         "supervision": supervision, "image_description_accuracy": 0.5, "vgp_accuracy": 0.75,
         "grounding_accuracy_best_head": best, "grounding_accuracy_mean_head": 0.25, "grounding_baseline_accuracy": 0.2,
-    }
+    }  # fmt: skip
+    if baselines:  # as the examples write them (`hf_vlalign.evaluation.baselines.compare_with_baselines`)
+        results["baselines"] = {
+            "image_description_accuracy": {"value": 0.5, "baseline": 0.5, "kind": "majority_class", "beats": False},
+            "vgp_accuracy": {"value": 0.75, "baseline": 0.4, "kind": "majority_class", "beats": True},
+        }
     (folder / "eval_results.json").write_text(json.dumps(results))
 
 
-def test_results_table_has_one_row_per_run(tmp_path):
-    _write_results(tmp_path / "a", "none", 0.3)
+def test_results_table_has_one_row_per_run_with_the_baselines_and_flags(tmp_path):
+    _write_results(tmp_path / "a", "none", 0.15)
     _write_results(tmp_path / "b", "direct", 0.9)
-    table = results_table([tmp_path / "a", tmp_path / "b"]).splitlines()
-    assert len(table) == 4
-    assert table[2].startswith("| none | 0.500 | 0.750 | 0.300 |")
-    assert table[3].startswith("| direct |") and "0.900" in table[3]
+    _write_results(tmp_path / "c", "indirect", 0.9, baselines=False)  # a run that recorded no majority baselines
+    table = results_table([tmp_path / "a", tmp_path / "b", tmp_path / "c"]).splitlines()
+    assert len(table) == 5
+    assert table[0] == (
+        "| supervision | identification acc. | majority class | VGP acc. | majority class | grounding, best head | "
+        "grounding, mean head | confidence baseline | ⚠ not above baseline |"
+    )
+    # identification 0.5 ties its majority baseline, the best head (0.15) is below the confidence baseline (0.2)
+    assert table[2] == (
+        "| none | 0.500 | 0.500 | 0.750 | 0.400 | 0.150 | 0.250 | 0.200 | ⚠ identification acc., grounding, best head |"
+    )
+    assert table[3] == "| direct | 0.500 | 0.500 | 0.750 | 0.400 | 0.900 | 0.250 | 0.200 | ⚠ identification acc. |"
+    assert table[4] == "| indirect | 0.500 | n/a | 0.750 | n/a | 0.900 | 0.250 | 0.200 | - |"
+
+
+def test_results_table_refuses_a_baseline_that_is_not_a_number(tmp_path):
+    _write_results(tmp_path / "a", "none", 0.3)
+    results = json.loads((tmp_path / "a" / "eval_results.json").read_text())
+    results["baselines"]["vgp_accuracy"]["baseline"] = "0.4"
+    (tmp_path / "a" / "eval_results.json").write_text(json.dumps(results))
+    with pytest.raises(ValueError, match=r"`baselines.vgp_accuracy` must be an object with a number `baseline`"):
+        results_table([tmp_path / "a"])
 
 
 def test_results_table_names_a_missing_run(tmp_path):

@@ -47,6 +47,16 @@ def test_example_writes_weights_card_plots_and_results(finetuned):
     assert results["grounding_accuracy_best_head"] >= results["grounding_accuracy_mean_head"]
     card = (model_dir / "README.md").read_text()
     assert "library_name: hf_vlalign" in card and f"{results['vgp_accuracy']:.4f}"[:5] in card
+    # each accuracy beside its baseline: the training pairs' majority class, the probe's most confident region
+    kinds = {key: entry["kind"] for key, entry in results["baselines"].items()}
+    assert kinds == {"image_description_accuracy": "majority_class", "vgp_accuracy": "majority_class",
+                     "grounding_accuracy_best_head": "detection_confidence",
+                     "grounding_accuracy_mean_head": "detection_confidence"}  # fmt: skip
+    assert results["baselines"]["grounding_accuracy_best_head"]["baseline"] == results["grounding_baseline_accuracy"]
+    for key, entry in results["baselines"].items():
+        assert entry["value"] == results[key] and entry["beats"] == (results[key] > entry["baseline"]), key
+    assert "| metric | value | baseline |" in card and "(majority class)" in card
+    assert "| trained | " in card and "| epochs |" not in card
 
 
 def test_launch_prints_no_accelerate_or_pin_memory_notice(finetuned):

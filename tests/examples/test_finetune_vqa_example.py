@@ -97,6 +97,22 @@ def test_single_stream_run_writes_model_vocabulary_results_and_card(single_strea
     assert metrics["accuracy"] == pytest.approx(results["accuracy"])
     assert "answer_vocab.json" in card.text
 
+    # every accuracy beside its baseline: the most frequent training answer, scored like the model
+    baselines = results["baselines"]
+    assert set(baselines) == {"accuracy", "gqa_accuracy", "gqa_binary", "gqa_open"}
+    entry = baselines["accuracy"]
+    assert entry["baseline"] == pytest.approx(results["majority_baseline_accuracy"])
+    assert entry == {**entry, "value": results["accuracy"], "kind": "majority_class"}
+    assert entry["beats"] == (results["accuracy"] > entry["baseline"])
+    row = f"| accuracy | {results['accuracy']:.4g} | {entry['baseline']:.4g} (majority class)"
+    assert row + (" |" if entry["beats"] else " ⚠ does not beat the majority class baseline |") in card.text
+    assert ("do not beat their baseline" in card.text) == (not all(e["beats"] for e in baselines.values()))
+    assert "majority" not in str(metrics)  # baselines stay out of the model-index
+    # the steps trained, read from the trainer's state: 4 steps of batch 8, less than an epoch of the questions
+    state = json.loads((model_dir / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4 and state["epoch"] < 1
+    assert f"| trained | 4 optimizer steps ({state['epoch']:.2g} of an epoch; planned: 4 steps (--max_steps)) |" in card.text
+
 
 def test_single_stream_run_logs_every_loss_component_to_tensorboard(single_stream_run):
     model_dir, _ = single_stream_run

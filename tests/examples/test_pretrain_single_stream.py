@@ -361,6 +361,6 @@ def test_pretraining_metrics_with_and_without_pairs():
     pair_logits, pair_labels = np.array([[2.0, 1.0], [0.0, 3.0]]), np.array([1, 1])
     paired = pretraining_metrics(True)(EvalPrediction((predicted_words, pair_logits), (words, pair_labels)))
     assert paired == {"mlm_accuracy": 0.5, "mlm_most_frequent_token_accuracy": 0.5, "num_masked_words": 4.0,
-                      "sentence_image_accuracy": 0.5}  # fmt: skip
+                      "sentence_image_accuracy": 0.5, "sentence_image_most_frequent_label_accuracy": 1.0}  # fmt: skip
     task_specific = pretraining_metrics(False)(EvalPrediction((predicted_words, pair_logits), words))
     assert task_specific == {"mlm_accuracy": 0.5, "mlm_most_frequent_token_accuracy": 0.5, "num_masked_words": 4.0}

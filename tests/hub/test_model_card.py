@@ -222,3 +222,13 @@ def test_model_index_lists_task_metrics_only_and_the_table_every_result(tmp_path
     assert is_task_metric("bleu_4") and is_task_metric("run/cider") and not is_task_metric("run/eval_loss")
     only_losses = render(results={"eval_loss": 1.0, "loss_attention_supervision": 0.5})
     assert only_losses.data.eval_results is None and "model-index" not in only_losses.content.split("---")[1]
+
+
+@pytest.mark.parametrize("family", ["single_stream", "two_stream", "captioner"])
+def test_every_family_card_shows_the_baselines_and_flags_a_result_below_its_baseline(family):
+    results = {"alignment": 0.3, "bleu_4": 0.2}
+    baselines = {"alignment": {"value": 0.3, "baseline": 0.35, "kind": "detection_confidence", "beats": False}}
+    card = render_model_card(family, model_id=None, base_model=None, results=results, training={}, baselines=baselines)
+    assert "| alignment | 0.3 | 0.35 (most confident region) ⚠ does not beat the most confident region baseline |" in card.text
+    assert "| bleu_4 | 0.2 |  |" in card.text  # caption metrics have no accuracy baseline
+    assert "**⚠ 1 result(s) do not beat their baseline (alignment)" in card.text

@@ -210,3 +210,41 @@ def test_template_is_found_in_the_checkout_and_shipped_with_wheels():
     setup.read(REPOSITORY_ROOT / "setup.cfg")
     patterns = setup["options.data_files"]["share/hf_vlalign/model_cards"].split()
     assert any(fnmatch.fnmatch("model_cards/task.md", pattern) for pattern in patterns)
+
+
+def test_results_stand_beside_their_baselines_and_a_result_below_its_baseline_is_flagged():
+    results = {"accuracy": 0.625, "vqa_accuracy_yes_no": 0.5, "eval_loss": 0.6931}
+    baselines = {  # the `baselines` entry of eval_results.json (`compare_with_baselines`)
+        "accuracy": {"value": 0.625, "baseline": 0.4, "kind": "majority_class", "beats": True},
+        "vqa_accuracy_yes_no": {"value": 0.5, "baseline": 0.55, "kind": "majority_class_per_type", "beats": False},
+    }
+    card = render("question_answering", "single_stream", results=results, baselines=baselines)
+    text = ModelCard(str(card)).text
+    assert "| metric | value | baseline |" in text
+    assert "| accuracy | 0.625 | 0.4 (majority class) |" in text
+    assert (
+        "| vqa_accuracy_yes_no | 0.5 | 0.55 (majority class per answer type) ⚠ does not beat the majority class per "
+        "answer type baseline |"
+    ) in text
+    assert "| eval_loss | 0.6931 |  |" in text  # a loss has no baseline
+    assert "**⚠ 1 result(s) do not beat their baseline (vqa_accuracy_yes_no)" in text
+    assert "Baselines: *majority class* predicts the most frequent training label" in text
+    assert "*majority class per answer type* predicts each answer type" in text and "largest region" not in text
+    # without baselines the table keeps its two columns and no warning
+    plain = render("question_answering", "single_stream", results=results).text
+    assert "| metric | value |\n|---|---|\n| accuracy | 0.625 |" in plain and "⚠" not in plain
+
+
+@pytest.mark.parametrize(
+    ("baselines", "message"),
+    [
+        ({"recall": {"baseline": 0.1, "kind": "majority_class", "beats": True}}, r"`baselines\['recall'\]` compares a metric that is not in `results`"),
+        ({"accuracy": {"baseline": 0.1, "kind": "coin", "beats": True}}, r"`baselines\['accuracy'\]` must be a dict with a `kind` among"),
+        ({"accuracy": {"baseline": "0.1", "kind": "majority_class", "beats": True}}, r"`baselines\['accuracy'\]\['baseline'\]` must be a finite number"),
+        ({"accuracy": {"baseline": 0.1, "kind": "majority_class", "beats": 1}}, r"`baselines\['accuracy'\]\['beats'\]` must be true or false"),
+        ([0.1], "`baselines` must be a dict of metric name -> baseline entry or None, got list"),
+    ],
+)
+def test_bad_baselines_are_refused(baselines, message):
+    with pytest.raises(ValueError, match=message):
+        render("visual_reasoning", "single_stream", baselines=baselines)

@@ -216,6 +216,14 @@ def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):
         assert (results["alignment_decoder_grounding_accuracy"] is not None) == (name == "with_alignment")
         model = AutoModelForPreTraining.from_pretrained(tmp_path / "out" / name)
         assert model.config.task_alignment == (name == "with_alignment")
+        # the answers beside the training questions' majority answer, the grounding beside the most confident region
+        kinds = {key: entry["kind"] for key, entry in results["baselines"].items()}
+        assert kinds["vqa_accuracy"] == "majority_class"
+        assert kinds["cross_attention_grounding_accuracy"] == kinds["best_head_grounding_accuracy"] == "detection_confidence"
+        assert results["trained"].startswith("3 optimizer steps (") and "planned: 3 steps (--max_steps)" in results["trained"]
+    text = ModelCard.load(tmp_path / "out" / "README.md").text
+    assert "| with_alignment/vqa_accuracy |" in text and "(majority class)" in text and "(most confident region)" in text
+    assert f"| trained | {summary['with_alignment']['trained']} |" in text
     assert (tmp_path / "out" / "cross_attention.png").stat().st_size > 1000
 
 

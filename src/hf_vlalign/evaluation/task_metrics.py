@@ -27,6 +27,13 @@ from ..data.collators import cut_word_pieces, span_is_cut, store_image_id
 from ..data.feature_store import RegionFeatureStore
 from ..metrics import gqa_scores, nlvr2_scores, phrase_grounding_recall, referring_expression_accuracy, vqa_accuracy
 from ..metrics.phrase_grounding import rank_boxes
+from .baselines import (
+    compare_with_baselines,
+    largest_region_accuracy,
+    largest_region_recall,
+    phrase_grounding_baselines,
+    referring_baselines,
+)
 from .inference import inference_batches
 
 logger = logging.getLogger(__name__)
@@ -138,10 +145,11 @@ def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) ->
     """Accuracy (IoU >= 0.5 with the referred box, pixels) of the chosen regions, of the detector-confidence baseline
     (each image's most confident region; left out when the store has no confidences) and of the upper bound (the
     region of best IoU), each with `referring_expression_accuracy`; `chance_accuracy` is the expected accuracy of a
-    region drawn uniformly among the image's regions."""
+    region drawn uniformly among the image's regions and `largest_region_accuracy` that of the image's largest region
+    (the text-blind baseline, `baselines.largest_region_accuracy`), which `baselines` compares the accuracy with."""
     if len(choices) != len(dataset):
         raise ValueError(f"`choices` must hold one region per row ({len(dataset)}), got {len(choices)}.")
-    chosen, confident, best, gold, chance = [], [], [], [], []
+    chosen, confident, best, gold, chance, regions = [], [], [], [], [], []
     with_confidence = True
     for row, choice in zip(dataset, choices):
         image = store[store_image_id(store, row)]  # the row's image, whatever the store calls it
@@ -152,6 +160,7 @@ def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) ->
             )
         iou = box_iou(boxes, torch.tensor([box], dtype=boxes.dtype)).squeeze(-1)
         chosen.append(boxes[choice].tolist())
+        regions.append(boxes)
         best.append(boxes[int(iou.argmax())].tolist())
         gold.append(box)
         chance.append(float((iou >= IOU_THRESHOLD).double().mean()))
@@ -164,6 +173,7 @@ def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) ->
         "accuracy": model["accuracy"],
         "upper_bound_accuracy": referring_expression_accuracy(best, gold, IOU_THRESHOLD)["accuracy"],
         "chance_accuracy": float(np.mean(chance)),
+        "largest_region_accuracy": largest_region_accuracy(regions, gold, IOU_THRESHOLD),
         "num_expressions": model["num_expressions"],
     }
     if with_confidence:
@@ -171,6 +181,7 @@ def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) ->
         results["baseline_confidence_accuracy"] = baseline["accuracy"]
     else:
         logger.warning("The region-feature store has no detection confidences: no confidence baseline.")
+    results["baselines"] = compare_with_baselines(results, referring_baselines(results))
     return results
 
 
@@ -252,8 +263,10 @@ def phrase_region_scores(model, dataset: datasets.Dataset, collator, batch_size:
 
 def recall_results(dataset: datasets.Dataset, store: RegionFeatureStore, scores: list[list[torch.Tensor]]) -> dict:
     """Recall@k (MERGED-BOXES) of the model's ranking, of the detector-confidence baseline (Li et al. 2020: every phrase
-    gets the image's regions by decreasing detection confidence) and the upper bound (any region of the image at
-    IoU >= 0.5), each computed with `phrase_grounding_recall` on pixel boxes."""
+    gets the image's regions by decreasing detection confidence), of the largest-region baseline (the image's regions
+    by decreasing area, whatever the phrase: `baselines.largest_region_recall`) and the upper bound (any region of the
+    image at IoU >= 0.5), each computed with `phrase_grounding_recall` on pixel boxes; `baselines` compares each recall
+    with the largest-region one."""
     ranked, by_confidence, every_region, gold = [], [], [], []
     without_confidence = 0
     for row, row_scores in zip(dataset, scores):
@@ -279,8 +292,11 @@ def recall_results(dataset: datasets.Dataset, store: RegionFeatureStore, scores:
     upper_bound = phrase_grounding_recall(every_region, gold, (most_regions,), IOU_THRESHOLD)[f"recall@{most_regions}"]
     results = {f"recall@{k}_merged_boxes": model[f"recall@{k}"] for k in KS}
     results.update({f"baseline_confidence_recall@{k}_merged_boxes": baseline[f"recall@{k}"] for k in KS})
+    largest = largest_region_recall(every_region, gold, KS, IOU_THRESHOLD)
+    results.update({f"largest_region_recall@{k}_merged_boxes": largest[k] for k in KS})
     results["upper_bound_merged_boxes"] = upper_bound
     results["num_phrases"] = model["num_phrases"]
+    results["baselines"] = compare_with_baselines(results, phrase_grounding_baselines(results, KS))
     return results
 
 
@@ -307,7 +323,9 @@ def predictions_for_metrics(logits: tuple[torch.Tensor, torch.Tensor], labels) -
 
 def pretraining_metrics(paired: bool) -> Callable[[EvalPrediction], dict[str, float]]:
     """`compute_metrics`: masked-word accuracy (and always predicting the most frequent masked word) and, with pairs,
-    sentence-image accuracy."""
+    sentence-image accuracy (and always predicting the most frequent match label): the baselines of
+    `baselines.pretraining_baselines`, the evaluation rows' own majority (the pairs are drawn at collation, so there are
+    no training labels to count)."""
 
     def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
         predicted_words, sentence_image_logits = prediction.predictions
@@ -322,7 +340,9 @@ def pretraining_metrics(paired: bool) -> Callable[[EvalPrediction], dict[str, fl
         }
         if paired:
             predicted = np.asarray(sentence_image_logits).argmax(axis=-1)
-            metrics["sentence_image_accuracy"] = float((predicted == np.asarray(label_ids[1])).mean())
+            matches = np.asarray(label_ids[1]).reshape(-1)
+            metrics["sentence_image_accuracy"] = float((predicted == matches).mean())
+            metrics["sentence_image_most_frequent_label_accuracy"] = float(np.bincount(matches).max() / len(matches))
         return metrics
 
     return compute_metrics

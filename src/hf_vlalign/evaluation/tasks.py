@@ -28,6 +28,15 @@ from transformers import AutoConfig, AutoTokenizer
 from ..models.family import FAMILIES as FAMILY_SPECS
 from ..synthetic import SyntheticSceneConfig
 from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, check_size
+from .baselines import (
+    Baseline,
+    compare_with_baselines,
+    gqa_baselines,
+    majority_label,
+    question_answering_baselines,
+    vgp_baselines,
+    visual_reasoning_baselines,
+)
 from .inference import first_examples, inference_batches
 
 # read from the families' specs (`hf_vlalign.models.family`): their model types, the tasks their heads evaluate and the
@@ -68,12 +77,13 @@ def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
 
     data = load_vgp_data(synthetic_config=synthetic)
     pairs = first_examples(data.eval, max_examples, f"{data.source} (eval)")
-    return score_vgp(model, tokenizer, pairs, data.region_features, batch_size, progress)
+    return score_vgp(model, tokenizer, pairs, data.region_features, batch_size, progress, train_rows=data.train)
 
 
 @torch.no_grad()
-def score_vgp(model, tokenizer, rows, store, batch_size: int, progress: bool) -> dict:
-    """Identification and VGP accuracy of a `SingleStreamForVisualParaphrase` on VGP rows joined to `store`."""
+def score_vgp(model, tokenizer, rows, store, batch_size: int, progress: bool, train_rows=None) -> dict:
+    """Identification and VGP accuracy of a `SingleStreamForVisualParaphrase` on VGP rows joined to `store`, beside
+    the majority class of `train_rows` (None: of the evaluated rows themselves)."""
     from ..data import VGPCollator
     from ..metrics.vgp import vgp_accuracy
 
@@ -89,7 +99,9 @@ def score_vgp(model, tokenizer, rows, store, batch_size: int, progress: bool) ->
     vgp = vgp_accuracy(
         torch.cat(vgp_predicted).numpy(), torch.cat(vgp_labels).numpy(), model.config.vgp_class_names(), per_class_key
     )
-    return {"image_description_accuracy": id_correct / len(rows), **vgp, "num_examples": len(rows)}
+    results = {"image_description_accuracy": id_correct / len(rows), **vgp, "num_examples": len(rows)}
+    baselines = vgp_baselines(rows if train_rows is None else train_rows, rows, model.config.vgp_task)
+    return results | {"baselines": compare_with_baselines(results, _of_training(baselines, train_rows))}
 
 
 @torch.no_grad()
@@ -121,7 +133,13 @@ def evaluate_gqa(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: 
         ids = [row["question_id"] for row in batch.rows]
         predictions.update({question_id: answers[label] for question_id, label in zip(ids, labels)})
     records = json.loads((gqa_dir / questions_file("val")).read_text())
-    return gqa_scores(predictions, {qid: records[qid] for qid in predictions}) | {"num_examples": len(questions)}
+    evaluated = {qid: records[qid] for qid in predictions}
+    results = gqa_scores(predictions, evaluated) | {"num_examples": len(questions)}
+    # the baseline: the scenes' training split's most frequent answer (of the head's answers) to every question
+    train_answers = [record["answer"] for record in json.loads((gqa_dir / questions_file("train")).read_text()).values()]
+    known = set(answers)
+    majority = majority_label([answer for answer in train_answers if answer in known], None)
+    return results | {"baselines": compare_with_baselines(results, gqa_baselines(majority, evaluated, prefix=""))}
 
 
 @torch.no_grad()
@@ -214,8 +232,10 @@ def evaluate_question_answering(model, tokenizer, model_dir, synthetic: Syntheti
     # scenes' own ids
     rows = rows.map(lambda row: {"label": vocab.get(row["answer"], -1)}, desc="answer ids of the model")
     records = gqa.read_questions(gqa.question_files(questions_dir, "val", "balanced", None))
+    # the baselines: the most frequent answer of the scenes' training split (generated with the evaluation split)
+    train_rows = build_dataset("synthetic_scenes", None, "train", task="questions", config=synthetic)
     return score_question_answering(
-        model, tokenizer, vocab, rows, store, records, batch_size, progress, max_text_length, max_examples
+        model, tokenizer, vocab, rows, store, records, batch_size, progress, max_text_length, max_examples, train_rows
     )
 
 
@@ -244,11 +264,11 @@ def model_answer_vocab(model, model_dir, default: Path | None = None) -> dict[st
 
 def score_question_answering(
     model, tokenizer, vocab, rows, store, records, batch_size: int, progress: bool, max_text_length: int,
-    max_examples: int | None = None,
+    max_examples: int | None = None, train_rows=None,
 ) -> dict:
     """`accuracy` of a `*ForQuestionAnswering` on the first `max_examples` question rows with answers in `vocab`'s
     ids (`label`, or VQA's `labels` / `scores`), and the GQA script's metrics with GQA question `records` (None: VQA's
-    metrics)."""
+    metrics), beside the majority answer of `train_rows` (None: of the evaluated rows themselves)."""
     from ..data import QuestionAnsweringCollator
     from .task_metrics import answer_metrics, predicted_answer_ids
 
@@ -258,7 +278,9 @@ def score_question_answering(
     questions = None if records is None else {qid: records[qid] for qid in rows["question_id"]}
     metrics = answer_metrics(vocab, questions, rows)
     results = _trainer_evaluate(model, collator, rows, batch_size, progress, metrics, predicted_answer_ids)
-    return results | {"num_questions": len(rows), "num_answers": len(vocab), "num_examples": len(rows)}
+    results |= {"num_questions": len(rows), "num_answers": len(vocab), "num_examples": len(rows)}
+    baselines = question_answering_baselines(vocab, rows if train_rows is None else train_rows, rows, questions)
+    return results | {"baselines": compare_with_baselines(results, _of_training(baselines, train_rows))}
 
 
 def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None) -> dict:
@@ -269,11 +291,16 @@ def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig,
 
     store = synthetic_region_features(config=synthetic, task="nlvr2")
     rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", config=synthetic, region_features=store)
-    return score_visual_reasoning(model, tokenizer, rows, store, batch_size, progress, max_text_length, max_examples)
+    # the baselines: the most frequent truth value of the scenes' training split (generated with the evaluation split)
+    train_labels = build_dataset("synthetic_scenes", None, "train", task="nlvr2", config=synthetic)["label"]
+    return score_visual_reasoning(
+        model, tokenizer, rows, store, batch_size, progress, max_text_length, max_examples, train_labels
+    )
 
 
-def score_visual_reasoning(model, tokenizer, rows, store, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None) -> dict:
-    """NLVR2's accuracy and consistency of a `*ForVisualReasoning` on image-pair rows with NLVR2 identifiers."""
+def score_visual_reasoning(model, tokenizer, rows, store, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None, train_labels=None) -> dict:
+    """NLVR2's accuracy and consistency of a `*ForVisualReasoning` on image-pair rows with NLVR2 identifiers, beside
+    the majority truth value of `train_labels` (None: of the evaluated rows themselves)."""
     from ..data import ImagePairCollator
     from .task_metrics import predicted_truth, reasoning_metrics
 
@@ -281,7 +308,11 @@ def score_visual_reasoning(model, tokenizer, rows, store, batch_size: int, progr
     rows, _ = collator.drop_overlong_rows(rows, "nlvr2 eval")
     rows = first_examples(rows, max_examples, "the NLVR2 statements")
     results = _trainer_evaluate(model, collator, rows, batch_size, progress, reasoning_metrics(rows), predicted_truth)
-    return results | {"num_examples": len(rows)}
+    baselines = visual_reasoning_baselines(
+        rows["label"] if train_labels is None else train_labels, rows["label"], rows["identifier"]
+    )
+    baselines = compare_with_baselines(results, _of_training(baselines, train_labels))
+    return results | {"num_examples": len(rows), "baselines": baselines}
 
 
 def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
@@ -330,6 +361,14 @@ def score_phrase_grounding(model, tokenizer, rows, store, batch_size: int, max_t
     return results | {"eval_captions": len(rows), **left_out, "num_examples": len(rows)}
 
 
+def _of_training(baselines: dict[str, Baseline], training) -> dict[str, Baseline]:
+    """`baselines` as they are when made from training labels; made from the evaluated rows themselves (`training`
+    None: a user's file has no training split at hand), their kind says so."""
+    if training is not None:
+        return baselines
+    return {key: Baseline(baseline.value, "majority_class_eval") for key, baseline in baselines.items()}
+
+
 def evaluate_task(
     model_dir: str | Path,
     task: str,
@@ -345,7 +384,10 @@ def evaluate_task(
     user-format `data_file` (`data.builders.user_data`) of the task's format (`USER_FILE_TASKS`), whose images' region
     features are made as the model's processor makes them (`user_files.region_options_for_model`). Only the first
     `max_examples` examples are read (pairs, questions, statements, expressions, captions or, for captioning, images;
-    None: all; more than the data holds: all, with a warning); the results' `num_examples` is the count evaluated.
+    None: all; more than the data holds: all, with a warning); the results' `num_examples` is the count evaluated, and
+    their `baselines` each accuracy beside its baseline (`evaluation.baselines`: the majority class of the synthetic
+    scenes' training split, generated with the evaluation split, or of a `data_file`'s own rows; the largest region
+    for the grounding tasks).
 
     `max_text_length` cuts the texts of the tasks in `TEXT_LENGTH_TASKS` (None: `DEFAULT_MAX_TEXT_LENGTH`, as the
     examples do); the other evaluations (`vgp`, a two-stream pre-training QA head, `captioning`) do not read it and

@@ -8,7 +8,9 @@ phrase grounding) of either encoder family and the single-stream (VisualBERT-sty
 `model_cards/task.md`, rendered by `render_task_model_card`. Every card's YAML metadata is a
 `huggingface_hub.ModelCardData`: `library_name: hf_vlalign`, tags, datasets, `base_model` (when a Hub id) and a
 `model-index` built from the task metrics among the numeric entries of `eval_results.json` (`is_task_metric`: no
-losses, runtimes or baselines; the card's results table shows every entry).
+losses, runtimes or baselines; the card's results table shows every entry). Given the `baselines` entry of
+`eval_results.json` (`hf_vlalign.evaluation.baselines`), the results table shows each accuracy's baseline beside it and
+flags, with a warning line under the table, every result that does not beat its baseline.
 
 Where the templates are found:
 - in a source checkout / editable install, in `<repository>/model_cards/` (edits show up at once);
@@ -115,6 +117,60 @@ def _check_results(results: dict[str, float]) -> list[tuple[str, float]]:
     return checked
 
 
+# how each baseline kind (`hf_vlalign.evaluation.baselines.BASELINE_KINDS`) reads in the card's results table
+_BASELINE_NAMES = {
+    "majority_class": "majority class",
+    "majority_class_per_type": "majority class per answer type",
+    "majority_class_eval": "majority class of the evaluation rows",
+    "largest_region": "largest region",
+    "detection_confidence": "most confident region",
+}
+# what each kind predicts, in the legend under the results table
+_BASELINE_LEGENDS = {
+    "majority_class": "the most frequent training label (VQA: the training answer of the largest summed soft score) "
+    "for every evaluation example, scored with the same metric",
+    "majority_class_per_type": "each answer type's most frequent training answer for that type's questions",
+    "majority_class_eval": "the most frequent label of the evaluation examples themselves (no training labels exist: "
+    "the masks and mismatched captions are drawn at collation)",
+    "largest_region": "the image's largest region, whatever the text says",
+    "detection_confidence": "the detector's most confident region, whatever the text says (Li et al. 2020)",
+}
+
+
+def _check_baselines(baselines: Mapping[str, Mapping] | None, results: list[tuple[str, float]]) -> dict[str, dict]:
+    """`baselines` (the `baselines` entry of `eval_results.json`: {metric: {"baseline", "kind", "beats", ...}}) checked
+    against the card's `results`."""
+    if baselines is None:
+        return {}
+    if not isinstance(baselines, Mapping):
+        raise ValueError(f"`baselines` must be a dict of metric name -> baseline entry or None, got {type(baselines).__name__}.")
+    names = {name for name, _ in results}
+    checked = {}
+    for name, entry in baselines.items():
+        if name not in names:
+            raise ValueError(f"`baselines[{name!r}]` compares a metric that is not in `results` ({sorted(names)}).")
+        if not isinstance(entry, Mapping) or entry.get("kind") not in _BASELINE_NAMES:
+            raise ValueError(
+                f"`baselines[{name!r}]` must be a dict with a `kind` among {tuple(_BASELINE_NAMES)}, got {entry!r}."
+            )
+        value = entry.get("baseline")
+        if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+            raise ValueError(f"`baselines[{name!r}]['baseline']` must be a finite number, got {value!r}.")
+        if not isinstance(entry.get("beats"), bool):
+            raise ValueError(f"`baselines[{name!r}]['beats']` must be true or false, got {entry.get('beats')!r}.")
+        checked[name] = dict(entry)
+    return checked
+
+
+def _baseline_cell(entry: Mapping | None) -> str:
+    """The results table's baseline cell: the baseline and its kind, flagged when the model does not beat it."""
+    if entry is None:
+        return ""
+    kind = _BASELINE_NAMES[entry["kind"]]
+    cell = f"{format(float(entry['baseline']), '.4g')} ({kind})"
+    return cell if entry["beats"] else f"{cell} ⚠ does not beat the {kind} baseline"
+
+
 def _check_training(training: dict[str, object]) -> list[tuple[str, str]]:
     if not isinstance(training, dict):
         raise ValueError(f"`training` must be a dict of setting name -> value, got {type(training).__name__}.")
@@ -143,15 +199,16 @@ def metrics_from_eval_results(eval_results: Mapping[str, Any], prefix: str = "")
 # results that are not task metrics of the model: losses, the Trainer's bookkeeping, and baselines, chance levels and
 # detector upper bounds measured on the data
 _NOT_TASK_METRIC = re.compile(
-    r"(^|[/_])(loss|runtime|samples_per_second|steps_per_second|epoch|baseline|chance|upper_bound)($|_)"
+    r"(^|[/_])(loss|runtime|samples_per_second|steps_per_second|epoch|baseline|chance|upper_bound|largest_region"
+    r"|most_frequent)($|_)"
 )
 
 
 def is_task_metric(name: str) -> bool:
     """Whether a result named `name` is a task metric of the model (an accuracy, BLEU-4, CIDEr-D, ...), listed in the
     card's `model-index`; losses (`eval_loss`, `loss_attention_supervision`, ...), runtimes, epochs, baselines, chance
-    levels and upper bounds (`grounding_baseline_accuracy`, `upper_bound_accuracy`) stay in the card's results table
-    only."""
+    levels and upper bounds (`grounding_baseline_accuracy`, `largest_region_accuracy`, `upper_bound_accuracy`) stay in
+    the card's results table only."""
     return not _NOT_TASK_METRIC.search(name)
 
 
@@ -221,6 +278,7 @@ class _CommonArguments:
 
     datasets: list[str] | None
     results: list[tuple[str, float]]
+    baselines: dict[str, dict]
     training: list[tuple[str, str]]
     synthetic_data: bool
 
@@ -232,6 +290,7 @@ def _check_common_arguments(
     subfolder: str | None,
     datasets: list[str] | None,
     results: dict[str, float],
+    baselines: Mapping[str, Mapping] | None,
     training: dict[str, object],
     synthetic_data: bool | None,
 ) -> _CommonArguments:
@@ -243,10 +302,11 @@ def _check_common_arguments(
     ):
         raise ValueError(f"`datasets` must be a list of dataset ids or None, got {datasets!r}.")
     checked_results = _check_results(results)
+    checked_baselines = _check_baselines(baselines, checked_results)
     checked_training = _check_training(training)
     datasets = datasets or None
     synthetic_data = datasets is None if synthetic_data is None else bool(synthetic_data)
-    return _CommonArguments(datasets, checked_results, checked_training, synthetic_data)
+    return _CommonArguments(datasets, checked_results, checked_baselines, checked_training, synthetic_data)
 
 
 def _is_hub_id(base_model: str | None) -> bool:
@@ -283,7 +343,15 @@ def _template_variables(
         supervision=_SUPERVISION_NAMES[supervision_key],
         supervision_key=supervision_key,
         supervision_description=_SUPERVISION_DESCRIPTIONS[supervision_key],
-        results=[(name, format(value, ".4g")) for name, value in arguments.results],
+        results=[
+            (name, format(value, ".4g"), _baseline_cell(arguments.baselines.get(name))) for name, value in arguments.results
+        ],
+        has_baselines=bool(arguments.baselines),
+        baseline_legend=[
+            (_BASELINE_NAMES[kind], _BASELINE_LEGENDS[kind])
+            for kind in dict.fromkeys(entry["kind"] for entry in arguments.baselines.values())
+        ],
+        baselines_not_beaten=[name for name, entry in arguments.baselines.items() if not entry["beats"]],
         training=arguments.training,
         datasets=arguments.datasets,
         synthetic_data=arguments.synthetic_data,
@@ -300,6 +368,7 @@ def render_model_card(
     supervision: str | None = None,
     results: dict[str, float],
     training: dict[str, object],
+    baselines: Mapping[str, Mapping] | None = None,
     datasets: list[str] | None = None,
     license: str = "apache-2.0",
     synthetic_data: bool | None = None,
@@ -316,7 +385,10 @@ def render_model_card(
             `config.attention_supervision` (or `none`). The captioner has no attention supervision (None or `none`).
         results: metric name -> value, shown as a table and as `model-index` eval results
             (`metrics_from_eval_results(json.load(...))` turns an `eval_results.json` into this).
-        training: training settings (epochs, learning rate, ...), shown as a table.
+        training: training settings (steps trained, learning rate, ...), shown as a table.
+        baselines: the `baselines` entry of `eval_results.json` ({metric: {"baseline", "kind", "beats"}}, built by
+            `hf_vlalign.evaluation.baselines.compare_with_baselines`): each metric's baseline is shown beside it, with
+            a warning when the model does not beat it. None: no baseline column.
         datasets: Hub ids of the training datasets; None when the library's synthetic scenes were used.
         license: license id of the checkpoint.
         synthetic_data: whether the model was trained on synthetic scenes; defaults to `datasets is None`.
@@ -339,6 +411,7 @@ def render_model_card(
         subfolder=subfolder,
         datasets=datasets,
         results=results,
+        baselines=baselines,
         training=training,
         synthetic_data=synthetic_data,
     )
@@ -543,6 +616,7 @@ def render_task_model_card(
     base_model: str | None,
     results: dict[str, float],
     training: dict[str, object],
+    baselines: Mapping[str, Mapping] | None = None,
     config: Any = None,
     datasets: list[str] | None = None,
     synthetic_data: bool | None = None,
@@ -562,7 +636,10 @@ def render_task_model_card(
         model_id: Hub id of the checkpoint (`user/name`), used in the loading snippet; None for a local checkpoint.
         base_model: Hub id (or local path) of the weights the model started from.
         results: metric name -> value, shown as a table and as `model-index` eval results.
-        training: training settings (steps, learning rate, ...), shown as a table.
+        training: training settings (steps trained, learning rate, ...), shown as a table.
+        baselines: the `baselines` entry of `eval_results.json` ({metric: {"baseline", "kind", "beats"}}, built by
+            `hf_vlalign.evaluation.baselines.compare_with_baselines`): each metric's baseline is shown beside it, with
+            a warning when the model does not beat it. None: no baseline column.
         config: the checkpoint's configuration (a `PreTrainedConfig` or its dict); its attention supervision and task
             settings are described and shown as a table. Without it those parts of the card are left out.
         datasets: Hub ids of the training datasets (YAML `datasets`); None when none is on the Hub.
@@ -592,6 +669,7 @@ def render_task_model_card(
         subfolder=subfolder,
         datasets=datasets,
         results=results,
+        baselines=baselines,
         training=training,
         synthetic_data=synthetic_data,
     )

@@ -224,13 +224,27 @@ def truncation_results(
     }
 
 
+def trained_amount(trainer: Trainer) -> str:
+    """The steps and epochs the run actually trained (`trainer.state`), and what was planned (`--max_steps` or
+    `--num_train_epochs`): e.g. "15 steps (0.37 of an epoch; planned: 2 epochs)" for a run stopped early."""
+    state, args = trainer.state, trainer.args
+    epochs = state.epoch or 0.0
+    trained = "1 epoch" if round(epochs, 2) == 1 else f"{epochs:.2g} of an epoch" if epochs < 1 else f"{epochs:.3g} epochs"
+    if args.max_steps > 0:
+        planned = f"{args.max_steps} step{'s' if args.max_steps != 1 else ''} (--max_steps)"
+    else:
+        planned = f"{args.num_train_epochs:g} epoch{'s' if args.num_train_epochs != 1 else ''}"
+    steps = state.global_step
+    return f"{steps} optimizer step{'s' if steps != 1 else ''} ({trained}; planned: {planned})"
+
+
 def training_summary(trainer: Trainer, data_source: str, eval_examples: int) -> dict[str, object]:
-    """The training settings a model card shows."""
+    """The training settings a model card shows; `trained` is what the run did (`trained_amount`), not what the
+    arguments asked for."""
     args = trainer.args
     return {
         "data": data_source,
-        "epochs": args.num_train_epochs,
-        "max_steps": args.max_steps,
+        "trained": trained_amount(trainer),
         "learning_rate": args.learning_rate,
         "batch_size": args.per_device_train_batch_size,
         "gradient_accumulation_steps": args.gradient_accumulation_steps,

@@ -1,0 +1,377 @@
+"""The baseline each accuracy is compared with: what a model gets that ignores the text or the image.
+
+Every accuracy the examples write to `eval_results.json` (and `hf-vlalign evaluate` prints) stands beside one, under
+`baselines`: `{key: {"value": accuracy, "baseline": b, "kind": kind, "beats": accuracy > b}}`, built by
+`compare_with_baselines`. A model that does not beat its baseline (`beats: false`; a tie does not beat it) has learnt
+nothing its metric can see. The kinds (`BASELINE_KINDS`):
+
+- `majority_class`: the most frequent label of the *training* rows, predicted for every evaluation row and scored with
+  the task's own metric (VGP identification and type / paraphrase accuracy, GQA answer accuracy, NLVR2 accuracy and
+  consistency, the synthetic tasks). VQA v2's soft scores: the training answer of the largest summed soft score, scored
+  on each evaluation question (the label soft score for `accuracy`, the official script for `vqa_accuracy`).
+- `majority_class_per_type`: the same per answer type (VQA v2's `vqa_accuracy_<type>`: each type's most frequent
+  training answer on that type's evaluation questions; the "per Q-type prior" of Antol et al. 2015).
+- `majority_class_eval`: the most frequent label of the evaluation rows themselves, where no training labels are at
+  hand (masked words and sentence-image prediction of pre-training): an upper bound of the training majority.
+- `largest_region`: referring expressions and phrase grounding pick, whatever the text says, the image's largest
+  region (by box area; recall@k: the k largest), scored at IoU >= 0.5 like the model. Choosing a fixed region by a
+  prior is the text-blind baseline of the referring-expression literature (Mao et al. 2016, MAttNet, UNITER report
+  random / largest-box baselines); the largest box beats the uniform random region (`chance_accuracy`, also written)
+  on every data set with a size prior, so it is the stricter of the two.
+- `detection_confidence`: the attention-grounding probes (Li et al. 2020) compare with the image's most confident
+  detected region, as the paper does.
+
+Caption metrics (BLEU, CIDEr, ...) have no accuracy baseline and get none.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from numbers import Real
+
+import torch
+
+from ..alignment.boxes import box_iou
+
+__all__ = [
+    "BASELINE_KINDS",
+    "Baseline",
+    "answer_label_baselines",
+    "compare_with_baselines",
+    "gqa_baselines",
+    "grounding_probe_baselines",
+    "largest_region_accuracy",
+    "largest_region_recall",
+    "majority_class_accuracy",
+    "majority_label",
+    "majority_soft_score",
+    "majority_soft_score_accuracy",
+    "phrase_grounding_baselines",
+    "pretraining_baselines",
+    "question_answering_baselines",
+    "referring_baselines",
+    "vgp_baselines",
+    "visual_reasoning_baselines",
+]
+
+BASELINE_KINDS = {
+    "majority_class": "the most frequent training label, predicted for every evaluation row",
+    "majority_class_per_type": "each answer type's most frequent training answer, predicted for that type's questions",
+    "majority_class_eval": "the most frequent label of the evaluation rows themselves (no training labels at hand)",
+    "largest_region": "the image's largest region (by box area), whatever the text says",
+    "detection_confidence": "the image's most confident detected region (Li et al. 2020)",
+}
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The baseline `value` of one accuracy, of kind `kind` (a `BASELINE_KINDS` key)."""
+
+    value: float
+    kind: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in BASELINE_KINDS:
+            raise ValueError(f"`kind` must be one of {tuple(BASELINE_KINDS)}, got {self.kind!r}.")
+        if isinstance(self.value, bool) or not isinstance(self.value, Real) or not 0 <= self.value <= 1:
+            raise ValueError(f"`value` must be an accuracy in [0, 1], got {self.value!r}.")
+
+
+def compare_with_baselines(results: Mapping, baselines: Mapping[str, Baseline]) -> dict[str, dict]:
+    """The `baselines` entry of `eval_results.json`: for every key of `baselines` whose result in `results` is a number,
+    `{"value": result, "baseline": b, "kind": kind, "beats": result > b}`. A key whose result is missing or None (e.g.
+    a class without evaluation rows) is left out."""
+    if not isinstance(results, Mapping):
+        raise ValueError(f"`results` must be a dict of results, got {type(results).__name__}.")
+    compared = {}
+    for key, baseline in baselines.items():
+        if not isinstance(baseline, Baseline):
+            raise ValueError(f"`baselines[{key!r}]` must be a Baseline, got {type(baseline).__name__}.")
+        value = results.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise ValueError(f"`results[{key!r}]` must be a number to compare with its baseline, got {value!r}.")
+        compared[key] = {
+            "value": float(value),
+            "baseline": float(baseline.value),
+            "kind": baseline.kind,
+            "beats": bool(value > baseline.value),
+        }
+    return compared
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Classification: the majority class of the training labels
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _kept(labels: Sequence, ignore_index: int | None, argument: str) -> list:
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
+        raise ValueError(f"`{argument}` must be a sequence of labels, got {type(labels).__name__}.")
+    kept = [label for label in labels if ignore_index is None or label != ignore_index]
+    if not kept:
+        raise ValueError(f"`{argument}` must hold at least one label (other than {ignore_index}), got {len(labels)}.")
+    return kept
+
+
+def majority_label(
+    labels: Sequence[Hashable], ignore_index: int | None = -100, *, argument: str = "labels"
+) -> Hashable:
+    """The most frequent of `labels` (those equal to `ignore_index` left out); ties go to the smallest label, so the
+    baseline does not depend on the rows' order."""
+    counts = Counter(_kept(labels, ignore_index, argument))
+    return min(counts, key=lambda label: (-counts[label], label))
+
+
+def majority_class_accuracy(
+    train_labels: Sequence[Hashable], eval_labels: Sequence[Hashable], ignore_index: int | None = -100
+) -> float:
+    """The accuracy on `eval_labels` of always predicting the most frequent of `train_labels` (labels equal to
+    `ignore_index` left out of both, as the models' metrics leave them out)."""
+    majority = majority_label(train_labels, ignore_index, argument="train_labels")
+    kept = _kept(eval_labels, ignore_index, "eval_labels")
+    return sum(label == majority for label in kept) / len(kept)
+
+
+def _check_soft_scores(rows: Sequence[Mapping[Hashable, float]], argument: str) -> None:
+    if isinstance(rows, Mapping) or not isinstance(rows, Sequence) or not rows:
+        raise ValueError(f"`{argument}` must be a non-empty list of {{answer: soft score}} dicts, got {rows!r:.80}.")
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise ValueError(f"`{argument}[{i}]` must be a dict of answer -> soft score, got {type(row).__name__}.")
+
+
+def majority_soft_score(train_scores: Sequence[Mapping[Hashable, float]]) -> Hashable:
+    """The answer of the largest summed soft score over `train_scores` (one {answer: score} dict per question, VQA v2's
+    `labels` / `scores`); ties go to the smallest answer."""
+    _check_soft_scores(train_scores, "train_scores")
+    totals = Counter()
+    for row in train_scores:
+        totals.update(row)
+    if not totals:
+        raise ValueError("`train_scores` must give at least one answer a score, got only empty dicts.")
+    return min(totals, key=lambda answer: (-totals[answer], answer))
+
+
+def majority_soft_score_accuracy(
+    train_scores: Sequence[Mapping[Hashable, float]], eval_scores: Sequence[Mapping[Hashable, float]]
+) -> float:
+    """The mean soft score on `eval_scores` of always answering `majority_soft_score(train_scores)` (VQA v2's
+    `accuracy`: the label score of the predicted answer, 0 when no annotator gave it)."""
+    majority = majority_soft_score(train_scores)
+    _check_soft_scores(eval_scores, "eval_scores")
+    return sum(row.get(majority, 0.0) for row in eval_scores) / len(eval_scores)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Grounding: the largest region
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _as_boxes(boxes, argument: str) -> torch.Tensor:
+    boxes = torch.as_tensor(boxes, dtype=torch.float64)
+    if boxes.ndim != 2 or boxes.shape[-1] != 4 or len(boxes) == 0:
+        raise ValueError(f"`{argument}` must be (R >= 1, 4) boxes x1, y1, x2, y2, got shape {tuple(boxes.shape)}.")
+    return boxes
+
+
+def _by_area(boxes: torch.Tensor) -> torch.Tensor:
+    """Region indices by decreasing box area; ties keep the regions' order."""
+    area = (boxes[:, 2] - boxes[:, 0]).clamp(min=0) * (boxes[:, 3] - boxes[:, 1]).clamp(min=0)
+    return torch.sort(area, descending=True, stable=True).indices
+
+
+def _check_rows(region_boxes: Sequence, gold_boxes: Sequence, iou_threshold: float) -> None:
+    if len(region_boxes) != len(gold_boxes) or not region_boxes:
+        raise ValueError(
+            f"`gold_boxes` must hold one entry per row of `region_boxes` ({len(region_boxes)} >= 1), got "
+            f"{len(gold_boxes)}."
+        )
+    if not 0 < iou_threshold <= 1:
+        raise ValueError(f"`iou_threshold` must be in (0, 1], got {iou_threshold!r}.")
+
+
+def largest_region_accuracy(region_boxes: Sequence, gold_boxes: Sequence, iou_threshold: float = 0.5) -> float:
+    """The share of rows whose image's largest region (by box area) has IoU >= `iou_threshold` with the row's gold box.
+
+    Args:
+        region_boxes: per row, the (R, 4) boxes of its image's regions (x1, y1, x2, y2, in the gold boxes' units).
+        gold_boxes: per row, the referred object's box (x1, y1, x2, y2).
+        iou_threshold: the IoU at which a region counts as the object (0.5 for RefCOCO+).
+    """
+    _check_rows(region_boxes, gold_boxes, iou_threshold)
+    hits = 0
+    for i, (boxes, gold) in enumerate(zip(region_boxes, gold_boxes)):
+        boxes = _as_boxes(boxes, f"region_boxes[{i}]")
+        largest = boxes[_by_area(boxes)[:1]]
+        hits += int(box_iou(largest, _as_boxes([gold], f"gold_boxes[{i}]"))[0, 0] >= iou_threshold)
+    return hits / len(gold_boxes)
+
+
+def largest_region_recall(
+    region_boxes: Sequence, gold_boxes: Sequence, ks: Sequence[int] = (1, 5, 10), iou_threshold: float = 0.5
+) -> dict[int, float]:
+    """Recall@k (MERGED-BOXES, Plummer et al.) of ranking every phrase's image regions by decreasing area: {k: the share
+    of phrases one of whose k largest regions has IoU >= `iou_threshold` with the union of the phrase's gold boxes}.
+
+    Args:
+        region_boxes: per phrase, the (R, 4) boxes of its image's regions.
+        gold_boxes: per phrase, its (G >= 1, 4) gold boxes, merged into their enclosing box as the protocol does.
+    """
+    from ..metrics.phrase_grounding import phrase_grounding_recall
+
+    _check_rows(region_boxes, gold_boxes, iou_threshold)
+    ranked = []
+    for i, boxes in enumerate(region_boxes):
+        boxes = _as_boxes(boxes, f"region_boxes[{i}]")
+        ranked.append(boxes[_by_area(boxes)[: max(ks)]].tolist())
+    gold = [_as_boxes(boxes, f"gold_boxes[{i}]").tolist() for i, boxes in enumerate(gold_boxes)]
+    recall = phrase_grounding_recall(ranked, gold, tuple(ks), iou_threshold)
+    return {k: recall[f"recall@{k}"] for k in ks}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The tasks' baselines, keyed as the examples' and `hf-vlalign evaluate`'s results
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def vgp_baselines(train_rows, eval_rows, vgp_task: str) -> dict[str, Baseline]:
+    """`image_description_accuracy` and `vgp_accuracy` of VGP fine-tuning: the majority `id_label`, and the majority
+    `type_label` (rows without a type, -1, left out as the metric leaves them out) or `vgp_label` with `vgp_task`
+    "binary", of the training rows."""
+    if vgp_task not in ("type", "binary"):
+        raise ValueError(f"`vgp_task` must be 'type' or 'binary', got {vgp_task!r}.")
+    vgp_column, ignore_index = ("type_label", -1) if vgp_task == "type" else ("vgp_label", None)
+    return {
+        "image_description_accuracy": Baseline(
+            majority_class_accuracy(train_rows["id_label"], eval_rows["id_label"], None), "majority_class"
+        ),
+        "vgp_accuracy": Baseline(
+            majority_class_accuracy(train_rows[vgp_column], eval_rows[vgp_column], ignore_index), "majority_class"
+        ),
+    }
+
+
+def question_answering_baselines(
+    answer_vocab: Mapping[str, int], train_rows, eval_rows, eval_questions: Mapping[str, dict] | None = None
+) -> dict[str, Baseline]:
+    """The baselines of the keys of `task_metrics.answer_metrics`, scored with the same metrics:
+
+    - GQA-style rows (a `label` column, and `answer` strings where given): the most frequent training answer of the
+      vocabulary; `accuracy` is its exact match on every evaluation row (an answer outside the vocabulary counts as
+      wrong, as for the model) and, with `eval_questions`, `gqa_accuracy` / `gqa_binary` / `gqa_open` are the official
+      script's for that answer (`gqa_baselines`: one answer for all, binary and open questions alike);
+    - VQA v2 rows (`labels` / `scores` soft scores): the training answer of the largest summed soft score; `accuracy`
+      is its label score, `vqa_accuracy` the official script's (when the rows have the annotators' `answers`), and
+      `vqa_accuracy_<type>` each answer type's own majority training answer on that type's questions (when every row
+      has an `answer_type`).
+    """
+    from ..metrics import vqa_accuracy
+
+    answers = sorted(answer_vocab, key=answer_vocab.get)
+    if "label" in train_rows.column_names:
+        train_answers, eval_answers = _answer_strings(train_rows, answers), _answer_strings(eval_rows, answers)
+        known = [answer for answer in train_answers if answer in answer_vocab]
+        majority = majority_label(known, None, argument="train_rows' answers (in the answer vocabulary)")
+        hits = sum(answer == majority for answer in eval_answers)
+        baselines = {"accuracy": Baseline(hits / len(eval_answers), "majority_class")}
+        if eval_questions is not None:
+            baselines |= gqa_baselines(majority, {qid: eval_questions[qid] for qid in eval_rows["question_id"]})
+        return baselines
+    train_scores = [dict(zip(labels, scores)) for labels, scores in zip(train_rows["labels"], train_rows["scores"])]
+    eval_scores = [dict(zip(labels, scores)) for labels, scores in zip(eval_rows["labels"], eval_rows["scores"])]
+    majority = majority_soft_score(train_scores)
+    baselines = {
+        "accuracy": Baseline(sum(row.get(majority, 0.0) for row in eval_scores) / len(eval_scores), "majority_class")
+    }
+    if "answers" not in eval_rows.column_names:  # no annotators' answers: no official VQA accuracy
+        return baselines
+    official = vqa_accuracy([answers[majority]] * len(eval_rows), eval_rows["answers"])
+    baselines["vqa_accuracy"] = Baseline(official["accuracy"], "majority_class")
+    typed = all("answer_type" in rows.column_names for rows in (train_rows, eval_rows))
+    train_types, eval_types = (train_rows["answer_type"], eval_rows["answer_type"]) if typed else ([], [None])
+    if all(isinstance(answer_type, str) for answer_type in (*train_types, *eval_types)):
+        by_type = defaultdict(list)
+        for row, answer_type in zip(train_scores, train_types):
+            by_type[answer_type].append(row)
+        per_type = {answer_type: majority_soft_score(rows) for answer_type, rows in by_type.items()}
+        predicted = [answers[per_type.get(answer_type, majority)] for answer_type in eval_types]
+        official = vqa_accuracy(predicted, eval_rows["answers"], eval_types)
+        for answer_type, value in official.get("per_answer_type", {}).items():
+            baselines[f"vqa_accuracy_{answer_type.replace('/', '_')}"] = Baseline(value, "majority_class_per_type")
+    return baselines
+
+
+def _answer_strings(rows, answers: list[str]) -> list[str | None]:
+    """The rows' `answer` strings, else their `label` ids read in the vocabulary (None outside it)."""
+    if "answer" in rows.column_names:
+        return rows["answer"]
+    return [answers[label] if 0 <= label < len(answers) else None for label in rows["label"]]
+
+
+def gqa_baselines(answer: str, questions: Mapping[str, dict], prefix: str = "gqa_") -> dict[str, Baseline]:
+    """The official GQA script's `accuracy`, `binary` and `open` (`metrics.gqa_scores`, as `<prefix><name>`) of
+    answering `answer` (the most frequent training answer) to every question of `questions` (GQA records by id)."""
+    from ..metrics import gqa_scores
+
+    official = gqa_scores(dict.fromkeys(questions, answer), questions)
+    names = [name for name in ("accuracy", "binary", "open") if official[name] is not None]
+    return {f"{prefix}{name}": Baseline(official[name], "majority_class") for name in names}
+
+
+def answer_label_baselines(train_rows, eval_rows, key: str = "vqa_accuracy") -> dict[str, Baseline]:
+    """The answer accuracy `key` of a question-answering head read from a `label` column (negative: no answer, left
+    out on both sides as the collators make it -100): the majority training label. No `label` column (captions, or
+    soft scores): no baseline."""
+    if "label" not in train_rows.column_names or "label" not in eval_rows.column_names:
+        return {}
+    train_labels = [label for label in train_rows["label"] if label >= 0]
+    eval_labels = [label for label in eval_rows["label"] if label >= 0]
+    if not train_labels or not eval_labels:
+        return {}
+    return {key: Baseline(majority_class_accuracy(train_labels, eval_labels, None), "majority_class")}
+
+
+def visual_reasoning_baselines(
+    train_labels: Sequence[int], eval_labels: Sequence[int], eval_identifiers: Sequence[str]
+) -> dict[str, Baseline]:
+    """NLVR2's `accuracy` and `consistency` (`nlvr2_scores`) of the majority training truth value."""
+    from ..metrics import nlvr2_scores
+
+    majority = majority_label(train_labels, None, argument="train_labels")
+    scores = nlvr2_scores([majority] * len(eval_labels), list(eval_labels), list(eval_identifiers))
+    return {name: Baseline(scores[name], "majority_class") for name in ("accuracy", "consistency")}
+
+
+def referring_baselines(results: Mapping) -> dict[str, Baseline]:
+    """`accuracy` of `task_metrics.referring_results` against its `largest_region_accuracy`."""
+    return {"accuracy": Baseline(results["largest_region_accuracy"], "largest_region")}
+
+
+def phrase_grounding_baselines(results: Mapping, ks: Sequence[int] = (1, 5, 10)) -> dict[str, Baseline]:
+    """`recall@k_merged_boxes` of `task_metrics.recall_results` against its `largest_region_recall@k_merged_boxes`."""
+    return {
+        f"recall@{k}_merged_boxes": Baseline(results[f"largest_region_recall@{k}_merged_boxes"], "largest_region")
+        for k in ks
+    }
+
+
+def pretraining_baselines(results: Mapping) -> dict[str, Baseline]:
+    """`mlm_accuracy` and `sentence_image_accuracy` (when measured) of `task_metrics.pretraining_metrics` against its
+    most frequent masked word / match label of the evaluation rows (`majority_class_eval`: the masks and the mismatched
+    captions are drawn at collation, so no training labels exist to count)."""
+    pairs = {
+        "mlm_accuracy": "mlm_most_frequent_token_accuracy",
+        "sentence_image_accuracy": "sentence_image_most_frequent_label_accuracy",
+    }
+    measured = {key: baseline for key, baseline in pairs.items() if baseline in results}
+    return {key: Baseline(results[baseline], "majority_class_eval") for key, baseline in measured.items()}
+
+
+def grounding_probe_baselines(detection_confidence_accuracy: float, keys: Sequence[str]) -> dict[str, Baseline]:
+    """The attention-grounding accuracies `keys` (best head, mean head, ...) against the probe's detection-confidence
+    baseline."""
+    return {key: Baseline(detection_confidence_accuracy, "detection_confidence") for key in keys}
