@@ -307,21 +307,29 @@ def check_model_reference(argument: str, name_or_path: str) -> None:
         )
 
 
-def _load_backbone(name_or_path: str) -> tuple[object, torch.nn.Module]:
-    check_model_reference("encoder", name_or_path)
+def _load_vision_model(
+    argument: str, name_or_path: str, auto_class: type, not_found: str, not_loadable: str
+) -> tuple[object, torch.nn.Module]:
+    """The image processor and the `auto_class` model of `name_or_path` (float32, safetensors); a FileNotFoundError
+    (`not_found`) when it cannot be found, a ValueError (`not_loadable`) when it is not such a model."""
+    check_model_reference(argument, name_or_path)
     try:
         processor = AutoImageProcessor.from_pretrained(name_or_path)
-        model = AutoModel.from_pretrained(name_or_path, use_safetensors=True, dtype=torch.float32)
+        model = auto_class.from_pretrained(name_or_path, use_safetensors=True, dtype=torch.float32)
     except OSError as error:  # no such Hub id, or not cached offline
-        raise FileNotFoundError(
-            f"`encoder` {name_or_path!r} is neither {PIXEL_ENCODER!r} nor a local folder or Hub id of a transformers "
-            f"vision model that can be loaded ({error})."
-        ) from error
+        raise FileNotFoundError(f"`{argument}` {name_or_path!r} is {not_found} ({error}).") from error
     except (ValueError, KeyError) as error:
-        raise ValueError(
-            f"`encoder` {name_or_path!r} is neither {PIXEL_ENCODER!r} nor a loadable transformers vision model: expected "
-            f"a local folder or Hub id with safetensors weights and a preprocessor_config.json ({error})."
-        ) from error
+        raise ValueError(f"`{argument}` {name_or_path!r} is {not_loadable}: {error}") from error
+    return processor, model
+
+
+def _load_backbone(name_or_path: str) -> tuple[object, torch.nn.Module]:
+    processor, model = _load_vision_model(
+        "encoder", name_or_path, AutoModel,
+        f"neither {PIXEL_ENCODER!r} nor a local folder or Hub id of a transformers vision model that can be loaded",
+        f"neither {PIXEL_ENCODER!r} nor a loadable transformers vision model: expected a local folder or Hub id with "
+        "safetensors weights and a preprocessor_config.json",
+    )  # fmt: skip
     vision_model = getattr(model, "vision_model", None)  # CLIP / SigLIP-style dual encoders: keep the image tower
     if isinstance(vision_model, torch.nn.Module):
         if not hasattr(vision_model, "config"):
@@ -477,20 +485,12 @@ def check_detector_options(threshold: object, max_regions: object) -> None:
 
 
 def _load_detector(name_or_path: str) -> tuple[object, torch.nn.Module]:
-    check_model_reference("detector", name_or_path)
-    try:
-        processor = AutoImageProcessor.from_pretrained(name_or_path)
-        model = AutoModelForObjectDetection.from_pretrained(name_or_path, use_safetensors=True, dtype=torch.float32)
-    except OSError as error:  # no such Hub id, or not cached offline
-        raise FileNotFoundError(
-            f"`detector` {name_or_path!r} is not a local folder or Hub id of a transformers object detection model "
-            f"that can be loaded ({error})."
-        ) from error
-    except (ValueError, KeyError) as error:
-        raise ValueError(
-            f"`detector` {name_or_path!r} is not a transformers object detection model (AutoModelForObjectDetection "
-            f"with an image processor that has `post_process_object_detection`): {error}"
-        ) from error
+    processor, model = _load_vision_model(
+        "detector", name_or_path, AutoModelForObjectDetection,
+        "not a local folder or Hub id of a transformers object detection model that can be loaded",
+        "not a transformers object detection model (AutoModelForObjectDetection with an image processor that has "
+        "`post_process_object_detection`)",
+    )  # fmt: skip
     if not hasattr(processor, "post_process_object_detection"):
         raise ValueError(
             f"`detector` {name_or_path!r}: its image processor {type(processor).__name__} has no "
