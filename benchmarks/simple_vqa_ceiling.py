@@ -4,7 +4,7 @@ answer type vs optimizer step) of named training settings on the same fixture, s
 
     python benchmarks/simple_vqa_ceiling.py                                   # old defaults and the small-data recipe
     python benchmarks/simple_vqa_ceiling.py --settings old_defaults --out_dir outputs/ceiling   # one setting
-    python benchmarks/simple_vqa_ceiling.py --collect outputs/ceiling         # results JSON, table and plot only
+    python benchmarks/simple_vqa_ceiling.py --out_dir outputs/ceiling --collect  # results JSON, table and plot only
 
 Data: `benchmarks/simple_vqa_fixture.py` (1-3 coloured shapes per image, 17 boxes, 192-dim raw 0..255 pooled-colour
 features in an LXMERT TSV converted to a store, VQA v2 question / annotation files), generated into `--out_dir`.
@@ -15,7 +15,8 @@ example's defaults become); the example's evaluation (`vqa_accuracy` overall and
 accuracy on the evaluation questions: a model that ignores the image reaches it) and the example's own-image vs
 shuffled-image gap.
 
-Each run writes `OUT_DIR/runs/<setting>.json`; the script then writes `--json` (default
+Each run writes `OUT_DIR/runs/<setting>.json` at every evaluation (a run stopped early keeps its curve so far, marked
+`"complete": false`; `--from_log` reads one from the log a run printed); the script then writes `--json` (default
 `benchmarks/results/simple_vqa_ceiling.json`), the markdown table beside it (`.md`) and a plot (`.png`) from every
 run found in `OUT_DIR/runs`.
 """
@@ -23,6 +24,7 @@ run found in `OUT_DIR/runs`.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import os
@@ -33,6 +35,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -75,17 +78,61 @@ def answer_type_priors(data_dir: Path) -> dict[str, float]:
     return priors
 
 
+def curve_point(entry: dict, step: int) -> dict:
+    """One evaluation of a run (the metrics of `trainer.evaluate()`, prefixed `eval_`) as a point of its curve."""
+    return {
+        "step": step,
+        "epoch": float(entry["epoch"]),
+        "vqa_accuracy": float(entry["eval_vqa_accuracy"]),
+        **{key: float(entry[f"eval_vqa_accuracy_{key}"]) for key in ANSWER_TYPES},
+    }
+
+
+def partial_run(setting: str, curve: list[dict], planned_steps: int | None) -> dict:
+    """A run stopped before its end: its evaluations so far, `final` being the last of them."""
+    return {
+        "setting": setting,
+        "flags": " ".join(SETTINGS[setting]),
+        "steps": curve[-1]["step"] if curve else 0,
+        "planned_steps": planned_steps,
+        "complete": False,
+        "curve": curve,
+        "final": {key: value for key, value in curve[-1].items() if key not in ("step", "epoch")} if curve else None,
+        "image_use_accuracy_gap": None,
+        "seconds": None,
+    }
+
+
+def curve_from_log(log: str, eval_every: int) -> list[dict]:
+    """The evaluations a run printed (the Trainer's logged dicts, one a line) before it was stopped."""
+    evaluations = [ast.literal_eval(line) for line in log.splitlines() if line.startswith("{'eval_loss'")]
+    return [curve_point(entry, eval_every * (index + 1)) for index, entry in enumerate(evaluations)]
+
+
 def run(example, fixture, setting: str, out_dir: Path, seed: int, eval_every: int) -> dict:
-    """One setting through the example's `main()`; its evaluations during training are read from the trainer."""
+    """One setting through the example's `main()`; its evaluations during training are read from the trainer, and
+    written to `OUT_DIR/runs/<setting>.json` as they come (a run stopped early keeps its curve so far)."""
     histories = []
+    path = out_dir / "runs" / f"{setting}.json"
+
+    class PartialCurve(TrainerCallback):
+        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+            curve = [curve_point({**metrics, "epoch": state.epoch}, state.global_step)] if metrics else []
+            previous = json.loads(path.read_text())["curve"] if path.exists() else []
+            path.write_text(json.dumps(partial_run(setting, previous + curve, state.max_steps), indent=1))
 
     class RecordingTrainer(example.TaskTrainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.add_callback(PartialCurve())
+
         def train(self, *args, **kwargs):
             output = super().train(*args, **kwargs)
             histories.append(list(self.state.log_history))
             return output
 
     example.TaskTrainer = RecordingTrainer
+    path.unlink(missing_ok=True)
     argv = [
         "--dataset", "vqa_v2", "--data_dir", str(fixture.data_dir), "--features", str(fixture.store_dir),
         "--output_dir", str(out_dir / "models" / setting), "--report_to", "none", "--save_strategy", "no",
@@ -95,20 +142,13 @@ def run(example, fixture, setting: str, out_dir: Path, seed: int, eval_every: in
     start = time.perf_counter()
     results = example.main(argv)
     seconds = time.perf_counter() - start
-    curve = [
-        {
-            "step": entry["step"],
-            "epoch": entry["epoch"],
-            "vqa_accuracy": entry["eval_vqa_accuracy"],
-            **{key: entry.get(f"eval_vqa_accuracy_{key}") for key in ANSWER_TYPES},
-        }
-        for entry in histories[0]
-        if "eval_vqa_accuracy" in entry
-    ]
+    curve = [curve_point(entry, entry["step"]) for entry in histories[0] if "eval_vqa_accuracy" in entry]
     return {
         "setting": setting,
         "flags": " ".join(SETTINGS[setting]),
         "steps": histories[0][-1]["step"],
+        "planned_steps": histories[0][-1]["step"],
+        "complete": True,
         "curve": curve,
         "final": {"vqa_accuracy": results["vqa_accuracy"], **{k: results.get(f"vqa_accuracy_{k}") for k in ANSWER_TYPES}},
         "image_use_accuracy_gap": results["image_use"]["image_use_accuracy_gap"],
@@ -134,14 +174,19 @@ def table(report: dict) -> str:
                 f"| {entry['setting']} | `{entry['flags']}` | {point['step']} | {point['epoch']:.2f} | "
                 f"{point['vqa_accuracy']:.3f} | " + " | ".join(f"{point[k]:.3f}" for k in ANSWER_TYPES) + " |"
             )
-    lines += ["", "| setting | steps | final VQA acc | yes/no | other | number | image-use gap | time |",
+    lines += ["", "| setting | steps trained / planned | last VQA acc | yes/no | other | number | image-use gap | time |",
               "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for entry in report["runs"]:
         final = entry["final"]
+        if final is None:
+            continue
+        stopped = "" if entry["complete"] else " (stopped)"
+        gap = "-" if entry["image_use_accuracy_gap"] is None else f"{entry['image_use_accuracy_gap']:+.3f}"
+        seconds = "-" if entry["seconds"] is None else f"{entry['seconds']:.0f} s"
         lines.append(
-            f"| {entry['setting']} | {entry['steps']} | {final['vqa_accuracy']:.3f} | "
+            f"| {entry['setting']} | {entry['steps']} / {entry['planned_steps']}{stopped} | {final['vqa_accuracy']:.3f} | "
             + " | ".join(f"{final[k]:.3f}" for k in ANSWER_TYPES)
-            + f" | {entry['image_use_accuracy_gap']:+.3f} | {entry['seconds']:.0f} s |"
+            + f" | {gap} | {seconds} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -191,6 +236,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--eval_every", type=int, default=22, help="evaluate every N optimizer steps")
     parser.add_argument("--json", default=str(RESULTS))
+    parser.add_argument(
+        "--from_log", nargs=3, metavar=("SETTING", "LOG", "PLANNED_STEPS"), action="append", default=[],
+        help="a run of SETTING stopped before its end: read its evaluations so far from its printed log",
+    )  # fmt: skip
+    parser.add_argument("--collect", action="store_true", help="run nothing: write the results of OUT_DIR/runs")
     args = parser.parse_args(argv)
     out_dir = Path(args.out_dir)
     fixture_dir = out_dir / "fixture"
@@ -202,8 +252,11 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         fixture = simple_vqa_fixture.generate(fixture_dir, num_train_images=args.train_images, num_val_images=args.val_images)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
+    for setting, log, planned_steps in args.from_log:
+        curve = curve_from_log(Path(log).read_text(), args.eval_every)
+        (out_dir / "runs" / f"{setting}.json").write_text(json.dumps(partial_run(setting, curve, int(planned_steps)), indent=1))
     example = load_example()
-    for setting in args.settings:
+    for setting in [] if args.collect or args.from_log else args.settings:
         entry = run(example, fixture, setting, out_dir, args.seed, args.eval_every)
         (out_dir / "runs" / f"{setting}.json").write_text(json.dumps(entry, indent=1))
         print(json.dumps({k: v for k, v in entry.items() if k != "curve"}), flush=True)
