@@ -158,12 +158,15 @@ def run(example, fixture, setting: str, out_dir: Path, seed: int, eval_every: in
 
 def table(report: dict) -> str:
     priors = report["priors"]
-    lines = [
+    caption = (
         f"{report['settings']['train_images']} train / {report['settings']['val_images']} eval images "
         f"({report['settings']['eval_questions']} eval questions), seed {report['settings']['seed']}; "
         f"{report['settings']['machine']}, torch {report['settings']['torch']}; "
         "`python benchmarks/simple_vqa_ceiling.py`. Ceiling: 1.0 for every answer type. Prior (most frequent training "
-        f"answer of the type): yes/no {priors['yes_no']:.3f}, other {priors['other']:.3f}, number {priors['number']:.3f}.",
+        f"answer of the type): yes/no {priors['yes_no']:.3f}, other {priors['other']:.3f}, number {priors['number']:.3f}."
+    )
+    lines = [
+        caption,
         "",
         "| setting | flags | step | epoch | VQA acc | yes/no | other | number |",
         "|---|---|---|---|---|---|---|---|",

@@ -15,7 +15,11 @@ from hf_vlalign import (
     TwoStreamForReferringExpression,
     TwoStreamForVisualReasoning,
 )
-from hf_vlalign.trainers import ReferringExpressionTrainer, TaskTrainer, TaskTrainingArguments
+from hf_vlalign.trainers import (
+    ReferringExpressionTrainer,
+    TaskTrainer,
+    TaskTrainingArguments,
+)
 
 TASKS = {
     "question_answering": ({"single_stream": SingleStreamForQuestionAnswering, "two_stream": TwoStreamForQuestionAnswering}, "answer_head"),
