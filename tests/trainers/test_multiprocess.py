@@ -3,7 +3,8 @@
 Each family's main recipe runs three times with the same global batch of 8 examples: one process with batches of 8,
 two CPU processes (gloo, real `accelerate launch`) with 4 each, and one process accumulating 2 batches of 4 (the
 single-stream family's recipe is VGP with semi-direct supervision, whose rollout reads every layer; direct and
-indirect supervision divide by the same counts, checked on split batches by `tests/models/test_loss_normalization.py`). The
+indirect supervision divide by the same counts, checked on split batches by `tests/models/test_loss_normalization.py`;
+question answering runs with `--head_learning_rate`, whose optimizer groups every process builds alike). The
 per-step losses (every logged component) and the final weights agree to 1e-5. What makes them comparable:
 - dropout is off (`--dropout 0.0`): each process would otherwise draw its own masks;
 - the optimizer is plain SGD, whose update is proportional to the gradient, so equal weights mean equal gradients.
@@ -52,6 +53,10 @@ RECIPES = {
         ["--alignment_loss", "with", "--qa_start_epoch", "0", "--l_layers", "2", "--r_layers", "1", "--x_layers", "2",
          "--mlm_probability", "0", "--object_mask_probability", "0", "--mismatch_probability", "0", *SCENES],
     ),  # fmt: skip
+    # the new parts (visual embeddings, answer head) at a rate of their own: the same optimizer groups in every process
+    "vqa_head_learning_rate": (
+        "finetune_vqa.py", ["--head_learning_rate", "0.2", "--eval_strategy", "no", "--image_use_examples", "4", *SCENES]
+    ),
     "captioner_a2": (
         "train_captioning.py",
         ["--alignment", "gate", "--encoder_layers", "1", "--decoder_layers", "2", "--attention_heads", "2", *SCENES],
@@ -143,6 +148,7 @@ def test_two_processes_and_accumulation_train_as_one_process(recipe, tmp_path, c
     expected = {
         "vgp_semi_direct": {"loss_id", "loss_vgp", "loss_attention_supervision"},
         "two_stream_alignment": {"loss_itm", "loss_qa", "loss_alignment"},
+        "vqa_head_learning_rate": {"loss_task"},
         "captioner_a2": {"loss_caption", "loss_mask"},
     }[recipe]
     assert expected <= components, components

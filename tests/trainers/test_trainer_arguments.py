@@ -36,8 +36,8 @@ COMMON = {"distill_from": ("teacher", "teacher"), "distill_temperature": ("3", 3
 TRAINERS = {
     ComponentLossTrainer: (ComponentLossTrainingArguments, COMMON),
     VGPTrainer: (VGPTrainingArguments, COMMON),
-    TaskTrainer: (TaskTrainingArguments, COMMON),
-    ReferringExpressionTrainer: (TaskTrainingArguments, COMMON),
+    TaskTrainer: (TaskTrainingArguments, COMMON | {"head_learning_rate": ("0.002", 2e-3)}),
+    ReferringExpressionTrainer: (TaskTrainingArguments, COMMON | {"head_learning_rate": ("0.002", 2e-3)}),
     PhraseGroundingTrainer: (PhraseGroundingTrainingArguments, COMMON | {"head_learning_rate": ("0.001", 1e-3)}),
     SingleStreamPretrainingTrainer: (SingleStreamPretrainingTrainingArguments, COMMON),
     TwoStreamPretrainingTrainer: (TwoStreamPretrainingTrainingArguments, COMMON | {"qa_start_epoch": ("2.5", 2.5)}),
@@ -50,7 +50,7 @@ TRAINERS = {
 # the keyword arguments the trainers took before their settings became fields of `args`
 OLD_KEYWORDS = {
     ComponentLossTrainer: ("distill_from", "distill_temperature", "distill_weight", "ewc_lambda", "ewc_fisher"),
-    TaskTrainer: ("label_names",),
+    TaskTrainer: ("label_names", "head_learning_rate"),
     PhraseGroundingTrainer: ("head_learning_rate", "label_names"),
     TwoStreamPretrainingTrainer: ("vqa_start_epoch",),
     CaptioningTrainer: ("mask_update_every", "mask_learning_rate", "scst_start_epoch", "scst_max_new_tokens",
@@ -146,6 +146,7 @@ def test_bad_values_name_their_field(tmp_path):
         (VGPTrainingArguments, {"ewc_weight": 1.0}, "`ewc_weight=1.0` needs `ewc_fisher`"),
         (TaskTrainingArguments, {"ewc_fisher": 3}, r"`ewc_fisher` must be a path \(a `str`\), got int"),
         (PhraseGroundingTrainingArguments, {"head_learning_rate": -1e-3}, "`head_learning_rate` must be > 0"),
+        (TaskTrainingArguments, {"head_learning_rate": 0.0}, r"`head_learning_rate` must be > 0 \(or None\), got 0.0"),
         (TwoStreamPretrainingTrainingArguments, {"qa_start_epoch": -0.5}, "`qa_start_epoch` must be >= 0, got -0.5"),
         (CaptioningTrainingArguments, {"mask_update_every": 1.5}, "`mask_update_every` must be an int >= 1, got 1.5"),
         (CaptioningTrainingArguments, {"scst_start_epoch": -2}, "`scst_start_epoch` must be >= 0"),

@@ -15,18 +15,57 @@ class TaskTrainingArguments(ComponentLossTrainingArguments):
     r"""
     [`ComponentLossTrainingArguments`] of [`TaskTrainer`] and [`ReferringExpressionTrainer`]: list in `label_names`
     the batch entries `compute_metrics` needs (they reach it as `label_ids`).
+
+    Parameters:
+        head_learning_rate (`float`, *optional*):
+            Learning rate of the parts of the model a text checkpoint lacks (`TaskTrainer.new_modules`: the visual
+            embeddings and the task head); default: `learning_rate`, like every other parameter.
     """
+
+    head_learning_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": "Learning rate of the visual embeddings and the task head, which a text checkpoint lacks "
+            "(default: --learning_rate)."
+        },
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.head_learning_rate is not None and not self.head_learning_rate > 0:
+            raise ValueError(f"`head_learning_rate` must be > 0 (or None), got {self.head_learning_rate!r}.")
 
 
 class TaskTrainer(ComponentLossTrainer):
     """Trainer for the `*For{QuestionAnswering,VisualReasoning,ReferringExpression,PhraseGrounding}` heads: logs
     `loss_task` and `loss_attention_supervision` (train and eval). The probe targets of a batch (`PROBE_KEYS`) stay
     out of the model's inputs; list in `args.label_names` ([`TaskTrainingArguments`]) the batch entries
-    `compute_metrics` needs (they reach it as `label_ids`)."""
+    `compute_metrics` needs (they reach it as `label_ids`). The parameters of `new_modules` (what a text checkpoint
+    lacks) train at `args.head_learning_rate` when it is set."""
 
     args_class = TaskTrainingArguments
     loss_component_keys = ("loss_task", "loss_attention_supervision")
     non_model_keys = PROBE_KEYS
+    # the modules a text checkpoint lacks in both families: the visual embeddings and every task head
+    new_modules = ("visual_embeddings", "answer_head", "reasoning_head", "region_head", "grounding_head")
+
+    def create_optimizer(self, model=None):
+        """Trainer's optimizer, with the parameters of `new_modules` moved to groups at `head_learning_rate` (before
+        any step, so no optimizer state exists yet; the scheduler, made afterwards, scales every group alike). Every
+        process builds the same groups from the same parameter names, so it holds under DDP too."""
+        optimizer = super().create_optimizer(model)
+        if self.args.head_learning_rate is None:
+            return optimizer
+        names = {id(parameter): name for name, parameter in (model or self.model).named_parameters()}
+        for group in list(optimizer.param_groups):
+            new = [p for p in group["params"] if self._is_new(names.get(id(p), ""))]
+            if new:
+                group["params"] = [p for p in group["params"] if all(p is not q for q in new)]
+                optimizer.add_param_group({**group, "params": new, "lr": self.args.head_learning_rate})
+        return optimizer
+
+    def _is_new(self, parameter_name: str) -> bool:
+        return any(module in parameter_name.split(".")[:-1] for module in self.new_modules)
 
 
 class ReferringExpressionTrainer(TaskTrainer):
@@ -47,53 +86,19 @@ class ReferringExpressionTrainer(TaskTrainer):
 @dataclass
 class PhraseGroundingTrainingArguments(TaskTrainingArguments):
     r"""
-    [`TaskTrainingArguments`] of [`PhraseGroundingTrainer`].
-
-    Parameters:
-        head_learning_rate (`float`, *optional*):
-            Learning rate of the parts of the model a text checkpoint lacks (`PhraseGroundingTrainer.new_modules`: the
-            visual embeddings and the grounding head); default: `learning_rate`, like every other parameter.
+    [`TaskTrainingArguments`] of [`PhraseGroundingTrainer`] (its `head_learning_rate` trains the visual embeddings and
+    the grounding head).
     """
-
-    head_learning_rate: float | None = field(
-        default=None,
-        metadata={
-            "help": "Learning rate of the grounding head and the visual embeddings, which a text checkpoint lacks "
-            "(default: --learning_rate)."
-        },
-    )
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.head_learning_rate is not None and not self.head_learning_rate > 0:
-            raise ValueError(f"`head_learning_rate` must be > 0 (or None), got {self.head_learning_rate!r}.")
 
 
 class PhraseGroundingTrainer(TaskTrainer):
-    """`TaskTrainer` with a learning rate of its own for the new parts of the model (`args.head_learning_rate`,
-    [`PhraseGroundingTrainingArguments`]), and whose evaluation predictions are, per phrase, the IoU of its top-scored
+    """`TaskTrainer` whose evaluation predictions are, per phrase, the IoU of its top-scored
     region with the gold boxes (B, P) and whose labels are the phrases' token index (B, P; < 0 on padding phrases):
     both concatenate and gather across batches and processes even when the number of regions differs between images.
     Pass `label_names=["phrase_region_iou", "phrase_token_index"]` in the arguments and
     `compute_metrics=recall_at_1_any_box`."""
 
     args_class = PhraseGroundingTrainingArguments
-    # the modules a text checkpoint lacks in both families, trained at `head_learning_rate`
-    new_modules = ("visual_embeddings", "grounding_head")
-
-    def create_optimizer(self, model=None):
-        """Trainer's optimizer, with the parameters of `new_modules` moved to groups at `head_learning_rate` (before
-        any step, so no optimizer state exists yet; the scheduler, made afterwards, scales every group alike)."""
-        optimizer = super().create_optimizer(model)
-        if self.args.head_learning_rate is None:
-            return optimizer
-        names = {id(parameter): name for name, parameter in (model or self.model).named_parameters()}
-        for group in list(optimizer.param_groups):
-            new = [p for p in group["params"] if any(f"{module}." in names.get(id(p), "") for module in self.new_modules)]
-            if new:
-                group["params"] = [p for p in group["params"] if all(p is not q for q in new)]
-                optimizer.add_param_group({**group, "params": new, "lr": self.args.head_learning_rate})
-        return optimizer
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
