@@ -55,6 +55,8 @@ SETTINGS = {
     "old_defaults": OLD_DEFAULTS,
     "old_defaults_4_epochs": [*OLD_DEFAULTS[:2], "--num_train_epochs", "4", *OLD_DEFAULTS[4:]],
     "head_lr_4_epochs": [*OLD_DEFAULTS[:2], "--num_train_epochs", "4", *OLD_DEFAULTS[4:], "--head_learning_rate", "1e-3"],
+    "old_defaults_10_epochs": [*OLD_DEFAULTS[:2], "--num_train_epochs", "10", *OLD_DEFAULTS[4:]],
+    "head_lr_10_epochs": [*OLD_DEFAULTS[:2], "--num_train_epochs", "10", *OLD_DEFAULTS[4:], "--head_learning_rate", "1e-3"],
 }
 
 
