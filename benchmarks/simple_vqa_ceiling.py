@@ -123,7 +123,10 @@ def run(example, fixture, setting: str, out_dir: Path, seed: int, eval_every: in
             previous = json.loads(path.read_text())["curve"] if path.exists() else []
             path.write_text(json.dumps(partial_run(setting, previous + curve, state.max_steps), indent=1))
 
-    class RecordingTrainer(example.TaskTrainer):
+    # the example's own trainer, not the recording subclass of an earlier setting (whose callback would record too)
+    base = example.__dict__.setdefault("_example_task_trainer", example.TaskTrainer)
+
+    class RecordingTrainer(base):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.add_callback(PartialCurve())
