@@ -157,22 +157,11 @@ def check_data_arguments(data_args: DataArguments, nlvr2_args: VisualReasoningAr
     return dataset
 
 
-def with_identifiers(dataset: datasets.Dataset, split: str) -> datasets.Dataset:
-    """NLVR2 identifiers `split-sentence-pair-0` of user rows: the rows of one sentence (judged against several image
-    pairs) share its number, so the consistency metric groups them as NLVR2's."""
-    sentences, pairs, identifiers = {}, {}, []
-    for sentence in dataset["sentence"]:
-        number = sentences.setdefault(sentence, len(sentences))
-        pairs[number] = pairs.get(number, -1) + 1
-        identifiers.append(f"{split}-{number}-{pairs[number]}-0")
-    return dataset.add_column("identifier", identifiers)
-
-
 def load_user_pairs(data_args: DataArguments, training_args: TaskTrainingArguments) -> VisualReasoningData:
     """`--train_file` / `--validation_file` of `nlvr2` rows (two images, a sentence, its truth)."""
     user = load_user_splits(data_args, "nlvr2", training_args)
-    train = first_rows(with_identifiers(user.train, "train"), data_args.max_train_samples)
-    evaluation = first_rows(with_identifiers(user.eval, "eval"), data_args.max_eval_samples)
+    train = first_rows(user.train, data_args.max_train_samples)
+    evaluation = first_rows(user.eval, data_args.max_eval_samples)
     return VisualReasoningData(train, evaluation, user.store, USER_DATA, user.source, user.region_options)
 
 

@@ -99,6 +99,14 @@ def test_csv_is_read_like_json_lines(photos, tmp_path):
     assert from_csv[0]["image_size"] == [300, 451]
 
 
+def test_nlvr2_rows_of_one_sentence_share_its_identifier(photos, tmp_path):
+    rows = [*ROWS["nlvr2"], dict(ROWS["nlvr2"][0], left_image="photos/rocket.jpg")]
+    dataset = build_user_dataset(write_jsonl(tmp_path / "pairs.jsonl", rows), "nlvr2")
+    # rows 0 and 2 state the same sentence of two image pairs: NLVR2's consistency groups them
+    assert dataset["identifier"] == ["user-0-0-0", "user-1-0-0", "user-0-1-0"]
+    assert dataset["label"] == [1, 0, 1]
+
+
 def test_vqa_soft_scores_and_vocabulary(photos, tmp_path):
     data = load_user_data(write_jsonl(tmp_path / "train.jsonl", ROWS["vqa"]), "vqa", store_dir=tmp_path / "store")
     assert data.answer_vocab == {"coffee": 0, "cat": 1, "tea": 2}  # the most frequent first

@@ -455,14 +455,6 @@ USER_FILE_TASKS = {
 }  # fmt: skip
 
 
-def _nlvr2_identifiers(rows):
-    """NLVR2 identifiers "user-<sentence>-<row>-0" of user rows: the rows of one sentence are one sentence's examples,
-    which consistency groups."""
-    sentences = {sentence: index for index, sentence in enumerate(dict.fromkeys(rows["sentence"]))}
-    identifiers = [f"user-{sentences[sentence]}-{row}-0" for row, sentence in enumerate(rows["sentence"])]
-    return rows.add_column("identifier", identifiers)
-
-
 def evaluate_user_file(
     model, tokenizer, model_dir, task: str, data_file, batch_size: int, progress: bool, max_text_length: int,
     max_examples: int | None = None,
@@ -482,7 +474,6 @@ def evaluate_user_file(
             model, tokenizer, vocab, rows, store, None, batch_size, progress, max_text_length, max_examples
         )
     if task == "nlvr2":
-        rows = _nlvr2_identifiers(rows)
         return score_visual_reasoning(model, tokenizer, rows, store, batch_size, progress, max_text_length, max_examples)
     if task == "refcoco":
         return score_referring_expression(model, tokenizer, rows, store, batch_size, max_text_length, max_examples)

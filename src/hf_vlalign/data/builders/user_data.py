@@ -342,7 +342,7 @@ def _features(task: str) -> datasets.Features:
         answers = {"answers": datasets.List(string), "answer_type": string}
         return datasets.Features({**common, "question": string, **grounding_features("question"), **answers})
     if task == "nlvr2":
-        pair = {"left_image_id": string, "right_image_id": string}
+        pair = {"left_image_id": string, "right_image_id": string, "identifier": string}
         return datasets.Features({**common, **pair, "sentence": string, "label": integer})
     if task == "refcoco":
         return datasets.Features({**common, "expression": string, **grounding_features("expression")})
@@ -361,7 +361,19 @@ def build_user_dataset(path: str | os.PathLike, task: str) -> datasets.Dataset:
 
 def _dataset(path: Path, task: str, rows: Sequence[UserRow], sizes: Mapping[Path, tuple[int, int]]) -> datasets.Dataset:
     examples = [_row(task, row, f"{path}, line {row.line}", sizes) for row in rows]
+    if task == "nlvr2":
+        _add_nlvr2_identifiers(examples)
     return datasets.Dataset.from_list(examples, features=_features(task))
+
+
+def _add_nlvr2_identifiers(examples: list[dict]) -> None:
+    """NLVR2 identifiers "user-<sentence>-<pair>-0": the rows of one sentence (judged against several image pairs)
+    share its number, so NLVR2's consistency groups them as it groups the published sentences."""
+    sentences, pairs = {}, {}
+    for example in examples:
+        number = sentences.setdefault(example["sentence"], len(sentences))
+        pairs[number] = pairs.get(number, -1) + 1
+        example["identifier"] = f"user-{number}-{pairs[number]}-0"
 
 
 def _image_sizes(rows: Sequence[UserRow]) -> dict[Path, tuple[int, int]]:
