@@ -28,7 +28,6 @@ The table of docs/datasets.md is generated from the committed `benchmarks/result
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -40,6 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from example_scripts import load_example  # noqa: E402  (benchmarks/example_scripts.py)
 import simple_vqa_fixture  # noqa: E402  (benchmarks/simple_vqa_fixture.py)
 from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
 from transformers import AutoTokenizer  # noqa: E402
@@ -52,14 +52,6 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "finetune_vqa.py"
 ANSWER_TYPES = ("yes_no", "other", "number")
 TWO_STREAM_SIZES = {"l_layers": 2, "r_layers": 1, "x_layers": 3}  # the example's defaults from a text checkpoint
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("finetune_vqa", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def unnormalised_start(family: str, out_dir: Path, feature_dim: int, num_answers: int) -> Path:
@@ -160,7 +152,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         out_dir / "fixture", num_train_images=args.train_images, num_val_images=args.val_images
     )
     vocab = vqa_v2.build_answer_vocab(fixture.data_dir / vqa_v2.ANNOTATIONS_FILE["train"])  # what the example builds
-    example = load_example()
+    example = load_example(EXAMPLE)
     rows = []
     for family in args.families:
         for setting in args.settings:

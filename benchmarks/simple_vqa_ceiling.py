@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import json
 import os
 import platform
@@ -39,6 +38,7 @@ from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from example_scripts import load_example  # noqa: E402  (benchmarks/example_scripts.py)
 import simple_vqa_fixture  # noqa: E402  (benchmarks/simple_vqa_fixture.py)
 from docs_blocks import write_results  # noqa: E402  (benchmarks/docs_blocks.py)
 
@@ -58,14 +58,6 @@ SETTINGS = {
     "old_defaults_10_epochs": [*OLD_DEFAULTS[:2], "--num_train_epochs", "10", *OLD_DEFAULTS[4:]],
     "head_lr_10_epochs": [*OLD_DEFAULTS[:2], "--num_train_epochs", "10", *OLD_DEFAULTS[4:], "--head_learning_rate", "1e-3"],
 }
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("finetune_vqa", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def answer_type_priors(data_dir: Path) -> dict[str, float]:
@@ -263,7 +255,7 @@ def main(argv: list[str] | None = None) -> dict:
     for setting, log, planned_steps in args.from_log:
         curve = curve_from_log(Path(log).read_text(), args.eval_every)
         (out_dir / "runs" / f"{setting}.json").write_text(json.dumps(partial_run(setting, curve, int(planned_steps)), indent=1))
-    example = load_example()
+    example = load_example(EXAMPLE)
     for setting in [] if args.collect or args.from_log else args.settings:
         entry = run(example, fixture, setting, out_dir, args.seed, args.eval_every)
         (out_dir / "runs" / f"{setting}.json").write_text(json.dumps(entry, indent=1))

@@ -25,7 +25,6 @@ generated from the committed `benchmarks/results/time_to_result.json` (a test ch
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -38,6 +37,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from example_scripts import load_example  # noqa: E402  (benchmarks/example_scripts.py)
 from machine_info import cpu_model  # noqa: E402  (benchmarks/machine_info.py)
 from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
 
@@ -117,14 +118,6 @@ def measure_analyze(model_dir: Path, thread_counts: list[int], repeats: int, env
     }
 
 
-def load_example():
-    spec = importlib.util.spec_from_file_location("finetune_vgp", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def measure_training(thread_counts: list[int], steps: int, repeats: int) -> dict:
     """`steps` optimizer steps of the VGP example's defaults per run, the Trainer built as the example builds it."""
     import torch
@@ -136,7 +129,7 @@ def measure_training(thread_counts: list[int], steps: int, repeats: int) -> dict
     from hf_vlalign.synthetic import SyntheticSceneConfig
     from hf_vlalign.trainers import VGPTrainer
 
-    example = load_example()
+    example = load_example(EXAMPLE)
     runs = {str(threads): [] for threads in thread_counts}
     with tempfile.TemporaryDirectory() as scratch:
         args, training_args = example.parse_args(

@@ -26,7 +26,6 @@ The table of docs/results.md is generated from the committed `benchmarks/results
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -43,6 +42,8 @@ from hf_vlalign.alignment import SoftAlignmentTargets, load_word_vectors
 from hf_vlalign.data import TwoStreamPretrainingCollator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from example_scripts import load_example  # noqa: E402  (benchmarks/example_scripts.py)
 from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,14 +52,6 @@ RESULTS = ROOT / "benchmarks" / "results" / "word_vectors.json"
 SOURCES = ("minilm", "glove")
 DOCS_BEGIN = "<!-- benchmarks/word_vectors.py table: begin -->"
 DOCS_END = "<!-- benchmarks/word_vectors.py table: end -->"
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("pretrain_two_stream", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def run(example, source: str, out_dir: Path, seed: int, max_steps: int | None) -> dict:
@@ -207,7 +200,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         write_docs(Path(args.docs))
         return []
     torch.set_num_threads(args.threads)
-    example = load_example()
+    example = load_example(EXAMPLE)
     targets = compare_targets(example)
     print(json.dumps(targets, indent=2), flush=True)
     rows = []
