@@ -24,10 +24,10 @@ run found in `OUT_DIR/runs`.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -48,72 +48,136 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "finetune_vqa.py"
 RESULTS = ROOT / "benchmarks" / "results" / "simple_vqa_ceiling.json"
 ANSWER_TYPES = {"yes_no": "yes/no", "other": "other", "number": "number"}
-# each setting's flags, in full; `old_defaults` are the example's defaults before the small-data recipe
+# the fixtures of `benchmarks/simple_vqa_fixture.py` (fixture seed 0) and how often their runs are evaluated
+FIXTURES = {
+    "three_shapes_200": {"train_images": 200, "val_images": 60, "max_shapes": 3, "eval_every": 44},
+    "one_shape_2000": {"train_images": 2000, "val_images": 300, "max_shapes": 1, "eval_every": 188},
+    "three_shapes_2000": {"train_images": 2000, "val_images": 300, "max_shapes": 3, "eval_every": 219},
+}
+# each setting's fixture and flags, in full; `OLD_DEFAULTS` are the example's defaults before the small-data recipe
 OLD_DEFAULTS = ["--learning_rate", "2e-4", "--num_train_epochs", "1", "--warmup_steps", "20",
                 "--per_device_train_batch_size", "16"]  # fmt: skip
+
+
+def epochs(count: int, *flags: str) -> list[str]:
+    """The old defaults trained for `count` epochs, with `flags` added (a later flag overrides an earlier one)."""
+    return [*OLD_DEFAULTS[:2], "--num_train_epochs", str(count), *OLD_DEFAULTS[4:], *flags]
+
+
+ENCODER_5E5_HEAD_1E3 = ("--learning_rate", "5e-5", "--head_learning_rate", "1e-3")
+TWO_STREAM = ("--model_family", "two_stream")
 SETTINGS = {
-    "old_defaults": OLD_DEFAULTS,
-    "old_defaults_4_epochs": [*OLD_DEFAULTS[:2], "--num_train_epochs", "4", *OLD_DEFAULTS[4:]],
-    "head_lr_4_epochs": [*OLD_DEFAULTS[:2], "--num_train_epochs", "4", *OLD_DEFAULTS[4:], "--head_learning_rate", "1e-3"],
-    "old_defaults_10_epochs": [*OLD_DEFAULTS[:2], "--num_train_epochs", "10", *OLD_DEFAULTS[4:]],
-    "head_lr_10_epochs": [*OLD_DEFAULTS[:2], "--num_train_epochs", "10", *OLD_DEFAULTS[4:], "--head_learning_rate", "1e-3"],
+    "old_defaults": ("three_shapes_200", OLD_DEFAULTS),
+    "old_defaults_4_epochs": ("three_shapes_200", epochs(4)),
+    "head_lr_4_epochs": ("three_shapes_200", epochs(4, "--head_learning_rate", "1e-3")),
+    "old_defaults_10_epochs": ("three_shapes_200", epochs(10)),
+    "head_lr_10_epochs": ("three_shapes_200", epochs(10, "--head_learning_rate", "1e-3")),
+    "old_defaults_50_epochs": ("three_shapes_200", epochs(50)),
+    "encoder_5e-5_head_1e-3_50_epochs": ("three_shapes_200", epochs(50, *ENCODER_5E5_HEAD_1E3)),
+    "one_shape_old_defaults": ("one_shape_2000", OLD_DEFAULTS),
+    "one_shape_10_epochs": ("one_shape_2000", epochs(10)),
+    "one_shape_10_epochs_lr_5e-5": ("one_shape_2000", epochs(10, "--learning_rate", "5e-5")),
+    "one_shape_10_epochs_encoder_5e-5_head_1e-3": ("one_shape_2000", epochs(10, *ENCODER_5E5_HEAD_1E3)),
+    "one_shape_10_epochs_warmup_10pct": ("one_shape_2000", epochs(10, "--warmup_steps", "0.1")),
+    "one_shape_10_epochs_two_stream": ("one_shape_2000", epochs(10, *TWO_STREAM)),
+    "three_shapes_old_defaults": ("three_shapes_2000", OLD_DEFAULTS),
+    "three_shapes_10_epochs": ("three_shapes_2000", epochs(10)),
+    "three_shapes_10_epochs_encoder_5e-5_head_1e-3": ("three_shapes_2000", epochs(10, *ENCODER_5E5_HEAD_1E3)),
+    "three_shapes_10_epochs_two_stream": ("three_shapes_2000", epochs(10, *TWO_STREAM)),
 }
 
 
-def answer_type_priors(data_dir: Path) -> dict[str, float]:
-    """Per answer type: the share of evaluation questions whose answer is that type's most frequent training answer."""
+def answer_type_priors(data_dir: Path) -> dict[str, float | None]:
+    """Per answer type: the share of evaluation questions whose answer is that type's most frequent training answer
+    (None for a type the fixture does not ask)."""
     train = json.loads((data_dir / vqa_v2.ANNOTATIONS_FILE["train"]).read_text())["annotations"]
     evaluation = json.loads((data_dir / vqa_v2.ANNOTATIONS_FILE["val"]).read_text())["annotations"]
     priors = {}
     for key, answer_type in ANSWER_TYPES.items():
         majority = Counter(a["multiple_choice_answer"] for a in train if a["answer_type"] == answer_type).most_common(1)
         answers = [a["multiple_choice_answer"] for a in evaluation if a["answer_type"] == answer_type]
-        priors[key] = sum(answer == majority[0][0] for answer in answers) / len(answers)
+        priors[key] = sum(answer == majority[0][0] for answer in answers) / len(answers) if answers else None
     return priors
+
+
+def type_accuracies(metrics: dict, prefix: str) -> dict[str, float | None]:
+    """`vqa_accuracy` overall and per answer type from the example's metrics (None for a type not asked)."""
+    keys = {"vqa_accuracy": f"{prefix}vqa_accuracy", **{key: f"{prefix}vqa_accuracy_{key}" for key in ANSWER_TYPES}}
+    return {name: None if metrics.get(key) is None else float(metrics[key]) for name, key in keys.items()}
 
 
 def curve_point(entry: dict, step: int) -> dict:
     """One evaluation of a run (the metrics of `trainer.evaluate()`, prefixed `eval_`) as a point of its curve."""
-    return {
-        "step": step,
-        "epoch": float(entry["epoch"]),
-        "vqa_accuracy": float(entry["eval_vqa_accuracy"]),
-        **{key: float(entry[f"eval_vqa_accuracy_{key}"]) for key in ANSWER_TYPES},
-    }
+    return {"step": step, "epoch": float(entry["epoch"]), **type_accuracies(entry, "eval_")}
 
 
-def partial_run(setting: str, curve: list[dict], planned_steps: int | None) -> dict:
-    """A run stopped before its end: its evaluations so far, `final` being the last of them."""
+def fixture_for(setting: str, out_dir: Path) -> simple_vqa_fixture.SimpleVQAFixture:
+    """The setting's fixture under `OUT_DIR/fixtures/<name>`, generated once (settings run side by side share it)."""
+    name = SETTINGS[setting][0]
+    spec = FIXTURES[name]
+    root = out_dir / "fixtures" / name
+    if (root / "store").is_dir():
+        return simple_vqa_fixture.SimpleVQAFixture(
+            root, root / "vqa", root / "store", root / "features.tsv", spec["train_images"], spec["val_images"]
+        )
+    return simple_vqa_fixture.generate(
+        root, num_train_images=spec["train_images"], num_val_images=spec["val_images"], max_shapes=spec["max_shapes"]
+    )
+
+
+def machine() -> str:
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()}, {os.cpu_count()} CPU cores"
+    return f"{platform.machine()}, {os.cpu_count()} cores, no GPU"
+
+
+def run_record(setting: str, fixture, seed: int, eval_every: int, base_model: str | None) -> dict:
+    """What a run's results say about how it was made (its curve and final numbers are added to it)."""
+    evaluation = json.loads((fixture.data_dir / vqa_v2.ANNOTATIONS_FILE["val"]).read_text())["annotations"]
     return {
         "setting": setting,
-        "flags": " ".join(SETTINGS[setting]),
-        "steps": curve[-1]["step"] if curve else 0,
-        "planned_steps": planned_steps,
-        "complete": False,
-        "curve": curve,
-        "final": {key: value for key, value in curve[-1].items() if key not in ("step", "epoch")} if curve else None,
-        "image_use_accuracy_gap": None,
-        "seconds": None,
+        "fixture": SETTINGS[setting][0],
+        "flags": " ".join(SETTINGS[setting][1]),
+        "eval_questions": len(evaluation),
+        "priors": answer_type_priors(fixture.data_dir),
+        "seed": seed,
+        "eval_every": eval_every,
+        "base_model": base_model or "the embedded MiniLM",
+        "machine": machine(),
+        "torch": torch.__version__,
     }
 
 
-def curve_from_log(log: str, eval_every: int) -> list[dict]:
-    """The evaluations a run printed (the Trainer's logged dicts, one a line) before it was stopped."""
-    evaluations = [ast.literal_eval(line) for line in log.splitlines() if line.startswith("{'eval_loss'")]
-    return [curve_point(entry, eval_every * (index + 1)) for index, entry in enumerate(evaluations)]
+class StopAtDeadline(TrainerCallback):
+    """Stops training once `seconds` have passed (the run then ends as usual: final evaluation, image-use check)."""
+
+    def __init__(self, seconds: float | None):
+        self.deadline = None if seconds is None else time.perf_counter() + seconds
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            control.should_training_stop = True
 
 
-def run(example, fixture, setting: str, out_dir: Path, seed: int, eval_every: int) -> dict:
+def run(example, setting: str, out_dir: Path, seed: int, eval_every: int | None, max_train_seconds: float | None,
+        base_model: str | None) -> dict:  # fmt: skip
     """One setting through the example's `main()`; its evaluations during training are read from the trainer, and
     written to `OUT_DIR/runs/<setting>.json` as they come (a run stopped early keeps its curve so far)."""
-    histories = []
+    fixture = fixture_for(setting, out_dir)
+    eval_every = eval_every or FIXTURES[SETTINGS[setting][0]]["eval_every"]
+    record = run_record(setting, fixture, seed, eval_every, base_model)
     path = out_dir / "runs" / f"{setting}.json"
+    histories = []
 
     class PartialCurve(TrainerCallback):
         def on_evaluate(self, args, state, control, metrics=None, **kwargs):
             curve = [curve_point({**metrics, "epoch": state.epoch}, state.global_step)] if metrics else []
             previous = json.loads(path.read_text())["curve"] if path.exists() else []
-            path.write_text(json.dumps(partial_run(setting, previous + curve, state.max_steps), indent=1))
+            curve = previous + curve
+            final = {key: value for key, value in curve[-1].items() if key not in ("step", "epoch")} if curve else None
+            partial = {**record, "steps": state.global_step, "planned_steps": state.max_steps, "complete": False,
+                       "curve": curve, "final": final, "image_use_accuracy_gap": None, "seconds": None}  # fmt: skip
+            path.write_text(json.dumps(partial, indent=1))
 
     # the example's own trainer, not the recording subclass of an earlier setting (whose callback would record too)
     base = example.__dict__.setdefault("_example_task_trainer", example.TaskTrainer)
@@ -122,10 +186,11 @@ def run(example, fixture, setting: str, out_dir: Path, seed: int, eval_every: in
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.add_callback(PartialCurve())
+            self.add_callback(StopAtDeadline(max_train_seconds))
 
         def train(self, *args, **kwargs):
             output = super().train(*args, **kwargs)
-            histories.append(list(self.state.log_history))
+            histories.append((list(self.state.log_history), self.state.max_steps))
             return output
 
     example.TaskTrainer = RecordingTrainer
@@ -134,146 +199,183 @@ def run(example, fixture, setting: str, out_dir: Path, seed: int, eval_every: in
         "--dataset", "vqa_v2", "--data_dir", str(fixture.data_dir), "--features", str(fixture.store_dir),
         "--output_dir", str(out_dir / "models" / setting), "--report_to", "none", "--save_strategy", "no",
         "--disable_tqdm", "true", "--seed", str(seed), "--eval_strategy", "steps", "--eval_steps", str(eval_every),
-        "--logging_steps", str(eval_every), *SETTINGS[setting],
+        "--logging_steps", str(eval_every), *SETTINGS[setting][1],
+        *(["--model_name_or_path", base_model] if base_model else []),
     ]  # fmt: skip
     start = time.perf_counter()
     results = example.main(argv)
     seconds = time.perf_counter() - start
-    curve = [curve_point(entry, entry["step"]) for entry in histories[0] if "eval_vqa_accuracy" in entry]
+    history, planned_steps = histories[0]
+    steps = max(entry["step"] for entry in history)
+    curve = [curve_point(entry, entry["step"]) for entry in history if "eval_vqa_accuracy" in entry]
     return {
-        "setting": setting,
-        "flags": " ".join(SETTINGS[setting]),
-        "steps": histories[0][-1]["step"],
-        "planned_steps": histories[0][-1]["step"],
-        "complete": True,
+        **record,
+        "steps": steps,
+        "planned_steps": planned_steps,
+        "complete": steps >= planned_steps,
         "curve": curve,
-        "final": {"vqa_accuracy": results["vqa_accuracy"], **{k: results.get(f"vqa_accuracy_{k}") for k in ANSWER_TYPES}},
+        "final": type_accuracies(results, ""),
         "image_use_accuracy_gap": results["image_use"]["image_use_accuracy_gap"],
         "seconds": seconds,
     }
 
 
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def shapes_per_image(spec: dict) -> str:
+    return "one shape per image" if spec["max_shapes"] == 1 else f"1-{spec['max_shapes']} shapes per image"
+
+
 def table(report: dict) -> str:
-    priors = report["priors"]
-    caption = (
-        f"{report['settings']['train_images']} train / {report['settings']['val_images']} eval images "
-        f"({report['settings']['eval_questions']} eval questions), seed {report['settings']['seed']}; "
-        f"{report['settings']['machine']}, torch {report['settings']['torch']}; "
-        "`python benchmarks/simple_vqa_ceiling.py`. Ceiling: 1.0 for every answer type. Prior (most frequent training "
-        f"answer of the type): yes/no {priors['yes_no']:.3f}, other {priors['other']:.3f}, number {priors['number']:.3f}."
-    )
+    """Per fixture: its priors, every run's curve, then each run's last evaluation."""
     lines = [
-        caption,
-        "",
-        "| setting | flags | step | epoch | VQA acc | yes/no | other | number |",
-        "|---|---|---|---|---|---|---|---|",
+        "`python benchmarks/simple_vqa_ceiling.py` (fixtures of `benchmarks/simple_vqa_fixture.py`, fixture seed 0). "
+        "Ceiling: 1.0 for every answer type. Prior: the accuracy of the type's most frequent training answer "
+        "(a model that ignores the image). \"-\": the fixture asks no question of that type.",
     ]
-    for entry in report["runs"]:
-        for point in entry["curve"]:
-            lines.append(
-                f"| {entry['setting']} | `{entry['flags']}` | {point['step']} | {point['epoch']:.2f} | "
-                f"{point['vqa_accuracy']:.3f} | " + " | ".join(f"{point[k]:.3f}" for k in ANSWER_TYPES) + " |"
-            )
-    lines += ["", "| setting | steps trained / planned | last VQA acc | yes/no | other | number | image-use gap | time |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for entry in report["runs"]:
-        final = entry["final"]
-        if final is None:
+    for name, spec in FIXTURES.items():
+        runs = [entry for entry in report["runs"] if entry["fixture"] == name]
+        if not runs:
             continue
-        stopped = "" if entry["complete"] else " (stopped)"
-        gap = "-" if entry["image_use_accuracy_gap"] is None else f"{entry['image_use_accuracy_gap']:+.3f}"
-        seconds = "-" if entry["seconds"] is None else f"{entry['seconds']:.0f} s"
-        lines.append(
-            f"| {entry['setting']} | {entry['steps']} / {entry['planned_steps']}{stopped} | {final['vqa_accuracy']:.3f} | "
-            + " | ".join(f"{final[k]:.3f}" for k in ANSWER_TYPES)
-            + f" | {gap} | {seconds} |"
-        )
+        priors = runs[0]["priors"]
+        lines += [
+            "",
+            f"### {name}: {spec['train_images']} train / {spec['val_images']} eval images, {shapes_per_image(spec)}, "
+            f"{runs[0]['eval_questions']} eval questions",
+            "",
+            "Prior: " + ", ".join(f"{label} {_number(priors[key])}" for key, label in ANSWER_TYPES.items()) + ".",
+            "",
+            "| setting | step | epoch | VQA acc | yes/no | other | number |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for entry in runs:
+            for point in entry["curve"]:
+                lines.append(
+                    f"| {entry['setting']} | {point['step']} | {point['epoch']:.2f} | "
+                    + " | ".join(_number(point[key]) for key in ["vqa_accuracy", *ANSWER_TYPES])
+                    + " |"
+                )
+        lines += ["", "| setting | flags | machine | steps trained / planned | VQA acc | yes/no | other | number | "
+                  "image-use gap | time |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for entry in runs:
+            final = entry["final"]
+            if final is None:
+                continue
+            stopped = "" if entry["complete"] else " (stopped)"
+            gap = "-" if entry["image_use_accuracy_gap"] is None else f"{entry['image_use_accuracy_gap']:+.3f}"
+            seconds = "-" if entry["seconds"] is None else f"{entry['seconds']:.0f} s"
+            lines.append(
+                f"| {entry['setting']} | `{entry['flags']}` | {entry['machine']} | {entry['steps']} / "
+                f"{entry['planned_steps']}{stopped} | "
+                + " | ".join(_number(final[key]) for key in ["vqa_accuracy", *ANSWER_TYPES])
+                + f" | {gap} | {seconds} |"
+            )
     return "\n".join(lines) + "\n"
 
 
+PANEL_TITLES = {"vqa_accuracy": "all questions", "yes_no": "yes/no", "other": "other (colour, shape)", "number": "number"}
+
+
 def plot(report: dict, path: Path) -> None:
+    """One row of panels per fixture (accuracy vs optimizer step per answer type), one shared 0-1 scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 4, figsize=(16, 4), sharey=True)
-    for axis, key in zip(axes, ["vqa_accuracy", *ANSWER_TYPES]):
-        for entry in report["runs"]:
-            axis.plot([p["step"] for p in entry["curve"]], [p[key] for p in entry["curve"]], marker="o", label=entry["setting"])
-        axis.axhline(1.0, color="black", linestyle="--", linewidth=1, label="ceiling (1.0)")
-        if key in report["priors"]:
-            axis.axhline(report["priors"][key], color="grey", linestyle=":", linewidth=1, label="prior (no image)")
-        axis.set_title({"vqa_accuracy": "all questions", "yes_no": "yes/no", "other": "other (colour, shape)",
-                        "number": "number"}[key])  # fmt: skip
-        axis.set_xlabel("optimizer step (batches)")
-        axis.set_ylim(0, 1.05)
-    axes[0].set_ylabel("evaluation VQA accuracy (0-1)")
-    axes[-1].legend(fontsize=8, loc="lower right")
-    figure.suptitle("examples/finetune_vqa.py on the simple-shapes VQA v2 fixture: accuracy vs step, per answer type")
+    fixtures = [name for name in FIXTURES if any(entry["fixture"] == name for entry in report["runs"])]
+    figure, axes = plt.subplots(len(fixtures), 4, figsize=(18, 4.2 * len(fixtures)), sharey=True, squeeze=False)
+    for row, name in zip(axes, fixtures):
+        runs = [entry for entry in report["runs"] if entry["fixture"] == name]
+        for axis, key in zip(row, ["vqa_accuracy", *ANSWER_TYPES]):
+            for entry in runs:
+                points = [point for point in entry["curve"] if point[key] is not None]
+                axis.plot([p["step"] for p in points], [p[key] for p in points], marker=".", label=entry["setting"])
+            axis.axhline(1.0, color="black", linestyle="--", linewidth=1, label="ceiling (1.0)")
+            if runs[0]["priors"].get(key) is not None:
+                axis.axhline(runs[0]["priors"][key], color="grey", linestyle=":", linewidth=1, label="prior (no image)")
+            axis.set_title(f"{name}: {PANEL_TITLES[key]}", fontsize=10)
+            axis.set_xlabel("optimizer step (batches)")
+            axis.set_ylim(0, 1.05)
+        row[0].set_ylabel("evaluation VQA accuracy (0-1)")
+        row[-1].legend(fontsize=7, loc="lower right")
+    figure.suptitle("examples/finetune_vqa.py on the simple-shapes VQA v2 fixtures: accuracy vs step, per answer type")
     figure.tight_layout()
-    figure.savefig(path, dpi=90)
+    figure.savefig(path, dpi=80)
     plt.close(figure)
 
 
-def collect(out_dir: Path, json_path: Path, settings: dict) -> dict:
+def collect(out_dir: Path, json_path: Path) -> dict:
+    """The results JSON, its markdown table and plot, from every run in `OUT_DIR/runs`."""
     runs = [json.loads(path.read_text()) for path in sorted((out_dir / "runs").glob("*.json"))]
     order = list(SETTINGS)
     runs.sort(key=lambda entry: order.index(entry["setting"]) if entry["setting"] in order else len(order))
-    report = {**settings, "runs": runs}
+    report = {"runs": runs}
     write_results(json_path, report)
     json_path.with_suffix(".md").write_text(table(report))
     plot(report, json_path.with_suffix(".png"))
     return report
 
 
-def main(argv: list[str] | None = None) -> dict:
+def run_side_by_side(settings: list[str], argv: list[str], processes: int, out_dir: Path) -> None:
+    """Each setting in its own process of this script, `processes` at a time, sharing the CPU cores (and the GPU)."""
+    for setting in settings:  # generate each fixture once, before the processes read it
+        fixture_for(setting, out_dir)
+    threads = str(max(1, (os.cpu_count() or 1) // processes))
+    environment = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    (out_dir / "logs").mkdir(parents=True, exist_ok=True)
+    pending, running = list(settings), []
+    while pending or running:
+        while pending and len(running) < processes:
+            setting = pending.pop(0)
+            log = open(out_dir / "logs" / f"{setting}.log", "w")
+            command = [sys.executable, __file__, *argv, "--settings", setting, "--no_collect"]
+            running.append((setting, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)))
+        time.sleep(2)
+        for setting, process in list(running):
+            if process.poll() is not None:
+                print(f"{setting}: exit {process.returncode}", flush=True)
+                running.remove((setting, process))
+
+
+def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out_dir", default="outputs/simple_vqa_ceiling")
-    parser.add_argument("--train_images", type=int, default=200)
-    parser.add_argument("--val_images", type=int, default=60)
-    parser.add_argument("--settings", nargs="*", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--settings", nargs="*", default=[], choices=list(SETTINGS))
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--eval_every", type=int, default=22, help="evaluate every N optimizer steps")
+    parser.add_argument("--eval_every", type=int, default=None, help="evaluate every N optimizer steps (default: the fixture's)")
+    parser.add_argument("--max_train_seconds", type=float, default=None, help="stop each training after N seconds")
+    parser.add_argument("--model_name_or_path", default=None, help="the base model (default: the example's, MiniLM)")
+    parser.add_argument("--processes", type=int, default=1, help="settings run side by side, each in its own process")
     parser.add_argument("--json", default=str(RESULTS))
-    parser.add_argument(
-        "--from_log", nargs=3, metavar=("SETTING", "LOG", "PLANNED_STEPS"), action="append", default=[],
-        help="a run of SETTING stopped before its end: read its evaluations so far from its printed log",
-    )  # fmt: skip
+    parser.add_argument("--no_collect", action="store_true", help="run the settings, write no results file")
     parser.add_argument("--collect", action="store_true", help="run nothing: write the results of OUT_DIR/runs")
     args = parser.parse_args(argv)
     out_dir = Path(args.out_dir)
-    fixture_dir = out_dir / "fixture"
-    if (fixture_dir / "store").is_dir():  # settings run one by one (or side by side) read the same fixture
-        fixture = simple_vqa_fixture.SimpleVQAFixture(
-            fixture_dir, fixture_dir / "vqa", fixture_dir / "store", fixture_dir / "features.tsv",
-            args.train_images, args.val_images,
-        )  # fmt: skip
-    else:
-        fixture = simple_vqa_fixture.generate(fixture_dir, num_train_images=args.train_images, num_val_images=args.val_images)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
-    for setting, log, planned_steps in args.from_log:
-        curve = curve_from_log(Path(log).read_text(), args.eval_every)
-        (out_dir / "runs" / f"{setting}.json").write_text(json.dumps(partial_run(setting, curve, int(planned_steps)), indent=1))
-    example = load_example(EXAMPLE)
-    for setting in [] if args.collect or args.from_log else args.settings:
-        entry = run(example, fixture, setting, out_dir, args.seed, args.eval_every)
+    settings = [] if args.collect else args.settings
+    if args.processes > 1 and len(settings) > 1:
+        passed = [flag for flag in (argv if argv is not None else sys.argv[1:])]
+        child_argv = [passed[i] for i in range(len(passed)) if not _is_settings_argument(passed, i)]
+        run_side_by_side(settings, child_argv, args.processes, out_dir)
+        settings = []
+    example = load_example(EXAMPLE) if settings else None
+    for setting in settings:
+        entry = run(example, setting, out_dir, args.seed, args.eval_every, args.max_train_seconds, args.model_name_or_path)
         (out_dir / "runs" / f"{setting}.json").write_text(json.dumps(entry, indent=1))
         print(json.dumps({k: v for k, v in entry.items() if k != "curve"}), flush=True)
-    evaluation = json.loads((fixture.data_dir / vqa_v2.ANNOTATIONS_FILE["val"]).read_text())["annotations"]
-    settings = {
-        "settings": {
-            "train_images": args.train_images,
-            "val_images": args.val_images,
-            "eval_questions": len(evaluation),
-            "seed": args.seed,
-            "eval_every": args.eval_every,
-            "torch": torch.__version__,
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        },
-        "priors": answer_type_priors(fixture.data_dir),
-    }
-    return collect(out_dir, Path(args.json), settings)
+    return None if args.no_collect else collect(out_dir, Path(args.json))
+
+
+def _is_settings_argument(argv: list[str], index: int) -> bool:
+    """Whether argv[index] is `--settings`, one of its values, or `--processes` / its value (the children get one
+    setting each and run it themselves)."""
+    for flag_index in range(index, -1, -1):
+        if argv[flag_index].startswith("--"):
+            return argv[flag_index] in ("--settings", "--processes")
+    return False
 
 
 if __name__ == "__main__":

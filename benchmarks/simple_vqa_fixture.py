@@ -17,7 +17,8 @@ Files, in the published layouts and read by the library's real readers:
   the official VQA v2 layouts (header fields, 10 answers per question with `answer_confidence` and `answer_id`,
   `question_type`, `answer_type`, `multiple_choice_answer`).
 
-Questions (every answer needs the image; none can be read from the question alone better than chance):
+Questions (every answer needs the image; none can be read from the question alone better than chance;
+`max_shapes=1` makes one shape per image and no counting question, like the easy-VQA set):
 
 - yes/no: "Is there a red circle?" (half yes; a "no" names a colour and a shape that are both in the image, on
   different shapes, so that colour and shape must be bound to the same region);
@@ -27,7 +28,7 @@ Questions (every answer needs the image; none can be read from the question alon
 
 Every image holds 1 to 3 shapes of distinct kinds and distinct colours, so every question has one answer.
 
-    python benchmarks/simple_vqa_fixture.py OUT_DIR [--train_images 600 --val_images 150 --feature_scale 255]
+    python benchmarks/simple_vqa_fixture.py OUT_DIR [--train_images 600 --val_images 150 --max_shapes 3 --feature_scale 255]
 
 then `examples/finetune_vqa.py --dataset vqa_v2 --data_dir OUT_DIR/vqa --features OUT_DIR/store`.
 """
@@ -63,8 +64,8 @@ def _store_id(split: str, image_id: int) -> str:
     return f"COCO_{split}2014_{image_id:012d}"
 
 
-def _render(rng: np.random.Generator, size: int) -> tuple[Image.Image, list[dict]]:
-    """An image of 1 to 3 shapes (distinct kinds, distinct colours) on a noisy two-tone background."""
+def _render(rng: np.random.Generator, size: int, max_shapes: int) -> tuple[Image.Image, list[dict]]:
+    """An image of 1 to `max_shapes` shapes (distinct kinds, distinct colours) on a noisy two-tone background."""
     base = rng.integers(90, 200, size=3)
     other = np.clip(base + rng.integers(-50, 51, size=3), 0, 255)
     ramp = np.linspace(0.0, 1.0, size)[None, :, None] if rng.random() < 0.5 else np.linspace(0.0, 1.0, size)[:, None, None]
@@ -72,7 +73,7 @@ def _render(rng: np.random.Generator, size: int) -> tuple[Image.Image, list[dict
     background = background + rng.normal(0.0, 12.0, size=(size, size, 3))
     image = Image.fromarray(np.clip(background, 0, 255).astype(np.uint8), "RGB")
     draw = ImageDraw.Draw(image)
-    count = int(rng.integers(1, 4))
+    count = int(rng.integers(1, max_shapes + 1))
     kinds = rng.choice(len(SHAPES), size=count, replace=False)
     colours = rng.choice(len(COLOURS), size=count, replace=False)
     shapes, placed = [], []
@@ -125,8 +126,9 @@ def pooled_colour_features(image: Image.Image, boxes: np.ndarray, scale: float =
     return (np.stack(crops).reshape(len(boxes), -1).astype(np.float32) * (scale / 255.0)).astype(np.float32)
 
 
-def _questions(rng: np.random.Generator, shapes: list[dict]) -> list[tuple[str, str, str, str]]:
-    """(question, answer, question_type, answer_type) of one image."""
+def _questions(rng: np.random.Generator, shapes: list[dict], max_shapes: int) -> list[tuple[str, str, str, str]]:
+    """(question, answer, question_type, answer_type) of one image; no counting question when every image holds one
+    shape (its answer would not need the image)."""
     present = {(s["colour"], s["shape"]) for s in shapes}
     if rng.random() < 0.5:  # "yes": a pair of the image
         colour, shape = sorted(present)[int(rng.integers(len(present)))]
@@ -144,7 +146,7 @@ def _questions(rng: np.random.Generator, shapes: list[dict]) -> list[tuple[str, 
     questions.append((f"What color is the {target['shape']}?", target["colour"], "what color is the", "other"))
     target = shapes[int(rng.integers(len(shapes)))]
     questions.append((f"What shape is the {target['colour']} object?", target["shape"], "what", "other"))
-    if rng.random() < 0.5:
+    if max_shapes > 1 and rng.random() < 0.5:
         questions.append(("How many shapes are there?", str(len(shapes)), "how many", "number"))
     return questions
 
@@ -165,6 +167,7 @@ def generate(
     num_train_images: int = 600,
     num_val_images: int = 150,
     image_size: int = 64,
+    max_shapes: int = 3,
     feature_scale: float = 255.0,
     seed: int = 0,
     save_images: bool = False,
@@ -175,6 +178,8 @@ def generate(
 
     if num_train_images < 2 or num_val_images < 2:
         raise ValueError(f"need >= 2 images per split, got {num_train_images} / {num_val_images}.")
+    if max_shapes not in (1, 2, 3):
+        raise ValueError(f"max_shapes must be 1, 2 or 3 (one shape of each kind at most), got {max_shapes}.")
     root = Path(out_dir)
     data_dir = root / "vqa"
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -184,7 +189,7 @@ def generate(
         questions, annotations = [], []
         for index in range(count):
             image_id = SPLIT_OFFSET[split] + index
-            image, shapes = _render(rng, image_size)
+            image, shapes = _render(rng, image_size, max_shapes)
             boxes = _regions(rng, shapes, image_size)
             if save_images:
                 (root / "images").mkdir(exist_ok=True)
@@ -202,7 +207,7 @@ def generate(
                     "attr_conf": np.ones(len(boxes), dtype=np.float32),
                 }
             )
-            for number, (question, answer, question_type, answer_type) in enumerate(_questions(rng, shapes)):
+            for number, (question, answer, question_type, answer_type) in enumerate(_questions(rng, shapes, max_shapes)):
                 question_id = image_id * 1000 + number
                 questions.append({"image_id": image_id, "question": question, "question_id": question_id})
                 answers = [{"answer": answer, "answer_confidence": "yes", "answer_id": k + 1} for k in range(10)]
@@ -235,6 +240,7 @@ def main() -> None:
     parser.add_argument("--train_images", type=int, default=600)
     parser.add_argument("--val_images", type=int, default=150)
     parser.add_argument("--image_size", type=int, default=64)
+    parser.add_argument("--max_shapes", type=int, default=3, help="1: one shape per image (easy-VQA-like)")
     parser.add_argument("--feature_scale", type=float, default=255.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save_images", action="store_true")
@@ -244,6 +250,7 @@ def main() -> None:
         num_train_images=args.train_images,
         num_val_images=args.val_images,
         image_size=args.image_size,
+        max_shapes=args.max_shapes,
         feature_scale=args.feature_scale,
         seed=args.seed,
         save_images=args.save_images,
