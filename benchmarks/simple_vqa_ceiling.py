@@ -51,6 +51,7 @@ ANSWER_TYPES = {"yes_no": "yes/no", "other": "other", "number": "number"}
 # the fixtures of `benchmarks/simple_vqa_fixture.py` (fixture seed 0) and how often their runs are evaluated
 FIXTURES = {
     "three_shapes_200": {"train_images": 200, "val_images": 60, "max_shapes": 3, "eval_every": 44},
+    "one_shape_600": {"train_images": 600, "val_images": 100, "max_shapes": 1, "eval_every": 28},
     "one_shape_2000": {"train_images": 2000, "val_images": 300, "max_shapes": 1, "eval_every": 188},
     "three_shapes_2000": {"train_images": 2000, "val_images": 300, "max_shapes": 3, "eval_every": 219},
 }
@@ -74,7 +75,10 @@ SETTINGS = {
     "head_lr_10_epochs": ("three_shapes_200", epochs(10, "--head_learning_rate", "1e-3")),
     "old_defaults_50_epochs": ("three_shapes_200", epochs(50)),
     "encoder_5e-5_head_1e-3_50_epochs": ("three_shapes_200", epochs(50, *ENCODER_5E5_HEAD_1E3)),
+    "one_shape_600_old_defaults": ("one_shape_600", OLD_DEFAULTS),
+    "one_shape_600_encoder_5e-5_head_1e-3": ("one_shape_600", epochs(1, *ENCODER_5E5_HEAD_1E3)),
     "one_shape_old_defaults": ("one_shape_2000", OLD_DEFAULTS),
+    "one_shape_encoder_5e-5_head_1e-3": ("one_shape_2000", epochs(1, *ENCODER_5E5_HEAD_1E3)),
     "one_shape_10_epochs": ("one_shape_2000", epochs(10)),
     "one_shape_10_epochs_lr_5e-5": ("one_shape_2000", epochs(10, "--learning_rate", "5e-5")),
     "one_shape_10_epochs_encoder_5e-5_head_1e-3": ("one_shape_2000", epochs(10, *ENCODER_5E5_HEAD_1E3)),
