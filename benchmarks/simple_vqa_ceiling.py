@@ -77,6 +77,7 @@ SETTINGS = {
     "encoder_5e-5_head_1e-3_50_epochs": ("three_shapes_200", epochs(50, *ENCODER_5E5_HEAD_1E3)),
     "one_shape_600_old_defaults": ("one_shape_600", OLD_DEFAULTS),
     "one_shape_600_encoder_5e-5_head_1e-3": ("one_shape_600", epochs(1, *ENCODER_5E5_HEAD_1E3)),
+    "one_shape_600_encoder_5e-5_head_1e-3_10_epochs": ("one_shape_600", epochs(10, *ENCODER_5E5_HEAD_1E3)),
     "one_shape_old_defaults": ("one_shape_2000", OLD_DEFAULTS),
     "one_shape_encoder_5e-5_head_1e-3": ("one_shape_2000", epochs(1, *ENCODER_5E5_HEAD_1E3)),
     "one_shape_10_epochs": ("one_shape_2000", epochs(10)),
@@ -282,30 +283,60 @@ def table(report: dict) -> str:
 PANEL_TITLES = {"vqa_accuracy": "all questions", "yes_no": "yes/no", "other": "other (colour, shape)", "number": "number"}
 
 
+EPOCH_MARKERS = {1: "o", 4: "s", 10: ".", 50: "^"}
+
+
+def epoch_count(flags: str) -> int:
+    words = flags.split()
+    return int(words[words.index("--num_train_epochs") + 1])
+
+
+def variant(flags: str) -> str:
+    """A setting's flags without its epoch count: runs of one variant share a colour in every panel."""
+    words = flags.split()
+    if "--num_train_epochs" in words:
+        index = words.index("--num_train_epochs")
+        del words[index : index + 2]
+    return " ".join(words)
+
+
 def plot(report: dict, path: Path) -> None:
-    """One row of panels per fixture (accuracy vs optimizer step per answer type), one shared 0-1 scale."""
+    """One row of panels per fixture (accuracy vs optimizer step per answer type), one shared 0-1 scale; a variant of
+    the flags has one colour throughout."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fixtures = [name for name in FIXTURES if any(entry["fixture"] == name for entry in report["runs"])]
+    variants = list(dict.fromkeys(variant(entry["flags"]) for entry in report["runs"]))
+    colours = {name: plt.get_cmap("tab10")(index % 10) for index, name in enumerate(variants)}
     figure, axes = plt.subplots(len(fixtures), 4, figsize=(18, 4.2 * len(fixtures)), sharey=True, squeeze=False)
     for row, name in zip(axes, fixtures):
         runs = [entry for entry in report["runs"] if entry["fixture"] == name]
         for axis, key in zip(row, ["vqa_accuracy", *ANSWER_TYPES]):
+            axis.set_title(f"{name}: {PANEL_TITLES[key]}", fontsize=10)
+            axis.set_ylim(0, 1.05)
+            if runs[0]["priors"].get(key, 0.0) is None:
+                axis.text(0.5, 0.5, "no questions of this type", ha="center", transform=axis.transAxes, color="grey")
+                axis.set_xticks([])
+                continue
             for entry in runs:
                 points = [point for point in entry["curve"] if point[key] is not None]
-                axis.plot([p["step"] for p in points], [p[key] for p in points], marker=".", label=entry["setting"])
+                label = entry["setting"] + ("" if entry["complete"] else " (stopped)")
+                axis.plot([p["step"] for p in points], [p[key] for p in points], marker=EPOCH_MARKERS.get(
+                    epoch_count(entry["flags"]), "."), markersize=4, color=colours[variant(entry["flags"])], label=label)
             axis.axhline(1.0, color="black", linestyle="--", linewidth=1, label="ceiling (1.0)")
-            if runs[0]["priors"].get(key) is not None:
-                axis.axhline(runs[0]["priors"][key], color="grey", linestyle=":", linewidth=1, label="prior (no image)")
-            axis.set_title(f"{name}: {PANEL_TITLES[key]}", fontsize=10)
-            axis.set_xlabel("optimizer step (batches)")
-            axis.set_ylim(0, 1.05)
+            if key in runs[0]["priors"]:
+                axis.axhline(runs[0]["priors"][key], color="grey", linestyle=":", linewidth=1.5, label="prior (no image)")
+            axis.set_xlabel("optimizer step (batches of 16)")
         row[0].set_ylabel("evaluation VQA accuracy (0-1)")
-        row[-1].legend(fontsize=7, loc="lower right")
-    figure.suptitle("examples/finetune_vqa.py on the simple-shapes VQA v2 fixtures: accuracy vs step, per answer type")
+        handles, labels = row[1].get_legend_handles_labels()  # yes/no: every run, the ceiling and the prior
+        row[-1].legend(handles, labels, fontsize=7, loc="lower right")
+    figure.suptitle(
+        "examples/finetune_vqa.py on the simple-shapes VQA v2 fixtures: evaluation accuracy vs step per answer type "
+        "(seed 42; colour: the flags, marker: the epochs planned)"
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=80)
     plt.close(figure)
