@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from example_scripts import load_example  # noqa: E402  (benchmarks/example_scripts.py)
 import simple_vqa_fixture  # noqa: E402  (benchmarks/simple_vqa_fixture.py)
-from docs_blocks import write_results  # noqa: E402  (benchmarks/docs_blocks.py)
+from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
 
 from hf_vlalign.data.builders import vqa_v2  # noqa: E402
 
@@ -55,40 +55,45 @@ FIXTURES = {
     "one_shape_2000": {"train_images": 2000, "val_images": 300, "max_shapes": 1, "eval_every": 188},
     "three_shapes_2000": {"train_images": 2000, "val_images": 300, "max_shapes": 3, "eval_every": 219},
 }
-# each setting's fixture and flags, in full; `OLD_DEFAULTS` are the example's defaults before the small-data recipe
-OLD_DEFAULTS = ["--learning_rate", "2e-4", "--num_train_epochs", "1", "--warmup_steps", "20",
-                "--per_device_train_batch_size", "16"]  # fmt: skip
+DOCS_BEGIN = "<!-- benchmarks/simple_vqa_ceiling.py table: begin -->"
+DOCS_END = "<!-- benchmarks/simple_vqa_ceiling.py table: end -->"
+# each setting's fixture and flags, in full (so that a setting means the same whatever the example's defaults become)
 
 
-def epochs(count: int, *flags: str) -> list[str]:
-    """The old defaults trained for `count` epochs, with `flags` added (a later flag overrides an earlier one)."""
-    return [*OLD_DEFAULTS[:2], "--num_train_epochs", str(count), *OLD_DEFAULTS[4:], *flags]
+def flags(
+    epochs: int, learning_rate: str = "2e-4", head_learning_rate: str | None = None, *extra: str, warmup_steps: str = "20"
+) -> list[str]:
+    """The flags of a setting: batch 16, `learning_rate` for the copied text encoder and `head_learning_rate`
+    (default: the same) for the newly initialised visual embeddings and answer head."""
+    return ["--learning_rate", learning_rate, "--head_learning_rate", head_learning_rate or learning_rate,
+            "--num_train_epochs", str(epochs), "--warmup_steps", warmup_steps, "--per_device_train_batch_size", "16",
+            *extra]  # fmt: skip
 
 
-ENCODER_5E5_HEAD_1E3 = ("--learning_rate", "5e-5", "--head_learning_rate", "1e-3")
+OLD_DEFAULTS = flags(1)  # one rate of 2e-4 for every parameter, 1 epoch
 TWO_STREAM = ("--model_family", "two_stream")
 SETTINGS = {
     "old_defaults": ("three_shapes_200", OLD_DEFAULTS),
-    "old_defaults_4_epochs": ("three_shapes_200", epochs(4)),
-    "head_lr_4_epochs": ("three_shapes_200", epochs(4, "--head_learning_rate", "1e-3")),
-    "old_defaults_10_epochs": ("three_shapes_200", epochs(10)),
-    "head_lr_10_epochs": ("three_shapes_200", epochs(10, "--head_learning_rate", "1e-3")),
-    "old_defaults_50_epochs": ("three_shapes_200", epochs(50)),
-    "encoder_5e-5_head_1e-3_50_epochs": ("three_shapes_200", epochs(50, *ENCODER_5E5_HEAD_1E3)),
+    "old_defaults_4_epochs": ("three_shapes_200", flags(4)),
+    "head_lr_4_epochs": ("three_shapes_200", flags(4, "2e-4", "1e-3")),
+    "old_defaults_10_epochs": ("three_shapes_200", flags(10)),
+    "head_lr_10_epochs": ("three_shapes_200", flags(10, "2e-4", "1e-3")),
+    "old_defaults_50_epochs": ("three_shapes_200", flags(50)),
+    "encoder_5e-5_head_1e-3_50_epochs": ("three_shapes_200", flags(50, "5e-5", "1e-3")),
     "one_shape_600_old_defaults": ("one_shape_600", OLD_DEFAULTS),
-    "one_shape_600_encoder_5e-5_head_1e-3": ("one_shape_600", epochs(1, *ENCODER_5E5_HEAD_1E3)),
-    "one_shape_600_encoder_5e-5_head_1e-3_10_epochs": ("one_shape_600", epochs(10, *ENCODER_5E5_HEAD_1E3)),
+    "one_shape_600_encoder_5e-5_head_1e-3": ("one_shape_600", flags(1, "5e-5", "1e-3")),
+    "one_shape_600_encoder_5e-5_head_1e-3_10_epochs": ("one_shape_600", flags(10, "5e-5", "1e-3")),
     "one_shape_old_defaults": ("one_shape_2000", OLD_DEFAULTS),
-    "one_shape_encoder_5e-5_head_1e-3": ("one_shape_2000", epochs(1, *ENCODER_5E5_HEAD_1E3)),
-    "one_shape_10_epochs": ("one_shape_2000", epochs(10)),
-    "one_shape_10_epochs_lr_5e-5": ("one_shape_2000", epochs(10, "--learning_rate", "5e-5")),
-    "one_shape_10_epochs_encoder_5e-5_head_1e-3": ("one_shape_2000", epochs(10, *ENCODER_5E5_HEAD_1E3)),
-    "one_shape_10_epochs_warmup_10pct": ("one_shape_2000", epochs(10, "--warmup_steps", "0.1")),
-    "one_shape_10_epochs_two_stream": ("one_shape_2000", epochs(10, *TWO_STREAM)),
+    "one_shape_encoder_5e-5_head_1e-3": ("one_shape_2000", flags(1, "5e-5", "1e-3")),
+    "one_shape_10_epochs": ("one_shape_2000", flags(10)),
+    "one_shape_10_epochs_lr_5e-5": ("one_shape_2000", flags(10, "5e-5")),
+    "one_shape_10_epochs_encoder_5e-5_head_1e-3": ("one_shape_2000", flags(10, "5e-5", "1e-3")),
+    "one_shape_10_epochs_warmup_10pct": ("one_shape_2000", flags(10, warmup_steps="0.1")),
+    "one_shape_10_epochs_two_stream": ("one_shape_2000", flags(10, "2e-4", None, *TWO_STREAM)),
     "three_shapes_old_defaults": ("three_shapes_2000", OLD_DEFAULTS),
-    "three_shapes_10_epochs": ("three_shapes_2000", epochs(10)),
-    "three_shapes_10_epochs_encoder_5e-5_head_1e-3": ("three_shapes_2000", epochs(10, *ENCODER_5E5_HEAD_1E3)),
-    "three_shapes_10_epochs_two_stream": ("three_shapes_2000", epochs(10, *TWO_STREAM)),
+    "three_shapes_10_epochs": ("three_shapes_2000", flags(10)),
+    "three_shapes_10_epochs_encoder_5e-5_head_1e-3": ("three_shapes_2000", flags(10, "5e-5", "1e-3")),
+    "three_shapes_10_epochs_two_stream": ("three_shapes_2000", flags(10, "2e-4", None, *TWO_STREAM)),
 }
 
 
@@ -287,17 +292,33 @@ EPOCH_MARKERS = {1: "o", 4: "s", 10: ".", 50: "^"}
 
 
 def epoch_count(flags: str) -> int:
+    return int(effective_flags(flags)["--num_train_epochs"])
+
+
+def effective_flags(flags: str) -> dict[str, str]:
+    """What a run's recorded flags set (a later flag overrides an earlier one; no `--head_learning_rate`: one rate
+    for every parameter, the example's default when those runs were made)."""
     words = flags.split()
-    return int(words[words.index("--num_train_epochs") + 1])
+    values = {words[index]: words[index + 1] for index in range(0, len(words), 2)}
+    values.setdefault("--head_learning_rate", values["--learning_rate"])
+    return values
+
+
+def describe(flags: str) -> str:
+    """A run's settings in words, e.g. "encoder 5e-05, new parts 0.001, 10 epochs"."""
+    values = effective_flags(flags)
+    words = [f"encoder {values['--learning_rate']}", f"new parts {values['--head_learning_rate']}",
+             f"{values['--num_train_epochs']} epoch(s)"]  # fmt: skip
+    if values.get("--warmup_steps", "20") != "20":
+        words.append(f"warmup {values['--warmup_steps']}")
+    if "--model_family" in values:
+        words.append(values["--model_family"].replace("_", "-"))
+    return ", ".join(words)
 
 
 def variant(flags: str) -> str:
-    """A setting's flags without its epoch count: runs of one variant share a colour in every panel."""
-    words = flags.split()
-    if "--num_train_epochs" in words:
-        index = words.index("--num_train_epochs")
-        del words[index : index + 2]
-    return " ".join(words)
+    """A run's settings without its epoch count: runs of one variant share a colour in every panel."""
+    return ", ".join(word for word in describe(flags).split(", ") if "epoch" not in word)
 
 
 def plot(report: dict, path: Path) -> None:
@@ -340,6 +361,31 @@ def plot(report: dict, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=80)
     plt.close(figure)
+
+
+def docs_block(report: dict) -> str:
+    """docs/training.md's table: every run's settings and its last evaluation beside each type's prior."""
+    lines = [
+        DOCS_BEGIN,
+        "Seed 42, fixture seed 0; the learning curves are in `benchmarks/results/simple_vqa_ceiling.md` / `.png`; "
+        "`python benchmarks/simple_vqa_ceiling.py --docs` rewrites this table from "
+        f"`{RESULTS.relative_to(ROOT)}`. Ceiling 1.0 for every type; prior in brackets; \"-\": no such questions.",
+        "",
+        "| fixture | settings | machine | steps trained / planned | VQA acc | yes/no (prior) | other (prior) | "
+        "number (prior) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for entry in report["runs"]:
+        final, priors = entry["final"], entry["priors"]
+        cells = [_number(final["vqa_accuracy"])]
+        for key in ANSWER_TYPES:
+            cells.append("-" if priors[key] is None else f"{_number(final[key])} ({_number(priors[key])})")
+        stopped = "" if entry["complete"] else " (stopped)"
+        lines.append(
+            f"| {entry['fixture']} | {describe(entry['flags'])} | {entry['machine']} | "
+            f"{entry['steps']} / {entry['planned_steps']}{stopped} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join([*lines, DOCS_END])
 
 
 def collect(out_dir: Path, json_path: Path) -> dict:
@@ -387,7 +433,12 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--json", default=str(RESULTS))
     parser.add_argument("--no_collect", action="store_true", help="run the settings, write no results file")
     parser.add_argument("--collect", action="store_true", help="run nothing: write the results of OUT_DIR/runs")
+    parser.add_argument("--docs", action="store_true", help="run nothing: rewrite docs/training.md's table from --json")
     args = parser.parse_args(argv)
+    if args.docs:
+        report = json.loads(Path(args.json).read_text())
+        replace_docs_block(DOCS_BEGIN, DOCS_END, docs_block(report))
+        return report
     out_dir = Path(args.out_dir)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     settings = [] if args.collect else args.settings
