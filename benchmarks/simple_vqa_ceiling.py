@@ -61,7 +61,11 @@ DOCS_END = "<!-- benchmarks/simple_vqa_ceiling.py table: end -->"
 
 
 def flags(
-    epochs: int, learning_rate: str = "2e-4", head_learning_rate: str | None = None, *extra: str, warmup_steps: str = "20"
+    epochs: int,
+    learning_rate: str = "2e-4",
+    head_learning_rate: str | None = None,
+    *extra: str,
+    warmup_steps: str = "20",
 ) -> list[str]:
     """The flags of a setting: batch 16, `learning_rate` for the copied text encoder and `head_learning_rate`
     (default: the same) for the newly initialised visual embeddings and answer head."""
@@ -285,7 +289,9 @@ def table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-PANEL_TITLES = {"vqa_accuracy": "all questions", "yes_no": "yes/no", "other": "other (colour, shape)", "number": "number"}
+PANEL_TITLES = {
+    "vqa_accuracy": "all questions", "yes_no": "yes/no", "other": "other (colour, shape)", "number": "number"
+}  # fmt: skip
 
 
 EPOCH_MARKERS = {1: "o", 4: "s", 10: ".", 50: "^"}
@@ -345,11 +351,14 @@ def plot(report: dict, path: Path) -> None:
             for entry in runs:
                 points = [point for point in entry["curve"] if point[key] is not None]
                 label = entry["setting"] + ("" if entry["complete"] else " (stopped)")
-                axis.plot([p["step"] for p in points], [p[key] for p in points], marker=EPOCH_MARKERS.get(
-                    epoch_count(entry["flags"]), "."), markersize=4, color=colours[variant(entry["flags"])], label=label)
+                marker = EPOCH_MARKERS.get(epoch_count(entry["flags"]), ".")
+                colour = colours[variant(entry["flags"])]
+                axis.plot([p["step"] for p in points], [p[key] for p in points], marker=marker, markersize=4,
+                          color=colour, label=label)  # fmt: skip
             axis.axhline(1.0, color="black", linestyle="--", linewidth=1, label="ceiling (1.0)")
             if key in runs[0]["priors"]:
-                axis.axhline(runs[0]["priors"][key], color="grey", linestyle=":", linewidth=1.5, label="prior (no image)")
+                prior = runs[0]["priors"][key]
+                axis.axhline(prior, color="grey", linestyle=":", linewidth=1.5, label="prior (no image)")
             axis.set_xlabel("optimizer step (batches of 16)")
         row[0].set_ylabel("evaluation VQA accuracy (0-1)")
         handles, labels = row[1].get_legend_handles_labels()  # yes/no: every run, the ceiling and the prior
@@ -358,7 +367,7 @@ def plot(report: dict, path: Path) -> None:
         "examples/finetune_vqa.py on the simple-shapes VQA v2 fixtures: evaluation accuracy vs step per answer type "
         "(seed 42; colour: the flags, marker: the epochs planned)"
     )
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 0.97))  # room for the title above the first row
     figure.savefig(path, dpi=80)
     plt.close(figure)
 
@@ -426,7 +435,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--out_dir", default="outputs/simple_vqa_ceiling")
     parser.add_argument("--settings", nargs="*", default=[], choices=list(SETTINGS))
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--eval_every", type=int, default=None, help="evaluate every N optimizer steps (default: the fixture's)")
+    parser.add_argument(
+        "--eval_every", type=int, default=None, help="evaluate every N optimizer steps (default: the fixture's)"
+    )
     parser.add_argument("--max_train_seconds", type=float, default=None, help="stop each training after N seconds")
     parser.add_argument("--model_name_or_path", default=None, help="the base model (default: the example's, MiniLM)")
     parser.add_argument("--processes", type=int, default=1, help="settings run side by side, each in its own process")
@@ -449,7 +460,9 @@ def main(argv: list[str] | None = None) -> dict | None:
         settings = []
     example = load_example(EXAMPLE) if settings else None
     for setting in settings:
-        entry = run(example, setting, out_dir, args.seed, args.eval_every, args.max_train_seconds, args.model_name_or_path)
+        entry = run(
+            example, setting, out_dir, args.seed, args.eval_every, args.max_train_seconds, args.model_name_or_path
+        )
         (out_dir / "runs" / f"{setting}.json").write_text(json.dumps(entry, indent=1))
         print(json.dumps({k: v for k, v in entry.items() if k != "curve"}), flush=True)
     return None if args.no_collect else collect(out_dir, Path(args.json))

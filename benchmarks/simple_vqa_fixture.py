@@ -28,7 +28,8 @@ Questions (every answer needs the image; none can be read from the question alon
 
 Every image holds 1 to 3 shapes of distinct kinds and distinct colours, so every question has one answer.
 
-    python benchmarks/simple_vqa_fixture.py OUT_DIR [--train_images 600 --val_images 150 --max_shapes 3 --feature_scale 255]
+    python benchmarks/simple_vqa_fixture.py OUT_DIR [--train_images 600 --val_images 150 --max_shapes 3]
+        [--feature_scale 255]
 
 then `examples/finetune_vqa.py --dataset vqa_v2 --data_dir OUT_DIR/vqa --features OUT_DIR/store`.
 """
@@ -207,7 +208,8 @@ def generate(
                     "attr_conf": np.ones(len(boxes), dtype=np.float32),
                 }
             )
-            for number, (question, answer, question_type, answer_type) in enumerate(_questions(rng, shapes, max_shapes)):
+            questions_of_image = _questions(rng, shapes, max_shapes)
+            for number, (question, answer, question_type, answer_type) in enumerate(questions_of_image):
                 question_id = image_id * 1000 + number
                 questions.append({"image_id": image_id, "question": question, "question_id": question_id})
                 answers = [{"answer": answer, "answer_confidence": "yes", "answer_id": k + 1} for k in range(10)]
