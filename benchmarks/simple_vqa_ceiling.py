@@ -94,10 +94,14 @@ SETTINGS = {
     "one_shape_10_epochs_encoder_5e-5_head_1e-3": ("one_shape_2000", flags(10, "5e-5", "1e-3")),
     "one_shape_10_epochs_warmup_10pct": ("one_shape_2000", flags(10, warmup_steps="0.1")),
     "one_shape_10_epochs_two_stream": ("one_shape_2000", flags(10, "2e-4", None, *TWO_STREAM)),
+    "one_shape_10_epochs_two_stream_encoder_5e-5_head_1e-3": ("one_shape_2000", flags(10, "5e-5", "1e-3", *TWO_STREAM)),
     "three_shapes_old_defaults": ("three_shapes_2000", OLD_DEFAULTS),
     "three_shapes_10_epochs": ("three_shapes_2000", flags(10)),
     "three_shapes_10_epochs_encoder_5e-5_head_1e-3": ("three_shapes_2000", flags(10, "5e-5", "1e-3")),
     "three_shapes_10_epochs_two_stream": ("three_shapes_2000", flags(10, "2e-4", None, *TWO_STREAM)),
+    "three_shapes_10_epochs_two_stream_encoder_5e-5_head_1e-3": (
+        "three_shapes_2000", flags(10, "5e-5", "1e-3", *TWO_STREAM)
+    ),
 }
 
 
