@@ -342,8 +342,9 @@ def plot(report: dict, path: Path) -> None:
     fixtures = [name for name in FIXTURES if any(entry["fixture"] == name for entry in report["runs"])]
     variants = list(dict.fromkeys(variant(entry["flags"]) for entry in report["runs"]))
     colours = {name: plt.get_cmap("tab10")(index % 10) for index, name in enumerate(variants)}
-    figure, axes = plt.subplots(len(fixtures), 4, figsize=(18, 4.2 * len(fixtures)), sharey=True, squeeze=False)
+    figure, axes = plt.subplots(len(fixtures), 5, figsize=(22, 4.2 * len(fixtures)), sharey=True, squeeze=False)
     for row, name in zip(axes, fixtures):
+        row, legend_axis = row[:4], row[4]  # the fifth column holds the row's legend
         runs = [entry for entry in report["runs"] if entry["fixture"] == name]
         for axis, key in zip(row, ["vqa_accuracy", *ANSWER_TYPES]):
             axis.set_title(f"{name}: {PANEL_TITLES[key]}", fontsize=10)
@@ -366,7 +367,8 @@ def plot(report: dict, path: Path) -> None:
             axis.set_xlabel("optimizer step (batches of 16)")
         row[0].set_ylabel("evaluation VQA accuracy (0-1)")
         handles, labels = row[1].get_legend_handles_labels()  # yes/no: every run, the ceiling and the prior
-        row[-1].legend(handles, labels, fontsize=7, loc="lower right")
+        legend_axis.axis("off")
+        legend_axis.legend(handles, labels, fontsize=8, loc="center left", title=name, title_fontsize=9)
     figure.suptitle(
         "examples/finetune_vqa.py on the simple-shapes VQA v2 fixtures: evaluation accuracy vs step per answer type "
         "(seed 42; colour: the flags, marker: the epochs planned)"

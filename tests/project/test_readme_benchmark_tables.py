@@ -96,6 +96,11 @@ def test_simple_vqa_ceiling_table_is_generated_from_the_committed_results():
     for rates in ("encoder 2e-4, new parts 2e-4", "encoder 5e-5, new parts 1e-3"):
         short = runs["one_shape_600", f"{rates}, 1 epoch(s)", False]
         assert abs(short["final"]["yes_no"] - short["priors"]["yes_no"]) < 0.05
+    # the two-stream family at the new rates: the ceiling with one shape, yes/no at its prior with 1-3 shapes
+    two_stream = "encoder 5e-5, new parts 1e-3, 10 epoch(s), two-stream"
+    assert runs["one_shape_2000", two_stream, True]["final"]["vqa_accuracy"] > 0.95
+    binding = runs["three_shapes_2000", two_stream, True]
+    assert abs(binding["final"]["yes_no"] - binding["priors"]["yes_no"]) < 0.05
     recipe = runs["one_shape_600", "encoder 5e-5, new parts 1e-3, 10 epoch(s)", False]
     assert recipe["complete"] and recipe["final"]["vqa_accuracy"] >= 0.95 and recipe["final"]["yes_no"] > 0.9
 
