@@ -1,22 +1,24 @@
 #!/usr/bin/env python
 """Does `examples/finetune_vqa.py` learn a simple VQA set to its ceiling? Learning curves (evaluation accuracy per
-answer type vs optimizer step) of named training settings on the same fixture, seed and evaluation questions.
+answer type vs optimizer step) of named training settings, each on its fixture, with the same seed.
 
-    python benchmarks/simple_vqa_ceiling.py                                   # old defaults and the small-data recipe
-    python benchmarks/simple_vqa_ceiling.py --settings old_defaults --out_dir outputs/ceiling   # one setting
-    python benchmarks/simple_vqa_ceiling.py --out_dir outputs/ceiling --collect  # results JSON, table and plot only
+    python benchmarks/simple_vqa_ceiling.py --settings one_shape_old_defaults one_shape_encoder_5e-5_head_1e-3
+    python benchmarks/simple_vqa_ceiling.py --processes 12 --max_train_seconds 380 --settings ...   # side by side
+    python benchmarks/simple_vqa_ceiling.py --collect     # results JSON, table and plot of OUT_DIR/runs only
+    python benchmarks/simple_vqa_ceiling.py --docs        # docs/training.md's table from the results JSON only
 
-Data: `benchmarks/simple_vqa_fixture.py` (1-3 coloured shapes per image, 17 boxes, 192-dim raw 0..255 pooled-colour
-features in an LXMERT TSV converted to a store, VQA v2 question / annotation files), generated into `--out_dir`.
-Every answer is determined by the image, so the set's ceiling is an accuracy of 1.0. Each setting is the example's
-own `main()` with the flags of `SETTINGS` (written out in full, so that a setting means the same whatever the
-example's defaults become); the example's evaluation (`vqa_accuracy` overall and per answer type) runs every
-`--eval_every` steps and at the end. Beside them: the prior of each answer type (its most frequent training answer's
-accuracy on the evaluation questions: a model that ignores the image reaches it) and the example's own-image vs
-shuffled-image gap.
+Data: the fixtures of `FIXTURES`, made by `benchmarks/simple_vqa_fixture.py` into `OUT_DIR/fixtures` (one or 1-3
+coloured shapes per image, 17 boxes, 192-dim raw 0..255 pooled-colour features in an LXMERT TSV converted to a store,
+VQA v2 question / annotation files). Every answer is determined by the image, so a set's ceiling is an accuracy of
+1.0. Each setting is the example's own `main()` with the flags of `SETTINGS` (written out in full, so that a setting
+means the same whatever the example's defaults become); the example's evaluation (`vqa_accuracy` overall and per
+answer type) runs every `--eval_every` steps (default: the fixture's) and at the end. Beside them: the prior of each
+answer type (its most frequent training answer's accuracy on the evaluation questions: a model that ignores the image
+reaches it) and the example's own-image vs shuffled-image gap. `--processes N` runs the settings in N processes of
+this script side by side (on a GPU they share it); `--max_train_seconds` stops each training at a deadline.
 
 Each run writes `OUT_DIR/runs/<setting>.json` at every evaluation (a run stopped early keeps its curve so far, marked
-`"complete": false`; `--from_log` reads one from the log a run printed); the script then writes `--json` (default
+`"complete": false`) with its fixture, priors, machine and base model; the script then writes `--json` (default
 `benchmarks/results/simple_vqa_ceiling.json`), the markdown table beside it (`.md`) and a plot (`.png`) from every
 run found in `OUT_DIR/runs`.
 """
@@ -94,7 +96,9 @@ SETTINGS = {
     "one_shape_10_epochs_encoder_5e-5_head_1e-3": ("one_shape_2000", flags(10, "5e-5", "1e-3")),
     "one_shape_10_epochs_warmup_10pct": ("one_shape_2000", flags(10, warmup_steps="0.1")),
     "one_shape_10_epochs_two_stream": ("one_shape_2000", flags(10, "2e-4", None, *TWO_STREAM)),
-    "one_shape_10_epochs_two_stream_encoder_5e-5_head_1e-3": ("one_shape_2000", flags(10, "5e-5", "1e-3", *TWO_STREAM)),
+    "one_shape_10_epochs_two_stream_encoder_5e-5_head_1e-3": (
+        "one_shape_2000", flags(10, "5e-5", "1e-3", *TWO_STREAM)
+    ),
     "three_shapes_old_defaults": ("three_shapes_2000", OLD_DEFAULTS),
     "three_shapes_10_epochs": ("three_shapes_2000", flags(10)),
     "three_shapes_10_epochs_encoder_5e-5_head_1e-3": ("three_shapes_2000", flags(10, "5e-5", "1e-3")),
@@ -436,6 +440,15 @@ def run_side_by_side(settings: list[str], argv: list[str], processes: int, out_d
                 running.remove((setting, process))
 
 
+def setting_process_arguments(args: argparse.Namespace) -> list[str]:
+    """The flags of each setting's own process: those of this one, less the settings and the process count."""
+    argv = ["--out_dir", args.out_dir, "--seed", str(args.seed)]
+    for flag in ("eval_every", "max_train_seconds", "model_name_or_path"):
+        if getattr(args, flag) is not None:
+            argv += [f"--{flag}", str(getattr(args, flag))]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out_dir", default="outputs/simple_vqa_ceiling")
@@ -460,9 +473,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     settings = [] if args.collect else args.settings
     if args.processes > 1 and len(settings) > 1:
-        passed = [flag for flag in (argv if argv is not None else sys.argv[1:])]
-        child_argv = [passed[i] for i in range(len(passed)) if not _is_settings_argument(passed, i)]
-        run_side_by_side(settings, child_argv, args.processes, out_dir)
+        run_side_by_side(settings, setting_process_arguments(args), args.processes, out_dir)
         settings = []
     example = load_example(EXAMPLE) if settings else None
     for setting in settings:
@@ -472,15 +483,6 @@ def main(argv: list[str] | None = None) -> dict | None:
         (out_dir / "runs" / f"{setting}.json").write_text(json.dumps(entry, indent=1))
         print(json.dumps({k: v for k, v in entry.items() if k != "curve"}), flush=True)
     return None if args.no_collect else collect(out_dir, Path(args.json))
-
-
-def _is_settings_argument(argv: list[str], index: int) -> bool:
-    """Whether argv[index] is `--settings`, one of its values, or `--processes` / its value (the children get one
-    setting each and run it themselves)."""
-    for flag_index in range(index, -1, -1):
-        if argv[flag_index].startswith("--"):
-            return argv[flag_index] in ("--settings", "--processes")
-    return False
 
 
 if __name__ == "__main__":
