@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -426,18 +427,15 @@ def run_side_by_side(settings: list[str], argv: list[str], processes: int, out_d
     threads = str(max(1, (os.cpu_count() or 1) // processes))
     environment = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
     (out_dir / "logs").mkdir(parents=True, exist_ok=True)
-    pending, running = list(settings), []
-    while pending or running:
-        while pending and len(running) < processes:
-            setting = pending.pop(0)
-            log = open(out_dir / "logs" / f"{setting}.log", "w")
-            command = [sys.executable, __file__, *argv, "--settings", setting, "--no_collect"]
-            running.append((setting, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)))
-        time.sleep(2)
-        for setting, process in list(running):
-            if process.poll() is not None:
-                print(f"{setting}: exit {process.returncode}", flush=True)
-                running.remove((setting, process))
+
+    def run_setting(setting: str) -> None:
+        command = [sys.executable, __file__, *argv, "--settings", setting, "--no_collect"]
+        with open(out_dir / "logs" / f"{setting}.log", "w") as log:
+            completed = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+        print(f"{setting}: exit {completed.returncode}", flush=True)
+
+    with ThreadPoolExecutor(processes) as pool:
+        list(pool.map(run_setting, settings))
 
 
 def setting_process_arguments(args: argparse.Namespace) -> list[str]:
