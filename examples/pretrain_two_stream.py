@@ -372,7 +372,9 @@ def finetune_on_gqa(args: PretrainingArguments, training_args, checkpoint: Path)
         "--dataset", "gqa", "--data_dir", args.gqa_dir, "--features", args.features, "--model_family", "two_stream",
         "--model_name_or_path", str(checkpoint), "--answer_vocab", args.gqa_answer_vocab,
         "--output_dir", str(checkpoint.with_name(f"{checkpoint.name}-gqa")), "--num_train_epochs", str(args.gqa_num_train_epochs),
-        "--learning_rate", str(args.gqa_learning_rate), "--per_device_train_batch_size", str(args.gqa_batch_size),
+        # LXMERT's gqa_finetune.bash trains every parameter, the new answer head too, at one rate
+        "--learning_rate", str(args.gqa_learning_rate), "--head_learning_rate", str(args.gqa_learning_rate),
+        "--per_device_train_batch_size", str(args.gqa_batch_size),
         "--per_device_eval_batch_size", str(training_args.per_device_eval_batch_size),
         "--seed", str(training_args.seed), "--max_text_length", str(args.max_text_length),
         "--report_to", *(training_args.report_to or ["none"]),

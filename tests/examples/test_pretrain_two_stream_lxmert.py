@@ -123,6 +123,9 @@ def test_kervadec_pretraining_then_gqa_on_the_published_layouts(tmp_path):
         assert run["gqa"]["dataset"] == "gqa" and run["gqa"]["eval_examples"] == 2
         assert run["gqa_accuracy"] == run["gqa"]["gqa_accuracy"]  # GQA's eval.py accuracy: the balanced question
         assert (output / f"{name}-gqa" / "model.safetensors").is_file()
+        # LXMERT's GQA fine-tuning: one rate for every parameter, the new answer head too
+        gqa_args = json.loads((output / f"{name}-gqa" / "training_args.json").read_text())
+        assert gqa_args["head_learning_rate"] == gqa_args["learning_rate"]
         # every VG region description of the samples points to its region; the other sentences have no pointer
         train = run["pointers"]["train"]["by_source"]
         assert train["vg"] == {"rows": 18, "rows_with_pointers": 18}
