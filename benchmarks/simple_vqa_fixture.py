@@ -26,7 +26,8 @@ Questions (every answer needs the image; none can be read from the question alon
 - other (shape): "What shape is the blue object?";
 - number: "How many shapes are there?" (1 to 3).
 
-Every image holds 1 to 3 shapes of distinct kinds and distinct colours, so every question has one answer.
+Every image holds 1 to `max_shapes` (default 3) shapes of distinct kinds and distinct colours, so every question
+has one answer; with one shape a "no" names a pair absent from the image.
 
     python benchmarks/simple_vqa_fixture.py OUT_DIR [--train_images 600 --val_images 150 --max_shapes 3]
         [--feature_scale 255]
