@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import is_torchdynamo_compiling
 
 from .dropout import apply_dropout
 
@@ -37,15 +36,13 @@ def eager_attention_forward(
     return attn_output.transpose(1, 2).contiguous(), probs
 
 
-def key_padding_mask_4d(keep: torch.Tensor, dtype: torch.dtype, eager: bool) -> torch.Tensor | None:
+def key_padding_mask_4d(keep: torch.Tensor, dtype: torch.dtype, eager: bool) -> torch.Tensor:
     """(B, N) keep-mask of the keys -> additive float mask (eager) or boolean mask (sdpa), shaped (B, 1, 1, N).
 
-    Returns None when nothing is masked on the sdpa path, which lets sdpa use its fastest kernel. That test reads the
-    mask on the host, so it is skipped under `torch.compile` / `torch.export` (as transformers' `sdpa_mask` does): the
-    traced graph always passes the boolean mask, with the same result.
+    The sdpa path always passes the mask, even when it keeps every key: dropping it then (what transformers'
+    `sdpa_mask` does for causal masks) would need to read the mask on the host, a device synchronisation per layer
+    call, for a faster kernel only on batches without padding.
     """
-    if not eager and not is_torchdynamo_compiling() and bool(keep.all()):
-        return None
     keep = keep.bool()[:, None, None, :]
     if not eager:
         return keep

@@ -27,10 +27,12 @@ from ..utils.validation import (
     check_binary_mask,
     check_finite,
     check_floating,
+    check_in_range,
     check_integer,
     check_no_mass_on_padding,
     check_no_target_on_padding,
     check_rank,
+    require,
 )
 
 
@@ -148,11 +150,9 @@ def answer_item_count(labels: torch.Tensor | None) -> torch.Tensor:
 def answer_loss(logits: torch.Tensor, labels: torch.Tensor, num_items: torch.Tensor | None = None) -> torch.Tensor | None:
     """Cross-entropy for one answer id per question (GQA; -100 ignored) or, for (B, A) soft scores (VQA), binary
     cross-entropy summed over answers and averaged over questions (LXMERT's `bce_loss * num_answers`). `num_items`:
-    the number of questions to divide by (global under data parallelism; default: this batch's); None when there is
-    none."""
+    the number of questions to divide by (global under data parallelism; default: this batch's); 0 (in the graph) when
+    every id is -100."""
     count = item_count(answer_item_count(labels), num_items)
-    if not bool(count > 0):
-        return None
     if labels.dim() == 2:
         total = nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="sum")
         return mean_over_items(total, count)
@@ -174,19 +174,14 @@ def masked_language_modelling(
     num_items: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(prediction_logits, loss_mlm): BERT's masked-word cross-entropy over the positions whose label is not -100
-    (divided by `num_items` when given, the global count of masked words). In training with labels only the masked
-    positions are scored (the same loss, without the vocabulary projection of every other token) and no logits are
-    returned."""
-    has_loss = labels is not None and bool(item_count(count_labeled(labels), num_items) > 0)
-    if training and labels is not None:
-        if not has_loss:
-            return None, None
-        masked = labels != -100
-        return None, mean_cross_entropy(lm_head(text_states[masked]), labels[masked], num_items)
+    (divided by `num_items` when given, the global count of masked words; 0 when no word is masked). Every position
+    is scored, as BERT's and LXMERT's heads do: selecting the masked ones first would read their number on the host
+    (a device synchronisation per step). In training no logits are returned."""
     prediction_logits = lm_head(text_states)
-    if not has_loss:
-        return prediction_logits, None
-    return prediction_logits, mean_cross_entropy(prediction_logits.flatten(0, 1), labels.flatten(), num_items)
+    loss = None
+    if labels is not None:
+        loss = mean_cross_entropy(prediction_logits.flatten(0, 1), labels.flatten(), num_items)
+    return (None if training else prediction_logits), loss
 
 
 def referring_item_count(
@@ -216,7 +211,8 @@ def referring_expression_loss(
     else:
         targets = nn.functional.one_hot(labels.long(), logits.shape[-1]).to(logits.dtype)
     real = region_mask.bool()
-    total = nn.functional.binary_cross_entropy_with_logits(logits[real], targets[real], reduction="sum")
+    per_region = nn.functional.binary_cross_entropy_with_logits(logits, targets, reduction="none")
+    total = per_region.masked_fill(~real, 0.0).sum()
     return mean_over_items(total, item_count(real.sum(), num_items))
 
 
@@ -230,14 +226,12 @@ def phrase_grounding_loss(
 ) -> torch.Tensor | None:
     """KL(target || softmax(logits)) over regions, averaged over grounded phrases (rows of `phrase_labels` that sum to
     1; all-zero rows are padding), or divided by the global `num_items` when given. VisualBERT's `KLDivLoss` over
-    `log_softmax` of the region-to-phrase scores."""
+    `log_softmax` of the region-to-phrase scores. Padding rows (no target mass) add nothing to the sum."""
     grounded = phrase_labels.sum(-1) > 0
     count = item_count(grounded.sum(), num_items)
-    if not bool(count > 0):
-        return None
-    log_probs = nn.functional.log_softmax(logits[grounded].float(), dim=-1)
-    total = nn.functional.kl_div(log_probs, phrase_labels[grounded].float(), reduction="sum")
-    return mean_over_items(total, count)
+    log_probs = nn.functional.log_softmax(logits.float(), dim=-1)
+    per_row = nn.functional.kl_div(log_probs, phrase_labels.float(), reduction="none").sum(-1)
+    return mean_over_items(per_row.masked_fill(~grounded, 0.0).sum(), count)
 
 
 def region_mask_or_ones(visual_attention_mask: torch.Tensor | None, visual_feats: torch.Tensor) -> torch.Tensor:
@@ -282,11 +276,7 @@ def check_labels(name: str, labels: torch.Tensor | None, shape: tuple[int, ...],
     check_integer(name, labels)
     if tuple(labels.shape) != shape:
         raise ValueError(f"`{name}` must have shape {shape}, got {tuple(labels.shape)}.")
-    used = labels[labels != -100]
-    if used.numel() and (int(used.min()) < 0 or int(used.max()) >= num_labels):
-        raise ValueError(
-            f"`{name}` must be in [0, {num_labels - 1}] or -100 (ignored), got values in [{int(used.min())}, {int(used.max())}]."
-        )
+    check_in_range(name, labels, num_labels, ignore_index=-100)
 
 
 def check_answer_labels(answer_labels: torch.Tensor | None, batch: int, num_answers: int, name: str = "answer_labels") -> None:
@@ -299,13 +289,19 @@ def check_answer_labels(answer_labels: torch.Tensor | None, batch: int, num_answ
                 f"soft `{name}` must have shape (batch, num_qa_labels) = {(batch, num_answers)}, got {tuple(answer_labels.shape)}."
             )
         check_finite(name, answer_labels)
-        if answer_labels.numel() and (float(answer_labels.min()) < 0 or float(answer_labels.max()) > 1):
-            raise ValueError(
-                f"soft `{name}` must be scores in [0, 1], got values in [{float(answer_labels.min()):.4g}, "
-                f"{float(answer_labels.max()):.4g}]."
-            )
+        check_unit_interval(f"soft `{name}`", answer_labels, "be scores")
         return
     check_labels(name, answer_labels, (batch,), num_answers)
+
+
+def check_unit_interval(described: str, values: torch.Tensor, what: str) -> None:
+    """Floating `values` in [0, 1]; `described` names the tensor in the message (e.g. "soft `labels`"), `what` says
+    what they must be (e.g. "be scores")."""
+    require(
+        ((values >= 0) & (values <= 1)).all(),
+        f"{described} must {what} in [0, 1]",
+        lambda: f"got values in [{float(values.min()):.4g}, {float(values.max()):.4g}]",
+    )
 
 
 def check_image_pair(visual_feats: torch.Tensor, batch: int) -> None:
@@ -323,16 +319,23 @@ def check_referring_inputs(
     """`labels` (B,) name a real region (without IoUs they are the only positive, so -100 is refused);
     `target_region_iou` (B, R) are finite IoUs in [0, 1], zero on padded regions."""
     check_labels("labels", labels, (batch,), num_regions)
-    if labels is not None and target_region_iou is None and bool((labels == -100).any()):
-        raise ValueError("`labels` must name a region in [0, R - 1] for every expression, got -100 (ignored) without `target_region_iou`.")
+    if labels is not None and target_region_iou is None:
+        require(
+            ~(labels == -100).any(),
+            "`labels` must name a region in [0, R - 1] for every expression",
+            lambda: "got -100 (ignored) without `target_region_iou`",
+        )
     if labels is not None and _has_shape(visual_attention_mask, (batch, num_regions)):
-        on_padding = ~visual_attention_mask.bool().gather(1, labels.clamp(min=0)[:, None]).squeeze(1) & (labels != -100)
-        if bool(on_padding.any()):
-            where = on_padding.nonzero().flatten().tolist()
-            raise ValueError(
-                f"`labels` must name a real region, got a region where `visual_attention_mask` is 0 (padding) for batch "
-                f"index(es) {where}."
-            )
+        region = labels.clamp(min=0, max=num_regions - 1)[:, None]
+        on_padding = ~visual_attention_mask.bool().gather(1, region).squeeze(1) & (labels != -100)
+        require(
+            ~on_padding.any(),
+            "`labels` must name a real region",
+            lambda: (
+                "got a region where `visual_attention_mask` is 0 (padding) for batch index(es) "
+                f"{on_padding.nonzero().flatten().tolist()}"
+            ),
+        )
     if target_region_iou is None:
         return
     check_floating("target_region_iou", target_region_iou)
@@ -341,11 +344,7 @@ def check_referring_inputs(
             f"`target_region_iou` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(target_region_iou.shape)}."
         )
     check_finite("target_region_iou", target_region_iou)
-    if target_region_iou.numel() and (float(target_region_iou.min()) < 0 or float(target_region_iou.max()) > 1):
-        raise ValueError(
-            f"`target_region_iou` must hold IoUs in [0, 1], got values in [{float(target_region_iou.min()):.4g}, "
-            f"{float(target_region_iou.max()):.4g}]."
-        )
+    check_unit_interval("`target_region_iou`", target_region_iou, "hold IoUs")
     if _has_shape(visual_attention_mask, (batch, num_regions)):
         check_no_mass_on_padding("target_region_iou", target_region_iou, visual_attention_mask, "visual_attention_mask")
 
@@ -370,10 +369,13 @@ def check_phrase_labels(
     if _has_shape(visual_attention_mask, (expected[0], num_regions)):
         check_no_mass_on_padding("phrase_labels", phrase_labels, visual_attention_mask[:, None, :], "visual_attention_mask")
     sums = phrase_labels.sum(-1)
-    if bool((phrase_labels < 0).any()) or not bool(((sums - 1).abs() < 1e-3).logical_or(sums == 0).all()):
-        raise ValueError("`phrase_labels` rows must be non-negative and sum to 1 (grounded phrase) or 0 (padding).")
-    if bool((sums > 0).logical_and(~phrase_masks.bool().any(-1)).any()):
-        raise ValueError("`phrase_labels` gives a target to a phrase whose `phrase_masks` row has no token.")
+    distributions = ~(phrase_labels < 0).any() & ((sums - 1).abs() < 1e-3).logical_or(sums == 0).all()
+    require(distributions, "`phrase_labels` rows must be non-negative and sum to 1 (grounded phrase) or 0 (padding)")
+    require(
+        ~(sums > 0).logical_and(~phrase_masks.bool().any(-1)).any(),
+        "`phrase_labels` must give no target to a phrase whose `phrase_masks` row has no token",
+        message=lambda: "`phrase_labels` gives a target to a phrase whose `phrase_masks` row has no token.",
+    )
 
 
 def _has_shape(mask: torch.Tensor | None, shape: tuple[int, ...]) -> bool:

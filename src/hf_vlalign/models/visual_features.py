@@ -57,6 +57,7 @@ class VisualFeatureNormalization(nn.Module):
         self.mean = nn.Buffer(torch.zeros(visual_feat_dim))
         self.std = nn.Buffer(torch.ones(visual_feat_dim))
         self.num_regions = nn.Buffer(torch.zeros((), dtype=torch.long))
+        self._known_to_be_set = False  # a host-side note, so that a training step never reads `num_regions`
 
     @property
     def is_set(self) -> bool:
@@ -84,14 +85,24 @@ class VisualFeatureNormalization(nn.Module):
         self.mean.copy_(mean.to(self.mean.device, self.mean.dtype))
         self.std.copy_(std.to(self.std.device, self.std.dtype))
         self.num_regions.fill_(num_regions)
+        self._known_to_be_set = True
+
+    def train(self, mode: bool = True) -> VisualFeatureNormalization:
+        """Warns, when training starts, about statistics that were never set. Reading `num_regions` is a host read:
+        done here rather than in `forward`, and only until the statistics are known to be set (at once when
+        `set_statistics` set them, at the first `train()` when a checkpoint loaded them)."""
+        if mode and not self._known_to_be_set:
+            self._known_to_be_set = self.is_set
+            if not self._known_to_be_set:
+                logger.warning_once(
+                    "visual_feature_normalization='standardize' but the region-feature statistics were never set, so "
+                    "features reach the projection unchanged; train with the library's trainers (they fit them) or "
+                    "call `model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, "
+                    "train_rows))`."
+                )
+        return super().train(mode)
 
     def forward(self, visual_feats: torch.Tensor) -> torch.Tensor:
-        if self.training and not self.is_set:
-            logger.warning_once(
-                "visual_feature_normalization='standardize' but the region-feature statistics were never set, so "
-                "features reach the projection unchanged; train with the library's trainers (they fit them) or call "
-                "`model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, train_rows))`."
-            )
         return (visual_feats - self.mean.to(visual_feats.dtype)) / self.std.to(visual_feats.dtype)
 
 

@@ -13,7 +13,7 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from ..utils.item_counts import item_count, mean_over_items
-from ..utils.validation import check_alignment, check_finite, check_mask_not_empty, check_rank, check_tensor
+from ..utils.validation import check_alignment, check_finite, check_mask_not_empty, check_rank, check_tensor, require
 
 # how eq. (14)'s KL treats target mass on regions outside eq. (13)'s top-k (see `alignment_kl_loss`)
 OUTSIDE_TOP_K = ("renormalise_target", "floor", "target_support")
@@ -163,11 +163,11 @@ def _check_target(target: torch.Tensor, scores: torch.Tensor, region_mask: torch
         return
     check_alignment("word_region_alignment", target)
     mass_on_padding = (target * (~region_mask)[:, None, :]).sum()
-    if float(mass_on_padding) > 1e-6:
-        raise ValueError(
-            f"`word_region_alignment` must put no mass on padded regions (region_mask == 0), got a total mass of "
-            f"{float(mass_on_padding):.4g} there."
-        )
+    require(
+        mass_on_padding <= 1e-6,
+        "`word_region_alignment` must put no mass on padded regions (region_mask == 0)",
+        lambda: f"got a total mass of {float(mass_on_padding):.4g} there",
+    )
 
 
 def _grounded_rows(target: torch.Tensor, text_mask: torch.Tensor | None) -> torch.Tensor:

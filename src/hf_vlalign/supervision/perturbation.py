@@ -53,7 +53,14 @@ from torch import nn
 from transformers import initialization as init
 
 from ..utils.item_counts import item_count, mean_over_items
-from ..utils.validation import check_finite, check_mask_not_empty, check_rank, check_tensor, check_tensor_sequence
+from ..utils.validation import (
+    check_finite,
+    check_mask_not_empty,
+    check_rank,
+    check_tensor,
+    check_tensor_sequence,
+    require,
+)
 
 FUSIONS = ("max", "moving_average", "exp_decay", "gate")
 # the mask network of eq. (2): the printed form (decoder state only) or with a region-content term (module docstring)
@@ -116,7 +123,7 @@ def _check_temperature(temperature: float) -> None:
         )
 
 
-def _check_step(step: int | None, required: bool) -> None:
+def _check_step(step: int | torch.Tensor | None, required: bool) -> None:
     if step is None:
         if required:
             raise ValueError(
@@ -124,8 +131,11 @@ def _check_step(step: int | None, required: bool) -> None:
                 "got None."
             )
         return
+    if isinstance(step, torch.Tensor) and step.dim() == 0 and not step.is_floating_point() and step.dtype != torch.bool:
+        require(step >= 0, "`step` (the training step s, eq. 8) must be >= 0", lambda: f"got {int(step)}")
+        return
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise ValueError(f"`step` (the training step s, eq. 8) must be an int >= 0, got {step!r}.")
+        raise ValueError(f"`step` (the training step s, eq. 8) must be an int or a 0-d integer tensor >= 0, got {step!r}.")
 
 
 def _check_probabilities(name: str, tensor: torch.Tensor, layout: str, upper: float | None = None) -> None:
@@ -135,10 +145,13 @@ def _check_probabilities(name: str, tensor: torch.Tensor, layout: str, upper: fl
     if tensor.numel() == 0:
         return
     values = tensor.detach()
-    low, high = float(values.min()), float(values.max())
-    if low < 0 or (upper is not None and high > upper):
-        expected = f"in [0, {upper:g}]" if upper is not None else "non-negative"
-        raise ValueError(f"`{name}` must be {expected}, got values in [{low:.4g}, {high:.4g}].")
+    inside = (values >= 0).all() if upper is None else ((values >= 0) & (values <= upper)).all()
+    expected = f"in [0, {upper:g}]" if upper is not None else "non-negative"
+    require(
+        inside,
+        f"`{name}` must be {expected}",
+        lambda: f"got values in [{float(values.min()):.4g}, {float(values.max()):.4g}]",
+    )
 
 
 def _check_attention(name: str, attention: torch.Tensor) -> None:
@@ -221,10 +234,13 @@ def renormalise_over_regions(attention: torch.Tensor, region_mask: torch.Tensor 
     return attention / torch.where(sums > 0, sums, torch.ones_like(sums))
 
 
-def exp_decay_weight(step: int, temperature: float) -> float:
-    """w_s = exp(-s / T_P), the weight of the *original* attention in the exponential-decay fusion (eq. 8)."""
+def exp_decay_weight(step: int | torch.Tensor, temperature: float) -> float | torch.Tensor:
+    """w_s = exp(-s / T_P), the weight of the *original* attention in the exponential-decay fusion (eq. 8); a tensor
+    when `step` is one (a model's step counter, never read on the host)."""
     _check_step(step, required=True)
     _check_temperature(temperature)
+    if isinstance(step, torch.Tensor):
+        return torch.exp(-step.double() / temperature).float()
     return math.exp(-step / temperature)
 
 
@@ -234,7 +250,7 @@ def fuse_attention(
     fusion: str,
     *,
     eta: float = 0.5,
-    step: int | None = None,
+    step: int | torch.Tensor | None = None,
     temperature: float = 1000.0,
     gate: torch.Tensor | None = None,
     region_mask: torch.Tensor | None = None,
@@ -579,7 +595,7 @@ class AttentionPerturbation(nn.Module):
         attention: torch.Tensor,
         mask: torch.Tensor,
         queries: torch.Tensor | None = None,
-        step: int | None = None,
+        step: int | torch.Tensor | None = None,
         region_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """a_m = a * exp(1 - m) (eq. 5) fused with a by `self.fusion` (eqs. 6-10), re-normalised over the real regions.

@@ -458,9 +458,26 @@ class ComponentLossTrainer(Trainer):
             total = total + self.args.ewc_weight * loss_ewc / micro_batches
         return total
 
-    def _record(self, mode: str, key: str, value: torch.Tensor) -> None:
-        """Appends a loss component to the logging window (averaged over processes)."""
-        self._metrics[mode][key].append(self.accelerator.gather(value.detach().reshape(1)).mean().item())
+    def _record(self, mode: str, key: str, value: torch.Tensor | float) -> None:
+        """Appends a loss component (or a number) to the logging window. It stays on the device: the window is
+        gathered over processes and read on the host once, when it is logged, so a step reads nothing."""
+        if isinstance(value, torch.Tensor):
+            value = value.detach().reshape(()).float()
+        self._metrics[mode][key].append(value)
+
+    def _window_means(self, mode: str) -> dict[str, float]:
+        """Each logged key's mean over the window's values and over processes (one collective for all keys)."""
+        windows = {key: values for key, values in sorted(self._metrics[mode].items()) if values}
+        if not windows:
+            return {}
+        device = self.args.device
+        means = torch.stack([
+            torch.stack([torch.as_tensor(value, dtype=torch.float32, device=device) for value in values]).mean()
+            for values in windows.values()
+        ])  # fmt: skip
+        if self.accelerator.num_processes > 1:
+            means = self.accelerator.gather(means[None]).mean(0)
+        return dict(zip(windows, means.tolist()))
 
     def _distillation_loss(self, model, model_inputs: dict, outputs) -> torch.Tensor:
         device = next(model.parameters()).device
@@ -486,9 +503,8 @@ class ComponentLossTrainer(Trainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         mode = "train" if "loss" in logs or not any(key.startswith("eval_") for key in logs) else "eval"
         prefix = "eval_" if mode == "eval" else ""
-        for key, values in self._metrics[mode].items():
-            if values:
-                logs[f"{prefix}{key}"] = float(torch.tensor(values).mean())
+        for key, mean in self._window_means(mode).items():
+            logs[f"{prefix}{key}"] = mean
         self._metrics[mode].clear()
         super().log(logs, start_time)
 

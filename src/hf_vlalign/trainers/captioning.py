@@ -191,6 +191,17 @@ class CaptioningTrainer(ComponentLossTrainer):
         parameters receive no gradient from it. Each micro-batch's objective is its share of the global one (divided
         by the step's global caption-token count), so the shares' gradients are summed over micro-batches and
         processes."""
+        gradients, loss_mask = self._mask_gradients(batches, counts)
+        processes = self.accelerator.num_processes
+        for parameter, gradient in zip(self._mask_parameters, gradients):
+            parameter.grad = self.accelerator.reduce(gradient, reduction="sum") if processes > 1 else gradient
+        self.mask_optimizer.step()
+        self.mask_optimizer.zero_grad(set_to_none=True)
+        self._record("train", "loss_mask", loss_mask * processes)  # logged as the sum over processes
+
+    def _mask_gradients(self, batches: list[dict], counts: dict[str, torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The gradients of eq. (4) with respect to the mask networks, summed over the micro-batches, and the summed
+        objective."""
         captioner = self.accelerator.unwrap_model(self.model_wrapped).train()
         gradients = [torch.zeros_like(parameter) for parameter in self._mask_parameters]
         loss_mask = torch.zeros((), device=self.args.device)
@@ -200,12 +211,7 @@ class CaptioningTrainer(ComponentLossTrainer):
             for total, gradient in zip(gradients, torch.autograd.grad(outputs.loss_mask, self._mask_parameters)):
                 total += gradient
             loss_mask += outputs.loss_mask.detach()
-        processes = self.accelerator.num_processes
-        for parameter, gradient in zip(self._mask_parameters, gradients):
-            parameter.grad = self.accelerator.reduce(gradient, reduction="sum") if processes > 1 else gradient
-        self.mask_optimizer.step()
-        self.mask_optimizer.zero_grad(set_to_none=True)
-        self._metrics["train"]["loss_mask"].append(self.accelerator.gather(loss_mask.reshape(1)).sum().item())
+        return gradients, loss_mask
 
     @property
     def scst_enabled(self) -> bool:

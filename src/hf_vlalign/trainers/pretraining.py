@@ -66,7 +66,7 @@ class TwoStreamPretrainingTrainer(ComponentLossTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training:
             enabled = self.qa_loss_enabled
-            self._metrics["train"]["qa_loss_enabled"].append(float(enabled))  # logged with the step's losses
+            self._record("train", "qa_loss_enabled", float(enabled))  # logged with the step's losses
             if not enabled:
                 inputs = {key: value for key, value in inputs.items() if key != "answer_labels"}
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)

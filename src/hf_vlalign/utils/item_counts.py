@@ -59,13 +59,6 @@ def num_items(counts: Mapping[str, torch.Tensor] | None, key: str) -> torch.Tens
     return counts[key]
 
 
-def has_items(counts: Mapping[str, torch.Tensor] | None, key: str, local_count: torch.Tensor) -> bool:
-    """Whether the loss counted under `key` exists for this step: some item in the global batch when `counts` are
-    given (a process whose shard has none still returns a zero loss, so every process logs the same components),
-    else some item in this batch."""
-    return bool(item_count(local_count, num_items(counts, key)) > 0)
-
-
 def mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, num_items: torch.Tensor | None = None) -> torch.Tensor:
     """Cross-entropy summed over the labels that are not -100 and divided by their number, or by the global
     `num_items` when given; 0 (in the graph) when no label counts. Integer labels of any width (int32, uint8) are
@@ -78,8 +71,9 @@ def optional_cross_entropy(
     logits: torch.Tensor, labels: torch.Tensor | None, counts: Mapping[str, torch.Tensor] | None, key: str
 ) -> torch.Tensor | None:
     """[`mean_cross_entropy`] of `labels` with the count under `key` of `counts` (the model's `global_item_counts`);
-    None without labels or when no label counts (in the global batch when `counts` are given)."""
-    if labels is None or not has_items(counts, key, count_labeled(labels)):
+    None without labels, 0 (in the graph) when no label counts: whether one does is not read on the host, so every
+    step of a run, and every process, returns the same components."""
+    if labels is None:
         return None
     return mean_cross_entropy(logits, labels, num_items(counts, key))
 
@@ -87,7 +81,6 @@ def optional_cross_entropy(
 __all__ = [
     "count_labeled",
     "count_true",
-    "has_items",
     "item_count",
     "mean_cross_entropy",
     "mean_over_items",

@@ -2,6 +2,11 @@
 
 Every check raises `ValueError` naming the argument, what was expected and what came, so that bad input never
 surfaces as a NaN or an index error from deep inside torch.
+
+The checks of tensor *values* never read a tensor on the host unless the check fails: each is a 0-d condition on the
+tensor's device asserted by [`require`] (`torch._assert_async`). On an accelerator that assertion is queued with the
+kernels, so a model's forward waits for nothing, and `torch.compile(fullgraph=True)` / `torch.export` keep it in the
+graph; on the CPU in eager mode it fails at once and the error names what came.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -35,6 +40,38 @@ def check_existing_path(name: str, path: object, what: str, kind: str = "file") 
     raise ValueError(f"`{name}` must be an existing {what}, got {str(path)!r} which is {other}.")
 
 
+def require(
+    condition: torch.Tensor,
+    expected: str,
+    what_came: Callable[[], str] | None = None,
+    *,
+    message: Callable[[], str] | None = None,
+) -> None:
+    """Asserts the 0-d bool tensor `condition` without reading it on the host.
+
+    `expected` says what must hold ("`input_ids` must be in [0, 99]"); `what_came`, called only when the check fails,
+    describes the input that failed it ("got [-1, 5]") and may read tensor values. On the CPU in eager mode a failure
+    raises a `ValueError` with both at once (or with `message()`, a whole sentence, when given). Elsewhere the condition is asserted asynchronously
+    (`torch._assert_async`): on an accelerator a failure surfaces at the next synchronisation as a device-side assert
+    (the message of `expected` where the backend prints one), and compiled or exported graphs keep the assertion.
+    """
+    if condition.device.type != "cpu" or torch.compiler.is_compiling():
+        torch._assert_async(condition, f"{expected}.")
+        return
+    try:
+        torch._assert_async(condition, expected)
+    except RuntimeError:
+        if message is not None:
+            raise ValueError(message()) from None
+        came = what_came() if what_came is not None else ""
+        raise ValueError(f"{expected}, {came}." if came else f"{expected}.") from None
+
+
+def on_the_cpu_in_eager_mode(tensor: torch.Tensor) -> bool:
+    """Whether reading `tensor` on the host costs no device synchronisation and breaks no traced graph."""
+    return tensor.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def _shape(tensor: torch.Tensor) -> tuple[int, ...]:
     return tuple(tensor.shape)
 
@@ -55,11 +92,13 @@ def check_dim(name: str, tensor: torch.Tensor, dim: int, expected: int, layout: 
 
 
 def check_finite(name: str, tensor: torch.Tensor) -> None:
-    if not tensor.is_floating_point() or bool(torch.isfinite(tensor.sum())):
-        return  # a NaN or inf anywhere makes the sum non-finite: one cheap reduction clears the common case
-    bad = int((~torch.isfinite(tensor)).sum())  # the sum may also have overflowed from finite values
-    if bad:
-        raise ValueError(f"`{name}` must be finite, got {bad} NaN/inf value(s) in a tensor of shape {_shape(tensor)}.")
+    if not tensor.is_floating_point():
+        return
+    require(
+        torch.isfinite(tensor).all(),
+        f"`{name}` must be finite",
+        lambda: f"got {int((~torch.isfinite(tensor)).sum())} NaN/inf value(s) in a tensor of shape {_shape(tensor)}",
+    )
 
 
 def check_normalised_boxes(
@@ -70,22 +109,28 @@ def check_normalised_boxes(
     if boxes.shape[-1] != 4:
         raise ValueError(f"`{name}` must have a last dim of 4 (x1, y1, x2, y2), got shape {_shape(boxes)}.")
     check_finite(name, boxes)
-    rows = boxes if valid is None else boxes[valid.bool()]
-    if rows.numel() == 0:
-        return
-    low, high = float(rows.min()), float(rows.max())
-    if low < 0.0 or high > 1.0:
-        raise ValueError(
-            f"`{name}` must be normalised to [0, 1] (x1, y1, x2, y2 divided by image width/height), got values in "
-            f"[{low:.4g}, {high:.4g}]; normalise pixel boxes with hf_vlalign.alignment.normalize_boxes."
+    checked = torch.ones(boxes.shape[:-1], dtype=torch.bool, device=boxes.device) if valid is None else valid.bool()
+    out_of_range = ((boxes < 0) | (boxes > 1)).any(-1) & checked
+
+    def values_came() -> str:
+        rows = boxes[checked]
+        return (
+            f"got values in [{float(rows.min()):.4g}, {float(rows.max()):.4g}]; normalise pixel boxes with "
+            "hf_vlalign.alignment.normalize_boxes"
         )
+
+    require(
+        ~out_of_range.any(),
+        f"`{name}` must be normalised to [0, 1] (x1, y1, x2, y2 divided by image width/height)",
+        values_came,
+    )
     check_padding_masked(name, boxes, valid, mask_name)
-    degenerate = (rows[..., 2] <= rows[..., 0]) | (rows[..., 3] <= rows[..., 1])
-    if bool(degenerate.any()):
-        example = rows[degenerate][0].tolist()
-        raise ValueError(
-            f"`{name}` must satisfy x2 > x1 and y2 > y1, got {int(degenerate.sum())} degenerate box(es), e.g. {example}."
-        )
+    degenerate = ((boxes[..., 2] <= boxes[..., 0]) | (boxes[..., 3] <= boxes[..., 1])) & checked
+    require(
+        ~degenerate.any(),
+        f"`{name}` must satisfy x2 > x1 and y2 > y1",
+        lambda: f"got {int(degenerate.sum())} degenerate box(es), e.g. {boxes[degenerate][0].tolist()}",
+    )
 
 
 def check_padding_masked(
@@ -96,16 +141,17 @@ def check_padding_masked(
     padding = (values == 0).all(-1)
     if mask is not None:
         padding &= mask.bool()
-    if not bool(padding.any()):
-        return
-    where = padding.nonzero()[0].tolist()
     if mask is None:
         fix = f"pass `{mask_name}` (1 for real regions, 0 for padding) so that they are not attended"
     else:
         fix = f"`{mask_name}` is 1 for them: set it to 0 for padding regions"
-    raise ValueError(
-        f"`{name}` has {int(padding.sum())} all-zero region row(s) (e.g. at index {where}), which look like padding: "
-        f"{fix}."
+    require(
+        ~padding.any(),
+        f"`{name}` must have no all-zero region row where `{mask_name}` keeps the region",
+        message=lambda: (
+            f"`{name}` has {int(padding.sum())} all-zero region row(s) (e.g. at index {padding.nonzero()[0].tolist()}), "
+            f"which look like padding: {fix}."
+        ),
     )
 
 
@@ -113,8 +159,10 @@ def warn_unmasked_zero_features(
     name: str, visual_feats: torch.Tensor, mask_name: str = "visual_attention_mask"
 ) -> None:
     """Without a mask, regions whose features are all zeros but whose boxes look valid cannot be told from real ones;
-    they are attended. Warns that they look like padding (a constant message: Python shows it once per call site)."""
-    if bool((visual_feats == 0).all(-1).any()):
+    they are attended. Warns that they look like padding (a constant message: Python shows it once per call site).
+    A warning needs the values on the host: it is given on the CPU in eager mode only, never at the price of a device
+    synchronisation or a graph break (the collators always pass the mask)."""
+    if on_the_cpu_in_eager_mode(visual_feats) and bool((visual_feats == 0).all(-1).any()):
         warnings.warn(
             f"`{name}` has region(s) whose features are all zeros and no `{mask_name}` was given, so they are attended "
             f"as real regions; if they are padding, pass `{mask_name}` (1 for real regions, 0 for padding).",
@@ -125,23 +173,27 @@ def warn_unmasked_zero_features(
 
 def check_mask_not_empty(name: str, mask: torch.Tensor, what: str) -> None:
     """Every row of a (B, N) mask must keep at least one position."""
-    empty = (mask.reshape(mask.shape[0], -1).sum(-1) == 0).nonzero().flatten().tolist()
-    if empty:
-        raise ValueError(f"`{name}` must keep at least one {what} per example, got none for batch index(es) {empty}.")
+    empty = mask.reshape(mask.shape[0], -1).sum(-1) == 0
+    require(
+        ~empty.any(),
+        f"`{name}` must keep at least one {what} per example",
+        lambda: f"got none for batch index(es) {empty.nonzero().flatten().tolist()}",
+    )
 
 
 def check_alignment(name: str, alignment: torch.Tensor, atol: float = 1e-3) -> None:
     """Each row of a word-region alignment is a distribution (sums to one) or all zeros (ungrounded token)."""
     check_finite(name, alignment)
-    if bool((alignment < 0).any()):
-        raise ValueError(f"`{name}` must be non-negative, got minimum {float(alignment.min()):.4g}.")
+    require(
+        ~(alignment < 0).any(), f"`{name}` must be non-negative", lambda: f"got minimum {float(alignment.min()):.4g}"
+    )
     sums = alignment.sum(-1)
     bad = ~(((sums - 1).abs() <= atol) | (sums.abs() <= atol))
-    if bool(bad.any()):
-        raise ValueError(
-            f"`{name}` rows must each sum to 1 (grounded token) or 0 (ungrounded token), got {int(bad.sum())} row(s) "
-            f"with sums such as {float(sums[bad][0]):.4g}."
-        )
+    require(
+        ~bad.any(),
+        f"`{name}` rows must each sum to 1 (grounded token) or 0 (ungrounded token)",
+        lambda: f"got {int(bad.sum())} row(s) with sums such as {float(sums[bad][0]):.4g}",
+    )
 
 
 def check_index_list(name: str, indices: Sequence[int] | None, upper: int, what: str) -> list[int]:
@@ -219,10 +271,7 @@ def check_vision_language_inputs(
         raise ValueError(
             f"`input_ids` has {text_length} tokens, more than `max_position_embeddings` ({config.max_position_embeddings})."
         )
-    if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= config.vocab_size):
-        raise ValueError(
-            f"`input_ids` must be in [0, {config.vocab_size - 1}] (vocab_size), got [{int(input_ids.min())}, {int(input_ids.max())}]."
-        )
+    check_in_range("input_ids", input_ids, config.vocab_size, "(vocab_size)")
     for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
         if tensor is not None:
             check_rank(name, tensor, 2, "(batch, text_length)")
@@ -233,11 +282,7 @@ def check_vision_language_inputs(
         check_mask_not_empty("attention_mask", attention_mask, "token")
     if token_type_ids is not None:
         check_integer("token_type_ids", token_type_ids)
-        if token_type_ids.numel() and not 0 <= int(token_type_ids.min()) <= int(token_type_ids.max()) < config.type_vocab_size:
-            raise ValueError(
-                f"`token_type_ids` must be in [0, {config.type_vocab_size - 1}] (type_vocab_size), got "
-                f"[{int(token_type_ids.min())}, {int(token_type_ids.max())}]."
-            )
+        check_in_range("token_type_ids", token_type_ids, config.type_vocab_size, "(type_vocab_size)")
     check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
     check_floating("visual_feats", visual_feats)
     num_regions = visual_feats.shape[1]
@@ -285,6 +330,25 @@ def check_vision_language_inputs(
             check_no_mass_on_padding("word_region_alignment", word_region_alignment, attention_mask[:, :, None], "attention_mask")
 
 
+def check_in_range(
+    name: str, ids: torch.Tensor, size: int, why: str = "", ignore_index: int | None = None, what: str = ""
+) -> None:
+    """Integer `ids` (`what` they are, e.g. "token ids") in [0, size) (entries equal to `ignore_index`, when given, are
+    left out)."""
+    if ids.numel() == 0:
+        return
+    counted = torch.ones_like(ids, dtype=torch.bool) if ignore_index is None else ids != ignore_index
+    outside = ((ids < 0) | (ids >= size)) & counted
+    ignored = f" or {ignore_index} (ignored)" if ignore_index is not None else ""
+    allowed = f"[0, {size - 1}]" + (f" {why}" if why else "") + ignored
+
+    def values_came() -> str:
+        used = ids[counted]
+        return f"got {'values in ' if ignored else ''}[{int(used.min())}, {int(used.max())}]"
+
+    require(~outside.any(), f"`{name}` must be {what + ' ' if what else ''}in {allowed}", values_came)
+
+
 def check_boxes_given(config, visual_boxes: torch.Tensor | None) -> None:
     """`visual_boxes` is required unless the model has no box embeddings (`config.use_box_embeddings=False`; configs
     without the field always embed boxes)."""
@@ -305,12 +369,11 @@ def check_integer(name: str, tensor: torch.Tensor) -> None:
 def check_no_mass_on_padding(name: str, target: torch.Tensor, mask: torch.Tensor, mask_name: str) -> None:
     """A target may not put mass where `mask` (broadcast to `target`) is 0: those positions can never be attended."""
     on_padding = (target > 0) & ~mask.bool()
-    if bool(on_padding.any()):
-        where = on_padding.nonzero()[0].tolist()
-        raise ValueError(
-            f"`{name}` must put no mass on positions where `{mask_name}` is 0 (padding), got {int(on_padding.sum())} "
-            f"such value(s), e.g. at index {where}."
-        )
+    require(
+        ~on_padding.any(),
+        f"`{name}` must put no mass on positions where `{mask_name}` is 0 (padding)",
+        lambda: f"got {int(on_padding.sum())} such value(s), e.g. at index {on_padding.nonzero()[0].tolist()}",
+    )
 
 
 def check_phrase_masks(name: str, phrase_masks: torch.Tensor, batch: int, text_length: int, allow_empty_rows: bool) -> None:
@@ -391,11 +454,14 @@ def check_binary_mask(name: str, mask: torch.Tensor) -> None:
     if mask.dtype == torch.bool:
         return
     other = (mask != 0) & (mask != 1)
-    if bool(other.any()):
-        raise ValueError(
-            f"`{name}` must hold only 1 (kept) and 0 (padding), got {int(other.sum())} other value(s) such as "
-            f"{mask[other][0].item()!r} (dtype {mask.dtype}); an inverted mask (`~mask` of an integer tensor) gives -1/-2."
-        )
+    require(
+        ~other.any(),
+        f"`{name}` must hold only 1 (kept) and 0 (padding)",
+        lambda: (
+            f"got {int(other.sum())} other value(s) such as {mask[other][0].item()!r} (dtype {mask.dtype}); an "
+            "inverted mask (`~mask` of an integer tensor) gives -1/-2"
+        ),
+    )
 
 
 def check_no_target_on_padding(
@@ -403,12 +469,11 @@ def check_no_target_on_padding(
 ) -> None:
     """Integer targets (`ignore_index`: none) may not sit where `mask` (broadcast to `labels`) is 0 (padding)."""
     on_padding = (labels != ignore_index) & ~mask.bool()
-    if bool(on_padding.any()):
-        where = on_padding.nonzero()[0].tolist()
-        raise ValueError(
-            f"`{name}` must be {ignore_index} (no target) where `{mask_name}` is 0 (padding), got {int(on_padding.sum())} "
-            f"target(s) on padding, e.g. at index {where}."
-        )
+    require(
+        ~on_padding.any(),
+        f"`{name}` must be {ignore_index} (no target) where `{mask_name}` is 0 (padding)",
+        lambda: f"got {int(on_padding.sum())} target(s) on padding, e.g. at index {on_padding.nonzero()[0].tolist()}",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------

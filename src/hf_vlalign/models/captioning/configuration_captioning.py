@@ -68,6 +68,9 @@ class RegionCaptionerConfig(ConfigFileMixin, PreTrainedConfig):
         mask_weight (`float`): lambda of the mask objective (eq. 4).
         normalize_before (`bool`): pre-norm layers (LayerNorm before each sub-layer, a final LayerNorm after the stack)
             instead of the original transformer's post-norm.
+        validate_inputs (`bool`): check the shapes and values of every input tensor in `forward`. The value checks
+            read nothing on the host (asynchronous assertions, kept by `torch.compile` and `torch.export`); off, a
+            forward skips them and their small reductions.
         dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
             `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
     """

@@ -28,19 +28,21 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 
 from ...supervision.perturbation import AttentionPerturbation, PerturbationLinear, mask_objective
-from ...utils.item_counts import count_labeled, has_items, mean_cross_entropy, num_items
+from ...utils.item_counts import count_labeled, mean_cross_entropy, num_items
 from ...utils.size_limits import check_generation_sizes
 from ...utils.validation import (
     check_binary_mask,
     check_dim,
     check_finite,
     check_floating,
+    check_in_range,
     check_integer,
     check_mask_not_empty,
     check_no_target_on_padding,
     check_normalised_boxes,
     check_rank,
     regions_in_dtype,
+    require,
     warn_unmasked_zero_features,
 )
 from ..attention_utils import key_padding_mask_4d, run_attention
@@ -418,7 +420,7 @@ class AlignedCrossAttention(RegionCaptionerAttention):
         output_attentions: bool = False,
         region_mask: torch.Tensor | None = None,
         alignment_mode: str = "align",
-        alignment_step: int = 0,
+        alignment_step: int | torch.Tensor = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         if self.perturbation is None:
             attn_output, attn_weights = super().forward(
@@ -511,7 +513,7 @@ class RegionCaptionerDecoder(nn.Module):
         cache: EncoderDecoderCache | None = None,
         output_attentions: bool = False,
         alignment_mode: str = "align",
-        alignment_step: int = 0,
+        alignment_step: int | torch.Tensor = 0,
         output_hidden_states: bool = False,
     ) -> dict:
         past_length = cache.get_seq_length() if cache is not None else 0
@@ -617,10 +619,10 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
     def get_encoder(self) -> RegionCaptionerEncoder:
         return self.encoder
 
-    def _alignment_step(self) -> int:
-        """The training step s of A2's exponential-decay fusion (eq. 8), read on the host only for that fusion: the
-        other fusions do not use it, so their forward reads no tensor value (`torch.compile` traces it whole)."""
-        return int(self.alignment_step) if self.config.attention_alignment == "exp_decay" else 0
+    def _alignment_step(self) -> torch.Tensor | int:
+        """The training step s of A2's exponential-decay fusion (eq. 8), a 0-d tensor that stays on the device (the
+        fusion's weight is computed from it there); the other fusions do not use it."""
+        return self.alignment_step if self.config.attention_alignment == "exp_decay" else 0
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.decoder.embed_tokens
@@ -801,7 +803,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         logits = self.lm_head(outputs.last_hidden_state)
         loss_caption = loss_mask = mask_mean = None
         caption_tokens = num_items(global_item_counts, "caption")
-        if labels is not None and has_items(global_item_counts, "caption", count_labeled(labels)):
+        if labels is not None:
             loss_caption = mean_cross_entropy(logits.flatten(0, 1), labels.flatten(), caption_tokens)
         masks = outputs.alignment_masks or ()
         if masks:
@@ -860,24 +862,15 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
     def _check_tokens(self, decoder_input_ids: torch.Tensor, labels: torch.Tensor | None) -> None:
         if labels is not None:  # first: `decoder_input_ids` are often the labels shifted right
             check_rank("labels", labels, 2, "(batch, caption_length)")
-            used = labels[labels != -100]
-            if used.numel() == 0:
-                raise ValueError(
-                    f"`labels` must hold at least one caption token (not -100), got none in shape {tuple(labels.shape)}; "
-                    "the caption loss of an empty batch is undefined."
-                )
-            if int(used.min()) < 0 or int(used.max()) >= self.config.vocab_size:
-                raise ValueError(
-                    f"`labels` must be token ids in [0, {self.config.vocab_size - 1}] (vocab_size) or -100, got "
-                    f"[{int(used.min())}, {int(used.max())}]."
-                )
+            require(
+                (labels != -100).any(),
+                "`labels` must hold at least one caption token (not -100)",
+                lambda: f"got none in shape {tuple(labels.shape)}; the caption loss of an empty batch is undefined",
+            )
+            check_in_range("labels", labels, self.config.vocab_size, "(vocab_size)", ignore_index=-100, what="token ids")
         check_rank("decoder_input_ids", decoder_input_ids, 2, "(batch, caption_length)")
         check_integer("decoder_input_ids", decoder_input_ids)
-        if decoder_input_ids.numel() and (int(decoder_input_ids.min()) < 0 or int(decoder_input_ids.max()) >= self.config.vocab_size):
-            raise ValueError(
-                f"`decoder_input_ids` must be in [0, {self.config.vocab_size - 1}] (vocab_size), got "
-                f"[{int(decoder_input_ids.min())}, {int(decoder_input_ids.max())}]."
-            )
+        check_in_range("decoder_input_ids", decoder_input_ids, self.config.vocab_size, "(vocab_size)")
 
     def generate(
         self,

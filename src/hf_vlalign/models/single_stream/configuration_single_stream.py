@@ -98,7 +98,9 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
             (0: masked regions only regress their features).
         mlm_weight / sentence_image_weight / region_feature_weight / region_class_weight (`float`): weights of the
             pre-training losses.
-        validate_inputs (`bool`): check every input tensor in `forward` (switch off only for speed).
+        validate_inputs (`bool`): check the shapes and values of every input tensor in `forward`. The value checks
+            read nothing on the host (asynchronous assertions, kept by `torch.compile` and `torch.export`); off, a
+            forward skips them and their small reductions.
         dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
             `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
 

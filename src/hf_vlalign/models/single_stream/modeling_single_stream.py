@@ -29,7 +29,6 @@ from ...supervision import max_pool_phrases
 from ...utils.item_counts import (
     count_labeled,
     count_true,
-    has_items,
     item_count,
     mean_over_items,
     num_items,
@@ -37,6 +36,7 @@ from ...utils.item_counts import (
 )
 from ...utils.text_model import default_text_model_path
 from ...utils.validation import (
+    check_in_range,
     check_integer,
     check_phrase_masks,
     check_rank,
@@ -525,12 +525,8 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             check_integer(name, labels)
             if tuple(labels.shape) != (batch,):
                 raise ValueError(f"`{name}` must have shape (batch,) = ({batch},), got {tuple(labels.shape)}.")
-            counted = labels[labels != -100] if name == "vgp_labels" else labels  # -100: a pair without a type
-            if counted.numel() and (int(counted.min()) < 0 or int(counted.max()) >= num_labels):
-                allowed = f"[0, {num_labels - 1}]" + (" or -100 (no label)" if name == "vgp_labels" else "")
-                raise ValueError(
-                    f"`{name}` must be in {allowed}, got values in [{int(counted.min())}, {int(counted.max())}]."
-                )
+            # -100: a pair without a type
+            check_in_range(name, labels, num_labels, ignore_index=-100 if name == "vgp_labels" else None)
 
 
 def _classification_output(
@@ -849,16 +845,22 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         )
 
     def _masked_region_losses(self, region_states, masked_regions, feature_labels, object_labels, counts) -> dict:
+        # every region is scored and the unmasked ones are left out of the sums: selecting the masked ones first would
+        # read their number on the host
         masked = masked_regions.bool()
-        features, class_scores = self.region_head(region_states[masked])
+        features, class_scores = self.region_head(region_states)
         losses = {}
-        if feature_labels is not None and has_items(counts, "region_feature", masked.sum()):
+        if feature_labels is not None:
             # L2 of each masked region's feature (mean over its dimensions), averaged over the masked regions
-            total = nn.functional.mse_loss(features, feature_labels[masked].to(features.dtype), reduction="sum")
+            squared = nn.functional.mse_loss(features, feature_labels.to(features.dtype), reduction="none")
+            total = squared.masked_fill(~masked[..., None], 0.0).sum()
             count = item_count(masked.sum(), num_items(counts, "region_feature"))
             losses["loss_region_feature"] = mean_over_items(total / features.shape[-1], count)
         if class_scores is not None and object_labels is not None:
-            losses["loss_region_class"] = optional_cross_entropy(class_scores, object_labels[masked], counts, "region_class")
+            targets = object_labels.masked_fill(~masked, -100)
+            losses["loss_region_class"] = optional_cross_entropy(
+                class_scores.flatten(0, 1), targets.flatten(), counts, "region_class"
+            )
         return losses
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -871,7 +873,9 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
             "mlm": count_labeled(inputs.get("labels")),
             "sentence_image": count_labeled(inputs.get("sentence_image_labels")),
             "region_feature": count_true(masked) if has_features else count_true(None),
-            "region_class": count_labeled(object_labels[masked]) if has_classes else count_true(None),
+            "region_class": (
+                count_labeled(object_labels.masked_fill(~masked, -100)) if has_classes else count_true(None)
+            ),
             **super().loss_item_counts(inputs),
         }
 

@@ -87,7 +87,9 @@ class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
         `<name>_weight` (`float`): weight of the loss `loss_<name>` in the total. These task fields are read by one
             model class each (`HEAD_FIELDS`); a saved `config.json` holds those of the other classes only where they
             differ from the default.
-        validate_inputs (`bool`): check every input tensor in `forward` (switch off only for speed).
+        validate_inputs (`bool`): check the shapes and values of every input tensor in `forward`. The value checks
+            read nothing on the host (asynchronous assertions, kept by `torch.compile` and `torch.export`); off, a
+            forward skips them and their small reductions.
         dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
             `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
 

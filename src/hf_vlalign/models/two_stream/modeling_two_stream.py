@@ -28,7 +28,6 @@ from ...supervision.alignment_decoder import AlignmentDecoder, alignment_kl_loss
 from ...utils.item_counts import (
     count_labeled,
     count_true,
-    has_items,
     item_count,
     mean_over_items,
     num_items,
@@ -642,10 +641,10 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                 attribute_scores.flatten(0, 1), attribute_labels.flatten(), counts, "object_attr"
             )
         masked = masked_regions.bool()
-        with_features = self.config.visual_feat_loss and feature_labels is not None
-        if with_features and has_items(counts, "region_feature", masked.sum()):
-            # LXMERT's L2 feature regression: mean over the masked objects' feature dimensions
-            total = nn.functional.mse_loss(features[masked], feature_labels[masked].to(features.dtype), reduction="sum")
+        if self.config.visual_feat_loss and feature_labels is not None:
+            # LXMERT's L2 feature regression: mean over the masked objects' feature dimensions (the others add 0)
+            squared = nn.functional.mse_loss(features, feature_labels.to(features.dtype), reduction="none")
+            total = squared.masked_fill(~masked[..., None], 0.0).sum()
             count = item_count(masked.sum(), num_items(counts, "region_feature"))
             losses["loss_region_feature"] = mean_over_items(total / features.shape[-1], count)
         return losses

@@ -1,0 +1,129 @@
+"""Count the places where code reads a tensor's values on the host.
+
+On an accelerator each such read (`.item()`, `bool(tensor)`, `.tolist()`, a boolean-mask index, an output whose size
+depends on the values such as `nonzero`) waits for every queued kernel: a device synchronisation per call, and a
+graph break under `torch.compile`. On the CPU they cost little, which is why they go unnoticed until a model runs on
+a GPU; counting them on the CPU finds them all the same:
+
+```python
+from hf_vlalign.utils.host_reads import count_host_reads
+
+with count_host_reads() as reads:
+    loss = model(**batch).loss
+    loss.backward()
+assert reads.count == 0, reads.events
+```
+
+Two layers count: a `TorchFunctionMode` sees the Python-level tensor methods and functions (`item`, `__bool__`,
+`tolist`, indexing with a bool mask, ...), a `TorchDispatchMode` the reads that happen inside other operators
+(`aten._local_scalar_dense`, `aten.nonzero`, ...), each read counted once. `torch._assert_async`, the form of a value
+check that does not synchronise on an accelerator, is not a host read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# tensor methods and torch functions whose result is a host value, or a tensor whose size depends on the values
+_READING_FUNCTIONS = {
+    "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__complex__", "__format__",
+    "nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount", "equal", "allclose",
+    "is_nonzero", "nonzero_static",
+}  # fmt: skip
+# operators that read values on the host when another operator calls them (e.g. a bool mask index -> nonzero)
+_READING_OPERATORS = {"_local_scalar_dense", "nonzero", "equal", "masked_select", "_unique2", "unique_dim", "bincount"}
+_INDEXING = {"__getitem__", "__setitem__", "index_put_", "index_put"}
+
+
+@dataclass
+class HostReads:
+    """What `count_host_reads` saw: `count` reads, each an event `(operation, "file:line")` of the caller."""
+
+    events: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.events)
+
+    def record(self, operation: str) -> None:
+        self.events.append((operation, _caller()))
+
+
+def _caller() -> str:
+    """The innermost frame outside torch and this module: where the read was written."""
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        if "/torch/" not in frame.filename and frame.filename != __file__:
+            return f"{frame.filename}:{frame.lineno}"
+    return "?"
+
+
+def _is_mask(value: object) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype in (torch.bool, torch.uint8)
+
+
+def _indexes_with_a_mask(args: tuple) -> bool:
+    """Indexing `tensor[mask]` (or `tensor[..., mask]`) with a bool mask: its result size depends on the values."""
+    index = args[1] if len(args) > 1 else None
+    indices = index if isinstance(index, (tuple, list)) else (index,)
+    return any(_is_mask(item) for item in indices)
+
+
+def _reads_values(name: str, args: tuple, kwargs: dict) -> bool:
+    if name in _READING_FUNCTIONS:
+        return True
+    if name in _INDEXING:
+        return _indexes_with_a_mask(args)
+    if name == "where":  # torch.where(condition) alone is nonzero
+        return len(args) + len(kwargs) == 1
+    if name == "repeat_interleave":  # the output size is the sum of tensor repeats unless given
+        repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
+        return isinstance(repeats, torch.Tensor) and kwargs.get("output_size") is None
+    return False
+
+
+class _FunctionCounter(TorchFunctionMode):
+    def __init__(self, reads: HostReads):
+        super().__init__()
+        self.reads = reads
+        self.inside_a_read = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if self.inside_a_read or not _reads_values(name, args, kwargs):
+            return func(*args, **kwargs)
+        self.reads.record(name)
+        self.inside_a_read = True  # the operators it calls are the same read
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.inside_a_read = False
+
+
+class _OperatorCounter(TorchDispatchMode):
+    def __init__(self, reads: HostReads, functions: _FunctionCounter):
+        super().__init__()
+        self.reads = reads
+        self.functions = functions
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.functions.inside_a_read and func.__name__.split(".")[0] in _READING_OPERATORS:
+            self.reads.record(f"aten.{func.__name__}")
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def count_host_reads() -> Iterator[HostReads]:
+    """Counts every read of tensor values on the host inside the block (forward and backward alike); the counted
+    operations still run. For tests and debugging: the modes slow every operator down."""
+    reads = HostReads()
+    functions = _FunctionCounter(reads)
+    with functions, _OperatorCounter(reads, functions):
+        yield reads
