@@ -286,3 +286,22 @@ def test_more_images_than_the_split_holds_says_how_many_are_used(root, caplog):
         dataset = build(root, "val", max_images=10**5, on_missing_image="skip")
     used = len(set(dataset["image_id"]))
     assert f"`max_images` 100000 is more than the {used} images of Flickr30k Entities val" in caplog.text
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 3, 10])
+def test_rows_become_arrow_in_batches_with_the_same_content(batch_size):
+    from hf_vlalign.data.builders._common import dataset_from_rows
+    from hf_vlalign.data.builders.flickr30k_entities import FEATURES
+
+    rows = [
+        {"image_id": str(i), "image_size": [4, 5], "sentence_index": i, "sentence": f"a dog {i}",
+         "sentence_phrase_spans": [[0, 5]], "sentence_phrase_boxes": [[[1.0, 1.0, 2.0, 2.0]] * i],
+         "sentence_phrase_token_spans": [[0, 2]], "phrase_ids": ["1"], "phrase_types": [["animals"]],
+         "phrase_nobndbox": [False], "phrase_scene": [False]}
+        for i in range(5)
+    ]  # fmt: skip
+    dataset = dataset_from_rows(iter(rows), FEATURES, batch_size=batch_size)
+    assert dataset.features == FEATURES and dataset.to_list() == rows
+    assert len(dataset_from_rows(iter([]), FEATURES)) == 0
+    with pytest.raises(ValueError, match=r"`batch_size` must be a positive int, got 0"):
+        dataset_from_rows(rows, FEATURES, batch_size=0)

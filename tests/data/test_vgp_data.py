@@ -12,6 +12,7 @@ from hf_vlalign import default_text_model_path
 from hf_vlalign.alignment import box_iou, normalize_boxes
 from hf_vlalign.data.builders import build_dataset, build_vgp_dataset, count_vgp_types
 from hf_vlalign.data.builders import vgp as vgp_builder
+from hf_vlalign.data.builders._neighbours import nearest_neighbours, tfidf_rows
 from hf_vlalign.data.collators import PROBE_KEYS, VGPCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
 from hf_vlalign.data.formats.flickr30k_entities import Flickr30kEntities
@@ -205,6 +206,80 @@ def test_hard_negatives_come_from_the_nearest_images_and_are_closer_than_random(
     assert again["caption1"] == hard["caption1"] and again["caption2"] == hard["caption2"]  # seeded
     with pytest.raises(ValueError, match=r"`negatives` must be 'hard' or 'random', got 'easy'"):
         build_vgp_dataset(FLICKR, TYPOLOGY_VAL, negatives="easy")
+
+
+def _dense_caption_neighbours(corpus, image_ids: list[str], num_neighbours: int) -> dict[str, list[str]]:
+    """The hard-negative search before the blocked one: the whole N x N TF-IDF cosine matrix, a stable sort."""
+    documents = [" ".join(s.text.lower() for s in corpus.sentences(image_id)).split() for image_id in image_ids]
+    vocabulary = {word: i for i, word in enumerate(sorted({w for doc in documents for w in doc}))}
+    counts = np.zeros((len(image_ids), len(vocabulary)), dtype=np.float32)
+    for row, doc in enumerate(documents):
+        np.add.at(counts[row], [vocabulary[w] for w in doc], 1.0)
+    idf = np.log((1 + len(documents)) / (1 + (counts > 0).sum(0))) + 1.0
+    tfidf = counts * idf
+    tfidf /= np.linalg.norm(tfidf, axis=1, keepdims=True).clip(min=1e-12)
+    similarity = tfidf @ tfidf.T
+    np.fill_diagonal(similarity, -np.inf)
+    order = np.argsort(-similarity, axis=1, kind="stable")[:, : min(num_neighbours, len(image_ids) - 1)]
+    return {image_id: [image_ids[j] for j in order[i]] for i, image_id in enumerate(image_ids)}
+
+
+def test_blocked_hard_negatives_are_the_dense_search_s_on_the_real_captions(monkeypatch):
+    corpus = Flickr30kEntities(FLICKR)
+    image_ids = sorted({pair.image_id for pair in vgp_builder.read_vgp_csv(TYPOLOGY_VAL)})
+    assert vgp_builder._caption_neighbours(corpus, image_ids, 100) == _dense_caption_neighbours(corpus, image_ids, 100)
+    # and so the same rows, drawn from the same seed
+    kwargs = dict(negatives="hard", num_neighbours=5, replace_caption_prob=0.5, seed=3)
+    blocked = build_vgp_dataset(FLICKR, TYPOLOGY_VAL, **kwargs)
+    monkeypatch.setattr(vgp_builder, "_caption_neighbours", _dense_caption_neighbours)
+    assert build_vgp_dataset(FLICKR, TYPOLOGY_VAL, **kwargs).to_list() == blocked.to_list()
+
+
+def _dense_order(documents: list[str], num_neighbours: int) -> np.ndarray:
+    rows = tfidf_rows(documents).to_dense()
+    similarity = rows @ rows.T
+    np.fill_diagonal(similarity, -np.inf)
+    return np.argsort(-similarity, axis=1, kind="stable")[:, : min(num_neighbours, len(documents) - 1)]
+
+
+@pytest.mark.parametrize("dense_word_fraction", [0.0, 0.3, 1.0])  # all words dense, the frequent ones, none
+@pytest.mark.parametrize("block_size", [1, 3, 16, 17, 100])
+def test_blocked_nearest_neighbours_equal_the_dense_sort_with_ties_at_any_block_size(block_size, dense_word_fraction):
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(40)]
+    frequencies = 1 / np.arange(1, 41)  # a few words in most documents (the dense part), the rest rare
+    documents = [" ".join(rng.choice(words, size=8, p=frequencies / frequencies.sum())) for _ in range(17)]
+    documents[4] = documents[9] = documents[15]  # three equal documents: ties, broken by the lower index
+    documents[11] = ""  # a document without words: zero similarity with every other
+    order = nearest_neighbours(tfidf_rows(documents), 6, block_size, dense_word_fraction)
+    assert order.shape == (17, 6)
+    np.testing.assert_array_equal(order, _dense_order(documents, 6))
+    assert list(order[4][:2]) == [9, 15] and list(order[15][:2]) == [4, 9]
+    assert list(order[11]) == [0, 1, 2, 3, 4, 5]  # all tied at 0: the lowest indices
+
+
+def test_nearest_neighbours_with_fewer_images_than_neighbours_and_with_one_image():
+    documents = ["a dog runs", "a dog sleeps", "a cat sleeps"]
+    order = nearest_neighbours(tfidf_rows(documents), 100, block_size=2)
+    np.testing.assert_array_equal(order, _dense_order(documents, 100))
+    assert order.shape == (3, 2) and list(order[0]) == [1, 2]
+    assert nearest_neighbours(tfidf_rows(["a dog"]), 5).shape == (1, 0)
+    with pytest.raises(ValueError, match=r"`num_neighbours` must be a positive int, got 0"):
+        nearest_neighbours(tfidf_rows(documents), 0)
+    with pytest.raises(ValueError, match=r"`block_size` must be a positive int, got 2.5"):
+        nearest_neighbours(tfidf_rows(documents), 1, block_size=2.5)
+    with pytest.raises(ValueError, match=r"`dense_word_fraction` must be in \[0, 1\], got 2"):
+        nearest_neighbours(tfidf_rows(documents), 1, dense_word_fraction=2)
+    with pytest.raises(ValueError, match=r"`documents\[1\]` must be a str, got int"):
+        tfidf_rows(["a dog", 3])
+
+
+def test_tfidf_rows_weigh_rare_words_up_and_have_unit_length():
+    rows = tfidf_rows(["a dog a", "a cat"])
+    dense = rows.to_dense()  # columns: a, cat, dog
+    np.testing.assert_allclose(np.linalg.norm(dense, axis=1), 1.0)
+    idf_a, idf_rare = 1.0, np.log(3 / 2) + 1.0
+    np.testing.assert_allclose(dense[0], np.array([2 * idf_a, 0.0, idf_rare]) / np.hypot(2 * idf_a, idf_rare))
 
 
 def test_build_dataset_vgp_finds_the_split_csv(tmp_path):

@@ -90,7 +90,7 @@ class RegionFeatureStore:
         self.directory = directory
         self.metadata = metadata or {}
         self.feature_dim = int(dataset.features["features"].shape[1])
-        self._row_of = {image_id: row for row, image_id in enumerate(dataset["image_id"])}
+        self._row_of = {image_id: row for row, image_id in enumerate(dataset["image_id"][:])}
         table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
         self._columns = {name: _RaggedColumn(table.column(name)) for name in _ARRAY_COLUMNS}
         if len(self._row_of) != len(dataset):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import datasets
@@ -43,6 +43,7 @@ BOXES = datasets.List(datasets.List(datasets.List(datasets.Value("float32"), len
 IMAGE_SIZE = datasets.List(datasets.Value("int32"), length=2)
 REGION_TARGETS = datasets.List(datasets.List(datasets.Value("float32")))
 MISSING_IMAGE_CHOICES = ("raise", "skip")
+ROWS_PER_ARROW_BATCH = 10_000  # rows held as Python dicts at once by `dataset_from_rows`
 DEFAULT_ON_MISSING_IMAGE = "raise"
 # each dataset's validation split in its own names; `build_dataset(name, ..., split="validation")` reads it (the split
 # name of `datasets` and of the Hub's datasets)
@@ -73,6 +74,27 @@ def grounding_features(*text_columns: str) -> dict[str, datasets.List]:
         features[f"{text}_phrase_spans"] = SPANS
         features[f"{text}_phrase_boxes"] = BOXES
     return features
+
+
+def dataset_from_rows(
+    rows: Iterable[dict], features: datasets.Features, batch_size: int = ROWS_PER_ARROW_BATCH
+) -> datasets.Dataset:
+    """`datasets.Dataset.from_list` of `rows`, converted to Arrow `batch_size` rows at a time: only one batch of rows is
+    alive as Python dicts (several times the size of their Arrow columns), so a builder's memory follows its data set's
+    Arrow size whatever the number of rows."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
+    parts, batch = [], []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == batch_size:
+            parts.append(datasets.Dataset.from_list(batch, features=features))
+            batch = []
+    if batch:
+        parts.append(datasets.Dataset.from_list(batch, features=features))
+    if not parts:
+        return datasets.Dataset.from_dict({name: [] for name in features}, features=features)
+    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
 def xywh_to_xyxy(box: Sequence[float]) -> list[float]:

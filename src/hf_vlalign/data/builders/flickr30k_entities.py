@@ -46,6 +46,7 @@ from ._common import (
     UniqueIds,
     check_on_missing_image,
     check_split,
+    dataset_from_rows,
     grounding_features,
     logger,
     missing_image_error,
@@ -95,8 +96,8 @@ def build(
         raise ValueError("`data_dir` must be the Flickr30k Entities folder (with Sentences/ and Annotations/), got None.")
     corpus = Flickr30kEntities(data_dir)
     image_ids = _images_with_files(corpus, split, max_images, on_missing_image)
-    rows = [row for image_id in image_ids for row in _image_rows(corpus, image_id)]
-    return datasets.Dataset.from_list(rows, features=FEATURES)
+    rows = (row for image_id in image_ids for row in _image_rows(corpus, image_id))  # one image's files at a time
+    return dataset_from_rows(rows, FEATURES)
 
 
 def _images_with_files(

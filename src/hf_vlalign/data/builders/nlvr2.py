@@ -189,7 +189,7 @@ def attach_pair_features(
         raise ValueError(f"`dataset` must be an NLVR2 dataset with the columns left_image_id/right_image_id, lacks {absent}.")
     where = f"the region-feature store {store.directory} ({len(store)} images)"
     left_rows, right_rows, kept = [], [], []
-    for index, (left, right) in enumerate(zip(dataset["left_image_id"], dataset["right_image_id"])):
+    for index, (left, right) in enumerate(zip(dataset["left_image_id"][:], dataset["right_image_id"][:])):
         missing = [image_id for image_id in (left, right) if image_id not in store]
         if missing and on_missing_image == "raise":
             raise missing_image_error("NLVR2", f"row {index}", missing[0], where, unit="examples")

@@ -504,7 +504,7 @@ def _joined(dataset: datasets.Dataset, store: RegionFeatureStore, iou_threshold:
 
 def answer_vocabulary(dataset: datasets.Dataset) -> dict[str, int]:
     """{answer: id} of every answer of the training rows, the most frequent first (ties by name)."""
-    counts = Counter(answer for answers in dataset["answers"] for answer in answers)
+    counts = Counter(answer for answers in dataset["answers"][:] for answer in answers)
     return {answer: index for index, (answer, _) in enumerate(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))}
 
 

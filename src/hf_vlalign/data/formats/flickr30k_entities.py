@@ -22,7 +22,7 @@ _IMAGE_FILES = (("Sentences", ".txt"), ("Annotations", ".xml"))
 SPLIT_NAMES = ("train", "val", "test")  # the official split lists, `<split>.txt`
 
 
-@dataclass
+@dataclass(slots=True)  # one per phrase / caption / image of a data set: no __dict__ each
 class EntityPhrase:
     """One marked-up phrase `[/EN#<phrase_id>/<type>[/<type>...] <text>]` of a sentence."""
 
@@ -34,7 +34,7 @@ class EntityPhrase:
     char_end: int
 
 
-@dataclass
+@dataclass(slots=True)  # one per phrase / caption / image of a data set: no __dict__ each
 class EntitySentence:
     """A plain sentence (markup removed, words joined by single spaces) and its phrases."""
 
@@ -42,7 +42,7 @@ class EntitySentence:
     phrases: list[EntityPhrase] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)  # one per phrase / caption / image of a data set: no __dict__ each
 class EntityAnnotation:
     """The content of one `Annotations/<id>.xml` file.
 

@@ -54,7 +54,7 @@ LAYOUTS: dict[str, list[str]] = {
 _BOOLEANS = {"True": True, "False": False}
 
 
-@dataclass
+@dataclass(slots=True)  # one per csv row
 class VGPPair:
     """A phrase pair grounded in one image, with its paraphrase flag and semantic type (-1 when untyped)."""
 
