@@ -4,7 +4,8 @@ of docs/datasets.md (`benchmarks/word_vectors.py --docs benchmarks/results/word_
 of docs/results.md, `benchmarks/time_to_result.py --docs benchmarks/results/time_to_result.json` the times of analyze
 and training in docs/analysis.md and docs/results.md, `benchmarks/feature_store.py --docs
 benchmarks/results/feature_store.json` the feature store's in docs/datasets.md, `benchmarks/simple_vqa_ceiling.py --docs`
-the simple-VQA runs in docs/training.md), and the claims the docs make of them hold in those results."""
+the simple-VQA runs in docs/training.md, `benchmarks/gpu.py --docs benchmarks/results/gpu.json` the GPU table of the
+README, or its statement that no GPU run was made), and the claims the docs make of them hold in those results."""
 
 from __future__ import annotations
 
@@ -115,3 +116,14 @@ def test_every_simple_vqa_ceiling_setting_is_a_valid_command_of_the_example():
         assert training_args.learning_rate == float(values["--learning_rate"]), name
         assert training_args.head_learning_rate == float(values["--head_learning_rate"]), name
         assert training_args.num_train_epochs == float(values["--num_train_epochs"]), name
+
+
+def test_gpu_block_is_generated_from_the_committed_results_or_says_it_has_not_been_run():
+    benchmark = load_script("gpu_benchmark_tables", ROOT / "benchmarks" / "gpu.py")
+    report = benchmark.committed_report()
+    block = benchmark.docs_block(report)
+    assert block in (ROOT / "README.md").read_text()
+    if report is None:  # not run yet: the README says so and gives the command
+        assert "Not run yet" in block and benchmark.COMMAND in block
+    else:  # a committed result comes from a GPU at base size, and the README names the device
+        assert benchmark.is_gpu_result(report) and report["device"]["name"] in block
