@@ -17,7 +17,12 @@ call only); the flags added to every example (`--output_dir <tmp> --max_steps N 
   `on_step_begin` to `on_step_end`, when its batches are already fetched, so loading is not part of it; the first
   step untimed;
 - ratio = loader rate / (step rate x gradient accumulation steps): how many times faster the data comes than the
-  training loop consumes it. The load average before and after is recorded (other work may share the cores).
+  training loop consumes it. The load average before and after is recorded (other work may share the cores);
+- CPU-time ratio: the same from the process's CPU time (`time.process_time`), which other work on the machine hardly
+  changes: a step's CPU seconds divided by its threads (the least wall time it takes on an idle machine, with perfect
+  scaling over the threads) against a batch's CPU seconds (what the loader, single-threaded Python, needs alone). On
+  a busy machine a multi-threaded step slows down more than the loader, which inflates the wall-clock ratio; this
+  one is a conservative estimate of the ratio on an idle machine.
 
 The block of docs/performance.md is rendered from the committed results file
 (tests/project/test_readme_benchmark_tables.py checks it and that every ratio is at least `MIN_RATIO`).
@@ -103,11 +108,12 @@ def take_trainer(job: Job, output_dir: str, max_steps: int):
     return taken["trainer"]
 
 
-def loader_rate(trainer, batches: int) -> tuple[float, int]:
-    """(batches per second, batches timed) of the Trainer's training loader: one batch untimed, then `batches`."""
+def loader_rate(trainer, batches: int) -> tuple[float, float, int]:
+    """(batches per second, CPU seconds per batch, batches timed) of the Trainer's training loader: one batch untimed,
+    then `batches`."""
     iterator = iter(trainer.get_train_dataloader())
     next(iterator)
-    timed, start = 0, time.perf_counter()
+    timed, start, cpu_start = 0, time.perf_counter(), time.process_time()
     for _ in range(batches):
         try:
             next(iterator)
@@ -116,29 +122,32 @@ def loader_rate(trainer, batches: int) -> tuple[float, int]:
         timed += 1
     if timed == 0:
         raise ValueError(f"the training loader of {type(trainer).__name__} holds a single batch: nothing to time.")
-    return timed / (time.perf_counter() - start), timed
+    return timed / (time.perf_counter() - start), (time.process_time() - cpu_start) / timed, timed
 
 
-def step_rate(trainer) -> tuple[float, list[float]]:
-    """(optimizer steps per second, every step's seconds) of `trainer.train()`, its first step left out."""
+def step_rate(trainer) -> tuple[float, float, list[float]]:
+    """(optimizer steps per second, CPU seconds per step, every step's seconds) of `trainer.train()`, its first step
+    left out of the rates."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
         def __init__(self):
             self.seconds: list[float] = []
+            self.cpu_seconds: list[float] = []
 
         def on_step_begin(self, args, state, control, **kwargs):
-            self.start = time.perf_counter()
+            self.start, self.cpu_start = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kwargs):
             self.seconds.append(time.perf_counter() - self.start)
+            self.cpu_seconds.append(time.process_time() - self.cpu_start)
 
     timer = StepTimer()
     trainer.add_callback(timer)
     trainer.train()
     if len(timer.seconds) < 2:
         raise ValueError(f"`--steps` must give at least 2 optimizer steps, got {len(timer.seconds)}.")
-    return 1.0 / statistics.mean(timer.seconds[1:]), timer.seconds
+    return 1.0 / statistics.mean(timer.seconds[1:]), statistics.mean(timer.cpu_seconds[1:]), timer.seconds
 
 
 def measure(job: Job, batches: int, steps: int) -> dict:
@@ -149,22 +158,24 @@ def measure(job: Job, batches: int, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as output_dir:
         trainer = take_trainer(job, output_dir, steps)
         args = trainer.args
-        loader, timed_batches = loader_rate(trainer, batches)
-        steps_per_second, step_seconds = step_rate(trainer)
-    accumulation = args.gradient_accumulation_steps
+        loader, loader_cpu, timed_batches = loader_rate(trainer, batches)
+        steps_per_second, step_cpu, step_seconds = step_rate(trainer)
+    accumulation, threads = args.gradient_accumulation_steps, torch.get_num_threads()
     result = {
         "example": f"examples/{job.script}", "name": job.name, "run": job.description, "flags": list(job.flags),
         "model": type(trainer.model).__name__, "collator": type(trainer.data_collator).__name__,
         "batch_size": args.per_device_train_batch_size, "gradient_accumulation_steps": accumulation,
         "dataloader_num_workers": args.dataloader_num_workers, "train_rows": len(trainer.train_dataset),
-        "threads": torch.get_num_threads(),
+        "threads": threads,
         "loader_batches_per_second": loader, "loader_batches_timed": timed_batches,
         "optimizer_steps_per_second": steps_per_second, "step_seconds": step_seconds,
         "ratio": loader / (steps_per_second * accumulation),
+        "loader_cpu_seconds_per_batch": loader_cpu, "step_cpu_seconds": step_cpu,
+        "cpu_ratio": step_cpu / threads / (loader_cpu * accumulation),
         "wall_seconds": time.perf_counter() - started,
     }  # fmt: skip
     print(f"{job.name}: loader {loader:.1f} batches/s, training {steps_per_second:.2f} steps/s, "
-          f"ratio {result['ratio']:.1f}", flush=True)  # fmt: skip
+          f"ratio {result['ratio']:.1f}, CPU-time ratio {result['cpu_ratio']:.1f}", flush=True)  # fmt: skip
     return result
 
 
@@ -177,21 +188,24 @@ def versions() -> dict[str, str]:
 
 def table(report: dict) -> str:
     machine, settings = report["machine"], report["settings"]
-    load = ", ".join(f"{value:.1f}" for value in machine["load_average_before"])
+    load, load_after = (", ".join(f"{value:.1f}" for value in machine[key])
+                        for key in ("load_average_before", "load_average_after"))  # fmt: skip
     lines = [
-        "| example (default job) | batch | loader batches/s | optimizer steps/s | loader / training |",
-        "|---|---:|---:|---:|---:|",
+        "| example (default job) | batch | loader batches/s | optimizer steps/s | loader / training | "
+        "CPU s per batch | CPU s per step / threads | CPU-time ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in report["runs"]:
         lines.append(
             f"| `{run['example']}`{' ' + ' '.join(run['flags']) if run['flags'] else ''} ({run['run']}) | "
             f"{run['batch_size']} | {run['loader_batches_per_second']:.1f} | {run['optimizer_steps_per_second']:.2f} | "
-            f"{run['ratio']:.0f}x |"
+            f"{run['ratio']:.0f}x | {run['loader_cpu_seconds_per_batch']:.3f} | "
+            f"{run['step_cpu_seconds'] / run['threads']:.2f} | {run['cpu_ratio']:.1f}x |"
         )
     lines += [
         "",
         f"{machine['cpu']}, {machine['cores']} cores, torch {report['versions']['torch']}; load average before the run "
-        f"{load}; loader: 1 + {settings['batches']} batches, `dataloader_num_workers` "
+        f"{load}, after {load_after}; loader: 1 + {settings['batches']} batches, `dataloader_num_workers` "
         f"{sorted({run['dataloader_num_workers'] for run in report['runs']})}; training: {settings['steps']} steps, "
         f"the first untimed; `python benchmarks/data_loading.py --json {RESULTS.relative_to(ROOT)}`",
     ]
