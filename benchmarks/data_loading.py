@@ -18,11 +18,13 @@ call only); the flags added to every example (`--output_dir <tmp> --max_steps N 
   step untimed;
 - ratio = loader rate / (step rate x gradient accumulation steps): how many times faster the data comes than the
   training loop consumes it. The load average before and after is recorded (other work may share the cores);
-- CPU-time ratio: the same from the process's CPU time (`time.process_time`), which other work on the machine hardly
-  changes: a step's CPU seconds divided by its threads (the least wall time it takes on an idle machine, with perfect
-  scaling over the threads) against a batch's CPU seconds (what the loader, single-threaded Python, needs alone). On
-  a busy machine a multi-threaded step slows down more than the loader, which inflates the wall-clock ratio; this
-  one is a conservative estimate of the ratio on an idle machine.
+- CPU-time ratio: the same from CPU time (`time.process_time`), which other work on the machine hardly changes when
+  one thread computes: the Trainer then makes `--reference_steps` more steps with `torch.set_num_threads(1)`, and a
+  step's CPU seconds there divided by the threads of the example's run (the least wall time a step takes on an idle
+  machine, with perfect scaling over the threads) is set against a batch's CPU seconds (what the loader,
+  single-threaded Python, needs alone). On a busy machine a multi-threaded step slows down far more than the loader
+  (its threads wait for one another, spinning), which inflates the wall-clock ratio, and its CPU time too; this one is
+  a conservative estimate of the ratio on an idle machine.
 
 The block of docs/performance.md is rendered from the committed results file
 (tests/project/test_readme_benchmark_tables.py checks it and that every ratio is at least `MIN_RATIO`).
@@ -125,9 +127,9 @@ def loader_rate(trainer, batches: int) -> tuple[float, float, int]:
     return timed / (time.perf_counter() - start), (time.process_time() - cpu_start) / timed, timed
 
 
-def step_rate(trainer) -> tuple[float, float, list[float]]:
-    """(optimizer steps per second, CPU seconds per step, every step's seconds) of `trainer.train()`, its first step
-    left out of the rates."""
+def step_rate(trainer, steps: int) -> tuple[float, float, list[float]]:
+    """(optimizer steps per second, CPU seconds per step, every step's seconds) of `trainer.train()` for `steps`
+    steps, its first step left out of the rates."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
@@ -144,13 +146,15 @@ def step_rate(trainer) -> tuple[float, float, list[float]]:
 
     timer = StepTimer()
     trainer.add_callback(timer)
+    trainer.args.max_steps = steps
     trainer.train()
+    trainer.remove_callback(timer)
     if len(timer.seconds) < 2:
         raise ValueError(f"`--steps` must give at least 2 optimizer steps, got {len(timer.seconds)}.")
     return 1.0 / statistics.mean(timer.seconds[1:]), statistics.mean(timer.cpu_seconds[1:]), timer.seconds
 
 
-def measure(job: Job, batches: int, steps: int) -> dict:
+def measure(job: Job, batches: int, steps: int, reference_steps: int) -> dict:
     """Loader rate and step rate of one example's default job (see the module docstring)."""
     import torch
 
@@ -159,8 +163,12 @@ def measure(job: Job, batches: int, steps: int) -> dict:
         trainer = take_trainer(job, output_dir, steps)
         args = trainer.args
         loader, loader_cpu, timed_batches = loader_rate(trainer, batches)
-        steps_per_second, step_cpu, step_seconds = step_rate(trainer)
-    accumulation, threads = args.gradient_accumulation_steps, torch.get_num_threads()
+        threads = torch.get_num_threads()
+        steps_per_second, _, step_seconds = step_rate(trainer, steps)
+        torch.set_num_threads(1)  # the reference: a step's work, measured where waiting threads cannot inflate it
+        _, step_cpu, _ = step_rate(trainer, reference_steps)
+        torch.set_num_threads(threads)
+    accumulation = args.gradient_accumulation_steps
     result = {
         "example": f"examples/{job.script}", "name": job.name, "run": job.description, "flags": list(job.flags),
         "model": type(trainer.model).__name__, "collator": type(trainer.data_collator).__name__,
@@ -170,7 +178,7 @@ def measure(job: Job, batches: int, steps: int) -> dict:
         "loader_batches_per_second": loader, "loader_batches_timed": timed_batches,
         "optimizer_steps_per_second": steps_per_second, "step_seconds": step_seconds,
         "ratio": loader / (steps_per_second * accumulation),
-        "loader_cpu_seconds_per_batch": loader_cpu, "step_cpu_seconds": step_cpu,
+        "loader_cpu_seconds_per_batch": loader_cpu, "one_thread_step_cpu_seconds": step_cpu,
         "cpu_ratio": step_cpu / threads / (loader_cpu * accumulation),
         "wall_seconds": time.perf_counter() - started,
     }  # fmt: skip
@@ -192,7 +200,7 @@ def table(report: dict) -> str:
                         for key in ("load_average_before", "load_average_after"))  # fmt: skip
     lines = [
         "| example (default job) | batch | loader batches/s | optimizer steps/s | loader / training | "
-        "CPU s per batch | CPU s per step / threads | CPU-time ratio |",
+        "CPU s per batch | 1-thread step CPU s / threads | CPU-time ratio |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in report["runs"]:
@@ -200,14 +208,15 @@ def table(report: dict) -> str:
             f"| `{run['example']}`{' ' + ' '.join(run['flags']) if run['flags'] else ''} ({run['run']}) | "
             f"{run['batch_size']} | {run['loader_batches_per_second']:.1f} | {run['optimizer_steps_per_second']:.2f} | "
             f"{run['ratio']:.0f}x | {run['loader_cpu_seconds_per_batch']:.3f} | "
-            f"{run['step_cpu_seconds'] / run['threads']:.2f} | {run['cpu_ratio']:.1f}x |"
+            f"{run['one_thread_step_cpu_seconds'] / run['threads']:.2f} | {run['cpu_ratio']:.1f}x |"
         )
     lines += [
         "",
         f"{machine['cpu']}, {machine['cores']} cores, torch {report['versions']['torch']}; load average before the run "
         f"{load}, after {load_after}; loader: 1 + {settings['batches']} batches, `dataloader_num_workers` "
         f"{sorted({run['dataloader_num_workers'] for run in report['runs']})}; training: {settings['steps']} steps, "
-        f"the first untimed; `python benchmarks/data_loading.py --json {RESULTS.relative_to(ROOT)}`",
+        f"then {settings['reference_steps']} with one thread, the first of each untimed; "
+        f"`python benchmarks/data_loading.py --json {RESULTS.relative_to(ROOT)}`",
     ]
     return "\n".join(lines)
 
@@ -222,6 +231,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--examples", nargs="+", choices=names, default=names, help="the jobs to measure (default all)")
     parser.add_argument("--batches", type=int, default=20, help="loader batches timed after one untimed")
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps of each Trainer (the first untimed)")
+    parser.add_argument("--reference_steps", type=int, default=3,
+                        help="then steps with one thread, for the CPU-time ratio (the first untimed)")  # fmt: skip
     parser.add_argument("--json", default=None, help=f"write the results here (the docs': {RESULTS.relative_to(ROOT)})")
     parser.add_argument("--docs", default=None, help="only rewrite the docs' block from this results JSON")
     args = parser.parse_args(argv)
@@ -229,15 +240,18 @@ def main(argv: list[str] | None = None) -> dict:
         report = json.loads(Path(args.docs).read_text())
         replace_docs_block(DOCS_BEGIN, DOCS_END, docs_block(report))
         return report
-    if args.batches < 1 or args.steps < 2:
-        parser.error(f"--batches must be >= 1 and --steps >= 2, got {args.batches} and {args.steps}")
+    if args.batches < 1 or min(args.steps, args.reference_steps) < 2:
+        parser.error(f"--batches must be >= 1, --steps and --reference_steps >= 2, got {args.batches}, {args.steps} "
+                     f"and {args.reference_steps}")  # fmt: skip
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     report = {
-        "settings": {"examples": args.examples, "batches": args.batches, "steps": args.steps, "min_ratio": MIN_RATIO},
+        "settings": {"examples": args.examples, "batches": args.batches, "steps": args.steps,
+                     "reference_steps": args.reference_steps, "min_ratio": MIN_RATIO},
         "machine": {"cpu": cpu_model(), "platform": platform.platform(), "cores": len(os.sched_getaffinity(0)),
                     "load_average_before": list(os.getloadavg())},
         "versions": versions(),
-        "runs": [measure(job, args.batches, args.steps) for job in JOBS if job.name in args.examples],
+        "runs": [measure(job, args.batches, args.steps, args.reference_steps)
+                 for job in JOBS if job.name in args.examples],
     }  # fmt: skip
     report["machine"]["load_average_after"] = list(os.getloadavg())
     print(table(report))

@@ -140,11 +140,11 @@ def test_data_loading_table_is_generated_from_the_committed_results():
     assert [run["name"] for run in report["runs"]] == [job.name for job in benchmark.JOBS]
     assert all((ROOT / "examples" / job.script).is_file() for job in benchmark.JOBS)
     # the claim docs/performance.md makes of it: the loader is at least 5x faster than training, for every example,
-    # by wall-clock time and by CPU time (a step's CPU seconds over its threads against a batch's)
+    # by wall-clock time and by CPU time (a one-thread step's CPU seconds over the run's threads against a batch's)
     for run in report["runs"]:
         accumulation = run["gradient_accumulation_steps"]
         wall_ratio = run["loader_batches_per_second"] / run["optimizer_steps_per_second"] / accumulation
         assert run["ratio"] == pytest.approx(wall_ratio)
-        cpu_ratio = run["step_cpu_seconds"] / run["threads"] / run["loader_cpu_seconds_per_batch"] / accumulation
-        assert run["cpu_ratio"] == pytest.approx(cpu_ratio)
+        least_step_seconds = run["one_thread_step_cpu_seconds"] / run["threads"]
+        assert run["cpu_ratio"] == pytest.approx(least_step_seconds / run["loader_cpu_seconds_per_batch"] / accumulation)
         assert min(run["ratio"], run["cpu_ratio"]) >= benchmark.MIN_RATIO == 5.0, run["name"]
