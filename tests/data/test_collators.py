@@ -10,7 +10,7 @@ import torch
 from transformers import AutoTokenizer
 
 from hf_vlalign import default_text_model_path
-from hf_vlalign.alignment import box_iou
+from hf_vlalign.alignment import alignment_target, box_iou, gold_region_iou
 from hf_vlalign.data import (
     CaptioningCollator,
     GroundedCaptionCollator,
@@ -20,6 +20,7 @@ from hf_vlalign.data import (
     RegionFeatureStore,
     build_dataset,
 )
+from hf_vlalign.data.collators.base import phrases_gold_iou
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 if not SHARED.is_dir():
@@ -92,6 +93,35 @@ def test_targets_built_by_build_dataset_match_the_collators_own(tokenizer, flick
     from_boxes = collator([rows[i] for i in range(5)])
     torch.testing.assert_close(from_store["word_region_alignment"], from_boxes["word_region_alignment"])
 
+
+
+def test_every_phrase_target_is_the_one_phrase_formula(tokenizer, flickr_rows_and_store):
+    """The collator computes each text's IoU in one matrix; every phrase's probe IoU and alignment rows are still
+    exactly `gold_region_iou` and `alignment_target` of that phrase alone."""
+    rows, store = flickr_rows_and_store
+    examples = [rows[i] for i in range(6)]
+    batch = GroundedCaptionCollator(tokenizer, store, return_probe_targets=True)(examples)
+    checked = 0
+    for i, example in enumerate(examples):
+        pixels = torch.as_tensor(store[example["image_id"]]["boxes"], dtype=torch.float32)
+        region_mask = batch["visual_attention_mask"][i, : len(pixels)]
+        golds = [torch.tensor(boxes, dtype=torch.float32) for boxes in example["sentence_phrase_boxes"] if boxes]
+        for p, gold in enumerate(golds):
+            target = alignment_target(gold, pixels, region_mask)
+            probe_iou = batch["phrase_region_iou"][i, p, : len(pixels)]
+            assert torch.equal(probe_iou, gold_region_iou(gold, pixels) * region_mask)
+            for token in batch["phrase_masks"][i, p].nonzero()[:, 0]:
+                assert torch.equal(batch["word_region_alignment"][i, token, : len(pixels)], target)
+            checked += 1
+        assert not batch["phrase_masks"][i, len(golds) :].any()
+    assert checked >= 10
+    # one IoU matrix over several phrases gives each phrase's own values, bit for bit; a phrase without a box: None
+    golds = [torch.tensor([[0.0, 0.0, 5.0, 5.0]]), torch.zeros(0, 4), torch.tensor([[1.0, 1, 4, 9], [2, 2, 8, 8]])]
+    regions = torch.tensor([[0.0, 0.0, 4.0, 4.0], [1.0, 2.0, 8.0, 9.0], [6.0, 6.0, 9.0, 9.0]])
+    first, missing, last = phrases_gold_iou(golds, regions)
+    assert missing is None and phrases_gold_iou([torch.zeros(0, 4)], regions) == [None]
+    assert torch.equal(first, gold_region_iou(golds[0], regions))
+    assert torch.equal(last, gold_region_iou(golds[2], regions))
 
 def test_image_pair_collator_on_real_nlvr2_rows(tokenizer, tmp_path):
     rows = build_dataset("nlvr2", SHARED / "nlvr2", "dev").select(range(3))

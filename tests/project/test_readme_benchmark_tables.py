@@ -4,13 +4,17 @@ of docs/datasets.md (`benchmarks/word_vectors.py --docs benchmarks/results/word_
 of docs/results.md, `benchmarks/time_to_result.py --docs benchmarks/results/time_to_result.json` the times of analyze
 and training in docs/analysis.md and docs/results.md, `benchmarks/feature_store.py --docs
 benchmarks/results/feature_store.json` the feature store's in docs/datasets.md, `benchmarks/simple_vqa_ceiling.py --docs`
-the simple-VQA runs in docs/training.md), and the claims the docs make of them hold in those results."""
+the simple-VQA runs in docs/training.md, `benchmarks/gpu.py --docs benchmarks/results/gpu.json` the GPU table of the
+README, or its statement that no GPU run was made; `benchmarks/data_loading.py --docs
+benchmarks/results/data_loading.json` the loader against training in docs/performance.md), and the claims the docs
+make of them hold in those results."""
 
 from __future__ import annotations
 
 import json
 import math
 
+import pytest
 from script_modules import ROOT, load_script
 
 DOCS = ROOT / "docs"
@@ -115,3 +119,32 @@ def test_every_simple_vqa_ceiling_setting_is_a_valid_command_of_the_example():
         assert training_args.learning_rate == float(values["--learning_rate"]), name
         assert training_args.head_learning_rate == float(values["--head_learning_rate"]), name
         assert training_args.num_train_epochs == float(values["--num_train_epochs"]), name
+
+
+def test_gpu_block_is_generated_from_the_committed_results_or_says_it_has_not_been_run():
+    benchmark = load_script("gpu_benchmark_tables", ROOT / "benchmarks" / "gpu.py")
+    report = benchmark.committed_report()
+    block = benchmark.docs_block(report)
+    assert block in (ROOT / "README.md").read_text()
+    if report is None:  # not run yet: the README says so and gives the command
+        assert "Not run yet" in block and benchmark.COMMAND in block
+    else:  # a committed result comes from a GPU at base size, and the README names the device
+        assert benchmark.is_gpu_result(report) and report["device"]["name"] in block
+
+
+def test_data_loading_table_is_generated_from_the_committed_results():
+    benchmark = load_script("data_loading_benchmark", ROOT / "benchmarks" / "data_loading.py")
+    report = json.loads(benchmark.RESULTS.read_text())
+    assert benchmark.docs_block(report) in (DOCS / "performance.md").read_text()
+    # every example's default job, measured in the same run
+    assert [run["name"] for run in report["runs"]] == [job.name for job in benchmark.JOBS]
+    assert all((ROOT / "examples" / job.script).is_file() for job in benchmark.JOBS)
+    # the claim docs/performance.md makes of it: the loader is at least 5x faster than training, for every example,
+    # by wall-clock time and by CPU time (a one-thread step's CPU seconds over the run's threads against a batch's)
+    for run in report["runs"]:
+        accumulation = run["gradient_accumulation_steps"]
+        wall_ratio = run["loader_batches_per_second"] / run["optimizer_steps_per_second"] / accumulation
+        assert run["ratio"] == pytest.approx(wall_ratio)
+        least_step_seconds = run["one_thread_step_cpu_seconds"] / run["threads"] / accumulation
+        assert run["cpu_ratio"] == pytest.approx(least_step_seconds / run["loader_cpu_seconds_per_batch"])
+        assert min(run["ratio"], run["cpu_ratio"]) >= benchmark.MIN_RATIO == 5.0, run["name"]

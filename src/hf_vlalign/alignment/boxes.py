@@ -66,10 +66,14 @@ def alignment_target(
 ) -> torch.Tensor:
     """Distribution over regions for one grounded phrase (VGP paper, sec. 3): uniform over the regions whose IoU
     with a gold box is >= `threshold`, else all mass on the best-IoU region. Padded regions get zero."""
-    check_tensor("gold_boxes", gold_boxes)
-    check_tensor("region_boxes", region_boxes)
     check_tensor("region_mask", region_mask, optional=True)
-    iou = gold_region_iou(gold_boxes, region_boxes)
+    return alignment_target_from_iou(gold_region_iou(gold_boxes, region_boxes), region_mask, threshold)
+
+
+def alignment_target_from_iou(
+    iou: torch.Tensor, region_mask: torch.Tensor | None = None, threshold: float = 0.5
+) -> torch.Tensor:
+    """`alignment_target` from the phrase's `gold_region_iou` (R,), for callers that already hold it."""
     if region_mask is not None:
         iou = torch.where(region_mask.bool(), iou, torch.full_like(iou, -1.0))
     hits = iou >= threshold

@@ -12,7 +12,7 @@ import datasets
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from ...alignment.boxes import alignment_target, gold_region_iou
+from ...alignment.boxes import alignment_target_from_iou, box_iou, gold_region_iou
 from ...utils.validation import check_kind, check_tokenizer
 from ..feature_store import RegionFeatureStore
 from .regions import pad_regions, store_image_id
@@ -224,35 +224,47 @@ class RegionTextCollator:
             boxes = example.get(f"{column}_phrase_boxes") or [None] * len(spans)
             regions = example.get(f"{column}_phrase_regions")
             cut = cuts[i][sequence] if cuts is not None else ()
+            kept = []  # (index, span, token mask, gold boxes) of the phrases truncation left
             for p, (span, gold) in enumerate(zip(spans, boxes)):
                 if span_is_cut(cut, span):
                     continue  # a word piece lost to truncation: the phrase keeps no alignment (`truncation_stats`)
                 mask = self.required_mask(offsets, sequence_ids == sequence, span, example, column)
-                gold = gold_boxes(i, f"{column}_phrase_boxes", gold)
-                iou = gold_region_iou(gold, pixels) * region_mask if len(gold) else torch.zeros(len(region_mask))
-                target = self.phrase_target(i, example[column][span[0] : span[1]], gold, None if regions is None else regions[p], batch)
+                kept.append((p, span, mask, gold_boxes(i, f"{column}_phrase_boxes", gold)))
+            # each region's best IoU with each phrase's gold boxes: the probe's target and the alignment row's
+            gold_ious = phrases_gold_iou([gold for *_, gold in kept], pixels)
+            for (p, span, mask, gold), gold_iou in zip(kept, gold_ious):
+                iou = gold_iou * region_mask if gold_iou is not None else torch.zeros(len(region_mask))
+                phrase = example[column][span[0] : span[1]]
+                target = self.phrase_target(i, phrase, gold, None if regions is None else regions[p], batch, gold_iou)
                 if target is not None:
                     phrases.append((mask, target, iou))
         return phrases
 
-    def phrase_target(self, i: int, phrase: str, gold: torch.Tensor, regions: list | None, batch: dict) -> torch.Tensor | None:
-        """Alignment row of one phrase of example `i` over its regions; None when the phrase is not grounded."""
+    def phrase_target(
+        self, i: int, phrase: str, gold: torch.Tensor, regions: list | None, batch: dict,
+        gold_iou: torch.Tensor | None = None,
+    ) -> torch.Tensor | None:  # fmt: skip
+        """Alignment row of one phrase of example `i` over its regions; None when the phrase is not grounded.
+        `gold_iou`: each region's best IoU with `gold` (`gold_region_iou`), when the caller has it already."""
         region_mask = batch["visual_attention_mask"][i]
         if regions is not None:  # built against the store by `build_dataset(..., region_features=store)`
             if not len(gold) and not any(regions):  # a phrase without a box (GQA without scene graphs): all zeros
                 return None
             return self._checked_regions(i, regions, region_mask, batch)
         if len(gold):  # IoU in pixels: scale-free, so the annotation's and the store's pixels agree
-            if not self._overlaps_a_region(gold, batch["region_boxes_pixels"][i], region_mask):
+            if gold_iou is None:
+                gold_iou = gold_region_iou(gold, batch["region_boxes_pixels"][i])
+            if not self._overlaps_a_region(gold_iou, region_mask):
                 # no region to put the mass on (never region 0 by default): kept as a phrase without target, so that
                 # Recall@k counts it as the miss it is; counted and warned once
                 return torch.zeros(len(region_mask))
-            return alignment_target(gold, batch["region_boxes_pixels"][i], region_mask, self.iou_threshold)
+            return alignment_target_from_iou(gold_iou, region_mask, self.iou_threshold)
         return None  # a phrase without any box (e.g. Flickr30k's nobndbox) is not grounded
 
-    def _overlaps_a_region(self, gold: torch.Tensor, pixels: torch.Tensor, region_mask: torch.Tensor) -> bool:
-        """Whether a gold box overlaps a real region; counts (`unmatched_phrases`) and warns once when none does."""
-        if bool(((gold_region_iou(gold, pixels) > 0) & region_mask.bool()).any()):
+    def _overlaps_a_region(self, gold_iou: torch.Tensor, region_mask: torch.Tensor) -> bool:
+        """Whether a gold box overlaps a real region (`gold_iou`: each region's best IoU with the gold boxes); counts
+        (`unmatched_phrases`) and warns once when none does."""
+        if bool(((gold_iou > 0) & region_mask.bool()).any()):
             return True
         self._count_unmatched()
         return False
@@ -307,3 +319,14 @@ class RegionTextCollator:
 
 def _labels(examples: list[dict], column: str, dtype=torch.long) -> torch.Tensor:
     return torch.tensor([example[column] for example in examples], dtype=dtype)
+
+
+def phrases_gold_iou(golds: list[torch.Tensor], region_boxes: torch.Tensor) -> list[torch.Tensor | None]:
+    """`gold_region_iou` of each phrase's gold boxes (G_p, 4) with the (R, 4) regions, None for a phrase without a
+    box: one `box_iou` over every phrase's boxes (a text's dozen phrases cost one small matrix, not a dozen)."""
+    sizes = [len(gold) for gold in golds]
+    if not any(sizes):
+        return [None] * len(golds)
+    per_box = box_iou(torch.cat([gold for gold in golds if len(gold)]), region_boxes)
+    best = iter(per_box.split([size for size in sizes if size]))
+    return [next(best).amax(dim=0) if size else None for size in sizes]

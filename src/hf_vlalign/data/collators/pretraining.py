@@ -89,9 +89,9 @@ class TwoStreamPretrainingCollator(RegionTextCollator):
             tensors["answer_labels"] = self._answer_labels(examples, matched)
         return tensors
 
-    def phrase_target(self, i, phrase, gold, regions, batch):
+    def phrase_target(self, i, phrase, gold, regions, batch, gold_iou=None):
         if self.soft_targets is None or not len(gold):
-            return super().phrase_target(i, phrase, gold, regions, batch)
+            return super().phrase_target(i, phrase, gold, regions, batch, gold_iou)
         region_mask = batch["visual_attention_mask"][i].bool()
         object_ids = batch["region_object_ids"][i][region_mask]
         if bool((object_ids < 0).any()):

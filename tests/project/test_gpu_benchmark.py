@@ -1,0 +1,106 @@
+"""benchmarks/gpu.py: its tiny run on the CPU writes a results file with every field of every setting (timings are
+never asserted), the device table names each known GPU's dense bf16 peak, and the README's block is what the script
+renders from the committed results (checked in tests/project/test_readme_benchmark_tables.py), and a CPU run is
+refused for it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from script_modules import ROOT, load_script
+
+gpu = load_script("gpu_benchmark", ROOT / "benchmarks" / "gpu.py")
+
+RUN_FIELDS = {
+    "family", "source", "supervision", "attn_implementation", "batch", "text_tokens", "regions", "tokens_per_example",
+    "parameters", "step_seconds", "examples_per_second", "tokens_per_second", "flops_per_step", "achieved_tflops",
+    "mfu", "peak_memory_gib", "sdpa_kernels", "final_loss",
+}  # fmt: skip
+SETTINGS = {
+    ("single_stream", "none"), ("single_stream", "direct"), ("two_stream", "none"),
+    ("two_stream", "alignment decoder"), ("captioning_a2", "none"), ("captioning_a2", "A2 gate"),
+    ("captioning_geometry", "none"),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu") / "gpu.json"
+    gpu.main(["--tiny", "--device", "cpu", "--steps", "1", "--warmup", "0", "--peak_tflops", "0.5", "--out", str(out)])
+    return json.loads(out.read_text()), out
+
+
+def test_tiny_cpu_run_writes_every_field_of_every_setting(tiny_report):
+    report, out = tiny_report
+    assert report["device"]["kind"] == "cpu" and report["settings"]["tiny"] is True
+    assert report["device"]["bf16_peak_tflops"] == 0.5 and report["device"]["peak_source"] == "--peak_tflops"
+    runs = report["runs"]
+    assert {(run["family"], run["supervision"]) for run in runs} == SETTINGS
+    implementations = ("sdpa", "eager")
+    assert {(run["family"], run["supervision"], run["attn_implementation"]) for run in runs} == {
+        (family, supervision, implementation) for family, supervision in SETTINGS for implementation in implementations
+    }
+    for run in runs:
+        assert set(run) == RUN_FIELDS, run["family"]
+        assert run["step_seconds"] > 0 and run["flops_per_step"] > 0 and run["final_loss"] == run["final_loss"]
+        assert run["tokens_per_second"] == pytest.approx(run["examples_per_second"] * run["tokens_per_example"])
+        assert run["mfu"] == pytest.approx(run["achieved_tflops"] / 0.5)
+        assert run["peak_memory_gib"] is None  # no CUDA allocator on the CPU
+        assert run["sdpa_kernels"] == {}  # eager, or CPU training with dropout: no sdpa call
+    # supervision adds work: more FLOPs counted with it than without, for the same family and implementation
+    flops = {(run["family"], run["supervision"] != "none", run["attn_implementation"]): run["flops_per_step"]
+             for run in runs}  # fmt: skip
+    for family in ("single_stream", "two_stream", "captioning_a2"):
+        assert flops[family, True, "sdpa"] > flops[family, False, "sdpa"]
+    assert len(report["supervision_overhead"]) == 6 and len(report["sdpa_speedup_vs_eager"]) == 7
+    assert out.with_suffix(".md").read_text() == gpu.table(report) + "\n"
+
+
+def test_the_sdpa_kernel_is_read_from_the_dispatched_ops():
+    import torch
+
+    query = torch.randn(1, 2, 5, 8)
+    mask = torch.ones(1, 1, 5, 5, dtype=torch.bool)
+    mask[..., -1] = False
+    sdpa, fused = gpu.SdpaCalls(), gpu.FusedAttentionOps()
+    with sdpa, fused:
+        torch.nn.functional.scaled_dot_product_attention(query, query, query)
+        torch.nn.functional.scaled_dot_product_attention(query, query, query, attn_mask=mask)
+    assert sdpa.calls == 2
+    assert sum(fused.kernels.values()) <= 2 and set(fused.kernels) <= set(gpu.SDPA_KERNELS.values())
+
+
+def test_without_a_peak_the_cpu_run_leaves_mfu_empty():
+    import torch
+
+    info = gpu.device_info(torch.device("cpu"), None)
+    assert info["bf16_peak_tflops"] is None and "MFU not computed" in info["peak_source"]
+
+
+@pytest.mark.parametrize(
+    "name, peak",
+    [("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 PCIe", 756.0), ("NVIDIA H100 NVL", 835.0), ("NVIDIA H200", 989.0),
+     ("NVIDIA H200 NVL", 835.0), ("NVIDIA GH200 480GB", 989.0), ("NVIDIA A100-SXM4-80GB", 312.0),
+     ("NVIDIA A100 80GB PCIe", 312.0), ("NVIDIA L4", 121.0), ("NVIDIA L40S", 362.0), ("NVIDIA L40", 181.0),
+     ("NVIDIA A10", 125.0), ("NVIDIA GeForce RTX 3090", None)],
+)  # fmt: skip
+def test_device_peaks_are_matched_by_name(name, peak):
+    found, source = gpu.device_peak(name, None)
+    assert found == peak, source
+    if peak is None:
+        assert "--peak_tflops" in source
+    assert gpu.device_peak(name, 100.0) == (100.0, "--peak_tflops")
+
+
+def test_a_cpu_result_is_refused_for_the_readme(tiny_report):
+    report, _ = tiny_report
+    with pytest.raises(ValueError, match=r"needs a GPU run at base size .* \(cpu, tiny=True\)"):
+        gpu.docs_block(report)
+
+
+def test_bad_arguments_name_the_flag():
+    with pytest.raises(SystemExit):
+        gpu.main(["--tiny", "--device", "cpu", "--steps", "0"])
+    with pytest.raises(SystemExit):
+        gpu.main(["--tiny", "--device", "cpu", "--peak_tflops", "-1"])
