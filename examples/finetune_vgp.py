@@ -48,6 +48,7 @@ from hf_vlalign.recipes import (
     build_processor,
     UserDataArguments,
     check_visual_feat_dim,
+    final_evaluation,
     from_checkpoint_or_text,
     image_use_results,
     load_tokenizer,
@@ -318,7 +319,7 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     # every process saves and evaluates (collectives under FSDP / DeepSpeed); only the main process writes the report
     save_model(trainer, training_args.output_dir)
-    metrics = trainer.evaluate()
+    metrics = final_evaluation(trainer)  # the Trainer's evaluation after the last step (eval_strategy epoch), reused
     probe, drawn = probe_grounding(trainer.model, training_args, eval_dataset, collator, tokenizer)
     image_use = image_use_results(  # own image vs another image's regions: ~0 means the image is not read
         trainer.model, eval_dataset, collator, training_args.per_device_eval_batch_size, training_args.seed,

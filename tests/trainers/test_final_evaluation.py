@@ -1,0 +1,70 @@
+"""`final_evaluation` (what the examples report after training) reuses the Trainer's evaluation of the final weights
+instead of a second pass over the evaluation split, and evaluates when there is none to reuse."""
+
+import pytest
+from transformers import AutoTokenizer, TrainerCallback
+
+from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, default_text_model_path
+from hf_vlalign.data.builders import load_vgp_data
+from hf_vlalign.data.collators import VGPCollator
+from hf_vlalign.recipes import final_evaluation
+from hf_vlalign.synthetic import SyntheticSceneConfig
+from hf_vlalign.trainers import VGPTrainer, VGPTrainingArguments
+
+# the timing entries of an evaluation differ between two passes; every other number must not
+TIMING_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second")
+
+
+class CountEvaluations(TrainerCallback):
+    def __init__(self):
+        self.count = 0
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.count += 1
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_VLALIGN_CACHE", str(tmp_path_factory.mktemp("cache")))
+        scenes = SyntheticSceneConfig(num_train_images=4, num_val_images=4, feature_dim=32)
+        return load_vgp_data(synthetic_config=scenes)
+
+
+def trained(data, tmp_path, eval_strategy: str) -> tuple[VGPTrainer, CountEvaluations]:
+    tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
+    config = SingleStreamConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=64, visual_feat_dim=32, attention_supervision="direct",
+    )  # fmt: skip
+    args = VGPTrainingArguments(
+        output_dir=str(tmp_path), num_train_epochs=1, per_device_train_batch_size=16, per_device_eval_batch_size=16,
+        eval_strategy=eval_strategy, report_to="none", remove_unused_columns=False, save_strategy="no", use_cpu=True,
+        seed=0, disable_tqdm=True,
+    )  # fmt: skip
+    counter = CountEvaluations()
+    trainer = VGPTrainer(
+        model=SingleStreamForVisualParaphrase(config), args=args, train_dataset=data.train, eval_dataset=data.eval,
+        data_collator=VGPCollator(tokenizer, data.region_features), callbacks=[counter],
+    )  # fmt: skip
+    trainer.train()
+    return trainer, counter
+
+
+def _numbers(metrics: dict) -> dict:
+    return {key: v for key, v in metrics.items() if key.startswith("eval_") and not key.endswith(TIMING_SUFFIXES)}
+
+
+def test_the_last_epochs_evaluation_is_reused(data, tmp_path):
+    trainer, counter = trained(data, tmp_path, "epoch")
+    assert counter.count == 1  # the end of the only epoch
+    metrics = final_evaluation(trainer)
+    assert counter.count == 1  # no second pass
+    again = trainer.evaluate()  # the same weights evaluated anew: the same numbers
+    assert _numbers(metrics) == pytest.approx(_numbers(again), abs=1e-6) and "eval_vgp_accuracy" in metrics
+
+
+def test_without_an_evaluation_after_the_last_step_it_evaluates(data, tmp_path):
+    trainer, counter = trained(data, tmp_path, "no")
+    metrics = final_evaluation(trainer)
+    assert counter.count == 1 and "eval_image_description_accuracy" in metrics
