@@ -15,3 +15,17 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def versions() -> dict[str, str]:
+    """The versions of python and of the libraries a training run depends on."""
+    import accelerate
+    import torch
+    import transformers
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "accelerate": accelerate.__version__,
+    }

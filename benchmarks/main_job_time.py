@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
-from machine_info import cpu_model  # noqa: E402  (benchmarks/machine_info.py)
+from machine_info import cpu_model, versions  # noqa: E402  (benchmarks/machine_info.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "main_job_time.json"
@@ -124,19 +123,6 @@ def summarize(runs: list[dict]) -> dict:
             str(seed): by_seed["defaults", seed]["wall_seconds"] / by_seed["previous", seed]["wall_seconds"]
             for seed in seeds
         },
-    }
-
-
-def versions() -> dict[str, str]:
-    import accelerate
-    import torch
-    import transformers
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "accelerate": accelerate.__version__,
     }
 
 

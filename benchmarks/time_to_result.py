@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from example_scripts import load_example  # noqa: E402  (benchmarks/example_scripts.py)
-from machine_info import cpu_model  # noqa: E402  (benchmarks/machine_info.py)
+from machine_info import cpu_model, versions  # noqa: E402  (benchmarks/machine_info.py)
 from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,19 +165,6 @@ def measure_training(thread_counts: list[int], steps: int, repeats: int) -> dict
         "median_seconds": medians,
         "median_seconds_per_step": {threads: seconds / steps for threads, seconds in medians.items()},
         "speedup": medians[first] / medians[last],
-    }
-
-
-def versions() -> dict[str, str]:
-    import accelerate
-    import torch
-    import transformers
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "accelerate": accelerate.__version__,
     }
 
 

@@ -5,10 +5,8 @@ import pytest
 from transformers import AutoTokenizer, TrainerCallback
 
 from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, default_text_model_path
-from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.recipes import final_evaluation
-from hf_vlalign.synthetic import SyntheticSceneConfig
 from hf_vlalign.trainers import VGPTrainer, VGPTrainingArguments
 
 # the timing entries of an evaluation differ between two passes; every other number must not
@@ -21,14 +19,6 @@ class CountEvaluations(TrainerCallback):
 
     def on_evaluate(self, args, state, control, **kwargs):
         self.count += 1
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_VLALIGN_CACHE", str(tmp_path_factory.mktemp("cache")))
-        scenes = SyntheticSceneConfig(num_train_images=4, num_val_images=4, feature_dim=32)
-        return load_vgp_data(synthetic_config=scenes)
 
 
 def trained(data, tmp_path, eval_strategy: str) -> tuple[VGPTrainer, CountEvaluations]:
@@ -55,8 +45,8 @@ def _numbers(metrics: dict) -> dict:
     return {key: v for key, v in metrics.items() if key.startswith("eval_") and not key.endswith(TIMING_SUFFIXES)}
 
 
-def test_the_last_epochs_evaluation_is_reused(data, tmp_path):
-    trainer, counter = trained(data, tmp_path, "epoch")
+def test_the_last_epochs_evaluation_is_reused(vgp_data, tmp_path):
+    trainer, counter = trained(vgp_data, tmp_path, "epoch")
     assert counter.count == 1  # the end of the only epoch
     metrics = final_evaluation(trainer)
     assert counter.count == 1  # no second pass
@@ -64,7 +54,7 @@ def test_the_last_epochs_evaluation_is_reused(data, tmp_path):
     assert _numbers(metrics) == pytest.approx(_numbers(again), abs=1e-6) and "eval_vgp_accuracy" in metrics
 
 
-def test_without_an_evaluation_after_the_last_step_it_evaluates(data, tmp_path):
-    trainer, counter = trained(data, tmp_path, "no")
+def test_without_an_evaluation_after_the_last_step_it_evaluates(vgp_data, tmp_path):
+    trainer, counter = trained(vgp_data, tmp_path, "no")
     metrics = final_evaluation(trainer)
     assert counter.count == 1 and "eval_image_description_accuracy" in metrics

@@ -11,9 +11,7 @@ from test_captioning_training import captions, make_trainer  # noqa: F401 (a fix
 from transformers import AutoTokenizer
 
 from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, default_text_model_path
-from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
-from hf_vlalign.synthetic import SyntheticSceneConfig
 from hf_vlalign.trainers import VGPTrainer, VGPTrainingArguments
 from hf_vlalign.utils.host_reads import count_host_reads
 
@@ -34,14 +32,6 @@ def count_reads_in(trainer, method_names: tuple[str, ...]) -> list[tuple[str, st
     for name in method_names:
         setattr(trainer, name, counted(getattr(trainer, name)))
     return events
-
-
-@pytest.fixture(scope="module")
-def vgp_data(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_VLALIGN_CACHE", str(tmp_path_factory.mktemp("cache")))
-        scenes = SyntheticSceneConfig(num_train_images=4, num_val_images=4, feature_dim=32)
-        return load_vgp_data(synthetic_config=scenes)
 
 
 def test_vgp_training_and_evaluation_steps_read_nothing_on_the_host(vgp_data, tmp_path):

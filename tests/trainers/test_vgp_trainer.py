@@ -5,25 +5,15 @@ import pytest
 from transformers import AutoTokenizer, EvalPrediction, TrainingArguments
 
 from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, default_text_model_path
-from hf_vlalign.data.builders import load_vgp_data
 from hf_vlalign.data.collators import VGPCollator
-from hf_vlalign.synthetic import SyntheticSceneConfig
 from hf_vlalign.metrics import vgp_accuracy
 from hf_vlalign.trainers import VGPTrainer, VGPTrainingArguments, vgp_classification_metrics
 
 TYPES = ["Alternation", "Entailment1", "Entailment2", "Equivalence", "Independence"]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_VLALIGN_CACHE", str(cache))
-        return load_vgp_data(synthetic_config=SyntheticSceneConfig(num_train_images=4, num_val_images=4, feature_dim=32))
-
-
 @pytest.mark.parametrize("supervision", ["direct", "indirect"])
-def test_trainer_logs_each_loss_component_in_train_and_eval(data, tmp_path, supervision):
+def test_trainer_logs_each_loss_component_in_train_and_eval(vgp_data, tmp_path, supervision):
     tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
     config = SingleStreamConfig(
         vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -35,8 +25,8 @@ def test_trainer_logs_each_loss_component_in_train_and_eval(data, tmp_path, supe
         use_cpu=True, seed=0,
     )
     trainer = VGPTrainer(
-        model=SingleStreamForVisualParaphrase(config), args=args, train_dataset=data.train,
-        eval_dataset=data.eval, data_collator=VGPCollator(tokenizer, data.region_features),
+        model=SingleStreamForVisualParaphrase(config), args=args, train_dataset=vgp_data.train,
+        eval_dataset=vgp_data.eval, data_collator=VGPCollator(tokenizer, vgp_data.region_features),
     )
     trainer.train()
     metrics = trainer.evaluate()
@@ -52,13 +42,13 @@ def test_trainer_logs_each_loss_component_in_train_and_eval(data, tmp_path, supe
     # the type task (the default): accuracy per semantic type over the typed evaluation pairs
     counts = {name: metrics[f"eval_vgp_type_count/{name}"] for name in TYPES}
     assert sum(counts.values()) == metrics["eval_vgp_labelled_pairs"] > 0
-    assert metrics["eval_vgp_unlabelled_pairs"] == sum(label == -1 for label in data.eval["type_label"])
+    assert metrics["eval_vgp_unlabelled_pairs"] == sum(label == -1 for label in vgp_data.eval["type_label"])
     for name, count in counts.items():
         assert (f"eval_vgp_type_accuracy/{name}" in metrics) == (count > 0)
     assert metrics["eval_loss"] == pytest.approx(metrics["eval_loss_id"] + metrics["eval_loss_vgp"] + metrics["eval_loss_attention_supervision"], rel=1e-2)
 
 
-def test_trainer_names_missing_labels(data, tmp_path):
+def test_trainer_names_missing_labels(vgp_data, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
     config = SingleStreamConfig(
         vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
@@ -66,7 +56,7 @@ def test_trainer_names_missing_labels(data, tmp_path):
     )
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none", remove_unused_columns=False, use_cpu=True)
     trainer = VGPTrainer(model=SingleStreamForVisualParaphrase(config), args=args)
-    batch = VGPCollator(tokenizer, data.region_features)([data.train[0]])
+    batch = VGPCollator(tokenizer, vgp_data.region_features)([vgp_data.train[0]])
     for key in ("id_labels", "vgp_labels"):
         batch.pop(key)
     with pytest.raises(ValueError, match="returned no loss.*id_labels"):
