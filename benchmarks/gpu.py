@@ -30,6 +30,8 @@ and backward, recomputation and the A2 mask step included; the optimizer's eleme
 (FLOPs per step / step time) / the device's dense bf16 peak. The SDPA kernels are the fused attention ops the step
 dispatched (`aten::_scaled_dot_product_{flash,efficient,cudnn}_attention`); `sdpa` calls that ran none of them took
 the math path; the eager rows call no `sdpa`, nor do CPU training steps with dropout (`models/attention_utils.py`).
+Host syncs per step: the synchronizing CUDA calls (device-to-host copies, stream synchronisations) of one more
+training step under `torch.cuda.set_sync_debug_mode("warn")`, with the file and line of each (CUDA only).
 
 The README's block is rendered from a results file of a GPU run (tests/project/test_readme_benchmark_tables.py checks
 it); without one it says the benchmark has not been run and gives the command.
@@ -43,6 +45,7 @@ import platform
 import re
 import sys
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -342,6 +345,20 @@ def counted_step(trainee: Trainee) -> tuple[int, dict[str, int]]:
     return flops.get_total_flops(), kernels
 
 
+def synchronizing_calls(trainee: Trainee) -> dict[str, int]:
+    """{file:line: count} of the synchronizing CUDA calls in one training step, as CUDA's sync debug mode reports them
+    (a device-to-host copy, a stream synchronisation: what `.item()`, `bool(tensor)` or `nonzero` cause)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            trainee.step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    sites = Counter(f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchronizing" in str(w.message))
+    return dict(sites)
+
+
 def measure(setup: Setup, supervised: bool, implementation: str, device: torch.device, steps: int, warmup: int,
             peak_tflops: float | None) -> dict:  # fmt: skip
     """Builds the model on `device` and times `steps` training steps after `warmup` steps (see the module docstring)."""
@@ -359,6 +376,7 @@ def measure(setup: Setup, supervised: bool, implementation: str, device: torch.d
     for _ in range(warmup):
         trainee.step()
     flops, kernels = counted_step(trainee)
+    sync_sites = synchronizing_calls(trainee) if device.type == "cuda" else None
     synchronize(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -383,6 +401,8 @@ def measure(setup: Setup, supervised: bool, implementation: str, device: torch.d
         "mfu": achieved / peak_tflops if peak_tflops else None,
         "peak_memory_gib": peak_gib,
         "sdpa_kernels": kernels,
+        "host_syncs": None if sync_sites is None else sum(sync_sites.values()),
+        "host_sync_sites": sync_sites,
         "final_loss": float(torch.stack(losses)[-1].float()),
     }  # fmt: skip
     del trainee, model, batch
@@ -479,8 +499,8 @@ def table(report: dict) -> str:
         f"steps after {settings['warmup']}; FLOPs counted by FlopCounterMode; `{settings['command']}`",
         "",
         "| family | supervision | attention | batch x tokens | ms/step | examples/s | tokens/s | TFLOP/s | MFU | "
-        "peak memory GiB | SDPA kernels |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "peak memory GiB | SDPA kernels | host syncs per step |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for run in report["runs"]:
         kernels = ", ".join(f"{name} x{count}" for name, count in run["sdpa_kernels"].items()) or "no sdpa call"
@@ -488,7 +508,7 @@ def table(report: dict) -> str:
             f"| {run['family']} | {run['supervision']} | {run['attn_implementation']} | {run['batch']} x "
             f"{run['tokens_per_example']} | {run['step_seconds'] * 1e3:.1f} | {run['examples_per_second']:.0f} | "
             f"{run['tokens_per_second']:.0f} | {run['achieved_tflops']:.1f} | {_number(run['mfu'], '.1%')} | "
-            f"{_number(run['peak_memory_gib'], '.1f')} | {kernels} |"
+            f"{_number(run['peak_memory_gib'], '.1f')} | {kernels} | {_number(run['host_syncs'], 'd')} |"
         )
     lines += ["", "| family | supervision | attention | step time on / off |", "|---|---|---|---:|"]
     lines += [f"| {row['family']} | {row['supervision']} | {row['attn_implementation']} | {row['overhead']:.3f} |"

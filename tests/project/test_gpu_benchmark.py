@@ -15,7 +15,7 @@ gpu = load_script("gpu_benchmark", ROOT / "benchmarks" / "gpu.py")
 RUN_FIELDS = {
     "family", "source", "supervision", "attn_implementation", "batch", "text_tokens", "regions", "tokens_per_example",
     "parameters", "step_seconds", "examples_per_second", "tokens_per_second", "flops_per_step", "achieved_tflops",
-    "mfu", "peak_memory_gib", "sdpa_kernels", "final_loss",
+    "mfu", "peak_memory_gib", "sdpa_kernels", "host_syncs", "host_sync_sites", "final_loss",
 }  # fmt: skip
 SETTINGS = {
     ("single_stream", "none"), ("single_stream", "direct"), ("two_stream", "none"),
@@ -46,7 +46,7 @@ def test_tiny_cpu_run_writes_every_field_of_every_setting(tiny_report):
         assert run["step_seconds"] > 0 and run["flops_per_step"] > 0 and run["final_loss"] == run["final_loss"]
         assert run["tokens_per_second"] == pytest.approx(run["examples_per_second"] * run["tokens_per_example"])
         assert run["mfu"] == pytest.approx(run["achieved_tflops"] / 0.5)
-        assert run["peak_memory_gib"] is None  # no CUDA allocator on the CPU
+        assert run["peak_memory_gib"] is None and run["host_syncs"] is None  # CUDA's allocator and sync debug mode
         assert run["sdpa_kernels"] == {}  # eager, or CPU training with dropout: no sdpa call
     # supervision adds work: more FLOPs counted with it than without, for the same family and implementation
     flops = {(run["family"], run["supervision"] != "none", run["attn_implementation"]): run["flops_per_step"]
