@@ -32,6 +32,9 @@ dispatched (`aten::_scaled_dot_product_{flash,efficient,cudnn}_attention`); `sdp
 the math path; the eager rows call no `sdpa`, nor do CPU training steps with dropout (`models/attention_utils.py`).
 Host syncs per step: the synchronizing CUDA calls (device-to-host copies, stream synchronisations) of one more
 training step under `torch.cuda.set_sync_debug_mode("warn")`, with the file and line of each (CUDA only).
+`--profile` adds one profiled step per setting (`torch.profiler`): the device's busy time, the kernels launched and
+the top operators by their own time, to tell a launch-bound step (busy time well under the step time) from a slow
+kernel.
 
 The README's block is rendered from a results file of a GPU run (tests/project/test_readme_benchmark_tables.py checks
 it); without one it says the benchmark has not been run and gives the command.
@@ -45,6 +48,7 @@ import platform
 import re
 import sys
 import time
+import traceback
 import warnings
 from collections import Counter
 from dataclasses import dataclass
@@ -54,6 +58,7 @@ from typing import Callable
 import torch
 import transformers
 from torch.overrides import TorchFunctionMode
+from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -346,21 +351,58 @@ def counted_step(trainee: Trainee) -> tuple[int, dict[str, int]]:
 
 
 def synchronizing_calls(trainee: Trainee) -> dict[str, int]:
-    """{file:line: count} of the synchronizing CUDA calls in one training step, as CUDA's sync debug mode reports them
-    (a device-to-host copy, a stream synchronisation: what `.item()`, `bool(tensor)` or `nonzero` cause)."""
-    with warnings.catch_warnings(record=True) as caught:
+    """{call site: count} of the synchronizing CUDA calls in one training step, as CUDA's sync debug mode reports them
+    (a device-to-host copy, a stream synchronisation: what `.item()`, `bool(tensor)`, `nonzero` or copying a Python
+    list to the GPU cause). A call site is the innermost frame in hf_vlalign (or this script) and the frame that made
+    the call."""
+    sites: Counter[str] = Counter()
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        if "synchronizing" in str(message):
+            sites[call_site(traceback.extract_stack()[:-1])] += 1
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
             trainee.step()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    sites = Counter(f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchronizing" in str(w.message))
     return dict(sites)
 
 
+def call_site(stack: traceback.StackSummary) -> str:
+    def where(frame: traceback.FrameSummary) -> str:
+        parts = Path(frame.filename).parts
+        return f"{'/'.join(parts[-3:])}:{frame.lineno} ({frame.name})"
+
+    ours = [frame for frame in stack if "hf_vlalign" in frame.filename or frame.filename == __file__]
+    caller = where(stack[-1])
+    return caller if not ours or ours[-1] is stack[-1] else f"{where(ours[-1])} via {caller}"
+
+
+def profiled_step(trainee: Trainee, device: torch.device, top: int = 12) -> dict:
+    """One training step under `torch.profiler`: the time the device was busy, the kernels launched, and the `top`
+    operators by their own device time (CPU time on a CPU)."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as profiler:
+        trainee.step()
+        synchronize(device)
+    events = profiler.key_averages()
+    own_time = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    ranked = sorted(events, key=lambda event: getattr(event, own_time), reverse=True)[:top]
+    busy_ms = sum(event.self_device_time_total for event in events) / 1e3
+    return {
+        "device_busy_ms": busy_ms if device.type == "cuda" else None,
+        "kernel_launches": sum(event.count for event in events if "LaunchKernel" in event.key),
+        "top_ops": [{"op": event.key, "calls": event.count, "own_ms": getattr(event, own_time) / 1e3,
+                     "cpu_ms": event.cpu_time_total / 1e3} for event in ranked],
+    }  # fmt: skip
+
+
 def measure(setup: Setup, supervised: bool, implementation: str, device: torch.device, steps: int, warmup: int,
-            peak_tflops: float | None) -> dict:  # fmt: skip
+            peak_tflops: float | None, profiled: bool = False) -> dict:  # fmt: skip
     """Builds the model on `device` and times `steps` training steps after `warmup` steps (see the module docstring)."""
     torch.manual_seed(0)
     config = setup.config(supervised)
@@ -377,6 +419,7 @@ def measure(setup: Setup, supervised: bool, implementation: str, device: torch.d
         trainee.step()
     flops, kernels = counted_step(trainee)
     sync_sites = synchronizing_calls(trainee) if device.type == "cuda" else None
+    step_profile = profiled_step(trainee, device) if profiled else None
     synchronize(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -403,6 +446,7 @@ def measure(setup: Setup, supervised: bool, implementation: str, device: torch.d
         "sdpa_kernels": kernels,
         "host_syncs": None if sync_sites is None else sum(sync_sites.values()),
         "host_sync_sites": sync_sites,
+        "profile": step_profile,
         "final_loss": float(torch.stack(losses)[-1].float()),
     }  # fmt: skip
     del trainee, model, batch
@@ -462,15 +506,18 @@ def benchmark(args: argparse.Namespace) -> dict:
         for supervised in (False, True) if setup.supervision else (False,):
             for implementation in ("sdpa", "eager"):
                 peak = info["bf16_peak_tflops"]
-                run = measure(setup, supervised, implementation, device, args.steps, args.warmup, peak)
+                run = measure(setup, supervised, implementation, device, args.steps, args.warmup, peak, args.profile)
                 runs.append(run)
                 print(f"{run['family']:>20} {run['supervision']:>18} {implementation:>5}: "
                       f"{run['step_seconds'] * 1e3:8.1f} ms/step, {run['tokens_per_second']:10.0f} tokens/s, "
-                      f"kernels {run['sdpa_kernels']}", flush=True)  # fmt: skip
+                      f"kernels {run['sdpa_kernels']}, host syncs {run['host_sync_sites']}", flush=True)  # fmt: skip
+                if run["profile"] is not None:
+                    print(json.dumps(run["profile"], indent=1), flush=True)
     overheads, speedups = ratios(runs)
     return {
         "settings": {"command": " ".join(["python", "benchmarks/gpu.py", *args.argv]), "tiny": args.tiny,
-                     "steps": args.steps, "warmup": args.warmup, "precision": "fp32 weights, bf16 autocast",
+                     "steps": args.steps, "warmup": args.warmup, "profile": args.profile,
+                     "precision": "fp32 weights, bf16 autocast",
                      "optimizer": "AdamW (fused on CUDA)",
                      "flops": "torch.utils.flop_counter.FlopCounterMode, one training step per setting"},
         "device": info,
@@ -554,6 +601,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per setting (default 10, tiny 2)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3, tiny 1)")
+    parser.add_argument("--profile", action="store_true", help="profile one more step per setting (torch.profiler): "
+                        "device busy time, kernel launches, the top operators")  # fmt: skip
     parser.add_argument("--peak_tflops", type=float, default=None, help="the device's dense bf16 peak, when it is "
                         "not in PEAK_BF16_TFLOPS (or to override it)")  # fmt: skip
     args = parser.parse_args(argv)

@@ -15,7 +15,8 @@ gpu = load_script("gpu_benchmark", ROOT / "benchmarks" / "gpu.py")
 RUN_FIELDS = {
     "family", "source", "supervision", "attn_implementation", "batch", "text_tokens", "regions", "tokens_per_example",
     "parameters", "step_seconds", "examples_per_second", "tokens_per_second", "flops_per_step", "achieved_tflops",
-    "mfu", "peak_memory_gib", "sdpa_kernels", "host_syncs", "host_sync_sites", "final_loss",
+    "mfu", "peak_memory_gib", "sdpa_kernels", "host_syncs", "host_sync_sites", "profile",
+    "final_loss",
 }  # fmt: skip
 SETTINGS = {
     ("single_stream", "none"), ("single_stream", "direct"), ("two_stream", "none"),
@@ -27,7 +28,8 @@ SETTINGS = {
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu") / "gpu.json"
-    gpu.main(["--tiny", "--device", "cpu", "--steps", "1", "--warmup", "0", "--peak_tflops", "0.5", "--out", str(out)])
+    gpu.main(["--tiny", "--device", "cpu", "--steps", "1", "--warmup", "0", "--peak_tflops", "0.5", "--profile",
+              "--out", str(out)])  # fmt: skip
     return json.loads(out.read_text()), out
 
 
@@ -48,6 +50,11 @@ def test_tiny_cpu_run_writes_every_field_of_every_setting(tiny_report):
         assert run["mfu"] == pytest.approx(run["achieved_tflops"] / 0.5)
         assert run["peak_memory_gib"] is None and run["host_syncs"] is None  # CUDA's allocator and sync debug mode
         assert run["sdpa_kernels"] == {}  # eager, or CPU training with dropout: no sdpa call
+        profile = run["profile"]  # --profile on a CPU: operators by their own CPU time, no device time or kernels
+        assert profile["device_busy_ms"] is None and profile["kernel_launches"] == 0
+        assert 0 < len(profile["top_ops"]) <= 12 and any(op["op"] == "aten::mm" for op in profile["top_ops"])
+        own = [op["own_ms"] for op in profile["top_ops"]]
+        assert own == sorted(own, reverse=True)
     # supervision adds work: more FLOPs counted with it than without, for the same family and implementation
     flops = {(run["family"], run["supervision"] != "none", run["attn_implementation"]): run["flops_per_step"]
              for run in runs}  # fmt: skip

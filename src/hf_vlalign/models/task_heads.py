@@ -143,7 +143,7 @@ def weighted_total(weighted_losses: list[tuple[float, torch.Tensor | None]]) -> 
 def answer_item_count(labels: torch.Tensor | None) -> torch.Tensor:
     """The questions [`answer_loss`] averages over: every row of (B, A) soft scores, the ids that are not -100."""
     if labels is not None and labels.dim() == 2:
-        return torch.tensor(labels.shape[0])
+        return torch.full((), labels.shape[0], device=labels.device)
     return count_labeled(labels)
 
 
@@ -251,7 +251,7 @@ def answer_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
 
 def reasoning_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     labels = inputs.get("labels")
-    return {"task": torch.tensor(labels.numel()) if labels is not None else count_true(None)}
+    return {"task": torch.full((), labels.numel(), device=labels.device) if labels is not None else count_true(None)}
 
 
 def referring_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:

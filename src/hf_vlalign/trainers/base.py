@@ -230,6 +230,12 @@ class ComponentLossTrainingArguments(TrainingArguments):
         self.ewc_weight = float(self.ewc_weight)
 
 
+def count_on_device(count: torch.Tensor | int, device: torch.device) -> torch.Tensor:
+    """An item count as a 0-d long tensor on `device`; one on the CPU is copied without waiting (a blocking copy
+    would synchronise with the device at every optimizer step)."""
+    return torch.as_tensor(count).to(device, non_blocking=True).reshape(()).long()
+
+
 def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -397,7 +403,7 @@ class ComponentLossTrainer(Trainer):
             return None
         keys = sorted(per_batch[0])
         local = torch.stack([
-            sum(torch.as_tensor(counts[key], device=self.args.device).reshape(()).long() for counts in per_batch)
+            sum(count_on_device(counts[key], self.args.device) for counts in per_batch)
             for key in keys
         ])  # fmt: skip
         totals = self.accelerator.reduce(local, reduction="sum") if self.accelerator.num_processes > 1 else local

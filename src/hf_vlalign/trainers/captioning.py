@@ -165,7 +165,8 @@ class CaptioningTrainer(ComponentLossTrainer):
     def batch_item_counts(self, inputs):
         counts = super().batch_item_counts(inputs)
         # self-critical training averages over the captions (one per image of the batch)
-        return {**counts, "captions": torch.tensor(inputs["visual_feats"].shape[0])}
+        visual_feats = inputs["visual_feats"]
+        return {**counts, "captions": torch.full((), visual_feats.shape[0], device=visual_feats.device)}
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batches, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)

@@ -342,7 +342,8 @@ def check_caption_batch_not_empty(model, visual_feats, encoder_outputs, decoder_
 
 def padded_boxes(visual_boxes: torch.Tensor, visual_attention_mask: torch.Tensor) -> torch.Tensor:
     """Padding regions get the whole-image box, so the geometry of real regions never reads a degenerate box."""
-    whole_image = visual_boxes.new_tensor([0.0, 0.0, 1.0, 1.0])
+    # filled on the device: a constant copied from a Python list would synchronise with the host on a GPU
+    whole_image = torch.cat([visual_boxes.new_zeros(2), visual_boxes.new_ones(2)])
     return torch.where(visual_attention_mask.bool()[..., None], visual_boxes, whole_image)
 
 
