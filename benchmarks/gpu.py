@@ -58,6 +58,7 @@ from typing import Callable
 import torch
 import transformers
 from torch.overrides import TorchFunctionMode
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
@@ -98,6 +99,7 @@ PEAK_BF16_TFLOPS: list[tuple[str, str, float]] = [
     (r"\bL4\b", "L4", 121.0),
     (r"\bA10\b", "A10", 125.0),
 ]
+COMPILED = "sdpa + compile"
 SDPA_KERNELS = {
     "_scaled_dot_product_flash_attention": "flash",
     "_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
@@ -260,6 +262,7 @@ def captioner_batch(setup: Setup, config, generator: torch.Generator) -> dict[st
     return {**region_inputs(setup, generator), "labels": labels}
 
 
+FAMILIES = ("single_stream", "two_stream", "captioning_a2", "captioning_geometry")
 BATCHES = {"single_stream": single_stream_batch, "two_stream": two_stream_batch, "captioning_a2": captioner_batch,
            "captioning_geometry": captioner_batch}  # fmt: skip
 
@@ -354,12 +357,14 @@ def synchronizing_calls(trainee: Trainee) -> dict[str, int]:
     """{call site: count} of the synchronizing CUDA calls in one training step, as CUDA's sync debug mode reports them
     (a device-to-host copy, a stream synchronisation: what `.item()`, `bool(tensor)`, `nonzero` or copying a Python
     list to the GPU cause). A call site is the innermost frame in hf_vlalign (or this script) and the frame that made
-    the call."""
+    the call. Only calls made inside the step count: switching the debug mode on can itself synchronise once."""
     sites: Counter[str] = Counter()
 
     def record(message, category, filename, lineno, file=None, line=None):
-        if "synchronizing" in str(message):
-            sites[call_site(traceback.extract_stack()[:-1])] += 1
+        stack = traceback.extract_stack()[:-1]
+        in_step = any(frame.filename == __file__ and frame.name in ("step", "mask_step") for frame in stack)
+        if "synchronizing" in str(message) and in_step:
+            sites[call_site(stack)] += 1
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")
@@ -392,7 +397,7 @@ def profiled_step(trainee: Trainee, device: torch.device, top: int = 12) -> dict
     events = profiler.key_averages()
     own_time = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     ranked = sorted(events, key=lambda event: getattr(event, own_time), reverse=True)[:top]
-    busy_ms = sum(event.self_device_time_total for event in events) / 1e3
+    busy_ms = sum(event.self_device_time_total for event in events if event.device_type == DeviceType.CUDA) / 1e3
     return {
         "device_busy_ms": busy_ms if device.type == "cuda" else None,
         "kernel_launches": sum(event.count for event in events if "LaunchKernel" in event.key),
@@ -402,11 +407,17 @@ def profiled_step(trainee: Trainee, device: torch.device, top: int = 12) -> dict
 
 
 def measure(setup: Setup, supervised: bool, implementation: str, device: torch.device, steps: int, warmup: int,
-            peak_tflops: float | None, profiled: bool = False) -> dict:  # fmt: skip
-    """Builds the model on `device` and times `steps` training steps after `warmup` steps (see the module docstring)."""
+            peak_tflops: float | None, profiled: bool = False, flops: int | None = None,
+            compile_backend: str = "inductor") -> dict:  # fmt: skip
+    """Builds the model on `device` and times `steps` training steps after `warmup` steps (see the module docstring).
+
+    implementation: "sdpa", "eager", or "sdpa + compile" (the model under `torch.compile`; its FLOPs are those of the
+    same setting's sdpa run, `flops`, since the counters cannot see inside a compiled graph).
+    """
     torch.manual_seed(0)
     config = setup.config(supervised)
-    config._attn_implementation = implementation
+    compiled = implementation == COMPILED
+    config._attn_implementation = "sdpa" if compiled else implementation
     with device:
         model = {"single_stream": SingleStreamForVisualParaphrase, "two_stream": TwoStreamForPreTraining}.get(
             setup.family, RegionCaptionerForConditionalGeneration
@@ -414,10 +425,15 @@ def measure(setup: Setup, supervised: bool, implementation: str, device: torch.d
     batch = BATCHES[setup.family](setup, config, torch.Generator().manual_seed(0))
     features = batch["visual_feats"].flatten(0, 1)  # the statistics the trainers fit before training
     model.set_visual_feature_statistics(features.mean(0).to(device), features.std(0).to(device), features.shape[0])
-    trainee = Trainee(model, {name: tensor.to(device) for name, tensor in batch.items()}, device)
-    for _ in range(warmup):
+    trainee = Trainee(torch.compile(model, backend=compile_backend) if compiled else model,
+                      {name: tensor.to(device) for name, tensor in batch.items()}, device)  # fmt: skip
+    start = time.perf_counter()
+    trainee.step()
+    synchronize(device)
+    first_step = time.perf_counter() - start  # compiling, for a compiled model
+    for _ in range(warmup - 1):
         trainee.step()
-    flops, kernels = counted_step(trainee)
+    flops, kernels = (flops, None) if compiled else counted_step(trainee)
     sync_sites = synchronizing_calls(trainee) if device.type == "cuda" else None
     step_profile = profiled_step(trainee, device) if profiled else None
     synchronize(device)
@@ -436,6 +452,7 @@ def measure(setup: Setup, supervised: bool, implementation: str, device: torch.d
         "batch": setup.batch, "text_tokens": setup.text, "regions": setup.regions,
         "tokens_per_example": tokens_per_example(setup),
         "parameters": sum(parameter.numel() for parameter in model.parameters()),
+        "first_step_seconds": first_step,
         "step_seconds": seconds,
         "examples_per_second": setup.batch / seconds,
         "tokens_per_second": setup.batch * tokens_per_example(setup) / seconds,
@@ -481,10 +498,11 @@ def device_info(device: torch.device, peak_tflops: float | None) -> dict:
             "cuda": None}  # fmt: skip
 
 
-def ratios(runs: list[dict]) -> tuple[list[dict], list[dict]]:
-    """Supervision overhead (step time on / off) per family and implementation; sdpa speed-up (eager / sdpa)."""
+def ratios(runs: list[dict]) -> tuple[list[dict], list[dict], list[dict]]:
+    """Supervision overhead (step time on / off) per family and implementation; sdpa speed-up (eager / sdpa);
+    compile speed-up (sdpa / sdpa + compile)."""
     by_key = {(run["family"], run["supervision"] != "none", run["attn_implementation"]): run for run in runs}
-    overheads, speedups = [], []
+    overheads, speedups, compile_speedups = [], [], []
     for (family, supervised, implementation), run in by_key.items():
         if supervised:
             off = by_key[family, False, implementation]
@@ -495,28 +513,37 @@ def ratios(runs: list[dict]) -> tuple[list[dict], list[dict]]:
             eager = by_key[family, supervised, "eager"]
             speedups.append({"family": family, "supervision": run["supervision"],
                              "speedup": eager["step_seconds"] / run["step_seconds"]})  # fmt: skip
-    return overheads, speedups
+        if implementation == COMPILED:
+            plain = by_key[family, supervised, "sdpa"]
+            compile_speedups.append({"family": family, "supervision": run["supervision"],
+                                     "speedup": plain["step_seconds"] / run["step_seconds"],
+                                     "compile_seconds": run["first_step_seconds"]})  # fmt: skip
+    return overheads, speedups, compile_speedups
 
 
 def benchmark(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     info = device_info(device, args.peak_tflops)
     runs = []
-    for setup in setups(args.tiny):
+    for setup in (setup for setup in setups(args.tiny) if setup.family in args.families):
         for supervised in (False, True) if setup.supervision else (False,):
-            for implementation in ("sdpa", "eager"):
+            implementations = ("sdpa", "eager", COMPILED) if setup.family in args.compile else ("sdpa", "eager")
+            for implementation in implementations:
                 peak = info["bf16_peak_tflops"]
-                run = measure(setup, supervised, implementation, device, args.steps, args.warmup, peak, args.profile)
+                sdpa_flops = runs[-2]["flops_per_step"] if implementation == COMPILED else None
+                run = measure(setup, supervised, implementation, device, args.steps, args.warmup, peak, args.profile,
+                              sdpa_flops, args.compile_backend)  # fmt: skip
                 runs.append(run)
                 print(f"{run['family']:>20} {run['supervision']:>18} {implementation:>5}: "
                       f"{run['step_seconds'] * 1e3:8.1f} ms/step, {run['tokens_per_second']:10.0f} tokens/s, "
                       f"kernels {run['sdpa_kernels']}, host syncs {run['host_sync_sites']}", flush=True)  # fmt: skip
                 if run["profile"] is not None:
                     print(json.dumps(run["profile"], indent=1), flush=True)
-    overheads, speedups = ratios(runs)
+    overheads, speedups, compile_speedups = ratios(runs)
     return {
         "settings": {"command": " ".join(["python", "benchmarks/gpu.py", *args.argv]), "tiny": args.tiny,
                      "steps": args.steps, "warmup": args.warmup, "profile": args.profile,
+                     "families": args.families, "compile": args.compile, "compile_backend": args.compile_backend,
                      "precision": "fp32 weights, bf16 autocast",
                      "optimizer": "AdamW (fused on CUDA)",
                      "flops": "torch.utils.flop_counter.FlopCounterMode, one training step per setting"},
@@ -526,6 +553,7 @@ def benchmark(args: argparse.Namespace) -> dict:
         "runs": runs,
         "supervision_overhead": overheads,
         "sdpa_speedup_vs_eager": speedups,
+        "compile_speedup": compile_speedups,
     }  # fmt: skip
 
 
@@ -534,6 +562,14 @@ def benchmark(args: argparse.Namespace) -> dict:
 
 def _number(value: float | None, form: str) -> str:
     return "-" if value is None else format(value, form)
+
+
+def busy_fraction(run: dict) -> float | None:
+    """The share of a step the GPU spent running kernels (the profiled step's kernel time / the mean step time)."""
+    profile = run.get("profile")
+    if profile is None or profile["device_busy_ms"] is None:
+        return None
+    return profile["device_busy_ms"] / (run["step_seconds"] * 1e3)
 
 
 def table(report: dict) -> str:
@@ -546,16 +582,18 @@ def table(report: dict) -> str:
         f"steps after {settings['warmup']}; FLOPs counted by FlopCounterMode; `{settings['command']}`",
         "",
         "| family | supervision | attention | batch x tokens | ms/step | examples/s | tokens/s | TFLOP/s | MFU | "
-        "peak memory GiB | SDPA kernels | host syncs per step |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+        "peak memory GiB | SDPA kernels | host syncs per step | GPU busy |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for run in report["runs"]:
-        kernels = ", ".join(f"{name} x{count}" for name, count in run["sdpa_kernels"].items()) or "no sdpa call"
+        kernels = "in the compiled graph" if run["sdpa_kernels"] is None else \
+            ", ".join(f"{name} x{count}" for name, count in run["sdpa_kernels"].items()) or "no sdpa call"  # fmt: skip
         lines.append(
             f"| {run['family']} | {run['supervision']} | {run['attn_implementation']} | {run['batch']} x "
             f"{run['tokens_per_example']} | {run['step_seconds'] * 1e3:.1f} | {run['examples_per_second']:.0f} | "
             f"{run['tokens_per_second']:.0f} | {run['achieved_tflops']:.1f} | {_number(run['mfu'], '.1%')} | "
-            f"{_number(run['peak_memory_gib'], '.1f')} | {kernels} | {_number(run['host_syncs'], 'd')} |"
+            f"{_number(run['peak_memory_gib'], '.1f')} | {kernels} | {_number(run['host_syncs'], 'd')} | "
+            f"{_number(busy_fraction(run), '.0%')} |"
         )
     lines += ["", "| family | supervision | attention | step time on / off |", "|---|---|---|---:|"]
     lines += [f"| {row['family']} | {row['supervision']} | {row['attn_implementation']} | {row['overhead']:.3f} |"
@@ -563,6 +601,11 @@ def table(report: dict) -> str:
     lines += ["", "| family | supervision | eager / sdpa step time |", "|---|---|---:|"]
     lines += [f"| {row['family']} | {row['supervision']} | {row['speedup']:.3f} |"
               for row in report["sdpa_speedup_vs_eager"]]  # fmt: skip
+    if report.get("compile_speedup"):
+        lines += ["", "| family | supervision | sdpa / sdpa + compile step time | compile seconds (first step) |",
+                  "|---|---|---:|---:|"]  # fmt: skip
+        lines += [f"| {row['family']} | {row['supervision']} | {row['speedup']:.3f} | {row['compile_seconds']:.0f} |"
+                  for row in report["compile_speedup"]]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -599,8 +642,14 @@ def main(argv: list[str] | None = None) -> dict | None:
                         "JSON (a missing file: the block says the benchmark has not been run)")  # fmt: skip
     parser.add_argument("--tiny", action="store_true", help="tiny configs, batch 2 (runs on a CPU; the test's run)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    parser.add_argument("--steps", type=int, default=None, help="timed steps per setting (default 10, tiny 2)")
-    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3, tiny 1)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per setting (default 30, tiny 2)")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first, >= 1 (default 3, tiny 1)")
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES, metavar="FAMILY",
+                        help=f"the families to time (default: all of {FAMILIES})")  # fmt: skip
+    parser.add_argument("--compile", nargs="*", default=[], choices=FAMILIES, metavar="FAMILY", help="also time "
+                        f"these families under torch.compile (sdpa), one of {FAMILIES}")  # fmt: skip
+    parser.add_argument("--compile_backend", default="inductor", help="torch.compile's backend for --compile "
+                        "(default inductor; the test's CPU run: aot_eager)")  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="profile one more step per setting (torch.profiler): "
                         "device busy time, kernel launches, the top operators")  # fmt: skip
     parser.add_argument("--peak_tflops", type=float, default=None, help="the device's dense bf16 peak, when it is "
@@ -614,10 +663,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error(f"--device: CUDA is not available, got {args.device!r}; use --device cpu --tiny")
-    args.steps = args.steps if args.steps is not None else 2 if args.tiny else 10
+    args.steps = args.steps if args.steps is not None else 2 if args.tiny else 30
     args.warmup = args.warmup if args.warmup is not None else 1 if args.tiny else 3
-    if args.steps < 1 or args.warmup < 0:
-        parser.error(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}")
+    if args.steps < 1 or args.warmup < 1:
+        parser.error(f"--steps and --warmup must be >= 1, got {args.steps} and {args.warmup}")
     if args.peak_tflops is not None and not args.peak_tflops > 0:
         parser.error(f"--peak_tflops must be > 0 TFLOP/s, got {args.peak_tflops}")
     report = benchmark(args)

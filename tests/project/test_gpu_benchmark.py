@@ -14,8 +14,8 @@ gpu = load_script("gpu_benchmark", ROOT / "benchmarks" / "gpu.py")
 
 RUN_FIELDS = {
     "family", "source", "supervision", "attn_implementation", "batch", "text_tokens", "regions", "tokens_per_example",
-    "parameters", "step_seconds", "examples_per_second", "tokens_per_second", "flops_per_step", "achieved_tflops",
-    "mfu", "peak_memory_gib", "sdpa_kernels", "host_syncs", "host_sync_sites", "profile",
+    "parameters", "first_step_seconds", "step_seconds", "examples_per_second", "tokens_per_second", "flops_per_step",
+    "achieved_tflops", "mfu", "peak_memory_gib", "sdpa_kernels", "host_syncs", "host_sync_sites", "profile",
     "final_loss",
 }  # fmt: skip
 SETTINGS = {
@@ -28,7 +28,7 @@ SETTINGS = {
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu") / "gpu.json"
-    gpu.main(["--tiny", "--device", "cpu", "--steps", "1", "--warmup", "0", "--peak_tflops", "0.5", "--profile",
+    gpu.main(["--tiny", "--device", "cpu", "--steps", "1", "--warmup", "1", "--peak_tflops", "0.5", "--profile",
               "--out", str(out)])  # fmt: skip
     return json.loads(out.read_text()), out
 
@@ -111,3 +111,29 @@ def test_bad_arguments_name_the_flag():
         gpu.main(["--tiny", "--device", "cpu", "--steps", "0"])
     with pytest.raises(SystemExit):
         gpu.main(["--tiny", "--device", "cpu", "--peak_tflops", "-1"])
+    with pytest.raises(SystemExit):  # the first step is timed apart (compilation): at least one warm-up step
+        gpu.main(["--tiny", "--device", "cpu", "--warmup", "0"])
+    with pytest.raises(SystemExit):
+        gpu.main(["--tiny", "--device", "cpu", "--compile", "single_streams"])
+
+
+def test_compiled_rows_time_the_compiled_model_with_the_sdpa_flops(tmp_path):
+    """`--compile single_stream`: a third row per setting, timed under torch.compile (the aot_eager backend here:
+    inductor's CPU code generation takes minutes; the compiled training step is checked with inductor in
+    tests/models/test_common_compile_checks.py), with the FLOPs of the same setting's sdpa row and its own speed-up
+    row."""
+    out = tmp_path / "gpu.json"
+    gpu.main(["--tiny", "--device", "cpu", "--steps", "1", "--warmup", "1", "--families", "single_stream",
+              "--compile", "single_stream", "--compile_backend", "aot_eager", "--out", str(out)])  # fmt: skip
+    assert json.loads(out.read_text())["settings"]["compile_backend"] == "aot_eager"
+    report = json.loads(out.read_text())
+    runs = {(run["family"], run["supervision"], run["attn_implementation"]): run for run in report["runs"]}
+    assert set(runs) == {("single_stream", supervision, implementation) for supervision in ("none", "direct")
+                         for implementation in ("sdpa", "eager", gpu.COMPILED)}  # fmt: skip
+    for supervision in ("none", "direct"):
+        compiled, plain = runs["single_stream", supervision, gpu.COMPILED], runs["single_stream", supervision, "sdpa"]
+        assert compiled["flops_per_step"] == plain["flops_per_step"] and compiled["sdpa_kernels"] is None
+        assert compiled["final_loss"] == pytest.approx(plain["final_loss"], rel=0.05)  # same model, seed and batch
+    assert {row["supervision"] for row in report["compile_speedup"]} == {"none", "direct"}
+    assert [row["attn_implementation"] for row in report["supervision_overhead"]].count(gpu.COMPILED) == 1
+    assert "in the compiled graph" in gpu.table(report) and "sdpa + compile step time" in gpu.table(report)
