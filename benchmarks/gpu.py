@@ -361,7 +361,7 @@ def synchronizing_calls(trainee: Trainee) -> dict[str, int]:
     sites: Counter[str] = Counter()
 
     def record(message, category, filename, lineno, file=None, line=None):
-        stack = traceback.extract_stack()[:-1]
+        stack = [frame for frame in traceback.extract_stack()[:-1] if frame.filename != warnings.__file__]
         in_step = any(frame.filename == __file__ and frame.name in ("step", "mask_step") for frame in stack)
         if "synchronizing" in str(message) and in_step:
             sites[call_site(stack)] += 1
@@ -377,7 +377,7 @@ def synchronizing_calls(trainee: Trainee) -> dict[str, int]:
     return dict(sites)
 
 
-def call_site(stack: traceback.StackSummary) -> str:
+def call_site(stack: list[traceback.FrameSummary]) -> str:
     def where(frame: traceback.FrameSummary) -> str:
         parts = Path(frame.filename).parts
         return f"{'/'.join(parts[-3:])}:{frame.lineno} ({frame.name})"
