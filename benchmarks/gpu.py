@@ -609,6 +609,31 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def findings(report: dict) -> str:
+    """What the table says, in sentences computed from it: host syncs, how busy the GPU was, what compiling did."""
+    runs = report["runs"]
+    syncs = sum(run["host_syncs"] or 0 for run in runs)
+    lines = [f"- Host synchronisations counted by CUDA's sync debug mode in one training step of every row: {syncs}."]
+    busy = [fraction for fraction in map(busy_fraction, runs) if fraction is not None]
+    if busy:
+        lines.append(
+            f"- The GPU ran kernels for {min(busy):.0%}-{max(busy):.0%} of a step (profiled step): at these sizes a "
+            "step is bound by the host launching kernels, not by the GPU, so absolute times follow the host CPU; "
+            "compare rows of one run."
+        )
+    overhead = {(row["family"], row["attn_implementation"]): row["overhead"] for row in report["supervision_overhead"]}
+    for row in report.get("compile_speedup", []):
+        supervised = row["supervision"] != "none"
+        supervision = f"with {row['supervision']} supervision" if supervised else "without supervision"
+        sentence = f"- `torch.compile` made the {row['family']} step {supervision} {row['speedup']:.2f}x as fast " \
+                   f"(compiling took {row['compile_seconds']:.0f} s)"  # fmt: skip
+        if supervised and (row["family"], COMPILED) in overhead:
+            sentence += (f"; supervision's step-time overhead fell from {overhead[row['family'], 'sdpa']:.2f}x to "
+                         f"{overhead[row['family'], COMPILED]:.2f}x")  # fmt: skip
+        lines.append(sentence + ".")
+    return "\n".join(lines)
+
+
 def is_gpu_result(report: dict | None) -> bool:
     return report is not None and report["device"]["kind"] == "cuda" and not report["settings"]["tiny"]
 
@@ -626,7 +651,7 @@ def docs_block(report: dict | None) -> str:
             f"({report['device']['kind']}, tiny={report['settings']['tiny']})."
         )
     else:
-        body = table(report)
+        body = table(report) + "\n\n" + findings(report)
     return f"{DOCS_BEGIN}\n{body}\n{DOCS_END}"
 
 

@@ -137,3 +137,36 @@ def test_compiled_rows_time_the_compiled_model_with_the_sdpa_flops(tmp_path):
     assert {row["supervision"] for row in report["compile_speedup"]} == {"none", "direct"}
     assert [row["attn_implementation"] for row in report["supervision_overhead"]].count(gpu.COMPILED) == 1
     assert "in the compiled graph" in gpu.table(report) and "sdpa + compile step time" in gpu.table(report)
+
+
+def test_the_gpu_runs_in_the_performance_docs_match_their_files():
+    """docs/performance.md, "GPU runs": every figure it quotes, read from the committed run files."""
+    runs_dir = ROOT / "benchmarks" / "results" / "gpu_runs"
+
+    def rows(name):
+        report = json.loads((runs_dir / name).read_text())
+        assert report["device"]["name"] == "NVIDIA H200" and not report["settings"]["tiny"]
+        return {(run["family"], run["supervision"], run["attn_implementation"]): run for run in report["runs"]}
+
+    first, second = rows("2026-11-27-1-h200.json"), rows("2026-11-27-2-h200.json")
+    profiled, last = rows("2026-11-27-2-h200-profile.json"), rows("2026-11-27-3-h200-profile-compile.json")
+    assert json.loads((runs_dir / "2026-11-27-3-h200-profile-compile.json").read_text()) == gpu.committed_report()
+    geometry = {key: run["host_sync_sites"] for key, run in first.items() if run["host_syncs"]}
+    assert set(geometry) == {("captioning_geometry", "none", "sdpa"), ("captioning_geometry", "none", "eager"),
+                             ("single_stream", "none", "sdpa")}  # fmt: skip
+    assert all("modeling_captioning.py" in site for key, sites in geometry.items() if key[0] == "captioning_geometry"
+               for site in sites)  # fmt: skip
+    launches = {key: run["profile"]["kernel_launches"] for key, run in profiled.items()}
+    assert (min(launches.values()), max(launches.values())) == (822, 3782)
+    direct, none = launches["single_stream", "direct", "sdpa"], launches["single_stream", "none", "sdpa"]
+    assert round(direct / none, 1) == 2.4
+    assert [site for run in profiled.values() for site in run["host_sync_sites"]] == [
+        next(iter(profiled["single_stream", "none", "sdpa"]["host_sync_sites"]))]
+    assert "synchronizing_calls" in next(iter(profiled["single_stream", "none", "sdpa"]["host_sync_sites"]))
+    assert all(run["host_syncs"] == 0 for run in last.values())
+    assert [round(row["speedup"], 2) for row in gpu.committed_report()["compile_speedup"]] == [1.33, 3.02]
+    busy = [gpu.busy_fraction(run) for run in last.values()]
+    assert (round(min(busy) * 100), round(max(busy) * 100)) == (14, 47)
+    assert round(max(last[key]["step_seconds"] / first[key]["step_seconds"] for key in first), 1) == 2.1
+    key = ("single_stream", "none", "sdpa")
+    assert [round(run[key]["step_seconds"] * 1e3, 1) for run in (first, second, last)] == [26.7, 34.7, 40.1]
