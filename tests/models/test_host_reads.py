@@ -1,7 +1,8 @@
 """No host synchronisation in a step: a training step (forward with every label and attention supervision, backward)
 and an evaluation forward of every (family, head) class read no tensor value on the host with the default settings,
-value checks included. Counted on the CPU with `hf_vlalign.utils.host_reads.count_host_reads`, whose own tests come
-first (it must see each kind of read, or a zero would prove nothing)."""
+value checks included. Counted with `hf_vlalign.utils.host_reads.count_host_reads`, whose own tests come first (it
+must see each kind of read, or a zero would prove nothing). The steps run on the CPU, or on a CUDA device when one is
+there: then every synchronisation CUDA's sync debug mode reports is counted too."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from test_common_compile_checks import word_region_alignment
 from test_malformed_model_inputs import HEADS, valid_inputs
 
 from hf_vlalign.utils.host_reads import count_host_reads
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 # ----------------------------------------------------------------------------------------------------------------
 # The counter
@@ -86,6 +89,19 @@ def test_a_read_inside_a_counted_read_is_one_read():
     assert [operation for operation, _ in reads.events] == ["__float__"]
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's sync debug mode needs a CUDA device")
+def test_on_cuda_the_counter_also_sees_synchronizing_copies_and_counts_a_read_once():
+    values = VALUES.to("cuda")
+    with count_host_reads() as reads:
+        values.new_tensor([0.0, 0.0, 1.0, 1.0])  # a blocking copy of host data to the device
+    assert [operation for operation, _ in reads.events] == ["cuda synchronization"], reads.events
+    assert reads.events[0][1].startswith(__file__)
+    with count_host_reads() as reads:
+        values.sum().item()  # one read, whose synchronisation is part of it
+        torch.cat([values.new_zeros(2), values.new_ones(2)]) * 2  # filled and computed on the device
+    assert [operation for operation, _ in reads.events] == ["item"], reads.events
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Every family and head, with and without attention supervision
 # ----------------------------------------------------------------------------------------------------------------
@@ -108,7 +124,11 @@ def supervised_batch(key: tuple[str, str], model: torch.nn.Module, supervision: 
     takes = inspect.signature(model.forward).parameters
     if supervision and key[0] != "cap" and "word_region_alignment" in takes:
         inputs["word_region_alignment"] = word_region_alignment()
-    return inputs
+    return on_device(inputs)
+
+
+def on_device(inputs: dict) -> dict:
+    return {name: value.to(DEVICE) if isinstance(value, torch.Tensor) else value for name, value in inputs.items()}
 
 
 def loss_of(outputs) -> torch.Tensor | None:
@@ -125,9 +145,9 @@ def test_a_training_step_and_an_evaluation_forward_read_nothing_on_the_host(case
     """Default settings (`validate_inputs=True`), feature statistics set as the trainers set them."""
     key, supervision = case
     torch.manual_seed(0)
-    model = HEADS[key](config(key[0], **supervision))
+    model = HEADS[key](config(key[0], **supervision)).to(DEVICE)
     dim = model.config.visual_feat_dim
-    model.set_visual_feature_statistics(torch.zeros(dim), torch.ones(dim), 10)
+    model.set_visual_feature_statistics(torch.zeros(dim, device=DEVICE), torch.ones(dim, device=DEVICE), 10)
     inputs = supervised_batch(key, model, supervision)
     model.train()
     with count_host_reads() as training:
@@ -146,9 +166,9 @@ def test_a_training_step_and_an_evaluation_forward_read_nothing_on_the_host(case
 def test_a2_mask_step_reads_nothing_on_the_host():
     """The captioner's second optimiser step of A2 (`alignment_mode="perturb"`, the mask objective)."""
     torch.manual_seed(0)
-    model = HEADS["cap", "caption"](config("cap", attention_alignment="gate")).train()
+    model = HEADS["cap", "caption"](config("cap", attention_alignment="gate")).to(DEVICE).train()
     with count_host_reads() as reads:
-        outputs = model(**valid_inputs("cap", "caption"), alignment_mode="perturb")
+        outputs = model(**on_device(valid_inputs("cap", "caption")), alignment_mode="perturb")
         outputs.loss_mask.backward()
     assert reads.count == 0, reads.events
 

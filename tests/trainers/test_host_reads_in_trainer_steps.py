@@ -2,11 +2,13 @@
 accumulation, the global item counts, evaluation steps) and the captioner's A2 steps (the mask networks' gradients
 and the captioning loss). Collation is not counted: it works on host data, where the value checks of the data
 belong. Optimizer updates are not counted either: torch's AdamW keeps its step count on the host (reading it waits
-for no device). The logged losses are read once per logging window, in `log`, outside the steps."""
+for no device). The logged losses are read once per logging window, in `log`, outside the steps. The steps run on a
+CUDA device when one is there (then CUDA's synchronisations are counted too), else on the CPU."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 from test_captioning_training import captions, make_trainer  # noqa: F401 (a fixture)
 from transformers import AutoTokenizer
 
@@ -14,6 +16,8 @@ from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, defa
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.trainers import VGPTrainer, VGPTrainingArguments
 from hf_vlalign.utils.host_reads import count_host_reads
+
+USE_CPU = not torch.cuda.is_available()
 
 
 def count_reads_in(trainer, method_names: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -43,7 +47,7 @@ def test_vgp_training_and_evaluation_steps_read_nothing_on_the_host(vgp_data, tm
     args = VGPTrainingArguments(
         output_dir=str(tmp_path), max_steps=3, logging_steps=1, per_device_train_batch_size=4,
         gradient_accumulation_steps=2, per_device_eval_batch_size=8, report_to="none", remove_unused_columns=False,
-        save_strategy="no", use_cpu=True, seed=0,
+        save_strategy="no", use_cpu=USE_CPU, seed=0,
     )  # fmt: skip
     trainer = VGPTrainer(
         model=SingleStreamForVisualParaphrase(config), args=args, train_dataset=vgp_data.train,
@@ -61,7 +65,7 @@ def test_vgp_training_and_evaluation_steps_read_nothing_on_the_host(vgp_data, tm
 
 @pytest.mark.parametrize("alignment", ["gate", "exp_decay"])
 def test_a2_mask_and_captioning_steps_read_nothing_on_the_host(captions, tmp_path, alignment):  # noqa: F811
-    trainer = make_trainer(captions, tmp_path, alignment=alignment, max_steps=2)
+    trainer = make_trainer(captions, tmp_path, alignment=alignment, max_steps=2, use_cpu=USE_CPU)
     # the mask optimizer's update is left out, as the Trainer's own is: torch's AdamW keeps its step count on the host
     events = count_reads_in(trainer, ("compute_loss", "_mask_gradients", "global_item_counts"))
     trainer.train()

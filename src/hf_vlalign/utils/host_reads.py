@@ -18,12 +18,17 @@ Two layers count: a `TorchFunctionMode` sees the Python-level tensor methods and
 `tolist`, indexing with a bool mask, ...), a `TorchDispatchMode` the reads that happen inside other operators
 (`aten._local_scalar_dense`, `aten.nonzero`, ...), each read counted once. `torch._assert_async`, the form of a value
 check that does not synchronise on an accelerator, is not a host read.
+
+On a CUDA device a third layer counts what the first two cannot see: every other synchronizing CUDA call that CUDA's
+sync debug mode reports (`torch.cuda.set_sync_debug_mode("warn")`), such as a blocking copy of host data to the
+device (`tensor.new_tensor([...])`), as one "cuda synchronization" event.
 """
 
 from __future__ import annotations
 
 import contextlib
 import traceback
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -57,9 +62,9 @@ class HostReads:
 
 
 def _caller() -> str:
-    """The innermost frame outside torch and this module: where the read was written."""
+    """The innermost frame outside torch, this module and `warnings`: where the read was written."""
     for frame in reversed(traceback.extract_stack()[:-2]):
-        if "/torch/" not in frame.filename and frame.filename != __file__:
+        if "/torch/" not in frame.filename and frame.filename not in (__file__, warnings.__file__):
             return f"{frame.filename}:{frame.lineno}"
     return "?"
 
@@ -114,16 +119,50 @@ class _OperatorCounter(TorchDispatchMode):
         self.functions = functions
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not self.functions.inside_a_read and func.__name__.split(".")[0] in _READING_OPERATORS:
-            self.reads.record(f"aten.{func.__name__}")
-        return func(*args, **(kwargs or {}))
+        if self.functions.inside_a_read or func.__name__.split(".")[0] not in _READING_OPERATORS:
+            return func(*args, **(kwargs or {}))
+        self.reads.record(f"aten.{func.__name__}")
+        self.functions.inside_a_read = True  # its own synchronisation is the same read
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            self.functions.inside_a_read = False
+
+
+_SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
+@contextlib.contextmanager
+def _cuda_synchronizations(reads: HostReads, functions: _FunctionCounter) -> Iterator[None]:
+    """Records the synchronizing CUDA calls that are not already a counted read (CUDA only; nothing elsewhere)."""
+    if not torch.cuda.is_available():
+        yield
+        return
+    previous_mode = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("warn")  # before recording: switching the mode on can synchronise once
+    with warnings.catch_warnings():
+        warnings.filterwarnings("always", message=_SYNC_WARNING)
+        show = warnings.showwarning
+
+        def record(message, category, filename, lineno, file=None, line=None):
+            if _SYNC_WARNING not in str(message):
+                show(message, category, filename, lineno, file, line)
+            elif not functions.inside_a_read:
+                reads.record("cuda synchronization")
+
+        warnings.showwarning = record
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode(previous_mode)
 
 
 @contextlib.contextmanager
 def count_host_reads() -> Iterator[HostReads]:
-    """Counts every read of tensor values on the host inside the block (forward and backward alike); the counted
-    operations still run. For tests and debugging: the modes slow every operator down."""
+    """Counts every read of tensor values on the host inside the block (forward and backward alike), and on a CUDA
+    device every other synchronisation with it; the counted operations still run. For tests and debugging: the
+    modes slow every operator down."""
     reads = HostReads()
     functions = _FunctionCounter(reads)
-    with functions, _OperatorCounter(reads, functions):
+    with _cuda_synchronizations(reads, functions), functions, _OperatorCounter(reads, functions):
         yield reads
