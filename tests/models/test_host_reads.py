@@ -15,6 +15,7 @@ from common_model_checks import config
 from test_common_compile_checks import word_region_alignment
 from test_malformed_model_inputs import HEADS, valid_inputs
 
+from hf_vlalign.supervision.direct import select_heads
 from hf_vlalign.utils.host_reads import count_host_reads
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -100,6 +101,13 @@ def test_on_cuda_the_counter_also_sees_synchronizing_copies_and_counts_a_read_on
         values.sum().item()  # one read, whose synchronisation is part of it
         torch.cat([values.new_zeros(2), values.new_ones(2)]) * 2  # filled and computed on the device
     assert [operation for operation, _ in reads.events] == ["item"], reads.events
+    scores = torch.randn(2, 4, 3, 3, device="cuda")
+    with count_host_reads() as reads:
+        scores[:, [0, 2]]  # indexing with a Python list: a blocking copy of the index
+    assert [operation for operation, _ in reads.events] == ["cuda synchronization"], reads.events
+    with count_host_reads() as reads:
+        select_heads(scores, [0, 2]), select_heads(scores, [1, 2]), select_heads(scores, None)
+    assert reads.count == 0, reads.events
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -167,8 +175,9 @@ def test_a2_mask_step_reads_nothing_on_the_host():
     """The captioner's second optimiser step of A2 (`alignment_mode="perturb"`, the mask objective)."""
     torch.manual_seed(0)
     model = HEADS["cap", "caption"](config("cap", attention_alignment="gate")).to(DEVICE).train()
+    inputs = on_device(valid_inputs("cap", "caption"))
     with count_host_reads() as reads:
-        outputs = model(**on_device(valid_inputs("cap", "caption")), alignment_mode="perturb")
+        outputs = model(**inputs, alignment_mode="perturb")
         outputs.loss_mask.backward()
     assert reads.count == 0, reads.events
 

@@ -86,3 +86,13 @@ def test_max_pool_phrases():
     masks = torch.tensor([[[True, True, False], [False, False, False]]])
     pooled = max_pool_phrases(hidden, masks)
     torch.testing.assert_close(pooled, torch.tensor([[[3.0, -1.0], [0.0, 0.0]]]))
+
+
+@pytest.mark.parametrize("heads", [None, [0, 1, 2, 3], [1, 2], [2], [0, 2], [3, 1]])
+def test_selecting_heads_is_indexing_with_the_list(heads):
+    """`select_heads` (a slice for consecutive heads, an index copied without waiting otherwise) gives `[:, heads]`."""
+    from hf_vlalign.supervision.direct import select_heads
+
+    scores = torch.randn(2, 4, 3, 5)
+    expected = scores if heads is None else scores[:, heads]
+    assert torch.equal(select_heads(scores, heads), expected)

@@ -82,6 +82,18 @@ def soft_cross_entropy_from_logits(
     return mean_over_items(per_row.sum(), item_count(local_rows, num_rows) * _replicas(logits, target))
 
 
+def select_heads(tensor: torch.Tensor, heads: list[int] | None) -> torch.Tensor:
+    """`tensor[:, heads]` of a (B, H, ...) tensor without synchronising with the host: a run of consecutive heads is a
+    slice, any other list an index copied to the device without waiting (indexing with a Python list makes a
+    blocking copy). None: every head."""
+    if heads is None:
+        return tensor
+    if list(heads) == list(range(heads[0], heads[0] + len(heads))):
+        return tensor[:, heads[0] : heads[0] + len(heads)]
+    index = torch.tensor(heads, dtype=torch.long).to(tensor.device, non_blocking=True)
+    return tensor.index_select(1, index)
+
+
 def normalise_rows(matrix: torch.Tensor) -> torch.Tensor:
     """Rows divided by their sum; all-zero rows stay zero."""
     sums = matrix.sum(-1, keepdim=True)
@@ -164,6 +176,5 @@ def direct_supervision_loss_from_query_key(
 
 def _direction_loss(query, key, heads, scaling, target, key_bias, num_rows) -> torch.Tensor:
     # eqs. (6)/(7): attention logits of the supervised heads' rows on the other modality's keys
-    if heads is not None:
-        query, key = query[:, heads], key[:, heads]
+    query, key = select_heads(query, heads), select_heads(key, heads)
     return soft_cross_entropy_from_logits(query @ key.transpose(-1, -2) * scaling, target, key_bias, num_rows)

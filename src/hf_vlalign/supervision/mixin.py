@@ -13,7 +13,7 @@ import torch
 
 from ..utils.item_counts import count_true, num_items
 from ..utils.validation import check_index_list
-from .direct import direct_supervision_loss_from_query_key, masked_log_softmax, supervised_row_counts
+from .direct import direct_supervision_loss_from_query_key, masked_log_softmax, select_heads, supervised_row_counts
 from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
 from .rollout import attention_rollout, cross_modal_rollout, semi_direct_supervision_loss
 
@@ -201,8 +201,7 @@ class AttentionSupervisionMixin:
 
     @staticmethod
     def _head_logits(query: torch.Tensor, key: torch.Tensor, heads: list[int] | None, scaling: float) -> torch.Tensor:
-        if heads is not None:
-            query, key = query[:, heads], key[:, heads]
+        query, key = select_heads(query, heads), select_heads(key, heads)
         return query @ key.transpose(-1, -2) * scaling
 
     def _indirect_loss(

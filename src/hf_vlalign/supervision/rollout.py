@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..utils.validation import check_tensor, check_tensor_sequence
-from .direct import normalise_rows, soft_cross_entropy
+from .direct import normalise_rows, select_heads, soft_cross_entropy
 
 
 def attention_rollout(attention_probs: list[torch.Tensor], heads: list[int] | None = None) -> list[torch.Tensor]:
@@ -27,7 +27,7 @@ def attention_rollout(attention_probs: list[torch.Tensor], heads: list[int] | No
     for probs in attention_probs:
         if probs.dim() != 4 or probs.shape[-1] != probs.shape[-2]:
             raise ValueError(f"`attention_probs` entries must have shape (B, H, N, N), got {tuple(probs.shape)}.")
-        mixed = (probs if heads is None else probs[:, heads]).mean(dim=1)
+        mixed = select_heads(probs, heads).mean(dim=1)
         identity = torch.eye(mixed.shape[-1], dtype=mixed.dtype, device=mixed.device)
         layer_rollout = normalise_rows(mixed + identity)
         rollout = layer_rollout if rollout is None else layer_rollout @ rollout
@@ -55,7 +55,7 @@ def cross_modal_rollout(cross_layer_probs: list[dict[str, torch.Tensor]], heads:
         raise ValueError("`cross_layer_probs` must hold at least one cross layer, got an empty list.")
     rollouts, rollout = [], None
     for probs in cross_layer_probs:
-        mixed = {name: (p if heads is None else p[:, heads]).mean(dim=1) for name, p in probs.items()}
+        mixed = {name: select_heads(p, heads).mean(dim=1) for name, p in probs.items()}
         text_length = mixed["language_self"].shape[-1]
         cross = torch.zeros_like(_block_diagonal(mixed["language_self"], mixed["vision_self"]))
         cross[:, :text_length, text_length:] = mixed["language_to_vision"]
