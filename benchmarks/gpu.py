@@ -357,13 +357,13 @@ def synchronizing_calls(trainee: Trainee) -> dict[str, int]:
     """{call site: count} of the synchronizing CUDA calls in one training step, as CUDA's sync debug mode reports them
     (a device-to-host copy, a stream synchronisation: what `.item()`, `bool(tensor)`, `nonzero` or copying a Python
     list to the GPU cause). A call site is the innermost frame in hf_vlalign (or this script) and the frame that made
-    the call. Only calls made inside the step count: switching the debug mode on can itself synchronise once."""
+    the call."""
     sites: Counter[str] = Counter()
 
     def record(message, category, filename, lineno, file=None, line=None):
-        stack = [frame for frame in traceback.extract_stack()[:-1] if frame.filename != warnings.__file__]
-        in_step = any(frame.filename == __file__ and frame.name in ("step", "mask_step") for frame in stack)
-        if "synchronizing" in str(message) and in_step:
+        # CUDA's message; not the mode's own warning that it "does not yet detect all synchronizing operations"
+        if "called a synchronizing CUDA operation" in str(message):
+            stack = [frame for frame in traceback.extract_stack()[:-1] if frame.filename != warnings.__file__]
             sites[call_site(stack)] += 1
 
     with warnings.catch_warnings():

@@ -139,7 +139,7 @@ def _cuda_synchronizations(reads: HostReads, functions: _FunctionCounter) -> Ite
         yield
         return
     previous_mode = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("warn")  # before recording: switching the mode on can synchronise once
+    torch.cuda.set_sync_debug_mode("warn")  # warns that the mode is a prototype: not recorded
     with warnings.catch_warnings():
         warnings.filterwarnings("always", message=_SYNC_WARNING)
         show = warnings.showwarning
