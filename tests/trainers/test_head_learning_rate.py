@@ -1,5 +1,5 @@
-"""`TaskTrainingArguments.head_learning_rate`: the parts of a task model a text checkpoint lacks (the visual
-embeddings and the task head) train at a rate of their own, the copied text encoder at `learning_rate`; Trainer's
+"""`head_learning_rate` (`TaskTrainingArguments`, `VGPTrainingArguments`): the parts of a task model a text checkpoint
+lacks (the visual embeddings and the task heads) train at a rate of their own, the copied text encoder at `learning_rate`; Trainer's
 weight-decay groups are kept. Two processes (DDP) train as one with it: `tests/trainers/test_multiprocess.py`."""
 
 import pytest
@@ -9,6 +9,7 @@ from hf_vlalign import (
     SingleStreamConfig,
     SingleStreamForQuestionAnswering,
     SingleStreamForReferringExpression,
+    SingleStreamForVisualParaphrase,
     SingleStreamForVisualReasoning,
     TwoStreamConfig,
     TwoStreamForQuestionAnswering,
@@ -19,6 +20,8 @@ from hf_vlalign.trainers import (
     ReferringExpressionTrainer,
     TaskTrainer,
     TaskTrainingArguments,
+    VGPTrainer,
+    VGPTrainingArguments,
 )
 
 TASKS = {
@@ -80,3 +83,15 @@ def test_the_scheduler_scales_the_head_group_alike(tmp_path):
     trainer.optimizer.step()
     trainer.lr_scheduler.step()
     assert sorted({round(group["lr"], 12) for group in trainer.optimizer.param_groups}) == [2.5e-5, 2.5e-4]
+
+
+def test_the_vgp_trainer_trains_the_visual_embeddings_and_both_heads_at_the_head_learning_rate(tmp_path):
+    config = SingleStreamConfig(vocab_size=50, hidden_size=16, num_attention_heads=2, intermediate_size=32,
+                                visual_feat_dim=8, num_hidden_layers=1, attention_supervision="indirect")  # fmt: skip
+    args = VGPTrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, head_learning_rate=2e-3, report_to="none")
+    rates = learning_rates(VGPTrainer(model=SingleStreamForVisualParaphrase(config), args=args))
+    heads = ("visual_embeddings", "id_classifier", "vgp_dense", "vgp_classifier", "indirect_grounding_head")
+    new = {name for name in rates if any(part in heads for part in name.split(".")[:-1])}
+    assert {next(part for part in name.split(".") if part in heads) for name in new} == set(heads)
+    assert {name for name, rate in rates.items() if rate == 2e-3} == new
+    assert {rate for name, rate in rates.items() if name not in new} == {1e-4}  # the encoder, the pooler included

@@ -35,7 +35,7 @@ COMMON = {"distill_from": ("teacher", "teacher"), "distill_temperature": ("3", 3
           "ewc_weight": ("2", 2.0), "ewc_fisher": ("fisher.safetensors", "fisher.safetensors")}  # fmt: skip
 TRAINERS = {
     ComponentLossTrainer: (ComponentLossTrainingArguments, COMMON),
-    VGPTrainer: (VGPTrainingArguments, COMMON),
+    VGPTrainer: (VGPTrainingArguments, COMMON | {"head_learning_rate": ("0.002", 2e-3)}),
     TaskTrainer: (TaskTrainingArguments, COMMON | {"head_learning_rate": ("0.002", 2e-3)}),
     ReferringExpressionTrainer: (TaskTrainingArguments, COMMON | {"head_learning_rate": ("0.002", 2e-3)}),
     PhraseGroundingTrainer: (PhraseGroundingTrainingArguments, COMMON | {"head_learning_rate": ("0.001", 1e-3)}),

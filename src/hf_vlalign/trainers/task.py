@@ -4,39 +4,21 @@ whose evaluation predictions are what their metrics (`evaluation.task_metrics`) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..data.collators import PROBE_KEYS
-from .base import ComponentLossTrainer, ComponentLossTrainingArguments
+from .head_learning_rate import HeadLearningRateArguments, HeadLearningRateTrainer
 
 
 @dataclass
-class TaskTrainingArguments(ComponentLossTrainingArguments):
+class TaskTrainingArguments(HeadLearningRateArguments):
     r"""
-    [`ComponentLossTrainingArguments`] of [`TaskTrainer`] and [`ReferringExpressionTrainer`]: list in `label_names`
-    the batch entries `compute_metrics` needs (they reach it as `label_ids`).
-
-    Parameters:
-        head_learning_rate (`float`, *optional*):
-            Learning rate of the parts of the model a text checkpoint lacks (`TaskTrainer.new_modules`: the visual
-            embeddings and the task head); default: `learning_rate`, like every other parameter.
+    [`HeadLearningRateArguments`] of [`TaskTrainer`] and [`ReferringExpressionTrainer`]: list in `label_names` the
+    batch entries `compute_metrics` needs (they reach it as `label_ids`).
     """
 
-    head_learning_rate: float | None = field(
-        default=None,
-        metadata={
-            "help": "Learning rate of the visual embeddings and the task head, which a text checkpoint lacks "
-            "(default: --learning_rate)."
-        },
-    )
 
-    def __post_init__(self):
-        super().__post_init__()
-        if self.head_learning_rate is not None and not self.head_learning_rate > 0:
-            raise ValueError(f"`head_learning_rate` must be > 0 (or None), got {self.head_learning_rate!r}.")
-
-
-class TaskTrainer(ComponentLossTrainer):
+class TaskTrainer(HeadLearningRateTrainer):
     """Trainer for the `*For{QuestionAnswering,VisualReasoning,ReferringExpression,PhraseGrounding}` heads: logs
     `loss_task` and `loss_attention_supervision` (train and eval). The probe targets of a batch (`PROBE_KEYS`) stay
     out of the model's inputs; list in `args.label_names` ([`TaskTrainingArguments`]) the batch entries
@@ -48,24 +30,6 @@ class TaskTrainer(ComponentLossTrainer):
     non_model_keys = PROBE_KEYS
     # the modules a text checkpoint lacks in both families: the visual embeddings and every task head
     new_modules = ("visual_embeddings", "answer_head", "reasoning_head", "region_head", "grounding_head")
-
-    def create_optimizer(self, model=None):
-        """Trainer's optimizer, with the parameters of `new_modules` moved to groups at `head_learning_rate` (before
-        any step, so no optimizer state exists yet; the scheduler, made afterwards, scales every group alike). Every
-        process builds the same groups from the same parameter names, so it holds under DDP too."""
-        optimizer = super().create_optimizer(model)
-        if self.args.head_learning_rate is None:
-            return optimizer
-        names = {id(parameter): name for name, parameter in (model or self.model).named_parameters()}
-        for group in list(optimizer.param_groups):
-            new = [p for p in group["params"] if self._is_new(names.get(id(p), ""))]
-            if new:
-                group["params"] = [p for p in group["params"] if all(p is not q for q in new)]
-                optimizer.add_param_group({**group, "params": new, "lr": self.args.head_learning_rate})
-        return optimizer
-
-    def _is_new(self, parameter_name: str) -> bool:
-        return any(module in parameter_name.split(".")[:-1] for module in self.new_modules)
 
 
 class ReferringExpressionTrainer(TaskTrainer):

@@ -11,7 +11,7 @@ from transformers import EvalPrediction
 
 from ..data.collators import PROBE_KEYS
 from ..metrics.vgp import vgp_accuracy
-from .base import ComponentLossTrainer, ComponentLossTrainingArguments
+from .head_learning_rate import HeadLearningRateArguments, HeadLearningRateTrainer
 
 
 def vgp_classification_metrics(
@@ -38,14 +38,15 @@ def vgp_metrics_for(config) -> Callable[[EvalPrediction], dict[str, float]]:
 
 
 @dataclass
-class VGPTrainingArguments(ComponentLossTrainingArguments):
+class VGPTrainingArguments(HeadLearningRateArguments):
     r"""
-    [`ComponentLossTrainingArguments`] of [`VGPTrainer`] (distillation and EWC are what Samaran et al. propose against
-    the forgetting their attention-supervised model shows).
+    [`HeadLearningRateArguments`] of [`VGPTrainer`] (distillation and EWC are what Samaran et al. propose against
+    the forgetting their attention-supervised model shows; `head_learning_rate` trains the visual embeddings and the
+    identification and VGP heads).
     """
 
 
-class VGPTrainer(ComponentLossTrainer):
+class VGPTrainer(HeadLearningRateTrainer):
     """Trainer for `SingleStreamForVisualParaphrase`: logs `loss_id`, `loss_vgp` and `loss_attention_supervision`
     (train and eval) and, by default, the identification and VGP accuracies at evaluation, the VGP one per type
     (`vgp_classification_metrics` with the model config's `vgp_task` and class names). Its settings are
@@ -54,6 +55,8 @@ class VGPTrainer(ComponentLossTrainer):
     args_class = VGPTrainingArguments
     loss_component_keys = ("loss_id", "loss_vgp", "loss_attention_supervision")
     non_model_keys = PROBE_KEYS
+    # what a text checkpoint lacks: the visual embeddings, the identification and VGP heads, indirect supervision's head
+    new_modules = ("visual_embeddings", "id_classifier", "vgp_dense", "vgp_classifier", "indirect_grounding_head")
 
     def __init__(self, model=None, *args, **kwargs):
         if "compute_metrics" not in kwargs and hasattr(getattr(model, "config", None), "vgp_class_names"):
