@@ -151,6 +151,10 @@ def direct_supervision_loss_from_query_key(
 ) -> torch.Tensor:
     """[`direct_supervision_loss`] from the pre-dropout query/key projections, logits recomputed in the backward pass.
 
+    The supervised layers are stacked and each direction is computed once for all of them (a handful of kernels
+    instead of a handful per layer: on a GPU the step is bound by kernel launches). The mean over rows, heads and
+    layers equals the mean over layers of each layer's loss, since every layer has the same rows.
+
     Args:
         text_to_region: per supervised layer, (text queries (B, H, T, d), region keys (B, H, R, d)).
         region_to_text: per supervised layer, (region queries (B, H, R, d), text keys (B, H, T, d)).
@@ -159,22 +163,31 @@ def direct_supervision_loss_from_query_key(
         num_text_rows / num_region_rows: the counts of [`supervised_row_counts`] to divide by (global under data
             parallelism); default: this batch's.
     """
+    if not text_to_region or len(text_to_region) != len(region_to_text):
+        raise ValueError(
+            "`text_to_region` and `region_to_text` must hold one (query, key) pair per supervised layer each, got "
+            f"{len(text_to_region)} and {len(region_to_text)}."
+        )
     text_target = word_region_alignment.unsqueeze(1)
     region_target = normalise_rows(word_region_alignment.transpose(1, 2)).unsqueeze(1)
-    dtype = text_to_region[0][0].dtype if text_to_region else word_region_alignment.dtype
+    dtype = text_to_region[0][0].dtype
     region_keys = additive_key_bias(region_mask[:, None, None, :], dtype)
     text_keys = additive_key_bias(text_mask[:, None, None, :], dtype)
-    losses = []
-    for (text_query, region_key), (region_query, text_key) in zip(text_to_region, region_to_text):
-        t2r = checkpoint(_direction_loss, text_query, region_key, heads, scaling, text_target, region_keys, num_text_rows,
-                         use_reentrant=False, preserve_rng_state=False)  # fmt: skip
-        r2t = checkpoint(_direction_loss, region_query, text_key, heads, scaling, region_target, text_keys, num_region_rows,
-                         use_reentrant=False, preserve_rng_state=False)  # fmt: skip
-        losses.append(t2r + r2t)
-    return torch.stack(losses).mean()
+    t2r = _layers_loss(text_to_region, heads, scaling, text_target, region_keys, num_text_rows)
+    r2t = _layers_loss(region_to_text, heads, scaling, region_target, text_keys, num_region_rows)
+    return t2r + r2t
 
 
-def _direction_loss(query, key, heads, scaling, target, key_bias, num_rows) -> torch.Tensor:
-    # eqs. (6)/(7): attention logits of the supervised heads' rows on the other modality's keys
-    query, key = select_heads(query, heads), select_heads(key, heads)
+def _layers_loss(query_key_pairs, heads, scaling, target, key_bias, num_rows) -> torch.Tensor:
+    """One direction over every supervised layer, recomputed in the backward pass (`torch.utils.checkpoint`)."""
+    queries, keys = zip(*query_key_pairs)
+    layers = len(queries)
+    return checkpoint(_direction_loss, heads, scaling, target, key_bias, num_rows, layers, *queries, *keys,
+                      use_reentrant=False, preserve_rng_state=False)  # fmt: skip
+
+
+def _direction_loss(heads, scaling, target, key_bias, num_rows, layers, *queries_and_keys) -> torch.Tensor:
+    # eqs. (6)/(7): attention logits of the supervised heads' rows on the other modality's keys, (L, B, H, N, K)
+    query = torch.stack([select_heads(query, heads) for query in queries_and_keys[:layers]])
+    key = torch.stack([select_heads(key, heads) for key in queries_and_keys[layers:]])
     return soft_cross_entropy_from_logits(query @ key.transpose(-1, -2) * scaling, target, key_bias, num_rows)
