@@ -57,8 +57,8 @@ from typing import Callable
 
 import torch
 import transformers
-from torch.overrides import TorchFunctionMode
 from torch.autograd import DeviceType
+from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
