@@ -2,10 +2,9 @@
 instead of a second pass over the evaluation split, and evaluates when there is none to reuse."""
 
 import pytest
-from transformers import AutoTokenizer, TrainerCallback
+from tiny_vgp import tiny_vgp_trainer
+from transformers import TrainerCallback
 
-from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, default_text_model_path
-from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.recipes import final_evaluation
 from hf_vlalign.trainers import VGPTrainer, VGPTrainingArguments
 
@@ -22,21 +21,13 @@ class CountEvaluations(TrainerCallback):
 
 
 def trained(data, tmp_path, eval_strategy: str) -> tuple[VGPTrainer, CountEvaluations]:
-    tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
-    config = SingleStreamConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-        intermediate_size=64, visual_feat_dim=32, attention_supervision="direct",
-    )  # fmt: skip
     args = VGPTrainingArguments(
         output_dir=str(tmp_path), num_train_epochs=1, per_device_train_batch_size=16, per_device_eval_batch_size=16,
         eval_strategy=eval_strategy, report_to="none", remove_unused_columns=False, save_strategy="no", use_cpu=True,
         seed=0, disable_tqdm=True,
     )  # fmt: skip
     counter = CountEvaluations()
-    trainer = VGPTrainer(
-        model=SingleStreamForVisualParaphrase(config), args=args, train_dataset=data.train, eval_dataset=data.eval,
-        data_collator=VGPCollator(tokenizer, data.region_features), callbacks=[counter],
-    )  # fmt: skip
+    trainer = tiny_vgp_trainer(data, args, num_hidden_layers=1, callbacks=[counter])
     trainer.train()
     return trainer, counter
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 from test_captioning_training import captions, make_trainer  # noqa: F401 (a fixture)
-from transformers import AutoTokenizer
+from tiny_vgp import tiny_vgp_trainer
 
-from hf_vlalign import SingleStreamConfig, SingleStreamForVisualParaphrase, default_text_model_path
-from hf_vlalign.data.collators import VGPCollator
-from hf_vlalign.trainers import VGPTrainer, VGPTrainingArguments
+from hf_vlalign.trainers import VGPTrainingArguments
 from hf_vlalign.utils.host_reads import count_host_reads
 
 USE_CPU = not torch.cuda.is_available()
@@ -39,20 +37,12 @@ def count_reads_in(trainer, method_names: tuple[str, ...]) -> list[tuple[str, st
 
 
 def test_vgp_training_and_evaluation_steps_read_nothing_on_the_host(vgp_data, tmp_path):
-    tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
-    config = SingleStreamConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, visual_feat_dim=32, attention_supervision="direct",
-    )  # fmt: skip
     args = VGPTrainingArguments(
         output_dir=str(tmp_path), max_steps=3, logging_steps=1, per_device_train_batch_size=4,
         gradient_accumulation_steps=2, per_device_eval_batch_size=8, report_to="none", remove_unused_columns=False,
         save_strategy="no", use_cpu=USE_CPU, seed=0,
     )  # fmt: skip
-    trainer = VGPTrainer(
-        model=SingleStreamForVisualParaphrase(config), args=args, train_dataset=vgp_data.train,
-        eval_dataset=vgp_data.eval, data_collator=VGPCollator(tokenizer, vgp_data.region_features),
-    )  # fmt: skip
+    trainer = tiny_vgp_trainer(vgp_data, args, num_hidden_layers=2)
     events = count_reads_in(trainer, ("training_step", "global_item_counts", "prediction_step"))
     trainer.train()
     metrics = trainer.evaluate()
