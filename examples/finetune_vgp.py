@@ -97,6 +97,10 @@ class VGPArguments(UserDataArguments):
     )
     synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (default data)."})
     synthetic_train_images: int = field(default=800)
+    synthetic_distractors: bool = field(
+        default=False,
+        metadata={"help": "each synthetic scene's first shape gets a same-kind and a same-colour distractor."},
+    )
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=64)
     image_use_examples: int | None = field(

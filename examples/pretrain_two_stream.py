@@ -175,6 +175,10 @@ class PretrainingArguments(UserDataArguments):
     attribute_vocab: str | None = field(default=None, metadata={"help": "the detector's attribute names."})
     synthetic_seed: int = field(default=0)
     synthetic_train_images: int = field(default=800)
+    synthetic_distractors: bool = field(
+        default=False,
+        metadata={"help": "each synthetic scene's first shape gets a same-kind and a same-colour distractor."},
+    )
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=32)
     image_use_examples: int | None = field(

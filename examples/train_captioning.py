@@ -172,6 +172,10 @@ class CaptioningArguments(UserDataArguments):
     distance_bins: int = field(default=10, metadata={"help": "bins of box-centre distance over [0, sqrt(2)]."})
     synthetic_seed: int = field(default=0)
     synthetic_train_images: int = field(default=800)
+    synthetic_distractors: bool = field(
+        default=False,
+        metadata={"help": "each synthetic scene's first shape gets a same-kind and a same-colour distractor."},
+    )
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=24)
     image_use_examples: int | None = field(

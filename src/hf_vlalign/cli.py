@@ -122,7 +122,7 @@ def user_error_message(error: BaseException) -> str | None:
 
 # Options that only some values of a verb's setting read: verb -> {option: (setting, the values that read it)}. An
 # option typed with another value is refused, naming both (`check_options`), never silently ignored.
-SYNTHETIC_OPTIONS = ("synthetic_train_images", "synthetic_eval_images", "synthetic_seed")
+SYNTHETIC_OPTIONS = ("synthetic_train_images", "synthetic_eval_images", "synthetic_seed", "synthetic_distractors")
 VGP_FILE_OPTIONS = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features")
 FLICKR30K_ENTITIES_OPTIONS = ("split", "max_images")
 USER_FILE = "user_file"  # the `--data` value of a user-format file (`--data_file`)
@@ -445,7 +445,9 @@ def converted_tokenizer(source: str, tokenizer: str | None, vocab_size: int) -> 
 def _synthesize(args: argparse.Namespace) -> int:
     from .synthetic import SyntheticSceneConfig, generate_synthetic_scenes
 
-    config = SyntheticSceneConfig(num_train_images=args.train_images, num_val_images=args.val_images, seed=args.seed)
+    config = SyntheticSceneConfig(
+        num_train_images=args.train_images, num_val_images=args.val_images, seed=args.seed, distractors=args.distractors
+    )
     paths = generate_synthetic_scenes(args.out, config)
     print(json.dumps({"root": str(paths.root), "features_tsv": str(paths.features_tsv)}, indent=2))
     return 0
@@ -622,7 +624,12 @@ def _probe_user_file(args: argparse.Namespace):
 def _synthetic_config(args: argparse.Namespace):
     from .synthetic import SyntheticSceneConfig
 
-    return SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
+    return SyntheticSceneConfig(
+        args.synthetic_train_images,
+        args.synthetic_eval_images,
+        seed=args.synthetic_seed,
+        distractors=args.synthetic_distractors,
+    )
 
 
 def _syntactic_summary(syntactic: dict) -> dict | list[str]:
@@ -845,6 +852,11 @@ def _add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--synthetic_train_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=800, help="training images of the scenes")
     group.add_argument("--synthetic_eval_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=150, help="evaluation images of the scenes")
     group.add_argument("--synthetic_seed", type=int, default=0, help="seed of the scenes")
+    group.add_argument(
+        "--synthetic_distractors",
+        action="store_true",
+        help="each scene's first shape gets a same-kind and a same-colour distractor",
+    )
     parser.add_argument("--batch_size", type=int_at_most("MAX_BATCH_SIZE"), default=32, help="examples per forward pass")
 
 
@@ -913,6 +925,11 @@ def build_parser() -> argparse.ArgumentParser:
     synthesize.add_argument("--train_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=800, help="training images")
     synthesize.add_argument("--val_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=150, help="validation images")
     synthesize.add_argument("--seed", type=int, default=0, help="seed of the scenes")
+    synthesize.add_argument(
+        "--distractors",
+        action="store_true",
+        help="each scene's first shape gets a same-kind and a same-colour distractor",
+    )
 
     convert = add_verb("convert-features", "published region features -> a RegionFeatureStore folder", _convert_features)
     convert.add_argument("src", type=Path, help="the feature file or folder as published")

@@ -298,7 +298,7 @@ def test_crop_encoder_rejects_bad_boxes():
 def test_cache_is_reused_and_regenerated_when_the_config_changes(tmp_path):
     first = load_or_generate_synthetic_vgp(tmp_path, TINY)
     manifest = first.root / "manifest.json"
-    assert json.loads(manifest.read_text())["config"] == vars(TINY)
+    assert SyntheticSceneConfig(**json.loads(manifest.read_text())["config"]) == TINY
     stamps = {path: path.stat().st_mtime_ns for path in first.root.rglob("*")}
 
     second = load_or_generate_synthetic_vgp(tmp_path, TINY)
@@ -313,7 +313,7 @@ def test_cache_is_reused_and_regenerated_when_the_config_changes(tmp_path):
 
     manifest.write_text("{}")  # a damaged cache is regenerated
     assert load_or_generate_synthetic_vgp(tmp_path, TINY) == first
-    assert json.loads(manifest.read_text())["config"] == vars(TINY)
+    assert SyntheticSceneConfig(**json.loads(manifest.read_text())["config"]) == TINY
 
 
 def test_cache_dir_defaults_to_the_environment_variable(tmp_path, monkeypatch):

@@ -104,7 +104,7 @@ class UserDataArguments:
 # `parse_recipe_args(data_source_flags=...)`)
 DATA_SOURCE_FLAGS = (
     "dataset", "data_dir", "features", "train_split", "eval_split",
-    "synthetic_seed", "synthetic_train_images", "synthetic_eval_images",
+    "synthetic_seed", "synthetic_train_images", "synthetic_eval_images", "synthetic_distractors",
 )  # fmt: skip
 # the `UserDataArguments` flags that only `--train_file` reads
 USER_DATA_FLAGS = ("validation_file", "grid_size", "region_encoder")
@@ -162,14 +162,23 @@ class DataArguments(UserDataArguments):
     )
     synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (default data)."})
     synthetic_train_images: int = field(default=800)
+    synthetic_distractors: bool = field(
+        default=False,
+        metadata={"help": "each synthetic scene's first shape gets a same-kind and a same-colour distractor."},
+    )
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=48)
 
 
 def synthetic_scene_config(args) -> SyntheticSceneConfig:
-    """The synthetic scenes (the default data) of `args`' `--synthetic_train_images`, `--synthetic_eval_images` and
-    `--synthetic_seed` (`DataArguments` or an example's own arguments)."""
-    return SyntheticSceneConfig(args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed)
+    """The synthetic scenes (the default data) of `args`' `--synthetic_train_images`, `--synthetic_eval_images`,
+    `--synthetic_seed` and `--synthetic_distractors` (`DataArguments` or an example's own arguments)."""
+    return SyntheticSceneConfig(
+        args.synthetic_train_images,
+        args.synthetic_eval_images,
+        seed=args.synthetic_seed,
+        distractors=args.synthetic_distractors,
+    )
 
 
 # evaluations during a run by default, evenly spaced whatever the data set's size (`--eval_steps` below 1 is a
@@ -299,7 +308,7 @@ FLAGS_READ_WITH: dict[type, dict[str, tuple[str, tuple]]] = {
     },
     DataArguments: {
         name: ("dataset", (None, "synthetic_scenes"))
-        for name in ("synthetic_seed", "synthetic_train_images", "synthetic_eval_images")
+        for name in ("synthetic_seed", "synthetic_train_images", "synthetic_eval_images", "synthetic_distractors")
     },
 }
 

@@ -3,7 +3,7 @@ pairs, questions, statements and referring expressions, written in the published
 
 - `shapes.py`: the shapes of a scene and the words naming them (shared by the writers below);
 - `scenes.py`: scenes, images, captions, VGP pairs and detector-like regions; `generate_synthetic_scenes` writes every
-  file, `load_or_generate_synthetic_vgp` caches them;
+  file, `load_or_generate_synthetic_vgp` caches them, `distractor_statistics` counts the shapes that have distractors;
 - `questions.py`: GQA questions with pointers, scene graphs and the answer vocabulary;
 - `tasks.py`: NLVR2 statements about image pairs and RefCOCO+ referring expressions.
 
@@ -16,6 +16,7 @@ from .scenes import (
     FORMAT_VERSION,
     SyntheticSceneConfig,
     SyntheticVGPPaths,
+    distractor_statistics,
     generate_synthetic_scenes,
     load_or_generate_synthetic_vgp,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "SyntheticRefCOCOWriter",
     "SyntheticSceneConfig",
     "SyntheticVGPPaths",
+    "distractor_statistics",
     "generate_synthetic_scenes",
     "identifying_attribute_sets",
     "load_or_generate_synthetic_vgp",

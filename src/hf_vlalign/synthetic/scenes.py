@@ -35,6 +35,11 @@ strictly smaller -> 2 Entailment2; size vs colour -> 4 Independence. The synthet
 other, so 0 Alternation does not occur. Hard negatives are phrases of two different shapes of the same image that
 name the same shape category or the same colour, possibly through synonyms ("a red square" / "the crimson disc").
 Each image contributes as many hard negatives as paraphrases, so about half of the pairs are positives.
+
+Distractors (`SyntheticSceneConfig(distractors=True)`): the first shape of every image (its target) shares its kind
+with another shape of another colour and its colour with another shape of another kind, so a model that reads the
+words but not which region they refer to cannot tell the target from them. `distractor_statistics` measures how often
+a world holds such shapes.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import combinations, permutations
 from pathlib import Path
@@ -67,7 +73,7 @@ from ..data.formats.vgp import TYPOLOGY_LABELS, VGPPair, write_vgp_csv
 from ..data.region_extraction import CropEncoder
 from ..utils.output_paths import refuse_foreign_folder
 from ..utils.size_limits import MAX_SYNTHETIC_IMAGES, check_size
-from .questions import SyntheticQuestionWriter
+from .questions import SyntheticQuestionWriter, scene_graphs_file
 from .shapes import (
     COLOUR_NAMES,
     COLOUR_WORDS,
@@ -103,6 +109,10 @@ SECOND_TRUE_REGION_PROB = 0.25
 CONFIDENCE_RANGES = {"true": (0.35, 0.98), "shifted": (0.3, 0.9), "straddle": (0.2, 0.8), "background": (0.05, 0.6)}
 CLASS_NOISE = {"true": 0.1, "shifted": 0.3}  # probability of a random class id
 
+# A scene with distractors holds its target, a shape of the same kind in another colour and one of the same colour
+# of another kind.
+MIN_SHAPES_WITH_DISTRACTORS = 3
+
 
 @dataclass
 class SyntheticSceneConfig:
@@ -116,10 +126,14 @@ class SyntheticSceneConfig:
     num_regions: int = 12  # regions per image: jittered true boxes (IoU >= 0.5 with their shape) + distractors
     feature_dim: int = 256
     seed: int = 0
+    distractors: bool = False  # each image's first shape gets a same-kind and a same-colour distractor
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if not isinstance(value, int) or isinstance(value, bool):
+            if name == "distractors":
+                if not isinstance(value, bool):
+                    raise ValueError(f"`{name}` must be a bool, got {type(value).__name__} {value!r}.")
+            elif not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"`{name}` must be an int, got {type(value).__name__} {value!r}.")
         lower_bounds = {
             "num_train_images": 1,
@@ -136,6 +150,11 @@ class SyntheticSceneConfig:
             check_size(name, getattr(self, name), MAX_SYNTHETIC_IMAGES, limit_name="MAX_SYNTHETIC_IMAGES")
         if self.min_shapes > self.max_shapes:
             raise ValueError(f"`min_shapes` must be <= `max_shapes` ({self.max_shapes}), got {self.min_shapes}.")
+        if self.distractors and self.max_shapes < MIN_SHAPES_WITH_DISTRACTORS:
+            raise ValueError(
+                f"`max_shapes` must be >= {MIN_SHAPES_WITH_DISTRACTORS} with `distractors=True` (the target, a "
+                f"same-kind and a same-colour shape), got {self.max_shapes}."
+            )
         max_shapes_limit = NUM_CAPTIONS * MAX_MENTIONS_PER_CAPTION // 2
         if self.max_shapes > max_shapes_limit:
             raise ValueError(
@@ -196,14 +215,35 @@ class _Mention:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _sample_attributes(num_shapes: int, rng: np.random.Generator) -> list[tuple[str, str, str]]:
-    """Distinct (shape, colour, size) triples, so that a full noun phrase always identifies its shape."""
-    triples: list[tuple[str, str, str]] = []
+def _sample_attributes(
+    num_shapes: int, rng: np.random.Generator, first: Sequence[tuple[str, str, str]] = ()
+) -> list[tuple[str, str, str]]:
+    """Distinct (shape, colour, size) triples, so that a full noun phrase always identifies its shape; the distinct
+    triples `first` come first and the others are drawn at random."""
+    triples: list[tuple[str, str, str]] = list(first)
     while len(triples) < num_shapes:
         triple = (str(rng.choice(SHAPE_NAMES)), str(rng.choice(COLOUR_NAMES)), str(rng.choice(SIZE_NAMES)))
         if triple not in triples:
             triples.append(triple)
     return triples
+
+
+def _sample_distractor_attributes(num_shapes: int, rng: np.random.Generator) -> list[tuple[str, str, str]]:
+    """Distinct triples whose first (the target) has a same-kind / other-colour and a same-colour / other-kind shape
+    next to it; sizes are random and the other shapes are drawn as `_sample_attributes` draws them."""
+    kind, colour, size = str(rng.choice(SHAPE_NAMES)), str(rng.choice(COLOUR_NAMES)), str(rng.choice(SIZE_NAMES))
+    other_colour = str(rng.choice([name for name in COLOUR_NAMES if name != colour]))
+    other_kind = str(rng.choice([name for name in SHAPE_NAMES if name != kind]))
+    # distinct by construction: the second differs from the target by colour, the third from both by kind
+    same_kind = (kind, other_colour, str(rng.choice(SIZE_NAMES)))
+    same_colour = (other_kind, colour, str(rng.choice(SIZE_NAMES)))
+    return _sample_attributes(num_shapes, rng, [(kind, colour, size), same_kind, same_colour])
+
+
+def _num_shapes(config: SyntheticSceneConfig, rng: np.random.Generator) -> int:
+    """How many shapes an image holds: min_shapes..max_shapes, at least MIN_SHAPES_WITH_DISTRACTORS with distractors."""
+    low = max(MIN_SHAPES_WITH_DISTRACTORS, config.min_shapes) if config.distractors else config.min_shapes
+    return int(rng.integers(low, config.max_shapes + 1))
 
 
 def _place_boxes(sides: list[int], image_size: int, rng: np.random.Generator, gap: int = 2) -> list[tuple] | None:
@@ -228,9 +268,10 @@ def _place_boxes(sides: list[int], image_size: int, rng: np.random.Generator, ga
 
 
 def _sample_scene(config: SyntheticSceneConfig, rng: np.random.Generator, first_phrase_id: int) -> list[Shape]:
-    num_shapes = int(rng.integers(config.min_shapes, config.max_shapes + 1))
+    num_shapes = _num_shapes(config, rng)
+    sample_attributes = _sample_distractor_attributes if config.distractors else _sample_attributes
     for _ in range(100):
-        triples = _sample_attributes(num_shapes, rng)
+        triples = sample_attributes(num_shapes, rng)
         sides = [int(rng.uniform(*SIZE_RANGES[size]) * config.image_size) for _, _, size in triples]
         boxes = _place_boxes(sides, config.image_size, rng)
         if boxes is not None:
@@ -642,7 +683,10 @@ def _generate_image(
 
 
 def _manifest(config: SyntheticSceneConfig) -> dict:
-    return {"format_version": FORMAT_VERSION, "config": asdict(config)}
+    settings = asdict(config)
+    if not settings["distractors"]:  # named only when set: the default world's manifest and cache digest omit it
+        del settings["distractors"]
+    return {"format_version": FORMAT_VERSION, "config": settings}
 
 
 def _read_manifest(root: Path) -> dict | None:
@@ -748,6 +792,77 @@ def load_or_generate_synthetic_vgp(
     return SyntheticVGPPaths.from_root(root)
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Statistics
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _kinds_and_colours_of_graphs(paths: SyntheticVGPPaths, split: str) -> list[list[tuple[str, str]]]:
+    """(kind, colour) of every shape, per image of `split`, read back from the split's GQA scene graphs."""
+    graphs_path = paths.gqa_dir / scene_graphs_file(split)
+    if not graphs_path.is_file():
+        raise ValueError(f"`scenes` must be generated synthetic scenes with {graphs_path}, which does not exist.")
+    graphs = json.loads(graphs_path.read_text(encoding="utf-8"))
+    # a scene graph object's `attributes` are [colour, size] (questions.scene_graph)
+    return [[(obj["name"], obj["attributes"][0]) for obj in graph["objects"].values()] for graph in graphs.values()]
+
+
+def _kinds_and_colours_of_shapes(scenes: Sequence[Sequence[Shape]]) -> list[list[tuple[str, str]]]:
+    """(kind, colour) of every shape, per image, checking that each image is a list of `Shape`."""
+    images = []
+    for index, shapes in enumerate(scenes):
+        if isinstance(shapes, (str, bytes)) or not isinstance(shapes, Sequence):
+            raise ValueError(f"`scenes[{index}]` must be a list of Shape, got {type(shapes).__name__}.")
+        for shape in shapes:
+            if not isinstance(shape, Shape):
+                raise ValueError(f"`scenes[{index}]` must hold Shape objects only, got {type(shape).__name__}.")
+        images.append([(shape.kind, shape.colour) for shape in shapes])
+    return images
+
+
+def distractor_statistics(
+    scenes: SyntheticVGPPaths | Sequence[Sequence[Shape]], split: str = "train"
+) -> dict[str, float | int]:
+    """How many shapes of a synthetic world have distractors in their image.
+
+    Args:
+        scenes: generated scenes (what `load_or_generate_synthetic_vgp` or `generate_synthetic_scenes` returns; their
+            `split` is read from the GQA scene graphs), or the shapes of each image.
+        split: "train" or "val", the split read from generated scenes (unused with shape lists).
+
+    Returns:
+        `same_kind_other_colour` and `same_colour_other_kind`: the share of shapes that have in their image a shape of
+        the same kind in another colour, resp. of the same colour of another kind; `images_with_both`: the share of
+        images holding at least one pair of each of these kinds; `num_images` and `num_shapes`, what was counted.
+    """
+    if isinstance(scenes, SyntheticVGPPaths):
+        if split not in ("train", "val"):
+            raise ValueError(f"`split` must be 'train' or 'val', got {split!r}.")
+        images = _kinds_and_colours_of_graphs(scenes, split)
+    elif isinstance(scenes, Sequence) and not isinstance(scenes, (str, bytes)):
+        images = _kinds_and_colours_of_shapes(scenes)
+    else:
+        raise ValueError(f"`scenes` must be a SyntheticVGPPaths or a list of shape lists, got {type(scenes).__name__}.")
+    num_shapes = sum(len(shapes) for shapes in images)
+    if num_shapes == 0:
+        raise ValueError(f"`scenes` must hold at least one shape, got {len(images)} images and no shape.")
+
+    same_kind = same_colour = images_with_both = 0
+    for shapes in images:
+        has_same_kind = [any(k == kind and c != colour for k, c in shapes) for kind, colour in shapes]
+        has_same_colour = [any(c == colour and k != kind for k, c in shapes) for kind, colour in shapes]
+        same_kind += sum(has_same_kind)
+        same_colour += sum(has_same_colour)
+        images_with_both += any(has_same_kind) and any(has_same_colour)
+    return {
+        "same_kind_other_colour": same_kind / num_shapes,
+        "same_colour_other_kind": same_colour / num_shapes,
+        "images_with_both": images_with_both / len(images),
+        "num_images": len(images),
+        "num_shapes": num_shapes,
+    }
+
+
 __all__ = [
     "COLOUR_HUES",
     "COLOUR_NAMES",
@@ -761,6 +876,7 @@ __all__ = [
     "Shape",
     "SyntheticSceneConfig",
     "SyntheticVGPPaths",
+    "distractor_statistics",
     "generate_synthetic_scenes",
     "load_or_generate_synthetic_vgp",
 ]
