@@ -14,13 +14,14 @@ from .grounding import (
     probe_attention_blocks,
     word_region_attention,
 )
-from .image_use import image_use_gap, shuffled_rows, task_scores
+from .image_use import RegionShuffleCollator, image_use_gap, shuffled_rows, task_scores
 from .inference import NON_MODEL_KEYS, InferenceBatch, inference_batches, split_batch
 
 __all__ = [
     "NON_MODEL_KEYS",
     "CrossAttentionEvaluation",
     "InferenceBatch",
+    "RegionShuffleCollator",
     "WordRegionAttention",
     "cross_attention_rows",
     "entity_grounding_metrics",

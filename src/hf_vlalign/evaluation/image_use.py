@@ -1,5 +1,6 @@
-"""Does a trained model read the image? Its task loss and accuracy with each example's own image, and with another
-image's regions (a seeded derangement of the images of the evaluation set), and the gap between the two.
+"""Does a trained model read the image? Its task loss and accuracy with each example's own image, with another
+image's regions (a seeded derangement of the images of the evaluation set), with its own image's region features
+shuffled among its regions, and the gaps.
 
 A model that answers from the text alone (VQA's language priors, a captioner's average caption) scores the same with
 any image: its gap is about 0. This is the check `examples/train_captioning.py` reports as `test_loss` vs
@@ -9,21 +10,42 @@ any image: its gap is about 0. This is the check `examples/train_captioning.py` 
 
     results.update(image_use_gap(model, eval_dataset, collator, batch_size=64, group_column="answer_type"))
 
-Shuffling. The distinct images of the evaluation set (an image pair for NLVR2 rows) are put in a seeded random order
-and each is replaced by the next one in that order (one cycle: no image keeps its own regions, every image is used as
-often as before). A row gets its replacement's `image_id` (and `feature_row`, the store row
+Shuffling images. The distinct images of the evaluation set (an image pair for NLVR2 rows) are put in a seeded random
+order and each is replaced by the next one in that order (one cycle: no image keeps its own regions, every image is
+used as often as before). A row gets its replacement's `image_id` (and `feature_row`, the store row
 `build_dataset(..., region_features=store)` joined it to; both of each side for NLVR2's `left_*` / `right_*`, with its
 `image_id`). Columns joined
 to the row's own regions (`<text>_phrase_regions`) are dropped from the shuffled rows: the collator then aligns the
 gold boxes with the other image's regions, as it does for rows without the join. Text, labels and batches are the
 same in both passes.
 
+Shuffling regions (`shuffle_regions=True`, [`RegionShuffleCollator`]). Each row keeps its own image, boxes and
+targets, but the features of its image's valid regions (`visual_attention_mask` == 1) are permuted among them: the
+valid regions in a seeded random order, each taking the features of the next (one cycle: with >= 2 valid regions none
+keeps its own; an image with fewer is left as it is, and counted). What moves with the features is what describes a
+region's appearance, `REGION_APPEARANCE_KEYS`: `visual_feats`, and where a batch carries them the pre-training
+collators' `feature_labels`, `masked_regions`, `object_labels`, `attribute_labels` (the masked-region targets are the
+appearance of the features they label: left in place, a masked slot's target would be shown unmasked at another
+slot), and the detector's `region_confidence` (probe targets). What stays is where the regions are and every gold
+target: `visual_boxes`, `visual_attention_mask`, `word_region_alignment`, `phrase_labels`, `phrase_masks`,
+`phrase_region_iou`, `target_region_iou`, `labels` and the other task labels. NLVR2's (B, 2, R) pairs are shuffled
+within each image. The own and shuffled-regions passes collate the same batches (a random collator draws the same
+masks: the permutation comes from its own generator, seeded by (`seed`, batch index)).
+
+A model that grounds a word in the region whose features show the named object picks a region whose box no longer
+holds it, and loses accuracy; a model that reads the bag of objects (VQA's colour of the scene) or only the text and
+boxes does not. For region-selection tasks (referring expressions, phrase grounding, the grounding probe) this is the
+meaningful control: with another image's regions the gold boxes match none of the regions (every row is a miss, or
+its target is re-aligned to unrelated boxes), so the image-swap gap mixes "reads the image" with "the task has no
+answer any more"; shuffled regions keep every target answerable.
+
 Loss: the model's task losses (every `loss_<key>` output whose items `loss_item_counts` counts, attention supervision
 left out: `word_region_alignment` is not passed), each averaged over all its items of the set (questions, caption
 tokens, ...) and summed over components. Accuracy, where the task has one: VQA's soft score of the best answer, the
 accuracy of a single answer id (GQA), of NLVR2's binary score, of the referred region (IoU >= 0.5 with the referred
 box, RefCOCO+), of each phrase's best region (phrase grounding), of VGP's two classifiers. Gaps are signed so that
-> 0 means the image helps: `image_use_loss_gap` = shuffled - own loss, `image_use_<metric>_gap` = own - shuffled.
+> 0 means the image helps: `image_use_loss_gap` = shuffled - own loss, `image_use_<metric>_gap` = own - shuffled, and
+the same for `region_shuffle_loss_gap` and `region_shuffle_<metric>_gap`.
 """
 
 from __future__ import annotations
@@ -38,7 +60,7 @@ from typing import Any
 
 import torch
 
-from ..utils.validation import check_callable, check_module, check_rows
+from ..utils.validation import check_callable, check_module, check_rows, check_tensor
 from .inference import inference_batches, model_device
 
 # the image columns of a row: NLVR2's pair, else the single image (and the store row each was joined to)
@@ -106,6 +128,103 @@ def shuffled_rows(rows: Sequence[Mapping], seed: int = 0) -> list[dict]:
     return shuffled
 
 
+# per-region tensors that describe a region's appearance: they move with its features (see the module docstring);
+# everything else (boxes, masks, gold targets) stays where it is
+REGION_APPEARANCE_KEYS = (
+    "visual_feats",  # the features the model reads
+    "feature_labels",  # pre-training: the unmasked features, the masked regions' regression target
+    "masked_regions",  # pre-training: the slots whose features were masked in `visual_feats`
+    "object_labels",  # pre-training: the detector's class of each masked region
+    "attribute_labels",  # pre-training: the detector's attribute of each masked region
+    "region_confidence",  # probe targets: the detector's confidence in each region
+    "region_object_ids",  # the detector's class and attribute of each region (collators drop them, custom ones may not)
+    "region_attr_ids",
+)
+# keeps the permutation's random stream apart from the collator's (seeded from (seed, batch index) too)
+REGION_SHUFFLE_STREAM = 1
+
+
+def region_derangement(visual_attention_mask: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The index (same shape as the (..., R) `visual_attention_mask`) of the region whose features each region takes:
+    each image's valid regions in a random order, each taking the features of the next (one cycle, so none keeps its
+    own when the image has >= 2 valid regions). Padded regions, and images with fewer than 2 valid regions, keep
+    their own. Computed on the host, all images of the batch at once."""
+    check_tensor("visual_attention_mask", visual_attention_mask)
+    if visual_attention_mask.dim() < 2:
+        raise ValueError(
+            f"`visual_attention_mask` must be (B, R) or (B, 2, R) for image pairs, got shape "
+            f"{tuple(visual_attention_mask.shape)}."
+        )
+    shape = visual_attention_mask.shape
+    valid = visual_attention_mask.detach().cpu().reshape(-1, shape[-1]).bool()
+    images, num_regions = valid.shape
+    keys = torch.rand(images, num_regions, generator=generator).masked_fill(~valid, 2.0)  # padding sorts last
+    order = keys.argsort(dim=1)  # each image's valid regions first, in random order
+    counts = valid.sum(dim=1, keepdim=True)
+    slots = torch.arange(num_regions).expand(images, num_regions)
+    following = torch.where(slots < counts, (slots + 1) % counts.clamp(min=1), slots)  # padding slots: themselves
+    index = torch.empty_like(order).scatter_(1, order, order.gather(1, following))
+    return index.reshape(shape)
+
+
+def _take_regions(key: str, tensor: Any, index: torch.Tensor) -> torch.Tensor:
+    """`tensor` (..., R, *) with region r of each image replaced by region `index[..., r]` of the same image."""
+    if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape[: index.dim()]) != tuple(index.shape):
+        found = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+        raise ValueError(
+            f"the batch's `{key}` must be a per-region tensor whose leading dimensions are those of "
+            f"`visual_attention_mask` {tuple(index.shape)}, got {found}."
+        )
+    region_axis = index.dim() - 1
+    index = index.to(tensor.device).reshape(*index.shape, *[1] * (tensor.dim() - index.dim())).expand_as(tensor)
+    return tensor.gather(region_axis, index)
+
+
+def shuffled_region_batch(
+    batch: Mapping[str, Any], generator: torch.Generator | None = None
+) -> tuple[dict[str, Any], int]:
+    """A collated batch with the appearance of each image's valid regions (`REGION_APPEARANCE_KEYS`) permuted by
+    [`region_derangement`], boxes, masks and targets kept; and the number of rows with an image left as it was (fewer
+    than 2 valid regions; for NLVR2, a row counts when either image of its pair is)."""
+    for key in ("visual_feats", "visual_attention_mask"):
+        if not isinstance(batch.get(key), torch.Tensor):
+            raise ValueError(
+                f"`batch` must carry `{key}` as a tensor to shuffle its regions, got the keys {sorted(batch)}."
+            )
+    mask = batch["visual_attention_mask"]
+    index = region_derangement(mask, generator)
+    shuffled = dict(batch)
+    for key in REGION_APPEARANCE_KEYS:
+        if key in batch:
+            shuffled[key] = _take_regions(key, batch[key], index)
+    valid_per_image = mask.detach().cpu().bool().reshape(mask.shape[0], -1, mask.shape[-1]).sum(-1)
+    return shuffled, int((valid_per_image < 2).any(dim=1).sum())
+
+
+class RegionShuffleCollator:
+    """`collator`'s batches with each image's region features shuffled among its own valid regions
+    ([`shuffled_region_batch`]). Its i-th call (batch i of a pass) is shuffled with a `torch.Generator` seeded from
+    (`seed`, i), so make one per pass; `rows_unshuffled` counts the rows left as they were so far."""
+
+    def __init__(self, collator: Callable[[list[dict]], dict[str, torch.Tensor]], seed: int = 0) -> None:
+        check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"`seed` must be an int, got {seed!r}.")
+        self.collator = collator
+        self.seed = seed
+        self.batches = 0
+        self.rows_unshuffled = 0
+
+    def __call__(self, examples: list[dict]) -> dict[str, Any]:
+        batch = self.collator(examples)
+        # a tuple of ints hashes the same in every process (no PYTHONHASHSEED salt)
+        generator = torch.Generator().manual_seed(hash((self.seed, self.batches, REGION_SHUFFLE_STREAM)) % 2**63)
+        self.batches += 1
+        shuffled, unshuffled = shuffled_region_batch(batch, generator)
+        self.rows_unshuffled += unshuffled
+        return shuffled
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Scores
 # ----------------------------------------------------------------------------------------------------------------
@@ -116,7 +235,10 @@ def task_scores(outputs: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, to
     answers, NLVR2 and referring expressions; per grounded phrase for phrase grounding), or VGP's `id_accuracy` and
     `vgp_accuracy`. Empty for outputs without a classification (e.g. the captioner: loss only)."""
     scores = {}
-    for name, logits_name, labels_name in (("id_accuracy", "id_logits", "id_labels"), ("vgp_accuracy", "vgp_logits", "vgp_labels")):
+    for name, logits_name, labels_name in (
+        ("id_accuracy", "id_logits", "id_labels"),
+        ("vgp_accuracy", "vgp_logits", "vgp_labels"),
+    ):
         logits, labels = getattr(outputs, logits_name, None), batch.get(labels_name)
         if logits is not None and labels is not None:
             keep = labels != -100
@@ -178,6 +300,10 @@ class _Totals:
         return {name: total / count for name, (total, count) in self.scores.items() if count}
 
 
+def _on(value: Any, device: torch.device) -> Any:
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
 def _group_name(value: object) -> str:
     return re.sub(r"[^0-9A-Za-z]+", "_", str(value)).strip("_") or "none"
 
@@ -215,7 +341,7 @@ def _evaluate(
             loss = getattr(outputs, f"loss_{key}" if key else "loss", None)
             if loss is not None:
                 totals.add_loss(key or "loss", float(loss), int(count))
-        scores = score_fn(outputs, {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()})
+        scores = score_fn(outputs, {key: _on(value, device) for key, value in batch.items()})
         for name, values in scores.items():
             values = values.detach().float().cpu().reshape(-1)
             totals.add_scores(name, values)
@@ -236,6 +362,42 @@ def _evaluate(
     return totals, by_group
 
 
+def _compared(
+    own: _Totals,
+    other: _Totals,
+    own_groups: dict[str, _Totals],
+    other_groups: dict[str, _Totals],
+    shuffled: str,
+    gap: str,
+    with_own: bool,
+) -> dict[str, float | str]:
+    """The shuffled pass's loss and scores (`<shuffled>_<metric>`) against the own pass's, and their gaps
+    (`<gap>_<metric>_gap`; `<gap>_gap` the first metric's, else the loss's), per group too; `own_image_*` with
+    `with_own`."""
+    results: dict[str, float | str] = {}
+    own_loss, other_loss = own.mean_loss(), other.mean_loss()
+    if own_loss is not None and other_loss is not None:
+        results.update({"own_image_loss": own_loss} if with_own else {})
+        results.update({f"{shuffled}_loss": other_loss, f"{gap}_loss_gap": other_loss - own_loss})
+    own_scores, other_scores = own.mean_scores(), other.mean_scores()
+    for name, value in own_scores.items():
+        results.update({f"own_image_{name}": value} if with_own else {})
+        results[f"{shuffled}_{name}"] = other_scores[name]
+        results[f"{gap}_{name}_gap"] = value - other_scores[name]
+    for group in sorted(own_groups):
+        group_own, group_other = own_groups[group].mean_scores(), other_groups[group].mean_scores()
+        for name, value in group_own.items():
+            results.update({f"own_image_{name}_{group}": value} if with_own else {})
+            results[f"{shuffled}_{name}_{group}"] = group_other[name]
+            results[f"{gap}_{name}_gap_{group}"] = value - group_other[name]
+    primary = next(iter(own_scores), None)
+    if primary is not None:
+        results[f"{gap}_gap"] = results[f"{gap}_{primary}_gap"]
+    elif f"{gap}_loss_gap" in results:
+        results[f"{gap}_gap"] = results[f"{gap}_loss_gap"]
+    return results
+
+
 def image_use_gap(
     model: torch.nn.Module,
     dataset,
@@ -246,10 +408,12 @@ def image_use_gap(
     group_column: str | None = None,
     score_fn: ScoreFunction | None = None,
     max_examples: int | None = None,
+    shuffle_regions: bool = True,
     progress: bool = True,
 ) -> dict[str, float | int | str]:
-    """How much `model` reads the image on `dataset`: its task loss and accuracy with each row's own image and with
-    another image's regions (see the module docstring), and the gaps.
+    """How much `model` reads the image on `dataset`: its task loss and accuracy with each row's own image, with
+    another image's regions and, with `shuffle_regions`, with its own image's region features shuffled among its
+    regions (see the module docstring), and the gaps.
 
     Args:
         model: any hf_vlalign task model (or captioner) whose outputs carry `loss_<key>` for each key of its
@@ -257,17 +421,24 @@ def image_use_gap(
         dataset: rows with labels, as the collator reads them (a `datasets.Dataset` or a list of dicts), at least two
             distinct images.
         collator: the task's collator (e.g. `QuestionAnsweringCollator`), called on lists of rows.
-        batch_size: rows per forward pass (the same batches in both passes).
-        seed: seed of the derangement of the images.
+        batch_size: rows per forward pass (the same batches in every pass).
+        seed: seed of the derangement of the images, and of the region permutation of each batch.
         group_column: a column (e.g. VQA's `answer_type`) whose values also get their own accuracies and gaps
             (tasks with one score per row).
         score_fn: `(outputs, batch) -> {metric: per-item scores}` replacing [`task_scores`].
         max_examples: evaluate the first N rows only (None: all).
+        shuffle_regions: also run the rows' own images with the features of each image's regions permuted among its
+            valid regions ([`RegionShuffleCollator`]): the control for region-selection tasks (a third pass).
 
     Returns a flat dict for `eval_results.json`: `own_image_loss`, `shuffled_image_loss`, `image_use_loss_gap`
     (shuffled - own); for each metric `own_image_<metric>`, `shuffled_image_<metric>`, `image_use_<metric>_gap`
     (own - shuffled), and per group `..._<metric>_<group>`; `image_use_gap` (the first metric's gap, else the loss
-    gap) with `image_use_gap_metric` naming it; `image_use_examples`, `image_use_images`, `image_use_seed`.
+    gap) with `image_use_gap_metric` naming it; `image_use_examples`, `image_use_images`, `image_use_seed`. With
+    `shuffle_regions`, also `shuffled_regions_loss`, `region_shuffle_loss_gap` (shuffled regions - own), for each
+    metric `shuffled_regions_<metric>` and `region_shuffle_<metric>_gap` (own - shuffled regions), per group
+    `shuffled_regions_<metric>_<group>` and `region_shuffle_<metric>_gap_<group>`, `region_shuffle_gap` (the gap of
+    the metric `image_use_gap_metric` names) and `region_shuffle_rows_unshuffled` (rows with an image of fewer than
+    2 valid regions, left as they were).
     """
     check_module("model", model)
     check_rows("dataset", dataset)
@@ -276,8 +447,8 @@ def image_use_gap(
         raise ValueError(f"`batch_size` must be an int >= 1, got {batch_size!r}.")
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 2):
         raise ValueError(f"`max_examples` must be None or an int >= 2, got {max_examples!r}.")
-    if not callable(collator):
-        raise ValueError(f"`collator` must be callable on a list of rows, got {type(collator).__name__}.")
+    if not isinstance(shuffle_regions, bool):
+        raise ValueError(f"`shuffle_regions` must be True or False, got {shuffle_regions!r}.")
     count = len(dataset) if max_examples is None else min(max_examples, len(dataset))
     rows = [dict(dataset[i]) for i in range(count)]
     if not rows:
@@ -288,35 +459,42 @@ def image_use_gap(
     shuffled = shuffled_rows(rows, seed)
     num_images = len({_image_key(row, image_columns(list(rows[0]))) for row in rows})
     score_fn = score_fn or task_scores
+    region_collator = RegionShuffleCollator(collator, seed) if shuffle_regions else None
     was_training = model.training
     model.eval()
     try:
         own, own_groups = _evaluate(model, rows, collator, batch_size, score_fn, groups, seed, "own images", progress)
-        other, other_groups = _evaluate(model, shuffled, collator, batch_size, score_fn, groups, seed, "shuffled images", progress)
+        other, other_groups = _evaluate(
+            model, shuffled, collator, batch_size, score_fn, groups, seed, "shuffled images", progress
+        )
+        if region_collator is not None:
+            regions, region_groups = _evaluate(
+                model, rows, region_collator, batch_size, score_fn, groups, seed, "shuffled regions", progress
+            )
     finally:
         model.train(was_training)
-    results: dict[str, float | int | str] = {}
-    own_loss, other_loss = own.mean_loss(), other.mean_loss()
-    if own_loss is not None and other_loss is not None:
-        results.update(own_image_loss=own_loss, shuffled_image_loss=other_loss, image_use_loss_gap=other_loss - own_loss)
-    own_scores, other_scores = own.mean_scores(), other.mean_scores()
-    for name, value in own_scores.items():
-        results[f"own_image_{name}"] = value
-        results[f"shuffled_image_{name}"] = other_scores[name]
-        results[f"image_use_{name}_gap"] = value - other_scores[name]
-    for group in sorted(own_groups):
-        group_own, group_other = own_groups[group].mean_scores(), other_groups[group].mean_scores()
-        for name, value in group_own.items():
-            results[f"own_image_{name}_{group}"] = value
-            results[f"shuffled_image_{name}_{group}"] = group_other[name]
-            results[f"image_use_{name}_gap_{group}"] = value - group_other[name]
-    primary = next(iter(own_scores), None)
-    if primary is not None:
-        results["image_use_gap"], results["image_use_gap_metric"] = results[f"image_use_{primary}_gap"], primary
-    elif "image_use_loss_gap" in results:
-        results["image_use_gap"], results["image_use_gap_metric"] = results["image_use_loss_gap"], "loss"
+    results: dict[str, float | int | str] = _compared(
+        own, other, own_groups, other_groups, "shuffled_image", "image_use", with_own=True
+    )
+    if "image_use_gap" in results:
+        results["image_use_gap_metric"] = next(iter(own.mean_scores()), "loss")
     results.update(image_use_examples=len(rows), image_use_images=num_images, image_use_seed=seed)
+    if region_collator is not None:
+        results.update(
+            _compared(own, regions, own_groups, region_groups, "shuffled_regions", "region_shuffle", with_own=False)
+        )
+        results["region_shuffle_rows_unshuffled"] = region_collator.rows_unshuffled
     return results
 
 
-__all__ = ["image_columns", "image_derangement", "image_use_gap", "shuffled_rows", "task_scores"]
+__all__ = [
+    "REGION_APPEARANCE_KEYS",
+    "RegionShuffleCollator",
+    "image_columns",
+    "image_derangement",
+    "image_use_gap",
+    "region_derangement",
+    "shuffled_region_batch",
+    "shuffled_rows",
+    "task_scores",
+]

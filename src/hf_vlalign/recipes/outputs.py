@@ -177,7 +177,7 @@ def write_results(
         )
 
 
-# evaluation rows the image-use check of the examples reads by default (two forward passes over each)
+# evaluation rows the image-use check of the examples reads by default (three forward passes over each)
 IMAGE_USE_EXAMPLES = 1000
 
 
@@ -191,8 +191,9 @@ def image_use_results(
     group_column: str | None = None,
 ) -> dict[str, Any]:
     """The `image_use` entry of `eval_results.json`: [`image_use_gap`] of the trained model on a seeded sample of
-    `max_examples` evaluation rows (None: all), its own image vs another image's regions. A gap near 0 says the model
-    answers from the text alone. Run it on every process (the model may be sharded); only the main process writes."""
+    `max_examples` evaluation rows (None: all), its own image vs another image's regions and vs its own regions with
+    their features shuffled among them (the control of region-selection tasks). A gap near 0 says the model answers
+    from the text alone. Run it on every process (the model may be sharded); only the main process writes."""
     rows = evaluation_subset(dataset, max_examples, seed, argument="--image_use_examples")
     columns = rows.column_names if isinstance(rows, datasets.Dataset) else list(rows[0]) if rows else []
     if group_column not in columns:
