@@ -36,27 +36,41 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine_info import cpu_model  # noqa: E402  (benchmarks/machine_info.py)
 from docs_blocks import docs_pages, replace_docs_block  # noqa: E402  (benchmarks/docs_blocks.py)
+from machine_info import cpu_model  # noqa: E402  (benchmarks/machine_info.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "results"
 DEFAULT_SEEDS = (42, 43, 44)  # 42: the examples' own default
+STUDY_SEEDS = 5  # the studies' plans: >= 5 seeds
 COMMON_ARGS = ["--report_to", "none", "--disable_tqdm", "true"]
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One row of a table: an example script, its flags and the results file it writes (relative to --output_dir)."""
+    """One row of a table: an example script (or, with `verb`, an `hf-vlalign` verb run on another setting's model),
+    its flags and the results file it writes (relative to --output_dir).
 
-    script: str
+    `start_from` chains runs: the setting of the same experiment and seed whose model (`<its output_dir>/
+    <start_from_subfolder>`) this one starts from, as `--model_name_or_path` of an example or the model argument of
+    a verb. `extra_results` are further files of the output folder whose numbers (lists too) are kept, under
+    `<file stem>.<key>`; with `keep`, only the numbers whose key starts with one of its prefixes are kept."""
+
+    script: str = ""
     args: tuple[str, ...] = ()
     results_file: str = "eval_results.json"
+    verb: str | None = None
+    start_from: str | None = None
+    start_from_subfolder: str = ""
+    extra_results: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
+    derive: Callable[[dict[str, float]], dict[str, float]] | None = None  # further numbers computed from the run's
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,17 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class Claim:
+    """A paper's claim as a paired comparison whose mean should have `sign` (+1: a > b, -1: a < b); `min_effect` is
+    the smallest difference (in the metric's units) that would count as the effect (see `claim_verdict`)."""
+
+    statement: str
+    comparison: Comparison
+    sign: int = 1
+    min_effect: float = 0.0
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     title: str
@@ -93,6 +118,8 @@ class Experiment:
     metrics: tuple[Metric, ...]
     comparisons: tuple[Comparison, ...] = ()
     budgets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # extra flags per budget, for every setting
+    claims: tuple[Claim, ...] = ()
+    verb_budgets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # the same, for the verb settings
 
 
 IMAGE_USE = Metric("image_use.image_use_loss_gap", "image-use gap (loss with another image - own)")
@@ -235,35 +262,363 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
     )
 }
-BUDGETS = ("reduced", "default", "smoke")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The studies: each paper's headline experiment in miniature (budget `miniature`, results/<study>/ with its PLAN.md)
+# ----------------------------------------------------------------------------------------------------------------
+
+MINIATURE = "miniature"  # the studies' own budget: results in `results/<study>/`, beside the study's PLAN.md
+# the tiny text checkpoint the studies' models start from (benchmarks/studies/tiny_text_model.py), made on first use
+TINY_TEXT_MODEL = "{tiny_text_model}"
+TINY_TEXT_MODEL_DIR = Path("outputs/studies/tiny_text_model")
+TINY = ("--model_name_or_path", TINY_TEXT_MODEL)
+# scenes whose every image holds a target with a same-kind and a same-colour distractor
+STUDY_SCENES = ("--synthetic_distractors", "--synthetic_train_images", "800", "--synthetic_eval_images", "150")
+STUDY_SMOKE_SCENES = ("--synthetic_distractors", "--synthetic_train_images", "12", "--synthetic_eval_images", "6")
+STUDY_SMOKE = (*STUDY_SMOKE_SCENES, "--image_use_examples", "8", *SMOKE_STEPS)
+TINY_TWO_STREAM = ("--l_layers", "2", "--r_layers", "1", "--x_layers", "2")
+TINY_CAPTIONER = ("--d_model", "128", "--attention_heads", "4", "--encoder_layers", "3", "--decoder_layers", "3")
+REGION_SHUFFLE = Metric("image_use.region_shuffle_gap", "shuffled-regions gap (own - shuffled regions)")
+IMAGE_USE_TASK = Metric("image_use.image_use_gap", "image-use gap (own - another image)")
+
+
+def _layers(key: str, label: str, layers: int) -> tuple[Metric, ...]:
+    """One metric per layer of a per-layer list flattened as `<key>.<layer>...`."""
+    return tuple(Metric(key.format(layer=layer), label.format(layer=layer)) for layer in range(layers))
+
+
+VGP_SUPERVISIONS = ("none", "direct", "semi_direct", "indirect")
+SAMARAN_VGP = (*TINY, *STUDY_SCENES, "--num_train_epochs", "3", "--learning_rate", "1e-3", "--warmup_steps", "100")
+SAMARAN_DOWNSTREAM = (*STUDY_SCENES, "--num_train_epochs", "3", "--learning_rate", "3e-4")
+SAMARAN_WEIGHTS = ("0.1", "0.3", "3")
+LI_PRETRAINING = (
+    *TINY, *STUDY_SCENES, "--max_steps", "1000", "--per_device_train_batch_size", "32", "--learning_rate", "1e-3",
+    "--warmup_steps", "100", "--eval_steps", "250",
+)  # fmt: skip
+def best_head_per_layer(metrics: dict[str, float]) -> dict[str, float]:
+    """Li et al. Figure 3: each layer's best head, from the probe's `grounding_probe.accuracy.<layer>.<head>`."""
+    best: dict[str, float] = {}
+    for key, value in metrics.items():
+        if key.startswith("grounding_probe.accuracy."):
+            layer = key.split(".")[2]
+            best[layer] = max(best.get(layer, value), value)
+    return {f"grounding_probe.best_head_of_layer.{layer}": value for layer, value in best.items()}
+
+
+LI_PROBE = ("--data", "synthetic", *STUDY_SCENES[:1], "--synthetic_eval_images", "150")
+PAPER_RESULTS = ("paper_results.json",)
+CAPTIONER = (*TINY, *TINY_CAPTIONER, *STUDY_SCENES, "--num_train_epochs", "4", "--learning_rate", "1e-3")
+KERVADEC_PRETRAINING = (
+    *TINY, *TINY_TWO_STREAM, *STUDY_SCENES, "--num_train_epochs", "4", "--learning_rate", "1e-3",
+    "--qa_start_epoch", "4",
+)  # fmt: skip
+KERVADEC_LOW_DATA_QA = (
+    "--model_family", "two_stream", "--synthetic_distractors", "--synthetic_train_images", "100",
+    "--synthetic_eval_images", "150", "--num_train_epochs", "5", "--learning_rate", "3e-4",
+)  # fmt: skip
+A2_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
+
+
+def captioner(alignment: str, *flags: str) -> Setting:
+    """A miniature captioner run whose paper_results.json (Ilinykh's analyses, Fei's Kendall tau) is kept too."""
+    return Setting("train_captioning.py", (*CAPTIONER, "--alignment", alignment, *flags), extra_results=PAPER_RESULTS)
+
+
+def vgp(supervision: str, *flags: str) -> Setting:
+    return Setting("finetune_vgp.py", (*SAMARAN_VGP, "--supervision", supervision, *flags))
+
+STUDIES: tuple[Experiment, ...] = (
+    Experiment(
+        name="samaran_table1",
+        title="Samaran et al. Table 1 in miniature: VGP fine-tuning with each supervision, then VQA and RefCOCO+",
+        settings={
+            **{f"vgp_{name}": vgp(name) for name in VGP_SUPERVISIONS},
+            **{
+                f"vqa_{name}": Setting("finetune_vqa.py", SAMARAN_DOWNSTREAM, start_from=f"vgp_{name}")
+                for name in VGP_SUPERVISIONS
+            },
+            **{
+                f"refcoco_{name}": Setting("finetune_refcoco.py", SAMARAN_DOWNSTREAM, start_from=f"vgp_{name}")
+                for name in VGP_SUPERVISIONS
+            },
+            **{
+                f"vgp_direct_weight_{weight}": vgp("direct", "--supervision_weight", weight)
+                for weight in SAMARAN_WEIGHTS
+            },
+        },
+        metrics=(
+            Metric("grounding_accuracy_best_head", "grounding, best head"),
+            Metric("grounding_accuracy_mean_head", "grounding, mean head"),
+            Metric("grounding_baseline_accuracy", "confidence baseline"),
+            Metric("vgp_accuracy", "VGP acc."),
+            Metric("image_description_accuracy", "identification acc."),
+            Metric("accuracy", "downstream acc. (VQA, RefCOCO+)"),
+            Metric("baseline_confidence_accuracy", "RefCOCO+ confidence baseline"),
+            IMAGE_USE_TASK,
+            REGION_SHUFFLE,
+        ),
+        comparisons=(
+            *_compare_to("vgp_none", [f"vgp_{n}" for n in VGP_SUPERVISIONS[1:]], ["grounding_accuracy_best_head"]),
+            *_compare_to("vqa_none", [f"vqa_{n}" for n in VGP_SUPERVISIONS[1:]], ["accuracy"]),
+            *_compare_to("refcoco_none", [f"refcoco_{n}" for n in VGP_SUPERVISIONS[1:]], ["accuracy"]),
+        ),
+        claims=(
+            Claim(
+                "direct supervision makes the attention ground phrases (best head, vs no supervision)",
+                Comparison(
+                    ("vgp_direct", "grounding_accuracy_best_head"), ("vgp_none", "grounding_accuracy_best_head")
+                ),
+                min_effect=0.05,
+            ),
+            Claim(
+                "semi-direct supervision grounds phrases too (best head, vs no supervision)",
+                Comparison(
+                    ("vgp_semi_direct", "grounding_accuracy_best_head"), ("vgp_none", "grounding_accuracy_best_head")
+                ),
+                min_effect=0.05,
+            ),
+            Claim(
+                "VQA accuracy after direct-supervised VGP exceeds that after VGP without supervision",
+                Comparison(("vqa_direct", "accuracy"), ("vqa_none", "accuracy")),
+                min_effect=0.01,
+            ),
+            Claim(
+                "RefCOCO+ accuracy after direct-supervised VGP exceeds that after VGP without supervision",
+                Comparison(("refcoco_direct", "accuracy"), ("refcoco_none", "accuracy")),
+                min_effect=0.01,
+            ),
+        ),
+        budgets={MINIATURE: (), "smoke": STUDY_SMOKE},
+    ),
+    Experiment(
+        name="kervadec_alignment",
+        title="Kervadec et al. in miniature: two-stream pre-training with and without the alignment loss, then "
+        "low-data QA",
+        settings={
+            "with": Setting(
+                "pretrain_two_stream.py",
+                (*KERVADEC_PRETRAINING, "--alignment_loss", "with"),
+                "with_alignment/eval_results.json",
+            ),
+            "without": Setting(
+                "pretrain_two_stream.py",
+                (*KERVADEC_PRETRAINING, "--alignment_loss", "without"),
+                "without_alignment/eval_results.json",
+            ),
+            "qa_with": Setting(
+                "finetune_vqa.py", KERVADEC_LOW_DATA_QA, start_from="with", start_from_subfolder="with_alignment"
+            ),
+            "qa_without": Setting(
+                "finetune_vqa.py", KERVADEC_LOW_DATA_QA, start_from="without", start_from_subfolder="without_alignment"
+            ),
+        },
+        metrics=(
+            Metric("cross_attention_grounding_accuracy", "cross-attention grounding (penultimate, heads summed)"),
+            Metric("best_head_grounding_accuracy", "best cross-attention head"),
+            Metric("alignment_decoder_grounding_accuracy", "alignment decoder grounding"),
+            Metric("grounding_baseline_accuracy", "confidence baseline"),
+            Metric("accuracy", "low-data QA acc."),
+            Metric("gqa_consistency", "QA consistency"),
+            IMAGE_USE_TASK,
+            REGION_SHUFFLE,
+        ),
+        comparisons=(
+            *_compare_to("without", ["with"], ["cross_attention_grounding_accuracy", "best_head_grounding_accuracy"]),
+            Comparison(("qa_with", "accuracy"), ("qa_without", "accuracy")),
+            Comparison(("qa_with", "gqa_consistency"), ("qa_without", "gqa_consistency")),
+        ),
+        claims=(
+            Claim(
+                "the alignment loss makes the cross-attention ground words in objects (best head, with vs without)",
+                Comparison(
+                    ("with", "best_head_grounding_accuracy"), ("without", "best_head_grounding_accuracy")
+                ),
+                min_effect=0.05,
+            ),
+            Claim(
+                "pre-training with the alignment loss gives higher QA accuracy after low-data fine-tuning",
+                Comparison(("qa_with", "accuracy"), ("qa_without", "accuracy")),
+                min_effect=0.01,
+            ),
+        ),
+        budgets={MINIATURE: (), "smoke": (*STUDY_SMOKE, *SMOKE_TWO_STREAM)},
+    ),
+    Experiment(
+        name="li_emergent_grounding",
+        title="Li et al. in miniature: single-stream pre-training without attention supervision, then the probe",
+        settings={
+            "pretrain": Setting("pretrain_single_stream.py", LI_PRETRAINING),
+            "probe": Setting(
+                verb="analyze",
+                args=LI_PROBE,
+                results_file="analysis.json",
+                start_from="pretrain",
+                keep=("grounding_probe.", "syntactic_grounding.top_relations."),
+                derive=best_head_per_layer,
+            ),
+        },
+        metrics=(
+            Metric("mlm_accuracy", "masked-word acc."),
+            Metric("mlm_most_frequent_token_accuracy", "most frequent masked word"),
+            Metric("sentence_image_accuracy", "sentence-image acc. (chance 0.5)"),
+            IMAGE_USE,
+            Metric("image_use.region_shuffle_loss_gap", "shuffled-regions loss gap"),
+            Metric("grounding_probe.best_head_accuracy", "probe: best active head"),
+            Metric("grounding_probe.mean_head_accuracy", "probe: mean head"),
+            Metric("grounding_probe.baseline_accuracy", "probe: confidence baseline"),
+            *_layers("grounding_probe.best_head_of_layer.{layer}", "best head of layer {layer}", 4),
+            Metric("syntactic_grounding.top_relations.0.accuracy", "amod: best head"),
+            Metric("syntactic_grounding.top_relations.0.baseline_accuracy", "amod: baseline"),
+        ),
+        claims=(
+            Claim(
+                "a head of the pre-trained model grounds entity phrases above the detection-confidence baseline",
+                Comparison(
+                    ("probe", "grounding_probe.best_head_accuracy"), ("probe", "grounding_probe.baseline_accuracy")
+                ),
+                min_effect=0.02,
+            ),
+            Claim(
+                "grounding grows with depth: the last layer's best head beats the first layer's (Figure 3)",
+                Comparison(
+                    ("probe", "grounding_probe.best_head_of_layer.3"), ("probe", "grounding_probe.best_head_of_layer.0")
+                ),
+                min_effect=0.02,
+            ),
+            Claim(
+                "syntactic grounding: a head links adjective modifiers (amod) above the baseline (Table 2)",
+                Comparison(
+                    ("probe", "syntactic_grounding.top_relations.0.accuracy"),
+                    ("probe", "syntactic_grounding.top_relations.0.baseline_accuracy"),
+                ),
+                min_effect=0.02,
+            ),
+        ),
+        budgets={MINIATURE: (), "smoke": STUDY_SMOKE},
+        verb_budgets={"smoke": (*STUDY_SMOKE_SCENES[1:], "--max_examples", "8", "--no_syntactic_grounding")},
+    ),
+    Experiment(
+        name="ilinykh_captioner_attention",
+        title="Ilinykh and Dobnik in miniature: the geometry-aware captioner's attention by layer, geometry on and off",
+        settings={
+            "geometry": captioner("none"),
+            "no_geometry": captioner("none", "--no_geometry"),
+        },
+        metrics=(
+            Metric("cider", "CIDEr-D"),
+            Metric("bleu_4", "BLEU-4"),
+            *_layers(
+                "paper_results.attention_vs_distance.per_layer.{layer}.pearson_distance_attention",
+                "encoder layer {layer}: corr(distance, attention)",
+                3,
+            ),
+            IMAGE_USE,
+            Metric("image_use.region_shuffle_loss_gap", "shuffled-regions loss gap"),
+        ),
+        budgets={MINIATURE: (), "smoke": (*STUDY_SMOKE, "--encoder_layers", "1", "--decoder_layers", "1")},
+    ),
+    Experiment(
+        name="fei_a2_fusions",
+        title="Fei et al. in miniature: each A2 attention-alignment fusion against none",
+        settings={
+            name: captioner(name) for name in A2_FUSIONS
+        },
+        metrics=(
+            Metric("cider", "CIDEr-D"),
+            Metric("bleu_4", "BLEU-4"),
+            Metric("alignment", "grounding (last layer, heads summed)"),
+            Metric("grounding_baseline_accuracy", "confidence baseline"),
+            Metric("attention_importance_kendall_tau", "Kendall tau, attention vs importance"),
+            IMAGE_USE,
+            Metric("image_use.region_shuffle_loss_gap", "shuffled-regions loss gap"),
+        ),
+        comparisons=_compare_to("none", list(A2_FUSIONS[1:]), ["cider", "attention_importance_kendall_tau"]),
+        claims=tuple(
+            Claim(
+                f"the {name} fusion gives a higher CIDEr-D than no alignment",
+                Comparison((name, "cider"), ("none", "cider")),
+                min_effect=0.01,
+            )
+            for name in A2_FUSIONS[1:]
+        ),
+        budgets={MINIATURE: (), "smoke": (*STUDY_SMOKE, "--encoder_layers", "1", "--decoder_layers", "1")},
+    ),
+)
+EXPERIMENTS |= {study.name: study for study in STUDIES}
+
+BUDGETS = ("reduced", "default", "smoke", "miniature")
+
+
+def is_study(experiment: Experiment) -> bool:
+    return MINIATURE in experiment.budgets
+
+
+def supports(experiment: Experiment, budget: str) -> bool:
+    """Studies run at their own budgets (miniature, smoke); the other experiments at reduced, default and smoke."""
+    return budget in experiment.budgets or (budget == "default" and not is_study(experiment))
 
 
 def budget_args(experiment: Experiment, budget: str) -> tuple[str, ...]:
     if budget not in BUDGETS:
         raise ValueError(f"`--budget` must be one of {list(BUDGETS)}, got {budget!r}.")
+    if not supports(experiment, budget):
+        budgets = sorted(experiment.budgets)
+        raise ValueError(f"experiment {experiment.name!r} has no budget {budget!r}; it has {budgets}.")
     return () if budget == "default" else experiment.budgets.get(budget, ())
 
 
-def run_command(
-    experiment: Experiment, setting: str, budget: str, seed: int, output_dir: Path, threads: int
-) -> list[str]:
-    """The example's command line of one run (what a user types after `python`)."""
+def relative_to_root(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_absolute() and path.is_relative_to(ROOT) else path
+
+
+def output_folder(outputs_dir: Path, budget: str, experiment: str, setting: str, seed: int) -> Path:
+    return outputs_dir / budget / experiment / setting / f"seed{seed}"
+
+
+def start_checkpoint(experiment: Experiment, setting: str, budget: str, seed: int, outputs_dir: Path) -> Path | None:
+    """The model folder a chained setting starts from (None for a setting that starts from scratch)."""
     spec = experiment.settings[setting]
-    if output_dir.is_absolute() and output_dir.is_relative_to(ROOT):
-        output_dir = output_dir.relative_to(ROOT)  # the runs start in the repository root
+    if spec.start_from is None:
+        return None
+    folder = output_folder(outputs_dir, budget, experiment.name, spec.start_from, seed)
+    return relative_to_root(folder / spec.start_from_subfolder if spec.start_from_subfolder else folder)
+
+
+def run_command(
+    experiment: Experiment,
+    setting: str,
+    budget: str,
+    seed: int,
+    output_dir: Path,
+    threads: int,
+    outputs_dir: Path | None = None,
+) -> list[str]:
+    """The command line of one run (what a user types after `python`): an example with the setting's and budget's
+    flags, or `-m hf_vlalign.cli <verb> <model> --out <output_dir>` on the model of the setting it starts from.
+    `outputs_dir` (default: output_dir's budget root) locates the models of chained settings."""
+    spec = experiment.settings[setting]
+    output_dir = relative_to_root(output_dir)
+    outputs_dir = outputs_dir if outputs_dir is not None else output_dir.parents[3]
+    start = start_checkpoint(experiment, setting, budget, seed, outputs_dir)
+    args = [arg.replace(TINY_TEXT_MODEL, str(TINY_TEXT_MODEL_DIR)) for arg in spec.args]
+    if spec.verb is not None:
+        verb_budget = experiment.verb_budgets.get(budget, ())
+        return ["-m", "hf_vlalign.cli", spec.verb, str(start), *args, *verb_budget, "--out", str(output_dir)]
+    chained = ["--model_name_or_path", str(start)] if start is not None else []
     return [
-        f"examples/{spec.script}",
-        *spec.args,
-        *budget_args(experiment, budget),
+        f"examples/{spec.script}", *args, *chained, *budget_args(experiment, budget),
         "--seed", str(seed), "--output_dir", str(output_dir), "--num_threads", str(threads), *COMMON_ARGS,
     ]  # fmt: skip
 
 
-def flatten_numbers(results: dict, prefix: str = "") -> dict[str, float]:
-    """Every finite number of an eval_results.json, under dotted keys (lists and strings left out)."""
+def flatten_numbers(results: dict | list, prefix: str = "") -> dict[str, float]:
+    """Every finite number of a results file, under dotted keys (a list's items by index: `entropy.0`); strings,
+    booleans and nulls left out."""
     flat = {}
-    for key, value in results.items():
-        if isinstance(value, dict):
+    items = results.items() if isinstance(results, dict) else enumerate(results)
+    for key, value in items:
+        if isinstance(value, (dict, list)):
             flat.update(flatten_numbers(value, f"{prefix}{key}."))
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             flat[f"{prefix}{key}"] = value
@@ -294,24 +649,49 @@ def git_commit() -> str | None:
     return commit.stdout.strip() + ("+uncommitted" if dirty.stdout.strip() else "")
 
 
+def experiment_dir(results_dir: Path, budget: str, experiment: str) -> Path:
+    """`results/<study>/` for the studies' miniature budget, else `results/<budget>/<experiment>/`."""
+    return results_dir / experiment if budget == MINIATURE else results_dir / budget / experiment
+
+
 def run_file(results_dir: Path, budget: str, experiment: str, setting: str, seed: int) -> Path:
-    return results_dir / budget / experiment / setting / f"seed{seed}.json"
+    return experiment_dir(results_dir, budget, experiment) / setting / f"seed{seed}.json"
+
+
+def ensure_tiny_text_model(experiment: Experiment) -> None:
+    """Writes the studies' tiny text checkpoint when a setting of `experiment` starts from it and it is missing."""
+    if any(TINY_TEXT_MODEL in arg for spec in experiment.settings.values() for arg in spec.args):
+        from studies.tiny_text_model import write_tiny_text_model  # benchmarks/studies/tiny_text_model.py
+
+        write_tiny_text_model(ROOT / TINY_TEXT_MODEL_DIR)
+
+
+def read_results(output_dir: Path, spec: Setting) -> dict[str, float]:
+    """The run's numbers: its results file's, then each `extra_results` file's under `<file stem>.`."""
+    metrics = flatten_numbers(json.loads((output_dir / spec.results_file).read_text()))
+    for name in spec.extra_results:
+        metrics |= flatten_numbers(json.loads((output_dir / name).read_text()), f"{Path(name).stem}.")
+    if spec.keep:
+        metrics = {key: value for key, value in metrics.items() if key.startswith(spec.keep)}
+    return metrics | (spec.derive(metrics) if spec.derive else {})
 
 
 def run_one(
     experiment: Experiment, setting: str, budget: str, seed: int, results_dir: Path, outputs_dir: Path, threads: int
 ) -> dict:
-    """Runs one example process and writes its result file; raises with the run's last output lines on failure."""
-    output_dir = outputs_dir / budget / experiment.name / setting / f"seed{seed}"
-    command = run_command(experiment, setting, budget, seed, output_dir, threads)
+    """Runs one example (or verb) process and writes its result file; raises with the run's last output lines on
+    failure."""
+    output_dir = output_folder(outputs_dir, budget, experiment.name, setting, seed)
+    command = run_command(experiment, setting, budget, seed, output_dir, threads, outputs_dir)
+    # a verb has no --num_threads: torch reads OMP_NUM_THREADS
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+    env["OMP_NUM_THREADS"] = str(threads)
     start = time.perf_counter()
     process = subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if process.returncode != 0:
         tail = "\n".join((process.stdout + process.stderr).splitlines()[-30:])
         raise RuntimeError(f"{experiment.name}/{setting} seed {seed} failed ({' '.join(command)}):\n{tail}")
-    eval_results = json.loads((output_dir / experiment.settings[setting].results_file).read_text())
     record = {
         "experiment": experiment.name,
         "setting": setting,
@@ -323,7 +703,7 @@ def run_one(
         "machine": machine(),
         "versions": versions(),
         "git_commit": git_commit(),
-        "metrics": flatten_numbers(eval_results),
+        "metrics": read_results(output_dir, experiment.settings[setting]),
     }
     path = run_file(results_dir, budget, experiment.name, setting, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -357,10 +737,33 @@ def compare(runs: dict[str, dict[int, dict]], comparison: Comparison) -> dict | 
     return {"name": comparison.name, **summary, "paired_t": t, "seeds_with_sign_of_mean": same_sign}
 
 
+def claim_verdict(claim: Claim, result: dict | None, level: float = 0.95) -> dict:
+    """The claim's verdict from its paired differences: `holds` when the `level` confidence interval of the mean
+    difference (Student t, n - 1 degrees of freedom) lies on the claimed side of 0; `does not hold` when it lies on the
+    other side, or when it holds 0 but excludes every effect of `claim.min_effect` or more on the claimed side;
+    `inconclusive` otherwise (and with fewer than 2 seeds)."""
+    from scipy.stats import t as student_t
+
+    verdict = {"statement": claim.statement, "comparison": claim.comparison.name, "sign": claim.sign}
+    verdict["min_effect"] = claim.min_effect
+    if result is None or result["n"] < 2 or result["sd"] is None:
+        return verdict | {"verdict": "inconclusive", "n": 0 if result is None else result["n"], "interval": None}
+    half_width = student_t.ppf((1 + level) / 2, result["n"] - 1) * result["sd"] / math.sqrt(result["n"])
+    low, high = result["mean"] - half_width, result["mean"] + half_width
+    claimed_low, claimed_high = (low, high) if claim.sign > 0 else (-high, -low)  # on the claimed side: > 0
+    if claimed_low > 0:
+        outcome = "holds"
+    elif claimed_high < 0 or claimed_high < claim.min_effect:
+        outcome = "does not hold"
+    else:
+        outcome = "inconclusive"
+    return verdict | {"verdict": outcome, "n": result["n"], "interval": [low, high], "level": level}
+
+
 def load_runs(results_dir: Path, budget: str, experiment: Experiment) -> dict[str, dict[int, dict]]:
     runs: dict[str, dict[int, dict]] = {}
     for setting in experiment.settings:
-        for path in sorted((results_dir / budget / experiment.name / setting).glob("seed*.json")):
+        for path in sorted((experiment_dir(results_dir, budget, experiment.name) / setting).glob("seed*.json")):
             record = json.loads(path.read_text())
             runs.setdefault(setting, {})[record["seed"]] = record
     return runs
@@ -389,18 +792,22 @@ def aggregate_experiment(results_dir: Path, budget: str, experiment: Experiment)
         }
     records = [run for by_seed in runs.values() for run in by_seed.values()]
     comparisons = [result for c in experiment.comparisons if (result := compare(runs, c)) is not None]
+    claims = [claim_verdict(claim, compare(runs, claim.comparison)) for claim in experiment.claims]
     return {
         "title": experiment.title,
         "settings": settings,
         "comparisons": comparisons,
+        **({"claims": claims} if claims else {}),
         "machines": sorted({f"{r['machine']['cpu']}, {r['machine']['cores']} cores" for r in records}),
         "versions": sorted({", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items())) for r in records}),
         "git_commits": sorted({str(r["git_commit"]) for r in records}),
     }
 
 
-def aggregate(results_dir: Path, budget: str) -> dict:
-    experiments = {name: aggregate_experiment(results_dir, budget, e) for name, e in EXPERIMENTS.items()}
+def aggregate(results_dir: Path, budget: str, names: list[str] | None = None) -> dict:
+    """Every experiment of `budget` that has runs (or only `names`); a study's aggregate holds that study alone."""
+    names = names or [name for name, e in EXPERIMENTS.items() if supports(e, budget)]
+    experiments = {name: aggregate_experiment(results_dir, budget, EXPERIMENTS[name]) for name in names}
     checks = results_dir / budget / "determinism.json"
     return {
         "budget": budget,
@@ -469,7 +876,22 @@ def docs_block(name: str, report: dict) -> str:
     )
     comparisons = "\n".join(comparison_line(result) for result in summary["comparisons"])
     paired = f"\n\nPaired differences (same seed, same data):\n\n{comparisons}" if comparisons else ""
-    return f"{begin}\n{caption}\n\n{table(summary, experiment)}{paired}\n{end}"
+    claims = "\n".join(claim_line(verdict) for verdict in summary.get("claims", []))
+    verdicts = f"\n\nThe paper's claims (95 % interval of the paired mean difference):\n\n{claims}" if claims else ""
+    return f"{begin}\n{caption}\n\n{table(summary, experiment)}{paired}{verdicts}\n{end}"
+
+
+def claim_line(verdict: dict) -> str:
+    side = "> 0" if verdict["sign"] > 0 else "< 0"
+    if verdict["interval"] is None:
+        seeds = f"{verdict['n']} seed(s)"
+        return f"- **{verdict['verdict']}**: {verdict['statement']} ({verdict['comparison']} {side}; {seeds})"
+    low, high = verdict["interval"]
+    effect = f", smallest effect counted {verdict['min_effect']:g}" if verdict["min_effect"] else ""
+    return (
+        f"- **{verdict['verdict']}**: {verdict['statement']} ({verdict['comparison']} {side}: interval "
+        f"[{low:+.3f}, {high:+.3f}] over {verdict['n']} seeds{effect})"
+    )
 
 
 def determinism_line(check: dict) -> str:
@@ -499,11 +921,12 @@ def summary_block(report: dict) -> str:
     return f"{begin}\n" + "\n".join(lines) + f"\n{end}"
 
 
-def write_docs(report: dict, root: Path = ROOT) -> list[str]:
-    """Rewrites the summary block and each experiment's block on the page of README.md / docs/ that holds its markers;
-    returns what it wrote, as `<block> -> <page>`."""
+def write_docs(report: dict, root: Path = ROOT, summary: bool = True) -> list[str]:
+    """Rewrites the summary block (with `summary`) and each experiment's block on the page of README.md / docs/ that
+    holds its markers; returns what it wrote, as `<block> -> <page>`."""
     text = "\n".join(page.read_text() for page in docs_pages(root))
-    blocks = {"summary": summary_block(report)} | {name: docs_block(name, report) for name in report["experiments"]}
+    blocks = {"summary": summary_block(report)} if summary else {}
+    blocks |= {name: docs_block(name, report) for name in report["experiments"]}
     written = []
     for name, block in blocks.items():
         begin, end = docs_markers(name)
@@ -546,7 +969,8 @@ def check_determinism(
 
 
 def planned_runs(experiments: list[str], seeds: list[int]) -> list[tuple[Experiment, str, int]]:
-    """Seed-major order: every setting of seed 1 before seed 2, so an interrupted harness leaves paired runs."""
+    """Seed-major order: every setting of seed 1 before seed 2, so an interrupted harness leaves paired runs (a
+    chained setting is listed after the one it starts from)."""
     return [
         (EXPERIMENTS[name], setting, seed)
         for name in experiments
@@ -555,17 +979,73 @@ def planned_runs(experiments: list[str], seeds: list[int]) -> list[tuple[Experim
     ]
 
 
+Run = tuple[Experiment, str, int]
+
+
+def runs_to_do(planned: list[Run], budget: str, results_dir: Path, outputs_dir: Path, overwrite: bool) -> list[Run]:
+    """The planned runs without a result file (all with `overwrite`), in planned order; a setting that starts from
+    another whose model folder is gone (outputs/ is not committed) brings that run back too, before it."""
+    todo: list[Run] = []
+
+    def add(run: Run) -> None:
+        experiment, setting, seed = run
+        parent = experiment.settings[setting].start_from
+        checkpoint = start_checkpoint(experiment, setting, budget, seed, outputs_dir)
+        if parent is not None and not (ROOT / checkpoint).exists():
+            add((experiment, parent, seed))
+        if run not in todo:
+            todo.append(run)
+
+    for run in planned:
+        experiment, setting, seed = run
+        if overwrite or not run_file(results_dir, budget, experiment.name, setting, seed).exists():
+            add(run)
+    return todo
+
+
+def run_in_order(todo: list[Run], jobs: int, run: Callable[[Run], None]) -> None:
+    """Runs `todo`, `jobs` at a time, each as soon as a worker is free and the run it starts from (if in `todo`)
+    has finished; the first failure stops the harness once the runs in flight end."""
+    pending, running, finished = list(todo), {}, set()
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        while pending or running:
+            while len(running) < jobs:
+                ready = next((task for task in pending if _parent_done(task, todo, finished)), None)
+                if ready is None:
+                    break
+                pending.remove(ready)
+                running[pool.submit(run, ready)] = ready
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                experiment, setting, seed = running.pop(future)
+                future.result()
+                finished.add((experiment.name, setting, seed))
+
+
+def _parent_done(task: Run, todo: list[Run], finished: set[tuple[str, str, int]]) -> bool:
+    experiment, setting, seed = task
+    parent = experiment.settings[setting].start_from
+    return parent is None or (experiment, parent, seed) not in todo or (experiment.name, parent, seed) in finished
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS), choices=list(EXPERIMENTS))
+    parser.add_argument(
+        "--experiments", nargs="+", choices=list(EXPERIMENTS), help="default: every experiment of the budget"
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: --num_seeds seeds from 42")
-    parser.add_argument("--num_seeds", type=int, default=len(DEFAULT_SEEDS), help="S: seeds 42 .. 42 + S - 1")
+    parser.add_argument(
+        "--num_seeds",
+        type=int,
+        help=f"S: seeds 42 .. 42 + S - 1 (default {len(DEFAULT_SEEDS)}; miniature: {STUDY_SEEDS})",
+    )
     parser.add_argument(
         "--budget",
         default="reduced",
         choices=BUDGETS,
         help="reduced: 240 training / 100 evaluation "
-        "scenes (downstream: the examples' defaults); default: the examples' own; smoke: a few steps",
+        "scenes (downstream: the examples' defaults); default: the examples' own; smoke: a few steps; miniature: "
+        "the studies of the papers' headline experiments (results/<study>/, planned in results/<study>/PLAN.md)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs side by side (threads per run: cores / jobs)")
     parser.add_argument("--results_dir", default=str(RESULTS_DIR))
@@ -582,9 +1062,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--docs", action="store_true", help="rewrite the blocks of README.md and docs/*.md from the aggregate"
     )
     args = parser.parse_args(argv)
+    args.num_seeds = args.num_seeds or (STUDY_SEEDS if args.budget == MINIATURE else len(DEFAULT_SEEDS))
     if args.num_seeds < 1 or args.jobs < 1:
         parser.error(f"--num_seeds and --jobs must be >= 1, got {args.num_seeds} and {args.jobs}")
     args.seeds = args.seeds or [DEFAULT_SEEDS[0] + i for i in range(args.num_seeds)]
+    args.experiments = args.experiments or [name for name, e in EXPERIMENTS.items() if supports(e, args.budget)]
+    unsupported = [name for name in args.experiments if not supports(EXPERIMENTS[name], args.budget)]
+    if unsupported:
+        parser.error(f"--experiments {unsupported} have no budget {args.budget!r} (studies: miniature and smoke)")
     return args
 
 
@@ -593,20 +1078,18 @@ def main(argv: list[str] | None = None) -> dict:
     results_dir, outputs_dir = Path(args.results_dir), Path(args.outputs_dir).resolve()
     if not args.aggregate_only:
         threads = max(machine()["cores"] // args.jobs, 1)
-        todo = [
-            (experiment, setting, seed)
-            for experiment, setting, seed in planned_runs(args.experiments, args.seeds)
-            if args.overwrite or not run_file(results_dir, args.budget, experiment.name, setting, seed).exists()
-        ]
+        planned = planned_runs(args.experiments, args.seeds)
+        todo = runs_to_do(planned, args.budget, results_dir, outputs_dir, args.overwrite)
         print(f"{len(todo)} run(s), {args.jobs} at a time, {threads} thread(s) each", flush=True)
+        for experiment in {experiment.name: experiment for experiment, _, _ in todo}.values():
+            ensure_tiny_text_model(experiment)
 
-        def one(task: tuple[Experiment, str, int]) -> None:
+        def one(task: Run) -> None:
             experiment, setting, seed = task
             record = run_one(experiment, setting, args.budget, seed, results_dir, outputs_dir, threads)
             print(f"{experiment.name}/{setting} seed {seed}: {record['wall_seconds']:.0f} s", flush=True)
 
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            list(pool.map(one, todo))
+        run_in_order(todo, args.jobs, one)
     if args.check_determinism:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             checks = list(
@@ -621,16 +1104,24 @@ def main(argv: list[str] | None = None) -> dict:
         path = results_dir / args.budget / "determinism.json"
         path.write_text(json.dumps(checks, indent=2, sort_keys=True) + "\n")
         print(json.dumps(checks, indent=2), flush=True)
-    report = aggregate(results_dir, args.budget)
-    path = results_dir / args.budget / "aggregate.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    if args.budget == MINIATURE:
+        reports = [write_aggregate(results_dir, args.budget, [name], args.docs) for name in args.experiments]
+        return reports[-1]
+    return write_aggregate(results_dir, args.budget, None, args.docs)
+
+
+def write_aggregate(results_dir: Path, budget: str, names: list[str] | None, docs: bool) -> dict:
+    """Aggregates, writes `aggregate.json` (a study's in `results/<study>/`, else `results/<budget>/`), prints the
+    docs blocks and with `docs` rewrites them."""
+    report = aggregate(results_dir, budget, names)
+    folder = experiment_dir(results_dir, budget, names[0]) if budget == MINIATURE else results_dir / budget
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "aggregate.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     for name in report["experiments"]:
         print(docs_block(name, report), flush=True)
-    if args.docs:
-        print("docs blocks rewritten:", write_docs(report))
+    if docs:
+        print("docs blocks rewritten:", write_docs(report, summary=budget != MINIATURE))
     return report
-
 
 if __name__ == "__main__":
     main()

@@ -103,7 +103,7 @@ def probe_attention_blocks(
     end_token = getattr(model.config, "use_end_token", None)
     batches = inference_batches(
         model, dataset, collator, batch_size, exclude=("word_region_alignment", "phrase_masks"),
-        description="grounding probe", progress=progress,
+        forward_arguments_only=True, description="grounding probe", progress=progress,
     )  # fmt: skip
     for batch in batches:
         outputs = model(**batch.inputs, output_attentions=True)

@@ -369,8 +369,9 @@ def analyze_model(
         AttentionDistance(), WithinClusterAttention(), _cluster_ids(data, cluster_source, num_spatial_clusters), syntax,
     )  # fmt: skip
     batches = inference_batches(
-        model, dataset, data.collator, batch_size, exclude=ATTENTION_TARGET_KEYS, description="analysis", progress=progress
-    )
+        model, dataset, data.collator, batch_size, exclude=ATTENTION_TARGET_KEYS, forward_arguments_only=True,
+        description="analysis", progress=progress,
+    )  # fmt: skip
     for batch in batches:
         outputs = model(**batch.inputs, output_attentions=True)
         masks = {"text_mask": batch.batch[data.text_mask_key], "region_mask": batch.batch["visual_attention_mask"]}

@@ -96,8 +96,9 @@ def _probe(
     """Li et al.'s probe of every word->region head over `dataset` (None when it holds no grounded phrase)."""
     probe = GroundingProbe(*family_spec(model).probe_shape(model))
     batches = inference_batches(
-        model, dataset, data.collator, batch_size, exclude=ATTENTION_TARGET_KEYS, description="probe", progress=progress
-    )
+        model, dataset, data.collator, batch_size, exclude=ATTENTION_TARGET_KEYS, forward_arguments_only=True,
+        description="probe", progress=progress,
+    )  # fmt: skip
     for batch in batches:
         outputs = model(**batch.inputs, output_attentions=True)
         masks = {"text_mask": batch.batch[data.text_mask_key], "region_mask": batch.batch["visual_attention_mask"]}
@@ -180,7 +181,8 @@ def explore_model(
     probe = _probe(model, data, probed, batch_size, source, end_token, progress) if probe_examples else None
     examples = []
     shown = _first(dataset, num_examples, "num_examples", data.description)
-    for one in inference_batches(model, shown, data.collator, 1, exclude=ATTENTION_TARGET_KEYS):
+    batches = inference_batches(model, shown, data.collator, 1, exclude=ATTENTION_TARGET_KEYS, forward_arguments_only=True)
+    for one in batches:
         row, batch = one.rows[0], one.batch
         outputs = model(**one.inputs, output_attentions=True)
         text_mask = batch[data.text_mask_key]
