@@ -318,6 +318,8 @@ KERVADEC_LOW_DATA_QA = (
     "--synthetic_eval_images", "150", "--num_train_epochs", "5", "--learning_rate", "3e-4",
 )  # fmt: skip
 A2_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
+ILINYKH_DISTANCE = "paper_results.attention_vs_distance.per_layer"
+ILINYKH_ENTROPY = "paper_results.attention_entropy_per_layer.region_to_region"
 
 
 def captioner(alignment: str, *flags: str) -> Setting:
@@ -513,8 +515,48 @@ STUDIES: tuple[Experiment, ...] = (
                 "encoder layer {layer}: corr(distance, attention)",
                 3,
             ),
+            *_layers(
+                "paper_results.attention_entropy_per_layer.region_to_region.{layer}.normalised_entropy",
+                "encoder layer {layer}: normalised entropy",
+                3,
+            ),
             IMAGE_USE,
             Metric("image_use.region_shuffle_loss_gap", "shuffled-regions loss gap"),
+        ),
+        comparisons=(
+            Comparison(
+                ("geometry", f"{ILINYKH_DISTANCE}.0.pearson_distance_attention"),
+                ("no_geometry", f"{ILINYKH_DISTANCE}.0.pearson_distance_attention"),
+            ),
+            Comparison(("geometry", "cider"), ("no_geometry", "cider")),
+        ),
+        claims=(
+            Claim(
+                "deeper encoder layers attend to more distant objects than the first layer (corr(distance, attention) "
+                "higher in the last layer)",
+                Comparison(
+                    ("geometry", f"{ILINYKH_DISTANCE}.2.pearson_distance_attention"),
+                    ("geometry", f"{ILINYKH_DISTANCE}.0.pearson_distance_attention"),
+                ),
+                min_effect=0.1,
+            ),
+            Claim(
+                "deeper encoder layers spread their attention more widely (normalised entropy, last - first layer)",
+                Comparison(
+                    ("geometry", f"{ILINYKH_ENTROPY}.2.normalised_entropy"),
+                    ("geometry", f"{ILINYKH_ENTROPY}.0.normalised_entropy"),
+                ),
+                min_effect=0.02,
+            ),
+            Claim(
+                "box geometry makes the first encoder layer more local (corr(distance, attention), geometry - none)",
+                Comparison(
+                    ("geometry", f"{ILINYKH_DISTANCE}.0.pearson_distance_attention"),
+                    ("no_geometry", f"{ILINYKH_DISTANCE}.0.pearson_distance_attention"),
+                ),
+                sign=-1,
+                min_effect=0.1,
+            ),
         ),
         budgets={MINIATURE: (), "smoke": (*STUDY_SMOKE, "--encoder_layers", "1", "--decoder_layers", "1")},
     ),
@@ -534,13 +576,21 @@ STUDIES: tuple[Experiment, ...] = (
             Metric("image_use.region_shuffle_loss_gap", "shuffled-regions loss gap"),
         ),
         comparisons=_compare_to("none", list(A2_FUSIONS[1:]), ["cider", "attention_importance_kendall_tau"]),
-        claims=tuple(
+        claims=(
+            *(
+                Claim(
+                    f"the {name} fusion gives a higher CIDEr-D than no alignment (Table 2)",
+                    Comparison((name, "cider"), ("none", "cider")),
+                    min_effect=0.01,
+                )
+                for name in A2_FUSIONS[1:]
+            ),
             Claim(
-                f"the {name} fusion gives a higher CIDEr-D than no alignment",
-                Comparison((name, "cider"), ("none", "cider")),
-                min_effect=0.01,
-            )
-            for name in A2_FUSIONS[1:]
+                "the gate fusion's attention agrees better with the regions' importance than no alignment's "
+                "(Kendall tau, Figure 2)",
+                Comparison(("gate", "attention_importance_kendall_tau"), ("none", "attention_importance_kendall_tau")),
+                min_effect=0.02,
+            ),
         ),
         budgets={MINIATURE: (), "smoke": (*STUDY_SMOKE, "--encoder_layers", "1", "--decoder_layers", "1")},
     ),

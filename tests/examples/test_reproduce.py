@@ -19,27 +19,51 @@ CASES = [
     for experiment in reproduce.EXPERIMENTS.values()
     for setting in experiment.settings
     for budget in reproduce.BUDGETS
+    if reproduce.supports(experiment, budget)
 ]
+
+
+def flag_values(flags: list[str]) -> dict[str, str]:
+    """Each `--flag value` of a command line, the last one where a flag repeats (as argparse reads it)."""
+    return {
+        flag.removeprefix("--"): value
+        for flag, value in zip(flags, [*flags[1:], "--"])
+        if flag.startswith("--") and not value.startswith("--")
+    }
 
 
 @pytest.mark.parametrize("experiment, setting, budget", CASES, ids=[f"{e.name}-{s}-{b}" for e, s, b in CASES])
 def test_every_command_is_a_valid_example_command_line(experiment, setting, budget, tmp_path):
-    command = reproduce.run_command(experiment, setting, budget, 7, tmp_path / "out", 1)
+    output_dir = tmp_path / budget / experiment.name / setting / "seed7"
+    command = reproduce.run_command(experiment, setting, budget, 7, output_dir, 1, tmp_path)
+    spec = experiment.settings[setting]
+    if spec.start_from is not None:  # a chained run starts from its parent's model folder of the same seed
+        parent = tmp_path / budget / experiment.name / spec.start_from / "seed7" / spec.start_from_subfolder
+        assert str(parent) in command
+    if spec.verb is not None:
+        from hf_vlalign.cli import build_parser
+
+        parsed = build_parser().parse_args(command[2:])
+        assert (parsed.verb, str(parsed.out)) == (spec.verb, str(output_dir))
+        for name, value in flag_values(command[4:]).items():
+            assert str(getattr(parsed, name)) == value, (name, value)
+        return
     script = ROOT / command[0]
     example = load_script(f"reproduce_{script.stem}", script)
     parsed = example.parse_args(command[1:])
     training_args = parsed[-1]
-    assert (training_args.seed, training_args.output_dir) == (7, str(tmp_path / "out"))
+    assert (training_args.seed, training_args.output_dir) == (7, str(output_dir))
     assert training_args.report_to == [] or training_args.report_to in ("none", ["none"])
-    flags = [*experiment.settings[setting].args, *reproduce.budget_args(experiment, budget)]
-    for flag, value in zip(flags, [*flags[1:], "--"]):  # every `--flag value` reaches the parsed arguments
-        if flag.startswith("--") and not value.startswith("--"):
-            name = flag.removeprefix("--")
-            found = [getattr(part, name) for part in parsed if hasattr(part, name)]
-            parsed_value = found[0] if found else None
-            assert found and (str(parsed_value) == value or parsed_value == float(value)), (flag, value, found)
+    flags = [*spec.args, *reproduce.budget_args(experiment, budget)]
+    for name, value in flag_values(flags).items():  # every `--flag value` reaches the parsed arguments
+        value = value.replace(reproduce.TINY_TEXT_MODEL, str(reproduce.TINY_TEXT_MODEL_DIR))
+        found = [getattr(part, name) for part in parsed if hasattr(part, name)]
+        parsed_value = found[0] if found else None
+        assert found and (str(parsed_value) == value or parsed_value == float(value)), (name, value, found)
     if "--no_geometry" in command:
         assert parsed[0].geometry is False
+    if "--synthetic_distractors" in command:
+        assert [part.synthetic_distractors for part in parsed if hasattr(part, "synthetic_distractors")] == [True]
 
 
 def test_the_statistics_of_the_aggregate(tmp_path):

@@ -1,0 +1,122 @@
+"""The studies' part of the results harness (benchmarks/reproduce.py, budget `miniature`): where their files go,
+what a run keeps of its results files, chained runs in order, and the verdict on each paper's claim."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from script_modules import ROOT, load_script
+
+reproduce = load_script("reproduce_benchmark", ROOT / "benchmarks" / "reproduce.py")
+LI = reproduce.EXPERIMENTS["li_emergent_grounding"]
+KERVADEC = reproduce.EXPERIMENTS["kervadec_alignment"]
+
+
+def test_a_study_keeps_its_results_beside_its_plan_and_every_study_has_one():
+    assert reproduce.run_file(Path("results"), "miniature", LI.name, "probe", 42) == Path(
+        "results/li_emergent_grounding/probe/seed42.json"
+    )
+    assert reproduce.run_file(Path("results"), "reduced", "downstream", "vqa", 42) == Path(
+        "results/reduced/downstream/vqa/seed42.json"
+    )
+    studies = [e for e in reproduce.EXPERIMENTS.values() if reproduce.is_study(e)]
+    assert {e.name for e in studies} >= {LI.name, KERVADEC.name}
+    for study in studies:
+        assert study.claims, study.name
+        assert (ROOT / "results" / study.name / "PLAN.md").exists(), f"{study.name} has no PLAN.md"
+    with pytest.raises(ValueError, match="has no budget 'reduced'"):
+        reproduce.budget_args(LI, "reduced")
+
+
+def test_lists_of_a_results_file_are_kept_by_index():
+    flat = reproduce.flatten_numbers({"a": [0.5, {"b": 2, "name": "x"}], "ok": True, "none": None, "c": {"d": 1.0}})
+    assert flat == {"a.0": 0.5, "a.1.b": 2, "c.d": 1.0}
+
+
+def test_a_run_keeps_its_extra_files_the_kept_keys_and_the_derived_numbers(tmp_path):
+    probe = LI.settings["probe"]
+    accuracy = [[0.1, 0.3], [0.2, 0.05]]
+    (tmp_path / "analysis.json").write_text(
+        json.dumps({"grounding_probe": {"accuracy": accuracy, "best_head_accuracy": 0.3}, "num_examples": 7})
+    )
+    metrics = reproduce.read_results(tmp_path, probe)
+    assert metrics["grounding_probe.best_head_of_layer.0"] == 0.3
+    assert metrics["grounding_probe.best_head_of_layer.1"] == 0.2
+    assert metrics["grounding_probe.accuracy.1.0"] == 0.2 and "num_examples" not in metrics  # not a kept key
+    captioner = reproduce.EXPERIMENTS["ilinykh_captioner_attention"].settings["geometry"]
+    (tmp_path / "eval_results.json").write_text(json.dumps({"cider": 0.5}))
+    (tmp_path / "paper_results.json").write_text(json.dumps({"attention_vs_distance": {"per_layer": [{"r": -0.2}]}}))
+    assert reproduce.read_results(tmp_path, captioner) == {
+        "cider": 0.5, "paper_results.attention_vs_distance.per_layer.0.r": -0.2
+    }  # fmt: skip
+
+
+def test_a_chained_run_starts_from_its_parent_and_runs_after_it(tmp_path):
+    results, outputs = tmp_path / "results", tmp_path / "outputs"
+    planned = reproduce.planned_runs([KERVADEC.name], [1, 2])
+    todo = reproduce.runs_to_do(planned, "miniature", results, outputs, overwrite=False)
+    assert [(s, seed) for _, s, seed in todo] == [
+        (s, seed) for seed in (1, 2) for s in ("with", "without", "qa_with", "qa_without")
+    ]
+    command = reproduce.run_command(KERVADEC, "qa_with", "miniature", 1, outputs / "x" / "y" / "z" / "w", 1, outputs)
+    assert command[command.index("--model_name_or_path") + 1] == str(
+        outputs / "miniature" / "kervadec_alignment" / "with" / "seed1" / "with_alignment"
+    )
+    # a child whose result is missing brings back its parent when the parent's model folder is gone
+    parent_file = reproduce.run_file(results, "miniature", KERVADEC.name, "with", 1)
+    parent_file.parent.mkdir(parents=True)
+    parent_file.write_text("{}")
+    todo = reproduce.runs_to_do([(KERVADEC, "qa_with", 1)], "miniature", results, outputs, overwrite=False)
+    assert [s for _, s, _ in todo] == ["with", "qa_with"]
+    events, lock = [], threading.Lock()
+
+    def run(task):
+        _, setting, seed = task
+        with lock:
+            events.append(("start", setting, seed))
+        time.sleep(0.05 if setting.startswith("qa") else 0.2)
+        with lock:
+            events.append(("end", setting, seed))
+
+    todo = reproduce.runs_to_do(planned, "miniature", tmp_path / "none", outputs, overwrite=False)
+    reproduce.run_in_order(todo, 2, run)
+    assert len(events) == 2 * len(todo)
+    for _, setting, seed in todo:
+        parent = KERVADEC.settings[setting].start_from
+        if parent is not None:
+            assert events.index(("end", parent, seed)) < events.index(("start", setting, seed))
+
+
+def test_a_failed_run_stops_the_harness():
+    def run(task):
+        raise RuntimeError(f"{task[1]} failed")
+
+    with pytest.raises(RuntimeError, match="failed"):
+        reproduce.run_in_order([(LI, "pretrain", 1)], 1, run)
+
+
+def verdict(differences, sign=1, min_effect=0.0):
+    claim = reproduce.Claim("x", reproduce.Comparison(("a", "m"), ("b", "m")), sign, min_effect)
+    summary = reproduce.summarise(dict(enumerate(differences)))
+    return reproduce.claim_verdict(claim, summary | {"name": "a - b: m"})
+
+
+def test_the_verdict_on_a_claim_follows_the_interval_of_the_paired_differences():
+    assert verdict([0.10, 0.12, 0.09, 0.11, 0.13])["verdict"] == "holds"
+    assert verdict([0.10, 0.12, 0.09, 0.11, 0.13], sign=-1)["verdict"] == "does not hold"
+    assert verdict([0.10, -0.12, 0.09, -0.11, 0.02])["verdict"] == "inconclusive"
+    # an interval around 0 that excludes every effect of the size counted: the effect is absent
+    tiny = [0.001, -0.001, 0.002, -0.002, 0.0]
+    assert verdict(tiny, min_effect=0.02)["verdict"] == "does not hold"
+    assert verdict(tiny)["verdict"] == "inconclusive"
+    result = verdict([0.10, 0.12, 0.09, 0.11, 0.13])
+    low, high = result["interval"]
+    # 95 % interval: mean ± t(0.975, 4) * sd / sqrt(5), t = 2.776
+    assert (low + high) / 2 == pytest.approx(0.11)
+    assert (high - low) / 2 == pytest.approx(2.776 * 0.0158114 / 5**0.5, 1e-3)
+    assert verdict([0.1])["verdict"] == "inconclusive"
+    assert "**holds**" in reproduce.claim_line(result)
