@@ -1131,6 +1131,8 @@ def main(argv: list[str] | None = None) -> dict:
         planned = planned_runs(args.experiments, args.seeds)
         todo = runs_to_do(planned, args.budget, results_dir, outputs_dir, args.overwrite)
         print(f"{len(todo)} run(s), {args.jobs} at a time, {threads} thread(s) each", flush=True)
+        if args.budget == MINIATURE:
+            check_plans(results_dir, {experiment.name for experiment, _, _ in todo})
         for experiment in {experiment.name: experiment for experiment, _, _ in todo}.values():
             ensure_tiny_text_model(experiment)
 
@@ -1160,17 +1162,50 @@ def main(argv: list[str] | None = None) -> dict:
     return write_aggregate(results_dir, args.budget, None, args.docs)
 
 
+def studies_block(results_dir: Path) -> str:
+    """The overview of the studies: each paper's claims with their verdicts from the committed `aggregate.json`, or
+    the study's plan where it has no runs yet."""
+    begin, end = docs_markers("studies")
+    lines = ["| study | the paper's claim | verdict | seeds |", "|---|---|---|---|"]
+    for study in (e for e in EXPERIMENTS.values() if is_study(e)):
+        path = experiment_dir(results_dir, MINIATURE, study.name) / "aggregate.json"
+        summary = json.loads(path.read_text())["experiments"].get(study.name) if path.exists() else None
+        if summary is None:
+            planned = (results_dir / study.name / "PLAN.md").exists()
+            plan = f"[planned](../results/{study.name}/PLAN.md), not run yet" if planned else "not planned yet"
+            lines += [f"| {study.name} | {claim.statement} | {plan} | - |" for claim in study.claims]
+            continue
+        runs = sum(len(summary["settings"].get(setting, {}).get("seeds", [])) for setting in study.settings)
+        planned = STUDY_SEEDS * len(study.settings)
+        for verdict in summary["claims"]:
+            outcome = f"**{verdict['verdict']}**" if runs >= planned else f"runs under way ({runs} of {planned})"
+            lines.append(f"| {study.name} | {verdict['statement']} | {outcome} | {verdict['n']} |")
+    return f"{begin}\n" + "\n".join(lines) + f"\n{end}"
+
+
+def check_plans(results_dir: Path, studies: set[str]) -> None:
+    """A study runs only once its plan (`results/<study>/PLAN.md`) is written: claim, metric, settings, seeds,
+    budget and test are fixed before any outcome is seen."""
+    missing = sorted(name for name in studies if not (results_dir / name / "PLAN.md").exists())
+    if missing:
+        raise SystemExit(f"no plan for {missing}: write and commit results/<study>/PLAN.md before running a study.")
+
+
 def write_aggregate(results_dir: Path, budget: str, names: list[str] | None, docs: bool) -> dict:
-    """Aggregates, writes `aggregate.json` (a study's in `results/<study>/`, else `results/<budget>/`), prints the
-    docs blocks and with `docs` rewrites them."""
+    """Aggregates, writes `aggregate.json` (a study's in `results/<study>/`, none for a study without runs, else
+    `results/<budget>/`), prints the docs blocks and with `docs` rewrites them (with the studies' claims table)."""
     report = aggregate(results_dir, budget, names)
     folder = experiment_dir(results_dir, budget, names[0]) if budget == MINIATURE else results_dir / budget
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "aggregate.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    if report["experiments"] or budget != MINIATURE:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "aggregate.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     for name in report["experiments"]:
         print(docs_block(name, report), flush=True)
     if docs:
         print("docs blocks rewritten:", write_docs(report, summary=budget != MINIATURE))
+        if budget == MINIATURE:
+            begin, end = docs_markers("studies")
+            print("studies ->", replace_docs_block(begin, end, studies_block(results_dir), ROOT).relative_to(ROOT))
     return report
 
 if __name__ == "__main__":

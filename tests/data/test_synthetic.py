@@ -316,6 +316,25 @@ def test_cache_is_reused_and_regenerated_when_the_config_changes(tmp_path):
     assert SyntheticSceneConfig(**json.loads(manifest.read_text())["config"]) == TINY
 
 
+def test_a_copy_another_process_finished_first_is_kept_for_its_readers(tmp_path, monkeypatch):
+    """Two runs generating the same scenes at once: the later one must not delete the copy the first one placed (and
+    is reading) when it finishes."""
+    from hf_vlalign.synthetic import scenes
+
+    generate = scenes.generate_synthetic_scenes
+
+    def generate_while_another_run_finishes(staging, config):
+        monkeypatch.setattr(scenes, "generate_synthetic_scenes", generate)
+        first = load_or_generate_synthetic_vgp(tmp_path, config)  # the other run places its copy meanwhile
+        (first.root / "being_read").write_text("")
+        generate(staging, config)
+
+    monkeypatch.setattr(scenes, "generate_synthetic_scenes", generate_while_another_run_finishes)
+    paths = load_or_generate_synthetic_vgp(tmp_path, TINY)
+    assert (paths.root / "being_read").exists() and paths.features_tsv.is_file()
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []  # no staging left over
+
+
 def test_cache_dir_defaults_to_the_environment_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_VLALIGN_CACHE", str(tmp_path / "env_cache"))
     paths = load_or_generate_synthetic_vgp(config=TINY)

@@ -27,7 +27,9 @@ def test_a_study_keeps_its_results_beside_its_plan_and_every_study_has_one():
     assert {e.name for e in studies} >= {LI.name, KERVADEC.name}
     for study in studies:
         assert study.claims, study.name
-        assert (ROOT / "results" / study.name / "PLAN.md").exists(), f"{study.name} has no PLAN.md"
+    with pytest.raises(SystemExit, match="no plan for"):
+        reproduce.check_plans(Path("nowhere"), {LI.name})
+    reproduce.check_plans(ROOT / "results", {LI.name})
     with pytest.raises(ValueError, match="has no budget 'reduced'"):
         reproduce.budget_args(LI, "reduced")
 

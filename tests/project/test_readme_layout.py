@@ -149,7 +149,7 @@ def test_links_are_found_in_every_form():
 def _rendered_markers() -> set[str]:
     """The begin markers of every block a script renders from committed results."""
     reproduce = load_script("reproduce_layout", ROOT / "benchmarks" / "reproduce.py")
-    markers = {reproduce.docs_markers(name)[0] for name in ["summary", *reproduce.EXPERIMENTS]}
+    markers = {reproduce.docs_markers(name)[0] for name in ["summary", "studies", *reproduce.EXPERIMENTS]}
     time_to_result = load_script("time_to_result_layout", ROOT / "benchmarks" / "time_to_result.py")
     markers |= {time_to_result.ANALYZE_BEGIN, time_to_result.TRAINING_BEGIN}
     for script in ("benchmarks/image_use.py", "benchmarks/word_vectors.py", "benchmarks/feature_store.py",
@@ -158,6 +158,11 @@ def _rendered_markers() -> set[str]:
                    "docs/syntactic_grounding_table.py"):  # fmt: skip
         markers.add(load_script(Path(script).stem + "_layout", ROOT / script).DOCS_BEGIN)
     return markers
+
+
+def _studies() -> list[str]:
+    reproduce = load_script("reproduce_layout", ROOT / "benchmarks" / "reproduce.py")
+    return [name for name, experiment in reproduce.EXPERIMENTS.items() if reproduce.is_study(experiment)]
 
 
 def test_every_generated_block_is_rendered_by_a_script_and_on_exactly_one_page():
@@ -172,8 +177,11 @@ def test_every_generated_block_is_rendered_by_a_script_and_on_exactly_one_page()
                 assert end in lines[number + 1 :], f"{_name(page)}: {line} without its end marker"
     assert all(len(pages) == 1 for pages in found.values()), {m: p for m, p in found.items() if len(p) > 1}
     assert set(found) <= rendered, f"blocks no script renders: {sorted(set(found) - rendered)}"
-    # every block a script renders is on a page, except experiments without committed results
-    missing = {marker for marker in rendered - set(found) if "single_stream_pretraining" not in marker}
+    # every block a script renders is on a page, except experiments and studies without committed results
+    without_results = ["single_stream_pretraining"] + [
+        name for name in _studies() if not (ROOT / "results" / name / "aggregate.json").exists()
+    ]
+    missing = {m for m in rendered - set(found) if not any(f" {name}: " in m for name in without_results)}
     assert not missing, f"blocks no page holds: {sorted(missing)}"
     assert docs_blocks.page_with_marker("<!-- benchmarks/reproduce.py vgp_supervision: begin -->") == DOCS / "results.md"
 

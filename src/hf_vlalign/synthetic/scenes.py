@@ -779,13 +779,15 @@ def load_or_generate_synthetic_vgp(
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=cache_root))
     try:
         generate_synthetic_scenes(staging, config)
-        if root.exists():  # stale or incomplete: replace it
-            shutil.rmtree(root)
-        try:
-            os.replace(staging, root)
-        except OSError:
-            if _read_manifest(root) != manifest:  # else a concurrent run finished first: use its copy
-                raise
+        # a concurrent run that finished first placed a complete copy, which another process may be reading: keep it
+        if _read_manifest(root) != manifest:
+            if root.exists():  # stale or incomplete: replace it
+                shutil.rmtree(root)
+            try:
+                os.replace(staging, root)
+            except OSError:
+                if _read_manifest(root) != manifest:
+                    raise
     finally:
         if staging.exists():
             shutil.rmtree(staging)
