@@ -19,8 +19,9 @@ GQA rows have one answer id (cross-entropy); VQA v2 rows have soft scores min(#a
 
 Metrics, every `--eval_steps` and at the end: `accuracy` (GQA: the predicted answer id is the gold one; VQA v2: the
 soft score of the predicted answer), plus for GQA the official script's `gqa_binary`, `gqa_open`, `gqa_distribution`
-(and `gqa_consistency` when the entailed questions are evaluated too) from `hf_vlalign.metrics.gqa_scores`, and for
-VQA v2 the official `vqa_accuracy` (and per answer type) from `hf_vlalign.metrics.vqa_accuracy`. The evaluation split's
+(and `gqa_consistency` when the entailed questions are evaluated too: `--gqa_subset all`, the synthetic scenes' too)
+from `hf_vlalign.metrics.gqa_scores`, and for VQA v2 the official `vqa_accuracy` (and per answer type) from
+`hf_vlalign.metrics.vqa_accuracy`. The evaluation split's
 soft targets are gathered in memory: evaluate large VQA splits with --max_eval_samples (or on minival).
 
 Writes to --output_dir: safetensors weights, config, tokenizer, `answer_vocab.json` (answer -> id of the head's
@@ -109,7 +110,11 @@ class QuestionAnsweringArguments:
         default=None, metadata={"help": "GQA: train_sceneGraphs.json (the pointers' boxes: needed for --supervision)."}
     )
     eval_scene_graphs: str | None = field(default=None, metadata={"help": "GQA: val_sceneGraphs.json."})
-    gqa_subset: str = field(default="balanced", metadata={"help": "GQA: balanced | all (which question files)."})
+    gqa_subset: str = field(
+        default="balanced",
+        metadata={"help": "GQA and the synthetic scenes: balanced | all (which question files; all holds the entailed "
+                  "questions, for gqa_consistency)."},
+    )
     questions_file: str | None = field(
         default=None, metadata={"help": "GQA / VQA v2: the training questions file, replacing the official name."}
     )
@@ -235,7 +240,10 @@ def load_question_data(
         vocab = vqa_v2.read_answer_vocab(questions_dir / ANSWER_VOCAB_FILE)
 
         def load(split: str, **_) -> datasets.Dataset:
-            return build_dataset(name, None, split, task="questions", config=config, region_features=store)
+            # --gqa_subset all: the balanced questions and those they entail (GQA's consistency needs the latter)
+            return build_dataset(
+                name, None, split, task="questions", config=config, region_features=store, subset=qa_args.gqa_subset
+            )
 
     else:
         store = RegionFeatureStore.load(data_args.features)

@@ -45,7 +45,9 @@ fine-tuned on GQA (examples/finetune_vqa.py `--dataset gqa`, in this process, in
 its results gain the paper's metrics `gqa_accuracy` and `gqa_consistency` (GQA's official consistency over the
 entailed questions; null when the evaluated questions do not hold them: the entailed questions are in GQA's "all" files,
 so evaluate on `--gqa_eval_questions_file val_all_questions.json` for it; accuracy is over the balanced ones either way),
-with the whole fine-tuning result under `gqa`.
+with the whole fine-tuning result under `gqa`. On the synthetic scenes (no data flag), each run's results hold the
+pre-trained QA head's own `gqa_accuracy` and `gqa_consistency`, scored on the scenes' val "all" questions (the balanced
+ones and the questions they entail).
 Every transformers `TrainingArguments` flag works too (--seed, --num_train_epochs, --push_to_hub, ...), and those of
 `TwoStreamPretrainingTrainingArguments` (--qa_start_epoch, --distill_from, --ewc_weight, ...).
 """
@@ -59,6 +61,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import datasets
+import torch
 from huggingface_hub import ModelCard
 from transformers import set_seed
 
@@ -66,11 +69,14 @@ from hf_vlalign import TwoStreamForPreTraining
 from hf_vlalign.alignment import SoftAlignmentTargets, load_word_vectors, read_vocabulary
 from hf_vlalign.analysis.attention_plots import plot_word_region_heatmaps
 from hf_vlalign.data import RegionFeatureStore, TwoStreamPretrainingCollator, build_dataset
+from hf_vlalign.data.builders import gqa as gqa_builder
 from hf_vlalign.data.builders import lxmert_pretraining
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation import cross_attention_rows, evaluate_cross_attention
 from hf_vlalign.evaluation.baselines import answer_label_baselines, compare_with_baselines, grounding_probe_baselines
+from hf_vlalign.evaluation.inference import inference_batches
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
+from hf_vlalign.metrics import gqa_scores
 from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     IMAGE_USE_EXAMPLES,
@@ -92,7 +98,8 @@ from hf_vlalign.recipes import (
     write_json,
     write_results,
 )
-from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES
+from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES, load_or_generate_synthetic_vgp
+from hf_vlalign.synthetic.questions import ANSWER_LIST_FILE
 from hf_vlalign.trainers import TwoStreamPretrainingTrainer, TwoStreamPretrainingTrainingArguments
 
 RUNS = {"with": ("with_alignment", True), "without": ("without_alignment", False)}
@@ -347,6 +354,33 @@ def gqa_questions_path(args: PretrainingArguments, split: str) -> str:
     return str(Path(args.gqa_dir) / f"{split}_balanced_questions.json")
 
 
+def uses_synthetic_scenes(args: PretrainingArguments) -> bool:
+    """Whether `load_data` reads the synthetic scenes (no data flag)."""
+    return args.train_file is None and args.lxmert_data_dir is None and args.data_dir is None
+
+
+@torch.no_grad()
+def synthetic_gqa_results(model, args: PretrainingArguments, collator, batch_size: int) -> dict:
+    """The QA head's `gqa_accuracy` (balanced questions) and `gqa_consistency` (the questions they entail) on the
+    synthetic scenes' val "all" questions, as GQA's script scores them (`collator`: the run's evaluation collator);
+    consistency None when a question it needs was too long to evaluate."""
+    config = synthetic_scene_config(args)
+    gqa_dir = load_or_generate_synthetic_vgp(config=config).gqa_dir
+    options = {"task": "questions", "config": config, "region_features": collator.region_features, "subset": "all"}
+    rows, _ = collator.drop_overlong_rows(build_dataset("synthetic_scenes", None, "val", **options), "GQA all, eval")
+    answers = json.loads((gqa_dir / ANSWER_LIST_FILE).read_text())
+    was_training = model.training
+    model.eval()
+    predictions = {}
+    for batch in inference_batches(model, rows, collator, batch_size, exclude=("labels", "answer_labels")):
+        labels = model(**batch.inputs).question_answering_score.argmax(-1).tolist()
+        predictions.update({row["question_id"]: answers[label] for row, label in zip(batch.rows, labels)})
+    model.train(was_training)
+    records = gqa_builder.read_questions(gqa_builder.question_files(gqa_dir, "val", "all", None))
+    scores = gqa_scores(predictions, {question_id: records[question_id] for question_id in predictions})
+    return {"gqa_accuracy": scores["accuracy"], "gqa_consistency": scores["consistency"]}
+
+
 def pointer_counts(dataset) -> dict:
     """Rows whose sentence has word->object pointers (the alignment loss's rows), per text source."""
     pointed = [bool(spans) for spans in dataset["sentence_phrase_spans"]]
@@ -506,6 +540,8 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
         "image_use": image_use,
         "trained": trained_amount(trainer),
     }
+    if uses_synthetic_scenes(args) and data.num_answers:  # the scenes' questions entail others: GQA's consistency
+        results |= synthetic_gqa_results(trainer.model, args, eval_collator, run_args.per_device_eval_batch_size)
     grounding_keys = (
         "cross_attention_grounding_accuracy", "best_head_grounding_accuracy", "alignment_decoder_grounding_accuracy"
     )

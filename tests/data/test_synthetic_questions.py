@@ -1,5 +1,6 @@
 """Synthetic questions with pointers (`synthetic/questions.py`): GQA files read back through the real GQA builder,
-answers recomputed from the scene graphs, determinism, answer balance, region features and the QA collator."""
+answers recomputed from the scene graphs, entailed questions (they follow from the entailing answers, and GQA's
+consistency metric runs on them), determinism, answer balance, region features and the QA collator."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hf_vlalign.data import build_dataset
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import QuestionAnsweringCollator
 from hf_vlalign.data.formats.flickr30k_entities import read_annotation
+from hf_vlalign.metrics import gqa_scores
 from hf_vlalign.synthetic import (
     COLOUR_NAMES,
     COLOUR_WORDS,
@@ -37,7 +39,7 @@ from hf_vlalign.synthetic.questions import (
 SMALL = SyntheticSceneConfig(num_train_images=30, num_val_images=10, feature_dim=32, seed=0)
 SPLITS = ("train", "val")
 GQA_FILES = [
-    *(f"{split}_{kind}.json" for split in SPLITS for kind in ("balanced_questions", "sceneGraphs")),
+    *(f"{split}_{kind}.json" for split in SPLITS for kind in ("balanced_questions", "all_questions", "sceneGraphs")),
     "trainval_ans2label.json",
     "trainval_label2ans.json",
 ]
@@ -91,14 +93,23 @@ class _Generated:
         self.paths = paths
         gqa = self.paths.gqa_dir
         self.questions = {s: json.loads((gqa / f"{s}_balanced_questions.json").read_text()) for s in SPLITS}
+        self.all_questions = {s: json.loads((gqa / f"{s}_all_questions.json").read_text()) for s in SPLITS}
         self.graphs = {s: json.loads((gqa / f"{s}_sceneGraphs.json").read_text()) for s in SPLITS}
         self.vocab = json.loads((gqa / "trainval_ans2label.json").read_text())
         self.answers = json.loads((gqa / "trainval_label2ans.json").read_text())
 
-    def records(self):
+    def records(self, subset: str = "balanced"):
+        """(split, question id, record, its image's scene graph) of the balanced or all questions."""
+        questions = self.questions if subset == "balanced" else self.all_questions
         for split in SPLITS:
-            for question_id, record in self.questions[split].items():
+            for question_id, record in questions[split].items():
                 yield split, question_id, record, self.graphs[split][record["imageId"]]
+
+    def entailments(self):
+        """(split, entailing record, entailed id, entailed record) of every balanced question's `entailed` id."""
+        for split, _, record, _ in self.records():
+            for entailed_id in record["entailed"]:
+                yield split, record, entailed_id, self.all_questions[split].get(entailed_id)
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +157,7 @@ def test_layout_record_fields_and_scene_graphs(generated):
     for _, question_id, record, _ in generated.records():
         assert question_id.isdigit() and question_id.startswith(record["imageId"])
         assert record["isBalanced"] is True and set(record["annotations"]) == set(TEXT_KEYS.values())
+        assert question_id in record["equivalent"] and isinstance(record["entailed"], list)
         structural, semantic = TEMPLATE_TYPES[record["types"]["detailed"]]
         detailed = record["types"]["detailed"]
         assert record["types"] == {"structural": structural, "semantic": semantic, "detailed": detailed}
@@ -178,7 +190,7 @@ def _pointed_phrases(text: str, pointers: dict[str, str]):
 
 def test_noun_phrases_name_their_object_and_identify_it_uniquely(generated):
     checked = 0
-    for _, question_id, record, graph in generated.records():
+    for _, question_id, record, graph in generated.records("all"):
         for key in TEXT_KEYS.values():
             for words, object_id in _pointed_phrases(record[key], record["annotations"][key]):
                 obj, described = graph["objects"][object_id], _description(words)
@@ -191,11 +203,12 @@ def test_noun_phrases_name_their_object_and_identify_it_uniquely(generated):
                 matching = [o for o, candidate in graph["objects"].items() if _matches(candidate, described)]
                 assert matching == [object_id], (question_id, words, matching)
                 checked += 1
-    assert checked > 1.5 * len(list(generated.records()))
+    assert checked > 1.5 * len(list(generated.records("all")))
 
 
 def test_answers_follow_from_the_scene_graph(generated):
-    for _, question_id, record, graph in generated.records():
+    """Every question of the all files, the entailed ones too, is answered as its scene graph says."""
+    for _, question_id, record, graph in generated.records("all"):
         template, objects, answer = record["types"]["detailed"], graph["objects"], record["answer"]
         pointed = list(record["annotations"]["question"].values())
         question_words = [token.strip("?").lower() for token in record["question"].split()]
@@ -240,17 +253,126 @@ def test_answers_are_balanced_and_in_the_vocabulary(generated):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Entailed questions and GQA's consistency
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_all_files_hold_the_balanced_questions_and_the_questions_they_entail(generated):
+    for split in SPLITS:
+        balanced, every = generated.questions[split], generated.all_questions[split]
+        assert {question_id: every[question_id] for question_id in balanced} == balanced
+        added = {question_id for question_id in every if question_id not in balanced}
+        assert added and all(every[question_id]["isBalanced"] is False for question_id in added)
+        assert added <= {entailed for record in balanced.values() for entailed in record["entailed"]}
+        for question_id, record in every.items():
+            assert question_id not in record["entailed"] and len(set(record["entailed"])) == len(record["entailed"])
+            assert all(every[entailed]["imageId"] == record["imageId"] for entailed in record["entailed"])
+            # GQA's `equivalent`: itself and the image's questions with its program, hence its answer
+            assert question_id in record["equivalent"]
+            for other in map(every.get, record["equivalent"]):
+                assert (other["semanticStr"], other["answer"]) == (record["semanticStr"], record["answer"])
+    for _, question_id, record, _ in generated.records():  # only an absent shape's exist question entails nothing
+        assert bool(record["entailed"]) or record["types"]["detailed"] == "exist", question_id
+    assert all(entailed is not None for *_, entailed in generated.entailments())
+
+
+def _stated_facts(record: dict) -> dict[str, dict[str, str | None]]:
+    """What a question and its answer state about each object they point at, read from the text alone: the
+    attributes its question phrase names ("kind", "colour", "size"; None: not named), the one the answer gives, and
+    for a verifyColor "no" the colour it is not ("not_colour")."""
+    facts = {
+        object_id: _description(words)
+        for words, object_id in _pointed_phrases(record["question"], record["annotations"]["question"])
+    }
+    template, answer = record["types"]["detailed"], record["answer"]
+    if template == "relS":
+        facts[record["annotations"]["answer"]["0"]] = {"kind": answer, "colour": None, "size": None}
+    elif facts and template != "exist":
+        (subject,) = facts.values()
+        if template == "verifyColor":
+            asked = _canonical(record["question"].split()[-1].strip("?").lower(), COLOUR_NAMES, COLOUR_WORDS)
+            subject["colour" if answer == "yes" else "not_colour"] = asked
+        else:
+            subject[{"queryColor": "colour", "queryShape": "kind", "chooseSize": "size"}[template]] = answer
+    return facts
+
+
+def _follows(facts: dict[str, dict[str, str | None]], entailed: dict) -> bool:
+    """Whether the answer of `entailed` is fixed by `facts` (`_stated_facts` of the entailing question)."""
+    template, answer = entailed["types"]["detailed"], entailed["answer"]
+    pointed = list(_pointed_phrases(entailed["question"], entailed["annotations"]["question"]))
+    if template == "exist" and answer == "no":  # a shape the entailing phrase names only, with another colour
+        described = _description([token.strip("?").lower() for token in entailed["question"].split()[3:]])
+        return not pointed and any(
+            stated.get("not_colour") == described["colour"]
+            and stated["kind"] == described["kind"]
+            and stated["size"] == described["size"]
+            for stated in facts.values()
+        )
+    if len(pointed) != 1:
+        return False
+    ((words, object_id),) = pointed
+    stated = facts.get(object_id, {})
+    if template == "exist":  # yes: it names no more than is stated about the object
+        return all(value is None or stated.get(key) == value for key, value in _description(words).items())
+    if template == "verifyColor":
+        asked = _canonical(entailed["question"].split()[-1].strip("?").lower(), COLOUR_NAMES, COLOUR_WORDS)
+        return stated.get("colour") is not None and answer == ("yes" if asked == stated["colour"] else "no")
+    return template == "queryColor" and answer == stated.get("colour")
+
+
+def test_entailed_answers_follow_from_the_entailing_answers(generated):
+    """Read from the texts alone (no scene graph): every entailed answer is fixed by what the entailing question and
+    its answer state about the same shapes (the answers themselves are checked against the scene graphs above)."""
+    pairs = set()
+    for _, record, _, entailed in generated.entailments():
+        assert _follows(_stated_facts(record), entailed), (record["question"], record["answer"], entailed["question"])
+        pairs.add((record["types"]["detailed"], entailed["types"]["detailed"], entailed["answer"] in ("yes", "no")))
+    assert pairs == {
+        *((template, "exist", True) for template in TEMPLATE_TYPES),
+        ("queryColor", "verifyColor", True),
+        ("verifyColor", "queryColor", False),
+    }
+
+
+def _contradiction(answer: str) -> str:
+    return {"yes": "no", "no": "yes"}.get(answer, "none")
+
+
+def test_gqa_consistency_is_one_for_the_gold_answers_and_below_for_a_contradicting_answerer(generated):
+    for split in SPLITS:
+        questions = generated.all_questions[split]
+        gold = {question_id: record["answer"] for question_id, record in questions.items()}
+        oracle = gqa_scores(gold, questions)
+        assert oracle["consistency"] == 1.0 and oracle["accuracy"] == 1.0
+        assert oracle["num_questions"] == len(generated.questions[split])  # GQA scores the balanced questions only
+        # right on every balanced question, wrong on every question that is only entailed
+        contradicting = {
+            question_id: answer if questions[question_id]["isBalanced"] else _contradiction(answer)
+            for question_id, answer in gold.items()
+        }
+        scores = gqa_scores(contradicting, questions)
+        assert scores["accuracy"] == 1.0 and scores["consistency"] < 0.5
+        # the balanced file alone lacks the entailed questions, as GQA's does
+        balanced = generated.questions[split]
+        assert gqa_scores({question_id: gold[question_id] for question_id in balanced}, balanced)["consistency"] is None
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Through the GQA builder, the region features and the collator
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def test_every_pointer_resolves_through_the_gqa_builder_to_its_object_box(generated, cache_dir):
+@pytest.mark.parametrize("subset", ["balanced", "all"])
+def test_every_pointer_resolves_through_the_gqa_builder_to_its_object_box(generated, cache_dir, subset):
     for split in SPLITS:
-        dataset = build_dataset("synthetic_scenes", cache_dir, split, task="questions", config=SMALL)
-        records, graphs = generated.questions[split], generated.graphs[split]
+        dataset = build_dataset("synthetic_scenes", cache_dir, split, task="questions", config=SMALL, subset=subset)
+        questions = generated.questions if subset == "balanced" else generated.all_questions
+        records, graphs = questions[split], generated.graphs[split]
         assert len(dataset) == len(records) and list(dataset["question_id"]) == list(records)
-        labels = dataset["label"]
-        assert all(label != -1 and generated.answers[label] == a for label, a in zip(labels, dataset["answer"]))
+        # the vocabulary is that of the balanced answers: an entailed question may have another (-1)
+        for label, answer in zip(dataset["label"], dataset["answer"]):
+            assert generated.answers[label] == answer if answer in generated.vocab else label == -1
         for row in dataset:
             record, graph = records[row["question_id"]], graphs[row["image_id"]]
             assert row["image_size"] == [SMALL.image_size, SMALL.image_size]

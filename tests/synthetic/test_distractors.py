@@ -17,11 +17,12 @@ from hf_vlalign.synthetic import Shape, SyntheticSceneConfig, distractor_statist
 from hf_vlalign.synthetic.scenes import _manifest, _sample_scene
 
 # The default world's cache digest and a hash of its first 50 sampled scenes, computed from the code before the
-# `distractors` option existed: the default world must stay byte-identical.
-DEFAULT_WORLD_DIGEST = "881dbfd487f2dec5"
+# `distractors` option existed: the default world must stay byte-identical. The digest and the files hash are those of
+# FORMAT_VERSION 4 (GQA's entailed questions, gqa/{split}_all_questions.json); the scenes themselves are unchanged.
+DEFAULT_WORLD_DIGEST = "193787fec7ef39d2"
 DEFAULT_SCENES_HASH = "fce62af972f167cb"
 # Every file of the default world with 6 train and 3 val images (seed 0), hashed the same way.
-TINY_DEFAULT_FILES_HASH = "ec8c14f9796b902f"
+TINY_DEFAULT_FILES_HASH = "c96b0771e2511f81"
 
 
 def _scenes(config: SyntheticSceneConfig, num_images: int) -> list[list[Shape]]:

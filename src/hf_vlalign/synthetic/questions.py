@@ -8,12 +8,15 @@
   [colour, size] and `relations` [{name, object}] to every other shape: where it lies relative to that shape along
   the axis where their centres are furthest apart ("to the left of", "to the right of", "above", "below"), the rule
   the captions use;
-- `{split}_balanced_questions.json`: question id -> record with the fields of a real GQA record (`imageId`,
-  `question`, `answer`, `fullAnswer`, `annotations`, `types`, `semantic`, `semanticStr`, `isBalanced`);
-- `trainval_ans2label.json` (+ `trainval_label2ans.json`): every answer of both splits, by decreasing count, ties in
-  alphabetical order (LXMERT's layout of the GQA answer vocabulary).
+- `{split}_all_questions.json`: question id -> record with the fields of a real GQA record (`imageId`, `question`,
+  `answer`, `fullAnswer`, `annotations`, `types`, `semantic`, `semanticStr`, `isBalanced`, `entailed`,
+  `equivalent`): the balanced questions (`isBalanced` true) and the questions they entail (`isBalanced` false);
+- `{split}_balanced_questions.json`: the balanced records only, as GQA publishes them (their `entailed` ids are in the
+  all file, where GQA's consistency metric reads them);
+- `trainval_ans2label.json` (+ `trainval_label2ans.json`): every answer of the balanced questions of both splits, by
+  decreasing count, ties in alphabetical order (LXMERT's layout of the GQA answer vocabulary).
 
-Templates (`types.detailed`, with GQA's structural / semantic types), 6-10 distinct questions per image:
+Templates (`types.detailed`, with GQA's structural / semantic types), 6-10 distinct balanced questions per image:
 
     queryColor   query / attr   "What colour is the large square?"          -> "red"
     queryShape   query / cat    "What shape is the blue object?"            -> "circle"
@@ -26,6 +29,24 @@ Noun phrases follow the caption grammar's words (SHAPE_WORDS / COLOUR_WORDS / SI
 their object uniquely in the image; a phrase never names the attribute its question asks about. queryShape names its
 object by colour and / or size and a generic noun ("object", "shape", "thing") that is unique among all shapes.
 GQA has no counting questions, so neither do these files.
+
+Entailments (GQA's `entailed`: the questions whose answers follow from this one's, about the same shapes; an answer
+also presupposes that the shapes its phrases name exist). X is a phrase of the asked shape, c / s / k its colour /
+size / shape word as the answer gives it, w the colour word asked:
+
+    queryColor  "What colour is the X?" c      -> "Is there a X?" yes, "Is the X c?" yes, "Is there a c X?" yes
+    queryShape  "What shape is the <attributes> object?" k  -> "Is there a <attributes> k?" yes
+    chooseSize  "Is the X small or large?" s   -> "Is there a X?" yes, "Is there a s X?" yes
+    verifyColor "Is the X w?" yes              -> "Is there a X?" yes, "What colour is the X?" (w's colour),
+                                                   "Is there a w X?" yes
+    verifyColor "Is the X w?" no               -> "Is there a X?" yes, "Is there a w X?" no (X names only that shape)
+    exist       "Is there a X?" yes            -> "Is there a X'?" yes, X' naming fewer attributes yet still only it
+    relS        "What is <relation> the X?" k  -> "Is there a X?" yes, "Is there a k?" yes (when it is the only k)
+
+An exist question of a shape that is not in the image entails nothing. The entailed questions that are not balanced
+questions already (same text) are added to the all file; every question's `entailed` lists those of its entailments
+that the image's questions hold, and `equivalent` the image's questions with its program (`semanticStr`), itself
+included.
 
 Pointers are GQA's: `annotations[<text>]` maps a whitespace-token position ("i" or "i:j", end exclusive, punctuation
 attached to its token) to an object id. They cover a noun phrase without its determiner ("What colour is the large
@@ -68,6 +89,7 @@ GENERIC_NOUNS = ("object", "shape", "thing")
 RELATIONS = ("to the left of", "to the right of", "above", "below")
 ANSWER_VOCAB_FILE = "trainval_ans2label.json"
 ANSWER_LIST_FILE = "trainval_label2ans.json"
+MAX_QUESTIONS_PER_IMAGE = 100  # question ids are the image id and two digits
 # detailed type -> (structural, semantic), as GQA's `types`
 TEMPLATE_TYPES = {
     "queryColor": ("query", "attr"),
@@ -82,6 +104,11 @@ TEMPLATE_TYPES = {
 def questions_file(split: str) -> str:
     """The official GQA name of a split's balanced questions file."""
     return f"{split}_balanced_questions.json"
+
+
+def all_questions_file(split: str) -> str:
+    """The official GQA name of a split's all questions file (balanced and entailed questions)."""
+    return f"{split}_all_questions.json"
 
 
 def scene_graphs_file(split: str) -> str:
@@ -148,6 +175,24 @@ def _generic_phrase(index: int, shapes: list[Shape], rng: np.random.Generator) -
     return _Phrase(_words(None, colour, size, rng), target.phrase_id)
 
 
+_SIZE_VOCABULARY = frozenset(word for words in SIZE_WORDS.values() for word in words)
+
+
+def _attribute_words(phrase: _Phrase) -> dict[str, str]:
+    """"size" / "colour" -> the phrase's word for it; the noun (the last word) left out."""
+    return {("size" if word in _SIZE_VOCABULARY else "colour"): word for word in phrase.words[:-1]}
+
+
+def _variant(phrase: _Phrase, attributes: dict[str, str], object_id: str | None, noun: str | None = None) -> _Phrase:
+    """`phrase` naming exactly `attributes` (attribute -> word), in the grammar's order: size, colour, noun."""
+    words = tuple(attributes[name] for name in ("size", "colour") if name in attributes)
+    return _Phrase((*words, noun or phrase.words[-1]), object_id)
+
+
+def _with_attribute(phrase: _Phrase, name: str, word: str, object_id: str | None) -> _Phrase:
+    return _variant(phrase, {**_attribute_words(phrase), name: word}, object_id)
+
+
 def _article(words: tuple[str, ...]) -> str:
     return "an" if words[0][0] in "aeiou" else "a"
 
@@ -212,8 +257,12 @@ def _semantic_str(program: list[dict]) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Templates: each returns a draft question, or None when the scene does not allow it
+# Drafts: deterministic builders with their entailments, and the random templates that use them
 # ----------------------------------------------------------------------------------------------------------------
+
+
+def _no_entailments() -> list[_Draft]:
+    return []
 
 
 @dataclass
@@ -224,16 +273,91 @@ class _Draft:
     full_answer: list[str | _Phrase]
     program: list[dict]
     answer_object: str | None = None  # the object the answer names (GQA points the answer at it)
+    # the questions whose answers this answer fixes; a function, as those entail questions in turn
+    entails: Callable[[], list[_Draft]] = _no_entailments
+
+
+def _question_text(draft: _Draft) -> str:
+    return _compose(draft.question, "?")[0]
+
+
+# Deterministic builders (no random draws, so entailments never shift the balanced questions' random stream)
+
+
+def _query_colour_draft(phrase: _Phrase, index: int, shapes: list[Shape]) -> _Draft:
+    """"What colour is the <phrase>?" about shape `index` (the phrase does not name its colour)."""
+    shape = shapes[index]
+    colour = shape.colour
+    program = _then(_phrase_program(phrase, shape), "query", "color")
+
+    def entails() -> list[_Draft]:
+        coloured = _with_attribute(phrase, "colour", colour, shape.phrase_id)
+        return [
+            _exist_draft(phrase, index, shapes),
+            _verify_colour_draft(phrase, index, shapes, colour, colour),
+            _exist_draft(coloured, index, shapes),
+        ]
+
+    question, full_answer = ["What colour is the", phrase], ["the", phrase, "is", colour]
+    return _Draft("queryColor", question, colour, full_answer, program, entails=entails)
+
+
+def _verify_colour_draft(phrase: _Phrase, index: int, shapes: list[Shape], asked: str, asked_word: str) -> _Draft:
+    """"Is the <phrase> <asked_word>?" about shape `index`; `asked` is the colour that `asked_word` names."""
+    shape = shapes[index]
+    holds = asked == shape.colour
+    full_answer = ["yes, the" if holds else "no, the", phrase, "is", shape.colour]
+    program = _then(_phrase_program(phrase, shape), "verify color", asked)
+
+    def entails() -> list[_Draft]:
+        if holds:
+            coloured = _with_attribute(phrase, "colour", asked_word, shape.phrase_id)
+            return [
+                _exist_draft(phrase, index, shapes),
+                _query_colour_draft(phrase, index, shapes),
+                _exist_draft(coloured, index, shapes),
+            ]
+        # the phrase names this shape only, so nothing in the image matches it with the other colour
+        described = _with_attribute(phrase, "colour", asked_word, None)
+        size = shape.size if "size" in _attribute_words(phrase) else None
+        return [_exist_draft(phrase, index, shapes), _absent_exist_draft(described, shape.kind, asked, size)]
+
+    question = ["Is the", phrase, asked_word]
+    return _Draft("verifyColor", question, "yes" if holds else "no", full_answer, program, entails=entails)
+
+
+def _exist_draft(phrase: _Phrase, index: int, shapes: list[Shape]) -> _Draft:
+    """"Is there a <phrase>?" -> "yes", the phrase naming shape `index` only."""
+    shape = shapes[index]
+    program = _then(_phrase_program(phrase, shape), "exist", "?")
+
+    def entails() -> list[_Draft]:
+        words = _attribute_words(phrase)
+        fewer = [kept for kept in identifying_attribute_sets(index, shapes) if kept < frozenset(words)]
+        return [
+            _exist_draft(_variant(phrase, {name: words[name] for name in kept}, shape.phrase_id), index, shapes)
+            for kept in fewer
+        ]
+
+    article = _article(phrase.words)
+    question, full_answer = ["Is there", article, phrase], ["yes, there is", article, phrase]
+    return _Draft("exist", question, "yes", full_answer, program, entails=entails)
+
+
+def _absent_exist_draft(phrase: _Phrase, kind: str, colour: str | None, size: str | None) -> _Draft:
+    """"Is there a <phrase>?" -> "no": no shape of the image is a `kind` of that colour and size (None: any)."""
+    program = _then(_select(kind, None, colour, size), "exist", "?")
+    question, full_answer = ["Is there", _article(phrase.words), phrase], ["no, there is no", phrase]
+    return _Draft("exist", question, "no", full_answer, program)
+
+
+# Templates: each returns a draft question, or None when the scene does not allow it
 
 
 def _query_colour(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
     index = int(rng.integers(len(shapes)))
     phrase = _shape_phrase(index, shapes, rng, avoid="colour")
-    if phrase is None:
-        return None
-    colour = shapes[index].colour
-    program = _then(_phrase_program(phrase, shapes[index]), "query", "color")
-    return _Draft("queryColor", ["What colour is the", phrase], colour, ["the", phrase, "is", colour], program)
+    return None if phrase is None else _query_colour_draft(phrase, index, shapes)
 
 
 def _query_shape(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
@@ -245,7 +369,14 @@ def _query_shape(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None
     answer_phrase = _Phrase((kind,), phrase.object_id)
     full_answer = ["the", phrase, "is", _article(answer_phrase.words), answer_phrase]
     program = _then(_phrase_program(phrase, shapes[index]), "query", "name")
-    return _Draft("queryShape", ["What shape is the", phrase], kind, full_answer, program, phrase.object_id)
+
+    def entails() -> list[_Draft]:
+        # the generic phrase names this shape only among all shapes, so with its shape word too
+        named = _variant(phrase, _attribute_words(phrase), phrase.object_id, noun=kind)
+        return [_exist_draft(named, index, shapes)]
+
+    question = ["What shape is the", phrase]
+    return _Draft("queryShape", question, kind, full_answer, program, phrase.object_id, entails=entails)
 
 
 def _choose_size(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
@@ -254,10 +385,15 @@ def _choose_size(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None
     if phrase is None:
         return None
     first, second = SIZE_NAMES if rng.random() < 0.5 else SIZE_NAMES[::-1]
-    size = shapes[index].size
+    shape = shapes[index]
     question = ["Is the", phrase, f"{first} or {second}"]
-    program = _then(_phrase_program(phrase, shapes[index]), "choose size", f"{first}|{second}")
-    return _Draft("chooseSize", question, size, ["the", phrase, "is", size], program)
+    program = _then(_phrase_program(phrase, shape), "choose size", f"{first}|{second}")
+
+    def entails() -> list[_Draft]:
+        sized = _with_attribute(phrase, "size", shape.size, shape.phrase_id)
+        return [_exist_draft(phrase, index, shapes), _exist_draft(sized, index, shapes)]
+
+    return _Draft("chooseSize", question, shape.size, ["the", phrase, "is", shape.size], program, entails=entails)
 
 
 def _verify_colour(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
@@ -269,9 +405,7 @@ def _verify_colour(shapes: list[Shape], rng: np.random.Generator) -> _Draft | No
     holds = bool(rng.random() < 0.5)
     asked = colour if holds else _pick([c for c in COLOUR_NAMES if c != colour], rng)
     asked_word = _pick(list(COLOUR_WORDS.get(asked, (asked,))), rng)
-    full_answer = ["yes, the" if holds else "no, the", phrase, "is", colour]
-    program = _then(_phrase_program(phrase, shapes[index]), "verify color", asked)
-    return _Draft("verifyColor", ["Is the", phrase, asked_word], "yes" if holds else "no", full_answer, program)
+    return _verify_colour_draft(phrase, index, shapes, asked, asked_word)
 
 
 def _absent_description(shapes: list[Shape], rng: np.random.Generator) -> tuple[str, str | None, str | None] | None:
@@ -290,18 +424,12 @@ def _absent_description(shapes: list[Shape], rng: np.random.Generator) -> tuple[
 def _exist(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
     if rng.random() < 0.5:
         index = int(rng.integers(len(shapes)))
-        phrase = _shape_phrase(index, shapes, rng)
-        program = _then(_phrase_program(phrase, shapes[index]), "exist", "?")
-        full_answer = ["yes, there is", _article(phrase.words), phrase]
-        return _Draft("exist", ["Is there", _article(phrase.words), phrase], "yes", full_answer, program)
+        return _exist_draft(_shape_phrase(index, shapes, rng), index, shapes)
     description = _absent_description(shapes, rng)
     if description is None:
         return None
     kind, colour, size = description
-    phrase = _Phrase(_words(kind, colour, size, rng), None)
-    program = _then(_select(kind, None, colour, size), "exist", "?")
-    full_answer = ["no, there is no", phrase]
-    return _Draft("exist", ["Is there", _article(phrase.words), phrase], "no", full_answer, program)
+    return _absent_exist_draft(_Phrase(_words(kind, colour, size, rng), None), kind, colour, size)
 
 
 def _relate(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
@@ -327,7 +455,14 @@ def _relate(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
     program = _phrase_program(reference_phrase, shapes[reference])
     program = _then(program, "relate", f"_,{relation},s ({shapes[other].phrase_id})")
     program = _then(program, "query", "name")
-    return _Draft("relS", question, kind, full_answer, program, shapes[other].phrase_id)
+
+    def entails() -> list[_Draft]:
+        entailed = [_exist_draft(reference_phrase, reference, shapes)]
+        if frozenset() in identifying_attribute_sets(other, shapes):  # the shape word alone names the answer's shape
+            entailed.append(_exist_draft(_Phrase((kind,), shapes[other].phrase_id), other, shapes))
+        return entailed
+
+    return _Draft("relS", question, kind, full_answer, program, shapes[other].phrase_id, entails=entails)
 
 
 TEMPLATES: dict[str, Callable[[list[Shape], np.random.Generator], _Draft | None]] = {
@@ -345,7 +480,8 @@ TEMPLATES: dict[str, Callable[[list[Shape], np.random.Generator], _Draft | None]
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _record(image_id: str, draft: _Draft) -> dict:
+def _record(image_id: str, draft: _Draft, is_balanced: bool) -> dict:
+    """The GQA record of a draft, without `entailed` / `equivalent` (they need the image's other questions)."""
     question, question_pointers = _compose(draft.question, "?")
     full_answer, full_answer_pointers = _compose(draft.full_answer, ".")
     structural, semantic = TEMPLATE_TYPES[draft.template]
@@ -362,7 +498,7 @@ def _record(image_id: str, draft: _Draft) -> dict:
         "types": {"structural": structural, "semantic": semantic, "detailed": draft.template},
         "semantic": draft.program,
         "semanticStr": _semantic_str(draft.program),
-        "isBalanced": True,
+        "isBalanced": is_balanced,
     }
 
 
@@ -386,29 +522,72 @@ def scene_graph(shapes: list[Shape], image_size: int) -> dict:
     return {"width": image_size, "height": image_size, "objects": objects}
 
 
-def sample_questions(image_id: str, shapes: list[Shape], rng: np.random.Generator) -> dict[str, dict]:
-    """6-10 distinct questions about one image, question id -> GQA record; ids are `image_id` and two digits."""
-    if not shapes:
-        raise ValueError(f"`shapes` of image {image_id!r} must hold at least one shape, got none.")
+def _balanced_drafts(image_id: str, shapes: list[Shape], rng: np.random.Generator) -> dict[str, _Draft]:
+    """6-10 drafts of distinct questions from random templates, by question text."""
     target = int(rng.integers(MIN_QUESTIONS, MAX_QUESTIONS + 1))
     names = list(TEMPLATES)
-    records: dict[str, dict] = {}
-    texts: set[str] = set()
+    drafts: dict[str, _Draft] = {}
     for _ in range(ATTEMPTS_PER_QUESTION * target):
-        if len(records) == target:
+        if len(drafts) == target:
             break
         draft = TEMPLATES[_pick(names, rng)](shapes, rng)
-        if draft is None:
-            continue
-        record = _record(image_id, draft)
-        if record["question"] not in texts:
-            texts.add(record["question"])
-            records[f"{image_id}{len(records):02d}"] = record
-    if len(records) < MIN_QUESTIONS:
+        if draft is not None:
+            drafts.setdefault(_question_text(draft), draft)
+    if len(drafts) < MIN_QUESTIONS:
         raise RuntimeError(
-            f"image {image_id!r}: only {len(records)} distinct questions after {ATTEMPTS_PER_QUESTION * target} "
+            f"image {image_id!r}: only {len(drafts)} distinct questions after {ATTEMPTS_PER_QUESTION * target} "
             f"attempts, expected at least {MIN_QUESTIONS}."
         )
+    return drafts
+
+
+def _entailed_only_drafts(balanced: dict[str, _Draft]) -> dict[str, _Draft]:
+    """The questions the balanced ones entail that are no balanced question themselves, by question text."""
+    entailed: dict[str, _Draft] = {}
+    for draft in balanced.values():
+        for candidate in draft.entails():
+            text = _question_text(candidate)
+            if text not in balanced:
+                entailed.setdefault(text, candidate)
+    return entailed
+
+
+def _entailed_ids(text: str, drafts: dict[str, _Draft], ids: dict[str, str]) -> list[str]:
+    """GQA's `entailed` of question `text`: the ids of its entailments among the image's questions, in order."""
+    found: list[str] = []
+    for candidate in drafts[text].entails():
+        other = _question_text(candidate)
+        if other not in drafts or other == text or ids[other] in found:
+            continue
+        if drafts[other].answer != candidate.answer:  # one text, one answer: the same question
+            raise RuntimeError(f"{other!r} is answered {drafts[other].answer!r} and {candidate.answer!r}.")
+        found.append(ids[other])
+    return found
+
+
+def _equivalent_ids(records: dict[str, dict]) -> dict[str, list[str]]:
+    """GQA's `equivalent` of each question: the ids of the questions with its program, itself included."""
+    by_program: dict[str, list[str]] = {}
+    for question_id, record in records.items():
+        by_program.setdefault(record["semanticStr"], []).append(question_id)
+    return {question_id: list(by_program[record["semanticStr"]]) for question_id, record in records.items()}
+
+
+def sample_questions(image_id: str, shapes: list[Shape], rng: np.random.Generator) -> dict[str, dict]:
+    """6-10 distinct balanced questions about one image, then the questions they entail (`isBalanced` false);
+    question id -> GQA record, ids `image_id` and two digits, the balanced questions first."""
+    if not shapes:
+        raise ValueError(f"`shapes` of image {image_id!r} must hold at least one shape, got none.")
+    balanced = _balanced_drafts(image_id, shapes, rng)
+    drafts = {**balanced, **_entailed_only_drafts(balanced)}
+    if len(drafts) > MAX_QUESTIONS_PER_IMAGE:
+        raise RuntimeError(f"image {image_id!r}: {len(drafts)} questions, more than two-digit ids can number.")
+    ids = {text: f"{image_id}{number:02d}" for number, text in enumerate(drafts)}
+    records = {ids[text]: _record(image_id, draft, text in balanced) for text, draft in drafts.items()}
+    equivalents = _equivalent_ids(records)
+    for text in drafts:
+        records[ids[text]]["entailed"] = _entailed_ids(text, drafts, ids)
+        records[ids[text]]["equivalent"] = equivalents[ids[text]]
     return records
 
 
@@ -444,13 +623,19 @@ class SyntheticQuestionWriter:
         self.graphs[split][image_id] = scene_graph(shapes, self.image_size)
         self.questions[split].update(sample_questions(image_id, shapes, rng))
 
+    def balanced(self, split: str) -> dict[str, dict]:
+        """The balanced questions of `split` (GQA's balanced file)."""
+        return {qid: record for qid, record in self.questions[split].items() if record["isBalanced"]}
+
     def write(self) -> None:
-        """`{split}_balanced_questions.json`, `{split}_sceneGraphs.json` and the trainval answer vocabulary."""
+        """`{split}_all_questions.json`, `{split}_balanced_questions.json`, `{split}_sceneGraphs.json` and the
+        trainval answer vocabulary (of the balanced questions)."""
         self.gqa_dir.mkdir(parents=True, exist_ok=True)
         for split in SPLITS:
-            _write_json(self.gqa_dir / questions_file(split), self.questions[split])
+            _write_json(self.gqa_dir / all_questions_file(split), self.questions[split])
+            _write_json(self.gqa_dir / questions_file(split), self.balanced(split))
             _write_json(self.gqa_dir / scene_graphs_file(split), self.graphs[split])
-        vocab = answer_vocab([q["answer"] for split in SPLITS for q in self.questions[split].values()])
+        vocab = answer_vocab([q["answer"] for split in SPLITS for q in self.balanced(split).values()])
         _write_json(self.gqa_dir / ANSWER_VOCAB_FILE, vocab)
         _write_json(self.gqa_dir / ANSWER_LIST_FILE, list(vocab))
 
@@ -463,6 +648,7 @@ __all__ = [
     "ANSWER_VOCAB_FILE",
     "TEMPLATES",
     "SyntheticQuestionWriter",
+    "all_questions_file",
     "answer_vocab",
     "questions_file",
     "sample_questions",

@@ -88,7 +88,8 @@ from .shapes import (
 )
 from .tasks import SyntheticNLVR2Writer, SyntheticRefCOCOWriter, pair_feature_records
 
-FORMAT_VERSION = 3  # 2: adds gqa/; 3: adds nlvr2/, features/nlvr2_features.tsv and refcoco+/
+FORMAT_VERSION = 4  # 2: adds gqa/; 3: adds nlvr2/, features/nlvr2_features.tsv and refcoco+/; 4: adds
+# gqa/{split}_all_questions.json (the entailed questions) and `entailed` / `equivalent` to every GQA record
 FIRST_IMAGE_ID = 100000
 
 # Hues sit at the centres of CropEncoder's 30-degree hue bins.
@@ -177,7 +178,7 @@ class SyntheticVGPPaths:
     vgp_csv: dict[str, Path]  # {"train": ..., "val": ...}, "identification" layout
     features_tsv: Path  # LXMERT TSV, all images of both splits
     images: Path  # <image_id>.png
-    gqa_dir: Path  # {split}_balanced_questions.json, {split}_sceneGraphs.json, trainval_ans2label.json
+    gqa_dir: Path  # {split}_{balanced,all}_questions.json, {split}_sceneGraphs.json, trainval_ans2label.json
     nlvr2_dir: Path  # train.json, dev.json (JSON lines)
     nlvr2_features_tsv: Path  # LXMERT TSV of the NLVR2 pair images ("<split>-<set>-<pair>-img0/1")
     refcoco_dir: Path  # refs(unc).p, instances.json
