@@ -26,7 +26,10 @@ Analysis III, the mean normalised entropy of each layer of the encoder self-atte
 self-attention ("word_to_word") and cross-attention ("decoder_cross"), teacher-forced on test captions;
 "attention_vs_distance": Analysis II, the encoder's region->region attention per layer in bins of box-centre distance,
 with its Pearson correlation per layer; "within_cluster_attention": Analysis I, the share of the encoder's
-region->region attention that stays within the query region's spatial cluster of boxes, per layer),
+region->region attention that stays within the query region's spatial cluster of boxes, per layer;
+"attention_importance_kendall_tau": Fei's Figure 2, per decoder layer the mean Kendall tau between the cross-attention
+the decoder used and the gradient importance of the regions for each caption word, whose mean over layers is
+eval_results.json's `attention_importance_kendall_tau`),
 attention_entropy.png, attention_vs_distance.png and within_cluster_attention.png (those analyses),
 samples.json (generated captions with their references), attention_alignment.png (the top-1 attended region of every
 generated word before and after alignment, the A2 paper's Figure 1) and README.md (the model card).
@@ -62,6 +65,7 @@ from hf_vlalign.analysis.geometry import (
     plot_within_cluster,
     region_clusters,
 )
+from hf_vlalign.analysis.importance import captioner_attention_importance
 from hf_vlalign.data import CaptioningCollator, RegionFeatureStore, build_dataset, group_captions_by_image
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators.regions import store_image_id
@@ -170,6 +174,11 @@ class CaptioningArguments(UserDataArguments):
         metadata={"help": "test captions (a seeded sample) of the entropy and attention-vs-distance analyses (None: all)."},
     )
     distance_bins: int = field(default=10, metadata={"help": "bins of box-centre distance over [0, sqrt(2)]."})
+    importance_examples: int | None = field(
+        default=200,
+        metadata={"help": "test captions (a seeded sample) of the attention vs gradient-importance Kendall tau (A2, "
+                  "Figure 2; one backward pass per caption position and batch) (None: all)."},
+    )  # fmt: skip
     synthetic_seed: int = field(default=0)
     synthetic_train_images: int = field(default=800)
     synthetic_distractors: bool = field(
@@ -224,7 +233,8 @@ def check_args(args: CaptioningArguments) -> None:
     for fusion in fusions(args):
         if fusion not in ALIGNMENT_FUSIONS:
             raise ValueError(f"`--a2_fusions` must name fusions from {ALIGNMENT_FUSIONS}, got {fusion!r}.")
-    for name in ("max_train_samples", "max_eval_images", "analysis_examples", "d_model", "ffn_dim"):
+    counts = ("max_train_samples", "max_eval_images", "analysis_examples", "importance_examples", "d_model", "ffn_dim")
+    for name in counts:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"`--{name}` must be >= 1 (or unset), got {value}.")
@@ -442,6 +452,41 @@ def attention_analyses(model, test, collator, batch_size: int, seed: int, max_ex
     }
 
 
+def attention_importance(model, test, collator, batch_size: int, seed: int, max_examples: int | None) -> dict:
+    """Fei's Figure 2 (A2), teacher-forced on a seeded sample of test captions: per decoder layer, Kendall's tau-b
+    between the head-averaged cross-attention the decoder used (`aligned_cross_attentions`, the raw softmax in layers
+    without alignment) over an image's real regions and each region's gradient importance ||d p(y_t) / d h_i|| for the
+    caption word y_t, averaged over words (`captioner_attention_importance`; words whose attention or importance is
+    constant have no tau and are counted in `num_undefined`). A high tau: the attention ranks the regions as they
+    matter to the word. One backward pass per caption position and batch; every process runs it, as the forward
+    passes of `attention_analyses`."""
+    rows = evaluation_subset(test, max_examples, seed, argument="--importance_examples")
+    num_layers = model.config.decoder_layers
+    tau_sums, num_words, num_undefined = [0.0] * num_layers, [0] * num_layers, [0] * num_layers
+    batches = inference_batches(
+        model, rows, collator, batch_size, exclude=CAPTION_NON_MODEL_KEYS, description="attention vs importance"
+    )
+    for batch in batches:
+        for row in captioner_attention_importance(model, batch.inputs):
+            layer = row["layer"]
+            if row["num_words"] > 0:  # else the batch's tau is NaN and weighs nothing
+                tau_sums[layer] += row["kendall_tau"] * row["num_words"]
+            num_words[layer] += row["num_words"]
+            num_undefined[layer] += row["num_undefined"]
+    per_layer = [
+        {
+            "layer": layer,
+            "kendall_tau": tau_sums[layer] / num_words[layer] if num_words[layer] else math.nan,
+            "num_words": num_words[layer],
+            "num_undefined": num_undefined[layer],
+        }
+        for layer in range(num_layers)
+    ]
+    defined = [row["kendall_tau"] for row in per_layer if row["num_words"] > 0]
+    mean = sum(defined) / len(defined) if defined else None  # None: no word had a defined tau in any layer
+    return {"per_layer": per_layer, "mean_over_layers": mean, "num_captions": len(rows)}
+
+
 def entropy_per_layer(rows: list[dict]) -> dict[str, list[dict]]:
     """Per block, one entry per layer: the head-averaged entropy and normalised entropy (the `head == "mean"` rows)."""
     table: dict[str, list[dict]] = {}
@@ -514,6 +559,7 @@ def write_report(
         "num_test_images": len(images),
         "truncation": truncation,
         "image_use": image_use,
+        "attention_importance_kendall_tau": analyses["importance"]["mean_over_layers"],
     }
     if grounding is not None:  # only test captions with phrase boxes
         per_head, summed = grounding
@@ -540,6 +586,8 @@ def write_report(
         "within_cluster_attention": {"cluster_source": "spatial", "per_layer": analyses["within_cluster"]},
         "attention_entropy": analyses["entropy"],
         "num_analysis_captions": analyses["num_captions"],
+        "attention_importance_kendall_tau": analyses["importance"]["per_layer"],
+        "num_importance_captions": analyses["importance"]["num_captions"],
     }
     samples = [
         {"image_id": image["image_id"], "generated": caption, "references": image["references"]}
@@ -636,6 +684,10 @@ def train_and_evaluate(args: CaptioningArguments, training_args: CaptioningTrain
     analyses = attention_analyses(
         model, test, test_collator, training_args.per_device_eval_batch_size, training_args.seed,
         args.analysis_examples, args.distance_bins,
+    )  # fmt: skip
+    analyses["importance"] = attention_importance(
+        model, test, test_collator, training_args.per_device_eval_batch_size, training_args.seed,
+        args.importance_examples,
     )  # fmt: skip
     figure = alignment_panels(model, images[0], store, tokenizer, captions[0])
     results = {}

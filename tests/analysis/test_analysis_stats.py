@@ -267,12 +267,12 @@ def test_kendall_tau_errors():
         kendall_tau([1, float("nan")], [1, 2])
 
 
-def tiny_captioner() -> RegionCaptionerForConditionalGeneration:
+def tiny_captioner(**settings) -> RegionCaptionerForConditionalGeneration:
     config = RegionCaptionerConfig(
         vocab_size=30, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, visual_feat_dim=12,
         max_position_embeddings=16, dropout=0.1, attention_dropout=0.1, geometry_dim=16,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1, **settings,
     )  # fmt: skip
     torch.manual_seed(0)
     return RegionCaptionerForConditionalGeneration(config)
@@ -303,6 +303,37 @@ def test_captioner_attention_importance_runs_on_a_tiny_model():
     # eval mode inside: the same model and batch give the same taus
     assert captioner_attention_importance(model, captioner_batch()) == rows
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_captioner_attention_importance_ranks_the_attention_the_decoder_used():
+    # layer 1 A2-aligned ("max" fusion), layer 0 not: the attention ranked is the aligned one where there is one
+    model = tiny_captioner(attention_alignment="max", aligned_layers=[1]).eval()
+    batch = captioner_batch()
+    importance, attentions, words = region_importance(model, batch)
+    with torch.no_grad():
+        outputs = model(**batch, output_attentions=True)
+    assert torch.allclose(attentions[0], outputs.cross_attentions[0].double(), atol=1e-6)
+    assert torch.allclose(attentions[1], outputs.aligned_cross_attentions[1].double(), atol=1e-6)
+    assert not torch.allclose(attentions[1], outputs.cross_attentions[1].double(), atol=1e-3)
+    # per layer: the mean over words of Kendall's tau-b between head-averaged attention and importance, real regions
+    real = batch["visual_attention_mask"].bool()
+    rows = captioner_attention_importance(model, batch)
+    for layer, row in enumerate(rows):
+        mixed = attentions[layer].mean(dim=1)  # (B, T, R)
+        taus = [
+            kendall_tau(mixed[example, position, real[example]], importance[example, position, real[example]])
+            for example, position in words.nonzero().tolist()
+        ]
+        assert row["num_words"] == len(taus) == 9 and row["num_undefined"] == 0
+        assert row["kendall_tau"] == pytest.approx(float(np.mean(taus)))
+
+
+def test_an_image_of_one_region_has_nothing_to_rank_and_is_counted():
+    model = tiny_captioner().eval()
+    batch = captioner_batch()
+    batch["visual_attention_mask"][1, 1:] = 0  # the second image keeps one region
+    for row in captioner_attention_importance(model, batch):
+        assert row["num_undefined"] >= 5 and row["num_words"] + row["num_undefined"] == 9  # its 5 words counted
 
 
 def test_captioner_attention_importance_errors():

@@ -9,6 +9,7 @@ images further val-list ids marked "restval" (val2014 images that Karpathy's spl
 captions are the test's own, made up here."""
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -29,8 +30,8 @@ TINY = [
     "--d_model", "32", "--ffn_dim", "64", "--attention_heads", "4", "--encoder_layers", "1", "--decoder_layers", "1",
     "--per_device_train_batch_size", "16", "--per_device_eval_batch_size", "16", "--warmup_steps", "0",
     "--learning_rate", "1e-3", "--max_new_tokens", "6", "--num_beams", "1", "--analysis_examples", "12",
-    "--image_use_examples", "12", "--save_strategy", "no", "--logging_steps", "1", "--report_to", "none", "--use_cpu",
-    "--dataloader_pin_memory", "false", "--num_threads", "1",
+    "--importance_examples", "12", "--image_use_examples", "12", "--save_strategy", "no", "--logging_steps", "1",
+    "--report_to", "none", "--use_cpu", "--dataloader_pin_memory", "false", "--num_threads", "1",
 ]  # fmt: skip
 
 
@@ -94,6 +95,15 @@ def check_paper_results(run: Path, num_layers: int) -> dict:
     assert clusters["cluster_source"] == "spatial"
     assert [row["layer"] for row in clusters["per_layer"]] == list(range(num_layers))
     assert all(abs(row["within"] + row["across"] - 1.0) < 1e-6 and row["num_rows"] > 0 for row in clusters["per_layer"])
+    # Fei's Figure 2: per decoder layer, the mean Kendall tau of attention vs gradient importance, and their mean
+    importance = paper["attention_importance_kendall_tau"]
+    assert [row["layer"] for row in importance] == list(range(num_layers))
+    for row in importance:
+        assert math.isfinite(row["kendall_tau"]) and -1.0 <= row["kendall_tau"] <= 1.0, row
+        assert row["num_words"] > 0 and row["num_undefined"] >= 0, row
+    assert paper["num_importance_captions"] == 12  # a seeded sample of the 20 test captions
+    mean = json.loads((run / "eval_results.json").read_text())["attention_importance_kendall_tau"]
+    assert mean == pytest.approx(sum(row["kendall_tau"] for row in importance) / num_layers)
     for plot in ("attention_entropy.png", "attention_vs_distance.png", "within_cluster_attention.png", "attention_alignment.png"):
         assert (run / plot).stat().st_size > 1000, plot
     samples = json.loads((run / "samples.json").read_text())

@@ -2,6 +2,7 @@
 every loss is logged, self-critical training runs on CIDEr-D rewards, and one end-to-end run of the example."""
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -248,6 +249,12 @@ def test_example_trains_evaluates_and_draws(tmp_path, monkeypatch):
     layers = {block: len(rows) for block, rows in paper["attention_entropy_per_layer"].items()}
     assert layers == {"region_to_region": 1, "word_to_word": 2, "decoder_cross": 2}
     assert len(paper["attention_vs_distance"]["per_layer"]) == 1
+    # Fei's Figure 2 on the aligned cross-attention: one finite Kendall tau per decoder layer, their mean in the results
+    importance = paper["attention_importance_kendall_tau"]
+    assert [row["layer"] for row in importance] == [0, 1] and all(row["num_words"] > 0 for row in importance)
+    assert all(math.isfinite(row["kendall_tau"]) and -1.0 <= row["kendall_tau"] <= 1.0 for row in importance)
+    mean_tau = (importance[0]["kendall_tau"] + importance[1]["kendall_tau"]) / 2
+    assert results["attention_importance_kendall_tau"] == pytest.approx(mean_tau)
     assert (output / "attention_entropy.png").stat().st_size > 1000
     reloaded = RegionCaptionerForConditionalGeneration.from_pretrained(output)
     assert reloaded.config.attention_alignment == "moving_average" and reloaded.config.use_geometry is False

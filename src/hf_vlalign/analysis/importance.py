@@ -82,13 +82,36 @@ def _check_batch(batch: dict) -> None:
         raise ValueError("`batch['labels']` must hold at least one caption token (not -100), got none.")
 
 
+def _decoder_states_and_outputs(model, batch: dict, encoder_states: torch.Tensor):
+    """The teacher-forced forward pass of `model` on `encoder_states`, with the decoder's final states (B, T, D), the
+    input of the output head, caught by a pre-hook (the output holds only the logits computed from them)."""
+    head = model.get_output_embeddings()
+    if head is None:
+        raise ValueError(f"`model` must have an output head (`get_output_embeddings()`), got {type(model).__name__}.")
+    caught = {}
+    handle = head.register_forward_pre_hook(lambda module, inputs: caught.update(states=inputs[0]))
+    try:
+        outputs = model(
+            visual_attention_mask=batch.get("visual_attention_mask"),
+            labels=batch["labels"],
+            decoder_attention_mask=batch.get("decoder_attention_mask"),
+            encoder_outputs=BaseModelOutput(last_hidden_state=encoder_states),
+            output_attentions=True,
+            use_cache=False,
+        )
+    finally:
+        handle.remove()
+    return caught["states"], outputs
+
+
 def region_importance(model, batch: dict) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
     """Gradient importance |d p(y_t) / d h_i| of every region for every caption word, with the cross-attention.
 
     Runs `model` (a `RegionCaptionerForConditionalGeneration`) in eval mode (restored after) on the teacher-forced
     caption, with the encoder output h passed back in as `encoder_outputs` so it can take a gradient; one backward
-    pass per caption position (the examples of a batch are independent, so each position's probabilities are summed
-    over the batch).
+    pass per caption position, batched over the examples (they are independent, so each position's probabilities are
+    summed over the batch). Each position's probabilities are recomputed from its decoder state by the output head, so
+    a backward pass goes through the vocabulary projection of one position only, not of all T.
 
     Returns:
         importance (B, T, R), the per-layer cross-attention used (B, H, T, R), and the mask of real words (B, T).
@@ -102,21 +125,17 @@ def region_importance(model, batch: dict) -> tuple[torch.Tensor, tuple[torch.Ten
         with torch.enable_grad():
             encoded = model.get_encoder()(batch["visual_feats"], batch["visual_boxes"], region_mask)
             states = encoded.last_hidden_state.detach().requires_grad_(True)
-            outputs = model(
-                visual_attention_mask=region_mask,
-                labels=labels,
-                decoder_attention_mask=batch.get("decoder_attention_mask"),
-                encoder_outputs=BaseModelOutput(last_hidden_state=states),
-                output_attentions=True,
-                use_cache=False,
-            )
+            decoder_states, outputs = _decoder_states_and_outputs(model, batch, states)
+            head = model.get_output_embeddings()
             words = labels != -100
-            word_probability = outputs.logits.float().softmax(-1).gather(-1, labels.clamp(min=0)[..., None])[..., 0]
             importance = torch.zeros(*labels.shape, states.shape[1], dtype=torch.float64)
             for position in range(labels.shape[1]):
-                if not bool(words[:, position].any()):
+                scored = words[:, position]
+                if not bool(scored.any()):
                     continue
-                (gradient,) = torch.autograd.grad(word_probability[:, position][words[:, position]].sum(), states, retain_graph=True)
+                logits = head(decoder_states[scored, position]).float()
+                word_probability = logits.softmax(-1).gather(-1, labels[scored, position].unsqueeze(-1))
+                (gradient,) = torch.autograd.grad(word_probability.sum(), states, retain_graph=True)
                 importance[:, position] = gradient.detach().double().norm(dim=-1).cpu()
     finally:
         model.train(was_training)
@@ -139,14 +158,15 @@ def captioner_attention_importance(model, batch: dict) -> list[dict]:
     importance, attentions, words = region_importance(model, batch)
     region_mask = batch.get("visual_attention_mask")
     real = (torch.ones(importance.shape[0], importance.shape[2]) if region_mask is None else region_mask).bool().cpu()
-    if int(real.sum(-1).min()) < 2:
-        raise ValueError("`batch['visual_attention_mask']` must keep at least 2 regions per example to rank them, got fewer.")
     table = []
     for layer, attention in enumerate(attentions):
         mixed = attention.mean(dim=1)  # (B, T, R)
         taus, undefined = [], 0
         for example, position in words.nonzero().tolist():
             keep = real[example]
+            if int(keep.sum()) < 2:
+                undefined += 1
+                continue
             tau = _tau_or_none(mixed[example, position, keep].numpy(), importance[example, position, keep].numpy())
             if tau is None:
                 undefined += 1
