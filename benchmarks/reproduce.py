@@ -18,6 +18,17 @@ synthetic scenes stay those of `--synthetic_seed 0`, so every seed trains and ev
 difference between two settings of one seed is paired: same data, same batches, same initial weights where the
 settings share them.
 
+The studies (budget `miniature`: each paper's headline experiment in miniature, docs/studies.md) keep their runs in
+`<results_dir>/<study>/<setting>/seed<S>.json`, beside the study's `PLAN.md`, which must exist before a study runs;
+five seeds by default. A study's setting may start from another's model of the same seed (`Setting.start_from`: the
+harness runs it after that one, and brings that one back when its model folder is gone) or be an `hf-vlalign` verb on
+it (`Setting.verb`); lists of a results file are kept by index. Each study's claims (`Claim`) get a verdict from the
+95 % interval of their paired differences (`claim_verdict`), and `<results_dir>/<study>/aggregate.json` holds one
+study.
+
+    python benchmarks/reproduce.py --budget miniature --experiments li_emergent_grounding --jobs 2
+    python benchmarks/reproduce.py --budget miniature --aggregate_only --docs
+
 `<results_dir>/<budget>/aggregate.json` holds, per setting and metric, n, mean, sd (n - 1 in the denominator) and the
 values by seed; per comparison ("setting A - setting B on a metric"), the per-seed differences, their mean and sd, the
 paired t statistic and in how many seeds the difference has the sign of the mean. The docs blocks between
@@ -308,14 +319,17 @@ def best_head_per_layer(metrics: dict[str, float]) -> dict[str, float]:
 
 LI_PROBE = ("--data", "synthetic", *STUDY_SCENES[:1], "--synthetic_eval_images", "150")
 PAPER_RESULTS = ("paper_results.json",)
-CAPTIONER = (*TINY, *TINY_CAPTIONER, *STUDY_SCENES, "--num_train_epochs", "4", "--learning_rate", "1e-3")
+CAPTIONER = (
+    *TINY, *TINY_CAPTIONER, *STUDY_SCENES, "--num_train_epochs", "4", "--learning_rate", "1e-3",
+    "--encoder_learning_rate", "5e-4",
+)  # fmt: skip
 KERVADEC_PRETRAINING = (
     *TINY, *TINY_TWO_STREAM, *STUDY_SCENES, "--num_train_epochs", "4", "--learning_rate", "1e-3",
     "--qa_start_epoch", "4",
 )  # fmt: skip
 KERVADEC_LOW_DATA_QA = (
     "--model_family", "two_stream", "--synthetic_distractors", "--synthetic_train_images", "100",
-    "--synthetic_eval_images", "150", "--num_train_epochs", "5", "--learning_rate", "3e-4",
+    "--synthetic_eval_images", "150", "--gqa_subset", "all", "--num_train_epochs", "5", "--learning_rate", "3e-4",
 )  # fmt: skip
 A2_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
 ILINYKH_DISTANCE = "paper_results.attention_vs_distance.per_layer"
