@@ -131,6 +131,12 @@ class Experiment:
     budgets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # extra flags per budget, for every setting
     claims: tuple[Claim, ...] = ()
     verb_budgets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # the same, for the verb settings
+    # settings of an earlier plan of a study, stopped when a new plan replaced it: their runs are kept and shown, and
+    # neither run again nor counted in the current plan's seeds
+    earlier_plan: tuple[str, ...] = ()
+
+    def planned_settings(self) -> list[str]:
+        return [setting for setting in self.settings if setting not in self.earlier_plan]
 
 
 IMAGE_USE = Metric("image_use.image_use_loss_gap", "image-use gap (loss with another image - own)")
@@ -307,6 +313,13 @@ LI_PRETRAINING = (
     *TINY, *STUDY_SCENES, "--max_steps", "1000", "--per_device_train_batch_size", "32", "--learning_rate", "1e-3",
     "--warmup_steps", "100", "--eval_steps", "250",
 )  # fmt: skip
+# plan 2: masked words of the caption alone (VisualBERT's task-specific pre-training), which only the image can fill
+LI_TASK_SPECIFIC_PRETRAINING = (
+    *TINY, *STUDY_SCENES, "--no_sentence_image_prediction", "--max_steps", "1500", "--per_device_train_batch_size",
+    "32", "--learning_rate", "1e-3", "--warmup_steps", "100", "--eval_steps", "500",
+)  # fmt: skip
+
+
 def best_head_per_layer(metrics: dict[str, float]) -> dict[str, float]:
     """Li et al. Figure 3: each layer's best head, from the probe's `grounding_probe.accuracy.<layer>.<head>`."""
     best: dict[str, float] = {}
@@ -315,6 +328,18 @@ def best_head_per_layer(metrics: dict[str, float]) -> dict[str, float]:
             layer = key.split(".")[2]
             best[layer] = max(best.get(layer, value), value)
     return {f"grounding_probe.best_head_of_layer.{layer}": value for layer, value in best.items()}
+
+
+def li_probe(pretraining: str) -> Setting:
+    """`hf-vlalign analyze` of a pre-trained model of the Li study: the probe and syntactic grounding, by layer."""
+    return Setting(
+        verb="analyze",
+        args=LI_PROBE,
+        results_file="analysis.json",
+        start_from=pretraining,
+        keep=("grounding_probe.", "syntactic_grounding.top_relations."),
+        derive=best_head_per_layer,
+    )
 
 
 LI_PROBE = ("--data", "synthetic", *STUDY_SCENES[:1], "--synthetic_eval_images", "150")
@@ -465,15 +490,11 @@ STUDIES: tuple[Experiment, ...] = (
         title="Li et al. in miniature: single-stream pre-training without attention supervision, then the probe",
         settings={
             "pretrain": Setting("pretrain_single_stream.py", LI_PRETRAINING),
-            "probe": Setting(
-                verb="analyze",
-                args=LI_PROBE,
-                results_file="analysis.json",
-                start_from="pretrain",
-                keep=("grounding_probe.", "syntactic_grounding.top_relations."),
-                derive=best_head_per_layer,
-            ),
+            "probe": li_probe("pretrain"),
+            "mlm_pretrain": Setting("pretrain_single_stream.py", LI_TASK_SPECIFIC_PRETRAINING),
+            "mlm_probe": li_probe("mlm_pretrain"),
         },
+        earlier_plan=("pretrain", "probe"),
         metrics=(
             Metric("mlm_accuracy", "masked-word acc."),
             Metric("mlm_most_frequent_token_accuracy", "most frequent masked word"),
@@ -491,22 +512,24 @@ STUDIES: tuple[Experiment, ...] = (
             Claim(
                 "a head of the pre-trained model grounds entity phrases above the detection-confidence baseline",
                 Comparison(
-                    ("probe", "grounding_probe.best_head_accuracy"), ("probe", "grounding_probe.baseline_accuracy")
+                    ("mlm_probe", "grounding_probe.best_head_accuracy"),
+                    ("mlm_probe", "grounding_probe.baseline_accuracy"),
                 ),
                 min_effect=0.02,
             ),
             Claim(
                 "grounding grows with depth: the last layer's best head beats the first layer's (Figure 3)",
                 Comparison(
-                    ("probe", "grounding_probe.best_head_of_layer.3"), ("probe", "grounding_probe.best_head_of_layer.0")
+                    ("mlm_probe", "grounding_probe.best_head_of_layer.3"),
+                    ("mlm_probe", "grounding_probe.best_head_of_layer.0"),
                 ),
                 min_effect=0.02,
             ),
             Claim(
                 "syntactic grounding: a head links adjective modifiers (amod) above the baseline (Table 2)",
                 Comparison(
-                    ("probe", "syntactic_grounding.top_relations.0.accuracy"),
-                    ("probe", "syntactic_grounding.top_relations.0.baseline_accuracy"),
+                    ("mlm_probe", "syntactic_grounding.top_relations.0.accuracy"),
+                    ("mlm_probe", "syntactic_grounding.top_relations.0.baseline_accuracy"),
                 ),
                 min_effect=0.02,
             ),
@@ -1039,7 +1062,7 @@ def planned_runs(experiments: list[str], seeds: list[int]) -> list[tuple[Experim
         (EXPERIMENTS[name], setting, seed)
         for name in experiments
         for seed in seeds
-        for setting in EXPERIMENTS[name].settings
+        for setting in EXPERIMENTS[name].planned_settings()
     ]
 
 
@@ -1177,8 +1200,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def studies_block(results_dir: Path) -> str:
-    """The overview of the studies: each paper's claims with their verdicts from the committed `aggregate.json`, or
-    the study's plan where it has no runs yet."""
+    """The README's overview of the studies: each paper's claims with their verdicts from the committed
+    `aggregate.json`, or the study's plan where it has no runs yet (links relative to the repository root)."""
     begin, end = docs_markers("studies")
     lines = ["| study | the paper's claim | verdict | seeds |", "|---|---|---|---|"]
     for study in (e for e in EXPERIMENTS.values() if is_study(e)):
@@ -1186,11 +1209,11 @@ def studies_block(results_dir: Path) -> str:
         summary = json.loads(path.read_text())["experiments"].get(study.name) if path.exists() else None
         if summary is None:
             planned = (results_dir / study.name / "PLAN.md").exists()
-            plan = f"[planned](../results/{study.name}/PLAN.md), not run yet" if planned else "not planned yet"
+            plan = f"[planned](results/{study.name}/PLAN.md), not run yet" if planned else "not planned yet"
             lines += [f"| {study.name} | {claim.statement} | {plan} | - |" for claim in study.claims]
             continue
-        runs = sum(len(summary["settings"].get(setting, {}).get("seeds", [])) for setting in study.settings)
-        planned = STUDY_SEEDS * len(study.settings)
+        runs = sum(len(summary["settings"].get(setting, {}).get("seeds", [])) for setting in study.planned_settings())
+        planned = STUDY_SEEDS * len(study.planned_settings())
         for verdict in summary["claims"]:
             outcome = f"**{verdict['verdict']}**" if runs >= planned else f"runs under way ({runs} of {planned})"
             lines.append(f"| {study.name} | {verdict['statement']} | {outcome} | {verdict['n']} |")
