@@ -122,3 +122,29 @@ def test_the_verdict_on_a_claim_follows_the_interval_of_the_paired_differences()
     assert (high - low) / 2 == pytest.approx(2.776 * 0.0158114 / 5**0.5, 1e-3)
     assert verdict([0.1])["verdict"] == "inconclusive"
     assert "**holds**" in reproduce.claim_line(result)
+
+
+def test_the_claims_table_says_planned_under_way_or_the_verdict(tmp_path):
+    fei = reproduce.EXPERIMENTS["fei_a2_fusions"]
+    assert "not planned yet" in reproduce.studies_block(tmp_path)
+    (tmp_path / fei.name).mkdir()
+    (tmp_path / fei.name / "PLAN.md").write_text("plan")
+    assert f"[planned](results/{fei.name}/PLAN.md), not run yet" in reproduce.studies_block(tmp_path)
+    for seeds in ([42], [42, 43, 44, 45, 46]):
+        for setting in fei.planned_settings():
+            for seed in seeds:
+                path = reproduce.run_file(tmp_path, "miniature", fei.name, setting, seed)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                record = {
+                    "seed": seed, "command": "python examples/x.py", "threads": 1, "wall_seconds": 1.0,
+                    "machine": {"cpu": "cpu", "cores": 2}, "versions": {"torch": "t"}, "git_commit": "abc",
+                    "metrics": {"cider": 0.5 + (0.1 + 0.01 * seed if setting != "none" else 0.0)},
+                }  # fmt: skip
+                path.write_text(json.dumps(record))
+        reproduce.write_aggregate(tmp_path, "miniature", [fei.name], docs=False)
+        block = reproduce.studies_block(tmp_path)
+        if len(seeds) == 1:
+            assert "runs under way (5 of 25)" in block
+        else:
+            gate = "the gate fusion gives a higher CIDEr-D than no alignment (Table 2)"
+            assert f"| fei_a2_fusions | {gate} | **holds** | 5 |" in block
