@@ -81,7 +81,7 @@ class Setting:
     start_from_subfolder: str = ""
     extra_results: tuple[str, ...] = ()
     keep: tuple[str, ...] = ()
-    derive: Callable[[dict[str, float]], dict[str, float]] | None = None  # further numbers computed from the run's
+    derive: Callable[[dict[str, float]], dict[str, float]] | None = None  # more numbers, computed from those kept
 
 
 @dataclass(frozen=True)
@@ -344,10 +344,7 @@ def li_probe(pretraining: str) -> Setting:
 
 LI_PROBE = ("--data", "synthetic", *STUDY_SCENES[:1], "--synthetic_eval_images", "150")
 PAPER_RESULTS = ("paper_results.json",)
-CAPTIONER = (
-    *TINY, *TINY_CAPTIONER, *STUDY_SCENES, "--num_train_epochs", "4", "--learning_rate", "1e-3",
-    "--encoder_learning_rate", "5e-4",
-)  # fmt: skip
+CAPTIONER = (*TINY, *TINY_CAPTIONER, *STUDY_SCENES, "--learning_rate", "1e-3", "--encoder_learning_rate", "5e-4")
 KERVADEC_PRETRAINING = (
     *TINY, *TINY_TWO_STREAM, *STUDY_SCENES, "--num_train_epochs", "4", "--learning_rate", "1e-3",
     "--qa_start_epoch", "4",
@@ -358,12 +355,29 @@ KERVADEC_LOW_DATA_QA = (
 )  # fmt: skip
 A2_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
 ILINYKH_DISTANCE = "paper_results.attention_vs_distance.per_layer"
+ILINYKH_ENCODER_LAYERS = 3
 ILINYKH_ENTROPY = "paper_results.attention_entropy_per_layer.region_to_region"
 
 
-def captioner(alignment: str, *flags: str) -> Setting:
-    """A miniature captioner run whose paper_results.json (Ilinykh's analyses, Fei's Kendall tau) is kept too."""
-    return Setting("train_captioning.py", (*CAPTIONER, "--alignment", alignment, *flags), extra_results=PAPER_RESULTS)
+def captioner(alignment: str, *flags: str, epochs: int = 4) -> Setting:
+    """A miniature captioner run whose paper_results.json (Ilinykh's analyses, Fei's Kendall tau) is kept too, with
+    the last - first encoder layer differences of Ilinykh's claims."""
+    args = (*CAPTIONER, "--num_train_epochs", str(epochs), "--alignment", alignment, *flags)
+    return Setting("train_captioning.py", args, extra_results=PAPER_RESULTS, derive=encoder_depth_differences)
+
+
+def encoder_depth_differences(metrics: dict[str, float]) -> dict[str, float]:
+    """Last - first encoder layer: corr(distance, attention) and normalised entropy (Ilinykh's two depth claims)."""
+    keys = {
+        "encoder_depth_difference.distance_correlation": f"{ILINYKH_DISTANCE}.{{}}.pearson_distance_attention",
+        "encoder_depth_difference.normalised_entropy": f"{ILINYKH_ENTROPY}.{{}}.normalised_entropy",
+    }
+    last = ILINYKH_ENCODER_LAYERS - 1
+    return {
+        name: metrics[key.format(last)] - metrics[key.format(0)]
+        for name, key in keys.items()
+        if key.format(last) in metrics and key.format(0) in metrics
+    }
 
 
 def vgp(supervision: str, *flags: str) -> Setting:
@@ -543,6 +557,9 @@ STUDIES: tuple[Experiment, ...] = (
         settings={
             "geometry": captioner("none"),
             "no_geometry": captioner("none", "--no_geometry"),
+            # the plan's further experiment: do the depth differences grow with training?
+            "geometry_2_epochs": captioner("none", epochs=2),
+            "geometry_8_epochs": captioner("none", epochs=8),
         },
         metrics=(
             Metric("cider", "CIDEr-D"),
@@ -582,6 +599,24 @@ STUDIES: tuple[Experiment, ...] = (
                 Comparison(
                     ("geometry", f"{ILINYKH_ENTROPY}.2.normalised_entropy"),
                     ("geometry", f"{ILINYKH_ENTROPY}.0.normalised_entropy"),
+                ),
+                min_effect=0.02,
+            ),
+            Claim(
+                "further experiment: the last - first layer difference of corr(distance, attention) grows with "
+                "training (8 - 2 epochs)",
+                Comparison(
+                    ("geometry_8_epochs", "encoder_depth_difference.distance_correlation"),
+                    ("geometry_2_epochs", "encoder_depth_difference.distance_correlation"),
+                ),
+                min_effect=0.1,
+            ),
+            Claim(
+                "further experiment: the last - first layer difference of normalised entropy grows with training "
+                "(8 - 2 epochs)",
+                Comparison(
+                    ("geometry_8_epochs", "encoder_depth_difference.normalised_entropy"),
+                    ("geometry_2_epochs", "encoder_depth_difference.normalised_entropy"),
                 ),
                 min_effect=0.02,
             ),
