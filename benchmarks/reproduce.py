@@ -1170,6 +1170,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "the studies of the papers' headline experiments (results/<study>/, planned in results/<study>/PLAN.md)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs side by side (threads per run: cores / jobs)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="threads per run (default: cores / jobs; fewer leave cores free)"
+    )
     parser.add_argument("--results_dir", default=str(RESULTS_DIR))
     parser.add_argument("--outputs_dir", default="outputs/reproduce", help="the runs' model folders (not results)")
     parser.add_argument("--overwrite", action="store_true", help="rerun runs whose result file exists")
@@ -1187,6 +1190,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.num_seeds = args.num_seeds or (STUDY_SEEDS if args.budget == MINIATURE else len(DEFAULT_SEEDS))
     if args.num_seeds < 1 or args.jobs < 1:
         parser.error(f"--num_seeds and --jobs must be >= 1, got {args.num_seeds} and {args.jobs}")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
     args.seeds = args.seeds or [DEFAULT_SEEDS[0] + i for i in range(args.num_seeds)]
     args.experiments = args.experiments or [name for name, e in EXPERIMENTS.items() if supports(e, args.budget)]
     unsupported = [name for name in args.experiments if not supports(EXPERIMENTS[name], args.budget)]
@@ -1199,7 +1204,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     results_dir, outputs_dir = Path(args.results_dir), Path(args.outputs_dir).resolve()
     if not args.aggregate_only:
-        threads = max(machine()["cores"] // args.jobs, 1)
+        threads = args.threads or max(machine()["cores"] // args.jobs, 1)
         planned = planned_runs(args.experiments, args.seeds)
         todo = runs_to_do(planned, args.budget, results_dir, outputs_dir, args.overwrite)
         print(f"{len(todo)} run(s), {args.jobs} at a time, {threads} thread(s) each", flush=True)

@@ -148,3 +148,11 @@ def test_the_claims_table_says_planned_under_way_or_the_verdict(tmp_path):
         else:
             gate = "the gate fusion gives a higher CIDEr-D than no alignment (Table 2)"
             assert f"| fei_a2_fusions | {gate} | **holds** | 5 |" in block
+
+
+def test_threads_per_run_can_leave_cores_free_and_must_be_positive(capsys):
+    assert reproduce.parse_args(["--jobs", "1", "--threads", "1"]).threads == 1
+    assert reproduce.parse_args([]).threads is None
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--threads", "0"])
+    assert "--threads must be >= 1, got 0" in capsys.readouterr().err
