@@ -19,7 +19,8 @@ GQA rows have one answer id (cross-entropy); VQA v2 rows have soft scores min(#a
 
 Metrics, every `--eval_steps` and at the end: `accuracy` (GQA: the predicted answer id is the gold one; VQA v2: the
 soft score of the predicted answer), plus for GQA the official script's `gqa_binary`, `gqa_open`, `gqa_distribution`
-(and `gqa_consistency` when the entailed questions are evaluated too: `--gqa_subset all`, the synthetic scenes' too)
+(and `gqa_consistency` when the entailed questions are evaluated too: `--gqa_eval_subset all`, the synthetic scenes'
+too: GQA's practice is training on the balanced questions and scoring consistency on the "all" evaluation file)
 from `hf_vlalign.metrics.gqa_scores`, and for VQA v2 the official `vqa_accuracy` (and per answer type) from
 `hf_vlalign.metrics.vqa_accuracy`. The evaluation split's
 soft targets are gathered in memory: evaluate large VQA splits with --max_eval_samples (or on minival).
@@ -52,6 +53,7 @@ from hf_vlalign.data.collators import QuestionAnsweringCollator
 from hf_vlalign.evaluation.baselines import compare_with_baselines, question_answering_baselines
 from hf_vlalign.evaluation.task_metrics import answer_metrics, predicted_answer_ids
 from hf_vlalign.hub.model_card import render_task_model_card
+from hf_vlalign.metrics.gqa import is_balanced
 from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     DataArguments,
@@ -112,8 +114,13 @@ class QuestionAnsweringArguments:
     eval_scene_graphs: str | None = field(default=None, metadata={"help": "GQA: val_sceneGraphs.json."})
     gqa_subset: str = field(
         default="balanced",
-        metadata={"help": "GQA and the synthetic scenes: balanced | all (which question files; all holds the entailed "
-                  "questions, for gqa_consistency)."},
+        metadata={"help": "GQA and the synthetic scenes: balanced | all, the training questions (all adds the "
+                  "unbalanced ones)."},
+    )
+    gqa_eval_subset: str | None = field(
+        default=None,
+        metadata={"help": "balanced | all, the evaluation questions (default: --gqa_subset). all holds the questions "
+                  "the balanced ones entail, which gqa_consistency needs; gqa_accuracy scores the balanced ones."},
     )
     questions_file: str | None = field(
         default=None, metadata={"help": "GQA / VQA v2: the training questions file, replacing the official name."}
@@ -135,7 +142,7 @@ def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Question
         argv,
         (ModelArguments, DataArguments, QuestionAnsweringArguments),
         TaskTrainingArguments,
-        data_source_flags=(*USER_DATA_REPLACES, "gqa_subset", "min_answer_count"),
+        data_source_flags=(*USER_DATA_REPLACES, "gqa_subset", "gqa_eval_subset", "min_answer_count"),
         output_dir="outputs/vqa",
         # the default run (synthetic scenes, MiniLM) takes about 5 minutes on 2 CPU cores: ~2,400 training questions
         # once, evaluated on ~790 questions at step 75 and at the end
@@ -183,6 +190,12 @@ def check_data_arguments(data_args: DataArguments, qa_args: QuestionAnsweringArg
     given = [name for name in ("data_dir", "features") if getattr(data_args, name) is not None]
     given += [name for name in files if getattr(qa_args, name) is not None]
     unread = [name for name in given if name in files and name not in DATASET_ARGUMENTS[dataset]]
+    for flag in ("gqa_subset", "gqa_eval_subset"):
+        value = getattr(qa_args, flag)
+        if value is not None and value not in gqa.SUBSETS:
+            raise ValueError(f"`--{flag}` must be one of {list(gqa.SUBSETS)}, got {value!r}.")
+    if dataset == "vqa_v2" and qa_args.gqa_eval_subset is not None:
+        raise ValueError("`--gqa_eval_subset` is not read by `--dataset vqa_v2` (GQA's question files only).")
     if dataset == "synthetic_scenes" and given:
         raise ValueError(
             f"`--{given[0]}` reads a real dataset: pass `--dataset gqa` or `--dataset vqa_v2` with it (the synthetic "
@@ -239,10 +252,10 @@ def load_question_data(
         questions_dir = load_or_generate_synthetic_vgp(config=config).gqa_dir
         vocab = vqa_v2.read_answer_vocab(questions_dir / ANSWER_VOCAB_FILE)
 
-        def load(split: str, **_) -> datasets.Dataset:
-            # --gqa_subset all: the balanced questions and those they entail (GQA's consistency needs the latter)
+        def load(split: str, subset: str, **_) -> datasets.Dataset:
+            # subset all: the balanced questions and those they entail (GQA's consistency needs the latter)
             return build_dataset(
-                name, None, split, task="questions", config=config, region_features=store, subset=qa_args.gqa_subset
+                name, None, split, task="questions", config=config, region_features=store, subset=subset
             )
 
     else:
@@ -250,13 +263,15 @@ def load_question_data(
         questions_dir = data_args.data_dir
         vocab = _answer_vocab(name, data_args.data_dir, qa_args)
         options = (
-            {"subset": qa_args.gqa_subset}
+            {}
             if name == "gqa"
             else {"min_answer_count": qa_args.min_answer_count, "image_id_template": qa_args.image_id_template}
         )
 
-        def load(split: str, **files) -> datasets.Dataset:
+        def load(split: str, subset: str, **files) -> datasets.Dataset:
             files = {key: value for key, value in files.items() if value is not None}
+            if name == "gqa":
+                files["subset"] = subset
             return build_dataset(name, data_args.data_dir, split, region_features=store, answer_vocab=vocab, **options, **files)
 
     gqa_format = name != "vqa_v2"
@@ -269,15 +284,19 @@ def load_question_data(
             qa_args.annotations_file,
             qa_args.eval_annotations_file,
         )
-    train = first_rows(_answered_training_rows(load(train_split, **train_files), gqa_format), data_args.max_train_samples)
-    eval_dataset = first_rows(load(eval_split, **eval_files), data_args.max_eval_samples)
+    eval_questions_subset = qa_args.gqa_eval_subset or qa_args.gqa_subset
+    train = first_rows(
+        _answered_training_rows(load(train_split, qa_args.gqa_subset, **train_files), gqa_format),
+        data_args.max_train_samples,
+    )
+    eval_dataset = first_rows(load(eval_split, eval_questions_subset, **eval_files), data_args.max_eval_samples)
     _check_eval_answers(eval_dataset, eval_split, gqa_format)
     eval_questions = None
     if gqa_format:
         files = gqa.question_files(
             Path(questions_dir) if questions_dir is not None else None,
             eval_split,
-            qa_args.gqa_subset,
+            eval_questions_subset,
             qa_args.eval_questions_file,
         )
         records = gqa.read_questions(files)
@@ -332,6 +351,15 @@ def count_grounded_questions(dataset: datasets.Dataset) -> int:
 # ----------------------------------------------------------------------------------------------------------------
 # Metrics
 # ----------------------------------------------------------------------------------------------------------------
+
+
+def balanced_questions(data: QuestionAnsweringData) -> datasets.Dataset:
+    """The evaluation rows GQA's accuracy scores: the balanced questions, without the entailed ones that
+    `--gqa_eval_subset all` adds for consistency (mostly "Is there a X?" of a shape the question names: "yes")."""
+    if data.eval_questions is None:
+        return data.eval
+    balanced = [is_balanced(data.eval_questions[qid]) for qid in data.eval["question_id"]]
+    return data.eval.select([index for index, keep in enumerate(balanced) if keep])
 
 
 def majority_baseline(data: QuestionAnsweringData) -> tuple[str, float]:
@@ -478,7 +506,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     # own image vs another image's regions: ~0 means the answers come from the question alone
     image_use = image_use_results(
-        trainer.model, data.eval, collator, training_args.per_device_eval_batch_size, training_args.seed,
+        trainer.model, balanced_questions(data), collator, training_args.per_device_eval_batch_size, training_args.seed,
         data_args.image_use_examples, group_column="answer_type",
     )  # fmt: skip
     results = {}

@@ -317,3 +317,29 @@ def test_gqa_files_read_as_the_default_and_without_scene_graphs_carry_no_alignme
     assert float(batch["word_region_alignment"].sum()) == 0.0 and batch["labels"].shape == (8,)
     with pytest.raises(ValueError, match="use GQA with `--scene_graphs`"):
         finetune_vqa.check_supervision(model_args, without_graphs)
+
+
+def test_training_on_balanced_questions_and_scoring_consistency_on_all(vqa_files, cache, monkeypatch):
+    """GQA's practice: train on the balanced questions, evaluate on the "all" file, whose entailed questions only
+    consistency reads; the image-use check runs on the scored (balanced) questions. Bad subsets are clear errors."""
+    monkeypatch.setenv("HF_VLALIGN_CACHE", str(cache))
+    parse = finetune_vqa.parse_args
+    _, data_args, qa_args, _ = parse(["--output_dir", "unused", *TINY, "--gqa_eval_subset", "all"])
+    data = finetune_vqa.load_question_data(data_args, qa_args)
+    _, data_args, qa_args, _ = parse(["--output_dir", "unused", *TINY])
+    balanced = finetune_vqa.load_question_data(data_args, qa_args)
+    assert data.train["question_id"] == balanced.train["question_id"]
+    assert all(data.eval_questions[qid]["isBalanced"] for qid in balanced.eval["question_id"])
+    assert len(data.eval) > len(balanced.eval)  # the entailed questions are evaluated too
+    assert finetune_vqa.balanced_questions(data)["question_id"] == balanced.eval["question_id"]
+    assert finetune_vqa.balanced_questions(balanced)["question_id"] == balanced.eval["question_id"]
+    gold = dict(zip(data.eval["question_id"], data.eval["answer"]))
+    assert gqa_scores(gold, data.eval_questions)["consistency"] == 1.0
+
+    for flag, value in (("--gqa_subset", "testdev"), ("--gqa_eval_subset", "entailed")):
+        _, data_args, qa_args, _ = parse(["--output_dir", "unused", *TINY, flag, value])
+        with pytest.raises(ValueError, match=rf"`{flag}` must be one of \['balanced', 'all'\], got '{value}'"):
+            finetune_vqa.load_question_data(data_args, qa_args)
+    _, data_args, qa_args, _ = parse(["--output_dir", "unused", *_vqa_arguments(vqa_files), "--gqa_eval_subset", "all"])
+    with pytest.raises(ValueError, match=r"`--gqa_eval_subset` is not read by `--dataset vqa_v2`"):
+        finetune_vqa.load_question_data(data_args, qa_args)

@@ -91,7 +91,7 @@ def _balanced_ids(questions) -> list[str]:
         raise ValueError(
             f"`questions` must be a dict question id -> GQA question record, got {type(questions).__name__}."
         )
-    balanced = [qid for qid, question in questions.items() if _is_balanced(question)]
+    balanced = [qid for qid, question in questions.items() if is_balanced(question)]
     if not balanced:
         raise ValueError(
             f"`questions` must hold at least one balanced question (isBalanced true), got {len(questions)}."
@@ -101,7 +101,8 @@ def _balanced_ids(questions) -> list[str]:
     return balanced
 
 
-def _is_balanced(question) -> bool:
+def is_balanced(question: Mapping) -> bool:
+    """Whether GQA's script scores `question` (a record): `isBalanced`, true when absent (hand-made records)."""
     # eval.py: `if question["isBalanced"]:` (a record without the field counts as balanced here)
     return not isinstance(question, Mapping) or bool(question.get("isBalanced", True))
 
@@ -289,4 +290,13 @@ def load_gqa_metric(**kwargs):
     return load_local_metric("gqa_accuracy", **kwargs)
 
 
-__all__ = ["COMMON_GROUP", "GQA_METRIC_PATH", "METRICS", "belongs", "chi_square", "gqa_scores", "load_gqa_metric"]
+__all__ = [
+    "COMMON_GROUP",
+    "GQA_METRIC_PATH",
+    "METRICS",
+    "belongs",
+    "chi_square",
+    "gqa_scores",
+    "is_balanced",
+    "load_gqa_metric",
+]
