@@ -23,7 +23,9 @@ lxmert_tsv --out STORE_DIR`), whose detector classes and attributes are the mask
 targets come from the sentences' word->object pointers: Visual Genome region descriptions point to their region
 (`--visual_genome_dir`), GQA questions to their annotated objects (`--gqa_dir` or `--gqa_questions_file` with
 `--scene_graphs`, and the val questions with `--eval_scene_graphs`); rows without pointers contribute no alignment
-loss (`pointers` in eval_results.json counts them). `--data_dir` instead reads GQA questions and scene graphs only; with neither, the synthetic scenes.
+loss (`pointers` in eval_results.json counts them). `--data_dir` instead reads GQA questions and scene graphs only; with
+neither, the synthetic scenes: their questions, or with `--synthetic_text captions_and_questions` their captions and
+questions together in LXMERT's layout (QA on the question rows only), as LXMERT's mix of captions and questions.
 `--train_file` reads your own `caption` rows (docs: "Your own data"): masked words, masked regions (features only:
 the extracted regions have no detector classes) and image-sentence matching; no question answering; the alignment
 loss trains towards the IoU of each region with the grounded phrases' boxes (`phrases`), without the semantic term
@@ -102,6 +104,7 @@ from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES, load_or_generate_syn
 from hf_vlalign.synthetic.questions import ANSWER_LIST_FILE
 from hf_vlalign.trainers import TwoStreamPretrainingTrainer, TwoStreamPretrainingTrainingArguments
 
+SYNTHETIC_TEXTS = ("questions", "captions_and_questions")
 RUNS = {"with": ("with_alignment", True), "without": ("without_alignment", False)}
 
 
@@ -187,6 +190,12 @@ class PretrainingArguments(UserDataArguments):
         metadata={"help": "each synthetic scene's first shape gets a same-kind and a same-colour distractor."},
     )
     synthetic_eval_images: int = field(default=150)
+    synthetic_text: str = field(
+        default="questions",
+        metadata={"help": "synthetic scenes: questions | captions_and_questions, the pre-training texts. LXMERT (and "
+                  "Kervadec et al.) pre-train mostly on captions, with QA on the question rows only; image-sentence "
+                  "matching of a question is barely defined (most questions fit many images)."},
+    )
     max_text_length: int = field(default=32)
     image_use_examples: int | None = field(
         default=IMAGE_USE_EXAMPLES,
@@ -242,6 +251,8 @@ def parse_args(argv: list[str]) -> tuple[PretrainingArguments, TwoStreamPretrain
     given = [name for name in lxmert_only if getattr(args, name) is not None]
     if given and args.lxmert_data_dir is None:
         raise ValueError(f"`--{given[0]}` is read with LXMERT's pre-training data only: pass `--lxmert_data_dir` too.")
+    if args.synthetic_text not in SYNTHETIC_TEXTS:
+        raise ValueError(f"`--synthetic_text` must be one of {list(SYNTHETIC_TEXTS)}, got {args.synthetic_text!r}.")
     return args, training_args
 
 
@@ -290,16 +301,7 @@ def load_data(args: PretrainingArguments, training_args=None) -> PretrainingData
     if args.lxmert_data_dir is not None:
         return load_lxmert_data(args)
     if args.data_dir is None:
-        config = synthetic_scene_config(args)
-        store = synthetic_region_features(config=config)
-        train = build_dataset("synthetic_scenes", None, "train", task="questions", config=config, region_features=store)
-        evaluation = build_dataset(
-            "synthetic_scenes", None, "val", task="questions", config=config, region_features=store
-        )
-        vocab_size = max(max(train["label"]), max(evaluation["label"])) + 1
-        return PretrainingData(
-            train, evaluation, store, list(SHAPE_NAMES), list(COLOUR_NAMES), vocab_size, "synthetic grounded scenes"
-        )
+        return load_synthetic_data(args)
     if not (args.features and args.answer_vocab and args.object_vocab):
         raise ValueError("real GQA data needs `--features`, `--answer_vocab` and `--object_vocab`.")
     store = RegionFeatureStore.load(args.features)
@@ -310,6 +312,69 @@ def load_data(args: PretrainingArguments, training_args=None) -> PretrainingData
     attributes = read_vocabulary(args.attribute_vocab) if args.attribute_vocab else None
     return PretrainingData(
         train, evaluation, store, read_vocabulary(args.object_vocab), attributes, vocab_size, f"GQA ({args.data_dir})"
+    )
+
+
+def load_synthetic_data(args: PretrainingArguments) -> PretrainingData:
+    """The synthetic scenes' questions, or with `--synthetic_text captions_and_questions` their captions and questions
+    in LXMERT's layout (`sentence` rows; answers on the question rows only)."""
+    config = synthetic_scene_config(args)
+    store = synthetic_region_features(config=config)
+
+    def rows(split: str, task: str) -> datasets.Dataset:
+        return build_dataset("synthetic_scenes", None, split, task=task, config=config, region_features=store)
+
+    train, evaluation = rows("train", "questions"), rows("val", "questions")
+    vocab_size = max(max(train["label"]), max(evaluation["label"])) + 1
+    source = "synthetic grounded scenes"
+    if args.synthetic_text == "questions":
+        return PretrainingData(train, evaluation, store, list(SHAPE_NAMES), list(COLOUR_NAMES), vocab_size, source)
+    train, evaluation = (
+        datasets.concatenate_datasets([caption_sentences(rows(split, "captions")), question_sentences(questions)])
+        for split, questions in (("train", train), ("val", evaluation))
+    )
+    names = {"object_names": list(SHAPE_NAMES), "attribute_names": list(COLOUR_NAMES), "num_answers": vocab_size}
+    source = f"{source}: captions and questions"
+    return PretrainingData(train, evaluation, store, **names, source=source, text_column="sentence")
+
+
+# the columns of LXMERT's layout that the synthetic rows fill (`lxmert_pretraining.LXMERT_FEATURES`, with the
+# regions the builders join)
+SENTENCE_COLUMNS = (
+    "image_id", "image_size", "source", "sentence", "label", "answer_ids", "answer_scores", "sentence_phrase_spans",
+    "sentence_phrase_boxes", "sentence_phrase_regions", "feature_row",
+)  # fmt: skip
+
+
+def question_sentences(questions: datasets.Dataset) -> datasets.Dataset:
+    """Question rows as LXMERT's `sentence` rows: the question, its pointers, and its answer as the only one."""
+    suffixes = ("", "_phrase_spans", "_phrase_boxes", "_phrase_regions")
+    renamed = questions.rename_columns({f"question{suffix}": f"sentence{suffix}" for suffix in suffixes})
+    answers = renamed.map(
+        lambda row: {"source": "questions", "answer_ids": [row["label"]], "answer_scores": [1.0]},
+        features=answer_features(renamed.features),
+    )
+    return answers.select_columns(list(SENTENCE_COLUMNS))
+
+
+def caption_sentences(captions: datasets.Dataset) -> datasets.Dataset:
+    """Caption rows as LXMERT's `sentence` rows: no answer (label -1, no answer ids)."""
+    answers = captions.map(
+        lambda row: {"source": "captions", "label": -1, "answer_ids": [], "answer_scores": []},
+        features=answer_features(captions.features),
+    )
+    return answers.select_columns(list(SENTENCE_COLUMNS))
+
+
+def answer_features(features: datasets.Features) -> datasets.Features:
+    return datasets.Features(
+        {
+            **features,
+            "source": datasets.Value("string"),
+            "label": datasets.Value("int32"),
+            "answer_ids": datasets.List(datasets.Value("int32")),
+            "answer_scores": datasets.List(datasets.Value("float32")),
+        }
     )
 
 
@@ -367,7 +432,10 @@ def synthetic_gqa_results(model, args: PretrainingArguments, collator, batch_siz
     config = synthetic_scene_config(args)
     gqa_dir = load_or_generate_synthetic_vgp(config=config).gqa_dir
     options = {"task": "questions", "config": config, "region_features": collator.region_features, "subset": "all"}
-    rows, _ = collator.drop_overlong_rows(build_dataset("synthetic_scenes", None, "val", **options), "GQA all, eval")
+    questions = build_dataset("synthetic_scenes", None, "val", **options)
+    if collator.text_columns == ("sentence",):  # --synthetic_text captions_and_questions
+        questions = question_sentences(questions).add_column("question_id", questions["question_id"])
+    rows, _ = collator.drop_overlong_rows(questions, "GQA all, eval")
     answers = json.loads((gqa_dir / ANSWER_LIST_FILE).read_text())
     was_training = model.training
     model.eval()

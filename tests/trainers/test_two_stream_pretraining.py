@@ -191,12 +191,7 @@ def test_qa_start_epoch_is_an_argument(tmp_path):
 @pytest.mark.slow
 def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_VLALIGN_CACHE", str(tmp_path / "cache"))
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        import pretrain_two_stream
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
-    summary = pretrain_two_stream.main([
+    summary = _example().main([
         "--output_dir", str(tmp_path / "out"), "--synthetic_train_images", "30", "--synthetic_eval_images", "8",
         "--max_steps", "3", "--per_device_train_batch_size", "16", "--x_layers", "2", "--qa_start_epoch", "0",
         "--use_cpu",
@@ -225,6 +220,63 @@ def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):
     assert "| with_alignment/vqa_accuracy |" in text and "(majority class)" in text and "(most confident region)" in text
     assert f"| trained | {summary['with_alignment']['trained']} |" in text
     assert (tmp_path / "out" / "cross_attention.png").stat().st_size > 1000
+
+
+def _example():
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import pretrain_two_stream
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    return pretrain_two_stream
+
+
+def test_synthetic_captions_and_questions_in_lxmert_layout(tmp_path, monkeypatch, questions):
+    """--synthetic_text captions_and_questions: every caption and question of both splits as LXMERT's `sentence` rows,
+    answers on the question rows only, pointers kept; the collator's answers come from the question rows alone."""
+    monkeypatch.setenv("HF_VLALIGN_CACHE", str(tmp_path / "cache"))
+    example = _example()
+    flags = ["--output_dir", str(tmp_path / "out"), "--synthetic_train_images", "12", "--synthetic_eval_images", "6"]
+    args, training_args = example.parse_args([*flags, "--synthetic_text", "captions_and_questions"])
+    data = example.load_data(args, training_args)
+    only_questions = example.load_data(*example.parse_args(flags))
+    assert data.text_column == "sentence" and only_questions.text_column == "question"
+    for mixed, questions_only in ((data.train, only_questions.train), (data.eval, only_questions.eval)):
+        asked = mixed.filter(lambda row: row["source"] == "questions")
+        assert asked["sentence"] == questions_only["question"]
+        assert asked["label"] == questions_only["label"] == [ids[0] for ids in asked["answer_ids"]]
+        assert asked["sentence_phrase_regions"] == questions_only["question_phrase_regions"]
+        captions = mixed.filter(lambda row: row["source"] == "captions")
+        assert len(captions) >= len(set(mixed["image_id"])) and set(captions["label"]) == {-1}
+        assert all(ids == [] for ids in captions["answer_ids"]) and any(captions["sentence_phrase_spans"])
+    _, store, tokenizer = questions
+    collator = TwoStreamPretrainingCollator(
+        tokenizer, data.store, text_columns=("sentence",), num_answers=data.num_answers, sample_answers=True,
+        mismatch_probability=0.0,
+    )  # fmt: skip
+    rows = [data.train[i] for i in range(len(data.train))]
+    batch = collator(rows)
+    assert (batch["answer_labels"] >= 0).tolist() == [row["source"] == "questions" for row in rows]
+    with pytest.raises(ValueError, match=r"`--synthetic_text` must be one of \['questions', 'captions_and_questions'\], got 'captions'"):
+        example.parse_args([*flags, "--synthetic_text", "captions"])
+
+
+@pytest.mark.slow
+def test_example_pretrains_on_captions_and_questions_and_scores_gqa(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_VLALIGN_CACHE", str(tmp_path / "cache"))
+    summary = _example().main([
+        "--output_dir", str(tmp_path / "out"), "--synthetic_train_images", "12", "--synthetic_eval_images", "6",
+        "--synthetic_text", "captions_and_questions", "--alignment_loss", "with", "--max_steps", "2",
+        "--per_device_train_batch_size", "8", "--x_layers", "1", "--qa_start_epoch", "0", "--use_cpu",
+        "--image_use_examples", "8",
+    ])  # fmt: skip
+    results = summary["with_alignment"]
+    assert results["data"] == "synthetic grounded scenes: captions and questions"
+    counts = results["pointers"]["train"]["by_source"]
+    assert set(counts) == {"captions", "questions"} and counts["captions"]["rows_with_pointers"] > 0
+    # the QA head scored on the questions alone (None: no correctly answered question to check the consistency of)
+    assert 0.0 <= results["gqa_accuracy"] <= 1.0 and "gqa_consistency" in results
+    assert results["vqa_accuracy"] == results["gqa_accuracy"]  # caption rows carry no answer
 
 
 def test_soft_targets_from_real_visual_genome_descriptions(tmp_path):
