@@ -2,13 +2,13 @@
 soft alignment targets in batches, the VQA-loss schedule of the trainer, and one end-to-end run of the example."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import ModelCard
 from image_use_checks import assert_image_use_reported
+from script_modules import load_script
 from transformers import AutoModelForPreTraining, AutoTokenizer, HfArgumentParser, TrainingArguments
 
 from hf_vlalign import TwoStreamConfig, TwoStreamForPreTraining, default_text_model_path
@@ -223,12 +223,7 @@ def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):
 
 
 def _example():
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        import pretrain_two_stream
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
-    return pretrain_two_stream
+    return load_script("pretrain_two_stream", ROOT / "examples" / "pretrain_two_stream.py")
 
 
 def test_synthetic_captions_and_questions_in_lxmert_layout(tmp_path, monkeypatch, questions):
@@ -257,7 +252,8 @@ def test_synthetic_captions_and_questions_in_lxmert_layout(tmp_path, monkeypatch
     rows = [data.train[i] for i in range(len(data.train))]
     batch = collator(rows)
     assert (batch["answer_labels"] >= 0).tolist() == [row["source"] == "questions" for row in rows]
-    with pytest.raises(ValueError, match=r"`--synthetic_text` must be one of \['questions', 'captions_and_questions'\], got 'captions'"):
+    expected = r"`--synthetic_text` must be one of \['questions', 'captions_and_questions'\], got 'captions'"
+    with pytest.raises(ValueError, match=expected):
         example.parse_args([*flags, "--synthetic_text", "captions"])
 
 
