@@ -156,3 +156,13 @@ def test_threads_per_run_can_leave_cores_free_and_must_be_positive(capsys):
     with pytest.raises(SystemExit):
         reproduce.parse_args(["--threads", "0"])
     assert "--threads must be >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_matching_pilot_learns_a_mismatch_the_features_show(capsys):
+    """The Kervadec pilot's control (benchmarks/studies/matching_pilot.py): with a mismatched image's features made
+    constant, the two-stream model learns image-sentence matching within 100 steps."""
+    pilot = load_script("matching_pilot", ROOT / "benchmarks" / "studies" / "matching_pilot.py")
+    pilot.main(["--steps", "100", "--constant_mismatch"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("step 100: matching loss") and float(last.split("accuracy ")[1]) >= 0.95
