@@ -93,21 +93,35 @@ class Metric:
 @dataclass(frozen=True)
 class Comparison:
     """`a - b`, per seed: (setting, metric key) on each side; the same setting on both sides compares two metrics of
-    one run (e.g. accuracy - baseline)."""
+    one run (e.g. accuracy - baseline). With `minus`, (a - b) - (minus.a - minus.b): whether a difference changes
+    from one budget to another (e.g. gate - none at 8 epochs minus gate - none at 2)."""
 
     a: tuple[str, str]
     b: tuple[str, str]
+    minus: Comparison | None = None
 
     @property
     def name(self) -> str:
         (setting_a, key_a), (setting_b, key_b) = self.a, self.b
         if key_a == key_b:
-            return f"{setting_a} - {setting_b}: {key_a}"
-        return (
-            f"{setting_a}: {key_a} - {key_b}"
-            if setting_a == setting_b
-            else f"{setting_a}.{key_a} - {setting_b}.{key_b}"
-        )
+            name = f"{setting_a} - {setting_b}: {key_a}"
+        elif setting_a == setting_b:
+            name = f"{setting_a}: {key_a} - {key_b}"
+        else:
+            name = f"{setting_a}.{key_a} - {setting_b}.{key_b}"
+        return name if self.minus is None else f"({name}) - ({self.minus.name})"
+
+    def differences(self, runs: dict[str, dict[int, dict]]) -> dict[int, float]:
+        """Per seed, over the seeds where every side has its metric."""
+        values = {}
+        for seed in set(runs.get(self.a[0], {})) & set(runs.get(self.b[0], {})):
+            metrics_a, metrics_b = runs[self.a[0]][seed]["metrics"], runs[self.b[0]][seed]["metrics"]
+            if self.a[1] in metrics_a and self.b[1] in metrics_b:
+                values[seed] = metrics_a[self.a[1]] - metrics_b[self.b[1]]
+        if self.minus is not None:
+            other = self.minus.differences(runs)
+            values = {seed: value - other[seed] for seed, value in values.items() if seed in other}
+        return dict(sorted(values.items()))
 
 
 @dataclass(frozen=True)
@@ -359,6 +373,7 @@ KERVADEC_LOW_DATA_QA = (
     "--synthetic_eval_images", "150", "--gqa_subset", "all", "--num_train_epochs", "5", "--learning_rate", "3e-4",
 )  # fmt: skip
 A2_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
+FEI_FURTHER_EPOCHS = (2, 8)
 ILINYKH_DISTANCE = "paper_results.attention_vs_distance.per_layer"
 ILINYKH_ENCODER_LAYERS = 3
 ILINYKH_ENTROPY = "paper_results.attention_entropy_per_layer.region_to_region"
@@ -641,7 +656,13 @@ STUDIES: tuple[Experiment, ...] = (
         name="fei_a2_fusions",
         title="Fei et al. in miniature: each A2 attention-alignment fusion against none",
         settings={
-            name: captioner(name) for name in A2_FUSIONS
+            **{name: captioner(name) for name in A2_FUSIONS},
+            # the plan's further experiment: does the gate - none difference grow with training?
+            **{
+                f"{name}_{epochs}_epochs": captioner(name, epochs=epochs)
+                for epochs in FEI_FURTHER_EPOCHS
+                for name in ("none", "gate")
+            },
         },
         metrics=(
             Metric("cider", "CIDEr-D"),
@@ -667,6 +688,15 @@ STUDIES: tuple[Experiment, ...] = (
                 "(Kendall tau, Figure 2)",
                 Comparison(("gate", "attention_importance_kendall_tau"), ("none", "attention_importance_kendall_tau")),
                 min_effect=0.02,
+            ),
+            Claim(
+                "further experiment: the gate - none CIDEr-D difference grows with training (8 - 2 epochs)",
+                Comparison(
+                    ("gate_8_epochs", "cider"),
+                    ("none_8_epochs", "cider"),
+                    minus=Comparison(("gate_2_epochs", "cider"), ("none_2_epochs", "cider")),
+                ),
+                min_effect=0.01,
             ),
         ),
         budgets={MINIATURE: (), "smoke": (*STUDY_SMOKE, "--encoder_layers", "1", "--decoder_layers", "1")},
@@ -845,22 +875,14 @@ def summarise(values_by_seed: dict[int, float]) -> dict:
 
 
 def compare(runs: dict[str, dict[int, dict]], comparison: Comparison) -> dict | None:
-    """Per-seed differences a - b over the seeds both sides have; None when no seed has both."""
-    (setting_a, key_a), (setting_b, key_b) = comparison.a, comparison.b
-    seeds = sorted(
-        seed
-        for seed in set(runs.get(setting_a, {})) & set(runs.get(setting_b, {}))
-        if key_a in runs[setting_a][seed]["metrics"] and key_b in runs[setting_b][seed]["metrics"]
-    )
-    if not seeds:
+    """The comparison's per-seed differences over the seeds every side has; None when no seed has them all."""
+    differences = comparison.differences(runs)
+    if not differences:
         return None
-    differences = {
-        seed: runs[setting_a][seed]["metrics"][key_a] - runs[setting_b][seed]["metrics"][key_b] for seed in seeds
-    }
     summary = summarise(differences)
     mean, sd = summary["mean"], summary["sd"]
     same_sign = sum((value > 0) == (mean > 0) and value != 0 for value in differences.values())
-    t = mean / (sd / math.sqrt(len(seeds))) if sd else None
+    t = mean / (sd / math.sqrt(len(differences))) if sd else None
     return {"name": comparison.name, **summary, "paired_t": t, "seeds_with_sign_of_mean": same_sign}
 
 
