@@ -262,16 +262,13 @@ def load_question_data(
         store = RegionFeatureStore.load(data_args.features)
         questions_dir = data_args.data_dir
         vocab = _answer_vocab(name, data_args.data_dir, qa_args)
-        options = (
-            {}
-            if name == "gqa"
-            else {"min_answer_count": qa_args.min_answer_count, "image_id_template": qa_args.image_id_template}
-        )
-
         def load(split: str, subset: str, **files) -> datasets.Dataset:
             files = {key: value for key, value in files.items() if value is not None}
-            if name == "gqa":
-                files["subset"] = subset
+            options = (
+                {"subset": subset}
+                if name == "gqa"
+                else {"min_answer_count": qa_args.min_answer_count, "image_id_template": qa_args.image_id_template}
+            )
             return build_dataset(name, data_args.data_dir, split, region_features=store, answer_vocab=vocab, **options, **files)
 
     gqa_format = name != "vqa_v2"
