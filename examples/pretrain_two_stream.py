@@ -326,16 +326,15 @@ def load_synthetic_data(args: PretrainingArguments) -> PretrainingData:
 
     train, evaluation = rows("train", "questions"), rows("val", "questions")
     vocab_size = max(max(train["label"]), max(evaluation["label"])) + 1
-    source = "synthetic grounded scenes"
+    labels = {"object_names": list(SHAPE_NAMES), "attribute_names": list(COLOUR_NAMES), "num_answers": vocab_size}
     if args.synthetic_text == "questions":
-        return PretrainingData(train, evaluation, store, list(SHAPE_NAMES), list(COLOUR_NAMES), vocab_size, source)
+        return PretrainingData(train, evaluation, store, **labels, source="synthetic grounded scenes")
     train, evaluation = (
         datasets.concatenate_datasets([caption_sentences(rows(split, "captions")), question_sentences(questions)])
         for split, questions in (("train", train), ("val", evaluation))
     )
-    names = {"object_names": list(SHAPE_NAMES), "attribute_names": list(COLOUR_NAMES), "num_answers": vocab_size}
-    source = f"{source}: captions and questions"
-    return PretrainingData(train, evaluation, store, **names, source=source, text_column="sentence")
+    source = "synthetic grounded scenes: captions and questions"
+    return PretrainingData(train, evaluation, store, **labels, source=source, text_column="sentence")
 
 
 # the columns of LXMERT's layout that the synthetic rows fill (`lxmert_pretraining.LXMERT_FEATURES`, with the
