@@ -1184,6 +1184,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: --num_seeds seeds from 42")
     parser.add_argument(
+        "--settings", nargs="+", default=None, help="only these settings of the experiments (default: all of them)"
+    )
+    parser.add_argument(
         "--num_seeds",
         type=int,
         help=f"S: seeds 42 .. 42 + S - 1 (default {len(DEFAULT_SEEDS)}; miniature: {STUDY_SEEDS})",
@@ -1224,6 +1227,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unsupported = [name for name in args.experiments if not supports(EXPERIMENTS[name], args.budget)]
     if unsupported:
         parser.error(f"--experiments {unsupported} have no budget {args.budget!r} (studies: miniature and smoke)")
+    known = {setting for name in args.experiments for setting in EXPERIMENTS[name].settings}
+    unknown = sorted(set(args.settings or ()) - known)
+    if unknown:
+        parser.error(f"--settings {unknown} are not settings of {args.experiments}")
     return args
 
 
@@ -1233,6 +1240,8 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.aggregate_only:
         threads = args.threads or max(machine()["cores"] // args.jobs, 1)
         planned = planned_runs(args.experiments, args.seeds)
+        if args.settings:
+            planned = [(experiment, setting, seed) for experiment, setting, seed in planned if setting in args.settings]
         todo = runs_to_do(planned, args.budget, results_dir, outputs_dir, args.overwrite)
         print(f"{len(todo)} run(s), {args.jobs} at a time, {threads} thread(s) each", flush=True)
         if args.budget == MINIATURE:

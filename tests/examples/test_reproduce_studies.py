@@ -182,3 +182,11 @@ def test_matching_pilot_learns_a_mismatch_the_features_show(capsys):
     pilot.main(["--steps", "100", "--constant_mismatch"])
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("step 100: matching loss") and float(last.split("accuracy ")[1]) >= 0.95
+
+
+def test_settings_choose_part_of_a_study_and_must_exist(capsys):
+    args = reproduce.parse_args(["--budget", "miniature", "--experiments", "fei_a2_fusions", "--settings", "none"])
+    assert args.settings == ["none"]
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--budget", "miniature", "--experiments", "fei_a2_fusions", "--settings", "probe"])
+    assert "--settings ['probe'] are not settings of ['fei_a2_fusions']" in capsys.readouterr().err
