@@ -359,6 +359,13 @@ def balanced_questions(data: QuestionAnsweringData) -> datasets.Dataset:
     return data.eval.select([index for index, keep in enumerate(balanced) if keep])
 
 
+def image_use_questions(data: QuestionAnsweringData) -> datasets.Dataset:
+    """The rows of the image-use check: the balanced questions, or every evaluated question when the balanced ones
+    show a single image (another image's regions need a second image)."""
+    balanced = balanced_questions(data)
+    return balanced if len(set(balanced["image_id"])) >= 2 else data.eval
+
+
 def majority_baseline(data: QuestionAnsweringData) -> tuple[str, float]:
     """The most frequent training answer (VQA v2: by summed soft score) and its `accuracy` on the evaluation split."""
     answers = sorted(data.answer_vocab, key=data.answer_vocab.get)
@@ -503,8 +510,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     # own image vs another image's regions: ~0 means the answers come from the question alone
     image_use = image_use_results(
-        trainer.model, balanced_questions(data), collator, training_args.per_device_eval_batch_size, training_args.seed,
-        data_args.image_use_examples, group_column="answer_type",
+        trainer.model, image_use_questions(data), collator, training_args.per_device_eval_batch_size,
+        training_args.seed, data_args.image_use_examples, group_column="answer_type",
     )  # fmt: skip
     results = {}
     if trainer.is_world_process_zero():

@@ -2,6 +2,7 @@
 questions, direct attention supervision), one quick two-stream run in bf16 on VQA v2 files written from the synthetic
 scenes, and the argument errors."""
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -335,6 +336,11 @@ def test_training_on_balanced_questions_and_scoring_consistency_on_all(vqa_files
     assert finetune_vqa.balanced_questions(balanced)["question_id"] == balanced.eval["question_id"]
     gold = dict(zip(data.eval["question_id"], data.eval["answer"]))
     assert gqa_scores(gold, data.eval_questions)["consistency"] == 1.0
+    assert finetune_vqa.image_use_questions(data)["question_id"] == balanced.eval["question_id"]
+    # balanced questions of a single image: the check swaps images, so it reads every evaluated question
+    first = data.eval[0]["image_id"]
+    one_image = dataclasses.replace(data, eval=data.eval.filter(lambda row: row["image_id"] == first))
+    assert finetune_vqa.image_use_questions(one_image)["question_id"] == one_image.eval["question_id"]
 
     for flag, value in (("--gqa_subset", "testdev"), ("--gqa_eval_subset", "entailed")):
         _, data_args, qa_args, _ = parse(["--output_dir", "unused", *TINY, flag, value])
