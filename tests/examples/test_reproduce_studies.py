@@ -61,8 +61,9 @@ def test_a_chained_run_starts_from_its_parent_and_runs_after_it(tmp_path):
     results, outputs = tmp_path / "results", tmp_path / "outputs"
     planned = reproduce.planned_runs([KERVADEC.name], [1, 2])
     todo = reproduce.runs_to_do(planned, "miniature", results, outputs, overwrite=False)
-    assert [(s, seed) for _, s, seed in todo] == [
-        (s, seed) for seed in (1, 2) for s in ("with", "without", "qa_with", "qa_without")
+    main_settings = ("with", "without", "qa_with", "qa_without")
+    assert [(s, seed) for _, s, seed in todo if s in main_settings] == [
+        (s, seed) for seed in (1, 2) for s in main_settings
     ]
     command = reproduce.run_command(KERVADEC, "qa_with", "miniature", 1, outputs / "x" / "y" / "z" / "w", 1, outputs)
     assert command[command.index("--model_name_or_path") + 1] == str(
