@@ -374,6 +374,7 @@ KERVADEC_LOW_DATA_QA = (
     "--synthetic_eval_images", "150", "--gqa_eval_subset", "all", "--num_train_epochs", "5", "--learning_rate", "3e-4",
 )  # fmt: skip
 KERVADEC_FURTHER_EPOCHS = 8
+KERVADEC_QA_ACCURACY = Comparison(("qa_with", "gqa_accuracy"), ("qa_without", "gqa_accuracy"))
 
 
 def kervadec_pretraining(alignment: str, epochs: int = 4) -> Setting:
@@ -521,7 +522,7 @@ STUDIES: tuple[Experiment, ...] = (
         ),
         comparisons=(
             *_compare_to("without", ["with"], ["cross_attention_grounding_accuracy", "best_head_grounding_accuracy"]),
-            Comparison(("qa_with", "gqa_accuracy"), ("qa_without", "gqa_accuracy")),
+            KERVADEC_QA_ACCURACY,
             Comparison(("qa_with", "gqa_consistency"), ("qa_without", "gqa_consistency")),
         ),
         claims=(
@@ -534,7 +535,7 @@ STUDIES: tuple[Experiment, ...] = (
             ),
             Claim(
                 "pre-training with the alignment loss gives higher QA accuracy after low-data fine-tuning",
-                Comparison(("qa_with", "gqa_accuracy"), ("qa_without", "gqa_accuracy")),
+                KERVADEC_QA_ACCURACY,
                 min_effect=0.01,
             ),
             Claim(
@@ -548,7 +549,7 @@ STUDIES: tuple[Experiment, ...] = (
                 Comparison(
                     ("qa_with_8_epochs", "gqa_accuracy"),
                     ("qa_without_8_epochs", "gqa_accuracy"),
-                    minus=Comparison(("qa_with", "gqa_accuracy"), ("qa_without", "gqa_accuracy")),
+                    minus=KERVADEC_QA_ACCURACY,
                 ),
                 min_effect=0.01,
             ),
