@@ -321,13 +321,22 @@ def _layers(key: str, label: str, layers: int) -> tuple[Metric, ...]:
 
 VGP_SUPERVISIONS = ("none", "direct", "semi_direct", "indirect")
 SAMARAN_VGP = (*TINY, *STUDY_SCENES, "--num_train_epochs", "3", "--learning_rate", "1e-3", "--warmup_steps", "100")
-SAMARAN_DOWNSTREAM = (*STUDY_SCENES, "--num_train_epochs", "3", "--learning_rate", "3e-4")
+SAMARAN_DOWNSTREAM_TRAINING = ("--num_train_epochs", "3", "--learning_rate", "3e-4")
+
+
+def scenes_with_distractors(train_images: int, eval_images: int = 150) -> tuple[str, ...]:
+    return (
+        "--synthetic_distractors", "--synthetic_train_images", str(train_images), "--synthetic_eval_images",
+        str(eval_images),
+    )  # fmt: skip
+
+
+SAMARAN_DOWNSTREAM = (*scenes_with_distractors(800), *SAMARAN_DOWNSTREAM_TRAINING)
 # RefCOCO+ from 100 training scenes: from 800 the pilot was at its ceiling (0.988), where no effect can show
-SAMARAN_REFCOCO = (
-    "--synthetic_distractors", "--synthetic_train_images", "100", "--synthetic_eval_images", "150",
-    "--num_train_epochs", "3", "--learning_rate", "3e-4",
-)  # fmt: skip
+SAMARAN_REFCOCO = (*scenes_with_distractors(100), *SAMARAN_DOWNSTREAM_TRAINING)
 SAMARAN_WEIGHTS = ("0.1", "0.3", "3")
+# the plan's further experiment for the VQA claim: fewer and more downstream training scenes than the 800 above
+SAMARAN_FURTHER_IMAGES = (50, 400)
 LI_PRETRAINING = (
     *TINY, *STUDY_SCENES, "--max_steps", "1000", "--per_device_train_batch_size", "32", "--learning_rate", "1e-3",
     "--warmup_steps", "100", "--eval_steps", "250",
@@ -441,6 +450,15 @@ STUDIES: tuple[Experiment, ...] = (
                 f"vgp_direct_weight_{weight}": vgp("direct", "--supervision_weight", weight)
                 for weight in SAMARAN_WEIGHTS
             },
+            **{
+                f"vqa_{name}_{images}_images": Setting(
+                    "finetune_vqa.py",
+                    (*scenes_with_distractors(images), *SAMARAN_DOWNSTREAM_TRAINING),
+                    start_from=f"vgp_{name}",
+                )
+                for images in SAMARAN_FURTHER_IMAGES
+                for name in ("none", "direct")
+            },
         },
         metrics=(
             Metric("grounding_accuracy_best_head", "grounding, best head"),
@@ -481,6 +499,16 @@ STUDIES: tuple[Experiment, ...] = (
             Claim(
                 "RefCOCO+ accuracy after direct-supervised VGP exceeds that after VGP without supervision",
                 Comparison(("refcoco_direct", "accuracy"), ("refcoco_none", "accuracy")),
+                min_effect=0.01,
+            ),
+            Claim(
+                "further experiment: the VQA accuracy difference (direct - none) is larger with fewer downstream "
+                "training scenes (50 - 400)",
+                Comparison(
+                    ("vqa_direct_50_images", "accuracy"),
+                    ("vqa_none_50_images", "accuracy"),
+                    minus=Comparison(("vqa_direct_400_images", "accuracy"), ("vqa_none_400_images", "accuracy")),
+                ),
                 min_effect=0.01,
             ),
         ),
