@@ -304,9 +304,18 @@ MINIATURE = "miniature"  # the studies' own budget: results in `results/<study>/
 TINY_TEXT_MODEL = "{tiny_text_model}"
 TINY_TEXT_MODEL_DIR = Path("outputs/studies/tiny_text_model")
 TINY = ("--model_name_or_path", TINY_TEXT_MODEL)
-# scenes whose every image holds a target with a same-kind and a same-colour distractor
-STUDY_SCENES = ("--synthetic_distractors", "--synthetic_train_images", "800", "--synthetic_eval_images", "150")
-STUDY_SMOKE_SCENES = ("--synthetic_distractors", "--synthetic_train_images", "12", "--synthetic_eval_images", "6")
+
+
+def scenes_with_distractors(train_images: int, eval_images: int = 150) -> tuple[str, ...]:
+    """Synthetic scenes whose every image holds a target with a same-kind and a same-colour distractor."""
+    return (
+        "--synthetic_distractors", "--synthetic_train_images", str(train_images), "--synthetic_eval_images",
+        str(eval_images),
+    )  # fmt: skip
+
+
+STUDY_SCENES = scenes_with_distractors(800)
+STUDY_SMOKE_SCENES = scenes_with_distractors(12, 6)
 STUDY_SMOKE = (*STUDY_SMOKE_SCENES, "--image_use_examples", "8", *SMOKE_STEPS)
 TINY_TWO_STREAM = ("--l_layers", "2", "--r_layers", "1", "--x_layers", "2")
 TINY_CAPTIONER = ("--d_model", "128", "--attention_heads", "4", "--encoder_layers", "3", "--decoder_layers", "3")
@@ -323,15 +332,7 @@ VGP_SUPERVISIONS = ("none", "direct", "semi_direct", "indirect")
 SAMARAN_VGP = (*TINY, *STUDY_SCENES, "--num_train_epochs", "3", "--learning_rate", "1e-3", "--warmup_steps", "100")
 SAMARAN_DOWNSTREAM_TRAINING = ("--num_train_epochs", "3", "--learning_rate", "3e-4")
 
-
-def scenes_with_distractors(train_images: int, eval_images: int = 150) -> tuple[str, ...]:
-    return (
-        "--synthetic_distractors", "--synthetic_train_images", str(train_images), "--synthetic_eval_images",
-        str(eval_images),
-    )  # fmt: skip
-
-
-SAMARAN_DOWNSTREAM = (*scenes_with_distractors(800), *SAMARAN_DOWNSTREAM_TRAINING)
+SAMARAN_DOWNSTREAM = (*STUDY_SCENES, *SAMARAN_DOWNSTREAM_TRAINING)
 # RefCOCO+ from 100 training scenes: from 800 the pilot was at its ceiling (0.988), where no effect can show
 SAMARAN_REFCOCO = (*scenes_with_distractors(100), *SAMARAN_DOWNSTREAM_TRAINING)
 SAMARAN_WEIGHTS = ("0.1", "0.3", "3")
@@ -379,8 +380,8 @@ KERVADEC_PRETRAINING = (
 )  # fmt: skip
 # trained on the balanced questions of 100 scenes, scored on the "all" file too (GQA's consistency)
 KERVADEC_LOW_DATA_QA = (
-    "--model_family", "two_stream", "--synthetic_distractors", "--synthetic_train_images", "100",
-    "--synthetic_eval_images", "150", "--gqa_eval_subset", "all", "--num_train_epochs", "5", "--learning_rate", "3e-4",
+    "--model_family", "two_stream", *scenes_with_distractors(100), "--gqa_eval_subset", "all", "--num_train_epochs",
+    "5", "--learning_rate", "3e-4",
 )  # fmt: skip
 KERVADEC_FURTHER_EPOCHS = 8
 KERVADEC_QA_ACCURACY = Comparison(("qa_with", "gqa_accuracy"), ("qa_without", "gqa_accuracy"))
