@@ -9,9 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 from script_modules import ROOT, load_script
 
 from hf_vlalign.cli import USER_FILE, _synthetic_config, build_parser, check_options
+from hf_vlalign.data.formats import iter_lxmert_tsv_records
+from hf_vlalign.data.region_extraction import CropEncoder
 from hf_vlalign.recipes import DataArguments, parse_recipe_args, synthetic_scene_config
 from hf_vlalign.synthetic import Shape, SyntheticSceneConfig, distractor_statistics, generate_synthetic_scenes
 from hf_vlalign.synthetic.scenes import _manifest, _sample_scene
@@ -21,8 +24,8 @@ from hf_vlalign.synthetic.scenes import _manifest, _sample_scene
 # FORMAT_VERSION 4 (GQA's entailed questions, gqa/{split}_all_questions.json); the scenes themselves are unchanged.
 DEFAULT_WORLD_DIGEST = "193787fec7ef39d2"
 DEFAULT_SCENES_HASH = "fce62af972f167cb"
-# Every file of the default world with 6 train and 3 val images (seed 0), hashed the same way.
-TINY_DEFAULT_FILES_HASH = "c96b0771e2511f81"
+# Every file of the default world with 6 train and 3 val images (seed 0), hashed by content (`_files_hash`).
+TINY_DEFAULT_FILES_HASH = "31f4a1978c4011ea"
 
 
 def _scenes(config: SyntheticSceneConfig, num_images: int) -> list[list[Shape]]:
@@ -35,13 +38,39 @@ def _digest(config: SyntheticSceneConfig) -> str:
     return hashlib.sha256(json.dumps(_manifest(config), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _is_feature_file(path: Path) -> bool:
+    return path.parent.name == "features" and path.suffix == ".tsv"
+
+
 def _files_hash(root: Path) -> str:
+    """Every file of a world, hashed by content: the images by their pixels (PNG bytes vary with the zlib build) and
+    the feature files without their region features, float32 matrix products whose last bits vary with the BLAS
+    build and CPU (`_assert_features_are_the_encoders` checks those)."""
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
-        if path.is_file():
-            digest.update(str(path.relative_to(root)).encode())
+        if not path.is_file():
+            continue
+        digest.update(str(path.relative_to(root)).encode())
+        if path.suffix == ".png":
+            digest.update(np.asarray(Image.open(path)).tobytes())
+        elif _is_feature_file(path):
+            for record in iter_lxmert_tsv_records(path):
+                fields = {key: np.asarray(value).tolist() for key, value in record.items() if key != "features"}
+                digest.update(repr(fields).encode())
+        else:
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _assert_features_are_the_encoders(root: Path, config: SyntheticSceneConfig) -> None:
+    """Each image's region features are the crop encoder's output on its image and boxes, within float32 rounding."""
+    encoder = CropEncoder(config.feature_dim, config.seed)
+    records = list(iter_lxmert_tsv_records(root / "features" / "features.tsv"))
+    assert len(records) == config.num_train_images + config.num_val_images
+    for record in records:
+        image = Image.open(root / "images" / f"{record['image_id']}.png").convert("RGB")
+        expected = encoder.encode(image, record["boxes"])
+        np.testing.assert_allclose(record["features"], expected, rtol=1e-5, atol=1e-6)
 
 
 def test_every_target_has_both_distractors_and_triples_stay_distinct():
@@ -74,8 +103,10 @@ def test_default_world_is_unchanged():
 
 
 def test_default_world_files_are_unchanged(tmp_path):
-    paths = generate_synthetic_scenes(tmp_path / "scenes", SyntheticSceneConfig(num_train_images=6, num_val_images=3))
+    config = SyntheticSceneConfig(num_train_images=6, num_val_images=3)
+    paths = generate_synthetic_scenes(tmp_path / "scenes", config)
     assert _files_hash(paths.root) == TINY_DEFAULT_FILES_HASH
+    _assert_features_are_the_encoders(paths.root, config)
 
 
 def test_distractor_statistics_of_generated_worlds(tmp_path):
