@@ -1,0 +1,122 @@
+"""Tiny randomly initialised patch models with their processors, built offline: for tests, smoke runs and the
+mechanism check (a tiny LLaVA-style model fine-tuned on the synthetic scenes).
+
+The tokenizer is the embedded default's (MiniLM's uncased WordPiece, `default_text_model_path()`) with an `<image>`
+token added; the vision towers are tiny CLIP (LLaVA), SigLIP (PaliGemma) or ViLT's own patch embedding.
+"""
+
+from __future__ import annotations
+
+from transformers import (
+    AutoTokenizer,
+    CLIPImageProcessorPil,
+    CLIPVisionConfig,
+    GemmaConfig,
+    LlamaConfig,
+    LlavaConfig,
+    LlavaForConditionalGeneration,
+    LlavaProcessor,
+    PaliGemmaConfig,
+    PaliGemmaForConditionalGeneration,
+    PaliGemmaProcessor,
+    SiglipImageProcessorPil,
+    SiglipVisionConfig,
+    ViltConfig,
+    ViltImageProcessorPil,
+    ViltModel,
+    ViltProcessor,
+)
+
+from ..models import default_text_model_path
+
+__all__ = ["TINY_FAMILIES", "tiny_patch_model"]
+
+TINY_FAMILIES = ("vilt", "llava", "paligemma")
+IMAGE_TOKEN = "<image>"
+
+
+def _tokenizer():
+    tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
+    tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
+    return tokenizer
+
+
+def tiny_patch_model(
+    family: str,
+    image_size: int = 64,
+    patch_size: int = 16,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    vision_layers: int = 1,
+    seed: int = 0,
+):
+    """(model, processor) of a tiny `family` model ("vilt", "llava" or "paligemma") over `image_size` square images
+    cut into `patch_size` patches, randomly initialised with `seed`."""
+    import torch
+
+    if family not in TINY_FAMILIES:
+        raise ValueError(f"`family` must be one of {TINY_FAMILIES}, got {family!r}.")
+    if image_size % patch_size:
+        raise ValueError(f"`image_size` must be a multiple of `patch_size` ({patch_size}), got {image_size}.")
+    tokenizer = _tokenizer()
+    image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
+    sizes = dict(hidden_size=hidden_size, intermediate_size=4 * hidden_size, num_attention_heads=num_heads)
+    torch.manual_seed(seed)
+    if family == "vilt":
+        config = ViltConfig(
+            vocab_size=len(tokenizer),
+            num_hidden_layers=num_layers,
+            image_size=image_size,
+            patch_size=patch_size,
+            max_image_length=-1,
+            max_position_embeddings=128,
+            **sizes,
+        )
+        image_processor = ViltImageProcessorPil(size={"shortest_edge": image_size}, size_divisor=patch_size)
+        return ViltModel(config), ViltProcessor(image_processor=image_processor, tokenizer=tokenizer)
+    if family == "llava":
+        vision = CLIPVisionConfig(
+            num_hidden_layers=vision_layers, image_size=image_size, patch_size=patch_size, **sizes
+        )
+        text = LlamaConfig(
+            vocab_size=len(tokenizer),
+            num_hidden_layers=num_layers,
+            num_key_value_heads=num_heads,
+            max_position_embeddings=256,
+            pad_token_id=tokenizer.pad_token_id,
+            **sizes,
+        )
+        config = LlavaConfig(
+            vision_config=vision,
+            text_config=text,
+            image_token_id=image_token_id,
+            vision_feature_layer=-1,
+            image_seq_length=(image_size // patch_size) ** 2,
+        )
+        image_processor = CLIPImageProcessorPil(
+            size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+        )
+        processor = LlavaProcessor(
+            image_processor=image_processor,
+            tokenizer=tokenizer,
+            patch_size=patch_size,
+            vision_feature_select_strategy="default",
+            image_token=IMAGE_TOKEN,
+        )
+        return LlavaForConditionalGeneration(config), processor
+    vision = SiglipVisionConfig(num_hidden_layers=vision_layers, image_size=image_size, patch_size=patch_size, **sizes)
+    text = GemmaConfig(
+        vocab_size=len(tokenizer),
+        num_hidden_layers=num_layers,
+        num_key_value_heads=1,
+        head_dim=hidden_size // num_heads,
+        pad_token_id=tokenizer.pad_token_id,
+        **sizes,
+    )
+    config = PaliGemmaConfig(
+        vision_config=vision, text_config=text, image_token_id=image_token_id, projection_dim=hidden_size
+    )
+    image_processor = SiglipImageProcessorPil(size={"height": image_size, "width": image_size})
+    processor = PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer)
+    return PaliGemmaForConditionalGeneration(config), processor
