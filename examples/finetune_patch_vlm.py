@@ -37,9 +37,11 @@ from hf_vlalign.recipes import final_evaluation, parse_recipe_args, synthetic_sc
 from hf_vlalign.synthetic.scenes import load_or_generate_synthetic_vgp
 from hf_vlalign.trainers.patch_supervision import PatchSupervisionTrainer, PatchSupervisionTrainingArguments
 from hf_vlalign.vlms import PatchGroundingCollator, grounded_caption_examples, probe_patch_model
-from hf_vlalign.vlms.tiny import TINY_FAMILIES, tiny_patch_model
+from hf_vlalign.vlms.tiny import TINY_FAMILIES, tiny_patch_model, word_level_tokenizer
 
 logger = logging.getLogger(__name__)
+
+TINY_VOCABULARIES = ("data", "default_text_model")
 
 
 @dataclass
@@ -56,6 +58,13 @@ class PatchVLMArguments:
     tiny_layers: int = field(default=4)
     tiny_heads: int = field(default=4)
     tiny_vision_layers: int = field(default=2)
+    tiny_vocabulary: str = field(
+        default="data",
+        metadata={
+            "help": "a tiny model's tokenizer: 'data' (the training captions' words: a small language-model head) "
+            "or 'default_text_model' (the embedded default's WordPiece, 30,522 words)"
+        },
+    )
     flickr30k_entities_dir: str | None = field(
         default=None, metadata={"help": "Flickr30k Entities folder (default: synthetic scenes)."}
     )
@@ -93,8 +102,10 @@ def parse_args(argv: list[str]) -> tuple[PatchVLMArguments, PatchSupervisionTrai
     )
 
 
-def load_model(args: PatchVLMArguments, seed: int):
+def load_model(args: PatchVLMArguments, seed: int, train: list[dict]):
     if args.model_name_or_path is None:
+        if args.tiny_vocabulary not in TINY_VOCABULARIES:
+            raise ValueError(f"`--tiny_vocabulary` must be one of {TINY_VOCABULARIES}, got {args.tiny_vocabulary!r}.")
         sizes = dict(
             image_size=args.tiny_image_size,
             patch_size=args.tiny_patch_size,
@@ -103,7 +114,8 @@ def load_model(args: PatchVLMArguments, seed: int):
             num_heads=args.tiny_heads,
             vision_layers=args.tiny_vision_layers,
         )
-        return tiny_patch_model(args.tiny_family, seed=seed, **sizes)
+        tokenizer = word_level_tokenizer(row["caption"] for row in train) if args.tiny_vocabulary == "data" else None
+        return tiny_patch_model(args.tiny_family, seed=seed, tokenizer=tokenizer, **sizes)
     processor = AutoProcessor.from_pretrained(args.model_name_or_path)
     return AutoModelForImageTextToText.from_pretrained(args.model_name_or_path), processor
 
@@ -138,8 +150,8 @@ def probe_results(trainer, collator, examples: list[dict], batch_size: int) -> d
 def main(argv: list[str] | None = None) -> dict:
     args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     set_seed(training_args.seed)
-    model, processor = load_model(args, training_args.seed)
     train, evaluation, counts, source = load_examples(args)
+    model, processor = load_model(args, training_args.seed, train)
     collator = PatchGroundingCollator(processor, model.config, args.prompt, args.coverage_threshold)
     trainer = PatchSupervisionTrainer(
         model=model,

@@ -12,7 +12,9 @@ IoU >= 0.5 between a detected region and the gold box: a patch is far smaller th
 larger than two patches is below 0.5 for every patch. The grounding probe counts a head correct when its most
 attended patch is covered; the supervision target of a grounded word is the uniform distribution over the covered
 cells of its phrase (Samaran et al.'s target spread over the regions that match the gold box). A box too small to
-cover any cell at the threshold is mapped to the cell it covers most, so that no phrase is dropped silently.
+cover any cell at the threshold is mapped to the cell it covers most for the supervision target, so that no phrase
+is dropped from training; the probe keeps Li et al.'s rule as it is: such a phrase has no correct patch, a miss for
+every head and the baseline alike (as a phrase without any region at IoU >= 0.5 is in their region probe).
 
 Cells are numbered row-major, `index = row * columns + column`, the order in which CLIP, SigLIP and ViT flatten their
 patch embeddings.
@@ -100,12 +102,13 @@ def centre_prior(grid: tuple[int, int]) -> torch.Tensor:
     usual prior of pointing benchmarks. The score is minus the cell's rank by distance to the centre, cells equally far
     (the four central cells of an even grid) ranked in row-major order: whole numbers, so that the baseline is the same
     cell in any float precision and whatever an argmax kernel does with ties."""
-    boxes = cell_boxes(grid)
-    centres = (boxes[:, :2] + boxes[:, 2:]) / 2
-    distance = ((centres.double() - 0.5) ** 2).sum(-1)
-    order = sorted(range(len(distance)), key=lambda cell: (float(distance[cell]), cell))
-    score = torch.empty(len(distance))
-    score[order] = -torch.arange(len(distance), dtype=torch.float32)
+    rows, columns = _check_grid(grid)
+    row, column = torch.meshgrid(torch.arange(rows), torch.arange(columns), indexing="ij")
+    # the squared distance times (2 * rows * columns) ** 2, in integers: equally far cells tie exactly (float
+    # centres do not, e.g. on a 12 x 12 grid), so the stable sort ranks them row-major
+    distance = (((2 * column + 1 - columns) * rows) ** 2 + ((2 * row + 1 - rows) * columns) ** 2).flatten()
+    score = torch.empty(rows * columns)
+    score[torch.sort(distance, stable=True).indices] = -torch.arange(rows * columns, dtype=torch.float32)
     return score
 
 

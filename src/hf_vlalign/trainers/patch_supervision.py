@@ -12,7 +12,12 @@ from ..utils.item_counts import count_labeled
 from ..vlms.data import NON_MODEL_KEYS
 from ..vlms.families import forward_with_layout, patch_model_family
 from ..vlms.recording import AttentionRecorder
-from ..vlms.supervision import PATCH_SUPERVISION_METHODS, grounded_token_count, patch_attention_loss
+from ..vlms.supervision import (
+    PATCH_SUPERVISION_METHODS,
+    grounded_cell_count,
+    grounded_token_count,
+    patch_attention_loss,
+)
 from .base import ComponentLossTrainer, ComponentLossTrainingArguments, _finite
 
 __all__ = ["PatchSupervisionTrainer", "PatchSupervisionTrainingArguments"]
@@ -103,7 +108,12 @@ class PatchSupervisionTrainer(ComponentLossTrainer):
         label_tokens = (
             count_labeled(labels[:, 1:]) if labels is not None and self.family.name != "vilt" else count_labeled(labels)
         )
-        return {"label_tokens": label_tokens, "grounded_words": grounded_token_count(inputs["word_cell_alignment"])}
+        alignment = inputs["word_cell_alignment"]
+        return {
+            "label_tokens": label_tokens,
+            "grounded_words": grounded_token_count(alignment),
+            "grounded_cells": grounded_cell_count(alignment),
+        }
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         counts = self._step_item_counts if model.training else self.global_item_counts([inputs])
@@ -122,6 +132,7 @@ class PatchSupervisionTrainer(ComponentLossTrainer):
                 self.supervised_layers,
                 self.args.supervised_heads,
                 num_rows=counts["grounded_words"],
+                num_image_rows=counts["grounded_cells"],
             )
             recorder.clear()
         else:

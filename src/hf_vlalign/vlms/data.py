@@ -31,7 +31,7 @@ from .families import PatchModelFamily, ViltFamily, patch_model_family
 __all__ = ["LAYOUT_KEYS", "NON_MODEL_KEYS", "PatchGroundingCollator", "grounded_caption_examples"]
 
 LAYOUT_KEYS = ("image_positions", "cell_index", "patch_mask")
-NON_MODEL_KEYS = ("word_cell_alignment", "phrase_token_index", "phrase_cell_coverage", *LAYOUT_KEYS)
+NON_MODEL_KEYS = ("word_cell_alignment", "phrase_token_index", "phrase_cell_coverage", "details", *LAYOUT_KEYS)
 
 
 def grounded_caption_examples(
@@ -108,6 +108,8 @@ class PatchGroundingCollator:
         max_text_length: caption tokens kept (longer captions are cut, and phrases beyond the cut are counted in
             `truncated_phrases`).
         with_labels: LLaVA / PaliGemma: add `labels` (language-model loss on the caption).
+        return_details: add `details`, per example its caption's token span (`caption_start`, `caption_end`) and its
+            phrases' tokens and boxes normalised to the processed image (what the explorer draws).
     """
 
     processor: object
@@ -116,6 +118,7 @@ class PatchGroundingCollator:
     coverage_threshold: float = DEFAULT_COVERAGE_THRESHOLD
     max_text_length: int = 64
     with_labels: bool = True
+    return_details: bool = False
 
     def __post_init__(self) -> None:
         self.family: PatchModelFamily = patch_model_family(self.config)
@@ -201,7 +204,7 @@ class PatchGroundingCollator:
         )
         num_cells = grid[0] * grid[1]
         alignment = torch.zeros(len(ids), num_cells)
-        last_tokens, coverages = [], []
+        last_tokens, coverages, details = [], [], []
         for phrase in example.get("phrases", []):
             tokens = [
                 start + i
@@ -216,6 +219,13 @@ class PatchGroundingCollator:
             alignment[tokens] = covered_cells_target(coverage, self.coverage_threshold)
             last_tokens.append(tokens[-1])
             coverages.append(coverage)
+            details.append(
+                {
+                    "tokens": tokens,
+                    "boxes": boxes.tolist(),
+                    "text": example["caption"][phrase["char_start"] : phrase["char_end"]],
+                }
+            )
         labels = [-100] * first_label + ids[first_label:]
         return {
             "input_ids": ids,
@@ -224,6 +234,7 @@ class PatchGroundingCollator:
             "alignment": alignment,
             "last_tokens": last_tokens,
             "coverages": coverages,
+            "details": {"caption_start": start, "caption_end": start + len(caption_ids), "phrases": details},
         }
 
     def _pad(self, rows: list[dict], grid: tuple[int, int]) -> dict[str, torch.Tensor]:
@@ -252,6 +263,8 @@ class PatchGroundingCollator:
                 batch["phrase_cell_coverage"][i, k] = coverage
         if not self.with_labels or isinstance(self.family, ViltFamily):
             del batch["labels"]
+        if self.return_details:
+            batch["details"] = [row["details"] for row in rows]
         if self.family.name == "llava":
             del batch["token_type_ids"]
         return batch

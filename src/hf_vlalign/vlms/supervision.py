@@ -8,7 +8,8 @@ query / key projections (`AttentionRecorder`).
   is added where image tokens attend to the text (ViLT); in LLaVA and PaliGemma the image comes before the text
   under a causal or prefix mask and the image tokens never see the caption, so the direction does not exist.
 - Semi-direct: the same cross-entropy on attention rollout (Abnar & Zuidema 2020) through the language model (or
-  ViLT's encoder) up to each supervised layer, its text->image rows re-normalised over the image tokens. Rollout needs
+  ViLT's encoder) up to each supervised layer, its text->image rows re-normalised over the image tokens (and, for
+  ViLT, its image->text rows over the text tokens). Rollout needs
   the full attention maps of every layer up to the deepest supervised one: they are recomputed from the recorded
   projections with the model's mask, which costs what an eager forward of those layers costs.
 
@@ -27,6 +28,7 @@ from .recording import AttentionRecorder
 
 __all__ = [
     "PATCH_SUPERVISION_METHODS",
+    "grounded_cell_count",
     "grounded_token_count",
     "patch_attention_loss",
     "sequence_masks",
@@ -47,6 +49,11 @@ def grounded_token_count(word_cell_alignment: torch.Tensor) -> torch.Tensor:
     return (word_cell_alignment.sum(-1) > 0).sum()
 
 
+def grounded_cell_count(word_cell_alignment: torch.Tensor) -> torch.Tensor:
+    """Grid cells that some grounded token's target covers: the image rows the image->text direction averages over."""
+    return (word_cell_alignment.sum(-2) > 0).sum()
+
+
 def _gather_positions(tensor: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """(B, H, N, d) -> (B, H, P, d) at the (B, P) sequence positions."""
     index = positions.to(tensor.device)[:, None, :, None].expand(-1, tensor.shape[1], -1, tensor.shape[-1])
@@ -55,10 +62,10 @@ def _gather_positions(tensor: torch.Tensor, positions: torch.Tensor) -> torch.Te
 
 def _full_heads(key: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Grouped-query keys (B, H_kv, N, d) repeated to the H query heads (transformers' `repeat_kv`)."""
-    return key if key.shape[1] == num_heads else key.repeat(1, num_heads // key.shape[1], 1, 1)
+    return key if key.shape[1] == num_heads else key.repeat_interleave(num_heads // key.shape[1], dim=1)
 
 
-def _direct_loss(recorder, layers, layout, target, heads, num_rows, text_mask, image_to_text) -> torch.Tensor:
+def _direct_loss(recorder, layers, layout, target, heads, num_rows, num_image_rows, text_mask, image_to_text):
     queries = [recorder.queries[layer] for layer in layers]
     keys = [_full_heads(recorder.keys[layer], query.shape[1]) for layer, query in zip(layers, queries)]
     image_keys = additive_key_bias(layout.patch_mask.to(target.device)[:, None, None, :], queries[0].dtype)
@@ -69,7 +76,6 @@ def _direct_loss(recorder, layers, layout, target, heads, num_rows, text_mask, i
         image_target = normalise_rows(target.transpose(1, 2)).unsqueeze(1)
         text_keys = additive_key_bias(text_mask.to(target.device)[:, None, None, :], queries[0].dtype)
         pairs = [(_gather_positions(query, layout.image_positions), key) for query, key in zip(queries, keys)]
-        num_image_rows = (image_target.sum(-1) > 0).sum()
         loss = loss + query_key_direction_loss(pairs, heads, recorder.scaling, image_target, text_keys, num_image_rows)
     return loss
 
@@ -86,25 +92,33 @@ def _allowed(mask: torch.Tensor | None, key_mask: torch.Tensor, causal: bool) ->
     return allowed
 
 
-def _semi_direct_loss(recorder, layers, layout, target, heads, num_rows, key_mask, causal) -> torch.Tensor:
-    probabilities = []
-    for layer in range(max(layers) + 1):
-        query = recorder.queries[layer]
-        key = _full_heads(recorder.keys[layer], query.shape[1])
-        logits = (query @ key.transpose(-1, -2) * recorder.scaling).float()
-        allowed = _allowed(recorder.masks[layer], key_mask.to(query.device), causal)[..., : key.shape[2]]
-        logits = logits.masked_fill(~allowed, torch.finfo(logits.dtype).min)
-        probabilities.append(torch.softmax(logits, dim=-1))
+def _layer_probabilities(recorder, layer: int, key_mask: torch.Tensor, causal: bool) -> torch.Tensor:
+    """(B, H, N, N) attention probabilities of a recorded layer, under the mask the model applied."""
+    query = recorder.queries[layer]
+    key = _full_heads(recorder.keys[layer], query.shape[1])
+    logits = (query @ key.transpose(-1, -2) * recorder.scaling).float()
+    allowed = _allowed(recorder.masks[layer], key_mask.to(query.device), causal)[..., : key.shape[2]]
+    return torch.softmax(logits.masked_fill(~allowed, torch.finfo(logits.dtype).min), dim=-1)
+
+
+def _semi_direct_loss(recorder, layers, layout, target, heads, counts, masks, causal, image_to_text) -> torch.Tensor:
+    (num_rows, num_image_rows), (key_mask, text_mask) = counts, masks
+    probabilities = [_layer_probabilities(recorder, layer, key_mask, causal) for layer in range(max(layers) + 1)]
     rollouts = attention_rollout(probabilities, heads)
+    positions = layout.image_positions.to(target.device)
     patch_mask = layout.patch_mask.to(target.device)
+    image_target = normalise_rows(target.transpose(1, 2))
     losses = []
     for layer in layers:
         rollout = rollouts[layer]  # (B, N, N)
-        columns = layout.image_positions.to(rollout.device)[:, None, :].expand(-1, rollout.shape[1], -1)
-        text_to_image = rollout.gather(-1, columns)
-        text_to_image = text_to_image * patch_mask[:, None, :]
-        log_probs = torch.log(normalise_rows(text_to_image).clamp(min=1e-12))
-        losses.append(soft_cross_entropy(log_probs, target, num_rows))
+        text_to_image = rollout.gather(-1, positions[:, None, :].expand(-1, rollout.shape[1], -1))
+        log_probs = torch.log(normalise_rows(text_to_image * patch_mask[:, None, :]).clamp(min=1e-12))
+        loss = soft_cross_entropy(log_probs, target, num_rows)
+        if image_to_text:  # eq. (7) on rollout: image rows over the text columns
+            image_to_all = rollout.gather(1, positions[:, :, None].expand(-1, -1, rollout.shape[-1]))
+            log_probs = torch.log(normalise_rows(image_to_all * text_mask[:, None, :]).clamp(min=1e-12))
+            loss = loss + soft_cross_entropy(log_probs, image_target, num_image_rows)
+        losses.append(loss)
     return torch.stack(losses).mean()
 
 
@@ -135,6 +149,7 @@ def patch_attention_loss(
     layers: list[int] | None = None,
     heads: list[int] | None = None,
     num_rows: torch.Tensor | None = None,
+    num_image_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The supervision loss of one batch, averaged over the supervised layers (and heads, for "direct").
 
@@ -147,6 +162,8 @@ def patch_attention_loss(
         layers: supervised layers (default: the recorder's).
         heads: supervised heads (default: all; semi-direct averages them in the rollout).
         num_rows: the number of grounded rows to divide by (global under data parallelism); default: this batch's.
+        num_image_rows: the same for the image->text direction (ViLT): the grid cells some grounded word's target
+            covers (`grounded_cell_count`); default: this batch's.
     """
     if method not in PATCH_SUPERVISION_METHODS:
         raise ValueError(f"`method` must be one of {PATCH_SUPERVISION_METHODS}, got {method!r}.")
@@ -159,6 +176,8 @@ def patch_attention_loss(
     target = token_alignment(alignment, layout)
     if method == "direct":
         image_to_text = recorder.family.image_attends_to_text
-        return _direct_loss(recorder, layers, layout, target, heads, num_rows, text_mask, image_to_text)
+        return _direct_loss(recorder, layers, layout, target, heads, num_rows, num_image_rows, text_mask, image_to_text)
     causal = not recorder.family.image_attends_to_text
-    return _semi_direct_loss(recorder, layers, layout, target, heads, num_rows, key_mask, causal)
+    counts, masks = (num_rows, num_image_rows), (key_mask, text_mask.to(target.device))
+    image_to_text = recorder.family.image_attends_to_text
+    return _semi_direct_loss(recorder, layers, layout, target, heads, counts, masks, causal, image_to_text)

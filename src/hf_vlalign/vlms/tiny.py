@@ -2,10 +2,14 @@
 mechanism check (a tiny LLaVA-style model fine-tuned on the synthetic scenes).
 
 The tokenizer is the embedded default's (MiniLM's uncased WordPiece, `default_text_model_path()`) with an `<image>`
-token added; the vision towers are tiny CLIP (LLaVA), SigLIP (PaliGemma) or ViLT's own patch embedding.
+token added, or a word-level tokenizer over a corpus (`word_level_tokenizer`): a tiny model with MiniLM's 30,522
+words spends most of its compute in the language-model head, a vocabulary of the data's few hundred words does not.
+The vision towers are tiny CLIP (LLaVA), SigLIP (PaliGemma) or ViLT's own patch embedding.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from transformers import (
     AutoTokenizer,
@@ -19,6 +23,7 @@ from transformers import (
     PaliGemmaConfig,
     PaliGemmaForConditionalGeneration,
     PaliGemmaProcessor,
+    PreTrainedTokenizerFast,
     SiglipImageProcessorPil,
     SiglipVisionConfig,
     ViltConfig,
@@ -29,7 +34,7 @@ from transformers import (
 
 from ..models import default_text_model_path
 
-__all__ = ["TINY_FAMILIES", "tiny_patch_model"]
+__all__ = ["TINY_FAMILIES", "tiny_patch_model", "word_level_tokenizer"]
 
 TINY_FAMILIES = ("vilt", "llava", "paligemma")
 IMAGE_TOKEN = "<image>"
@@ -41,6 +46,26 @@ def _tokenizer():
     return tokenizer
 
 
+def word_level_tokenizer(texts: Iterable[str]) -> PreTrainedTokenizerFast:
+    """A lowercasing word-level tokenizer over the words of `texts` (BERT's splitting of words and punctuation), with
+    [PAD], [UNK], [CLS], [SEP] and `<image>`: a small vocabulary for tiny models trained from scratch."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", IMAGE_TOKEN]
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=special))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        additional_special_tokens=[IMAGE_TOKEN],
+    )
+
+
 def tiny_patch_model(
     family: str,
     image_size: int = 64,
@@ -50,16 +75,20 @@ def tiny_patch_model(
     num_heads: int = 4,
     vision_layers: int = 1,
     seed: int = 0,
+    tokenizer: PreTrainedTokenizerFast | None = None,
 ):
     """(model, processor) of a tiny `family` model ("vilt", "llava" or "paligemma") over `image_size` square images
-    cut into `patch_size` patches, randomly initialised with `seed`."""
+    cut into `patch_size` patches, randomly initialised with `seed`; `tokenizer`: one with an `<image>` token (e.g.
+    `word_level_tokenizer`), default: the embedded default's WordPiece with `<image>` added."""
     import torch
 
     if family not in TINY_FAMILIES:
         raise ValueError(f"`family` must be one of {TINY_FAMILIES}, got {family!r}.")
     if image_size % patch_size:
         raise ValueError(f"`image_size` must be a multiple of `patch_size` ({patch_size}), got {image_size}.")
-    tokenizer = _tokenizer()
+    tokenizer = _tokenizer() if tokenizer is None else tokenizer
+    if IMAGE_TOKEN not in tokenizer.get_vocab():
+        raise ValueError(f"`tokenizer` must have an {IMAGE_TOKEN} token, got none in its vocabulary.")
     image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
     sizes = dict(hidden_size=hidden_size, intermediate_size=4 * hidden_size, num_attention_heads=num_heads)
     torch.manual_seed(seed)
