@@ -6,10 +6,14 @@ one process, on the same batches.
     python benchmarks/vlm_supervision_cost.py                          # CPU, 1 thread: benchmarks/results/..._cpu.json
     python benchmarks/vlm_supervision_cost.py --device cuda            # a GPU: benchmarks/results/..._cuda.json
     python benchmarks/vlm_supervision_cost.py --steps 5 --warmup 1 --families llava --out /tmp/cost.json
+    python benchmarks/vlm_supervision_cost.py --steps 20 --warmup 2 --docs   # the CPU run and docs/vlms.md's block
+    python benchmarks/vlm_supervision_cost.py --docs_only benchmarks/results/vlm_supervision_cost_cpu.json
 
 Settings, per family (`hf_vlalign.vlms.tiny.tiny_patch_model`, random weights, built offline; default sizes: 128 x
 128 images in 16 x 16 patches = 64 image tokens, hidden 64, 4 language-model / encoder layers, 4 heads, 2 vision
-layers, batch 16 grounded captions of the synthetic scenes, supervised layer 2, all heads):
+layers, batch 16 grounded captions of the synthetic scenes, supervised layer 2, all heads; `--vocabulary data`: a
+word-level tokenizer over the captions the benchmark trains on, as examples/finetune_patch_vlm.py's
+`--tiny_vocabulary data`; `default_text_model`: the embedded default's 30,522-word WordPiece):
 - `none`: the model's task loss alone (LLaVA's / PaliGemma's caption language-model loss);
 - `direct`: + Samaran et al.'s direct supervision of the supervised layer's heads;
 - `semi_direct`: + the supervision of attention rollout up to the supervised layer.
@@ -30,20 +34,27 @@ Memory, measured in one more untimed step per setting:
 - CUDA only: `torch.cuda.max_memory_allocated` over the step, reset before it, and the step's peak above what was
   allocated when it began (gradients and activations; the three settings' weights and optimizer states stay
   resident in the process, so the absolute peak holds all of them).
-No timing is asserted anywhere (tests/project/test_vlm_supervision_cost.py checks the structure only).
+No timing is asserted anywhere (tests/project/test_vlm_supervision_cost.py checks the structure, the docs block and
+the memory claims docs/vlms.md makes of the committed results).
 
-Reading the ratios: the tiny models use the embedded MiniLM WordPiece vocabulary (30,523 tokens + `<image>`), so at
-hidden 64 LLaVA's and PaliGemma's step is mostly the language-model head and its log-softmax over the vocabulary at
-every position (and their logits are most of the bytes saved for backward). The extra milliseconds and bytes
-(`extra_step_seconds`, `extra_saved_for_backward_bytes`) carry over to other sizes better than the ratios. The
-direct loss recomputes its logits in the backward (`torch.utils.checkpoint`), so it saves almost nothing; semi-direct
-keeps the full attention maps of every layer up to the supervised one, and their rollout, for the backward:
-O(layers x batch x heads x sequence^2).
+Reading the ratios: with `--vocabulary default_text_model` (MiniLM's WordPiece, 30,522 words + `<image>`) LLaVA's
+and PaliGemma's step at hidden 64 is mostly the language-model head and its log-softmax over the vocabulary at every
+position (and their logits are most of the bytes saved for backward), so their ratios are near 1; the default `data`
+vocabulary (the captions' few dozen words) leaves the transformer layers, where the supervision acts, to dominate.
+The extra milliseconds and bytes (`extra_step_seconds`, `extra_saved_for_backward_bytes`) carry over to other sizes
+better than the ratios. The direct loss recomputes its logits in the backward (`torch.utils.checkpoint`), so it saves
+little; semi-direct keeps the full attention maps of every layer up to the supervised one, and their rollout, for the
+backward: O(layers x batch x heads x sequence^2).
+
+`--docs` also rewrites the block between `DOCS_BEGIN` and `DOCS_END` on the page holding it (docs/vlms.md, "What
+supervision costs") from the new results; `--docs_only RESULTS` rewrites it from a results file without measuring.
+tests/project/test_vlm_supervision_cost.py checks that the block is `docs_block` of the committed CPU results.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import platform
@@ -58,13 +69,16 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docs_blocks import write_results  # noqa: E402  (benchmarks/docs_blocks.py)
+from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
 from machine_info import cpu_model, versions  # noqa: E402  (benchmarks/machine_info.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 FAMILIES = ("vilt", "llava", "paligemma")
 SUPERVISIONS = ("none", "direct", "semi_direct")
+VOCABULARIES = ("data", "default_text_model")
+DOCS_BEGIN = "<!-- benchmarks/vlm_supervision_cost.py: begin -->"
+DOCS_END = "<!-- benchmarks/vlm_supervision_cost.py: end -->"
 
 
 @dataclass(frozen=True)
@@ -103,6 +117,16 @@ def grounded_examples(count: int) -> list[dict]:
     return examples[:count]
 
 
+def tokenizer_of(vocabulary: str, examples: list[dict]):
+    """The tiny models' tokenizer: `data`: a word-level tokenizer over the captions of `examples` (the ones the
+    benchmark trains on); `default_text_model`: None, `tiny_patch_model`'s default (MiniLM's WordPiece)."""
+    from hf_vlalign.vlms.tiny import word_level_tokenizer
+
+    if vocabulary not in VOCABULARIES:
+        raise ValueError(f"`vocabulary` must be one of {VOCABULARIES}, got {vocabulary!r}")
+    return word_level_tokenizer(example["caption"] for example in examples) if vocabulary == "data" else None
+
+
 def to_device(batch: dict, device: torch.device) -> dict:
     return {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
 
@@ -113,7 +137,8 @@ def to_device(batch: dict, device: torch.device) -> dict:
 class Trainee:
     """One setting: a tiny model of `family` in a `PatchSupervisionTrainer` with `supervision`, and its optimizer."""
 
-    def __init__(self, family: str, supervision: str, sizes: Sizes, device: torch.device, seed: int, output_dir: str):
+    def __init__(self, family: str, supervision: str, sizes: Sizes, device: torch.device, seed: int, output_dir: str,
+                 tokenizer=None):  # fmt: skip
         from hf_vlalign.trainers.patch_supervision import PatchSupervisionTrainer, PatchSupervisionTrainingArguments
         from hf_vlalign.vlms import PatchGroundingCollator
         from hf_vlalign.vlms.tiny import tiny_patch_model
@@ -122,6 +147,7 @@ class Trainee:
         model, processor = tiny_patch_model(
             family, image_size=sizes.image_size, patch_size=sizes.patch_size, hidden_size=sizes.hidden_size,
             num_layers=sizes.num_layers, num_heads=sizes.num_heads, vision_layers=sizes.vision_layers, seed=seed,
+            tokenizer=tokenizer,
         )  # fmt: skip
         self.collator = PatchGroundingCollator(processor, model.config)
         args = PatchSupervisionTrainingArguments(
@@ -199,16 +225,17 @@ def ratio(value: float | None, baseline: float | None) -> float | None:
 
 
 def measure_family(family: str, sizes: Sizes, steps: int, warmup: int, batches: int, device: str | torch.device = "cpu",
-                   seed: int = 0, examples: list[dict] | None = None) -> dict:  # fmt: skip
+                   seed: int = 0, examples: list[dict] | None = None, vocabulary: str = "data") -> dict:  # fmt: skip
     """Every supervision setting of `family` on the same batches, interleaved: the per-setting numbers and their
-    ratios to the family's baseline (`none`; ViLT: `direct`)."""
+    ratios to the family's baseline (`none`; ViLT: `direct`). `vocabulary`: see `tokenizer_of`."""
     if steps < 1 or warmup < 0 or batches < 1:
         raise ValueError(f"need steps >= 1, warmup >= 0, batches >= 1; got {steps}, {warmup}, {batches}")
     device = torch.device(device)
     examples = examples if examples is not None else grounded_examples(sizes.batch * batches)
+    tokenizer = tokenizer_of(vocabulary, examples)
     settings = settings_of(family)
     with tempfile.TemporaryDirectory() as output_dir:
-        trainees = {name: Trainee(family, name, sizes, device, seed, output_dir) for name in settings}
+        trainees = {name: Trainee(family, name, sizes, device, seed, output_dir, tokenizer) for name in settings}
         collator = trainees[settings[0]].collator
         batch_list = [
             to_device(collator(examples[index * sizes.batch : (index + 1) * sizes.batch]), device)
@@ -240,6 +267,8 @@ def measure_family(family: str, sizes: Sizes, steps: int, warmup: int, batches: 
         first = trainees[settings[0]]
         described = {
             "parameters": sum(parameter.numel() for parameter in first.model.parameters()),
+            "vocabulary": vocabulary,
+            "vocabulary_size": first.model.get_input_embeddings().num_embeddings,
             "sequence_length": int(batch_list[0]["input_ids"].shape[1]) + (
                 (sizes.image_size // sizes.patch_size) ** 2 + 1 if family == "vilt" else 0  # ViLT appends the image
             ),
@@ -290,20 +319,40 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def table(report: dict) -> str:
-    cuda = report["machine"]["device"] == "cuda"
-    settings = report["settings"]
-    caption = (
-        f"{report['machine']['device']} ({report['machine']['gpu']['name'] if cuda else report['machine']['cpu']}, "
-        f"{report['machine']['torch_threads']} thread(s)); torch {report['versions']['torch']}, transformers "
-        f"{report['versions']['transformers']}; batch {settings['sizes']['batch']}, "
-        f"{settings['sizes']['image_size']}px / {settings['sizes']['patch_size']}px patches, hidden "
-        f"{settings['sizes']['hidden_size']}, {settings['sizes']['num_layers']} layers, supervised layer "
-        f"{settings['sizes']['supervised_layer']}; median of {settings['steps']} steps after {settings['warmup']}. "
-        "Ratios are to the family's baseline (`none`; ViLT has no task loss: `direct`)."
+def vocabulary_of(report: dict) -> str:
+    """The tiny models' vocabulary in words: `data` or `default_text_model`, and its size (the input embedding's rows,
+    specials included)."""
+    family = report["families"][0]
+    vocabulary = report["settings"].get("vocabulary", family.get("vocabulary"))
+    size = family.get("vocabulary_size")
+    size = "" if size is None else f" ({size:,} tokens)"
+    if vocabulary == "data":
+        return f"a word-level vocabulary of the training captions{size}"
+    return f"the default text model's WordPiece{size}"
+
+
+def caption(report: dict) -> str:
+    """One line: the machine, threads, sizes, vocabulary, steps, and what the ratios are to."""
+    machine_, settings, sizes = report["machine"], report["settings"], report["settings"]["sizes"]
+    where = (
+        f"{machine_['gpu']['name']} (CUDA {machine_['gpu']['cuda']})" if machine_["device"] == "cuda"
+        else f"CPU ({machine_['cpu']}), {machine_['torch_threads']} thread{'s' if machine_['torch_threads'] != 1 else ''}"
+    )  # fmt: skip
+    return (
+        f"{where}, torch {report['versions']['torch']}; batch {sizes['batch']}, {sizes['image_size']} px images in "
+        f"{sizes['patch_size']} px patches ({(sizes['image_size'] // sizes['patch_size']) ** 2} image tokens), hidden "
+        f"{sizes['hidden_size']}, {sizes['num_layers']} layers of {sizes['num_heads']} heads, supervised layer "
+        f"{sizes['supervised_layer']}; {vocabulary_of(report)}; median step of {settings['steps']} after "
+        f"{settings['warmup']} warm-up rounds. Ratios are to the `none` setting measured in the same run (ViLT: to "
+        "`direct`, it has no task loss)."
     )
+
+
+def table(report: dict) -> str:
+    """The caption line, then the table of every family's settings (and the CUDA peak columns on a GPU)."""
+    cuda = report["machine"]["device"] == "cuda"
     lines = [
-        caption,
+        caption(report),
         "",
         "| family | supervision | step (ms) | time ratio | saved for backward (MiB) | extra saved (MiB) | saved ratio |"
         + (" CUDA peak (MiB) | step peak (MiB) | step peak ratio |" if cuda else ""),
@@ -325,6 +374,16 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def docs_block(report: dict) -> str:
+    """The block of docs/vlms.md ("What supervision costs"), markers included, from a results file of this script."""
+    return f"{DOCS_BEGIN}\n{table(report)}\n{DOCS_END}"
+
+
+def write_docs(report: dict) -> Path:
+    """Rewrites the block on the page holding `DOCS_BEGIN`; returns that page."""
+    return replace_docs_block(DOCS_BEGIN, DOCS_END, docs_block(report))
+
+
 def benchmark(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     sizes = Sizes(args.image_size, args.patch_size, args.hidden_size, args.num_layers, args.num_heads,
@@ -334,7 +393,8 @@ def benchmark(args: argparse.Namespace) -> dict:
     families = []
     for family in args.families:
         started = time.perf_counter()
-        measured = measure_family(family, sizes, args.steps, args.warmup, args.batches, device, args.seed, examples)
+        measured = measure_family(family, sizes, args.steps, args.warmup, args.batches, device, args.seed, examples,
+                                  args.vocabulary)  # fmt: skip
         families.append(measured)
         print(f"{family}: measured in {time.perf_counter() - started:.0f} s", flush=True)
     info = machine(device)
@@ -347,6 +407,7 @@ def benchmark(args: argparse.Namespace) -> dict:
             "warmup": args.warmup,
             "batches": args.batches,
             "seed": args.seed,
+            "vocabulary": args.vocabulary,
             "precision": "fp32",
             "step": (
                 "PatchSupervisionTrainer.training_step (forward, supervision loss, backward) + optimizer step + "
@@ -377,6 +438,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batches", type=int, default=2, help="distinct batches, cycled over the rounds")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vocabulary", default="data", choices=VOCABULARIES,
+                        help="the tiny models' tokenizer: 'data' (default: word-level over the training captions, as "
+                        "examples/finetune_patch_vlm.py's --tiny_vocabulary data) or 'default_text_model' (the "
+                        "embedded default's 30,522-word WordPiece)")  # fmt: skip
+    parser.add_argument("--docs", action="store_true", help="also rewrite docs/vlms.md's block from the new results")
+    parser.add_argument("--docs_only", type=Path, default=None, metavar="RESULTS",
+                        help="only rewrite docs/vlms.md's block from this results JSON (no measuring)")
     parser.add_argument("--image_size", type=int, default=defaults.image_size, help="default 128")
     parser.add_argument("--patch_size", type=int, default=defaults.patch_size, help="default 16")
     parser.add_argument("--hidden_size", type=int, default=defaults.hidden_size, help="default 64")
@@ -387,6 +455,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--supervised_layer", type=int, default=defaults.supervised_layer, help="default 2")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
+    if args.docs_only is not None:
+        report = json.loads(args.docs_only.read_text())
+        print(f"rewrote {write_docs(report)}")
+        return report
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available")
     if args.steps < 1 or args.warmup < 0 or args.batches < 1:
@@ -401,6 +473,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(table(report))
     write_results(out, report)
     print(f"wrote {out}")
+    if args.docs:
+        print(f"rewrote {write_docs(report)}")
     return report
 
 

@@ -36,7 +36,7 @@ from hf_vlalign.alignment.patches import DEFAULT_COVERAGE_THRESHOLD
 from hf_vlalign.recipes import final_evaluation, parse_recipe_args, synthetic_scene_config, write_results
 from hf_vlalign.synthetic.scenes import load_or_generate_synthetic_vgp
 from hf_vlalign.trainers.patch_supervision import PatchSupervisionTrainer, PatchSupervisionTrainingArguments
-from hf_vlalign.vlms import PatchGroundingCollator, grounded_caption_examples, probe_patch_model
+from hf_vlalign.vlms import PatchGroundingCollator, grounded_caption_examples, patch_batches, probe_patch_model
 from hf_vlalign.vlms.tiny import TINY_FAMILIES, tiny_patch_model, word_level_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -140,8 +140,9 @@ def load_examples(args: PatchVLMArguments) -> tuple[list[dict], list[dict], dict
 
 
 def probe_results(trainer, collator, examples: list[dict], batch_size: int) -> dict:
-    batches = (collator(examples[start : start + batch_size]) for start in range(0, len(examples), batch_size))
-    result = probe_patch_model(trainer.model, batches, collator.coverage_threshold)
+    result = probe_patch_model(
+        trainer.model, patch_batches(collator, examples, batch_size), collator.coverage_threshold
+    )
     report = result.to_dict()
     report["best_head_of_layer"] = [float(row.max()) for row in result.accuracy]
     return report

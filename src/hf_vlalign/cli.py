@@ -693,7 +693,7 @@ def _patch_model_examples(args: argparse.Namespace) -> tuple[list[dict], str]:
 
 def _probe_patch_model(args: argparse.Namespace):
     """(probe result, data description, captions probed) of a transformers patch model, patches as regions."""
-    from .vlms import PatchGroundingCollator, probe_patch_model
+    from .vlms import PatchGroundingCollator, patch_batches, probe_patch_model
     from .vlms.loading import load_patch_model
 
     model, processor = load_patch_model(args.model)
@@ -701,8 +701,7 @@ def _probe_patch_model(args: argparse.Namespace):
     collator = PatchGroundingCollator(
         processor, model.config, max_text_length=getattr(args, "max_text_length", 64), with_labels=False
     )
-    size = args.batch_size
-    batches = (collator(examples[start : start + size]) for start in range(0, len(examples), size))
+    batches = patch_batches(collator, examples, args.batch_size)
     probe = probe_patch_model(model, batches, active_heads_only=args.best_head_among == "active")
     return probe, source, len(examples)
 

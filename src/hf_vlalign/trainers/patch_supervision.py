@@ -9,8 +9,7 @@ import torch
 from transformers.trainer_utils import unwrap_peft_model
 
 from ..utils.item_counts import count_labeled
-from ..vlms.data import NON_MODEL_KEYS
-from ..vlms.families import forward_with_layout, patch_model_family
+from ..vlms.families import NON_MODEL_KEYS, forward_with_layout, patch_model_family
 from ..vlms.recording import AttentionRecorder
 from ..vlms.supervision import (
     PATCH_SUPERVISION_METHODS,
@@ -37,6 +36,9 @@ class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
             Heads supervised in those layers; default: all.
         attention_supervision_weight (`float`, *optional*, defaults to `1.0`):
             Weight >= 0 of `loss_attention` in the loss.
+        remove_unused_columns (`bool`, *optional*, defaults to `False`):
+            transformers' field, which must stay False here (True is refused): `PatchGroundingCollator` reads the
+            examples' image, caption and phrases.
     """
 
     attention_supervision: str | None = field(
@@ -47,9 +49,17 @@ class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
     )
     supervised_heads: list[int] | None = field(default=None, metadata={"help": "Supervised heads (default: all)."})
     attention_supervision_weight: float = field(default=1.0, metadata={"help": "Weight (>= 0) of loss_attention."})
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "Must stay False: the collator reads the examples' image, caption and phrases."}
+    )
 
     def __post_init__(self):
         super().__post_init__()
+        if self.remove_unused_columns:
+            raise ValueError(
+                "`remove_unused_columns` must be False for PatchSupervisionTrainer, got True: the collator reads the "
+                "examples' image, caption and phrases, which are no arguments of the model's forward."
+            )
         if self.attention_supervision is not None and self.attention_supervision not in PATCH_SUPERVISION_METHODS:
             raise ValueError(
                 f"`attention_supervision` must be one of {PATCH_SUPERVISION_METHODS} or None, got "

@@ -17,7 +17,7 @@ for LLaVA / PaliGemma the `PatchLayout` tensors `image_positions`, `cell_index`,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,10 +28,7 @@ from ..alignment.patches import DEFAULT_COVERAGE_THRESHOLD, ImageGeometry, cell_
 from ..data.formats.flickr30k_entities import Flickr30kEntities
 from .families import PatchModelFamily, ViltFamily, patch_model_family
 
-__all__ = ["LAYOUT_KEYS", "NON_MODEL_KEYS", "PatchGroundingCollator", "grounded_caption_examples"]
-
-LAYOUT_KEYS = ("image_positions", "cell_index", "patch_mask")
-NON_MODEL_KEYS = ("word_cell_alignment", "phrase_token_index", "phrase_cell_coverage", "details", *LAYOUT_KEYS)
+__all__ = ["PatchGroundingCollator", "grounded_caption_examples", "patch_batches"]
 
 
 def grounded_caption_examples(
@@ -268,3 +265,11 @@ class PatchGroundingCollator:
         if self.family.name == "llava":
             del batch["token_type_ids"]
         return batch
+
+
+def patch_batches(collator: PatchGroundingCollator, examples: Sequence[dict], batch_size: int) -> Iterator[dict]:
+    """`collator`'s batches of `examples`, in order, `batch_size` at a time (the probe's and the explorer's input)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
+    for start in range(0, len(examples), batch_size):
+        yield collator(list(examples[start : start + batch_size]))

@@ -16,7 +16,7 @@ from torch import nn
 from ..alignment.patches import cell_boxes
 from ..analysis.explorer import ExplorerExample, GoldPhrase, write_attention_explorer
 from ..analysis.grounding_probe import GroundingProbeResult
-from .data import PatchGroundingCollator
+from .data import PatchGroundingCollator, patch_batches
 from .families import ViltFamily, forward_with_layout, patch_model_family
 from .probe import eager_attention, patch_attention_rows, probe_patch_model
 
@@ -84,10 +84,6 @@ def patch_explorer_examples(
     return result
 
 
-def _batches(collator: PatchGroundingCollator, examples: Sequence[dict], batch_size: int):
-    return (collator(list(examples[start : start + batch_size])) for start in range(0, len(examples), batch_size))
-
-
 def write_patch_explorer(
     model: nn.Module,
     processor,
@@ -108,7 +104,7 @@ def write_patch_explorer(
     probe = None
     if probe_examples:
         probe = probe_patch_model(
-            model, _batches(collator, examples[:probe_examples], batch_size), collator.coverage_threshold
+            model, patch_batches(collator, examples[:probe_examples], batch_size), collator.coverage_threshold
         )
     source = patch_model_family(model).name
     rule = (
@@ -137,7 +133,7 @@ def analyze_patch_model(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     collator = PatchGroundingCollator(processor, model.config, return_details=True, with_labels=False)
-    result = probe_patch_model(model, _batches(collator, examples, batch_size), collator.coverage_threshold)
+    result = probe_patch_model(model, patch_batches(collator, examples, batch_size), collator.coverage_threshold)
     family = patch_model_family(model).name
     report = {
         "model_family": family,

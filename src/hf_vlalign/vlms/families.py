@@ -23,7 +23,19 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["PATCH_MODEL_TYPES", "PatchLayout", "PatchModelFamily", "patch_model_family"]
+__all__ = [
+    "LAYOUT_KEYS",
+    "NON_MODEL_KEYS",
+    "PATCH_MODEL_TYPES",
+    "PatchLayout",
+    "PatchModelFamily",
+    "patch_model_family",
+]
+
+# the entries of a `PatchGroundingCollator` batch that are no model input: the patch layout (LLaVA, PaliGemma), the
+# supervision targets, the probe's phrases and the explorer's details
+LAYOUT_KEYS = ("image_positions", "cell_index", "patch_mask")
+NON_MODEL_KEYS = ("word_cell_alignment", "phrase_token_index", "phrase_cell_coverage", "details", *LAYOUT_KEYS)
 
 
 @dataclass
@@ -199,8 +211,6 @@ def patch_model_family(model_or_config) -> PatchModelFamily:
 
 def model_inputs(batch: dict) -> dict:
     """The entries of a `PatchGroundingCollator` batch that the model's forward takes."""
-    from .data import NON_MODEL_KEYS
-
     return {key: value for key, value in batch.items() if key not in NON_MODEL_KEYS}
 
 

@@ -15,7 +15,7 @@ def is_patch_model(name_or_path: str) -> bool:
     config cannot be read (the caller's own checks then say why)."""
     try:
         config, _ = transformers.PretrainedConfig.get_config_dict(name_or_path)
-    except (OSError, ValueError):
+    except (OSError, ValueError, TypeError):  # no such folder or id, a damaged or non-object config.json
         return False
     return isinstance(config, dict) and config.get("model_type") in PATCH_MODEL_TYPES
 

@@ -9,6 +9,7 @@ The vision towers are tiny CLIP (LLaVA), SigLIP (PaliGemma) or ViLT's own patch 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 
 from transformers import (
@@ -86,7 +87,8 @@ def tiny_patch_model(
         raise ValueError(f"`family` must be one of {TINY_FAMILIES}, got {family!r}.")
     if image_size % patch_size:
         raise ValueError(f"`image_size` must be a multiple of `patch_size` ({patch_size}), got {image_size}.")
-    tokenizer = _tokenizer() if tokenizer is None else tokenizer
+    # a copy: processors add tokens to the tokenizer they get (PaliGemma's 1,152 <loc> / <seg> tokens)
+    tokenizer = _tokenizer() if tokenizer is None else copy.deepcopy(tokenizer)
     if IMAGE_TOKEN not in tokenizer.get_vocab():
         raise ValueError(f"`tokenizer` must have an {IMAGE_TOKEN} token, got none in its vocabulary.")
     image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
@@ -134,9 +136,11 @@ def tiny_patch_model(
             image_token=IMAGE_TOKEN,
         )
         return LlavaForConditionalGeneration(config), processor
+    image_processor = SiglipImageProcessorPil(size={"height": image_size, "width": image_size})
+    processor = PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer)  # adds its tokens first
     vision = SiglipVisionConfig(num_hidden_layers=vision_layers, image_size=image_size, patch_size=patch_size, **sizes)
     text = GemmaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=len(processor.tokenizer),
         num_hidden_layers=num_layers,
         num_key_value_heads=1,
         head_dim=hidden_size // num_heads,
@@ -146,6 +150,4 @@ def tiny_patch_model(
     config = PaliGemmaConfig(
         vision_config=vision, text_config=text, image_token_id=image_token_id, projection_dim=hidden_size
     )
-    image_processor = SiglipImageProcessorPil(size={"height": image_size, "width": image_size})
-    processor = PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer)
     return PaliGemmaForConditionalGeneration(config), processor
