@@ -324,8 +324,11 @@ def vocabulary_of(report: dict) -> str:
     specials included)."""
     family = report["families"][0]
     vocabulary = report["settings"].get("vocabulary", family.get("vocabulary"))
-    size = family.get("vocabulary_size")
-    size = "" if size is None else f" ({size:,} tokens)"
+    sizes = {entry["family"]: entry.get("vocabulary_size") for entry in report["families"]}
+    size = "" if family.get("vocabulary_size") is None else f" ({family['vocabulary_size']:,} tokens"
+    if size and sizes.get("paligemma") not in (None, family["vocabulary_size"]):
+        size += f"; PaliGemma {sizes['paligemma']:,} with its processor's `<loc>` / `<seg>` tokens"
+    size += ")" if size else ""
     if vocabulary == "data":
         return f"a word-level vocabulary of the training captions{size}"
     return f"the default text model's WordPiece{size}"
