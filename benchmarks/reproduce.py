@@ -768,6 +768,48 @@ STUDIES: tuple[Experiment, ...] = (
         budgets={MINIATURE: (), "smoke": (*STUDY_SMOKE, "--encoder_layers", "1", "--decoder_layers", "1")},
     ),
 )
+# the mechanism check of transformers' own patch models (hf_vlalign.vlms): a tiny random LLaVA-style model fine-tuned
+# to caption the scenes, its attention supervised (Samaran et al.) on its middle language-model layer or not
+PATCH_VLM_SCENES = scenes_with_distractors(800)
+# the final evaluation and the probe run after training; evaluations during the run would only cost time
+PATCH_VLM_TRAINING = ("--num_train_epochs", "2", "--learning_rate", "1e-3", "--eval_strategy", "no")
+PATCH_VLM_SUPERVISED_LAYER = "2"
+PATCH_VLM_PROBE = "grounding_probe"
+PATCH_VLM_BEST = f"{PATCH_VLM_PROBE}.best_head_accuracy"
+
+
+def patch_vlm(supervision: str) -> Setting:
+    flags = ("--attention_supervision", supervision, "--supervised_layers", PATCH_VLM_SUPERVISED_LAYER)
+    flags = () if supervision == "none" else flags
+    return Setting("finetune_patch_vlm.py", (*PATCH_VLM_SCENES, *PATCH_VLM_TRAINING, *flags))
+
+
+PATCH_VLM_STUDY = Experiment(
+    name="vlm_patch_supervision",
+    title="Attention supervision of a tiny LLaVA-style model (patches as regions): direct and semi-direct vs none",
+    settings={name: patch_vlm(name) for name in ("none", "direct", "semi_direct")},
+    metrics=(
+        Metric(PATCH_VLM_BEST, "probe: best active head"),
+        Metric(f"{PATCH_VLM_PROBE}.mean_head_accuracy", "probe: mean head"),
+        Metric(f"{PATCH_VLM_PROBE}.baseline_accuracy", "probe: centre baseline"),
+        *_layers(f"{PATCH_VLM_PROBE}.best_head_of_layer.{{layer}}", "best head of layer {layer}", 4),
+        Metric("eval_loss_task", "caption loss (val)"),
+    ),
+    claims=(
+        Claim(
+            "direct supervision: the best head grounds phrases far above the unsupervised model's best head",
+            Comparison(("direct", PATCH_VLM_BEST), ("none", PATCH_VLM_BEST)),
+            min_effect=0.1,
+        ),
+        Claim(
+            "direct supervision: the best head grounds phrases far above the centre baseline",
+            Comparison(("direct", PATCH_VLM_BEST), ("direct", f"{PATCH_VLM_PROBE}.baseline_accuracy")),
+            min_effect=0.1,
+        ),
+    ),
+    budgets={MINIATURE: (), "smoke": (*STUDY_SMOKE_SCENES, *SMOKE_STEPS, "--tiny_layers", "3")},
+)
+STUDIES = (*STUDIES, PATCH_VLM_STUDY)
 EXPERIMENTS |= {study.name: study for study in STUDIES}
 
 BUDGETS = ("reduced", "default", "smoke", "miniature")

@@ -125,6 +125,18 @@ def user_error_message(error: BaseException) -> str | None:
 SYNTHETIC_OPTIONS = ("synthetic_train_images", "synthetic_eval_images", "synthetic_seed", "synthetic_distractors")
 VGP_FILE_OPTIONS = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features")
 FLICKR30K_ENTITIES_OPTIONS = ("split", "max_images")
+# verbs that also read transformers' own patch models (ViLT, LLaVA, PaliGemma: `hf_vlalign.vlms`), with the data each
+# reads for them: the synthetic scenes' or Flickr30k Entities' images (never region features)
+PATCH_MODEL_DATA = {"probe": ("synthetic", "flickr30k_entities"), "analyze": ("synthetic", "flickr30k_entities"), "explore": ("synthetic",)}
+# the options a patch model reads whatever its `--data`, and with each `--data`
+PATCH_MODEL_COMMON_OPTIONS = (
+    "data", "batch_size", "max_examples", "max_text_length", "best_head_among", "out", "json", "plot", "num_examples",
+    "probe_examples",
+)  # fmt: skip
+PATCH_MODEL_OPTIONS = {
+    "synthetic": (*SYNTHETIC_OPTIONS,),
+    "flickr30k_entities": ("flickr30k_entities_dir", "images_dir", *FLICKR30K_ENTITIES_OPTIONS),
+}
 USER_FILE = "user_file"  # the `--data` value of a user-format file (`--data_file`)
 _USER_FILE_OPTIONS = {"data_file": ("data", (USER_FILE,))}
 _SYNTHETIC_ONLY = {name: ("data", ("synthetic",)) for name in SYNTHETIC_OPTIONS}
@@ -208,9 +220,42 @@ def data_file_task(args: argparse.Namespace) -> str:
     return DATA_FILE_TASKS[args.verb]
 
 
+def _reads_patch_model(args: argparse.Namespace) -> bool:
+    """Whether the verb runs on a transformers patch model (`hf_vlalign.vlms`) rather than an hf_vlalign one."""
+    if args.verb not in PATCH_MODEL_DATA or not isinstance(getattr(args, "model", None), str):
+        return False
+    from .vlms.loading import is_patch_model
+
+    return is_patch_model(args.model)
+
+
+def check_patch_model_options(args: argparse.Namespace, given: set[str]) -> None:
+    """A patch model reads images: `--data` among `PATCH_MODEL_DATA`, Flickr30k Entities with its images folder,
+    and none of the region models' files (features, VGP pairs, user files)."""
+    allowed = PATCH_MODEL_DATA[args.verb]
+    if args.data not in allowed:
+        choices = " or ".join(f"`--data {value}`" for value in allowed)
+        raise ValueError(f"`{args.verb}` of a transformers patch model reads {choices}, got `--data {args.data}`.")
+    missing = [f"--{name}" for name in ("flickr30k_entities_dir", "images_dir") if getattr(args, name, None) is None]
+    if args.data == "flickr30k_entities" and missing:
+        raise ValueError(f"`--data flickr30k_entities` of a patch model needs {', '.join(missing)}.")
+    readable = {*PATCH_MODEL_OPTIONS[args.data], *PATCH_MODEL_COMMON_OPTIONS}
+    for option in sorted(given - readable):
+        raise ValueError(f"`--{option}` does not apply to a transformers patch model with `--data {args.data}`: drop it.")
+
+
 def check_options(args: argparse.Namespace, given: set[str]) -> None:
     """Refuses a setting without an option it needs (`REQUIRED_OPTIONS`), then an option that the chosen setting does
-    not read (`OPTION_SETTINGS`), naming both."""
+    not read (`OPTION_SETTINGS`), naming both; a transformers patch model's options are checked by
+    `check_patch_model_options`."""
+    if _reads_patch_model(args):
+        check_patch_model_options(args, given)
+        return
+    if "images_dir" in given:
+        raise ValueError(
+            "`--images_dir` applies only to transformers' patch models (ViLT, LLaVA, PaliGemma), which read the images; "
+            "a region model reads --features."
+        )
     for (setting, value), options in REQUIRED_OPTIONS.get(args.verb, {}).items():
         missing = [f"--{option}" for option in options if getattr(args, option) is None]
         if getattr(args, setting) == value and missing:
@@ -504,7 +549,7 @@ def probe_table(result: dict, model: str, data: str) -> str:
     summary = {
         f"best head of {result['best_among']} (layer {result['best_layer']}, head {result['best_head']}{best_share})": result["best_head_accuracy"],
         "mean head": result["mean_head_accuracy"],
-        "detection-confidence baseline": result["baseline_accuracy"],
+        result.get("baseline_name", "detection-confidence baseline"): result["baseline_accuracy"],
     }
     width = max(map(len, summary))
     examples = f"{result['num_examples']} examples, " if "num_examples" in result else ""
@@ -527,13 +572,17 @@ def _probe(args: argparse.Namespace) -> int:
 
     if args.plot:  # checked before the model runs
         require("matplotlib", extra="plots")
-    if args.data == "flickr30k_entities":
+    if _reads_patch_model(args):
+        probe, source, num_examples = _probe_patch_model(args)
+    elif args.data == "flickr30k_entities":
         probe, source, num_examples = _probe_flickr30k_entities(args)
     elif args.data == USER_FILE:
         probe, source, num_examples = _probe_user_file(args)
     else:
         probe, source, num_examples = _probe_vgp(args)
     result = {**probe.to_dict(), "num_examples": num_examples}
+    if _reads_patch_model(args):
+        result["baseline_name"] = "centre-patch baseline"
     print(probe_table(result, args.model, source))
     if args.json is not None:
         from .evaluation.grounding import entity_grounding_metrics
@@ -547,6 +596,7 @@ def _probe(args: argparse.Namespace) -> int:
             probe.accuracy, args.plot, title=f"grounding accuracy per head: {args.model}",
             baseline=result["baseline_accuracy"], num_phrases=result["num_phrases"],
             active_share=probe.active_share if args.best_head_among == "active" else None, active_threshold=probe.active_threshold,
+            baseline_name=result.get("baseline_name", "detection-confidence baseline"),
         )  # fmt: skip
     return 0
 
@@ -621,6 +671,75 @@ def _probe_user_file(args: argparse.Namespace):
     return probe, data.description, len(captions)
 
 
+def _patch_model_examples(args: argparse.Namespace) -> tuple[list[dict], str]:
+    """(grounded captions, their description) that a patch model reads: the synthetic scenes' evaluation split with
+    their rendered images, or a Flickr30k Entities split with its images."""
+    from .synthetic.scenes import load_or_generate_synthetic_vgp
+    from .vlms import grounded_caption_examples
+
+    if args.data == "flickr30k_entities":
+        root, images, split = args.flickr30k_entities_dir, args.images_dir, args.split
+        examples, counts = grounded_caption_examples(root, images, split, args.max_images)
+        source = f"Flickr30k Entities {split} ({counts['images']} images)"
+    else:
+        paths = load_or_generate_synthetic_vgp(config=_synthetic_config(args))
+        examples, counts = grounded_caption_examples(paths.flickr30k_entities, paths.images, "val")
+        source = f"synthetic scenes (val, {counts['images']} images)"
+    if counts["phrases_without_box"]:
+        source += f"; {counts['phrases_without_box']} phrases without a box left out"
+    limit = getattr(args, "max_examples", None)
+    return (examples[:limit] if limit else examples), source
+
+
+def _probe_patch_model(args: argparse.Namespace):
+    """(probe result, data description, captions probed) of a transformers patch model, patches as regions."""
+    from .vlms import PatchGroundingCollator, patch_batches, probe_patch_model
+    from .vlms.loading import load_patch_model
+
+    model, processor = load_patch_model(args.model)
+    examples, source = _patch_model_examples(args)
+    collator = PatchGroundingCollator(
+        processor, model.config, max_text_length=getattr(args, "max_text_length", 64), with_labels=False
+    )
+    batches = patch_batches(collator, examples, args.batch_size)
+    probe = probe_patch_model(model, batches, active_heads_only=args.best_head_among == "active")
+    return probe, source, len(examples)
+
+
+def _analyze_patch_model(args: argparse.Namespace) -> int:
+    """`analyze` of a transformers patch model: the probe's analysis.json and plots (`vlms.explore.analyze_patch_model`)."""
+    from .vlms.explore import analyze_patch_model
+    from .vlms.loading import load_patch_model
+
+    model, processor = load_patch_model(args.model)
+    examples, source = _patch_model_examples(args)
+    report = analyze_patch_model(model, processor, examples, args.out, args.batch_size, source)
+    probe = report["grounding_probe"]
+    keys = ("best_layer", "best_head", "best_head_accuracy", "best_head_active_share", "best_among", "mean_head_accuracy", "baseline_accuracy", "num_phrases")
+    print(json.dumps({"out": str(args.out), "data": source, **{key: probe[key] for key in keys}}, indent=2))
+    return 0
+
+
+def _explore_patch_model(args: argparse.Namespace) -> int:
+    """`explore` of a transformers patch model: the page over its processed images under their patch grids."""
+    from transformers.utils import logging
+
+    from .vlms.explore import write_patch_explorer
+    from .vlms.loading import load_patch_model
+
+    model, processor = load_patch_model(args.model)
+    examples, source = _patch_model_examples(args)
+    if args.num_examples > len(examples):
+        logging.get_logger(__name__).warning(f"`--num_examples {args.num_examples}`: the data hold {len(examples)} captions; showing all.")
+    path = write_patch_explorer(
+        model, processor, examples, args.out, num_examples=args.num_examples, probe_examples=args.probe_examples,
+        batch_size=args.batch_size, subtitle=f"{args.model} on {source}",
+    )  # fmt: skip
+    shown = min(args.num_examples, len(examples))
+    print(json.dumps({"out": str(path), "num_examples": shown, "probe_examples": min(args.probe_examples, len(examples)), "bytes": path.stat().st_size}, indent=2))
+    return 0
+
+
 def _synthetic_config(args: argparse.Namespace):
     from .synthetic import SyntheticSceneConfig
 
@@ -655,6 +774,8 @@ def _analyze(args: argparse.Namespace) -> int:
     files = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features", "spacy_model", "data_file")
     check_analysis_output(args.out, {"model": args.model} | {f"--{name}": getattr(args, name) for name in files}, "--out")
     require("matplotlib", extra="plots")  # the analysis writes PNGs: checked before the model runs
+    if _reads_patch_model(args):
+        return _analyze_patch_model(args)
     data = None
     if args.data == "vgp":
         tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -686,6 +807,8 @@ def _explore(args: argparse.Namespace) -> int:
 
     check_explorer_output(args.out, {"model": args.model, "--image": args.image, "--data_file": args.data_file}, "--out")
     require("matplotlib", extra="plots")  # the page's colour scale: checked before the model runs
+    if _reads_patch_model(args):
+        return _explore_patch_model(args)
     page = explore_model(
         args.model, args.out, num_examples=args.num_examples, data_file=args.data_file, image=args.image,
         synthetic=_synthetic_config(args),
@@ -876,6 +999,10 @@ def _add_flickr30k_entities_arguments(parser: argparse.ArgumentParser) -> None:
         "Flickr30k Entities single captions (--data flickr30k_entities, with --flickr30k_entities_dir and --features)"
     )
     group.add_argument("--split", choices=("train", "val", "test"), default="val", help="the Flickr30k Entities split")
+    group.add_argument(
+        "--images_dir", help="the Flickr30k images (<id>.jpg): a transformers patch model (ViLT, LLaVA, PaliGemma) reads "
+        "them instead of --features",
+    )  # fmt: skip
     group.add_argument("--max_images", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), help="only the first N images of the split (default: all)")
     group.add_argument(
         "--max_text_length", type=int_at_most("MAX_TEXT_LENGTH"), default=64,
@@ -1101,7 +1228,8 @@ def main(argv: list[str] | None = None) -> int:
             # every verb but `convert` (whose `src` may ship none: `--tokenizer`) reads the checkpoint's tokenizer
             needs_tokenizer = args.checkpoint_argument == "model"
             check_checkpoint(getattr(args, args.checkpoint_argument), args.checkpoint_argument, needs_tokenizer)
-            check_model_kind(args)
+            if not _reads_patch_model(args):
+                check_model_kind(args)
         return args.run(args)
     except KeyboardInterrupt:
         _fail(args.verb, "interrupted", status=INTERRUPTED_EXIT_STATUS)

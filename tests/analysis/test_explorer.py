@@ -573,3 +573,36 @@ def test_screenshot_script_writes_three_states(browser, explored, tmp_path):
     assert [p.name for p in paths] == ["explorer_word.png", "explorer_probe_head.png", "explorer_region.png"]
     for p in paths:
         assert Image.open(p).size[0] == 1400
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A transformers patch model: the image under its patch grid
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_browser_shows_a_patch_models_attention_over_its_grid(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from hf_vlalign.synthetic import SyntheticSceneConfig
+    from hf_vlalign.synthetic.scenes import load_or_generate_synthetic_vgp
+    from hf_vlalign.vlms import grounded_caption_examples
+    from hf_vlalign.vlms.explore import write_patch_explorer
+    from hf_vlalign.vlms.tiny import tiny_patch_model, word_level_tokenizer
+
+    scenes = load_or_generate_synthetic_vgp(config=SyntheticSceneConfig(num_train_images=12, num_val_images=6))
+    examples, _ = grounded_caption_examples(scenes.flickr30k_entities, scenes.images, "val")
+    model, processor = tiny_patch_model("llava", tokenizer=word_level_tokenizer(e["caption"] for e in examples))
+    page = write_patch_explorer(model, processor, examples, tmp_path / "patches.html", num_examples=1, probe_examples=8)
+    example = read_explorer_payload(page)["examples"][0]
+    heads = np.asarray(example["attention"]["word_to_region"]["heads"])
+    browser.get(page.resolve().as_uri())
+    assert browser.execute_script("return document.body.dataset.ready") == "1" and browser.get_log("browser") == []
+    assert len(browser.find_elements(By.CSS_SELECTOR, "rect.region")) == 16  # the 4 x 4 grid of 16-pixel patches
+    assert "a patch at least 0.5 inside a gold box" in browser.find_element(By.ID, "probe").text
+    layer, head = read_explorer_payload(page)["probe"]["best"]
+    word = example["gold"][0]["tokens"][-1]
+    browser.find_element(By.CSS_SELECTOR, f'span.tok[data-token="{word}"]').click()
+    _assert_boxes_show(browser, heads[layer, head, word])
+    assert len(browser.find_elements(By.CSS_SELECTOR, "rect.gold")) == len(example["gold"][0]["boxes"])
+    browser.save_screenshot(str(tmp_path / "patches.png"))
+    assert (tmp_path / "patches.png").stat().st_size > 10_000

@@ -380,8 +380,13 @@ def _data_uri(image: Image.Image | None) -> str | None:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _probe_payload(probe: object, views: dict) -> dict | None:
-    """The probe's (L, H) accuracy grid (a `GroundingProbeResult` or an array) for the "word_to_region" view."""
+# what the probe counts as a hit and its baseline, for region models (Li et al.)
+REGION_PROBE_RULE = ("a box with IoU \u2265 0.5 with the gold box", "detection-confidence baseline")
+
+
+def _probe_payload(probe: object, views: dict, rule: tuple[str, str] = REGION_PROBE_RULE) -> dict | None:
+    """The probe's (L, H) accuracy grid (a `GroundingProbeResult` or an array) for the "word_to_region" view; `rule`:
+    (what a hit is, the baseline's name), as the page words them."""
     if probe is None:
         return None
     result = probe if hasattr(probe, "accuracy") else None
@@ -407,6 +412,8 @@ def _probe_payload(probe: object, views: dict) -> dict | None:
         "best_head_active_share": share,
         "baseline": None if result is None else float(result.baseline_accuracy),
         "num_phrases": None if result is None else int(result.num_phrases),
+        "rule": rule[0],
+        "baseline_name": rule[1],
     }
 
 
@@ -453,6 +460,7 @@ def explorer_payload(
     subtitle: str = "",
     source: str = "",
     precision: int = 4,
+    probe_rule: tuple[str, str] = REGION_PROBE_RULE,
 ) -> dict:
     """The JSON the page embeds: the views (shape, label, rollout available), the colour scale (`colours`, and `scale`:
     `SCALE`, the fill opacity and outline width of a weight), the outline styles of the most attended and gold boxes,
@@ -475,7 +483,7 @@ def explorer_payload(
         "top_box": dict(TOP_BOX_STYLE),
         "gold_box": dict(GOLD_BOX_STYLE),
         "views": views,
-        "probe": _probe_payload(probe, views),
+        "probe": _probe_payload(probe, views, probe_rule),
         "examples": [
             {
                 "title": example.title,
@@ -509,6 +517,7 @@ def write_attention_explorer(
     subtitle: str = "",
     source: str = "",
     precision: int = 4,
+    probe_rule: tuple[str, str] = REGION_PROBE_RULE,
 ) -> Path:
     """Writes the explorer of `examples` (from `explorer_examples`) to one self-contained HTML file.
 
@@ -521,13 +530,15 @@ def write_attention_explorer(
         title, subtitle: the page's heading and the line under it (model, data).
         source: the model family, shown in the page.
         precision: decimals kept of every attention weight.
+        probe_rule: (what the probe counts as a hit, its baseline's name), shown under the grid: IoU >= 0.5 and
+            the detection-confidence baseline for region models, patch coverage and the centre baseline for patches.
     Returns:
         the path written.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"`path` must be a str or Path to the HTML file to write, got {type(path).__name__}.")
     payload = explorer_payload(
-        examples, probe=probe, title=title, subtitle=subtitle, source=source, precision=precision
+        examples, probe=probe, title=title, subtitle=subtitle, source=source, precision=precision, probe_rule=probe_rule
     )
     # "</" inside a <script> element would close it: JSON allows the escaped form "<\/"
     data = json.dumps(payload, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
@@ -850,9 +861,9 @@ function drawProbe() {
   if (!probe) { box.innerHTML = '<div class="note">No grounding-probe grid in this report.</div>'; return; }
   const acc = probe.accuracy;
   let head = '<h2>Grounding probe: accuracy per head (Li et al.; ' + DATA.views[probe.view].label + ')</h2><div class="note">'
-    + 'share of phrases whose last word attends most to a box with IoU \\u2265 0.5 with the gold box (0 to 1, same colour scale)'
+    + 'share of phrases whose last word attends most to ' + probe.rule + ' (0 to 1, same colour scale)'
     + (probe.num_phrases !== null ? '; ' + probe.num_phrases + ' phrases' : '')
-    + (probe.baseline !== null ? '; detection-confidence baseline ' + probe.baseline.toFixed(3) : '')
+    + (probe.baseline !== null ? '; ' + probe.baseline_name + ' ' + probe.baseline.toFixed(3) : '')
     + '; best \\u2605 layer ' + probe.best[0] + ', head ' + probe.best[1] + '. Click a cell to view that head.</div>';
   let table = "<table><tr><th>layer \\\\ head</th>" + acc[0].map((_, h) => "<th>" + h + "</th>").join("") + "</tr>";
   acc.forEach((row, l) => {

@@ -63,6 +63,7 @@ def draw_head_accuracy(
     num_phrases: int | None = None,
     active_share: np.ndarray | None = None,
     active_threshold: float = 0.2,
+    baseline_name: str = "detection-confidence baseline",
 ) -> Figure:
     """The figure of `plot_head_accuracy`, not saved."""
     require("matplotlib", extra="plots")
@@ -112,7 +113,7 @@ def draw_head_accuracy(
     if active_share is not None:
         facts[0] += f", active share {active_share[best_layer, best_head]:.2f} (hatched: share <= {active_threshold:g})"
     if baseline is not None:
-        facts.append(f"detection-confidence baseline {float(baseline):.3f}")
+        facts.append(f"{baseline_name} {float(baseline):.3f}")
     if num_phrases is not None:
         facts.append(f"n = {num_phrases:,} phrases")
     ax.set_title("\n".join(part for part in (title, "; ".join(facts)) if part), fontsize=10)
@@ -127,6 +128,7 @@ def plot_head_accuracy(
     num_phrases: int | None = None,
     active_share: np.ndarray | None = None,
     active_threshold: float = 0.2,
+    baseline_name: str = "detection-confidence baseline",
 ) -> Path:
     """Layer x head heatmap of grounding-probe accuracy (Li et al. 2020), saved as a PNG.
 
@@ -145,11 +147,13 @@ def plot_head_accuracy(
             at or below `active_threshold` are hatched and the best head is the best actively attending one (Li et
             al.), with its share in the title.
         active_threshold: the share above which a head is actively attending.
+        baseline_name: how the title names the baseline (patch models: "centre-patch baseline").
 
     Returns:
         The path of the written PNG.
     """
-    return save_png(draw_head_accuracy(accuracy, title, baseline, num_phrases, active_share, active_threshold), path)
+    figure = draw_head_accuracy(accuracy, title, baseline, num_phrases, active_share, active_threshold, baseline_name)
+    return save_png(figure, path)
 
 
 def _checked_accuracy(name: str, accuracy: object) -> np.ndarray:

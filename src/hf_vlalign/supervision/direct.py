@@ -173,13 +173,22 @@ def direct_supervision_loss_from_query_key(
     dtype = text_to_region[0][0].dtype
     region_keys = additive_key_bias(region_mask[:, None, None, :], dtype)
     text_keys = additive_key_bias(text_mask[:, None, None, :], dtype)
-    t2r = _layers_loss(text_to_region, heads, scaling, text_target, region_keys, num_text_rows)
-    r2t = _layers_loss(region_to_text, heads, scaling, region_target, text_keys, num_region_rows)
+    t2r = query_key_direction_loss(text_to_region, heads, scaling, text_target, region_keys, num_text_rows)
+    r2t = query_key_direction_loss(region_to_text, heads, scaling, region_target, text_keys, num_region_rows)
     return t2r + r2t
 
 
-def _layers_loss(query_key_pairs, heads, scaling, target, key_bias, num_rows) -> torch.Tensor:
-    """One direction over every supervised layer, recomputed in the backward pass (`torch.utils.checkpoint`)."""
+def query_key_direction_loss(
+    query_key_pairs: list[tuple[torch.Tensor, torch.Tensor]],
+    heads: list[int] | None,
+    scaling: float,
+    target: torch.Tensor,
+    key_bias: torch.Tensor,
+    num_rows: torch.Tensor | None,
+) -> torch.Tensor:
+    """One direction of eqs. (6)/(7) over every supervised layer from (queries (B, H, N, d), keys (B, H, K, d)) pairs,
+    logits recomputed in the backward pass (`torch.utils.checkpoint`). `target` (B, 1, N, K), `key_bias`
+    [`additive_key_bias`] of the keys, `num_rows` as in [`soft_cross_entropy`]."""
     queries, keys = zip(*query_key_pairs)
     layers = len(queries)
     return checkpoint(_direction_loss, heads, scaling, target, key_bias, num_rows, layers, *queries, *keys,

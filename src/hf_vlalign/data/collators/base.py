@@ -248,7 +248,7 @@ class RegionTextCollator:
         `gold_iou`: each region's best IoU with `gold` (`gold_region_iou`), when the caller has it already."""
         region_mask = batch["visual_attention_mask"][i]
         if regions is not None:  # built against the store by `build_dataset(..., region_features=store)`
-            if not len(gold) and not any(regions):  # a phrase without a box (GQA without scene graphs): all zeros
+            if not len(gold) and _all_zero(regions):  # a phrase without a box (GQA without scene graphs): all zeros
                 return None
             return self._checked_regions(i, regions, region_mask, batch)
         if len(gold):  # IoU in pixels: scale-free, so the annotation's and the store's pixels agree
@@ -330,3 +330,12 @@ def phrases_gold_iou(golds: list[torch.Tensor], region_boxes: torch.Tensor) -> l
     per_box = box_iou(torch.cat([gold for gold in golds if len(gold)]), region_boxes)
     best = iter(per_box.split([size for size in sizes if size]))
     return [next(best).amax(dim=0) if size else None for size in sizes]
+
+
+def _all_zero(regions: object) -> bool:
+    """Whether a `<text>_phrase_regions` row holds only zeros; False for a value that is no row, which
+    `_checked_regions` then refuses by name."""
+    try:
+        return not any(_as_list(regions))
+    except TypeError:
+        return False

@@ -1,0 +1,275 @@
+"""Grounded captions for transformers patch models: examples from Flickr30k Entities files and their collator.
+
+An example is a dict: `image` (a PIL image, or `image_path`), `caption` (str) and `phrases`, each with `char_start`,
+`char_end` (its span in the caption) and `boxes` (pixel x1, y1, x2, y2 in the original image). The collator builds
+each family's sequence itself, so that every caption token's position is known:
+
+- ViLT: `[CLS] caption [SEP]`, then the image tokens (the model appends them);
+- LLaVA: `[BOS] <image> x P prompt caption [EOS]`, labels on the caption and [EOS];
+- PaliGemma: `<image> x P [BOS] prompt \\n caption [EOS]`, the caption being the suffix (`token_type_ids` 1,
+  labels on it), as PaliGemma's processor lays out a prefix and a suffix.
+
+Besides the model inputs a batch carries `word_cell_alignment` (B, N, C): every token of a grounded phrase gets the
+uniform distribution over the grid cells its gold boxes cover (`hf_vlalign.alignment.patches`); `phrase_token_index`
+(B, K) the last token of each phrase (-1 padding) and `phrase_cell_coverage` (B, K, C) for the grounding probe; and
+for LLaVA / PaliGemma the `PatchLayout` tensors `image_positions`, `cell_index`, `patch_mask`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+from ..alignment.patches import DEFAULT_COVERAGE_THRESHOLD, ImageGeometry, cell_coverage, covered_cells_target
+from ..data.formats.flickr30k_entities import Flickr30kEntities
+from .families import PatchModelFamily, ViltFamily, patch_model_family
+
+__all__ = ["PatchGroundingCollator", "grounded_caption_examples", "patch_batches"]
+
+
+def grounded_caption_examples(
+    flickr30k_entities_dir: str | Path, images_dir: str | Path, split: str, max_images: int | None = None
+) -> tuple[list[dict], dict]:
+    """Every caption of the split's images with its boxed phrases, and counts of what was left out.
+
+    Returns:
+        (examples, counts): counts of `images`, `captions`, `phrases` kept and `phrases_without_box` (scene / no-box
+        phrases: nothing to ground) left out.
+    """
+    entities = Flickr30kEntities(flickr30k_entities_dir)
+    images_dir = Path(images_dir)
+    image_ids = entities.image_ids(split)[:max_images]
+    examples, counts = [], {"images": 0, "captions": 0, "phrases": 0, "phrases_without_box": 0}
+    for image_id in image_ids:
+        path = next(
+            (
+                images_dir / f"{image_id}{suffix}"
+                for suffix in (".png", ".jpg", ".jpeg")
+                if (images_dir / f"{image_id}{suffix}").is_file()
+            ),
+            None,
+        )
+        if path is None:
+            raise ValueError(
+                f"`images_dir` must hold an image {image_id}.png or .jpg for every listed image, got none in "
+                f"{images_dir}."
+            )
+        annotation = entities.annotation(image_id)
+        counts["images"] += 1
+        for sentence in entities.sentences(image_id):
+            phrases = []
+            for phrase in sentence.phrases:
+                boxes = annotation.boxes.get(phrase.phrase_id)
+                if not boxes:
+                    counts["phrases_without_box"] += 1
+                    continue
+                phrases.append({"char_start": phrase.char_start, "char_end": phrase.char_end, "boxes": boxes})
+            counts["phrases"] += len(phrases)
+            counts["captions"] += 1
+            examples.append(
+                {"image_id": image_id, "image_path": str(path), "caption": sentence.text, "phrases": phrases}
+            )
+    return examples, counts
+
+
+def _image(example: dict) -> Image.Image:
+    image = example.get("image")
+    if image is None:
+        if "image_path" not in example:
+            raise ValueError(f"An example must carry `image` or `image_path`, got the keys {sorted(example)}.")
+        image = Image.open(example["image_path"])
+    return image.convert("RGB")
+
+
+def _content_sizes(pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None) -> list[tuple[int, int] | None]:
+    """(width, height) of each image inside the padded `pixel_values` (from ViLT's `pixel_mask`), or None."""
+    if pixel_mask is None:
+        return [None] * pixel_values.shape[0]
+    return [(int(mask[0].sum()), int(mask[:, 0].sum())) for mask in pixel_mask]
+
+
+@dataclass
+class PatchGroundingCollator:
+    """Batches grounded captions for a patch model of `config` (see the module docstring for the layouts).
+
+    Args:
+        processor: the model's processor (its `tokenizer`, a fast tokenizer, and `image_processor` are used).
+        config: the model's config (family, image token id, patch grid).
+        prompt: text between the image and the caption (LLaVA, PaliGemma); PaliGemma's default task prompt is used
+            when None ("caption en").
+        coverage_threshold: a cell is covered by a box when at least this share of it lies inside the box.
+        max_text_length: caption tokens kept (longer captions are cut, and phrases beyond the cut are counted in
+            `truncated_phrases`).
+        with_labels: LLaVA / PaliGemma: add `labels` (language-model loss on the caption).
+        return_details: add `details`, per example its caption's token span (`caption_start`, `caption_end`) and its
+            phrases' tokens and boxes normalised to the processed image (what the explorer draws).
+    """
+
+    processor: object
+    config: object
+    prompt: str | None = None
+    coverage_threshold: float = DEFAULT_COVERAGE_THRESHOLD
+    max_text_length: int = 64
+    with_labels: bool = True
+    return_details: bool = False
+
+    def __post_init__(self) -> None:
+        self.family: PatchModelFamily = patch_model_family(self.config)
+        self.tokenizer = getattr(self.processor, "tokenizer", None)
+        self.image_processor = getattr(self.processor, "image_processor", None)
+        if self.tokenizer is None or self.image_processor is None:
+            raise ValueError(
+                f"`processor` must have a `tokenizer` and an `image_processor` (the model's processor), got "
+                f"{type(self.processor).__name__}."
+            )
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise ValueError(
+                f"`processor.tokenizer` must be a fast tokenizer (character offsets), got "
+                f"{type(self.tokenizer).__name__}."
+            )
+        if not 0.0 < self.coverage_threshold <= 1.0:
+            raise ValueError(f"`coverage_threshold` must be in (0, 1], got {self.coverage_threshold!r}.")
+        if self.prompt is None:
+            self.prompt = "caption en" if self.family.name == "paligemma" else ""
+        self.truncated_phrases = 0
+
+    def _tokens(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(encoded["input_ids"]), [tuple(span) for span in encoded["offset_mapping"]]
+
+    def _special(self, *names: str) -> list[int]:
+        for name in names:
+            token = getattr(self.tokenizer, f"{name}_token_id", None)
+            if token is not None:
+                return [token]
+        return []
+
+    def _sequence(self, caption_ids: list[int], num_image_tokens: int) -> tuple[list[int], list[int], int, int]:
+        """(input_ids, token_type_ids, caption start, first labelled position) of one example."""
+        prompt_ids = self._tokens(self.prompt)[0] if self.prompt else []
+        if isinstance(self.family, ViltFamily):
+            prefix = self._special("cls", "bos")
+            ids = prefix + caption_ids + self._special("sep", "eos")
+            return ids, [0] * len(ids), len(prefix), len(ids)
+        image = [self.config.image_token_id] * num_image_tokens
+        if self.family.name == "llava":
+            prefix = self._special("bos") + image + prompt_ids
+        else:  # PaliGemma: image, [BOS], prompt and "\n" form the prefix; the caption is the suffix
+            prefix = image + self._special("bos") + prompt_ids + self._tokens("\n")[0]
+        ids = prefix + caption_ids + self._special("eos", "sep")
+        token_types = [0] * len(prefix) + [1] * (len(ids) - len(prefix))
+        return ids, token_types, len(prefix), len(prefix)
+
+    def __call__(self, examples: Sequence[dict]) -> dict[str, torch.Tensor]:
+        if not examples:
+            raise ValueError("`examples` must hold at least one example, got none.")
+        images = [_image(example) for example in examples]
+        pixels = self.image_processor(images, return_tensors="pt")
+        pixel_values, pixel_mask = pixels["pixel_values"], pixels.get("pixel_mask")
+        grid = self.family.grid(self.config, pixel_values)
+        num_image_tokens = (
+            0 if isinstance(self.family, ViltFamily) else self.family.num_image_tokens(self.config, pixel_values)
+        )
+        rows = [
+            self._example(example, image, pixel_values, content, grid, num_image_tokens)
+            for example, image, content in zip(examples, images, _content_sizes(pixel_values, pixel_mask))
+        ]
+        batch = self._pad(rows, grid)
+        batch["pixel_values"] = pixel_values
+        if pixel_mask is not None:
+            batch["pixel_mask"] = pixel_mask
+        if not isinstance(self.family, ViltFamily):
+            layout = self.family.layout(self.config, batch["input_ids"], pixel_values)
+            batch.update(
+                image_positions=layout.image_positions, cell_index=layout.cell_index, patch_mask=layout.patch_mask
+            )
+        return batch
+
+    def _example(self, example, image, pixel_values, content, grid, num_image_tokens) -> dict:
+        caption = example.get("caption")
+        if not isinstance(caption, str) or not caption.strip():
+            raise ValueError(f"An example's `caption` must be a non-empty str, got {caption!r}.")
+        caption_ids, offsets = self._tokens(caption)
+        caption_ids, offsets = caption_ids[: self.max_text_length], offsets[: self.max_text_length]
+        ids, token_types, start, first_label = self._sequence(caption_ids, num_image_tokens)
+        geometry = ImageGeometry.from_processor(
+            self.image_processor, image.size, (pixel_values.shape[-1], pixel_values.shape[-2]), content
+        )
+        num_cells = grid[0] * grid[1]
+        alignment = torch.zeros(len(ids), num_cells)
+        last_tokens, coverages, details = [], [], []
+        for phrase in example.get("phrases", []):
+            tokens = [
+                start + i
+                for i, (a, b) in enumerate(offsets)
+                if a < phrase["char_end"] and b > phrase["char_start"] and b > a
+            ]
+            if not tokens:
+                self.truncated_phrases += 1
+                continue
+            boxes = geometry.normalised_boxes(torch.as_tensor(phrase["boxes"], dtype=torch.float32).view(-1, 4))
+            coverage = cell_coverage(boxes, grid)
+            alignment[tokens] = covered_cells_target(coverage, self.coverage_threshold)
+            last_tokens.append(tokens[-1])
+            coverages.append(coverage)
+            details.append(
+                {
+                    "tokens": tokens,
+                    "boxes": boxes.tolist(),
+                    "text": example["caption"][phrase["char_start"] : phrase["char_end"]],
+                }
+            )
+        labels = [-100] * first_label + ids[first_label:]
+        return {
+            "input_ids": ids,
+            "token_type_ids": token_types,
+            "labels": labels,
+            "alignment": alignment,
+            "last_tokens": last_tokens,
+            "coverages": coverages,
+            "details": {"caption_start": start, "caption_end": start + len(caption_ids), "phrases": details},
+        }
+
+    def _pad(self, rows: list[dict], grid: tuple[int, int]) -> dict[str, torch.Tensor]:
+        length = max(len(row["input_ids"]) for row in rows)
+        phrases = max(1, max(len(row["last_tokens"]) for row in rows))
+        batch_size, num_cells = len(rows), grid[0] * grid[1]
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        batch = {
+            "input_ids": torch.full((batch_size, length), pad_id, dtype=torch.long),
+            "attention_mask": torch.zeros(batch_size, length, dtype=torch.long),
+            "token_type_ids": torch.zeros(batch_size, length, dtype=torch.long),
+            "labels": torch.full((batch_size, length), -100, dtype=torch.long),
+            "word_cell_alignment": torch.zeros(batch_size, length, num_cells),
+            "phrase_token_index": torch.full((batch_size, phrases), -1, dtype=torch.long),
+            "phrase_cell_coverage": torch.zeros(batch_size, phrases, num_cells),
+        }
+        for i, row in enumerate(rows):
+            size = len(row["input_ids"])
+            batch["input_ids"][i, :size] = torch.tensor(row["input_ids"])
+            batch["attention_mask"][i, :size] = 1
+            batch["token_type_ids"][i, :size] = torch.tensor(row["token_type_ids"])
+            batch["labels"][i, :size] = torch.tensor(row["labels"])
+            batch["word_cell_alignment"][i, :size] = row["alignment"]
+            for k, (token, coverage) in enumerate(zip(row["last_tokens"], row["coverages"])):
+                batch["phrase_token_index"][i, k] = token
+                batch["phrase_cell_coverage"][i, k] = coverage
+        if not self.with_labels or isinstance(self.family, ViltFamily):
+            del batch["labels"]
+        if self.return_details:
+            batch["details"] = [row["details"] for row in rows]
+        if self.family.name == "llava":
+            del batch["token_type_ids"]
+        return batch
+
+
+def patch_batches(collator: PatchGroundingCollator, examples: Sequence[dict], batch_size: int) -> Iterator[dict]:
+    """`collator`'s batches of `examples`, in order, `batch_size` at a time (the probe's and the explorer's input)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
+    for start in range(0, len(examples), batch_size):
+        yield collator(list(examples[start : start + batch_size]))

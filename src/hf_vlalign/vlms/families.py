@@ -1,0 +1,244 @@
+"""transformers' own vision-language models whose image tokens are patches: where those tokens are in the sequence.
+
+Three families are supported, each read without copying its modeling code:
+
+- "vilt" (`ViltModel` and its heads): one encoder over `[text; image [CLS]; patches]`. ViLT *samples* the order of
+  its patch tokens (`ViltEmbeddings.visual_embed` draws them with `torch.multinomial`), so the forward here runs
+  `visual_embed` itself, passes its output as `image_embeds`, and keeps the `patch_index` it returns: the (row,
+  column) of every patch token. Its attention is eager; the supervision reads the query / key projections of each
+  layer through forward hooks on `ViltSelfAttention.query` / `.key`.
+- "llava" (`LlavaForConditionalGeneration`): a causal language model whose `<image>` tokens (`config.image_token_id`)
+  carry the CLIP patch features, row-major (`vision_feature_select_strategy="full"` keeps CLIP's [CLS] first: that
+  token is no cell and is masked).
+- "paligemma" (`PaliGemmaForConditionalGeneration`): the same with SigLIP patches and Gemma's prefix-LM attention.
+
+The word-patch attention is read in the language model (LLaVA, PaliGemma) or the joint encoder (ViLT), per layer and
+head, from the text tokens to the image tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = [
+    "LAYOUT_KEYS",
+    "NON_MODEL_KEYS",
+    "PATCH_MODEL_TYPES",
+    "PatchLayout",
+    "PatchModelFamily",
+    "patch_model_family",
+]
+
+# the entries of a `PatchGroundingCollator` batch that are no model input: the patch layout (LLaVA, PaliGemma), the
+# supervision targets, the probe's phrases and the explorer's details
+LAYOUT_KEYS = ("image_positions", "cell_index", "patch_mask")
+NON_MODEL_KEYS = ("word_cell_alignment", "phrase_token_index", "phrase_cell_coverage", "details", *LAYOUT_KEYS)
+
+
+@dataclass
+class PatchLayout:
+    """Where the patches of a batch sit in the model's token sequence.
+
+    image_positions: (B, P) long, the sequence position of each image token.
+    cell_index: (B, P) long, the grid cell (row-major) each image token shows; -1 for a token that is no cell
+        (LLaVA's CLIP [CLS] with `vision_feature_select_strategy="full"`).
+    patch_mask: (B, P) bool, image tokens that are real cells (not padding, not [CLS]).
+    grid: (rows, columns) of the patch grid over the processed image.
+    """
+
+    image_positions: torch.Tensor
+    cell_index: torch.Tensor
+    patch_mask: torch.Tensor
+    grid: tuple[int, int]
+
+    def to_tokens(self, per_cell: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+        """(B, ..., C) values per grid cell -> (B, ..., P) values per image token (`fill` where a token is no cell)."""
+        index = self.cell_index.clamp(min=0).to(per_cell.device)
+        shape = (index.shape[0],) + (1,) * (per_cell.dim() - 2) + (index.shape[1],)
+        index = index.view(shape).expand(*per_cell.shape[:-1], index.shape[1])
+        values = per_cell.gather(-1, index)
+        keep = self.patch_mask.to(per_cell.device).view(shape)
+        return values.masked_fill(~keep, fill)
+
+
+class PatchModelFamily:
+    """What the library needs to know of one family of patch models."""
+
+    name: str = ""
+    model_types: tuple[str, ...] = ()
+    # whether image tokens attend to the text (Samaran et al.'s eq. 7 direction exists)
+    image_attends_to_text: bool = False
+
+    def base_model(self, model: nn.Module) -> nn.Module:
+        raise NotImplementedError
+
+    def attention_modules(self, model: nn.Module) -> list[nn.Module]:
+        """Per layer, the module whose attention is read and supervised."""
+        raise NotImplementedError
+
+    def num_heads(self, model: nn.Module) -> int:
+        raise NotImplementedError
+
+    def grid(self, config, pixel_values: torch.Tensor) -> tuple[int, int]:
+        """(rows, columns) of the patch grid over `pixel_values` (B, 3, height, width)."""
+        raise NotImplementedError
+
+
+class ViltFamily(PatchModelFamily):
+    name = "vilt"
+    model_types = ("vilt",)
+    image_attends_to_text = True
+
+    def base_model(self, model):
+        return getattr(model, "vilt", model)
+
+    def attention_modules(self, model):
+        return [layer.attention.attention for layer in self.base_model(model).encoder.layer]
+
+    def num_heads(self, model):
+        return model.config.num_attention_heads
+
+    def grid(self, config, pixel_values):
+        patch = config.patch_size
+        return pixel_values.shape[-2] // patch, pixel_values.shape[-1] // patch
+
+    def embed_images(self, model, pixel_values: torch.Tensor, pixel_mask: torch.Tensor | None):
+        """(image_embeds, image_mask, patch_index): ViLT's own `visual_embed`, so that the sampled patch order is
+        known; `image_embeds` / `image_mask` go to the model as `image_embeds` / `pixel_mask`."""
+        base = self.base_model(model)
+        if pixel_mask is None:
+            pixel_mask = torch.ones(
+                pixel_values.shape[0], *pixel_values.shape[-2:], dtype=torch.long, device=pixel_values.device
+            )
+        embeds, mask, (patch_index, _) = base.embeddings.visual_embed(
+            pixel_values, pixel_mask, max_image_length=base.config.max_image_length
+        )
+        return embeds, mask, patch_index
+
+    def layout(
+        self, model, input_ids: torch.Tensor, pixel_values: torch.Tensor, image_mask, patch_index
+    ) -> PatchLayout:
+        rows, columns = self.grid(model.config, pixel_values)
+        batch, text_length = input_ids.shape
+        num_patches = patch_index.shape[1]
+        positions = text_length + 1 + torch.arange(num_patches, device=input_ids.device)
+        return PatchLayout(
+            image_positions=positions.expand(batch, -1),
+            cell_index=patch_index[..., 0] * columns + patch_index[..., 1],
+            patch_mask=image_mask[:, 1:].bool(),
+            grid=(rows, columns),
+        )
+
+
+class _ImageTokenFamily(PatchModelFamily):
+    """Decoder VLMs whose image features replace `<image>` placeholder tokens in `input_ids`."""
+
+    def base_model(self, model):
+        return model.model if hasattr(model, "model") and hasattr(model.model, "language_model") else model
+
+    def language_model(self, model):
+        return self.base_model(model).language_model
+
+    def attention_modules(self, model):
+        return [layer.self_attn for layer in self.language_model(model).layers]
+
+    def num_heads(self, model):
+        return model.config.text_config.num_attention_heads
+
+    def grid(self, config, pixel_values):
+        vision = config.vision_config
+        side = vision.image_size // vision.patch_size
+        return side, side
+
+    def leading_non_cells(self, config) -> int:
+        """Image tokens before the first cell ([CLS])."""
+        return 0
+
+    def num_image_tokens(self, config, pixel_values: torch.Tensor) -> int:
+        rows, columns = self.grid(config, pixel_values)
+        return rows * columns + self.leading_non_cells(config)
+
+    def layout(self, config, input_ids: torch.Tensor, pixel_values: torch.Tensor) -> PatchLayout:
+        """From `<image>` tokens of `input_ids`; read on the host (collators and evaluation, never a forward)."""
+        rows, columns = self.grid(config, pixel_values)
+        is_image = input_ids == config.image_token_id
+        counts = is_image.sum(-1)
+        extra = self.leading_non_cells(config)
+        expected = rows * columns + extra
+        if bool((counts != expected).any()):
+            raise ValueError(
+                f"`input_ids` must hold one image of {expected} `<image>` tokens (id {config.image_token_id}) per "
+                f"example for {self.name} ({rows} x {columns} patches{' + [CLS]' if extra else ''}), got "
+                f"{counts.tolist()}."
+            )
+        positions = is_image.nonzero()[:, 1].view(input_ids.shape[0], expected)
+        cells = torch.arange(-extra, rows * columns, device=input_ids.device).expand(input_ids.shape[0], -1)
+        return PatchLayout(positions, cells.clamp(min=-1), cells >= 0, (rows, columns))
+
+
+class LlavaFamily(_ImageTokenFamily):
+    name = "llava"
+    model_types = ("llava",)
+
+    def leading_non_cells(self, config):
+        return 1 if config.vision_feature_select_strategy == "full" else 0
+
+
+class PaliGemmaFamily(_ImageTokenFamily):
+    name = "paligemma"
+    model_types = ("paligemma",)
+
+
+FAMILIES = (ViltFamily(), LlavaFamily(), PaliGemmaFamily())
+PATCH_MODEL_TYPES = tuple(model_type for family in FAMILIES for model_type in family.model_types)
+
+
+def patch_model_family(model_or_config) -> PatchModelFamily:
+    """The family of a transformers patch model (or its config), from `config.model_type`."""
+    config = getattr(model_or_config, "config", model_or_config)
+    model_type = getattr(config, "model_type", None)
+    for family in FAMILIES:
+        if model_type in family.model_types:
+            return family
+    raise ValueError(
+        f"`model` must be one of transformers' patch vision-language models (model_type one of {PATCH_MODEL_TYPES}), "
+        f"got {type(model_or_config).__name__} with model_type {model_type!r}."
+    )
+
+
+def model_inputs(batch: dict) -> dict:
+    """The entries of a `PatchGroundingCollator` batch that the model's forward takes."""
+    return {key: value for key, value in batch.items() if key not in NON_MODEL_KEYS}
+
+
+def forward_with_layout(
+    model: nn.Module, batch: dict, plain_model: nn.Module | None = None, **kwargs
+) -> tuple[object, PatchLayout]:
+    """Runs `model` on a `PatchGroundingCollator` batch; returns its outputs and the batch's `PatchLayout`.
+
+    ViLT's patches are embedded here (`ViltFamily.embed_images`) so that their sampled order is known; LLaVA and
+    PaliGemma read the layout the collator computed (`image_positions`, `cell_index`, `patch_mask`). `plain_model`:
+    the model itself when `model` is wrapped (DDP, PEFT); `kwargs` go to the forward."""
+    plain_model = model if plain_model is None else plain_model
+    family = patch_model_family(plain_model)
+    inputs = model_inputs(batch)
+    if isinstance(family, ViltFamily):
+        pixel_values, pixel_mask = inputs.pop("pixel_values"), inputs.pop("pixel_mask", None)
+        image_embeds, image_mask, patch_index = family.embed_images(plain_model, pixel_values, pixel_mask)
+        outputs = model(**inputs, image_embeds=image_embeds, pixel_mask=image_mask, **kwargs)
+        return outputs, family.layout(plain_model, inputs["input_ids"], pixel_values, image_mask, patch_index)
+    missing = [key for key in ("image_positions", "cell_index", "patch_mask") if key not in batch]
+    if missing:
+        raise ValueError(
+            f"`batch` must carry the patch layout {missing} (a PatchGroundingCollator batch), got {sorted(batch)}."
+        )
+    layout = PatchLayout(
+        batch["image_positions"],
+        batch["cell_index"],
+        batch["patch_mask"].bool(),
+        family.grid(plain_model.config, batch["pixel_values"]),
+    )
+    return model(**inputs, **kwargs), layout

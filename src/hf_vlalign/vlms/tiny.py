@@ -1,0 +1,153 @@
+"""Tiny randomly initialised patch models with their processors, built offline: for tests, smoke runs and the
+mechanism check (a tiny LLaVA-style model fine-tuned on the synthetic scenes).
+
+The tokenizer is the embedded default's (MiniLM's uncased WordPiece, `default_text_model_path()`) with an `<image>`
+token added, or a word-level tokenizer over a corpus (`word_level_tokenizer`): a tiny model with MiniLM's 30,522
+words spends most of its compute in the language-model head, a vocabulary of the data's few hundred words does not.
+The vision towers are tiny CLIP (LLaVA), SigLIP (PaliGemma) or ViLT's own patch embedding.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+from transformers import (
+    AutoTokenizer,
+    CLIPImageProcessorPil,
+    CLIPVisionConfig,
+    GemmaConfig,
+    LlamaConfig,
+    LlavaConfig,
+    LlavaForConditionalGeneration,
+    LlavaProcessor,
+    PaliGemmaConfig,
+    PaliGemmaForConditionalGeneration,
+    PaliGemmaProcessor,
+    PreTrainedTokenizerFast,
+    SiglipImageProcessorPil,
+    SiglipVisionConfig,
+    ViltConfig,
+    ViltImageProcessorPil,
+    ViltModel,
+    ViltProcessor,
+)
+
+from ..models import default_text_model_path
+
+__all__ = ["TINY_FAMILIES", "tiny_patch_model", "word_level_tokenizer"]
+
+TINY_FAMILIES = ("vilt", "llava", "paligemma")
+IMAGE_TOKEN = "<image>"
+
+
+def _tokenizer():
+    tokenizer = AutoTokenizer.from_pretrained(default_text_model_path())
+    tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
+    return tokenizer
+
+
+def word_level_tokenizer(texts: Iterable[str]) -> PreTrainedTokenizerFast:
+    """A lowercasing word-level tokenizer over the words of `texts` (BERT's splitting of words and punctuation), with
+    [PAD], [UNK], [CLS], [SEP] and `<image>`: a small vocabulary for tiny models trained from scratch."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", IMAGE_TOKEN]
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=special))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        additional_special_tokens=[IMAGE_TOKEN],
+    )
+
+
+def tiny_patch_model(
+    family: str,
+    image_size: int = 64,
+    patch_size: int = 16,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    vision_layers: int = 1,
+    seed: int = 0,
+    tokenizer: PreTrainedTokenizerFast | None = None,
+):
+    """(model, processor) of a tiny `family` model ("vilt", "llava" or "paligemma") over `image_size` square images
+    cut into `patch_size` patches, randomly initialised with `seed`; `tokenizer`: one with an `<image>` token (e.g.
+    `word_level_tokenizer`), default: the embedded default's WordPiece with `<image>` added."""
+    import torch
+
+    if family not in TINY_FAMILIES:
+        raise ValueError(f"`family` must be one of {TINY_FAMILIES}, got {family!r}.")
+    if image_size % patch_size:
+        raise ValueError(f"`image_size` must be a multiple of `patch_size` ({patch_size}), got {image_size}.")
+    # a copy: processors add tokens to the tokenizer they get (PaliGemma's 1,152 <loc> / <seg> tokens)
+    tokenizer = _tokenizer() if tokenizer is None else copy.deepcopy(tokenizer)
+    if IMAGE_TOKEN not in tokenizer.get_vocab():
+        raise ValueError(f"`tokenizer` must have an {IMAGE_TOKEN} token, got none in its vocabulary.")
+    image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
+    sizes = dict(hidden_size=hidden_size, intermediate_size=4 * hidden_size, num_attention_heads=num_heads)
+    torch.manual_seed(seed)
+    if family == "vilt":
+        config = ViltConfig(
+            vocab_size=len(tokenizer),
+            num_hidden_layers=num_layers,
+            image_size=image_size,
+            patch_size=patch_size,
+            max_image_length=-1,
+            max_position_embeddings=128,
+            **sizes,
+        )
+        image_processor = ViltImageProcessorPil(size={"shortest_edge": image_size}, size_divisor=patch_size)
+        return ViltModel(config), ViltProcessor(image_processor=image_processor, tokenizer=tokenizer)
+    if family == "llava":
+        vision = CLIPVisionConfig(
+            num_hidden_layers=vision_layers, image_size=image_size, patch_size=patch_size, **sizes
+        )
+        text = LlamaConfig(
+            vocab_size=len(tokenizer),
+            num_hidden_layers=num_layers,
+            num_key_value_heads=num_heads,
+            max_position_embeddings=256,
+            pad_token_id=tokenizer.pad_token_id,
+            **sizes,
+        )
+        config = LlavaConfig(
+            vision_config=vision,
+            text_config=text,
+            image_token_id=image_token_id,
+            vision_feature_layer=-1,
+            image_seq_length=(image_size // patch_size) ** 2,
+        )
+        image_processor = CLIPImageProcessorPil(
+            size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+        )
+        processor = LlavaProcessor(
+            image_processor=image_processor,
+            tokenizer=tokenizer,
+            patch_size=patch_size,
+            vision_feature_select_strategy="default",
+            image_token=IMAGE_TOKEN,
+        )
+        return LlavaForConditionalGeneration(config), processor
+    image_processor = SiglipImageProcessorPil(size={"height": image_size, "width": image_size})
+    processor = PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer)  # adds its tokens first
+    vision = SiglipVisionConfig(num_hidden_layers=vision_layers, image_size=image_size, patch_size=patch_size, **sizes)
+    text = GemmaConfig(
+        vocab_size=len(processor.tokenizer),
+        num_hidden_layers=num_layers,
+        num_key_value_heads=1,
+        head_dim=hidden_size // num_heads,
+        pad_token_id=tokenizer.pad_token_id,
+        **sizes,
+    )
+    config = PaliGemmaConfig(
+        vision_config=vision, text_config=text, image_token_id=image_token_id, projection_dim=hidden_size
+    )
+    return PaliGemmaForConditionalGeneration(config), processor
