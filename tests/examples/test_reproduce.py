@@ -60,7 +60,7 @@ def test_every_command_is_a_valid_example_command_line(experiment, setting, budg
         found = [getattr(part, name) for part in parsed if hasattr(part, name)]
         parsed_value = found[0] if found else None
         parsed_value = getattr(parsed_value, "value", parsed_value)  # transformers' enums hold the flag's string
-        if isinstance(parsed_value, list) and len(parsed_value) == 1:  # a list flag given one value (`--supervised_layers 2`)
+        if isinstance(parsed_value, list) and len(parsed_value) == 1:  # one value of a list flag: `--supervised_layers 2`
             parsed_value = parsed_value[0]
         assert found and (str(parsed_value) == value or parsed_value == float(value)), (name, value, found)
     if "--no_geometry" in command:
