@@ -67,15 +67,22 @@ def _full_heads(key: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 def _direct_loss(recorder, layers, layout, target, heads, num_rows, num_image_rows, text_mask, image_to_text):
     queries = [recorder.queries[layer] for layer in layers]
-    keys = [_full_heads(recorder.keys[layer], query.shape[1]) for layer, query in zip(layers, queries)]
+    heads_of = queries[0].shape[1]
     image_keys = additive_key_bias(layout.patch_mask.to(target.device)[:, None, None, :], queries[0].dtype)
-    pairs = [(query, _gather_positions(key, layout.image_positions)) for query, key in zip(queries, keys)]
+    # the image tokens' keys are gathered before grouped-query keys are repeated: P rows copied, not N
+    pairs = [
+        (query, _full_heads(_gather_positions(recorder.keys[layer], layout.image_positions), heads_of))
+        for layer, query in zip(layers, queries)
+    ]
     loss = query_key_direction_loss(pairs, heads, recorder.scaling, target.unsqueeze(1), image_keys, num_rows)
     if image_to_text:
         # eq. (7): image tokens' rows over the text tokens, target = the token's alignment column re-normalised
         image_target = normalise_rows(target.transpose(1, 2)).unsqueeze(1)
         text_keys = additive_key_bias(text_mask.to(target.device)[:, None, None, :], queries[0].dtype)
-        pairs = [(_gather_positions(query, layout.image_positions), key) for query, key in zip(queries, keys)]
+        pairs = [
+            (_gather_positions(query, layout.image_positions), _full_heads(recorder.keys[layer], heads_of))
+            for layer, query in zip(layers, queries)
+        ]
         loss = loss + query_key_direction_loss(pairs, heads, recorder.scaling, image_target, text_keys, num_image_rows)
     return loss
 
