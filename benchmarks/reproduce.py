@@ -833,6 +833,22 @@ def budget_args(experiment: Experiment, budget: str) -> tuple[str, ...]:
     return () if budget == "default" else experiment.budgets.get(budget, ())
 
 
+LAYER_FLAGS = ("--l_layers", "--r_layers", "--x_layers", "--encoder_layers", "--decoder_layers")
+
+
+def without_flags(args: tuple[str, ...], flags: tuple[str, ...]) -> tuple[str, ...]:
+    """`args` without each of `flags` and the value that follows it."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in flags:
+            skip = True
+        else:
+            kept.append(arg)
+    return tuple(kept)
+
+
 def relative_to_root(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_absolute() and path.is_relative_to(ROOT) else path
 
@@ -871,8 +887,11 @@ def run_command(
         verb_budget = experiment.verb_budgets.get(budget, ())
         return ["-m", "hf_vlalign.cli", spec.verb, str(start), *args, *verb_budget, "--out", str(output_dir)]
     chained = ["--model_name_or_path", str(start)] if start is not None else []
+    budget = budget_args(experiment, budget)
+    if start is not None:  # a chained run keeps the layers of the model it starts from
+        budget = without_flags(budget, LAYER_FLAGS)
     return [
-        f"examples/{spec.script}", *args, *chained, *budget_args(experiment, budget),
+        f"examples/{spec.script}", *args, *chained, *budget,
         "--seed", str(seed), "--output_dir", str(output_dir), "--num_threads", str(threads), *COMMON_ARGS,
     ]  # fmt: skip
 
