@@ -143,57 +143,73 @@ def _is_hub_id(base_model: str | None) -> bool:
     return base_model is not None and _HUB_ID.match(base_model) is not None and not Path(base_model).exists()
 
 
-def _settings(config: Any, fields: tuple[str, ...]) -> dict[str, Any]:
-    """The settings `fields` of `config` (a `PreTrainedConfig`, its dict or None)."""
-    values = {} if config is None else dict(config) if isinstance(config, Mapping) else config.to_dict()
-    return {name: values[name] for name in fields if name in values}
+@dataclass(frozen=True)
+class _Run:
+    """What a training run gives its card: where it started, what it measured, how it trained, where it is saved."""
+
+    model_id: str | None
+    base_model: str | None
+    results: dict[str, float]
+    baselines: Mapping[str, Mapping] | None
+    training: dict[str, object]
+    config: Any
+    datasets: list[str] | None
+    synthetic_data: bool
+    subfolder: str | None
+    license: str
+
+    def settings(self, fields: tuple[str, ...]) -> dict[str, Any]:
+        """The settings `fields` of the run's config (a `PreTrainedConfig`, its dict or None)."""
+        config = self.config
+        values = {} if config is None else dict(config) if isinstance(config, Mapping) else config.to_dict()
+        return {name: values[name] for name in fields if name in values}
 
 
 def _supervision_tags(supervision: str) -> list[str]:
     return [] if supervision == "none" else ["attention-supervision", f"{supervision.replace('_', '-')}-supervision"]
 
 
-def _render(template: str, card_data: ModelCardData, **variables: Any) -> ModelCard:
-    """The card: `model_cards/<template>.md` (which may include the other templates there) under `card_data`."""
-    path = _find_template(template)
-    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(path.parent))
-    return ModelCard(environment.get_template(path.name).render(card_data=card_data.to_yaml(), **variables))
-
-
-def _card_data(
-    model_name: str, results: dict[str, float], base_model: str | None, tags: list[str], index: dict[str, str], **data
-) -> ModelCardData:
-    """The YAML metadata; `index` (`task_type`, `task_name`, `dataset_type`, `dataset_name`) heads the `model-index` of
-    the task metrics among `results`."""
+def _render(
+    template: str, run: _Run, *, model_name: str, tags: list[str], index: dict[str, str], pipeline_tag=None, **variables
+) -> ModelCard:
+    """The card of `run`: `model_cards/<template>.md` (which may include the other templates there) filled with its
+    results and `variables`, under its YAML metadata; `index` (`task_type`, `task_name`, `dataset_type`,
+    `dataset_name`) heads the `model-index` of the task metrics among the results."""
     eval_results = [
         EvalResult(**index, metric_type=name, metric_name=name, metric_value=float(value))
-        for name, value in results.items()
+        for name, value in run.results.items()
         if is_task_metric(name)
     ]
-    return ModelCardData(
+    card_data = ModelCardData(
         language="en",
+        license=run.license,
         library_name="hf_vlalign",
-        base_model=base_model if _is_hub_id(base_model) else None,
-        tags=list(dict.fromkeys(tags)),
+        pipeline_tag=pipeline_tag,
+        base_model=run.base_model if _is_hub_id(run.base_model) else None,
+        datasets=run.datasets,
+        tags=list(dict.fromkeys(tags + ["synthetic-data"] * run.synthetic_data)),
         model_name=model_name if eval_results else None,  # the model-index's name
         eval_results=eval_results or None,
-        **data,
     )
-
-
-def _run_variables(model_id, base_model, results, baselines, training, settings, config, **variables) -> dict:
-    """The template variables of every card: what the run trained from and with, and what it measured."""
-    return dict(
-        load_id=model_id or "path/to/checkpoint",
-        has_config=config is not None,
-        base_model=base_model,
-        base_model_on_hub=_is_hub_id(base_model),
-        results=[(name, format(float(value), ".4g"), (baselines or {}).get(name)) for name, value in results.items()],
-        baselines=dict(baselines or {}),
-        training=[(name, str(value)) for name, value in training.items()],
-        settings=[(name, str(value)) for name, value in settings.items()],
+    baselines = dict(run.baselines or {})
+    path = _find_template(template)
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(path.parent))
+    content = environment.get_template(path.name).render(
+        card_data=card_data.to_yaml(),
+        model_name=model_name,
+        load_id=run.model_id or "path/to/checkpoint",
+        subfolder=run.subfolder,
+        base_model=run.base_model,
+        base_model_on_hub=_is_hub_id(run.base_model),
+        datasets=run.datasets,
+        synthetic_data=run.synthetic_data,
+        has_config=run.config is not None,
+        results=[(name, format(float(value), ".4g"), baselines.get(name)) for name, value in run.results.items()],
+        baselines=baselines,
+        training=[(name, str(value)) for name, value in run.training.items()],
         **variables,
     )
+    return ModelCard(content)
 
 
 def render_model_card(
@@ -237,9 +253,12 @@ def render_model_card(
         A `huggingface_hub.ModelCard`; `card.save("README.md")` or `card.push_to_hub(repo_id)` publishes it.
     """
     card = FAMILIES[family].card
-    settings = _settings(config, card.settings)
-    supervision = (supervision or settings.get("attention_supervision") or "none").replace("-", "_")
     synthetic_data = not datasets if synthetic_data is None else synthetic_data
+    run = _Run(
+        model_id, base_model, results, baselines, training, config, datasets or None, synthetic_data, subfolder, license
+    )
+    settings = run.settings(card.settings)
+    supervision = (supervision or settings.get("attention_supervision") or "none").replace("-", "_")
     task_alignment = bool(settings.get("task_alignment", False))
     fusion = settings.get("attention_alignment", "none")
     default_name = card.default_name.format(
@@ -250,23 +269,14 @@ def render_model_card(
     if fusion != "none":
         tags += ["attention-alignment", f"a2-{fusion.replace('_', '-')}"]
     dataset = datasets[0] if datasets else _SYNTHETIC_DATASET[0]
-    model_name = model_id.split("/")[-1] if model_id else default_name
-    card_data = _card_data(
-        model_name, results, base_model, tags + ["synthetic-data"] * synthetic_data,
-        dict(task_type=card.task_type, task_name=card.task_name, dataset_type=dataset, dataset_name=dataset),
-        license=license, datasets=datasets or None,
-    )  # fmt: skip
     return _render(
         card.template,
-        card_data,
-        **_run_variables(model_id, base_model, results, baselines, training, settings, config),
-        model_name=model_name, subfolder=subfolder, datasets=datasets or None,
-        supervision_key=supervision, synthetic_data=synthetic_data,
-        task_alignment=task_alignment,
-        alignment_top_k=settings.get("alignment_top_k"),
-        use_geometry=settings.get("use_geometry"),
-        attention_alignment=fusion,
-        aligned_layers=settings.get("aligned_layers"),
+        run,
+        model_name=model_id.split("/")[-1] if model_id else default_name,
+        tags=tags,
+        index=dict(task_type=card.task_type, task_name=card.task_name, dataset_type=dataset, dataset_name=dataset),
+        settings=settings,
+        supervision_key=supervision,
         scst=training.get("scst_start_epoch") is not None,
     )
 
@@ -333,9 +343,12 @@ def render_task_model_card(
         A `huggingface_hub.ModelCard`; `card.save("README.md")` or `card.push_to_hub(repo_id)` publishes it.
     """
     task_card, spec = _TASKS[task], FAMILIES[model_family]
-    settings = _settings(config, spec.layer_fields + SUPERVISION_FIELDS + task_card.settings)
-    supervision = settings.get("attention_supervision", "none")
     synthetic_data = not datasets and dataset_name is None if synthetic_data is None else synthetic_data
+    run = _Run(
+        model_id, base_model, results, baselines, training, config, datasets or None, synthetic_data, subfolder, license
+    )
+    settings = run.settings(spec.layer_fields + SUPERVISION_FIELDS + task_card.settings)
+    supervision = settings.get("attention_supervision", "none")
     dataset_key, dataset_type, evaluation_dataset = _evaluation_dataset(task, dataset_name, datasets, synthetic_data)
     # the supervision the task's training applied: none for a task whose model takes no word-region alignment
     applied_supervision = supervision if task_card.supervised else "none"
@@ -343,23 +356,19 @@ def render_task_model_card(
     default_name = f"{family_slug}-pretrained" if task == "pretraining" else f"{family_slug}-{task.replace('_', '-')}"
     if applied_supervision != "none":
         default_name += f"-{applied_supervision.replace('_', '-')}"
-    model_name = model_id.split("/")[-1] if model_id else default_name
-    tags = ["vision-language", *task_card.tags, *spec.card.task_card_tags, "hf_vlalign"]
-    tags += _supervision_tags(applied_supervision) + ["synthetic-data"] * synthetic_data
-    card_data = _card_data(
-        model_name, results, base_model, tags,
-        dict(task_type=task_card.task_type, task_name=task_card.task_name, dataset_type=dataset_type,
-             dataset_name=evaluation_dataset),
-        license=license, datasets=datasets or None, pipeline_tag=task_card.pipeline_tag,
-    )  # fmt: skip
     model = spec.model(task)  # the task cards' tasks are the families' model kinds
     from_transformers = model.auto_class not in LIBRARY_AUTO_CLASSES
     return _render(
         "task",
-        card_data,
-        **_run_variables(model_id, base_model, results, baselines, training, settings, config),
-        model_name=model_name, subfolder=subfolder, datasets=datasets or None,
-        supervision_key=supervision, synthetic_data=synthetic_data,
+        run,
+        model_name=model_id.split("/")[-1] if model_id else default_name,
+        tags=["vision-language", *task_card.tags, *spec.card.task_card_tags, "hf_vlalign"]
+        + _supervision_tags(applied_supervision),
+        index=dict(task_type=task_card.task_type, task_name=task_card.task_name, dataset_type=dataset_type,
+                   dataset_name=evaluation_dataset),
+        pipeline_tag=task_card.pipeline_tag,
+        settings=settings,
+        supervision_key=supervision,
         task=task,
         model_family=model_family,
         task_supervised=task_card.supervised,
@@ -369,7 +378,4 @@ def render_task_model_card(
         dataset_key=dataset_key,
         evaluation_dataset=evaluation_dataset,
         cited_datasets=[dataset_key] if dataset_key else list(task_card.datasets),
-        num_qa_labels=settings.get("num_qa_labels"),
-        referring_iou_threshold=settings.get("referring_iou_threshold", 0.5),
-        num_object_labels=settings.get("num_object_labels"),
     )

@@ -85,7 +85,9 @@ def check_extra_keys(config: PreTrainedConfig, kwargs: dict) -> None:
     about."""
     for name, value in (("dtype", config.dtype), ("torch_dtype", kwargs.get("torch_dtype"))):
         if isinstance(value, str) and not isinstance(getattr(torch, value, None), torch.dtype):
-            raise ConfigFieldError(f"`{name}` of {type(config).__name__} must be a torch dtype name such as 'float32', got {value!r}.")
+            raise ConfigFieldError(
+                f"`{name}` of {type(config).__name__} must be a torch dtype name such as 'float32', got {value!r}."
+            )
     fields = {field.name for field in dataclasses.fields(config)} | set(config.attribute_map)
     for name in kwargs:
         meant = close_field(name, fields)
