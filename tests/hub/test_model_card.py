@@ -81,17 +81,6 @@ def test_round_trip_through_readme(tmp_path):
     assert loaded.data.eval_results[0].metric_value == 0.8125
 
 
-def test_invalid_arguments_raise():
-    with pytest.raises(ValueError, match="single_stream"):
-        render_model_card("triple_stream", model_id=None, base_model=None, supervision="direct", results={}, training={})
-    with pytest.raises(ValueError, match="supervision"):
-        render(supervision="magic")
-    with pytest.raises(ValueError, match="results"):
-        render(results={"vgp_accuracy": float("nan")})
-    with pytest.raises(ValueError, match="datasets"):
-        render(datasets="nlphuji/flickr30k")
-
-
 def test_templates_are_shipped_with_wheels():
     """Every family has a template in model_cards/, and setup.cfg's data_files install that folder."""
     for family in MODEL_CARD_FAMILIES:
@@ -175,23 +164,12 @@ def test_captioner_card_describes_geometry_and_a2_fusion(tmp_path):
     assert "self-critical" not in plain.text
 
 
-def test_supervision_is_read_from_the_config_and_checked_against_it():
+def test_supervision_is_read_from_the_config():
     card = render_model_card(
         "single_stream", model_id=None, base_model=None, results={}, training={},
         config=SingleStreamConfig(hidden_size=32, num_attention_heads=4, attention_supervision="indirect"),
     )  # fmt: skip
     assert "**indirect** attention supervision" in card.text and "indirect-supervision" in card.data.tags
-    with pytest.raises(ValueError, match="contradicts the config's `attention_supervision`"):
-        render_model_card(
-            "two_stream", model_id=None, base_model=None, supervision="direct", results={}, training={},
-            config=two_stream_config(),
-        )  # fmt: skip
-    with pytest.raises(ValueError, match="`supervision` must be None or 'none' for the `captioner` family"):
-        render_model_card("captioner", model_id=None, base_model=None, supervision="direct", results={}, training={})
-    with pytest.raises(ValueError, match="`config` must be a `vlalign_captioner` configuration"):
-        render_model_card(
-            "captioner", model_id=None, base_model=None, results={}, training={}, config=two_stream_config()
-        )
 
 
 def test_metrics_from_eval_results_keeps_finite_floats_only():
@@ -201,8 +179,6 @@ def test_metrics_from_eval_results_keeps_finite_floats_only():
     }  # fmt: skip
     assert metrics_from_eval_results(eval_results) == {"vqa_accuracy": 0.5}
     assert metrics_from_eval_results({"cider": 1.0}, prefix="run/") == {"run/cider": 1.0}
-    with pytest.raises(ValueError, match="`eval_results` must be a dict"):
-        metrics_from_eval_results([0.5])
 
 
 def test_model_index_lists_task_metrics_only_and_the_table_every_result(tmp_path):

@@ -1,7 +1,7 @@
 """Hub model cards of the downstream tasks and the single-stream pre-training, rendered from model_cards/task.md by
 `render_task_model_card`: metadata that survives a save / `ModelCard.load` round trip, a loading snippet that really
 loads the checkpoint with the task's Auto class, the attention-supervision settings of the config, the synthetic-data
-limitation only for synthetic data, and clear errors."""
+limitation only for synthetic data."""
 
 from __future__ import annotations
 
@@ -185,23 +185,6 @@ def test_without_supervision_or_config(tmp_path):
     assert no_config.data.model_name is None and no_config.text.startswith("\n# two-stream-phrase-grounding\n")
 
 
-def test_invalid_arguments_raise():
-    with pytest.raises(ValueError, match=r"`task` must be one of .*'question_answering'.*got 'captioning'"):
-        render("captioning", "single_stream")
-    with pytest.raises(ValueError, match=r"`model_family` must be one of \('single_stream',\) for the `pretraining`"):
-        render("pretraining", "two_stream")
-    with pytest.raises(ValueError, match=r"`model_family` must be one of \('single_stream', 'two_stream'\), got 'capt"):
-        render("question_answering", "captioner", config=None)
-    with pytest.raises(ValueError, match="`config` must be a `vlalign_single_stream` configuration"):
-        render("question_answering", "single_stream", config=tiny_config("two_stream"))
-    with pytest.raises(ValueError, match=r"`dataset_name` must be a dataset of the `visual_reasoning` task"):
-        render("visual_reasoning", "single_stream", dataset_name="gqa")
-    with pytest.raises(ValueError, match="`results"):
-        render("phrase_grounding", "single_stream", results={"recall@1": float("nan")})
-    with pytest.raises(ValueError, match="`datasets` must be a list"):
-        render("phrase_grounding", "single_stream", datasets="flickr30k")
-
-
 def test_template_is_found_in_the_checkout_and_shipped_with_wheels():
     """`_find_template` reads model_cards/task.md of the checkout; setup.cfg's `model_cards/*.md` ships it in wheels
     (to `share/hf_vlalign/model_cards/`, where `_find_template` looks in an installed distribution)."""
@@ -233,18 +216,3 @@ def test_results_stand_beside_their_baselines_and_a_result_below_its_baseline_is
     # without baselines the table keeps its two columns and no warning
     plain = render("question_answering", "single_stream", results=results).text
     assert "| metric | value |\n|---|---|\n| accuracy | 0.625 |" in plain and "⚠" not in plain
-
-
-@pytest.mark.parametrize(
-    ("baselines", "message"),
-    [
-        ({"recall": {"baseline": 0.1, "kind": "majority_class", "beats": True}}, r"`baselines\['recall'\]` compares a metric that is not in `results`"),
-        ({"accuracy": {"baseline": 0.1, "kind": "coin", "beats": True}}, r"`baselines\['accuracy'\]` must be a dict with a `kind` among"),
-        ({"accuracy": {"baseline": "0.1", "kind": "majority_class", "beats": True}}, r"`baselines\['accuracy'\]\['baseline'\]` must be a finite number"),
-        ({"accuracy": {"baseline": 0.1, "kind": "majority_class", "beats": 1}}, r"`baselines\['accuracy'\]\['beats'\]` must be true or false"),
-        ([0.1], "`baselines` must be a dict of metric name -> baseline entry or None, got list"),
-    ],
-)
-def test_bad_baselines_are_refused(baselines, message):
-    with pytest.raises(ValueError, match=message):
-        render("visual_reasoning", "single_stream", baselines=baselines)

@@ -6,7 +6,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from ...utils.validation import check_config_numbers, check_index_list, check_token_id
-from ..config_fields import ConfigFileMixin, check_config_kwargs, check_field_types
+from ..config_fields import ConfigFileMixin, check_extra_keys, value_errors
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
 
@@ -29,7 +29,7 @@ def check_no_supervision_fields(kwargs: dict) -> None:
         )
 
 
-@check_field_types
+@value_errors
 @strict(accept_kwargs=True)
 class RegionCaptionerConfig(ConfigFileMixin, PreTrainedConfig):
     r"""
@@ -123,12 +123,11 @@ class RegionCaptionerConfig(ConfigFileMixin, PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         check_no_supervision_fields(kwargs)
-        check_config_kwargs(self, kwargs)
+        check_extra_keys(self, kwargs)
         super().__post_init__(**kwargs)
-        self.check_fields()
 
-    def check_fields(self) -> None:
-        """Raises `ValueError` for sizes and settings the modules cannot use (run at construction)."""
+    def validate_fields(self) -> None:
+        """Class validator (`@strict`): sizes and settings the modules cannot use are refused."""
         check_config_numbers(
             self,
             positive=("vocab_size", "d_model", "max_regions", "encoder_ffn_dim", "decoder_ffn_dim", "layer_norm_eps"),

@@ -5,7 +5,7 @@ from transformers import PreTrainedConfig
 
 from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
-from ..config_fields import ConfigFileMixin, check_config_kwargs, check_field_types, drop_other_head_fields
+from ..config_fields import ConfigFileMixin, check_extra_keys, value_errors, drop_other_head_fields
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
 
@@ -52,7 +52,7 @@ HEAD_FIELDS = {
 }
 
 
-@check_field_types
+@value_errors
 @strict(accept_kwargs=True)
 class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
     r"""
@@ -153,16 +153,15 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
     dropout_implementation: str = "auto"
 
     def __post_init__(self, **kwargs):
-        check_config_kwargs(self, kwargs)
+        check_extra_keys(self, kwargs)
         super().__post_init__(**kwargs)
-        self.check_fields()
 
     def to_diff_dict(self) -> dict:
         # what config.json gets: the task fields of the saved model class, other heads' only where not at the default
         return drop_other_head_fields(self, super().to_diff_dict(), HEAD_FIELDS)
 
-    def check_fields(self) -> None:
-        """Raises `ValueError` for sizes and supervision settings the modules cannot use (run at construction)."""
+    def validate_fields(self) -> None:
+        """Class validator (`@strict`): sizes and supervision settings the modules cannot use are refused."""
         check_config_numbers(
             self,
             positive=(
@@ -208,12 +207,7 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
                 f"{self.num_vgp_labels}."
             )
         names = self.vgp_label_names
-        if names is not None and (
-            not isinstance(names, list)
-            or not all(isinstance(name, str) and name for name in names)
-            or len(names) != self.num_vgp_labels
-            or len(set(names)) != len(names)
-        ):
+        if names is not None and (not all(names) or len(names) != self.num_vgp_labels or len(set(names)) != len(names)):
             raise ValueError(
                 f"`vgp_label_names` must be None or a list of {self.num_vgp_labels} (`num_vgp_labels`) different "
                 f"non-empty names, got {names!r}."

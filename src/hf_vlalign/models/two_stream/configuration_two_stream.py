@@ -6,7 +6,7 @@ from transformers import PreTrainedConfig
 from ...supervision.alignment_decoder import OUTSIDE_TOP_K
 from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
-from ..config_fields import ConfigFileMixin, check_config_kwargs, check_field_types, drop_other_head_fields
+from ..config_fields import ConfigFileMixin, check_extra_keys, value_errors, drop_other_head_fields
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
 
@@ -48,7 +48,7 @@ HEAD_FIELDS = {
 }
 
 
-@check_field_types
+@value_errors
 @strict(accept_kwargs=True)
 class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
     r"""
@@ -154,16 +154,15 @@ class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):
-        check_config_kwargs(self, kwargs)
+        check_extra_keys(self, kwargs)
         super().__post_init__(**kwargs)
-        self.check_fields()
 
     def to_diff_dict(self) -> dict:
         # what config.json gets: the task fields of the saved model class, other heads' only where not at the default
         return drop_other_head_fields(self, super().to_diff_dict(), HEAD_FIELDS)
 
-    def check_fields(self) -> None:
-        """Raises `ValueError` for sizes and settings the modules cannot use (run at construction)."""
+    def validate_fields(self) -> None:
+        """Class validator (`@strict`): sizes and settings the modules cannot use are refused."""
         check_config_numbers(
             self,
             positive=(
