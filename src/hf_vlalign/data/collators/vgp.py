@@ -36,15 +36,11 @@ class VGPCollator(RegionTextCollator):
     def _label_columns(self) -> tuple[str, str]:
         return ("id_label", "type_label" if self.vgp_task == "type" else "vgp_label")
 
+    def required_columns(self) -> tuple[str, ...]:
+        return (*super().required_columns(), "phrase1_span", "phrase2_span", *self._label_columns())
+
     def check_row(self, index: int, example: dict) -> None:
         super().check_row(index, example)
-        required = ("phrase1_span", "phrase2_span", *self._label_columns())
-        missing = [name for name in required if name not in example]
-        if missing:
-            raise ValueError(
-                f"VGPCollator rows must have the columns {', '.join(f'`{name}`' for name in missing)}; batch row "
-                f"{index} has {sorted(example)}."
-            )
         for sequence, column in enumerate(self.text_columns):
             check_row_span(index, f"phrase{sequence + 1}_span", example[f"phrase{sequence + 1}_span"], example[column])
         for column in self._label_columns():
