@@ -39,7 +39,6 @@ from ._common import (
     IMAGE_SIZE,
     UniqueIds,
     check_keys,
-    check_on_missing_image,
     check_split,
     read_json,
 )
@@ -92,11 +91,10 @@ def build(
         restval_in_train: whether "train" also holds the "restval" images (the usual practice).
         image_id_template: only used by `store_image_ids` (accepted here because `build_dataset` passes every option
             to both).
-        on_missing_image: checked here, applied by `build_dataset(..., region_features=store)` to the images missing from the
-            store: `dataset_coco.json` describes every image it names, so no annotation file can lack one.
+        on_missing_image: applied by `build_dataset(..., region_features=store)` to the images missing from the store:
+            `dataset_coco.json` describes every image it names, so no annotation file can lack one.
     """
     check_split(split, SPLITS, "COCO Karpathy captions")
-    check_on_missing_image(on_missing_image)
     for name, value in (("per_image", per_image), ("restval_in_train", restval_in_train)):
         if not isinstance(value, bool):
             raise ValueError(f"`{name}` must be a bool, got {value!r}.")

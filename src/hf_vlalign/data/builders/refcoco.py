@@ -46,7 +46,6 @@ from ._common import (
     IMAGE_SIZE,
     UniqueIds,
     check_keys,
-    check_on_missing_image,
     check_split,
     grounding_features,
     missing_image_error,
@@ -104,7 +103,6 @@ def build(
             or is left out with its expressions and counted in a warning ("skip").
     """
     check_split(split, SPLITS, "RefCOCO+")
-    check_on_missing_image(on_missing_image)
     if data_dir is None:
         raise ValueError("`data_dir` must be the refcoco+ folder of lichengunc/refer (refs(unc).p, instances.json), got None.")
     _check_template(image_id_template)
@@ -210,11 +208,10 @@ def _by_unique_id(entries: list[dict], source: str, key: str) -> dict:
 
 
 def _ref_rows(ref: dict, instances: _CocoInstances, where: str) -> list[dict]:
-    image = instances.images.get(ref["image_id"])
+    image = instances.images[ref["image_id"]]  # refs without their image were left out by `build`
     target = instances.annotations.get(ref["ann_id"])
-    if image is None or target is None:
-        absent = f"image {ref['image_id']}" if image is None else f"annotation {ref['ann_id']}"
-        raise ValueError(f"{where}: its {absent} is not in {instances.path}.")
+    if target is None:
+        raise ValueError(f"{where}: its annotation {ref['ann_id']} is not in {instances.path}.")
     if target["image_id"] != ref["image_id"]:
         raise ValueError(f"{where}: its annotation {ref['ann_id']} belongs to image {target['image_id']}, not {ref['image_id']}.")
     if ref["category_id"] not in instances.categories:

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import datasets
 
-from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, UniqueIds, check_on_missing_image, check_split, read_json
+from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, UniqueIds, check_split, read_json
 
 
 logger = logging.getLogger(__name__)
@@ -156,8 +156,6 @@ def normalize_answer(answer: str) -> str:
 
 def answer_score(count: int) -> float:
     """Soft score of an answer given by `count` of the annotators: min(count / 3, 1) (the VQA accuracy)."""
-    if count < 0:
-        raise ValueError(f"`count` must be >= 0, got {count}.")
     return min(count / 3.0, 1.0)
 
 
@@ -321,11 +319,10 @@ def build(
             (`data_dir/v2_mscoco_train2014_annotations.json`, or `annotations_file` for split "train") with
             `build_answer_vocab(..., min_count=min_answer_count)`.
         image_id_template: only read by `store_image_ids` (accepted here: `build_dataset` passes both the same options).
-        on_missing_image: checked here, applied by `build_dataset(..., region_features=store)` to the images missing from the
-            store: the VQA files name images by id only, so no annotation file can lack one.
+        on_missing_image: applied by `build_dataset(..., region_features=store)` to the images missing from the store:
+            the VQA files name images by id only, so no annotation file can lack one.
     """
     check_split(split, SPLITS, "VQA v2")
-    check_on_missing_image(on_missing_image)
     if image_id_template is not None:
         _check_template(image_id_template)
     data_dir = Path(data_dir) if data_dir is not None else None
