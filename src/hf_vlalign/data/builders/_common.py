@@ -151,6 +151,19 @@ class UniqueIds:
         self.first[key] = where
 
 
+def check_image_id_template(template: str | None, example: str, **fields) -> None:
+    """A ValueError naming `image_id_template` unless it is None or a `str.format` template of `fields` alone."""
+    if template is None:
+        return
+    try:
+        template.format(**fields)
+    except (AttributeError, KeyError, IndexError, ValueError) as error:
+        raise ValueError(
+            f"`image_id_template` may only use the fields {', '.join(f'{{{name}}}' for name in fields)}, e.g. "
+            f"{example!r}, got {template!r} ({error!r})."
+        ) from None
+
+
 def check_split(split: str, splits: Sequence[str], dataset: str) -> None:
     if split not in splits:
         raise ValueError(f"`split` of {dataset} must be one of {list(splits)}, got {split!r}.")

@@ -38,6 +38,7 @@ from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
     UniqueIds,
+    check_image_id_template,
     check_keys,
     check_split,
     read_json,
@@ -98,7 +99,7 @@ def build(
     for name, value in (("per_image", per_image), ("restval_in_train", restval_in_train)):
         if not isinstance(value, bool):
             raise ValueError(f"`{name}` must be a bool, got {value!r}.")
-    _check_template(image_id_template)
+    check_image_id_template(image_id_template, COCO_FILE_ID, image_id=1, coco_split="train2014")
     path = dataset_file(data_dir)
     wanted = {split, "restval"} if split == "train" and restval_in_train else {split}
     rows, image_ids, sentence_ids = [], UniqueIds(f"`data_dir` {path}", "cocoid"), UniqueIds(f"`data_dir` {path}", "sentid")
@@ -181,7 +182,7 @@ def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable
     """Candidate region-feature-store ids of a row: "<cocoid>" then "COCO_<coco_split>_<cocoid:012d>"; with
     `image_id_template` (a `str.format` template of the int `image_id` and the str `coco_split`, e.g.
     "{coco_split}/COCO_{coco_split}_{image_id:012d}"), only the id it formats."""
-    _check_template(image_id_template)
+    check_image_id_template(image_id_template, COCO_FILE_ID, image_id=1, coco_split="train2014")
     template = image_id_template
 
     def candidates(row: dict) -> list[str]:
@@ -191,15 +192,3 @@ def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable
         return [row["image_id"], COCO_FILE_ID.format(**fields)]
 
     return candidates, ("image_id", "coco_split")
-
-
-def _check_template(image_id_template: str | None) -> None:
-    if image_id_template is None:
-        return
-    try:
-        image_id_template.format(image_id=1, coco_split="train2014")
-    except (AttributeError, KeyError, IndexError, ValueError) as error:
-        raise ValueError(
-            "`image_id_template` must be a str.format template of `image_id` (an int) and `coco_split`, e.g. "
-            f"'COCO_{{coco_split}}_{{image_id:012d}}', got {image_id_template!r} ({error!r})."
-        ) from None

@@ -45,6 +45,7 @@ from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
     UniqueIds,
+    check_image_id_template,
     check_keys,
     check_split,
     grounding_features,
@@ -105,7 +106,7 @@ def build(
     check_split(split, SPLITS, "RefCOCO+")
     if data_dir is None:
         raise ValueError("`data_dir` must be the refcoco+ folder of lichengunc/refer (refs(unc).p, instances.json), got None.")
-    _check_template(image_id_template)
+    check_image_id_template(image_id_template, COCO_TRAIN2014_ID, image_id=1)
     data_dir = Path(data_dir)
     if refs_file is None:
         refs = read_refs(data_dir / DEFAULT_REFS_FILE, argument="data_dir")
@@ -247,19 +248,7 @@ def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable
     """Candidate region-feature-store ids of a row: "<id>" then "COCO_train2014_<id:012d>" (RefCOCO+ images are all
     COCO train2014); with `image_id_template` (a `str.format` template of the int `image_id`, e.g.
     "COCO_train2014_{image_id:012d}"), only the id it formats."""
-    _check_template(image_id_template)
+    check_image_id_template(image_id_template, COCO_TRAIN2014_ID, image_id=1)
     if image_id_template is not None:
         return (lambda row: [image_id_template.format(image_id=int(row["image_id"]))]), ("image_id",)
     return (lambda row: [row["image_id"], COCO_TRAIN2014_ID.format(image_id=int(row["image_id"]))]), ("image_id",)
-
-
-def _check_template(image_id_template: str | None) -> None:
-    if image_id_template is None:
-        return
-    try:
-        image_id_template.format(image_id=1)
-    except (AttributeError, KeyError, IndexError, ValueError) as error:
-        raise ValueError(
-            "`image_id_template` must be a str.format template of `image_id` (an int), e.g. "
-            f"'COCO_train2014_{{image_id:012d}}', got {image_id_template!r} ({error!r})."
-        ) from None

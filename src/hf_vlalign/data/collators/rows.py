@@ -4,6 +4,7 @@ what came."""
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -18,6 +19,13 @@ def _as_list(value: object) -> object:
 def _shown(value: object) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def kind_of(value: object) -> str:
+    """What came, as a refusal of an argument of the wrong kind names it: None, or its type (and a string's value)."""
+    if value is None:
+        return "None"
+    return f"{type(value).__name__} {str(value)!r}" if isinstance(value, (str, os.PathLike)) else type(value).__name__
 
 
 def row_error(index: int, column: str, expected: str, got: object) -> ValueError:
