@@ -24,7 +24,6 @@ not in <where>."
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -173,12 +172,6 @@ def check_on_missing_image(on_missing_image: str) -> None:
     """A ValueError naming `on_missing_image` unless it is one of `MISSING_IMAGE_CHOICES`."""
     if not isinstance(on_missing_image, str) or on_missing_image not in MISSING_IMAGE_CHOICES:
         raise ValueError(f"`on_missing_image` must be one of {MISSING_IMAGE_CHOICES}, got {on_missing_image!r}.")
-
-
-def takes_on_missing_image(build: Callable) -> bool:
-    """Whether a builder's `build` takes `on_missing_image` (every builder but NLVR2's, whose files name no image
-    that could be missing; its store join, `nlvr2.attach_pair_features`, takes it)."""
-    return "on_missing_image" in inspect.signature(build).parameters
 
 
 def missing_image_error(

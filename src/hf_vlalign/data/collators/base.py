@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerBase
 from ...alignment.boxes import alignment_target_from_iou, box_iou, gold_region_iou
 from ..feature_store import RegionFeatureStore
 from .regions import pad_regions, store_image_id
-from .rows import _as_list, check_row_columns, check_row_phrases, check_row_text, gold_boxes, kind_of, row_error
+from .rows import _as_list, check_fast_tokenizer, check_row_columns, check_row_phrases, check_row_text, gold_boxes, kind_of, row_error
 from .truncation import (
     CUT_KEY,
     TruncationStats,
@@ -67,18 +67,12 @@ class RegionTextCollator:
     _warned: set = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        if not isinstance(self.tokenizer, PreTrainedTokenizerBase):
-            hint = " (load it with AutoTokenizer.from_pretrained(name_or_path))" if isinstance(self.tokenizer, str) else ""
-            raise ValueError(
-                f"`tokenizer` must be a transformers tokenizer (PreTrainedTokenizerBase), got {kind_of(self.tokenizer)}{hint}."
-            )
+        check_fast_tokenizer(self.tokenizer)
         if not isinstance(self.region_features, RegionFeatureStore):
             raise ValueError(
                 f"`region_features` must be a RegionFeatureStore, got {kind_of(self.region_features)} (open one with "
                 "RegionFeatureStore.load(directory))."
             )
-        if not self.tokenizer.is_fast:
-            raise ValueError("`tokenizer` must be a fast tokenizer (character offsets are needed to find phrase tokens).")
         if len(self.text_columns) not in (1, 2):
             raise ValueError(f"`text_columns` must name one text or a pair, got {self.text_columns}.")
         check_max_text_length(self.tokenizer, self.max_text_length, len(self.text_columns))

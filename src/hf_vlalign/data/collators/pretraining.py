@@ -14,7 +14,7 @@ import torch
 from ...alignment.soft_targets import SoftAlignmentTargets
 from .base import RegionTextCollator
 from .masking import mask_regions, mask_words, word_masker
-from .rows import _checked_answer, check_answer_columns
+from .rows import _checked_answer, check_answer_columns, kind_of
 
 
 @dataclass
@@ -152,6 +152,8 @@ def group_captions_by_image(
 ) -> dict[str, list[str]]:
     """{image id: its captions, in row order} from caption rows (a dataset or a list of rows with `image_id` and
     `text_column`): the pool from which `SingleStreamPretrainingCollator` draws second captions."""
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, (datasets.Dataset, Sequence)):
+        raise ValueError(f"`rows` must be a datasets.Dataset or a list of rows, got {kind_of(rows)}.")
     if isinstance(rows, datasets.Dataset):
         missing = [name for name in ("image_id", text_column) if name not in rows.column_names]
         if missing:

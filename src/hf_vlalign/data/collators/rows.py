@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from transformers import PreTrainedTokenizerBase
 
 
 def _as_list(value: object) -> object:
@@ -26,6 +27,18 @@ def kind_of(value: object) -> str:
     if value is None:
         return "None"
     return f"{type(value).__name__} {str(value)!r}" if isinstance(value, (str, os.PathLike)) else type(value).__name__
+
+
+def check_fast_tokenizer(tokenizer: object) -> None:
+    """A fast transformers tokenizer (its character offsets find the phrase tokens); a name is refused with how to
+    load it."""
+    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+        hint = " (load it with AutoTokenizer.from_pretrained(name_or_path))" if isinstance(tokenizer, str) else ""
+        raise ValueError(
+            f"`tokenizer` must be a transformers tokenizer (PreTrainedTokenizerBase), got {kind_of(tokenizer)}{hint}."
+        )
+    if not tokenizer.is_fast:
+        raise ValueError("`tokenizer` must be a fast tokenizer (character offsets are needed to find phrase tokens).")
 
 
 def row_error(index: int, column: str, expected: str, got: object) -> ValueError:

@@ -12,6 +12,8 @@ import datasets
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from .rows import check_fast_tokenizer
+
 logger = logging.getLogger(__name__)
 
 # the batch entry (popped before the batch is returned) holding each row's word pieces lost to truncation
@@ -183,8 +185,7 @@ def drop_overlong_rows(
 def _check_filter_arguments(dataset, tokenizer, max_text_length, text_columns, required_spans, batch_size) -> None:
     if not isinstance(dataset, datasets.Dataset):
         raise ValueError(f"`dataset` must be a datasets.Dataset, got {type(dataset).__name__}.")
-    if not getattr(tokenizer, "is_fast", False):
-        raise ValueError("`tokenizer` must be a fast tokenizer (character offsets are needed).")
+    check_fast_tokenizer(tokenizer)
     if len(text_columns) not in (1, 2):
         raise ValueError(f"`text_columns` must name one text or a pair, got {text_columns}.")
     check_max_text_length(tokenizer, max_text_length, len(text_columns))
