@@ -174,7 +174,7 @@ BAD_ROWS = [
     case("caption", {"sentence_phrase_regions": ["x", None]}, ROW1 + r"`sentence_phrase_regions` must be lists of region weights \(numbers\), got str 'x'", "regions-not-numbers"),
     case("refcoco", {"expression_phrase_boxes": [[]], "expression_phrase_spans": DROP}, ROW1 + r"`expression_phrase_boxes` must be a list holding the referred object's boxes", "no-referred-box"),
     case("nlvr2", {"label": 0.5}, ROW1 + r"`label` must be an int label, got float 0.5", "label-not-an-int"),
-    case("gqa", {"label": 5}, r"answer label 5 is outside the vocabulary of `num_answers`=5", "label-outside-vocabulary"),
+    case("vgp", {"type_label": 5}, ROW1 + r"`type_label` must be a label in \[-1, 4\], got int 5", "label-outside-its-classes"),
     case("vqa", {"scores": [1.5, 0.3]}, ROW1 + r"`scores` must be a list of scores in \[0, 1\] \(one per answer id\)", "score-outside-0-1"),
     case("captioning", {"references": ["a box", None]}, ROW1 + r"`references` must be a non-empty list of reference captions \(strings\), got list", "references-not-strings"),
 ]  # fmt: skip

@@ -139,7 +139,7 @@ def test_type_task_labels_are_the_csv_types_and_minus_100_for_pairs_without_one(
     assert binary.tolist() == dataset["vgp_label"]
     with pytest.raises(ValueError, match="`vgp_task` must be 'type' or 'binary'"):
         VGPCollator(tokenizer, features, vgp_task="types")
-    with pytest.raises(ValueError, match="`type_label` must be a type"):
+    with pytest.raises(ValueError, match=r"`type_label` must be a label in \[-1, 4\], got int -3"):
         VGPCollator(tokenizer, features)([{**rows[0], "type_label": -3}])
 
 

@@ -60,10 +60,13 @@ def check_row_text(index: int, example: Mapping, column: str) -> None:
         raise row_error(index, column, "a string", example[column])
 
 
-def check_row_int(index: int, example: Mapping, column: str) -> None:
+def check_row_int(index: int, example: Mapping, column: str, labels: range | None = None) -> None:
+    """An int label, in `labels` when the classes are known (a label outside them would index past the logits)."""
     value = example[column]
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise row_error(index, column, "an int label", value)
+    if labels is not None and value not in labels:
+        raise row_error(index, column, f"a label in [{labels.start}, {labels.stop - 1}]", value)
 
 
 def check_row_span(index: int, column: str, span: object, text: str) -> None:
