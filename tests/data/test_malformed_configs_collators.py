@@ -1,6 +1,7 @@
-"""Malformed configs and collator rows (issue 17): every bad value is refused when the config is built, and every bad
-row when it is collated, by a `ValueError` naming the field (or the batch row and column), what was expected and
-what came. A gold box that overlaps no region is counted and warned about, never put on region 0."""
+"""Malformed configs and collator rows (issue 17): one representative of each kind of bad value is refused when the
+config is built, and of each kind of bad row when it is collated, by a `ValueError` naming the field (or the batch row
+and column), what was expected and what came. A gold box that overlaps no region is counted and warned about, never
+put on region 0."""
 
 from __future__ import annotations
 
@@ -42,15 +43,6 @@ TINY = {
                                               geometry_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2,
                                               decoder_start_token_id=1)),
 }  # fmt: skip
-SIZES = {
-    "single": ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings",
-               "type_vocab_size", "visual_feat_dim", "num_id_labels", "num_vgp_labels", "num_qa_labels"),
-    "two": ("vocab_size", "hidden_size", "intermediate_size", "max_position_embeddings", "type_vocab_size", "x_layers",
-            "visual_feat_dim", "visual_pos_dim", "num_object_labels", "num_attr_labels", "num_qa_labels",
-            "alignment_top_k"),
-    "captioner": ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_ffn_dim", "decoder_ffn_dim",
-                  "visual_feat_dim", "max_position_embeddings", "max_regions"),
-}  # fmt: skip
 DROPOUTS = {
     "single": ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"),
     "two": ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"),
@@ -62,27 +54,15 @@ WEIGHTS = {
     "captioner": ("init_std", "mask_weight"),
 }
 ACTIVATION = {"single": "hidden_act", "two": "hidden_act", "captioner": "activation_function"}
-NAN, INF = float("nan"), float("inf")
+NAN = float("nan")
 
 
-def bad_config_cases() -> list:
-    cases = []
-    for family in TINY:
-        cases += [(family, name, value, rf"`{name}`.* must be .*got .*{value}") for name in SIZES[family] for value in (0, -1)]
-        cases += [(family, name, value, rf"`{name}` must be a dropout probability in \[0, 1\), got {value}")
-                  for name in DROPOUTS[family] for value in (-0.1, 1.0, 1.5, NAN)]  # fmt: skip
-        cases += [(family, "layer_norm_eps", value, rf"`layer_norm_eps` must be a finite number > 0, got {value}")
-                  for value in (NAN, 0.0, -1e-5, INF)]  # fmt: skip
-        cases += [(family, name, value, rf"`{name}` must be a finite number >= 0, got {value}")
-                  for name in WEIGHTS[family] for value in (-0.5, NAN, INF)]  # fmt: skip
-        cases += [(family, ACTIVATION[family], value, rf"`{ACTIVATION[family]}` must be one of transformers' "
-                   rf"activations .*, got {value!r}") for value in ("no_such_act", "")]  # fmt: skip
-        cases += [(family, "pad_token_id", value, rf"`pad_token_id` must be None or a token id in \[0, 39\] "
-                   rf"\(`vocab_size`\), got {value}") for value in (40, -1)]  # fmt: skip
-    return cases
-
-
-CONFIG_CASES = bad_config_cases()
+# one representative per kind of refused config value: a size, a probability, a name
+CONFIG_CASES = [
+    ("single", "hidden_size", 0, r"`hidden_size`.* must be .*got .*0"),
+    ("two", "hidden_dropout_prob", 1.5, r"`hidden_dropout_prob` must be a dropout probability in \[0, 1\), got 1.5"),
+    ("single", "hidden_act", "no_such_act", r"`hidden_act` must be one of transformers' activations .*, got 'no_such_act'"),
+]
 
 
 @pytest.mark.parametrize(
@@ -97,27 +77,26 @@ def test_bad_config_field_is_refused_by_name(family, name, value, match):
         config_class.from_dict({**kwargs, name: value})
 
 
-@pytest.mark.parametrize("family", TINY)
-def test_tiny_configs_and_edge_values_are_accepted(family):
-    config_class, kwargs = TINY[family]
-    edges = {DROPOUTS[family][0]: 0.0, "layer_norm_eps": 1e-12, WEIGHTS[family][0]: 0.0, ACTIVATION[family]: "gelu_new"}
-    config = config_class(**kwargs, **edges)
-    assert config.layer_norm_eps == 1e-12 and math.isfinite(getattr(config, WEIGHTS[family][0]))
-    assert config_class.from_dict(config.to_dict()).to_dict() == config.to_dict()
+def test_tiny_configs_and_edge_values_are_accepted():
+    for family, (config_class, kwargs) in TINY.items():
+        edges = {DROPOUTS[family][0]: 0.0, "layer_norm_eps": 1e-12, WEIGHTS[family][0]: 0.0, ACTIVATION[family]: "gelu_new"}
+        config = config_class(**kwargs, **edges)
+        assert config.layer_norm_eps == 1e-12 and math.isfinite(getattr(config, WEIGHTS[family][0]))
+        assert config_class.from_dict(config.to_dict()).to_dict() == config.to_dict()
 
 
 SUPERVISION_LIKE = ("attention_supervision", "supervised_layers", "supervised_heads", "attention_supervision_weight",
                     "attention_loss_weight", "supervision_method", "attn_loss_weight", "attention_target")  # fmt: skip
 
 
-@pytest.mark.parametrize("name", SUPERVISION_LIKE)
-def test_captioner_config_refuses_supervision_fields(name):
+def test_captioner_config_refuses_supervision_fields():
     kwargs = TINY["captioner"][1]
-    match = rf"`RegionCaptionerConfig` has no attention supervision, got the unknown field\(s\) \['{name}'\]"
-    with pytest.raises(ValueError, match=match):
-        RegionCaptionerConfig(**kwargs, **{name: "direct"})
-    with pytest.raises(ValueError, match=match):
-        RegionCaptionerConfig.from_dict({**kwargs, name: [0]})
+    for name in SUPERVISION_LIKE:
+        match = rf"`RegionCaptionerConfig` has no attention supervision, got the unknown field\(s\) \['{name}'\]"
+        with pytest.raises(ValueError, match=match):
+            RegionCaptionerConfig(**kwargs, **{name: "direct"})
+        with pytest.raises(ValueError, match=match):
+            RegionCaptionerConfig.from_dict({**kwargs, name: [0]})
 
 
 def test_captioner_config_keeps_other_unknown_fields():
@@ -181,71 +160,23 @@ def case(collator: str, changes, match: str, case_id: str):
 
 ROW1 = r"batch row 1: "
 BAD_ROWS = [
-    # missing columns
-    case("caption", {"sentence": DROP}, r"rows must have the columns \['sentence'\] for GroundedCaptionCollator; batch row 1", "no-sentence"),
-    case("caption", {"image_id": DROP}, r"rows must have the columns \['image_id'\] for GroundedCaptionCollator; batch row 1", "no-image"),
-    case("caption", "a red box", r"batch row 1 must be a dict of columns for GroundedCaptionCollator, got str", "row-is-str"),
-    case("vgp", {"type_label": DROP}, r"VGPCollator rows must have the columns `type_label`; batch row 1", "no-type-label"),
-    case("vgp", {"phrase2_span": DROP}, r"VGPCollator rows must have the columns `phrase2_span`; batch row 1", "no-phrase2"),
-    case("nlvr2", {"right_image_id": DROP}, r"rows must have the columns \['right_image_id'\] for ImagePairCollator", "no-right"),
-    case("nlvr2", {"label": DROP}, r"rows must have the columns \['label'\] for ImagePairCollator; batch row 1", "no-label"),
-    case("refcoco", {"expression_phrase_boxes": DROP, "expression_phrase_spans": DROP},
-         r"rows must have the columns \['expression_phrase_boxes'\]", "no-boxes"),
-    case("captioning", {"references": DROP}, r"rows must have the columns \['references'\] for CaptioningCollator", "no-refs"),
-    case("vqa", {"scores": DROP}, r"rows must have the columns \['scores'\] for VQA soft scores; batch row 1", "no-scores"),
-    case("gqa", {"label": DROP}, r"rows must have the columns \['label'\] for QuestionAnsweringCollator; batch row 1", "no-label"),
-    case("pretraining", {"label": DROP}, r"rows must have the columns \['label'\] for TwoStreamPretrainingCollator; batch row 1", "no-label"),
-    # texts and image ids
-    case("caption", {"sentence": None, "sentence_phrase_spans": DROP}, ROW1 + r"`sentence` must be a string, got NoneType None", "sentence-none"),
-    case("caption", {"sentence": 7, "sentence_phrase_spans": DROP}, ROW1 + r"`sentence` must be a string, got int 7", "sentence-int"),
-    case("vgp", {"caption2": ["the", "box"]}, ROW1 + r"`caption2` must be a string, got list", "caption-list"),
-    case("pretraining", {"question": None}, ROW1 + r"`question` must be a string, got NoneType", "question-none"),
-    case("caption", {"image_id": None}, ROW1 + r"`image_id` must be an image id \(a string or an int\), got NoneType", "image-none"),
-    case("nlvr2", {"left_image_id": ["1"]}, ROW1 + r"`left_image_id` must be an image id .*, got list", "image-list"),
-    # phrase spans
-    case("caption", {"sentence_phrase_spans": [[2, 9], "14:24"]}, ROW1 + r"`sentence_phrase_spans` must be a character span \[start, end\] of two ints, got str '14:24'", "span-str"),
-    case("caption", {"sentence_phrase_spans": [["2", "9"], [14, 24]]}, ROW1 + r"`sentence_phrase_spans` must be a character span .*, got list \['2', '9'\]", "span-of-str"),
-    case("caption", {"sentence_phrase_spans": [[2.0, 9.0], [14, 24]]}, ROW1 + r"`sentence_phrase_spans` must be a character span .*, got list \[2.0, 9.0\]", "span-float"),
-    case("caption", {"sentence_phrase_spans": [[9, 2], [14, 24]]}, ROW1 + r"`sentence_phrase_spans` must be a span with 0 <= start <= end <= 24 \(the text's length\), got list \[9, 2\]", "span-reversed"),
-    case("caption", {"sentence_phrase_spans": [[2, 9], [14, 99]]}, ROW1 + r"`sentence_phrase_spans` must be a span with 0 <= start <= end <= 24 .*, got list \[14, 99\]", "span-past-end"),
-    case("caption", {"sentence_phrase_spans": [[-3, 9], [14, 24]]}, ROW1 + r"`sentence_phrase_spans` must be a span with 0 <= start .*, got list \[-3, 9\]", "span-negative"),
-    case("caption", {"sentence_phrase_spans": [[2, 9], [5, 5]]}, r"`sentence_phrase_spans` .*the phrase at characters \[5, 5\] .*has no token after tokenisation", "span-empty"),
-    case("caption", {"sentence_phrase_spans": "[[2, 9]]"}, ROW1 + r"`sentence_phrase_spans` must be a list of character spans, got str", "spans-str"),
-    case("caption", {"sentence_phrase_spans": [2, 9]}, ROW1 + r"`sentence_phrase_spans` must be a character span .*, got int 2", "spans-flat"),
-    case("vgp", {"phrase1_span": "2-9"}, ROW1 + r"`phrase1_span` must be a character span .*, got str '2-9'", "vgp-span-str"),
-    case("vgp", {"phrase2_span": [4, 70]}, ROW1 + r"`phrase2_span` must be a span with 0 <= start <= end <= 7", "vgp-span-out"),
-    # phrase boxes and regions
-    case("caption", {"sentence_phrase_boxes": [[[0, 0, 40, 40]]]}, ROW1 + r"`sentence_phrase_boxes` must be a list of 2 \(one per phrase span\), got list", "boxes-short"),
-    case("caption", {"sentence_phrase_boxes": "0 0 40 40"}, ROW1 + r"`sentence_phrase_boxes` must be a list, got str", "boxes-str"),
-    case("caption", {"sentence_phrase_boxes": [[[0, 0, 40, NAN]], []]}, ROW1 + r"`sentence_phrase_boxes` must be lists of 4 finite numbers", "box-nan"),
-    case("caption", {"sentence_phrase_boxes": [[[0, 0, INF, 40]], []]}, ROW1 + r"`sentence_phrase_boxes` must be lists of 4 finite numbers", "box-inf"),
-    case("caption", {"sentence_phrase_boxes": [[["a", "b", "c", "d"]], []]}, ROW1 + r"`sentence_phrase_boxes` must be lists of \[x1, y1, x2, y2\] pixel boxes \(numbers\)", "box-str"),
-    case("caption", {"sentence_phrase_boxes": [[[0, 0, 40]], []]}, ROW1 + r"`sentence_phrase_boxes` must be lists of 4 finite numbers .*, got list \[\[0, 0, 40\]\]", "box-3"),
-    case("caption", {"sentence_phrase_regions": [[1.0, 0, 0]]}, ROW1 + r"`sentence_phrase_regions` must be a list of 2 \(one per phrase span\)", "regions-short"),
-    case("caption", {"sentence_phrase_regions": [[None], None]}, ROW1 + r"`sentence_phrase_regions` must be lists of region weights \(numbers\), got list \[None\]", "regions-none"),
-    case("caption", {"sentence_phrase_regions": ["x", None]}, ROW1 + r"`sentence_phrase_regions` must be lists of region weights \(numbers\), got str 'x'", "regions-str"),
-    case("refcoco", {"expression_phrase_boxes": []}, ROW1 + r"`expression_phrase_boxes` must be a list of 1 \(one per phrase span\), got list \[\]", "ref-empty"),
-    case("refcoco", {"expression_phrase_boxes": [[]], "expression_phrase_spans": DROP}, ROW1 + r"`expression_phrase_boxes` must be a list holding the referred object's boxes", "ref-no-box"),
-    case("refcoco", {"expression_phrase_boxes": [[[NAN, 0, 1, 1]]], "expression_phrase_spans": DROP}, ROW1 + r"`expression_phrase_boxes` must be lists of 4 finite numbers", "ref-nan"),
-    # labels
-    case("vgp", {"id_label": "1"}, ROW1 + r"`id_label` must be an int label, got str '1'", "id-label-str"),
-    case("vgp", {"type_label": 1.0}, ROW1 + r"`type_label` must be an int label, got float 1.0", "type-label-float"),
-    case("vgp", {"type_label": None}, ROW1 + r"`type_label` must be an int label, got NoneType None", "type-label-none"),
-    case("nlvr2", {"label": "True"}, ROW1 + r"`label` must be an int label, got str 'True'", "label-str"),
-    case("nlvr2", {"label": 0.5}, ROW1 + r"`label` must be an int label, got float 0.5", "label-float"),
-    case("gqa", {"label": "yes"}, ROW1 + r"`label` must be an int label, got str 'yes'", "label-str"),
-    case("gqa", {"label": 2.0}, ROW1 + r"`label` must be an int label, got float 2.0", "label-float"),
-    case("pretraining", {"label": "1"}, ROW1 + r"`label` must be an int label, got str '1'", "label-str"),
-    case("vqa", {"scores": [1.0]}, ROW1 + r"`scores` must be a list of scores in \[0, 1\] of 2 \(one per answer id\), got list \[1.0\]", "scores-short"),
-    case("vqa", {"scores": [NAN, 0.3]}, ROW1 + r"`scores` must be a list of scores in \[0, 1\] \(one per answer id\), got list \[nan, 0.3\]", "scores-nan"),
-    case("vqa", {"scores": [1.5, 0.3]}, ROW1 + r"`scores` must be a list of scores in \[0, 1\] \(one per answer id\)", "scores-above-1"),
-    case("vqa", {"scores": ["1", "0"]}, ROW1 + r"`scores` must be a list of scores in \[0, 1\]", "scores-str"),
-    case("vqa", {"labels": "3", "scores": [1.0]}, ROW1 + r"`labels` must be a list of answer ids, got str '3'", "labels-str"),
-    # references
-    case("captioning", {"references": "a box"}, ROW1 + r"`references` must be a list of reference captions \(strings\), got str 'a box'", "refs-str"),
-    case("captioning", {"references": ["a box", None]}, ROW1 + r"`references` must be a non-empty list of reference captions \(strings\), got list", "refs-none"),
-    case("captioning", {"references": []}, ROW1 + r"`references` must be a non-empty list of reference captions", "refs-empty"),
-    case("captioning", {"references": {"a": 1}}, ROW1 + r"`references` must be a list of reference captions \(strings\), got dict", "refs-dict"),
+    # one representative per kind of refused row
+    case("caption", {"sentence": DROP}, r"rows must have the columns \['sentence'\] for GroundedCaptionCollator; batch row 1", "missing-column"),
+    case("vgp", {"type_label": DROP}, r"rows must have the columns \['type_label'\] for VGPCollator; batch row 1", "missing-label-column"),
+    case("caption", "a red box", r"batch row 1 must be a dict of columns for GroundedCaptionCollator, got str", "row-not-a-dict"),
+    case("caption", {"sentence": 7, "sentence_phrase_spans": DROP}, ROW1 + r"`sentence` must be a string, got int 7", "text-not-a-string"),
+    case("nlvr2", {"left_image_id": ["1"]}, ROW1 + r"`left_image_id` must be an image id .*, got list", "image-id-not-an-id"),
+    case("caption", {"sentence_phrase_spans": [[2, 9], "14:24"]}, ROW1 + r"`sentence_phrase_spans` must be a character span \[start, end\] of two ints, got str '14:24'", "span-not-two-ints"),
+    case("vgp", {"phrase2_span": [4, 70]}, ROW1 + r"`phrase2_span` must be a span with 0 <= start <= end <= 7", "span-outside-text"),
+    case("caption", {"sentence_phrase_spans": [[2, 9], [5, 5]]}, r"`sentence_phrase_spans` .*the phrase at characters \[5, 5\] .*has no token after tokenisation", "span-without-token"),
+    case("caption", {"sentence_phrase_boxes": [[[0, 0, 40, 40]]]}, ROW1 + r"`sentence_phrase_boxes` must be a list of 2 \(one per phrase span\), got list", "boxes-not-one-per-span"),
+    case("caption", {"sentence_phrase_boxes": [[[0, 0, 40, NAN]], []]}, ROW1 + r"`sentence_phrase_boxes` must be lists of 4 finite numbers", "box-not-finite"),
+    case("caption", {"sentence_phrase_regions": ["x", None]}, ROW1 + r"`sentence_phrase_regions` must be lists of region weights \(numbers\), got str 'x'", "regions-not-numbers"),
+    case("refcoco", {"expression_phrase_boxes": [[]], "expression_phrase_spans": DROP}, ROW1 + r"`expression_phrase_boxes` must be a list holding the referred object's boxes", "no-referred-box"),
+    case("nlvr2", {"label": 0.5}, ROW1 + r"`label` must be an int label, got float 0.5", "label-not-an-int"),
+    case("vgp", {"type_label": 5}, ROW1 + r"`type_label` must be a label in \[-1, 4\], got int 5", "label-outside-its-classes"),
+    case("vqa", {"scores": [1.5, 0.3]}, ROW1 + r"`scores` must be a list of scores in \[0, 1\] \(one per answer id\)", "score-outside-0-1"),
+    case("captioning", {"references": ["a box", None]}, ROW1 + r"`references` must be a non-empty list of reference captions \(strings\), got list", "references-not-strings"),
 ]  # fmt: skip
 
 
@@ -256,10 +187,11 @@ def bad_row(collator: str, changes) -> object:
     return {key: value for key, value in row.items() if value is not DROP}
 
 
-@pytest.mark.parametrize("collator", GOOD)
-def test_good_rows_collate(tokenizer, store, collator):
-    batch = COLLATORS[collator](tokenizer, store)([GOOD[collator], dict(GOOD[collator])])
-    assert all(bool(torch.isfinite(value).all()) for value in batch.values() if torch.is_tensor(value) and value.is_floating_point())
+def test_good_rows_collate(tokenizer, store):
+    for collator, row in GOOD.items():
+        batch = COLLATORS[collator](tokenizer, store)([row, dict(row)])
+        floats = [value for value in batch.values() if torch.is_tensor(value) and value.is_floating_point()]
+        assert floats and all(bool(torch.isfinite(value).all()) for value in floats), collator
 
 
 @pytest.mark.parametrize("collator, changes, match", BAD_ROWS)

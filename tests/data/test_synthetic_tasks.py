@@ -34,11 +34,7 @@ from hf_vlalign.synthetic import (
 )
 from hf_vlalign.synthetic.tasks import (
     STATEMENT_TEMPLATES,
-    SyntheticNLVR2Writer,
-    SyntheticRefCOCOWriter,
     _Description,
-    category_id,
-    referring_expressions,
     relation_truth,
     sample_set_sentences,
 )
@@ -275,14 +271,10 @@ def test_nlvr2_statement_truth_rules():
     assert relation_truth([circle, square], red_circle, "above", blue_square) is None  # leans that way: ambiguous
     assert relation_truth([circle, square], red_circle, "below", blue_square) is False
     assert relation_truth([circle], red_circle, "above", red_circle) is False  # a shape is not related to itself
-    with pytest.raises(ValueError, match="`relation` must be one of"):
-        relation_truth([circle, square], red_circle, "near", blue_square)
 
     # identical pairs: no sentence tells them apart, so one True and one False sentence about pair 0
     sentences = sample_set_sentences([([circle, square], [circle, square])] * 4, np.random.default_rng(0))
     assert [labels for _, labels in sentences] == [{0: True}, {0: False}]
-    with pytest.raises(ValueError, match="`pairs` must hold"):
-        sample_set_sentences([([circle], [])], np.random.default_rng(0))
 
 
 def test_tiny_splits_are_still_balanced_and_readable(tmp_path):
@@ -352,17 +344,6 @@ def test_refcoco_split_names_and_bad_input(paths):
         build_dataset("synthetic_scenes", paths.root.parent, "dev", task="vgp", config=SMALL)
     with pytest.raises(ValueError, match="`task` of synthetic_scenes must be one of"):
         synthetic_region_features(paths.root.parent, SMALL, task="pairs")
-    shape = Shape("circle", "red", "small", (1, 1, 9, 9), "7")
-    with pytest.raises(ValueError, match="`split` must be one of"):
-        SyntheticNLVR2Writer(paths.root / "unused", 0).add("test", 0, "1", [shape])
-    with pytest.raises(ValueError, match="`shapes` of image '1' must hold"):
-        SyntheticNLVR2Writer(paths.root / "unused", 0).add("train", 0, "1", [])
-    with pytest.raises(ValueError, match="`image_id` must be a digit string"):
-        SyntheticRefCOCOWriter(paths.root / "unused", 64, 0).add("val", 0, "img1", [shape])
-    with pytest.raises(ValueError, match="`index` must be in \\[0, 1\\)"):
-        referring_expressions(1, [shape], np.random.default_rng(0))
-    with pytest.raises(ValueError, match="`kind` must be one of"):
-        category_id("hexagon")
 
 
 # ----------------------------------------------------------------------------------------------------------------

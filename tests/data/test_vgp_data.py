@@ -139,7 +139,7 @@ def test_type_task_labels_are_the_csv_types_and_minus_100_for_pairs_without_one(
     assert binary.tolist() == dataset["vgp_label"]
     with pytest.raises(ValueError, match="`vgp_task` must be 'type' or 'binary'"):
         VGPCollator(tokenizer, features, vgp_task="types")
-    with pytest.raises(ValueError, match="`type_label` must be a type"):
+    with pytest.raises(ValueError, match=r"`type_label` must be a label in \[-1, 4\], got int -3"):
         VGPCollator(tokenizer, features)([{**rows[0], "type_label": -3}])
 
 
@@ -242,20 +242,20 @@ def _dense_order(documents: list[str], num_neighbours: int) -> np.ndarray:
     return np.argsort(-similarity, axis=1, kind="stable")[:, : min(num_neighbours, len(documents) - 1)]
 
 
-@pytest.mark.parametrize("dense_word_fraction", [0.0, 0.3, 1.0])  # all words dense, the frequent ones, none
-@pytest.mark.parametrize("block_size", [1, 3, 16, 17, 100])
-def test_blocked_nearest_neighbours_equal_the_dense_sort_with_ties_at_any_block_size(block_size, dense_word_fraction):
+def test_blocked_nearest_neighbours_equal_the_dense_sort_with_ties_at_any_block_size():
     rng = np.random.default_rng(0)
     words = [f"w{i}" for i in range(40)]
     frequencies = 1 / np.arange(1, 41)  # a few words in most documents (the dense part), the rest rare
     documents = [" ".join(rng.choice(words, size=8, p=frequencies / frequencies.sum())) for _ in range(17)]
     documents[4] = documents[9] = documents[15]  # three equal documents: ties, broken by the lower index
     documents[11] = ""  # a document without words: zero similarity with every other
-    order = nearest_neighbours(tfidf_rows(documents), 6, block_size, dense_word_fraction)
-    assert order.shape == (17, 6)
-    np.testing.assert_array_equal(order, _dense_order(documents, 6))
-    assert list(order[4][:2]) == [9, 15] and list(order[15][:2]) == [4, 9]
-    assert list(order[11]) == [0, 1, 2, 3, 4, 5]  # all tied at 0: the lowest indices
+    for dense_word_fraction in (0.0, 0.3, 1.0):  # all words dense, the frequent ones, none
+        for block_size in (1, 3, 16, 17, 100):
+            order = nearest_neighbours(tfidf_rows(documents), 6, block_size, dense_word_fraction)
+            assert order.shape == (17, 6)
+            np.testing.assert_array_equal(order, _dense_order(documents, 6))
+            assert list(order[4][:2]) == [9, 15] and list(order[15][:2]) == [4, 9]
+            assert list(order[11]) == [0, 1, 2, 3, 4, 5]  # all tied at 0: the lowest indices
 
 
 def test_nearest_neighbours_with_fewer_images_than_neighbours_and_with_one_image():
@@ -264,14 +264,6 @@ def test_nearest_neighbours_with_fewer_images_than_neighbours_and_with_one_image
     np.testing.assert_array_equal(order, _dense_order(documents, 100))
     assert order.shape == (3, 2) and list(order[0]) == [1, 2]
     assert nearest_neighbours(tfidf_rows(["a dog"]), 5).shape == (1, 0)
-    with pytest.raises(ValueError, match=r"`num_neighbours` must be a positive int, got 0"):
-        nearest_neighbours(tfidf_rows(documents), 0)
-    with pytest.raises(ValueError, match=r"`block_size` must be a positive int, got 2.5"):
-        nearest_neighbours(tfidf_rows(documents), 1, block_size=2.5)
-    with pytest.raises(ValueError, match=r"`dense_word_fraction` must be in \[0, 1\], got 2"):
-        nearest_neighbours(tfidf_rows(documents), 1, dense_word_fraction=2)
-    with pytest.raises(ValueError, match=r"`documents\[1\]` must be a str, got int"):
-        tfidf_rows(["a dog", 3])
 
 
 def test_tfidf_rows_weigh_rare_words_up_and_have_unit_length():

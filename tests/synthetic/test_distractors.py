@@ -154,10 +154,7 @@ def test_distractor_statistics_counts_by_hand():
 @pytest.mark.parametrize(
     "scenes, message",
     [
-        ([], "must hold at least one shape"),
         ([[]], "must hold at least one shape"),
-        ([["circle"]], r"`scenes\[0\]` must hold Shape objects only, got str"),
-        (["circle"], r"`scenes\[0\]` must be a list of Shape, got str"),
         (3, "must be a SyntheticVGPPaths or a list of shape lists, got int"),
     ],
 )
@@ -166,10 +163,10 @@ def test_distractor_statistics_refuses_bad_input(scenes, message):
         distractor_statistics(scenes)
 
 
-@pytest.mark.parametrize("value", [1, "yes", None, np.bool_(True)])
-def test_distractors_must_be_a_bool(value):
-    with pytest.raises(ValueError, match=rf"`distractors` must be a bool, got {type(value).__name__}"):
-        SyntheticSceneConfig(distractors=value)
+def test_distractors_must_be_a_bool():
+    for value in (1, "yes", None, np.bool_(True)):
+        with pytest.raises(ValueError, match=rf"`distractors` must be a bool, got {type(value).__name__}"):
+            SyntheticSceneConfig(distractors=value)
 
 
 def test_int_fields_still_refuse_bools():

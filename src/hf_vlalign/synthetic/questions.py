@@ -89,7 +89,6 @@ GENERIC_NOUNS = ("object", "shape", "thing")
 RELATIONS = ("to the left of", "to the right of", "above", "below")
 ANSWER_VOCAB_FILE = "trainval_ans2label.json"
 ANSWER_LIST_FILE = "trainval_label2ans.json"
-MAX_QUESTIONS_PER_IMAGE = 100  # question ids are the image id and two digits
 # detailed type -> (structural, semantic), as GQA's `types`
 TEMPLATE_TYPES = {
     "queryColor": ("query", "attr"),
@@ -522,7 +521,7 @@ def scene_graph(shapes: list[Shape], image_size: int) -> dict:
     return {"width": image_size, "height": image_size, "objects": objects}
 
 
-def _balanced_drafts(image_id: str, shapes: list[Shape], rng: np.random.Generator) -> dict[str, _Draft]:
+def _balanced_drafts(shapes: list[Shape], rng: np.random.Generator) -> dict[str, _Draft]:
     """6-10 drafts of distinct questions from random templates, by question text."""
     target = int(rng.integers(MIN_QUESTIONS, MAX_QUESTIONS + 1))
     names = list(TEMPLATES)
@@ -533,11 +532,6 @@ def _balanced_drafts(image_id: str, shapes: list[Shape], rng: np.random.Generato
         draft = TEMPLATES[_pick(names, rng)](shapes, rng)
         if draft is not None:
             drafts.setdefault(_question_text(draft), draft)
-    if len(drafts) < MIN_QUESTIONS:
-        raise RuntimeError(
-            f"image {image_id!r}: only {len(drafts)} distinct questions after {ATTEMPTS_PER_QUESTION * target} "
-            f"attempts, expected at least {MIN_QUESTIONS}."
-        )
     return drafts
 
 
@@ -559,8 +553,6 @@ def _entailed_ids(text: str, drafts: dict[str, _Draft], ids: dict[str, str]) -> 
         other = _question_text(candidate)
         if other not in drafts or other == text or ids[other] in found:
             continue
-        if drafts[other].answer != candidate.answer:  # one text, one answer: the same question
-            raise RuntimeError(f"{other!r} is answered {drafts[other].answer!r} and {candidate.answer!r}.")
         found.append(ids[other])
     return found
 
@@ -576,12 +568,8 @@ def _equivalent_ids(records: dict[str, dict]) -> dict[str, list[str]]:
 def sample_questions(image_id: str, shapes: list[Shape], rng: np.random.Generator) -> dict[str, dict]:
     """6-10 distinct balanced questions about one image, then the questions they entail (`isBalanced` false);
     question id -> GQA record, ids `image_id` and two digits, the balanced questions first."""
-    if not shapes:
-        raise ValueError(f"`shapes` of image {image_id!r} must hold at least one shape, got none.")
-    balanced = _balanced_drafts(image_id, shapes, rng)
+    balanced = _balanced_drafts(shapes, rng)
     drafts = {**balanced, **_entailed_only_drafts(balanced)}
-    if len(drafts) > MAX_QUESTIONS_PER_IMAGE:
-        raise RuntimeError(f"image {image_id!r}: {len(drafts)} questions, more than two-digit ids can number.")
     ids = {text: f"{image_id}{number:02d}" for number, text in enumerate(drafts)}
     records = {ids[text]: _record(image_id, draft, text in balanced) for text, draft in drafts.items()}
     equivalents = _equivalent_ids(records)
@@ -593,8 +581,6 @@ def sample_questions(image_id: str, shapes: list[Shape], rng: np.random.Generato
 
 def answer_vocab(answers: list[str]) -> dict[str, int]:
     """ans2label of `answers`: labels by decreasing count, ties in alphabetical order."""
-    if not answers:
-        raise ValueError("`answers` must hold at least one answer, got none.")
     counts = Counter(answers)
     ordered = sorted(counts, key=lambda answer: (-counts[answer], answer))
     return {answer: label for label, answer in enumerate(ordered)}
@@ -617,8 +603,6 @@ class SyntheticQuestionWriter:
 
     def add(self, split: str, index: int, image_id: str, shapes: list[Shape]) -> None:
         """The scene graph and questions of image `index` (its place in the generation order) of `split`."""
-        if split not in SPLITS:
-            raise ValueError(f"`split` must be one of {SPLITS}, got {split!r}.")
         rng = np.random.default_rng([self.seed, index, QUESTION_STREAM])
         self.graphs[split][image_id] = scene_graph(shapes, self.image_size)
         self.questions[split].update(sample_questions(image_id, shapes, rng))

@@ -294,12 +294,10 @@ def _unit_polygon(kind: str) -> np.ndarray:
         return np.array(
             [[a, 0], [b, 0], [b, a], [1, a], [1, b], [b, b], [b, 1], [a, 1], [a, b], [0, b], [0, a], [a, a]]
         )
-    if kind == "star":
-        angles = np.pi / 2 + np.arange(10) * np.pi / 5
-        radii = np.where(np.arange(10) % 2 == 0, 1.0, 0.45)
-        points = np.stack([radii * np.cos(angles), -radii * np.sin(angles)], axis=1)
-        return (points - points.min(0)) / (points.max(0) - points.min(0))
-    raise ValueError(f"`kind` must be a polygonal shape (triangle, diamond, cross, star), got {kind!r}.")
+    angles = np.pi / 2 + np.arange(10) * np.pi / 5  # a star
+    radii = np.where(np.arange(10) % 2 == 0, 1.0, 0.45)
+    points = np.stack([radii * np.cos(angles), -radii * np.sin(angles)], axis=1)
+    return (points - points.min(0)) / (points.max(0) - points.min(0))
 
 
 def _shape_colour(colour: str, rng: np.random.Generator) -> tuple[int, int, int]:
@@ -705,8 +703,6 @@ def generate_synthetic_scenes(out_dir: str | Path, config: SyntheticSceneConfig 
     written last. `out_dir` must be new, empty or earlier synthetic scenes (with their `manifest.json`): a folder of
     other files is left alone, since the scenes' files would mix with or replace them.
     """
-    if not isinstance(out_dir, (str, Path)):
-        raise ValueError(f"`out_dir` must be a str or Path, got {type(out_dir).__name__}.")
     config = SyntheticSceneConfig() if config is None else config
     if not isinstance(config, SyntheticSceneConfig):
         raise ValueError(f"`config` must be a SyntheticSceneConfig or None, got {type(config).__name__}.")
@@ -764,8 +760,6 @@ def load_or_generate_synthetic_vgp(
     hash of the config; it is reused only when its manifest matches. Generation happens in a temporary folder that
     is renamed into place, so an interrupted run never leaves a half-written cache.
     """
-    if cache_dir is not None and not isinstance(cache_dir, (str, Path)):
-        raise ValueError(f"`cache_dir` must be a str, Path or None, got {type(cache_dir).__name__}.")
     config = SyntheticSceneConfig() if config is None else config
     if not isinstance(config, SyntheticSceneConfig):
         raise ValueError(f"`config` must be a SyntheticSceneConfig or None, got {type(config).__name__}.")
@@ -810,19 +804,6 @@ def _kinds_and_colours_of_graphs(paths: SyntheticVGPPaths, split: str) -> list[l
     return [[(obj["name"], obj["attributes"][0]) for obj in graph["objects"].values()] for graph in graphs.values()]
 
 
-def _kinds_and_colours_of_shapes(scenes: Sequence[Sequence[Shape]]) -> list[list[tuple[str, str]]]:
-    """(kind, colour) of every shape, per image, checking that each image is a list of `Shape`."""
-    images = []
-    for index, shapes in enumerate(scenes):
-        if isinstance(shapes, (str, bytes)) or not isinstance(shapes, Sequence):
-            raise ValueError(f"`scenes[{index}]` must be a list of Shape, got {type(shapes).__name__}.")
-        for shape in shapes:
-            if not isinstance(shape, Shape):
-                raise ValueError(f"`scenes[{index}]` must hold Shape objects only, got {type(shape).__name__}.")
-        images.append([(shape.kind, shape.colour) for shape in shapes])
-    return images
-
-
 def distractor_statistics(
     scenes: SyntheticVGPPaths | Sequence[Sequence[Shape]], split: str = "train"
 ) -> dict[str, float | int]:
@@ -843,7 +824,7 @@ def distractor_statistics(
             raise ValueError(f"`split` must be 'train' or 'val', got {split!r}.")
         images = _kinds_and_colours_of_graphs(scenes, split)
     elif isinstance(scenes, Sequence) and not isinstance(scenes, (str, bytes)):
-        images = _kinds_and_colours_of_shapes(scenes)
+        images = [[(shape.kind, shape.colour) for shape in shapes] for shapes in scenes]
     else:
         raise ValueError(f"`scenes` must be a SyntheticVGPPaths or a list of shape lists, got {type(scenes).__name__}.")
     num_shapes = sum(len(shapes) for shapes in images)

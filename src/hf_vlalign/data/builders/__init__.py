@@ -20,7 +20,6 @@ from ._common import (
     attach_region_features,
     check_on_missing_image,
     resolve_split,
-    takes_on_missing_image,
 )
 from .user_data import USER_TASKS, UserData, UserDataError, build_user_dataset, load_user_data
 from .vgp import ID_LABELS, VGPData, build_vgp_dataset, count_vgp_types, load_vgp_data
@@ -70,10 +69,9 @@ def build_dataset(
     split = resolve_split(name, split)
     check_on_missing_image(on_missing_image)
     builder = importlib.import_module(f".{BUILDERS[name]}", __name__)
-    if takes_on_missing_image(builder.build):
-        dataset = builder.build(data_dir, split, on_missing_image=on_missing_image, **options)
-    else:
-        dataset = builder.build(data_dir, split, **options)
+    # NLVR2's files name no image that could be missing: its policy applies to the store join alone
+    policy = {"on_missing_image": on_missing_image} if name != "nlvr2" else {}
+    dataset = builder.build(data_dir, split, **policy, **options)
     if region_features is None:
         return dataset
     store = region_features

@@ -24,7 +24,6 @@ not in <where>."
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -82,8 +81,6 @@ def dataset_from_rows(
     """`datasets.Dataset.from_list` of `rows`, converted to Arrow `batch_size` rows at a time: only one batch of rows is
     alive as Python dicts (several times the size of their Arrow columns), so a builder's memory follows its data set's
     Arrow size whatever the number of rows."""
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
     parts, batch = [], []
     for row in rows:
         batch.append(row)
@@ -153,6 +150,19 @@ class UniqueIds:
         self.first[key] = where
 
 
+def check_image_id_template(template: str | None, example: str, **fields) -> None:
+    """A ValueError naming `image_id_template` unless it is None or a `str.format` template of `fields` alone."""
+    if template is None:
+        return
+    try:
+        template.format(**fields)
+    except (AttributeError, KeyError, IndexError, ValueError) as error:
+        raise ValueError(
+            f"`image_id_template` may only use the fields {', '.join(f'{{{name}}}' for name in fields)}, e.g. "
+            f"{example!r}, got {template!r} ({error!r})."
+        ) from None
+
+
 def check_split(split: str, splits: Sequence[str], dataset: str) -> None:
     if split not in splits:
         raise ValueError(f"`split` of {dataset} must be one of {list(splits)}, got {split!r}.")
@@ -162,12 +172,6 @@ def check_on_missing_image(on_missing_image: str) -> None:
     """A ValueError naming `on_missing_image` unless it is one of `MISSING_IMAGE_CHOICES`."""
     if not isinstance(on_missing_image, str) or on_missing_image not in MISSING_IMAGE_CHOICES:
         raise ValueError(f"`on_missing_image` must be one of {MISSING_IMAGE_CHOICES}, got {on_missing_image!r}.")
-
-
-def takes_on_missing_image(build: Callable) -> bool:
-    """Whether a builder's `build` takes `on_missing_image` (every builder but NLVR2's, whose files name no image
-    that could be missing; its store join, `nlvr2.attach_pair_features`, takes it)."""
-    return "on_missing_image" in inspect.signature(build).parameters
 
 
 def missing_image_error(

@@ -58,9 +58,7 @@ def tfidf_rows(documents: Iterable[str]) -> SparseRows:
     """
     first_seen: dict[str, int] = {}  # word -> id in order of first use; remapped to sorted order below
     token_ids = []
-    for index, document in enumerate(documents):
-        if not isinstance(document, str):
-            raise ValueError(f"`documents[{index}]` must be a str, got {type(document).__name__}.")
+    for document in documents:
         ids = [first_seen.setdefault(word, len(first_seen)) for word in document.split()]
         token_ids.append(np.array(ids, dtype=np.int64))
     words = list(first_seen)
@@ -91,13 +89,6 @@ def nearest_neighbours(
 
     `dense_word_fraction` only moves work between the dense product and the postings (0: every word dense, 1: none).
     """
-    if not isinstance(rows, SparseRows):
-        raise ValueError(f"`rows` must be a SparseRows (tfidf_rows), got {type(rows).__name__}.")
-    for name, value in (("num_neighbours", num_neighbours), ("block_size", block_size)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
-    if not isinstance(dense_word_fraction, (int, float)) or not 0 <= dense_word_fraction <= 1:
-        raise ValueError(f"`dense_word_fraction` must be in [0, 1], got {dense_word_fraction!r}.")
     num_rows = rows.num_rows
     k = min(num_neighbours, num_rows - 1)
     neighbours = np.empty((num_rows, max(k, 0)), dtype=np.int64)

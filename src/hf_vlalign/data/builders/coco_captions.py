@@ -38,8 +38,8 @@ from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
     UniqueIds,
+    check_image_id_template,
     check_keys,
-    check_on_missing_image,
     check_split,
     read_json,
 )
@@ -92,15 +92,14 @@ def build(
         restval_in_train: whether "train" also holds the "restval" images (the usual practice).
         image_id_template: only used by `store_image_ids` (accepted here because `build_dataset` passes every option
             to both).
-        on_missing_image: checked here, applied by `build_dataset(..., region_features=store)` to the images missing from the
-            store: `dataset_coco.json` describes every image it names, so no annotation file can lack one.
+        on_missing_image: applied by `build_dataset(..., region_features=store)` to the images missing from the store:
+            `dataset_coco.json` describes every image it names, so no annotation file can lack one.
     """
     check_split(split, SPLITS, "COCO Karpathy captions")
-    check_on_missing_image(on_missing_image)
     for name, value in (("per_image", per_image), ("restval_in_train", restval_in_train)):
         if not isinstance(value, bool):
             raise ValueError(f"`{name}` must be a bool, got {value!r}.")
-    _check_template(image_id_template)
+    check_image_id_template(image_id_template, COCO_FILE_ID, image_id=1, coco_split="train2014")
     path = dataset_file(data_dir)
     wanted = {split, "restval"} if split == "train" and restval_in_train else {split}
     rows, image_ids, sentence_ids = [], UniqueIds(f"`data_dir` {path}", "cocoid"), UniqueIds(f"`data_dir` {path}", "sentid")
@@ -183,7 +182,7 @@ def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable
     """Candidate region-feature-store ids of a row: "<cocoid>" then "COCO_<coco_split>_<cocoid:012d>"; with
     `image_id_template` (a `str.format` template of the int `image_id` and the str `coco_split`, e.g.
     "{coco_split}/COCO_{coco_split}_{image_id:012d}"), only the id it formats."""
-    _check_template(image_id_template)
+    check_image_id_template(image_id_template, COCO_FILE_ID, image_id=1, coco_split="train2014")
     template = image_id_template
 
     def candidates(row: dict) -> list[str]:
@@ -193,15 +192,3 @@ def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable
         return [row["image_id"], COCO_FILE_ID.format(**fields)]
 
     return candidates, ("image_id", "coco_split")
-
-
-def _check_template(image_id_template: str | None) -> None:
-    if image_id_template is None:
-        return
-    try:
-        image_id_template.format(image_id=1, coco_split="train2014")
-    except (AttributeError, KeyError, IndexError, ValueError) as error:
-        raise ValueError(
-            "`image_id_template` must be a str.format template of `image_id` (an int) and `coco_split`, e.g. "
-            f"'COCO_{{coco_split}}_{{image_id:012d}}', got {image_id_template!r} ({error!r})."
-        ) from None

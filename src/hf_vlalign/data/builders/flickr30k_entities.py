@@ -44,7 +44,6 @@ from ._common import (
     IMAGE_SIZE,
     SPANS,
     UniqueIds,
-    check_on_missing_image,
     check_split,
     dataset_from_rows,
     grounding_features,
@@ -89,7 +88,6 @@ def build(
             "skip" leaves such images out and reports their count in a warning.
     """
     check_split(split, SPLITS, "Flickr30k Entities")
-    check_on_missing_image(on_missing_image)
     if max_images is not None and (not isinstance(max_images, int) or isinstance(max_images, bool) or max_images < 1):
         raise ValueError(f"`max_images` must be a positive int or None, got {max_images!r}.")
     if data_dir is None:

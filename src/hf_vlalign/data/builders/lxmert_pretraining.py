@@ -60,7 +60,6 @@ from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
     UniqueIds,
-    check_on_missing_image,
     grounding_features,
     read_json,
     xywh_to_xyxy,
@@ -295,10 +294,9 @@ def build(
         gqa_questions, gqa_scene_graphs: GQA question files (each a file or a folder of shards) and scene graphs, one
             path or several (e.g. train and val): the "gqa" questions' pointers (both or neither).
         sources: the text sources kept (default: all of `SOURCES` found); LXMERT's `--qaSets` restricts the QA ones.
-        on_missing_image: checked here for the one policy of every builder; the records name their images themselves,
+        on_missing_image: the one policy of every builder; the records name their images themselves,
             so only the region-feature store can lack one (`build_dataset` passes the policy to the store join).
     """
-    check_on_missing_image(on_missing_image)
     if data_dir is None:
         raise ValueError("`data_dir` must be the folder holding LXMERT's pre-training json files (data/lxmert), got None.")
     if (gqa_questions is None) != (gqa_scene_graphs is None):

@@ -45,8 +45,8 @@ from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
     UniqueIds,
+    check_image_id_template,
     check_keys,
-    check_on_missing_image,
     check_split,
     grounding_features,
     missing_image_error,
@@ -104,10 +104,9 @@ def build(
             or is left out with its expressions and counted in a warning ("skip").
     """
     check_split(split, SPLITS, "RefCOCO+")
-    check_on_missing_image(on_missing_image)
     if data_dir is None:
         raise ValueError("`data_dir` must be the refcoco+ folder of lichengunc/refer (refs(unc).p, instances.json), got None.")
-    _check_template(image_id_template)
+    check_image_id_template(image_id_template, COCO_TRAIN2014_ID, image_id=1)
     data_dir = Path(data_dir)
     if refs_file is None:
         refs = read_refs(data_dir / DEFAULT_REFS_FILE, argument="data_dir")
@@ -210,11 +209,10 @@ def _by_unique_id(entries: list[dict], source: str, key: str) -> dict:
 
 
 def _ref_rows(ref: dict, instances: _CocoInstances, where: str) -> list[dict]:
-    image = instances.images.get(ref["image_id"])
+    image = instances.images[ref["image_id"]]  # refs without their image were left out by `build`
     target = instances.annotations.get(ref["ann_id"])
-    if image is None or target is None:
-        absent = f"image {ref['image_id']}" if image is None else f"annotation {ref['ann_id']}"
-        raise ValueError(f"{where}: its {absent} is not in {instances.path}.")
+    if target is None:
+        raise ValueError(f"{where}: its annotation {ref['ann_id']} is not in {instances.path}.")
     if target["image_id"] != ref["image_id"]:
         raise ValueError(f"{where}: its annotation {ref['ann_id']} belongs to image {target['image_id']}, not {ref['image_id']}.")
     if ref["category_id"] not in instances.categories:
@@ -250,19 +248,7 @@ def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable
     """Candidate region-feature-store ids of a row: "<id>" then "COCO_train2014_<id:012d>" (RefCOCO+ images are all
     COCO train2014); with `image_id_template` (a `str.format` template of the int `image_id`, e.g.
     "COCO_train2014_{image_id:012d}"), only the id it formats."""
-    _check_template(image_id_template)
+    check_image_id_template(image_id_template, COCO_TRAIN2014_ID, image_id=1)
     if image_id_template is not None:
         return (lambda row: [image_id_template.format(image_id=int(row["image_id"]))]), ("image_id",)
     return (lambda row: [row["image_id"], COCO_TRAIN2014_ID.format(image_id=int(row["image_id"]))]), ("image_id",)
-
-
-def _check_template(image_id_template: str | None) -> None:
-    if image_id_template is None:
-        return
-    try:
-        image_id_template.format(image_id=1)
-    except (AttributeError, KeyError, IndexError, ValueError) as error:
-        raise ValueError(
-            "`image_id_template` must be a str.format template of `image_id` (an int), e.g. "
-            f"'COCO_train2014_{{image_id:012d}}', got {image_id_template!r} ({error!r})."
-        ) from None

@@ -33,7 +33,7 @@ from ...synthetic.scenes import SyntheticSceneConfig, load_or_generate_synthetic
 from ...synthetic.tasks import NLVR2_SPLITS, REFCOCO_SPLITS
 from ..feature_store import RegionFeatureStore
 from . import nlvr2
-from ._common import DEFAULT_ON_MISSING_IMAGE, check_on_missing_image, takes_on_missing_image
+from ._common import DEFAULT_ON_MISSING_IMAGE
 from .vgp import _synthetic_store, build_vgp_dataset
 
 TASKS = ("vgp", "captions", "questions", "nlvr2", "refcoco")
@@ -54,7 +54,6 @@ def build(
     `answer_vocab=` / `scene_graphs=` replacing the generated ones for "questions"), and so does `on_missing_image`
     (the generated files describe every image, so it only matters for replaced files and for the store join)."""
     _check_task(task)
-    check_on_missing_image(on_missing_image)
     splits = TASK_SPLITS.get(task, {name: name for name in SPLITS})
     if split not in splits:
         raise ValueError(f"`split` of synthetic_scenes (task {task!r}) must be one of {list(splits)}, got {split!r}.")
@@ -71,8 +70,6 @@ def build(
         options.setdefault("answer_vocab", ANSWER_VOCAB_FILE)
         return build_questions(paths.gqa_dir, split, on_missing_image=on_missing_image, **options)
     if task == "nlvr2":
-        if takes_on_missing_image(nlvr2.build):
-            options["on_missing_image"] = on_missing_image
         return nlvr2.build(paths.nlvr2_dir, splits[split], **options)
     if task == "refcoco":
         from .refcoco import build as build_refcoco

@@ -462,7 +462,6 @@ def load_user_data(
     """
     from ..region_extraction import extract_region_features
 
-    check_user_task(task)
     files = [Path(train_file)] + ([Path(validation_file)] if validation_file is not None else [])
     splits = [read_user_rows(path, task) for path in files]
     sizes = _image_sizes([row for rows in splits for row in rows])

@@ -122,8 +122,6 @@ ENTITY_CHECKS = ("agree", "unknown", "disagree")  # `PhraseMatch.entities`, best
 def phrase_occurrences(sentences: list[EntitySentence], text: str) -> list[PhraseOccurrence]:
     """Every marked-up phrase of `sentences` whose text equals `text` (a CSV cell: case-insensitive, backslash-escaped
     quotes restored, white space collapsed), in caption order."""
-    if not isinstance(text, str):
-        raise ValueError(f"`text` must be a str (a phrase cell of a VGP CSV), got {type(text).__name__}.")
     wanted = unescape_phrase(text).lower()
     return [
         PhraseOccurrence(sentence_index, phrase_index, phrase.phrase_id)
@@ -149,12 +147,6 @@ def match_phrases(
     "same_caption" (the phrases share only one caption, or agree with the label only within one caption: the
     annotated pair is a same-caption pair, and two other captions would join other entities).
     """
-    if not isinstance(pair, VGPPair):
-        raise ValueError(f"`pair` must be a VGPPair (read_vgp_csv), got {type(pair).__name__}.")
-    if not isinstance(sentences, list) or not all(isinstance(sentence, EntitySentence) for sentence in sentences):
-        raise ValueError(
-            f"`sentences` must be the image's list of EntitySentence (Flickr30kEntities.sentences), got {sentences!r}."
-        )
     if has_markup(pair.original_phrase1) or has_markup(pair.original_phrase2):
         return PhraseMatch(skip_reason="markup")
     firsts = phrase_occurrences(sentences, pair.original_phrase1)
@@ -496,8 +488,6 @@ def count_vgp_types(dataset: datasets.Dataset) -> dict[str, int]:
     "type")`) leaves those rows out of its loss, and this is their count. Returns `{"typed": n, "untyped": m,
     <type name>: count, ...}` with every name of `TYPOLOGY_LABELS`.
     """
-    if not isinstance(dataset, datasets.Dataset) or "type_label" not in dataset.column_names:
-        raise ValueError(f"`dataset` must be a VGP datasets.Dataset with a `type_label` column, got {dataset!r}.")
     labels = Counter(dataset["type_label"][:])  # one list: iterating the column object formats row by row, far slower
     counts = {name: labels[type_label] for type_label, name in TYPOLOGY_LABELS.items()}
     typed = sum(counts.values())
@@ -524,8 +514,6 @@ def find_split_overlap(
         split_lists: split -> image ids (`Flickr30kEntities.split_lists()`).
         held_out: csv name -> its rows, for the csvs of the evaluation splits.
     """
-    if split is not None and split not in SPLIT_NAMES:
-        raise ValueError(f"`split` must be one of the Flickr30k Entities splits {SPLIT_NAMES} or None, got {split!r}.")
     images = {f"{other}.txt": set(ids) for other, ids in split_lists.items() if split is not None and other != split}
     images.update({name: {pair.image_id for pair in rows} for name, rows in (held_out or {}).items()})
     overlap = {name: [i for i, pair in enumerate(pairs) if pair.image_id in ids] for name, ids in images.items()}
@@ -546,8 +534,6 @@ def handle_split_overlap(
 ) -> list[VGPPair]:
     """Finds the rows of `pairs` on images of other splits (`find_split_overlap`), reports their counts (rows, images,
     identical rows of a held-out csv) and keeps, drops or refuses them following `on_split_overlap`."""
-    if on_split_overlap not in SPLIT_OVERLAP_CHOICES:
-        raise ValueError(f"`on_split_overlap` must be one of {SPLIT_OVERLAP_CHOICES}, got {on_split_overlap!r}.")
     split_lists = corpus.split_lists() if split is not None else {}
     if split is not None and not set(split_lists) - {split}:
         logger.warning(
@@ -601,9 +587,6 @@ def build(
     (`negatives`, `max_examples`, ...). For a Flickr30k split ("train", "val", "test") the rows are checked against
     the other split lists, and a train (val) csv found in `data_dir` against the val and test (test) csvs beside it
     (`held_out_csvs`)."""
-    check_on_missing_image(on_missing_image)
-    if on_split_overlap not in SPLIT_OVERLAP_CHOICES:
-        raise ValueError(f"`on_split_overlap` must be one of {SPLIT_OVERLAP_CHOICES}, got {on_split_overlap!r}.")
     data_dir = Path(data_dir) if data_dir is not None else None
     if vgp_csv is None:
         if data_dir is None:
@@ -726,11 +709,6 @@ def rows_with_features(
 ) -> datasets.Dataset:
     """The rows whose `image_id` is in the region-feature store (the VGP collator reads them there); the others raise
     ("raise") or are dropped and counted in a warning ("skip")."""
-    if not isinstance(store, RegionFeatureStore):
-        raise ValueError(
-            f"`store` must be a RegionFeatureStore (RegionFeatureStore.load(dir)), got {type(store).__name__}."
-        )
-    check_on_missing_image(on_missing_image)
     where = f"the region-feature store {store.directory}"
     present = [image_id in store for image_id in dataset["image_id"][:]]
     if all(present):

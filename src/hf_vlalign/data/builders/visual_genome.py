@@ -42,7 +42,6 @@ from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
     UniqueIds,
-    check_on_missing_image,
     check_split,
     grounding_features,
     missing_image_error,
@@ -226,7 +225,6 @@ def build(
             size) raises ("raise", the default) or is left out and counted in a warning ("skip").
     """
     check_split(split, SPLITS, "Visual Genome")
-    check_on_missing_image(on_missing_image)
     _check_options(val_fraction, num_pointers, sentences_per_image)
     if data_dir is None:
         raise ValueError("`data_dir` must be the folder holding the Visual Genome JSON files, got None.")

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import datasets
 
-from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, UniqueIds, check_on_missing_image, check_split, read_json
+from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, UniqueIds, check_image_id_template, check_split, read_json
 
 
 logger = logging.getLogger(__name__)
@@ -156,8 +156,6 @@ def normalize_answer(answer: str) -> str:
 
 def answer_score(count: int) -> float:
     """Soft score of an answer given by `count` of the annotators: min(count / 3, 1) (the VQA accuracy)."""
-    if count < 0:
-        raise ValueError(f"`count` must be >= 0, got {count}.")
     return min(count / 3.0, 1.0)
 
 
@@ -321,13 +319,11 @@ def build(
             (`data_dir/v2_mscoco_train2014_annotations.json`, or `annotations_file` for split "train") with
             `build_answer_vocab(..., min_count=min_answer_count)`.
         image_id_template: only read by `store_image_ids` (accepted here: `build_dataset` passes both the same options).
-        on_missing_image: checked here, applied by `build_dataset(..., region_features=store)` to the images missing from the
-            store: the VQA files name images by id only, so no annotation file can lack one.
+        on_missing_image: applied by `build_dataset(..., region_features=store)` to the images missing from the store:
+            the VQA files name images by id only, so no annotation file can lack one.
     """
     check_split(split, SPLITS, "VQA v2")
-    check_on_missing_image(on_missing_image)
-    if image_id_template is not None:
-        _check_template(image_id_template)
+    check_image_id_template(image_id_template, "COCO_{split}_{id:012d}", id=1, split="val2014")
     data_dir = Path(data_dir) if data_dir is not None else None
     questions = _read_questions(_resolve(data_dir, questions_file, QUESTIONS_FILE[split], "questions_file"), split)
     annotations_path = _resolve(data_dir, annotations_file, ANNOTATIONS_FILE.get(split), "annotations_file")
@@ -389,16 +385,6 @@ def _row(question: dict, annotation: dict | None, coco_split: str, vocab: Mappin
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _check_template(template: str) -> None:
-    try:
-        template.format(id=1, split="val2014")
-    except (KeyError, IndexError, ValueError) as error:
-        raise ValueError(
-            f"`image_id_template` may only use the fields {{id}} (the int COCO id) and {{split}} (e.g. 'val2014'), "
-            f"got {template!r} ({error!r})."
-        ) from None
-
-
 def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable[[dict], list[str]], tuple[str, ...]]:
     """How `build_dataset(..., region_features=store)` finds a row's image in a region-feature store.
 
@@ -407,8 +393,8 @@ def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable
     LXMERT's TSV id `COCO_{coco_split}_{id:012d}` ("COCO_val2014_000000393225"). `id_columns` are the row columns
     read.
     """
+    check_image_id_template(image_id_template, "COCO_{split}_{id:012d}", id=1, split="val2014")
     if image_id_template is not None:
-        _check_template(image_id_template)
 
         def candidates(row: dict) -> list[str]:
             return [image_id_template.format(id=int(row["image_id"]), split=row["coco_split"])]

@@ -13,10 +13,9 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ...alignment.boxes import alignment_target_from_iou, box_iou, gold_region_iou
-from ...utils.validation import check_kind, check_tokenizer
 from ..feature_store import RegionFeatureStore
 from .regions import pad_regions, store_image_id
-from .rows import _as_list, check_row_columns, check_row_phrases, check_row_text, gold_boxes, row_error
+from .rows import _as_list, check_fast_tokenizer, check_row_columns, check_row_phrases, check_row_text, gold_boxes, kind_of, row_error
 from .truncation import (
     CUT_KEY,
     TruncationStats,
@@ -68,25 +67,29 @@ class RegionTextCollator:
     _warned: set = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        check_tokenizer("tokenizer", self.tokenizer)
-        check_kind(
-            "region_features",
-            self.region_features,
-            RegionFeatureStore,
-            "a RegionFeatureStore",
-            hint=" (open one with RegionFeatureStore.load(directory))",
-        )
-        if not self.tokenizer.is_fast:
-            raise ValueError("`tokenizer` must be a fast tokenizer (character offsets are needed to find phrase tokens).")
+        check_fast_tokenizer(self.tokenizer)
+        if not isinstance(self.region_features, RegionFeatureStore):
+            raise ValueError(
+                f"`region_features` must be a RegionFeatureStore, got {kind_of(self.region_features)} (open one with "
+                "RegionFeatureStore.load(directory))."
+            )
         if len(self.text_columns) not in (1, 2):
             raise ValueError(f"`text_columns` must name one text or a pair, got {self.text_columns}.")
         check_max_text_length(self.tokenizer, self.max_text_length, len(self.text_columns))
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        self.check_rows(examples)
+        return self.collate(examples)
+
+    def check_rows(self, examples: list[dict]) -> None:
+        """Refuses an empty batch or a malformed row (`check_row`)."""
         if not examples:
             raise ValueError("`examples` must hold at least one example, got an empty batch.")
         for index, example in enumerate(examples):
             self.check_row(index, example)
+
+    def collate(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        """The batch of checked rows."""
         texts = [[example[column] for column in self.text_columns] for example in examples]
         encoding = self.tokenizer(
             *[[row[k] for row in texts] for k in range(len(self.text_columns))],

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import RegionTextCollator
-from .rows import _as_list, check_row_list, row_error
+from .rows import _as_list, row_error
 
 
 @dataclass
@@ -28,10 +28,10 @@ class CaptioningCollator(RegionTextCollator):
         super().check_row(index, example)
         if self.reference_column is not None:
             references = _as_list(example[self.reference_column])
-            expected = "a list of reference captions (strings)"
-            check_row_list(index, self.reference_column, references, what=expected)
-            if not references or not all(isinstance(reference, str) for reference in references):
-                raise row_error(index, self.reference_column, f"a non-empty {expected[2:]}", references)
+            if not isinstance(references, (list, tuple)) or not references or not all(
+                isinstance(reference, str) for reference in references
+            ):
+                raise row_error(index, self.reference_column, "a non-empty list of reference captions (strings)", references)
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         batch = super().__call__(examples)

@@ -21,7 +21,7 @@ class ImagePairCollator(RegionTextCollator):
 
     def check_row(self, index: int, example: dict) -> None:
         super().check_row(index, example)
-        check_row_int(index, example, "label")
+        check_row_int(index, example, "label", range(2))  # NLVR2: false or true
 
     def region_tensors(self, examples):
         image_ids = [

@@ -12,10 +12,9 @@ import datasets
 import torch
 
 from ...alignment.soft_targets import SoftAlignmentTargets
-from ...utils.validation import check_rows
 from .base import RegionTextCollator
 from .masking import mask_regions, mask_words, word_masker
-from .rows import _checked_answer, check_answer_columns
+from .rows import _checked_answer, check_answer_columns, kind_of
 
 
 @dataclass
@@ -63,12 +62,9 @@ class TwoStreamPretrainingCollator(RegionTextCollator):
         self._image_ids = self.region_features.image_ids  # the candidates of a mismatched image, listed once
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
-        if not examples:
-            raise ValueError("`examples` must hold at least one example, got an empty batch.")
-        for index, example in enumerate(examples):
-            self.check_row(index, example)
+        self.check_rows(examples)
         mismatched = (torch.rand(len(examples)) < self.mismatch_probability).tolist()
-        return super().__call__([self._with_image(example, swap) for example, swap in zip(examples, mismatched)])
+        return self.collate([self._with_image(example, swap) for example, swap in zip(examples, mismatched)])
 
     def _with_image(self, example: dict, swap: bool) -> dict:
         """The row itself (matched), or the row with another image and none of its grounding (mismatched)."""
@@ -156,7 +152,8 @@ def group_captions_by_image(
 ) -> dict[str, list[str]]:
     """{image id: its captions, in row order} from caption rows (a dataset or a list of rows with `image_id` and
     `text_column`): the pool from which `SingleStreamPretrainingCollator` draws second captions."""
-    check_rows("rows", rows)
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, (datasets.Dataset, Sequence)):
+        raise ValueError(f"`rows` must be a datasets.Dataset or a list of rows, got {kind_of(rows)}.")
     if isinstance(rows, datasets.Dataset):
         missing = [name for name in ("image_id", text_column) if name not in rows.column_names]
         if missing:

@@ -4,10 +4,12 @@ what came."""
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from transformers import PreTrainedTokenizerBase
 
 
 def _as_list(value: object) -> object:
@@ -18,6 +20,25 @@ def _as_list(value: object) -> object:
 def _shown(value: object) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def kind_of(value: object) -> str:
+    """What came, as a refusal of an argument of the wrong kind names it: None, or its type (and a string's value)."""
+    if value is None:
+        return "None"
+    return f"{type(value).__name__} {str(value)!r}" if isinstance(value, (str, os.PathLike)) else type(value).__name__
+
+
+def check_fast_tokenizer(tokenizer: object) -> None:
+    """A fast transformers tokenizer (its character offsets find the phrase tokens); a name is refused with how to
+    load it."""
+    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+        hint = " (load it with AutoTokenizer.from_pretrained(name_or_path))" if isinstance(tokenizer, str) else ""
+        raise ValueError(
+            f"`tokenizer` must be a transformers tokenizer (PreTrainedTokenizerBase), got {kind_of(tokenizer)}{hint}."
+        )
+    if not tokenizer.is_fast:
+        raise ValueError("`tokenizer` must be a fast tokenizer (character offsets are needed to find phrase tokens).")
 
 
 def row_error(index: int, column: str, expected: str, got: object) -> ValueError:
@@ -39,10 +60,13 @@ def check_row_text(index: int, example: Mapping, column: str) -> None:
         raise row_error(index, column, "a string", example[column])
 
 
-def check_row_int(index: int, example: Mapping, column: str) -> None:
+def check_row_int(index: int, example: Mapping, column: str, labels: range | None = None) -> None:
+    """An int label, in `labels` when the classes are known (a label outside them would index past the logits)."""
     value = example[column]
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise row_error(index, column, "an int label", value)
+    if labels is not None and value not in labels:
+        raise row_error(index, column, f"a label in [{labels.start}, {labels.stop - 1}]", value)
 
 
 def check_row_span(index: int, column: str, span: object, text: str) -> None:

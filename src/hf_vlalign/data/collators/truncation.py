@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import datasets
 import torch
 from transformers import PreTrainedTokenizerBase
-from ...utils.validation import check_rows, check_tokenizer
+
+from .rows import check_fast_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +43,6 @@ class TruncationStats:
     rows_dropped: int = 0
 
     def __add__(self, other: TruncationStats) -> TruncationStats:
-        if not isinstance(other, TruncationStats):
-            return NotImplemented
         return TruncationStats(**{name: getattr(self, name) + getattr(other, name) for name in self.to_dict()})
 
     def to_dict(self) -> dict[str, int]:
@@ -145,8 +144,6 @@ def drop_overlong_rows(
     Raises:
         ValueError: on a bad argument, or when no row is left.
     """
-    check_rows("dataset", dataset)
-    check_tokenizer("tokenizer", tokenizer)
     required_spans = dict(required_spans or {})
     text_columns = tuple(text_columns) if not isinstance(text_columns, str) else (text_columns,)
     _check_filter_arguments(dataset, tokenizer, max_text_length, text_columns, required_spans, batch_size)
@@ -188,10 +185,7 @@ def drop_overlong_rows(
 def _check_filter_arguments(dataset, tokenizer, max_text_length, text_columns, required_spans, batch_size) -> None:
     if not isinstance(dataset, datasets.Dataset):
         raise ValueError(f"`dataset` must be a datasets.Dataset, got {type(dataset).__name__}.")
-    if not isinstance(tokenizer, PreTrainedTokenizerBase) or not tokenizer.is_fast:
-        raise ValueError(
-            f"`tokenizer` must be a fast tokenizer (character offsets are needed), got {type(tokenizer).__name__}."
-        )
+    check_fast_tokenizer(tokenizer)
     if len(text_columns) not in (1, 2):
         raise ValueError(f"`text_columns` must name one text or a pair, got {text_columns}.")
     check_max_text_length(tokenizer, max_text_length, len(text_columns))

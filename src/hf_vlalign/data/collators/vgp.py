@@ -8,8 +8,13 @@ from typing import ClassVar
 import torch
 
 from .base import RegionTextCollator, _labels
-from .rows import check_row_int, check_row_span, row_error
+from ..formats.vgp import TYPOLOGY_LABELS
+from .rows import check_row_int, check_row_span
 from .truncation import CUT_KEY
+
+
+# the classes of each label column: identification (c1, c2, both; eq. 1), VGP or not, and the semantic type (-1: none)
+LABELS = {"id_label": range(3), "vgp_label": range(2), "type_label": range(-1, len(TYPOLOGY_LABELS))}
 
 
 @dataclass
@@ -36,21 +41,15 @@ class VGPCollator(RegionTextCollator):
     def _label_columns(self) -> tuple[str, str]:
         return ("id_label", "type_label" if self.vgp_task == "type" else "vgp_label")
 
+    def required_columns(self) -> tuple[str, ...]:
+        return (*super().required_columns(), "phrase1_span", "phrase2_span", *self._label_columns())
+
     def check_row(self, index: int, example: dict) -> None:
         super().check_row(index, example)
-        required = ("phrase1_span", "phrase2_span", *self._label_columns())
-        missing = [name for name in required if name not in example]
-        if missing:
-            raise ValueError(
-                f"VGPCollator rows must have the columns {', '.join(f'`{name}`' for name in missing)}; batch row "
-                f"{index} has {sorted(example)}."
-            )
         for sequence, column in enumerate(self.text_columns):
             check_row_span(index, f"phrase{sequence + 1}_span", example[f"phrase{sequence + 1}_span"], example[column])
         for column in self._label_columns():
-            check_row_int(index, example, column)
-        if self.vgp_task == "type" and example["type_label"] < -1:
-            raise row_error(index, "type_label", "a type (>= 0) or -1 (no type)", example["type_label"])
+            check_row_int(index, example, column, LABELS[column])
 
     def required_spans(self) -> dict[str, str]:
         """The phrase pair: `phrase1_span` in the first caption, `phrase2_span` in the second."""
