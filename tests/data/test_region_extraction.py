@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
 from itertools import product
 from pathlib import Path
 
@@ -110,21 +113,6 @@ def test_roi_align_matches_a_point_by_point_reference():
     for index, box in enumerate(boxes):
         expected = _reference_roi_align(feature_map, box, output_size=3, sampling_ratio=2)
         np.testing.assert_allclose(pooled[index].numpy(), expected, rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize(
-    "feature_map, boxes, kwargs, name",
-    [
-        (torch.zeros(2, 3), torch.zeros(1, 4), {}, "feature_map"),
-        (torch.zeros(1, 3, 3, dtype=torch.long), torch.zeros(1, 4), {}, "feature_map"),
-        (torch.zeros(1, 3, 3), torch.zeros(2, 3), {}, "boxes"),
-        (torch.zeros(1, 3, 3), torch.zeros(1, 4), {"output_size": 0}, "output_size"),
-        (torch.zeros(1, 3, 3), torch.zeros(1, 4), {"sampling_ratio": 1.5}, "sampling_ratio"),
-    ],
-)
-def test_roi_align_rejects_bad_arguments(feature_map, boxes, kwargs, name):
-    with pytest.raises(ValueError, match=name):
-        roi_align(feature_map, boxes, **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -368,6 +356,7 @@ def test_bad_images_arguments(image_dir, tmp_path):
         ({"grid_size": 0}, "grid_size"),
         ({"grid_size": 2, "batch_size": 0}, "batch_size"),
         ({"grid_size": 2, "feature_dim": -3}, "feature_dim"),
+        ({"grid_size": 2, "feature_dim": 10**9}, "feature_dim"),
         ({"grid_size": 2, "device": "not-a-device"}, "device"),
         ({"grid_size": 2, "encoder": ""}, "encoder"),
         ({"boxes": [[0, 0, 5, 5]]}, "boxes"),
@@ -384,3 +373,41 @@ def test_an_existing_store_is_replaced_only_with_overwrite(image_dir, tmp_path):
         extract_region_features(image_dir, tmp_path / "store", grid_size=2)
     second = extract_region_features(image_dir, tmp_path / "store", grid_size=2, feature_dim=8, overwrite=True)
     assert first["beach"]["boxes"].shape == (1, 4) and second["beach"]["boxes"].shape == (4, 4)
+
+
+_FILL_CACHE = """
+import sys, time
+from pathlib import Path
+from hf_vlalign.data.region_extraction import extract_region_features
+images, out, ready, other = sys.argv[1:]
+Path(ready).touch()
+while not Path(other).exists():  # both processes extract at the same time
+    time.sleep(0.005)
+print(len(extract_region_features(images, out, grid_size=4, feature_dim=16)))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_filling_one_feature_cache_both_end_with_the_complete_store(tmp_path):
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for index in range(40):
+        Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(folder / f"{index:02d}.png")
+    cache = tmp_path / "cache" / "store"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    ready = [tmp_path / "ready0", tmp_path / "ready1"]
+    fillers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _FILL_CACHE, str(folder), str(cache), str(ready[i]), str(ready[1 - i])],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(2)
+    ]  # fmt: skip
+    for filler in fillers:
+        out, err = filler.communicate(timeout=300)
+        assert filler.returncode == 0 and out.strip() == "40", err[-2000:]
+    assert sorted(path.name for path in cache.parent.iterdir()) == ["store"]  # no partial folder left
+    reference = extract_region_features(folder, tmp_path / "reference", grid_size=4, feature_dim=16)
+    assert (cache / "region_features.arrow").read_bytes() == (reference.directory / "region_features.arrow").read_bytes()
+    assert len(RegionFeatureStore.load(cache)) == 40
