@@ -100,6 +100,10 @@ class CropEncoder:
     num_statistics = hue_bins + 3 + 1 + mask_size**2 + 6
 
     def __init__(self, feature_dim: int = 256, seed: int = 0) -> None:
+        if not isinstance(feature_dim, int) or isinstance(feature_dim, bool) or feature_dim <= 0:
+            raise ValueError(f"`feature_dim` must be a positive int, got {feature_dim!r}.")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"`seed` must be a non-negative int, got {seed!r}.")
         self.feature_dim = feature_dim
         num_pixels = 3 * self.crop_size**2
         rng = np.random.default_rng(seed)
@@ -137,7 +141,13 @@ class CropEncoder:
 
     def encode(self, image: Image.Image, boxes: np.ndarray) -> np.ndarray:
         """Features (R, feature_dim) float32 of the pixel boxes (R, 4) x1, y1, x2, y2 of an RGB image."""
+        if not isinstance(image, Image.Image):
+            raise ValueError(f"`image` must be a PIL.Image.Image, got {type(image).__name__}.")
         boxes = np.asarray(boxes, dtype=np.float32)
+        if boxes.ndim != 2 or boxes.shape[1] != 4:
+            raise ValueError(f"`boxes` must have shape (R, 4) as x1, y1, x2, y2 pixels, got shape {boxes.shape}.")
+        if not np.isfinite(boxes).all() or (boxes[:, 2:] <= boxes[:, :2]).any():
+            raise ValueError("`boxes` must be finite with x2 > x1 and y2 > y1, got " + np.array2string(boxes[:4]) + ".")
         if len(boxes) == 0:
             return np.zeros((0, self.feature_dim), dtype=np.float32)
         crops = self._crops(image.convert("RGB"), boxes)
