@@ -319,7 +319,7 @@ def test_one_image_under_two_keys_is_rejected(image_dir, tmp_path):
 def test_a_boxes_file_that_is_not_json_is_named(image_dir, tmp_path):
     path = tmp_path / "boxes.json"
     path.write_text("{beach: [[0, 0, 5, 5]]")
-    with pytest.raises(ValueError, match=re.escape(f"`boxes` file {path} is not valid JSON")):
+    with pytest.raises(ValueError, match=re.escape(f"{path}, line 1: not valid JSON")):
         extract_region_features(image_dir, tmp_path / "store", boxes=path)
     path.write_text("[[0, 0, 5, 5]]")
     with pytest.raises(ValueError, match="expected a JSON object"):

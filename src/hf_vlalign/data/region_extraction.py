@@ -46,7 +46,7 @@ from ..utils.size_limits import (
 )
 from .feature_store import RegionFeatureStore, check_store_output
 from .formats.region_records import normalise_record
-from .formats.text_files import FileFormatError, read_json_file
+from .formats.text_files import read_json_file
 
 logger = logging.getLogger(__name__)
 
@@ -569,10 +569,7 @@ def read_boxes_file(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"`boxes` file {path} does not exist.")
-    try:
-        data = read_json_file(path)
-    except FileFormatError as error:
-        raise FileFormatError(f"`boxes` file {path} is not valid JSON: {error}") from None
+    data = read_json_file(path)  # a FileFormatError names the file and the line
     if not isinstance(data, dict):
         raise ValueError(
             f'`boxes` file {path}: expected a JSON object {{"<image file name or id>": [[x1, y1, x2, y2], ...]}}, '

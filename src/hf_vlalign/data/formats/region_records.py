@@ -260,7 +260,6 @@ def iter_checked_records(
     With `on_error="skip"` the number of skipped records is logged as a warning at the end (each one at INFO).
     A source with no valid record at all raises, whatever `on_error` says.
     """
-    check_on_error(on_error)
     feature_dim, kept, skipped = None, 0, 0
     first_location = {}  # image id -> where it was read: a repeated id is refused whatever `on_error` says
     for location, decode in tqdm(decoders, desc=f"Reading {source}", unit=" images", total=total):
