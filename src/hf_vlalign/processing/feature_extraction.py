@@ -109,7 +109,7 @@ class RegionFeatureExtractor(BaseImageProcessor):
     ) -> None:
         kwargs.pop("image_processor_type", None)  # written by `to_dict`, the class itself
         if kwargs:
-            raise TypeError(f"RegionFeatureExtractor got unexpected keyword argument(s) {sorted(kwargs)}.")
+            raise ValueError(f"RegionFeatureExtractor got unknown option(s) {sorted(kwargs)}.")
         super().__init__()
         if grid_size is not None:
             check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
