@@ -558,6 +558,7 @@ def grid_boxes(height: int, width: int, grid_size: int, include_whole_image: boo
 
     With `include_whole_image`, the whole-image box comes first (g * g + 1 boxes).
     """
+    check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
     xs, ys = np.linspace(0.0, width, grid_size + 1), np.linspace(0.0, height, grid_size + 1)
     cells = [[xs[col], ys[row], xs[col + 1], ys[row + 1]] for row in range(grid_size) for col in range(grid_size)]
     whole = [[0.0, 0.0, float(width), float(height)]] if include_whole_image else []
