@@ -10,7 +10,7 @@ one file per image named by its id:
 Also read, where a file carries them: `.npy` feature files (the bare (R, D) array), and the keys written by
 MILVLG/bottom-up-attention.pytorch `utils/extract_utils.py` (`np.savez_compressed(x=feats, bbox=boxes,
 num_bbox=R, image_h=h, image_w=w, info=...)`): `x` for the features, `bbox`, `num_bbox`, `image_h`, `image_w`. Its
-`info` dict (object/attribute ids) is a pickled object array and is never loaded (`allow_pickle=False`); flat
+`info` dict (object/attribute ids) is a pickled object array and is never loaded (only numeric arrays are read); flat
 `objects_id`, `objects_conf`, `attrs_id`, `attrs_conf` arrays (LXMERT's names) are read when present.
 
 Boxes come from `<box_dir>/<id>.npy` when that file exists, else from the file's own `bbox`. The image size comes
