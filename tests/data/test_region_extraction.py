@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 from itertools import product
@@ -251,6 +252,12 @@ def test_backbone_features_equal_a_manual_computation(kind, backbones, image_dir
 def test_backbone_feature_dim_must_match_its_channels(backbones, image_dir, tmp_path):
     with pytest.raises(ValueError, match=r"`feature_dim` is 7, but the backbone .* gives 12 channels"):
         extract_region_features(image_dir, tmp_path / "store", grid_size=2, encoder=str(backbones["resnet"]), feature_dim=7)
+    huge = tmp_path / "huge_input"  # a preprocessor_config.json whose size would resize every image to 10^10 pixels
+    shutil.copytree(backbones["vit"], huge)
+    config = json.loads((huge / "preprocessor_config.json").read_text())
+    (huge / "preprocessor_config.json").write_text(json.dumps(config | {"size": {"height": 100_000, "width": 100_000}}))
+    with pytest.raises(ValueError, match=r"`encoder` .*output size \(100000, 100000\) exceeds MAX_BACKBONE_INPUT_SIDE"):
+        extract_region_features(image_dir, tmp_path / "store", grid_size=2, encoder=str(huge))
 
 
 def test_an_encoder_that_cannot_be_loaded_is_named(image_dir, tmp_path):

@@ -37,6 +37,7 @@ from transformers import AutoImageProcessor, AutoModel, AutoModelForObjectDetect
 
 from ..utils.output_paths import refuse_output_overlapping_inputs
 from ..utils.size_limits import (
+    MAX_BACKBONE_INPUT_SIDE,
     MAX_BATCH_SIZE,
     MAX_FEATURE_DIM,
     MAX_GRID_SIZE,
@@ -332,6 +333,11 @@ def _processor_output_size(processor: object, name_or_path: str) -> tuple[int, i
     sizes.append(getattr(processor, "size", None))
     for size in sizes:
         height_width = _height_width(size)
+        if height_width is not None and max(height_width) > MAX_BACKBONE_INPUT_SIDE:  # every image is resized to it
+            raise SizeLimitError(
+                f"`encoder` {name_or_path!r}: its image processor's output size {height_width} exceeds "
+                f"MAX_BACKBONE_INPUT_SIDE = {MAX_BACKBONE_INPUT_SIDE} (hf_vlalign.utils.size_limits)."
+            )
         if height_width is not None:
             return height_width
     raise ValueError(
