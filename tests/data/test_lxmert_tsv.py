@@ -146,21 +146,9 @@ BAD_LINES = {
         lambda line: tsv_line(make_record(1), features="not*base64"),
         r"line 2, field 'features': expected base64 text, got undecodable data",
     ),
-    "byte count": (
-        lambda line: tsv_line(make_record(1), objects_conf="AAAAAAA="),
-        r"line 2, field 'objects_conf': expected a whole number of float32 values, got 5 bytes",
-    ),
     "num_boxes": (
         lambda line: tsv_line(make_record(1), num_boxes="4"),
         r"line 2, field 'boxes': expected num_boxes=4 rows of 4 values, got 12 values",
-    ),
-    "num_boxes ids": (
-        lambda line: tsv_line(make_record(1), objects_id=encode(np.arange(2), np.int64)),
-        r"line 2, field 'objects_id': expected one value per box \(R=3\), got shape \(2,\)",
-    ),
-    "zero boxes": (
-        lambda line: tsv_line(make_record(1), num_boxes="0"),
-        r"line 2, field 'num_boxes': expected at least one box, got 0",
     ),
     "NaN features": (
         lambda line: tsv_line(make_record(1), features=nan_features()),
@@ -173,14 +161,6 @@ BAD_LINES = {
     "box outside": (
         lambda line: tsv_line(make_record(1), boxes=box([10, 10, 330, 20])),
         r"line 2, field 'boxes': expected 0 <= x1 < x2 <= width .* with image width=320, height=240, got box 2 = \[10.0, 10.0, 330.0, 20.0\]",
-    ),
-    "x2 < x1": (
-        lambda line: tsv_line(make_record(1), boxes=box([50, 10, 40, 20])),
-        r"line 2, field 'boxes': expected 0 <= x1 < x2 .*, got box 2 = \[50.0, 10.0, 40.0, 20.0\]",
-    ),
-    "image size": (
-        lambda line: tsv_line(make_record(1), img_h="tall"),
-        r"line 2, field 'img_h': expected an integer, got 'tall'",
     ),
 }
 
@@ -228,29 +208,17 @@ def test_reader_argument_errors(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Writer validation
+# Writer
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def test_writer_rejects_bad_records_and_leaves_no_file(tmp_path):
+def test_a_writer_error_midway_leaves_no_file(tmp_path):
     path = tmp_path / "feats.tsv"
-    record = make_record(1)
-    record["features"][0, 0] = np.inf
-    with pytest.raises(ValueError, match=r"`records\[1\]`, column 'features': expected finite values, got 1 NaN/inf"):
-        write_lxmert_tsv(path, [make_record(0), record])
+
+    def records():
+        yield make_record(0)
+        raise RuntimeError("the source failed")
+
+    with pytest.raises(RuntimeError, match="the source failed"):
+        write_lxmert_tsv(path, records())
     assert not path.exists()
-
-    record = make_record(1)
-    del record["attr_conf"]
-    with pytest.raises(ValueError, match=r"`records\[0\]`: expected the columns .* missing \['attr_conf'\]"):
-        write_lxmert_tsv(path, [record])
-
-    record = make_record(1)
-    record["boxes"] = record["boxes"][:2]
-    with pytest.raises(ValueError, match=r"column 'features': expected shape \(R=2, D\) like `boxes`, with D >= 1, got \(3, 8\)"):
-        write_lxmert_tsv(path, [record])
-
-    with pytest.raises(ValueError, match=r"column 'image_id': expected a non-empty id without tabs"):
-        write_lxmert_tsv(path, [make_record(0) | {"image_id": "a\tb"}])
-    with pytest.raises(ValueError, match=r"`records` must be an iterable of dicts, got dict"):
-        write_lxmert_tsv(path, make_record(0))

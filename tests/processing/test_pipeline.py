@@ -95,6 +95,10 @@ def test_the_captioner_and_bad_input_are_refused(tokenizer, model_dirs, tmp_path
         grounder(PHOTO, text="a woman", top_k=0)
     with pytest.raises(ValueError, match="`text` of example 0 must be a non-empty str"):
         grounder(PHOTO)
+    with pytest.raises(ValueError, match="`batch_size` must be an int in \\[1, 4096\\], got float 2.5"):
+        pipeline("word-region-attention", model=str(model_dirs["two_stream"]), batch_size=2.5)
+    with pytest.raises(ValueError, match="`batch_size` must be >= 1, got 0"):
+        grounder(PHOTO, text="a woman", batch_size=0)
     tokenizer.save_pretrained(tmp_path / "no_processor")  # a folder saved before processors: a model and a tokenizer
     tiny_family_model("two_stream", tokenizer).save_pretrained(tmp_path / "no_processor")
     with pytest.raises(FileNotFoundError, match="has no processor_config.json: the model was saved without its processor"):

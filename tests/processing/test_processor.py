@@ -202,6 +202,13 @@ def test_bad_input_is_named(tokenizer, image_dir, tmp_path):
         RegionFeatureExtractor(detector=str(tmp_path / "no_detector"))(image_dir / "face.jpg")
     with pytest.raises(ValueError, match="`detector_threshold` must be a score in \\[0, 1\\], got 2"):
         RegionFeatureExtractor(detector="org/name", detector_threshold=2)
+    saved = tmp_path / "saved"
+    processor.save_pretrained(saved)
+    options = json.loads((saved / "processor_config.json").read_text())
+    options["image_processor"]["feature_dim"] = 10**9  # the pixel encoder would allocate a 520 x 10^9 projection
+    (saved / "processor_config.json").write_text(json.dumps(options))
+    with pytest.raises(ValueError, match=r"processor_config.json, field 'image_processor': `feature_dim` must be <= 16384"):
+        AutoProcessor.from_pretrained(saved)
     with pytest.raises(ValueError, match="`image_processor` must be a RegionFeatureExtractor"):
         VLAlignProcessor(tokenizer, tokenizer)
     model = tiny_family_model("single_stream", tokenizer)

@@ -20,19 +20,20 @@ renamed into place only once complete. A writer that was killed (SIGKILL, power 
 behind; the next write to the same directory removes the partial folders of writers that are no longer running, and
 writes the same bytes an uninterrupted run would have written (the Arrow file depends only on the records). The partial
 folder's name starts with `derived_stem(<directory name>)`, so it stays within 255 bytes for any directory name. An
-existing store (`overwrite=True`; a folder holding anything but a store's two files is refused) is swapped with the complete new one atomically (`utils/atomic_folders.py`), so a kill at any
-instant leaves the old store or the new one; records that `load` would refuse (a repeated image id) are refused while
-writing, naming the id and where it repeats, before anything is replaced.
+existing store (`overwrite=True`; a folder holding anything but a store's two files is refused) is swapped with the
+complete new one atomically (`utils/atomic_folders.py`), so a kill at any instant leaves the old store or the new one.
+Without `overwrite`, two writers of one directory (two processes filling one feature cache) both end with the complete
+store: the rename into place is atomic, and the second writer opens the first one's store when the bytes are equal.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import itertools
 import json
 import os
 import shutil
-import socket
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -43,7 +44,7 @@ import torch
 from datasets.arrow_writer import ArrowWriter
 from transformers.utils import logging
 
-from ..utils.atomic_folders import derived_stem, recover_folder, replace_folder, stale_siblings
+from ..utils.atomic_folders import derived_stem, fsync_path, recover_folder, remove_stale_siblings, replace_folder, writer_tag
 from ..utils.output_paths import refuse_foreign_folder, refuse_output_overlapping_inputs
 from .formats.region_records import check_store_record, normalise_record
 from .formats.text_files import FileFormatError, read_json_file
@@ -54,7 +55,6 @@ STORE_FORMAT_VERSION = 1
 ARROW_FILE = "region_features.arrow"
 METADATA_FILE = "store.json"
 PARTIAL_MARKER = ".partial-"
-_NO_RECORD = object()
 
 
 def store_features(feature_dim: int) -> datasets.Features:
@@ -82,10 +82,6 @@ class RegionFeatureStore:
     """
 
     def __init__(self, dataset: datasets.Dataset, directory: Path | None = None, metadata: dict | None = None):
-        expected = set(store_features(1))
-        if not isinstance(dataset, datasets.Dataset) or set(dataset.column_names) != expected:
-            got = dataset.column_names if isinstance(dataset, datasets.Dataset) else type(dataset).__name__
-            raise ValueError(f"`dataset` must be a datasets.Dataset with the columns {sorted(expected)}, got {got}.")
         self.dataset = dataset.with_format("torch")
         self.directory = directory
         self.metadata = metadata or {}
@@ -106,23 +102,33 @@ class RegionFeatureStore:
     ) -> RegionFeatureStore:
         """Streams records (the `region_records` layout) into a new store at `directory` and opens it.
 
-        The store is written beside `directory` and renamed into place only once complete, so an error (or a
-        Ctrl-C) never leaves a half store. An existing directory is replaced only with `overwrite=True`, and only when
-        it is a store (see `check_store_output`).
+        Each record is checked as the file readers check theirs (`check_store_record`) and image ids must be unique.
+        The store is written beside `directory` and renamed into place only once complete, so an error (or a Ctrl-C)
+        never leaves a half store. An existing directory is replaced only with `overwrite=True`, and only when it is a
+        store (see `check_store_output`).
+        """
+        return cls._write(_checked_records(records), directory, source=source, overwrite=overwrite)
+
+    @classmethod
+    def _write(cls, records: Iterable[dict], directory: str | Path, *, source: str, overwrite: bool) -> RegionFeatureStore:
+        """`write` of records already checked and normalised (those of `iter_checked_records`).
+
+        Two writers of one new directory (two processes filling one feature cache) both end with the complete store:
+        the first renamed into place stays, and the other opens it when it holds the same bytes as its own.
         """
         directory = Path(directory)
         check_store_output(directory, "directory", overwrite=overwrite)
         iterator = iter(records)
-        first = next(iterator, _NO_RECORD)  # a None record is a bad record, named by the record check
-        if first is _NO_RECORD:
+        first = next(iterator, None)
+        if first is None:
             raise ValueError("`records` is empty; a region-feature store needs at least one image.")
-        feature_dim = check_store_record(first, 0, None)
-        remove_stale_partials(directory)
-        partial = directory.with_name(f"{derived_stem(directory.name)}{PARTIAL_MARKER}{_writer_tag()}")  # <= NAME_MAX
+        feature_dim = first["features"].shape[1]
+        remove_stale_siblings(directory, PARTIAL_MARKER)
+        partial = directory.with_name(f"{derived_stem(directory.name)}{PARTIAL_MARKER}{writer_tag()}")  # <= NAME_MAX
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         try:
-            count, sha256 = _write_arrow(partial / ARROW_FILE, first, iterator, feature_dim)
+            count, sha256 = _write_arrow(partial / ARROW_FILE, itertools.chain([first], iterator), feature_dim)
             metadata = {
                 "format_version": STORE_FORMAT_VERSION,
                 "source": source,
@@ -131,8 +137,7 @@ class RegionFeatureStore:
                 "sha256": {ARROW_FILE: sha256},
             }
             (partial / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
-            check_store_output(directory, "directory", overwrite=overwrite)  # another writer may have finished first
-            replace_folder(partial, directory)  # the old store stays in place until the new one is (atomic swap)
+            _publish(partial, directory, overwrite)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
@@ -219,8 +224,6 @@ class RegionFeatureStore:
 
     def image_id_at(self, row: int) -> str:
         """The image id of store row `row`."""
-        if not 0 <= row < len(self):
-            raise ValueError(f"`row` must be in [0, {len(self)}), got {row}.")
         return self.dataset.data.column("image_id")[row].as_py()
 
     def batch(self, image_ids: Sequence[str], without: Sequence[str] = ()) -> list[dict]:
@@ -318,28 +321,60 @@ def _flat_bounds(starts, stops, inner_starts, inner, values) -> tuple[np.ndarray
     return flat_starts, flat_stops, width
 
 
-def _write_arrow(path: Path, first: dict, rest: Iterator[dict], feature_dim: int) -> tuple[int, str]:
-    """Writes the records to `path`; returns their count and the sha256 of the bytes written (hashed on the way).
-    A repeated image id (which `load` would refuse) raises, naming the id and both record numbers."""
-    count, first_record = 0, {}
+def _checked_records(records: Iterable[dict]) -> Iterator[dict]:
+    """The records given to `RegionFeatureStore.write`, each checked, in stored form; a repeated image id (which
+    `load` would refuse) raises, naming the id and both record numbers."""
+    feature_dim, first_record = None, {}
+    for index, record in enumerate(records):
+        feature_dim = check_store_record(record, index, feature_dim)
+        if (image_id := record["image_id"]) in first_record:
+            raise ValueError(
+                f"`records`: the image id {image_id!r} of record {index + 1} repeats record "
+                f"{first_record[image_id] + 1} (counting from 1): image ids of a region-feature store must be unique."
+            )
+        first_record[image_id] = index
+        yield normalise_record(record)
+
+
+def _write_arrow(path: Path, records: Iterable[dict], feature_dim: int) -> tuple[int, str]:
+    """Writes the records to `path`; returns their count and the sha256 of the bytes written (hashed on the way)."""
+    count = 0
     with open(path, "wb") as file:
         hashing = _HashingFile(file)
         writer = ArrowWriter(features=store_features(feature_dim), stream=pa.PythonFile(hashing, mode="w"), writer_batch_size=256)
         try:
-            for record in _chain(first, rest):
-                check_store_record(record, count, feature_dim)
-                if (image_id := record["image_id"]) in first_record:
-                    raise ValueError(
-                        f"`records`: the image id {image_id!r} of record {count + 1} repeats record "
-                        f"{first_record[image_id] + 1} (counting from 1): image ids of a region-feature store must be unique."
-                    )
-                first_record[image_id] = count
-                writer.write(_arrow_row(normalise_record(record)))
+            for record in records:
+                writer.write(_arrow_row(record))
                 count += 1
             writer.finalize()
         finally:
             writer.close()
     return count, hashing.sha256.hexdigest()
+
+
+def _publish(partial: Path, directory: Path, overwrite: bool) -> None:
+    """Puts the complete store `partial` at `directory`. Without `overwrite` the rename is atomic and fails when
+    another writer's store got there first: that one is kept when it holds the same bytes, else refused."""
+    if overwrite:
+        check_store_output(directory, "directory", overwrite=True)  # another writer may have put a folder there
+        replace_folder(partial, directory)  # the old store stays in place until the new one is (atomic swap)
+        return
+    fsync_path(partial)
+    try:
+        os.rename(partial, directory)
+    except OSError:
+        if _checksums(directory) != _checksums(partial):
+            check_store_output(directory, "directory", overwrite=False)
+            raise
+        shutil.rmtree(partial)
+    fsync_path(directory.parent)
+
+
+def _checksums(directory: Path) -> dict | None:
+    try:
+        return json.loads((directory / METADATA_FILE).read_text(encoding="utf-8")).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class _HashingFile:
@@ -422,33 +457,6 @@ def check_store_output(directory: str | Path, argument: str, *, overwrite: bool)
     refuse_foreign_folder(directory, argument, description="a region-feature store", is_own=is_feature_store)
 
 
-def _writer_tag() -> str:
-    """`<host>-<pid>` of this process: the suffix of its partial folders."""
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def remove_stale_partials(directory: str | Path) -> list[Path]:
-    """Removes the partial folders (`<directory>.partial-<host>-<pid>`) left beside `directory` by writers on this host
-    that are no longer running (killed mid-write); returns them. Partial folders of live writers, and of other hosts
-    (a shared file system), are left alone.
-    """
-    directory = Path(directory)
-    if not directory.parent.is_dir():
-        return []
-    recover_folder(directory, PARTIAL_MARKER)  # the old store, when a replacing writer was killed between two renames
-    removed = stale_siblings(directory, PARTIAL_MARKER)
-    for candidate in removed:
-        shutil.rmtree(candidate, ignore_errors=True)
-    if removed:
-        logger.warning(f"Removed {len(removed)} partial folder(s) of interrupted writes to {directory}: {[str(p) for p in removed]}.")
-    return removed
-
-
-def _chain(first: dict, rest: Iterator[dict]) -> Iterator[dict]:
-    yield first
-    yield from rest
-
-
 def _arrow_row(record: dict) -> dict:
     return {name: value.tolist() if isinstance(value, np.ndarray) and value.ndim == 1 else value for name, value in record.items()}
 
@@ -493,4 +501,4 @@ def convert_features(
     )
     check_store_output(out, "out", overwrite=overwrite)
     records = iter_feature_records(src, format, on_error=on_error, **options)
-    return RegionFeatureStore.write(records, out, source=f"{format}:{Path(src).resolve()}", overwrite=overwrite)
+    return RegionFeatureStore._write(records, out, source=f"{format}:{Path(src).resolve()}", overwrite=overwrite)

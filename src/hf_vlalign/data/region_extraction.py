@@ -32,13 +32,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from tqdm.auto import tqdm
 from transformers import AutoImageProcessor, AutoModel, AutoModelForObjectDetection
 
 from ..utils.output_paths import refuse_output_overlapping_inputs
-from ..utils.size_limits import MAX_BATCH_SIZE, MAX_GRID_SIZE, MAX_REGIONS_PER_IMAGE, SizeLimitError, check_size
+from ..utils.size_limits import (
+    MAX_BACKBONE_INPUT_SIDE,
+    MAX_BATCH_SIZE,
+    MAX_FEATURE_DIM,
+    MAX_GRID_SIZE,
+    MAX_REGIONS_PER_IMAGE,
+    SizeLimitError,
+    check_size,
+)
 from .feature_store import RegionFeatureStore, check_store_output
-from .formats.region_records import RecordDecoder, iter_checked_records
-from .formats.text_files import FileFormatError, read_json_file
+from .formats.region_records import normalise_record
+from .formats.text_files import read_json_file
 
 logger = logging.getLogger(__name__)
 
@@ -139,9 +148,7 @@ class CropEncoder:
         if boxes.ndim != 2 or boxes.shape[1] != 4:
             raise ValueError(f"`boxes` must have shape (R, 4) as x1, y1, x2, y2 pixels, got shape {boxes.shape}.")
         if not np.isfinite(boxes).all() or (boxes[:, 2:] <= boxes[:, :2]).any():
-            raise ValueError(
-                "`boxes` must be finite with x2 > x1 and y2 > y1, got " + np.array2string(boxes[:4]) + "."
-            )
+            raise ValueError("`boxes` must be finite with x2 > x1 and y2 > y1, got " + np.array2string(boxes[:4]) + ".")
         if len(boxes) == 0:
             return np.zeros((0, self.feature_dim), dtype=np.float32)
         crops = self._crops(image.convert("RGB"), boxes)
@@ -175,7 +182,6 @@ def roi_align(
     against the image).
     """
     # RoIAlign: He et al., "Mask R-CNN", ICCV 2017, sec. 3 (bilinear samples at regular points of each bin, no rounding).
-    _check_roi_arguments(feature_map, boxes, output_size, sampling_ratio)
     channels, height, width = feature_map.shape
     num_boxes, points = boxes.shape[0], output_size * sampling_ratio
     boxes = boxes.to(feature_map)
@@ -190,19 +196,6 @@ def roi_align(
     samples = F.grid_sample(feature_map[None], grid, mode="bilinear", padding_mode="border", align_corners=False)
     samples = samples.reshape(channels, num_boxes, output_size, sampling_ratio, output_size, sampling_ratio)
     return samples.mean(dim=(3, 5)).permute(1, 0, 2, 3)
-
-
-def _check_roi_arguments(feature_map: torch.Tensor, boxes: torch.Tensor, output_size: int, sampling_ratio: int) -> None:
-    if not isinstance(feature_map, torch.Tensor) or feature_map.ndim != 3 or not feature_map.is_floating_point():
-        got = tuple(feature_map.shape) if isinstance(feature_map, torch.Tensor) else type(feature_map).__name__
-        raise ValueError(f"`feature_map` must be a float tensor of shape (C, h, w), got {got}.")
-    if feature_map.numel() == 0:
-        raise ValueError(f"`feature_map` must not be empty, got shape {tuple(feature_map.shape)}.")
-    if not isinstance(boxes, torch.Tensor) or boxes.ndim != 2 or boxes.shape[1] != 4 or boxes.shape[0] < 1:
-        got = tuple(boxes.shape) if isinstance(boxes, torch.Tensor) else type(boxes).__name__
-        raise ValueError(f"`boxes` must be a tensor of shape (R, 4) with R >= 1, got {got}.")
-    _check_positive_int("output_size", output_size)
-    _check_positive_int("sampling_ratio", sampling_ratio)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -238,8 +231,6 @@ class BackboneRegionEncoder:
         output_size: int = ROI_OUTPUT_SIZE,
         sampling_ratio: int = ROI_SAMPLING_RATIO,
     ) -> None:
-        _check_positive_int("output_size", output_size)
-        _check_positive_int("sampling_ratio", sampling_ratio)
         self.name_or_path = str(name_or_path)
         self.device = _torch_device(device)
         self.output_size, self.sampling_ratio = output_size, sampling_ratio
@@ -277,8 +268,6 @@ class BackboneRegionEncoder:
     @torch.inference_mode()
     def encode_batch(self, images: Sequence[Image.Image], boxes: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Features (R_i, feature_dim) float32 of each image's pixel boxes (R_i, 4), one forward pass for the batch."""
-        if len(images) != len(boxes):
-            raise ValueError(f"`images` and `boxes` must have the same length, got {len(images)} and {len(boxes)}.")
         maps, (cells_y, cells_x) = self.feature_maps(images)
         height, width = self.input_size
         features = []
@@ -344,6 +333,11 @@ def _processor_output_size(processor: object, name_or_path: str) -> tuple[int, i
     sizes.append(getattr(processor, "size", None))
     for size in sizes:
         height_width = _height_width(size)
+        if height_width is not None and max(height_width) > MAX_BACKBONE_INPUT_SIDE:  # every image is resized to it
+            raise SizeLimitError(
+                f"`encoder` {name_or_path!r}: its image processor's output size {height_width} exceeds "
+                f"MAX_BACKBONE_INPUT_SIDE = {MAX_BACKBONE_INPUT_SIDE} (hf_vlalign.utils.size_limits)."
+            )
         if height_width is not None:
             return height_width
     raise ValueError(
@@ -439,7 +433,6 @@ class RegionDetector:
         max_regions: int = DEFAULT_MAX_REGIONS,
         device: str | torch.device = "cpu",
     ) -> None:
-        check_detector_options(threshold, max_regions)
         self.name_or_path = str(name_or_path)
         self.threshold, self.max_regions = float(threshold), int(max_regions)
         self.device = _torch_device(device)
@@ -555,10 +548,6 @@ def _read_image_entries(paths: Sequence[Path]) -> list[_ImageEntry]:
     return entries
 
 
-def _load_image(entry: _ImageEntry) -> Image.Image:
-    return load_rgb_image(entry.path)
-
-
 def load_rgb_image(path: str | os.PathLike, argument: str = "images") -> Image.Image:
     """The image file at `path` as RGB, as stored (EXIF orientation not applied); errors name `argument`."""
     if not Path(path).is_file():
@@ -575,8 +564,6 @@ def grid_boxes(height: int, width: int, grid_size: int, include_whole_image: boo
 
     With `include_whole_image`, the whole-image box comes first (g * g + 1 boxes).
     """
-    for name, value in (("height", height), ("width", width)):
-        _check_positive_int(name, value)
     check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
     xs, ys = np.linspace(0.0, width, grid_size + 1), np.linspace(0.0, height, grid_size + 1)
     cells = [[xs[col], ys[row], xs[col + 1], ys[row + 1]] for row in range(grid_size) for col in range(grid_size)]
@@ -589,10 +576,7 @@ def read_boxes_file(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"`boxes` file {path} does not exist.")
-    try:
-        data = read_json_file(path)
-    except FileFormatError as error:
-        raise FileFormatError(f"`boxes` file {path} is not valid JSON: {error}") from None
+    data = read_json_file(path)  # a FileFormatError names the file and the line
     if not isinstance(data, dict):
         raise ValueError(
             f'`boxes` file {path}: expected a JSON object {{"<image file name or id>": [[x1, y1, x2, y2], ...]}}, '
@@ -616,7 +600,7 @@ def _boxes_per_image(boxes: Mapping, source: str, entries: Sequence[_ImageEntry]
         if entry.image_id in key_of:
             raise ValueError(f"{source}: image {entry.path.name!r} has boxes under two keys, {key_of[entry.image_id]!r} and {key!r}.")
         key_of[entry.image_id] = key
-        boxes_of[entry.image_id] = _checked_boxes(values, f"{source}: image {key!r}", entry)
+        boxes_of[entry.image_id] = check_image_boxes(values, f"{source}: image {key!r}", entry.width, entry.height)
     missing = [entry.path.name for entry in entries if entry.image_id not in boxes_of]
     if missing:
         listed = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
@@ -625,10 +609,6 @@ def _boxes_per_image(boxes: Mapping, source: str, entries: Sequence[_ImageEntry]
             "one box, or pass only the images that have boxes."
         )
     return boxes_of
-
-
-def _checked_boxes(values: object, where: str, entry: _ImageEntry) -> np.ndarray:
-    return check_image_boxes(values, where, entry.width, entry.height)
 
 
 def check_image_boxes(values: object, where: str, width: int, height: int) -> np.ndarray:
@@ -670,14 +650,9 @@ def build_region_encoder(
     A backbone's `feature_dim` is its channel count: `feature_dim` may be None or that number (features are never
     projected). The pixel encoder runs on the CPU whatever `device` says; `seed` only seeds its projection.
     """
-    if not isinstance(encoder, (str, os.PathLike)) or not str(encoder):
-        raise ValueError(f"`encoder` must be {PIXEL_ENCODER!r}, a Hub model id or a local model folder, got {_short(encoder)}.")
-    if feature_dim is not None:
-        _check_positive_int("feature_dim", feature_dim)
-    torch_device = _torch_device(device)
     if str(encoder) == PIXEL_ENCODER:
         return CropEncoder(DEFAULT_PIXEL_FEATURE_DIM if feature_dim is None else feature_dim, seed)
-    backbone = BackboneRegionEncoder(encoder, device=torch_device)
+    backbone = BackboneRegionEncoder(encoder, device=device)
     if feature_dim is not None and feature_dim != backbone.feature_dim:
         raise ValueError(
             f"`feature_dim` is {feature_dim}, but the backbone {str(encoder)!r} gives {backbone.feature_dim} channels; "
@@ -739,8 +714,13 @@ def extract_region_features(
         )
     if grid_size is not None:
         check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
+    if feature_dim is not None:
+        check_size("feature_dim", feature_dim, MAX_FEATURE_DIM, limit_name="MAX_FEATURE_DIM")
     check_detector_options(detector_threshold, max_regions)
     check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
+    if not isinstance(encoder, (str, os.PathLike)) or not str(encoder):
+        raise ValueError(f"`encoder` must be {PIXEL_ENCODER!r}, a Hub model id or a local model folder, got {_short(encoder)}.")
+    _torch_device(device)
     out_dir = Path(out_dir)
     inputs = {"boxes": boxes if isinstance(boxes, (str, os.PathLike)) else None, "encoder": encoder, "detector": detector}
     if isinstance(images, (str, os.PathLike)):
@@ -768,9 +748,9 @@ def extract_region_features(
         f"extract_region_features(encoder={str(encoder)!r}, feature_dim={region_encoder.feature_dim}, {box_source}, "
         f"include_whole_image={include_whole_image})"
     )
-    decoders = _record_decoders(entries, boxes_of, region_detector, include_whole_image, region_encoder, batch_size)
-    records = iter_checked_records(decoders, source=f"{len(entries)} images", total=len(entries))
-    return RegionFeatureStore.write(records, out_dir, source=source, overwrite=overwrite)
+    records = _records(entries, boxes_of, region_detector, include_whole_image, region_encoder, batch_size)
+    records = tqdm(records, desc=f"Extracting {len(entries)} images", unit=" images", total=len(entries))
+    return RegionFeatureStore._write(records, out_dir, source=source, overwrite=overwrite)
 
 
 def _boxes_mapping(boxes: str | os.PathLike | Mapping) -> tuple[Mapping, str]:
@@ -787,45 +767,31 @@ def with_whole_image(boxes: np.ndarray, width: int, height: int) -> np.ndarray:
     return np.concatenate([whole, np.asarray(boxes, dtype=np.float32)])
 
 
-def _record_decoders(
+def _records(
     entries: Sequence[_ImageEntry],
     boxes_of: dict[str, np.ndarray] | None,
     detector: RegionDetector | None,
     include_whole_image: bool,
     encoder: CropEncoder | BackboneRegionEncoder,
     batch_size: int,
-) -> Iterator[tuple[str, RecordDecoder]]:
-    """(location, decode) pairs for `iter_checked_records`; boxes (from `boxes_of`, else the detector) and features
-    are computed a batch of images at a time."""
+) -> Iterator[dict]:
+    """The store records of the images; boxes (from `boxes_of`, else the detector) and features are computed a batch of
+    images at a time."""
     for start in range(0, len(entries), batch_size):
         batch = entries[start : start + batch_size]
-        images = [_load_image(entry) for entry in batch]
+        images = [load_rgb_image(entry.path) for entry in batch]
         found = detector.detect(images) if boxes_of is None else [boxes_of[entry.image_id] for entry in batch]
         if include_whole_image:
             found = [with_whole_image(boxes, entry.width, entry.height) for boxes, entry in zip(found, batch)]
         features = encoder.encode_batch(images, found)
         for entry, image_boxes, image_features in zip(batch, found, features):
-            record = {
-                "image_id": entry.image_id,
-                "image_size": (entry.height, entry.width),
-                "boxes": image_boxes,
-                "features": image_features,
-            }
-            yield str(entry.path), _constant(record)
-
-
-def _constant(record: dict) -> RecordDecoder:
-    return lambda: record
+            record = {"image_id": entry.image_id, "image_size": (entry.height, entry.width), "boxes": image_boxes}
+            yield normalise_record(record | {"features": image_features})
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Argument checks
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def _check_positive_int(name: str, value: object) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
 
 
 def _torch_device(device: str | torch.device) -> torch.device:

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from PIL import Image
 from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
+from transformers.utils import IMAGE_PROCESSOR_NAME, PROCESSOR_NAME
 
 from ..alignment.boxes import normalize_boxes
 from ..data.region_extraction import (
@@ -44,7 +46,7 @@ from ..data.region_extraction import (
     load_rgb_image,
     with_whole_image,
 )
-from ..utils.size_limits import MAX_GRID_SIZE, check_size
+from ..utils.size_limits import MAX_FEATURE_DIM, MAX_GRID_SIZE, check_size
 
 __all__ = ["RegionFeatureExtractor", "RegionFeatureExtractorKwargs"]
 
@@ -107,7 +109,7 @@ class RegionFeatureExtractor(BaseImageProcessor):
     ) -> None:
         kwargs.pop("image_processor_type", None)  # written by `to_dict`, the class itself
         if kwargs:
-            raise TypeError(f"RegionFeatureExtractor got unexpected keyword argument(s) {sorted(kwargs)}.")
+            raise ValueError(f"RegionFeatureExtractor got unknown option(s) {sorted(kwargs)}.")
         super().__init__()
         if grid_size is not None:
             check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
@@ -115,8 +117,8 @@ class RegionFeatureExtractor(BaseImageProcessor):
             raise ValueError(f"`include_whole_image` must be a bool, got {include_whole_image!r}.")
         if encoder is not None and (not isinstance(encoder, (str, os.PathLike)) or not str(encoder)):
             raise ValueError(f"`encoder` must be {PIXEL_ENCODER!r}, a Hub id, a local folder or None, got {encoder!r}.")
-        if feature_dim is not None and (isinstance(feature_dim, bool) or not isinstance(feature_dim, int) or feature_dim < 1):
-            raise ValueError(f"`feature_dim` must be a positive int or None, got {feature_dim!r}.")
+        if feature_dim is not None:  # the pixel encoder's projection is allocated in proportion to it
+            check_size("feature_dim", feature_dim, MAX_FEATURE_DIM, limit_name="MAX_FEATURE_DIM")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"`seed` must be a non-negative int, got {seed!r}.")
         if detector is not None and (not isinstance(detector, (str, os.PathLike)) or not str(detector)):
@@ -137,6 +139,16 @@ class RegionFeatureExtractor(BaseImageProcessor):
     # ------------------------------------------------------------------------------------------------------------
     # Serialisation: the options only (the encoder and detector are loaded on first use)
     # ------------------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args: Any, **kwargs: Any) -> RegionFeatureExtractor:
+        """`BaseImageProcessor.from_pretrained`; a bad saved option is a ValueError naming the file and the field."""
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except ValueError as error:
+            folder = Path(pretrained_model_name_or_path)
+            saved = next((folder / name for name in (PROCESSOR_NAME, IMAGE_PROCESSOR_NAME) if (folder / name).is_file()), folder)
+            raise ValueError(f"{saved}, field 'image_processor': {error}") from None
 
     def to_dict(self) -> dict[str, Any]:
         options = {name: getattr(self, name) for name in RegionFeatureExtractorKwargs.__annotations__}

@@ -36,6 +36,7 @@ from transformers import AutoModel, Pipeline
 from ..analysis.adapters import attention_blocks
 from ..analysis.explorer import explorer_examples, write_attention_explorer
 from ..models.family import family_spec
+from ..utils.size_limits import MAX_BATCH_SIZE, check_size
 from .feature_extraction import load_images
 from .processor import VLAlignProcessor
 
@@ -83,6 +84,8 @@ class WordRegionAttentionPipeline(Pipeline):
                 "single-stream or two-stream model."
             )
         self.processor.check_model(self.model)
+        if self._batch_size is not None:
+            check_size("batch_size", self._batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
         self._forward_names = set(inspect.signature(self.model.forward).parameters)
 
     def _sanitize_parameters(
@@ -120,6 +123,8 @@ class WordRegionAttentionPipeline(Pipeline):
         **kwargs: Any,
     ) -> dict | list[dict]:
         explorer = kwargs.get("explorer")
+        if kwargs.get("batch_size") is not None:
+            check_size("batch_size", kwargs["batch_size"], MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
         single, inputs = _examples(images, text, text_pair, boxes)
         results = super().__call__(inputs, **kwargs)
         results = [results] if isinstance(results, dict) else list(results)

@@ -16,6 +16,16 @@ from collections.abc import Callable
 MAX_GRID_SIZE = 64
 # boxes given for one image (a --boxes file, a store record): 4096, the region count of the largest grid above.
 MAX_REGIONS_PER_IMAGE = 4096
+# dimension of region features (extract-features --feature_dim, a processor's `feature_dim`): 16384, 8x the 2048-d
+# bottom-up-attention features; the pixel encoder's projection is then ~520 x 16384 floats.
+MAX_FEATURE_DIM = 16384
+# bytes of one array a feature file declares for one image (an `.npy`, a member of an `.npz`, an HDF5 dataset slice):
+# 1 GiB, 4x a MAX_REGIONS_PER_IMAGE x MAX_FEATURE_DIM float32 array would be 256 MiB; a small compressed file can
+# declare far more, and NumPy / h5py allocate what is declared before reading.
+MAX_ARRAY_BYTES = 1 << 30
+# side in pixels of a backbone encoder's input (the `size` of its preprocessor_config.json), to which every image is
+# resized: 4096, 8x the 518 pixels of the largest common ViT inputs.
+MAX_BACKBONE_INPUT_SIDE = 4096
 # images of the synthetic scenes per split: 200,000, more than COCO's 123,287 images; each one is a PNG on disk.
 MAX_SYNTHETIC_IMAGES = 200_000
 # examples read by the analysis verbs (analyze --max_examples, explore --num_examples / --probe_examples, probe

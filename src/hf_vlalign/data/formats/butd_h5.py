@@ -32,7 +32,7 @@ import numpy as np
 
 from ...utils.optional import require
 from ...utils.validation import check_existing_path
-from .region_records import RecordDecoder, RecordError, check_on_error, iter_checked_records
+from .region_records import RecordDecoder, RecordError, check_array_size, check_on_error, iter_checked_records
 from .safe_pickle import load_restricted_pickle
 from .text_files import FileFormatError, read_json_file
 
@@ -144,10 +144,9 @@ def _short(value: object) -> str:
 def _decode_image(handle: h5py.File, index: int, image_id: str, adaptive: bool, total_rows: int) -> dict:
     rows = _rows_of_image(handle, index, total_rows) if adaptive else index
     features, boxes, spatial = (_read_rows(handle, name, rows) for name in DATASETS)
-    for name, values in (("image_bb", boxes), ("spatial_features", spatial)):
-        bad = int((~np.isfinite(values)).sum())
-        if bad:
-            raise RecordError(name, f"expected finite values, got {bad} NaN/inf value(s).")
+    for name, values in (("image_bb", boxes), ("spatial_features", spatial)):  # before the size is derived from them
+        if not np.isfinite(values).all():
+            raise RecordError(name, f"expected finite values, got {int((~np.isfinite(values)).sum())} NaN/inf value(s).")
     return {
         "image_id": image_id,
         "image_size": image_size_from_spatial(boxes, spatial),
@@ -157,13 +156,13 @@ def _decode_image(handle: h5py.File, index: int, image_id: str, adaptive: bool, 
 
 
 def _read_rows(handle: h5py.File, name: str, rows: int | slice) -> np.ndarray:
+    dataset = handle[name]
+    count = 1 if isinstance(rows, int) else rows.stop - rows.start
+    check_array_size(name, (count, *dataset.shape[1:]), dataset.dtype)
     try:
-        values = handle[name][rows]
+        return dataset[rows]
     except OSError as error:  # a damaged chunk: a problem of this image only
         raise RecordError(name, f"expected readable data, got an HDF5 error ({error}).") from None
-    if values.dtype.kind not in "biuf":
-        raise RecordError(name, f"expected numbers, got an HDF5 dataset of dtype {values.dtype}.")
-    return values
 
 
 def _rows_of_image(handle: h5py.File, index: int, total_rows: int) -> slice:

@@ -68,8 +68,6 @@ def _existing_file(path: str | Path, what: str) -> Path:
 
 def parse_sentence(line: str) -> EntitySentence:
     """Parses one line of a `Sentences/<id>.txt` file, e.g. `[/EN#5473/people Three children] sit .`."""
-    if not isinstance(line, str) or not line.strip():
-        raise ValueError(f"`line` must be a str holding a sentence, got {line!r}.")
     words: list[str] = []
     spans: list[tuple[str, list[str], int, int]] = []  # phrase id, types, first word, end word (exclusive)
     header: tuple[str, list[str], int] | None = None
@@ -178,8 +176,6 @@ def read_sentences(path: str | Path) -> list[EntitySentence]:
 
 def write_sentences(path: str | Path, sentences: list[EntitySentence]) -> None:
     """Writes sentences in the published markup, one per line, creating the parent folder if needed."""
-    if not isinstance(sentences, list):
-        raise ValueError(f"`sentences` must be a list of EntitySentence, got {type(sentences).__name__}.")
     lines = [format_sentence(sentence) for sentence in sentences]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -345,8 +341,6 @@ class Flickr30kEntities:
     """A Flickr30k Entities folder: `Sentences/<id>.txt`, `Annotations/<id>.xml` and `<split>.txt` files."""
 
     def __init__(self, root: str | Path) -> None:
-        if not isinstance(root, (str, Path)):
-            raise ValueError(f"`root` must be a str or Path (a Flickr30k Entities folder), got {type(root).__name__}.")
         self.root = Path(root)
         missing = [name for name in ("Sentences", "Annotations") if not (self.root / name).is_dir()]
         if missing:

@@ -21,7 +21,6 @@ from .region_records import (
     RecordError,
     check_num_boxes,
     check_on_error,
-    check_region_record,
     decode_base64_array,
     encode_base64_array,
     iter_checked_records,
@@ -117,53 +116,26 @@ def iter_lxmert_tsv_records(path: str | Path, *, on_error: str = "raise") -> Ite
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _encode_record(record: dict, feature_dim: int | None) -> tuple[list[str], int]:
-    """A store record (arrays or nested lists) -> (the 10 TSV fields, its feature dimension)."""
-    if not isinstance(record, dict):
-        raise RecordError("", f"expected a dict, got {type(record).__name__}.")
-    missing = [column for column in FIELD_OF_COLUMN if record.get(column) is None]
-    if missing:
-        raise RecordError("", f"expected the columns {list(FIELD_OF_COLUMN)} (an LXMERT TSV has them all), missing {missing}.")
-    checked = {"image_id": record["image_id"], "image_size": [int(v) for v in record["image_size"]]}
+def _encode_record(record: dict) -> list[str]:
+    """A store record (arrays, or tensors of a store in torch format) -> the 10 TSV fields."""
+    height, width = (int(side) for side in record["image_size"])
+    row = {"img_id": record["image_id"], "img_h": str(height), "img_w": str(width), "num_boxes": str(len(record["boxes"]))}
     for column, dtype in {**OPTIONAL_COLUMNS, "boxes": np.dtype("<f4"), "features": np.dtype("<f4")}.items():
-        checked[column] = _as_array(column, record[column], dtype)
-    feature_dim = check_region_record(checked, feature_dim)
-    height, width = checked["image_size"]
-    row = {"img_id": checked["image_id"], "img_h": str(height), "img_w": str(width), "num_boxes": str(len(checked["boxes"]))}
-    for column, field in FIELD_OF_COLUMN.items():
-        if column not in ("image_id", "image_size"):
-            row[field] = encode_base64_array(checked[column], checked[column].dtype)
-    return [row[name] for name in FIELDS], feature_dim
-
-
-def _as_array(column: str, values: object, dtype: np.dtype) -> np.ndarray:
-    if hasattr(values, "numpy"):  # torch tensors from a store in torch format
-        values = values.numpy()
-    try:
-        return np.asarray(values, dtype=dtype)
-    except (TypeError, ValueError) as error:
-        raise RecordError(column, f"expected a numeric array of {dtype.name}, got {type(values).__name__} ({error}).") from None
+        values = record[column]
+        row[FIELD_OF_COLUMN[column]] = encode_base64_array(values.numpy() if hasattr(values, "numpy") else values, dtype)
+    return [row[name] for name in FIELDS]
 
 
 def write_lxmert_tsv(path: str | Path, records: Iterable[dict]) -> int:
-    """Writes store records (every column present) as an LXMERT TSV; returns how many.
-
-    Every record is validated as the reader would; on a bad record nothing is left behind at `path`.
-    """
-    if not isinstance(records, Iterable) or isinstance(records, (str, bytes, dict)):
-        raise ValueError(f"`records` must be an iterable of dicts, got {type(records).__name__}.")
+    """Writes store records (every column present) as an LXMERT TSV; returns how many. On an error nothing is left
+    behind at `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    count, feature_dim = 0, None
+    count = 0
     try:
         with open(path, "w", newline="", encoding="utf-8") as handle:
             for count, record in enumerate(records, start=1):
-                try:
-                    row, feature_dim = _encode_record(record, feature_dim)
-                except RecordError as error:
-                    column = f", column '{error.field}'" if error.field else ""
-                    raise ValueError(f"`records[{count - 1}]`{column}: {error}") from None
-                handle.write("\t".join(row) + "\n")
+                handle.write("\t".join(_encode_record(record)) + "\n")
     except BaseException:
         path.unlink(missing_ok=True)
         raise

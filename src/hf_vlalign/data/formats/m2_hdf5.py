@@ -24,7 +24,7 @@ import numpy as np
 
 from ...utils.optional import require
 from ...utils.validation import check_existing_path
-from .region_records import RecordDecoder, RecordError, check_on_error, check_region_record, iter_checked_records
+from .region_records import RecordDecoder, RecordError, check_array_size, check_on_error, iter_checked_records
 from .text_files import FileFormatError, read_json_file
 
 if TYPE_CHECKING:
@@ -138,45 +138,26 @@ def _read_dataset(handle: h5py.File, name: str) -> np.ndarray:
     dataset = handle.get(name)
     if not isinstance(dataset, h5py.Dataset):
         raise RecordError(name, "expected this dataset beside the image's features, it is missing.")
+    check_array_size(name, dataset.shape, dataset.dtype)
     try:
-        values = dataset[()]
+        return np.asarray(dataset[()])
     except OSError as error:  # a damaged chunk: a problem of this image only
         raise RecordError(name, f"expected readable data, got an HDF5 error ({error}).") from None
-    if not isinstance(values, np.ndarray) or values.dtype.kind not in "biuf":
-        raise RecordError(name, f"expected an array of numbers, got {type(values).__name__} of dtype {np.asarray(values).dtype}.")
-    return values
 
 
 def _decode_image(handle: h5py.File, image_id: str, image_sizes: dict | None, use_cls_prob: bool) -> dict:
     names = {suffix: f"{image_id}{suffix}" for suffix in (FEATURES_SUFFIX, BOXES_SUFFIX, CLASSES_SUFFIX)}
     features = _read_dataset(handle, names[FEATURES_SUFFIX])
     boxes = _read_dataset(handle, names[BOXES_SUFFIX])
-    if features.ndim != 2 or boxes.ndim != 2 or boxes.shape[0] != features.shape[0]:
-        raise RecordError(
-            names[BOXES_SUFFIX],
-            f"expected (R, 4) boxes with R the rows of {names[FEATURES_SUFFIX]} {features.shape}, got {boxes.shape}.",
-        )
     record = {"image_id": image_id, "image_size": size_of(image_sizes, image_id), "boxes": boxes, "features": features}
     if use_cls_prob and names[CLASSES_SUFFIX] in handle:
         scores = _read_dataset(handle, names[CLASSES_SUFFIX])
-        if scores.ndim != 2 or scores.shape[0] != features.shape[0] or scores.shape[1] < 2:
+        if scores.ndim != 2 or scores.shape[1] < 2:
             raise RecordError(
                 names[CLASSES_SUFFIX],
-                f"expected (R, C) class probabilities with R = {features.shape[0]} like {names[FEATURES_SUFFIX]} and "
-                f"C >= 2, got {scores.shape} (pass use_cls_prob=False to read features and boxes only).",
-            )
-        if not np.isfinite(scores).all():
-            raise RecordError(
-                names[CLASSES_SUFFIX], f"expected finite values, got {int((~np.isfinite(scores)).sum())} NaN/inf."
+                f"expected (R, C) class probabilities with C >= 2, got {scores.shape} (pass use_cls_prob=False to read features and boxes only).",
             )
         record["object_ids"], record["object_conf"] = classes_from_scores(scores)
-    fields = {
-        "boxes": names[BOXES_SUFFIX],
-        "features": names[FEATURES_SUFFIX],
-        "object_ids": names[CLASSES_SUFFIX],
-        "object_conf": names[CLASSES_SUFFIX],
-    }
-    check_region_record(record, None, fields)  # here, so that errors name this image's datasets
     return record
 
 
@@ -214,7 +195,6 @@ def iter_m2_hdf5_records(
     sizes = load_image_sizes(image_sizes)
     image_ids = _image_ids(path)
     decoders = _iter_decoders(path, image_ids, sizes, use_cls_prob)
-    fields = {
-        column: f"<image_id>{suffix}" for column, suffix in (("boxes", BOXES_SUFFIX), ("features", FEATURES_SUFFIX))
-    }
+    suffixes = {"boxes": BOXES_SUFFIX, "features": FEATURES_SUFFIX, "object_ids": CLASSES_SUFFIX, "object_conf": CLASSES_SUFFIX}
+    fields = {column: "{image_id}" + suffix for column, suffix in suffixes.items()}
     return iter_checked_records(decoders, source=str(path), on_error=on_error, total=len(image_ids), fields=fields)

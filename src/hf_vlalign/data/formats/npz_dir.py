@@ -10,7 +10,7 @@ one file per image named by its id:
 Also read, where a file carries them: `.npy` feature files (the bare (R, D) array), and the keys written by
 MILVLG/bottom-up-attention.pytorch `utils/extract_utils.py` (`np.savez_compressed(x=feats, bbox=boxes,
 num_bbox=R, image_h=h, image_w=w, info=...)`): `x` for the features, `bbox`, `num_bbox`, `image_h`, `image_w`. Its
-`info` dict (object/attribute ids) is a pickled object array and is never loaded (`allow_pickle=False`); flat
+`info` dict (object/attribute ids) is a pickled object array and is never loaded (only numeric arrays are read); flat
 `objects_id`, `objects_conf`, `attrs_id`, `attrs_conf` arrays (LXMERT's names) are read when present.
 
 Boxes come from `<box_dir>/<id>.npy` when that file exists, else from the file's own `bbox`. The image size comes
@@ -27,9 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ...utils.size_limits import MAX_ARRAY_BYTES
 from ...utils.validation import check_existing_path
 from .m2_hdf5 import load_image_sizes, size_of, sorted_ids
-from .region_records import RecordDecoder, RecordError, check_on_error, check_region_record, iter_checked_records
+from .region_records import RecordDecoder, RecordError, check_on_error, iter_checked_records
 
 FEATURE_KEYS = ("feat", "x")  # self-critical.pytorch, MILVLG bottom-up-attention.pytorch
 OPTIONAL_KEYS = {
@@ -39,7 +40,6 @@ OPTIONAL_KEYS = {
     "attrs_conf": "attr_conf",
 }
 SUFFIXES = (".npz", ".npy")
-_MAGIC = {".npz": b"PK\x03\x04", ".npy": b"\x93NUMPY"}  # a zip archive, a NumPy array
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -87,82 +87,60 @@ def _load_arrays(file: Path) -> dict[str, np.ndarray]:
     """The arrays this reader uses from one feature file (never the pickled ones)."""
     if file.suffix.lower() == ".npy":
         return {"feat": _load_npy(file, field="")}
-    _check_magic(file, "")
     try:
-        with np.load(file, allow_pickle=False) as archive:
-            wanted = [*FEATURE_KEYS, "bbox", "num_bbox", "image_h", "image_w", *OPTIONAL_KEYS]
-            return {key: _array(archive, key) for key in wanted if key in archive.files}
+        with zipfile.ZipFile(file) as archive:
+            members = set(archive.namelist())
+            arrays = {}
+            for key in (*FEATURE_KEYS, "bbox", "num_bbox", "image_h", "image_w", *OPTIONAL_KEYS):
+                if f"{key}.npy" in members:
+                    with archive.open(f"{key}.npy") as handle:
+                        arrays[key] = _read_npy(handle, archive.getinfo(f"{key}.npy").file_size, key)
+            return arrays
     except (OSError, EOFError, zipfile.BadZipFile) as error:
         raise RecordError("", f"expected a readable .npz file written by NumPy, got an error ({error}).") from None
 
 
-def _array(archive, key: str) -> np.ndarray:
-    try:
-        member = f"{key}.npy"
-        with archive.zip.open(member) as handle:
-            _check_npy_header(handle, archive.zip.getinfo(member).file_size, key)
-        return _numeric(archive[key], key)
-    except (OSError, EOFError, zipfile.BadZipFile) as error:
-        raise RecordError(key, f"expected a readable array, got an error ({error}).") from None
-    except ValueError as error:  # an object array, which would need unpickling
-        raise RecordError(
-            key, f"expected a numeric array, got one NumPy cannot load without pickle ({error})."
-        ) from None
-
-
 def _load_npy(file: Path, field: str) -> np.ndarray:
     """One `.npy` array, never unpickled; a RecordError naming `field` when the file is not a plain NumPy array."""
-    _check_magic(file, field)
-    with open(file, "rb") as handle:
-        _check_npy_header(handle, file.stat().st_size, field)
     try:
-        return _numeric(np.load(file, allow_pickle=False), field)
-    except (OSError, EOFError, ValueError) as error:
-        raise RecordError(field, f"expected a readable .npy file of numbers, got an error ({error}).") from None
+        with open(file, "rb") as handle:
+            return _read_npy(handle, file.stat().st_size, field)
+    except OSError as error:
+        raise RecordError(field, f"expected a readable .npy file, got an error ({error}).") from None
 
 
-def _check_npy_header(handle, size: int, field: str) -> None:
-    """Refuses a `.npy` header that cannot be parsed, names an object dtype, or announces more data than the file
-    holds (NumPy would allocate the announced array first: a 10-byte header can ask for terabytes)."""
+def _read_npy(handle, size: int, field: str) -> np.ndarray:
+    """The array of a `.npy` stream of `size` bytes. Its header is checked before anything is allocated: NumPy would
+    allocate the declared array first, and a small (compressed) file can declare gigabytes. Refused: a header NumPy
+    cannot parse, a dtype that is not numbers (nothing is unpickled), and more bytes than the file holds or than
+    `MAX_ARRAY_BYTES`."""
     try:
         version = np.lib.format.read_magic(handle)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read_header(handle)
+        shape, fortran_order, dtype = read_header(handle)
     except Exception as error:  # noqa: BLE001 - NumPy parses the header with ast: ValueError, SyntaxError, ...
-        raise RecordError(field, f"expected a .npy header NumPy can parse, got an error ({type(error).__name__}: {error}).") from None
-    if dtype.hasobject:
-        raise RecordError(field, f"expected a readable .npy file of numbers, got the dtype {dtype} (it would need unpickling).")
-    announced = math.prod(shape) * dtype.itemsize
-    if announced > size - handle.tell():
+        raise RecordError(field, f"expected a .npy file written by NumPy, got an unreadable header ({type(error).__name__}: {error}).") from None
+    if dtype.kind not in "biuf":
+        raise RecordError(field, f"expected an array of numbers, got the dtype {dtype} (nothing is unpickled).")
+    declared, held = math.prod(shape) * dtype.itemsize, size - handle.tell()
+    if declared > min(held, MAX_ARRAY_BYTES):
         raise RecordError(
-            field, f"the .npy header announces shape {shape} of {dtype} ({announced} bytes), the file holds {size - handle.tell()}."
+            field,
+            f"the .npy header declares shape {shape} of {dtype} ({declared} bytes); the file holds {held}, and one array "
+            f"may have at most MAX_ARRAY_BYTES = {MAX_ARRAY_BYTES} (hf_vlalign.utils.size_limits).",
         )
+    data = handle.read(declared)
+    if len(data) != declared:
+        raise RecordError(field, f"expected {declared} bytes of array data, the file ends after {len(data)}.")
+    return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran_order else "C")
 
 
-def _numeric(values: np.ndarray, field: str) -> np.ndarray:
-    if values.dtype.kind not in "biuf":
-        raise RecordError(field, f"expected a numeric array, got the dtype {values.dtype}.")
-    return values
-
-
-def _check_magic(file: Path, field: str) -> None:
-    """Refuses early what is not a NumPy file at all (np.load would take it for a pickle)."""
-    magic = _MAGIC[file.suffix.lower()]
-    with open(file, "rb") as handle:
-        head = handle.read(len(magic))
-    if head != magic:
-        raise RecordError(
-            field, f"expected a {file.suffix} file written by NumPy (starting {magic!r}), got one starting {head!r}."
-        )
-
-
-def _load_boxes(arrays: dict, box_file: Path | None) -> tuple[str, np.ndarray]:
-    """(field name, boxes): the box file when there is one, else the file's own `bbox`."""
+def _load_boxes(arrays: dict, box_file: Path | None) -> np.ndarray:
+    """The box file when there is one, else the file's own `bbox`."""
     if box_file is not None and box_file.is_file():
-        name = f"{box_file.parent.name}/{box_file.name}"
-        return name, _load_npy(box_file, field=name)
+        return _load_npy(box_file, field=f"{box_file.parent.name}/{box_file.name}")
     if "bbox" in arrays:
-        return "bbox", arrays["bbox"]
+        return arrays["bbox"]
     where = f"no {box_file}" if box_file is not None else "no box folder: pass `box_dir`"
     raise RecordError("bbox", f"expected boxes in the file's 'bbox' or in a box file; found neither ({where}).")
 
@@ -171,36 +149,19 @@ def _decode_file(file: Path, image_id: str, box_file: Path | None, image_sizes: 
     arrays = _load_arrays(file)
     feature_key = next((key for key in FEATURE_KEYS if key in arrays), None)
     if feature_key is None:
-        raise RecordError(
-            "feat", f"expected the features under one of {list(FEATURE_KEYS)}, got keys {sorted(arrays)}."
-        )
+        raise RecordError("feat", f"expected the features under one of {list(FEATURE_KEYS)}, got keys {sorted(arrays)}.")
     features = arrays[feature_key]
-    if features.ndim != 2 or features.shape[0] < 1:
-        raise RecordError(feature_key, f"expected region features of shape (R, D) with R >= 1, got {features.shape}.")
-    box_field, boxes = _load_boxes(arrays, box_file)
-    num_rows = features.shape[0]
-    if "num_bbox" in arrays and _scalar("num_bbox", arrays["num_bbox"]) != num_rows:
-        raise RecordError("num_bbox", f"expected the {num_rows} rows of '{feature_key}', got {arrays['num_bbox']}.")
-    if boxes.ndim != 2 or boxes.shape[0] != num_rows:
-        raise RecordError(
-            box_field, f"expected (R, 4) boxes with R = {num_rows} rows like '{feature_key}', got {boxes.shape}."
-        )
+    if "num_bbox" in arrays and _scalar("num_bbox", arrays["num_bbox"]) != len(features):
+        raise RecordError("num_bbox", f"expected the {len(features)} rows of '{feature_key}', got {arrays['num_bbox']}.")
     record = {
         "image_id": image_id,
         "image_size": _image_size(arrays, image_id, image_sizes),
-        "boxes": boxes,
+        "boxes": _load_boxes(arrays, box_file),
         "features": features,
     }
     for key, column in OPTIONAL_KEYS.items():
         if key in arrays:
             record[column] = arrays[key]
-    fields = {
-        "boxes": box_field,
-        "features": feature_key,
-        "image_size": "image_h",
-        **{c: k for k, c in OPTIONAL_KEYS.items()},
-    }
-    check_region_record(record, None, fields)  # here, so that errors name this file's keys
     return record
 
 
@@ -251,6 +212,5 @@ def iter_npz_dir_records(
     sizes = load_image_sizes(image_sizes)
     files = _feature_files(path)
     decoders = _iter_decoders(path, files, boxes, sizes)
-    return iter_checked_records(
-        decoders, source=str(path), on_error=on_error, total=len(files), fields={"features": "feat"}
-    )
+    fields = {"features": "feat", "boxes": "bbox" if boxes is None else f"{boxes.name}/{{image_id}}.npy"}
+    return iter_checked_records(decoders, source=str(path), on_error=on_error, total=len(files), fields=fields)

@@ -54,17 +54,6 @@ def check_relative_path(relative: str | os.PathLike, argument: str, root: str | 
 
 
 def safe_join(root: str | os.PathLike, relative: str | os.PathLike, argument: str) -> Path:
-    """`root / relative`, refused (ValueError naming `argument`) when `relative` is absolute or escapes `root`.
-
-    See `check_relative_path` for what is refused. The joined path is normalised lexically and checked to lie under
-    `root` once more (`Path.relative_to`), so no spelling of a path can slip past the part-by-part check.
-    """
-    root = Path(root)
-    check_relative_path(relative, argument, root)
-    normal_root = Path(os.path.normpath(root))
-    joined = Path(os.path.normpath(root / relative))
-    try:
-        joined.relative_to(normal_root)
-    except ValueError:
-        raise ValueError(f"{argument}: expected a relative path inside {root}, got {relative!r}, which leads to {joined}.") from None
-    return root / relative
+    """`root / relative`, refused (ValueError naming `argument`) when `relative` is absolute or escapes `root` (see
+    `check_relative_path`)."""
+    return Path(root) / check_relative_path(relative, argument, root)

@@ -17,10 +17,13 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 from tqdm.auto import tqdm
+
+from ...utils.size_limits import MAX_ARRAY_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +101,20 @@ def parse_image_size(fields: dict, height_field: str, width_field: str) -> tuple
     return size[0], size[1]
 
 
+def check_array_size(field: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Refuses an array a file declares (HDF5 dataset shapes, .npy headers) before it is read: beyond numbers (nothing
+    is unpickled), or beyond `MAX_ARRAY_BYTES` (a small file can declare gigabytes, which would be allocated first)."""
+    if dtype.kind not in "biuf":
+        raise RecordError(field, f"expected an array of numbers, got the dtype {dtype}.")
+    declared = math.prod(shape) * dtype.itemsize
+    if declared > MAX_ARRAY_BYTES:
+        raise RecordError(
+            field,
+            f"the file declares shape {tuple(shape)} of {dtype} ({declared} bytes) for one image, more than "
+            f"MAX_ARRAY_BYTES = {MAX_ARRAY_BYTES} (hf_vlalign.utils.size_limits).",
+        )
+
+
 def check_num_boxes(num_boxes: int, field: str = "num_boxes") -> None:
     if num_boxes < 1:
         raise RecordError(field, f"expected at least one box, got {num_boxes}.")
@@ -107,14 +124,15 @@ def check_region_record(record: dict, feature_dim: int | None, fields: dict[str,
     """Checks a record (see the module docstring) and returns its feature dimension D.
 
     `feature_dim` is the D of the records before this one (None for the first): one store holds one D. `fields` maps
-    record columns to the names the file uses, so that the error names what the user can find in the file.
+    record columns to the names the file uses (with "{image_id}" for the record's id), so that the error names what
+    the user can find in the file.
     """
     fields = fields or {}
-
-    def fail(column: str, problem: str) -> RecordError:
-        return RecordError(fields.get(column, column), problem)
-
     image_id = record.get("image_id")
+
+    def fail(column: str, problem: str) -> RecordError:  # a file's per-image name, e.g. "{image_id}_boxes", filled in
+        return RecordError(fields.get(column, column).replace("{image_id}", str(image_id)), problem)
+
     if not isinstance(image_id, str) or not image_id or any(c in image_id for c in "\t\r\n"):
         raise fail("image_id", f"expected a non-empty id without tabs or line breaks, got {image_id!r}.")
     boxes, features = record.get("boxes"), record.get("features")
@@ -242,7 +260,6 @@ def iter_checked_records(
     With `on_error="skip"` the number of skipped records is logged as a warning at the end (each one at INFO).
     A source with no valid record at all raises, whatever `on_error` says.
     """
-    check_on_error(on_error)
     feature_dim, kept, skipped = None, 0, 0
     first_location = {}  # image id -> where it was read: a repeated id is refused whatever `on_error` says
     for location, decode in tqdm(decoders, desc=f"Reading {source}", unit=" images", total=total):

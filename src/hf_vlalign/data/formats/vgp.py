@@ -79,16 +79,12 @@ def has_markup(cell: str) -> bool:
     """Whether a phrase cell carries markup instead of a phrase: an HTML tag left by the annotation interface (the
     published VGP-Typology val file has `his daughter</font> in <font color="red">his daughter`) or Flickr30k
     Entities markup (`[/EN#...`)."""
-    if not isinstance(cell, str):
-        raise ValueError(f"`cell` must be a str (a phrase cell of a VGP CSV), got {type(cell).__name__}.")
     return _MARKUP.search(cell) is not None
 
 
 def unescape_phrase(cell: str) -> str:
     """A phrase cell as the captions write it: backslash-escaped quotes restored (`man \\'s lap` -> `man 's lap`, as
     in the published VGP-Typology train file), white space collapsed."""
-    if not isinstance(cell, str):
-        raise ValueError(f"`cell` must be a str (a phrase cell of a VGP CSV), got {type(cell).__name__}.")
     return " ".join(_ESCAPED_QUOTE.sub(r"\1", cell).split())
 
 
