@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import queue
 import shutil
 import signal
@@ -67,7 +68,7 @@ SYNTHETIC = ["--synthetic_train_images", "8", "--synthetic_eval_images", "6"]
 ZYGOTE = r"""
 import json, os, resource, runpy, signal, sys, traceback, types
 import numpy, torch, transformers, datasets  # noqa: F401
-import hf_vlalign, hf_vlalign.cli, hf_vlalign.data, hf_vlalign.models  # noqa: F401
+import hf_vlalign, hf_vlalign.data, hf_vlalign.models  # noqa: F401
 
 PRELUDE, ADDRESS_SPACE = sys.argv[1], int(sys.argv[2])
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND
@@ -91,7 +92,10 @@ def arm_fault(request):
             os.write(marker, path.encode())
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    sys.addaudithook(hook)
+    if request["fault_at_start"]:
+        hook("open", (os.path.join(root, "(start)"), "w", 0))
+    else:
+        sys.addaudithook(hook)
 
 
 def child(request):
@@ -219,6 +223,7 @@ class Spec:
     fault: str | None = None  # "full_disk" | "kill" | "sigkill_when"
     fault_bytes: int = 0
     fault_glob: str = ""
+    fault_at_start: bool = False  # arm the limit at once (a write from native code is not seen by the audit hook)
     ok_if_success: bool = False  # success is fine as long as nothing is lost
     timeout: int = TIMEOUT_S
 
@@ -561,7 +566,8 @@ def _(c):
 @case("cli_probe_data_file_csv_nul", "cli", "probe --data_file CSV with a NUL byte in a cell", ["caps.csv"])
 def _(c):
     c.user_file("caps.csv", "")
-    c.write("caps.csv", b"image,caption\nphotos/100000.png,a sha\x00pe .\n")
+    phrases = b'"[{""text"": ""a sha\x00pe"", ""boxes"": [[0, 0, 9, 9]]}]"'
+    c.write("caps.csv", b"image,caption,phrases\nphotos/100000.png,a sha\x00pe .," + phrases + b"\n")
     c.cli("probe", c.model(), "--data_file", c.tmp / "caps.csv")
 
 
@@ -1063,6 +1069,21 @@ def _(c):
 TRAIN_ONE_STEP = [*SYNTHETIC, "--max_steps", "1", "--per_device_train_batch_size", "4", "--num_threads", "1",
                   "--report_to", "none"]  # fmt: skip
 VGP_RUN = [*TRAIN_ONE_STEP, "--image_use_examples", "2"]
+USER_RUN = [*TRAIN_ONE_STEP[len(SYNTHETIC) :], "--image_use_examples", "2"]  # with --train_file: no synthetic flags
+
+
+def samaran_files(c: Ctx) -> list:
+    """Good user files of the three stages of samaran_table1.py (VGP, VQA, RefCOCO+), train and validation."""
+    vgp = [{"image": f"photos/{100000 + i}.png", "caption1": "a shape .", "caption2": "a form .", "phrase1": "a shape",
+            "phrase2": "a form", "label": "both"} for i in range(3)]  # fmt: skip
+    vqa = [{"image": f"photos/{100000 + i}.png", "question": "what is it ?", "answer": "shape"} for i in range(3)]
+    ref = [{"image": f"photos/{100000 + i}.png", "expression": "the shape", "box": [0, 0, 64, 64]} for i in range(3)]
+    files = []
+    stages = (("train_file", "vgp", vgp), ("vqa_train_file", "vqa", vqa), ("refcoco_train_file", "ref", ref))
+    for flag, name, rows in stages:
+        path = c.user_file(f"{name}.jsonl", rows)
+        files += [f"--{flag}", path, f"--{flag.replace('train', 'validation')}", path]
+    return files
 
 
 @case("ex_epochs_text", "examples", "finetune_vgp.py --num_train_epochs abc", ["num_train_epochs"])
@@ -1185,14 +1206,14 @@ def _(c):
 
 @case("ex_train_file_missing", "examples", "finetune_vgp.py --train_file that does not exist", ["nothere.jsonl"])
 def _(c):
-    c.example("finetune_vgp.py", "--output_dir", c.tmp / "run", "--train_file", c.tmp / "nothere.jsonl", *VGP_RUN)
+    c.example("finetune_vgp.py", "--output_dir", c.tmp / "run", "--train_file", c.tmp / "nothere.jsonl", *USER_RUN)
 
 
 @case("ex_train_file_wrong_task", "examples", "finetune_vgp.py --train_file of caption rows (not vgp)",
       ["caption1|column|caps.jsonl"])  # fmt: skip
 def _(c):
     c.example("finetune_vgp.py", "--output_dir", c.tmp / "run", "--train_file",
-              c.user_file("caps.jsonl", caption_rows()), *VGP_RUN)  # fmt: skip
+              c.user_file("caps.jsonl", caption_rows()), *USER_RUN)  # fmt: skip
 
 
 @case("ex_vqa_min_answer_count_negative", "examples", "finetune_vqa.py --min_answer_count -1", ["min_answer_count"])
@@ -1205,7 +1226,7 @@ def _(c):
 def _(c):
     rows = [{"image": f"photos/{100000 + i}.png", "question": "how many ?", "answer": 3} for i in range(3)]
     c.example("finetune_vqa.py", "--output_dir", c.tmp / "run", "--train_file", c.user_file("q.jsonl", rows),
-              *VGP_RUN)  # fmt: skip
+              *USER_RUN)  # fmt: skip
 
 
 @case("ex_nlvr2_label_maybe", "examples", "finetune_nlvr2.py --train_file with label 'maybe'", ["label"])
@@ -1213,7 +1234,7 @@ def _(c):
     rows = [{"left_image": "photos/100000.png", "right_image": "photos/100001.png", "sentence": "two shapes .",
              "label": "maybe"}] * 2  # fmt: skip
     c.example("finetune_nlvr2.py", "--output_dir", c.tmp / "run", "--train_file", c.user_file("n.jsonl", rows),
-              *VGP_RUN)  # fmt: skip
+              *USER_RUN)  # fmt: skip
 
 
 @case("ex_refcoco_refs_malicious_pickle", "examples", "finetune_refcoco.py --refs_file that runs a command",
@@ -1223,50 +1244,51 @@ def _(c):
     c.forbid("PWNED")
     c.example("finetune_refcoco.py", "--output_dir", c.tmp / "run", "--dataset", "refcoco+", "--data_dir",
               c.fx / "syn" / "refcoco+", "--refs_file", c.tmp / "refs.p", "--features", c.fx / "store",
-              *VGP_RUN)  # fmt: skip
+              *USER_RUN)  # fmt: skip
 
 
 @case("ex_refcoco_box_outside", "examples", "finetune_refcoco.py --train_file with a box beyond the image", ["box"])
 def _(c):
     rows = [{"image": f"photos/{100000 + i}.png", "expression": "the shape", "box": [0, 0, 900, 900]} for i in range(3)]
     c.example("finetune_refcoco.py", "--output_dir", c.tmp / "run", "--train_file", c.user_file("r.jsonl", rows),
-              *VGP_RUN)  # fmt: skip
+              *USER_RUN)  # fmt: skip
 
 
 @case("ex_patch_tiny_image_huge", "examples", "finetune_patch_vlm.py --tiny_image_size 100000 (a size without bound)",
       ["tiny_image_size"])  # fmt: skip
 def _(c):
-    c.example("finetune_patch_vlm.py", "--output_dir", c.tmp / "run", "--tiny_image_size", "100000", *VGP_RUN,
+    c.example("finetune_patch_vlm.py", "--output_dir", c.tmp / "run", "--tiny_image_size", "100000", *TRAIN_ONE_STEP,
               timeout=90)  # fmt: skip
 
 
 @case("ex_patch_tiny_patch_zero", "examples", "finetune_patch_vlm.py --tiny_patch_size 0", ["tiny_patch_size"])
 def _(c):
-    c.example("finetune_patch_vlm.py", "--output_dir", c.tmp / "run", "--tiny_patch_size", "0", *VGP_RUN)
+    c.example("finetune_patch_vlm.py", "--output_dir", c.tmp / "run", "--tiny_patch_size", "0", *TRAIN_ONE_STEP)
 
 
 @case("ex_patch_tiny_family_bogus", "examples", "finetune_patch_vlm.py --tiny_family blip", ["tiny_family"])
 def _(c):
-    c.example("finetune_patch_vlm.py", "--output_dir", c.tmp / "run", "--tiny_family", "blip", *VGP_RUN)
+    c.example("finetune_patch_vlm.py", "--output_dir", c.tmp / "run", "--tiny_family", "blip", *TRAIN_ONE_STEP)
 
 
 @case("ex_patch_model_not_patch_vlm", "examples", "finetune_patch_vlm.py --model_name_or_path of a VGP model",
       ["model_name_or_path|single"])  # fmt: skip
 def _(c):
-    c.example("finetune_patch_vlm.py", "--output_dir", c.tmp / "run", "--model_name_or_path", c.model(), *VGP_RUN)
+    c.example("finetune_patch_vlm.py", "--output_dir", c.tmp / "run", "--model_name_or_path", c.model(),
+              *TRAIN_ONE_STEP)  # fmt: skip
 
 
 @case("ex_patch_supervised_layer_beyond", "examples", "finetune_patch_vlm.py --supervised_layers 7 on a 2-layer model",
       ["supervised_layers"])  # fmt: skip
 def _(c):
     c.example("finetune_patch_vlm.py", "--output_dir", c.tmp / "run", "--attention_supervision", "direct",
-              "--supervised_layers", "7", *VGP_RUN)  # fmt: skip
+              "--supervised_layers", "7", *TRAIN_ONE_STEP)  # fmt: skip
 
 
 @case("ex_patch_coverage_threshold", "examples", "finetune_patch_vlm.py --coverage_threshold 1.5",
       ["coverage_threshold"])  # fmt: skip
 def _(c):
-    c.example("finetune_patch_vlm.py", "--output_dir", c.tmp / "run", "--coverage_threshold", "1.5", *VGP_RUN)
+    c.example("finetune_patch_vlm.py", "--output_dir", c.tmp / "run", "--coverage_threshold", "1.5", *TRAIN_ONE_STEP)
 
 
 @case("ex_captioning_beams_zero", "examples", "train_captioning.py --num_beams 0", ["num_beams"])
@@ -1307,12 +1329,13 @@ def _(c):
 @case("ex_samaran_supervisions_bogus", "examples", "samaran_table1.py --supervisions none,diagonal",
       ["supervisions|diagonal"])  # fmt: skip
 def _(c):
-    c.example("samaran_table1.py", "--output_dir", c.tmp / "run", "--supervisions", "none,diagonal")
+    c.example("samaran_table1.py", "--output_dir", c.tmp / "run", "--supervisions", "none,diagonal",
+              *samaran_files(c))  # fmt: skip
 
 
 @case("ex_samaran_seeds_text", "examples", "samaran_table1.py --seeds one", ["seeds"])
 def _(c):
-    c.example("samaran_table1.py", "--output_dir", c.tmp / "run", "--seeds", "one")
+    c.example("samaran_table1.py", "--output_dir", c.tmp / "run", "--seeds", "one", *samaran_files(c))
 
 
 @case("ex_image_use_examples_zero", "examples", "finetune_vgp.py --image_use_examples 0", ["image_use_examples"])
@@ -1778,7 +1801,7 @@ def _(c):
 
 
 @case("user_cache_race", "user_data", "two processes fill one user-feature cache at once, then a third reads it",
-      ["cache"])  # fmt: skip
+      ["(good input: any refusal is a failure)"])  # fmt: skip
 def _(c):
     c.user_file("caps.jsonl", caption_rows())
     c.python("""
@@ -2258,15 +2281,20 @@ def _(c):
 def _(c):
     model = c.model("vilt", real_copy=True)
     c.truncate(model / "model.safetensors", 0.5)
-    c.cli("analyze", model, *SYNTHETIC, "--max_examples", "2", "--no_syntactic_grounding", "--out", c.tmp / "an")
+    c.cli("analyze", model, *SYNTHETIC, "--max_examples", "2", "--out", c.tmp / "an")
 
 
-@case("patch_explore_box_beyond_image", "patch_models", "explore a tiny LLaVA on a --data_file with a box x1 < 0",
-      ["box"])  # fmt: skip
+@case("patch_probe_box_beyond_image", "patch_models",
+      "probe of a tiny LLaVA on Flickr30k Entities whose annotation box lies beyond the image",
+      ["xmax|box|xml"])  # fmt: skip
 def _(c):
-    rows = caption_rows()
-    rows[0]["phrases"][0]["boxes"] = [[-50, 0, 64, 64]]
-    c.cli("explore", c.model("llava"), "--data_file", c.user_file("caps.jsonl", rows), "--out", c.tmp / "p.html")
+    shutil.copytree(c.fx / "syn" / "flickr30k_entities", c.tmp / "f30k")
+    for path in sorted((c.tmp / "f30k" / "Annotations").glob("*.xml")):
+        text = path.read_text()
+        path.unlink()
+        path.write_text(re.sub(r"<xmax>\d+</xmax>", "<xmax>5000</xmax>", text, count=1))
+    c.cli("probe", c.model("llava"), "--data", "flickr30k_entities", "--flickr30k_entities_dir", c.tmp / "f30k",
+          "--images_dir", c.fx / "syn" / "images", "--split", "val")  # fmt: skip
 
 
 @case("patch_vilt_unsupported_head", "patch_models", "probe of a ViLT whose architectures names no class",
@@ -2330,7 +2358,7 @@ def _(c):
 def _(c):
     c.previous("fisher.safetensors")
     c.cli("fisher", c.model(), *SYNTHETIC, "--num_batches", "1", "--out", c.tmp / "fisher.safetensors",
-          fault="kill", fault_bytes=1 << 20)  # fmt: skip
+          fault="kill", fault_bytes=1 << 20, fault_at_start=True)  # fmt: skip
 
 
 @case("fault_analyze_out_full_disk", "faults", "analyze --out over a previous analysis, disk full mid-write", [])
@@ -2368,7 +2396,8 @@ def _(c):
     c.python("""
         from hf_vlalign.data import RegionFeatureStore
         old = RegionFeatureStore.load("store")
-        RegionFeatureStore.write(list(old), "store", overwrite=True)
+        records = [{k: v.numpy() if hasattr(v, "numpy") else v for k, v in r.items()} for r in old]
+        RegionFeatureStore.write(records, "store", overwrite=True)
     """, fault="full_disk", fault_bytes=4096)
 
 
@@ -2452,6 +2481,18 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Fault)\b")
+
+
+def exception_line(stderr: str) -> str:
+    """The line naming the exception of the last traceback in `stderr` (its last line when none does)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if EXCEPTION_LINE.match(line):
+            return line
+    return last_line(stderr)
+
+
 def names_expected(message: str, expect: tuple[str, ...]) -> bool:
     lowered = message.lower()
     return all(any(word.lower() in lowered for word in group.split("|")) for group in expect)
@@ -2472,16 +2513,17 @@ def classify(result: dict, expect: tuple[str, ...]) -> tuple[str, str]:
     python = result.get("python") or {}
     if python and not python.get("ok"):
         message = f"{python.get('exc_type')}: {python.get('message', '')}"
+    elif "Traceback (most recent call last)" in stderr:
+        message = exception_line(stderr)
     else:
         message = last_line(stderr) or last_line(result.get("stdout", ""))
-    message = message[:MESSAGE_CHARS] if "\n" not in message else message
     if result.get("timed_out"):
         return "hang", f"timeout after {result.get('seconds', 0):.0f} s"
     if any(sign in message for sign in MEMORY_SIGNS):  # a size bomb stopped by the address-space limit
         return "hang", last_line(message)[:MESSAGE_CHARS]
     if result.get("fault"):
         # nothing lost (checked above): intact, or replaced by a complete new output of the library
-        where = os.path.basename(result.get("fault_at", "")) or "no write in the case folder: fault not reached"
+        where = os.path.basename(result.get("fault_at", "")) or f"nothing: fault not reached ({last_line(message)})"
         if result["fault"] == "full_disk" and result.get("rc") not in (0, None) and "Traceback" in stderr:
             return "traceback", f"full disk at {where}: {last_line(message)}"[:MESSAGE_CHARS]
         how = {"kill": "killed mid-write", "sigkill_when": "SIGKILL"}.get(result["fault"], "full disk")
@@ -2498,10 +2540,10 @@ def classify(result: dict, expect: tuple[str, ...]) -> tuple[str, str]:
             return "traceback", last_line(stderr)[:MESSAGE_CHARS] or f"exit status {result.get('rc')}"
         one_line = "\n" not in python.get("message", "").strip()
         outcome = "clear" if one_line and names_expected(message, expect) else "traceback"
-        return outcome, last_line(message)[:MESSAGE_CHARS] if not one_line else message[:MESSAGE_CHARS]
+        return outcome, (message if one_line else message.strip().splitlines()[0] + " [...]")[:MESSAGE_CHARS]
     if not refused:
-        return ("clear" if result.get("ok_if_success") else "accepted"), last_line(message)[:MESSAGE_CHARS]
-    line = last_line(stderr)[:MESSAGE_CHARS]
+        return ("clear" if result.get("ok_if_success") else "accepted"), "exit 0"
+    line = message[:MESSAGE_CHARS]
     if "Traceback (most recent call last)" in stderr:
         return "traceback", line
     return ("clear" if names_expected(line, expect) else "traceback"), line
@@ -2601,6 +2643,12 @@ def kill_group(pid: int) -> None:
         pass
 
 
+def short_paths(text: str, case_dir: Path, fixtures: Path) -> str:
+    """`text` with the case's folder written CASE and the fixtures' FIXTURES: a message names a file by its own
+    name, never through the folder (whose name holds the case's id) the harness made."""
+    return text.replace(str(case_dir), "CASE").replace(str(fixtures), "FIXTURES")
+
+
 def run_case(case_: Case, tree: Path, fixtures: Path, scratch: Path, zygote: Zygote) -> dict:
     start = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=f"{case_.id}-", dir=scratch))
@@ -2614,10 +2662,14 @@ def run_case(case_: Case, tree: Path, fixtures: Path, scratch: Path, zygote: Zyg
     result_file = tmp / "child_result.json"
     request = {
         "kind": spec.kind, "argv": spec.argv, "cwd": str(tmp), "env": {"HARNESS_RESULT": str(result_file)},
-        "fault": spec.fault, "fault_bytes": spec.fault_bytes,
+        "fault": spec.fault, "fault_bytes": spec.fault_bytes, "fault_at_start": spec.fault_at_start,
     }  # fmt: skip
     child = zygote.run(request, spec, tmp)
     python = json.loads(result_file.read_text()) if result_file.exists() and result_file.stat().st_size else None
+    for key in ("stdout", "stderr", "fault_at"):
+        child[key] = short_paths(child[key], tmp, fixtures)
+    if python and "message" in python:
+        python["message"] = short_paths(python["message"], tmp, fixtures)
     child.update(
         kind=spec.kind, fault=spec.fault, python=python, ok_if_success=spec.ok_if_success,
         lost=lost_files(ctx.protected), forbidden=[p.name for p in ctx.forbidden if p.exists()],
@@ -2626,6 +2678,7 @@ def run_case(case_: Case, tree: Path, fixtures: Path, scratch: Path, zygote: Zyg
     record = {
         "id": case_.id, "door": case_.door, "description": case_.description, "outcome": outcome,
         "message": message, "seconds": round(time.monotonic() - start, 1), "rc": child["rc"],
+        "names_expected": bool(case_.expect) and names_expected(message, case_.expect),
     }  # fmt: skip
     if outcome != "clear" or os.environ.get("HARNESS_KEEP"):
         (scratch / "logs").mkdir(exist_ok=True)
@@ -2776,6 +2829,7 @@ def main(argv: list[str] | None = None) -> None:
     records.sort(key=lambda r: order[r["id"]])
     report = {
         "label": args.label, "tree": str(tree), "cases_total": len(records), "counts": counts(records),
+        "tracebacks_naming_the_argument": sum(r["outcome"] == "traceback" and r["names_expected"] for r in records),
         "counts_per_door": {door: counts([r for r in records if r["door"] == door])
                             for door in dict.fromkeys(r["door"] for r in records)},
         "fixture_seconds": round(fixture_seconds, 1), "total_seconds": round(time.monotonic() - start, 1),
