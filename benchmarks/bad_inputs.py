@@ -2712,6 +2712,8 @@ def build_fixtures(tree: Path, fixtures: Path) -> None:
     stamp = fixtures / "fixtures.json"
     if stamp.exists() and json.loads(stamp.read_text()).get("tree") == str(tree):
         return
+    if stamp.exists():  # another tree's fixtures: its models and results are rebuilt by this tree's code
+        shutil.rmtree(fixtures)
     fixtures.mkdir(parents=True, exist_ok=True)
     env = child_env(tree, fixtures)
 
