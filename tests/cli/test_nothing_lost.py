@@ -315,8 +315,8 @@ def test_example_output_dir_never_meets_its_config_file_store_or_resume_checkpoi
     with pytest.raises(OutputPathError, match="`--output_dir`.*is inside the input `--features`"):
         finetune_vgp.parse_args(["--features", str(store), "--output_dir", str(store / "run")])
     checkpoint = tmp_path / "other_run" / "checkpoint-1"
-    checkpoint.mkdir(parents=True)
-    with pytest.raises(OutputPathError, match="`--output_dir`.*`--resume_from_checkpoint`"):
+    (checkpoint / "x").mkdir(parents=True)  # existing: nothing inside an input is replaced
+    with pytest.raises(OutputPathError, match="`--output_dir`.*`--resume_from_checkpoint`.*already exists"):
         finetune_vgp.parse_args(["--resume_from_checkpoint", str(checkpoint), "--output_dir", str(checkpoint / "x")])
     # a checkpoint of the run itself, under its output_dir, is how a run resumes
     run = tmp_path / "run"

@@ -36,6 +36,8 @@ PATCH_MODEL_OPTIONS = {
 }
 # positional arguments that name what a verb reads (the options are spelled `--name`)
 POSITIONAL_INPUTS = ("model", "src", "images", "output_dirs")
+# options given as text that may name a local file or folder (a Hub id or a name, where they are none, is skipped)
+TEXT_PATH_OPTIONS = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features", "images_dir", "spacy_model", "tokenizer", "detector", "encoder")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # a BERT-family tokenizer: the fast serialisation or the WordPiece vocabulary
 # the JSON files of a checkpoint folder, read once so that a damaged one is named (tokenizers' own errors do not)
 CHECKPOINT_JSON_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "preprocessor_config.json")
@@ -142,7 +144,8 @@ def verb_inputs(args: argparse.Namespace) -> dict[str, Path | str]:
     inputs: dict[str, Path | str] = {}
     for name, value in vars(args).items():
         values = value if isinstance(value, list) else [value]
-        paths = [one for one in values if isinstance(one, Path) or (name == args.checkpoint_argument and isinstance(one, str))]
+        is_text_path = name == args.checkpoint_argument or name in TEXT_PATH_OPTIONS
+        paths = [one for one in values if isinstance(one, Path) or (is_text_path and isinstance(one, str))]
         label = name if name in POSITIONAL_INPUTS else f"--{name}"
         for index, path in enumerate(paths if name not in args.outputs else []):
             inputs[label if len(paths) == 1 else f"{label}[{index}]"] = path

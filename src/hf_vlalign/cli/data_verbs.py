@@ -56,8 +56,9 @@ def add_synthesize(add_verb) -> None:
 
 
 def convert_features(args: argparse.Namespace) -> int:
-    from ..data.feature_store import convert_features
+    from ..data.feature_store import check_store_output, convert_features
 
+    check_store_output(args.out, "--out", overwrite=args.overwrite)
     options = {name: getattr(args, name) for name in ("id_map", "image_sizes", "box_dir") if getattr(args, name)}
     store = convert_features(args.src, args.format, args.out, on_error=args.on_error, overwrite=args.overwrite, **options)
     print(json.dumps({"out": str(args.out), "num_images": len(store), "feature_dim": store.feature_dim}, indent=2))
@@ -181,8 +182,10 @@ def add_convert(add_verb) -> None:
 
 
 def extract_features(args: argparse.Namespace) -> int:
+    from ..data.feature_store import check_store_output
     from ..data.region_extraction import extract_region_features
 
+    check_store_output(args.out, "--out", overwrite=args.overwrite)
     store = extract_region_features(
         args.images, args.out, boxes=args.boxes, grid_size=args.grid_size, detector=args.detector,
         detector_threshold=args.detector_threshold, max_regions=args.max_regions,

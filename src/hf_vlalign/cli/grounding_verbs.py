@@ -310,11 +310,9 @@ def _add_active_heads_argument(parser: argparse.ArgumentParser) -> None:
 
 def _analyze_patch_model(args: argparse.Namespace) -> int:
     """`analyze` of a transformers patch model: the probe's analysis.json and plots (`vlms.explore.analyze_patch_model`)."""
-    from ..evaluation.model_analysis import check_analysis_output
     from ..vlms.explore import analyze_patch_model
     from ..vlms.loading import load_patch_model
 
-    check_analysis_output(args.out, {"model": args.model}, "--out")
     model, processor = load_patch_model(args.model)
     examples, source = _patch_model_examples(args)
     report = analyze_patch_model(model, processor, examples, args.out, args.batch_size, source)
@@ -341,8 +339,9 @@ def _syntactic_summary(syntactic: dict) -> dict | list[str]:
 def analyze(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
-    from ..evaluation.model_analysis import analyze_model, vgp_analysis_data
+    from ..evaluation.model_analysis import analyze_model, check_analysis_output, vgp_analysis_data
 
+    check_analysis_output(args.out, {}, "--out")
     require("matplotlib", extra="plots")  # the analysis writes PNGs: checked before the model runs
     if reads_patch_model(args):
         return _analyze_patch_model(args)
