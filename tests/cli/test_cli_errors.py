@@ -240,9 +240,7 @@ def _json_error() -> json.JSONDecodeError:
 @pytest.mark.parametrize(
     "error, line",
     [
-        (ValueError("`--x` must be >= 1, got 0."), "`--x` must be >= 1, got 0."),
         (FileNotFoundError(errno.ENOENT, "No such file or directory", "/data/x.json"), "No such file or directory: /data/x.json"),
-        (OSError(errno.EXDEV, "Invalid cross-device link", "/a", None, "/b"), "Invalid cross-device link: /a -> /b"),
         (_unicode_error(), "not UTF-8 text: the byte b'\\xff' at position 2 (invalid start byte)"),
         (_json_error(), "not valid JSON: Expecting property name enclosed in double quotes (line 2, column 4)"),
         (MissingDependencyError('plots need matplotlib: pip install "hf-vlalign[plots]"'), 'plots need matplotlib: pip install "hf-vlalign[plots]"'),

@@ -1,11 +1,10 @@
-"""Bad input gets a clear error: a matrix of malformed inputs to the three models' forward, their configs, the collators
+"""Bad input gets a clear error: one representative malformed input per kind at each door (the models' forward, configs, collators
 and the file readers. Each case names the exception type it must raise (ValueError, or FileNotFoundError for a
 missing file) and a pattern the message must contain: the offending argument, field or line."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from transformers import AutoTokenizer
 
 from hf_vlalign import (
     SingleStreamConfig,
-    SingleStreamForVisualParaphrase,
     SingleStreamModel,
     TwoStreamConfig,
     TwoStreamForPreTraining,
@@ -24,12 +22,10 @@ from hf_vlalign import (
 from hf_vlalign.data import (
     GroundedCaptionCollator,
     QuestionAnsweringCollator,
-    TwoStreamPretrainingCollator,
-    VGPCollator,
     build_dataset,
 )
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
-from hf_vlalign.data.formats import iter_lxmert_tsv_records, read_annotation, read_sentences, read_split, read_vgp_csv
+from hf_vlalign.data.formats import iter_lxmert_tsv_records, read_annotation, read_sentences, read_vgp_csv
 from hf_vlalign.data.formats.butd_tsv import iter_butd_tsv_records
 from hf_vlalign.data.formats.npz_dir import iter_npz_dir_records
 from hf_vlalign.data.formats.vlbert_json import iter_vlbert_json_records
@@ -61,11 +57,6 @@ def single_stream() -> SingleStreamModel:
 
 
 @functools.cache
-def visual_paraphrase() -> SingleStreamForVisualParaphrase:
-    torch.manual_seed(0)
-    return SingleStreamForVisualParaphrase(SingleStreamConfig(**SINGLE)).eval()
-
-
 @functools.cache
 def two_stream(**overrides) -> TwoStreamForPreTraining:
     torch.manual_seed(0)
@@ -106,14 +97,6 @@ def inputs(**changes) -> dict[str, torch.Tensor]:
     return batch
 
 
-def set_(index, value) -> Callable[[torch.Tensor], torch.Tensor]:
-    def change(tensor: torch.Tensor) -> torch.Tensor:
-        tensor[index] = value
-        return tensor
-
-    return change
-
-
 def run_single(**changes):
     return single_stream()(**inputs(**changes))
 
@@ -128,16 +111,6 @@ def run_captioner(labels: torch.Tensor | None = None, **changes):
         batch[name] = change(batch[name].clone()) if callable(change) else change
     labels = torch.tensor([[5, 6, 7, 2], [8, 9, 2, -100]]) if labels is None else labels
     return captioner()(**batch, labels=labels)
-
-
-def degenerate_box(tensor: torch.Tensor) -> torch.Tensor:
-    tensor[0, 1, 2] = tensor[0, 1, 0]  # x2 == x1
-    return tensor
-
-
-def flipped_box(tensor: torch.Tensor) -> torch.Tensor:
-    tensor[1, 0] = torch.tensor([0.6, 0.6, 0.5, 0.7])  # x2 < x1
-    return tensor
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from ..utils.size_limits import int_at_most
 from .common import (
     NEEDS_DATA_FILE,
     SYNTHETIC_ONLY,
-    SYNTHETIC_OPTIONS,
     USER_FILE,
     USER_FILE_OPTIONS,
     Output,
