@@ -1,5 +1,5 @@
-"""Bad input gets a clear error: one representative malformed input per kind at each door (the models' forward, configs, collators
-and the file readers. Each case names the exception type it must raise (ValueError, or FileNotFoundError for a
+"""Bad input gets a clear error: one representative malformed input per kind at each door (the models' forward, their
+configs, the collators and the file readers). Each case names the exception type it must raise (ValueError, or FileNotFoundError for a
 missing file) and a pattern the message must contain: the offending argument, field or line."""
 
 from __future__ import annotations
