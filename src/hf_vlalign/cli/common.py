@@ -51,11 +51,6 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Options
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _setting_text(setting: str, value: object) -> str:
     if isinstance(value, bool):
         return f"`--{setting}`" if value else f"a run without `--{setting}`"
@@ -119,11 +114,6 @@ def data_file_task(args: argparse.Namespace) -> str:
 
         return USER_FILE_TASKS[args.task]
     return args.data_file_task
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Outputs
-# ----------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -206,11 +196,6 @@ def is_json_result(*keys: str) -> Callable[[Path], bool]:
     return is_own
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The model
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _looks_like_a_path(name: str) -> bool:
     """A name no Hub id can be ('./x', '/x', '~/x', 'a/b/c', 'a\\b', 'x/'): the user means a local folder."""
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name or name.endswith("/")
@@ -272,11 +257,6 @@ def check_model_kind(args: argparse.Namespace) -> None:
         f"`{args.verb}` with {_setting_text('data', args.data)} needs a {wanted}, but `model` {args.model} holds a "
         f"{architecture} ({model_type})."
     )
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Argument groups
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def add_model_argument(parser: argparse.ArgumentParser, help: str) -> None:

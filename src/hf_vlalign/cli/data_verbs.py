@@ -18,11 +18,6 @@ TOKENIZER_CHECK_SENTENCE = "a man rides a horse"
 MIN_VOCABULARY_SIZE = 100
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# synthesize
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def synthesize(args: argparse.Namespace) -> int:
     from ..synthetic import SyntheticSceneConfig, generate_synthetic_scenes
 
@@ -48,11 +43,6 @@ def add_synthesize(add_verb) -> None:
         action="store_true",
         help="each scene's first shape gets a same-kind and a same-colour distractor",
     )
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# convert-features
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def convert_features(args: argparse.Namespace) -> int:
@@ -86,11 +76,6 @@ def add_convert_features(add_verb) -> None:
     parser.add_argument("--id_map", type=Path, help="butd_h5: image id -> index map (.json or .pkl)")
     parser.add_argument("--image_sizes", type=Path, help="m2_hdf5, npz_dir: COCO-style JSON with the images' sizes")
     parser.add_argument("--box_dir", type=Path, help="npz_dir: folder of <id>.npy boxes")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# convert
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def tokenizer_problem(tokenizer, vocab_size: int) -> str | None:
@@ -174,11 +159,6 @@ def add_convert(add_verb) -> None:
     )  # fmt: skip
     parser.add_argument("--attention_supervision", choices=("none", "direct", "semi_direct", "indirect"), help="set the converted config's attention supervision")
     parser.add_argument("--overwrite", action="store_true", help="replace the files of an existing --out")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# extract-features
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def extract_features(args: argparse.Namespace) -> int:

@@ -302,11 +302,6 @@ def _add_active_heads_argument(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# analyze
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _analyze_patch_model(args: argparse.Namespace) -> int:
     """`analyze` of a transformers patch model: the probe's analysis.json and plots (`vlms.explore.analyze_patch_model`)."""
     from ..vlms.explore import analyze_patch_model
@@ -407,11 +402,6 @@ def add_analyze(add_verb) -> None:
     )  # fmt: skip
     parser.add_argument("--no_syntactic_grounding", action="store_true", help="skip the per-dependency-relation probe")
     add_synthetic_arguments(parser)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# explore
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _is_explorer_page(path: Path) -> bool:

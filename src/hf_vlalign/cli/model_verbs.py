@@ -33,11 +33,6 @@ TASKS = ("vgp", "vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding", "captionin
 VGP_FILE_OPTIONS = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features")
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# evaluate
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def evaluate(args: argparse.Namespace) -> int:
     from ..evaluation.tasks import evaluate_task
 
@@ -97,11 +92,6 @@ def add_evaluate(add_verb) -> None:
         "images)", "the results' num_examples",
     )  # fmt: skip
     add_synthetic_arguments(parser)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# fisher
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _is_fisher_file(path: Path) -> bool:
@@ -165,11 +155,6 @@ def add_fisher(add_verb) -> None:
     )
     parser.add_argument("--num_batches", type=int_at_most("MAX_FISHER_BATCHES"), help="use only the first N batches (default: the whole split)")
     add_synthetic_arguments(parser)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# results-table
-# ----------------------------------------------------------------------------------------------------------------
 
 
 RESULT_COLUMNS = (
