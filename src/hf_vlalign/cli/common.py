@@ -23,6 +23,7 @@ SYNTHETIC_OPTIONS = ("synthetic_train_images", "synthetic_eval_images", "synthet
 SYNTHETIC_ONLY = {name: ("data", ("synthetic",)) for name in SYNTHETIC_OPTIONS}
 USER_FILE_OPTIONS = {"data_file": ("data", (USER_FILE,))}
 NEEDS_DATA_FILE = {("data", USER_FILE): ("data_file",)}
+VGP_FILE_OPTIONS = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features")  # the four files of real VGP data
 # verbs that also read transformers' own patch models (ViLT, LLaVA, PaliGemma: `hf_vlalign.vlms`), with the data each
 # reads for them: the synthetic scenes' or Flickr30k Entities' images (never region features)
 PATCH_MODEL_COMMON_OPTIONS = (

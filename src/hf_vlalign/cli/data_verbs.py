@@ -18,7 +18,7 @@ TOKENIZER_CHECK_SENTENCE = "a man rides a horse"
 MIN_VOCABULARY_SIZE = 100
 
 
-def synthesize(args: argparse.Namespace) -> int:
+def run_synthesize(args: argparse.Namespace) -> int:
     from ..synthetic import SyntheticSceneConfig, generate_synthetic_scenes
 
     config = SyntheticSceneConfig(
@@ -31,7 +31,7 @@ def synthesize(args: argparse.Namespace) -> int:
 
 def add_synthesize(add_verb) -> None:
     parser = add_verb(
-        "synthesize", "write the synthetic grounded scenes in the published formats", synthesize,
+        "synthesize", "write the synthetic grounded scenes in the published formats", run_synthesize,
         outputs={"out": Output("folder")},
     )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="folder to write the scenes' files into")
@@ -45,7 +45,7 @@ def add_synthesize(add_verb) -> None:
     )
 
 
-def convert_features(args: argparse.Namespace) -> int:
+def run_convert_features(args: argparse.Namespace) -> int:
     from ..data.feature_store import check_store_output, convert_features
 
     check_store_output(args.out, "--out", overwrite=args.overwrite)
@@ -57,7 +57,7 @@ def convert_features(args: argparse.Namespace) -> int:
 
 def add_convert_features(add_verb) -> None:
     parser = add_verb(
-        "convert-features", "published region features -> a RegionFeatureStore folder", convert_features,
+        "convert-features", "published region features -> a RegionFeatureStore folder", run_convert_features,
         option_settings={
             "id_map": ("format", ("butd_h5",)),
             "image_sizes": ("format", ("m2_hdf5", "npz_dir")),
@@ -128,7 +128,7 @@ def converted_tokenizer(source: str, tokenizer: str | None, vocab_size: int) -> 
     raise ValueError(f"no usable tokenizer for the converted checkpoint ({'; '.join(problems)}){hint}.")
 
 
-def convert_checkpoint(args: argparse.Namespace) -> int:
+def run_convert_checkpoint(args: argparse.Namespace) -> int:
     from ..hub import convert_lxmert, convert_visualbert
     from ..hub.conversion import check_conversion_output
 
@@ -147,7 +147,7 @@ def convert_checkpoint(args: argparse.Namespace) -> int:
 
 def add_convert(add_verb) -> None:
     parser = add_verb(
-        "convert", "transformers' VisualBert / Lxmert checkpoint -> an hf_vlalign model", convert_checkpoint,
+        "convert", "transformers' VisualBert / Lxmert checkpoint -> an hf_vlalign model", run_convert_checkpoint,
         checkpoint_argument="src", outputs={"out": Output("folder")},
     )  # fmt: skip
     parser.add_argument("src", help="the VisualBert / Lxmert checkpoint: a local folder or a Hub id")
@@ -161,7 +161,7 @@ def add_convert(add_verb) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace the files of an existing --out")
 
 
-def extract_features(args: argparse.Namespace) -> int:
+def run_extract_features(args: argparse.Namespace) -> int:
     from ..data.feature_store import check_store_output
     from ..data.region_extraction import extract_region_features
 
@@ -177,7 +177,7 @@ def extract_features(args: argparse.Namespace) -> int:
 
 def add_extract_features(add_verb) -> None:
     parser = add_verb(
-        "extract-features", "region features of your own images -> a RegionFeatureStore", extract_features,
+        "extract-features", "region features of your own images -> a RegionFeatureStore", run_extract_features,
         outputs={"out": Output("folder")},
     )  # fmt: skip
     parser.add_argument("images", type=Path, help="folder of .jpg/.png images")

@@ -16,6 +16,7 @@ from .common import (
     SYNTHETIC_ONLY,
     USER_FILE,
     USER_FILE_OPTIONS,
+    VGP_FILE_OPTIONS,
     Output,
     add_data_file_argument,
     add_max_examples_argument,
@@ -29,7 +30,6 @@ from .common import (
     write_result,
 )
 
-VGP_FILE_OPTIONS = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features")
 FLICKR30K_ENTITIES_OPTIONS = ("split", "max_images")
 # the options only some `--data` read: option -> ("data", the values that read it)
 DATA_OPTIONS = {
@@ -330,7 +330,7 @@ def _syntactic_summary(syntactic: dict) -> dict | list[str]:
     return lines
 
 
-def analyze(args: argparse.Namespace) -> int:
+def run_analyze(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from ..evaluation.model_analysis import analyze_model, check_analysis_output, vgp_analysis_data
@@ -366,7 +366,7 @@ def analyze(args: argparse.Namespace) -> int:
 
 def add_analyze(add_verb) -> None:
     parser = add_verb(
-        "analyze", "grounding probe, attention entropy and plots of a saved model", analyze,
+        "analyze", "grounding probe, attention entropy and plots of a saved model", run_analyze,
         option_settings={
             **DATA_OPTIONS,
             "spacy_model": ("no_syntactic_grounding", (False,)),
@@ -430,7 +430,7 @@ def _explore_patch_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def explore(args: argparse.Namespace) -> int:
+def run_explore(args: argparse.Namespace) -> int:
     from ..evaluation.model_explorer import explore_model
 
     require("matplotlib", extra="plots")  # the page's colour scale: checked before the model runs
@@ -448,7 +448,7 @@ def explore(args: argparse.Namespace) -> int:
 
 def add_explore(add_verb) -> None:
     parser = add_verb(
-        "explore", "interactive word-region attention explorer of a saved model (one HTML file)", explore,
+        "explore", "interactive word-region attention explorer of a saved model (one HTML file)", run_explore,
         option_settings=SYNTHETIC_ONLY | USER_FILE_OPTIONS, required_options=NEEDS_DATA_FILE,
         outputs={"out": Output("file", "an attention explorer page", _is_explorer_page)},
         patch_model_data=("synthetic",), data_file_task="caption",

@@ -15,6 +15,7 @@ from .common import (
     SYNTHETIC_ONLY,
     USER_FILE,
     USER_FILE_OPTIONS,
+    VGP_FILE_OPTIONS,
     Output,
     add_data_file_argument,
     add_max_examples_argument,
@@ -30,10 +31,9 @@ from .common import (
 # the parser's choices, spelled out so that `--help` imports nothing heavy (tests/cli/test_cli.py checks them against
 # `evaluation.tasks.TASKS`; tests/models/test_families.py checks them against the tasks of the families' `FamilySpec`s)
 TASKS = ("vgp", "vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding", "captioning")
-VGP_FILE_OPTIONS = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "features")
 
 
-def evaluate(args: argparse.Namespace) -> int:
+def run_evaluate(args: argparse.Namespace) -> int:
     from ..evaluation.tasks import evaluate_task
 
     if args.task == "captioning":  # checked before the model runs
@@ -62,7 +62,7 @@ def baseline_table(baselines: dict) -> str:
 
 def add_evaluate(add_verb) -> None:
     parser = add_verb(
-        "evaluate", "a saved model's task metric on the synthetic scenes' evaluation split", evaluate,
+        "evaluate", "a saved model's task metric on the synthetic scenes' evaluation split", run_evaluate,
         option_settings=SYNTHETIC_ONLY | USER_FILE_OPTIONS, required_options=NEEDS_DATA_FILE,
         outputs={"out": Output("file", "an evaluation result", is_json_result("num_examples"))},
     )  # fmt: skip
@@ -100,7 +100,7 @@ def _is_fisher_file(path: Path) -> bool:
     return is_fisher_file(path)
 
 
-def fisher(args: argparse.Namespace) -> int:
+def run_fisher(args: argparse.Namespace) -> int:
     from torch.utils.data import DataLoader
     from transformers import AutoTokenizer
 
@@ -109,7 +109,6 @@ def fisher(args: argparse.Namespace) -> int:
     from ..evaluation.tasks import load_model
     from ..trainers.regularization import anchor_weights, estimate_fisher, save_fisher
 
-    files = {"flickr30k_entities_dir": args.flickr30k_entities_dir, "vgp_train_csv": args.vgp_train_csv, "vgp_eval_csv": args.vgp_eval_csv, "features": args.features}
     model = load_model(args.model)
     if args.data == USER_FILE:
         from ..evaluation.user_files import load_user_file
@@ -117,7 +116,7 @@ def fisher(args: argparse.Namespace) -> int:
         user_data = load_user_file(args.model, model.config, args.data_file, "vgp")
         dataset, store, source = user_data.train, user_data.store, str(args.data_file)
     else:
-        data = load_vgp_data(*files.values(), synthetic_config=synthetic_config(args))
+        data = load_vgp_data(*(getattr(args, name) for name in VGP_FILE_OPTIONS), synthetic_config=synthetic_config(args))
         dataset = data.train if args.split == "train" else data.eval
         store, source = data.region_features, f"{data.source} ({args.split})"
     collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), store, vgp_task=model.config.vgp_task)
@@ -132,7 +131,7 @@ def fisher(args: argparse.Namespace) -> int:
 
 def add_fisher(add_verb) -> None:
     parser = add_verb(
-        "fisher", "diagonal Fisher of a saved VGP model, for EWC (`--ewc_fisher` of the trainers' arguments)", fisher,
+        "fisher", "diagonal Fisher of a saved VGP model, for EWC (`--ewc_fisher` of the trainers' arguments)", run_fisher,
         option_settings=SYNTHETIC_ONLY
         | {name: ("data", ("vgp",)) for name in VGP_FILE_OPTIONS}
         | {"split": ("data", ("synthetic", "vgp"))}
@@ -223,7 +222,7 @@ def results_table(output_dirs: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def results_table_verb(args: argparse.Namespace) -> int:
+def run_results_table(args: argparse.Namespace) -> int:
     print(results_table(args.output_dirs))
     return 0
 
@@ -233,7 +232,7 @@ def results_table_verb(args: argparse.Namespace) -> int:
 
 
 def add_results_table(add_verb) -> None:
-    parser = add_verb("results-table", "markdown table of several runs' eval_results.json", results_table_verb)
+    parser = add_verb("results-table", "markdown table of several runs' eval_results.json", run_results_table)
     parser.add_argument("output_dirs", nargs="+", type=Path, help="the --output_dir of each examples/finetune_vgp.py run")
 
 
