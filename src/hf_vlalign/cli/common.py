@@ -202,16 +202,34 @@ def _looks_like_a_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name or name.endswith("/")
 
 
+def _check_hub_id(name: str, argument: str) -> None:
+    """Refuses a Hub id whose config.json is neither cached nor downloadable (with `HF_HUB_OFFLINE=1`, every id
+    outside the cache), naming the argument; transformers' own message names neither."""
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        hf_hub_download(name, "config.json")
+    except (OSError, ValueError, EntryNotFoundError) as error:
+        reason = (
+            "not in the Hub cache, and HF_HUB_OFFLINE=1 forbids downloading it"
+            if constants.HF_HUB_OFFLINE
+            else f"no Hub model either ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+        )
+        raise FileNotFoundError(f"`{argument}`: no such folder: {name}; as a Hub id it is {reason}.") from None
+
+
 def check_checkpoint(name_or_path: str, argument: str, needs_tokenizer: bool) -> None:
     """Refuses a model argument that cannot load, with one line: a local path that does not exist, a file, a folder
-    without config.json, with a JSON file that is not a JSON object (each named), or without a tokenizer where
-    `needs_tokenizer`. A Hub id is left to the loader, whose message names it."""
+    without config.json, with a JSON file that is not a JSON object (each named), without a tokenizer where
+    `needs_tokenizer`, or a Hub id that is neither cached nor downloadable (`_check_hub_id`)."""
     from ..data.formats.text_files import read_json_file
 
     path = Path(name_or_path).expanduser()
     if not path.exists():
         if _looks_like_a_path(name_or_path):
             raise FileNotFoundError(f"`{argument}`: no such folder: {name_or_path}")
+        _check_hub_id(name_or_path, argument)
         return
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"`{argument}` {name_or_path} is not a checkpoint folder: it has no config.json.")
