@@ -639,9 +639,21 @@ def test_a_symbolic_link_loop_as_output_is_one_line(vgp_model_dir, tmp_path, cap
 
 
 def test_a_wrong_typed_config_field_is_one_line_naming_the_file_and_field(vgp_model_dir, tmp_path, capsys):
+    from hf_vlalign.vlms.tiny import tiny_patch_model, word_level_tokenizer
+
     model = tmp_path / "model"
     shutil.copytree(vgp_model_dir, model)
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps(config | {"hidden_size": "wide"}))
     error = assert_refused(capsys, "evaluate", ["evaluate", str(model), "--task", "vgp", *SYNTHETIC_FLAGS])
-    assert str(model) in error and "config.json" in error and "`hidden_size`" in error
+    assert f"{model}/config.json" in error and "`hidden_size`" in error
+    # a transformers VLM's config: huggingface_hub's strict dataclasses refuse the field
+    llava, processor = tiny_patch_model("llava", tokenizer=word_level_tokenizer(["a red circle"]), seed=0)
+    llava.save_pretrained(tmp_path / "llava")
+    processor.save_pretrained(tmp_path / "llava")
+    config = json.loads((tmp_path / "llava" / "config.json").read_text())
+    config["text_config"]["vocab_size"] = "many"
+    (tmp_path / "llava" / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()  # the save's progress bar
+    error = assert_refused(capsys, "probe", ["probe", str(tmp_path / "llava"), *SYNTHETIC_FLAGS], "model")
+    assert f"{tmp_path / 'llava'}/config.json" in error and "'vocab_size'" in error

@@ -258,7 +258,7 @@ def check_model_kind(args: argparse.Namespace) -> None:
         config = AutoConfig.from_pretrained(args.model)
     except StrictDataclassError as error:
         message = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
-        raise ValueError(f"`model` {args.model} config.json: {message}") from None
+        raise ValueError(f"`model` {Path(args.model) / 'config.json'}: {message}") from None
     model_type, architecture = config.model_type, (config.architectures or [None])[0]
     if args.patch_model_data and model_type in PATCH_MODEL_TYPES:
         return  # its options are checked by `check_patch_model_options`
