@@ -52,6 +52,14 @@ def _is_scanned(name: str) -> bool:
     return name.removeprefix("--").partition("[")[0] in SCANNED_INPUTS
 
 
+def _why_not_inside(name: str, given: Path) -> str:
+    if not given.is_dir():
+        return "that input is a file"
+    if _is_scanned(name):
+        return "that input is read by scanning its folder, so the output would become part of it"
+    return "it already exists there, and nothing inside an input is replaced"
+
+
 def refuse_output_overlapping_inputs(
     output: str | os.PathLike,
     inputs: Mapping[str, str | os.PathLike | None],
@@ -60,8 +68,8 @@ def refuse_output_overlapping_inputs(
     inputs_may_be_inside_output: Collection[str] = (),
 ) -> None:
     """Raises [`OutputPathError`] when `output` is one of `inputs` (argument name -> path; None and paths that do not
-    exist, e.g. Hub ids, are skipped), holds one, or lies inside one that is read by scanning (`SCANNED_INPUTS`) or
-    already exists there. `inputs_may_be_inside_output` names the inputs that may live inside the output (a
+    exist, e.g. Hub ids, are skipped), holds one, or lies inside one that is a file, is read by scanning
+    (`SCANNED_INPUTS`), or where the output already exists. `inputs_may_be_inside_output` names the inputs that may live inside the output (a
     `resume_from_checkpoint` under the run's `output_dir`)."""
     output_path = resolved_path(output)
     for name, given in inputs.items():
@@ -69,15 +77,13 @@ def refuse_output_overlapping_inputs(
             continue
         given_path = resolved_path(given)
         relation = _relation(output_path, given_path)
-        if relation == "is inside" and not _is_scanned(name) and not os.path.lexists(output_path):
-            continue
+        if relation == "is inside" and given_path.is_dir() and not _is_scanned(name) and not os.path.lexists(output_path):
+            continue  # a new output in a folder read by known names destroys nothing
         if relation is None or (relation == "contains" and name in inputs_may_be_inside_output):
             continue
         consequence = {
             "is": "writing it would replace that input",
-            "is inside": "that input is read by scanning its folder, so the output would become part of it"
-            if _is_scanned(name)
-            else "it already exists there, and nothing inside an input is replaced",
+            "is inside": _why_not_inside(name, given_path),
             "contains": "replacing it would delete that input",
         }[relation]
         raise OutputPathError(
