@@ -203,7 +203,7 @@ def test_a_folder_or_file_that_is_no_checkpoint_and_bad_values_are_one_line(vgp_
     (tmp_path / "file.txt").write_text("x")
     cases = [
         (["explore", str(tmp_path / "empty"), "--out", "x.html"], "has no config.json"),
-        (["explore", str(tmp_path / "file.txt"), "--out", "x.html"], "is a file, not a checkpoint folder"),
+        (["explore", str(tmp_path / "file.txt"), "--out", "x.html"], "file.txt is not a checkpoint folder"),
         (["evaluate", str(vgp_model_dir), "--task", "nlvr2"], "task 'nlvr2' needs a SingleStreamForVisualReasoning or"),
         (["evaluate", str(vgp_model_dir), "--task", "vgp", "--batch_size", "0"], "`batch_size` must be an int >= 1, got 0"),
         (["results-table", str(tmp_path)], "has no eval_results.json"),

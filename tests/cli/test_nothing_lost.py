@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ from hf_vlalign.cli import main
 from hf_vlalign.data.feature_store import METADATA_FILE, RegionFeatureStore, convert_features
 from hf_vlalign.data.region_extraction import extract_region_features, grid_boxes
 from hf_vlalign.evaluation.model_analysis import analyze_model, check_analysis_output
-from hf_vlalign.evaluation.model_explorer import check_explorer_output, explore_model
+from hf_vlalign.evaluation.model_explorer import explore_model
 from hf_vlalign.evaluation.tasks import evaluate_task
 from hf_vlalign.hub.remote_code import PACKAGE_ROOT, save_with_remote_code
 from hf_vlalign.synthetic import SyntheticSceneConfig
@@ -33,7 +34,6 @@ from hf_vlalign.trainers.regularization import save_fisher
 from hf_vlalign.utils.atomic_folders import MAX_DERIVED_STEM_BYTES, derived_stem
 from hf_vlalign.utils.output_paths import OutputPathError, refuse_output_overlapping_inputs
 from hf_vlalign.utils.size_limits import (
-    MAX_BATCH_SIZE,
     MAX_GRID_SIZE,
     MAX_NEW_TOKENS,
     MAX_NUM_BEAMS,
@@ -100,7 +100,9 @@ def make_features_tsv(folder: Path) -> Path:
 # The overlap matrix: five spellings of an output that meets the input
 # ----------------------------------------------------------------------------------------------------------------
 
-RELATIONS = ("equal", "output_inside_input", "input_inside_output", "symlink", "relative_dotdot")
+# an output that is the input (through a symbolic link: the same once resolved), or holds it; a new output inside an
+# input is the subject of `test_a_new_output_inside_an_input_is_refused_only_where_the_input_is_scanned`
+RELATIONS = ("symlink", "input_inside_output")
 
 
 def overlapping_output(relation: str, given: Path, inside_name: str = "out") -> str:
@@ -220,16 +222,21 @@ def test_analyze_never_writes_into_its_model(relation, vgp_model_dir, capsys, re
     assert tree_digest(vgp_model_dir) == before
 
 
-def test_a_new_analysis_or_page_inside_the_model_folder_is_refused(vgp_model_dir, capsys):
-    # "inside one of its inputs" is refused even when new: the model folder stays exactly what was saved or pushed
-    before = tree_digest(vgp_model_dir)
-    with pytest.raises(OutputPathError, match="`out_dir` .* is inside the input `model`"):
-        check_analysis_output(vgp_model_dir / "analysis", {"model": vgp_model_dir})
-    with pytest.raises(OutputPathError, match="`out` .* is inside the input `model`"):
-        check_explorer_output(vgp_model_dir / "explorer.html", {"model": vgp_model_dir})
-    argv = ["analyze", str(vgp_model_dir), "--out", str(vgp_model_dir / "analysis"), *SYNTHETIC_FLAGS]
-    assert_refused(capsys, "analyze", argv, "--out", "model")
-    assert tree_digest(vgp_model_dir) == before
+def test_a_new_output_inside_an_input_is_refused_only_where_the_input_is_scanned(vgp_model_dir, tmp_path, capsys):
+    # a new run folder inside a data folder read by known names destroys nothing: accepted
+    data = tmp_path / "DATA"
+    data.mkdir()
+    refuse_output_overlapping_inputs(data / "run", {"--data_dir": data}, output_argument="--output_dir")
+    check_analysis_output(vgp_model_dir / "analysis", {"model": vgp_model_dir})
+    # an existing file inside an input is never replaced
+    (data / "run").mkdir()
+    with pytest.raises(OutputPathError, match="`--output_dir` .* is inside the input `--data_dir`.*already exists"):
+        refuse_output_overlapping_inputs(data / "run", {"--data_dir": data}, output_argument="--output_dir")
+    # a folder read by listing (the images of extract-features) would read the output as an input
+    images = make_images(tmp_path / "images")
+    argv = ["extract-features", str(images), "--out", str(images / "store"), "--grid_size", "2"]
+    assert "read by scanning" in assert_refused(capsys, "extract-features", argv, "--out", "images")
+    assert not (images / "store").exists()
 
 
 def test_analyze_never_writes_into_its_feature_store(vgp_model_dir, tmp_path, capsys):
@@ -307,8 +314,8 @@ def test_example_output_dir_never_meets_its_config_file_store_or_resume_checkpoi
     with pytest.raises(OutputPathError, match="`--output_dir`.*is inside the input `--features`"):
         finetune_vgp.parse_args(["--features", str(store), "--output_dir", str(store / "run")])
     checkpoint = tmp_path / "other_run" / "checkpoint-1"
-    checkpoint.mkdir(parents=True)
-    with pytest.raises(OutputPathError, match="`--output_dir`.*`--resume_from_checkpoint`"):
+    (checkpoint / "x").mkdir(parents=True)  # existing: nothing inside an input is replaced
+    with pytest.raises(OutputPathError, match="`--output_dir`.*`--resume_from_checkpoint`.*already exists"):
         finetune_vgp.parse_args(["--resume_from_checkpoint", str(checkpoint), "--output_dir", str(checkpoint / "x")])
     # a checkpoint of the run itself, under its output_dir, is how a run resumes
     run = tmp_path / "run"
@@ -458,17 +465,8 @@ def test_write_attention_explorer_replaces_only_its_own_page(tmp_path):
 CLI_SIZE_CASES = [
     ("extract-features", ["IMAGES", "--out", "OUT", "--grid_size", "1000000"], "--grid_size", MAX_GRID_SIZE),
     ("synthesize", ["--out", "OUT", "--train_images", "1000000000"], "--train_images", MAX_SYNTHETIC_IMAGES),
-    ("synthesize", ["--out", "OUT", "--val_images", "1000000000"], "--val_images", MAX_SYNTHETIC_IMAGES),
-    ("analyze", ["MODEL", "--out", "OUT", "--max_examples", "10000000000"], "--max_examples", 1_000_000),
-    ("analyze", ["MODEL", "--out", "OUT", "--num_spatial_clusters", "99999999"], "--num_spatial_clusters", 4096),
-    ("analyze", ["MODEL", "--out", "OUT", "--batch_size", "99999999"], "--batch_size", MAX_BATCH_SIZE),
-    ("analyze", ["MODEL", "--out", "OUT", "--synthetic_train_images", "10000000"], "--synthetic_train_images", MAX_SYNTHETIC_IMAGES),
     ("probe", ["MODEL", "--max_images", "10000000000"], "--max_images", 1_000_000),
-    ("probe", ["MODEL", "--max_text_length", "10000000"], "--max_text_length", 8192),
     ("explore", ["MODEL", "--out", "OUT", "--num_examples", "5000"], "--num_examples", 1000),
-    ("explore", ["MODEL", "--out", "OUT", "--probe_examples", "10000000000"], "--probe_examples", 1_000_000),
-    ("evaluate", ["MODEL", "--task", "vgp", "--synthetic_eval_images", "10000000"], "--synthetic_eval_images", MAX_SYNTHETIC_IMAGES),
-    ("fisher", ["MODEL", "--out", "OUT", "--num_batches", "100000000000"], "--num_batches", 10_000_000),
 ]  # fmt: skip
 
 
@@ -579,3 +577,83 @@ def test_probe_and_evaluate_results_never_overwrite_their_model(relation, vgp_mo
     argv = ["evaluate", str(vgp_model_dir), "--task", "vgp", "--out", out, *SYNTHETIC_FLAGS]
     assert_refused(capsys, "evaluate", argv, "--out", "model")
     assert tree_digest(vgp_model_dir) == before
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Result files: written atomically, replacing only what the library wrote
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_a_failed_write_leaves_the_previous_result_whole(vgp_model_dir, tmp_path, capsys, monkeypatch):
+    from hf_vlalign.utils import atomic_folders
+
+    out, plot = tmp_path / "probe.json", tmp_path / "probe.png"
+    argv = ["probe", str(vgp_model_dir), "--json", str(out), "--plot", str(plot), *SYNTHETIC_FLAGS]
+    assert main(argv) == 0
+    assert main(argv) == 0  # its own results are replaced
+    before = {path: path.read_bytes() for path in (out, plot)}
+
+    def disk_full(path):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(atomic_folders, "fsync_path", disk_full)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert "hf-vlalign probe: error: No space left on device" in capsys.readouterr().err
+    assert {path: path.read_bytes() for path in (out, plot)} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["probe.json", "probe.png"]  # no partial file left
+
+
+def test_results_never_replace_a_file_the_library_did_not_write(vgp_model_dir, tmp_path, capsys):
+    notes, photo = tmp_path / "notes.json", tmp_path / "photo.png"
+    notes.write_text('{"my": "notes"}')
+    Image.new("RGB", (8, 8), (10, 200, 10)).save(photo)
+    before = tree_digest(tmp_path)
+    probe = ["probe", str(vgp_model_dir), *SYNTHETIC_FLAGS]
+    assert_refused(capsys, "probe", [*probe, "--json", str(notes)], "--json")
+    assert_refused(capsys, "probe", [*probe, "--plot", str(photo)], "--plot")
+    assert_refused(capsys, "evaluate", ["evaluate", str(vgp_model_dir), "--task", "vgp", "--out", str(notes)], "--out")
+    assert_refused(capsys, "explore", ["explore", str(vgp_model_dir), "--out", str(notes)], "--out")
+    assert tree_digest(tmp_path) == before
+
+
+def test_a_result_that_is_a_hard_link_leaves_the_linked_file_alone(vgp_model_dir, tmp_path, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(vgp_model_dir, model)
+    out = tmp_path / "probe.json"
+    assert main(["probe", str(model), "--json", str(out), *SYNTHETIC_FLAGS]) == 0
+    (model / "probe.json").write_text(out.read_text() + " ")  # an earlier result, kept there
+    out.unlink()
+    os.link(model / "probe.json", out)  # the --json path shares its content with a file inside the model folder
+    before = tree_digest(model)
+    assert main(["probe", str(model), "--json", str(out), *SYNTHETIC_FLAGS]) == 0
+    assert tree_digest(model) == before and out.stat().st_nlink == 1
+
+
+def test_a_symbolic_link_loop_as_output_is_one_line(vgp_model_dir, tmp_path, capsys):
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop)
+    error = assert_refused(capsys, "probe", ["probe", str(vgp_model_dir), "--json", str(loop), *SYNTHETIC_FLAGS], "--json")
+    assert str(loop) in error
+
+
+def test_a_wrong_typed_config_field_is_one_line_naming_the_file_and_field(vgp_model_dir, tmp_path, capsys):
+    from hf_vlalign.vlms.tiny import tiny_patch_model, word_level_tokenizer
+
+    model = tmp_path / "model"
+    shutil.copytree(vgp_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(config | {"hidden_size": "wide"}))
+    error = assert_refused(capsys, "evaluate", ["evaluate", str(model), "--task", "vgp", *SYNTHETIC_FLAGS])
+    assert f"{model}/config.json" in error and "`hidden_size`" in error
+    # a transformers VLM's config: huggingface_hub's strict dataclasses refuse the field
+    llava, processor = tiny_patch_model("llava", tokenizer=word_level_tokenizer(["a red circle"]), seed=0)
+    llava.save_pretrained(tmp_path / "llava")
+    processor.save_pretrained(tmp_path / "llava")
+    config = json.loads((tmp_path / "llava" / "config.json").read_text())
+    config["text_config"]["vocab_size"] = "many"
+    (tmp_path / "llava" / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()  # the save's progress bar
+    error = assert_refused(capsys, "probe", ["probe", str(tmp_path / "llava"), *SYNTHETIC_FLAGS], "model")
+    assert f"{tmp_path / 'llava'}/config.json" in error and "'vocab_size'" in error

@@ -1,4 +1,10 @@
-"""Replacing a whole folder so that a kill at any instant leaves either the old or the new folder in place.
+"""Replacing a whole folder or file so that a kill, a full disk or an error at any instant leaves either the old or the
+new one in place.
+
+`atomic_file(target)` yields a temporary path beside `target` for the writer to fill; once complete it is flushed to
+disk and renamed over `target` (`os.replace`, atomic on POSIX and Windows). A failure on the way removes the temporary
+file and leaves `target` as it was; a `target` that is a hard link is replaced by a new file, so the file it shared
+its content with (e.g. inside a model folder) keeps that content.
 
 `replace_folder(new, target)` swaps a complete folder `new` with `target`. On Linux (`renameat2(RENAME_EXCHANGE)`, on
 ext4, xfs, btrfs, tmpfs...) the two folders are exchanged by one atomic system call: `target` is never missing, and a
@@ -24,6 +30,8 @@ import re
 import shutil
 import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -102,6 +110,27 @@ def replace_folder(new: str | os.PathLike, target: str | os.PathLike) -> None:
     fsync_path(target.parent)
 
 
+PARTIAL_FILE_MARKER = ".partial-"
+
+
+@contextmanager
+def atomic_file(target: str | os.PathLike) -> Iterator[Path]:
+    """Yields the temporary path to write `target`'s new content to (beside it, so the final rename stays on one file
+    system); then puts it in place of `target` (see the module docstring). Parent folders are created."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_siblings(target, PARTIAL_FILE_MARKER)
+    partial = target.with_name(f".{derived_stem(target.name)}{PARTIAL_FILE_MARKER}{writer_tag()}")
+    try:
+        yield partial
+        fsync_path(partial)
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    fsync_path(target.parent)
+
+
 def _process_is_running(pid: int) -> bool:
     if pid == os.getpid():
         return False  # this process is not writing it now (it calls the cleanup before it writes)
@@ -148,7 +177,10 @@ def remove_stale_siblings(target: str | os.PathLike, marker: str) -> list[Path]:
     recover_folder(target, marker)
     removed = stale_siblings(target, marker)
     for candidate in removed:
-        shutil.rmtree(candidate, ignore_errors=True)
+        if candidate.is_dir():
+            shutil.rmtree(candidate, ignore_errors=True)
+        else:
+            candidate.unlink(missing_ok=True)
     if removed:
         logger.warning("Removed %d folder(s) of interrupted writes to %s: %s", len(removed), target, [str(p) for p in removed])
     return removed

@@ -1,11 +1,13 @@
-"""Checks every writing entry point runs before it writes: the output never meets an input, and an existing output is
+"""Checks every writing entry point runs before it writes: the output never destroys an input, and an existing output is
 replaced only when the library recognises it as its own.
 
-`refuse_output_overlapping_inputs(output, inputs)` refuses an output path that is an input, is inside one, or holds
-one (a features file converted onto itself, a store written into the image folder it is extracted from, a checkpoint
-converted into its own folder): replacing the output would destroy the input. Paths are compared once resolved
-(`~`, relative spellings, `..` and symbolic links), and an existing output that is a hard link of an input file counts
-as the same file.
+`refuse_output_overlapping_inputs(output, inputs)` refuses an output path that is an input or holds one (a features
+file converted onto itself, a checkpoint converted into the folder of its source): writing it would replace or delete
+the input. An output inside an input folder is accepted when it is new (a run folder `DATA/run` inside a `--data_dir
+DATA` destroys nothing), except inside an input read by scanning (`SCANNED_INPUTS`: every file of the folder is read,
+so a new file there would become an input), and except when it already exists (nothing inside an input is replaced).
+Paths are compared once resolved (`~`, relative spellings, `..` and symbolic links), and an existing output that is a
+hard link of an input file counts as the same file.
 
 `refuse_foreign_folder` / `refuse_foreign_file` refuse an existing output that the writer did not make (a folder holding
 other files, a file of another kind), naming a few of the entries found there, so that `overwrite=True` (`--overwrite`)
@@ -20,6 +22,10 @@ from pathlib import Path
 
 # entries of a foreign folder an error lists (the rest are counted)
 LISTED_ENTRIES = 5
+# the inputs read by scanning, by argument name (without `--` or an `[index]`): every file of the folder is read
+# (extract-features' `images`, the npz_dir / vlbert_json folder `src` of convert-features and its `box_dir`, a region
+# store's folder `features`), so no output may be written inside them
+SCANNED_INPUTS = frozenset({"images", "src", "box_dir", "features"})
 
 
 class OutputPathError(ValueError):
@@ -42,6 +48,18 @@ def _relation(output: Path, given: Path) -> str | None:
     return None
 
 
+def _is_scanned(name: str) -> bool:
+    return name.removeprefix("--").partition("[")[0] in SCANNED_INPUTS
+
+
+def _why_not_inside(name: str, given: Path) -> str:
+    if not given.is_dir():
+        return "that input is a file"
+    if _is_scanned(name):
+        return "that input is read by scanning its folder, so the output would become part of it"
+    return "it already exists there, and nothing inside an input is replaced"
+
+
 def refuse_output_overlapping_inputs(
     output: str | os.PathLike,
     inputs: Mapping[str, str | os.PathLike | None],
@@ -50,25 +68,27 @@ def refuse_output_overlapping_inputs(
     inputs_may_be_inside_output: Collection[str] = (),
 ) -> None:
     """Raises [`OutputPathError`] when `output` is one of `inputs` (argument name -> path; None and paths that do not
-    exist, e.g. Hub ids, are skipped), is inside one, or holds one: writing it would replace or mix with that input.
-    `inputs_may_be_inside_output` names the inputs that may live inside the output (a `resume_from_checkpoint` under
-    the run's `output_dir`)."""
+    exist, e.g. Hub ids, are skipped), holds one, or lies inside one that is a file, is read by scanning
+    (`SCANNED_INPUTS`), or where the output already exists. `inputs_may_be_inside_output` names the inputs that may live inside the output (a
+    `resume_from_checkpoint` under the run's `output_dir`)."""
     output_path = resolved_path(output)
     for name, given in inputs.items():
         if given is None or not isinstance(given, (str, os.PathLike)) or not os.path.lexists(os.path.expanduser(given)):
             continue
         given_path = resolved_path(given)
         relation = _relation(output_path, given_path)
+        if relation == "is inside" and given_path.is_dir() and not _is_scanned(name) and not os.path.lexists(output_path):
+            continue  # a new output in a folder read by known names destroys nothing
         if relation is None or (relation == "contains" and name in inputs_may_be_inside_output):
             continue
         consequence = {
             "is": "writing it would replace that input",
-            "is inside": "writing there would mix the output into that input",
+            "is inside": _why_not_inside(name, given_path),
             "contains": "replacing it would delete that input",
         }[relation]
         raise OutputPathError(
             f"`{output_argument}` {os.fspath(output)} ({output_path}) {relation} the input `{name}` "
-            f"{os.fspath(given)} ({given_path}): {consequence}. Choose an output path outside every input."
+            f"{os.fspath(given)} ({given_path}): {consequence}. Choose a new output path outside that input."
         )
 
 
