@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 from script_modules import ROOT, load_script
 
-from hf_vlalign.cli import USER_FILE, _synthetic_config, build_parser, check_options
+from hf_vlalign.cli import USER_FILE, synthetic_config, build_parser, check_options
 from hf_vlalign.data.formats import iter_lxmert_tsv_records
 from hf_vlalign.data.region_extraction import CropEncoder
 from hf_vlalign.recipes import DataArguments, parse_recipe_args, synthetic_scene_config
@@ -201,8 +201,8 @@ def test_data_arguments_flag_reaches_the_scene_config_and_is_refused_with_anothe
 def test_cli_flags_reach_the_scene_config():
     parser = build_parser()
     args = parser.parse_args(["evaluate", "MODEL", "--task", "vgp", "--synthetic_distractors"])
-    assert _synthetic_config(args).distractors is True
-    assert _synthetic_config(parser.parse_args(["evaluate", "MODEL", "--task", "vgp"])).distractors is False
+    assert synthetic_config(args).distractors is True
+    assert synthetic_config(parser.parse_args(["evaluate", "MODEL", "--task", "vgp"])).distractors is False
     assert parser.parse_args(["synthesize", "--out", "o", "--distractors"]).distractors is True
     args.data, args.data_file = USER_FILE, "captions.jsonl"
     with pytest.raises(ValueError, match="`--synthetic_distractors` applies only to `--data synthetic`"):

@@ -34,9 +34,6 @@ from .common import (
 from .data_verbs import FEATURE_FORMATS
 from .model_verbs import TASKS, results_table
 
-# tests/synthetic/test_distractors.py imports the scenes' config under this name
-_synthetic_config = synthetic_config
-
 __all__ = ["FEATURE_FORMATS", "TASKS", "USER_FILE", "build_parser", "check_options", "main", "results_table", "synthetic_config", "user_error_message"]
 
 INTERRUPTED_EXIT_STATUS = 130  # a shell's status for a program ended by Ctrl-C (128 + SIGINT)
