@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..utils.validation import check_finite
 
 __all__ = [
     "DEFAULT_COVERAGE_THRESHOLD",
@@ -39,9 +40,19 @@ __all__ = [
 DEFAULT_COVERAGE_THRESHOLD = 0.5
 
 
+def _check_grid(grid: tuple[int, int]) -> tuple[int, int]:
+    if not isinstance(grid, (tuple, list)) or len(grid) != 2:
+        raise ValueError(f"`grid` must be (rows, columns), got {grid!r}.")
+    rows, columns = grid
+    for name, value in (("rows", rows), ("columns", columns)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"`grid` {name} must be a positive int, got {value!r}.")
+    return int(rows), int(columns)
+
+
 def cell_boxes(grid: tuple[int, int]) -> torch.Tensor:
     """(rows * columns, 4) boxes x1, y1, x2, y2 of the grid's cells, normalised to [0, 1], row-major."""
-    rows, columns = grid
+    rows, columns = _check_grid(grid)
     row, column = torch.meshgrid(torch.arange(rows), torch.arange(columns), indexing="ij")
     row, column = row.flatten().float(), column.flatten().float()
     return torch.stack([column / columns, row / rows, (column + 1) / columns, (row + 1) / rows], dim=-1)
@@ -50,6 +61,13 @@ def cell_boxes(grid: tuple[int, int]) -> torch.Tensor:
 def cell_coverage(boxes: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
     """Share of each cell's area inside the boxes: (..., G, 4) normalised boxes -> (..., rows * columns), the largest
     share over the G boxes of each leading index."""
+    if boxes.dim() < 2 or boxes.shape[-1] != 4:
+        raise ValueError(f"`boxes` must be (..., G, 4) normalised x1, y1, x2, y2, got shape {tuple(boxes.shape)}.")
+    check_finite("boxes", boxes)
+    if boxes.numel() and (float(boxes.min()) < 0 or float(boxes.max()) > 1):
+        raise ValueError(
+            f"`boxes` must be normalised to [0, 1], got values in [{float(boxes.min()):.4g}, {float(boxes.max()):.4g}]."
+        )
     cells = cell_boxes(grid).to(boxes.device, torch.float32)
     box, cell = boxes.float().unsqueeze(-2), cells  # (..., G, 1, 4), (C, 4)
     width = (torch.minimum(box[..., 2], cell[:, 2]) - torch.maximum(box[..., 0], cell[:, 0])).clamp(min=0)
@@ -67,6 +85,8 @@ def covered_cells_target(
     """(..., C) coverage -> (..., C) target distribution, uniform over the covered cells (coverage >=
     `coverage_threshold`); a row whose best cell is below the threshold puts all its mass on that cell; an all-zero
     row (no box) stays zero."""
+    if not 0.0 < coverage_threshold <= 1.0:
+        raise ValueError(f"`coverage_threshold` must be in (0, 1], got {coverage_threshold!r}.")
     covered = (coverage >= coverage_threshold).float()
     best = coverage.amax(dim=-1, keepdim=True)
     fallback = ((coverage == best) & (best > 0)).float()
@@ -80,7 +100,7 @@ def centre_prior(grid: tuple[int, int]) -> torch.Tensor:
     usual prior of pointing benchmarks. The score is minus the cell's rank by distance to the centre, cells equally far
     (the four central cells of an even grid) ranked in row-major order: whole numbers, so that the baseline is the same
     cell in any float precision and whatever an argmax kernel does with ties."""
-    rows, columns = grid
+    rows, columns = _check_grid(grid)
     row, column = torch.meshgrid(torch.arange(rows), torch.arange(columns), indexing="ij")
     # the squared distance times (2 * rows * columns) ** 2, in integers: equally far cells tie exactly (float
     # centres do not, e.g. on a 12 x 12 grid), so the stable sort ranks them row-major

@@ -333,6 +333,10 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         every loss divides by (data parallelism, gradient accumulation; `ComponentLossTrainer` passes them); default:
         this batch's own counts.
         output_attentions / output_hidden_states: recorded by `@capture_outputs` from the layers (`_can_record_outputs`).
+        validate_inputs (`bool`, *optional*): check the values of the inputs (ids in range, 0/1 masks, normalised
+        boxes, alignment rows that are distributions): True wherever they are (on an accelerator a host read, a device
+        synchronisation), False never; by default on the CPU in eager mode when `config.validate_inputs` is on. Shapes
+        and dtypes are always checked.
         """
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
