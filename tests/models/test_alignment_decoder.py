@@ -60,23 +60,6 @@ def test_decoder_score_is_scaled_dot_product_with_identity_projections():
     torch.testing.assert_close(scores, torch.tensor([[[2.0, 0.0, -2.0]]]), atol=1e-5, rtol=0)
 
 
-def test_decoder_validates_inputs():
-    decoder = AlignmentDecoder(hidden_size=8)
-    with pytest.raises(ValueError, match="language_states"):
-        decoder(torch.randn(5, 8), torch.randn(1, 3, 8))
-    with pytest.raises(ValueError, match="batch"):
-        decoder(torch.randn(2, 5, 8), torch.randn(3, 3, 8))
-    with pytest.raises(ValueError, match="vision_states.*hidden_size=8"):
-        decoder(torch.randn(2, 5, 8), torch.randn(2, 3, 6))
-    with pytest.raises(ValueError, match="hidden_size"):
-        AlignmentDecoder(hidden_size=0)
-    with pytest.raises(ValueError, match="hidden_act"):
-        AlignmentDecoder(hidden_size=8, hidden_act="no_such_activation")
-
-
-# --- top-k softmax (eq. 13) ---------------------------------------------------------------------------------------
-
-
 def test_top_k_log_softmax_by_hand():
     # scores [2, 1, 0], k = 2: A = [e^2, e^1] / (e^2 + e^1) on the two best regions, 0 on the third (read as eps)
     log_probs = top_k_log_softmax(one_word([2.0, 1.0, 0.0]), k=2, eps=EPS)
@@ -99,14 +82,6 @@ def test_top_k_mask_skips_padded_regions_and_keeps_fewer_than_k():
     log_probs = top_k_log_softmax(scores, 3, region_mask)
     assert torch.isfinite(log_probs).all()
     assert log_probs[0, 0, 2].item() == pytest.approx(math.log(EPS))
-
-
-@pytest.mark.parametrize("k", [0, 4, -1])
-def test_top_k_out_of_range_names_alignment_top_k(k):
-    with pytest.raises(ValueError, match="alignment_top_k"):
-        top_k_mask(torch.zeros(1, 2, 3), k, None)
-    with pytest.raises(ValueError, match="alignment_top_k"):
-        alignment_kl_loss(torch.zeros(1, 1, 3), one_word([1.0, 0.0, 0.0]), k=k)
 
 
 def test_gradient_reaches_only_the_kept_scores():
@@ -198,19 +173,14 @@ def test_default_gradient_by_hand():
     torch.testing.assert_close(scores.grad, one_word([p0 - 2 / 3, p1 - 1 / 3, 0.0]))
 
 
-def test_outside_top_k_must_be_a_known_reading():
-    with pytest.raises(ValueError, match="alignment_outside_top_k.*renormalise_target"):
-        alignment_kl_loss(one_word([2.0, 1.0, 0.0]), one_word([1.0, 0.0, 0.0]), k=2, outside_top_k="drop")
-
-
-def test_loss_reads_no_tensor_value_on_the_host_without_value_checks():
+def test_loss_reads_no_tensor_value_on_the_host():
     # meta tensors have no values: any .item(), bool(t) or float(t) would raise
     scores = torch.randn(2, 3, 5, device="meta", requires_grad=True)
     target = torch.rand(2, 3, 5, device="meta")
     region_mask = torch.ones(2, 5, device="meta")
     text_mask = torch.ones(2, 3, device="meta")
     for reading in ("renormalise_target", "floor", "target_support"):
-        loss = alignment_kl_loss(scores, target, region_mask, text_mask, k=2, outside_top_k=reading, check_values=False)
+        loss = alignment_kl_loss(scores, target, region_mask, text_mask, k=2, outside_top_k=reading)
         assert loss.shape == () and loss.device.type == "meta"
 
 
@@ -268,43 +238,7 @@ def test_end_to_end_loss_is_finite_and_trains():
     assert losses[-1] < losses[0]
 
 
-# --- validation ---------------------------------------------------------------------------------------------------
-
-
-def test_target_not_summing_to_one_is_an_error():
-    with pytest.raises(ValueError, match="word_region_alignment.*sum to 1"):
-        alignment_kl_loss(one_word([2.0, 1.0, 0.0]), one_word([0.5, 0.2, 0.0]), k=2)
-
-
-def test_negative_target_is_an_error():
-    with pytest.raises(ValueError, match="word_region_alignment.*non-negative"):
-        alignment_kl_loss(one_word([2.0, 1.0, 0.0]), one_word([1.5, -0.5, 0.0]), k=2)
-
-
-def test_target_shape_mismatch_is_an_error():
-    with pytest.raises(ValueError, match=r"word_region_alignment.*\(1, 1, 3\)"):
-        alignment_kl_loss(one_word([2.0, 1.0, 0.0]), torch.zeros(1, 1, 4), k=2)
-
-
-def test_target_mass_on_padded_region_is_an_error():
-    with pytest.raises(ValueError, match="word_region_alignment.*padded"):
-        alignment_kl_loss(one_word([2.0, 1.0, 0.0]), one_word([0.5, 0.0, 0.5]), torch.tensor([[1, 1, 0]]), k=2)
-
-
-def test_region_and_text_mask_shapes_are_checked():
-    with pytest.raises(ValueError, match="region_mask"):
-        alignment_kl_loss(one_word([2.0, 1.0, 0.0]), one_word([1.0, 0.0, 0.0]), torch.ones(1, 4), k=2)
-    with pytest.raises(ValueError, match="region_mask.*at least one region"):
-        alignment_kl_loss(one_word([2.0, 1.0, 0.0]), one_word([0.0, 0.0, 0.0]), torch.zeros(1, 3), k=2)
-    with pytest.raises(ValueError, match="text_mask"):
-        alignment_kl_loss(one_word([2.0, 1.0, 0.0]), one_word([1.0, 0.0, 0.0]), text_mask=torch.ones(1, 2), k=2)
-
-
-def test_non_finite_scores_and_bad_eps_are_errors():
-    with pytest.raises(ValueError, match="scores.*finite"):
-        alignment_kl_loss(one_word([float("nan"), 1.0, 0.0]), one_word([1.0, 0.0, 0.0]), k=2)
-    with pytest.raises(ValueError, match="eps"):
-        top_k_log_softmax(one_word([2.0, 1.0, 0.0]), k=2, eps=0.0)
+# --- config -------------------------------------------------------------------------------------------------------
 
 
 def test_config_outside_top_k_round_trips_and_is_checked(tmp_path):

@@ -1,12 +1,11 @@
-"""Bad model inputs, matrix II (issue 17): dtypes, the labels of every head, 0/1 masks and `generate()`, over the three
-families and each of their heads. Every case names the exception it must raise (always `ValueError`) and a pattern
-the message must contain, starting with the offending argument; the few "cast" cases (float16 / float64 region
-inputs, a documented cast to the model's dtype) must run with finite outputs instead."""
+"""Bad model inputs: one representative of each kind of refusal of a forward (wrong rank, wrong size, wrong dtype,
+values out of range on the CPU, `generate()`'s arguments) and the switch of the value checks (`validate_inputs`).
+Every refusal is a `ValueError` whose message starts with the offending argument. The valid batches of every
+(family, head) class defined here are shared with the common model checks."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import pytest
 import torch
@@ -131,7 +130,7 @@ def run(family: str, head: str, **changes):
     return model(family, head)(**batch)
 
 
-def set_(index, value) -> Callable[[torch.Tensor], torch.Tensor]:
+def set_(index, value):
     def change(tensor: torch.Tensor) -> torch.Tensor:
         tensor[index] = value
         return tensor
@@ -139,143 +138,118 @@ def set_(index, value) -> Callable[[torch.Tensor], torch.Tensor]:
     return change
 
 
-ALL = list(HEADS)
-ENCODERS = [key for key in HEADS if key[0] != "cap"]
-NAN, INF = float("nan"), float("inf")
-
-# ----------------------------------------------------------------------------------------------------------------
-# The matrix: (class, id, call, pattern); pattern None: the input is cast and must run with finite outputs
-# ----------------------------------------------------------------------------------------------------------------
-
-CASES: list[tuple[str, str, Callable, str | None]] = []
+def finite_outputs(outputs) -> list[torch.Tensor]:
+    values = outputs.values() if isinstance(outputs, dict) else [outputs]
+    return [value for value in values if isinstance(value, torch.Tensor) and value.is_floating_point()]
 
 
-def case(kind: str, name: str, call: Callable, pattern: str | None) -> None:
-    CASES.append((kind, name, call, pattern))
+def test_the_valid_batches_run_with_a_finite_loss():
+    for family, head in HEADS:
+        outputs = run(family, head)
+        if head not in ("base", "vgp"):
+            assert outputs.loss is not None and bool(torch.isfinite(outputs.loss)), (family, head)
+        assert all(bool(torch.isfinite(value).all()) for value in finite_outputs(outputs)), (family, head)
 
 
-# --- dtypes, on every family and head ---------------------------------------------------------------------------
-for family, head in ALL:
-    key = f"{family}_{head}"
-    for dtype in (torch.float16, torch.float64):
-        case("dtype", f"{key}_feats_{str(dtype)[6:]}_cast", functools.partial(run, family, head, visual_feats=lambda f, d=dtype: f.to(d)), None)
-    case("dtype", f"{key}_boxes_float64_cast", functools.partial(run, family, head, visual_boxes=lambda b: b.double()), None)
-    case("dtype", f"{key}_feats_int", functools.partial(run, family, head, visual_feats=lambda f: f.long()), r"`visual_feats` must be a floating-point tensor.*int64")
-    case("dtype", f"{key}_feats_bool", functools.partial(run, family, head, visual_feats=lambda f: f > 0), r"`visual_feats` must be a floating-point tensor.*bool")
-    case("dtype", f"{key}_boxes_int", functools.partial(run, family, head, visual_boxes=lambda b: (b * 10).long()), r"`visual_boxes` must be a floating-point tensor")
-    if family != "cap":
-        case("dtype", f"{key}_input_ids_float", functools.partial(run, family, head, input_ids=lambda i: i.float()), r"`input_ids` must be an integer tensor")
-for family, head in [("ss", "nlvr2"), ("ts", "nlvr2"), ("ss", "refcoco"), ("ts", "refcoco"), ("ss", "pretrain"), ("ts", "pretrain"), ("cap", "caption")]:
-    case("dtype", f"{family}_{head}_labels_float", functools.partial(run, family, head, labels=lambda y: y.float()), r"`labels` must be an integer tensor.*float32")
-case("dtype", "ss_nlvr2_label_1_7", functools.partial(run, "ss", "nlvr2", labels=torch.tensor([1.7, 0.0])), r"`labels` must be an integer tensor")
-case("dtype", "ts_nlvr2_label_1_7", functools.partial(run, "ts", "nlvr2", labels=torch.tensor([1.7, 0.0])), r"`labels` must be an integer tensor")
-case("dtype", "cap_labels_1d", functools.partial(run, "cap", "caption", labels=torch.tensor([5, 6, 2])), r"`labels` must have shape \(batch, caption_length\).*\(3,\)")
-case("dtype", "cap_labels_3d", functools.partial(run, "cap", "caption", labels=torch.ones(B, 3, 1, dtype=torch.long)), r"`labels` must have shape \(batch, caption_length\)")
-case("dtype", "ss_pretrain_sentence_image_float", functools.partial(run, "ss", "pretrain", sentence_image_labels=torch.tensor([0.0, 1.0])), r"`sentence_image_labels` must be an integer tensor")
-case("dtype", "ss_pretrain_object_labels_float", functools.partial(run, "ss", "pretrain", object_labels=lambda y: y.float()), r"`object_labels` must be an integer tensor")
-case("dtype", "ts_pretrain_object_labels_float", functools.partial(run, "ts", "pretrain", object_labels=lambda y: y.float()), r"`object_labels` must be an integer tensor")
-case("dtype", "ts_pretrain_matched_labels_float", functools.partial(run, "ts", "pretrain", matched_labels=torch.tensor([1.0, 0.0])), r"`matched_labels` must be an integer tensor")
-case("dtype", "ss_pretrain_feature_labels_int", functools.partial(run, "ss", "pretrain", feature_labels=lambda f: f.long()), r"`feature_labels` must be a floating-point tensor")
-case("dtype", "ts_pretrain_feature_labels_int", functools.partial(run, "ts", "pretrain", feature_labels=lambda f: f.long()), r"`feature_labels` must be a floating-point tensor")
-case("dtype", "ss_vgp_labels_float", functools.partial(run, "ss", "vgp", vgp_labels=torch.tensor([1.0, 0.0])), r"`vgp_labels` must be an integer tensor")
-case("dtype", "ss_grounding_phrase_labels_int", functools.partial(run, "ss", "grounding", phrase_labels=lambda y: (y > 0).long()), r"`phrase_labels` must be a floating-point tensor")
-case("dtype", "ts_refcoco_iou_int", functools.partial(run, "ts", "refcoco", target_region_iou=lambda y: (y > 0).long()), r"`target_region_iou` must be a floating-point tensor")
-case("dtype", "ss_base_alignment_int", functools.partial(run, "ss", "base", word_region_alignment=torch.zeros(B, T, R, dtype=torch.long)), r"`word_region_alignment` must be a floating-point tensor")
+# --- shapes and dtypes: always checked ----------------------------------------------------------------------------
 
-for family in ("ss", "ts"):  # documented casts of the targets: other float precisions, integer widths
-    for dtype in (torch.float16, torch.float64):
-        bits = str(dtype)[6:]
-        case("dtype", f"{family}_qa_soft_{bits}_cast", functools.partial(run, family, "qa", labels=lambda y, d=dtype: y.to(d)), None)
-        case("dtype", f"{family}_refcoco_iou_{bits}_cast", functools.partial(run, family, "refcoco", target_region_iou=lambda y, d=dtype: y.to(d)), None)
-        case("dtype", f"{family}_grounding_labels_{bits}_cast", functools.partial(run, family, "grounding", phrase_labels=lambda y, d=dtype: y.to(d)), None)
-        case("dtype", f"{family}_pretrain_feature_labels_{bits}_cast", functools.partial(run, family, "pretrain", feature_labels=lambda y, d=dtype: y.to(d)), None)
-    case("dtype", f"{family}_pretrain_labels_int32_cast", functools.partial(run, family, "pretrain", labels=lambda y: y.int(), object_labels=lambda y: y.int()), None)
-    case("dtype", f"{family}_refcoco_labels_int32_cast", functools.partial(run, family, "refcoco", labels=lambda y: y.int(), target_region_iou=None), None)
-    case("dtype", f"{family}_nlvr2_labels_int32_cast", functools.partial(run, family, "nlvr2", labels=lambda y: y.int()), None)
-    case("dtype", f"{family}_qa_ids_int32_cast", functools.partial(run, family, "qa", labels=torch.tensor([2, 0], dtype=torch.int32)), None)
-    case("dtype", f"{family}_token_type_ids_float", functools.partial(run, family, "qa", token_type_ids=lambda m: m.float()), r"`token_type_ids` must be an integer tensor")
-case("dtype", "cap_labels_int32_cast", functools.partial(run, "cap", "caption", labels=lambda y: y.int()), None)
-case("dtype", "ss_vgp_labels_int32_cast", functools.partial(run, "ss", "vgp", vgp_labels=lambda y: y.int(), id_labels=lambda y: y.int()), None)
 
-# --- labels of every head ---------------------------------------------------------------------------------------
-for family in ("ss", "ts"):
-    # QA soft scores (VQA) and answer ids (GQA)
-    case("labels", f"{family}_qa_soft_nan", functools.partial(run, family, "qa", labels=set_((0, 1), NAN)), r"`labels` must be finite")
-    case("labels", f"{family}_qa_soft_inf", functools.partial(run, family, "qa", labels=set_((1, 0), INF)), r"`labels` must be finite")
-    case("labels", f"{family}_qa_soft_above_one", functools.partial(run, family, "qa", labels=set_((1, 0), 1.5)), r"soft `labels` must be scores in \[0, 1\].*1\.5")
-    case("labels", f"{family}_qa_soft_negative", functools.partial(run, family, "qa", labels=set_((1, 0), -0.2)), r"soft `labels` must be scores in \[0, 1\]")
-    case("labels", f"{family}_qa_soft_wrong_width", functools.partial(run, family, "qa", labels=torch.zeros(B, A + 1)), r"soft `labels` must have shape \(batch, num_qa_labels\)")
-    case("labels", f"{family}_qa_ids_out_of_range", functools.partial(run, family, "qa", labels=torch.tensor([0, A])), r"`labels` must be in \[0, 2\]")
-    case("labels", f"{family}_qa_ids_2d", functools.partial(run, family, "qa", labels=torch.ones(B, A, dtype=torch.long)), r"`labels` must have shape")
-    # NLVR2
-    case("labels", f"{family}_nlvr2_label_2", functools.partial(run, family, "nlvr2", labels=torch.tensor([2, 0])), r"`labels` must be in \[0, 1\]")
-    case("labels", f"{family}_nlvr2_label_negative", functools.partial(run, family, "nlvr2", labels=torch.tensor([-1, 0])), r"`labels` must be in \[0, 1\]")
-    case("labels", f"{family}_nlvr2_labels_2d", functools.partial(run, family, "nlvr2", labels=torch.ones(B, 1, dtype=torch.long)), r"`labels` must have shape")
-    case("labels", f"{family}_nlvr2_labels_wrong_batch", functools.partial(run, family, "nlvr2", labels=torch.tensor([1, 0, 1])), r"`labels` must have shape \(2,\)")
-    # RefCOCO+
-    case("labels", f"{family}_refcoco_label_on_padded_region", functools.partial(run, family, "refcoco", labels=torch.tensor([2, R - 1]), target_region_iou=None), r"`labels` must name a real region.*`visual_attention_mask`.*\[1\]")
-    case("labels", f"{family}_refcoco_label_out_of_range", functools.partial(run, family, "refcoco", labels=torch.tensor([R, 0])), r"`labels` must be in \[0, 3\]")
-    case("labels", f"{family}_refcoco_label_ignored_without_iou", functools.partial(run, family, "refcoco", labels=torch.tensor([-100, 0]), target_region_iou=None), r"`labels` must name a region.*-100")
-    case("labels", f"{family}_refcoco_iou_nan", functools.partial(run, family, "refcoco", target_region_iou=set_((0, 0), NAN)), r"`target_region_iou` must be finite")
-    case("labels", f"{family}_refcoco_iou_above_one", functools.partial(run, family, "refcoco", target_region_iou=set_((0, 0), 1.2)), r"`target_region_iou` must hold IoUs in \[0, 1\]")
-    case("labels", f"{family}_refcoco_iou_on_padded_region", functools.partial(run, family, "refcoco", target_region_iou=set_((1, R - 1), 0.9)), r"`target_region_iou` must put no mass.*`visual_attention_mask`")
-    case("labels", f"{family}_refcoco_iou_wrong_shape", functools.partial(run, family, "refcoco", target_region_iou=torch.zeros(B, R + 1)), r"`target_region_iou` must have shape \(batch, R\)")
-    # phrase grounding
-    case("labels", f"{family}_grounding_nan", functools.partial(run, family, "grounding", phrase_labels=set_((0, 0, 1), NAN)), r"`phrase_labels` must be finite")
-    case("labels", f"{family}_grounding_positive_on_padded_region", functools.partial(run, family, "grounding", phrase_labels=set_((1, 0), torch.tensor([0.0, 0.0, 0.0, 1.0]))), r"`phrase_labels` must put no mass.*`visual_attention_mask`")
-    case("labels", f"{family}_grounding_not_a_distribution", functools.partial(run, family, "grounding", phrase_labels=set_((0, 0, 1), 0.5)), r"`phrase_labels` rows must be non-negative and sum to 1")
-    case("labels", f"{family}_grounding_negative", functools.partial(run, family, "grounding", phrase_labels=set_((0, 0), torch.tensor([-0.5, 1.5, 0.0, 0.0]))), r"`phrase_labels` rows must be non-negative")
-    case("labels", f"{family}_grounding_target_for_empty_phrase", functools.partial(run, family, "grounding", phrase_labels=set_((1, 1, 0), 1.0)), r"`phrase_labels` gives a target to a phrase whose `phrase_masks` row has no token")
-    case("labels", f"{family}_grounding_phrase_masks_2d", functools.partial(run, family, "grounding", phrase_masks=lambda m: m[:, 0]), r"`phrase_masks` must have shape \(batch, num_phrases, text_length\) \(3 dims\)")
-    case("labels", f"{family}_grounding_phrase_masks_wrong_length", functools.partial(run, family, "grounding", phrase_masks=torch.ones(B, P, T + 1)), r"`phrase_masks` must have shape")
-    case("labels", f"{family}_grounding_labels_wrong_shape", functools.partial(run, family, "grounding", phrase_labels=torch.zeros(B, P, R + 1)), r"`phrase_labels` must have shape \(batch, P, R\)")
-    # pre-training: MLM, objects, features (and sentence-image / matching)
-    case("labels", f"{family}_pretrain_mlm_target_on_padding", functools.partial(run, family, "pretrain", labels=set_((1, T - 1), 4)), r"`labels` must be -100 \(no target\) where `attention_mask` is 0")
-    case("labels", f"{family}_pretrain_mlm_out_of_vocab", functools.partial(run, family, "pretrain", labels=set_((0, 2), V)), r"`labels` must be in \[0, 59\]")
-    case("labels", f"{family}_pretrain_mlm_wrong_shape", functools.partial(run, family, "pretrain", labels=torch.full((B, T + 1), -100)), r"`labels` must have shape")
-    case("labels", f"{family}_pretrain_object_label_on_padded_region", functools.partial(run, family, "pretrain", object_labels=set_((1, R - 1), 2)), r"`object_labels` must be -100 \(no target\) where `visual_attention_mask` is 0")
-    case("labels", f"{family}_pretrain_object_label_out_of_range", functools.partial(run, family, "pretrain", object_labels=set_((0, 1), 5)), r"`object_labels` must be in \[0, 4\]")
-    case("labels", f"{family}_pretrain_masked_padded_region", functools.partial(run, family, "pretrain", masked_regions=set_((1, R - 1), 1)), r"`masked_regions` must put no mass.*`visual_attention_mask`")
-    case("labels", f"{family}_pretrain_masked_regions_not_binary", functools.partial(run, family, "pretrain", masked_regions=set_((0, 0), 2)), r"`masked_regions` must hold only 1 \(kept\) and 0")
-    case("labels", f"{family}_pretrain_feature_labels_nan", functools.partial(run, family, "pretrain", feature_labels=set_((0, 1, 0), NAN)), r"`feature_labels` must be finite")
-    case("labels", f"{family}_pretrain_feature_labels_inf", functools.partial(run, family, "pretrain", feature_labels=set_((0, 1, 0), -INF)), r"`feature_labels` must be finite")
-    case("labels", f"{family}_pretrain_feature_labels_wrong_shape", functools.partial(run, family, "pretrain", feature_labels=torch.zeros(B, R, DV - 1)), r"`feature_labels` must have the shape of `visual_feats`")
-case("labels", "ss_pretrain_sentence_image_label_2", functools.partial(run, "ss", "pretrain", sentence_image_labels=torch.tensor([0, 2])), r"`sentence_image_labels` must be in \[0, 1\]")
-case("labels", "ss_pretrain_sentence_image_2d", functools.partial(run, "ss", "pretrain", sentence_image_labels=torch.zeros(B, 1, dtype=torch.long)), r"`sentence_image_labels` must have shape")
-case("labels", "ts_pretrain_matched_label_2", functools.partial(run, "ts", "pretrain", matched_labels=torch.tensor([2, 0])), r"`matched_labels` must be in \[0, 1\]")
-case("labels", "ts_pretrain_attribute_label_on_padded_region", functools.partial(run, "ts", "pretrain", attribute_labels=set_((1, R - 1), 0)), r"`attribute_labels` must be -100 \(no target\) where `visual_attention_mask` is 0")
-case("labels", "ts_pretrain_object_labels_without_masked_regions", functools.partial(run, "ts", "pretrain", masked_regions=None), r"\['object_labels', 'attribute_labels', 'feature_labels'\].*`masked_regions`")
-case("labels", "ts_pretrain_answer_soft_nan", functools.partial(run, "ts", "pretrain", answer_labels=torch.tensor([[NAN, 0.0, 0.0], [0.0, 1.0, 0.0]])), r"`answer_labels` must be finite")
-case("labels", "ss_vgp_id_labels_2d", functools.partial(run, "ss", "vgp", id_labels=torch.zeros(B, 1, dtype=torch.long)), r"`id_labels` must have shape \(batch,\)")
-# captioning
-case("labels", "cap_labels_out_of_vocab", functools.partial(run, "cap", "caption", labels=set_((0, 1), V)), r"`labels` must be token ids in \[0, 59\]")
-case("labels", "cap_labels_negative", functools.partial(run, "cap", "caption", labels=set_((0, 1), -1)), r"`labels` must be token ids")
-case("labels", "cap_labels_all_ignored", functools.partial(run, "cap", "caption", labels=torch.full((B, 3), -100)), r"`labels` must hold at least one caption token")
-case("labels", "cap_target_on_padding", functools.partial(run, "cap", "caption", decoder_attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]), labels=torch.tensor([[5, 6, 7, 2], [8, 9, 2, 4]])), r"`labels` must be -100 \(no target\) where `decoder_attention_mask` is 0")
-case("labels", "cap_decoder_mask_wrong_length", functools.partial(run, "cap", "caption", decoder_attention_mask=torch.ones(B, 7, dtype=torch.long)), r"`decoder_attention_mask` must have the shape of `labels` \(2, 4\)")
-case("labels", "cap_decoder_input_ids_float", functools.partial(run, "cap", "caption", decoder_input_ids=torch.ones(B, 4)), r"`decoder_input_ids` must be an integer tensor")
+def test_a_tensor_of_the_wrong_rank_is_refused():
+    with pytest.raises(ValueError, match=r"`input_ids` must have shape \(batch, text_length\) \(2 dims\), got shape \(6,\)"):
+        run("ss", "base", input_ids=lambda ids: ids[0])
 
-# --- masks must be 0/1 ------------------------------------------------------------------------------------------
-for family, head in ALL:
-    key = f"{family}_{head}"
-    case("masks", f"{key}_inverted_region_mask", functools.partial(run, family, head, visual_attention_mask=lambda m: ~m), r"`visual_attention_mask` must hold only 1 \(kept\) and 0 \(padding\).*-2")
-    case("masks", f"{key}_fractional_region_mask", functools.partial(run, family, head, visual_attention_mask=lambda m: m * 0.5), r"`visual_attention_mask` must hold only 1")
-    if family != "cap":
-        case("masks", f"{key}_inverted_attention_mask", functools.partial(run, family, head, attention_mask=lambda m: ~m), r"`attention_mask` must hold only 1 \(kept\) and 0 \(padding\)")
-        case("masks", f"{key}_attention_mask_of_twos", functools.partial(run, family, head, attention_mask=lambda m: m * 2), r"`attention_mask` must hold only 1")
-for family in ("ss", "ts"):
-    case("masks", f"{family}_grounding_inverted_phrase_masks", functools.partial(run, family, "grounding", phrase_masks=lambda m: ~m, phrase_labels=None), r"`phrase_masks` must hold only 1")
-    case("masks", f"{family}_base_phrase_masks_4d", functools.partial(run, family, "base", phrase_masks=torch.ones(B, 1, 1, T)), r"`phrase_masks` must have shape \(batch, text_length\) or \(batch, num_phrases, text_length\)")
-    case("masks", f"{family}_base_inverted_phrase_masks", functools.partial(run, family, "base", phrase_masks=-torch.ones(B, T, dtype=torch.long)), r"`phrase_masks` must hold only 1")
-case("masks", "ss_vgp_inverted_phrase1_mask", functools.partial(run, "ss", "vgp", phrase1_mask=lambda m: ~m), r"`phrase1_mask` must hold only 1")
-case("masks", "cap_inverted_decoder_mask", functools.partial(run, "cap", "caption", decoder_attention_mask=~torch.ones(B, 4, dtype=torch.long)), r"`decoder_attention_mask` must hold only 1")
+
+def test_a_tensor_of_the_wrong_size_is_refused():
+    with pytest.raises(ValueError, match=r"`visual_feats` must have shape .* with size 12 at dim 2 \(config.visual_feat_dim\)"):
+        run("ts", "base", visual_feats=lambda feats: feats[..., :-1])
+    with pytest.raises(ValueError, match=r"`feature_labels` must have the shape of `visual_feats`"):
+        run("ss", "pretrain", feature_labels=torch.zeros(B, R, DV - 1))
+
+
+def test_a_tensor_of_the_wrong_dtype_is_refused():
+    with pytest.raises(ValueError, match=r"`visual_feats` must be a floating-point tensor.*int64"):
+        run("cap", "caption", visual_feats=lambda feats: feats.long())
+    with pytest.raises(ValueError, match=r"`labels` must be an integer tensor.*float32"):
+        run("ts", "nlvr2", labels=lambda labels: labels.float())
+
+
+def test_region_inputs_of_another_float_precision_are_cast_to_the_model_dtype():
+    outputs = run("ss", "refcoco", visual_feats=lambda feats: feats.half(), visual_boxes=lambda boxes: boxes.double())
+    assert all(bool(torch.isfinite(value).all()) for value in finite_outputs(outputs))
+
+
+def test_a_head_missing_an_input_it_needs_is_refused():
+    with pytest.raises(ValueError, match=r"`phrase1_mask` \(batch, text_length\) is required"):
+        run("ss", "vgp", phrase1_mask=None)
+    with pytest.raises(ValueError, match=r"\['object_labels', 'attribute_labels', 'feature_labels'\].*`masked_regions`"):
+        run("ts", "pretrain", masked_regions=None)
+
+
+# --- values: checked on the CPU in eager mode ---------------------------------------------------------------------
+
+
+def test_ids_out_of_range_are_refused_on_the_cpu():
+    with pytest.raises(ValueError, match=r"`input_ids` must be in \[0, 59\] \(vocab_size\), got \[\d+, 60\]"):
+        run("ss", "base", input_ids=set_((0, 0), V))
+    with pytest.raises(ValueError, match=r"`labels` must be token ids in \[0, 59\]"):
+        run("cap", "caption", labels=set_((0, 1), V))
+
+
+def test_unnormalised_boxes_are_refused_on_the_cpu():
+    with pytest.raises(ValueError, match=r"`visual_boxes` must be normalised to \[0, 1\].*normalize_boxes"):
+        run("ts", "qa", visual_boxes=lambda boxes: boxes * 100)
+
+
+def test_label_values_are_refused_on_the_cpu():
+    with pytest.raises(ValueError, match=r"soft `labels` must be scores in \[0, 1\].*1\.5"):
+        run("ss", "qa", labels=set_((1, 0), 1.5))
+    with pytest.raises(ValueError, match=r"`phrase_labels` rows must be non-negative and sum to 1"):
+        run("ts", "grounding", phrase_labels=set_((0, 0, 1), 0.5))
+
+
+def test_a_mask_that_is_not_zero_one_is_refused_on_the_cpu():
+    with pytest.raises(ValueError, match=r"`visual_attention_mask` must hold only 1 \(kept\) and 0 \(padding\).*-2"):
+        run("ss", "nlvr2", visual_attention_mask=lambda mask: ~mask)
+
+
+def test_an_alignment_whose_rows_are_not_distributions_is_refused_on_the_cpu():
+    alignment = torch.zeros(B, T, R)
+    alignment[0, 1, 0] = 0.5
+    with pytest.raises(ValueError, match=r"`word_region_alignment` rows must each sum to 1"):
+        run("ss", "base", word_region_alignment=alignment)
+
+
+# --- validate_inputs: the switch of the value checks --------------------------------------------------------------
+
+
+def test_validate_inputs_false_skips_the_value_checks():
+    """As a forward argument, or as the config's default."""
+    outputs = run("ss", "qa", labels=set_((1, 0), 1.5), validate_inputs=False)
+    assert bool(torch.isfinite(outputs.loss))
+    quiet = TwoStreamForQuestionAnswering(TwoStreamConfig(**TWO, validate_inputs=False)).eval()
+    batch = valid_inputs("ts", "qa")
+    assert bool(torch.isfinite(quiet(**{**batch, "visual_boxes": batch["visual_boxes"] * 100}).loss))
+
+
+def test_validate_inputs_true_checks_the_values_wherever_they_are():
+    """Off the CPU (here the `meta` device, whose tensors have no values) the values are checked only on request."""
+    from hf_vlalign.utils.validation import checks_values
+
+    config = SingleStreamConfig(**SINGLE)
+    on_meta = torch.zeros(2, 3, dtype=torch.long, device="meta")
+    assert not checks_values(config, on_meta) and checks_values(config, on_meta, validate_inputs=True)
+    assert checks_values(config, torch.zeros(2, 3)) and not checks_values(config, torch.zeros(2, 3), validate_inputs=False)
+    quiet = SingleStreamForQuestionAnswering(SingleStreamConfig(**SINGLE, validate_inputs=False)).eval()
+    batch = {**valid_inputs("ss", "qa"), "input_ids": torch.full((B, T), V)}
+    with pytest.raises(ValueError, match=r"`input_ids` must be in \[0, 59\]"):
+        quiet(**batch, validate_inputs=True)
 
 
 # --- generate() ---------------------------------------------------------------------------------------------------
+
+
 def generate(**changes):
-    regions = region_inputs()
-    regions.pop("labels", None)
-    kwargs = {**regions, "max_new_tokens": 3, **changes}
+    kwargs = {**region_inputs(), "max_new_tokens": 3, **changes}
     return model("cap", "caption").generate(**{name: value for name, value in kwargs.items() if value is not None})
 
 
@@ -285,49 +259,17 @@ def many_regions(num_regions: int) -> dict[str, torch.Tensor]:
             "visual_attention_mask": torch.ones(1, num_regions, dtype=torch.long)}  # fmt: skip
 
 
-case("generate", "gen_num_beams_zero", functools.partial(generate, num_beams=0), r"`num_beams` must be an integer >= 1.*got 0")
-case("generate", "gen_num_beams_negative", functools.partial(generate, num_beams=-2), r"`num_beams` must be an integer >= 1.*got -2")
-case("generate", "gen_num_beams_float", functools.partial(generate, num_beams=2.5), r"`num_beams` must be an integer >= 1")
-case("generate", "gen_missing_visual_boxes", functools.partial(generate, visual_boxes=None), r"`generate\(\)` needs `visual_boxes`")
-case("generate", "gen_missing_visual_feats", functools.partial(generate, visual_feats=None), r"`generate\(\)` needs `visual_feats`")
-case("generate", "gen_decoder_mask_wrong_length", functools.partial(generate, decoder_attention_mask=torch.ones(B, 5, dtype=torch.long)), r"`decoder_attention_mask` must have the shape of the decoder prompt.*\(2, 1\)")
-case("generate", "gen_decoder_mask_disagrees_with_prompt", functools.partial(generate, decoder_input_ids=torch.ones(B, 2, dtype=torch.long), decoder_attention_mask=torch.ones(B, 3, dtype=torch.long)), r"`decoder_attention_mask`.*\(2, 2\)")
-case("generate", "gen_decoder_mask_inverted", functools.partial(generate, decoder_attention_mask=-torch.ones(B, 1, dtype=torch.long)), r"`decoder_attention_mask` must hold only 1")
-case("generate", "gen_feats_int", functools.partial(generate, visual_feats=torch.ones(B, R, DV, dtype=torch.long)), r"`visual_feats` must be a floating-point tensor")
-case("generate", "gen_regions_above_max_regions", lambda: model("cap", "caption").generate(**many_regions(9), max_new_tokens=2), r"`visual_feats` has 9 regions, more than `max_regions` \(8\)")
-case("generate", "fwd_regions_above_max_regions", lambda: model("cap", "caption")(**many_regions(50), labels=torch.tensor([[5, 2]])), r"`visual_feats` has 50 regions, more than `max_regions` \(8\)")
-case("generate", "cfg_max_regions_zero", lambda: RegionCaptionerConfig(**{**CAPTIONER, "max_regions": 0}), r"`max_regions`")
-
-
-def finite_outputs(outputs) -> list[torch.Tensor]:
-    values = outputs.values() if isinstance(outputs, dict) else [outputs]
-    return [value for value in values if isinstance(value, torch.Tensor) and value.is_floating_point()]
-
-
-@pytest.mark.parametrize(("call", "pattern"), [c[2:] for c in CASES], ids=[f"{c[0]}-{c[1]}" for c in CASES])
-def test_malformed_model_input(call, pattern):
-    if pattern is None:  # a documented cast: runs, every float output finite
-        outputs = finite_outputs(call())
-        assert outputs and all(bool(torch.isfinite(value).all()) for value in outputs)
-        return
-    with pytest.raises(ValueError, match=pattern):
-        call()
-
-
-def test_the_valid_batches_run_with_a_finite_loss():
-    """Each case changes one thing of a valid batch: the unchanged batches run (with a loss where the head has one)."""
-    for family, head in ALL:
-        outputs = run(family, head)
-        if head not in ("base", "vgp"):
-            assert outputs.loss is not None and bool(torch.isfinite(outputs.loss)), (family, head)
-        assert all(bool(torch.isfinite(value).all()) for value in finite_outputs(outputs)), (family, head)
-    ids = model("cap", "caption").generate(**region_inputs(), max_new_tokens=3, num_beams=2)
-    assert ids.shape[0] == B
+def test_generate_runs_and_refuses_its_bad_arguments():
+    assert generate(num_beams=2).shape[0] == B
     assert model("cap", "caption").generate(**many_regions(8), max_new_tokens=2).shape[0] == 1  # at the limit
+    with pytest.raises(ValueError, match=r"`num_beams` must be an integer >= 1.*got 0"):
+        generate(num_beams=0)
+    with pytest.raises(ValueError, match=r"`generate\(\)` needs `visual_boxes`"):
+        generate(visual_boxes=None)
+    with pytest.raises(ValueError, match=r"`decoder_attention_mask` must have the shape of the decoder prompt.*\(2, 1\)"):
+        generate(decoder_attention_mask=torch.ones(B, 5, dtype=torch.long))
 
 
-def test_the_matrix_covers_every_class_and_its_ids_are_unique():
-    ids = [f"{c[0]}-{c[1]}" for c in CASES]
-    assert len(ids) == len(set(ids))
-    counts = {kind: sum(c[0] == kind for c in CASES) for kind in ("dtype", "labels", "masks", "generate")}
-    assert min(counts.values()) >= 10, counts
+def test_more_regions_than_max_regions_are_refused_before_allocating():
+    with pytest.raises(ValueError, match=r"`visual_feats` has 9 regions, more than `max_regions` \(8\)"):
+        model("cap", "caption").generate(**many_regions(9), max_new_tokens=2)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from ..utils.validation import check_finite, check_tensor
 
 
 def normalize_boxes(boxes: torch.Tensor, image_width: float, image_height: float) -> torch.Tensor:
@@ -18,7 +17,8 @@ def normalize_boxes(boxes: torch.Tensor, image_width: float, image_height: float
         raise ValueError(f"`boxes` must have a last dim of 4 (x1, y1, x2, y2), got shape {tuple(boxes.shape)}.")
     if not (image_width > 0 and image_height > 0):
         raise ValueError(f"`image_width`/`image_height` must be positive, got {image_width} x {image_height}.")
-    check_finite("boxes", boxes)
+    if not bool(torch.isfinite(boxes).all()):
+        raise ValueError("`boxes` must be finite, got NaN or inf values.")
     scale = boxes.new_tensor([image_width, image_height, image_width, image_height])
     normalised = boxes / scale
     tolerance = 1.0 / min(image_width, image_height) + 1e-6
@@ -32,18 +32,11 @@ def normalize_boxes(boxes: torch.Tensor, image_width: float, image_height: float
 
 def box_area(boxes: torch.Tensor) -> torch.Tensor:
     """Area of boxes (..., 4) given as x1, y1, x2, y2."""
-    check_tensor("boxes", boxes)
     return (boxes[..., 2] - boxes[..., 0]).clamp(min=0) * (boxes[..., 3] - boxes[..., 1]).clamp(min=0)
 
 
 def box_iou(boxes_a: torch.Tensor, boxes_b: torch.Tensor) -> torch.Tensor:
     """Pairwise IoU of (..., N, 4) and (..., M, 4) boxes -> (..., N, M); zero where a union is empty."""
-    check_tensor("boxes_a", boxes_a)
-    check_tensor("boxes_b", boxes_b)
-    if boxes_a.shape[-1] != 4 or boxes_b.shape[-1] != 4:
-        raise ValueError(
-            f"`boxes_a`/`boxes_b` must end with 4 coordinates, got shapes {tuple(boxes_a.shape)} and {tuple(boxes_b.shape)}."
-        )
     a, b = boxes_a.unsqueeze(-2), boxes_b.unsqueeze(-3)
     width = (torch.minimum(a[..., 2], b[..., 2]) - torch.maximum(a[..., 0], b[..., 0])).clamp(min=0)
     height = (torch.minimum(a[..., 3], b[..., 3]) - torch.maximum(a[..., 1], b[..., 1])).clamp(min=0)
@@ -54,10 +47,6 @@ def box_iou(boxes_a: torch.Tensor, boxes_b: torch.Tensor) -> torch.Tensor:
 
 def gold_region_iou(gold_boxes: torch.Tensor, region_boxes: torch.Tensor) -> torch.Tensor:
     """Best IoU of each region with any of a phrase's gold boxes: (G, 4), (R, 4) -> (R,)."""
-    check_tensor("gold_boxes", gold_boxes)
-    check_tensor("region_boxes", region_boxes)
-    if gold_boxes.numel() == 0:
-        raise ValueError("`gold_boxes` must hold at least one box for a grounded phrase, got none.")
     return box_iou(gold_boxes, region_boxes).amax(dim=0)
 
 
@@ -66,7 +55,6 @@ def alignment_target(
 ) -> torch.Tensor:
     """Distribution over regions for one grounded phrase (VGP paper, sec. 3): uniform over the regions whose IoU
     with a gold box is >= `threshold`, else all mass on the best-IoU region. Padded regions get zero."""
-    check_tensor("region_mask", region_mask, optional=True)
     return alignment_target_from_iou(gold_region_iou(gold_boxes, region_boxes), region_mask, threshold)
 
 

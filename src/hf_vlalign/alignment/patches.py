@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..utils.validation import check_finite, check_tensor
+from ..utils.validation import check_finite
 
 __all__ = [
     "DEFAULT_COVERAGE_THRESHOLD",
@@ -61,7 +61,6 @@ def cell_boxes(grid: tuple[int, int]) -> torch.Tensor:
 def cell_coverage(boxes: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
     """Share of each cell's area inside the boxes: (..., G, 4) normalised boxes -> (..., rows * columns), the largest
     share over the G boxes of each leading index."""
-    check_tensor("boxes", boxes)
     if boxes.dim() < 2 or boxes.shape[-1] != 4:
         raise ValueError(f"`boxes` must be (..., G, 4) normalised x1, y1, x2, y2, got shape {tuple(boxes.shape)}.")
     check_finite("boxes", boxes)
@@ -86,7 +85,6 @@ def covered_cells_target(
     """(..., C) coverage -> (..., C) target distribution, uniform over the covered cells (coverage >=
     `coverage_threshold`); a row whose best cell is below the threshold puts all its mass on that cell; an all-zero
     row (no box) stays zero."""
-    check_tensor("coverage", coverage)
     if not 0.0 < coverage_threshold <= 1.0:
         raise ValueError(f"`coverage_threshold` must be in (0, 1], got {coverage_threshold!r}.")
     covered = (coverage >= coverage_threshold).float()

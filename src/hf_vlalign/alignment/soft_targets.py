@@ -13,21 +13,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..utils.validation import check_finite, check_rank, check_tensor
 from .boxes import gold_region_iou
 
 WordVectors = Callable[[Sequence[str]], torch.Tensor]
-
-
-def _check_boxes(name: str, boxes: torch.Tensor, layout: str) -> None:
-    check_rank(name, boxes, 2, layout)
-    if boxes.shape[-1] != 4:
-        raise ValueError(
-            f"`{name}` must have shape {layout} with 4 coordinates (x1, y1, x2, y2), got {tuple(boxes.shape)}."
-        )
-    if boxes.shape[0] == 0:
-        raise ValueError(f"`{name}` must hold at least one box, got shape {tuple(boxes.shape)}.")
-    check_finite(name, boxes)
 
 
 def _looks_normalised(boxes: torch.Tensor) -> bool:
@@ -41,10 +29,6 @@ def positional_criterion(gold_boxes: torch.Tensor, region_boxes: torch.Tensor) -
 
     Both sides must use the same convention (both in pixels or both normalised to [0, 1]); a mix is an error.
     """
-    check_tensor("gold_boxes", gold_boxes)
-    check_tensor("region_boxes", region_boxes)
-    _check_boxes("gold_boxes", gold_boxes, "(num_gold_boxes, 4)")
-    _check_boxes("region_boxes", region_boxes, "(num_regions, 4)")
     if _looks_normalised(gold_boxes) != _looks_normalised(region_boxes):
         raise ValueError(
             "`gold_boxes` and `region_boxes` must use the same coordinates (both pixels or both normalised to "
@@ -65,53 +49,20 @@ def semantic_criterion(
     attribute. With no attributes the class term alone is used (weight 1). Negative cosines are clamped at 0: a
     criterion is a non-negative score to be normalised over the objects (eq. 17). Zero vectors give a zero cosine.
     """
-    check_tensor("word_vector", word_vector)
-    check_tensor("class_vectors", class_vectors)
-    check_tensor("attribute_vectors", attribute_vectors, optional=True)
-    check_rank("word_vector", word_vector, 1, "(dim,)")
-    check_rank("class_vectors", class_vectors, 2, "(num_regions, dim)")
-    if class_vectors.shape[1] != word_vector.shape[0]:
-        raise ValueError(
-            f"`class_vectors` must have shape (num_regions, {word_vector.shape[0]}) to match `word_vector`, "
-            f"got {tuple(class_vectors.shape)}."
-        )
-    if not 0.0 <= class_weight <= 1.0:
-        raise ValueError(f"`class_weight` must be in [0, 1], got {class_weight!r}.")
     class_term = _clamped_cosine(word_vector, class_vectors)
     if attribute_vectors is None:
         return class_term
-    if tuple(attribute_vectors.shape) != tuple(class_vectors.shape):
-        raise ValueError(
-            f"`attribute_vectors` must have the shape of `class_vectors` {tuple(class_vectors.shape)}, "
-            f"got {tuple(attribute_vectors.shape)}."
-        )
     return class_weight * class_term + (1.0 - class_weight) * _clamped_cosine(word_vector, attribute_vectors)
 
 
 def _clamped_cosine(vector: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
-    check_finite("word vectors", matrix)
     cosine = torch.nn.functional.cosine_similarity(vector.float().unsqueeze(0), matrix.float(), dim=-1)
     return cosine.clamp(min=0.0)
-
-
-def _check_region_mask(region_mask: torch.Tensor | None, num_regions: int) -> None:
-    if region_mask is not None and (
-        not isinstance(region_mask, torch.Tensor) or tuple(region_mask.shape) != (num_regions,)
-    ):
-        got = tuple(region_mask.shape) if isinstance(region_mask, torch.Tensor) else type(region_mask).__name__
-        raise ValueError(f"`region_mask` must have shape (num_regions,) = ({num_regions},), got {got}.")
 
 
 def normalise_over_objects(scores: torch.Tensor, region_mask: torch.Tensor | None = None) -> torch.Tensor:
     """A criterion divided by its sum over the real regions (eq. 17): (R,) -> (R,); padded regions and an all-zero
     row stay zero."""
-    check_tensor("scores", scores)
-    check_tensor("region_mask", region_mask, optional=True)
-    check_rank("scores", scores, 1, "(num_regions,)")
-    check_finite("scores", scores)
-    if bool((scores < 0).any()):
-        raise ValueError(f"`scores` must be non-negative, got minimum {float(scores.min()):.4g}.")
-    _check_region_mask(region_mask, scores.shape[0])
     if region_mask is not None:
         scores = scores * region_mask.to(scores.dtype)
     total = scores.sum()
@@ -128,14 +79,6 @@ def combine_criteria(
     When one criterion is zero on every real region (no overlapping box, or no known word), the other alone is used;
     when both are, the row is all zeros and the phrase counts as ungrounded.
     """
-    check_tensor("positional", positional)
-    check_tensor("semantic", semantic)
-    check_tensor("region_mask", region_mask, optional=True)
-    if tuple(positional.shape) != tuple(semantic.shape):
-        raise ValueError(
-            f"`positional` and `semantic` must have the same shape (num_regions,), got {tuple(positional.shape)} "
-            f"and {tuple(semantic.shape)}."
-        )
     positional = normalise_over_objects(positional, region_mask)
     semantic = normalise_over_objects(semantic.to(positional.dtype), region_mask)
     present = [criterion for criterion in (positional, semantic) if float(criterion.sum()) > 0]
@@ -143,21 +86,6 @@ def combine_criteria(
         return torch.zeros_like(positional)
     combined = torch.stack(present).mean(dim=0)
     return combined / combined.sum()
-
-
-def _check_ids(name: str, ids: torch.Tensor, num_regions: int, vocabulary_size: int) -> None:
-    check_rank(name, ids, 1, "(num_regions,)")
-    if ids.shape[0] != num_regions or ids.is_floating_point() or ids.dtype == torch.bool:
-        raise ValueError(
-            f"`{name}` must be an integer tensor of shape ({num_regions},) (one id per region), "
-            f"got {ids.dtype} of shape {tuple(ids.shape)}."
-        )
-    bad = ids[(ids < 0) | (ids >= vocabulary_size)]
-    if bad.numel():
-        raise ValueError(
-            f"`{name}` must index the vocabulary of {vocabulary_size} names, i.e. lie in [0, {vocabulary_size - 1}], "
-            f"got {int(bad[0])}."
-        )
 
 
 class SoftAlignmentTargets:
@@ -219,22 +147,16 @@ class SoftAlignmentTargets:
                 vocabularies given at construction.
             region_mask: (R,) 1 for real regions, 0 for padding.
         """
-        if not isinstance(phrase, str):
-            raise ValueError(f"`phrase` must be a string, got {type(phrase).__name__}.")  # noqa: TRY004
         positional = positional_criterion(gold_boxes, region_boxes)
-        num_regions = region_boxes.shape[0]
-        _check_region_mask(region_mask, num_regions)
-        _check_ids("object_ids", object_ids, num_regions, self.class_vectors.shape[0])
         class_vectors = self.class_vectors[object_ids.cpu()]
-        attribute_vectors = self._attribute_vectors(attribute_ids, num_regions)
+        attribute_vectors = self._attribute_vectors(attribute_ids)
         word_vector = self.word_vectors([phrase])[0].float()
         semantic = semantic_criterion(word_vector, class_vectors, attribute_vectors, self.class_weight)
         return combine_criteria(positional, semantic.to(positional.device), region_mask)
 
-    def _attribute_vectors(self, attribute_ids: torch.Tensor | None, num_regions: int) -> torch.Tensor | None:
+    def _attribute_vectors(self, attribute_ids: torch.Tensor | None) -> torch.Tensor | None:
         if attribute_ids is None:
             return None
         if self.attribute_vectors is None:
             raise ValueError("`attribute_ids` were given but no `attribute_names` vocabulary was set at construction.")
-        _check_ids("attribute_ids", attribute_ids, num_regions, self.attribute_vectors.shape[0])
         return self.attribute_vectors[attribute_ids.cpu()]

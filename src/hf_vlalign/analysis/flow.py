@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from ..supervision.rollout import attention_rollout as _batched_rollout
-from ..utils.validation import check_tensor_sequence
 
 __all__ = ["attention_flow", "layer_capacities", "layer_rollouts", "max_flow"]
 
@@ -37,7 +36,6 @@ def layer_rollouts(attentions: list[torch.Tensor], heads: list[int] | None = Non
     Returns:
         per layer, the rollout up to and including it: (B, N, N) for batched input, (N, N) for one example.
     """
-    check_tensor_sequence("attentions", attentions)
     if not isinstance(attentions, (list, tuple)) or not attentions:
         raise ValueError(f"`attentions` must be a non-empty list of per-layer maps, got {type(attentions).__name__}.")
     ranks = {getattr(a, "dim", lambda: None)() for a in attentions}

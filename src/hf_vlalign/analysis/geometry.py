@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..utils.optional import require
-from ..utils.validation import check_normalised_boxes, check_rank, check_tensor
+from ..utils.validation import check_normalised_boxes, check_rank
 from .attention_blocks import AttentionBlocks
 from .figures import save_png
 
@@ -124,9 +124,6 @@ def region_clusters(
             (default 2: a region alone in its cluster has nothing else to attend to inside it, its "within" share
             would be its self-attention only).
     """
-    check_tensor("visual_boxes", visual_boxes)
-    check_tensor("visual_attention_mask", visual_attention_mask)
-    check_tensor("object_ids", object_ids, optional=True)
     if source not in CLUSTER_SOURCES:
         raise ValueError(f"`source` must be one of {CLUSTER_SOURCES}, got {source!r}.")
     if isinstance(min_cluster_size, bool) or not isinstance(min_cluster_size, int) or min_cluster_size < 1:
@@ -249,7 +246,6 @@ def attention_vs_distance(blocks: AttentionBlocks, visual_boxes: torch.Tensor, n
     Returns:
         rows {"layer", "distance_bin_low", "distance_bin_high", "mean_attention", "num_pairs"}.
     """
-    check_tensor("visual_boxes", visual_boxes)
     meter = AttentionDistance(num_bins)
     meter.update(blocks, visual_boxes)
     return meter.compute()
@@ -349,7 +345,6 @@ def within_cluster_attention(blocks: AttentionBlocks, region_clusters: torch.Ten
     Returns:
         rows {"layer", "within", "across", "uniform_within", "num_rows", "num_skipped_rows"}.
     """
-    check_tensor("region_clusters", region_clusters)
     meter = WithinClusterAttention(include_self)
     meter.update(blocks, region_clusters)
     return meter.compute()

@@ -1,7 +1,7 @@
-"""What every forward checks first, before any other validation: the transformers-5 keyword arguments
-(`**kwargs: Unpack[TransformersKwargs]`, as in modeling_bert.py) it acts on, with a clear error for any other name so
-that a misspelt argument is not silently ignored, and a batch of at least one example. Both are checks of names and
-shapes: they read no tensor value and run even with `config.validate_inputs=False`."""
+"""What every forward checks first, before any other validation: the keyword arguments of its `**kwargs` it acts on
+(transformers-5's output flags, as in modeling_bert.py, and `validate_inputs`), with a clear error for any other name
+so that a misspelt argument is not silently ignored, and a batch of at least one example. Both are checks of names and
+shapes: they read no tensor value."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from typing import Any
 import torch
 from torch import nn
 
-# the output flags every family reads; `return_dict` is taken by `@can_return_tuple` / `@capture_outputs` before
-OUTPUT_FLAGS = frozenset({"output_attentions", "output_hidden_states"})
+# the keyword arguments every family reads; `return_dict` is taken by `@can_return_tuple` / `@capture_outputs` before.
+# `validate_inputs` (bool, optional): True checks the values of the inputs wherever they are (on an accelerator, a
+# host read), False skips those checks; None checks them on the CPU in eager mode only (`utils.validation.checks_values`)
+FORWARD_KWARGS = frozenset({"output_attentions", "output_hidden_states", "validate_inputs"})
 
 
 def check_forward_kwargs(
-    model: nn.Module, kwargs: Mapping[str, Any], supported: Collection[str] = OUTPUT_FLAGS
+    model: nn.Module, kwargs: Mapping[str, Any], supported: Collection[str] = FORWARD_KWARGS
 ) -> None:
     """Raises a TypeError naming every keyword argument of `model.forward`'s `**kwargs` that it does not act on."""
     unexpected = sorted(set(kwargs) - set(supported))

@@ -264,11 +264,11 @@ def phrase_grounding_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.T
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Label checks
+# Label checks: shapes and dtypes always, values with `values` (`utils.validation.checks_values`)
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def check_labels(name: str, labels: torch.Tensor | None, shape: tuple[int, ...], num_labels: int) -> None:
+def check_labels(name: str, labels: torch.Tensor | None, shape: tuple[int, ...], num_labels: int, values: bool) -> None:
     """Integer labels of `shape` in [0, num_labels) or -100 (ignored)."""
     if labels is None:
         return
@@ -276,10 +276,13 @@ def check_labels(name: str, labels: torch.Tensor | None, shape: tuple[int, ...],
     check_integer(name, labels)
     if tuple(labels.shape) != shape:
         raise ValueError(f"`{name}` must have shape {shape}, got {tuple(labels.shape)}.")
-    check_in_range(name, labels, num_labels, ignore_index=-100)
+    if values:
+        check_in_range(name, labels, num_labels, ignore_index=-100)
 
 
-def check_answer_labels(answer_labels: torch.Tensor | None, batch: int, num_answers: int, name: str = "answer_labels") -> None:
+def check_answer_labels(
+    answer_labels: torch.Tensor | None, batch: int, num_answers: int, values: bool, name: str = "answer_labels"
+) -> None:
     """(B,) answer ids (-100 ignored) or (B, num_answers) soft scores in [0, 1]."""
     if answer_labels is None:
         return
@@ -288,10 +291,11 @@ def check_answer_labels(answer_labels: torch.Tensor | None, batch: int, num_answ
             raise ValueError(
                 f"soft `{name}` must have shape (batch, num_qa_labels) = {(batch, num_answers)}, got {tuple(answer_labels.shape)}."
             )
-        check_finite(name, answer_labels)
-        check_unit_interval(f"soft `{name}`", answer_labels, "be scores")
+        if values:
+            check_finite(name, answer_labels)
+            check_unit_interval(f"soft `{name}`", answer_labels, "be scores")
         return
-    check_labels(name, answer_labels, (batch,), num_answers)
+    check_labels(name, answer_labels, (batch,), num_answers, values)
 
 
 def check_unit_interval(described: str, values: torch.Tensor, what: str) -> None:
@@ -314,20 +318,29 @@ def check_image_pair(visual_feats: torch.Tensor, batch: int) -> None:
 
 
 def check_referring_inputs(
-    labels, target_region_iou, batch: int, num_regions: int, visual_attention_mask: torch.Tensor | None = None
+    labels, target_region_iou, batch: int, num_regions: int, visual_attention_mask: torch.Tensor | None, values: bool
 ) -> None:
     """`labels` (B,) name a real region (without IoUs they are the only positive, so -100 is refused);
     `target_region_iou` (B, R) are finite IoUs in [0, 1], zero on padded regions."""
-    check_labels("labels", labels, (batch,), num_regions)
+    check_labels("labels", labels, (batch,), num_regions, values)
+    if target_region_iou is not None:
+        check_floating("target_region_iou", target_region_iou)
+        if tuple(target_region_iou.shape) != (batch, num_regions):
+            raise ValueError(
+                f"`target_region_iou` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(target_region_iou.shape)}."
+            )
+    if not values:
+        return
+    region_mask = visual_attention_mask if _has_shape(visual_attention_mask, (batch, num_regions)) else None
     if labels is not None and target_region_iou is None:
         require(
             ~(labels == -100).any(),
             "`labels` must name a region in [0, R - 1] for every expression",
             lambda: "got -100 (ignored) without `target_region_iou`",
         )
-    if labels is not None and _has_shape(visual_attention_mask, (batch, num_regions)):
+    if labels is not None and region_mask is not None:
         region = labels.clamp(min=0, max=num_regions - 1)[:, None]
-        on_padding = ~visual_attention_mask.bool().gather(1, region).squeeze(1) & (labels != -100)
+        on_padding = ~region_mask.bool().gather(1, region).squeeze(1) & (labels != -100)
         require(
             ~on_padding.any(),
             "`labels` must name a real region",
@@ -336,35 +349,33 @@ def check_referring_inputs(
                 f"{on_padding.nonzero().flatten().tolist()}"
             ),
         )
-    if target_region_iou is None:
-        return
-    check_floating("target_region_iou", target_region_iou)
-    if tuple(target_region_iou.shape) != (batch, num_regions):
-        raise ValueError(
-            f"`target_region_iou` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(target_region_iou.shape)}."
-        )
-    check_finite("target_region_iou", target_region_iou)
-    check_unit_interval("`target_region_iou`", target_region_iou, "hold IoUs")
-    if _has_shape(visual_attention_mask, (batch, num_regions)):
-        check_no_mass_on_padding("target_region_iou", target_region_iou, visual_attention_mask, "visual_attention_mask")
+    if target_region_iou is not None:
+        check_finite("target_region_iou", target_region_iou)
+        check_unit_interval("`target_region_iou`", target_region_iou, "hold IoUs")
+        if region_mask is not None:
+            check_no_mass_on_padding("target_region_iou", target_region_iou, region_mask, "visual_attention_mask")
 
 
 def check_phrase_labels(
     phrase_labels: torch.Tensor | None,
     phrase_masks: torch.Tensor,
     num_regions: int,
-    visual_attention_mask: torch.Tensor | None = None,
+    visual_attention_mask: torch.Tensor | None,
+    values: bool,
 ) -> None:
     """(B, P, T) 0/1 `phrase_masks`; (B, P, R) `phrase_labels` rows that are distributions over real regions (grounded
     phrases) or all zeros (padding)."""
     check_rank("phrase_masks", phrase_masks, 3, "(batch, num_phrases, text_length)")
+    expected = (*phrase_masks.shape[:2], num_regions)
+    if phrase_labels is not None:
+        check_floating("phrase_labels", phrase_labels)
+        if tuple(phrase_labels.shape) != expected:
+            raise ValueError(f"`phrase_labels` must have shape (batch, P, R) = {expected}, got {tuple(phrase_labels.shape)}.")
+    if not values:
+        return
     check_binary_mask("phrase_masks", phrase_masks)
     if phrase_labels is None:
         return
-    expected = (*phrase_masks.shape[:2], num_regions)
-    check_floating("phrase_labels", phrase_labels)
-    if tuple(phrase_labels.shape) != expected:
-        raise ValueError(f"`phrase_labels` must have shape (batch, P, R) = {expected}, got {tuple(phrase_labels.shape)}.")
     check_finite("phrase_labels", phrase_labels)
     if _has_shape(visual_attention_mask, (expected[0], num_regions)):
         check_no_mass_on_padding("phrase_labels", phrase_labels, visual_attention_mask[:, None, :], "visual_attention_mask")
@@ -390,6 +401,7 @@ def check_pretraining_shapes(
     masked_regions: torch.Tensor | None,
     feature_labels: torch.Tensor | None,
     vocab_size: int,
+    values: bool,
 ) -> tuple[int, int]:
     """The shapes both families' pre-training reads: `input_ids` (B, T), `visual_feats` (B, R, Dv), masked-word
     `labels` (B, T) in [0, vocab_size) or -100, `masked_regions` (B, R) and `feature_labels` shaped as `visual_feats`.
@@ -398,15 +410,17 @@ def check_pretraining_shapes(
     check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
     batch, text_length = input_ids.shape
     num_regions = visual_feats.shape[1]
-    check_labels("labels", labels, (batch, text_length), vocab_size)
+    check_labels("labels", labels, (batch, text_length), vocab_size, values)
     if masked_regions is not None and tuple(masked_regions.shape) != (batch, num_regions):
         raise ValueError(
             f"`masked_regions` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(masked_regions.shape)}."
         )
-    if feature_labels is not None and tuple(feature_labels.shape) != tuple(visual_feats.shape):
-        raise ValueError(
-            f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}."
-        )
+    if feature_labels is not None:
+        check_floating("feature_labels", feature_labels)
+        if tuple(feature_labels.shape) != tuple(visual_feats.shape):
+            raise ValueError(
+                f"`feature_labels` must have the shape of `visual_feats` {tuple(visual_feats.shape)}, got {tuple(feature_labels.shape)}."
+            )
     return batch, num_regions
 
 
@@ -418,9 +432,9 @@ def check_pretraining_targets(
     feature_labels: torch.Tensor | None,
     region_labels: Mapping[str, torch.Tensor | None],
 ) -> None:
-    """Pre-training targets sit on real positions: masked words where `attention_mask` is 1, masked regions (0/1) and
-    their `region_labels` (object / attribute classes) where `visual_attention_mask` is 1; `feature_labels` finite.
-    Shapes are checked before (each family's `_check_pretraining_labels`)."""
+    """Values of the pre-training targets (read on the host: call it when `checks_values`): masked words where
+    `attention_mask` is 1, masked regions (0/1) and their `region_labels` (object / attribute classes) where
+    `visual_attention_mask` is 1; `feature_labels` finite. Shapes are checked before (`check_pretraining_shapes`)."""
     if labels is not None and _has_shape(attention_mask, labels.shape):
         check_no_target_on_padding("labels", labels, attention_mask, "attention_mask")
     if masked_regions is not None:
@@ -431,7 +445,6 @@ def check_pretraining_targets(
         if targets is not None and _has_shape(visual_attention_mask, targets.shape):
             check_no_target_on_padding(name, targets, visual_attention_mask, "visual_attention_mask")
     if feature_labels is not None:
-        check_floating("feature_labels", feature_labels)
         check_finite("feature_labels", feature_labels)
 
 

@@ -18,13 +18,10 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from ..utils.item_counts import item_count, mean_over_items
-from ..utils.validation import check_tensor, check_tensor_sequence
 
 
 def masked_log_softmax(logits: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
     """log-softmax over the last dim restricted to keys where `key_mask` (broadcastable) is True."""
-    check_tensor("logits", logits)
-    check_tensor("key_mask", key_mask)
     logits = logits.masked_fill(~key_mask.bool(), torch.finfo(logits.dtype).min)
     return torch.log_softmax(logits, dim=-1)
 
@@ -32,7 +29,6 @@ def masked_log_softmax(logits: torch.Tensor, key_mask: torch.Tensor) -> torch.Te
 def supervised_row_counts(word_region_alignment: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(text rows, region rows) the direct and semi-direct losses average over: the tokens whose alignment row carries
     mass (eq. 6) and the regions aligned to some token (eq. 7)."""
-    check_tensor("word_region_alignment", word_region_alignment)
     return (word_region_alignment.sum(-1) > 0).sum(), (word_region_alignment.sum(-2) > 0).sum()
 
 
@@ -49,9 +45,6 @@ def soft_cross_entropy(log_probs: torch.Tensor, target: torch.Tensor, num_rows: 
     num_rows: the number of target rows with mass to divide by (the global count under data parallelism, see
     `utils/item_counts.py`); default: those of `target`.
     """
-    check_tensor("log_probs", log_probs)
-    check_tensor("target", target)
-    check_tensor("num_rows", num_rows, optional=True)
     replicas = _replicas(log_probs, target)
     local_rows = (target.sum(-1) > 0).sum()
     target = target.expand_as(log_probs)
@@ -120,11 +113,6 @@ def direct_supervision_loss(
         text_mask / region_mask: (B, T) / (B, R) 1 for real tokens / regions.
     """
     # eq. (6): text -> region re-normalised over regions, target = the token's alignment row
-    check_tensor_sequence("text_to_region_logits", text_to_region_logits)
-    check_tensor_sequence("region_to_text_logits", region_to_text_logits)
-    check_tensor("word_region_alignment", word_region_alignment)
-    check_tensor("text_mask", text_mask)
-    check_tensor("region_mask", region_mask)
     text_target = word_region_alignment.unsqueeze(1)
     region_keys = region_mask[:, None, None, :]
     # eq. (7): region -> text re-normalised over words, target = the region's alignment column re-normalised
@@ -163,11 +151,6 @@ def direct_supervision_loss_from_query_key(
         num_text_rows / num_region_rows: the counts of [`supervised_row_counts`] to divide by (global under data
             parallelism); default: this batch's.
     """
-    if not text_to_region or len(text_to_region) != len(region_to_text):
-        raise ValueError(
-            "`text_to_region` and `region_to_text` must hold one (query, key) pair per supervised layer each, got "
-            f"{len(text_to_region)} and {len(region_to_text)}."
-        )
     text_target = word_region_alignment.unsqueeze(1)
     region_target = normalise_rows(word_region_alignment.transpose(1, 2)).unsqueeze(1)
     dtype = text_to_region[0][0].dtype

@@ -6,13 +6,10 @@ import torch
 from torch import nn
 
 from ..utils.item_counts import item_count, mean_over_items
-from ..utils.validation import check_tensor
 
 
 def max_pool_phrases(hidden_states: torch.Tensor, phrase_masks: torch.Tensor) -> torch.Tensor:
     """Max-pool token states over each phrase: (B, T, D), (B, P, T) -> (B, P, D); empty (padding) phrases give 0."""
-    check_tensor("hidden_states", hidden_states)
-    check_tensor("phrase_masks", phrase_masks)
     masked = hidden_states.unsqueeze(1).masked_fill(~phrase_masks.bool().unsqueeze(-1), torch.finfo(hidden_states.dtype).min)
     pooled = masked.amax(dim=2)
     has_tokens = phrase_masks.bool().any(-1, keepdim=True)
@@ -55,11 +52,6 @@ def indirect_supervision_loss(
     number of real phrases to divide by (global under data parallelism); default: this batch's. With no real phrase
     the loss is a zero connected to the graph.
     """
-    check_tensor("pair_logits", pair_logits)
-    check_tensor("phrase_region_targets", phrase_region_targets)
-    check_tensor("phrase_valid", phrase_valid)
-    check_tensor("region_mask", region_mask)
-    check_tensor("num_phrases", num_phrases, optional=True)
     pair_loss = nn.functional.binary_cross_entropy_with_logits(pair_logits, phrase_region_targets, reduction="none")
     region_mask = region_mask[:, None, :].to(pair_loss.dtype)
     per_phrase = (pair_loss * region_mask).sum(-1) / region_mask.sum(-1).clamp(min=1)

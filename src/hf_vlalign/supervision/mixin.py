@@ -12,10 +12,14 @@ from typing import Any
 import torch
 
 from ..utils.item_counts import count_true, num_items
-from ..utils.validation import check_index_list
 from .direct import direct_supervision_loss_from_query_key, masked_log_softmax, select_heads, supervised_row_counts
 from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
 from .rollout import attention_rollout, cross_modal_rollout, semi_direct_supervision_loss
+
+
+def _indices_or_all(indices: list[int] | None, count: int) -> list[int]:
+    """The sorted layer or head indices a config names (checked by the config); None means all `count` of them."""
+    return list(range(count)) if indices is None else sorted(set(indices))
 
 
 class AttentionSupervisionMixin:
@@ -27,11 +31,11 @@ class AttentionSupervisionMixin:
 
     @property
     def supervised_layer_indices(self) -> list[int]:
-        return check_index_list("supervised_layers", self.config.supervised_layers, self.num_supervisable_layers, "layer")
+        return _indices_or_all(self.config.supervised_layers, self.num_supervisable_layers)
 
     @property
     def supervised_head_indices(self) -> list[int]:
-        return check_index_list("supervised_heads", self.config.supervised_heads, self.config.num_attention_heads, "head")
+        return _indices_or_all(self.config.supervised_heads, self.config.num_attention_heads)
 
     @property
     def num_supervisable_layers(self) -> int:

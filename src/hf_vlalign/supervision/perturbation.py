@@ -53,135 +53,12 @@ from torch import nn
 from transformers import initialization as init
 
 from ..utils.item_counts import item_count, mean_over_items
-from ..utils.validation import (
-    check_finite,
-    check_mask_not_empty,
-    check_rank,
-    check_tensor,
-    check_tensor_sequence,
-    require,
-)
 
 FUSIONS = ("max", "moving_average", "exp_decay", "gate")
 # the mask network of eq. (2): the printed form (decoder state only) or with a region-content term (module docstring)
 MASK_INPUTS = ("query", "query_and_regions")
 # eq. (7): the printed a + eta * a_m, or the convex (1 - eta) * a + eta * a_m (see `fuse_attention`)
 MOVING_AVERAGES = ("additive", "convex")
-
-ATTENTION_LAYOUT = "(batch, num_heads, text_length, num_regions)"
-MASK_LAYOUT = "(batch, num_heads, text_length, 1) or (batch, num_heads, text_length, num_regions)"
-GATE_LAYOUT = "(batch, num_heads, text_length, 1)"
-
-
-# --- validation -----------------------------------------------------------------------------------------------------
-
-
-def _is_number(value) -> bool:
-    """A finite real number (bools excluded)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _check_positive_int(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
-
-
-def _check_fusion(fusion: str) -> None:
-    if fusion not in FUSIONS:
-        raise ValueError(f"`fusion` must be one of {FUSIONS}, got {fusion!r}.")
-
-
-def _check_moving_average(moving_average: str) -> None:
-    if moving_average not in MOVING_AVERAGES:
-        raise ValueError(
-            f"`moving_average` (the form of eq. 7, config `alignment_moving_average`) must be one of {MOVING_AVERAGES}, "
-            f"got {moving_average!r}."
-        )
-
-
-def _check_mask_input(mask_input: str) -> None:
-    if mask_input not in MASK_INPUTS:
-        raise ValueError(
-            f"`mask_input` (the input of eq. 2's mask network, config `alignment_mask_input`) must be one of "
-            f"{MASK_INPUTS}, got {mask_input!r}."
-        )
-
-
-def _check_eta(eta: float, moving_average: str = "additive") -> None:
-    """eta >= 0 for the printed a + eta a_m; in [0, 1] for the convex form."""
-    if moving_average == "convex":
-        if not _is_number(eta) or not 0.0 <= eta <= 1.0:
-            raise ValueError(f"`eta` (moving-average ratio, eq. 7, convex form) must be a float in [0, 1], got {eta!r}.")
-    elif not _is_number(eta) or eta < 0.0:
-        raise ValueError(f"`eta` (moving-average weight, eq. 7) must be a finite float >= 0, got {eta!r}.")
-
-
-def _check_temperature(temperature: float) -> None:
-    if not _is_number(temperature) or temperature <= 0:
-        raise ValueError(
-            f"`temperature` (T_P of the exponential decay, eq. 8) must be a finite float > 0, got {temperature!r}."
-        )
-
-
-def _check_step(step: int | torch.Tensor | None, required: bool) -> None:
-    if step is None:
-        if required:
-            raise ValueError(
-                "`step` (the training step s of the exponential decay, eq. 8) is required for fusion 'exp_decay', "
-                "got None."
-            )
-        return
-    if isinstance(step, torch.Tensor) and step.dim() == 0 and not step.is_floating_point() and step.dtype != torch.bool:
-        require(step >= 0, "`step` (the training step s, eq. 8) must be >= 0", lambda: f"got {int(step)}")
-        return
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise ValueError(f"`step` (the training step s, eq. 8) must be an int or a 0-d integer tensor >= 0, got {step!r}.")
-
-
-def _check_probabilities(name: str, tensor: torch.Tensor, layout: str, upper: float | None = None) -> None:
-    """Rank 4, finite, >= 0 and (when `upper` is set) <= upper."""
-    check_rank(name, tensor, 4, layout)
-    check_finite(name, tensor)
-    if tensor.numel() == 0:
-        return
-    values = tensor.detach()
-    inside = (values >= 0).all() if upper is None else ((values >= 0) & (values <= upper)).all()
-    expected = f"in [0, {upper:g}]" if upper is not None else "non-negative"
-    require(
-        inside,
-        f"`{name}` must be {expected}",
-        lambda: f"got values in [{float(values.min()):.4g}, {float(values.max()):.4g}]",
-    )
-
-
-def _check_attention(name: str, attention: torch.Tensor) -> None:
-    _check_probabilities(name, attention, ATTENTION_LAYOUT)
-
-
-def _check_mask(mask: torch.Tensor, attention: torch.Tensor, name: str = "mask") -> None:
-    """A (B, H, T, 1) or (B, H, T, R) mask in [0, 1] matching a (B, H, T, R) attention."""
-    _check_probabilities(name, mask, MASK_LAYOUT, upper=1.0)
-    batch, heads, steps, regions = attention.shape
-    if tuple(mask.shape[:3]) != (batch, heads, steps) or mask.shape[3] not in (1, regions):
-        raise ValueError(
-            f"`{name}` must have shape {MASK_LAYOUT} = {(batch, heads, steps, 1)} or {(batch, heads, steps, regions)} "
-            f"to match `attention` {tuple(attention.shape)}, got {tuple(mask.shape)}."
-        )
-
-
-def _check_region_mask(region_mask: torch.Tensor | None, batch: int, num_regions: int) -> torch.Tensor | None:
-    """(B, R) mask of real regions, at least one per example; returned as bool."""
-    if region_mask is None:
-        return None
-    check_rank("region_mask", region_mask, 2, "(batch, num_regions)")
-    if tuple(region_mask.shape) != (batch, num_regions):
-        raise ValueError(
-            f"`region_mask` must have shape (batch, num_regions) = {(batch, num_regions)}, "
-            f"got {tuple(region_mask.shape)}."
-        )
-    check_mask_not_empty("region_mask", region_mask, "region")
-    return region_mask.bool()
-
 
 # --- functional building blocks ---------------------------------------------------------------------------------------
 
@@ -199,10 +76,6 @@ def perturbed_attention(attention: torch.Tensor, mask: torch.Tensor) -> torch.Te
     Returns:
         (B, H, T, R) perturbed attention.
     """
-    check_tensor("attention", attention)
-    check_tensor("mask", mask)
-    _check_attention("attention", attention)
-    _check_mask(mask, attention)
     return mask * attention + (1.0 - mask) * attention.mean(dim=1, keepdim=True)
 
 
@@ -211,8 +84,6 @@ def aligned_attention(attention: torch.Tensor, mask: torch.Tensor) -> torch.Tens
 
     Not re-normalised here: `fuse_attention` re-normalises after the fusion (eqs. 6-10).
     """
-    _check_attention("attention", attention)
-    _check_mask(mask, attention)
     return attention * torch.exp(1.0 - mask)
 
 
@@ -225,8 +96,6 @@ def renormalise_over_regions(attention: torch.Tensor, region_mask: torch.Tensor 
         attention: (B, H, T, R) non-negative weights.
         region_mask: (B, R), 1 for real regions (at least one per example); None keeps every region.
     """
-    _check_attention("attention", attention)
-    region_mask = _check_region_mask(region_mask, attention.shape[0], attention.shape[-1])
     if region_mask is not None:
         attention = attention * region_mask[:, None, None, :].to(attention.dtype)
     sums = attention.sum(dim=-1, keepdim=True)
@@ -237,8 +106,6 @@ def renormalise_over_regions(attention: torch.Tensor, region_mask: torch.Tensor 
 def exp_decay_weight(step: int | torch.Tensor, temperature: float) -> float | torch.Tensor:
     """w_s = exp(-s / T_P), the weight of the *original* attention in the exponential-decay fusion (eq. 8); a tensor
     when `step` is one (a model's step counter, never read on the host)."""
-    _check_step(step, required=True)
-    _check_temperature(temperature)
     if isinstance(step, torch.Tensor):
         return torch.exp(-step.double() / temperature).float()
     return math.exp(-step / temperature)
@@ -293,22 +160,6 @@ def fuse_attention(
     Returns:
         (B, H, T, R) fused attention whose rows sum to 1 over the real regions (all-zero rows stay zero).
     """
-    check_tensor("attention", attention)
-    check_tensor("aligned", aligned)
-    check_tensor("gate", gate, optional=True)
-    check_tensor("region_mask", region_mask, optional=True)
-    _check_fusion(fusion)
-    _check_moving_average(moving_average)
-    _check_eta(eta, moving_average)
-    _check_temperature(temperature)
-    _check_step(step, required=fusion == "exp_decay")
-    _check_attention("attention", attention)
-    _check_attention("aligned", aligned)
-    if aligned.shape != attention.shape:
-        raise ValueError(
-            f"`aligned` must have the shape of `attention` {ATTENTION_LAYOUT} = {tuple(attention.shape)}, "
-            f"got {tuple(aligned.shape)}."
-        )
     if fusion == "max":
         fused = torch.maximum(attention, aligned)
     elif fusion == "moving_average" and moving_average == "additive":
@@ -319,14 +170,6 @@ def fuse_attention(
         weight = exp_decay_weight(step, temperature)
         fused = weight * attention + (1.0 - weight) * aligned
     else:
-        if gate is None:
-            raise ValueError(f"`gate` {GATE_LAYOUT} is required for fusion 'gate', got None.")
-        _check_probabilities("gate", gate, GATE_LAYOUT, upper=1.0)
-        if tuple(gate.shape) != (*attention.shape[:3], 1):
-            raise ValueError(
-                f"`gate` must have shape {GATE_LAYOUT} = {(*attention.shape[:3], 1)} to match `attention`, "
-                f"got {tuple(gate.shape)}."
-            )
         fused = gate * aligned + (1.0 - gate) * attention
     return renormalise_over_regions(fused, region_mask)
 
@@ -364,36 +207,7 @@ def mask_objective(
     Returns:
         scalar objective.
     """
-    check_tensor("caption_loss", caption_loss)
-    check_tensor_sequence("masks", masks)
-    check_tensor("valid", valid, optional=True)
-    check_tensor("num_steps", num_steps, optional=True)
-    if not isinstance(caption_loss, torch.Tensor) or caption_loss.dim() != 0:
-        got = tuple(caption_loss.shape) if isinstance(caption_loss, torch.Tensor) else type(caption_loss).__name__
-        raise ValueError(f"`caption_loss` must be a scalar (0-dim) tensor, got {got}.")
-    check_finite("caption_loss", caption_loss)
-    if not _is_number(weight) or weight < 0:
-        raise ValueError(f"`weight` (lambda of eq. 4) must be a finite float >= 0, got {weight!r}.")
-    if isinstance(masks, torch.Tensor) or not isinstance(masks, Sequence) or len(masks) == 0:
-        got = f"a tensor of shape {tuple(masks.shape)}" if isinstance(masks, torch.Tensor) else repr(masks)
-        raise ValueError(
-            f"`masks` must be a non-empty list of {MASK_LAYOUT} tensors (one per aligned layer), got {got}."
-        )
-    for index, mask in enumerate(masks):
-        _check_probabilities(f"masks[{index}]", mask, MASK_LAYOUT, upper=1.0)
-    batch, steps = masks[0].shape[0], masks[0].shape[2]
-    for index, mask in enumerate(masks):
-        if (mask.shape[0], mask.shape[2]) != (batch, steps):
-            raise ValueError(
-                f"`masks[{index}]` must share (batch, text_length) = {(batch, steps)} with `masks[0]`, "
-                f"got shape {tuple(mask.shape)}."
-            )
     if valid is not None:
-        check_rank("valid", valid, 2, "(batch, text_length)")
-        if tuple(valid.shape) != (batch, steps):
-            raise ValueError(
-                f"`valid` must have shape (batch, text_length) = {(batch, steps)}, got {tuple(valid.shape)}."
-            )
         valid = valid.bool()
     penalty = caption_loss.new_zeros(())
     for mask in masks:
@@ -467,18 +281,6 @@ class AttentionPerturbation(nn.Module):
         moving_average: str = "additive",
     ):
         super().__init__()
-        _check_positive_int("hidden_size", hidden_size)
-        _check_positive_int("num_heads", num_heads)
-        _check_positive_int("num_region_slots", num_region_slots)
-        _check_fusion(fusion)
-        _check_mask_input(mask_input)
-        _check_moving_average(moving_average)
-        _check_eta(eta, moving_average)
-        _check_temperature(temperature)
-        if not _is_number(mask_bias_init):
-            raise ValueError(f"`mask_bias_init` must be a finite float, got {mask_bias_init!r}.")
-        if not _is_number(initializer_range) or initializer_range < 0:
-            raise ValueError(f"`initializer_range` must be a float >= 0, got {initializer_range!r}.")
         self.hidden_size = hidden_size
         self.num_heads = num_heads
         self.fusion = fusion
@@ -511,14 +313,6 @@ class AttentionPerturbation(nn.Module):
         networks = (self.mask_network, self.region_network)
         return [parameter for network in networks if network is not None for parameter in network.parameters()]
 
-    def _check_states(self, name: str, states: torch.Tensor, layout: str) -> None:
-        check_rank(name, states, 3, layout)
-        check_finite(name, states)
-        if states.shape[-1] != self.hidden_size:
-            raise ValueError(
-                f"`{name}` must have shape {layout} with hidden_size={self.hidden_size}, got {tuple(states.shape)}."
-            )
-
     def mask(
         self,
         hidden_states: torch.Tensor,
@@ -541,22 +335,9 @@ class AttentionPerturbation(nn.Module):
         Returns:
             (B, H, T, R) mask ((B, H, T, 1) for "query_and_regions" without `region_states`).
         """
-        self._check_states("hidden_states", hidden_states, "(batch, text_length, hidden_size)")
         batch, steps = hidden_states.shape[:2]
-        if region_states is not None:
-            self._check_states("region_states", region_states, "(batch, num_regions, hidden_size)")
-            if region_states.shape[0] != batch:
-                raise ValueError(
-                    f"`region_states` must share the batch size of `hidden_states` ({batch}), "
-                    f"got shape {tuple(region_states.shape)}."
-                )
         logits = self.mask_network(hidden_states)
         if self.mask_input == "query":
-            if region_states is None and region_mask is None:
-                raise ValueError(
-                    "`region_states` or `region_mask` (batch, num_regions) is required by the mask network "
-                    "`mask_input='query'` (one value per region slot), got neither."
-                )
             num_regions = region_states.shape[1] if region_states is not None else region_mask.shape[-1]
             if num_regions > self.num_region_slots:
                 raise ValueError(
@@ -564,30 +345,24 @@ class AttentionPerturbation(nn.Module):
                     f"(eq. 2, one value per region slot), got an image with {num_regions} regions; raise "
                     f"`alignment_mask_regions` or use `alignment_mask_input='query_and_regions'`."
                 )
-            region_mask = _check_region_mask(region_mask, batch, num_regions)
             logits = logits.view(batch, steps, self.num_heads, self.num_region_slots)[..., :num_regions]
             mask = torch.sigmoid(logits).transpose(1, 2)  # (B, H, T, R)
         elif region_states is None:
             return torch.sigmoid(logits).transpose(1, 2).unsqueeze(-1)
         else:
-            region_mask = _check_region_mask(region_mask, batch, region_states.shape[1])
             logits = logits[:, :, None, :] + self.region_network(region_states)[:, None, :, :]  # (B, T, R, H)
             mask = torch.sigmoid(logits).permute(0, 3, 1, 2)  # (B, H, T, R)
         if region_mask is not None:
-            mask = mask.masked_fill(~region_mask[:, None, None, :], 1.0)
+            mask = mask.masked_fill(~region_mask.bool()[:, None, None, :], 1.0)
         return mask
 
     def perturb(self, attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """a_p = m * a + (1 - m) * mean over heads of a (eq. 3); see `perturbed_attention`."""
-        self._check_heads(attention)
         return perturbed_attention(attention, mask)
 
     def gate_values(self, queries: torch.Tensor) -> torch.Tensor:
         """g = sigmoid(W_g h_t + b_g) (eqs. 9-10, our reading, see `fuse_attention`), (B, T, D) decoder states h_t ->
         (B, H, T, 1) gate values."""
-        if self.gate is None:
-            raise ValueError(f"`gate_values` needs fusion 'gate', this module has fusion {self.fusion!r}.")
-        self._check_states("queries", queries, "(batch, text_length, hidden_size)")
         return torch.sigmoid(self.gate(queries)).transpose(1, 2).unsqueeze(-1)
 
     def align(
@@ -611,21 +386,9 @@ class AttentionPerturbation(nn.Module):
         Returns:
             (B, H, T, R) aligned attention, rows summing to 1 over the real regions.
         """
-        self._check_heads(attention)
-        _check_step(step, required=self.fusion == "exp_decay")
         gate = None
         if self.fusion == "gate":
-            if queries is None:
-                raise ValueError(
-                    "`queries` (batch, text_length, hidden_size) are required for fusion 'gate', got None."
-                )
             gate = self.gate_values(queries)
-            if tuple(queries.shape[:2]) != (attention.shape[0], attention.shape[2]):
-                raise ValueError(
-                    f"`queries` must have shape (batch, text_length, hidden_size) = "
-                    f"{(attention.shape[0], attention.shape[2], self.hidden_size)} to match `attention`, "
-                    f"got {tuple(queries.shape)}."
-                )
         return fuse_attention(
             attention,
             aligned_attention(attention, mask),
@@ -637,14 +400,6 @@ class AttentionPerturbation(nn.Module):
             region_mask=region_mask,
             moving_average=self.moving_average,
         )
-
-    def _check_heads(self, attention: torch.Tensor) -> None:
-        check_rank("attention", attention, 4, ATTENTION_LAYOUT)
-        if attention.shape[1] != self.num_heads:
-            raise ValueError(
-                f"`attention` must have shape {ATTENTION_LAYOUT} with num_heads={self.num_heads}, "
-                f"got {tuple(attention.shape)}."
-            )
 
     def extra_repr(self) -> str:
         return (

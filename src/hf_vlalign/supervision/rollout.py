@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from ..utils.validation import check_tensor, check_tensor_sequence
 from .direct import normalise_rows, select_heads, soft_cross_entropy
 
 
@@ -20,13 +19,8 @@ def attention_rollout(attention_probs: list[torch.Tensor], heads: list[int] | No
     Returns:
         per layer, (B, N, N) rollout up to and including that layer.
     """
-    check_tensor_sequence("attention_probs", attention_probs)
-    if not attention_probs:
-        raise ValueError("`attention_probs` must hold at least one layer, got an empty list.")
     rollouts, rollout = [], None
     for probs in attention_probs:
-        if probs.dim() != 4 or probs.shape[-1] != probs.shape[-2]:
-            raise ValueError(f"`attention_probs` entries must have shape (B, H, N, N), got {tuple(probs.shape)}.")
         mixed = select_heads(probs, heads).mean(dim=1)
         identity = torch.eye(mixed.shape[-1], dtype=mixed.dtype, device=mixed.device)
         layer_rollout = normalise_rows(mixed + identity)
@@ -51,8 +45,6 @@ def cross_modal_rollout(cross_layer_probs: list[dict[str, torch.Tensor]], heads:
     Returns:
         per cross layer, (B, N, N) rollout up to and including that layer.
     """
-    if not cross_layer_probs:
-        raise ValueError("`cross_layer_probs` must hold at least one cross layer, got an empty list.")
     rollouts, rollout = [], None
     for probs in cross_layer_probs:
         mixed = {name: select_heads(p, heads).mean(dim=1) for name, p in probs.items()}
@@ -91,12 +83,6 @@ def semi_direct_supervision_loss(
     words, cross-entropy with the gold alignment, averaged over the supervised layers, both directions summed.
     `num_text_rows` / `num_region_rows`: the counts to divide by (`direct.supervised_row_counts`, global under data
     parallelism); default: this batch's."""
-    check_tensor_sequence("rollouts", rollouts)
-    check_tensor("word_region_alignment", word_region_alignment)
-    check_tensor("text_mask", text_mask)
-    check_tensor("region_mask", region_mask)
-    check_tensor("num_text_rows", num_text_rows, optional=True)
-    check_tensor("num_region_rows", num_region_rows, optional=True)
     region_target = normalise_rows(word_region_alignment.transpose(1, 2))
     losses = []
     for rollout in rollouts:

@@ -1,12 +1,13 @@
-"""One validation layer shared by models, collators, builders and readers.
+"""One validation layer shared by the doors: models' forwards, collators, builders and readers.
 
 Every check raises `ValueError` naming the argument, what was expected and what came, so that bad input never
 surfaces as a NaN or an index error from deep inside torch.
 
-The checks of tensor *values* never read a tensor on the host unless the check fails: each is a 0-d condition on the
-tensor's device asserted by [`require`] (`torch._assert_async`). On an accelerator that assertion is queued with the
-kernels, so a model's forward waits for nothing, and `torch.compile(fullgraph=True)` / `torch.export` keep it in the
-graph; on the CPU in eager mode it fails at once and the error names what came.
+A model's forward checks the shapes and dtypes of its inputs always (host-side metadata). It checks their *values*
+(ids in range, boxes normalised, alignment rows summing to 1, masks not empty, ...) only where reading them costs
+nothing ([`checks_values`]): on the CPU in eager mode, or anywhere when the caller passes `validate_inputs=True`
+(on an accelerator the values are then read on the host, a device synchronisation per forward). A training step on
+an accelerator, or traced by `torch.compile`, reads no value on the host.
 """
 
 from __future__ import annotations
@@ -47,29 +48,27 @@ def require(
     *,
     message: Callable[[], str] | None = None,
 ) -> None:
-    """Asserts the 0-d bool tensor `condition` without reading it on the host.
+    """Raises a `ValueError` unless the 0-d bool tensor `condition` holds (it is read on the host).
 
     `expected` says what must hold ("`input_ids` must be in [0, 99]"); `what_came`, called only when the check fails,
-    describes the input that failed it ("got [-1, 5]") and may read tensor values. On the CPU in eager mode a failure
-    raises a `ValueError` with both at once (or with `message()`, a whole sentence, when given). Elsewhere the condition is asserted asynchronously
-    (`torch._assert_async`): on an accelerator a failure surfaces at the next synchronisation as a device-side assert
-    (the message of `expected` where the backend prints one), and compiled or exported graphs keep the assertion.
+    describes the input that failed it ("got [-1, 5]"); `message()`, when given, is the whole sentence instead.
     """
-    if condition.device.type != "cpu" or torch.compiler.is_compiling():
-        torch._assert_async(condition, f"{expected}.")
+    if bool(condition):
         return
-    try:
-        torch._assert_async(condition, expected)
-    except RuntimeError:
-        if message is not None:
-            raise ValueError(message()) from None
-        came = what_came() if what_came is not None else ""
-        raise ValueError(f"{expected}, {came}." if came else f"{expected}.") from None
+    if message is not None:
+        raise ValueError(message())
+    came = what_came() if what_came is not None else ""
+    raise ValueError(f"{expected}, {came}." if came else f"{expected}.")
 
 
-def on_the_cpu_in_eager_mode(tensor: torch.Tensor) -> bool:
-    """Whether reading `tensor` on the host costs no device synchronisation and breaks no traced graph."""
-    return tensor.device.type == "cpu" and not torch.compiler.is_compiling()
+def checks_values(config, tensor: torch.Tensor, validate_inputs: bool | None = None) -> bool:
+    """Whether a forward checks the values of its inputs. `validate_inputs` (a forward's keyword argument) True: yes,
+    wherever `tensor` is (on an accelerator that reads the values on the host: the caller's explicit choice); False:
+    no. None (the default): when `config.validate_inputs` is on and `tensor` is on the CPU in eager mode, where
+    reading it costs no device synchronisation and breaks no traced graph."""
+    if validate_inputs is not None:
+        return bool(validate_inputs)
+    return bool(config.validate_inputs) and tensor.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def _shape(tensor: torch.Tensor) -> tuple[int, ...]:
@@ -160,9 +159,8 @@ def warn_unmasked_zero_features(
 ) -> None:
     """Without a mask, regions whose features are all zeros but whose boxes look valid cannot be told from real ones;
     they are attended. Warns that they look like padding (a constant message: Python shows it once per call site).
-    A warning needs the values on the host: it is given on the CPU in eager mode only, never at the price of a device
-    synchronisation or a graph break (the collators always pass the mask)."""
-    if on_the_cpu_in_eager_mode(visual_feats) and bool((visual_feats == 0).all(-1).any()):
+    It reads the values: forwards call it when they check values ([`checks_values`])."""
+    if bool((visual_feats == 0).all(-1).any()):
         warnings.warn(
             f"`{name}` has region(s) whose features are all zeros and no `{mask_name}` was given, so they are attended "
             f"as real regions; if they are padding, pass `{mask_name}` (1 for real regions, 0 for padding).",
@@ -256,8 +254,10 @@ def check_vision_language_inputs(
     visual_boxes: torch.Tensor | None,
     visual_attention_mask: torch.Tensor | None,
     word_region_alignment: torch.Tensor | None = None,
+    values: bool,
 ) -> None:
-    """Shapes, ranges and values of the DESIGN.md input tensors, checked against each other and against `config`.
+    """Shapes and dtypes of the DESIGN.md input tensors, checked against each other and against `config`; with
+    `values` ([`checks_values`]), their values too.
 
     `visual_boxes` may be None only for a model without box embeddings (`config.use_box_embeddings=False`); when given
     it is checked all the same.
@@ -271,48 +271,14 @@ def check_vision_language_inputs(
         raise ValueError(
             f"`input_ids` has {text_length} tokens, more than `max_position_embeddings` ({config.max_position_embeddings})."
         )
-    check_in_range("input_ids", input_ids, config.vocab_size, "(vocab_size)")
     for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
         if tensor is not None:
             check_rank(name, tensor, 2, "(batch, text_length)")
             if tuple(tensor.shape) != (batch, text_length):
                 raise ValueError(f"`{name}` must have the shape of `input_ids` {(batch, text_length)}, got {tuple(tensor.shape)}.")
-    if attention_mask is not None:
-        check_binary_mask("attention_mask", attention_mask)
-        check_mask_not_empty("attention_mask", attention_mask, "token")
     if token_type_ids is not None:
         check_integer("token_type_ids", token_type_ids)
-        check_in_range("token_type_ids", token_type_ids, config.type_vocab_size, "(type_vocab_size)")
-    check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
-    check_floating("visual_feats", visual_feats)
-    num_regions = visual_feats.shape[1]
-    check_dim("visual_feats", visual_feats, 0, batch, "(batch, num_regions, visual_feat_dim)", "batch of `input_ids`")
-    check_dim("visual_feats", visual_feats, 2, config.visual_feat_dim, "(batch, num_regions, visual_feat_dim)", "config.visual_feat_dim")
-    if num_regions == 0:
-        raise ValueError("`visual_feats` must hold at least one region, got an empty region set (num_regions = 0).")
-    check_finite("visual_feats", visual_feats)
-    check_boxes_given(config, visual_boxes)
-    if visual_boxes is not None:
-        check_rank("visual_boxes", visual_boxes, 3, "(batch, num_regions, 4)")
-        check_floating("visual_boxes", visual_boxes)
-        if tuple(visual_boxes.shape[:2]) != (batch, num_regions):
-            raise ValueError(
-                f"`visual_boxes` must have shape (batch, num_regions, 4) = {(batch, num_regions, 4)} to match "
-                f"`visual_feats`, got {tuple(visual_boxes.shape)}."
-            )
-    if visual_attention_mask is not None:
-        check_rank("visual_attention_mask", visual_attention_mask, 2, "(batch, num_regions)")
-        if tuple(visual_attention_mask.shape) != (batch, num_regions):
-            raise ValueError(
-                f"`visual_attention_mask` must have shape (batch, num_regions) = {(batch, num_regions)}, "
-                f"got {tuple(visual_attention_mask.shape)}."
-            )
-        check_binary_mask("visual_attention_mask", visual_attention_mask)
-        check_mask_not_empty("visual_attention_mask", visual_attention_mask, "region")
-    if visual_boxes is not None:
-        check_normalised_boxes("visual_boxes", visual_boxes, visual_attention_mask)
-    if visual_attention_mask is None:
-        warn_unmasked_zero_features("visual_feats", visual_feats)
+    num_regions = check_region_shapes(config, visual_feats, visual_boxes, visual_attention_mask, batch)
     if word_region_alignment is not None:
         check_rank("word_region_alignment", word_region_alignment, 3, "(batch, text_length, num_regions)")
         check_floating("word_region_alignment", word_region_alignment)
@@ -321,6 +287,16 @@ def check_vision_language_inputs(
                 f"`word_region_alignment` must have shape (batch, text_length, num_regions) = "
                 f"{(batch, text_length, num_regions)}, got {tuple(word_region_alignment.shape)}."
             )
+    if not values:
+        return
+    check_in_range("input_ids", input_ids, config.vocab_size, "(vocab_size)")
+    if attention_mask is not None:
+        check_binary_mask("attention_mask", attention_mask)
+        check_mask_not_empty("attention_mask", attention_mask, "token")
+    if token_type_ids is not None:
+        check_in_range("token_type_ids", token_type_ids, config.type_vocab_size, "(type_vocab_size)")
+    check_region_values(visual_feats, visual_boxes, visual_attention_mask)
+    if word_region_alignment is not None:
         check_alignment("word_region_alignment", word_region_alignment)
         if visual_attention_mask is not None:
             check_no_mass_on_padding(
@@ -328,6 +304,58 @@ def check_vision_language_inputs(
             )
         if attention_mask is not None:
             check_no_mass_on_padding("word_region_alignment", word_region_alignment, attention_mask[:, :, None], "attention_mask")
+
+
+def check_region_shapes(
+    config,
+    visual_feats: torch.Tensor,
+    visual_boxes: torch.Tensor | None,
+    visual_attention_mask: torch.Tensor | None,
+    batch: int | None = None,
+) -> int:
+    """Shapes and dtypes of `visual_feats` (B, R, Dv), `visual_boxes` (B, R, 4) and `visual_attention_mask` (B, R),
+    with B = `batch` when given; returns R."""
+    layout = "(batch, num_regions, visual_feat_dim)"
+    check_rank("visual_feats", visual_feats, 3, layout)
+    check_floating("visual_feats", visual_feats)
+    batch = visual_feats.shape[0] if batch is None else batch
+    num_regions = visual_feats.shape[1]
+    check_dim("visual_feats", visual_feats, 0, batch, layout, "batch of `input_ids`")
+    check_dim("visual_feats", visual_feats, 2, config.visual_feat_dim, layout, "config.visual_feat_dim")
+    if num_regions == 0:
+        raise ValueError("`visual_feats` must hold at least one region, got an empty region set (num_regions = 0).")
+    check_boxes_given(config, visual_boxes)
+    if visual_boxes is not None:
+        check_rank("visual_boxes", visual_boxes, 3, "(batch, num_regions, 4)")
+        check_floating("visual_boxes", visual_boxes)
+        if tuple(visual_boxes.shape) != (batch, num_regions, 4):
+            raise ValueError(
+                f"`visual_boxes` must have shape (batch, num_regions, 4) = {(batch, num_regions, 4)} (x1, y1, x2, y2) "
+                f"to match `visual_feats`, got {tuple(visual_boxes.shape)}."
+            )
+    if visual_attention_mask is not None:
+        check_rank("visual_attention_mask", visual_attention_mask, 2, "(batch, num_regions)")
+        if tuple(visual_attention_mask.shape) != (batch, num_regions):
+            raise ValueError(
+                f"`visual_attention_mask` must have shape (batch, num_regions) = {(batch, num_regions)}, "
+                f"got {tuple(visual_attention_mask.shape)}."
+            )
+    return num_regions
+
+
+def check_region_values(
+    visual_feats: torch.Tensor, visual_boxes: torch.Tensor | None, visual_attention_mask: torch.Tensor | None
+) -> None:
+    """Values of the region inputs (shapes checked before): finite features, a 0/1 region mask keeping a region per
+    example, normalised boxes, and (without a mask) a warning for all-zero regions that look like padding."""
+    check_finite("visual_feats", visual_feats)
+    if visual_attention_mask is not None:
+        check_binary_mask("visual_attention_mask", visual_attention_mask)
+        check_mask_not_empty("visual_attention_mask", visual_attention_mask, "region")
+    if visual_boxes is not None:
+        check_normalised_boxes("visual_boxes", visual_boxes, visual_attention_mask)
+    if visual_attention_mask is None:
+        warn_unmasked_zero_features("visual_feats", visual_feats)
 
 
 def check_in_range(
@@ -376,8 +404,11 @@ def check_no_mass_on_padding(name: str, target: torch.Tensor, mask: torch.Tensor
     )
 
 
-def check_phrase_masks(name: str, phrase_masks: torch.Tensor, batch: int, text_length: int, allow_empty_rows: bool) -> None:
-    """A (B, T) mask (one phrase per example) or (B, P, T) masks (padding rows allowed when `allow_empty_rows`)."""
+def check_phrase_masks(
+    name: str, phrase_masks: torch.Tensor, batch: int, text_length: int, allow_empty_rows: bool, values: bool
+) -> None:
+    """A (B, T) mask (one phrase per example) or (B, P, T) masks; with `values`, 0/1 and (unless `allow_empty_rows`,
+    padding phrases) each keeping a token."""
     if not isinstance(phrase_masks, torch.Tensor) or phrase_masks.dim() not in (2, 3):
         got = f"shape {_shape(phrase_masks)}" if isinstance(phrase_masks, torch.Tensor) else type(phrase_masks).__name__
         raise ValueError(f"`{name}` must have shape (batch, text_length) or (batch, num_phrases, text_length), got {got}.")
@@ -386,6 +417,8 @@ def check_phrase_masks(name: str, phrase_masks: torch.Tensor, batch: int, text_l
             f"`{name}` must have shape (batch, [num_phrases,] text_length) with batch={batch}, text_length={text_length}, "
             f"got {tuple(phrase_masks.shape)}."
         )
+    if not values:
+        return
     check_binary_mask(name, phrase_masks)
     if not allow_empty_rows:
         check_mask_not_empty(name, phrase_masks, "token in the phrase")
@@ -401,27 +434,27 @@ def default_and_check_inputs(
     visual_attention_mask: torch.Tensor | None,
     word_region_alignment: torch.Tensor | None,
     phrase_masks: torch.Tensor | None,
+    validate_inputs: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Fills the optional masks (all ones, token type 0) and, unless `config.validate_inputs` is off, checks every
-    input tensor; returns (attention_mask, token_type_ids, visual_attention_mask). Missing `visual_boxes` for a model
-    that embeds boxes is an error even with validation off (it would fail deep inside the model)."""
-    check_boxes_given(config, visual_boxes)
+    """Checks every input tensor (shapes and dtypes always, values as [`checks_values`] says) and fills the optional
+    masks (all ones, token type 0); returns (attention_mask, token_type_ids, visual_attention_mask)."""
+    values = checks_values(config, input_ids, validate_inputs)
+    # checked before the region mask is defaulted: without one, all-zero regions are reported as unmasked padding
+    check_vision_language_inputs(
+        config,
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        token_type_ids=token_type_ids,
+        visual_feats=visual_feats,
+        visual_boxes=visual_boxes,
+        visual_attention_mask=visual_attention_mask,
+        word_region_alignment=word_region_alignment,
+        values=values,
+    )
+    if phrase_masks is not None:
+        check_phrase_masks("phrase_masks", phrase_masks, *input_ids.shape, allow_empty_rows=True, values=values)
     attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
     token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
-    if config.validate_inputs:
-        # checked before the region mask is defaulted: without one, all-zero regions are reported as unmasked padding
-        check_vision_language_inputs(
-            config,
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            visual_feats=visual_feats,
-            visual_boxes=visual_boxes,
-            visual_attention_mask=visual_attention_mask,
-            word_region_alignment=word_region_alignment,
-        )
-        if phrase_masks is not None:
-            check_phrase_masks("phrase_masks", phrase_masks, *input_ids.shape, allow_empty_rows=True)
     if visual_attention_mask is None:
         visual_attention_mask = attention_mask.new_ones(visual_feats.shape[:2])
     return attention_mask, token_type_ids, visual_attention_mask

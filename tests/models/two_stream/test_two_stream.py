@@ -426,9 +426,13 @@ def test_bad_input_raises_a_clear_value_error(mutate, match):
         TwoStreamForPreTraining(tiny_config())(**batch)
 
 
-def test_top_k_larger_than_the_regions_is_refused():
-    with pytest.raises(ValueError, match=r"`alignment_top_k` \(k\) must be an int in \[1, 5\]"):
-        TwoStreamForPreTraining(tiny_config(alignment_top_k=6))(**tiny_batch())
+def test_top_k_larger_than_the_regions_keeps_every_real_region():
+    """Eq. (13)'s top-k over fewer than k regions is the softmax over all of them, as for an example with padding."""
+    losses = []
+    for k in (R, R + 1):
+        torch.manual_seed(0)
+        losses.append(TwoStreamForPreTraining(tiny_config(alignment_top_k=k)).eval()(**tiny_batch()).loss_alignment)
+    torch.testing.assert_close(losses[0], losses[1])
 
 
 def test_bad_labels_are_refused():

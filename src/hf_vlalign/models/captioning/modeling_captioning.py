@@ -32,18 +32,15 @@ from ...utils.item_counts import count_labeled, mean_cross_entropy, num_items
 from ...utils.size_limits import check_generation_sizes
 from ...utils.validation import (
     check_binary_mask,
-    check_dim,
-    check_finite,
-    check_floating,
     check_in_range,
     check_integer,
-    check_mask_not_empty,
     check_no_target_on_padding,
-    check_normalised_boxes,
     check_rank,
+    check_region_shapes,
+    check_region_values,
+    checks_values,
     regions_in_dtype,
     require,
-    warn_unmasked_zero_features,
 )
 from ..attention_utils import key_padding_mask_4d, run_attention
 from ..dropout import apply_dropout, make_dropout
@@ -294,12 +291,14 @@ class RegionCaptionerEncoder(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         return_dict: bool = True,
+        validate_inputs: bool | None = None,
         **kwargs,
     ) -> BaseModelOutput:
-        check_region_count(self.config, visual_feats)  # always: the geometry below is O(R^2) in memory
+        check_region_count(self.config, visual_feats)  # first: the geometry below is O(R^2) in memory
         visual_feats, visual_boxes = regions_in_dtype(self.embeddings.projection.weight.dtype, visual_feats, visual_boxes)
-        if self.config.validate_inputs:
-            check_region_inputs(self.config, visual_feats, visual_boxes, visual_attention_mask)
+        check_region_shapes(self.config, visual_feats, visual_boxes, visual_attention_mask)
+        if checks_values(self.config, visual_feats, validate_inputs):
+            check_region_values(visual_feats, visual_boxes, visual_attention_mask)
         if visual_attention_mask is None:
             visual_attention_mask = visual_feats.new_ones(visual_feats.shape[:2], dtype=torch.long)
         eager = output_attentions or self.config._attn_implementation == "eager"
@@ -357,35 +356,6 @@ def check_region_count(config, visual_feats) -> None:
             "config: the encoder's relative geometry is O(R^2) in memory. Keep the detector's top regions, or raise "
             "`max_regions` in the config."
         )
-
-
-def check_region_inputs(config, visual_feats, visual_boxes, visual_attention_mask) -> None:
-    """Shapes, finiteness and box validity of the captioner's region inputs (`visual_attention_mask` None: not given,
-    every region is attended; all-zero regions are then reported as padding to mask)."""
-    check_rank("visual_feats", visual_feats, 3, "(batch, num_regions, visual_feat_dim)")
-    check_dim("visual_feats", visual_feats, 2, config.visual_feat_dim, "(batch, num_regions, visual_feat_dim)", "config.visual_feat_dim")
-    if visual_feats.shape[1] == 0:
-        raise ValueError("`visual_feats` must hold at least one region, got an empty region set (num_regions = 0).")
-    check_floating("visual_feats", visual_feats)
-    check_finite("visual_feats", visual_feats)
-    check_rank("visual_boxes", visual_boxes, 3, "(batch, num_regions, 4)")
-    check_floating("visual_boxes", visual_boxes)
-    if tuple(visual_boxes.shape[:2]) != tuple(visual_feats.shape[:2]):
-        raise ValueError(
-            f"`visual_boxes` must have shape (batch, num_regions, 4) = {(*visual_feats.shape[:2], 4)} to match "
-            f"`visual_feats`, got {tuple(visual_boxes.shape)}."
-        )
-    if visual_attention_mask is not None:
-        if tuple(visual_attention_mask.shape) != tuple(visual_feats.shape[:2]):
-            raise ValueError(
-                f"`visual_attention_mask` must have shape (batch, num_regions) = {tuple(visual_feats.shape[:2])}, "
-                f"got {tuple(visual_attention_mask.shape)}."
-            )
-        check_binary_mask("visual_attention_mask", visual_attention_mask)
-        check_mask_not_empty("visual_attention_mask", visual_attention_mask, "region")
-    check_normalised_boxes("visual_boxes", visual_boxes, visual_attention_mask)
-    if visual_attention_mask is None:
-        warn_unmasked_zero_features("visual_feats", visual_feats)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -665,6 +635,7 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
                 visual_attention_mask,
                 output_attentions=output_attentions,
                 output_hidden_states=output_hidden_states,
+                validate_inputs=kwargs.get("validate_inputs"),
             )
         elif isinstance(encoder_outputs, tuple):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
@@ -773,12 +744,17 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         global_item_counts (`dict[str, torch.Tensor]`, *optional*): `{"caption": n}`, the global number of caption
         tokens that the caption loss and the mask objective divide by (data parallelism, gradient accumulation;
         `CaptioningTrainer` passes it); default: this batch's.
+        validate_inputs (`bool`, *optional*): check the values of the inputs (token ids in range, 0/1 masks,
+        normalised boxes): True wherever they are (on an accelerator a host read, a device synchronisation), False
+        never; by default on the CPU in eager mode when `config.validate_inputs` is on. Shapes and dtypes are always
+        checked.
         """
         check_forward_kwargs(self, kwargs)
         check_caption_batch_not_empty(self, visual_feats, encoder_outputs, decoder_input_ids)
         check_batch_not_empty(self, "labels", labels)
-        if self.config.validate_inputs:
-            self._check_decoder_inputs(labels, decoder_input_ids, decoder_attention_mask, cache)
+        tokens = labels if labels is not None else decoder_input_ids
+        values = tokens is not None and checks_values(self.config, tokens, kwargs.get("validate_inputs"))
+        self._check_decoder_inputs(labels, decoder_input_ids, decoder_attention_mask, cache, values)
         if labels is not None:
             if decoder_input_ids is None:
                 decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -786,8 +762,8 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
                 decoder_attention_mask = torch.cat(
                     [decoder_attention_mask.new_ones(labels.shape[0], 1), decoder_attention_mask[:, :-1]], dim=1
                 )
-        if self.config.validate_inputs and decoder_input_ids is not None:
-            self._check_tokens(decoder_input_ids, labels)
+        if decoder_input_ids is not None:
+            self._check_tokens(decoder_input_ids, labels, values)
         outputs = self.model(
             visual_feats,
             visual_boxes,
@@ -836,9 +812,9 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         `global_item_counts` reads them; see [`~hf_vlalign.utils.item_counts`]."""
         return {"caption": count_labeled(inputs.get("labels"))}
 
-    def _check_decoder_inputs(self, labels, decoder_input_ids, decoder_attention_mask, cache) -> None:
-        """Before the labels are shifted: (B, T) integer `labels`, and a 0/1 `decoder_attention_mask` of the labels'
-        shape (or, without labels, of the cached plus new `decoder_input_ids`) that keeps every target."""
+    def _check_decoder_inputs(self, labels, decoder_input_ids, decoder_attention_mask, cache, values: bool) -> None:
+        """Before the labels are shifted: (B, T) integer `labels`, and a `decoder_attention_mask` of the labels' shape
+        (or, without labels, of the cached plus new `decoder_input_ids`); with `values`, 0/1 and keeping every target."""
         if labels is not None:
             check_rank("labels", labels, 2, "(batch, caption_length)")
             check_integer("labels", labels)
@@ -856,21 +832,24 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             raise ValueError(
                 f"`decoder_attention_mask` must have the shape of {source} {expected}, got {tuple(decoder_attention_mask.shape)}."
             )
+        if not values:
+            return
         check_binary_mask("decoder_attention_mask", decoder_attention_mask)
         if labels is not None:
             check_no_target_on_padding("labels", labels, decoder_attention_mask, "decoder_attention_mask")
 
-    def _check_tokens(self, decoder_input_ids: torch.Tensor, labels: torch.Tensor | None) -> None:
+    def _check_tokens(self, decoder_input_ids: torch.Tensor, labels: torch.Tensor | None, values: bool) -> None:
+        check_rank("decoder_input_ids", decoder_input_ids, 2, "(batch, caption_length)")
+        check_integer("decoder_input_ids", decoder_input_ids)
+        if not values:
+            return
         if labels is not None:  # first: `decoder_input_ids` are often the labels shifted right
-            check_rank("labels", labels, 2, "(batch, caption_length)")
             require(
                 (labels != -100).any(),
                 "`labels` must hold at least one caption token (not -100)",
                 lambda: f"got none in shape {tuple(labels.shape)}; the caption loss of an empty batch is undefined",
             )
             check_in_range("labels", labels, self.config.vocab_size, "(vocab_size)", ignore_index=-100, what="token ids")
-        check_rank("decoder_input_ids", decoder_input_ids, 2, "(batch, caption_length)")
-        check_integer("decoder_input_ids", decoder_input_ids)
         check_in_range("decoder_input_ids", decoder_input_ids, self.config.vocab_size, "(vocab_size)")
 
     def generate(
@@ -910,7 +889,8 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
                     f"`decoder_attention_mask` must have the shape of the decoder prompt (`decoder_input_ids`, or the "
                     f"start token) {expected}, got {got}."
                 )
-            check_binary_mask("decoder_attention_mask", decoder_attention_mask)
+            if checks_values(self.config, decoder_attention_mask, kwargs.get("validate_inputs")):
+                check_binary_mask("decoder_attention_mask", decoder_attention_mask)
         return super().generate(
             visual_feats=visual_feats, visual_boxes=visual_boxes, visual_attention_mask=visual_attention_mask, **kwargs
         )

@@ -40,6 +40,7 @@ from ...utils.validation import (
     check_integer,
     check_phrase_masks,
     check_rank,
+    checks_values,
     default_and_check_inputs,
     regions_in_dtype,
 )
@@ -332,6 +333,10 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         every loss divides by (data parallelism, gradient accumulation; `ComponentLossTrainer` passes them); default:
         this batch's own counts.
         output_attentions / output_hidden_states: recorded by `@capture_outputs` from the layers (`_can_record_outputs`).
+        validate_inputs (`bool`, *optional*): check the values of the inputs (ids in range, 0/1 masks, normalised
+        boxes, alignment rows that are distributions): True wherever they are (on an accelerator a host read, a device
+        synchronisation), False never; by default on the CPU in eager mode when `config.validate_inputs` is on. Shapes
+        and dtypes are always checked.
         """
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
@@ -339,7 +344,7 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         visual_feats, visual_boxes = regions_in_dtype(self.dtype, visual_feats, visual_boxes)
         attention_mask, token_type_ids, visual_attention_mask = default_and_check_inputs(
             self.config, input_ids, attention_mask, token_type_ids, visual_feats, visual_boxes,
-            visual_attention_mask, word_region_alignment, phrase_masks,
+            visual_attention_mask, word_region_alignment, phrase_masks, kwargs.get("validate_inputs"),
         )  # fmt: skip
 
         text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
@@ -467,8 +472,8 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         for name, mask in (("phrase1_mask", phrase1_mask), ("phrase2_mask", phrase2_mask)):
             if mask is None:
                 raise ValueError(f"`{name}` (batch, text_length) is required by {type(self).__name__}, got None.")
-        if self.config.validate_inputs:
-            self._check_head_inputs(input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels)
+        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        self._check_head_inputs(input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels, values)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
             word_region_alignment, phrase_masks, global_item_counts, **kwargs
@@ -511,11 +516,11 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         terms = [weight * loss for weight, loss in weighted if loss is not None]
         return torch.stack(terms).sum() if terms else None
 
-    def _check_head_inputs(self, input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels) -> None:
+    def _check_head_inputs(self, input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels, values: bool) -> None:
         check_rank("input_ids", input_ids, 2, "(batch, text_length)")
         batch, text_length = input_ids.shape
-        check_phrase_masks("phrase1_mask", phrase1_mask, batch, text_length, allow_empty_rows=False)
-        check_phrase_masks("phrase2_mask", phrase2_mask, batch, text_length, allow_empty_rows=False)
+        check_phrase_masks("phrase1_mask", phrase1_mask, batch, text_length, allow_empty_rows=False, values=values)
+        check_phrase_masks("phrase2_mask", phrase2_mask, batch, text_length, allow_empty_rows=False, values=values)
         for name, labels, num_labels in (
             ("id_labels", id_labels, self.config.num_id_labels),
             ("vgp_labels", vgp_labels, self.config.num_vgp_labels),
@@ -525,8 +530,8 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             check_integer(name, labels)
             if tuple(labels.shape) != (batch,):
                 raise ValueError(f"`{name}` must have shape (batch,) = ({batch},), got {tuple(labels.shape)}.")
-            # -100: a pair without a type
-            check_in_range(name, labels, num_labels, ignore_index=-100 if name == "vgp_labels" else None)
+            if values:  # -100: a pair without a type
+                check_in_range(name, labels, num_labels, ignore_index=-100 if name == "vgp_labels" else None)
 
 
 def _classification_output(
@@ -580,8 +585,8 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores in [0, 1]."""
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
-        if self.config.validate_inputs:
-            check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, name="labels")
+        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, values, name="labels")
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
             word_region_alignment, phrase_masks, global_item_counts, **kwargs
@@ -627,8 +632,8 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
         check_batch_not_empty(self, "input_ids", input_ids)
         batch = input_ids.shape[0]
         check_image_pair(visual_feats, batch)
-        if self.config.validate_inputs:
-            check_labels("labels", labels, (batch,), 2)
+        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        check_labels("labels", labels, (batch,), 2, values)
         outputs = self._base_outputs(
             pair_repeat(input_ids), pair_flatten(visual_feats), pair_flatten(visual_boxes), pair_repeat(attention_mask),
             pair_repeat(token_type_ids), pair_flatten(visual_attention_mask), global_item_counts=global_item_counts,
@@ -677,8 +682,10 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
         """
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
-        if self.config.validate_inputs:
-            check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask)
+        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        check_referring_inputs(
+            labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask, values
+        )
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
             word_region_alignment, phrase_masks, global_item_counts, **kwargs
@@ -733,8 +740,8 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
         check_batch_not_empty(self, "input_ids", input_ids)
         if phrase_masks is None:
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
-        if self.config.validate_inputs:
-            check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask)
+        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask, values)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
             word_region_alignment, phrase_masks, global_item_counts, **kwargs
@@ -807,10 +814,11 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         """
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
-        if self.config.validate_inputs:
-            self._check_pretraining_labels(
-                input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels
-            )
+        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        self._check_pretraining_labels(
+            input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels, values
+        )
+        if values:
             check_pretraining_targets(
                 labels, attention_mask, visual_attention_mask, masked_regions, feature_labels,
                 {"object_labels": object_labels},
@@ -891,18 +899,18 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         return weighted_total([(weights[name], loss) for name, loss in losses.items()])
 
     def _check_pretraining_labels(
-        self, input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels
+        self, input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels, values
     ) -> None:
         batch, num_regions = check_pretraining_shapes(
-            input_ids, visual_feats, labels, masked_regions, feature_labels, self.config.vocab_size
+            input_ids, visual_feats, labels, masked_regions, feature_labels, self.config.vocab_size, values
         )
-        check_labels("sentence_image_labels", sentence_image_labels, (batch,), 2)
+        check_labels("sentence_image_labels", sentence_image_labels, (batch,), 2, values)
         if masked_regions is not None and feature_labels is None and object_labels is None:
             raise ValueError("`masked_regions` needs `feature_labels` (their original features) or `object_labels`.")
         if object_labels is not None:
             if not self.config.num_object_labels:
                 raise ValueError("`object_labels` need a region class head: set `num_object_labels` > 0 in the config.")
-            check_labels("object_labels", object_labels, (batch, num_regions), self.config.num_object_labels)
+            check_labels("object_labels", object_labels, (batch, num_regions), self.config.num_object_labels, values)
 
 
 __all__ = [

@@ -33,7 +33,7 @@ from ...utils.item_counts import (
     num_items,
     optional_cross_entropy,
 )
-from ...utils.validation import default_and_check_inputs, regions_in_dtype
+from ...utils.validation import checks_values, default_and_check_inputs, regions_in_dtype
 from ..attention_utils import key_padding_mask_4d
 from ..bert_modules import (
     AttentionBlock,
@@ -429,6 +429,10 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         this batch's own counts.
         output_attentions / output_hidden_states: collected here per stream (LXMERT's `language_*`, `vision_*` and
         `cross_encoder_*` fields have no counterpart among the `output_<key>` flags of `@capture_outputs`).
+        validate_inputs (`bool`, *optional*): check the values of the inputs (ids in range, 0/1 masks, normalised
+        boxes, alignment rows that are distributions): True wherever they are (on an accelerator a host read, a device
+        synchronisation), False never; by default on the CPU in eager mode when `config.validate_inputs` is on. Shapes
+        and dtypes are always checked.
         """
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
@@ -437,7 +441,7 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         visual_feats, visual_boxes = regions_in_dtype(self.dtype, visual_feats, visual_boxes)
         attention_mask, token_type_ids, visual_attention_mask = default_and_check_inputs(
             self.config, input_ids, attention_mask, token_type_ids, visual_feats, visual_boxes,
-            visual_attention_mask, word_region_alignment, phrase_masks,
+            visual_attention_mask, word_region_alignment, phrase_masks, kwargs.get("validate_inputs"),
         )  # fmt: skip
 
         language_states = self.embeddings(input_ids, token_type_ids)
@@ -563,18 +567,20 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         """
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
-        if self.config.validate_inputs:
-            self._check_pretraining_labels(
-                input_ids,
-                visual_feats,
-                labels,
-                object_labels,
-                attribute_labels,
-                feature_labels,
-                masked_regions,
-                matched_labels,
-                answer_labels,
-            )
+        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        self._check_pretraining_labels(
+            input_ids,
+            visual_feats,
+            labels,
+            object_labels,
+            attribute_labels,
+            feature_labels,
+            masked_regions,
+            matched_labels,
+            answer_labels,
+            values,
+        )
+        if values:
             check_pretraining_targets(
                 labels, attention_mask, visual_attention_mask, masked_regions, feature_labels,
                 {"object_labels": object_labels, "attribute_labels": attribute_labels},
@@ -614,7 +620,6 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                 losses["loss_alignment"] = alignment_kl_loss(
                     alignment_scores, word_region_alignment, region_mask, attention_mask, k=config.alignment_top_k,
                     num_words=num_items(counts, "alignment"), outside_top_k=config.alignment_outside_top_k,
-                    check_values=config.validate_inputs,
                 )  # fmt: skip
         losses["loss_attention_supervision"] = outputs.loss_attention_supervision
         return TwoStreamForPreTrainingOutput(
@@ -689,18 +694,19 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         masked_regions,
         matched_labels,
         answer_labels,
+        values: bool,
     ) -> None:
         batch, num_regions = check_pretraining_shapes(
-            input_ids, visual_feats, labels, masked_regions, feature_labels, self.config.vocab_size
+            input_ids, visual_feats, labels, masked_regions, feature_labels, self.config.vocab_size, values
         )
-        check_labels("object_labels", object_labels, (batch, num_regions), self.config.num_object_labels)
-        check_labels("attribute_labels", attribute_labels, (batch, num_regions), self.config.num_attr_labels)
-        check_labels("matched_labels", matched_labels, (batch,), 2)
+        check_labels("object_labels", object_labels, (batch, num_regions), self.config.num_object_labels, values)
+        check_labels("attribute_labels", attribute_labels, (batch, num_regions), self.config.num_attr_labels, values)
+        check_labels("matched_labels", matched_labels, (batch,), 2, values)
         region_targets = {"object_labels": object_labels, "attribute_labels": attribute_labels, "feature_labels": feature_labels}
         given = [name for name, targets in region_targets.items() if targets is not None]
         if masked_regions is None and given:
             raise ValueError(f"{given} are the targets of masked regions: they need `masked_regions` (batch, R), got None.")
-        check_answer_labels(answer_labels, batch, self.config.num_qa_labels)
+        check_answer_labels(answer_labels, batch, self.config.num_qa_labels, values)
 
 
 class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
@@ -732,8 +738,8 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores."""
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
-        if self.config.validate_inputs:
-            check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, name="labels")
+        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, values, name="labels")
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
             word_region_alignment, phrase_masks, global_item_counts, **kwargs
@@ -783,8 +789,8 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         check_batch_not_empty(self, "input_ids", input_ids)
         batch = input_ids.shape[0]
         check_image_pair(visual_feats, batch)
-        if self.config.validate_inputs:
-            check_labels("labels", labels, (batch,), 2)
+        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        check_labels("labels", labels, (batch,), 2, values)
         outputs = self._base_outputs(
             pair_repeat(input_ids), pair_flatten(visual_feats), pair_flatten(visual_boxes), pair_repeat(attention_mask),
             pair_repeat(token_type_ids), pair_flatten(visual_attention_mask), global_item_counts=global_item_counts,
@@ -838,8 +844,10 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
         """
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
-        if self.config.validate_inputs:
-            check_referring_inputs(labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask)
+        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        check_referring_inputs(
+            labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask, values
+        )
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
             word_region_alignment, phrase_masks, global_item_counts, **kwargs
@@ -899,8 +907,8 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         check_batch_not_empty(self, "input_ids", input_ids)
         if phrase_masks is None:
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
-        if self.config.validate_inputs:
-            check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask)
+        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask, values)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
             word_region_alignment, phrase_masks, global_item_counts, **kwargs
