@@ -13,7 +13,7 @@ from transformers.utils import logging
 from ..data.collators import PROBE_KEYS
 from ..metrics.captioning import cider_d_per_caption
 from ..utils.item_counts import mean_over_items
-from .base import ComponentLossTrainer, ComponentLossTrainingArguments, naming_unreadable_state_files
+from .base import ComponentLossTrainer, ComponentLossTrainingArguments, naming_checkpoint_files
 
 # besides the probe targets and references: the captions' word-region alignment, read by the decoder-grounding probe
 # (`evaluate_decoder_grounding`), never by the captioner, whose forward refuses keys it does not use
@@ -159,7 +159,7 @@ class CaptioningTrainer(ComponentLossTrainer):
             logger.warning(f"{checkpoint} holds no {MASK_OPTIMIZER_NAME}: the A2 mask optimiser restarts from scratch.")
             return
         # every process loads the same state (the mask networks are replicated); Adam moves it to the parameters' device
-        with naming_unreadable_state_files(checkpoint):
+        with naming_checkpoint_files(checkpoint, (MASK_OPTIMIZER_NAME,)):
             self.mask_optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
     def batch_item_counts(self, inputs):
