@@ -245,10 +245,10 @@ def parse_recipe_args(
         check_counts(value, training_args)
     for value in parsed:
         if isinstance(value, ModelArguments):
-            check_model_arguments(value)
+            check_model_family(value.model_family)
             check_layer_flags(value, given)
-        elif getattr(value, "dropout", None) is not None:
-            check_dropout(value.dropout)  # an example's own `--dropout`
+        if getattr(value, "dropout", None) is not None:
+            check_dropout(value.dropout)
         check_flags_read(value, given)
         if hasattr(value, "mixed_precision"):
             apply_mixed_precision(training_args, value.mixed_precision)
@@ -509,13 +509,9 @@ def check_counts(arguments: Any, training_args: TrainingArguments) -> None:
         raise ValueError(f"`--learning_rate` must be >= 0, got {training_args.learning_rate}.")
 
 
-def check_model_arguments(args: ModelArguments) -> None:
-    if args.model_family not in FAMILIES:
-        raise ValueError(f"`--model_family` must be one of {FAMILIES}, got {args.model_family!r}.")
-    if args.dropout is not None:
-        check_dropout(args.dropout)
-    if args.mixed_precision is not None and args.mixed_precision not in MIXED_PRECISION:
-        raise ValueError(f"`--mixed_precision` must be one of {MIXED_PRECISION}, got {args.mixed_precision!r}.")
+def check_model_family(model_family: str) -> None:
+    if model_family not in FAMILIES:
+        raise ValueError(f"`--model_family` must be one of {FAMILIES}, got {model_family!r}.")
 
 
 def apply_mixed_precision(training_args: TrainingArguments, mixed_precision: str | None) -> None:

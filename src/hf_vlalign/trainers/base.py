@@ -6,7 +6,6 @@ are collated with a random state of their own, so that a resumed run is exact.""
 
 from __future__ import annotations
 
-import math
 import os
 import random
 from collections import defaultdict
@@ -228,35 +227,29 @@ class ComponentLossTrainingArguments(TrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("distill_from", "ewc_fisher"):
-            value = getattr(self, name)
-            if isinstance(value, os.PathLike):
-                setattr(self, name, os.fspath(value))
-            elif value is not None and not isinstance(value, str):
-                raise ValueError(f"`{name}` must be a path (a `str`), got {type(value).__name__}.")
-        if not (_finite(self.distill_temperature) and self.distill_temperature > 0):
-            raise ValueError(f"`distill_temperature` must be a finite number > 0, got {self.distill_temperature!r}.")
-        if not (_finite(self.distill_weight) and self.distill_weight >= 0):
-            raise ValueError(f"`distill_weight` must be a finite number >= 0, got {self.distill_weight!r}.")
-        if not (_finite(self.ewc_weight) and self.ewc_weight >= 0):
-            raise ValueError(f"`ewc_weight` must be a finite number >= 0, got {self.ewc_weight!r}.")
+        for name in ("distill_from", "ewc_fisher"):  # saved with the run as text
+            if isinstance(getattr(self, name), os.PathLike):
+                setattr(self, name, os.fspath(getattr(self, name)))
+        check_bounds(self, distill_temperature=(">", 0), distill_weight=(">=", 0), ewc_weight=(">=", 0))
         if self.ewc_weight > 0 and self.ewc_fisher is None:
             raise ValueError(
                 f"`ewc_weight={self.ewc_weight}` needs `ewc_fisher`: a Fisher file of `hf-vlalign fisher` (or `save_fisher`)."
             )
-        self.distill_temperature = float(self.distill_temperature)
-        self.distill_weight = float(self.distill_weight)
-        self.ewc_weight = float(self.ewc_weight)
+
+
+def check_bounds(args: TrainingArguments, **bounds: tuple[str, float]) -> None:
+    """Refuses a setting of `args` outside its bound, given as `name=(">", 0)` or `name=(">=", 1)`; an unset (None)
+    setting passes, a NaN does not."""
+    for name, (relation, bound) in bounds.items():
+        value = getattr(args, name)
+        if value is not None and not (value > bound if relation == ">" else value >= bound):
+            raise ValueError(f"`{name}` must be {relation} {bound}, got {value!r}.")
 
 
 def count_on_device(count: torch.Tensor | int, device: torch.device) -> torch.Tensor:
     """An item count as a 0-d long tensor on `device`; one on the CPU is copied without waiting (a blocking copy
     would synchronise with the device at every optimizer step)."""
     return torch.as_tensor(count).to(device, non_blocking=True).reshape(()).long()
-
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 ArgumentsT = TypeVar("ArgumentsT", bound=TrainingArguments)
@@ -532,7 +525,7 @@ class ComponentLossTrainer(Trainer):
         if next(iter(self.ewc_fisher.values())).device != device:  # moved once, not every step
             self.ewc_fisher = {name: value.to(device) for name, value in self.ewc_fisher.items()}
             self.ewc_anchor = {name: value.to(device) for name, value in self.ewc_anchor.items()}
-        return ewc_penalty(student, self.ewc_fisher, self.ewc_anchor, check=False)
+        return ewc_penalty(student, self.ewc_fisher, self.ewc_anchor)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         # predictions are the task logits only: loss components and attention maps are not gathered

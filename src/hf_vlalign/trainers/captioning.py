@@ -13,7 +13,7 @@ from transformers.utils import logging
 from ..data.collators import PROBE_KEYS
 from ..metrics.captioning import cider_d_per_caption
 from ..utils.item_counts import mean_over_items
-from .base import ComponentLossTrainer, ComponentLossTrainingArguments, naming_checkpoint_files
+from .base import ComponentLossTrainer, ComponentLossTrainingArguments, check_bounds, naming_checkpoint_files
 
 # besides the probe targets and references: the captions' word-region alignment, read by the decoder-grounding probe
 # (`evaluate_decoder_grounding`), never by the captioner, whose forward refuses keys it does not use
@@ -75,18 +75,10 @@ class CaptioningTrainingArguments(ComponentLossTrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        if not isinstance(self.mask_update_every, int) or self.mask_update_every < 1:
-            raise ValueError(f"`mask_update_every` must be an int >= 1, got {self.mask_update_every!r}.")
-        if self.mask_learning_rate is not None and not self.mask_learning_rate > 0:
-            raise ValueError(f"`mask_learning_rate` must be > 0 (or None for `learning_rate`), got {self.mask_learning_rate!r}.")
-        if self.scst_start_epoch is not None and not self.scst_start_epoch >= 0:
-            raise ValueError(f"`scst_start_epoch` must be >= 0 (or None: no self-critical training), got {self.scst_start_epoch!r}.")
-        if self.scst_learning_rate is not None and not self.scst_learning_rate > 0:
-            raise ValueError(f"`scst_learning_rate` must be > 0 (or None: the scheduler's), got {self.scst_learning_rate!r}.")
-        if not isinstance(self.scst_max_new_tokens, int) or self.scst_max_new_tokens < 1:
-            raise ValueError(f"`scst_max_new_tokens` must be an int >= 1, got {self.scst_max_new_tokens!r}.")
-        if self.encoder_learning_rate is not None and not self.encoder_learning_rate > 0:
-            raise ValueError(f"`encoder_learning_rate` must be > 0 (or None for `learning_rate`), got {self.encoder_learning_rate!r}.")
+        check_bounds(
+            self, mask_update_every=(">=", 1), mask_learning_rate=(">", 0), scst_start_epoch=(">=", 0),
+            scst_learning_rate=(">", 0), scst_max_new_tokens=(">=", 1), encoder_learning_rate=(">", 0),
+        )  # fmt: skip
 
 
 class CaptioningTrainer(ComponentLossTrainer):
