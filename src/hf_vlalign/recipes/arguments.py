@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import types
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
+from huggingface_hub.dataclasses import type_validator
 from transformers import AutoConfig, HfArgumentParser, TrainingArguments
 from transformers.integrations import is_tensorboard_available
 
@@ -424,40 +423,20 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return values
 
 
-def _fits(value: Any, annotation: Any) -> bool:
-    """Whether a value of a config file fits a flag's type (an unknown type is left to the argument class)."""
-    origin, members = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, member) for member in members)
-    if origin is typing.Literal:
-        return value in members
-    if origin is list:
-        return isinstance(value, list) and all(_fits(item, members[0]) for item in value)
-    if annotation is type(None):
-        return value is None
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:  # YAML 1.1 reads 1e-5 (no dot) as a string, which the parser converts
-        return isinstance(value, (int, float)) and not isinstance(value, bool) or isinstance(value, str) and _is_float(value)
-    if annotation is str or (isinstance(annotation, type) and issubclass(annotation, Enum)):
-        return isinstance(value, str)
-    if annotation is dict or origin is dict:
-        return isinstance(value, dict)
-    return True
-
-
-def _is_float(text: str) -> bool:
+def _fits(name: str, value: Any, annotation: Any) -> bool:
     try:
-        float(text)
-    except ValueError:
+        type_validator(name, value, annotation)  # the check of huggingface_hub's strict dataclasses
+    except TypeError:
         return False
     return True
 
 
-def _type_text(annotation: Any) -> str:
-    return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
+def _as_float(value: Any) -> float | None:
+    """A whole number, or a number string (YAML 1.1 reads 1e-5 as a string), as a float flag's parser reads it."""
+    try:
+        return None if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def read_recipe_config(path: str | Path, dataclass_types: tuple[type, ...]) -> dict[str, Any]:
@@ -473,12 +452,11 @@ def read_recipe_config(path: str | Path, dataclass_types: tuple[type, ...]) -> d
     if unknown:
         raise ValueError(f"`--config` {str(path)!r} names flags this recipe does not take: {unknown}.")
     for name, value in values.items():
-        if not _fits(value, types_by_flag[name]):
+        annotation, number = types_by_flag[name], _as_float(value)
+        if not (_fits(name, value, annotation) or number is not None and _fits(name, number, annotation)):
             shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            raise ValueError(
-                f"`--config` {str(path)!r}: `{name}` must be of type {_type_text(types_by_flag[name])}, got {shown} "
-                f"({type(value).__name__})."
-            )
+            expected = annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
+            raise ValueError(f"`--config` {str(path)!r}: `{name}` must be of type {expected}, got {shown} ({type(value).__name__}).")
     return values
 
 
@@ -491,13 +469,15 @@ def _is_int_flag(annotation: Any) -> bool:
 
 
 def check_counts(arguments: Any, training_args: TrainingArguments) -> None:
-    """Refuses an integer flag of the examples' own arguments below 1 (a seed below 0): each is a count (of rows,
-    images, layers, tokens, ...) where 0 or a negative number would silently mean all or none; likewise the batch
-    sizes and accumulation steps of `training_args`, and no epochs or a negative learning rate."""
+    """Refuses an integer flag of the examples' own arguments below 1 (below 0: a seed, or a flag the arguments class
+    lists in `counts_from_zero`): each is a count (of rows, images, layers, tokens, ...) where 0 or a negative number
+    would silently mean all or none; likewise the batch sizes and accumulation steps of `training_args`, and no
+    epochs or a negative learning rate."""
     hints = typing.get_type_hints(type(arguments))
+    from_zero = getattr(arguments, "counts_from_zero", ())
     for item in fields(arguments):
         value = getattr(arguments, item.name)
-        minimum = 0 if item.name.endswith("seed") else 1
+        minimum = 0 if item.name.endswith("seed") or item.name in from_zero else 1
         if _is_int_flag(hints[item.name]) and value is not None and value < minimum:
             raise ValueError(f"`--{item.name}` must be an integer >= {minimum}, got {value}.")
     for name in TRAINING_COUNTS:

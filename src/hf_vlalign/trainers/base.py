@@ -447,11 +447,8 @@ class ComponentLossTrainer(Trainer):
         if counts is not None:
             model_inputs["global_item_counts"] = counts
         outputs = model(**model_inputs)
-        loss = outputs.get("loss")
-        if loss is None:
-            raise ValueError(f"The model returned no loss: the batch must carry the labels {self.label_names}.")
         mode = "train" if model.training else "eval"
-        loss = self._scale_to_global(mode, loss, outputs, counts is not None)
+        loss = self._scale_to_global(mode, outputs.loss, outputs, counts is not None)
         loss = loss + self._regularization(mode, model, model_inputs, outputs, counts is not None)
         return (loss, outputs) if return_outputs else loss
 

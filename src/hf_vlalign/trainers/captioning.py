@@ -221,9 +221,7 @@ class CaptioningTrainer(ComponentLossTrainer):
     def _self_critical_loss(self, model, inputs, counts):
         """-(CIDEr-D(sample) - CIDEr-D(greedy)) * log p(sample), averaged over the captions (Rennie et al. 2017, eq. 9)
         of the batch, or of the global batch with `counts`. Returns (loss, outputs)."""
-        references = inputs.get("references")
-        if references is None:
-            raise ValueError("self-critical training needs `references` in the batch: `CaptioningCollator(reference_column=...)`.")
+        references = inputs["references"]
         captioner = self.accelerator.unwrap_model(model)
         regions = {k: inputs[k] for k in ("visual_feats", "visual_boxes", "visual_attention_mask")}
         generate = {"max_new_tokens": self.args.scst_max_new_tokens, "use_cache": True}

@@ -142,10 +142,7 @@ class PatchSupervisionTrainer(ComponentLossTrainer):
         else:
             outputs, layout = forward_with_layout(model, inputs, plain_model=self._plain_model(), **task_kwargs)
             loss_attention = None
-        loss_task = outputs.get("loss")
-        if loss_task is None and not supervised:
-            raise ValueError("The model returned no loss: give the batch `labels` or set `attention_supervision`.")
-        components = {"loss_task": loss_task, "loss_attention": loss_attention}
+        components = {"loss_task": outputs.get("loss"), "loss_attention": loss_attention}
         loss = sum(
             value * (self.args.attention_supervision_weight if key == "loss_attention" else 1.0)
             for key, value in components.items()
