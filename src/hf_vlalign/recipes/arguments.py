@@ -125,8 +125,6 @@ def check_user_data_flags(parsed: Iterable[Any], given: set[str], data_source_fl
                 f"`--{unread[0]}` applies only to your own data: pass `--train_file` (a user-format file) with it."
             )
         return
-    if user.grid_size < 1:
-        raise ValueError(f"`--grid_size` must be a positive number of rows and columns, got {user.grid_size}.")
     replaced = [flag for flag in (*DATA_SOURCE_FLAGS, *data_source_flags) if flag in given]
     if replaced:
         raise ValueError(
