@@ -239,7 +239,8 @@ def parse_recipe_args(
     *parsed, threads, training_args, _ = parser.parse_args_into_dataclasses(argv)  # _: the `--config` namespace
     given = typed_options(parser, argv) | set(config_values)
     for value in (*parsed, threads):
-        check_counts(value, training_args)
+        check_counts(value)
+    check_training_counts(training_args)
     for value in parsed:
         if isinstance(value, ModelArguments):
             check_model_family(value.model_family)
@@ -466,11 +467,10 @@ def _is_int_flag(annotation: Any) -> bool:
     return annotation is int or set(typing.get_args(annotation)) == {int, type(None)}
 
 
-def check_counts(arguments: Any, training_args: TrainingArguments) -> None:
+def check_counts(arguments: Any) -> None:
     """Refuses an integer flag of the examples' own arguments below 1 (below 0: a seed, or a flag the arguments class
     lists in `counts_from_zero`): each is a count (of rows, images, layers, tokens, ...) where 0 or a negative number
-    would silently mean all or none; likewise the batch sizes and accumulation steps of `training_args`, and no
-    epochs or a negative learning rate."""
+    would silently mean all or none."""
     hints = typing.get_type_hints(type(arguments))
     from_zero = getattr(arguments, "counts_from_zero", ())
     for item in fields(arguments):
@@ -478,6 +478,11 @@ def check_counts(arguments: Any, training_args: TrainingArguments) -> None:
         minimum = 0 if item.name.endswith("seed") or item.name in from_zero else 1
         if _is_int_flag(hints[item.name]) and value is not None and value < minimum:
             raise ValueError(f"`--{item.name}` must be an integer >= {minimum}, got {value}.")
+
+
+def check_training_counts(training_args: TrainingArguments) -> None:
+    """Refuses batch sizes or accumulation steps below 1, no epochs (without `--max_steps`) or a negative learning
+    rate."""
     for name in TRAINING_COUNTS:
         if getattr(training_args, name) < 1:
             raise ValueError(f"`--{name}` must be an integer >= 1, got {getattr(training_args, name)}.")
