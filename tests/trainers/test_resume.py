@@ -204,7 +204,7 @@ def scheduler_of_three_groups(data: bytes, path: Path) -> bytes:
 DAMAGE = {  # case -> (file, damage of its bytes, the files named, the error named)
     "truncated_trainer_state": ("trainer_state.json", lambda data, path: data[: len(data) // 2], ["trainer_state.json"], "JSONDecodeError"),
     "truncated_weights": ("model.safetensors", lambda data, path: data[:-10], ["model.safetensors"], "SafetensorError"),
-    "garbage_scheduler": ("scheduler.pt", lambda data, path: os.urandom(len(data)), ["scheduler.pt"], "UnpicklingError"),
+    "garbage_scheduler": ("scheduler.pt", lambda data, path: bytes(range(256)) * 8, ["scheduler.pt"], "UnpicklingError"),
     "empty_rng_state": ("rng_state.pth", lambda data, path: b"", ["rng_state.pth"], "EOFError"),
     "scheduler_of_another_run": ("scheduler.pt", scheduler_of_three_groups, ["optimizer.pt", "scheduler.pt"], "IndexError"),
 }  # fmt: skip
