@@ -37,7 +37,7 @@ from hf_vlalign.recipes import final_evaluation, parse_recipe_args, synthetic_sc
 from hf_vlalign.synthetic.scenes import load_or_generate_synthetic_vgp
 from hf_vlalign.trainers.patch_supervision import PatchSupervisionTrainer, PatchSupervisionTrainingArguments
 from hf_vlalign.vlms import PatchGroundingCollator, grounded_caption_examples, patch_batches, probe_patch_model
-from hf_vlalign.vlms.tiny import TINY_FAMILIES, tiny_patch_model, word_level_tokenizer
+from hf_vlalign.vlms.tiny import MAX_IMAGE_SIZE, TINY_FAMILIES, tiny_patch_model, word_level_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,10 @@ class PatchVLMArguments:
     prompt: str | None = field(
         default=None, metadata={"help": "text between image and caption (PaliGemma: 'caption en')."}
     )
+
+    def __post_init__(self):
+        if self.tiny_image_size > MAX_IMAGE_SIZE:
+            raise ValueError(f"`--tiny_image_size` must be at most {MAX_IMAGE_SIZE} pixels, got {self.tiny_image_size}.")
 
 
 def parse_args(argv: list[str]) -> tuple[PatchVLMArguments, PatchSupervisionTrainingArguments]:

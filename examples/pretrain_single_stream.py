@@ -47,6 +47,7 @@ import json
 import logging
 import sys
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import datasets
 import pyarrow.compute as pc
@@ -106,6 +107,7 @@ class SingleStreamPretrainingArguments:
         metadata={"help": "detector classes of the masked-region classifier (default, with masked regions: 1 + the "
                   "largest class id of the feature store; 0: no classifier)."},
     )  # fmt: skip
+    counts_from_zero: ClassVar[tuple[str, ...]] = ("num_object_labels",)  # 0 is a count here (no classifier)
     text_column: str | None = field(
         default=None, metadata={"help": "the caption column (default: 'sentence', 'caption' for coco_captions)."}
     )
@@ -269,10 +271,6 @@ def detector_num_classes(store: RegionFeatureStore) -> int:
 
 def num_object_labels(task_args: SingleStreamPretrainingArguments, store: RegionFeatureStore) -> int:
     if task_args.num_object_labels is not None:
-        if task_args.num_object_labels < 0:
-            raise ValueError(
-                f"`--num_object_labels` must be >= 0 (0: no masked-region classifier), got {task_args.num_object_labels}."
-            )
         return task_args.num_object_labels
     return detector_num_classes(store) if task_args.region_mask_probability > 0 else 0
 

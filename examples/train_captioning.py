@@ -233,11 +233,6 @@ def check_args(args: CaptioningArguments) -> None:
     for fusion in fusions(args):
         if fusion not in ALIGNMENT_FUSIONS:
             raise ValueError(f"`--a2_fusions` must name fusions from {ALIGNMENT_FUSIONS}, got {fusion!r}.")
-    counts = ("max_train_samples", "max_eval_images", "analysis_examples", "importance_examples", "d_model", "ffn_dim")
-    for name in counts:
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ValueError(f"`--{name}` must be >= 1 (or unset), got {value}.")
     check_size("--num_beams", args.num_beams, MAX_NUM_BEAMS, limit_name="MAX_NUM_BEAMS")  # before training starts
     check_size("--max_new_tokens", args.max_new_tokens, MAX_NEW_TOKENS, limit_name="MAX_NEW_TOKENS")
 

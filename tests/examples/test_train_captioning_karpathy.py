@@ -177,5 +177,5 @@ def test_configs_hold_the_papers_settings_and_flags_are_checked(tmp_path):
         train_captioning.parse_args(["--a2_fusions", "max,max", "--output_dir", str(tmp_path)])
     with pytest.raises(ValueError, match=r"`--num_beams` must be <= 64 \(MAX_NUM_BEAMS"):  # refused before training
         train_captioning.parse_args(["--num_beams", "100000", "--output_dir", str(tmp_path)])
-    with pytest.raises(ValueError, match=r"`--max_new_tokens` must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"`--max_new_tokens` must be an integer >= 1, got 0"):
         train_captioning.parse_args(["--max_new_tokens", "0", "--output_dir", str(tmp_path)])

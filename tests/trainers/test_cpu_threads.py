@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 from launch_helpers import save_tiny_bert
-from transformers import TrainingArguments
 
 from hf_vlalign.data.builders import load_vgp_data
-from hf_vlalign.recipes import available_cores, default_cpu_threads, set_cpu_threads
+from hf_vlalign.recipes import ModelArguments, available_cores, default_cpu_threads, parse_recipe_args
 from hf_vlalign.synthetic import SyntheticSceneConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,23 +35,14 @@ def test_default_threads_fill_the_cores_unless_the_user_chose():
     assert default_cpu_threads({"OMP_NUM_THREADS": "4,2"}, cores=8, local_processes=1) == 4  # OpenMP's nested list
 
 
-@pytest.mark.parametrize("cores, processes", [(0, 1), (4, 0)])
-def test_default_threads_refuse_impossible_counts(cores, processes):
-    with pytest.raises(ValueError, match="`cores` and `local_processes` must be >= 1"):
-        default_cpu_threads({}, cores=cores, local_processes=processes)
+def test_a_malformed_omp_num_threads_is_named():
+    with pytest.raises(ValueError, match="`OMP_NUM_THREADS` must be a positive integer .*got 'two'"):
+        default_cpu_threads({"OMP_NUM_THREADS": "two"}, cores=8, local_processes=1)
 
 
-@pytest.mark.parametrize("value", ["0", "two", "-1"])
-def test_a_malformed_omp_num_threads_is_named(value):
-    with pytest.raises(ValueError, match=f"`OMP_NUM_THREADS` must be a positive integer .*got '{value}'"):
-        default_cpu_threads({"OMP_NUM_THREADS": value}, cores=8, local_processes=1)
-
-
-@pytest.mark.parametrize("num_threads", [0, -2, "2", True])
-def test_num_threads_must_be_a_positive_integer(num_threads, tmp_path):
-    args = TrainingArguments(output_dir=str(tmp_path), report_to="none")
-    with pytest.raises(ValueError, match=r"`--num_threads` must be an integer >= 1 .*got"):
-        set_cpu_threads(args, num_threads)
+def test_num_threads_must_be_a_positive_integer(tmp_path):
+    with pytest.raises(ValueError, match=r"^`--num_threads` must be an integer >= 1, got 0.$"):
+        parse_recipe_args(["--num_threads", "0", "--output_dir", str(tmp_path)], (ModelArguments,))
 
 
 @pytest.fixture(scope="module")

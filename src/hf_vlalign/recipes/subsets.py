@@ -13,8 +13,6 @@ logger = logging.get_logger(__name__)
 def first_rows(dataset: datasets.Dataset, count: int | None) -> datasets.Dataset:
     """The first `count` rows (`--max_train_samples` / `--max_eval_samples`); all of them for None. A `count` larger
     than the split is said in a warning (the run reads the whole split)."""
-    if count is not None and count < 1:
-        raise ValueError(f"`--max_train_samples` / `--max_eval_samples` must be >= 1, got {count}.")
     if count is not None and count > len(dataset):
         logger.warning(
             f"`--max_train_samples` / `--max_eval_samples` {count} is more than the {len(dataset)} rows of the split: "

@@ -35,8 +35,6 @@ def default_cpu_threads(environ: Mapping[str, str], cores: int, local_processes:
     `--num_cpu_threads_per_process`, or 1 when neither is given, which leaves every core but one idle in a single CPU
     process. A launcher's 1 is therefore read as "not chosen" (pass `--num_threads 1` to mean it).
     """
-    if cores < 1 or local_processes < 1:
-        raise ValueError(f"`cores` and `local_processes` must be >= 1, got {cores} and {local_processes}.")
     chosen = environ.get("OMP_NUM_THREADS", "")
     launcher_default = chosen == "1" and "ACCELERATE_DYNAMO_BACKEND" in environ  # set by accelerate's launchers
     if not chosen or launcher_default:
@@ -50,8 +48,6 @@ def default_cpu_threads(environ: Mapping[str, str], cores: int, local_processes:
 def set_cpu_threads(training_args: TrainingArguments, num_threads: int | None = None) -> int:
     """Sets torch's intra-op threads of a CPU run (`--num_threads`, else `default_cpu_threads`), prints the count
     once (main process) and returns it. Runs on an accelerator keep torch's setting."""
-    if num_threads is not None and (type(num_threads) is not int or num_threads < 1):  # bool is not a count
-        raise ValueError(f"`--num_threads` must be an integer >= 1 (or unset for the default), got {num_threads!r}.")
     cores = available_cores()
     if training_args.device.type == "cpu":
         local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", training_args.world_size))

@@ -6,9 +6,7 @@ are collated with a random state of their own, so that a resumed run is exact.""
 
 from __future__ import annotations
 
-import math
 import os
-import pickle
 import random
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -19,10 +17,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
+from safetensors import safe_open
 from torch import nn
 from torch.utils.data import get_worker_info
 from transformers import Trainer, TrainingArguments
-from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
+from transformers.trainer_callback import TrainerState
+from transformers.trainer_pt_utils import safe_globals
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, unwrap_peft_model
 from transformers.utils import logging
 
@@ -127,34 +128,51 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     return None
 
 
-def unreadable_state_files(checkpoint: str | os.PathLike) -> dict[Path, str]:
-    """{file: error} for each `*.pt` / `*.pth` state file of a Trainer checkpoint that `torch.load(weights_only=True)`
-    cannot read (truncated, not a torch file, or holding objects other than tensors and plain data)."""
-    unreadable = {}
-    for file in sorted(Path(checkpoint).glob("*.pt*")):
-        if file.suffix in (".pt", ".pth") and file.is_file():
-            try:
-                torch.load(file, map_location="cpu", weights_only=True)
-            except Exception as error:  # noqa: BLE001 - any failure makes the file unusable; reported by name
-                unreadable[file] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    return unreadable
+def checkpoint_file_problem(path: Path) -> str | None:
+    """Why `Trainer` cannot read a file of a checkpoint ("ErrorType: first line of the error"), None when it can: a
+    `trainer_state.json` as `TrainerState`, a safetensors file's header, a `*.pt` / `*.pth` state with
+    `torch.load(weights_only=True)` and transformers' allow-list of the numpy states in `rng_state.pth`."""
+    try:
+        if path.suffix == ".json":
+            TrainerState.load_from_json(str(path))
+        elif path.suffix == ".safetensors":
+            with safe_open(str(path), framework="pt"):
+                pass
+        else:
+            with safe_globals():
+                torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any failure makes the file unusable; reported by name
+        return first_line(error)
+    return None
+
+
+def first_line(error: Exception) -> str:
+    return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+
+
+def damaged_checkpoint_error(checkpoint: str | os.PathLike, files: str, problem: str) -> ValueError:
+    return ValueError(
+        f"`resume_from_checkpoint` {checkpoint}: cannot load {files} ({problem}); the file is truncated, damaged or "
+        "of another run: resume from another checkpoint."
+    )
 
 
 @contextmanager
-def naming_unreadable_state_files(checkpoint: str | os.PathLike | None):
-    """Re-raises a failure of the body as a ValueError naming the checkpoint's unreadable state files, when there are
-    some (checked only after a failure, so a good resume reads each file once)."""
+def naming_checkpoint_files(checkpoint: str | os.PathLike | None, patterns: tuple[str, ...]):
+    """Re-raises a failure of the body, which loads the files of `checkpoint` matching `patterns`, as a ValueError
+    naming the file that cannot be read (`checkpoint_file_problem`), or all of them when each reads but does not fit
+    the run (e.g. a scheduler state of more parameter groups). The files are read again only after a failure."""
     try:
         yield
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as error:
-        unreadable = unreadable_state_files(checkpoint) if checkpoint is not None and Path(checkpoint).is_dir() else {}
-        if not unreadable:
+    except Exception as error:
+        files = sorted({file for pattern in patterns for file in Path(checkpoint or ".").glob(pattern) if file.is_file()})
+        if checkpoint is None or not files:
             raise
-        files = "; ".join(f"{file} ({problem})" for file, problem in unreadable.items())
-        raise ValueError(
-            f"`resume_from_checkpoint` {checkpoint}: cannot load {files} with torch.load(weights_only=True); the "
-            "file is truncated or damaged, resume from another checkpoint."
-        ) from error
+        for file in files:
+            problem = checkpoint_file_problem(file)
+            if problem is not None:
+                raise damaged_checkpoint_error(checkpoint, str(file), problem) from error
+        raise damaged_checkpoint_error(checkpoint, " / ".join(map(str, files)), first_line(error)) from error
 
 
 @dataclass
@@ -209,35 +227,29 @@ class ComponentLossTrainingArguments(TrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("distill_from", "ewc_fisher"):
-            value = getattr(self, name)
-            if isinstance(value, os.PathLike):
-                setattr(self, name, os.fspath(value))
-            elif value is not None and not isinstance(value, str):
-                raise ValueError(f"`{name}` must be a path (a `str`), got {type(value).__name__}.")
-        if not (_finite(self.distill_temperature) and self.distill_temperature > 0):
-            raise ValueError(f"`distill_temperature` must be a finite number > 0, got {self.distill_temperature!r}.")
-        if not (_finite(self.distill_weight) and self.distill_weight >= 0):
-            raise ValueError(f"`distill_weight` must be a finite number >= 0, got {self.distill_weight!r}.")
-        if not (_finite(self.ewc_weight) and self.ewc_weight >= 0):
-            raise ValueError(f"`ewc_weight` must be a finite number >= 0, got {self.ewc_weight!r}.")
+        for name in ("distill_from", "ewc_fisher"):  # saved with the run as text
+            if isinstance(getattr(self, name), os.PathLike):
+                setattr(self, name, os.fspath(getattr(self, name)))
+        check_bounds(self, distill_temperature=(">", 0), distill_weight=(">=", 0), ewc_weight=(">=", 0))
         if self.ewc_weight > 0 and self.ewc_fisher is None:
             raise ValueError(
                 f"`ewc_weight={self.ewc_weight}` needs `ewc_fisher`: a Fisher file of `hf-vlalign fisher` (or `save_fisher`)."
             )
-        self.distill_temperature = float(self.distill_temperature)
-        self.distill_weight = float(self.distill_weight)
-        self.ewc_weight = float(self.ewc_weight)
+
+
+def check_bounds(args: TrainingArguments, **bounds: tuple[str, float]) -> None:
+    """Refuses a setting of `args` outside its bound, given as `name=(">", 0)` or `name=(">=", 1)`; an unset (None)
+    setting passes, a NaN does not."""
+    for name, (relation, bound) in bounds.items():
+        value = getattr(args, name)
+        if value is not None and not (value > bound if relation == ">" else value >= bound):
+            raise ValueError(f"`{name}` must be {relation} {bound}, got {value!r}.")
 
 
 def count_on_device(count: torch.Tensor | int, device: torch.device) -> torch.Tensor:
     """An item count as a 0-d long tensor on `device`; one on the CPU is copied without waiting (a blocking copy
     would synchronise with the device at every optimizer step)."""
     return torch.as_tensor(count).to(device, non_blocking=True).reshape(()).long()
-
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 ArgumentsT = TypeVar("ArgumentsT", bound=TrainingArguments)
@@ -332,12 +344,26 @@ class ComponentLossTrainer(Trainer):
             resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
             if resume_from_checkpoint is None:
                 raise ValueError(f"`resume_from_checkpoint=True` found no complete checkpoint in {self.args.output_dir}.")
+        if isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            state_file = Path(resume_from_checkpoint, TRAINER_STATE_NAME)
+            problem = checkpoint_file_problem(state_file) if state_file.is_file() else None
+            if problem is not None:
+                raise damaged_checkpoint_error(resume_from_checkpoint, str(state_file), problem)
         self.fit_visual_feature_statistics()
-        # resuming: a damaged optimizer / scheduler / scaler / RNG state file fails inside `torch.load(weights_only=True)`
-        # with an unpickling error that names no file; this names it (the files are read again only after a failure)
-        checkpoint = resume_from_checkpoint if isinstance(resume_from_checkpoint, (str, os.PathLike)) else None
-        with naming_unreadable_state_files(checkpoint):
-            return super().train(resume_from_checkpoint, *args, **kwargs)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    # resuming: a file that fails to load is named (`naming_checkpoint_files`)
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        with naming_checkpoint_files(resume_from_checkpoint, ("*.safetensors",)):
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        with naming_checkpoint_files(checkpoint, (OPTIMIZER_NAME, SCHEDULER_NAME, SCALER_NAME)):
+            super()._load_optimizer_and_scheduler(checkpoint)
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        with naming_checkpoint_files(checkpoint, ("rng_state*.pth",)):
+            super()._load_rng_state(checkpoint)
 
     def fit_visual_feature_statistics(self) -> None:
         """Before training: a model that standardises its region features (`visual_feature_normalization=
@@ -421,11 +447,8 @@ class ComponentLossTrainer(Trainer):
         if counts is not None:
             model_inputs["global_item_counts"] = counts
         outputs = model(**model_inputs)
-        loss = outputs.get("loss")
-        if loss is None:
-            raise ValueError(f"The model returned no loss: the batch must carry the labels {self.label_names}.")
         mode = "train" if model.training else "eval"
-        loss = self._scale_to_global(mode, loss, outputs, counts is not None)
+        loss = self._scale_to_global(mode, outputs.loss, outputs, counts is not None)
         loss = loss + self._regularization(mode, model, model_inputs, outputs, counts is not None)
         return (loss, outputs) if return_outputs else loss
 
@@ -499,7 +522,7 @@ class ComponentLossTrainer(Trainer):
         if next(iter(self.ewc_fisher.values())).device != device:  # moved once, not every step
             self.ewc_fisher = {name: value.to(device) for name, value in self.ewc_fisher.items()}
             self.ewc_anchor = {name: value.to(device) for name, value in self.ewc_anchor.items()}
-        return ewc_penalty(student, self.ewc_fisher, self.ewc_anchor, check=False)
+        return ewc_penalty(student, self.ewc_fisher, self.ewc_anchor)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         # predictions are the task logits only: loss components and attention maps are not gathered

@@ -13,7 +13,7 @@ from transformers.utils import logging
 from ..data.collators import PROBE_KEYS
 from ..metrics.captioning import cider_d_per_caption
 from ..utils.item_counts import mean_over_items
-from .base import ComponentLossTrainer, ComponentLossTrainingArguments, naming_unreadable_state_files
+from .base import ComponentLossTrainer, ComponentLossTrainingArguments, check_bounds, naming_checkpoint_files
 
 # besides the probe targets and references: the captions' word-region alignment, read by the decoder-grounding probe
 # (`evaluate_decoder_grounding`), never by the captioner, whose forward refuses keys it does not use
@@ -75,18 +75,10 @@ class CaptioningTrainingArguments(ComponentLossTrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        if not isinstance(self.mask_update_every, int) or self.mask_update_every < 1:
-            raise ValueError(f"`mask_update_every` must be an int >= 1, got {self.mask_update_every!r}.")
-        if self.mask_learning_rate is not None and not self.mask_learning_rate > 0:
-            raise ValueError(f"`mask_learning_rate` must be > 0 (or None for `learning_rate`), got {self.mask_learning_rate!r}.")
-        if self.scst_start_epoch is not None and not self.scst_start_epoch >= 0:
-            raise ValueError(f"`scst_start_epoch` must be >= 0 (or None: no self-critical training), got {self.scst_start_epoch!r}.")
-        if self.scst_learning_rate is not None and not self.scst_learning_rate > 0:
-            raise ValueError(f"`scst_learning_rate` must be > 0 (or None: the scheduler's), got {self.scst_learning_rate!r}.")
-        if not isinstance(self.scst_max_new_tokens, int) or self.scst_max_new_tokens < 1:
-            raise ValueError(f"`scst_max_new_tokens` must be an int >= 1, got {self.scst_max_new_tokens!r}.")
-        if self.encoder_learning_rate is not None and not self.encoder_learning_rate > 0:
-            raise ValueError(f"`encoder_learning_rate` must be > 0 (or None for `learning_rate`), got {self.encoder_learning_rate!r}.")
+        check_bounds(
+            self, mask_update_every=(">=", 1), mask_learning_rate=(">", 0), scst_start_epoch=(">=", 0),
+            scst_learning_rate=(">", 0), scst_max_new_tokens=(">=", 1), encoder_learning_rate=(">", 0),
+        )  # fmt: skip
 
 
 class CaptioningTrainer(ComponentLossTrainer):
@@ -159,7 +151,7 @@ class CaptioningTrainer(ComponentLossTrainer):
             logger.warning(f"{checkpoint} holds no {MASK_OPTIMIZER_NAME}: the A2 mask optimiser restarts from scratch.")
             return
         # every process loads the same state (the mask networks are replicated); Adam moves it to the parameters' device
-        with naming_unreadable_state_files(checkpoint):
+        with naming_checkpoint_files(checkpoint, (MASK_OPTIMIZER_NAME,)):
             self.mask_optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
     def batch_item_counts(self, inputs):
@@ -229,9 +221,7 @@ class CaptioningTrainer(ComponentLossTrainer):
     def _self_critical_loss(self, model, inputs, counts):
         """-(CIDEr-D(sample) - CIDEr-D(greedy)) * log p(sample), averaged over the captions (Rennie et al. 2017, eq. 9)
         of the batch, or of the global batch with `counts`. Returns (loss, outputs)."""
-        references = inputs.get("references")
-        if references is None:
-            raise ValueError("self-critical training needs `references` in the batch: `CaptioningCollator(reference_column=...)`.")
+        references = inputs["references"]
         captioner = self.accelerator.unwrap_model(model)
         regions = {k: inputs[k] for k in ("visual_feats", "visual_boxes", "visual_attention_mask")}
         generate = {"max_new_tokens": self.args.scst_max_new_tokens, "use_cache": True}

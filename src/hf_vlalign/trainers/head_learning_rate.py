@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .base import ComponentLossTrainer, ComponentLossTrainingArguments
+from .base import ComponentLossTrainer, ComponentLossTrainingArguments, check_bounds
 
 
 @dataclass
@@ -30,8 +30,7 @@ class HeadLearningRateArguments(ComponentLossTrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.head_learning_rate is not None and not self.head_learning_rate > 0:
-            raise ValueError(f"`head_learning_rate` must be > 0 (or None), got {self.head_learning_rate!r}.")
+        check_bounds(self, head_learning_rate=(">", 0))
 
 
 class HeadLearningRateTrainer(ComponentLossTrainer):

@@ -17,7 +17,7 @@ from ..vlms.supervision import (
     grounded_token_count,
     patch_attention_loss,
 )
-from .base import ComponentLossTrainer, ComponentLossTrainingArguments, _finite
+from .base import ComponentLossTrainer, ComponentLossTrainingArguments, check_bounds
 
 __all__ = ["PatchSupervisionTrainer", "PatchSupervisionTrainingArguments"]
 
@@ -65,16 +65,10 @@ class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
                 f"`attention_supervision` must be one of {PATCH_SUPERVISION_METHODS} or None, got "
                 f"{self.attention_supervision!r}."
             )
-        if not (_finite(self.attention_supervision_weight) and self.attention_supervision_weight >= 0):
-            raise ValueError(
-                f"`attention_supervision_weight` must be a finite number >= 0, got "
-                f"{self.attention_supervision_weight!r}."
-            )
+        check_bounds(self, attention_supervision_weight=(">=", 0))
         for name in ("supervised_layers", "supervised_heads"):
             value = getattr(self, name)
-            if value is not None and (
-                not value or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in value)
-            ):
+            if value is not None and (not value or min(value) < 0):
                 raise ValueError(f"`{name}` must be a non-empty list of indices >= 0 or None, got {value!r}.")
 
 
@@ -148,10 +142,7 @@ class PatchSupervisionTrainer(ComponentLossTrainer):
         else:
             outputs, layout = forward_with_layout(model, inputs, plain_model=self._plain_model(), **task_kwargs)
             loss_attention = None
-        loss_task = outputs.get("loss")
-        if loss_task is None and not supervised:
-            raise ValueError("The model returned no loss: give the batch `labels` or set `attention_supervision`.")
-        components = {"loss_task": loss_task, "loss_attention": loss_attention}
+        components = {"loss_task": outputs.get("loss"), "loss_attention": loss_attention}
         loss = sum(
             value * (self.args.attention_supervision_weight if key == "loss_attention" else 1.0)
             for key, value in components.items()

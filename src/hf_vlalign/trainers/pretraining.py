@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..data.collators import PROBE_KEYS
-from .base import ComponentLossTrainer, ComponentLossTrainingArguments
+from .base import ComponentLossTrainer, ComponentLossTrainingArguments, check_bounds
 
 TWO_STREAM_PRETRAINING_LOSS_KEYS = (
     "loss_mlm",
@@ -37,9 +37,7 @@ class TwoStreamPretrainingTrainingArguments(ComponentLossTrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        if not self.qa_start_epoch >= 0:
-            raise ValueError(f"`qa_start_epoch` must be >= 0, got {self.qa_start_epoch!r}.")
-        self.qa_start_epoch = float(self.qa_start_epoch)
+        check_bounds(self, qa_start_epoch=(">=", 0))
 
 
 class TwoStreamPretrainingTrainer(ComponentLossTrainer):

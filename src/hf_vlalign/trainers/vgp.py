@@ -21,8 +21,6 @@ def vgp_classification_metrics(
     `vgp_accuracy` over the pairs with a VGP label, and per class (`vgp_accuracy` of `hf_vlalign.metrics`):
     `vgp_type_accuracy/<type>` for the semantic types (`vgp_task="type"`), `vgp_class_accuracy/<class>` for
     "binary"; the pairs without a label (-100: not VGPs, with the type task) are counted in `vgp_unlabelled_pairs`."""
-    if vgp_task not in ("type", "binary"):
-        raise ValueError(f"`vgp_task` must be 'type' or 'binary', got {vgp_task!r}.")
     id_logits, vgp_logits = prediction.predictions[:2]
     id_labels, vgp_labels = prediction.label_ids
     per_class_key = "vgp_type" if vgp_task == "type" else "vgp_class"

@@ -35,10 +35,12 @@ from transformers import (
 
 from ..models import default_text_model_path
 
-__all__ = ["TINY_FAMILIES", "tiny_patch_model", "word_level_tokenizer"]
+__all__ = ["MAX_IMAGE_SIZE", "TINY_FAMILIES", "tiny_patch_model", "word_level_tokenizer"]
 
 TINY_FAMILIES = ("vilt", "llava", "paligemma")
 IMAGE_TOKEN = "<image>"
+# the largest image side of a tiny model: its patch embeddings grow with the square of the side
+MAX_IMAGE_SIZE = 1024
 
 
 def _tokenizer():
@@ -85,6 +87,8 @@ def tiny_patch_model(
 
     if family not in TINY_FAMILIES:
         raise ValueError(f"`family` must be one of {TINY_FAMILIES}, got {family!r}.")
+    if not 0 < image_size <= MAX_IMAGE_SIZE:
+        raise ValueError(f"`image_size` of a tiny model must be in 1..{MAX_IMAGE_SIZE} pixels, got {image_size}.")
     if image_size % patch_size:
         raise ValueError(f"`image_size` must be a multiple of `patch_size` ({patch_size}), got {image_size}.")
     # a copy: processors add tokens to the tokenizer they get (PaliGemma's 1,152 <loc> / <seg> tokens)
