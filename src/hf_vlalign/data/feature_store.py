@@ -1,29 +1,15 @@
 """`RegionFeatureStore`: the region features of a set of images, one memory-mapped Arrow file on disk.
 
-Every feature reader (`data/formats/`) and the region extractor for one's own images (`data/region_extraction.py`)
-write this one store; builders, collators and the benchmark read it. A store directory holds
-`region_features.arrow` (a `datasets` Arrow file) and `store.json` (format version, source, counts, and the sha256 of
-the Arrow file, hashed as it is written). `RegionFeatureStore.load` refuses a store whose row count or checksum does
-not match its `store.json` (pass `verify=False` to skip the checksum, which reads the whole file once). Columns:
-
-| column | type | meaning |
-|---|---|---|
-| `image_id` | string | the id the source file uses |
-| `image_size` | [height, width] int32 or null | pixels (transformers' order); null when the source does not say |
-| `boxes` | (R, 4) float32 | x1, y1, x2, y2 in pixels, as published |
-| `features` | (R, D) float32 | R may vary per image, D is one for the store |
-| `object_ids`, `attr_ids` | (R,) int64 or null | detector class / attribute ids, where the source has them |
-| `object_conf`, `attr_conf` | (R,) float32 or null | their confidences |
+Every feature reader (`data/formats/`) and `extract_region_features` write this one store; builders, collators and
+the benchmark read it. A store directory holds `region_features.arrow` (columns `image_id`, `image_size` [height,
+width] or null, `boxes` (R, 4) pixels, `features` (R, D), and where the source has them `object_ids`, `object_conf`,
+`attr_ids`, `attr_conf`) and `store.json` (format version, source, counts and the Arrow file's sha256, which `load`
+checks).
 
 Writing is atomic and resumable: a store is written into `<directory>.partial-<host>-<pid>` beside `directory` and
-renamed into place only once complete. A writer that was killed (SIGKILL, power loss) leaves its partial folder
-behind; the next write to the same directory removes the partial folders of writers that are no longer running, and
-writes the same bytes an uninterrupted run would have written (the Arrow file depends only on the records). The partial
-folder's name starts with `derived_stem(<directory name>)`, so it stays within 255 bytes for any directory name. An
-existing store (`overwrite=True`; a folder holding anything but a store's two files is refused) is swapped with the
-complete new one atomically (`utils/atomic_folders.py`), so a kill at any instant leaves the old store or the new one.
-Without `overwrite`, two writers of one directory (two processes filling one feature cache) both end with the complete
-store: the rename into place is atomic, and the second writer opens the first one's store when the bytes are equal.
+renamed into place once complete; the partial folders of writers no longer running are removed by the next write. An
+existing store (`overwrite=True`) is swapped atomically (`utils/atomic_folders.py`); without `overwrite`, two writers
+of one directory (two processes filling one feature cache) both end with the complete store.
 """
 
 from __future__ import annotations
@@ -91,10 +77,6 @@ class RegionFeatureStore:
         self._columns = {name: _RaggedColumn(table.column(name)) for name in _ARRAY_COLUMNS}
         if len(self._row_of) != len(dataset):
             raise ValueError(f"image ids of a region-feature store must be unique; {len(dataset) - len(self._row_of)} repeat.")
-
-    # ------------------------------------------------------------------------------------------------------------
-    # Making and opening stores
-    # ------------------------------------------------------------------------------------------------------------
 
     @classmethod
     def write(
@@ -195,10 +177,6 @@ class RegionFeatureStore:
                 f"but {ARROW_FILE} has {len(dataset)} rows; convert the source features again."
             )
         return cls(dataset, directory=directory, metadata=metadata)
-
-    # ------------------------------------------------------------------------------------------------------------
-    # Reading
-    # ------------------------------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -460,10 +438,6 @@ def check_store_output(directory: str | Path, argument: str, *, overwrite: bool)
 def _arrow_row(record: dict) -> dict:
     return {name: value.tolist() if isinstance(value, np.ndarray) and value.ndim == 1 else value for name, value in record.items()}
 
-
-# ----------------------------------------------------------------------------------------------------------------
-# Converting published feature files
-# ----------------------------------------------------------------------------------------------------------------
 
 # format name -> module of `data/formats/` with its `iter_<format>_records(path, *, on_error, **options)`
 FEATURE_FORMATS = {

@@ -1,21 +1,11 @@
 """Region features for one's own images: boxes from a file or a grid, pooled by a pixel or a transformers encoder.
 
-`extract_region_features(images, out_dir, ...)` turns a folder (or a list) of images into a `RegionFeatureStore`,
-the one store every builder and collator reads:
-
-- **boxes**: a JSON file (or dict) `{"<image file name or id>": [[x1, y1, x2, y2], ...]}` in pixels of the
-  image file, a fixed grid (`grid_size=g`: g x g cells covering the image), or the boxes a transformers object
-  detection model finds (`detector=`: a Hub id or local folder, `RegionDetector`); each optionally preceded by the
-  whole-image box. Given boxes are validated (inside the image, x1 < x2, y1 < y2) before any feature is computed.
-- **encoder**: `"pixel"` (the offline default) is `CropEncoder`, a deterministic encoder of the crops' colours,
-  silhouettes and geometry (the synthetic scenes use it for their "detector" features): good for the synthetic scenes
-  and simple coloured-shape images, blind to the semantics of natural photos. Any other value is a Hub
-  id or a local folder of a transformers vision model (`AutoModel` + `AutoImageProcessor`), run once per image to
-  get a spatial feature map, from which every box is pooled with RoIAlign (`roi_align`).
-
-Records keep the image as stored in the file: `image_id` is the file stem, `image_size` the file's (height, width)
-and `boxes` its pixels (EXIF orientation is not applied). Only the backbone sees a resized copy (see
-`BackboneRegionEncoder`).
+`extract_region_features(images, out_dir, ...)` writes a `RegionFeatureStore` from a folder (or a list) of images.
+Boxes come from a JSON file or dict (pixels of each image file), a grid, or a transformers object detector
+(`RegionDetector`); features from `CropEncoder` (`"pixel"`, the offline default: colours, silhouettes, geometry; blind
+to the semantics of natural photos) or a transformers vision model pooled with RoIAlign (`BackboneRegionEncoder`).
+Records keep the image as stored in the file: `image_id` is the file stem, `image_size` the file's (height, width) and
+`boxes` its pixels (EXIF orientation is not applied).
 """
 
 from __future__ import annotations
@@ -59,11 +49,6 @@ ROI_SAMPLING_RATIO = 2
 MAX_PREFIX_TOKENS = 16  # CLS, distillation and register tokens before the patch tokens of a ViT-like model
 DEFAULT_DETECTOR_THRESHOLD = 0.5  # the score transformers' object-detection pipeline keeps by default
 DEFAULT_MAX_REGIONS = 36  # detector boxes kept per image, highest scores first (bottom-up attention's usual count)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Pixel encoder (the offline default; also the synthetic scenes' "detector" features)
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _hue_saturation(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -161,11 +146,6 @@ class CropEncoder:
         return [self.encode(image, image_boxes) for image, image_boxes in zip(images, boxes)]
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# RoIAlign
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def roi_align(
     feature_map: torch.Tensor,
     boxes: torch.Tensor,
@@ -196,11 +176,6 @@ def roi_align(
     samples = F.grid_sample(feature_map[None], grid, mode="bilinear", padding_mode="border", align_corners=False)
     samples = samples.reshape(channels, num_boxes, output_size, sampling_ratio, output_size, sampling_ratio)
     return samples.mean(dim=(3, 5)).permute(1, 0, 2, 3)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Backbone encoder (any transformers vision model)
-# ----------------------------------------------------------------------------------------------------------------
 
 
 class BackboneRegionEncoder:
@@ -411,11 +386,6 @@ def _token_grid(
     return None
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Detector (any transformers object detection model)
-# ----------------------------------------------------------------------------------------------------------------
-
-
 class RegionDetector:
     """Region boxes from a transformers object detection model (DETR, YOLOS, RT-DETR, ...), in pixels of each image.
 
@@ -490,11 +460,6 @@ def _load_detector(name_or_path: str) -> tuple[object, torch.nn.Module]:
             "`post_process_object_detection`."
         )
     return processor, model
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Images and boxes
-# ----------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -631,11 +596,6 @@ def check_image_boxes(values: object, where: str, width: int, height: int) -> np
                 f"0 <= y1 < y2 <= height, with the image's width={width}, height={height} (pixels)."
             )
     return array.astype(np.float32)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Extraction
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def build_region_encoder(
@@ -787,11 +747,6 @@ def _records(
         for entry, image_boxes, image_features in zip(batch, found, features):
             record = {"image_id": entry.image_id, "image_size": (entry.height, entry.width), "boxes": image_boxes}
             yield normalise_record(record | {"features": image_features})
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Argument checks
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _torch_device(device: str | torch.device) -> torch.device:

@@ -1,21 +1,9 @@
 """`RegionFeatureExtractor`: images (PIL or paths) -> region boxes and features, the image half of `VLAlignProcessor`.
 
-It is an image processor in transformers' sense (`BaseImageProcessor`): its options are saved as JSON (inside
-`processor_config.json` when saved with the processor, `preprocessor_config.json` on its own) and it is found by
-`AutoImageProcessor` / `AutoProcessor.from_pretrained(model_dir)` for the library's model types. Its keyword arguments
-are those of `hf_vlalign.data.extract_region_features` (but `boxes`, given per call), and for one image it computes
-the features `extract_region_features` stores for it with the same options: the two share the box sources
-(`grid_boxes`, `RegionDetector`, `with_whole_image`) and the encoders (`build_region_encoder`).
-
-Regions, per image, from the first that applies: the `boxes` given to the call (pixels x1, y1, x2, y2), the
-`detector`'s boxes, the `grid_size` grid; with `include_whole_image` the whole-image box comes first.
-
-Features: `encoder="pixel"` is `CropEncoder`, deterministic colour / silhouette / geometry statistics plus a seeded
-random projection of the crop's pixels. It is what made the synthetic scenes' features, and suits them and simple
-images of coloured shapes; it knows nothing of the semantics of natural photos. Any other value is a Hub id or local
-folder of a transformers vision backbone (`BackboneRegionEncoder`, RoIAlign over its feature map). `encoder=None`
-records that the model's features came from files this extractor cannot reproduce (e.g. published 2048-d bottom-up
-attention features): calling it on images then raises a ValueError.
+An image processor in transformers' sense (`BaseImageProcessor`, found by `AutoImageProcessor` / `AutoProcessor`),
+with the keyword arguments of `hf_vlalign.data.extract_region_features` (but `boxes`, given per call): for one image
+it computes the features that function stores, sharing its box sources and encoders. `encoder=None` records that the
+model's features came from files this extractor cannot reproduce; calling it on images then raises a ValueError.
 """
 
 from __future__ import annotations
@@ -136,10 +124,6 @@ class RegionFeatureExtractor(BaseImageProcessor):
         self._region_encoder: CropEncoder | BackboneRegionEncoder | None = None
         self._region_detector: RegionDetector | None = None
 
-    # ------------------------------------------------------------------------------------------------------------
-    # Serialisation: the options only (the encoder and detector are loaded on first use)
-    # ------------------------------------------------------------------------------------------------------------
-
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args: Any, **kwargs: Any) -> RegionFeatureExtractor:
         """`BaseImageProcessor.from_pretrained`; a bad saved option is a ValueError naming the file and the field."""
@@ -159,10 +143,6 @@ class RegionFeatureExtractor(BaseImageProcessor):
         """The options as keyword arguments of `extract_region_features` (without `device`)."""
         options = {name: value for name, value in self.to_dict().items() if name not in ("image_processor_type", "device")}
         return options
-
-    # ------------------------------------------------------------------------------------------------------------
-    # Regions and features
-    # ------------------------------------------------------------------------------------------------------------
 
     @property
     def region_encoder(self) -> CropEncoder | BackboneRegionEncoder:

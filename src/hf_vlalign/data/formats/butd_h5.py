@@ -1,23 +1,11 @@
 """Bottom-up-attention features as HDF5 (BUTD-VQA and BAN), with the published `image_id -> index` map beside them.
 
-Two layouts, both converted from the bottom-up-attention TSV (see `butd_tsv`):
-
-- fixed number of boxes, hengyuan-hu/bottom-up-attention-vqa `tools/detection_features_converter.py`
-  (`train36.hdf5` + `train36_imgid2idx.pkl`): `image_features` (N_images, K, D), `image_bb` (N_images, K, 4) and
-  `spatial_features` (N_images, K, 6), image `i` at index `i` of the first axis;
-- adaptive number of boxes, jnhwkim/ban-vqa `tools/adaptive_detection_features_converter.py` (`train.hdf5` +
-  `train_imgid2idx.pkl`): `image_features` (total_boxes, D), `image_bb` (total_boxes, 4), `spatial_features`
-  (total_boxes, 6) and `pos_boxes` (N_images, 2) int32, image `i` being rows `pos_boxes[i, 0]:pos_boxes[i, 1]`
-  (BAN's `dataset.py` slices exactly so).
-
-`image_bb` holds the TSV's boxes unchanged (x1, y1, x2, y2 in pixels). The image size is not stored, but both
-converters write, from the TSV's `image_w`/`image_h`, `spatial_features = (x1/w, y1/h, x1/w + (x2-x1)/w,
-y1/h + (y2-y1)/h, (x2-x1)/w, (y2-y1)/h)` (float32). The size is recovered from the box of largest width
-(`w = (x2-x1) / spatial[4]`, rounded; height likewise with column 5), and every box is checked against it.
-
-The id map is the converters' pickle, a dict of int image id -> int index (written by Python 2 `cPickle` for BUTD,
-Python 3 `_pickle` for BAN), read with the restricted unpickler of `safe_pickle` (no code runs), or a JSON file
-`{"<image_id>": index}`. Images are read in index order, one h5 slice per image.
+Two layouts, both converted from the bottom-up-attention TSV: a fixed number of boxes (hengyuan-hu/bottom-up-attention-vqa,
+`image_features` (N, K, D), `image_bb` (N, K, 4), `spatial_features` (N, K, 6)) and an adaptive one (jnhwkim/ban-vqa,
+the same datasets flattened over all boxes, image `i` being rows `pos_boxes[i, 0]:pos_boxes[i, 1]`). `image_bb` holds
+the TSV's pixel boxes; the image size is not stored, so it is recovered from `spatial_features` (box extents divided
+by the image side) and every box is checked against it. The id map is the converters' pickle (read with the
+restricted unpickler of `safe_pickle`) or a JSON file `{"<image_id>": index}`.
 """
 
 from __future__ import annotations
@@ -44,11 +32,6 @@ FIELDS = {"image_id": "id_map", "boxes": "image_bb", "features": "image_features
 
 # spatial_features are float32 ratios in [0, 1]; 1e-4 is a tenth of a pixel at 1000 pixels
 _SPATIAL_TOLERANCE = 1e-4
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The whole source: layout and id map
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _read_layout(path: Path) -> tuple[bool, int, int]:
@@ -134,11 +117,6 @@ def _read_id_map_file(path: Path) -> object:
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# One image
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _decode_image(handle: h5py.File, index: int, image_id: str, adaptive: bool, total_rows: int) -> dict:

@@ -79,11 +79,6 @@ def check_field_count(row: list[str], fields: list[str]) -> dict[str, str]:
     return dict(zip(fields, row))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Reading
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _decode_row(row: list[str]) -> dict:
     fields = check_field_count(row, FIELDS)
     height, width = parse_int("img_h", fields["img_h"]), parse_int("img_w", fields["img_w"])
@@ -109,11 +104,6 @@ def iter_lxmert_tsv_records(path: str | Path, *, on_error: str = "raise") -> Ite
     return iter_checked_records(
         decoders, source=str(path), on_error=on_error, total=count_lines(path), fields=FIELD_OF_COLUMN
     )
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Writing
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _encode_record(record: dict) -> list[str]:

@@ -1,15 +1,8 @@
 """Meshed-memory transformer detections HDF5 (`coco_detections.hdf5`, aimagelab/meshed-memory-transformer).
 
-One group of datasets per image at the root of the file, named by the COCO image id (M2's `data/field.py` reads
-`f['%d_features' % image_id]` and, with `sort_by_prob`, `f['%d_cls_prob' % image_id]`):
-
-- `<id>_features` (R, D) float32 region features (bottom-up-attention Faster R-CNN, D = 2048);
-- `<id>_boxes` (R, 4) x1, y1, x2, y2 in the image's pixels;
-- `<id>_cls_prob` (R, 1601) class probabilities of the Visual Genome detector, column 0 the background.
-
-`object_ids` are the argmax over the 1600 object columns (0-based, LXMERT's convention) and `object_conf` its
-probability. The file does not store the image size: pass `image_sizes` (a dict or COCO's annotation JSON), or
-`image_size` is None. Other per-image datasets some derived files add (`<id>_size`, `<id>_grids`, ...) are ignored.
+Per image, datasets named by the COCO id at the root: `<id>_features` (R, D), `<id>_boxes` (R, 4) pixels and
+`<id>_cls_prob` (R, 1601), whose argmax over the object columns gives `object_ids` / `object_conf`. The image size is
+not stored: pass `image_sizes` (a dict or COCO's annotation JSON), or `image_size` is None.
 """
 
 from __future__ import annotations
@@ -32,11 +25,6 @@ if TYPE_CHECKING:
 
 FEATURES_SUFFIX, BOXES_SUFFIX, CLASSES_SUFFIX = "_features", "_boxes", "_cls_prob"
 NUM_VG_CLASSES_WITH_BACKGROUND = 1601  # Visual Genome's 1600 object classes + background (column 0)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Helpers shared with the other readers of detector outputs
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def classes_from_scores(
@@ -113,11 +101,6 @@ def sorted_ids(ids: list[str]) -> list[str]:
     if all(image_id.isdigit() for image_id in ids):
         return sorted(ids, key=int)
     return sorted(ids)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Reading
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _image_ids(path: Path) -> list[str]:

@@ -1,14 +1,8 @@
 """Joining a path taken from annotation text (an image file name, an image id) onto a data folder, safely.
 
-Annotation files name images by relative paths or ids (`filename` in Karpathy's `dataset_coco.json`, `file_name` in
-COCO instances, Flickr30k / VGP image ids, ...). A file crafted to hold `../../etc/passwd` or `/etc/passwd` must not
-make a builder or reader look outside its data folder, so every such join goes through `safe_join`, and every such
-name that is only stored (for the caller to join later) through `check_relative_path`. Both raise a ValueError naming
-the entry, what was expected and what it holds.
-
-The check is lexical (like `os.path.normpath`): it refuses absolute paths, drive or UNC prefixes and `..` steps that
-leave the folder, whatever exists on disk. It does not follow symbolic links, so a data folder whose sub-folders are
-links to another disk (a common layout, chosen by whoever set the folder up, not by the annotation text) keeps working.
+The check is lexical (like `os.path.normpath`): absolute paths, drive or UNC prefixes and `..` steps that leave the
+folder are refused whatever exists on disk. Symbolic links are not followed, so a data folder whose sub-folders link to
+another disk keeps working.
 """
 
 from __future__ import annotations

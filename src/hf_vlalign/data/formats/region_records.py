@@ -1,15 +1,8 @@
 """The one record every region-feature reader yields, its validation, and the loop that reports bad records.
 
-A record is a dict with the `RegionFeatureStore` column names:
-
-- `image_id` (str) and `image_size` ((height, width) in pixels, or None when the file does not say);
-- `boxes` (R, 4) float32, x1, y1, x2, y2 in the file's pixels; `features` (R, D) float32;
-- `object_ids` / `attr_ids` (R,) int64 and `object_conf` / `attr_conf` (R,) float32, or None when the file has none.
-
-A reader is a generator of `(location, decode)` pairs: `location` names the file and the record ("x.tsv, line 7"),
-`decode()` parses that record and raises `RecordError` on bad data. `iter_checked_records` runs the decoders, checks
-every record the same way, and either stops at the first problem (`on_error="raise"`) or skips it and reports the
-count at the end (`on_error="skip"`); it never skips silently.
+A record is a dict with the `RegionFeatureStore` columns (`RECORD_COLUMNS`). A reader yields `(location, decode)`
+pairs; `iter_checked_records` runs the decoders, checks every record the same way, and either stops at the first
+problem (`on_error="raise"`) or skips it and reports the count at the end (`on_error="skip"`).
 """
 
 from __future__ import annotations

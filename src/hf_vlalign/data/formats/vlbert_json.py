@@ -1,18 +1,9 @@
 """VL-BERT per-image Faster R-CNN JSON (jackroos/VL-BERT), in a folder or in an uncompressed zip of such files.
 
-Written by `tools/generate_tsv_v2.py` of jackroos/bottom-up-attention (VL-BERT's `data/conceptual-captions/
-ReadMe.txt`, step 9), one `{image_id:08d}.json` per image, then zipped without compression (`train_frcnn.zip`):
-
-    {"image_id": int, "image_h": int, "image_w": int, "num_boxes": int,
-     "boxes": b64(float32 (num_boxes, 4)), "classes": b64(float32 (num_boxes, 1601)),
-     "attrs": b64(float32 (num_boxes, 401)), "features": b64(float32 (num_boxes, D))}
-
-The base64 strings hold raw float32 bytes (`base64.b64encode(array)`); VL-BERT's datasets read them back with
-`np.frombuffer(base64.decodebytes(s), np.float32).reshape((num_boxes, -1))`. Boxes are x1, y1, x2, y2 in the
-image's pixels; `classes` / `attrs` are the detector's class / attribute scores, column 0 the background /
-"no attribute". `object_ids` / `attr_ids` are the argmax over the other columns (0-based over the 1600 Visual Genome
-objects / 400 attributes, LXMERT's convention) when there are 1601 / 401 columns, over all columns otherwise.
-`classes` and `attrs` are optional (some derived files lack them).
+One `{image_id:08d}.json` per image: {"image_id", "image_h", "image_w", "num_boxes", "boxes", "classes", "attrs",
+"features"}, the arrays as base64 of raw float32 bytes, boxes in pixels. `object_ids` / `attr_ids` are the argmax
+over the `classes` / `attrs` scores, leaving out column 0 (background / no attribute) when there are 1601 / 401
+columns (LXMERT's convention); `classes` and `attrs` are optional.
 """
 
 from __future__ import annotations
@@ -80,11 +71,6 @@ def _base64_floats(key: str, text: object) -> np.ndarray:
     if not isinstance(text, str):
         raise RecordError(key, f"expected a base64 string of float32 values, got {type(text).__name__}.")
     return decode_base64_array(key, text, "<f4")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# A folder or a zip of JSON files
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _by_id(names: list[str]) -> list[str]:
