@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import io
 import itertools
 import json
 import os
@@ -82,22 +83,14 @@ class RegionFeatureStore:
     def write(
         cls, records: Iterable[dict], directory: str | Path, *, source: str = "", overwrite: bool = False
     ) -> RegionFeatureStore:
-        """Streams records (the `region_records` layout) into a new store at `directory` and opens it.
-
-        Each record is checked as the file readers check theirs (`check_store_record`) and image ids must be unique.
-        The store is written beside `directory` and renamed into place only once complete, so an error (or a Ctrl-C)
-        never leaves a half store. An existing directory is replaced only with `overwrite=True`, and only when it is a
-        store (see `check_store_output`).
-        """
+        """Streams records (the `region_records` layout, each checked as the file readers check theirs, image ids
+        unique) into a new store at `directory` and opens it. An existing directory is replaced only with
+        `overwrite=True`, and only when it is a store (`check_store_output`)."""
         return cls._write(_checked_records(records), directory, source=source, overwrite=overwrite)
 
     @classmethod
     def _write(cls, records: Iterable[dict], directory: str | Path, *, source: str, overwrite: bool) -> RegionFeatureStore:
-        """`write` of records already checked and normalised (those of `iter_checked_records`).
-
-        Two writers of one new directory (two processes filling one feature cache) both end with the complete store:
-        the first renamed into place stays, and the other opens it when it holds the same bytes as its own.
-        """
+        """`write` of records already checked and normalised (those of `iter_checked_records`)."""
         directory = Path(directory)
         check_store_output(directory, "directory", overwrite=overwrite)
         iterator = iter(records)
@@ -127,14 +120,9 @@ class RegionFeatureStore:
 
     @classmethod
     def load(cls, directory: str | Path, *, verify: bool = True) -> RegionFeatureStore:
-        """Opens a store written by `write` (memory-mapped: nothing is read until asked for), checked against its
-        `store.json`.
-
-        The row count is always checked. With `verify=True` (the default) the sha256 of the Arrow file is too, which
-        reads the file once (about as long as reading every feature once; pass `verify=False` to skip it for a store
-        you trust). A damaged store is a ValueError naming the store and what differs. A store written before
-        checksums were recorded still opens, with a warning that it is unverified.
-        """
+        """Opens a store written by `write` (memory-mapped), checked against its `store.json`: the row count always,
+        the sha256 of the Arrow file with `verify=True` (one read of the file). A damaged store is a ValueError naming
+        the store and what differs; a store without a recorded checksum opens with a warning."""
         directory = Path(directory)
         recover_folder(directory, PARTIAL_MARKER)  # a write killed mid-swap (where folders cannot be exchanged)
         arrow, metadata_file = directory / ARROW_FILE, directory / METADATA_FILE
@@ -247,11 +235,8 @@ _ARRAY_COLUMNS = ("image_size", "boxes", "features", "object_ids", "object_conf"
 
 
 class _RaggedColumn:
-    """Zero-copy numpy views of the rows of a (list of) list column of a memory-mapped Arrow table.
-
-    `boxes` / `features` are stored as list<list<float>> (datasets' Array2D with a free first dimension), the others
-    as list<...> or fixed_size_list<...>; each row is a slice of one flat, memory-mapped value buffer.
-    """
+    """Zero-copy numpy views of the rows of a list<...>, fixed_size_list<...> or list<list<...>> (datasets' Array2D)
+    column of a memory-mapped Arrow table: each row is a slice of one flat value buffer."""
 
     def __init__(self, column):
         self.chunks, lengths = [], []
@@ -355,13 +340,13 @@ def _checksums(directory: Path) -> dict | None:
         return None
 
 
-class _HashingFile:
-    """A binary file wrapper that hashes what is written through it (so the checksum costs no second read)."""
+class _HashingFile(io.RawIOBase):
+    """A binary file wrapper that hashes what is written through it (so the checksum costs no second read); closing
+    it leaves the real file to the caller."""
 
     def __init__(self, file):
         self.file = file
         self.sha256 = hashlib.sha256()
-        self.closed = False
 
     def write(self, data) -> int:
         self.sha256.update(data)
@@ -370,20 +355,8 @@ class _HashingFile:
     def tell(self) -> int:
         return self.file.tell()
 
-    def flush(self) -> None:
-        self.file.flush()
-
-    def close(self) -> None:  # the caller closes the real file
-        self.closed = True
-
     def writable(self) -> bool:
         return True
-
-    def readable(self) -> bool:
-        return False
-
-    def seekable(self) -> bool:
-        return False
 
 
 def _read_metadata(metadata_file: Path) -> dict:
@@ -439,22 +412,15 @@ def _arrow_row(record: dict) -> dict:
     return {name: value.tolist() if isinstance(value, np.ndarray) and value.ndim == 1 else value for name, value in record.items()}
 
 
-# format name -> module of `data/formats/` with its `iter_<format>_records(path, *, on_error, **options)`
-FEATURE_FORMATS = {
-    "lxmert_tsv": "lxmert_tsv",
-    "butd_tsv": "butd_tsv",
-    "butd_h5": "butd_h5",
-    "m2_hdf5": "m2_hdf5",
-    "npz_dir": "npz_dir",
-    "vlbert_json": "vlbert_json",
-}
+# each the module of `data/formats/` with its `iter_<format>_records(path, *, on_error, **options)`
+FEATURE_FORMATS = ("lxmert_tsv", "butd_tsv", "butd_h5", "m2_hdf5", "npz_dir", "vlbert_json")
 
 
 def iter_feature_records(src: str | Path, format: str, *, on_error: str = "raise", **options) -> Iterator[dict]:
     """The records of a published feature file (or folder) in `format` (one of `FEATURE_FORMATS`), streamed."""
     if format not in FEATURE_FORMATS:
         raise ValueError(f"`format` must be one of {sorted(FEATURE_FORMATS)}, got {format!r}.")
-    module = importlib.import_module(f"{__package__}.formats.{FEATURE_FORMATS[format]}")
+    module = importlib.import_module(f"{__package__}.formats.{format}")
     return getattr(module, f"iter_{format}_records")(src, on_error=on_error, **options)
 
 

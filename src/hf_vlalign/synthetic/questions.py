@@ -34,6 +34,7 @@ from .shapes import (
     SIZE_NAMES,
     SIZE_WORDS,
     Shape,
+    generic_attribute_sets,
     identifying_attribute_sets,
     shape_relation,
 )
@@ -110,14 +111,7 @@ def _shape_phrase(
 
 def _generic_phrase(index: int, shapes: list[Shape], rng: np.random.Generator) -> _Phrase | None:
     """A noun phrase without the shape word ("the blue object") that singles out shape `index` among all shapes."""
-    target = shapes[index]
-    sets = []
-    for attributes in (("colour",), ("size",), ("colour", "size")):
-        if not any(
-            other is not target and all(getattr(other, name) == getattr(target, name) for name in attributes)
-            for other in shapes
-        ):
-            sets.append(attributes)
+    target, sets = shapes[index], generic_attribute_sets(index, shapes)
     if not sets:
         return None
     attributes = _pick(sets, rng)

@@ -65,8 +65,7 @@ from .shapes import (
 )
 from .tasks import SyntheticNLVR2Writer, SyntheticRefCOCOWriter, pair_feature_records
 
-FORMAT_VERSION = 4  # 2: adds gqa/; 3: adds nlvr2/, features/nlvr2_features.tsv and refcoco+/; 4: adds
-# gqa/{split}_all_questions.json (the entailed questions) and `entailed` / `equivalent` to every GQA record
+FORMAT_VERSION = 4  # in the manifest and the cache digest: a new version regenerates cached scenes
 FIRST_IMAGE_ID = 100000
 
 # Hues sit at the centres of CropEncoder's 30-degree hue bins.
@@ -108,19 +107,10 @@ class SyntheticSceneConfig:
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if name == "distractors":
-                if not isinstance(value, bool):
-                    raise ValueError(f"`{name}` must be a bool, got {type(value).__name__} {value!r}.")
-            elif not isinstance(value, int) or isinstance(value, bool):
-                raise ValueError(f"`{name}` must be an int, got {type(value).__name__} {value!r}.")
-        lower_bounds = {
-            "num_train_images": 1,
-            "num_val_images": 1,
-            "image_size": 64,
-            "min_shapes": 1,
-            "feature_dim": 1,
-            "seed": 0,
-        }
+            expected, named = (bool, "a bool") if name == "distractors" else (int, "an int")
+            if type(value) is not expected:
+                raise ValueError(f"`{name}` must be {named}, got {type(value).__name__} {value!r}.")
+        lower_bounds = {"num_train_images": 1, "num_val_images": 1, "image_size": 64, "min_shapes": 1, "feature_dim": 1, "seed": 0}
         for name, low in lower_bounds.items():
             if getattr(self, name) < low:
                 raise ValueError(f"`{name}` must be >= {low}, got {getattr(self, name)}.")

@@ -34,6 +34,7 @@ from .shapes import (
     SIZE_NAMES,
     SIZE_WORDS,
     Shape,
+    generic_attribute_sets,
     identifying_attribute_sets,
     phrase_wordings,
     shape_relation,
@@ -423,19 +424,6 @@ def pair_feature_records(pair_images: dict[str, str], records: list[dict]) -> It
     return ({**by_id[image_id], "image_id": pair_id} for pair_id, image_id in pair_images.items())
 
 
-def _generic_attribute_sets(index: int, shapes: list[Shape]) -> list[tuple[str, ...]]:
-    """Which of size / colour / both single out shape `index` among *all* shapes (for a generic noun)."""
-    target = shapes[index]
-    return [
-        names
-        for names in (("colour",), ("size",), ("size", "colour"))
-        if not any(
-            other is not target and all(getattr(other, name) == getattr(target, name) for name in names)
-            for other in shapes
-        )
-    ]
-
-
 def _expression(
     shape: Shape, shape_word_sets: list[frozenset[str]], generic_sets: list[tuple[str, ...]], rng: np.random.Generator
 ) -> str:
@@ -459,7 +447,7 @@ def _expression(
 
 def referring_expressions(index: int, shapes: list[Shape], rng: np.random.Generator) -> list[str]:
     """1-3 distinct lower-case expressions, each naming shape `index` uniquely among `shapes` by its appearance."""
-    shape_word_sets, generic_sets = identifying_attribute_sets(index, shapes), _generic_attribute_sets(index, shapes)
+    shape_word_sets, generic_sets = identifying_attribute_sets(index, shapes), generic_attribute_sets(index, shapes)
     target = int(rng.integers(1, MAX_EXPRESSIONS + 1))
     expressions: list[str] = []
     for _ in range(ATTEMPTS_PER_EXPRESSION * target):

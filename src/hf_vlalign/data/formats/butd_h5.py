@@ -20,6 +20,7 @@ import numpy as np
 
 from ...utils.optional import require
 from ...utils.validation import check_existing_path
+from .m2_hdf5 import open_hdf5
 from .region_records import RecordDecoder, RecordError, check_array_size, check_on_error, iter_checked_records
 from .safe_pickle import load_restricted_pickle
 from .text_files import FileFormatError, read_json_file
@@ -37,11 +38,7 @@ _SPATIAL_TOLERANCE = 1e-4
 def _read_layout(path: Path) -> tuple[bool, int, int]:
     """Checks the datasets of the file; returns (adaptive, number of images, total rows of the box arrays)."""
     h5py = require("h5py", extra="hdf5")
-    try:
-        handle = h5py.File(path, "r")
-    except OSError as error:
-        raise ValueError(f"`path` {path} is not a readable HDF5 file ({error}).") from None
-    with handle:
+    with open_hdf5(path) as handle:
         missing = [name for name in DATASETS if not isinstance(handle.get(name), h5py.Dataset)]
         if missing:
             raise ValueError(f"{path}: expected the HDF5 datasets {list(DATASETS)}, missing {missing}.")
@@ -193,8 +190,7 @@ def _recover_side(side: str, lengths: np.ndarray, fractions: np.ndarray) -> int:
 def _iter_decoders(
     path: Path, ordered: list[tuple[str, int]], adaptive: bool, total_rows: int
 ) -> Iterator[tuple[str, RecordDecoder]]:
-    h5py = require("h5py", extra="hdf5")
-    with h5py.File(path, "r") as handle:
+    with open_hdf5(path) as handle:
         for image_id, index in ordered:
             location = f"{path.name}, image index {index} (image_id {image_id})"
             yield location, partial(_decode_image, handle, index, image_id, adaptive, total_rows)
@@ -207,8 +203,7 @@ def iter_butd_h5_records(path: str | Path, *, id_map: str | Path | Mapping, on_e
         path: the HDF5 file (`train36.hdf5`, BAN's `train.hdf5`, ...); the layout is told by `pos_boxes`.
         id_map: `image_id -> index`: the published pickle (`train36_imgid2idx.pkl`), a JSON file
             `{"<image_id>": index}` or a dict. Only the images it names are read, in index order.
-        on_error: "raise" stops at the first bad image with a ValueError naming file, index, image id, dataset and
-            problem; "skip" drops bad images (each logged at INFO level) and warns with their count at the end.
+        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
 
     Yields:
         Records in the `region_records` layout, `image_id` = str(id map key), `image_size` recovered from

@@ -52,8 +52,7 @@ def iter_butd_tsv_records(path: str | Path, *, on_error: str = "raise") -> Itera
 
     Args:
         path: the TSV file (e.g. `trainval_resnet101_faster_rcnn_genome_36.tsv`).
-        on_error: "raise" stops at the first bad line with a ValueError naming file, line, field and problem;
-            "skip" drops bad lines (each logged at INFO level) and warns with their count at the end.
+        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
 
     Yields:
         Records in the `region_records` layout: `image_size` = (image_h, image_w); no object or attribute ids.

@@ -103,13 +103,17 @@ def sorted_ids(ids: list[str]) -> list[str]:
     return sorted(ids)
 
 
-def _image_ids(path: Path) -> list[str]:
+def open_hdf5(path: Path) -> h5py.File:
+    """The HDF5 file at `path`, open for reading; a ValueError naming it when it is not one."""
     h5py = require("h5py", extra="hdf5")
     try:
-        handle = h5py.File(path, "r")
+        return h5py.File(path, "r")
     except OSError as error:
         raise ValueError(f"`path` {path} is not a readable HDF5 file ({error}).") from None
-    with handle:
+
+
+def _image_ids(path: Path) -> list[str]:
+    with open_hdf5(path) as handle:
         ids = [name[: -len(FEATURES_SUFFIX)] for name in handle.keys() if name.endswith(FEATURES_SUFFIX)]
     if not ids:
         raise ValueError(f"{path}: expected datasets named '<image_id>{FEATURES_SUFFIX}' at the root, found none.")
@@ -147,8 +151,7 @@ def _decode_image(handle: h5py.File, image_id: str, image_sizes: dict | None, us
 def _iter_decoders(
     path: Path, image_ids: list[str], image_sizes: dict | None, use_cls_prob: bool
 ) -> Iterator[tuple[str, RecordDecoder]]:
-    h5py = require("h5py", extra="hdf5")
-    with h5py.File(path, "r") as handle:
+    with open_hdf5(path) as handle:
         for image_id in image_ids:
             yield f"{path.name}, image {image_id}", partial(_decode_image, handle, image_id, image_sizes, use_cls_prob)
 
@@ -167,8 +170,7 @@ def iter_m2_hdf5_records(
         image_sizes: None (`image_size` None), a dict {image_id: (height, width)}, or a COCO-style annotation JSON
             (`images`: [{"id", "width", "height"}]); with it, an image it lacks is a bad record.
         use_cls_prob: derive `object_ids`/`object_conf` from `<id>_cls_prob` (where present); False ignores it.
-        on_error: "raise" stops at the first bad image with a ValueError naming file, image, dataset and problem;
-            "skip" drops bad images (each logged at INFO level) and warns with their count at the end.
+        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
 
     Yields:
         Records in the `region_records` layout, images in numeric id order.

@@ -179,8 +179,7 @@ def iter_npz_dir_records(
             (`cocobu_box`) when it exists. Files that carry their own `bbox` need none.
         image_sizes: None, a dict {image_id: (height, width)} or a COCO-style annotation JSON, for files without
             `image_h`/`image_w`; with it, an image it lacks is a bad record.
-        on_error: "raise" stops at the first bad file with a ValueError naming file, key and problem; "skip" drops
-            bad files (each logged at INFO level) and warns with their count at the end.
+        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
 
     Yields:
         Records in the `region_records` layout, `image_id` = the file name without suffix, sorted by id.

@@ -15,17 +15,9 @@ _SEPARATORS = re.compile(r"[\\/]")
 
 
 def check_relative_path(relative: str | os.PathLike, argument: str, root: str | os.PathLike | None = None) -> str:
-    """Returns `relative` (as a str) when it is a relative path that stays inside the folder it is joined to.
-
-    Args:
-        relative: the path or name read from an annotation file.
-        argument: what it is, for the error message (e.g. "`data_dir` dataset_coco.json, images[3].filename").
-        root: the folder it is meant to stay in, only named in the error message.
-
-    Raises:
-        ValueError: for a non-string, an empty string, a NUL byte, an absolute path (POSIX or Windows, with a drive or
-            a UNC prefix) or `..` steps that climb out of the folder; the message names `argument` and the value.
-    """
+    """Returns `relative` (a path read from an annotation file) as a str when it is a relative path that stays inside
+    the folder it is joined to; else a ValueError naming `argument` (e.g. "`data_dir` dataset_coco.json,
+    images[3].filename"), the folder `root` and the value."""
     inside = f" inside {root}" if root is not None else ""
     if isinstance(relative, os.PathLike):
         relative = os.fspath(relative)

@@ -131,8 +131,7 @@ def iter_vlbert_json_records(path: str | Path, *, on_error: str = "raise") -> It
 
     Args:
         path: a folder of `<id>.json` files, or a zip of them (`train_frcnn.zip`), read member by member.
-        on_error: "raise" stops at the first bad file with a ValueError naming file (or `zip:member`), key and
-            problem; "skip" drops bad files (each logged at INFO level) and warns with their count at the end.
+        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
 
     Yields:
         Records in the `region_records` layout, `image_id` = str of the JSON's `image_id`, sorted by file id.
