@@ -131,11 +131,10 @@ class RegionFeatureStore:
                 f"`directory` {directory} is not a region-feature store: expected {ARROW_FILE} and {METADATA_FILE} in it "
                 "(write one with `hf-vlalign convert-features`)."
             )
-        metadata = _read_metadata(metadata_file)
-        if not isinstance(metadata, dict) or metadata.get("format_version") != STORE_FORMAT_VERSION:
-            version = metadata.get("format_version") if isinstance(metadata, dict) else metadata
+        metadata = _read_metadata(metadata_file)  # a dict
+        if metadata.get("format_version") != STORE_FORMAT_VERSION:
             raise ValueError(
-                f"{metadata_file}: store format version {version!r} is not the supported "
+                f"{metadata_file}: store format version {metadata.get('format_version')!r} is not the supported "
                 f"{STORE_FORMAT_VERSION}; convert the source features again."
             )
         expected_sha256 = (metadata.get("sha256") or {}).get(ARROW_FILE)

@@ -53,11 +53,8 @@ from ..utils.size_limits import MAX_SYNTHETIC_IMAGES, check_size
 from .questions import SyntheticQuestionWriter, scene_graphs_file
 from .shapes import (
     COLOUR_NAMES,
-    COLOUR_WORDS,
     SHAPE_NAMES,
-    SHAPE_WORDS,
     SIZE_NAMES,
-    SIZE_WORDS,
     Shape,
     identifying_attribute_sets,
     phrase_wordings,
@@ -786,15 +783,8 @@ def distractor_statistics(
 
 __all__ = [
     "COLOUR_HUES",
-    "COLOUR_NAMES",
-    "COLOUR_WORDS",
     "FIRST_IMAGE_ID",
     "FORMAT_VERSION",
-    "SHAPE_NAMES",
-    "SHAPE_WORDS",
-    "SIZE_NAMES",
-    "SIZE_WORDS",
-    "Shape",
     "SyntheticSceneConfig",
     "SyntheticVGPPaths",
     "distractor_statistics",
