@@ -112,8 +112,8 @@ def test_every_registered_format_has_its_reader():
 
     from hf_vlalign.data.feature_store import FEATURE_FORMATS
 
-    for name, module in FEATURE_FORMATS.items():
-        reader = getattr(importlib.import_module(f"hf_vlalign.data.formats.{module}"), f"iter_{name}_records")
+    for name in FEATURE_FORMATS:
+        reader = getattr(importlib.import_module(f"hf_vlalign.data.formats.{name}"), f"iter_{name}_records")
         assert callable(reader)
 
 

@@ -27,6 +27,7 @@ from hf_vlalign.data.region_extraction import (
     extract_region_features,
     grid_boxes,
     roi_align,
+    with_whole_image,
 )
 
 IMAGE_SIZES = {"beach.png": (40, 60), "kitchen.jpg": (48, 36)}  # (height, width)
@@ -135,7 +136,7 @@ def _expected_grid(height: int, width: int) -> np.ndarray:
 
 
 def test_grid_boxes_cover_the_image_row_by_row():
-    np.testing.assert_array_equal(grid_boxes(40, 60, 2, include_whole_image=True), _expected_grid(40, 60))
+    np.testing.assert_array_equal(with_whole_image(grid_boxes(40, 60, 2), 60, 40), _expected_grid(40, 60))
     boxes = grid_boxes(10, 7, 3)
     assert boxes.shape == (9, 4) and boxes[-1].tolist() == [pytest.approx(14 / 3), pytest.approx(20 / 3), 7.0, 10.0]
 

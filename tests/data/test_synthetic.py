@@ -277,16 +277,6 @@ def test_crop_encoder_rejects_bad_arguments():
             CropEncoder(**kwargs)
 
 
-def test_crop_encoder_rejects_bad_boxes():
-    encoder = CropEncoder(16)
-    with pytest.raises(ValueError, match="boxes"):
-        encoder.encode(_canvas("circle", (220, 40, 40)), np.zeros((2, 3)))
-    with pytest.raises(ValueError, match="boxes"):
-        encoder.encode(_canvas("circle", (220, 40, 40)), np.array([[10.0, 10.0, 5.0, 20.0]]))
-    with pytest.raises(ValueError, match="image"):
-        encoder.encode(np.zeros((8, 8, 3)), np.array([[0.0, 0.0, 4.0, 4.0]]))
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Cache and configuration
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,13 +1,9 @@
 """Per-dimension mean and standard deviation of region features, for the models' feature standardisation
-(`config.visual_feature_normalization="standardize"`, see `hf_vlalign.models.visual_features`).
+(`config.visual_feature_normalization="standardize"`):
 
     model.set_visual_feature_statistics(*region_feature_statistics(store, train_rows))
 
-The statistics are exact: every region of the chosen images (by default every image of the store; pass the training
-rows or image ids to keep evaluation images out), accumulated in float64 image chunk by image chunk (Chan et al.'s
-pairwise update of mean and sum of squared deviations, so raw 0..255 features lose no precision). The same store and
-images give the same statistics on every process and every run; `max_images` draws a seeded subset of the images for
-stores too large to read whole.
+Exact over every region of the chosen images, accumulated in float64 chunk by chunk (Chan et al.'s pairwise update).
 """
 
 from __future__ import annotations

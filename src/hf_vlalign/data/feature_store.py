@@ -1,35 +1,22 @@
 """`RegionFeatureStore`: the region features of a set of images, one memory-mapped Arrow file on disk.
 
-Every feature reader (`data/formats/`) and the region extractor for one's own images (`data/region_extraction.py`)
-write this one store; builders, collators and the benchmark read it. A store directory holds
-`region_features.arrow` (a `datasets` Arrow file) and `store.json` (format version, source, counts, and the sha256 of
-the Arrow file, hashed as it is written). `RegionFeatureStore.load` refuses a store whose row count or checksum does
-not match its `store.json` (pass `verify=False` to skip the checksum, which reads the whole file once). Columns:
-
-| column | type | meaning |
-|---|---|---|
-| `image_id` | string | the id the source file uses |
-| `image_size` | [height, width] int32 or null | pixels (transformers' order); null when the source does not say |
-| `boxes` | (R, 4) float32 | x1, y1, x2, y2 in pixels, as published |
-| `features` | (R, D) float32 | R may vary per image, D is one for the store |
-| `object_ids`, `attr_ids` | (R,) int64 or null | detector class / attribute ids, where the source has them |
-| `object_conf`, `attr_conf` | (R,) float32 or null | their confidences |
+Every feature reader (`data/formats/`) and `extract_region_features` write this one store; builders, collators and
+the benchmark read it. A store directory holds `region_features.arrow` (columns `image_id`, `image_size` [height,
+width] or null, `boxes` (R, 4) pixels, `features` (R, D), and where the source has them `object_ids`, `object_conf`,
+`attr_ids`, `attr_conf`) and `store.json` (format version, source, counts and the Arrow file's sha256, which `load`
+checks).
 
 Writing is atomic and resumable: a store is written into `<directory>.partial-<host>-<pid>` beside `directory` and
-renamed into place only once complete. A writer that was killed (SIGKILL, power loss) leaves its partial folder
-behind; the next write to the same directory removes the partial folders of writers that are no longer running, and
-writes the same bytes an uninterrupted run would have written (the Arrow file depends only on the records). The partial
-folder's name starts with `derived_stem(<directory name>)`, so it stays within 255 bytes for any directory name. An
-existing store (`overwrite=True`; a folder holding anything but a store's two files is refused) is swapped with the
-complete new one atomically (`utils/atomic_folders.py`), so a kill at any instant leaves the old store or the new one.
-Without `overwrite`, two writers of one directory (two processes filling one feature cache) both end with the complete
-store: the rename into place is atomic, and the second writer opens the first one's store when the bytes are equal.
+renamed into place once complete; the partial folders of writers no longer running are removed by the next write. An
+existing store (`overwrite=True`) is swapped atomically (`utils/atomic_folders.py`); without `overwrite`, two writers
+of one directory (two processes filling one feature cache) both end with the complete store.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import io
 import itertools
 import json
 import os
@@ -92,30 +79,18 @@ class RegionFeatureStore:
         if len(self._row_of) != len(dataset):
             raise ValueError(f"image ids of a region-feature store must be unique; {len(dataset) - len(self._row_of)} repeat.")
 
-    # ------------------------------------------------------------------------------------------------------------
-    # Making and opening stores
-    # ------------------------------------------------------------------------------------------------------------
-
     @classmethod
     def write(
         cls, records: Iterable[dict], directory: str | Path, *, source: str = "", overwrite: bool = False
     ) -> RegionFeatureStore:
-        """Streams records (the `region_records` layout) into a new store at `directory` and opens it.
-
-        Each record is checked as the file readers check theirs (`check_store_record`) and image ids must be unique.
-        The store is written beside `directory` and renamed into place only once complete, so an error (or a Ctrl-C)
-        never leaves a half store. An existing directory is replaced only with `overwrite=True`, and only when it is a
-        store (see `check_store_output`).
-        """
+        """Streams records (the `region_records` layout, each checked as the file readers check theirs, image ids
+        unique) into a new store at `directory` and opens it. An existing directory is replaced only with
+        `overwrite=True`, and only when it is a store (`check_store_output`)."""
         return cls._write(_checked_records(records), directory, source=source, overwrite=overwrite)
 
     @classmethod
     def _write(cls, records: Iterable[dict], directory: str | Path, *, source: str, overwrite: bool) -> RegionFeatureStore:
-        """`write` of records already checked and normalised (those of `iter_checked_records`).
-
-        Two writers of one new directory (two processes filling one feature cache) both end with the complete store:
-        the first renamed into place stays, and the other opens it when it holds the same bytes as its own.
-        """
+        """`write` of records already checked and normalised (those of `iter_checked_records`)."""
         directory = Path(directory)
         check_store_output(directory, "directory", overwrite=overwrite)
         iterator = iter(records)
@@ -145,14 +120,9 @@ class RegionFeatureStore:
 
     @classmethod
     def load(cls, directory: str | Path, *, verify: bool = True) -> RegionFeatureStore:
-        """Opens a store written by `write` (memory-mapped: nothing is read until asked for), checked against its
-        `store.json`.
-
-        The row count is always checked. With `verify=True` (the default) the sha256 of the Arrow file is too, which
-        reads the file once (about as long as reading every feature once; pass `verify=False` to skip it for a store
-        you trust). A damaged store is a ValueError naming the store and what differs. A store written before
-        checksums were recorded still opens, with a warning that it is unverified.
-        """
+        """Opens a store written by `write` (memory-mapped), checked against its `store.json`: the row count always,
+        the sha256 of the Arrow file with `verify=True` (one read of the file). A damaged store is a ValueError naming
+        the store and what differs; a store without a recorded checksum opens with a warning."""
         directory = Path(directory)
         recover_folder(directory, PARTIAL_MARKER)  # a write killed mid-swap (where folders cannot be exchanged)
         arrow, metadata_file = directory / ARROW_FILE, directory / METADATA_FILE
@@ -161,11 +131,10 @@ class RegionFeatureStore:
                 f"`directory` {directory} is not a region-feature store: expected {ARROW_FILE} and {METADATA_FILE} in it "
                 "(write one with `hf-vlalign convert-features`)."
             )
-        metadata = _read_metadata(metadata_file)
-        if not isinstance(metadata, dict) or metadata.get("format_version") != STORE_FORMAT_VERSION:
-            version = metadata.get("format_version") if isinstance(metadata, dict) else metadata
+        metadata = _read_metadata(metadata_file)  # a dict
+        if metadata.get("format_version") != STORE_FORMAT_VERSION:
             raise ValueError(
-                f"{metadata_file}: store format version {version!r} is not the supported "
+                f"{metadata_file}: store format version {metadata.get('format_version')!r} is not the supported "
                 f"{STORE_FORMAT_VERSION}; convert the source features again."
             )
         expected_sha256 = (metadata.get("sha256") or {}).get(ARROW_FILE)
@@ -195,10 +164,6 @@ class RegionFeatureStore:
                 f"but {ARROW_FILE} has {len(dataset)} rows; convert the source features again."
             )
         return cls(dataset, directory=directory, metadata=metadata)
-
-    # ------------------------------------------------------------------------------------------------------------
-    # Reading
-    # ------------------------------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -269,11 +234,8 @@ _ARRAY_COLUMNS = ("image_size", "boxes", "features", "object_ids", "object_conf"
 
 
 class _RaggedColumn:
-    """Zero-copy numpy views of the rows of a (list of) list column of a memory-mapped Arrow table.
-
-    `boxes` / `features` are stored as list<list<float>> (datasets' Array2D with a free first dimension), the others
-    as list<...> or fixed_size_list<...>; each row is a slice of one flat, memory-mapped value buffer.
-    """
+    """Zero-copy numpy views of the rows of a list<...>, fixed_size_list<...> or list<list<...>> (datasets' Array2D)
+    column of a memory-mapped Arrow table: each row is a slice of one flat value buffer."""
 
     def __init__(self, column):
         self.chunks, lengths = [], []
@@ -377,13 +339,13 @@ def _checksums(directory: Path) -> dict | None:
         return None
 
 
-class _HashingFile:
-    """A binary file wrapper that hashes what is written through it (so the checksum costs no second read)."""
+class _HashingFile(io.RawIOBase):
+    """A binary file wrapper that hashes what is written through it (so the checksum costs no second read); closing
+    it leaves the real file to the caller."""
 
     def __init__(self, file):
         self.file = file
         self.sha256 = hashlib.sha256()
-        self.closed = False
 
     def write(self, data) -> int:
         self.sha256.update(data)
@@ -392,20 +354,8 @@ class _HashingFile:
     def tell(self) -> int:
         return self.file.tell()
 
-    def flush(self) -> None:
-        self.file.flush()
-
-    def close(self) -> None:  # the caller closes the real file
-        self.closed = True
-
     def writable(self) -> bool:
         return True
-
-    def readable(self) -> bool:
-        return False
-
-    def seekable(self) -> bool:
-        return False
 
 
 def _read_metadata(metadata_file: Path) -> dict:
@@ -461,26 +411,15 @@ def _arrow_row(record: dict) -> dict:
     return {name: value.tolist() if isinstance(value, np.ndarray) and value.ndim == 1 else value for name, value in record.items()}
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Converting published feature files
-# ----------------------------------------------------------------------------------------------------------------
-
-# format name -> module of `data/formats/` with its `iter_<format>_records(path, *, on_error, **options)`
-FEATURE_FORMATS = {
-    "lxmert_tsv": "lxmert_tsv",
-    "butd_tsv": "butd_tsv",
-    "butd_h5": "butd_h5",
-    "m2_hdf5": "m2_hdf5",
-    "npz_dir": "npz_dir",
-    "vlbert_json": "vlbert_json",
-}
+# each the module of `data/formats/` with its `iter_<format>_records(path, *, on_error, **options)`
+FEATURE_FORMATS = ("lxmert_tsv", "butd_tsv", "butd_h5", "m2_hdf5", "npz_dir", "vlbert_json")
 
 
 def iter_feature_records(src: str | Path, format: str, *, on_error: str = "raise", **options) -> Iterator[dict]:
     """The records of a published feature file (or folder) in `format` (one of `FEATURE_FORMATS`), streamed."""
     if format not in FEATURE_FORMATS:
         raise ValueError(f"`format` must be one of {sorted(FEATURE_FORMATS)}, got {format!r}.")
-    module = importlib.import_module(f"{__package__}.formats.{FEATURE_FORMATS[format]}")
+    module = importlib.import_module(f"{__package__}.formats.{format}")
     return getattr(module, f"iter_{format}_records")(src, on_error=on_error, **options)
 
 

@@ -1,21 +1,11 @@
 """Region features for one's own images: boxes from a file or a grid, pooled by a pixel or a transformers encoder.
 
-`extract_region_features(images, out_dir, ...)` turns a folder (or a list) of images into a `RegionFeatureStore`,
-the one store every builder and collator reads:
-
-- **boxes**: a JSON file (or dict) `{"<image file name or id>": [[x1, y1, x2, y2], ...]}` in pixels of the
-  image file, a fixed grid (`grid_size=g`: g x g cells covering the image), or the boxes a transformers object
-  detection model finds (`detector=`: a Hub id or local folder, `RegionDetector`); each optionally preceded by the
-  whole-image box. Given boxes are validated (inside the image, x1 < x2, y1 < y2) before any feature is computed.
-- **encoder**: `"pixel"` (the offline default) is `CropEncoder`, a deterministic encoder of the crops' colours,
-  silhouettes and geometry (the synthetic scenes use it for their "detector" features): good for the synthetic scenes
-  and simple coloured-shape images, blind to the semantics of natural photos. Any other value is a Hub
-  id or a local folder of a transformers vision model (`AutoModel` + `AutoImageProcessor`), run once per image to
-  get a spatial feature map, from which every box is pooled with RoIAlign (`roi_align`).
-
-Records keep the image as stored in the file: `image_id` is the file stem, `image_size` the file's (height, width)
-and `boxes` its pixels (EXIF orientation is not applied). Only the backbone sees a resized copy (see
-`BackboneRegionEncoder`).
+`extract_region_features(images, out_dir, ...)` writes a `RegionFeatureStore` from a folder (or a list) of images.
+Boxes come from a JSON file or dict (pixels of each image file), a grid, or a transformers object detector
+(`RegionDetector`); features from `CropEncoder` (`"pixel"`, the offline default: colours, silhouettes, geometry; blind
+to the semantics of natural photos) or a transformers vision model pooled with RoIAlign (`BackboneRegionEncoder`).
+Records keep the image as stored in the file: `image_id` is the file stem, `image_size` the file's (height, width) and
+`boxes` its pixels (EXIF orientation is not applied).
 """
 
 from __future__ import annotations
@@ -61,11 +51,6 @@ DEFAULT_DETECTOR_THRESHOLD = 0.5  # the score transformers' object-detection pip
 DEFAULT_MAX_REGIONS = 36  # detector boxes kept per image, highest scores first (bottom-up attention's usual count)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Pixel encoder (the offline default; also the synthetic scenes' "detector" features)
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _hue_saturation(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Hue in degrees [0, 360) and HSV saturation in [0, 1] of RGB values in [0, 1] (..., 3)."""
     high, low = rgb.max(-1), rgb.min(-1)
@@ -81,18 +66,13 @@ def _hue_saturation(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class CropEncoder:
-    """Deterministic pixel encoder standing in for a detector's region features.
+    """Deterministic pixel encoder standing in for a detector's region features: good for the synthetic scenes and
+    simple images of coloured shapes, blind to the semantics of natural photos (use `BackboneRegionEncoder` there).
 
-    What it is good for: the synthetic scenes (it made their features) and simple images of coloured shapes, where
-    colour, silhouette, size and position are what a caption talks about. It knows nothing of the semantics of natural
-    photos (a dog and a brown sofa look alike to it): for photos, use a transformers vision backbone
-    (`BackboneRegionEncoder`, `encoder=<Hub id or folder>`).
-
-    Each box is cropped and resized to `crop_size` x `crop_size`. The features start with explicit statistics
-    (`num_statistics` values): a hue histogram of the coloured (foreground) pixels and their mean colour, the
-    foreground fraction and a coarse soft foreground mask (the silhouette, hence the shape), and the normalised box
-    geometry (hence the size). A fixed seeded random projection of the raw pixels fills the remaining dimensions.
-    When `feature_dim` is smaller than `num_statistics`, statistics and pixels are projected together.
+    Each box is cropped and resized to `crop_size` x `crop_size`. The features start with `num_statistics` explicit
+    statistics (hue histogram and mean colour of the foreground, foreground fraction and coarse mask, normalised box
+    geometry); a fixed seeded random projection of the raw pixels fills the remaining dimensions. When `feature_dim`
+    is smaller than `num_statistics`, statistics and pixels are projected together.
     """
 
     crop_size = 12
@@ -142,15 +122,7 @@ class CropEncoder:
 
     def encode(self, image: Image.Image, boxes: np.ndarray) -> np.ndarray:
         """Features (R, feature_dim) float32 of the pixel boxes (R, 4) x1, y1, x2, y2 of an RGB image."""
-        if not isinstance(image, Image.Image):
-            raise ValueError(f"`image` must be a PIL.Image.Image, got {type(image).__name__}.")
         boxes = np.asarray(boxes, dtype=np.float32)
-        if boxes.ndim != 2 or boxes.shape[1] != 4:
-            raise ValueError(f"`boxes` must have shape (R, 4) as x1, y1, x2, y2 pixels, got shape {boxes.shape}.")
-        if not np.isfinite(boxes).all() or (boxes[:, 2:] <= boxes[:, :2]).any():
-            raise ValueError("`boxes` must be finite with x2 > x1 and y2 > y1, got " + np.array2string(boxes[:4]) + ".")
-        if len(boxes) == 0:
-            return np.zeros((0, self.feature_dim), dtype=np.float32)
         crops = self._crops(image.convert("RGB"), boxes)
         statistics = self._statistics(crops, boxes, image.width, image.height)
         descriptors = np.concatenate([statistics, crops.reshape(len(crops), -1) - 0.5], axis=1)
@@ -161,11 +133,6 @@ class CropEncoder:
         return [self.encode(image, image_boxes) for image, image_boxes in zip(images, boxes)]
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# RoIAlign
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def roi_align(
     feature_map: torch.Tensor,
     boxes: torch.Tensor,
@@ -174,12 +141,9 @@ def roi_align(
 ) -> torch.Tensor:
     """RoIAlign of boxes on one feature map: (C, h, w) and (R, 4) -> (R, C, output_size, output_size).
 
-    `boxes` are x1, y1, x2, y2 in continuous feature-map coordinates: cell (i, j) covers [j, j + 1) x [i, i + 1) and
-    its value sits at its centre (j + 0.5, i + 0.5), as torchvision's `roi_align(..., aligned=True)` after
-    `spatial_scale`. Each box is split into output_size x output_size bins; a bin is the mean of
-    sampling_ratio x sampling_ratio bilinear samples at evenly spaced points inside it. A sample within half a cell
-    of the map's edge takes the edge value; boxes should lie inside the map (`extract_region_features` checks them
-    against the image).
+    `boxes` are x1, y1, x2, y2 in continuous feature-map coordinates (cell (i, j) covers [j, j + 1) x [i, i + 1)), as
+    torchvision's `roi_align(..., aligned=True)`. Each bin is the mean of sampling_ratio x sampling_ratio bilinear
+    samples at evenly spaced points inside it; a sample within half a cell of the map's edge takes the edge value.
     """
     # RoIAlign: He et al., "Mask R-CNN", ICCV 2017, sec. 3 (bilinear samples at regular points of each bin, no rounding).
     channels, height, width = feature_map.shape
@@ -198,30 +162,15 @@ def roi_align(
     return samples.mean(dim=(3, 5)).permute(1, 0, 2, 3)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Backbone encoder (any transformers vision model)
-# ----------------------------------------------------------------------------------------------------------------
-
-
 class BackboneRegionEncoder:
-    """Region features pooled with `roi_align` from the spatial feature map of a transformers vision model.
+    """Region features pooled with `roi_align` from the spatial feature map of a transformers vision model
+    (`AutoModel` / `AutoImageProcessor`, a Hub id or local folder, safetensors, float32; CLIP-like dual encoders keep
+    their `vision_model`).
 
-    The model and its image processor are loaded with `AutoModel` / `AutoImageProcessor.from_pretrained(name_or_path)`
-    (a Hub id or a local folder; safetensors weights only; float32). Dual encoders such as CLIP keep their
-    `vision_model`.
-
-    Resizing: each image is resized *here* to the processor's output size (`crop_size` when the processor
-    centre-crops, else `size`; a `shortest_edge` size gives a square), without keeping the aspect ratio, with the
-    processor's resampling filter; the processor then only rescales and normalises (`do_resize=False`,
-    `do_center_crop=False`). The model thus sees the whole image at a known scale, and a box maps exactly from
-    image pixels to map cells: x_map = x * (resized_width / image_width) * cells_per_pixel. This departs on purpose
-    from processors that keep the aspect ratio and crop the centre (ConvNeXt's `crop_pct`, CLIP): a crop would cut
-    boxes off.
-
-    Feature map: `last_hidden_state`, either (B, C, h, w) (CNNs: ResNet, ConvNeXt; cells_per_pixel = h / resized
-    height) or (B, L, C) tokens (ViT-like: the last h x w tokens are the patches in row-major order, the leading CLS /
-    distillation / register tokens are dropped; cells_per_pixel = 1 / patch_size). Each box is pooled to
-    output_size x output_size bins and averaged, so `feature_dim` is the model's channel count C.
+    Each image is resized *here* to the processor's output size without keeping the aspect ratio, and the processor
+    only rescales and normalises: a centre crop would cut boxes off, and so every box maps exactly from image pixels
+    to map cells. The map is `last_hidden_state`, (B, C, h, w) for CNNs or (B, L, C) tokens for ViT-like models (the
+    last h x w tokens are the patches); each box is pooled and averaged, so `feature_dim` is the channel count C.
     """
 
     def __init__(
@@ -411,19 +360,12 @@ def _token_grid(
     return None
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Detector (any transformers object detection model)
-# ----------------------------------------------------------------------------------------------------------------
-
-
 class RegionDetector:
     """Region boxes from a transformers object detection model (DETR, YOLOS, RT-DETR, ...), in pixels of each image.
 
-    The model and its image processor are loaded with `AutoModelForObjectDetection` / `AutoImageProcessor
-    .from_pretrained(name_or_path)` (a Hub id or a local folder; safetensors only). The processor prepares the images
-    and its `post_process_object_detection` turns the outputs into boxes of the original image size; the boxes scoring
-    at least `threshold` are clipped to the image, those with no area dropped, and the `max_regions` best kept
-    (highest score first). An image where nothing scores `threshold` gets the whole-image box (a warning counts them).
+    The boxes `post_process_object_detection` gives scoring at least `threshold` are clipped to the image, those with
+    no area dropped, and the `max_regions` best kept. An image where nothing scores `threshold` gets the whole-image
+    box (a warning counts them).
     """
 
     def __init__(
@@ -470,8 +412,13 @@ class RegionDetector:
         return boxes[np.argsort(-scores, kind="stable")[: self.max_regions]]
 
 
-def check_detector_options(threshold: object, max_regions: object) -> None:
-    """`detector_threshold` a number in [0, 1], `max_regions` an int in [1, MAX_REGIONS_PER_IMAGE]."""
+def check_region_options(grid_size: object, feature_dim: object, threshold: object, max_regions: object) -> None:
+    """The options `extract_region_features` and `RegionFeatureExtractor` share: `grid_size` and `feature_dim` None
+    or within their size limits, `detector_threshold` in [0, 1], `max_regions` in [1, MAX_REGIONS_PER_IMAGE]."""
+    if grid_size is not None:
+        check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
+    if feature_dim is not None:  # the pixel encoder's projection is allocated in proportion to it
+        check_size("feature_dim", feature_dim, MAX_FEATURE_DIM, limit_name="MAX_FEATURE_DIM")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
         raise ValueError(f"`detector_threshold` must be a score in [0, 1], got {threshold!r}.")
     check_size("max_regions", max_regions, MAX_REGIONS_PER_IMAGE, limit_name="MAX_REGIONS_PER_IMAGE")
@@ -490,11 +437,6 @@ def _load_detector(name_or_path: str) -> tuple[object, torch.nn.Module]:
             "`post_process_object_detection`."
         )
     return processor, model
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Images and boxes
-# ----------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -559,16 +501,12 @@ def load_rgb_image(path: str | os.PathLike, argument: str = "images") -> Image.I
         raise ValueError(f"`{argument}`: {path} is not a readable image ({error}).") from None
 
 
-def grid_boxes(height: int, width: int, grid_size: int, include_whole_image: bool = False) -> np.ndarray:
-    """Boxes (g * g, 4) float32 in pixels of a g x g grid covering a height x width image, row by row.
-
-    With `include_whole_image`, the whole-image box comes first (g * g + 1 boxes).
-    """
+def grid_boxes(height: int, width: int, grid_size: int) -> np.ndarray:
+    """Boxes (g * g, 4) float32 in pixels of a g x g grid covering a height x width image, row by row."""
     check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
     xs, ys = np.linspace(0.0, width, grid_size + 1), np.linspace(0.0, height, grid_size + 1)
     cells = [[xs[col], ys[row], xs[col + 1], ys[row + 1]] for row in range(grid_size) for col in range(grid_size)]
-    whole = [[0.0, 0.0, float(width), float(height)]] if include_whole_image else []
-    return np.array(whole + cells, dtype=np.float32)
+    return np.array(cells, dtype=np.float32)
 
 
 def read_boxes_file(path: str | os.PathLike) -> dict:
@@ -631,11 +569,6 @@ def check_image_boxes(values: object, where: str, width: int, height: int) -> np
                 f"0 <= y1 < y2 <= height, with the image's width={width}, height={height} (pixels)."
             )
     return array.astype(np.float32)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Extraction
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def build_region_encoder(
@@ -712,11 +645,7 @@ def extract_region_features(
             f"grid) and `detector` (an object detection model), got boxes={_short(boxes)}, grid_size={grid_size!r} "
             f"and detector={_short(detector)}."
         )
-    if grid_size is not None:
-        check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
-    if feature_dim is not None:
-        check_size("feature_dim", feature_dim, MAX_FEATURE_DIM, limit_name="MAX_FEATURE_DIM")
-    check_detector_options(detector_threshold, max_regions)
+    check_region_options(grid_size, feature_dim, detector_threshold, max_regions)
     check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
     if not isinstance(encoder, (str, os.PathLike)) or not str(encoder):
         raise ValueError(f"`encoder` must be {PIXEL_ENCODER!r}, a Hub model id or a local model folder, got {_short(encoder)}.")
@@ -787,11 +716,6 @@ def _records(
         for entry, image_boxes, image_features in zip(batch, found, features):
             record = {"image_id": entry.image_id, "image_size": (entry.height, entry.width), "boxes": image_boxes}
             yield normalise_record(record | {"features": image_features})
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Argument checks
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _torch_device(device: str | torch.device) -> torch.device:

@@ -1,13 +1,7 @@
 """The processor of hf_vlalign's models (tokenizer + region features) and the "word-region-attention" pipeline.
 
-- `RegionFeatureExtractor`: images -> regions (given boxes, a transformers detector, or a grid) and their features
-  (the pixel encoder or a transformers vision backbone); the keyword arguments of `extract_region_features`.
-- `VLAlignProcessor`: the tokenizer and the extractor; `processor(images=..., text=...)` -> the model's inputs.
-- `WordRegionAttentionPipeline`: `pipeline("word-region-attention", model=DIR)` -> each word's region weights.
-
-`register_processing()` registers them with `AutoImageProcessor`, `AutoProcessor` (for the three families' configs)
-and transformers' pipeline registry; it runs when hf_vlalign's models are registered (`import hf_vlalign`, then any
-transformers Auto class).
+`register_processing()` registers `RegionFeatureExtractor`, `VLAlignProcessor` and `WordRegionAttentionPipeline` with
+`AutoImageProcessor`, `AutoProcessor` and transformers' pipeline registry when hf_vlalign's models are registered.
 """
 
 from transformers import AutoImageProcessor, AutoProcessor

@@ -1,21 +1,9 @@
 """`RegionFeatureExtractor`: images (PIL or paths) -> region boxes and features, the image half of `VLAlignProcessor`.
 
-It is an image processor in transformers' sense (`BaseImageProcessor`): its options are saved as JSON (inside
-`processor_config.json` when saved with the processor, `preprocessor_config.json` on its own) and it is found by
-`AutoImageProcessor` / `AutoProcessor.from_pretrained(model_dir)` for the library's model types. Its keyword arguments
-are those of `hf_vlalign.data.extract_region_features` (but `boxes`, given per call), and for one image it computes
-the features `extract_region_features` stores for it with the same options: the two share the box sources
-(`grid_boxes`, `RegionDetector`, `with_whole_image`) and the encoders (`build_region_encoder`).
-
-Regions, per image, from the first that applies: the `boxes` given to the call (pixels x1, y1, x2, y2), the
-`detector`'s boxes, the `grid_size` grid; with `include_whole_image` the whole-image box comes first.
-
-Features: `encoder="pixel"` is `CropEncoder`, deterministic colour / silhouette / geometry statistics plus a seeded
-random projection of the crop's pixels. It is what made the synthetic scenes' features, and suits them and simple
-images of coloured shapes; it knows nothing of the semantics of natural photos. Any other value is a Hub id or local
-folder of a transformers vision backbone (`BackboneRegionEncoder`, RoIAlign over its feature map). `encoder=None`
-records that the model's features came from files this extractor cannot reproduce (e.g. published 2048-d bottom-up
-attention features): calling it on images then raises a ValueError.
+An image processor in transformers' sense (`BaseImageProcessor`, found by `AutoImageProcessor` / `AutoProcessor`),
+with the keyword arguments of `hf_vlalign.data.extract_region_features` (but `boxes`, given per call): for one image
+it computes the features that function stores, sharing its box sources and encoders. `encoder=None` records that the
+model's features came from files this extractor cannot reproduce; calling it on images then raises a ValueError.
 """
 
 from __future__ import annotations
@@ -40,13 +28,12 @@ from ..data.region_extraction import (
     CropEncoder,
     RegionDetector,
     build_region_encoder,
-    check_detector_options,
+    check_region_options,
     check_image_boxes,
     grid_boxes,
     load_rgb_image,
     with_whole_image,
 )
-from ..utils.size_limits import MAX_FEATURE_DIM, MAX_GRID_SIZE, check_size
 
 __all__ = ["RegionFeatureExtractor", "RegionFeatureExtractorKwargs"]
 
@@ -71,24 +58,14 @@ class RegionFeatureExtractor(BaseImageProcessor):
     r"""Region boxes and features of images, as the library's models read them.
 
     Args:
-        grid_size: a grid_size x grid_size grid of boxes covering each image, used when a call gives no `boxes` and
-            there is no `detector`.
-        include_whole_image: put the whole-image box first.
-        encoder: `"pixel"` (`CropEncoder`: synthetic scenes and simple coloured-shape images, not natural photos'
-            semantics), a Hub id / local folder of a transformers vision backbone, or None (the model's features come
-            from files this extractor cannot reproduce: only text can be processed).
-        feature_dim: the pixel encoder's dimension (default 256; the model's `visual_feat_dim`); for a backbone None or
-            its channel count.
-        seed: the seed of the pixel encoder's random projection.
-        detector: a Hub id / local folder of a transformers object detection model whose boxes are the regions.
-        detector_threshold: the detector's boxes scoring at least this are kept.
-        max_regions: at most this many detector boxes per image, highest scores first.
-        device: where a backbone or detector runs.
+        grid_size, include_whole_image, feature_dim, seed, detector, detector_threshold, max_regions, device: as in
+            `hf_vlalign.data.extract_region_features`; a call's `boxes` come first, then the detector's, then the grid.
+        encoder: as in `extract_region_features`, or None: the model's features come from files this extractor cannot
+            reproduce, so only text can be processed.
 
     Calling it (`extractor(images, boxes=None)`) returns a `BatchFeature` with `visual_feats` (B, R, D) float32,
-    `visual_boxes` (B, R, 4) x1, y1, x2, y2 normalised to [0, 1], `visual_attention_mask` (B, R) (1: a real region;
-    padding has zero features and the box (0, 0, 1, 1), as the collators pad) and `region_boxes` (B, R, 4) in pixels
-    of each image (zeros on padding), for drawing.
+    `visual_boxes` (B, R, 4) normalised to [0, 1], `visual_attention_mask` (B, R) (padding as the collators pad) and
+    `region_boxes` (B, R, 4) in pixels of each image (zeros on padding), for drawing.
     """
 
     model_input_names = ["visual_feats", "visual_boxes", "visual_attention_mask"]
@@ -111,19 +88,15 @@ class RegionFeatureExtractor(BaseImageProcessor):
         if kwargs:
             raise ValueError(f"RegionFeatureExtractor got unknown option(s) {sorted(kwargs)}.")
         super().__init__()
-        if grid_size is not None:
-            check_size("grid_size", grid_size, MAX_GRID_SIZE, limit_name="MAX_GRID_SIZE")
+        check_region_options(grid_size, feature_dim, detector_threshold, max_regions)
         if not isinstance(include_whole_image, bool):
             raise ValueError(f"`include_whole_image` must be a bool, got {include_whole_image!r}.")
         if encoder is not None and (not isinstance(encoder, (str, os.PathLike)) or not str(encoder)):
             raise ValueError(f"`encoder` must be {PIXEL_ENCODER!r}, a Hub id, a local folder or None, got {encoder!r}.")
-        if feature_dim is not None:  # the pixel encoder's projection is allocated in proportion to it
-            check_size("feature_dim", feature_dim, MAX_FEATURE_DIM, limit_name="MAX_FEATURE_DIM")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"`seed` must be a non-negative int, got {seed!r}.")
         if detector is not None and (not isinstance(detector, (str, os.PathLike)) or not str(detector)):
             raise ValueError(f"`detector` must be a Hub id, a local folder or None, got {detector!r}.")
-        check_detector_options(detector_threshold, max_regions)
         self.grid_size = grid_size
         self.include_whole_image = include_whole_image
         self.encoder = None if encoder is None else str(encoder)
@@ -135,10 +108,6 @@ class RegionFeatureExtractor(BaseImageProcessor):
         self.device = str(device)
         self._region_encoder: CropEncoder | BackboneRegionEncoder | None = None
         self._region_detector: RegionDetector | None = None
-
-    # ------------------------------------------------------------------------------------------------------------
-    # Serialisation: the options only (the encoder and detector are loaded on first use)
-    # ------------------------------------------------------------------------------------------------------------
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args: Any, **kwargs: Any) -> RegionFeatureExtractor:
@@ -157,12 +126,7 @@ class RegionFeatureExtractor(BaseImageProcessor):
     @property
     def region_options(self) -> dict[str, Any]:
         """The options as keyword arguments of `extract_region_features` (without `device`)."""
-        options = {name: value for name, value in self.to_dict().items() if name not in ("image_processor_type", "device")}
-        return options
-
-    # ------------------------------------------------------------------------------------------------------------
-    # Regions and features
-    # ------------------------------------------------------------------------------------------------------------
+        return {name: value for name, value in self.to_dict().items() if name not in ("image_processor_type", "device")}
 
     @property
     def region_encoder(self) -> CropEncoder | BackboneRegionEncoder:
@@ -190,7 +154,9 @@ class RegionFeatureExtractor(BaseImageProcessor):
         regions: list[np.ndarray | None] = []
         for index, (image, given) in enumerate(zip(images, boxes)):
             if given is not None:
-                regions.append(check_image_boxes(_as_list(given), f"`boxes[{index}]`", image.width, image.height))
+                if isinstance(given, torch.Tensor):
+                    given = given.detach().cpu().numpy()
+                regions.append(check_image_boxes(given, f"`boxes[{index}]`", image.width, image.height))
             elif self.detector is None and self.grid_size is None:
                 raise ValueError(
                     f"`boxes[{index}]`: no boxes given for image {index}, and this extractor has neither a `detector` "
@@ -242,12 +208,6 @@ class RegionFeatureExtractor(BaseImageProcessor):
         regions = self.region_boxes(images, boxes)
         features = encoder.encode_batch(images, regions)
         return BatchFeature(pad_regions(images, regions, features))
-
-
-def _as_list(boxes: object) -> object:
-    if isinstance(boxes, torch.Tensor):
-        return boxes.detach().cpu().numpy()
-    return boxes
 
 
 def load_images(images: Sequence[ImageLike]) -> list[Image.Image]:

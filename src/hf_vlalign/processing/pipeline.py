@@ -1,23 +1,9 @@
-"""`WordRegionAttentionPipeline`, the "word-region-attention" task of transformers' `pipeline()`.
+"""`WordRegionAttentionPipeline`, the "word-region-attention" task of transformers' `pipeline()` (docs/own_data.md).
 
-```python
-import hf_vlalign  # registers the task
-from transformers import pipeline
-
-grounder = pipeline("word-region-attention", model="outputs/vgp")  # the model's tokenizer and processor with it
-result = grounder("photo.jpg", text="a red circle above a blue square", top_k=1)
-for word in result["words"]:
-    print(word["word"], word["top_boxes"][0])
-```
-
-Per example it returns the whole words of the text (word pieces grouped with the tokenizer's `word_ids`), and for each
-word its attention weights over the regions: the word -> region attention of one layer (default the last), each
-head's row renormalised over the real regions, then the mean over heads; a word of several pieces takes the mean of
-its pieces' rows (still summing to 1). Single-stream models read their joint map's word rows over the region columns,
-two-stream models their cross-modality layers' language -> vision attention (`layer` then counts cross layers); the
-captioner, whose words are generated rather than read, is refused. With `explorer=True` each result also holds the
-attention explorer page (HTML) of its example; with `explorer="page.html"` one page of all the examples is written
-there and each result holds its path.
+Per example it returns the whole words of the text (word pieces grouped by the tokenizer's `word_ids`) and each word's
+word -> region attention of one layer, each head's row renormalised over the real regions, then averaged over heads
+(a word of several pieces takes the mean of its pieces' rows). Single-stream models read their joint map, two-stream
+models their cross-modality layers; the captioner, whose words are generated rather than read, is refused.
 """
 
 from __future__ import annotations
@@ -139,8 +125,6 @@ class WordRegionAttentionPipeline(Pipeline):
                     result["explorer"] = self._page_html(page)
         return results[0] if single else results
 
-    # ------------------------------------------------------------------------------------------------------------
-
     def preprocess(self, example: dict) -> dict:
         image = load_images([example["image"]])[0]
         boxes = None if example.get("boxes") is None else [example["boxes"]]
@@ -196,8 +180,6 @@ class WordRegionAttentionPipeline(Pipeline):
         if _EXPLORER_KEY in outputs:
             result[_EXPLORER_KEY] = outputs[_EXPLORER_KEY]
         return result
-
-    # ------------------------------------------------------------------------------------------------------------
 
     def _subtitle(self) -> str:
         options = self.processor.image_processor.region_options

@@ -1,14 +1,8 @@
 """`VLAlignProcessor`: the tokenizer and the `RegionFeatureExtractor` of a model, in transformers' `ProcessorMixin` sense.
 
 `processor(images=..., text=..., text_pair=None, boxes=None)` returns the inputs of every single-stream and
-two-stream model (`input_ids`, `attention_mask`, `token_type_ids`, `visual_feats`, `visual_boxes` normalised to
-[0, 1], `visual_attention_mask`), so that `model(**inputs)` runs. The pixel boxes of the regions, for drawing, come
-only when asked (`return_region_boxes=True`, key `region_boxes`): pop them before calling the model, whose forward
-refuses unknown arguments.
-
-Saved with every trained model (`hf_vlalign.recipes.save_model`): `processor_config.json` holds the extractor's options
-(under "image_processor") and the tokenizer keeps its own files; `AutoProcessor.from_pretrained(model_dir)` loads it
-for the library's three model families (registered when hf_vlalign's models are, see `register_processing`).
+two-stream model, so that `model(**inputs)` runs; the regions' pixel boxes come only with `return_region_boxes=True`
+(pop them before calling the model). Saved with every trained model as `processor_config.json`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """Synthetic grounded scenes, the embedded default data: generated images of shapes with their captions, paraphrase
-pairs, questions, statements and referring expressions, written in the published formats of the real data sets.
-
-- `shapes.py`: the shapes of a scene and the words naming them (shared by the writers below);
-- `scenes.py`: scenes, images, captions, VGP pairs and detector-like regions; `generate_synthetic_scenes` writes every
-  file, `load_or_generate_synthetic_vgp` caches them, `distractor_statistics` counts the shapes that have distractors;
-- `questions.py`: GQA questions with pointers, scene graphs and the answer vocabulary;
-- `tasks.py`: NLVR2 statements about image pairs and RefCOCO+ referring expressions.
-
-This package reads `hf_vlalign.data.formats` (the writers) and `hf_vlalign.data.region_extraction`; `hf_vlalign.data`
-does not import it at import time (its builders of the synthetic data import it when they run).
+pairs, questions, statements and referring expressions, written in the published formats of the real data sets
+(`scenes.py`: images, captions, VGP pairs, regions; `questions.py`: GQA; `tasks.py`: NLVR2 and RefCOCO+).
 """
 
 from .questions import ANSWER_LIST_FILE, ANSWER_VOCAB_FILE, SyntheticQuestionWriter, questions_file, scene_graphs_file

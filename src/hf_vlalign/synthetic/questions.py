@@ -1,62 +1,19 @@
 """Questions with pointers about the synthetic scenes, written as published GQA files (Hudson & Manning 2019).
 
-`generate_synthetic_scenes` (`scenes.py`) writes, through `SyntheticQuestionWriter`, under `<root>/gqa/`:
+`SyntheticQuestionWriter` writes under `<root>/gqa/`: `{split}_sceneGraphs.json` (one object per shape, its id the
+shape's phrase id, `x, y, w, h` its 0-based pixel box, `attributes` [colour, size], `relations` to every other shape by
+the captions' rule), `{split}_all_questions.json` (the balanced questions and the questions they entail),
+`{split}_balanced_questions.json` and `trainval_ans2label.json` / `trainval_label2ans.json` (answers of the balanced
+questions by decreasing count, ties alphabetical: LXMERT's layout).
 
-- `{split}_sceneGraphs.json` (train, val): image id -> {width, height, objects}; one object per shape, its id the
-  shape's Flickr30k Entities phrase id (a digit string, unique over the data set), `name` its SHAPE_NAMES category,
-  `x, y, w, h` its gold box in pixels (0-based, so `x + w` is the box's exclusive right edge), `attributes`
-  [colour, size] and `relations` [{name, object}] to every other shape: where it lies relative to that shape along
-  the axis where their centres are furthest apart ("to the left of", "to the right of", "above", "below"), the rule
-  the captions use;
-- `{split}_all_questions.json`: question id -> record with the fields of a real GQA record (`imageId`, `question`,
-  `answer`, `fullAnswer`, `annotations`, `types`, `semantic`, `semanticStr`, `isBalanced`, `entailed`,
-  `equivalent`): the balanced questions (`isBalanced` true) and the questions they entail (`isBalanced` false);
-- `{split}_balanced_questions.json`: the balanced records only, as GQA publishes them (their `entailed` ids are in the
-  all file, where GQA's consistency metric reads them);
-- `trainval_ans2label.json` (+ `trainval_label2ans.json`): every answer of the balanced questions of both splits, by
-  decreasing count, ties in alphabetical order (LXMERT's layout of the GQA answer vocabulary).
-
-Templates (`types.detailed`, with GQA's structural / semantic types), 6-10 distinct balanced questions per image:
-
-    queryColor   query / attr   "What colour is the large square?"          -> "red"
-    queryShape   query / cat    "What shape is the blue object?"            -> "circle"
-    chooseSize   choose / attr  "Is the red circle small or large?"         -> "small"
-    verifyColor  verify / attr  "Is the large square crimson?"              -> "yes" / "no" (half each)
-    exist        verify / obj   "Is there a green star?"                    -> "yes" / "no" (half each)
-    relS         query / rel    "What is to the left of the red circle?"    -> "square"
-
-Noun phrases follow the caption grammar's words (SHAPE_WORDS / COLOUR_WORDS / SIZE_WORDS synonyms) and always identify
-their object uniquely in the image; a phrase never names the attribute its question asks about. queryShape names its
-object by colour and / or size and a generic noun ("object", "shape", "thing") that is unique among all shapes.
-GQA has no counting questions, so neither do these files.
-
-Entailments (GQA's `entailed`: the questions whose answers follow from this one's, about the same shapes; an answer
-also presupposes that the shapes its phrases name exist). X is a phrase of the asked shape, c / s / k its colour /
-size / shape word as the answer gives it, w the colour word asked:
-
-    queryColor  "What colour is the X?" c      -> "Is there a X?" yes, "Is the X c?" yes, "Is there a c X?" yes
-    queryShape  "What shape is the <attributes> object?" k  -> "Is there a <attributes> k?" yes
-    chooseSize  "Is the X small or large?" s   -> "Is there a X?" yes, "Is there a s X?" yes
-    verifyColor "Is the X w?" yes              -> "Is there a X?" yes, "What colour is the X?" (w's colour),
-                                                   "Is there a w X?" yes
-    verifyColor "Is the X w?" no               -> "Is there a X?" yes, "Is there a w X?" no (X names only that shape)
-    exist       "Is there a X?" yes            -> "Is there a X'?" yes, X' naming fewer attributes yet still only it
-    relS        "What is <relation> the X?" k  -> "Is there a X?" yes, "Is there a k?" yes (when it is the only k)
-
-An exist question of a shape that is not in the image entails nothing. The entailed questions that are not balanced
-questions already (same text) are added to the all file; every question's `entailed` lists those of its entailments
-that the image's questions hold, and `equivalent` the image's questions with its program (`semanticStr`), itself
-included.
-
-Pointers are GQA's: `annotations[<text>]` maps a whitespace-token position ("i" or "i:j", end exclusive, punctuation
-attached to its token) to an object id. They cover a noun phrase without its determiner ("What colour is the large
-square?" points "4:6"), the answer when it names an object ("square" points "0", and "diamond" in queryShape's full
-answer "The small green object is a diamond."; the shape word alone need not single the object out there, the answer
-is about the object already identified), and the noun phrases of the full answer. A phrase of something the image
-does not hold (exist -> "no") has no pointer.
+Each image gets 6-10 distinct balanced questions from the `TEMPLATES` (queryColor, queryShape, chooseSize,
+verifyColor, exist, relS; GQA has no counting questions). Their noun phrases identify their object uniquely and never
+name the attribute asked about. `entailed` lists the image's questions whose answers follow from this one's (e.g.
+"What colour is the X?" c -> "Is there a X?", "Is the X c?"), `equivalent` those with the same program. Pointers are
+GQA's: `annotations[<text>]` maps a token position ("i" or "i:j", end exclusive) to an object id.
 
 Randomness: image `index` uses `np.random.default_rng([seed, index, QUESTION_STREAM])`, a stream separate from the
-scene's `[seed, index]`, so adding questions leaves every other generated file unchanged.
+scene's, so adding questions leaves every other generated file unchanged.
 """
 
 from __future__ import annotations
@@ -77,6 +34,7 @@ from .shapes import (
     SIZE_NAMES,
     SIZE_WORDS,
     Shape,
+    generic_attribute_sets,
     identifying_attribute_sets,
     shape_relation,
 )
@@ -113,11 +71,6 @@ def all_questions_file(split: str) -> str:
 def scene_graphs_file(split: str) -> str:
     """The official GQA name of a split's scene graphs file."""
     return f"{split}_sceneGraphs.json"
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Noun phrases and texts with pointers
-# ----------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -158,14 +111,7 @@ def _shape_phrase(
 
 def _generic_phrase(index: int, shapes: list[Shape], rng: np.random.Generator) -> _Phrase | None:
     """A noun phrase without the shape word ("the blue object") that singles out shape `index` among all shapes."""
-    target = shapes[index]
-    sets = []
-    for attributes in (("colour",), ("size",), ("colour", "size")):
-        if not any(
-            other is not target and all(getattr(other, name) == getattr(target, name) for name in attributes)
-            for other in shapes
-        ):
-            sets.append(attributes)
+    target, sets = shapes[index], generic_attribute_sets(index, shapes)
     if not sets:
         return None
     attributes = _pick(sets, rng)
@@ -217,11 +163,6 @@ def _compose(parts: list[str | _Phrase], end: str) -> tuple[str, dict[str, str]]
     return " ".join(tokens), pointers
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Programs (GQA's `semantic` field)
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _operation(operation: str, argument: str, *dependencies: int) -> dict:
     return {"operation": operation, "dependencies": list(dependencies), "argument": argument}
 
@@ -253,11 +194,6 @@ def _semantic_str(program: list[dict]) -> str:
         dependencies = f" [{', '.join(str(d) for d in step['dependencies'])}]" if step["dependencies"] else ""
         steps.append(f"{step['operation']}: {step['argument']}{dependencies}")
     return "->".join(steps)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Drafts: deterministic builders with their entailments, and the random templates that use them
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _no_entailments() -> list[_Draft]:
@@ -474,11 +410,6 @@ TEMPLATES: dict[str, Callable[[list[Shape], np.random.Generator], _Draft | None]
 }
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Records
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _record(image_id: str, draft: _Draft, is_balanced: bool) -> dict:
     """The GQA record of a draft, without `entailed` / `equivalent` (they need the image's other questions)."""
     question, question_pointers = _compose(draft.question, "?")
@@ -584,11 +515,6 @@ def answer_vocab(answers: list[str]) -> dict[str, int]:
     counts = Counter(answers)
     ordered = sorted(counts, key=lambda answer: (-counts[answer], answer))
     return {answer: label for label, answer in enumerate(ordered)}
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Writer
-# ----------------------------------------------------------------------------------------------------------------
 
 
 @dataclass

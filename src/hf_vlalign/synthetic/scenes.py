@@ -1,45 +1,22 @@
 """Synthetic grounded scenes: the embedded default data of hf_vlalign.
 
-Every image is a small canvas with a few coloured shapes (`shapes.py`). `generate_synthetic_scenes` writes, in the
-*published formats* and through the writers of `hf_vlalign.data.formats`, everything the real pipelines read:
+Every image is a small canvas with a few coloured shapes (`shapes.py`). `generate_synthetic_scenes` writes, through
+the writers of `hf_vlalign.data.formats`, the published formats the real pipelines read: `flickr30k_entities/`
+(five captions per image, one entity per shape), `vgp/{train,val}.csv`, `features/features.tsv` (the "detector":
+noisy regions with `CropEncoder` features), `images/`, `gqa/` (`questions.py`) and `nlvr2/`, `refcoco+/` (`tasks.py`).
 
-- `flickr30k_entities/`: five captions per image with Flickr30k Entities markup (one entity per shape) and the
-  shapes' pixel boxes, plus `train.txt` / `val.txt`;
-- `vgp/{train,val}.csv`: visually grounded paraphrase pairs ("identification" layout, with `ytrue`);
-- `features/features.tsv`: the "detector" output (LXMERT TSV): noisy regions, classes, confidences and
-  `CropEncoder` features;
-- `images/<image_id>.png`;
-- `gqa/`: questions with pointers, scene graphs and the answer vocabulary in the published GQA layout
-  (`questions.py`, drawn from a random stream of their own);
-- `nlvr2/{train,dev}.json` (NLVR2 statements about pairs of images; "val" is NLVR2's "dev") with
-  `features/nlvr2_features.tsv` (the pair images' records under NLVR2's image ids), and `refcoco+/` (`refs(unc).p`,
-  `instances.json`: RefCOCO+ referring expressions, one ref per shape), both from `tasks.py`, on random streams of
-  their own too.
-
-Caption grammar (every claim is true in the image; at most 16 words):
+Caption grammar (every claim is true in the image):
 
     caption     := NP is LOCATION . | NP sits LOCATION . | There is NP LOCATION .          (one shape)
                  | NP is RELATION NP . | NP sits RELATION NP .                              (two shapes)
                  | NP is between NP and NP . | NP , NP and NP .                             (three shapes)
     NP          := DET [SIZE] [COLOUR] SHAPE          e.g. "a large crimson box", "the disc"
-    LOCATION    := on the left | on the right | at the top | at the bottom | in the middle
-    RELATION    := to the left of | to the right of | above | below
 
-A noun phrase always identifies its shape uniquely in the image (it names enough of size / colour / shape), so
-the same phrase text never names two shapes of one image. Every shape is mentioned by at least two captions, with
-different content words whenever the vocabulary allows it.
-
-Typology rule for a paraphrase pair (same shape): compare the sets of attributes {size, colour} each phrase names.
-Same set (only synonyms or determiners differ) -> 3 Equivalence; phrase1's set strictly larger -> 1 Entailment1;
-strictly smaller -> 2 Entailment2; size vs colour -> 4 Independence. The synthetic describers never contradict each
-other, so 0 Alternation does not occur. Hard negatives are phrases of two different shapes of the same image that
-name the same shape category or the same colour, possibly through synonyms ("a red square" / "the crimson disc").
-Each image contributes as many hard negatives as paraphrases, so about half of the pairs are positives.
-
-Distractors (`SyntheticSceneConfig(distractors=True)`): the first shape of every image (its target) shares its kind
-with another shape of another colour and its colour with another shape of another kind, so a model that reads the
-words but not which region they refer to cannot tell the target from them. `distractor_statistics` measures how often
-a world holds such shapes.
+A noun phrase always identifies its shape in the image; every shape is mentioned by at least two captions. A paraphrase
+pair's type compares the attributes {size, colour} each phrase names: same set -> Equivalence, larger -> Entailment1,
+smaller -> Entailment2, size vs colour -> Independence. Hard negatives (as many as paraphrases per image) are phrases
+of two shapes of one image with the same category or colour. With `SyntheticSceneConfig(distractors=True)` each
+image's first shape shares its kind with one other shape and its colour with another (`distractor_statistics`).
 """
 
 from __future__ import annotations
@@ -76,11 +53,8 @@ from ..utils.size_limits import MAX_SYNTHETIC_IMAGES, check_size
 from .questions import SyntheticQuestionWriter, scene_graphs_file
 from .shapes import (
     COLOUR_NAMES,
-    COLOUR_WORDS,
     SHAPE_NAMES,
-    SHAPE_WORDS,
     SIZE_NAMES,
-    SIZE_WORDS,
     Shape,
     identifying_attribute_sets,
     phrase_wordings,
@@ -88,8 +62,7 @@ from .shapes import (
 )
 from .tasks import SyntheticNLVR2Writer, SyntheticRefCOCOWriter, pair_feature_records
 
-FORMAT_VERSION = 4  # 2: adds gqa/; 3: adds nlvr2/, features/nlvr2_features.tsv and refcoco+/; 4: adds
-# gqa/{split}_all_questions.json (the entailed questions) and `entailed` / `equivalent` to every GQA record
+FORMAT_VERSION = 4  # in the manifest and the cache digest: a new version regenerates cached scenes
 FIRST_IMAGE_ID = 100000
 
 # Hues sit at the centres of CropEncoder's 30-degree hue bins.
@@ -131,19 +104,10 @@ class SyntheticSceneConfig:
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if name == "distractors":
-                if not isinstance(value, bool):
-                    raise ValueError(f"`{name}` must be a bool, got {type(value).__name__} {value!r}.")
-            elif not isinstance(value, int) or isinstance(value, bool):
-                raise ValueError(f"`{name}` must be an int, got {type(value).__name__} {value!r}.")
-        lower_bounds = {
-            "num_train_images": 1,
-            "num_val_images": 1,
-            "image_size": 64,
-            "min_shapes": 1,
-            "feature_dim": 1,
-            "seed": 0,
-        }
+            expected, named = (bool, "a bool") if name == "distractors" else (int, "an int")
+            if type(value) is not expected:
+                raise ValueError(f"`{name}` must be {named}, got {type(value).__name__} {value!r}.")
+        lower_bounds = {"num_train_images": 1, "num_val_images": 1, "image_size": 64, "min_shapes": 1, "feature_dim": 1, "seed": 0}
         for name, low in lower_bounds.items():
             if getattr(self, name) < low:
                 raise ValueError(f"`{name}` must be >= {low}, got {getattr(self, name)}.")
@@ -209,11 +173,6 @@ class _Mention:
     shape: int  # index into the image's shapes
     attributes: frozenset[str]  # which of {"size", "colour"} the phrase names
     words: tuple[str, ...]  # content words (no determiner), lower case
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Scenes and rendering
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _sample_attributes(
@@ -327,11 +286,6 @@ def _render_scene(shapes: list[Shape], image_size: int, rng: np.random.Generator
             points = _unit_polygon(shape.kind) * scale + np.array([x1, y1])
             draw.polygon([tuple(point) for point in points.tolist()], fill=fill)
     return image
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Captions
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _assign_mentions(num_shapes: int, rng: np.random.Generator) -> list[list[int]]:
@@ -461,11 +415,6 @@ def _describe_scene(
     return sentences, mentions
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# VGP pairs
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _typology(attributes1: frozenset[str], attributes2: frozenset[str]) -> int:
     """Type of a paraphrase pair from the attributes each phrase names (the rule of the module docstring)."""
     if attributes1 == attributes2:
@@ -532,11 +481,6 @@ def _sample_vgp_pairs(
 
 def _subsample(items: list, count: int, rng: np.random.Generator) -> list:
     return [items[i] for i in sorted(rng.permutation(len(items))[:count].tolist())]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Regions (the "detector")
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
@@ -636,11 +580,6 @@ def _detect(shapes: list[Shape], config: SyntheticSceneConfig, rng: np.random.Ge
         "attr_ids": np.array(attr_ids, dtype=np.int64)[order],
         "attr_conf": attr_conf[order].astype(np.float32),
     }
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Generation and cache
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _generate_image(
@@ -789,11 +728,6 @@ def load_or_generate_synthetic_vgp(
     return SyntheticVGPPaths.from_root(root)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Statistics
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _kinds_and_colours_of_graphs(paths: SyntheticVGPPaths, split: str) -> list[list[tuple[str, str]]]:
     """(kind, colour) of every shape, per image of `split`, read back from the split's GQA scene graphs."""
     graphs_path = paths.gqa_dir / scene_graphs_file(split)
@@ -849,15 +783,8 @@ def distractor_statistics(
 
 __all__ = [
     "COLOUR_HUES",
-    "COLOUR_NAMES",
-    "COLOUR_WORDS",
     "FIRST_IMAGE_ID",
     "FORMAT_VERSION",
-    "SHAPE_NAMES",
-    "SHAPE_WORDS",
-    "SIZE_NAMES",
-    "SIZE_WORDS",
-    "Shape",
     "SyntheticSceneConfig",
     "SyntheticVGPPaths",
     "distractor_statistics",

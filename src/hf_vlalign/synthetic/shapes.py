@@ -63,6 +63,19 @@ def identifying_attribute_sets(index: int, shapes: list[Shape]) -> list[frozense
     return valid
 
 
+def generic_attribute_sets(index: int, shapes: list[Shape]) -> list[tuple[str, ...]]:
+    """Which of size / colour / both single out shape `index` among *all* shapes (for a generic noun)."""
+    target = shapes[index]
+    return [
+        names
+        for names in (("colour",), ("size",), ("size", "colour"))
+        if not any(
+            other is not target and all(getattr(other, name) == getattr(target, name) for name in names)
+            for other in shapes
+        )
+    ]
+
+
 def phrase_wordings(shape: Shape, attributes: frozenset[str]) -> list[tuple[str, ...]]:
     """Every choice of synonyms for a noun phrase naming `attributes` of the shape: tuples of content words."""
     size_words = SIZE_WORDS[shape.size] if "size" in attributes else ("",)
@@ -79,6 +92,7 @@ __all__ = [
     "SIZE_NAMES",
     "SIZE_WORDS",
     "Shape",
+    "generic_attribute_sets",
     "identifying_attribute_sets",
     "phrase_wordings",
     "shape_relation",

@@ -1,46 +1,19 @@
 """NLVR2 statements and RefCOCO+ referring expressions about the synthetic scenes, written as the published files.
 
-`generate_synthetic_scenes` (`scenes.py`) writes, through the two writers of this module:
+**`<root>/nlvr2/`** (Suhr et al. 2019): `train.json` and `dev.json`, JSON lines with NLVR2's fields. A *set* takes
+eight consecutive images of its split (wrapping around) as four pairs, and each of its sentences is judged against
+every pair, keeping as many True as False pairs. The pair images' features are `<root>/features/nlvr2_features.tsv`
+under the NLVR2 image ids "<split>-<set_id>-<pair_id>-img0" / "-img1" (`pair_feature_records`). Statements come from
+`STATEMENT_TEMPLATES` (existSide, existBoth, existOne, countSide, countTotal, compare, relate), their truth computed
+from the shapes; a `relate` sentence that is ambiguous in some pair (false by the captions' rule, yet one shape still
+lies in the stated direction) is dropped.
 
-**`<root>/nlvr2/`** (Suhr et al. 2019; read by the `nlvr2` builder): `train.json` and `dev.json` (the synthetic "val"
-split), JSON lines with the published fields `identifier` ("<split>-<set_id>-<pair_id>-<sentence_id>"), `sentence`,
-`label` ("True" / "False"), `left_url` / `right_url` (the pair's images, "images/<image_id>.png" relative to the data
-root), `synset`, `query`, `writer`, `validation` and `extra_validations`. As in NLVR2, a *set* holds four image pairs
-and each of its sentences is judged against every pair: a set takes eight consecutive images of its split (wrapping
-around at the split's end, so tiny splits repeat images), pair p being images (2p, 2p + 1). Every sentence keeps as
-many True as False pairs (a sentence true of one pair only is kept with one False pair), so the labels are exactly
-balanced; a set whose pairs no sentence tells apart (a split of one image) gets one True and one False sentence about
-its first pair instead. The pair images' region features are `<root>/features/nlvr2_features.tsv`, an LXMERT TSV of
-the images' records under the NLVR2 image ids "<split>-<set_id>-<pair_id>-img0" / "-img1" (`pair_feature_records`).
+**`<root>/refcoco+/`** (Yu et al. 2016, UNC splits): `refs(unc).p`, the pickled list of refs (one per shape, its
+`ann_id` the shape's phrase id, `image_id` the synthetic numeric id) and `instances.json`, the COCO instances with one
+category per SHAPE_NAMES entry. Each ref has 1-3 expressions naming appearance only (RefCOCO+ forbade location words).
 
-Statement templates (`STATEMENT_TEMPLATES`), truth computed from the shapes; a noun phrase names a shape category
-and / or a colour and / or a size ("a red circle", "large shapes", "a violet object"), with the captions' synonyms:
-
-    existSide    "The left image contains a red circle."                       the side image has one
-    existBoth    "Both images contain a triangle."                              each image has one
-    existOne     "Exactly one image contains a green square."                   one image has one, the other none
-    countSide    "The right image has exactly two squares."                     count in that image == n
-    countTotal   "There are exactly three red shapes in total."                 count over both images == n
-    compare      "The left image has more stars than the right image."          count left > count right
-    relate       "In the left image, a red circle is above a blue square."      some such pair of shapes
-
-`relate` uses the captions' rule (the relation along the axis where the centres are furthest apart); a sentence is
-never ambiguous: it is dropped when, in some pair, it is false by that rule while one of the shapes it names still lies
-in the stated direction along the relation's axis (a circle above-left of the square, "to the left of" winning).
-
-**`<root>/refcoco+/`** (Yu et al. 2016, UNC splits; read by the `refcoco` builder, as `refer.REFER` reads them):
-`refs(unc).p`, a pickle (protocol 2) of the list of refs, one per shape: {sent_ids, file_name, ann_id (the shape's
-phrase id, an int), ref_id, image_id (the synthetic numeric id, so the scenes' region-feature store joins), split
-("train" / "val"), sentences [{tokens, raw, sent_id, sent}], category_id}; and `instances.json`, the COCO instances
-{images [{id, width, height, file_name}], annotations [{id, image_id, bbox [x, y, w, h] (the shape's box: x + w is its
-exclusive right edge), category_id, iscrowd}], categories [{supercategory, id, name}]} with one category per
-SHAPE_NAMES entry (id = position + 1). No testA / testB split and no segmentation are written. Each ref has 1-3
-distinct expressions, each naming its shape uniquely in the image. RefCOCO+ forbade location words, so the expressions
-name appearance only: "red circle", "the big crimson disc", "square in violet", "the small one", "large blue thing".
-
-Randomness: image `index` (NLVR2: the first image of a set) uses `np.random.default_rng([seed, index, STREAM])` with
-the writer's own stream, separate from the scene's `[seed, index]` and the questions', so adding these files leaves
-every other generated file unchanged.
+Randomness: image `index` (NLVR2: a set's first image) uses `np.random.default_rng([seed, index, STREAM])` with the
+writer's own stream, so adding these files leaves every other generated file unchanged.
 """
 
 from __future__ import annotations
@@ -61,6 +34,7 @@ from .shapes import (
     SIZE_NAMES,
     SIZE_WORDS,
     Shape,
+    generic_attribute_sets,
     identifying_attribute_sets,
     phrase_wordings,
     shape_relation,
@@ -93,11 +67,6 @@ SHAPE_SUPERCATEGORY = "shape"
 
 def _pick(options, rng: np.random.Generator):
     return options[int(rng.integers(len(options)))]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# NLVR2: noun phrases
-# ----------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -173,10 +142,6 @@ def _sample_number(description: _Description, scenes: list[list[Shape]], rng: np
     count = description.count(_pick(scenes, rng))
     return count if 1 <= count <= top else int(rng.integers(1, top + 1))
 
-
-# ----------------------------------------------------------------------------------------------------------------
-# NLVR2: statements. A template returns the sentence and its truth on a (left, right) pair (None: ambiguous)
-# ----------------------------------------------------------------------------------------------------------------
 
 Truth = Callable[[list[Shape], list[Shape]], bool | None]
 
@@ -327,11 +292,6 @@ def _sample_statement(template: str, scenes: list[list[Shape]], rng: np.random.G
     return statement
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# NLVR2: sets
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _balanced_pairs(truths: list[bool], rng: np.random.Generator) -> list[int]:
     """Pair ids keeping as many True as False pairs (a random subset of the larger side), in pair order."""
     true = [i for i, truth in enumerate(truths) if truth]
@@ -464,24 +424,6 @@ def pair_feature_records(pair_images: dict[str, str], records: list[dict]) -> It
     return ({**by_id[image_id], "image_id": pair_id} for pair_id, image_id in pair_images.items())
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# RefCOCO+: referring expressions
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _generic_attribute_sets(index: int, shapes: list[Shape]) -> list[tuple[str, ...]]:
-    """Which of size / colour / both single out shape `index` among *all* shapes (for a generic noun)."""
-    target = shapes[index]
-    return [
-        names
-        for names in (("colour",), ("size",), ("size", "colour"))
-        if not any(
-            other is not target and all(getattr(other, name) == getattr(target, name) for name in names)
-            for other in shapes
-        )
-    ]
-
-
 def _expression(
     shape: Shape, shape_word_sets: list[frozenset[str]], generic_sets: list[tuple[str, ...]], rng: np.random.Generator
 ) -> str:
@@ -505,7 +447,7 @@ def _expression(
 
 def referring_expressions(index: int, shapes: list[Shape], rng: np.random.Generator) -> list[str]:
     """1-3 distinct lower-case expressions, each naming shape `index` uniquely among `shapes` by its appearance."""
-    shape_word_sets, generic_sets = identifying_attribute_sets(index, shapes), _generic_attribute_sets(index, shapes)
+    shape_word_sets, generic_sets = identifying_attribute_sets(index, shapes), generic_attribute_sets(index, shapes)
     target = int(rng.integers(1, MAX_EXPRESSIONS + 1))
     expressions: list[str] = []
     for _ in range(ATTEMPTS_PER_EXPRESSION * target):

@@ -1,16 +1,9 @@
 """Losses that are means over a variable number of items, normalised by the global count.
 
-Many losses of the library average over items whose number varies from batch to batch: grounded words (attention
-supervision, the alignment decoder), masked words and regions, caption tokens, grounded phrases, real regions. The
-mean over a batch split across processes (data parallelism) or micro-batches (gradient accumulation) is not the mean
-of the shards' means. So every such loss takes the count it divides by as an argument: left `None`, it is the count
-of the batch it is given (the plain mean); given, it is the count over the whole optimizer step, every process and
-micro-batch included, and the losses of the shards then *sum* to the loss of the global batch.
-
-Models expose `loss_item_counts(inputs)` (the counts of one batch, always the same keys for a given config) and take
-`global_item_counts` (the global counts, same keys) in `forward`; `ComponentLossTrainer` sums the counts over the
-micro-batches of a step and over processes before the forward, as transformers' `Trainer` counts the label tokens
-of causal language models (its `num_items_in_batch`, one count, which keeps that meaning here).
+The mean over a batch split across processes or micro-batches is not the mean of the shards' means, so every such
+loss takes the count it divides by: `None` is the batch's own count; given (a model's `global_item_counts`, summed by
+`ComponentLossTrainer` over the step's micro-batches and processes, as transformers' `num_items_in_batch`), the
+shards' losses sum to the loss of the global batch.
 """
 
 from __future__ import annotations

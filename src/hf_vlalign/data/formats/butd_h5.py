@@ -1,23 +1,11 @@
 """Bottom-up-attention features as HDF5 (BUTD-VQA and BAN), with the published `image_id -> index` map beside them.
 
-Two layouts, both converted from the bottom-up-attention TSV (see `butd_tsv`):
-
-- fixed number of boxes, hengyuan-hu/bottom-up-attention-vqa `tools/detection_features_converter.py`
-  (`train36.hdf5` + `train36_imgid2idx.pkl`): `image_features` (N_images, K, D), `image_bb` (N_images, K, 4) and
-  `spatial_features` (N_images, K, 6), image `i` at index `i` of the first axis;
-- adaptive number of boxes, jnhwkim/ban-vqa `tools/adaptive_detection_features_converter.py` (`train.hdf5` +
-  `train_imgid2idx.pkl`): `image_features` (total_boxes, D), `image_bb` (total_boxes, 4), `spatial_features`
-  (total_boxes, 6) and `pos_boxes` (N_images, 2) int32, image `i` being rows `pos_boxes[i, 0]:pos_boxes[i, 1]`
-  (BAN's `dataset.py` slices exactly so).
-
-`image_bb` holds the TSV's boxes unchanged (x1, y1, x2, y2 in pixels). The image size is not stored, but both
-converters write, from the TSV's `image_w`/`image_h`, `spatial_features = (x1/w, y1/h, x1/w + (x2-x1)/w,
-y1/h + (y2-y1)/h, (x2-x1)/w, (y2-y1)/h)` (float32). The size is recovered from the box of largest width
-(`w = (x2-x1) / spatial[4]`, rounded; height likewise with column 5), and every box is checked against it.
-
-The id map is the converters' pickle, a dict of int image id -> int index (written by Python 2 `cPickle` for BUTD,
-Python 3 `_pickle` for BAN), read with the restricted unpickler of `safe_pickle` (no code runs), or a JSON file
-`{"<image_id>": index}`. Images are read in index order, one h5 slice per image.
+Two layouts, both converted from the bottom-up-attention TSV: a fixed number of boxes (hengyuan-hu/bottom-up-attention-vqa,
+`image_features` (N, K, D), `image_bb` (N, K, 4), `spatial_features` (N, K, 6)) and an adaptive one (jnhwkim/ban-vqa,
+the same datasets flattened over all boxes, image `i` being rows `pos_boxes[i, 0]:pos_boxes[i, 1]`). `image_bb` holds
+the TSV's pixel boxes; the image size is not stored, so it is recovered from `spatial_features` (box extents divided
+by the image side) and every box is checked against it. The id map is the converters' pickle (read with the
+restricted unpickler of `safe_pickle`) or a JSON file `{"<image_id>": index}`.
 """
 
 from __future__ import annotations
@@ -32,6 +20,7 @@ import numpy as np
 
 from ...utils.optional import require
 from ...utils.validation import check_existing_path
+from .m2_hdf5 import open_hdf5
 from .region_records import RecordDecoder, RecordError, check_array_size, check_on_error, iter_checked_records
 from .safe_pickle import load_restricted_pickle
 from .text_files import FileFormatError, read_json_file
@@ -46,19 +35,10 @@ FIELDS = {"image_id": "id_map", "boxes": "image_bb", "features": "image_features
 _SPATIAL_TOLERANCE = 1e-4
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The whole source: layout and id map
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _read_layout(path: Path) -> tuple[bool, int, int]:
     """Checks the datasets of the file; returns (adaptive, number of images, total rows of the box arrays)."""
     h5py = require("h5py", extra="hdf5")
-    try:
-        handle = h5py.File(path, "r")
-    except OSError as error:
-        raise ValueError(f"`path` {path} is not a readable HDF5 file ({error}).") from None
-    with handle:
+    with open_hdf5(path) as handle:
         missing = [name for name in DATASETS if not isinstance(handle.get(name), h5py.Dataset)]
         if missing:
             raise ValueError(f"{path}: expected the HDF5 datasets {list(DATASETS)}, missing {missing}.")
@@ -136,11 +116,6 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# One image
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _decode_image(handle: h5py.File, index: int, image_id: str, adaptive: bool, total_rows: int) -> dict:
     rows = _rows_of_image(handle, index, total_rows) if adaptive else index
     features, boxes, spatial = (_read_rows(handle, name, rows) for name in DATASETS)
@@ -215,8 +190,7 @@ def _recover_side(side: str, lengths: np.ndarray, fractions: np.ndarray) -> int:
 def _iter_decoders(
     path: Path, ordered: list[tuple[str, int]], adaptive: bool, total_rows: int
 ) -> Iterator[tuple[str, RecordDecoder]]:
-    h5py = require("h5py", extra="hdf5")
-    with h5py.File(path, "r") as handle:
+    with open_hdf5(path) as handle:
         for image_id, index in ordered:
             location = f"{path.name}, image index {index} (image_id {image_id})"
             yield location, partial(_decode_image, handle, index, image_id, adaptive, total_rows)
@@ -229,8 +203,7 @@ def iter_butd_h5_records(path: str | Path, *, id_map: str | Path | Mapping, on_e
         path: the HDF5 file (`train36.hdf5`, BAN's `train.hdf5`, ...); the layout is told by `pos_boxes`.
         id_map: `image_id -> index`: the published pickle (`train36_imgid2idx.pkl`), a JSON file
             `{"<image_id>": index}` or a dict. Only the images it names are read, in index order.
-        on_error: "raise" stops at the first bad image with a ValueError naming file, index, image id, dataset and
-            problem; "skip" drops bad images (each logged at INFO level) and warns with their count at the end.
+        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
 
     Yields:
         Records in the `region_records` layout, `image_id` = str(id map key), `image_size` recovered from

@@ -1,13 +1,7 @@
-"""Bottom-up-attention region feature TSV: one image per line, 6 tab-separated fields.
+"""Bottom-up-attention region feature TSV (peteanderson80/bottom-up-attention `tools/generate_tsv.py`).
 
-The format written by `tools/generate_tsv.py` of peteanderson80/bottom-up-attention (and read by
-hengyuan-hu/bottom-up-attention-vqa `tools/detection_features_converter.py`, ruotianluo/self-critical.pytorch
-`scripts/make_bu_data.py`, ...), with `FIELDNAMES = ['image_id', 'image_w', 'image_h', 'num_boxes', 'boxes',
-'features']`. Note the order: width *before* height, unlike LXMERT's TSV (`img_id, img_h, img_w, ...`).
-
-`boxes` and `features` are base64 of raw little-endian float32 bytes (`np.frombuffer(base64.b64decode(s),
-np.float32).reshape(num_boxes, -1)`): boxes (num_boxes, 4) are x1, y1, x2, y2 in the image's pixels, features
-(num_boxes, D). The file carries no detector class or attribute ids. Nothing is unpickled.
+One image per line: `image_id, image_w, image_h, num_boxes, boxes, features` (width *before* height, unlike LXMERT's
+TSV), the arrays as base64 of raw float32 bytes, boxes (num_boxes, 4) in pixels. No class ids; nothing is unpickled.
 """
 
 from __future__ import annotations
@@ -58,8 +52,7 @@ def iter_butd_tsv_records(path: str | Path, *, on_error: str = "raise") -> Itera
 
     Args:
         path: the TSV file (e.g. `trainval_resnet101_faster_rcnn_genome_36.tsv`).
-        on_error: "raise" stops at the first bad line with a ValueError naming file, line, field and problem;
-            "skip" drops bad lines (each logged at INFO level) and warns with their count at the end.
+        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
 
     Yields:
         Records in the `region_records` layout: `image_size` = (image_h, image_w); no object or attribute ids.

@@ -61,11 +61,6 @@ def _existing_file(path: str | Path, what: str) -> Path:
     return check_existing_path("path", path, f"file ({what})")
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Sentences
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def parse_sentence(line: str) -> EntitySentence:
     """Parses one line of a `Sentences/<id>.txt` file, e.g. `[/EN#5473/people Three children] sit .`."""
     words: list[str] = []
@@ -180,11 +175,6 @@ def write_sentences(path: str | Path, sentences: list[EntitySentence]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Annotations
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def read_annotation(path: str | Path) -> EntityAnnotation:
@@ -318,11 +308,6 @@ def _check_annotation(annotation: EntityAnnotation) -> None:
         ids = list(getattr(annotation, name))
         if not all(isinstance(i, str) and i.strip() for i in ids):
             raise ValueError(f"`annotation.{name}` must use non-empty str phrase ids, got {ids}.")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Splits and the dataset folder
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def read_split(path: str | Path) -> list[str]:

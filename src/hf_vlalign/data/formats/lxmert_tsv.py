@@ -79,11 +79,6 @@ def check_field_count(row: list[str], fields: list[str]) -> dict[str, str]:
     return dict(zip(fields, row))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Reading
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _decode_row(row: list[str]) -> dict:
     fields = check_field_count(row, FIELDS)
     height, width = parse_int("img_h", fields["img_h"]), parse_int("img_w", fields["img_w"])
@@ -98,22 +93,14 @@ def _decode_row(row: list[str]) -> dict:
 
 
 def iter_lxmert_tsv_records(path: str | Path, *, on_error: str = "raise") -> Iterator[dict]:
-    """Streams an LXMERT feature TSV as store records (one per line), with a progress bar.
-
-    `on_error="raise"` stops at the first bad line with a ValueError naming the file, line, field and problem;
-    `on_error="skip"` drops bad lines (each logged at INFO) and warns with their count at the end.
-    """
+    """Streams an LXMERT feature TSV as store records (one per line), with a progress bar; `on_error` "raise" (stop
+    at the first bad line) or "skip" (see `iter_checked_records`)."""
     path = check_existing_path("path", path, "LXMERT feature TSV file")
     check_on_error(on_error)
     decoders = ((f"{path}, line {line}", lambda row=row: _decode_row(row)) for line, row in iter_tsv_rows(path))
     return iter_checked_records(
         decoders, source=str(path), on_error=on_error, total=count_lines(path), fields=FIELD_OF_COLUMN
     )
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Writing
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _encode_record(record: dict) -> list[str]:

@@ -1,15 +1,8 @@
 """Meshed-memory transformer detections HDF5 (`coco_detections.hdf5`, aimagelab/meshed-memory-transformer).
 
-One group of datasets per image at the root of the file, named by the COCO image id (M2's `data/field.py` reads
-`f['%d_features' % image_id]` and, with `sort_by_prob`, `f['%d_cls_prob' % image_id]`):
-
-- `<id>_features` (R, D) float32 region features (bottom-up-attention Faster R-CNN, D = 2048);
-- `<id>_boxes` (R, 4) x1, y1, x2, y2 in the image's pixels;
-- `<id>_cls_prob` (R, 1601) class probabilities of the Visual Genome detector, column 0 the background.
-
-`object_ids` are the argmax over the 1600 object columns (0-based, LXMERT's convention) and `object_conf` its
-probability. The file does not store the image size: pass `image_sizes` (a dict or COCO's annotation JSON), or
-`image_size` is None. Other per-image datasets some derived files add (`<id>_size`, `<id>_grids`, ...) are ignored.
+Per image, datasets named by the COCO id at the root: `<id>_features` (R, D), `<id>_boxes` (R, 4) pixels and
+`<id>_cls_prob` (R, 1601), whose argmax over the object columns gives `object_ids` / `object_conf`. The image size is
+not stored: pass `image_sizes` (a dict or COCO's annotation JSON), or `image_size` is None.
 """
 
 from __future__ import annotations
@@ -32,11 +25,6 @@ if TYPE_CHECKING:
 
 FEATURES_SUFFIX, BOXES_SUFFIX, CLASSES_SUFFIX = "_features", "_boxes", "_cls_prob"
 NUM_VG_CLASSES_WITH_BACKGROUND = 1601  # Visual Genome's 1600 object classes + background (column 0)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Helpers shared with the other readers of detector outputs
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def classes_from_scores(
@@ -115,18 +103,17 @@ def sorted_ids(ids: list[str]) -> list[str]:
     return sorted(ids)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Reading
-# ----------------------------------------------------------------------------------------------------------------
+def open_hdf5(path: Path) -> h5py.File:
+    """The HDF5 file at `path`, open for reading; a ValueError naming it when it is not one."""
+    h5py = require("h5py", extra="hdf5")
+    try:
+        return h5py.File(path, "r")
+    except OSError as error:
+        raise ValueError(f"`path` {path} is not a readable HDF5 file ({error}).") from None
 
 
 def _image_ids(path: Path) -> list[str]:
-    h5py = require("h5py", extra="hdf5")
-    try:
-        handle = h5py.File(path, "r")
-    except OSError as error:
-        raise ValueError(f"`path` {path} is not a readable HDF5 file ({error}).") from None
-    with handle:
+    with open_hdf5(path) as handle:
         ids = [name[: -len(FEATURES_SUFFIX)] for name in handle.keys() if name.endswith(FEATURES_SUFFIX)]
     if not ids:
         raise ValueError(f"{path}: expected datasets named '<image_id>{FEATURES_SUFFIX}' at the root, found none.")
@@ -164,8 +151,7 @@ def _decode_image(handle: h5py.File, image_id: str, image_sizes: dict | None, us
 def _iter_decoders(
     path: Path, image_ids: list[str], image_sizes: dict | None, use_cls_prob: bool
 ) -> Iterator[tuple[str, RecordDecoder]]:
-    h5py = require("h5py", extra="hdf5")
-    with h5py.File(path, "r") as handle:
+    with open_hdf5(path) as handle:
         for image_id in image_ids:
             yield f"{path.name}, image {image_id}", partial(_decode_image, handle, image_id, image_sizes, use_cls_prob)
 
@@ -184,8 +170,7 @@ def iter_m2_hdf5_records(
         image_sizes: None (`image_size` None), a dict {image_id: (height, width)}, or a COCO-style annotation JSON
             (`images`: [{"id", "width", "height"}]); with it, an image it lacks is a bad record.
         use_cls_prob: derive `object_ids`/`object_conf` from `<id>_cls_prob` (where present); False ignores it.
-        on_error: "raise" stops at the first bad image with a ValueError naming file, image, dataset and problem;
-            "skip" drops bad images (each logged at INFO level) and warns with their count at the end.
+        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
 
     Yields:
         Records in the `region_records` layout, images in numeric id order.

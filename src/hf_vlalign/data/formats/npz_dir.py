@@ -1,20 +1,9 @@
 """Per-image NumPy files: the `<name>_att` / `<name>_box` folders of ruotianluo/self-critical.pytorch, and kin.
 
-`scripts/make_bu_data.py` of self-critical.pytorch turns the bottom-up-attention TSV into three sibling folders,
-one file per image named by its id:
-
-- `<name>_att/<id>.npz` with one key `feat`: the (R, D) float32 region features (`np.savez_compressed(..., feat=)`);
-- `<name>_box/<id>.npy`: the (R, 4) float32 boxes, x1, y1, x2, y2 in the image's pixels;
-- `<name>_fc/<id>.npy`: the mean feature, which this reader ignores.
-
-Also read, where a file carries them: `.npy` feature files (the bare (R, D) array), and the keys written by
-MILVLG/bottom-up-attention.pytorch `utils/extract_utils.py` (`np.savez_compressed(x=feats, bbox=boxes,
-num_bbox=R, image_h=h, image_w=w, info=...)`): `x` for the features, `bbox`, `num_bbox`, `image_h`, `image_w`. Its
-`info` dict (object/attribute ids) is a pickled object array and is never loaded (only numeric arrays are read); flat
-`objects_id`, `objects_conf`, `attrs_id`, `attrs_conf` arrays (LXMERT's names) are read when present.
-
-Boxes come from `<box_dir>/<id>.npy` when that file exists, else from the file's own `bbox`. The image size comes
-from the file's `image_h`/`image_w`, else from `image_sizes`, else it is None.
+`<name>_att/<id>.npz` holds the (R, D) features under `feat` (or a bare `.npy`), `<name>_box/<id>.npy` the (R, 4)
+pixel boxes. The keys of MILVLG/bottom-up-attention.pytorch (`x`, `bbox`, `num_bbox`, `image_h`, `image_w`) and
+LXMERT's `objects_id`, `objects_conf`, `attrs_id`, `attrs_conf` are read where present; pickled object arrays (its
+`info`) are never loaded. The image size comes from `image_h`/`image_w`, else from `image_sizes`, else it is None.
 """
 
 from __future__ import annotations
@@ -40,11 +29,6 @@ OPTIONAL_KEYS = {
     "attrs_conf": "attr_conf",
 }
 SUFFIXES = (".npz", ".npy")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The folders
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _feature_files(path: Path) -> list[tuple[str, Path]]:
@@ -76,11 +60,6 @@ def _resolve_box_dir(path: Path, box_dir: str | Path | None) -> Path | None:
         return None
     sibling = path.with_name(path.name[:cut] + "_box" + path.name[cut + len("_att") :])
     return sibling if sibling.is_dir() else None
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# One image
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _load_arrays(file: Path) -> dict[str, np.ndarray]:
@@ -200,8 +179,7 @@ def iter_npz_dir_records(
             (`cocobu_box`) when it exists. Files that carry their own `bbox` need none.
         image_sizes: None, a dict {image_id: (height, width)} or a COCO-style annotation JSON, for files without
             `image_h`/`image_w`; with it, an image it lacks is a bad record.
-        on_error: "raise" stops at the first bad file with a ValueError naming file, key and problem; "skip" drops
-            bad files (each logged at INFO level) and warns with their count at the end.
+        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
 
     Yields:
         Records in the `region_records` layout, `image_id` = the file name without suffix, sorted by id.

@@ -1,15 +1,8 @@
 """The one record every region-feature reader yields, its validation, and the loop that reports bad records.
 
-A record is a dict with the `RegionFeatureStore` column names:
-
-- `image_id` (str) and `image_size` ((height, width) in pixels, or None when the file does not say);
-- `boxes` (R, 4) float32, x1, y1, x2, y2 in the file's pixels; `features` (R, D) float32;
-- `object_ids` / `attr_ids` (R,) int64 and `object_conf` / `attr_conf` (R,) float32, or None when the file has none.
-
-A reader is a generator of `(location, decode)` pairs: `location` names the file and the record ("x.tsv, line 7"),
-`decode()` parses that record and raises `RecordError` on bad data. `iter_checked_records` runs the decoders, checks
-every record the same way, and either stops at the first problem (`on_error="raise"`) or skips it and reports the
-count at the end (`on_error="skip"`); it never skips silently.
+A record is a dict with the `RegionFeatureStore` columns (`RECORD_COLUMNS`). A reader yields `(location, decode)`
+pairs; `iter_checked_records` runs the decoders, checks every record the same way, and either stops at the first
+problem (`on_error="raise"`) or skips it and reports the count at the end (`on_error="skip"`).
 """
 
 from __future__ import annotations
@@ -144,22 +137,17 @@ def check_region_record(record: dict, feature_dim: int | None, fields: dict[str,
         raise fail("features", f"expected shape (R={num_boxes}, D) like `boxes`, with D >= 1, got {got!r}.")
     if feature_dim is not None and features.shape[1] != feature_dim:
         raise fail("features", f"expected D={feature_dim} values per box like the first record, got {features.shape[1]}.")
-    for column in OPTIONAL_COLUMNS:
-        values = record.get(column)
-        if values is not None and np.shape(values) != (num_boxes,):
-            raise fail(column, f"expected one value per box (R={num_boxes}), got shape {np.shape(values)}.")
     for column in ("boxes", "features", *OPTIONAL_COLUMNS):
-        values = record.get(column)
-        if values is not None and np.asarray(values).dtype.kind not in "biuf":
-            raise fail(column, f"expected numbers, got an array of dtype {np.asarray(values).dtype}.")
-    for column in ("object_ids", "attr_ids"):
-        values = record.get(column)
-        if values is not None and not _are_integers(np.asarray(values)):
-            raise fail(column, f"expected integer ids, got {np.asarray(values)[:5].tolist()}...")
-    for column in ("boxes", "features", "object_conf", "attr_conf"):
-        values = record.get(column)
-        bad = 0 if values is None else int((~np.isfinite(values)).sum())
-        if bad:
+        if record.get(column) is None:
+            continue
+        values = np.asarray(record[column])
+        if column in OPTIONAL_COLUMNS and values.shape != (num_boxes,):
+            raise fail(column, f"expected one value per box (R={num_boxes}), got shape {values.shape}.")
+        if values.dtype.kind not in "biuf":
+            raise fail(column, f"expected numbers, got an array of dtype {values.dtype}.")
+        if column.endswith("_ids") and not _are_integers(values):
+            raise fail(column, f"expected integer ids, got {values[:5].tolist()}...")
+        if not column.endswith("_ids") and (bad := int((~np.isfinite(values)).sum())):
             raise fail(column, f"expected finite values, got {bad} NaN/inf value(s).")
     size = record.get("image_size")
     if size is not None:

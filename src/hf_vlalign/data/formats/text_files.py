@@ -1,10 +1,7 @@
 """Reading text, JSON and CSV files so that every failure names the file and the line.
 
-Python's own errors for a damaged file name neither: `UnicodeDecodeError` gives a byte offset, `json` raises a bare
-`RecursionError` for deep nesting and a `ValueError` without position for an integer of more than 4300 digits, and
-`csv` reads an unterminated quote to the end of the file. The readers here turn each of these into a `ValueError`
-"<file>, line <n>: <what is wrong>" (`FileFormatError`, a `ValueError` subclass), so every reader and builder reports
-them alike.
+Python's own errors name neither (a byte offset for bad UTF-8, a bare `RecursionError` for deep JSON, an unterminated
+CSV quote read to the end of the file): the readers here raise `FileFormatError` "<file>, line <n>: <what is wrong>".
 """
 
 from __future__ import annotations

@@ -4,23 +4,11 @@
 - "identification" (VGP identification CSV extended with types): adds `ytrue`, the region ids `roi1`/`roi2` and
   `preprocessed_phrase1`/`preprocessed_phrase2`.
 
-`VGPPair.phrase1`/`phrase2` hold the preprocessed phrase, words joined by spaces: the typology `phrase` columns
-and the identification `preprocessed_phrase` columns carry the same strings. The identification `phrase`
-columns join words with '+' and sometimes lack a determiner kept by preprocessing ('people' vs 'some people');
-they are written back as the '+'-joined preprocessed phrase.
-
-What the cells hold, checked on the published files (samples in `../shared/data/vgp`):
-
-- `original_phrase1`/`original_phrase2` are the phrases as marked up in the image's Flickr30k Entities captions
-  (case may differ). Some cells of the published VGP-Typology files carry leftovers of the annotation interface,
-  `his daughter</font> in <font color="red">his daughter` (`has_markup`), and some escape quotes, `a man \\'s lap`
-  for the caption's `a man 's lap` (`unescape_phrase`). Cells are read as published; the builder decides.
-- `roi1`/`roi2` (identification layout) are *region indices*, 0-199 or -1 for none: apparently the detected region
-  (of 200 per image) each phrase was localised to. They are neither Flickr30k entity ids nor indices of the
-  annotation's boxes. In the train/val samples (1,730 rows), a phrase naming one entity keeps one roi across rows
-  for 572 of 586 (image, entity) pairs, the two phrases of a row share a roi >= 0 in 1,487 rows and are both -1 in
-  190; a roi >= 0 names one entity in 475 of 488 (image, roi) pairs. `builders.vgp.entities_of_rois` uses them to
-  tell apart entities that share a phrase.
+`VGPPair.phrase1`/`phrase2` hold the preprocessed phrase, words joined by spaces (the identification `phrase` columns
+join them with '+'). Cells are read as published (samples in `../shared/data/vgp`): `original_phrase*` may carry
+annotation-interface leftovers (`has_markup`) or escaped quotes (`unescape_phrase`); `roi1`/`roi2` are indices of the
+detected region (of 200 per image, -1 for none) each phrase was localised to, neither entity ids nor annotation box
+indices, which `builders.vgp.entities_of_rois` uses to tell apart entities that share a phrase.
 """
 
 from __future__ import annotations

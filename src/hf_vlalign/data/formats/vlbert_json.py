@@ -1,18 +1,9 @@
 """VL-BERT per-image Faster R-CNN JSON (jackroos/VL-BERT), in a folder or in an uncompressed zip of such files.
 
-Written by `tools/generate_tsv_v2.py` of jackroos/bottom-up-attention (VL-BERT's `data/conceptual-captions/
-ReadMe.txt`, step 9), one `{image_id:08d}.json` per image, then zipped without compression (`train_frcnn.zip`):
-
-    {"image_id": int, "image_h": int, "image_w": int, "num_boxes": int,
-     "boxes": b64(float32 (num_boxes, 4)), "classes": b64(float32 (num_boxes, 1601)),
-     "attrs": b64(float32 (num_boxes, 401)), "features": b64(float32 (num_boxes, D))}
-
-The base64 strings hold raw float32 bytes (`base64.b64encode(array)`); VL-BERT's datasets read them back with
-`np.frombuffer(base64.decodebytes(s), np.float32).reshape((num_boxes, -1))`. Boxes are x1, y1, x2, y2 in the
-image's pixels; `classes` / `attrs` are the detector's class / attribute scores, column 0 the background /
-"no attribute". `object_ids` / `attr_ids` are the argmax over the other columns (0-based over the 1600 Visual Genome
-objects / 400 attributes, LXMERT's convention) when there are 1601 / 401 columns, over all columns otherwise.
-`classes` and `attrs` are optional (some derived files lack them).
+One `{image_id:08d}.json` per image: {"image_id", "image_h", "image_w", "num_boxes", "boxes", "classes", "attrs",
+"features"}, the arrays as base64 of raw float32 bytes, boxes in pixels. `object_ids` / `attr_ids` are the argmax
+over the `classes` / `attrs` scores, leaving out column 0 (background / no attribute) when there are 1601 / 401
+columns (LXMERT's convention); `classes` and `attrs` are optional.
 """
 
 from __future__ import annotations
@@ -82,11 +73,6 @@ def _base64_floats(key: str, text: object) -> np.ndarray:
     return decode_base64_array(key, text, "<f4")
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# A folder or a zip of JSON files
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _by_id(names: list[str]) -> list[str]:
     """JSON file names sorted like their ids (numerically when all are numbers)."""
     stem_of = {name: Path(name).stem for name in names}
@@ -145,8 +131,7 @@ def iter_vlbert_json_records(path: str | Path, *, on_error: str = "raise") -> It
 
     Args:
         path: a folder of `<id>.json` files, or a zip of them (`train_frcnn.zip`), read member by member.
-        on_error: "raise" stops at the first bad file with a ValueError naming file (or `zip:member`), key and
-            problem; "skip" drops bad files (each logged at INFO level) and warns with their count at the end.
+        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
 
     Yields:
         Records in the `region_records` layout, `image_id` = str of the JSON's `image_id`, sorted by file id.
