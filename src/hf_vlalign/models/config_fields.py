@@ -1,27 +1,23 @@
-"""What every family's config adds to transformers' strict dataclass configs (`@strict`: each field is checked against
-its annotation whenever it is set, and the `validate_*` class validators check ranges and consistency):
-
-- huggingface_hub's validation errors surface as one-line [`ConfigFieldError`]s (a `ValueError`), named with the
-  `config.json` they were read from;
-- an unknown key one typo away from a field is warned about, naming the field meant (configs keep unknown keys, so a
-  misspelt field would otherwise be silently ignored);
-- a saved `config.json` keeps the task-head fields of the heads it was saved from only: one configuration class serves
-  every model class of a family (like `BertConfig`), and the fields only other heads read are dropped while they hold
-  their default, so that a VGP checkpoint's `config.json` says nothing about answers. Loading any head from the folder
-  gets the same defaults.
+"""What every family's config adds to transformers' strict dataclass configs (`@strict` checks each field against its
+annotation, the `validate_*` class validators ranges and consistency): the errors as one-line [`ConfigFieldError`]s
+naming the `config.json` read, the fields transformers annotates as strings checked too, a warning for an unknown key
+one typo away from a field, and a saved `config.json` without the default-valued fields of other task heads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub.dataclasses import type_validator
 from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
 from transformers.utils import CONFIG_NAME
@@ -80,9 +76,14 @@ def value_errors(config_class: type) -> type:
 
 
 def check_extra_keys(config: PreTrainedConfig, kwargs: dict) -> None:
-    """Run first in a family config's `__post_init__`, on the keys that are not fields: a dtype name that torch does
-    not know is refused (transformers' `__post_init__` would look it up), a key one typo away from a field warned
-    about."""
+    """Run first in a family config's `__post_init__`: the fields `@strict` leaves unchecked are type-checked, a dtype
+    name that torch does not know is refused (transformers' `__post_init__` would look it up), and a key one typo away
+    from a field is warned about."""
+    for name, annotation in _string_annotated_fields(type(config)).items():
+        try:
+            type_validator(name, getattr(config, name), annotation)
+        except TypeError as error:
+            raise ConfigFieldError(f"{type(config).__name__}: {error}.") from None
     for name, value in (("dtype", config.dtype), ("torch_dtype", kwargs.get("torch_dtype"))):
         if isinstance(value, str) and not isinstance(getattr(torch, value, None), torch.dtype):
             raise ConfigFieldError(
@@ -98,6 +99,14 @@ def check_extra_keys(config: PreTrainedConfig, kwargs: dict) -> None:
                 name,
                 meant,
             )
+
+
+@functools.cache
+def _string_annotated_fields(config_class: type) -> dict[str, Any]:
+    """The fields whose annotation is a string (`PreTrainedConfig`'s own, its module using postponed annotations),
+    which `@strict` skips, with the annotation resolved."""
+    hints = typing.get_type_hints(config_class, localns={"torch": torch})
+    return {field.name: hints[field.name] for field in dataclasses.fields(config_class) if isinstance(field.type, str)}
 
 
 def close_field(name: str, fields: Iterable[str]) -> str | None:
