@@ -186,3 +186,32 @@ def naming_config_file(file: str | os.PathLike):
         if error.file is not None:
             raise
         raise ConfigFieldError(f"{file}: {error}", file=str(file)) from None
+
+
+def require_choice(config: PreTrainedConfig, name: str, choices: tuple[str, ...]) -> None:
+    """Class-validator helper: refuses a field whose value is not one of `choices`."""
+    value = getattr(config, name)
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}, got {value!r}.")
+
+
+def require_at_least(config: PreTrainedConfig, minimum: int, *names: str) -> None:
+    """Class-validator helper: refuses a count field below `minimum`."""
+    for name in names:
+        if getattr(config, name) < minimum:
+            raise ValueError(f"`{name}` must be >= {minimum}, got {getattr(config, name)}.")
+
+
+def require_heads_divide(config: PreTrainedConfig, size_name: str, *heads_names: str) -> None:
+    """Class-validator helper: each attention-head count is >= 1 and divides the hidden size `size_name`."""
+    size = getattr(config, size_name)
+    for heads_name in heads_names:
+        heads = getattr(config, heads_name)
+        if heads < 1 or size % heads != 0:
+            raise ValueError(f"`{size_name}` ({size}) must be a multiple of `{heads_name}` ({heads}).")
+
+
+def require_iou_threshold(config: PreTrainedConfig) -> None:
+    """Class-validator helper: `referring_iou_threshold` is in (0, 1]."""
+    if not 0 < config.referring_iou_threshold <= 1:
+        raise ValueError(f"`referring_iou_threshold` must be in (0, 1], got {config.referring_iou_threshold}.")

@@ -1,33 +1,16 @@
 """`SaveLoadMixin`: atomic `save_pretrained` and loud weight loading, shared by the three model families.
 
-Saving. `PreTrainedModel.save_pretrained` writes `config.json` first and the weights after it, straight into the target
-folder: an interrupted save leaves a new config next to old or half-written weights. Here the model is saved into a
-staging sibling folder (`.<name>.saving-<host>-<pid>-*`, same file system; a long name shortened with a hash); the files of the target folder that the save
-does not replace (`eval_results.json`, a tokenizer, a model card, the user's own files) are hard-linked into it, and the
-staging folder then replaces the target folder as a whole (`utils/atomic_folders.py`: one atomic exchange on Linux), so
-a kill at any instant leaves the previous complete checkpoint or the new one, each loadable by plain transformers. Weight
-files of an earlier save that the new one supersedes are not carried over (a stale `model.safetensors` next to new
-shards would be loaded instead of them). The staging folders of killed saves are removed by the next save to the folder.
-When the parent folder is not writable, the files are moved in one by one instead (weights first, `config.json` last).
+Saving: `PreTrainedModel.save_pretrained` writes `config.json`, then the weights, straight into the target folder. Here
+the model is saved into a staging sibling folder, the target's other files (results, tokenizer, card, the user's own)
+are hard-linked into it, and it replaces the target as a whole (`utils/atomic_folders.py`), so a kill at any instant
+leaves the previous complete checkpoint or the new one. Weight files the new save supersedes are not carried over. When
+the parent folder is not writable, the files are moved in one by one (weights first, `config.json` last).
 
-Loading. A checkpoint of another model type (another family's folder, or a text checkpoint) is refused before the model
-is built, with a [`CheckpointMismatchError`] naming the class, both model types and the folder: transformers only logs
-a warning and returns a model whose weights are all newly initialised. So is a `config.json` that builds fewer layers
-than the checkpoint holds (transformers drops the extra layers as "unexpected" weights). transformers 5 raises on a
-checkpoint whose weight shapes differ from the model built from the config, with an exception that only points to a
-report it logged; here the exception names every mismatching key and both shapes.
-A checkpoint sharing no weight name with the model (e.g. a folder of another model loaded with an explicit config of
-this class) raises a [`CheckpointMismatchError`] too, where transformers logs the missing and unexpected keys and returns
-a model whose every weight is newly initialised. The decision: a model that loads without an error from the folder the
-user named but holds none of its weights is a silent wrong result (it trains or evaluates as if pre-trained), the case
-the refusal of other model types exists for; a random model is asked for explicitly with `Model(config)` or
-`from_config`. A checkpoint that shares some but not all weight names loads as in transformers: the missing weights are
-initialised and reported (a head added to a pre-trained encoder is the common case).
-Weights left newly initialised (missing from the checkpoint, or re-initialised with `ignore_mismatched_sizes=True`) are
-named in transformers' WARNING report; for a supervised head (attention supervision, alignment decoder, VGP
-classifiers, A2 masks) a WARNING of this library's logger names them too, so it stays visible when transformers'
-verbosity is lowered. Loaded tensors are views at arbitrary offsets into the memory-mapped safetensors file; those not
-64-byte aligned are copied into aligned memory, so a reloaded model's outputs equal the saved model's bit for bit.
+Loading refuses with a [`CheckpointMismatchError`] what transformers only logs before returning newly initialised
+weights: a checkpoint of another model type, one sharing no weight name with the model, a config building fewer layers
+than the checkpoint holds; a size mismatch names every key and both shapes. Newly initialised supervised heads are
+named in a WARNING of this library's logger. Loaded tensors not 64-byte aligned are copied into aligned memory, so a
+reloaded model's outputs equal the saved model's bit for bit.
 """
 
 from __future__ import annotations

@@ -5,7 +5,16 @@ from transformers import PreTrainedConfig
 
 from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
-from ..config_fields import ConfigFileMixin, check_extra_keys, value_errors, drop_other_head_fields
+from ..config_fields import (
+    ConfigFileMixin,
+    check_extra_keys,
+    drop_other_head_fields,
+    require_at_least,
+    require_choice,
+    require_heads_divide,
+    require_iou_threshold,
+    value_errors,
+)
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
 
@@ -67,11 +76,8 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
             embeddings, see [`hf_vlalign.hub.convert_visualbert`]).
         use_end_token (`bool`): append the learned [END] token after the regions; when False the sequence is
             `[text] [regions]` (VisualBERT's layout).
-        visual_feature_normalization (`str`): "standardize" (default) standardises `visual_feats` per dimension,
-            `(x - mean) / std`, before the projection, with statistics the model stores in its weights (the library's
-            trainers fit them from the training images before training; by hand:
-            `model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, train_rows))`);
-            "none" reads features as they are. See `hf_vlalign.models.visual_features`.
+        visual_feature_normalization (`str`): "standardize" (default: `visual_feats` standardised per dimension with
+            statistics stored in the weights) or "none"; see `hf_vlalign.models.visual_features`.
         attention_supervision (`str`): "none", "direct", "semi_direct" or "indirect".
         supervised_layers (`list[int]`, *optional*): layers whose attention is supervised (default: all).
         supervised_heads (`list[int]`, *optional*): heads supervised in each of those layers (default: all).
@@ -98,11 +104,9 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
             (0: masked regions only regress their features).
         mlm_weight / sentence_image_weight / region_feature_weight / region_class_weight (`float`): weights of the
             pre-training losses.
-        validate_inputs (`bool`): check the shapes and values of every input tensor in `forward`. The value checks
-            read nothing on the host (asynchronous assertions, kept by `torch.compile` and `torch.export`); off, a
-            forward skips them and their small reductions.
-        dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
-            `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
+        validate_inputs (`bool`): check the values of the input tensors in `forward`, not only their shapes.
+        dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU; see `hf_vlalign.models.dropout`) or
+            "torch" (`torch.nn.functional.dropout` everywhere).
 
     Example:
     ```python
@@ -180,27 +184,11 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
             activations=("hidden_act",),
         )
         check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)
-        if self.num_attention_heads < 1 or self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"`hidden_size` ({self.hidden_size}) must be a multiple of `num_attention_heads` "
-                f"({self.num_attention_heads})."
-            )
-        if self.visual_feat_dim <= 0:
-            raise ValueError(f"`visual_feat_dim` must be a positive int, got {self.visual_feat_dim}.")
-        if self.num_qa_labels < 1:
-            raise ValueError(f"`num_qa_labels` (the answer vocabulary) must be >= 1, got {self.num_qa_labels}.")
-        if self.num_object_labels < 0:
-            raise ValueError(f"`num_object_labels` must be >= 0 (0: no masked-region classes), got {self.num_object_labels}.")
-        if not 0 < self.referring_iou_threshold <= 1:
-            raise ValueError(f"`referring_iou_threshold` must be in (0, 1], got {self.referring_iou_threshold}.")
-        self._check_vgp_fields()
-        validate_supervision_fields(self, self.num_hidden_layers, self.num_attention_heads)
-        check_dropout_implementation(self.dropout_implementation)
-        check_visual_feature_normalization(self.visual_feature_normalization)
-
-    def _check_vgp_fields(self) -> None:
-        if self.vgp_task not in VGP_TASKS:
-            raise ValueError(f"`vgp_task` must be one of {VGP_TASKS}, got {self.vgp_task!r}.")
+        require_heads_divide(self, "hidden_size", "num_attention_heads")
+        require_at_least(self, 1, "visual_feat_dim", "num_qa_labels")
+        require_at_least(self, 0, "num_object_labels")
+        require_iou_threshold(self)
+        require_choice(self, "vgp_task", VGP_TASKS)
         if self.vgp_task == "binary" and self.num_vgp_labels != 2:
             raise ValueError(
                 f"`num_vgp_labels` must be 2 (not a paraphrase, paraphrase) for vgp_task='binary', got "
@@ -212,6 +200,9 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
                 f"`vgp_label_names` must be None or a list of {self.num_vgp_labels} (`num_vgp_labels`) different "
                 f"non-empty names, got {names!r}."
             )
+        validate_supervision_fields(self, self.num_hidden_layers, self.num_attention_heads)
+        check_dropout_implementation(self.dropout_implementation)
+        check_visual_feature_normalization(self.visual_feature_normalization)
 
     def vgp_class_names(self) -> list[str]:
         """The name of each VGP class in label order: `vgp_label_names`, or the default of `vgp_task`."""
