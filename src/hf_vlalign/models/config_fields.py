@@ -133,8 +133,19 @@ def typo_distance(a: str, b: str) -> int:
 
 
 class ConfigFileMixin:
-    """Mixed into each family's config (before `PreTrainedConfig`): a refusal of a config read from a file names the
-    file, and a `config.json` that is not a JSON object is refused."""
+    """Mixed into each family's config (before `PreTrainedConfig`): the extra keys are checked (`check_extra_keys`), a
+    refusal of a config read from a file names the file, a `config.json` that is not a JSON object is refused, and a
+    saved `config.json` keeps the task fields of the other model classes of `_head_fields` only where not at the
+    default (`drop_other_head_fields`)."""
+
+    _head_fields: dict[str, tuple[str, ...]] = {}  # model class -> the fields only it reads
+
+    def __post_init__(self, **kwargs):
+        check_extra_keys(self, kwargs)
+        super().__post_init__(**kwargs)
+
+    def to_diff_dict(self) -> dict:
+        return drop_other_head_fields(self, super().to_diff_dict(), self._head_fields)
 
     @classmethod
     def _dict_from_json_file(cls, json_file: str | os.PathLike) -> dict:

@@ -7,7 +7,7 @@ from transformers import PreTrainedConfig
 
 from ...utils.validation import check_config_numbers, check_index_list, check_token_id
 from ..config_fields import (
-    ConfigFileMixin, check_extra_keys, require_at_least, require_choice, require_heads_divide, value_errors
+    ConfigFileMixin, require_at_least, require_choice, require_heads_divide, value_errors
 )
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
@@ -120,7 +120,6 @@ class RegionCaptionerConfig(ConfigFileMixin, PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         check_no_supervision_fields(kwargs)
-        check_extra_keys(self, kwargs)
         super().__post_init__(**kwargs)
 
     def validate_fields(self) -> None:

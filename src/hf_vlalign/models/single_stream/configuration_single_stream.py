@@ -6,14 +6,7 @@ from transformers import PreTrainedConfig
 from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
 from ..config_fields import (
-    ConfigFileMixin,
-    check_extra_keys,
-    drop_other_head_fields,
-    require_at_least,
-    require_choice,
-    require_heads_divide,
-    require_iou_threshold,
-    value_errors,
+    ConfigFileMixin, require_at_least, require_choice, require_heads_divide, require_iou_threshold, value_errors
 )
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
@@ -116,6 +109,7 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
     ```"""
 
     model_type = "vlalign_single_stream"
+    _head_fields = HEAD_FIELDS
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -155,14 +149,6 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
     tie_word_embeddings: bool = True
     validate_inputs: bool = True
     dropout_implementation: str = "auto"
-
-    def __post_init__(self, **kwargs):
-        check_extra_keys(self, kwargs)
-        super().__post_init__(**kwargs)
-
-    def to_diff_dict(self) -> dict:
-        # what config.json gets: the task fields of the saved model class, other heads' only where not at the default
-        return drop_other_head_fields(self, super().to_diff_dict(), HEAD_FIELDS)
 
     def validate_fields(self) -> None:
         """Class validator (`@strict`): sizes and supervision settings the modules cannot use are refused."""

@@ -7,14 +7,7 @@ from ...supervision.alignment_decoder import OUTSIDE_TOP_K
 from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
 from ..config_fields import (
-    ConfigFileMixin,
-    check_extra_keys,
-    drop_other_head_fields,
-    require_at_least,
-    require_choice,
-    require_heads_divide,
-    require_iou_threshold,
-    value_errors,
+    ConfigFileMixin, require_at_least, require_choice, require_heads_divide, require_iou_threshold, value_errors
 )
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
@@ -105,6 +98,7 @@ class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
     ```"""
 
     model_type = "vlalign_two_stream"
+    _head_fields = HEAD_FIELDS
     # the cross-modality layers answer `num_hidden_layers`: attention supervision and the grounding probe read them
     attribute_map = {"num_hidden_layers": "x_layers"}
 
@@ -156,14 +150,6 @@ class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
     validate_inputs: bool = True
     dropout_implementation: str = "auto"
     tie_word_embeddings: bool = True
-
-    def __post_init__(self, **kwargs):
-        check_extra_keys(self, kwargs)
-        super().__post_init__(**kwargs)
-
-    def to_diff_dict(self) -> dict:
-        # what config.json gets: the task fields of the saved model class, other heads' only where not at the default
-        return drop_other_head_fields(self, super().to_diff_dict(), HEAD_FIELDS)
 
     def validate_fields(self) -> None:
         """Class validator (`@strict`): sizes and settings the modules cannot use are refused."""
