@@ -304,7 +304,8 @@ def check_checkpoint_model_type(model_class: type[PreTrainedModel], config_path:
 
 def _check_weights_fit(model: PreTrainedModel, source, loading_info) -> None:
     """Raises [`CheckpointMismatchError`] when no weight of the checkpoint is one of `model` (a checkpoint of another
-    model with an explicit `config`), or when the checkpoint holds layers beyond a layer list of `model`."""
+    model with an explicit `config`), or when the checkpoint holds layers beyond the length of a layer list of `model`
+    (a `config.json` whose layer count is lower than the weights'), naming both counts and the config field."""
     unexpected = sorted(loading_info.unexpected_keys)
     if unexpected and not set(model.state_dict()) - set(loading_info.missing_keys):
         raise CheckpointMismatchError(
@@ -312,15 +313,9 @@ def _check_weights_fit(model: PreTrainedModel, source, loading_info) -> None:
             f"(e.g. {unexpected[0]}) is a weight of the model, every weight would be newly initialised. It is the "
             "checkpoint of another model: see the model_type in its config.json."
         )
-    _check_layer_counts(model, source, unexpected)
-
-
-def _check_layer_counts(model: PreTrainedModel, source, unexpected_keys) -> None:
-    """Raises [`CheckpointMismatchError`] when the checkpoint holds layers beyond the length of a layer list of `model`
-    (a `config.json` whose layer count is lower than the weights'), naming both counts and the config field."""
     prefix = f"{model.base_model_prefix}."
     # a checkpoint of the base model lacks the prefix of a head model's keys, a head checkpoint loaded as base has it
-    keys = {variant for key in unexpected_keys for variant in (key, key.removeprefix(prefix), prefix + key)}
+    keys = {variant for key in unexpected for variant in (key, key.removeprefix(prefix), prefix + key)}
     lines = []
     for name, module in model.named_modules():
         if not isinstance(module, torch.nn.ModuleList):
@@ -328,7 +323,8 @@ def _check_layer_counts(model: PreTrainedModel, source, unexpected_keys) -> None
         pattern = re.compile(rf"{re.escape(name)}\.(\d+)\.")
         saved = max((int(match[1]) + 1 for key in keys if (match := pattern.match(key))), default=0)
         if saved > len(module):
-            field = _layer_count_field(model, name)
+            fields = model._layer_count_fields
+            field = next((fields[path] for path in fields if name == path or name.endswith(f".{path}")), None)
             named = f" (`{field}`={len(module)})" if field else ""
             lines.append(f"  {name}: the config builds {len(module)} layer(s){named}, the checkpoint holds {saved}")
     if lines:
@@ -337,14 +333,6 @@ def _check_layer_counts(model: PreTrainedModel, source, unexpected_keys) -> None
             "weights hold, so layers would be silently dropped:\n" + "\n".join(lines) + "\nSet the layer count of "
             "config.json (or of the override) to the checkpoint's."
         )
-
-
-def _layer_count_field(model: PreTrainedModel, module_name: str) -> str | None:
-    """The config field giving the length of the layer list `module_name` (from `model._layer_count_fields`)."""
-    for path, field in model._layer_count_fields.items():
-        if module_name == path or module_name.endswith(f".{path}"):
-            return field
-    return None
 
 
 def _own_misaligned_tensors(model: PreTrainedModel, alignment: int = TENSOR_ALIGNMENT) -> None:

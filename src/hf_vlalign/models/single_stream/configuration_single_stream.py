@@ -22,8 +22,7 @@ LOSS_WEIGHT_FIELDS = (
 # the VGP tasks of `SingleStreamConfig.vgp_task`
 VGP_TASKS = ("type", "binary")
 # the semantic types of a visually grounded paraphrase (Chu et al., CVIU 2022), in the order of the published
-# `type_label` column (VGP-Typology csvs and the identification csvs extended with types): the 5-way phrase-pair
-# classifier of Samaran et al.'s code (jules-samaran/VL-BERT, `vgp/modules/resnet_vlbert_for_vgp.py`, `phrasal_cls`)
+# `type_label` column: the 5-way phrase-pair classifier of Samaran et al.'s code (jules-samaran/VL-BERT, `phrasal_cls`)
 VGP_TYPE_NAMES = ("Alternation", "Entailment1", "Entailment2", "Equivalence", "Independence")
 # the classes of `vgp_task="binary"`
 VGP_BINARY_NAMES = ("not_paraphrase", "paraphrase")
@@ -78,16 +77,12 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
         num_id_labels (`int`): classes of image-description identification (c1 only, c2 only, both; eq. 1). The
             task fields below are read by one model class each; a saved `config.json` holds those of the other
             classes only where they differ from the default (`HEAD_FIELDS`).
-        vgp_task (`str`): what the VGP phrase-pair classifier (eq. 4) predicts. "type" (the default, the paper's): the
-            semantic type of the pair, one of `num_vgp_labels` = 5 classes (`VGP_TYPE_NAMES`: Alternation,
-            Entailment1, Entailment2, Equivalence, Independence; Chu et al. 2022), trained on the rows that have a
-            type (pairs that are not VGPs have none and are left out of the loss). "binary": paraphrase or not
-            (`num_vgp_labels` = 2), the VGP identification task of the csvs without types (Otani et al. 2020): it
-            also learns from the pairs that are not VGPs, which the type task cannot use.
+        vgp_task (`str`): what the VGP phrase-pair classifier (eq. 4) predicts: "type" (the paper's), the semantic type
+            of the pair (`VGP_TYPE_NAMES`, Chu et al. 2022; pairs that are not VGPs have none and are left out of the
+            loss), or "binary", paraphrase or not (the identification task of Otani et al. 2020).
         num_vgp_labels (`int`): classes of the VGP phrase-pair classifier (eq. 4): 5 types, or 2 for "binary".
-        vgp_label_names (`list[str]`, *optional*): the name of each VGP class, in label order (the keys of the
-            per-type accuracies); default `VGP_TYPE_NAMES` for "type" with 5 classes, `VGP_BINARY_NAMES` for
-            "binary", else `type_<i>` (see `vgp_class_names`).
+        vgp_label_names (`list[str]`, *optional*): the name of each VGP class, in label order (default:
+            `vgp_class_names`).
         id_weight / vgp_weight (`float`): weights of those losses in eq. 9.
         num_qa_labels (`int`): the answer vocabulary of [`SingleStreamForQuestionAnswering`] (3129: VQA v2's usual
             answers seen at least 9 times).

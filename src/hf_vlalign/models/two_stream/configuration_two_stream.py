@@ -78,11 +78,8 @@ class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
             [`TwoStreamForReferringExpression`]'s loss (0.5, as RefCOCO+'s accuracy).
         alignment_top_k (`int`): objects kept per word by the alignment decoder (eq. 13, paper: 3): the prediction is
             a softmax over each word's k best-scoring objects only.
-        alignment_outside_top_k (`str`): what eq. (14)'s KL does with target mass on objects outside the top-k
-            (`hf_vlalign.supervision.OUTSIDE_TOP_K`): "renormalise_target" (default; A* renormalised over the top-k),
-            "floor" (A read as max(A, 1e-6)) or "target_support" (the kept set is the top-k united with the target's
-            support; with the semantic criterion positive almost everywhere, k then has no effect). See
-            `hf_vlalign.supervision.alignment_kl_loss`.
+        alignment_outside_top_k (`str`): what eq. (14)'s KL does with target mass outside the top-k: one of
+            `hf_vlalign.supervision.OUTSIDE_TOP_K`, see `hf_vlalign.supervision.alignment_kl_loss`.
         `<name>_weight` (`float`): weight of the loss `loss_<name>` in the total. These task fields are read by one
             model class each (`HEAD_FIELDS`); a saved `config.json` holds those of the other classes only where they
             differ from the default.
