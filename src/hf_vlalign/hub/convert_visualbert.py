@@ -116,18 +116,13 @@ def convert_visualbert_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[s
 
 
 def convert_visualbert(model_or_path: PreTrainedModel | str | Path, **config_overrides) -> SingleStreamModel:
-    """Maps transformers' VisualBERT weights into a [`SingleStreamModel`] without box embeddings or [END] token.
-
-    The converted model reads the same sequence as VisualBERT, `[text tokens] [regions]`, and gives the same
-    `last_hidden_state` and `pooler_output` for the same `input_ids`, `attention_mask`, `token_type_ids`,
-    `visual_feats` (VisualBERT's `visual_embeds`) and `visual_attention_mask`; `visual_boxes` is optional. It assumes
-    VisualBERT's default visual inputs: `visual_token_type_ids` all ones and no `image_text_alignment`.
+    """Maps transformers' VisualBERT weights into a [`SingleStreamModel`] without box embeddings or [END] token, which
+    gives the same `last_hidden_state` and `pooler_output` for the same inputs (`visual_feats` being VisualBERT's
+    `visual_embeds`, `visual_boxes` optional) with VisualBERT's default visual inputs.
 
     Args:
-        model_or_path: a `VisualBertModel`, or a VisualBERT head model (`VisualBertForPreTraining`,
-            `VisualBertForQuestionAnswering`, ...) whose base model `.visual_bert` is converted (the heads are not), or
-            a Hub id / local folder of either (only the base model's weights are read; a `.bin` checkpoint is read by
-            transformers with `torch.load(weights_only=True)`).
+        model_or_path: a `VisualBertModel` or a VisualBERT head model (whose base model `.visual_bert` is converted), or
+            a Hub id / local folder of either (only the base model's weights are read).
         config_overrides: further [`SingleStreamConfig`] fields (e.g. `attention_supervision="direct"`); the
             architecture fields come from the VisualBERT config.
     Returns:

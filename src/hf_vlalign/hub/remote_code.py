@@ -221,9 +221,8 @@ def save_with_remote_code(
         folder: the output folder (created if missing); not inside the hf_vlalign package, nor holding it (the flat
             modules have the names of the family's own source files).
         auto_class: the transformers Auto class the model's own class is published under (e.g.
-            "AutoModelForSequenceClassification"); default: the family's one for that class (`AutoModel` for the base
-            model, `AutoModelForVisualQuestionAnswering` for `TwoStreamForQuestionAnswering`, ...), none for heads
-            without a transformers Auto class (then only `AutoConfig` / `AutoModel` are mapped).
+            "AutoModelForSequenceClassification"); default: the family's one for that class, if any (else only
+            `AutoConfig` / `AutoModel` are mapped).
         save_kwargs: passed to `model.save_pretrained` (not `push_to_hub`: push the folder afterwards).
 
     Returns:
