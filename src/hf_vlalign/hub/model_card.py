@@ -231,15 +231,13 @@ def render_model_card(
         results: metric name -> value, shown as a table and as `model-index` eval results
             (`metrics_from_eval_results(json.load(...))` turns an `eval_results.json` into this).
         training: training settings (steps trained, learning rate, ...), shown as a table.
-        baselines: the `baselines` entry of `eval_results.json` ({metric: {"baseline", "kind", "beats"}}, built by
-            `hf_vlalign.evaluation.baselines.compare_with_baselines`): each metric's baseline is shown beside it, with
-            a warning when the model does not beat it. None: no baseline column.
+        baselines: the `baselines` entry of `eval_results.json` (`compare_with_baselines`): each metric's baseline is
+            shown beside it, with a warning when the model does not beat it. None: no baseline column.
         datasets: Hub ids of the training datasets; None when the library's synthetic scenes were used.
         license: license id of the checkpoint.
         synthetic_data: whether the model was trained on synthetic scenes; defaults to `datasets is None`.
-        config: the checkpoint's configuration (a `PreTrainedConfig` or its dict); its supervision / alignment settings
-            (two-stream: `task_alignment`, `alignment_top_k`, ...; captioner: `use_geometry`, `attention_alignment`,
-            ...) are described and shown as a table. Without it those parts of the card are left out.
+        config: the checkpoint's configuration (a `PreTrainedConfig` or its dict); its settings (`FamilySpec.card`)
+            are described and shown as a table. Without it those parts of the card are left out.
         subfolder: folder of the checkpoint inside the repository, when it is not at the root (loading snippet).
 
     Returns:

@@ -76,14 +76,13 @@ def _publish_order(name: str) -> int:
     return 2
 
 
-def publish_saved_folder(staging: str | os.PathLike, target: str | os.PathLike, variant: str | None = None) -> list[Path]:
+def publish_saved_folder(staging: str | os.PathLike, target: str | os.PathLike, variant: str | None = None) -> None:
     """Moves every file of a finished save in `staging` into `target` (weights, index, other files, `config.json`
-    last), each with `os.replace`; returns the published paths. Weight files of `variant` in `target` that the save did
+    last), each with `os.replace`. Weight files of `variant` in `target` that the save did
     not write are removed before the config is moved in; no other file of `target` is touched."""
     staging, target = Path(staging), Path(target)
     files = sorted((path for path in staging.rglob("*") if path.is_file()), key=lambda p: (_publish_order(p.name), str(p)))
     written = {path.relative_to(staging) for path in files}
-    published = []
     for path in files:
         relative = path.relative_to(staging)
         if path.name == CONFIG_NAME and relative.parent == Path("."):
@@ -94,8 +93,6 @@ def publish_saved_folder(staging: str | os.PathLike, target: str | os.PathLike, 
         destination = target / relative
         destination.parent.mkdir(parents=True, exist_ok=True)
         os.replace(path, destination)
-        published.append(destination)
-    return published
 
 
 SAVING_MARKER = ".saving-"
