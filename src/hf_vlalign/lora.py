@@ -1,49 +1,20 @@
-"""LoRA (or any PEFT method on Linear layers) for the three model families: which modules to adapt, which to train
-in full and save with the adapter, and `lora_config`, a `peft.LoraConfig` with both filled in from the model.
+"""LoRA (or any PEFT method on Linear layers) for the three model families: `lora_config`, a `peft.LoraConfig` whose
+target modules (the family's `FamilySpec.lora_attention`, plus `lora_ffn` for the "attention_ffn" preset) and
+`modules_to_save` (the model class's task heads and the supervision modules its config switches on) come from the model.
 
-This is a convenience over peft, not a wrapper: the models are plain `PreTrainedModel`s whose attention projections
-are `nn.Linear` modules called as modules, so `peft.get_peft_model`, `PeftModel.save_pretrained` /
-`PeftModel.from_pretrained` and `merge_and_unload()` work as for any transformers model. Attention supervision reads
-the query/key projections through those modules, so its loss trains the LoRA matrices of the supervised layers.
+The models are plain `PreTrainedModel`s whose projections are `nn.Linear` modules, so `peft.get_peft_model`,
+`PeftModel.save_pretrained` / `from_pretrained` and `merge_and_unload()` work as for any transformers model; attention
+supervision reads the query/key projections through those modules, so its loss trains their LoRA matrices. Leave
+`task_type` unset: peft's task classes call the model with `input_ids` first, the plain `PeftModel` passes every
+keyword through. The A2 mask networks are in `modules_to_save`, never given LoRA matrices: peft keeps the frozen
+original next to the trained copy, so give the mask optimiser only the `mask_parameters()` with `requires_grad`.
+See docs/training.md.
 
 ```python
 >>> from peft import get_peft_model
 >>> from hf_vlalign.lora import lora_config
 >>> peft_model = get_peft_model(model, lora_config(model, r=8, alpha=16, preset="attention"))
 ```
-
-Leave `task_type` unset: peft's task classes (`SEQ_2_SEQ_LM`, `SEQ_CLS`, ...) call the model with `input_ids` first,
-while these models take named region inputs; the plain `PeftModel` passes every keyword through (and `generate()`
-reaches the captioner's own).
-
-Target modules are matched by peft as name suffixes (`name == target or name.endswith("." + target)`); each family
-declares its own in its `FamilySpec` (`lora_attention`, `lora_ffn`; `hf_vlalign.models.family`):
-
-| family | preset "attention" | preset "attention_ffn" adds |
-|---|---|---|
-| single_stream | `query`, `key`, `value`, `attention.output.dense` | `intermediate.dense`, `output.dense` |
-| two_stream | `query`, `key`, `value`, `<block>.output.dense` (1) | `intermediate.dense`, `output.dense`, (2) |
-| captioner | `q_proj`, `k_proj`, `v_proj`, `out_proj` (3) | `fc1`, `fc2` |
-
-(1) for each attention block: `attention` (language / vision layers), `cross_attention`, `vision_cross_attention`
-(when `share_cross_attention=False`), `language_self_attention`, `vision_self_attention` (cross layers).
-(2) `language_intermediate.dense`, `language_output.dense`, `vision_intermediate.dense`, `vision_output.dense`.
-(3) encoder self-attention, decoder self-attention and cross-attention (aligned or not).
-
-Left out of the presets: embeddings and the visual projections, the poolers, the captioner's geometry projection
-(hidden -> heads, too small for a low rank) and every task head.
-
-Modules trained in full and saved with the adapter (`modules_to_save`): the task heads of the model class
-(`HEAD_MODULES`), plus the supervision modules the config switches on (`SUPERVISION_MODULES`): the indirect grounding
-head, and the A2 networks of the captioner's aligned layers (`perturbation.mask_network`, `perturbation.region_network`,
-`perturbation.gate`). The A2 mask networks are never given LoRA matrices: they are small Linear layers from the hidden state
-trained by their own objective (eq. 4, `alignment_mode="perturb"`), so they are full trainable copies, saved with the
-adapter; the caption loss does not reach them (the aligned attention reads the mask detached). Since peft keeps the
-frozen original next to the trained copy, `model.mask_parameters()` on a PEFT model lists both: give the mask
-optimiser only those with `requires_grad` (and set `alignment_step` on `peft_model.get_base_model().model`).
-Being in `modules_to_save`, they also stay out of LoRA with `target_modules="all-linear"`. Language-modelling heads
-tied to the word embeddings (the captioner's, the two-stream pre-training `lm_head` and the single-stream pre-training
-`cls.predictions`) stay frozen and tied.
 """
 
 from __future__ import annotations

@@ -142,3 +142,14 @@ def test_config_json_that_is_not_an_object_is_named(tmp_path):
         RegionCaptionerConfig.from_pretrained(tmp_path)
     with pytest.raises(ConfigFieldError, match=match):
         RegionCaptionerConfig.from_json_file(tmp_path / "config.json")
+
+
+def test_a_transformers_base_field_of_the_wrong_type_in_config_json_names_the_field_and_file(tmp_path):
+    # `PreTrainedConfig`'s own fields are annotated as strings, which `@strict` does not check
+    model_name, kwargs = TINY["single_stream"]
+    getattr(hf_vlalign, model_name)(SingleStreamConfig(**kwargs)).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "id2label": ["no", "yes"]}))
+    match = rf"^{tmp_path / 'config.json'}: SingleStreamConfig: Field 'id2label' with value \['no', 'yes'\] doesn't match"
+    with pytest.raises(ConfigFieldError, match=match):
+        AutoModel.from_pretrained(tmp_path)

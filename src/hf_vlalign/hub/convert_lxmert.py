@@ -1,8 +1,6 @@
-"""Conversion of transformers' LXMERT checkpoints (e.g. `unc-nlp/lxmert-base-uncased`) into the two-stream model.
-
-LXMERT shares one cross-attention module between the two directions, so the converted model has
-`share_cross_attention=True`. Every tensor is renamed, none is re-initialised: a key left over on either side is an
-error naming it.
+"""Conversion of transformers' LXMERT checkpoints (e.g. `unc-nlp/lxmert-base-uncased`) into the two-stream model, with
+`share_cross_attention=True` (LXMERT shares one cross-attention module between the two directions). Every tensor is
+renamed, none re-initialised: a key left over on either side is an error naming it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Conversion of transformers' VisualBERT checkpoints (e.g. `uclanlp/visualbert-vqa-coco-pre`) into the single-stream
-model.
+model, without box embeddings or [END] token (VisualBERT reads `[text tokens] [regions]`).
 
-VisualBERT reads `[text tokens] [regions]` with no box geometry and no end token, so the converted model has
-`use_box_embeddings=False` and `use_end_token=False`. Its embeddings map onto ours exactly:
-
-- text: word + position + token type embeddings, named as in BERT on both sides;
-- regions: VisualBERT adds `visual_projection(visual_embeds)`, the visual token type embedding of type 1 (its default
-  `visual_token_type_ids` are all ones) and the visual position embedding of position 0 (its default visual position
-  ids are all zeros, without `image_text_alignment`). The last two are the same vector for every region, so their sum
-  is our `segment_embedding`, and `visual_projection` is our `feature_projection`;
-- VisualBERT normalises the concatenated sequence with one LayerNorm; a LayerNorm acts on each position alone, so a
-  copy of it serves as our text LayerNorm and another as our visual LayerNorm.
-
-The encoder layers and the pooler are BERT's on both sides. Every tensor is renamed, none is re-initialised: a key left
-over on either side is an error naming it. A VisualBERT head model (`VisualBertForPreTraining`,
-`VisualBertForQuestionAnswering`, ...) gives its base model `.visual_bert`; the heads themselves are not converted.
-
-The converted model computes what VisualBERT computes with its default visual inputs; calls that pass
-`visual_token_type_ids` other than ones or an `image_text_alignment` (VisualBERT's per-region position ids) have no
-counterpart here.
+The embeddings map exactly: VisualBERT adds to each region `visual_projection(visual_embeds)` (our
+`feature_projection`) plus the visual token type row 1 and the visual position row 0 (its defaults, the same for every
+region: their sum is our `segment_embedding`); its one LayerNorm over the sequence acts on each position alone, so it
+is copied into our text and visual LayerNorms. Encoder layers and pooler are BERT's on both sides. Every tensor is
+renamed, none re-initialised; a head model's base `.visual_bert` is converted, not its heads. Calls passing other
+`visual_token_type_ids` or an `image_text_alignment` have no counterpart here.
 """
 
 from __future__ import annotations
@@ -32,6 +20,7 @@ from transformers.configuration_utils import PreTrainedConfig
 from transformers.utils import logging
 
 from ..models.single_stream import SingleStreamConfig, SingleStreamModel
+from ..models.text_init import TEXT_CONFIG_FIELDS
 from .conversion import load_converted_state
 
 logger = logging.get_logger(__name__)
@@ -51,11 +40,6 @@ VISUAL_POSITION_KEY = "embeddings.visual_position_embeddings.weight"
 SEGMENT_KEY = "visual_embeddings.segment_embedding"
 VISUAL_TOKEN_TYPE = 1  # VisualBertEmbeddings: `visual_token_type_ids` default to ones
 VISUAL_POSITION = 0  # VisualBertEmbeddings: visual position ids are zeros without `image_text_alignment`
-SHARED_CONFIG_FIELDS = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-    "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
-    "initializer_range", "layer_norm_eps", "pad_token_id",
-)  # fmt: skip
 # single-stream tensors VisualBERT has no counterpart for and that a config override may add: newly initialised heads
 NEW_KEY_PATTERN = re.compile(r"^indirect_grounding_head\.")
 
@@ -70,7 +54,7 @@ def single_stream_config_from_visualbert(config: VisualBertConfig, **overrides) 
         overrides: further [`SingleStreamConfig`] fields (e.g. `attention_supervision`).
     """
     check_visualbert_config(config)
-    fields = {name: getattr(config, name) for name in SHARED_CONFIG_FIELDS}
+    fields = {name: getattr(config, name) for name in TEXT_CONFIG_FIELDS}
     fields.update(
         visual_feat_dim=config.visual_embedding_dim,
         use_box_embeddings=False,
@@ -132,18 +116,13 @@ def convert_visualbert_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[s
 
 
 def convert_visualbert(model_or_path: PreTrainedModel | str | Path, **config_overrides) -> SingleStreamModel:
-    """Maps transformers' VisualBERT weights into a [`SingleStreamModel`] without box embeddings or [END] token.
-
-    The converted model reads the same sequence as VisualBERT, `[text tokens] [regions]`, and gives the same
-    `last_hidden_state` and `pooler_output` for the same `input_ids`, `attention_mask`, `token_type_ids`,
-    `visual_feats` (VisualBERT's `visual_embeds`) and `visual_attention_mask`; `visual_boxes` is optional. It assumes
-    VisualBERT's default visual inputs: `visual_token_type_ids` all ones and no `image_text_alignment`.
+    """Maps transformers' VisualBERT weights into a [`SingleStreamModel`] without box embeddings or [END] token, which
+    gives the same `last_hidden_state` and `pooler_output` for the same inputs (`visual_feats` being VisualBERT's
+    `visual_embeds`, `visual_boxes` optional) with VisualBERT's default visual inputs.
 
     Args:
-        model_or_path: a `VisualBertModel`, or a VisualBERT head model (`VisualBertForPreTraining`,
-            `VisualBertForQuestionAnswering`, ...) whose base model `.visual_bert` is converted (the heads are not), or
-            a Hub id / local folder of either (only the base model's weights are read; a `.bin` checkpoint is read by
-            transformers with `torch.load(weights_only=True)`).
+        model_or_path: a `VisualBertModel` or a VisualBERT head model (whose base model `.visual_bert` is converted), or
+            a Hub id / local folder of either (only the base model's weights are read).
         config_overrides: further [`SingleStreamConfig`] fields (e.g. `attention_supervision="direct"`); the
             architecture fields come from the VisualBERT config.
     Returns:

@@ -1,11 +1,7 @@
 """Hub model cards, one Jinja template per kind of run in `model_cards/` filled from the run's results, as trl's
-`generate_model_card` does: `render_model_card` for a family's own run (`FamilySpec.card`: VGP fine-tuning, two-stream
-pre-training, region captioning), `render_task_model_card` for the downstream tasks and the single-stream pre-training
-(`model_cards/task.md`). The YAML metadata is a `huggingface_hub.ModelCardData` (`library_name: hf_vlalign`, tags,
-datasets, `base_model` when a Hub id, `pipeline_tag`, a `model-index` of the task metrics: `is_task_metric`).
-
-The templates are read from `<repository>/model_cards/` in a source checkout, else from
-`<prefix>/share/hf_vlalign/model_cards/`, where setup.cfg's `[options.data_files]` installs them.
+`generate_model_card` does: `render_model_card` for a family's own run (`FamilySpec.card`), `render_task_model_card`
+for the downstream tasks and the single-stream pre-training. The templates are read from `<repository>/model_cards/` in
+a source checkout, else from `<prefix>/share/hf_vlalign/model_cards/` (setup.cfg's `[options.data_files]`).
 """
 
 from __future__ import annotations
@@ -117,11 +113,8 @@ def _find_template(template: str) -> Path:
 
 
 def metrics_from_eval_results(eval_results: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """The metrics of an `eval_results.json` dict for `render_model_card(results=...)`: its finite float values.
-
-    Integers (counts, layer indices), booleans, strings, lists, nested dicts and `None` (settings and per-layer
-    details) are left out, as are NaN and infinite values. `prefix` is put before every name (e.g. `"with_alignment/"`
-    for one run of several).
+    """The metrics of an `eval_results.json` dict for `render_model_card(results=...)`: its finite float values (not
+    counts, settings or per-layer details), each name after `prefix` (e.g. `"with_alignment/"` for one run of several).
     """
     return {
         f"{prefix}{name}": value
@@ -238,15 +231,13 @@ def render_model_card(
         results: metric name -> value, shown as a table and as `model-index` eval results
             (`metrics_from_eval_results(json.load(...))` turns an `eval_results.json` into this).
         training: training settings (steps trained, learning rate, ...), shown as a table.
-        baselines: the `baselines` entry of `eval_results.json` ({metric: {"baseline", "kind", "beats"}}, built by
-            `hf_vlalign.evaluation.baselines.compare_with_baselines`): each metric's baseline is shown beside it, with
-            a warning when the model does not beat it. None: no baseline column.
+        baselines: the `baselines` entry of `eval_results.json` (`compare_with_baselines`): each metric's baseline is
+            shown beside it, with a warning when the model does not beat it. None: no baseline column.
         datasets: Hub ids of the training datasets; None when the library's synthetic scenes were used.
         license: license id of the checkpoint.
         synthetic_data: whether the model was trained on synthetic scenes; defaults to `datasets is None`.
-        config: the checkpoint's configuration (a `PreTrainedConfig` or its dict); its supervision / alignment settings
-            (two-stream: `task_alignment`, `alignment_top_k`, ...; captioner: `use_geometry`, `attention_alignment`,
-            ...) are described and shown as a table. Without it those parts of the card are left out.
+        config: the checkpoint's configuration (a `PreTrainedConfig` or its dict); its settings (`FamilySpec.card`)
+            are described and shown as a table. Without it those parts of the card are left out.
         subfolder: folder of the checkpoint inside the repository, when it is not at the root (loading snippet).
 
     Returns:

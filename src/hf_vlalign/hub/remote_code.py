@@ -1,15 +1,10 @@
 """Publishing a model as transformers *remote code*, loadable without hf_vlalign installed.
 
-transformers' remote code (`register_for_auto_class` + `trust_remote_code=True`) copies the file defining a class and
-the files it imports with same-folder relative imports (`from .x import y`); it cannot follow the cross-package imports
-of this library's modeling files (`from ...supervision import ...`, `from ..attention_utils import ...`). So
-[`save_with_remote_code`] writes a *flat* copy of the code a family needs into the saved folder: every hf_vlalign module
-the family's configuration and modeling modules import (transitively, function-level imports included) is copied under
-its last name (`attention_utils.py`, `validation.py`, ...), its hf_vlalign imports rewritten to `from .<name> import
-...` (a name imported from a package `__init__` is resolved to the submodule it comes from), and `auto_map` is set in
-`config.json`. Third-party imports (torch, transformers, huggingface_hub, ...) are left as they are: transformers checks
-that they are installed when loading. Weights and every other config field are written by the model's own
-`save_pretrained`, unchanged.
+transformers' remote code copies the files a class's file imports with same-folder relative imports only. So
+[`save_with_remote_code`] writes a *flat* copy of every hf_vlalign module the family's configuration and modeling modules
+import (transitively, function-level imports included) under its last name, its hf_vlalign imports rewritten to
+`from .<name> import ...` (a name imported from a package `__init__` resolved to its submodule), and sets `auto_map` in
+`config.json`; weights and every other config field are those of the model's own `save_pretrained`.
 """
 
 from __future__ import annotations
@@ -65,23 +60,11 @@ class RemoteCodeError(ValueError):
     """A module of the family cannot be flattened into a standalone remote-code folder."""
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# module paths
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def module_file(module: str) -> Path:
     """The source file of an hf_vlalign module (`hf_vlalign.models.dropout` -> `.../models/dropout.py`; a package ->
     its `__init__.py`)."""
-    parts = module.split(".")
-    if parts[0] != PACKAGE:
-        raise RemoteCodeError(f"`module` must be inside {PACKAGE}, got {module!r}.")
-    base = PACKAGE_ROOT.joinpath(*parts[1:])
-    if base.is_dir() and (base / "__init__.py").is_file():
-        return base / "__init__.py"
-    if base.with_suffix(".py").is_file():
-        return base.with_suffix(".py")
-    raise RemoteCodeError(f"No source file for the module {module!r} (looked for {base}.py and {base}/__init__.py).")
+    base = PACKAGE_ROOT.joinpath(*module.split(".")[1:])
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
 
 
 def is_package(module: str) -> bool:
@@ -95,8 +78,6 @@ def resolve_import(importer: str, node: ast.ImportFrom) -> str | None:
         return name if name == PACKAGE or name.startswith(PACKAGE + ".") else None
     package = importer if is_package(importer) else importer.rpartition(".")[0]
     parts = package.split(".")
-    if node.level - 1 >= len(parts):
-        raise RemoteCodeError(f"In {importer}: the relative import at line {node.lineno} goes above {PACKAGE}.")
     base = ".".join(parts[: len(parts) - (node.level - 1)])
     return f"{base}.{node.module}" if node.module else base
 
@@ -109,42 +90,11 @@ def parse_module(module: str) -> tuple[str, ast.Module]:
 def package_export_source(package: str, name: str) -> str:
     """The submodule a package `__init__` re-exports `name` from (`from .mixin import X` in `supervision/__init__.py`
     -> `hf_vlalign.supervision.mixin`)."""
-    submodule = f"{package}.{name}"
-    if _has_source(submodule):
-        raise RemoteCodeError(
-            f"`from {package} import {name}` imports a submodule; import from the module instead "
-            f"(`from {submodule} import ...`)."
-        )
     _, tree = parse_module(package)
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom):
-            exported = {alias.asname or alias.name: alias.name for alias in node.names}
-            if "*" in exported:
-                raise RemoteCodeError(f"{package}/__init__.py has a star import; it cannot be resolved for {name!r}.")
-            if name in exported and exported[name] == name:
-                source = resolve_import(package, node)
-                if source is None:
-                    raise RemoteCodeError(
-                        f"{package} re-exports {name!r} from outside {PACKAGE}; import it from there."
-                    )
-                return source
-    raise RemoteCodeError(
-        f"Cannot flatten `from {package} import {name}`: {name!r} is not re-exported from a submodule of {package} "
-        "(defined in its `__init__.py`, renamed, or missing)."
-    )
-
-
-def _has_source(module: str) -> bool:
-    try:
-        module_file(module)
-    except RemoteCodeError:
-        return False
-    return True
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# flattening
-# ---------------------------------------------------------------------------------------------------------------------
+        if isinstance(node, ast.ImportFrom) and any(alias.name == name and not alias.asname for alias in node.names):
+            return resolve_import(package, node)
+    raise RemoteCodeError(f"Cannot flatten `from {package} import {name}`: it is not re-exported from a submodule.")
 
 
 def hf_vlalign_imports(module: str, tree: ast.Module) -> list[tuple[ast.ImportFrom, dict[str, list[str]]]]:
@@ -152,17 +102,11 @@ def hf_vlalign_imports(module: str, tree: ast.Module) -> list[tuple[ast.ImportFr
     imported name comes from: `{source module: ["name", "name as alias", ...]}`."""
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == PACKAGE for alias in node.names):
-            raise RemoteCodeError(f"In {module}, line {node.lineno}: `import {PACKAGE}...` cannot be flattened.")
-        if not isinstance(node, ast.ImportFrom):
-            continue
-        target = resolve_import(module, node)
+        target = resolve_import(module, node) if isinstance(node, ast.ImportFrom) else None
         if target is None:
             continue
         sources: dict[str, list[str]] = {}
         for alias in node.names:
-            if alias.name == "*":
-                raise RemoteCodeError(f"In {module}, line {node.lineno}: a star import cannot be flattened.")
             source = package_export_source(target, alias.name) if is_package(target) else target
             spelled = alias.name if alias.asname is None else f"{alias.name} as {alias.asname}"
             sources.setdefault(source, []).append(spelled)
@@ -184,30 +128,17 @@ def module_closure(roots: list[str]) -> list[str]:
     return ordered
 
 
-def flat_names(modules: list[str]) -> dict[str, str]:
-    """Each module's file name in the flat folder (its last name); a collision raises."""
-    names: dict[str, str] = {}
-    for module in modules:
-        flat = module.rpartition(".")[2]
-        clash = next((other for other, name in names.items() if name == flat), None)
-        if clash is not None:
-            raise RemoteCodeError(f"Cannot flatten: {clash} and {module} would both be written as {flat}.py.")
-        names[module] = flat
-    return names
-
-
-def flatten_module(module: str, names: dict[str, str]) -> str:
-    """The source of `module` with every hf_vlalign import rewritten to a same-folder relative import."""
+def flatten_module(module: str) -> str:
+    """The source of `module` with every hf_vlalign import rewritten to a same-folder relative import of the module's
+    last name."""
     source, tree = parse_module(module)
     lines = source.splitlines(keepends=True)
     imports = sorted(hf_vlalign_imports(module, tree), key=lambda item: item[0].lineno, reverse=True)
     for node, sources in imports:
-        first, last = node.lineno - 1, node.end_lineno - 1
-        indent = lines[first][: node.col_offset]
-        if indent.strip() or lines[last][node.end_col_offset :].strip() not in ("", "\\"):
-            raise RemoteCodeError(f"In {module}, line {node.lineno}: an import sharing its line cannot be flattened.")
-        rewritten = [f"{indent}from .{names[src]} import {', '.join(spelled)}\n" for src, spelled in sources.items()]
-        lines[first : last + 1] = rewritten
+        indent = lines[node.lineno - 1][: node.col_offset]
+        lines[node.lineno - 1 : node.end_lineno] = [
+            f"{indent}from .{src.rpartition('.')[2]} import {', '.join(spelled)}\n" for src, spelled in sources.items()
+        ]
     header = f"# Generated by hf_vlalign.hub.remote_code from {module} (hf_vlalign {_version()}): do not edit.\n"
     return header + "".join(lines)
 
@@ -222,22 +153,19 @@ def _version() -> str:
 
 
 def write_flat_code(family: RemoteCodeFamily, folder: str | os.PathLike) -> list[Path]:
-    """Writes the flattened modules of `family` into `folder`; returns the written files."""
+    """Writes the flattened modules of `family` into `folder`, each under its last name; returns the written files."""
     modules = module_closure([family.configuration_module, family.modeling_module])
-    names = flat_names(modules)
+    names = [module.rpartition(".")[2] for module in modules]
+    if len(set(names)) < len(names):
+        raise RemoteCodeError(f"Cannot flatten {modules}: two modules have the same last name.")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for module in modules:
-        path = folder / f"{names[module]}.py"
-        path.write_text(flatten_module(module, names), encoding="utf-8")
+    for module, name in zip(modules, names):
+        path = folder / f"{name}.py"
+        path.write_text(flatten_module(module), encoding="utf-8")
         written.append(path)
     return written
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# public API
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def family_of(model: PreTrainedModel) -> RemoteCodeFamily:
@@ -293,9 +221,8 @@ def save_with_remote_code(
         folder: the output folder (created if missing); not inside the hf_vlalign package, nor holding it (the flat
             modules have the names of the family's own source files).
         auto_class: the transformers Auto class the model's own class is published under (e.g.
-            "AutoModelForSequenceClassification"); default: the family's one for that class (`AutoModel` for the base
-            model, `AutoModelForVisualQuestionAnswering` for `TwoStreamForQuestionAnswering`, ...), none for heads
-            without a transformers Auto class (then only `AutoConfig` / `AutoModel` are mapped).
+            "AutoModelForSequenceClassification"); default: the family's one for that class, if any (else only
+            `AutoConfig` / `AutoModel` are mapped).
         save_kwargs: passed to `model.save_pretrained` (not `push_to_hub`: push the folder afterwards).
 
     Returns:

@@ -1,27 +1,23 @@
-"""What every family's config adds to transformers' strict dataclass configs (`@strict`: each field is checked against
-its annotation whenever it is set, and the `validate_*` class validators check ranges and consistency):
-
-- huggingface_hub's validation errors surface as one-line [`ConfigFieldError`]s (a `ValueError`), named with the
-  `config.json` they were read from;
-- an unknown key one typo away from a field is warned about, naming the field meant (configs keep unknown keys, so a
-  misspelt field would otherwise be silently ignored);
-- a saved `config.json` keeps the task-head fields of the heads it was saved from only: one configuration class serves
-  every model class of a family (like `BertConfig`), and the fields only other heads read are dropped while they hold
-  their default, so that a VGP checkpoint's `config.json` says nothing about answers. Loading any head from the folder
-  gets the same defaults.
+"""What every family's config adds to transformers' strict dataclass configs (`@strict` checks each field against its
+annotation, the `validate_*` class validators ranges and consistency): the errors as one-line [`ConfigFieldError`]s
+naming the `config.json` read, the fields transformers annotates as strings checked too, a warning for an unknown key
+one typo away from a field, and a saved `config.json` without the default-valued fields of other task heads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub.dataclasses import type_validator
 from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
 from transformers.utils import CONFIG_NAME
@@ -80,9 +76,14 @@ def value_errors(config_class: type) -> type:
 
 
 def check_extra_keys(config: PreTrainedConfig, kwargs: dict) -> None:
-    """Run first in a family config's `__post_init__`, on the keys that are not fields: a dtype name that torch does
-    not know is refused (transformers' `__post_init__` would look it up), a key one typo away from a field warned
-    about."""
+    """Run first in a family config's `__post_init__`: the fields `@strict` leaves unchecked are type-checked, a dtype
+    name that torch does not know is refused (transformers' `__post_init__` would look it up), and a key one typo away
+    from a field is warned about."""
+    for name, annotation in _string_annotated_fields(type(config)).items():
+        try:
+            type_validator(name, getattr(config, name), annotation)
+        except TypeError as error:
+            raise ConfigFieldError(f"{type(config).__name__}: {error}.") from None
     for name, value in (("dtype", config.dtype), ("torch_dtype", kwargs.get("torch_dtype"))):
         if isinstance(value, str) and not isinstance(getattr(torch, value, None), torch.dtype):
             raise ConfigFieldError(
@@ -98,6 +99,14 @@ def check_extra_keys(config: PreTrainedConfig, kwargs: dict) -> None:
                 name,
                 meant,
             )
+
+
+@functools.cache
+def _string_annotated_fields(config_class: type) -> dict[str, Any]:
+    """The fields whose annotation is a string (`PreTrainedConfig`'s own, its module using postponed annotations),
+    which `@strict` skips, with the annotation resolved."""
+    hints = typing.get_type_hints(config_class, localns={"torch": torch})
+    return {field.name: hints[field.name] for field in dataclasses.fields(config_class) if isinstance(field.type, str)}
 
 
 def close_field(name: str, fields: Iterable[str]) -> str | None:
@@ -124,8 +133,19 @@ def typo_distance(a: str, b: str) -> int:
 
 
 class ConfigFileMixin:
-    """Mixed into each family's config (before `PreTrainedConfig`): a refusal of a config read from a file names the
-    file, and a `config.json` that is not a JSON object is refused."""
+    """Mixed into each family's config (before `PreTrainedConfig`): the extra keys are checked (`check_extra_keys`), a
+    refusal of a config read from a file names the file, a `config.json` that is not a JSON object is refused, and a
+    saved `config.json` keeps the task fields of the other model classes of `_head_fields` only where not at the
+    default (`drop_other_head_fields`)."""
+
+    _head_fields: dict[str, tuple[str, ...]] = {}  # model class -> the fields only it reads
+
+    def __post_init__(self, **kwargs):
+        check_extra_keys(self, kwargs)
+        super().__post_init__(**kwargs)
+
+    def to_diff_dict(self) -> dict:
+        return drop_other_head_fields(self, super().to_diff_dict(), self._head_fields)
 
     @classmethod
     def _dict_from_json_file(cls, json_file: str | os.PathLike) -> dict:
@@ -177,3 +197,32 @@ def naming_config_file(file: str | os.PathLike):
         if error.file is not None:
             raise
         raise ConfigFieldError(f"{file}: {error}", file=str(file)) from None
+
+
+def require_choice(config: PreTrainedConfig, name: str, choices: tuple[str, ...]) -> None:
+    """Class-validator helper: refuses a field whose value is not one of `choices`."""
+    value = getattr(config, name)
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}, got {value!r}.")
+
+
+def require_at_least(config: PreTrainedConfig, minimum: int, *names: str) -> None:
+    """Class-validator helper: refuses a count field below `minimum`."""
+    for name in names:
+        if getattr(config, name) < minimum:
+            raise ValueError(f"`{name}` must be >= {minimum}, got {getattr(config, name)}.")
+
+
+def require_heads_divide(config: PreTrainedConfig, size_name: str, *heads_names: str) -> None:
+    """Class-validator helper: each attention-head count is >= 1 and divides the hidden size `size_name`."""
+    size = getattr(config, size_name)
+    for heads_name in heads_names:
+        heads = getattr(config, heads_name)
+        if heads < 1 or size % heads != 0:
+            raise ValueError(f"`{size_name}` ({size}) must be a multiple of `{heads_name}` ({heads}).")
+
+
+def require_iou_threshold(config: PreTrainedConfig) -> None:
+    """Class-validator helper: `referring_iou_threshold` is in (0, 1]."""
+    if not 0 < config.referring_iou_threshold <= 1:
+        raise ValueError(f"`referring_iou_threshold` must be in (0, 1], got {config.referring_iou_threshold}.")

@@ -1,11 +1,7 @@
 """The model families of the library, declared once: `FamilySpec`, the registry `FAMILIES` and `family_spec`.
 
-Each family declares its spec beside its code (`single_stream/family.py`, `two_stream/family.py`,
-`captioning/family.py`); everything that needs the list of families reads it from here: the Auto-class
-registration (`models/auto.py`), the model cards (`hub/model_card.py`), the remote-code export (`hub/remote_code.py`),
-the LoRA presets (`lora.py`) and the CLI. A spec names classes and modules by strings and imports nothing but the
-standard library, so reading it costs nothing beyond importing `hf_vlalign.models`; `FamilySpec.config_class_object`
-and `FamilySpec.model_class_object` import the named classes on demand.
+Each family declares its spec beside its code (`<family>/family.py`, naming classes by strings and importing nothing);
+the Auto-class registration, the model cards, the remote-code export, the LoRA presets and the CLI read them here.
 
 ```python
 >>> from hf_vlalign.models.family import FAMILIES, family_spec

@@ -82,10 +82,6 @@ class FamilySpec:
     lora_ffn: tuple[str, ...]  # added by the preset "attention_ffn": the feed-forward layers
 
     def __post_init__(self):
-        if next(iter(self.models), None) != "base":
-            raise ValueError(
-                f"`models` of the {self.name} family must start with its base model ('base'), got {list(self.models)}."
-            )
         object.__setattr__(self, "models", MappingProxyType(dict(self.models)))  # read-only, as the rest of the spec
 
     @property

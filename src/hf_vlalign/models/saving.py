@@ -1,33 +1,16 @@
 """`SaveLoadMixin`: atomic `save_pretrained` and loud weight loading, shared by the three model families.
 
-Saving. `PreTrainedModel.save_pretrained` writes `config.json` first and the weights after it, straight into the target
-folder: an interrupted save leaves a new config next to old or half-written weights. Here the model is saved into a
-staging sibling folder (`.<name>.saving-<host>-<pid>-*`, same file system; a long name shortened with a hash); the files of the target folder that the save
-does not replace (`eval_results.json`, a tokenizer, a model card, the user's own files) are hard-linked into it, and the
-staging folder then replaces the target folder as a whole (`utils/atomic_folders.py`: one atomic exchange on Linux), so
-a kill at any instant leaves the previous complete checkpoint or the new one, each loadable by plain transformers. Weight
-files of an earlier save that the new one supersedes are not carried over (a stale `model.safetensors` next to new
-shards would be loaded instead of them). The staging folders of killed saves are removed by the next save to the folder.
-When the parent folder is not writable, the files are moved in one by one instead (weights first, `config.json` last).
+Saving: `PreTrainedModel.save_pretrained` writes `config.json`, then the weights, straight into the target folder. Here
+the model is saved into a staging sibling folder, the target's other files (results, tokenizer, card, the user's own)
+are hard-linked into it, and it replaces the target as a whole (`utils/atomic_folders.py`), so a kill at any instant
+leaves the previous complete checkpoint or the new one. Weight files the new save supersedes are not carried over. When
+the parent folder is not writable, the files are moved in one by one (weights first, `config.json` last).
 
-Loading. A checkpoint of another model type (another family's folder, or a text checkpoint) is refused before the model
-is built, with a [`CheckpointMismatchError`] naming the class, both model types and the folder: transformers only logs
-a warning and returns a model whose weights are all newly initialised. So is a `config.json` that builds fewer layers
-than the checkpoint holds (transformers drops the extra layers as "unexpected" weights). transformers 5 raises on a
-checkpoint whose weight shapes differ from the model built from the config, with an exception that only points to a
-report it logged; here the exception names every mismatching key and both shapes.
-A checkpoint sharing no weight name with the model (e.g. a folder of another model loaded with an explicit config of
-this class) raises a [`CheckpointMismatchError`] too, where transformers logs the missing and unexpected keys and returns
-a model whose every weight is newly initialised. The decision: a model that loads without an error from the folder the
-user named but holds none of its weights is a silent wrong result (it trains or evaluates as if pre-trained), the case
-the refusal of other model types exists for; a random model is asked for explicitly with `Model(config)` or
-`from_config`. A checkpoint that shares some but not all weight names loads as in transformers: the missing weights are
-initialised and reported (a head added to a pre-trained encoder is the common case).
-Weights left newly initialised (missing from the checkpoint, or re-initialised with `ignore_mismatched_sizes=True`) are
-named in transformers' WARNING report; for a supervised head (attention supervision, alignment decoder, VGP
-classifiers, A2 masks) a WARNING of this library's logger names them too, so it stays visible when transformers'
-verbosity is lowered. Loaded tensors are views at arbitrary offsets into the memory-mapped safetensors file; those not
-64-byte aligned are copied into aligned memory, so a reloaded model's outputs equal the saved model's bit for bit.
+Loading refuses with a [`CheckpointMismatchError`] what transformers only logs before returning newly initialised
+weights: a checkpoint of another model type, one sharing no weight name with the model, a config building fewer layers
+than the checkpoint holds; a size mismatch names every key and both shapes. Newly initialised supervised heads are
+named in a WARNING of this library's logger. Loaded tensors not 64-byte aligned are copied into aligned memory, so a
+reloaded model's outputs equal the saved model's bit for bit.
 """
 
 from __future__ import annotations
@@ -93,14 +76,13 @@ def _publish_order(name: str) -> int:
     return 2
 
 
-def publish_saved_folder(staging: str | os.PathLike, target: str | os.PathLike, variant: str | None = None) -> list[Path]:
+def publish_saved_folder(staging: str | os.PathLike, target: str | os.PathLike, variant: str | None = None) -> None:
     """Moves every file of a finished save in `staging` into `target` (weights, index, other files, `config.json`
-    last), each with `os.replace`; returns the published paths. Weight files of `variant` in `target` that the save did
+    last), each with `os.replace`. Weight files of `variant` in `target` that the save did
     not write are removed before the config is moved in; no other file of `target` is touched."""
     staging, target = Path(staging), Path(target)
     files = sorted((path for path in staging.rglob("*") if path.is_file()), key=lambda p: (_publish_order(p.name), str(p)))
     written = {path.relative_to(staging) for path in files}
-    published = []
     for path in files:
         relative = path.relative_to(staging)
         if path.name == CONFIG_NAME and relative.parent == Path("."):
@@ -111,8 +93,6 @@ def publish_saved_folder(staging: str | os.PathLike, target: str | os.PathLike, 
         destination = target / relative
         destination.parent.mkdir(parents=True, exist_ok=True)
         os.replace(path, destination)
-        published.append(destination)
-    return published
 
 
 SAVING_MARKER = ".saving-"
@@ -321,7 +301,8 @@ def check_checkpoint_model_type(model_class: type[PreTrainedModel], config_path:
 
 def _check_weights_fit(model: PreTrainedModel, source, loading_info) -> None:
     """Raises [`CheckpointMismatchError`] when no weight of the checkpoint is one of `model` (a checkpoint of another
-    model with an explicit `config`), or when the checkpoint holds layers beyond a layer list of `model`."""
+    model with an explicit `config`), or when the checkpoint holds layers beyond the length of a layer list of `model`
+    (a `config.json` whose layer count is lower than the weights'), naming both counts and the config field."""
     unexpected = sorted(loading_info.unexpected_keys)
     if unexpected and not set(model.state_dict()) - set(loading_info.missing_keys):
         raise CheckpointMismatchError(
@@ -329,15 +310,9 @@ def _check_weights_fit(model: PreTrainedModel, source, loading_info) -> None:
             f"(e.g. {unexpected[0]}) is a weight of the model, every weight would be newly initialised. It is the "
             "checkpoint of another model: see the model_type in its config.json."
         )
-    _check_layer_counts(model, source, unexpected)
-
-
-def _check_layer_counts(model: PreTrainedModel, source, unexpected_keys) -> None:
-    """Raises [`CheckpointMismatchError`] when the checkpoint holds layers beyond the length of a layer list of `model`
-    (a `config.json` whose layer count is lower than the weights'), naming both counts and the config field."""
     prefix = f"{model.base_model_prefix}."
     # a checkpoint of the base model lacks the prefix of a head model's keys, a head checkpoint loaded as base has it
-    keys = {variant for key in unexpected_keys for variant in (key, key.removeprefix(prefix), prefix + key)}
+    keys = {variant for key in unexpected for variant in (key, key.removeprefix(prefix), prefix + key)}
     lines = []
     for name, module in model.named_modules():
         if not isinstance(module, torch.nn.ModuleList):
@@ -345,7 +320,8 @@ def _check_layer_counts(model: PreTrainedModel, source, unexpected_keys) -> None
         pattern = re.compile(rf"{re.escape(name)}\.(\d+)\.")
         saved = max((int(match[1]) + 1 for key in keys if (match := pattern.match(key))), default=0)
         if saved > len(module):
-            field = _layer_count_field(model, name)
+            fields = model._layer_count_fields
+            field = next((fields[path] for path in fields if name == path or name.endswith(f".{path}")), None)
             named = f" (`{field}`={len(module)})" if field else ""
             lines.append(f"  {name}: the config builds {len(module)} layer(s){named}, the checkpoint holds {saved}")
     if lines:
@@ -354,14 +330,6 @@ def _check_layer_counts(model: PreTrainedModel, source, unexpected_keys) -> None
             "weights hold, so layers would be silently dropped:\n" + "\n".join(lines) + "\nSet the layer count of "
             "config.json (or of the override) to the checkpoint's."
         )
-
-
-def _layer_count_field(model: PreTrainedModel, module_name: str) -> str | None:
-    """The config field giving the length of the layer list `module_name` (from `model._layer_count_fields`)."""
-    for path, field in model._layer_count_fields.items():
-        if module_name == path or module_name.endswith(f".{path}"):
-            return field
-    return None
 
 
 def _own_misaligned_tensors(model: PreTrainedModel, alignment: int = TENSOR_ALIGNMENT) -> None:

@@ -1,10 +1,6 @@
-"""Pushing a finished output folder to the Hub, after everything local is written.
-
-Public as `hf_vlalign.hub.push_folder_to_hub` / `hf_vlalign.hub.HubPushError`; defined here, below the models and
-the hub package, so that `save_pretrained(push_to_hub=True)` (`models/saving.py`) pushes without importing `hub/`.
-
-The examples save weights, tokenizer, results and plots first and push last, so a push that fails (offline, no token,
-no permission, a network error) costs nothing local: [`HubPushError`] says so, and how to push the folder again.
+"""Pushing a finished output folder to the Hub, after everything local is written (public as
+`hf_vlalign.hub.push_folder_to_hub`; here, below the models, so that `save_pretrained(push_to_hub=True)` pushes
+without importing `hub/`). A failed push costs nothing local: [`HubPushError`] says how to push the folder again.
 """
 
 from __future__ import annotations

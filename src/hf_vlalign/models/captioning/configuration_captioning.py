@@ -6,7 +6,9 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from ...utils.validation import check_config_numbers, check_index_list, check_token_id
-from ..config_fields import ConfigFileMixin, check_extra_keys, value_errors
+from ..config_fields import (
+    ConfigFileMixin, require_at_least, require_choice, require_heads_divide, value_errors
+)
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
 
@@ -42,11 +44,8 @@ class RegionCaptionerConfig(ConfigFileMixin, PreTrainedConfig):
             embeddings are copied, see [`RegionCaptionerForConditionalGeneration.from_text_pretrained`]).
         encoder_layers / decoder_layers (`int`): N (paper: 6); encoder/decoder_attention_heads: h (paper: 8).
         visual_feat_dim (`int`): dimension of `visual_feats`.
-        visual_feature_normalization (`str`): "standardize" (default) standardises `visual_feats` per dimension,
-            `(x - mean) / std`, before the projection, with statistics the model stores in its weights (the library's
-            trainers fit them from the training images before training; by hand:
-            `model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, train_rows))`);
-            "none" reads features as they are. See `hf_vlalign.models.visual_features`.
+        visual_feature_normalization (`str`): "standardize" (default: `visual_feats` standardised per dimension with
+            statistics stored in the weights) or "none"; see `hf_vlalign.models.visual_features`.
         use_geometry (`bool`): geometry-aware encoder attention; False is the ablation (plain self-attention).
         geometry_dim (`int`): size of the sinusoidal embedding of the 4 relative-geometry values (multiple of 8).
         geometry_floor (`float`): floor applied to |dx| / w and |dy| / h before the log (1e-3, as the Object Relation
@@ -68,11 +67,9 @@ class RegionCaptionerConfig(ConfigFileMixin, PreTrainedConfig):
         mask_weight (`float`): lambda of the mask objective (eq. 4).
         normalize_before (`bool`): pre-norm layers (LayerNorm before each sub-layer, a final LayerNorm after the stack)
             instead of the original transformer's post-norm.
-        validate_inputs (`bool`): check the shapes and values of every input tensor in `forward`. The value checks
-            read nothing on the host (asynchronous assertions, kept by `torch.compile` and `torch.export`); off, a
-            forward skips them and their small reductions.
-        dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
-            `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
+        validate_inputs (`bool`): check the values of the input tensors in `forward`, not only their shapes.
+        dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU; see `hf_vlalign.models.dropout`) or
+            "torch" (`torch.nn.functional.dropout` everywhere).
     """
 
     model_type = "vlalign_captioner"
@@ -123,7 +120,6 @@ class RegionCaptionerConfig(ConfigFileMixin, PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         check_no_supervision_fields(kwargs)
-        check_extra_keys(self, kwargs)
         super().__post_init__(**kwargs)
 
     def validate_fields(self) -> None:
@@ -136,35 +132,21 @@ class RegionCaptionerConfig(ConfigFileMixin, PreTrainedConfig):
             activations=("activation_function",),
         )
         check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)
-        for heads_name in ("encoder_attention_heads", "decoder_attention_heads"):
-            heads = getattr(self, heads_name)
-            if heads < 1 or self.d_model % heads != 0:
-                raise ValueError(f"`d_model` ({self.d_model}) must be a multiple of `{heads_name}` ({heads}).")
-        for name in ("encoder_layers", "decoder_layers", "visual_feat_dim", "max_position_embeddings"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        require_heads_divide(self, "d_model", "encoder_attention_heads", "decoder_attention_heads")
+        require_at_least(self, 1, "encoder_layers", "decoder_layers", "visual_feat_dim", "max_position_embeddings")
         if self.geometry_dim < 8 or self.geometry_dim % 8 != 0:
             raise ValueError(f"`geometry_dim` must be a positive multiple of 8, got {self.geometry_dim}.")
         if not 0 < self.geometry_floor < 1:
             raise ValueError(f"`geometry_floor` must be in (0, 1), got {self.geometry_floor}.")
-        if self.attention_alignment not in ALIGNMENT_FUSIONS:
-            raise ValueError(f"`attention_alignment` must be one of {ALIGNMENT_FUSIONS}, got {self.attention_alignment!r}.")
+        require_choice(self, "attention_alignment", ALIGNMENT_FUSIONS)
         check_index_list("aligned_layers", self.aligned_layers, self.decoder_layers, "decoder layer")
-        if self.alignment_moving_average not in ALIGNMENT_MOVING_AVERAGES:
-            raise ValueError(
-                f"`alignment_moving_average` must be one of {ALIGNMENT_MOVING_AVERAGES}, "
-                f"got {self.alignment_moving_average!r}."
-            )
+        require_choice(self, "alignment_moving_average", ALIGNMENT_MOVING_AVERAGES)
         if self.alignment_moving_average == "convex" and not 0 <= self.alignment_eta <= 1:
             raise ValueError(f"`alignment_eta` must be in [0, 1] for the convex moving average, got {self.alignment_eta}.")
         if not 0 <= self.alignment_eta < float("inf"):
             raise ValueError(f"`alignment_eta` must be a finite number >= 0, got {self.alignment_eta}.")
-        if self.alignment_mask_input not in ALIGNMENT_MASK_INPUTS:
-            raise ValueError(
-                f"`alignment_mask_input` must be one of {ALIGNMENT_MASK_INPUTS}, got {self.alignment_mask_input!r}."
-            )
-        if self.alignment_mask_regions < 1:
-            raise ValueError(f"`alignment_mask_regions` must be >= 1, got {self.alignment_mask_regions}.")
+        require_choice(self, "alignment_mask_input", ALIGNMENT_MASK_INPUTS)
+        require_at_least(self, 1, "alignment_mask_regions")
         if not self.alignment_temperature > 0:
             raise ValueError(f"`alignment_temperature` must be > 0, got {self.alignment_temperature}.")
         check_dropout_implementation(self.dropout_implementation)

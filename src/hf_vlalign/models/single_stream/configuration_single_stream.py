@@ -5,7 +5,9 @@ from transformers import PreTrainedConfig
 
 from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
-from ..config_fields import ConfigFileMixin, check_extra_keys, value_errors, drop_other_head_fields
+from ..config_fields import (
+    ConfigFileMixin, require_at_least, require_choice, require_heads_divide, require_iou_threshold, value_errors
+)
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
 
@@ -20,8 +22,7 @@ LOSS_WEIGHT_FIELDS = (
 # the VGP tasks of `SingleStreamConfig.vgp_task`
 VGP_TASKS = ("type", "binary")
 # the semantic types of a visually grounded paraphrase (Chu et al., CVIU 2022), in the order of the published
-# `type_label` column (VGP-Typology csvs and the identification csvs extended with types): the 5-way phrase-pair
-# classifier of Samaran et al.'s code (jules-samaran/VL-BERT, `vgp/modules/resnet_vlbert_for_vgp.py`, `phrasal_cls`)
+# `type_label` column: the 5-way phrase-pair classifier of Samaran et al.'s code (jules-samaran/VL-BERT, `phrasal_cls`)
 VGP_TYPE_NAMES = ("Alternation", "Entailment1", "Entailment2", "Equivalence", "Independence")
 # the classes of `vgp_task="binary"`
 VGP_BINARY_NAMES = ("not_paraphrase", "paraphrase")
@@ -67,11 +68,8 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
             embeddings, see [`hf_vlalign.hub.convert_visualbert`]).
         use_end_token (`bool`): append the learned [END] token after the regions; when False the sequence is
             `[text] [regions]` (VisualBERT's layout).
-        visual_feature_normalization (`str`): "standardize" (default) standardises `visual_feats` per dimension,
-            `(x - mean) / std`, before the projection, with statistics the model stores in its weights (the library's
-            trainers fit them from the training images before training; by hand:
-            `model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, train_rows))`);
-            "none" reads features as they are. See `hf_vlalign.models.visual_features`.
+        visual_feature_normalization (`str`): "standardize" (default: `visual_feats` standardised per dimension with
+            statistics stored in the weights) or "none"; see `hf_vlalign.models.visual_features`.
         attention_supervision (`str`): "none", "direct", "semi_direct" or "indirect".
         supervised_layers (`list[int]`, *optional*): layers whose attention is supervised (default: all).
         supervised_heads (`list[int]`, *optional*): heads supervised in each of those layers (default: all).
@@ -79,16 +77,12 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
         num_id_labels (`int`): classes of image-description identification (c1 only, c2 only, both; eq. 1). The
             task fields below are read by one model class each; a saved `config.json` holds those of the other
             classes only where they differ from the default (`HEAD_FIELDS`).
-        vgp_task (`str`): what the VGP phrase-pair classifier (eq. 4) predicts. "type" (the default, the paper's): the
-            semantic type of the pair, one of `num_vgp_labels` = 5 classes (`VGP_TYPE_NAMES`: Alternation,
-            Entailment1, Entailment2, Equivalence, Independence; Chu et al. 2022), trained on the rows that have a
-            type (pairs that are not VGPs have none and are left out of the loss). "binary": paraphrase or not
-            (`num_vgp_labels` = 2), the VGP identification task of the csvs without types (Otani et al. 2020): it
-            also learns from the pairs that are not VGPs, which the type task cannot use.
+        vgp_task (`str`): what the VGP phrase-pair classifier (eq. 4) predicts: "type" (the paper's), the semantic type
+            of the pair (`VGP_TYPE_NAMES`, Chu et al. 2022; pairs that are not VGPs have none and are left out of the
+            loss), or "binary", paraphrase or not (the identification task of Otani et al. 2020).
         num_vgp_labels (`int`): classes of the VGP phrase-pair classifier (eq. 4): 5 types, or 2 for "binary".
-        vgp_label_names (`list[str]`, *optional*): the name of each VGP class, in label order (the keys of the
-            per-type accuracies); default `VGP_TYPE_NAMES` for "type" with 5 classes, `VGP_BINARY_NAMES` for
-            "binary", else `type_<i>` (see `vgp_class_names`).
+        vgp_label_names (`list[str]`, *optional*): the name of each VGP class, in label order (default:
+            `vgp_class_names`).
         id_weight / vgp_weight (`float`): weights of those losses in eq. 9.
         num_qa_labels (`int`): the answer vocabulary of [`SingleStreamForQuestionAnswering`] (3129: VQA v2's usual
             answers seen at least 9 times).
@@ -98,11 +92,9 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
             (0: masked regions only regress their features).
         mlm_weight / sentence_image_weight / region_feature_weight / region_class_weight (`float`): weights of the
             pre-training losses.
-        validate_inputs (`bool`): check the shapes and values of every input tensor in `forward`. The value checks
-            read nothing on the host (asynchronous assertions, kept by `torch.compile` and `torch.export`); off, a
-            forward skips them and their small reductions.
-        dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
-            `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
+        validate_inputs (`bool`): check the values of the input tensors in `forward`, not only their shapes.
+        dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU; see `hf_vlalign.models.dropout`) or
+            "torch" (`torch.nn.functional.dropout` everywhere).
 
     Example:
     ```python
@@ -112,6 +104,7 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
     ```"""
 
     model_type = "vlalign_single_stream"
+    _head_fields = HEAD_FIELDS
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -152,14 +145,6 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
     validate_inputs: bool = True
     dropout_implementation: str = "auto"
 
-    def __post_init__(self, **kwargs):
-        check_extra_keys(self, kwargs)
-        super().__post_init__(**kwargs)
-
-    def to_diff_dict(self) -> dict:
-        # what config.json gets: the task fields of the saved model class, other heads' only where not at the default
-        return drop_other_head_fields(self, super().to_diff_dict(), HEAD_FIELDS)
-
     def validate_fields(self) -> None:
         """Class validator (`@strict`): sizes and supervision settings the modules cannot use are refused."""
         check_config_numbers(
@@ -180,27 +165,11 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
             activations=("hidden_act",),
         )
         check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)
-        if self.num_attention_heads < 1 or self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"`hidden_size` ({self.hidden_size}) must be a multiple of `num_attention_heads` "
-                f"({self.num_attention_heads})."
-            )
-        if self.visual_feat_dim <= 0:
-            raise ValueError(f"`visual_feat_dim` must be a positive int, got {self.visual_feat_dim}.")
-        if self.num_qa_labels < 1:
-            raise ValueError(f"`num_qa_labels` (the answer vocabulary) must be >= 1, got {self.num_qa_labels}.")
-        if self.num_object_labels < 0:
-            raise ValueError(f"`num_object_labels` must be >= 0 (0: no masked-region classes), got {self.num_object_labels}.")
-        if not 0 < self.referring_iou_threshold <= 1:
-            raise ValueError(f"`referring_iou_threshold` must be in (0, 1], got {self.referring_iou_threshold}.")
-        self._check_vgp_fields()
-        validate_supervision_fields(self, self.num_hidden_layers, self.num_attention_heads)
-        check_dropout_implementation(self.dropout_implementation)
-        check_visual_feature_normalization(self.visual_feature_normalization)
-
-    def _check_vgp_fields(self) -> None:
-        if self.vgp_task not in VGP_TASKS:
-            raise ValueError(f"`vgp_task` must be one of {VGP_TASKS}, got {self.vgp_task!r}.")
+        require_heads_divide(self, "hidden_size", "num_attention_heads")
+        require_at_least(self, 1, "visual_feat_dim", "num_qa_labels")
+        require_at_least(self, 0, "num_object_labels")
+        require_iou_threshold(self)
+        require_choice(self, "vgp_task", VGP_TASKS)
         if self.vgp_task == "binary" and self.num_vgp_labels != 2:
             raise ValueError(
                 f"`num_vgp_labels` must be 2 (not a paraphrase, paraphrase) for vgp_task='binary', got "
@@ -212,6 +181,9 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
                 f"`vgp_label_names` must be None or a list of {self.num_vgp_labels} (`num_vgp_labels`) different "
                 f"non-empty names, got {names!r}."
             )
+        validate_supervision_fields(self, self.num_hidden_layers, self.num_attention_heads)
+        check_dropout_implementation(self.dropout_implementation)
+        check_visual_feature_normalization(self.visual_feature_normalization)
 
     def vgp_class_names(self) -> list[str]:
         """The name of each VGP class in label order: `vgp_label_names`, or the default of `vgp_task`."""

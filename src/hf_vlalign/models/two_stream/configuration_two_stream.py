@@ -6,7 +6,9 @@ from transformers import PreTrainedConfig
 from ...supervision.alignment_decoder import OUTSIDE_TOP_K
 from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
-from ..config_fields import ConfigFileMixin, check_extra_keys, value_errors, drop_other_head_fields
+from ..config_fields import (
+    ConfigFileMixin, require_at_least, require_choice, require_heads_divide, require_iou_threshold, value_errors
+)
 from ..dropout import check_dropout_implementation
 from ..visual_features import check_visual_feature_normalization
 
@@ -60,11 +62,8 @@ class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
     Args:
         l_layers / r_layers / x_layers (`int`): language, object and cross-modality layers (paper: 9 / 5 / 5).
         visual_feat_dim (`int`): dimension of `visual_feats`; visual_pos_dim (`int`): of `visual_boxes` (4).
-        visual_feature_normalization (`str`): "standardize" (default) standardises `visual_feats` per dimension,
-            `(x - mean) / std`, before the projection, with statistics the model stores in its weights (the library's
-            trainers fit them from the training images before training; by hand:
-            `model.set_visual_feature_statistics(*hf_vlalign.data.region_feature_statistics(store, train_rows))`);
-            "none" reads features as they are. See `hf_vlalign.models.visual_features`.
+        visual_feature_normalization (`str`): "standardize" (default: `visual_feats` standardised per dimension with
+            statistics stored in the weights) or "none"; see `hf_vlalign.models.visual_features`.
         share_cross_attention (`bool`): one cross-attention module serves both directions (LXMERT) or each
             direction has its own.
         attention_supervision (`str`): "none", "direct", "semi_direct" or "indirect", applied to the cross layers.
@@ -79,19 +78,14 @@ class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
             [`TwoStreamForReferringExpression`]'s loss (0.5, as RefCOCO+'s accuracy).
         alignment_top_k (`int`): objects kept per word by the alignment decoder (eq. 13, paper: 3): the prediction is
             a softmax over each word's k best-scoring objects only.
-        alignment_outside_top_k (`str`): what eq. (14)'s KL does with target mass on objects outside the top-k
-            (`hf_vlalign.supervision.OUTSIDE_TOP_K`): "renormalise_target" (default; A* renormalised over the top-k),
-            "floor" (A read as max(A, 1e-6)) or "target_support" (the kept set is the top-k united with the target's
-            support; with the semantic criterion positive almost everywhere, k then has no effect). See
-            `hf_vlalign.supervision.alignment_kl_loss`.
+        alignment_outside_top_k (`str`): what eq. (14)'s KL does with target mass outside the top-k: one of
+            `hf_vlalign.supervision.OUTSIDE_TOP_K`, see `hf_vlalign.supervision.alignment_kl_loss`.
         `<name>_weight` (`float`): weight of the loss `loss_<name>` in the total. These task fields are read by one
             model class each (`HEAD_FIELDS`); a saved `config.json` holds those of the other classes only where they
             differ from the default.
-        validate_inputs (`bool`): check the shapes and values of every input tensor in `forward`. The value checks
-            read nothing on the host (asynchronous assertions, kept by `torch.compile` and `torch.export`); off, a
-            forward skips them and their small reductions.
-        dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU, torch's elsewhere; see
-            `hf_vlalign.models.dropout`) or "torch" (`torch.nn.functional.dropout` everywhere).
+        validate_inputs (`bool`): check the values of the input tensors in `forward`, not only their shapes.
+        dropout_implementation (`str`): "auto" (a cheaper dropout mask on CPU; see `hf_vlalign.models.dropout`) or
+            "torch" (`torch.nn.functional.dropout` everywhere).
 
     Example:
     ```python
@@ -101,6 +95,7 @@ class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
     ```"""
 
     model_type = "vlalign_two_stream"
+    _head_fields = HEAD_FIELDS
     # the cross-modality layers answer `num_hidden_layers`: attention supervision and the grounding probe read them
     attribute_map = {"num_hidden_layers": "x_layers"}
 
@@ -153,14 +148,6 @@ class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
     dropout_implementation: str = "auto"
     tie_word_embeddings: bool = True
 
-    def __post_init__(self, **kwargs):
-        check_extra_keys(self, kwargs)
-        super().__post_init__(**kwargs)
-
-    def to_diff_dict(self) -> dict:
-        # what config.json gets: the task fields of the saved model class, other heads' only where not at the default
-        return drop_other_head_fields(self, super().to_diff_dict(), HEAD_FIELDS)
-
     def validate_fields(self) -> None:
         """Class validator (`@strict`): sizes and settings the modules cannot use are refused."""
         check_config_numbers(
@@ -178,30 +165,16 @@ class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
             activations=("hidden_act",),
         )
         check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)
-        if self.num_attention_heads < 1 or self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"`hidden_size` ({self.hidden_size}) must be a multiple of `num_attention_heads` "
-                f"({self.num_attention_heads})."
-            )
-        for name in ("l_layers", "r_layers"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
-        positive = ("x_layers", "visual_feat_dim", "visual_pos_dim", "num_object_labels", "num_attr_labels")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        require_heads_divide(self, "hidden_size", "num_attention_heads")
+        require_at_least(self, 0, "l_layers", "r_layers")
+        require_at_least(self, 1, "x_layers", "visual_feat_dim", "visual_pos_dim", "num_object_labels", "num_attr_labels")
         if self.num_qa_labels < 1:
             raise ValueError(
                 f"`num_qa_labels` (the answer vocabulary) must be >= 1, got an empty vocabulary ({self.num_qa_labels})."
             )
-        if not 0 < self.referring_iou_threshold <= 1:
-            raise ValueError(f"`referring_iou_threshold` must be in (0, 1], got {self.referring_iou_threshold}.")
-        if self.alignment_top_k < 1:
-            raise ValueError(f"`alignment_top_k` must be >= 1, got {self.alignment_top_k}.")
-        if self.alignment_outside_top_k not in OUTSIDE_TOP_K:
-            raise ValueError(
-                f"`alignment_outside_top_k` must be one of {OUTSIDE_TOP_K}, got {self.alignment_outside_top_k!r}."
-            )
+        require_iou_threshold(self)
+        require_at_least(self, 1, "alignment_top_k")
+        require_choice(self, "alignment_outside_top_k", OUTSIDE_TOP_K)
         validate_supervision_fields(self, self.x_layers, self.num_attention_heads)
         check_dropout_implementation(self.dropout_implementation)
         check_visual_feature_normalization(self.visual_feature_normalization)
