@@ -1,25 +1,9 @@
 """What every dataset builder shares: the grounding columns, file checks, and the join to a `RegionFeatureStore`.
 
-A builder turns published annotation files into a `datasets.Dataset` of text-level rows. Every row has
-`image_id` (string, the id the annotation uses) and `image_size` ([height, width] pixels, or null when the
-annotation does not say). Grounded text carries, for each text column `<text>`:
-
-- `<text>_phrase_spans`: List([start, end)) character spans into the text, one per grounded phrase / pointer;
-- `<text>_phrase_boxes`: per phrase, its gold boxes, x1, y1, x2, y2 in the annotation's pixels (COCO / Visual
-  Genome / GQA `x, y, w, h` are converted on reading; nothing is normalised here).
-
-`attach_region_features` joins rows to a store: it adds `feature_row` (the image's row in the store) and, for each
-`<text>_phrase_boxes`, `<text>_phrase_regions`: per phrase, a distribution over the image's detected regions built
-by IoU (`alignment.boxes.alignment_target`: uniform over regions with IoU >= threshold, else the best one).
-Collators turn these into the token-level `word_region_alignment`.
-
-Missing images, one policy everywhere. A row needs its image twice: in the annotation files that describe it (Flickr30k
-Entities `Sentences/` + `Annotations/`, GQA scene graphs, Visual Genome `image_data.json`, COCO `instances.json` of
-RefCOCO+) and, with `region_features=`, in the region-feature store. Every builder's `build`, `attach_region_features`,
-`build_dataset` and `load_vgp_data` take `on_missing_image`: "raise" (the default) stops at the first such row with a
-ValueError naming it and where its image was looked for; "skip" drops those rows and says so in one warning with the
-same wording everywhere (`report_missing_images`): "<source>: N of M <rows> skipped (on_missing_image='skip'): image
-not in <where>."
+Grounded text column `<text>` carries `<text>_phrase_spans` (character spans) and `<text>_phrase_boxes` (gold boxes
+per phrase, x1, y1, x2, y2 in the annotation's pixels); `attach_region_features` adds `feature_row` and
+`<text>_phrase_regions` (see docs/datasets.md). Missing images follow one policy everywhere, `on_missing_image`:
+"raise" names the first such row, "skip" drops them with one warning (`report_missing_images`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """COCO captions in the Karpathy split (Karpathy & Fei-Fei, 2015): one row per caption, or per image for evaluation.
 
-File: `dataset_coco.json` from Karpathy's `caption_datasets.zip` (https://cs.stanford.edu/people/karpathy/deepimagesent/;
-also in many captioning repositories). `data_dir` is the folder holding it (or the file itself). Layout:
-{"dataset": "coco", "images": [{"filepath": "val2014", "filename": "COCO_val2014_000000391895.jpg", "imgid": 0,
-"cocoid": 391895, "split": "train" | "val" | "test" | "restval", "sentids": [...], "sentences": [{"raw": "...",
-"tokens": [...], "imgid": 0, "sentid": 770337}]}]}. The split has 5,000 val and 5,000 test images (carved out of COCO
-val2014), 82,783 train images (COCO train2014) and 30,504 "restval" images (the rest of val2014).
-
-Splits: "train", "val", "test", "restval". With `restval_in_train=True` (the default, the usual practice since
-Karpathy's NeuralTalk2 and in the bottom-up-attention / Oscar / VinVL captioning recipes) "train" is train + restval
-(113,287 images); with False it is the 82,783 train images alone. "restval" alone is always available.
-
-Columns (one row per caption; `per_image=True` gives one row per image with the lists of its captions):
+File: Karpathy's `dataset_coco.json` (`data_dir` is its folder or the file). Splits: "train", "val", "test",
+"restval"; with `restval_in_train=True` (the default, as NeuralTalk2 / bottom-up-attention / Oscar) "train" is train +
+restval (113,287 images).
 
 | column | type | meaning |
 |---|---|---|

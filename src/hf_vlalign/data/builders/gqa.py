@@ -1,38 +1,12 @@
 """GQA (Hudson & Manning 2019): question files as published -> one row per question, with its object pointers.
 
-Files (https://cs.stanford.edu/people/dorarad/gqa/download.html), in `data_dir`:
+Files in `data_dir`: `{split}_balanced_questions.json` or `{split}_all_questions(.json|/ shards)`, optional
+`scene_graphs=` (`{split}_sceneGraphs.json`: pointer boxes, image size, objects) and `answer_vocab=` (ans2label; adds
+`label`, -1 outside the vocabulary). Columns: see docs/datasets.md and `gqa_features`.
 
-- questions: `{split}_balanced_questions.json` (`subset="balanced"`), `{split}_all_questions.json` or a folder
-  `{split}_all_questions/` of shards (`subset="all"`; every `*questions*.json` in it, in natural order). Each is a dict
-  question id -> {imageId, question, answer, fullAnswer, annotations: {question, answer, fullAnswer}, types, ...};
-  `questions_file=` (a file or a folder of shards) replaces the official name.
-- scene graphs (optional, train / val only): `scene_graphs=` the path of `{split}_sceneGraphs.json`, a dict image id
-  -> {width, height, objects: {object id: {name, x, y, w, h, attributes: [...], relations: [...]}}}.
-- answer vocabulary (optional): `answer_vocab=` an ans2label JSON (LXMERT's `data/gqa/trainval_ans2label.json`, 1,842
-  answers) or a dict. Relative paths are read from `data_dir`.
-
-Splits: "train", "val", "testdev", "test", "challenge", "submission" (test, challenge and submission questions come
-without answers).
-
-Columns: `question_id`, `image_id` (strings, as in the file), `image_size` ([height, width] from the scene graph, else
-null), `question`, `answer`, `full_answer` (null where unpublished), `label` (only with `answer_vocab`: the id of the
-answer as published, not VQA-normalised, as LXMERT's GQA vocabulary keeps "t-shirt"; -1 when the answer is not in the
-vocabulary, counted and reported in a warning), and for each text column `<text>` in (question, answer, full_answer):
-`<text>_phrase_spans` (character spans of the pointers), `<text>_pointer_object_ids` (per pointer, its scene-graph
-object id) and `<text>_phrase_boxes` (per pointer, the object's box x1, y1, x2, y2 in pixels; empty without scene
-graphs). With scene graphs the image's objects are columns too: `object_ids`, `object_names`, `object_attributes`,
-`object_boxes` (x1, y1, x2, y2 pixels); empty without.
-
-Pointers. `annotations[<text>]` maps a token position of the text to an object id. Positions index the text's
-whitespace-separated tokens, punctuation attached ("i" is token i, "i:j" tokens i..j-1, a Python slice). We checked
-this on real records: in AllenNLP's GQA fixture (question 20240871) "Does the table below the water look wooden and
-round?" points "2" -> 11 and "5" -> 4, whose program selects "water (4)" and relates "table (11)"; its full answer
-"Yes, the table is wooden and round." points "2" -> 11, so "Yes," is one token (a tokenizer that splits the comma
-would put "the" at 2). A published record quoted in the code index (question 08801129, image 2387872) has "Is the
-brown animal on the left of the picture?" point "2:4" -> the animal (510757), i.e. "brown animal": the end is
-exclusive. A pointer's character span covers its tokens with the punctuation at their edges trimmed ("chalkboard."
--> "chalkboard"). A pointer to an object that the scene graph does not list is an error naming the question and the
-object.
+Pointers: `annotations[<text>]` maps whitespace-token positions ("i", or "i:j" an exclusive slice, punctuation attached
+to its token) to object ids, as checked on published records (question 20240871: "Yes," is one token; question
+08801129: "2:4" is "brown animal"). A pointer's character span trims the punctuation at its edges.
 """
 
 from __future__ import annotations

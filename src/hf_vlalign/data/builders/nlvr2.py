@@ -1,16 +1,7 @@
 """NLVR2 (Suhr, Zhou et al., 2019): is a sentence true of a pair of photographs? One row per (sentence, image pair).
 
-Files: https://github.com/lil-lab/nlvr, folder `nlvr2/data`. `data_dir` is that folder: `train.json`, `dev.json`,
-`test1.json` (and `test2.json`, released later), each JSON lines, one example per line with `identifier`
-("dev-850-0-0" = split-set_id-pair_id-sentence_id), `sentence`, `label` ("True" / "False"), `left_url`, `right_url`,
-`synset`, `query`, `writer`, `validation`, ... The balanced and unbalanced subsets of dev and test1 (option `subset`,
-same line layout) each have a folder of their own, as published:
-
-    nlvr2/data/{train,dev,test1,test2}.json
-    nlvr2/data/balanced/balanced_{dev,test1}.json
-    nlvr2/data/unbalanced/unbalanced_{dev,test1}.json
-
-Columns:
+`data_dir` is `nlvr2/data` (JSON lines `{train,dev,test1,test2}.json`; `subset=` reads
+`balanced/balanced_{dev,test1}.json` or `unbalanced/unbalanced_{dev,test1}.json`).
 
 | column | type | meaning |
 |---|---|---|
@@ -22,13 +13,8 @@ Columns:
 | `image_size` | null | NLVR2 does not publish image sizes |
 | `synset`, `query`, `left_url`, `right_url` | string | as published |
 
-Image ids follow the naming the NLVR2 README fixes ("Given the identifier split-set_id-pair_id-sentence-id, the left
-and right images are named split-set_id-pair_id-img0.png and split-set_id-pair_id-img1.png"), which is also the
-`img_id` of LXMERT's NLVR2 feature files (`img0` / `img1` fields of its converted json).
-
-Region features: an example needs *both* images, so `build_dataset("nlvr2", ..., region_features=store)` (which joins on
-`image_id` only) is not enough; call `attach_pair_features(dataset, store)` to add `left_feature_row` and
-`right_feature_row`.
+Image ids follow the NLVR2 README's naming (also LXMERT's feature ids). An example needs both images:
+`attach_pair_features(dataset, store)` adds `left_feature_row` and `right_feature_row`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """RefCOCO+ (Yu et al., 2016, UNC splits): referring expressions, each naming one COCO object. One row per expression.
 
-Files: https://github.com/lichengunc/refer (download link in its README: `refcoco+.zip`). `data_dir` is the unzipped
-`refcoco+` folder, as `refer.REFER(data_root, "refcoco+", "unc")` reads it:
-
-- `refs(unc).p`: a (Python 2) pickle of the list of refs, each {ref_id, ann_id, image_id, split (train / val / testA /
-  testB), category_id, file_name, sent_ids, sentences: [{sent_id, sent, raw, tokens}]}. It is read with
-  `formats.safe_pickle.load_restricted_pickle`, which admits only dicts, lists, ints and strings and never imports
-  anything; option `refs_file=` names another file of the same list, a `.p` / `.pkl` pickle or a `.json`.
-- `instances.json`: the COCO instances of the referred images, {"images": [{id, width, height, file_name}],
-  "annotations": [{id, image_id, bbox [x, y, w, h], category_id, ...}], "categories": [{id, name}]}.
-
-Columns (one row per sentence of a ref of the split):
+`data_dir` is the unzipped `refcoco+` folder of https://github.com/lichengunc/refer: `refs(unc).p` (read by
+`formats.safe_pickle.load_restricted_pickle`, which imports nothing; `refs_file=` names another `.p` / `.pkl` / `.json`
+of the same refs) and `instances.json` (COCO images, annotations, categories).
 
 | column | type | meaning |
 |---|---|---|
@@ -26,9 +18,8 @@ Columns (one row per sentence of a ref of the split):
 | `candidate_ann_ids`, `candidate_boxes` | [int64], [[x1, y1, x2, y2]] | every COCO object of the image, in file order |
 | `target_index` | int32 | the referred object's position among the candidates |
 
-The candidates are the ground-truth COCO objects of the image, among which MAttNet-style evaluation ("ground-truth
-boxes" setting) picks one; accuracy is `argmax == target_index`. RefCOCO+ images all come from COCO train2014, so
-`store_image_ids` tries "<id>" then "COCO_train2014_<id:012d>" (or `image_id_template`).
+Accuracy is `argmax == target_index` over the ground-truth candidates (MAttNet's setting). `store_image_ids` tries
+"<id>" then "COCO_train2014_<id:012d>" (or `image_id_template`).
 """
 
 from __future__ import annotations

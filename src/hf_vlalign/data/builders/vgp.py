@@ -1,30 +1,11 @@
 """Visually grounded paraphrases (VGP): a VGP csv + Flickr30k Entities -> Arrow-backed `datasets.Dataset` of caption
-pairs (Samaran et al.: image-description identification + VGP classification).
+pairs (Samaran et al.: image-description identification, eq. 1, + VGP classification, eq. 4).
 
-A csv row names an image and two phrases (`original_phrase1/2`, as the captions write them) with a label. A training
-row needs two *captions* of that image holding them: `match_phrases` tries every caption and every occurrence of each
-phrase and keeps two different captions whose phrases agree with the label through their Flickr30k entity ids (one
-entity for a paraphrase, two for a non-paraphrase), then with `roi1`/`roi2` (identification layout, `entities_of_rois`),
-then the earliest (the published rule: phrase 1 in the first caption that has it, phrase 2 in the first other one).
-Rows that cannot be placed are skipped and counted per reason in one warning, with their csv lines: markup in a cell
-(`<font color="red">` leftovers of the annotation interface), a phrase no caption marks up, a same-caption pair.
-
-Three checks keep real files from failing late or leaking silently:
-- `on_missing_image` ("raise" | "skip", the one policy of every builder, `_common`): rows whose image lacks its
-  `Sentences/` or `Annotations/` file, and (`load_vgp_data`) rows whose image is not in the region-feature store;
-- `on_split_overlap` ("warn" | "drop" | "raise"): rows on images that Flickr30k Entities' other split lists name, or
-  that the csvs of the evaluation splits use (the published VGP-Typology train csv has rows on Flickr30k test images,
-  identical to test rows);
-- kept rows whose entities disagree with their label (no caption pair agrees) are counted in a warning.
-
-Labels of a row: `id_label` (eq. 1), `vgp_label` (1: the phrases are a VGP) and `type_label`, the csv's semantic type
-(`TYPOLOGY_LABELS`: 0 Alternation, 1 Entailment1, 2 Entailment2, 3 Equivalence, 4 Independence; phrase 1 stays in
-caption 1, so the direction of the entailments is the csv's) or -1 for a row that is not a VGP (a replaced caption,
-`ytrue` False, an empty cell). The VGP type task (eq. 4, `VGPCollator(vgp_task="type")`) leaves the -1 rows out of its
-loss; `count_vgp_types` counts them and `dataset.info.description` reports the count.
-
-Tokenisation and region features are joined in the collator (`data/collators/vgp.py`), so one builder output serves
-any tokenizer and any feature file of the same images.
+Each csv row is placed in two captions of its image by `match_phrases`; rows that cannot be placed are skipped and
+counted per reason (`SKIP_REASONS`). `on_split_overlap` handles rows on images of other splits (the published
+VGP-Typology train csv has rows on Flickr30k test images). `type_label` is the csv's semantic type
+(`TYPOLOGY_LABELS`), -1 for a row that is not a VGP (left out of the type loss, counted by `count_vgp_types`).
+Tokenisation and region features are joined in the collator (`data/collators/vgp.py`).
 """
 
 from __future__ import annotations

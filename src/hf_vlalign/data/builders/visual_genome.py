@@ -1,31 +1,15 @@
 """Visual Genome v1.2 (Krishna et al. 2017): region descriptions joined into grounded sentences, with the objects.
 
-Files (https://homes.cs.washington.edu/~ranjay/visualgenome/api.html, "Version 1.2"), in `data_dir`:
-`region_descriptions.json` ([{id, regions: [{region_id, image_id, phrase, x, y, width, height}]}]), `objects.json`
-([{image_id, objects: [{object_id, names, synsets, x, y, w, h}]}]), `attributes.json` (the same objects with an
-optional `attributes` list) and `image_data.json` ([{image_id, width, height, coco_id, flickr_id, url}]).
+Files in `data_dir`: `region_descriptions.json`, `objects.json`, `attributes.json`, `image_data.json`.
 
-Sentences (Kervadec et al. 2020, "Weak supervision helps emergence of word-object alignment": VG sentences carry one,
-two or three pointers). For every image and each of its `sentences_per_image` sentences we draw k from `num_pointers`
-(1, 2, 3) and k distinct region descriptions, and join them in drawing order with " and " ("A and B and C"); each
-description is a pointer whose character span is the description and whose gold box is its region's box. The
-descriptions are cleaned the way bottom-up-attention's `setup_vg.py` cleans VG strings, case kept: white space
-collapsed, trailing periods removed ("A white car parked on the street. " -> "A white car parked on the street").
-Our reading, stated because we could not check it: the paper's text is not in our reference corpus, so the join
-word and the uniform draws are ours; LXMERT's pre-training code (`src/pretrain/lxmert_data.py`) treats every
-sentence of its VG captions as its own example, which is `num_pointers=(1,)` here. Draws come from
-`random.Random(f"{seed}:{image_id}")`, so an image's sentences do not depend on which other images are read.
+Sentences (Kervadec et al. 2020: VG sentences carry one, two or three pointers): per image, each sentence joins k
+(drawn from `num_pointers`) distinct region descriptions with " and "; each description is a pointer to its region's
+box. Descriptions are cleaned as bottom-up-attention's `setup_vg.py` cleans them. The join word and the uniform draws
+are our reading (the paper's text is not in our corpus); `num_pointers=(1,)` is LXMERT's use of VG. Draws come from
+`random.Random(f"{seed}:{image_id}")`, so an image's sentences do not depend on the other images read.
 
-Splits. VG has no official split. "all" is every image; "train" / "val" hold an image out for validation when
-blake2b(f"{seed}:{image_id}") read as a fraction of 2**64 is below `val_fraction` (0.1): about that fraction of the
-images, the same assignment whatever subset of the files is read. `exclude_coco_images=True` drops images that are
-also in COCO (their `coco_id`), as LXMERT does for its VG features (VQA and COCO validation images stay unseen).
-
-Columns: `image_id` (the VG id as a string), `image_size` ([height, width] from image_data.json), `sentence`,
-`sentence_phrase_spans`, `sentence_phrase_boxes` (one box per pointer: region x, y, width, height -> x1, y1, x2, y2
-pixels), `sentence_region_ids`, and the image's objects: `object_ids`, `object_names` (the first of an object's
-`names`, as setup_vg.py takes it), `object_attributes` (attributes.json joined by object id) and `object_boxes`
-(x1, y1, x2, y2 pixels).
+Splits: VG has none; "all" is every image, "train" / "val" hold an image out when blake2b(f"{seed}:{image_id}") as a
+fraction of 2**64 is below `val_fraction`. `exclude_coco_images=True` drops COCO images, as LXMERT does.
 """
 
 from __future__ import annotations
