@@ -69,11 +69,6 @@ def gqa_features(with_label: bool) -> datasets.Features:
     return datasets.Features(features)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Pointers: token positions -> character spans
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def parse_pointer_key(key: str, num_tokens: int, where: str) -> tuple[int, int]:
     """A GQA annotation key ("i" or "i:j") -> the token slice [i, j); a ValueError naming `where` when invalid."""
     match = _POINTER_KEY.fullmatch(str(key).strip())
@@ -108,11 +103,6 @@ def text_pointers(
     tokens = [match.span() for match in _TOKEN.finditer(text)]
     slices = sorted((parse_pointer_key(key, len(tokens), where), str(object_id)) for key, object_id in pointers.items())
     return [(pointer_char_span(text, tokens, start, end), object_id) for (start, end), object_id in slices]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Reading the files
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _natural_key(path: Path) -> list:
@@ -184,11 +174,6 @@ def read_scene_graphs(path: Path) -> dict[str, dict]:
                     f"`scene_graphs` {path}: object {object_id!r} of image {image_id!r} lacks name, x, y, w or h."
                 )
     return graphs
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Builder
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def build(

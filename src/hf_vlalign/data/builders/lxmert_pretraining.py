@@ -97,11 +97,6 @@ def convert_answer(answer: str) -> str:
     return ANSWER_CONVERSIONS.get(answer, answer)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Reading and checking the files
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def split_files(split: str) -> list[str]:
     """The file names of `split`: one of `FILES`, several joined by commas, or "val" (`VALIDATION_FILE`)."""
     if not isinstance(split, str) or not split.strip():
@@ -162,11 +157,6 @@ def read_records(data_dir: Path, names: list[str]) -> list[tuple[str, dict]]:
             image_ids.add(record["img_id"], f"{path}, record #{index}")
             records.append((name, record))
     return records
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Pointers
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _sentence_key(text: str) -> str:
@@ -232,11 +222,6 @@ def gqa_question_pointers(
         boxes = [gqa._pointer_boxes(question_id, object_id, graph) for _, object_id in found]
         pointers[(str(record["imageId"]), record["question"].strip())] = (spans, boxes)
     return pointers
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Builder
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def build(

@@ -96,11 +96,6 @@ class UserData:
     image_paths: dict[str, Path] = field(default_factory=dict)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Reading the file
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def read_user_rows(path: str | os.PathLike, task: str) -> list[UserRow]:
     """The rows of a user-format file of `task`, checked: required columns present, no unknown column, images
     present. A JSON-lines file holds one JSON object per line (blank lines are skipped); a CSV file has a header."""
@@ -176,11 +171,6 @@ def _image_path(path: Path, where: str, column: str, value: object) -> Path:
     if not image.is_file():
         raise FileNotFoundError(f"{where}: `{column}` {value!r} is not a file (looked for {image}).")
     return image
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Rows in the collators' columns
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _text(where: str, values: Mapping, column: str) -> str:
@@ -381,11 +371,6 @@ def _image_sizes(rows: Sequence[UserRow]) -> dict[Path, tuple[int, int]]:
                 raise UserDataError(f"{image} is not a readable image ({error}).") from None
             sizes[image], path_of[image.stem] = (height, width), image
     return sizes
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Region features and the join
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _given_regions(rows: Sequence[UserRow], sizes: Mapping[Path, tuple[int, int]], path: Path) -> dict[str, list] | None:

@@ -58,10 +58,6 @@ VGP_FEATURES = datasets.Features(
 )
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Matching a CSV row to two captions of its image
-# ----------------------------------------------------------------------------------------------------------------
-
 NOTVISUAL = "0"  # the entity id Flickr30k Entities gives every `notvisual` phrase: it names no one entity
 
 # why a row cannot be matched (keys of `PhraseMatch.skip_reason`), as the skip warning words them
@@ -473,11 +469,6 @@ def count_vgp_types(dataset: datasets.Dataset) -> dict[str, int]:
     counts = {name: labels[type_label] for type_label, name in TYPOLOGY_LABELS.items()}
     typed = sum(counts.values())
     return {"typed": typed, "untyped": len(dataset) - typed, **counts}
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Split overlap: rows of one split on the images of another
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def find_split_overlap(

@@ -60,11 +60,6 @@ VG_FEATURES = datasets.Features(
 )
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Split and sentences
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def is_validation_image(image_id: str, val_fraction: float, seed: int = 0) -> bool:
     """Whether `image_id` is held out for validation: blake2b(f"{seed}:{image_id}") / 2**64 < `val_fraction`."""
     digest = hashlib.blake2b(f"{seed}:{image_id}".encode(), digest_size=8).digest()
@@ -108,11 +103,6 @@ def draw_sentences(
 
 def _region_box(region: dict) -> list[float]:
     return xywh_to_xyxy([region["x"], region["y"], region["width"], region["height"]])
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Reading the files
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _image_key(entry: dict, path: Path) -> str:
@@ -178,11 +168,6 @@ def _object_name(obj: dict, path: Path) -> str:
     if not names:
         raise ValueError(f"{path}: object {obj.get('object_id')} has no name.")
     return names[0].strip()
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Builder
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def build(

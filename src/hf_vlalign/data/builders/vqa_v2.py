@@ -1,38 +1,14 @@
 """VQA v2 (Goyal et al. 2017): official question and annotation files -> one row per question, with soft answer scores.
 
-Files (https://visualqa.org/download.html), in `data_dir` under their official names:
+Files in `data_dir` under their official names (`QUESTIONS_FILE`, `ANNOTATIONS_FILE`; `questions_file=` /
+`annotations_file=` replace them). Splits "train", "val", "test", "test-dev" (the test splits have no answers).
+Columns: `VQA_FEATURES`; `labels` / `scores` are the vocabulary ids of the distinct normalised answers and their scores.
 
-- questions: `v2_OpenEnded_mscoco_{train,val}2014_questions.json`, `v2_OpenEnded_mscoco_test2015_questions.json`,
-  `v2_OpenEnded_mscoco_test-dev2015_questions.json` ({"data_subtype", "questions": [{image_id, question,
-  question_id}]});
-- annotations (train / val only): `v2_mscoco_{train,val}2014_annotations.json` ({"annotations": [{question_id,
-  image_id, question_type, answer_type, multiple_choice_answer, answers: [{answer, answer_confidence, answer_id}]
-  x 10}]}).
-
-Splits: "train", "val" (with annotations), "test", "test-dev" (questions only: `answers`, `labels`, `scores` are
-empty). `questions_file=` / `annotations_file=` replace the official names (relative paths are read from `data_dir`).
-
-Columns: `question_id` (int64), `image_id` (the COCO id as a string), `coco_split` ("train2014", "val2014" or
-"test2015": the COCO folder of the image; test-dev images live in test2015), `image_size` (null: the files do not say),
-`question`, `question_type` / `answer_type` / `multiple_choice_answer` (as published; null where a trimmed
-annotation file lacks them), `answers` (the 10 answers, normalised), `labels` (int32 ids in the answer vocabulary of
-the distinct normalised answers that are in it, in order of first appearance) and `scores` (float32, one per label).
-
-Soft scores: every answer is normalised as the official VQA evaluation does (`normalize_answer`: punctuation,
-number words -> digits, articles dropped, contractions restored), the normalised answers are counted, and an answer
-given by `c` of the annotators scores `min(c / 3, 1)` (the VQA accuracy of that answer, which is what the scores
-are meant to approximate). bottom-up-attention-vqa's `tools/compute_softscore.py` (`get_score`), which LXMERT's
-answer targets inherit, uses the stepped approximation 1 -> 0.3, 2 -> 0.6, 3 -> 0.9, >= 4 -> 1 instead; we use
-the exact formula. Note also that `compute_softscore.compute_target` counts the *raw* answers (its docstring asks
-for preprocessed ones, its `__main__` passes raw ones); we normalise them first, as the evaluation does.
-
-Answer vocabulary: `answer_vocab=` an ans2label JSON ({answer: label}; LXMERT's `data/vqa/trainval_ans2label.json`
-has the usual 3,129 answers) or a dict; when None it is built from the train annotations with the frequency rule of
-`compute_softscore.filter_answers`: a normalised `multiple_choice_answer` is kept when it answers at least
-`min_answer_count` (9) questions (`build_answer_vocab`; the 3,129 answers come from train + val with that rule).
-
-Region features are usually stored under LXMERT's TSV ids ("COCO_val2014_000000393225"); `store_image_ids` tells
-`build_dataset(..., region_features=store)` how to find a row's image there.
+Soft scores: answers are normalised as the official evaluation does (`normalize_answer`) and an answer given by `c`
+annotators scores `min(c / 3, 1)`, the VQA accuracy itself (bottom-up-attention-vqa's `compute_softscore.get_score`,
+which LXMERT inherits, steps 0.3 / 0.6 / 0.9 / 1 and counts raw answers). Without `answer_vocab` the vocabulary is
+built from the train annotations by `compute_softscore.filter_answers`' rule (`build_answer_vocab`, >= 9 questions).
+`store_image_ids` also finds LXMERT's TSV ids ("COCO_val2014_000000393225").
 """
 
 from __future__ import annotations
@@ -79,10 +55,6 @@ VQA_FEATURES = datasets.Features(
     }
 )
 
-
-# ----------------------------------------------------------------------------------------------------------------
-# Answer normalisation (the official VQA evaluation's processPunctuation + processDigitArticle)
-# ----------------------------------------------------------------------------------------------------------------
 
 # "dont" -> "don't" etc., applied word by word after lower-casing. The table is the evaluation's, quirks included
 # ("somebody'd" -> "somebodyd"), so that normalised answers match the published answer vocabularies.
@@ -167,11 +139,6 @@ def soft_targets(answers: Sequence[str], answer_vocab: Mapping[str, int]) -> tup
     return labels, scores
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Answer vocabulary
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def read_answer_vocab(answer_vocab: str | Path | Mapping[str, int], argument: str = "answer_vocab") -> dict[str, int]:
     """An ans2label mapping ({answer: label}, labels 0..n-1 each once) from a JSON file or a dict, checked."""
     vocab = (
@@ -222,11 +189,6 @@ def build_answer_vocab(annotations_file: str | Path | Sequence[str | Path], min_
             f"no answer of {[str(f) for f in files]} answers {min_count} or more questions; lower `min_count`."
         )
     return {answer: label for label, answer in enumerate(kept)}
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Reading the files
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _read_questions(path: Path, split: str) -> list[dict]:
@@ -292,11 +254,6 @@ def _resolve(data_dir: Path | None, path: str | Path | None, default: str | None
         return data_dir / default
     path = Path(path)
     return data_dir / path if data_dir is not None and not path.is_absolute() else path
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Builder
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def build(
@@ -378,11 +335,6 @@ def _row(question: dict, annotation: dict | None, coco_split: str, vocab: Mappin
         "labels": labels,
         "scores": scores,
     }
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Image ids of feature stores
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable[[dict], list[str]], tuple[str, ...]]:
