@@ -92,14 +92,19 @@ def require_file(path: str | Path, argument: str, what: str) -> Path:
     return path
 
 
-def read_json(path: str | Path, argument: str, what: str) -> object:
-    """The JSON value of `path`; a ValueError naming `argument`, the file and the line for a file that is missing, not
-    UTF-8, not JSON, nested too deeply or holding a too long integer."""
+def read_json(path: str | Path, argument: str, what: str, kind: type[dict] | type[list] | None = None) -> object:
+    """The JSON value of `path` (a JSON object or list when `kind` is dict or list); a ValueError naming `argument`,
+    the file and the line for a file that is missing, not UTF-8, not JSON, nested too deeply or holding a too long
+    integer, or whose value is not of `kind`."""
     path = require_file(path, argument, what)
     try:
-        return read_json_file(path)
+        content = read_json_file(path)
     except FileFormatError as error:
         raise FileFormatError(f"`{argument}` {error} Expected {what}.") from None
+    if kind is not None and not isinstance(content, kind):
+        json_kind = "object" if kind is dict else "list"
+        raise ValueError(f"`{argument}` {path}: expected a JSON {json_kind} ({what}), got {type(content).__name__}.")
+    return content
 
 
 def check_keys(record: dict, types: dict[str, type], where: str) -> None:

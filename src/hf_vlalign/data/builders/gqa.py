@@ -135,11 +135,7 @@ def read_questions(paths: list[Path]) -> dict[str, dict]:
     questions: dict[str, dict] = {}
     shards = UniqueIds("`questions_file`", "question id")
     for path in paths:
-        content = read_json(path, "questions_file", "a GQA questions JSON file (question id -> record)")
-        if not isinstance(content, dict):
-            raise ValueError(
-                f"`questions_file` {path}: expected a JSON object question id -> record, got {type(content).__name__}."
-            )
+        content = read_json(path, "questions_file", "a GQA questions JSON file, question id -> record", dict)
         for question_id, record in content.items():
             shards.add(question_id, str(path))
             missing = [key for key in ("imageId", "question") if not isinstance(record, dict) or key not in record]
@@ -153,11 +149,7 @@ def read_questions(paths: list[Path]) -> dict[str, dict]:
 
 def read_scene_graphs(path: Path) -> dict[str, dict]:
     """image id -> scene graph, each checked for width, height and objects with x, y, w, h."""
-    graphs = read_json(path, "scene_graphs", "a GQA scene graphs JSON file (image id -> {width, height, objects})")
-    if not isinstance(graphs, dict):
-        raise ValueError(
-            f"`scene_graphs` {path}: expected a JSON object image id -> scene graph, got {type(graphs).__name__}."
-        )
+    graphs = read_json(path, "scene_graphs", "a GQA scene graphs JSON file, image id -> {width, height, objects}", dict)
     for image_id, graph in graphs.items():
         if not isinstance(graph, dict) or not {"width", "height", "objects"} <= graph.keys():
             raise ValueError(f"`scene_graphs` {path}: image {image_id!r} lacks width, height or objects.")

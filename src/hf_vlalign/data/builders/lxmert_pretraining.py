@@ -149,9 +149,7 @@ def read_records(data_dir: Path, names: list[str]) -> list[tuple[str, dict]]:
     records, image_ids = [], UniqueIds("`data_dir`", "img_id")
     for name in names:
         path = data_dir / f"{name}.json"
-        content = read_json(path, "data_dir", f"LXMERT's pre-training file {name}.json (a list of image records)")
-        if not isinstance(content, list):
-            raise ValueError(f"`data_dir` {path}: expected a JSON list of image records, got {type(content).__name__}.")
+        content = read_json(path, "data_dir", f"LXMERT's pre-training file {name}.json of image records", list)
         for index, record in enumerate(content):
             check_record(record, f"`data_dir` {path}, record #{index}")
             image_ids.add(record["img_id"], f"{path}, record #{index}")
@@ -167,10 +165,8 @@ def region_description_boxes(visual_genome_dir: str | Path) -> tuple[dict[tuple[
     """((VG image id, cleaned lower-cased description) -> the region's x1, y1, x2, y2 box (the first region with that
     description), COCO id -> VG image id) from Visual Genome's `region_descriptions.json` and `image_data.json`."""
     folder = Path(visual_genome_dir)
-    entries = read_json(folder / "region_descriptions.json", "visual_genome_dir", "Visual Genome region_descriptions.json")
-    images = read_json(folder / "image_data.json", "visual_genome_dir", "Visual Genome image_data.json")
-    if not isinstance(entries, list) or not isinstance(images, list):
-        raise ValueError(f"`visual_genome_dir` {folder}: region_descriptions.json and image_data.json must be JSON lists.")
+    entries = read_json(folder / "region_descriptions.json", "visual_genome_dir", "Visual Genome region_descriptions.json", list)
+    images = read_json(folder / "image_data.json", "visual_genome_dir", "Visual Genome image_data.json", list)
     boxes = {}
     for entry in entries:
         image_id = entry.get("id", entry.get("image_id")) if isinstance(entry, dict) else None

@@ -113,16 +113,9 @@ def _image_key(entry: dict, path: Path) -> str:
     return str(image_id)
 
 
-def _read_list(path: Path, argument: str, what: str) -> list[dict]:
-    content = read_json(path, argument, what)
-    if not isinstance(content, list):
-        raise ValueError(f"`{argument}` {path}: expected a JSON list ({what}), got {type(content).__name__}.")
-    return content
-
-
 def read_image_sizes(path: Path) -> dict[str, tuple[dict, list[int]]]:
     """image id -> (its image_data.json entry, [height, width])."""
-    entries = _read_list(path, "data_dir", "Visual Genome image_data.json")
+    entries = read_json(path, "data_dir", "Visual Genome image_data.json", list)
     sizes, image_ids = {}, UniqueIds(f"`data_dir` {path}", "image id")
     for index, entry in enumerate(entries):
         key = _image_key(entry, path)
@@ -140,12 +133,12 @@ def read_image_sizes(path: Path) -> dict[str, tuple[dict, list[int]]]:
 def read_objects(objects_path: Path, attributes_path: Path) -> dict[str, dict[str, list]]:
     """image id -> object columns (ids, names, attributes, boxes), attributes joined by object id."""
     attributes_of: dict[int, list[str]] = {}
-    for entry in _read_list(attributes_path, "data_dir", "Visual Genome attributes.json"):
+    for entry in read_json(attributes_path, "data_dir", "Visual Genome attributes.json", list):
         for obj in entry.get("attributes", []):
             attributes_of[obj["object_id"]] = [attribute.strip() for attribute in obj.get("attributes") or []]
     objects_by_image, seen = {}, set()
     image_ids = UniqueIds(f"`data_dir` {objects_path}", "image id")
-    for index, entry in enumerate(_read_list(objects_path, "data_dir", "Visual Genome objects.json")):
+    for index, entry in enumerate(read_json(objects_path, "data_dir", "Visual Genome objects.json", list)):
         image_ids.add(_image_key(entry, objects_path), f"entry #{index}")
         objects = entry.get("objects", [])
         seen.update(obj["object_id"] for obj in objects)
@@ -201,7 +194,7 @@ def build(
     images = read_image_sizes(paths["image_data"])
     objects = read_objects(paths["objects"], paths["attributes"])
     counts = {"without regions": 0, "without objects": 0, "COCO": 0, "empty descriptions": 0}
-    entries = _read_list(paths["region_descriptions"], "data_dir", "Visual Genome region_descriptions.json")
+    entries = read_json(paths["region_descriptions"], "data_dir", "Visual Genome region_descriptions.json", list)
     rows, missing = [], 0
     for index, entry in enumerate(entries):
         image_id = _image_key(entry, paths["region_descriptions"])
@@ -263,20 +256,14 @@ def _image_rows(image_id, entry, image_size, objects, counts, num_pointers, sent
 
 
 def _report(counts: dict[str, int], split: str, exclude_coco_images: bool) -> None:
-    if counts["empty descriptions"]:
-        logger.warning("Visual Genome %s: %d empty region descriptions not used.", split, counts["empty descriptions"])
-    if counts["without regions"]:
-        logger.warning(
-            "Visual Genome %s: %d image(s) without a region description give no sentence.",
-            split,
-            counts["without regions"],
-        )
-    if counts["without objects"]:
-        logger.warning(
-            "Visual Genome %s: %d image(s) absent from objects.json have no object columns.",
-            split,
-            counts["without objects"],
-        )
+    messages = {
+        "empty descriptions": "%d empty region descriptions not used.",
+        "without regions": "%d image(s) without a region description give no sentence.",
+        "without objects": "%d image(s) absent from objects.json have no object columns.",
+    }
+    for key, message in messages.items():
+        if counts[key]:
+            logger.warning("Visual Genome %s: " + message, split, counts[key])
     if exclude_coco_images:
         logger.info(
             "Visual Genome %s: %d image(s) also in COCO dropped (exclude_coco_images=True).", split, counts["COCO"]
