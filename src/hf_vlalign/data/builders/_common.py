@@ -28,8 +28,7 @@ REGION_TARGETS = datasets.List(datasets.List(datasets.Value("float32")))
 MISSING_IMAGE_CHOICES = ("raise", "skip")
 ROWS_PER_ARROW_BATCH = 10_000  # rows held as Python dicts at once by `dataset_from_rows`
 DEFAULT_ON_MISSING_IMAGE = "raise"
-# each dataset's validation split in its own names; `build_dataset(name, ..., split="validation")` reads it (the split
-# name of `datasets` and of the Hub's datasets)
+# each dataset's validation split in its own names (`split="validation"`, the name `datasets` and the Hub use)
 VALIDATION_SPLITS = {
     "flickr30k_entities": "val",
     "vgp": "val",
@@ -62,9 +61,8 @@ def grounding_features(*text_columns: str) -> dict[str, datasets.List]:
 def dataset_from_rows(
     rows: Iterable[dict], features: datasets.Features, batch_size: int = ROWS_PER_ARROW_BATCH
 ) -> datasets.Dataset:
-    """`datasets.Dataset.from_list` of `rows`, converted to Arrow `batch_size` rows at a time: only one batch of rows is
-    alive as Python dicts (several times the size of their Arrow columns), so a builder's memory follows its data set's
-    Arrow size whatever the number of rows."""
+    """`datasets.Dataset.from_list` of `rows`, `batch_size` rows at a time: only one batch is alive as Python dicts,
+    so memory follows the Arrow size whatever the number of rows."""
     parts, batch = [], []
     for row in rows:
         batch.append(row)
@@ -119,13 +117,7 @@ def check_keys(record: dict, types: dict[str, type], where: str) -> None:
 
 class UniqueIds:
     """Where each id of a file was first read; `add` refuses an id read twice, naming the file, the id and both places
-    (every builder refuses repeated ids the same way: which copy to use is ambiguous, and a repeat is counted twice).
-
-    >>> ids = UniqueIds("`questions_file` questions.json", "question id")
-    >>> ids.add(7, "question 0"); ids.add(7, "question 3")
-    Traceback (most recent call last):
-    ValueError: `questions_file` questions.json: question id 7 appears twice, at question 0 and at question 3; ...
-    """
+    (which copy to use would be ambiguous, and a repeat would count twice)."""
 
     def __init__(self, source: str, what: str) -> None:
         self.source, self.what, self.first = source, what, {}
@@ -166,8 +158,7 @@ def check_on_missing_image(on_missing_image: str) -> None:
 def missing_image_error(
     source: str, item: str, image_id: object, where: str, unit: str = "rows", tried: Sequence[str] | None = None
 ) -> ValueError:
-    """The error `on_missing_image="raise"` raises: names the dataset, the row, its image (and the ids `tried` for it)
-    and where it was looked for."""
+    """The error of `on_missing_image="raise"`: the dataset, the row, its image (and the ids `tried`) and where."""
     image = f"image {image_id!r}" + (f" (tried {list(tried)})" if tried is not None else "")
     return ValueError(
         f"{source}: {item}: {image} is not in {where}; pass on_missing_image='skip' to drop such {unit} "
@@ -197,17 +188,14 @@ def attach_region_features(
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
     source: str = "attach_region_features",
 ) -> datasets.Dataset:
-    """Joins every row to its image's regions in `store` (see the module docstring for the added columns).
+    """Joins every row to its image's regions in `store`: adds `feature_row` and `<text>_phrase_regions`.
 
     Args:
-        store_image_ids: candidate store ids of a row, tried in order (default: the row's `image_id`); builders whose
-            annotation ids differ from the feature files' ids (VQA's integer COCO ids) pass their own.
-        id_columns: the columns `store_image_ids` reads.
+        store_image_ids: candidate store ids of a row, tried in order (default: the row's `image_id`), read from
+            `id_columns`; builders whose ids differ from the feature files' (VQA's integer COCO ids) pass their own.
         iou_threshold: IoU at which a detected region counts as showing a phrase's gold box.
-        on_missing_image: "raise" stops at the first row whose image is not in the store; "skip" drops those rows
-            and warns with their count (`report_missing_images`). Either way the count is kept in
-            `dataset.info.description`.
-        source: the dataset named in the error and the warning (`build_dataset` passes "<name> <split>").
+        on_missing_image: "raise" or "skip" (`report_missing_images`); the count is kept in `dataset.info.description`.
+        source: the dataset named in the error and the warning.
     """
     if not isinstance(store, RegionFeatureStore):
         raise ValueError(f"`store` must be a RegionFeatureStore (RegionFeatureStore.load(dir)), got {type(store).__name__}.")

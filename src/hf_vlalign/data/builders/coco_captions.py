@@ -81,10 +81,8 @@ def build(
         split: "train", "val", "test" or "restval".
         per_image: one row per image with all its captions (for evaluation) instead of one row per caption.
         restval_in_train: whether "train" also holds the "restval" images (the usual practice).
-        image_id_template: only used by `store_image_ids` (accepted here because `build_dataset` passes every option
-            to both).
-        on_missing_image: applied by `build_dataset(..., region_features=store)` to the images missing from the store:
-            `dataset_coco.json` describes every image it names, so no annotation file can lack one.
+        image_id_template: read by `store_image_ids` (`build_dataset` passes both the same options).
+        on_missing_image: applies to the region-feature store alone (`dataset_coco.json` describes every image).
     """
     check_split(split, SPLITS, "COCO Karpathy captions")
     for name, value in (("per_image", per_image), ("restval_in_train", restval_in_train)):
@@ -170,9 +168,8 @@ def _image_rows(image: dict, where: str, per_image: bool) -> list[dict]:
 
 
 def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable[[dict], list[str]], tuple[str, ...]]:
-    """Candidate region-feature-store ids of a row: "<cocoid>" then "COCO_<coco_split>_<cocoid:012d>"; with
-    `image_id_template` (a `str.format` template of the int `image_id` and the str `coco_split`, e.g.
-    "{coco_split}/COCO_{coco_split}_{image_id:012d}"), only the id it formats."""
+    """Candidate store ids of a row: "<cocoid>" then "COCO_<coco_split>_<cocoid:012d>", or only the id
+    `image_id_template` (a `str.format` template of the int `image_id` and the str `coco_split`) formats."""
     check_image_id_template(image_id_template, COCO_FILE_ID, image_id=1, coco_split="train2014")
     template = image_id_template
 

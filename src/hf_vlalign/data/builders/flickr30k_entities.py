@@ -72,8 +72,7 @@ def build(
         data_dir: the folder with `<split>.txt`, `Sentences/` and `Annotations/`.
         split: "train", "val" or "test" (the official lists).
         max_images: keep only the first `max_images` images of the split that have both annotation files.
-        on_missing_image: "raise" stops at the first listed image without its `Sentences/` or `Annotations/` file;
-            "skip" leaves such images out and reports their count in a warning.
+        on_missing_image: for the listed images without their `Sentences/` or `Annotations/` file.
     """
     check_split(split, SPLITS, "Flickr30k Entities")
     if max_images is not None and (not isinstance(max_images, int) or isinstance(max_images, bool) or max_images < 1):

@@ -183,11 +183,9 @@ def build(
     Args:
         subset: "balanced" or "all" (which official question file to read; ignored with `questions_file`).
         questions_file: a questions JSON file or a folder of shards replacing the official name.
-        scene_graphs: `{split}_sceneGraphs.json`: gives the pointers their boxes and the rows their image size and
-            objects.
+        scene_graphs: `{split}_sceneGraphs.json`: the pointers' boxes, the rows' image size and objects.
         answer_vocab: ans2label JSON path or dict; adds the `label` column.
-        on_missing_image: with `scene_graphs`, a question whose image the scene graphs do not list raises ("raise",
-            the default) or is left out and counted in a warning ("skip").
+        on_missing_image: for the questions whose image `scene_graphs` does not list.
     """
     check_split(split, SPLITS, "GQA")
     if subset not in SUBSETS:

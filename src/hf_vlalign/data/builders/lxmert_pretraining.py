@@ -241,8 +241,7 @@ def build(
         gqa_questions, gqa_scene_graphs: GQA question files (each a file or a folder of shards) and scene graphs, one
             path or several (e.g. train and val): the "gqa" questions' pointers (both or neither).
         sources: the text sources kept (default: all of `SOURCES` found); LXMERT's `--qaSets` restricts the QA ones.
-        on_missing_image: the one policy of every builder; the records name their images themselves,
-            so only the region-feature store can lack one (`build_dataset` passes the policy to the store join).
+        on_missing_image: applies to the region-feature store alone (the records name their images themselves).
     """
     if data_dir is None:
         raise ValueError("`data_dir` must be the folder holding LXMERT's pre-training json files (data/lxmert), got None.")

@@ -87,12 +87,9 @@ def build(
     Args:
         data_dir: the `refcoco+` folder (with `refs(unc).p` and `instances.json`).
         split: "train", "val", "testA" or "testB".
-        refs_file: the refs list to read instead of `data_dir/refs(unc).p`: a pickle, or a `.json` of the same list;
-            a relative path is taken relative to `data_dir`.
-        image_id_template: only used by `store_image_ids` (accepted here because `build_dataset` passes every option
-            to both).
-        on_missing_image: a ref of the split whose image `instances.json` does not list raises ("raise", the default)
-            or is left out with its expressions and counted in a warning ("skip").
+        refs_file: a pickle or `.json` of the refs to read instead of `data_dir/refs(unc).p` (relative to `data_dir`).
+        image_id_template: read by `store_image_ids` (`build_dataset` passes both the same options).
+        on_missing_image: for the refs whose image `instances.json` does not list.
     """
     check_split(split, SPLITS, "RefCOCO+")
     if data_dir is None:
@@ -236,9 +233,8 @@ def _ref_rows(ref: dict, instances: _CocoInstances, where: str) -> list[dict]:
 
 
 def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable[[dict], list[str]], tuple[str, ...]]:
-    """Candidate region-feature-store ids of a row: "<id>" then "COCO_train2014_<id:012d>" (RefCOCO+ images are all
-    COCO train2014); with `image_id_template` (a `str.format` template of the int `image_id`, e.g.
-    "COCO_train2014_{image_id:012d}"), only the id it formats."""
+    """Candidate store ids of a row: "<id>" then "COCO_train2014_<id:012d>", or only the id `image_id_template` (a
+    `str.format` template of the int `image_id`) formats."""
     check_image_id_template(image_id_template, COCO_TRAIN2014_ID, image_id=1)
     if image_id_template is not None:
         return (lambda row: [image_id_template.format(image_id=int(row["image_id"]))]), ("image_id",)

@@ -179,12 +179,10 @@ def build(
     Args:
         seed: seeds both the train / val assignment and the sentence draws.
         val_fraction: the fraction of images held out as "val" (in [0, 1]).
-        num_pointers: the numbers of region descriptions a sentence may join, drawn uniformly (capped by the image's
-            number of regions).
+        num_pointers: the numbers of region descriptions a sentence may join, drawn uniformly.
         sentences_per_image: sentences drawn per image.
         exclude_coco_images: drop the images that have a `coco_id` (counted in a log message).
-        on_missing_image: an image of `region_descriptions.json` that `image_data.json` does not list (so without a
-            size) raises ("raise", the default) or is left out and counted in a warning ("skip").
+        on_missing_image: for the images of `region_descriptions.json` that `image_data.json` does not list.
     """
     check_split(split, SPLITS, "Visual Genome")
     _check_options(val_fraction, num_pointers, sentences_per_image)

@@ -114,12 +114,8 @@ def _process_digit_article(text: str) -> str:
 
 
 def normalize_answer(answer: str) -> str:
-    """The official VQA evaluation's answer normalisation (as in bottom-up-attention-vqa's `preprocess_answer`).
-
-    Line breaks and tabs become spaces; punctuation is deleted or turned into spaces; periods go unless a digit
-    follows; the text is lower-cased; "none"/"zero".."ten" become digits; "a", "an", "the" are dropped; contractions
-    written without apostrophe get it back ("dont" -> "don't").
-    """
+    """The official VQA evaluation's answer normalisation (bottom-up-attention-vqa's `preprocess_answer`):
+    punctuation, number words -> digits, articles dropped, contractions restored ("dont" -> "don't")."""
     if not isinstance(answer, str):
         raise ValueError(f"`answer` must be a string, got {type(answer).__name__}: {answer!r}.")
     text = answer.replace("\n", " ").replace("\t", " ").strip()
@@ -162,11 +158,8 @@ def read_answer_vocab(answer_vocab: str | Path | Mapping[str, int], argument: st
 
 def build_answer_vocab(annotations_file: str | Path | Sequence[str | Path], min_count: int = 9) -> dict[str, int]:
     """The answer vocabulary of `compute_softscore.filter_answers`: every normalised `multiple_choice_answer` that
-    answers at least `min_count` distinct questions of the annotation file(s).
-
-    Labels are given by decreasing number of questions, ties in alphabetical order (the original keeps dict order).
-    Pass the train annotations for a train-only vocabulary, or train and val for the published trainval one.
-    """
+    answers at least `min_count` distinct questions of the annotation file(s) (train, or train and val for the
+    published trainval one); labels by decreasing number of questions, ties alphabetical."""
     if type(min_count) is not int or min_count < 1:
         raise ValueError(f"`min_count` must be a positive int, got {min_count!r}.")
     files = [annotations_file] if isinstance(annotations_file, (str, Path)) else list(annotations_file)
@@ -275,9 +268,8 @@ def build(
         answer_vocab: ans2label JSON path or dict; None builds it from the train annotations
             (`data_dir/v2_mscoco_train2014_annotations.json`, or `annotations_file` for split "train") with
             `build_answer_vocab(..., min_count=min_answer_count)`.
-        image_id_template: only read by `store_image_ids` (accepted here: `build_dataset` passes both the same options).
-        on_missing_image: applied by `build_dataset(..., region_features=store)` to the images missing from the store:
-            the VQA files name images by id only, so no annotation file can lack one.
+        image_id_template: read by `store_image_ids` (`build_dataset` passes both the same options).
+        on_missing_image: applies to the region-feature store alone (the files name images by id only).
     """
     check_split(split, SPLITS, "VQA v2")
     check_image_id_template(image_id_template, "COCO_{split}_{id:012d}", id=1, split="val2014")
@@ -338,13 +330,9 @@ def _row(question: dict, annotation: dict | None, coco_split: str, vocab: Mappin
 
 
 def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable[[dict], list[str]], tuple[str, ...]]:
-    """How `build_dataset(..., region_features=store)` finds a row's image in a region-feature store.
-
-    Returns (candidates, id_columns): `candidates(row)` lists the store ids to try, in order: with a template,
-    `image_id_template.format(id=<int COCO id>, split=<coco_split>)` alone; otherwise the plain id ("393225") then
-    LXMERT's TSV id `COCO_{coco_split}_{id:012d}` ("COCO_val2014_000000393225"). `id_columns` are the row columns
-    read.
-    """
+    """(candidates, id_columns): `candidates(row)` lists the store ids to try for a row, in order:
+    `image_id_template.format(id=<int COCO id>, split=<coco_split>)` alone, or the plain id ("393225") then LXMERT's
+    TSV id ("COCO_val2014_000000393225")."""
     check_image_id_template(image_id_template, "COCO_{split}_{id:012d}", id=1, split="val2014")
     if image_id_template is not None:
 
