@@ -24,18 +24,8 @@ from ._common import (
 from .user_data import USER_TASKS, UserData, UserDataError, build_user_dataset, load_user_data
 from .vgp import ID_LABELS, VGPData, build_vgp_dataset, count_vgp_types, load_vgp_data
 
-BUILDERS = {
-    "flickr30k_entities": "flickr30k_entities",
-    "vgp": "vgp",
-    "gqa": "gqa",
-    "visual_genome": "visual_genome",
-    "vqa_v2": "vqa_v2",
-    "nlvr2": "nlvr2",
-    "refcoco+": "refcoco",
-    "coco_captions": "coco_captions",
-    "lxmert_pretraining": "lxmert_pretraining",
-    "synthetic_scenes": "synthetic_scenes",
-}
+# dataset name -> its builder module
+BUILDERS = {name: "refcoco" if name == "refcoco+" else name for name in VALIDATION_SPLITS}
 
 
 def build_dataset(

@@ -76,6 +76,12 @@ def dataset_from_rows(
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
+def resolve_path(data_dir: Path | None, path: str | Path) -> Path:
+    """`path`, read from `data_dir` when it is relative."""
+    path = Path(path)
+    return data_dir / path if data_dir is not None and not path.is_absolute() else path
+
+
 def xywh_to_xyxy(box: Sequence[float]) -> list[float]:
     """COCO / Visual Genome / GQA `[x, y, w, h]` (pixels) -> `[x1, y1, x2, y2]` (pixels)."""
     x, y, w, h = (float(v) for v in box)

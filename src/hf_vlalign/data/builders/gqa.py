@@ -28,6 +28,7 @@ from ._common import (
     missing_image_error,
     read_json,
     report_missing_images,
+    resolve_path,
     xywh_to_xyxy,
 )
 from .vqa_v2 import read_answer_vocab
@@ -112,8 +113,7 @@ def _natural_key(path: Path) -> list:
 def question_files(data_dir: Path | None, split: str, subset: str, questions_file: str | Path | None) -> list[Path]:
     """The question file(s) of `split`: `questions_file` (a file or a folder of shards) or the official names."""
     if questions_file is not None:
-        path = Path(questions_file)
-        candidates = [data_dir / path if data_dir is not None and not path.is_absolute() else path]
+        candidates = [resolve_path(data_dir, questions_file)]
     elif data_dir is None:
         raise ValueError("`data_dir` is None: pass `questions_file` (a GQA questions JSON file or folder of shards).")
     else:
@@ -194,13 +194,13 @@ def build(
     questions = read_questions(question_files(data_dir, split, subset, questions_file))
     graphs = None
     if scene_graphs is not None:
-        graphs_path = _resolve(data_dir, scene_graphs)
+        graphs_path = resolve_path(data_dir, scene_graphs)
         graphs = read_scene_graphs(graphs_path)
         questions = _questions_with_graphs(questions, graphs, graphs_path, split, on_missing_image)
     vocab = None
     if answer_vocab is not None:
         vocab = read_answer_vocab(
-            answer_vocab if isinstance(answer_vocab, Mapping) else _resolve(data_dir, answer_vocab)
+            answer_vocab if isinstance(answer_vocab, Mapping) else resolve_path(data_dir, answer_vocab)
         )
     rows = [_row(question_id, record, graphs, vocab) for question_id, record in questions.items()]
     if vocab is not None:
@@ -223,11 +223,6 @@ def _questions_with_graphs(
     if not kept:
         raise ValueError(f"`scene_graphs` {path}: none of the {len(questions)} questions of {split!r} has its image.")
     return kept
-
-
-def _resolve(data_dir: Path | None, path: str | Path) -> Path:
-    path = Path(path)
-    return data_dir / path if data_dir is not None and not path.is_absolute() else path
 
 
 def _report_labels(rows: list[dict], split: str, vocab_size: int) -> None:

@@ -19,6 +19,7 @@ from ...synthetic.scenes import SyntheticSceneConfig, load_or_generate_synthetic
 from ...synthetic.tasks import NLVR2_SPLITS, REFCOCO_SPLITS
 from ..feature_store import RegionFeatureStore
 from . import nlvr2
+from .nlvr2 import attach_pair_features  # what `build_dataset(..., task="nlvr2", region_features=store)` joins with
 from ._common import DEFAULT_ON_MISSING_IMAGE
 from .vgp import _synthetic_store, build_vgp_dataset
 
@@ -77,14 +78,6 @@ def synthetic_region_features(
     if task == "nlvr2":
         return _synthetic_store(paths.nlvr2_features_tsv, paths.root / "nlvr2_region_features")
     return _synthetic_store(paths.features_tsv, paths.root / "region_features")
-
-
-def attach_pair_features(
-    dataset: datasets.Dataset, store: RegionFeatureStore, on_missing_image: str = "raise"
-) -> datasets.Dataset:
-    """`nlvr2.attach_pair_features`: what `build_dataset(..., task="nlvr2", region_features=store)` runs on the NLVR2 rows
-    (`build_dataset` joins the rows of the other tasks on `image_id`)."""
-    return nlvr2.attach_pair_features(dataset, store, on_missing_image=on_missing_image)
 
 
 def _check_task(task: str) -> None:

@@ -21,7 +21,15 @@ from pathlib import Path
 
 import datasets
 
-from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, UniqueIds, check_image_id_template, check_split, read_json
+from ._common import (
+    DEFAULT_ON_MISSING_IMAGE,
+    IMAGE_SIZE,
+    UniqueIds,
+    check_image_id_template,
+    check_split,
+    read_json,
+    resolve_path,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -239,14 +247,13 @@ def _annotations_by_question(path: Path, questions: list[dict]) -> dict[int, dic
 
 def _resolve(data_dir: Path | None, path: str | Path | None, default: str | None, argument: str) -> Path | None:
     """`path` (relative paths are read from `data_dir`), or `data_dir / default`."""
-    if path is None:
-        if default is None:
-            return None
-        if data_dir is None:
-            raise ValueError(f"`data_dir` is None: pass `{argument}` (the file {default!r}).")
-        return data_dir / default
-    path = Path(path)
-    return data_dir / path if data_dir is not None and not path.is_absolute() else path
+    if path is not None:
+        return resolve_path(data_dir, path)
+    if default is None:
+        return None
+    if data_dir is None:
+        raise ValueError(f"`data_dir` is None: pass `{argument}` (the file {default!r}).")
+    return data_dir / default
 
 
 def build(
