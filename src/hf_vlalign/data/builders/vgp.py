@@ -263,7 +263,7 @@ def build_vgp_dataset(
             f"`vgp_csv` {vgp_csv} must cover at least two images to draw foreign captions, got {image_ids}."
         )
     matches = _match_rows(captions, pairs)
-    _report_matches(pairs, matches, source)
+    summary = _report_matches(num_csv_rows, pairs, matches, source)
     neighbours = _caption_neighbours(captions, image_ids, num_neighbours) if negatives == "hard" else None
     rng = random.Random(seed)
     placed = [(pair, match) for pair, match in zip(pairs, matches) if match.skip_reason is None][:max_examples]
@@ -277,7 +277,7 @@ def build_vgp_dataset(
         raise ValueError(f"`vgp_csv` {vgp_csv}: no row could be matched to the captions in {flickr30k_entities_dir}.")
     types = count_vgp_types(dataset)
     dataset.info.description = (
-        f"{_summary(num_csv_rows, pairs, matches)}; rows with a semantic type: {types['typed']}, without "
+        f"{summary}; rows with a semantic type: {types['typed']}, without "
         f"(not VGPs, left out of the type loss): {types['untyped']}"
     )
     return dataset
@@ -354,8 +354,9 @@ def _lines(pairs: list[VGPPair], limit: int = 5) -> str:
     return ", ".join(lines) + (", ..." if len(pairs) > limit else "")
 
 
-def _report_matches(pairs: list[VGPPair], matches: list[PhraseMatch], source: str) -> None:
-    """One warning for the rows skipped (count and csv lines per reason), one for kept rows against their label."""
+def _report_matches(num_csv_rows: int, pairs: list[VGPPair], matches: list[PhraseMatch], source: str) -> str:
+    """One warning for the rows skipped (count and csv lines per reason), one for kept rows against their label;
+    returns what became of the csv rows, for `dataset.info.description`."""
     skipped = {reason: [p for p, m in zip(pairs, matches) if m.skip_reason == reason] for reason in SKIP_REASONS}
     total = sum(map(len, skipped.values()))
     if total:
@@ -374,18 +375,10 @@ def _report_matches(pairs: list[VGPPair], matches: list[PhraseMatch], source: st
             f"label (a paraphrase on two entities or a non-paraphrase on one): no pair of captions agrees (lines "
             f"{_lines(against)})."
         )
-
-
-def _summary(num_csv_rows: int, pairs: list[VGPPair], matches: list[PhraseMatch]) -> str:
-    """What became of the csv rows, kept in `dataset.info.description`."""
-    counts = {reason: sum(m.skip_reason == reason for m in matches) for reason in SKIP_REASONS}
-    kept = len(pairs) - sum(counts.values())
-    against = sum(m.entities == "disagree" for m in matches)
-    skipped = ", ".join(f"{count} {reason}" for reason, count in counts.items())
     return (
         f"VGP csv rows: {num_csv_rows}; dropped before matching (split overlap, missing image): "
-        f"{num_csv_rows - len(pairs)}; placed in two captions: {kept} ({against} against their label's entities); "
-        f"skipped: {skipped}"
+        f"{num_csv_rows - len(pairs)}; placed in two captions: {len(kept)} ({len(against)} against their label's "
+        f"entities); skipped: {', '.join(f'{len(rows)} {reason}' for reason, rows in skipped.items())}"
     )
 
 

@@ -22,12 +22,11 @@ from .base import PROBE_KEYS, RegionTextCollator, span_token_mask
 from .captioning import CaptioningCollator
 from .grounding import GroundedCaptionCollator, PhraseGroundingCollator
 from .image_pair import ImagePairCollator
-from .masking import mask_regions, mask_words, word_masker
 from .pretraining import SingleStreamPretrainingCollator, TwoStreamPretrainingCollator, group_captions_by_image
 from .question_answering import QuestionAnsweringCollator
 from .referring import ReferringExpressionCollator
 from .regions import pad_regions, store_image_id
-from .truncation import TruncationStats, check_max_text_length, cut_word_pieces, drop_overlong_rows, span_is_cut
+from .truncation import TruncationStats, cut_word_pieces, drop_overlong_rows, span_is_cut
 from .vgp import VGPCollator
 
 __all__ = [
@@ -43,15 +42,11 @@ __all__ = [
     "TruncationStats",
     "TwoStreamPretrainingCollator",
     "VGPCollator",
-    "check_max_text_length",
     "cut_word_pieces",
     "drop_overlong_rows",
     "group_captions_by_image",
-    "mask_regions",
-    "mask_words",
     "pad_regions",
     "span_is_cut",
     "span_token_mask",
     "store_image_id",
-    "word_masker",
 ]
