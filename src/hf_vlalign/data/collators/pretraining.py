@@ -80,7 +80,7 @@ class TwoStreamPretrainingCollator(RegionTextCollator):
             tensors["answer_labels"] = self._answer_labels(examples, matched)
         return tensors
 
-    def phrase_target(self, i, phrase, gold, regions, batch, gold_iou=None):
+    def phrase_target(self, i, phrase, gold, regions, batch, gold_iou):
         if self.soft_targets is None or not len(gold):
             return super().phrase_target(i, phrase, gold, regions, batch, gold_iou)
         region_mask = batch["visual_attention_mask"][i].bool()
