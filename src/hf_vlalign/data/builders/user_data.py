@@ -419,17 +419,14 @@ def load_user_data(
     store_dir: str | os.PathLike | None = None,
     iou_threshold: float = 0.5,
 ) -> UserData:
-    """The user-format files of `task` (see the module docstring) joined to their images' region features.
+    """The user-format files of `task` (one of `USER_TASKS`; `validation_file` optional, same format) joined to their
+    images' region features.
 
     Args:
-        train_file: the training examples (`.jsonl` / `.json` lines or `.csv`).
-        task: one of `USER_TASKS`.
-        validation_file: the evaluation examples, same format (optional).
-        region_options: how regions and features are made, as keyword arguments of `extract_region_features`
-            (default `DEFAULT_REGION_OPTIONS`: the whole image and a 4 x 4 grid, pooled by the pixel encoder); with
+        region_options: keyword arguments of `extract_region_features` (default `DEFAULT_REGION_OPTIONS`); with
             `regions` in the files, its encoder options only (the regions are exactly the files' boxes).
-        store_dir: where to write the store (default: a folder named by the images' content and the options under
-            `user_features_cache()`, reused when present).
+        store_dir: where to write the store (default: under `user_features_cache()`, named by the images' content and
+            the options, reused when present).
         iou_threshold: IoU at which a region counts as showing a phrase's gold box.
     """
     from ..region_extraction import extract_region_features

@@ -43,13 +43,9 @@ def span_token_mask(offsets: torch.Tensor, in_sentence: torch.Tensor, span) -> t
 @dataclass
 class RegionTextCollator:
     """Tokenises `text_columns` (one text, or a pair encoded `[CLS] a [SEP] b [SEP]`), adds the regions of each row's
-    image and the word-region alignment of its grounded phrases. Task collators add their labels in `task_tensors`.
-
-    With `return_probe_targets`, the batch also carries what the grounding probe needs (`PROBE_KEYS`): each phrase's
-    last sub-word, its regions' IoU with the gold boxes, and the detector confidence of each region.
-
-    Texts longer than `max_text_length` word pieces are truncated, never refused: a grounded phrase that loses a word
-    piece loses its alignment, and `truncation_stats` counts what was cut (see `hf_vlalign.data.collators`).
+    image and the word-region alignment of its grounded phrases; task collators add their labels in `task_tensors`.
+    With `return_probe_targets`, the batch also carries what the grounding probe needs (`PROBE_KEYS`). Texts longer
+    than `max_text_length` are truncated, never refused (`truncation_stats`).
     """
 
     # `phrase_labels` (each grounded phrase's target over regions) is returned by the phrase grounding collator only
