@@ -250,8 +250,6 @@ class SingleStreamPretrainingCollator(RegionTextCollator):
         return grouped
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
-        if not examples:
-            raise ValueError("`examples` must hold at least one example, got an empty batch.")
         if self.seed is None:
             return self._collate(examples)
         with torch.random.fork_rng(devices=[]):
