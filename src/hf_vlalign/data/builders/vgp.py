@@ -80,13 +80,9 @@ class PhraseOccurrence:
 
 @dataclass(slots=True)
 class PhraseMatch:
-    """Where a VGP row's two phrases are in its image's captions, or why they cannot be placed.
-
-    `first`/`second` are None exactly when `skip_reason` (a key of `SKIP_REASONS`) is set. `entities` compares the
-    phrases' Flickr30k entities with the row's label: "agree" (one entity for a paraphrase, two for a
-    non-paraphrase), "disagree", or "unknown" when both phrases are `notvisual` (entity "0", which names no one
-    entity).
-    """
+    """Where a VGP row's two phrases are in its image's captions, or why not (`skip_reason`, a key of `SKIP_REASONS`;
+    `first`/`second` are then None). `entities`: how the phrases' entities compare with the label (`ENTITY_CHECKS`;
+    "unknown" when both are `notvisual`)."""
 
     first: PhraseOccurrence | None = None
     second: PhraseOccurrence | None = None
