@@ -24,18 +24,8 @@ from ._common import (
 from .user_data import USER_TASKS, UserData, UserDataError, build_user_dataset, load_user_data
 from .vgp import ID_LABELS, VGPData, build_vgp_dataset, count_vgp_types, load_vgp_data
 
-BUILDERS = {
-    "flickr30k_entities": "flickr30k_entities",
-    "vgp": "vgp",
-    "gqa": "gqa",
-    "visual_genome": "visual_genome",
-    "vqa_v2": "vqa_v2",
-    "nlvr2": "nlvr2",
-    "refcoco+": "refcoco",
-    "coco_captions": "coco_captions",
-    "lxmert_pretraining": "lxmert_pretraining",
-    "synthetic_scenes": "synthetic_scenes",
-}
+# dataset name -> its builder module
+BUILDERS = {name: "refcoco" if name == "refcoco+" else name for name in VALIDATION_SPLITS}
 
 
 def build_dataset(
@@ -48,20 +38,16 @@ def build_dataset(
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
     **options,
 ) -> datasets.Dataset:
-    """Reads one split of a published dataset from its files as published (see README, "Datasets").
+    """Reads one split of a published dataset from its files as published (docs/datasets.md).
 
     Args:
         name: one of `BUILDERS`.
         data_dir: the folder holding the dataset's files (ignored by "synthetic_scenes", which generates them).
-        split: the split, in the dataset's own names ("train", "val", "testA", ...); "validation" is the dataset's
-            validation split (`VALIDATION_SPLITS`: "dev" for NLVR2, "val" for the others).
-        region_features: a `RegionFeatureStore` (or its directory): rows are then joined to their image's regions
-            and get `feature_row` and `<text>_phrase_regions` (`_common.attach_region_features`).
-        iou_threshold: passed to `attach_region_features`.
-        on_missing_image: one policy for every image a row needs, in the annotation files (passed to the builder)
-            and in `region_features` (passed to `attach_region_features`): "raise" (the default) stops at the first
-            row whose image is missing, naming it; "skip" drops such rows and reports their count in one warning,
-            "<source>: N of M <rows> skipped (on_missing_image='skip'): image not in <where>."
+        split: the split in the dataset's own names; "validation" is its validation split (`VALIDATION_SPLITS`).
+        region_features: a `RegionFeatureStore` (or its directory): rows then get `feature_row` and
+            `<text>_phrase_regions` (`attach_region_features`, with `iou_threshold`).
+        on_missing_image: for every image a row needs, in the annotation files and in `region_features`: "raise"
+            (the default) stops at the first such row, naming it; "skip" drops them with one warning.
         options: the builder's own options (see each `builders/<name>.py`).
     """
     if name not in BUILDERS:
@@ -69,7 +55,6 @@ def build_dataset(
     split = resolve_split(name, split)
     check_on_missing_image(on_missing_image)
     builder = importlib.import_module(f".{BUILDERS[name]}", __name__)
-    # NLVR2's files name no image that could be missing: its policy applies to the store join alone
     policy = {"on_missing_image": on_missing_image} if name != "nlvr2" else {}
     dataset = builder.build(data_dir, split, **policy, **options)
     if region_features is None:

@@ -1,25 +1,9 @@
 """What every dataset builder shares: the grounding columns, file checks, and the join to a `RegionFeatureStore`.
 
-A builder turns published annotation files into a `datasets.Dataset` of text-level rows. Every row has
-`image_id` (string, the id the annotation uses) and `image_size` ([height, width] pixels, or null when the
-annotation does not say). Grounded text carries, for each text column `<text>`:
-
-- `<text>_phrase_spans`: List([start, end)) character spans into the text, one per grounded phrase / pointer;
-- `<text>_phrase_boxes`: per phrase, its gold boxes, x1, y1, x2, y2 in the annotation's pixels (COCO / Visual
-  Genome / GQA `x, y, w, h` are converted on reading; nothing is normalised here).
-
-`attach_region_features` joins rows to a store: it adds `feature_row` (the image's row in the store) and, for each
-`<text>_phrase_boxes`, `<text>_phrase_regions`: per phrase, a distribution over the image's detected regions built
-by IoU (`alignment.boxes.alignment_target`: uniform over regions with IoU >= threshold, else the best one).
-Collators turn these into the token-level `word_region_alignment`.
-
-Missing images, one policy everywhere. A row needs its image twice: in the annotation files that describe it (Flickr30k
-Entities `Sentences/` + `Annotations/`, GQA scene graphs, Visual Genome `image_data.json`, COCO `instances.json` of
-RefCOCO+) and, with `region_features=`, in the region-feature store. Every builder's `build`, `attach_region_features`,
-`build_dataset` and `load_vgp_data` take `on_missing_image`: "raise" (the default) stops at the first such row with a
-ValueError naming it and where its image was looked for; "skip" drops those rows and says so in one warning with the
-same wording everywhere (`report_missing_images`): "<source>: N of M <rows> skipped (on_missing_image='skip'): image
-not in <where>."
+Grounded text column `<text>` carries `<text>_phrase_spans` (character spans) and `<text>_phrase_boxes` (gold boxes
+per phrase, x1, y1, x2, y2 in the annotation's pixels); `attach_region_features` adds `feature_row` and
+`<text>_phrase_regions` (see docs/datasets.md). Missing images follow one policy everywhere, `on_missing_image`:
+"raise" names the first such row, "skip" drops them with one warning (`report_missing_images`).
 """
 
 from __future__ import annotations
@@ -44,8 +28,7 @@ REGION_TARGETS = datasets.List(datasets.List(datasets.Value("float32")))
 MISSING_IMAGE_CHOICES = ("raise", "skip")
 ROWS_PER_ARROW_BATCH = 10_000  # rows held as Python dicts at once by `dataset_from_rows`
 DEFAULT_ON_MISSING_IMAGE = "raise"
-# each dataset's validation split in its own names; `build_dataset(name, ..., split="validation")` reads it (the split
-# name of `datasets` and of the Hub's datasets)
+# each dataset's validation split in its own names (`split="validation"`, the name `datasets` and the Hub use)
 VALIDATION_SPLITS = {
     "flickr30k_entities": "val",
     "vgp": "val",
@@ -78,9 +61,8 @@ def grounding_features(*text_columns: str) -> dict[str, datasets.List]:
 def dataset_from_rows(
     rows: Iterable[dict], features: datasets.Features, batch_size: int = ROWS_PER_ARROW_BATCH
 ) -> datasets.Dataset:
-    """`datasets.Dataset.from_list` of `rows`, converted to Arrow `batch_size` rows at a time: only one batch of rows is
-    alive as Python dicts (several times the size of their Arrow columns), so a builder's memory follows its data set's
-    Arrow size whatever the number of rows."""
+    """`datasets.Dataset.from_list` of `rows`, `batch_size` rows at a time: only one batch is alive as Python dicts,
+    so memory follows the Arrow size whatever the number of rows."""
     parts, batch = [], []
     for row in rows:
         batch.append(row)
@@ -92,6 +74,12 @@ def dataset_from_rows(
     if not parts:
         return datasets.Dataset.from_dict({name: [] for name in features}, features=features)
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+
+
+def resolve_path(data_dir: Path | None, path: str | Path) -> Path:
+    """`path`, read from `data_dir` when it is relative."""
+    path = Path(path)
+    return data_dir / path if data_dir is not None and not path.is_absolute() else path
 
 
 def xywh_to_xyxy(box: Sequence[float]) -> list[float]:
@@ -108,14 +96,19 @@ def require_file(path: str | Path, argument: str, what: str) -> Path:
     return path
 
 
-def read_json(path: str | Path, argument: str, what: str) -> object:
-    """The JSON value of `path`; a ValueError naming `argument`, the file and the line for a file that is missing, not
-    UTF-8, not JSON, nested too deeply or holding a too long integer."""
+def read_json(path: str | Path, argument: str, what: str, kind: type[dict] | type[list] | None = None) -> object:
+    """The JSON value of `path` (a JSON object or list when `kind` is dict or list); a ValueError naming `argument`,
+    the file and the line for a file that is missing, not UTF-8, not JSON, nested too deeply or holding a too long
+    integer, or whose value is not of `kind`."""
     path = require_file(path, argument, what)
     try:
-        return read_json_file(path)
+        content = read_json_file(path)
     except FileFormatError as error:
         raise FileFormatError(f"`{argument}` {error} Expected {what}.") from None
+    if kind is not None and not isinstance(content, kind):
+        json_kind = "object" if kind is dict else "list"
+        raise ValueError(f"`{argument}` {path}: expected a JSON {json_kind} ({what}), got {type(content).__name__}.")
+    return content
 
 
 def check_keys(record: dict, types: dict[str, type], where: str) -> None:
@@ -130,13 +123,7 @@ def check_keys(record: dict, types: dict[str, type], where: str) -> None:
 
 class UniqueIds:
     """Where each id of a file was first read; `add` refuses an id read twice, naming the file, the id and both places
-    (every builder refuses repeated ids the same way: which copy to use is ambiguous, and a repeat is counted twice).
-
-    >>> ids = UniqueIds("`questions_file` questions.json", "question id")
-    >>> ids.add(7, "question 0"); ids.add(7, "question 3")
-    Traceback (most recent call last):
-    ValueError: `questions_file` questions.json: question id 7 appears twice, at question 0 and at question 3; ...
-    """
+    (which copy to use would be ambiguous, and a repeat would count twice)."""
 
     def __init__(self, source: str, what: str) -> None:
         self.source, self.what, self.first = source, what, {}
@@ -177,8 +164,7 @@ def check_on_missing_image(on_missing_image: str) -> None:
 def missing_image_error(
     source: str, item: str, image_id: object, where: str, unit: str = "rows", tried: Sequence[str] | None = None
 ) -> ValueError:
-    """The error `on_missing_image="raise"` raises: names the dataset, the row, its image (and the ids `tried` for it)
-    and where it was looked for."""
+    """The error of `on_missing_image="raise"`: the dataset, the row, its image (and the ids `tried`) and where."""
     image = f"image {image_id!r}" + (f" (tried {list(tried)})" if tried is not None else "")
     return ValueError(
         f"{source}: {item}: {image} is not in {where}; pass on_missing_image='skip' to drop such {unit} "
@@ -208,17 +194,14 @@ def attach_region_features(
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
     source: str = "attach_region_features",
 ) -> datasets.Dataset:
-    """Joins every row to its image's regions in `store` (see the module docstring for the added columns).
+    """Joins every row to its image's regions in `store`: adds `feature_row` and `<text>_phrase_regions`.
 
     Args:
-        store_image_ids: candidate store ids of a row, tried in order (default: the row's `image_id`); builders whose
-            annotation ids differ from the feature files' ids (VQA's integer COCO ids) pass their own.
-        id_columns: the columns `store_image_ids` reads.
+        store_image_ids: candidate store ids of a row, tried in order (default: the row's `image_id`), read from
+            `id_columns`; builders whose ids differ from the feature files' (VQA's integer COCO ids) pass their own.
         iou_threshold: IoU at which a detected region counts as showing a phrase's gold box.
-        on_missing_image: "raise" stops at the first row whose image is not in the store; "skip" drops those rows
-            and warns with their count (`report_missing_images`). Either way the count is kept in
-            `dataset.info.description`.
-        source: the dataset named in the error and the warning (`build_dataset` passes "<name> <split>").
+        on_missing_image: "raise" or "skip" (`report_missing_images`); the count is kept in `dataset.info.description`.
+        source: the dataset named in the error and the warning.
     """
     if not isinstance(store, RegionFeatureStore):
         raise ValueError(f"`store` must be a RegionFeatureStore (RegionFeatureStore.load(dir)), got {type(store).__name__}.")

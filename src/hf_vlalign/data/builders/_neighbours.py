@@ -1,16 +1,9 @@
 """Exact nearest neighbours of TF-IDF documents by cosine, in blocks: the hard negatives of the VGP builder.
 
-`tfidf_rows` turns documents into L2-normalised TF-IDF rows kept sparse (CSR arrays); `nearest_neighbours` compares
-each block of `block_size` query rows with every row and keeps the top k of each, so memory is O(block_size x N) and
-never O(N^2) (the N x N similarity of 30,000 images would take 7 GB in float64).
-
-The order is the one of a dense `argsort(-similarity, kind="stable")` with the diagonal at -inf: higher cosine first,
-ties broken by the lower row index. Cosines are compared rounded to `DECIMALS` places, so that values equal in exact
-arithmetic are ties whatever order the sums ran in (BLAS blocking, the dense / sparse split below).
-
-Each block's cosines are the sum of two products, both exact: the words in more than `DENSE_WORD_FRACTION` of the
-documents ("a", "in", "man", ...) form a small dense matrix multiplied through BLAS, the other words an inverted index
-whose postings are short. Time is O(N^2) multiply-adds over the frequent words plus the pairs sharing a rare word.
+Memory is O(block_size x N), never O(N^2) (the N x N similarity of 30,000 images would take 7 GB). The order is a
+dense `argsort(-similarity, kind="stable")`'s with the diagonal at -inf; cosines are compared rounded to `DECIMALS`
+places so that values equal in exact arithmetic tie whatever order the sums ran in. Frequent words
+(`DENSE_WORD_FRACTION`) go through a small dense BLAS product, the others through an inverted index.
 """
 
 from __future__ import annotations

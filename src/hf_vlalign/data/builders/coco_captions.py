@@ -1,17 +1,8 @@
 """COCO captions in the Karpathy split (Karpathy & Fei-Fei, 2015): one row per caption, or per image for evaluation.
 
-File: `dataset_coco.json` from Karpathy's `caption_datasets.zip` (https://cs.stanford.edu/people/karpathy/deepimagesent/;
-also in many captioning repositories). `data_dir` is the folder holding it (or the file itself). Layout:
-{"dataset": "coco", "images": [{"filepath": "val2014", "filename": "COCO_val2014_000000391895.jpg", "imgid": 0,
-"cocoid": 391895, "split": "train" | "val" | "test" | "restval", "sentids": [...], "sentences": [{"raw": "...",
-"tokens": [...], "imgid": 0, "sentid": 770337}]}]}. The split has 5,000 val and 5,000 test images (carved out of COCO
-val2014), 82,783 train images (COCO train2014) and 30,504 "restval" images (the rest of val2014).
-
-Splits: "train", "val", "test", "restval". With `restval_in_train=True` (the default, the usual practice since
-Karpathy's NeuralTalk2 and in the bottom-up-attention / Oscar / VinVL captioning recipes) "train" is train + restval
-(113,287 images); with False it is the 82,783 train images alone. "restval" alone is always available.
-
-Columns (one row per caption; `per_image=True` gives one row per image with the lists of its captions):
+File: Karpathy's `dataset_coco.json` (`data_dir` is its folder or the file). Splits: "train", "val", "test",
+"restval"; with `restval_in_train=True` (the default, as NeuralTalk2 / bottom-up-attention / Oscar) "train" is train +
+restval (113,287 images).
 
 | column | type | meaning |
 |---|---|---|
@@ -90,10 +81,8 @@ def build(
         split: "train", "val", "test" or "restval".
         per_image: one row per image with all its captions (for evaluation) instead of one row per caption.
         restval_in_train: whether "train" also holds the "restval" images (the usual practice).
-        image_id_template: only used by `store_image_ids` (accepted here because `build_dataset` passes every option
-            to both).
-        on_missing_image: applied by `build_dataset(..., region_features=store)` to the images missing from the store:
-            `dataset_coco.json` describes every image it names, so no annotation file can lack one.
+        image_id_template: read by `store_image_ids` (`build_dataset` passes both the same options).
+        on_missing_image: applies to the region-feature store alone (`dataset_coco.json` describes every image).
     """
     check_split(split, SPLITS, "COCO Karpathy captions")
     for name, value in (("per_image", per_image), ("restval_in_train", restval_in_train)):
@@ -179,9 +168,8 @@ def _image_rows(image: dict, where: str, per_image: bool) -> list[dict]:
 
 
 def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable[[dict], list[str]], tuple[str, ...]]:
-    """Candidate region-feature-store ids of a row: "<cocoid>" then "COCO_<coco_split>_<cocoid:012d>"; with
-    `image_id_template` (a `str.format` template of the int `image_id` and the str `coco_split`, e.g.
-    "{coco_split}/COCO_{coco_split}_{image_id:012d}"), only the id it formats."""
+    """Candidate store ids of a row: "<cocoid>" then "COCO_<coco_split>_<cocoid:012d>", or only the id
+    `image_id_template` (a `str.format` template of the int `image_id` and the str `coco_split`) formats."""
     check_image_id_template(image_id_template, COCO_FILE_ID, image_id=1, coco_split="train2014")
     template = image_id_template
 

@@ -1,11 +1,7 @@
 """Flickr30k Entities (Plummer et al., 2015): one row per caption, every marked-up phrase with its entity's boxes.
 
-Files: https://github.com/BryanPlummer/flickr30k_entities. `data_dir` is the folder holding the official split lists
-`train.txt`, `val.txt`, `test.txt` (one image id per line) and the unzipped `annotations.zip`: `Sentences/<id>.txt`
-(five captions with `[/EN#<id>/<type> words]` markup) and `Annotations/<id>.xml` (image size, boxes per entity).
-Parsing is `data.formats.flickr30k_entities`; this module only lays the result out as rows.
-
-Columns (one row per caption):
+`data_dir` holds the split lists `train.txt`, `val.txt`, `test.txt`, `Sentences/` and `Annotations/` (parsed by
+`data.formats.flickr30k_entities`).
 
 | column | type | meaning |
 |---|---|---|
@@ -20,15 +16,7 @@ Columns (one row per caption):
 | `phrase_types` | [[string]] | entity types, e.g. ["people"], ["clothing", "bodyparts"] |
 | `phrase_nobndbox`, `phrase_scene` | [bool] | the XML `<nobndbox>` / `<scene>` flags of each phrase's entity |
 
-Boxes are the XML's pixel coordinates *as published*, which are 1-based (the official `flickr30k_entities_utils.py`
-subtracts 1; we do not, since boxes on disk keep their file's convention and `alignment/boxes.py` normalises them).
-An entity may have several boxes (all are kept); phrases of the same entity share them.
-
-Images listed in the split file but lacking `Sentences/` or `Annotations/` files follow `on_missing_image` (the one
-policy of every builder, `_common`): "raise" (the default: the published `annotations.zip` has both files for every
-listed image, so a missing one means an incomplete copy) or "skip" (dropped, counted and reported in a warning).
-Option `max_images` keeps the first N images (in split-file order) that have both files; with "raise", the first N
-listed images must have them.
+Boxes are the XML's 1-based pixels as published (`alignment/boxes.py` normalises them).
 """
 
 from __future__ import annotations
@@ -84,8 +72,7 @@ def build(
         data_dir: the folder with `<split>.txt`, `Sentences/` and `Annotations/`.
         split: "train", "val" or "test" (the official lists).
         max_images: keep only the first `max_images` images of the split that have both annotation files.
-        on_missing_image: "raise" stops at the first listed image without its `Sentences/` or `Annotations/` file;
-            "skip" leaves such images out and reports their count in a warning.
+        on_missing_image: for the listed images without their `Sentences/` or `Annotations/` file.
     """
     check_split(split, SPLITS, "Flickr30k Entities")
     if max_images is not None and (not isinstance(max_images, int) or isinstance(max_images, bool) or max_images < 1):

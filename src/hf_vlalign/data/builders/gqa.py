@@ -1,38 +1,12 @@
 """GQA (Hudson & Manning 2019): question files as published -> one row per question, with its object pointers.
 
-Files (https://cs.stanford.edu/people/dorarad/gqa/download.html), in `data_dir`:
+Files in `data_dir`: `{split}_balanced_questions.json` or `{split}_all_questions(.json|/ shards)`, optional
+`scene_graphs=` (`{split}_sceneGraphs.json`: pointer boxes, image size, objects) and `answer_vocab=` (ans2label; adds
+`label`, -1 outside the vocabulary). Columns: see docs/datasets.md and `gqa_features`.
 
-- questions: `{split}_balanced_questions.json` (`subset="balanced"`), `{split}_all_questions.json` or a folder
-  `{split}_all_questions/` of shards (`subset="all"`; every `*questions*.json` in it, in natural order). Each is a dict
-  question id -> {imageId, question, answer, fullAnswer, annotations: {question, answer, fullAnswer}, types, ...};
-  `questions_file=` (a file or a folder of shards) replaces the official name.
-- scene graphs (optional, train / val only): `scene_graphs=` the path of `{split}_sceneGraphs.json`, a dict image id
-  -> {width, height, objects: {object id: {name, x, y, w, h, attributes: [...], relations: [...]}}}.
-- answer vocabulary (optional): `answer_vocab=` an ans2label JSON (LXMERT's `data/gqa/trainval_ans2label.json`, 1,842
-  answers) or a dict. Relative paths are read from `data_dir`.
-
-Splits: "train", "val", "testdev", "test", "challenge", "submission" (test, challenge and submission questions come
-without answers).
-
-Columns: `question_id`, `image_id` (strings, as in the file), `image_size` ([height, width] from the scene graph, else
-null), `question`, `answer`, `full_answer` (null where unpublished), `label` (only with `answer_vocab`: the id of the
-answer as published, not VQA-normalised, as LXMERT's GQA vocabulary keeps "t-shirt"; -1 when the answer is not in the
-vocabulary, counted and reported in a warning), and for each text column `<text>` in (question, answer, full_answer):
-`<text>_phrase_spans` (character spans of the pointers), `<text>_pointer_object_ids` (per pointer, its scene-graph
-object id) and `<text>_phrase_boxes` (per pointer, the object's box x1, y1, x2, y2 in pixels; empty without scene
-graphs). With scene graphs the image's objects are columns too: `object_ids`, `object_names`, `object_attributes`,
-`object_boxes` (x1, y1, x2, y2 pixels); empty without.
-
-Pointers. `annotations[<text>]` maps a token position of the text to an object id. Positions index the text's
-whitespace-separated tokens, punctuation attached ("i" is token i, "i:j" tokens i..j-1, a Python slice). We checked
-this on real records: in AllenNLP's GQA fixture (question 20240871) "Does the table below the water look wooden and
-round?" points "2" -> 11 and "5" -> 4, whose program selects "water (4)" and relates "table (11)"; its full answer
-"Yes, the table is wooden and round." points "2" -> 11, so "Yes," is one token (a tokenizer that splits the comma
-would put "the" at 2). A published record quoted in the code index (question 08801129, image 2387872) has "Is the
-brown animal on the left of the picture?" point "2:4" -> the animal (510757), i.e. "brown animal": the end is
-exclusive. A pointer's character span covers its tokens with the punctuation at their edges trimmed ("chalkboard."
--> "chalkboard"). A pointer to an object that the scene graph does not list is an error naming the question and the
-object.
+Pointers: `annotations[<text>]` maps whitespace-token positions ("i", or "i:j" an exclusive slice, punctuation attached
+to its token) to object ids, as checked on published records (question 20240871: "Yes," is one token; question
+08801129: "2:4" is "brown animal"). A pointer's character span trims the punctuation at its edges.
 """
 
 from __future__ import annotations
@@ -54,6 +28,7 @@ from ._common import (
     missing_image_error,
     read_json,
     report_missing_images,
+    resolve_path,
     xywh_to_xyxy,
 )
 from .vqa_v2 import read_answer_vocab
@@ -95,11 +70,6 @@ def gqa_features(with_label: bool) -> datasets.Features:
     return datasets.Features(features)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Pointers: token positions -> character spans
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def parse_pointer_key(key: str, num_tokens: int, where: str) -> tuple[int, int]:
     """A GQA annotation key ("i" or "i:j") -> the token slice [i, j); a ValueError naming `where` when invalid."""
     match = _POINTER_KEY.fullmatch(str(key).strip())
@@ -136,11 +106,6 @@ def text_pointers(
     return [(pointer_char_span(text, tokens, start, end), object_id) for (start, end), object_id in slices]
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Reading the files
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _natural_key(path: Path) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
 
@@ -148,8 +113,7 @@ def _natural_key(path: Path) -> list:
 def question_files(data_dir: Path | None, split: str, subset: str, questions_file: str | Path | None) -> list[Path]:
     """The question file(s) of `split`: `questions_file` (a file or a folder of shards) or the official names."""
     if questions_file is not None:
-        path = Path(questions_file)
-        candidates = [data_dir / path if data_dir is not None and not path.is_absolute() else path]
+        candidates = [resolve_path(data_dir, questions_file)]
     elif data_dir is None:
         raise ValueError("`data_dir` is None: pass `questions_file` (a GQA questions JSON file or folder of shards).")
     else:
@@ -171,11 +135,7 @@ def read_questions(paths: list[Path]) -> dict[str, dict]:
     questions: dict[str, dict] = {}
     shards = UniqueIds("`questions_file`", "question id")
     for path in paths:
-        content = read_json(path, "questions_file", "a GQA questions JSON file (question id -> record)")
-        if not isinstance(content, dict):
-            raise ValueError(
-                f"`questions_file` {path}: expected a JSON object question id -> record, got {type(content).__name__}."
-            )
+        content = read_json(path, "questions_file", "a GQA questions JSON file, question id -> record", dict)
         for question_id, record in content.items():
             shards.add(question_id, str(path))
             missing = [key for key in ("imageId", "question") if not isinstance(record, dict) or key not in record]
@@ -189,11 +149,7 @@ def read_questions(paths: list[Path]) -> dict[str, dict]:
 
 def read_scene_graphs(path: Path) -> dict[str, dict]:
     """image id -> scene graph, each checked for width, height and objects with x, y, w, h."""
-    graphs = read_json(path, "scene_graphs", "a GQA scene graphs JSON file (image id -> {width, height, objects})")
-    if not isinstance(graphs, dict):
-        raise ValueError(
-            f"`scene_graphs` {path}: expected a JSON object image id -> scene graph, got {type(graphs).__name__}."
-        )
+    graphs = read_json(path, "scene_graphs", "a GQA scene graphs JSON file, image id -> {width, height, objects}", dict)
     for image_id, graph in graphs.items():
         if not isinstance(graph, dict) or not {"width", "height", "objects"} <= graph.keys():
             raise ValueError(f"`scene_graphs` {path}: image {image_id!r} lacks width, height or objects.")
@@ -212,11 +168,6 @@ def read_scene_graphs(path: Path) -> dict[str, dict]:
     return graphs
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Builder
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def build(
     data_dir: str | Path | None,
     split: str,
@@ -232,11 +183,9 @@ def build(
     Args:
         subset: "balanced" or "all" (which official question file to read; ignored with `questions_file`).
         questions_file: a questions JSON file or a folder of shards replacing the official name.
-        scene_graphs: `{split}_sceneGraphs.json`: gives the pointers their boxes and the rows their image size and
-            objects.
+        scene_graphs: `{split}_sceneGraphs.json`: the pointers' boxes, the rows' image size and objects.
         answer_vocab: ans2label JSON path or dict; adds the `label` column.
-        on_missing_image: with `scene_graphs`, a question whose image the scene graphs do not list raises ("raise",
-            the default) or is left out and counted in a warning ("skip").
+        on_missing_image: for the questions whose image `scene_graphs` does not list.
     """
     check_split(split, SPLITS, "GQA")
     if subset not in SUBSETS:
@@ -245,13 +194,13 @@ def build(
     questions = read_questions(question_files(data_dir, split, subset, questions_file))
     graphs = None
     if scene_graphs is not None:
-        graphs_path = _resolve(data_dir, scene_graphs)
+        graphs_path = resolve_path(data_dir, scene_graphs)
         graphs = read_scene_graphs(graphs_path)
         questions = _questions_with_graphs(questions, graphs, graphs_path, split, on_missing_image)
     vocab = None
     if answer_vocab is not None:
         vocab = read_answer_vocab(
-            answer_vocab if isinstance(answer_vocab, Mapping) else _resolve(data_dir, answer_vocab)
+            answer_vocab if isinstance(answer_vocab, Mapping) else resolve_path(data_dir, answer_vocab)
         )
     rows = [_row(question_id, record, graphs, vocab) for question_id, record in questions.items()]
     if vocab is not None:
@@ -274,11 +223,6 @@ def _questions_with_graphs(
     if not kept:
         raise ValueError(f"`scene_graphs` {path}: none of the {len(questions)} questions of {split!r} has its image.")
     return kept
-
-
-def _resolve(data_dir: Path | None, path: str | Path) -> Path:
-    path = Path(path)
-    return data_dir / path if data_dir is not None and not path.is_absolute() else path
 
 
 def _report_labels(rows: list[dict], split: str, vocab_size: int) -> None:

@@ -1,48 +1,14 @@
 """LXMERT's pre-training data (Tan & Bansal 2019), as its pre-training reads it: one row per sentence of each image.
 
-Files (https://github.com/airsplay/lxmert, "Pre-training"), in `data_dir`: `mscoco_train.json`,
-`mscoco_nominival.json`, `mscoco_minival.json` and `vgnococo.json` (Visual Genome images outside COCO). Each is a
-JSON list of one record per image:
+Files in `data_dir`: `mscoco_train.json`, `mscoco_nominival.json`, `mscoco_minival.json`, `vgnococo.json`, each a list
+of {"img_id", "sentf": {source: [sentence]}, "labelf": {source: [{answer: score}]}}. A split is one file or several
+joined by commas (LXMERT's `--train`); "val" is `mscoco_minival`. Answers go through LXMERT's
+`AnswerTable.convert_ans`; with `answer_vocab` (an ans2label JSON or LXMERT's `all_ans.json`) answers outside it are
+dropped, and `answer` / `label` are the highest-scored one (-1 for captions and unanswered questions).
 
-    {"img_id": "COCO_train2014_000000318556",            # the image's id in the feature TSVs (*_obj36.tsv)
-     "sentf": {"mscoco": [caption, ...], "vg": [region description, ...], "vqa": [question, ...]},
-     "labelf": {"vqa": [{"answer": score, ...}, ...]}}    # one answer dict per question of a QA source
-
-`sentf` maps a text source to its sentences: captions ("mscoco": COCO captions, "vg": Visual Genome region
-descriptions) and questions ("vqa", "gqa", "visual7w": Visual Genome QA); `labelf` gives each question source's
-answers, one `{answer: score}` dict per sentence of that source. Records are checked as read; a malformed one raises a
-ValueError naming the file, the record and what is wrong.
-
-Splits: one file name, or several joined by commas as LXMERT's `--train mscoco_train,mscoco_nominival,vgnococo`
-(its `--valid` is `mscoco_minival`, the "val" / "validation" split here).
-
-Rows (as `LXMERTTorchDataset` flattens the records): `sentence_id` (LXMERT's uid `"{img_id}_{source}_{index:03d}"`),
-`image_id` (the record's `img_id`, the feature store's id), `image_size` (null: the feature store has it), `source`,
-`sentence`, `answer`, `label`, `answer_ids` and `answer_scores`. Answers go through LXMERT's
-`AnswerTable.convert_ans` (lower case, trailing period and leading article removed, number words to digits, "grey" ->
-"gray"), and, with `answer_vocab`, answers outside the vocabulary are dropped as LXMERT drops answers outside its
-table. `answer_vocab` is an ans2label JSON (e.g. LXMERT's VQA `data/vqa/trainval_ans2label.json`) or LXMERT's joint
-answer table `data/lxmert/all_ans.json` (a list of {"ans", "dsets"}: an answer's id is its position, as in
-`AnswerTable`; `read_answer_table`). `answer_ids` / `answer_scores` are the answers left
-and their scores (what `TwoStreamPretrainingCollator(sample_answers=True)` draws one answer from at each collation, in
-proportion to the scores, as LXMERT's pre-training does); `answer` / `label` are the highest-scored one (ties: the
-first in the file) and its id (what evaluation compares with), -1 for captions and for questions with no answer left
-(counted in a warning).
-
-Word -> object pointers (Kervadec et al. 2020, "Weak supervision helps emergence of word-object alignment", sec. 5:
-the alignment targets come from the datasets' own grounding), in `sentence_phrase_spans` / `sentence_phrase_boxes`
-(x1, y1, x2, y2 in the image's pixels), where the annotations give them:
-
-- "vg" sentences, with `visual_genome_dir` (`region_descriptions.json` and `image_data.json`): a sentence that is one
-  of its image's region descriptions (compared after `visual_genome.clean_description` and lower-casing) points as a
-  whole to that region's box. COCO images are found in Visual Genome through image_data.json's `coco_id`
-  (`COCO_<split>2014_<coco id>`); Visual Genome images are their numeric id.
-- "gqa" questions, with `gqa_questions` (a GQA questions file or folder of shards) and `gqa_scene_graphs`: a question
-  found in those files (same image, same text) gets its `annotations["question"]` pointers (`gqa.text_pointers`), each
-  pointing to its scene-graph object's box.
-
-Every other sentence has no pointer and contributes no alignment loss; the builder logs how many rows of each source
-have pointers.
+Word -> object pointers (Kervadec et al. 2020, sec. 5) where the annotations give them: "vg" sentences that are one of
+their image's region descriptions (`visual_genome_dir`), "gqa" questions found in GQA's files (`gqa_questions` +
+`gqa_scene_graphs`). Other sentences have no pointer.
 """
 
 from __future__ import annotations
@@ -131,11 +97,6 @@ def convert_answer(answer: str) -> str:
     return ANSWER_CONVERSIONS.get(answer, answer)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Reading and checking the files
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def split_files(split: str) -> list[str]:
     """The file names of `split`: one of `FILES`, several joined by commas, or "val" (`VALIDATION_FILE`)."""
     if not isinstance(split, str) or not split.strip():
@@ -188,19 +149,12 @@ def read_records(data_dir: Path, names: list[str]) -> list[tuple[str, dict]]:
     records, image_ids = [], UniqueIds("`data_dir`", "img_id")
     for name in names:
         path = data_dir / f"{name}.json"
-        content = read_json(path, "data_dir", f"LXMERT's pre-training file {name}.json (a list of image records)")
-        if not isinstance(content, list):
-            raise ValueError(f"`data_dir` {path}: expected a JSON list of image records, got {type(content).__name__}.")
+        content = read_json(path, "data_dir", f"LXMERT's pre-training file {name}.json of image records", list)
         for index, record in enumerate(content):
             check_record(record, f"`data_dir` {path}, record #{index}")
             image_ids.add(record["img_id"], f"{path}, record #{index}")
             records.append((name, record))
     return records
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Pointers
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _sentence_key(text: str) -> str:
@@ -211,10 +165,8 @@ def region_description_boxes(visual_genome_dir: str | Path) -> tuple[dict[tuple[
     """((VG image id, cleaned lower-cased description) -> the region's x1, y1, x2, y2 box (the first region with that
     description), COCO id -> VG image id) from Visual Genome's `region_descriptions.json` and `image_data.json`."""
     folder = Path(visual_genome_dir)
-    entries = read_json(folder / "region_descriptions.json", "visual_genome_dir", "Visual Genome region_descriptions.json")
-    images = read_json(folder / "image_data.json", "visual_genome_dir", "Visual Genome image_data.json")
-    if not isinstance(entries, list) or not isinstance(images, list):
-        raise ValueError(f"`visual_genome_dir` {folder}: region_descriptions.json and image_data.json must be JSON lists.")
+    entries = read_json(folder / "region_descriptions.json", "visual_genome_dir", "Visual Genome region_descriptions.json", list)
+    images = read_json(folder / "image_data.json", "visual_genome_dir", "Visual Genome image_data.json", list)
     boxes = {}
     for entry in entries:
         image_id = entry.get("id", entry.get("image_id")) if isinstance(entry, dict) else None
@@ -268,11 +220,6 @@ def gqa_question_pointers(
     return pointers
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Builder
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def build(
     data_dir: str | Path,
     split: str,
@@ -294,8 +241,7 @@ def build(
         gqa_questions, gqa_scene_graphs: GQA question files (each a file or a folder of shards) and scene graphs, one
             path or several (e.g. train and val): the "gqa" questions' pointers (both or neither).
         sources: the text sources kept (default: all of `SOURCES` found); LXMERT's `--qaSets` restricts the QA ones.
-        on_missing_image: the one policy of every builder; the records name their images themselves,
-            so only the region-feature store can lack one (`build_dataset` passes the policy to the store join).
+        on_missing_image: applies to the region-feature store alone (the records name their images themselves).
     """
     if data_dir is None:
         raise ValueError("`data_dir` must be the folder holding LXMERT's pre-training json files (data/lxmert), got None.")

@@ -1,16 +1,7 @@
 """NLVR2 (Suhr, Zhou et al., 2019): is a sentence true of a pair of photographs? One row per (sentence, image pair).
 
-Files: https://github.com/lil-lab/nlvr, folder `nlvr2/data`. `data_dir` is that folder: `train.json`, `dev.json`,
-`test1.json` (and `test2.json`, released later), each JSON lines, one example per line with `identifier`
-("dev-850-0-0" = split-set_id-pair_id-sentence_id), `sentence`, `label` ("True" / "False"), `left_url`, `right_url`,
-`synset`, `query`, `writer`, `validation`, ... The balanced and unbalanced subsets of dev and test1 (option `subset`,
-same line layout) each have a folder of their own, as published:
-
-    nlvr2/data/{train,dev,test1,test2}.json
-    nlvr2/data/balanced/balanced_{dev,test1}.json
-    nlvr2/data/unbalanced/unbalanced_{dev,test1}.json
-
-Columns:
+`data_dir` is `nlvr2/data` (JSON lines `{train,dev,test1,test2}.json`; `subset=` reads
+`balanced/balanced_{dev,test1}.json` or `unbalanced/unbalanced_{dev,test1}.json`).
 
 | column | type | meaning |
 |---|---|---|
@@ -22,25 +13,19 @@ Columns:
 | `image_size` | null | NLVR2 does not publish image sizes |
 | `synset`, `query`, `left_url`, `right_url` | string | as published |
 
-Image ids follow the naming the NLVR2 README fixes ("Given the identifier split-set_id-pair_id-sentence-id, the left
-and right images are named split-set_id-pair_id-img0.png and split-set_id-pair_id-img1.png"), which is also the
-`img_id` of LXMERT's NLVR2 feature files (`img0` / `img1` fields of its converted json).
-
-Region features: an example needs *both* images, so `build_dataset("nlvr2", ..., region_features=store)` (which joins on
-`image_id` only) is not enough; call `attach_pair_features(dataset, store)` to add `left_feature_row` and
-`right_feature_row`.
+Image ids follow the NLVR2 README's naming (also LXMERT's feature ids). An example needs both images:
+`attach_pair_features(dataset, store)` adds `left_feature_row` and `right_feature_row`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import datasets
 
 from ..feature_store import RegionFeatureStore
-from ..formats.text_files import FileFormatError, read_text
+from ..formats.text_files import FileFormatError, parse_json, read_text
 from ._common import (
     IMAGE_SIZE,
     UniqueIds,
@@ -89,8 +74,9 @@ def build(data_dir: str | Path, split: str, *, subset: str | None = None) -> dat
     for line_number, line in enumerate(read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
+        record = parse_json(line, path, record=f"line {line_number}")
         try:
-            rows.append(parse_example(line))
+            rows.append(parse_example(record))
         except ValueError as error:
             raise FileFormatError(f"{path}, line {line_number}: {error}") from None
         identifiers.add(rows[-1]["identifier"], f"line {line_number}")
@@ -124,16 +110,8 @@ def subset_file_name(subset: str, split: str) -> str:
     return f"{subset}/{subset}_{split}.json"
 
 
-def parse_example(line: str) -> dict:
-    """One JSON line of an NLVR2 file -> one row."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not valid JSON ({error}).") from None
-    except RecursionError:
-        raise ValueError("JSON nested too deeply to read.") from None
-    except ValueError as error:  # an integer of more than 4300 digits
-        raise ValueError(f"not readable as JSON ({error}).") from None
+def parse_example(record: object) -> dict:
+    """One parsed JSON line of an NLVR2 file -> one row."""
     if not isinstance(record, dict):
         raise ValueError(f"expected a JSON object, got {type(record).__name__}.")
     missing = [key for key in ("identifier", "sentence", "label") if key not in record]
@@ -159,10 +137,8 @@ def parse_example(line: str) -> dict:
 
 
 def pair_image_ids(identifier: str) -> tuple[str, str]:
-    """The (left, right) image ids of an example: its identifier without the sentence id, plus "-img0" / "-img1".
-
-    "dev-850-0-0" -> ("dev-850-0-img0", "dev-850-0-img1") (nlvr2/README.md of lil-lab/nlvr).
-    """
+    """The (left, right) image ids of an example (nlvr2/README.md of lil-lab/nlvr): "dev-850-0-0" ->
+    ("dev-850-0-img0", "dev-850-0-img1")."""
     parts = identifier.split("-") if isinstance(identifier, str) else []
     if len(parts) < 4 or not all(part.isdigit() for part in parts[-3:]):
         raise ValueError(f"`identifier` must look like 'split-set_id-pair_id-sentence_id', got {identifier!r}.")
@@ -173,14 +149,9 @@ def pair_image_ids(identifier: str) -> tuple[str, str]:
 def attach_pair_features(
     dataset: datasets.Dataset, store: RegionFeatureStore, on_missing_image: str = "raise"
 ) -> datasets.Dataset:
-    """Adds `left_feature_row` and `right_feature_row`: the store rows of an example's two images.
-
-    Args:
-        dataset: rows of `build` (columns `left_image_id`, `right_image_id`).
-        store: the region features of the NLVR2 images, keyed by "<split>-<set>-<pair>-img0/1".
-        on_missing_image: "raise" stops at the first example with an image missing from the store; "skip" drops
-            such examples and warns with their count. Either way the count is kept in `dataset.info.description`.
-    """
+    """Adds `left_feature_row` and `right_feature_row`, the store rows of an example's two images (`store` keyed by
+    "<split>-<set>-<pair>-img0/1"). `on_missing_image`: "raise" stops at the first example with an image missing from
+    the store, "skip" drops such examples with a warning; the count is kept in `dataset.info.description`."""
     if not isinstance(store, RegionFeatureStore):
         raise ValueError(f"`store` must be a RegionFeatureStore (RegionFeatureStore.load(dir)), got {type(store).__name__}.")
     check_on_missing_image(on_missing_image)

@@ -1,16 +1,8 @@
 """RefCOCO+ (Yu et al., 2016, UNC splits): referring expressions, each naming one COCO object. One row per expression.
 
-Files: https://github.com/lichengunc/refer (download link in its README: `refcoco+.zip`). `data_dir` is the unzipped
-`refcoco+` folder, as `refer.REFER(data_root, "refcoco+", "unc")` reads it:
-
-- `refs(unc).p`: a (Python 2) pickle of the list of refs, each {ref_id, ann_id, image_id, split (train / val / testA /
-  testB), category_id, file_name, sent_ids, sentences: [{sent_id, sent, raw, tokens}]}. It is read with
-  `formats.safe_pickle.load_restricted_pickle`, which admits only dicts, lists, ints and strings and never imports
-  anything; option `refs_file=` names another file of the same list, a `.p` / `.pkl` pickle or a `.json`.
-- `instances.json`: the COCO instances of the referred images, {"images": [{id, width, height, file_name}],
-  "annotations": [{id, image_id, bbox [x, y, w, h], category_id, ...}], "categories": [{id, name}]}.
-
-Columns (one row per sentence of a ref of the split):
+`data_dir` is the unzipped `refcoco+` folder of https://github.com/lichengunc/refer: `refs(unc).p` (read by
+`formats.safe_pickle.load_restricted_pickle`, which imports nothing; `refs_file=` names another `.p` / `.pkl` / `.json`
+of the same refs) and `instances.json` (COCO images, annotations, categories).
 
 | column | type | meaning |
 |---|---|---|
@@ -26,9 +18,8 @@ Columns (one row per sentence of a ref of the split):
 | `candidate_ann_ids`, `candidate_boxes` | [int64], [[x1, y1, x2, y2]] | every COCO object of the image, in file order |
 | `target_index` | int32 | the referred object's position among the candidates |
 
-The candidates are the ground-truth COCO objects of the image, among which MAttNet-style evaluation ("ground-truth
-boxes" setting) picks one; accuracy is `argmax == target_index`. RefCOCO+ images all come from COCO train2014, so
-`store_image_ids` tries "<id>" then "COCO_train2014_<id:012d>" (or `image_id_template`).
+Accuracy is `argmax == target_index` over the ground-truth candidates (MAttNet's setting). `store_image_ids` tries
+"<id>" then "COCO_train2014_<id:012d>" (or `image_id_template`).
 """
 
 from __future__ import annotations
@@ -96,12 +87,9 @@ def build(
     Args:
         data_dir: the `refcoco+` folder (with `refs(unc).p` and `instances.json`).
         split: "train", "val", "testA" or "testB".
-        refs_file: the refs list to read instead of `data_dir/refs(unc).p`: a pickle, or a `.json` of the same list;
-            a relative path is taken relative to `data_dir`.
-        image_id_template: only used by `store_image_ids` (accepted here because `build_dataset` passes every option
-            to both).
-        on_missing_image: a ref of the split whose image `instances.json` does not list raises ("raise", the default)
-            or is left out with its expressions and counted in a warning ("skip").
+        refs_file: a pickle or `.json` of the refs to read instead of `data_dir/refs(unc).p` (relative to `data_dir`).
+        image_id_template: read by `store_image_ids` (`build_dataset` passes both the same options).
+        on_missing_image: for the refs whose image `instances.json` does not list.
     """
     check_split(split, SPLITS, "RefCOCO+")
     if data_dir is None:
@@ -245,9 +233,8 @@ def _ref_rows(ref: dict, instances: _CocoInstances, where: str) -> list[dict]:
 
 
 def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable[[dict], list[str]], tuple[str, ...]]:
-    """Candidate region-feature-store ids of a row: "<id>" then "COCO_train2014_<id:012d>" (RefCOCO+ images are all
-    COCO train2014); with `image_id_template` (a `str.format` template of the int `image_id`, e.g.
-    "COCO_train2014_{image_id:012d}"), only the id it formats."""
+    """Candidate store ids of a row: "<id>" then "COCO_train2014_<id:012d>", or only the id `image_id_template` (a
+    `str.format` template of the int `image_id`) formats."""
     check_image_id_template(image_id_template, COCO_TRAIN2014_ID, image_id=1)
     if image_id_template is not None:
         return (lambda row: [image_id_template.format(image_id=int(row["image_id"]))]), ("image_id",)

@@ -1,25 +1,11 @@
 """The embedded default data: synthetic grounded scenes (`hf_vlalign.synthetic`), read through the real builders.
 
-`build_dataset("synthetic_scenes", data_dir, split, task=...)` generates the scenes once (cached in `data_dir`, or in
-`$HF_VLALIGN_CACHE` / `~/.cache/hf_vlalign` when `data_dir` is None) in the published Flickr30k Entities, VGP, GQA,
-NLVR2 and RefCOCO+ formats, then builds one split ("train" or "val") with the real builder of the task:
-
-| task | builder | rows |
-|---|---|---|
-| "vgp" (default) | `vgp` | visually grounded paraphrase pairs |
-| "captions" | `flickr30k_entities` | one per caption |
-| "questions" | `gqa` | one per question, with the split's scene graphs and the answer vocabulary (`label`, pointers) |
-| "nlvr2" | `nlvr2` | one per (sentence, image pair); split "val" reads NLVR2's `dev.json` ("dev" is accepted too) |
-| "refcoco" | `refcoco` | one per referring expression (RefCOCO+ split "train" / "val") |
-
-Region features: `synthetic_region_features(data_dir, config, task=...)`. For every task but "nlvr2" it is the store of
-the scenes' images, keyed by the rows' `image_id`. For "nlvr2" it is the store of the pair images, keyed by NLVR2's
-image ids ("train-3-1-img0", the rows' `left_image_id` / `right_image_id`), holding each image's regions again; with
-it, `build_dataset(..., task="nlvr2", region_features=store)` adds `left_feature_row` / `right_feature_row` (this module's
-`attach_pair_features`), e.g.
-
-    store = synthetic_region_features(task="nlvr2")
-    rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", region_features=store)
+`build_dataset("synthetic_scenes", data_dir, split, task=...)` generates the scenes once (cached in `data_dir`, or
+`$HF_VLALIGN_CACHE` / `~/.cache/hf_vlalign`) in the published formats and builds split "train" or "val" with the real
+builder of `task`: "vgp" (default), "captions" (flickr30k_entities), "questions" (gqa), "nlvr2" ("val" reads
+`dev.json`), "refcoco". `synthetic_region_features(data_dir, config, task=...)` is their store; for "nlvr2" it is
+keyed by NLVR2's pair image ids, which `build_dataset(..., task="nlvr2", region_features=store)` joins as
+`left_feature_row` / `right_feature_row`.
 """
 
 from __future__ import annotations
@@ -33,6 +19,7 @@ from ...synthetic.scenes import SyntheticSceneConfig, load_or_generate_synthetic
 from ...synthetic.tasks import NLVR2_SPLITS, REFCOCO_SPLITS
 from ..feature_store import RegionFeatureStore
 from . import nlvr2
+from .nlvr2 import attach_pair_features  # what `build_dataset(..., task="nlvr2", region_features=store)` joins with
 from ._common import DEFAULT_ON_MISSING_IMAGE
 from .vgp import _synthetic_store, build_vgp_dataset
 
@@ -91,14 +78,6 @@ def synthetic_region_features(
     if task == "nlvr2":
         return _synthetic_store(paths.nlvr2_features_tsv, paths.root / "nlvr2_region_features")
     return _synthetic_store(paths.features_tsv, paths.root / "region_features")
-
-
-def attach_pair_features(
-    dataset: datasets.Dataset, store: RegionFeatureStore, on_missing_image: str = "raise"
-) -> datasets.Dataset:
-    """`nlvr2.attach_pair_features`: what `build_dataset(..., task="nlvr2", region_features=store)` runs on the NLVR2 rows
-    (`build_dataset` joins the rows of the other tasks on `image_id`)."""
-    return nlvr2.attach_pair_features(dataset, store, on_missing_image=on_missing_image)
 
 
 def _check_task(task: str) -> None:

@@ -1,9 +1,8 @@
 """Your own images and texts: one documented file format per task (JSON lines or CSV) -> the rows every collator reads,
-joined to region features extracted from the images.
+joined to region features extracted from the images (format: docs/own_data.md).
 
-A file holds one example per line (`.jsonl` / `.json` lines) or per CSV row (`.csv`, a header naming the columns; a
-cell holding a list or an object is JSON text). Image paths are relative to the file's folder (or absolute); boxes
-are `[x1, y1, x2, y2]` in pixels of the image file. The columns of each task (`USER_TASKS`):
+One example per line (`.jsonl` / `.json`) or CSV row (a cell holding a list or object is JSON text). Image paths are
+relative to the file's folder; boxes are `[x1, y1, x2, y2]` pixels. The columns of each task (`USER_TASKS`):
 
 | task | columns (optional in brackets) |
 |---|---|
@@ -13,20 +12,8 @@ are `[x1, y1, x2, y2]` in pixels of the image file. The columns of each task (`U
 | `refcoco` | `image`, `expression`, `box`, [`regions`] |
 | `vgp` | `image`, `caption1`, `caption2`, `phrase1`, `phrase2`, `label` (c1 / c2 / both), [`type`], [`phrases1`], [`phrases2`], [`regions`] |
 
-- `phrases`: the grounded phrases of the text, a list of `{"text": "the red circle", "boxes": [[x1, y1, x2, y2], ...]}`
-  (`"start"`: the phrase's character offset, when the text holds it more than once; default: its first occurrence).
-  They give the word-region alignment that attention supervision trains and the grounding probe scores.
-- `regions`: the image's regions, a list of boxes; give them for every image of the file or for none: without them a
-  grid (or a detector) makes the regions (`region_options`, the options of `extract_region_features`).
-- `caption` rows serve phrase grounding, pre-training, captioning (several rows of one image are its references) and
-  the analyses (`hf-vlalign analyze / probe / explore --data_file`).
-- `vgp`: `label` says which caption describes the image (Samaran et al., eq. 1: `c1`, `c2` or `both`); `type` is the
-  pair's semantic type (`Alternation`, `Entailment1`, `Entailment2`, `Equivalence`, `Independence`), absent or null for
-  a pair that is not a paraphrase.
-
-`load_user_data` reads a training file and an optional validation file, extracts the region features of every image
-they name into one `RegionFeatureStore` (cached by content under `$HF_VLALIGN_CACHE/user_features`) and returns the
-rows joined to it.
+`phrases`: [{"text", "boxes", optional "start"}]; `regions`: the image's boxes, for every image or none (else a grid or
+detector makes them, `region_options`).
 """
 
 from __future__ import annotations
@@ -109,11 +96,6 @@ class UserData:
     image_paths: dict[str, Path] = field(default_factory=dict)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Reading the file
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def read_user_rows(path: str | os.PathLike, task: str) -> list[UserRow]:
     """The rows of a user-format file of `task`, checked: required columns present, no unknown column, images
     present. A JSON-lines file holds one JSON object per line (blank lines are skipped); a CSV file has a header."""
@@ -189,11 +171,6 @@ def _image_path(path: Path, where: str, column: str, value: object) -> Path:
     if not image.is_file():
         raise FileNotFoundError(f"{where}: `{column}` {value!r} is not a file (looked for {image}).")
     return image
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Rows in the collators' columns
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _text(where: str, values: Mapping, column: str) -> str:
@@ -396,11 +373,6 @@ def _image_sizes(rows: Sequence[UserRow]) -> dict[Path, tuple[int, int]]:
     return sizes
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Region features and the join
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _given_regions(rows: Sequence[UserRow], sizes: Mapping[Path, tuple[int, int]], path: Path) -> dict[str, list] | None:
     """{image id: boxes} of the rows' `regions` columns; None when no row gives them (all or none must)."""
     given, without = {}, []
@@ -447,17 +419,14 @@ def load_user_data(
     store_dir: str | os.PathLike | None = None,
     iou_threshold: float = 0.5,
 ) -> UserData:
-    """The user-format files of `task` (see the module docstring) joined to their images' region features.
+    """The user-format files of `task` (one of `USER_TASKS`; `validation_file` optional, same format) joined to their
+    images' region features.
 
     Args:
-        train_file: the training examples (`.jsonl` / `.json` lines or `.csv`).
-        task: one of `USER_TASKS`.
-        validation_file: the evaluation examples, same format (optional).
-        region_options: how regions and features are made, as keyword arguments of `extract_region_features`
-            (default `DEFAULT_REGION_OPTIONS`: the whole image and a 4 x 4 grid, pooled by the pixel encoder); with
+        region_options: keyword arguments of `extract_region_features` (default `DEFAULT_REGION_OPTIONS`); with
             `regions` in the files, its encoder options only (the regions are exactly the files' boxes).
-        store_dir: where to write the store (default: a folder named by the images' content and the options under
-            `user_features_cache()`, reused when present).
+        store_dir: where to write the store (default: under `user_features_cache()`, named by the images' content and
+            the options, reused when present).
         iou_threshold: IoU at which a region counts as showing a phrase's gold box.
     """
     from ..region_extraction import extract_region_features

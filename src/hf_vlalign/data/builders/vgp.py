@@ -1,34 +1,16 @@
 """Visually grounded paraphrases (VGP): a VGP csv + Flickr30k Entities -> Arrow-backed `datasets.Dataset` of caption
-pairs (Samaran et al.: image-description identification + VGP classification).
+pairs (Samaran et al.: image-description identification, eq. 1, + VGP classification, eq. 4).
 
-A csv row names an image and two phrases (`original_phrase1/2`, as the captions write them) with a label. A training
-row needs two *captions* of that image holding them: `match_phrases` tries every caption and every occurrence of each
-phrase and keeps two different captions whose phrases agree with the label through their Flickr30k entity ids (one
-entity for a paraphrase, two for a non-paraphrase), then with `roi1`/`roi2` (identification layout, `entities_of_rois`),
-then the earliest (the published rule: phrase 1 in the first caption that has it, phrase 2 in the first other one).
-Rows that cannot be placed are skipped and counted per reason in one warning, with their csv lines: markup in a cell
-(`<font color="red">` leftovers of the annotation interface), a phrase no caption marks up, a same-caption pair.
-
-Three checks keep real files from failing late or leaking silently:
-- `on_missing_image` ("raise" | "skip", the one policy of every builder, `_common`): rows whose image lacks its
-  `Sentences/` or `Annotations/` file, and (`load_vgp_data`) rows whose image is not in the region-feature store;
-- `on_split_overlap` ("warn" | "drop" | "raise"): rows on images that Flickr30k Entities' other split lists name, or
-  that the csvs of the evaluation splits use (the published VGP-Typology train csv has rows on Flickr30k test images,
-  identical to test rows);
-- kept rows whose entities disagree with their label (no caption pair agrees) are counted in a warning.
-
-Labels of a row: `id_label` (eq. 1), `vgp_label` (1: the phrases are a VGP) and `type_label`, the csv's semantic type
-(`TYPOLOGY_LABELS`: 0 Alternation, 1 Entailment1, 2 Entailment2, 3 Equivalence, 4 Independence; phrase 1 stays in
-caption 1, so the direction of the entailments is the csv's) or -1 for a row that is not a VGP (a replaced caption,
-`ytrue` False, an empty cell). The VGP type task (eq. 4, `VGPCollator(vgp_task="type")`) leaves the -1 rows out of its
-loss; `count_vgp_types` counts them and `dataset.info.description` reports the count.
-
-Tokenisation and region features are joined in the collator (`data/collators/vgp.py`), so one builder output serves
-any tokenizer and any feature file of the same images.
+Each csv row is placed in two captions of its image by `match_phrases`; rows that cannot be placed are skipped and
+counted per reason (`SKIP_REASONS`). `on_split_overlap` handles rows on images of other splits (the published
+VGP-Typology train csv has rows on Flickr30k test images). `type_label` is the csv's semantic type
+(`TYPOLOGY_LABELS`), -1 for a row that is not a VGP (left out of the type loss, counted by `count_vgp_types`).
+Tokenisation and region features are joined in the collator (`data/collators/vgp.py`).
 """
 
 from __future__ import annotations
 
+import functools
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -77,10 +59,6 @@ VGP_FEATURES = datasets.Features(
 )
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Matching a CSV row to two captions of its image
-# ----------------------------------------------------------------------------------------------------------------
-
 NOTVISUAL = "0"  # the entity id Flickr30k Entities gives every `notvisual` phrase: it names no one entity
 
 # why a row cannot be matched (keys of `PhraseMatch.skip_reason`), as the skip warning words them
@@ -102,13 +80,9 @@ class PhraseOccurrence:
 
 @dataclass(slots=True)
 class PhraseMatch:
-    """Where a VGP row's two phrases are in its image's captions, or why they cannot be placed.
-
-    `first`/`second` are None exactly when `skip_reason` (a key of `SKIP_REASONS`) is set. `entities` compares the
-    phrases' Flickr30k entities with the row's label: "agree" (one entity for a paraphrase, two for a
-    non-paraphrase), "disagree", or "unknown" when both phrases are `notvisual` (entity "0", which names no one
-    entity).
-    """
+    """Where a VGP row's two phrases are in its image's captions, or why not (`skip_reason`, a key of `SKIP_REASONS`;
+    `first`/`second` are then None). `entities`: how the phrases' entities compare with the label (`ENTITY_CHECKS`;
+    "unknown" when both are `notvisual`)."""
 
     first: PhraseOccurrence | None = None
     second: PhraseOccurrence | None = None
@@ -136,16 +110,10 @@ def match_phrases(
 ) -> PhraseMatch:
     """Places a VGP row's phrases in two different captions of its image, trying every caption and every occurrence.
 
-    Among the pairs of occurrences in two different captions, the one kept
-    1. agrees with the label: both phrases on one Flickr30k entity for a paraphrase, on two for a non-paraphrase
-       (pairs of two `notvisual` phrases, whose entity is unknown, come next, then pairs against the label);
-    2. then agrees with the row's `roi1`/`roi2` (identification layout): a roi counts when the occurrence's entity is
-       one that `roi_entities` (roi -> entity ids, `entities_of_rois`) ties to it;
-    3. then comes first: phrase 1 in the earliest caption, then phrase 2 in the earliest other caption (the rule of
-       the published VGP code, kept where nothing above tells the pairs apart).
-    Rows not placed, with `skip_reason`: "markup" (a cell carries markup), "not_found" (a phrase is in no caption),
-    "same_caption" (the phrases share only one caption, or agree with the label only within one caption: the
-    annotated pair is a same-caption pair, and two other captions would join other entities).
+    The pair kept agrees with the label through the Flickr30k entities (one entity for a paraphrase, two otherwise;
+    two `notvisual` phrases come next, then pairs against the label), then with `roi1`/`roi2` through `roi_entities`
+    (`entities_of_rois`), then comes first (the published VGP code's rule). Rows not placed get a `skip_reason`
+    (`SKIP_REASONS`); "same_caption" also covers phrases that agree with the label only within one caption.
     """
     if has_markup(pair.original_phrase1) or has_markup(pair.original_phrase2):
         return PhraseMatch(skip_reason="markup")
@@ -182,12 +150,8 @@ def _roi_agrees(occurrence: PhraseOccurrence, roi: int | None, roi_entities: dic
 
 
 def entities_of_rois(sentences: list[EntitySentence], pairs: list[VGPPair]) -> dict[int, set[str]]:
-    """roi -> the Flickr30k entities its phrases name, from the rows of one image (identification layout).
-
-    A roi (`VGPPair.roi1`/`roi2`, >= 0) is the detected region a phrase was localised to, so the phrases that carry it
-    show one region. Only phrases whose text names a single entity of the image vote; they tie the roi to that entity,
-    which then tells apart the occurrences of a phrase whose text several entities share.
-    """
+    """roi -> the Flickr30k entities its phrases name, from the rows of one image (identification layout): a roi is the
+    region a phrase was localised to; only phrases whose text names a single entity of the image vote."""
     entities: dict[int, set[str]] = {}
     for pair in pairs:
         for cell, roi in ((pair.original_phrase1, pair.roi1), (pair.original_phrase2, pair.roi2)):
@@ -212,14 +176,8 @@ def _grounded_phrases(sentence: EntitySentence, boxes: dict[str, list[list[int]]
 def _caption_neighbours(
     corpus: Flickr30kEntities | _CachedCorpus, image_ids: list[str], num_neighbours: int
 ) -> dict[str, list[str]]:
-    """The `num_neighbours` images nearest to each image, by TF-IDF cosine of their concatenated captions (nearest
-    first, ties by the earlier id of `image_ids`).
-
-    Lu et al. (2019) draw hard negatives "from among the 100 nearest neighbors of the target image"; the images'
-    nearness is measured here through their reference captions, so that no region features are needed to build.
-    The search runs in blocks of images against all (`_neighbours.nearest_neighbours`): memory grows linearly with
-    the number of images, where an N x N similarity matrix would need 7 GB for Flickr30k's 30,000.
-    """
+    """The `num_neighbours` images nearest to each image (ties by the earlier id), by TF-IDF cosine of their captions:
+    Lu et al. (2019)'s "100 nearest neighbors of the target image", measured without region features."""
     documents = (" ".join(s.text.lower() for s in corpus.sentences(image_id)) for image_id in image_ids)
     order = nearest_neighbours(tfidf_rows(documents), num_neighbours)
     return {image_id: [image_ids[j] for j in order[i]] for i, image_id in enumerate(image_ids)}
@@ -246,17 +204,8 @@ class _CachedCorpus:
     """A `Flickr30kEntities` folder whose captions and annotations are read once per image."""
 
     def __init__(self, corpus: Flickr30kEntities) -> None:
-        self.corpus, self._sentences, self._annotations = corpus, {}, {}
-
-    def sentences(self, image_id: str) -> list[EntitySentence]:
-        if image_id not in self._sentences:
-            self._sentences[image_id] = self.corpus.sentences(image_id)
-        return self._sentences[image_id]
-
-    def annotation(self, image_id: str):
-        if image_id not in self._annotations:
-            self._annotations[image_id] = self.corpus.annotation(image_id)
-        return self._annotations[image_id]
+        self.sentences = functools.cache(corpus.sentences)
+        self.annotation = functools.cache(corpus.annotation)
 
 
 def build_vgp_dataset(
@@ -275,28 +224,22 @@ def build_vgp_dataset(
 ) -> datasets.Dataset:
     """Visually grounded paraphrase examples from a VGP csv (either published layout) and Flickr30k Entities files.
 
-    Each csv row is placed in two different captions of its image by `match_phrases`: every caption and every
-    occurrence of each phrase is tried, and the pair whose Flickr30k entities agree with the label (one entity for a
-    paraphrase) is preferred, then the one agreeing with `roi1`/`roi2`, then the first. Rows that cannot be placed
-    (markup in a phrase cell, a phrase in no caption, both phrases only in one caption) are skipped and reported in
-    one warning, per reason with their csv lines; kept rows whose entities disagree with their label (no caption pair
-    agrees) are reported in another.
-    With probability `replace_caption_prob` one caption (c1 or c2, equally likely) is replaced by a caption of another
-    image and its phrase by one of that caption's phrases: the identification label then names the caption that
-    still describes the image and the pair is not a VGP. The other image is a hard negative (`negatives="hard"`, the
-    VGP paper after Lu et al. 2019: drawn among the `num_neighbours` nearest images, computed once, offline) or any
-    image of the csv (`negatives="random"`). Everything is drawn from `seed`.
+    Each csv row is placed in two captions of its image by `match_phrases`; rows that cannot be placed are skipped
+    and reported per reason with their csv lines, kept rows against their label's entities in another warning. With
+    probability `replace_caption_prob` one caption (c1 or c2) is replaced by a caption of another image and its phrase
+    by one of that caption's phrases: `id_label` then names the caption that still describes the image and the pair is
+    not a VGP. The other image is a hard negative (`negatives="hard"`, after Lu et al. 2019: among the
+    `num_neighbours` nearest images) or any image of the csv ("random"). Everything is drawn from `seed`.
 
     Args:
-        split: the Flickr30k Entities split the csv is meant for ("train", "val" or "test"). With it, rows whose image
-            the folder's other split lists (`train.txt`, `val.txt`, `test.txt`) name are split overlap: the published
-            VGP-Typology train csv has rows on Flickr30k test images, some identical to test rows.
-        held_out_csvs: VGP csvs of the evaluation splits (for a train csv: the val / test csvs); rows of `vgp_csv` on
-            their images are split overlap too, and those with the same phrase pair are counted as identical.
-        on_split_overlap: "warn" (the default) keeps the overlapping rows and reports their counts; "drop" leaves them
-            out (and their images out of the negatives), reporting the counts; "raise" stops with the counts.
-        on_missing_image: a row whose image has no `Sentences/<id>.txt` or `Annotations/<id>.xml` raises ("raise", the
-            default) or is skipped and counted in a warning ("skip").
+        split: the Flickr30k Entities split of the csv ("train", "val" or "test"); rows on images of the other split
+            lists are split overlap.
+        held_out_csvs: VGP csvs of the evaluation splits; rows of `vgp_csv` on their images are split overlap too
+            (those with the same phrase pair are counted as identical).
+        on_split_overlap: "warn" (the default) keeps the overlapping rows, "drop" leaves them out (and out of the
+            negatives), "raise" stops; each reports the counts.
+        on_missing_image: a row whose image has no `Sentences/` or `Annotations/` file raises ("raise", the default)
+            or is skipped and counted in a warning ("skip").
     """
     _check_options(
         replace_caption_prob, negatives, num_neighbours, max_examples, split, held_out_csvs, on_split_overlap
@@ -316,7 +259,7 @@ def build_vgp_dataset(
             f"`vgp_csv` {vgp_csv} must cover at least two images to draw foreign captions, got {image_ids}."
         )
     matches = _match_rows(captions, pairs)
-    _report_matches(pairs, matches, source)
+    summary = _report_matches(num_csv_rows, pairs, matches, source)
     neighbours = _caption_neighbours(captions, image_ids, num_neighbours) if negatives == "hard" else None
     rng = random.Random(seed)
     placed = [(pair, match) for pair, match in zip(pairs, matches) if match.skip_reason is None][:max_examples]
@@ -330,7 +273,7 @@ def build_vgp_dataset(
         raise ValueError(f"`vgp_csv` {vgp_csv}: no row could be matched to the captions in {flickr30k_entities_dir}.")
     types = count_vgp_types(dataset)
     dataset.info.description = (
-        f"{_summary(num_csv_rows, pairs, matches)}; rows with a semantic type: {types['typed']}, without "
+        f"{summary}; rows with a semantic type: {types['typed']}, without "
         f"(not VGPs, left out of the type loss): {types['untyped']}"
     )
     return dataset
@@ -382,10 +325,9 @@ def _match_rows(captions: _CachedCorpus, pairs: list[VGPPair]) -> list[PhraseMat
 
 
 def _report_repeated_rows(pairs: list[VGPPair], source: str) -> list[tuple[int, int]]:
-    """Warns about rows that repeat an earlier row in every field but the preprocessed phrases, and returns (line,
-    first line) of each. The VGP csvs have no pair id a repeat could be refused by, and the same phrase pair does
-    appear twice with different labels in the published files (two annotations, e.g. VGP-Typology's train_data.csv
-    lines 315-316), so a repeat is kept, as published, and said."""
+    """Warns about rows that repeat an earlier row in every field but the preprocessed phrases and returns (line, first
+    line) of each; repeats are kept, as published (the csvs have no pair id, and VGP-Typology's train_data.csv lines
+    315-316 give one phrase pair two labels)."""
     first_line, repeats = {}, []
     for pair in pairs:
         key = (pair.image_id, pair.original_phrase1, pair.original_phrase2, pair.is_paraphrase, pair.type_label,
@@ -408,8 +350,9 @@ def _lines(pairs: list[VGPPair], limit: int = 5) -> str:
     return ", ".join(lines) + (", ..." if len(pairs) > limit else "")
 
 
-def _report_matches(pairs: list[VGPPair], matches: list[PhraseMatch], source: str) -> None:
-    """One warning for the rows skipped (count and csv lines per reason), one for kept rows against their label."""
+def _report_matches(num_csv_rows: int, pairs: list[VGPPair], matches: list[PhraseMatch], source: str) -> str:
+    """One warning for the rows skipped (count and csv lines per reason), one for kept rows against their label;
+    returns what became of the csv rows, for `dataset.info.description`."""
     skipped = {reason: [p for p, m in zip(pairs, matches) if m.skip_reason == reason] for reason in SKIP_REASONS}
     total = sum(map(len, skipped.values()))
     if total:
@@ -428,18 +371,10 @@ def _report_matches(pairs: list[VGPPair], matches: list[PhraseMatch], source: st
             f"label (a paraphrase on two entities or a non-paraphrase on one): no pair of captions agrees (lines "
             f"{_lines(against)})."
         )
-
-
-def _summary(num_csv_rows: int, pairs: list[VGPPair], matches: list[PhraseMatch]) -> str:
-    """What became of the csv rows, kept in `dataset.info.description`."""
-    counts = {reason: sum(m.skip_reason == reason for m in matches) for reason in SKIP_REASONS}
-    kept = len(pairs) - sum(counts.values())
-    against = sum(m.entities == "disagree" for m in matches)
-    skipped = ", ".join(f"{count} {reason}" for reason, count in counts.items())
     return (
         f"VGP csv rows: {num_csv_rows}; dropped before matching (split overlap, missing image): "
-        f"{num_csv_rows - len(pairs)}; placed in two captions: {kept} ({against} against their label's entities); "
-        f"skipped: {skipped}"
+        f"{num_csv_rows - len(pairs)}; placed in two captions: {len(kept)} ({len(against)} against their label's "
+        f"entities); skipped: {', '.join(f'{len(rows)} {reason}' for reason, rows in skipped.items())}"
     )
 
 
@@ -481,22 +416,12 @@ def _build_row(
 
 
 def count_vgp_types(dataset: datasets.Dataset) -> dict[str, int]:
-    """How many rows of a VGP dataset (`build_vgp_dataset`) have each semantic type, and how many have none.
-
-    A row's `type_label` is the csv's type when the row is a VGP, -1 when it is not (a caption replaced by another
-    image's, or a csv row with `ytrue` False or an empty `type_label`): the VGP type task (`VGPCollator(vgp_task=
-    "type")`) leaves those rows out of its loss, and this is their count. Returns `{"typed": n, "untyped": m,
-    <type name>: count, ...}` with every name of `TYPOLOGY_LABELS`.
-    """
+    """`{"typed": n, "untyped": m, <type name>: count, ...}` of a VGP dataset (`build_vgp_dataset`), every name of
+    `TYPOLOGY_LABELS` included; "untyped" rows (`type_label` -1, not VGPs) are left out of the type task's loss."""
     labels = Counter(dataset["type_label"][:])  # one list: iterating the column object formats row by row, far slower
     counts = {name: labels[type_label] for type_label, name in TYPOLOGY_LABELS.items()}
     typed = sum(counts.values())
     return {"typed": typed, "untyped": len(dataset) - typed, **counts}
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Split overlap: rows of one split on the images of another
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def find_split_overlap(
@@ -505,15 +430,8 @@ def find_split_overlap(
     split_lists: dict[str, list[str]],
     held_out: dict[str, list[VGPPair]] | None = None,
 ) -> dict[str, list[int]]:
-    """Rows of a `split` csv on images of other splits: "<other>.txt" (a Flickr30k Entities split list other than
-    `split`) or a held-out csv's name -> the indices of the rows of `pairs` on its images.
-
-    Args:
-        pairs: the rows of the csv checked.
-        split: the Flickr30k Entities split it is meant for, or None (then the split lists are not read).
-        split_lists: split -> image ids (`Flickr30kEntities.split_lists()`).
-        held_out: csv name -> its rows, for the csvs of the evaluation splits.
-    """
+    """"<other>.txt" (a split list of `split_lists` other than `split`, unless `split` is None) or a `held_out` csv's
+    name -> the indices of the rows of `pairs` on its images."""
     images = {f"{other}.txt": set(ids) for other, ids in split_lists.items() if split is not None and other != split}
     images.update({name: {pair.image_id for pair in rows} for name, rows in (held_out or {}).items()})
     overlap = {name: [i for i, pair in enumerate(pairs) if pair.image_id in ids] for name, ids in images.items()}
@@ -647,21 +565,16 @@ def load_vgp_data(
     on_split_overlap: str = "warn",
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> VGPData:
-    """Real files when all four are given (`region_features`: a `RegionFeatureStore` or its directory, made with
-    `hf-vlalign convert-features`); otherwise the synthetic grounded scenes (the
-    embedded default), generated once and cached, read back through the same readers. `negatives` is passed to
-    `build_vgp_dataset`.
+    """Real files when all four are given (`region_features`: a `RegionFeatureStore` or its directory), otherwise the
+    synthetic grounded scenes (the embedded default), generated once and cached, read through the same readers.
 
     Args:
+        negatives: passed to `build_vgp_dataset`.
         eval_split: the Flickr30k Entities split of `vgp_eval_csv` ("val", alias "validation", or "test"); the train
-            csv is "train". Each csv's rows are checked against the other split lists, and the train rows against the
-            eval csv's images.
-        on_split_overlap: "warn" (the default), "drop" or "raise" for rows on images of another split
-            (`build_vgp_dataset`); "drop" takes them out of the train rows.
-        on_missing_image: for the images a row needs, in the Flickr30k Entities files and in `region_features`:
-            "raise" (the default) stops here, before any training, at the first row whose image is missing; "skip"
-            drops such rows and reports their count in a warning. (Without this check a row whose image is not in the
-            store would stop training at its first batch.)
+            rows are also checked against the eval csv's images.
+        on_split_overlap: "warn", "drop" or "raise" (`build_vgp_dataset`).
+        on_missing_image: for the images in the Flickr30k Entities files and in `region_features`: "raise" stops here,
+            before any training; "skip" drops such rows with a warning.
     """
     eval_split = resolve_split("vgp", eval_split)
     check_on_missing_image(on_missing_image)

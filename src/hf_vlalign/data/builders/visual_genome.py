@@ -1,31 +1,15 @@
 """Visual Genome v1.2 (Krishna et al. 2017): region descriptions joined into grounded sentences, with the objects.
 
-Files (https://homes.cs.washington.edu/~ranjay/visualgenome/api.html, "Version 1.2"), in `data_dir`:
-`region_descriptions.json` ([{id, regions: [{region_id, image_id, phrase, x, y, width, height}]}]), `objects.json`
-([{image_id, objects: [{object_id, names, synsets, x, y, w, h}]}]), `attributes.json` (the same objects with an
-optional `attributes` list) and `image_data.json` ([{image_id, width, height, coco_id, flickr_id, url}]).
+Files in `data_dir`: `region_descriptions.json`, `objects.json`, `attributes.json`, `image_data.json`.
 
-Sentences (Kervadec et al. 2020, "Weak supervision helps emergence of word-object alignment": VG sentences carry one,
-two or three pointers). For every image and each of its `sentences_per_image` sentences we draw k from `num_pointers`
-(1, 2, 3) and k distinct region descriptions, and join them in drawing order with " and " ("A and B and C"); each
-description is a pointer whose character span is the description and whose gold box is its region's box. The
-descriptions are cleaned the way bottom-up-attention's `setup_vg.py` cleans VG strings, case kept: white space
-collapsed, trailing periods removed ("A white car parked on the street. " -> "A white car parked on the street").
-Our reading, stated because we could not check it: the paper's text is not in our reference corpus, so the join
-word and the uniform draws are ours; LXMERT's pre-training code (`src/pretrain/lxmert_data.py`) treats every
-sentence of its VG captions as its own example, which is `num_pointers=(1,)` here. Draws come from
-`random.Random(f"{seed}:{image_id}")`, so an image's sentences do not depend on which other images are read.
+Sentences (Kervadec et al. 2020: VG sentences carry one, two or three pointers): per image, each sentence joins k
+(drawn from `num_pointers`) distinct region descriptions with " and "; each description is a pointer to its region's
+box. Descriptions are cleaned as bottom-up-attention's `setup_vg.py` cleans them. The join word and the uniform draws
+are our reading (the paper's text is not in our corpus); `num_pointers=(1,)` is LXMERT's use of VG. Draws come from
+`random.Random(f"{seed}:{image_id}")`, so an image's sentences do not depend on the other images read.
 
-Splits. VG has no official split. "all" is every image; "train" / "val" hold an image out for validation when
-blake2b(f"{seed}:{image_id}") read as a fraction of 2**64 is below `val_fraction` (0.1): about that fraction of the
-images, the same assignment whatever subset of the files is read. `exclude_coco_images=True` drops images that are
-also in COCO (their `coco_id`), as LXMERT does for its VG features (VQA and COCO validation images stay unseen).
-
-Columns: `image_id` (the VG id as a string), `image_size` ([height, width] from image_data.json), `sentence`,
-`sentence_phrase_spans`, `sentence_phrase_boxes` (one box per pointer: region x, y, width, height -> x1, y1, x2, y2
-pixels), `sentence_region_ids`, and the image's objects: `object_ids`, `object_names` (the first of an object's
-`names`, as setup_vg.py takes it), `object_attributes` (attributes.json joined by object id) and `object_boxes`
-(x1, y1, x2, y2 pixels).
+Splits: VG has none; "all" is every image, "train" / "val" hold an image out when blake2b(f"{seed}:{image_id}") as a
+fraction of 2**64 is below `val_fraction`. `exclude_coco_images=True` drops COCO images, as LXMERT does.
 """
 
 from __future__ import annotations
@@ -76,11 +60,6 @@ VG_FEATURES = datasets.Features(
 )
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Split and sentences
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def is_validation_image(image_id: str, val_fraction: float, seed: int = 0) -> bool:
     """Whether `image_id` is held out for validation: blake2b(f"{seed}:{image_id}") / 2**64 < `val_fraction`."""
     digest = hashlib.blake2b(f"{seed}:{image_id}".encode(), digest_size=8).digest()
@@ -126,11 +105,6 @@ def _region_box(region: dict) -> list[float]:
     return xywh_to_xyxy([region["x"], region["y"], region["width"], region["height"]])
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Reading the files
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _image_key(entry: dict, path: Path) -> str:
     """The image id of a per-image entry (v1.2 files say `image_id`, region_descriptions.json says `id`)."""
     image_id = entry.get("image_id", entry.get("id")) if isinstance(entry, dict) else None
@@ -139,16 +113,9 @@ def _image_key(entry: dict, path: Path) -> str:
     return str(image_id)
 
 
-def _read_list(path: Path, argument: str, what: str) -> list[dict]:
-    content = read_json(path, argument, what)
-    if not isinstance(content, list):
-        raise ValueError(f"`{argument}` {path}: expected a JSON list ({what}), got {type(content).__name__}.")
-    return content
-
-
 def read_image_sizes(path: Path) -> dict[str, tuple[dict, list[int]]]:
     """image id -> (its image_data.json entry, [height, width])."""
-    entries = _read_list(path, "data_dir", "Visual Genome image_data.json")
+    entries = read_json(path, "data_dir", "Visual Genome image_data.json", list)
     sizes, image_ids = {}, UniqueIds(f"`data_dir` {path}", "image id")
     for index, entry in enumerate(entries):
         key = _image_key(entry, path)
@@ -166,12 +133,12 @@ def read_image_sizes(path: Path) -> dict[str, tuple[dict, list[int]]]:
 def read_objects(objects_path: Path, attributes_path: Path) -> dict[str, dict[str, list]]:
     """image id -> object columns (ids, names, attributes, boxes), attributes joined by object id."""
     attributes_of: dict[int, list[str]] = {}
-    for entry in _read_list(attributes_path, "data_dir", "Visual Genome attributes.json"):
+    for entry in read_json(attributes_path, "data_dir", "Visual Genome attributes.json", list):
         for obj in entry.get("attributes", []):
             attributes_of[obj["object_id"]] = [attribute.strip() for attribute in obj.get("attributes") or []]
     objects_by_image, seen = {}, set()
     image_ids = UniqueIds(f"`data_dir` {objects_path}", "image id")
-    for index, entry in enumerate(_read_list(objects_path, "data_dir", "Visual Genome objects.json")):
+    for index, entry in enumerate(read_json(objects_path, "data_dir", "Visual Genome objects.json", list)):
         image_ids.add(_image_key(entry, objects_path), f"entry #{index}")
         objects = entry.get("objects", [])
         seen.update(obj["object_id"] for obj in objects)
@@ -196,11 +163,6 @@ def _object_name(obj: dict, path: Path) -> str:
     return names[0].strip()
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Builder
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def build(
     data_dir: str | Path,
     split: str,
@@ -217,12 +179,10 @@ def build(
     Args:
         seed: seeds both the train / val assignment and the sentence draws.
         val_fraction: the fraction of images held out as "val" (in [0, 1]).
-        num_pointers: the numbers of region descriptions a sentence may join, drawn uniformly (capped by the image's
-            number of regions).
+        num_pointers: the numbers of region descriptions a sentence may join, drawn uniformly.
         sentences_per_image: sentences drawn per image.
         exclude_coco_images: drop the images that have a `coco_id` (counted in a log message).
-        on_missing_image: an image of `region_descriptions.json` that `image_data.json` does not list (so without a
-            size) raises ("raise", the default) or is left out and counted in a warning ("skip").
+        on_missing_image: for the images of `region_descriptions.json` that `image_data.json` does not list.
     """
     check_split(split, SPLITS, "Visual Genome")
     _check_options(val_fraction, num_pointers, sentences_per_image)
@@ -232,7 +192,7 @@ def build(
     images = read_image_sizes(paths["image_data"])
     objects = read_objects(paths["objects"], paths["attributes"])
     counts = {"without regions": 0, "without objects": 0, "COCO": 0, "empty descriptions": 0}
-    entries = _read_list(paths["region_descriptions"], "data_dir", "Visual Genome region_descriptions.json")
+    entries = read_json(paths["region_descriptions"], "data_dir", "Visual Genome region_descriptions.json", list)
     rows, missing = [], 0
     for index, entry in enumerate(entries):
         image_id = _image_key(entry, paths["region_descriptions"])
@@ -294,20 +254,14 @@ def _image_rows(image_id, entry, image_size, objects, counts, num_pointers, sent
 
 
 def _report(counts: dict[str, int], split: str, exclude_coco_images: bool) -> None:
-    if counts["empty descriptions"]:
-        logger.warning("Visual Genome %s: %d empty region descriptions not used.", split, counts["empty descriptions"])
-    if counts["without regions"]:
-        logger.warning(
-            "Visual Genome %s: %d image(s) without a region description give no sentence.",
-            split,
-            counts["without regions"],
-        )
-    if counts["without objects"]:
-        logger.warning(
-            "Visual Genome %s: %d image(s) absent from objects.json have no object columns.",
-            split,
-            counts["without objects"],
-        )
+    messages = {
+        "empty descriptions": "%d empty region descriptions not used.",
+        "without regions": "%d image(s) without a region description give no sentence.",
+        "without objects": "%d image(s) absent from objects.json have no object columns.",
+    }
+    for key, message in messages.items():
+        if counts[key]:
+            logger.warning("Visual Genome %s: " + message, split, counts[key])
     if exclude_coco_images:
         logger.info(
             "Visual Genome %s: %d image(s) also in COCO dropped (exclude_coco_images=True).", split, counts["COCO"]

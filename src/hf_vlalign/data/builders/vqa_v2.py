@@ -1,38 +1,14 @@
 """VQA v2 (Goyal et al. 2017): official question and annotation files -> one row per question, with soft answer scores.
 
-Files (https://visualqa.org/download.html), in `data_dir` under their official names:
+Files in `data_dir` under their official names (`QUESTIONS_FILE`, `ANNOTATIONS_FILE`; `questions_file=` /
+`annotations_file=` replace them). Splits "train", "val", "test", "test-dev" (the test splits have no answers).
+Columns: `VQA_FEATURES`; `labels` / `scores` are the vocabulary ids of the distinct normalised answers and their scores.
 
-- questions: `v2_OpenEnded_mscoco_{train,val}2014_questions.json`, `v2_OpenEnded_mscoco_test2015_questions.json`,
-  `v2_OpenEnded_mscoco_test-dev2015_questions.json` ({"data_subtype", "questions": [{image_id, question,
-  question_id}]});
-- annotations (train / val only): `v2_mscoco_{train,val}2014_annotations.json` ({"annotations": [{question_id,
-  image_id, question_type, answer_type, multiple_choice_answer, answers: [{answer, answer_confidence, answer_id}]
-  x 10}]}).
-
-Splits: "train", "val" (with annotations), "test", "test-dev" (questions only: `answers`, `labels`, `scores` are
-empty). `questions_file=` / `annotations_file=` replace the official names (relative paths are read from `data_dir`).
-
-Columns: `question_id` (int64), `image_id` (the COCO id as a string), `coco_split` ("train2014", "val2014" or
-"test2015": the COCO folder of the image; test-dev images live in test2015), `image_size` (null: the files do not say),
-`question`, `question_type` / `answer_type` / `multiple_choice_answer` (as published; null where a trimmed
-annotation file lacks them), `answers` (the 10 answers, normalised), `labels` (int32 ids in the answer vocabulary of
-the distinct normalised answers that are in it, in order of first appearance) and `scores` (float32, one per label).
-
-Soft scores: every answer is normalised as the official VQA evaluation does (`normalize_answer`: punctuation,
-number words -> digits, articles dropped, contractions restored), the normalised answers are counted, and an answer
-given by `c` of the annotators scores `min(c / 3, 1)` (the VQA accuracy of that answer, which is what the scores
-are meant to approximate). bottom-up-attention-vqa's `tools/compute_softscore.py` (`get_score`), which LXMERT's
-answer targets inherit, uses the stepped approximation 1 -> 0.3, 2 -> 0.6, 3 -> 0.9, >= 4 -> 1 instead; we use
-the exact formula. Note also that `compute_softscore.compute_target` counts the *raw* answers (its docstring asks
-for preprocessed ones, its `__main__` passes raw ones); we normalise them first, as the evaluation does.
-
-Answer vocabulary: `answer_vocab=` an ans2label JSON ({answer: label}; LXMERT's `data/vqa/trainval_ans2label.json`
-has the usual 3,129 answers) or a dict; when None it is built from the train annotations with the frequency rule of
-`compute_softscore.filter_answers`: a normalised `multiple_choice_answer` is kept when it answers at least
-`min_answer_count` (9) questions (`build_answer_vocab`; the 3,129 answers come from train + val with that rule).
-
-Region features are usually stored under LXMERT's TSV ids ("COCO_val2014_000000393225"); `store_image_ids` tells
-`build_dataset(..., region_features=store)` how to find a row's image there.
+Soft scores: answers are normalised as the official evaluation does (`normalize_answer`) and an answer given by `c`
+annotators scores `min(c / 3, 1)`, the VQA accuracy itself (bottom-up-attention-vqa's `compute_softscore.get_score`,
+which LXMERT inherits, steps 0.3 / 0.6 / 0.9 / 1 and counts raw answers). Without `answer_vocab` the vocabulary is
+built from the train annotations by `compute_softscore.filter_answers`' rule (`build_answer_vocab`, >= 9 questions).
+`store_image_ids` also finds LXMERT's TSV ids ("COCO_val2014_000000393225").
 """
 
 from __future__ import annotations
@@ -45,7 +21,15 @@ from pathlib import Path
 
 import datasets
 
-from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, UniqueIds, check_image_id_template, check_split, read_json
+from ._common import (
+    DEFAULT_ON_MISSING_IMAGE,
+    IMAGE_SIZE,
+    UniqueIds,
+    check_image_id_template,
+    check_split,
+    read_json,
+    resolve_path,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -79,10 +63,6 @@ VQA_FEATURES = datasets.Features(
     }
 )
 
-
-# ----------------------------------------------------------------------------------------------------------------
-# Answer normalisation (the official VQA evaluation's processPunctuation + processDigitArticle)
-# ----------------------------------------------------------------------------------------------------------------
 
 # "dont" -> "don't" etc., applied word by word after lower-casing. The table is the evaluation's, quirks included
 # ("somebody'd" -> "somebodyd"), so that normalised answers match the published answer vocabularies.
@@ -142,12 +122,8 @@ def _process_digit_article(text: str) -> str:
 
 
 def normalize_answer(answer: str) -> str:
-    """The official VQA evaluation's answer normalisation (as in bottom-up-attention-vqa's `preprocess_answer`).
-
-    Line breaks and tabs become spaces; punctuation is deleted or turned into spaces; periods go unless a digit
-    follows; the text is lower-cased; "none"/"zero".."ten" become digits; "a", "an", "the" are dropped; contractions
-    written without apostrophe get it back ("dont" -> "don't").
-    """
+    """The official VQA evaluation's answer normalisation (bottom-up-attention-vqa's `preprocess_answer`):
+    punctuation, number words -> digits, articles dropped, contractions restored ("dont" -> "don't")."""
     if not isinstance(answer, str):
         raise ValueError(f"`answer` must be a string, got {type(answer).__name__}: {answer!r}.")
     text = answer.replace("\n", " ").replace("\t", " ").strip()
@@ -165,11 +141,6 @@ def soft_targets(answers: Sequence[str], answer_vocab: Mapping[str, int]) -> tup
     labels = [answer_vocab[answer] for answer in counts if answer in answer_vocab]
     scores = [answer_score(count) for answer, count in counts.items() if answer in answer_vocab]
     return labels, scores
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Answer vocabulary
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def read_answer_vocab(answer_vocab: str | Path | Mapping[str, int], argument: str = "answer_vocab") -> dict[str, int]:
@@ -195,11 +166,8 @@ def read_answer_vocab(answer_vocab: str | Path | Mapping[str, int], argument: st
 
 def build_answer_vocab(annotations_file: str | Path | Sequence[str | Path], min_count: int = 9) -> dict[str, int]:
     """The answer vocabulary of `compute_softscore.filter_answers`: every normalised `multiple_choice_answer` that
-    answers at least `min_count` distinct questions of the annotation file(s).
-
-    Labels are given by decreasing number of questions, ties in alphabetical order (the original keeps dict order).
-    Pass the train annotations for a train-only vocabulary, or train and val for the published trainval one.
-    """
+    answers at least `min_count` distinct questions of the annotation file(s) (train, or train and val for the
+    published trainval one); labels by decreasing number of questions, ties alphabetical."""
     if type(min_count) is not int or min_count < 1:
         raise ValueError(f"`min_count` must be a positive int, got {min_count!r}.")
     files = [annotations_file] if isinstance(annotations_file, (str, Path)) else list(annotations_file)
@@ -222,11 +190,6 @@ def build_answer_vocab(annotations_file: str | Path | Sequence[str | Path], min_
             f"no answer of {[str(f) for f in files]} answers {min_count} or more questions; lower `min_count`."
         )
     return {answer: label for label, answer in enumerate(kept)}
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Reading the files
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _read_questions(path: Path, split: str) -> list[dict]:
@@ -284,19 +247,13 @@ def _annotations_by_question(path: Path, questions: list[dict]) -> dict[int, dic
 
 def _resolve(data_dir: Path | None, path: str | Path | None, default: str | None, argument: str) -> Path | None:
     """`path` (relative paths are read from `data_dir`), or `data_dir / default`."""
-    if path is None:
-        if default is None:
-            return None
-        if data_dir is None:
-            raise ValueError(f"`data_dir` is None: pass `{argument}` (the file {default!r}).")
-        return data_dir / default
-    path = Path(path)
-    return data_dir / path if data_dir is not None and not path.is_absolute() else path
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Builder
-# ----------------------------------------------------------------------------------------------------------------
+    if path is not None:
+        return resolve_path(data_dir, path)
+    if default is None:
+        return None
+    if data_dir is None:
+        raise ValueError(f"`data_dir` is None: pass `{argument}` (the file {default!r}).")
+    return data_dir / default
 
 
 def build(
@@ -318,9 +275,8 @@ def build(
         answer_vocab: ans2label JSON path or dict; None builds it from the train annotations
             (`data_dir/v2_mscoco_train2014_annotations.json`, or `annotations_file` for split "train") with
             `build_answer_vocab(..., min_count=min_answer_count)`.
-        image_id_template: only read by `store_image_ids` (accepted here: `build_dataset` passes both the same options).
-        on_missing_image: applied by `build_dataset(..., region_features=store)` to the images missing from the store:
-            the VQA files name images by id only, so no annotation file can lack one.
+        image_id_template: read by `store_image_ids` (`build_dataset` passes both the same options).
+        on_missing_image: applies to the region-feature store alone (the files name images by id only).
     """
     check_split(split, SPLITS, "VQA v2")
     check_image_id_template(image_id_template, "COCO_{split}_{id:012d}", id=1, split="val2014")
@@ -380,19 +336,10 @@ def _row(question: dict, annotation: dict | None, coco_split: str, vocab: Mappin
     }
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Image ids of feature stores
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable[[dict], list[str]], tuple[str, ...]]:
-    """How `build_dataset(..., region_features=store)` finds a row's image in a region-feature store.
-
-    Returns (candidates, id_columns): `candidates(row)` lists the store ids to try, in order: with a template,
-    `image_id_template.format(id=<int COCO id>, split=<coco_split>)` alone; otherwise the plain id ("393225") then
-    LXMERT's TSV id `COCO_{coco_split}_{id:012d}` ("COCO_val2014_000000393225"). `id_columns` are the row columns
-    read.
-    """
+    """(candidates, id_columns): `candidates(row)` lists the store ids to try for a row, in order:
+    `image_id_template.format(id=<int COCO id>, split=<coco_split>)` alone, or the plain id ("393225") then LXMERT's
+    TSV id ("COCO_val2014_000000393225")."""
     check_image_id_template(image_id_template, "COCO_{split}_{id:012d}", id=1, split="val2014")
     if image_id_template is not None:
 

@@ -12,7 +12,7 @@ import datasets
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from ...alignment.boxes import alignment_target_from_iou, box_iou, gold_region_iou
+from ...alignment.boxes import alignment_target_from_iou, box_iou
 from ..feature_store import RegionFeatureStore
 from .regions import pad_regions, store_image_id
 from .rows import _as_list, check_fast_tokenizer, check_row_columns, check_row_phrases, check_row_text, gold_boxes, kind_of, row_error
@@ -43,13 +43,9 @@ def span_token_mask(offsets: torch.Tensor, in_sentence: torch.Tensor, span) -> t
 @dataclass
 class RegionTextCollator:
     """Tokenises `text_columns` (one text, or a pair encoded `[CLS] a [SEP] b [SEP]`), adds the regions of each row's
-    image and the word-region alignment of its grounded phrases. Task collators add their labels in `task_tensors`.
-
-    With `return_probe_targets`, the batch also carries what the grounding probe needs (`PROBE_KEYS`): each phrase's
-    last sub-word, its regions' IoU with the gold boxes, and the detector confidence of each region.
-
-    Texts longer than `max_text_length` word pieces are truncated, never refused: a grounded phrase that loses a word
-    piece loses its alignment, and `truncation_stats` counts what was cut (see `hf_vlalign.data.collators`).
+    image and the word-region alignment of its grounded phrases; task collators add their labels in `task_tensors`.
+    With `return_probe_targets`, the batch also carries what the grounding probe needs (`PROBE_KEYS`). Texts longer
+    than `max_text_length` are truncated, never refused (`truncation_stats`).
     """
 
     # `phrase_labels` (each grounded phrase's target over regions) is returned by the phrase grounding collator only
@@ -244,33 +240,23 @@ class RegionTextCollator:
         return phrases
 
     def phrase_target(
-        self, i: int, phrase: str, gold: torch.Tensor, regions: list | None, batch: dict,
-        gold_iou: torch.Tensor | None = None,
-    ) -> torch.Tensor | None:  # fmt: skip
+        self, i: int, phrase: str, gold: torch.Tensor, regions: list | None, batch: dict, gold_iou: torch.Tensor | None
+    ) -> torch.Tensor | None:
         """Alignment row of one phrase of example `i` over its regions; None when the phrase is not grounded.
-        `gold_iou`: each region's best IoU with `gold` (`gold_region_iou`), when the caller has it already."""
+        `gold_iou`: each region's best IoU with `gold` (`gold_region_iou`), None without gold boxes."""
         region_mask = batch["visual_attention_mask"][i]
         if regions is not None:  # built against the store by `build_dataset(..., region_features=store)`
             if not len(gold) and _all_zero(regions):  # a phrase without a box (GQA without scene graphs): all zeros
                 return None
             return self._checked_regions(i, regions, region_mask, batch)
         if len(gold):  # IoU in pixels: scale-free, so the annotation's and the store's pixels agree
-            if gold_iou is None:
-                gold_iou = gold_region_iou(gold, batch["region_boxes_pixels"][i])
-            if not self._overlaps_a_region(gold_iou, region_mask):
-                # no region to put the mass on (never region 0 by default): kept as a phrase without target, so that
-                # Recall@k counts it as the miss it is; counted and warned once
+            if not bool(((gold_iou > 0) & region_mask.bool()).any()):
+                # no region to put the mass on (never region 0): kept as a phrase without target, so that Recall@k
+                # counts it as the miss it is; counted and warned once
+                self._count_unmatched()
                 return torch.zeros(len(region_mask))
             return alignment_target_from_iou(gold_iou, region_mask, self.iou_threshold)
         return None  # a phrase without any box (e.g. Flickr30k's nobndbox) is not grounded
-
-    def _overlaps_a_region(self, gold_iou: torch.Tensor, region_mask: torch.Tensor) -> bool:
-        """Whether a gold box overlaps a real region (`gold_iou`: each region's best IoU with the gold boxes); counts
-        (`unmatched_phrases`) and warns once when none does."""
-        if bool(((gold_iou > 0) & region_mask.bool()).any()):
-            return True
-        self._count_unmatched()
-        return False
 
     def _count_unmatched(self) -> None:
         self.unmatched_phrases += 1

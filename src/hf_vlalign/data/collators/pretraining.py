@@ -19,25 +19,20 @@ from .rows import _checked_answer, check_answer_columns, kind_of
 
 @dataclass
 class TwoStreamPretrainingCollator(RegionTextCollator):
-    """Two-stream pre-training batches (LXMERT; Kervadec et al. 2020, sec. 4): one text per row (a question with
-    pointers, or a caption) with its image, then
+    """Two-stream pre-training batches (LXMERT; Kervadec et al. 2020, sec. 4): one text per row with its image, then
 
-    - image-sentence matching: with probability `mismatch_probability` the row's image is replaced by another image
-      of the store (`matched_labels` 0); a mismatched row keeps no alignment and no answer;
-    - masked words: BERT's 15 % masking (80 % [MASK], 10 % random, 10 % kept) through transformers'
-      `DataCollatorForLanguageModeling`; `labels` holds the targets, -100 elsewhere;
-    - masked objects: each real region with probability `object_mask_probability` (LXMERT: 80 % of them zeroed,
-      10 % replaced by another region's feature, 10 % kept); `object_labels` / `attribute_labels` are the detector's
-      class / attribute of the masked regions (-100 elsewhere, or where the store has none), `feature_labels` the
-      original features and `masked_regions` the mask;
-    - answers: `answer_labels` (B,) from a `label` column (-100 when absent, unknown or mismatched), or (B, A) soft
-      scores from VQA's `labels` / `scores` columns (all zero on mismatched rows), when `num_answers` > 0; with
-      `sample_answers`, rows with `answer_ids` / `answer_scores` columns (LXMERT's pre-training rows) draw their
-      answer id in proportion to the scores at each collation, as LXMERT's pre-training does (-100 without answers);
-    - `word_region_alignment`: the soft targets A* of eqs. 15-18 when `soft_targets` is given (the store must have
-      detector class ids), else the IoU targets of the other collators.
+    - image-sentence matching: with probability `mismatch_probability` the image is another of the store
+      (`matched_labels` 0; a mismatched row keeps no alignment and no answer);
+    - masked words: BERT's masking (transformers' `DataCollatorForLanguageModeling`), targets in `labels`;
+    - masked objects (`object_mask_probability`; LXMERT's 80 % zeroed, 10 % replaced, 10 % kept): `object_labels` /
+      `attribute_labels` (-100 elsewhere or where the store has none), `feature_labels`, `masked_regions`;
+    - answers, when `num_answers` > 0: `answer_labels` (B,) from `label` (-100 when absent or mismatched) or (B, A)
+      soft scores from VQA's `labels` / `scores`; with `sample_answers`, an id drawn from `answer_ids` in proportion
+      to `answer_scores` at each collation, as LXMERT does;
+    - `word_region_alignment`: the soft targets A* of eqs. 15-18 with `soft_targets` (the store must have detector
+      class ids), else the IoU targets.
 
-    Set the three probabilities to 0 for evaluation batches (nothing masked, every image matched).
+    Set the three probabilities to 0 for evaluation batches.
     """
 
     text_columns: tuple[str, ...] = ("question",)
@@ -79,13 +74,13 @@ class TwoStreamPretrainingCollator(RegionTextCollator):
         matched = torch.tensor([example["_matched"] for example in examples])
         tensors = self.grounding_tensors(examples, encoding, batch)
         tensors["matched_labels"] = matched.long()
-        tensors.update(self._masked_words(batch["input_ids"]))
-        tensors.update(self._masked_objects(batch))
+        tensors.update(mask_words(self._masker, batch["input_ids"], self.mlm_probability))
+        tensors.update(mask_regions(batch, self.object_mask_probability))  # LXMERT's 80 % zeroed, 10 % replaced
         if self.num_answers:
             tensors["answer_labels"] = self._answer_labels(examples, matched)
         return tensors
 
-    def phrase_target(self, i, phrase, gold, regions, batch, gold_iou=None):
+    def phrase_target(self, i, phrase, gold, regions, batch, gold_iou):
         if self.soft_targets is None or not len(gold):
             return super().phrase_target(i, phrase, gold, regions, batch, gold_iou)
         region_mask = batch["visual_attention_mask"][i].bool()
@@ -105,12 +100,6 @@ class TwoStreamPretrainingCollator(RegionTextCollator):
             attr_ids if self.soft_targets.attribute_vectors is not None and bool((attr_ids >= 0).all()) else None,
         )
         return target if float(target.sum()) > 0 else None
-
-    def _masked_words(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        return mask_words(self._masker, input_ids, self.mlm_probability)
-
-    def _masked_objects(self, batch: dict) -> dict[str, torch.Tensor]:
-        return mask_regions(batch, self.object_mask_probability)  # LXMERT's 80 % zeroed, 10 % replaced, 10 % kept
 
     def _answer_labels(self, examples: list[dict], matched: torch.Tensor) -> torch.Tensor:
         if "scores" not in examples[0] and "label" not in examples[0]:
@@ -172,28 +161,20 @@ def group_captions_by_image(
 @dataclass
 class SingleStreamPretrainingCollator(RegionTextCollator):
     """VisualBERT's pre-training batches (Li et al. 2019, sec. 3.3) for `SingleStreamForPreTraining`, from caption
-    rows (one row per caption, with `image_id` and `text_column`; e.g. flickr30k_entities, coco_captions or the
-    synthetic scenes' captions):
+    rows (with `image_id` and `text_column`):
 
-    - sentence-image prediction (`paired=True`, task-agnostic pre-training): the text is `[CLS] c1 [SEP] c2 [SEP]`, c1
-      the row's caption and c2, with probability `random_caption_probability`, a caption of a random other image
-      (`sentence_image_labels` 1), else another caption of the row's image (0: transformers' VisualBERT convention),
-      drawn from `captions_by_image` ({image id: captions}, or the caption dataset itself, grouped here);
-    - `paired=False` (task-specific pre-training on a task's own texts): the row's text alone, masked words only, no
-      `sentence_image_labels`;
-    - masked words, on both captions: BERT's 15 % (80 % [MASK], 10 % random, 10 % kept) through transformers'
-      `DataCollatorForLanguageModeling`; `labels` holds the original ids of the masked tokens, -100 elsewhere. A batch
-      in which no word was drawn gets one masked word ([MASK]), so every batch has a masked-word loss;
-    - masked regions, with `region_mask_probability` > 0 (VL-BERT's masked RoI modelling; 0, the default, is
-      VisualBERT): each real region is masked with that probability and its features zeroed; `masked_regions` (B, R),
-      `feature_labels` (the original features) and, with `return_object_labels`, `object_labels` (the store's detector
-      class of each masked region, -100 elsewhere or where the store has none);
-    - the grounded phrases of c1 (rows with phrase spans and boxes or regions) give `word_region_alignment` and
-      `phrase_masks`, for attention supervision alongside; c2's phrases are not used.
+    - sentence-image prediction (`paired=True`): `[CLS] c1 [SEP] c2 [SEP]`, c2 with probability
+      `random_caption_probability` a caption of another image (`sentence_image_labels` 1), else another caption of
+      the row's image (0, transformers' VisualBERT convention), drawn from `captions_by_image` ({image id: captions}
+      or the caption dataset); `paired=False`: the row's text alone, masked words only;
+    - masked words (BERT's, through `DataCollatorForLanguageModeling`; `labels`, -100 elsewhere); a batch in which no
+      word was drawn gets one, so every batch has a masked-word loss;
+    - masked regions with `region_mask_probability` > 0 (VL-BERT's masked RoI modelling): features zeroed,
+      `masked_regions`, `feature_labels` and, with `return_object_labels`, `object_labels`;
+    - c1's grounded phrases give `word_region_alignment` and `phrase_masks`.
 
-    Random draws come from torch's RNG (the trainers seed the collation of each training batch). With `seed` set,
-    every batch is collated with the RNG seeded from `seed` and the batch's rows (image ids and texts), so that an
-    evaluation batch is masked and paired the same way at every evaluation, and for a reloaded model.
+    Draws come from torch's RNG; with `seed`, each batch's RNG is seeded from `seed` and its rows, so an evaluation
+    batch is masked and paired the same way every time.
     """
 
     # derived from `text_column` and `paired`: the row's text, then the drawn second caption
@@ -269,8 +250,6 @@ class SingleStreamPretrainingCollator(RegionTextCollator):
         return grouped
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
-        if not examples:
-            raise ValueError("`examples` must hold at least one example, got an empty batch.")
         if self.seed is None:
             return self._collate(examples)
         with torch.random.fork_rng(devices=[]):

@@ -31,11 +31,10 @@ class QuestionAnsweringCollator(RegionTextCollator):
             targets = torch.zeros(len(examples), self.num_answers)
             for i, example in enumerate(examples):
                 for label, score in zip(example["labels"], example["scores"]):
-                    targets[i, self._checked(label)] = score
+                    targets[i, _checked_answer(label, self.num_answers)] = score
             tensors["labels"] = targets
         elif "label" in examples[0]:
-            tensors["labels"] = torch.tensor([self._checked(e["label"]) if e["label"] >= 0 else -100 for e in examples])
+            tensors["labels"] = torch.tensor(
+                [_checked_answer(e["label"], self.num_answers) if e["label"] >= 0 else -100 for e in examples]
+            )
         return tensors
-
-    def _checked(self, label: int) -> int:
-        return _checked_answer(label, self.num_answers)

@@ -22,18 +22,15 @@ CUT_KEY = "_cut_word_pieces"
 
 @dataclass
 class TruncationStats:
-    """What truncating texts to `max_text_length` cost: counted by a collator over the rows it collates (its
-    `truncation_stats`; a row collated in several epochs or evaluations counts each time), or by `drop_overlong_rows`
-    over a dataset.
+    """What truncating texts to `max_text_length` cost, counted by a collator over the rows it collates (each time) or
+    by `drop_overlong_rows` over a dataset.
 
     Attributes:
         rows: rows seen.
         rows_truncated: rows whose text (or caption pair) lost at least one word piece.
-        phrases_cut: grounded phrases (with a gold box or region weights) that lost a word piece: their alignment is
-            dropped.
+        phrases_cut: grounded phrases that lost a word piece (their alignment is dropped).
         required_spans_cut: rows whose required span (e.g. VGP's phrase pair) lost a word piece.
-        rows_dropped: rows removed (by `drop_overlong_rows`: those whose required span was cut; a collator never drops
-            a row).
+        rows_dropped: rows removed by `drop_overlong_rows` (a collator never drops a row).
     """
 
     rows: int = 0
@@ -131,18 +128,12 @@ def drop_overlong_rows(
     where: str = "dataset",
     batch_size: int = 1000,
 ) -> tuple[datasets.Dataset, TruncationStats]:
-    """Removes the rows that cannot be trained once their texts are truncated to `max_text_length` word pieces: those
-    whose required span (`required_spans`, {span column: the text column it indexes}, e.g. VGP's
-    {"phrase1_span": "caption1", "phrase2_span": "caption2"}) loses a word piece. The other rows are kept as they are:
-    the collators truncate them and drop the alignment of their cut phrases. Texts are tokenised as the collators do
-    (`text_columns`: one text, or a pair encoded together, `truncation=True`).
+    """Removes the rows whose required span (`required_spans`, {span column: its text column}, e.g. VGP's
+    {"phrase1_span": "caption1", "phrase2_span": "caption2"}) loses a word piece once `text_columns` (one text or a
+    pair) are truncated to `max_text_length` as the collators do; the collators truncate the other rows themselves.
 
-    `collator.drop_overlong_rows(dataset)` passes a collator's own tokenizer, `max_text_length`, text columns and
-    required spans. Returns the kept rows and the counts (rows, rows truncated, grounded phrases cut, required spans
-    cut = rows dropped), logged as a warning (naming `where`) when anything is truncated.
-
-    Raises:
-        ValueError: on a bad argument, or when no row is left.
+    Returns the kept rows and their `TruncationStats`, warned (naming `where`) when anything is truncated. Raises a
+    ValueError on a bad argument or when no row is left. `collator.drop_overlong_rows(dataset)` passes its own settings.
     """
     required_spans = dict(required_spans or {})
     text_columns = tuple(text_columns) if not isinstance(text_columns, str) else (text_columns,)
