@@ -73,55 +73,35 @@ def build_processor(
     region_features: RegionFeatureStore | None = None,
     region_options: Mapping[str, Any] | None = None,
 ) -> VLAlignProcessor:
-    """The `VLAlignProcessor` of a run: `tokenizer` and `region_feature_extractor` (`region_options` None:
-    `default_region_options`). As the Trainer's `processing_class` it is saved in every checkpoint-N folder."""
+    """The `VLAlignProcessor` of a run: `tokenizer` and `RegionFeatureExtractor(**region_options)` checked against the
+    model's `visual_feat_dim` (None: `default_region_options`). As the Trainer's `processing_class` it is saved in
+    every checkpoint-N folder."""
     config = unwrap_model(model).config
-    if region_options is None:
-        region_options = default_region_options(config, region_features)
-    return VLAlignProcessor(region_feature_extractor(config, region_options), tokenizer)
-
-
-def default_region_options(config: PreTrainedConfig, store: RegionFeatureStore | None) -> dict[str, Any]:
-    """The region options of a model trained on `store`'s features, when the run gives none: for the synthetic scenes
-    the pixel encoder with their `feature_dim` and `seed`; for any other store (e.g. published bottom-up-attention
-    features, which the extractor cannot reproduce) no encoder and the model's `visual_feat_dim`. Both with
-    `SYNTHETIC_INFERENCE_GRID` as the boxes of a new image."""
-    scenes = synthetic_scene_settings(store)
-    if scenes is not None:
-        return {"encoder": "pixel", "feature_dim": scenes["feature_dim"], "seed": scenes["seed"], **SYNTHETIC_INFERENCE_GRID}
-    return {"encoder": None, "feature_dim": config.visual_feat_dim, **SYNTHETIC_INFERENCE_GRID}
-
-
-def synthetic_scene_settings(store: RegionFeatureStore | None) -> dict[str, Any] | None:
-    """The `SyntheticSceneConfig` fields of the scenes `store` was converted from (their `manifest.json` above the
-    features file of the store's source), else None."""
-    source = (getattr(store, "metadata", None) or {}).get("source", "")
-    _, _, path = source.partition(":")
-    if not path:
-        return None
-    for folder in list(Path(path).parents)[:3]:
-        try:
-            manifest = json.loads((folder / "manifest.json").read_text())
-        except (OSError, ValueError):
-            continue
-        settings = manifest.get("config") if isinstance(manifest, dict) else None
-        if isinstance(settings, dict) and {"feature_dim", "seed"} <= set(settings):
-            return settings
-    return None
-
-
-def region_feature_extractor(config: PreTrainedConfig, region_options: Mapping[str, Any]) -> RegionFeatureExtractor:
-    """`RegionFeatureExtractor(**region_options)` checked against the model's `visual_feat_dim` (the pixel encoder
-    without a `feature_dim` takes it)."""
-    options = dict(region_options)
+    options = dict(default_region_options(config, region_features) if region_options is None else region_options)
     expected = config.visual_feat_dim
     if options.get("encoder", "pixel") == "pixel" and options.get("feature_dim") is None:
-        options["feature_dim"] = expected
+        options["feature_dim"] = expected  # the pixel encoder without a `feature_dim` takes the model's
     if options.get("feature_dim") not in (None, expected):
         raise ValueError(
             f"`region_options` feature_dim={options['feature_dim']} differs from the model's visual_feat_dim={expected}."
         )
-    return RegionFeatureExtractor(**options)
+    return VLAlignProcessor(RegionFeatureExtractor(**options), tokenizer)
+
+
+def default_region_options(config: PreTrainedConfig, store: RegionFeatureStore | None) -> dict[str, Any]:
+    """The region options of a model trained on `store`'s features, when the run gives none: for the synthetic scenes
+    (a `manifest.json` above the features file of the store's source) the pixel encoder with their `feature_dim` and
+    `seed`; for any other store (e.g. published bottom-up-attention features, which the extractor cannot reproduce) no
+    encoder and the model's `visual_feat_dim`. Both with `SYNTHETIC_INFERENCE_GRID` as the boxes of a new image."""
+    _, _, features_file = (getattr(store, "metadata", None) or {}).get("source", "").partition(":")
+    for folder in list(Path(features_file).parents)[:3] if features_file else []:
+        try:
+            scenes = json.loads((folder / "manifest.json").read_text()).get("config")
+        except (OSError, ValueError, AttributeError):  # no manifest, or not a JSON object
+            continue
+        if isinstance(scenes, dict) and {"feature_dim", "seed"} <= set(scenes):
+            return {"encoder": "pixel", "feature_dim": scenes["feature_dim"], "seed": scenes["seed"], **SYNTHETIC_INFERENCE_GRID}
+    return {"encoder": None, "feature_dim": config.visual_feat_dim, **SYNTHETIC_INFERENCE_GRID}
 
 
 def write_json(path: str | Path, value: Any) -> None:
@@ -183,6 +163,11 @@ def truncation_results(
     """The `truncation` entry of `eval_results.json`: `max_text_length`, what `drop_overlong_rows` counted on each
     split, and under `collated` the sum of the collators' `truncation_stats` in this process (a row collated several
     times counts each time)."""
+    for name, stats in splits.items():
+        if not isinstance(stats, TruncationStats):
+            raise ValueError(
+                f"`splits[{name!r}]` must be a TruncationStats (from drop_overlong_rows), got {type(stats).__name__}."
+            )
     collated = sum((collator.truncation_stats for collator in collators), TruncationStats())
     return {
         "max_text_length": max_text_length,
