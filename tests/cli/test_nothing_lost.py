@@ -232,6 +232,10 @@ def test_a_new_output_inside_an_input_is_refused_only_where_the_input_is_scanned
     (data / "run").mkdir()
     with pytest.raises(OutputPathError, match="`--output_dir` .* is inside the input `--data_dir`.*already exists"):
         refuse_output_overlapping_inputs(data / "run", {"--data_dir": data}, output_argument="--output_dir")
+    # except the run's own folder: a re-run writes into it again
+    (data / "run" / "checkpoint-1").mkdir()
+    (data / "run" / "checkpoint-1" / "trainer_state.json").write_text("{}")
+    refuse_output_overlapping_inputs(data / "run", {"--data_dir": data}, output_argument="--output_dir")
     # a folder read by listing (the images of extract-features) would read the output as an input
     images = make_images(tmp_path / "images")
     argv = ["extract-features", str(images), "--out", str(images / "store"), "--grid_size", "2"]
@@ -321,6 +325,16 @@ def test_example_output_dir_never_meets_its_config_file_store_or_resume_checkpoi
     run = tmp_path / "run"
     (run / "checkpoint-1").mkdir(parents=True)
     finetune_vgp.parse_args(["--resume_from_checkpoint", str(run / "checkpoint-1"), "--output_dir", str(run)])
+
+
+def test_example_resumes_a_run_whose_folder_lies_inside_its_data_dir(tmp_path):
+    finetune_vqa = load_script("finetune_vqa_nothing_lost", ROOT / "examples" / "finetune_vqa.py")
+    data = tmp_path / "DATA"
+    (data / "run" / "checkpoint-1").mkdir(parents=True)
+    argv = ["--data_dir", str(data), "--features", str(tmp_path / "store"), "--output_dir", str(data / "run")]
+    finetune_vqa.parse_args([*argv, "--resume_from_checkpoint", str(data / "run" / "checkpoint-1")])
+    with pytest.raises(OutputPathError, match="`--output_dir`.*inside the input `--data_dir`.*already exists"):
+        finetune_vqa.parse_args(argv)  # an existing folder that holds no run of the library
 
 
 def test_a_hard_link_of_an_input_is_the_input(tmp_path):
@@ -646,7 +660,7 @@ def test_a_wrong_typed_config_field_is_one_line_naming_the_file_and_field(vgp_mo
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps(config | {"hidden_size": "wide"}))
     error = assert_refused(capsys, "evaluate", ["evaluate", str(model), "--task", "vgp", *SYNTHETIC_FLAGS])
-    assert f"{model}/config.json" in error and "`hidden_size`" in error
+    assert f"{model}/config.json" in error and "hidden_size" in error
     # a transformers VLM's config: huggingface_hub's strict dataclasses refuse the field
     llava, processor = tiny_patch_model("llava", tokenizer=word_level_tokenizer(["a red circle"]), seed=0)
     llava.save_pretrained(tmp_path / "llava")

@@ -1,15 +1,10 @@
 """`hf-vlalign <verb>`: the library's one console entry point.
 
 Every verb that reads a model takes it (a local folder, or a Hub id) as its positional argument, every output path is
-`--out`, and options are spelled with underscores, as in transformers' examples. Building the parser imports neither
-torch nor transformers, so `hf-vlalign --help` is instant; each verb imports what it runs. A user mistake (a missing
-folder, a bad file, a wrong value) prints `hf-vlalign <verb>: error: <message>` and exits with status 2, as argparse
-does; a bug still shows its traceback. `user_error_message` is the one mapping from exception types to that line.
-An option the chosen setting (`--format`, `--data`, `--task`, ...) does not read is refused, never silently ignored;
-`--data_file FILE` (a file of one's own images and texts, docs/own_data.md) alone means `--data user_file`; an output
-path is checked before anything runs, and every result file is written atomically, replacing only a result the
-library wrote (`common.check_outputs`, `common.write_result`). Each verb's options live beside it: `data_verbs`,
-`grounding_verbs`, `model_verbs`.
+`--out`, and options are spelled with underscores, as in transformers' examples. A mistake (a missing folder, a bad
+file, a wrong value, an option the chosen setting does not read) prints `hf-vlalign <verb>: error: <message>` and exits
+with status 2, as argparse does. `--data_file FILE` (your own images and texts, docs/own_data.md) alone means `--data
+user_file`. Every result file is written atomically, replacing only a result hf_vlalign wrote.
 """
 
 from __future__ import annotations
@@ -29,6 +24,7 @@ from .common import (
     check_model_kind,
     check_options,
     check_outputs,
+    one_line,
     synthetic_config,
 )
 from .data_verbs import FEATURE_FORMATS
@@ -39,34 +35,16 @@ __all__ = ["FEATURE_FORMATS", "TASKS", "USER_FILE", "build_parser", "check_optio
 INTERRUPTED_EXIT_STATUS = 130  # a shell's status for a program ended by Ctrl-C (128 + SIGINT)
 
 
-def _one_line(message: str) -> str:
-    """`message` on one line: its lines joined (a dependency's message may span several)."""
-    return " ".join(line.strip() for line in message.splitlines() if line.strip())
-
-
 def _fail(verb: str, message: str, status: int = 2) -> NoReturn:
     """argparse's convention for a user mistake: one line on stderr, exit status 2."""
-    sys.stderr.write(f"hf-vlalign {verb}: error: {_one_line(message)}\n")
+    sys.stderr.write(f"hf-vlalign {verb}: error: {one_line(message)}\n")
     raise SystemExit(status)
 
 
-def _os_error_message(error: OSError) -> str:
-    """An OSError with the path it concerns: the library's own carry their message; the system's (`[Errno 21] Is a
-    directory: 'x'`) are said as `<reason>: <path>` (and `-> <second path>` of a rename or link)."""
-    if error.strerror is None or error.filename is None:
-        return str(error) or type(error).__name__
-    paths = " -> ".join(str(path) for path in (error.filename, error.filename2) if path is not None)
-    return f"{error.strerror}: {paths}"
-
-
 def user_error_message(error: BaseException) -> str | None:
-    """The one line `hf-vlalign` prints for `error`, or None when `error` is a bug (its traceback is shown).
-
-    A missing optional dependency gives its pip command; a file that is not UTF-8 or not JSON, where the byte or the
-    line and column are; any other `ValueError` its message (the library's errors name the argument, file or field);
-    an `OSError` its reason and path; a `MemoryError` "out of memory". Everything else (`TypeError`, `KeyError`,
-    `RuntimeError`, ...) raised on input that passed the checks is a bug of hf_vlalign and keeps its traceback.
-    """
+    """The one line `hf-vlalign` prints for `error`, or None when `error` is a bug (`TypeError`, `KeyError`, ...,
+    raised on input that passed the checks: its traceback is shown). The library's `ValueError`s name the argument,
+    file or field; a system `OSError` is said as `<reason>: <path>` (`-> <second path>` of a rename or link)."""
     if isinstance(error, MissingDependencyError):
         return str(error)
     if isinstance(error, UnicodeDecodeError):
@@ -75,8 +53,10 @@ def user_error_message(error: BaseException) -> str | None:
         return f"not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
     if isinstance(error, ValueError):
         return str(error) or type(error).__name__
+    if isinstance(error, OSError) and (error.strerror is None or error.filename is None):
+        return str(error) or type(error).__name__  # the library's own carry their message
     if isinstance(error, OSError):
-        return _os_error_message(error)
+        return f"{error.strerror}: {' -> '.join(str(path) for path in (error.filename, error.filename2) if path is not None)}"
     if isinstance(error, MemoryError):
         return f"out of memory ({str(error) or 'MemoryError'}): ask for fewer examples, regions or a smaller batch"
     return None

@@ -1,10 +1,8 @@
 """What every verb shares: the door checks run before a verb reads or writes anything, the argument groups several
-verbs take, and the atomic writing of their result files.
-
-Each verb declares beside its parser (`set_defaults`) what these checks read: `option_settings` (an option that only
-some values of a setting read: option -> (setting, values)), `required_options` ((setting, value) -> the options it
-cannot run without), `model_requirements` (`--data` -> the architecture or family of the model it reads), `outputs`
-(option -> `Output`) and, for `--data_file`, `data_file_task` (the user-data task whose format the file has).
+verbs take, and the atomic writing of their result files. Each verb declares beside its parser (`set_defaults`) what the
+checks read: `option_settings` (option -> (setting, the values that read it)), `required_options` ((setting, value) ->
+the options it needs), `model_requirements` (`--data` -> the architecture or family it reads), `outputs` (option ->
+`Output`) and `data_file_task` (the user-data task of `--data_file`).
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ from pathlib import Path
 from ..utils.output_paths import OutputPathError, refuse_foreign_file, refuse_output_overlapping_inputs
 from ..utils.size_limits import int_at_most
 
+DISTRACTORS_HELP = "each scene's first shape gets a same-kind and a same-colour distractor"
 USER_FILE = "user_file"  # the `--data` value of a user-format file (`--data_file`)
 SYNTHETIC_OPTIONS = ("synthetic_train_images", "synthetic_eval_images", "synthetic_seed", "synthetic_distractors")
 SYNTHETIC_ONLY = {name: ("data", ("synthetic",)) for name in SYNTHETIC_OPTIONS}
@@ -50,6 +49,11 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if action.default is None or action.default is False:
             return action.help
         return super()._get_help_string(action)
+
+
+def one_line(message: str) -> str:
+    """`message` on one line: its lines joined (a dependency's message may span several)."""
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
 def _setting_text(setting: str, value: object) -> str:
@@ -108,20 +112,10 @@ def check_options(args: argparse.Namespace, given: set[str]) -> None:
             )
 
 
-def data_file_task(args: argparse.Namespace) -> str:
-    """The user-data task whose format the verb's `--data_file` has (evaluate: by its `--task`)."""
-    if args.verb == "evaluate":
-        from ..evaluation.tasks import USER_FILE_TASKS
-
-        return USER_FILE_TASKS[args.task]
-    return args.data_file_task
-
-
 @dataclass(frozen=True)
 class Output:
-    """An output path of a verb: a "file" or a "folder"; for a file the CLI writes (`write_result`), what it is and how
-    to recognise one the library wrote (`is_own`), the only kind of existing file it replaces. A folder's writer
-    checks its existing content itself."""
+    """An output path of a verb: a "file" or a "folder"; for a file the CLI writes, what it is and how to recognise one
+    the library wrote (`is_own`), the only kind of existing file it replaces (a folder's writer checks its own)."""
 
     kind: str
     description: str = ""
@@ -140,16 +134,18 @@ def verb_inputs(args: argparse.Namespace) -> dict[str, Path | str]:
         for index, path in enumerate(paths if name not in args.outputs else []):
             inputs[label if len(paths) == 1 else f"{label}[{index}]"] = path
     if getattr(args, "data_file", None) is not None:  # the images the data file names are inputs too
+        from ..evaluation.tasks import USER_FILE_TASKS
         from ..evaluation.user_files import user_file_images
 
-        inputs |= user_file_images(args.data_file, data_file_task(args), argument="--data_file")
+        task = USER_FILE_TASKS[args.task] if args.verb == "evaluate" else args.data_file_task  # the file's format
+        inputs |= user_file_images(args.data_file, task, argument="--data_file")
     return inputs
 
 
 def check_outputs(args: argparse.Namespace) -> None:
-    """Before anything runs, each output path: not a loop of symbolic links, none of the verb's inputs (nor holding
-    one, nor inside one read by scanning: `refuse_output_overlapping_inputs`), of the right kind (a folder where a file
-    is written is refused, and the reverse), and an existing file only when the library wrote it (`Output.is_own`)."""
+    """Refuses, before anything runs, an output path that is a loop of symbolic links, meets an input
+    (`refuse_output_overlapping_inputs`), is of the wrong kind (file or folder), or an existing file the library did
+    not write (`Output.is_own`)."""
     inputs = verb_inputs(args)
     for option, output in args.outputs.items():
         if getattr(args, option) is None:
@@ -257,8 +253,7 @@ def check_model_kind(args: argparse.Namespace) -> None:
     try:
         config = AutoConfig.from_pretrained(args.model)
     except StrictDataclassError as error:
-        message = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
-        raise ValueError(f"`model` {Path(args.model) / 'config.json'}: {message}") from None
+        raise ValueError(f"`model` {Path(args.model) / 'config.json'}: {one_line(str(error))}") from None
     model_type, architecture = config.model_type, (config.architectures or [None])[0]
     if args.patch_model_data and model_type in PATCH_MODEL_TYPES:
         return  # its options are checked by `check_patch_model_options`
@@ -288,11 +283,7 @@ def add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--synthetic_train_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=800, help="training images of the scenes")
     group.add_argument("--synthetic_eval_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=150, help="evaluation images of the scenes")
     group.add_argument("--synthetic_seed", type=int, default=0, help="seed of the scenes")
-    group.add_argument(
-        "--synthetic_distractors",
-        action="store_true",
-        help="each scene's first shape gets a same-kind and a same-colour distractor",
-    )
+    group.add_argument("--synthetic_distractors", action="store_true", help=DISTRACTORS_HELP)
     parser.add_argument("--batch_size", type=int_at_most("MAX_BATCH_SIZE"), default=32, help="examples per forward pass")
 
 
@@ -300,10 +291,7 @@ def synthetic_config(args: argparse.Namespace):
     from ..synthetic import SyntheticSceneConfig
 
     return SyntheticSceneConfig(
-        args.synthetic_train_images,
-        args.synthetic_eval_images,
-        seed=args.synthetic_seed,
-        distractors=args.synthetic_distractors,
+        args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed, distractors=args.synthetic_distractors
     )
 
 

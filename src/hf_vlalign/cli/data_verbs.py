@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..utils.size_limits import int_at_most
-from .common import Output
+from .common import DISTRACTORS_HELP, Output
 
 # the parser's choices, spelled out so that `--help` imports nothing heavy (tests/cli/test_cli.py checks them against
 # `data.feature_store.FEATURE_FORMATS`)
@@ -38,11 +38,7 @@ def add_synthesize(add_verb) -> None:
     parser.add_argument("--train_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=800, help="training images")
     parser.add_argument("--val_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=150, help="validation images")
     parser.add_argument("--seed", type=int, default=0, help="seed of the scenes")
-    parser.add_argument(
-        "--distractors",
-        action="store_true",
-        help="each scene's first shape gets a same-kind and a same-colour distractor",
-    )
+    parser.add_argument("--distractors", action="store_true", help=DISTRACTORS_HELP)
 
 
 def run_convert_features(args: argparse.Namespace) -> int:
@@ -91,26 +87,17 @@ def tokenizer_problem(tokenizer, vocab_size: int) -> str | None:
     return None
 
 
-def _config_text_model(source: str) -> str | None:
-    """The text model a source config names (`text_config._name_or_path`), if any."""
-    from transformers import AutoConfig
-
-    text_config = getattr(AutoConfig.from_pretrained(source), "text_config", None)
-    return getattr(text_config, "_name_or_path", None) or None
-
-
 def converted_tokenizer(source: str, tokenizer: str | None, vocab_size: int) -> tuple[object, str]:
     """(tokenizer, where it came from) for a converted checkpoint: `tokenizer` when given, else the source's own, else
     the text model its config names. Refuses rather than save an empty vocabulary (every word [UNK])."""
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     if tokenizer is not None:
         candidates = [("`--tokenizer`", tokenizer)]
     else:
-        candidates = [("`src`", source)]
-        text_model = _config_text_model(source)
-        if text_model is not None:
-            candidates.append(("the text model of `src`'s config", text_model))
+        text_config = getattr(AutoConfig.from_pretrained(source), "text_config", None)
+        text_model = getattr(text_config, "_name_or_path", None)
+        candidates = [("`src`", source)] + ([("the text model of `src`'s config", text_model)] if text_model else [])
     problems = []
     for where, name in candidates:
         try:

@@ -104,10 +104,8 @@ def run_probe(args: argparse.Namespace) -> int:
         require("matplotlib", extra="plots")
     if reads_patch_model(args):
         probe, source, num_examples = _probe_patch_model(args)
-    elif args.data == "flickr30k_entities":
-        probe, source, num_examples = _probe_flickr30k_entities(args)
-    elif args.data == USER_FILE:
-        probe, source, num_examples = _probe_user_file(args)
+    elif args.data in ("flickr30k_entities", USER_FILE):
+        probe, source, num_examples = _probe_single_captions(args)
     else:
         probe, source, num_examples = _probe_vgp(args)
     result = {**probe.to_dict(), "num_examples": num_examples}
@@ -162,34 +160,14 @@ def _probe_vgp(args: argparse.Namespace):
 def _flickr30k_entities_data(args: argparse.Namespace, tokenizer):
     from ..evaluation.model_analysis import flickr30k_entities_analysis_data
 
-    # the files it needs and the VGP files it does not read are checked by `check_options`
     return flickr30k_entities_analysis_data(
         tokenizer, args.flickr30k_entities_dir, args.features, args.split, args.max_images, args.max_text_length
     )
 
 
-def _probe_flickr30k_entities(args: argparse.Namespace):
+def _probe_single_captions(args: argparse.Namespace):
     """(probe result, data description, examples probed) of any single-stream checkpoint (trained, or a converted
-    VisualBERT) on Flickr30k Entities single captions (Li et al.'s setting)."""
-    from transformers import AutoTokenizer
-
-    from ..evaluation.grounding import probe_attention_blocks
-    from ..evaluation.inference import first_examples
-    from ..evaluation.tasks import load_model
-
-    # the encoder of a single-stream model (`check_model_kind`): single captions carry no VGP pair inputs
-    model = load_model(args.model).base_model
-    data = _flickr30k_entities_data(args, AutoTokenizer.from_pretrained(args.model))
-    captions = first_examples(data.dataset, args.max_examples, data.description)
-    probe = probe_attention_blocks(
-        model, captions, data.collator, data.text_mask_key, args.batch_size, active_heads_only=args.best_head_among == "active"
-    )
-    return probe, data.description, len(captions)
-
-
-def _probe_user_file(args: argparse.Namespace):
-    """(probe result, data description, examples read) of any single-stream checkpoint on the single captions of a
-    user's `caption` file with grounded phrases (Li et al.'s setting on one's own images)."""
+    VisualBERT) on single captions, Li et al.'s setting: Flickr30k Entities, or a user's `caption` file."""
     from transformers import AutoTokenizer
 
     from ..evaluation.grounding import probe_attention_blocks
@@ -197,22 +175,27 @@ def _probe_user_file(args: argparse.Namespace):
     from ..evaluation.model_analysis import user_analysis_data
     from ..evaluation.tasks import load_model
 
-    model = load_model(args.model)
-    data = user_analysis_data(args.model, model, AutoTokenizer.from_pretrained(args.model), args.data_file, args.max_text_length)
+    model, tokenizer = load_model(args.model), AutoTokenizer.from_pretrained(args.model)
+    if args.data == USER_FILE:
+        data = user_analysis_data(args.model, model, tokenizer, args.data_file, args.max_text_length)
+    else:
+        data = _flickr30k_entities_data(args, tokenizer)
     captions = first_examples(data.dataset, args.max_examples, data.description)
-    probe = probe_attention_blocks(
+    probe = probe_attention_blocks(  # the encoder: single captions carry no VGP pair inputs
         model.base_model, captions, data.collator, data.text_mask_key, args.batch_size,
         active_heads_only=args.best_head_among == "active",
     )  # fmt: skip
     return probe, data.description, len(captions)
 
 
-def _patch_model_examples(args: argparse.Namespace) -> tuple[list[dict], str]:
-    """(grounded captions, their description) that a patch model reads: the synthetic scenes' evaluation split with
-    their rendered images, or a Flickr30k Entities split with its images."""
+def _patch_model_and_examples(args: argparse.Namespace):
+    """(model, processor, grounded captions, their description) of a transformers patch model and the data it reads:
+    the synthetic scenes' evaluation split with their rendered images, or a Flickr30k Entities split with its images."""
     from ..synthetic.scenes import load_or_generate_synthetic_vgp
     from ..vlms import grounded_caption_examples
+    from ..vlms.loading import load_patch_model
 
+    model, processor = load_patch_model(args.model)
     if args.data == "flickr30k_entities":
         root, images, split = args.flickr30k_entities_dir, args.images_dir, args.split
         examples, counts = grounded_caption_examples(root, images, split, args.max_images)
@@ -224,16 +207,14 @@ def _patch_model_examples(args: argparse.Namespace) -> tuple[list[dict], str]:
     if counts["phrases_without_box"]:
         source += f"; {counts['phrases_without_box']} phrases without a box left out"
     limit = getattr(args, "max_examples", None)
-    return (examples[:limit] if limit else examples), source
+    return model, processor, (examples[:limit] if limit else examples), source
 
 
 def _probe_patch_model(args: argparse.Namespace):
     """(probe result, data description, captions probed) of a transformers patch model, patches as regions."""
     from ..vlms import PatchGroundingCollator, patch_batches, probe_patch_model
-    from ..vlms.loading import load_patch_model
 
-    model, processor = load_patch_model(args.model)
-    examples, source = _patch_model_examples(args)
+    model, processor, examples, source = _patch_model_and_examples(args)
     collator = PatchGroundingCollator(
         processor, model.config, max_text_length=getattr(args, "max_text_length", 64), with_labels=False
     )
@@ -246,12 +227,8 @@ def add_probe(add_verb) -> None:
     parser = add_verb(
         "probe", "grounding probe (Li et al.) of a saved model, per head and layer", run_probe,
         option_settings=DATA_OPTIONS, required_options=REQUIRED_DATA_OPTIONS,
-        model_requirements={
-            "synthetic": ("architecture", "SingleStreamForVisualParaphrase"),
-            "vgp": ("architecture", "SingleStreamForVisualParaphrase"),
-            "flickr30k_entities": ("family", "single_stream"),
-            USER_FILE: ("family", "single_stream"),
-        },
+        model_requirements=dict.fromkeys(("synthetic", "vgp"), ("architecture", "SingleStreamForVisualParaphrase"))
+        | dict.fromkeys(("flickr30k_entities", USER_FILE), ("family", "single_stream")),
         outputs={
             "json": Output("file", "a probe result", is_json_result("model", "data", "accuracy", "num_examples")),
             "plot": Output("file", "a probe plot", is_probe_plot),
@@ -266,19 +243,18 @@ def add_probe(add_verb) -> None:
         "captions (Li et al.'s setting: --flickr30k_entities_dir, --features, --split), or the single captions of your "
         "own file (--data_file; any single-stream checkpoint)",
     )  # fmt: skip
-    add_data_file_argument(parser, "a `caption` file with grounded phrases (image, caption, phrases with pixel boxes)")
-    add_vgp_file_arguments(parser)
-    _add_flickr30k_entities_arguments(parser)
-    _add_active_heads_argument(parser)
+    _add_grounding_data_arguments(parser)
     add_synthetic_arguments(parser)
     add_max_examples_argument(parser, "probe only the first N examples", "the table's first line and the JSON's num_examples")
     parser.add_argument("--json", type=Path, help="write the full results (the accuracy of every head) to this JSON file")
     parser.add_argument("--plot", type=Path, help="write the layer x head accuracy heatmap to this PNG file")
 
 
-def _add_flickr30k_entities_arguments(parser: argparse.ArgumentParser) -> None:
-    """Li et al.'s setting: Flickr30k Entities captions, each alone with its image's regions (--flickr30k_entities_dir
-    and --features of the group above)."""
+def _add_grounding_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """The data `probe` and `analyze` read besides the synthetic scenes (a `caption` file, the VGP files, Flickr30k
+    Entities captions each alone with its image's regions: Li et al.'s setting), and the best head's candidates."""
+    add_data_file_argument(parser, "a `caption` file with grounded phrases (image, caption, phrases with pixel boxes)")
+    add_vgp_file_arguments(parser)
     group = parser.add_argument_group(
         "Flickr30k Entities single captions (--data flickr30k_entities, with --flickr30k_entities_dir and --features)"
     )
@@ -292,9 +268,6 @@ def _add_flickr30k_entities_arguments(parser: argparse.ArgumentParser) -> None:
         "--max_text_length", type=int_at_most("MAX_TEXT_LENGTH"), default=64,
         help="word pieces per caption of Flickr30k Entities or --data_file (longer ones are cut)",
     )  # fmt: skip
-
-
-def _add_active_heads_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--best_head_among", choices=("active", "all"), default="active",
         help="candidates for the best head: the heads putting > 20%% of their attention on the regions (\"actively "
@@ -305,10 +278,8 @@ def _add_active_heads_argument(parser: argparse.ArgumentParser) -> None:
 def _analyze_patch_model(args: argparse.Namespace) -> int:
     """`analyze` of a transformers patch model: the probe's analysis.json and plots (`vlms.explore.analyze_patch_model`)."""
     from ..vlms.explore import analyze_patch_model
-    from ..vlms.loading import load_patch_model
 
-    model, processor = load_patch_model(args.model)
-    examples, source = _patch_model_examples(args)
+    model, processor, examples, source = _patch_model_and_examples(args)
     report = analyze_patch_model(model, processor, examples, args.out, args.batch_size, source)
     probe = report["grounding_probe"]
     print(json.dumps({"out": str(args.out), "data": source, **{key: probe[key] for key in PROBE_SUMMARY_KEYS}}, indent=2))
@@ -384,10 +355,7 @@ def add_analyze(add_verb) -> None:
         "Entities single captions (single-stream, Li et al.'s setting: --flickr30k_entities_dir, --features, --split) "
         "or the captions of your own file (--data_file; any family)",
     )  # fmt: skip
-    add_data_file_argument(parser, "a `caption` file with grounded phrases (image, caption, phrases with pixel boxes)")
-    add_vgp_file_arguments(parser)
-    _add_flickr30k_entities_arguments(parser)
-    _add_active_heads_argument(parser)
+    _add_grounding_data_arguments(parser)
     parser.add_argument(
         "--cluster_source", choices=("auto", "detector_class", "spatial"), default="auto",
         help="object clusters of the within-cluster attention (Ilinykh, Analysis I): the detector class of each region "
@@ -415,10 +383,8 @@ def _explore_patch_model(args: argparse.Namespace) -> int:
     from transformers.utils import logging
 
     from ..vlms.explore import write_patch_explorer
-    from ..vlms.loading import load_patch_model
 
-    model, processor = load_patch_model(args.model)
-    examples, source = _patch_model_examples(args)
+    model, processor, examples, source = _patch_model_and_examples(args)
     if args.num_examples > len(examples):
         logging.get_logger(__name__).warning(f"`--num_examples {args.num_examples}`: the data hold {len(examples)} captions; showing all.")
     write_result(args.out, lambda partial: write_patch_explorer(

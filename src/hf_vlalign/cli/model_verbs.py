@@ -227,10 +227,6 @@ def run_results_table(args: argparse.Namespace) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Parser
-
-
 def add_results_table(add_verb) -> None:
     parser = add_verb("results-table", "markdown table of several runs' eval_results.json", run_results_table)
     parser.add_argument("output_dirs", nargs="+", type=Path, help="the --output_dir of each examples/finetune_vgp.py run")

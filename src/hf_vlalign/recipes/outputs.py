@@ -52,33 +52,19 @@ def save_model(trainer: Trainer, output_dir: str | Path, region_options: Mapping
     """Weights, config, tokenizer and processor in `output_dir` (every process calls it; FSDP / DeepSpeed gather
     there), and the arguments as JSON instead of the pickled `training_args.bin`, so the folder is pickle-free.
 
-    The processor (`VLAlignProcessor`: `processor_config.json` beside the tokenizer's files) becomes the trainer's
-    `processing_class`, so that `AutoProcessor.from_pretrained(output_dir)` loads it. `region_options` are the
-    `RegionFeatureExtractor` keyword arguments (those given to `extract_region_features` for the training images);
-    None: `default_region_options` of the run's data (see there). A processor already set as the trainer's
-    `processing_class` is kept when `region_options` is None."""
-    processor = run_processor(trainer, region_options)
-    if processor is not None:
-        trainer.processing_class = processor
+    The processor becomes the trainer's `processing_class`, so that `AutoProcessor.from_pretrained(output_dir)` loads
+    it: the trainer's `VLAlignProcessor` when `region_options` is None, else `build_processor` of its tokenizer with
+    `region_options` (the `RegionFeatureExtractor` arguments; None: `default_region_options`)."""
+    processor = trainer.processing_class
+    if isinstance(processor, VLAlignProcessor) and region_options is not None:
+        processor = processor.tokenizer
+    if isinstance(processor, PreTrainedTokenizerBase):
+        store = getattr(trainer.data_collator, "region_features", None)
+        trainer.processing_class = build_processor(processor, trainer.model, store, region_options)
     trainer.save_model(str(output_dir))
     if trainer.is_world_process_zero():
         (Path(output_dir) / "training_args.bin").unlink(missing_ok=True)
         (Path(output_dir) / "training_args.json").write_text(trainer.args.to_json_string())
-
-
-def run_processor(trainer: Trainer, region_options: Mapping[str, Any] | None = None) -> VLAlignProcessor | None:
-    """The processor `save_model` saves: the trainer's `VLAlignProcessor` when it has one and `region_options` is None;
-    else its tokenizer (the `processing_class`) with `build_processor`'s extractor for the trainer's model and data.
-    None when the trainer has no tokenizer."""
-    current = trainer.processing_class
-    if isinstance(current, VLAlignProcessor):
-        if region_options is None:
-            return current
-        current = current.tokenizer
-    if not isinstance(current, PreTrainedTokenizerBase):
-        return None
-    store = getattr(trainer.data_collator, "region_features", None)
-    return build_processor(current, trainer.model, store, region_options)
 
 
 def build_processor(
@@ -88,62 +74,34 @@ def build_processor(
     region_options: Mapping[str, Any] | None = None,
 ) -> VLAlignProcessor:
     """The `VLAlignProcessor` of a run: `tokenizer` and `RegionFeatureExtractor(**region_options)` checked against the
-    model's `visual_feat_dim`; `region_options` None: `default_region_options(model.config, region_features)`.
-
-    Pass it to the Trainer as `processing_class`: transformers then saves it in every checkpoint-N folder and in the
-    final model, so that `AutoProcessor.from_pretrained` loads any of them."""
+    model's `visual_feat_dim` (None: `default_region_options`). As the Trainer's `processing_class` it is saved in
+    every checkpoint-N folder."""
     config = unwrap_model(model).config
-    if region_options is None:
-        region_options = default_region_options(config, region_features)
-    return VLAlignProcessor(region_feature_extractor(config, region_options), tokenizer)
-
-
-def default_region_options(config: PreTrainedConfig, store: RegionFeatureStore | None) -> dict[str, Any]:
-    """The region options of a model trained on `store`'s features, when the run gives none.
-
-    The synthetic scenes (a store converted from their `features.tsv`): the pixel encoder with the scenes'
-    `feature_dim` and `seed` (what made their features), and, since their "detector" boxes exist only for the rendered
-    scenes, `SYNTHETIC_INFERENCE_GRID` (the whole image and a 3 x 3 grid) on a new image. Any other store (e.g.
-    published 2048-d bottom-up-attention features): no encoder (`encoder=None`, the extractor cannot reproduce them),
-    the model's `visual_feat_dim` recorded."""
-    scenes = synthetic_scene_settings(store)
-    if scenes is not None:
-        return {"encoder": "pixel", "feature_dim": scenes["feature_dim"], "seed": scenes["seed"], **SYNTHETIC_INFERENCE_GRID}
-    return {"encoder": None, "feature_dim": config.visual_feat_dim, **SYNTHETIC_INFERENCE_GRID}
-
-
-def synthetic_scene_settings(store: RegionFeatureStore | None) -> dict[str, Any] | None:
-    """The `SyntheticSceneConfig` fields (as a dict) of the synthetic scenes whose features `store` was converted
-    from (their `manifest.json` above the features file named in the store's source), else None."""
-    source = (getattr(store, "metadata", None) or {}).get("source", "")
-    _, _, path = source.partition(":")
-    if not path:
-        return None
-    for folder in list(Path(path).parents)[:3]:
-        try:
-            manifest = json.loads((folder / "manifest.json").read_text())
-        except (OSError, ValueError):
-            continue
-        settings = manifest.get("config") if isinstance(manifest, dict) else None
-        if isinstance(settings, dict) and {"feature_dim", "seed"} <= set(settings):
-            return settings
-    return None
-
-
-def region_feature_extractor(config: PreTrainedConfig, region_options: Mapping[str, Any]) -> RegionFeatureExtractor:
-    """`RegionFeatureExtractor(**region_options)` checked against the model's `visual_feat_dim` (the pixel encoder
-    without a `feature_dim` takes it)."""
-    if not isinstance(region_options, Mapping):
-        raise ValueError(f"`region_options` must be a dict of RegionFeatureExtractor arguments, got {region_options!r}.")
-    options = dict(region_options)
+    options = dict(default_region_options(config, region_features) if region_options is None else region_options)
     expected = config.visual_feat_dim
     if options.get("encoder", "pixel") == "pixel" and options.get("feature_dim") is None:
-        options["feature_dim"] = expected
+        options["feature_dim"] = expected  # the pixel encoder without a `feature_dim` takes the model's
     if options.get("feature_dim") not in (None, expected):
         raise ValueError(
             f"`region_options` feature_dim={options['feature_dim']} differs from the model's visual_feat_dim={expected}."
         )
-    return RegionFeatureExtractor(**options)
+    return VLAlignProcessor(RegionFeatureExtractor(**options), tokenizer)
+
+
+def default_region_options(config: PreTrainedConfig, store: RegionFeatureStore | None) -> dict[str, Any]:
+    """The region options of a model trained on `store`'s features, when the run gives none: for the synthetic scenes
+    (a `manifest.json` above the features file of the store's source) the pixel encoder with their `feature_dim` and
+    `seed`; for any other store (e.g. published bottom-up-attention features, which the extractor cannot reproduce) no
+    encoder and the model's `visual_feat_dim`. Both with `SYNTHETIC_INFERENCE_GRID` as the boxes of a new image."""
+    _, _, features_file = (getattr(store, "metadata", None) or {}).get("source", "").partition(":")
+    for folder in list(Path(features_file).parents)[:3] if features_file else []:
+        try:
+            scenes = json.loads((folder / "manifest.json").read_text()).get("config")
+        except (OSError, ValueError, AttributeError):  # no manifest, or not a JSON object
+            continue
+        if isinstance(scenes, dict) and {"feature_dim", "seed"} <= set(scenes):
+            return {"encoder": "pixel", "feature_dim": scenes["feature_dim"], "seed": scenes["seed"], **SYNTHETIC_INFERENCE_GRID}
+    return {"encoder": None, "feature_dim": config.visual_feat_dim, **SYNTHETIC_INFERENCE_GRID}
 
 
 def write_json(path: str | Path, value: Any) -> None:
@@ -191,9 +149,7 @@ def image_use_results(
     group_column: str | None = None,
 ) -> dict[str, Any]:
     """The `image_use` entry of `eval_results.json`: [`image_use_gap`] of the trained model on a seeded sample of
-    `max_examples` evaluation rows (None: all), its own image vs another image's regions and vs its own regions with
-    their features shuffled among them (the control of region-selection tasks). A gap near 0 says the model answers
-    from the text alone. Run it on every process (the model may be sharded); only the main process writes."""
+    `max_examples` evaluation rows (None: all). Run it on every process (the model may be sharded)."""
     rows = evaluation_subset(dataset, max_examples, seed, argument="--image_use_examples")
     columns = rows.column_names if isinstance(rows, datasets.Dataset) else list(rows[0]) if rows else []
     if group_column not in columns:
@@ -205,18 +161,13 @@ def truncation_results(
     max_text_length: int, splits: Mapping[str, TruncationStats], collators: Iterable[RegionTextCollator] = ()
 ) -> dict[str, Any]:
     """The `truncation` entry of `eval_results.json`: `max_text_length`, what `drop_overlong_rows` counted on each
-    split (rows, rows truncated, grounded phrases cut, rows dropped), and under `collated` the sum of the collators'
-    `truncation_stats` in this process (every batch they made, training and evaluation: a row collated several times
-    counts each time)."""
-    collators = list(collators)
+    split, and under `collated` the sum of the collators' `truncation_stats` in this process (a row collated several
+    times counts each time)."""
     for name, stats in splits.items():
         if not isinstance(stats, TruncationStats):
             raise ValueError(
                 f"`splits[{name!r}]` must be a TruncationStats (from drop_overlong_rows), got {type(stats).__name__}."
             )
-    for collator in collators:
-        if not isinstance(collator, RegionTextCollator):
-            raise ValueError(f"`collators` must hold the examples' collators, got {type(collator).__name__}.")
     collated = sum((collator.truncation_stats for collator in collators), TruncationStats())
     return {
         "max_text_length": max_text_length,

@@ -1,22 +1,11 @@
-"""Replacing a whole folder or file so that a kill, a full disk or an error at any instant leaves either the old or the
-new one in place.
+"""Replacing a whole folder or file so that a kill, a full disk or an error at any instant leaves the old or the new one.
 
-`atomic_file(target)` yields a temporary path beside `target` for the writer to fill; once complete it is flushed to
-disk and renamed over `target` (`os.replace`, atomic on POSIX and Windows). A failure on the way removes the temporary
-file and leaves `target` as it was; a `target` that is a hard link is replaced by a new file, so the file it shared
-its content with (e.g. inside a model folder) keeps that content.
-
-`replace_folder(new, target)` swaps a complete folder `new` with `target`. On Linux (`renameat2(RENAME_EXCHANGE)`, on
-ext4, xfs, btrfs, tmpfs...) the two folders are exchanged by one atomic system call: `target` is never missing, and a
-reader (plain `transformers.from_pretrained` included) sees the old folder or the new one. Elsewhere `target` is renamed
-to a backup sibling, then `new` to `target`: a kill between the two renames leaves `target` missing and the old folder
-in the backup, which `recover_folder(target)` (run by the next save and load) renames back. The old folder (left under
-the name of `new`, or the backup) is removed last; a kill before that leaves it behind as a stale sibling, removed by
-`remove_stale_siblings` once its writer (named by host and pid in the folder name) is no longer running.
-
-The names of these sibling folders start with `derived_stem(target name)`: the name itself, or for a long name its
-first bytes and a hash of the whole, so that a sibling name stays within the file system's 255 bytes (NAME_MAX) for
-every valid target name, and the cleanup still recognises it.
+`atomic_file(target)` yields a temporary path beside `target`, then renames it over `target` (`os.replace`): a hard link
+is replaced by a new file, so the file it shared content with keeps it. `replace_folder(new, target)` exchanges two
+folders in one system call on Linux (`renameat2(RENAME_EXCHANGE)`); elsewhere it renames `target` to a backup first,
+which `recover_folder` restores after a kill between the two renames. Staging and backup siblings are named from
+`derived_stem(target name)` (within NAME_MAX for any name) and the writer's host and pid, so `remove_stale_siblings`
+removes those of writers no longer running.
 """
 
 from __future__ import annotations

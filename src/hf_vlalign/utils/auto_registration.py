@@ -1,11 +1,9 @@
 """Registration of hf_vlalign's models with transformers' Auto classes, deferred until transformers' auto module loads.
 
-`import hf_vlalign` stays light (no torch, no transformers: `hf-vlalign --help` starts in a fraction of a second),
-yet `import hf_vlalign; AutoModel.from_pretrained(folder)` still finds every hf_vlalign model type: once
-`transformers.models.auto` (which every Auto class goes through) is loaded, `hf_vlalign.models` is imported, and its
-`__init__` registers the Auto classes. transformers loads its auto module in the middle of its own imports (e.g.
-`modeling_utils` -> `quantizers` -> `models.auto`), when `PreTrainedModel` does not exist yet; so the import waits
-until the outermost import of a transformers or hf_vlalign module has finished.
+`import hf_vlalign` stays light (no torch, no transformers), yet `AutoModel.from_pretrained(folder)` finds every
+hf_vlalign model type: once `transformers.models.auto` is loaded, `hf_vlalign.models` is imported and registers them.
+transformers loads its auto module in the middle of its own imports, before `PreTrainedModel` exists, so the import
+waits until the outermost import of a transformers or hf_vlalign module has finished.
 """
 
 from __future__ import annotations
@@ -18,8 +16,6 @@ import sys
 AUTO_MODULE = "transformers.models.auto"
 MODELS_MODULE = "hf_vlalign.models"
 WATCHED_PACKAGES = ("transformers", "hf_vlalign")
-
-
 PROCESSING_MODULE = "hf_vlalign.processing"
 
 

@@ -1,9 +1,6 @@
-"""Optional dependencies: each is imported by the function that needs it, through `require`, so that the models,
-trainers and data loaders import without them and a missing one fails with the pip command that installs it.
-
-The base install is what a training script needs; each entry of `EXTRAS` is an extra of setup.cfg
-(`pip install "hf-vlalign[<extra>]"`) and the one package it adds (tests/project/test_optional_dependencies.py checks that
-setup.cfg lists them).
+"""Optional dependencies: each is imported through `require` by the function that needs it, so that the library imports
+without them and a missing one fails with the pip command that installs it. Each entry of `EXTRAS` is an extra of
+setup.cfg (`pip install "hf-vlalign[<extra>]"`) and the one package it adds.
 """
 
 from __future__ import annotations

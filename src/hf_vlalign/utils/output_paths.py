@@ -1,17 +1,11 @@
 """Checks every writing entry point runs before it writes: the output never destroys an input, and an existing output is
 replaced only when the library recognises it as its own.
 
-`refuse_output_overlapping_inputs(output, inputs)` refuses an output path that is an input or holds one (a features
-file converted onto itself, a checkpoint converted into the folder of its source): writing it would replace or delete
-the input. An output inside an input folder is accepted when it is new (a run folder `DATA/run` inside a `--data_dir
-DATA` destroys nothing), except inside an input read by scanning (`SCANNED_INPUTS`: every file of the folder is read,
-so a new file there would become an input), and except when it already exists (nothing inside an input is replaced).
-Paths are compared once resolved (`~`, relative spellings, `..` and symbolic links), and an existing output that is a
-hard link of an input file counts as the same file.
-
-`refuse_foreign_folder` / `refuse_foreign_file` refuse an existing output that the writer did not make (a folder holding
-other files, a file of another kind), naming a few of the entries found there, so that `overwrite=True` (`--overwrite`)
-only ever replaces what the library wrote.
+An output may not be an input nor hold one. It may be inside an input folder when it is new or a training run's folder
+(a re-run or resume of `--output_dir DATA/run` beside `--data_dir DATA`), except inside an input read by scanning
+(`SCANNED_INPUTS`), where it would become part of that input. Paths are compared resolved (`~`, `..`, symbolic links),
+and a hard link of an input file is that file. `refuse_foreign_folder` / `refuse_foreign_file` refuse an existing output
+the writer did not make, so that `--overwrite` only ever replaces what the library wrote.
 """
 
 from __future__ import annotations
@@ -37,6 +31,11 @@ def resolved_path(path: str | os.PathLike) -> Path:
     return Path(os.path.expanduser(os.fspath(path))).resolve()
 
 
+def is_run_folder(folder: Path) -> bool:
+    """Whether `folder` holds what a training run writes: its final arguments or a Trainer checkpoint."""
+    return (folder / "training_args.json").is_file() or any(folder.glob("checkpoint-*/trainer_state.json"))
+
+
 def _relation(output: Path, given: Path) -> str | None:
     """How the resolved `output` meets the resolved input `given`: "is", "is inside", "contains" or None."""
     if output == given or (output.exists() and given.exists() and os.path.samefile(output, given)):
@@ -48,14 +47,11 @@ def _relation(output: Path, given: Path) -> str | None:
     return None
 
 
-def _is_scanned(name: str) -> bool:
-    return name.removeprefix("--").partition("[")[0] in SCANNED_INPUTS
-
-
-def _why_not_inside(name: str, given: Path) -> str:
+def _why_not_inside(scanned: bool, given: Path) -> str | None:
+    """Why an existing output may not be inside the input `given`, or None when it may."""
     if not given.is_dir():
         return "that input is a file"
-    if _is_scanned(name):
+    if scanned:
         return "that input is read by scanning its folder, so the output would become part of it"
     return "it already exists there, and nothing inside an input is replaced"
 
@@ -69,21 +65,29 @@ def refuse_output_overlapping_inputs(
 ) -> None:
     """Raises [`OutputPathError`] when `output` is one of `inputs` (argument name -> path; None and paths that do not
     exist, e.g. Hub ids, are skipped), holds one, or lies inside one that is a file, is read by scanning
-    (`SCANNED_INPUTS`), or where the output already exists. `inputs_may_be_inside_output` names the inputs that may live inside the output (a
-    `resume_from_checkpoint` under the run's `output_dir`)."""
+    (`SCANNED_INPUTS`), or where the output already exists and is not a training run's folder. The inputs named by
+    `inputs_may_be_inside_output` may live inside the output (a `resume_from_checkpoint` under the run's `output_dir`),
+    which is then the same run's folder."""
     output_path = resolved_path(output)
-    for name, given in inputs.items():
-        if given is None or not isinstance(given, (str, os.PathLike)) or not os.path.lexists(os.path.expanduser(given)):
-            continue
-        given_path = resolved_path(given)
-        relation = _relation(output_path, given_path)
-        if relation == "is inside" and given_path.is_dir() and not _is_scanned(name) and not os.path.lexists(output_path):
-            continue  # a new output in a folder read by known names destroys nothing
+    existing = {
+        name: (given, resolved_path(given))
+        for name, given in inputs.items()
+        if isinstance(given, (str, os.PathLike)) and os.path.lexists(os.path.expanduser(given))
+    }
+    relations = {name: _relation(output_path, given_path) for name, (_, given_path) in existing.items()}
+    own_run = is_run_folder(output_path) or any(
+        relations[name] == "contains" for name in inputs_may_be_inside_output if name in relations
+    )
+    for name, (given, given_path) in existing.items():
+        relation = relations[name]
+        scanned = name.removeprefix("--").partition("[")[0] in SCANNED_INPUTS
+        if relation == "is inside" and given_path.is_dir() and not scanned and (own_run or not os.path.lexists(output_path)):
+            continue  # a new output, or the run's own folder, in a folder read by known names destroys nothing
         if relation is None or (relation == "contains" and name in inputs_may_be_inside_output):
             continue
         consequence = {
             "is": "writing it would replace that input",
-            "is inside": _why_not_inside(name, given_path),
+            "is inside": _why_not_inside(scanned, given_path),
             "contains": "replacing it would delete that input",
         }[relation]
         raise OutputPathError(
@@ -97,18 +101,18 @@ def _listing(entries: list[str]) -> str:
     return shown + (f" and {len(entries) - LISTED_ENTRIES} more" if len(entries) > LISTED_ENTRIES else "")
 
 
+def _existing(path: str | os.PathLike) -> Path | None:
+    path = Path(os.path.expanduser(os.fspath(path)))
+    return path if os.path.lexists(path) else None
+
+
 def refuse_foreign_folder(
-    folder: str | os.PathLike,
-    argument: str,
-    *,
-    description: str,
-    is_own: Callable[[Path], bool],
+    folder: str | os.PathLike, argument: str, *, description: str, is_own: Callable[[Path], bool]
 ) -> None:
     """Raises [`OutputPathError`] when `folder` exists and is not a folder, or is a non-empty folder that `is_own` does
-    not recognise as `description` (what the writer makes, e.g. "a region-feature store"). Missing and empty folders
-    pass."""
-    path = Path(os.path.expanduser(os.fspath(folder)))
-    if not os.path.lexists(path):
+    not recognise as `description` (what the writer makes, e.g. "a region-feature store")."""
+    path = _existing(folder)
+    if path is None:
         return
     if not path.is_dir():
         raise OutputPathError(
@@ -123,16 +127,12 @@ def refuse_foreign_folder(
 
 
 def refuse_foreign_file(
-    file: str | os.PathLike,
-    argument: str,
-    *,
-    description: str,
-    is_own: Callable[[Path], bool],
+    file: str | os.PathLike, argument: str, *, description: str, is_own: Callable[[Path], bool]
 ) -> None:
     """Raises [`OutputPathError`] when `file` exists and is a folder, or a file that `is_own` does not recognise as
-    `description` (e.g. "a Fisher file"). A missing file passes."""
-    path = Path(os.path.expanduser(os.fspath(file)))
-    if not os.path.lexists(path):
+    `description` (e.g. "a Fisher file")."""
+    path = _existing(file)
+    if path is None:
         return
     if path.is_dir():
         entries = sorted(entry.name for entry in path.iterdir())
