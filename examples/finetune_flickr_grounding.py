@@ -76,6 +76,7 @@ from hf_vlalign.recipes import (
     write_results,
 )
 from hf_vlalign.trainers import PhraseGroundingTrainer, PhraseGroundingTrainingArguments
+from hf_vlalign.utils.user_errors import run_command
 
 logger = logging.getLogger(__name__)
 
@@ -283,4 +284,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("finetune_flickr_grounding.py", main)

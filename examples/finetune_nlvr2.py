@@ -75,6 +75,7 @@ from hf_vlalign.recipes import (
     write_results,
 )
 from hf_vlalign.trainers import TaskTrainer, TaskTrainingArguments
+from hf_vlalign.utils.user_errors import run_command
 
 logger = logging.getLogger(__name__)
 
@@ -325,4 +326,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("finetune_nlvr2.py", main)

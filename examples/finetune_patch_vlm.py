@@ -36,6 +36,7 @@ from hf_vlalign.alignment.patches import DEFAULT_COVERAGE_THRESHOLD
 from hf_vlalign.recipes import final_evaluation, parse_recipe_args, synthetic_scene_config, write_results
 from hf_vlalign.synthetic.scenes import load_or_generate_synthetic_vgp
 from hf_vlalign.trainers.patch_supervision import PatchSupervisionTrainer, PatchSupervisionTrainingArguments
+from hf_vlalign.utils.user_errors import run_command
 from hf_vlalign.vlms import PatchGroundingCollator, grounded_caption_examples, patch_batches, probe_patch_model
 from hf_vlalign.vlms.tiny import MAX_IMAGE_SIZE, TINY_FAMILIES, tiny_patch_model, word_level_tokenizer
 
@@ -182,4 +183,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("finetune_patch_vlm.py", main)

@@ -73,6 +73,7 @@ from hf_vlalign.recipes import (
     write_results,
 )
 from hf_vlalign.trainers import ReferringExpressionTrainer, TaskTrainingArguments
+from hf_vlalign.utils.user_errors import run_command
 
 logger = logging.getLogger(__name__)
 
@@ -293,4 +294,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("finetune_refcoco.py", main)

@@ -65,6 +65,7 @@ from hf_vlalign.recipes import (
     write_results,
 )
 from hf_vlalign.trainers import VGPTrainer, VGPTrainingArguments
+from hf_vlalign.utils.user_errors import run_command
 
 logger = logging.get_logger(__name__)
 
@@ -342,4 +343,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("finetune_vgp.py", main)

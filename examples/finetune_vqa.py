@@ -77,6 +77,7 @@ from hf_vlalign.recipes import (
 from hf_vlalign.synthetic import load_or_generate_synthetic_vgp
 from hf_vlalign.synthetic.questions import ANSWER_VOCAB_FILE
 from hf_vlalign.trainers import TaskTrainer, TaskTrainingArguments
+from hf_vlalign.utils.user_errors import run_command
 
 logger = logging.getLogger(__name__)
 
@@ -527,4 +528,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("finetune_vqa.py", main)

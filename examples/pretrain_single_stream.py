@@ -80,6 +80,7 @@ from hf_vlalign.recipes import (
     write_results,
 )
 from hf_vlalign.trainers import SingleStreamPretrainingTrainer, SingleStreamPretrainingTrainingArguments
+from hf_vlalign.utils.user_errors import run_command
 
 logger = logging.getLogger(__name__)
 
@@ -421,4 +422,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("pretrain_single_stream.py", main)

@@ -103,6 +103,7 @@ from hf_vlalign.recipes import (
 from hf_vlalign.synthetic import COLOUR_NAMES, SHAPE_NAMES, load_or_generate_synthetic_vgp
 from hf_vlalign.synthetic.questions import ANSWER_LIST_FILE
 from hf_vlalign.trainers import TwoStreamPretrainingTrainer, TwoStreamPretrainingTrainingArguments
+from hf_vlalign.utils.user_errors import run_command
 
 SYNTHETIC_TEXTS = ("questions", "captions_and_questions")
 RUNS = {"with": ("with_alignment", True), "without": ("without_alignment", False)}
@@ -721,4 +722,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("pretrain_two_stream.py", main)

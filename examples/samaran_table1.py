@@ -66,6 +66,7 @@ from hf_vlalign.recipes import DataArguments, MixedPrecisionArguments, ModelArgu
 from hf_vlalign.recipes.arguments import ThreadArguments, read_config_file, split_config_flag
 from hf_vlalign.trainers import TaskTrainingArguments, VGPTrainingArguments
 from hf_vlalign.utils.typed_options import typed_options
+from hf_vlalign.utils.user_errors import run_command
 
 EXAMPLES = Path(__file__).resolve().parent
 SUPERVISIONS = ("none", "direct", "semi_direct", "indirect")
@@ -531,4 +532,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("samaran_table1.py", main)

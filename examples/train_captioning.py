@@ -100,6 +100,7 @@ from hf_vlalign.recipes import (
 from hf_vlalign.trainers import CaptioningTrainer, CaptioningTrainingArguments
 from hf_vlalign.trainers.captioning import CAPTION_NON_MODEL_KEYS
 from hf_vlalign.utils.size_limits import MAX_NEW_TOKENS, MAX_NUM_BEAMS, check_size
+from hf_vlalign.utils.user_errors import run_command
 
 # the papers' names of the caption metrics (the COCO caption evaluation's), keyed by `caption_scores`' names
 PAPER_METRIC_NAMES = {
@@ -735,4 +736,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command("train_captioning.py", main)

@@ -19,7 +19,8 @@ from PIL import Image
 from test_cli import run_cli, verb_parsers
 from transformers.testing_utils import CaptureLogger
 
-from hf_vlalign.cli import INTERRUPTED_EXIT_STATUS, main, user_error_message
+from hf_vlalign.cli import main, user_error_message
+from hf_vlalign.utils.user_errors import INTERRUPTED_EXIT_STATUS
 from hf_vlalign.utils.optional import MissingDependencyError
 
 pytestmark = pytest.mark.usefixtures("synthetic_scene_cache")

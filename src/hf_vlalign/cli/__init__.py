@@ -10,12 +10,10 @@ user_file`. Every result file is written atomically, replacing only a result hf_
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import NoReturn
 
-from ..utils.optional import MissingDependencyError
 from ..utils.typed_options import typed_options
+from ..utils.user_errors import run_command, user_error_message
 from . import data_verbs, grounding_verbs, model_verbs
 from .common import (
     USER_FILE,
@@ -24,42 +22,12 @@ from .common import (
     check_model_kind,
     check_options,
     check_outputs,
-    one_line,
     synthetic_config,
 )
 from .data_verbs import FEATURE_FORMATS
 from .model_verbs import TASKS, results_table
 
 __all__ = ["FEATURE_FORMATS", "TASKS", "USER_FILE", "build_parser", "check_options", "main", "results_table", "synthetic_config", "user_error_message"]
-
-INTERRUPTED_EXIT_STATUS = 130  # a shell's status for a program ended by Ctrl-C (128 + SIGINT)
-
-
-def _fail(verb: str, message: str, status: int = 2) -> NoReturn:
-    """argparse's convention for a user mistake: one line on stderr, exit status 2."""
-    sys.stderr.write(f"hf-vlalign {verb}: error: {one_line(message)}\n")
-    raise SystemExit(status)
-
-
-def user_error_message(error: BaseException) -> str | None:
-    """The one line `hf-vlalign` prints for `error`, or None when `error` is a bug (`TypeError`, `KeyError`, ...,
-    raised on input that passed the checks: its traceback is shown). The library's `ValueError`s name the argument,
-    file or field; a system `OSError` is said as `<reason>: <path>` (`-> <second path>` of a rename or link)."""
-    if isinstance(error, MissingDependencyError):
-        return str(error)
-    if isinstance(error, UnicodeDecodeError):
-        return f"not UTF-8 text: the byte {error.object[error.start:error.start + 1]!r} at position {error.start} ({error.reason})"
-    if isinstance(error, json.JSONDecodeError):
-        return f"not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
-    if isinstance(error, ValueError):
-        return str(error) or type(error).__name__
-    if isinstance(error, OSError) and (error.strerror is None or error.filename is None):
-        return str(error) or type(error).__name__  # the library's own carry their message
-    if isinstance(error, OSError):
-        return f"{error.strerror}: {' -> '.join(str(path) for path in (error.filename, error.filename2) if path is not None)}"
-    if isinstance(error, MemoryError):
-        return f"out of memory ({str(error) or 'MemoryError'}): ask for fewer examples, regions or a smaller batch"
-    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
+    def run() -> int:
         check_options(args, typed_options(parser, argv))
         check_outputs(args)
         if args.checkpoint_argument is not None:
@@ -98,13 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             if is_model:
                 check_model_kind(args)
         return args.run(args)
-    except KeyboardInterrupt:
-        _fail(args.verb, "interrupted", status=INTERRUPTED_EXIT_STATUS)
-    except Exception as error:
-        message = user_error_message(error)
-        if message is None:
-            raise
-        _fail(args.verb, message)
+
+    return run_command(f"hf-vlalign {args.verb}", run)
 
 
 if __name__ == "__main__":

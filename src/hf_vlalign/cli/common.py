@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..utils.output_paths import OutputPathError, refuse_foreign_file, refuse_output_overlapping_inputs
 from ..utils.size_limits import int_at_most
+from ..utils.user_errors import one_line
 
 DISTRACTORS_HELP = "each scene's first shape gets a same-kind and a same-colour distractor"
 USER_FILE = "user_file"  # the `--data` value of a user-format file (`--data_file`)
@@ -49,11 +50,6 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if action.default is None or action.default is False:
             return action.help
         return super()._get_help_string(action)
-
-
-def one_line(message: str) -> str:
-    """`message` on one line: its lines joined (a dependency's message may span several)."""
-    return " ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
 def _setting_text(setting: str, value: object) -> str:
