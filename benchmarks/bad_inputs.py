@@ -2781,6 +2781,25 @@ def compare(before_path: str, after_path: str) -> None:
         print(f"{label}: {len(records)} cases, {counts(list(records.values()))}")
 
 
+DOCS_BEGIN = "<!-- benchmarks/bad_inputs.py: begin -->"
+DOCS_END = "<!-- benchmarks/bad_inputs.py: end -->"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def docs_block(before: dict, after: dict) -> str:
+    """The docs' table of outcomes per door, before and after, from two results files."""
+    doors = sorted(set(before["counts_per_door"]) | set(after["counts_per_door"]))
+    header = "| door | cases | " + " | ".join(f"{outcome} (before / after)" for outcome in OUTCOMES) + " |"
+    rows = [header, "|---|---|" + "---|" * len(OUTCOMES)]
+    for door in [*doors, "all"]:
+        old = before["counts"] if door == "all" else before["counts_per_door"].get(door, {})
+        new = after["counts"] if door == "all" else after["counts_per_door"].get(door, {})
+        cells = " | ".join(f"{old.get(outcome, 0)} / {new.get(outcome, 0)}" for outcome in OUTCOMES)
+        name = "**all**" if door == "all" else door
+        rows.append(f"| {name} | {sum(new.values())} | {cells} |")
+    return "\n".join([DOCS_BEGIN, *rows, DOCS_END])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", type=Path, help="checkout whose src/ and examples/ are measured")
@@ -2791,9 +2810,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work_dir", type=Path, default=Path(tempfile.gettempdir()) / "bad_inputs_work")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
+    parser.add_argument("--docs", action="store_true", help="rewrite the docs' block from results/bad_inputs_{before,after}.json")
     args = parser.parse_args(argv)
     if args.compare:
         return compare(*args.compare)
+    if args.docs:
+        from docs_blocks import replace_docs_block
+
+        before, after = (json.loads((RESULTS_DIR / f"bad_inputs_{label}.json").read_text()) for label in ("before", "after"))
+        print(replace_docs_block(DOCS_BEGIN, DOCS_END, docs_block(before, after)))
+        return
     selected = [c for c in CASES if any(fnmatch.fnmatch(c.id, pattern) for pattern in args.cases.split(","))]
     if args.list:
         for c in selected:

@@ -1,6 +1,6 @@
 """Python objects of the wrong kind (issue 32) at the doors: a checkpoint name where a model or tokenizer is, a dict
 of columns or a `DatasetDict` where a dataset is, a path where a region-feature store is. Each public evaluation
-function and collator refuses them with a `ValueError` (`ArgumentKindError`, also a `TypeError`) naming the argument,
+function and collator refuses them with a `ValueError` naming the argument,
 what it takes and the type that came. One representative wrong value per door."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ DOORS = {
     word_region_attention: ({"model": MODEL, "tokenizer": None, "batch": {}, "layer": 0, "head": 0}, "tokenizer",
                             "bert-base-uncased", r"a transformers tokenizer"),
     cross_attention_rows: ({"model": MODEL, "tokenizer": None, "batch": {}, "layer": 0}, "model", "bert-base-uncased", r"a model"),
-    drop_overlong_rows: ({"dataset": ROWS, "tokenizer": None, "max_text_length": 8}, "tokenizer", {"vocab": {}}, r"a transformers tokenizer"),
+    drop_overlong_rows: ({"dataset": datasets.Dataset.from_list(ROWS), "tokenizer": None, "max_text_length": 8}, "tokenizer", {"vocab": {}}, r"a transformers tokenizer"),
     group_captions_by_image: ({"rows": ROWS}, "rows", iter(ROWS), r"a datasets\.Dataset or a list of rows"),
 }  # fmt: skip
 
@@ -57,9 +57,8 @@ def tokenizer():
 def test_a_door_refuses_an_object_of_the_wrong_kind_by_argument(door, tokenizer):
     good, argument, value, what = DOORS[door]
     kwargs = {**{name: tokenizer if name == "tokenizer" else given for name, given in good.items()}, argument: value}
-    with pytest.raises(ValueError, match=rf"^`{argument}` must be {what}.*, got ") as caught:
+    with pytest.raises(ValueError, match=rf"^`{argument}` must be {what}.*, got "):
         door(**kwargs)
-    assert isinstance(caught.value, TypeError)
 
 
 def test_a_dataset_dict_is_refused_naming_its_splits():

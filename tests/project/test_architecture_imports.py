@@ -54,11 +54,13 @@ SYNTHETIC_LAYERS = {
         "hf_vlalign.synthetic.tasks",
     },
 }
-# data/collators/ module -> the modules of the package it may import: row checks, truncation, regions and masking import
-# none; the shared collator (`base`) imports the first three; each task family imports `base` and the helpers it needs
+# data/collators/ module -> the modules of the package it may import: row checks, regions and masking import none,
+# truncation the row checks (its tokenizer door); the shared collator (`base`) imports the first three and truncation;
+# each task family imports `base` and the helpers it needs
 _COLLATOR_HELPERS = {f"hf_vlalign.data.collators.{name}" for name in ("rows", "truncation", "regions", "masking")}
 COLLATOR_LAYERS = {
     **{helper: set() for helper in _COLLATOR_HELPERS},
+    "hf_vlalign.data.collators.truncation": {"hf_vlalign.data.collators.rows"},
     "hf_vlalign.data.collators.base": _COLLATOR_HELPERS - {"hf_vlalign.data.collators.masking"},
     **{
         f"hf_vlalign.data.collators.{name}": {"hf_vlalign.data.collators.base", *_COLLATOR_HELPERS}
