@@ -60,6 +60,7 @@ from typing import Any
 
 import torch
 
+from ..metrics.grounding import region_hits
 from ..utils.validation import check_callable, check_module, check_rows, check_tensor
 from .inference import inference_batches, model_device
 
@@ -249,8 +250,7 @@ def task_scores(outputs: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, to
     if logits is None:
         return {}
     if "target_region_iou" in batch:  # referring expressions: the chosen region overlaps the referred box
-        iou = batch["target_region_iou"]
-        return {"accuracy": (iou.gather(1, logits.argmax(-1, keepdim=True)).squeeze(1) >= 0.5).float()}
+        return {"accuracy": region_hits(logits, batch["target_region_iou"]).float()}
     if "phrase_labels" in batch and logits.dim() == 3:  # phrase grounding: each phrase's best region is a target
         targets = batch["phrase_labels"]
         grounded = targets.sum(-1) > 0
