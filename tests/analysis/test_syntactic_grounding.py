@@ -157,12 +157,9 @@ def test_analyze_says_why_it_skipped_the_syntactic_grounding(single_stream_dir, 
     assert not (tmp_path / "syntactic_grounding.png").exists()
 
 
-def test_plot_top_relations_rejects_bad_rows(tmp_path):
+def test_plot_top_relations_draws_a_row(tmp_path):
     row = {"relation": "amod", "count": 3, "layer": 0, "head": 1, "accuracy": 0.5, "baseline_accuracy": 0.2}
     assert plot_top_relations([row], tmp_path / "ok.png").stat().st_size > 1000
-    for rows in ([], [{"relation": "amod"}], [{**row, "accuracy": 1.5}], [{**row, "count": 0}]):
-        with pytest.raises(ValueError, match="`rows"):
-            plot_top_relations(rows, tmp_path / "bad.png")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

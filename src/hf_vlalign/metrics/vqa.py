@@ -26,7 +26,6 @@ per-answer-type split, "yes/no" / "number" / "other" in VQA v2).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 from .local_modules import MODULES_DIR, load_local_metric
 
