@@ -14,12 +14,13 @@ nothing its metric can see. The kinds (`BASELINE_KINDS`):
 - `majority_class_eval`: the most frequent label of the evaluation rows themselves, where no training labels are at
   hand (masked words and sentence-image prediction of pre-training): an upper bound of the training majority.
 - `largest_region`: referring expressions and phrase grounding pick, whatever the text says, the image's largest
-  region (by box area; recall@k: the k largest), scored at IoU >= 0.5 like the model. Choosing a fixed region by a
+  region (by box area; recall@k: the k largest), scored at IoU >= 0.5 like the model
+  (`metrics.grounding.largest_region_accuracy` / `largest_region_recall`). Choosing a fixed region by a
   prior is the text-blind baseline of the referring-expression literature (Mao et al. 2016, MAttNet, UNITER report
   random / largest-box baselines); the largest box beats the uniform random region (`chance_accuracy`, also written)
   on every data set with a size prior, so it is the stricter of the two.
 - `detection_confidence`: the attention-grounding probes (Li et al. 2020) compare with the image's most confident
-  detected region, as the paper does.
+  detected region, as the paper does (`metrics.grounding.region_hits` of the confidences).
 
 Caption metrics (BLEU, CIDEr, ...) have no accuracy baseline and get none.
 """

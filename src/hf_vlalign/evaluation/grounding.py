@@ -74,6 +74,33 @@ def evaluate_grounding(
     return probe.compute()
 
 
+def probe_over_blocks(
+    probe: GroundingProbe, model: torch.nn.Module, dataset, collator, text_mask_key: str, batch_size: int, progress: bool
+) -> GroundingProbe:
+    """Feeds `probe` the word->region attention of `model` (any family, read through `analysis.adapters.
+    attention_blocks`) over `dataset`, batched by `collator` (which returns the probe targets); the caller owns
+    `torch.no_grad()` and the model's mode. Returns `probe`."""
+    from ..analysis.adapters import attention_blocks
+    from ..models.family import family_spec
+
+    source, end_token = family_spec(model).name, getattr(model.config, "use_end_token", None)
+    batches = inference_batches(
+        model, dataset, collator, batch_size, exclude=("word_region_alignment", "phrase_masks"),
+        forward_arguments_only=True, description="grounding probe", progress=progress,
+    )  # fmt: skip
+    for batch in batches:
+        outputs = model(**batch.inputs, output_attentions=True)
+        blocks = attention_blocks(
+            outputs, text_mask=batch.batch[text_mask_key], region_mask=batch.batch["visual_attention_mask"],
+            source=source, end_token=end_token,
+        )  # fmt: skip
+        probe.update_from_text_to_region(
+            torch.stack(blocks.word_to_region).to(batch.targets["phrase_region_iou"].device),
+            *_probe_targets(batch.targets, batch.inputs["visual_attention_mask"]),
+        )
+    return probe
+
+
 @torch.no_grad()
 def probe_attention_blocks(
     model: torch.nn.Module,
@@ -92,27 +119,11 @@ def probe_attention_blocks(
     `collator` must return the probe targets; `text_mask_key` is the batch key of the text mask ("attention_mask",
     or "decoder_attention_mask" for the captioner).
     """
-    from ..analysis.adapters import attention_blocks
     from ..models.family import family_spec
 
     was_training = _start_evaluation(model, dataset, collator)
-    spec = family_spec(model)
-    probe = GroundingProbe(*spec.probe_shape(model), iou_threshold, active_heads_only=active_heads_only)
-    end_token = getattr(model.config, "use_end_token", None)
-    batches = inference_batches(
-        model, dataset, collator, batch_size, exclude=("word_region_alignment", "phrase_masks"),
-        forward_arguments_only=True, description="grounding probe", progress=progress,
-    )  # fmt: skip
-    for batch in batches:
-        outputs = model(**batch.inputs, output_attentions=True)
-        blocks = attention_blocks(
-            outputs, text_mask=batch.batch[text_mask_key], region_mask=batch.batch["visual_attention_mask"],
-            source=spec.name, end_token=end_token,
-        )  # fmt: skip
-        probe.update_from_text_to_region(
-            torch.stack(blocks.word_to_region).to(batch.targets["phrase_region_iou"].device),
-            *_probe_targets(batch.targets, batch.inputs["visual_attention_mask"]),
-        )
+    probe = GroundingProbe(*family_spec(model).probe_shape(model), iou_threshold, active_heads_only=active_heads_only)
+    probe_over_blocks(probe, model, dataset, collator, text_mask_key, batch_size, progress)
     model.train(was_training)
     return probe.compute()
 
