@@ -60,16 +60,7 @@ def evaluate_grounding(
     probe = GroundingProbe(
         model.config.num_hidden_layers, model.config.num_attention_heads, iou_threshold, active_heads_only=active_heads_only
     )
-    for batch in inference_batches(model, dataset, collator, batch_size, description="grounding probe", progress=progress):
-        outputs = model(**batch.inputs, output_attentions=True)
-        probe.update(
-            outputs.attentions,
-            batch.inputs["input_ids"].shape[1],
-            batch.targets["phrase_token_index"],
-            batch.targets["phrase_region_iou"],
-            batch.inputs["visual_attention_mask"],
-            batch.targets["region_confidence"],
-        )
+    probe_over_blocks(probe, model, dataset, collator, "attention_mask", batch_size, progress)
     model.train(was_training)
     return probe.compute()
 
