@@ -76,8 +76,6 @@ def test_no_active_head_or_an_undefined_share_falls_back_to_all_heads():
     assert best_active_head(accuracy, np.array([[0.5, 0.2], [0.21, 0.9]])) == (1, 0, "active heads")
     # the threshold is strict: a share of exactly 0.2 is not active
     assert best_active_head(accuracy, np.array([[0.5, 0.2], [0.2, 0.9]]))[:2] == (0, 0)
-    with pytest.raises(ValueError, match="`active_share`"):
-        best_active_head(accuracy, np.ones((1, 2)))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -138,13 +136,9 @@ def test_syntactic_share_is_undefined_for_rows_that_are_not_probabilities():
     result = probe.compute()
     assert result.active_share is None
     assert result.top_relations(1)[0]["best_among"].startswith("all heads (active share undefined")
-    with pytest.raises(ValueError, match="`active_threshold`"):
-        SyntacticGroundingProbe(1, 2, active_threshold=1.5)
 
 
 def test_head_heatmap_marks_inactive_heads(tmp_path):
     accuracy = np.array([[1.0, 0.5]])
     path = plot_head_accuracy(accuracy, tmp_path / "heads.png", active_share=np.array([[0.1, 0.6]]), baseline=0.25)
     assert path.stat().st_size > 0
-    with pytest.raises(ValueError, match="`active_share`"):
-        plot_head_accuracy(accuracy, tmp_path / "bad.png", active_share=np.ones((2, 2)))

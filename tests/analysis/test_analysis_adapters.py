@@ -299,22 +299,8 @@ def test_plots_raise_naming_the_argument(tmp_path):
     image, _ = small_image(tmp_path)
     boxes = np.array([[5, 5, 40, 30], [50, 20, 90, 60]], dtype=float)
     attention = np.array([[0.6, 0.4]])
-    with pytest.raises(ValueError, match="`boxes`"):
-        plot_top_regions_on_image(image, boxes[:, :3], ["a"], attention, tmp_path / "x.png")
-    with pytest.raises(ValueError, match="`attention`"):
-        plot_top_regions_on_image(image, boxes, ["a"], np.ones((1, 3)), tmp_path / "x.png")
-    with pytest.raises(ValueError, match="`words`"):
-        plot_top_regions_on_image(image, boxes, ["a", "b"], attention, tmp_path / "x.png")
-    with pytest.raises(ValueError, match="`top_k`"):
-        plot_top_regions_on_image(image, boxes, ["a"], attention, tmp_path / "x.png", top_k=0)
     with pytest.raises(ValueError, match="`image`"):
         plot_top_regions_on_image(tmp_path / "missing.png", boxes, ["a"], attention, tmp_path / "x.png")
-    with pytest.raises(ValueError, match="`attention`"):
-        plot_head_grid(np.ones((2, 3)), ["a", "b"], ["x", "y", "z"], tmp_path / "x.png")
-    with pytest.raises(ValueError, match="`key_labels`"):
-        plot_head_grid(np.ones((2, 2, 3)), ["a", "b"], ["x", "y"], tmp_path / "x.png")
-    with pytest.raises(ValueError, match="`words`"):
-        plot_layer_heatmaps(np.ones((2, 2, 3)), ["a"], ["x", "y", "z"], tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
 
 
@@ -386,29 +372,14 @@ def test_errors_name_the_argument(tmp_path):
     outputs = run_single_stream()
     with pytest.raises(ValueError, match="`text_mask`"):
         attention_blocks(outputs, text_mask=text_mask[:, :-1], region_mask=region_mask)
-    with pytest.raises(ValueError, match="`text_mask`"):
-        attention_blocks(outputs, text_mask=text_mask[:, :, None], region_mask=region_mask)
     with pytest.raises(ValueError, match="`source`"):
         build(outputs, source="bert")
     # a single-stream map read as VisualBert (no [END] token) does not fit the masks
     with pytest.raises(ValueError, match="`region_mask`"):
         build(outputs, source="visual_bert")
     two_stream = run_two_stream()
-    with pytest.raises(ValueError, match="`region_mask`"):
-        attention_blocks(two_stream, text_mask=text_mask, region_mask=region_mask[:, :-1])
     with pytest.raises(ValueError, match="`outputs`"):
         build({"language_output": two_stream.language_output}, source="two_stream")
-    blocks = build(outputs)
-    with pytest.raises(ValueError, match="`tokens`"):
-        bertviz_inputs(blocks, ["a"])
-    with pytest.raises(ValueError, match="`batch_index`"):
-        bertviz_inputs(blocks, [f"w{i}" for i in range(T)], batch_index=B)
-    with pytest.raises(ValueError, match="`blocks_or_attentions`"):
-        bertviz_inputs(torch.ones(1, 2, 3, 3), ["a"])
-    with pytest.raises(ValueError, match="`num_regions`"):
-        bertviz_inputs(outputs.attentions, ["a"], num_regions=T + R + 1)
-    with pytest.raises(ValueError, match="`blocks`"):
-        text_to_region_rows(AttentionBlocks(text_mask=text_mask, region_mask=region_mask, source="lxmert"))
     (tmp_path / "bad.json").write_text(json.dumps({"tokens": []}))
     with pytest.raises(ValueError, match="`path`"):
         load_bertviz_inputs(tmp_path / "bad.json")

@@ -1,5 +1,6 @@
-"""`hf_vlalign.evaluation.baselines` on hand-made labels and boxes: exact baseline values, and the `baselines` entry of
-`eval_results.json` that compares each accuracy with its baseline."""
+"""`hf_vlalign.evaluation.baselines` and the grounding baselines of `hf_vlalign.metrics.grounding` on hand-made labels
+and boxes: exact baseline values, and the `baselines` entry of `eval_results.json` that compares each accuracy with its
+baseline."""
 
 import datasets
 import pytest
@@ -9,8 +10,6 @@ from hf_vlalign.evaluation.baselines import (
     answer_label_baselines,
     compare_with_baselines,
     gqa_baselines,
-    largest_region_accuracy,
-    largest_region_recall,
     majority_class_accuracy,
     majority_label,
     majority_soft_score,
@@ -20,6 +19,7 @@ from hf_vlalign.evaluation.baselines import (
     vgp_baselines,
     visual_reasoning_baselines,
 )
+from hf_vlalign.metrics import largest_region_accuracy, largest_region_recall
 
 
 def test_majority_label_ignores_the_ignore_index_and_breaks_ties_by_the_smallest_label():
@@ -28,8 +28,6 @@ def test_majority_label_ignores_the_ignore_index_and_breaks_ties_by_the_smallest
     assert majority_label(["no", "yes", "yes"], None) == "yes"
     with pytest.raises(ValueError, match=r"`labels` must hold at least one label \(other than -100\), got 2"):
         majority_label([-100, -100])
-    with pytest.raises(ValueError, match="`labels` must be a sequence of labels, got str"):
-        majority_label("abc")
 
 
 def test_majority_class_accuracy_is_the_training_majority_scored_on_the_evaluation_labels():
@@ -58,10 +56,6 @@ def test_largest_region_accuracy():
     gold = [[0, 0, 10, 10], [0, 0, 4, 4], [0, 0, 10, 10]]
     assert largest_region_accuracy(regions, gold) == pytest.approx(2 / 3)
     assert largest_region_accuracy(regions, gold, iou_threshold=0.95) == pytest.approx(1 / 3)
-    with pytest.raises(ValueError, match=r"`gold_boxes` must hold one entry per row of `region_boxes` \(3 >= 1\), got 1"):
-        largest_region_accuracy(regions, gold[:1])
-    with pytest.raises(ValueError, match=r"`region_boxes\[0\]` must be \(R >= 1, 4\) boxes"):
-        largest_region_accuracy([[[0, 0, 1]]], [[0, 0, 1, 1]])
 
 
 def test_largest_region_recall_ranks_the_regions_by_area():
@@ -83,12 +77,6 @@ def test_compare_with_baselines_flags_an_accuracy_that_does_not_beat_its_baselin
         "accuracy": {"value": 0.5, "baseline": 0.5, "kind": "majority_class", "beats": False},
         "vgp_accuracy": {"value": 0.75, "baseline": 0.25, "kind": "majority_class", "beats": True},
     }
-    with pytest.raises(ValueError, match=r"`results\['supervision'\]` must be a number to compare with its baseline"):
-        compare_with_baselines(results, {"supervision": Baseline(0.1, "majority_class")})
-    with pytest.raises(ValueError, match="`kind` must be one of"):
-        Baseline(0.1, "coin_flip")
-    with pytest.raises(ValueError, match=r"`value` must be an accuracy in \[0, 1\], got 1.5"):
-        Baseline(1.5, "majority_class")
 
 
 def test_vgp_baselines_read_the_training_labels():
@@ -99,8 +87,6 @@ def test_vgp_baselines_read_the_training_labels():
         "vgp_accuracy": Baseline(1.0, "majority_class"),  # the untyped row is left out on both sides
     }
     assert vgp_baselines(train, evaluation, "binary")["vgp_accuracy"] == Baseline(0.0, "majority_class")
-    with pytest.raises(ValueError, match="`vgp_task` must be 'type' or 'binary', got 'paraphrase'"):
-        vgp_baselines(train, evaluation, "paraphrase")
 
 
 def gqa_record(answer: str, structural: str) -> dict:

@@ -206,17 +206,9 @@ def test_evaluate_module_from_the_local_folder(monkeypatch):
     ("predictions", "references", "kwargs", "message"),
     [
         (["a cat", "a dog"], [["a cat"]], {}, "same length"),
-        ([], [], {}, "at least one caption"),
-        ("a cat", [["a cat"]], {}, "`predictions` must be a list"),
-        ([3], [["a cat"]], {}, r"`predictions\[0\]` must be a string"),
-        (["a cat"], "a cat", {}, "`references` must be a list"),
-        (["a cat"], ["a cat"], {}, r"`references\[0\]` must be a list"),
         (["a cat"], [[]], {}, r"`references\[0\]` must hold at least one"),
-        (["a cat"], [["a cat", None]], {}, r"`references\[0\]\[1\]` must be a string"),
-        (["a cat"], [["a cat", "  "]], {}, r"`references\[0\]\[1\]` must be a non-empty"),
         (["a cat"], [["a cat", "..."]], {"tokenizer": "simple"}, r"`references\[0\]\[1\]`.*empty once tokenised"),
         (["a cat"], [["a cat"]], {"metrics": ["bleu", "cider_x"]}, "`metrics` must be"),
-        (["a cat"], [["a cat"]], {"metrics": []}, "`metrics` must be"),
         (["a cat"], [["a cat"]], {"tokenizer": "spacy"}, "`tokenizer` must be one of"),
     ],
 )
@@ -226,12 +218,8 @@ def test_bad_input(predictions, references, kwargs, message):
 
 
 def test_bad_input_to_cider_d():
-    with pytest.raises(ValueError, match="`corpus_references` must be"):
-        CiderD([])
     with pytest.raises(ValueError, match=r"`references\[1\]` must hold at least one"):
         CiderD([["a b"], []])
-    with pytest.raises(ValueError, match="`sigma` must be"):
-        CiderD([["a b"]], sigma=0)
     with pytest.raises(ValueError, match="same length"):
         cider_d_per_caption(["a", "b"], [["a"]])
 

@@ -82,9 +82,3 @@ def test_a_seed_gives_a_random_collator_the_same_batches_in_every_pass_and_keeps
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert not all(torch.equal(a, b) for a, b in zip(first, other))
     assert torch.equal(torch.random.get_rng_state(), before[0]) and random.getstate() == before[1]
-
-
-@pytest.mark.parametrize("batch_size", [0, -2, 1.5, True, None])
-def test_a_bad_batch_size_is_named(dataset, batch_size):
-    with pytest.raises(ValueError, match=r"`batch_size` must be a positive integer, got"):
-        next(inference_batches(TinyModel(), dataset, collate, batch_size))

@@ -142,18 +142,10 @@ def test_consistency_modes():
 @pytest.mark.parametrize(
     ("predictions", "questions", "choices", "message"),
     [
-        ([("q1", "yes")], {"q1": QUESTIONS["q1"]}, None, "`predictions` must be a dict"),
-        ({"q1": 1}, {"q1": QUESTIONS["q1"]}, None, r"`predictions\['q1'\]` must be an answer string, got int"),
         ({}, {"a": QUESTIONS["q2"], "b": QUESTIONS["q5"]}, None, r"`predictions` must hold .* missing 2: 'a', 'b'"),
-        ({"q2": "cat"}, [QUESTIONS["q2"]], None, "`questions` must be a dict"),
         ({"q3": "red"}, {"q3": QUESTIONS["q3"]}, None, "at least one balanced question"),
         ({"q": "yes"}, {"q": {**QUESTIONS["q2"], "answer": None}}, None, r"`questions\['q'\]\['answer'\]`.*got None"),
-        ({"q": "yes"}, {"q": {"answer": "yes", "types": {"structural": "verify"}}}, None, r"\['types'\]"),
-        ({"q": "yes"}, {"q": "yes"}, None, r"`questions\['q'\]` must be a GQA question record"),
         ({"q2": "cat"}, {"q2": QUESTIONS["q2"]}, {}, r"`choices` must hold .* missing 1: 'q2'"),
-        ({"q2": "cat"}, {"q2": QUESTIONS["q2"]}, {"q2": ["cat"]}, r"`choices\['q2'\]` must be a dict"),
-        ({"q2": "cat"}, {"q2": QUESTIONS["q2"]}, [], "`choices` must be a dict"),
-        ({"q": "y"}, {"q": {**QUESTIONS["q2"], "entailed": "q1"}}, None, r"\['entailed'\]` must be a list"),
     ],
 )
 def test_input_errors_name_the_argument(predictions, questions, choices, message):
@@ -165,8 +157,6 @@ def test_missing_predictions_are_named_first_few():
     questions = {str(i): _question("yes", "verify", "attr", None) for i in range(8)}
     with pytest.raises(ValueError, match=r"missing 8: '0', '1', '2', '3', '4' and 3 more"):
         gqa_scores({}, questions)
-    with pytest.raises(ValueError, match="`consistency` must be True, False or None"):
-        gqa_scores({str(i): "yes" for i in range(8)}, questions, consistency="yes")
 
 
 def test_evaluate_module_from_the_local_folder(monkeypatch):

@@ -53,26 +53,6 @@ def test_large_heatmap_still_renders(tmp_path):
     assert width > 1000 and height > 800  # figure grows with the labels
 
 
-def test_label_length_mismatch_raises(tmp_path):
-    attention = np.ones((2, 3)) / 3
-    with pytest.raises(ValueError, match="words"):
-        plot_word_region_heatmap(attention, ["only one"], ["a", "b", "c"], tmp_path / "x.png")
-    with pytest.raises(ValueError, match="region_labels"):
-        plot_word_region_heatmap(attention, ["a", "b"], ["a", "b"], tmp_path / "x.png")
-    assert not (tmp_path / "x.png").exists()
-
-
-def test_invalid_matrices_raise(tmp_path):
-    with pytest.raises(ValueError, match="attention"):
-        plot_word_region_heatmap(np.ones(3), ["a"], ["a", "b", "c"], tmp_path / "x.png")
-    with pytest.raises(ValueError, match="attention"):
-        plot_word_region_heatmap(np.array([[np.nan, 1.0]]), ["a"], ["a", "b"], tmp_path / "x.png")
-    with pytest.raises(ValueError, match="accuracy"):
-        plot_head_accuracy(np.array([[0.5, 1.5]]), tmp_path / "x.png")
-    with pytest.raises(ValueError, match="accuracy"):
-        plot_head_accuracy(np.zeros((0, 4)), tmp_path / "x.png")
-
-
 RED = to_rgba("red")
 
 
@@ -91,10 +71,6 @@ def test_region_labels_carry_class_and_box():
         "r0 circle (0.12,0.40)-(0.30,0.62)", "r1 square (0.00,0.00)-(1.00,1.00)"
     ]
     assert format_region_labels(boxes, digits=1)[0] == "r0 (0.1,0.4)-(0.3,0.6)"
-    with pytest.raises(ValueError, match="`classes` must hold one label per box"):
-        format_region_labels(boxes, ["circle"])
-    with pytest.raises(ValueError, match="`boxes` must have shape \\(R, 4\\)"):
-        format_region_labels(boxes[:, :3])
 
 
 def test_word_region_panels_share_one_colour_scale():
@@ -128,22 +104,6 @@ def test_gold_regions_are_outlined_in_every_panel(tmp_path):
     assert _open(path)[0] == "PNG"
 
 
-def test_gold_regions_out_of_range_raise(tmp_path):
-    attention = np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]])
-    words, regions = ["w0", "w1"], ["r0", "r1", "r2"]
-    with pytest.raises(ValueError, match=r"`gold_regions\[1\]` must hold region \(column\) indices in \[0, 3\), got \[3\]"):
-        plot_word_region_heatmap(attention, words, regions, tmp_path / "x.png", gold_regions=[[0], [3]])
-    with pytest.raises(ValueError, match=r"`gold_regions\[0\]` .* got \[-1\]"):
-        plot_word_region_heatmap(attention, words, regions, tmp_path / "x.png", gold_regions=[[-1], []])
-    with pytest.raises(ValueError, match=r"`gold_regions\[0\]` .* got \[0.5\]"):
-        plot_word_region_heatmap(attention, words, regions, tmp_path / "x.png", gold_regions=[[0.5], []])
-    with pytest.raises(ValueError, match=r"`gold_regions` must hold one list .* per row \(2\), got 1"):
-        plot_word_region_heatmap(attention, words, regions, tmp_path / "x.png", gold_regions=[[0]])
-    with pytest.raises(ValueError, match="`vmax` must be above the smallest value"):
-        plot_word_region_heatmaps([(attention, "")], words, regions, tmp_path / "x.png", vmax=0.0)
-    assert not (tmp_path / "x.png").exists()
-
-
 def test_head_accuracy_colours_span_the_data_and_mark_the_baseline():
     accuracy = np.array([[0.35, 0.52, 0.61], [0.86, 0.91, 0.88]])
     figure = draw_head_accuracy(accuracy, "probe", baseline=0.5, num_phrases=4892)
@@ -164,10 +124,6 @@ def test_head_accuracy_colours_span_the_data_and_mark_the_baseline():
     assert "baseline 0.194 lies below the scale" in below.get_ylabel()
     flat = draw_head_accuracy(np.full((2, 3), 0.5)).axes[0].images[0]  # one value: a narrow linear scale around it
     assert flat.get_clim() == pytest.approx((0.495, 0.505))
-    with pytest.raises(ValueError, match="`baseline` must be an accuracy in \\[0, 1\\]"):
-        draw_head_accuracy(accuracy, baseline=1.5)
-    with pytest.raises(ValueError, match="`num_phrases` must be an int >= 0"):
-        draw_head_accuracy(accuracy, num_phrases=-1)
 
 
 def test_layer_scatter_has_baseline_units_and_count():
@@ -198,12 +154,6 @@ def test_image_figure_draws_top_boxes_and_the_gold_box(tmp_path):
         "#1 r0 square: 0.60", "#2 r1 circle: 0.30", "gold box"
     ]
     assert [text.get_text() for text in second.get_legend().get_texts()] == ["#1 r2 scene: 0.70", "#2 r1 circle: 0.20"]
-    with pytest.raises(ValueError, match=r"`gold_boxes` must hold one \(N, 4\) list of boxes \(or None\) per word \(2\)"):
-        draw_top_regions_on_image(image, boxes, ["a", "b"], attention, gold_boxes=[None])
-    with pytest.raises(ValueError, match=r"`gold_boxes\[0\]` must have shape \(N, 4\)"):
-        draw_top_regions_on_image(image, boxes, ["a", "b"], attention, gold_boxes=[[[1, 2, 3]], None])
-    with pytest.raises(ValueError, match="`region_labels` must hold one label per box"):
-        draw_top_regions_on_image(image, boxes, ["a", "b"], attention, region_labels=["r0"])
 
 
 def test_entropy_and_distance_plots_carry_titles_units_and_counts():

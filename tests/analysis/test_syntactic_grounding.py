@@ -94,8 +94,6 @@ def test_words_find_their_last_word_piece_in_the_models_encoding(tokenizer):
     assert read["is"] == "isn" and read["n't"] == "t" and read["diamond"] == "diamond"
     assert read[" "] is None  # spaCy's whitespace word has no token
     assert read["man"] == "man" and index[-1] == len(tokens) - 2  # second text: words numbered on, "." before [SEP]
-    with pytest.raises(ValueError, match="`offsets`"):
-        word_ids_from_offsets(spans, encoding["offset_mapping"][:-1], encoding.sequence_ids(0))
 
 
 def test_join_parses_numbers_words_on_and_keeps_each_root():
@@ -159,12 +157,9 @@ def test_analyze_says_why_it_skipped_the_syntactic_grounding(single_stream_dir, 
     assert not (tmp_path / "syntactic_grounding.png").exists()
 
 
-def test_plot_top_relations_rejects_bad_rows(tmp_path):
+def test_plot_top_relations_draws_a_row(tmp_path):
     row = {"relation": "amod", "count": 3, "layer": 0, "head": 1, "accuracy": 0.5, "baseline_accuracy": 0.2}
     assert plot_top_relations([row], tmp_path / "ok.png").stat().st_size > 1000
-    for rows in ([], [{"relation": "amod"}], [{**row, "accuracy": 1.5}], [{**row, "count": 0}]):
-        with pytest.raises(ValueError, match="`rows"):
-            plot_top_relations(rows, tmp_path / "bad.png")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -121,23 +121,13 @@ def test_vqa_accuracy_on_the_real_vqa_v2_sample():
 @pytest.mark.parametrize(
     "args, kwargs, match",
     [
-        ((["yes"], [["yes"], ["no"]]), {}, r"`answers` must hold one list of human answers per prediction, got 2"),
-        (([], []), {}, r"`predictions` must hold at least one answer, got an empty list"),
-        (([1], [["1"]]), {}, r"`predictions\[0\]` must be a string, got int"),
-        ((["yes"], [["yes", None]]), {}, r"`answers\[0\]\[1\]` must be a string, got NoneType"),
-        ((["yes"], [[]]), {}, r"`answers\[0\]` must hold the human answers of question 0, got an empty list"),
-        ((["yes"], ["yes"]), {}, r"`answers\[0\]` must be a list of strings, got str"),
+        ((["yes"], [["yes"], ["no"]]), {}, r"`answers` must hold one list of human answers per prediction .* got 2"),
         ((["yes"], [["yes"]]), {"answer_types": ["yes/no", "other"]}, r"`answer_types` must hold one type per"),
     ],
 )
 def test_vqa_accuracy_errors(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         vqa_accuracy(*args, **kwargs)
-
-
-def test_normalize_vqa_answer_refuses_non_strings():
-    with pytest.raises(ValueError, match=r"`answer` must be a string, got int"):
-        normalize_vqa_answer(2)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -185,11 +175,9 @@ def test_nlvr2_on_the_real_dev_sample():
     [
         ([True], ["yes"], ["dev-1-0-0"], r"`labels\[0\]` must be a truth value .* got str: 'yes'"),
         ([2], ["True"], ["dev-1-0-0"], r"`predictions\[0\]` must be a truth value .* got int: 2"),
-        ([0.5], ["True"], ["dev-1-0-0"], r"`predictions\[0\]` must be a truth value"),
         ([True], ["True"], ["dev-1-0"], r"`identifiers\[0\]` must be an NLVR2 identifier .* got 'dev-1-0'"),
         ([True, True], ["True", "True"], ["dev-1-0-0"] * 2, r"`identifiers` must be unique .* 'dev-1-0-0'"),
-        ([True], ["True", "False"], ["dev-1-0-0"], r"must have the same length, got 1, 2 and 1"),
-        ([], [], [], r"`predictions` must hold at least one example"),
+        ([True], ["True", "False"], ["dev-1-0-0"], r"must have the same length .* got 1, 2 and 1"),
     ],
 )
 def test_nlvr2_errors(predictions, labels, identifiers, match):
@@ -221,8 +209,6 @@ def test_referring_accuracy_hand_computed():
         ([[0, 0, 1, 1]], [[0, 0, 1, 1]] * 2, {}, r"one box per expression each, got 1 and 2 boxes"),
         ([[0, 0, 1, 1]], [[0, 0, 10, -5]], {}, r"`gold_boxes` must hold x1, y1, x2, y2 boxes with x2 >= x1"),
         ([[0, 0, float("nan"), 1]], [[0, 0, 1, 1]], {}, r"`predicted_boxes` must be finite"),
-        ([], [], {}, r"`predicted_boxes` must be boxes of shape \(N, 4\) with N >= 1"),
-        ([[0, 0, 1, 1]], [[0, 0, 1, 1]], {"iou_threshold": 0}, r"`iou_threshold` must be a number in \(0, 1\], got 0"),
     ],
 )
 def test_referring_errors(predicted, gold, kwargs, match):
@@ -265,10 +251,7 @@ def test_phrase_grounding_recall_hand_computed():
     "ranked, gold, kwargs, match",
     [
         ([[[0, 0, 1, 1]]], [[]], {}, r"`gold_boxes\[0\]` must be boxes of shape \(N, 4\) with N >= 1"),
-        ([[[0, 0, 1, 1]]], [[[0, 0, 1, 1]]] * 2, {}, r"one entry per phrase each, got 1 and 2 phrases"),
-        ([[[0, 0, 1, 1]]], [[[0, 0, 1, 1]]], {"ks": [0]}, r"`ks` must be a non-empty list of positive integers"),
-        ([[[0, 0, 1]]], [[[0, 0, 1, 1]]], {}, r"`ranked_boxes\[0\]` must be boxes of shape \(N, 4\)"),
-        ([], [], {}, r"`ranked_boxes` must hold the boxes of at least one phrase"),
+        ([[[0, 0, 1, 1]]], [[[0, 0, 1, 1]]] * 2, {}, r"one entry per phrase each \(at least one\), got 1 and 2"),
     ],
 )
 def test_phrase_grounding_errors(ranked, gold, kwargs, match):

@@ -264,9 +264,6 @@ def test_wrong_number_of_image_tokens_is_refused(tiny, batches, family):
     input_ids[1, batch["image_positions"][1, 3]] = processor.tokenizer.pad_token_id
     with pytest.raises(ValueError, match=r"`input_ids` must hold one image of 16 `<image>` tokens.*\[16, 15\]"):
         patch_model_family(model).layout(model.config, input_ids, batch["pixel_values"])
-    incomplete = {key: value for key, value in batch.items() if key != "cell_index"}
-    with pytest.raises(ValueError, match="`batch` must carry the patch layout"):
-        forward_with_layout(model, incomplete)
 
 
 def test_collator_and_family_errors(tiny):
@@ -399,8 +396,6 @@ def test_recorder_restores_the_attention_after_an_error(tiny, batches):
     with torch.no_grad(), AttentionRecorder(model, layers=[1]) as recorder:
         forward_with_layout(model, batches["llava"])
     assert sorted(recorder.queries) == [1] and sorted(recorder.keys) == [1]
-    with pytest.raises(ValueError, match="`layers`"):
-        AttentionRecorder(model, layers=[2])
 
 
 def test_recorder_matches_eager_attention_of_vilt(tiny, batches):
@@ -579,18 +574,6 @@ def test_semi_direct_loss_equals_a_rollout_of_eager_attention(tiny, family, num_
         expected.append(term)
     torch.testing.assert_close(loss, expected[1], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(both, (expected[0] + expected[1]) / 2, rtol=1e-4, atol=1e-5)
-    with pytest.raises(ValueError, match="`method`"):
-        patch_attention_loss(recorder, batch, layout, method="indirect")
-
-
-def test_losses_need_the_recorded_layers(tiny, batches):
-    model, _, _ = tiny["llava"]
-    batch = batches["llava"]
-    recorder, _, layout = recorded_forward(model, batch, [1])
-    with pytest.raises(ValueError, match=r"no projections of layers \[0\]"):
-        patch_attention_loss(recorder, batch, layout, method="semi_direct")
-    with pytest.raises(ValueError, match=r"no projections of layers \[0\]"):
-        patch_attention_loss(recorder, batch, layout, layers=[0])
 
 
 # ---------------------------------------------------------------------------------------------------------- probe

@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from ..utils.optional import require
-from .figures import annotate_cells, as_array, as_matrix, save_png
+from .figures import annotate_cells, as_numpy, save_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -37,11 +37,6 @@ def _grid(count: int, max_columns: int = 4) -> tuple[int, int]:
     return -(-count // columns), columns
 
 
-def _check_labels(name: str, labels: list[str], expected: int, what: str) -> None:
-    if len(labels) != expected:
-        raise ValueError(f"`{name}` must hold one label per {what} ({expected}), got {len(labels)}.")
-
-
 def _wrap(text: str, width: int) -> str:
     """`text` wrapped at `width` characters, its own line breaks kept."""
     return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
@@ -55,11 +50,7 @@ def format_region_labels(boxes: object, classes: list[str] | None = None, digits
         classes: optional R class names (e.g. the detector's label of each region).
         digits: decimals of the coordinates.
     """
-    boxes = as_matrix("boxes", boxes, "(R, 4) x1, y1, x2, y2")
-    if boxes.shape[1] != 4:
-        raise ValueError(f"`boxes` must have shape (R, 4) (x1, y1, x2, y2), got shape {boxes.shape}.")
-    if classes is not None:
-        _check_labels("classes", list(classes), boxes.shape[0], "box of `boxes` (R)")
+    boxes = as_numpy(boxes)
     labels = []
     for index, (x1, y1, x2, y2) in enumerate(boxes):
         name = f" {classes[index]}" if classes is not None else ""
@@ -67,22 +58,11 @@ def format_region_labels(boxes: object, classes: list[str] | None = None, digits
     return labels
 
 
-def _checked_gold(name: str, gold: object, num_rows: int, num_columns: int, what: str) -> list[list[int]] | None:
-    """None, or one list of column indices in [0, num_columns) per row (an empty list: no gold for that row)."""
+def _gold_indices(gold: object) -> list[list[int]] | None:
+    """None, or one list of column indices per row (an empty list: no gold for that row)."""
     if gold is None:
         return None
-    if isinstance(gold, (str, bytes)) or not hasattr(gold, "__len__") or len(gold) != num_rows:
-        got = len(gold) if hasattr(gold, "__len__") else type(gold).__name__
-        raise ValueError(f"`{name}` must hold one list of {what} indices per row ({num_rows}), got {got}.")
-    checked = []
-    for row, indices in enumerate(gold):
-        values = np.asarray(indices.tolist() if hasattr(indices, "tolist") else indices).reshape(-1)
-        if values.size and (values.dtype.kind not in "iu" or values.min() < 0 or values.max() >= num_columns):
-            raise ValueError(
-                f"`{name}[{row}]` must hold {what} indices in [0, {num_columns}), got {values.tolist()}."
-            )
-        checked.append([int(value) for value in values])
-    return checked
+    return [[int(value) for value in np.asarray(indices).reshape(-1)] for indices in gold]
 
 
 def _shared_range(matrices: list[np.ndarray], vmax: float | None) -> tuple[float, float]:
@@ -90,10 +70,7 @@ def _shared_range(matrices: list[np.ndarray], vmax: float | None) -> tuple[float
     vmin = min(0.0, *(float(matrix.min()) for matrix in matrices))
     if vmax is None:
         return vmin, max(max(float(matrix.max()) for matrix in matrices), vmin + 1e-12)
-    top = float(vmax)
-    if not top > vmin:
-        raise ValueError(f"`vmax` must be above the smallest value {vmin:.4g}, got {top!r}.")
-    return vmin, top
+    return vmin, float(vmax)
 
 
 def draw_word_region_heatmaps(
@@ -116,16 +93,8 @@ def draw_word_region_heatmaps(
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
-    if not isinstance(panels, (list, tuple)) or not panels:
-        raise ValueError(f"`panels` must be a non-empty list of (attention, title) pairs, got {panels!r}.")
-    matrices = [as_matrix(f"panels[{i}] attention", attention, "(W, R)") for i, (attention, _) in enumerate(panels)]
-    shapes = {matrix.shape for matrix in matrices}
-    if len(shapes) != 1:
-        raise ValueError(f"`panels` must all have the same (W, R) shape, got {sorted(shapes)}.")
-    num_words, num_regions = matrices[0].shape
-    _check_labels("words", words, num_words, "row of `attention` (W)")
-    _check_labels("region_labels", region_labels, num_regions, "column of `attention` (R)")
-    gold = _checked_gold("gold_regions", gold_regions, num_words, num_regions, "region (column)")
+    matrices = [as_numpy(attention) for attention, _ in panels]
+    gold = _gold_indices(gold_regions)
     vmin, vmax = _shared_range(matrices, vmax)
     rows, columns = (region_labels, words) if regions_as_rows else (words, region_labels)
     row_name, column_name = axis_labels[::-1] if regions_as_rows else axis_labels
@@ -183,7 +152,7 @@ def plot_word_region_heatmap(
     Returns:
         The path of the written PNG.
     """
-    matrix = as_matrix("attention", attention, "(W, R)")
+    matrix = as_numpy(attention)
     return save_png(draw_word_region_heatmaps([(matrix, title)], words, region_labels, gold_regions), path)
 
 
@@ -233,7 +202,7 @@ def plot_layer_heatmaps(
         title: prefix of each panel title.
         gold_regions: optional, per word, the column indices of its gold region(s) (outlined in every panel).
     """
-    layers = as_array("attention", attention, 3, "(L, W, R)")
+    layers = as_numpy(attention)
     panels = [(matrix, f"{title} {index}".strip()) for index, matrix in enumerate(layers)]
     return plot_word_region_heatmaps(panels, words, region_labels, path, gold_regions)
 
@@ -252,10 +221,8 @@ def plot_head_grid(
     require("matplotlib", extra="plots")
     from matplotlib.figure import Figure
 
-    heads = as_array("attention", attention, 3, "(H, Q, K)")
+    heads = as_numpy(attention)
     num_heads, num_queries, num_keys = heads.shape
-    _check_labels("query_labels", query_labels, num_queries, "query of `attention` (Q)")
-    _check_labels("key_labels", key_labels, num_keys, "key of `attention` (K)")
     rows, columns = _grid(num_heads)
     panel_width, panel_height = max(2.5, 0.35 * num_keys + 1.5), max(2.0, 0.3 * num_queries + 1.2)
     figure = Figure(figsize=(columns * panel_width, rows * panel_height), layout="constrained")
@@ -338,23 +305,11 @@ def _draw_top_regions(
               title="attention weight (softmax prob.)", title_fontsize=7)  # fmt: skip
 
 
-def _checked_gold_boxes(gold_boxes: object, num_words: int) -> list[np.ndarray | None] | None:
+def _gold_boxes(gold_boxes: object) -> list[np.ndarray | None] | None:
     """None, or per word None / an (N, 4) array of gold boxes in pixels."""
     if gold_boxes is None:
         return None
-    if isinstance(gold_boxes, (str, bytes)) or not hasattr(gold_boxes, "__len__") or len(gold_boxes) != num_words:
-        got = len(gold_boxes) if hasattr(gold_boxes, "__len__") else type(gold_boxes).__name__
-        raise ValueError(f"`gold_boxes` must hold one (N, 4) list of boxes (or None) per word ({num_words}), got {got}.")
-    checked = []
-    for index, boxes in enumerate(gold_boxes):
-        if boxes is None or len(boxes) == 0:
-            checked.append(None)
-            continue
-        array = as_matrix(f"gold_boxes[{index}]", boxes, "(N, 4) x1, y1, x2, y2 in pixels")
-        if array.shape[1] != 4:
-            raise ValueError(f"`gold_boxes[{index}]` must have shape (N, 4) (x1, y1, x2, y2 in pixels), got {array.shape}.")
-        checked.append(array)
-    return checked
+    return [None if boxes is None or len(boxes) == 0 else as_numpy(boxes) for boxes in gold_boxes]
 
 
 def draw_top_regions_on_image(
@@ -371,20 +326,8 @@ def draw_top_regions_on_image(
     require("matplotlib", extra="plots")
     from matplotlib.figure import Figure
 
-    boxes = as_matrix("boxes", boxes, "(R, 4) x1, y1, x2, y2 in pixels")
-    if boxes.shape[1] != 4:
-        raise ValueError(f"`boxes` must have shape (R, 4) (x1, y1, x2, y2 in pixels), got shape {boxes.shape}.")
-    matrix = as_matrix("attention", attention, "(W, R)")
-    if matrix.shape[1] != boxes.shape[0]:
-        raise ValueError(
-            f"`attention` must have one column per box (R = {boxes.shape[0]}), got shape {matrix.shape}."
-        )
-    _check_labels("words", words, matrix.shape[0], "row of `attention` (W)")
-    if region_labels is not None:
-        _check_labels("region_labels", region_labels, boxes.shape[0], "box of `boxes` (R)")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"`top_k` must be a positive int, got {top_k!r}.")
-    gold = _checked_gold_boxes(gold_boxes, matrix.shape[0])
+    boxes, matrix = as_numpy(boxes), as_numpy(attention)
+    gold = _gold_boxes(gold_boxes)
     pixels = _load_image(image)
     rows, columns = _grid(matrix.shape[0], max_columns=3)
     height, width = pixels.shape[:2]

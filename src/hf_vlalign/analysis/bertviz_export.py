@@ -44,11 +44,6 @@ def _region_tokens(num_regions: int) -> list[str]:
     return [f"[R{index}]" for index in range(num_regions)]
 
 
-def _check_batch_index(batch_index: int, batch_size: int) -> None:
-    if isinstance(batch_index, bool) or not isinstance(batch_index, int) or not 0 <= batch_index < batch_size:
-        raise ValueError(f"`batch_index` must be an int in [0, {batch_size - 1}], got {batch_index!r}.")
-
-
 def _stages(blocks: AttentionBlocks) -> list[dict[str, torch.Tensor]]:
     """The exported layers, each a {block name: (B, H, Q, K)} dict (see the module docstring)."""
     def zipped(*names: str) -> list[dict[str, torch.Tensor]]:
@@ -81,11 +76,6 @@ def _from_blocks(
     blocks: AttentionBlocks, tokens: list[str], batch_index: int, trim_padding: bool
 ) -> tuple[list[torch.Tensor], list[str]]:
     num_text, num_regions = blocks.text_mask.shape[1], blocks.region_mask.shape[1]
-    if len(tokens) != num_text:
-        raise ValueError(f"`tokens` must hold one label per text position (T = {num_text}), got {len(tokens)}.")
-    _check_batch_index(batch_index, blocks.text_mask.shape[0])
-    if not blocks.available():
-        raise ValueError("`blocks_or_attentions` hold no attention block.")
     layers = [_assemble(stage, batch_index, num_text, num_regions) for stage in _stages(blocks)]
     labels = list(tokens) + _region_tokens(num_regions)
     if trim_padding:
@@ -98,18 +88,8 @@ def _from_blocks(
 def _from_joint(
     attentions: Sequence[torch.Tensor], tokens: list[str], batch_index: int, num_regions: int | None
 ) -> tuple[list[torch.Tensor], list[str]]:
-    if len(attentions) == 0 or not all(isinstance(a, torch.Tensor) and a.dim() == 4 for a in attentions):
-        raise ValueError("`blocks_or_attentions` must be AttentionBlocks or a non-empty sequence of (B, H, N, N) tensors.")
-    size = attentions[0].shape[-1]
-    if any(attention.shape[-2:] != (size, size) for attention in attentions):
-        raise ValueError(f"`blocks_or_attentions` must all be square (B, H, N, N) maps with N = {size}.")
-    _check_batch_index(batch_index, attentions[0].shape[0])
-    rest = size - len(tokens)
-    if rest < 0:
-        raise ValueError(f"`tokens` must hold at most N = {size} labels, got {len(tokens)}.")
+    rest = attentions[0].shape[-1] - len(tokens)
     regions = rest if num_regions is None else num_regions
-    if not 0 <= regions <= rest:
-        raise ValueError(f"`num_regions` must be in [0, {rest}] (positions after the text), got {num_regions!r}.")
     labels = list(tokens) + _region_tokens(regions) + ["[END]"] * (rest - regions)
     return [attention[batch_index : batch_index + 1] for attention in attentions], labels
 
@@ -135,17 +115,10 @@ def bertviz_inputs(
     Returns:
         `{"attention": tuple over layers of (1, H, N, N) float tensors on the CPU, "tokens": N labels}`.
     """
-    if not isinstance(tokens, (list, tuple)) or not all(isinstance(token, str) for token in tokens):
-        raise ValueError(f"`tokens` must be a list of strings, got {type(tokens).__name__}.")
     if isinstance(blocks_or_attentions, AttentionBlocks):
         layers, labels = _from_blocks(blocks_or_attentions, list(tokens), batch_index, trim_padding)
-    elif isinstance(blocks_or_attentions, Sequence) and not isinstance(blocks_or_attentions, str):
-        layers, labels = _from_joint(blocks_or_attentions, list(tokens), batch_index, num_regions)
     else:
-        raise ValueError(
-            "`blocks_or_attentions` must be AttentionBlocks or a sequence of (B, H, N, N) tensors, got "
-            f"{type(blocks_or_attentions).__name__}."
-        )
+        layers, labels = _from_joint(blocks_or_attentions, list(tokens), batch_index, num_regions)
     return {"attention": tuple(layer.detach().float().cpu() for layer in layers), "tokens": labels}
 
 

@@ -69,7 +69,7 @@ VIEWS = {
     "aligned_word_to_region": ("word", "cross-attention after A2 alignment (word \u2192 region)"),
 }
 _CAPTIONER_LABEL = "cross-attention before A2 alignment (word \u2192 region)"
-# attention rows may exceed 1 by rounding only
+# normalised boxes may leave [0, 1] by rounding only
 _TOLERANCE = 1e-3
 # the longest side of an embedded image, in pixels (a user's photo is scaled down; boxes are normalised)
 _MAX_IMAGE_SIDE = 800
@@ -121,46 +121,11 @@ class ExplorerExample:
     title: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.words, Sequence) or isinstance(self.words, str) or not self.words:
-            raise ValueError(f"`words` must be a non-empty list of str, got {self.words!r}.")
         self.words = [str(word) for word in self.words]
         self.region_boxes = _check_boxes("region_boxes", self.region_boxes)
-        if not len(self.region_boxes):
-            raise ValueError("`region_boxes` must hold at least one real region, got none.")
-        if not isinstance(self.attention, Mapping) or not self.attention:
-            raise ValueError(
-                f"`attention` must map view names {sorted(VIEWS)} to (L, H, Q, K) arrays, got {self.attention!r}."
-            )
-        self.attention = {view: self._checked(view, maps, 4, "(L, H, Q, K)") for view, maps in self.attention.items()}
-        self.rollout = {
-            view: self._checked(view, maps, 3, "(L, Q, K)", "rollout") for view, maps in self.rollout.items()
-        }
-        for view, maps in self.rollout.items():
-            if view not in self.attention or len(maps) != len(self.attention[view]):
-                layers = len(self.attention[view]) if view in self.attention else "no attention view"
-                raise ValueError(
-                    f"`rollout[{view!r}]` must have one map per layer of `attention[{view!r}]` ({layers}), got {len(maps)}."
-                )
+        self.attention = {view: _as_numpy(maps) for view, maps in self.attention.items()}
+        self.rollout = {view: _as_numpy(maps) for view, maps in self.rollout.items()}
         self.gold = [_as_gold(phrase, len(self.words), f"gold[{index}]") for index, phrase in enumerate(self.gold)]
-        if self.image is not None and not isinstance(self.image, Image.Image):
-            raise ValueError(f"`image` must be a PIL.Image or None, got {type(self.image).__name__}.")
-
-    def _checked(self, view: str, maps: object, ndim: int, layout: str, name: str = "attention") -> np.ndarray:
-        if view not in VIEWS:
-            raise ValueError(f"`{name}` keys must be views {sorted(VIEWS)}, got {view!r}.")
-        array = _as_numpy(maps)
-        query = VIEWS[view][0]
-        sizes = {"word": len(self.words), "region": len(self.region_boxes)}
-        expected = (sizes[query], sizes["region" if query == "word" else "word"])
-        if array.ndim != ndim or array.shape[-2:] != expected:
-            raise ValueError(
-                f"`{name}[{view!r}]` must be {layout} with (Q, K) = {expected} ({query}s x keys), got shape {array.shape}."
-            )
-        if not np.isfinite(array).all() or array.min() < -_TOLERANCE or array.max() > 1 + _TOLERANCE:
-            raise ValueError(
-                f"`{name}[{view!r}]` must hold attention weights in [0, 1], got values in [{np.nanmin(array):.4g}, {np.nanmax(array):.4g}]."
-            )
-        return array
 
 
 def _as_numpy(values: object) -> np.ndarray:
@@ -190,8 +155,6 @@ def _as_gold(phrase: object, num_words: int, name: str) -> GoldPhrase:
         if missing:
             raise ValueError(f"`{name}` must have the keys 'tokens' and 'boxes', got {sorted(phrase)}.")
         phrase = GoldPhrase(list(phrase["tokens"]), phrase["boxes"], str(phrase.get("text", "")))
-    if not isinstance(phrase, GoldPhrase):
-        raise ValueError(f"`{name}` must be a GoldPhrase or a dict, got {type(phrase).__name__}.")
     tokens = [int(token) for token in phrase.tokens]
     if not tokens or min(tokens) < 0 or max(tokens) >= num_words:
         raise ValueError(f"`{name}.tokens` must be word positions in [0, {num_words - 1}], got {phrase.tokens!r}.")
@@ -268,9 +231,8 @@ def _real_part(maps: torch.Tensor, view: str, text: torch.Tensor, regions: torch
 def _per_example(name: str, values: Sequence | None, batch: int) -> list:
     if values is None:
         return [None] * batch
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) != batch:
-        got = len(values) if isinstance(values, Sequence) else type(values).__name__
-        raise ValueError(f"`{name}` must hold one entry per example (B = {batch}), got {got}.")
+    if len(values) != batch:
+        raise ValueError(f"`{name}` must hold one entry per example (B = {batch}), got {len(values)}.")
     return list(values)
 
 
@@ -465,13 +427,8 @@ def explorer_payload(
     """The JSON the page embeds: the views (shape, label, rollout available), the colour scale (`colours`, and `scale`:
     `SCALE`, the fill opacity and outline width of a weight), the outline styles of the most attended and gold boxes,
     the probe grid and, per example, its image (base64 PNG), words, region and gold boxes and attention (rounded to `precision` decimals)."""
-    if isinstance(examples, ExplorerExample) or not isinstance(examples, Sequence) or not examples:
-        raise ValueError(f"`examples` must be a non-empty list of ExplorerExample, got {type(examples).__name__}.")
-    for index, example in enumerate(examples):
-        if not isinstance(example, ExplorerExample):
-            raise ValueError(f"`examples[{index}]` must be an ExplorerExample, got {type(example).__name__}.")
-    if isinstance(precision, bool) or not isinstance(precision, int) or not 2 <= precision <= 8:
-        raise ValueError(f"`precision` must be an int in [2, 8] (decimals kept), got {precision!r}.")
+    if not examples:
+        raise ValueError("`examples` must be a non-empty list of ExplorerExample, got none.")
     views = _view_specs(examples)
     return {
         "title": title,

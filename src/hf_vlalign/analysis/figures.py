@@ -1,4 +1,4 @@
-"""Helpers shared by the analysis plots: input arrays checked for plotting, cell values written on heatmaps, and
+"""Helpers shared by the analysis plots: input arrays as numpy, cell values written on heatmaps, and
 PNG saving on matplotlib's Agg canvas through `matplotlib.figure.Figure` (never `pyplot`), so plotting needs no display
 and leaves the global backend and figure registry untouched.
 """
@@ -15,34 +15,17 @@ from ..utils.optional import require
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["MAX_ANNOTATED_CELLS", "annotate_cells", "as_array", "as_matrix", "save_png"]
+__all__ = ["MAX_ANNOTATED_CELLS", "annotate_cells", "as_numpy", "save_png"]
 
 # cell values are written inside the heatmap only while they stay legible
 MAX_ANNOTATED_CELLS = 400
 
 
-def as_matrix(name: str, values: object, layout: str) -> np.ndarray:
-    """A finite, non-empty 2-D float array (accepts numpy arrays, nested lists and CPU/GPU tensors)."""
+def as_numpy(values: object) -> np.ndarray:
+    """A float64 numpy array of numpy arrays, nested lists and CPU/GPU tensors."""
     if hasattr(values, "detach"):  # torch.Tensor without importing torch here
         values = values.detach().cpu().numpy()
-    matrix = np.asarray(values, dtype=np.float64)
-    if matrix.ndim != 2 or matrix.size == 0:
-        raise ValueError(f"`{name}` must be a non-empty 2-D array {layout}, got shape {matrix.shape}.")
-    if not np.isfinite(matrix).all():
-        raise ValueError(f"`{name}` must be finite, got {int((~np.isfinite(matrix)).sum())} NaN/inf value(s).")
-    return matrix
-
-
-def as_array(name: str, values: object, ndim: int, layout: str) -> np.ndarray:
-    """A finite, non-empty float array with `ndim` dims (numpy arrays, nested lists, CPU/GPU tensors)."""
-    if hasattr(values, "detach"):
-        values = values.detach().cpu().numpy()
-    array = np.asarray(values, dtype=np.float64)
-    if array.ndim != ndim or array.size == 0:
-        raise ValueError(f"`{name}` must be a non-empty {ndim}-D array {layout}, got shape {array.shape}.")
-    if not np.isfinite(array).all():
-        raise ValueError(f"`{name}` must be finite, got {int((~np.isfinite(array)).sum())} NaN/inf value(s).")
-    return array
+    return np.asarray(values, dtype=np.float64)
 
 
 def annotate_cells(ax, image, matrix: np.ndarray, fmt: str) -> None:

@@ -18,16 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..utils.validation import (
-    check_dim,
-    check_finite,
-    check_mask_not_empty,
-    check_rank,
-    check_tensor,
-    check_tensor_sequence,
-)
+from ..metrics.grounding import IOU_THRESHOLD, region_hits
 
-__all__ = ["GroundingProbe", "GroundingProbeResult", "best_active_head", "text_to_region_attention"]
+__all__ = ["GroundingProbe", "GroundingProbeResult", "best_active_head", "score_rows", "text_to_region_attention"]
 
 
 # rows passed as text->region maps count as attention probabilities while their region mass stays below 1 + this
@@ -62,20 +55,13 @@ def best_active_head(
         attending)", "all heads (active share undefined: ...)".
     """
     accuracy = np.asarray(accuracy, dtype=np.float64)
-    if accuracy.ndim != 2 or accuracy.size == 0:
-        raise ValueError(f"`accuracy` must be a non-empty (L, H) array, got shape {accuracy.shape}.")
     candidates = BEST_AMONG_ALL
     scores = accuracy
     if active_heads_only:
         if active_share is None:
             candidates = BEST_AMONG_ALL_SHARE_UNDEFINED
         else:
-            active_share = np.asarray(active_share, dtype=np.float64)
-            if active_share.shape != accuracy.shape:
-                raise ValueError(
-                    f"`active_share` must have the shape of `accuracy` {accuracy.shape}, got {active_share.shape}."
-                )
-            active = active_share > active_threshold
+            active = np.asarray(active_share, dtype=np.float64) > active_threshold
             if active.any():
                 candidates = BEST_AMONG_ACTIVE
                 scores = np.where(active, accuracy, -np.inf)
@@ -155,42 +141,6 @@ class GroundingProbeResult:
         return rows
 
 
-def _check_attentions(attentions: Sequence[torch.Tensor], num_layers: int | None = None) -> tuple[int, ...]:
-    """All layers' attentions are (B, H, N, N) with the same shape; returns that shape."""
-    if isinstance(attentions, torch.Tensor) or not isinstance(attentions, Sequence) or len(attentions) == 0:
-        raise ValueError(
-            f"`attentions` must be a non-empty sequence of per-layer (B, H, N, N) tensors, got {type(attentions).__name__}."
-        )
-    if num_layers is not None and len(attentions) != num_layers:
-        raise ValueError(f"`attentions` must hold one tensor per layer ({num_layers}), got {len(attentions)}.")
-    check_rank("attentions[0]", attentions[0], 4, "(B, H, N, N)")
-    shape = tuple(attentions[0].shape)
-    for layer, attention in enumerate(attentions):
-        check_rank(f"attentions[{layer}]", attention, 4, "(B, H, N, N)")
-        if tuple(attention.shape) != shape:
-            raise ValueError(
-                f"`attentions` must all have the same shape, got {shape} for layer 0 and "
-                f"{tuple(attention.shape)} for layer {layer}."
-            )
-    if shape[2] != shape[3]:
-        raise ValueError(f"`attentions` must be square (B, H, N, N) self-attention maps, got shape {shape}.")
-    return shape
-
-
-def _check_layout(attention_shape: tuple[int, ...], text_length: int, num_regions: int) -> None:
-    """N must equal T + R + 1 (text, regions, [END])."""
-    if isinstance(text_length, bool) or not isinstance(text_length, int) or text_length < 1:
-        raise ValueError(f"`text_length` must be a positive int (T), got {text_length!r}.")
-    if isinstance(num_regions, bool) or not isinstance(num_regions, int) or num_regions < 1:
-        raise ValueError(f"`num_regions` must be a positive int (R), got {num_regions!r}.")
-    expected = text_length + num_regions + 1
-    if attention_shape[-1] != expected:
-        raise ValueError(
-            f"`attentions` must cover N = T + R + 1 = {text_length} + {num_regions} + 1 = {expected} positions "
-            f"(text, regions, [END]), got shape {attention_shape}."
-        )
-
-
 def _text_to_region_rows(attentions: Sequence[torch.Tensor], text_length: int, num_regions: int) -> torch.Tensor:
     """Raw (not re-normalised) text->region blocks of every layer, stacked to (L, B, H, T, R)."""
     regions = slice(text_length, text_length + num_regions)
@@ -214,21 +164,25 @@ def text_to_region_attention(
     Returns:
         (L, B, H, T, R) float tensor; a row with no attention on (unmasked) regions stays all zeros, never NaN.
     """
-    check_tensor_sequence("attentions", attentions)
-    check_tensor("visual_attention_mask", visual_attention_mask, optional=True)
-    shape = _check_attentions(attentions)
-    _check_layout(shape, text_length, num_regions)
     rows = _text_to_region_rows(attentions, text_length, num_regions).float()
     if visual_attention_mask is not None:
-        check_rank("visual_attention_mask", visual_attention_mask, 2, "(B, R)")
-        if tuple(visual_attention_mask.shape) != (shape[0], num_regions):
-            raise ValueError(
-                f"`visual_attention_mask` must have shape (B, R) = {(shape[0], num_regions)}, "
-                f"got {tuple(visual_attention_mask.shape)}."
-            )
         rows = rows * visual_attention_mask.to(rows.device, rows.dtype)[None, :, None, None, :]
     mass = rows.sum(dim=-1, keepdim=True)
     return torch.where(mass > 0, rows / mass.clamp(min=1e-12), torch.zeros_like(rows))
+
+
+def score_rows(
+    rows: torch.Tensor, region_iou: torch.Tensor, region_mask: torch.Tensor, iou_threshold: float
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """Every head's hits and attention share for K probed rows (K, L, H, R), against each row's (K, R) region IoUs
+    and real regions: (hits (K, L, H), share of attention on the real regions (K, L, H), whether the rows are
+    attention probabilities, i.e. the share is defined: no negative entry and no more than 1 in total)."""
+    region_mask = region_mask[:, None, None, :]
+    hits = region_hits(rows, region_iou[:, None, None, :], region_mask, iou_threshold)
+    real = rows.masked_fill(~region_mask, 0.0)
+    share = real.sum(dim=-1)
+    probabilities = not (bool((real < 0).any()) or bool((share > 1 + _PROBABILITY_TOLERANCE).any()))
+    return hits, share, probabilities
 
 
 class GroundingProbe:
@@ -258,18 +212,10 @@ class GroundingProbe:
         self,
         num_layers: int,
         num_heads: int,
-        iou_threshold: float = 0.5,
+        iou_threshold: float = IOU_THRESHOLD,
         active_threshold: float = 0.2,
         active_heads_only: bool = True,
     ) -> None:
-        for name, value in (("num_layers", num_layers), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
-        if not 0.0 < iou_threshold <= 1.0:
-            raise ValueError(f"`iou_threshold` must be in (0, 1], got {iou_threshold!r}.")
-        is_number = isinstance(active_threshold, (int, float)) and not isinstance(active_threshold, bool)
-        if not is_number or not 0.0 <= active_threshold < 1.0:
-            raise ValueError(f"`active_threshold` must be a share in [0, 1), got {active_threshold!r}.")
         self.num_layers = num_layers
         self.num_heads = num_heads
         self.iou_threshold = float(iou_threshold)
@@ -289,70 +235,6 @@ class GroundingProbe:
         self._num_phrases = 0
         self._share_sum = torch.zeros(self.num_layers, self.num_heads, dtype=torch.float64)
         self._share_defined = True
-
-    def _validate(
-        self,
-        attentions: Sequence[torch.Tensor],
-        text_length: int,
-        phrase_token_index: torch.Tensor,
-        phrase_region_iou: torch.Tensor,
-        visual_attention_mask: torch.Tensor,
-        region_confidence: torch.Tensor,
-    ) -> None:
-        shape = _check_attentions(attentions, self.num_layers)
-        check_dim("attentions", attentions[0], 1, self.num_heads, "(B, H, N, N)", "num_heads")
-        for layer, attention in enumerate(attentions):
-            check_finite(f"attentions[{layer}]", attention)
-        check_rank("phrase_region_iou", phrase_region_iou, 3, "(B, P, R)")
-        _check_layout(shape, text_length, phrase_region_iou.shape[-1])
-        self._validate_targets(
-            shape[0], text_length, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence
-        )
-
-    def _validate_targets(
-        self,
-        batch_size: int,
-        text_length: int,
-        phrase_token_index: torch.Tensor,
-        phrase_region_iou: torch.Tensor,
-        visual_attention_mask: torch.Tensor,
-        region_confidence: torch.Tensor,
-    ) -> None:
-        check_rank("phrase_region_iou", phrase_region_iou, 3, "(B, P, R)")
-        num_regions = phrase_region_iou.shape[-1]
-        check_dim("phrase_region_iou", phrase_region_iou, 0, batch_size, "(B, P, R)", "batch size of the attention")
-        check_finite("phrase_region_iou", phrase_region_iou)
-        if phrase_region_iou.numel() and (phrase_region_iou.min() < 0 or phrase_region_iou.max() > 1):
-            raise ValueError(
-                f"`phrase_region_iou` must hold IoUs in [0, 1], got values in "
-                f"[{float(phrase_region_iou.min()):.4g}, {float(phrase_region_iou.max()):.4g}]."
-            )
-
-        check_rank("phrase_token_index", phrase_token_index, 2, "(B, P)")
-        if phrase_token_index.is_floating_point() or phrase_token_index.dtype == torch.bool:
-            raise ValueError(f"`phrase_token_index` must be an integer tensor, got dtype {phrase_token_index.dtype}.")
-        if tuple(phrase_token_index.shape) != tuple(phrase_region_iou.shape[:2]):
-            raise ValueError(
-                f"`phrase_token_index` must have shape (B, P) = {tuple(phrase_region_iou.shape[:2])} to match "
-                f"`phrase_region_iou`, got {tuple(phrase_token_index.shape)}."
-            )
-        bad = (phrase_token_index < -1) | (phrase_token_index >= text_length)
-        if bool(bad.any()):
-            raise ValueError(
-                f"`phrase_token_index` must hold text positions in [0, {text_length - 1}] or -1 for padding, got "
-                f"{phrase_token_index[bad].tolist()}."
-            )
-
-        for name, tensor in (("visual_attention_mask", visual_attention_mask), ("region_confidence", region_confidence)):
-            check_rank(name, tensor, 2, "(B, R)")
-            if tuple(tensor.shape) != (batch_size, num_regions):
-                raise ValueError(
-                    f"`{name}` must have shape (B, R) = {(batch_size, num_regions)}, got {tuple(tensor.shape)}."
-                )
-        check_finite("region_confidence", region_confidence)
-        has_phrase = (phrase_token_index >= 0).any(dim=-1).to(visual_attention_mask.device)
-        if bool(has_phrase.any()):
-            check_mask_not_empty("visual_attention_mask", visual_attention_mask[has_phrase], "region for a phrase")
 
     @torch.no_grad()
     def update(
@@ -374,11 +256,10 @@ class GroundingProbe:
             visual_attention_mask: (B, R), 1 for real regions, 0 for padding.
             region_confidence: (B, R) detection confidence of each region (the baseline).
         """
-        self._validate(
-            attentions, text_length, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence
-        )
         rows = _text_to_region_rows(attentions, text_length, phrase_region_iou.shape[-1])
-        self._score(rows, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence)
+        self.update_from_text_to_region(
+            rows, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence
+        )
 
     @torch.no_grad()
     def update_from_text_to_region(
@@ -398,23 +279,7 @@ class GroundingProbe:
 
         The other arguments are those of `update`.
         """
-        check_rank("text_to_region", text_to_region, 5, "(L, B, H, T, R)")
-        layers, batch_size, heads, text_length, _ = text_to_region.shape
-        if (layers, heads) != (self.num_layers, self.num_heads):
-            raise ValueError(
-                f"`text_to_region` must have (L, H) = {(self.num_layers, self.num_heads)} layers and heads, got shape "
-                f"{tuple(text_to_region.shape)}."
-            )
-        check_finite("text_to_region", text_to_region)
-        self._validate_targets(
-            batch_size, text_length, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence
-        )
-        check_dim("text_to_region", text_to_region, 4, phrase_region_iou.shape[-1], "(L, B, H, T, R)", "R of `phrase_region_iou`")
-        self._score(text_to_region, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence)
-
-    def _score(self, rows, phrase_token_index, phrase_region_iou, visual_attention_mask, region_confidence) -> None:
-        """Accumulates the hits of every head, given its (L, B, H, T, R) text->region rows."""
-        device = rows.device
+        device = text_to_region.device
         # one entry per real phrase (K of them): its example, its slot and its last sub-word
         phrase_token_index = phrase_token_index.to(device)
         batch_index, slot_index = (phrase_token_index >= 0).nonzero(as_tuple=True)
@@ -425,26 +290,15 @@ class GroundingProbe:
         region_mask = visual_attention_mask.to(device).bool()[batch_index]  # (K, R)
 
         # (L, B, H, T, R) -> (B, T, L, H, R), then pick each phrase's row: (K, L, H, R)
-        rows = rows.permute(1, 3, 0, 2, 4)
-        rows = rows[batch_index, token_index].float()
-        self._accumulate_share(rows, region_mask)
-        rows = rows.masked_fill(~region_mask[:, None, None, :], float("-inf"))
-        predicted = rows.argmax(dim=-1)  # (K, L, H)
-        predicted_iou = iou.gather(-1, predicted.flatten(1)).view_as(predicted)
-        self._correct += (predicted_iou >= self.iou_threshold).sum(dim=0).cpu()
+        rows = text_to_region.permute(1, 3, 0, 2, 4)[batch_index, token_index].float()
+        hits, share, probabilities = score_rows(rows, iou, region_mask, self.iou_threshold)
+        self._correct += hits.sum(dim=0).cpu()
+        self._share_defined &= probabilities
+        self._share_sum += share.sum(dim=0).double().cpu()
 
         confidence = region_confidence.to(device).float()[batch_index]
-        baseline = confidence.masked_fill(~region_mask, float("-inf")).argmax(dim=-1, keepdim=True)
-        self._baseline_correct += int((iou.gather(-1, baseline) >= self.iou_threshold).sum())
+        self._baseline_correct += int(region_hits(confidence, iou, region_mask, self.iou_threshold).sum())
         self._num_phrases += int(batch_index.numel())
-
-    def _accumulate_share(self, rows: torch.Tensor, region_mask: torch.Tensor) -> None:
-        """Adds each phrase's attention mass on the real regions, (K, L, H, R) rows -> (L, H) sums (Li et al. sec. 3)."""
-        real = rows.masked_fill(~region_mask[:, None, None, :], 0.0)
-        share = real.sum(dim=-1)  # (K, L, H)
-        if bool((real < 0).any()) or bool((share > 1 + _PROBABILITY_TOLERANCE).any()):
-            self._share_defined = False
-        self._share_sum += share.sum(dim=0).double().cpu()
 
     def compute(self) -> GroundingProbeResult:
         """Per-head accuracies, the best head, the mean over heads, the detection-confidence baseline and the

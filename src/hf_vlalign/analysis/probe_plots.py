@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..utils.optional import require
-from .figures import annotate_cells, as_matrix, save_png
+from .figures import annotate_cells, as_numpy, save_png
 from .grounding_probe import best_active_head
 
 if TYPE_CHECKING:
@@ -71,13 +71,7 @@ def draw_head_accuracy(
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
-    matrix = as_matrix("accuracy", accuracy, "(L, H)")
-    if matrix.min() < 0 or matrix.max() > 1:
-        raise ValueError(f"`accuracy` must hold values in [0, 1], got [{matrix.min():.4g}, {matrix.max():.4g}].")
-    if baseline is not None and not 0.0 <= float(baseline) <= 1.0:
-        raise ValueError(f"`baseline` must be an accuracy in [0, 1] or None, got {baseline!r}.")
-    if num_phrases is not None and (isinstance(num_phrases, bool) or not isinstance(num_phrases, int) or num_phrases < 0):
-        raise ValueError(f"`num_phrases` must be an int >= 0 or None, got {num_phrases!r}.")
+    matrix = as_numpy(accuracy)
     # one colour per decile of the heads: close accuracies of many good heads (0.86 vs 0.88) still get distinct
     # colours, where a linear 0-1 (or min-max) scale would paint them alike
     norm = _decile_norm(matrix)
@@ -97,9 +91,7 @@ def draw_head_accuracy(
     ax.set_ylabel("layer (counted from 0)")
     annotate_cells(ax, image, matrix, ".3f")
     if active_share is not None:
-        active_share = as_matrix("active_share", active_share, "(L, H)")
-        if active_share.shape != matrix.shape:
-            raise ValueError(f"`active_share` must have the shape of `accuracy` {matrix.shape}, got {active_share.shape}.")
+        active_share = as_numpy(active_share)
         # Li et al.: only actively attending heads are candidates for the best head; the others are hatched
         for layer, head in zip(*np.nonzero(active_share <= active_threshold)):
             ax.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.55", linewidth=0))
@@ -156,14 +148,6 @@ def plot_head_accuracy(
     return save_png(figure, path)
 
 
-def _checked_accuracy(name: str, accuracy: object) -> np.ndarray:
-    """(L, H) accuracies in [0, 1]."""
-    matrix = as_matrix(name, accuracy, "(L, H)")
-    if matrix.min() < 0 or matrix.max() > 1:
-        raise ValueError(f"`{name}` must hold values in [0, 1], got [{matrix.min():.4g}, {matrix.max():.4g}].")
-    return matrix
-
-
 def _draw_scatter(
     ax, accuracy: np.ndarray, baseline: float | None, title: str, baseline_label: str = "baseline"
 ) -> None:
@@ -185,12 +169,6 @@ def _draw_scatter(
         ax.set_title(title, fontsize=10)
 
 
-def _checked_baseline(name: str, baseline: float | None) -> float | None:
-    if baseline is not None and not 0.0 <= float(baseline) <= 1.0:
-        raise ValueError(f"`{name}` must be an accuracy in [0, 1] or None, got {baseline!r}.")
-    return baseline
-
-
 def draw_layer_accuracy_scatter(
     accuracy: np.ndarray,
     baseline: float | None = None,
@@ -202,14 +180,12 @@ def draw_layer_accuracy_scatter(
     require("matplotlib", extra="plots")
     from matplotlib.figure import Figure
 
-    matrix = _checked_accuracy("accuracy", accuracy)
-    if num_phrases is not None and (isinstance(num_phrases, bool) or not isinstance(num_phrases, int) or num_phrases < 0):
-        raise ValueError(f"`num_phrases` must be an int >= 0 or None, got {num_phrases!r}.")
+    matrix = as_numpy(accuracy)
     if num_phrases is not None:
         title = f"{title} (n = {num_phrases:,} phrases)".strip()
     figure = Figure(figsize=(max(5.0, 0.45 * matrix.shape[0] + 3.0), 3.8), layout="constrained")
     ax = figure.subplots()
-    _draw_scatter(ax, matrix, _checked_baseline("baseline", baseline), title, baseline_label)
+    _draw_scatter(ax, matrix, baseline, title, baseline_label)
     ax.set_ylabel("grounding accuracy (share of phrases)")
     ax.legend(loc="lower right", fontsize=7)
     return figure
@@ -261,42 +237,19 @@ def plot_relation_accuracy_scatter(
     require("matplotlib", extra="plots")
     from matplotlib.figure import Figure
 
-    if not isinstance(accuracy, Mapping) or not accuracy:
-        raise ValueError(f"`accuracy` must be a non-empty mapping relation -> (L, H) accuracies, got {accuracy!r}.")
     relations = list(accuracy) if relations is None else list(relations)
-    missing = [relation for relation in relations if relation not in accuracy]
-    if not relations or missing:
-        raise ValueError(f"`relations` must name relations of `accuracy` ({list(accuracy)}), got {relations}.")
-    if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
-        raise ValueError(f"`columns` must be a positive int, got {columns!r}.")
     baselines = baselines or {}
     columns = min(columns, len(relations))
     rows = math.ceil(len(relations) / columns)
     figure = Figure(figsize=(4.0 * columns, 3.2 * rows))
     axes = np.atleast_1d(figure.subplots(rows, columns, squeeze=False)).reshape(-1)
     for ax, relation in zip(axes, relations):
-        matrix = _checked_accuracy(f"accuracy[{relation!r}]", accuracy[relation])
-        baseline = _checked_baseline(f"baselines[{relation!r}]", baselines.get(relation))
-        _draw_scatter(ax, matrix, baseline, relation)
+        _draw_scatter(ax, as_numpy(accuracy[relation]), baselines.get(relation), relation)
         ax.set_ylabel("accuracy (share of arcs)")
     for ax in axes[len(relations):]:
         ax.set_visible(False)
     figure.tight_layout()
     return save_png(figure, path)
-
-
-def _checked_relation_rows(rows: object) -> list[Mapping]:
-    """`SyntacticGroundingResult.top_relations` rows: a relation, a positive count, a head and accuracies in [0, 1]."""
-    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
-        raise ValueError(f"`rows` must be a non-empty list of `top_relations` rows, got {rows!r}.")
-    for number, row in enumerate(rows):
-        keys = ("relation", "count", "layer", "head", "accuracy")
-        if not isinstance(row, Mapping) or any(key not in row for key in keys):
-            raise ValueError(f"`rows[{number}]` must be a mapping with the keys {list(keys)}, got {row!r}.")
-        values = [row["accuracy"], *(row.get(key) for key in ("mean_accuracy", "baseline_accuracy"))]
-        if row["count"] < 1 or any(value is not None and not 0.0 <= float(value) <= 1.0 for value in values):
-            raise ValueError(f"`rows[{number}]` must have count >= 1 and accuracies in [0, 1], got {dict(row)}.")
-    return list(rows)
 
 
 def plot_top_relations(rows: Sequence[Mapping], path: str | Path, title: str = "") -> Path:
@@ -314,7 +267,7 @@ def plot_top_relations(rows: Sequence[Mapping], path: str | Path, title: str = "
     require("matplotlib", extra="plots")
     from matplotlib.figure import Figure
 
-    rows = _checked_relation_rows(rows)
+    rows = list(rows)
     figure = Figure(figsize=(7.5, 1.2 + 0.42 * len(rows)))
     ax = figure.subplots()
     positions = np.arange(len(rows))[::-1]  # the most frequent relation on top

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..utils.validation import check_finite, check_mask_not_empty, check_rank
-from .grounding_probe import _PROBABILITY_TOLERANCE, best_active_head
+from ..metrics.grounding import IOU_THRESHOLD, region_hits
+from .grounding_probe import best_active_head, score_rows
 
 __all__ = [
     "SyntacticGroundingProbe",
@@ -191,10 +191,6 @@ def word_ids_from_offsets(
         first character, so a word split into word pieces ("rid", "##es") owns all of them, and a token straddling
         two parse words ("don" of spaCy's "do" + "n't") goes to the first.
     """
-    if len(offsets) != len(sequence_ids):
-        raise ValueError(
-            f"`offsets` and `sequence_ids` must have one entry per token, got {len(offsets)} and {len(sequence_ids)}."
-        )
     starts = [[start for start, _ in spans] for spans in word_spans]
     first_word = [sum(len(spans) for spans in word_spans[:text]) for text in range(len(word_spans))]
     word_ids = []
@@ -203,8 +199,6 @@ def word_ids_from_offsets(
         if text is None or end <= start:
             word_ids.append(None)
             continue
-        if not 0 <= text < len(word_spans):
-            raise ValueError(f"`sequence_ids` must name texts 0..{len(word_spans) - 1} of `word_spans`, got {text}.")
         k = bisect.bisect_right(starts[text], start) - 1
         inside = k >= 0 and start < word_spans[text][k][1]
         word_ids.append(first_word[text] + k if inside else None)
@@ -285,16 +279,12 @@ class SyntacticGroundingResult:
         return layer, head, float(self.accuracy[relation][layer, head])
 
     def _best(self, relation: str) -> tuple[int, int, str]:
-        if relation not in self.accuracy:
-            raise ValueError(f"`relation` must be one of {self.relations}, got {relation!r}.")
         return best_active_head(self.accuracy[relation], self.active_share, self.active_threshold, self.active_heads_only)
 
     def top_relations(self, k: int = 10) -> list[dict]:
         """Li et al. Table 2: the `k` most frequent relations with their best (actively attending) head, one tidy row
         each: {"relation", "count", "layer", "head", "accuracy", "active_share", "best_among", "baseline_accuracy"}
         (`active_share`: the best head's share of attention on the regions, None when undefined)."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"`k` must be a positive int, got {k!r}.")
         rows = []
         for relation in self.relations[:k]:
             layer, head, among = self._best(relation)
@@ -338,30 +328,9 @@ class SyntacticGroundingResult:
 # Probe
 
 
-def _stack_layers(text_to_region: Sequence[torch.Tensor] | torch.Tensor, num_layers: int, num_heads: int) -> torch.Tensor:
+def _stack_layers(text_to_region: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tensor:
     """Per-layer (B, H, T, R) maps (or one (L, B, H, T, R) tensor) -> (L, B, H, T, R)."""
-    if isinstance(text_to_region, torch.Tensor):
-        check_rank("text_to_region", text_to_region, 5, "(L, B, H, T, R)")
-        stacked = text_to_region
-    else:
-        if not isinstance(text_to_region, Sequence) or len(text_to_region) == 0:
-            raise ValueError(
-                f"`text_to_region` must be a non-empty sequence of per-layer (B, H, T, R) tensors, got "
-                f"{type(text_to_region).__name__}."
-            )
-        for layer, attention in enumerate(text_to_region):
-            check_rank(f"text_to_region[{layer}]", attention, 4, "(B, H, T, R)")
-        shapes = {tuple(attention.shape) for attention in text_to_region}
-        if len(shapes) != 1:
-            raise ValueError(f"`text_to_region` layers must all have the same (B, H, T, R) shape, got {sorted(shapes)}.")
-        stacked = torch.stack(list(text_to_region))
-    if (stacked.shape[0], stacked.shape[2]) != (num_layers, num_heads):
-        raise ValueError(
-            f"`text_to_region` must have (L, H) = {(num_layers, num_heads)} layers and heads, got shape "
-            f"{tuple(stacked.shape)} as (L, B, H, T, R)."
-        )
-    check_finite("text_to_region", stacked)
-    return stacked
+    return text_to_region if isinstance(text_to_region, torch.Tensor) else torch.stack(list(text_to_region))
 
 
 class SyntacticGroundingProbe:
@@ -384,19 +353,11 @@ class SyntacticGroundingProbe:
         self,
         num_layers: int,
         num_heads: int,
-        iou_threshold: float = 0.5,
+        iou_threshold: float = IOU_THRESHOLD,
         split_directions: bool = False,
         active_threshold: float = 0.2,
         active_heads_only: bool = True,
     ) -> None:
-        for name, value in (("num_layers", num_layers), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
-        if not 0.0 < iou_threshold <= 1.0:
-            raise ValueError(f"`iou_threshold` must be in (0, 1], got {iou_threshold!r}.")
-        is_number = isinstance(active_threshold, (int, float)) and not isinstance(active_threshold, bool)
-        if not is_number or not 0.0 <= active_threshold < 1.0:
-            raise ValueError(f"`active_threshold` must be a share in [0, 1), got {active_threshold!r}.")
         self.num_layers = num_layers
         self.num_heads = num_heads
         self.iou_threshold = float(iou_threshold)
@@ -418,62 +379,6 @@ class SyntacticGroundingProbe:
     def num_pairs(self) -> int:
         """(w1, w2) pairs scored so far, over all relations."""
         return sum(self._counts.values())
-
-    def _validate_targets(
-        self,
-        shape: tuple[int, ...],
-        parses: Sequence[Sequence[dict]],
-        word_token_index: torch.Tensor,
-        word_region_iou: torch.Tensor,
-        word_grounded: torch.Tensor,
-        visual_attention_mask: torch.Tensor,
-        region_confidence: torch.Tensor | None,
-    ) -> None:
-        _, batch_size, _, text_length, num_regions = shape
-        if isinstance(parses, (str, bytes)) or not isinstance(parses, Sequence) or len(parses) != batch_size:
-            raise ValueError(f"`parses` must hold one parse per example ({batch_size}), got {type(parses).__name__}.")
-        check_rank("word_token_index", word_token_index, 2, "(B, W)")
-        if word_token_index.is_floating_point() or word_token_index.dtype == torch.bool:
-            raise ValueError(f"`word_token_index` must be an integer tensor, got dtype {word_token_index.dtype}.")
-        num_words = word_token_index.shape[1]
-        bad = (word_token_index < -1) | (word_token_index >= text_length)
-        if word_token_index.shape[0] != batch_size or bool(bad.any()):
-            raise ValueError(
-                f"`word_token_index` must have shape (B, W) with B = {batch_size} and hold text positions in "
-                f"[0, {text_length - 1}] or -1, got shape {tuple(word_token_index.shape)}."
-            )
-        expected = {
-            "word_region_iou": (word_region_iou, (batch_size, num_words, num_regions), "(B, W, R)"),
-            "word_grounded": (word_grounded, (batch_size, num_words), "(B, W)"),
-            "visual_attention_mask": (visual_attention_mask, (batch_size, num_regions), "(B, R)"),
-        }
-        if region_confidence is not None:
-            expected["region_confidence"] = (region_confidence, (batch_size, num_regions), "(B, R)")
-        for name, (tensor, size, layout) in expected.items():
-            check_rank(name, tensor, len(size), layout)
-            if tuple(tensor.shape) != size:
-                raise ValueError(f"`{name}` must have shape {layout} = {size}, got {tuple(tensor.shape)}.")
-        check_finite("word_region_iou", word_region_iou)
-        if word_region_iou.numel() and (word_region_iou.min() < 0 or word_region_iou.max() > 1):
-            raise ValueError(
-                f"`word_region_iou` must hold IoUs in [0, 1], got values in "
-                f"[{float(word_region_iou.min()):.4g}, {float(word_region_iou.max()):.4g}]."
-            )
-        for example, parse in enumerate(parses):
-            self._check_parse(example, parse, num_words)
-
-    @staticmethod
-    def _check_parse(example: int, parse: Sequence[dict], num_words: int) -> None:
-        """Word ids 1..n with n <= W, heads in [0, n]."""
-        ids = [word["id"] for word in parse]
-        if ids != list(range(1, len(ids) + 1)) or len(ids) > num_words:
-            raise ValueError(
-                f"`parses[{example}]` must number its words 1..n with n <= W = {num_words} (columns of "
-                f"`word_token_index`), got ids {ids}."
-            )
-        heads = [word["head"] for word in parse]
-        if any(not 0 <= head <= len(ids) for head in heads):
-            raise ValueError(f"`parses[{example}]` heads must be in [0, {len(ids)}], got {heads}.")
 
     @torch.no_grad()
     def update(
@@ -498,9 +403,7 @@ class SyntacticGroundingProbe:
             visual_attention_mask: (B, R), 1 for real regions.
             region_confidence: optional (B, R) detection confidence, for the baseline.
         """
-        rows = _stack_layers(text_to_region, self.num_layers, self.num_heads)
-        self._validate_targets(tuple(rows.shape), parses, word_token_index, word_region_iou, word_grounded,
-                               visual_attention_mask, region_confidence)
+        rows = _stack_layers(text_to_region)
         if region_confidence is None:
             self._has_baseline = False
         batch_index, w1, w2, labels = self._pairs(parses, word_grounded, word_token_index)
@@ -509,17 +412,16 @@ class SyntacticGroundingProbe:
         device = rows.device
         batch_index, w1, w2 = (torch.tensor(x, device=device) for x in (batch_index, w1, w2))
         region_mask = visual_attention_mask.to(device).bool()[batch_index]  # (P, R)
-        check_mask_not_empty("visual_attention_mask", region_mask, "region for an arc")
         gold = word_region_iou.to(device).float()[batch_index, w1]  # (P, R), w1's gold IoUs
         tokens = word_token_index.to(device)[batch_index, w2]  # (P,), w2's token
         picked = rows.permute(1, 3, 0, 2, 4)[batch_index, tokens].float()  # (P, L, H, R)
-        self._accumulate_share(picked, region_mask)
-        predicted = picked.masked_fill(~region_mask[:, None, None, :], float("-inf")).argmax(dim=-1)
-        hits = gold.gather(-1, predicted.flatten(1)).view_as(predicted) >= self.iou_threshold  # (P, L, H)
+        hits, share, probabilities = score_rows(picked, gold, region_mask, self.iou_threshold)  # (P, L, H)
+        self._share_defined &= probabilities
+        self._share_sum += share.sum(dim=0).double().cpu()
         baseline = None
         if region_confidence is not None:
-            confidence = region_confidence.to(device).float()[batch_index].masked_fill(~region_mask, float("-inf"))
-            baseline = gold.gather(-1, confidence.argmax(-1, keepdim=True))[:, 0] >= self.iou_threshold
+            confidence = region_confidence.to(device).float()[batch_index]
+            baseline = region_hits(confidence, gold, region_mask, self.iou_threshold)
         self._accumulate(labels, hits.cpu(), None if baseline is None else baseline.cpu())
 
     def _pairs(self, parses, word_grounded: torch.Tensor, word_token_index: torch.Tensor) -> tuple[list, list, list, list]:
@@ -535,15 +437,6 @@ class SyntacticGroundingProbe:
                 w2s.append(w2)
                 labels.append(label)
         return batch_index, w1s, w2s, labels
-
-    def _accumulate_share(self, picked: torch.Tensor, region_mask: torch.Tensor) -> None:
-        """Adds each arc's w2 attention mass on the real regions, (P, L, H, R) rows -> (L, H) sums; rows that are not
-        probabilities (negative, or more than 1 in total) leave the share undefined."""
-        real = picked.masked_fill(~region_mask[:, None, None, :], 0.0)
-        share = real.sum(dim=-1)
-        if bool((real < 0).any()) or bool((share > 1 + _PROBABILITY_TOLERANCE).any()):
-            self._share_defined = False
-        self._share_sum += share.sum(dim=0).double().cpu()
 
     def _accumulate(self, labels: list[str], hits: torch.Tensor, baseline: torch.Tensor | None) -> None:
         for label in sorted(set(labels)):

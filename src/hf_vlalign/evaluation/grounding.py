@@ -28,8 +28,12 @@ class WordRegionAttention:
     decoder: np.ndarray | None = None  # (W, R) softmax of the alignment decoder's scores, when the model has one
 
 
-def _start_evaluation(model: torch.nn.Module, collator) -> bool:
-    """Checks that `collator` returns the probe targets, puts `model` in eval mode; returns whether it was training."""
+def _start_evaluation(model: torch.nn.Module, dataset, collator) -> bool:
+    """Refuses arguments of the wrong kind and a `collator` without the probe targets, puts `model` in eval mode;
+    returns whether it was training."""
+    check_module("model", model)
+    check_rows("dataset", dataset)
+    check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
     if not getattr(collator, "return_probe_targets", False):
         raise ValueError("`collator` must be built with `return_probe_targets=True` to evaluate grounding.")
     was_training = model.training
@@ -52,25 +56,40 @@ def evaluate_grounding(
 
     `collator` must return the probe targets (`return_probe_targets=True`).
     """
-    check_module("model", model)
-    check_rows("dataset", dataset)
-    check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
-    was_training = _start_evaluation(model, collator)
+    was_training = _start_evaluation(model, dataset, collator)
     probe = GroundingProbe(
         model.config.num_hidden_layers, model.config.num_attention_heads, iou_threshold, active_heads_only=active_heads_only
     )
-    for batch in inference_batches(model, dataset, collator, batch_size, description="grounding probe", progress=progress):
-        outputs = model(**batch.inputs, output_attentions=True)
-        probe.update(
-            outputs.attentions,
-            batch.inputs["input_ids"].shape[1],
-            batch.targets["phrase_token_index"],
-            batch.targets["phrase_region_iou"],
-            batch.inputs["visual_attention_mask"],
-            batch.targets["region_confidence"],
-        )
+    probe_over_blocks(probe, model, dataset, collator, "attention_mask", batch_size, progress)
     model.train(was_training)
     return probe.compute()
+
+
+def probe_over_blocks(
+    probe: GroundingProbe, model: torch.nn.Module, dataset, collator, text_mask_key: str, batch_size: int, progress: bool
+) -> GroundingProbe:
+    """Feeds `probe` the word->region attention of `model` (any family, read through `analysis.adapters.
+    attention_blocks`) over `dataset`, batched by `collator` (which returns the probe targets); the caller owns
+    `torch.no_grad()` and the model's mode. Returns `probe`."""
+    from ..analysis.adapters import attention_blocks
+    from ..models.family import family_spec
+
+    source, end_token = family_spec(model).name, getattr(model.config, "use_end_token", None)
+    batches = inference_batches(
+        model, dataset, collator, batch_size, exclude=("word_region_alignment", "phrase_masks"),
+        forward_arguments_only=True, description="grounding probe", progress=progress,
+    )  # fmt: skip
+    for batch in batches:
+        outputs = model(**batch.inputs, output_attentions=True)
+        blocks = attention_blocks(
+            outputs, text_mask=batch.batch[text_mask_key], region_mask=batch.batch["visual_attention_mask"],
+            source=source, end_token=end_token,
+        )  # fmt: skip
+        probe.update_from_text_to_region(
+            torch.stack(blocks.word_to_region).to(batch.targets["phrase_region_iou"].device),
+            *_probe_targets(batch.targets, batch.inputs["visual_attention_mask"]),
+        )
+    return probe
 
 
 @torch.no_grad()
@@ -91,30 +110,11 @@ def probe_attention_blocks(
     `collator` must return the probe targets; `text_mask_key` is the batch key of the text mask ("attention_mask",
     or "decoder_attention_mask" for the captioner).
     """
-    check_module("model", model)
-    check_rows("dataset", dataset)
-    check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
-    from ..analysis.adapters import attention_blocks
     from ..models.family import family_spec
 
-    was_training = _start_evaluation(model, collator)
-    spec = family_spec(model)
-    probe = GroundingProbe(*spec.probe_shape(model), iou_threshold, active_heads_only=active_heads_only)
-    end_token = getattr(model.config, "use_end_token", None)
-    batches = inference_batches(
-        model, dataset, collator, batch_size, exclude=("word_region_alignment", "phrase_masks"),
-        forward_arguments_only=True, description="grounding probe", progress=progress,
-    )  # fmt: skip
-    for batch in batches:
-        outputs = model(**batch.inputs, output_attentions=True)
-        blocks = attention_blocks(
-            outputs, text_mask=batch.batch[text_mask_key], region_mask=batch.batch["visual_attention_mask"],
-            source=spec.name, end_token=end_token,
-        )  # fmt: skip
-        probe.update_from_text_to_region(
-            torch.stack(blocks.word_to_region).to(batch.targets["phrase_region_iou"].device),
-            *_probe_targets(batch.targets, batch.inputs["visual_attention_mask"]),
-        )
+    was_training = _start_evaluation(model, dataset, collator)
+    probe = GroundingProbe(*family_spec(model).probe_shape(model), iou_threshold, active_heads_only=active_heads_only)
+    probe_over_blocks(probe, model, dataset, collator, text_mask_key, batch_size, progress)
     model.train(was_training)
     return probe.compute()
 
@@ -246,10 +246,7 @@ def evaluate_cross_attention(
 
     `collator` must return the probe targets and mask nothing (e.g. a `TwoStreamPretrainingCollator` with its probabilities at 0).
     """
-    check_module("model", model)
-    check_rows("dataset", dataset)
-    check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
-    was_training = _start_evaluation(model, collator)
+    was_training = _start_evaluation(model, dataset, collator)
     config = model.config
     per_head = GroundingProbe(config.x_layers, config.num_attention_heads, iou_threshold)
     summed = GroundingProbe(config.x_layers, 1, iou_threshold)
@@ -312,10 +309,7 @@ def evaluate_decoder_grounding(
     Reads the attention the decoder actually used (`aligned_cross_attentions`: after A2's alignment in the aligned
     layers). Returns (per head of every decoder layer, every layer's heads summed).
     """
-    check_module("model", model)
-    check_rows("dataset", dataset)
-    check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
-    was_training = _start_evaluation(model, collator)
+    was_training = _start_evaluation(model, dataset, collator)
     config = model.config
     per_head = GroundingProbe(config.decoder_layers, config.decoder_attention_heads, iou_threshold)
     summed = GroundingProbe(config.decoder_layers, 1, iou_threshold)

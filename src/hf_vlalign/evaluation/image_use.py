@@ -60,7 +60,8 @@ from typing import Any
 
 import torch
 
-from ..utils.validation import check_callable, check_module, check_rows, check_tensor
+from ..metrics.grounding import region_hits
+from ..utils.validation import check_callable, check_module, check_rows
 from .inference import inference_batches, model_device
 
 # the image columns of a row: NLVR2's pair, else the single image (and the store row each was joined to)
@@ -107,8 +108,6 @@ def _image_key(row: Mapping, columns: tuple[str, ...]) -> tuple:
 
 def shuffled_rows(rows: Sequence[Mapping], seed: int = 0) -> list[dict]:
     """`rows` with every row's image replaced by another image of `rows` (see the module docstring)."""
-    if not rows:
-        raise ValueError("`rows` must hold at least one row, got none.")
     columns = image_columns(list(rows[0]))
     keys = [_image_key(row, columns) for row in rows]
     mapping = image_derangement(keys, seed)
@@ -149,12 +148,6 @@ def region_derangement(visual_attention_mask: torch.Tensor, generator: torch.Gen
     each image's valid regions in a random order, each taking the features of the next (one cycle, so none keeps its
     own when the image has >= 2 valid regions). Padded regions, and images with fewer than 2 valid regions, keep
     their own. Computed on the host, all images of the batch at once."""
-    check_tensor("visual_attention_mask", visual_attention_mask)
-    if visual_attention_mask.dim() < 2:
-        raise ValueError(
-            f"`visual_attention_mask` must be (B, R) or (B, 2, R) for image pairs, got shape "
-            f"{tuple(visual_attention_mask.shape)}."
-        )
     shape = visual_attention_mask.shape
     valid = visual_attention_mask.detach().cpu().reshape(-1, shape[-1]).bool()
     images, num_regions = valid.shape
@@ -167,14 +160,8 @@ def region_derangement(visual_attention_mask: torch.Tensor, generator: torch.Gen
     return index.reshape(shape)
 
 
-def _take_regions(key: str, tensor: Any, index: torch.Tensor) -> torch.Tensor:
+def _take_regions(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """`tensor` (..., R, *) with region r of each image replaced by region `index[..., r]` of the same image."""
-    if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape[: index.dim()]) != tuple(index.shape):
-        found = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-        raise ValueError(
-            f"the batch's `{key}` must be a per-region tensor whose leading dimensions are those of "
-            f"`visual_attention_mask` {tuple(index.shape)}, got {found}."
-        )
     region_axis = index.dim() - 1
     index = index.to(tensor.device).reshape(*index.shape, *[1] * (tensor.dim() - index.dim())).expand_as(tensor)
     return tensor.gather(region_axis, index)
@@ -186,17 +173,12 @@ def shuffled_region_batch(
     """A collated batch with the appearance of each image's valid regions (`REGION_APPEARANCE_KEYS`) permuted by
     [`region_derangement`], boxes, masks and targets kept; and the number of rows with an image left as it was (fewer
     than 2 valid regions; for NLVR2, a row counts when either image of its pair is)."""
-    for key in ("visual_feats", "visual_attention_mask"):
-        if not isinstance(batch.get(key), torch.Tensor):
-            raise ValueError(
-                f"`batch` must carry `{key}` as a tensor to shuffle its regions, got the keys {sorted(batch)}."
-            )
     mask = batch["visual_attention_mask"]
     index = region_derangement(mask, generator)
     shuffled = dict(batch)
     for key in REGION_APPEARANCE_KEYS:
         if key in batch:
-            shuffled[key] = _take_regions(key, batch[key], index)
+            shuffled[key] = _take_regions(batch[key], index)
     valid_per_image = mask.detach().cpu().bool().reshape(mask.shape[0], -1, mask.shape[-1]).sum(-1)
     return shuffled, int((valid_per_image < 2).any(dim=1).sum())
 
@@ -207,9 +189,6 @@ class RegionShuffleCollator:
     (`seed`, i), so make one per pass; `rows_unshuffled` counts the rows left as they were so far."""
 
     def __init__(self, collator: Callable[[list[dict]], dict[str, torch.Tensor]], seed: int = 0) -> None:
-        check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"`seed` must be an int, got {seed!r}.")
         self.collator = collator
         self.seed = seed
         self.batches = 0
@@ -249,8 +228,7 @@ def task_scores(outputs: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, to
     if logits is None:
         return {}
     if "target_region_iou" in batch:  # referring expressions: the chosen region overlaps the referred box
-        iou = batch["target_region_iou"]
-        return {"accuracy": (iou.gather(1, logits.argmax(-1, keepdim=True)).squeeze(1) >= 0.5).float()}
+        return {"accuracy": region_hits(logits, batch["target_region_iou"]).float()}
     if "phrase_labels" in batch and logits.dim() == 3:  # phrase grounding: each phrase's best region is a target
         targets = batch["phrase_labels"]
         grounded = targets.sum(-1) > 0

@@ -16,7 +16,6 @@ from transformers.utils import logging
 from ..data.collators import PROBE_KEYS
 from ..trainers.base import collate_with_seed
 from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, check_size
-from ..utils.validation import check_callable, check_module, check_rows
 
 logger = logging.get_logger(__name__)
 
@@ -97,27 +96,7 @@ def inference_batches(
     the model's device. With `seed`, each batch is collated under random states seeded from (seed, batch index), so a
     random collator (pre-training masks) gives the same batch in every pass. `forward_arguments_only` keeps the keys
     `model.forward` names. The caller owns `torch.no_grad()` and the model's train/eval mode."""
-    check_module("model", model)
-    check_rows("dataset", dataset)
-    check_callable("collator", collator, "a collator (called with a list of rows, returning a batch dict)")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
-    # the arguments are checked here, when called; the batches are made as they are iterated
     accepted = set(inspect.signature(model.forward).parameters) if forward_arguments_only else None
-    return _batches(model, dataset, collator, batch_size, exclude, accepted, seed, description, progress)
-
-
-def _batches(
-    model: torch.nn.Module,
-    dataset: Sequence[Any],
-    collator: Callable[[list[Any]], Mapping[str, Any]],
-    batch_size: int,
-    exclude: Collection[str],
-    accepted: set[str] | None,
-    seed: int | None,
-    description: str,
-    progress: bool,
-) -> Iterator[InferenceBatch]:
     device = model_device(model)
     starts = range(0, len(dataset), batch_size)
     for index, start in enumerate(tqdm(starts, desc=description, disable=not progress)):

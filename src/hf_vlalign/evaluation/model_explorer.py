@@ -16,13 +16,13 @@ import torch
 from transformers import AutoTokenizer
 from transformers.utils import logging
 
-from ..analysis.adapters import attention_blocks
 from ..analysis.explorer import explorer_examples, is_explorer_page, write_attention_explorer
-from ..analysis.grounding_probe import GroundingProbe, GroundingProbeResult
+from ..analysis.grounding_probe import GroundingProbe
 from ..models.family import family_spec
 from ..synthetic import SyntheticSceneConfig
 from ..utils.output_paths import refuse_foreign_file, refuse_output_overlapping_inputs
 from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, MAX_BATCH_SIZE, MAX_EXPLORER_EXAMPLES, check_size
+from .grounding import probe_over_blocks
 from .inference import inference_batches
 from .model_analysis import ATTENTION_TARGET_KEYS, AnalysisData, gold_phrases, synthetic_analysis_data, user_analysis_data
 from .tasks import load_model
@@ -88,26 +88,6 @@ def _image_for(image_id: str, data: AnalysisData) -> Path | None:
     """The image a row's boxes belong to: the user file's image, or the synthetic scene's rendering."""
     path = data.image_path(image_id)
     return path if path is not None and path.is_file() else None
-
-
-def _probe(
-    model, data: AnalysisData, dataset, batch_size: int, source: str, end_token, progress: bool
-) -> GroundingProbeResult | None:
-    """Li et al.'s probe of every word->region head over `dataset` (None when it holds no grounded phrase)."""
-    probe = GroundingProbe(*family_spec(model).probe_shape(model))
-    batches = inference_batches(
-        model, dataset, data.collator, batch_size, exclude=ATTENTION_TARGET_KEYS, forward_arguments_only=True,
-        description="probe", progress=progress,
-    )  # fmt: skip
-    for batch in batches:
-        outputs = model(**batch.inputs, output_attentions=True)
-        masks = {"text_mask": batch.batch[data.text_mask_key], "region_mask": batch.batch["visual_attention_mask"]}
-        blocks = attention_blocks(outputs, **masks, source=source, end_token=end_token)
-        probe.update_from_text_to_region(
-            torch.stack(blocks.word_to_region), batch.batch["phrase_token_index"], batch.batch["phrase_region_iou"],
-            batch.batch["visual_attention_mask"], batch.batch["region_confidence"],
-        )  # fmt: skip
-    return probe.compute() if probe.num_phrases else None
 
 
 def check_explorer_output(out: str | os.PathLike, inputs: dict, output_argument: str = "out") -> None:
@@ -178,7 +158,11 @@ def explore_model(
     captioner = source == "captioner"
     dataset = data.dataset if image_id is None else data.dataset.filter(lambda row: row["image_id"] == image_id)
     probed = _first(dataset, probe_examples, "probe_examples", data.description)
-    probe = _probe(model, data, probed, batch_size, source, end_token, progress) if probe_examples else None
+    probe = None
+    if probe_examples:  # Li et al.'s probe of every word->region head (no grid when no phrase is grounded)
+        probe = GroundingProbe(*family_spec(model).probe_shape(model))
+        probe_over_blocks(probe, model, probed, data.collator, data.text_mask_key, batch_size, progress)
+        probe = probe.compute() if probe.num_phrases else None
     examples = []
     shown = _first(dataset, num_examples, "num_examples", data.description)
     batches = inference_batches(model, shown, data.collator, 1, exclude=ATTENTION_TARGET_KEYS, forward_arguments_only=True)

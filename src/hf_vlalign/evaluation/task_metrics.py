@@ -26,19 +26,13 @@ from ..alignment.boxes import box_iou
 from ..data.collators import cut_word_pieces, span_is_cut, store_image_id
 from ..data.feature_store import RegionFeatureStore
 from ..metrics import gqa_scores, nlvr2_scores, phrase_grounding_recall, referring_expression_accuracy, vqa_accuracy
+from ..metrics.grounding import IOU_THRESHOLD, largest_region_accuracy, largest_region_recall
 from ..metrics.phrase_grounding import rank_boxes
-from .baselines import (
-    compare_with_baselines,
-    largest_region_accuracy,
-    largest_region_recall,
-    phrase_grounding_baselines,
-    referring_baselines,
-)
+from .baselines import compare_with_baselines, phrase_grounding_baselines, referring_baselines
 from .inference import inference_batches
 
 logger = logging.getLogger(__name__)
 
-IOU_THRESHOLD = 0.5  # a region is the referred / grounded object at IoU >= 0.5 with its box (RefCOCO+, Flickr30k)
 KS = (1, 5, 10)  # recall@k of phrase grounding
 GQA_SCRIPT_METRICS = ("accuracy", "binary", "open", "consistency", "distribution")
 # the columns of a Flickr30k Entities row that hold one entry per phrase, filtered together
@@ -146,18 +140,12 @@ def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) ->
     (each image's most confident region; left out when the store has no confidences) and of the upper bound (the
     region of best IoU), each with `referring_expression_accuracy`; `chance_accuracy` is the expected accuracy of a
     region drawn uniformly among the image's regions and `largest_region_accuracy` that of the image's largest region
-    (the text-blind baseline, `baselines.largest_region_accuracy`), which `baselines` compares the accuracy with."""
-    if len(choices) != len(dataset):
-        raise ValueError(f"`choices` must hold one region per row ({len(dataset)}), got {len(choices)}.")
+    (the text-blind baseline, `metrics.grounding.largest_region_accuracy`), which `baselines` compares the accuracy with."""
     chosen, confident, best, gold, chance, regions = [], [], [], [], [], []
     with_confidence = True
     for row, choice in zip(dataset, choices):
         image = store[store_image_id(store, row)]  # the row's image, whatever the store calls it
         boxes, box = image["boxes"], row["expression_phrase_boxes"][0][0]  # phrases -> boxes -> x1, y1, x2, y2
-        if not 0 <= choice < len(boxes):
-            raise ValueError(
-                f"`choices`: region {choice} of image {row['image_id']!r}, which has {len(boxes)} regions."
-            )
         iou = box_iou(boxes, torch.tensor([box], dtype=boxes.dtype)).squeeze(-1)
         chosen.append(boxes[choice].tolist())
         regions.append(boxes)
@@ -264,7 +252,7 @@ def phrase_region_scores(model, dataset: datasets.Dataset, collator, batch_size:
 def recall_results(dataset: datasets.Dataset, store: RegionFeatureStore, scores: list[list[torch.Tensor]]) -> dict:
     """Recall@k (MERGED-BOXES) of the model's ranking, of the detector-confidence baseline (Li et al. 2020: every phrase
     gets the image's regions by decreasing detection confidence), of the largest-region baseline (the image's regions
-    by decreasing area, whatever the phrase: `baselines.largest_region_recall`) and the upper bound (any region of the
+    by decreasing area, whatever the phrase: `metrics.grounding.largest_region_recall`) and the upper bound (any region of the
     image at IoU >= 0.5), each computed with `phrase_grounding_recall` on pixel boxes; `baselines` compares each recall
     with the largest-region one."""
     ranked, by_confidence, every_region, gold = [], [], [], []

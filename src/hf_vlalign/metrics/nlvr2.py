@@ -17,7 +17,7 @@ both sides) or "1" / "0"; anything else is refused.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+
 
 from .local_modules import MODULES_DIR, load_local_metric
 
@@ -62,22 +62,11 @@ def sentence_key(identifier: str, name: str = "identifier") -> str:
     return "-".join(fields)
 
 
-def _check_list(name: str, values) -> list:
-    if isinstance(values, str) or not isinstance(values, Sequence):
-        raise ValueError(f"`{name}` must be a list with one entry per example, got {type(values).__name__}.")
-    return list(values)
-
-
 def _check_inputs(predictions, labels, identifiers) -> tuple[list[bool], list[bool], list[str]]:
     """Checked truth values and the sentence key of every example."""
-    predictions = _check_list("predictions", predictions)
-    labels = _check_list("labels", labels)
-    identifiers = _check_list("identifiers", identifiers)
-    if len(predictions) == 0:
-        raise ValueError("`predictions` must hold at least one example, got an empty list.")
-    if len(labels) != len(predictions) or len(identifiers) != len(predictions):
+    if len(predictions) == 0 or len(labels) != len(predictions) or len(identifiers) != len(predictions):
         raise ValueError(
-            f"`predictions`, `labels` and `identifiers` must have the same length, got {len(predictions)}, "
+            f"`predictions`, `labels` and `identifiers` must have the same length (at least one example), got {len(predictions)}, "
             f"{len(labels)} and {len(identifiers)}."
         )
     keys = [sentence_key(identifier, f"identifiers[{i}]") for i, identifier in enumerate(identifiers)]

@@ -19,7 +19,7 @@ import torch
 
 from ..alignment.boxes import box_iou
 from .local_modules import MODULES_DIR, load_local_metric
-from .referring import as_box_tensor, check_iou_threshold
+from .referring import as_box_tensor
 
 # the evaluate module script lives in modules/phrase_grounding_recall/phrase_grounding_recall.py (evaluate loads a
 # folder holding a script named after the folder)
@@ -30,31 +30,6 @@ DEFAULT_KS = (1, 5, 10)
 def union_box(boxes: torch.Tensor) -> torch.Tensor:
     """The smallest box enclosing boxes (G, 4) -> (1, 4) (MDETR flickr_eval.py `_merge_boxes`)."""
     return torch.cat([boxes[:, :2].amin(dim=0), boxes[:, 2:].amax(dim=0)]).unsqueeze(0)
-
-
-def _check_ks(ks) -> tuple[int, ...]:
-    if isinstance(ks, int) and not isinstance(ks, bool):
-        ks = (ks,)
-    if not isinstance(ks, Sequence) or len(ks) == 0:
-        raise ValueError(f"`ks` must be a non-empty list of positive integers, got {ks!r}.")
-    if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
-        raise ValueError(f"`ks` must be a non-empty list of positive integers, got {ks!r}.")
-    return tuple(dict.fromkeys(ks))  # order kept, duplicates dropped
-
-
-def _check_lists(ranked_boxes, gold_boxes) -> None:
-    for name, value in (("ranked_boxes", ranked_boxes), ("gold_boxes", gold_boxes)):
-        if isinstance(value, (str, torch.Tensor)) or not isinstance(value, Sequence):
-            raise ValueError(
-                f"`{name}` must be a list with one (K, 4) box array per phrase, got {type(value).__name__}."
-            )
-    if len(ranked_boxes) == 0:
-        raise ValueError("`ranked_boxes` must hold the boxes of at least one phrase, got an empty list.")
-    if len(ranked_boxes) != len(gold_boxes):
-        raise ValueError(
-            f"`ranked_boxes` and `gold_boxes` must hold one entry per phrase each, got {len(ranked_boxes)} and "
-            f"{len(gold_boxes)} phrases."
-        )
 
 
 def phrase_hits(
@@ -88,9 +63,12 @@ def phrase_grounding_recall(
 
     Returns {"recall@k" for each k, "num_phrases"}.
     """
-    ks = _check_ks(ks)
-    iou_threshold = check_iou_threshold(iou_threshold)
-    _check_lists(ranked_boxes, gold_boxes)
+    ks = (ks,) if isinstance(ks, int) else tuple(dict.fromkeys(ks))  # order kept, duplicates dropped
+    if len(ranked_boxes) == 0 or len(ranked_boxes) != len(gold_boxes):
+        raise ValueError(
+            f"`ranked_boxes` and `gold_boxes` must hold one entry per phrase each (at least one), got "
+            f"{len(ranked_boxes)} and {len(gold_boxes)} phrases."
+        )
     hits = torch.zeros(len(ks), dtype=torch.float64)
     for i, (ranked, gold) in enumerate(zip(ranked_boxes, gold_boxes)):
         ranked = as_box_tensor(f"ranked_boxes[{i}]", ranked, allow_empty=True)

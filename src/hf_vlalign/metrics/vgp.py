@@ -31,19 +31,7 @@ def vgp_accuracy(
     """
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     if predictions.ndim == 2:
-        if predictions.shape[1] != len(class_names):
-            raise ValueError(
-                f"`predictions` logits must have {len(class_names)} columns (one per name of `class_names`), got "
-                f"shape {predictions.shape}."
-            )
         predictions = predictions.argmax(-1)
-    if predictions.ndim != 1 or labels.shape != predictions.shape:
-        raise ValueError(
-            f"`predictions` (N,) or (N, C) and `labels` (N,) must have matching N, got shapes {predictions.shape} and "
-            f"{labels.shape}."
-        )
-    if not class_names or len(set(class_names)) != len(class_names):
-        raise ValueError(f"`class_names` must be different names, one per class, got {list(class_names)}.")
     labelled = labels != ignore_index
     invalid = labelled & ((labels < 0) | (labels >= len(class_names)))
     if invalid.any():

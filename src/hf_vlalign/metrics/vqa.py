@@ -26,7 +26,6 @@ per-answer-type split, "yes/no" / "number" / "other" in VQA v2).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 from .local_modules import MODULES_DIR, load_local_metric
 
@@ -112,8 +111,6 @@ def process_digit_article(text: str) -> str:
 def normalize_vqa_answer(answer: str) -> str:
     """The official normalisation of a predicted answer: "Two dogs." -> "2 dogs", "a dog" -> "dog",
     "dont" -> "don't"."""
-    if not isinstance(answer, str):
-        raise ValueError(f"`answer` must be a string, got {type(answer).__name__}: {answer!r}.")
     # vqaEval.py evaluate(): resAns.replace('\n', ' ').replace('\t', ' ').strip()
     text = answer.replace("\n", " ").replace("\t", " ").strip()
     return process_digit_article(process_punctuation(text))
@@ -124,42 +121,19 @@ def normalize_vqa_answer(answer: str) -> str:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _check_string_list(name: str, values) -> list[str]:
-    if isinstance(values, str) or not isinstance(values, Sequence):
-        raise ValueError(f"`{name}` must be a list of strings, got {type(values).__name__}.")
-    for i, value in enumerate(values):
-        if not isinstance(value, str):
-            raise ValueError(f"`{name}[{i}]` must be a string, got {type(value).__name__}: {value!r}.")
-    return list(values)
-
-
 def _check_inputs(predictions, answers, answer_types) -> tuple[list[str], list[list[str]], list[str] | None]:
-    predictions = _check_string_list("predictions", predictions)
-    if len(predictions) == 0:
-        raise ValueError("`predictions` must hold at least one answer, got an empty list.")
-    if isinstance(answers, str) or not isinstance(answers, Sequence):
+    """One list of human answers (and one type, when given) per prediction, at least one prediction."""
+    if len(predictions) == 0 or len(answers) != len(predictions):
         raise ValueError(
-            f"`answers` must be a list (one per question) of lists of strings, got {type(answers).__name__}."
+            f"`answers` must hold one list of human answers per prediction (at least one), got {len(answers)} lists "
+            f"for {len(predictions)} predictions."
         )
-    if len(answers) != len(predictions):
+    if answer_types is not None and len(answer_types) != len(predictions):
         raise ValueError(
-            f"`answers` must hold one list of human answers per prediction, got {len(answers)} lists for "
+            f"`answer_types` must hold one type per prediction, got {len(answer_types)} types for "
             f"{len(predictions)} predictions."
         )
-    checked = []
-    for i, human in enumerate(answers):
-        human = _check_string_list(f"answers[{i}]", human)
-        if len(human) == 0:
-            raise ValueError(f"`answers[{i}]` must hold the human answers of question {i}, got an empty list.")
-        checked.append(human)
-    if answer_types is not None:
-        answer_types = _check_string_list("answer_types", answer_types)
-        if len(answer_types) != len(predictions):
-            raise ValueError(
-                f"`answer_types` must hold one type per prediction, got {len(answer_types)} types for "
-                f"{len(predictions)} predictions."
-            )
-    return predictions, checked, answer_types
+    return list(predictions), [list(human) for human in answers], answer_types and list(answer_types)
 
 
 def _reference_answers(human: list[str], normalize_references: bool) -> list[str]:

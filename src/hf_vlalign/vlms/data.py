@@ -269,7 +269,5 @@ class PatchGroundingCollator:
 
 def patch_batches(collator: PatchGroundingCollator, examples: Sequence[dict], batch_size: int) -> Iterator[dict]:
     """`collator`'s batches of `examples`, in order, `batch_size` at a time (the probe's and the explorer's input)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
     for start in range(0, len(examples), batch_size):
         yield collator(list(examples[start : start + batch_size]))

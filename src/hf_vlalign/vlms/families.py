@@ -230,11 +230,6 @@ def forward_with_layout(
         image_embeds, image_mask, patch_index = family.embed_images(plain_model, pixel_values, pixel_mask)
         outputs = model(**inputs, image_embeds=image_embeds, pixel_mask=image_mask, **kwargs)
         return outputs, family.layout(plain_model, inputs["input_ids"], pixel_values, image_mask, patch_index)
-    missing = [key for key in ("image_positions", "cell_index", "patch_mask") if key not in batch]
-    if missing:
-        raise ValueError(
-            f"`batch` must carry the patch layout {missing} (a PatchGroundingCollator batch), got {sorted(batch)}."
-        )
     layout = PatchLayout(
         batch["image_positions"],
         batch["cell_index"],

@@ -68,10 +68,6 @@ class AttentionRecorder:
         modules = self.family.attention_modules(model)
         if layers is None:
             layers = range(len(modules))
-        layers = list(layers)
-        for layer in layers:
-            if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(modules):
-                raise ValueError(f"`layers` must hold layer indices in [0, {len(modules) - 1}], got {layers!r}.")
         self.model = model
         self.layers = sorted(set(layers))
         self._layer_of = {modules[layer]: layer for layer in self.layers}

@@ -172,13 +172,7 @@ def patch_attention_loss(
         num_image_rows: the same for the image->text direction (ViLT): the grid cells some grounded word's target
             covers (`grounded_cell_count`); default: this batch's.
     """
-    if method not in PATCH_SUPERVISION_METHODS:
-        raise ValueError(f"`method` must be one of {PATCH_SUPERVISION_METHODS}, got {method!r}.")
     layers = recorder.layers if layers is None else list(layers)
-    needed = layers if method == "direct" else range(max(layers) + 1)
-    missing = [layer for layer in needed if layer not in recorder.queries]
-    if missing:
-        raise ValueError(f"The recorder holds no projections of layers {missing}: record them in the forward.")
     key_mask, text_mask, alignment = sequence_masks(batch, layout, recorder.queries[layers[0]].shape[2])
     target = token_alignment(alignment, layout)
     if method == "direct":
