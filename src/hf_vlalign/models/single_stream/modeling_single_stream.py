@@ -40,14 +40,14 @@ from ...utils.validation import (
     check_integer,
     check_phrase_masks,
     check_rank,
-    checks_values,
+    check_shape,
     default_and_check_inputs,
     regions_in_dtype,
 )
 from ..attention_utils import key_padding_mask_4d
 from ..bert_modules import AttentionBlock, MultiHeadAttention, Pooler, TextEmbeddings, TransformerLayer
 from ..dropout import make_dropout
-from ..forward_kwargs import check_batch_not_empty, check_forward_kwargs, output_flag
+from ..forward_kwargs import check_batch_not_empty, check_forward_kwargs, check_head_call, output_flag
 from ..pretrained import VisionLanguagePreTrainedModel
 from ..task_heads import (
     AnswerHead,
@@ -467,12 +467,10 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         -100 for a pair without one (not a VGP: left out of `loss_vgp`); with "binary", 1 when p1 and p2 are visually
         grounded paraphrases, else 0 (-100 leaves a pair out there too).
         """
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
+        values = check_head_call(self, input_ids, kwargs)
         for name, mask in (("phrase1_mask", phrase1_mask), ("phrase2_mask", phrase2_mask)):
             if mask is None:
                 raise ValueError(f"`{name}` (batch, text_length) is required by {type(self).__name__}, got None.")
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
         self._check_head_inputs(input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels, values)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
@@ -528,8 +526,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             if labels is None:
                 continue
             check_integer(name, labels)
-            if tuple(labels.shape) != (batch,):
-                raise ValueError(f"`{name}` must have shape (batch,) = ({batch},), got {tuple(labels.shape)}.")
+            check_shape(name, labels, (batch,), "(batch,)")
             if values:  # -100: a pair without a type
                 check_in_range(name, labels, num_labels, ignore_index=-100 if name == "vgp_labels" else None)
 
@@ -583,9 +580,7 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> SingleStreamClassificationOutput:
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores in [0, 1]."""
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        values = check_head_call(self, input_ids, kwargs)
         check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, values, name="labels")
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
@@ -628,11 +623,9 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> SingleStreamClassificationOutput:
         r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0. Returns `logits` (batch,)."""
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
+        values = check_head_call(self, input_ids, kwargs)
         batch = input_ids.shape[0]
         check_image_pair(visual_feats, batch)
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
         check_labels("labels", labels, (batch,), 2, values)
         outputs = self._base_outputs(
             pair_repeat(input_ids), pair_flatten(visual_feats), pair_flatten(visual_boxes), pair_repeat(attention_mask),
@@ -680,9 +673,7 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
         every region's IoU with the referred box; when given, the loss uses it (positives at IoU >= threshold).
         Returns `logits` (batch, R), padding regions at the dtype's minimum.
         """
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        values = check_head_call(self, input_ids, kwargs)
         check_referring_inputs(
             labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask, values
         )
@@ -736,11 +727,9 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
         phrase_labels (`(batch, P, R)`): each phrase's gold distribution over regions (zero rows: not grounded).
         Returns `logits` (batch, P, R), padding regions at the dtype's minimum.
         """
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
+        values = check_head_call(self, input_ids, kwargs)
         if phrase_masks is None:
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
         check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask, values)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
@@ -812,9 +801,7 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         masked_regions (`(batch, R)`): 1 on masked regions; feature_labels (`(batch, R, visual_feat_dim)`) their
         original features; object_labels (`(batch, R)`) their detector classes (-100 elsewhere).
         """
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        values = check_head_call(self, input_ids, kwargs)
         self._check_pretraining_labels(
             input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels, values
         )
