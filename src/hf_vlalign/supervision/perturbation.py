@@ -34,18 +34,9 @@ MOVING_AVERAGES = ("additive", "convex")
 
 
 def perturbed_attention(attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """a_p = m * a + (1 - m) * mean over heads of a (eq. 3).
-
-    Args:
-        attention: (B, H, T, R) cross-attention probabilities.
-        mask: (B, H, T, 1) or (B, H, T, R) mask in [0, 1]; m = 1 leaves a head's attention untouched, m = 0 replaces it
-            by the heads' mean. With a per-step mask the rows of a_p stay distributions; with a per-region mask they
-            need not sum to 1 (as in the paper's form, a_p is not re-normalised). Padded regions (0 in every head)
-            stay 0.
-
-    Returns:
-        (B, H, T, R) perturbed attention.
-    """
+    """a_p = m * a + (1 - m) * mean over heads of a (eq. 3), for (B, H, T, R) attention probabilities and a
+    (B, H, T, 1) or (B, H, T, R) mask in [0, 1] (m = 1 leaves a head's attention untouched). As in the paper's form,
+    a_p is not re-normalised; padded regions (0 in every head) stay 0."""
     return mask * attention + (1.0 - mask) * attention.mean(dim=1, keepdim=True)
 
 
@@ -254,18 +245,14 @@ class AttentionPerturbation(nn.Module):
         region_states: torch.Tensor | None = None,
         region_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The mask of eq. (2), in (0, 1], one value per head, step and region.
-
-        - `mask_input="query"`: m_t = sigmoid(W_m h_t + b_m), the R regions taking the first R of the N region slots;
-          `region_states` are read for their number R only (and may be omitted when `region_mask` is given).
-        - `mask_input="query_and_regions"`: m = sigmoid(W_m h_t + U_m v_j + b_m); without `region_states`, one value
-          per head and step, sigmoid(W_m h_t + b_m) of shape (B, H, T, 1).
+        """The mask of eq. (2), in (0, 1]: m_t = sigmoid(W_m h_t + b_m) ("query", the R regions taking the first R
+        region slots; `region_states` is read for R only and may be omitted when `region_mask` is given) or
+        sigmoid(W_m h_t + U_m v_j + b_m) ("query_and_regions"; without `region_states`, one value per head and step).
 
         Args:
             hidden_states: (B, T, D) decoder states h_t feeding the cross-attention.
             region_states: (B, R, D) region states v_j (the cross-attention's keys' input).
-            region_mask: (B, R), 1 for real regions; padded regions get m = 1 (no perturbation, no penalty, no
-                gradient).
+            region_mask: (B, R), 1 for real regions; padded regions get m = 1 (no perturbation, penalty or gradient).
 
         Returns:
             (B, H, T, R) mask ((B, H, T, 1) for "query_and_regions" without `region_states`).
@@ -308,19 +295,9 @@ class AttentionPerturbation(nn.Module):
         step: int | torch.Tensor | None = None,
         region_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """a_m = a * exp(1 - m) (eq. 5) fused with a by `self.fusion` (eqs. 6-10), re-normalised over the real regions.
-
-        Args:
-            attention: (B, H, T, R) cross-attention probabilities.
-            mask: (B, H, T, 1) or (B, H, T, R) mask from `mask` (pass `mask.detach()` so that only eq. 4 trains the
-                mask network).
-            queries: (B, T, D) decoder states the gate reads (eq. 9); required for fusion "gate", ignored otherwise.
-            step: training step s >= 0; required for fusion "exp_decay".
-            region_mask: (B, R), 1 for real regions.
-
-        Returns:
-            (B, H, T, R) aligned attention, rows summing to 1 over the real regions.
-        """
+        """a_m = a * exp(1 - m) (eq. 5) fused with a by `self.fusion` (eqs. 6-10), re-normalised over the real regions
+        ([`fuse_attention`]). Pass `mask.detach()` so that only eq. 4 trains the mask network; `queries` (B, T, D) are
+        required by fusion "gate" and `step` by "exp_decay". Returns (B, H, T, R) attention."""
         gate = None
         if self.fusion == "gate":
             gate = self.gate_values(queries)

@@ -333,10 +333,8 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         every loss divides by (data parallelism, gradient accumulation; `ComponentLossTrainer` passes them); default:
         this batch's own counts.
         output_attentions / output_hidden_states: recorded by `@capture_outputs` from the layers (`_can_record_outputs`).
-        validate_inputs (`bool`, *optional*): check the values of the inputs (ids in range, 0/1 masks, normalised
-        boxes, alignment rows that are distributions): True wherever they are (on an accelerator a host read, a device
-        synchronisation), False never; by default on the CPU in eager mode when `config.validate_inputs` is on. Shapes
-        and dtypes are always checked.
+        validate_inputs (`bool`, *optional*): also check the values of the inputs (a host read on an accelerator);
+        default: on the CPU in eager mode when `config.validate_inputs` is on. Shapes and dtypes are always checked.
         """
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
@@ -413,18 +411,11 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
     total loss is eq. (9).
 
     VGP classification (eq. 4): p(y | p1, p2) = softmax(MLP([e1, e2, e1 * e2, |e1 - e2|])), e1 / e2 the max-pooled
-    final states of the two phrases' tokens, y the pair's *semantic type* (`config.vgp_task="type"`, the default): one
-    of the 5 classes of the VGP typology (Chu et al. 2022; `config.vgp_class_names()`), as in the authors' code
-    (jules-samaran/VL-BERT, a 5-way `phrasal_cls`). Only VGPs have a type: pairs that are not (a caption replaced by
-    another image's) carry the label -100 and are left out of L_vgp, which averages over the typed pairs (the
-    authors' code ignores their label -1 the same way; the collator counts them).
-    `vgp_task="binary"` (a named option) classifies paraphrase vs not instead (`num_vgp_labels=2`): the task of the VGP
-    identification csvs, which have no types, and one that also learns from the pairs that are not VGPs.
-
-    Readings where the paper leaves details open: identification is one 3-way softmax over {only c1, only c2, both}
-    describe the image; the phrase-pair features [e1, e2, e1 * e2, |e1 - e2|] (InferSent's pair features) go through a
-    two-layer MLP (hidden size, the encoder's activation) before the softmax (the authors' code uses one linear layer
-    after dropout, its "1fc" classifier).
+    final states of the two phrases' tokens, y the pair's semantic type (`vgp_task="type"`, the 5 classes of
+    `config.vgp_class_names()`, as in the authors' `phrasal_cls`; pairs without a type carry -100 and are left out of
+    L_vgp) or paraphrase vs not (`vgp_task="binary"`). Readings where the paper leaves details open: identification
+    is one 3-way softmax over {only c1, only c2, both}; the pair features (InferSent's) go through a two-layer MLP
+    before the softmax (the authors' code uses one linear layer after dropout, its "1fc" classifier).
     """
 
     def __init__(self, config: SingleStreamConfig):
@@ -506,13 +497,8 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
 
     def _total_loss(self, loss_id, loss_vgp, loss_attention_supervision) -> torch.Tensor | None:
         # eq. (9): L = w_id L_id + w_vgp L_vgp + lambda L_att
-        weighted = [
-            (self.config.id_weight, loss_id),
-            (self.config.vgp_weight, loss_vgp),
-            (self.config.attention_supervision_weight, loss_attention_supervision),
-        ]
-        terms = [weight * loss for weight, loss in weighted if loss is not None]
-        return torch.stack(terms).sum() if terms else None
+        weights = (self.config.id_weight, self.config.vgp_weight, self.config.attention_supervision_weight)
+        return weighted_total(list(zip(weights, (loss_id, loss_vgp, loss_attention_supervision))))
 
     def _check_head_inputs(self, input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels, values: bool) -> None:
         check_rank("input_ids", input_ids, 2, "(batch, text_length)")

@@ -429,10 +429,8 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         this batch's own counts.
         output_attentions / output_hidden_states: collected here per stream (LXMERT's `language_*`, `vision_*` and
         `cross_encoder_*` fields have no counterpart among the `output_<key>` flags of `@capture_outputs`).
-        validate_inputs (`bool`, *optional*): check the values of the inputs (ids in range, 0/1 masks, normalised
-        boxes, alignment rows that are distributions): True wherever they are (on an accelerator a host read, a device
-        synchronisation), False never; by default on the CPU in eager mode when `config.validate_inputs` is on. Shapes
-        and dtypes are always checked.
+        validate_inputs (`bool`, *optional*): also check the values of the inputs (a host read on an accelerator);
+        default: on the CPU in eager mode when `config.validate_inputs` is on. Shapes and dtypes are always checked.
         """
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
@@ -567,16 +565,8 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         """
         values = check_head_call(self, input_ids, kwargs)
         self._check_pretraining_labels(
-            input_ids,
-            visual_feats,
-            labels,
-            object_labels,
-            attribute_labels,
-            feature_labels,
-            masked_regions,
-            matched_labels,
-            answer_labels,
-            values,
+            input_ids, visual_feats, labels, object_labels, attribute_labels, feature_labels, masked_regions,
+            matched_labels, answer_labels, values
         )
         if values:
             check_pretraining_targets(
@@ -682,17 +672,8 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         return weighted_total([(weights[name], loss) for name, loss in losses.items()])
 
     def _check_pretraining_labels(
-        self,
-        input_ids,
-        visual_feats,
-        labels,
-        object_labels,
-        attribute_labels,
-        feature_labels,
-        masked_regions,
-        matched_labels,
-        answer_labels,
-        values: bool,
+        self, input_ids, visual_feats, labels, object_labels, attribute_labels, feature_labels, masked_regions,
+        matched_labels, answer_labels, values: bool
     ) -> None:
         batch, num_regions = check_pretraining_shapes(
             input_ids, visual_feats, labels, masked_regions, feature_labels, self.config.vocab_size, values
