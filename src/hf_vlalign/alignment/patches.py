@@ -1,23 +1,13 @@
 """Image patches as regions: the patch grid of a patch-based vision-language model and how gold boxes map onto it.
 
-A patch model (ViLT, LLaVA, PaliGemma, ...) has no detected regions: its image tokens are the cells of a grid laid
-over the *processed* image (resized, maybe cropped or padded by the model's image processor). A gold box, given in
-the pixels of the original image, is first carried into the processed image ([`ImageGeometry`]) and then matched
-with every cell of the grid.
-
-The match score of a cell with a phrase is its **coverage**: the share of the cell's area that lies inside a gold box
-of the phrase (the largest share over the phrase's boxes). A cell is *covered* when its coverage is at least
-`coverage_threshold`, 0.5 by default: the cell lies at least half inside the box. This replaces Li et al.'s
-IoU >= 0.5 between a detected region and the gold box: a patch is far smaller than most objects, so its IoU with a box
-larger than two patches is below 0.5 for every patch. The grounding probe counts a head correct when its most
-attended patch is covered; the supervision target of a grounded word is the uniform distribution over the covered
-cells of its phrase (Samaran et al.'s target spread over the regions that match the gold box). A box too small to
-cover any cell at the threshold is mapped to the cell it covers most for the supervision target, so that no phrase
-is dropped from training; the probe keeps Li et al.'s rule as it is: such a phrase has no correct patch, a miss for
-every head and the baseline alike (as a phrase without any region at IoU >= 0.5 is in their region probe).
-
-Cells are numbered row-major, `index = row * columns + column`, the order in which CLIP, SigLIP and ViT flatten their
-patch embeddings.
+A patch model (ViLT, LLaVA, PaliGemma, ...) has no detected regions: its image tokens are the cells of a grid over the
+*processed* image. A gold box, in the pixels of the original image, is carried into the processed image
+([`ImageGeometry`]) and matched with every cell by **coverage**, the share of the cell's area inside a box of the
+phrase; a cell is *covered* at `coverage_threshold` (0.5). This replaces Li et al.'s IoU >= 0.5, which no patch
+reaches for a box larger than two patches. The supervision target of a grounded word is the uniform distribution over
+its phrase's covered cells (a box too small to cover any cell maps to the cell it covers most); the probe keeps Li et
+al.'s rule: such a phrase has no correct patch. Cells are numbered row-major (`row * columns + column`), the order in
+which CLIP, SigLIP and ViT flatten their patch embeddings.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Dropout for every model family: torch's on accelerators, a cheaper mask on CPU.
 
-On CPU, `torch.nn.functional.dropout` draws one Bernoulli sample per element through the single-threaded Mersenne
-Twister, which makes dropout about 12 % of a MiniLM-sized training step (`benchmarks/run.py`, profile table). The CPU
-path here draws 64 random bits per 4 elements and keeps an element when its 16-bit share is above the threshold: the
-same inverted dropout (zero with probability p, otherwise scaled by 1 / (1 - p)), with p rounded to a multiple of
-2^-16 and the scale taken from that rounded p, so E[output] = input exactly. The draws come from torch's default
-generator, so `torch.manual_seed` reproduces them. The saved mask is in the input's dtype (torch's is boolean): 3 more
-bytes per element on CPU, for a multiplication about 1.6x faster.
-
-While `torch.compile` traces a model, and with `dropout_implementation="torch"` in a model's config everywhere,
-`torch.nn.functional.dropout` is used instead.
+CPU `torch.nn.functional.dropout` draws one Bernoulli sample per element through the single-threaded Mersenne Twister
+(about 12 % of a MiniLM-sized training step, `benchmarks/run.py`). The CPU path draws 64 random bits per 4 elements and
+keeps an element when its 16-bit share is above the threshold: the same inverted dropout with p rounded to a multiple of
+2^-16 and the scale taken from that p (E[output] = input exactly), seeded by `torch.manual_seed`, its mask saved in the
+input's dtype (a faster multiplication). While `torch.compile` traces, and with `dropout_implementation="torch"`,
+`torch.nn.functional.dropout` is used.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..utils.validation import checks_values
+
 # the keyword arguments every family reads; `return_dict` is taken by `@can_return_tuple` / `@capture_outputs` before.
 # `validate_inputs` (bool, optional): True checks the values of the inputs wherever they are (on an accelerator, a
 # host read), False skips those checks; None checks them on the CPU in eager mode only (`utils.validation.checks_values`)
@@ -47,3 +49,11 @@ def check_batch_not_empty(model: nn.Module, name: str, tensor: torch.Tensor | No
             f"`{name}` has batch size 0 (shape {tuple(tensor.shape)}): {type(model).__name__} needs at least one "
             "example; leave empty batches out before calling the model."
         )
+
+
+def check_head_call(model: nn.Module, input_ids: torch.Tensor, kwargs: Mapping[str, Any]) -> bool:
+    """The first checks of a task head's forward (its keyword arguments, a non-empty batch); returns whether it checks
+    the values of its inputs ([`~hf_vlalign.utils.validation.checks_values`])."""
+    check_forward_kwargs(model, kwargs)
+    check_batch_not_empty(model, "input_ids", input_ids)
+    return checks_values(model.config, input_ids, kwargs.get("validate_inputs"))

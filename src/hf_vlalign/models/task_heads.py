@@ -32,6 +32,7 @@ from ..utils.validation import (
     check_no_mass_on_padding,
     check_no_target_on_padding,
     check_rank,
+    check_shape,
     require,
 )
 
@@ -274,8 +275,7 @@ def check_labels(name: str, labels: torch.Tensor | None, shape: tuple[int, ...],
         return
     check_rank(name, labels, len(shape), str(shape))
     check_integer(name, labels)
-    if tuple(labels.shape) != shape:
-        raise ValueError(f"`{name}` must have shape {shape}, got {tuple(labels.shape)}.")
+    check_shape(name, labels, shape)
     if values:
         check_in_range(name, labels, num_labels, ignore_index=-100)
 
@@ -287,10 +287,7 @@ def check_answer_labels(
     if answer_labels is None:
         return
     if isinstance(answer_labels, torch.Tensor) and answer_labels.is_floating_point():
-        if tuple(answer_labels.shape) != (batch, num_answers):
-            raise ValueError(
-                f"soft `{name}` must have shape (batch, num_qa_labels) = {(batch, num_answers)}, got {tuple(answer_labels.shape)}."
-            )
+        check_shape(name, answer_labels, (batch, num_answers), "(batch, num_qa_labels) of soft scores")
         if values:
             check_finite(name, answer_labels)
             check_unit_interval(f"soft `{name}`", answer_labels, "be scores")
@@ -325,10 +322,7 @@ def check_referring_inputs(
     check_labels("labels", labels, (batch,), num_regions, values)
     if target_region_iou is not None:
         check_floating("target_region_iou", target_region_iou)
-        if tuple(target_region_iou.shape) != (batch, num_regions):
-            raise ValueError(
-                f"`target_region_iou` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(target_region_iou.shape)}."
-            )
+        check_shape("target_region_iou", target_region_iou, (batch, num_regions), "(batch, R)")
     if not values:
         return
     region_mask = visual_attention_mask if _has_shape(visual_attention_mask, (batch, num_regions)) else None
@@ -369,8 +363,7 @@ def check_phrase_labels(
     expected = (*phrase_masks.shape[:2], num_regions)
     if phrase_labels is not None:
         check_floating("phrase_labels", phrase_labels)
-        if tuple(phrase_labels.shape) != expected:
-            raise ValueError(f"`phrase_labels` must have shape (batch, P, R) = {expected}, got {tuple(phrase_labels.shape)}.")
+        check_shape("phrase_labels", phrase_labels, expected, "(batch, P, R)")
     if not values:
         return
     check_binary_mask("phrase_masks", phrase_masks)
@@ -411,10 +404,8 @@ def check_pretraining_shapes(
     batch, text_length = input_ids.shape
     num_regions = visual_feats.shape[1]
     check_labels("labels", labels, (batch, text_length), vocab_size, values)
-    if masked_regions is not None and tuple(masked_regions.shape) != (batch, num_regions):
-        raise ValueError(
-            f"`masked_regions` must have shape (batch, R) = {(batch, num_regions)}, got {tuple(masked_regions.shape)}."
-        )
+    if masked_regions is not None:
+        check_shape("masked_regions", masked_regions, (batch, num_regions), "(batch, R)")
     if feature_labels is not None:
         check_floating("feature_labels", feature_labels)
         if tuple(feature_labels.shape) != tuple(visual_feats.shape):

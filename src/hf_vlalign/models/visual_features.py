@@ -1,29 +1,15 @@
-"""Standardisation of region features before the visual projection, shared by every family.
+"""Standardisation of region features before the visual projection, shared by every family (docs/datasets.md).
 
-Why. Region features come from many extractors. A detector's pooled ResNet features (2048 values, ReLU'd, small and
-sparse) suit the published projections (LXMERT's `visn_fc`, VisualBERT's `visual_projection`, VL-BERT's and the
-meshed-memory transformer's region embeddings). Low-dimensional features written by other converters do not: raw
-pooled colours (e.g. 8 x 8 RGB = 192 values in 0..255 or 0..1) share one large mean vector, so W x is mostly W mu,
-the same vector for every region of every image, and the LayerNorm after the projection keeps it (it normalises the
-scale, not the common direction). At initialisation two regions of such features embed with a mean cosine similarity
-of 0.83 (0.015 once standardised), and fine-tuning then learns the answer prior from the question alone: the image-use
-gap (`hf_vlalign.evaluation.image_use_gap`) stays 0. Dividing by 255 changes nothing (LayerNorm and Adam are scale-free);
-centring is what matters. This is the input standardisation of LeCun et al. ("Efficient BackProp", 1998, sec. 4.3:
-shift each input to mean 0 and scale it to unit variance), which image models apply to pixels through their
-processor's `image_mean` / `image_std`; here the statistics are those of the region features.
+Low-dimensional features (e.g. raw pooled colours) share one large mean vector that the LayerNorm after the projection
+keeps, so every region embeds nearly alike; centring them is the input standardisation of LeCun et al. ("Efficient
+BackProp", 1998, sec. 4.3). `config.visual_feature_normalization`:
 
-How. `config.visual_feature_normalization`:
-
-- "standardize" (the default of new configs): `(x - mean) / std` per feature dimension, with `mean` and `std`
-  persistent buffers of the model (saved in its safetensors, so a checkpoint carries the statistics it was trained
-  with). They are set once, before training, from the training images' features: the library's trainers do it when
-  training starts (`ComponentLossTrainer.fit_visual_feature_statistics`, from the collator's store and the training
-  rows), or by hand `model.set_visual_feature_statistics(*region_feature_statistics(store, image_ids))`
-  (`hf_vlalign.data.region_feature_statistics`: exact, float64, every region of those images: reproducible and the
-  same on every process). Statistics already set (a checkpoint's) are kept. Until they are set the buffers are mean
-  0 / std 1, the identity: the model reads the features unchanged (and warns once in training).
-- "none": features reach the projection as they are; the converted VisualBERT and LXMERT checkpoints use it (their
-  published projections were trained on raw detector features).
+- "standardize" (the default of new configs): `(x - mean) / std` per feature dimension, `mean` and `std` persistent
+  buffers (saved with the weights), set once before training from the training images' features: by the trainers
+  (`ComponentLossTrainer.fit_visual_feature_statistics`) or by hand with
+  `model.set_visual_feature_statistics(*region_feature_statistics(store, image_ids))`. Statistics already set (a
+  checkpoint's) are kept; until set they are mean 0 / std 1, the identity (with a warning in training).
+- "none": features reach the projection as they are (the converted VisualBERT and LXMERT checkpoints).
 """
 
 from __future__ import annotations
@@ -108,7 +94,6 @@ class VisualFeatureNormalization(nn.Module):
 
 def make_feature_normalization(config) -> VisualFeatureNormalization | None:
     """The family's normaliser, or None for `visual_feature_normalization="none"` (no buffers)."""
-    check_visual_feature_normalization(getattr(config, NORMALIZATION_FIELD))
     if getattr(config, NORMALIZATION_FIELD) == "none":
         return None
     return VisualFeatureNormalization(config.visual_feat_dim)

@@ -118,40 +118,21 @@ def alignment_kl_loss(
 ) -> torch.Tensor:
     """L_align = KL(A* || A) = sum_j A*_j (log A*_j - log A_j), averaged over the grounded words (eq. 14).
 
-    A is eq. (13)'s softmax over each word's k highest-scoring real regions only: the other regions have probability 0
-    in A and their scores get no gradient, so `k` decides which scores the loss trains. The paper does not say what
-    becomes of target mass on a region outside the top-k, where KL(A* || A) is infinite; `outside_top_k` chooses:
-
-    - "renormalise_target" (default): A* is restricted to the top-k and renormalised there,
-      A*_j <- A*_j 1[j in top-k] / sum_{j' in top-k} A*_j'. The loss is eq. (14) between two distributions over the
-      same k regions, zero when A matches A* there. A word whose target has no mass in its top-k contributes 0 (and
-      no gradient) but still counts among the grounded words, so that the divisor does not depend on the scores.
-    - "floor": A is read as max(A, eps) in the KL: target mass outside the top-k adds the constant
-      A*_j (log A*_j - log eps) and no gradient. Inside the top-k the gradient equals the renormalised one scaled by
-      the target mass in the top-k, so words whose target mostly falls outside weigh less.
-    - "target_support": the kept set is the top-k united with the target's support {j : A*_j > 0} and A* is used as
-      is, so the KL is exact and the target regions are raised even when the decoder does not rank them in its
-      top-k yet. Its drawback, and why it is not the default: the semantic criterion of A* (eq. 16) is positive on
-      almost every region, so the kept set is then nearly all regions and `k` has no effect (the loss equals the
-      full-softmax KL).
-
-    With k = 1, A is 1 on the best region and the first two readings give no gradient (the renormalised target is 1
-    there too): k >= 2 is needed for a training signal, as with the paper's k = 3.
-
-    Rows whose target is all zeros (ungrounded words) and rows where `text_mask` is 0 are ignored; with no grounded
-    word the loss is a zero connected to the graph of `scores`. The loss reads no tensor value on the host: the top-k
-    set is a `topk` on the device and the renormalisation a division by a guarded sum.
+    A is eq. (13)'s softmax over each word's k highest-scoring real regions only (the others get no gradient). Target
+    mass outside the top-k, where the KL is infinite, is handled by `outside_top_k` (docs/experiments.md):
+    "renormalise_target" (default) restricts A* to the top-k and renormalises it there (a word with no mass there adds
+    0 but still counts); "floor" reads A as max(A, eps); "target_support" keeps the top-k and the target's support, an
+    exact KL. k >= 2 is needed for a training signal. Ungrounded rows and rows where `text_mask` is 0 are ignored; with
+    no grounded word the loss is a zero connected to the graph of `scores`. No tensor value is read on the host.
 
     Args:
         scores: (B, T, R) alignment scores from `AlignmentDecoder`.
         target: (B, T, R) soft targets A* (`word_region_alignment`), each row a distribution or all zeros.
-        region_mask: (B, R) 1 for real regions (the target puts no mass on padded ones).
-        text_mask: (B, T) 1 for real tokens.
+        region_mask: (B, R) 1 for real regions; text_mask: (B, T) 1 for real tokens.
         k: the top-k of eq. (13) (config field `alignment_top_k`), >= 1.
-        eps: the probability read for entries outside the kept set, in (0, 1) (the floor of "floor"; the other
-            readings put no target mass there).
+        eps: the probability read outside the kept set, in (0, 1) ("floor").
         num_words: the number of grounded words to divide by (global under data parallelism); default: this batch's.
-        outside_top_k: one of `OUTSIDE_TOP_K` (config field `alignment_outside_top_k`), see above.
+        outside_top_k: one of `OUTSIDE_TOP_K` (config field `alignment_outside_top_k`).
     """
     region_mask = _region_mask_or_all(scores, region_mask)
     grounded = _grounded_rows(target, text_mask)  # from the full target: the divisor does not depend on the scores

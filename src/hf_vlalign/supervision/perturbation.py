@@ -1,46 +1,16 @@
 """Perturbation-based self-supervised attention alignment of Fei (AAAI 2022, "Attention-aligned Transformer for image
-captioning", A2) for the decoder's cross-attention over image regions.
+captioning", A2) for the decoder's cross-attention a (B, H, T, R) over image regions, per aligned decoder layer:
+a mask network m (eq. 2, `MASK_INPUTS`), the perturbed attention a_p = m * a + (1 - m) * mean_heads(a) (eq. 3) on which
+the mask network alone is trained (eq. 4, `mask_objective`), and a_m = a * exp(1 - m) (eq. 5) fused with a by one of
+`FUSIONS` (eqs. 6-10), re-normalised over the regions. The readings where the paper is silent (the mask's granularity
+and input, the sign of eq. 4, the normalisation after eqs. 6-10, the weights of eqs. 8-10) are listed in
+docs/experiments.md; they follow the mask-perturbation "attention calibration" code for NMT that A2 transfers to
+captioning (Lu et al., ACL 2021). A per-region mask (B, H, T, R) realigns attention; a per-step one (B, H, T, 1) is
+accepted everywhere, but after the re-normalisation eqs. 5-10 give back the original attention with it.
 
-Per aligned decoder layer, with a the cross-attention probabilities (B, H, T, R) of the decoder queries over the R
-regions and h_t the decoder hidden state feeding the cross-attention:
-
-- a mask network m_t = sigmoid(W_m h_t + b_m) (eq. 2) says how much of each head's attention on each region may be
-  perturbed;
-- the perturbed attention a_p = m * a + (1 - m) * mean_heads(a) (eq. 3) is fed to the captioner, and the mask network
-  alone is trained to find the smallest perturbation that most degrades the caption (eq. 4, `mask_objective`);
-- regions whose perturbation hurts (small m) get more weight: a_m = a * exp(1 - m) (eq. 5), fused with the original
-  attention by one of four strategies (eqs. 6-10, `FUSIONS`) and re-normalised over the regions (our reading: the
-  fused weights of eqs. 6-10 do not sum to 1, e.g. eq. 7's a + eta a_m sums to 1 + eta sum_j a_m; the paper does not
-  print a normalisation, and the captioner needs attention probabilities, so each fusion is divided by its row sum).
-
-Sources. The printed forms of eqs. 2 and 7 are taken from the paper as quoted in the project's issue 31:
-m_t = sigmoid(W_m h_t + b_m) and a + eta * a_m. The rest of the method section could not be consulted here; the other
-forms follow the project's design reading, checked against public code derived from the mask-perturbation "attention
-calibration" method for NMT that A2 transfers to captioning (Lu et al., ACL 2021).
-That code has the same a * exp(1 - m), a loss_mask = -loss(a_p) + alpha * ||1 - m||, an annealing weight
-exp(-updates / T) on the original attention (see eq. 8 below), and a perturbation m * a + (1 - m) * mean(a) whose mean
-is over the source positions; the mean over heads of eq. 3 here is the design's reading. The readings that are ours
-are said where they are used (eqs. 3, 4, 8, 9-10 and the mask granularity).
-
-Mask granularity and the mask network's input (`MASK_INPUTS`, config field `alignment_mask_input`). A mask with one
-value per head and decoder step, (B, H, T, 1), scales a whole attention row by the same factor exp(1 - m), so after
-the re-normalisation over regions every fusion gives back the original attention exactly: eqs. 5-10 are then the
-identity (eq. 3, which mixes heads, is not). The paper's mask acts "on image regions", so m_t has one value per region:
-
-- "query" (default, the printed eq. 2): m_t = sigmoid(W_m h_t + b_m) reads the decoder state h_t only; W_m maps h_t to
-  one value per head and region *slot* (N = `num_region_slots` slots, config `alignment_mask_regions`), and the R <= N
-  regions of an image take the first R slots (a detector's regions come in a fixed order, e.g. by confidence).
-- "query_and_regions": m = sigmoid(W_m h_t + U_m v_j + b_m) adds a region-content term U_m v_j (v_j the region states
-  the cross-attention reads). Reason to keep it: a slot-wise W_m ties a mask value to a region's position in the
-  detector's list, not to its content, and it bounds the number of regions; the content term scores each region by
-  what it shows, as the calibration code scores each (query, key) pair. Without region states this network gives
-  the per-(head, step) mask (B, H, T, 1) (with which eqs. 5-10 are the identity).
-
-Every function accepts a (B, H, T, 1) or (B, H, T, R) mask; only the per-region one realigns attention.
-
-Training recipe (two optimisers, as in the calibration code): a mask step minimises `mask_objective` with respect to
-`AttentionPerturbation.mask_parameters()` only, the captioner running on `perturb(...)`; a captioning step minimises
-the caption loss with respect to everything else, the captioner running on `align(...)` with the mask detached.
+Training recipe (two optimisers): a mask step minimises `mask_objective` over `AttentionPerturbation.mask_parameters()`
+only, the captioner running on `perturb(...)`; a captioning step minimises the caption loss over everything else, the
+captioner running on `align(...)` with the mask detached.
 """
 
 from __future__ import annotations
@@ -64,18 +34,9 @@ MOVING_AVERAGES = ("additive", "convex")
 
 
 def perturbed_attention(attention: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """a_p = m * a + (1 - m) * mean over heads of a (eq. 3).
-
-    Args:
-        attention: (B, H, T, R) cross-attention probabilities.
-        mask: (B, H, T, 1) or (B, H, T, R) mask in [0, 1]; m = 1 leaves a head's attention untouched, m = 0 replaces it
-            by the heads' mean. With a per-step mask the rows of a_p stay distributions; with a per-region mask they
-            need not sum to 1 (as in the paper's form, a_p is not re-normalised). Padded regions (0 in every head)
-            stay 0.
-
-    Returns:
-        (B, H, T, R) perturbed attention.
-    """
+    """a_p = m * a + (1 - m) * mean over heads of a (eq. 3), for (B, H, T, R) attention probabilities and a
+    (B, H, T, 1) or (B, H, T, R) mask in [0, 1] (m = 1 leaves a head's attention untouched). As in the paper's form,
+    a_p is not re-normalised; padded regions (0 in every head) stay 0."""
     return mask * attention + (1.0 - mask) * attention.mean(dim=1, keepdim=True)
 
 
@@ -123,39 +84,22 @@ def fuse_attention(
     region_mask: torch.Tensor | None = None,
     moving_average: str = "additive",
 ) -> torch.Tensor:
-    """Fuses the original attention a with the aligned attention a_m (eqs. 6-10), then re-normalises over the regions.
+    """Fuses the original attention a with the aligned attention a_m (eqs. 6-10), then divides by the sum over the real
+    regions (none of the fused weights sums to 1; they replace attention probabilities).
 
-    Re-normalisation (our reading): none of the fused weights below sums to 1 over the regions (a_m does not, and
-    eq. 7's a + eta a_m sums to 1 + eta sum_j a_m); the paper prints no normalisation, but the fused weights replace
-    attention probabilities, so every fusion is divided by its sum over the real regions.
-
-    - "max" (eq. 6): max(a, a_m) elementwise. Since m <= 1, a_m = a * exp(1 - m) >= a, so this is a_m re-normalised.
-    - "moving_average" (eq. 7), form chosen by `moving_average`:
-      "additive" (default, the printed form): a + eta * a_m with eta >= 0; after the re-normalisation this is the
-      convex mix with ratio eta / (1 + eta) of the two attentions weighted by their masses.
-      "convex": (1 - eta) * a + eta * a_m with eta in [0, 1], the usual moving average (eta = 0 keeps the original
-      attention, eta = 1 gives a_m re-normalised). Reason to keep it: eta then reads directly as the aligned
-      attention's share, and eta = 1 reaches the aligned attention alone, which the printed form only approaches.
-    - "exp_decay" (eq. 8): w_s * a + (1 - w_s) * a_m with w_s = exp(-s / T_P), s the training step and T_P
-      `temperature`. Our reading: the decaying weight is the original attention's, so training starts on the original
-      attention (the mask network is untrained then) and moves to the aligned one; this is what the public code of
-      the calibration method A2 builds on does (weight exp(-num_updates / T) on the original attention). The opposite
-      reading, w_s on a_m, would use the aligned attention only at the start of training.
-    - "gate" (eqs. 9-10): g * a_m + (1 - g) * a, g = sigmoid(W_g h_t + b_g) given per head and step as `gate`. Our
-      reading of the gate's parameterisation (the printed eqs. 9-10 could not be consulted): a learned gate read from
-      the decoder state h_t, the same input as eq. 2's mask network, one value per head and step, weighing the
-      aligned attention.
+    - "max" (eq. 6): max(a, a_m) elementwise (a_m >= a since m <= 1, so this is a_m re-normalised).
+    - "moving_average" (eq. 7): a + eta * a_m ("additive", the printed form, eta >= 0) or (1 - eta) * a + eta * a_m
+      ("convex", eta in [0, 1]: eta reads as the aligned attention's share and eta = 1 reaches a_m alone).
+    - "exp_decay" (eq. 8): w_s * a + (1 - w_s) * a_m with w_s = exp(-s / T_P), s the training step: the decaying weight
+      is the original attention's, so training moves from a (the mask network is untrained then) to a_m.
+    - "gate" (eqs. 9-10): g * a_m + (1 - g) * a, g = sigmoid(W_g h_t + b_g) per head and step, given as `gate`.
 
     Args:
-        attention: (B, H, T, R) original cross-attention probabilities a.
-        aligned: (B, H, T, R) aligned attention a_m from `aligned_attention`.
-        fusion: one of `FUSIONS`.
-        eta: moving-average weight ("moving_average" only): >= 0 for "additive", in [0, 1] for "convex".
-        step: training step s >= 0, required for "exp_decay".
-        temperature: T_P > 0 ("exp_decay" only).
-        gate: (B, H, T, 1) gate values in [0, 1], required for "gate"; ignored by the other fusions.
-        region_mask: (B, R), 1 for real regions; padded regions get 0 after the re-normalisation.
-        moving_average: "additive" (printed eq. 7) or "convex" (`MOVING_AVERAGES`), "moving_average" only.
+        attention / aligned: (B, H, T, R) original attention a and aligned attention a_m (`aligned_attention`).
+        fusion: one of `FUSIONS`; moving_average: one of `MOVING_AVERAGES` ("moving_average" only).
+        eta: eq. 7's weight; step / temperature: s and T_P of eq. 8 (`step` required for "exp_decay").
+        gate: (B, H, T, 1) gate values in [0, 1], required for "gate".
+        region_mask: (B, R), 1 for real regions; padded regions get 0.
 
     Returns:
         (B, H, T, R) fused attention whose rows sum to 1 over the real regions (all-zero rows stay zero).
@@ -181,31 +125,21 @@ def mask_objective(
     valid: torch.Tensor | None = None,
     num_steps: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """L_mask = -L_IC(a_p) + lambda * ||1 - m||^2, minimised over the mask networks' parameters only (eq. 4).
+    """L_mask = -L_IC(a_p) + lambda * ||1 - m||^2 (eq. 4), to minimise over the mask networks' parameters only
+    (`AttentionPerturbation.mask_parameters()`): the mask looks for the smallest perturbation that most degrades the
+    caption (with a plus sign, m = 1 would be the trivial optimum). Minimised over the captioner, it would train the
+    captioner to caption badly.
 
-    Reading of eq. (4): the mask network looks for the smallest perturbation (m close to 1) that most degrades the
-    caption, i.e. it *maximises* the captioning loss under perturbation while paying lambda ||1 - m||^2; written as a
-    quantity to minimise, the caption loss enters with a minus sign. Read with a plus sign, as a sum to minimise, eq. (4)
-    would have the mask network find the perturbation that *least* hurts the caption, and m = 1 everywhere would be
-    its trivial optimum (no region ever marked as needed), which contradicts the paper's stated aim; the calibration
-    code A2 follows has `loss_mask = -loss(a_p) + alpha * ||1 - m||`. Minimise it only with respect to
-    `AttentionPerturbation.mask_parameters()`: taken with respect to the captioner, it would train the captioner to
-    caption badly.
-
-    Normalisation of the penalty: for each aligned layer, (1 - m)^2 is summed over heads (and over regions for
-    per-region masks; padded regions, where `AttentionPerturbation.mask` puts m = 1, add 0), averaged over the valid
-    decoder steps, and the layers are summed. With no valid step the penalty is a zero attached to the masks' graph.
+    Per aligned layer, (1 - m)^2 is summed over heads (and regions; padded regions have m = 1), averaged over the valid
+    decoder steps, and the layers are summed; with no valid step the penalty is a zero attached to the masks' graph.
 
     Args:
         caption_loss: scalar captioning loss L_IC computed with the perturbed attention a_p (eq. 3).
         masks: one (B, H, T, 1) or (B, H, T, R) mask in [0, 1] per aligned layer.
         weight: lambda >= 0.
         valid: (B, T), 1 for real (non-padded) decoder steps; None counts every step.
-        num_steps: the number of valid steps to average the penalty over (the global count under data parallelism,
-            the one `caption_loss` was divided by too); default: this batch's.
-
-    Returns:
-        scalar objective.
+        num_steps: the number of valid steps to average over (global under data parallelism, as for `caption_loss`);
+            default: this batch's.
     """
     if valid is not None:
         valid = valid.bool()
@@ -247,24 +181,16 @@ class AttentionPerturbation(nn.Module):
     """The A2 alignment of one decoder layer's cross-attention: mask network (eq. 2), perturbation (eq. 3), alignment
     and fusion (eqs. 5-10).
 
-    Parameters: `mask_network` (W_m, b_m of eq. 2: Linear hidden -> heads * num_region_slots for `mask_input="query"`,
-    hidden -> heads for "query_and_regions"), `region_network` (U_m: Linear hidden -> heads without bias, the
-    region-content term; "query_and_regions" only, None otherwise) and, for fusion "gate", `gate` (W_g, b_g: Linear
-    hidden -> heads, eqs. 9-10).
-
-    Initialisation (`reset_parameters`): W_m ~ N(0, initializer_range), b_m = `mask_bias_init` (3.0, so that m starts
-    near sigmoid(3) = 0.95, i.e. almost no perturbation and a_m almost a), U_m = 0 (the per-region mask starts equal
-    to the per-step one), W_g ~ N(0, initializer_range), b_g = 0 (g starts near 0.5). A model's `_init_weights` that
-    zeroes Linear biases must call `reset_parameters()` on this module afterwards, or m would start at 0.5.
+    Parameters: `mask_network` (W_m, b_m of eq. 2: hidden -> heads * num_region_slots for `mask_input="query"`, hidden ->
+    heads for "query_and_regions"), `region_network` (U_m, the region-content term of "query_and_regions", else None)
+    and, for fusion "gate", `gate` (W_g, b_g of eqs. 9-10). Initialised so that m starts near sigmoid(mask_bias_init)
+    (almost no perturbation), U_m = 0 and g near 0.5 (`reset_parameters`).
 
     Args:
         hidden_size / num_heads: the decoder's hidden size and cross-attention heads.
-        fusion: one of `FUSIONS` (eqs. 6-10).
-        eta: eq. 7's weight; temperature: T_P of eq. 8.
-        mask_bias_init / initializer_range: see above.
-        mask_input: one of `MASK_INPUTS`: "query" (printed eq. 2) or "query_and_regions" (module docstring).
-        num_region_slots: N, the region slots the "query" mask network scores; an image may have at most N regions.
-        moving_average: one of `MOVING_AVERAGES`: "additive" (printed eq. 7) or "convex" (see `fuse_attention`).
+        fusion: one of `FUSIONS`; eta: eq. 7's weight; temperature: T_P of eq. 8.
+        mask_input: one of `MASK_INPUTS`; num_region_slots: the region slots of the "query" mask network (an image may
+            have at most that many regions); moving_average: one of `MOVING_AVERAGES`.
     """
 
     def __init__(
@@ -319,18 +245,14 @@ class AttentionPerturbation(nn.Module):
         region_states: torch.Tensor | None = None,
         region_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The mask of eq. (2), in (0, 1], one value per head, step and region.
-
-        - `mask_input="query"`: m_t = sigmoid(W_m h_t + b_m), the R regions taking the first R of the N region slots;
-          `region_states` are read for their number R only (and may be omitted when `region_mask` is given).
-        - `mask_input="query_and_regions"`: m = sigmoid(W_m h_t + U_m v_j + b_m); without `region_states`, one value
-          per head and step, sigmoid(W_m h_t + b_m) of shape (B, H, T, 1).
+        """The mask of eq. (2), in (0, 1]: m_t = sigmoid(W_m h_t + b_m) ("query", the R regions taking the first R
+        region slots; `region_states` is read for R only and may be omitted when `region_mask` is given) or
+        sigmoid(W_m h_t + U_m v_j + b_m) ("query_and_regions"; without `region_states`, one value per head and step).
 
         Args:
             hidden_states: (B, T, D) decoder states h_t feeding the cross-attention.
             region_states: (B, R, D) region states v_j (the cross-attention's keys' input).
-            region_mask: (B, R), 1 for real regions; padded regions get m = 1 (no perturbation, no penalty, no
-                gradient).
+            region_mask: (B, R), 1 for real regions; padded regions get m = 1 (no perturbation, penalty or gradient).
 
         Returns:
             (B, H, T, R) mask ((B, H, T, 1) for "query_and_regions" without `region_states`).
@@ -373,19 +295,9 @@ class AttentionPerturbation(nn.Module):
         step: int | torch.Tensor | None = None,
         region_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """a_m = a * exp(1 - m) (eq. 5) fused with a by `self.fusion` (eqs. 6-10), re-normalised over the real regions.
-
-        Args:
-            attention: (B, H, T, R) cross-attention probabilities.
-            mask: (B, H, T, 1) or (B, H, T, R) mask from `mask` (pass `mask.detach()` so that only eq. 4 trains the
-                mask network).
-            queries: (B, T, D) decoder states the gate reads (eq. 9); required for fusion "gate", ignored otherwise.
-            step: training step s >= 0; required for fusion "exp_decay".
-            region_mask: (B, R), 1 for real regions.
-
-        Returns:
-            (B, H, T, R) aligned attention, rows summing to 1 over the real regions.
-        """
+        """a_m = a * exp(1 - m) (eq. 5) fused with a by `self.fusion` (eqs. 6-10), re-normalised over the real regions
+        ([`fuse_attention`]). Pass `mask.detach()` so that only eq. 4 trains the mask network; `queries` (B, T, D) are
+        required by fusion "gate" and `step` by "exp_decay". Returns (B, H, T, R) attention."""
         gate = None
         if self.fusion == "gate":
             gate = self.gate_values(queries)

@@ -1,13 +1,6 @@
-"""One validation layer shared by the doors: models' forwards, collators, builders and readers.
-
-Every check raises `ValueError` naming the argument, what was expected and what came, so that bad input never
-surfaces as a NaN or an index error from deep inside torch.
-
-A model's forward checks the shapes and dtypes of its inputs always (host-side metadata). It checks their *values*
-(ids in range, boxes normalised, alignment rows summing to 1, masks not empty, ...) only where reading them costs
-nothing ([`checks_values`]): on the CPU in eager mode, or anywhere when the caller passes `validate_inputs=True`
-(on an accelerator the values are then read on the host, a device synchronisation per forward). A training step on
-an accelerator, or traced by `torch.compile`, reads no value on the host.
+"""The validation shared by the doors: models' forwards, collators, builders and readers. Every check raises a
+`ValueError` naming the argument, what was expected and what came. A forward checks shapes and dtypes always and values
+only where [`checks_values`] says (on the CPU in eager mode, or when asked with `validate_inputs=True`).
 """
 
 from __future__ import annotations
@@ -88,6 +81,13 @@ def check_dim(name: str, tensor: torch.Tensor, dim: int, expected: int, layout: 
         raise ValueError(
             f"`{name}` must have shape {layout} with size {expected} at dim {dim}{reason}, got shape {_shape(tensor)}."
         )
+
+
+def check_shape(name: str, tensor: torch.Tensor, expected: tuple[int, ...], layout: str = "") -> None:
+    """`tensor` has the shape `expected` (`layout` names its axes in the message, e.g. "(batch, num_regions)")."""
+    if tuple(tensor.shape) != tuple(expected):
+        shape = f"{layout} = {tuple(expected)}" if layout else str(tuple(expected))
+        raise ValueError(f"`{name}` must have shape {shape}, got {_shape(tensor)}.")
 
 
 def check_finite(name: str, tensor: torch.Tensor) -> None:
@@ -244,68 +244,6 @@ def check_token_id(name: str, token_id: int | None, vocab_size: int) -> None:
         raise ValueError(f"`{name}` must be None or a token id in [0, {vocab_size - 1}] (`vocab_size`), got {token_id}.")
 
 
-def check_vision_language_inputs(
-    config,
-    *,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    token_type_ids: torch.Tensor | None,
-    visual_feats: torch.Tensor,
-    visual_boxes: torch.Tensor | None,
-    visual_attention_mask: torch.Tensor | None,
-    word_region_alignment: torch.Tensor | None = None,
-    values: bool,
-) -> None:
-    """Shapes and dtypes of the DESIGN.md input tensors, checked against each other and against `config`; with
-    `values` ([`checks_values`]), their values too.
-
-    `visual_boxes` may be None only for a model without box embeddings (`config.use_box_embeddings=False`); when given
-    it is checked all the same.
-    """
-    check_rank("input_ids", input_ids, 2, "(batch, text_length)")
-    check_integer("input_ids", input_ids)
-    batch, text_length = input_ids.shape
-    if text_length == 0:
-        raise ValueError("`input_ids` must hold at least one token, got shape (batch, 0).")
-    if text_length > config.max_position_embeddings:
-        raise ValueError(
-            f"`input_ids` has {text_length} tokens, more than `max_position_embeddings` ({config.max_position_embeddings})."
-        )
-    for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-        if tensor is not None:
-            check_rank(name, tensor, 2, "(batch, text_length)")
-            if tuple(tensor.shape) != (batch, text_length):
-                raise ValueError(f"`{name}` must have the shape of `input_ids` {(batch, text_length)}, got {tuple(tensor.shape)}.")
-    if token_type_ids is not None:
-        check_integer("token_type_ids", token_type_ids)
-    num_regions = check_region_shapes(config, visual_feats, visual_boxes, visual_attention_mask, batch)
-    if word_region_alignment is not None:
-        check_rank("word_region_alignment", word_region_alignment, 3, "(batch, text_length, num_regions)")
-        check_floating("word_region_alignment", word_region_alignment)
-        if tuple(word_region_alignment.shape) != (batch, text_length, num_regions):
-            raise ValueError(
-                f"`word_region_alignment` must have shape (batch, text_length, num_regions) = "
-                f"{(batch, text_length, num_regions)}, got {tuple(word_region_alignment.shape)}."
-            )
-    if not values:
-        return
-    check_in_range("input_ids", input_ids, config.vocab_size, "(vocab_size)")
-    if attention_mask is not None:
-        check_binary_mask("attention_mask", attention_mask)
-        check_mask_not_empty("attention_mask", attention_mask, "token")
-    if token_type_ids is not None:
-        check_in_range("token_type_ids", token_type_ids, config.type_vocab_size, "(type_vocab_size)")
-    check_region_values(visual_feats, visual_boxes, visual_attention_mask)
-    if word_region_alignment is not None:
-        check_alignment("word_region_alignment", word_region_alignment)
-        if visual_attention_mask is not None:
-            check_no_mass_on_padding(
-                "word_region_alignment", word_region_alignment, visual_attention_mask[:, None, :], "visual_attention_mask"
-            )
-        if attention_mask is not None:
-            check_no_mass_on_padding("word_region_alignment", word_region_alignment, attention_mask[:, :, None], "attention_mask")
-
-
 def check_region_shapes(
     config,
     visual_feats: torch.Tensor,
@@ -324,22 +262,19 @@ def check_region_shapes(
     check_dim("visual_feats", visual_feats, 2, config.visual_feat_dim, layout, "config.visual_feat_dim")
     if num_regions == 0:
         raise ValueError("`visual_feats` must hold at least one region, got an empty region set (num_regions = 0).")
-    check_boxes_given(config, visual_boxes)
+    if visual_boxes is None and getattr(config, "use_box_embeddings", True):
+        raise ValueError(
+            f"`visual_boxes` (batch, num_regions, 4) is required by a {type(config).__name__} with box embeddings, "
+            "got None; only a model built with `use_box_embeddings=False` (e.g. a converted VisualBERT) runs without "
+            "boxes."
+        )
     if visual_boxes is not None:
         check_rank("visual_boxes", visual_boxes, 3, "(batch, num_regions, 4)")
         check_floating("visual_boxes", visual_boxes)
-        if tuple(visual_boxes.shape) != (batch, num_regions, 4):
-            raise ValueError(
-                f"`visual_boxes` must have shape (batch, num_regions, 4) = {(batch, num_regions, 4)} (x1, y1, x2, y2) "
-                f"to match `visual_feats`, got {tuple(visual_boxes.shape)}."
-            )
+        check_shape("visual_boxes", visual_boxes, (batch, num_regions, 4), "(batch, num_regions, 4) of `visual_feats`")
     if visual_attention_mask is not None:
         check_rank("visual_attention_mask", visual_attention_mask, 2, "(batch, num_regions)")
-        if tuple(visual_attention_mask.shape) != (batch, num_regions):
-            raise ValueError(
-                f"`visual_attention_mask` must have shape (batch, num_regions) = {(batch, num_regions)}, "
-                f"got {tuple(visual_attention_mask.shape)}."
-            )
+        check_shape("visual_attention_mask", visual_attention_mask, (batch, num_regions), "(batch, num_regions)")
     return num_regions
 
 
@@ -375,17 +310,6 @@ def check_in_range(
         return f"got {'values in ' if ignored else ''}[{int(used.min())}, {int(used.max())}]"
 
     require(~outside.any(), f"`{name}` must be {what + ' ' if what else ''}in {allowed}", values_came)
-
-
-def check_boxes_given(config, visual_boxes: torch.Tensor | None) -> None:
-    """`visual_boxes` is required unless the model has no box embeddings (`config.use_box_embeddings=False`; configs
-    without the field always embed boxes)."""
-    if visual_boxes is None and getattr(config, "use_box_embeddings", True):
-        raise ValueError(
-            f"`visual_boxes` (batch, num_regions, 4) is required by a {type(config).__name__} with box embeddings, "
-            "got None; only a model built with `use_box_embeddings=False` (e.g. a converted VisualBERT) runs without "
-            "boxes."
-        )
 
 
 def check_integer(name: str, tensor: torch.Tensor) -> None:
@@ -436,21 +360,48 @@ def default_and_check_inputs(
     phrase_masks: torch.Tensor | None,
     validate_inputs: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Checks every input tensor (shapes and dtypes always, values as [`checks_values`] says) and fills the optional
-    masks (all ones, token type 0); returns (attention_mask, token_type_ids, visual_attention_mask)."""
+    """Checks the DESIGN.md input tensors against each other and against `config` (shapes and dtypes always, values
+    as [`checks_values`] says) and fills the optional masks (all ones, token type 0); returns (attention_mask,
+    token_type_ids, visual_attention_mask). `visual_boxes` may be None only without box embeddings."""
     values = checks_values(config, input_ids, validate_inputs)
     # checked before the region mask is defaulted: without one, all-zero regions are reported as unmasked padding
-    check_vision_language_inputs(
-        config,
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        token_type_ids=token_type_ids,
-        visual_feats=visual_feats,
-        visual_boxes=visual_boxes,
-        visual_attention_mask=visual_attention_mask,
-        word_region_alignment=word_region_alignment,
-        values=values,
-    )
+    check_rank("input_ids", input_ids, 2, "(batch, text_length)")
+    check_integer("input_ids", input_ids)
+    batch, text_length = input_ids.shape
+    if text_length == 0:
+        raise ValueError("`input_ids` must hold at least one token, got shape (batch, 0).")
+    if text_length > config.max_position_embeddings:
+        raise ValueError(
+            f"`input_ids` has {text_length} tokens, more than `max_position_embeddings` ({config.max_position_embeddings})."
+        )
+    for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+        if tensor is not None:
+            check_rank(name, tensor, 2, "(batch, text_length)")
+            check_shape(name, tensor, (batch, text_length), "(batch, text_length) of `input_ids`")
+    if token_type_ids is not None:
+        check_integer("token_type_ids", token_type_ids)
+    num_regions = check_region_shapes(config, visual_feats, visual_boxes, visual_attention_mask, batch)
+    if word_region_alignment is not None:
+        check_rank("word_region_alignment", word_region_alignment, 3, "(batch, text_length, num_regions)")
+        check_floating("word_region_alignment", word_region_alignment)
+        expected = (batch, text_length, num_regions)
+        check_shape("word_region_alignment", word_region_alignment, expected, "(batch, text_length, num_regions)")
+    if values:
+        check_in_range("input_ids", input_ids, config.vocab_size, "(vocab_size)")
+        if attention_mask is not None:
+            check_binary_mask("attention_mask", attention_mask)
+            check_mask_not_empty("attention_mask", attention_mask, "token")
+        if token_type_ids is not None:
+            check_in_range("token_type_ids", token_type_ids, config.type_vocab_size, "(type_vocab_size)")
+        check_region_values(visual_feats, visual_boxes, visual_attention_mask)
+        if word_region_alignment is not None:
+            check_alignment("word_region_alignment", word_region_alignment)
+            if visual_attention_mask is not None:
+                check_no_mass_on_padding(
+                    "word_region_alignment", word_region_alignment, visual_attention_mask[:, None, :], "visual_attention_mask"
+                )
+            if attention_mask is not None:
+                check_no_mass_on_padding("word_region_alignment", word_region_alignment, attention_mask[:, :, None], "attention_mask")
     if phrase_masks is not None:
         check_phrase_masks("phrase_masks", phrase_masks, *input_ids.shape, allow_empty_rows=True, values=values)
     attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask

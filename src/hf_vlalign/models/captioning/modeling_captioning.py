@@ -744,10 +744,8 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         global_item_counts (`dict[str, torch.Tensor]`, *optional*): `{"caption": n}`, the global number of caption
         tokens that the caption loss and the mask objective divide by (data parallelism, gradient accumulation;
         `CaptioningTrainer` passes it); default: this batch's.
-        validate_inputs (`bool`, *optional*): check the values of the inputs (token ids in range, 0/1 masks,
-        normalised boxes): True wherever they are (on an accelerator a host read, a device synchronisation), False
-        never; by default on the CPU in eager mode when `config.validate_inputs` is on. Shapes and dtypes are always
-        checked.
+        validate_inputs (`bool`, *optional*): also check the values of the inputs (a host read on an accelerator);
+        default: on the CPU in eager mode when `config.validate_inputs` is on. Shapes and dtypes are always checked.
         """
         check_forward_kwargs(self, kwargs)
         check_caption_batch_not_empty(self, visual_feats, encoder_outputs, decoder_input_ids)

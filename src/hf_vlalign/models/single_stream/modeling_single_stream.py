@@ -40,14 +40,14 @@ from ...utils.validation import (
     check_integer,
     check_phrase_masks,
     check_rank,
-    checks_values,
+    check_shape,
     default_and_check_inputs,
     regions_in_dtype,
 )
 from ..attention_utils import key_padding_mask_4d
 from ..bert_modules import AttentionBlock, MultiHeadAttention, Pooler, TextEmbeddings, TransformerLayer
 from ..dropout import make_dropout
-from ..forward_kwargs import check_batch_not_empty, check_forward_kwargs, output_flag
+from ..forward_kwargs import check_batch_not_empty, check_forward_kwargs, check_head_call, output_flag
 from ..pretrained import VisionLanguagePreTrainedModel
 from ..task_heads import (
     AnswerHead,
@@ -333,10 +333,8 @@ class SingleStreamModel(SingleStreamPreTrainedModel):
         every loss divides by (data parallelism, gradient accumulation; `ComponentLossTrainer` passes them); default:
         this batch's own counts.
         output_attentions / output_hidden_states: recorded by `@capture_outputs` from the layers (`_can_record_outputs`).
-        validate_inputs (`bool`, *optional*): check the values of the inputs (ids in range, 0/1 masks, normalised
-        boxes, alignment rows that are distributions): True wherever they are (on an accelerator a host read, a device
-        synchronisation), False never; by default on the CPU in eager mode when `config.validate_inputs` is on. Shapes
-        and dtypes are always checked.
+        validate_inputs (`bool`, *optional*): also check the values of the inputs (a host read on an accelerator);
+        default: on the CPU in eager mode when `config.validate_inputs` is on. Shapes and dtypes are always checked.
         """
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
@@ -413,18 +411,11 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
     total loss is eq. (9).
 
     VGP classification (eq. 4): p(y | p1, p2) = softmax(MLP([e1, e2, e1 * e2, |e1 - e2|])), e1 / e2 the max-pooled
-    final states of the two phrases' tokens, y the pair's *semantic type* (`config.vgp_task="type"`, the default): one
-    of the 5 classes of the VGP typology (Chu et al. 2022; `config.vgp_class_names()`), as in the authors' code
-    (jules-samaran/VL-BERT, a 5-way `phrasal_cls`). Only VGPs have a type: pairs that are not (a caption replaced by
-    another image's) carry the label -100 and are left out of L_vgp, which averages over the typed pairs (the
-    authors' code ignores their label -1 the same way; the collator counts them).
-    `vgp_task="binary"` (a named option) classifies paraphrase vs not instead (`num_vgp_labels=2`): the task of the VGP
-    identification csvs, which have no types, and one that also learns from the pairs that are not VGPs.
-
-    Readings where the paper leaves details open: identification is one 3-way softmax over {only c1, only c2, both}
-    describe the image; the phrase-pair features [e1, e2, e1 * e2, |e1 - e2|] (InferSent's pair features) go through a
-    two-layer MLP (hidden size, the encoder's activation) before the softmax (the authors' code uses one linear layer
-    after dropout, its "1fc" classifier).
+    final states of the two phrases' tokens, y the pair's semantic type (`vgp_task="type"`, the 5 classes of
+    `config.vgp_class_names()`, as in the authors' `phrasal_cls`; pairs without a type carry -100 and are left out of
+    L_vgp) or paraphrase vs not (`vgp_task="binary"`). Readings where the paper leaves details open: identification
+    is one 3-way softmax over {only c1, only c2, both}; the pair features (InferSent's) go through a two-layer MLP
+    before the softmax (the authors' code uses one linear layer after dropout, its "1fc" classifier).
     """
 
     def __init__(self, config: SingleStreamConfig):
@@ -467,12 +458,10 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         -100 for a pair without one (not a VGP: left out of `loss_vgp`); with "binary", 1 when p1 and p2 are visually
         grounded paraphrases, else 0 (-100 leaves a pair out there too).
         """
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
+        values = check_head_call(self, input_ids, kwargs)
         for name, mask in (("phrase1_mask", phrase1_mask), ("phrase2_mask", phrase2_mask)):
             if mask is None:
                 raise ValueError(f"`{name}` (batch, text_length) is required by {type(self).__name__}, got None.")
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
         self._check_head_inputs(input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels, values)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
@@ -508,13 +497,8 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
 
     def _total_loss(self, loss_id, loss_vgp, loss_attention_supervision) -> torch.Tensor | None:
         # eq. (9): L = w_id L_id + w_vgp L_vgp + lambda L_att
-        weighted = [
-            (self.config.id_weight, loss_id),
-            (self.config.vgp_weight, loss_vgp),
-            (self.config.attention_supervision_weight, loss_attention_supervision),
-        ]
-        terms = [weight * loss for weight, loss in weighted if loss is not None]
-        return torch.stack(terms).sum() if terms else None
+        weights = (self.config.id_weight, self.config.vgp_weight, self.config.attention_supervision_weight)
+        return weighted_total(list(zip(weights, (loss_id, loss_vgp, loss_attention_supervision))))
 
     def _check_head_inputs(self, input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels, values: bool) -> None:
         check_rank("input_ids", input_ids, 2, "(batch, text_length)")
@@ -528,8 +512,7 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             if labels is None:
                 continue
             check_integer(name, labels)
-            if tuple(labels.shape) != (batch,):
-                raise ValueError(f"`{name}` must have shape (batch,) = ({batch},), got {tuple(labels.shape)}.")
+            check_shape(name, labels, (batch,), "(batch,)")
             if values:  # -100: a pair without a type
                 check_in_range(name, labels, num_labels, ignore_index=-100 if name == "vgp_labels" else None)
 
@@ -583,9 +566,7 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> SingleStreamClassificationOutput:
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores in [0, 1]."""
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        values = check_head_call(self, input_ids, kwargs)
         check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, values, name="labels")
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
@@ -628,11 +609,9 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> SingleStreamClassificationOutput:
         r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0. Returns `logits` (batch,)."""
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
+        values = check_head_call(self, input_ids, kwargs)
         batch = input_ids.shape[0]
         check_image_pair(visual_feats, batch)
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
         check_labels("labels", labels, (batch,), 2, values)
         outputs = self._base_outputs(
             pair_repeat(input_ids), pair_flatten(visual_feats), pair_flatten(visual_boxes), pair_repeat(attention_mask),
@@ -680,9 +659,7 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
         every region's IoU with the referred box; when given, the loss uses it (positives at IoU >= threshold).
         Returns `logits` (batch, R), padding regions at the dtype's minimum.
         """
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        values = check_head_call(self, input_ids, kwargs)
         check_referring_inputs(
             labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask, values
         )
@@ -736,11 +713,9 @@ class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
         phrase_labels (`(batch, P, R)`): each phrase's gold distribution over regions (zero rows: not grounded).
         Returns `logits` (batch, P, R), padding regions at the dtype's minimum.
         """
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
+        values = check_head_call(self, input_ids, kwargs)
         if phrase_masks is None:
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
         check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask, values)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
@@ -812,9 +787,7 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         masked_regions (`(batch, R)`): 1 on masked regions; feature_labels (`(batch, R, visual_feat_dim)`) their
         original features; object_labels (`(batch, R)`) their detector classes (-100 elsewhere).
         """
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        values = check_head_call(self, input_ids, kwargs)
         self._check_pretraining_labels(
             input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels, values
         )

@@ -33,7 +33,7 @@ from ...utils.item_counts import (
     num_items,
     optional_cross_entropy,
 )
-from ...utils.validation import checks_values, default_and_check_inputs, regions_in_dtype
+from ...utils.validation import default_and_check_inputs, regions_in_dtype
 from ..attention_utils import key_padding_mask_4d
 from ..bert_modules import (
     AttentionBlock,
@@ -45,7 +45,7 @@ from ..bert_modules import (
     TransformerLayer,
 )
 from ..dropout import make_dropout
-from ..forward_kwargs import check_batch_not_empty, check_forward_kwargs, output_flag
+from ..forward_kwargs import check_batch_not_empty, check_forward_kwargs, check_head_call, output_flag
 from ..pretrained import VisionLanguagePreTrainedModel
 from ..task_heads import (
     AnswerHead,
@@ -429,10 +429,8 @@ class TwoStreamModel(TwoStreamPreTrainedModel):
         this batch's own counts.
         output_attentions / output_hidden_states: collected here per stream (LXMERT's `language_*`, `vision_*` and
         `cross_encoder_*` fields have no counterpart among the `output_<key>` flags of `@capture_outputs`).
-        validate_inputs (`bool`, *optional*): check the values of the inputs (ids in range, 0/1 masks, normalised
-        boxes, alignment rows that are distributions): True wherever they are (on an accelerator a host read, a device
-        synchronisation), False never; by default on the CPU in eager mode when `config.validate_inputs` is on. Shapes
-        and dtypes are always checked.
+        validate_inputs (`bool`, *optional*): also check the values of the inputs (a host read on an accelerator);
+        default: on the CPU in eager mode when `config.validate_inputs` is on. Shapes and dtypes are always checked.
         """
         check_forward_kwargs(self, kwargs)
         check_batch_not_empty(self, "input_ids", input_ids)
@@ -565,20 +563,10 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         word_region_alignment (`(batch, T, R)`): soft targets A* of the alignment decoder (eq. 18), also used by
             attention supervision when `attention_supervision` is not "none".
         """
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        values = check_head_call(self, input_ids, kwargs)
         self._check_pretraining_labels(
-            input_ids,
-            visual_feats,
-            labels,
-            object_labels,
-            attribute_labels,
-            feature_labels,
-            masked_regions,
-            matched_labels,
-            answer_labels,
-            values,
+            input_ids, visual_feats, labels, object_labels, attribute_labels, feature_labels, masked_regions,
+            matched_labels, answer_labels, values
         )
         if values:
             check_pretraining_targets(
@@ -684,17 +672,8 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         return weighted_total([(weights[name], loss) for name, loss in losses.items()])
 
     def _check_pretraining_labels(
-        self,
-        input_ids,
-        visual_feats,
-        labels,
-        object_labels,
-        attribute_labels,
-        feature_labels,
-        masked_regions,
-        matched_labels,
-        answer_labels,
-        values: bool,
+        self, input_ids, visual_feats, labels, object_labels, attribute_labels, feature_labels, masked_regions,
+        matched_labels, answer_labels, values: bool
     ) -> None:
         batch, num_regions = check_pretraining_shapes(
             input_ids, visual_feats, labels, masked_regions, feature_labels, self.config.vocab_size, values
@@ -707,6 +686,18 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         if masked_regions is None and given:
             raise ValueError(f"{given} are the targets of masked regions: they need `masked_regions` (batch, R), got None.")
         check_answer_labels(answer_labels, batch, self.config.num_qa_labels, values)
+
+
+def _classification_output(
+    config: TwoStreamConfig, loss_task: torch.Tensor | None, outputs: TwoStreamModelOutput, logits: torch.Tensor
+) -> TwoStreamClassificationOutput:
+    return TwoStreamClassificationOutput(
+        loss=weighted_total([(1.0, loss_task), (config.attention_supervision_weight, outputs.loss_attention_supervision)]),
+        loss_task=loss_task,
+        loss_attention_supervision=outputs.loss_attention_supervision,
+        logits=logits,
+        **{name: getattr(outputs, name) for name in LAYER_OUTPUT_NAMES},
+    )
 
 
 class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
@@ -736,9 +727,7 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> TwoStreamClassificationOutput:
         r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores."""
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        values = check_head_call(self, input_ids, kwargs)
         check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, values, name="labels")
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
@@ -746,15 +735,7 @@ class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
         )
         logits = self.answer_head(outputs.pooler_output)
         loss_task = answer_loss(logits, labels, num_items(global_item_counts, "task")) if labels is not None else None
-        return TwoStreamClassificationOutput(
-            loss=weighted_total(
-                [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention_supervision)]
-            ),
-            loss_task=loss_task,
-            loss_attention_supervision=outputs.loss_attention_supervision,
-            logits=logits,
-            **{name: getattr(outputs, name) for name in LAYER_OUTPUT_NAMES},
-        )
+        return _classification_output(self.config, loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return {**answer_item_counts(inputs), **super().loss_item_counts(inputs)}
@@ -785,11 +766,9 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> TwoStreamClassificationOutput:
         r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0."""
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
+        values = check_head_call(self, input_ids, kwargs)
         batch = input_ids.shape[0]
         check_image_pair(visual_feats, batch)
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
         check_labels("labels", labels, (batch,), 2, values)
         outputs = self._base_outputs(
             pair_repeat(input_ids), pair_flatten(visual_feats), pair_flatten(visual_boxes), pair_repeat(attention_mask),
@@ -798,12 +777,7 @@ class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
         )
         logits = self.reasoning_head(outputs.pooler_output.reshape(batch, -1)).squeeze(-1)
         loss_task = reasoning_loss(logits, labels, num_items(global_item_counts, "task")) if labels is not None else None
-        return TwoStreamClassificationOutput(
-            loss=loss_task,
-            loss_task=loss_task,
-            logits=logits,
-            **{name: getattr(outputs, name) for name in LAYER_OUTPUT_NAMES},
-        )
+        return _classification_output(self.config, loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return reasoning_item_counts(inputs)  # no attention supervision: the sentence has no regions of its own
@@ -842,9 +816,7 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
         every region's IoU with the referred box; when given, the loss uses it (positives at IoU >= threshold).
         Returns `logits` (batch, R), padding regions at the dtype's minimum.
         """
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
+        values = check_head_call(self, input_ids, kwargs)
         check_referring_inputs(
             labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask, values
         )
@@ -858,15 +830,8 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
             logits, region_mask, target_region_iou, labels, self.config.referring_iou_threshold,
             num_items(global_item_counts, "task"),
         )  # fmt: skip
-        return TwoStreamClassificationOutput(
-            loss=weighted_total(
-                [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention_supervision)]
-            ),
-            loss_task=loss_task,
-            loss_attention_supervision=outputs.loss_attention_supervision,
-            logits=logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min),
-            **{name: getattr(outputs, name) for name in LAYER_OUTPUT_NAMES},
-        )
+        logits = logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min)
+        return _classification_output(self.config, loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return {**referring_item_counts(inputs), **super().loss_item_counts(inputs)}
@@ -903,11 +868,9 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         phrase_labels (`(batch, P, R)`): each phrase's gold distribution over regions (zero rows: not grounded).
         Returns `logits` (batch, P, R), padding regions at the dtype's minimum.
         """
-        check_forward_kwargs(self, kwargs)
-        check_batch_not_empty(self, "input_ids", input_ids)
+        values = check_head_call(self, input_ids, kwargs)
         if phrase_masks is None:
             raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
-        values = checks_values(self.config, input_ids, kwargs.get("validate_inputs"))
         check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask, values)
         outputs = self._base_outputs(
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
@@ -919,15 +882,7 @@ class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
         loss_task = None
         if phrase_labels is not None:
             loss_task = phrase_grounding_loss(logits, phrase_labels, num_items(global_item_counts, "task"))
-        return TwoStreamClassificationOutput(
-            loss=weighted_total(
-                [(1.0, loss_task), (self.config.attention_supervision_weight, outputs.loss_attention_supervision)]
-            ),
-            loss_task=loss_task,
-            loss_attention_supervision=outputs.loss_attention_supervision,
-            logits=logits,
-            **{name: getattr(outputs, name) for name in LAYER_OUTPUT_NAMES},
-        )
+        return _classification_output(self.config, loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         return {**phrase_grounding_item_counts(inputs), **super().loss_item_counts(inputs)}
