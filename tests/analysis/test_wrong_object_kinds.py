@@ -25,7 +25,6 @@ from hf_vlalign.evaluation import (
     evaluate_decoder_grounding,
     evaluate_grounding,
     image_use_gap,
-    inference_batches,
     probe_attention_blocks,
     word_region_attention,
 )
@@ -39,7 +38,6 @@ DOORS = {
     evaluate_cross_attention: ({"model": MODEL, "dataset": ROWS, "collator": COLLATOR}, "collator", "collate", r"a collator"),
     evaluate_decoder_grounding: ({"model": MODEL, "dataset": ROWS, "collator": COLLATOR}, "model", None, r"a model"),
     image_use_gap: ({"model": MODEL, "dataset": ROWS, "collator": COLLATOR}, "dataset", "rows.json", r"a datasets\.Dataset"),
-    inference_batches: ({"model": MODEL, "dataset": ROWS, "collator": COLLATOR, "batch_size": 1}, "model", {"state_dict": {}}, r"a model"),
     word_region_attention: ({"model": MODEL, "tokenizer": None, "batch": {}, "layer": 0, "head": 0}, "tokenizer",
                             "bert-base-uncased", r"a transformers tokenizer"),
     cross_attention_rows: ({"model": MODEL, "tokenizer": None, "batch": {}, "layer": 0}, "model", "bert-base-uncased", r"a model"),

@@ -461,8 +461,8 @@ def check_no_target_on_padding(
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Python objects of the wrong kind (a list or NumPy array for a tensor, a name for a tokenizer or model, a dict for a
-# dataset): refused at the door of each public function, naming the argument, what it takes and what came
+# Python objects of the wrong kind (a name for a tokenizer or model, a dict for a dataset): refused at the door of
+# each public function, naming the argument, what it takes and what came
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -486,15 +486,6 @@ def describe_object(value: object) -> str:
     return name
 
 
-def _conversion_hint(value: object, what: str) -> str:
-    if what.startswith("a torch.Tensor"):
-        if type(value).__module__ == "numpy":
-            return " (convert it with torch.from_numpy)"
-        if isinstance(value, (list, tuple)):
-            return " (convert it with torch.tensor)"
-    return ""
-
-
 def check_kind(
     name: str, value: object, kinds: type | tuple[type, ...], what: str, *, optional: bool = False, hint: str = ""
 ) -> None:
@@ -502,26 +493,7 @@ def check_kind(
     if (optional and value is None) or isinstance(value, kinds):
         return
     what = f"{what} or None" if optional else what
-    hint = hint or _conversion_hint(value, what)
     raise ArgumentKindError(f"`{name}` must be {what}, got {describe_object(value)}{hint}.")
-
-
-def check_tensor(name: str, value: object, *, optional: bool = False, layout: str = "") -> None:
-    """`value` is a `torch.Tensor` (None allowed when `optional`); a list or NumPy array is refused with its
-    conversion. `layout` (e.g. "(B, R, 4)") is said in the message."""
-    check_kind(name, value, torch.Tensor, f"a torch.Tensor{' ' + layout if layout else ''}", optional=optional)
-
-
-def check_tensor_sequence(name: str, value: object, what: str = "one torch.Tensor per layer") -> None:
-    """`value` is a list or tuple of `torch.Tensor`s (a stacked tensor, a NumPy array or a dict is refused), each named
-    by its index when it is not a tensor."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        hint = " (split a stacked tensor with list(tensor.unbind(0)))" if isinstance(value, torch.Tensor) else ""
-        raise ArgumentKindError(
-            f"`{name}` must be a list or tuple of torch.Tensors ({what}), got {describe_object(value)}{hint}."
-        )
-    for index, item in enumerate(value):
-        check_tensor(f"{name}[{index}]", item)
 
 
 def check_tokenizer(name: str, value: object) -> None:
