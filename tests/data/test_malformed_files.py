@@ -21,15 +21,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-import torch
 from shared_samples import real_sample
 from test_captioning import tiny_config as captioning_config
 from test_feature_readers import butd_tsv_line, make_image, write_butd_h5_fixed, write_m2_hdf5
 from test_single_stream import tiny_config as single_stream_config
 from test_two_stream import tiny_config as two_stream_config
-from torch import nn
-from transformers import AutoModel, TrainingArguments
-from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers import AutoModel
 
 from hf_vlalign import RegionCaptionerModel, SingleStreamModel, TwoStreamModel
 from hf_vlalign.data.builders import coco_captions, nlvr2
@@ -47,7 +44,6 @@ from hf_vlalign.data.formats.npz_dir import iter_npz_dir_records
 from hf_vlalign.data.formats.text_files import read_json_file
 from hf_vlalign.data.formats.vlbert_json import iter_vlbert_json_records
 from hf_vlalign.data.region_extraction import read_boxes_file
-from hf_vlalign.trainers.base import ComponentLossTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
 SAFE_PICKLE = ROOT / "src" / "hf_vlalign" / "data" / "formats" / "safe_pickle.py"
@@ -472,7 +468,7 @@ def test_restricted_unpickler_still_reads_shared_references_of_plain_data(tmp_pa
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Checkpoints: a truncated model.safetensors, damaged Trainer state files on resume
+# Checkpoints: a truncated model.safetensors (damaged Trainer state files on resume: tests/trainers/test_resume.py)
 # ----------------------------------------------------------------------------------------------------------------
 
 FAMILIES = {
@@ -505,50 +501,3 @@ def test_from_pretrained_names_a_truncated_safetensors_file(family, truncation, 
         with pytest.raises(ValueError, match=rf"{re.escape(str(weights))} is not a complete safetensors file"):
             load(folder)
     assert model_class.from_pretrained(saved_models[family]) is not None  # the undamaged folder loads
-
-
-class TinyRegression(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(2, 1)
-
-    def forward(self, x, target):
-        prediction = self.linear(x).squeeze(-1)
-        return SequenceClassifierOutput(loss=((prediction - target) ** 2).mean(), logits=prediction)
-
-
-def _regression_trainer(output_dir: Path, max_steps: int) -> ComponentLossTrainer:
-    torch.manual_seed(0)
-    rows = [{"x": torch.randn(2), "target": torch.randn(())} for _ in range(8)]
-    args = TrainingArguments(
-        output_dir=str(output_dir), max_steps=max_steps, save_steps=1, per_device_train_batch_size=4, report_to="none",
-        use_cpu=True, remove_unused_columns=False, logging_steps=1, seed=0,
-    )  # fmt: skip
-    return ComponentLossTrainer(model=TinyRegression(), args=args, train_dataset=rows)
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    output_dir = tmp_path_factory.mktemp("run")
-    _regression_trainer(output_dir, max_steps=1).train()
-    return output_dir / "checkpoint-1"
-
-
-STATE_DAMAGE = {
-    "optimizer_truncated": ("optimizer.pt", lambda data: data[: len(data) // 2]),
-    "rng_state_text": ("rng_state.pth", lambda data: b"not a torch file\n"),
-}
-
-
-@pytest.mark.parametrize("damage", list(STATE_DAMAGE))
-def test_resume_names_a_damaged_state_file(damage, checkpoint, tmp_path):
-    import shutil
-
-    damaged = tmp_path / "checkpoint-1"
-    shutil.copytree(checkpoint, damaged)
-    name, damage_bytes = STATE_DAMAGE[damage]
-    (damaged / name).write_bytes(damage_bytes((damaged / name).read_bytes()))
-    trainer = _regression_trainer(tmp_path / "resumed", max_steps=2)
-    with pytest.raises(ValueError, match=rf"`resume_from_checkpoint` .*{re.escape(str(damaged / name))} \("):
-        trainer.train(resume_from_checkpoint=str(damaged))
-    _regression_trainer(tmp_path / "good", max_steps=2).train(resume_from_checkpoint=str(checkpoint))

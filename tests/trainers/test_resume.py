@@ -206,6 +206,8 @@ DAMAGE = {  # case -> (file, damage of its bytes, the files named, the error nam
     "truncated_weights": ("model.safetensors", lambda data, path: data[:-10], ["model.safetensors"], "SafetensorError"),
     "garbage_scheduler": ("scheduler.pt", lambda data, path: bytes(range(256)) * 8, ["scheduler.pt"], "UnpicklingError"),
     "empty_rng_state": ("rng_state.pth", lambda data, path: b"", ["rng_state.pth"], "EOFError"),
+    "text_rng_state": ("rng_state.pth", lambda data, path: b"not a torch file\n", ["rng_state.pth"], r"\w+"),
+    "truncated_optimizer": ("optimizer.pt", lambda data, path: data[: len(data) // 2], ["optimizer.pt"], r"\w+"),
     "scheduler_of_another_run": ("scheduler.pt", scheduler_of_three_groups, ["optimizer.pt", "scheduler.pt"], "IndexError"),
 }  # fmt: skip
 
