@@ -58,6 +58,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import yaml
 from accelerate import PartialState
 from transformers import HfArgumentParser
 from transformers.trainer_utils import get_last_checkpoint
@@ -228,7 +229,7 @@ def check_data_sources(args: Table1Arguments, given: set[str]) -> None:
             )
 
 
-def split_section_flags(argv: list[str]) -> tuple[list[str], dict[str, dict[str, str]]]:
+def split_section_flags(argv: list[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """(driver flags, {section: {flag: value}}) of `argv`, where `--<section>.<flag> VALUE` (or `=VALUE`) is a
     sub-run flag."""
     driver, sections, index = [], {section: {} for section in SECTIONS}, 0
@@ -248,7 +249,9 @@ def split_section_flags(argv: list[str]) -> tuple[list[str], dict[str, dict[str,
             value, index = argv[index + 1], index + 2
         else:
             raise ValueError(f"`{flag}` expects a value, got nothing after it.")
-        sections[section][name.split(".", 1)[1]] = value
+        # typed as the same value in a YAML section would be (`2` an int, `true` a bool), so the sub-run's `--config`
+        # holds values of its flags' types
+        sections[section][name.split(".", 1)[1]] = yaml.safe_load(value) if value.strip() else value
     return driver, sections
 
 

@@ -250,7 +250,7 @@ def test_sub_runs_read_the_config_values(table_run):
     refcoco_args = json.loads((output_dir / "none" / "seed12345" / "refcoco" / "training_args.json").read_text())
     assert refcoco_args["learning_rate"] == pytest.approx(1.28e-5) and refcoco_args["max_steps"] == 2
     written = json.loads((output_dir / "configs" / "direct" / "seed12345" / "vqa.json").read_text())
-    assert written["learning_rate"] == 8.0e-5 and written["max_steps"] == "2"  # the file's, then the flag's
+    assert written["learning_rate"] == 8.0e-5 and written["max_steps"] == 2  # the file's, then the flag's (typed as in YAML)
     # VL-BERT trains every parameter at one rate, not finetune_vqa.py's faster rate of the new head
     vqa_args = json.loads((output_dir / "none" / "seed12345" / "vqa" / "training_args.json").read_text())
     assert vqa_args["learning_rate"] == vqa_args["head_learning_rate"] == pytest.approx(8.0e-5)

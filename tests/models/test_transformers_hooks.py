@@ -24,7 +24,15 @@ PRIVATE_OVERRIDES = {
     ),
     (Trainer, "_load_optimizer_and_scheduler"): (
         ("checkpoint",),
-        "and loaded beside it on resume",
+        "and loaded beside it on resume; a state file that fails to load is named",
+    ),
+    (Trainer, "_load_from_checkpoint"): (
+        ("resume_from_checkpoint", "model"),
+        "a damaged weights file of the checkpoint is named, not reported as a bare SafetensorError",
+    ),
+    (Trainer, "_load_rng_state"): (
+        ("checkpoint",),
+        "a damaged random-state file is named",
     ),
     (PreTrainedModel, "_finalize_model_loading"): (
         ("model", "load_config", "loading_info"),

@@ -148,3 +148,13 @@ def test_data_loading_table_is_generated_from_the_committed_results():
         least_step_seconds = run["one_thread_step_cpu_seconds"] / run["threads"] / accumulation
         assert run["cpu_ratio"] == pytest.approx(least_step_seconds / run["loader_cpu_seconds_per_batch"])
         assert min(run["ratio"], run["cpu_ratio"]) >= benchmark.MIN_RATIO == 5.0, run["name"]
+
+
+def test_bad_inputs_table_is_generated_from_the_committed_results():
+    benchmark = load_script("bad_inputs_benchmark", ROOT / "benchmarks" / "bad_inputs.py")
+    before, after = (json.loads((benchmark.RESULTS_DIR / f"bad_inputs_{label}.json").read_text()) for label in ("before", "after"))
+    assert benchmark.docs_block(before, after) in (DOCS / "reliability.md").read_text()
+    # what the docs say of it: the same cases before and after, more refused clearly, fewer files lost
+    assert before["cases_total"] == after["cases_total"] == 255
+    assert after["counts"]["clear"] > before["counts"]["clear"]
+    assert after["counts"].get("lost", 0) < before["counts"]["lost"]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..utils.atomic_folders import atomic_file
 from ..utils.optional import require
 
 if TYPE_CHECKING:
@@ -39,12 +40,13 @@ def annotate_cells(ax, image, matrix: np.ndarray, fmt: str) -> None:
 
 
 def save_png(figure: Figure, path: str | Path) -> Path:
-    """Saves `figure` as a PNG at `path` (120 dpi, tight bounding box), creating parent folders; returns the path."""
+    """Saves `figure` as a PNG at `path` (120 dpi, tight bounding box), creating parent folders; returns the path. The
+    file is replaced atomically: a full disk or a kill leaves the previous plot whole."""
     require("matplotlib", extra="plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(figure)
-    figure.savefig(path, format="png", dpi=120, bbox_inches="tight")
+    with atomic_file(path) as partial:
+        figure.savefig(partial, format="png", dpi=120, bbox_inches="tight")
     return path

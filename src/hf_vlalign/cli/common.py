@@ -276,11 +276,11 @@ def add_model_argument(parser: argparse.ArgumentParser, help: str) -> None:
 
 def add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("synthetic scenes (the offline default data)")
-    group.add_argument("--synthetic_train_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=800, help="training images of the scenes")
-    group.add_argument("--synthetic_eval_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=150, help="evaluation images of the scenes")
+    group.add_argument("--synthetic_train_images", type=int_at_most("MAX_SYNTHETIC_IMAGES", minimum=1), default=800, help="training images of the scenes")
+    group.add_argument("--synthetic_eval_images", type=int_at_most("MAX_SYNTHETIC_IMAGES", minimum=1), default=150, help="evaluation images of the scenes")
     group.add_argument("--synthetic_seed", type=int, default=0, help="seed of the scenes")
     group.add_argument("--synthetic_distractors", action="store_true", help=DISTRACTORS_HELP)
-    parser.add_argument("--batch_size", type=int_at_most("MAX_BATCH_SIZE"), default=32, help="examples per forward pass")
+    parser.add_argument("--batch_size", type=int_at_most("MAX_BATCH_SIZE", minimum=1), default=32, help="examples per forward pass")
 
 
 def synthetic_config(args: argparse.Namespace):

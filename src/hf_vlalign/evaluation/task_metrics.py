@@ -143,7 +143,7 @@ def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) ->
     (the text-blind baseline, `metrics.grounding.largest_region_accuracy`), which `baselines` compares the accuracy with."""
     chosen, confident, best, gold, chance, regions = [], [], [], [], [], []
     with_confidence = True
-    for row, choice in zip(dataset, choices):
+    for row, choice in zip(dataset, choices, strict=True):
         image = store[store_image_id(store, row)]  # the row's image, whatever the store calls it
         boxes, box = image["boxes"], row["expression_phrase_boxes"][0][0]  # phrases -> boxes -> x1, y1, x2, y2
         iou = box_iou(boxes, torch.tensor([box], dtype=boxes.dtype)).squeeze(-1)

@@ -237,7 +237,11 @@ def load_fisher(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, to
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"`path` must be a Fisher file written by `save_fisher` / `hf-vlalign fisher`, got {path} (no such file).")
-    return split_fisher_state(load_file(str(path)))
+    try:
+        state = load_file(str(path))
+    except SafetensorError as error:
+        raise ValueError(f"`path` {path} is not a Fisher file written by `save_fisher` / `hf-vlalign fisher` ({error}).") from None
+    return split_fisher_state(state)
 
 
 def check_fisher_matches(model: nn.Module, fisher: Mapping[str, torch.Tensor], anchor: Mapping[str, torch.Tensor]) -> list[str]:
