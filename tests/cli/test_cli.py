@@ -205,7 +205,7 @@ def test_a_folder_or_file_that_is_no_checkpoint_and_bad_values_are_one_line(vgp_
         (["explore", str(tmp_path / "empty"), "--out", "x.html"], "has no config.json"),
         (["explore", str(tmp_path / "file.txt"), "--out", "x.html"], "file.txt is not a checkpoint folder"),
         (["evaluate", str(vgp_model_dir), "--task", "nlvr2"], "task 'nlvr2' needs a SingleStreamForVisualReasoning or"),
-        (["evaluate", str(vgp_model_dir), "--task", "vgp", "--batch_size", "0"], "argument --batch_size: must be >= 1, got 0"),
+        (["evaluate", str(vgp_model_dir), "--task", "vgp", "--batch_size", "0"], "`--batch_size` must be >= 1, got 0"),
         (["results-table", str(tmp_path)], "has no eval_results.json"),
     ]
     for argv, message in cases:

@@ -149,7 +149,7 @@ MISTAKES = {
     "evaluate": [
         ("max_text_length_with_vgp", "{single} --task vgp --max_text_length 20", "`max_text_length` applies only to the tasks"),
         ("task_of_another_head", "{single} --task nlvr2", "task 'nlvr2' needs a SingleStreamForVisualReasoning or"),
-        ("batch_size_zero", "{single} --task vgp --batch_size 0", "`batch_size` must be an int >= 1, got 0"),
+        ("batch_size_zero", "{single} --task vgp --batch_size 0", "`--batch_size` must be >= 1, got 0"),
     ],
     "fisher": [
         ("out_is_a_folder", "{single} --out {files}/folder", "`--out` {files}/folder is a folder; `fisher` writes a file there"),

@@ -239,7 +239,7 @@ def test_fisher_verb_writes_a_file_that_load_fisher_reads(data, tokenizer, tmp_p
     assert "`--data vgp` needs" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="2"):
         main([*argv[:-4], "--num_batches", "0", *SYNTHETIC_FLAGS])
-    assert "argument --num_batches: must be >= 1, got 0" in capsys.readouterr().err
+    assert "`--num_batches` must be >= 1, got 0" in capsys.readouterr().err
 
     # a saved folder as the teacher (loaded with the student's class) and the verb's file, anchored at the model
     args = _args(tmp_path / "run", distill_from=tmp_path / "model", ewc_weight=1.0, ewc_fisher=output)

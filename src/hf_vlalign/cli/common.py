@@ -81,12 +81,20 @@ def check_patch_model_options(args: argparse.Namespace, given: set[str]) -> None
         raise ValueError(f"`--{option}` does not apply to a transformers patch model with `--data {args.data}`: drop it.")
 
 
+# counts of every verb that mean nothing at 0 or below (the upper bounds are checked while parsing: `int_at_most`)
+POSITIVE_COUNTS = ("batch_size", "num_batches", "synthetic_train_images", "synthetic_eval_images")
+
+
 def check_options(args: argparse.Namespace, given: set[str]) -> None:
-    """`--data_file` alone means `--data user_file`; then refuses a setting without an option it needs
-    (`required_options`) and an option that the chosen setting does not read (`option_settings`), naming both; a
-    transformers patch model's options are checked by `check_patch_model_options`."""
+    """`--data_file` alone means `--data user_file`; then refuses a count below 1 (`POSITIVE_COUNTS`), a setting
+    without an option it needs (`required_options`) and an option that the chosen setting does not read
+    (`option_settings`), naming both; a transformers patch model's options are checked by `check_patch_model_options`."""
     if "data_file" in given and "data" not in given:
         args.data = USER_FILE
+    for option in POSITIVE_COUNTS:
+        value = getattr(args, option, None)
+        if value is not None and value < 1:
+            raise ValueError(f"`--{option}` must be >= 1, got {value}.")
     if reads_patch_model(args):
         check_patch_model_options(args, given)
         return
@@ -276,11 +284,11 @@ def add_model_argument(parser: argparse.ArgumentParser, help: str) -> None:
 
 def add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("synthetic scenes (the offline default data)")
-    group.add_argument("--synthetic_train_images", type=int_at_most("MAX_SYNTHETIC_IMAGES", minimum=1), default=800, help="training images of the scenes")
-    group.add_argument("--synthetic_eval_images", type=int_at_most("MAX_SYNTHETIC_IMAGES", minimum=1), default=150, help="evaluation images of the scenes")
+    group.add_argument("--synthetic_train_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=800, help="training images of the scenes")
+    group.add_argument("--synthetic_eval_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=150, help="evaluation images of the scenes")
     group.add_argument("--synthetic_seed", type=int, default=0, help="seed of the scenes")
     group.add_argument("--synthetic_distractors", action="store_true", help=DISTRACTORS_HELP)
-    parser.add_argument("--batch_size", type=int_at_most("MAX_BATCH_SIZE", minimum=1), default=32, help="examples per forward pass")
+    parser.add_argument("--batch_size", type=int_at_most("MAX_BATCH_SIZE"), default=32, help="examples per forward pass")
 
 
 def synthetic_config(args: argparse.Namespace):

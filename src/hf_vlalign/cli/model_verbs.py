@@ -152,7 +152,7 @@ def add_fisher(add_verb) -> None:
     parser.add_argument(
         "--out", type=Path, required=True, help="the safetensors file to write (Fisher and anchor weights)"
     )
-    parser.add_argument("--num_batches", type=int_at_most("MAX_FISHER_BATCHES", minimum=1), help="use only the first N batches (default: the whole split)")
+    parser.add_argument("--num_batches", type=int_at_most("MAX_FISHER_BATCHES"), help="use only the first N batches (default: the whole split)")
     add_synthetic_arguments(parser)
 
 

@@ -69,16 +69,14 @@ def check_size(argument: str, value: object, limit: int, *, minimum: int = 1, li
     return value
 
 
-def int_at_most(limit_name: str, minimum: int | None = None) -> Callable[[str], int]:
+def int_at_most(limit_name: str) -> Callable[[str], int]:
     """An argparse `type=`: the option's text as an int at most the limit named `limit_name` (a constant of this
-    module) and, when given, at least `minimum`, else argparse's one-line error "argument --x: must be ...". Without
-    `minimum` the lower bound stays with the function the option is passed to (its own message)."""
+    module), else argparse's one-line error "argument --x: must be <= ...". The lower bound stays with the function
+    the option is passed to (its own message), or with the CLI's `check_options` for the counts it names."""
     limit = globals()[limit_name]
 
     def parse(text: str) -> int:
         value = int(text)  # a ValueError: argparse's own "invalid int value" message
-        if minimum is not None and value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
         if value > limit:
             raise argparse.ArgumentTypeError(f"must be <= {limit} ({limit_name} in hf_vlalign.utils.size_limits), got {value}")
         return value
