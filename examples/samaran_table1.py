@@ -58,7 +58,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import yaml
 from accelerate import PartialState
 from transformers import HfArgumentParser
 from transformers.trainer_utils import get_last_checkpoint
@@ -249,10 +248,21 @@ def split_section_flags(argv: list[str]) -> tuple[list[str], dict[str, dict[str,
             value, index = argv[index + 1], index + 2
         else:
             raise ValueError(f"`{flag}` expects a value, got nothing after it.")
-        # typed as the same value in a YAML section would be (`2` an int, `true` a bool), so the sub-run's `--config`
-        # holds values of its flags' types
-        sections[section][name.split(".", 1)[1]] = yaml.safe_load(value) if value.strip() else value
+        sections[section][name.split(".", 1)[1]] = typed_flag_value(value)
     return driver, sections
+
+
+def typed_flag_value(text: str) -> Any:
+    """A sub-run flag's text as the value its `--config` JSON holds: `2` an int, `8e-5` a float, `true` / `false` a
+    bool, anything else the text (`no` stays a string, as the flag's parser reads it, where YAML would read False)."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for number in (int, float):
+        try:
+            return number(text)
+        except ValueError:
+            pass
+    return text
 
 
 def read_config(path: str | None, driver_names: set[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
