@@ -21,9 +21,8 @@ import pytest
 import resume_worker
 import torch
 from safetensors.torch import load_file
-from torch import nn
+from test_trainer_arguments import TinyRegression
 from transformers import TrainingArguments
-from transformers.modeling_outputs import SequenceClassifierOutput
 
 from hf_vlalign.trainers import ComponentLossTrainer
 
@@ -165,16 +164,6 @@ def test_resumed_pretraining_starts_the_answer_loss_at_its_epoch(runs):
     full_losses = json.loads((run["full"] / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
     resumed_losses = json.loads((run["resumed"] / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
     assert [log.get("loss_qa") for log in full_losses] == [log.get("loss_qa") for log in resumed_losses]
-
-
-class TinyRegression(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(2, 1)
-
-    def forward(self, x, target):
-        prediction = self.linear(x).squeeze(-1)
-        return SequenceClassifierOutput(loss=((prediction - target) ** 2).mean(), logits=prediction)
 
 
 def regression_trainer(output_dir: Path, max_steps: int) -> ComponentLossTrainer:
