@@ -4,6 +4,8 @@ issue 34, side by side in one run: wall time and the best head's grounding accur
 
     python benchmarks/main_job_time.py --json benchmarks/results/main_job_time.json   # ~40 min on 2 quiet cores
     python benchmarks/main_job_time.py --seeds 42 --out_dir /tmp/main_job_time         # one seed of each
+    python benchmarks/main_job_time.py --settings defaults --seeds 42 --json benchmarks/results/main_job_time.json
+                                                        # the README's statement: the main job alone, ~10 min
     python benchmarks/main_job_time.py --docs benchmarks/results/main_job_time.json    # only rewrite the docs' block
 
 Each run is a fresh process of the README's command, `accelerate launch --config_file
@@ -103,17 +105,19 @@ def run_once(setting: str, seed: int, out_dir: Path, env: dict[str, str]) -> dic
     }
 
 
-def summarize(runs: list[dict]) -> dict:
-    """Per setting: the median wall time and the numbers of every seed; the ratio of the medians (defaults /
-    previous) and of each seed's pair."""
+def summarize(runs: list[dict], settings: list[str]) -> dict:
+    """Per setting: the median wall time and the numbers of every seed; with both settings, the ratio of the medians
+    (defaults / previous) and of each seed's pair."""
     summary = {}
-    for setting in SETTINGS:
+    for setting in settings:
         own = [run for run in runs if run["setting"] == setting]
         summary[setting] = {
             "median_wall_seconds": statistics.median(run["wall_seconds"] for run in own),
             "min_best_head": min(run["grounding_accuracy_best_head"] for run in own),
             **{f"mean_{key}": statistics.mean(run[key] for run in own) for key in METRICS},
         }
+    if len(settings) == 1:
+        return {"settings": summary}
     by_seed = {(run["setting"], run["seed"]): run for run in runs}
     seeds = sorted({run["seed"] for run in runs})
     return {
@@ -126,13 +130,13 @@ def summarize(runs: list[dict]) -> dict:
     }
 
 
-def measure(seeds: list[int], out_dir: Path) -> dict:
+def measure(seeds: list[int], settings: list[str], out_dir: Path) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(out_dir / "cache")}
     generation = generate_scenes(env)
     print(f"scenes generated in {generation:.1f} s", flush=True)
     runs = []
     for index, seed in enumerate(seeds):
-        order = list(SETTINGS) if index % 2 == 0 else list(SETTINGS)[::-1]
+        order = settings if index % 2 == 0 else settings[::-1]
         for setting in order:
             runs.append(run_once(setting, seed, out_dir, env))
             (out_dir / "runs.json").write_text(json.dumps(runs, indent=2))  # kept if the measurement stops early
@@ -143,10 +147,11 @@ def measure(seeds: list[int], out_dir: Path) -> dict:
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
         "versions": versions(),
         "seeds": seeds,
+        "settings": settings,
         "previous_defaults": list(PREVIOUS_DEFAULTS),
         "scene_generation_seconds": generation,
         "runs": runs,
-        "summary": summarize(runs),
+        "summary": summarize(runs, settings),
     }
 
 
@@ -178,7 +183,7 @@ def table(report: dict) -> str:
         "(per seed) | mean head | identification acc. | VGP acc. | image-use gap (loss) |"
     )
     lines = [header, "|---|---|---|---|---|---|---|---|"]
-    for setting in SETTINGS:
+    for setting in report["settings"]:
         own = summary["settings"][setting]
         walls = ", ".join(_minutes(runs[setting, seed]["wall_seconds"]) for seed in seeds)
         heads = ", ".join(f"{runs[setting, seed]['grounding_accuracy_best_head']:.3f}" for seed in seeds)
@@ -192,16 +197,22 @@ def table(report: dict) -> str:
 
 def caption(report: dict) -> str:
     summary, machine = report["summary"], report["machine"]
-    per_seed = ", ".join(f"{ratio:.2f}" for ratio in summary["wall_time_ratio_per_seed"].values())
-    loads = [run["load_average_before"][0] for run in report["runs"]]
+    loads = [value for run in report["runs"] for value in (run["load_average_before"][0], run["load_average_after"][0])]
+    ratio = ""
+    if "wall_time_ratio" in summary:
+        per_seed = ", ".join(f"{value:.2f}" for value in summary["wall_time_ratio_per_seed"].values())
+        ratio = (
+            f"Wall time ratio (defaults / previous defaults, medians): {summary['wall_time_ratio']:.2f} (per seed "
+            f"{per_seed}); the settings alternated. "
+        )
+    flags = f"--settings {' '.join(report['settings'])} --seeds {' '.join(map(str, report['seeds']))}"
     return (
-        f"Wall time ratio (defaults / previous defaults, medians): {summary['wall_time_ratio']:.2f} (per seed "
-        f"{per_seed}). The other numbers are means over the seeds. Each run is a fresh `accelerate launch` of the "
-        f"README's command with `--seed S` (the settings alternating); the scenes were cached before the runs "
-        f"(generating them, a newcomer's first run only, took {report['scene_generation_seconds']:.0f} s). "
+        f"{ratio}The other numbers are means over the seeds. Each run is a fresh `accelerate launch` of the README's "
+        f"command with `--seed S`, nothing else running; the scenes were cached before the runs (generating them, a "
+        f"newcomer's first run only, took {report['scene_generation_seconds']:.0f} s more). "
         f"{machine['cpu']}, {machine['cores']} cores, torch {report['versions']['torch']}; 1-minute load average "
-        f"before the runs {min(loads):.1f}-{max(loads):.1f} (other work shared the cores); "
-        f"`python benchmarks/main_job_time.py --json {RESULTS.relative_to(ROOT)}`."
+        f"{min(loads):.1f}-{max(loads):.1f} before and after the runs; "
+        f"`python benchmarks/main_job_time.py {flags} --json {RESULTS.relative_to(ROOT)}`."
     )
 
 
@@ -210,12 +221,13 @@ def docs_block(report: dict) -> str:
 
 
 def write_markdown(report: dict, path: Path) -> None:
-    path.write_text(f"# The main job's wall time, before and after issue 34\n\n{table(report)}\n\n{caption(report)}\n")
+    path.write_text(f"# The main job's wall time\n\n{table(report)}\n\n{caption(report)}\n")
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
     parser.add_argument("--out_dir", default="outputs/main_job_time", help="the runs' output folders and scene cache")
     parser.add_argument("--json", default=None, help=f"write the results here (the docs': {RESULTS.relative_to(ROOT)})")
     parser.add_argument("--docs", default=None, help="only rewrite the docs' block from this results JSON")
@@ -223,9 +235,10 @@ def main(argv: list[str] | None = None) -> dict:
     if args.docs:
         replace_docs_block(DOCS_BEGIN, DOCS_END, docs_block(json.loads(Path(args.docs).read_text())))
         return {}
-    if len(set(args.seeds)) != len(args.seeds):
-        raise ValueError(f"`--seeds` must be distinct, got {args.seeds}.")
-    report = measure(args.seeds, Path(args.out_dir).resolve())
+    for name in ("seeds", "settings"):
+        if len(set(getattr(args, name))) != len(getattr(args, name)):
+            raise ValueError(f"`--{name}` must be distinct, got {getattr(args, name)}.")
+    report = measure(args.seeds, args.settings, Path(args.out_dir).resolve())
     if args.json:
         write_results(args.json, report)
         write_markdown(report, Path(args.json).with_suffix(".md"))
