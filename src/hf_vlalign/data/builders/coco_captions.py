@@ -2,19 +2,8 @@
 
 File: Karpathy's `dataset_coco.json` (`data_dir` is its folder or the file). Splits: "train", "val", "test",
 "restval"; with `restval_in_train=True` (the default, as NeuralTalk2 / bottom-up-attention / Oscar) "train" is train +
-restval (113,287 images).
-
-| column | type | meaning |
-|---|---|---|
-| `image_id` | string | str(cocoid), e.g. "391895" |
-| `image_size` | null | the file does not give image sizes |
-| `file_name` | string | e.g. "COCO_val2014_000000391895.jpg" |
-| `coco_split` | string | the COCO folder of the image, "train2014" or "val2014" (the `filepath`) |
-| `karpathy_split` | string | the image's own split in the file ("restval" stays visible inside "train") |
-| `sent_id`, `caption`, `tokens` | int64, string, [string] | per caption: `sentid`, `raw` stripped, `tokens` |
-| `sent_ids`, `captions`, `caption_tokens` | lists of the above | with `per_image=True` instead |
-
-`store_image_ids` tries "<cocoid>" then "COCO_<coco_split>_<cocoid:012d>" (or `image_id_template`).
+restval (113,287 images). `store_image_ids` tries "<cocoid>" then "COCO_<coco_split>_<cocoid:012d>" (or
+`image_id_template`).
 """
 
 from __future__ import annotations
@@ -41,21 +30,21 @@ COCO_FOLDERS = ("train2014", "val2014")
 COCO_FILE_ID = "COCO_{coco_split}_{image_id:012d}"
 
 _IMAGE_FEATURES = {
-    "image_id": datasets.Value("string"),
-    "image_size": IMAGE_SIZE,
-    "file_name": datasets.Value("string"),
-    "coco_split": datasets.Value("string"),
-    "karpathy_split": datasets.Value("string"),
+    "image_id": datasets.Value("string"),  # str(cocoid), e.g. "391895"
+    "image_size": IMAGE_SIZE,  # None: the file does not give image sizes
+    "file_name": datasets.Value("string"),  # e.g. "COCO_val2014_000000391895.jpg"
+    "coco_split": datasets.Value("string"),  # the image's COCO folder (`filepath`), "train2014" or "val2014"
+    "karpathy_split": datasets.Value("string"),  # the image's own split ("restval" stays visible inside "train")
 }
 CAPTION_FEATURES = datasets.Features(
     {
         **_IMAGE_FEATURES,
-        "sent_id": datasets.Value("int64"),
-        "caption": datasets.Value("string"),
+        "sent_id": datasets.Value("int64"),  # `sentid`
+        "caption": datasets.Value("string"),  # `raw`, stripped
         "tokens": datasets.List(datasets.Value("string")),
     }
 )
-IMAGE_FEATURES = datasets.Features(
+IMAGE_FEATURES = datasets.Features(  # `per_image=True`: the lists of the above, one row per image
     {
         **_IMAGE_FEATURES,
         "sent_ids": datasets.List(datasets.Value("int64")),
@@ -126,8 +115,6 @@ _SENTENCE_KEYS = {"raw": str, "tokens": list, "sentid": int}
 
 
 def _check_image(image: object, where: str) -> None:
-    if not isinstance(image, dict):
-        raise ValueError(f"{where}: expected an image dict, got {type(image).__name__}.")
     check_keys(image, _IMAGE_KEYS, where)
     if image["split"] not in SPLITS:
         raise ValueError(f"{where}: `split` must be one of {list(SPLITS)}, got {image['split']!r}.")
@@ -136,8 +123,6 @@ def _check_image(image: object, where: str) -> None:
     # `filepath/filename` is joined onto the COCO image folder by whoever loads the pixels: it must stay inside it
     check_relative_path(image["filename"], f"{where}: `filename`")
     for index, sentence in enumerate(image["sentences"]):
-        if not isinstance(sentence, dict):
-            raise ValueError(f"{where}.sentences[{index}]: expected a dict, got {type(sentence).__name__}.")
         check_keys(sentence, _SENTENCE_KEYS, f"{where}.sentences[{index}]")
 
 

@@ -1,22 +1,8 @@
 """Flickr30k Entities (Plummer et al., 2015): one row per caption, every marked-up phrase with its entity's boxes.
 
 `data_dir` holds the split lists `train.txt`, `val.txt`, `test.txt`, `Sentences/` and `Annotations/` (parsed by
-`data.formats.flickr30k_entities`).
-
-| column | type | meaning |
-|---|---|---|
-| `image_id` | string | the Flickr id, e.g. "1000092795" |
-| `image_size` | [height, width] int32 | from the XML `<size>` |
-| `sentence_index` | int32 | the caption's line in `Sentences/<id>.txt` (0-based, blank lines not counted) |
-| `sentence` | string | the caption, markup removed, words joined by single spaces |
-| `sentence_phrase_spans` | [[start, end)] | character spans of *every* marked-up phrase, in sentence order |
-| `sentence_phrase_boxes` | [[[x1, y1, x2, y2]]] | the boxes of each phrase's entity; empty for phrases without boxes |
-| `sentence_phrase_token_spans` | [[start, end)] | the same phrases as spans of whitespace tokens of `sentence` |
-| `phrase_ids` | [string] | entity ids ("0" marks the `notvisual` phrases, which never have boxes) |
-| `phrase_types` | [[string]] | entity types, e.g. ["people"], ["clothing", "bodyparts"] |
-| `phrase_nobndbox`, `phrase_scene` | [bool] | the XML `<nobndbox>` / `<scene>` flags of each phrase's entity |
-
-Boxes are the XML's 1-based pixels as published (`alignment/boxes.py` normalises them).
+`data.formats.flickr30k_entities`). Boxes are the XML's 1-based pixels as published (`alignment/boxes.py` normalises
+them).
 """
 
 from __future__ import annotations
@@ -45,16 +31,16 @@ SPLITS = ("train", "val", "test")
 
 FEATURES = datasets.Features(
     {
-        "image_id": datasets.Value("string"),
-        "image_size": IMAGE_SIZE,
-        "sentence_index": datasets.Value("int32"),
-        "sentence": datasets.Value("string"),
-        **grounding_features("sentence"),
-        "sentence_phrase_token_spans": SPANS,
-        "phrase_ids": datasets.List(datasets.Value("string")),
-        "phrase_types": datasets.List(datasets.List(datasets.Value("string"))),
-        "phrase_nobndbox": datasets.List(datasets.Value("bool")),
-        "phrase_scene": datasets.List(datasets.Value("bool")),
+        "image_id": datasets.Value("string"),  # the Flickr id, e.g. "1000092795"
+        "image_size": IMAGE_SIZE,  # from the XML `<size>`
+        "sentence_index": datasets.Value("int32"),  # its line in `Sentences/<id>.txt`, 0-based, blanks not counted
+        "sentence": datasets.Value("string"),  # the caption, markup removed, words joined by single spaces
+        **grounding_features("sentence"),  # *every* marked-up phrase, in order; no boxes for phrases without them
+        "sentence_phrase_token_spans": SPANS,  # the same phrases as spans of whitespace tokens of `sentence`
+        "phrase_ids": datasets.List(datasets.Value("string")),  # entity ids ("0": `notvisual`, never with boxes)
+        "phrase_types": datasets.List(datasets.List(datasets.Value("string"))),  # e.g. ["clothing", "bodyparts"]
+        "phrase_nobndbox": datasets.List(datasets.Value("bool")),  # the XML `<nobndbox>` flag of the phrase's entity
+        "phrase_scene": datasets.List(datasets.Value("bool")),  # the XML `<scene>` flag
     }
 )
 

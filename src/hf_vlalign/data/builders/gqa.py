@@ -1,9 +1,5 @@
 """GQA (Hudson & Manning 2019): question files as published -> one row per question, with its object pointers.
 
-Files in `data_dir`: `{split}_balanced_questions.json` or `{split}_all_questions(.json|/ shards)`, optional
-`scene_graphs=` (`{split}_sceneGraphs.json`: pointer boxes, image size, objects) and `answer_vocab=` (ans2label; adds
-`label`, -1 outside the vocabulary). Columns: see docs/datasets.md and `gqa_features`.
-
 Pointers: `annotations[<text>]` maps whitespace-token positions ("i", or "i:j" an exclusive slice, punctuation attached
 to its token) to object ids, as checked on published records (question 20240871: "Yes," is one token; question
 08801129: "2:4" is "brown animal"). A pointer's character span trims the punctuation at its edges.

@@ -2,24 +2,9 @@
 
 `data_dir` is the unzipped `refcoco+` folder of https://github.com/lichengunc/refer: `refs(unc).p` (read by
 `formats.safe_pickle.load_restricted_pickle`, which imports nothing; `refs_file=` names another `.p` / `.pkl` / `.json`
-of the same refs) and `instances.json` (COCO images, annotations, categories).
-
-| column | type | meaning |
-|---|---|---|
-| `ref_id`, `sent_id`, `ann_id` | int64 | as published |
-| `image_id` | string | the COCO image id, e.g. "581857" |
-| `image_size` | [height, width] int32 | from `instances.json` |
-| `file_name` | string | the image's file in COCO train2014 (from `instances.json`) |
-| `expression` | string | the processed sentence (`sent`), the text the published results use |
-| `tokens` | [string] | its published tokens |
-| `expression_phrase_spans` | [[0, len(expression)]] | the whole expression is one phrase |
-| `expression_phrase_boxes` | [[[x1, y1, x2, y2]]] | the referred object's COCO box, pixels |
-| `category_id`, `category_name` | int64, string | the referred object's COCO category |
-| `candidate_ann_ids`, `candidate_boxes` | [int64], [[x1, y1, x2, y2]] | every COCO object of the image, in file order |
-| `target_index` | int32 | the referred object's position among the candidates |
-
-Accuracy is `argmax == target_index` over the ground-truth candidates (MAttNet's setting). `store_image_ids` tries
-"<id>" then "COCO_train2014_<id:012d>" (or `image_id_template`).
+of the same refs) and `instances.json` (COCO images, annotations, categories). Accuracy is `argmax == target_index`
+over the ground-truth candidates (MAttNet's setting). `store_image_ids` tries "<id>" then "COCO_train2014_<id:012d>"
+(or `image_id_template`).
 """
 
 from __future__ import annotations
@@ -59,17 +44,17 @@ FEATURES = datasets.Features(
         "ref_id": datasets.Value("int64"),
         "sent_id": datasets.Value("int64"),
         "ann_id": datasets.Value("int64"),
-        "image_id": datasets.Value("string"),
-        "image_size": IMAGE_SIZE,
-        "file_name": datasets.Value("string"),
-        "expression": datasets.Value("string"),
+        "image_id": datasets.Value("string"),  # the COCO image id, e.g. "581857"
+        "image_size": IMAGE_SIZE,  # from `instances.json`
+        "file_name": datasets.Value("string"),  # the image's file in COCO train2014
+        "expression": datasets.Value("string"),  # the processed sentence (`sent`), the text published results use
         "tokens": datasets.List(datasets.Value("string")),
-        **grounding_features("expression"),
+        **grounding_features("expression"),  # one phrase, the whole expression, with the referred object's box
         "category_id": datasets.Value("int64"),
         "category_name": datasets.Value("string"),
-        "candidate_ann_ids": datasets.List(datasets.Value("int64")),
+        "candidate_ann_ids": datasets.List(datasets.Value("int64")),  # every COCO object of the image, in file order
         "candidate_boxes": datasets.List(datasets.List(datasets.Value("float32"), length=4)),
-        "target_index": datasets.Value("int32"),
+        "target_index": datasets.Value("int32"),  # the referred object's position among the candidates
     }
 )
 
@@ -148,14 +133,9 @@ _SENTENCE_KEYS = {"sent_id": int, "sent": str, "tokens": list}
 
 
 def _check_ref(ref: object, where: str) -> None:
-    if not isinstance(ref, dict):
-        raise ValueError(f"{where}: expected a dict, got {type(ref).__name__}.")
     check_keys(ref, _REF_KEYS, where)
     for index, sentence in enumerate(ref["sentences"]):
-        sentence_where = f"{where} (ref_id {ref['ref_id']}), sentence #{index}"
-        if not isinstance(sentence, dict):
-            raise ValueError(f"{sentence_where}: expected a dict, got {type(sentence).__name__}.")
-        check_keys(sentence, _SENTENCE_KEYS, sentence_where)
+        check_keys(sentence, _SENTENCE_KEYS, f"{where} (ref_id {ref['ref_id']}), sentence #{index}")
 
 
 class _CocoInstances:

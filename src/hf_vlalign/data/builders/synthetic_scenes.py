@@ -1,11 +1,6 @@
-"""The embedded default data: synthetic grounded scenes (`hf_vlalign.synthetic`), read through the real builders.
-
-`build_dataset("synthetic_scenes", data_dir, split, task=...)` generates the scenes once (cached in `data_dir`, or
-`$HF_VLALIGN_CACHE` / `~/.cache/hf_vlalign`) in the published formats and builds split "train" or "val" with the real
-builder of `task`: "vgp" (default), "captions" (flickr30k_entities), "questions" (gqa), "nlvr2" ("val" reads
-`dev.json`), "refcoco". `synthetic_region_features(data_dir, config, task=...)` is their store; for "nlvr2" it is
-keyed by NLVR2's pair image ids, which `build_dataset(..., task="nlvr2", region_features=store)` joins as
-`left_feature_row` / `right_feature_row`.
+"""The embedded default data: synthetic grounded scenes (`hf_vlalign.synthetic`), generated once in the published
+formats (cached in `data_dir`, or `$HF_VLALIGN_CACHE` / `~/.cache/hf_vlalign`) and read by the real builder of `task`
+(`TASKS`; see docs/datasets.md).
 """
 
 from __future__ import annotations

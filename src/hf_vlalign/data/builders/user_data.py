@@ -1,19 +1,7 @@
 """Your own images and texts: one documented file format per task (JSON lines or CSV) -> the rows every collator reads,
-joined to region features extracted from the images (format: docs/own_data.md).
-
-One example per line (`.jsonl` / `.json`) or CSV row (a cell holding a list or object is JSON text). Image paths are
-relative to the file's folder; boxes are `[x1, y1, x2, y2]` pixels. The columns of each task (`USER_TASKS`):
-
-| task | columns (optional in brackets) |
-|---|---|
-| `caption` | `image`, `caption`, [`phrases`], [`regions`] |
-| `vqa` | `image`, `question`, `answer` or `answers` (a list: VQA soft scores), [`phrases`], [`regions`] |
-| `nlvr2` | `left_image`, `right_image`, `sentence`, `label` (true / false) |
-| `refcoco` | `image`, `expression`, `box`, [`regions`] |
-| `vgp` | `image`, `caption1`, `caption2`, `phrase1`, `phrase2`, `label` (c1 / c2 / both), [`type`], [`phrases1`], [`phrases2`], [`regions`] |
-
-`phrases`: [{"text", "boxes", optional "start"}]; `regions`: the image's boxes, for every image or none (else a grid or
-detector makes them, `region_options`).
+joined to region features extracted from the images. The columns of each task (`USER_TASKS`, `_REQUIRED`,
+`_OPTIONAL`), the phrase and region formats: docs/own_data.md. Image paths are relative to the file's folder; boxes
+are `[x1, y1, x2, y2]` pixels; without `regions` a grid or detector makes them (`region_options`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Visually grounded paraphrases (VGP): a VGP csv + Flickr30k Entities -> Arrow-backed `datasets.Dataset` of caption
-pairs (Samaran et al.: image-description identification, eq. 1, + VGP classification, eq. 4).
-
-Each csv row is placed in two captions of its image by `match_phrases`; rows that cannot be placed are skipped and
-counted per reason (`SKIP_REASONS`). `on_split_overlap` handles rows on images of other splits (the published
-VGP-Typology train csv has rows on Flickr30k test images). `type_label` is the csv's semantic type
-(`TYPOLOGY_LABELS`), -1 for a row that is not a VGP (left out of the type loss, counted by `count_vgp_types`).
-Tokenisation and region features are joined in the collator (`data/collators/vgp.py`).
+"""Visually grounded paraphrases (VGP): a VGP csv + Flickr30k Entities -> caption pairs (Samaran et al.:
+image-description identification, eq. 1, + VGP classification, eq. 4). How rows are placed in captions and what
+`on_split_overlap` does: docs/datasets.md. `type_label` is the csv's semantic type (`TYPOLOGY_LABELS`), -1 for a row
+that is not a VGP. Tokenisation and region features are joined in the collator (`data/collators/vgp.py`).
 """
 
 from __future__ import annotations
@@ -224,12 +220,11 @@ def build_vgp_dataset(
 ) -> datasets.Dataset:
     """Visually grounded paraphrase examples from a VGP csv (either published layout) and Flickr30k Entities files.
 
-    Each csv row is placed in two captions of its image by `match_phrases`; rows that cannot be placed are skipped
-    and reported per reason with their csv lines, kept rows against their label's entities in another warning. With
-    probability `replace_caption_prob` one caption (c1 or c2) is replaced by a caption of another image and its phrase
-    by one of that caption's phrases: `id_label` then names the caption that still describes the image and the pair is
-    not a VGP. The other image is a hard negative (`negatives="hard"`, after Lu et al. 2019: among the
-    `num_neighbours` nearest images) or any image of the csv ("random"). Everything is drawn from `seed`.
+    Each csv row is placed in two captions of its image by `match_phrases` (the rows skipped are counted in a warning).
+    With probability `replace_caption_prob` one caption is replaced by a caption of another image and its phrase by one
+    of that caption's phrases: `id_label` then names the caption that still describes the image and the pair is not a
+    VGP. The other image is among the `num_neighbours` nearest images (`negatives="hard"`, after Lu et al. 2019) or any
+    image of the csv ("random"). Everything is drawn from `seed`.
 
     Args:
         split: the Flickr30k Entities split of the csv ("train", "val" or "test"); rows on images of the other split
@@ -324,10 +319,10 @@ def _match_rows(captions: _CachedCorpus, pairs: list[VGPPair]) -> list[PhraseMat
     return [match_phrases(captions.sentences(pair.image_id), pair, rois[pair.image_id]) for pair in pairs]
 
 
-def _report_repeated_rows(pairs: list[VGPPair], source: str) -> list[tuple[int, int]]:
-    """Warns about rows that repeat an earlier row in every field but the preprocessed phrases and returns (line, first
-    line) of each; repeats are kept, as published (the csvs have no pair id, and VGP-Typology's train_data.csv lines
-    315-316 give one phrase pair two labels)."""
+def _report_repeated_rows(pairs: list[VGPPair], source: str) -> None:
+    """Warns about rows that repeat an earlier row in every field but the preprocessed phrases; they are kept, as
+    published (the csvs have no pair id, and VGP-Typology's train_data.csv lines 315-316 give one phrase pair two
+    labels)."""
     first_line, repeats = {}, []
     for pair in pairs:
         key = (pair.image_id, pair.original_phrase1, pair.original_phrase2, pair.is_paraphrase, pair.type_label,
@@ -342,7 +337,6 @@ def _report_repeated_rows(pairs: list[VGPPair], source: str) -> list[tuple[int, 
             f"{source}: {len(repeats)} row(s) repeat an earlier row (same image, phrases and labels: {shown}); they are "
             "kept, as published, and count once more each."
         )
-    return repeats
 
 
 def _lines(pairs: list[VGPPair], limit: int = 5) -> str:
@@ -495,16 +489,13 @@ def build(
     *,
     flickr30k_entities_dir: str | Path | None = None,
     vgp_csv: str | Path | None = None,
-    on_split_overlap: str = "warn",
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
     **options,
 ) -> datasets.Dataset:
-    """`build_dataset("vgp", data_dir, split)`: the csv of `split` in `data_dir` (VGP-Typology `{split}_data.csv` or
-    the identification layout `full_data_type_phrase_pair_{split}.csv`), joined to Flickr30k Entities (by default
-    `data_dir/flickr30k_entities`). `on_split_overlap`, `on_missing_image` and `options` go to `build_vgp_dataset`
-    (`negatives`, `max_examples`, ...). For a Flickr30k split ("train", "val", "test") the rows are checked against
-    the other split lists, and a train (val) csv found in `data_dir` against the val and test (test) csvs beside it
-    (`held_out_csvs`)."""
+    """`build_dataset("vgp", data_dir, split)`: the csv of `split` in `data_dir` (`_CSV_NAMES`), joined to Flickr30k
+    Entities (by default `data_dir/flickr30k_entities`); `options` go to `build_vgp_dataset`. For a Flickr30k split
+    the rows are checked against the other split lists, and a train (val) csv found in `data_dir` against the val and
+    test (test) csvs beside it (`held_out_csvs`)."""
     data_dir = Path(data_dir) if data_dir is not None else None
     if vgp_csv is None:
         if data_dir is None:
@@ -527,13 +518,7 @@ def build(
     seed = options.pop("seed", {"train": 1, "val": 2}.get(split, 3))
     flickr_split = split if split in SPLIT_NAMES else None
     return build_vgp_dataset(
-        flickr30k_entities_dir,
-        vgp_csv,
-        seed=seed,
-        split=flickr_split,
-        on_split_overlap=on_split_overlap,
-        on_missing_image=on_missing_image,
-        **options,
+        flickr30k_entities_dir, vgp_csv, seed=seed, split=flickr_split, on_missing_image=on_missing_image, **options
     )
 
 
@@ -569,12 +554,11 @@ def load_vgp_data(
     synthetic grounded scenes (the embedded default), generated once and cached, read through the same readers.
 
     Args:
-        negatives: passed to `build_vgp_dataset`.
+        negatives, on_split_overlap: passed to `build_vgp_dataset`.
         eval_split: the Flickr30k Entities split of `vgp_eval_csv` ("val", alias "validation", or "test"); the train
             rows are also checked against the eval csv's images.
-        on_split_overlap: "warn", "drop" or "raise" (`build_vgp_dataset`).
-        on_missing_image: for the images in the Flickr30k Entities files and in `region_features`: "raise" stops here,
-            before any training; "skip" drops such rows with a warning.
+        on_missing_image: for the images in the Flickr30k Entities files and in `region_features`, checked here,
+            before any training.
     """
     eval_split = resolve_split("vgp", eval_split)
     check_on_missing_image(on_missing_image)
@@ -591,16 +575,11 @@ def load_vgp_data(
         from ...synthetic.scenes import load_or_generate_synthetic_vgp
 
         synthetic = load_or_generate_synthetic_vgp(config=synthetic_config)
-        flickr30k_entities_dir, vgp_train_csv, vgp_eval_csv = (
-            synthetic.flickr30k_entities,
-            synthetic.vgp_csv["train"],
-            synthetic.vgp_csv["val"],
-        )
+        flickr30k_entities_dir, vgp_train_csv = synthetic.flickr30k_entities, synthetic.vgp_csv["train"]
+        vgp_eval_csv = synthetic.vgp_csv["val"]
         region_features = _synthetic_store(synthetic.features_tsv, synthetic.root / "region_features")
         source = "synthetic"
-    store = region_features
-    if not isinstance(store, RegionFeatureStore):
-        store = RegionFeatureStore.load(store)
+    store = region_features if isinstance(region_features, RegionFeatureStore) else RegionFeatureStore.load(region_features)
     shared = {"negatives": negatives, "on_split_overlap": on_split_overlap, "on_missing_image": on_missing_image}
     train = build_vgp_dataset(
         flickr30k_entities_dir, vgp_train_csv, seed=1, split="train", held_out_csvs=[vgp_eval_csv], **shared

@@ -1,15 +1,10 @@
 """Visual Genome v1.2 (Krishna et al. 2017): region descriptions joined into grounded sentences, with the objects.
 
-Files in `data_dir`: `region_descriptions.json`, `objects.json`, `attributes.json`, `image_data.json`.
-
-Sentences (Kervadec et al. 2020: VG sentences carry one, two or three pointers): per image, each sentence joins k
-(drawn from `num_pointers`) distinct region descriptions with " and "; each description is a pointer to its region's
-box. Descriptions are cleaned as bottom-up-attention's `setup_vg.py` cleans them. The join word and the uniform draws
-are our reading (the paper's text is not in our corpus); `num_pointers=(1,)` is LXMERT's use of VG. Draws come from
-`random.Random(f"{seed}:{image_id}")`, so an image's sentences do not depend on the other images read.
-
-Splits: VG has none; "all" is every image, "train" / "val" hold an image out when blake2b(f"{seed}:{image_id}") as a
-fraction of 2**64 is below `val_fraction`. `exclude_coco_images=True` drops COCO images, as LXMERT does.
+Sentences (Kervadec et al. 2020: VG sentences carry one, two or three pointers): each joins k (drawn from
+`num_pointers`) distinct region descriptions, cleaned as bottom-up-attention's `setup_vg.py` does, with " and "; each
+description points to its region's box. The join word and the uniform draws are our reading (the paper's text is not
+in our corpus); `num_pointers=(1,)` is LXMERT's use of VG. VG has no splits: "train" / "val" hold out images by a
+seeded hash of their id (`is_validation_image`).
 """
 
 from __future__ import annotations
@@ -83,7 +78,8 @@ def join_descriptions(descriptions: Sequence[str]) -> tuple[str, list[list[int]]
 def draw_sentences(
     image_id: str, regions: list[dict], num_pointers: Sequence[int], sentences_per_image: int, seed: int
 ) -> list[dict]:
-    """The grounded sentences of one image from its usable regions (each with a cleaned `phrase`)."""
+    """The grounded sentences of one image from its usable regions (each with a cleaned `phrase`), drawn from
+    `random.Random(f"{seed}:{image_id}")`: independent of the other images read."""
     rng = random.Random(f"{seed}:{image_id}")
     sentences = []
     for _ in range(sentences_per_image):

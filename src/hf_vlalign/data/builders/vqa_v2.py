@@ -1,14 +1,9 @@
 """VQA v2 (Goyal et al. 2017): official question and annotation files -> one row per question, with soft answer scores.
 
-Files in `data_dir` under their official names (`QUESTIONS_FILE`, `ANNOTATIONS_FILE`; `questions_file=` /
-`annotations_file=` replace them). Splits "train", "val", "test", "test-dev" (the test splits have no answers).
-Columns: `VQA_FEATURES`; `labels` / `scores` are the vocabulary ids of the distinct normalised answers and their scores.
-
 Soft scores: answers are normalised as the official evaluation does (`normalize_answer`) and an answer given by `c`
 annotators scores `min(c / 3, 1)`, the VQA accuracy itself (bottom-up-attention-vqa's `compute_softscore.get_score`,
 which LXMERT inherits, steps 0.3 / 0.6 / 0.9 / 1 and counts raw answers). Without `answer_vocab` the vocabulary is
-built from the train annotations by `compute_softscore.filter_answers`' rule (`build_answer_vocab`, >= 9 questions).
-`store_image_ids` also finds LXMERT's TSV ids ("COCO_val2014_000000393225").
+built from the train annotations by `compute_softscore.filter_answers`' rule (`build_answer_vocab`).
 """
 
 from __future__ import annotations
