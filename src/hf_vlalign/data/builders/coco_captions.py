@@ -63,11 +63,10 @@ def build(
     image_id_template: str | None = None,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
-    """One Karpathy split of COCO captions (see the module docstring for the columns).
+    """One Karpathy split of COCO captions (`CAPTION_FEATURES`, or `IMAGE_FEATURES` with `per_image`).
 
     Args:
         data_dir: the folder holding `dataset_coco.json`, or that file.
-        split: "train", "val", "test" or "restval".
         per_image: one row per image with all its captions (for evaluation) instead of one row per caption.
         restval_in_train: whether "train" also holds the "restval" images (the usual practice).
         image_id_template: read by `store_image_ids` (`build_dataset` passes both the same options).
@@ -156,12 +155,11 @@ def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable
     """Candidate store ids of a row: "<cocoid>" then "COCO_<coco_split>_<cocoid:012d>", or only the id
     `image_id_template` (a `str.format` template of the int `image_id` and the str `coco_split`) formats."""
     check_image_id_template(image_id_template, COCO_FILE_ID, image_id=1, coco_split="train2014")
-    template = image_id_template
 
     def candidates(row: dict) -> list[str]:
         fields = {"image_id": int(row["image_id"]), "coco_split": row["coco_split"]}
-        if template is not None:
-            return [template.format(**fields)]
+        if image_id_template is not None:
+            return [image_id_template.format(**fields)]
         return [row["image_id"], COCO_FILE_ID.format(**fields)]
 
     return candidates, ("image_id", "coco_split")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import datasets
 
-from ..formats.flickr30k_entities import EntityAnnotation, EntitySentence, Flickr30kEntities
+from ..formats.flickr30k_entities import Flickr30kEntities
 from ..formats.paths import safe_join
 from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
@@ -105,27 +105,24 @@ def _images_with_files(
 def _image_rows(corpus: Flickr30kEntities, image_id: str) -> list[dict]:
     annotation = corpus.annotation(image_id)
     return [
-        _sentence_row(image_id, annotation, index, sentence)
+        {
+            "image_id": image_id,
+            "image_size": [annotation.height, annotation.width],
+            "sentence_index": index,
+            "sentence": sentence.text,
+            "sentence_phrase_spans": [[phrase.char_start, phrase.char_end] for phrase in sentence.phrases],
+            "sentence_phrase_boxes": [
+                [[float(v) for v in box] for box in annotation.boxes.get(phrase.phrase_id, [])]
+                for phrase in sentence.phrases
+            ],
+            "sentence_phrase_token_spans": [
+                [phrase.first_word_index, phrase.first_word_index + len(phrase.text.split())]
+                for phrase in sentence.phrases
+            ],
+            "phrase_ids": [phrase.phrase_id for phrase in sentence.phrases],
+            "phrase_types": [list(phrase.phrase_types) for phrase in sentence.phrases],
+            "phrase_nobndbox": [phrase.phrase_id in annotation.no_box for phrase in sentence.phrases],
+            "phrase_scene": [phrase.phrase_id in annotation.scene for phrase in sentence.phrases],
+        }
         for index, sentence in enumerate(corpus.sentences(image_id))
     ]
-
-
-def _sentence_row(image_id: str, annotation: EntityAnnotation, index: int, sentence: EntitySentence) -> dict:
-    phrases = sentence.phrases
-    return {
-        "image_id": image_id,
-        "image_size": [annotation.height, annotation.width],
-        "sentence_index": index,
-        "sentence": sentence.text,
-        "sentence_phrase_spans": [[phrase.char_start, phrase.char_end] for phrase in phrases],
-        "sentence_phrase_boxes": [
-            [[float(v) for v in box] for box in annotation.boxes.get(phrase.phrase_id, [])] for phrase in phrases
-        ],
-        "sentence_phrase_token_spans": [
-            [phrase.first_word_index, phrase.first_word_index + len(phrase.text.split())] for phrase in phrases
-        ],
-        "phrase_ids": [phrase.phrase_id for phrase in phrases],
-        "phrase_types": [list(phrase.phrase_types) for phrase in phrases],
-        "phrase_nobndbox": [phrase.phrase_id in annotation.no_box for phrase in phrases],
-        "phrase_scene": [phrase.phrase_id in annotation.scene for phrase in phrases],
-    }

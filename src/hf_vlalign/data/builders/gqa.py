@@ -35,7 +35,6 @@ SPLITS = ("train", "val", "testdev", "test", "challenge", "submission")
 SUBSETS = ("balanced", "all")
 # text column -> its key in a question record and in the record's `annotations`
 TEXT_FIELDS = {"question": "question", "answer": "answer", "full_answer": "fullAnswer"}
-_EDGE_PUNCTUATION = string.punctuation
 _TOKEN = re.compile(r"\S+")
 _POINTER_KEY = re.compile(r"(\d+)(?::(\d+))?")
 
@@ -82,9 +81,9 @@ def pointer_char_span(text: str, tokens: list[tuple[int, int]], start: int, end:
     """Character span of tokens [start, end) of `text`, edge punctuation trimmed (kept when it is all punctuation)."""
     first, last = tokens[start][0], tokens[end - 1][1]
     trimmed_first, trimmed_last = first, last
-    while trimmed_first < trimmed_last and text[trimmed_first] in _EDGE_PUNCTUATION:
+    while trimmed_first < trimmed_last and text[trimmed_first] in string.punctuation:
         trimmed_first += 1
-    while trimmed_last > trimmed_first and text[trimmed_last - 1] in _EDGE_PUNCTUATION:
+    while trimmed_last > trimmed_first and text[trimmed_last - 1] in string.punctuation:
         trimmed_last -= 1
     return (trimmed_first, trimmed_last) if trimmed_first < trimmed_last else (first, last)
 
@@ -174,7 +173,7 @@ def build(
     answer_vocab: str | Path | Mapping[str, int] | None = None,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
-    """`build_dataset("gqa", data_dir, split)`: one row per question (see the module docstring for the columns).
+    """`build_dataset("gqa", data_dir, split)`: one row per question (`gqa_features`).
 
     Args:
         subset: "balanced" or "all" (which official question file to read; ignored with `questions_file`).
@@ -193,11 +192,7 @@ def build(
         graphs_path = resolve_path(data_dir, scene_graphs)
         graphs = read_scene_graphs(graphs_path)
         questions = _questions_with_graphs(questions, graphs, graphs_path, split, on_missing_image)
-    vocab = None
-    if answer_vocab is not None:
-        vocab = read_answer_vocab(
-            answer_vocab if isinstance(answer_vocab, Mapping) else resolve_path(data_dir, answer_vocab)
-        )
+    vocab = read_answer_vocab(answer_vocab, data_dir=data_dir) if answer_vocab is not None else None
     rows = [_row(question_id, record, graphs, vocab) for question_id, record in questions.items()]
     if vocab is not None:
         _report_labels(rows, split, len(vocab))

@@ -23,7 +23,7 @@ from ..formats.text_files import iter_csv_rows, parse_json, read_text
 from ..formats.vgp import TYPOLOGY_LABELS
 from ._common import IMAGE_SIZE, attach_region_features, grounding_features
 from .nlvr2 import attach_pair_features
-from .vgp import ID_LABELS
+from .vgp import ID_LABELS, VGP_FEATURES
 from .vqa_v2 import answer_score
 
 USER_TASKS = ("caption", "vqa", "nlvr2", "refcoco", "vgp")
@@ -87,7 +87,8 @@ class UserData:
 def read_user_rows(path: str | os.PathLike, task: str) -> list[UserRow]:
     """The rows of a user-format file of `task`, checked: required columns present, no unknown column, images
     present. A JSON-lines file holds one JSON object per line (blank lines are skipped); a CSV file has a header."""
-    check_user_task(task)
+    if task not in USER_TASKS:
+        raise ValueError(f"`task` must be one of {USER_TASKS}, got {task!r}.")
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"the data file {str(path)!r} is not a file.")
@@ -98,11 +99,6 @@ def read_user_rows(path: str | os.PathLike, task: str) -> list[UserRow]:
     if not rows:
         raise UserDataError(f"{path}: holds no example.")
     return rows
-
-
-def check_user_task(task: object) -> None:
-    if task not in USER_TASKS:
-        raise ValueError(f"`task` must be one of {USER_TASKS}, got {task!r}.")
 
 
 def _json_lines(path: Path) -> list[tuple[int, dict]]:
@@ -170,12 +166,8 @@ def _text(where: str, values: Mapping, column: str) -> str:
 
 def _box(where: str, column: str, value: object, size: tuple[int, int]) -> list[float]:
     height, width = size
-    if (
-        not isinstance(value, Sequence)
-        or isinstance(value, str)
-        or len(value) != 4
-        or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value)
-    ):
+    four = isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 4
+    if not four or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
         raise UserDataError(f"{where}: `{column}` must hold boxes [x1, y1, x2, y2] of 4 numbers (pixels), got {value!r}.")
     x1, y1, x2, y2 = (float(v) for v in value)
     if not (0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height):
@@ -299,6 +291,8 @@ def _vgp_columns(where: str, values: Mapping, size: tuple[int, int]) -> dict:
 
 
 def _features(task: str) -> datasets.Features:
+    if task == "vgp":
+        return VGP_FEATURES
     common = {"image_id": datasets.Value("string"), "image_size": IMAGE_SIZE}
     string, integer = datasets.Value("string"), datasets.Value("int32")
     if task == "caption":
@@ -309,12 +303,7 @@ def _features(task: str) -> datasets.Features:
     if task == "nlvr2":
         pair = {"left_image_id": string, "right_image_id": string, "identifier": string}
         return datasets.Features({**common, **pair, "sentence": string, "label": integer})
-    if task == "refcoco":
-        return datasets.Features({**common, "expression": string, **grounding_features("expression")})
-    span = datasets.List(integer, length=2)
-    labels = {"id_label": integer, "vgp_label": integer, "type_label": integer}
-    texts = {"caption1": string, "caption2": string, "phrase1_span": span, "phrase2_span": span}
-    return datasets.Features({**common, **texts, **labels, **grounding_features("caption1", "caption2")})
+    return datasets.Features({**common, "expression": string, **grounding_features("expression")})
 
 
 def build_user_dataset(path: str | os.PathLike, task: str) -> datasets.Dataset:

@@ -236,9 +236,20 @@ def build_vgp_dataset(
         on_missing_image: a row whose image has no `Sentences/` or `Annotations/` file raises ("raise", the default)
             or is skipped and counted in a warning ("skip").
     """
-    _check_options(
-        replace_caption_prob, negatives, num_neighbours, max_examples, split, held_out_csvs, on_split_overlap
-    )
+    if not isinstance(replace_caption_prob, (int, float)) or not 0.0 <= replace_caption_prob <= 1.0:
+        raise ValueError(f"`replace_caption_prob` must be in [0, 1], got {replace_caption_prob}.")
+    if negatives not in ("hard", "random"):
+        raise ValueError(f"`negatives` must be 'hard' or 'random', got {negatives!r}.")
+    if not isinstance(num_neighbours, int) or num_neighbours < 1:
+        raise ValueError(f"`num_neighbours` must be a positive int, got {num_neighbours!r}.")
+    if max_examples is not None and (type(max_examples) is not int or max_examples < 1):
+        raise ValueError(f"`max_examples` must be a positive int or None, got {max_examples!r}.")
+    if split is not None and split not in SPLIT_NAMES:
+        raise ValueError(f"`split` must be one of the Flickr30k Entities splits {SPLIT_NAMES} or None, got {split!r}.")
+    if on_split_overlap not in SPLIT_OVERLAP_CHOICES:
+        raise ValueError(f"`on_split_overlap` must be one of {SPLIT_OVERLAP_CHOICES}, got {on_split_overlap!r}.")
+    if isinstance(held_out_csvs, (str, Path)) or not all(isinstance(path, (str, Path)) for path in held_out_csvs):
+        raise ValueError(f"`held_out_csvs` must be a list of VGP csv paths, got {held_out_csvs!r}.")
     check_on_missing_image(on_missing_image)
     corpus = Flickr30kEntities(flickr30k_entities_dir)
     pairs = read_vgp_csv(vgp_csv)
@@ -272,27 +283,6 @@ def build_vgp_dataset(
         f"(not VGPs, left out of the type loss): {types['untyped']}"
     )
     return dataset
-
-
-def _check_options(
-    replace_caption_prob, negatives, num_neighbours, max_examples, split, held_out_csvs, on_split_overlap
-) -> None:
-    if not isinstance(replace_caption_prob, (int, float)) or not 0.0 <= replace_caption_prob <= 1.0:
-        raise ValueError(f"`replace_caption_prob` must be in [0, 1], got {replace_caption_prob}.")
-    if negatives not in ("hard", "random"):
-        raise ValueError(f"`negatives` must be 'hard' or 'random', got {negatives!r}.")
-    if not isinstance(num_neighbours, int) or num_neighbours < 1:
-        raise ValueError(f"`num_neighbours` must be a positive int, got {num_neighbours!r}.")
-    if max_examples is not None and (
-        not isinstance(max_examples, int) or isinstance(max_examples, bool) or max_examples < 1
-    ):
-        raise ValueError(f"`max_examples` must be a positive int or None, got {max_examples!r}.")
-    if split is not None and split not in SPLIT_NAMES:
-        raise ValueError(f"`split` must be one of the Flickr30k Entities splits {SPLIT_NAMES} or None, got {split!r}.")
-    if on_split_overlap not in SPLIT_OVERLAP_CHOICES:
-        raise ValueError(f"`on_split_overlap` must be one of {SPLIT_OVERLAP_CHOICES}, got {on_split_overlap!r}.")
-    if isinstance(held_out_csvs, (str, Path)) or not all(isinstance(path, (str, Path)) for path in held_out_csvs):
-        raise ValueError(f"`held_out_csvs` must be a list of VGP csv paths, got {held_out_csvs!r}.")
 
 
 def _pairs_with_images(
