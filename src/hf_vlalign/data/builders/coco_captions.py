@@ -28,6 +28,8 @@ SPLITS = ("train", "val", "test", "restval")
 DATASET_FILE = "dataset_coco.json"
 COCO_FOLDERS = ("train2014", "val2014")
 COCO_FILE_ID = "COCO_{coco_split}_{image_id:012d}"
+_IMAGE_KEYS = {"filepath": str, "filename": str, "cocoid": int, "split": str, "sentences": list}
+_SENTENCE_KEYS = {"raw": str, "tokens": list, "sentid": int}
 
 _IMAGE_FEATURES = {
     "image_id": datasets.Value("string"),  # str(cocoid), e.g. "391895"
@@ -82,9 +84,16 @@ def build(
     rows, image_ids, sentence_ids = [], UniqueIds(f"`data_dir` {path}", "cocoid"), UniqueIds(f"`data_dir` {path}", "sentid")
     for index, image in enumerate(_images(path)):
         where = f"{path}, images[{index}]"
-        _check_image(image, where)
+        check_keys(image, _IMAGE_KEYS, where)
+        if image["split"] not in SPLITS:
+            raise ValueError(f"{where}: `split` must be one of {list(SPLITS)}, got {image['split']!r}.")
+        if image["filepath"] not in COCO_FOLDERS:
+            raise ValueError(f"{where}: `filepath` must be one of {list(COCO_FOLDERS)}, got {image['filepath']!r}.")
+        # `filepath/filename` is joined onto the COCO image folder by whoever loads the pixels: it must stay inside it
+        check_relative_path(image["filename"], f"{where}: `filename`")
         image_ids.add(image["cocoid"], f"images[{index}]")
         for number, sentence in enumerate(image["sentences"]):
+            check_keys(sentence, _SENTENCE_KEYS, f"{where}.sentences[{number}]")
             sentence_ids.add(sentence["sentid"], f"images[{index}].sentences[{number}]")
         if image["split"] in wanted:
             rows.extend(_image_rows(image, where, per_image))
@@ -107,22 +116,6 @@ def _images(path: Path) -> list:
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise ValueError(f"`data_dir` {path}: expected {what}.")
     return data["images"]
-
-
-_IMAGE_KEYS = {"filepath": str, "filename": str, "cocoid": int, "split": str, "sentences": list}
-_SENTENCE_KEYS = {"raw": str, "tokens": list, "sentid": int}
-
-
-def _check_image(image: object, where: str) -> None:
-    check_keys(image, _IMAGE_KEYS, where)
-    if image["split"] not in SPLITS:
-        raise ValueError(f"{where}: `split` must be one of {list(SPLITS)}, got {image['split']!r}.")
-    if image["filepath"] not in COCO_FOLDERS:
-        raise ValueError(f"{where}: `filepath` must be one of {list(COCO_FOLDERS)}, got {image['filepath']!r}.")
-    # `filepath/filename` is joined onto the COCO image folder by whoever loads the pixels: it must stay inside it
-    check_relative_path(image["filename"], f"{where}: `filename`")
-    for index, sentence in enumerate(image["sentences"]):
-        check_keys(sentence, _SENTENCE_KEYS, f"{where}.sentences[{index}]")
 
 
 def _image_rows(image: dict, where: str, per_image: bool) -> list[dict]:

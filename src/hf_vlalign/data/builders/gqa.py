@@ -275,15 +275,3 @@ def _object_columns(graph: dict | None) -> dict[str, list]:
         "object_attributes": [list(obj.get("attributes") or []) for obj in objects.values()],
         "object_boxes": [_box(obj) for obj in objects.values()],
     }
-
-
-__all__ = [
-    "build",
-    "gqa_features",
-    "parse_pointer_key",
-    "pointer_char_span",
-    "question_files",
-    "read_questions",
-    "read_scene_graphs",
-    "text_pointers",
-]

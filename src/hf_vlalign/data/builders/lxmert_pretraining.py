@@ -343,17 +343,3 @@ def _report(counts: Counter, split: str, vocab) -> None:
                 "LXMERT %s, %s: %d of %d questions have no answer in the %d-answer vocabulary; their `label` is -1.",
                 split, source, counts[(source, "unanswered")], counts[(source, "rows")], len(vocab),
             )  # fmt: skip
-
-
-__all__ = [
-    "FILES",
-    "SOURCES",
-    "build",
-    "check_record",
-    "convert_answer",
-    "gqa_question_pointers",
-    "read_answer_table",
-    "region_description_boxes",
-    "split_files",
-    "visual_genome_id",
-]

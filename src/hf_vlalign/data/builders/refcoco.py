@@ -71,7 +71,6 @@ def build(
 
     Args:
         data_dir: the `refcoco+` folder (with `refs(unc).p` and `instances.json`).
-        split: "train", "val", "testA" or "testB".
         refs_file: a pickle or `.json` of the refs to read instead of `data_dir/refs(unc).p` (relative to `data_dir`).
         image_id_template: read by `store_image_ids` (`build_dataset` passes both the same options).
         on_missing_image: for the refs whose image `instances.json` does not list.
@@ -121,21 +120,17 @@ def read_refs(path: str | Path, argument: str = "refs_file") -> list[dict]:
         raise ValueError(f"`{argument}` {path}: expected a non-empty list of ref dicts, got {type(refs).__name__}.")
     ref_ids, sent_ids = UniqueIds(f"`{argument}` {path}", "ref_id"), UniqueIds(f"`{argument}` {path}", "sent_id")
     for index, ref in enumerate(refs):
-        _check_ref(ref, f"`{argument}` {path}, ref #{index}")
-        ref_ids.add(ref["ref_id"], f"ref #{index}")
+        check_keys(ref, _REF_KEYS, f"`{argument}` {path}, ref #{index}")
         for number, sentence in enumerate(ref["sentences"]):
-            sent_ids.add(sentence["sent_id"], f"ref #{index} (ref_id {ref['ref_id']}), sentence #{number}")
+            where = f"ref #{index} (ref_id {ref['ref_id']}), sentence #{number}"
+            check_keys(sentence, _SENTENCE_KEYS, f"`{argument}` {path}, {where}")
+            sent_ids.add(sentence["sent_id"], where)
+        ref_ids.add(ref["ref_id"], f"ref #{index}")
     return refs
 
 
 _REF_KEYS = {"ref_id": int, "ann_id": int, "image_id": int, "category_id": int, "split": str, "sentences": list}
 _SENTENCE_KEYS = {"sent_id": int, "sent": str, "tokens": list}
-
-
-def _check_ref(ref: object, where: str) -> None:
-    check_keys(ref, _REF_KEYS, where)
-    for index, sentence in enumerate(ref["sentences"]):
-        check_keys(sentence, _SENTENCE_KEYS, f"{where} (ref_id {ref['ref_id']}), sentence #{index}")
 
 
 class _CocoInstances:

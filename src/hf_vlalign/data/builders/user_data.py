@@ -469,17 +469,3 @@ def with_soft_scores(dataset: datasets.Dataset, answer_vocab: Mapping[str, int])
     features["labels"] = datasets.List(datasets.Value("int32"))
     features["scores"] = datasets.List(datasets.Value("float32"))
     return dataset.map(scores, features=features)
-
-
-__all__ = [
-    "DEFAULT_REGION_OPTIONS",
-    "USER_TASKS",
-    "UserData",
-    "UserDataError",
-    "answer_vocabulary",
-    "build_user_dataset",
-    "load_user_data",
-    "read_user_rows",
-    "user_features_cache",
-    "with_soft_scores",
-]

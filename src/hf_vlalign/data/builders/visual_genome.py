@@ -262,6 +262,3 @@ def _report(counts: dict[str, int], split: str, exclude_coco_images: bool) -> No
         logger.info(
             "Visual Genome %s: %d image(s) also in COCO dropped (exclude_coco_images=True).", split, counts["COCO"]
         )
-
-
-__all__ = ["VG_FEATURES", "build", "clean_description", "draw_sentences", "is_validation_image", "join_descriptions"]

@@ -335,15 +335,3 @@ def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable
         return [row["image_id"], TSV_ID.format(**fields)]
 
     return candidates, STORE_ID_COLUMNS
-
-
-__all__ = [
-    "VQA_FEATURES",
-    "answer_score",
-    "build",
-    "build_answer_vocab",
-    "normalize_answer",
-    "read_answer_vocab",
-    "soft_targets",
-    "store_image_ids",
-]
