@@ -104,8 +104,7 @@ def read_json(path: str | Path, argument: str, what: str, kind: type[dict] | typ
 
 
 def check_keys(record: object, types: dict[str, type], where: str) -> None:
-    """`record` is a dict holding each key of `types` with that type (bools are not ints); a ValueError naming `where`
-    if not."""
+    """`record` is a dict with each key of `types`, of that type (bools are not ints); else a ValueError naming `where`."""
     if not isinstance(record, dict):
         raise ValueError(f"{where}: expected a dict, got {type(record).__name__}.")
     for key, kind in types.items():

@@ -79,7 +79,9 @@ def build(
         if not isinstance(value, bool):
             raise ValueError(f"`{name}` must be a bool, got {value!r}.")
     check_image_id_template(image_id_template, COCO_FILE_ID, image_id=1, coco_split="train2014")
-    path = dataset_file(data_dir)
+    if data_dir is None:
+        raise ValueError(f"`data_dir` must be the folder holding {DATASET_FILE} (or the file), got None.")
+    path = Path(data_dir) if Path(data_dir).is_file() else Path(data_dir) / DATASET_FILE
     wanted = {split, "restval"} if split == "train" and restval_in_train else {split}
     rows, image_ids, sentence_ids = [], UniqueIds(f"`data_dir` {path}", "cocoid"), UniqueIds(f"`data_dir` {path}", "sentid")
     for index, image in enumerate(_images(path)):
@@ -100,14 +102,6 @@ def build(
     if not rows:
         raise ValueError(f"`data_dir` {path}: no image of the Karpathy split {split!r}.")
     return datasets.Dataset.from_list(rows, features=IMAGE_FEATURES if per_image else CAPTION_FEATURES)
-
-
-def dataset_file(data_dir: str | Path) -> Path:
-    """`data_dir/dataset_coco.json`, or `data_dir` itself when it is the file."""
-    if data_dir is None:
-        raise ValueError(f"`data_dir` must be the folder holding {DATASET_FILE} (or the file), got None.")
-    data_dir = Path(data_dir)
-    return data_dir if data_dir.is_file() else data_dir / DATASET_FILE
 
 
 def _images(path: Path) -> list:

@@ -52,11 +52,10 @@ def build(
     max_images: int | None = None,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
-    """One split of Flickr30k Entities, one row per caption (see the module docstring for the columns).
+    """One split of Flickr30k Entities, one row per caption (`FEATURES`).
 
     Args:
         data_dir: the folder with `<split>.txt`, `Sentences/` and `Annotations/`.
-        split: "train", "val" or "test" (the official lists).
         max_images: keep only the first `max_images` images of the split that have both annotation files.
         on_missing_image: for the listed images without their `Sentences/` or `Annotations/` file.
     """

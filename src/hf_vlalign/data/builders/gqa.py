@@ -194,8 +194,17 @@ def build(
         questions = _questions_with_graphs(questions, graphs, graphs_path, split, on_missing_image)
     vocab = read_answer_vocab(answer_vocab, data_dir=data_dir) if answer_vocab is not None else None
     rows = [_row(question_id, record, graphs, vocab) for question_id, record in questions.items()]
-    if vocab is not None:
-        _report_labels(rows, split, len(vocab))
+    unanswered = sum(row["answer"] is None for row in rows)
+    outside = sum(vocab is not None and row["label"] == -1 and row["answer"] is not None for row in rows)
+    if outside:
+        logger.warning(
+            "GQA %s: %d of %d answers are not in the %d-answer vocabulary; their `label` is -1.",
+            split, outside, len(rows) - unanswered, len(vocab),
+        )  # fmt: skip
+    if vocab is not None and unanswered:
+        logger.info(
+            "GQA %s: %d of %d questions have no published answer; their `label` is -1.", split, unanswered, len(rows)
+        )
     return datasets.Dataset.from_list(rows, features=gqa_features(with_label=vocab is not None))
 
 
@@ -214,20 +223,6 @@ def _questions_with_graphs(
     if not kept:
         raise ValueError(f"`scene_graphs` {path}: none of the {len(questions)} questions of {split!r} has its image.")
     return kept
-
-
-def _report_labels(rows: list[dict], split: str, vocab_size: int) -> None:
-    unanswered = sum(row["answer"] is None for row in rows)
-    outside = sum(row["label"] == -1 and row["answer"] is not None for row in rows)
-    if outside:
-        logger.warning(
-            "GQA %s: %d of %d answers are not in the %d-answer vocabulary; their `label` is -1.",
-            split, outside, len(rows) - unanswered, vocab_size,
-        )  # fmt: skip
-    if unanswered:
-        logger.info(
-            "GQA %s: %d of %d questions have no published answer; their `label` is -1.", split, unanswered, len(rows)
-        )
 
 
 def _row(question_id: str, record: dict, graphs: dict | None, vocab: Mapping[str, int] | None) -> dict:

@@ -17,14 +17,7 @@ from pathlib import Path
 import datasets
 
 from . import gqa
-from ._common import (
-    DEFAULT_ON_MISSING_IMAGE,
-    IMAGE_SIZE,
-    UniqueIds,
-    grounding_features,
-    read_json,
-    xywh_to_xyxy,
-)
+from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, UniqueIds, grounding_features, read_json, xywh_to_xyxy
 from .visual_genome import clean_description
 from .vqa_v2 import read_answer_vocab
 

@@ -49,11 +49,10 @@ FEATURES = datasets.Features(
 
 
 def build(data_dir: str | Path, split: str, *, subset: str | None = None) -> datasets.Dataset:
-    """One NLVR2 file as rows (see the module docstring for the columns).
+    """One NLVR2 file as rows (`FEATURES`).
 
     Args:
         data_dir: the `nlvr2/data` folder of the lil-lab/nlvr repository.
-        split: "train", "dev", "test1" or "test2".
         subset: None for the full split, or "balanced" / "unbalanced" (dev and test1 only) for the subset files
             `data_dir/<subset>/<subset>_<split>.json`.
     """

@@ -67,7 +67,7 @@ def build(
     image_id_template: str | None = None,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
-    """One RefCOCO+ split, one row per expression (see the module docstring for the columns).
+    """One RefCOCO+ split, one row per expression (`FEATURES`).
 
     Args:
         data_dir: the `refcoco+` folder (with `refs(unc).p` and `instances.json`).

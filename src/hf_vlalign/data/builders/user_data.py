@@ -69,18 +69,16 @@ class UserRow:
 
 @dataclass
 class UserData:
-    """The splits of a user's files joined to their images' region features.
-
-    `region_options` are the `extract_region_features` options the features were made with: save them with the model
-    (`recipes.save_model(..., region_options=...)`) so that its processor makes the same regions and features.
-    `answer_vocab` ({answer: id}, from the training answers) is set for the `vqa` task."""
+    """The splits of a user's files joined to their images' region features. `region_options` are the
+    `extract_region_features` options the features were made with: save them with the model
+    (`recipes.save_model(..., region_options=...)`) so that its processor makes the same regions and features."""
 
     task: str
     train: datasets.Dataset
     validation: datasets.Dataset | None
     store: RegionFeatureStore
     region_options: dict
-    answer_vocab: dict[str, int] | None = None
+    answer_vocab: dict[str, int] | None = None  # {answer: id} of the training answers, for the `vqa` task
     image_paths: dict[str, Path] = field(default_factory=dict)
 
 
@@ -102,11 +100,8 @@ def read_user_rows(path: str | os.PathLike, task: str) -> list[UserRow]:
 
 
 def _json_lines(path: Path) -> list[tuple[int, dict]]:
-    rows = []
-    for number, text in enumerate(read_text(path).splitlines(), start=1):
-        if text.strip():
-            rows.append((number, parse_json(text, path, record=f"line {number}")))
-    return rows
+    lines = enumerate(read_text(path).splitlines(), start=1)
+    return [(number, parse_json(text, path, record=f"line {number}")) for number, text in lines if text.strip()]
 
 
 def _csv_rows(path: Path) -> list[tuple[int, dict]]:
@@ -381,8 +376,7 @@ def _cache_key(images: Sequence[Path], boxes: Mapping | None, options: Mapping) 
 
 
 def user_features_cache() -> Path:
-    """Where `load_user_data` keeps region-feature stores by default: $HF_VLALIGN_CACHE/user_features (or
-    ~/.cache/hf_vlalign/user_features)."""
+    """Where `load_user_data` keeps stores by default: `user_features/` in $HF_VLALIGN_CACHE or ~/.cache/hf_vlalign."""
     root = os.environ.get("HF_VLALIGN_CACHE") or Path.home() / ".cache" / "hf_vlalign"
     return Path(root) / "user_features"
 

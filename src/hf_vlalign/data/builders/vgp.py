@@ -290,13 +290,11 @@ def _pairs_with_images(
 ) -> list[VGPPair]:
     """The rows whose image has both annotation files; the others raise or are counted (`on_missing_image`)."""
     where = f"Sentences/ and Annotations/ of {corpus.root}"
-    present = {}
+    has_image = functools.cache(corpus.has_image)  # refuses an id that is not digits
     for pair in pairs:
-        if pair.image_id not in present:
-            present[pair.image_id] = corpus.has_image(pair.image_id)  # refuses an id that is not digits
-        if not present[pair.image_id] and on_missing_image == "raise":
+        if not has_image(pair.image_id) and on_missing_image == "raise":
             raise missing_image_error(source, f"line {pair.line}", pair.image_id, where)
-    kept = [pair for pair in pairs if present[pair.image_id]]
+    kept = [pair for pair in pairs if has_image(pair.image_id)]
     report_missing_images(source, len(pairs) - len(kept), len(pairs), "rows", where)
     return kept
 
@@ -311,16 +309,14 @@ def _match_rows(captions: _CachedCorpus, pairs: list[VGPPair]) -> list[PhraseMat
 
 def _report_repeated_rows(pairs: list[VGPPair], source: str) -> None:
     """Warns about rows that repeat an earlier row in every field but the preprocessed phrases; they are kept, as
-    published (the csvs have no pair id, and VGP-Typology's train_data.csv lines 315-316 give one phrase pair two
-    labels)."""
+    published (the csvs have no pair id; VGP-Typology's train_data.csv lines 315-316 label one pair twice)."""
     first_line, repeats = {}, []
     for pair in pairs:
         key = (pair.image_id, pair.original_phrase1, pair.original_phrase2, pair.is_paraphrase, pair.type_label,
                pair.original_label, pair.roi1, pair.roi2)  # fmt: skip
-        if key in first_line:
-            repeats.append((pair.line, first_line[key]))
-        else:
-            first_line[key] = pair.line
+        first = first_line.setdefault(key, pair.line)
+        if first != pair.line:
+            repeats.append((pair.line, first))
     if repeats:
         shown = ", ".join(f"line {line} = line {first}" for line, first in repeats[:5]) + (", ..." if len(repeats) > 5 else "")
         logger.warning(

@@ -90,15 +90,13 @@ def draw_sentences(
             {
                 "sentence": sentence,
                 "sentence_phrase_spans": spans,
-                "sentence_phrase_boxes": [[_region_box(region)] for region in chosen],
+                "sentence_phrase_boxes": [
+                    [xywh_to_xyxy([region["x"], region["y"], region["width"], region["height"]])] for region in chosen
+                ],
                 "sentence_region_ids": [str(region["region_id"]) for region in chosen],
             }
         )
     return sentences
-
-
-def _region_box(region: dict) -> list[float]:
-    return xywh_to_xyxy([region["x"], region["y"], region["width"], region["height"]])
 
 
 def _image_key(entry: dict, path: Path) -> str:
@@ -176,12 +174,16 @@ def build(
         seed: seeds both the train / val assignment and the sentence draws.
         val_fraction: the fraction of images held out as "val" (in [0, 1]).
         num_pointers: the numbers of region descriptions a sentence may join, drawn uniformly.
-        sentences_per_image: sentences drawn per image.
         exclude_coco_images: drop the images that have a `coco_id` (counted in a log message).
         on_missing_image: for the images of `region_descriptions.json` that `image_data.json` does not list.
     """
     check_split(split, SPLITS, "Visual Genome")
-    _check_options(val_fraction, num_pointers, sentences_per_image)
+    if not 0.0 <= val_fraction <= 1.0:
+        raise ValueError(f"`val_fraction` must be in [0, 1], got {val_fraction}.")
+    if not num_pointers or any(type(k) is not int or k < 1 for k in num_pointers):
+        raise ValueError(f"`num_pointers` must be a non-empty sequence of positive ints, got {num_pointers!r}.")
+    if type(sentences_per_image) is not int or sentences_per_image < 1:
+        raise ValueError(f"`sentences_per_image` must be a positive int, got {sentences_per_image!r}.")
     if data_dir is None:
         raise ValueError("`data_dir` must be the folder holding the Visual Genome JSON files, got None.")
     paths = {name: Path(data_dir) / file for name, file in FILES.items()}
@@ -216,15 +218,6 @@ def build(
             "read more images or change `val_fraction`."
         )
     return datasets.Dataset.from_list(rows, features=VG_FEATURES)
-
-
-def _check_options(val_fraction: float, num_pointers: Sequence[int], sentences_per_image: int) -> None:
-    if not 0.0 <= val_fraction <= 1.0:
-        raise ValueError(f"`val_fraction` must be in [0, 1], got {val_fraction}.")
-    if not num_pointers or any(type(k) is not int or k < 1 for k in num_pointers):
-        raise ValueError(f"`num_pointers` must be a non-empty sequence of positive ints, got {num_pointers!r}.")
-    if type(sentences_per_image) is not int or sentences_per_image < 1:
-        raise ValueError(f"`sentences_per_image` must be a positive int, got {sentences_per_image!r}.")
 
 
 def _image_rows(image_id, entry, image_size, objects, counts, num_pointers, sentences_per_image, seed) -> list[dict]:

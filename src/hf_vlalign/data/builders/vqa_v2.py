@@ -323,9 +323,8 @@ def _row(question: dict, annotation: dict | None, coco_split: str, vocab: Mappin
 
 
 def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable[[dict], list[str]], tuple[str, ...]]:
-    """(candidates, id_columns): `candidates(row)` lists the store ids to try for a row, in order:
-    `image_id_template.format(id=<int COCO id>, split=<coco_split>)` alone, or the plain id ("393225") then LXMERT's
-    TSV id ("COCO_val2014_000000393225")."""
+    """(candidates, id_columns): a row's store ids, `image_id_template.format(id=<int COCO id>, split=<coco_split>)`
+    alone, or the plain id ("393225") then LXMERT's TSV id ("COCO_val2014_000000393225")."""
     check_image_id_template(image_id_template, TSV_ID, id=1, split="val2014")
 
     def candidates(row: dict) -> list[str]:
