@@ -45,11 +45,8 @@ def resolve_split(name: str, split: str) -> str:
 
 def grounding_features(*text_columns: str) -> dict[str, datasets.List]:
     """The `<text>_phrase_spans` / `<text>_phrase_boxes` features of each grounded text column."""
-    features = {}
-    for text in text_columns:
-        features[f"{text}_phrase_spans"] = SPANS
-        features[f"{text}_phrase_boxes"] = BOXES
-    return features
+    kinds = (("spans", SPANS), ("boxes", BOXES))
+    return {f"{text}_phrase_{kind}": feature for text in text_columns for kind, feature in kinds}
 
 
 def dataset_from_rows(

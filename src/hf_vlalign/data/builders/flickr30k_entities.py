@@ -91,8 +91,7 @@ def _images_with_files(
         if on_missing_image == "raise" and max_images is not None and len(present) == max_images:
             break  # the images after the first `max_images` are not read
     if on_missing_image == "skip":
-        unit = f"images listed in {split}.txt"
-        report_missing_images(source, len(listed) - len(present), len(listed), unit, where)
+        report_missing_images(source, len(listed) - len(present), len(listed), f"images listed in {split}.txt", where)
     if not present:
         raise ValueError(f"`data_dir` {corpus.root}: none of the {len(listed)} images of {split}.txt has annotation files.")
     if max_images is not None and max_images > len(present):

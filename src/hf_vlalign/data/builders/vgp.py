@@ -502,9 +502,9 @@ def build(
             "split lists for images of other splits."
         )
     seed = options.pop("seed", {"train": 1, "val": 2}.get(split, 3))
-    flickr_split = split if split in SPLIT_NAMES else None
+    split = split if split in SPLIT_NAMES else None  # rows of another split are checked against no split list
     return build_vgp_dataset(
-        flickr30k_entities_dir, vgp_csv, seed=seed, split=flickr_split, on_missing_image=on_missing_image, **options
+        flickr30k_entities_dir, vgp_csv, seed=seed, split=split, on_missing_image=on_missing_image, **options
     )
 
 
