@@ -47,7 +47,7 @@ def build_dataset(
         region_features: a `RegionFeatureStore` (or its directory): rows then get `feature_row` and
             `<text>_phrase_regions` (`attach_region_features`, with `iou_threshold`).
         on_missing_image: for every image a row needs, in the annotation files and in `region_features`: "raise"
-            (the default) stops at the first such row, naming it; "skip" drops them with one warning.
+            or "skip".
         options: the builder's own options (see each `builders/<name>.py`).
     """
     if name not in BUILDERS:
@@ -59,9 +59,7 @@ def build_dataset(
     dataset = builder.build(data_dir, split, **policy, **options)
     if region_features is None:
         return dataset
-    store = region_features
-    if not isinstance(store, RegionFeatureStore):
-        store = RegionFeatureStore.load(store)
+    store = region_features if isinstance(region_features, RegionFeatureStore) else RegionFeatureStore.load(region_features)
     if hasattr(builder, "attach_pair_features") and "right_image_id" in dataset.column_names:  # NLVR2: two images
         return builder.attach_pair_features(dataset, store, on_missing_image=on_missing_image)
     candidates, id_columns = (None, ("image_id",))

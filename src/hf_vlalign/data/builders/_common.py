@@ -1,10 +1,5 @@
-"""What every dataset builder shares: the grounding columns, file checks, and the join to a `RegionFeatureStore`.
-
-Grounded text column `<text>` carries `<text>_phrase_spans` (character spans) and `<text>_phrase_boxes` (gold boxes
-per phrase, x1, y1, x2, y2 in the annotation's pixels); `attach_region_features` adds `feature_row` and
-`<text>_phrase_regions` (see docs/datasets.md). Missing images follow one policy everywhere, `on_missing_image`:
-"raise" names the first such row, "skip" drops them with one warning (`report_missing_images`).
-"""
+"""What every dataset builder shares: the grounding columns (docs/datasets.md), file checks, the `on_missing_image`
+policy and the join to a `RegionFeatureStore`."""
 
 from __future__ import annotations
 
@@ -44,25 +39,20 @@ VALIDATION_SPLITS = {
 
 
 def resolve_split(name: str, split: str) -> str:
-    """`split` in the dataset's own names: "validation" is `name`'s validation split (`VALIDATION_SPLITS`), any other
-    split is returned as it is (the builder checks it)."""
+    """`split` in the dataset's own names: "validation" is `name`'s validation split, others are returned as they are."""
     return VALIDATION_SPLITS.get(name, split) if split == "validation" else split
 
 
 def grounding_features(*text_columns: str) -> dict[str, datasets.List]:
     """The `<text>_phrase_spans` / `<text>_phrase_boxes` features of each grounded text column."""
-    features = {}
-    for text in text_columns:
-        features[f"{text}_phrase_spans"] = SPANS
-        features[f"{text}_phrase_boxes"] = BOXES
-    return features
+    kinds = (("spans", SPANS), ("boxes", BOXES))
+    return {f"{text}_phrase_{kind}": feature for text in text_columns for kind, feature in kinds}
 
 
 def dataset_from_rows(
     rows: Iterable[dict], features: datasets.Features, batch_size: int = ROWS_PER_ARROW_BATCH
 ) -> datasets.Dataset:
-    """`datasets.Dataset.from_list` of `rows`, `batch_size` rows at a time: only one batch is alive as Python dicts,
-    so memory follows the Arrow size whatever the number of rows."""
+    """`datasets.Dataset.from_list` of `rows`, `batch_size` rows at a time: only one batch is alive as Python dicts."""
     parts, batch = [], []
     for row in rows:
         batch.append(row)
@@ -97,9 +87,8 @@ def require_file(path: str | Path, argument: str, what: str) -> Path:
 
 
 def read_json(path: str | Path, argument: str, what: str, kind: type[dict] | type[list] | None = None) -> object:
-    """The JSON value of `path` (a JSON object or list when `kind` is dict or list); a ValueError naming `argument`,
-    the file and the line for a file that is missing, not UTF-8, not JSON, nested too deeply or holding a too long
-    integer, or whose value is not of `kind`."""
+    """The JSON value of `path` (of `kind` when given); a ValueError naming `argument`, the file and the line for a file
+    that is missing or not readable as JSON, or whose value is not of `kind`."""
     path = require_file(path, argument, what)
     try:
         content = read_json_file(path)
@@ -111,8 +100,10 @@ def read_json(path: str | Path, argument: str, what: str, kind: type[dict] | typ
     return content
 
 
-def check_keys(record: dict, types: dict[str, type], where: str) -> None:
-    """Each key of `types` is in `record` with that type (bools are not ints); a ValueError naming `where` if not."""
+def check_keys(record: object, types: dict[str, type], where: str) -> None:
+    """`record` is a dict with each key of `types`, of that type (bools are not ints); else a ValueError naming `where`."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a dict, got {type(record).__name__}.")
     for key, kind in types.items():
         if key not in record:
             raise ValueError(f"{where}: missing the field {key!r} (has {sorted(record)}).")
@@ -122,8 +113,7 @@ def check_keys(record: dict, types: dict[str, type], where: str) -> None:
 
 
 class UniqueIds:
-    """Where each id of a file was first read; `add` refuses an id read twice, naming the file, the id and both places
-    (which copy to use would be ambiguous, and a repeat would count twice)."""
+    """Where each id of a file was first read; `add` refuses an id read twice, naming the file, the id and both places."""
 
     def __init__(self, source: str, what: str) -> None:
         self.source, self.what, self.first = source, what, {}
@@ -180,10 +170,6 @@ def report_missing_images(source: str, skipped: int, total: int, unit: str, wher
         )
 
 
-def boxes_columns(dataset: datasets.Dataset) -> list[str]:
-    return [name for name in dataset.column_names if name.endswith("_phrase_boxes")]
-
-
 def attach_region_features(
     dataset: datasets.Dataset,
     store: RegionFeatureStore,
@@ -200,7 +186,7 @@ def attach_region_features(
         store_image_ids: candidate store ids of a row, tried in order (default: the row's `image_id`), read from
             `id_columns`; builders whose ids differ from the feature files' (VQA's integer COCO ids) pass their own.
         iou_threshold: IoU at which a detected region counts as showing a phrase's gold box.
-        on_missing_image: "raise" or "skip" (`report_missing_images`); the count is kept in `dataset.info.description`.
+        on_missing_image: "raise" or "skip"; the count skipped is kept in `dataset.info.description`.
         source: the dataset named in the error and the warning.
     """
     if not isinstance(store, RegionFeatureStore):
@@ -224,7 +210,7 @@ def attach_region_features(
     if not len(dataset):
         raise ValueError(f"no row of the dataset has its image in the region-feature store {store.directory}.")
     dataset = dataset.add_column("feature_row", rows_in_store)
-    for column in boxes_columns(dataset):
+    for column in [name for name in dataset.column_names if name.endswith("_phrase_boxes")]:
         targets = [_phrase_region_targets(boxes, store, row, iou_threshold) for boxes, row in zip(dataset[column], rows_in_store)]
         dataset = dataset.add_column(column.replace("_phrase_boxes", "_phrase_regions"), targets, feature=REGION_TARGETS)
     dataset.info.description = f"{missing} row(s) dropped: image not in the region-feature store"

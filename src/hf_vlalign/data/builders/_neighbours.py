@@ -1,9 +1,6 @@
-"""Exact nearest neighbours of TF-IDF documents by cosine, in blocks: the hard negatives of the VGP builder.
-
-Memory is O(block_size x N), never O(N^2) (the N x N similarity of 30,000 images would take 7 GB). The order is a
-dense `argsort(-similarity, kind="stable")`'s with the diagonal at -inf; cosines are compared rounded to `DECIMALS`
-places so that values equal in exact arithmetic tie whatever order the sums ran in. Frequent words
-(`DENSE_WORD_FRACTION`) go through a small dense BLAS product, the others through an inverted index.
+"""Exact nearest neighbours of TF-IDF documents by cosine, in blocks of rows (memory O(block_size x N), never O(N^2)):
+the hard negatives of the VGP builder. The order is a dense `argsort(-similarity, kind="stable")`'s with the diagonal
+at -inf; frequent words go through a small dense BLAS product, the others through an inverted index.
 """
 
 from __future__ import annotations
@@ -21,8 +18,7 @@ DENSE_WORD_FRACTION = 1 / 32
 
 @dataclass(frozen=True)
 class SparseRows:
-    """Rows of a sparse float64 matrix in CSR layout: row i holds `values[indptr[i]:indptr[i + 1]]` at the columns
-    `indices[...]` (increasing within a row)."""
+    """Rows of a sparse float64 matrix in CSR layout (columns increasing within a row)."""
 
     indptr: np.ndarray  # (N + 1,) int64
     indices: np.ndarray  # (nnz,) int64
@@ -44,11 +40,8 @@ class SparseRows:
 
 
 def tfidf_rows(documents: Iterable[str]) -> SparseRows:
-    """L2-normalised TF-IDF rows of white-space tokenised documents, columns in sorted word order.
-
-    TF is the word's count in the document, IDF `log((1 + N) / (1 + df)) + 1` (scikit-learn's smooth IDF); a document
-    without words is a row of zeros.
-    """
+    """L2-normalised TF-IDF rows of white-space tokenised documents, columns in sorted word order: TF is the word's
+    count in the document, IDF `log((1 + N) / (1 + df)) + 1` (scikit-learn's smooth IDF)."""
     first_seen: dict[str, int] = {}  # word -> id in order of first use; remapped to sorted order below
     token_ids = []
     for document in documents:
@@ -78,10 +71,8 @@ def nearest_neighbours(
     rows: SparseRows, num_neighbours: int, block_size: int = 256, dense_word_fraction: float = DENSE_WORD_FRACTION
 ) -> np.ndarray:
     """The `num_neighbours` rows of highest dot product with each row (itself left out), best first, ties by lower
-    index: an (N, min(num_neighbours, N - 1)) int64 array. Memory O(block_size x N).
-
-    `dense_word_fraction` only moves work between the dense product and the postings (0: every word dense, 1: none).
-    """
+    index: an (N, min(num_neighbours, N - 1)) int64 array. `dense_word_fraction` only moves work between the dense
+    product and the postings (0: every word dense, 1: none)."""
     num_rows = rows.num_rows
     k = min(num_neighbours, num_rows - 1)
     neighbours = np.empty((num_rows, max(k, 0)), dtype=np.int64)

@@ -2,19 +2,8 @@
 
 File: Karpathy's `dataset_coco.json` (`data_dir` is its folder or the file). Splits: "train", "val", "test",
 "restval"; with `restval_in_train=True` (the default, as NeuralTalk2 / bottom-up-attention / Oscar) "train" is train +
-restval (113,287 images).
-
-| column | type | meaning |
-|---|---|---|
-| `image_id` | string | str(cocoid), e.g. "391895" |
-| `image_size` | null | the file does not give image sizes |
-| `file_name` | string | e.g. "COCO_val2014_000000391895.jpg" |
-| `coco_split` | string | the COCO folder of the image, "train2014" or "val2014" (the `filepath`) |
-| `karpathy_split` | string | the image's own split in the file ("restval" stays visible inside "train") |
-| `sent_id`, `caption`, `tokens` | int64, string, [string] | per caption: `sentid`, `raw` stripped, `tokens` |
-| `sent_ids`, `captions`, `caption_tokens` | lists of the above | with `per_image=True` instead |
-
-`store_image_ids` tries "<cocoid>" then "COCO_<coco_split>_<cocoid:012d>" (or `image_id_template`).
+restval (113,287 images). `store_image_ids` tries "<cocoid>" then "COCO_<coco_split>_<cocoid:012d>" (or
+`image_id_template`).
 """
 
 from __future__ import annotations
@@ -39,23 +28,25 @@ SPLITS = ("train", "val", "test", "restval")
 DATASET_FILE = "dataset_coco.json"
 COCO_FOLDERS = ("train2014", "val2014")
 COCO_FILE_ID = "COCO_{coco_split}_{image_id:012d}"
+_IMAGE_KEYS = {"filepath": str, "filename": str, "cocoid": int, "split": str, "sentences": list}
+_SENTENCE_KEYS = {"raw": str, "tokens": list, "sentid": int}
 
 _IMAGE_FEATURES = {
-    "image_id": datasets.Value("string"),
-    "image_size": IMAGE_SIZE,
-    "file_name": datasets.Value("string"),
-    "coco_split": datasets.Value("string"),
-    "karpathy_split": datasets.Value("string"),
+    "image_id": datasets.Value("string"),  # str(cocoid), e.g. "391895"
+    "image_size": IMAGE_SIZE,  # None: the file does not give image sizes
+    "file_name": datasets.Value("string"),  # e.g. "COCO_val2014_000000391895.jpg"
+    "coco_split": datasets.Value("string"),  # the image's COCO folder (`filepath`), "train2014" or "val2014"
+    "karpathy_split": datasets.Value("string"),  # the image's own split ("restval" stays visible inside "train")
 }
 CAPTION_FEATURES = datasets.Features(
     {
         **_IMAGE_FEATURES,
-        "sent_id": datasets.Value("int64"),
-        "caption": datasets.Value("string"),
+        "sent_id": datasets.Value("int64"),  # `sentid`
+        "caption": datasets.Value("string"),  # `raw`, stripped
         "tokens": datasets.List(datasets.Value("string")),
     }
 )
-IMAGE_FEATURES = datasets.Features(
+IMAGE_FEATURES = datasets.Features(  # `per_image=True`: the lists of the above, one row per image
     {
         **_IMAGE_FEATURES,
         "sent_ids": datasets.List(datasets.Value("int64")),
@@ -74,11 +65,10 @@ def build(
     image_id_template: str | None = None,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
-    """One Karpathy split of COCO captions (see the module docstring for the columns).
+    """One Karpathy split of COCO captions (`CAPTION_FEATURES`, or `IMAGE_FEATURES` with `per_image`).
 
     Args:
         data_dir: the folder holding `dataset_coco.json`, or that file.
-        split: "train", "val", "test" or "restval".
         per_image: one row per image with all its captions (for evaluation) instead of one row per caption.
         restval_in_train: whether "train" also holds the "restval" images (the usual practice).
         image_id_template: read by `store_image_ids` (`build_dataset` passes both the same options).
@@ -89,14 +79,23 @@ def build(
         if not isinstance(value, bool):
             raise ValueError(f"`{name}` must be a bool, got {value!r}.")
     check_image_id_template(image_id_template, COCO_FILE_ID, image_id=1, coco_split="train2014")
-    path = dataset_file(data_dir)
+    if data_dir is None:
+        raise ValueError(f"`data_dir` must be the folder holding {DATASET_FILE} (or the file), got None.")
+    path = Path(data_dir) if Path(data_dir).is_file() else Path(data_dir) / DATASET_FILE
     wanted = {split, "restval"} if split == "train" and restval_in_train else {split}
     rows, image_ids, sentence_ids = [], UniqueIds(f"`data_dir` {path}", "cocoid"), UniqueIds(f"`data_dir` {path}", "sentid")
     for index, image in enumerate(_images(path)):
         where = f"{path}, images[{index}]"
-        _check_image(image, where)
+        check_keys(image, _IMAGE_KEYS, where)
+        if image["split"] not in SPLITS:
+            raise ValueError(f"{where}: `split` must be one of {list(SPLITS)}, got {image['split']!r}.")
+        if image["filepath"] not in COCO_FOLDERS:
+            raise ValueError(f"{where}: `filepath` must be one of {list(COCO_FOLDERS)}, got {image['filepath']!r}.")
+        # `filepath/filename` is joined onto the COCO image folder by whoever loads the pixels: it must stay inside it
+        check_relative_path(image["filename"], f"{where}: `filename`")
         image_ids.add(image["cocoid"], f"images[{index}]")
         for number, sentence in enumerate(image["sentences"]):
+            check_keys(sentence, _SENTENCE_KEYS, f"{where}.sentences[{number}]")
             sentence_ids.add(sentence["sentid"], f"images[{index}].sentences[{number}]")
         if image["split"] in wanted:
             rows.extend(_image_rows(image, where, per_image))
@@ -105,40 +104,12 @@ def build(
     return datasets.Dataset.from_list(rows, features=IMAGE_FEATURES if per_image else CAPTION_FEATURES)
 
 
-def dataset_file(data_dir: str | Path) -> Path:
-    """`data_dir/dataset_coco.json`, or `data_dir` itself when it is the file."""
-    if data_dir is None:
-        raise ValueError(f"`data_dir` must be the folder holding {DATASET_FILE} (or the file), got None.")
-    data_dir = Path(data_dir)
-    return data_dir if data_dir.is_file() else data_dir / DATASET_FILE
-
-
 def _images(path: Path) -> list:
     what = 'Karpathy\'s dataset_coco.json {"images": [...], "dataset": "coco"}'
     data = read_json(path, "data_dir", what)
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise ValueError(f"`data_dir` {path}: expected {what}.")
     return data["images"]
-
-
-_IMAGE_KEYS = {"filepath": str, "filename": str, "cocoid": int, "split": str, "sentences": list}
-_SENTENCE_KEYS = {"raw": str, "tokens": list, "sentid": int}
-
-
-def _check_image(image: object, where: str) -> None:
-    if not isinstance(image, dict):
-        raise ValueError(f"{where}: expected an image dict, got {type(image).__name__}.")
-    check_keys(image, _IMAGE_KEYS, where)
-    if image["split"] not in SPLITS:
-        raise ValueError(f"{where}: `split` must be one of {list(SPLITS)}, got {image['split']!r}.")
-    if image["filepath"] not in COCO_FOLDERS:
-        raise ValueError(f"{where}: `filepath` must be one of {list(COCO_FOLDERS)}, got {image['filepath']!r}.")
-    # `filepath/filename` is joined onto the COCO image folder by whoever loads the pixels: it must stay inside it
-    check_relative_path(image["filename"], f"{where}: `filename`")
-    for index, sentence in enumerate(image["sentences"]):
-        if not isinstance(sentence, dict):
-            raise ValueError(f"{where}.sentences[{index}]: expected a dict, got {type(sentence).__name__}.")
-        check_keys(sentence, _SENTENCE_KEYS, f"{where}.sentences[{index}]")
 
 
 def _image_rows(image: dict, where: str, per_image: bool) -> list[dict]:
@@ -171,12 +142,11 @@ def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable
     """Candidate store ids of a row: "<cocoid>" then "COCO_<coco_split>_<cocoid:012d>", or only the id
     `image_id_template` (a `str.format` template of the int `image_id` and the str `coco_split`) formats."""
     check_image_id_template(image_id_template, COCO_FILE_ID, image_id=1, coco_split="train2014")
-    template = image_id_template
 
     def candidates(row: dict) -> list[str]:
         fields = {"image_id": int(row["image_id"]), "coco_split": row["coco_split"]}
-        if template is not None:
-            return [template.format(**fields)]
+        if image_id_template is not None:
+            return [image_id_template.format(**fields)]
         return [row["image_id"], COCO_FILE_ID.format(**fields)]
 
     return candidates, ("image_id", "coco_split")

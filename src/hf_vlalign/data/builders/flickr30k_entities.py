@@ -1,22 +1,8 @@
 """Flickr30k Entities (Plummer et al., 2015): one row per caption, every marked-up phrase with its entity's boxes.
 
 `data_dir` holds the split lists `train.txt`, `val.txt`, `test.txt`, `Sentences/` and `Annotations/` (parsed by
-`data.formats.flickr30k_entities`).
-
-| column | type | meaning |
-|---|---|---|
-| `image_id` | string | the Flickr id, e.g. "1000092795" |
-| `image_size` | [height, width] int32 | from the XML `<size>` |
-| `sentence_index` | int32 | the caption's line in `Sentences/<id>.txt` (0-based, blank lines not counted) |
-| `sentence` | string | the caption, markup removed, words joined by single spaces |
-| `sentence_phrase_spans` | [[start, end)] | character spans of *every* marked-up phrase, in sentence order |
-| `sentence_phrase_boxes` | [[[x1, y1, x2, y2]]] | the boxes of each phrase's entity; empty for phrases without boxes |
-| `sentence_phrase_token_spans` | [[start, end)] | the same phrases as spans of whitespace tokens of `sentence` |
-| `phrase_ids` | [string] | entity ids ("0" marks the `notvisual` phrases, which never have boxes) |
-| `phrase_types` | [[string]] | entity types, e.g. ["people"], ["clothing", "bodyparts"] |
-| `phrase_nobndbox`, `phrase_scene` | [bool] | the XML `<nobndbox>` / `<scene>` flags of each phrase's entity |
-
-Boxes are the XML's 1-based pixels as published (`alignment/boxes.py` normalises them).
+`data.formats.flickr30k_entities`). Boxes are the XML's 1-based pixels as published (`alignment/boxes.py` normalises
+them).
 """
 
 from __future__ import annotations
@@ -25,7 +11,7 @@ from pathlib import Path
 
 import datasets
 
-from ..formats.flickr30k_entities import EntityAnnotation, EntitySentence, Flickr30kEntities
+from ..formats.flickr30k_entities import Flickr30kEntities
 from ..formats.paths import safe_join
 from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
@@ -45,16 +31,16 @@ SPLITS = ("train", "val", "test")
 
 FEATURES = datasets.Features(
     {
-        "image_id": datasets.Value("string"),
-        "image_size": IMAGE_SIZE,
-        "sentence_index": datasets.Value("int32"),
-        "sentence": datasets.Value("string"),
-        **grounding_features("sentence"),
-        "sentence_phrase_token_spans": SPANS,
-        "phrase_ids": datasets.List(datasets.Value("string")),
-        "phrase_types": datasets.List(datasets.List(datasets.Value("string"))),
-        "phrase_nobndbox": datasets.List(datasets.Value("bool")),
-        "phrase_scene": datasets.List(datasets.Value("bool")),
+        "image_id": datasets.Value("string"),  # the Flickr id, e.g. "1000092795"
+        "image_size": IMAGE_SIZE,  # from the XML `<size>`
+        "sentence_index": datasets.Value("int32"),  # its line in `Sentences/<id>.txt`, 0-based, blanks not counted
+        "sentence": datasets.Value("string"),  # the caption, markup removed, words joined by single spaces
+        **grounding_features("sentence"),  # *every* marked-up phrase, in order; no boxes for phrases without them
+        "sentence_phrase_token_spans": SPANS,  # the same phrases as spans of whitespace tokens of `sentence`
+        "phrase_ids": datasets.List(datasets.Value("string")),  # entity ids ("0": `notvisual`, never with boxes)
+        "phrase_types": datasets.List(datasets.List(datasets.Value("string"))),  # e.g. ["clothing", "bodyparts"]
+        "phrase_nobndbox": datasets.List(datasets.Value("bool")),  # the XML `<nobndbox>` flag of the phrase's entity
+        "phrase_scene": datasets.List(datasets.Value("bool")),  # the XML `<scene>` flag
     }
 )
 
@@ -66,11 +52,10 @@ def build(
     max_images: int | None = None,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
-    """One split of Flickr30k Entities, one row per caption (see the module docstring for the columns).
+    """One split of Flickr30k Entities, one row per caption (`FEATURES`).
 
     Args:
         data_dir: the folder with `<split>.txt`, `Sentences/` and `Annotations/`.
-        split: "train", "val" or "test" (the official lists).
         max_images: keep only the first `max_images` images of the split that have both annotation files.
         on_missing_image: for the listed images without their `Sentences/` or `Annotations/` file.
     """
@@ -106,8 +91,7 @@ def _images_with_files(
         if on_missing_image == "raise" and max_images is not None and len(present) == max_images:
             break  # the images after the first `max_images` are not read
     if on_missing_image == "skip":
-        unit = f"images listed in {split}.txt"
-        report_missing_images(source, len(listed) - len(present), len(listed), unit, where)
+        report_missing_images(source, len(listed) - len(present), len(listed), f"images listed in {split}.txt", where)
     if not present:
         raise ValueError(f"`data_dir` {corpus.root}: none of the {len(listed)} images of {split}.txt has annotation files.")
     if max_images is not None and max_images > len(present):
@@ -119,27 +103,24 @@ def _images_with_files(
 def _image_rows(corpus: Flickr30kEntities, image_id: str) -> list[dict]:
     annotation = corpus.annotation(image_id)
     return [
-        _sentence_row(image_id, annotation, index, sentence)
+        {
+            "image_id": image_id,
+            "image_size": [annotation.height, annotation.width],
+            "sentence_index": index,
+            "sentence": sentence.text,
+            "sentence_phrase_spans": [[phrase.char_start, phrase.char_end] for phrase in sentence.phrases],
+            "sentence_phrase_boxes": [
+                [[float(v) for v in box] for box in annotation.boxes.get(phrase.phrase_id, [])]
+                for phrase in sentence.phrases
+            ],
+            "sentence_phrase_token_spans": [
+                [phrase.first_word_index, phrase.first_word_index + len(phrase.text.split())]
+                for phrase in sentence.phrases
+            ],
+            "phrase_ids": [phrase.phrase_id for phrase in sentence.phrases],
+            "phrase_types": [list(phrase.phrase_types) for phrase in sentence.phrases],
+            "phrase_nobndbox": [phrase.phrase_id in annotation.no_box for phrase in sentence.phrases],
+            "phrase_scene": [phrase.phrase_id in annotation.scene for phrase in sentence.phrases],
+        }
         for index, sentence in enumerate(corpus.sentences(image_id))
     ]
-
-
-def _sentence_row(image_id: str, annotation: EntityAnnotation, index: int, sentence: EntitySentence) -> dict:
-    phrases = sentence.phrases
-    return {
-        "image_id": image_id,
-        "image_size": [annotation.height, annotation.width],
-        "sentence_index": index,
-        "sentence": sentence.text,
-        "sentence_phrase_spans": [[phrase.char_start, phrase.char_end] for phrase in phrases],
-        "sentence_phrase_boxes": [
-            [[float(v) for v in box] for box in annotation.boxes.get(phrase.phrase_id, [])] for phrase in phrases
-        ],
-        "sentence_phrase_token_spans": [
-            [phrase.first_word_index, phrase.first_word_index + len(phrase.text.split())] for phrase in phrases
-        ],
-        "phrase_ids": [phrase.phrase_id for phrase in phrases],
-        "phrase_types": [list(phrase.phrase_types) for phrase in phrases],
-        "phrase_nobndbox": [phrase.phrase_id in annotation.no_box for phrase in phrases],
-        "phrase_scene": [phrase.phrase_id in annotation.scene for phrase in phrases],
-    }

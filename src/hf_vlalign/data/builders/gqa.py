@@ -1,9 +1,5 @@
 """GQA (Hudson & Manning 2019): question files as published -> one row per question, with its object pointers.
 
-Files in `data_dir`: `{split}_balanced_questions.json` or `{split}_all_questions(.json|/ shards)`, optional
-`scene_graphs=` (`{split}_sceneGraphs.json`: pointer boxes, image size, objects) and `answer_vocab=` (ans2label; adds
-`label`, -1 outside the vocabulary). Columns: see docs/datasets.md and `gqa_features`.
-
 Pointers: `annotations[<text>]` maps whitespace-token positions ("i", or "i:j" an exclusive slice, punctuation attached
 to its token) to object ids, as checked on published records (question 20240871: "Yes," is one token; question
 08801129: "2:4" is "brown animal"). A pointer's character span trims the punctuation at its edges.
@@ -39,7 +35,6 @@ SPLITS = ("train", "val", "testdev", "test", "challenge", "submission")
 SUBSETS = ("balanced", "all")
 # text column -> its key in a question record and in the record's `annotations`
 TEXT_FIELDS = {"question": "question", "answer": "answer", "full_answer": "fullAnswer"}
-_EDGE_PUNCTUATION = string.punctuation
 _TOKEN = re.compile(r"\S+")
 _POINTER_KEY = re.compile(r"(\d+)(?::(\d+))?")
 
@@ -86,9 +81,9 @@ def pointer_char_span(text: str, tokens: list[tuple[int, int]], start: int, end:
     """Character span of tokens [start, end) of `text`, edge punctuation trimmed (kept when it is all punctuation)."""
     first, last = tokens[start][0], tokens[end - 1][1]
     trimmed_first, trimmed_last = first, last
-    while trimmed_first < trimmed_last and text[trimmed_first] in _EDGE_PUNCTUATION:
+    while trimmed_first < trimmed_last and text[trimmed_first] in string.punctuation:
         trimmed_first += 1
-    while trimmed_last > trimmed_first and text[trimmed_last - 1] in _EDGE_PUNCTUATION:
+    while trimmed_last > trimmed_first and text[trimmed_last - 1] in string.punctuation:
         trimmed_last -= 1
     return (trimmed_first, trimmed_last) if trimmed_first < trimmed_last else (first, last)
 
@@ -178,7 +173,7 @@ def build(
     answer_vocab: str | Path | Mapping[str, int] | None = None,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
-    """`build_dataset("gqa", data_dir, split)`: one row per question (see the module docstring for the columns).
+    """`build_dataset("gqa", data_dir, split)`: one row per question (`gqa_features`).
 
     Args:
         subset: "balanced" or "all" (which official question file to read; ignored with `questions_file`).
@@ -197,14 +192,19 @@ def build(
         graphs_path = resolve_path(data_dir, scene_graphs)
         graphs = read_scene_graphs(graphs_path)
         questions = _questions_with_graphs(questions, graphs, graphs_path, split, on_missing_image)
-    vocab = None
-    if answer_vocab is not None:
-        vocab = read_answer_vocab(
-            answer_vocab if isinstance(answer_vocab, Mapping) else resolve_path(data_dir, answer_vocab)
-        )
+    vocab = read_answer_vocab(answer_vocab, data_dir=data_dir) if answer_vocab is not None else None
     rows = [_row(question_id, record, graphs, vocab) for question_id, record in questions.items()]
-    if vocab is not None:
-        _report_labels(rows, split, len(vocab))
+    unanswered = sum(row["answer"] is None for row in rows)
+    outside = sum(vocab is not None and row["label"] == -1 and row["answer"] is not None for row in rows)
+    if outside:
+        logger.warning(
+            "GQA %s: %d of %d answers are not in the %d-answer vocabulary; their `label` is -1.",
+            split, outside, len(rows) - unanswered, len(vocab),
+        )  # fmt: skip
+    if vocab is not None and unanswered:
+        logger.info(
+            "GQA %s: %d of %d questions have no published answer; their `label` is -1.", split, unanswered, len(rows)
+        )
     return datasets.Dataset.from_list(rows, features=gqa_features(with_label=vocab is not None))
 
 
@@ -223,20 +223,6 @@ def _questions_with_graphs(
     if not kept:
         raise ValueError(f"`scene_graphs` {path}: none of the {len(questions)} questions of {split!r} has its image.")
     return kept
-
-
-def _report_labels(rows: list[dict], split: str, vocab_size: int) -> None:
-    unanswered = sum(row["answer"] is None for row in rows)
-    outside = sum(row["label"] == -1 and row["answer"] is not None for row in rows)
-    if outside:
-        logger.warning(
-            "GQA %s: %d of %d answers are not in the %d-answer vocabulary; their `label` is -1.",
-            split, outside, len(rows) - unanswered, vocab_size,
-        )  # fmt: skip
-    if unanswered:
-        logger.info(
-            "GQA %s: %d of %d questions have no published answer; their `label` is -1.", split, unanswered, len(rows)
-        )
 
 
 def _row(question_id: str, record: dict, graphs: dict | None, vocab: Mapping[str, int] | None) -> dict:
@@ -284,15 +270,3 @@ def _object_columns(graph: dict | None) -> dict[str, list]:
         "object_attributes": [list(obj.get("attributes") or []) for obj in objects.values()],
         "object_boxes": [_box(obj) for obj in objects.values()],
     }
-
-
-__all__ = [
-    "build",
-    "gqa_features",
-    "parse_pointer_key",
-    "pointer_char_span",
-    "question_files",
-    "read_questions",
-    "read_scene_graphs",
-    "text_pointers",
-]

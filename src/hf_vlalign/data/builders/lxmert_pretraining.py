@@ -1,14 +1,9 @@
 """LXMERT's pre-training data (Tan & Bansal 2019), as its pre-training reads it: one row per sentence of each image.
 
-Files in `data_dir`: `mscoco_train.json`, `mscoco_nominival.json`, `mscoco_minival.json`, `vgnococo.json`, each a list
-of {"img_id", "sentf": {source: [sentence]}, "labelf": {source: [{answer: score}]}}. A split is one file or several
-joined by commas (LXMERT's `--train`); "val" is `mscoco_minival`. Answers go through LXMERT's
-`AnswerTable.convert_ans`; with `answer_vocab` (an ans2label JSON or LXMERT's `all_ans.json`) answers outside it are
-dropped, and `answer` / `label` are the highest-scored one (-1 for captions and unanswered questions).
-
-Word -> object pointers (Kervadec et al. 2020, sec. 5) where the annotations give them: "vg" sentences that are one of
-their image's region descriptions (`visual_genome_dir`), "gqa" questions found in GQA's files (`gqa_questions` +
-`gqa_scene_graphs`). Other sentences have no pointer.
+`data_dir` holds `FILES` (`<name>.json`), lists of {"img_id", "sentf": {source: [sentence]}, "labelf": {source:
+[{answer: score}]}}. Answers go through LXMERT's `AnswerTable.convert_ans`. Word -> object pointers (Kervadec et al.
+2020, sec. 5) where the annotations give them: "vg" sentences that are one of their image's region descriptions, "gqa"
+questions found in GQA's files; other sentences have no pointer.
 """
 
 from __future__ import annotations
@@ -22,14 +17,7 @@ from pathlib import Path
 import datasets
 
 from . import gqa
-from ._common import (
-    DEFAULT_ON_MISSING_IMAGE,
-    IMAGE_SIZE,
-    UniqueIds,
-    grounding_features,
-    read_json,
-    xywh_to_xyxy,
-)
+from ._common import DEFAULT_ON_MISSING_IMAGE, IMAGE_SIZE, UniqueIds, grounding_features, read_json, xywh_to_xyxy
 from .visual_genome import clean_description
 from .vqa_v2 import read_answer_vocab
 
@@ -56,8 +44,8 @@ LXMERT_FEATURES = datasets.Features(
         "image_size": IMAGE_SIZE,
         "source": datasets.Value("string"),
         "sentence": datasets.Value("string"),
-        "answer": datasets.Value("string"),
-        "label": datasets.Value("int32"),
+        "answer": datasets.Value("string"),  # the highest-scored answer (in `answer_vocab` when given)
+        "label": datasets.Value("int32"),  # its id in `answer_vocab`; -1 for captions and unanswered questions
         "answer_ids": datasets.List(datasets.Value("int32")),
         "answer_scores": datasets.List(datasets.Value("float32")),
         **grounding_features("sentence"),
@@ -348,17 +336,3 @@ def _report(counts: Counter, split: str, vocab) -> None:
                 "LXMERT %s, %s: %d of %d questions have no answer in the %d-answer vocabulary; their `label` is -1.",
                 split, source, counts[(source, "unanswered")], counts[(source, "rows")], len(vocab),
             )  # fmt: skip
-
-
-__all__ = [
-    "FILES",
-    "SOURCES",
-    "build",
-    "check_record",
-    "convert_answer",
-    "gqa_question_pointers",
-    "read_answer_table",
-    "region_description_boxes",
-    "split_files",
-    "visual_genome_id",
-]

@@ -1,20 +1,8 @@
 """NLVR2 (Suhr, Zhou et al., 2019): is a sentence true of a pair of photographs? One row per (sentence, image pair).
 
 `data_dir` is `nlvr2/data` (JSON lines `{train,dev,test1,test2}.json`; `subset=` reads
-`balanced/balanced_{dev,test1}.json` or `unbalanced/unbalanced_{dev,test1}.json`).
-
-| column | type | meaning |
-|---|---|---|
-| `identifier` | string | the example id, as published |
-| `sentence` | string | the statement about the two images |
-| `label` | int32 | 1 for "True", 0 for "False" (LXMERT's convention) |
-| `left_image_id`, `right_image_id` | string | "<split>-<set_id>-<pair_id>-img0" / "-img1" |
-| `image_id` | string | = `left_image_id` (the library-wide join column) |
-| `image_size` | null | NLVR2 does not publish image sizes |
-| `synset`, `query`, `left_url`, `right_url` | string | as published |
-
-Image ids follow the NLVR2 README's naming (also LXMERT's feature ids). An example needs both images:
-`attach_pair_features(dataset, store)` adds `left_feature_row` and `right_feature_row`.
+`balanced/balanced_{dev,test1}.json` or `unbalanced/unbalanced_{dev,test1}.json`). Image ids follow the NLVR2 README's
+naming (also LXMERT's feature ids); `attach_pair_features` joins both images of an example to a store.
 """
 
 from __future__ import annotations
@@ -47,12 +35,12 @@ FEATURES = datasets.Features(
     {
         "identifier": datasets.Value("string"),
         "sentence": datasets.Value("string"),
-        "label": datasets.Value("int32"),
-        "left_image_id": datasets.Value("string"),
-        "right_image_id": datasets.Value("string"),
-        "image_id": datasets.Value("string"),
-        "image_size": IMAGE_SIZE,
-        "synset": datasets.Value("string"),
+        "label": datasets.Value("int32"),  # 1 for "True", 0 for "False" (LXMERT's convention)
+        "left_image_id": datasets.Value("string"),  # "<split>-<set_id>-<pair_id>-img0"
+        "right_image_id": datasets.Value("string"),  # "<split>-<set_id>-<pair_id>-img1"
+        "image_id": datasets.Value("string"),  # = `left_image_id`, the library-wide join column
+        "image_size": IMAGE_SIZE,  # None: NLVR2 does not publish image sizes
+        "synset": datasets.Value("string"),  # this and the rest as published
         "query": datasets.Value("string"),
         "left_url": datasets.Value("string"),
         "right_url": datasets.Value("string"),
@@ -61,11 +49,10 @@ FEATURES = datasets.Features(
 
 
 def build(data_dir: str | Path, split: str, *, subset: str | None = None) -> datasets.Dataset:
-    """One NLVR2 file as rows (see the module docstring for the columns).
+    """One NLVR2 file as rows (`FEATURES`).
 
     Args:
         data_dir: the `nlvr2/data` folder of the lil-lab/nlvr repository.
-        split: "train", "dev", "test1" or "test2".
         subset: None for the full split, or "balanced" / "unbalanced" (dev and test1 only) for the subset files
             `data_dir/<subset>/<subset>_<split>.json`.
     """

@@ -2,24 +2,9 @@
 
 `data_dir` is the unzipped `refcoco+` folder of https://github.com/lichengunc/refer: `refs(unc).p` (read by
 `formats.safe_pickle.load_restricted_pickle`, which imports nothing; `refs_file=` names another `.p` / `.pkl` / `.json`
-of the same refs) and `instances.json` (COCO images, annotations, categories).
-
-| column | type | meaning |
-|---|---|---|
-| `ref_id`, `sent_id`, `ann_id` | int64 | as published |
-| `image_id` | string | the COCO image id, e.g. "581857" |
-| `image_size` | [height, width] int32 | from `instances.json` |
-| `file_name` | string | the image's file in COCO train2014 (from `instances.json`) |
-| `expression` | string | the processed sentence (`sent`), the text the published results use |
-| `tokens` | [string] | its published tokens |
-| `expression_phrase_spans` | [[0, len(expression)]] | the whole expression is one phrase |
-| `expression_phrase_boxes` | [[[x1, y1, x2, y2]]] | the referred object's COCO box, pixels |
-| `category_id`, `category_name` | int64, string | the referred object's COCO category |
-| `candidate_ann_ids`, `candidate_boxes` | [int64], [[x1, y1, x2, y2]] | every COCO object of the image, in file order |
-| `target_index` | int32 | the referred object's position among the candidates |
-
-Accuracy is `argmax == target_index` over the ground-truth candidates (MAttNet's setting). `store_image_ids` tries
-"<id>" then "COCO_train2014_<id:012d>" (or `image_id_template`).
+of the same refs) and `instances.json` (COCO images, annotations, categories). Accuracy is `argmax == target_index`
+over the ground-truth candidates (MAttNet's setting). `store_image_ids` tries "<id>" then "COCO_train2014_<id:012d>"
+(or `image_id_template`).
 """
 
 from __future__ import annotations
@@ -59,17 +44,17 @@ FEATURES = datasets.Features(
         "ref_id": datasets.Value("int64"),
         "sent_id": datasets.Value("int64"),
         "ann_id": datasets.Value("int64"),
-        "image_id": datasets.Value("string"),
-        "image_size": IMAGE_SIZE,
-        "file_name": datasets.Value("string"),
-        "expression": datasets.Value("string"),
+        "image_id": datasets.Value("string"),  # the COCO image id, e.g. "581857"
+        "image_size": IMAGE_SIZE,  # from `instances.json`
+        "file_name": datasets.Value("string"),  # the image's file in COCO train2014
+        "expression": datasets.Value("string"),  # the processed sentence (`sent`), the text published results use
         "tokens": datasets.List(datasets.Value("string")),
-        **grounding_features("expression"),
+        **grounding_features("expression"),  # one phrase, the whole expression, with the referred object's box
         "category_id": datasets.Value("int64"),
         "category_name": datasets.Value("string"),
-        "candidate_ann_ids": datasets.List(datasets.Value("int64")),
+        "candidate_ann_ids": datasets.List(datasets.Value("int64")),  # every COCO object of the image, in file order
         "candidate_boxes": datasets.List(datasets.List(datasets.Value("float32"), length=4)),
-        "target_index": datasets.Value("int32"),
+        "target_index": datasets.Value("int32"),  # the referred object's position among the candidates
     }
 )
 
@@ -82,11 +67,10 @@ def build(
     image_id_template: str | None = None,
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
 ) -> datasets.Dataset:
-    """One RefCOCO+ split, one row per expression (see the module docstring for the columns).
+    """One RefCOCO+ split, one row per expression (`FEATURES`).
 
     Args:
         data_dir: the `refcoco+` folder (with `refs(unc).p` and `instances.json`).
-        split: "train", "val", "testA" or "testB".
         refs_file: a pickle or `.json` of the refs to read instead of `data_dir/refs(unc).p` (relative to `data_dir`).
         image_id_template: read by `store_image_ids` (`build_dataset` passes both the same options).
         on_missing_image: for the refs whose image `instances.json` does not list.
@@ -136,26 +120,17 @@ def read_refs(path: str | Path, argument: str = "refs_file") -> list[dict]:
         raise ValueError(f"`{argument}` {path}: expected a non-empty list of ref dicts, got {type(refs).__name__}.")
     ref_ids, sent_ids = UniqueIds(f"`{argument}` {path}", "ref_id"), UniqueIds(f"`{argument}` {path}", "sent_id")
     for index, ref in enumerate(refs):
-        _check_ref(ref, f"`{argument}` {path}, ref #{index}")
-        ref_ids.add(ref["ref_id"], f"ref #{index}")
+        check_keys(ref, _REF_KEYS, f"`{argument}` {path}, ref #{index}")
         for number, sentence in enumerate(ref["sentences"]):
-            sent_ids.add(sentence["sent_id"], f"ref #{index} (ref_id {ref['ref_id']}), sentence #{number}")
+            where = f"ref #{index} (ref_id {ref['ref_id']}), sentence #{number}"
+            check_keys(sentence, _SENTENCE_KEYS, f"`{argument}` {path}, {where}")
+            sent_ids.add(sentence["sent_id"], where)
+        ref_ids.add(ref["ref_id"], f"ref #{index}")
     return refs
 
 
 _REF_KEYS = {"ref_id": int, "ann_id": int, "image_id": int, "category_id": int, "split": str, "sentences": list}
 _SENTENCE_KEYS = {"sent_id": int, "sent": str, "tokens": list}
-
-
-def _check_ref(ref: object, where: str) -> None:
-    if not isinstance(ref, dict):
-        raise ValueError(f"{where}: expected a dict, got {type(ref).__name__}.")
-    check_keys(ref, _REF_KEYS, where)
-    for index, sentence in enumerate(ref["sentences"]):
-        sentence_where = f"{where} (ref_id {ref['ref_id']}), sentence #{index}"
-        if not isinstance(sentence, dict):
-            raise ValueError(f"{sentence_where}: expected a dict, got {type(sentence).__name__}.")
-        check_keys(sentence, _SENTENCE_KEYS, sentence_where)
 
 
 class _CocoInstances:

@@ -1,11 +1,6 @@
-"""The embedded default data: synthetic grounded scenes (`hf_vlalign.synthetic`), read through the real builders.
-
-`build_dataset("synthetic_scenes", data_dir, split, task=...)` generates the scenes once (cached in `data_dir`, or
-`$HF_VLALIGN_CACHE` / `~/.cache/hf_vlalign`) in the published formats and builds split "train" or "val" with the real
-builder of `task`: "vgp" (default), "captions" (flickr30k_entities), "questions" (gqa), "nlvr2" ("val" reads
-`dev.json`), "refcoco". `synthetic_region_features(data_dir, config, task=...)` is their store; for "nlvr2" it is
-keyed by NLVR2's pair image ids, which `build_dataset(..., task="nlvr2", region_features=store)` joins as
-`left_feature_row` / `right_feature_row`.
+"""The embedded default data: synthetic grounded scenes (`hf_vlalign.synthetic`), generated once in the published
+formats (cached in `data_dir`, or `$HF_VLALIGN_CACHE` / `~/.cache/hf_vlalign`) and read by the real builder of `task`
+(`TASKS`; see docs/datasets.md).
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from ...synthetic.questions import ANSWER_VOCAB_FILE, scene_graphs_file
 from ...synthetic.scenes import SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from ...synthetic.tasks import NLVR2_SPLITS, REFCOCO_SPLITS
 from ..feature_store import RegionFeatureStore
-from . import nlvr2
+from . import flickr30k_entities, gqa, nlvr2, refcoco
 from .nlvr2 import attach_pair_features  # what `build_dataset(..., task="nlvr2", region_features=store)` joins with
 from ._common import DEFAULT_ON_MISSING_IMAGE
 from .vgp import _synthetic_store, build_vgp_dataset
@@ -37,9 +32,8 @@ def build(
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
     **options,
 ) -> datasets.Dataset:
-    """One split of the synthetic scenes; `options` go to the task's builder (e.g. `negatives=` for "vgp", or
-    `answer_vocab=` / `scene_graphs=` replacing the generated ones for "questions"), and so does `on_missing_image`
-    (the generated files describe every image, so it only matters for replaced files and for the store join)."""
+    """One split of the synthetic scenes; `options` and `on_missing_image` go to the task's builder (e.g.
+    `negatives=` for "vgp", or `answer_vocab=` / `scene_graphs=` replacing the generated ones for "questions")."""
     _check_task(task)
     splits = TASK_SPLITS.get(task, {name: name for name in SPLITS})
     if split not in splits:
@@ -51,27 +45,21 @@ def build(
             paths.flickr30k_entities, paths.vgp_csv[split], seed=seed, on_missing_image=on_missing_image, **options
         )
     if task == "questions":
-        from .gqa import build as build_questions
-
         options.setdefault("scene_graphs", scene_graphs_file(split))
         options.setdefault("answer_vocab", ANSWER_VOCAB_FILE)
-        return build_questions(paths.gqa_dir, split, on_missing_image=on_missing_image, **options)
+        return gqa.build(paths.gqa_dir, split, on_missing_image=on_missing_image, **options)
     if task == "nlvr2":
         return nlvr2.build(paths.nlvr2_dir, splits[split], **options)
     if task == "refcoco":
-        from .refcoco import build as build_refcoco
-
-        return build_refcoco(paths.refcoco_dir, splits[split], on_missing_image=on_missing_image, **options)
-    from .flickr30k_entities import build as build_captions
-
-    return build_captions(paths.flickr30k_entities, split, on_missing_image=on_missing_image, **options)
+        return refcoco.build(paths.refcoco_dir, splits[split], on_missing_image=on_missing_image, **options)
+    return flickr30k_entities.build(paths.flickr30k_entities, split, on_missing_image=on_missing_image, **options)
 
 
 def synthetic_region_features(
     data_dir: str | Path | None = None, config: SyntheticSceneConfig | None = None, *, task: str | None = None
 ) -> RegionFeatureStore:
     """The region-feature store of the synthetic scenes (converted once from their LXMERT TSV); with task="nlvr2",
-    that of the NLVR2 pair images, keyed by NLVR2's image ids (see the module docstring)."""
+    that of the NLVR2 pair images, keyed by NLVR2's image ids."""
     if task is not None:
         _check_task(task)
     paths = load_or_generate_synthetic_vgp(cache_dir=data_dir, config=config)

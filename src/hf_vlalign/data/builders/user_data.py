@@ -1,19 +1,7 @@
 """Your own images and texts: one documented file format per task (JSON lines or CSV) -> the rows every collator reads,
-joined to region features extracted from the images (format: docs/own_data.md).
-
-One example per line (`.jsonl` / `.json`) or CSV row (a cell holding a list or object is JSON text). Image paths are
-relative to the file's folder; boxes are `[x1, y1, x2, y2]` pixels. The columns of each task (`USER_TASKS`):
-
-| task | columns (optional in brackets) |
-|---|---|
-| `caption` | `image`, `caption`, [`phrases`], [`regions`] |
-| `vqa` | `image`, `question`, `answer` or `answers` (a list: VQA soft scores), [`phrases`], [`regions`] |
-| `nlvr2` | `left_image`, `right_image`, `sentence`, `label` (true / false) |
-| `refcoco` | `image`, `expression`, `box`, [`regions`] |
-| `vgp` | `image`, `caption1`, `caption2`, `phrase1`, `phrase2`, `label` (c1 / c2 / both), [`type`], [`phrases1`], [`phrases2`], [`regions`] |
-
-`phrases`: [{"text", "boxes", optional "start"}]; `regions`: the image's boxes, for every image or none (else a grid or
-detector makes them, `region_options`).
+joined to region features extracted from the images. The columns of each task (`USER_TASKS`, `_REQUIRED`,
+`_OPTIONAL`), the phrase and region formats: docs/own_data.md. Image paths are relative to the file's folder; boxes
+are `[x1, y1, x2, y2]` pixels; without `regions` a grid or detector makes them (`region_options`).
 """
 
 from __future__ import annotations
@@ -35,7 +23,7 @@ from ..formats.text_files import iter_csv_rows, parse_json, read_text
 from ..formats.vgp import TYPOLOGY_LABELS
 from ._common import IMAGE_SIZE, attach_region_features, grounding_features
 from .nlvr2 import attach_pair_features
-from .vgp import ID_LABELS
+from .vgp import ID_LABELS, VGP_FEATURES
 from .vqa_v2 import answer_score
 
 USER_TASKS = ("caption", "vqa", "nlvr2", "refcoco", "vgp")
@@ -81,25 +69,24 @@ class UserRow:
 
 @dataclass
 class UserData:
-    """The splits of a user's files joined to their images' region features.
-
-    `region_options` are the `extract_region_features` options the features were made with: save them with the model
-    (`recipes.save_model(..., region_options=...)`) so that its processor makes the same regions and features.
-    `answer_vocab` ({answer: id}, from the training answers) is set for the `vqa` task."""
+    """The splits of a user's files joined to their images' region features. `region_options` are the
+    `extract_region_features` options the features were made with: save them with the model
+    (`recipes.save_model(..., region_options=...)`) so that its processor makes the same regions and features."""
 
     task: str
     train: datasets.Dataset
     validation: datasets.Dataset | None
     store: RegionFeatureStore
     region_options: dict
-    answer_vocab: dict[str, int] | None = None
+    answer_vocab: dict[str, int] | None = None  # {answer: id} of the training answers, for the `vqa` task
     image_paths: dict[str, Path] = field(default_factory=dict)
 
 
 def read_user_rows(path: str | os.PathLike, task: str) -> list[UserRow]:
     """The rows of a user-format file of `task`, checked: required columns present, no unknown column, images
     present. A JSON-lines file holds one JSON object per line (blank lines are skipped); a CSV file has a header."""
-    check_user_task(task)
+    if task not in USER_TASKS:
+        raise ValueError(f"`task` must be one of {USER_TASKS}, got {task!r}.")
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"the data file {str(path)!r} is not a file.")
@@ -112,17 +99,9 @@ def read_user_rows(path: str | os.PathLike, task: str) -> list[UserRow]:
     return rows
 
 
-def check_user_task(task: object) -> None:
-    if task not in USER_TASKS:
-        raise ValueError(f"`task` must be one of {USER_TASKS}, got {task!r}.")
-
-
 def _json_lines(path: Path) -> list[tuple[int, dict]]:
-    rows = []
-    for number, text in enumerate(read_text(path).splitlines(), start=1):
-        if text.strip():
-            rows.append((number, parse_json(text, path, record=f"line {number}")))
-    return rows
+    lines = enumerate(read_text(path).splitlines(), start=1)
+    return [(number, parse_json(text, path, record=f"line {number}")) for number, text in lines if text.strip()]
 
 
 def _csv_rows(path: Path) -> list[tuple[int, dict]]:
@@ -182,12 +161,8 @@ def _text(where: str, values: Mapping, column: str) -> str:
 
 def _box(where: str, column: str, value: object, size: tuple[int, int]) -> list[float]:
     height, width = size
-    if (
-        not isinstance(value, Sequence)
-        or isinstance(value, str)
-        or len(value) != 4
-        or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value)
-    ):
+    four = isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 4
+    if not four or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
         raise UserDataError(f"{where}: `{column}` must hold boxes [x1, y1, x2, y2] of 4 numbers (pixels), got {value!r}.")
     x1, y1, x2, y2 = (float(v) for v in value)
     if not (0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height):
@@ -311,6 +286,8 @@ def _vgp_columns(where: str, values: Mapping, size: tuple[int, int]) -> dict:
 
 
 def _features(task: str) -> datasets.Features:
+    if task == "vgp":
+        return VGP_FEATURES
     common = {"image_id": datasets.Value("string"), "image_size": IMAGE_SIZE}
     string, integer = datasets.Value("string"), datasets.Value("int32")
     if task == "caption":
@@ -321,12 +298,7 @@ def _features(task: str) -> datasets.Features:
     if task == "nlvr2":
         pair = {"left_image_id": string, "right_image_id": string, "identifier": string}
         return datasets.Features({**common, **pair, "sentence": string, "label": integer})
-    if task == "refcoco":
-        return datasets.Features({**common, "expression": string, **grounding_features("expression")})
-    span = datasets.List(integer, length=2)
-    labels = {"id_label": integer, "vgp_label": integer, "type_label": integer}
-    texts = {"caption1": string, "caption2": string, "phrase1_span": span, "phrase2_span": span}
-    return datasets.Features({**common, **texts, **labels, **grounding_features("caption1", "caption2")})
+    return datasets.Features({**common, "expression": string, **grounding_features("expression")})
 
 
 def build_user_dataset(path: str | os.PathLike, task: str) -> datasets.Dataset:
@@ -404,8 +376,7 @@ def _cache_key(images: Sequence[Path], boxes: Mapping | None, options: Mapping) 
 
 
 def user_features_cache() -> Path:
-    """Where `load_user_data` keeps region-feature stores by default: $HF_VLALIGN_CACHE/user_features (or
-    ~/.cache/hf_vlalign/user_features)."""
+    """Where `load_user_data` keeps stores by default: `user_features/` in $HF_VLALIGN_CACHE or ~/.cache/hf_vlalign."""
     root = os.environ.get("HF_VLALIGN_CACHE") or Path.home() / ".cache" / "hf_vlalign"
     return Path(root) / "user_features"
 
@@ -492,17 +463,3 @@ def with_soft_scores(dataset: datasets.Dataset, answer_vocab: Mapping[str, int])
     features["labels"] = datasets.List(datasets.Value("int32"))
     features["scores"] = datasets.List(datasets.Value("float32"))
     return dataset.map(scores, features=features)
-
-
-__all__ = [
-    "DEFAULT_REGION_OPTIONS",
-    "USER_TASKS",
-    "UserData",
-    "UserDataError",
-    "answer_vocabulary",
-    "build_user_dataset",
-    "load_user_data",
-    "read_user_rows",
-    "user_features_cache",
-    "with_soft_scores",
-]

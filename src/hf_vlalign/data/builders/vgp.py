@@ -1,11 +1,7 @@
-"""Visually grounded paraphrases (VGP): a VGP csv + Flickr30k Entities -> Arrow-backed `datasets.Dataset` of caption
-pairs (Samaran et al.: image-description identification, eq. 1, + VGP classification, eq. 4).
-
-Each csv row is placed in two captions of its image by `match_phrases`; rows that cannot be placed are skipped and
-counted per reason (`SKIP_REASONS`). `on_split_overlap` handles rows on images of other splits (the published
-VGP-Typology train csv has rows on Flickr30k test images). `type_label` is the csv's semantic type
-(`TYPOLOGY_LABELS`), -1 for a row that is not a VGP (left out of the type loss, counted by `count_vgp_types`).
-Tokenisation and region features are joined in the collator (`data/collators/vgp.py`).
+"""Visually grounded paraphrases (VGP): a VGP csv + Flickr30k Entities -> caption pairs (Samaran et al.:
+image-description identification, eq. 1, + VGP classification, eq. 4). How rows are placed in captions and what
+`on_split_overlap` does: docs/datasets.md. `type_label` is the csv's semantic type (`TYPOLOGY_LABELS`), -1 for a row
+that is not a VGP. Tokenisation and region features are joined in the collator (`data/collators/vgp.py`).
 """
 
 from __future__ import annotations
@@ -224,12 +220,11 @@ def build_vgp_dataset(
 ) -> datasets.Dataset:
     """Visually grounded paraphrase examples from a VGP csv (either published layout) and Flickr30k Entities files.
 
-    Each csv row is placed in two captions of its image by `match_phrases`; rows that cannot be placed are skipped
-    and reported per reason with their csv lines, kept rows against their label's entities in another warning. With
-    probability `replace_caption_prob` one caption (c1 or c2) is replaced by a caption of another image and its phrase
-    by one of that caption's phrases: `id_label` then names the caption that still describes the image and the pair is
-    not a VGP. The other image is a hard negative (`negatives="hard"`, after Lu et al. 2019: among the
-    `num_neighbours` nearest images) or any image of the csv ("random"). Everything is drawn from `seed`.
+    Each csv row is placed in two captions of its image by `match_phrases` (the rows skipped are counted in a warning).
+    With probability `replace_caption_prob` one caption is replaced by a caption of another image and its phrase by one
+    of that caption's phrases: `id_label` then names the caption that still describes the image and the pair is not a
+    VGP. The other image is among the `num_neighbours` nearest images (`negatives="hard"`, after Lu et al. 2019) or any
+    image of the csv ("random"). Everything is drawn from `seed`.
 
     Args:
         split: the Flickr30k Entities split of the csv ("train", "val" or "test"); rows on images of the other split
@@ -241,9 +236,20 @@ def build_vgp_dataset(
         on_missing_image: a row whose image has no `Sentences/` or `Annotations/` file raises ("raise", the default)
             or is skipped and counted in a warning ("skip").
     """
-    _check_options(
-        replace_caption_prob, negatives, num_neighbours, max_examples, split, held_out_csvs, on_split_overlap
-    )
+    if not isinstance(replace_caption_prob, (int, float)) or not 0.0 <= replace_caption_prob <= 1.0:
+        raise ValueError(f"`replace_caption_prob` must be in [0, 1], got {replace_caption_prob}.")
+    if negatives not in ("hard", "random"):
+        raise ValueError(f"`negatives` must be 'hard' or 'random', got {negatives!r}.")
+    if not isinstance(num_neighbours, int) or num_neighbours < 1:
+        raise ValueError(f"`num_neighbours` must be a positive int, got {num_neighbours!r}.")
+    if max_examples is not None and (type(max_examples) is not int or max_examples < 1):
+        raise ValueError(f"`max_examples` must be a positive int or None, got {max_examples!r}.")
+    if split is not None and split not in SPLIT_NAMES:
+        raise ValueError(f"`split` must be one of the Flickr30k Entities splits {SPLIT_NAMES} or None, got {split!r}.")
+    if on_split_overlap not in SPLIT_OVERLAP_CHOICES:
+        raise ValueError(f"`on_split_overlap` must be one of {SPLIT_OVERLAP_CHOICES}, got {on_split_overlap!r}.")
+    if isinstance(held_out_csvs, (str, Path)) or not all(isinstance(path, (str, Path)) for path in held_out_csvs):
+        raise ValueError(f"`held_out_csvs` must be a list of VGP csv paths, got {held_out_csvs!r}.")
     check_on_missing_image(on_missing_image)
     corpus = Flickr30kEntities(flickr30k_entities_dir)
     pairs = read_vgp_csv(vgp_csv)
@@ -279,39 +285,16 @@ def build_vgp_dataset(
     return dataset
 
 
-def _check_options(
-    replace_caption_prob, negatives, num_neighbours, max_examples, split, held_out_csvs, on_split_overlap
-) -> None:
-    if not isinstance(replace_caption_prob, (int, float)) or not 0.0 <= replace_caption_prob <= 1.0:
-        raise ValueError(f"`replace_caption_prob` must be in [0, 1], got {replace_caption_prob}.")
-    if negatives not in ("hard", "random"):
-        raise ValueError(f"`negatives` must be 'hard' or 'random', got {negatives!r}.")
-    if not isinstance(num_neighbours, int) or num_neighbours < 1:
-        raise ValueError(f"`num_neighbours` must be a positive int, got {num_neighbours!r}.")
-    if max_examples is not None and (
-        not isinstance(max_examples, int) or isinstance(max_examples, bool) or max_examples < 1
-    ):
-        raise ValueError(f"`max_examples` must be a positive int or None, got {max_examples!r}.")
-    if split is not None and split not in SPLIT_NAMES:
-        raise ValueError(f"`split` must be one of the Flickr30k Entities splits {SPLIT_NAMES} or None, got {split!r}.")
-    if on_split_overlap not in SPLIT_OVERLAP_CHOICES:
-        raise ValueError(f"`on_split_overlap` must be one of {SPLIT_OVERLAP_CHOICES}, got {on_split_overlap!r}.")
-    if isinstance(held_out_csvs, (str, Path)) or not all(isinstance(path, (str, Path)) for path in held_out_csvs):
-        raise ValueError(f"`held_out_csvs` must be a list of VGP csv paths, got {held_out_csvs!r}.")
-
-
 def _pairs_with_images(
     pairs: list[VGPPair], corpus: Flickr30kEntities, on_missing_image: str, source: str
 ) -> list[VGPPair]:
     """The rows whose image has both annotation files; the others raise or are counted (`on_missing_image`)."""
     where = f"Sentences/ and Annotations/ of {corpus.root}"
-    present = {}
+    has_image = functools.cache(corpus.has_image)  # refuses an id that is not digits
     for pair in pairs:
-        if pair.image_id not in present:
-            present[pair.image_id] = corpus.has_image(pair.image_id)  # refuses an id that is not digits
-        if not present[pair.image_id] and on_missing_image == "raise":
+        if not has_image(pair.image_id) and on_missing_image == "raise":
             raise missing_image_error(source, f"line {pair.line}", pair.image_id, where)
-    kept = [pair for pair in pairs if present[pair.image_id]]
+    kept = [pair for pair in pairs if has_image(pair.image_id)]
     report_missing_images(source, len(pairs) - len(kept), len(pairs), "rows", where)
     return kept
 
@@ -324,25 +307,22 @@ def _match_rows(captions: _CachedCorpus, pairs: list[VGPPair]) -> list[PhraseMat
     return [match_phrases(captions.sentences(pair.image_id), pair, rois[pair.image_id]) for pair in pairs]
 
 
-def _report_repeated_rows(pairs: list[VGPPair], source: str) -> list[tuple[int, int]]:
-    """Warns about rows that repeat an earlier row in every field but the preprocessed phrases and returns (line, first
-    line) of each; repeats are kept, as published (the csvs have no pair id, and VGP-Typology's train_data.csv lines
-    315-316 give one phrase pair two labels)."""
+def _report_repeated_rows(pairs: list[VGPPair], source: str) -> None:
+    """Warns about rows that repeat an earlier row in every field but the preprocessed phrases; they are kept, as
+    published (the csvs have no pair id; VGP-Typology's train_data.csv lines 315-316 label one pair twice)."""
     first_line, repeats = {}, []
     for pair in pairs:
         key = (pair.image_id, pair.original_phrase1, pair.original_phrase2, pair.is_paraphrase, pair.type_label,
                pair.original_label, pair.roi1, pair.roi2)  # fmt: skip
-        if key in first_line:
-            repeats.append((pair.line, first_line[key]))
-        else:
-            first_line[key] = pair.line
+        first = first_line.setdefault(key, pair.line)
+        if first != pair.line:
+            repeats.append((pair.line, first))
     if repeats:
         shown = ", ".join(f"line {line} = line {first}" for line, first in repeats[:5]) + (", ..." if len(repeats) > 5 else "")
         logger.warning(
             f"{source}: {len(repeats)} row(s) repeat an earlier row (same image, phrases and labels: {shown}); they are "
             "kept, as published, and count once more each."
         )
-    return repeats
 
 
 def _lines(pairs: list[VGPPair], limit: int = 5) -> str:
@@ -495,16 +475,13 @@ def build(
     *,
     flickr30k_entities_dir: str | Path | None = None,
     vgp_csv: str | Path | None = None,
-    on_split_overlap: str = "warn",
     on_missing_image: str = DEFAULT_ON_MISSING_IMAGE,
     **options,
 ) -> datasets.Dataset:
-    """`build_dataset("vgp", data_dir, split)`: the csv of `split` in `data_dir` (VGP-Typology `{split}_data.csv` or
-    the identification layout `full_data_type_phrase_pair_{split}.csv`), joined to Flickr30k Entities (by default
-    `data_dir/flickr30k_entities`). `on_split_overlap`, `on_missing_image` and `options` go to `build_vgp_dataset`
-    (`negatives`, `max_examples`, ...). For a Flickr30k split ("train", "val", "test") the rows are checked against
-    the other split lists, and a train (val) csv found in `data_dir` against the val and test (test) csvs beside it
-    (`held_out_csvs`)."""
+    """`build_dataset("vgp", data_dir, split)`: the csv of `split` in `data_dir` (`_CSV_NAMES`), joined to Flickr30k
+    Entities (by default `data_dir/flickr30k_entities`); `options` go to `build_vgp_dataset`. For a Flickr30k split
+    the rows are checked against the other split lists, and a train (val) csv found in `data_dir` against the val and
+    test (test) csvs beside it (`held_out_csvs`)."""
     data_dir = Path(data_dir) if data_dir is not None else None
     if vgp_csv is None:
         if data_dir is None:
@@ -525,15 +502,9 @@ def build(
             "split lists for images of other splits."
         )
     seed = options.pop("seed", {"train": 1, "val": 2}.get(split, 3))
-    flickr_split = split if split in SPLIT_NAMES else None
+    split = split if split in SPLIT_NAMES else None  # rows of another split are checked against no split list
     return build_vgp_dataset(
-        flickr30k_entities_dir,
-        vgp_csv,
-        seed=seed,
-        split=flickr_split,
-        on_split_overlap=on_split_overlap,
-        on_missing_image=on_missing_image,
-        **options,
+        flickr30k_entities_dir, vgp_csv, seed=seed, split=split, on_missing_image=on_missing_image, **options
     )
 
 
@@ -569,12 +540,11 @@ def load_vgp_data(
     synthetic grounded scenes (the embedded default), generated once and cached, read through the same readers.
 
     Args:
-        negatives: passed to `build_vgp_dataset`.
+        negatives, on_split_overlap: passed to `build_vgp_dataset`.
         eval_split: the Flickr30k Entities split of `vgp_eval_csv` ("val", alias "validation", or "test"); the train
             rows are also checked against the eval csv's images.
-        on_split_overlap: "warn", "drop" or "raise" (`build_vgp_dataset`).
-        on_missing_image: for the images in the Flickr30k Entities files and in `region_features`: "raise" stops here,
-            before any training; "skip" drops such rows with a warning.
+        on_missing_image: for the images in the Flickr30k Entities files and in `region_features`, checked here,
+            before any training.
     """
     eval_split = resolve_split("vgp", eval_split)
     check_on_missing_image(on_missing_image)
@@ -591,16 +561,11 @@ def load_vgp_data(
         from ...synthetic.scenes import load_or_generate_synthetic_vgp
 
         synthetic = load_or_generate_synthetic_vgp(config=synthetic_config)
-        flickr30k_entities_dir, vgp_train_csv, vgp_eval_csv = (
-            synthetic.flickr30k_entities,
-            synthetic.vgp_csv["train"],
-            synthetic.vgp_csv["val"],
-        )
+        flickr30k_entities_dir, vgp_train_csv = synthetic.flickr30k_entities, synthetic.vgp_csv["train"]
+        vgp_eval_csv = synthetic.vgp_csv["val"]
         region_features = _synthetic_store(synthetic.features_tsv, synthetic.root / "region_features")
         source = "synthetic"
-    store = region_features
-    if not isinstance(store, RegionFeatureStore):
-        store = RegionFeatureStore.load(store)
+    store = region_features if isinstance(region_features, RegionFeatureStore) else RegionFeatureStore.load(region_features)
     shared = {"negatives": negatives, "on_split_overlap": on_split_overlap, "on_missing_image": on_missing_image}
     train = build_vgp_dataset(
         flickr30k_entities_dir, vgp_train_csv, seed=1, split="train", held_out_csvs=[vgp_eval_csv], **shared

@@ -1,15 +1,10 @@
 """Visual Genome v1.2 (Krishna et al. 2017): region descriptions joined into grounded sentences, with the objects.
 
-Files in `data_dir`: `region_descriptions.json`, `objects.json`, `attributes.json`, `image_data.json`.
-
-Sentences (Kervadec et al. 2020: VG sentences carry one, two or three pointers): per image, each sentence joins k
-(drawn from `num_pointers`) distinct region descriptions with " and "; each description is a pointer to its region's
-box. Descriptions are cleaned as bottom-up-attention's `setup_vg.py` cleans them. The join word and the uniform draws
-are our reading (the paper's text is not in our corpus); `num_pointers=(1,)` is LXMERT's use of VG. Draws come from
-`random.Random(f"{seed}:{image_id}")`, so an image's sentences do not depend on the other images read.
-
-Splits: VG has none; "all" is every image, "train" / "val" hold an image out when blake2b(f"{seed}:{image_id}") as a
-fraction of 2**64 is below `val_fraction`. `exclude_coco_images=True` drops COCO images, as LXMERT does.
+Sentences (Kervadec et al. 2020: VG sentences carry one, two or three pointers): each joins k (drawn from
+`num_pointers`) distinct region descriptions, cleaned as bottom-up-attention's `setup_vg.py` does, with " and "; each
+description points to its region's box. The join word and the uniform draws are our reading (the paper's text is not
+in our corpus); `num_pointers=(1,)` is LXMERT's use of VG. VG has no splits: "train" / "val" hold out images by a
+seeded hash of their id (`is_validation_image`).
 """
 
 from __future__ import annotations
@@ -83,7 +78,8 @@ def join_descriptions(descriptions: Sequence[str]) -> tuple[str, list[list[int]]
 def draw_sentences(
     image_id: str, regions: list[dict], num_pointers: Sequence[int], sentences_per_image: int, seed: int
 ) -> list[dict]:
-    """The grounded sentences of one image from its usable regions (each with a cleaned `phrase`)."""
+    """The grounded sentences of one image from its usable regions (each with a cleaned `phrase`), drawn from
+    `random.Random(f"{seed}:{image_id}")`: independent of the other images read."""
     rng = random.Random(f"{seed}:{image_id}")
     sentences = []
     for _ in range(sentences_per_image):
@@ -94,15 +90,13 @@ def draw_sentences(
             {
                 "sentence": sentence,
                 "sentence_phrase_spans": spans,
-                "sentence_phrase_boxes": [[_region_box(region)] for region in chosen],
+                "sentence_phrase_boxes": [
+                    [xywh_to_xyxy([region["x"], region["y"], region["width"], region["height"]])] for region in chosen
+                ],
                 "sentence_region_ids": [str(region["region_id"]) for region in chosen],
             }
         )
     return sentences
-
-
-def _region_box(region: dict) -> list[float]:
-    return xywh_to_xyxy([region["x"], region["y"], region["width"], region["height"]])
 
 
 def _image_key(entry: dict, path: Path) -> str:
@@ -180,12 +174,16 @@ def build(
         seed: seeds both the train / val assignment and the sentence draws.
         val_fraction: the fraction of images held out as "val" (in [0, 1]).
         num_pointers: the numbers of region descriptions a sentence may join, drawn uniformly.
-        sentences_per_image: sentences drawn per image.
         exclude_coco_images: drop the images that have a `coco_id` (counted in a log message).
         on_missing_image: for the images of `region_descriptions.json` that `image_data.json` does not list.
     """
     check_split(split, SPLITS, "Visual Genome")
-    _check_options(val_fraction, num_pointers, sentences_per_image)
+    if not 0.0 <= val_fraction <= 1.0:
+        raise ValueError(f"`val_fraction` must be in [0, 1], got {val_fraction}.")
+    if not num_pointers or any(type(k) is not int or k < 1 for k in num_pointers):
+        raise ValueError(f"`num_pointers` must be a non-empty sequence of positive ints, got {num_pointers!r}.")
+    if type(sentences_per_image) is not int or sentences_per_image < 1:
+        raise ValueError(f"`sentences_per_image` must be a positive int, got {sentences_per_image!r}.")
     if data_dir is None:
         raise ValueError("`data_dir` must be the folder holding the Visual Genome JSON files, got None.")
     paths = {name: Path(data_dir) / file for name, file in FILES.items()}
@@ -220,15 +218,6 @@ def build(
             "read more images or change `val_fraction`."
         )
     return datasets.Dataset.from_list(rows, features=VG_FEATURES)
-
-
-def _check_options(val_fraction: float, num_pointers: Sequence[int], sentences_per_image: int) -> None:
-    if not 0.0 <= val_fraction <= 1.0:
-        raise ValueError(f"`val_fraction` must be in [0, 1], got {val_fraction}.")
-    if not num_pointers or any(type(k) is not int or k < 1 for k in num_pointers):
-        raise ValueError(f"`num_pointers` must be a non-empty sequence of positive ints, got {num_pointers!r}.")
-    if type(sentences_per_image) is not int or sentences_per_image < 1:
-        raise ValueError(f"`sentences_per_image` must be a positive int, got {sentences_per_image!r}.")
 
 
 def _image_rows(image_id, entry, image_size, objects, counts, num_pointers, sentences_per_image, seed) -> list[dict]:
@@ -266,6 +255,3 @@ def _report(counts: dict[str, int], split: str, exclude_coco_images: bool) -> No
         logger.info(
             "Visual Genome %s: %d image(s) also in COCO dropped (exclude_coco_images=True).", split, counts["COCO"]
         )
-
-
-__all__ = ["VG_FEATURES", "build", "clean_description", "draw_sentences", "is_validation_image", "join_descriptions"]

@@ -1,14 +1,9 @@
 """VQA v2 (Goyal et al. 2017): official question and annotation files -> one row per question, with soft answer scores.
 
-Files in `data_dir` under their official names (`QUESTIONS_FILE`, `ANNOTATIONS_FILE`; `questions_file=` /
-`annotations_file=` replace them). Splits "train", "val", "test", "test-dev" (the test splits have no answers).
-Columns: `VQA_FEATURES`; `labels` / `scores` are the vocabulary ids of the distinct normalised answers and their scores.
-
 Soft scores: answers are normalised as the official evaluation does (`normalize_answer`) and an answer given by `c`
 annotators scores `min(c / 3, 1)`, the VQA accuracy itself (bottom-up-attention-vqa's `compute_softscore.get_score`,
 which LXMERT inherits, steps 0.3 / 0.6 / 0.9 / 1 and counts raw answers). Without `answer_vocab` the vocabulary is
-built from the train annotations by `compute_softscore.filter_answers`' rule (`build_answer_vocab`, >= 9 questions).
-`store_image_ids` also finds LXMERT's TSV ids ("COCO_val2014_000000393225").
+built from the train annotations by `compute_softscore.filter_answers`' rule (`build_answer_vocab`).
 """
 
 from __future__ import annotations
@@ -46,6 +41,7 @@ ANNOTATIONS_FILE = {"train": "v2_mscoco_train2014_annotations.json", "val": "v2_
 DATA_SUBTYPE = {"train": "train2014", "val": "val2014", "test": "test2015", "test-dev": "test-dev2015"}
 COCO_SPLIT = {"train": "train2014", "val": "val2014", "test": "test2015", "test-dev": "test2015"}
 STORE_ID_COLUMNS = ("image_id", "coco_split")
+TSV_ID = "COCO_{split}_{id:012d}"  # LXMERT's feature id of a COCO image
 
 VQA_FEATURES = datasets.Features(
     {
@@ -108,17 +104,8 @@ def _process_punctuation(text: str) -> str:
     delete = _DIGIT_COMMA_DIGIT.search(text) is not None
     out = text
     for mark in _PUNCTUATION:
-        if delete or mark + " " in text or " " + mark in text:
-            out = out.replace(mark, "")
-        else:
-            out = out.replace(mark, " ")
+        out = out.replace(mark, "" if delete or mark + " " in text or " " + mark in text else " ")
     return _PERIOD_NOT_BEFORE_DIGIT.sub("", out)
-
-
-def _process_digit_article(text: str) -> str:
-    words = [_NUMBER_WORDS.get(word, word) for word in text.lower().split()]
-    words = [_CONTRACTIONS.get(word, word) for word in words if word not in _ARTICLES]
-    return " ".join(words)
 
 
 def normalize_answer(answer: str) -> str:
@@ -126,8 +113,10 @@ def normalize_answer(answer: str) -> str:
     punctuation, number words -> digits, articles dropped, contractions restored ("dont" -> "don't")."""
     if not isinstance(answer, str):
         raise ValueError(f"`answer` must be a string, got {type(answer).__name__}: {answer!r}.")
-    text = answer.replace("\n", " ").replace("\t", " ").strip()
-    return _process_digit_article(_process_punctuation(text)).replace(",", "")
+    text = _process_punctuation(answer.replace("\n", " ").replace("\t", " ").strip())
+    words = [_NUMBER_WORDS.get(word, word) for word in text.lower().split()]
+    words = [_CONTRACTIONS.get(word, word) for word in words if word not in _ARTICLES]
+    return " ".join(words).replace(",", "")
 
 
 def answer_score(count: int) -> float:
@@ -137,19 +126,18 @@ def answer_score(count: int) -> float:
 
 def soft_targets(answers: Sequence[str], answer_vocab: Mapping[str, int]) -> tuple[list[int], list[float]]:
     """(labels, scores) of already normalised `answers`: one entry per distinct answer that is in `answer_vocab`."""
-    counts = Counter(answers)
-    labels = [answer_vocab[answer] for answer in counts if answer in answer_vocab]
-    scores = [answer_score(count) for answer, count in counts.items() if answer in answer_vocab]
-    return labels, scores
+    counts = {answer: count for answer, count in Counter(answers).items() if answer in answer_vocab}
+    return [answer_vocab[answer] for answer in counts], [answer_score(count) for count in counts.values()]
 
 
-def read_answer_vocab(answer_vocab: str | Path | Mapping[str, int], argument: str = "answer_vocab") -> dict[str, int]:
-    """An ans2label mapping ({answer: label}, labels 0..n-1 each once) from a JSON file or a dict, checked."""
-    vocab = (
-        answer_vocab
-        if isinstance(answer_vocab, Mapping)
-        else read_json(answer_vocab, argument, "an ans2label JSON file")
-    )
+def read_answer_vocab(
+    answer_vocab: str | Path | Mapping[str, int], argument: str = "answer_vocab", data_dir: Path | None = None
+) -> dict[str, int]:
+    """An ans2label mapping ({answer: label}, labels 0..n-1 each once) from a dict or a JSON file (a relative path is
+    read from `data_dir`), checked."""
+    vocab = answer_vocab
+    if not isinstance(vocab, Mapping):
+        vocab = read_json(resolve_path(data_dir, answer_vocab), argument, "an ans2label JSON file")
     if not isinstance(vocab, Mapping) or not vocab:
         raise ValueError(
             f"`{argument}` must be a non-empty {{answer: label}} mapping (ans2label), got {type(vocab).__name__}."
@@ -279,7 +267,7 @@ def build(
         on_missing_image: applies to the region-feature store alone (the files name images by id only).
     """
     check_split(split, SPLITS, "VQA v2")
-    check_image_id_template(image_id_template, "COCO_{split}_{id:012d}", id=1, split="val2014")
+    check_image_id_template(image_id_template, TSV_ID, id=1, split="val2014")
     data_dir = Path(data_dir) if data_dir is not None else None
     questions = _read_questions(_resolve(data_dir, questions_file, QUESTIONS_FILE[split], "questions_file"), split)
     annotations_path = _resolve(data_dir, annotations_file, ANNOTATIONS_FILE.get(split), "annotations_file")
@@ -301,9 +289,7 @@ def build(
 
 def _answer_vocab(data_dir, split, answer_vocab, annotations_path, min_count, needed: bool) -> dict[str, int]:
     if answer_vocab is not None:
-        if not isinstance(answer_vocab, Mapping):
-            answer_vocab = _resolve(data_dir, answer_vocab, None, "answer_vocab")
-        return read_answer_vocab(answer_vocab)
+        return read_answer_vocab(answer_vocab, data_dir=data_dir)
     if not needed:  # questions without annotations: nothing to label
         return {}
     train_annotations = (
@@ -337,30 +323,14 @@ def _row(question: dict, annotation: dict | None, coco_split: str, vocab: Mappin
 
 
 def store_image_ids(image_id_template: str | None = None, **_) -> tuple[Callable[[dict], list[str]], tuple[str, ...]]:
-    """(candidates, id_columns): `candidates(row)` lists the store ids to try for a row, in order:
-    `image_id_template.format(id=<int COCO id>, split=<coco_split>)` alone, or the plain id ("393225") then LXMERT's
-    TSV id ("COCO_val2014_000000393225")."""
-    check_image_id_template(image_id_template, "COCO_{split}_{id:012d}", id=1, split="val2014")
-    if image_id_template is not None:
+    """(candidates, id_columns): a row's store ids, `image_id_template.format(id=<int COCO id>, split=<coco_split>)`
+    alone, or the plain id ("393225") then LXMERT's TSV id ("COCO_val2014_000000393225")."""
+    check_image_id_template(image_id_template, TSV_ID, id=1, split="val2014")
 
-        def candidates(row: dict) -> list[str]:
-            return [image_id_template.format(id=int(row["image_id"]), split=row["coco_split"])]
-
-    else:
-
-        def candidates(row: dict) -> list[str]:
-            return [row["image_id"], f"COCO_{row['coco_split']}_{int(row['image_id']):012d}"]
+    def candidates(row: dict) -> list[str]:
+        fields = {"id": int(row["image_id"]), "split": row["coco_split"]}
+        if image_id_template is not None:
+            return [image_id_template.format(**fields)]
+        return [row["image_id"], TSV_ID.format(**fields)]
 
     return candidates, STORE_ID_COLUMNS
-
-
-__all__ = [
-    "VQA_FEATURES",
-    "answer_score",
-    "build",
-    "build_answer_vocab",
-    "normalize_answer",
-    "read_answer_vocab",
-    "soft_targets",
-    "store_image_ids",
-]
