@@ -1,15 +1,11 @@
-"""`RegionFeatureStore`: the region features of a set of images, one memory-mapped Arrow file on disk.
+"""`RegionFeatureStore`: the region features of a set of images, one memory-mapped Arrow file on disk, written by
+every feature reader (`data/formats/`) and `extract_region_features`.
 
-Every feature reader (`data/formats/`) and `extract_region_features` write this one store; builders, collators and
-the benchmark read it. A store directory holds `region_features.arrow` (columns `image_id`, `image_size` [height,
-width] or null, `boxes` (R, 4) pixels, `features` (R, D), and where the source has them `object_ids`, `object_conf`,
-`attr_ids`, `attr_conf`) and `store.json` (format version, source, counts and the Arrow file's sha256, which `load`
-checks).
-
-Writing is atomic and resumable: a store is written into `<directory>.partial-<host>-<pid>` beside `directory` and
-renamed into place once complete; the partial folders of writers no longer running are removed by the next write. An
-existing store (`overwrite=True`) is swapped atomically (`utils/atomic_folders.py`); without `overwrite`, two writers
-of one directory (two processes filling one feature cache) both end with the complete store.
+A store directory holds `region_features.arrow` (columns `image_id`, `image_size` [height, width] or null, `boxes`
+(R, 4) pixels, `features` (R, D), and where the source has them `object_ids`, `object_conf`, `attr_ids`, `attr_conf`)
+and `store.json` (format version, source, counts and the Arrow file's sha256). A store is written into
+`<directory>.partial-<host>-<pid>` and renamed into place once complete (swapped atomically with `overwrite=True`), so
+two writers of one directory (two processes filling one feature cache) both end with the complete store.
 """
 
 from __future__ import annotations
