@@ -11,7 +11,7 @@ import base64
 import binascii
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -151,7 +151,7 @@ def check_region_record(record: dict, feature_dim: int | None, fields: dict[str,
             raise fail(column, f"expected finite values, got {bad} NaN/inf value(s).")
     size = record.get("image_size")
     if size is not None:
-        if not _is_pixel_size(size):
+        if not is_pixel_size(size):
             raise fail("image_size", f"expected (height, width), two positive integers (pixels), got {_shown(size)}.")
         _check_boxes_inside(boxes, height=size[0], width=size[1], fail=fail)
     else:
@@ -173,8 +173,9 @@ def _check_boxes_inside(boxes: np.ndarray, height: float, width: float, fail) ->
         )
 
 
-def _is_pixel_size(size: object) -> bool:
-    if isinstance(size, (str, bytes, dict)) or not hasattr(size, "__len__") or len(size) != 2:
+def is_pixel_size(size: object) -> bool:
+    """Whether `size` is (height, width): two positive integers."""
+    if isinstance(size, (str, bytes)) or not isinstance(size, (Sequence, np.ndarray)) or len(size) != 2:
         return False
     return all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v > 0 for v in size)
 

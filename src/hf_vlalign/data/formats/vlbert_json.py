@@ -100,24 +100,16 @@ def _zip_members(path: Path) -> list[str]:
     return _by_id(members)
 
 
-def _read_member(archive: zipfile.ZipFile, member: str) -> bytes:
+def _decode_member(archive: zipfile.ZipFile, member: str) -> dict:
     try:
-        return archive.read(member)
+        text = archive.read(member)
     except (zipfile.BadZipFile, OSError, EOFError) as error:
         raise RecordError("", f"expected a readable zip member, got an error ({error}).") from None
-
-
-def _decode_member(archive: zipfile.ZipFile, member: str) -> dict:
-    return _decode_json(_read_member(archive, member))
+    return _decode_json(text)
 
 
 def _decode_file(file: Path) -> dict:
     return _decode_json(file.read_bytes())
-
-
-def _iter_folder_decoders(path: Path, files: list[Path]) -> Iterator[tuple[str, RecordDecoder]]:
-    for file in files:
-        yield f"{path.name}/{file.name}", partial(_decode_file, file)
 
 
 def _iter_zip_decoders(path: Path, members: list[str]) -> Iterator[tuple[str, RecordDecoder]]:
@@ -140,7 +132,8 @@ def iter_vlbert_json_records(path: str | Path, *, on_error: str = "raise") -> It
     path = check_existing_path("path", path, "folder or .zip of VL-BERT per-image JSON files", kind="any")
     if path.is_dir():
         files = _json_files(path)
-        decoders, total = _iter_folder_decoders(path, files), len(files)
+        decoders = ((f"{path.name}/{file.name}", partial(_decode_file, file)) for file in files)
+        total = len(files)
     else:
         members = _zip_members(path)
         decoders, total = _iter_zip_decoders(path, members), len(members)
