@@ -268,13 +268,8 @@ class SingleStreamPretrainingCollator(RegionTextCollator):
         if random_caption:
             other = int(torch.randint(len(self._pool_ids) - 1, ()))
             candidates = self._captions[self._pool_ids[other + (other >= own)]]
-        else:
+        else:  # `_caption_pool` made sure every image has two different captions
             candidates = [other for other in self._captions[image_id] if other != caption]
-            if not candidates:
-                raise ValueError(
-                    f"the image {image_id!r} of batch row {index} has no caption other than {caption!r} in "
-                    "`captions_by_image`; a same-image pair needs two different captions."
-                )
         second = candidates[int(torch.randint(len(candidates), ()))]
         return {**example, self.second_text_column: second, "_random_caption": random_caption}
 

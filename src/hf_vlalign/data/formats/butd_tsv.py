@@ -13,7 +13,6 @@ from pathlib import Path
 from ...utils.validation import check_existing_path
 from .lxmert_tsv import check_field_count, iter_tsv_rows
 from .region_records import (
-    RecordDecoder,
     check_num_boxes,
     check_on_error,
     decode_base64_array,
@@ -41,12 +40,6 @@ def _decode_row(row: list[str]) -> dict:
     }
 
 
-def _iter_decoders(path: Path) -> Iterator[tuple[str, RecordDecoder]]:
-    for line, row in iter_tsv_rows(path):
-        # the row is read here, decoded (and checked) lazily by the loop of `iter_checked_records`
-        yield f"{path.name}, line {line}", partial(_decode_row, row)
-
-
 def iter_butd_tsv_records(path: str | Path, *, on_error: str = "raise") -> Iterator[dict]:
     """Streams the records of a bottom-up-attention feature TSV, one line at a time.
 
@@ -59,4 +52,6 @@ def iter_butd_tsv_records(path: str | Path, *, on_error: str = "raise") -> Itera
     """
     check_on_error(on_error)
     path = check_existing_path("path", path, "bottom-up-attention feature TSV file")
-    return iter_checked_records(_iter_decoders(path), source=str(path), on_error=on_error)
+    # each row is read here, decoded (and checked) lazily by the loop of `iter_checked_records`
+    decoders = ((f"{path.name}, line {line}", partial(_decode_row, row)) for line, row in iter_tsv_rows(path))
+    return iter_checked_records(decoders, source=str(path), on_error=on_error)

@@ -19,7 +19,7 @@ import numpy as np
 from ...utils.size_limits import MAX_ARRAY_BYTES
 from ...utils.validation import check_existing_path
 from .m2_hdf5 import load_image_sizes, size_of, sorted_ids
-from .region_records import RecordDecoder, RecordError, check_on_error, iter_checked_records
+from .region_records import RecordError, check_on_error, iter_checked_records
 
 FEATURE_KEYS = ("feat", "x")  # self-critical.pytorch, MILVLG bottom-up-attention.pytorch
 OPTIONAL_KEYS = {
@@ -156,14 +156,6 @@ def _scalar(key: str, value: np.ndarray) -> int:
     return int(np.asarray(value).reshape(()))
 
 
-def _iter_decoders(
-    path: Path, files: list[tuple[str, Path]], box_dir: Path | None, image_sizes: dict | None
-) -> Iterator[tuple[str, RecordDecoder]]:
-    for image_id, file in files:
-        box_file = None if box_dir is None else box_dir / f"{image_id}.npy"
-        yield f"{path.name}/{file.name}", partial(_decode_file, file, image_id, box_file, image_sizes)
-
-
 def iter_npz_dir_records(
     path: str | Path,
     *,
@@ -189,6 +181,10 @@ def iter_npz_dir_records(
     boxes = _resolve_box_dir(path, box_dir)
     sizes = load_image_sizes(image_sizes)
     files = _feature_files(path)
-    decoders = _iter_decoders(path, files, boxes, sizes)
+    box_files = [None if boxes is None else boxes / f"{image_id}.npy" for image_id, _ in files]
+    decoders = (
+        (f"{path.name}/{file.name}", partial(_decode_file, file, image_id, box_file, sizes))
+        for (image_id, file), box_file in zip(files, box_files)
+    )
     fields = {"features": "feat", "boxes": "bbox" if boxes is None else f"{boxes.name}/{{image_id}}.npy"}
     return iter_checked_records(decoders, source=str(path), on_error=on_error, total=len(files), fields=fields)
