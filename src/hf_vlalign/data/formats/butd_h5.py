@@ -197,17 +197,11 @@ def _iter_decoders(
 
 
 def iter_butd_h5_records(path: str | Path, *, id_map: str | Path | Mapping, on_error: str = "raise") -> Iterator[dict]:
-    """Streams the records of a BUTD-VQA / BAN feature HDF5 file, one image (one h5 slice) at a time.
-
-    Args:
-        path: the HDF5 file (`train36.hdf5`, BAN's `train.hdf5`, ...); the layout is told by `pos_boxes`.
-        id_map: `image_id -> index`: the published pickle (`train36_imgid2idx.pkl`), a JSON file
-            `{"<image_id>": index}` or a dict. Only the images it names are read, in index order.
-        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
-
-    Yields:
-        Records in the `region_records` layout, `image_id` = str(id map key), `image_size` recovered from
-        `spatial_features`; no object or attribute ids.
+    """Streams the records of a BUTD-VQA / BAN feature HDF5 file (`train36.hdf5`, BAN's `train.hdf5`, ...; the layout
+    is told by `pos_boxes`), one image at a time: `image_id` = str(id map key), `image_size` recovered from
+    `spatial_features`, no object or attribute ids. `id_map` (`image_id -> index`: the published pickle
+    `train36_imgid2idx.pkl`, a JSON file `{"<image_id>": index}` or a dict) names the images read, in index order;
+    `on_error` "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
     """
     check_on_error(on_error)
     path = check_existing_path("path", path, "BUTD/BAN feature HDF5 file")

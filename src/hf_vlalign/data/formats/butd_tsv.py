@@ -24,8 +24,8 @@ from .region_records import (
 
 FIELDS = ["image_id", "image_w", "image_h", "num_boxes", "boxes", "features"]
 
+
 def _decode_row(row: list[str]) -> dict:
-    """One TSV row -> a record (see `region_records`)."""
     fields = check_field_count(row, FIELDS)
     image_size = parse_image_size(fields, "image_h", "image_w")
     num_boxes = parse_int("num_boxes", fields["num_boxes"])
@@ -41,15 +41,9 @@ def _decode_row(row: list[str]) -> dict:
 
 
 def iter_butd_tsv_records(path: str | Path, *, on_error: str = "raise") -> Iterator[dict]:
-    """Streams the records of a bottom-up-attention feature TSV, one line at a time.
-
-    Args:
-        path: the TSV file (e.g. `trainval_resnet101_faster_rcnn_genome_36.tsv`).
-        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
-
-    Yields:
-        Records in the `region_records` layout: `image_size` = (image_h, image_w); no object or attribute ids.
-    """
+    """Streams the records of a bottom-up-attention feature TSV (e.g. `trainval_resnet101_faster_rcnn_genome_36.tsv`),
+    one line at a time: `image_size` = (image_h, image_w), no object or attribute ids; `on_error` "raise" (stop at the
+    first bad record) or "skip" (see `iter_checked_records`)."""
     check_on_error(on_error)
     path = check_existing_path("path", path, "bottom-up-attention feature TSV file")
     # each row is read here, decoded (and checked) lazily by the loop of `iter_checked_records`

@@ -161,17 +161,10 @@ def iter_m2_hdf5_records(
     use_cls_prob: bool = True,
     on_error: str = "raise",
 ) -> Iterator[dict]:
-    """Streams the records of a meshed-memory transformer `coco_detections.hdf5`, one image at a time.
-
-    Args:
-        path: the HDF5 file.
-        image_sizes: None (`image_size` None), a dict {image_id: (height, width)}, or a COCO-style annotation JSON
-            (`images`: [{"id", "width", "height"}]); with it, an image it lacks is a bad record.
-        use_cls_prob: derive `object_ids`/`object_conf` from `<id>_cls_prob` (where present); False ignores it.
-        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
-
-    Yields:
-        Records in the `region_records` layout, images in numeric id order.
+    """Streams the records of a meshed-memory transformer `coco_detections.hdf5`, one image at a time, in numeric id
+    order. `image_sizes`: None (`image_size` None), a dict {image_id: (height, width)} or a COCO-style annotation JSON
+    (`images`: [{"id", "width", "height"}]; an image it lacks is a bad record); `use_cls_prob`: derive `object_ids` /
+    `object_conf` from `<id>_cls_prob` where present; `on_error`: "raise" or "skip" (see `iter_checked_records`).
     """
     check_on_error(on_error)
     path = check_existing_path("path", path, "meshed-memory transformer detections HDF5 file")

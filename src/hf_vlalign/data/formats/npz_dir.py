@@ -163,18 +163,10 @@ def iter_npz_dir_records(
     image_sizes: None | str | Path | Mapping = None,
     on_error: str = "raise",
 ) -> Iterator[dict]:
-    """Streams the records of a folder of per-image `.npz`/`.npy` feature files, one file at a time.
-
-    Args:
-        path: the feature folder (self-critical.pytorch's `cocobu_att`).
-        box_dir: the folder of `<id>.npy` boxes; by default the sibling of `path` with `_att` replaced by `_box`
-            (`cocobu_box`) when it exists. Files that carry their own `bbox` need none.
-        image_sizes: None, a dict {image_id: (height, width)} or a COCO-style annotation JSON, for files without
-            `image_h`/`image_w`; with it, an image it lacks is a bad record.
-        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
-
-    Yields:
-        Records in the `region_records` layout, `image_id` = the file name without suffix, sorted by id.
+    """Streams the records of a folder of per-image `.npz`/`.npy` feature files (self-critical.pytorch's `cocobu_att`),
+    one file at a time, `image_id` = the file stem, sorted by id. `box_dir`: the folder of `<id>.npy` boxes, by default
+    the `_box` sibling of an `_att` folder (files with their own `bbox` need none); `image_sizes`: as for `m2_hdf5`,
+    for files without `image_h`/`image_w`; `on_error`: "raise" or "skip" (see `iter_checked_records`).
     """
     check_on_error(on_error)
     path = check_existing_path("path", path, "folder of per-image .npz/.npy feature files", kind="dir")

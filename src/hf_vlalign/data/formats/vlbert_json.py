@@ -36,7 +36,6 @@ FIELDS = {"object_ids": "classes", "object_conf": "classes", "attr_ids": "attrs"
 
 
 def _decode_json(text: bytes) -> dict:
-    """One JSON file -> a record (see `region_records`)."""
     try:
         data = parse_json(decode_utf8(text, "the text"), "the text")
     except FileFormatError as error:
@@ -119,15 +118,9 @@ def _iter_zip_decoders(path: Path, members: list[str]) -> Iterator[tuple[str, Re
 
 
 def iter_vlbert_json_records(path: str | Path, *, on_error: str = "raise") -> Iterator[dict]:
-    """Streams the records of VL-BERT's per-image Faster R-CNN JSON files, one file (or zip member) at a time.
-
-    Args:
-        path: a folder of `<id>.json` files, or a zip of them (`train_frcnn.zip`), read member by member.
-        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
-
-    Yields:
-        Records in the `region_records` layout, `image_id` = str of the JSON's `image_id`, sorted by file id.
-    """
+    """Streams the records of VL-BERT's per-image Faster R-CNN JSON files, a folder of `<id>.json` or a zip of them
+    (`train_frcnn.zip`), one file at a time, sorted by file id; `on_error` "raise" or "skip" (see
+    `iter_checked_records`)."""
     check_on_error(on_error)
     path = check_existing_path("path", path, "folder or .zip of VL-BERT per-image JSON files", kind="any")
     if path.is_dir():
