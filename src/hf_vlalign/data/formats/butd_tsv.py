@@ -13,13 +13,11 @@ from pathlib import Path
 from ...utils.validation import check_existing_path
 from .lxmert_tsv import check_field_count, iter_tsv_rows
 from .region_records import (
-    check_num_boxes,
     check_on_error,
-    decode_base64_array,
+    decode_boxes_and_features,
     iter_checked_records,
     parse_image_size,
-    parse_int,
-    rows_of,
+    parse_num_boxes,
 )
 
 FIELDS = ["image_id", "image_w", "image_h", "num_boxes", "boxes", "features"]
@@ -28,16 +26,8 @@ FIELDS = ["image_id", "image_w", "image_h", "num_boxes", "boxes", "features"]
 def _decode_row(row: list[str]) -> dict:
     fields = check_field_count(row, FIELDS)
     image_size = parse_image_size(fields, "image_h", "image_w")
-    num_boxes = parse_int("num_boxes", fields["num_boxes"])
-    check_num_boxes(num_boxes)
-    boxes = rows_of("boxes", decode_base64_array("boxes", fields["boxes"], "<f4"), num_boxes, width=4)
-    features = rows_of("features", decode_base64_array("features", fields["features"], "<f4"), num_boxes)
-    return {
-        "image_id": fields["image_id"],
-        "image_size": image_size,
-        "boxes": boxes,
-        "features": features,
-    }
+    num_boxes = parse_num_boxes(fields["num_boxes"])
+    return {"image_id": fields["image_id"], "image_size": image_size, **decode_boxes_and_features(fields, num_boxes)}
 
 
 def iter_butd_tsv_records(path: str | Path, *, on_error: str = "raise") -> Iterator[dict]:

@@ -19,13 +19,13 @@ from ...utils.validation import check_existing_path
 from .region_records import (
     OPTIONAL_COLUMNS,
     RecordError,
-    check_num_boxes,
     check_on_error,
     decode_base64_array,
+    decode_boxes_and_features,
     encode_base64_array,
     iter_checked_records,
     parse_int,
-    rows_of,
+    parse_num_boxes,
 )
 from .text_files import FileFormatError, decode_utf8
 
@@ -82,14 +82,11 @@ def check_field_count(row: list[str], fields: list[str]) -> dict[str, str]:
 def _decode_row(row: list[str]) -> dict:
     fields = check_field_count(row, FIELDS)
     height, width = parse_int("img_h", fields["img_h"]), parse_int("img_w", fields["img_w"])
-    num_boxes = parse_int("num_boxes", fields["num_boxes"])
-    check_num_boxes(num_boxes)
+    num_boxes = parse_num_boxes(fields["num_boxes"])
     record = {"image_id": fields["img_id"], "image_size": (height, width)}
     for column, dtype in OPTIONAL_COLUMNS.items():
         record[column] = decode_base64_array(FIELD_OF_COLUMN[column], fields[FIELD_OF_COLUMN[column]], dtype)
-    record["boxes"] = rows_of("boxes", decode_base64_array("boxes", fields["boxes"], "<f4"), num_boxes, width=4)
-    record["features"] = rows_of("features", decode_base64_array("features", fields["features"], "<f4"), num_boxes)
-    return record
+    return record | decode_boxes_and_features(fields, num_boxes)
 
 
 def iter_lxmert_tsv_records(path: str | Path, *, on_error: str = "raise") -> Iterator[dict]:

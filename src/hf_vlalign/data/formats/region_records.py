@@ -108,9 +108,20 @@ def check_array_size(field: str, shape: tuple[int, ...], dtype: np.dtype) -> Non
         )
 
 
-def check_num_boxes(num_boxes: int, field: str = "num_boxes") -> None:
+def parse_num_boxes(text: object) -> int:
+    """The `num_boxes` field of a record: an integer >= 1."""
+    num_boxes = parse_int("num_boxes", text)
     if num_boxes < 1:
-        raise RecordError(field, f"expected at least one box, got {num_boxes}.")
+        raise RecordError("num_boxes", f"expected at least one box, got {num_boxes}.")
+    return num_boxes
+
+
+def decode_boxes_and_features(fields: Mapping, num_boxes: int) -> dict[str, np.ndarray]:
+    """`boxes` (num_boxes, 4) and `features` (num_boxes, D) from their base64 float32 fields."""
+    return {
+        "boxes": rows_of("boxes", decode_base64_array("boxes", fields["boxes"], "<f4"), num_boxes, width=4),
+        "features": rows_of("features", decode_base64_array("features", fields["features"], "<f4"), num_boxes),
+    }
 
 
 def check_region_record(record: dict, feature_dim: int | None, fields: dict[str, str] | None = None) -> int:

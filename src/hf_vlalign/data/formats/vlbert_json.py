@@ -20,12 +20,11 @@ from .m2_hdf5 import NUM_VG_CLASSES_WITH_BACKGROUND, classes_from_scores, sorted
 from .region_records import (
     RecordDecoder,
     RecordError,
-    check_num_boxes,
     check_on_error,
     decode_base64_array,
     iter_checked_records,
     parse_image_size,
-    parse_int,
+    parse_num_boxes,
     rows_of,
 )
 from .text_files import FileFormatError, decode_utf8, parse_json
@@ -48,8 +47,7 @@ def _decode_json(text: bytes) -> dict:
     if isinstance(data["image_id"], (dict, list, bool)) or data["image_id"] is None:
         raise RecordError("image_id", f"expected an int or string id, got {data['image_id']!r}.")
     image_size = parse_image_size(data, "image_h", "image_w")
-    num_boxes = parse_int("num_boxes", data["num_boxes"])
-    check_num_boxes(num_boxes)
+    num_boxes = parse_num_boxes(data["num_boxes"])
     record = {
         "image_id": str(data["image_id"]),
         "image_size": image_size,
