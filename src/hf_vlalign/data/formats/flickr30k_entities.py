@@ -34,7 +34,7 @@ class EntityPhrase:
     char_end: int
 
 
-@dataclass(slots=True)  # one per phrase / caption / image of a data set: no __dict__ each
+@dataclass(slots=True)
 class EntitySentence:
     """A plain sentence (markup removed, words joined by single spaces) and its phrases."""
 
@@ -42,7 +42,7 @@ class EntitySentence:
     phrases: list[EntityPhrase] = field(default_factory=list)
 
 
-@dataclass(slots=True)  # one per phrase / caption / image of a data set: no __dict__ each
+@dataclass(slots=True)
 class EntityAnnotation:
     """The content of one `Annotations/<id>.xml` file.
 
@@ -301,10 +301,8 @@ class Flickr30kEntities:
         return read_annotation(self._file("Annotations", image_id, ".xml"))
 
     def has_image(self, image_id: str) -> bool:
-        """Whether the image has both its files, `Sentences/<id>.txt` and `Annotations/<id>.xml`.
-
-        An `image_id` that is not a str of digits (e.g. a path) raises a ValueError: it is never looked up on disk.
-        """
+        """Whether the image has both its files, `Sentences/<id>.txt` and `Annotations/<id>.xml` (an `image_id` that is
+        not a str of digits, e.g. a path, is refused, never looked up on disk)."""
         return all(self._path(folder, image_id, suffix).is_file() for folder, suffix in _IMAGE_FILES)
 
     def _path(self, folder: str, image_id: str, suffix: str) -> Path:
