@@ -33,7 +33,7 @@ from ..utils.size_limits import (
 )
 from .feature_store import RegionFeatureStore, check_store_output
 from .formats.region_records import normalise_record
-from .formats.text_files import read_json_file
+from .formats.text_files import read_json_file, short_repr
 
 logger = logging.getLogger(__name__)
 
@@ -461,7 +461,7 @@ def list_images(images: str | os.PathLike | Sequence[str | os.PathLike]) -> list
         if missing:
             raise ValueError(f"`images`: {missing[0]} is not a file ({len(missing)} of the {len(paths)} paths are not).")
         return paths
-    raise ValueError(f"`images` must be a folder or a non-empty list of image paths, got {_short(images)}.")
+    raise ValueError(f"`images` must be a folder or a non-empty list of image paths, got {short_repr(images)}.")
 
 
 def _read_image_entries(paths: Sequence[Path]) -> list[_ImageEntry]:
@@ -551,7 +551,7 @@ def check_image_boxes(values: object, where: str, width: int, height: int) -> np
     except ValueError:  # ragged lists
         array = np.asarray([], dtype=object)
     if array.dtype.kind not in "iuf" or array.ndim != 2 or array.shape[1] != 4 or len(array) == 0:
-        raise ValueError(f"{where}: expected a non-empty list of [x1, y1, x2, y2] boxes in pixels, got {_short(values)}.")
+        raise ValueError(f"{where}: expected a non-empty list of [x1, y1, x2, y2] boxes in pixels, got {short_repr(values)}.")
     for index, (x1, y1, x2, y2) in enumerate(array.astype(np.float64)):
         if not (np.isfinite([x1, y1, x2, y2]).all() and 0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height):
             raise ValueError(
@@ -623,13 +623,13 @@ def extract_region_features(
     if sum(source is not None for source in (boxes, grid_size, detector)) != 1:
         raise ValueError(
             "Pass exactly one of `boxes` (a JSON file or dict of pixel boxes per image), `grid_size` (g for a g x g "
-            f"grid) and `detector` (an object detection model), got boxes={_short(boxes)}, grid_size={grid_size!r} "
-            f"and detector={_short(detector)}."
+            f"grid) and `detector` (an object detection model), got boxes={short_repr(boxes)}, grid_size={grid_size!r} "
+            f"and detector={short_repr(detector)}."
         )
     check_region_options(grid_size, feature_dim, detector_threshold, max_regions)
     check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
     if not isinstance(encoder, (str, os.PathLike)) or not str(encoder):
-        raise ValueError(f"`encoder` must be {PIXEL_ENCODER!r}, a Hub model id or a local model folder, got {_short(encoder)}.")
+        raise ValueError(f"`encoder` must be {PIXEL_ENCODER!r}, a Hub model id or a local model folder, got {short_repr(encoder)}.")
     _torch_device(device)
     out_dir = Path(out_dir)
     inputs = {"boxes": boxes if isinstance(boxes, (str, os.PathLike)) else None, "encoder": encoder, "detector": detector}
@@ -668,7 +668,7 @@ def _boxes_mapping(boxes: str | os.PathLike | Mapping) -> tuple[Mapping, str]:
         return read_boxes_file(boxes), f"`boxes` file {boxes}"
     if isinstance(boxes, Mapping):
         return boxes, "`boxes`"
-    raise ValueError(f"`boxes` must be a JSON file path or a dict of pixel boxes per image, got {_short(boxes)}.")
+    raise ValueError(f"`boxes` must be a JSON file path or a dict of pixel boxes per image, got {short_repr(boxes)}.")
 
 
 def with_whole_image(boxes: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -704,8 +704,3 @@ def _torch_device(device: str | torch.device) -> torch.device:
         return torch.device(device)
     except (RuntimeError, TypeError) as error:
         raise ValueError(f"`device` must be a torch device such as 'cpu' or 'cuda:0', got {device!r} ({error}).") from None
-
-
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

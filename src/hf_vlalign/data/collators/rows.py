@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from ..formats.text_files import short_repr
+
 
 def _as_list(value: object) -> object:
     """Arrays and tensors (rows of a dataset in numpy or torch format) as the lists the checks read."""
@@ -18,8 +20,7 @@ def _as_list(value: object) -> object:
 
 
 def _shown(value: object) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+    return f"{type(value).__name__} {short_repr(value, 60)}"
 
 
 def kind_of(value: object) -> str:

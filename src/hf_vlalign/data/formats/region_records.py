@@ -17,6 +17,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...utils.size_limits import MAX_ARRAY_BYTES
+from .text_files import short_repr
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ def check_region_record(record: dict, feature_dim: int | None, fields: dict[str,
     size = record.get("image_size")
     if size is not None:
         if not is_pixel_size(size):
-            raise fail("image_size", f"expected (height, width), two positive integers (pixels), got {_shown(size)}.")
+            raise fail("image_size", f"expected (height, width), two positive integers (pixels), got {short_repr(tuple(size) if isinstance(size, (list, np.ndarray)) else size)}.")
         _check_boxes_inside(boxes, height=size[0], width=size[1], fail=fail)
     else:
         _check_boxes_inside(boxes, height=np.inf, width=np.inf, fail=fail)
@@ -189,11 +190,6 @@ def is_pixel_size(size: object) -> bool:
     if isinstance(size, (str, bytes)) or not isinstance(size, (Sequence, np.ndarray)) or len(size) != 2:
         return False
     return all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v > 0 for v in size)
-
-
-def _shown(value: object) -> str:
-    shown = repr(tuple(value) if isinstance(value, (list, np.ndarray)) else value)
-    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def _are_integers(values: np.ndarray) -> bool:

@@ -20,6 +20,12 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _OPENING, _CLOSING = np.frombuffer(b"[{", dtype=np.uint8), np.frombuffer(b"]}", dtype=np.uint8)
 
 
+def short_repr(value: object, limit: int = 80) -> str:
+    """`repr(value)` cut to `limit` characters, for the "got ..." of a message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class FileFormatError(ValueError):
     """A file that cannot be read as the format it should have; the message names the file and the line/record."""
 
