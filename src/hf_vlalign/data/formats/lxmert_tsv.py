@@ -1,10 +1,7 @@
 """LXMERT / bottom-up-attention region feature TSV: one image per line, 10 tab-separated fields.
 
-Fields (LXMERT's `FIELDNAMES`): img_id, img_h, img_w, objects_id, objects_conf, attrs_id, attrs_conf, num_boxes,
-boxes, features. Arrays are stored as base64 of their raw little-endian bytes (LXMERT's
-`np.frombuffer(base64.b64decode(s), dtype)`): `objects_id`/`attrs_id` int64, `objects_conf`/`attrs_conf` float32,
-`boxes` float32 (num_boxes, 4) pixels x1, y1, x2, y2, and `features` float32 (num_boxes, D). Nothing is unpickled.
-Records use the `RegionFeatureStore` columns (`region_records.py`).
+Fields (LXMERT's `FIELDNAMES`) as below; arrays are base64 of their raw little-endian bytes: `objects_id`/`attrs_id`
+int64, `objects_conf`/`attrs_conf` float32, `boxes` float32 (num_boxes, 4) pixels, `features` float32 (num_boxes, D).
 """
 
 from __future__ import annotations

@@ -4,11 +4,9 @@
 - "identification" (VGP identification CSV extended with types): adds `ytrue`, the region ids `roi1`/`roi2` and
   `preprocessed_phrase1`/`preprocessed_phrase2`.
 
-`VGPPair.phrase1`/`phrase2` hold the preprocessed phrase, words joined by spaces (the identification `phrase` columns
-join them with '+'). Cells are read as published (samples in `../shared/data/vgp`): `original_phrase*` may carry
-annotation-interface leftovers (`has_markup`) or escaped quotes (`unescape_phrase`); `roi1`/`roi2` are indices of the
-detected region (of 200 per image, -1 for none) each phrase was localised to, neither entity ids nor annotation box
-indices, which `builders.vgp.entities_of_rois` uses to tell apart entities that share a phrase.
+`VGPPair.phrase1`/`phrase2` hold the preprocessed phrase, words joined by spaces. Cells are read as published:
+`original_phrase*` may carry markup (`has_markup`) or escaped quotes (`unescape_phrase`); `roi1`/`roi2` index the
+detected region (of 200 per image, -1 for none) each phrase was localised to (`builders.vgp.entities_of_rois`).
 """
 
 from __future__ import annotations
