@@ -236,29 +236,6 @@ def test_bad_annotation_xml(tmp_path, xml, problem):
         read_annotation(path)
 
 
-def test_format_sentence_rejects_inconsistent_spans():
-    sentence = parse_sentence("[/EN#1/people A man] walks .")
-    sentence.phrases[0].char_end = 3
-    with pytest.raises(ValueError, match=r"/EN#1: \[char_start, char_end\) = \[0, 3\) must select `text` 'A man'"):
-        format_sentence(sentence)
-
-    sentence = parse_sentence("[/EN#1/people A man] walks .")
-    sentence.phrases[0].first_word_index = 1
-    with pytest.raises(ValueError, match=r"`first_word_index` must be 0 for char_start=0, got 1"):
-        format_sentence(sentence)
-
-    with pytest.raises(ValueError, match=r"`sentence.text` must be non-empty words joined by single spaces"):
-        format_sentence(EntitySentence(text="two  spaces", phrases=[]))
-
-
-def test_write_annotation_rejects_bad_boxes(tmp_path):
-    annotation = EntityAnnotation(width=10, height=10, depth=3, boxes={"1": [[5, 5, 2, 8]]})
-    with pytest.raises(ValueError, match=r"`annotation.boxes\['1'\]` must hold \[xmin, ymin, xmax, ymax\] int boxes"):
-        write_annotation(tmp_path / "1.xml", annotation)
-    with pytest.raises(ValueError, match=r"`annotation.width` must be a positive int, got 0"):
-        write_annotation(tmp_path / "1.xml", EntityAnnotation(width=0, height=10, depth=3))
-
-
 def test_read_split_rejects_bad_lines(tmp_path):
     path = tmp_path / "val.txt"
     path.write_text("12345\n12 34\n")

@@ -1,15 +1,11 @@
-"""`RegionFeatureStore`: the region features of a set of images, one memory-mapped Arrow file on disk.
+"""`RegionFeatureStore`: the region features of a set of images, one memory-mapped Arrow file on disk, written by
+every feature reader (`data/formats/`) and `extract_region_features`.
 
-Every feature reader (`data/formats/`) and `extract_region_features` write this one store; builders, collators and
-the benchmark read it. A store directory holds `region_features.arrow` (columns `image_id`, `image_size` [height,
-width] or null, `boxes` (R, 4) pixels, `features` (R, D), and where the source has them `object_ids`, `object_conf`,
-`attr_ids`, `attr_conf`) and `store.json` (format version, source, counts and the Arrow file's sha256, which `load`
-checks).
-
-Writing is atomic and resumable: a store is written into `<directory>.partial-<host>-<pid>` beside `directory` and
-renamed into place once complete; the partial folders of writers no longer running are removed by the next write. An
-existing store (`overwrite=True`) is swapped atomically (`utils/atomic_folders.py`); without `overwrite`, two writers
-of one directory (two processes filling one feature cache) both end with the complete store.
+A store directory holds `region_features.arrow` (columns `image_id`, `image_size` [height, width] or null, `boxes`
+(R, 4) pixels, `features` (R, D), and where the source has them `object_ids`, `object_conf`, `attr_ids`, `attr_conf`)
+and `store.json` (format version, source, counts and the Arrow file's sha256). A store is written into
+`<directory>.partial-<host>-<pid>` and renamed into place once complete (swapped atomically with `overwrite=True`), so
+two writers of one directory (two processes filling one feature cache) both end with the complete store.
 """
 
 from __future__ import annotations
@@ -27,6 +23,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from datasets.arrow_writer import ArrowWriter
 from transformers.utils import logging
@@ -241,16 +238,14 @@ class _RaggedColumn:
         self.chunks, lengths = [], []
         for chunk in column.chunks:
             storage = chunk.storage if hasattr(chunk, "storage") else chunk
-            nested = pa.types.is_list(storage.type.value_type) or pa.types.is_large_list(storage.type.value_type)
-            starts, stops = _list_bounds(storage)
-            if nested:  # rows of whole inner lists; every inner list has the same width
-                inner_starts, _ = _list_bounds(storage.values)
-                values = storage.values.values.to_numpy(zero_copy_only=False)
-                starts, stops, width = _flat_bounds(starts, stops, inner_starts, storage.values, values)
-            else:
-                values, width = storage.values.to_numpy(zero_copy_only=False), None
-            valid = ~np.asarray(storage.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-            self.chunks.append((values, starts, stops, width, valid))
+            values, width = storage.flatten(), None  # the values of the non-null rows, in row order
+            if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):  # rows of equal-width inner lists
+                inner_lengths = pc.list_value_length(values).to_numpy(zero_copy_only=False)
+                width, values = int(inner_lengths[0]) if len(inner_lengths) else 1, values.flatten()
+            counts = pc.list_value_length(storage).fill_null(0).to_numpy(zero_copy_only=False) * (width or 1)
+            stops = np.cumsum(counts)
+            valid = storage.is_valid().to_numpy(zero_copy_only=False)
+            self.chunks.append((values.to_numpy(zero_copy_only=False), stops - counts, stops, width, valid))
             lengths.append(len(storage))
         self.chunk_starts = np.cumsum([0, *lengths])
 
@@ -262,25 +257,6 @@ class _RaggedColumn:
             return None
         flat = values[starts[local] : stops[local]]
         return flat if width is None else flat.reshape(-1, width)
-
-
-def _list_bounds(array) -> tuple[np.ndarray, np.ndarray]:
-    """Start / stop of each element of a list or fixed-size-list array in its values."""
-    if pa.types.is_fixed_size_list(array.type):
-        size = array.type.list_size
-        starts = (np.arange(len(array)) + array.offset) * size
-        return starts, starts + size
-    offsets = array.offsets.to_numpy(zero_copy_only=False)
-    return offsets[:-1], offsets[1:]
-
-
-def _flat_bounds(starts, stops, inner_starts, inner, values) -> tuple[np.ndarray, np.ndarray, int]:
-    """Bounds of each row's floats in the flat buffer of a list<list<float>> column, and the inner width."""
-    inner_offsets = np.append(inner_starts, _list_bounds(inner)[1][-1:] if len(inner) else [0])
-    flat_starts, flat_stops = inner_offsets[starts], inner_offsets[stops]
-    nonempty = np.nonzero(stops > starts)[0]
-    width = int((flat_stops[nonempty[0]] - flat_starts[nonempty[0]]) // (stops[nonempty[0]] - starts[nonempty[0]])) if len(nonempty) else 1
-    return flat_starts, flat_stops, width
 
 
 def _checked_records(records: Iterable[dict]) -> Iterator[dict]:

@@ -1,11 +1,7 @@
-"""Region features for one's own images: boxes from a file or a grid, pooled by a pixel or a transformers encoder.
-
-`extract_region_features(images, out_dir, ...)` writes a `RegionFeatureStore` from a folder (or a list) of images.
-Boxes come from a JSON file or dict (pixels of each image file), a grid, or a transformers object detector
-(`RegionDetector`); features from `CropEncoder` (`"pixel"`, the offline default: colours, silhouettes, geometry; blind
-to the semantics of natural photos) or a transformers vision model pooled with RoIAlign (`BackboneRegionEncoder`).
-Records keep the image as stored in the file: `image_id` is the file stem, `image_size` the file's (height, width) and
-`boxes` its pixels (EXIF orientation is not applied).
+"""Region features for one's own images (`extract_region_features`, docs/own_data.md): boxes from a JSON file or dict,
+a grid or a transformers object detector (`RegionDetector`); features from the pixel `CropEncoder` or a transformers
+vision model pooled with RoIAlign (`BackboneRegionEncoder`). Records keep the image as stored in the file: `image_id`
+is the file stem, `image_size` the file's (height, width), `boxes` its pixels (EXIF orientation is not applied).
 """
 
 from __future__ import annotations
@@ -37,7 +33,7 @@ from ..utils.size_limits import (
 )
 from .feature_store import RegionFeatureStore, check_store_output
 from .formats.region_records import normalise_record
-from .formats.text_files import read_json_file
+from .formats.text_files import read_json_file, short_repr
 
 logger = logging.getLogger(__name__)
 
@@ -66,13 +62,11 @@ def _hue_saturation(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class CropEncoder:
-    """Deterministic pixel encoder standing in for a detector's region features: good for the synthetic scenes and
-    simple images of coloured shapes, blind to the semantics of natural photos (use `BackboneRegionEncoder` there).
-
-    Each box is cropped and resized to `crop_size` x `crop_size`. The features start with `num_statistics` explicit
-    statistics (hue histogram and mean colour of the foreground, foreground fraction and coarse mask, normalised box
-    geometry); a fixed seeded random projection of the raw pixels fills the remaining dimensions. When `feature_dim`
-    is smaller than `num_statistics`, statistics and pixels are projected together.
+    """Deterministic pixel encoder for the synthetic scenes and simple images of coloured shapes (blind to the
+    semantics of natural photos). Each box is cropped to `crop_size` x `crop_size`; the features start with
+    `num_statistics` statistics (foreground hue histogram and mean colour, foreground fraction and coarse mask, box
+    geometry), and a seeded random projection of the raw pixels fills the rest (with a `feature_dim` below
+    `num_statistics`, statistics and pixels are projected together).
     """
 
     crop_size = 12
@@ -163,14 +157,12 @@ def roi_align(
 
 
 class BackboneRegionEncoder:
-    """Region features pooled with `roi_align` from the spatial feature map of a transformers vision model
-    (`AutoModel` / `AutoImageProcessor`, a Hub id or local folder, safetensors, float32; CLIP-like dual encoders keep
-    their `vision_model`).
+    """Region features pooled with `roi_align` from the feature map (`last_hidden_state`: (B, C, h, w), or the last
+    h x w patch tokens of a ViT-like model) of a transformers vision model (a Hub id or local folder, safetensors;
+    CLIP-like dual encoders keep their `vision_model`); `feature_dim` is the channel count C.
 
-    Each image is resized *here* to the processor's output size without keeping the aspect ratio, and the processor
-    only rescales and normalises: a centre crop would cut boxes off, and so every box maps exactly from image pixels
-    to map cells. The map is `last_hidden_state`, (B, C, h, w) for CNNs or (B, L, C) tokens for ViT-like models (the
-    last h x w tokens are the patches); each box is pooled and averaged, so `feature_dim` is the channel count C.
+    Each image is resized *here* to the processor's output size, aspect ratio not kept, and the processor only
+    rescales and normalises: a centre crop would cut boxes off, and so every box maps exactly onto map cells.
     """
 
     def __init__(
@@ -361,11 +353,9 @@ def _token_grid(
 
 
 class RegionDetector:
-    """Region boxes from a transformers object detection model (DETR, YOLOS, RT-DETR, ...), in pixels of each image.
-
-    The boxes `post_process_object_detection` gives scoring at least `threshold` are clipped to the image, those with
-    no area dropped, and the `max_regions` best kept. An image where nothing scores `threshold` gets the whole-image
-    box (a warning counts them).
+    """Region boxes in pixels from a transformers object detection model (DETR, YOLOS, RT-DETR, ...): those scoring at
+    least `threshold`, clipped to the image, without the empty ones, the `max_regions` best. An image where nothing
+    scores `threshold` gets the whole-image box (a warning counts them).
     """
 
     def __init__(
@@ -471,7 +461,7 @@ def list_images(images: str | os.PathLike | Sequence[str | os.PathLike]) -> list
         if missing:
             raise ValueError(f"`images`: {missing[0]} is not a file ({len(missing)} of the {len(paths)} paths are not).")
         return paths
-    raise ValueError(f"`images` must be a folder or a non-empty list of image paths, got {_short(images)}.")
+    raise ValueError(f"`images` must be a folder or a non-empty list of image paths, got {short_repr(images)}.")
 
 
 def _read_image_entries(paths: Sequence[Path]) -> list[_ImageEntry]:
@@ -561,7 +551,7 @@ def check_image_boxes(values: object, where: str, width: int, height: int) -> np
     except ValueError:  # ragged lists
         array = np.asarray([], dtype=object)
     if array.dtype.kind not in "iuf" or array.ndim != 2 or array.shape[1] != 4 or len(array) == 0:
-        raise ValueError(f"{where}: expected a non-empty list of [x1, y1, x2, y2] boxes in pixels, got {_short(values)}.")
+        raise ValueError(f"{where}: expected a non-empty list of [x1, y1, x2, y2] boxes in pixels, got {short_repr(values)}.")
     for index, (x1, y1, x2, y2) in enumerate(array.astype(np.float64)):
         if not (np.isfinite([x1, y1, x2, y2]).all() and 0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height):
             raise ValueError(
@@ -614,41 +604,32 @@ def extract_region_features(
     """Region features of one's own images, written as a `RegionFeatureStore` at `out_dir` and returned opened.
 
     Args:
-        images: a folder (every .jpg / .jpeg / .png in it, sorted by name) or a list of image paths. The image id
+        images: a folder (every .jpg / .jpeg / .png in it, sorted by name) or a list of image paths; the image id
             is the file stem, so stems must be unique.
-        out_dir: the store directory; an existing one is replaced only with `overwrite=True`, and only when it is a
-            store. It may be neither an input (`images` or one of them, the `boxes` file, a local `encoder`) nor
-            inside or around one.
-        boxes: a JSON file or a dict `{"<image file name or id>": [[x1, y1, x2, y2], ...]}` in pixels of the file;
-            every image needs at least one box and every key must name an image.
-        grid_size: instead of `boxes`, a grid_size x grid_size grid of boxes covering each image (at most
-            `MAX_GRID_SIZE`; a `boxes` entry holds at most `MAX_REGIONS_PER_IMAGE` boxes).
-        detector: instead of `boxes` or `grid_size`, a Hub id or local folder of a transformers object detection
-            model whose boxes are the regions (see `RegionDetector`).
-        detector_threshold: the detector's boxes scoring at least this are kept (default 0.5).
-        max_regions: at most this many of the detector's boxes per image, highest scores first (default 36).
-        include_whole_image: put the whole-image box first (with any of `boxes`, `grid_size` and `detector`).
-        encoder: `"pixel"` (the deterministic `CropEncoder`, offline) or a Hub id / local folder of a transformers
-            vision model (see `BackboneRegionEncoder`; to use a local folder named "pixel", pass "./pixel").
+        out_dir: the store directory, neither an input nor inside or around one; an existing store is replaced only
+            with `overwrite=True`.
+        boxes, grid_size, detector: exactly one: a JSON file or dict `{"<image file name or id>": [[x1, y1, x2, y2],
+            ...]}` in pixels (every image needs a box, every key must name an image), a g x g grid, or a transformers
+            object detection model (`RegionDetector`, with `detector_threshold` and `max_regions`).
+        include_whole_image: put the whole-image box first.
+        encoder: `"pixel"` (`CropEncoder`, offline; a local folder named "pixel" is "./pixel") or a Hub id / local
+            folder of a transformers vision model (`BackboneRegionEncoder`).
         feature_dim: the pixel encoder's dimension (default 256); for a backbone None or its channel count.
-        device: where the backbone runs ("cpu", "cuda", ...).
-        batch_size: images per forward pass of the backbone (and per group of images loaded at once).
-        seed: the seed of the pixel encoder's random projection.
+        device, batch_size, seed: where the backbone runs, images per forward pass, the pixel encoder's seed.
 
-    Exactly one of `boxes`, `grid_size` and `detector` must be given. Images and boxes are all checked before any
-    feature is computed; a tqdm bar shows the progress. `hf_vlalign.processing.RegionFeatureExtractor` takes the same
-    keyword arguments (but `boxes`, given per call) and computes the same features for one image at a time.
+    Images and boxes are all checked before any feature is computed. `hf_vlalign.processing.RegionFeatureExtractor`
+    takes the same keyword arguments (but `boxes`, given per call) and computes the same features.
     """
     if sum(source is not None for source in (boxes, grid_size, detector)) != 1:
         raise ValueError(
             "Pass exactly one of `boxes` (a JSON file or dict of pixel boxes per image), `grid_size` (g for a g x g "
-            f"grid) and `detector` (an object detection model), got boxes={_short(boxes)}, grid_size={grid_size!r} "
-            f"and detector={_short(detector)}."
+            f"grid) and `detector` (an object detection model), got boxes={short_repr(boxes)}, grid_size={grid_size!r} "
+            f"and detector={short_repr(detector)}."
         )
     check_region_options(grid_size, feature_dim, detector_threshold, max_regions)
     check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
     if not isinstance(encoder, (str, os.PathLike)) or not str(encoder):
-        raise ValueError(f"`encoder` must be {PIXEL_ENCODER!r}, a Hub model id or a local model folder, got {_short(encoder)}.")
+        raise ValueError(f"`encoder` must be {PIXEL_ENCODER!r}, a Hub model id or a local model folder, got {short_repr(encoder)}.")
     _torch_device(device)
     out_dir = Path(out_dir)
     inputs = {"boxes": boxes if isinstance(boxes, (str, os.PathLike)) else None, "encoder": encoder, "detector": detector}
@@ -687,7 +668,7 @@ def _boxes_mapping(boxes: str | os.PathLike | Mapping) -> tuple[Mapping, str]:
         return read_boxes_file(boxes), f"`boxes` file {boxes}"
     if isinstance(boxes, Mapping):
         return boxes, "`boxes`"
-    raise ValueError(f"`boxes` must be a JSON file path or a dict of pixel boxes per image, got {_short(boxes)}.")
+    raise ValueError(f"`boxes` must be a JSON file path or a dict of pixel boxes per image, got {short_repr(boxes)}.")
 
 
 def with_whole_image(boxes: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -723,8 +704,3 @@ def _torch_device(device: str | torch.device) -> torch.device:
         return torch.device(device)
     except (RuntimeError, TypeError) as error:
         raise ValueError(f"`device` must be a torch device such as 'cpu' or 'cuda:0', got {device!r} ({error}).") from None
-
-
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

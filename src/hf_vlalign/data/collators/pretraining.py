@@ -14,7 +14,7 @@ import torch
 from ...alignment.soft_targets import SoftAlignmentTargets
 from .base import RegionTextCollator
 from .masking import mask_regions, mask_words, word_masker
-from .rows import _checked_answer, check_answer_columns, kind_of
+from .rows import _checked_answer, answer_labels, kind_of
 
 
 @dataclass
@@ -104,22 +104,8 @@ class TwoStreamPretrainingCollator(RegionTextCollator):
     def _answer_labels(self, examples: list[dict], matched: torch.Tensor) -> torch.Tensor:
         if "scores" not in examples[0] and "label" not in examples[0]:
             raise ValueError(f"rows must have a `label` (or VQA `labels`/`scores`) column when `num_answers` > 0; got {sorted(examples[0])}.")
-        for index, example in enumerate(examples):
-            check_answer_columns(index, example, examples[0], type(self).__name__)
-        if "scores" in examples[0]:
-            targets = torch.zeros(len(examples), self.num_answers)
-            for i, example in enumerate(examples):
-                for label, score in zip(example["labels"], example["scores"]):
-                    targets[i, _checked_answer(label, self.num_answers)] = score if bool(matched[i]) else 0.0
-            return targets
-        if self.sample_answers and "answer_ids" in examples[0]:
-            return torch.tensor([
-                self._sampled_answer(i, example) if bool(matched[i]) else -100 for i, example in enumerate(examples)
-            ])  # fmt: skip
-        return torch.tensor([
-            _checked_answer(example["label"], self.num_answers) if bool(matched[i]) and example["label"] >= 0 else -100
-            for i, example in enumerate(examples)
-        ])  # fmt: skip
+        sample = self._sampled_answer if self.sample_answers and "answer_ids" in examples[0] else None
+        return answer_labels(examples, self.num_answers, type(self).__name__, matched.tolist(), sample)
 
     def _sampled_answer(self, index: int, example: dict) -> int:
         """One of the row's `answer_ids`, drawn in proportion to its `answer_scores` (LXMERT's
@@ -282,13 +268,8 @@ class SingleStreamPretrainingCollator(RegionTextCollator):
         if random_caption:
             other = int(torch.randint(len(self._pool_ids) - 1, ()))
             candidates = self._captions[self._pool_ids[other + (other >= own)]]
-        else:
+        else:  # `_caption_pool` made sure every image has two different captions
             candidates = [other for other in self._captions[image_id] if other != caption]
-            if not candidates:
-                raise ValueError(
-                    f"the image {image_id!r} of batch row {index} has no caption other than {caption!r} in "
-                    "`captions_by_image`; a same-image pair needs two different captions."
-                )
         second = candidates[int(torch.randint(len(candidates), ()))]
         return {**example, self.second_text_column: second, "_random_caption": random_caption}
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from .base import RegionTextCollator
-from .rows import _checked_answer, check_answer_columns
+from .rows import answer_labels
 
 
 @dataclass
@@ -25,16 +23,6 @@ class QuestionAnsweringCollator(RegionTextCollator):
 
     def task_tensors(self, examples, encoding, batch):
         tensors = self.grounding_tensors(examples, encoding, batch)
-        for index, example in enumerate(examples):
-            check_answer_columns(index, example, examples[0], type(self).__name__)
-        if "scores" in examples[0]:
-            targets = torch.zeros(len(examples), self.num_answers)
-            for i, example in enumerate(examples):
-                for label, score in zip(example["labels"], example["scores"]):
-                    targets[i, _checked_answer(label, self.num_answers)] = score
-            tensors["labels"] = targets
-        elif "label" in examples[0]:
-            tensors["labels"] = torch.tensor(
-                [_checked_answer(e["label"], self.num_answers) if e["label"] >= 0 else -100 for e in examples]
-            )
+        if "scores" in examples[0] or "label" in examples[0]:
+            tensors["labels"] = answer_labels(examples, self.num_answers, type(self).__name__)
         return tensors

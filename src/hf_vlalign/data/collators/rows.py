@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
+
+from ..formats.text_files import short_repr
 
 
 def _as_list(value: object) -> object:
@@ -18,8 +20,7 @@ def _as_list(value: object) -> object:
 
 
 def _shown(value: object) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+    return f"{type(value).__name__} {short_repr(value, 60)}"
 
 
 def kind_of(value: object) -> str:
@@ -143,3 +144,32 @@ def _checked_answer(label: int, num_answers: int) -> int:
             f"in [0, {num_answers - 1}]."
         )
     return label
+
+
+def answer_labels(
+    examples: Sequence[Mapping],
+    num_answers: int,
+    collator: str,
+    matched: Sequence[bool] | None = None,
+    sample: Callable[[int, Mapping], int] | None = None,
+) -> torch.Tensor:
+    """The answer targets of checked rows (`check_answer_columns`): VQA soft scores as (B, num_answers) floats, else
+    GQA's `label` as (B,) ids, -100 for label -1 and for the rows not `matched` (their image swapped); `sample(i, row)`,
+    when given, draws each matched row's id instead."""
+    for index, example in enumerate(examples):
+        check_answer_columns(index, example, examples[0], collator)
+    matched = [True] * len(examples) if matched is None else matched
+    if "scores" in examples[0]:
+        targets = torch.zeros(len(examples), num_answers)
+        for i, example in enumerate(examples):
+            for label, score in zip(example["labels"], example["scores"]):
+                targets[i, _checked_answer(label, num_answers)] = score if matched[i] else 0.0
+        return targets
+    if sample is not None:
+        return torch.tensor([sample(i, example) if matched[i] else -100 for i, example in enumerate(examples)])
+    return torch.tensor(
+        [
+            _checked_answer(example["label"], num_answers) if matched[i] and example["label"] >= 0 else -100
+            for i, example in enumerate(examples)
+        ]
+    )

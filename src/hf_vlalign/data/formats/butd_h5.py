@@ -23,7 +23,7 @@ from ...utils.validation import check_existing_path
 from .m2_hdf5 import open_hdf5
 from .region_records import RecordDecoder, RecordError, check_array_size, check_on_error, iter_checked_records
 from .safe_pickle import load_restricted_pickle
-from .text_files import FileFormatError, read_json_file
+from .text_files import FileFormatError, read_json_file, short_repr
 
 if TYPE_CHECKING:
     import h5py
@@ -83,7 +83,7 @@ def load_id_map(id_map: str | Path | Mapping, num_images: int | None = None) -> 
         )
     if not isinstance(raw, Mapping) or not raw:
         raise ValueError(
-            f"{where}: expected a non-empty dict of image_id -> index, got {type(raw).__name__} {_short(raw)}."
+            f"{where}: expected a non-empty dict of image_id -> index, got {type(raw).__name__} {short_repr(raw, 60)}."
         )
     checked, owner_of = {}, {}
     for key, index in raw.items():
@@ -109,11 +109,6 @@ def _read_id_map_file(path: Path) -> object:
         return read_json_file(path)
     except FileFormatError as error:
         raise FileFormatError(f"`id_map` {error}") from None
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _decode_image(handle: h5py.File, index: int, image_id: str, adaptive: bool, total_rows: int) -> dict:
@@ -197,17 +192,11 @@ def _iter_decoders(
 
 
 def iter_butd_h5_records(path: str | Path, *, id_map: str | Path | Mapping, on_error: str = "raise") -> Iterator[dict]:
-    """Streams the records of a BUTD-VQA / BAN feature HDF5 file, one image (one h5 slice) at a time.
-
-    Args:
-        path: the HDF5 file (`train36.hdf5`, BAN's `train.hdf5`, ...); the layout is told by `pos_boxes`.
-        id_map: `image_id -> index`: the published pickle (`train36_imgid2idx.pkl`), a JSON file
-            `{"<image_id>": index}` or a dict. Only the images it names are read, in index order.
-        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
-
-    Yields:
-        Records in the `region_records` layout, `image_id` = str(id map key), `image_size` recovered from
-        `spatial_features`; no object or attribute ids.
+    """Streams the records of a BUTD-VQA / BAN feature HDF5 file (`train36.hdf5`, BAN's `train.hdf5`, ...; the layout
+    is told by `pos_boxes`), one image at a time: `image_id` = str(id map key), `image_size` recovered from
+    `spatial_features`, no object or attribute ids. `id_map` (`image_id -> index`: the published pickle
+    `train36_imgid2idx.pkl`, a JSON file `{"<image_id>": index}` or a dict) names the images read, in index order;
+    `on_error` "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
     """
     check_on_error(on_error)
     path = check_existing_path("path", path, "BUTD/BAN feature HDF5 file")

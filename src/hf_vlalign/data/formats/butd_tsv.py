@@ -13,50 +13,29 @@ from pathlib import Path
 from ...utils.validation import check_existing_path
 from .lxmert_tsv import check_field_count, iter_tsv_rows
 from .region_records import (
-    RecordDecoder,
-    check_num_boxes,
     check_on_error,
-    decode_base64_array,
+    decode_boxes_and_features,
     iter_checked_records,
     parse_image_size,
-    parse_int,
-    rows_of,
+    parse_num_boxes,
 )
 
 FIELDS = ["image_id", "image_w", "image_h", "num_boxes", "boxes", "features"]
 
+
 def _decode_row(row: list[str]) -> dict:
-    """One TSV row -> a record (see `region_records`)."""
     fields = check_field_count(row, FIELDS)
     image_size = parse_image_size(fields, "image_h", "image_w")
-    num_boxes = parse_int("num_boxes", fields["num_boxes"])
-    check_num_boxes(num_boxes)
-    boxes = rows_of("boxes", decode_base64_array("boxes", fields["boxes"], "<f4"), num_boxes, width=4)
-    features = rows_of("features", decode_base64_array("features", fields["features"], "<f4"), num_boxes)
-    return {
-        "image_id": fields["image_id"],
-        "image_size": image_size,
-        "boxes": boxes,
-        "features": features,
-    }
-
-
-def _iter_decoders(path: Path) -> Iterator[tuple[str, RecordDecoder]]:
-    for line, row in iter_tsv_rows(path):
-        # the row is read here, decoded (and checked) lazily by the loop of `iter_checked_records`
-        yield f"{path.name}, line {line}", partial(_decode_row, row)
+    num_boxes = parse_num_boxes(fields["num_boxes"])
+    return {"image_id": fields["image_id"], "image_size": image_size, **decode_boxes_and_features(fields, num_boxes)}
 
 
 def iter_butd_tsv_records(path: str | Path, *, on_error: str = "raise") -> Iterator[dict]:
-    """Streams the records of a bottom-up-attention feature TSV, one line at a time.
-
-    Args:
-        path: the TSV file (e.g. `trainval_resnet101_faster_rcnn_genome_36.tsv`).
-        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
-
-    Yields:
-        Records in the `region_records` layout: `image_size` = (image_h, image_w); no object or attribute ids.
-    """
+    """Streams the records of a bottom-up-attention feature TSV (e.g. `trainval_resnet101_faster_rcnn_genome_36.tsv`),
+    one line at a time: `image_size` = (image_h, image_w), no object or attribute ids; `on_error` "raise" (stop at the
+    first bad record) or "skip" (see `iter_checked_records`)."""
     check_on_error(on_error)
     path = check_existing_path("path", path, "bottom-up-attention feature TSV file")
-    return iter_checked_records(_iter_decoders(path), source=str(path), on_error=on_error)
+    # each row is read here, decoded (and checked) lazily by the loop of `iter_checked_records`
+    decoders = ((f"{path.name}, line {line}", partial(_decode_row, row)) for line, row in iter_tsv_rows(path))
+    return iter_checked_records(decoders, source=str(path), on_error=on_error)

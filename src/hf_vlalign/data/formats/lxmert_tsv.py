@@ -1,10 +1,7 @@
 """LXMERT / bottom-up-attention region feature TSV: one image per line, 10 tab-separated fields.
 
-Fields (LXMERT's `FIELDNAMES`): img_id, img_h, img_w, objects_id, objects_conf, attrs_id, attrs_conf, num_boxes,
-boxes, features. Arrays are stored as base64 of their raw little-endian bytes (LXMERT's
-`np.frombuffer(base64.b64decode(s), dtype)`): `objects_id`/`attrs_id` int64, `objects_conf`/`attrs_conf` float32,
-`boxes` float32 (num_boxes, 4) pixels x1, y1, x2, y2, and `features` float32 (num_boxes, D). Nothing is unpickled.
-Records use the `RegionFeatureStore` columns (`region_records.py`).
+Fields (LXMERT's `FIELDNAMES`) as below; arrays are base64 of their raw little-endian bytes: `objects_id`/`attrs_id`
+int64, `objects_conf`/`attrs_conf` float32, `boxes` float32 (num_boxes, 4) pixels, `features` float32 (num_boxes, D).
 """
 
 from __future__ import annotations
@@ -19,13 +16,13 @@ from ...utils.validation import check_existing_path
 from .region_records import (
     OPTIONAL_COLUMNS,
     RecordError,
-    check_num_boxes,
     check_on_error,
     decode_base64_array,
+    decode_boxes_and_features,
     encode_base64_array,
     iter_checked_records,
     parse_int,
-    rows_of,
+    parse_num_boxes,
 )
 from .text_files import FileFormatError, decode_utf8
 
@@ -82,14 +79,11 @@ def check_field_count(row: list[str], fields: list[str]) -> dict[str, str]:
 def _decode_row(row: list[str]) -> dict:
     fields = check_field_count(row, FIELDS)
     height, width = parse_int("img_h", fields["img_h"]), parse_int("img_w", fields["img_w"])
-    num_boxes = parse_int("num_boxes", fields["num_boxes"])
-    check_num_boxes(num_boxes)
+    num_boxes = parse_num_boxes(fields["num_boxes"])
     record = {"image_id": fields["img_id"], "image_size": (height, width)}
     for column, dtype in OPTIONAL_COLUMNS.items():
         record[column] = decode_base64_array(FIELD_OF_COLUMN[column], fields[FIELD_OF_COLUMN[column]], dtype)
-    record["boxes"] = rows_of("boxes", decode_base64_array("boxes", fields["boxes"], "<f4"), num_boxes, width=4)
-    record["features"] = rows_of("features", decode_base64_array("features", fields["features"], "<f4"), num_boxes)
-    return record
+    return record | decode_boxes_and_features(fields, num_boxes)
 
 
 def iter_lxmert_tsv_records(path: str | Path, *, on_error: str = "raise") -> Iterator[dict]:

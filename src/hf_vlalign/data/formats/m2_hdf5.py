@@ -7,7 +7,6 @@ not stored: pass `image_sizes` (a dict or COCO's annotation JSON), or `image_siz
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
@@ -17,7 +16,14 @@ import numpy as np
 
 from ...utils.optional import require
 from ...utils.validation import check_existing_path
-from .region_records import RecordDecoder, RecordError, check_array_size, check_on_error, iter_checked_records
+from .region_records import (
+    RecordDecoder,
+    RecordError,
+    check_array_size,
+    check_on_error,
+    is_pixel_size,
+    iter_checked_records,
+)
 from .text_files import FileFormatError, read_json_file
 
 if TYPE_CHECKING:
@@ -57,7 +63,7 @@ def load_image_sizes(image_sizes: None | str | Path | Mapping) -> dict[str, tupl
         )
     sizes = {}
     for image_id, size in pairs:
-        if not _is_size(size):
+        if not is_pixel_size(size):
             raise ValueError(f"{where}: expected (height, width) positive ints for image {image_id!r}, got {size!r}.")
         sizes[str(image_id)] = (int(size[0]), int(size[1]))
     return sizes
@@ -77,14 +83,6 @@ def _coco_image_sizes(path: Path) -> list[tuple[object, tuple]]:
             f"`image_sizes` {path}: expected 'id', 'width' and 'height' in every image, got {missing[0]!r}."
         )
     return [(image["id"], (image["height"], image["width"])) for image in images]
-
-
-def _is_size(size: object) -> bool:
-    return (
-        isinstance(size, (tuple, list, np.ndarray))
-        and len(size) == 2
-        and all(isinstance(side, numbers.Integral) and not isinstance(side, bool) and side > 0 for side in size)
-    )
 
 
 def size_of(image_sizes: dict[str, tuple[int, int]] | None, image_id: str) -> tuple[int, int] | None:
@@ -163,17 +161,10 @@ def iter_m2_hdf5_records(
     use_cls_prob: bool = True,
     on_error: str = "raise",
 ) -> Iterator[dict]:
-    """Streams the records of a meshed-memory transformer `coco_detections.hdf5`, one image at a time.
-
-    Args:
-        path: the HDF5 file.
-        image_sizes: None (`image_size` None), a dict {image_id: (height, width)}, or a COCO-style annotation JSON
-            (`images`: [{"id", "width", "height"}]); with it, an image it lacks is a bad record.
-        use_cls_prob: derive `object_ids`/`object_conf` from `<id>_cls_prob` (where present); False ignores it.
-        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
-
-    Yields:
-        Records in the `region_records` layout, images in numeric id order.
+    """Streams the records of a meshed-memory transformer `coco_detections.hdf5`, one image at a time, in numeric id
+    order. `image_sizes`: None (`image_size` None), a dict {image_id: (height, width)} or a COCO-style annotation JSON
+    (`images`: [{"id", "width", "height"}]; an image it lacks is a bad record); `use_cls_prob`: derive `object_ids` /
+    `object_conf` from `<id>_cls_prob` where present; `on_error`: "raise" or "skip" (see `iter_checked_records`).
     """
     check_on_error(on_error)
     path = check_existing_path("path", path, "meshed-memory transformer detections HDF5 file")

@@ -19,7 +19,7 @@ import numpy as np
 from ...utils.size_limits import MAX_ARRAY_BYTES
 from ...utils.validation import check_existing_path
 from .m2_hdf5 import load_image_sizes, size_of, sorted_ids
-from .region_records import RecordDecoder, RecordError, check_on_error, iter_checked_records
+from .region_records import RecordError, check_on_error, iter_checked_records
 
 FEATURE_KEYS = ("feat", "x")  # self-critical.pytorch, MILVLG bottom-up-attention.pytorch
 OPTIONAL_KEYS = {
@@ -156,14 +156,6 @@ def _scalar(key: str, value: np.ndarray) -> int:
     return int(np.asarray(value).reshape(()))
 
 
-def _iter_decoders(
-    path: Path, files: list[tuple[str, Path]], box_dir: Path | None, image_sizes: dict | None
-) -> Iterator[tuple[str, RecordDecoder]]:
-    for image_id, file in files:
-        box_file = None if box_dir is None else box_dir / f"{image_id}.npy"
-        yield f"{path.name}/{file.name}", partial(_decode_file, file, image_id, box_file, image_sizes)
-
-
 def iter_npz_dir_records(
     path: str | Path,
     *,
@@ -171,24 +163,20 @@ def iter_npz_dir_records(
     image_sizes: None | str | Path | Mapping = None,
     on_error: str = "raise",
 ) -> Iterator[dict]:
-    """Streams the records of a folder of per-image `.npz`/`.npy` feature files, one file at a time.
-
-    Args:
-        path: the feature folder (self-critical.pytorch's `cocobu_att`).
-        box_dir: the folder of `<id>.npy` boxes; by default the sibling of `path` with `_att` replaced by `_box`
-            (`cocobu_box`) when it exists. Files that carry their own `bbox` need none.
-        image_sizes: None, a dict {image_id: (height, width)} or a COCO-style annotation JSON, for files without
-            `image_h`/`image_w`; with it, an image it lacks is a bad record.
-        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
-
-    Yields:
-        Records in the `region_records` layout, `image_id` = the file name without suffix, sorted by id.
+    """Streams the records of a folder of per-image `.npz`/`.npy` feature files (self-critical.pytorch's `cocobu_att`),
+    one file at a time, `image_id` = the file stem, sorted by id. `box_dir`: the folder of `<id>.npy` boxes, by default
+    the `_box` sibling of an `_att` folder (files with their own `bbox` need none); `image_sizes`: as for `m2_hdf5`,
+    for files without `image_h`/`image_w`; `on_error`: "raise" or "skip" (see `iter_checked_records`).
     """
     check_on_error(on_error)
     path = check_existing_path("path", path, "folder of per-image .npz/.npy feature files", kind="dir")
     boxes = _resolve_box_dir(path, box_dir)
     sizes = load_image_sizes(image_sizes)
     files = _feature_files(path)
-    decoders = _iter_decoders(path, files, boxes, sizes)
+    box_files = [None if boxes is None else boxes / f"{image_id}.npy" for image_id, _ in files]
+    decoders = (
+        (f"{path.name}/{file.name}", partial(_decode_file, file, image_id, box_file, sizes))
+        for (image_id, file), box_file in zip(files, box_files)
+    )
     fields = {"features": "feat", "boxes": "bbox" if boxes is None else f"{boxes.name}/{{image_id}}.npy"}
     return iter_checked_records(decoders, source=str(path), on_error=on_error, total=len(files), fields=fields)

@@ -11,12 +11,13 @@ import base64
 import binascii
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from ...utils.size_limits import MAX_ARRAY_BYTES
+from .text_files import short_repr
 
 logger = logging.getLogger(__name__)
 
@@ -108,9 +109,20 @@ def check_array_size(field: str, shape: tuple[int, ...], dtype: np.dtype) -> Non
         )
 
 
-def check_num_boxes(num_boxes: int, field: str = "num_boxes") -> None:
+def parse_num_boxes(text: object) -> int:
+    """The `num_boxes` field of a record: an integer >= 1."""
+    num_boxes = parse_int("num_boxes", text)
     if num_boxes < 1:
-        raise RecordError(field, f"expected at least one box, got {num_boxes}.")
+        raise RecordError("num_boxes", f"expected at least one box, got {num_boxes}.")
+    return num_boxes
+
+
+def decode_boxes_and_features(fields: Mapping, num_boxes: int) -> dict[str, np.ndarray]:
+    """`boxes` (num_boxes, 4) and `features` (num_boxes, D) from their base64 float32 fields."""
+    return {
+        "boxes": rows_of("boxes", decode_base64_array("boxes", fields["boxes"], "<f4"), num_boxes, width=4),
+        "features": rows_of("features", decode_base64_array("features", fields["features"], "<f4"), num_boxes),
+    }
 
 
 def check_region_record(record: dict, feature_dim: int | None, fields: dict[str, str] | None = None) -> int:
@@ -151,8 +163,8 @@ def check_region_record(record: dict, feature_dim: int | None, fields: dict[str,
             raise fail(column, f"expected finite values, got {bad} NaN/inf value(s).")
     size = record.get("image_size")
     if size is not None:
-        if not _is_pixel_size(size):
-            raise fail("image_size", f"expected (height, width), two positive integers (pixels), got {_shown(size)}.")
+        if not is_pixel_size(size):
+            raise fail("image_size", f"expected (height, width), two positive integers (pixels), got {short_repr(tuple(size) if isinstance(size, (list, np.ndarray)) else size)}.")
         _check_boxes_inside(boxes, height=size[0], width=size[1], fail=fail)
     else:
         _check_boxes_inside(boxes, height=np.inf, width=np.inf, fail=fail)
@@ -173,15 +185,11 @@ def _check_boxes_inside(boxes: np.ndarray, height: float, width: float, fail) ->
         )
 
 
-def _is_pixel_size(size: object) -> bool:
-    if isinstance(size, (str, bytes, dict)) or not hasattr(size, "__len__") or len(size) != 2:
+def is_pixel_size(size: object) -> bool:
+    """Whether `size` is (height, width): two positive integers."""
+    if isinstance(size, (str, bytes)) or not isinstance(size, (Sequence, np.ndarray)) or len(size) != 2:
         return False
     return all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v > 0 for v in size)
-
-
-def _shown(value: object) -> str:
-    shown = repr(tuple(value) if isinstance(value, (list, np.ndarray)) else value)
-    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def _are_integers(values: np.ndarray) -> bool:

@@ -13,7 +13,17 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 _LONG_DIGITS = re.compile(r"\d{4301,}")  # more digits than int() converts by default (sys.get_int_max_str_digits)
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_OPENING, _CLOSING = np.frombuffer(b"[{", dtype=np.uint8), np.frombuffer(b"]}", dtype=np.uint8)
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """`repr(value)` cut to `limit` characters, for the "got ..." of a message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class FileFormatError(ValueError):
@@ -44,21 +54,12 @@ def read_text(path: str | Path, encoding: str = "utf-8") -> str:
 
 def _deepest_point(text: str) -> tuple[int, int]:
     """(deepest nesting, its line) of JSON `text` (brackets inside strings are skipped); only run on a failure."""
-    depth, deepest, deepest_line, in_string, escaped, line = 0, 0, 1, False, False, 1
-    for char in text:
-        if char == "\n":
-            line += 1
-        elif in_string:
-            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest, deepest_line = depth, line
-        elif char in "]}":
-            depth -= 1
-    return deepest, deepest_line
+    codes = np.frombuffer(_JSON_STRING.sub('""', text).encode(), dtype=np.uint8)  # JSON strings hold no line break
+    depth = np.cumsum(np.isin(codes, _OPENING).astype(np.int64) - np.isin(codes, _CLOSING))
+    if not len(depth) or depth.max() <= 0:
+        return 0, 1
+    deepest = int(depth.argmax())
+    return int(depth[deepest]), int(np.count_nonzero(codes[:deepest] == ord("\n"))) + 1
 
 
 def parse_json(text: str, path: str | Path, record: str | None = None) -> object:

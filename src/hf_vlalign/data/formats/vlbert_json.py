@@ -20,12 +20,11 @@ from .m2_hdf5 import NUM_VG_CLASSES_WITH_BACKGROUND, classes_from_scores, sorted
 from .region_records import (
     RecordDecoder,
     RecordError,
-    check_num_boxes,
     check_on_error,
     decode_base64_array,
     iter_checked_records,
     parse_image_size,
-    parse_int,
+    parse_num_boxes,
     rows_of,
 )
 from .text_files import FileFormatError, decode_utf8, parse_json
@@ -36,7 +35,6 @@ FIELDS = {"object_ids": "classes", "object_conf": "classes", "attr_ids": "attrs"
 
 
 def _decode_json(text: bytes) -> dict:
-    """One JSON file -> a record (see `region_records`)."""
     try:
         data = parse_json(decode_utf8(text, "the text"), "the text")
     except FileFormatError as error:
@@ -49,8 +47,7 @@ def _decode_json(text: bytes) -> dict:
     if isinstance(data["image_id"], (dict, list, bool)) or data["image_id"] is None:
         raise RecordError("image_id", f"expected an int or string id, got {data['image_id']!r}.")
     image_size = parse_image_size(data, "image_h", "image_w")
-    num_boxes = parse_int("num_boxes", data["num_boxes"])
-    check_num_boxes(num_boxes)
+    num_boxes = parse_num_boxes(data["num_boxes"])
     record = {
         "image_id": str(data["image_id"]),
         "image_size": image_size,
@@ -100,24 +97,16 @@ def _zip_members(path: Path) -> list[str]:
     return _by_id(members)
 
 
-def _read_member(archive: zipfile.ZipFile, member: str) -> bytes:
+def _decode_member(archive: zipfile.ZipFile, member: str) -> dict:
     try:
-        return archive.read(member)
+        text = archive.read(member)
     except (zipfile.BadZipFile, OSError, EOFError) as error:
         raise RecordError("", f"expected a readable zip member, got an error ({error}).") from None
-
-
-def _decode_member(archive: zipfile.ZipFile, member: str) -> dict:
-    return _decode_json(_read_member(archive, member))
+    return _decode_json(text)
 
 
 def _decode_file(file: Path) -> dict:
     return _decode_json(file.read_bytes())
-
-
-def _iter_folder_decoders(path: Path, files: list[Path]) -> Iterator[tuple[str, RecordDecoder]]:
-    for file in files:
-        yield f"{path.name}/{file.name}", partial(_decode_file, file)
 
 
 def _iter_zip_decoders(path: Path, members: list[str]) -> Iterator[tuple[str, RecordDecoder]]:
@@ -127,20 +116,15 @@ def _iter_zip_decoders(path: Path, members: list[str]) -> Iterator[tuple[str, Re
 
 
 def iter_vlbert_json_records(path: str | Path, *, on_error: str = "raise") -> Iterator[dict]:
-    """Streams the records of VL-BERT's per-image Faster R-CNN JSON files, one file (or zip member) at a time.
-
-    Args:
-        path: a folder of `<id>.json` files, or a zip of them (`train_frcnn.zip`), read member by member.
-        on_error: "raise" (stop at the first bad record) or "skip" (see `iter_checked_records`).
-
-    Yields:
-        Records in the `region_records` layout, `image_id` = str of the JSON's `image_id`, sorted by file id.
-    """
+    """Streams the records of VL-BERT's per-image Faster R-CNN JSON files, a folder of `<id>.json` or a zip of them
+    (`train_frcnn.zip`), one file at a time, sorted by file id; `on_error` "raise" or "skip" (see
+    `iter_checked_records`)."""
     check_on_error(on_error)
     path = check_existing_path("path", path, "folder or .zip of VL-BERT per-image JSON files", kind="any")
     if path.is_dir():
         files = _json_files(path)
-        decoders, total = _iter_folder_decoders(path, files), len(files)
+        decoders = ((f"{path.name}/{file.name}", partial(_decode_file, file)) for file in files)
+        total = len(files)
     else:
         members = _zip_members(path)
         decoders, total = _iter_zip_decoders(path, members), len(members)
