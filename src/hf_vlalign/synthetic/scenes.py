@@ -1,22 +1,18 @@
 """Synthetic grounded scenes: the embedded default data of hf_vlalign.
 
-Every image is a small canvas with a few coloured shapes (`shapes.py`). `generate_synthetic_scenes` writes, through
-the writers of `hf_vlalign.data.formats`, the published formats the real pipelines read: `flickr30k_entities/`
-(five captions per image, one entity per shape), `vgp/{train,val}.csv`, `features/features.tsv` (the "detector":
-noisy regions with `CropEncoder` features), `images/`, `gqa/` (`questions.py`) and `nlvr2/`, `refcoco+/` (`tasks.py`).
+Every image is a small canvas with a few coloured shapes (`shapes.py`). `generate_synthetic_scenes` writes the published
+formats the real pipelines read: `flickr30k_entities/`, `vgp/{train,val}.csv`, `features/features.tsv` (the "detector":
+noisy regions with `CropEncoder` features), `images/`, `gqa/` (`questions.py`), `nlvr2/` and `refcoco+/` (`tasks.py`).
 
-Caption grammar (every claim is true in the image):
+Caption grammar (every claim is true in the image; every shape is mentioned by at least two captions):
 
     caption     := NP is LOCATION . | NP sits LOCATION . | There is NP LOCATION .          (one shape)
                  | NP is RELATION NP . | NP sits RELATION NP .                              (two shapes)
                  | NP is between NP and NP . | NP , NP and NP .                             (three shapes)
     NP          := DET [SIZE] [COLOUR] SHAPE          e.g. "a large crimson box", "the disc"
 
-A noun phrase always identifies its shape in the image; every shape is mentioned by at least two captions. A paraphrase
-pair's type compares the attributes {size, colour} each phrase names: same set -> Equivalence, larger -> Entailment1,
-smaller -> Entailment2, size vs colour -> Independence. Hard negatives (as many as paraphrases per image) are phrases
-of two shapes of one image with the same category or colour. With `SyntheticSceneConfig(distractors=True)` each
-image's first shape shares its kind with one other shape and its colour with another (`distractor_statistics`).
+A paraphrase pair's type compares the attribute sets each phrase names (`_typology`); hard negatives are phrases of
+two shapes of one image with the same category or colour (`_is_hard_negative`).
 """
 
 from __future__ import annotations
@@ -416,7 +412,7 @@ def _describe_scene(
 
 
 def _typology(attributes1: frozenset[str], attributes2: frozenset[str]) -> int:
-    """Type of a paraphrase pair from the attributes each phrase names (the rule of the module docstring)."""
+    """Type of a paraphrase pair from the attribute sets its phrases name: the same set, a larger, a smaller or neither."""
     if attributes1 == attributes2:
         return TYPE_LABELS["Equivalence"]
     if attributes1 > attributes2:

@@ -107,13 +107,8 @@ def write_patch_explorer(
             model, patch_batches(collator, examples[:probe_examples], batch_size), collator.coverage_threshold
         )
     source = patch_model_family(model).name
-    rule = (
-        f"a patch at least {collator.coverage_threshold:g} inside a gold box of the phrase",
-        "centre-patch baseline",
-    )
-    return write_attention_explorer(
-        shown, path, probe=probe, title=title, subtitle=subtitle, source=source, probe_rule=rule
-    )
+    rule = (f"a patch at least {collator.coverage_threshold:g} inside a gold box of the phrase", "centre-patch baseline")
+    return write_attention_explorer(shown, path, probe=probe, title=title, subtitle=subtitle, source=source, probe_rule=rule)
 
 
 def analyze_patch_model(
