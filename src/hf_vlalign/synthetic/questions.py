@@ -186,10 +186,6 @@ def _semantic_str(program: list[dict]) -> str:
     return "->".join(steps)
 
 
-def _no_entailments() -> list[_Draft]:
-    return []
-
-
 @dataclass
 class _Draft:
     template: str
@@ -199,7 +195,7 @@ class _Draft:
     program: list[dict]
     answer_object: str | None = None  # the object the answer names (GQA points the answer at it)
     # the questions whose answers this answer fixes; a function, as those entail questions in turn
-    entails: Callable[[], list[_Draft]] = _no_entailments
+    entails: Callable[[], list[_Draft]] = lambda: []
 
 
 def _question_text(draft: _Draft) -> str:

@@ -196,12 +196,6 @@ def _sample_distractor_attributes(num_shapes: int, rng: np.random.Generator) -> 
     return _sample_attributes(num_shapes, rng, [(kind, colour, size), same_kind, same_colour])
 
 
-def _num_shapes(config: SyntheticSceneConfig, rng: np.random.Generator) -> int:
-    """How many shapes an image holds: min_shapes..max_shapes, at least MIN_SHAPES_WITH_DISTRACTORS with distractors."""
-    low = max(MIN_SHAPES_WITH_DISTRACTORS, config.min_shapes) if config.distractors else config.min_shapes
-    return int(rng.integers(low, config.max_shapes + 1))
-
-
 def _place_boxes(sides: list[int], image_size: int, rng: np.random.Generator, gap: int = 2) -> list[tuple] | None:
     """Non-overlapping square boxes of the given sides, or None when random placement fails."""
     boxes: list[tuple[int, int, int, int]] = []
@@ -224,7 +218,8 @@ def _place_boxes(sides: list[int], image_size: int, rng: np.random.Generator, ga
 
 
 def _sample_scene(config: SyntheticSceneConfig, rng: np.random.Generator, first_phrase_id: int) -> list[Shape]:
-    num_shapes = _num_shapes(config, rng)
+    low = max(MIN_SHAPES_WITH_DISTRACTORS, config.min_shapes) if config.distractors else config.min_shapes
+    num_shapes = int(rng.integers(low, config.max_shapes + 1))
     sample_attributes = _sample_distractor_attributes if config.distractors else _sample_attributes
     for _ in range(100):
         triples = sample_attributes(num_shapes, rng)
@@ -471,12 +466,8 @@ def _sample_vgp_pairs(
         elif _is_hard_negative(mention1, mention2, shapes):
             negatives.append(_vgp_pair(image_id, mention1, mention2, is_paraphrase=False))
     count = min(len(positives), len(negatives))
-    pairs = [pair for kind in (positives, negatives) for pair in _subsample(kind, count, rng)]
+    pairs = [kind[i] for kind in (positives, negatives) for i in sorted(rng.permutation(len(kind))[:count].tolist())]
     return [pairs[i] for i in rng.permutation(len(pairs)).tolist()]
-
-
-def _subsample(items: list, count: int, rng: np.random.Generator) -> list:
-    return [items[i] for i in sorted(rng.permutation(len(items))[:count].tolist())]
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:

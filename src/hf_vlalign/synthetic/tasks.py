@@ -310,7 +310,8 @@ def sample_set_sentences(
     meanings: set[tuple] = set()
     for _ in range(SENTENCES_PER_SET):
         chosen = None
-        for template in _shuffled(list(STATEMENT_TEMPLATES), rng):
+        names = list(STATEMENT_TEMPLATES)
+        for template in [names[i] for i in rng.permutation(len(names)).tolist()]:
             for _ in range(ATTEMPTS_PER_TEMPLATE):
                 statement = _sample_statement(template, scenes, rng)
                 truths = [statement.truth(left, right) for left, right in pairs]
@@ -327,10 +328,6 @@ def sample_set_sentences(
             meanings.add(statement.meaning)
             sentences.append((statement.sentence, {i: truths[i] for i in _balanced_pairs(truths, rng)}))
     return sentences or _contrasting_sentences(pairs[0], rng)
-
-
-def _shuffled(items: list, rng: np.random.Generator) -> list:
-    return [items[i] for i in rng.permutation(len(items)).tolist()]
 
 
 def _contrasting_sentences(
