@@ -55,26 +55,14 @@ class PatchLayout:
 
 
 class PatchModelFamily:
-    """What the library needs to know of one family of patch models."""
+    """What the library needs to know of one family of patch models; each family defines `base_model(model)`,
+    `attention_modules(model)` (per layer, the module whose attention is read and supervised), `num_heads(model)` and
+    `grid(config, pixel_values)` ((rows, columns) of the patch grid over (B, 3, height, width) `pixel_values`)."""
 
     name: str = ""
     model_types: tuple[str, ...] = ()
     # whether image tokens attend to the text (Samaran et al.'s eq. 7 direction exists)
     image_attends_to_text: bool = False
-
-    def base_model(self, model: nn.Module) -> nn.Module:
-        raise NotImplementedError
-
-    def attention_modules(self, model: nn.Module) -> list[nn.Module]:
-        """Per layer, the module whose attention is read and supervised."""
-        raise NotImplementedError
-
-    def num_heads(self, model: nn.Module) -> int:
-        raise NotImplementedError
-
-    def grid(self, config, pixel_values: torch.Tensor) -> tuple[int, int]:
-        """(rows, columns) of the patch grid over `pixel_values` (B, 3, height, width)."""
-        raise NotImplementedError
 
 
 class ViltFamily(PatchModelFamily):
