@@ -586,21 +586,14 @@ def _generate_image(
 
     image.save(paths.images / f"{image_id}.png", format="PNG")
     write_sentences(paths.flickr30k_entities / "Sentences" / f"{image_id}.txt", sentences)
-    annotation = EntityAnnotation(
-        width=config.image_size,
-        height=config.image_size,
-        depth=3,
-        # published boxes are 1-based and inclusive
-        boxes={
-            shape.phrase_id: [[shape.box[0] + 1, shape.box[1] + 1, shape.box[2], shape.box[3]]] for shape in shapes
-        },
-        scene=[],
-        no_box=[],
-    )
+    # published boxes are 1-based and inclusive
+    boxes = {shape.phrase_id: [[shape.box[0] + 1, shape.box[1] + 1, shape.box[2], shape.box[3]]] for shape in shapes}
+    size = config.image_size
+    annotation = EntityAnnotation(width=size, height=size, depth=3, boxes=boxes, scene=[], no_box=[])
     write_annotation(paths.flickr30k_entities / "Annotations" / f"{image_id}.xml", annotation)
     record = {
         "image_id": image_id,
-        "image_size": (config.image_size, config.image_size),  # height, width
+        "image_size": (size, size),  # height, width
         **regions,
         "features": encoder.encode(image, regions["boxes"]),
     }
