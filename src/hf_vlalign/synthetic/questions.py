@@ -1,7 +1,7 @@
 """Questions with pointers about the synthetic scenes, written as published GQA files (Hudson & Manning 2019) under
-`<root>/gqa/`: `{split}_sceneGraphs.json` (one object per shape, its id the shape's phrase id), `{split}_all_questions.json`
-(the balanced questions and those they entail), `{split}_balanced_questions.json` and the answer vocabulary of the
-balanced questions (`trainval_ans2label.json` / `trainval_label2ans.json`, LXMERT's layout).
+`<root>/gqa/`: `{split}_sceneGraphs.json` (one object per shape, its id the shape's phrase id),
+`{split}_all_questions.json` (the balanced questions and those they entail), `{split}_balanced_questions.json` and the
+answer vocabulary of the balanced questions (`trainval_ans2label.json` / `trainval_label2ans.json`, LXMERT's layout).
 
 Each image gets 6-10 distinct balanced questions from the `TEMPLATES` (GQA has no counting questions) whose noun
 phrases identify their object and never name the attribute asked about; `entailed` and `equivalent` link an image's

@@ -407,7 +407,7 @@ def _describe_scene(
 
 
 def _typology(attributes1: frozenset[str], attributes2: frozenset[str]) -> int:
-    """Type of a paraphrase pair from the attribute sets its phrases name: the same set, a larger, a smaller or neither."""
+    """Type of a paraphrase pair from the attribute sets its phrases name: the same, a larger, a smaller or neither."""
     if attributes1 == attributes2:
         return TYPE_LABELS["Equivalence"]
     if attributes1 > attributes2:

@@ -15,7 +15,7 @@ import torch
 
 
 class MissingPathError(FileNotFoundError, ValueError):
-    """A file or folder argument that does not exist: a `FileNotFoundError` and, like every bad argument, a `ValueError`."""
+    """A file or folder argument that does not exist: a `FileNotFoundError` and, as any bad argument, a `ValueError`."""
 
 
 def check_existing_path(name: str, path: object, what: str, kind: str = "file") -> Path:
@@ -56,7 +56,7 @@ def require(
 def checks_values(config, tensor: torch.Tensor, validate_inputs: bool | None = None) -> bool:
     """Whether a forward checks the values of its inputs: as `validate_inputs` (a forward's keyword argument) says when
     given (True on an accelerator reads the values on the host); by default when `config.validate_inputs` is on and
-    `tensor` is on the CPU in eager mode, where reading it costs no device synchronisation and breaks no traced graph."""
+    `tensor` is on the CPU in eager mode, where reading it costs no device synchronisation and breaks no graph."""
     if validate_inputs is not None:
         return bool(validate_inputs)
     return bool(config.validate_inputs) and tensor.device.type == "cpu" and not torch.compiler.is_compiling()

@@ -108,7 +108,9 @@ def write_patch_explorer(
         )
     source = patch_model_family(model).name
     rule = (f"a patch at least {collator.coverage_threshold:g} inside a gold box of the phrase", "centre-patch baseline")
-    return write_attention_explorer(shown, path, probe=probe, title=title, subtitle=subtitle, source=source, probe_rule=rule)
+    return write_attention_explorer(
+        shown, path, probe=probe, title=title, subtitle=subtitle, source=source, probe_rule=rule
+    )
 
 
 def analyze_patch_model(
