@@ -1,20 +1,9 @@
-"""LoRA (or any PEFT method on Linear layers) for the three model families: `lora_config`, a `peft.LoraConfig` whose
-target modules (the family's `FamilySpec.lora_attention`, plus `lora_ffn` for the "attention_ffn" preset) and
-`modules_to_save` (the model class's task heads and the supervision modules its config switches on) come from the model.
-
-The models are plain `PreTrainedModel`s whose projections are `nn.Linear` modules, so `peft.get_peft_model`,
-`PeftModel.save_pretrained` / `from_pretrained` and `merge_and_unload()` work as for any transformers model; attention
-supervision reads the query/key projections through those modules, so its loss trains their LoRA matrices. Leave
-`task_type` unset: peft's task classes call the model with `input_ids` first, the plain `PeftModel` passes every
-keyword through. The A2 mask networks are in `modules_to_save`, never given LoRA matrices: peft keeps the frozen
-original next to the trained copy, so give the mask optimiser only the `mask_parameters()` with `requires_grad`.
-See docs/training.md.
-
-```python
->>> from peft import get_peft_model
->>> from hf_vlalign.lora import lora_config
->>> peft_model = get_peft_model(model, lora_config(model, r=8, alpha=16, preset="attention"))
-```
+"""LoRA (or any PEFT method on Linear layers) for the three model families: `lora_config` builds a `peft.LoraConfig`
+whose target modules (the family's `FamilySpec.lora_attention`, plus `lora_ffn` for the "attention_ffn" preset) and
+`modules_to_save` (the model class's task heads and the supervision modules its config switches on) come from the
+model. The models' projections are plain `nn.Linear`s, so the rest of peft works as for any transformers model; leave
+`task_type` unset, and give the A2 mask optimiser only the `mask_parameters()` with `requires_grad` (peft keeps a
+frozen original of the `modules_to_save`). See docs/training.md.
 """
 
 from __future__ import annotations

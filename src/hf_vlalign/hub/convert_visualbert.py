@@ -1,12 +1,11 @@
 """Conversion of transformers' VisualBERT checkpoints (e.g. `uclanlp/visualbert-vqa-coco-pre`) into the single-stream
-model, without box embeddings or [END] token (VisualBERT reads `[text tokens] [regions]`).
+model without box embeddings or [END] token (VisualBERT reads `[text tokens] [regions]`).
 
-The embeddings map exactly: VisualBERT adds to each region `visual_projection(visual_embeds)` (our
-`feature_projection`) plus the visual token type row 1 and the visual position row 0 (its defaults, the same for every
-region: their sum is our `segment_embedding`); its one LayerNorm over the sequence acts on each position alone, so it
-is copied into our text and visual LayerNorms. Encoder layers and pooler are BERT's on both sides. Every tensor is
-renamed, none re-initialised; a head model's base `.visual_bert` is converted, not its heads. Calls passing other
-`visual_token_type_ids` or an `image_text_alignment` have no counterpart here.
+Every tensor is renamed, none re-initialised: VisualBERT's `visual_projection` is our `feature_projection`; the visual
+token type row 1 and position row 0 it adds to every region by default sum to our `segment_embedding`; its one
+LayerNorm acts on each position alone, so it is copied into our text and visual LayerNorms. A head model's base
+`.visual_bert` is converted, not its heads; calls with other `visual_token_type_ids` or an `image_text_alignment` have
+no counterpart here.
 """
 
 from __future__ import annotations
@@ -46,8 +45,7 @@ NEW_KEY_PATTERN = re.compile(r"^indirect_grounding_head\.")
 
 def single_stream_config_from_visualbert(config: VisualBertConfig, **overrides) -> SingleStreamConfig:
     """The [`SingleStreamConfig`] of the same architecture: BERT's fields copied, `visual_feat_dim` =
-    `visual_embedding_dim`, no box embeddings and no [END] token (VisualBERT's `[text] [regions]` layout), and the
-    features read as they are (`visual_feature_normalization="none"`: VisualBERT projects raw detector features).
+    `visual_embedding_dim`, no box embeddings, no [END] token and raw features (`visual_feature_normalization="none"`).
 
     Args:
         config: the `VisualBertConfig` of the source model.

@@ -27,9 +27,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class RemoteCodeFamily:
-    """One model family publishable as remote code: its configuration and modeling modules, its base model class
-    (published as `AutoModel`), and each supported model class with the transformers Auto class it is published under
-    by default (None: only `AutoConfig` / `AutoModel` unless `auto_class` is given)."""
+    """One model family publishable as remote code: its modules, its base model class (published as `AutoModel`) and
+    each model class with the transformers Auto class it is published under by default (None: none)."""
 
     configuration_module: str
     config_class: str
@@ -39,8 +38,7 @@ class RemoteCodeFamily:
 
     @classmethod
     def from_spec(cls, spec: FamilySpec) -> RemoteCodeFamily:
-        """The remote-code view of a family's `FamilySpec`: each model class is published under the first transformers
-        Auto class it is registered with (none for the heads registered with hf_vlalign's own Auto classes only)."""
+        """The remote-code view of a family's `FamilySpec`."""
         return cls(
             configuration_module=spec.config_module,
             config_class=spec.config_class,

@@ -1,9 +1,6 @@
-"""`RegionFeatureExtractor`: images (PIL or paths) -> region boxes and features, the image half of `VLAlignProcessor`.
-
-An image processor in transformers' sense (`BaseImageProcessor`, found by `AutoImageProcessor` / `AutoProcessor`),
-with the keyword arguments of `hf_vlalign.data.extract_region_features` (but `boxes`, given per call): for one image
-it computes the features that function stores, sharing its box sources and encoders. `encoder=None` records that the
-model's features came from files this extractor cannot reproduce; calling it on images then raises a ValueError.
+"""`RegionFeatureExtractor`: images (PIL or paths) -> region boxes and features, the image half of `VLAlignProcessor`;
+an image processor in transformers' sense that computes for one image the features `extract_region_features` stores,
+with that function's keyword arguments (but `boxes`, given per call).
 """
 
 from __future__ import annotations
@@ -168,19 +165,16 @@ class RegionFeatureExtractor(BaseImageProcessor):
                 regions.append(None)
         missing = [index for index, found in enumerate(regions) if found is None]
         if missing:
-            detected = self._detector().detect([images[index] for index in missing])
+            if self._region_detector is None:
+                self._region_detector = RegionDetector(
+                    self.detector, self.detector_threshold, self.max_regions, device=self.device
+                )
+            detected = self._region_detector.detect([images[index] for index in missing])
             for index, found in zip(missing, detected):
                 regions[index] = found
         if self.include_whole_image:
             regions = [with_whole_image(found, image.width, image.height) for found, image in zip(regions, images)]
         return regions
-
-    def _detector(self) -> RegionDetector:
-        if self._region_detector is None:
-            self._region_detector = RegionDetector(
-                self.detector, self.detector_threshold, self.max_regions, device=self.device
-            )
-        return self._region_detector
 
     def __call__(
         self, images: ImageLike | Sequence[ImageLike], boxes: Sequence | None = None, **kwargs: Any

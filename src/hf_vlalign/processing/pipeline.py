@@ -1,9 +1,6 @@
-"""`WordRegionAttentionPipeline`, the "word-region-attention" task of transformers' `pipeline()` (docs/own_data.md).
-
-Per example it returns the whole words of the text (word pieces grouped by the tokenizer's `word_ids`) and each word's
-word -> region attention of one layer, each head's row renormalised over the real regions, then averaged over heads
-(a word of several pieces takes the mean of its pieces' rows). Single-stream models read their joint map, two-stream
-models their cross-modality layers; the captioner, whose words are generated rather than read, is refused.
+"""`WordRegionAttentionPipeline`, the "word-region-attention" task of transformers' `pipeline()` (docs/own_data.md):
+per example the whole words of the text and each word's word -> region attention of one layer, each head's row
+renormalised over the real regions, then averaged over heads (and over the pieces of a word).
 """
 
 from __future__ import annotations

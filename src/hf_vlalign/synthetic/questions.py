@@ -1,19 +1,13 @@
-"""Questions with pointers about the synthetic scenes, written as published GQA files (Hudson & Manning 2019).
+"""Questions with pointers about the synthetic scenes, written as published GQA files (Hudson & Manning 2019) under
+`<root>/gqa/`: `{split}_sceneGraphs.json` (one object per shape, its id the shape's phrase id),
+`{split}_all_questions.json` (the balanced questions and those they entail), `{split}_balanced_questions.json` and the
+answer vocabulary of the balanced questions (`trainval_ans2label.json` / `trainval_label2ans.json`, LXMERT's layout).
 
-`SyntheticQuestionWriter` writes under `<root>/gqa/`: `{split}_sceneGraphs.json` (one object per shape, its id the
-shape's phrase id, `x, y, w, h` its 0-based pixel box, `attributes` [colour, size], `relations` to every other shape by
-the captions' rule), `{split}_all_questions.json` (the balanced questions and the questions they entail),
-`{split}_balanced_questions.json` and `trainval_ans2label.json` / `trainval_label2ans.json` (answers of the balanced
-questions by decreasing count, ties alphabetical: LXMERT's layout).
-
-Each image gets 6-10 distinct balanced questions from the `TEMPLATES` (queryColor, queryShape, chooseSize,
-verifyColor, exist, relS; GQA has no counting questions). Their noun phrases identify their object uniquely and never
-name the attribute asked about. `entailed` lists the image's questions whose answers follow from this one's (e.g.
-"What colour is the X?" c -> "Is there a X?", "Is the X c?"), `equivalent` those with the same program. Pointers are
-GQA's: `annotations[<text>]` maps a token position ("i" or "i:j", end exclusive) to an object id.
-
-Randomness: image `index` uses `np.random.default_rng([seed, index, QUESTION_STREAM])`, a stream separate from the
-scene's, so adding questions leaves every other generated file unchanged.
+Each image gets 6-10 distinct balanced questions from the `TEMPLATES` (GQA has no counting questions) whose noun
+phrases identify their object and never name the attribute asked about; `entailed` and `equivalent` link an image's
+questions as GQA's do, and `annotations` map token positions ("i" or "i:j", end exclusive) to object ids.
+Image `index` draws from `np.random.default_rng([seed, index, QUESTION_STREAM])`, a stream of its own, so the
+questions leave every other generated file unchanged.
 """
 
 from __future__ import annotations
@@ -96,28 +90,27 @@ def _words(kind: str | None, colour: str | None, size: str | None, rng: np.rando
     return tuple(words)
 
 
+def _phrase_from(shape: Shape, sets: list, kind: str | None, rng: np.random.Generator) -> _Phrase | None:
+    """A phrase naming `shape` by one of the attribute `sets` (drawn at random) and `kind` (None: a generic noun)."""
+    if not sets:
+        return None
+    attributes = _pick(sets, rng)
+    colour = shape.colour if "colour" in attributes else None
+    size = shape.size if "size" in attributes else None
+    return _Phrase(_words(kind, colour, size, rng), shape.phrase_id)
+
+
 def _shape_phrase(
     index: int, shapes: list[Shape], rng: np.random.Generator, avoid: str | None = None
 ) -> _Phrase | None:
     """A noun phrase that singles out shape `index` by its shape word, never naming the attribute `avoid`."""
     sets = [attributes for attributes in identifying_attribute_sets(index, shapes) if avoid not in attributes]
-    if not sets:
-        return None
-    attributes, shape = _pick(sets, rng), shapes[index]
-    colour = shape.colour if "colour" in attributes else None
-    size = shape.size if "size" in attributes else None
-    return _Phrase(_words(shape.kind, colour, size, rng), shape.phrase_id)
+    return _phrase_from(shapes[index], sets, shapes[index].kind, rng)
 
 
 def _generic_phrase(index: int, shapes: list[Shape], rng: np.random.Generator) -> _Phrase | None:
     """A noun phrase without the shape word ("the blue object") that singles out shape `index` among all shapes."""
-    target, sets = shapes[index], generic_attribute_sets(index, shapes)
-    if not sets:
-        return None
-    attributes = _pick(sets, rng)
-    colour = target.colour if "colour" in attributes else None
-    size = target.size if "size" in attributes else None
-    return _Phrase(_words(None, colour, size, rng), target.phrase_id)
+    return _phrase_from(shapes[index], generic_attribute_sets(index, shapes), None, rng)
 
 
 _SIZE_VOCABULARY = frozenset(word for words in SIZE_WORDS.values() for word in words)
@@ -142,10 +135,6 @@ def _article(words: tuple[str, ...]) -> str:
     return "an" if words[0][0] in "aeiou" else "a"
 
 
-def _pointer_key(start: int, end: int) -> str:
-    return str(start) if end == start + 1 else f"{start}:{end}"
-
-
 def _compose(parts: list[str | _Phrase], end: str) -> tuple[str, dict[str, str]]:
     """Plain words and phrases -> (text, GQA pointers): first letter capitalised, `end` attached to the last token."""
     tokens: list[str] = []
@@ -155,7 +144,8 @@ def _compose(parts: list[str | _Phrase], end: str) -> tuple[str, dict[str, str]]
             start = len(tokens)
             tokens.extend(part.words)
             if part.object_id is not None:
-                pointers[_pointer_key(start, len(tokens))] = part.object_id
+                stop = len(tokens)
+                pointers[str(start) if stop == start + 1 else f"{start}:{stop}"] = part.object_id
         else:
             tokens.extend(part.split())
     tokens[0] = tokens[0][0].upper() + tokens[0][1:]
@@ -196,10 +186,6 @@ def _semantic_str(program: list[dict]) -> str:
     return "->".join(steps)
 
 
-def _no_entailments() -> list[_Draft]:
-    return []
-
-
 @dataclass
 class _Draft:
     template: str
@@ -209,7 +195,7 @@ class _Draft:
     program: list[dict]
     answer_object: str | None = None  # the object the answer names (GQA points the answer at it)
     # the questions whose answers this answer fixes; a function, as those entail questions in turn
-    entails: Callable[[], list[_Draft]] = _no_entailments
+    entails: Callable[[], list[_Draft]] = lambda: []
 
 
 def _question_text(draft: _Draft) -> str:
@@ -433,7 +419,7 @@ def _record(image_id: str, draft: _Draft, is_balanced: bool) -> dict:
 
 
 def scene_graph(shapes: list[Shape], image_size: int) -> dict:
-    """The GQA scene graph of one image (see the module docstring)."""
+    """The GQA scene graph of one image: per shape its 0-based pixel box, [colour, size] and relations to the others."""
     objects = {}
     for shape in shapes:
         x1, y1, x2, y2 = shape.box

@@ -1,22 +1,18 @@
 """Synthetic grounded scenes: the embedded default data of hf_vlalign.
 
-Every image is a small canvas with a few coloured shapes (`shapes.py`). `generate_synthetic_scenes` writes, through
-the writers of `hf_vlalign.data.formats`, the published formats the real pipelines read: `flickr30k_entities/`
-(five captions per image, one entity per shape), `vgp/{train,val}.csv`, `features/features.tsv` (the "detector":
-noisy regions with `CropEncoder` features), `images/`, `gqa/` (`questions.py`) and `nlvr2/`, `refcoco+/` (`tasks.py`).
+Every image is a small canvas with a few coloured shapes (`shapes.py`). `generate_synthetic_scenes` writes the published
+formats the real pipelines read: `flickr30k_entities/`, `vgp/{train,val}.csv`, `features/features.tsv` (the "detector":
+noisy regions with `CropEncoder` features), `images/`, `gqa/` (`questions.py`), `nlvr2/` and `refcoco+/` (`tasks.py`).
 
-Caption grammar (every claim is true in the image):
+Caption grammar (every claim is true in the image; every shape is mentioned by at least two captions):
 
     caption     := NP is LOCATION . | NP sits LOCATION . | There is NP LOCATION .          (one shape)
                  | NP is RELATION NP . | NP sits RELATION NP .                              (two shapes)
                  | NP is between NP and NP . | NP , NP and NP .                             (three shapes)
     NP          := DET [SIZE] [COLOUR] SHAPE          e.g. "a large crimson box", "the disc"
 
-A noun phrase always identifies its shape in the image; every shape is mentioned by at least two captions. A paraphrase
-pair's type compares the attributes {size, colour} each phrase names: same set -> Equivalence, larger -> Entailment1,
-smaller -> Entailment2, size vs colour -> Independence. Hard negatives (as many as paraphrases per image) are phrases
-of two shapes of one image with the same category or colour. With `SyntheticSceneConfig(distractors=True)` each
-image's first shape shares its kind with one other shape and its colour with another (`distractor_statistics`).
+A paraphrase pair's type compares the attribute sets each phrase names (`_typology`); hard negatives are phrases of
+two shapes of one image with the same category or colour (`_is_hard_negative`).
 """
 
 from __future__ import annotations
@@ -200,12 +196,6 @@ def _sample_distractor_attributes(num_shapes: int, rng: np.random.Generator) -> 
     return _sample_attributes(num_shapes, rng, [(kind, colour, size), same_kind, same_colour])
 
 
-def _num_shapes(config: SyntheticSceneConfig, rng: np.random.Generator) -> int:
-    """How many shapes an image holds: min_shapes..max_shapes, at least MIN_SHAPES_WITH_DISTRACTORS with distractors."""
-    low = max(MIN_SHAPES_WITH_DISTRACTORS, config.min_shapes) if config.distractors else config.min_shapes
-    return int(rng.integers(low, config.max_shapes + 1))
-
-
 def _place_boxes(sides: list[int], image_size: int, rng: np.random.Generator, gap: int = 2) -> list[tuple] | None:
     """Non-overlapping square boxes of the given sides, or None when random placement fails."""
     boxes: list[tuple[int, int, int, int]] = []
@@ -228,7 +218,8 @@ def _place_boxes(sides: list[int], image_size: int, rng: np.random.Generator, ga
 
 
 def _sample_scene(config: SyntheticSceneConfig, rng: np.random.Generator, first_phrase_id: int) -> list[Shape]:
-    num_shapes = _num_shapes(config, rng)
+    low = max(MIN_SHAPES_WITH_DISTRACTORS, config.min_shapes) if config.distractors else config.min_shapes
+    num_shapes = int(rng.integers(low, config.max_shapes + 1))
     sample_attributes = _sample_distractor_attributes if config.distractors else _sample_attributes
     for _ in range(100):
         triples = sample_attributes(num_shapes, rng)
@@ -416,7 +407,7 @@ def _describe_scene(
 
 
 def _typology(attributes1: frozenset[str], attributes2: frozenset[str]) -> int:
-    """Type of a paraphrase pair from the attributes each phrase names (the rule of the module docstring)."""
+    """Type of a paraphrase pair from the attribute sets its phrases name: the same, a larger, a smaller or neither."""
     if attributes1 == attributes2:
         return TYPE_LABELS["Equivalence"]
     if attributes1 > attributes2:
@@ -475,12 +466,8 @@ def _sample_vgp_pairs(
         elif _is_hard_negative(mention1, mention2, shapes):
             negatives.append(_vgp_pair(image_id, mention1, mention2, is_paraphrase=False))
     count = min(len(positives), len(negatives))
-    pairs = [pair for kind in (positives, negatives) for pair in _subsample(kind, count, rng)]
+    pairs = [kind[i] for kind in (positives, negatives) for i in sorted(rng.permutation(len(kind))[:count].tolist())]
     return [pairs[i] for i in rng.permutation(len(pairs)).tolist()]
-
-
-def _subsample(items: list, count: int, rng: np.random.Generator) -> list:
-    return [items[i] for i in sorted(rng.permutation(len(items))[:count].tolist())]
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
@@ -599,21 +586,14 @@ def _generate_image(
 
     image.save(paths.images / f"{image_id}.png", format="PNG")
     write_sentences(paths.flickr30k_entities / "Sentences" / f"{image_id}.txt", sentences)
-    annotation = EntityAnnotation(
-        width=config.image_size,
-        height=config.image_size,
-        depth=3,
-        # published boxes are 1-based and inclusive
-        boxes={
-            shape.phrase_id: [[shape.box[0] + 1, shape.box[1] + 1, shape.box[2], shape.box[3]]] for shape in shapes
-        },
-        scene=[],
-        no_box=[],
-    )
+    # published boxes are 1-based and inclusive
+    boxes = {shape.phrase_id: [[shape.box[0] + 1, shape.box[1] + 1, shape.box[2], shape.box[3]]] for shape in shapes}
+    size = config.image_size
+    annotation = EntityAnnotation(width=size, height=size, depth=3, boxes=boxes, scene=[], no_box=[])
     write_annotation(paths.flickr30k_entities / "Annotations" / f"{image_id}.xml", annotation)
     record = {
         "image_id": image_id,
-        "image_size": (config.image_size, config.image_size),  # height, width
+        "image_size": (size, size),  # height, width
         **regions,
         "features": encoder.encode(image, regions["boxes"]),
     }

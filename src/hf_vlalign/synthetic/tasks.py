@@ -1,19 +1,13 @@
 """NLVR2 statements and RefCOCO+ referring expressions about the synthetic scenes, written as the published files.
 
-**`<root>/nlvr2/`** (Suhr et al. 2019): `train.json` and `dev.json`, JSON lines with NLVR2's fields. A *set* takes
-eight consecutive images of its split (wrapping around) as four pairs, and each of its sentences is judged against
-every pair, keeping as many True as False pairs. The pair images' features are `<root>/features/nlvr2_features.tsv`
-under the NLVR2 image ids "<split>-<set_id>-<pair_id>-img0" / "-img1" (`pair_feature_records`). Statements come from
-`STATEMENT_TEMPLATES` (existSide, existBoth, existOne, countSide, countTotal, compare, relate), their truth computed
-from the shapes; a `relate` sentence that is ambiguous in some pair (false by the captions' rule, yet one shape still
-lies in the stated direction) is dropped.
-
-**`<root>/refcoco+/`** (Yu et al. 2016, UNC splits): `refs(unc).p`, the pickled list of refs (one per shape, its
-`ann_id` the shape's phrase id, `image_id` the synthetic numeric id) and `instances.json`, the COCO instances with one
-category per SHAPE_NAMES entry. Each ref has 1-3 expressions naming appearance only (RefCOCO+ forbade location words).
-
-Randomness: image `index` (NLVR2: a set's first image) uses `np.random.default_rng([seed, index, STREAM])` with the
-writer's own stream, so adding these files leaves every other generated file unchanged.
+`<root>/nlvr2/` (Suhr et al. 2019): `train.json` and `dev.json`, JSON lines with NLVR2's fields. A set takes eight
+consecutive images of its split (wrapping around) as four pairs; each of its sentences (`STATEMENT_TEMPLATES`, truth
+computed from the shapes, a `relate` sentence ambiguous in some pair dropped) is judged against every pair, keeping as
+many True as False pairs. The pair images' features are `<root>/features/nlvr2_features.tsv` (`pair_feature_records`).
+`<root>/refcoco+/` (Yu et al. 2016, UNC splits): `refs(unc).p` (one ref per shape, 1-3 expressions naming appearance
+only, as RefCOCO+ forbade location words) and `instances.json` (one COCO category per SHAPE_NAMES entry).
+Image `index` (NLVR2: a set's first image) draws from `np.random.default_rng([seed, index, STREAM])`, each writer's own
+stream, so these files leave every other generated file unchanged.
 """
 
 from __future__ import annotations
@@ -316,7 +310,8 @@ def sample_set_sentences(
     meanings: set[tuple] = set()
     for _ in range(SENTENCES_PER_SET):
         chosen = None
-        for template in _shuffled(list(STATEMENT_TEMPLATES), rng):
+        names = list(STATEMENT_TEMPLATES)
+        for template in [names[i] for i in rng.permutation(len(names)).tolist()]:
             for _ in range(ATTEMPTS_PER_TEMPLATE):
                 statement = _sample_statement(template, scenes, rng)
                 truths = [statement.truth(left, right) for left, right in pairs]
@@ -333,10 +328,6 @@ def sample_set_sentences(
             meanings.add(statement.meaning)
             sentences.append((statement.sentence, {i: truths[i] for i in _balanced_pairs(truths, rng)}))
     return sentences or _contrasting_sentences(pairs[0], rng)
-
-
-def _shuffled(items: list, rng: np.random.Generator) -> list:
-    return [items[i] for i in rng.permutation(len(items)).tolist()]
 
 
 def _contrasting_sentences(

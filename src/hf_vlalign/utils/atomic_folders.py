@@ -1,11 +1,9 @@
 """Replacing a whole folder or file so that a kill, a full disk or an error at any instant leaves the old or the new one.
 
-`atomic_file(target)` yields a temporary path beside `target`, then renames it over `target` (`os.replace`): a hard link
-is replaced by a new file, so the file it shared content with keeps it. `replace_folder(new, target)` exchanges two
-folders in one system call on Linux (`renameat2(RENAME_EXCHANGE)`); elsewhere it renames `target` to a backup first,
-which `recover_folder` restores after a kill between the two renames. Staging and backup siblings are named from
-`derived_stem(target name)` (within NAME_MAX for any name) and the writer's host and pid, so `remove_stale_siblings`
-removes those of writers no longer running.
+`atomic_file` writes beside the target and renames over it (a hard link is replaced, not written through);
+`replace_folder` exchanges two folders in one `renameat2(RENAME_EXCHANGE)` on Linux, elsewhere it goes through a backup
+that `recover_folder` restores after a kill. Staging and backup names carry the writer's host and pid, so
+`remove_stale_siblings` removes those of writers no longer running.
 """
 
 from __future__ import annotations
@@ -28,9 +26,8 @@ logger = logging.getLogger(__name__)
 BACKUP_SUFFIX = ".old"
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
-# bytes of a target's name kept in the names derived from it: with a "." prefix, a marker (".saving-", ".partial-"),
-# a host name (<= 64 bytes, HOST_NAME_MAX), a pid (<= 7 digits), a temporary suffix (<= 9) and ".old", a derived name
-# stays below the 255 bytes (NAME_MAX) of Linux, macOS and Windows file systems.
+# bytes of a target's name kept in the names derived from it: with a marker, a host name (<= 64 bytes), a pid and
+# suffixes, a derived name stays below the 255 bytes (NAME_MAX) of common file systems.
 MAX_DERIVED_STEM_BYTES = 100
 DERIVED_HASH_CHARACTERS = 16
 

@@ -1,9 +1,7 @@
-"""Registration of hf_vlalign's models with transformers' Auto classes, deferred until transformers' auto module loads.
-
-`import hf_vlalign` stays light (no torch, no transformers), yet `AutoModel.from_pretrained(folder)` finds every
-hf_vlalign model type: once `transformers.models.auto` is loaded, `hf_vlalign.models` is imported and registers them.
-transformers loads its auto module in the middle of its own imports, before `PreTrainedModel` exists, so the import
-waits until the outermost import of a transformers or hf_vlalign module has finished.
+"""Registration of hf_vlalign's models with transformers' Auto classes, deferred until transformers' auto module loads,
+so that `import hf_vlalign` stays light yet `AutoModel.from_pretrained(folder)` finds every hf_vlalign model type.
+transformers loads its auto module in the middle of its own imports, so the import of the models waits until the
+outermost import of a transformers or hf_vlalign module has finished.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Pushing a finished output folder to the Hub, after everything local is written (public as
-`hf_vlalign.hub.push_folder_to_hub`; here, below the models, so that `save_pretrained(push_to_hub=True)` pushes
-without importing `hub/`). A failed push costs nothing local: [`HubPushError`] says how to push the folder again.
+"""Pushing a finished output folder to the Hub once everything local is written (public as
+`hf_vlalign.hub.push_folder_to_hub`; here, below the models, for `save_pretrained(push_to_hub=True)`).
 """
 
 from __future__ import annotations

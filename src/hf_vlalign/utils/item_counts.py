@@ -1,9 +1,6 @@
-"""Losses that are means over a variable number of items, normalised by the global count.
-
-The mean over a batch split across processes or micro-batches is not the mean of the shards' means, so every such
-loss takes the count it divides by: `None` is the batch's own count; given (a model's `global_item_counts`, summed by
-`ComponentLossTrainer` over the step's micro-batches and processes, as transformers' `num_items_in_batch`), the
-shards' losses sum to the loss of the global batch.
+"""Losses that are means over a variable number of items, normalised by the global count: `None` is the batch's own
+count; given (a model's `global_item_counts`, summed over micro-batches and processes as transformers'
+`num_items_in_batch`), the shards' losses sum to the loss of the global batch.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Checks every writing entry point runs before it writes: the output never destroys an input, and an existing output is
-replaced only when the library recognises it as its own.
-
-An output may not be an input nor hold one. It may be inside an input folder when it is new or a training run's folder
-(a re-run or resume of `--output_dir DATA/run` beside `--data_dir DATA`), except inside an input read by scanning
-(`SCANNED_INPUTS`), where it would become part of that input. Paths are compared resolved (`~`, `..`, symbolic links),
-and a hard link of an input file is that file. `refuse_foreign_folder` / `refuse_foreign_file` refuse an existing output
-the writer did not make, so that `--overwrite` only ever replaces what the library wrote.
+replaced only when the library recognises it as its own. Paths are compared resolved (`~`, `..`, symbolic links), and
+a hard link of an input file is that file.
 """
 
 from __future__ import annotations

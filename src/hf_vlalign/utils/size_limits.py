@@ -1,9 +1,6 @@
-"""The documented upper bounds of every user-given size that allocates memory or disk in proportion to it.
-
-A size beyond its limit is refused before anything is allocated, with an error naming the argument, the limit and the
-value (a typo such as `--grid_size 100000` would otherwise ask for 10^10 boxes and end in an out-of-memory kill). Each
-limit is far above what the papers' experiments use; the comment says why that value. Importing this module imports
-nothing beyond the standard library, so the CLI parser uses it for its `type=` of these options.
+"""The documented upper bounds of every user-given size that allocates memory or disk in proportion to it, refused
+before anything is allocated (a typo such as `--grid_size 100000` would ask for 10^10 boxes). Each limit is far above
+what the papers' experiments use (the comment says why that value). Standard library only: the CLI parser uses it.
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ import torch
 
 
 class MissingPathError(FileNotFoundError, ValueError):
-    """A file or folder argument that does not exist. It is a `FileNotFoundError` and, like every other bad argument of
-    the library, a `ValueError`, so either `except` clause catches it."""
+    """A file or folder argument that does not exist: a `FileNotFoundError` and, as any bad argument, a `ValueError`."""
 
 
 def check_existing_path(name: str, path: object, what: str, kind: str = "file") -> Path:
@@ -55,10 +54,9 @@ def require(
 
 
 def checks_values(config, tensor: torch.Tensor, validate_inputs: bool | None = None) -> bool:
-    """Whether a forward checks the values of its inputs. `validate_inputs` (a forward's keyword argument) True: yes,
-    wherever `tensor` is (on an accelerator that reads the values on the host: the caller's explicit choice); False:
-    no. None (the default): when `config.validate_inputs` is on and `tensor` is on the CPU in eager mode, where
-    reading it costs no device synchronisation and breaks no traced graph."""
+    """Whether a forward checks the values of its inputs: as `validate_inputs` (a forward's keyword argument) says when
+    given (True on an accelerator reads the values on the host); by default when `config.validate_inputs` is on and
+    `tensor` is on the CPU in eager mode, where reading it costs no device synchronisation and breaks no graph."""
     if validate_inputs is not None:
         return bool(validate_inputs)
     return bool(config.validate_inputs) and tensor.device.type == "cpu" and not torch.compiler.is_compiling()
@@ -157,9 +155,8 @@ def check_padding_masked(
 def warn_unmasked_zero_features(
     name: str, visual_feats: torch.Tensor, mask_name: str = "visual_attention_mask"
 ) -> None:
-    """Without a mask, regions whose features are all zeros but whose boxes look valid cannot be told from real ones;
-    they are attended. Warns that they look like padding (a constant message: Python shows it once per call site).
-    It reads the values: forwards call it when they check values ([`checks_values`])."""
+    """Without a mask, regions whose features are all zeros cannot be told from real ones and are attended: warns that
+    they look like padding (a constant message, shown once per call site)."""
     if bool((visual_feats == 0).all(-1).any()):
         warnings.warn(
             f"`{name}` has region(s) whose features are all zeros and no `{mask_name}` was given, so they are attended "
@@ -460,16 +457,12 @@ def check_no_target_on_padding(
     )
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Python objects of the wrong kind (a name for a tokenizer or model, a dict for a dataset): refused at the door of
-# each public function, naming the argument, what it takes and what came
-# ----------------------------------------------------------------------------------------------------------------
+# Python objects of the wrong kind (a name for a tokenizer or model, a dict for a dataset), refused at the doors
 
 
 class ArgumentKindError(ValueError, TypeError):
-    """An argument that is the wrong kind of Python object. Like every bad argument of the library it is a
-    `ValueError`; it is also the `TypeError` Python code expects for a wrong type, so either `except` clause catches
-    it. The message names the argument, the kind it takes and the type that came."""
+    """An argument that is the wrong kind of Python object: a `ValueError` like every bad argument of the library, and
+    the `TypeError` Python code expects for a wrong type."""
 
 
 def describe_object(value: object) -> str:
@@ -486,14 +479,10 @@ def describe_object(value: object) -> str:
     return name
 
 
-def check_kind(
-    name: str, value: object, kinds: type | tuple[type, ...], what: str, *, optional: bool = False, hint: str = ""
-) -> None:
-    """Raises `ArgumentKindError` unless `value` is an instance of `kinds` (or None when `optional`)."""
-    if (optional and value is None) or isinstance(value, kinds):
-        return
-    what = f"{what} or None" if optional else what
-    raise ArgumentKindError(f"`{name}` must be {what}, got {describe_object(value)}{hint}.")
+def check_kind(name: str, value: object, kinds: type | tuple[type, ...], what: str, *, hint: str = "") -> None:
+    """Raises `ArgumentKindError` unless `value` is an instance of `kinds`."""
+    if not isinstance(value, kinds):
+        raise ArgumentKindError(f"`{name}` must be {what}, got {describe_object(value)}{hint}.")
 
 
 def check_tokenizer(name: str, value: object) -> None:

@@ -1,18 +1,11 @@
 """Grounded captions for transformers patch models: examples from Flickr30k Entities files and their collator.
 
-An example is a dict: `image` (a PIL image, or `image_path`), `caption` (str) and `phrases`, each with `char_start`,
-`char_end` (its span in the caption) and `boxes` (pixel x1, y1, x2, y2 in the original image). The collator builds
-each family's sequence itself, so that every caption token's position is known:
-
-- ViLT: `[CLS] caption [SEP]`, then the image tokens (the model appends them);
-- LLaVA: `[BOS] <image> x P prompt caption [EOS]`, labels on the caption and [EOS];
-- PaliGemma: `<image> x P [BOS] prompt \\n caption [EOS]`, the caption being the suffix (`token_type_ids` 1,
-  labels on it), as PaliGemma's processor lays out a prefix and a suffix.
-
-Besides the model inputs a batch carries `word_cell_alignment` (B, N, C): every token of a grounded phrase gets the
-uniform distribution over the grid cells its gold boxes cover (`hf_vlalign.alignment.patches`); `phrase_token_index`
-(B, K) the last token of each phrase (-1 padding) and `phrase_cell_coverage` (B, K, C) for the grounding probe; and
-for LLaVA / PaliGemma the `PatchLayout` tensors `image_positions`, `cell_index`, `patch_mask`.
+An example is a dict: `image` (a PIL image, or `image_path`), `caption` and `phrases`, each with `char_start`,
+`char_end` and `boxes` (pixel x1, y1, x2, y2). The collator builds each family's sequence itself (ViLT: `[CLS] caption
+[SEP]`; LLaVA: `[BOS] <image> x P prompt caption [EOS]`; PaliGemma: `<image> x P [BOS] prompt \\n caption [EOS]`, the
+caption its suffix), so that every caption token's position is known. A batch also carries `word_cell_alignment`
+(B, N, C: each grounded token's uniform distribution over the cells its gold boxes cover), `phrase_token_index` (B, K,
+-1 padding) and `phrase_cell_coverage` (B, K, C) for the probe, and the LLaVA / PaliGemma `PatchLayout` tensors.
 """
 
 from __future__ import annotations
@@ -45,14 +38,8 @@ def grounded_caption_examples(
     image_ids = entities.image_ids(split)[:max_images]
     examples, counts = [], {"images": 0, "captions": 0, "phrases": 0, "phrases_without_box": 0}
     for image_id in image_ids:
-        path = next(
-            (
-                images_dir / f"{image_id}{suffix}"
-                for suffix in (".png", ".jpg", ".jpeg")
-                if (images_dir / f"{image_id}{suffix}").is_file()
-            ),
-            None,
-        )
+        candidates = [images_dir / f"{image_id}{suffix}" for suffix in (".png", ".jpg", ".jpeg")]
+        path = next((candidate for candidate in candidates if candidate.is_file()), None)
         if path is None:
             raise ValueError(
                 f"`images_dir` must hold an image {image_id}.png or .jpg for every listed image, got none in "
@@ -216,13 +203,8 @@ class PatchGroundingCollator:
             alignment[tokens] = covered_cells_target(coverage, self.coverage_threshold)
             last_tokens.append(tokens[-1])
             coverages.append(coverage)
-            details.append(
-                {
-                    "tokens": tokens,
-                    "boxes": boxes.tolist(),
-                    "text": example["caption"][phrase["char_start"] : phrase["char_end"]],
-                }
-            )
+            text = example["caption"][phrase["char_start"] : phrase["char_end"]]
+            details.append({"tokens": tokens, "boxes": boxes.tolist(), "text": text})
         labels = [-100] * first_label + ids[first_label:]
         return {
             "input_ids": ids,

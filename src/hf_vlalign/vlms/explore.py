@@ -16,6 +16,7 @@ from torch import nn
 from ..alignment.patches import cell_boxes
 from ..analysis.explorer import ExplorerExample, GoldPhrase, write_attention_explorer
 from ..analysis.grounding_probe import GroundingProbeResult
+from ..supervision.direct import normalise_rows
 from .data import PatchGroundingCollator, patch_batches
 from .families import ViltFamily, forward_with_layout, patch_model_family
 from .probe import eager_attention, patch_attention_rows, probe_patch_model
@@ -33,8 +34,7 @@ def processed_image(pixel_values: torch.Tensor, image_processor) -> Image.Image:
 
 
 def _renormalised(rows: torch.Tensor) -> np.ndarray:
-    mass = rows.sum(-1, keepdim=True)
-    return torch.where(mass > 0, rows / mass.clamp(min=1e-12), torch.zeros_like(rows)).float().cpu().numpy()
+    return normalise_rows(rows).float().cpu().numpy()
 
 
 @torch.no_grad()
@@ -107,10 +107,7 @@ def write_patch_explorer(
             model, patch_batches(collator, examples[:probe_examples], batch_size), collator.coverage_threshold
         )
     source = patch_model_family(model).name
-    rule = (
-        f"a patch at least {collator.coverage_threshold:g} inside a gold box of the phrase",
-        "centre-patch baseline",
-    )
+    rule = (f"a patch at least {collator.coverage_threshold:g} inside a gold box of the phrase", "centre-patch baseline")
     return write_attention_explorer(
         shown, path, probe=probe, title=title, subtitle=subtitle, source=source, probe_rule=rule
     )

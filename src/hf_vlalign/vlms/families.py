@@ -1,19 +1,9 @@
 """transformers' own vision-language models whose image tokens are patches: where those tokens are in the sequence.
 
-Three families are supported, each read without copying its modeling code:
-
-- "vilt" (`ViltModel` and its heads): one encoder over `[text; image [CLS]; patches]`. ViLT *samples* the order of
-  its patch tokens (`ViltEmbeddings.visual_embed` draws them with `torch.multinomial`), so the forward here runs
-  `visual_embed` itself, passes its output as `image_embeds`, and keeps the `patch_index` it returns: the (row,
-  column) of every patch token. Its attention is eager; the supervision reads the query / key projections of each
-  layer through forward hooks on `ViltSelfAttention.query` / `.key`.
-- "llava" (`LlavaForConditionalGeneration`): a causal language model whose `<image>` tokens (`config.image_token_id`)
-  carry the CLIP patch features, row-major (`vision_feature_select_strategy="full"` keeps CLIP's [CLS] first: that
-  token is no cell and is masked).
-- "paligemma" (`PaliGemmaForConditionalGeneration`): the same with SigLIP patches and Gemma's prefix-LM attention.
-
-The word-patch attention is read in the language model (LLaVA, PaliGemma) or the joint encoder (ViLT), per layer and
-head, from the text tokens to the image tokens.
+Three families are read without copying their modeling code (docs/vlms.md): "vilt" (one encoder over `[text; image
+[CLS]; patches]`; it samples its patch order, so the forward here runs `visual_embed` itself and keeps the
+`patch_index`), "llava" (CLIP patches replace `<image>` tokens, row-major; with `vision_feature_select_strategy="full"`
+CLIP's [CLS] comes first and is masked) and "paligemma" (SigLIP patches under Gemma's prefix-LM attention).
 """
 
 from __future__ import annotations
@@ -65,26 +55,14 @@ class PatchLayout:
 
 
 class PatchModelFamily:
-    """What the library needs to know of one family of patch models."""
+    """What the library needs to know of one family of patch models; each family defines `base_model(model)`,
+    `attention_modules(model)` (per layer, the module whose attention is read and supervised), `num_heads(model)` and
+    `grid(config, pixel_values)` ((rows, columns) of the patch grid over (B, 3, height, width) `pixel_values`)."""
 
     name: str = ""
     model_types: tuple[str, ...] = ()
     # whether image tokens attend to the text (Samaran et al.'s eq. 7 direction exists)
     image_attends_to_text: bool = False
-
-    def base_model(self, model: nn.Module) -> nn.Module:
-        raise NotImplementedError
-
-    def attention_modules(self, model: nn.Module) -> list[nn.Module]:
-        """Per layer, the module whose attention is read and supervised."""
-        raise NotImplementedError
-
-    def num_heads(self, model: nn.Module) -> int:
-        raise NotImplementedError
-
-    def grid(self, config, pixel_values: torch.Tensor) -> tuple[int, int]:
-        """(rows, columns) of the patch grid over `pixel_values` (B, 3, height, width)."""
-        raise NotImplementedError
 
 
 class ViltFamily(PatchModelFamily):
@@ -230,10 +208,6 @@ def forward_with_layout(
         image_embeds, image_mask, patch_index = family.embed_images(plain_model, pixel_values, pixel_mask)
         outputs = model(**inputs, image_embeds=image_embeds, pixel_mask=image_mask, **kwargs)
         return outputs, family.layout(plain_model, inputs["input_ids"], pixel_values, image_mask, patch_index)
-    layout = PatchLayout(
-        batch["image_positions"],
-        batch["cell_index"],
-        batch["patch_mask"].bool(),
-        family.grid(plain_model.config, batch["pixel_values"]),
-    )
+    grid = family.grid(plain_model.config, batch["pixel_values"])
+    layout = PatchLayout(batch["image_positions"], batch["cell_index"], batch["patch_mask"].bool(), grid)
     return model(**inputs, **kwargs), layout

@@ -1,11 +1,7 @@
 """Li et al.'s grounding probe on transformers patch models: every head of every layer as a phrase-grounding
-classifier whose candidates are the image patches.
-
-A head's prediction for a phrase is the image token its last token attends to most; it is correct when that patch is
-covered by a gold box of the phrase (coverage >= `coverage_threshold`, `hf_vlalign.alignment.patches`). The baseline
-is the centre patch (patches have no detection confidence). A head is actively attending when the phrase tokens put
-more than `active_threshold` of their attention on the image tokens (Li et al., sec. 3). The attention maps are read
-with transformers' eager attention, switched on for the probe and restored afterwards.
+classifier over the image patches. A head is right when the patch the phrase's last token attends to most is covered
+by a gold box (coverage >= `coverage_threshold`); the baseline is the centre patch (patches have no detection
+confidence). The maps are read with transformers' eager attention, switched on for the probe and restored afterwards.
 """
 
 from __future__ import annotations

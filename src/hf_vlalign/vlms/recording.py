@@ -1,19 +1,10 @@
-"""Records the query / key projections of chosen attention layers of a transformers patch model during its forward.
+"""Records the query / key projections of chosen attention layers of a transformers patch model during its forward,
+so that the supervision can compute the logits it needs while the model keeps `sdpa` (which returns no attention).
 
-Attention supervision needs the attention logits of the supervised layers (Samaran et al.'s eq. 6 re-normalises the
-text->image attention over the image tokens, a softmax of the logits restricted to those keys), but the model should
-keep its fast path: transformers' `sdpa` returns no attention probabilities. So nothing of the model's code is copied:
-
-- LLaVA / PaliGemma call their attention through transformers' attention interface. The recorder registers
-  `hf_vlalign_sdpa` in `AttentionInterface` (and `sdpa`'s mask in `AttentionMaskInterface`): it runs transformers'
-  own `sdpa_attention_forward` and, for the recorded layers of the language model, keeps the query and key tensors it
-  is given (after RoPE, before `repeat_kv`) and the attention mask. While recording, the language model's
-  `_attn_implementation` is `hf_vlalign_sdpa`; it is restored afterwards (it is never saved in a config).
-- ViLT computes its attention inline (eager): forward hooks on each recorded `ViltSelfAttention.query` / `.key` keep
-  their outputs.
-
-The tensors kept are the ones autograd holds for the attention's backward anyway; the losses recompute the logits they
-need (see `hf_vlalign.vlms.supervision`).
+LLaVA / PaliGemma: the recorder registers `hf_vlalign_sdpa` in transformers' `AttentionInterface`, which runs
+transformers' own `sdpa_attention_forward` and keeps the query, key (after RoPE, before `repeat_kv`) and mask of the
+recorded layers; the language model's `_attn_implementation` is restored afterwards. ViLT (eager, inline attention):
+forward hooks on each recorded `ViltSelfAttention.query` / `.key`.
 """
 
 from __future__ import annotations

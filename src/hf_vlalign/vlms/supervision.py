@@ -1,20 +1,13 @@
 """Samaran et al.'s direct and semi-direct attention supervision on transformers patch models, from recorded
 query / key projections (`AttentionRecorder`).
 
-- Direct (eqs. 6-8): each supervised head of each supervised layer is a classifier of the image token a grounded word
-  refers to: its text->image logits, re-normalised over the real image tokens (a softmax of the logits restricted to
-  those keys, so the model keeps `sdpa`), are trained by cross-entropy against the word's target, the uniform
-  distribution over the patches its gold box covers (`hf_vlalign.alignment.patches`). Eq. (7)'s image->text direction
-  is added where image tokens attend to the text (ViLT); in LLaVA and PaliGemma the image comes before the text
-  under a causal or prefix mask and the image tokens never see the caption, so the direction does not exist.
-- Semi-direct: the same cross-entropy on attention rollout (Abnar & Zuidema 2020) through the language model (or
-  ViLT's encoder) up to each supervised layer, its text->image rows re-normalised over the image tokens (and, for
-  ViLT, its image->text rows over the text tokens). Rollout needs
-  the full attention maps of every layer up to the deepest supervised one: they are recomputed from the recorded
-  projections with the model's mask, which costs what an eager forward of those layers costs.
+- Direct (eqs. 6-8): each supervised head's text->image logits, re-normalised over the real image tokens (so the model
+  keeps `sdpa`), are trained by cross-entropy against each grounded word's target, the uniform distribution over the
+  patches its gold box covers. Eq. (7)'s image->text direction exists only where image tokens attend to the text (ViLT).
+- Semi-direct: the same cross-entropy on attention rollout (Abnar & Zuidema 2020) up to each supervised layer, the
+  maps recomputed from the recorded projections with the model's mask.
 
-Every mean over grounded words divides by `num_rows` when given (the global count over processes and accumulation
-steps, `hf_vlalign.utils.item_counts`).
+Every mean over grounded words divides by `num_rows` when given (the global count, `hf_vlalign.utils.item_counts`).
 """
 
 from __future__ import annotations
@@ -175,10 +168,9 @@ def patch_attention_loss(
     layers = recorder.layers if layers is None else list(layers)
     key_mask, text_mask, alignment = sequence_masks(batch, layout, recorder.queries[layers[0]].shape[2])
     target = token_alignment(alignment, layout)
-    if method == "direct":
-        image_to_text = recorder.family.image_attends_to_text
-        return _direct_loss(recorder, layers, layout, target, heads, num_rows, num_image_rows, text_mask, image_to_text)
-    causal = not recorder.family.image_attends_to_text
-    counts, masks = (num_rows, num_image_rows), (key_mask, text_mask.to(target.device))
     image_to_text = recorder.family.image_attends_to_text
-    return _semi_direct_loss(recorder, layers, layout, target, heads, counts, masks, causal, image_to_text)
+    if method == "direct":
+        return _direct_loss(recorder, layers, layout, target, heads, num_rows, num_image_rows, text_mask, image_to_text)
+    counts, masks = (num_rows, num_image_rows), (key_mask, text_mask.to(target.device))
+    # without image->text attention (LLaVA, PaliGemma) the language model's mask is causal
+    return _semi_direct_loss(recorder, layers, layout, target, heads, counts, masks, not image_to_text, image_to_text)

@@ -1,10 +1,7 @@
-"""Tiny randomly initialised patch models with their processors, built offline: for tests, smoke runs and the
-mechanism check (a tiny LLaVA-style model fine-tuned on the synthetic scenes).
-
-The tokenizer is the embedded default's (MiniLM's uncased WordPiece, `default_text_model_path()`) with an `<image>`
-token added, or a word-level tokenizer over a corpus (`word_level_tokenizer`): a tiny model with MiniLM's 30,522
-words spends most of its compute in the language-model head, a vocabulary of the data's few hundred words does not.
-The vision towers are tiny CLIP (LLaVA), SigLIP (PaliGemma) or ViLT's own patch embedding.
+"""Tiny randomly initialised patch models (ViLT, LLaVA with CLIP, PaliGemma with SigLIP) with their processors, built
+offline for tests, smoke runs and the mechanism check. The tokenizer is the embedded default's WordPiece with `<image>`
+added, or a word-level one over a corpus (`word_level_tokenizer`): a tiny model's compute then goes to its layers
+rather than to a 30,522-word language-model head.
 """
 
 from __future__ import annotations
