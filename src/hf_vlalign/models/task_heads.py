@@ -185,6 +185,17 @@ def masked_language_modelling(
     return (None if training else prediction_logits), loss
 
 
+def masked_feature_loss(
+    features: torch.Tensor, feature_labels: torch.Tensor, masked: torch.Tensor, num_items: torch.Tensor | None = None
+) -> torch.Tensor:
+    """L2 regression of the masked regions' features: each masked region's squared error (mean over its dimensions),
+    averaged over the masked regions (or divided by the global `num_items`). Every region is scored and the unmasked
+    ones add 0: selecting the masked ones first would read their number on the host."""
+    squared = nn.functional.mse_loss(features, feature_labels.to(features.dtype), reduction="none")
+    total = squared.masked_fill(~masked[..., None], 0.0).sum()
+    return mean_over_items(total / features.shape[-1], item_count(masked.sum(), num_items))
+
+
 def referring_item_count(
     region_mask: torch.Tensor, target_region_iou: torch.Tensor | None, labels: torch.Tensor | None
 ) -> torch.Tensor:
