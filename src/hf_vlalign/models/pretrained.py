@@ -18,13 +18,13 @@ from transformers.utils import ModelOutput, TransformersKwargs
 from transformers.utils.generic import can_return_tuple
 
 from ..supervision import AttentionSupervisionMixin
-from ..utils.item_counts import num_items
+from ..utils.item_counts import count_true, num_items
 from .bert_modules import TextEmbeddings
 from .forward_kwargs import check_head_call
 from .saving import SaveLoadMixin
 from .task_heads import (
     LMPredictionHead,
-    answer_item_counts,
+    answer_item_count,
     answer_loss,
     check_answer_labels,
     check_image_pair,
@@ -34,12 +34,9 @@ from .task_heads import (
     mean_pool_phrases,
     pair_flatten,
     pair_repeat,
-    phrase_grounding_item_counts,
     phrase_grounding_loss,
-    reasoning_item_counts,
     reasoning_loss,
     referring_expression_loss,
-    referring_item_counts,
     region_mask_or_ones,
     weighted_total,
 )
@@ -167,7 +164,7 @@ class QuestionAnsweringMixin:
         return self._classification_output(loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        return {**answer_item_counts(inputs), **super().loss_item_counts(inputs)}
+        return {"task": answer_item_count(inputs.get("labels")), **super().loss_item_counts(inputs)}
 
 
 class VisualReasoningMixin:
@@ -205,7 +202,9 @@ class VisualReasoningMixin:
         return self._classification_output(loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        return reasoning_item_counts(inputs)  # no attention supervision: the sentence has no regions of its own
+        # no attention supervision: the sentence has no regions of its own
+        labels = inputs.get("labels")
+        return {"task": torch.full((), labels.numel(), device=labels.device) if labels is not None else count_true(None)}
 
 
 class ReferringExpressionMixin:
@@ -254,7 +253,10 @@ class ReferringExpressionMixin:
         return self._classification_output(loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        return {**referring_item_counts(inputs), **super().loss_item_counts(inputs)}
+        # the real regions, when the batch has targets
+        has_targets = inputs.get("target_region_iou") is not None or inputs.get("labels") is not None
+        region_mask = region_mask_or_ones(inputs.get("visual_attention_mask"), inputs["visual_feats"])
+        return {"task": count_true(region_mask if has_targets else None), **super().loss_item_counts(inputs)}
 
 
 class PhraseGroundingMixin:
@@ -301,7 +303,10 @@ class PhraseGroundingMixin:
         return self._classification_output(loss_task, outputs, logits)
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        return {**phrase_grounding_item_counts(inputs), **super().loss_item_counts(inputs)}
+        # the grounded phrases (rows of `phrase_labels` with mass)
+        phrase_labels = inputs.get("phrase_labels")
+        grounded = phrase_labels.sum(-1) > 0 if phrase_labels is not None else None
+        return {"task": count_true(grounded), **super().loss_item_counts(inputs)}
 
 
 __all__ = [

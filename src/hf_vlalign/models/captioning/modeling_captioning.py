@@ -23,7 +23,7 @@ from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.processing_utils import Unpack
-from transformers.utils import ModelOutput, TransformersKwargs, logging
+from transformers.utils import ModelOutput, TransformersKwargs
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 
@@ -49,9 +49,6 @@ from ..saving import SaveLoadMixin
 from ..text_init import load_text_model
 from ..visual_features import VisualFeatureStatisticsMixin, init_feature_normalization, make_feature_normalization
 from .configuration_captioning import RegionCaptionerConfig
-
-logger = logging.get_logger(__name__)
-
 
 @dataclass
 class RegionCaptionerModelOutput(ModelOutput):
@@ -795,14 +792,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             loss_mask=loss_mask,
             mask_mean=mask_mean,
             logits=logits,
-            cache=outputs.cache,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            aligned_cross_attentions=outputs.aligned_cross_attentions,
+            **{name: value for name, value in outputs.items() if name not in ("last_hidden_state", "alignment_masks")},
         )
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:

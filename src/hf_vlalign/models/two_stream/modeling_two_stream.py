@@ -32,7 +32,6 @@ from ..bert_modules import (
     AttentionBlock,
     Intermediate,
     LayerOutput,
-    MultiHeadAttention,
     Pooler,
     TextEmbeddings,
     TransformerLayer,
@@ -195,22 +194,10 @@ class TwoStreamVisualEmbeddings(nn.Module):
         return self.dropout((features + boxes) / 2)
 
 
-class TwoStreamAttention(MultiHeadAttention):
-    """Multi-head attention of `hidden_states` (queries) over `context` (keys and values): self-attention when they
-    are the same tensor, cross-attention (eqs. 7 and 9) otherwise."""
-
-
-class TwoStreamAttentionBlock(AttentionBlock):
-    """Attention followed by projection, dropout, residual and LayerNorm (BERT's `attention.self` / `attention.output`
-    naming, so BERT layers load into the language stack)."""
-
-    attention_class = TwoStreamAttention
-
-
 class TwoStreamLayer(TransformerLayer):
-    """One single-modality layer (N_s<-s or N_o<-o): self-attention, then the feed-forward network."""
-
-    attention_class = TwoStreamAttentionBlock
+    """One single-modality layer (N_s<-s or N_o<-o): self-attention, then the feed-forward network. Its attention
+    blocks (here and in the cross layers) are BERT's [`~hf_vlalign.models.bert_modules.AttentionBlock`], attention
+    of `hidden_states` over `context`: self-attention, or cross-attention (eqs. 7 and 9)."""
 
 
 class TwoStreamCrossLayer(GradientCheckpointingLayer):
@@ -220,10 +207,10 @@ class TwoStreamCrossLayer(GradientCheckpointingLayer):
 
     def __init__(self, config: TwoStreamConfig):
         super().__init__()
-        self.cross_attention = TwoStreamAttentionBlock(config)
-        self.vision_cross_attention = None if config.share_cross_attention else TwoStreamAttentionBlock(config)
-        self.language_self_attention = TwoStreamAttentionBlock(config)
-        self.vision_self_attention = TwoStreamAttentionBlock(config)
+        self.cross_attention = AttentionBlock(config)
+        self.vision_cross_attention = None if config.share_cross_attention else AttentionBlock(config)
+        self.language_self_attention = AttentionBlock(config)
+        self.vision_self_attention = AttentionBlock(config)
         self.language_intermediate = Intermediate(config)
         self.language_output = LayerOutput(config)
         self.vision_intermediate = Intermediate(config)
@@ -480,10 +467,6 @@ class TwoStreamObjectHead(nn.Module):
         return self.class_decoder(states), self.attribute_decoder(states), self.feature_decoder(states)
 
 
-class TwoStreamAnswerHead(AnswerHead):
-    """Answer scores from the pooled [CLS] state: Linear(d, 2d), GELU, LayerNorm, Linear(2d, answers) (LXMERT)."""
-
-
 class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
     """Two-stream pre-training (Kervadec et al. 2020, sec. 4-5, after LXMERT): masked language modelling, masked object
     prediction (detector class and attribute cross-entropy, feature regression), image-sentence matching, question
@@ -502,7 +485,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         self.lm_head = LMPredictionHead(config)
         self.matching_head = nn.Linear(config.hidden_size, 2)
         self.object_head = TwoStreamObjectHead(config)
-        self.answer_head = TwoStreamAnswerHead(config, config.hidden_size, config.num_qa_labels)
+        self.answer_head = AnswerHead(config, config.hidden_size, config.num_qa_labels)
         self.alignment_decoder = AlignmentDecoder(config.hidden_size, config.layer_norm_eps, config.hidden_act)
         self.post_init()
 
@@ -659,7 +642,7 @@ class TwoStreamForQuestionAnswering(QuestionAnsweringMixin, TwoStreamPreTrainedM
     def __init__(self, config: TwoStreamConfig):
         super().__init__(config)
         self.two_stream = TwoStreamModel(config)
-        self.answer_head = TwoStreamAnswerHead(config, config.hidden_size, config.num_qa_labels)
+        self.answer_head = AnswerHead(config, config.hidden_size, config.num_qa_labels)
         self.post_init()
 
 
@@ -669,7 +652,7 @@ class TwoStreamForVisualReasoning(VisualReasoningMixin, TwoStreamPreTrainedModel
     def __init__(self, config: TwoStreamConfig):
         super().__init__(config)
         self.two_stream = TwoStreamModel(config)
-        self.reasoning_head = TwoStreamAnswerHead(config, 2 * config.hidden_size, 1)
+        self.reasoning_head = AnswerHead(config, 2 * config.hidden_size, 1)
         self.post_init()
 
 
