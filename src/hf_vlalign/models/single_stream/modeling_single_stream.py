@@ -1,12 +1,8 @@
 """PyTorch single-stream vision-and-language transformer (VL-BERT / VisualBERT style) with attention supervision.
 
 One BERT encoder reads `[CLS] c1 [SEP] c2 [SEP] regions [END]` (Samaran et al. 2021, sec. 3): positions [0, T) are
-text tokens, [T, T + R) the R regions and T + R the [END] token. With `config.use_end_token=False` (VisualBERT's
-layout) the sequence stops after the regions: N = T + R.
-
-BERT's blocks (text embeddings, attention, feed-forward, layer, pooler) come from `..bert_modules`, the masked-word
-head from `..task_heads` and the `PreTrainedModel` base from `..pretrained`: the two-stream family is built from the
-same ones.
+text tokens, [T, T + R) the R regions and T + R the [END] token (none with `config.use_end_token=False`, VisualBERT's
+layout). BERT's blocks, the task heads and the `PreTrainedModel` base are shared with the two-stream family.
 """
 
 from __future__ import annotations

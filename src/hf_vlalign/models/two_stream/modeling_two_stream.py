@@ -2,11 +2,8 @@
 
 Kervadec et al. 2020, "Weak supervision helps emergence of word-object alignment": a language self-attention stack
 (N_s<-s), an object self-attention stack (N_o<-o) and cross-modality layers (N_o<->s); pre-training with masked words,
-masked objects, image-sentence matching, question answering and the object-word alignment decoder (sec. 5).
-Module boundaries and output names follow transformers' `modeling_lxmert.py`, so its checkpoints convert exactly
-(`hf_vlalign.hub.convert_lxmert`). BERT's blocks (text embeddings, attention, feed-forward, layer, pooler) come from
-`..bert_modules`, the masked-word head from `..task_heads` and the `PreTrainedModel` base from `..pretrained`, shared
-with the single-stream family.
+masked objects, image-sentence matching, question answering and the object-word alignment decoder (sec. 5). Module
+names follow transformers' `modeling_lxmert.py`, so its checkpoints convert exactly (`hf_vlalign.hub.convert_lxmert`).
 """
 
 from __future__ import annotations
