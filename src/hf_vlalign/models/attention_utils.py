@@ -59,14 +59,10 @@ def run_attention(
     output_attentions: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention through the model's implementation (`sdpa` by default), or eager when the probabilities are asked
-    for: they are only materialised then (supervision reads the logits from the query/key projections instead).
-
-    Training with attention dropout on CPU also takes the eager path: CPU `sdpa` then runs its math kernel anyway and
-    draws the dropout mask with torch's Bernoulli sampler, while the eager path uses the cheaper mask of
-    `models/dropout.py` (measured by `benchmarks/run.py`). `dropout_implementation="torch"` keeps `sdpa`.
-
-    Returns the output (B, N_query, H, d) and the pre-dropout probabilities (B, H, N_query, N_key) or None.
-    """
+    for, and when training with attention dropout on CPU (CPU `sdpa` then runs its math kernel anyway, with torch's
+    Bernoulli sampler; the eager path uses the cheaper mask of `models/dropout.py`, unless
+    `dropout_implementation="torch"`). Returns the output (B, N_query, H, d) and the pre-dropout probabilities
+    (B, H, N_query, N_key) or None."""
     attention_interface = eager_attention_forward
     if not (output_attentions or _eager_dropout_is_faster(module, query, dropout)):
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(module.config._attn_implementation, eager_attention_forward)

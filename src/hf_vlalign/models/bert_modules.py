@@ -1,10 +1,6 @@
-"""BERT's building blocks, shared by the single- and two-stream families: the text embeddings, multi-head attention,
-the projection after attention, the feed-forward network, the layer they make up and the pooler (transformers'
-`BertEmbeddings`, `BertSelfAttention`, `BertSelfOutput`, `BertAttention`, `BertIntermediate`, `BertOutput`,
-`BertLayer`, `BertPooler`). Their attribute names are BERT's, so BERT checkpoints copy into either family
-(`hf_vlalign.models.text_init.copy_module_weights`) and the published checkpoints convert (`hf_vlalign.hub`). The
-prediction heads on top of them are in `hf_vlalign.models.task_heads`.
-"""
+"""BERT's building blocks, shared by the single- and two-stream families (transformers' `BertEmbeddings`,
+`BertSelfAttention`, `BertSelfOutput`, `BertAttention`, `BertIntermediate`, `BertOutput`, `BertLayer`, `BertPooler`),
+with BERT's attribute names, so BERT checkpoints copy into either family and the published checkpoints convert."""
 
 from __future__ import annotations
 

@@ -22,6 +22,9 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
 from transformers.utils import CONFIG_NAME
 
+from .dropout import DROPOUT_IMPLEMENTATIONS
+from .visual_features import NORMALIZATION_FIELD, VISUAL_FEATURE_NORMALIZATIONS
+
 logger = logging.getLogger(__name__)
 
 
@@ -204,6 +207,13 @@ def require_choice(config: PreTrainedConfig, name: str, choices: tuple[str, ...]
     value = getattr(config, name)
     if value not in choices:
         raise ValueError(f"`{name}` must be one of {choices}, got {value!r}.")
+
+
+def require_family_choices(config: PreTrainedConfig) -> None:
+    """Class-validator helper: the choices every family's config has (`dropout_implementation`,
+    `visual_feature_normalization`)."""
+    require_choice(config, "dropout_implementation", DROPOUT_IMPLEMENTATIONS)
+    require_choice(config, NORMALIZATION_FIELD, VISUAL_FEATURE_NORMALIZATIONS)
 
 
 def require_at_least(config: PreTrainedConfig, minimum: int, *names: str) -> None:

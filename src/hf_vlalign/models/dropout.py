@@ -46,11 +46,6 @@ class FastDropout(nn.Dropout):
         return fast_dropout(hidden, self.p, self.training)
 
 
-def check_dropout_implementation(value: str) -> None:
-    if value not in DROPOUT_IMPLEMENTATIONS:
-        raise ValueError(f"`dropout_implementation` must be one of {DROPOUT_IMPLEMENTATIONS}, got {value!r}.")
-
-
 def make_dropout(config, p: float) -> nn.Dropout:
     """The dropout module a config asks for: [`FastDropout`] ("auto", the default) or `nn.Dropout` ("torch")."""
     if getattr(config, "dropout_implementation", "auto") == "torch":

@@ -1,14 +1,6 @@
-"""The model families of the library, declared once: `FamilySpec`, the registry `FAMILIES` and `family_spec`.
-
-Each family declares its spec beside its code (`<family>/family.py`, naming classes by strings and importing nothing);
-the Auto-class registration, the model cards, the remote-code export, the LoRA presets and the CLI read them here.
-
-```python
->>> from hf_vlalign.models.family import FAMILIES, family_spec
->>> family_spec("vlalign_two_stream").probe_shape(model.config)  # (x_layers, num_attention_heads)
->>> family_spec(model).text_mask_key  # "attention_mask", or "decoder_attention_mask" for the captioner
-```
-"""
+"""The model families of the library, declared once: `FamilySpec`, the registry `FAMILIES` and `family_spec`. Each
+family declares its spec beside its code (`<family>/family.py`); the Auto classes, model cards, remote code, LoRA presets
+and the CLI read them here."""
 
 from __future__ import annotations
 

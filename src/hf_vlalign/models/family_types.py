@@ -105,16 +105,7 @@ class FamilySpec:
     def probe_shape(self, model_or_config: Any) -> tuple[int, int]:
         """(layers, heads) of the text->region attention the grounding probe reads, from a config or a model."""
         config = getattr(model_or_config, "config", model_or_config)
-        values = []
-        for name in (self.probe_layers_field, self.probe_heads_field):
-            value = getattr(config, name, None)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(
-                    f"`model_or_config` must be a {self.model_type} configuration (or model) with an int `{name}`, got "
-                    f"{type(config).__name__} with {name}={value!r}."
-                )
-            values.append(value)
-        return values[0], values[1]
+        return getattr(config, self.probe_layers_field), getattr(config, self.probe_heads_field)
 
     def config_class_object(self) -> type:
         """The configuration class (imports the family's configuration module)."""

@@ -38,12 +38,8 @@ def output_flag(name: str, kwargs: Mapping[str, Any], config: Any) -> bool:
 
 
 def check_batch_not_empty(model: nn.Module, name: str, tensor: torch.Tensor | None) -> None:
-    """Raises a ValueError naming the argument `name` when `tensor` holds no example (batch size 0).
-
-    An empty batch is refused by every forward and `generate()` of the library, the same way in every family: its
-    losses would be averages over nothing, and transformers' own models (BERT, VisualBERT, LXMERT, BART) fail on it
-    deep inside attention with a reshape error that names no argument.
-    """
+    """Raises a ValueError naming the argument `name` when `tensor` holds no example (batch size 0): its losses would
+    be averages over nothing, and transformers' own models fail on it deep inside attention, naming no argument."""
     if isinstance(tensor, torch.Tensor) and tensor.ndim > 0 and tensor.shape[0] == 0:
         raise ValueError(
             f"`{name}` has batch size 0 (shape {tuple(tensor.shape)}): {type(model).__name__} needs at least one "

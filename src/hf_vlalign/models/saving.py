@@ -1,16 +1,10 @@
 """`SaveLoadMixin`: atomic `save_pretrained` and loud weight loading, shared by the three model families.
 
-Saving: `PreTrainedModel.save_pretrained` writes `config.json`, then the weights, straight into the target folder. Here
-the model is saved into a staging sibling folder, the target's other files (results, tokenizer, card, the user's own)
-are hard-linked into it, and it replaces the target as a whole (`utils/atomic_folders.py`), so a kill at any instant
-leaves the previous complete checkpoint or the new one. Weight files the new save supersedes are not carried over. When
-the parent folder is not writable, the files are moved in one by one (weights first, `config.json` last).
-
-Loading refuses with a [`CheckpointMismatchError`] what transformers only logs before returning newly initialised
-weights: a checkpoint of another model type, one sharing no weight name with the model, a config building fewer layers
-than the checkpoint holds; a size mismatch names every key and both shapes. Newly initialised supervised heads are
-named in a WARNING of this library's logger. Loaded tensors not 64-byte aligned are copied into aligned memory, so a
-reloaded model's outputs equal the saved model's bit for bit.
+A save is written into a staging sibling folder, completed with the target's other files (hard links) and swapped with
+the target as a whole (`utils/atomic_folders.py`): a kill at any instant leaves the previous complete checkpoint or the
+new one. Loading refuses with a [`CheckpointMismatchError`] what transformers only logs (another model type, no shared
+weight name, fewer layers than the checkpoint holds, a size mismatch) and copies unaligned tensors into aligned memory,
+so a reloaded model's outputs equal the saved model's bit for bit.
 """
 
 from __future__ import annotations

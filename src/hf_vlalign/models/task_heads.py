@@ -1,28 +1,17 @@
-"""Task heads and losses shared by the single- and two-stream families.
-
-| head | task | reads | paper it follows |
-|---|---|---|---|
-| `PredictionHeadTransform` | the shared first layer of the pre-training heads | token or region states | BERT |
-| `LMPredictionHead` | masked words (decoder tied to the word embeddings) | text states | BERT |
-| `AnswerHead` | VQA v2 / GQA answers, NLVR2 pair score | pooled [CLS] | LXMERT's answer head (also UNITER's) |
-| `RegionScoringHead` | RefCOCO+ region scoring | every region's final state | VL-BERT / ViLBERT region classifier |
-| `RegionToPhraseAttention` | Flickr30k phrase grounding | phrase and region states | VisualBERT's `RegionToPhraseAttention` |
-
-Each loss is a plain function so the models stay short: `answer_loss`, `reasoning_loss`, `referring_expression_loss`,
-`phrase_grounding_loss`; each takes the number of items to divide by (`num_items`, global under data parallelism) and
-has a `*_item_counts(inputs)` function giving that number for a batch (the heads' `loss_item_counts`).
-"""
+"""Task heads, losses and label checks shared by the single- and two-stream families: BERT's prediction heads, LXMERT's
+answer head (VQA v2, GQA, NLVR2), VL-BERT's region scoring (RefCOCO+) and VisualBERT's `RegionToPhraseAttention`
+(Flickr30k). Each loss is a plain function taking the number of items to divide by (`num_items`, global under data
+parallelism)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from ..utils.item_counts import count_labeled, count_true, item_count, mean_cross_entropy, mean_over_items
+from ..utils.item_counts import count_labeled, item_count, mean_cross_entropy, mean_over_items
 from ..utils.validation import (
     check_binary_mask,
     check_finite,
@@ -185,13 +174,15 @@ def masked_language_modelling(
     return (None if training else prediction_logits), loss
 
 
-def referring_item_count(
-    region_mask: torch.Tensor, target_region_iou: torch.Tensor | None, labels: torch.Tensor | None
+def masked_feature_loss(
+    features: torch.Tensor, feature_labels: torch.Tensor, masked: torch.Tensor, num_items: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """The regions [`referring_expression_loss`] averages over: the real ones, when the batch has targets."""
-    if target_region_iou is None and labels is None:
-        return torch.zeros((), dtype=torch.long)
-    return count_true(region_mask)
+    """L2 regression of the masked regions' features: each masked region's squared error (mean over its dimensions),
+    averaged over the masked regions (or divided by the global `num_items`). Every region is scored and the unmasked
+    ones add 0: selecting the masked ones first would read their number on the host."""
+    squared = nn.functional.mse_loss(features, feature_labels.to(features.dtype), reduction="none")
+    total = squared.masked_fill(~masked[..., None], 0.0).sum()
+    return mean_over_items(total / features.shape[-1], item_count(masked.sum(), num_items))
 
 
 def referring_expression_loss(
@@ -217,11 +208,6 @@ def referring_expression_loss(
     return mean_over_items(total, item_count(real.sum(), num_items))
 
 
-def phrase_grounding_item_count(phrase_labels: torch.Tensor | None) -> torch.Tensor:
-    """The grounded phrases [`phrase_grounding_loss`] averages over (rows of `phrase_labels` with mass)."""
-    return count_true(phrase_labels.sum(-1) > 0) if phrase_labels is not None else torch.zeros((), dtype=torch.long)
-
-
 def phrase_grounding_loss(
     logits: torch.Tensor, phrase_labels: torch.Tensor, num_items: torch.Tensor | None = None
 ) -> torch.Tensor | None:
@@ -240,28 +226,6 @@ def region_mask_or_ones(visual_attention_mask: torch.Tensor | None, visual_feats
     if visual_attention_mask is not None:
         return visual_attention_mask
     return torch.ones(visual_feats.shape[:2], dtype=torch.long, device=visual_feats.device)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Item counts of a batch (`global_item_counts` keys of the task heads)
-
-
-def answer_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    return {"task": answer_item_count(inputs.get("labels"))}
-
-
-def reasoning_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    labels = inputs.get("labels")
-    return {"task": torch.full((), labels.numel(), device=labels.device) if labels is not None else count_true(None)}
-
-
-def referring_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    region_mask = region_mask_or_ones(inputs.get("visual_attention_mask"), inputs["visual_feats"])
-    return {"task": referring_item_count(region_mask, inputs.get("target_region_iou"), inputs.get("labels"))}
-
-
-def phrase_grounding_item_counts(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    return {"task": phrase_grounding_item_count(inputs.get("phrase_labels"))}
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,15 +1,9 @@
 """Standardisation of region features before the visual projection, shared by every family (docs/datasets.md).
 
-Low-dimensional features (e.g. raw pooled colours) share one large mean vector that the LayerNorm after the projection
-keeps, so every region embeds nearly alike; centring them is the input standardisation of LeCun et al. ("Efficient
-BackProp", 1998, sec. 4.3). `config.visual_feature_normalization`:
-
-- "standardize" (the default of new configs): `(x - mean) / std` per feature dimension, `mean` and `std` persistent
-  buffers (saved with the weights), set once before training from the training images' features: by the trainers
-  (`ComponentLossTrainer.fit_visual_feature_statistics`) or by hand with
-  `model.set_visual_feature_statistics(*region_feature_statistics(store, image_ids))`. Statistics already set (a
-  checkpoint's) are kept; until set they are mean 0 / std 1, the identity (with a warning in training).
-- "none": features reach the projection as they are (the converted VisualBERT and LXMERT checkpoints).
+With `config.visual_feature_normalization="standardize"` (the default) features become `(x - mean) / std` per
+dimension (LeCun et al., "Efficient BackProp", 1998, sec. 4.3), the statistics persistent buffers set once from the
+training images' features (by the trainers, or `model.set_visual_feature_statistics(...)`; the identity until set);
+"none" passes them on as they are (the converted VisualBERT and LXMERT checkpoints).
 """
 
 from __future__ import annotations
@@ -25,13 +19,6 @@ logger = logging.get_logger(__name__)
 
 VISUAL_FEATURE_NORMALIZATIONS = ("none", "standardize")
 NORMALIZATION_FIELD = "visual_feature_normalization"
-
-
-def check_visual_feature_normalization(value: object) -> None:
-    if value not in VISUAL_FEATURE_NORMALIZATIONS:
-        raise ValueError(
-            f"`{NORMALIZATION_FIELD}` must be one of {VISUAL_FEATURE_NORMALIZATIONS}, got {value!r}."
-        )
 
 
 class VisualFeatureNormalization(nn.Module):
@@ -140,7 +127,6 @@ __all__ = [
     "VISUAL_FEATURE_NORMALIZATIONS",
     "VisualFeatureNormalization",
     "VisualFeatureStatisticsMixin",
-    "check_visual_feature_normalization",
     "init_feature_normalization",
     "make_feature_normalization",
 ]

@@ -1,13 +1,9 @@
 """Direct attention supervision (Samaran et al. 2021, eqs. 6-8): every supervised head is a classifier over the
 other modality, trained with cross-entropy against the gold word-region alignment.
 
-The re-normalised text->region attention of eq. (6) is p(r | t) = a_tr / sum_r' a_tr'. Because a = softmax(QK^T/sqrt(d)),
-this equals a softmax of the attention *logits* restricted to the region keys, so the loss is computed from the
-query/key projections of the supervised rows only (before dropout), and the model's main path keeps `sdpa`.
-
-The models call [`direct_supervision_loss_from_query_key`], which recomputes those logits in the backward pass
-(`torch.utils.checkpoint`) instead of keeping them: the query/key projections are held for the attention's own
-backward anyway, so supervision adds no saved activations.
+The re-normalised text->region attention of eq. (6), p(r | t) = a_tr / sum_r' a_tr', equals a softmax of the attention
+*logits* restricted to the region keys, so the loss is computed from the (pre-dropout) query/key projections of the
+supervised rows only, recomputed in the backward pass, and the model's main path keeps `sdpa`.
 """
 
 from __future__ import annotations

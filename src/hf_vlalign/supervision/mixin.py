@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ..utils.item_counts import count_true, num_items
-from .direct import direct_supervision_loss_from_query_key, masked_log_softmax, select_heads, supervised_row_counts
+from .direct import direct_supervision_loss_from_query_key, masked_log_softmax, supervised_row_counts
 from .indirect import IndirectGroundingHead, indirect_supervision_loss, max_pool_phrases
 from .rollout import attention_rollout, cross_modal_rollout, semi_direct_supervision_loss
 
@@ -108,31 +108,22 @@ class AttentionSupervisionMixin:
                 final_hidden_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks,
                 num_items(global_item_counts, "attention_phrases"),
             )  # fmt: skip
-        num_text_rows = num_items(global_item_counts, "attention_text_rows")
-        num_region_rows = num_items(global_item_counts, "attention_region_rows")
-        heads = self.supervised_head_indices
+        targets = (word_region_alignment, text_mask, region_mask, global_item_counts)
         if method == "direct":
             t2r, r2t = [], []
             for layer in self.supervised_layer_indices:
                 query, key = query_key_states[layer]
                 t2r.append((query[:, :, text_positions], key[:, :, region_positions]))
                 r2t.append((query[:, :, region_positions], key[:, :, text_positions]))
-            return direct_supervision_loss_from_query_key(
-                t2r, r2t, scaling, word_region_alignment, text_mask, region_mask, self._heads_to_select(),
-                num_text_rows, num_region_rows,
-            )  # fmt: skip
+            return self._direct_loss(t2r, r2t, scaling, *targets)
         # semi_direct: full attention probabilities of every layer up to the last supervised one, then rollout
         probs = []
         for layer in range(max(self.supervised_layer_indices) + 1):
             query, key = query_key_states[layer]
             logits = query @ key.transpose(-1, -2) * scaling
             probs.append(masked_log_softmax(logits, key_padding_mask[:, None, None, :]).exp())
-        rollouts = attention_rollout(probs, heads)
-        supervised = [rollouts[layer] for layer in self.supervised_layer_indices]
-        return semi_direct_supervision_loss(
-            supervised, text_positions, region_positions, word_region_alignment, text_mask, region_mask,
-            num_text_rows, num_region_rows,
-        )  # fmt: skip
+        rollouts = attention_rollout(probs, self.supervised_head_indices)
+        return self._semi_direct_loss(rollouts, text_positions, region_positions, *targets)
 
     def cross_modal_supervision_loss(
         self,
@@ -171,42 +162,43 @@ class AttentionSupervisionMixin:
                 final_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks,
                 num_items(global_item_counts, "attention_phrases"),
             )  # fmt: skip
-        num_text_rows = num_items(global_item_counts, "attention_text_rows")
-        num_region_rows = num_items(global_item_counts, "attention_region_rows")
-        heads = self.supervised_head_indices
+        targets = (word_region_alignment, text_mask, region_mask, global_item_counts)
+        if method == "direct":
+            t2r = [query_key_states[layer]["language_to_vision"] for layer in self.supervised_layer_indices]
+            r2t = [query_key_states[layer]["vision_to_language"] for layer in self.supervised_layer_indices]
+            return self._direct_loss(t2r, r2t, scaling, *targets)
         key_masks = {
             "language_to_vision": region_mask, "vision_to_language": text_mask,
             "language_self": text_mask, "vision_self": region_mask,
         }  # fmt: skip
-        if method == "direct":
-            t2r = [query_key_states[layer]["language_to_vision"] for layer in self.supervised_layer_indices]
-            r2t = [query_key_states[layer]["vision_to_language"] for layer in self.supervised_layer_indices]
-            return direct_supervision_loss_from_query_key(
-                t2r, r2t, scaling, word_region_alignment, text_mask, region_mask, self._heads_to_select(),
-                num_text_rows, num_region_rows,
-            )  # fmt: skip
         probs = []
         for layer in range(max(self.supervised_layer_indices) + 1):
             probs.append({
-                name: masked_log_softmax(self._head_logits(*query_key, None, scaling), key_masks[name][:, None, None, :]).exp()
-                for name, query_key in query_key_states[layer].items()
+                name: masked_log_softmax(query @ key.transpose(-1, -2) * scaling, key_masks[name][:, None, None, :]).exp()
+                for name, (query, key) in query_key_states[layer].items()
             })  # fmt: skip
-        rollouts = cross_modal_rollout(probs, heads)
-        supervised = [rollouts[layer] for layer in self.supervised_layer_indices]
-        return semi_direct_supervision_loss(
-            supervised, text_positions, region_positions, word_region_alignment, text_mask, region_mask,
-            num_text_rows, num_region_rows,
+        rollouts = cross_modal_rollout(probs, self.supervised_head_indices)
+        return self._semi_direct_loss(rollouts, text_positions, region_positions, *targets)
+
+    def _direct_loss(self, text_to_region, region_to_text, scaling, word_region_alignment, text_mask, region_mask, counts):
+        """Eqs. 6-8 from the supervised layers' (query, key) pairs; only the supervised heads are copied out of them
+        (none when every head is supervised)."""
+        heads = self.supervised_head_indices
+        return direct_supervision_loss_from_query_key(
+            text_to_region, region_to_text, scaling, word_region_alignment, text_mask, region_mask,
+            None if heads == list(range(self.config.num_attention_heads)) else heads,
+            num_items(counts, "attention_text_rows"), num_items(counts, "attention_region_rows"),
         )  # fmt: skip
 
-    def _heads_to_select(self) -> list[int] | None:
-        """The supervised heads, or None when they are all the heads (then no query/key copy is made)."""
-        heads = self.supervised_head_indices
-        return None if heads == list(range(self.config.num_attention_heads)) else heads
-
-    @staticmethod
-    def _head_logits(query: torch.Tensor, key: torch.Tensor, heads: list[int] | None, scaling: float) -> torch.Tensor:
-        query, key = select_heads(query, heads), select_heads(key, heads)
-        return query @ key.transpose(-1, -2) * scaling
+    def _semi_direct_loss(
+        self, rollouts, text_positions, region_positions, word_region_alignment, text_mask, region_mask, counts
+    ):
+        """Eqs. 6-8 on the rollout after each supervised layer."""
+        return semi_direct_supervision_loss(
+            [rollouts[layer] for layer in self.supervised_layer_indices], text_positions, region_positions,
+            word_region_alignment, text_mask, region_mask,
+            num_items(counts, "attention_text_rows"), num_items(counts, "attention_region_rows"),
+        )  # fmt: skip
 
     def _indirect_loss(
         self, final_hidden_states, text_positions, region_positions, word_region_alignment, region_mask, phrase_masks, num_phrases

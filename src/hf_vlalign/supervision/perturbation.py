@@ -1,16 +1,10 @@
 """Perturbation-based self-supervised attention alignment of Fei (AAAI 2022, "Attention-aligned Transformer for image
-captioning", A2) for the decoder's cross-attention a (B, H, T, R) over image regions, per aligned decoder layer:
-a mask network m (eq. 2, `MASK_INPUTS`), the perturbed attention a_p = m * a + (1 - m) * mean_heads(a) (eq. 3) on which
-the mask network alone is trained (eq. 4, `mask_objective`), and a_m = a * exp(1 - m) (eq. 5) fused with a by one of
-`FUSIONS` (eqs. 6-10), re-normalised over the regions. The readings where the paper is silent (the mask's granularity
-and input, the sign of eq. 4, the normalisation after eqs. 6-10, the weights of eqs. 8-10) are listed in
-docs/experiments.md; they follow the mask-perturbation "attention calibration" code for NMT that A2 transfers to
-captioning (Lu et al., ACL 2021). A per-region mask (B, H, T, R) realigns attention; a per-step one (B, H, T, 1) is
-accepted everywhere, but after the re-normalisation eqs. 5-10 give back the original attention with it.
-
-Training recipe (two optimisers): a mask step minimises `mask_objective` over `AttentionPerturbation.mask_parameters()`
-only, the captioner running on `perturb(...)`; a captioning step minimises the caption loss over everything else, the
-captioner running on `align(...)` with the mask detached.
+captioning", A2) for a decoder's cross-attention a (B, H, T, R) over image regions: a mask network m (eq. 2), the
+perturbed attention a_p (eq. 3) on which the mask network alone is trained (eq. 4, `mask_objective`), and
+a_m = a * exp(1 - m) (eq. 5) fused with a by one of `FUSIONS` (eqs. 6-10). The readings where the paper is silent are
+listed in docs/experiments.md. Training alternates a mask step (`mask_objective` over
+`AttentionPerturbation.mask_parameters()`, the captioner on `perturb(...)`) and a captioning step (the caption loss
+over everything else, the captioner on `align(...)` with the mask detached).
 """
 
 from __future__ import annotations
@@ -282,11 +276,6 @@ class AttentionPerturbation(nn.Module):
         """a_p = m * a + (1 - m) * mean over heads of a (eq. 3); see `perturbed_attention`."""
         return perturbed_attention(attention, mask)
 
-    def gate_values(self, queries: torch.Tensor) -> torch.Tensor:
-        """g = sigmoid(W_g h_t + b_g) (eqs. 9-10, our reading, see `fuse_attention`), (B, T, D) decoder states h_t ->
-        (B, H, T, 1) gate values."""
-        return torch.sigmoid(self.gate(queries)).transpose(1, 2).unsqueeze(-1)
-
     def align(
         self,
         attention: torch.Tensor,
@@ -299,8 +288,8 @@ class AttentionPerturbation(nn.Module):
         ([`fuse_attention`]). Pass `mask.detach()` so that only eq. 4 trains the mask network; `queries` (B, T, D) are
         required by fusion "gate" and `step` by "exp_decay". Returns (B, H, T, R) attention."""
         gate = None
-        if self.fusion == "gate":
-            gate = self.gate_values(queries)
+        if self.fusion == "gate":  # g = sigmoid(W_g h_t + b_g) per head and step (eqs. 9-10, our reading)
+            gate = torch.sigmoid(self.gate(queries)).transpose(1, 2).unsqueeze(-1)
         return fuse_attention(
             attention,
             aligned_attention(attention, mask),

@@ -49,11 +49,11 @@ def cross_modal_rollout(cross_layer_probs: list[dict[str, torch.Tensor]], heads:
     for probs in cross_layer_probs:
         mixed = {name: select_heads(p, heads).mean(dim=1) for name, p in probs.items()}
         text_length = mixed["language_self"].shape[-1]
-        cross = torch.zeros_like(_block_diagonal(mixed["language_self"], mixed["vision_self"]))
+        self_block = _block_diagonal(mixed["language_self"], mixed["vision_self"])
+        cross = torch.zeros_like(self_block)
         cross[:, :text_length, text_length:] = mixed["language_to_vision"]
         cross[:, text_length:, :text_length] = mixed["vision_to_language"]
         identity = torch.eye(cross.shape[-1], dtype=cross.dtype, device=cross.device)
-        self_block = _block_diagonal(mixed["language_self"], mixed["vision_self"])
         layer_rollout = normalise_rows(self_block + identity) @ normalise_rows(cross + identity)
         rollout = layer_rollout if rollout is None else layer_rollout @ rollout
         rollouts.append(rollout)

@@ -1,24 +1,5 @@
 from .configuration_captioning import ALIGNMENT_FUSIONS, RegionCaptionerConfig
-from .modeling_captioning import (
-    RegionCaptionerForConditionalGeneration,
-    RegionCaptionerModel,
-    RegionCaptionerModelOutput,
-    RegionCaptionerOutput,
-    RegionCaptionerPreTrainedModel,
-    box_geometry,
-    shift_tokens_right,
-    sinusoidal_geometry_embedding,
-)
+from .modeling_captioning import *  # noqa: F403
+from .modeling_captioning import __all__ as _modeling_all
 
-__all__ = [
-    "ALIGNMENT_FUSIONS",
-    "RegionCaptionerConfig",
-    "RegionCaptionerForConditionalGeneration",
-    "RegionCaptionerModel",
-    "RegionCaptionerModelOutput",
-    "RegionCaptionerOutput",
-    "RegionCaptionerPreTrainedModel",
-    "box_geometry",
-    "shift_tokens_right",
-    "sinusoidal_geometry_embedding",
-]
+__all__ = ["ALIGNMENT_FUSIONS", "RegionCaptionerConfig", *_modeling_all]  # noqa: PLE0604

@@ -7,10 +7,8 @@ from transformers import PreTrainedConfig
 
 from ...utils.validation import check_config_numbers, check_index_list, check_token_id
 from ..config_fields import (
-    ConfigFileMixin, require_at_least, require_choice, require_heads_divide, value_errors
+    ConfigFileMixin, require_at_least, require_choice, require_family_choices, require_heads_divide, value_errors
 )
-from ..dropout import check_dropout_implementation
-from ..visual_features import check_visual_feature_normalization
 
 ALIGNMENT_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
 # A2's readings (`hf_vlalign.supervision.perturbation`): the mask network's input (eq. 2) and the moving average (eq. 7)
@@ -149,8 +147,7 @@ class RegionCaptionerConfig(ConfigFileMixin, PreTrainedConfig):
         require_at_least(self, 1, "alignment_mask_regions")
         if not self.alignment_temperature > 0:
             raise ValueError(f"`alignment_temperature` must be > 0, got {self.alignment_temperature}.")
-        check_dropout_implementation(self.dropout_implementation)
-        check_visual_feature_normalization(self.visual_feature_normalization)
+        require_family_choices(self)
 
 
 __all__ = ["ALIGNMENT_FUSIONS", "ALIGNMENT_MASK_INPUTS", "ALIGNMENT_MOVING_AVERAGES", "RegionCaptionerConfig"]

@@ -1,10 +1,7 @@
-"""PyTorch region captioner: a geometry-aware transformer encoder over detected objects and a caption decoder whose
-cross-attention can be aligned by learnable mask perturbation.
-
-Encoder: Ilinykh, "Interplay between language and vision in transformers" (after Herdade et al.'s Object Relation
-Transformer): attention = softmax(log(Omega_G) + QK^T / sqrt(d)) with Omega_G = ReLU(Emb(lambda) W_G) from the relative
-box geometry lambda(m, n). Decoder: masked self-attention, cross-attention to the encoder output, feed-forward network;
-with `attention_alignment`, the cross-attention of the aligned layers follows Fei's A2 (`supervision/perturbation.py`).
+"""PyTorch region captioner: a geometry-aware transformer encoder over detected objects (Ilinykh, after Herdade et al.'s
+Object Relation Transformer: attention = softmax(log(Omega_G) + QK^T / sqrt(d)), Omega_G = ReLU(Emb(lambda) W_G) from
+the relative box geometry lambda) and a caption decoder whose cross-attention can be aligned by Fei's A2 learnable mask
+perturbation (`supervision/perturbation.py`).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.processing_utils import Unpack
-from transformers.utils import ModelOutput, TransformersKwargs, logging
+from transformers.utils import ModelOutput, TransformersKwargs
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 
@@ -49,9 +46,6 @@ from ..saving import SaveLoadMixin
 from ..text_init import load_text_model
 from ..visual_features import VisualFeatureStatisticsMixin, init_feature_normalization, make_feature_normalization
 from .configuration_captioning import RegionCaptionerConfig
-
-logger = logging.get_logger(__name__)
-
 
 @dataclass
 class RegionCaptionerModelOutput(ModelOutput):
@@ -795,14 +789,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             loss_mask=loss_mask,
             mask_mean=mask_mean,
             logits=logits,
-            cache=outputs.cache,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            aligned_cross_attentions=outputs.aligned_cross_attentions,
+            **{name: value for name, value in outputs.items() if name not in ("last_hidden_state", "alignment_masks")},
         )
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:

@@ -6,10 +6,9 @@ from transformers import PreTrainedConfig
 from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
 from ..config_fields import (
-    ConfigFileMixin, require_at_least, require_choice, require_heads_divide, require_iou_threshold, value_errors
+    ConfigFileMixin, require_at_least, require_choice, require_family_choices, require_heads_divide,
+    require_iou_threshold, value_errors
 )
-from ..dropout import check_dropout_implementation
-from ..visual_features import check_visual_feature_normalization
 
 LOSS_WEIGHT_FIELDS = (
     "id_weight",
@@ -182,8 +181,7 @@ class SingleStreamConfig(ConfigFileMixin, PreTrainedConfig):
                 f"non-empty names, got {names!r}."
             )
         validate_supervision_fields(self, self.num_hidden_layers, self.num_attention_heads)
-        check_dropout_implementation(self.dropout_implementation)
-        check_visual_feature_normalization(self.visual_feature_normalization)
+        require_family_choices(self)
 
     def vgp_class_names(self) -> list[str]:
         """The name of each VGP class in label order: `vgp_label_names`, or the default of `vgp_task`."""

@@ -1,12 +1,8 @@
 """PyTorch single-stream vision-and-language transformer (VL-BERT / VisualBERT style) with attention supervision.
 
 One BERT encoder reads `[CLS] c1 [SEP] c2 [SEP] regions [END]` (Samaran et al. 2021, sec. 3): positions [0, T) are
-text tokens, [T, T + R) the R regions and T + R the [END] token. With `config.use_end_token=False` (VisualBERT's
-layout) the sequence stops after the regions: N = T + R.
-
-BERT's blocks (text embeddings, attention, feed-forward, layer, pooler) come from `..bert_modules`, the masked-word
-head from `..task_heads` and the `PreTrainedModel` base from `..pretrained`: the two-stream family is built from the
-same ones.
+text tokens, [T, T + R) the R regions and T + R the [END] token (none with `config.use_end_token=False`, VisualBERT's
+layout). BERT's blocks, the task heads and the `PreTrainedModel` base are shared with the two-stream family.
 """
 
 from __future__ import annotations
@@ -21,19 +17,12 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.processing_utils import Unpack
-from transformers.utils import ModelOutput, TransformersKwargs, logging
+from transformers.utils import ModelOutput, TransformersKwargs
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
 from ...supervision import max_pool_phrases
-from ...utils.item_counts import (
-    count_labeled,
-    count_true,
-    item_count,
-    mean_over_items,
-    num_items,
-    optional_cross_entropy,
-)
+from ...utils.item_counts import count_labeled, count_true, num_items, optional_cross_entropy
 from ...utils.text_model import default_text_model_path
 from ...utils.validation import (
     check_in_range,
@@ -48,46 +37,28 @@ from ..attention_utils import key_padding_mask_4d
 from ..bert_modules import AttentionBlock, MultiHeadAttention, Pooler, TextEmbeddings, TransformerLayer
 from ..dropout import make_dropout
 from ..forward_kwargs import check_batch_not_empty, check_forward_kwargs, check_head_call, output_flag
-from ..pretrained import VisionLanguagePreTrainedModel
+from ..pretrained import (
+    PhraseGroundingMixin,
+    QuestionAnsweringMixin,
+    ReferringExpressionMixin,
+    VisionLanguagePreTrainedModel,
+    VisualReasoningMixin,
+)
 from ..task_heads import (
     AnswerHead,
     LMPredictionHead,
     PredictionHeadTransform,
     RegionScoringHead,
     RegionToPhraseAttention,
-    answer_item_counts,
-    answer_loss,
-    check_answer_labels,
-    check_image_pair,
     check_labels,
-    check_phrase_labels,
     check_pretraining_shapes,
     check_pretraining_targets,
-    check_referring_inputs,
+    masked_feature_loss,
     masked_language_modelling,
-    mean_pool_phrases,
-    pair_flatten,
-    pair_repeat,
-    phrase_grounding_item_counts,
-    phrase_grounding_loss,
-    reasoning_item_counts,
-    reasoning_loss,
-    referring_expression_loss,
-    referring_item_counts,
-    region_mask_or_ones,
-    weighted_total,
 )
-from ..text_init import (
-    TEXT_CONFIG_FIELDS,
-    copy_module_weights,
-    copy_pooler_weights,
-    load_text_model,
-    text_config_fields,
-)
+from ..text_init import TEXT_CONFIG_FIELDS, copy_module_weights, copy_pooler_weights, load_text_model, text_config_fields
 from ..visual_features import make_feature_normalization
 from .configuration_single_stream import SingleStreamConfig
-
-logger = logging.get_logger(__name__)
 
 
 @dataclass
@@ -250,6 +221,13 @@ class SingleStreamPreTrainedModel(VisionLanguagePreTrainedModel):
     _layer_count_fields = {"encoder.layer": "num_hidden_layers"}
     # `@capture_outputs` records each layer's output (index 0) and each attention's probabilities (index 1)
     _can_record_outputs = {"hidden_states": SingleStreamLayer, "attentions": SingleStreamSelfAttention}
+    _classification_output_class = SingleStreamClassificationOutput
+    _layer_output_names = ("hidden_states", "attentions")
+
+    def _text_and_region_states(self, outputs, text_length, num_regions) -> tuple[torch.Tensor, torch.Tensor]:
+        """The text tokens' and the regions' final states out of `[text] [regions] ([END])`."""
+        states = outputs.last_hidden_state
+        return states[:, :text_length], states[:, text_length : text_length + num_regions]
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -474,14 +452,14 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
         pair = torch.cat([e1, e2, e1 * e2, (e1 - e2).abs()], dim=-1)
         vgp_logits = self.vgp_classifier(self.dropout(self.vgp_activation(self.vgp_dense(self.dropout(pair)))))
 
-        loss_id = optional_cross_entropy(id_logits, id_labels, global_item_counts, "id")
-        loss_vgp = optional_cross_entropy(vgp_logits, vgp_labels, global_item_counts, "vgp")
-        loss = self._total_loss(loss_id, loss_vgp, outputs.loss_attention_supervision)
+        losses = {
+            "loss_id": optional_cross_entropy(id_logits, id_labels, global_item_counts, "id"),
+            "loss_vgp": optional_cross_entropy(vgp_logits, vgp_labels, global_item_counts, "vgp"),
+            "loss_attention_supervision": outputs.loss_attention_supervision,
+        }
         return VisualParaphraseOutput(
-            loss=loss,
-            loss_id=loss_id,
-            loss_vgp=loss_vgp,
-            loss_attention_supervision=outputs.loss_attention_supervision,
+            loss=self._weighted_loss(losses),  # eq. (9): L = w_id L_id + w_vgp L_vgp + lambda L_att
+            **losses,
             id_logits=id_logits,
             vgp_logits=vgp_logits,
             hidden_states=outputs.hidden_states,
@@ -494,11 +472,6 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
             "vgp": count_labeled(inputs.get("vgp_labels")),
             **super().loss_item_counts(inputs),
         }
-
-    def _total_loss(self, loss_id, loss_vgp, loss_attention_supervision) -> torch.Tensor | None:
-        # eq. (9): L = w_id L_id + w_vgp L_vgp + lambda L_att
-        weights = (self.config.id_weight, self.config.vgp_weight, self.config.attention_supervision_weight)
-        return weighted_total(list(zip(weights, (loss_id, loss_vgp, loss_attention_supervision))))
 
     def _check_head_inputs(self, input_ids, phrase1_mask, phrase2_mask, id_labels, vgp_labels, values: bool) -> None:
         check_rank("input_ids", input_ids, 2, "(batch, text_length)")
@@ -517,32 +490,11 @@ class SingleStreamForVisualParaphrase(SingleStreamPreTrainedModel):
                 check_in_range(name, labels, num_labels, ignore_index=-100 if name == "vgp_labels" else None)
 
 
-def _classification_output(
-    config: SingleStreamConfig, loss_task: torch.Tensor | None, outputs: SingleStreamModelOutput, logits: torch.Tensor
-) -> SingleStreamClassificationOutput:
-    return SingleStreamClassificationOutput(
-        loss=weighted_total(
-            [(1.0, loss_task), (config.attention_supervision_weight, outputs.loss_attention_supervision)]
-        ),
-        loss_task=loss_task,
-        loss_attention_supervision=outputs.loss_attention_supervision,
-        logits=logits,
-        hidden_states=outputs.hidden_states,
-        attentions=outputs.attentions,
-    )
-
-
-def _region_states(outputs: SingleStreamModelOutput, text_length: int, num_regions: int) -> torch.Tensor:
-    """The regions' final states, (B, R, D), out of `[text] [regions] ([END])`."""
-    return outputs.last_hidden_state[:, text_length : text_length + num_regions]
-
-
-class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
+class SingleStreamForQuestionAnswering(QuestionAnsweringMixin, SingleStreamPreTrainedModel):
     """Answer classification (VQA v2, GQA) from the pooled [CLS] state with LXMERT's answer head
-    ([`~hf_vlalign.models.task_heads.AnswerHead`]). GQA's single answer id is trained with cross-entropy; VQA's soft
-    scores with binary cross-entropy summed over answers (BUTD / LXMERT; transformers' VisualBERT port uses a KL
-    divergence instead). Attention supervision applies to the question's grounded words when
-    `word_region_alignment` is given (GQA's pointers)."""
+    ([`~hf_vlalign.models.task_heads.AnswerHead`]; transformers' VisualBERT port uses a KL divergence instead).
+    Attention supervision applies to the question's grounded words when `word_region_alignment` is given (GQA's
+    pointers)."""
 
     def __init__(self, config: SingleStreamConfig):
         super().__init__(config)
@@ -550,44 +502,13 @@ class SingleStreamForQuestionAnswering(SingleStreamPreTrainedModel):
         self.answer_head = AnswerHead(config, config.hidden_size, config.num_qa_labels)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        visual_feats: torch.FloatTensor,
-        visual_boxes: torch.FloatTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        visual_attention_mask: torch.LongTensor | None = None,
-        word_region_alignment: torch.FloatTensor | None = None,
-        phrase_masks: torch.BoolTensor | None = None,
-        labels: torch.Tensor | None = None,
-        global_item_counts: Mapping[str, torch.Tensor] | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> SingleStreamClassificationOutput:
-        r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores in [0, 1]."""
-        values = check_head_call(self, input_ids, kwargs)
-        check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, values, name="labels")
-        outputs = self._base_outputs(
-            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, global_item_counts, **kwargs
-        )
-        logits = self.answer_head(outputs.pooler_output)
-        loss_task = answer_loss(logits, labels, num_items(global_item_counts, "task")) if labels is not None else None
-        return _classification_output(self.config, loss_task, outputs, logits)
 
-    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        return {**answer_item_counts(inputs), **super().loss_item_counts(inputs)}
-
-
-class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
-    """NLVR2: is the sentence true of the image pair? The sentence is encoded once with each image, the two pooled
-    [CLS] states are concatenated and an answer head gives one score, trained with binary cross-entropy.
+class SingleStreamForVisualReasoning(VisualReasoningMixin, SingleStreamPreTrainedModel):
+    """NLVR2: is the sentence true of the image pair?
 
     Reading: VisualBERT puts both images' regions in one sequence with an extra segment embedding per image; this
     head uses the pair-wise encoding of LXMERT and UNITER ("pair" setting) instead, so the encoder's inputs keep the
-    layout of every other task and a pre-trained checkpoint needs no new embedding. Region tensors have a pair axis:
-    `visual_feats` (B, 2, R, Dv), `visual_boxes` (B, 2, R, 4), `visual_attention_mask` (B, 2, R)."""
+    layout of every other task and a pre-trained checkpoint needs no new embedding."""
 
     def __init__(self, config: SingleStreamConfig):
         super().__init__(config)
@@ -595,42 +516,9 @@ class SingleStreamForVisualReasoning(SingleStreamPreTrainedModel):
         self.reasoning_head = AnswerHead(config, 2 * config.hidden_size, 1)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        visual_feats: torch.FloatTensor,
-        visual_boxes: torch.FloatTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        visual_attention_mask: torch.LongTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        global_item_counts: Mapping[str, torch.Tensor] | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> SingleStreamClassificationOutput:
-        r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0. Returns `logits` (batch,)."""
-        values = check_head_call(self, input_ids, kwargs)
-        batch = input_ids.shape[0]
-        check_image_pair(visual_feats, batch)
-        check_labels("labels", labels, (batch,), 2, values)
-        outputs = self._base_outputs(
-            pair_repeat(input_ids), pair_flatten(visual_feats), pair_flatten(visual_boxes), pair_repeat(attention_mask),
-            pair_repeat(token_type_ids), pair_flatten(visual_attention_mask), global_item_counts=global_item_counts,
-            **kwargs,
-        )
-        logits = self.reasoning_head(outputs.pooler_output.reshape(batch, -1)).squeeze(-1)
-        loss_task = reasoning_loss(logits, labels, num_items(global_item_counts, "task")) if labels is not None else None
-        return _classification_output(self.config, loss_task, outputs, logits)
 
-    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        return reasoning_item_counts(inputs)  # no attention supervision: the sentence has no regions of its own
-
-
-class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
-    """Referring expressions (RefCOCO+), as VL-BERT does them (Su et al. 2020, sec. 4.3): every region's final state
-    is scored by a [`~hf_vlalign.models.task_heads.RegionScoringHead`] and the referred region is the argmax; each
-    region is trained with binary cross-entropy against "IoU with the referred box >= `referring_iou_threshold`".
-    Attention supervision aligns the expression with the referred box when `word_region_alignment` is given."""
+class SingleStreamForReferringExpression(ReferringExpressionMixin, SingleStreamPreTrainedModel):
+    """Referring expressions (RefCOCO+), as VL-BERT does them (Su et al. 2020, sec. 4.3)."""
 
     def __init__(self, config: SingleStreamConfig):
         super().__init__(config)
@@ -638,100 +526,15 @@ class SingleStreamForReferringExpression(SingleStreamPreTrainedModel):
         self.region_head = RegionScoringHead(config)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        visual_feats: torch.FloatTensor,
-        visual_boxes: torch.FloatTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        visual_attention_mask: torch.LongTensor | None = None,
-        word_region_alignment: torch.FloatTensor | None = None,
-        phrase_masks: torch.BoolTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        target_region_iou: torch.FloatTensor | None = None,
-        global_item_counts: Mapping[str, torch.Tensor] | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> SingleStreamClassificationOutput:
-        r"""
-        labels (`(batch,)`): the referred region (best IoU with the referred box). target_region_iou (`(batch, R)`):
-        every region's IoU with the referred box; when given, the loss uses it (positives at IoU >= threshold).
-        Returns `logits` (batch, R), padding regions at the dtype's minimum.
-        """
-        values = check_head_call(self, input_ids, kwargs)
-        check_referring_inputs(
-            labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask, values
-        )
-        outputs = self._base_outputs(
-            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, global_item_counts, **kwargs
-        )
-        region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
-        logits = self.region_head(_region_states(outputs, input_ids.shape[1], visual_feats.shape[1]))
-        loss_task = referring_expression_loss(
-            logits, region_mask, target_region_iou, labels, self.config.referring_iou_threshold,
-            num_items(global_item_counts, "task"),
-        )  # fmt: skip
-        logits = logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min)
-        return _classification_output(self.config, loss_task, outputs, logits)
 
-    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        return {**referring_item_counts(inputs), **super().loss_item_counts(inputs)}
-
-
-class SingleStreamForPhraseGrounding(SingleStreamPreTrainedModel):
-    """Phrase grounding (Flickr30k Entities) with VisualBERT's head (Li et al. 2019, sec. 4.4): each phrase's mean token
-    state queries every region's final state through one attention head
-    ([`~hf_vlalign.models.task_heads.RegionToPhraseAttention`]); the scores are the phrase's region logits, trained with
-    KL divergence to the gold distribution over regions. VisualBERT scores one token per phrase; the mean over the
-    phrase's sub-words is used here so that multi-word phrases have one query."""
+class SingleStreamForPhraseGrounding(PhraseGroundingMixin, SingleStreamPreTrainedModel):
+    """Phrase grounding (Flickr30k Entities) with VisualBERT's head (Li et al. 2019, sec. 4.4)."""
 
     def __init__(self, config: SingleStreamConfig):
         super().__init__(config)
         self.single_stream = SingleStreamModel(config)
         self.grounding_head = RegionToPhraseAttention(config)
         self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        visual_feats: torch.FloatTensor,
-        visual_boxes: torch.FloatTensor | None = None,
-        phrase_masks: torch.BoolTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        visual_attention_mask: torch.LongTensor | None = None,
-        word_region_alignment: torch.FloatTensor | None = None,
-        phrase_labels: torch.FloatTensor | None = None,
-        global_item_counts: Mapping[str, torch.Tensor] | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> SingleStreamClassificationOutput:
-        r"""
-        phrase_masks (`(batch, P, T)`, required): the tokens of each phrase (all-zero rows are padding).
-        phrase_labels (`(batch, P, R)`): each phrase's gold distribution over regions (zero rows: not grounded).
-        Returns `logits` (batch, P, R), padding regions at the dtype's minimum.
-        """
-        values = check_head_call(self, input_ids, kwargs)
-        if phrase_masks is None:
-            raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
-        check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask, values)
-        outputs = self._base_outputs(
-            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, global_item_counts, **kwargs
-        )
-        text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
-        phrase_states = mean_pool_phrases(outputs.last_hidden_state[:, :text_length], phrase_masks)
-        region_states = _region_states(outputs, text_length, num_regions)
-        logits = self.grounding_head(phrase_states, region_states, region_mask_or_ones(visual_attention_mask, visual_feats))
-        loss_task = None
-        if phrase_labels is not None:
-            loss_task = phrase_grounding_loss(logits, phrase_labels, num_items(global_item_counts, "task"))
-        return _classification_output(self.config, loss_task, outputs, logits)
-
-    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        return {**phrase_grounding_item_counts(inputs), **super().loss_item_counts(inputs)}
 
 
 class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
@@ -800,24 +603,22 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
             input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
             word_region_alignment, phrase_masks, global_item_counts, **kwargs
         )
-        text_length, num_regions = input_ids.shape[1], visual_feats.shape[1]
+        text_states, region_states = self._text_and_region_states(outputs, input_ids.shape[1], visual_feats.shape[1])
         prediction_logits, loss_mlm = masked_language_modelling(
-            self.cls.predictions, outputs.last_hidden_state[:, :text_length], labels, self.training,
-            num_items(global_item_counts, "mlm"),
-        )  # fmt: skip
+            self.cls.predictions, text_states, labels, self.training, num_items(global_item_counts, "mlm")
+        )
         seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)
         losses = {"loss_mlm": loss_mlm}
         losses["loss_sentence_image"] = optional_cross_entropy(
             seq_relationship_logits, sentence_image_labels, global_item_counts, "sentence_image"
         )
         if masked_regions is not None:
-            region_states = _region_states(outputs, text_length, num_regions)
             losses.update(
                 self._masked_region_losses(region_states, masked_regions, feature_labels, object_labels, global_item_counts)
             )
         losses["loss_attention_supervision"] = outputs.loss_attention_supervision
         return SingleStreamForPreTrainingOutput(
-            loss=self._total_loss(losses),
+            loss=self._weighted_loss(losses),
             **losses,
             prediction_logits=prediction_logits,
             seq_relationship_logits=seq_relationship_logits,
@@ -832,11 +633,9 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
         features, class_scores = self.region_head(region_states)
         losses = {}
         if feature_labels is not None:
-            # L2 of each masked region's feature (mean over its dimensions), averaged over the masked regions
-            squared = nn.functional.mse_loss(features, feature_labels.to(features.dtype), reduction="none")
-            total = squared.masked_fill(~masked[..., None], 0.0).sum()
-            count = item_count(masked.sum(), num_items(counts, "region_feature"))
-            losses["loss_region_feature"] = mean_over_items(total / features.shape[-1], count)
+            losses["loss_region_feature"] = masked_feature_loss(
+                features, feature_labels, masked, num_items(counts, "region_feature")
+            )
         if class_scores is not None and object_labels is not None:
             targets = object_labels.masked_fill(~masked, -100)
             losses["loss_region_class"] = optional_cross_entropy(
@@ -859,17 +658,6 @@ class SingleStreamForPreTraining(SingleStreamPreTrainedModel):
             ),
             **super().loss_item_counts(inputs),
         }
-
-    def _total_loss(self, losses: dict[str, torch.Tensor | None]) -> torch.Tensor | None:
-        config = self.config
-        weights = {
-            "loss_mlm": config.mlm_weight,
-            "loss_sentence_image": config.sentence_image_weight,
-            "loss_region_feature": config.region_feature_weight,
-            "loss_region_class": config.region_class_weight,
-            "loss_attention_supervision": config.attention_supervision_weight,
-        }
-        return weighted_total([(weights[name], loss) for name, loss in losses.items()])
 
     def _check_pretraining_labels(
         self, input_ids, visual_feats, labels, sentence_image_labels, masked_regions, feature_labels, object_labels, values

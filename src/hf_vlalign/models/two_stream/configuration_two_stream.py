@@ -7,10 +7,9 @@ from ...supervision.alignment_decoder import OUTSIDE_TOP_K
 from ...supervision.config import validate_supervision_fields
 from ...utils.validation import check_config_numbers, check_token_id
 from ..config_fields import (
-    ConfigFileMixin, require_at_least, require_choice, require_heads_divide, require_iou_threshold, value_errors
+    ConfigFileMixin, require_at_least, require_choice, require_family_choices, require_heads_divide,
+    require_iou_threshold, value_errors
 )
-from ..dropout import check_dropout_implementation
-from ..visual_features import check_visual_feature_normalization
 
 LOSS_WEIGHT_FIELDS = (
     "mlm_weight",
@@ -176,8 +175,7 @@ class TwoStreamConfig(ConfigFileMixin, PreTrainedConfig):
         require_at_least(self, 1, "alignment_top_k")
         require_choice(self, "alignment_outside_top_k", OUTSIDE_TOP_K)
         validate_supervision_fields(self, self.x_layers, self.num_attention_heads)
-        check_dropout_implementation(self.dropout_implementation)
-        check_visual_feature_normalization(self.visual_feature_normalization)
+        require_family_choices(self)
 
 
 __all__ = ["TwoStreamConfig"]

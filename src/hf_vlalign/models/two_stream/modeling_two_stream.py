@@ -2,11 +2,8 @@
 
 Kervadec et al. 2020, "Weak supervision helps emergence of word-object alignment": a language self-attention stack
 (N_s<-s), an object self-attention stack (N_o<-o) and cross-modality layers (N_o<->s); pre-training with masked words,
-masked objects, image-sentence matching, question answering and the object-word alignment decoder (sec. 5).
-Module boundaries and output names follow transformers' `modeling_lxmert.py`, so its checkpoints convert exactly
-(`hf_vlalign.hub.convert_lxmert`). BERT's blocks (text embeddings, attention, feed-forward, layer, pooler) come from
-`..bert_modules`, the masked-word head from `..task_heads` and the `PreTrainedModel` base from `..pretrained`, shared
-with the single-stream family.
+masked objects, image-sentence matching, question answering and the object-word alignment decoder (sec. 5). Module
+names follow transformers' `modeling_lxmert.py`, so its checkpoints convert exactly (`hf_vlalign.hub.convert_lxmert`).
 """
 
 from __future__ import annotations
@@ -21,32 +18,30 @@ from torch import nn
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.processing_utils import Unpack
-from transformers.utils import ModelOutput, TransformersKwargs, logging
+from transformers.utils import ModelOutput, TransformersKwargs
 from transformers.utils.generic import can_return_tuple
 
 from ...supervision.alignment_decoder import AlignmentDecoder, alignment_kl_loss, grounded_word_count
-from ...utils.item_counts import (
-    count_labeled,
-    count_true,
-    item_count,
-    mean_over_items,
-    num_items,
-    optional_cross_entropy,
-)
+from ...utils.item_counts import count_labeled, count_true, num_items, optional_cross_entropy
 from ...utils.validation import default_and_check_inputs, regions_in_dtype
 from ..attention_utils import key_padding_mask_4d
 from ..bert_modules import (
     AttentionBlock,
     Intermediate,
     LayerOutput,
-    MultiHeadAttention,
     Pooler,
     TextEmbeddings,
     TransformerLayer,
 )
 from ..dropout import make_dropout
 from ..forward_kwargs import check_batch_not_empty, check_forward_kwargs, check_head_call, output_flag
-from ..pretrained import VisionLanguagePreTrainedModel
+from ..pretrained import (
+    PhraseGroundingMixin,
+    QuestionAnsweringMixin,
+    ReferringExpressionMixin,
+    VisionLanguagePreTrainedModel,
+    VisualReasoningMixin,
+)
 from ..task_heads import (
     AnswerHead,
     LMPredictionHead,
@@ -54,41 +49,17 @@ from ..task_heads import (
     RegionScoringHead,
     RegionToPhraseAttention,
     answer_item_count,
-    answer_item_counts,
     answer_loss,
     check_answer_labels,
-    check_image_pair,
     check_labels,
-    check_phrase_labels,
     check_pretraining_shapes,
     check_pretraining_targets,
-    check_referring_inputs,
+    masked_feature_loss,
     masked_language_modelling,
-    mean_pool_phrases,
-    pair_flatten,
-    pair_repeat,
-    phrase_grounding_item_counts,
-    phrase_grounding_loss,
-    reasoning_item_counts,
-    reasoning_loss,
-    referring_expression_loss,
-    referring_item_counts,
-    region_mask_or_ones,
-    weighted_total,
 )
-from ..text_init import (
-    TEXT_CONFIG_FIELDS,
-    copy_module_weights,
-    copy_pooler_weights,
-    load_text_model,
-    text_config_fields,
-)
+from ..text_init import TEXT_CONFIG_FIELDS, copy_module_weights, copy_pooler_weights, load_text_model, text_config_fields
 from ..visual_features import make_feature_normalization
 from .configuration_two_stream import TwoStreamConfig
-
-logger = logging.get_logger(__name__)
-
-CROSS_ATTENTION_NAMES = ("language_to_vision", "vision_to_language", "language_self", "vision_self")
 
 
 @dataclass
@@ -220,22 +191,10 @@ class TwoStreamVisualEmbeddings(nn.Module):
         return self.dropout((features + boxes) / 2)
 
 
-class TwoStreamAttention(MultiHeadAttention):
-    """Multi-head attention of `hidden_states` (queries) over `context` (keys and values): self-attention when they
-    are the same tensor, cross-attention (eqs. 7 and 9) otherwise."""
-
-
-class TwoStreamAttentionBlock(AttentionBlock):
-    """Attention followed by projection, dropout, residual and LayerNorm (BERT's `attention.self` / `attention.output`
-    naming, so BERT layers load into the language stack)."""
-
-    attention_class = TwoStreamAttention
-
-
 class TwoStreamLayer(TransformerLayer):
-    """One single-modality layer (N_s<-s or N_o<-o): self-attention, then the feed-forward network."""
-
-    attention_class = TwoStreamAttentionBlock
+    """One single-modality layer (N_s<-s or N_o<-o): self-attention, then the feed-forward network. Its attention
+    blocks (here and in the cross layers) are BERT's [`~hf_vlalign.models.bert_modules.AttentionBlock`], attention
+    of `hidden_states` over `context`: self-attention, or cross-attention (eqs. 7 and 9)."""
 
 
 class TwoStreamCrossLayer(GradientCheckpointingLayer):
@@ -245,10 +204,10 @@ class TwoStreamCrossLayer(GradientCheckpointingLayer):
 
     def __init__(self, config: TwoStreamConfig):
         super().__init__()
-        self.cross_attention = TwoStreamAttentionBlock(config)
-        self.vision_cross_attention = None if config.share_cross_attention else TwoStreamAttentionBlock(config)
-        self.language_self_attention = TwoStreamAttentionBlock(config)
-        self.vision_self_attention = TwoStreamAttentionBlock(config)
+        self.cross_attention = AttentionBlock(config)
+        self.vision_cross_attention = None if config.share_cross_attention else AttentionBlock(config)
+        self.language_self_attention = AttentionBlock(config)
+        self.vision_self_attention = AttentionBlock(config)
         self.language_intermediate = Intermediate(config)
         self.language_output = LayerOutput(config)
         self.vision_intermediate = Intermediate(config)
@@ -341,6 +300,11 @@ class TwoStreamPreTrainedModel(VisionLanguagePreTrainedModel):
     _layer_count_fields = {
         "encoder.language_layers": "l_layers", "encoder.vision_layers": "r_layers", "encoder.cross_layers": "x_layers"
     }
+    _classification_output_class = TwoStreamClassificationOutput
+    _layer_output_names = LAYER_OUTPUT_NAMES
+
+    def _text_and_region_states(self, outputs, text_length, num_regions) -> tuple[torch.Tensor, torch.Tensor]:
+        return outputs.language_output, outputs.vision_output
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -500,10 +464,6 @@ class TwoStreamObjectHead(nn.Module):
         return self.class_decoder(states), self.attribute_decoder(states), self.feature_decoder(states)
 
 
-class TwoStreamAnswerHead(AnswerHead):
-    """Answer scores from the pooled [CLS] state: Linear(d, 2d), GELU, LayerNorm, Linear(2d, answers) (LXMERT)."""
-
-
 class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
     """Two-stream pre-training (Kervadec et al. 2020, sec. 4-5, after LXMERT): masked language modelling, masked object
     prediction (detector class and attribute cross-entropy, feature regression), image-sentence matching, question
@@ -522,7 +482,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         self.lm_head = LMPredictionHead(config)
         self.matching_head = nn.Linear(config.hidden_size, 2)
         self.object_head = TwoStreamObjectHead(config)
-        self.answer_head = TwoStreamAnswerHead(config, config.hidden_size, config.num_qa_labels)
+        self.answer_head = AnswerHead(config, config.hidden_size, config.num_qa_labels)
         self.alignment_decoder = AlignmentDecoder(config.hidden_size, config.layer_norm_eps, config.hidden_act)
         self.post_init()
 
@@ -611,7 +571,7 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
                 )  # fmt: skip
         losses["loss_attention_supervision"] = outputs.loss_attention_supervision
         return TwoStreamForPreTrainingOutput(
-            loss=self._total_loss(losses),
+            loss=self._weighted_loss(losses),
             **losses,
             prediction_logits=prediction_logits,
             cross_relationship_score=matching_score,
@@ -633,13 +593,11 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             losses["loss_object_attr"] = optional_cross_entropy(
                 attribute_scores.flatten(0, 1), attribute_labels.flatten(), counts, "object_attr"
             )
-        masked = masked_regions.bool()
         if self.config.visual_feat_loss and feature_labels is not None:
-            # LXMERT's L2 feature regression: mean over the masked objects' feature dimensions (the others add 0)
-            squared = nn.functional.mse_loss(features, feature_labels.to(features.dtype), reduction="none")
-            total = squared.masked_fill(~masked[..., None], 0.0).sum()
-            count = item_count(masked.sum(), num_items(counts, "region_feature"))
-            losses["loss_region_feature"] = mean_over_items(total / features.shape[-1], count)
+            # LXMERT's L2 feature regression
+            losses["loss_region_feature"] = masked_feature_loss(
+                features, feature_labels, masked_regions.bool(), num_items(counts, "region_feature")
+            )
         return losses
 
     def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -656,20 +614,6 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
             "alignment": grounded_word_count(target, inputs.get("attention_mask")) if target is not None else count_true(None),
             **super().loss_item_counts(inputs),
         }
-
-    def _total_loss(self, losses: dict[str, torch.Tensor | None]) -> torch.Tensor | None:
-        config = self.config
-        weights = {
-            "loss_mlm": config.mlm_weight,
-            "loss_object_class": config.object_class_weight,
-            "loss_object_attr": config.object_attr_weight,
-            "loss_region_feature": config.region_feature_weight,
-            "loss_itm": config.itm_weight,
-            "loss_qa": config.qa_weight,
-            "loss_alignment": config.alignment_weight,
-            "loss_attention_supervision": config.attention_supervision_weight,
-        }
-        return weighted_total([(weights[name], loss) for name, loss in losses.items()])
 
     def _check_pretraining_labels(
         self, input_ids, visual_feats, labels, object_labels, attribute_labels, feature_labels, masked_regions,
@@ -688,106 +632,29 @@ class TwoStreamForPreTraining(TwoStreamPreTrainedModel):
         check_answer_labels(answer_labels, batch, self.config.num_qa_labels, values)
 
 
-def _classification_output(
-    config: TwoStreamConfig, loss_task: torch.Tensor | None, outputs: TwoStreamModelOutput, logits: torch.Tensor
-) -> TwoStreamClassificationOutput:
-    return TwoStreamClassificationOutput(
-        loss=weighted_total([(1.0, loss_task), (config.attention_supervision_weight, outputs.loss_attention_supervision)]),
-        loss_task=loss_task,
-        loss_attention_supervision=outputs.loss_attention_supervision,
-        logits=logits,
-        **{name: getattr(outputs, name) for name in LAYER_OUTPUT_NAMES},
-    )
-
-
-class TwoStreamForQuestionAnswering(TwoStreamPreTrainedModel):
-    """Answer classification from [CLS] (GQA: cross-entropy over one answer id; VQA: binary cross-entropy over soft
-    scores), with the answer head of LXMERT; it starts from a [`TwoStreamForPreTraining`] checkpoint, whose answer head
-    is reused when the vocabularies agree."""
+class TwoStreamForQuestionAnswering(QuestionAnsweringMixin, TwoStreamPreTrainedModel):
+    """Answer classification from [CLS] with the answer head of LXMERT; it starts from a [`TwoStreamForPreTraining`]
+    checkpoint, whose answer head is reused when the vocabularies agree."""
 
     def __init__(self, config: TwoStreamConfig):
         super().__init__(config)
         self.two_stream = TwoStreamModel(config)
-        self.answer_head = TwoStreamAnswerHead(config, config.hidden_size, config.num_qa_labels)
+        self.answer_head = AnswerHead(config, config.hidden_size, config.num_qa_labels)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        visual_feats: torch.FloatTensor,
-        visual_boxes: torch.FloatTensor,
-        attention_mask: torch.LongTensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        visual_attention_mask: torch.LongTensor | None = None,
-        word_region_alignment: torch.FloatTensor | None = None,
-        phrase_masks: torch.BoolTensor | None = None,
-        labels: torch.Tensor | None = None,
-        global_item_counts: Mapping[str, torch.Tensor] | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> TwoStreamClassificationOutput:
-        r"""labels: `(batch,)` answer ids (-100 ignored) or `(batch, num_qa_labels)` soft scores."""
-        values = check_head_call(self, input_ids, kwargs)
-        check_answer_labels(labels, input_ids.shape[0], self.config.num_qa_labels, values, name="labels")
-        outputs = self._base_outputs(
-            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, global_item_counts, **kwargs
-        )
-        logits = self.answer_head(outputs.pooler_output)
-        loss_task = answer_loss(logits, labels, num_items(global_item_counts, "task")) if labels is not None else None
-        return _classification_output(self.config, loss_task, outputs, logits)
 
-    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        return {**answer_item_counts(inputs), **super().loss_item_counts(inputs)}
-
-
-class TwoStreamForVisualReasoning(TwoStreamPreTrainedModel):
-    """NLVR2 (Kervadec et al. sec. 6, after LXMERT): the sentence is encoded with each image, the two [CLS] outputs are
-    concatenated and a feed-forward network gives one score, trained with binary cross-entropy. Region tensors have a
-    pair axis: `visual_feats` (B, 2, R, Dv), `visual_boxes` (B, 2, R, 4), `visual_attention_mask` (B, 2, R)."""
+class TwoStreamForVisualReasoning(VisualReasoningMixin, TwoStreamPreTrainedModel):
+    """NLVR2 (Kervadec et al. sec. 6, after LXMERT): is the sentence true of the image pair?"""
 
     def __init__(self, config: TwoStreamConfig):
         super().__init__(config)
         self.two_stream = TwoStreamModel(config)
-        self.reasoning_head = TwoStreamAnswerHead(config, 2 * config.hidden_size, 1)
+        self.reasoning_head = AnswerHead(config, 2 * config.hidden_size, 1)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        visual_feats: torch.FloatTensor,
-        visual_boxes: torch.FloatTensor,
-        attention_mask: torch.LongTensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        visual_attention_mask: torch.LongTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        global_item_counts: Mapping[str, torch.Tensor] | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> TwoStreamClassificationOutput:
-        r"""labels (`(batch,)`): 1 when the sentence is true of the image pair, else 0."""
-        values = check_head_call(self, input_ids, kwargs)
-        batch = input_ids.shape[0]
-        check_image_pair(visual_feats, batch)
-        check_labels("labels", labels, (batch,), 2, values)
-        outputs = self._base_outputs(
-            pair_repeat(input_ids), pair_flatten(visual_feats), pair_flatten(visual_boxes), pair_repeat(attention_mask),
-            pair_repeat(token_type_ids), pair_flatten(visual_attention_mask), global_item_counts=global_item_counts,
-            **kwargs,
-        )
-        logits = self.reasoning_head(outputs.pooler_output.reshape(batch, -1)).squeeze(-1)
-        loss_task = reasoning_loss(logits, labels, num_items(global_item_counts, "task")) if labels is not None else None
-        return _classification_output(self.config, loss_task, outputs, logits)
 
-    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        return reasoning_item_counts(inputs)  # no attention supervision: the sentence has no regions of its own
-
-
-class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
-    """Referring expressions (RefCOCO+): every object's final state (`vision_output`) is scored by a
-    [`~hf_vlalign.models.task_heads.RegionScoringHead`]; the referred object is the argmax. Trained with binary
-    cross-entropy of each object against "IoU with the referred box >= `referring_iou_threshold`" (ViLBERT / VL-BERT),
-    with attention supervision of the expression towards the referred box when `word_region_alignment` is given."""
+class TwoStreamForReferringExpression(ReferringExpressionMixin, TwoStreamPreTrainedModel):
+    """Referring expressions (RefCOCO+): every object's final state (`vision_output`) is scored."""
 
     def __init__(self, config: TwoStreamConfig):
         super().__init__(config)
@@ -795,97 +662,15 @@ class TwoStreamForReferringExpression(TwoStreamPreTrainedModel):
         self.region_head = RegionScoringHead(config)
         self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        visual_feats: torch.FloatTensor,
-        visual_boxes: torch.FloatTensor,
-        attention_mask: torch.LongTensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        visual_attention_mask: torch.LongTensor | None = None,
-        word_region_alignment: torch.FloatTensor | None = None,
-        phrase_masks: torch.BoolTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        target_region_iou: torch.FloatTensor | None = None,
-        global_item_counts: Mapping[str, torch.Tensor] | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> TwoStreamClassificationOutput:
-        r"""
-        labels (`(batch,)`): the referred region (best IoU with the referred box). target_region_iou (`(batch, R)`):
-        every region's IoU with the referred box; when given, the loss uses it (positives at IoU >= threshold).
-        Returns `logits` (batch, R), padding regions at the dtype's minimum.
-        """
-        values = check_head_call(self, input_ids, kwargs)
-        check_referring_inputs(
-            labels, target_region_iou, input_ids.shape[0], visual_feats.shape[1], visual_attention_mask, values
-        )
-        outputs = self._base_outputs(
-            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, global_item_counts, **kwargs
-        )
-        region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
-        logits = self.region_head(outputs.vision_output)
-        loss_task = referring_expression_loss(
-            logits, region_mask, target_region_iou, labels, self.config.referring_iou_threshold,
-            num_items(global_item_counts, "task"),
-        )  # fmt: skip
-        logits = logits.masked_fill(~region_mask.bool(), torch.finfo(logits.dtype).min)
-        return _classification_output(self.config, loss_task, outputs, logits)
 
-    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        return {**referring_item_counts(inputs), **super().loss_item_counts(inputs)}
-
-
-class TwoStreamForPhraseGrounding(TwoStreamPreTrainedModel):
-    """Phrase grounding (Flickr30k Entities) with VisualBERT's head: each phrase's mean language state queries every
-    object's state through one attention head ([`~hf_vlalign.models.task_heads.RegionToPhraseAttention`]); its scores
-    are the phrase's region logits, trained with KL divergence to the gold distribution over regions."""
+class TwoStreamForPhraseGrounding(PhraseGroundingMixin, TwoStreamPreTrainedModel):
+    """Phrase grounding (Flickr30k Entities) with VisualBERT's head over the language and object states."""
 
     def __init__(self, config: TwoStreamConfig):
         super().__init__(config)
         self.two_stream = TwoStreamModel(config)
         self.grounding_head = RegionToPhraseAttention(config)
         self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        visual_feats: torch.FloatTensor,
-        visual_boxes: torch.FloatTensor,
-        phrase_masks: torch.BoolTensor | None = None,
-        attention_mask: torch.LongTensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        visual_attention_mask: torch.LongTensor | None = None,
-        word_region_alignment: torch.FloatTensor | None = None,
-        phrase_labels: torch.FloatTensor | None = None,
-        global_item_counts: Mapping[str, torch.Tensor] | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> TwoStreamClassificationOutput:
-        r"""
-        phrase_masks (`(batch, P, T)`, required): the tokens of each phrase (all-zero rows are padding).
-        phrase_labels (`(batch, P, R)`): each phrase's gold distribution over regions (zero rows: not grounded).
-        Returns `logits` (batch, P, R), padding regions at the dtype's minimum.
-        """
-        values = check_head_call(self, input_ids, kwargs)
-        if phrase_masks is None:
-            raise ValueError(f"`phrase_masks` (batch, P, text_length) is required by {type(self).__name__}, got None.")
-        check_phrase_labels(phrase_labels, phrase_masks, visual_feats.shape[1], visual_attention_mask, values)
-        outputs = self._base_outputs(
-            input_ids, visual_feats, visual_boxes, attention_mask, token_type_ids, visual_attention_mask,
-            word_region_alignment, phrase_masks, global_item_counts, **kwargs
-        )
-        phrase_states = mean_pool_phrases(outputs.language_output, phrase_masks)
-        region_mask = region_mask_or_ones(visual_attention_mask, visual_feats)
-        logits = self.grounding_head(phrase_states, outputs.vision_output, region_mask)
-        loss_task = None
-        if phrase_labels is not None:
-            loss_task = phrase_grounding_loss(logits, phrase_labels, num_items(global_item_counts, "task"))
-        return _classification_output(self.config, loss_task, outputs, logits)
-
-    def loss_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        return {**phrase_grounding_item_counts(inputs), **super().loss_item_counts(inputs)}
 
 
 __all__ = [
