@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from ..utils.optional import require
-from .figures import annotate_cells, as_numpy, save_png
+from .figures import annotate_cells, as_numpy, rgb_image, save_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -242,17 +242,6 @@ def plot_head_grid(
     return save_png(figure, path)
 
 
-def _load_image(image: str | Path | Image.Image) -> np.ndarray:
-    if isinstance(image, (str, Path)):
-        if not Path(image).is_file():
-            raise ValueError(f"`image` must be an existing image file or a PIL.Image, got missing path {str(image)!r}.")
-        with Image.open(image) as opened:
-            return np.asarray(opened.convert("RGB"))
-    if isinstance(image, Image.Image):
-        return np.asarray(image.convert("RGB"))
-    raise ValueError(f"`image` must be a path or a PIL.Image, got {type(image).__name__}.")
-
-
 _TOP_COLOURS = ("lime", "yellow", "cyan", "magenta", "orange")
 
 
@@ -328,7 +317,7 @@ def draw_top_regions_on_image(
 
     boxes, matrix = as_numpy(boxes), as_numpy(attention)
     gold = _gold_boxes(gold_boxes)
-    pixels = _load_image(image)
+    pixels = np.asarray(rgb_image(image, "image"))
     rows, columns = _grid(matrix.shape[0], max_columns=3)
     height, width = pixels.shape[:2]
     panel_width = 3.6

@@ -36,14 +36,6 @@ def layer_rollouts(attentions: list[torch.Tensor], heads: list[int] | None = Non
     Returns:
         per layer, the rollout up to and including it: (B, N, N) for batched input, (N, N) for one example.
     """
-    if not isinstance(attentions, (list, tuple)) or not attentions:
-        raise ValueError(f"`attentions` must be a non-empty list of per-layer maps, got {type(attentions).__name__}.")
-    ranks = {getattr(a, "dim", lambda: None)() for a in attentions}
-    if len(ranks) != 1 or ranks.pop() not in (2, 3, 4):
-        raise ValueError(
-            "`attentions` entries must all be torch tensors of one shape kind, (B, H, N, N), (H, N, N) or (N, N), got "
-            f"{[tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__ for a in attentions]}."
-        )
     rank = attentions[0].dim()
     batched = [a if rank == 4 else a.reshape((1,) * (4 - rank) + tuple(a.shape)) for a in attentions]
     rollouts = _batched_rollout(batched, heads)
@@ -53,17 +45,9 @@ def layer_rollouts(attentions: list[torch.Tensor], heads: list[int] | None = Non
 def layer_capacities(attentions: list, residual: bool = True) -> list[np.ndarray]:
     """Per layer, the (N, N) edge weights A_l of the attention graph: head-averaged, and with `residual`
     rownorm(W + I) as in Abnar & Zuidema's code (0.5 W + 0.5 I for row-stochastic W)."""
-    if not isinstance(attentions, (list, tuple)) or not attentions:
-        raise ValueError(f"`attentions` must be a non-empty list of per-layer (H, N, N) or (N, N) maps, got {attentions!r}.")
     layers = []
-    for index, attention in enumerate(attentions):
+    for attention in attentions:
         weights = attention.detach().double().cpu().numpy() if isinstance(attention, torch.Tensor) else np.asarray(attention, dtype=np.float64)
-        if weights.ndim not in (2, 3) or weights.shape[-1] != weights.shape[-2]:
-            raise ValueError(f"`attentions[{index}]` must have shape (H, N, N) or (N, N) for one example, got {weights.shape}.")
-        if layers and weights.shape[-1] != layers[0].shape[-1]:
-            raise ValueError(f"`attentions[{index}]` has {weights.shape[-1]} tokens, `attentions[0]` has {layers[0].shape[-1]}.")
-        if not np.isfinite(weights).all() or (weights < 0).any():
-            raise ValueError(f"`attentions[{index}]` must hold finite, non-negative attention weights, got min {weights.min():.4g}.")
         mixed = weights.mean(axis=0) if weights.ndim == 3 else weights
         if residual:
             mixed = mixed + np.eye(mixed.shape[-1])

@@ -1,15 +1,9 @@
 """Region-to-region attention against scene geometry (Ilinykh, "Interplay between language and vision in
 transformers"): Analysis II, attention as a function of the distance between box centres, and Analysis I, how much
-attention stays within object clusters.
+attention stays within object clusters (`region_clusters`: detector classes or spatial k-means).
 
-Analysis I needs a cluster id per region; `region_clusters` gives one from a documented source (`CLUSTER_SOURCES`):
-"detector_class" (the default where the feature store has the detector's class of each region, `object_ids`: regions
-of one class, e.g. the several "man" boxes of a picture, form a cluster) or "spatial" (k-means on the box centres with
-`num_spatial_clusters` = 5 clusters per image, for stores without classes); "auto" takes the first that the data has.
-
-Both read the `region_to_region` block of `AttentionBlocks` renormalised over the real regions
-(`AttentionBlocks.row_normalised`, so a single-stream joint map and a separate encoder map are comparable) and
-averaged over heads.
+Both read the `region_to_region` block renormalised over the real regions (`AttentionBlocks.row_normalised`, so joint
+and separate maps are comparable) and averaged over heads.
 """
 
 from __future__ import annotations
@@ -22,7 +16,6 @@ import numpy as np
 import torch
 
 from ..utils.optional import require
-from ..utils.validation import check_normalised_boxes, check_rank
 from .attention_blocks import AttentionBlocks
 from .figures import save_png
 
@@ -66,17 +59,8 @@ def spatial_clusters(
     Args:
         visual_boxes: (B, R, 4) x1, y1, x2, y2 normalised to [0, 1].
         visual_attention_mask: (B, R), 1 for real regions.
-        num_clusters: k, a positive int.
+        num_clusters: k.
     """
-    if isinstance(num_clusters, bool) or not isinstance(num_clusters, int) or num_clusters < 1:
-        raise ValueError(f"`num_clusters` must be a positive int, got {num_clusters!r}.")
-    check_rank("visual_boxes", visual_boxes, 3, "(B, R, 4)")
-    check_rank("visual_attention_mask", visual_attention_mask, 2, "(B, R)")
-    if tuple(visual_boxes.shape) != (*visual_attention_mask.shape, 4):
-        raise ValueError(
-            f"`visual_boxes` must have shape (B, R, 4) = {(*visual_attention_mask.shape, 4)} from `visual_attention_mask`, "
-            f"got {tuple(visual_boxes.shape)}."
-        )
     boxes = visual_boxes.detach().double().cpu()
     centres = torch.stack([(boxes[..., 0] + boxes[..., 2]) / 2, (boxes[..., 1] + boxes[..., 3]) / 2], -1)
     mask = visual_attention_mask.detach().bool().cpu()
@@ -124,13 +108,8 @@ def region_clusters(
             (default 2: a region alone in its cluster has nothing else to attend to inside it, its "within" share
             would be its self-attention only).
     """
-    if source not in CLUSTER_SOURCES:
-        raise ValueError(f"`source` must be one of {CLUSTER_SOURCES}, got {source!r}.")
-    if isinstance(min_cluster_size, bool) or not isinstance(min_cluster_size, int) or min_cluster_size < 1:
-        raise ValueError(f"`min_cluster_size` must be a positive int, got {min_cluster_size!r}.")
     mask = visual_attention_mask.detach().bool().cpu()
     if object_ids is not None:
-        _check_clusters(object_ids, tuple(mask.shape), name="object_ids")
         object_ids = object_ids.detach().cpu().long()
     has_classes = object_ids is not None and bool((object_ids[mask] >= 0).all())
     if source == "auto":
@@ -149,17 +128,6 @@ def region_clusters(
 
 def _region_attention(blocks: AttentionBlocks) -> list[torch.Tensor]:
     """Per layer, (B, R, R) region->region attention renormalised over the real regions and averaged over heads."""
-    if not isinstance(blocks, AttentionBlocks):
-        raise ValueError(f"`blocks` must be an AttentionBlocks, got {type(blocks).__name__}.")
-    if blocks.region_to_region is None:
-        raise ValueError(f"`blocks` must hold a region_to_region block, got only {blocks.available()}.")
-    batch, num_regions = blocks.region_mask.shape
-    for layer, attention in enumerate(blocks.region_to_region):
-        if attention.dim() != 4 or (attention.shape[0], *attention.shape[2:]) != (batch, num_regions, num_regions):
-            raise ValueError(
-                f"`blocks.region_to_region[{layer}]` must have shape (B, H, R, R) = ({batch}, H, {num_regions}, "
-                f"{num_regions}) from `blocks.region_mask`, got {tuple(attention.shape)}."
-            )
     return [attention.double().mean(dim=1) for attention in blocks.row_normalised("region_to_region")]
 
 
@@ -183,8 +151,6 @@ class AttentionDistance:
     """
 
     def __init__(self, num_bins: int = 10) -> None:
-        if not isinstance(num_bins, int) or isinstance(num_bins, bool) or num_bins < 1:
-            raise ValueError(f"`num_bins` must be a positive int, got {num_bins!r}.")
         self.num_bins = num_bins
         self.edges = torch.linspace(0.0, MAX_CENTRE_DISTANCE, num_bins + 1, dtype=torch.float64)
         self._sums: list[torch.Tensor] = []
@@ -193,15 +159,6 @@ class AttentionDistance:
     def update(self, blocks: AttentionBlocks, visual_boxes: torch.Tensor) -> None:
         """Adds every pair of two different real regions of one batch, in every layer."""
         layers = _region_attention(blocks)
-        check_rank("visual_boxes", visual_boxes, 3, "(B, R, 4)")
-        if tuple(visual_boxes.shape) != (*blocks.region_mask.shape, 4):
-            raise ValueError(
-                f"`visual_boxes` must have shape (B, R, 4) = {(*blocks.region_mask.shape, 4)} from `blocks.region_mask`, "
-                f"got {tuple(visual_boxes.shape)}."
-            )
-        check_normalised_boxes("visual_boxes", visual_boxes, blocks.region_mask)
-        if self._sums and len(layers) != len(self._sums):
-            raise ValueError(f"`blocks` has {len(layers)} region_to_region layers, earlier batches had {len(self._sums)}.")
         pairs = _real_pairs(blocks.region_mask)
         distances = box_centre_distances(visual_boxes)[pairs]
         bins = (torch.bucketize(distances, self.edges.to(distances.device), right=True) - 1).clamp(0, self.num_bins - 1)
@@ -272,9 +229,6 @@ class WithinClusterAttention:
 
     def update(self, blocks: AttentionBlocks, region_clusters: torch.Tensor) -> None:
         layers = _region_attention(blocks)
-        _check_clusters(region_clusters, tuple(blocks.region_mask.shape))
-        if self._within and len(layers) != len(self._within):
-            raise ValueError(f"`blocks` has {len(layers)} region_to_region layers, earlier batches had {len(self._within)}.")
         real = blocks.region_mask.bool()
         clusters = region_clusters.to(real.device)
         same = (clusters[:, :, None] == clusters[:, None, :]) & real[:, None, :]  # keys in the query's cluster
@@ -324,16 +278,6 @@ class WithinClusterAttention:
         return table
 
 
-def _check_clusters(region_clusters: torch.Tensor, expected: tuple[int, int], name: str = "region_clusters") -> None:
-    check_rank(name, region_clusters, 2, "(B, R)")
-    if region_clusters.is_floating_point() or region_clusters.dtype == torch.bool:
-        raise ValueError(f"`{name}` must hold integer ids (-1 = none), got dtype {region_clusters.dtype}.")
-    if tuple(region_clusters.shape) != expected:
-        raise ValueError(f"`{name}` must have shape (B, R) = {expected} from the region mask, got {tuple(region_clusters.shape)}.")
-    if region_clusters.numel() and int(region_clusters.min()) < -1:
-        raise ValueError(f"`{name}` must be ids >= 0 or -1 (none), got minimum {int(region_clusters.min())}.")
-
-
 def within_cluster_attention(blocks: AttentionBlocks, region_clusters: torch.Tensor, include_self: bool = True) -> list[dict]:
     """Within-cluster vs across-cluster share of region->region attention per layer, for one batch (Ilinykh,
     Analysis I; see `WithinClusterAttention`).
@@ -355,8 +299,6 @@ def draw_attention_vs_distance(rows: list[dict], title: str = "") -> Figure:
     require("matplotlib", extra="plots")
     from matplotlib.figure import Figure
 
-    if not isinstance(rows, (list, tuple)) or not rows:
-        raise ValueError("`rows` must be the non-empty table of `attention_vs_distance`, got none.")
     figure = Figure(figsize=(6.5, 4.2), layout="constrained")
     ax = figure.subplots()
     # the number of pairs per bin (the same in every layer), as grey bars behind the lines
@@ -403,8 +345,6 @@ def plot_within_cluster(rows: list[dict], path: str | Path, title: str = "") -> 
     require("matplotlib", extra="plots")
     from matplotlib.figure import Figure
 
-    if not isinstance(rows, (list, tuple)) or not rows:
-        raise ValueError("`rows` must be the non-empty table of `within_cluster_attention`, got none.")
     ordered = sorted(rows, key=lambda row: row["layer"])
     layers = [row["layer"] for row in ordered]
     within = np.asarray([row["within"] for row in ordered], dtype=np.float64)
