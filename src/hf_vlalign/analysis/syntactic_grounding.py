@@ -1,19 +1,13 @@
 """Syntactic grounding (Li et al. 2020, "What does BERT with vision look at?", sec. 4 and Table 2).
 
-For a dependency arc between an entity word w1 (a word inside a grounded phrase) and another word w2, a head grounds
-the relation when the region w2 attends to most has IoU >= 0.5 with w1's gold box. Arcs are taken in both directions
-(w2 may be w1's governor, e.g. the verb of an `nsubj` argument, or its dependent, e.g. an `amod` adjective) and, as in
-Table 2, reported under the relation's label; `split_directions=True` reports the two directions apart.
+For a dependency arc between an entity word w1 (a word inside a grounded phrase) and another word w2 (its governor or
+its dependent: both directions, reported under the relation's label unless `split_directions=True`), a head grounds
+the relation when the region w2 attends to most has IoU >= 0.5 with w1's gold box. As in Table 2, a relation's best
+head is chosen among the actively attending heads (see `grounding_probe.best_active_head`).
 
-Table 2 reports, per relation, the best head among the "actively attending" ones only: heads that put more than 20 %
-of their attention on the image regions. The probe measures each head's share on the rows it reads (w2's text->region
-row, over every scored arc) and `SyntacticGroundingResult.best_head` picks among the heads above `active_threshold`
-(`active_heads_only=False`: among all heads; see `grounding_probe.best_active_head`).
-
-Parses are lists of word dicts {"id", "form", "head", "deprel"} (1-based ids, head 0 = root), read from CoNLL-U files
-with `read_conllu` or produced by spaCy with `parse_with_spacy` (spaCy 3.8's English pipeline installs from PyPI:
-`pip install "hf-vlalign[syntax]"`). `word_ids_from_offsets` + `word_token_index` find the token the probe reads for
-each parse word in the model's own WordPiece encoding of the text.
+Parses are lists of word dicts {"id", "form", "head", "deprel"} (1-based ids, head 0 = root), from CoNLL-U files
+(`read_conllu`) or spaCy (`parse_with_spacy`; `pip install "hf-vlalign[syntax]"`); `word_ids_from_offsets` and
+`word_token_index` find the token the probe reads for each parse word in the model's own encoding.
 """
 
 from __future__ import annotations
@@ -140,8 +134,6 @@ def parse_with_spacy(sentences: Sequence[str], model_name: str | None = None) ->
     Raises:
         ImportError: when spaCy or the pipeline is missing, saying what to pip install.
     """
-    if isinstance(sentences, str) or not all(isinstance(sentence, str) for sentence in sentences):
-        raise ValueError(f"`sentences` must be a sequence of strings, got {type(sentences).__name__}.")
     nlp = load_spacy_model(model_name)
     unused = [name for name in nlp.pipe_names if name in SPACY_UNUSED_COMPONENTS]
     return [_spacy_words(doc) for doc in nlp.pipe(list(sentences), disable=unused)]
@@ -328,11 +320,6 @@ class SyntacticGroundingResult:
 # Probe
 
 
-def _stack_layers(text_to_region: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tensor:
-    """Per-layer (B, H, T, R) maps (or one (L, B, H, T, R) tensor) -> (L, B, H, T, R)."""
-    return text_to_region if isinstance(text_to_region, torch.Tensor) else torch.stack(list(text_to_region))
-
-
 class SyntacticGroundingProbe:
     """Accumulates, per dependency relation and per head, how often w2's most-attended region is w1's gold region.
 
@@ -403,7 +390,7 @@ class SyntacticGroundingProbe:
             visual_attention_mask: (B, R), 1 for real regions.
             region_confidence: optional (B, R) detection confidence, for the baseline.
         """
-        rows = _stack_layers(text_to_region)
+        rows = text_to_region if isinstance(text_to_region, torch.Tensor) else torch.stack(list(text_to_region))
         if region_confidence is None:
             self._has_baseline = False
         batch_index, w1, w2, labels = self._pairs(parses, word_grounded, word_token_index)

@@ -4,30 +4,15 @@
     >>> caption_scores(["a dog runs on the grass"], [["a dog is running on grass", "a brown dog runs"]])
     {'bleu_1': ..., 'bleu_2': ..., 'bleu_3': ..., 'bleu_4': ..., 'meteor': ..., 'rouge_l': ..., 'cider': ...}
 
-What runs where:
+Captions are tokenised as the COCO evaluation does (`tokenizer="ptb"`: the PTBTokenizer jar shipped in pycocoevalcap
+with `-preserveLines -lowerCase`, then its `PUNCTUATIONS` dropped), by a pure-Python approximation ("simple") or not
+at all ("none"). The PTB tokenizer and METEOR 1.5 (one Java process, started on first use and kept until exit or
+`close_meteor()`, since it takes ~6 s to load its paraphrase table) need `java` on PATH. SPICE also needs Stanford
+CoreNLP 3.6.0's two jars in pycocoevalcap's `spice/lib/`, which no registry ships and nothing here downloads
+(`spice_unavailable_reason()` says what is missing).
 
-- Tokenisation (`tokenizer=`): `"ptb"` (default) is exactly what the COCO evaluation does: Stanford's PTBTokenizer
-  (`stanford-corenlp-3.4.1.jar`, shipped inside pycocoevalcap) with `-preserveLines -lowerCase`, then the tokens in
-  pycocoevalcap's `PUNCTUATIONS` list are dropped. It needs a Java runtime (`java` on PATH). `"simple"` is a pure-Python
-  approximation of the same (see `simple_tokenize`), agreeing with PTB on ordinary captions; `"none"` takes the
-  captions as already tokenised and only splits them on whitespace.
-- BLEU (pycocoevalcap `Bleu(4)`, "closest" reference length), ROUGE-L (`Rouge`, beta 1.2, best precision/recall
-  over the references) and CIDEr-D (`Cider`) are pure Python.
-- METEOR is METEOR 1.5 (`meteor-1.5.jar` with its English paraphrase table, both shipped in pycocoevalcap, run as
-  `-l en -norm`): it needs `java`. The Java process takes ~6 s to load the paraphrase table, so one process is started
-  on first use and kept for the life of the Python process (closed at exit, or with `close_meteor()`).
-- SPICE needs, besides `java`, Stanford CoreNLP 3.6.0 (`stanford-corenlp-3.6.0.jar` and
-  `stanford-corenlp-3.6.0-models.jar` in pycocoevalcap's `spice/lib/`), which pycocoevalcap downloads from Stanford's
-  site on first use; no package registry ships them. It is computed only when asked for, and raises a RuntimeError
-  saying what is missing unless both jars are in place (`spice_unavailable_reason()` tells beforehand). Nothing here
-  ever starts a download.
-
-CIDEr-D: pycocoevalcap's `Cider` class *is* CIDEr-D (Vedantam et al. 2015, the variant the COCO server reports): the
-tf-idf n-gram vectors (n = 1..4) of candidate and reference are compared with the candidate's weights clipped by the
-reference's (`min(vec_hyp, vec_ref) * vec_ref`, "vrama91: added clipping"), each cosine is multiplied by the Gaussian
-length penalty `exp(-(l_hyp - l_ref)^2 / (2 sigma^2))` with sigma = 6, the mean over n is averaged over the
-references and scaled by 10. The document frequencies (idf) come from the references being evaluated, so CIDEr-D of
-a single image is 0 by construction (every n-gram's idf is log(1) - log(1) = 0): evaluate a corpus.
+CIDEr-D (Vedantam et al. 2015) is pycocoevalcap's `Cider`, the variant the COCO server reports. Its idf comes from the
+references being evaluated, so the CIDEr-D of a single image is 0 (every n-gram's idf is log(1) - log(1)).
 """
 
 from __future__ import annotations
@@ -436,15 +421,13 @@ def caption_scores(
 
 class CiderD:
     """Per-caption CIDEr-D with document frequencies fixed by a reference corpus: the reward of self-critical sequence
-    training (Rennie et al. 2017), where each sampled caption is scored against its image's references with the
-    training corpus's idf.
+    training (Rennie et al. 2017), each sampled caption scored against its image's references with the training
+    corpus's idf.
 
-    The arithmetic is pycocoevalcap's `CiderScorer.compute_cider` (n-grams from `cider_scorer.precook`), term for term:
-    tf-idf vectors per n, clipped cosine `sum(min(h, r) * r) / (|h| |r|)`, Gaussian length penalty with `sigma`, mean
-    over n = 1..`n`, mean over the references, x10. Only the idf differs: `log(#corpus images) - log(max(1, df))`
-    with df counted over `corpus_references` (one entry per image, each n-gram counted once per image), where
-    pycocoevalcap counts it over the references it is given. With `corpus_references` equal to the references scored,
-    the two agree exactly (tested). As in pycocoevalcap, the "length" in the penalty is the number of bigrams.
+    The arithmetic is pycocoevalcap's `CiderScorer.compute_cider`, term for term (clipped tf-idf cosine per n-gram
+    order, Gaussian length penalty on the bigram counts, mean over n and references, x10); only the idf differs:
+    `log(#corpus images) - log(max(1, df))` with df counted once per image of `corpus_references`. With
+    `corpus_references` equal to the references scored, the two agree exactly (tested).
 
     Args:
         corpus_references: one list of reference captions per corpus image (e.g. the whole training split).
