@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..utils.optional import require
 from .attention_blocks import AttentionBlocks
-from .figures import save_png
+from .figures import new_figure, save_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -104,11 +103,8 @@ def _count_text(counts: list[int]) -> str:
 
 def draw_entropy(rows: list[dict], value: str = "normalised_entropy", title: str = "") -> Figure:
     """The figure of `plot_entropy`, not saved."""
-    require("matplotlib", extra="plots")
-    from matplotlib.figure import Figure
-
     means = [row for row in rows if row["head"] == "mean"]
-    figure = Figure(figsize=(6.5, 4.0), layout="constrained")
+    figure = new_figure(figsize=(6.5, 4.0), layout="constrained")
     ax = figure.subplots()
     for label in sorted({row["block"] for row in means}):
         block = sorted((row for row in means if row["block"] == label), key=lambda row: row["layer"])

@@ -18,7 +18,7 @@ from ..utils.optional import require
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["MAX_ANNOTATED_CELLS", "annotate_cells", "as_numpy", "rgb_image", "save_png"]
+__all__ = ["MAX_ANNOTATED_CELLS", "annotate_cells", "as_numpy", "new_figure", "rgb_image", "save_png"]
 
 # cell values are written inside the heatmap only while they stay legible
 MAX_ANNOTATED_CELLS = 400
@@ -41,6 +41,14 @@ def rgb_image(image: str | os.PathLike | Image.Image, name: str) -> Image.Image:
     if not isinstance(image, Image.Image):
         raise ValueError(f"`{name}` must be a path or a PIL.Image, got {type(image).__name__}.")
     return image.convert("RGB")
+
+
+def new_figure(**kwargs) -> Figure:
+    """A `matplotlib.figure.Figure` with `kwargs` (never a pyplot figure), matplotlib's absence named."""
+    require("matplotlib", extra="plots")
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
 
 
 def annotate_cells(ax, image, matrix: np.ndarray, fmt: str) -> None:

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ..utils.optional import require
 from .attention_blocks import AttentionBlocks
-from .figures import save_png
+from .figures import new_figure, save_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -296,10 +295,7 @@ def within_cluster_attention(blocks: AttentionBlocks, region_clusters: torch.Ten
 
 def draw_attention_vs_distance(rows: list[dict], title: str = "") -> Figure:
     """The figure of `plot_attention_vs_distance`, not saved."""
-    require("matplotlib", extra="plots")
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(6.5, 4.2), layout="constrained")
+    figure = new_figure(figsize=(6.5, 4.2), layout="constrained")
     ax = figure.subplots()
     # the number of pairs per bin (the same in every layer), as grey bars behind the lines
     first = sorted((row for row in rows if row["layer"] == rows[0]["layer"]), key=lambda row: row["distance_bin_low"])
@@ -342,13 +338,10 @@ def plot_attention_vs_distance(rows: list[dict], path: str | Path, title: str = 
 
 def plot_within_cluster(rows: list[dict], path: str | Path, title: str = "") -> Path:
     """Within- and across-cluster attention shares over layers (stacked bars), saved as a PNG."""
-    require("matplotlib", extra="plots")
-    from matplotlib.figure import Figure
-
     ordered = sorted(rows, key=lambda row: row["layer"])
     layers = [row["layer"] for row in ordered]
     within = np.asarray([row["within"] for row in ordered], dtype=np.float64)
-    figure = Figure(figsize=(max(5.0, 0.5 * len(layers) + 2.5), 4.2), layout="constrained")
+    figure = new_figure(figsize=(max(5.0, 0.5 * len(layers) + 2.5), 4.2), layout="constrained")
     ax = figure.subplots()
     ax.bar(layers, within, label="within cluster")
     ax.bar(layers, 1.0 - within, bottom=within, label="across clusters")

@@ -258,13 +258,9 @@ class GroundingProbe:
         region_confidence: torch.Tensor,
     ) -> None:
         """Scores one batch from text->region attention given directly, (L, B, H, T, R): e.g. the language->vision
-        cross-attention of a two-stream model (`torch.stack(outputs.cross_encoder_attentions)`).
-
-        The active share is the rows' mass on the real regions as given (1 for a cross-attention distribution over
-        regions); it is left undefined (None in the result) once rows that are not probabilities (negative entries or
-        more than 1 in total, e.g. alignment scores or heads summed) have been scored.
-
-        The other arguments are those of `update`.
+        cross-attention of a two-stream model (`torch.stack(outputs.cross_encoder_attentions)`); the other arguments
+        are those of `update`. The active share is left undefined once rows that are not probabilities (negative
+        entries or more than 1 in total, e.g. alignment scores or heads summed) have been scored.
         """
         device = text_to_region.device
         # one entry per real phrase (K of them): its example, its slot and its last sub-word
