@@ -164,11 +164,10 @@ def plot_word_region_heatmaps(
     """Word x region heatmaps side by side (one per `(attention, title)` panel, same words and regions), e.g. the
     cross-attention of a model trained with and without a loss (Kervadec et al. 2020, Figure 4), saved as a PNG.
 
-    Every panel shares one colour scale, from min(0, smallest value) to `vmax` (default: the largest value over all
-    panels), shown by one colourbar. `gold_regions` (per word, the column indices of its gold regions) are outlined
-    in red and named `gold_label` in the legend; `title` is the figure's title above the panels' own. With
-    `regions_as_rows`, the regions are the rows (long labels such as `format_region_labels`' stay readable);
-    `axis_labels` names the word and region axes.
+    The panels share one colour scale, from min(0, smallest value) to `vmax` (default: the largest value).
+    `gold_regions` (per word, the column indices of its gold regions) are outlined in red and named `gold_label` in
+    the legend. With `regions_as_rows`, regions are the rows (long labels stay readable); `axis_labels` names the
+    word and region axes.
     """
     figure = draw_word_region_heatmaps(
         panels, words, region_labels, gold_regions, title, vmax, gold_label, regions_as_rows, axis_labels

@@ -156,11 +156,6 @@ def _as_gold(phrase: object, num_words: int, name: str) -> GoldPhrase:
     return GoldPhrase(sorted(set(tokens)), boxes.tolist(), phrase.text)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# From model outputs
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _row_normalised(attention: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
     """(B, ..., Q, K) with padded keys zeroed and each row renormalised over the real keys (empty rows stay 0)."""
     masked = attention.float() * key_mask.reshape(len(key_mask), *[1] * (attention.dim() - 2), -1).float()
@@ -305,11 +300,6 @@ def explorer_examples(
             )
         )
     return examples
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The page
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _rounded(array: np.ndarray, precision: int) -> list:

@@ -51,9 +51,8 @@ def spatial_clusters(
 ) -> torch.Tensor:
     """(B, R) k-means cluster id of each real region by its box centre, -1 on padding.
 
-    Per image, k = min(`num_clusters`, real regions); deterministic: the first centre is the first region's, each
-    next one the region farthest from the centres so far (farthest-point initialisation), then `KMEANS_ITERATIONS`
-    Lloyd steps (a cluster left empty keeps its centre).
+    Per image, k = min(`num_clusters`, real regions); deterministic: farthest-point initialisation from the first
+    region, then `KMEANS_ITERATIONS` Lloyd steps (a cluster left empty keeps its centre).
 
     Args:
         visual_boxes: (B, R, 4) x1, y1, x2, y2 normalised to [0, 1].
@@ -103,9 +102,8 @@ def region_clusters(
             k-means on box centres with `num_spatial_clusters`), or "auto": detector classes when `object_ids` is
             given and holds a class for every real region, else spatial.
         num_spatial_clusters: k of the spatial k-means.
-        min_cluster_size: a cluster needs this many real regions of its image; the regions of a smaller one get -1
-            (default 2: a region alone in its cluster has nothing else to attend to inside it, its "within" share
-            would be its self-attention only).
+        min_cluster_size: a cluster needs this many real regions of its image, the regions of a smaller one get -1
+            (2: a region alone in its cluster has only itself to attend to within it).
     """
     mask = visual_attention_mask.detach().bool().cpu()
     if object_ids is not None:
@@ -209,10 +207,8 @@ def attention_vs_distance(blocks: AttentionBlocks, visual_boxes: torch.Tensor, n
 
 class WithinClusterAttention:
     """Accumulates the share of region->region attention that stays within the query region's cluster
-    (Ilinykh, Analysis I): for each real, clustered query region, within = sum of its attention (renormalised over
-    the real regions, heads averaged) on real regions of the same cluster, across = 1 - within (other clusters and
-    unclustered regions); both are averaged over query rows. `uniform_within` is the chance level: the within share
-    uniform attention over the real regions would give (the query's cluster size over the real regions).
+    (Ilinykh, Analysis I), averaged over the real, clustered query rows (across = 1 - within), and its chance level
+    `uniform_within`, the share uniform attention over the real regions would give.
 
     Args:
         include_self: count the query's attention to itself as within its cluster (default). With False the diagonal
@@ -221,10 +217,8 @@ class WithinClusterAttention:
 
     def __init__(self, include_self: bool = True) -> None:
         self.include_self = bool(include_self)
-        self._within: list[float] = []
-        self._uniform: list[float] = []
-        self._rows: list[int] = []
-        self._skipped: list[int] = []
+        # per layer: [sum of within shares, sum of their chance levels, rows, rows skipped]
+        self._totals: list[list] = []
 
     def update(self, blocks: AttentionBlocks, region_clusters: torch.Tensor) -> None:
         layers = _region_attention(blocks)
@@ -244,25 +238,21 @@ class WithinClusterAttention:
             has_mass = attention.sum(-1) > 0
             rows = queries & has_mass
             within = (attention * same).sum(-1)[rows]
-            if len(self._within) <= layer:
-                self._within.append(0.0)
-                self._uniform.append(0.0)
-                self._rows.append(0)
-                self._skipped.append(0)
-            self._within[layer] += float(within.sum())
-            self._uniform[layer] += float(uniform[rows].sum())
-            self._rows[layer] += int(rows.sum())
-            self._skipped[layer] += int((queries & ~has_mass).sum())
+            if len(self._totals) <= layer:
+                self._totals.append([0.0, 0.0, 0, 0])
+            totals = self._totals[layer]
+            totals[0] += float(within.sum())
+            totals[1] += float(uniform[rows].sum())
+            totals[2] += int(rows.sum())
+            totals[3] += int((queries & ~has_mass).sum())
 
     def compute(self) -> list[dict]:
         """Rows {"layer", "within", "across", "uniform_within", "num_rows", "num_skipped_rows"} (skipped: clustered
         real regions with no attention mass left on real regions); with no clustered row, the shares are NaN."""
-        if not self._within:
+        if not self._totals:
             raise ValueError("`WithinClusterAttention.compute()` needs at least one `update(...)` first, got none.")
         table = []
-        for layer, (within, uniform, rows, skipped) in enumerate(
-            zip(self._within, self._uniform, self._rows, self._skipped)
-        ):
+        for layer, (within, uniform, rows, skipped) in enumerate(self._totals):
             share, chance = (within / rows, uniform / rows) if rows else (math.nan, math.nan)
             table.append(
                 {

@@ -47,10 +47,7 @@ def best_active_head(
         accuracy: (L, H) head accuracies.
         active_share: (L, H) mean share of attention on the regions, or None.
         active_threshold: a head is active when its share is above this.
-        active_heads_only: restrict the candidates to the active heads.
-    Returns:
-        (layer, head, candidates), candidates one of "active heads", "all heads", "all heads (no head is actively
-        attending)", "all heads (active share undefined: ...)".
+        active_heads_only: restrict the candidates to the active heads (False: the best over all heads).
     """
     accuracy = np.asarray(accuracy, dtype=np.float64)
     candidates = BEST_AMONG_ALL

@@ -1,15 +1,11 @@
 """Does the decoder's cross-attention point at the regions that matter? (Fei, "Attention-aligned transformer for image
 captioning" (A2), Figure 2: Kendall-tau between attention weights and gradient-based importance.)
 
-Reading used here. For caption word y_t (the label at decoder position t, teacher-forced), the importance of region i
-is ||d p(y_t | y_<t, I) / d h_i||_2, the L2 norm over the feature dimension of the gradient of the word's probability
-with respect to the encoder output state h_i of region i (the states the cross-attention reads as keys and values).
-The attention is the cross-attention row of decoder position t (the query that predicts y_t), averaged over heads,
-over the real regions only: by default the weights the layer actually used (`aligned_cross_attentions`, which
-differ from the raw softmax only in A2-aligned layers). Per layer, Kendall's tau-b between the two rankings over the
-real regions is computed for each word and averaged over words; a high tau means attention ranks regions as the
-gradient does. A word whose attention or importance is constant over the regions has no defined tau-b: it is left
-out and counted in "num_undefined".
+Reading used here: for caption word y_t (teacher-forced), the importance of region i is
+||d p(y_t | y_<t, I) / d h_i||_2, h_i the encoder output state of region i; the attention is the head-averaged
+cross-attention row of decoder position t as the layer used it (`aligned_cross_attentions`). Per layer, Kendall's tau-b between the two rankings of the real
+regions is averaged over words; a word whose attention or importance is constant has no tau-b and is counted in
+"num_undefined".
 """
 
 from __future__ import annotations

@@ -41,10 +41,6 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Parses
-
-
 def _conllu_word(line: str, path: Path, number: int) -> dict | None:
     """One CoNLL-U word line -> {"id", "form", "head", "deprel"}; None for multiword ranges and empty nodes."""
     columns = line.split("\t")
@@ -226,10 +222,6 @@ def dependency_pairs(
     return pairs
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Result
-
-
 @dataclass
 class SyntacticGroundingResult:
     """Per relation: `accuracy[relation]` (L, H) head accuracies, `counts[relation]` the number of (w1, w2) pairs and
@@ -300,10 +292,6 @@ class SyntacticGroundingResult:
             "active_threshold": float(self.active_threshold),
             "active_heads_only": bool(self.active_heads_only),
         }
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Probe
 
 
 class SyntacticGroundingProbe:

@@ -38,18 +38,11 @@ ALL_METRICS = ("bleu", "meteor", "rouge_l", "cider", "spice")
 DEFAULT_METRICS = ("bleu", "meteor", "rouge_l", "cider")
 TOKENIZERS = ("ptb", "simple", "none")
 
-# the evaluate module script lives in modules/caption_scores/caption_scores.py (evaluate loads a folder holding a
-# script named after the folder)
 CAPTION_METRIC_PATH = MODULES_DIR / "caption_scores"
 
 _JAVA_HINT = (
     "Install a Java runtime (Debian/Ubuntu: `apt-get install -y default-jre-headless`) and make sure `java` is on PATH"
 )
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# arguments
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def _check_captions(predictions, references) -> tuple[list[str], list[list[str]]]:
@@ -87,10 +80,6 @@ def _require_java(what: str) -> str:
         raise RuntimeError(f"{what} needs a Java runtime, and `java` was not found on PATH. {_JAVA_HINT}.")
     return java
 
-
-# --------------------------------------------------------------------------------------------------------------------
-# tokenisation
-# --------------------------------------------------------------------------------------------------------------------
 
 _LINE_BREAKS = re.compile(r"[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 
@@ -137,15 +126,10 @@ _BRACKET_TOKENS = {token.strip() for token in _BRACKETS.values()}
 
 
 def simple_tokenize(caption: str) -> str:
-    """A pure-Python stand-in for the COCO evaluation's PTB tokenisation + punctuation removal, no Java needed.
-
-    Lower-cases; turns curly quotes into straight ones and drops double quotes, back-quotes and quote-like single
-    quotes; splits the clitics the PTB tokenizer splits ("dog's" -> "dog 's", "can't" -> "ca n't"); drops
-    , ; : ! ? and ellipses except inside numbers ("3,000", "10:30"), dashes standing alone or doubled, and a word's
-    final period unless the word is an abbreviation with inner periods ("e.g.", "u.s.a.") or a common title ("mr.");
-    strips hyphens hanging at a word's start or end ("mid-" -> "mid"); splits off $, % and #; writes brackets as PTB
-    does after lower-casing ("-lrb-" ...), which the COCO evaluation keeps. Words are joined by single spaces. On
-    ordinary captions the result equals `tokenizer="ptb"`'s (tested: 2384 of the 2385 Flickr30k Entities sample
+    """A pure-Python stand-in for the COCO evaluation's PTB tokenisation + punctuation removal, no Java needed: the
+    PTB tokenizer's clitic splits ("can't" -> "ca n't"), quotes, dashes, punctuation and final periods dropped except
+    in numbers ("3,000") and abbreviations ("e.g.", "mr."), brackets written "-lrb-" ... as the COCO evaluation keeps
+    them. On ordinary captions it equals `tokenizer="ptb"` (tested: 2384 of the 2385 Flickr30k Entities sample
     sentences); exotic input (emoticons, "?!", "rock'n'roll", "y'all") may differ.
     """
     text = _LINE_BREAKS.sub(" ", caption.lower())
@@ -210,10 +194,7 @@ def _tokenize_all(predictions: list[str], references: list[list[str]], tokenizer
     return tokenized_predictions, tokenized_references
 
 
-# --------------------------------------------------------------------------------------------------------------------
 # METEOR: one Java process per Python process
-# --------------------------------------------------------------------------------------------------------------------
-
 _METEOR = None
 _METEOR_LOCK = threading.Lock()
 
@@ -309,10 +290,6 @@ def _meteor_scores(gts: dict, res: dict) -> tuple[float, list[float]]:
     return float(score), [float(s) for s in scores]
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# SPICE
-# --------------------------------------------------------------------------------------------------------------------
-
 _CORENLP_JARS = ("stanford-corenlp-3.6.0.jar", "stanford-corenlp-3.6.0-models.jar")
 
 
@@ -338,22 +315,6 @@ def spice_unavailable_reason() -> str | None:
     return "SPICE is unavailable: " + "; ".join(problems) + ". (SPICE also needs ~8 GB of memory for Java.)"
 
 
-def _spice_scores(gts: dict, res: dict) -> float:
-    reason = spice_unavailable_reason()
-    if reason is not None:
-        raise RuntimeError(reason)
-    require("pycocoevalcap", extra="caption-metrics")
-    from pycocoevalcap.spice.spice import Spice
-
-    score, _ = Spice().compute_score(gts, res)
-    return float(score)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# the public functions
-# --------------------------------------------------------------------------------------------------------------------
-
-
 def caption_scores(
     predictions: Sequence[str],
     references: Sequence[Sequence[str]],
@@ -370,11 +331,9 @@ def caption_scores(
         tokenizer: "ptb" (default, the COCO evaluation's own, needs Java), "simple" (pure Python) or "none".
 
     Returns:
-        {"bleu_1", "bleu_2", "bleu_3", "bleu_4", "meteor", "rouge_l", "cider"[, "spice"]} (those asked for) as floats:
-        BLEU is corpus BLEU (clipped n-gram counts summed over the corpus, brevity penalty from the closest reference
-        lengths); METEOR is the jar's corpus score from the statistics of all images (not a mean of per-image
-        scores); ROUGE-L and CIDEr-D are means over the images; all on pycocoevalcap's scales (CIDEr-D is x10, so it
-        may exceed 1).
+        {"bleu_1", "bleu_2", "bleu_3", "bleu_4", "meteor", "rouge_l", "cider"[, "spice"]} (those asked for) as floats
+        on pycocoevalcap's scales (CIDEr-D is x10): BLEU and METEOR are corpus scores, ROUGE-L and CIDEr-D means over
+        the images.
     """
     require("pycocoevalcap", extra="caption-metrics")
     from pycocoevalcap.bleu.bleu import Bleu
@@ -412,7 +371,9 @@ def caption_scores(
         cider, _ = Cider().compute_score(gts, res)
         scores["cider"] = float(cider)
     if "spice" in metrics:
-        scores["spice"] = _spice_scores(gts, res)
+        from pycocoevalcap.spice.spice import Spice
+
+        scores["spice"] = float(Spice().compute_score(gts, res)[0])
     bad = {name: value for name, value in scores.items() if not math.isfinite(value)}
     if bad:
         raise RuntimeError(f"Caption metrics came out non-finite: {bad}; inputs: {len(predictions)} captions.")
@@ -516,7 +477,6 @@ def cider_d_per_caption(
     k times more images, which changes the idf of n-grams absent from every reference (log(kN) instead of log(N)).
     For many batches against one corpus, build `CiderD(corpus_references)` once and call it per batch.
     """
-    predictions, references = _check_captions(predictions, references)
     scorer = CiderD(
         references if corpus_references is None else corpus_references, n=n, sigma=sigma, tokenizer=tokenizer
     )

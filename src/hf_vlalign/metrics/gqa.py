@@ -21,8 +21,6 @@ from collections.abc import Mapping
 
 from .local_modules import MODULES_DIR, load_local_metric
 
-# the evaluate module script lives in modules/gqa_accuracy/gqa_accuracy.py (evaluate loads a folder holding a script
-# named after the folder)
 GQA_METRIC_PATH = MODULES_DIR / "gqa_accuracy"
 
 # eval.py: answerType = "open" if question["types"]["structural"] == "query" else "binary"
@@ -31,11 +29,6 @@ OPEN_STRUCTURAL_TYPE = "query"
 COMMON_GROUP = ("color", "material", "shape")
 METRICS = ("accuracy", "binary", "open", "consistency", "validity", "plausibility", "distribution")
 _SHOWN_IDS = 5
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# input validation
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def _first_ids(ids: list[str]) -> str:
@@ -101,11 +94,6 @@ def _resolve_consistency(consistency: bool | None, questions: Mapping, balanced:
     return entailed
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# the script's formulas
-# --------------------------------------------------------------------------------------------------------------------
-
-
 def _average(values: list[float]) -> float | None:
     # eval.py avg(): float(sum(l)) / len(l) (0 for an empty list there, None here)
     return float(sum(values)) / len(values) if values else None
@@ -161,11 +149,6 @@ def _accuracy_per_type(balanced: list[str], questions: Mapping, correct: dict[st
     for qid in balanced:
         per_type[questions[qid]["types"][kind]].append(float(correct[qid]))
     return {name: _average(values) for name, values in sorted(per_type.items())}
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# public API
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def gqa_scores(

@@ -17,15 +17,10 @@ import re
 
 from .local_modules import MODULES_DIR, load_local_metric
 
-# the evaluate module script lives in modules/vqa_accuracy/vqa_accuracy.py (evaluate loads a folder holding a script
-# named after the folder)
 VQA_METRIC_PATH = MODULES_DIR / "vqa_accuracy"
 
-# --------------------------------------------------------------------------------------------------------------------
 # vqaEval.py's tables, copied as they are (including their quirks: keys with capitals such as "Im" never match the
 # lower-cased words, and "somebody'd" maps to "somebodyd")
-# --------------------------------------------------------------------------------------------------------------------
-
 CONTRACTIONS = {
     "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've", "couldnt": "couldn't",
     "couldn'tve": "couldn't've", "couldnt've": "couldn't've", "didnt": "didn't", "doesnt": "doesn't", "dont": "don't",
@@ -71,11 +66,6 @@ NUM_HUMAN_ANSWERS = 10
 _AGREEMENT = 3
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# normalisation
-# --------------------------------------------------------------------------------------------------------------------
-
-
 def process_punctuation(text: str) -> str:
     """vqaEval.py `processPunctuation`: each punctuation mark is deleted when it touches a space somewhere in the text
     (or the text holds a digit-comma-digit, "1,000"), else replaced by a space; then periods not before a digit go."""
@@ -102,11 +92,6 @@ def normalize_vqa_answer(answer: str) -> str:
     # vqaEval.py evaluate(): resAns.replace('\n', ' ').replace('\t', ' ').strip()
     text = answer.replace("\n", " ").replace("\t", " ").strip()
     return process_digit_article(process_punctuation(text))
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# accuracy
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def _check_inputs(predictions, answers, answer_types) -> tuple[list[str], list[list[str]], list[str] | None]:
