@@ -150,16 +150,13 @@ def attention_blocks(
     """The attention maps of `outputs` arranged by modality block.
 
     Args:
-        outputs: a model output holding attention maps (the model was called with `output_attentions=True`): one of
-            our single-stream, two-stream or captioning outputs, or transformers' VisualBert / Lxmert outputs.
+        outputs: the outputs of one of the library's models or of transformers' VisualBert / Lxmert, called with
+            `output_attentions=True`.
         text_mask: (B, T) 1 for real text tokens (`attention_mask`, or `decoder_attention_mask` for the captioner).
         region_mask: (B, R) 1 for real regions (`visual_attention_mask`).
         source: one of `SOURCES`; inferred from the output class when None.
         end_token: joint single-stream maps only: whether the sequence ends with the [END] token (the model's
             `config.use_end_token`); None accepts both layouts, told apart by the maps' size.
-
-    Returns:
-        `AttentionBlocks` whose blocks follow the mapping in the module docstring.
     """
     if source is None:
         source = infer_source(outputs)

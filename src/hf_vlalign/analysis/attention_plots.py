@@ -183,17 +183,8 @@ def plot_layer_heatmaps(
     title: str = "layer",
     gold_regions: list[list[int]] | None = None,
 ) -> Path:
-    """One word x region heatmap per layer, side by side on one colour scale (panel l titled "<title> l"), saved as a
-    PNG.
-
-    Args:
-        attention: (L, W, R) word->region attention of each layer (one head, or heads averaged), e.g.
-            `torch.stack(text_to_region_rows(blocks))[:, 0].mean(1)` for example 0.
-        words / region_labels: the W row and R column labels.
-        path: where to write the PNG; parent folders are created.
-        title: prefix of each panel title.
-        gold_regions: optional, per word, the column indices of its gold region(s) (outlined in every panel).
-    """
+    """`plot_word_region_heatmaps` of one (W, R) panel per layer of `attention` (L, W, R), panel l titled
+    "<title> l", e.g. `torch.stack(text_to_region_rows(blocks))[:, 0].mean(1)` for example 0 with heads averaged."""
     layers = as_numpy(attention)
     panels = [(matrix, f"{title} {index}".strip()) for index, matrix in enumerate(layers)]
     return plot_word_region_heatmaps(panels, words, region_labels, path, gold_regions)

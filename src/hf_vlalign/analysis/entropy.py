@@ -34,14 +34,8 @@ def row_entropy(probabilities: torch.Tensor) -> torch.Tensor:
 
 
 class AttentionEntropy:
-    """Accumulates per-head attention entropy over batches; `compute()` returns the tidy table.
-
-    Example:
-        >>> meter = AttentionEntropy()
-        >>> for blocks in batches:  # AttentionBlocks, e.g. from analysis.adapters
-        ...     meter.update(blocks)
-        >>> rows = meter.compute()
-    """
+    """Accumulates per-head attention entropy over batches of `AttentionBlocks` (`update(blocks)`); `compute()` returns
+    the tidy table."""
 
     def __init__(self) -> None:
         # (block label, layer) -> [entropy sum per head, normalised entropy sum per head, rows, rows skipped]

@@ -1,10 +1,8 @@
 """Attention rollout and attention flow (Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers") for
 any model's per-layer attention maps over one token sequence.
 
-Both see the network as a layered graph: node (l, k) is token k after layer l, and the edge from (l - 1, j) to
-(l, i) carries A_l[i, j] = rownorm(mean_h W_l + I)[i, j], the head-averaged attention with the residual connection
-added (their code; equal to 0.5 W + 0.5 I for row-stochastic W). Rollout multiplies the A_l (path products summed);
-flow takes, for each input token j and output token i, the maximum flow from (0, j) to (L, i) with the A_l as edge
+Both read the network as a layered graph whose edge (l - 1, j) -> (l, i) carries A_l[i, j] (`layer_capacities`):
+rollout multiplies the A_l, flow takes the maximum flow from input token j to output token i with the A_l as edge
 capacities (each path limited by its weakest edge).
 """
 
@@ -107,8 +105,7 @@ def attention_flow(attentions: list, residual: bool = True, normalise: bool = Fa
     """Attention flow of one example (Abnar & Zuidema 2020, Section 3): entry [i, j] is the maximum flow from input
     token j to output token i (after the last layer) in the layered attention graph.
 
-    Cost: N^2 max-flow problems on V = (L + 1) N nodes and E = L N^2 edges, each O(V E^2) with Edmonds-Karp; an
-    analysis for short sequences (tens of tokens, a few layers), not for training.
+    Cost: N^2 Edmonds-Karp max-flows on (L + 1) N nodes: for short sequences (tens of tokens, a few layers).
 
     Args:
         attentions: per layer, one example's (H, N, N) or (N, N) attention probabilities (rows = queries), e.g.

@@ -268,16 +268,8 @@ class WithinClusterAttention:
 
 
 def within_cluster_attention(blocks: AttentionBlocks, region_clusters: torch.Tensor, include_self: bool = True) -> list[dict]:
-    """Within-cluster vs across-cluster share of region->region attention per layer, for one batch (Ilinykh,
-    Analysis I; see `WithinClusterAttention`).
-
-    Args:
-        blocks: the batch's attention (its `region_to_region` block is read).
-        region_clusters: (B, R) long cluster id of each region, -1 for regions in no cluster.
-        include_self: whether a region's attention to itself counts as within its cluster.
-    Returns:
-        rows {"layer", "within", "across", "uniform_within", "num_rows", "num_skipped_rows"}.
-    """
+    """`WithinClusterAttention`'s table for one batch (Ilinykh, Analysis I), `region_clusters` (B, R) holding each
+    region's cluster id (-1: none)."""
     meter = WithinClusterAttention(include_self)
     meter.update(blocks, region_clusters)
     return meter.compute()
