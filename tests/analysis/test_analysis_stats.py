@@ -74,19 +74,9 @@ def test_entropy_accumulates_and_labels_captioner_cross_attention(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_entropy_errors_name_the_argument():
-    with pytest.raises(ValueError, match="blocks.word_to_region\\[0\\]"):
-        attention_entropy(
-            AttentionBlocks(text_mask=torch.ones(1, 2), region_mask=torch.ones(1, 3), word_to_region=(torch.ones(1, 1, 2, 4),))
-        )
-    with pytest.raises(ValueError, match="`blocks`"):
-        attention_entropy(AttentionBlocks(text_mask=torch.ones(1, 2), region_mask=torch.ones(1, 3)))
-    with pytest.raises(ValueError, match="`blocks`"):
-        attention_entropy(torch.ones(1, 1, 2, 2))
+def test_entropy_of_no_batch_is_refused():
     with pytest.raises(ValueError, match="compute"):
         AttentionEntropy().compute()
-    with pytest.raises(ValueError, match="`rows`"):
-        plot_entropy([], "unused.png")
 
 
 # --- attention vs distance (Analysis II) -----------------------------------------------------------------------------
@@ -123,20 +113,6 @@ def test_attention_vs_distance_on_three_boxes(tmp_path):
     assert plot_attention_vs_distance(rows, tmp_path / "distance.png").stat().st_size > 0
 
 
-def test_attention_vs_distance_errors():
-    blocks = region_blocks(torch.full((1, 1, 3, 3), 1 / 3), torch.ones(1, 3))
-    with pytest.raises(ValueError, match="`visual_boxes`.*\\(1, 3, 4\\)"):
-        attention_vs_distance(blocks, torch.rand(1, 2, 4))
-    with pytest.raises(ValueError, match="`visual_boxes` must be normalised"):
-        attention_vs_distance(blocks, three_boxes()[:, :3] * 10)
-    with pytest.raises(ValueError, match="`num_bins`"):
-        attention_vs_distance(blocks, three_boxes()[:, :3], num_bins=0)
-    with pytest.raises(ValueError, match="region_to_region"):
-        attention_vs_distance(AttentionBlocks(text_mask=torch.ones(1, 1), region_mask=torch.ones(1, 3)), three_boxes()[:, :3])
-    with pytest.raises(ValueError, match="blocks.region_to_region\\[0\\]"):
-        attention_vs_distance(region_blocks(torch.ones(1, 1, 3, 2), torch.ones(1, 3)), three_boxes()[:, :3])
-
-
 # --- within-cluster attention (Analysis I) ---------------------------------------------------------------------------
 
 
@@ -158,16 +134,6 @@ def test_within_cluster_share_on_a_hand_example(tmp_path):
     assert row["within"] == pytest.approx((0.4 + 0.2) / 2)
     assert row["uniform_within"] == pytest.approx(1 / 2)
     assert plot_within_cluster([row], tmp_path / "clusters.png").stat().st_size > 0
-
-
-def test_within_cluster_errors():
-    blocks = region_blocks(torch.full((1, 1, 3, 3), 1 / 3), torch.ones(1, 3))
-    with pytest.raises(ValueError, match="`region_clusters`.*\\(1, 3\\)"):
-        within_cluster_attention(blocks, torch.zeros(1, 4, dtype=torch.long))
-    with pytest.raises(ValueError, match="`region_clusters`.*integer"):
-        within_cluster_attention(blocks, torch.zeros(1, 3))
-    with pytest.raises(ValueError, match="`region_clusters`.*-1"):
-        within_cluster_attention(blocks, torch.tensor([[0, -2, 1]]))
 
 
 # --- rollout and flow (Abnar & Zuidema 2020) -------------------------------------------------------------------------
@@ -230,19 +196,6 @@ def test_flow_equals_brute_force_min_cut_on_three_random_layers():
     assert (flow <= 1 + 1e-9).all()
 
 
-def test_rollout_and_flow_errors():
-    with pytest.raises(ValueError, match="`attentions`"):
-        layer_rollouts([])
-    with pytest.raises(ValueError, match="`attentions`"):
-        layer_rollouts([torch.ones(2, 2), torch.ones(1, 2, 2)])
-    with pytest.raises(ValueError, match="`attentions\\[1\\]`.*3 tokens"):
-        attention_flow([np.eye(2), np.eye(3)])
-    with pytest.raises(ValueError, match="`attentions\\[0\\]`.*\\(H, N, N\\)"):
-        attention_flow([np.ones((2, 3))])
-    with pytest.raises(ValueError, match="non-negative"):
-        attention_flow([-np.eye(2)])
-
-
 # --- Kendall tau and A2's attention vs importance --------------------------------------------------------------------
 
 
@@ -263,8 +216,6 @@ def test_kendall_tau_errors():
         kendall_tau([1], [1])
     with pytest.raises(ValueError, match="`y` must not be constant"):
         kendall_tau([1, 2, 3], [5, 5, 5])
-    with pytest.raises(ValueError, match="`x` must be finite"):
-        kendall_tau([1, float("nan")], [1, 2])
 
 
 def tiny_captioner(**settings) -> RegionCaptionerForConditionalGeneration:
@@ -334,17 +285,6 @@ def test_an_image_of_one_region_has_nothing_to_rank_and_is_counted():
     batch["visual_attention_mask"][1, 1:] = 0  # the second image keeps one region
     for row in captioner_attention_importance(model, batch):
         assert row["num_undefined"] >= 5 and row["num_words"] + row["num_undefined"] == 9  # its 5 words counted
-
-
-def test_captioner_attention_importance_errors():
-    model = tiny_captioner()
-    batch = captioner_batch()
-    with pytest.raises(ValueError, match="missing \\['labels'\\]"):
-        captioner_attention_importance(model, {k: v for k, v in batch.items() if k != "labels"})
-    with pytest.raises(ValueError, match="`batch\\['labels'\\]`.*\\(batch, T\\)"):
-        captioner_attention_importance(model, {**batch, "labels": batch["labels"][0]})
-    with pytest.raises(ValueError, match="at least one caption token"):
-        captioner_attention_importance(model, {**batch, "labels": torch.full((2, 5), -100)})
 
 
 def test_region_importance_is_the_gradient_norm_of_the_word_probability():

@@ -1,38 +1,16 @@
 """Builds `AttentionBlocks` from the outputs of each supported model (called with `output_attentions=True`).
 
-Every block is a tuple over layers of (B, H, queries, keys) probabilities; T = `text_mask.shape[1]` text positions,
-R = `region_mask.shape[1]` regions. How each source's outputs map onto the four blocks:
+How each source's outputs map onto the four blocks (T = `text_mask.shape[1]` words, R = `region_mask.shape[1]`):
 
-- "single_stream" (`SingleStreamModel`, `SingleStreamForVisualParaphrase`): one joint (B, H, N, N) map per layer over
-  `[text (0..T-1); regions (T..T+R-1); [END] (T+R)]`, N = T + R + 1. Each block is a slice of the same layer, so
-  every block has `num_hidden_layers` layers; the [END] row and column are dropped (rows of a block need not sum to
-  1). A model built with `use_end_token=False` (e.g. a converted VisualBERT) has no [END]: N = T + R, read the same
-  way. `end_token=config.use_end_token` fixes the layout; left None, the map's size tells which of the two it is.
-- "visual_bert" (transformers' `VisualBertModel` and heads): the same, over `[text; visual_embeds]` with no end
-  token, N = T + R.
-- "two_stream" (`TwoStreamModel` and heads): separate maps, so each block keeps its own layer count and rows sum
-  to 1 over the block's keys:
-  `word_to_word` = `language_attentions` (the `l_layers` language self-attention layers, run before the cross
-  layers), `region_to_region` = `vision_attentions` (the `r_layers` object layers), `word_to_region` =
-  `cross_encoder_attentions` (language->vision, one per cross layer), `region_to_word` =
-  `cross_encoder_vision_attentions` (vision->language, one per cross layer). The cross layers' own language and
-  vision self-attention is not among the outputs, so layer i of `word_to_word` is language layer i while layer i
-  of `word_to_region` is cross layer i.
-- "lxmert" (transformers' `LxmertModel` and heads): as "two_stream", except that transformers returns only the
-  language->vision direction of the cross layers (`LxmertXLayer.cross_att` asks for the attention probabilities of
-  `visual_attention(lang_input, visual_input)` only), so `cross_encoder_attentions` (B, H, T, R) is
-  `word_to_region` and `region_to_word` is None.
-- "captioner" (`RegionCaptionerModel`, `RegionCaptionerForConditionalGeneration`): `encoder_attentions` (encoder
-  self-attention over regions) is `region_to_region`, `decoder_attentions` (causal decoder self-attention; run
-  without a cache so that its keys are the T words) is `word_to_word`, `cross_attentions` (decoder cross-attention,
-  before A2's alignment) is `word_to_region`; there is no `region_to_word`.
-
-Example:
-    ```python
-    outputs = model(**inputs, output_attentions=True)
-    blocks = attention_blocks(outputs, text_mask=inputs["attention_mask"], region_mask=inputs["visual_attention_mask"])
-    probe.update_from_text_to_region(torch.stack(text_to_region_rows(blocks)), ...)
-    ```
+- "single_stream" / "visual_bert": one joint (B, H, N, N) map per layer over [text; regions; [END]], sliced into the
+  four blocks (rows of a block need not sum to 1); N = T + R + 1, or T + R without the end token (VisualBERT, or a
+  model with `use_end_token=False`; `end_token=None` tells the two apart by the maps' size).
+- "two_stream" / "lxmert": `language_attentions` -> word_to_word, `vision_attentions` -> region_to_region,
+  `cross_encoder_attentions` -> word_to_region and (two_stream only; transformers' Lxmert returns no vision->language
+  map) `cross_encoder_vision_attentions` -> region_to_word. Layer i of word_to_word is language layer i, layer i of
+  word_to_region cross layer i.
+- "captioner": `encoder_attentions` -> region_to_region, `decoder_attentions` (run without a cache) -> word_to_word,
+  `cross_attentions` (before A2's alignment) -> word_to_region; no region_to_word.
 """
 
 from __future__ import annotations
@@ -110,16 +88,11 @@ def _joint_extras(source: str, end_token: bool | None) -> tuple[int, ...]:
 
 
 def _joint_blocks(
-    outputs: object,
-    text_mask: torch.Tensor,
-    region_mask: torch.Tensor,
-    source: str,
-    extras: tuple[int, ...] | None = None,
+    outputs: object, text_mask: torch.Tensor, region_mask: torch.Tensor, source: str, extras: tuple[int, ...]
 ) -> dict:
     """Slices joint (B, H, N, N) maps over [text; regions; extra] into the four blocks."""
     maps = _layers(outputs, "attentions")
     (batch, num_text), num_regions = text_mask.shape, region_mask.shape[1]
-    extras = _JOINT_EXTRA[source] if extras is None else extras
     sizes = [num_text + num_regions + extra for extra in extras]
     layouts = " or ".join(
         f"N = T + R + 1 ([END]) = {size}" if extra else f"N = T + R = {size}" for extra, size in zip(extras, sizes)
@@ -138,25 +111,21 @@ def _joint_blocks(
     return blocks
 
 
-def _two_stream_blocks(outputs: object, text_mask: torch.Tensor, region_mask: torch.Tensor, source: str) -> dict:
-    """Separate language / vision / cross maps (see the module docstring for the layer mapping)."""
-    fields = {
-        "word_to_word": "language_attentions",
-        "region_to_region": "vision_attentions",
-        "word_to_region": "cross_encoder_attentions",
-    }
-    if source == "two_stream":
-        fields["region_to_word"] = "cross_encoder_vision_attentions"
-    return _separate_blocks(outputs, fields)
-
-
-def _captioner_blocks(outputs: object, text_mask: torch.Tensor, region_mask: torch.Tensor, source: str) -> dict:
-    fields = {
+# block -> output field of the sources with separate maps (see the module docstring for the layer mapping)
+_LXMERT_FIELDS = {
+    "word_to_word": "language_attentions",
+    "region_to_region": "vision_attentions",
+    "word_to_region": "cross_encoder_attentions",
+}
+_SEPARATE_FIELDS = {
+    "two_stream": {**_LXMERT_FIELDS, "region_to_word": "cross_encoder_vision_attentions"},
+    "lxmert": _LXMERT_FIELDS,
+    "captioner": {
         "region_to_region": "encoder_attentions",
         "word_to_word": "decoder_attentions",
         "word_to_region": "cross_attentions",
-    }
-    return _separate_blocks(outputs, fields)
+    },
+}
 
 
 def _separate_blocks(outputs: object, fields: dict[str, str]) -> dict:
@@ -170,15 +139,6 @@ def _separate_blocks(outputs: object, fields: dict[str, str]) -> dict:
     return blocks
 
 
-_BUILDERS = {
-    "single_stream": _joint_blocks,
-    "visual_bert": _joint_blocks,
-    "two_stream": _two_stream_blocks,
-    "lxmert": _two_stream_blocks,
-    "captioner": _captioner_blocks,
-}
-
-
 def attention_blocks(
     outputs: object,
     *,
@@ -190,16 +150,13 @@ def attention_blocks(
     """The attention maps of `outputs` arranged by modality block.
 
     Args:
-        outputs: a model output holding attention maps (the model was called with `output_attentions=True`): one of
-            our single-stream, two-stream or captioning outputs, or transformers' VisualBert / Lxmert outputs.
+        outputs: the outputs of one of the library's models or of transformers' VisualBert / Lxmert, called with
+            `output_attentions=True`.
         text_mask: (B, T) 1 for real text tokens (`attention_mask`, or `decoder_attention_mask` for the captioner).
         region_mask: (B, R) 1 for real regions (`visual_attention_mask`).
         source: one of `SOURCES`; inferred from the output class when None.
         end_token: joint single-stream maps only: whether the sequence ends with the [END] token (the model's
             `config.use_end_token`); None accepts both layouts, told apart by the maps' size.
-
-    Returns:
-        `AttentionBlocks` whose blocks follow the mapping in the module docstring.
     """
     if source is None:
         source = infer_source(outputs)
@@ -212,7 +169,7 @@ def attention_blocks(
             f"`end_token` applies to joint maps ({sorted(_JOINT_EXTRA)}) only, got {end_token!r} for {source!r}."
         )
     else:
-        blocks = _BUILDERS[source](outputs, text_mask, region_mask, source)
+        blocks = _separate_blocks(outputs, _SEPARATE_FIELDS[source])
     return AttentionBlocks(text_mask=text_mask, region_mask=region_mask, source=source, **blocks)
 
 

@@ -1,10 +1,6 @@
-"""One batch's attention maps arranged by modality block, the common input of every analysis.
-
-The model families lay their attention out differently: the single-stream model (and transformers' VisualBert) has
-one joint (B, H, N, N) map per layer over [text; regions; ...], the two-stream model (and transformers' Lxmert) has
-separate language, vision and cross-modality maps, and the captioner has encoder self-attention over regions,
-decoder self-attention over words and decoder cross-attention from words to regions. `AttentionBlocks` holds the
-four blocks every analysis asks about; `analysis.adapters` builds it from each model's outputs.
+"""One batch's attention maps arranged by modality block, the common input of every analysis, whatever the model's
+layout (a joint map over [text; regions], separate language, vision and cross maps, or an encoder-decoder's);
+`analysis.adapters` builds it from each model's outputs.
 """
 
 from __future__ import annotations
@@ -40,8 +36,7 @@ class AttentionBlocks:
     source: str = ""
 
     def block(self, name: str) -> tuple[torch.Tensor, ...] | None:
-        if name not in BLOCK_NAMES:
-            raise ValueError(f"`name` must be one of {BLOCK_NAMES}, got {name!r}.")
+        """Block `name`, one of `BLOCK_NAMES`."""
         return getattr(self, name)
 
     def available(self) -> tuple[str, ...]:
@@ -50,7 +45,6 @@ class AttentionBlocks:
 
     def masks(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(query mask (B, Q), key mask (B, K)) of block `name`."""
-        self.block(name)
         query, key = name.split("_to_")
         pick = {"word": self.text_mask, "region": self.region_mask}
         return pick[query], pick[key]

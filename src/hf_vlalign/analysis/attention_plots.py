@@ -1,8 +1,5 @@
 """PNG plots of attention maps: word x region heatmaps (one layer, or one per layer), one heatmap per head of a
-layer, and each word's most attended boxes drawn on the image. The probe accuracies are plotted by `probe_plots.py`.
-
-Figures are drawn on matplotlib's Agg canvas through `matplotlib.figure.Figure` (never `pyplot`), so plotting
-needs no display and leaves the global backend and figure registry untouched.
+layer, and each word's most attended boxes drawn on the image (drawn as `figures.py` says).
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ import numpy as np
 from PIL import Image
 
 from ..utils.optional import require
-from .figures import annotate_cells, as_numpy, save_png
+from .figures import annotate_cells, as_numpy, new_figure, rgb_image, save_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -85,12 +82,8 @@ def draw_word_region_heatmaps(
     axis_labels: tuple[str, str] = ("word", "region"),
     value_label: str = "attention weight (softmax prob.)",
 ) -> Figure:
-    """The figure of `plot_word_region_heatmaps`, not saved: one word x region heatmap per `(attention, title)` panel,
-    all on one colour scale (one colourbar), each word's gold region(s) outlined in every panel. With
-    `regions_as_rows`, regions are the rows (their long labels written once, horizontally) and words the columns;
-    `axis_labels` names the word and region axes."""
+    """The figure of `plot_word_region_heatmaps`, not saved."""
     require("matplotlib", extra="plots")
-    from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
     matrices = [as_numpy(attention) for attention, _ in panels]
@@ -101,7 +94,7 @@ def draw_word_region_heatmaps(
     row_room = 0.065 * max(len(str(label)) for label in rows)  # inches of horizontal row labels
     column_room = 0.06 * max(len(str(label)) for label in columns)  # rotated column labels
     panel_width = max(2.4, 0.5 * len(columns) + 0.4)
-    figure = Figure(
+    figure = new_figure(
         figsize=(len(panels) * panel_width + row_room + 1.6, 0.36 * len(rows) + column_room + 1.6), layout="constrained"
     )
     axes = np.atleast_1d(figure.subplots(1, len(panels), sharey=True))
@@ -171,11 +164,10 @@ def plot_word_region_heatmaps(
     """Word x region heatmaps side by side (one per `(attention, title)` panel, same words and regions), e.g. the
     cross-attention of a model trained with and without a loss (Kervadec et al. 2020, Figure 4), saved as a PNG.
 
-    Every panel shares one colour scale, from min(0, smallest value) to `vmax` (default: the largest value over all
-    panels), shown by one colourbar. `gold_regions` (per word, the column indices of its gold regions) are outlined
-    in red and named `gold_label` in the legend; `title` is the figure's title above the panels' own. With
-    `regions_as_rows`, the regions are the rows (long labels such as `format_region_labels`' stay readable);
-    `axis_labels` names the word and region axes.
+    The panels share one colour scale, from min(0, smallest value) to `vmax` (default: the largest value).
+    `gold_regions` (per word, the column indices of its gold regions) are outlined in red and named `gold_label` in
+    the legend. With `regions_as_rows`, regions are the rows (long labels stay readable); `axis_labels` names the
+    word and region axes.
     """
     figure = draw_word_region_heatmaps(
         panels, words, region_labels, gold_regions, title, vmax, gold_label, regions_as_rows, axis_labels
@@ -191,17 +183,8 @@ def plot_layer_heatmaps(
     title: str = "layer",
     gold_regions: list[list[int]] | None = None,
 ) -> Path:
-    """One word x region heatmap per layer, side by side on one colour scale (panel l titled "<title> l"), saved as a
-    PNG.
-
-    Args:
-        attention: (L, W, R) word->region attention of each layer (one head, or heads averaged), e.g.
-            `torch.stack(text_to_region_rows(blocks))[:, 0].mean(1)` for example 0.
-        words / region_labels: the W row and R column labels.
-        path: where to write the PNG; parent folders are created.
-        title: prefix of each panel title.
-        gold_regions: optional, per word, the column indices of its gold region(s) (outlined in every panel).
-    """
+    """`plot_word_region_heatmaps` of one (W, R) panel per layer of `attention` (L, W, R), panel l titled
+    "<title> l", e.g. `torch.stack(text_to_region_rows(blocks))[:, 0].mean(1)` for example 0 with heads averaged."""
     layers = as_numpy(attention)
     panels = [(matrix, f"{title} {index}".strip()) for index, matrix in enumerate(layers)]
     return plot_word_region_heatmaps(panels, words, region_labels, path, gold_regions)
@@ -218,14 +201,11 @@ def plot_head_grid(
         path: where to write the PNG; parent folders are created.
         title: optional figure title.
     """
-    require("matplotlib", extra="plots")
-    from matplotlib.figure import Figure
-
     heads = as_numpy(attention)
     num_heads, num_queries, num_keys = heads.shape
     rows, columns = _grid(num_heads)
     panel_width, panel_height = max(2.5, 0.35 * num_keys + 1.5), max(2.0, 0.3 * num_queries + 1.2)
-    figure = Figure(figsize=(columns * panel_width, rows * panel_height), layout="constrained")
+    figure = new_figure(figsize=(columns * panel_width, rows * panel_height), layout="constrained")
     axes = np.atleast_1d(figure.subplots(rows, columns, squeeze=False)).ravel()
     vmax = max(float(heads.max()), 1e-12)
     for head, ax in enumerate(axes):
@@ -240,17 +220,6 @@ def plot_head_grid(
     if title:
         figure.suptitle(title)
     return save_png(figure, path)
-
-
-def _load_image(image: str | Path | Image.Image) -> np.ndarray:
-    if isinstance(image, (str, Path)):
-        if not Path(image).is_file():
-            raise ValueError(f"`image` must be an existing image file or a PIL.Image, got missing path {str(image)!r}.")
-        with Image.open(image) as opened:
-            return np.asarray(opened.convert("RGB"))
-    if isinstance(image, Image.Image):
-        return np.asarray(image.convert("RGB"))
-    raise ValueError(f"`image` must be a path or a PIL.Image, got {type(image).__name__}.")
 
 
 _TOP_COLOURS = ("lime", "yellow", "cyan", "magenta", "orange")
@@ -323,18 +292,15 @@ def draw_top_regions_on_image(
     region_labels: list[str] | None = None,
 ) -> Figure:
     """The figure of `plot_top_regions_on_image`, not saved."""
-    require("matplotlib", extra="plots")
-    from matplotlib.figure import Figure
-
     boxes, matrix = as_numpy(boxes), as_numpy(attention)
     gold = _gold_boxes(gold_boxes)
-    pixels = _load_image(image)
+    pixels = np.asarray(rgb_image(image, "image"))
     rows, columns = _grid(matrix.shape[0], max_columns=3)
     height, width = pixels.shape[:2]
     panel_width = 3.6
     legend_room = 0.2 + 0.16 * min(top_k, boxes.shape[0]) + (0.16 if gold is not None else 0.0)
     panel_height = max(1.5, panel_width * height / max(width, 1)) + 0.5 + legend_room
-    figure = Figure(figsize=(columns * panel_width, rows * panel_height + 0.4), layout="constrained")
+    figure = new_figure(figsize=(columns * panel_width, rows * panel_height + 0.4), layout="constrained")
     axes = np.atleast_1d(figure.subplots(rows, columns, squeeze=False)).ravel()
     for index, ax in enumerate(axes):
         if index < matrix.shape[0]:

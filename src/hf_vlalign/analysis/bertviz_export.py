@@ -1,25 +1,14 @@
-"""Attention in the format of bertviz's `head_view` / `model_view`, and a JSON file to carry it to a notebook.
+"""Attention in the format of bertviz's `head_view` / `model_view` (a sequence over layers of (1, H, N, N) tensors
+and the N token labels), and a JSON file to carry it to a notebook: the example's text tokens, then its regions
+labelled "[R0]", "[R1]", ...
 
-bertviz takes `attention`, a sequence over layers of (1, H, N, N) tensors over one token sequence, and `tokens`, the
-N labels. Here the sequence is the example's text tokens followed by its regions, labelled "[R0]", "[R1]", ...:
-
-- joint maps (a tuple of (B, H, N, N) tensors, e.g. `outputs.attentions` of the single-stream model or of
-  VisualBertModel) are exported as they are; positions after the text are labelled "[R<i>]" and, when
-  `num_regions` says there are fewer regions than positions, "[END]" (the single-stream model's end token).
-- `AttentionBlocks` are reassembled into one (H, T + R, T + R) map per exported layer, each block in its place
-  (words then regions, both as queries and as keys) and zeros where the model has no attention. For joint sources
-  (single_stream, visual_bert) layer l holds the four blocks of layer l (the [END] column is gone, so rows need not
-  sum to 1). For separate maps the exported layers follow the order the model runs them:
-  two_stream / lxmert: max(l_layers, r_layers) single-modality layers (language layer i in the word->word block,
-  object layer i in the region->region block), then one layer per cross layer (word->region and region->word
-  blocks; the word->word and region->region blocks stay zero, since the cross layers' self-attention is not in the
-  outputs); captioner: the encoder layers (region->region), then the decoder layers (word->word and word->region).
-  Padded words and regions of the example are dropped (`trim_padding`).
-
-Usage in a notebook (bertviz is not a dependency of this library):
+Joint maps are exported as they are (positions after the regions labelled "[END]"). `AttentionBlocks` are
+reassembled into one (H, T + R, T + R) map per layer, each block in its place and zeros where the model has no
+attention; separate maps follow the order the model runs them (two-stream: the single-modality layers, then the
+cross layers; captioner: the encoder layers, then the decoder layers).
 
     ```python
-    from bertviz import head_view
+    from bertviz import head_view  # not a dependency of this library
     head_view(**load_bertviz_inputs("attention.json"))
     ```
 """

@@ -1,15 +1,8 @@
 """Attention entropy per block, layer and head (Ilinykh, "Interplay between language and vision in transformers",
-Analysis III): how spread out each query's attention over its keys is.
-
-For every available block of `AttentionBlocks`, each real query row is renormalised over the block's real keys
-(`AttentionBlocks.row_normalised`) and its Shannon entropy H = -sum_k p_k log p_k is taken in nats. The normalised
-entropy divides H by log(n), n the number of real keys of that example's block (1 = uniform, 0 = one-hot); with a
-single real key it is 0. For the captioner's causal decoder self-attention n is the number of real words, not the
-prefix a word can see, so early words read low.
-
-When `blocks.source == "captioner"`, `word_to_region` is the decoder cross-attention and is labelled
-"decoder_cross" in the table; the other blocks keep their names (`word_to_word` is then the decoder self-attention,
-`region_to_region` the encoder self-attention).
+Analysis III): the Shannon entropy (nats) of each real query row renormalised over the block's real keys, and its
+normalised form H / log(n), n the real keys of the example's block (for the captioner's causal decoder
+self-attention n is every real word, not the visible prefix, so early words read low). The captioner's
+`word_to_region` (its decoder cross-attention) is labelled "decoder_cross".
 """
 
 from __future__ import annotations
@@ -20,9 +13,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..utils.optional import require
 from .attention_blocks import AttentionBlocks
-from .figures import save_png
+from .figures import new_figure, save_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -35,16 +27,6 @@ def block_label(name: str, source: str) -> str:
     return "decoder_cross" if source == "captioner" and name == "word_to_region" else name
 
 
-def _check_block_layer(name: str, layer: int, attention: torch.Tensor, query_mask: torch.Tensor, key_mask: torch.Tensor) -> None:
-    expected = (query_mask.shape[0], query_mask.shape[1], key_mask.shape[1])
-    got = (attention.shape[0], attention.shape[2], attention.shape[3]) if attention.dim() == 4 else None
-    if got != expected:
-        raise ValueError(
-            f"`blocks.{name}[{layer}]` must have shape (B, H, Q, K) with (B, Q, K) = {expected} from the masks, "
-            f"got {tuple(attention.shape)}."
-        )
-
-
 def row_entropy(probabilities: torch.Tensor) -> torch.Tensor:
     """H(p) = -sum_k p_k log p_k over the last dim, in nats, with 0 log 0 = 0 (Ilinykh, Analysis III)."""
     logs = torch.log(probabilities.clamp(min=torch.finfo(probabilities.dtype).tiny))
@@ -52,14 +34,8 @@ def row_entropy(probabilities: torch.Tensor) -> torch.Tensor:
 
 
 class AttentionEntropy:
-    """Accumulates per-head attention entropy over batches; `compute()` returns the tidy table.
-
-    Example:
-        >>> meter = AttentionEntropy()
-        >>> for blocks in batches:  # AttentionBlocks, e.g. from analysis.adapters
-        ...     meter.update(blocks)
-        >>> rows = meter.compute()
-    """
+    """Accumulates per-head attention entropy over batches of `AttentionBlocks` (`update(blocks)`); `compute()` returns
+    the tidy table."""
 
     def __init__(self) -> None:
         # (block label, layer) -> [entropy sum per head, normalised entropy sum per head, rows, rows skipped]
@@ -67,14 +43,8 @@ class AttentionEntropy:
 
     def update(self, blocks: AttentionBlocks) -> None:
         """Adds the real query rows of every available block of one batch."""
-        if not isinstance(blocks, AttentionBlocks):
-            raise ValueError(f"`blocks` must be an AttentionBlocks, got {type(blocks).__name__}.")
-        if not blocks.available():
-            raise ValueError("`blocks` must hold at least one attention block, got none (every block is None).")
         for name in blocks.available():
             query_mask, key_mask = blocks.masks(name)
-            for layer, raw in enumerate(blocks.block(name)):
-                _check_block_layer(name, layer, raw, query_mask, key_mask)
             for layer, probabilities in enumerate(blocks.row_normalised(name)):
                 self._add(block_label(name, blocks.source), layer, probabilities.double(), query_mask.bool(), key_mask)
 
@@ -89,8 +59,6 @@ class AttentionEntropy:
         heads = entropy.shape[1]
         if entry is None:
             entry = self._sums[(label, layer)] = [torch.zeros(heads, dtype=torch.float64), torch.zeros(heads, dtype=torch.float64), 0, 0]
-        elif entry[0].shape[0] != heads:
-            raise ValueError(f"`blocks` block {label!r} layer {layer} has {heads} heads, earlier batches had {entry[0].shape[0]}.")
         entry[0] += (entropy * keep).sum(dim=(0, 2))
         entry[1] += (normalised * keep).sum(dim=(0, 2))
         entry[2] += int(rows[:, 0].sum())
@@ -129,15 +97,8 @@ def _count_text(counts: list[int]) -> str:
 
 def draw_entropy(rows: list[dict], value: str = "normalised_entropy", title: str = "") -> Figure:
     """The figure of `plot_entropy`, not saved."""
-    require("matplotlib", extra="plots")
-    from matplotlib.figure import Figure
-
-    if value not in ("normalised_entropy", "entropy"):
-        raise ValueError(f"`value` must be 'normalised_entropy' or 'entropy', got {value!r}.")
-    means = [row for row in rows if isinstance(row, dict) and row.get("head") == "mean"] if isinstance(rows, (list, tuple)) else []
-    if not means:
-        raise ValueError("`rows` must be the non-empty table of `attention_entropy` (with 'mean' head rows), got none.")
-    figure = Figure(figsize=(6.5, 4.0), layout="constrained")
+    means = [row for row in rows if row["head"] == "mean"]
+    figure = new_figure(figsize=(6.5, 4.0), layout="constrained")
     ax = figure.subplots()
     for label in sorted({row["block"] for row in means}):
         block = sorted((row for row in means if row["block"] == label), key=lambda row: row["layer"])

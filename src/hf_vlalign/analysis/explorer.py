@@ -1,21 +1,11 @@
 """An interactive word-region attention explorer: one self-contained HTML file (plain HTML, JS and SVG, the data
-embedded as JSON; no server, no network) to look at what every head attends to.
+embedded as JSON; no server, no network) to look at what every head attends to, per example, direction ("view"),
+layer and head (or the mean over heads, or the attention rollout of joint maps), with the grounding probe's per-head
+accuracy grid (Li et al.) as a clickable heatmap; docs/analysis.md shows the page.
 
-For each example the page shows the image with its region boxes and the sentence(s) as clickable words. Clicking (or
-hovering) a word dims the photo and fills every box with the word's attention weight on it (colour, fill opacity and
-outline width from one 0..1 scale shared by every word and example of the page, opacity and width growing with the
-square root of the weight so that weights of 0.1-0.3 stay visible on a photo), outlines the most attended box in solid
-magenta and draws the gold box(es) of the word's phrase in dashed green; clicking a box colours the words by their
-attention on it. Selectors pick the example, the direction (a "view"), the layer and the head, or the mean over heads,
-or the attention rollout (Abnar & Zuidema; joint single-stream / VisualBERT maps only), and the grounding probe's
-per-head accuracy grid (Li et al.) is a heatmap whose cells switch the view to that layer and head.
-
-Views (each a stack of (L, H, queries, keys) maps, rows renormalised over the real keys so that they sum to 1):
-
-- "word_to_region": language -> vision (the single-stream joint map's word rows over the region columns, the
-  two-stream / Lxmert `cross_encoder_attentions`, the captioner's decoder cross-attention before A2's alignment);
-- "region_to_word": vision -> language (joint maps, the two-stream `cross_encoder_vision_attentions`);
-- "aligned_word_to_region": the captioner's cross-attention after A2's alignment (`aligned_cross_attentions`).
+Views, each a stack of (L, H, queries, keys) maps with rows renormalised over the real keys: "word_to_region"
+(language -> vision; for the captioner its cross-attention before A2's alignment), "region_to_word" (vision ->
+language) and "aligned_word_to_region" (the captioner's cross-attention after A2's alignment).
 
 Example:
     ```python
@@ -47,6 +37,7 @@ from ..utils.optional import require
 from ..utils.output_paths import refuse_foreign_file
 from .adapters import _JOINT_EXTRA, _field, attention_blocks, infer_source
 from .attention_blocks import AttentionBlocks
+from .figures import rgb_image
 from .flow import layer_rollouts
 
 __all__ = [
@@ -165,11 +156,6 @@ def _as_gold(phrase: object, num_words: int, name: str) -> GoldPhrase:
     return GoldPhrase(sorted(set(tokens)), boxes.tolist(), phrase.text)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# From model outputs
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def _row_normalised(attention: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
     """(B, ..., Q, K) with padded keys zeroed and each row renormalised over the real keys (empty rows stay 0)."""
     masked = attention.float() * key_mask.reshape(len(key_mask), *[1] * (attention.dim() - 2), -1).float()
@@ -208,16 +194,7 @@ def _image(image: object, index: int) -> Image.Image | None:
     """A PIL image from a path or an image, scaled down to `_MAX_IMAGE_SIDE`."""
     if image is None:
         return None
-    if isinstance(image, (str, os.PathLike)):
-        if not Path(image).is_file():
-            raise ValueError(
-                f"`images[{index}]` must be an existing image file, got {str(image)!r} which does not exist."
-            )
-        with Image.open(image) as opened:
-            image = opened.convert("RGB")
-    if not isinstance(image, Image.Image):
-        raise ValueError(f"`images[{index}]` must be a path, a PIL.Image or None, got {type(image).__name__}.")
-    image = image.convert("RGB")
+    image = rgb_image(image, f"images[{index}]")
     image.thumbnail((_MAX_IMAGE_SIDE, _MAX_IMAGE_SIDE))
     return image
 
@@ -323,11 +300,6 @@ def explorer_examples(
             )
         )
     return examples
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The page
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _rounded(array: np.ndarray, precision: int) -> list:

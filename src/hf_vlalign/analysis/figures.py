@@ -1,14 +1,16 @@
-"""Helpers shared by the analysis plots: input arrays as numpy, cell values written on heatmaps, and
-PNG saving on matplotlib's Agg canvas through `matplotlib.figure.Figure` (never `pyplot`), so plotting needs no display
-and leaves the global backend and figure registry untouched.
+"""Helpers shared by the analysis plots and the explorer: input arrays as numpy, images as RGB, cell values written
+on heatmaps, and PNG saving on matplotlib's Agg canvas through `matplotlib.figure.Figure` (never `pyplot`), so
+plotting needs no display and leaves the global backend and figure registry untouched.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from PIL import Image
 
 from ..utils.atomic_folders import atomic_file
 from ..utils.optional import require
@@ -16,7 +18,7 @@ from ..utils.optional import require
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["MAX_ANNOTATED_CELLS", "annotate_cells", "as_numpy", "save_png"]
+__all__ = ["MAX_ANNOTATED_CELLS", "annotate_cells", "as_numpy", "new_figure", "rgb_image", "save_png"]
 
 # cell values are written inside the heatmap only while they stay legible
 MAX_ANNOTATED_CELLS = 400
@@ -27,6 +29,26 @@ def as_numpy(values: object) -> np.ndarray:
     if hasattr(values, "detach"):  # torch.Tensor without importing torch here
         values = values.detach().cpu().numpy()
     return np.asarray(values, dtype=np.float64)
+
+
+def rgb_image(image: str | os.PathLike | Image.Image, name: str) -> Image.Image:
+    """`image`, an image file or a PIL image, in RGB; argument `name` is named when it is neither."""
+    if isinstance(image, (str, os.PathLike)):
+        if not Path(image).is_file():
+            raise ValueError(f"`{name}` must be an existing image file, got {str(image)!r} which does not exist.")
+        with Image.open(image) as opened:
+            return opened.convert("RGB")
+    if not isinstance(image, Image.Image):
+        raise ValueError(f"`{name}` must be a path or a PIL.Image, got {type(image).__name__}.")
+    return image.convert("RGB")
+
+
+def new_figure(**kwargs) -> Figure:
+    """A `matplotlib.figure.Figure` with `kwargs` (never a pyplot figure), matplotlib's absence named."""
+    require("matplotlib", extra="plots")
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
 
 
 def annotate_cells(ax, image, matrix: np.ndarray, fmt: str) -> None:

@@ -1,10 +1,8 @@
 """Attention rollout and attention flow (Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers") for
 any model's per-layer attention maps over one token sequence.
 
-Both see the network as a layered graph: node (l, k) is token k after layer l, and the edge from (l - 1, j) to
-(l, i) carries A_l[i, j] = rownorm(mean_h W_l + I)[i, j], the head-averaged attention with the residual connection
-added (their code; equal to 0.5 W + 0.5 I for row-stochastic W). Rollout multiplies the A_l (path products summed);
-flow takes, for each input token j and output token i, the maximum flow from (0, j) to (L, i) with the A_l as edge
+Both read the network as a layered graph whose edge (l - 1, j) -> (l, i) carries A_l[i, j] (`layer_capacities`):
+rollout multiplies the A_l, flow takes the maximum flow from input token j to output token i with the A_l as edge
 capacities (each path limited by its weakest edge).
 """
 
@@ -36,14 +34,6 @@ def layer_rollouts(attentions: list[torch.Tensor], heads: list[int] | None = Non
     Returns:
         per layer, the rollout up to and including it: (B, N, N) for batched input, (N, N) for one example.
     """
-    if not isinstance(attentions, (list, tuple)) or not attentions:
-        raise ValueError(f"`attentions` must be a non-empty list of per-layer maps, got {type(attentions).__name__}.")
-    ranks = {getattr(a, "dim", lambda: None)() for a in attentions}
-    if len(ranks) != 1 or ranks.pop() not in (2, 3, 4):
-        raise ValueError(
-            "`attentions` entries must all be torch tensors of one shape kind, (B, H, N, N), (H, N, N) or (N, N), got "
-            f"{[tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__ for a in attentions]}."
-        )
     rank = attentions[0].dim()
     batched = [a if rank == 4 else a.reshape((1,) * (4 - rank) + tuple(a.shape)) for a in attentions]
     rollouts = _batched_rollout(batched, heads)
@@ -53,17 +43,9 @@ def layer_rollouts(attentions: list[torch.Tensor], heads: list[int] | None = Non
 def layer_capacities(attentions: list, residual: bool = True) -> list[np.ndarray]:
     """Per layer, the (N, N) edge weights A_l of the attention graph: head-averaged, and with `residual`
     rownorm(W + I) as in Abnar & Zuidema's code (0.5 W + 0.5 I for row-stochastic W)."""
-    if not isinstance(attentions, (list, tuple)) or not attentions:
-        raise ValueError(f"`attentions` must be a non-empty list of per-layer (H, N, N) or (N, N) maps, got {attentions!r}.")
     layers = []
-    for index, attention in enumerate(attentions):
+    for attention in attentions:
         weights = attention.detach().double().cpu().numpy() if isinstance(attention, torch.Tensor) else np.asarray(attention, dtype=np.float64)
-        if weights.ndim not in (2, 3) or weights.shape[-1] != weights.shape[-2]:
-            raise ValueError(f"`attentions[{index}]` must have shape (H, N, N) or (N, N) for one example, got {weights.shape}.")
-        if layers and weights.shape[-1] != layers[0].shape[-1]:
-            raise ValueError(f"`attentions[{index}]` has {weights.shape[-1]} tokens, `attentions[0]` has {layers[0].shape[-1]}.")
-        if not np.isfinite(weights).all() or (weights < 0).any():
-            raise ValueError(f"`attentions[{index}]` must hold finite, non-negative attention weights, got min {weights.min():.4g}.")
         mixed = weights.mean(axis=0) if weights.ndim == 3 else weights
         if residual:
             mixed = mixed + np.eye(mixed.shape[-1])
@@ -123,8 +105,7 @@ def attention_flow(attentions: list, residual: bool = True, normalise: bool = Fa
     """Attention flow of one example (Abnar & Zuidema 2020, Section 3): entry [i, j] is the maximum flow from input
     token j to output token i (after the last layer) in the layered attention graph.
 
-    Cost: N^2 max-flow problems on V = (L + 1) N nodes and E = L N^2 edges, each O(V E^2) with Edmonds-Karp; an
-    analysis for short sequences (tens of tokens, a few layers), not for training.
+    Cost: N^2 Edmonds-Karp max-flows on (L + 1) N nodes: for short sequences (tens of tokens, a few layers).
 
     Args:
         attentions: per layer, one example's (H, N, N) or (N, N) attention probabilities (rows = queries), e.g.

@@ -1,15 +1,9 @@
 """Region-to-region attention against scene geometry (Ilinykh, "Interplay between language and vision in
 transformers"): Analysis II, attention as a function of the distance between box centres, and Analysis I, how much
-attention stays within object clusters.
+attention stays within object clusters (`region_clusters`: detector classes or spatial k-means).
 
-Analysis I needs a cluster id per region; `region_clusters` gives one from a documented source (`CLUSTER_SOURCES`):
-"detector_class" (the default where the feature store has the detector's class of each region, `object_ids`: regions
-of one class, e.g. the several "man" boxes of a picture, form a cluster) or "spatial" (k-means on the box centres with
-`num_spatial_clusters` = 5 clusters per image, for stores without classes); "auto" takes the first that the data has.
-
-Both read the `region_to_region` block of `AttentionBlocks` renormalised over the real regions
-(`AttentionBlocks.row_normalised`, so a single-stream joint map and a separate encoder map are comparable) and
-averaged over heads.
+Both read the `region_to_region` block renormalised over the real regions (`AttentionBlocks.row_normalised`, so joint
+and separate maps are comparable) and averaged over heads.
 """
 
 from __future__ import annotations
@@ -21,10 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ..utils.optional import require
-from ..utils.validation import check_normalised_boxes, check_rank
 from .attention_blocks import AttentionBlocks
-from .figures import save_png
+from .figures import new_figure, save_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -59,24 +51,14 @@ def spatial_clusters(
 ) -> torch.Tensor:
     """(B, R) k-means cluster id of each real region by its box centre, -1 on padding.
 
-    Per image, k = min(`num_clusters`, real regions); deterministic: the first centre is the first region's, each
-    next one the region farthest from the centres so far (farthest-point initialisation), then `KMEANS_ITERATIONS`
-    Lloyd steps (a cluster left empty keeps its centre).
+    Per image, k = min(`num_clusters`, real regions); deterministic: farthest-point initialisation from the first
+    region, then `KMEANS_ITERATIONS` Lloyd steps (a cluster left empty keeps its centre).
 
     Args:
         visual_boxes: (B, R, 4) x1, y1, x2, y2 normalised to [0, 1].
         visual_attention_mask: (B, R), 1 for real regions.
-        num_clusters: k, a positive int.
+        num_clusters: k.
     """
-    if isinstance(num_clusters, bool) or not isinstance(num_clusters, int) or num_clusters < 1:
-        raise ValueError(f"`num_clusters` must be a positive int, got {num_clusters!r}.")
-    check_rank("visual_boxes", visual_boxes, 3, "(B, R, 4)")
-    check_rank("visual_attention_mask", visual_attention_mask, 2, "(B, R)")
-    if tuple(visual_boxes.shape) != (*visual_attention_mask.shape, 4):
-        raise ValueError(
-            f"`visual_boxes` must have shape (B, R, 4) = {(*visual_attention_mask.shape, 4)} from `visual_attention_mask`, "
-            f"got {tuple(visual_boxes.shape)}."
-        )
     boxes = visual_boxes.detach().double().cpu()
     centres = torch.stack([(boxes[..., 0] + boxes[..., 2]) / 2, (boxes[..., 1] + boxes[..., 3]) / 2], -1)
     mask = visual_attention_mask.detach().bool().cpu()
@@ -120,17 +102,11 @@ def region_clusters(
             k-means on box centres with `num_spatial_clusters`), or "auto": detector classes when `object_ids` is
             given and holds a class for every real region, else spatial.
         num_spatial_clusters: k of the spatial k-means.
-        min_cluster_size: a cluster needs this many real regions of its image; the regions of a smaller one get -1
-            (default 2: a region alone in its cluster has nothing else to attend to inside it, its "within" share
-            would be its self-attention only).
+        min_cluster_size: a cluster needs this many real regions of its image, the regions of a smaller one get -1
+            (2: a region alone in its cluster has only itself to attend to within it).
     """
-    if source not in CLUSTER_SOURCES:
-        raise ValueError(f"`source` must be one of {CLUSTER_SOURCES}, got {source!r}.")
-    if isinstance(min_cluster_size, bool) or not isinstance(min_cluster_size, int) or min_cluster_size < 1:
-        raise ValueError(f"`min_cluster_size` must be a positive int, got {min_cluster_size!r}.")
     mask = visual_attention_mask.detach().bool().cpu()
     if object_ids is not None:
-        _check_clusters(object_ids, tuple(mask.shape), name="object_ids")
         object_ids = object_ids.detach().cpu().long()
     has_classes = object_ids is not None and bool((object_ids[mask] >= 0).all())
     if source == "auto":
@@ -149,17 +125,6 @@ def region_clusters(
 
 def _region_attention(blocks: AttentionBlocks) -> list[torch.Tensor]:
     """Per layer, (B, R, R) region->region attention renormalised over the real regions and averaged over heads."""
-    if not isinstance(blocks, AttentionBlocks):
-        raise ValueError(f"`blocks` must be an AttentionBlocks, got {type(blocks).__name__}.")
-    if blocks.region_to_region is None:
-        raise ValueError(f"`blocks` must hold a region_to_region block, got only {blocks.available()}.")
-    batch, num_regions = blocks.region_mask.shape
-    for layer, attention in enumerate(blocks.region_to_region):
-        if attention.dim() != 4 or (attention.shape[0], *attention.shape[2:]) != (batch, num_regions, num_regions):
-            raise ValueError(
-                f"`blocks.region_to_region[{layer}]` must have shape (B, H, R, R) = ({batch}, H, {num_regions}, "
-                f"{num_regions}) from `blocks.region_mask`, got {tuple(attention.shape)}."
-            )
     return [attention.double().mean(dim=1) for attention in blocks.row_normalised("region_to_region")]
 
 
@@ -183,8 +148,6 @@ class AttentionDistance:
     """
 
     def __init__(self, num_bins: int = 10) -> None:
-        if not isinstance(num_bins, int) or isinstance(num_bins, bool) or num_bins < 1:
-            raise ValueError(f"`num_bins` must be a positive int, got {num_bins!r}.")
         self.num_bins = num_bins
         self.edges = torch.linspace(0.0, MAX_CENTRE_DISTANCE, num_bins + 1, dtype=torch.float64)
         self._sums: list[torch.Tensor] = []
@@ -193,15 +156,6 @@ class AttentionDistance:
     def update(self, blocks: AttentionBlocks, visual_boxes: torch.Tensor) -> None:
         """Adds every pair of two different real regions of one batch, in every layer."""
         layers = _region_attention(blocks)
-        check_rank("visual_boxes", visual_boxes, 3, "(B, R, 4)")
-        if tuple(visual_boxes.shape) != (*blocks.region_mask.shape, 4):
-            raise ValueError(
-                f"`visual_boxes` must have shape (B, R, 4) = {(*blocks.region_mask.shape, 4)} from `blocks.region_mask`, "
-                f"got {tuple(visual_boxes.shape)}."
-            )
-        check_normalised_boxes("visual_boxes", visual_boxes, blocks.region_mask)
-        if self._sums and len(layers) != len(self._sums):
-            raise ValueError(f"`blocks` has {len(layers)} region_to_region layers, earlier batches had {len(self._sums)}.")
         pairs = _real_pairs(blocks.region_mask)
         distances = box_centre_distances(visual_boxes)[pairs]
         bins = (torch.bucketize(distances, self.edges.to(distances.device), right=True) - 1).clamp(0, self.num_bins - 1)
@@ -253,10 +207,8 @@ def attention_vs_distance(blocks: AttentionBlocks, visual_boxes: torch.Tensor, n
 
 class WithinClusterAttention:
     """Accumulates the share of region->region attention that stays within the query region's cluster
-    (Ilinykh, Analysis I): for each real, clustered query region, within = sum of its attention (renormalised over
-    the real regions, heads averaged) on real regions of the same cluster, across = 1 - within (other clusters and
-    unclustered regions); both are averaged over query rows. `uniform_within` is the chance level: the within share
-    uniform attention over the real regions would give (the query's cluster size over the real regions).
+    (Ilinykh, Analysis I), averaged over the real, clustered query rows (across = 1 - within), and its chance level
+    `uniform_within`, the share uniform attention over the real regions would give.
 
     Args:
         include_self: count the query's attention to itself as within its cluster (default). With False the diagonal
@@ -265,16 +217,11 @@ class WithinClusterAttention:
 
     def __init__(self, include_self: bool = True) -> None:
         self.include_self = bool(include_self)
-        self._within: list[float] = []
-        self._uniform: list[float] = []
-        self._rows: list[int] = []
-        self._skipped: list[int] = []
+        # per layer: [sum of within shares, sum of their chance levels, rows, rows skipped]
+        self._totals: list[list] = []
 
     def update(self, blocks: AttentionBlocks, region_clusters: torch.Tensor) -> None:
         layers = _region_attention(blocks)
-        _check_clusters(region_clusters, tuple(blocks.region_mask.shape))
-        if self._within and len(layers) != len(self._within):
-            raise ValueError(f"`blocks` has {len(layers)} region_to_region layers, earlier batches had {len(self._within)}.")
         real = blocks.region_mask.bool()
         clusters = region_clusters.to(real.device)
         same = (clusters[:, :, None] == clusters[:, None, :]) & real[:, None, :]  # keys in the query's cluster
@@ -291,25 +238,21 @@ class WithinClusterAttention:
             has_mass = attention.sum(-1) > 0
             rows = queries & has_mass
             within = (attention * same).sum(-1)[rows]
-            if len(self._within) <= layer:
-                self._within.append(0.0)
-                self._uniform.append(0.0)
-                self._rows.append(0)
-                self._skipped.append(0)
-            self._within[layer] += float(within.sum())
-            self._uniform[layer] += float(uniform[rows].sum())
-            self._rows[layer] += int(rows.sum())
-            self._skipped[layer] += int((queries & ~has_mass).sum())
+            if len(self._totals) <= layer:
+                self._totals.append([0.0, 0.0, 0, 0])
+            totals = self._totals[layer]
+            totals[0] += float(within.sum())
+            totals[1] += float(uniform[rows].sum())
+            totals[2] += int(rows.sum())
+            totals[3] += int((queries & ~has_mass).sum())
 
     def compute(self) -> list[dict]:
         """Rows {"layer", "within", "across", "uniform_within", "num_rows", "num_skipped_rows"} (skipped: clustered
         real regions with no attention mass left on real regions); with no clustered row, the shares are NaN."""
-        if not self._within:
+        if not self._totals:
             raise ValueError("`WithinClusterAttention.compute()` needs at least one `update(...)` first, got none.")
         table = []
-        for layer, (within, uniform, rows, skipped) in enumerate(
-            zip(self._within, self._uniform, self._rows, self._skipped)
-        ):
+        for layer, (within, uniform, rows, skipped) in enumerate(self._totals):
             share, chance = (within / rows, uniform / rows) if rows else (math.nan, math.nan)
             table.append(
                 {
@@ -324,27 +267,9 @@ class WithinClusterAttention:
         return table
 
 
-def _check_clusters(region_clusters: torch.Tensor, expected: tuple[int, int], name: str = "region_clusters") -> None:
-    check_rank(name, region_clusters, 2, "(B, R)")
-    if region_clusters.is_floating_point() or region_clusters.dtype == torch.bool:
-        raise ValueError(f"`{name}` must hold integer ids (-1 = none), got dtype {region_clusters.dtype}.")
-    if tuple(region_clusters.shape) != expected:
-        raise ValueError(f"`{name}` must have shape (B, R) = {expected} from the region mask, got {tuple(region_clusters.shape)}.")
-    if region_clusters.numel() and int(region_clusters.min()) < -1:
-        raise ValueError(f"`{name}` must be ids >= 0 or -1 (none), got minimum {int(region_clusters.min())}.")
-
-
 def within_cluster_attention(blocks: AttentionBlocks, region_clusters: torch.Tensor, include_self: bool = True) -> list[dict]:
-    """Within-cluster vs across-cluster share of region->region attention per layer, for one batch (Ilinykh,
-    Analysis I; see `WithinClusterAttention`).
-
-    Args:
-        blocks: the batch's attention (its `region_to_region` block is read).
-        region_clusters: (B, R) long cluster id of each region, -1 for regions in no cluster.
-        include_self: whether a region's attention to itself counts as within its cluster.
-    Returns:
-        rows {"layer", "within", "across", "uniform_within", "num_rows", "num_skipped_rows"}.
-    """
+    """`WithinClusterAttention`'s table for one batch (Ilinykh, Analysis I), `region_clusters` (B, R) holding each
+    region's cluster id (-1: none)."""
     meter = WithinClusterAttention(include_self)
     meter.update(blocks, region_clusters)
     return meter.compute()
@@ -352,12 +277,7 @@ def within_cluster_attention(blocks: AttentionBlocks, region_clusters: torch.Ten
 
 def draw_attention_vs_distance(rows: list[dict], title: str = "") -> Figure:
     """The figure of `plot_attention_vs_distance`, not saved."""
-    require("matplotlib", extra="plots")
-    from matplotlib.figure import Figure
-
-    if not isinstance(rows, (list, tuple)) or not rows:
-        raise ValueError("`rows` must be the non-empty table of `attention_vs_distance`, got none.")
-    figure = Figure(figsize=(6.5, 4.2), layout="constrained")
+    figure = new_figure(figsize=(6.5, 4.2), layout="constrained")
     ax = figure.subplots()
     # the number of pairs per bin (the same in every layer), as grey bars behind the lines
     first = sorted((row for row in rows if row["layer"] == rows[0]["layer"]), key=lambda row: row["distance_bin_low"])
@@ -400,15 +320,10 @@ def plot_attention_vs_distance(rows: list[dict], path: str | Path, title: str = 
 
 def plot_within_cluster(rows: list[dict], path: str | Path, title: str = "") -> Path:
     """Within- and across-cluster attention shares over layers (stacked bars), saved as a PNG."""
-    require("matplotlib", extra="plots")
-    from matplotlib.figure import Figure
-
-    if not isinstance(rows, (list, tuple)) or not rows:
-        raise ValueError("`rows` must be the non-empty table of `within_cluster_attention`, got none.")
     ordered = sorted(rows, key=lambda row: row["layer"])
     layers = [row["layer"] for row in ordered]
     within = np.asarray([row["within"] for row in ordered], dtype=np.float64)
-    figure = Figure(figsize=(max(5.0, 0.5 * len(layers) + 2.5), 4.2), layout="constrained")
+    figure = new_figure(figsize=(max(5.0, 0.5 * len(layers) + 2.5), 4.2), layout="constrained")
     ax = figure.subplots()
     ax.bar(layers, within, label="within cluster")
     ax.bar(layers, 1.0 - within, bottom=within, label="across clusters")

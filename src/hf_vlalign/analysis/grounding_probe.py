@@ -38,21 +38,16 @@ def best_active_head(
 ) -> tuple[int, int, str]:
     """(layer, head, candidates) of the most accurate head, first in layer then head order on ties.
 
-    Li et al. 2020 (sec. 3 and Table 2) count only heads that are "actively attending", i.e. put more than
-    `active_threshold` (20 %) of the probed words' attention on the image regions, as candidates for the best head: a
-    head that barely looks at the image can still have its tiny region mass peak on the right box. That is the default.
-    `active_heads_only=False` takes the best over all heads (the unrestricted maximum, e.g. to compare with a model
-    whose heads are supervised to attend to regions anyway). When the share is undefined (`active_share` None: rows
-    that are not attention probabilities) or no head is active, every head is a candidate, and `candidates` says so.
+    Li et al. 2020 (sec. 3 and Table 2) take the best head among the actively attending ones only: a head that barely
+    looks at the image can still have its tiny region mass peak on the right box. When the share is undefined
+    (`active_share` None: rows that are not attention probabilities) or no head is active, every head is a candidate,
+    and `candidates` says so.
 
     Args:
         accuracy: (L, H) head accuracies.
         active_share: (L, H) mean share of attention on the regions, or None.
         active_threshold: a head is active when its share is above this.
-        active_heads_only: restrict the candidates to the active heads.
-    Returns:
-        (layer, head, candidates), candidates one of "active heads", "all heads", "all heads (no head is actively
-        attending)", "all heads (active share undefined: ...)".
+        active_heads_only: restrict the candidates to the active heads (False: the best over all heads).
     """
     accuracy = np.asarray(accuracy, dtype=np.float64)
     candidates = BEST_AMONG_ALL
@@ -75,12 +70,9 @@ def best_active_head(
 class GroundingProbeResult:
     """Accumulated probe accuracies; `accuracy[l, h]` is the accuracy of head `h` of layer `l`.
 
-    `active_share[l, h]` is the mean share of attention that head (l, h) puts on the real regions from the probed entity
-    tokens (Li et al. 2020, sec. 3); it is None when the probe was fed rows that are not attention probabilities (e.g.
-    alignment scores, or heads summed). A head is active when its share is above `active_threshold`.
-
-    `best_layer`, `best_head` is the most accurate head among the actively attending ones (Li et al.; `best_among` says
-    which heads were candidates, see `best_active_head`), `best_head_active_share` its share.
+    `active_share[l, h]` is the mean share of attention head (l, h) puts on the real regions from the probed tokens
+    (None for rows that are not attention probabilities); `best_layer`, `best_head` is the most accurate actively
+    attending head (`best_among` says which heads were candidates, see `best_active_head`).
     """
 
     accuracy: np.ndarray
@@ -186,16 +178,8 @@ def score_rows(
 
 
 class GroundingProbe:
-    """Accumulates, over batches, how often each head's most-attended region grounds a phrase correctly.
-
-    Li et al. 2020: the prediction of head (l, h) for a phrase is the argmax over the (unmasked) region keys of the
-    attention row of the phrase's last sub-word; it is correct when that region's IoU with the phrase's gold boxes
-    is >= `iou_threshold`. The detection-confidence baseline predicts the most confident region instead.
-
-    The probe also measures, per head, the mean share of attention mass that the probed tokens put on the real
-    regions (for joint single-stream maps: the row's mass on the region columns), and flags heads above
-    `active_threshold` as actively attending; only those are candidates for the best head (Li et al.), unless
-    `active_heads_only=False` (see `best_active_head`).
+    """Accumulates, over batches, how often each head's most-attended region grounds a phrase correctly (Li et al. 2020,
+    see the module docstring), and each head's mean share of attention on the real regions.
 
     Example:
         ```python
@@ -271,13 +255,9 @@ class GroundingProbe:
         region_confidence: torch.Tensor,
     ) -> None:
         """Scores one batch from text->region attention given directly, (L, B, H, T, R): e.g. the language->vision
-        cross-attention of a two-stream model (`torch.stack(outputs.cross_encoder_attentions)`).
-
-        The active share is the rows' mass on the real regions as given (1 for a cross-attention distribution over
-        regions); it is left undefined (None in the result) once rows that are not probabilities (negative entries or
-        more than 1 in total, e.g. alignment scores or heads summed) have been scored.
-
-        The other arguments are those of `update`.
+        cross-attention of a two-stream model (`torch.stack(outputs.cross_encoder_attentions)`); the other arguments
+        are those of `update`. The active share is left undefined once rows that are not probabilities (negative
+        entries or more than 1 in total, e.g. alignment scores or heads summed) have been scored.
         """
         device = text_to_region.device
         # one entry per real phrase (K of them): its example, its slot and its last sub-word

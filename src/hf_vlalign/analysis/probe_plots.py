@@ -1,7 +1,5 @@
 """PNG plots of grounding-probe accuracies (Li et al. 2020): the layer x head accuracy heatmap; Figure 3, every head's
 accuracy against its layer, one dot per head; and Table 2 (the best head per dependency relation) as a bar chart.
-
-Drawn on matplotlib's Agg canvas through `matplotlib.figure.Figure` (never `pyplot`), like `attention_plots.py`.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..utils.optional import require
-from .figures import annotate_cells, as_numpy, save_png
+from .figures import annotate_cells, as_numpy, new_figure, save_png
 from .grounding_probe import best_active_head
 
 if TYPE_CHECKING:
@@ -68,7 +66,6 @@ def draw_head_accuracy(
     """The figure of `plot_head_accuracy`, not saved."""
     require("matplotlib", extra="plots")
     from matplotlib.colors import Normalize
-    from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
     matrix = as_numpy(accuracy)
@@ -82,7 +79,8 @@ def draw_head_accuracy(
     else:
         bounds, scale = norm.boundaries, f"colour bins: deciles of the {matrix.size} heads"
     num_layers, num_heads = matrix.shape
-    figure = Figure(figsize=(max(4.5, 0.62 * num_heads + 3.2), max(3.6, 0.45 * num_layers + 1.9)), layout="constrained")
+    size = (max(4.5, 0.62 * num_heads + 3.2), max(3.6, 0.45 * num_layers + 1.9))
+    figure = new_figure(figsize=size, layout="constrained")
     ax = figure.subplots()
     image = ax.imshow(matrix, cmap="viridis", norm=norm, aspect="auto")
     ax.set_xticks(range(num_heads))
@@ -122,22 +120,18 @@ def plot_head_accuracy(
     active_threshold: float = 0.2,
     baseline_name: str = "detection-confidence baseline",
 ) -> Path:
-    """Layer x head heatmap of grounding-probe accuracy (Li et al. 2020), saved as a PNG.
-
-    Each colour is one decile of the heads' accuracies (the colourbar gives the bounds), so the many close accuracies
-    of good heads (0.86 vs 0.88) get distinct colours; each cell's value is written in it, the best head is outlined
-    in red and the title names it; `baseline` (e.g. the detection-confidence baseline) is drawn on the colourbar (or
-    said to lie below / above the scale) and named in the title with `num_phrases`.
+    """Layer x head heatmap of grounding-probe accuracy (Li et al. 2020), one colour per decile of the heads, each
+    cell's value written in it, the best head outlined in red and named in the title, saved as a PNG.
 
     Args:
         accuracy: (L, H) accuracy in [0, 1] of each head, e.g. `GroundingProbeResult.accuracy`.
         path: where to write the PNG; parent folders are created.
         title: optional first title line.
-        baseline: optional baseline accuracy in [0, 1], e.g. `GroundingProbeResult.baseline_accuracy`.
+        baseline: optional baseline accuracy in [0, 1], e.g. `GroundingProbeResult.baseline_accuracy`, drawn on the
+            colourbar (or said to lie below / above its scale).
         num_phrases: optional number of phrases the accuracies are over.
         active_share: optional (L, H) share of attention on the regions (`GroundingProbeResult.active_share`): heads
-            at or below `active_threshold` are hatched and the best head is the best actively attending one (Li et
-            al.), with its share in the title.
+            at or below `active_threshold` are hatched, and the best head is the best actively attending one.
         active_threshold: the share above which a head is actively attending.
         baseline_name: how the title names the baseline (patch models: "centre-patch baseline").
 
@@ -177,13 +171,10 @@ def draw_layer_accuracy_scatter(
     baseline_label: str = "baseline",
 ) -> Figure:
     """The figure of `plot_layer_accuracy_scatter`, not saved."""
-    require("matplotlib", extra="plots")
-    from matplotlib.figure import Figure
-
     matrix = as_numpy(accuracy)
     if num_phrases is not None:
         title = f"{title} (n = {num_phrases:,} phrases)".strip()
-    figure = Figure(figsize=(max(5.0, 0.45 * matrix.shape[0] + 3.0), 3.8), layout="constrained")
+    figure = new_figure(figsize=(max(5.0, 0.45 * matrix.shape[0] + 3.0), 3.8), layout="constrained")
     ax = figure.subplots()
     _draw_scatter(ax, matrix, baseline, title, baseline_label)
     ax.set_ylabel("grounding accuracy (share of phrases)")
@@ -234,14 +225,11 @@ def plot_relation_accuracy_scatter(
     Returns:
         The path of the written PNG.
     """
-    require("matplotlib", extra="plots")
-    from matplotlib.figure import Figure
-
     relations = list(accuracy) if relations is None else list(relations)
     baselines = baselines or {}
     columns = min(columns, len(relations))
     rows = math.ceil(len(relations) / columns)
-    figure = Figure(figsize=(4.0 * columns, 3.2 * rows))
+    figure = new_figure(figsize=(4.0 * columns, 3.2 * rows))
     axes = np.atleast_1d(figure.subplots(rows, columns, squeeze=False)).reshape(-1)
     for ax, relation in zip(axes, relations):
         _draw_scatter(ax, as_numpy(accuracy[relation]), baselines.get(relation), relation)
@@ -253,8 +241,8 @@ def plot_relation_accuracy_scatter(
 
 
 def plot_top_relations(rows: Sequence[Mapping], path: str | Path, title: str = "") -> Path:
-    """Li et al. 2020, Table 2 as bars: per dependency relation (with its number of arcs), the accuracy of its best
-    (actively attending) head, named with its layer, head and share of attention on the regions, the mean over heads (lighter bar) and the detection-confidence baseline (a black line), on one 0-1 scale.
+    """Li et al. 2020, Table 2 as bars: per dependency relation, the accuracy of its best (actively attending) head,
+    the mean over heads (lighter bar) and the detection-confidence baseline (a black line), on one 0-1 scale.
 
     Args:
         rows: `SyntacticGroundingResult.top_relations(k)` rows, optionally with a `mean_accuracy` key.
@@ -264,11 +252,8 @@ def plot_top_relations(rows: Sequence[Mapping], path: str | Path, title: str = "
     Returns:
         The path of the written PNG.
     """
-    require("matplotlib", extra="plots")
-    from matplotlib.figure import Figure
-
     rows = list(rows)
-    figure = Figure(figsize=(7.5, 1.2 + 0.42 * len(rows)))
+    figure = new_figure(figsize=(7.5, 1.2 + 0.42 * len(rows)))
     ax = figure.subplots()
     positions = np.arange(len(rows))[::-1]  # the most frequent relation on top
     best = [float(row["accuracy"]) for row in rows]

@@ -1,19 +1,13 @@
 """Syntactic grounding (Li et al. 2020, "What does BERT with vision look at?", sec. 4 and Table 2).
 
-For a dependency arc between an entity word w1 (a word inside a grounded phrase) and another word w2, a head grounds
-the relation when the region w2 attends to most has IoU >= 0.5 with w1's gold box. Arcs are taken in both directions
-(w2 may be w1's governor, e.g. the verb of an `nsubj` argument, or its dependent, e.g. an `amod` adjective) and, as in
-Table 2, reported under the relation's label; `split_directions=True` reports the two directions apart.
+For a dependency arc between an entity word w1 (a word inside a grounded phrase) and another word w2 (its governor or
+its dependent: both directions, reported under the relation's label unless `split_directions=True`), a head grounds
+the relation when the region w2 attends to most has IoU >= 0.5 with w1's gold box. As in Table 2, a relation's best
+head is chosen among the actively attending heads (see `grounding_probe.best_active_head`).
 
-Table 2 reports, per relation, the best head among the "actively attending" ones only: heads that put more than 20 %
-of their attention on the image regions. The probe measures each head's share on the rows it reads (w2's text->region
-row, over every scored arc) and `SyntacticGroundingResult.best_head` picks among the heads above `active_threshold`
-(`active_heads_only=False`: among all heads; see `grounding_probe.best_active_head`).
-
-Parses are lists of word dicts {"id", "form", "head", "deprel"} (1-based ids, head 0 = root), read from CoNLL-U files
-with `read_conllu` or produced by spaCy with `parse_with_spacy` (spaCy 3.8's English pipeline installs from PyPI:
-`pip install "hf-vlalign[syntax]"`). `word_ids_from_offsets` + `word_token_index` find the token the probe reads for
-each parse word in the model's own WordPiece encoding of the text.
+Parses are lists of word dicts {"id", "form", "head", "deprel"} (1-based ids, head 0 = root), from CoNLL-U files
+(`read_conllu`) or spaCy (`parse_with_spacy`; `pip install "hf-vlalign[syntax]"`); `word_ids_from_offsets` and
+`word_token_index` find the token the probe reads for each parse word in the model's own encoding.
 """
 
 from __future__ import annotations
@@ -45,10 +39,6 @@ __all__ = [
     "word_ids_from_offsets",
     "word_token_index",
 ]
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Parses
 
 
 def _conllu_word(line: str, path: Path, number: int) -> dict | None:
@@ -100,13 +90,8 @@ SPACY_UNUSED_COMPONENTS = ("tagger", "morphologizer", "attribute_ruler", "lemmat
 
 @functools.lru_cache(maxsize=4)
 def load_spacy_model(model_name: str | None = None):
-    """The spaCy pipeline named `model_name` (an installed package or a folder), loaded once per name.
-
-    With `model_name=None`, the first installed of `SPACY_MODELS`.
-
-    Raises:
-        ImportError: when spaCy or the pipeline is not installed, saying what to pip install.
-    """
+    """The spaCy pipeline named `model_name` (an installed package or a folder; None: the first installed of
+    `SPACY_MODELS`), loaded once per name; an ImportError says what to pip install when it is missing."""
     if importlib.util.find_spec("spacy") is None:
         raise ImportError(
             f"syntactic grounding needs the `spacy` package and an English pipeline, which are not installed: "
@@ -132,16 +117,8 @@ def spacy_model_name(nlp) -> str:
 
 
 def parse_with_spacy(sentences: Sequence[str], model_name: str | None = None) -> list[list[dict]]:
-    """Dependency-parses each sentence with spaCy into the format of `read_conllu` (one parse per input string), each
-    word also carrying its `start` / `end` character offsets in the sentence.
-
-    `model_name`: an installed spaCy pipeline or a folder; None tries `SPACY_MODELS` in order.
-
-    Raises:
-        ImportError: when spaCy or the pipeline is missing, saying what to pip install.
-    """
-    if isinstance(sentences, str) or not all(isinstance(sentence, str) for sentence in sentences):
-        raise ValueError(f"`sentences` must be a sequence of strings, got {type(sentences).__name__}.")
+    """Dependency-parses each sentence with spaCy (`load_spacy_model(model_name)`) into the format of `read_conllu`,
+    each word also carrying its `start` / `end` character offsets in the sentence."""
     nlp = load_spacy_model(model_name)
     unused = [name for name in nlp.pipe_names if name in SPACY_UNUSED_COMPONENTS]
     return [_spacy_words(doc) for doc in nlp.pipe(list(sentences), disable=unused)]
@@ -245,18 +222,11 @@ def dependency_pairs(
     return pairs
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Result
-
-
 @dataclass
 class SyntacticGroundingResult:
     """Per relation: `accuracy[relation]` (L, H) head accuracies, `counts[relation]` the number of (w1, w2) pairs and
-    `baseline_accuracy[relation]` the detection-confidence baseline (None when no confidences were given).
-
-    `active_share` (L, H): each head's mean share of attention on the real regions over the w2 rows of every arc (None
-    when the rows were not attention probabilities); heads above `active_threshold` are actively attending and, with
-    `active_heads_only` (Li et al. Table 2), the only candidates for a relation's best head.
+    `baseline_accuracy[relation]` the detection-confidence baseline (None without confidences); `active_share` (L, H)
+    each head's mean share of attention on the real regions over the w2 rows (None when undefined).
     """
 
     accuracy: dict[str, np.ndarray]
@@ -324,21 +294,9 @@ class SyntacticGroundingResult:
         }
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Probe
-
-
-def _stack_layers(text_to_region: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tensor:
-    """Per-layer (B, H, T, R) maps (or one (L, B, H, T, R) tensor) -> (L, B, H, T, R)."""
-    return text_to_region if isinstance(text_to_region, torch.Tensor) else torch.stack(list(text_to_region))
-
-
 class SyntacticGroundingProbe:
-    """Accumulates, per dependency relation and per head, how often w2's most-attended region is w1's gold region.
-
-    Li et al. 2020, sec. 4: w1 is an entity word (inside a grounded phrase, with that phrase's gold boxes), w2 a word
-    linked to w1 by a dependency arc (either direction); head (l, h) is right when the argmax over real regions of
-    w2's text->region row has IoU >= `iou_threshold` with w1's gold boxes.
+    """Accumulates, per dependency relation and per head, how often w2's most-attended region is w1's gold region
+    (IoU >= `iou_threshold`; Li et al. 2020, sec. 4).
 
     Example:
         ```python
@@ -403,12 +361,13 @@ class SyntacticGroundingProbe:
             visual_attention_mask: (B, R), 1 for real regions.
             region_confidence: optional (B, R) detection confidence, for the baseline.
         """
-        rows = _stack_layers(text_to_region)
+        rows = text_to_region if isinstance(text_to_region, torch.Tensor) else torch.stack(list(text_to_region))
         if region_confidence is None:
             self._has_baseline = False
-        batch_index, w1, w2, labels = self._pairs(parses, word_grounded, word_token_index)
-        if not labels:
+        pairs = self._pairs(parses, word_grounded, word_token_index)
+        if not pairs:
             return
+        batch_index, w1, w2, labels = zip(*pairs)
         device = rows.device
         batch_index, w1, w2 = (torch.tensor(x, device=device) for x in (batch_index, w1, w2))
         region_mask = visual_attention_mask.to(device).bool()[batch_index]  # (P, R)
@@ -424,21 +383,16 @@ class SyntacticGroundingProbe:
             baseline = region_hits(confidence, gold, region_mask, self.iou_threshold)
         self._accumulate(labels, hits.cpu(), None if baseline is None else baseline.cpu())
 
-    def _pairs(self, parses, word_grounded: torch.Tensor, word_token_index: torch.Tensor) -> tuple[list, list, list, list]:
-        """(example, w1, w2, relation) of every arc with an entity word w1 and a tokenised w2."""
-        batch_index, w1s, w2s, labels = [], [], [], []
-        for example, parse in enumerate(parses):
-            grounded = word_grounded[example].bool().tolist()
-            for w1, w2, label in dependency_pairs(parse, grounded, self.split_directions):
-                if int(word_token_index[example, w2]) < 0:  # w2 has no token to read (e.g. truncated)
-                    continue
-                batch_index.append(example)
-                w1s.append(w1)
-                w2s.append(w2)
-                labels.append(label)
-        return batch_index, w1s, w2s, labels
+    def _pairs(self, parses, word_grounded: torch.Tensor, word_token_index: torch.Tensor) -> list[tuple]:
+        """(example, w1, w2, relation) of every arc with an entity word w1 and a w2 that has a token (not truncated)."""
+        return [
+            (example, w1, w2, label)
+            for example, parse in enumerate(parses)
+            for w1, w2, label in dependency_pairs(parse, word_grounded[example].bool().tolist(), self.split_directions)
+            if int(word_token_index[example, w2]) >= 0
+        ]
 
-    def _accumulate(self, labels: list[str], hits: torch.Tensor, baseline: torch.Tensor | None) -> None:
+    def _accumulate(self, labels: tuple[str, ...], hits: torch.Tensor, baseline: torch.Tensor | None) -> None:
         for label in sorted(set(labels)):
             selected = torch.tensor([current == label for current in labels])
             zero = torch.zeros(self.num_layers, self.num_heads, dtype=torch.long)

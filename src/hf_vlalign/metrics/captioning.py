@@ -4,30 +4,15 @@
     >>> caption_scores(["a dog runs on the grass"], [["a dog is running on grass", "a brown dog runs"]])
     {'bleu_1': ..., 'bleu_2': ..., 'bleu_3': ..., 'bleu_4': ..., 'meteor': ..., 'rouge_l': ..., 'cider': ...}
 
-What runs where:
+Captions are tokenised as the COCO evaluation does (`tokenizer="ptb"`: the PTBTokenizer jar shipped in pycocoevalcap
+with `-preserveLines -lowerCase`, then its `PUNCTUATIONS` dropped), by a pure-Python approximation ("simple") or not
+at all ("none"). The PTB tokenizer and METEOR 1.5 (one Java process, started on first use and kept until exit or
+`close_meteor()`, since it takes ~6 s to load its paraphrase table) need `java` on PATH. SPICE also needs Stanford
+CoreNLP 3.6.0's two jars in pycocoevalcap's `spice/lib/`, which no registry ships and nothing here downloads
+(`spice_unavailable_reason()` says what is missing).
 
-- Tokenisation (`tokenizer=`): `"ptb"` (default) is exactly what the COCO evaluation does: Stanford's PTBTokenizer
-  (`stanford-corenlp-3.4.1.jar`, shipped inside pycocoevalcap) with `-preserveLines -lowerCase`, then the tokens in
-  pycocoevalcap's `PUNCTUATIONS` list are dropped. It needs a Java runtime (`java` on PATH). `"simple"` is a pure-Python
-  approximation of the same (see `simple_tokenize`), agreeing with PTB on ordinary captions; `"none"` takes the
-  captions as already tokenised and only splits them on whitespace.
-- BLEU (pycocoevalcap `Bleu(4)`, "closest" reference length), ROUGE-L (`Rouge`, beta 1.2, best precision/recall
-  over the references) and CIDEr-D (`Cider`) are pure Python.
-- METEOR is METEOR 1.5 (`meteor-1.5.jar` with its English paraphrase table, both shipped in pycocoevalcap, run as
-  `-l en -norm`): it needs `java`. The Java process takes ~6 s to load the paraphrase table, so one process is started
-  on first use and kept for the life of the Python process (closed at exit, or with `close_meteor()`).
-- SPICE needs, besides `java`, Stanford CoreNLP 3.6.0 (`stanford-corenlp-3.6.0.jar` and
-  `stanford-corenlp-3.6.0-models.jar` in pycocoevalcap's `spice/lib/`), which pycocoevalcap downloads from Stanford's
-  site on first use; no package registry ships them. It is computed only when asked for, and raises a RuntimeError
-  saying what is missing unless both jars are in place (`spice_unavailable_reason()` tells beforehand). Nothing here
-  ever starts a download.
-
-CIDEr-D: pycocoevalcap's `Cider` class *is* CIDEr-D (Vedantam et al. 2015, the variant the COCO server reports): the
-tf-idf n-gram vectors (n = 1..4) of candidate and reference are compared with the candidate's weights clipped by the
-reference's (`min(vec_hyp, vec_ref) * vec_ref`, "vrama91: added clipping"), each cosine is multiplied by the Gaussian
-length penalty `exp(-(l_hyp - l_ref)^2 / (2 sigma^2))` with sigma = 6, the mean over n is averaged over the
-references and scaled by 10. The document frequencies (idf) come from the references being evaluated, so CIDEr-D of
-a single image is 0 by construction (every n-gram's idf is log(1) - log(1) = 0): evaluate a corpus.
+CIDEr-D (Vedantam et al. 2015) is pycocoevalcap's `Cider`, the variant the COCO server reports. Its idf comes from the
+references being evaluated, so the CIDEr-D of a single image is 0 (every n-gram's idf is log(1) - log(1)).
 """
 
 from __future__ import annotations
@@ -53,18 +38,11 @@ ALL_METRICS = ("bleu", "meteor", "rouge_l", "cider", "spice")
 DEFAULT_METRICS = ("bleu", "meteor", "rouge_l", "cider")
 TOKENIZERS = ("ptb", "simple", "none")
 
-# the evaluate module script lives in modules/caption_scores/caption_scores.py (evaluate loads a folder holding a
-# script named after the folder)
 CAPTION_METRIC_PATH = MODULES_DIR / "caption_scores"
 
 _JAVA_HINT = (
     "Install a Java runtime (Debian/Ubuntu: `apt-get install -y default-jre-headless`) and make sure `java` is on PATH"
 )
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# arguments
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def _check_captions(predictions, references) -> tuple[list[str], list[list[str]]]:
@@ -102,10 +80,6 @@ def _require_java(what: str) -> str:
         raise RuntimeError(f"{what} needs a Java runtime, and `java` was not found on PATH. {_JAVA_HINT}.")
     return java
 
-
-# --------------------------------------------------------------------------------------------------------------------
-# tokenisation
-# --------------------------------------------------------------------------------------------------------------------
 
 _LINE_BREAKS = re.compile(r"[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 
@@ -152,15 +126,10 @@ _BRACKET_TOKENS = {token.strip() for token in _BRACKETS.values()}
 
 
 def simple_tokenize(caption: str) -> str:
-    """A pure-Python stand-in for the COCO evaluation's PTB tokenisation + punctuation removal, no Java needed.
-
-    Lower-cases; turns curly quotes into straight ones and drops double quotes, back-quotes and quote-like single
-    quotes; splits the clitics the PTB tokenizer splits ("dog's" -> "dog 's", "can't" -> "ca n't"); drops
-    , ; : ! ? and ellipses except inside numbers ("3,000", "10:30"), dashes standing alone or doubled, and a word's
-    final period unless the word is an abbreviation with inner periods ("e.g.", "u.s.a.") or a common title ("mr.");
-    strips hyphens hanging at a word's start or end ("mid-" -> "mid"); splits off $, % and #; writes brackets as PTB
-    does after lower-casing ("-lrb-" ...), which the COCO evaluation keeps. Words are joined by single spaces. On
-    ordinary captions the result equals `tokenizer="ptb"`'s (tested: 2384 of the 2385 Flickr30k Entities sample
+    """A pure-Python stand-in for the COCO evaluation's PTB tokenisation + punctuation removal, no Java needed: the
+    PTB tokenizer's clitic splits ("can't" -> "ca n't"), quotes, dashes, punctuation and final periods dropped except
+    in numbers ("3,000") and abbreviations ("e.g.", "mr."), brackets written "-lrb-" ... as the COCO evaluation keeps
+    them. On ordinary captions it equals `tokenizer="ptb"` (tested: 2384 of the 2385 Flickr30k Entities sample
     sentences); exotic input (emoticons, "?!", "rock'n'roll", "y'all") may differ.
     """
     text = _LINE_BREAKS.sub(" ", caption.lower())
@@ -225,10 +194,7 @@ def _tokenize_all(predictions: list[str], references: list[list[str]], tokenizer
     return tokenized_predictions, tokenized_references
 
 
-# --------------------------------------------------------------------------------------------------------------------
 # METEOR: one Java process per Python process
-# --------------------------------------------------------------------------------------------------------------------
-
 _METEOR = None
 _METEOR_LOCK = threading.Lock()
 
@@ -324,10 +290,6 @@ def _meteor_scores(gts: dict, res: dict) -> tuple[float, list[float]]:
     return float(score), [float(s) for s in scores]
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# SPICE
-# --------------------------------------------------------------------------------------------------------------------
-
 _CORENLP_JARS = ("stanford-corenlp-3.6.0.jar", "stanford-corenlp-3.6.0-models.jar")
 
 
@@ -353,22 +315,6 @@ def spice_unavailable_reason() -> str | None:
     return "SPICE is unavailable: " + "; ".join(problems) + ". (SPICE also needs ~8 GB of memory for Java.)"
 
 
-def _spice_scores(gts: dict, res: dict) -> float:
-    reason = spice_unavailable_reason()
-    if reason is not None:
-        raise RuntimeError(reason)
-    require("pycocoevalcap", extra="caption-metrics")
-    from pycocoevalcap.spice.spice import Spice
-
-    score, _ = Spice().compute_score(gts, res)
-    return float(score)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# the public functions
-# --------------------------------------------------------------------------------------------------------------------
-
-
 def caption_scores(
     predictions: Sequence[str],
     references: Sequence[Sequence[str]],
@@ -385,11 +331,9 @@ def caption_scores(
         tokenizer: "ptb" (default, the COCO evaluation's own, needs Java), "simple" (pure Python) or "none".
 
     Returns:
-        {"bleu_1", "bleu_2", "bleu_3", "bleu_4", "meteor", "rouge_l", "cider"[, "spice"]} (those asked for) as floats:
-        BLEU is corpus BLEU (clipped n-gram counts summed over the corpus, brevity penalty from the closest reference
-        lengths); METEOR is the jar's corpus score from the statistics of all images (not a mean of per-image
-        scores); ROUGE-L and CIDEr-D are means over the images; all on pycocoevalcap's scales (CIDEr-D is x10, so it
-        may exceed 1).
+        {"bleu_1", "bleu_2", "bleu_3", "bleu_4", "meteor", "rouge_l", "cider"[, "spice"]} (those asked for) as floats
+        on pycocoevalcap's scales (CIDEr-D is x10): BLEU and METEOR are corpus scores, ROUGE-L and CIDEr-D means over
+        the images.
     """
     require("pycocoevalcap", extra="caption-metrics")
     from pycocoevalcap.bleu.bleu import Bleu
@@ -427,7 +371,9 @@ def caption_scores(
         cider, _ = Cider().compute_score(gts, res)
         scores["cider"] = float(cider)
     if "spice" in metrics:
-        scores["spice"] = _spice_scores(gts, res)
+        from pycocoevalcap.spice.spice import Spice
+
+        scores["spice"] = float(Spice().compute_score(gts, res)[0])
     bad = {name: value for name, value in scores.items() if not math.isfinite(value)}
     if bad:
         raise RuntimeError(f"Caption metrics came out non-finite: {bad}; inputs: {len(predictions)} captions.")
@@ -436,15 +382,13 @@ def caption_scores(
 
 class CiderD:
     """Per-caption CIDEr-D with document frequencies fixed by a reference corpus: the reward of self-critical sequence
-    training (Rennie et al. 2017), where each sampled caption is scored against its image's references with the
-    training corpus's idf.
+    training (Rennie et al. 2017), each sampled caption scored against its image's references with the training
+    corpus's idf.
 
-    The arithmetic is pycocoevalcap's `CiderScorer.compute_cider` (n-grams from `cider_scorer.precook`), term for term:
-    tf-idf vectors per n, clipped cosine `sum(min(h, r) * r) / (|h| |r|)`, Gaussian length penalty with `sigma`, mean
-    over n = 1..`n`, mean over the references, x10. Only the idf differs: `log(#corpus images) - log(max(1, df))`
-    with df counted over `corpus_references` (one entry per image, each n-gram counted once per image), where
-    pycocoevalcap counts it over the references it is given. With `corpus_references` equal to the references scored,
-    the two agree exactly (tested). As in pycocoevalcap, the "length" in the penalty is the number of bigrams.
+    The arithmetic is pycocoevalcap's `CiderScorer.compute_cider`, term for term (clipped tf-idf cosine per n-gram
+    order, Gaussian length penalty on the bigram counts, mean over n and references, x10); only the idf differs:
+    `log(#corpus images) - log(max(1, df))` with df counted once per image of `corpus_references`. With
+    `corpus_references` equal to the references scored, the two agree exactly (tested).
 
     Args:
         corpus_references: one list of reference captions per corpus image (e.g. the whole training split).
@@ -533,7 +477,6 @@ def cider_d_per_caption(
     k times more images, which changes the idf of n-grams absent from every reference (log(kN) instead of log(N)).
     For many batches against one corpus, build `CiderD(corpus_references)` once and call it per batch.
     """
-    predictions, references = _check_captions(predictions, references)
     scorer = CiderD(
         references if corpus_references is None else corpus_references, n=n, sigma=sigma, tokenizer=tokenizer
     )

@@ -1,32 +1,17 @@
 """GQA metrics (Hudson & Manning 2019) as the official evaluation script computes them (`eval.py` of the GQA
-download, by Drew Hudson, the version with `--consistency`, `binary` / `open` and `distribution / 100`):
+download, the version with `--consistency`, `binary` / `open` and `distribution / 100`); each formula below cites the
+script's line it follows:
 
     >>> gqa_scores({"q1": "yes"}, {"q1": {"answer": "yes", "types": {"structural": "verify", "semantic": "attr"}}})
     {'accuracy': 1.0, 'binary': 1.0, 'open': None, ...}
 
-What the script does, and so what `gqa_scores` does:
+Only the balanced questions are scored (a record without `isBalanced` counts as balanced), by exact string match.
+Binary questions are those whose structural type is not "query". Consistency averages, over the correctly answered
+questions with entailed questions, the accuracy on those; validity / plausibility need the choices file; distribution
+is the chi-square between gold and predicted answer counts per global group / 100 (lower is better).
 
-- Only the *balanced* questions (`isBalanced` true) are scored; the others are read only as entailed questions of a
-  balanced one. A record without `isBalanced` counts as balanced (hand-made records; every published record has it).
-- An answer is correct when the predicted string equals the gold `answer` exactly (`predicted == gold`): no
-  lower-casing, no stripping, no VQA normalisation.
-- `binary` / `open`: accuracy over the questions whose `types.structural` is / is not "query" (the script: `"open" if
-  structural == "query" else "binary"`, so "verify", "logical", "compare" *and* "choose" questions are binary).
-- `consistency`: for each balanced question answered correctly with at least one entailed question other than itself,
-  the accuracy over its `entailed` questions; averaged over those questions.
-- `validity` / `plausibility`: the share of balanced questions whose prediction is in the choices file's `valid` /
-  `plausible` list for the question, except for "...Common" questions (`types.detailed` holding "Common", e.g.
-  "What do the shirt and the cap have in common?"), where the group is always ("color", "material", "shape").
-- `distribution`: per global group (`groups.global`, questions whose group is null are left out), the chi-square
-  statistic sum over gold answers a of (predicted count(a) - gold count(a))^2 / gold count(a), averaged over the
-  groups weighted by their number of questions, divided by 100. Lower is better; predicting the gold answers gives 0.
-  Predicted answers that are no gold answer of the group do not count (the sum runs over the gold answers only).
-- accuracy per structural type and per semantic type (`types.structural`, `types.semantic`).
-
-Differences from the script, all about what is or is not reported: accuracies are fractions in [0, 1] (the script
-prints percentages; `distribution` is the script's own number), a metric whose inputs are missing is None instead of
-the script's 0 (no `choices` -> validity / plausibility None, no question of a kind -> binary / open None, no correctly
-answered question with entailed questions -> consistency None), and `computed` lists the metrics that have a value.
+Unlike the script, accuracies are fractions in [0, 1], and a metric whose inputs are missing is None instead of 0
+(`computed` lists the metrics that have a value).
 """
 
 from __future__ import annotations
@@ -36,8 +21,6 @@ from collections.abc import Mapping
 
 from .local_modules import MODULES_DIR, load_local_metric
 
-# the evaluate module script lives in modules/gqa_accuracy/gqa_accuracy.py (evaluate loads a folder holding a script
-# named after the folder)
 GQA_METRIC_PATH = MODULES_DIR / "gqa_accuracy"
 
 # eval.py: answerType = "open" if question["types"]["structural"] == "query" else "binary"
@@ -46,11 +29,6 @@ OPEN_STRUCTURAL_TYPE = "query"
 COMMON_GROUP = ("color", "material", "shape")
 METRICS = ("accuracy", "binary", "open", "consistency", "validity", "plausibility", "distribution")
 _SHOWN_IDS = 5
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# input validation
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def _first_ids(ids: list[str]) -> str:
@@ -116,11 +94,6 @@ def _resolve_consistency(consistency: bool | None, questions: Mapping, balanced:
     return entailed
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# the script's formulas
-# --------------------------------------------------------------------------------------------------------------------
-
-
 def _average(values: list[float]) -> float | None:
     # eval.py avg(): float(sum(l)) / len(l) (0 for an empty list there, None here)
     return float(sum(values)) / len(values) if values else None
@@ -176,11 +149,6 @@ def _accuracy_per_type(balanced: list[str], questions: Mapping, correct: dict[st
     for qid in balanced:
         per_type[questions[qid]["types"][kind]].append(float(correct[qid]))
     return {name: _average(values) for name, values in sorted(per_type.items())}
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# public API
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def gqa_scores(

@@ -1,8 +1,6 @@
 """Grounding accuracy, the one rule behind every grounding number of the library: a phrase (or word) is grounded
-correctly when the region picked for it has IoU >= 0.5 with its gold box (Li et al. 2020; RefCOCO's rule, MAttNet's
-`if IoU >= 0.5`). The region picked is the best-scored real region of the image: a head's most attended region (the
-grounding probes), a model's best logit (referring expressions), the most confident detection (the probes' baseline)
-or the largest box (the text-blind baseline):
+correctly when the best-scored real region (a head's most attended, a model's best logit, the most confident
+detection, the largest box) has IoU >= 0.5 with its gold box (Li et al. 2020; MAttNet's RefCOCO `if IoU >= 0.5`):
 
     >>> region_hits(torch.tensor([0.1, 0.7, 0.2]), torch.tensor([0.0, 0.6, 0.9])).item()
     True

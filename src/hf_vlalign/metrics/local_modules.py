@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..utils.optional import require
 
+# one folder per module holding a script named after it, modules/<name>/<name>.py, as `evaluate.load` expects
 MODULES_DIR = Path(__file__).resolve().parent / "modules"
 
 

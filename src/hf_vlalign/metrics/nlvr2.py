@@ -1,17 +1,9 @@
 """NLVR2 accuracy and consistency (Suhr et al. 2019) as the official script computes them (`nlvr2/eval/metrics.py` of
-lil-lab/nlvr):
+lil-lab/nlvr): accuracy over the examples, and consistency, the share of unique sentences (the identifier
+"split-setId-pairId-sentenceId" with the image-pair id blanked) whose examples are all predicted correctly.
 
     >>> nlvr2_scores([True, False], ["True", "True"], ["dev-850-0-0", "dev-850-1-0"])
     {'accuracy': 0.5, 'consistency': 0.0, 'num_examples': 2, 'num_sentences': 1}
-
-- Accuracy (the script's "precision"): the share of examples whose predicted truth value equals the label.
-- Consistency: the share of unique sentences for which *every* example (image pair) is predicted correctly.
-- A sentence is identified as the script does it: the identifier "split-setId-pairId-sentenceId" (e.g.
-  "dev-850-1-0") with its third field, the image-pair id, blanked, i.e. (split, setId, sentenceId): every image pair
-  of set 850 paired with sentence 0 belongs to the same sentence.
-
-Predictions and labels may be booleans, 0 / 1, or the strings "True" / "False" (any case, as the script lower-cases
-both sides) or "1" / "0"; anything else is refused.
 """
 
 from __future__ import annotations
@@ -21,8 +13,6 @@ from collections import Counter
 
 from .local_modules import MODULES_DIR, load_local_metric
 
-# the evaluate module script lives in modules/nlvr2_scores/nlvr2_scores.py (evaluate loads a folder holding a script
-# named after the folder)
 NLVR2_METRIC_PATH = MODULES_DIR / "nlvr2_scores"
 
 _TRUE_STRINGS = ("true", "1")

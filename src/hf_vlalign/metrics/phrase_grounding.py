@@ -4,11 +4,9 @@ k highest-ranked boxes predicted for it has IoU >= 0.5 with its ground truth:
     >>> phrase_grounding_recall([[[0, 0, 1, 1], [0, 0, 4, 4]]], [[[0, 0, 4, 4]]], ks=(1, 2))
     {'recall@1': 0.0, 'recall@2': 1.0, 'num_phrases': 1}
 
-A phrase with several gold boxes ("two men" -> one box per man) is scored, by default, against the *union box* of
-its gold boxes (the smallest box enclosing them all), the protocol of Plummer et al. (a phrase with several boxes
-is represented by the union of its boxes), called MERGED-BOXES by MDETR (Kamath et al. 2021,
-`datasets/flickr_eval.py`, `merge_boxes=True`). `merge_gold_boxes=False` gives MDETR's ANY-BOX protocol instead: a
-predicted box matching any one of the gold boxes counts. Numbers of the two protocols are not comparable.
+A phrase with several gold boxes is scored, by default, against their union box (Plummer et al.; MDETR's
+MERGED-BOXES, Kamath et al. 2021, `datasets/flickr_eval.py`); `merge_gold_boxes=False` gives MDETR's ANY-BOX protocol
+(any one gold box may be matched). Numbers of the two protocols are not comparable.
 """
 
 from __future__ import annotations
@@ -21,8 +19,6 @@ from ..alignment.boxes import box_iou
 from .local_modules import MODULES_DIR, load_local_metric
 from .referring import as_box_tensor
 
-# the evaluate module script lives in modules/phrase_grounding_recall/phrase_grounding_recall.py (evaluate loads a
-# folder holding a script named after the folder)
 PHRASE_GROUNDING_METRIC_PATH = MODULES_DIR / "phrase_grounding_recall"
 DEFAULT_KS = (1, 5, 10)
 

@@ -4,8 +4,7 @@ when the predicted box overlaps its gold box with IoU >= 0.5 (Yu et al. 2016; MA
     >>> referring_expression_accuracy([[0, 0, 2, 1]], [[0, 0, 1, 1]])  # IoU exactly 0.5 counts
     {'accuracy': 1.0, 'num_expressions': 1}
 
-Boxes are x1, y1, x2, y2 (pixels or normalised, the same for both sides); IoU is continuous area over area (boxes
-given as x, y, w, h must be converted first: a box with x2 < x1 or y2 < y1 is refused).
+Boxes are x1, y1, x2, y2, pixels or normalised, the same for both sides (x, y, w, h boxes must be converted first).
 """
 
 from __future__ import annotations
@@ -16,8 +15,6 @@ from ..alignment.boxes import box_iou
 from ..utils.validation import check_finite
 from .local_modules import MODULES_DIR, load_local_metric
 
-# the evaluate module script lives in modules/referring_accuracy/referring_accuracy.py (evaluate loads a folder
-# holding a script named after the folder)
 REFERRING_METRIC_PATH = MODULES_DIR / "referring_accuracy"
 
 

@@ -25,9 +25,8 @@ def vgp_accuracy(
             task's classes.
 
     Returns:
-        `vgp_accuracy` (over the labelled pairs), `vgp_labelled_pairs`, `vgp_unlabelled_pairs`, and for each class
-        `<per_class_key>_count/<name>` (its gold pairs) and, for the classes that have gold pairs,
-        `<per_class_key>_accuracy/<name>` (the share of them predicted as that class: the class's recall).
+        `vgp_accuracy`, `vgp_labelled_pairs`, `vgp_unlabelled_pairs`, and per class `<per_class_key>_count/<name>` and,
+        for the classes with gold pairs, `<per_class_key>_accuracy/<name>` (the class's recall).
     """
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     if predictions.ndim == 2:

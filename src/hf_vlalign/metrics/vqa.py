@@ -4,23 +4,11 @@
     >>> vqa_accuracy(["Two"], [["2", "2", "3", "2", "2", "2", "2", "2", "2", "2"]])
     {'accuracy': 1.0, 'num_questions': 1}
 
-What the script does, and so what `vqa_accuracy` does:
-
-- The predicted answer is normalised (`normalize_vqa_answer`): newlines and tabs become spaces, the ends are
-  stripped, punctuation is removed or turned into spaces (`processPunctuation`), then the answer is lower-cased,
-  number words "none", "zero" ... "ten" become digits, the articles "a", "an", "the" are dropped and
-  apostrophe-less contractions get their apostrophe back ("dont" -> "don't") (`processDigitArticle`).
-- The human answers are *not* normalised the same way: only when the ten answers are not all identical does the
-  script pass each through `processPunctuation` (never through `processDigitArticle`), because the released VQA
-  answers were already normalised when collected. `normalize_references=True` applies the full normalisation to
-  them too (for answers that were not).
-- Accuracy of a question: the mean, over the ten leave-one-out subsets of nine human answers, of
-  min(1, #humans in the subset who gave the predicted answer / 3). With m of the ten answers matching this is
-  (m * min(1, (m - 1) / 3) + (10 - m) * min(1, m / 3)) / 10: 0.3 for m = 1, 0.6 for m = 2, 0.9 for m = 3, 1 for m >= 4.
-
-Differences from the script, all about what is reported: accuracies are fractions in [0, 1] (the script prints
-percentages rounded to two decimals), and per-question-type accuracy is left out (pass `answer_types` for the
-per-answer-type split, "yes/no" / "number" / "other" in VQA v2).
+The predicted answer is normalised (`normalize_vqa_answer`: punctuation, number words, articles, contractions); the
+human answers only go through `process_punctuation`, and only when they are not all identical, as in the script
+(`normalize_references=True` normalises them fully). A question's accuracy is the mean over the ten leave-one-out
+subsets of nine human answers of min(1, #matches / 3). Unlike the script, accuracies are fractions in [0, 1], and
+per-question-type accuracy is left out (`answer_types` gives the per-answer-type split).
 """
 
 from __future__ import annotations
@@ -29,15 +17,10 @@ import re
 
 from .local_modules import MODULES_DIR, load_local_metric
 
-# the evaluate module script lives in modules/vqa_accuracy/vqa_accuracy.py (evaluate loads a folder holding a script
-# named after the folder)
 VQA_METRIC_PATH = MODULES_DIR / "vqa_accuracy"
 
-# --------------------------------------------------------------------------------------------------------------------
 # vqaEval.py's tables, copied as they are (including their quirks: keys with capitals such as "Im" never match the
 # lower-cased words, and "somebody'd" maps to "somebodyd")
-# --------------------------------------------------------------------------------------------------------------------
-
 CONTRACTIONS = {
     "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've", "couldnt": "couldn't",
     "couldn'tve": "couldn't've", "couldnt've": "couldn't've", "didnt": "didn't", "doesnt": "doesn't", "dont": "don't",
@@ -83,11 +66,6 @@ NUM_HUMAN_ANSWERS = 10
 _AGREEMENT = 3
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# normalisation
-# --------------------------------------------------------------------------------------------------------------------
-
-
 def process_punctuation(text: str) -> str:
     """vqaEval.py `processPunctuation`: each punctuation mark is deleted when it touches a space somewhere in the text
     (or the text holds a digit-comma-digit, "1,000"), else replaced by a space; then periods not before a digit go."""
@@ -114,11 +92,6 @@ def normalize_vqa_answer(answer: str) -> str:
     # vqaEval.py evaluate(): resAns.replace('\n', ' ').replace('\t', ' ').strip()
     text = answer.replace("\n", " ").replace("\t", " ").strip()
     return process_digit_article(process_punctuation(text))
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# accuracy
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def _check_inputs(predictions, answers, answer_types) -> tuple[list[str], list[list[str]], list[str] | None]:

@@ -1,13 +1,7 @@
 """Caption metrics (BLEU-1..4, METEOR, ROUGE-L, CIDEr-D, optional SPICE) through pycocoevalcap, as an evaluate module.
 
-Load it from its local folder, with no Hub access:
-
-    import evaluate
-    metric = evaluate.load("path/to/hf_vlalign/metrics/modules/caption_scores")
-    # or: from hf_vlalign.metrics.captioning import load_caption_metric; metric = load_caption_metric()
-    metric.compute(predictions=["a dog runs"], references=[["a dog is running", "a brown dog runs"]])
-
-The arithmetic lives in `hf_vlalign.metrics.captioning.caption_scores`; this script only adapts it to evaluate.
+Loaded from this folder with no Hub access (`hf_vlalign.metrics.captioning.load_caption_metric()`); the arithmetic is
+`hf_vlalign.metrics.captioning.caption_scores`.
 """
 
 import datasets

@@ -1,14 +1,8 @@
 """GQA metrics (accuracy, binary, open, consistency, validity, plausibility, distribution, accuracy per type) as the
 official GQA evaluation script computes them, as an evaluate module.
 
-Load it from its local folder, with no Hub access:
-
-    import evaluate
-    metric = evaluate.load("path/to/hf_vlalign/metrics/modules/gqa_accuracy")
-    # or: from hf_vlalign.metrics.gqa import load_gqa_metric; metric = load_gqa_metric()
-    metric.compute(predictions=["yes"], question_ids=["02930152"], questions=questions, choices=choices)
-
-The arithmetic lives in `hf_vlalign.metrics.gqa.gqa_scores`; this script only adapts it to evaluate.
+Loaded from this folder with no Hub access (`hf_vlalign.metrics.gqa.load_gqa_metric()`); the arithmetic is
+`hf_vlalign.metrics.gqa.gqa_scores`.
 """
 
 from collections import Counter

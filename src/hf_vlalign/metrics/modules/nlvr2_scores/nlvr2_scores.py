@@ -1,13 +1,7 @@
 """NLVR2 accuracy and consistency (the official nlvr2/eval/metrics.py computation) as an evaluate module.
 
-Load it from its local folder, with no Hub access:
-
-    import evaluate
-    metric = evaluate.load("path/to/hf_vlalign/metrics/modules/nlvr2_scores")
-    # or: from hf_vlalign.metrics.nlvr2 import load_nlvr2_metric; metric = load_nlvr2_metric()
-    metric.compute(predictions=["True", "False"], references=["True", "True"], identifiers=["dev-1-0-0", "dev-1-1-0"])
-
-The arithmetic lives in `hf_vlalign.metrics.nlvr2.nlvr2_scores`; this script only adapts it to evaluate.
+Loaded from this folder with no Hub access (`hf_vlalign.metrics.nlvr2.load_nlvr2_metric()`); the arithmetic is
+`hf_vlalign.metrics.nlvr2.nlvr2_scores`.
 """
 
 import datasets

@@ -1,13 +1,7 @@
 """Phrase grounding Recall@k (Flickr30k Entities) as an evaluate module.
 
-Load it from its local folder, with no Hub access:
-
-    import evaluate
-    metric = evaluate.load("path/to/hf_vlalign/metrics/modules/phrase_grounding_recall")
-    # or: from hf_vlalign.metrics.phrase_grounding import load_phrase_grounding_metric
-    metric.compute(predictions=[[[0, 0, 1, 1], [0, 0, 4, 4]]], references=[[[0, 0, 4, 4]]], ks=[1, 2])
-
-The arithmetic lives in `hf_vlalign.metrics.phrase_grounding.phrase_grounding_recall`; this script only adapts it.
+Loaded from this folder with no Hub access (`hf_vlalign.metrics.phrase_grounding.load_phrase_grounding_metric()`);
+the arithmetic is `hf_vlalign.metrics.phrase_grounding.phrase_grounding_recall`.
 """
 
 import datasets

@@ -1,13 +1,7 @@
 """Referring expression comprehension accuracy (IoU >= 0.5 with the gold box) as an evaluate module.
 
-Load it from its local folder, with no Hub access:
-
-    import evaluate
-    metric = evaluate.load("path/to/hf_vlalign/metrics/modules/referring_accuracy")
-    # or: from hf_vlalign.metrics.referring import load_referring_metric; metric = load_referring_metric()
-    metric.compute(predictions=[[0, 0, 2, 1]], references=[[0, 0, 1, 1]])
-
-The arithmetic lives in `hf_vlalign.metrics.referring.referring_expression_accuracy`; this script only adapts it.
+Loaded from this folder with no Hub access (`hf_vlalign.metrics.referring.load_referring_metric()`); the arithmetic is
+`hf_vlalign.metrics.referring.referring_expression_accuracy`.
 """
 
 import datasets

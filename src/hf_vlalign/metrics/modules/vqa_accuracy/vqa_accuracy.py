@@ -1,13 +1,7 @@
 """VQA accuracy (the official vqaEval.py computation, answer normalisation included) as an evaluate module.
 
-Load it from its local folder, with no Hub access:
-
-    import evaluate
-    metric = evaluate.load("path/to/hf_vlalign/metrics/modules/vqa_accuracy")
-    # or: from hf_vlalign.metrics.vqa import load_vqa_metric; metric = load_vqa_metric()
-    metric.compute(predictions=["two"], references=[["2", "2", "2", "3", "2", "2", "2", "2", "2", "2"]])
-
-The arithmetic lives in `hf_vlalign.metrics.vqa.vqa_accuracy`; this script only adapts it to evaluate.
+Loaded from this folder with no Hub access (`hf_vlalign.metrics.vqa.load_vqa_metric()`); the arithmetic is
+`hf_vlalign.metrics.vqa.vqa_accuracy`.
 """
 
 import datasets
