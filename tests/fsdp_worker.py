@@ -1,8 +1,8 @@
 """A few VGP training steps of `SingleStreamForVisualParaphrase`, sharded with torch's FSDP2 (`fully_shard`) over the
 CPU processes of `torchrun` (gloo), or unsharded in one plain process; for `tests/trainers/test_fsdp.py`.
 
-    python tests/fsdp_worker.py TEXT_MODEL OUTPUT_DIR [--supervision none]                 # one process, no FSDP
-    torchrun --nproc_per_node 2 tests/fsdp_worker.py TEXT_MODEL OUTPUT_DIR [--supervision none]   # FSDP2, 2 shards
+    python tests/fsdp_worker.py TEXT_MODEL OUTPUT_DIR [--supervision none ...]                 # one process, no FSDP
+    torchrun --nproc_per_node 2 tests/fsdp_worker.py TEXT_MODEL OUTPUT_DIR [--supervision none ...]   # FSDP2, 2 shards
 
 Why not `accelerate launch --config_file <FSDP config> examples/finetune_vgp.py`: accelerate 1.15 turns FSDP on only
 for accelerator devices. `AcceleratorState.__init__` (accelerate/state.py) sets `DistributedType.FSDP` only when the
@@ -21,7 +21,8 @@ what this worker does, the way accelerate's FSDP2 path and the Trainer would:
 - the full state dict is gathered from every process (`get_model_state_dict(full_state_dict=True)`, what accelerate's
   FULL_STATE_DICT does) and rank 0 writes it with `save_pretrained(state_dict=...)`, as `Trainer.save_model` does.
 
-Writes to OUTPUT_DIR: `initial/` (the weights before training, unsharded), `model/` (the trained weights, config and
+One training per `--supervision` value, one after the other (one start-up for all), each into OUTPUT_DIR/<supervision>:
+`initial/` (the weights before training, unsharded), `model/` (the trained weights, config and
 tokenizer), `losses.json` (one {"loss", "loss_id", "loss_vgp", ...} per step) and `sharding.json` (the process count
 and, under FSDP, the number of parameters each process holds). Synthetic scenes are read from (or
 generated in) `$HF_VLALIGN_CACHE`; dropout is off so that the process count changes nothing but the sharding.
@@ -85,32 +86,20 @@ def global_counts(counts: dict[str, torch.Tensor], distributed: bool) -> dict[st
     return dict(zip(keys, totals))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("text_model")
-    parser.add_argument("output_dir", type=Path)
-    parser.add_argument("--supervision", default="none")
-    args = parser.parse_args()
-
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if distributed:
-        dist.init_process_group("gloo")
-    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
-    if GLOBAL_BATCH % world:
-        raise ValueError(f"the global batch {GLOBAL_BATCH} must split evenly over {world} processes")
-    torch.set_num_threads(1)
-
+def train(text_model: str, output_dir: Path, supervision: str, rank: int, world: int) -> None:
+    """One run: a fresh model with `supervision`, STEPS steps of the global batch, its outputs in `output_dir`."""
+    distributed = world > 1
     set_seed(0)
     data = load_vgp_data(synthetic_config=SCENES)
-    tokenizer = AutoTokenizer.from_pretrained(args.text_model)
+    tokenizer = AutoTokenizer.from_pretrained(text_model)
     model = SingleStreamForVisualParaphrase.from_text_pretrained(
-        args.text_model, visual_feat_dim=data.region_features.feature_dim, attention_supervision=args.supervision
+        text_model, visual_feat_dim=data.region_features.feature_dim, attention_supervision=supervision
     )
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     if rank == 0:
-        model.save_pretrained(args.output_dir / "initial")
+        model.save_pretrained(output_dir / "initial")
     collator = VGPCollator(tokenizer, data.region_features)
 
     sharding = shard(model) if distributed else {"world_size": 1}
@@ -139,12 +128,31 @@ def main() -> None:
     else:
         state_dict = model.state_dict()
     if rank == 0:
-        model.save_pretrained(args.output_dir / "model", state_dict=state_dict)
-        tokenizer.save_pretrained(args.output_dir / "model")
-        (args.output_dir / "losses.json").write_text(json.dumps(losses, indent=2) + "\n")
-        (args.output_dir / "sharding.json").write_text(json.dumps(sharding, indent=2) + "\n")
+        model.save_pretrained(output_dir / "model", state_dict=state_dict)
+        tokenizer.save_pretrained(output_dir / "model")
+        (output_dir / "losses.json").write_text(json.dumps(losses, indent=2) + "\n")
+        (output_dir / "sharding.json").write_text(json.dumps(sharding, indent=2) + "\n")
     if distributed:
         dist.barrier()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("text_model")
+    parser.add_argument("output_dir", type=Path)
+    parser.add_argument("--supervision", nargs="+", default=["none"])
+    args = parser.parse_args()
+
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        dist.init_process_group("gloo")
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    if GLOBAL_BATCH % world:
+        raise ValueError(f"the global batch {GLOBAL_BATCH} must split evenly over {world} processes")
+    torch.set_num_threads(1)
+    for supervision in args.supervision:
+        train(args.text_model, args.output_dir / supervision, supervision, rank, world)
+    if distributed:
         dist.destroy_process_group()
 
 

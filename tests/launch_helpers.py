@@ -1,10 +1,15 @@
-"""Helpers of the tests that launch real processes (`tests/trainers/test_multiprocess.py`, `tests/trainers/test_fsdp.py`)."""
+"""Helpers of the tests that launch real processes (`tests/trainers/test_multiprocess.py`, `tests/trainers/test_fsdp.py`)
+or run an example's `main` end to end in the test's own process."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
@@ -31,3 +36,20 @@ def save_tiny_bert(folder: Path) -> Path:
         BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def run_example(main: Callable[[list[str]], dict], argv: list[str], cache: Path) -> tuple[dict, str]:
+    """`main(argv)` of an example, run in this process as `accelerate launch --cpu --num_processes 1` runs it (one CPU
+    process, the cores as its threads), its synthetic scenes in `cache`; returns its results and what it printed.
+    An end-to-end test whose subject is not the launch itself runs this way: no interpreter start-up. The process's
+    torch thread count is restored afterwards."""
+    threads = torch.get_num_threads()
+    printed = io.StringIO()
+    try:
+        with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
+            patch.setenv("HF_VLALIGN_CACHE", str(cache))
+            patch.delenv("OMP_NUM_THREADS", raising=False)  # the example's default: the cores over its processes
+            results = main(argv)
+    finally:
+        torch.set_num_threads(threads)
+    return results, printed.getvalue()

@@ -1,10 +1,11 @@
 """`examples/finetune_flickr_grounding.py`: phrase grounding Recall@k by hand, the real Flickr30k Entities annotations
-through the example's data path, and end-to-end runs of both families under `accelerate launch`."""
+through the example's data path, and end-to-end runs of both families (in the test process, as `accelerate launch
+--cpu` runs them)."""
 
+import contextlib
 import importlib.util
+import io
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from image_use_checks import assert_image_use_reported
+from launch_helpers import run_example
 from shared_samples import real_sample
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoTokenizer, TrainingArguments
@@ -131,9 +133,12 @@ def test_head_learning_rate_is_a_flag_of_the_example(tmp_path):
     assert type(training_args) is PhraseGroundingTrainingArguments and training_args.head_learning_rate == 0.002
     assert example.parse_args(["--output_dir", str(tmp_path), "--use_cpu"])[-1].head_learning_rate == 1e-3  # its default
     assert json.loads(training_args.to_json_string())["head_learning_rate"] == 0.002
-    help_text = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--help"], capture_output=True, text=True, check=True, env=os.environ | {"COLUMNS": "200"}
-    ).stdout
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed), pytest.raises(SystemExit) as ended:
+        patch.setenv("COLUMNS", "200")
+        example.parse_args(["--help"])  # what `python finetune_flickr_grounding.py --help` prints
+    assert ended.value.code == 0
+    help_text = printed.getvalue()
     assert all(flag in help_text for flag in ("--head_learning_rate", "--label_names", "--distill_from", "--ewc_weight"))
     with pytest.raises(ValueError, match=r"`head_learning_rate` must be > 0, got 0.0"):
         PhraseGroundingTrainingArguments(output_dir=str(tmp_path), head_learning_rate=0.0)
@@ -219,17 +224,16 @@ def test_unknown_dataset_and_missing_paths_are_refused():
 
 
 def _launch(output_dir: Path, *arguments: str) -> Path:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(output_dir / "cache"), "OMP_NUM_THREADS": "1"}
+    """The example end to end, in this process as `accelerate launch --cpu` runs it (`tests/conftest.py`'s
+    `finetuned` is the real single-process launch)."""
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu", str(EXAMPLE),
         "--output_dir", str(output_dir / "model"),
         "--synthetic_train_images", str(TRAIN_IMAGES), "--synthetic_eval_images", str(EVAL_IMAGES),
         "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", str(EVAL_BATCH), "--logging_steps", "1",
         *arguments,
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    printed = json.loads(completed.stdout[completed.stdout.index("{\n") :])
+    _, stdout = run_example(example.main, command, output_dir / "cache")
+    printed = json.loads(stdout[stdout.index("{\n") :])
     assert printed == json.loads((output_dir / "model" / "eval_results.json").read_text())
     return output_dir
 

@@ -1,13 +1,11 @@
-"""`examples/finetune_nlvr2.py`: one run of the single-stream default under `accelerate launch` (the synthetic scenes'
-NLVR2 statements), one quick two-stream run, a run on NLVR2 files in the published layout (real lines of NLVR2's
-dev.json) with a region-feature store of their pair images, and the argument errors. The two-stream run also pushes,
-to a local fake of the Hub's HTTP side (`conftest.fake_hub`)."""
+"""`examples/finetune_nlvr2.py`: one run of the single-stream default (the synthetic scenes' NLVR2 statements; in
+the test process, as `accelerate launch --cpu` runs it), one quick two-stream run, a run on NLVR2 files in the
+published layout (real lines of NLVR2's dev.json) with a region-feature store of their pair images, and the argument
+errors. The two-stream run also pushes, to a local fake of the Hub's HTTP side (`conftest.fake_hub`)."""
 
 import importlib.util
 import json
 import math
-import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -17,6 +15,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from image_use_checks import assert_image_use_reported
+from launch_helpers import run_example
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoTokenizer
 
@@ -58,19 +57,16 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def single_stream_run(tmp_path_factory, cache):
-    """`accelerate launch examples/finetune_nlvr2.py` with the defaults and small sizes."""
+    """`examples/finetune_nlvr2.py` with the defaults and small sizes, in this process as `accelerate launch --cpu`
+    runs it (`tests/conftest.py`'s `finetuned` is the real single-process launch)."""
     output_dir = tmp_path_factory.mktemp("nlvr2_single") / "model"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        str(EXAMPLE), "--output_dir", str(output_dir), *TINY,
+    arguments = [
+        "--output_dir", str(output_dir), *TINY,
         "--max_steps", "4", "--per_device_train_batch_size", "8", "--eval_steps", "2", "--logging_steps", "1",
         "--save_steps", "4",
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    return output_dir, completed.stdout
+    _, stdout = run_example(finetune_nlvr2.main, arguments, cache)
+    return output_dir, stdout
 
 
 def _synthetic_rows(split: str):

@@ -1,11 +1,9 @@
 """`examples/finetune_refcoco.py`: the accuracy, baseline and upper bound by hand, the RefCOCO+ data path (the synthetic
-RefCOCO+ files read as real data against a store keyed by COCO ids), and end-to-end runs of both families under
-`accelerate launch`."""
+RefCOCO+ files read as real data against a store keyed by COCO ids), and end-to-end runs of both families (in the
+test process, as `accelerate launch --cpu` runs them)."""
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from image_use_checks import assert_image_use_reported
+from launch_helpers import run_example
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoTokenizer, EvalPrediction, TrainingArguments
 
@@ -181,17 +180,16 @@ def test_defaults_are_the_measured_ones():
 
 
 def _launch(output_dir: Path, *arguments: str) -> Path:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(output_dir / "cache"), "OMP_NUM_THREADS": "1"}
+    """The example end to end, in this process as `accelerate launch --cpu` runs it (`tests/conftest.py`'s
+    `finetuned` is the real single-process launch)."""
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu", str(EXAMPLE),
         "--output_dir", str(output_dir / "model"),
         "--synthetic_train_images", str(TRAIN_IMAGES), "--synthetic_eval_images", str(EVAL_IMAGES),
         "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", str(EVAL_BATCH), "--logging_steps", "1",
         *arguments,
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    printed = json.loads(completed.stdout[completed.stdout.index("{\n") :])
+    _, stdout = run_example(example.main, command, output_dir / "cache")
+    printed = json.loads(stdout[stdout.index("{\n") :])
     assert printed == json.loads((output_dir / "model" / "eval_results.json").read_text())
     return output_dir
 

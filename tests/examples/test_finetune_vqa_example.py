@@ -1,13 +1,12 @@
-"""`examples/finetune_vqa.py`: one run of the single-stream default under `accelerate launch` (GQA-format synthetic
-questions, direct attention supervision), one quick two-stream run in bf16 on VQA v2 files written from the synthetic
-scenes, and the argument errors."""
+"""`examples/finetune_vqa.py`: one run of the single-stream default (GQA-format synthetic questions, direct attention
+supervision; in the test process, as `accelerate launch --cpu` runs it), one quick two-stream run in bf16 on VQA v2
+files written from the synthetic scenes, and the argument errors."""
 
 import dataclasses
 import importlib.util
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from image_use_checks import assert_image_use_reported
+from launch_helpers import run_example
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoModelForVisualQuestionAnswering, AutoTokenizer
 
@@ -55,19 +55,16 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def single_stream_run(tmp_path_factory, cache):
-    """`accelerate launch examples/finetune_vqa.py` with the defaults, small sizes and direct supervision."""
+    """`examples/finetune_vqa.py` with the defaults, small sizes and direct supervision, in this process as
+    `accelerate launch --cpu` runs it (`tests/conftest.py`'s `finetuned` is the real single-process launch)."""
     output_dir = tmp_path_factory.mktemp("vqa_single") / "model"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        str(EXAMPLE), "--output_dir", str(output_dir), *TINY,
+    arguments = [
+        "--output_dir", str(output_dir), *TINY,
         "--max_steps", "4", "--per_device_train_batch_size", "8", "--eval_steps", "2", "--logging_steps", "1",
         "--save_steps", "4", "--supervision", "direct",
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    return output_dir, completed.stdout
+    _, stdout = run_example(finetune_vqa.main, arguments, cache)
+    return output_dir, stdout
 
 
 def test_single_stream_run_writes_model_vocabulary_results_and_card(single_stream_run):

@@ -1,10 +1,8 @@
 """VisualBERT-style single-stream pre-training: the sentence-image collator (caption pairs, BERT masking, VL-BERT's
 masked regions, task-specific mode, errors) with the real tokenizer and synthetic scenes, and one end-to-end run of
-`examples/pretrain_single_stream.py` under `accelerate launch`."""
+`examples/pretrain_single_stream.py` (in the test process, as `accelerate launch --cpu` runs it)."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from image_use_checks import assert_image_use_reported
+from launch_helpers import run_example
 from transformers import AutoModel, AutoModelForPreTraining, AutoTokenizer, EvalPrediction
 
 from hf_vlalign import (
@@ -253,19 +252,17 @@ EXAMPLE_SCENES = SyntheticSceneConfig(num_train_images=12, num_val_images=6)
 
 
 @pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
+def pretrained(tmp_path_factory, example):
+    """The example end to end, in this process as `accelerate launch --cpu` runs it (`tests/conftest.py`'s
+    `finetuned` is the real single-process launch)."""
     output_dir = tmp_path_factory.mktemp("single_stream_pretraining")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(output_dir / "cache")}
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu",
-        str(ROOT / "examples" / "pretrain_single_stream.py"),
+    arguments = [
         "--output_dir", str(output_dir / "model"),
         "--synthetic_train_images", "12", "--synthetic_eval_images", "6", "--max_steps", "4", "--eval_steps", "2",
         "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8", "--region_mask_probability", "0.2",
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    return output_dir, completed.stdout
+    _, stdout = run_example(example.main, arguments, output_dir / "cache")
+    return output_dir, stdout
 
 
 def test_example_writes_weights_card_logs_and_results(pretrained):

@@ -55,19 +55,16 @@ def setup(tmp_path_factory) -> dict:
     return {"root": root, "text_model": root / "tiny_bert", "env": env}
 
 
-RUNS = {  # name: (processes, supervision)
-    "one_process": (1, "none"),
-    "fsdp_two_processes": (2, "none"),
-    "one_process_direct": (1, "direct"),
-    "fsdp_direct": (2, "direct"),
-}
+SUPERVISIONS = ("none", "direct")
+LAUNCHES = {"one_process": 1, "fsdp_two_processes": 2}  # name: processes; each trains once per supervision
 
 
 @pytest.fixture(scope="module")
-def runs(setup) -> dict[str, Path]:
-    """Every run of RUNS, started together (each is mostly start-up time); their output folders."""
+def runs(setup) -> dict[tuple[str, str], Path]:
+    """Every launch of LAUNCHES, started together (each is mostly start-up time); the output folder of each
+    (launch, supervision)."""
     started = {}
-    for name, (processes, supervision) in RUNS.items():
+    for name, processes in LAUNCHES.items():
         output_dir = setup["root"] / name
         launcher = []
         if processes > 1:
@@ -75,7 +72,7 @@ def runs(setup) -> dict[str, Path]:
             launcher = ["-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port", port]
         command = [
             sys.executable, *launcher, str(WORKER), str(setup["text_model"]), str(output_dir),
-            "--supervision", supervision,
+            "--supervision", *SUPERVISIONS,
         ]  # fmt: skip
         log = open(setup["root"] / f"{name}.log", "w")  # an unread pipe would block a worker once full
         process = subprocess.Popen(command, env=setup["env"], stdout=log, stderr=subprocess.STDOUT)
@@ -91,7 +88,11 @@ def runs(setup) -> dict[str, Path]:
                 process.kill()
                 process.wait()
             log.close()
-    return {name: output_dir for name, (_, _, output_dir) in started.items()}
+    return {
+        (name, supervision): output_dir / supervision
+        for name, (_, _, output_dir) in started.items()
+        for supervision in SUPERVISIONS
+    }
 
 
 def _check_saved_model(output_dir: Path, supervision: str) -> dict[str, torch.Tensor]:
@@ -128,12 +129,11 @@ def _check_sharded(output_dir: Path) -> None:
     assert sum(sharding["local_numel"]) >= sharding["full_numel"], sharding
 
 
-@pytest.mark.parametrize("supervision", ["none", "direct"])
+@pytest.mark.parametrize("supervision", SUPERVISIONS)
 def test_fsdp2_on_two_cpu_processes_trains_like_one_process_and_saves_a_full_model(runs, supervision):
     """Direct supervision computes the supervised rows from the query / key projections inside each sharded layer,
     and its loss, a mean over the grounded rows of both shards, matches one process's."""
-    suffix = "" if supervision == "none" else f"_{supervision}"
-    single, sharded = runs[f"one_process{suffix}"], runs["fsdp_two_processes" if supervision == "none" else "fsdp_direct"]
+    single, sharded = runs["one_process", supervision], runs["fsdp_two_processes", supervision]
     _check_sharded(sharded)
     assert json.loads((single / "sharding.json").read_text()) == {"world_size": 1}
 

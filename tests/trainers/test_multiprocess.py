@@ -22,8 +22,8 @@ per-step losses (every logged component) and the final weights agree to 1e-5. Wh
   same rows in a batch of 8. Their losses (masked words, masked objects) are normalised the same way as the others,
   which `tests/models/test_loss_normalization.py` checks on split batches without processes.
 
-The recipes run on a tiny BERT checkpoint (random weights, the real MiniLM tokenizer) so that the whole matrix stays
-short.
+The recipes run on a tiny BERT checkpoint (random weights, the real MiniLM tokenizer), and each of the three launches
+runs the four recipes in turn (`tests/examples_worker.py`), so that the whole matrix stays short.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from safetensors.torch import load_file
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
+WORKER = ROOT / "tests" / "examples_worker.py"
 STEPS = 3
 GLOBAL_BATCH = 8
 TOLERANCE = 1e-5
@@ -76,11 +77,24 @@ def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("synthetic_cache")  # written by the first (one-process) run of each recipe, then read
 
 
-def start(recipe: str, run_dir: Path, cache: Path, text_model: Path, processes: int, batch: int, accumulation: int):
-    """Launches one run of `recipe`; `finish` waits for it. The three runs of a recipe run side by side: each sets its
-    own thread count (`--num_threads` default: the cores over its processes), so the load changes their time only."""
-    example, extra = RECIPES[recipe]
-    output_dir = run_dir / f"{recipe}_{processes}x{batch}x{accumulation}"
+def arguments(recipe: str, output_dir: Path, text_model: Path, batch: int, accumulation: int) -> list[str]:
+    """The example's command-line arguments for one run of `recipe`."""
+    return [
+        "--model_name_or_path", str(text_model), "--output_dir", str(output_dir),
+        "--per_device_train_batch_size", str(batch), "--gradient_accumulation_steps", str(accumulation),
+        "--max_steps", str(STEPS), "--warmup_steps", "0", "--logging_steps", "1", "--dropout", "0.0",
+        "--optim", "sgd", "--learning_rate", "0.05",
+        "--save_strategy", "steps", "--save_steps", str(STEPS), "--save_only_model", "--report_to", "none",
+        *RECIPES[recipe][1],
+    ]  # fmt: skip
+
+
+def start(run_dir: Path, cache: Path, text_model: Path, processes: int, batch: int, accumulation: int):
+    """Launches one `accelerate launch` that runs every recipe in turn (`tests/examples_worker.py`: one start-up for
+    the four); `finish` waits for it. The launches run side by side: each sets its own thread count (`--num_threads`
+    default: the cores over its processes), so the load changes their time only. Returns the launch and the folder of
+    each recipe's model."""
+    name = f"{processes}x{batch}x{accumulation}"
     env = {
         **os.environ, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(cache), "ACCELERATE_USE_CPU": "1",
         "OMP_NUM_THREADS": "1",
@@ -89,37 +103,60 @@ def start(recipe: str, run_dir: Path, cache: Path, text_model: Path, processes: 
         launcher = ["--cpu", "--num_processes", "1"]
     else:  # `--cpu` alone starts one process whatever --num_processes says; multi-CPU goes through torchrun
         launcher = ["--multi_gpu", "--num_processes", str(processes), "--main_process_port", str(free_port())]
+    runs, model_dirs = [], {}
+    for recipe, (example, _) in RECIPES.items():
+        output_dir = run_dir / f"{recipe}_{name}"
+        output_dir.mkdir(parents=True)
+        runs.append([str(ROOT / "examples" / example), arguments(recipe, output_dir, text_model, batch, accumulation)])
+        model_dirs[recipe] = output_dir / MODEL_FOLDER.get(recipe, "")
+    runs_file = run_dir / f"{name}.json"
+    runs_file.write_text(json.dumps(runs))
     command = [
         sys.executable, "-m", "accelerate.commands.launch", *launcher,
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        str(ROOT / "examples" / example),
-        "--model_name_or_path", str(text_model), "--output_dir", str(output_dir),
-        "--per_device_train_batch_size", str(batch), "--gradient_accumulation_steps", str(accumulation),
-        "--max_steps", str(STEPS), "--warmup_steps", "0", "--logging_steps", "1", "--dropout", "0.0",
-        "--optim", "sgd", "--learning_rate", "0.05",
-        "--save_strategy", "steps", "--save_steps", str(STEPS), "--save_only_model", "--report_to", "none",
-        *extra,
+        str(WORKER), str(runs_file),
     ]  # fmt: skip
-    output_dir.mkdir(parents=True)
-    log = open(output_dir.with_suffix(".log"), "w")  # noqa: SIM115 (closed by `finish`)
+    log = open(run_dir / f"{name}.log", "w")  # noqa: SIM115 (closed by `finish`)
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
-    return process, log, output_dir / MODEL_FOLDER.get(recipe, "")
+    return process, log, model_dirs
 
 
-def finish(run) -> dict:
-    """Waits for a run of `start`; returns its per-step training logs and final weights."""
-    process, log, model_dir = run
+def finish(launch) -> dict[str, dict]:
+    """Waits for a launch of `start`; returns each recipe's per-step training logs and final weights."""
+    process, log, model_dirs = launch
     try:
-        returncode = process.wait(timeout=600)
+        returncode = process.wait(timeout=900)
     finally:
         if process.poll() is None:
             process.kill()
         log.close()
     assert returncode == 0, Path(log.name).read_text()[-4000:]
-    state = json.loads((model_dir / f"checkpoint-{STEPS}" / "trainer_state.json").read_text())
-    logs = [entry for entry in state["log_history"] if "loss" in entry]
-    assert [entry["step"] for entry in logs] == list(range(1, STEPS + 1)), logs
-    return {"logs": logs, "weights": load_file(model_dir / "model.safetensors")}
+    results = {}
+    for recipe, model_dir in model_dirs.items():
+        state = json.loads((model_dir / f"checkpoint-{STEPS}" / "trainer_state.json").read_text())
+        logs = [entry for entry in state["log_history"] if "loss" in entry]
+        assert [entry["step"] for entry in logs] == list(range(1, STEPS + 1)), (recipe, logs)
+        results[recipe] = {"logs": logs, "weights": load_file(model_dir / "model.safetensors")}
+    return results
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, cache, tiny_text_model) -> dict[str, dict[str, dict]]:
+    """Every recipe run three times: {"one", "two", "accumulated"} -> recipe -> its logs and weights."""
+    run_dir = tmp_path_factory.mktemp("multiprocess")
+    one = finish(start(run_dir, cache, tiny_text_model, processes=1, batch=GLOBAL_BATCH, accumulation=1))
+    # the first launch wrote the recipes' synthetic scenes to the cache; the other two read them, side by side
+    launches = [
+        start(run_dir, cache, tiny_text_model, processes=2, batch=GLOBAL_BATCH // 2, accumulation=1),
+        start(run_dir, cache, tiny_text_model, processes=1, batch=GLOBAL_BATCH // 2, accumulation=2),
+    ]
+    try:
+        two, accumulated = [finish(launch) for launch in launches]
+    finally:  # a failed launch leaves no other behind
+        for process, _, _ in launches:
+            if process.poll() is None:
+                process.kill()
+    return {"one": one, "two": two, "accumulated": accumulated}
 
 
 def loss_differences(reference: list[dict], other: list[dict]) -> dict[tuple[int, str], float]:
@@ -134,14 +171,8 @@ def weight_difference(reference: dict, other: dict) -> float:
 
 
 @pytest.mark.parametrize("recipe", list(RECIPES))
-def test_two_processes_and_accumulation_train_as_one_process(recipe, tmp_path, cache, tiny_text_model):
-    one = finish(start(recipe, tmp_path, cache, tiny_text_model, processes=1, batch=GLOBAL_BATCH, accumulation=1))
-    # the first run wrote the recipe's synthetic scenes to the cache; the other two read them, side by side
-    runs = [
-        start(recipe, tmp_path, cache, tiny_text_model, processes=2, batch=GLOBAL_BATCH // 2, accumulation=1),
-        start(recipe, tmp_path, cache, tiny_text_model, processes=1, batch=GLOBAL_BATCH // 2, accumulation=2),
-    ]
-    two, accumulated = [finish(run) for run in runs]
+def test_two_processes_and_accumulation_train_as_one_process(recipe, runs):
+    one, two, accumulated = (runs[name][recipe] for name in ("one", "two", "accumulated"))
     # the same fraction of the epoch at every step: the global batch is 8 in both runs (two processes started)
     assert [entry["epoch"] for entry in two["logs"]] == [entry["epoch"] for entry in one["logs"]]
     components = {key for key in one["logs"][0] if key.startswith("loss_")}

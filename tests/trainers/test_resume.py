@@ -1,9 +1,10 @@
 """A damaged checkpoint file is named when resuming from it. Interrupted training resumes exactly: a run SIGKILLed after its checkpoint-2 and resumed from it ends with the
 weights (and, for the A2 captioner, the mask networks' Adam state) of an uninterrupted run with the same seed.
 
-Every run is a subprocess of `tests/resume_worker.py` (6 steps, 3 batches per epoch, a checkpoint every 2 steps): the
-captioner with the A2 gate fusion and a mask step every other step, the two-stream pre-training with its answer loss
-starting at epoch 1 (step 4, after the resume), and VGP fine-tuning. The interrupted run pauses after writing
+Every interrupted or resumed run is a subprocess of `tests/resume_worker.py`, and the uninterrupted runs are its
+trainers run in the test's process (6 steps, 3 batches per epoch, a checkpoint every 2 steps): the captioner with the A2
+gate fusion and a mask step every other step, the two-stream pre-training with its answer loss starting at epoch 1
+(step 4, after the resume), and VGP fine-tuning. The interrupted run pauses after writing
 checkpoint-2; the test kills it there, so the resumed run starts mid-epoch and crosses an epoch boundary."""
 
 from __future__ import annotations
@@ -59,6 +60,19 @@ def finish(process: subprocess.Popen) -> str:
     return output
 
 
+def train_in_this_process(recipe: str, output_dir: Path, cache: str) -> None:
+    """The worker's run of `recipe`, in the test's process, with the workers' one thread (OMP_NUM_THREADS=1): the same
+    sums in the same order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("HF_VLALIGN_CACHE", cache)
+            resume_worker.BUILDERS[recipe](str(output_dir)).train()
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, dict]:
     """For each recipe, concurrently: an uninterrupted run, and a run killed after checkpoint-2 then resumed."""
@@ -70,13 +84,15 @@ def runs(tmp_path_factory) -> dict[str, dict]:
     results = {recipe: {"full": root / recipe / "full", "resumed": root / recipe / "interrupted"} for recipe in RECIPES}
     started: list[subprocess.Popen] = []
     try:
-        full = {recipe: start(recipe, results[recipe]["full"], env, "full") for recipe in RECIPES}
         # the interrupted runs sleep in `on_save` after checkpoint-2, far longer than the test waits: killed there
         interrupted = {
             recipe: start(recipe, results[recipe]["resumed"], env, "interrupted", "--pause_after_save", "600")
             for recipe in RECIPES
         }
-        started += [*full.values(), *interrupted.values()]
+        started += interrupted.values()
+        # meanwhile the uninterrupted runs, here: nothing kills them, so they need no process of their own
+        for recipe in RECIPES:
+            train_in_this_process(recipe, results[recipe]["full"], env["HF_VLALIGN_CACHE"])
         resumed: dict[str, subprocess.Popen] = {}
         deadline = time.monotonic() + TIMEOUT_S
         while len(resumed) < len(RECIPES):
@@ -98,7 +114,6 @@ def runs(tmp_path_factory) -> dict[str, dict]:
                 started.append(resumed[recipe])
             time.sleep(0.1)
         for recipe in RECIPES:
-            finish(full[recipe])
             results[recipe]["resumed_output"] = finish(resumed[recipe])
     finally:
         for process in started:  # a failed test leaves no worker behind
