@@ -1,51 +1,22 @@
-"""Does a trained model read the image? Its task loss and accuracy with each example's own image, with another
-image's regions (a seeded derangement of the images of the evaluation set), with its own image's region features
-shuffled among its regions, and the gaps.
-
-A model that answers from the text alone (VQA's language priors, a captioner's average caption) scores the same with
-any image: its gap is about 0. This is the check `examples/train_captioning.py` reports as `test_loss` vs
-`test_loss_other_images`, for every family and task:
+"""Does a trained model read the image? Its task loss and accuracy with each example's own image, with another image's
+regions, with its own image's region features shuffled among its regions, and the gaps (a model answering from the
+text alone has a gap of about 0):
 
     from hf_vlalign.evaluation import image_use_gap
 
     results.update(image_use_gap(model, eval_dataset, collator, batch_size=64, group_column="answer_type"))
 
-Shuffling images. The distinct images of the evaluation set (an image pair for NLVR2 rows) are put in a seeded random
-order and each is replaced by the next one in that order (one cycle: no image keeps its own regions, every image is
-used as often as before). A row gets its replacement's `image_id` (and `feature_row`, the store row
-`build_dataset(..., region_features=store)` joined it to; both of each side for NLVR2's `left_*` / `right_*`, with its
-`image_id`). Columns joined
-to the row's own regions (`<text>_phrase_regions`) are dropped from the shuffled rows: the collator then aligns the
-gold boxes with the other image's regions, as it does for rows without the join. Text, labels and batches are the
-same in both passes.
+Shuffled images (`shuffled_rows`): the distinct images (NLVR2: pairs) in a seeded order, each replaced by the next (one
+cycle: none keeps its own, each is used as often as before); the row takes its replacement's `image_id` and
+`feature_row` and drops the columns joined to its own regions (`<text>_phrase_regions`).
 
-Shuffling regions (`shuffle_regions=True`, [`RegionShuffleCollator`]). Each row keeps its own image, boxes and
-targets, but the features of its image's valid regions (`visual_attention_mask` == 1) are permuted among them: the
-valid regions in a seeded random order, each taking the features of the next (one cycle: with >= 2 valid regions none
-keeps its own; an image with fewer is left as it is, and counted). What moves with the features is what describes a
-region's appearance, `REGION_APPEARANCE_KEYS`: `visual_feats`, and where a batch carries them the pre-training
-collators' `feature_labels`, `masked_regions`, `object_labels`, `attribute_labels` (the masked-region targets are the
-appearance of the features they label: left in place, a masked slot's target would be shown unmasked at another
-slot), and the detector's `region_confidence` (probe targets). What stays is where the regions are and every gold
-target: `visual_boxes`, `visual_attention_mask`, `word_region_alignment`, `phrase_labels`, `phrase_masks`,
-`phrase_region_iou`, `target_region_iou`, `labels` and the other task labels. NLVR2's (B, 2, R) pairs are shuffled
-within each image. The own and shuffled-regions passes collate the same batches (a random collator draws the same
-masks: the permutation comes from its own generator, seeded by (`seed`, batch index)).
+Shuffled regions ([`RegionShuffleCollator`]): each image keeps its boxes, masks and gold targets, but what describes a
+region's appearance (`REGION_APPEARANCE_KEYS`: its features and the masked-region targets made from them) moves one
+step along a seeded cycle of its valid regions. This is the control for region-selection tasks (referring expressions,
+phrase grounding), where another image's regions leave no answerable target. Both passes collate the same batches.
 
-A model that grounds a word in the region whose features show the named object picks a region whose box no longer
-holds it, and loses accuracy; a model that reads the bag of objects (VQA's colour of the scene) or only the text and
-boxes does not. For region-selection tasks (referring expressions, phrase grounding, the grounding probe) this is the
-meaningful control: with another image's regions the gold boxes match none of the regions (every row is a miss, or
-its target is re-aligned to unrelated boxes), so the image-swap gap mixes "reads the image" with "the task has no
-answer any more"; shuffled regions keep every target answerable.
-
-Loss: the model's task losses (every `loss_<key>` output whose items `loss_item_counts` counts, attention supervision
-left out: `word_region_alignment` is not passed), each averaged over all its items of the set (questions, caption
-tokens, ...) and summed over components. Accuracy, where the task has one: VQA's soft score of the best answer, the
-accuracy of a single answer id (GQA), of NLVR2's binary score, of the referred region (IoU >= 0.5 with the referred
-box, RefCOCO+), of each phrase's best region (phrase grounding), of VGP's two classifiers. Gaps are signed so that
-> 0 means the image helps: `image_use_loss_gap` = shuffled - own loss, `image_use_<metric>_gap` = own - shuffled, and
-the same for `region_shuffle_loss_gap` and `region_shuffle_<metric>_gap`.
+Loss: the sum of the model's task losses (`loss_<key>` for each key of `loss_item_counts`, attention supervision left
+out), each averaged over all its items. Gaps are signed so that > 0 means the image helps.
 """
 
 from __future__ import annotations

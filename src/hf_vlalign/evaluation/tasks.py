@@ -1,19 +1,8 @@
-"""`hf-vlalign evaluate`: a saved model's task metric on a dataset (offline default: the synthetic scenes).
-
-- `vgp`: identification and VGP accuracy of a `SingleStreamForVisualParaphrase` (Samaran et al.);
-- `vqa`: the `accuracy` and GQA script metrics of a `*ForQuestionAnswering` (either family) on the scenes' GQA-format
-  questions, as `examples/finetune_vqa.py` reports them; its answers are the model folder's `answer_vocab.json`;
-- `gqa`: the same for a `*ForQuestionAnswering`; for a `TwoStreamForPreTraining` with a QA head, the GQA evaluation
-  script's metrics (`metrics.gqa.gqa_scores`) of its pre-training answers;
-- `nlvr2`: NLVR2's accuracy and consistency of a `*ForVisualReasoning`, as `examples/finetune_nlvr2.py`;
-- `refcoco`: referring-expression accuracy (IoU >= 0.5) of a `*ForReferringExpression` with the confidence baseline
-  and upper bound, as `examples/finetune_refcoco.py`;
-- `flickr_grounding`: recall@1/5/10 (MERGED-BOXES) of a `*ForPhraseGrounding` with the confidence baseline and upper
-  bound, as `examples/finetune_flickr_grounding.py`;
-- `captioning`: BLEU-1..4, METEOR, ROUGE-L and CIDEr-D of a `RegionCaptionerForConditionalGeneration`'s greedy
-  (or beam) captions.
-
-The task examples' own evaluation code (`evaluation/task_metrics.py`) computes the metrics.
+"""`hf-vlalign evaluate`: a saved model's task metric on a dataset (offline default: the synthetic scenes), computed
+by the task examples' own evaluation code (`evaluation/task_metrics.py`) beside its baselines (`evaluation/baselines.py`):
+`vgp` (identification and VGP accuracy), `vqa` / `gqa` (accuracy and the GQA script's metrics; a two-stream
+pre-training QA head: the script's metrics of its answers), `nlvr2` (accuracy and consistency), `refcoco` (accuracy at
+IoU >= 0.5), `flickr_grounding` (recall@1/5/10, MERGED-BOXES) and `captioning` (BLEU-1..4, METEOR, ROUGE-L, CIDEr-D).
 """
 
 from __future__ import annotations
@@ -161,20 +150,6 @@ def generate_captions(
     return captions
 
 
-@torch.no_grad()
-def evaluate_captioning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, num_beams: int = 1, max_new_tokens: int = 20, max_examples: int | None = None) -> dict:
-    """Caption metrics of a captioner's captions of the scenes' validation images (an example: one image and its
-    reference captions)."""
-    from ..data import build_dataset
-    from ..data.builders.synthetic_scenes import synthetic_region_features
-
-    store = synthetic_region_features(config=synthetic)
-    captions = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
-    return score_captioning(
-        model, tokenizer, captions, "sentence", store, batch_size, progress, num_beams, max_new_tokens, max_examples
-    )
-
-
 def score_captioning(
     model, tokenizer, captions, column: str, store, batch_size: int, progress: bool, num_beams: int = 1,
     max_new_tokens: int = 20, max_examples: int | None = None,
@@ -283,21 +258,6 @@ def score_question_answering(
     return results | {"baselines": compare_with_baselines(results, _of_training(baselines, train_rows))}
 
 
-def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None) -> dict:
-    """NLVR2's accuracy and consistency of a `*ForVisualReasoning` on the scenes' NLVR2 statements, as
-    examples/finetune_nlvr2.py evaluates."""
-    from ..data import build_dataset
-    from ..data.builders.synthetic_scenes import synthetic_region_features
-
-    store = synthetic_region_features(config=synthetic, task="nlvr2")
-    rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", config=synthetic, region_features=store)
-    # the baselines: the most frequent truth value of the scenes' training split (generated with the evaluation split)
-    train_labels = build_dataset("synthetic_scenes", None, "train", task="nlvr2", config=synthetic)["label"]
-    return score_visual_reasoning(
-        model, tokenizer, rows, store, batch_size, progress, max_text_length, max_examples, train_labels
-    )
-
-
 def score_visual_reasoning(model, tokenizer, rows, store, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None, train_labels=None) -> dict:
     """NLVR2's accuracy and consistency of a `*ForVisualReasoning` on image-pair rows with NLVR2 identifiers, beside
     the majority truth value of `train_labels` (None: of the evaluated rows themselves)."""
@@ -315,17 +275,6 @@ def score_visual_reasoning(model, tokenizer, rows, store, batch_size: int, progr
     return results | {"num_examples": len(rows), "baselines": baselines}
 
 
-def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
-    """Accuracy (IoU >= 0.5) of a `*ForReferringExpression`'s chosen regions on the scenes' referring expressions, with
-    the confidence baseline, the upper bound and chance, as examples/finetune_refcoco.py evaluates."""
-    from ..data import build_dataset
-    from ..data.builders.synthetic_scenes import synthetic_region_features
-
-    store = synthetic_region_features(config=synthetic)
-    rows = build_dataset("synthetic_scenes", None, "val", task="refcoco", config=synthetic, region_features=store)
-    return score_referring_expression(model, tokenizer, rows, store, batch_size, max_text_length, max_examples)
-
-
 def score_referring_expression(model, tokenizer, rows, store, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
     """Accuracy (IoU >= 0.5) of a `*ForReferringExpression` on referring-expression rows joined to `store`."""
     from ..data import ReferringExpressionCollator
@@ -335,17 +284,6 @@ def score_referring_expression(model, tokenizer, rows, store, batch_size: int, m
     rows, _ = collator.drop_overlong_rows(rows, "referring eval")
     rows = first_examples(rows, max_examples, "the referring expressions")
     return referring_results(rows, store, chosen_regions(model, rows, collator, batch_size)) | {"num_examples": len(rows)}
-
-
-def evaluate_phrase_grounding(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
-    """Recall@1/5/10 (MERGED-BOXES) of a `*ForPhraseGrounding` on the scenes' captions (Flickr30k Entities format), with
-    the confidence baseline and the upper bound, as examples/finetune_flickr_grounding.py evaluates."""
-    from ..data import build_dataset
-    from ..data.builders.synthetic_scenes import synthetic_region_features
-
-    store = synthetic_region_features(config=synthetic)
-    rows = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic, region_features=store)
-    return score_phrase_grounding(model, tokenizer, rows, store, batch_size, max_text_length, max_examples)
 
 
 def score_phrase_grounding(model, tokenizer, rows, store, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
@@ -428,24 +366,45 @@ def evaluate_task(
             model, tokenizer, model_dir, task, data_file, batch_size, progress, max_text_length, max_examples
         )
         return {"task": task, "model_dir": str(model_dir), "model": architecture, "data_file": str(data_file)} | results
-    synthetic = synthetic or SyntheticSceneConfig()
+    results = evaluate_synthetic(
+        model, tokenizer, model_dir, task, synthetic or SyntheticSceneConfig(), batch_size, progress, max_text_length,
+        max_examples, pretraining,
+    )  # fmt: skip
+    return {"task": task, "model_dir": str(model_dir), "model": architecture} | results
+
+
+def evaluate_synthetic(
+    model, tokenizer, model_dir, task: str, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool,
+    max_text_length: int, max_examples: int | None, pretraining: bool,
+) -> dict:
+    """`task`'s metric on the synthetic scenes' evaluation split, as the task's example evaluates it; the baselines
+    of NLVR2 and question answering are the majority of the scenes' training split (generated with it)."""
+    from ..data import build_dataset
+    from ..data.builders.synthetic_scenes import synthetic_region_features
+
     if task == "vgp":
-        results = evaluate_vgp(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
-    elif pretraining:
-        results = evaluate_gqa(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
-    elif task in ("vqa", "gqa"):
-        results = evaluate_question_answering(
+        return evaluate_vgp(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
+    if pretraining:
+        return evaluate_gqa(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
+    if task in ("vqa", "gqa"):
+        return evaluate_question_answering(
             model, tokenizer, model_dir, synthetic, batch_size, progress, max_text_length, max_examples=max_examples
         )
-    elif task == "nlvr2":
-        results = evaluate_visual_reasoning(model, tokenizer, synthetic, batch_size, progress, max_text_length, max_examples=max_examples)
-    elif task == "refcoco":
-        results = evaluate_referring_expression(model, tokenizer, synthetic, batch_size, max_text_length, max_examples=max_examples)
-    elif task == "flickr_grounding":
-        results = evaluate_phrase_grounding(model, tokenizer, synthetic, batch_size, max_text_length, max_examples=max_examples)
-    else:
-        results = evaluate_captioning(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
-    return {"task": task, "model_dir": str(model_dir), "model": architecture} | results
+    if task == "nlvr2":
+        store = synthetic_region_features(config=synthetic, task="nlvr2")
+        rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", config=synthetic, region_features=store)
+        train_labels = build_dataset("synthetic_scenes", None, "train", task="nlvr2", config=synthetic)["label"]
+        return score_visual_reasoning(
+            model, tokenizer, rows, store, batch_size, progress, max_text_length, max_examples, train_labels
+        )
+    store = synthetic_region_features(config=synthetic)
+    if task == "captioning":
+        captions = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
+        return score_captioning(model, tokenizer, captions, "sentence", store, batch_size, progress, max_examples=max_examples)
+    data_task = "refcoco" if task == "refcoco" else "captions"
+    rows = build_dataset("synthetic_scenes", None, "val", task=data_task, config=synthetic, region_features=store)
+    score = score_referring_expression if task == "refcoco" else score_phrase_grounding
+    return score(model, tokenizer, rows, store, batch_size, max_text_length, max_examples)
 
 
 # the user-data format (`data.builders.user_data.USER_TASKS`) each task's evaluation reads

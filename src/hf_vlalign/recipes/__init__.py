@@ -1,23 +1,9 @@
-"""What the example scripts share: their common arguments, `TrainingArguments` defaults, loading the tokenizer and a
-model (of either family for a task, or any class from an hf_vlalign or a text checkpoint), and finishing a run
-(weights, `eval_results.json`, model card, push).
+"""What the example scripts share, so that every example takes the same flags and finishes its run the same way.
 
-Every example parses `ModelArguments`, `DataArguments`, its own task arguments and transformers' `TrainingArguments`
-with `parse_recipe_args`, so each takes the same flags: `--model_family`, `--model_name_or_path`, `--dataset`,
-`--data_dir`, `--features`, `--train_file` / `--validation_file` (one's own data), `--mixed_precision`, and every
-`TrainingArguments` flag (`--seed`, `--gradient_accumulation_steps`, `--eval_steps`, `--resume_from_checkpoint`,
-`--push_to_hub`, `--hub_model_id`, ...). Examples with arguments of their own (VGP, two-stream pre-training,
-captioning) parse them with `parse_recipe_args` too (their argument classes extend `UserDataArguments`, for
-`--train_file`), so the same checks apply (`--mixed_precision`, `--dropout`) and they load and finish their runs with
-the same helpers (`load_tokenizer`, `from_checkpoint_or_text`, `set_dropout`, `save_model`, `take_push_to_hub`,
-`write_results`).
-Every example also takes `--num_threads`: on CPU, each process uses the available cores divided by the processes of
-the machine unless OMP_NUM_THREADS or `--num_threads` says otherwise (`set_cpu_threads`).
-
-Modules: `arguments` (the argument classes, their defaults and checks, `parse_recipe_args`), `threads` (CPU threads and
-the multi-process launch check), `models` (tokenizer and model loading, dropout), `subsets` (the rows a run reads),
-`outputs` (final evaluation, weights, `eval_results.json`, model-card summary, push), `user_data` (`--train_file` /
-`--validation_file`: one's own images and texts, and the evaluation rows without a validation file).
+Modules: `arguments` (the argument classes, their `TrainingArguments` defaults and checks, `parse_recipe_args`),
+`threads` (CPU threads per process, the multi-process launch check), `models` (tokenizer and model loading, dropout),
+`subsets` (the rows a run reads), `outputs` (final evaluation, weights, `eval_results.json`, model-card summary, push),
+`user_data` (`--train_file` / `--validation_file`: one's own images and texts).
 """
 
 from .arguments import (

@@ -19,7 +19,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers.utils import logging
 
-from ..utils.output_paths import refuse_foreign_file, refuse_output_overlapping_inputs
+from ..utils.output_paths import refuse_foreign_file
 
 logger = logging.get_logger(__name__)
 
@@ -135,10 +135,8 @@ def estimate_fisher(
     progress: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Diagonal empirical Fisher of `model` on `dataloader`: for each trainable parameter, the mean over batches of
-    the squared gradient of the model's loss (`outputs.loss`, the batch-mean loss the model trains on).
-
-    The gradients are those of minibatch losses, as in the common EWC code (e.g. Avalanche's `EWCPlugin`); a batch
-    size of 1 gives the per-example empirical Fisher. The model runs in eval mode (no dropout); its mode is restored.
+    the squared gradient of the model's batch-mean loss (`outputs.loss`), as in the common EWC code (e.g. Avalanche's
+    `EWCPlugin`; a batch size of 1 gives the per-example Fisher). The model runs in eval mode, its mode restored.
 
     Args:
         model: any model whose output carries `loss` when the batches carry labels.
@@ -202,13 +200,6 @@ def is_fisher_file(path: Path) -> bool:
         return False
 
 
-def check_fisher_output(path: str | Path, inputs: Mapping[str, str | Path | None], output_argument: str = "path") -> None:
-    """`path` is none of `inputs` (the model folder, the data's files), nor inside or around one, and is new or a
-    Fisher file `save_fisher` wrote (any other file is left alone)."""
-    refuse_output_overlapping_inputs(path, inputs, output_argument=output_argument)
-    refuse_foreign_file(path, output_argument, description="a Fisher file", is_own=is_fisher_file)
-
-
 def save_fisher(path: str | Path, fisher: Mapping[str, torch.Tensor], anchor: Mapping[str, torch.Tensor]) -> Path:
     """Writes the Fisher and the anchor weights into one safetensors file, named `fisher.<parameter>` and
     `anchor.<parameter>`; returns the path. An existing `path` is replaced only when it is a Fisher file."""
@@ -221,17 +212,6 @@ def save_fisher(path: str | Path, fisher: Mapping[str, torch.Tensor], anchor: Ma
     return path
 
 
-def split_fisher_state(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """`{"fisher.<p>": F, "anchor.<p>": theta*}` (a `save_fisher` file's content) -> (fisher, anchor), checked."""
-    other = sorted(key for key in state if not key.startswith((FISHER_PREFIX, ANCHOR_PREFIX)))
-    if other:
-        raise ValueError(f"Fisher state names must start with {FISHER_PREFIX!r} or {ANCHOR_PREFIX!r}; got {other[:5]}.")
-    fisher = {key.removeprefix(FISHER_PREFIX): value for key, value in state.items() if key.startswith(FISHER_PREFIX)}
-    anchor = {key.removeprefix(ANCHOR_PREFIX): value for key, value in state.items() if key.startswith(ANCHOR_PREFIX)}
-    _check_fisher_and_anchor(fisher, anchor)
-    return fisher, anchor
-
-
 def load_fisher(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(fisher, anchor) from a file written by `save_fisher` (or `hf-vlalign fisher`)."""
     path = Path(path)
@@ -241,7 +221,13 @@ def load_fisher(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, to
         state = load_file(str(path))
     except SafetensorError as error:
         raise ValueError(f"`path` {path} is not a Fisher file written by `save_fisher` / `hf-vlalign fisher` ({error}).") from None
-    return split_fisher_state(state)
+    other = sorted(key for key in state if not key.startswith((FISHER_PREFIX, ANCHOR_PREFIX)))
+    if other:
+        raise ValueError(f"Fisher state names must start with {FISHER_PREFIX!r} or {ANCHOR_PREFIX!r}; got {other[:5]}.")
+    fisher = {key.removeprefix(FISHER_PREFIX): value for key, value in state.items() if key.startswith(FISHER_PREFIX)}
+    anchor = {key.removeprefix(ANCHOR_PREFIX): value for key, value in state.items() if key.startswith(ANCHOR_PREFIX)}
+    _check_fisher_and_anchor(fisher, anchor)
+    return fisher, anchor
 
 
 def check_fisher_matches(model: nn.Module, fisher: Mapping[str, torch.Tensor], anchor: Mapping[str, torch.Tensor]) -> list[str]:
@@ -292,5 +278,4 @@ __all__ = [
     "load_fisher",
     "outputs_distillation_loss",
     "save_fisher",
-    "split_fisher_state",
 ]
