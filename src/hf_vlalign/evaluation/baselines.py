@@ -70,9 +70,7 @@ def compare_with_baselines(results: Mapping, baselines: Mapping[str, Baseline]) 
     return compared
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Classification: the majority class of the training labels
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _kept(labels: Sequence, ignore_index: int | None, argument: str) -> list:
@@ -121,9 +119,7 @@ def majority_soft_score_accuracy(
     return sum(row.get(majority, 0.0) for row in eval_scores) / len(eval_scores)
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # The tasks' baselines, keyed as the examples' and `hf-vlalign evaluate`'s results
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def vgp_baselines(train_rows, eval_rows, vgp_task: str) -> dict[str, Baseline]:
@@ -144,17 +140,10 @@ def vgp_baselines(train_rows, eval_rows, vgp_task: str) -> dict[str, Baseline]:
 def question_answering_baselines(
     answer_vocab: Mapping[str, int], train_rows, eval_rows, eval_questions: Mapping[str, dict] | None = None
 ) -> dict[str, Baseline]:
-    """The baselines of the keys of `task_metrics.answer_metrics`, scored with the same metrics:
-
-    - GQA-style rows (a `label` column, and `answer` strings where given): the most frequent training answer of the
-      vocabulary; `accuracy` is its exact match on every evaluation row (an answer outside the vocabulary counts as
-      wrong, as for the model) and, with `eval_questions`, `gqa_accuracy` / `gqa_binary` / `gqa_open` are the official
-      script's for that answer (`gqa_baselines`: one answer for all, binary and open questions alike);
-    - VQA v2 rows (`labels` / `scores` soft scores): the training answer of the largest summed soft score; `accuracy`
-      is its label score, `vqa_accuracy` the official script's (when the rows have the annotators' `answers`), and
-      `vqa_accuracy_<type>` each answer type's own majority training answer on that type's questions (when every row
-      has an `answer_type`).
-    """
+    """The baselines of the keys of `task_metrics.answer_metrics`, scored with the same metrics: for GQA-style rows (a
+    `label` column) the most frequent training answer of the vocabulary (with `eval_questions`, also the GQA script's
+    `gqa_*` metrics); for VQA v2 rows (`labels` / `scores`) the training answer of the largest summed soft score
+    (`vqa_accuracy` when the rows have the annotators' `answers`, and per answer type that type's own majority)."""
     from ..metrics import vqa_accuracy
 
     answers = sorted(answer_vocab, key=answer_vocab.get)

@@ -51,18 +51,13 @@ def evaluate_grounding(
     progress: bool = True,
     active_heads_only: bool = True,
 ) -> GroundingProbeResult:
-    """Li et al.'s probe over `dataset`: every head of every layer as a classifier (see `GroundingProbe`; the best head
-    is the best actively attending one unless `active_heads_only=False`).
-
-    `collator` must return the probe targets (`return_probe_targets=True`).
+    """Li et al.'s probe over `dataset` of a single-stream model: every head of every layer as a classifier (see
+    `GroundingProbe`; the best head is the best actively attending one unless `active_heads_only=False`), the same as
+    `probe_attention_blocks` with its text mask. `collator` must return the probe targets (`return_probe_targets=True`).
     """
-    was_training = _start_evaluation(model, dataset, collator)
-    probe = GroundingProbe(
-        model.config.num_hidden_layers, model.config.num_attention_heads, iou_threshold, active_heads_only=active_heads_only
+    return probe_attention_blocks(
+        model, dataset, collator, "attention_mask", batch_size, iou_threshold, active_heads_only, progress
     )
-    probe_over_blocks(probe, model, dataset, collator, "attention_mask", batch_size, progress)
-    model.train(was_training)
-    return probe.compute()
 
 
 def probe_over_blocks(
@@ -175,6 +170,16 @@ def _grounded_rows(attention: torch.Tensor, model_inputs: dict, outputs, tokeniz
     )
 
 
+def _forward_in_eval_mode(model: torch.nn.Module, batch: dict) -> tuple[dict, object]:
+    """(model inputs, outputs with attentions) of `batch` run in eval mode; the model's mode is put back."""
+    was_training = model.training
+    model.eval()
+    model_inputs, _ = split_batch(batch, model_device(model))
+    outputs = model(**model_inputs, output_attentions=True)
+    model.train(was_training)
+    return model_inputs, outputs
+
+
 @torch.no_grad()
 def word_region_attention(
     model: torch.nn.Module, batch: dict[str, torch.Tensor], tokenizer, layer: int, head: int, index: int = 0
@@ -182,11 +187,7 @@ def word_region_attention(
     """Attention of example `index` of `batch` from its grounded tokens to its regions, in head (`layer`, `head`)."""
     check_module("model", model)
     check_tokenizer("tokenizer", tokenizer)
-    was_training = model.training
-    model.eval()
-    model_inputs, _ = split_batch(batch, model_device(model))
-    outputs = model(**model_inputs, output_attentions=True)
-    model.train(was_training)
+    model_inputs, outputs = _forward_in_eval_mode(model, batch)
     text_length, num_regions = model_inputs["input_ids"].shape[1], model_inputs["visual_feats"].shape[1]
     rows = text_to_region_attention(outputs.attentions, text_length, num_regions, model_inputs["visual_attention_mask"])
     return _grounded_rows(rows[layer, index, head], model_inputs, outputs, tokenizer, index)
@@ -290,12 +291,8 @@ def cross_attention_rows(
     check_tokenizer("tokenizer", tokenizer)
     if not -model.config.x_layers <= layer < model.config.x_layers:
         raise ValueError(f"`layer` must index one of the {model.config.x_layers} cross layers, got {layer}.")
-    was_training = model.training
-    model.eval()
-    model_inputs, _ = split_batch(batch, model_device(model))
-    outputs = model(**model_inputs, output_attentions=True)
+    model_inputs, outputs = _forward_in_eval_mode(model, batch)
     attention = outputs.cross_encoder_attentions[layer][index].sum(0)
-    model.train(was_training)
     return _grounded_rows(attention, model_inputs, outputs, tokenizer, index)
 
 

@@ -33,7 +33,7 @@ import torch
 
 from ..metrics.grounding import region_hits
 from ..utils.validation import check_callable, check_module, check_rows
-from .inference import inference_batches, model_device
+from .inference import _to, inference_batches, model_device
 
 # the image columns of a row: NLVR2's pair, else the single image (and the store row each was joined to)
 PAIR_IMAGE_COLUMNS = ("left_image_id", "right_image_id")
@@ -44,9 +44,7 @@ LEFT_OUT_INPUTS = ("word_region_alignment",)
 ScoreFunction = Callable[[Any, Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Shuffling
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def image_columns(column_names: Sequence[str]) -> tuple[str, ...]:
@@ -175,9 +173,7 @@ class RegionShuffleCollator:
         return shuffled
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Scores
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def task_scores(outputs: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -217,9 +213,7 @@ def task_scores(outputs: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, to
     return {}
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # The gap
-# ----------------------------------------------------------------------------------------------------------------
 
 
 class _Totals:
@@ -247,10 +241,6 @@ class _Totals:
 
     def mean_scores(self) -> dict[str, float]:
         return {name: total / count for name, (total, count) in self.scores.items() if count}
-
-
-def _on(value: Any, device: torch.device) -> Any:
-    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def _group_name(value: object) -> str:
@@ -290,7 +280,7 @@ def _evaluate(
             loss = getattr(outputs, f"loss_{key}" if key else "loss", None)
             if loss is not None:
                 totals.add_loss(key or "loss", float(loss), int(count))
-        scores = score_fn(outputs, {key: _on(value, device) for key, value in batch.items()})
+        scores = score_fn(outputs, {key: _to(value, device) for key, value in batch.items()})
         for name, values in scores.items():
             values = values.detach().float().cpu().reshape(-1)
             totals.add_scores(name, values)
@@ -328,18 +318,14 @@ def _compared(
     if own_loss is not None and other_loss is not None:
         results.update({"own_image_loss": own_loss} if with_own else {})
         results.update({f"{shuffled}_loss": other_loss, f"{gap}_loss_gap": other_loss - own_loss})
-    own_scores, other_scores = own.mean_scores(), other.mean_scores()
-    for name, value in own_scores.items():
-        results.update({f"own_image_{name}": value} if with_own else {})
-        results[f"{shuffled}_{name}"] = other_scores[name]
-        results[f"{gap}_{name}_gap"] = value - other_scores[name]
-    for group in sorted(own_groups):
-        group_own, group_other = own_groups[group].mean_scores(), other_groups[group].mean_scores()
-        for name, value in group_own.items():
-            results.update({f"own_image_{name}_{group}": value} if with_own else {})
-            results[f"{shuffled}_{name}_{group}"] = group_other[name]
-            results[f"{gap}_{name}_gap_{group}"] = value - group_other[name]
-    primary = next(iter(own_scores), None)
+    passes = [("", own, other)] + [(f"_{group}", own_groups[group], other_groups[group]) for group in sorted(own_groups)]
+    for suffix, own_totals, other_totals in passes:
+        other_scores = other_totals.mean_scores()
+        for name, value in own_totals.mean_scores().items():
+            results.update({f"own_image_{name}{suffix}": value} if with_own else {})
+            results[f"{shuffled}_{name}{suffix}"] = other_scores[name]
+            results[f"{gap}_{name}_gap{suffix}"] = value - other_scores[name]
+    primary = next(iter(own.mean_scores()), None)
     if primary is not None:
         results[f"{gap}_gap"] = results[f"{gap}_{primary}_gap"]
     elif f"{gap}_loss_gap" in results:
@@ -365,29 +351,21 @@ def image_use_gap(
     regions (see the module docstring), and the gaps.
 
     Args:
-        model: any hf_vlalign task model (or captioner) whose outputs carry `loss_<key>` for each key of its
-            `loss_item_counts`; run in eval mode without gradients, on its own device, and left in the mode it had.
-        dataset: rows with labels, as the collator reads them (a `datasets.Dataset` or a list of dicts), at least two
-            distinct images.
-        collator: the task's collator (e.g. `QuestionAnsweringCollator`), called on lists of rows.
+        model: any hf_vlalign task model (or captioner); run in eval mode without gradients, its mode put back.
+        dataset: rows with labels, as `collator` (the task's collator) reads them, showing at least two images.
         batch_size: rows per forward pass (the same batches in every pass).
         seed: seed of the derangement of the images, and of the region permutation of each batch.
-        group_column: a column (e.g. VQA's `answer_type`) whose values also get their own accuracies and gaps
-            (tasks with one score per row).
+        group_column: a column (e.g. VQA's `answer_type`) whose values get their own scores (one score per row).
         score_fn: `(outputs, batch) -> {metric: per-item scores}` replacing [`task_scores`].
         max_examples: evaluate the first N rows only (None: all).
-        shuffle_regions: also run the rows' own images with the features of each image's regions permuted among its
-            valid regions ([`RegionShuffleCollator`]): the control for region-selection tasks (a third pass).
+        shuffle_regions: also run the shuffled-regions pass ([`RegionShuffleCollator`]).
 
     Returns a flat dict for `eval_results.json`: `own_image_loss`, `shuffled_image_loss`, `image_use_loss_gap`
-    (shuffled - own); for each metric `own_image_<metric>`, `shuffled_image_<metric>`, `image_use_<metric>_gap`
-    (own - shuffled), and per group `..._<metric>_<group>`; `image_use_gap` (the first metric's gap, else the loss
-    gap) with `image_use_gap_metric` naming it; `image_use_examples`, `image_use_images`, `image_use_seed`. With
-    `shuffle_regions`, also `shuffled_regions_loss`, `region_shuffle_loss_gap` (shuffled regions - own), for each
-    metric `shuffled_regions_<metric>` and `region_shuffle_<metric>_gap` (own - shuffled regions), per group
-    `shuffled_regions_<metric>_<group>` and `region_shuffle_<metric>_gap_<group>`, `region_shuffle_gap` (the gap of
-    the metric `image_use_gap_metric` names) and `region_shuffle_rows_unshuffled` (rows with an image of fewer than
-    2 valid regions, left as they were).
+    (shuffled - own) and, for each metric and group, `own_image_<metric>[_<group>]`, `shuffled_image_<metric>[_<group>]`,
+    `image_use_<metric>_gap[_<group>]` (own - shuffled); `image_use_gap` (the first metric's gap, else the loss gap,
+    named by `image_use_gap_metric`), `image_use_examples`, `image_use_images`, `image_use_seed`. With
+    `shuffle_regions`, the same with `shuffled_regions_*` and `region_shuffle_*`, and `region_shuffle_rows_unshuffled`
+    (rows with an image of fewer than 2 valid regions, left as they were).
     """
     check_module("model", model)
     check_rows("dataset", dataset)

@@ -52,11 +52,9 @@ ANALYSIS_FILE = "analysis.json"
 
 @dataclass
 class AnalysisData:
-    """What `analyze_model` runs on: the examples, the collator returning probe targets, and the key of the text mask;
-    optionally the folder of the images (`<image_id>.png`, for the figure of boxes on the image) and the detector's
-    class names (indexed by the store's `object_ids`, for the region labels). `encoder_only`: run the checkpoint's
-    base model (`model.base_model`), for data without the inputs of its task head (single captions read by a VGP
-    model)."""
+    """What `analyze_model` runs on: the examples, the collator returning probe targets, the key of the text mask and,
+    optionally, the images (`image_paths`, else `<image_dir>/<image_id>.png`) and the detector's class names (indexed
+    by the store's `object_ids`). `encoder_only`: run `model.base_model`, for data without its task head's inputs."""
 
     dataset: object
     collator: object
@@ -96,13 +94,9 @@ def flickr30k_entities_analysis_data(
     max_images: int | None = None,
     max_text_length: int = 64,
 ) -> AnalysisData:
-    """Li et al.'s setting: Flickr30k Entities captions of `split`, each caption alone with its image's regions (from
-    the `RegionFeatureStore` at `features`) and its phrases' gold boxes from `Annotations/<id>.xml`; for a single-stream
-    model (trained with hf_vlalign, or a converted VisualBERT).
-
-    `max_images`: the first N images of the split (each with its five captions); with it, the first N listed images
-    must have their annotation files.
-    """
+    """Li et al.'s setting for a single-stream model: Flickr30k Entities captions of `split` (of its first
+    `max_images` images), each alone with its image's regions (the `RegionFeatureStore` at `features`) and its
+    phrases' gold boxes."""
     from ..data import GroundedCaptionCollator, RegionFeatureStore
     from ..data.builders import build_dataset
 
@@ -127,11 +121,10 @@ def user_analysis_data(
     max_text_length: int = 64,
     require_phrases: bool = True,
 ) -> AnalysisData:
-    """A user's `caption` file (`data.builders.user_data`: image, caption, grounded phrases with pixel boxes), each
-    caption alone with its image's regions (made as the model's processor makes them, `region_options_for_model`),
-    read as the model's family reads captions: a single-stream model's encoder (Li et al.'s single-caption setting), a
-    two-stream model's pre-training inputs, a captioner's teacher-forced captions. `require_phrases`: refuse a file
-    without any grounded phrase (the grounding probe scores those)."""
+    """A user's `caption` file (`data.builders.user_data`), each caption alone with its image's regions (made as the
+    model's processor makes them), read as the model's family reads captions: a single-stream encoder, a two-stream
+    model's pre-training inputs, a captioner's teacher-forced captions. `require_phrases`: refuse a file without any
+    grounded phrase."""
     from ..data import CaptioningCollator, GroundedCaptionCollator, TwoStreamPretrainingCollator
     from .user_files import check_grounded_phrases, load_user_file
 

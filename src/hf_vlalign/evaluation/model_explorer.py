@@ -116,16 +116,12 @@ def explore_model(
 
     Args:
         model_dir: an hf_vlalign checkpoint of any family (with its tokenizer).
-        out: the HTML file to write: new or an earlier explorer page, and none of the inputs (`model_dir`,
-            `data_file` and its images), nor inside or around one (e.g. `<model_dir>-explorer.html` beside the model).
+        out: the HTML file, new or an earlier explorer page, and none of the inputs, nor inside or around one.
         num_examples: the first N examples to show (at most `MAX_EXPLORER_EXAMPLES`).
-        data_file: a user's `caption` file (`data.builders.user_data`); each example is drawn on its own image. Default:
-            the synthetic scenes' evaluation split, drawn on their renderings.
-        image: with `data_file`, show only the rows of this image (a file the data file names); refused otherwise.
+        data_file: a user's `caption` file (default: the synthetic scenes' evaluation split, `synthetic`), each
+            example drawn on its own image; `image`: show only the rows of this image, which the file names.
         max_text_length: word pieces per caption of `data_file` (longer ones are cut).
-        synthetic: the synthetic scenes (default `SyntheticSceneConfig()`).
-        probe_examples: examples the grounding probe's accuracy grid is computed on (0: no grid).
-        batch_size: batch size of the probe.
+        probe_examples: examples the grounding probe's accuracy grid is computed on (0: no grid), `batch_size` at a time.
     """
     for name, value, low in (
         ("num_examples", num_examples, 1),

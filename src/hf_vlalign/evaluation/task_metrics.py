@@ -1,16 +1,6 @@
-"""The evaluation of the task examples (`examples/finetune_*.py`), shared with `hf-vlalign evaluate`.
-
-- question answering: `answer_metrics` (accuracy, and the official GQA script's or VQA v2 metrics), the
-  `compute_metrics` of `Trainer.evaluate`, with `predicted_answer_ids` as `preprocess_logits_for_metrics`;
-- NLVR2: `reasoning_metrics` (accuracy and consistency) with `predicted_truth`;
-- referring expressions: `chosen_regions` (the model's region per expression) scored by `referring_results`, and
-  during training `accuracy_from_region_iou` (with `trainers.ReferringExpressionTrainer`'s predictions);
-- phrase grounding: `grounded_phrases_only` (the phrases that can be scored), `phrase_region_scores` (the model's
-  logits per phrase) scored by `recall_results` (recall@k, MERGED-BOXES), and during training `recall_at_1_any_box`
-  (with `trainers.PhraseGroundingTrainer`'s predictions);
-- single-stream pre-training: `pretraining_metrics` (masked-word and sentence-image accuracy) with
-  `predictions_for_metrics`.
-"""
+"""The evaluation of the task examples (`examples/finetune_*.py`), shared with `hf-vlalign evaluate`: for each task
+the `compute_metrics` (and `preprocess_logits_for_metrics`) of `Trainer.evaluate`, or a pass over the rows scored
+afterwards (`chosen_regions` -> `referring_results`, `phrase_region_scores` -> `recall_results`)."""
 
 from __future__ import annotations
 
@@ -48,9 +38,7 @@ PHRASE_COLUMNS = (
 )
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Question answering
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def predicted_answer_ids(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -92,9 +80,7 @@ def answer_metrics(
     return compute_metrics
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # NLVR2
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def predicted_truth(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -119,9 +105,7 @@ def reasoning_metrics(eval_rows: datasets.Dataset) -> Callable[[EvalPrediction],
     return compute_metrics
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Referring expressions
-# ----------------------------------------------------------------------------------------------------------------
 
 
 @torch.no_grad()
@@ -184,9 +168,7 @@ def accuracy_from_region_iou(prediction: EvalPrediction) -> dict[str, float]:
     }
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Phrase grounding
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def grounded_phrases_only(dataset: datasets.Dataset, tokenizer, max_text_length: int) -> tuple[datasets.Dataset, dict]:
@@ -297,9 +279,7 @@ def recall_at_1_any_box(prediction: EvalPrediction) -> dict[str, float]:
     return {"recall@1_any_box": float((top1_iou[real] >= IOU_THRESHOLD).mean()) if real.any() else 0.0}
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Single-stream pre-training
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def predictions_for_metrics(logits: tuple[torch.Tensor, torch.Tensor], labels) -> tuple[torch.Tensor, torch.Tensor]:

@@ -61,15 +61,6 @@ def load_model(model_dir: str | Path) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_examples: int | None = None) -> dict:
-    from ..data.builders import load_vgp_data
-
-    data = load_vgp_data(synthetic_config=synthetic)
-    pairs = first_examples(data.eval, max_examples, f"{data.source} (eval)")
-    return score_vgp(model, tokenizer, pairs, data.region_features, batch_size, progress, train_rows=data.train)
-
-
-@torch.no_grad()
 def score_vgp(model, tokenizer, rows, store, batch_size: int, progress: bool, train_rows=None) -> dict:
     """Identification and VGP accuracy of a `SingleStreamForVisualParaphrase` on VGP rows joined to `store`, beside
     the majority class of `train_rows` (None: of the evaluated rows themselves)."""
@@ -189,31 +180,6 @@ def _trainer_evaluate(model, collator, rows, batch_size: int, progress: bool, co
     return {key if key == "eval_loss" else key.removeprefix("eval_"): value for key, value in kept.items()}
 
 
-def evaluate_question_answering(model, tokenizer, model_dir, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None) -> dict:
-    """`accuracy` and the GQA script's metrics of a `*ForQuestionAnswering` on the scenes' GQA-format questions, as
-    examples/finetune_vqa.py evaluates: its answers are `answer_vocab.json` of `model_dir` (the scenes' vocabulary
-    when the folder has none)."""
-    from ..data import build_dataset
-    from ..data.builders import gqa
-    from ..data.builders.synthetic_scenes import synthetic_region_features
-    from ..synthetic import load_or_generate_synthetic_vgp
-    from ..synthetic.questions import ANSWER_VOCAB_FILE
-
-    store = synthetic_region_features(config=synthetic)
-    questions_dir = load_or_generate_synthetic_vgp(config=synthetic).gqa_dir
-    vocab = model_answer_vocab(model, model_dir, questions_dir / ANSWER_VOCAB_FILE)
-    rows = build_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
-    # the labels in the head's answer ids (the folder's vocabulary; -1: an answer it lacks, counted wrong), not the
-    # scenes' own ids
-    rows = rows.map(lambda row: {"label": vocab.get(row["answer"], -1)}, desc="answer ids of the model")
-    records = gqa.read_questions(gqa.question_files(questions_dir, "val", "balanced", None))
-    # the baselines: the most frequent answer of the scenes' training split (generated with the evaluation split)
-    train_rows = build_dataset("synthetic_scenes", None, "train", task="questions", config=synthetic)
-    return score_question_answering(
-        model, tokenizer, vocab, rows, store, records, batch_size, progress, max_text_length, max_examples, train_rows
-    )
-
-
 def model_answer_vocab(model, model_dir, default: Path | None = None) -> dict[str, int]:
     """{answer: id} of a question-answering head: `answer_vocab.json` of `model_dir` (else the `default` file), of
     the head's size."""
@@ -318,18 +284,13 @@ def evaluate_task(
     max_text_length: int | None = None,
     max_examples: int | None = None,
 ) -> dict:
-    """The metric of `task` for the model saved in `model_dir`, on the synthetic scenes' evaluation split, or on a
-    user-format `data_file` (`data.builders.user_data`) of the task's format (`USER_FILE_TASKS`), whose images' region
-    features are made as the model's processor makes them (`user_files.region_options_for_model`). Only the first
-    `max_examples` examples are read (pairs, questions, statements, expressions, captions or, for captioning, images;
-    None: all; more than the data holds: all, with a warning); the results' `num_examples` is the count evaluated, and
-    their `baselines` each accuracy beside its baseline (`evaluation.baselines`: the majority class of the synthetic
-    scenes' training split, generated with the evaluation split, or of a `data_file`'s own rows; the largest region
-    for the grounding tasks).
+    """The metric of `task` for the model saved in `model_dir`, on the synthetic scenes' evaluation split or on a
+    user-format `data_file` of the task's format (`USER_FILE_TASKS`, its images' region features made as the model's
+    processor makes them), reading the first `max_examples` examples (None, or more than the data holds: all); the
+    results' `num_examples` is the count evaluated, their `baselines` each accuracy beside its baseline.
 
-    `max_text_length` cuts the texts of the tasks in `TEXT_LENGTH_TASKS` (None: `DEFAULT_MAX_TEXT_LENGTH`, as the
-    examples do); the other evaluations (`vgp`, a two-stream pre-training QA head, `captioning`) do not read it and
-    refuse a value rather than ignore it."""
+    `max_text_length` cuts the texts of the tasks in `TEXT_LENGTH_TASKS` (None: `DEFAULT_MAX_TEXT_LENGTH`); the other
+    evaluations do not read it and refuse a value rather than ignore it."""
     if task not in TASKS:
         raise ValueError(f"`task` must be one of {TASKS}, got {task!r}.")
     for name, value in (("batch_size", batch_size), ("max_text_length", max_text_length)):
@@ -380,16 +341,17 @@ def evaluate_synthetic(
     """`task`'s metric on the synthetic scenes' evaluation split, as the task's example evaluates it; the baselines
     of NLVR2 and question answering are the majority of the scenes' training split (generated with it)."""
     from ..data import build_dataset
+    from ..data.builders import gqa, load_vgp_data
     from ..data.builders.synthetic_scenes import synthetic_region_features
+    from ..synthetic import load_or_generate_synthetic_vgp
+    from ..synthetic.questions import ANSWER_VOCAB_FILE
 
     if task == "vgp":
-        return evaluate_vgp(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
+        data = load_vgp_data(synthetic_config=synthetic)
+        pairs = first_examples(data.eval, max_examples, f"{data.source} (eval)")
+        return score_vgp(model, tokenizer, pairs, data.region_features, batch_size, progress, train_rows=data.train)
     if pretraining:
         return evaluate_gqa(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
-    if task in ("vqa", "gqa"):
-        return evaluate_question_answering(
-            model, tokenizer, model_dir, synthetic, batch_size, progress, max_text_length, max_examples=max_examples
-        )
     if task == "nlvr2":
         store = synthetic_region_features(config=synthetic, task="nlvr2")
         rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", config=synthetic, region_features=store)
@@ -398,6 +360,17 @@ def evaluate_synthetic(
             model, tokenizer, rows, store, batch_size, progress, max_text_length, max_examples, train_labels
         )
     store = synthetic_region_features(config=synthetic)
+    if task in ("vqa", "gqa"):  # the head's answers: `answer_vocab.json` of `model_dir`, else the scenes' vocabulary
+        questions_dir = load_or_generate_synthetic_vgp(config=synthetic).gqa_dir
+        vocab = model_answer_vocab(model, model_dir, questions_dir / ANSWER_VOCAB_FILE)
+        rows = build_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
+        # the labels in the head's answer ids (-1: an answer it lacks, counted wrong), not the scenes' own ids
+        rows = rows.map(lambda row: {"label": vocab.get(row["answer"], -1)}, desc="answer ids of the model")
+        records = gqa.read_questions(gqa.question_files(questions_dir, "val", "balanced", None))
+        train_rows = build_dataset("synthetic_scenes", None, "train", task="questions", config=synthetic)
+        return score_question_answering(
+            model, tokenizer, vocab, rows, store, records, batch_size, progress, max_text_length, max_examples, train_rows
+        )
     if task == "captioning":
         captions = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
         return score_captioning(model, tokenizer, captions, "sentence", store, batch_size, progress, max_examples=max_examples)

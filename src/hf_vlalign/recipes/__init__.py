@@ -9,18 +9,11 @@ Modules: `arguments` (the argument classes, their `TrainingArguments` defaults a
 from .arguments import (
     EVALUATIONS_PER_RUN,
     FAMILIES,
-    MIXED_PRECISION,
-    TRAINING_DEFAULTS,
     DataArguments,
     MixedPrecisionArguments,
     ModelArguments,
     ThreadArguments,
     UserDataArguments,
-    apply_mixed_precision,
-    check_dropout,
-    check_model_family,
-    checkpoint_family,
-    default_report_to,
     parse_indices,
     parse_recipe_args,
     supervision_settings,
@@ -29,7 +22,6 @@ from .arguments import (
 from .models import (
     DEFAULT_BASE_MODEL,
     check_visual_feat_dim,
-    checkpoint_path,
     from_checkpoint_or_text,
     load_task_model,
     load_tokenizer,
@@ -51,36 +43,26 @@ from .outputs import (
     write_results,
 )
 from .subsets import evaluation_subset, first_rows
-from .threads import available_cores, check_distributed_launch, default_cpu_threads, set_cpu_threads
-from .user_data import HELD_OUT_FRACTION, UserSplits, load_user_splits, rename_text_columns
+from .threads import available_cores, check_distributed_launch, default_cpu_threads
+from .user_data import load_user_splits, rename_text_columns
 
 __all__ = [
     "DEFAULT_BASE_MODEL",
     "EVALUATIONS_PER_RUN",
     "FAMILIES",
-    "HELD_OUT_FRACTION",
     "IMAGE_USE_EXAMPLES",
-    "MIXED_PRECISION",
     "SYNTHETIC_INFERENCE_GRID",
-    "TRAINING_DEFAULTS",
     "DataArguments",
     "MixedPrecisionArguments",
     "ModelArguments",
     "ThreadArguments",
     "UserDataArguments",
-    "UserSplits",
-    "apply_mixed_precision",
     "available_cores",
     "build_processor",
     "check_distributed_launch",
-    "check_dropout",
-    "check_model_family",
     "check_visual_feat_dim",
-    "checkpoint_family",
-    "checkpoint_path",
     "default_cpu_threads",
     "default_region_options",
-    "default_report_to",
     "evaluation_subset",
     "final_evaluation",
     "first_rows",
@@ -93,7 +75,6 @@ __all__ = [
     "parse_recipe_args",
     "rename_text_columns",
     "save_model",
-    "set_cpu_threads",
     "set_dropout",
     "supervision_settings",
     "synthetic_scene_config",

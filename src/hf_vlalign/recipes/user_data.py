@@ -30,11 +30,8 @@ MIN_EVAL_IMAGES = 2
 
 @dataclass
 class UserSplits:
-    """The training and evaluation rows of a user's files joined to their region features.
-
-    `source` names the data for `eval_results.json` and the model card; `region_options` are the
-    `extract_region_features` options the features were made with (saved with the model); `answer_vocab` is set for
-    the `vqa` task."""
+    """The training and evaluation rows of a user's files joined to their region features; `source` names the data,
+    `region_options` made the features (saved with the model); `answer_vocab` is set for the `vqa` task."""
 
     train: datasets.Dataset
     eval: datasets.Dataset

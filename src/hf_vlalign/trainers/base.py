@@ -76,15 +76,12 @@ def collate_with_seed(collator: Callable[[list[Any]], Any], examples: list[Any],
 
 
 class SeededCollator:
-    """Runs `collator` with the torch, numpy and Python random states seeded from (seed, epoch, batch index), and
-    puts the caller's states back afterwards.
+    """Runs `collator` with the random states seeded from (seed, epoch, batch index), the caller's put back.
 
-    A random collator (the pre-training collator masks words and regions, swaps images) would otherwise draw from the
-    training's global random state, and resuming could not be exact: accelerate's dataloader collates one batch ahead,
-    the batches skipped on resume are never collated, and `Trainer` restores the checkpoint's random state only after
-    the first batches of the resumed epoch are collated. Keyed by position, batch `i` of epoch `e` is the same batch in
-    an interrupted and an uninterrupted run, and the collator consumes nothing of the state that dropout reads.
-    With `dataloader_num_workers > 0`, worker `w` of `W` collates batches `w, w + W, ...` of the (resumed) iterator.
+    Why: a random collator (masks, swapped images) drawing from the global state could not resume exactly, since
+    accelerate collates one batch ahead, skipped batches are never collated, and `Trainer` restores the random state
+    only after the resumed epoch's first batches. Keyed by position, batch `i` of epoch `e` is the same in an
+    interrupted and an uninterrupted run. With `W` dataloader workers, worker `w` collates batches `w, w + W, ...`.
     """
 
     def __init__(self, collator: Callable[[list[Any]], Any], seed: int, position: BatchPosition):
@@ -179,27 +176,11 @@ def naming_checkpoint_files(checkpoint: str | os.PathLike | None, patterns: tupl
 class ComponentLossTrainingArguments(TrainingArguments):
     r"""
     [`TrainingArguments`] of [`ComponentLossTrainer`], and the base of every other trainer's arguments: the two
-    regularisers that keep what pre-training learned (`trainers/regularization.py`). Each is added to the model's loss
-    and logged under its own key (`loss_distill`, `loss_ewc`, unweighted), in training and evaluation.
-
-    Parameters:
-        distill_from (`str`, *optional*):
-            Local folder of the teacher of knowledge distillation (Hinton et al. 2015), loaded with the student's
-            class (`from_pretrained`); typically the model the fine-tuning starts from. It is frozen, kept in eval
-            mode and moved to the student's device; it sees the student's batch without gradient. The loss adds
-            `distill_weight * loss_distill`, the KL of every logits field of the outputs (see
-            `outputs_distillation_loss`).
-        distill_temperature (`float`, *optional*, defaults to `2.0`):
-            Softmax temperature T > 0 of both distributions.
-        distill_weight (`float`, *optional*, defaults to `1.0`):
-            Weight >= 0 of `loss_distill` (0: logged only).
-        ewc_weight (`float`, *optional*, defaults to `0.0`):
-            Weight >= 0 of the EWC penalty `loss_ewc` = sum_i F_i (theta_i - theta*_i)^2 (Kirkpatrick et al. 2017,
-            whose lambda is twice this weight: their penalty carries a 1/2); 0 with `ewc_fisher` given: logged only.
-        ewc_fisher (`str`, *optional*):
-            File of the Fisher and the anchor weights theta*, written by `hf-vlalign fisher` or `save_fisher`.
-            Required when `ewc_weight > 0`. Trainable parameters it does not cover are left free (counted in a
-            warning).
+    regularisers that keep what pre-training learned (`trainers/regularization.py`), knowledge distillation (Hinton et
+    al. 2015) from a frozen teacher that sees the student's batch, and EWC (Kirkpatrick et al. 2017, whose lambda is
+    twice `ewc_weight`: their penalty carries a 1/2). Each is added to the model's loss and logged under its own key
+    (`loss_distill`, `loss_ewc`, unweighted; a weight of 0 logs it only), in training and evaluation. Trainable
+    parameters the Fisher file does not cover are left free (counted in a warning).
     """
 
     distill_from: str | None = field(
@@ -246,12 +227,6 @@ def check_bounds(args: TrainingArguments, **bounds: tuple[str, float]) -> None:
             raise ValueError(f"`{name}` must be {relation} {bound}, got {value!r}.")
 
 
-def count_on_device(count: torch.Tensor | int, device: torch.device) -> torch.Tensor:
-    """An item count as a 0-d long tensor on `device`; one on the CPU is copied without waiting (a blocking copy
-    would synchronise with the device at every optimizer step)."""
-    return torch.as_tensor(count).to(device, non_blocking=True).reshape(()).long()
-
-
 ArgumentsT = TypeVar("ArgumentsT", bound=TrainingArguments)
 
 
@@ -281,20 +256,12 @@ def as_training_arguments(args: TrainingArguments | None, args_class: type[Argum
 class ComponentLossTrainer(Trainer):
     """A `Trainer` whose model output carries loss components (`loss_component_keys`), each logged separately.
 
-    Losses are normalised by global counts: before each optimizer step the trainer sums the model's
-    `loss_item_counts` (grounded words, masked tokens, caption tokens, ...) over the step's micro-batches and over
-    processes and passes them to the forward as `global_item_counts` (transformers' `num_items_in_batch` keeps its
-    meaning: one label-token count, None for these models); each process's loss is then its share of the
-    global mean, and the gradient equals that of one process over the whole global batch, whatever the number of
-    processes and accumulation steps (the way transformers' `Trainer` counts label tokens for causal language
-    models, for every loss of the model). Evaluation batches are normalised over processes the same way. A model
-    without `loss_item_counts` keeps the Trainer's per-batch means.
-
-    Training batches are collated by `SeededCollator`: random collation depends on (`args.seed`, epoch, batch index)
-    only, so `train(resume_from_checkpoint=...)` reproduces the uninterrupted run's batches exactly.
-
-    The trainer's own settings are fields of `args`, an instance of `args_class` (here
-    [`ComponentLossTrainingArguments`]: distillation and EWC); a plain `TrainingArguments` is converted into it.
+    Losses are normalised by global counts: before each optimizer step the model's `loss_item_counts` are summed over
+    the step's micro-batches and processes and passed to the forward as `global_item_counts`, so that the gradient
+    equals that of one process over the whole global batch (as transformers' `Trainer` counts label tokens, for every
+    loss of the model); evaluation batches are normalised over processes too. A model without `loss_item_counts`
+    keeps the Trainer's per-batch means. Training batches are collated by `SeededCollator`, so a resumed run is exact.
+    The trainer's settings are an `args_class` (a plain `TrainingArguments` is converted into it).
     """
 
     # the class of the trainer's `args`, which holds its own settings
@@ -428,8 +395,10 @@ class ComponentLossTrainer(Trainer):
         if not per_batch or per_batch[0] is None or not per_batch[0]:
             return None
         keys = sorted(per_batch[0])
+        # a count on the CPU is copied without waiting: a blocking copy would synchronise at every optimizer step
+        device = self.args.device
         local = torch.stack([
-            sum(count_on_device(counts[key], self.args.device) for counts in per_batch)
+            sum(torch.as_tensor(counts[key]).to(device, non_blocking=True).reshape(()).long() for counts in per_batch)
             for key in keys
         ])  # fmt: skip
         totals = self.accelerator.reduce(local, reduction="sum") if self.accelerator.num_processes > 1 else local

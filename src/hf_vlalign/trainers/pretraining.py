@@ -23,12 +23,8 @@ TWO_STREAM_PRETRAINING_LOSS_KEYS = (
 @dataclass
 class TwoStreamPretrainingTrainingArguments(ComponentLossTrainingArguments):
     r"""
-    [`ComponentLossTrainingArguments`] of [`TwoStreamPretrainingTrainer`].
-
-    Parameters:
-        qa_start_epoch (`float`, *optional*, defaults to `0.0`):
-            First (fractional) epoch whose training steps include the question-answering loss (Kervadec et al. add it
-            at epoch 10 of 20).
+    [`ComponentLossTrainingArguments`] of [`TwoStreamPretrainingTrainer`]: `qa_start_epoch`, the first (fractional)
+    epoch whose training steps include the question-answering loss (Kervadec et al. add it at epoch 10 of 20).
     """
 
     qa_start_epoch: float = field(
@@ -80,11 +76,8 @@ class SingleStreamPretrainingTrainingArguments(ComponentLossTrainingArguments):
 class SingleStreamPretrainingTrainer(ComponentLossTrainer):
     """Trainer for `SingleStreamForPreTraining`: logs `loss_mlm`, `loss_sentence_image`, `loss_region_feature`,
     `loss_region_class` and `loss_attention_supervision`. Its settings are [`SingleStreamPretrainingTrainingArguments`].
-
-    Args:
-        eval_data_collator (*optional*): the collator of the evaluation batches (e.g. one seeded, so that every
-            evaluation masks the same words and draws the same second captions); default: `data_collator`. An object
-            beside `data_collator`, so a constructor argument rather than a field of `args`.
+    `eval_data_collator` (default: `data_collator`) collates the evaluation batches, e.g. one seeded so that every
+    evaluation masks the same words; an object, so a constructor argument rather than a field of `args`.
     """
 
     args_class = SingleStreamPretrainingTrainingArguments

@@ -31,7 +31,6 @@ FISHER_FILE_CONTENT = "hf_vlalign EWC fisher and anchor"
 DISTILLED_SUFFIXES = ("logits", "_score")
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Knowledge distillation
 
 
@@ -42,14 +41,9 @@ def distillation_loss(
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """KL(softmax(teacher / T) || softmax(student / T)) * T^2 over the last (class) dimension, averaged over the
-    positions (examples, or tokens for token-level logits) that `mask` keeps ("batchmean").
-
-    Args:
-        student_logits / teacher_logits (`torch.Tensor` of shape `(..., num_classes)`): the same shape.
-        temperature (`float`): T > 0; the T^2 factor keeps the gradient scale independent of T (Hinton et al., sec. 2).
-        mask (`torch.Tensor` of shape `student_logits.shape[:-1]`, *optional*): True where a position counts (e.g.
-            `labels != -100` for token-level logits); all positions count without it. A mask keeping no position
-            gives a zero loss (nothing to distil), still attached to the graph.
+    positions (examples, or tokens) that `mask` (`logits.shape[:-1]`, e.g. `labels != -100`) keeps ("batchmean"); a
+    mask keeping none gives a zero loss still attached to the graph. The T^2 factor keeps the gradient scale
+    independent of T (Hinton et al., sec. 2).
     """
     # Hinton et al. 2015, sec. 2: L = T^2 * KL(p_teacher^T || p_student^T), p^T = softmax(z / T)
     student_log_probs = F.log_softmax(student_logits.float() / temperature, dim=-1)
@@ -112,7 +106,6 @@ def outputs_distillation_loss(
     return total
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Elastic weight consolidation
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -30,11 +30,6 @@ def vgp_classification_metrics(
     }
 
 
-def vgp_metrics_for(config) -> Callable[[EvalPrediction], dict[str, float]]:
-    """`vgp_classification_metrics` with the VGP task and class names of a `SingleStreamConfig`."""
-    return partial(vgp_classification_metrics, class_names=config.vgp_class_names(), vgp_task=config.vgp_task)
-
-
 @dataclass
 class VGPTrainingArguments(HeadLearningRateArguments):
     r"""
@@ -58,6 +53,9 @@ class VGPTrainer(HeadLearningRateTrainer):
 
     def __init__(self, model=None, *args, **kwargs):
         if "compute_metrics" not in kwargs and hasattr(getattr(model, "config", None), "vgp_class_names"):
-            kwargs["compute_metrics"] = vgp_metrics_for(model.config)
+            config = model.config
+            kwargs["compute_metrics"] = partial(
+                vgp_classification_metrics, class_names=config.vgp_class_names(), vgp_task=config.vgp_task
+            )
         super().__init__(model, *args, **kwargs)
         self.label_names = ["id_labels", "vgp_labels"]
