@@ -1,22 +1,10 @@
 """Does a trained model read the image? Its task loss and accuracy with each example's own image, with another image's
-regions, with its own image's region features shuffled among its regions, and the gaps (a model answering from the
-text alone has a gap of about 0):
-
-    from hf_vlalign.evaluation import image_use_gap
-
-    results.update(image_use_gap(model, eval_dataset, collator, batch_size=64, group_column="answer_type"))
-
-Shuffled images (`shuffled_rows`): the distinct images (NLVR2: pairs) in a seeded order, each replaced by the next (one
-cycle: none keeps its own, each is used as often as before); the row takes its replacement's `image_id` and
-`feature_row` and drops the columns joined to its own regions (`<text>_phrase_regions`).
-
-Shuffled regions ([`RegionShuffleCollator`]): each image keeps its boxes, masks and gold targets, but what describes a
-region's appearance (`REGION_APPEARANCE_KEYS`: its features and the masked-region targets made from them) moves one
-step along a seeded cycle of its valid regions. This is the control for region-selection tasks (referring expressions,
-phrase grounding), where another image's regions leave no answerable target. Both passes collate the same batches.
-
-Loss: the sum of the model's task losses (`loss_<key>` for each key of `loss_item_counts`, attention supervision left
-out), each averaged over all its items. Gaps are signed so that > 0 means the image helps.
+regions (`shuffled_rows`: each distinct image, or NLVR2 pair, replaced by the next in a seeded cycle, the columns
+joined to its own regions dropped) and with its own image's region appearance (`REGION_APPEARANCE_KEYS`) moved one
+step along a seeded cycle of its valid regions ([`RegionShuffleCollator`]: boxes and gold targets stay, the control
+for region-selection tasks), and the gaps, signed so that > 0 means the image helps (a model answering from the text
+alone: about 0). The loss is the sum of the model's task losses (attention supervision left out), each averaged over
+all its items.
 """
 
 from __future__ import annotations

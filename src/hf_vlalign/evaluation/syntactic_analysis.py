@@ -30,11 +30,9 @@ TOP_RELATIONS = 10
 
 @dataclass
 class SyntacticGroundingAnalysis:
-    """Feeds a `SyntacticGroundingProbe` from collated batches and their rows (the texts to parse).
-
-    `token_shift` moves encoding positions to the model's text positions: -1 for the captioner, whose decoder reads the
-    caption without the leading [CLS].
-    """
+    """Feeds a `SyntacticGroundingProbe` from collated batches and their rows (the texts to parse). `token_shift` moves
+    encoding positions to the model's text positions: -1 for the captioner, whose decoder reads the caption without the
+    leading [CLS]."""
 
     probe: SyntacticGroundingProbe
     tokenizer: object

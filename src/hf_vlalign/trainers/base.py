@@ -76,13 +76,11 @@ def collate_with_seed(collator: Callable[[list[Any]], Any], examples: list[Any],
 
 
 class SeededCollator:
-    """Runs `collator` with the random states seeded from (seed, epoch, batch index), the caller's put back.
-
-    Why: a random collator (masks, swapped images) drawing from the global state could not resume exactly, since
-    accelerate collates one batch ahead, skipped batches are never collated, and `Trainer` restores the random state
-    only after the resumed epoch's first batches. Keyed by position, batch `i` of epoch `e` is the same in an
-    interrupted and an uninterrupted run. With `W` dataloader workers, worker `w` collates batches `w, w + W, ...`.
-    """
+    """Runs `collator` with the random states seeded from (seed, epoch, batch index), the caller's put back. Why: a
+    random collator (masks, swapped images) drawing from the global state could not resume exactly, since accelerate
+    collates one batch ahead, skipped batches are never collated, and `Trainer` restores the random state only after the
+    resumed epoch's first batches. Keyed by position, batch `i` of epoch `e` is the same in an interrupted and an
+    uninterrupted run. With `W` dataloader workers, worker `w` collates batches `w, w + W, ...`."""
 
     def __init__(self, collator: Callable[[list[Any]], Any], seed: int, position: BatchPosition):
         self.collator = collator
@@ -333,11 +331,10 @@ class ComponentLossTrainer(Trainer):
             super()._load_rng_state(checkpoint)
 
     def fit_visual_feature_statistics(self) -> None:
-        """Before training: a model that standardises its region features (`visual_feature_normalization=
-        "standardize"`) and has no statistics yet gets those of the training images, read from the collator's
-        region-feature store (`hf_vlalign.data.region_feature_statistics`: exact, the same on every process; at most
-        `FEATURE_STATISTICS_MAX_IMAGES` images, a subset seeded independently of `args.seed`). Statistics already
-        set (a checkpoint trained with them, or set by the caller) are kept; a resumed run loads the checkpoint's."""
+        """Before training: a model that standardises its region features and has no statistics yet gets those of the
+        training images in the collator's store (`region_feature_statistics`: the same on every process; at most
+        `FEATURE_STATISTICS_MAX_IMAGES` images). Statistics already set are kept; a resumed run loads the checkpoint's.
+        """
         model = unwrap_peft_model(self.accelerator.unwrap_model(self.model))
         statistics = model.visual_feature_statistics() if hasattr(model, "visual_feature_statistics") else None
         if statistics is None or statistics["num_regions"] > 0:

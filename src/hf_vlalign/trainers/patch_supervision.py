@@ -64,11 +64,8 @@ class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
 class PatchSupervisionTrainer(ComponentLossTrainer):
     """`Trainer` of a transformers patch model on `PatchGroundingCollator` batches: the model's own task loss
     (`loss_task`: LLaVA's / PaliGemma's language-model loss on the caption, or a ViLT head's loss) plus
-    `attention_supervision_weight * loss_attention`.
-
-    The attention of the supervised layers is recorded by an `AttentionRecorder` during the forward (LLaVA and
-    PaliGemma keep `sdpa`). Both losses are normalised by global counts: caption label tokens (passed to the model as
-    transformers' `num_items_in_batch`) and grounded tokens, summed over the step's micro-batches and processes.
+    `attention_supervision_weight * loss_attention`, the attention recorded by an `AttentionRecorder` (LLaVA and
+    PaliGemma keep `sdpa`). Both are normalised by global counts (caption label tokens, grounded tokens).
     """
 
     args_class = PatchSupervisionTrainingArguments

@@ -37,12 +37,8 @@ class TwoStreamPretrainingTrainingArguments(ComponentLossTrainingArguments):
 
 
 class TwoStreamPretrainingTrainer(ComponentLossTrainer):
-    """Trainer for `TwoStreamForPreTraining`: sums the enabled losses with their config weights (the model does),
-    logs each of `loss_mlm`, `loss_object_class`, `loss_object_attr`, `loss_region_feature`, `loss_itm`, `loss_qa`,
-    `loss_alignment` and `loss_attention_supervision`, and starts the question-answering loss only from epoch
-    `args.qa_start_epoch` ([`TwoStreamPretrainingTrainingArguments`]): before that, training batches are stripped of
-    their `answer_labels`.
-    """
+    """Trainer for `TwoStreamForPreTraining`: logs each of `TWO_STREAM_PRETRAINING_LOSS_KEYS` and starts the
+    question-answering loss at epoch `args.qa_start_epoch` (before it, training batches lose their `answer_labels`)."""
 
     args_class = TwoStreamPretrainingTrainingArguments
     loss_component_keys = TWO_STREAM_PRETRAINING_LOSS_KEYS

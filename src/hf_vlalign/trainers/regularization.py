@@ -130,14 +130,8 @@ def estimate_fisher(
     """Diagonal empirical Fisher of `model` on `dataloader`: for each trainable parameter, the mean over batches of
     the squared gradient of the model's batch-mean loss (`outputs.loss`), as in the common EWC code (e.g. Avalanche's
     `EWCPlugin`; a batch size of 1 gives the per-example Fisher). The model runs in eval mode, its mode restored.
-
-    Args:
-        model: any model whose output carries `loss` when the batches carry labels.
-        dataloader: batches of model inputs (dicts of tensors; moved to the model's device).
-        num_batches (`int`, *optional*): use only the first `num_batches` batches (default: all).
-        non_model_keys: batch entries the model's forward does not take (dropped).
-    Returns:
-        `{name: F}` on CPU, float32, one entry per trainable parameter (zeros for parameters the loss does not reach).
+    `dataloader` yields dicts of model inputs with labels (`non_model_keys` dropped), the first `num_batches` read
+    (None: all). Returns `{name: F}` on CPU, float32, per trainable parameter (zeros where the loss does not reach).
     """
     parameters = trainable_parameters(model)
     if not parameters:
@@ -244,12 +238,10 @@ def ewc_penalty(
     fisher: Mapping[str, torch.Tensor],
     anchor: Mapping[str, torch.Tensor],
 ) -> torch.Tensor:
-    """sum_i F_i (theta_i - theta*_i)^2 over the parameters named in `fisher`.
-
-    Kirkpatrick et al. 2017, eq. 3 writes the penalty (lambda / 2) sum_i F_i (theta_i - theta*_i)^2; like the common
-    EWC code (Avalanche's `EWCPlugin`, moskomule/ewc.pytorch) the 1/2 is left to the weight: the trainers' `ewc_weight`
-    is the paper's lambda / 2. `fisher` and `anchor` are moved to each parameter's device (free when already there).
-    """
+    """sum_i F_i (theta_i - theta*_i)^2 over the parameters named in `fisher`. Kirkpatrick et al. 2017, eq. 3 writes the
+    penalty (lambda / 2) sum_i F_i (theta_i - theta*_i)^2; like the common EWC code (Avalanche's `EWCPlugin`,
+    moskomule/ewc.pytorch) the 1/2 is left to the weight: the trainers' `ewc_weight` is the paper's lambda / 2. `fisher`
+    and `anchor` are moved to each parameter's device (free when already there)."""
     parameters = trainable_parameters(model)
     penalty = None
     for name, importance in fisher.items():

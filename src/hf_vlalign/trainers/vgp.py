@@ -32,18 +32,13 @@ def vgp_classification_metrics(
 
 @dataclass
 class VGPTrainingArguments(HeadLearningRateArguments):
-    r"""
-    [`HeadLearningRateArguments`] of [`VGPTrainer`] (distillation and EWC are what Samaran et al. propose against
-    the forgetting their attention-supervised model shows; `head_learning_rate` trains the visual embeddings and the
-    identification and VGP heads).
-    """
+    r"""[`HeadLearningRateArguments`] of [`VGPTrainer`] (distillation and EWC are what Samaran et al. propose against
+    the forgetting their attention-supervised model shows)."""
 
 
 class VGPTrainer(HeadLearningRateTrainer):
-    """Trainer for `SingleStreamForVisualParaphrase`: logs `loss_id`, `loss_vgp` and `loss_attention_supervision`
-    (train and eval) and, by default, the identification and VGP accuracies at evaluation, the VGP one per type
-    (`vgp_classification_metrics` with the model config's `vgp_task` and class names). Its settings are
-    [`VGPTrainingArguments`]."""
+    """Trainer for `SingleStreamForVisualParaphrase`: logs `loss_id`, `loss_vgp` and `loss_attention_supervision` and,
+    by default, `vgp_classification_metrics` at evaluation."""
 
     args_class = VGPTrainingArguments
     loss_component_keys = ("loss_id", "loss_vgp", "loss_attention_supervision")
