@@ -334,9 +334,8 @@ def image_use_gap(
     shuffle_regions: bool = True,
     progress: bool = True,
 ) -> dict[str, float | int | str]:
-    """How much `model` reads the image on `dataset`: its task loss and accuracy with each row's own image, with
-    another image's regions and, with `shuffle_regions`, with its own image's region features shuffled among its
-    regions (see the module docstring), and the gaps.
+    """How much `model` reads the image on `dataset` (see the module docstring): its task loss and accuracy with each
+    row's own image, with another image's regions and with its own regions' features shuffled, and the gaps.
 
     Args:
         model: any hf_vlalign task model (or captioner); run in eval mode without gradients, its mode put back.

@@ -121,10 +121,8 @@ def chosen_regions(model, dataset: datasets.Dataset, collator, batch_size: int) 
 
 def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) -> dict:
     """Accuracy (IoU >= 0.5 with the referred box, pixels) of the chosen regions, of the detector-confidence baseline
-    (each image's most confident region; left out when the store has no confidences) and of the upper bound (the
-    region of best IoU), each with `referring_expression_accuracy`; `chance_accuracy` is the expected accuracy of a
-    region drawn uniformly among the image's regions and `largest_region_accuracy` that of the image's largest region
-    (the text-blind baseline, `metrics.grounding.largest_region_accuracy`), which `baselines` compares the accuracy with."""
+    (when the store has confidences), of the upper bound (the region of best IoU), of a uniformly drawn region
+    (`chance_accuracy`) and of the image's largest region (the text-blind baseline `baselines` compares with)."""
     chosen, confident, best, gold, chance, regions = [], [], [], [], [], []
     with_confidence = True
     for row, choice in zip(dataset, choices, strict=True):
@@ -232,11 +230,9 @@ def phrase_region_scores(model, dataset: datasets.Dataset, collator, batch_size:
 
 
 def recall_results(dataset: datasets.Dataset, store: RegionFeatureStore, scores: list[list[torch.Tensor]]) -> dict:
-    """Recall@k (MERGED-BOXES) of the model's ranking, of the detector-confidence baseline (Li et al. 2020: every phrase
-    gets the image's regions by decreasing detection confidence), of the largest-region baseline (the image's regions
-    by decreasing area, whatever the phrase: `metrics.grounding.largest_region_recall`) and the upper bound (any region of the
-    image at IoU >= 0.5), each computed with `phrase_grounding_recall` on pixel boxes; `baselines` compares each recall
-    with the largest-region one."""
+    """Recall@k (MERGED-BOXES, pixel boxes) of the model's ranking, of the detector-confidence ranking (Li et al.
+    2020), of the regions by decreasing area (the baseline `baselines` compares with) and the upper bound (any region
+    of the image at IoU >= 0.5)."""
     ranked, by_confidence, every_region, gold = [], [], [], []
     without_confidence = 0
     for row, row_scores in zip(dataset, scores):
@@ -290,10 +286,9 @@ def predictions_for_metrics(logits: tuple[torch.Tensor, torch.Tensor], labels) -
 
 
 def pretraining_metrics(paired: bool) -> Callable[[EvalPrediction], dict[str, float]]:
-    """`compute_metrics`: masked-word accuracy (and always predicting the most frequent masked word) and, with pairs,
-    sentence-image accuracy (and always predicting the most frequent match label): the baselines of
-    `baselines.pretraining_baselines`, the evaluation rows' own majority (the pairs are drawn at collation, so there are
-    no training labels to count)."""
+    """`compute_metrics`: masked-word accuracy and, with pairs, sentence-image accuracy, each beside always predicting
+    the evaluation rows' most frequent label (`baselines.pretraining_baselines`: masks and pairs are drawn at
+    collation, so there are no training labels to count)."""
 
     def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
         predicted_words, sentence_image_logits = prediction.predictions

@@ -215,15 +215,13 @@ def parse_recipe_args(
     parser.add_argument(
         "--config", default=None, help="a YAML or JSON file of flag values, which the other flags override (examples/configs/)."
     )
-    # pinned memory only speeds up copies to an accelerator; without one torch warns at every DataLoader
-    pin_memory = torch.accelerator.is_available()
     config_path, argv = split_config_flag(argv)
     config_values = read_recipe_config(config_path, dataclass_types) if config_path else {}
     parser.set_defaults(
         **{
             **TRAINING_DEFAULTS,
             "report_to": "tensorboard" if is_tensorboard_available() else "none",  # logs under <output_dir>/runs
-            "dataloader_pin_memory": pin_memory,
+            "dataloader_pin_memory": torch.accelerator.is_available(),  # else torch warns at every DataLoader
             **defaults,
             **config_values,
         }
@@ -264,10 +262,9 @@ def _path_values(value: Any) -> list[str | os.PathLike]:
 
 
 def recipe_inputs(parsed: Iterable[Any], training_args: TrainingArguments, config_path: str | None) -> dict[str, Any]:
-    """The paths a run reads, by flag: every path-valued field of the examples' own arguments (a model folder, data
-    files and folders, feature stores; a list such as `--lxmert_train_files` entry by entry), the fields a
-    `TrainingArguments` subclass adds (a Fisher file, a teacher model), `--resume_from_checkpoint` and `--config`.
-    Values that are no existing path (a Hub id, a split name) are skipped by the overlap check."""
+    """The paths a run reads, by flag: every path-valued field of the examples' own arguments (a list entry by entry)
+    and of the fields a `TrainingArguments` subclass adds, `--resume_from_checkpoint` and `--config`. Values that are
+    no existing path (a Hub id, a split name) are skipped by the overlap check."""
     base_fields = {one.name for one in fields(TrainingArguments)}
     own = [(args, {one.name for one in fields(args)}) for args in parsed]
     own.append((training_args, {one.name for one in fields(training_args)} - base_fields))

@@ -41,12 +41,6 @@ class UserSplits:
     answer_vocab: dict[str, int] | None = None
 
 
-def region_options(args: UserDataArguments) -> dict[str, Any]:
-    """The `extract_region_features` options of `--grid_size` and `--region_encoder` (the whole image first, then
-    the grid; a file that gives `regions` keeps only the encoder)."""
-    return {**DEFAULT_REGION_OPTIONS, "grid_size": args.grid_size, "encoder": args.region_encoder}
-
-
 def held_out_split(dataset: datasets.Dataset, seed: int, file: str) -> tuple[datasets.Dataset, datasets.Dataset]:
     """(training rows, evaluation rows): the rows of a seeded `HELD_OUT_FRACTION` of the images (at least
     `MIN_EVAL_IMAGES`; of an image pair, its left image) go to evaluation, the others' to training."""
@@ -69,8 +63,10 @@ def load_user_splits(args: UserDataArguments, task: str, training_args: Training
     """`--train_file` and `--validation_file` of `task` joined to their images' region features, extracted once by
     the main process first (the others then read the cached store). Without `--validation_file`, the evaluation rows
     are held out of the training file (`held_out_split`), as the log and `source` say."""
+    # the whole image, then a `--grid_size` grid (a file that gives `regions` keeps only the `--region_encoder`)
+    options = {**DEFAULT_REGION_OPTIONS, "grid_size": args.grid_size, "encoder": args.region_encoder}
     with training_args.main_process_first(desc="extracting the region features of the data's images"):
-        data = load_user_data(args.train_file, task, args.validation_file, region_options=region_options(args))
+        data = load_user_data(args.train_file, task, args.validation_file, region_options=options)
     train_name = Path(args.train_file).name
     if data.validation is not None:
         train, evaluation = data.train, data.validation
@@ -106,6 +102,5 @@ __all__ = [
     "UserSplits",
     "held_out_split",
     "load_user_splits",
-    "region_options",
     "rename_text_columns",
 ]

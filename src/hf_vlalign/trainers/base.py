@@ -1,8 +1,5 @@
-"""Trainer plumbing shared by every recipe: each loss component is averaged over the logging window and logged
-under its own key, in training and evaluation (the way trl's trainers keep a `_metrics` dict and flush it in `log()`);
-every loss that is a mean over a variable number of items is divided by the count over the whole optimizer step (all
-processes, all accumulated micro-batches), so N processes x B examples train as 1 process x NB; and training batches
-are collated with a random state of their own, so that a resumed run is exact."""
+"""Trainer plumbing shared by every recipe (`ComponentLossTrainer`): each loss component logged under its own key (as
+trl's trainers keep a `_metrics` dict), losses normalised by global item counts, seeded collation and exact resuming."""
 
 from __future__ import annotations
 

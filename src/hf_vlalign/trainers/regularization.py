@@ -1,9 +1,6 @@
-"""Keeping what pre-training learned while fine-tuning: knowledge distillation from a frozen teacher (Hinton et al.
-2015) and elastic weight consolidation (Kirkpatrick et al. 2017) with a diagonal empirical Fisher estimate.
-
-Samaran et al. attribute the drop of their attention-supervised VGP model below the original model to catastrophic
-forgetting and propose distillation; `ComponentLossTrainingArguments(distill_from=..., ewc_weight=..., ewc_fisher=...)`
-adds either to any fine-tuning, and `hf-vlalign fisher` writes the Fisher file that `ewc_fisher` reads.
+"""Keeping what pre-training learned while fine-tuning (Samaran et al. attribute their attention-supervised VGP model's
+drop to catastrophic forgetting): knowledge distillation from a frozen teacher (Hinton et al. 2015) and elastic weight
+consolidation (Kirkpatrick et al. 2017) with a diagonal empirical Fisher estimate, which `hf-vlalign fisher` writes.
 """
 
 from __future__ import annotations

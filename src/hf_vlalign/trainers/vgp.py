@@ -17,10 +17,9 @@ from .head_learning_rate import HeadLearningRateArguments, HeadLearningRateTrain
 def vgp_classification_metrics(
     prediction: EvalPrediction, class_names: Sequence[str], vgp_task: str = "type"
 ) -> dict[str, float]:
-    """Accuracy of image-description identification (`image_description_accuracy`) and of VGP classification (eq. 4):
-    `vgp_accuracy` over the pairs with a VGP label, and per class (`vgp_accuracy` of `hf_vlalign.metrics`):
-    `vgp_type_accuracy/<type>` for the semantic types (`vgp_task="type"`), `vgp_class_accuracy/<class>` for
-    "binary"; the pairs without a label (-100: not VGPs, with the type task) are counted in `vgp_unlabelled_pairs`."""
+    """Accuracy of image-description identification (`image_description_accuracy`) and of VGP classification (eq. 4),
+    overall and per class (`vgp_accuracy` of `hf_vlalign.metrics`: `vgp_type_accuracy/<type>` or
+    `vgp_class_accuracy/<class>`, the unlabelled pairs counted in `vgp_unlabelled_pairs`)."""
     id_logits, vgp_logits = prediction.predictions[:2]
     id_labels, vgp_labels = prediction.label_ids
     per_class_key = "vgp_type" if vgp_task == "type" else "vgp_class"
