@@ -259,21 +259,6 @@ def _cluster_ids(data: AnalysisData, source: str, num_spatial_clusters: int):
     return cluster_ids
 
 
-def _syntactic_analysis(
-    model, tokenizer, data: AnalysisData, spacy_model: str | None, active_heads_only: bool
-) -> tuple[SyntacticGroundingAnalysis | None, str | None]:
-    """The syntactic grounding analysis, or None and why not (spaCy or its English pipeline missing)."""
-    try:
-        probe = SyntacticGroundingProbe(*family_spec(model).probe_shape(model), active_heads_only=active_heads_only)
-        return SyntacticGroundingAnalysis(
-            probe, tokenizer, tuple(data.collator.text_columns),
-            data.collator.max_text_length, token_shift=-1 if data.text_mask_key == "decoder_attention_mask" else 0,
-            spacy_model=spacy_model,
-        ), None  # fmt: skip
-    except ImportError as error:
-        return None, str(error)
-
-
 @torch.no_grad()
 def analyze_model(
     model_dir: str | Path,
@@ -330,9 +315,16 @@ def analyze_model(
     dataset = first_examples(data.dataset, max_examples, data.description)  # analysis.json's num_examples: the count used
     source = family_spec(model).name
     end_token = getattr(model.config, "use_end_token", None)  # single-stream: with or without VL-BERT's [END]
-    syntax, skipped = (None, "`syntactic_grounding=False`.")
+    syntax, skipped = None, "`syntactic_grounding=False`."
     if syntactic_grounding:
-        syntax, skipped = _syntactic_analysis(model, tokenizer, data, spacy_model, active_heads_only)
+        try:  # without spaCy or its English pipeline, analysis.json says why it is skipped
+            syntax = SyntacticGroundingAnalysis(
+                SyntacticGroundingProbe(*family_spec(model).probe_shape(model), active_heads_only=active_heads_only),
+                tokenizer, tuple(data.collator.text_columns), data.collator.max_text_length,
+                token_shift=-1 if data.text_mask_key == "decoder_attention_mask" else 0, spacy_model=spacy_model,
+            )  # fmt: skip
+        except ImportError as error:
+            skipped = str(error)
     analyses = _Accumulators(
         GroundingProbe(*family_spec(model).probe_shape(model), active_heads_only=active_heads_only), AttentionEntropy(),
         AttentionDistance(), WithinClusterAttention(), _cluster_ids(data, cluster_source, num_spatial_clusters), syntax,

@@ -28,8 +28,7 @@ from .baselines import (
 )
 from .inference import first_examples, inference_batches
 
-# read from the families' specs (`hf_vlalign.models.family`): their model types, the tasks their heads evaluate and the
-# model classes (a checkpoint's `architectures`) that each task evaluates
+# from the families' specs: their model types, their heads' tasks and the model classes each task evaluates
 FAMILIES = tuple(spec.model_type for spec in FAMILY_SPECS.values())
 TASKS = tuple(dict.fromkeys(task for spec in FAMILY_SPECS.values() for task in spec.tasks))
 TASK_ARCHITECTURES = {
@@ -39,8 +38,7 @@ TASK_ARCHITECTURES = {
 ANSWER_VOCAB_NAME = "answer_vocab.json"  # the answers of a question-answering head, saved by examples/finetune_vqa.py
 # texts are cut at this many tokens, as in the task examples, unless `max_text_length` says otherwise
 DEFAULT_MAX_TEXT_LENGTH = 48
-# the evaluations that read `max_text_length`: the VGP pairs and the two-stream pre-training QA head read their texts
-# as their collators cut them in training, the captioner reads no text
+# the evaluations that read `max_text_length` (the others read texts as their training collators cut them, or none)
 TEXT_LENGTH_TASKS = ("vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding")
 # `Trainer.evaluate`'s timings, left out of the results
 SPEED_METRICS = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "eval_model_preparation_time")

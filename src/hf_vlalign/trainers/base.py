@@ -93,9 +93,8 @@ class SeededCollator:
 
 
 def store_images_of(dataset) -> Any:
-    """What `region_feature_statistics` reads a training set's images from: the dataset itself when it is a
-    `datasets.Dataset` (its joined store rows, else its `image_id`s), the `image_id` of each row of a list; a
-    ValueError for anything else (e.g. a stream, which is not read twice)."""
+    """What `region_feature_statistics` reads a training set's images from: a `datasets.Dataset` itself, a list's
+    `image_id`s; a ValueError for anything else (e.g. a stream, which is not read twice)."""
     import datasets
 
     if isinstance(dataset, datasets.Dataset):
@@ -170,12 +169,10 @@ def naming_checkpoint_files(checkpoint: str | os.PathLike | None, patterns: tupl
 @dataclass
 class ComponentLossTrainingArguments(TrainingArguments):
     r"""
-    [`TrainingArguments`] of [`ComponentLossTrainer`], and the base of every other trainer's arguments: the two
-    regularisers that keep what pre-training learned (`trainers/regularization.py`), knowledge distillation (Hinton et
-    al. 2015) from a frozen teacher that sees the student's batch, and EWC (Kirkpatrick et al. 2017, whose lambda is
-    twice `ewc_weight`: their penalty carries a 1/2). Each is added to the model's loss and logged under its own key
-    (`loss_distill`, `loss_ewc`, unweighted; a weight of 0 logs it only), in training and evaluation. Trainable
-    parameters the Fisher file does not cover are left free (counted in a warning).
+    [`TrainingArguments`] of [`ComponentLossTrainer`], and the base of every other trainer's arguments: knowledge
+    distillation from a frozen teacher that sees the student's batch, and EWC (Kirkpatrick et al.'s lambda is twice
+    `ewc_weight`), each added to the model's loss and logged under its own key (`loss_distill`, `loss_ewc`,
+    unweighted; a weight of 0 logs it only). Trainable parameters the Fisher file does not cover are left free.
     """
 
     distill_from: str | None = field(
@@ -251,12 +248,11 @@ def as_training_arguments(args: TrainingArguments | None, args_class: type[Argum
 class ComponentLossTrainer(Trainer):
     """A `Trainer` whose model output carries loss components (`loss_component_keys`), each logged separately.
 
-    Losses are normalised by global counts: before each optimizer step the model's `loss_item_counts` are summed over
-    the step's micro-batches and processes and passed to the forward as `global_item_counts`, so that the gradient
-    equals that of one process over the whole global batch (as transformers' `Trainer` counts label tokens, for every
-    loss of the model); evaluation batches are normalised over processes too. A model without `loss_item_counts`
-    keeps the Trainer's per-batch means. Training batches are collated by `SeededCollator`, so a resumed run is exact.
-    The trainer's settings are an `args_class` (a plain `TrainingArguments` is converted into it).
+    Before each optimizer step the model's `loss_item_counts` are summed over the step's micro-batches and processes
+    and passed to the forward as `global_item_counts`, so the gradient equals that of one process over the global
+    batch (as transformers' `Trainer` counts label tokens, for every loss); a model without them keeps per-batch means.
+    Training batches are collated by `SeededCollator`. The settings are an `args_class` (a plain `TrainingArguments`
+    is converted into it).
     """
 
     # the class of the trainer's `args`, which holds its own settings
@@ -276,27 +272,17 @@ class ComponentLossTrainer(Trainer):
         self._batch_position = BatchPosition()
         # each loss's item count over the current optimizer step's micro-batches and processes (`get_batch_samples`)
         self._step_item_counts: dict[str, torch.Tensor] | None = None
-        self.distill_teacher = self._frozen_teacher(self.args.distill_from) if self.args.distill_from is not None else None
+        self.distill_teacher = self.ewc_fisher = self.ewc_anchor = None
+        if self.args.distill_from is not None:  # loaded with the student's class, frozen, in eval mode
+            if not Path(self.args.distill_from).is_dir():
+                raise ValueError(f"`distill_from` must be a local folder of a saved model, got {self.args.distill_from!r} (no such folder).")
+            teacher = type(self.model).from_pretrained(self.args.distill_from).requires_grad_(False)
+            self.distill_teacher = teacher.eval().to(self.args.device)
         if self.args.ewc_fisher is not None:
-            self.ewc_fisher, self.ewc_anchor = self._fisher_and_anchor(self.args.ewc_fisher)
-        else:
-            self.ewc_fisher, self.ewc_anchor = None, None
-
-    def _frozen_teacher(self, distill_from: str) -> nn.Module:
-        """The distillation teacher: loaded with the student's class, frozen, in eval mode."""
-        if not Path(distill_from).is_dir():
-            raise ValueError(f"`distill_from` must be a local folder of a saved model, got {distill_from!r} (no such folder).")
-        teacher = type(self.model).from_pretrained(distill_from)
-        teacher.requires_grad_(False)
-        return teacher.eval().to(self.args.device)
-
-    def _fisher_and_anchor(self, ewc_fisher: str) -> tuple[dict, dict]:
-        """(fisher, anchor) from a Fisher file, checked against the model's trainable parameters."""
-        fisher, anchor = load_fisher(ewc_fisher)
-        uncovered = check_fisher_matches(self.model, fisher, anchor)
-        if uncovered:
-            logger.warning(f"`ewc_fisher` covers no Fisher for {len(uncovered)} trainable parameters (EWC leaves them free): {uncovered[:5]}")
-        return fisher, anchor
+            self.ewc_fisher, self.ewc_anchor = load_fisher(self.args.ewc_fisher)
+            uncovered = check_fisher_matches(self.model, self.ewc_fisher, self.ewc_anchor)
+            if uncovered:
+                logger.warning(f"`ewc_fisher` covers no Fisher for {len(uncovered)} trainable parameters (EWC leaves them free): {uncovered[:5]}")
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         """`Trainer.train`; `resume_from_checkpoint=True` resumes from the last *complete* checkpoint of

@@ -29,12 +29,10 @@ logger = logging.get_logger(__name__)
 class CaptioningTrainingArguments(ComponentLossTrainingArguments):
     r"""
     [`ComponentLossTrainingArguments`] of [`CaptioningTrainer`]: the A2 mask step, self-critical training (needs the
-    trainer's `processing_class` and a collator returning `references`, `CaptioningCollator(reference_column=...)`)
-    and the region encoder's learning rate. `scst_learning_rate` replaces the scheduler's value from the switch on
-    (e.g. 5e-6, the meshed-memory transformer's SCST stage, which the A2 paper follows). Why an
-    `encoder_learning_rate`: on the synthetic scenes an encoder at the decoder's 5e-4 collapses its outputs to one
-    vector within 100 steps (region std 0.6 -> 0.002) and the captioner ignores the image; at a third of it the image
-    is used (`examples/train_captioning.py` sets 1.5e-4).
+    trainer's `processing_class` and a collator returning `references`; `scst_learning_rate`, e.g. 5e-6 as the A2
+    paper's SCST stage, replaces the scheduler's value) and the region encoder's learning rate: on the synthetic scenes
+    an encoder at the decoder's 5e-4 collapses its outputs to one vector within 100 steps and the captioner ignores the
+    image; at a third of it the image is used (`examples/train_captioning.py` sets 1.5e-4).
     """
 
     mask_update_every: int = field(default=1, metadata={"help": "Captioner steps per A2 mask step (1: every step)."})
