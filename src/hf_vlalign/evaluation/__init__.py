@@ -1,7 +1,5 @@
-"""Evaluation runners: the grounding probe over a dataset, task evaluation of a saved checkpoint, the model analysis
-and explorer behind `hf-vlalign analyze` / `explore`, the image-use gap, and the task metrics the examples hand to
-`Trainer`. Every batched pass over a dataset goes through one loop, `inference.inference_batches`, which owns the
-batching, the device placement and the keys that never reach a model's `forward` (the probe targets)."""
+"""Evaluation runners: the grounding probe, task evaluation of a saved checkpoint, the model analysis and explorer, the
+image-use gap and the task metrics of the examples; every batched pass goes through `inference.inference_batches`."""
 
 from .grounding import (
     CrossAttentionEvaluation,

@@ -1,28 +1,13 @@
 """The baseline each accuracy is compared with: what a model gets that ignores the text or the image.
 
 Every accuracy the examples write to `eval_results.json` (and `hf-vlalign evaluate` prints) stands beside one, under
-`baselines`: `{key: {"value": accuracy, "baseline": b, "kind": kind, "beats": accuracy > b}}`, built by
-`compare_with_baselines`. A model that does not beat its baseline (`beats: false`; a tie does not beat it) has learnt
-nothing its metric can see. The kinds (`BASELINE_KINDS`):
-
-- `majority_class`: the most frequent label of the *training* rows, predicted for every evaluation row and scored with
-  the task's own metric (VGP identification and type / paraphrase accuracy, GQA answer accuracy, NLVR2 accuracy and
-  consistency, the synthetic tasks). VQA v2's soft scores: the training answer of the largest summed soft score, scored
-  on each evaluation question (the label soft score for `accuracy`, the official script for `vqa_accuracy`).
-- `majority_class_per_type`: the same per answer type (VQA v2's `vqa_accuracy_<type>`: each type's most frequent
-  training answer on that type's evaluation questions; the "per Q-type prior" of Antol et al. 2015).
-- `majority_class_eval`: the most frequent label of the evaluation rows themselves, where no training labels are at
-  hand (masked words and sentence-image prediction of pre-training): an upper bound of the training majority.
-- `largest_region`: referring expressions and phrase grounding pick, whatever the text says, the image's largest
-  region (by box area; recall@k: the k largest), scored at IoU >= 0.5 like the model
-  (`metrics.grounding.largest_region_accuracy` / `largest_region_recall`). Choosing a fixed region by a
-  prior is the text-blind baseline of the referring-expression literature (Mao et al. 2016, MAttNet, UNITER report
-  random / largest-box baselines); the largest box beats the uniform random region (`chance_accuracy`, also written)
-  on every data set with a size prior, so it is the stricter of the two.
-- `detection_confidence`: the attention-grounding probes (Li et al. 2020) compare with the image's most confident
-  detected region, as the paper does (`metrics.grounding.region_hits` of the confidences).
-
-Caption metrics (BLEU, CIDEr, ...) have no accuracy baseline and get none.
+`baselines`: `{key: {"value": accuracy, "baseline": b, "kind": kind, "beats": accuracy > b}}` (`compare_with_baselines`;
+a tie does not beat it). The kinds are `BASELINE_KINDS`, each scored with the task's own metric: the majority training
+label (VQA v2: the answer of the largest summed soft score; per answer type, the "per Q-type prior" of Antol et al.
+2015), the majority of the evaluation rows where no training labels exist (pre-training), the image's largest region
+for referring expressions and phrase grounding (the text-blind baseline of Mao et al. 2016, MAttNet, UNITER; stricter
+than the uniform random region, `chance_accuracy`), and the most confident detected region for the attention probes
+(Li et al. 2020). Caption metrics get no baseline.
 """
 
 from __future__ import annotations
@@ -85,9 +70,7 @@ def compare_with_baselines(results: Mapping, baselines: Mapping[str, Baseline]) 
     return compared
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Classification: the majority class of the training labels
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _kept(labels: Sequence, ignore_index: int | None, argument: str) -> list:
@@ -136,9 +119,7 @@ def majority_soft_score_accuracy(
     return sum(row.get(majority, 0.0) for row in eval_scores) / len(eval_scores)
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # The tasks' baselines, keyed as the examples' and `hf-vlalign evaluate`'s results
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def vgp_baselines(train_rows, eval_rows, vgp_task: str) -> dict[str, Baseline]:
@@ -159,17 +140,10 @@ def vgp_baselines(train_rows, eval_rows, vgp_task: str) -> dict[str, Baseline]:
 def question_answering_baselines(
     answer_vocab: Mapping[str, int], train_rows, eval_rows, eval_questions: Mapping[str, dict] | None = None
 ) -> dict[str, Baseline]:
-    """The baselines of the keys of `task_metrics.answer_metrics`, scored with the same metrics:
-
-    - GQA-style rows (a `label` column, and `answer` strings where given): the most frequent training answer of the
-      vocabulary; `accuracy` is its exact match on every evaluation row (an answer outside the vocabulary counts as
-      wrong, as for the model) and, with `eval_questions`, `gqa_accuracy` / `gqa_binary` / `gqa_open` are the official
-      script's for that answer (`gqa_baselines`: one answer for all, binary and open questions alike);
-    - VQA v2 rows (`labels` / `scores` soft scores): the training answer of the largest summed soft score; `accuracy`
-      is its label score, `vqa_accuracy` the official script's (when the rows have the annotators' `answers`), and
-      `vqa_accuracy_<type>` each answer type's own majority training answer on that type's questions (when every row
-      has an `answer_type`).
-    """
+    """The baselines of the keys of `task_metrics.answer_metrics`, scored with the same metrics: for GQA-style rows (a
+    `label` column) the most frequent training answer of the vocabulary (with `eval_questions`, also the GQA script's
+    `gqa_*` metrics); for VQA v2 rows (`labels` / `scores`) the training answer of the largest summed soft score
+    (`vqa_accuracy` when the rows have the annotators' `answers`, and per answer type that type's own majority)."""
     from ..metrics import vqa_accuracy
 
     answers = sorted(answer_vocab, key=answer_vocab.get)
@@ -185,9 +159,7 @@ def question_answering_baselines(
     train_scores = [dict(zip(labels, scores)) for labels, scores in zip(train_rows["labels"], train_rows["scores"])]
     eval_scores = [dict(zip(labels, scores)) for labels, scores in zip(eval_rows["labels"], eval_rows["scores"])]
     majority = majority_soft_score(train_scores)
-    baselines = {
-        "accuracy": Baseline(sum(row.get(majority, 0.0) for row in eval_scores) / len(eval_scores), "majority_class")
-    }
+    baselines = {"accuracy": Baseline(majority_soft_score_accuracy(train_scores, eval_scores), "majority_class")}
     if "answers" not in eval_rows.column_names:  # no annotators' answers: no official VQA accuracy
         return baselines
     official = vqa_accuracy([answers[majority]] * len(eval_rows), eval_rows["answers"])

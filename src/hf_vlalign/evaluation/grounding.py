@@ -51,18 +51,13 @@ def evaluate_grounding(
     progress: bool = True,
     active_heads_only: bool = True,
 ) -> GroundingProbeResult:
-    """Li et al.'s probe over `dataset`: every head of every layer as a classifier (see `GroundingProbe`; the best head
-    is the best actively attending one unless `active_heads_only=False`).
-
-    `collator` must return the probe targets (`return_probe_targets=True`).
+    """Li et al.'s probe over `dataset` of a single-stream model: every head of every layer as a classifier (see
+    `GroundingProbe`; the best head is the best actively attending one unless `active_heads_only=False`), the same as
+    `probe_attention_blocks` with its text mask. `collator` must return the probe targets (`return_probe_targets=True`).
     """
-    was_training = _start_evaluation(model, dataset, collator)
-    probe = GroundingProbe(
-        model.config.num_hidden_layers, model.config.num_attention_heads, iou_threshold, active_heads_only=active_heads_only
+    return probe_attention_blocks(
+        model, dataset, collator, "attention_mask", batch_size, iou_threshold, active_heads_only, progress
     )
-    probe_over_blocks(probe, model, dataset, collator, "attention_mask", batch_size, progress)
-    model.train(was_training)
-    return probe.compute()
 
 
 def probe_over_blocks(
@@ -103,13 +98,9 @@ def probe_attention_blocks(
     active_heads_only: bool = True,
     progress: bool = True,
 ) -> GroundingProbeResult:
-    """Li et al.'s probe over `dataset` for a model of any family, read through `analysis.adapters.attention_blocks`
-    (so a single-stream model with or without VL-BERT's [END], e.g. a converted VisualBERT, and the other families'
-    text->region maps all work): every head of every layer as a classifier of its word->region rows.
-
-    `collator` must return the probe targets; `text_mask_key` is the batch key of the text mask ("attention_mask",
-    or "decoder_attention_mask" for the captioner).
-    """
+    """Li et al.'s probe over `dataset` for a model of any family (its word->region rows read through
+    `analysis.adapters.attention_blocks`): every head of every layer as a classifier. `collator` must return the probe
+    targets; `text_mask_key` is the batch key of the text mask ("decoder_attention_mask" for the captioner)."""
     from ..models.family import family_spec
 
     was_training = _start_evaluation(model, dataset, collator)
@@ -175,6 +166,16 @@ def _grounded_rows(attention: torch.Tensor, model_inputs: dict, outputs, tokeniz
     )
 
 
+def _forward_in_eval_mode(model: torch.nn.Module, batch: dict) -> tuple[dict, object]:
+    """(model inputs, outputs with attentions) of `batch` run in eval mode; the model's mode is put back."""
+    was_training = model.training
+    model.eval()
+    model_inputs, _ = split_batch(batch, model_device(model))
+    outputs = model(**model_inputs, output_attentions=True)
+    model.train(was_training)
+    return model_inputs, outputs
+
+
 @torch.no_grad()
 def word_region_attention(
     model: torch.nn.Module, batch: dict[str, torch.Tensor], tokenizer, layer: int, head: int, index: int = 0
@@ -182,11 +183,7 @@ def word_region_attention(
     """Attention of example `index` of `batch` from its grounded tokens to its regions, in head (`layer`, `head`)."""
     check_module("model", model)
     check_tokenizer("tokenizer", tokenizer)
-    was_training = model.training
-    model.eval()
-    model_inputs, _ = split_batch(batch, model_device(model))
-    outputs = model(**model_inputs, output_attentions=True)
-    model.train(was_training)
+    model_inputs, outputs = _forward_in_eval_mode(model, batch)
     text_length, num_regions = model_inputs["input_ids"].shape[1], model_inputs["visual_feats"].shape[1]
     rows = text_to_region_attention(outputs.attentions, text_length, num_regions, model_inputs["visual_attention_mask"])
     return _grounded_rows(rows[layer, index, head], model_inputs, outputs, tokenizer, index)
@@ -210,12 +207,9 @@ def _update_head_probes(per_head: GroundingProbe, summed: GroundingProbe, rows: 
 
 @dataclass
 class CrossAttentionEvaluation:
-    """Question answering and cross-attention grounding of a two-stream model over a dataset.
-
-    `per_head` probes every head of every cross layer; `summed_heads` probes each layer's language->vision attention
-    summed over heads (Kervadec et al. 2020, Figure 4), with accuracy of shape (L, 1); `alignment_decoder` probes the
-    scores of the alignment decoder (when the model has it) and `alignment_loss` is its mean L_align (eq. 14).
-    """
+    """Question answering and cross-attention grounding of a two-stream model: the probe of every head of every cross
+    layer, of each layer's heads summed (Kervadec et al. 2020, Figure 4; accuracy (L, 1)) and of the alignment
+    decoder's scores, with its mean L_align (eq. 14), when the model has one."""
 
     vqa_accuracy: float | None
     num_questions: int
@@ -242,10 +236,8 @@ def evaluate_cross_attention(
     model: torch.nn.Module, dataset, collator, batch_size: int = 32, iou_threshold: float = 0.5, progress: bool = True
 ) -> CrossAttentionEvaluation:
     """Answer accuracy (argmax of `question_answering_score` vs `answer_labels`, where given) and Li et al.'s probe
-    applied to the language->vision cross-attention (`cross_encoder_attentions`) of a two-stream model.
-
-    `collator` must return the probe targets and mask nothing (e.g. a `TwoStreamPretrainingCollator` with its probabilities at 0).
-    """
+    applied to the language->vision cross-attention of a two-stream model; `collator` must return the probe targets
+    and mask nothing (e.g. a `TwoStreamPretrainingCollator` with its probabilities at 0)."""
     was_training = _start_evaluation(model, dataset, collator)
     config = model.config
     per_head = GroundingProbe(config.x_layers, config.num_attention_heads, iou_threshold)
@@ -290,12 +282,8 @@ def cross_attention_rows(
     check_tokenizer("tokenizer", tokenizer)
     if not -model.config.x_layers <= layer < model.config.x_layers:
         raise ValueError(f"`layer` must index one of the {model.config.x_layers} cross layers, got {layer}.")
-    was_training = model.training
-    model.eval()
-    model_inputs, _ = split_batch(batch, model_device(model))
-    outputs = model(**model_inputs, output_attentions=True)
+    model_inputs, outputs = _forward_in_eval_mode(model, batch)
     attention = outputs.cross_encoder_attentions[layer][index].sum(0)
-    model.train(was_training)
     return _grounded_rows(attention, model_inputs, outputs, tokenizer, index)
 
 
@@ -304,11 +292,8 @@ def evaluate_decoder_grounding(
     model: torch.nn.Module, dataset, collator, batch_size: int = 32, iou_threshold: float = 0.5, progress: bool = True
 ) -> tuple[GroundingProbeResult, GroundingProbeResult]:
     """Li et al.'s probe on a captioner's decoder cross-attention, teacher-forced on the reference captions: the word at
-    label position t is grounded by the attention of the decoder step that generates it (query t).
-
-    Reads the attention the decoder actually used (`aligned_cross_attentions`: after A2's alignment in the aligned
-    layers). Returns (per head of every decoder layer, every layer's heads summed).
-    """
+    label position t is grounded by the attention of the decoder step that generates it (query t), as the decoder used
+    it (`aligned_cross_attentions`). Returns (per head of every decoder layer, every layer's heads summed)."""
     was_training = _start_evaluation(model, dataset, collator)
     config = model.config
     per_head = GroundingProbe(config.decoder_layers, config.decoder_attention_heads, iou_threshold)

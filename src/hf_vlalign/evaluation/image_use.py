@@ -1,51 +1,10 @@
-"""Does a trained model read the image? Its task loss and accuracy with each example's own image, with another
-image's regions (a seeded derangement of the images of the evaluation set), with its own image's region features
-shuffled among its regions, and the gaps.
-
-A model that answers from the text alone (VQA's language priors, a captioner's average caption) scores the same with
-any image: its gap is about 0. This is the check `examples/train_captioning.py` reports as `test_loss` vs
-`test_loss_other_images`, for every family and task:
-
-    from hf_vlalign.evaluation import image_use_gap
-
-    results.update(image_use_gap(model, eval_dataset, collator, batch_size=64, group_column="answer_type"))
-
-Shuffling images. The distinct images of the evaluation set (an image pair for NLVR2 rows) are put in a seeded random
-order and each is replaced by the next one in that order (one cycle: no image keeps its own regions, every image is
-used as often as before). A row gets its replacement's `image_id` (and `feature_row`, the store row
-`build_dataset(..., region_features=store)` joined it to; both of each side for NLVR2's `left_*` / `right_*`, with its
-`image_id`). Columns joined
-to the row's own regions (`<text>_phrase_regions`) are dropped from the shuffled rows: the collator then aligns the
-gold boxes with the other image's regions, as it does for rows without the join. Text, labels and batches are the
-same in both passes.
-
-Shuffling regions (`shuffle_regions=True`, [`RegionShuffleCollator`]). Each row keeps its own image, boxes and
-targets, but the features of its image's valid regions (`visual_attention_mask` == 1) are permuted among them: the
-valid regions in a seeded random order, each taking the features of the next (one cycle: with >= 2 valid regions none
-keeps its own; an image with fewer is left as it is, and counted). What moves with the features is what describes a
-region's appearance, `REGION_APPEARANCE_KEYS`: `visual_feats`, and where a batch carries them the pre-training
-collators' `feature_labels`, `masked_regions`, `object_labels`, `attribute_labels` (the masked-region targets are the
-appearance of the features they label: left in place, a masked slot's target would be shown unmasked at another
-slot), and the detector's `region_confidence` (probe targets). What stays is where the regions are and every gold
-target: `visual_boxes`, `visual_attention_mask`, `word_region_alignment`, `phrase_labels`, `phrase_masks`,
-`phrase_region_iou`, `target_region_iou`, `labels` and the other task labels. NLVR2's (B, 2, R) pairs are shuffled
-within each image. The own and shuffled-regions passes collate the same batches (a random collator draws the same
-masks: the permutation comes from its own generator, seeded by (`seed`, batch index)).
-
-A model that grounds a word in the region whose features show the named object picks a region whose box no longer
-holds it, and loses accuracy; a model that reads the bag of objects (VQA's colour of the scene) or only the text and
-boxes does not. For region-selection tasks (referring expressions, phrase grounding, the grounding probe) this is the
-meaningful control: with another image's regions the gold boxes match none of the regions (every row is a miss, or
-its target is re-aligned to unrelated boxes), so the image-swap gap mixes "reads the image" with "the task has no
-answer any more"; shuffled regions keep every target answerable.
-
-Loss: the model's task losses (every `loss_<key>` output whose items `loss_item_counts` counts, attention supervision
-left out: `word_region_alignment` is not passed), each averaged over all its items of the set (questions, caption
-tokens, ...) and summed over components. Accuracy, where the task has one: VQA's soft score of the best answer, the
-accuracy of a single answer id (GQA), of NLVR2's binary score, of the referred region (IoU >= 0.5 with the referred
-box, RefCOCO+), of each phrase's best region (phrase grounding), of VGP's two classifiers. Gaps are signed so that
-> 0 means the image helps: `image_use_loss_gap` = shuffled - own loss, `image_use_<metric>_gap` = own - shuffled, and
-the same for `region_shuffle_loss_gap` and `region_shuffle_<metric>_gap`.
+"""Does a trained model read the image? Its task loss and accuracy with each example's own image, with another image's
+regions (`shuffled_rows`: each distinct image, or NLVR2 pair, replaced by the next in a seeded cycle, the columns
+joined to its own regions dropped) and with its own image's region appearance (`REGION_APPEARANCE_KEYS`) moved one
+step along a seeded cycle of its valid regions ([`RegionShuffleCollator`]: boxes and gold targets stay, the control
+for region-selection tasks), and the gaps, signed so that > 0 means the image helps (a model answering from the text
+alone: about 0). The loss is the sum of the model's task losses (attention supervision left out), each averaged over
+all its items.
 """
 
 from __future__ import annotations
@@ -62,7 +21,7 @@ import torch
 
 from ..metrics.grounding import region_hits
 from ..utils.validation import check_callable, check_module, check_rows
-from .inference import inference_batches, model_device
+from .inference import _to, inference_batches, model_device
 
 # the image columns of a row: NLVR2's pair, else the single image (and the store row each was joined to)
 PAIR_IMAGE_COLUMNS = ("left_image_id", "right_image_id")
@@ -73,9 +32,7 @@ LEFT_OUT_INPUTS = ("word_region_alignment",)
 ScoreFunction = Callable[[Any, Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Shuffling
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def image_columns(column_names: Sequence[str]) -> tuple[str, ...]:
@@ -204,9 +161,7 @@ class RegionShuffleCollator:
         return shuffled
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Scores
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def task_scores(outputs: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -246,9 +201,7 @@ def task_scores(outputs: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, to
     return {}
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # The gap
-# ----------------------------------------------------------------------------------------------------------------
 
 
 class _Totals:
@@ -276,10 +229,6 @@ class _Totals:
 
     def mean_scores(self) -> dict[str, float]:
         return {name: total / count for name, (total, count) in self.scores.items() if count}
-
-
-def _on(value: Any, device: torch.device) -> Any:
-    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def _group_name(value: object) -> str:
@@ -319,7 +268,7 @@ def _evaluate(
             loss = getattr(outputs, f"loss_{key}" if key else "loss", None)
             if loss is not None:
                 totals.add_loss(key or "loss", float(loss), int(count))
-        scores = score_fn(outputs, {key: _on(value, device) for key, value in batch.items()})
+        scores = score_fn(outputs, {key: _to(value, device) for key, value in batch.items()})
         for name, values in scores.items():
             values = values.detach().float().cpu().reshape(-1)
             totals.add_scores(name, values)
@@ -357,18 +306,14 @@ def _compared(
     if own_loss is not None and other_loss is not None:
         results.update({"own_image_loss": own_loss} if with_own else {})
         results.update({f"{shuffled}_loss": other_loss, f"{gap}_loss_gap": other_loss - own_loss})
-    own_scores, other_scores = own.mean_scores(), other.mean_scores()
-    for name, value in own_scores.items():
-        results.update({f"own_image_{name}": value} if with_own else {})
-        results[f"{shuffled}_{name}"] = other_scores[name]
-        results[f"{gap}_{name}_gap"] = value - other_scores[name]
-    for group in sorted(own_groups):
-        group_own, group_other = own_groups[group].mean_scores(), other_groups[group].mean_scores()
-        for name, value in group_own.items():
-            results.update({f"own_image_{name}_{group}": value} if with_own else {})
-            results[f"{shuffled}_{name}_{group}"] = group_other[name]
-            results[f"{gap}_{name}_gap_{group}"] = value - group_other[name]
-    primary = next(iter(own_scores), None)
+    passes = [("", own, other)] + [(f"_{group}", own_groups[group], other_groups[group]) for group in sorted(own_groups)]
+    for suffix, own_totals, other_totals in passes:
+        other_scores = other_totals.mean_scores()
+        for name, value in own_totals.mean_scores().items():
+            results.update({f"own_image_{name}{suffix}": value} if with_own else {})
+            results[f"{shuffled}_{name}{suffix}"] = other_scores[name]
+            results[f"{gap}_{name}_gap{suffix}"] = value - other_scores[name]
+    primary = next(iter(own.mean_scores()), None)
     if primary is not None:
         results[f"{gap}_gap"] = results[f"{gap}_{primary}_gap"]
     elif f"{gap}_loss_gap" in results:
@@ -389,34 +334,25 @@ def image_use_gap(
     shuffle_regions: bool = True,
     progress: bool = True,
 ) -> dict[str, float | int | str]:
-    """How much `model` reads the image on `dataset`: its task loss and accuracy with each row's own image, with
-    another image's regions and, with `shuffle_regions`, with its own image's region features shuffled among its
-    regions (see the module docstring), and the gaps.
+    """How much `model` reads the image on `dataset` (see the module docstring): its task loss and accuracy with each
+    row's own image, with another image's regions and with its own regions' features shuffled, and the gaps.
 
     Args:
-        model: any hf_vlalign task model (or captioner) whose outputs carry `loss_<key>` for each key of its
-            `loss_item_counts`; run in eval mode without gradients, on its own device, and left in the mode it had.
-        dataset: rows with labels, as the collator reads them (a `datasets.Dataset` or a list of dicts), at least two
-            distinct images.
-        collator: the task's collator (e.g. `QuestionAnsweringCollator`), called on lists of rows.
+        model: any hf_vlalign task model (or captioner); run in eval mode without gradients, its mode put back.
+        dataset: rows with labels, as `collator` (the task's collator) reads them, showing at least two images.
         batch_size: rows per forward pass (the same batches in every pass).
         seed: seed of the derangement of the images, and of the region permutation of each batch.
-        group_column: a column (e.g. VQA's `answer_type`) whose values also get their own accuracies and gaps
-            (tasks with one score per row).
+        group_column: a column (e.g. VQA's `answer_type`) whose values get their own scores (one score per row).
         score_fn: `(outputs, batch) -> {metric: per-item scores}` replacing [`task_scores`].
         max_examples: evaluate the first N rows only (None: all).
-        shuffle_regions: also run the rows' own images with the features of each image's regions permuted among its
-            valid regions ([`RegionShuffleCollator`]): the control for region-selection tasks (a third pass).
+        shuffle_regions: also run the shuffled-regions pass ([`RegionShuffleCollator`]).
 
     Returns a flat dict for `eval_results.json`: `own_image_loss`, `shuffled_image_loss`, `image_use_loss_gap`
-    (shuffled - own); for each metric `own_image_<metric>`, `shuffled_image_<metric>`, `image_use_<metric>_gap`
-    (own - shuffled), and per group `..._<metric>_<group>`; `image_use_gap` (the first metric's gap, else the loss
-    gap) with `image_use_gap_metric` naming it; `image_use_examples`, `image_use_images`, `image_use_seed`. With
-    `shuffle_regions`, also `shuffled_regions_loss`, `region_shuffle_loss_gap` (shuffled regions - own), for each
-    metric `shuffled_regions_<metric>` and `region_shuffle_<metric>_gap` (own - shuffled regions), per group
-    `shuffled_regions_<metric>_<group>` and `region_shuffle_<metric>_gap_<group>`, `region_shuffle_gap` (the gap of
-    the metric `image_use_gap_metric` names) and `region_shuffle_rows_unshuffled` (rows with an image of fewer than
-    2 valid regions, left as they were).
+    (shuffled - own) and, for each metric and group, `own_image_<metric>[_<group>]`, `shuffled_image_<metric>[_<group>]`,
+    `image_use_<metric>_gap[_<group>]` (own - shuffled); `image_use_gap` (the first metric's gap, else the loss gap,
+    named by `image_use_gap_metric`), `image_use_examples`, `image_use_images`, `image_use_seed`. With
+    `shuffle_regions`, the same with `shuffled_regions_*` and `region_shuffle_*`, and `region_shuffle_rows_unshuffled`
+    (rows with an image of fewer than 2 valid regions, left as they were).
     """
     check_module("model", model)
     check_rows("dataset", dataset)

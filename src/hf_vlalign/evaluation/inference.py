@@ -25,8 +25,8 @@ NON_MODEL_KEYS = (*PROBE_KEYS, "references")
 
 @dataclass
 class InferenceBatch:
-    """One batch of an inference pass: its dataset rows, the collated batch as the collator returned it, the inputs
-    of the model's `forward` and the probe targets present in the batch (both on the model's device)."""
+    """One batch of an inference pass: its rows, the collated batch, and the model's inputs and probe targets on the
+    model's device."""
 
     index: int
     rows: list[Any]
@@ -62,9 +62,8 @@ def split_batch(
 
 
 def first_examples(rows: Sequence[Any], max_examples: int | None, description: str, argument: str = "max_examples"):
-    """The first `max_examples` of `rows` (a `datasets.Dataset` or a list) that an evaluation reads; all of them for
-    None. A count larger than `rows` is said in a warning naming `argument` and `description` (every row is read), so
-    the caller reports `len()` of the result as the count used."""
+    """The first `max_examples` of `rows` (a `datasets.Dataset` or a list; None: all); a count larger than `rows` is
+    said in a warning, so the caller reports `len()` of the result as the count used."""
     if max_examples is None:
         return rows
     check_size(argument, max_examples, MAX_ANALYSIS_EXAMPLES, limit_name="MAX_ANALYSIS_EXAMPLES")

@@ -1,11 +1,8 @@
 """`hf-vlalign analyze`: Li et al.'s grounding probe and its per-dependency-relation variant (Table 2, with spaCy),
 attention entropy per block (Ilinykh, Analysis III), attention against box distance (Analysis II), attention within
-object clusters (Analysis I) and the plots, for a saved model of any family on a dataset, in one call.
-
-The synthetic scenes are the offline default: a single-stream model reads their VGP caption pairs, a two-stream model
-their GQA-format questions, a captioner their captions (teacher-forced); all three carry gold phrase boxes. Li et al.'s
-own setting is `flickr30k_entities_analysis_data`: Flickr30k Entities captions, each alone with its image's regions;
-`user_analysis_data` reads a user's `caption` file (`data.builders.user_data`) the same way.
+object clusters (Analysis I) and the plots, for a saved model of any family, on the synthetic scenes (offline
+default, read as its family reads them), Flickr30k Entities single captions (Li et al.'s setting) or a user's
+`caption` file.
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from pathlib import Path
 import torch
 from PIL import Image
 from transformers import AutoTokenizer
-from transformers.utils import logging
 
 from ..analysis.adapters import attention_blocks
 from ..analysis.attention_plots import format_region_labels, plot_top_regions_on_image, plot_word_region_heatmaps
@@ -43,22 +39,19 @@ from ..models.single_stream.family import SINGLE_STREAM
 from ..synthetic import SHAPE_NAMES, SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from ..utils.output_paths import refuse_foreign_folder, refuse_output_overlapping_inputs
 from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, MAX_BATCH_SIZE, MAX_SPATIAL_CLUSTERS, check_size
-from .inference import inference_batches
+from .inference import first_examples, inference_batches
 from .syntactic_analysis import SyntacticGroundingAnalysis
 from .tasks import load_model
 from .user_files import user_file_images
 
 ANALYSIS_FILE = "analysis.json"
-logger = logging.get_logger(__name__)
 
 
 @dataclass
 class AnalysisData:
-    """What `analyze_model` runs on: the examples, the collator returning probe targets, and the key of the text mask;
-    optionally the folder of the images (`<image_id>.png`, for the figure of boxes on the image) and the detector's
-    class names (indexed by the store's `object_ids`, for the region labels). `encoder_only`: run the checkpoint's
-    base model (`model.base_model`), for data without the inputs of its task head (single captions read by a VGP
-    model)."""
+    """What `analyze_model` runs on: the examples, the collator returning probe targets, the key of the text mask and,
+    optionally, the images (`image_paths`, else `<image_dir>/<image_id>.png`) and the detector's class names (indexed
+    by the store's `object_ids`). `encoder_only`: run `model.base_model`, for data without its task head's inputs."""
 
     dataset: object
     collator: object
@@ -98,13 +91,9 @@ def flickr30k_entities_analysis_data(
     max_images: int | None = None,
     max_text_length: int = 64,
 ) -> AnalysisData:
-    """Li et al.'s setting: Flickr30k Entities captions of `split`, each caption alone with its image's regions (from
-    the `RegionFeatureStore` at `features`) and its phrases' gold boxes from `Annotations/<id>.xml`; for a single-stream
-    model (trained with hf_vlalign, or a converted VisualBERT).
-
-    `max_images`: the first N images of the split (each with its five captions); with it, the first N listed images
-    must have their annotation files.
-    """
+    """Li et al.'s setting for a single-stream model: Flickr30k Entities captions of `split` (of its first
+    `max_images` images), each alone with its image's regions (the `RegionFeatureStore` at `features`) and its
+    phrases' gold boxes."""
     from ..data import GroundedCaptionCollator, RegionFeatureStore
     from ..data.builders import build_dataset
 
@@ -129,11 +118,10 @@ def user_analysis_data(
     max_text_length: int = 64,
     require_phrases: bool = True,
 ) -> AnalysisData:
-    """A user's `caption` file (`data.builders.user_data`: image, caption, grounded phrases with pixel boxes), each
-    caption alone with its image's regions (made as the model's processor makes them, `region_options_for_model`),
-    read as the model's family reads captions: a single-stream model's encoder (Li et al.'s single-caption setting), a
-    two-stream model's pre-training inputs, a captioner's teacher-forced captions. `require_phrases`: refuse a file
-    without any grounded phrase (the grounding probe scores those)."""
+    """A user's `caption` file (`data.builders.user_data`), each caption alone with its image's regions (made as the
+    model's processor makes them), read as the model's family reads captions: a single-stream encoder, a two-stream
+    model's pre-training inputs, a captioner's teacher-forced captions. `require_phrases`: refuse a file without any
+    grounded phrase."""
     from ..data import CaptioningCollator, GroundedCaptionCollator, TwoStreamPretrainingCollator
     from .user_files import check_grounded_phrases, load_user_file
 
@@ -241,15 +229,21 @@ class _Accumulators:
             self.first_batch = (examples, batch, blocks)
 
 
+def _region_object_ids(data: AnalysisData, row: dict) -> torch.Tensor | None:
+    """The detector class of each region of the row's image (the store's `object_ids`), or None where it has none."""
+    object_ids = data.collator.region_features[data.collator.store_image_id(row)]["object_ids"]
+    if object_ids is None:
+        return None
+    return torch.as_tensor(object_ids).reshape(len(object_ids), -1)[:, 0]
+
+
 def _store_object_ids(data: AnalysisData, examples: list[dict], num_regions: int) -> torch.Tensor | None:
-    """(B, R) detector class of each example's regions from the store's `object_ids` (-1 on padding), or None when the
-    store has no classes for one of the images."""
-    store, ids = data.collator.region_features, torch.full((len(examples), num_regions), -1, dtype=torch.long)
+    """(B, R) detector class of each example's regions (-1 on padding), or None when one image has no classes."""
+    ids = torch.full((len(examples), num_regions), -1, dtype=torch.long)
     for i, row in enumerate(examples):
-        object_ids = store[data.collator.store_image_id(row)]["object_ids"]
-        if object_ids is None:
+        column = _region_object_ids(data, row)
+        if column is None:
             return None
-        column = torch.as_tensor(object_ids).reshape(len(object_ids), -1)[:, 0]
         ids[i, : len(column)] = column
     return ids
 
@@ -263,21 +257,6 @@ def _cluster_ids(data: AnalysisData, source: str, num_spatial_clusters: int):
         return region_clusters(batch["visual_boxes"], mask, object_ids, source, num_spatial_clusters)
 
     return cluster_ids
-
-
-def _syntactic_analysis(
-    model, tokenizer, data: AnalysisData, spacy_model: str | None, active_heads_only: bool
-) -> tuple[SyntacticGroundingAnalysis | None, str | None]:
-    """The syntactic grounding analysis, or None and why not (spaCy or its English pipeline missing)."""
-    try:
-        probe = SyntacticGroundingProbe(*family_spec(model).probe_shape(model), active_heads_only=active_heads_only)
-        return SyntacticGroundingAnalysis(
-            probe, tokenizer, tuple(data.collator.text_columns),
-            data.collator.max_text_length, token_shift=-1 if data.text_mask_key == "decoder_attention_mask" else 0,
-            spacy_model=spacy_model,
-        ), None  # fmt: skip
-    except ImportError as error:
-        return None, str(error)
 
 
 @torch.no_grad()
@@ -298,34 +277,16 @@ def analyze_model(
     cluster_source: str = "auto",
     num_spatial_clusters: int = DEFAULT_NUM_SPATIAL_CLUSTERS,
 ) -> dict:
-    """Runs the probe, the entropy and distance analyses and the plots of the model saved in `model_dir` over `data`
-    (default: the synthetic scenes' evaluation split), or over a user's `caption` file `data_file` with grounded
-    phrases (`user_analysis_data`, texts cut at `max_text_length` word pieces); writes `analysis.json` and PNGs into `out_dir` and returns the
-    JSON content.
+    """Runs the grounding probe, the entropy, distance and within-cluster analyses and their plots of the model saved
+    in `model_dir` over `data` (default: the synthetic scenes' evaluation split) or a user's `caption` file
+    `data_file` with grounded phrases (`user_analysis_data`, texts cut at `max_text_length` word pieces); writes
+    `analysis.json` and PNGs into `out_dir` and returns the JSON content.
 
-    PNGs: `grounding_accuracy_per_head.png` (layer x head), `grounding_accuracy_per_layer.png` (Li et al. Figure 3),
-    both with the detection-confidence baseline; `attention_entropy.png`, `attention_vs_distance.png` (region->region
-    attention by box-centre distance, pairs per bin); `word_region_heatmaps.png` (the first grounded example's words x
-    regions labelled with class and box, best head of the first, middle and last layers on one colour scale, gold
-    regions outlined); `top_regions_on_image.png` (that example's image with each word's top-3 boxes on the probe's
-    best head and the gold box; only when `data.image_dir` holds the image, else analysis.json's
-    "top_regions_on_image" says why not) and, when spaCy and an English pipeline are installed
-    (`pip install "hf-vlalign[syntax]"`), `syntactic_grounding.png`: Li et al.'s Table 2, the best head per dependency relation. Without them (or with
-    `syntactic_grounding=False`) analysis.json's "syntactic_grounding" says why it was skipped. `spacy_model`: a spaCy
-    pipeline name or folder (default: the first installed of `SPACY_MODELS`).
-
-    Best heads (the probe's, each relation's) are the best of the actively attending heads, > 20 % of attention on
-    the regions (Li et al.; `active_heads_only=False`: of all heads), reported with their active share.
-
-    Within-cluster attention (Ilinykh, Analysis I; `within_cluster_attention.png`, one bar per layer of the
-    region->region attention: the captioner's encoder self-attention, the joint map's region rows of a single-stream
-    model, a two-stream model's object layers): clusters from `cluster_source` (see `analysis.geometry.region_clusters`:
-    "auto" = the detector class of each region where the store has `object_ids`, else k-means on box centres with
-    `num_spatial_clusters`).
-
-    `out_dir` may be neither `model_dir` nor the data's image folder, nor inside or around one (e.g. `<model_dir>-analysis`
-    beside the model), and must be new, empty or an earlier analysis (`check_analysis_output`, before the model runs). Sizes are bounded by
-    `hf_vlalign.utils.size_limits` (`MAX_BATCH_SIZE`, `MAX_ANALYSIS_EXAMPLES`, `MAX_SPATIAL_CLUSTERS`).
+    The PNGs (the probe per head and per layer, entropy, distance, within-cluster attention with clusters from
+    `cluster_source`, the first grounded example's heatmaps and top boxes on its image, and with spaCy's `spacy_model`
+    Li et al.'s Table 2) and what is skipped are listed in analysis.json. Best heads are the best of the actively
+    attending heads (> 20 % of attention on the regions; `active_heads_only=False`: of all heads). `out_dir` must be
+    new, empty or an earlier analysis, and none of the inputs, nor inside or around one (checked before the model runs).
     """
     check_size("batch_size", batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
     if max_examples is not None:
@@ -351,19 +312,19 @@ def analyze_model(
                 f"{model.config.model_type}."
             )
         model = model.base_model
-    dataset = data.dataset
-    if max_examples is not None and max_examples > len(dataset):  # analysis.json's num_examples is the count used
-        logger.warning(
-            f"`max_examples` {max_examples} is more than the {len(dataset)} examples of {data.description}: using "
-            f"{len(dataset)}."
-        )
-    if max_examples is not None and max_examples < len(dataset):
-        dataset = dataset.select(range(max_examples))
+    dataset = first_examples(data.dataset, max_examples, data.description)  # analysis.json's num_examples: the count used
     source = family_spec(model).name
     end_token = getattr(model.config, "use_end_token", None)  # single-stream: with or without VL-BERT's [END]
-    syntax, skipped = (None, "`syntactic_grounding=False`.")
+    syntax, skipped = None, "`syntactic_grounding=False`."
     if syntactic_grounding:
-        syntax, skipped = _syntactic_analysis(model, tokenizer, data, spacy_model, active_heads_only)
+        try:  # without spaCy or its English pipeline, analysis.json says why it is skipped
+            syntax = SyntacticGroundingAnalysis(
+                SyntacticGroundingProbe(*family_spec(model).probe_shape(model), active_heads_only=active_heads_only),
+                tokenizer, tuple(data.collator.text_columns), data.collator.max_text_length,
+                token_shift=-1 if data.text_mask_key == "decoder_attention_mask" else 0, spacy_model=spacy_model,
+            )  # fmt: skip
+        except ImportError as error:
+            skipped = str(error)
     analyses = _Accumulators(
         GroundingProbe(*family_spec(model).probe_shape(model), active_heads_only=active_heads_only), AttentionEntropy(),
         AttentionDistance(), WithinClusterAttention(), _cluster_ids(data, cluster_source, num_spatial_clusters), syntax,
@@ -484,14 +445,13 @@ class _Example:
     text: str
 
 
-def _region_classes(data: AnalysisData, row: dict, num_regions: int) -> list[str] | None:
-    """The detector class of each region (from the store's `object_ids`), or None where the store has none."""
-    object_ids = data.collator.region_features[data.collator.store_image_id(row)]["object_ids"]
-    if object_ids is None:
+def _region_classes(data: AnalysisData, row: dict) -> list[str] | None:
+    """The detector class name of each region, or None where the store has no classes."""
+    ids = _region_object_ids(data, row)
+    if ids is None:
         return None
-    ids = torch.as_tensor(object_ids).reshape(num_regions, -1)[:, 0].tolist()
     names = data.class_names or ()
-    return [names[i] if 0 <= i < len(names) else f"class {i}" for i in ids]
+    return [names[i] if 0 <= i < len(names) else f"class {i}" for i in ids.tolist()]
 
 
 def _first_example(first_batch, tokenizer, data: AnalysisData, iou_threshold: float) -> _Example:
@@ -504,7 +464,7 @@ def _first_example(first_batch, tokenizer, data: AnalysisData, iou_threshold: fl
     words = [f"{word} ({token})" for word, token in zip(tokenizer.convert_ids_to_tokens(ids[tokens].tolist()), tokens.tolist())]
     row = examples[index]
     boxes = batch["visual_boxes"][index][regions]
-    labels = format_region_labels(boxes.numpy(), _region_classes(data, row, len(regions)))
+    labels = format_region_labels(boxes.numpy(), _region_classes(data, row))
     iou = batch["phrase_region_iou"][index][:, regions]  # (P, R)
     phrase_tokens = batch["phrase_token_index"][index]
     gold = [sorted({int(r) for p in (phrase_tokens == token).nonzero().flatten() for r in (iou[p] >= iou_threshold).nonzero().flatten()})

@@ -1,10 +1,7 @@
 """`hf-vlalign explore`: the interactive word-region attention explorer (`analysis.explorer`) of a saved model of any
-family, on the first N examples of the synthetic scenes' evaluation split or of a user's `caption` file (read as
-`hf-vlalign analyze` reads them), with the grounding probe's per-head accuracy over the first `probe_examples` examples.
-
-Boxes are drawn only on the image whose regions they are: a synthetic scene's rendering, or the image a user file's row
-names. An `image` that does not come with its own text and boxes (with the synthetic scenes, or one no row of the file
-names) is refused, never overlaid with another image's boxes."""
+family, on the first examples of the synthetic scenes or of a user's `caption` file, with the grounding probe's
+per-head accuracy. Boxes are drawn only on the image whose regions they are: an `image` without its own text and
+boxes is refused, never overlaid with another image's boxes."""
 
 from __future__ import annotations
 
@@ -24,7 +21,7 @@ from ..utils.output_paths import refuse_foreign_file, refuse_output_overlapping_
 from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, MAX_BATCH_SIZE, MAX_EXPLORER_EXAMPLES, check_size
 from .grounding import probe_over_blocks
 from .inference import inference_batches
-from .model_analysis import ATTENTION_TARGET_KEYS, AnalysisData, gold_phrases, synthetic_analysis_data, user_analysis_data
+from .model_analysis import ATTENTION_TARGET_KEYS, gold_phrases, synthetic_analysis_data, user_analysis_data
 from .tasks import load_model
 from .user_files import user_file_images
 
@@ -84,12 +81,6 @@ def image_shown(image: str | os.PathLike | None, data_file: str | os.PathLike | 
     return named[Path(image).resolve()].stem
 
 
-def _image_for(image_id: str, data: AnalysisData) -> Path | None:
-    """The image a row's boxes belong to: the user file's image, or the synthetic scene's rendering."""
-    path = data.image_path(image_id)
-    return path if path is not None and path.is_file() else None
-
-
 def check_explorer_output(out: str | os.PathLike, inputs: dict, output_argument: str = "out") -> None:
     """Before the model runs: `out` is none of `inputs` (the model folder, the image), nor inside or around one, and is
     new or an earlier explorer page (any other file is left alone)."""
@@ -116,16 +107,12 @@ def explore_model(
 
     Args:
         model_dir: an hf_vlalign checkpoint of any family (with its tokenizer).
-        out: the HTML file to write: new or an earlier explorer page, and none of the inputs (`model_dir`,
-            `data_file` and its images), nor inside or around one (e.g. `<model_dir>-explorer.html` beside the model).
+        out: the HTML file, new or an earlier explorer page, and none of the inputs, nor inside or around one.
         num_examples: the first N examples to show (at most `MAX_EXPLORER_EXAMPLES`).
-        data_file: a user's `caption` file (`data.builders.user_data`); each example is drawn on its own image. Default:
-            the synthetic scenes' evaluation split, drawn on their renderings.
-        image: with `data_file`, show only the rows of this image (a file the data file names); refused otherwise.
+        data_file: a user's `caption` file (default: the synthetic scenes' evaluation split, `synthetic`), each
+            example drawn on its own image; `image`: show only the rows of this image, which the file names.
         max_text_length: word pieces per caption of `data_file` (longer ones are cut).
-        synthetic: the synthetic scenes (default `SyntheticSceneConfig()`).
-        probe_examples: examples the grounding probe's accuracy grid is computed on (0: no grid).
-        batch_size: batch size of the probe.
+        probe_examples: examples the grounding probe's accuracy grid is computed on (0: no grid), `batch_size` at a time.
     """
     for name, value, low in (
         ("num_examples", num_examples, 1),
@@ -168,13 +155,14 @@ def explore_model(
     batches = inference_batches(model, shown, data.collator, 1, exclude=ATTENTION_TARGET_KEYS, forward_arguments_only=True)
     for one in batches:
         row, batch = one.rows[0], one.batch
+        image = data.image_path(row["image_id"])  # the user file's image, or the synthetic scene's rendering
         outputs = model(**one.inputs, output_attentions=True)
         text_mask = batch[data.text_mask_key]
         ids = batch["labels" if captioner else "input_ids"][0][text_mask[0].bool()]
         examples += explorer_examples(
             outputs, words=[tokenizer.convert_ids_to_tokens(ids.tolist())], region_boxes=batch["visual_boxes"],
             text_mask=text_mask, region_mask=batch["visual_attention_mask"], gold=[gold_phrases(row, data, captioner)],
-            images=[_image_for(row["image_id"], data)], source=source, end_token=end_token,
+            images=[image if image is not None and image.is_file() else None], source=source, end_token=end_token,
             titles=[" / ".join(row[column] for column in data.collator.text_columns)],
         )  # fmt: skip
     subtitle = (

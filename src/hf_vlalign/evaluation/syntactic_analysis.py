@@ -1,9 +1,6 @@
-"""Syntactic grounding inside `hf-vlalign analyze` (Li et al. 2020, "What does BERT with vision look at?", Table 2).
-
-The texts of each batch are parsed with spaCy (each distinct text once), every parse word is matched to the token the
-model read for it (its last WordPiece, through the character offsets of the model's own encoding, so spaCy's and
-WordPiece's word splits need not agree), and a word is an entity word when that token lies in a grounded phrase of
-the collator (`phrase_masks`), whose gold-box IoUs (`phrase_region_iou`) it takes.
+"""Syntactic grounding inside `hf-vlalign analyze` (Li et al. 2020, Table 2): each text is parsed with spaCy once, every
+parse word is matched to the token the model read for it (its last WordPiece, through character offsets, so the two
+word splits need not agree), and a word is an entity word when that token lies in a grounded phrase of the collator.
 """
 
 from __future__ import annotations
@@ -30,11 +27,9 @@ TOP_RELATIONS = 10
 
 @dataclass
 class SyntacticGroundingAnalysis:
-    """Feeds a `SyntacticGroundingProbe` from collated batches and their rows (the texts to parse).
-
-    `token_shift` moves encoding positions to the model's text positions: -1 for the captioner, whose decoder reads the
-    caption without the leading [CLS].
-    """
+    """Feeds a `SyntacticGroundingProbe` from collated batches and their rows (the texts to parse). `token_shift` moves
+    encoding positions to the model's text positions: -1 for the captioner, whose decoder reads the caption without the
+    leading [CLS]."""
 
     probe: SyntacticGroundingProbe
     tokenizer: object

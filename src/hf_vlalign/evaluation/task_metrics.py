@@ -1,16 +1,6 @@
-"""The evaluation of the task examples (`examples/finetune_*.py`), shared with `hf-vlalign evaluate`.
-
-- question answering: `answer_metrics` (accuracy, and the official GQA script's or VQA v2 metrics), the
-  `compute_metrics` of `Trainer.evaluate`, with `predicted_answer_ids` as `preprocess_logits_for_metrics`;
-- NLVR2: `reasoning_metrics` (accuracy and consistency) with `predicted_truth`;
-- referring expressions: `chosen_regions` (the model's region per expression) scored by `referring_results`, and
-  during training `accuracy_from_region_iou` (with `trainers.ReferringExpressionTrainer`'s predictions);
-- phrase grounding: `grounded_phrases_only` (the phrases that can be scored), `phrase_region_scores` (the model's
-  logits per phrase) scored by `recall_results` (recall@k, MERGED-BOXES), and during training `recall_at_1_any_box`
-  (with `trainers.PhraseGroundingTrainer`'s predictions);
-- single-stream pre-training: `pretraining_metrics` (masked-word and sentence-image accuracy) with
-  `predictions_for_metrics`.
-"""
+"""The evaluation of the task examples (`examples/finetune_*.py`), shared with `hf-vlalign evaluate`: for each task
+the `compute_metrics` (and `preprocess_logits_for_metrics`) of `Trainer.evaluate`, or a pass over the rows scored
+afterwards (`chosen_regions` -> `referring_results`, `phrase_region_scores` -> `recall_results`)."""
 
 from __future__ import annotations
 
@@ -48,9 +38,7 @@ PHRASE_COLUMNS = (
 )
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Question answering
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def predicted_answer_ids(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -92,9 +80,7 @@ def answer_metrics(
     return compute_metrics
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # NLVR2
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def predicted_truth(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -119,9 +105,7 @@ def reasoning_metrics(eval_rows: datasets.Dataset) -> Callable[[EvalPrediction],
     return compute_metrics
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Referring expressions
-# ----------------------------------------------------------------------------------------------------------------
 
 
 @torch.no_grad()
@@ -137,10 +121,8 @@ def chosen_regions(model, dataset: datasets.Dataset, collator, batch_size: int) 
 
 def referring_results(dataset, store: RegionFeatureStore, choices: list[int]) -> dict:
     """Accuracy (IoU >= 0.5 with the referred box, pixels) of the chosen regions, of the detector-confidence baseline
-    (each image's most confident region; left out when the store has no confidences) and of the upper bound (the
-    region of best IoU), each with `referring_expression_accuracy`; `chance_accuracy` is the expected accuracy of a
-    region drawn uniformly among the image's regions and `largest_region_accuracy` that of the image's largest region
-    (the text-blind baseline, `metrics.grounding.largest_region_accuracy`), which `baselines` compares the accuracy with."""
+    (when the store has confidences), of the upper bound (the region of best IoU), of a uniformly drawn region
+    (`chance_accuracy`) and of the image's largest region (the text-blind baseline `baselines` compares with)."""
     chosen, confident, best, gold, chance, regions = [], [], [], [], [], []
     with_confidence = True
     for row, choice in zip(dataset, choices, strict=True):
@@ -184,9 +166,7 @@ def accuracy_from_region_iou(prediction: EvalPrediction) -> dict[str, float]:
     }
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Phrase grounding
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def grounded_phrases_only(dataset: datasets.Dataset, tokenizer, max_text_length: int) -> tuple[datasets.Dataset, dict]:
@@ -250,11 +230,9 @@ def phrase_region_scores(model, dataset: datasets.Dataset, collator, batch_size:
 
 
 def recall_results(dataset: datasets.Dataset, store: RegionFeatureStore, scores: list[list[torch.Tensor]]) -> dict:
-    """Recall@k (MERGED-BOXES) of the model's ranking, of the detector-confidence baseline (Li et al. 2020: every phrase
-    gets the image's regions by decreasing detection confidence), of the largest-region baseline (the image's regions
-    by decreasing area, whatever the phrase: `metrics.grounding.largest_region_recall`) and the upper bound (any region of the
-    image at IoU >= 0.5), each computed with `phrase_grounding_recall` on pixel boxes; `baselines` compares each recall
-    with the largest-region one."""
+    """Recall@k (MERGED-BOXES, pixel boxes) of the model's ranking, of the detector-confidence ranking (Li et al.
+    2020), of the regions by decreasing area (the baseline `baselines` compares with) and the upper bound (any region
+    of the image at IoU >= 0.5)."""
     ranked, by_confidence, every_region, gold = [], [], [], []
     without_confidence = 0
     for row, row_scores in zip(dataset, scores):
@@ -297,9 +275,7 @@ def recall_at_1_any_box(prediction: EvalPrediction) -> dict[str, float]:
     return {"recall@1_any_box": float((top1_iou[real] >= IOU_THRESHOLD).mean()) if real.any() else 0.0}
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Single-stream pre-training
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def predictions_for_metrics(logits: tuple[torch.Tensor, torch.Tensor], labels) -> tuple[torch.Tensor, torch.Tensor]:
@@ -310,10 +286,9 @@ def predictions_for_metrics(logits: tuple[torch.Tensor, torch.Tensor], labels) -
 
 
 def pretraining_metrics(paired: bool) -> Callable[[EvalPrediction], dict[str, float]]:
-    """`compute_metrics`: masked-word accuracy (and always predicting the most frequent masked word) and, with pairs,
-    sentence-image accuracy (and always predicting the most frequent match label): the baselines of
-    `baselines.pretraining_baselines`, the evaluation rows' own majority (the pairs are drawn at collation, so there are
-    no training labels to count)."""
+    """`compute_metrics`: masked-word accuracy and, with pairs, sentence-image accuracy, each beside always predicting
+    the evaluation rows' most frequent label (`baselines.pretraining_baselines`: masks and pairs are drawn at
+    collation, so there are no training labels to count)."""
 
     def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
         predicted_words, sentence_image_logits = prediction.predictions

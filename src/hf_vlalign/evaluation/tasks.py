@@ -1,19 +1,8 @@
-"""`hf-vlalign evaluate`: a saved model's task metric on a dataset (offline default: the synthetic scenes).
-
-- `vgp`: identification and VGP accuracy of a `SingleStreamForVisualParaphrase` (Samaran et al.);
-- `vqa`: the `accuracy` and GQA script metrics of a `*ForQuestionAnswering` (either family) on the scenes' GQA-format
-  questions, as `examples/finetune_vqa.py` reports them; its answers are the model folder's `answer_vocab.json`;
-- `gqa`: the same for a `*ForQuestionAnswering`; for a `TwoStreamForPreTraining` with a QA head, the GQA evaluation
-  script's metrics (`metrics.gqa.gqa_scores`) of its pre-training answers;
-- `nlvr2`: NLVR2's accuracy and consistency of a `*ForVisualReasoning`, as `examples/finetune_nlvr2.py`;
-- `refcoco`: referring-expression accuracy (IoU >= 0.5) of a `*ForReferringExpression` with the confidence baseline
-  and upper bound, as `examples/finetune_refcoco.py`;
-- `flickr_grounding`: recall@1/5/10 (MERGED-BOXES) of a `*ForPhraseGrounding` with the confidence baseline and upper
-  bound, as `examples/finetune_flickr_grounding.py`;
-- `captioning`: BLEU-1..4, METEOR, ROUGE-L and CIDEr-D of a `RegionCaptionerForConditionalGeneration`'s greedy
-  (or beam) captions.
-
-The task examples' own evaluation code (`evaluation/task_metrics.py`) computes the metrics.
+"""`hf-vlalign evaluate`: a saved model's task metric on a dataset (offline default: the synthetic scenes), computed
+by the task examples' own evaluation code (`evaluation/task_metrics.py`) beside its baselines (`evaluation/baselines.py`):
+`vgp` (identification and VGP accuracy), `vqa` / `gqa` (accuracy and the GQA script's metrics; a two-stream
+pre-training QA head: the script's metrics of its answers), `nlvr2` (accuracy and consistency), `refcoco` (accuracy at
+IoU >= 0.5), `flickr_grounding` (recall@1/5/10, MERGED-BOXES) and `captioning` (BLEU-1..4, METEOR, ROUGE-L, CIDEr-D).
 """
 
 from __future__ import annotations
@@ -39,8 +28,7 @@ from .baselines import (
 )
 from .inference import first_examples, inference_batches
 
-# read from the families' specs (`hf_vlalign.models.family`): their model types, the tasks their heads evaluate and the
-# model classes (a checkpoint's `architectures`) that each task evaluates
+# from the families' specs: their model types, their heads' tasks and the model classes each task evaluates
 FAMILIES = tuple(spec.model_type for spec in FAMILY_SPECS.values())
 TASKS = tuple(dict.fromkeys(task for spec in FAMILY_SPECS.values() for task in spec.tasks))
 TASK_ARCHITECTURES = {
@@ -50,8 +38,7 @@ TASK_ARCHITECTURES = {
 ANSWER_VOCAB_NAME = "answer_vocab.json"  # the answers of a question-answering head, saved by examples/finetune_vqa.py
 # texts are cut at this many tokens, as in the task examples, unless `max_text_length` says otherwise
 DEFAULT_MAX_TEXT_LENGTH = 48
-# the evaluations that read `max_text_length`: the VGP pairs and the two-stream pre-training QA head read their texts
-# as their collators cut them in training, the captioner reads no text
+# the evaluations that read `max_text_length` (the others read texts as their training collators cut them, or none)
 TEXT_LENGTH_TASKS = ("vqa", "gqa", "nlvr2", "refcoco", "flickr_grounding")
 # `Trainer.evaluate`'s timings, left out of the results
 SPEED_METRICS = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "eval_model_preparation_time")
@@ -69,15 +56,6 @@ def load_model(model_dir: str | Path) -> torch.nn.Module:
     if model_class is None:
         raise ValueError(f"`model_dir` config names architecture {architecture!r}, which hf_vlalign does not define.")
     return model_class.from_pretrained(model_dir).eval()
-
-
-@torch.no_grad()
-def evaluate_vgp(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_examples: int | None = None) -> dict:
-    from ..data.builders import load_vgp_data
-
-    data = load_vgp_data(synthetic_config=synthetic)
-    pairs = first_examples(data.eval, max_examples, f"{data.source} (eval)")
-    return score_vgp(model, tokenizer, pairs, data.region_features, batch_size, progress, train_rows=data.train)
 
 
 @torch.no_grad()
@@ -161,20 +139,6 @@ def generate_captions(
     return captions
 
 
-@torch.no_grad()
-def evaluate_captioning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, num_beams: int = 1, max_new_tokens: int = 20, max_examples: int | None = None) -> dict:
-    """Caption metrics of a captioner's captions of the scenes' validation images (an example: one image and its
-    reference captions)."""
-    from ..data import build_dataset
-    from ..data.builders.synthetic_scenes import synthetic_region_features
-
-    store = synthetic_region_features(config=synthetic)
-    captions = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
-    return score_captioning(
-        model, tokenizer, captions, "sentence", store, batch_size, progress, num_beams, max_new_tokens, max_examples
-    )
-
-
 def score_captioning(
     model, tokenizer, captions, column: str, store, batch_size: int, progress: bool, num_beams: int = 1,
     max_new_tokens: int = 20, max_examples: int | None = None,
@@ -212,31 +176,6 @@ def _trainer_evaluate(model, collator, rows, batch_size: int, progress: bool, co
         metrics = trainer.evaluate(rows)
     kept = {key: value for key, value in metrics.items() if key.startswith("eval_") and key not in SPEED_METRICS}
     return {key if key == "eval_loss" else key.removeprefix("eval_"): value for key, value in kept.items()}
-
-
-def evaluate_question_answering(model, tokenizer, model_dir, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None) -> dict:
-    """`accuracy` and the GQA script's metrics of a `*ForQuestionAnswering` on the scenes' GQA-format questions, as
-    examples/finetune_vqa.py evaluates: its answers are `answer_vocab.json` of `model_dir` (the scenes' vocabulary
-    when the folder has none)."""
-    from ..data import build_dataset
-    from ..data.builders import gqa
-    from ..data.builders.synthetic_scenes import synthetic_region_features
-    from ..synthetic import load_or_generate_synthetic_vgp
-    from ..synthetic.questions import ANSWER_VOCAB_FILE
-
-    store = synthetic_region_features(config=synthetic)
-    questions_dir = load_or_generate_synthetic_vgp(config=synthetic).gqa_dir
-    vocab = model_answer_vocab(model, model_dir, questions_dir / ANSWER_VOCAB_FILE)
-    rows = build_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
-    # the labels in the head's answer ids (the folder's vocabulary; -1: an answer it lacks, counted wrong), not the
-    # scenes' own ids
-    rows = rows.map(lambda row: {"label": vocab.get(row["answer"], -1)}, desc="answer ids of the model")
-    records = gqa.read_questions(gqa.question_files(questions_dir, "val", "balanced", None))
-    # the baselines: the most frequent answer of the scenes' training split (generated with the evaluation split)
-    train_rows = build_dataset("synthetic_scenes", None, "train", task="questions", config=synthetic)
-    return score_question_answering(
-        model, tokenizer, vocab, rows, store, records, batch_size, progress, max_text_length, max_examples, train_rows
-    )
 
 
 def model_answer_vocab(model, model_dir, default: Path | None = None) -> dict[str, int]:
@@ -283,21 +222,6 @@ def score_question_answering(
     return results | {"baselines": compare_with_baselines(results, _of_training(baselines, train_rows))}
 
 
-def evaluate_visual_reasoning(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None) -> dict:
-    """NLVR2's accuracy and consistency of a `*ForVisualReasoning` on the scenes' NLVR2 statements, as
-    examples/finetune_nlvr2.py evaluates."""
-    from ..data import build_dataset
-    from ..data.builders.synthetic_scenes import synthetic_region_features
-
-    store = synthetic_region_features(config=synthetic, task="nlvr2")
-    rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", config=synthetic, region_features=store)
-    # the baselines: the most frequent truth value of the scenes' training split (generated with the evaluation split)
-    train_labels = build_dataset("synthetic_scenes", None, "train", task="nlvr2", config=synthetic)["label"]
-    return score_visual_reasoning(
-        model, tokenizer, rows, store, batch_size, progress, max_text_length, max_examples, train_labels
-    )
-
-
 def score_visual_reasoning(model, tokenizer, rows, store, batch_size: int, progress: bool, max_text_length: int, max_examples: int | None = None, train_labels=None) -> dict:
     """NLVR2's accuracy and consistency of a `*ForVisualReasoning` on image-pair rows with NLVR2 identifiers, beside
     the majority truth value of `train_labels` (None: of the evaluated rows themselves)."""
@@ -315,17 +239,6 @@ def score_visual_reasoning(model, tokenizer, rows, store, batch_size: int, progr
     return results | {"num_examples": len(rows), "baselines": baselines}
 
 
-def evaluate_referring_expression(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
-    """Accuracy (IoU >= 0.5) of a `*ForReferringExpression`'s chosen regions on the scenes' referring expressions, with
-    the confidence baseline, the upper bound and chance, as examples/finetune_refcoco.py evaluates."""
-    from ..data import build_dataset
-    from ..data.builders.synthetic_scenes import synthetic_region_features
-
-    store = synthetic_region_features(config=synthetic)
-    rows = build_dataset("synthetic_scenes", None, "val", task="refcoco", config=synthetic, region_features=store)
-    return score_referring_expression(model, tokenizer, rows, store, batch_size, max_text_length, max_examples)
-
-
 def score_referring_expression(model, tokenizer, rows, store, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
     """Accuracy (IoU >= 0.5) of a `*ForReferringExpression` on referring-expression rows joined to `store`."""
     from ..data import ReferringExpressionCollator
@@ -335,17 +248,6 @@ def score_referring_expression(model, tokenizer, rows, store, batch_size: int, m
     rows, _ = collator.drop_overlong_rows(rows, "referring eval")
     rows = first_examples(rows, max_examples, "the referring expressions")
     return referring_results(rows, store, chosen_regions(model, rows, collator, batch_size)) | {"num_examples": len(rows)}
-
-
-def evaluate_phrase_grounding(model, tokenizer, synthetic: SyntheticSceneConfig, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
-    """Recall@1/5/10 (MERGED-BOXES) of a `*ForPhraseGrounding` on the scenes' captions (Flickr30k Entities format), with
-    the confidence baseline and the upper bound, as examples/finetune_flickr_grounding.py evaluates."""
-    from ..data import build_dataset
-    from ..data.builders.synthetic_scenes import synthetic_region_features
-
-    store = synthetic_region_features(config=synthetic)
-    rows = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic, region_features=store)
-    return score_phrase_grounding(model, tokenizer, rows, store, batch_size, max_text_length, max_examples)
 
 
 def score_phrase_grounding(model, tokenizer, rows, store, batch_size: int, max_text_length: int, max_examples: int | None = None) -> dict:
@@ -380,18 +282,13 @@ def evaluate_task(
     max_text_length: int | None = None,
     max_examples: int | None = None,
 ) -> dict:
-    """The metric of `task` for the model saved in `model_dir`, on the synthetic scenes' evaluation split, or on a
-    user-format `data_file` (`data.builders.user_data`) of the task's format (`USER_FILE_TASKS`), whose images' region
-    features are made as the model's processor makes them (`user_files.region_options_for_model`). Only the first
-    `max_examples` examples are read (pairs, questions, statements, expressions, captions or, for captioning, images;
-    None: all; more than the data holds: all, with a warning); the results' `num_examples` is the count evaluated, and
-    their `baselines` each accuracy beside its baseline (`evaluation.baselines`: the majority class of the synthetic
-    scenes' training split, generated with the evaluation split, or of a `data_file`'s own rows; the largest region
-    for the grounding tasks).
+    """The metric of `task` for the model saved in `model_dir`, on the synthetic scenes' evaluation split or on a
+    user-format `data_file` of the task's format (`USER_FILE_TASKS`, its images' region features made as the model's
+    processor makes them), reading the first `max_examples` examples (None, or more than the data holds: all); the
+    results' `num_examples` is the count evaluated, their `baselines` each accuracy beside its baseline.
 
-    `max_text_length` cuts the texts of the tasks in `TEXT_LENGTH_TASKS` (None: `DEFAULT_MAX_TEXT_LENGTH`, as the
-    examples do); the other evaluations (`vgp`, a two-stream pre-training QA head, `captioning`) do not read it and
-    refuse a value rather than ignore it."""
+    `max_text_length` cuts the texts of the tasks in `TEXT_LENGTH_TASKS` (None: `DEFAULT_MAX_TEXT_LENGTH`); the other
+    evaluations do not read it and refuse a value rather than ignore it."""
     if task not in TASKS:
         raise ValueError(f"`task` must be one of {TASKS}, got {task!r}.")
     for name, value in (("batch_size", batch_size), ("max_text_length", max_text_length)):
@@ -428,24 +325,57 @@ def evaluate_task(
             model, tokenizer, model_dir, task, data_file, batch_size, progress, max_text_length, max_examples
         )
         return {"task": task, "model_dir": str(model_dir), "model": architecture, "data_file": str(data_file)} | results
-    synthetic = synthetic or SyntheticSceneConfig()
-    if task == "vgp":
-        results = evaluate_vgp(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
-    elif pretraining:
-        results = evaluate_gqa(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
-    elif task in ("vqa", "gqa"):
-        results = evaluate_question_answering(
-            model, tokenizer, model_dir, synthetic, batch_size, progress, max_text_length, max_examples=max_examples
-        )
-    elif task == "nlvr2":
-        results = evaluate_visual_reasoning(model, tokenizer, synthetic, batch_size, progress, max_text_length, max_examples=max_examples)
-    elif task == "refcoco":
-        results = evaluate_referring_expression(model, tokenizer, synthetic, batch_size, max_text_length, max_examples=max_examples)
-    elif task == "flickr_grounding":
-        results = evaluate_phrase_grounding(model, tokenizer, synthetic, batch_size, max_text_length, max_examples=max_examples)
-    else:
-        results = evaluate_captioning(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
+    results = evaluate_synthetic(
+        model, tokenizer, model_dir, task, synthetic or SyntheticSceneConfig(), batch_size, progress, max_text_length,
+        max_examples, pretraining,
+    )  # fmt: skip
     return {"task": task, "model_dir": str(model_dir), "model": architecture} | results
+
+
+def evaluate_synthetic(
+    model, tokenizer, model_dir, task: str, synthetic: SyntheticSceneConfig, batch_size: int, progress: bool,
+    max_text_length: int, max_examples: int | None, pretraining: bool,
+) -> dict:
+    """`task`'s metric on the synthetic scenes' evaluation split, as the task's example evaluates it; the baselines
+    of NLVR2 and question answering are the majority of the scenes' training split (generated with it)."""
+    from ..data import build_dataset
+    from ..data.builders import gqa, load_vgp_data
+    from ..data.builders.synthetic_scenes import synthetic_region_features
+    from ..synthetic import load_or_generate_synthetic_vgp
+    from ..synthetic.questions import ANSWER_VOCAB_FILE
+
+    if task == "vgp":
+        data = load_vgp_data(synthetic_config=synthetic)
+        pairs = first_examples(data.eval, max_examples, f"{data.source} (eval)")
+        return score_vgp(model, tokenizer, pairs, data.region_features, batch_size, progress, train_rows=data.train)
+    if pretraining:
+        return evaluate_gqa(model, tokenizer, synthetic, batch_size, progress, max_examples=max_examples)
+    if task == "nlvr2":
+        store = synthetic_region_features(config=synthetic, task="nlvr2")
+        rows = build_dataset("synthetic_scenes", None, "val", task="nlvr2", config=synthetic, region_features=store)
+        train_labels = build_dataset("synthetic_scenes", None, "train", task="nlvr2", config=synthetic)["label"]
+        return score_visual_reasoning(
+            model, tokenizer, rows, store, batch_size, progress, max_text_length, max_examples, train_labels
+        )
+    store = synthetic_region_features(config=synthetic)
+    if task in ("vqa", "gqa"):  # the head's answers: `answer_vocab.json` of `model_dir`, else the scenes' vocabulary
+        questions_dir = load_or_generate_synthetic_vgp(config=synthetic).gqa_dir
+        vocab = model_answer_vocab(model, model_dir, questions_dir / ANSWER_VOCAB_FILE)
+        rows = build_dataset("synthetic_scenes", None, "val", task="questions", config=synthetic, region_features=store)
+        # the labels in the head's answer ids (-1: an answer it lacks, counted wrong), not the scenes' own ids
+        rows = rows.map(lambda row: {"label": vocab.get(row["answer"], -1)}, desc="answer ids of the model")
+        records = gqa.read_questions(gqa.question_files(questions_dir, "val", "balanced", None))
+        train_rows = build_dataset("synthetic_scenes", None, "train", task="questions", config=synthetic)
+        return score_question_answering(
+            model, tokenizer, vocab, rows, store, records, batch_size, progress, max_text_length, max_examples, train_rows
+        )
+    if task == "captioning":
+        captions = build_dataset("synthetic_scenes", None, "val", task="captions", config=synthetic)
+        return score_captioning(model, tokenizer, captions, "sentence", store, batch_size, progress, max_examples=max_examples)
+    data_task = "refcoco" if task == "refcoco" else "captions"
+    rows = build_dataset("synthetic_scenes", None, "val", task=data_task, config=synthetic, region_features=store)
+    score = score_referring_expression if task == "refcoco" else score_phrase_grounding
+    return score(model, tokenizer, rows, store, batch_size, max_text_length, max_examples)
 
 
 # the user-data format (`data.builders.user_data.USER_TASKS`) each task's evaluation reads

@@ -14,21 +14,15 @@ __all__ = ["check_grounded_phrases", "load_user_file", "region_options_for_model
 
 def region_options_for_model(model_dir: str | os.PathLike, config) -> dict:
     """The `extract_region_features` options that make regions and features of new images for the model saved in
-    `model_dir` (its `config`), as its processor makes them: the options its saved processor records
-    (`processor_config.json`, "image_processor"), else `DEFAULT_REGION_OPTIONS` (the whole image and a 4 x 4 grid,
-    the pixel encoder); the pixel encoder's `feature_dim` is the model's `visual_feat_dim`.
-
-    Refused, each with one line: a model whose features came from files no encoder reproduces (its processor records
-    `encoder: null`, e.g. published bottom-up-attention features), and a processor whose `feature_dim` is not the
-    model's `visual_feat_dim`."""
+    `model_dir`, as its processor makes them: those its `processor_config.json` records, else `DEFAULT_REGION_OPTIONS`;
+    the pixel encoder's `feature_dim` is the model's `visual_feat_dim`. Refused: a processor without an encoder (e.g.
+    published bottom-up-attention features) and one of another `feature_dim`."""
     import inspect
 
     from ..data.formats.text_files import read_json_file
     from ..data.region_extraction import extract_region_features
 
-    visual_feat_dim = getattr(config, "visual_feat_dim", None)
-    if isinstance(visual_feat_dim, bool) or not isinstance(visual_feat_dim, int) or visual_feat_dim < 1:
-        raise ValueError(f"`model` {model_dir}: its config has no `visual_feat_dim` (got {visual_feat_dim!r}).")
+    visual_feat_dim = config.visual_feat_dim
     processor_file = Path(model_dir) / "processor_config.json"
     saved = read_json_file(processor_file) if processor_file.is_file() else {}
     saved = saved.get("image_processor") if isinstance(saved, dict) else None

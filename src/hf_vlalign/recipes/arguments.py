@@ -199,11 +199,6 @@ TRAINING_DEFAULTS = {
 }
 
 
-def default_report_to() -> str:
-    """TensorBoard when it is installed (logs under `<output_dir>/runs`), else no reporting."""
-    return "tensorboard" if is_tensorboard_available() else "none"
-
-
 def parse_recipe_args(
     argv: list[str],
     dataclass_types: tuple[type, ...],
@@ -211,27 +206,22 @@ def parse_recipe_args(
     data_source_flags: tuple[str, ...] = (),
     **defaults,
 ) -> tuple:
-    """Parses `argv` into `dataclass_types` + `training_args_class` (the trainer's `TrainingArguments` subclass, whose
-    own settings are flags too; returned in that order), with the examples' shared defaults, then `defaults`, then
-    the values of a `--config FILE` (YAML or JSON: an experiment's settings, see `examples/configs/`), then the other
-    flags; a `mixed_precision` field of any of them (`--mixed_precision`) sets `bf16` / `fp16`, and a `dropout` field
-    (`--dropout`) is checked; every example also takes `--num_threads` (`set_cpu_threads`). With `--train_file`
-    (`UserDataArguments`), the flags of other data sources (`DATA_SOURCE_FLAGS` and the example's `data_source_flags`)
-    are refused (`check_user_data_flags`)."""
+    """Parses `argv` into `dataclass_types` + `training_args_class` (returned in that order) over the examples' shared
+    defaults, then `defaults`, then a `--config FILE`'s values (YAML or JSON, see `examples/configs/`); then checks
+    them (counts, `--mixed_precision`, `--dropout`, flags their setting does not read, the other data sources' flags
+    with `--train_file`, the output folder) and sets the CPU threads (`--num_threads`)."""
     dataclass_types = (*dataclass_types, ThreadArguments, training_args_class)
     parser = HfArgumentParser(dataclass_types)
     parser.add_argument(
         "--config", default=None, help="a YAML or JSON file of flag values, which the other flags override (examples/configs/)."
     )
-    # pinned memory only speeds up copies to an accelerator; without one torch warns at every DataLoader
-    pin_memory = torch.accelerator.is_available()
     config_path, argv = split_config_flag(argv)
     config_values = read_recipe_config(config_path, dataclass_types) if config_path else {}
     parser.set_defaults(
         **{
             **TRAINING_DEFAULTS,
-            "report_to": default_report_to(),
-            "dataloader_pin_memory": pin_memory,
+            "report_to": "tensorboard" if is_tensorboard_available() else "none",  # logs under <output_dir>/runs
+            "dataloader_pin_memory": torch.accelerator.is_available(),  # else torch warns at every DataLoader
             **defaults,
             **config_values,
         }
@@ -243,10 +233,11 @@ def parse_recipe_args(
     check_training_counts(training_args)
     for value in parsed:
         if isinstance(value, ModelArguments):
-            check_model_family(value.model_family)
+            if value.model_family not in FAMILIES:
+                raise ValueError(f"`--model_family` must be one of {FAMILIES}, got {value.model_family!r}.")
             check_layer_flags(value, given)
-        if getattr(value, "dropout", None) is not None:
-            check_dropout(value.dropout)
+        if getattr(value, "dropout", None) is not None and not 0.0 <= value.dropout < 1.0:
+            raise ValueError(f"`--dropout` must be in [0, 1), got {value.dropout}.")
         check_flags_read(value, given)
         if hasattr(value, "mixed_precision"):
             apply_mixed_precision(training_args, value.mixed_precision)
@@ -271,10 +262,9 @@ def _path_values(value: Any) -> list[str | os.PathLike]:
 
 
 def recipe_inputs(parsed: Iterable[Any], training_args: TrainingArguments, config_path: str | None) -> dict[str, Any]:
-    """The paths a run reads, by flag: every path-valued field of the examples' own arguments (a model folder, data
-    files and folders, feature stores; a list such as `--lxmert_train_files` entry by entry), the fields a
-    `TrainingArguments` subclass adds (a Fisher file, a teacher model), `--resume_from_checkpoint` and `--config`.
-    Values that are no existing path (a Hub id, a split name) are skipped by the overlap check."""
+    """The paths a run reads, by flag: every path-valued field of the examples' own arguments (a list entry by entry)
+    and of the fields a `TrainingArguments` subclass adds, `--resume_from_checkpoint` and `--config`. Values that are
+    no existing path (a Hub id, a split name) are skipped by the overlap check."""
     base_fields = {one.name for one in fields(TrainingArguments)}
     own = [(args, {one.name for one in fields(args)}) for args in parsed]
     own.append((training_args, {one.name for one in fields(training_args)} - base_fields))
@@ -463,10 +453,6 @@ def read_recipe_config(path: str | Path, dataclass_types: tuple[type, ...]) -> d
 TRAINING_COUNTS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
 
 
-def _is_int_flag(annotation: Any) -> bool:
-    return annotation is int or set(typing.get_args(annotation)) == {int, type(None)}
-
-
 def check_counts(arguments: Any) -> None:
     """Refuses an integer flag of the examples' own arguments below 1 (below 0: a seed, or a flag the arguments class
     lists in `counts_from_zero`): each is a count (of rows, images, layers, tokens, ...) where 0 or a negative number
@@ -476,7 +462,8 @@ def check_counts(arguments: Any) -> None:
     for item in fields(arguments):
         value = getattr(arguments, item.name)
         minimum = 0 if item.name.endswith("seed") or item.name in from_zero else 1
-        if _is_int_flag(hints[item.name]) and value is not None and value < minimum:
+        is_int = hints[item.name] is int or set(typing.get_args(hints[item.name])) == {int, type(None)}
+        if is_int and value is not None and value < minimum:
             raise ValueError(f"`--{item.name}` must be an integer >= {minimum}, got {value}.")
 
 
@@ -490,11 +477,6 @@ def check_training_counts(training_args: TrainingArguments) -> None:
         raise ValueError(f"`--num_train_epochs` must be > 0 (or `--max_steps` set), got {training_args.num_train_epochs}.")
     if not training_args.learning_rate >= 0:
         raise ValueError(f"`--learning_rate` must be >= 0, got {training_args.learning_rate}.")
-
-
-def check_model_family(model_family: str) -> None:
-    if model_family not in FAMILIES:
-        raise ValueError(f"`--model_family` must be one of {FAMILIES}, got {model_family!r}.")
 
 
 def apply_mixed_precision(training_args: TrainingArguments, mixed_precision: str | None) -> None:
@@ -528,9 +510,3 @@ def supervision_settings(args: ModelArguments) -> dict[str, Any]:
         "supervised_layers": parse_indices(args.supervised_layers, "--supervised_layers"),
         "supervised_heads": parse_indices(args.supervised_heads, "--supervised_heads"),
     }
-
-
-def check_dropout(p: float) -> None:
-    """`--dropout` is a probability in [0, 1)."""
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"`--dropout` must be in [0, 1), got {p}.")

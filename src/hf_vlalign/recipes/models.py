@@ -35,14 +35,10 @@ def from_checkpoint_or_text(
     text_settings: Mapping[str, Any] | Callable[[str], Mapping[str, Any]] | None = None,
     **checkpoint_options,
 ) -> PreTrainedModel:
-    """`model_class` from `name_or_path` (default: the embedded MiniLM):
-
-    - an hf_vlalign checkpoint of the class's model type: `from_pretrained(path, **checkpoint_options, **settings)`;
-    - any other, a BERT-family text checkpoint: `from_text_pretrained(path, **text_settings, **settings)`, where
-      `text_settings` sizes the parts a text checkpoint lacks (or is a function of the path giving them).
-
-    `settings` override the config either way.
-    """
+    """`model_class` from `name_or_path` (default: the embedded MiniLM): `from_pretrained(path, **checkpoint_options,
+    **settings)` for an hf_vlalign checkpoint of the class's model type, else `from_text_pretrained(path,
+    **text_settings, **settings)` for a BERT-family text checkpoint, `text_settings` (or a function of the path giving
+    them) sizing the parts it lacks."""
     path = checkpoint_path(name_or_path)
     if AutoConfig.from_pretrained(path).model_type == model_class.config_class.model_type:
         return model_class.from_pretrained(path, **checkpoint_options, **settings)
@@ -53,14 +49,9 @@ def from_checkpoint_or_text(
 def load_task_model(
     task_classes: dict[str, type[PreTrainedModel]], args: ModelArguments, visual_feat_dim: int, **task_config
 ) -> PreTrainedModel:
-    """The task model of `args.model_family` (`task_classes[family]`):
-
-    - from an hf_vlalign checkpoint of that family (any of its heads: a pre-training checkpoint, a converted
-      VisualBERT / LXMERT, another task), whose encoder is kept and whose task head is new where it differs;
-    - from a BERT-family text checkpoint (`from_text_pretrained`), the way VisualBERT and LXMERT start.
-
-    `task_config` (e.g. `num_qa_labels`) and the supervision flags override the checkpoint's config.
-    """
+    """The task model of `args.model_family` (`task_classes[family]`) from an hf_vlalign checkpoint of that family
+    (any head: its encoder is kept, a differing task head is new) or from a BERT-family text checkpoint, the way
+    VisualBERT and LXMERT start; `task_config` (e.g. `num_qa_labels`) and the supervision flags override its config."""
     path = checkpoint_path(args.model_name_or_path)
     family = checkpoint_family(path)
     if family is not None and family != args.model_family:

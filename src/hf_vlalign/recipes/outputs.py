@@ -50,11 +50,9 @@ SYNTHETIC_INFERENCE_GRID = {"grid_size": 3, "include_whole_image": True}
 
 def save_model(trainer: Trainer, output_dir: str | Path, region_options: Mapping[str, Any] | None = None) -> None:
     """Weights, config, tokenizer and processor in `output_dir` (every process calls it; FSDP / DeepSpeed gather
-    there), and the arguments as JSON instead of the pickled `training_args.bin`, so the folder is pickle-free.
-
-    The processor becomes the trainer's `processing_class`, so that `AutoProcessor.from_pretrained(output_dir)` loads
-    it: the trainer's `VLAlignProcessor` when `region_options` is None, else `build_processor` of its tokenizer with
-    `region_options` (the `RegionFeatureExtractor` arguments; None: `default_region_options`)."""
+    there), and the arguments as JSON instead of the pickled `training_args.bin`, so the folder is pickle-free. The
+    processor (the trainer's `VLAlignProcessor`, else `build_processor` with `region_options`) becomes the trainer's
+    `processing_class`, so that `AutoProcessor.from_pretrained(output_dir)` loads it."""
     processor = trainer.processing_class
     if isinstance(processor, VLAlignProcessor) and region_options is not None:
         processor = processor.tokenizer

@@ -29,11 +29,8 @@ def available_cores() -> int:
 
 def default_cpu_threads(environ: Mapping[str, str], cores: int, local_processes: int) -> int:
     """The threads per process when `--num_threads` is not given: the user's OMP_NUM_THREADS, else the cores divided
-    by the processes of this machine.
-
-    `accelerate launch` always hands its processes OMP_NUM_THREADS: the user's own value, its
-    `--num_cpu_threads_per_process`, or 1 when neither is given, which leaves every core but one idle in a single CPU
-    process. A launcher's 1 is therefore read as "not chosen" (pass `--num_threads 1` to mean it).
+    by the processes of this machine. `accelerate launch` sets OMP_NUM_THREADS=1 when the user chose none, which
+    would leave every core but one idle: a launcher's 1 is read as "not chosen" (`--num_threads 1` means it).
     """
     chosen = environ.get("OMP_NUM_THREADS", "")
     launcher_default = chosen == "1" and "ACCELERATE_DYNAMO_BACKEND" in environ  # set by accelerate's launchers

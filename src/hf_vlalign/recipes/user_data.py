@@ -30,11 +30,8 @@ MIN_EVAL_IMAGES = 2
 
 @dataclass
 class UserSplits:
-    """The training and evaluation rows of a user's files joined to their region features.
-
-    `source` names the data for `eval_results.json` and the model card; `region_options` are the
-    `extract_region_features` options the features were made with (saved with the model); `answer_vocab` is set for
-    the `vqa` task."""
+    """The training and evaluation rows of a user's files joined to their region features; `source` names the data,
+    `region_options` made the features (saved with the model); `answer_vocab` is set for the `vqa` task."""
 
     train: datasets.Dataset
     eval: datasets.Dataset
@@ -42,12 +39,6 @@ class UserSplits:
     region_options: dict[str, Any]
     source: str
     answer_vocab: dict[str, int] | None = None
-
-
-def region_options(args: UserDataArguments) -> dict[str, Any]:
-    """The `extract_region_features` options of `--grid_size` and `--region_encoder` (the whole image first, then
-    the grid; a file that gives `regions` keeps only the encoder)."""
-    return {**DEFAULT_REGION_OPTIONS, "grid_size": args.grid_size, "encoder": args.region_encoder}
 
 
 def held_out_split(dataset: datasets.Dataset, seed: int, file: str) -> tuple[datasets.Dataset, datasets.Dataset]:
@@ -72,8 +63,10 @@ def load_user_splits(args: UserDataArguments, task: str, training_args: Training
     """`--train_file` and `--validation_file` of `task` joined to their images' region features, extracted once by
     the main process first (the others then read the cached store). Without `--validation_file`, the evaluation rows
     are held out of the training file (`held_out_split`), as the log and `source` say."""
+    # the whole image, then a `--grid_size` grid (a file that gives `regions` keeps only the `--region_encoder`)
+    options = {**DEFAULT_REGION_OPTIONS, "grid_size": args.grid_size, "encoder": args.region_encoder}
     with training_args.main_process_first(desc="extracting the region features of the data's images"):
-        data = load_user_data(args.train_file, task, args.validation_file, region_options=region_options(args))
+        data = load_user_data(args.train_file, task, args.validation_file, region_options=options)
     train_name = Path(args.train_file).name
     if data.validation is not None:
         train, evaluation = data.train, data.validation
@@ -109,6 +102,5 @@ __all__ = [
     "UserSplits",
     "held_out_split",
     "load_user_splits",
-    "region_options",
     "rename_text_columns",
 ]

@@ -1,8 +1,5 @@
-"""Trainer plumbing shared by every recipe: each loss component is averaged over the logging window and logged
-under its own key, in training and evaluation (the way trl's trainers keep a `_metrics` dict and flush it in `log()`);
-every loss that is a mean over a variable number of items is divided by the count over the whole optimizer step (all
-processes, all accumulated micro-batches), so N processes x B examples train as 1 process x NB; and training batches
-are collated with a random state of their own, so that a resumed run is exact."""
+"""Trainer plumbing shared by every recipe (`ComponentLossTrainer`): each loss component logged under its own key (as
+trl's trainers keep a `_metrics` dict), losses normalised by global item counts, seeded collation and exact resuming."""
 
 from __future__ import annotations
 
@@ -76,16 +73,11 @@ def collate_with_seed(collator: Callable[[list[Any]], Any], examples: list[Any],
 
 
 class SeededCollator:
-    """Runs `collator` with the torch, numpy and Python random states seeded from (seed, epoch, batch index), and
-    puts the caller's states back afterwards.
-
-    A random collator (the pre-training collator masks words and regions, swaps images) would otherwise draw from the
-    training's global random state, and resuming could not be exact: accelerate's dataloader collates one batch ahead,
-    the batches skipped on resume are never collated, and `Trainer` restores the checkpoint's random state only after
-    the first batches of the resumed epoch are collated. Keyed by position, batch `i` of epoch `e` is the same batch in
-    an interrupted and an uninterrupted run, and the collator consumes nothing of the state that dropout reads.
-    With `dataloader_num_workers > 0`, worker `w` of `W` collates batches `w, w + W, ...` of the (resumed) iterator.
-    """
+    """Runs `collator` with the random states seeded from (seed, epoch, batch index), the caller's put back. Why: a
+    random collator (masks, swapped images) drawing from the global state could not resume exactly, since accelerate
+    collates one batch ahead, skipped batches are never collated, and `Trainer` restores the random state only after the
+    resumed epoch's first batches. Keyed by position, batch `i` of epoch `e` is the same in an interrupted and an
+    uninterrupted run. With `W` dataloader workers, worker `w` collates batches `w, w + W, ...`."""
 
     def __init__(self, collator: Callable[[list[Any]], Any], seed: int, position: BatchPosition):
         self.collator = collator
@@ -101,9 +93,8 @@ class SeededCollator:
 
 
 def store_images_of(dataset) -> Any:
-    """What `region_feature_statistics` reads a training set's images from: the dataset itself when it is a
-    `datasets.Dataset` (its joined store rows, else its `image_id`s), the `image_id` of each row of a list; a
-    ValueError for anything else (e.g. a stream, which is not read twice)."""
+    """What `region_feature_statistics` reads a training set's images from: a `datasets.Dataset` itself, a list's
+    `image_id`s; a ValueError for anything else (e.g. a stream, which is not read twice)."""
     import datasets
 
     if isinstance(dataset, datasets.Dataset):
@@ -178,28 +169,10 @@ def naming_checkpoint_files(checkpoint: str | os.PathLike | None, patterns: tupl
 @dataclass
 class ComponentLossTrainingArguments(TrainingArguments):
     r"""
-    [`TrainingArguments`] of [`ComponentLossTrainer`], and the base of every other trainer's arguments: the two
-    regularisers that keep what pre-training learned (`trainers/regularization.py`). Each is added to the model's loss
-    and logged under its own key (`loss_distill`, `loss_ewc`, unweighted), in training and evaluation.
-
-    Parameters:
-        distill_from (`str`, *optional*):
-            Local folder of the teacher of knowledge distillation (Hinton et al. 2015), loaded with the student's
-            class (`from_pretrained`); typically the model the fine-tuning starts from. It is frozen, kept in eval
-            mode and moved to the student's device; it sees the student's batch without gradient. The loss adds
-            `distill_weight * loss_distill`, the KL of every logits field of the outputs (see
-            `outputs_distillation_loss`).
-        distill_temperature (`float`, *optional*, defaults to `2.0`):
-            Softmax temperature T > 0 of both distributions.
-        distill_weight (`float`, *optional*, defaults to `1.0`):
-            Weight >= 0 of `loss_distill` (0: logged only).
-        ewc_weight (`float`, *optional*, defaults to `0.0`):
-            Weight >= 0 of the EWC penalty `loss_ewc` = sum_i F_i (theta_i - theta*_i)^2 (Kirkpatrick et al. 2017,
-            whose lambda is twice this weight: their penalty carries a 1/2); 0 with `ewc_fisher` given: logged only.
-        ewc_fisher (`str`, *optional*):
-            File of the Fisher and the anchor weights theta*, written by `hf-vlalign fisher` or `save_fisher`.
-            Required when `ewc_weight > 0`. Trainable parameters it does not cover are left free (counted in a
-            warning).
+    [`TrainingArguments`] of [`ComponentLossTrainer`], and the base of every other trainer's arguments: knowledge
+    distillation from a frozen teacher that sees the student's batch, and EWC (Kirkpatrick et al.'s lambda is twice
+    `ewc_weight`), each added to the model's loss and logged under its own key (`loss_distill`, `loss_ewc`,
+    unweighted; a weight of 0 logs it only). Trainable parameters the Fisher file does not cover are left free.
     """
 
     distill_from: str | None = field(
@@ -246,12 +219,6 @@ def check_bounds(args: TrainingArguments, **bounds: tuple[str, float]) -> None:
             raise ValueError(f"`{name}` must be {relation} {bound}, got {value!r}.")
 
 
-def count_on_device(count: torch.Tensor | int, device: torch.device) -> torch.Tensor:
-    """An item count as a 0-d long tensor on `device`; one on the CPU is copied without waiting (a blocking copy
-    would synchronise with the device at every optimizer step)."""
-    return torch.as_tensor(count).to(device, non_blocking=True).reshape(()).long()
-
-
 ArgumentsT = TypeVar("ArgumentsT", bound=TrainingArguments)
 
 
@@ -281,20 +248,11 @@ def as_training_arguments(args: TrainingArguments | None, args_class: type[Argum
 class ComponentLossTrainer(Trainer):
     """A `Trainer` whose model output carries loss components (`loss_component_keys`), each logged separately.
 
-    Losses are normalised by global counts: before each optimizer step the trainer sums the model's
-    `loss_item_counts` (grounded words, masked tokens, caption tokens, ...) over the step's micro-batches and over
-    processes and passes them to the forward as `global_item_counts` (transformers' `num_items_in_batch` keeps its
-    meaning: one label-token count, None for these models); each process's loss is then its share of the
-    global mean, and the gradient equals that of one process over the whole global batch, whatever the number of
-    processes and accumulation steps (the way transformers' `Trainer` counts label tokens for causal language
-    models, for every loss of the model). Evaluation batches are normalised over processes the same way. A model
-    without `loss_item_counts` keeps the Trainer's per-batch means.
-
-    Training batches are collated by `SeededCollator`: random collation depends on (`args.seed`, epoch, batch index)
-    only, so `train(resume_from_checkpoint=...)` reproduces the uninterrupted run's batches exactly.
-
-    The trainer's own settings are fields of `args`, an instance of `args_class` (here
-    [`ComponentLossTrainingArguments`]: distillation and EWC); a plain `TrainingArguments` is converted into it.
+    Before each optimizer step the model's `loss_item_counts` are summed over the step's micro-batches and processes
+    and passed to the forward as `global_item_counts`, so the gradient equals that of one process over the global
+    batch (as transformers' `Trainer` counts label tokens, for every loss); a model without them keeps per-batch means.
+    Training batches are collated by `SeededCollator`. The settings are an `args_class` (a plain `TrainingArguments`
+    is converted into it).
     """
 
     # the class of the trainer's `args`, which holds its own settings
@@ -314,27 +272,17 @@ class ComponentLossTrainer(Trainer):
         self._batch_position = BatchPosition()
         # each loss's item count over the current optimizer step's micro-batches and processes (`get_batch_samples`)
         self._step_item_counts: dict[str, torch.Tensor] | None = None
-        self.distill_teacher = self._frozen_teacher(self.args.distill_from) if self.args.distill_from is not None else None
+        self.distill_teacher = self.ewc_fisher = self.ewc_anchor = None
+        if self.args.distill_from is not None:  # loaded with the student's class, frozen, in eval mode
+            if not Path(self.args.distill_from).is_dir():
+                raise ValueError(f"`distill_from` must be a local folder of a saved model, got {self.args.distill_from!r} (no such folder).")
+            teacher = type(self.model).from_pretrained(self.args.distill_from).requires_grad_(False)
+            self.distill_teacher = teacher.eval().to(self.args.device)
         if self.args.ewc_fisher is not None:
-            self.ewc_fisher, self.ewc_anchor = self._fisher_and_anchor(self.args.ewc_fisher)
-        else:
-            self.ewc_fisher, self.ewc_anchor = None, None
-
-    def _frozen_teacher(self, distill_from: str) -> nn.Module:
-        """The distillation teacher: loaded with the student's class, frozen, in eval mode."""
-        if not Path(distill_from).is_dir():
-            raise ValueError(f"`distill_from` must be a local folder of a saved model, got {distill_from!r} (no such folder).")
-        teacher = type(self.model).from_pretrained(distill_from)
-        teacher.requires_grad_(False)
-        return teacher.eval().to(self.args.device)
-
-    def _fisher_and_anchor(self, ewc_fisher: str) -> tuple[dict, dict]:
-        """(fisher, anchor) from a Fisher file, checked against the model's trainable parameters."""
-        fisher, anchor = load_fisher(ewc_fisher)
-        uncovered = check_fisher_matches(self.model, fisher, anchor)
-        if uncovered:
-            logger.warning(f"`ewc_fisher` covers no Fisher for {len(uncovered)} trainable parameters (EWC leaves them free): {uncovered[:5]}")
-        return fisher, anchor
+            self.ewc_fisher, self.ewc_anchor = load_fisher(self.args.ewc_fisher)
+            uncovered = check_fisher_matches(self.model, self.ewc_fisher, self.ewc_anchor)
+            if uncovered:
+                logger.warning(f"`ewc_fisher` covers no Fisher for {len(uncovered)} trainable parameters (EWC leaves them free): {uncovered[:5]}")
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         """`Trainer.train`; `resume_from_checkpoint=True` resumes from the last *complete* checkpoint of
@@ -366,11 +314,10 @@ class ComponentLossTrainer(Trainer):
             super()._load_rng_state(checkpoint)
 
     def fit_visual_feature_statistics(self) -> None:
-        """Before training: a model that standardises its region features (`visual_feature_normalization=
-        "standardize"`) and has no statistics yet gets those of the training images, read from the collator's
-        region-feature store (`hf_vlalign.data.region_feature_statistics`: exact, the same on every process; at most
-        `FEATURE_STATISTICS_MAX_IMAGES` images, a subset seeded independently of `args.seed`). Statistics already
-        set (a checkpoint trained with them, or set by the caller) are kept; a resumed run loads the checkpoint's."""
+        """Before training: a model that standardises its region features and has no statistics yet gets those of the
+        training images in the collator's store (`region_feature_statistics`: the same on every process; at most
+        `FEATURE_STATISTICS_MAX_IMAGES` images). Statistics already set are kept; a resumed run loads the checkpoint's.
+        """
         model = unwrap_peft_model(self.accelerator.unwrap_model(self.model))
         statistics = model.visual_feature_statistics() if hasattr(model, "visual_feature_statistics") else None
         if statistics is None or statistics["num_regions"] > 0:
@@ -428,8 +375,10 @@ class ComponentLossTrainer(Trainer):
         if not per_batch or per_batch[0] is None or not per_batch[0]:
             return None
         keys = sorted(per_batch[0])
+        # a count on the CPU is copied without waiting: a blocking copy would synchronise at every optimizer step
+        device = self.args.device
         local = torch.stack([
-            sum(count_on_device(counts[key], self.args.device) for counts in per_batch)
+            sum(torch.as_tensor(counts[key]).to(device, non_blocking=True).reshape(()).long() for counts in per_batch)
             for key in keys
         ])  # fmt: skip
         totals = self.accelerator.reduce(local, reduction="sum") if self.accelerator.num_processes > 1 else local

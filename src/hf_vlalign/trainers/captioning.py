@@ -14,6 +14,7 @@ from ..data.collators import PROBE_KEYS
 from ..metrics.captioning import cider_d_per_caption
 from ..utils.item_counts import mean_over_items
 from .base import ComponentLossTrainer, ComponentLossTrainingArguments, check_bounds, naming_checkpoint_files
+from .head_learning_rate import separate_parameter_groups
 
 # besides the probe targets and references: the captions' word-region alignment, read by the decoder-grounding probe
 # (`evaluate_decoder_grounding`), never by the captioner, whose forward refuses keys it does not use
@@ -27,30 +28,11 @@ logger = logging.get_logger(__name__)
 @dataclass
 class CaptioningTrainingArguments(ComponentLossTrainingArguments):
     r"""
-    [`ComponentLossTrainingArguments`] of [`CaptioningTrainer`]: the A2 mask step, self-critical training and the
-    region encoder's learning rate.
-
-    Parameters:
-        mask_update_every (`int`, *optional*, defaults to `1`):
-            Captioner steps per mask step (1: alternate every step).
-        mask_learning_rate (`float`, *optional*):
-            Learning rate of the mask networks (default: `learning_rate`).
-        scst_start_epoch (`float`, *optional*):
-            From this (fractional) epoch on, the loss is self-critical: captions are sampled, rewarded with CIDEr-D
-            against the batch's `references` minus the reward of the greedy caption, and their log-likelihood is
-            weighted by that advantage. Needs the trainer's `processing_class` (the tokenizer) and a collator that
-            returns `references` (`CaptioningCollator(reference_column=...)`). None: cross-entropy throughout.
-        scst_learning_rate (`float`, *optional*):
-            A fixed learning rate of every parameter group during self-critical training (e.g. 5e-6, the
-            meshed-memory transformer's SCST stage, which the A2 paper's training follows), replacing the scheduler's
-            value from the switch on. None: the scheduler goes on as in cross-entropy training.
-        scst_max_new_tokens (`int`, *optional*, defaults to `20`):
-            Length of the sampled and greedy captions of self-critical training.
-        encoder_learning_rate (`float`, *optional*):
-            Peak learning rate of the region encoder (default: `learning_rate`, like every other parameter). The
-            scheduler scales it like the others. On the synthetic scenes an encoder at the decoder's 5e-4 collapses its
-            outputs to one vector within 100 steps (region std 0.6 -> 0.002) and the captioner ignores the image; at a
-            third of it the image is used (`examples/train_captioning.py` sets 1.5e-4).
+    [`ComponentLossTrainingArguments`] of [`CaptioningTrainer`]: the A2 mask step, self-critical training (needs the
+    trainer's `processing_class` and a collator returning `references`; `scst_learning_rate`, e.g. 5e-6 as the A2
+    paper's SCST stage, replaces the scheduler's value) and the region encoder's learning rate: on the synthetic scenes
+    an encoder at the decoder's 5e-4 collapses its outputs to one vector within 100 steps and the captioner ignores the
+    image; at a third of it the image is used (`examples/train_captioning.py` sets 1.5e-4).
     """
 
     mask_update_every: int = field(default=1, metadata={"help": "Captioner steps per A2 mask step (1: every step)."})
@@ -86,18 +68,11 @@ class CaptioningTrainer(ComponentLossTrainer):
     self-critical training, `loss_scst` and `reward`. Its settings are [`CaptioningTrainingArguments`].
 
     With `attention_alignment` in the model's config, every `args.mask_update_every` captioner steps one mask step runs
-    first, over all the micro-batches of the step: the perturbed attention's mask objective (eq. 4), normalised by the
-    step's global caption-token count like the caption loss, is differentiated with respect to the mask networks' own
-    parameters only (`torch.autograd.grad`), summed over micro-batches and processes, and stepped by their own Adam
-    optimiser; the captioner's optimiser never holds them, and the captioner's step reads the masks detached. So N
-    processes or accumulation steps update the masks as one process over the global batch does. The training step
-    count is the `s` of the exponential-decay fusion (eq. 8).
-
-    Resuming is exact: the mask networks are model weights (in `model.safetensors`), their Adam state is saved in each
-    checkpoint as `mask_optimizer.pt` and restored with the captioner's optimiser, and the mask-step alternation, the
-    step `s` and the self-critical switch are read from the restored `TrainerState`.
-
-    Self-critical training (`args.scst_start_epoch`) decodes the sampled captions with `processing_class`.
+    first over the step's micro-batches: the mask objective (eq. 4), normalised by the step's global caption-token
+    count, is differentiated with respect to the mask networks only, summed over micro-batches and processes and
+    stepped by their own Adam optimiser (the captioner's never holds them), so N processes update the masks as one
+    process over the global batch does. The training step count is the `s` of the fusion (eq. 8). Resuming is exact:
+    the masks' Adam state is saved in each checkpoint (`mask_optimizer.pt`), the rest read from the `TrainerState`.
     """
 
     args_class = CaptioningTrainingArguments
@@ -242,23 +217,6 @@ class CaptioningTrainer(ComponentLossTrainer):
         loss = mean_over_items(-(advantage * sequence_log_probs).sum(), captions)
         self._record("train", "reward", reward.mean().to(advantage.device))
         return loss, outputs
-
-
-def separate_parameter_groups(optimizer: torch.optim.Optimizer, parameters: list, learning_rate: float) -> None:
-    """Moves `parameters` into groups of their own with `learning_rate` (each keeps its group's other settings, e.g.
-    its weight decay). Runs once, before any step: a second call finds them already moved."""
-    moving = {id(p) for p in parameters}
-    new_groups = []
-    for group in optimizer.param_groups:
-        if group.get("separated"):
-            return
-        moved = [p for p in group["params"] if id(p) in moving]
-        if moved:
-            group["params"] = [p for p in group["params"] if id(p) not in moving]
-            settings = {key: value for key, value in group.items() if key != "params"}
-            new_groups.append({**settings, "params": moved, "lr": learning_rate, "separated": True})
-    for group in new_groups:
-        optimizer.add_param_group(group)
 
 
 def sampled_labels(sequences: torch.Tensor, eos_token_id: int, pad_token_id: int) -> torch.Tensor:

@@ -6,18 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from .base import ComponentLossTrainer, ComponentLossTrainingArguments, check_bounds
 
 
 @dataclass
 class HeadLearningRateArguments(ComponentLossTrainingArguments):
     r"""
-    [`ComponentLossTrainingArguments`] with a learning rate for the new parts of the model.
-
-    Parameters:
-        head_learning_rate (`float`, *optional*):
-            Learning rate of the parts of the model a text checkpoint lacks (the trainer's `new_modules`: the visual
-            embeddings and the heads); default: `learning_rate`, like every other parameter.
+    [`ComponentLossTrainingArguments`] with a learning rate for the parts of the model a text checkpoint lacks (the
+    trainer's `new_modules`).
     """
 
     head_learning_rate: float | None = field(
@@ -42,18 +40,29 @@ class HeadLearningRateTrainer(ComponentLossTrainer):
 
     def create_optimizer(self, model=None):
         """Trainer's optimizer, with the parameters of `new_modules` moved to groups at `head_learning_rate` (before
-        any step, so no optimizer state exists yet; the scheduler, made afterwards, scales every group alike). Every
-        process builds the same groups from the same parameter names, so it holds under DDP too."""
+        any step; the scheduler, made afterwards, scales every group alike). Every process builds the same groups."""
         optimizer = super().create_optimizer(model)
-        if self.args.head_learning_rate is None:
-            return optimizer
-        names = {id(parameter): name for name, parameter in (model or self.model).named_parameters()}
-        for group in list(optimizer.param_groups):
-            new = [p for p in group["params"] if self._is_new(names.get(id(p), ""))]
-            if new:
-                group["params"] = [p for p in group["params"] if all(p is not q for q in new)]
-                optimizer.add_param_group({**group, "params": new, "lr": self.args.head_learning_rate})
+        if self.args.head_learning_rate is not None:
+            new = [p for name, p in (model or self.model).named_parameters() if self._is_new(name)]
+            separate_parameter_groups(optimizer, new, self.args.head_learning_rate)
         return optimizer
 
     def _is_new(self, parameter_name: str) -> bool:
         return any(module in parameter_name.split(".")[:-1] for module in self.new_modules)
+
+
+def separate_parameter_groups(optimizer: torch.optim.Optimizer, parameters: list, learning_rate: float) -> None:
+    """Moves `parameters` into groups of their own with `learning_rate` (each keeps its group's other settings, e.g.
+    its weight decay). Runs once, before any step: a second call finds them already moved."""
+    moving = {id(p) for p in parameters}
+    new_groups = []
+    for group in optimizer.param_groups:
+        if group.get("separated"):
+            return
+        moved = [p for p in group["params"] if id(p) in moving]
+        if moved:
+            group["params"] = [p for p in group["params"] if id(p) not in moving]
+            settings = {key: value for key, value in group.items() if key != "params"}
+            new_groups.append({**settings, "params": moved, "lr": learning_rate, "separated": True})
+    for group in new_groups:
+        optimizer.add_param_group(group)

@@ -25,20 +25,9 @@ __all__ = ["PatchSupervisionTrainer", "PatchSupervisionTrainingArguments"]
 @dataclass
 class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
     r"""
-    [`TrainingArguments`] of [`PatchSupervisionTrainer`].
-
-    Parameters:
-        attention_supervision (`str`, *optional*):
-            "direct" or "semi_direct" (Samaran et al., `hf_vlalign.vlms.supervision`); None trains the task alone.
-        supervised_layers (`list[int]`, *optional*):
-            Layers of the language model (ViLT: of the encoder) whose attention is supervised; default: the last.
-        supervised_heads (`list[int]`, *optional*):
-            Heads supervised in those layers; default: all.
-        attention_supervision_weight (`float`, *optional*, defaults to `1.0`):
-            Weight >= 0 of `loss_attention` in the loss.
-        remove_unused_columns (`bool`, *optional*, defaults to `False`):
-            transformers' field, which must stay False here (True is refused): `PatchGroundingCollator` reads the
-            examples' image, caption and phrases.
+    [`TrainingArguments`] of [`PatchSupervisionTrainer`]: Samaran et al.'s supervision (`hf_vlalign.vlms.supervision`)
+    of chosen layers of the language model (ViLT: of the encoder; default: the last) and heads (default: all).
+    `remove_unused_columns` must stay False: `PatchGroundingCollator` reads the examples' image, caption and phrases.
     """
 
     attention_supervision: str | None = field(
@@ -75,11 +64,8 @@ class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
 class PatchSupervisionTrainer(ComponentLossTrainer):
     """`Trainer` of a transformers patch model on `PatchGroundingCollator` batches: the model's own task loss
     (`loss_task`: LLaVA's / PaliGemma's language-model loss on the caption, or a ViLT head's loss) plus
-    `attention_supervision_weight * loss_attention`.
-
-    The attention of the supervised layers is recorded by an `AttentionRecorder` during the forward (LLaVA and
-    PaliGemma keep `sdpa`). Both losses are normalised by global counts: caption label tokens (passed to the model as
-    transformers' `num_items_in_batch`) and grounded tokens, summed over the step's micro-batches and processes.
+    `attention_supervision_weight * loss_attention`, the attention recorded by an `AttentionRecorder` (LLaVA and
+    PaliGemma keep `sdpa`). Both are normalised by global counts (caption label tokens, grounded tokens).
     """
 
     args_class = PatchSupervisionTrainingArguments

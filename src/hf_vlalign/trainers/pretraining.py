@@ -23,12 +23,8 @@ TWO_STREAM_PRETRAINING_LOSS_KEYS = (
 @dataclass
 class TwoStreamPretrainingTrainingArguments(ComponentLossTrainingArguments):
     r"""
-    [`ComponentLossTrainingArguments`] of [`TwoStreamPretrainingTrainer`].
-
-    Parameters:
-        qa_start_epoch (`float`, *optional*, defaults to `0.0`):
-            First (fractional) epoch whose training steps include the question-answering loss (Kervadec et al. add it
-            at epoch 10 of 20).
+    [`ComponentLossTrainingArguments`] of [`TwoStreamPretrainingTrainer`]: `qa_start_epoch`, the first (fractional)
+    epoch whose training steps include the question-answering loss (Kervadec et al. add it at epoch 10 of 20).
     """
 
     qa_start_epoch: float = field(
@@ -41,12 +37,8 @@ class TwoStreamPretrainingTrainingArguments(ComponentLossTrainingArguments):
 
 
 class TwoStreamPretrainingTrainer(ComponentLossTrainer):
-    """Trainer for `TwoStreamForPreTraining`: sums the enabled losses with their config weights (the model does),
-    logs each of `loss_mlm`, `loss_object_class`, `loss_object_attr`, `loss_region_feature`, `loss_itm`, `loss_qa`,
-    `loss_alignment` and `loss_attention_supervision`, and starts the question-answering loss only from epoch
-    `args.qa_start_epoch` ([`TwoStreamPretrainingTrainingArguments`]): before that, training batches are stripped of
-    their `answer_labels`.
-    """
+    """Trainer for `TwoStreamForPreTraining`: logs each of `TWO_STREAM_PRETRAINING_LOSS_KEYS` and starts the
+    question-answering loss at epoch `args.qa_start_epoch` (before it, training batches lose their `answer_labels`)."""
 
     args_class = TwoStreamPretrainingTrainingArguments
     loss_component_keys = TWO_STREAM_PRETRAINING_LOSS_KEYS
@@ -80,11 +72,8 @@ class SingleStreamPretrainingTrainingArguments(ComponentLossTrainingArguments):
 class SingleStreamPretrainingTrainer(ComponentLossTrainer):
     """Trainer for `SingleStreamForPreTraining`: logs `loss_mlm`, `loss_sentence_image`, `loss_region_feature`,
     `loss_region_class` and `loss_attention_supervision`. Its settings are [`SingleStreamPretrainingTrainingArguments`].
-
-    Args:
-        eval_data_collator (*optional*): the collator of the evaluation batches (e.g. one seeded, so that every
-            evaluation masks the same words and draws the same second captions); default: `data_collator`. An object
-            beside `data_collator`, so a constructor argument rather than a field of `args`.
+    `eval_data_collator` (default: `data_collator`) collates the evaluation batches, e.g. one seeded so that every
+    evaluation masks the same words; an object, so a constructor argument rather than a field of `args`.
     """
 
     args_class = SingleStreamPretrainingTrainingArguments

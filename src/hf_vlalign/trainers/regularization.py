@@ -1,9 +1,6 @@
-"""Keeping what pre-training learned while fine-tuning: knowledge distillation from a frozen teacher (Hinton et al.
-2015) and elastic weight consolidation (Kirkpatrick et al. 2017) with a diagonal empirical Fisher estimate.
-
-Samaran et al. attribute the drop of their attention-supervised VGP model below the original model to catastrophic
-forgetting and propose distillation; `ComponentLossTrainingArguments(distill_from=..., ewc_weight=..., ewc_fisher=...)`
-adds either to any fine-tuning, and `hf-vlalign fisher` writes the Fisher file that `ewc_fisher` reads.
+"""Keeping what pre-training learned while fine-tuning (Samaran et al. attribute their attention-supervised VGP model's
+drop to catastrophic forgetting): knowledge distillation from a frozen teacher (Hinton et al. 2015) and elastic weight
+consolidation (Kirkpatrick et al. 2017) with a diagonal empirical Fisher estimate, which `hf-vlalign fisher` writes.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers.utils import logging
 
-from ..utils.output_paths import refuse_foreign_file, refuse_output_overlapping_inputs
+from ..utils.output_paths import refuse_foreign_file
 
 logger = logging.get_logger(__name__)
 
@@ -31,7 +28,6 @@ FISHER_FILE_CONTENT = "hf_vlalign EWC fisher and anchor"
 DISTILLED_SUFFIXES = ("logits", "_score")
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Knowledge distillation
 
 
@@ -42,14 +38,9 @@ def distillation_loss(
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """KL(softmax(teacher / T) || softmax(student / T)) * T^2 over the last (class) dimension, averaged over the
-    positions (examples, or tokens for token-level logits) that `mask` keeps ("batchmean").
-
-    Args:
-        student_logits / teacher_logits (`torch.Tensor` of shape `(..., num_classes)`): the same shape.
-        temperature (`float`): T > 0; the T^2 factor keeps the gradient scale independent of T (Hinton et al., sec. 2).
-        mask (`torch.Tensor` of shape `student_logits.shape[:-1]`, *optional*): True where a position counts (e.g.
-            `labels != -100` for token-level logits); all positions count without it. A mask keeping no position
-            gives a zero loss (nothing to distil), still attached to the graph.
+    positions (examples, or tokens) that `mask` (`logits.shape[:-1]`, e.g. `labels != -100`) keeps ("batchmean"); a
+    mask keeping none gives a zero loss still attached to the graph. The T^2 factor keeps the gradient scale
+    independent of T (Hinton et al., sec. 2).
     """
     # Hinton et al. 2015, sec. 2: L = T^2 * KL(p_teacher^T || p_student^T), p^T = softmax(z / T)
     student_log_probs = F.log_softmax(student_logits.float() / temperature, dim=-1)
@@ -112,7 +103,6 @@ def outputs_distillation_loss(
     return total
 
 
-# ----------------------------------------------------------------------------------------------------------------
 # Elastic weight consolidation
 
 
@@ -135,18 +125,10 @@ def estimate_fisher(
     progress: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Diagonal empirical Fisher of `model` on `dataloader`: for each trainable parameter, the mean over batches of
-    the squared gradient of the model's loss (`outputs.loss`, the batch-mean loss the model trains on).
-
-    The gradients are those of minibatch losses, as in the common EWC code (e.g. Avalanche's `EWCPlugin`); a batch
-    size of 1 gives the per-example empirical Fisher. The model runs in eval mode (no dropout); its mode is restored.
-
-    Args:
-        model: any model whose output carries `loss` when the batches carry labels.
-        dataloader: batches of model inputs (dicts of tensors; moved to the model's device).
-        num_batches (`int`, *optional*): use only the first `num_batches` batches (default: all).
-        non_model_keys: batch entries the model's forward does not take (dropped).
-    Returns:
-        `{name: F}` on CPU, float32, one entry per trainable parameter (zeros for parameters the loss does not reach).
+    the squared gradient of the model's batch-mean loss (`outputs.loss`), as in the common EWC code (e.g. Avalanche's
+    `EWCPlugin`; a batch size of 1 gives the per-example Fisher). The model runs in eval mode, its mode restored.
+    `dataloader` yields dicts of model inputs with labels (`non_model_keys` dropped), the first `num_batches` read
+    (None: all). Returns `{name: F}` on CPU, float32, per trainable parameter (zeros where the loss does not reach).
     """
     parameters = trainable_parameters(model)
     if not parameters:
@@ -202,13 +184,6 @@ def is_fisher_file(path: Path) -> bool:
         return False
 
 
-def check_fisher_output(path: str | Path, inputs: Mapping[str, str | Path | None], output_argument: str = "path") -> None:
-    """`path` is none of `inputs` (the model folder, the data's files), nor inside or around one, and is new or a
-    Fisher file `save_fisher` wrote (any other file is left alone)."""
-    refuse_output_overlapping_inputs(path, inputs, output_argument=output_argument)
-    refuse_foreign_file(path, output_argument, description="a Fisher file", is_own=is_fisher_file)
-
-
 def save_fisher(path: str | Path, fisher: Mapping[str, torch.Tensor], anchor: Mapping[str, torch.Tensor]) -> Path:
     """Writes the Fisher and the anchor weights into one safetensors file, named `fisher.<parameter>` and
     `anchor.<parameter>`; returns the path. An existing `path` is replaced only when it is a Fisher file."""
@@ -221,17 +196,6 @@ def save_fisher(path: str | Path, fisher: Mapping[str, torch.Tensor], anchor: Ma
     return path
 
 
-def split_fisher_state(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """`{"fisher.<p>": F, "anchor.<p>": theta*}` (a `save_fisher` file's content) -> (fisher, anchor), checked."""
-    other = sorted(key for key in state if not key.startswith((FISHER_PREFIX, ANCHOR_PREFIX)))
-    if other:
-        raise ValueError(f"Fisher state names must start with {FISHER_PREFIX!r} or {ANCHOR_PREFIX!r}; got {other[:5]}.")
-    fisher = {key.removeprefix(FISHER_PREFIX): value for key, value in state.items() if key.startswith(FISHER_PREFIX)}
-    anchor = {key.removeprefix(ANCHOR_PREFIX): value for key, value in state.items() if key.startswith(ANCHOR_PREFIX)}
-    _check_fisher_and_anchor(fisher, anchor)
-    return fisher, anchor
-
-
 def load_fisher(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(fisher, anchor) from a file written by `save_fisher` (or `hf-vlalign fisher`)."""
     path = Path(path)
@@ -241,7 +205,13 @@ def load_fisher(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, to
         state = load_file(str(path))
     except SafetensorError as error:
         raise ValueError(f"`path` {path} is not a Fisher file written by `save_fisher` / `hf-vlalign fisher` ({error}).") from None
-    return split_fisher_state(state)
+    other = sorted(key for key in state if not key.startswith((FISHER_PREFIX, ANCHOR_PREFIX)))
+    if other:
+        raise ValueError(f"Fisher state names must start with {FISHER_PREFIX!r} or {ANCHOR_PREFIX!r}; got {other[:5]}.")
+    fisher = {key.removeprefix(FISHER_PREFIX): value for key, value in state.items() if key.startswith(FISHER_PREFIX)}
+    anchor = {key.removeprefix(ANCHOR_PREFIX): value for key, value in state.items() if key.startswith(ANCHOR_PREFIX)}
+    _check_fisher_and_anchor(fisher, anchor)
+    return fisher, anchor
 
 
 def check_fisher_matches(model: nn.Module, fisher: Mapping[str, torch.Tensor], anchor: Mapping[str, torch.Tensor]) -> list[str]:
@@ -265,12 +235,10 @@ def ewc_penalty(
     fisher: Mapping[str, torch.Tensor],
     anchor: Mapping[str, torch.Tensor],
 ) -> torch.Tensor:
-    """sum_i F_i (theta_i - theta*_i)^2 over the parameters named in `fisher`.
-
-    Kirkpatrick et al. 2017, eq. 3 writes the penalty (lambda / 2) sum_i F_i (theta_i - theta*_i)^2; like the common
-    EWC code (Avalanche's `EWCPlugin`, moskomule/ewc.pytorch) the 1/2 is left to the weight: the trainers' `ewc_weight`
-    is the paper's lambda / 2. `fisher` and `anchor` are moved to each parameter's device (free when already there).
-    """
+    """sum_i F_i (theta_i - theta*_i)^2 over the parameters named in `fisher`. Kirkpatrick et al. 2017, eq. 3 writes the
+    penalty (lambda / 2) sum_i F_i (theta_i - theta*_i)^2; like the common EWC code (Avalanche's `EWCPlugin`,
+    moskomule/ewc.pytorch) the 1/2 is left to the weight: the trainers' `ewc_weight` is the paper's lambda / 2. `fisher`
+    and `anchor` are moved to each parameter's device (free when already there)."""
     parameters = trainable_parameters(model)
     penalty = None
     for name, importance in fisher.items():
@@ -292,5 +260,4 @@ __all__ = [
     "load_fisher",
     "outputs_distillation_loss",
     "save_fisher",
-    "split_fisher_state",
 ]

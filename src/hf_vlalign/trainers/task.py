@@ -12,18 +12,13 @@ from .head_learning_rate import HeadLearningRateArguments, HeadLearningRateTrain
 
 @dataclass
 class TaskTrainingArguments(HeadLearningRateArguments):
-    r"""
-    [`HeadLearningRateArguments`] of [`TaskTrainer`] and [`ReferringExpressionTrainer`]: list in `label_names` the
-    batch entries `compute_metrics` needs (they reach it as `label_ids`).
-    """
+    r"""[`HeadLearningRateArguments`] of [`TaskTrainer`] and [`ReferringExpressionTrainer`]."""
 
 
 class TaskTrainer(HeadLearningRateTrainer):
     """Trainer for the `*For{QuestionAnswering,VisualReasoning,ReferringExpression,PhraseGrounding}` heads: logs
-    `loss_task` and `loss_attention_supervision` (train and eval). The probe targets of a batch (`PROBE_KEYS`) stay
-    out of the model's inputs; list in `args.label_names` ([`TaskTrainingArguments`]) the batch entries
-    `compute_metrics` needs (they reach it as `label_ids`). The parameters of `new_modules` (what a text checkpoint
-    lacks) train at `args.head_learning_rate` when it is set."""
+    `loss_task` and `loss_attention_supervision`; list in `args.label_names` the batch entries `compute_metrics` needs
+    (they reach it as `label_ids`)."""
 
     args_class = TaskTrainingArguments
     loss_component_keys = ("loss_task", "loss_attention_supervision")
@@ -34,9 +29,8 @@ class TaskTrainer(HeadLearningRateTrainer):
 
 class ReferringExpressionTrainer(TaskTrainer):
     """`TaskTrainer` whose evaluation predictions are, per expression, the IoU of its top-scored region with the
-    referred box, and whose labels are the best IoU of any region of its image (both (B,)): they concatenate across
-    batches and processes even when the number of regions differs between images. Pass
-    `TaskTrainingArguments(label_names=["target_region_iou"], ...)` and `compute_metrics=accuracy_from_region_iou`."""
+    referred box, and whose labels are the best IoU of any region of its image (both (B,), whatever the images' region
+    counts). Pass `label_names=["target_region_iou"]` and `compute_metrics=accuracy_from_region_iou`."""
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         step = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
@@ -49,18 +43,13 @@ class ReferringExpressionTrainer(TaskTrainer):
 
 @dataclass
 class PhraseGroundingTrainingArguments(TaskTrainingArguments):
-    r"""
-    [`TaskTrainingArguments`] of [`PhraseGroundingTrainer`] (its `head_learning_rate` trains the visual embeddings and
-    the grounding head).
-    """
+    r"""[`TaskTrainingArguments`] of [`PhraseGroundingTrainer`]."""
 
 
 class PhraseGroundingTrainer(TaskTrainer):
-    """`TaskTrainer` whose evaluation predictions are, per phrase, the IoU of its top-scored
-    region with the gold boxes (B, P) and whose labels are the phrases' token index (B, P; < 0 on padding phrases):
-    both concatenate and gather across batches and processes even when the number of regions differs between images.
-    Pass `label_names=["phrase_region_iou", "phrase_token_index"]` in the arguments and
-    `compute_metrics=recall_at_1_any_box`."""
+    """`TaskTrainer` whose evaluation predictions are, per phrase, the IoU of its top-scored region with the gold
+    boxes and whose labels are the phrases' token index (both (B, P), whatever the images' region counts). Pass
+    `label_names=["phrase_region_iou", "phrase_token_index"]` and `compute_metrics=recall_at_1_any_box`."""
 
     args_class = PhraseGroundingTrainingArguments
 

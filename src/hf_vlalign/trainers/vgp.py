@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -17,10 +17,9 @@ from .head_learning_rate import HeadLearningRateArguments, HeadLearningRateTrain
 def vgp_classification_metrics(
     prediction: EvalPrediction, class_names: Sequence[str], vgp_task: str = "type"
 ) -> dict[str, float]:
-    """Accuracy of image-description identification (`image_description_accuracy`) and of VGP classification (eq. 4):
-    `vgp_accuracy` over the pairs with a VGP label, and per class (`vgp_accuracy` of `hf_vlalign.metrics`):
-    `vgp_type_accuracy/<type>` for the semantic types (`vgp_task="type"`), `vgp_class_accuracy/<class>` for
-    "binary"; the pairs without a label (-100: not VGPs, with the type task) are counted in `vgp_unlabelled_pairs`."""
+    """Accuracy of image-description identification (`image_description_accuracy`) and of VGP classification (eq. 4),
+    overall and per class (`vgp_accuracy` of `hf_vlalign.metrics`: `vgp_type_accuracy/<type>` or
+    `vgp_class_accuracy/<class>`, the unlabelled pairs counted in `vgp_unlabelled_pairs`)."""
     id_logits, vgp_logits = prediction.predictions[:2]
     id_labels, vgp_labels = prediction.label_ids
     per_class_key = "vgp_type" if vgp_task == "type" else "vgp_class"
@@ -30,25 +29,15 @@ def vgp_classification_metrics(
     }
 
 
-def vgp_metrics_for(config) -> Callable[[EvalPrediction], dict[str, float]]:
-    """`vgp_classification_metrics` with the VGP task and class names of a `SingleStreamConfig`."""
-    return partial(vgp_classification_metrics, class_names=config.vgp_class_names(), vgp_task=config.vgp_task)
-
-
 @dataclass
 class VGPTrainingArguments(HeadLearningRateArguments):
-    r"""
-    [`HeadLearningRateArguments`] of [`VGPTrainer`] (distillation and EWC are what Samaran et al. propose against
-    the forgetting their attention-supervised model shows; `head_learning_rate` trains the visual embeddings and the
-    identification and VGP heads).
-    """
+    r"""[`HeadLearningRateArguments`] of [`VGPTrainer`] (distillation and EWC are what Samaran et al. propose against
+    the forgetting their attention-supervised model shows)."""
 
 
 class VGPTrainer(HeadLearningRateTrainer):
-    """Trainer for `SingleStreamForVisualParaphrase`: logs `loss_id`, `loss_vgp` and `loss_attention_supervision`
-    (train and eval) and, by default, the identification and VGP accuracies at evaluation, the VGP one per type
-    (`vgp_classification_metrics` with the model config's `vgp_task` and class names). Its settings are
-    [`VGPTrainingArguments`]."""
+    """Trainer for `SingleStreamForVisualParaphrase`: logs `loss_id`, `loss_vgp` and `loss_attention_supervision` and,
+    by default, `vgp_classification_metrics` at evaluation."""
 
     args_class = VGPTrainingArguments
     loss_component_keys = ("loss_id", "loss_vgp", "loss_attention_supervision")
@@ -58,6 +47,9 @@ class VGPTrainer(HeadLearningRateTrainer):
 
     def __init__(self, model=None, *args, **kwargs):
         if "compute_metrics" not in kwargs and hasattr(getattr(model, "config", None), "vgp_class_names"):
-            kwargs["compute_metrics"] = vgp_metrics_for(model.config)
+            config = model.config
+            kwargs["compute_metrics"] = partial(
+                vgp_classification_metrics, class_names=config.vgp_class_names(), vgp_task=config.vgp_task
+            )
         super().__init__(model, *args, **kwargs)
         self.label_names = ["id_labels", "vgp_labels"]
