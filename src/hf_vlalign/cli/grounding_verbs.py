@@ -23,6 +23,7 @@ from .common import (
     add_model_argument,
     add_synthetic_arguments,
     add_vgp_file_arguments,
+    imported_is_own,
     is_json_result,
     reads_patch_model,
     synthetic_config,
@@ -372,12 +373,6 @@ def add_analyze(add_verb) -> None:
     add_synthetic_arguments(parser)
 
 
-def _is_explorer_page(path: Path) -> bool:
-    from ..analysis.explorer import is_explorer_page
-
-    return is_explorer_page(path)
-
-
 def _explore_patch_model(args: argparse.Namespace) -> int:
     """`explore` of a transformers patch model: the page over its processed images under their patch grids."""
     from transformers.utils import logging
@@ -416,7 +411,7 @@ def add_explore(add_verb) -> None:
     parser = add_verb(
         "explore", "interactive word-region attention explorer of a saved model (one HTML file)", run_explore,
         option_settings=SYNTHETIC_ONLY | USER_FILE_OPTIONS, required_options=NEEDS_DATA_FILE,
-        outputs={"out": Output("file", "an attention explorer page", _is_explorer_page)},
+        outputs={"out": Output("file", "an attention explorer page", imported_is_own("analysis.explorer", "is_explorer_page"))},
         patch_model_data=("synthetic",), data_file_task="caption",
     )  # fmt: skip
     add_model_argument(parser, "an hf_vlalign checkpoint (any family)")
