@@ -7,8 +7,11 @@ single a shape out from this module, which imports nothing of theirs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
+
+import numpy as np
 
 # Detector vocabularies: `object_ids` index SHAPE_NAMES, `attr_ids` index COLOUR_NAMES.
 SHAPE_NAMES = ("circle", "square", "triangle", "diamond", "star", "cross")
@@ -76,12 +79,14 @@ def generic_attribute_sets(index: int, shapes: list[Shape]) -> list[tuple[str, .
     ]
 
 
-def pick(options, rng):
+def pick(options: Sequence, rng: np.random.Generator):
     """One of `options` (one `rng.integers` draw)."""
     return options[int(rng.integers(len(options)))]
 
 
-def named_words(kind: str | None, colour: str | None, size: str | None, rng, generic_nouns: tuple[str, ...]) -> list[str]:
+def named_words(
+    kind: str | None, colour: str | None, size: str | None, rng: np.random.Generator, generic_nouns: tuple[str, ...]
+) -> list[str]:
     """Words naming the given attributes (None: not named) and the shape, synonyms drawn in that order; one of
     `generic_nouns` when `kind` is None."""
     words = []
