@@ -147,9 +147,7 @@ def _probe_vgp(args: argparse.Namespace):
     from ..evaluation.inference import first_examples
     from ..models import AutoModelForVisualParaphrase
 
-    data = load_vgp_data(
-        args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features, synthetic_config(args)
-    )
+    data = load_vgp_data(*(getattr(args, name) for name in VGP_FILE_OPTIONS), synthetic_config(args))
     model = AutoModelForVisualParaphrase.from_pretrained(args.model)
     collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features, return_probe_targets=True)
     source = f"{data.source} (eval)"
@@ -313,8 +311,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         return _analyze_patch_model(args)
     data = None
     if args.data == "vgp":
-        tokenizer = AutoTokenizer.from_pretrained(args.model)
-        data = vgp_analysis_data(tokenizer, args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features)
+        data = vgp_analysis_data(AutoTokenizer.from_pretrained(args.model), *(getattr(args, name) for name in VGP_FILE_OPTIONS))
     elif args.data == "flickr30k_entities":
         data = _flickr30k_entities_data(args, AutoTokenizer.from_pretrained(args.model))
     data_file = args.data_file if args.data == USER_FILE else None
