@@ -8,6 +8,7 @@ the options it needs), `model_requirements` (`--data` -> the architecture or fam
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -182,6 +183,11 @@ def write_result(path: Path, write: Callable[[Path], object]) -> None:
 
 def write_json_result(path: Path, value: dict) -> None:
     write_result(path, lambda partial: partial.write_text(json.dumps(value, indent=2) + "\n"))
+
+
+def imported_is_own(module: str, name: str) -> Callable[[Path], bool]:
+    """`is_own` calling `hf_vlalign.<module>.<name>`, imported only then (building the parser stays light)."""
+    return lambda path: getattr(importlib.import_module(f"hf_vlalign.{module}"), name)(path)
 
 
 def is_json_result(*keys: str) -> Callable[[Path], bool]:

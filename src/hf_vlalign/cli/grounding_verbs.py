@@ -23,6 +23,7 @@ from .common import (
     add_model_argument,
     add_synthetic_arguments,
     add_vgp_file_arguments,
+    imported_is_own,
     is_json_result,
     reads_patch_model,
     synthetic_config,
@@ -146,9 +147,7 @@ def _probe_vgp(args: argparse.Namespace):
     from ..evaluation.inference import first_examples
     from ..models import AutoModelForVisualParaphrase
 
-    data = load_vgp_data(
-        args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features, synthetic_config(args)
-    )
+    data = load_vgp_data(*(getattr(args, name) for name in VGP_FILE_OPTIONS), synthetic_config(args))
     model = AutoModelForVisualParaphrase.from_pretrained(args.model)
     collator = VGPCollator(AutoTokenizer.from_pretrained(args.model), data.region_features, return_probe_targets=True)
     source = f"{data.source} (eval)"
@@ -312,8 +311,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         return _analyze_patch_model(args)
     data = None
     if args.data == "vgp":
-        tokenizer = AutoTokenizer.from_pretrained(args.model)
-        data = vgp_analysis_data(tokenizer, args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features)
+        data = vgp_analysis_data(AutoTokenizer.from_pretrained(args.model), *(getattr(args, name) for name in VGP_FILE_OPTIONS))
     elif args.data == "flickr30k_entities":
         data = _flickr30k_entities_data(args, AutoTokenizer.from_pretrained(args.model))
     data_file = args.data_file if args.data == USER_FILE else None
@@ -372,12 +370,6 @@ def add_analyze(add_verb) -> None:
     add_synthetic_arguments(parser)
 
 
-def _is_explorer_page(path: Path) -> bool:
-    from ..analysis.explorer import is_explorer_page
-
-    return is_explorer_page(path)
-
-
 def _explore_patch_model(args: argparse.Namespace) -> int:
     """`explore` of a transformers patch model: the page over its processed images under their patch grids."""
     from transformers.utils import logging
@@ -416,7 +408,7 @@ def add_explore(add_verb) -> None:
     parser = add_verb(
         "explore", "interactive word-region attention explorer of a saved model (one HTML file)", run_explore,
         option_settings=SYNTHETIC_ONLY | USER_FILE_OPTIONS, required_options=NEEDS_DATA_FILE,
-        outputs={"out": Output("file", "an attention explorer page", _is_explorer_page)},
+        outputs={"out": Output("file", "an attention explorer page", imported_is_own("analysis.explorer", "is_explorer_page"))},
         patch_model_data=("synthetic",), data_file_task="caption",
     )  # fmt: skip
     add_model_argument(parser, "an hf_vlalign checkpoint (any family)")

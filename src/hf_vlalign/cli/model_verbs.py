@@ -22,6 +22,7 @@ from .common import (
     add_model_argument,
     add_synthetic_arguments,
     add_vgp_file_arguments,
+    imported_is_own,
     is_json_result,
     synthetic_config,
     write_json_result,
@@ -94,12 +95,6 @@ def add_evaluate(add_verb) -> None:
     add_synthetic_arguments(parser)
 
 
-def _is_fisher_file(path: Path) -> bool:
-    from ..trainers.regularization import is_fisher_file
-
-    return is_fisher_file(path)
-
-
 def run_fisher(args: argparse.Namespace) -> int:
     from torch.utils.data import DataLoader
     from transformers import AutoTokenizer
@@ -138,7 +133,7 @@ def add_fisher(add_verb) -> None:
         | USER_FILE_OPTIONS,
         required_options={("data", "vgp"): VGP_FILE_OPTIONS} | NEEDS_DATA_FILE,
         model_requirements=dict.fromkeys(("synthetic", "vgp", USER_FILE), ("architecture", "SingleStreamForVisualParaphrase")),
-        outputs={"out": Output("file", "a Fisher file", _is_fisher_file)},
+        outputs={"out": Output("file", "a Fisher file", imported_is_own("trainers.regularization", "is_fisher_file"))},
         data_file_task="vgp",
     )  # fmt: skip
     add_model_argument(parser, "a SingleStreamForVisualParaphrase checkpoint")

@@ -24,12 +24,13 @@ from .shapes import (
     COLOUR_NAMES,
     COLOUR_WORDS,
     SHAPE_NAMES,
-    SHAPE_WORDS,
     SIZE_NAMES,
     SIZE_WORDS,
     Shape,
     generic_attribute_sets,
     identifying_attribute_sets,
+    named_words,
+    pick,
     shape_relation,
 )
 
@@ -75,29 +76,14 @@ class _Phrase:
     object_id: str | None
 
 
-def _pick(options: list, rng: np.random.Generator):
-    return options[int(rng.integers(len(options)))]
-
-
-def _words(kind: str | None, colour: str | None, size: str | None, rng: np.random.Generator) -> tuple[str, ...]:
-    """Words naming the given attributes (None: not named) and the shape, or a generic noun when `kind` is None."""
-    words = []
-    if size is not None:
-        words.append(_pick(list(SIZE_WORDS[size]), rng))
-    if colour is not None:
-        words.append(_pick(list(COLOUR_WORDS.get(colour, (colour,))), rng))
-    words.append(_pick(list(SHAPE_WORDS.get(kind, (kind,)) if kind is not None else GENERIC_NOUNS), rng))
-    return tuple(words)
-
-
 def _phrase_from(shape: Shape, sets: list, kind: str | None, rng: np.random.Generator) -> _Phrase | None:
     """A phrase naming `shape` by one of the attribute `sets` (drawn at random) and `kind` (None: a generic noun)."""
     if not sets:
         return None
-    attributes = _pick(sets, rng)
+    attributes = pick(sets, rng)
     colour = shape.colour if "colour" in attributes else None
     size = shape.size if "size" in attributes else None
-    return _Phrase(_words(kind, colour, size, rng), shape.phrase_id)
+    return _Phrase(tuple(named_words(kind, colour, size, rng, GENERIC_NOUNS)), shape.phrase_id)
 
 
 def _shape_phrase(
@@ -324,16 +310,16 @@ def _verify_colour(shapes: list[Shape], rng: np.random.Generator) -> _Draft | No
         return None
     colour = shapes[index].colour
     holds = bool(rng.random() < 0.5)
-    asked = colour if holds else _pick([c for c in COLOUR_NAMES if c != colour], rng)
-    asked_word = _pick(list(COLOUR_WORDS.get(asked, (asked,))), rng)
+    asked = colour if holds else pick([c for c in COLOUR_NAMES if c != colour], rng)
+    asked_word = pick(list(COLOUR_WORDS.get(asked, (asked,))), rng)
     return _verify_colour_draft(phrase, index, shapes, asked, asked_word)
 
 
 def _absent_description(shapes: list[Shape], rng: np.random.Generator) -> tuple[str, str | None, str | None] | None:
     """A random (shape, colour or None, size or None) that no shape of the image matches."""
     for _ in range(ATTEMPTS_PER_QUESTION):
-        kind, colour, size = (_pick(list(names), rng) for names in (SHAPE_NAMES, COLOUR_NAMES, SIZE_NAMES))
-        named = _pick([(), ("colour",), ("size",), ("colour", "size")], rng)
+        kind, colour, size = (pick(list(names), rng) for names in (SHAPE_NAMES, COLOUR_NAMES, SIZE_NAMES))
+        named = pick([(), ("colour",), ("size",), ("colour", "size")], rng)
         colour, size = (colour if "colour" in named else None), (size if "size" in named else None)
         if not any(
             shape.kind == kind and colour in (None, shape.colour) and size in (None, shape.size) for shape in shapes
@@ -350,7 +336,8 @@ def _exist(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
     if description is None:
         return None
     kind, colour, size = description
-    return _absent_exist_draft(_Phrase(_words(kind, colour, size, rng), None), kind, colour, size)
+    phrase = _Phrase(tuple(named_words(kind, colour, size, rng, GENERIC_NOUNS)), None)
+    return _absent_exist_draft(phrase, kind, colour, size)
 
 
 def _relate(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
@@ -367,7 +354,7 @@ def _relate(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
                 candidates.append((reference, relation, others[0]))
     if not candidates:
         return None
-    reference, relation, other = _pick(candidates, rng)
+    reference, relation, other = pick(candidates, rng)
     reference_phrase = _shape_phrase(reference, shapes, rng)
     other_phrase = _shape_phrase(other, shapes, rng)
     kind = shapes[other].kind
@@ -446,7 +433,7 @@ def _balanced_drafts(shapes: list[Shape], rng: np.random.Generator) -> dict[str,
     for _ in range(ATTEMPTS_PER_QUESTION * target):
         if len(drafts) == target:
             break
-        draft = TEMPLATES[_pick(names, rng)](shapes, rng)
+        draft = TEMPLATES[pick(names, rng)](shapes, rng)
         if draft is not None:
             drafts.setdefault(_question_text(draft), draft)
     return drafts

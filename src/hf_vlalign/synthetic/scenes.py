@@ -629,14 +629,7 @@ def generate_synthetic_scenes(out_dir: str | Path, config: SyntheticSceneConfig 
         out_dir, "out_dir", description="a synthetic-scenes folder", is_own=lambda root: _read_manifest(root) is not None
     )
     paths = SyntheticVGPPaths.from_root(out_dir)
-    for folder in (
-        paths.flickr30k_entities / "Sentences",
-        paths.flickr30k_entities / "Annotations",
-        paths.vgp_csv["train"].parent,
-        paths.features_tsv.parent,
-        paths.images,
-    ):
-        folder.mkdir(parents=True, exist_ok=True)
+    paths.images.mkdir(parents=True, exist_ok=True)  # the other files' writers make their folders
 
     encoder = CropEncoder(config.feature_dim, config.seed)
     questions = SyntheticQuestionWriter(paths.gqa_dir, config.image_size, config.seed)

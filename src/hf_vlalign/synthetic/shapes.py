@@ -7,8 +7,11 @@ single a shape out from this module, which imports nothing of theirs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
+
+import numpy as np
 
 # Detector vocabularies: `object_ids` index SHAPE_NAMES, `attr_ids` index COLOUR_NAMES.
 SHAPE_NAMES = ("circle", "square", "triangle", "diamond", "star", "cross")
@@ -76,6 +79,25 @@ def generic_attribute_sets(index: int, shapes: list[Shape]) -> list[tuple[str, .
     ]
 
 
+def pick(options: Sequence, rng: np.random.Generator):
+    """One of `options` (one `rng.integers` draw)."""
+    return options[int(rng.integers(len(options)))]
+
+
+def named_words(
+    kind: str | None, colour: str | None, size: str | None, rng: np.random.Generator, generic_nouns: tuple[str, ...]
+) -> list[str]:
+    """Words naming the given attributes (None: not named) and the shape, synonyms drawn in that order; one of
+    `generic_nouns` when `kind` is None."""
+    words = []
+    if size is not None:
+        words.append(pick(SIZE_WORDS[size], rng))
+    if colour is not None:
+        words.append(pick(COLOUR_WORDS.get(colour, (colour,)), rng))
+    words.append(pick(SHAPE_WORDS.get(kind, (kind,)) if kind is not None else generic_nouns, rng))
+    return words
+
+
 def phrase_wordings(shape: Shape, attributes: frozenset[str]) -> list[tuple[str, ...]]:
     """Every choice of synonyms for a noun phrase naming `attributes` of the shape: tuples of content words."""
     size_words = SIZE_WORDS[shape.size] if "size" in attributes else ("",)
@@ -94,6 +116,8 @@ __all__ = [
     "Shape",
     "generic_attribute_sets",
     "identifying_attribute_sets",
+    "named_words",
     "phrase_wordings",
+    "pick",
     "shape_relation",
 ]

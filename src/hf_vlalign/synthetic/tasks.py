@@ -24,13 +24,14 @@ from .shapes import (
     COLOUR_NAMES,
     COLOUR_WORDS,
     SHAPE_NAMES,
-    SHAPE_WORDS,
     SIZE_NAMES,
     SIZE_WORDS,
     Shape,
     generic_attribute_sets,
     identifying_attribute_sets,
+    named_words,
     phrase_wordings,
+    pick,
     shape_relation,
 )
 
@@ -59,10 +60,6 @@ INSTANCES_FILE = "instances.json"
 SHAPE_SUPERCATEGORY = "shape"
 
 
-def _pick(options, rng: np.random.Generator):
-    return options[int(rng.integers(len(options)))]
-
-
 @dataclass(frozen=True)
 class _Description:
     """The shapes a noun phrase names: a category, colour and size each, or None where the phrase does not say."""
@@ -83,13 +80,9 @@ class _Description:
 
     def words(self, rng: np.random.Generator, plural: bool = False) -> str:
         """"large crimson discs", "violet object": synonyms drawn at random, a generic noun when no category."""
-        words = []
-        if self.size is not None:
-            words.append(_pick(SIZE_WORDS[self.size], rng))
-        if self.colour is not None:
-            words.append(_pick(COLOUR_WORDS.get(self.colour, (self.colour,)), rng))
-        noun = _pick(SHAPE_WORDS.get(self.kind, (self.kind,)) if self.kind is not None else GENERIC_NOUNS, rng)
-        words.append(_plural(noun) if plural else noun)
+        words = named_words(self.kind, self.colour, self.size, rng, GENERIC_NOUNS)
+        if plural:
+            words[-1] = _plural(words[-1])
         return " ".join(words)
 
     def singular(self, rng: np.random.Generator) -> str:
@@ -120,20 +113,20 @@ def _sample_description(
 ) -> _Description:
     """A description naming one of the attribute sets `names` of `source`, or when None, mostly of a random shape of
     the set and otherwise random values."""
-    named = _pick(names, rng)
+    named = pick(names, rng)
     if source is None and rng.random() < CONTENT_PROBABILITY:
-        source = _pick(_pick(scenes, rng), rng)
+        source = pick(pick(scenes, rng), rng)
     if source is not None:
         values = (source.kind, source.colour, source.size)
     else:
-        values = tuple(_pick(options, rng) for options in (SHAPE_NAMES, COLOUR_NAMES, SIZE_NAMES))
+        values = tuple(pick(options, rng) for options in (SHAPE_NAMES, COLOUR_NAMES, SIZE_NAMES))
     kind, colour, size = (value if name in named else None for value, name in zip(values, ("kind", "colour", "size")))
     return _Description(kind, colour, size)
 
 
 def _sample_number(description: _Description, scenes: list[list[Shape]], rng: np.random.Generator, top: int) -> int:
     """A count of the description in a random scene of the set when it is in [1, top], else a random one."""
-    count = description.count(_pick(scenes, rng))
+    count = description.count(pick(scenes, rng))
     return count if 1 <= count <= top else int(rng.integers(1, top + 1))
 
 
@@ -152,9 +145,9 @@ def _side(left: list[Shape], right: list[Shape], side: str) -> list[Shape]:
 
 
 def _exist_side(scenes: list[list[Shape]], rng: np.random.Generator) -> _Statement:
-    side, description = _pick(SIDES, rng), _sample_description(scenes, EXIST_NAMES, rng)
+    side, description = pick(SIDES, rng), _sample_description(scenes, EXIST_NAMES, rng)
     phrase = description.singular(rng)
-    sentence = _pick(
+    sentence = pick(
         [f"The {side} image contains {phrase}.", f"There is {phrase} in the {side} image.",
          f"The {side} image shows {phrase}."],
         rng,
@@ -167,7 +160,7 @@ def _exist_side(scenes: list[list[Shape]], rng: np.random.Generator) -> _Stateme
 def _exist_both(scenes: list[list[Shape]], rng: np.random.Generator) -> _Statement:
     description = _sample_description(scenes, EXIST_NAMES, rng)
     phrase = description.singular(rng)
-    sentence = _pick([f"Both images contain {phrase}.", f"There is {phrase} in both images."], rng)
+    sentence = pick([f"Both images contain {phrase}.", f"There is {phrase} in both images."], rng)
     return _Statement(
         sentence, lambda left, right: min(map(description.count, (left, right))) >= 1, ("existBoth", description)
     )
@@ -176,7 +169,7 @@ def _exist_both(scenes: list[list[Shape]], rng: np.random.Generator) -> _Stateme
 def _exist_one(scenes: list[list[Shape]], rng: np.random.Generator) -> _Statement:
     description = _sample_description(scenes, EXIST_NAMES, rng)
     phrase = description.singular(rng)
-    sentence = _pick([f"Exactly one image contains {phrase}.", f"Only one of the two images has {phrase}."], rng)
+    sentence = pick([f"Exactly one image contains {phrase}.", f"Only one of the two images has {phrase}."], rng)
     return _Statement(
         sentence,
         lambda left, right: (description.count(left) >= 1) != (description.count(right) >= 1),
@@ -185,11 +178,11 @@ def _exist_one(scenes: list[list[Shape]], rng: np.random.Generator) -> _Statemen
 
 
 def _count_side(scenes: list[list[Shape]], rng: np.random.Generator) -> _Statement:
-    side, description = _pick(SIDES, rng), _sample_description(scenes, COUNT_NAMES, rng)
+    side, description = pick(SIDES, rng), _sample_description(scenes, COUNT_NAMES, rng)
     number = _sample_number(description, scenes, rng, top=3)
     phrase = description.counted(number, rng)
     verb = "is" if number == 1 else "are"
-    sentence = _pick(
+    sentence = pick(
         [f"The {side} image has exactly {phrase}.", f"There {verb} exactly {phrase} in the {side} image."], rng
     )
     return _Statement(
@@ -204,7 +197,7 @@ def _count_total(scenes: list[list[Shape]], rng: np.random.Generator) -> _Statem
     number = _sample_number(description, scenes, rng, top=4)
     phrase = description.counted(number, rng)
     verb = "is" if number == 1 else "are"
-    sentence = _pick(
+    sentence = pick(
         [f"There {verb} exactly {phrase} in total.", f"The two images contain exactly {phrase} in total."], rng
     )
     return _Statement(
@@ -215,10 +208,10 @@ def _count_total(scenes: list[list[Shape]], rng: np.random.Generator) -> _Statem
 
 
 def _compare(scenes: list[list[Shape]], rng: np.random.Generator) -> _Statement:
-    more, description = _pick(SIDES, rng), _sample_description(scenes, COUNT_NAMES, rng)
+    more, description = pick(SIDES, rng), _sample_description(scenes, COUNT_NAMES, rng)
     less = "right" if more == "left" else "left"
     phrase = description.words(rng, plural=True)
-    sentence = _pick(
+    sentence = pick(
         [f"The {more} image has more {phrase} than the {less} image.",
          f"There are more {phrase} in the {more} image than in the {less} image."],
         rng,
@@ -246,18 +239,18 @@ def relation_truth(shapes: list[Shape], first: _Description, relation: str, seco
 
 
 def _relate(scenes: list[list[Shape]], rng: np.random.Generator) -> _Statement:
-    side = _pick(SIDES, rng)
+    side = pick(SIDES, rng)
     crowded = [shapes for shapes in scenes if len(shapes) >= 2]
     if crowded and rng.random() < CONTENT_PROBABILITY:  # two shapes of a scene of the set, as they stand
-        shapes = _pick(crowded, rng)
+        shapes = pick(crowded, rng)
         a, b = [shapes[i] for i in rng.choice(len(shapes), size=2, replace=False).tolist()]
         relation = shape_relation(a, b)
         first, second = (_sample_description(scenes, RELATE_NAMES, rng, source) for source in (a, b))
     else:
-        relation = _pick(list(RELATION_AXES), rng)
+        relation = pick(list(RELATION_AXES), rng)
         first, second = (_sample_description(scenes, RELATE_NAMES, rng) for _ in range(2))
     phrase1, phrase2 = first.singular(rng), second.singular(rng)
-    sentence = _pick(
+    sentence = pick(
         [f"In the {side} image, {phrase1} is {relation} {phrase2}.",
          f"The {side} image shows {phrase1} {relation} {phrase2}."],
         rng,
@@ -336,7 +329,7 @@ def _contrasting_sentences(
     """One True and one False sentence about one pair (a set whose pairs are all alike)."""
     found: dict[bool, str] = {}
     for _ in range(CONTRAST_ATTEMPTS):
-        statement = _sample_statement(_pick(list(STATEMENT_TEMPLATES), rng), [*pair], rng)
+        statement = _sample_statement(pick(list(STATEMENT_TEMPLATES), rng), [*pair], rng)
         truth = statement.truth(*pair)
         if truth is not None and truth not in found:
             found[truth] = statement.sentence
@@ -422,15 +415,15 @@ def _expression(
     "square in violet" (with the shape word), or "the small one", "large blue thing" (a generic noun)."""
     colour_words = COLOUR_WORDS.get(shape.colour, (shape.colour,))
     if generic_sets and rng.random() < 0.25:
-        names = _pick(generic_sets, rng)
-        words = [_pick(SIZE_WORDS[shape.size] if name == "size" else colour_words, rng) for name in names]
-        words.append(_pick(REFCOCO_GENERIC_NOUNS, rng))
+        names = pick(generic_sets, rng)
+        words = [pick(SIZE_WORDS[shape.size] if name == "size" else colour_words, rng) for name in names]
+        words.append(pick(REFCOCO_GENERIC_NOUNS, rng))
     else:
-        attributes = _pick(shape_word_sets, rng)
+        attributes = pick(shape_word_sets, rng)
         if "colour" in attributes and rng.random() < 0.3:
-            words = [*_pick(phrase_wordings(shape, attributes - {"colour"}), rng), "in", _pick(colour_words, rng)]
+            words = [*pick(phrase_wordings(shape, attributes - {"colour"}), rng), "in", pick(colour_words, rng)]
         else:
-            words = list(_pick(phrase_wordings(shape, attributes), rng))
+            words = list(pick(phrase_wordings(shape, attributes), rng))
     if rng.random() < 0.4:
         words.insert(0, "the")
     return " ".join(words)

@@ -62,22 +62,18 @@ def checks_values(config, tensor: torch.Tensor, validate_inputs: bool | None = N
     return bool(config.validate_inputs) and tensor.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
-def _shape(tensor: torch.Tensor) -> tuple[int, ...]:
-    return tuple(tensor.shape)
-
-
 def check_rank(name: str, tensor: torch.Tensor, rank: int, layout: str) -> None:
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"`{name}` must be a torch.Tensor of shape {layout}, got {type(tensor).__name__}.")
     if tensor.dim() != rank:
-        raise ValueError(f"`{name}` must have shape {layout} ({rank} dims), got shape {_shape(tensor)}.")
+        raise ValueError(f"`{name}` must have shape {layout} ({rank} dims), got shape {tuple(tensor.shape)}.")
 
 
 def check_dim(name: str, tensor: torch.Tensor, dim: int, expected: int, layout: str, why: str = "") -> None:
     if tensor.shape[dim] != expected:
         reason = f" ({why})" if why else ""
         raise ValueError(
-            f"`{name}` must have shape {layout} with size {expected} at dim {dim}{reason}, got shape {_shape(tensor)}."
+            f"`{name}` must have shape {layout} with size {expected} at dim {dim}{reason}, got shape {tuple(tensor.shape)}."
         )
 
 
@@ -85,7 +81,7 @@ def check_shape(name: str, tensor: torch.Tensor, expected: tuple[int, ...], layo
     """`tensor` has the shape `expected` (`layout` names its axes in the message, e.g. "(batch, num_regions)")."""
     if tuple(tensor.shape) != tuple(expected):
         shape = f"{layout} = {tuple(expected)}" if layout else str(tuple(expected))
-        raise ValueError(f"`{name}` must have shape {shape}, got {_shape(tensor)}.")
+        raise ValueError(f"`{name}` must have shape {shape}, got {tuple(tensor.shape)}.")
 
 
 def check_finite(name: str, tensor: torch.Tensor) -> None:
@@ -94,7 +90,7 @@ def check_finite(name: str, tensor: torch.Tensor) -> None:
     require(
         torch.isfinite(tensor).all(),
         f"`{name}` must be finite",
-        lambda: f"got {int((~torch.isfinite(tensor)).sum())} NaN/inf value(s) in a tensor of shape {_shape(tensor)}",
+        lambda: f"got {int((~torch.isfinite(tensor)).sum())} NaN/inf value(s) in a tensor of shape {tuple(tensor.shape)}",
     )
 
 
@@ -104,7 +100,7 @@ def check_normalised_boxes(
     """Boxes (..., 4) as x1, y1, x2, y2 in [0, 1] with x2 > x1 and y2 > y1 (rows where `valid` is False are ignored).
     All-zero boxes are reported as padding that the mask `mask_name` (`valid`, None when not given) should hide."""
     if boxes.shape[-1] != 4:
-        raise ValueError(f"`{name}` must have a last dim of 4 (x1, y1, x2, y2), got shape {_shape(boxes)}.")
+        raise ValueError(f"`{name}` must have a last dim of 4 (x1, y1, x2, y2), got shape {tuple(boxes.shape)}.")
     check_finite(name, boxes)
     checked = torch.ones(boxes.shape[:-1], dtype=torch.bool, device=boxes.device) if valid is None else valid.bool()
     out_of_range = ((boxes < 0) | (boxes > 1)).any(-1) & checked
@@ -331,7 +327,7 @@ def check_phrase_masks(
     """A (B, T) mask (one phrase per example) or (B, P, T) masks; with `values`, 0/1 and (unless `allow_empty_rows`,
     padding phrases) each keeping a token."""
     if not isinstance(phrase_masks, torch.Tensor) or phrase_masks.dim() not in (2, 3):
-        got = f"shape {_shape(phrase_masks)}" if isinstance(phrase_masks, torch.Tensor) else type(phrase_masks).__name__
+        got = f"shape {tuple(phrase_masks.shape)}" if isinstance(phrase_masks, torch.Tensor) else type(phrase_masks).__name__
         raise ValueError(f"`{name}` must have shape (batch, text_length) or (batch, num_phrases, text_length), got {got}.")
     if phrase_masks.shape[0] != batch or phrase_masks.shape[-1] != text_length:
         raise ValueError(

@@ -210,7 +210,7 @@ class PatchGroundingCollator:
             "input_ids": ids,
             "token_type_ids": token_types,
             "labels": labels,
-            "alignment": alignment,
+            "word_cell_alignment": alignment,
             "last_tokens": last_tokens,
             "coverages": coverages,
             "details": {"caption_start": start, "caption_end": start + len(caption_ids), "phrases": details},
@@ -232,11 +232,9 @@ class PatchGroundingCollator:
         }
         for i, row in enumerate(rows):
             size = len(row["input_ids"])
-            batch["input_ids"][i, :size] = torch.tensor(row["input_ids"])
             batch["attention_mask"][i, :size] = 1
-            batch["token_type_ids"][i, :size] = torch.tensor(row["token_type_ids"])
-            batch["labels"][i, :size] = torch.tensor(row["labels"])
-            batch["word_cell_alignment"][i, :size] = row["alignment"]
+            for key in ("input_ids", "token_type_ids", "labels", "word_cell_alignment"):
+                batch[key][i, :size] = torch.as_tensor(row[key])
             for k, (token, coverage) in enumerate(zip(row["last_tokens"], row["coverages"])):
                 batch["phrase_token_index"][i, k] = token
                 batch["phrase_cell_coverage"][i, k] = coverage

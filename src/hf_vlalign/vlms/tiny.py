@@ -94,60 +94,39 @@ def tiny_patch_model(
         raise ValueError(f"`tokenizer` must have an {IMAGE_TOKEN} token, got none in its vocabulary.")
     image_token_id = tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
     sizes = dict(hidden_size=hidden_size, intermediate_size=4 * hidden_size, num_attention_heads=num_heads)
+    text_sizes = dict(vocab_size=len(tokenizer), num_hidden_layers=num_layers, **sizes)
     torch.manual_seed(seed)
     if family == "vilt":
         config = ViltConfig(
-            vocab_size=len(tokenizer),
-            num_hidden_layers=num_layers,
-            image_size=image_size,
-            patch_size=patch_size,
-            max_image_length=-1,
-            max_position_embeddings=128,
-            **sizes,
-        )
+            **text_sizes, image_size=image_size, patch_size=patch_size, max_image_length=-1, max_position_embeddings=128,
+        )  # fmt: skip
         image_processor = ViltImageProcessorPil(size={"shortest_edge": image_size}, size_divisor=patch_size)
         return ViltModel(config), ViltProcessor(image_processor=image_processor, tokenizer=tokenizer)
     if family == "llava":
-        vision = CLIPVisionConfig(
-            num_hidden_layers=vision_layers, image_size=image_size, patch_size=patch_size, **sizes
-        )
+        vision = CLIPVisionConfig(num_hidden_layers=vision_layers, image_size=image_size, patch_size=patch_size, **sizes)
         text = LlamaConfig(
-            vocab_size=len(tokenizer),
-            num_hidden_layers=num_layers,
-            num_key_value_heads=num_heads,
-            max_position_embeddings=256,
+            **text_sizes, num_key_value_heads=num_heads, max_position_embeddings=256,
             pad_token_id=tokenizer.pad_token_id,
-            **sizes,
-        )
+        )  # fmt: skip
         config = LlavaConfig(
-            vision_config=vision,
-            text_config=text,
-            image_token_id=image_token_id,
-            vision_feature_layer=-1,
+            vision_config=vision, text_config=text, image_token_id=image_token_id, vision_feature_layer=-1,
             image_seq_length=(image_size // patch_size) ** 2,
-        )
+        )  # fmt: skip
         image_processor = CLIPImageProcessorPil(
             size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
         )
         processor = LlavaProcessor(
-            image_processor=image_processor,
-            tokenizer=tokenizer,
-            patch_size=patch_size,
-            vision_feature_select_strategy="default",
-            image_token=IMAGE_TOKEN,
-        )
+            image_processor=image_processor, tokenizer=tokenizer, patch_size=patch_size,
+            vision_feature_select_strategy="default", image_token=IMAGE_TOKEN,
+        )  # fmt: skip
         return LlavaForConditionalGeneration(config), processor
     image_processor = SiglipImageProcessorPil(size={"height": image_size, "width": image_size})
     processor = PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer)  # adds its tokens first
     vision = SiglipVisionConfig(num_hidden_layers=vision_layers, image_size=image_size, patch_size=patch_size, **sizes)
     text = GemmaConfig(
-        vocab_size=len(processor.tokenizer),
-        num_hidden_layers=num_layers,
-        num_key_value_heads=1,
-        head_dim=hidden_size // num_heads,
-        pad_token_id=tokenizer.pad_token_id,
-        **sizes,
-    )
+        vocab_size=len(processor.tokenizer), num_hidden_layers=num_layers, num_key_value_heads=1,
+        head_dim=hidden_size // num_heads, pad_token_id=tokenizer.pad_token_id, **sizes,
+    )  # fmt: skip
     config = PaliGemmaConfig(
         vision_config=vision, text_config=text, image_token_id=image_token_id, projection_dim=hidden_size
     )
