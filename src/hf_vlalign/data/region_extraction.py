@@ -457,17 +457,17 @@ def list_images(images: str | os.PathLike | Sequence[str | os.PathLike]) -> list
     raise ValueError(f"`images` must be a folder or a non-empty list of image paths, got {short_repr(images)}.")
 
 
-def _read_image_entries(paths: Sequence[Path]) -> list[_ImageEntry]:
-    """Id (file stem) and size of every image, reading headers only; ids must be unique."""
+def read_image_entries(paths: Sequence[Path], argument: str = "images") -> list[_ImageEntry]:
+    """Id (file stem) and size of every image, reading headers only; ids must be unique. Errors name `argument`."""
     entries, path_of = [], {}
     for path in paths:
         try:
             with Image.open(path) as image:
                 width, height = image.size
         except (OSError, Image.DecompressionBombError) as error:  # UnidentifiedImageError is an OSError
-            raise ValueError(f"`images`: {path} is not a readable image ({error}).") from None
+            raise ValueError(f"`{argument}`: {path} is not a readable image ({error}).") from None
         if path.stem in path_of:
-            raise ValueError(f"`images`: {path_of[path.stem]} and {path} share the image id {path.stem!r} (the file stem).")
+            raise ValueError(f"`{argument}`: {path_of[path.stem]} and {path} share the image id {path.stem!r} (the file stem).")
         path_of[path.stem] = path
         entries.append(_ImageEntry(path=path, image_id=path.stem, height=height, width=width))
     return entries
@@ -633,7 +633,7 @@ def extract_region_features(
     refuse_output_overlapping_inputs(out_dir, inputs, output_argument="out_dir")
     check_store_output(out_dir, "out_dir", overwrite=overwrite)
 
-    entries = _read_image_entries(list_images(images))
+    entries = read_image_entries(list_images(images))
     region_detector = None
     if grid_size is not None:
         boxes_of = {entry.image_id: grid_boxes(entry.height, entry.width, grid_size) for entry in entries}
