@@ -83,17 +83,13 @@ def region_feature_statistics(
     count, mean, m2 = 0, np.zeros(store.feature_dim), np.zeros(store.feature_dim)
     for start in range(0, len(rows), CHUNK_IMAGES):
         chunk = [store.image_at(row, without=("boxes", "object_ids", "object_conf", "attr_ids", "attr_conf"))["features"] for row in rows[start : start + CHUNK_IMAGES]]
-        values = torch.cat(chunk).numpy().astype(np.float64)
-        if not len(values):
-            continue
+        values = torch.cat(chunk).numpy().astype(np.float64)  # a store's image has at least one region
         chunk_count, chunk_mean = len(values), values.mean(0)
         chunk_m2 = ((values - chunk_mean) ** 2).sum(0)
         delta, total = chunk_mean - mean, count + chunk_count
         mean = mean + delta * chunk_count / total
         m2 = m2 + chunk_m2 + delta**2 * count * chunk_count / total
         count = total
-    if count == 0:
-        raise ValueError("the chosen images have no region; the feature statistics need at least one region.")
     std = np.sqrt(m2 / count)
     std = np.where(std > CONSTANT_DIMENSION * max(float(std.max()), 1e-30), std, 1.0)
     return torch.from_numpy(mean.astype(np.float32)), torch.from_numpy(std.astype(np.float32)), int(count)

@@ -179,7 +179,7 @@ class BackboneRegionEncoder:
         self.model.to(self.device).eval()
         self.input_size = _processor_output_size(self.processor, self.name_or_path)
         vision_config = getattr(self.model.config, "vision_config", self.model.config)
-        self.patch_size = _pair_or_none(getattr(vision_config, "patch_size", None))
+        self.patch_size = _pair(getattr(vision_config, "patch_size", None))
         self._forward_kwargs = _forward_kwargs(self.model, vision_config, self.input_size)
         probe, _ = self.feature_maps([Image.new("RGB", (self.input_size[1], self.input_size[0]))])
         self.feature_dim = int(probe.shape[1])
@@ -273,7 +273,7 @@ def _processor_output_size(processor: object, name_or_path: str) -> tuple[int, i
     sizes = [getattr(processor, "crop_size", None)] if getattr(processor, "do_center_crop", False) else []
     sizes.append(getattr(processor, "size", None))
     for size in sizes:
-        height_width = _height_width(size)
+        height_width = _pair(size)
         if height_width is not None and max(height_width) > MAX_BACKBONE_INPUT_SIDE:  # every image is resized to it
             raise SizeLimitError(
                 f"`encoder` {name_or_path!r}: its image processor's output size {height_width} exceeds "
@@ -287,11 +287,12 @@ def _processor_output_size(processor: object, name_or_path: str) -> tuple[int, i
     )
 
 
-def _height_width(size: object) -> tuple[int, int] | None:
-    if size is None:
-        return None
+def _pair(size: object) -> tuple[int, int] | None:
+    """(height, width) of a positive int, a pair, or a size with height and width (or a shortest_edge); else None."""
     if isinstance(size, int):
-        return size, size
+        return (size, size) if size > 0 else None
+    if isinstance(size, (list, tuple)) and len(size) == 2:
+        return int(size[0]), int(size[1])
     field = size.get if isinstance(size, Mapping) else lambda name: getattr(size, name, None)
     if field("height") and field("width"):
         return int(field("height")), int(field("width"))
@@ -300,17 +301,9 @@ def _height_width(size: object) -> tuple[int, int] | None:
     return None
 
 
-def _pair_or_none(value: object) -> tuple[int, int] | None:
-    if isinstance(value, int) and value > 0:
-        return value, value
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        return int(value[0]), int(value[1])
-    return None
-
-
 def _forward_kwargs(model: torch.nn.Module, config: object, input_size: tuple[int, int]) -> dict:
     """`interpolate_pos_encoding=True` for ViT-like models fed another size than the one they were trained at."""
-    native = _pair_or_none(getattr(config, "image_size", None))
+    native = _pair(getattr(config, "image_size", None))
     accepts = "interpolate_pos_encoding" in inspect.signature(model.forward).parameters
     return {"interpolate_pos_encoding": True} if accepts and native is not None and native != input_size else {}
 
@@ -464,17 +457,17 @@ def list_images(images: str | os.PathLike | Sequence[str | os.PathLike]) -> list
     raise ValueError(f"`images` must be a folder or a non-empty list of image paths, got {short_repr(images)}.")
 
 
-def _read_image_entries(paths: Sequence[Path]) -> list[_ImageEntry]:
-    """Id (file stem) and size of every image, reading headers only; ids must be unique."""
+def read_image_entries(paths: Sequence[Path], argument: str = "images") -> list[_ImageEntry]:
+    """Id (file stem) and size of every image, reading headers only; ids must be unique. Errors name `argument`."""
     entries, path_of = [], {}
     for path in paths:
         try:
             with Image.open(path) as image:
                 width, height = image.size
         except (OSError, Image.DecompressionBombError) as error:  # UnidentifiedImageError is an OSError
-            raise ValueError(f"`images`: {path} is not a readable image ({error}).") from None
+            raise ValueError(f"`{argument}`: {path} is not a readable image ({error}).") from None
         if path.stem in path_of:
-            raise ValueError(f"`images`: {path_of[path.stem]} and {path} share the image id {path.stem!r} (the file stem).")
+            raise ValueError(f"`{argument}`: {path_of[path.stem]} and {path} share the image id {path.stem!r} (the file stem).")
         path_of[path.stem] = path
         entries.append(_ImageEntry(path=path, image_id=path.stem, height=height, width=width))
     return entries
@@ -640,13 +633,18 @@ def extract_region_features(
     refuse_output_overlapping_inputs(out_dir, inputs, output_argument="out_dir")
     check_store_output(out_dir, "out_dir", overwrite=overwrite)
 
-    entries = _read_image_entries(list_images(images))
+    entries = read_image_entries(list_images(images))
     region_detector = None
     if grid_size is not None:
         boxes_of = {entry.image_id: grid_boxes(entry.height, entry.width, grid_size) for entry in entries}
         box_source = f"grid_size={grid_size}"
     elif boxes is not None:
-        boxes_of = _boxes_per_image(*_boxes_mapping(boxes), entries)
+        if isinstance(boxes, (str, os.PathLike)):
+            boxes_of = _boxes_per_image(read_boxes_file(boxes), f"`boxes` file {boxes}", entries)
+        elif isinstance(boxes, Mapping):
+            boxes_of = _boxes_per_image(boxes, "`boxes`", entries)
+        else:
+            raise ValueError(f"`boxes` must be a JSON file path or a dict of pixel boxes per image, got {short_repr(boxes)}.")
         box_source = f"boxes={str(boxes)!r}" if isinstance(boxes, (str, os.PathLike)) else "boxes=<dict>"
     else:
         region_detector = RegionDetector(detector, detector_threshold, max_regions, device=device)
@@ -661,14 +659,6 @@ def extract_region_features(
     records = _records(entries, boxes_of, region_detector, include_whole_image, region_encoder, batch_size)
     records = tqdm(records, desc=f"Extracting {len(entries)} images", unit=" images", total=len(entries))
     return RegionFeatureStore._write(records, out_dir, source=source, overwrite=overwrite)
-
-
-def _boxes_mapping(boxes: str | os.PathLike | Mapping) -> tuple[Mapping, str]:
-    if isinstance(boxes, (str, os.PathLike)):
-        return read_boxes_file(boxes), f"`boxes` file {boxes}"
-    if isinstance(boxes, Mapping):
-        return boxes, "`boxes`"
-    raise ValueError(f"`boxes` must be a JSON file path or a dict of pixel boxes per image, got {short_repr(boxes)}.")
 
 
 def with_whole_image(boxes: np.ndarray, width: int, height: int) -> np.ndarray:

@@ -139,12 +139,7 @@ def attach_pair_features(
     """Adds `left_feature_row` and `right_feature_row`, the store rows of an example's two images (`store` keyed by
     "<split>-<set>-<pair>-img0/1"). `on_missing_image`: "raise" stops at the first example with an image missing from
     the store, "skip" drops such examples with a warning; the count is kept in `dataset.info.description`."""
-    if not isinstance(store, RegionFeatureStore):
-        raise ValueError(f"`store` must be a RegionFeatureStore (RegionFeatureStore.load(dir)), got {type(store).__name__}.")
     check_on_missing_image(on_missing_image)
-    absent = [column for column in ("left_image_id", "right_image_id") if column not in dataset.column_names]
-    if absent:
-        raise ValueError(f"`dataset` must be an NLVR2 dataset with the columns left_image_id/right_image_id, lacks {absent}.")
     where = f"the region-feature store {store.directory} ({len(store)} images)"
     left_rows, right_rows, kept = [], [], []
     for index, (left, right) in enumerate(zip(dataset["left_image_id"][:], dataset["right_image_id"][:])):

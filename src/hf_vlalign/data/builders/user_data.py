@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
-from PIL import Image
 
 from ..feature_store import RegionFeatureStore
 from ..formats.text_files import iter_csv_rows, parse_json, read_text
@@ -327,22 +326,10 @@ def _add_nlvr2_identifiers(examples: list[dict]) -> None:
 
 def _image_sizes(rows: Sequence[UserRow]) -> dict[Path, tuple[int, int]]:
     """(height, width) of every image the rows name, reading headers only; two files of one stem are refused."""
-    sizes, path_of = {}, {}
-    for row in rows:
-        for image in row.images.values():
-            if image in sizes:
-                continue
-            if path_of.get(image.stem, image) != image:
-                raise UserDataError(
-                    f"{path_of[image.stem]} and {image} share the image id {image.stem!r} (the file stem): rename one."
-                )
-            try:
-                with Image.open(image) as opened:
-                    width, height = opened.size
-            except (OSError, Image.DecompressionBombError) as error:
-                raise UserDataError(f"{image} is not a readable image ({error}).") from None
-            sizes[image], path_of[image.stem] = (height, width), image
-    return sizes
+    from ..region_extraction import read_image_entries
+
+    paths = list(dict.fromkeys(image for row in rows for image in row.images.values()))
+    return {entry.path: (entry.height, entry.width) for entry in read_image_entries(paths, "image")}
 
 
 def _given_regions(rows: Sequence[UserRow], sizes: Mapping[Path, tuple[int, int]], path: Path) -> dict[str, list] | None:

@@ -9,13 +9,13 @@ built from the train annotations by `compute_softscore.filter_answers`' rule (`b
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import datasets
 
+from ...metrics.vqa import normalize_vqa_answer
 from ._common import (
     DEFAULT_ON_MISSING_IMAGE,
     IMAGE_SIZE,
@@ -60,63 +60,13 @@ VQA_FEATURES = datasets.Features(
 )
 
 
-# "dont" -> "don't" etc., applied word by word after lower-casing. The table is the evaluation's, quirks included
-# ("somebody'd" -> "somebodyd"), so that normalised answers match the published answer vocabularies.
-_CONTRACTIONS = dict(
-    pair.split("=")
-    for pair in """
-    aint=ain't arent=aren't cant=can't couldve=could've couldnt=couldn't couldn'tve=couldn't've
-    couldnt've=couldn't've didnt=didn't doesnt=doesn't dont=don't hadnt=hadn't hadnt've=hadn't've
-    hadn'tve=hadn't've hasnt=hasn't havent=haven't hed=he'd hed've=he'd've he'dve=he'd've hes=he's howd=how'd
-    howll=how'll hows=how's Id've=I'd've I'dve=I'd've Im=I'm Ive=I've isnt=isn't itd=it'd itd've=it'd've
-    it'dve=it'd've itll=it'll let's=let's maam=ma'am mightnt=mightn't mightnt've=mightn't've
-    mightn'tve=mightn't've mightve=might've mustnt=mustn't mustve=must've neednt=needn't notve=not've
-    oclock=o'clock oughtnt=oughtn't ow's'at='ow's'at 'ows'at='ow's'at 'ow'sat='ow's'at shant=shan't
-    shed've=she'd've she'dve=she'd've she's=she's shouldve=should've shouldnt=shouldn't shouldnt've=shouldn't've
-    shouldn'tve=shouldn't've somebody'd=somebodyd somebodyd've=somebody'd've somebody'dve=somebody'd've
-    somebodyll=somebody'll somebodys=somebody's someoned=someone'd someoned've=someone'd've
-    someone'dve=someone'd've someonell=someone'll someones=someone's somethingd=something'd
-    somethingd've=something'd've something'dve=something'd've somethingll=something'll thats=that's
-    thered=there'd thered've=there'd've there'dve=there'd've therere=there're theres=there's theyd=they'd
-    theyd've=they'd've they'dve=they'd've theyll=they'll theyre=they're theyve=they've twas='twas wasnt=wasn't
-    wed've=we'd've we'dve=we'd've weve=we've werent=weren't whatll=what'll whatre=what're whats=what's
-    whatve=what've whens=when's whered=where'd wheres=where's whereve=where've whod=who'd whod've=who'd've
-    who'dve=who'd've wholl=who'll whos=who's whove=who've whyll=why'll whyre=why're whys=why's wont=won't
-    wouldve=would've wouldnt=wouldn't wouldnt've=wouldn't've wouldn'tve=wouldn't've yall=y'all
-    yall'll=y'all'll y'allll=y'all'll yall'd've=y'all'd've y'alld've=y'all'd've y'all'dve=y'all'd've youd=you'd
-    youd've=you'd've you'dve=you'd've youll=you'll youre=you're youve=you've
-    """.split()
-)
-_NUMBER_WORDS = {
-    "none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
-    "seven": "7", "eight": "8", "nine": "9", "ten": "10",
-}  # fmt: skip
-_ARTICLES = {"a", "an", "the"}
-_PUNCTUATION = list(";/[]\"{}()=+\\_-><@`,?!")  # the evaluation's `punct` list
-_DIGIT_COMMA_DIGIT = re.compile(r"\d,\d")
-# The evaluation's pattern is "(?!<=\d)(\.)(?!\d)": its first group is a look-*ahead* for the text "<=" + digit (a
-# typo for a look-behind), so it never matters: every "." not followed by a digit goes ("2.5" stays, "3." -> "3").
-_PERIOD_NOT_BEFORE_DIGIT = re.compile(r"\.(?!\d)")
-
-
-def _process_punctuation(text: str) -> str:
-    # A mark touching a space (or any text with a digit,digit group) is deleted; otherwise it becomes a space.
-    delete = _DIGIT_COMMA_DIGIT.search(text) is not None
-    out = text
-    for mark in _PUNCTUATION:
-        out = out.replace(mark, "" if delete or mark + " " in text or " " + mark in text else " ")
-    return _PERIOD_NOT_BEFORE_DIGIT.sub("", out)
-
-
 def normalize_answer(answer: str) -> str:
-    """The official VQA evaluation's answer normalisation (bottom-up-attention-vqa's `preprocess_answer`):
-    punctuation, number words -> digits, articles dropped, contractions restored ("dont" -> "don't")."""
+    """The official VQA evaluation's answer normalisation (`normalize_vqa_answer`: punctuation, number words ->
+    digits, articles dropped, contractions restored), then commas dropped, as bottom-up-attention-vqa's
+    `preprocess_answer` makes the answer vocabularies."""
     if not isinstance(answer, str):
         raise ValueError(f"`answer` must be a string, got {type(answer).__name__}: {answer!r}.")
-    text = _process_punctuation(answer.replace("\n", " ").replace("\t", " ").strip())
-    words = [_NUMBER_WORDS.get(word, word) for word in text.lower().split()]
-    words = [_CONTRACTIONS.get(word, word) for word in words if word not in _ARTICLES]
-    return " ".join(words).replace(",", "")
+    return normalize_vqa_answer(answer).replace(",", "")
 
 
 def answer_score(count: int) -> float:

@@ -24,8 +24,7 @@ def pad_regions(store: RegionFeatureStore, image_ids: Sequence[str]) -> dict[str
     pixels = torch.zeros(batch_size, num_regions, 4)
     mask = torch.zeros(batch_size, num_regions, dtype=torch.long)
     confidence = torch.zeros(batch_size, num_regions)
-    object_ids = torch.full((batch_size, num_regions), -1, dtype=torch.long)
-    attr_ids = torch.full((batch_size, num_regions), -1, dtype=torch.long)
+    ids = {name: torch.full((batch_size, num_regions), -1, dtype=torch.long) for name in ("object_ids", "attr_ids")}
     for i, image in enumerate(images):
         if image["image_size"] is None:
             raise ValueError(
@@ -38,18 +37,17 @@ def pad_regions(store: RegionFeatureStore, image_ids: Sequence[str]) -> dict[str
         pixels[i, :count] = image["boxes"]
         mask[i, :count] = 1
         confidence[i, :count] = image["object_conf"] if image["object_conf"] is not None else 1.0
-        if image["object_ids"] is not None:
-            object_ids[i, :count] = torch.as_tensor(image["object_ids"]).reshape(count, -1)[:, 0]
-        if image["attr_ids"] is not None:
-            attr_ids[i, :count] = torch.as_tensor(image["attr_ids"]).reshape(count, -1)[:, 0]
+        for name, column in ids.items():
+            if image[name] is not None:
+                column[i, :count] = torch.as_tensor(image[name]).reshape(count, -1)[:, 0]
     return {
         "visual_feats": feats,
         "visual_boxes": boxes,
         "visual_attention_mask": mask,
         "region_boxes_pixels": pixels,
         "region_confidence": confidence,
-        "region_object_ids": object_ids,
-        "region_attr_ids": attr_ids,
+        "region_object_ids": ids["object_ids"],
+        "region_attr_ids": ids["attr_ids"],
     }
 
 

@@ -24,7 +24,7 @@ from .region_records import (
     parse_int,
     parse_num_boxes,
 )
-from .text_files import FileFormatError, decode_utf8
+from .text_files import decode_utf8, iter_csv_rows
 
 FIELDS = [
     "img_id", "img_h", "img_w", "objects_id", "objects_conf", "attrs_id", "attrs_conf", "num_boxes", "boxes",
@@ -59,15 +59,7 @@ def iter_tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
     csv.field_size_limit(FIELD_SIZE_LIMIT)
     with open(path, "rb") as handle:
         lines = (decode_utf8(line, path, first_line=number) for number, line in enumerate(handle, start=1))
-        reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
-        while True:
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as error:
-                raise FileFormatError(f"{path}, line {reader.line_num}: malformed TSV ({error}).") from None
-            yield reader.line_num, row
+        yield from iter_csv_rows(path, lines, "TSV", delimiter="\t", quoting=csv.QUOTE_NONE)
 
 
 def check_field_count(row: list[str], fields: list[str]) -> dict[str, str]:

@@ -53,6 +53,8 @@ def check_on_error(on_error: str) -> None:
 def decode_base64_array(field: str, text: str | bytes, dtype: np.dtype | str) -> np.ndarray:
     """Raw little-endian array bytes stored as base64 (the LXMERT / bottom-up-attention / VL-BERT convention)."""
     dtype = np.dtype(dtype)
+    if not isinstance(text, (str, bytes)):  # a JSON number or list (VL-BERT's files)
+        raise RecordError(field, f"expected base64 text of {dtype.name} values, got {type(text).__name__}.")
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as error:

@@ -10,7 +10,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -87,10 +87,14 @@ def read_json_file(path: str | Path) -> object:
     return parse_json(read_text(path), path)
 
 
-def iter_csv_rows(path: str | Path, text: str, **format_parameters) -> Iterator[tuple[int, list[str]]]:
-    """(first line, cells) of each record of CSV `text` read from `path`, with `strict` quoting: an unterminated
-    quote is a FileFormatError naming the line where its record opens, a malformed field the line it is on."""
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True, **format_parameters)
+def iter_csv_rows(
+    path: str | Path, text: str | Iterable[str], kind: str = "CSV", **format_parameters
+) -> Iterator[tuple[int, list[str]]]:
+    """(first line, cells) of each record of CSV `text` (or of its lines, streamed) read from `path`, with `strict`
+    quoting: an unterminated quote is a FileFormatError naming the line where its record opens, a malformed field
+    the line it is on."""
+    lines = io.StringIO(text, newline="") if isinstance(text, str) else text
+    reader = csv.reader(lines, strict=True, **format_parameters)
     start = 1
     while True:
         try:
@@ -100,6 +104,6 @@ def iter_csv_rows(path: str | Path, text: str, **format_parameters) -> Iterator[
         except csv.Error as error:
             if "end of data" in str(error):
                 raise FileFormatError(f"{path}, line {start}: a quoted field opened on this line is never closed.") from None
-            raise FileFormatError(f"{path}, line {reader.line_num}: malformed CSV ({error}).") from None
+            raise FileFormatError(f"{path}, line {reader.line_num}: malformed {kind} ({error}).") from None
         yield start, row
         start = reader.line_num + 1

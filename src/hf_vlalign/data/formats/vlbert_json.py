@@ -13,8 +13,6 @@ from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
-import numpy as np
-
 from ...utils.validation import check_existing_path
 from .m2_hdf5 import NUM_VG_CLASSES_WITH_BACKGROUND, classes_from_scores, sorted_ids
 from .region_records import (
@@ -22,6 +20,7 @@ from .region_records import (
     RecordError,
     check_on_error,
     decode_base64_array,
+    decode_boxes_and_features,
     iter_checked_records,
     parse_image_size,
     parse_num_boxes,
@@ -48,26 +47,15 @@ def _decode_json(text: bytes) -> dict:
         raise RecordError("image_id", f"expected an int or string id, got {data['image_id']!r}.")
     image_size = parse_image_size(data, "image_h", "image_w")
     num_boxes = parse_num_boxes(data["num_boxes"])
-    record = {
-        "image_id": str(data["image_id"]),
-        "image_size": image_size,
-        "boxes": rows_of("boxes", _base64_floats("boxes", data["boxes"]), num_boxes, width=4),
-        "features": rows_of("features", _base64_floats("features", data["features"]), num_boxes),
-    }
+    record = {"image_id": str(data["image_id"]), "image_size": image_size, **decode_boxes_and_features(data, num_boxes)}
     for key, columns, with_background in (
         ("classes", ("object_ids", "object_conf"), NUM_VG_CLASSES_WITH_BACKGROUND),
         ("attrs", ("attr_ids", "attr_conf"), NUM_VG_ATTRIBUTES_WITH_NONE),
     ):
         if key in data:
-            scores = rows_of(key, _base64_floats(key, data[key]), num_boxes)
+            scores = rows_of(key, decode_base64_array(key, data[key], "<f4"), num_boxes)
             record.update(zip(columns, classes_from_scores(scores, with_background), strict=True))
     return record
-
-
-def _base64_floats(key: str, text: object) -> np.ndarray:
-    if not isinstance(text, str):
-        raise RecordError(key, f"expected a base64 string of float32 values, got {type(text).__name__}.")
-    return decode_base64_array(key, text, "<f4")
 
 
 def _by_id(names: list[str]) -> list[str]:
