@@ -49,7 +49,6 @@ __all__ = [
     "ExplorerExample",
     "GoldPhrase",
     "explorer_examples",
-    "explorer_payload",
     "read_explorer_payload",
     "write_attention_explorer",
 ]
@@ -387,19 +386,11 @@ def _view_specs(examples: Sequence[ExplorerExample]) -> dict:
     return views
 
 
-def explorer_payload(
-    examples: Sequence[ExplorerExample],
-    *,
-    probe: object = None,
-    title: str = "Word-region attention explorer",
-    subtitle: str = "",
-    source: str = "",
-    precision: int = 4,
-    probe_rule: tuple[str, str] = REGION_PROBE_RULE,
-) -> dict:
+def _payload(examples, probe, title, subtitle, source, precision, probe_rule) -> dict:
     """The JSON the page embeds: the views (shape, label, rollout available), the colour scale (`colours`, and `scale`:
     `SCALE`, the fill opacity and outline width of a weight), the outline styles of the most attended and gold boxes,
-    the probe grid and, per example, its image (base64 PNG), words, region and gold boxes and attention (rounded to `precision` decimals)."""
+    the probe grid and, per example, its image (base64 PNG), words, region and gold boxes and attention (rounded to
+    `precision` decimals)."""
     if not examples:
         raise ValueError("`examples` must be a non-empty list of ExplorerExample, got none.")
     views = _view_specs(examples)
@@ -467,9 +458,7 @@ def write_attention_explorer(
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"`path` must be a str or Path to the HTML file to write, got {type(path).__name__}.")
-    payload = explorer_payload(
-        examples, probe=probe, title=title, subtitle=subtitle, source=source, precision=precision, probe_rule=probe_rule
-    )
+    payload = _payload(examples, probe, title, subtitle, source, precision, probe_rule)
     # "</" inside a <script> element would close it: JSON allows the escaped form "<\/"
     data = json.dumps(payload, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     template = resources.files(__package__).joinpath(_TEMPLATE_FILE).read_text(encoding="utf-8")
