@@ -47,7 +47,6 @@ from .visual_features import VisualFeatureStatisticsMixin, init_feature_normaliz
 
 
 class VisionLanguagePreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, VisualFeatureStatisticsMixin, PreTrainedModel):
-    main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     # transformers' `get_input_embeddings` / `set_input_embeddings` find them at `embeddings.word_embeddings` (the
