@@ -27,6 +27,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,6 @@ __all__ = [
     "ExplorerExample",
     "GoldPhrase",
     "explorer_examples",
-    "explorer_payload",
     "read_explorer_payload",
     "write_attention_explorer",
 ]
@@ -386,19 +386,11 @@ def _view_specs(examples: Sequence[ExplorerExample]) -> dict:
     return views
 
 
-def explorer_payload(
-    examples: Sequence[ExplorerExample],
-    *,
-    probe: object = None,
-    title: str = "Word-region attention explorer",
-    subtitle: str = "",
-    source: str = "",
-    precision: int = 4,
-    probe_rule: tuple[str, str] = REGION_PROBE_RULE,
-) -> dict:
+def _payload(examples, probe, title, subtitle, source, precision, probe_rule) -> dict:
     """The JSON the page embeds: the views (shape, label, rollout available), the colour scale (`colours`, and `scale`:
     `SCALE`, the fill opacity and outline width of a weight), the outline styles of the most attended and gold boxes,
-    the probe grid and, per example, its image (base64 PNG), words, region and gold boxes and attention (rounded to `precision` decimals)."""
+    the probe grid and, per example, its image (base64 PNG), words, region and gold boxes and attention (rounded to
+    `precision` decimals)."""
     if not examples:
         raise ValueError("`examples` must be a non-empty list of ExplorerExample, got none.")
     views = _view_specs(examples)
@@ -466,12 +458,11 @@ def write_attention_explorer(
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"`path` must be a str or Path to the HTML file to write, got {type(path).__name__}.")
-    payload = explorer_payload(
-        examples, probe=probe, title=title, subtitle=subtitle, source=source, precision=precision, probe_rule=probe_rule
-    )
+    payload = _payload(examples, probe, title, subtitle, source, precision, probe_rule)
     # "</" inside a <script> element would close it: JSON allows the escaped form "<\/"
     data = json.dumps(payload, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    page = _TEMPLATE.replace("__TITLE__", html.escape(title)).replace("__DATA__", data)
+    template = resources.files(__package__).joinpath(_TEMPLATE_FILE).read_text(encoding="utf-8")
+    page = template.replace("__TITLE__", html.escape(title)).replace("__DATA__", data)
     path = Path(path)
     refuse_foreign_file(path, "path", description="an attention explorer page", is_own=is_explorer_page)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -502,338 +493,5 @@ def read_explorer_payload(path: str | os.PathLike) -> dict:
 # module wrote (it opens within the template's first `EXPLORER_HEAD_BYTES`, before the embedded data)
 EXPLORER_DATA_ELEMENT = '<script type="application/json" id="explorer-data">'
 EXPLORER_HEAD_BYTES = 16384
-
-_TEMPLATE = (
-    """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>__TITLE__</title>
-<style>
-body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 18px 26px; color: #222; background: #fff; }
-h1 { font-size: 22px; margin: 0 0 4px; }
-h2 { font-size: 15px; margin: 0 0 6px; }
-.subtitle { color: #555; font-size: 13px; margin-bottom: 10px; }
-.controls { display: flex; flex-wrap: wrap; gap: 14px; align-items: center; font-size: 14px; margin: 8px 0 14px;
-  padding: 8px 10px; background: #f4f4f6; border-radius: 6px; }
-.controls select { font-size: 14px; }
-.main { display: flex; flex-wrap: wrap; gap: 26px; align-items: flex-start; }
-#scene { width: 440px; height: auto; border: 1px solid #bbb; background: #ddd; display: block; }
-.column { flex: 1; min-width: 380px; max-width: 760px; }
-.sentence { font-size: 21px; line-height: 2.1; margin: 4px 0 10px; }
-.tok { padding: 3px 3px; border-radius: 4px; cursor: pointer; border-bottom: 3px solid transparent; }
-.tok.special { color: #999; font-size: 13px; }
-.tok.grounded { border-bottom-color: #00c853; }
-.tok.selected { outline: 3px solid #1565c0; }
-#info { font-size: 14px; min-height: 42px; color: #333; margin-bottom: 12px; }
-rect.region { cursor: pointer; }
-.legend { display: flex; flex-wrap: wrap; gap: 18px; align-items: center; font-size: 13px; margin: 6px 0 14px; }
-.bar { width: 220px; height: 14px; border: 1px solid #888; }
-.ticks { display: flex; justify-content: space-between; width: 222px; font-size: 11px; color: #444; }
-#probe table { border-collapse: collapse; font-size: 11px; }
-#probe td, #probe th { width: 34px; height: 22px; text-align: center; padding: 0; }
-#probe td { cursor: pointer; border: 1px solid #fff; }
-#probe td.current { outline: 3px solid #1565c0; outline-offset: -3px; }
-#probe th { font-weight: normal; color: #555; }
-.note { color: #666; font-size: 12px; }
-</style>
-</head>
-<body>
-<h1 id="title"></h1>
-<div class="subtitle" id="subtitle"></div>
-<div class="controls">
-  <label>example <select id="example"></select></label>
-  <label>direction <select id="view"></select></label>
-  <label>layer <select id="layer"></select></label>
-  <label>head <select id="head"></select></label>
-</div>
-<div class="main">
-  <div>
-    <svg id="scene" xmlns="http://www.w3.org/2000/svg"></svg>
-    <div class="note">click a box: the words' attention on it</div>
-  </div>
-  <div class="column">
-    <h2 id="words-title">Words <span class="note">(click or hover a word: its attention over the boxes)</span></h2>
-    <div class="sentence" id="sentence"></div>
-    <div id="info"></div>
-    <div class="legend" id="legend"></div>
-    <div id="probe"></div>
-  </div>
-</div>
-"""
-    + EXPLORER_DATA_ELEMENT
-    + """__DATA__</script>
-<script>
-"use strict";
-const DATA = JSON.parse(document.getElementById("explorer-data").textContent);
-const SVG = "http://www.w3.org/2000/svg";
-const GOLD = DATA.gold_box.colour, TOP = DATA.top_box.colour, SELECT = "#1565c0";
-const state = { example: 0, view: null, layer: 0, head: "mean", select: null, hover: null };
-
-function colour(w) {  // the shared 0..1 scale, linear between the stops
-  const stops = DATA.colours, x = Math.min(Math.max(w, 0), 1) * (stops.length - 1);
-  const i = Math.min(Math.floor(x), stops.length - 2), f = x - i;
-  const a = hex(stops[i]), b = hex(stops[i + 1]);
-  return "rgb(" + [0, 1, 2].map(k => Math.round(a[k] + f * (b[k] - a[k]))).join(",") + ")";
-}
-// a weight's fill opacity and outline width: from the scale's minimum (any w > 0) to its maximum (w = 1), in sqrt(w)
-function along(range, w) { return w > 0 ? range[0] + (range[1] - range[0]) * Math.sqrt(Math.min(w, 1)) : 0; }
-function fillOpacity(w) { return along(DATA.scale.fill_opacity, w); }
-function outlineWidth(w) { return w > 0 ? along(DATA.scale.outline_width, w) : 1; }
-function hex(s) { return [1, 3, 5].map(k => parseInt(s.slice(k, k + 2), 16)); }
-function el(tag, attrs, parent) {
-  const node = document.createElementNS(SVG, tag);
-  for (const k in attrs) node.setAttribute(k, attrs[k]);
-  if (parent) parent.appendChild(node);
-  return node;
-}
-function example() { return DATA.examples[state.example]; }
-function spec() { return DATA.views[state.view]; }
-function fmt(w) { return w.toFixed(2); }
-
-// the (Q, K) map of the selected example, view, layer and head ("mean": the mean over heads; "rollout")
-function matrix() {
-  const v = example().attention[state.view];
-  if (state.head === "rollout") return v.rollout[state.layer];
-  const heads = v.heads[state.layer];
-  if (state.head !== "mean") return heads[Number(state.head)];
-  return heads[0].map((row, q) => row.map((_, k) => heads.reduce((s, h) => s + h[q][k], 0) / heads.length));
-}
-// weights over the regions of word t, and over the words of region r, in either direction
-function regionWeights(t) { const m = matrix(); return spec().query === "word" ? m[t] : m.map(row => row[t]); }
-function wordWeights(r) { const m = matrix(); return spec().query === "word" ? m.map(row => row[r]) : m[r]; }
-function argmax(ws) { let best = 0; ws.forEach((w, i) => { if (w > ws[best]) best = i; }); return best; }
-function headName() {
-  return state.head === "mean" ? "mean over heads" : state.head === "rollout" ? "rollout" : "head " + state.head;
-}
-
-function fillSelect(id, options, value) {
-  const select = document.getElementById(id);
-  select.innerHTML = "";
-  for (const [v, text] of options) { const o = document.createElement("option"); o.value = v; o.textContent = text; select.appendChild(o); }
-  select.value = value;
-}
-function syncControls() {
-  const short = t => t.length > 70 ? t.slice(0, 69) + "\\u2026" : t;
-  fillSelect("example", DATA.examples.map((e, i) => [i, (i + 1) + ". " + short(e.title)]), state.example);
-  fillSelect("view", Object.entries(DATA.views).map(([k, v]) => [k, v.label]), state.view);
-  const [layers, heads] = spec().shape;
-  state.layer = Math.min(state.layer, layers - 1);
-  if (state.head === "rollout" && !spec().rollout) state.head = "mean";
-  if (state.head !== "mean" && state.head !== "rollout" && Number(state.head) >= heads) state.head = "mean";
-  fillSelect("layer", [...Array(layers).keys()].map(l => [l, "layer " + l]), state.layer);
-  const options = [...Array(heads).keys()].map(h => [String(h), "head " + h]);
-  options.push(["mean", "mean over heads"]);
-  if (spec().rollout) options.push(["rollout", "attention rollout"]);
-  fillSelect("head", options, state.head);
-  document.body.dataset.view = state.view; document.body.dataset.layer = state.layer; document.body.dataset.head = state.head;
-}
-
-function defaultSelection() {
-  const ex = example();
-  if (ex.gold.length) return { kind: "word", index: Math.max(...ex.gold[0].tokens) };
-  const t = ex.words.findIndex(w => !/^\\[.*\\]$/.test(w));
-  return { kind: "word", index: Math.max(t, 0) };
-}
-
-// the image and the region boxes are built once per example and updated in place (a click lands on a stable
-// element); the overlay (gold boxes, labels, the selected box) ignores the pointer and is redrawn freely
-let built = -1;
-function buildScene() {
-  const ex = example(), svg = document.getElementById("scene"), [w, h] = ex.size;
-  svg.innerHTML = "";
-  svg.setAttribute("viewBox", "0 0 " + w + " " + h);
-  if (ex.image) el("image", { href: ex.image, x: 0, y: 0, width: w, height: h, preserveAspectRatio: "none" }, svg);
-  else el("rect", { x: 0, y: 0, width: w, height: h, fill: "#d0d0d0" }, svg);
-  el("rect", { id: "dim", x: 0, y: 0, width: w, height: h, fill: "#000", "fill-opacity": 0, "pointer-events": "none" }, svg);
-  const area = b => (b[2] - b[0]) * (b[3] - b[1]);
-  const order = ex.regions.map((b, r) => r).sort((a, b) => area(ex.regions[b]) - area(ex.regions[a]));
-  order.forEach(r => {  // larger boxes first, so that every box keeps a clickable part
-    const b = ex.regions[r];
-    const rect = el("rect", { x: b[0] * w, y: b[1] * h, width: (b[2] - b[0]) * w, height: (b[3] - b[1]) * h,
-      class: "region", "data-region": r, "vector-effect": "non-scaling-stroke" }, svg);
-    el("title", {}, rect);
-    rect.addEventListener("click", () => { state.select = { kind: "region", index: r }; state.hover = null; render(); });
-  });
-  el("g", { id: "overlay", "pointer-events": "none" }, svg);
-}
-function drawScene(active) {
-  const ex = example(), svg = document.getElementById("scene"), [w, h] = ex.size, font = Math.max(w, h) / 26;
-  const weights = active && active.kind === "word" ? regionWeights(active.index) : null;
-  const top = weights ? argmax(weights) : -1;
-  // the photo is dimmed while weights are shown, so that the scale's colours stand out over any photo
-  document.getElementById("dim").setAttribute("fill-opacity", weights ? DATA.scale.dim_photo : 0);
-  svg.querySelectorAll("rect.region").forEach(rect => {
-    const r = Number(rect.dataset.region), wt = weights ? weights[r] : 0;
-    rect.setAttribute("class", "region" + (r === top ? " top" : ""));
-    rect.setAttribute("data-weight", weights ? wt : "");
-    rect.setAttribute("fill", colour(wt));
-    rect.setAttribute("fill-opacity", fillOpacity(wt).toFixed(4));
-    rect.setAttribute("stroke", weights ? colour(wt) : "#ffffff");
-    rect.setAttribute("stroke-opacity", weights && wt > 0 ? 1 : 0.55);
-    rect.setAttribute("stroke-width", outlineWidth(wt).toFixed(2));
-    rect.firstChild.textContent = "box r" + r + (weights ? ": attention " + wt.toFixed(4) : "");
-  });
-  const overlay = document.getElementById("overlay");
-  overlay.innerHTML = "";
-  const place = b => ({ x: b[0] * w, y: b[1] * h, width: (b[2] - b[0]) * w, height: (b[3] - b[1]) * h, fill: "none",
-    "vector-effect": "non-scaling-stroke" });
-  const gold = active && active.kind === "word" ? ex.gold.filter(g => g.tokens.includes(active.index)) : [];
-  // dark underlays first, then the most attended box solid magenta, then the gold boxes dashed green on top of it:
-  // where the two coincide, the magenta shows in the gaps of the green dashes
-  gold.forEach(g => g.boxes.forEach(b =>
-    el("rect", Object.assign(place(b), { stroke: "#000", "stroke-width": 6, "stroke-opacity": 0.7 }), overlay)));
-  if (top >= 0) {
-    el("rect", Object.assign(place(ex.regions[top]), { stroke: "#000", "stroke-width": 6, "stroke-opacity": 0.7 }), overlay);
-    el("rect", Object.assign(place(ex.regions[top]), { stroke: TOP, "stroke-width": 3.5,
-      "stroke-dasharray": DATA.top_box.dasharray, class: "top-outline", "data-region": top }), overlay);
-  }
-  gold.forEach(g => g.boxes.forEach(b =>
-    el("rect", Object.assign(place(b), { stroke: GOLD, "stroke-width": 3.5, "stroke-dasharray": DATA.gold_box.dasharray, class: "gold",
-      "data-phrase": g.text }), overlay)));
-  if (top >= 0) label(overlay, ex.regions[top], "r" + top + " " + fmt(weights[top]), w, h, font, TOP, "#fff");
-  if (active && active.kind === "region") {
-    const b = ex.regions[active.index];
-    el("rect", Object.assign(place(b), { stroke: SELECT, "stroke-width": 4, class: "selected-region" }), overlay);
-    label(overlay, b, "r" + active.index, w, h, font, SELECT, "#fff");
-  }
-}
-function label(parent, b, text, w, h, font, background, fg) {
-  const x = b[0] * w, y = Math.max(b[1] * h - font * 1.25, 0);
-  el("rect", { x: x, y: y, width: font * 0.62 * text.length + font * 0.4, height: font * 1.2, fill: background,
-    "fill-opacity": 0.9 }, parent);
-  el("text", { x: x + font * 0.2, y: y + font * 0.95, "font-size": font, fill: fg, "font-family": "monospace" },
-    parent).textContent = text;
-}
-
-function buildWords() {
-  const ex = example(), box = document.getElementById("sentence");
-  box.innerHTML = "";
-  const grounded = new Set(ex.gold.flatMap(g => g.tokens));
-  ex.words.forEach((word, t) => {
-    const piece = word.startsWith("##");
-    if (t > 0 && !piece) box.appendChild(document.createTextNode(" "));
-    const span = document.createElement("span");
-    span.textContent = piece ? word.slice(2) : word;
-    span.className = "tok" + (/^\\[.*\\]$/.test(word) ? " special" : "") + (grounded.has(t) ? " grounded" : "");
-    span.dataset.token = t;
-    span.addEventListener("click", () => { state.select = { kind: "word", index: t }; state.hover = null; render(); });
-    span.addEventListener("mouseenter", () => { state.hover = { kind: "word", index: t }; draw(); });
-    span.addEventListener("mouseleave", () => { state.hover = null; draw(); });
-    box.appendChild(span);
-  });
-}
-function drawWords(active) {
-  const weights = active && active.kind === "region" ? wordWeights(active.index) : null;
-  document.querySelectorAll("#sentence span.tok").forEach(span => {
-    const t = Number(span.dataset.token), wt = weights ? weights[t] : null;
-    span.classList.toggle("selected", Boolean(active && active.kind === "word" && active.index === t));
-    if (wt === null) { delete span.dataset.weight; span.style.backgroundColor = ""; span.style.color = ""; span.title = ""; return; }
-    span.dataset.weight = wt;  // background colour and opacity from the scale, as a box's fill
-    span.style.backgroundColor = colour(wt).replace("rgb", "rgba").replace(")", "," + fillOpacity(wt).toFixed(4) + ")");
-    span.style.color = wt > 0.55 ? "#fff" : "";
-    span.title = "attention " + wt.toFixed(4);
-  });
-}
-
-function drawInfo(active) {
-  const ex = example(), info = document.getElementById("info"), where = spec().label + ", layer " + state.layer + ", " + headName();
-  if (!active) { info.textContent = ""; return; }
-  if (active.kind === "word") {
-    const ws = regionWeights(active.index), top = argmax(ws);
-    const phrases = ex.gold.filter(g => g.tokens.includes(active.index)).map(g => "\\u201c" + g.text + "\\u201d");
-    let text = "\\u201c" + ex.words[active.index] + "\\u201d (token " + active.index + ") \\u2014 " + where
-      + ": most attended box r" + top + ", weight " + ws[top].toFixed(3)
-      + (spec().query === "region" ? " (boxes attending to the word)" : "") + ". ";
-    text += phrases.length ? "Gold box of " + phrases.join(", ") + " shown dashed green." : "No gold box for this word.";
-    const other = state.view === "word_to_region" ? "aligned_word_to_region" : state.view === "aligned_word_to_region" ? "word_to_region" : null;
-    if (other && DATA.views[other] && state.head !== "rollout") {
-      const saved = state.view; state.view = other;
-      const ow = regionWeights(active.index), otop = argmax(ow); state.view = saved;
-      text += " " + (other === "aligned_word_to_region" ? "After" : "Before") + " A2 alignment: r" + otop + ", " + ow[otop].toFixed(3) + ".";
-    }
-    info.textContent = text;
-  } else {
-    const ws = wordWeights(active.index), top = argmax(ws);
-    info.textContent = "Box r" + active.index + " \\u2014 " + where + ": words coloured by "
-      + (spec().query === "word" ? "their attention on this box" : "this box's attention on them")
-      + "; highest \\u201c" + ex.words[top] + "\\u201d, weight " + ws[top].toFixed(3) + ".";
-  }
-}
-
-function drawLegend() {
-  const legend = document.getElementById("legend"), scale = DATA.scale;
-  const gradient = "linear-gradient(to right, " + DATA.colours.join(", ") + ")";
-  // sample boxes drawn as the scene draws them, on a grey photo dimmed as the scene dims it
-  const samples = [0.02, 0.1, 0.2, 0.3, 0.5, 1].map((wt, i) => '<rect x="' + (6 + 40 * i) + '" y="5" width="30" height="18" fill="'
-    + colour(wt) + '" fill-opacity="' + fillOpacity(wt).toFixed(3) + '" stroke="' + colour(wt) + '" stroke-width="'
-    + outlineWidth(wt).toFixed(2) + '"/><text x="' + (21 + 40 * i) + '" y="36" font-size="10" fill="#fff" text-anchor="middle">'
-    + wt + '</text>').join("");
-  const outline = style => '<svg width="40" height="20"><rect x="3" y="3" width="34" height="14" fill="none" stroke="#000" stroke-width="6" stroke-opacity="0.7"/>'
-    + '<rect x="3" y="3" width="34" height="14" fill="none" stroke="' + style.colour + '" stroke-width="3.5" stroke-dasharray="'
-    + style.dasharray + '"/></svg> ' + style.name;
-  legend.innerHTML = '<div class="legend-scale"><div><b>' + DATA.units + '</b> \\u2014 one scale for every word and example:'
-    + ' fill colour, opacity (from ' + scale.fill_opacity[0] + ' just above 0 to ' + scale.fill_opacity[1] + ' at 1, in \u221aweight)'
-    + ' and outline width; the photo is dimmed under the boxes</div>'
-    + '<div class="bar" style="background:' + gradient + '"></div>'
-    + '<div class="ticks"><span>0</span><span>0.25</span><span>0.5</span><span>0.75</span><span>1</span></div>'
-    + '<svg class="samples" width="246" height="40"><rect width="246" height="40" fill="#8c8c8c"/>'
-    + '<rect width="246" height="40" fill="#000" fill-opacity="' + scale.dim_photo + '"/>' + samples + '</svg></div>'
-    + '<div class="legend-top">' + outline(DATA.top_box) + '</div>'
-    + '<div class="legend-gold">' + outline(DATA.gold_box) + '</div>'
-    + '<div><svg width="40" height="20"><rect x="3" y="3" width="34" height="14" fill="none" stroke="' + SELECT + '" stroke-width="4"/></svg> selected box</div>'
-    + '<div><span class="tok grounded">word</span> has a gold box</div>';
-}
-
-function drawProbe() {
-  const probe = DATA.probe, box = document.getElementById("probe");
-  if (!probe) { box.innerHTML = '<div class="note">No grounding-probe grid in this report.</div>'; return; }
-  const acc = probe.accuracy;
-  let head = '<h2>Grounding probe: accuracy per head (Li et al.; ' + DATA.views[probe.view].label + ')</h2><div class="note">'
-    + 'share of phrases whose last word attends most to ' + probe.rule + ' (0 to 1, same colour scale)'
-    + (probe.num_phrases !== null ? '; ' + probe.num_phrases + ' phrases' : '')
-    + (probe.baseline !== null ? '; ' + probe.baseline_name + ' ' + probe.baseline.toFixed(3) : '')
-    + '; best \\u2605 layer ' + probe.best[0] + ', head ' + probe.best[1] + '. Click a cell to view that head.</div>';
-  let table = "<table><tr><th>layer \\\\ head</th>" + acc[0].map((_, h) => "<th>" + h + "</th>").join("") + "</tr>";
-  acc.forEach((row, l) => {
-    table += "<tr><th>" + l + "</th>" + row.map((a, h) => {
-      const current = state.view === probe.view && state.layer === l && state.head === String(h);
-      const best = probe.best[0] === l && probe.best[1] === h;
-      return '<td class="probe-cell' + (current ? " current" : "") + '" data-layer="' + l + '" data-head="' + h
-        + '" data-accuracy="' + a + '" title="layer ' + l + ', head ' + h + ': accuracy ' + a.toFixed(3) + '" style="background:'
-        + colour(a) + ";color:" + (a > 0.55 ? "#fff" : "#222") + '">' + (best ? "\\u2605" : "") + a.toFixed(2) + "</td>";
-    }).join("") + "</tr>";
-  });
-  box.innerHTML = head + table + "</table>";
-  box.querySelectorAll("td.probe-cell").forEach(cell => cell.addEventListener("click", () => {
-    state.view = probe.view; state.layer = Number(cell.dataset.layer); state.head = cell.dataset.head; render();
-  }));
-}
-
-function draw() {
-  if (built !== state.example) { buildScene(); buildWords(); built = state.example; }
-  const active = state.hover || state.select;
-  drawScene(active); drawWords(active); drawInfo(active);
-}
-function render() { syncControls(); draw(); drawProbe(); }
-
-function init() {
-  document.getElementById("title").textContent = DATA.title;
-  document.getElementById("subtitle").textContent = DATA.subtitle;
-  state.view = DATA.probe ? DATA.probe.view : Object.keys(DATA.views)[0];
-  if (DATA.probe) { state.layer = DATA.probe.best[0]; state.head = String(DATA.probe.best[1]); }
-  else { state.layer = DATA.views[state.view].shape[0] - 1; state.head = "mean"; }
-  state.select = defaultSelection();
-  document.getElementById("example").addEventListener("change", e => { state.example = Number(e.target.value); state.select = defaultSelection(); render(); });
-  document.getElementById("view").addEventListener("change", e => { state.view = e.target.value; render(); });
-  document.getElementById("layer").addEventListener("change", e => { state.layer = Number(e.target.value); render(); });
-  document.getElementById("head").addEventListener("change", e => { state.head = e.target.value; render(); });
-  drawLegend(); render();
-  document.body.dataset.ready = "1";
-}
-init();
-</script>
-</body>
-</html>
-"""
-)
+# the page: HTML, CSS and JS beside this module (package data), with __TITLE__ and __DATA__ filled in
+_TEMPLATE_FILE = "explorer_template.html"

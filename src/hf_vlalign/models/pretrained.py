@@ -23,7 +23,10 @@ from .bert_modules import TextEmbeddings
 from .forward_kwargs import check_head_call
 from .saving import SaveLoadMixin
 from .task_heads import (
+    AnswerHead,
     LMPredictionHead,
+    RegionScoringHead,
+    RegionToPhraseAttention,
     answer_item_count,
     answer_loss,
     check_answer_labels,
@@ -44,7 +47,6 @@ from .visual_features import VisualFeatureStatisticsMixin, init_feature_normaliz
 
 
 class VisionLanguagePreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, VisualFeatureStatisticsMixin, PreTrainedModel):
-    main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     # transformers' `get_input_embeddings` / `set_input_embeddings` find them at `embeddings.word_embeddings` (the
@@ -55,6 +57,8 @@ class VisionLanguagePreTrainedModel(SaveLoadMixin, AttentionSupervisionMixin, Vi
     accepts_loss_kwargs = False
     # set by each family: the output class of its classification heads and the per-layer fields they pass on
     _classification_output_class: type[ModelOutput]
+    # set by each family's task models: the class of their base model (`base_model_prefix`)
+    _base_model_class: type[PreTrainedModel]
     _layer_output_names: tuple[str, ...] = ()
 
     @torch.no_grad()
@@ -137,6 +141,12 @@ class QuestionAnsweringMixin:
     single answer id is trained with cross-entropy, VQA's soft scores with binary cross-entropy summed over answers
     (BUTD / LXMERT)."""
 
+    def __init__(self, config):
+        super().__init__(config)
+        setattr(self, self.base_model_prefix, self._base_model_class(config))
+        self.answer_head = AnswerHead(config, config.hidden_size, config.num_qa_labels)
+        self.post_init()
+
     @can_return_tuple
     def forward(
         self,
@@ -172,6 +182,12 @@ class VisualReasoningMixin:
     pooled [CLS] states are concatenated and `reasoning_head` gives one score, trained with binary cross-entropy.
     Region tensors have a pair axis: `visual_feats` (B, 2, R, Dv), `visual_boxes` (B, 2, R, 4),
     `visual_attention_mask` (B, 2, R)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        setattr(self, self.base_model_prefix, self._base_model_class(config))
+        self.reasoning_head = AnswerHead(config, 2 * config.hidden_size, 1)
+        self.post_init()
 
     @can_return_tuple
     def forward(
@@ -212,6 +228,12 @@ class ReferringExpressionMixin:
     (a [`~hf_vlalign.models.task_heads.RegionScoringHead`]) and the referred region is the argmax; each region is
     trained with binary cross-entropy against "IoU with the referred box >= `referring_iou_threshold`" (VL-BERT,
     ViLBERT). Attention supervision aligns the expression with the referred box when `word_region_alignment` is given."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        setattr(self, self.base_model_prefix, self._base_model_class(config))
+        self.region_head = RegionScoringHead(config)
+        self.post_init()
 
     @can_return_tuple
     def forward(
@@ -265,6 +287,12 @@ class PhraseGroundingMixin:
     [`~hf_vlalign.models.task_heads.RegionToPhraseAttention`]); the scores are the phrase's region logits, trained
     with KL divergence to the gold distribution over regions. VisualBERT scores one token per phrase; the mean over
     the phrase's sub-words gives multi-word phrases one query."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        setattr(self, self.base_model_prefix, self._base_model_class(config))
+        self.grounding_head = RegionToPhraseAttention(config)
+        self.post_init()
 
     @can_return_tuple
     def forward(

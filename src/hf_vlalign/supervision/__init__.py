@@ -2,7 +2,7 @@ from .alignment_decoder import (
     OUTSIDE_TOP_K,
     AlignmentDecoder,
     alignment_kl_loss,
-     grounded_word_count,
+    grounded_word_count,
     top_k_log_softmax,
     top_k_mask,
 )

@@ -19,6 +19,7 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput
+from transformers.models.bart.modeling_bart import shift_tokens_right  # [start] + labels[:-1], -100 read as padding
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs
 from transformers.utils.deprecation import deprecate_kwarg
@@ -533,14 +534,6 @@ def causal_mask(attention_mask, batch, length, past_length, dtype, device) -> to
     return torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(~keep, torch.finfo(dtype).min)
 
 
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Decoder inputs from the targets: [start] + labels[:-1], with the ignored label -100 read as padding."""
-    shifted = labels.new_zeros(labels.shape)
-    shifted[:, 1:] = labels[:, :-1].clone()
-    shifted[:, 0] = decoder_start_token_id
-    return shifted.masked_fill(shifted == -100, pad_token_id)
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Models
 # ----------------------------------------------------------------------------------------------------------------
@@ -580,9 +573,6 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
         self.decoder = RegionCaptionerDecoder(config)
         self.register_buffer("alignment_step", torch.zeros((), dtype=torch.long), persistent=True)
         self.post_init()
-
-    def get_encoder(self) -> RegionCaptionerEncoder:
-        return self.encoder
 
     def _alignment_step(self) -> torch.Tensor | int:
         """The training step s of A2's exponential-decay fusion (eq. 8), a 0-d tensor that stays on the device (the
@@ -681,15 +671,6 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
         self.model = RegionCaptionerModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
-
-    def get_encoder(self) -> RegionCaptionerEncoder:
-        return self.model.encoder
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head = new_embeddings
 
     def mask_parameters(self) -> list[nn.Parameter]:
         """The A2 mask networks' parameters (updated by the mask objective only)."""

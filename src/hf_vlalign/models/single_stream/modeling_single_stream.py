@@ -45,11 +45,8 @@ from ..pretrained import (
     VisualReasoningMixin,
 )
 from ..task_heads import (
-    AnswerHead,
     LMPredictionHead,
     PredictionHeadTransform,
-    RegionScoringHead,
-    RegionToPhraseAttention,
     check_labels,
     check_pretraining_shapes,
     check_pretraining_targets,
@@ -496,11 +493,7 @@ class SingleStreamForQuestionAnswering(QuestionAnsweringMixin, SingleStreamPreTr
     Attention supervision applies to the question's grounded words when `word_region_alignment` is given (GQA's
     pointers)."""
 
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__(config)
-        self.single_stream = SingleStreamModel(config)
-        self.answer_head = AnswerHead(config, config.hidden_size, config.num_qa_labels)
-        self.post_init()
+    _base_model_class = SingleStreamModel
 
 
 class SingleStreamForVisualReasoning(VisualReasoningMixin, SingleStreamPreTrainedModel):
@@ -510,31 +503,19 @@ class SingleStreamForVisualReasoning(VisualReasoningMixin, SingleStreamPreTraine
     head uses the pair-wise encoding of LXMERT and UNITER ("pair" setting) instead, so the encoder's inputs keep the
     layout of every other task and a pre-trained checkpoint needs no new embedding."""
 
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__(config)
-        self.single_stream = SingleStreamModel(config)
-        self.reasoning_head = AnswerHead(config, 2 * config.hidden_size, 1)
-        self.post_init()
+    _base_model_class = SingleStreamModel
 
 
 class SingleStreamForReferringExpression(ReferringExpressionMixin, SingleStreamPreTrainedModel):
     """Referring expressions (RefCOCO+), as VL-BERT does them (Su et al. 2020, sec. 4.3)."""
 
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__(config)
-        self.single_stream = SingleStreamModel(config)
-        self.region_head = RegionScoringHead(config)
-        self.post_init()
+    _base_model_class = SingleStreamModel
 
 
 class SingleStreamForPhraseGrounding(PhraseGroundingMixin, SingleStreamPreTrainedModel):
     """Phrase grounding (Flickr30k Entities) with VisualBERT's head (Li et al. 2019, sec. 4.4)."""
 
-    def __init__(self, config: SingleStreamConfig):
-        super().__init__(config)
-        self.single_stream = SingleStreamModel(config)
-        self.grounding_head = RegionToPhraseAttention(config)
-        self.post_init()
+    _base_model_class = SingleStreamModel
 
 
 class SingleStreamForPreTraining(SingleStreamPreTrainedModel):

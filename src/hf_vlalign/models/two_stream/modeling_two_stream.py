@@ -46,8 +46,6 @@ from ..task_heads import (
     AnswerHead,
     LMPredictionHead,
     PredictionHeadTransform,
-    RegionScoringHead,
-    RegionToPhraseAttention,
     answer_item_count,
     answer_loss,
     check_answer_labels,
@@ -636,41 +634,25 @@ class TwoStreamForQuestionAnswering(QuestionAnsweringMixin, TwoStreamPreTrainedM
     """Answer classification from [CLS] with the answer head of LXMERT; it starts from a [`TwoStreamForPreTraining`]
     checkpoint, whose answer head is reused when the vocabularies agree."""
 
-    def __init__(self, config: TwoStreamConfig):
-        super().__init__(config)
-        self.two_stream = TwoStreamModel(config)
-        self.answer_head = AnswerHead(config, config.hidden_size, config.num_qa_labels)
-        self.post_init()
+    _base_model_class = TwoStreamModel
 
 
 class TwoStreamForVisualReasoning(VisualReasoningMixin, TwoStreamPreTrainedModel):
     """NLVR2 (Kervadec et al. sec. 6, after LXMERT): is the sentence true of the image pair?"""
 
-    def __init__(self, config: TwoStreamConfig):
-        super().__init__(config)
-        self.two_stream = TwoStreamModel(config)
-        self.reasoning_head = AnswerHead(config, 2 * config.hidden_size, 1)
-        self.post_init()
+    _base_model_class = TwoStreamModel
 
 
 class TwoStreamForReferringExpression(ReferringExpressionMixin, TwoStreamPreTrainedModel):
     """Referring expressions (RefCOCO+): every object's final state (`vision_output`) is scored."""
 
-    def __init__(self, config: TwoStreamConfig):
-        super().__init__(config)
-        self.two_stream = TwoStreamModel(config)
-        self.region_head = RegionScoringHead(config)
-        self.post_init()
+    _base_model_class = TwoStreamModel
 
 
 class TwoStreamForPhraseGrounding(PhraseGroundingMixin, TwoStreamPreTrainedModel):
     """Phrase grounding (Flickr30k Entities) with VisualBERT's head over the language and object states."""
 
-    def __init__(self, config: TwoStreamConfig):
-        super().__init__(config)
-        self.two_stream = TwoStreamModel(config)
-        self.grounding_head = RegionToPhraseAttention(config)
-        self.post_init()
+    _base_model_class = TwoStreamModel
 
 
 __all__ = [
