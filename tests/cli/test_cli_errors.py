@@ -323,9 +323,9 @@ def test_explore_shows_all_examples_of_a_smaller_split_with_a_warning():
 def test_analyze_max_examples_larger_than_the_data_is_warned(places, tmp_path):
     out = tmp_path / "analysis"
     argv = ["analyze", places["single"], "--out", str(out), *shlex.split(SCENES), "--max_examples", "1000", "--no_syntactic_grounding"]
-    from hf_vlalign.evaluation import model_analysis
+    from hf_vlalign.evaluation import inference
 
-    with CaptureLogger(model_analysis.logger) as warnings:
+    with CaptureLogger(inference.logger) as warnings:
         assert main(argv) == 0
     used = json.loads((out / "analysis.json").read_text())["num_examples"]
     assert 0 < used < 1000
