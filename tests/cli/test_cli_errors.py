@@ -297,11 +297,11 @@ def test_a_message_of_several_lines_is_printed_on_one(monkeypatch, tmp_path, cap
 
 
 def test_explore_counts_larger_than_the_data_are_warned_and_the_used_counts_reported(places, tmp_path, capsys):
-    from hf_vlalign.evaluation import model_explorer
+    from hf_vlalign.evaluation import inference
 
     out = tmp_path / "page.html"
     argv = ["explore", places["single"], "--out", str(out), *shlex.split(SCENES), "--num_examples", "1", "--probe_examples", "5000"]
-    with CaptureLogger(model_explorer.logger) as warnings:  # printed on stderr by transformers' logging
+    with CaptureLogger(inference.logger) as warnings:  # printed on stderr by transformers' logging
         assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["num_examples"] == 1 and 0 < summary["probe_examples"] < 5000
@@ -312,11 +312,11 @@ def test_explore_counts_larger_than_the_data_are_warned_and_the_used_counts_repo
 def test_explore_shows_all_examples_of_a_smaller_split_with_a_warning():
     import datasets
 
-    from hf_vlalign.evaluation import model_explorer
+    from hf_vlalign.evaluation import inference
 
     rows = datasets.Dataset.from_dict({"x": list(range(3))})
-    with CaptureLogger(model_explorer.logger) as warnings:
-        assert len(model_explorer._first(rows, 10, "num_examples", "the split")) == 3
+    with CaptureLogger(inference.logger) as warnings:
+        assert len(inference.first_examples(rows, 10, "the split", "num_examples")) == 3
     assert "`num_examples` 10 is more than the 3 examples of the split: using 3." in warnings.out
 
 

@@ -135,14 +135,15 @@ class ImageGeometry:
             raise ValueError(f"`original_size` must be a positive (width, height), got {original_size!r}.")
         processed_width, processed_height = processed_size
         if getattr(image_processor, "do_center_crop", False):
-            shortest = _size_field(image_processor.size, "shortest_edge")
+            size = image_processor.size
+            shortest = size.get("shortest_edge") if isinstance(size, dict) else getattr(size, "shortest_edge", None)
             if shortest is None:
                 raise ValueError(
                     f"`image_processor` ({type(image_processor).__name__}) centre-crops but its `size` has no "
                     f"`shortest_edge`: the crop's place in the original image is unknown, got size "
                     f"{image_processor.size!r}."
                 )
-            scale = shortest / min(width, height)
+            scale = int(shortest) / min(width, height)
             resized_width, resized_height = int(round(width * scale)), int(round(height * scale))
             return cls(
                 scale,
@@ -165,8 +166,3 @@ class ImageGeometry:
         offset = boxes.new_tensor([self.offset_x, self.offset_y, self.offset_x, self.offset_y])
         size = boxes.new_tensor([self.width, self.height, self.width, self.height])
         return ((boxes * scale - offset) / size).clamp(0.0, 1.0)
-
-
-def _size_field(size, name: str) -> int | None:
-    value = size.get(name) if isinstance(size, dict) else getattr(size, name, None)
-    return None if value is None else int(value)

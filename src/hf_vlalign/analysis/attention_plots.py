@@ -34,11 +34,6 @@ def _grid(count: int, max_columns: int = 4) -> tuple[int, int]:
     return -(-count // columns), columns
 
 
-def _wrap(text: str, width: int) -> str:
-    """`text` wrapped at `width` characters, its own line breaks kept."""
-    return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
-
-
 def format_region_labels(boxes: object, classes: list[str] | None = None, digits: int = 2) -> list[str]:
     """Column labels "r<i> <class> (x1,y1)-(x2,y2)" of R regions, e.g. "r3 circle (0.12,0.40)-(0.30,0.62)".
 
@@ -105,7 +100,8 @@ def draw_word_region_heatmaps(
                       rotation_mode="anchor", fontsize=8)  # fmt: skip
         ax.set_xlabel(column_name)
         if panel_title:
-            ax.set_title(_wrap(str(panel_title), max(20, int(panel_width * 14))), fontsize=9)
+            width = max(20, int(panel_width * 14))  # wrapped at `width` characters, its own line breaks kept
+            ax.set_title("\n".join(textwrap.fill(line, width) for line in str(panel_title).splitlines()), fontsize=9)
         annotate_cells(ax, image, shown, ".2f")
         for word, regions in enumerate(gold or []):
             for region in regions:

@@ -5,12 +5,8 @@ labelled "[R0]", "[R1]", ...
 Joint maps are exported as they are (positions after the regions labelled "[END]"). `AttentionBlocks` are
 reassembled into one (H, T + R, T + R) map per layer, each block in its place and zeros where the model has no
 attention; separate maps follow the order the model runs them (two-stream: the single-modality layers, then the
-cross layers; captioner: the encoder layers, then the decoder layers).
-
-    ```python
-    from bertviz import head_view  # not a dependency of this library
-    head_view(**load_bertviz_inputs("attention.json"))
-    ```
+cross layers; captioner: the encoder layers, then the decoder layers). bertviz is not a dependency of this library:
+`head_view(**load_bertviz_inputs("attention.json"))` in a notebook that has it.
 """
 
 from __future__ import annotations

@@ -91,10 +91,6 @@ def attention_entropy(blocks: AttentionBlocks) -> list[dict]:
     return meter.compute()
 
 
-def _count_text(counts: list[int]) -> str:
-    return f"{counts[0]:,}" if min(counts) == max(counts) else f"{min(counts):,}-{max(counts):,}"
-
-
 def draw_entropy(rows: list[dict], value: str = "normalised_entropy", title: str = "") -> Figure:
     """The figure of `plot_entropy`, not saved."""
     means = [row for row in rows if row["head"] == "mean"]
@@ -103,8 +99,9 @@ def draw_entropy(rows: list[dict], value: str = "normalised_entropy", title: str
     for label in sorted({row["block"] for row in means}):
         block = sorted((row for row in means if row["block"] == label), key=lambda row: row["layer"])
         counts = [int(row["num_rows"]) for row in block]
+        count = f"{counts[0]:,}" if min(counts) == max(counts) else f"{min(counts):,}-{max(counts):,}"
         ax.plot([row["layer"] for row in block], [row[value] for row in block], marker="o",
-                label=f"{label} (n = {_count_text(counts)} query rows per layer)")  # fmt: skip
+                label=f"{label} (n = {count} query rows per layer)")  # fmt: skip
     ax.set_xlabel("layer (counted from 0)")
     if value == "normalised_entropy":
         ax.set_ylabel("normalised entropy H / ln(n keys)\n(0 = one key, 1 = uniform)")

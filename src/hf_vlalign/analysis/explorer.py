@@ -6,16 +6,6 @@ accuracy grid (Li et al.) as a clickable heatmap; docs/analysis.md shows the pag
 Views, each a stack of (L, H, queries, keys) maps with rows renormalised over the real keys: "word_to_region"
 (language -> vision; for the captioner its cross-attention before A2's alignment), "region_to_word" (vision ->
 language) and "aligned_word_to_region" (the captioner's cross-attention after A2's alignment).
-
-Example:
-    ```python
-    outputs = model(**inputs, output_attentions=True)
-    examples = explorer_examples(
-        outputs, words=words, region_boxes=inputs["visual_boxes"], text_mask=inputs["attention_mask"],
-        region_mask=inputs["visual_attention_mask"], gold=gold, images=images,
-    )
-    write_attention_explorer(examples, "explorer.html", probe=probe_result)
-    ```
 """
 
 from __future__ import annotations

@@ -134,13 +134,6 @@ def box_centre_distances(visual_boxes: torch.Tensor) -> torch.Tensor:
     return torch.cdist(centres.double(), centres.double())
 
 
-def _real_pairs(region_mask: torch.Tensor) -> torch.Tensor:
-    """(B, R, R) True for pairs of two different real regions (the diagonal is excluded)."""
-    real = region_mask.bool()
-    eye = torch.eye(real.shape[1], dtype=torch.bool, device=real.device)
-    return real[:, :, None] & real[:, None, :] & ~eye
-
-
 class AttentionDistance:
     """Accumulates head-averaged region->region attention in bins of box-centre distance (Ilinykh, Analysis II).
 
@@ -156,7 +149,8 @@ class AttentionDistance:
     def update(self, blocks: AttentionBlocks, visual_boxes: torch.Tensor) -> None:
         """Adds every pair of two different real regions of one batch, in every layer."""
         layers = _region_attention(blocks)
-        pairs = _real_pairs(blocks.region_mask)
+        real = blocks.region_mask.bool()  # pairs of two different real regions (the diagonal is excluded)
+        pairs = real[:, :, None] & real[:, None, :] & ~torch.eye(real.shape[1], dtype=torch.bool, device=real.device)
         distances = box_centre_distances(visual_boxes)[pairs]
         bins = (torch.bucketize(distances, self.edges.to(distances.device), right=True) - 1).clamp(0, self.num_bins - 1)
         counts = torch.bincount(bins, minlength=self.num_bins).double().cpu()

@@ -364,7 +364,13 @@ class SyntacticGroundingProbe:
         rows = text_to_region if isinstance(text_to_region, torch.Tensor) else torch.stack(list(text_to_region))
         if region_confidence is None:
             self._has_baseline = False
-        pairs = self._pairs(parses, word_grounded, word_token_index)
+        # (example, w1, w2, relation) of every arc with an entity word w1 and a w2 that has a token (not truncated)
+        pairs = [
+            (example, w1, w2, label)
+            for example, parse in enumerate(parses)
+            for w1, w2, label in dependency_pairs(parse, word_grounded[example].bool().tolist(), self.split_directions)
+            if int(word_token_index[example, w2]) >= 0
+        ]
         if not pairs:
             return
         batch_index, w1, w2, labels = zip(*pairs)
@@ -382,15 +388,6 @@ class SyntacticGroundingProbe:
             confidence = region_confidence.to(device).float()[batch_index]
             baseline = region_hits(confidence, gold, region_mask, self.iou_threshold)
         self._accumulate(labels, hits.cpu(), None if baseline is None else baseline.cpu())
-
-    def _pairs(self, parses, word_grounded: torch.Tensor, word_token_index: torch.Tensor) -> list[tuple]:
-        """(example, w1, w2, relation) of every arc with an entity word w1 and a w2 that has a token (not truncated)."""
-        return [
-            (example, w1, w2, label)
-            for example, parse in enumerate(parses)
-            for w1, w2, label in dependency_pairs(parse, word_grounded[example].bool().tolist(), self.split_directions)
-            if int(word_token_index[example, w2]) >= 0
-        ]
 
     def _accumulate(self, labels: tuple[str, ...], hits: torch.Tensor, baseline: torch.Tensor | None) -> None:
         for label in sorted(set(labels)):

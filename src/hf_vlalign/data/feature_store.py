@@ -141,7 +141,8 @@ class RegionFeatureStore:
                 "hf_vlalign), so its Arrow file is unverified; convert it again to add one."
             )
         elif verify:
-            got = _sha256_of_file(arrow)
+            with open(arrow, "rb") as file:
+                got = hashlib.file_digest(file, "sha256").hexdigest()
             if got != expected_sha256:
                 raise ValueError(
                     f"Region-feature store {directory} is damaged: the sha256 of {ARROW_FILE} is {got}, but "
@@ -352,11 +353,6 @@ def _read_metadata(metadata_file: Path) -> dict:
     if num_images is not None and (type(num_images) is not int or num_images < 0):
         raise FileFormatError(f"{metadata_file}: field 'num_images' must be a non-negative int, got {num_images!r}.")
     return metadata
-
-
-def _sha256_of_file(path: Path) -> str:
-    with open(path, "rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def is_feature_store(directory: Path) -> bool:

@@ -92,11 +92,6 @@ class CropEncoder:
             projection = rng.standard_normal((self.num_statistics + num_pixels, feature_dim)) / np.sqrt(feature_dim)
         self.projection = projection.astype(np.float32)
 
-    def _crops(self, image: Image.Image, boxes: np.ndarray) -> np.ndarray:
-        size = (self.crop_size, self.crop_size)
-        crops = [np.asarray(image.resize(size, Image.Resampling.BILINEAR, box=tuple(box))) for box in boxes.tolist()]
-        return np.stack(crops).astype(np.float32) / 255.0
-
     def _statistics(self, crops: np.ndarray, boxes: np.ndarray, width: int, height: int) -> np.ndarray:
         hue, saturation = _hue_saturation(crops)
         # soft foreground (R, crop, crop): the background is grey (saturation < 0.15), the shapes saturated (> 0.45)
@@ -117,7 +112,9 @@ class CropEncoder:
     def encode(self, image: Image.Image, boxes: np.ndarray) -> np.ndarray:
         """Features (R, feature_dim) float32 of the pixel boxes (R, 4) x1, y1, x2, y2 of an RGB image."""
         boxes = np.asarray(boxes, dtype=np.float32)
-        crops = self._crops(image.convert("RGB"), boxes)
+        size, rgb = (self.crop_size, self.crop_size), image.convert("RGB")
+        crops = [np.asarray(rgb.resize(size, Image.Resampling.BILINEAR, box=tuple(box))) for box in boxes.tolist()]
+        crops = np.stack(crops).astype(np.float32) / 255.0
         statistics = self._statistics(crops, boxes, image.width, image.height)
         descriptors = np.concatenate([statistics, crops.reshape(len(crops), -1) - 0.5], axis=1)
         return descriptors @ self.projection

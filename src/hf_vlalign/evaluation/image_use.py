@@ -235,12 +235,6 @@ def _group_name(value: object) -> str:
     return re.sub(r"[^0-9A-Za-z]+", "_", str(value)).strip("_") or "none"
 
 
-def _takes_return_dict(model: torch.nn.Module) -> bool:
-    """True for forwards that take `return_dict` (named, or through transformers' `**kwargs`)."""
-    parameters = inspect.signature(model.forward).parameters.values()
-    return any(p.name == "return_dict" or p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters)
-
-
 @torch.no_grad()
 def _evaluate(
     model,
@@ -255,6 +249,9 @@ def _evaluate(
 ) -> tuple[_Totals, dict[str, _Totals]]:
     device = model_device(model)
     totals, by_group = _Totals(), defaultdict(_Totals)
+    # whether the forward takes `return_dict` (named, or through transformers' `**kwargs`)
+    parameters = inspect.signature(model.forward).parameters.values()
+    return_dict = any(p.name == "return_dict" or p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters)
     # seeded by batch: a random collator (pre-training masks) masks the same positions in both passes
     batches = inference_batches(
         model, rows, collator, batch_size, exclude=LEFT_OUT_INPUTS, forward_arguments_only=True, seed=seed,
@@ -262,7 +259,7 @@ def _evaluate(
     )  # fmt: skip
     for one in batches:
         start, batch, inputs = one.index * batch_size, one.batch, one.inputs
-        outputs = model(**inputs, return_dict=True) if _takes_return_dict(model) else model(**inputs)
+        outputs = model(**inputs, return_dict=True) if return_dict else model(**inputs)
         counts = model.loss_item_counts(inputs) if hasattr(model, "loss_item_counts") else {"": len(one.rows)}
         for key, count in counts.items():
             loss = getattr(outputs, f"loss_{key}" if key else "loss", None)

@@ -11,7 +11,6 @@ from typing import NamedTuple
 
 import torch
 from transformers import AutoTokenizer
-from transformers.utils import logging
 
 from ..analysis.explorer import explorer_examples, is_explorer_page, write_attention_explorer
 from ..analysis.grounding_probe import GroundingProbe
@@ -20,14 +19,12 @@ from ..synthetic import SyntheticSceneConfig
 from ..utils.output_paths import refuse_foreign_file, refuse_output_overlapping_inputs
 from ..utils.size_limits import MAX_ANALYSIS_EXAMPLES, MAX_BATCH_SIZE, MAX_EXPLORER_EXAMPLES, check_size
 from .grounding import probe_over_blocks
-from .inference import inference_batches
+from .inference import first_examples, inference_batches
 from .model_analysis import ATTENTION_TARGET_KEYS, gold_phrases, synthetic_analysis_data, user_analysis_data
 from .tasks import load_model
 from .user_files import user_file_images
 
 __all__ = ["ExplorerPage", "explore_model"]
-
-logger = logging.get_logger(__name__)
 
 
 class ExplorerPage(NamedTuple):
@@ -36,13 +33,6 @@ class ExplorerPage(NamedTuple):
     path: Path
     num_examples: int
     probe_examples: int
-
-
-def _first(dataset, count: int, argument: str, description: str):
-    """The first `count` rows of `dataset`; asking for more than it holds is said in a warning naming `argument`."""
-    if count > len(dataset):
-        logger.warning(f"`{argument}` {count} is more than the {len(dataset)} examples of {description}: using {len(dataset)}.")
-    return dataset.select(range(min(count, len(dataset))))
 
 
 def _readable_image(path: Path) -> Path:
@@ -144,14 +134,14 @@ def explore_model(
     end_token = getattr(model.config, "use_end_token", None)
     captioner = source == "captioner"
     dataset = data.dataset if image_id is None else data.dataset.filter(lambda row: row["image_id"] == image_id)
-    probed = _first(dataset, probe_examples, "probe_examples", data.description)
-    probe = None
+    probe, probed = None, ()
     if probe_examples:  # Li et al.'s probe of every word->region head (no grid when no phrase is grounded)
+        probed = first_examples(dataset, probe_examples, data.description, "probe_examples")
         probe = GroundingProbe(*family_spec(model).probe_shape(model))
         probe_over_blocks(probe, model, probed, data.collator, data.text_mask_key, batch_size, progress)
         probe = probe.compute() if probe.num_phrases else None
     examples = []
-    shown = _first(dataset, num_examples, "num_examples", data.description)
+    shown = first_examples(dataset, num_examples, data.description, "num_examples")
     batches = inference_batches(model, shown, data.collator, 1, exclude=ATTENTION_TARGET_KEYS, forward_arguments_only=True)
     for one in batches:
         row, batch = one.rows[0], one.batch
@@ -178,4 +168,4 @@ def explore_model(
         subtitle=subtitle,
         source=source,
     )
-    return ExplorerPage(path, len(shown), len(probed) if probe_examples else 0)
+    return ExplorerPage(path, len(shown), len(probed))

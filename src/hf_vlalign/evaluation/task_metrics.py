@@ -183,7 +183,9 @@ def grounded_phrases_only(dataset: datasets.Dataset, tokenizer, max_text_length:
     for i, (spans, boxes) in enumerate(zip(data["sentence_phrase_spans"], data["sentence_phrase_boxes"])):
         tokens = [(start, end) for start, end in offsets["offset_mapping"][i] if end > start]
         keep = [
-            bool(gold) and _has_token(span, tokens) and not span_is_cut(cuts[i][0], span)
+            bool(gold)
+            and any(start < span[1] and end > span[0] for start, end in tokens)  # a kept token overlaps the span
+            and not span_is_cut(cuts[i][0], span)
             for span, gold in zip(spans, boxes)
         ]
         counts["phrases"] += len(spans)
@@ -208,11 +210,6 @@ def grounded_phrases_only(dataset: datasets.Dataset, tokenizer, max_text_length:
         )  # fmt: skip
     kept = {name: [values[i] for i in rows_kept] for name, values in data.items()}
     return datasets.Dataset.from_dict(kept, features=dataset.features), counts
-
-
-def _has_token(span: list[int], tokens: list[tuple[int, int]]) -> bool:
-    """Whether a character span overlaps one of the (kept, non-special) tokens' character offsets."""
-    return any(start < span[1] and end > span[0] for start, end in tokens)
 
 
 @torch.no_grad()

@@ -39,11 +39,6 @@ class AutoModelForRegionCaptioning(_BaseAutoModelClass):
     _model_mapping = _LazyAutoMapping(OrderedDict(), OrderedDict())
 
 
-def _auto_class(name: str) -> type[_BaseAutoModelClass]:
-    """The Auto class a `FamilySpec` names: one of this module's (`LIBRARY_AUTO_CLASSES`), else transformers'."""
-    return globals()[name] if name in LIBRARY_AUTO_CLASSES else getattr(transformers, name)
-
-
 def register_auto_classes() -> None:
     """Registers every hf_vlalign config with AutoConfig and its models with the Auto classes their family's
     `FamilySpec` names (`hf_vlalign.models.family.FAMILIES`; idempotent)."""
@@ -53,4 +48,6 @@ def register_auto_classes() -> None:
         for kind, model in spec.models.items():
             model_class = spec.model_class_object(kind)
             for auto_class in model.auto_classes:
-                _auto_class(auto_class).register(config_class, model_class, exist_ok=True)
+                # one of this module's Auto classes (`LIBRARY_AUTO_CLASSES`), else transformers'
+                auto = globals()[auto_class] if auto_class in LIBRARY_AUTO_CLASSES else getattr(transformers, auto_class)
+                auto.register(config_class, model_class, exist_ok=True)

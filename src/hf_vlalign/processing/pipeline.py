@@ -119,7 +119,8 @@ class WordRegionAttentionPipeline(Pipeline):
                     result["explorer"] = path
             else:
                 for result, page in zip(results, pages):
-                    result["explorer"] = self._page_html(page)
+                    with tempfile.TemporaryDirectory() as folder:
+                        result["explorer"] = self._write_page([page], Path(folder) / "explorer.html").read_text(encoding="utf-8")
         return results[0] if single else results
 
     def preprocess(self, example: dict) -> dict:
@@ -190,10 +191,6 @@ class WordRegionAttentionPipeline(Pipeline):
         return write_attention_explorer(
             examples, path, title="Word-region attention", subtitle=self._subtitle(), source=self.family
         )
-
-    def _page_html(self, example: object) -> str:
-        with tempfile.TemporaryDirectory() as folder:
-            return self._write_page([example], Path(folder) / "explorer.html").read_text(encoding="utf-8")
 
 
 def _examples(images: Any, text: Any, text_pair: Any, boxes: Any) -> tuple[bool, list[dict]]:

@@ -94,11 +94,6 @@ def _shape_phrase(
     return _phrase_from(shapes[index], sets, shapes[index].kind, rng)
 
 
-def _generic_phrase(index: int, shapes: list[Shape], rng: np.random.Generator) -> _Phrase | None:
-    """A noun phrase without the shape word ("the blue object") that singles out shape `index` among all shapes."""
-    return _phrase_from(shapes[index], generic_attribute_sets(index, shapes), None, rng)
-
-
 _SIZE_VOCABULARY = frozenset(word for words in SIZE_WORDS.values() for word in words)
 
 
@@ -269,7 +264,8 @@ def _query_colour(shapes: list[Shape], rng: np.random.Generator) -> _Draft | Non
 
 def _query_shape(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
     index = int(rng.integers(len(shapes)))
-    phrase = _generic_phrase(index, shapes, rng)
+    # a noun phrase without the shape word ("the blue object") that singles out shape `index` among all shapes
+    phrase = _phrase_from(shapes[index], generic_attribute_sets(index, shapes), None, rng)
     if phrase is None:
         return None
     kind = shapes[index].kind

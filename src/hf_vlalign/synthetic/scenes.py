@@ -250,12 +250,6 @@ def _unit_polygon(kind: str) -> np.ndarray:
     return (points - points.min(0)) / (points.max(0) - points.min(0))
 
 
-def _shape_colour(colour: str, rng: np.random.Generator) -> tuple[int, int, int]:
-    hue = (COLOUR_HUES[colour] + rng.uniform(-6, 6)) % 360
-    rgb = colorsys.hsv_to_rgb(hue / 360, rng.uniform(0.65, 0.9), rng.uniform(0.75, 0.95))
-    return tuple(int(round(255 * channel)) for channel in rgb)
-
-
 def _render_scene(shapes: list[Shape], image_size: int, rng: np.random.Generator) -> Image.Image:
     """Plain or lightly textured grey background, each shape filling its box."""
     background = rng.integers(200, 236) + rng.integers(-6, 7, size=3)
@@ -265,7 +259,9 @@ def _render_scene(shapes: list[Shape], image_size: int, rng: np.random.Generator
     image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
     draw = ImageDraw.Draw(image)
     for shape in shapes:
-        fill = _shape_colour(shape.colour, rng)
+        hue = (COLOUR_HUES[shape.colour] + rng.uniform(-6, 6)) % 360
+        rgb = colorsys.hsv_to_rgb(hue / 360, rng.uniform(0.65, 0.9), rng.uniform(0.75, 0.95))
+        fill = tuple(int(round(255 * channel)) for channel in rgb)
         x1, y1, x2, y2 = shape.box
         inclusive = (x1, y1, x2 - 1, y2 - 1)  # PIL draws both end pixels
         if shape.kind == "circle":

@@ -82,7 +82,7 @@ class _Description:
         """"large crimson discs", "violet object": synonyms drawn at random, a generic noun when no category."""
         words = named_words(self.kind, self.colour, self.size, rng, GENERIC_NOUNS)
         if plural:
-            words[-1] = _plural(words[-1])
+            words[-1] += "es" if words[-1].endswith(("s", "x")) else "s"
         return " ".join(words)
 
     def singular(self, rng: np.random.Generator) -> str:
@@ -93,10 +93,6 @@ class _Description:
     def counted(self, number: int, rng: np.random.Generator) -> str:
         """"one red circle", "three stars"."""
         return f"{NUMBER_WORDS[number]} {self.words(rng, plural=number != 1)}"
-
-
-def _plural(noun: str) -> str:
-    return noun + "es" if noun.endswith(("s", "x")) else noun + "s"
 
 
 # which attributes a statement's noun phrase names; () is "shapes" (every shape)

@@ -43,12 +43,10 @@ class HeadLearningRateTrainer(ComponentLossTrainer):
         any step; the scheduler, made afterwards, scales every group alike). Every process builds the same groups."""
         optimizer = super().create_optimizer(model)
         if self.args.head_learning_rate is not None:
-            new = [p for name, p in (model or self.model).named_parameters() if self._is_new(name)]
+            parameters = (model or self.model).named_parameters()
+            new = [p for name, p in parameters if any(module in name.split(".")[:-1] for module in self.new_modules)]
             separate_parameter_groups(optimizer, new, self.args.head_learning_rate)
         return optimizer
-
-    def _is_new(self, parameter_name: str) -> bool:
-        return any(module in parameter_name.split(".")[:-1] for module in self.new_modules)
 
 
 def separate_parameter_groups(optimizer: torch.optim.Optimizer, parameters: list, learning_rate: float) -> None:

@@ -35,12 +35,6 @@ def _recording_sdpa(module: nn.Module, query, key, value, attention_mask, **kwar
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
-def _register() -> None:
-    if RECORDING_ATTENTION not in AttentionInterface._global_mapping:
-        AttentionInterface.register(RECORDING_ATTENTION, _recording_sdpa)
-        AttentionMaskInterface.register(RECORDING_ATTENTION, sdpa_mask)
-
-
 class AttentionRecorder:
     """Context manager: inside it, forwards of `model` record `queries[layer]` (B, H, N, d), `keys[layer]`
     (B, H_kv, N, d), `masks[layer]` (the attention mask the layer was given, None for a plain causal / full one) and
@@ -99,7 +93,9 @@ class AttentionRecorder:
                 self._hooks.append(module.query.register_forward_hook(self._vilt_hook(module, layer, "query")))
                 self._hooks.append(module.key.register_forward_hook(self._vilt_hook(module, layer, "key")))
         else:
-            _register()
+            if RECORDING_ATTENTION not in AttentionInterface._global_mapping:
+                AttentionInterface.register(RECORDING_ATTENTION, _recording_sdpa)
+                AttentionMaskInterface.register(RECORDING_ATTENTION, sdpa_mask)
             language_model = self.family.language_model(self.model)
             self._previous_implementation = language_model.config._attn_implementation
             language_model.set_attn_implementation(RECORDING_ATTENTION)

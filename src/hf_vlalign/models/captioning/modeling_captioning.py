@@ -574,11 +574,6 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
         self.register_buffer("alignment_step", torch.zeros((), dtype=torch.long), persistent=True)
         self.post_init()
 
-    def _alignment_step(self) -> torch.Tensor | int:
-        """The training step s of A2's exponential-decay fusion (eq. 8), a 0-d tensor that stays on the device (the
-        fusion's weight is computed from it there); the other fusions do not use it."""
-        return self.alignment_step if self.config.attention_alignment == "exp_decay" else 0
-
     def get_input_embeddings(self) -> nn.Embedding:
         return self.decoder.embed_tokens
 
@@ -638,7 +633,9 @@ class RegionCaptionerModel(RegionCaptionerPreTrainedModel):
             cache=cache if use_cache else None,
             output_attentions=output_attentions,
             alignment_mode=alignment_mode,
-            alignment_step=self._alignment_step(),
+            # the training step s of A2's exponential-decay fusion (eq. 8), a 0-d tensor that stays on the device (the
+            # fusion's weight is computed from it there); the other fusions do not use it
+            alignment_step=self.alignment_step if self.config.attention_alignment == "exp_decay" else 0,
             output_hidden_states=output_hidden_states,
         )
         return RegionCaptionerModelOutput(
