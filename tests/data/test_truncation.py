@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import datasets
 import numpy as np
 import pytest
 import torch
-from launch_helpers import save_tiny_bert
+from launch_helpers import run_example, save_tiny_bert
+from script_modules import load_script
 from shared_samples import real_sample
 from transformers import AutoTokenizer
 
@@ -355,23 +353,21 @@ def test_truncation_results_sum_the_collators(tokenizer, flickr):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _launch(script: str, output_dir: Path, *arguments: str) -> dict:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(output_dir / "cache")}
+def _run(script: str, output_dir: Path, *arguments: str) -> dict:
+    """`examples/<script>.py` on a tiny BERT for 2 steps, in this process as `accelerate launch --cpu` runs it."""
     bert = save_tiny_bert(output_dir / "tiny_bert")
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu",
-        str(ROOT / "examples" / script), "--output_dir", str(output_dir / "model"), "--model_name_or_path", str(bert),
+    argv = [
+        "--output_dir", str(output_dir / "model"), "--model_name_or_path", str(bert),
         "--synthetic_train_images", "12", "--synthetic_eval_images", "6", "--max_steps", "2",
         "--per_device_train_batch_size", "8", "--report_to", "none", *arguments,
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    assert completed.returncode == 0, completed.stderr[-4000:]
+    run_example(load_script(script, ROOT / "examples" / f"{script}.py").main, argv, output_dir / "cache")
     return json.loads((output_dir / "model" / "eval_results.json").read_text())
 
 
 @pytest.mark.slow
 def test_finetune_vgp_runs_with_a_short_max_text_length(tmp_path):
-    results = _launch("finetune_vgp.py", tmp_path, "--max_text_length", "16", "--eval_strategy", "steps", "--eval_steps", "1")
+    results = _run("finetune_vgp", tmp_path, "--max_text_length", "16", "--eval_strategy", "steps", "--eval_steps", "1")
     truncation = results["truncation"]
     assert truncation["max_text_length"] == 16
     for split in ("train", "eval"):
@@ -385,7 +381,7 @@ def test_finetune_vgp_runs_with_a_short_max_text_length(tmp_path):
 
 @pytest.mark.slow
 def test_pretrain_single_stream_runs_with_a_short_max_text_length(tmp_path):
-    results = _launch("pretrain_single_stream.py", tmp_path, "--max_text_length", "12", "--eval_steps", "1")
+    results = _run("pretrain_single_stream", tmp_path, "--max_text_length", "12", "--eval_steps", "1")
     truncation = results["truncation"]
     assert truncation["max_text_length"] == 12
     assert truncation["eval"]["rows"] == results["eval_examples"] and truncation["eval"]["rows_dropped"] == 0

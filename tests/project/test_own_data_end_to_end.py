@@ -1,7 +1,8 @@
 """Issue 33's acceptance, as a new user goes: a folder of real photos (scikit-image's, from its installed wheel) and a
-user-format file -> `examples/finetune_flickr_grounding.py --train_file` -> in a fresh process, offline,
-`AutoProcessor` + `AutoModel` from the saved folder, the "word-region-attention" pipeline's output and its explorer
-page. The processor must make, for a training photo, exactly the regions and features the run trained on."""
+user-format file -> `examples/finetune_flickr_grounding.py --train_file` (run in the test's process) -> in a fresh
+process, offline, `AutoProcessor` + `AutoModel` from the saved folder, the "word-region-attention" pipeline's output
+and its explorer page. The processor must make, for a training photo, exactly the regions and features the run
+trained on."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import skimage
+from launch_helpers import run_example
 from PIL import Image
+from script_modules import load_script
 
 from hf_vlalign.data import RegionFeatureStore
 
 ROOT = Path(__file__).resolve().parents[2]
 PHOTOS = Path(os.path.dirname(skimage.__file__)) / "data"
 
-pytestmark = pytest.mark.slow  # two processes: the example's run, then the reload
+pytestmark = pytest.mark.slow  # the example's whole run, then the reload in a new process
 
 # photo -> (caption, grounded phrase, its box as fractions of the width and height)
 CAPTIONS = {
@@ -86,7 +89,7 @@ def _run(argv: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
     return completed
 
 
-def test_photos_and_a_caption_file_to_a_model_its_processor_pipeline_and_explorer(tmp_path):
+def test_photos_and_a_caption_file_to_a_model_its_processor_pipeline_and_explorer(tmp_path, monkeypatch):
     photos = tmp_path / "photos"
     photos.mkdir()
     for name in CAPTIONS:
@@ -95,15 +98,16 @@ def test_photos_and_a_caption_file_to_a_model_its_processor_pipeline_and_explore
     validation = _write_rows(photos, list(VALIDATION), tmp_path / "val.jsonl")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_VLALIGN_CACHE": str(tmp_path / "cache")}
     model_dir = tmp_path / "grounding"
-    _run(
+    monkeypatch.chdir(tmp_path)
+    example = load_script("finetune_flickr_grounding", ROOT / "examples" / "finetune_flickr_grounding.py")
+    run_example(
+        example.main,
         [
-            sys.executable, str(ROOT / "examples" / "finetune_flickr_grounding.py"), "--train_file", str(train),
-            "--validation_file", str(validation), "--output_dir", str(model_dir), "--max_steps", "4",
-            "--per_device_train_batch_size", "2", "--save_strategy", "no", "--report_to", "none",
+            "--train_file", str(train), "--validation_file", str(validation), "--output_dir", str(model_dir),
+            "--max_steps", "4", "--per_device_train_batch_size", "2", "--save_strategy", "no", "--report_to", "none",
             "--image_use_examples", "2",
         ],
-        env,
-        tmp_path,
+        tmp_path / "cache",
     )  # fmt: skip
     results = json.loads((model_dir / "eval_results.json").read_text())
     assert results["data"].startswith("user data: train.jsonl (4 rows), val.jsonl (2 rows)")
