@@ -179,7 +179,7 @@ def table(report: dict) -> str:
     seeds, summary = report["seeds"], report["summary"]
     runs = {(run["setting"], run["seed"]): run for run in report["runs"]}
     header = (
-        "| `finetune_vgp.py` | wall time (seeds " + ", ".join(map(str, seeds)) + ") | median | grounding, best head "
+        "| `finetune_vgp.py` | wall time, min:s (seeds " + ", ".join(map(str, seeds)) + ") | median | grounding, best head "
         "(per seed) | mean head | identification acc. | VGP acc. | image-use gap (loss) |"
     )
     lines = [header, "|---|---|---|---|---|---|---|---|"]

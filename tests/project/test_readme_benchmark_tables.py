@@ -158,3 +158,17 @@ def test_bad_inputs_table_is_generated_from_the_committed_results():
     assert before["cases_total"] == after["cases_total"] == 255
     assert after["counts"]["clear"] > before["counts"]["clear"]
     assert after["counts"].get("lost", 0) < before["counts"]["lost"]
+
+
+def test_main_job_time_in_the_readme_is_generated_from_the_committed_results():
+    benchmark = load_script("main_job_time_benchmark", ROOT / "benchmarks" / "main_job_time.py")
+    example = load_script("finetune_vgp_for_the_readme", ROOT / "examples" / "finetune_vgp.py")
+    report = json.loads(benchmark.RESULTS.read_text())
+    assert benchmark.docs_block(report) in (ROOT / "README.md").read_text()
+    # what the README says of it: the main job as it is today (its own defaults), on a quiet machine, grounding
+    defaults = example.parse_args(["--output_dir", "unused"])[1].to_dict()
+    assert report["settings"] == ["defaults"]
+    for run in report["runs"]:
+        assert run["settings"] == {name: defaults[name] for name in benchmark.SETTING_FIELDS}
+        assert max(run["load_average_before"][0], run["load_average_after"][0]) < 2.5
+        assert run["grounding_accuracy_best_head"] >= 0.8
