@@ -17,11 +17,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from launch_helpers import save_tiny_bert
 from script_modules import ROOT, load_script
 from published_features import write_lxmert_tsv_features
 from shared_samples import real_sample
 
-from hf_vlalign import default_text_model_path
 from hf_vlalign.data import convert_features
 
 pytestmark = pytest.mark.slow  # trains four small models (two pre-trainings, two GQA fine-tunings)
@@ -108,8 +108,8 @@ def test_kervadec_pretraining_then_gqa_on_the_published_layouts(tmp_path):
         "--attribute_vocab", str(VOCABULARIES / "attributes_vocab.txt"),
         "--gqa_dir", str(GQA / "allennlp_fixture"), "--gqa_questions_file", "question_dir",
         "--gqa_eval_questions_file", "question_dir", "--gqa_answer_vocab", str(GQA / "trainval_ans2label.json"),
-        # tiny sizes: MiniLM's text layers, one object and two cross layers, a few steps
-        "--model_name_or_path", default_text_model_path(), "--l_layers", "1", "--r_layers", "1", "--x_layers", "2",
+        # tiny sizes: a tiny BERT's text layers, one object and two cross layers, a few steps
+        "--model_name_or_path", str(save_tiny_bert(tmp_path / "tiny_bert")), "--l_layers", "1", "--r_layers", "1", "--x_layers", "2",
         "--max_steps", "2", "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8",
         "--qa_start_epoch", "0", "--gqa_batch_size", "2", "--image_use_examples", "20", "--max_text_length", "24",
         "--output_dir", str(output), "--num_threads", "1",

@@ -13,6 +13,7 @@ import pytest
 import torch
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+from launch_helpers import save_tiny_bert
 from transformers import AutoTokenizer
 
 from hf_vlalign import SingleStreamForVisualParaphrase
@@ -69,6 +70,7 @@ def test_finetune_vgp_push_failure_leaves_a_complete_loadable_folder(tmp_path, m
         "--output_dir", str(output_dir), "--synthetic_train_images", "12", "--synthetic_eval_images", "6",
         "--num_train_epochs", "1", "--per_device_train_batch_size", "16", "--supervision", "direct",
         "--push_to_hub", "--hub_model_id", "someone/vgp-direct", "--use_cpu",
+        "--model_name_or_path", str(save_tiny_bert(tmp_path / "tiny_bert")),
     ]  # fmt: skip
     with pytest.raises(HubPushError, match=rf"local output folder {output_dir.resolve()} is complete"):
         example.main(arguments)

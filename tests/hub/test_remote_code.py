@@ -25,7 +25,7 @@ from hf_vlalign.hub.remote_code import REMOTE_CODE_FAMILIES, save_with_remote_co
 
 B, T, R, DV = 2, 7, 4, 8
 
-# run in the fresh process: hf_vlalign made unimportable first, then the folder loaded as remote code
+# run in the fresh process: hf_vlalign made unimportable first, then each folder loaded as remote code
 LOADER = r"""
 import json, sys
 sys.modules["hf_vlalign"] = None  # `import hf_vlalign` (and any submodule) now raises ImportError
@@ -38,13 +38,14 @@ else:
 import torch, transformers
 from safetensors.torch import load_file, save_file
 
-folder, auto_class, inputs_path, outputs_path = sys.argv[1:5]
-model = getattr(transformers, auto_class).from_pretrained(folder, trust_remote_code=True).eval()
-with torch.no_grad():
-    outputs = model(**load_file(inputs_path))
-save_file({k: v.detach().clone().contiguous() for k, v in outputs.items() if isinstance(v, torch.Tensor)}, outputs_path)
-loaded = sorted(name for name, module in sys.modules.items() if name.startswith("hf_vlalign") and module is not None)
-print(json.dumps({"module": type(model).__module__, "class": type(model).__name__, "hf_vlalign_modules": loaded}))
+for folder, auto_class, inputs_path, outputs_path in json.loads(sys.argv[1]):
+    model = getattr(transformers, auto_class).from_pretrained(folder, trust_remote_code=True).eval()
+    with torch.no_grad():
+        outputs = model(**load_file(inputs_path))
+    tensors = {k: v.detach().clone().contiguous() for k, v in outputs.items() if isinstance(v, torch.Tensor)}
+    save_file(tensors, outputs_path)
+    loaded = sorted(name for name, module in sys.modules.items() if name.startswith("hf_vlalign") and module is not None)
+    print(json.dumps({"module": type(model).__module__, "class": type(model).__name__, "hf_vlalign_modules": loaded}))
 """
 
 
@@ -119,10 +120,14 @@ def tiny_inputs(phrases: bool = False) -> dict[str, torch.Tensor]:
     return inputs
 
 
-def load_in_fresh_process(folder, auto_class: str, inputs: dict[str, torch.Tensor], tmp_path) -> tuple[dict, dict]:
-    """Loads `folder` with `transformers.<auto_class>` in a subprocess without hf_vlalign; its outputs and report."""
-    inputs_path, outputs_path = tmp_path / "inputs.safetensors", tmp_path / "outputs.safetensors"
-    save_file(inputs, str(inputs_path))
+def load_in_fresh_process(loads: list[tuple], tmp_path) -> list[tuple[dict, dict]]:
+    """Loads each (folder, transformers auto class name, inputs) of `loads` in one subprocess without hf_vlalign (one
+    interpreter start-up for all); each one's outputs and report."""
+    jobs = []
+    for index, (folder, auto_class, inputs) in enumerate(loads):
+        inputs_path, outputs_path = tmp_path / f"inputs{index}.safetensors", tmp_path / f"outputs{index}.safetensors"
+        save_file(inputs, str(inputs_path))
+        jobs.append([str(folder), auto_class, str(inputs_path), str(outputs_path)])
     workdir = tmp_path / "cwd"
     workdir.mkdir()
     env = {
@@ -133,17 +138,12 @@ def load_in_fresh_process(folder, auto_class: str, inputs: dict[str, torch.Tenso
         "PYTHONPATH": "",
     }
     result = subprocess.run(
-        [sys.executable, "-c", LOADER, str(folder), auto_class, str(inputs_path), str(outputs_path)],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, "-c", LOADER, json.dumps(jobs)], cwd=workdir, env=env, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    reports = [json.loads(line) for line in result.stdout.strip().splitlines()[-len(jobs) :]]
     assert (tmp_path / "hf_modules").is_dir()  # the dynamic modules went to the tmp cache, not the home folder
-    return load_file(str(outputs_path)), report
+    return [(load_file(job[3]), report) for job, report in zip(jobs, reports)]
 
 
 def assert_same_outputs(model, inputs, loaded_outputs) -> None:
@@ -155,48 +155,50 @@ def assert_same_outputs(model, inputs, loaded_outputs) -> None:
         torch.testing.assert_close(loaded_outputs[key], value, rtol=0, atol=1e-5, msg=key)
 
 
-@pytest.mark.parametrize(
-    ("make_model", "auto_class", "loader_class", "make_inputs"),
-    [
-        (lambda: SingleStreamModel(single_stream_config()), None, "AutoModel", tiny_inputs),
-        (
-            lambda: SingleStreamForVisualParaphrase(single_stream_config()),
-            "AutoModelForSequenceClassification",
-            "AutoModelForSequenceClassification",
-            lambda: tiny_inputs(phrases=True),
-        ),
-        (
-            lambda: SingleStreamForQuestionAnswering(single_stream_config()),
-            None,
-            "AutoModelForVisualQuestionAnswering",
-            tiny_inputs,
-        ),
-        (
-            lambda: TwoStreamForQuestionAnswering(two_stream_config()),
-            None,
-            "AutoModelForVisualQuestionAnswering",
-            tiny_inputs,
-        ),
-        (
-            lambda: RegionCaptionerForConditionalGeneration(captioner_config()),
-            None,
-            "AutoModelForSeq2SeqLM",
-            caption_inputs,
-        ),
-    ],
-    ids=["single_stream", "single_stream_vgp", "single_stream_qa", "two_stream_qa", "captioner"],
-)
-@pytest.mark.slow
-def test_loads_without_hf_vlalign(tmp_path, make_model, auto_class, loader_class, make_inputs):
-    torch.manual_seed(0)
-    model = make_model().eval()
-    folder = save_with_remote_code(model, tmp_path / "saved", auto_class=auto_class)
-    config = json.loads((folder / "config.json").read_text())
-    assert config["auto_map"][loader_class].endswith(f".{type(model).__name__}")
-    assert not hasattr(model.config, "auto_map")  # the in-memory config is left as it was
+# each family's model, the auto class it is saved for (None: the default), the one it is loaded with, its inputs
+FAMILIES = {
+    "single_stream": (lambda: SingleStreamModel(single_stream_config()), None, "AutoModel", tiny_inputs),
+    "single_stream_vgp": (
+        lambda: SingleStreamForVisualParaphrase(single_stream_config()),
+        "AutoModelForSequenceClassification",
+        "AutoModelForSequenceClassification",
+        lambda: tiny_inputs(phrases=True),
+    ),
+    "single_stream_qa": (
+        lambda: SingleStreamForQuestionAnswering(single_stream_config()), None, "AutoModelForVisualQuestionAnswering", tiny_inputs
+    ),
+    "two_stream_qa": (
+        lambda: TwoStreamForQuestionAnswering(two_stream_config()), None, "AutoModelForVisualQuestionAnswering", tiny_inputs
+    ),
+    "captioner": (
+        lambda: RegionCaptionerForConditionalGeneration(captioner_config()), None, "AutoModelForSeq2SeqLM", caption_inputs
+    ),
+}
 
-    inputs = make_inputs()
-    outputs, report = load_in_fresh_process(folder, loader_class, inputs, tmp_path)
+
+@pytest.fixture(scope="module")
+def loaded_without_hf_vlalign(tmp_path_factory) -> dict[str, tuple]:
+    """Every family saved with remote code, then all loaded in one fresh process: name -> (model, folder, inputs,
+    outputs of the loaded copy, the loading process's report)."""
+    tmp_path = tmp_path_factory.mktemp("remote_code")
+    saved = {}
+    for name, (make_model, auto_class, loader_class, make_inputs) in FAMILIES.items():
+        torch.manual_seed(0)
+        model = make_model().eval()
+        saved[name] = (model, save_with_remote_code(model, tmp_path / name, auto_class=auto_class), make_inputs())
+    loaded = load_in_fresh_process(
+        [(folder, FAMILIES[name][2], inputs) for name, (_, folder, inputs) in saved.items()], tmp_path
+    )
+    return {name: (*saved[name], *result) for name, result in zip(saved, loaded)}
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.slow
+def test_loads_without_hf_vlalign(name, loaded_without_hf_vlalign):
+    model, folder, inputs, outputs, report = loaded_without_hf_vlalign[name]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["auto_map"][FAMILIES[name][2]].endswith(f".{type(model).__name__}")
+    assert not hasattr(model.config, "auto_map")  # the in-memory config is left as it was
     assert report["class"] == type(model).__name__
     assert report["module"].startswith("transformers_modules.")
     assert report["hf_vlalign_modules"] == []

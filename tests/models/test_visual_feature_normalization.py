@@ -192,7 +192,7 @@ def test_remote_code_carries_the_statistics(tmp_path):
     model.set_visual_feature_statistics(torch.linspace(100.0, 150.0, DV), torch.linspace(20.0, 60.0, DV), 9)
     save_with_remote_code(model, tmp_path / "remote")
     inputs = model_inputs(model)
-    outputs, report = load_in_fresh_process(tmp_path / "remote", "AutoModelForVisualQuestionAnswering", inputs, tmp_path)
+    [(outputs, report)] = load_in_fresh_process([(tmp_path / "remote", "AutoModelForVisualQuestionAnswering", inputs)], tmp_path)
     assert (tmp_path / "remote" / "visual_features.py").is_file()  # the flat copy of the normaliser's module
     torch.testing.assert_close(outputs["logits"], first_output(model, inputs), rtol=1e-5, atol=1e-5)
 

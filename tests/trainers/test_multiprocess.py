@@ -74,7 +74,7 @@ def tiny_text_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("synthetic_cache")  # written by the first (one-process) run of each recipe, then read
+    return tmp_path_factory.mktemp("synthetic_cache")  # written by the first run to need each recipe's scenes, then read
 
 
 def arguments(recipe: str, output_dir: Path, text_model: Path, batch: int, accumulation: int) -> list[str]:
@@ -144,14 +144,15 @@ def finish(launch) -> dict[str, dict]:
 def runs(tmp_path_factory, cache, tiny_text_model) -> dict[str, dict[str, dict]]:
     """Every recipe run three times: {"one", "two", "accumulated"} -> recipe -> its logs and weights."""
     run_dir = tmp_path_factory.mktemp("multiprocess")
-    one = finish(start(run_dir, cache, tiny_text_model, processes=1, batch=GLOBAL_BATCH, accumulation=1))
-    # the first launch wrote the recipes' synthetic scenes to the cache; the other two read them, side by side
+    # side by side: the first to need a recipe's synthetic scenes writes them to the cache, atomically, and the
+    # others read them (`load_or_generate_synthetic_vgp`)
     launches = [
+        start(run_dir, cache, tiny_text_model, processes=1, batch=GLOBAL_BATCH, accumulation=1),
         start(run_dir, cache, tiny_text_model, processes=2, batch=GLOBAL_BATCH // 2, accumulation=1),
         start(run_dir, cache, tiny_text_model, processes=1, batch=GLOBAL_BATCH // 2, accumulation=2),
     ]
     try:
-        two, accumulated = [finish(launch) for launch in launches]
+        one, two, accumulated = [finish(launch) for launch in launches]
     finally:  # a failed launch leaves no other behind
         for process, _, _ in launches:
             if process.poll() is None:

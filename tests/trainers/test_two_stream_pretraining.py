@@ -8,6 +8,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from image_use_checks import assert_image_use_reported
+from launch_helpers import save_tiny_bert
 from script_modules import load_script
 from transformers import AutoModelForPreTraining, AutoTokenizer, HfArgumentParser, TrainingArguments
 
@@ -194,7 +195,7 @@ def test_example_pretrains_both_runs_and_reports(tmp_path, monkeypatch):
     summary = _example().main([
         "--output_dir", str(tmp_path / "out"), "--synthetic_train_images", "30", "--synthetic_eval_images", "8",
         "--max_steps", "3", "--per_device_train_batch_size", "16", "--x_layers", "2", "--qa_start_epoch", "0",
-        "--use_cpu",
+        "--model_name_or_path", str(save_tiny_bert(tmp_path / "tiny_bert")), "--use_cpu",
     ])  # fmt: skip
     assert set(summary) == {"with_alignment", "without_alignment"}
     on_disk = json.loads((tmp_path / "out" / "eval_results.json").read_text())
@@ -264,7 +265,7 @@ def test_example_pretrains_on_captions_and_questions_and_scores_gqa(tmp_path, mo
         "--output_dir", str(tmp_path / "out"), "--synthetic_train_images", "12", "--synthetic_eval_images", "6",
         "--synthetic_text", "captions_and_questions", "--alignment_loss", "with", "--max_steps", "2",
         "--per_device_train_batch_size", "8", "--x_layers", "1", "--qa_start_epoch", "0", "--use_cpu",
-        "--image_use_examples", "8",
+        "--image_use_examples", "8", "--model_name_or_path", str(save_tiny_bert(tmp_path / "tiny_bert")),
     ])  # fmt: skip
     results = summary["with_alignment"]
     assert results["data"] == "synthetic grounded scenes: captions and questions"
