@@ -139,15 +139,16 @@ def test_the_cache_says_when_it_is_reused_and_re_extracts_only_a_changed_image(p
     assert load_user_data(path, "caption").store.directory == first.store.directory
     assert f"Region features of the 2 images: reused from the cache {first.store.directory}" in caplog.text
     assert "Extracting" not in capsys.readouterr().err
-    # the coffee photo changes: only it is extracted again, and the store of the old photo is dropped
-    caplog.clear()
+    other = load_user_data(write_jsonl(tmp_path / "other.jsonl", [dict(ROWS["caption"][0], image="photos/astronaut.png")]), "caption")
+    # the coffee photo changes: only it is extracted again, and the store of the old photo is dropped (not the other's)
+    caplog.clear(), capsys.readouterr()
     Image.open(photos / "coffee.png").transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(photos / "coffee.png")
     changed = load_user_data(path, "caption")
     assert "2 images: 1 reused from the cache" in caplog.text and "1 extracted; 1 cached store(s)" in caplog.text
-    assert "Extracting 1 images" in capsys.readouterr().err
+    assert "Extracting 1 images" in (err := capsys.readouterr().err) and "Extracting 2" not in err
     assert torch.equal(changed.store["chelsea"]["features"], first.store["chelsea"]["features"])
     assert not torch.equal(changed.store["coffee"]["features"], coffee)
-    assert sorted(cache.iterdir()) == [changed.store.directory]
+    assert sorted(cache.iterdir()) == sorted([changed.store.directory, other.store.directory])
     assert changed.train[0]["caption_phrase_regions"] == first.train[0]["caption_phrase_regions"]
 
 
