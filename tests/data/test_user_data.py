@@ -141,7 +141,8 @@ def test_the_cache_says_when_it_is_reused_and_re_extracts_only_a_changed_image(p
     assert "Extracting" not in capsys.readouterr().err
     other = load_user_data(write_jsonl(tmp_path / "other.jsonl", [dict(ROWS["caption"][0], image="photos/astronaut.png")]), "caption")
     # the coffee photo changes: only it is extracted again, and the store of the old photo is dropped (not the other's)
-    caplog.clear(), capsys.readouterr()
+    caplog.clear()
+    capsys.readouterr()
     Image.open(photos / "coffee.png").transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(photos / "coffee.png")
     changed = load_user_data(path, "caption")
     assert "2 images: 1 reused from the cache" in caplog.text and "1 extracted; 1 cached store(s)" in caplog.text
