@@ -8,8 +8,8 @@ import math
 
 def assert_image_use_reported(results: dict, metric: str | None) -> dict:
     """`results["image_use"]` holds the loss gap and, for a task with `metric` (e.g. "accuracy"), the own and shuffled
-    scores and their gap, `image_use_gap` naming which one is headline; the same for the shuffled-regions control
-    (`region_shuffle_*`). Returns the entry."""
+    scores and their gap over the same items in every pass, `image_use_gap` naming which one is headline; the same for
+    the shuffled-regions control (`region_shuffle_*`). Returns the entry."""
     image_use = results["image_use"]
     assert image_use["image_use_examples"] >= 2 and image_use["image_use_images"] >= 2, image_use
     for key in ("own_image_loss", "shuffled_image_loss", "image_use_loss_gap"):
@@ -33,6 +33,9 @@ def assert_image_use_reported(results: dict, metric: str | None) -> dict:
     assert math.isclose(image_use[f"image_use_{metric}_gap"], own - shuffled, abs_tol=1e-9)
     assert math.isclose(image_use[f"region_shuffle_{metric}_gap"], own - regions, abs_tol=1e-9)
     assert image_use["image_use_gap_metric"] == metric
+    # every pass scores the same items (e.g. phrases whose gold box overlaps no region of another image: misses)
+    items = image_use[f"own_image_{metric}_items"]
+    assert items == image_use[f"shuffled_image_{metric}_items"] == image_use[f"shuffled_regions_{metric}_items"] > 0
     assert image_use["image_use_gap"] == image_use[f"image_use_{metric}_gap"]
     assert image_use["region_shuffle_gap"] == image_use[f"region_shuffle_{metric}_gap"]
     return image_use

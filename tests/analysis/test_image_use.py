@@ -6,6 +6,7 @@ while a text-and-box scorer loses none."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import datasets
@@ -29,6 +30,7 @@ from hf_vlalign import (
 from hf_vlalign.data import (
     CaptioningCollator,
     ImagePairCollator,
+    PhraseGroundingCollator,
     QuestionAnsweringCollator,
     ReferringExpressionCollator,
     RegionFeatureStore,
@@ -373,3 +375,59 @@ def test_shuffled_regions_cost_a_feature_reading_referring_scorer_its_accuracy_a
     blind = image_use_gap(TextAndBoxScorer(tokenizer), rows, collator, batch_size=5, progress=False)
     assert 0.0 < blind["own_image_accuracy"] < 1.0
     assert blind["region_shuffle_accuracy_gap"] == blind["region_shuffle_loss_gap"] == 0.0
+
+
+# Phrase grounding: a phrase whose gold box overlaps no region of the image put in its place
+
+
+@pytest.fixture(scope="module")
+def sides_store(tmp_path_factory) -> RegionFeatureStore:
+    """Images whose two regions are all on the left edge or all on the right edge: a gold box on one edge overlaps no
+    region of an image of the other."""
+    records = []
+    for index in range(6):
+        left = index % 2 == 0
+        boxes = np.array([[0, 0, 20, 20], [0, 40, 20, 60]] if left else [[80, 0, 100, 20], [80, 40, 100, 60]])
+        features = np.eye(2, DV, dtype=np.float32)
+        records.append({"image_id": f"side{index}", "image_size": (100, 100), "boxes": boxes.astype(np.float32), "features": features})
+    return RegionFeatureStore.write(records, tmp_path_factory.mktemp("sides") / "store")
+
+
+def side_rows(store: RegionFeatureStore) -> list[dict]:
+    """One caption per image whose phrase's gold box is its image's second region."""
+    return [
+        {"image_id": image_id, "caption": "a red square .", "caption_phrase_spans": [[0, 12]],
+         "caption_phrase_boxes": [[np.asarray(store.batch([image_id])[0]["boxes"])[1].tolist()]]}
+        for image_id in store.image_ids
+    ]  # fmt: skip
+
+
+class FirstRegion(nn.Module):
+    """Phrase grounding logits (B, P, R) that pick each image's first region for every phrase."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, phrase_masks, visual_feats, visual_attention_mask):
+        logits = (self.scale * visual_feats[..., 0]).masked_fill(visual_attention_mask == 0, -1e4)
+        return SimpleNamespace(logits=logits.unsqueeze(1).expand(-1, phrase_masks.shape[1], -1))
+
+
+def test_the_shuffled_pass_scores_every_phrase_and_warnings_name_their_pass(tokenizer, sides_store, caplog):
+    rows = side_rows(sides_store)
+    caplog.set_level(logging.INFO)
+    collator = PhraseGroundingCollator(tokenizer, sides_store, text_columns=("caption",))
+    results = image_use_gap(FirstRegion(), rows, collator, batch_size=4, shuffle_regions=False, progress=False)
+    # every phrase matches a region of its own image: the other images' regions miss some, scored as misses, unwarned
+    assert results["own_image_accuracy_items"] == results["shuffled_image_accuracy_items"] == len(rows)
+    assert results["own_image_unmatched_phrases"] == 0 and results["shuffled_image_unmatched_phrases"] > 0
+    assert results["own_image_accuracy"] == results["shuffled_image_accuracy"] == 0.0  # the first region: never gold
+    assert "overlaps no region" not in caplog.text and "image-use check, shuffled images pass: " in caplog.text
+    # a gold box of an own image on the other edge: warned, naming the pass
+    rows[0] = dict(rows[0], caption_phrase_boxes=[[[80.0, 80.0, 100.0, 100.0]]])
+    collator = PhraseGroundingCollator(tokenizer, sides_store, text_columns=("caption",))
+    results = image_use_gap(FirstRegion(), rows, collator, batch_size=4, shuffle_regions=False, progress=False)
+    assert "PhraseGroundingCollator (image-use check, own images pass): a gold box overlaps no region" in caplog.text
+    assert results["own_image_unmatched_phrases"] == 1
+    assert results["own_image_accuracy_items"] == results["shuffled_image_accuracy_items"] == len(rows)

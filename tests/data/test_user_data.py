@@ -4,12 +4,15 @@ extracted from real photos, and bad files refused naming the file, the line and 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 import skimage
+import torch
+from PIL import Image
 from transformers import AutoTokenizer
 
 from hf_vlalign.data.builders.user_data import (
@@ -121,6 +124,33 @@ def test_given_regions_are_the_store_boxes_and_the_store_is_reused(photos, tmp_p
     assert first.store["chelsea"]["boxes"].tolist() == [[0, 0, 100, 100], [50, 20, 440, 300]]
     assert first.train[0]["caption_phrase_regions"] == [[0.0, 1.0]]
     assert load_user_data(path, "caption").store.directory == first.store.directory
+
+
+def test_the_cache_says_when_it_is_reused_and_re_extracts_only_a_changed_image(photos, tmp_path, monkeypatch, caplog, capsys):
+    cache = tmp_path / "cache" / "user_features"
+    monkeypatch.setenv("HF_VLALIGN_CACHE", str(tmp_path / "cache"))
+    caplog.set_level(logging.WARNING)
+    path = write_jsonl(tmp_path / "train.jsonl", ROWS["caption"])  # chelsea and coffee
+    first = load_user_data(path, "caption")
+    coffee = first.store["coffee"]["features"]
+    assert f"2 images: 0 reused from the cache {cache}, 2 extracted" in caplog.text
+    assert "Extracting 2 images" in capsys.readouterr().err
+    caplog.clear()
+    assert load_user_data(path, "caption").store.directory == first.store.directory
+    assert f"Region features of the 2 images: reused from the cache {first.store.directory}" in caplog.text
+    assert "Extracting" not in capsys.readouterr().err
+    other = load_user_data(write_jsonl(tmp_path / "other.jsonl", [dict(ROWS["caption"][0], image="photos/astronaut.png")]), "caption")
+    # the coffee photo changes: only it is extracted again, and the store of the old photo is dropped (not the other's)
+    caplog.clear()
+    capsys.readouterr()
+    Image.open(photos / "coffee.png").transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(photos / "coffee.png")
+    changed = load_user_data(path, "caption")
+    assert "2 images: 1 reused from the cache" in caplog.text and "1 extracted; 1 cached store(s)" in caplog.text
+    assert "Extracting 1 images" in (err := capsys.readouterr().err) and "Extracting 2" not in err
+    assert torch.equal(changed.store["chelsea"]["features"], first.store["chelsea"]["features"])
+    assert not torch.equal(changed.store["coffee"]["features"], coffee)
+    assert sorted(cache.iterdir()) == sorted([changed.store.directory, other.store.directory])
+    assert changed.train[0]["caption_phrase_regions"] == first.train[0]["caption_phrase_regions"]
 
 
 @pytest.mark.parametrize(

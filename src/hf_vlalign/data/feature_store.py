@@ -78,15 +78,32 @@ class RegionFeatureStore:
 
     @classmethod
     def write(
-        cls, records: Iterable[dict], directory: str | Path, *, source: str = "", overwrite: bool = False
+        cls,
+        records: Iterable[dict],
+        directory: str | Path,
+        *,
+        source: str = "",
+        overwrite: bool = False,
+        extra_metadata: dict | None = None,
     ) -> RegionFeatureStore:
         """Streams records (the `region_records` layout, each checked as the file readers check theirs, image ids
         unique) into a new store at `directory` and opens it. An existing directory is replaced only with
-        `overwrite=True`, and only when it is a store (`check_store_output`)."""
-        return cls._write(_checked_records(records), directory, source=source, overwrite=overwrite)
+        `overwrite=True`, and only when it is a store (`check_store_output`). `extra_metadata`: more JSON fields of
+        `store.json` (written with the store, atomically), e.g. what a cache needs to know of its images."""
+        return cls._write(
+            _checked_records(records), directory, source=source, overwrite=overwrite, extra_metadata=extra_metadata
+        )
 
     @classmethod
-    def _write(cls, records: Iterable[dict], directory: str | Path, *, source: str, overwrite: bool) -> RegionFeatureStore:
+    def _write(
+        cls,
+        records: Iterable[dict],
+        directory: str | Path,
+        *,
+        source: str,
+        overwrite: bool,
+        extra_metadata: dict | None = None,
+    ) -> RegionFeatureStore:
         """`write` of records already checked and normalised (those of `iter_checked_records`)."""
         directory = Path(directory)
         check_store_output(directory, "directory", overwrite=overwrite)
@@ -102,6 +119,7 @@ class RegionFeatureStore:
         try:
             count, sha256 = _write_arrow(partial / ARROW_FILE, itertools.chain([first], iterator), feature_dim)
             metadata = {
+                **(extra_metadata or {}),
                 "format_version": STORE_FORMAT_VERSION,
                 "source": source,
                 "num_images": count,

@@ -10,11 +10,13 @@ all its items.
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import random
 import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -26,10 +28,14 @@ from .inference import _to, inference_batches, model_device
 # the image columns of a row: NLVR2's pair, else the single image (and the store row each was joined to)
 PAIR_IMAGE_COLUMNS = ("left_image_id", "right_image_id")
 ROW_COLUMNS = {"image_id": "feature_row", "left_image_id": "left_feature_row", "right_image_id": "right_feature_row"}
+# the passes by the prefix of their results, as their progress bars, warnings and log lines name them
+PASS_NAMES = {"own_image": "own images", "shuffled_image": "shuffled images", "shuffled_regions": "shuffled regions"}
 # batch entries the model does not read for its task losses (attention supervision, the probe's targets)
 LEFT_OUT_INPUTS = ("word_region_alignment",)
 
 ScoreFunction = Callable[[Any, Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
+
+logger = logging.getLogger(__name__)
 
 
 # Shuffling
@@ -186,9 +192,11 @@ def task_scores(outputs: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, to
         return {"accuracy": region_hits(logits, batch["target_region_iou"]).float()}
     if "phrase_labels" in batch and logits.dim() == 3:  # phrase grounding: each phrase's best region is a target
         targets = batch["phrase_labels"]
-        grounded = targets.sum(-1) > 0
+        # every phrase the collator kept, as recall@1 counts them: one whose gold box overlaps no region (no target,
+        # e.g. with another image's regions) is a miss, so every pass scores the same phrases
+        phrases = batch["phrase_masks"].any(-1) if "phrase_masks" in batch else targets.sum(-1) > 0
         best = logits.argmax(-1, keepdim=True)
-        return {"accuracy": (targets.gather(2, best).squeeze(2) > 0)[grounded].float()}
+        return {"accuracy": (targets.gather(2, best).squeeze(2) > 0)[phrases].float()}
     if labels is None:
         return {}
     if labels.is_floating_point() and labels.dim() == 2 and logits.dim() == 2:  # VQA's soft scores
@@ -210,6 +218,7 @@ class _Totals:
     def __init__(self) -> None:
         self.loss = defaultdict(lambda: [0.0, 0])
         self.scores = defaultdict(lambda: [0.0, 0])
+        self.unmatched_phrases: int | None = None  # phrases whose gold box overlapped no region (library collators)
 
     def add_loss(self, name: str, mean: float, count: int) -> None:
         if count > 0:
@@ -230,6 +239,9 @@ class _Totals:
     def mean_scores(self) -> dict[str, float]:
         return {name: total / count for name, (total, count) in self.scores.items() if count}
 
+    def item_counts(self) -> dict[str, int]:
+        return {name: count for name, (_, count) in self.scores.items() if count}
+
 
 def _group_name(value: object) -> str:
     return re.sub(r"[^0-9A-Za-z]+", "_", str(value)).strip("_") or "none"
@@ -246,7 +258,10 @@ def _evaluate(
     seed: int,
     desc: str,
     progress: bool,
+    other_images: bool = False,
 ) -> tuple[_Totals, dict[str, _Totals]]:
+    """The totals of one pass named `desc`; a library collator's warnings name the pass, and with `other_images` it
+    counts (not warns about) the gold boxes that overlap no region of the image put in their place."""
     device = model_device(model)
     totals, by_group = _Totals(), defaultdict(_Totals)
     # whether the forward takes `return_dict` (named, or through transformers' `**kwargs`)
@@ -257,6 +272,24 @@ def _evaluate(
         model, rows, collator, batch_size, exclude=LEFT_OUT_INPUTS, forward_arguments_only=True, seed=seed,
         description=desc, progress=progress,
     )  # fmt: skip
+    inner = collator.collator if isinstance(collator, RegionShuffleCollator) else collator
+    named_pass = getattr(inner, "evaluation_pass", None)
+    unmatched_before = getattr(inner, "unmatched_phrases", None)
+    with named_pass(f"image-use check, {desc}", other_images=other_images) if named_pass else nullcontext():
+        _evaluate_batches(model, rows, batches, batch_size, score_fn, groups, return_dict, device, totals, by_group)
+    if unmatched_before is not None:
+        totals.unmatched_phrases = inner.unmatched_phrases - unmatched_before
+    if not totals.loss and not totals.scores:
+        raise ValueError(
+            f"{type(model).__name__} returned no task loss and `score_fn` no score on these batches: do the rows carry "
+            "labels for the collator?"
+        )
+    return totals, by_group
+
+
+def _evaluate_batches(
+    model, rows, batches, batch_size, score_fn, groups, return_dict, device, totals: _Totals, by_group
+) -> None:
     for one in batches:
         start, batch, inputs = one.index * batch_size, one.batch, one.inputs
         outputs = model(**inputs, return_dict=True) if return_dict else model(**inputs)
@@ -278,12 +311,6 @@ def _evaluate(
                     )
                 for value, group in zip(values, groups[start : start + size]):
                     by_group[group].add_scores(name, value.reshape(1))
-    if not totals.loss and not totals.scores:
-        raise ValueError(
-            f"{type(model).__name__} returned no task loss and `score_fn` no score on these batches: do the rows carry "
-            "labels for the collator?"
-        )
-    return totals, by_group
 
 
 def _compared(
@@ -296,8 +323,9 @@ def _compared(
     with_own: bool,
 ) -> dict[str, float | str]:
     """The shuffled pass's loss and scores (`<shuffled>_<metric>`) against the own pass's, and their gaps
-    (`<gap>_<metric>_gap`; `<gap>_gap` the first metric's, else the loss's), per group too; `own_image_*` with
-    `with_own`."""
+    (`<gap>_<metric>_gap`; `<gap>_gap` the first metric's, else the loss's), per group too; the items each pass
+    scored (`<shuffled>_<metric>_items`) and the phrases whose gold box overlapped no region
+    (`<shuffled>_unmatched_phrases`, library collators); `own_image_*` with `with_own`."""
     results: dict[str, float | str] = {}
     own_loss, other_loss = own.mean_loss(), other.mean_loss()
     if own_loss is not None and other_loss is not None:
@@ -310,6 +338,15 @@ def _compared(
             results.update({f"own_image_{name}{suffix}": value} if with_own else {})
             results[f"{shuffled}_{name}{suffix}"] = other_scores[name]
             results[f"{gap}_{name}_gap{suffix}"] = value - other_scores[name]
+    for prefix, totals in ((("own_image", own),) if with_own else ()) + ((shuffled, other),):
+        results.update({f"{prefix}_{name}_items": count for name, count in totals.item_counts().items()})
+        if totals.unmatched_phrases is not None:
+            results[f"{prefix}_unmatched_phrases"] = totals.unmatched_phrases
+    if other.item_counts() != own.item_counts():  # a custom `score_fn` may score items that depend on the image
+        logger.warning(
+            "image-use check, %s pass: scored %s items where the own images pass scored %s; its scores are over other "
+            "items.", PASS_NAMES[shuffled], other.item_counts(), own.item_counts(),
+        )  # fmt: skip
     primary = next(iter(own.mean_scores()), None)
     if primary is not None:
         results[f"{gap}_gap"] = results[f"{gap}_{primary}_gap"]
@@ -347,7 +384,10 @@ def image_use_gap(
     Returns a flat dict for `eval_results.json`: `own_image_loss`, `shuffled_image_loss`, `image_use_loss_gap`
     (shuffled - own) and, for each metric and group, `own_image_<metric>[_<group>]`, `shuffled_image_<metric>[_<group>]`,
     `image_use_<metric>_gap[_<group>]` (own - shuffled); `image_use_gap` (the first metric's gap, else the loss gap,
-    named by `image_use_gap_metric`), `image_use_examples`, `image_use_images`, `image_use_seed`. With
+    named by `image_use_gap_metric`), `image_use_examples`, `image_use_images`, `image_use_seed`; the items each pass
+    scored, `own_image_<metric>_items` and `shuffled_image_<metric>_items` (the same: a phrase whose gold box overlaps
+    no region of the image put in its place scores a miss), and with the library's collators `own_image_unmatched_phrases`
+    and `shuffled_image_unmatched_phrases` (their warnings name the pass; the shuffled pass's count is no warning). With
     `shuffle_regions`, the same with `shuffled_regions_*` and `region_shuffle_*`, and `region_shuffle_rows_unshuffled`
     (rows with an image of fewer than 2 valid regions, left as they were).
     """
@@ -374,13 +414,13 @@ def image_use_gap(
     was_training = model.training
     model.eval()
     try:
-        own, own_groups = _evaluate(model, rows, collator, batch_size, score_fn, groups, seed, "own images", progress)
+        own, own_groups = _evaluate(model, rows, collator, batch_size, score_fn, groups, seed, PASS_NAMES["own_image"], progress)
         other, other_groups = _evaluate(
-            model, shuffled, collator, batch_size, score_fn, groups, seed, "shuffled images", progress
+            model, shuffled, collator, batch_size, score_fn, groups, seed, PASS_NAMES["shuffled_image"], progress, other_images=True
         )
         if region_collator is not None:
             regions, region_groups = _evaluate(
-                model, rows, region_collator, batch_size, score_fn, groups, seed, "shuffled regions", progress
+                model, rows, region_collator, batch_size, score_fn, groups, seed, PASS_NAMES["shuffled_regions"], progress
             )
     finally:
         model.train(was_training)
@@ -390,6 +430,12 @@ def image_use_gap(
     if "image_use_gap" in results:
         results["image_use_gap_metric"] = next(iter(own.mean_scores()), "loss")
     results.update(image_use_examples=len(rows), image_use_images=num_images, image_use_seed=seed)
+    if other.unmatched_phrases:
+        logger.info(
+            "image-use check, shuffled images pass: %d gold box(es) overlap no region of the image put in their place; "
+            "those phrases (or expressions) score as misses, as a model reading that image must miss them.",
+            other.unmatched_phrases,
+        )
     if region_collator is not None:
         results.update(
             _compared(own, regions, own_groups, region_groups, "shuffled_regions", "region_shuffle", with_own=False)

@@ -1,6 +1,7 @@
 """A saved model run on a user-format file (`data.builders.user_data`): the file's images get their regions and
 features as the model's processor makes them (`region_options_for_model`, the one place that choice is made), in
-`load_user_data`'s cache (`$HF_VLALIGN_CACHE/user_features`, reused while the images and options are unchanged)."""
+`load_user_data`'s cache (`$HF_VLALIGN_CACHE/user_features`: each image's features reused while it and the options
+are unchanged, the log saying so)."""
 
 from __future__ import annotations
 

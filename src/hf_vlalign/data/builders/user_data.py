@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import numbers
 import os
+import shutil
+import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,13 +20,16 @@ from pathlib import Path
 
 import datasets
 
-from ..feature_store import RegionFeatureStore
+from ...utils.atomic_folders import writer_tag
+from ..feature_store import METADATA_FILE, PARTIAL_MARKER, RegionFeatureStore
 from ..formats.text_files import iter_csv_rows, parse_json, read_text
 from ..formats.vgp import TYPOLOGY_LABELS
 from ._common import IMAGE_SIZE, attach_region_features, grounding_features
 from .nlvr2 import attach_pair_features
 from .vgp import ID_LABELS, VGP_FEATURES
 from .vqa_v2 import answer_score
+
+logger = logging.getLogger(__name__)
 
 USER_TASKS = ("caption", "vqa", "nlvr2", "refcoco", "vgp")
 USER_FILE_SUFFIXES = (".jsonl", ".json", ".csv")
@@ -353,19 +359,159 @@ def _given_regions(rows: Sequence[UserRow], sizes: Mapping[Path, tuple[int, int]
     return given or None
 
 
-def _cache_key(images: Sequence[Path], boxes: Mapping | None, options: Mapping) -> str:
-    digest = hashlib.sha256()
-    for image in images:
-        stat = image.stat()
-        digest.update(f"{image.resolve()}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
-    digest.update(json.dumps([boxes, dict(options)], sort_keys=True, default=str).encode())
-    return digest.hexdigest()[:24]
+# what a store of the cache records of its images in its store.json (`extra_metadata`): each image's file and content
+# (`_image_record`) and the region options, so that a later run reuses the features of every unchanged image and
+# drops the stores whose images changed
+CACHE_IMAGES_FIELD = "user_images"
+CACHE_OPTIONS_FIELD = "user_region_options"
+# a cached store being removed: renamed first (atomic), so no half-removed folder ever looks like a store
+STALE_MARKER = ".stale-"
 
 
 def user_features_cache() -> Path:
     """Where `load_user_data` keeps stores by default: `user_features/` in $HF_VLALIGN_CACHE or ~/.cache/hf_vlalign."""
     root = os.environ.get("HF_VLALIGN_CACHE") or Path.home() / ".cache" / "hf_vlalign"
     return Path(root) / "user_features"
+
+
+def _file_sha256(path: Path) -> str:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def _image_record(image: Path, boxes: list | None) -> dict:
+    """One image as the cache knows it: its id, file (path, size, modification time), content hash and given boxes."""
+    stat = image.stat()
+    return {
+        "image_id": image.stem,
+        "path": str(image.resolve()),
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "sha256": _file_sha256(image),
+        "boxes": boxes,
+    }
+
+
+def _content_key(record: dict) -> str:
+    """What makes an image's regions and features under fixed options: its content and its given boxes."""
+    return json.dumps([record["sha256"], record["boxes"]])
+
+
+def _normalised(options: Mapping) -> dict:
+    return json.loads(json.dumps(dict(options), sort_keys=True, default=str))
+
+
+def _cache_key(records: Sequence[dict], options: Mapping) -> str:
+    """The cache folder of a set of images: their ids and contents, their given boxes and the options."""
+    content = [[record["image_id"], record["sha256"], record["boxes"]] for record in records]
+    return hashlib.sha256(json.dumps([content, _normalised(options)]).encode()).hexdigest()[:24]
+
+
+def _cached_stores(root: Path) -> list[tuple[Path, dict]]:
+    """(folder, store.json) of every complete store in the cache `root` written by `load_user_data` (one that records
+    its images); folders being written or removed, and stores of other writers, are left out."""
+    stores = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else ():
+        if PARTIAL_MARKER in folder.name or STALE_MARKER in folder.name or not (folder / METADATA_FILE).is_file():
+            continue
+        try:
+            metadata = json.loads((folder / METADATA_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(metadata, dict) and isinstance(metadata.get(CACHE_IMAGES_FIELD), list):
+            stores.append((folder, metadata))
+    return stores
+
+
+def _is_current(record: dict) -> bool:
+    """Whether the file a cached image was read from still holds that image (hashed again only when its size or
+    modification time changed)."""
+    path = Path(record["path"])
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    if (stat.st_size, stat.st_mtime_ns) == (record["size"], record["mtime_ns"]):
+        return True
+    return path.is_file() and _file_sha256(path) == record["sha256"]
+
+
+def drop_stale_user_features(root: str | os.PathLike | None = None, keep: Sequence[Path] = ()) -> list[Path]:
+    """Removes the stores of the user-features cache (default `user_features_cache()`) that no current file refers
+    to: those with an image whose file changed or is gone. `keep`: folders left alone. Returns the removed folders."""
+    root = Path(root) if root is not None else user_features_cache()
+    removed = []
+    for folder, metadata in _cached_stores(root):
+        if folder in keep or all(_is_current(record) for record in metadata[CACHE_IMAGES_FIELD]):
+            continue
+        doomed = folder.with_name(f"{folder.name}{STALE_MARKER}{writer_tag()}")
+        try:
+            os.rename(folder, doomed)  # atomic: the store is whole or gone
+        except OSError:  # another process removed it first
+            continue
+        shutil.rmtree(doomed, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _reusable_features(root: Path, records: Sequence[dict], options: dict) -> dict[str, dict]:
+    """{content key: store record} of the wanted images whose regions and features a cached store of the same options
+    holds (the record renamed to the wanted image's id)."""
+    wanted = {_content_key(record): record["image_id"] for record in records}
+    found = {}
+    for folder, metadata in _cached_stores(root):
+        if metadata.get(CACHE_OPTIONS_FIELD) != options:
+            continue
+        rows = {
+            _content_key(record): row
+            for row, record in enumerate(metadata[CACHE_IMAGES_FIELD])
+            if _content_key(record) in wanted and _content_key(record) not in found
+        }
+        if rows:
+            store = RegionFeatureStore.load(folder)
+            for key, row in rows.items():
+                found[key] = _numpy_record(store.image_at(row)) | {"image_id": wanted[key]}
+    return found
+
+
+def _numpy_record(image: dict) -> dict:
+    return {name: value.numpy() if hasattr(value, "numpy") else value for name, value in image.items() if value is not None}
+
+
+def _cached_user_features(images: Sequence[Path], boxes: Mapping | None, options: dict) -> RegionFeatureStore:
+    """The store of `images` in the cache: reused whole when present; else made from the cached features of the
+    unchanged images and those extracted of the others, then the stores of changed images dropped. Says which."""
+    from ..region_extraction import extract_region_features
+
+    root = user_features_cache()
+    records = [_image_record(image, boxes.get(image.stem) if boxes is not None else None) for image in images]
+    options = _normalised(options)
+    directory = root / _cache_key(records, options)
+    if (directory / METADATA_FILE).is_file():
+        logger.warning(
+            "Region features of the %d images: reused from the cache %s (the images and options are unchanged; "
+            "delete the folder to extract them again).", len(images), directory,
+        )  # fmt: skip
+        return RegionFeatureStore.load(directory)
+    reused = _reusable_features(root, records, options)
+    missing = [image for image, record in zip(images, records) if _content_key(record) not in reused]
+    extracted, source = {}, None
+    if missing:
+        given = {"boxes": {image.stem: boxes[image.stem] for image in missing}} if boxes is not None else {}
+        with tempfile.TemporaryDirectory(prefix="hf_vlalign-user-features-") as scratch:
+            store = extract_region_features(missing, Path(scratch) / "store", **given, **options)
+            extracted = {image["image_id"]: _numpy_record(image) for image in store}
+            source = store.metadata.get("source")
+            del store  # its memory map closes before the scratch folder goes
+    ordered = [reused.get(_content_key(record)) or extracted[record["image_id"]] for record in records]
+    extra = {CACHE_OPTIONS_FIELD: options, CACHE_IMAGES_FIELD: records}
+    store = RegionFeatureStore.write(ordered, directory, source=source or "load_user_data (cached)", extra_metadata=extra)
+    dropped = drop_stale_user_features(root, keep=[directory])
+    logger.warning(
+        "Region features of the %d images: %d reused from the cache %s, %d extracted; %d cached store(s) of images "
+        "that changed since dropped.", len(images), len(images) - len(missing), root, len(missing), len(dropped),
+    )  # fmt: skip
+    return store
 
 
 def load_user_data(
@@ -383,8 +529,10 @@ def load_user_data(
     Args:
         region_options: keyword arguments of `extract_region_features` (default `DEFAULT_REGION_OPTIONS`); with
             `regions` in the files, its encoder options only (the regions are exactly the files' boxes).
-        store_dir: where to write the store (default: under `user_features_cache()`, named by the images' content and
-            the options, reused when present).
+        store_dir: where to write the store, reused when present (default: in the cache `user_features_cache()`, a
+            store named by the images' content and the options: reused when present, else made from the cached
+            features of every unchanged image and those extracted of the others; the stores of images changed since
+            are dropped; the log says which).
         iou_threshold: IoU at which a region counts as showing a phrase's gold box.
     """
     from ..region_extraction import extract_region_features
@@ -402,8 +550,9 @@ def load_user_data(
     if boxes is not None:
         options = {key: value for key, value in options.items() if key not in _REGION_SOURCE_OPTIONS}
     images = sorted(sizes, key=str)
-    store_dir = Path(store_dir) if store_dir is not None else user_features_cache() / _cache_key(images, boxes, options)
-    if (store_dir / "store.json").is_file():
+    if store_dir is None:
+        store = _cached_user_features(images, boxes, options)
+    elif (Path(store_dir) / METADATA_FILE).is_file():
         store = RegionFeatureStore.load(store_dir)
     else:
         store = extract_region_features(images, store_dir, **({"boxes": boxes} if boxes is not None else {}), **options)

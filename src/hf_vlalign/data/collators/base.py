@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import numbers
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -60,6 +62,9 @@ class RegionTextCollator:
     truncation_stats: TruncationStats = field(default_factory=TruncationStats, init=False, compare=False)
     # grounded phrases (and referring expressions) whose gold boxes overlap no region of their image: not aligned
     unmatched_phrases: int = field(default=0, init=False, compare=False)
+    # the evaluation pass whose batches are being made (`evaluation_pass`), named in the warnings
+    pass_name: str | None = field(default=None, init=False, compare=False)
+    warn_unmatched: bool = field(default=True, init=False, repr=False, compare=False)
     _warned: set = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -76,6 +81,22 @@ class RegionTextCollator:
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         self.check_rows(examples)
         return self.collate(examples)
+
+    @contextmanager
+    def evaluation_pass(self, name: str, *, other_images: bool = False) -> Iterator[None]:
+        """The batches made inside belong to the pass `name` (e.g. the image-use check's "shuffled images"): its
+        warnings name it. With `other_images` (rows joined to another image's regions), a gold box overlapping no
+        region is expected: counted in `unmatched_phrases`, not warned."""
+        saved = self.pass_name, self.warn_unmatched
+        self.pass_name, self.warn_unmatched = name, not other_images
+        try:
+            yield
+        finally:
+            self.pass_name, self.warn_unmatched = saved
+
+    def _warning_source(self) -> str:
+        """The collator, and the pass its batches are made for, as its warnings name them."""
+        return type(self).__name__ + (f" ({self.pass_name} pass)" if self.pass_name else "")
 
     def check_rows(self, examples: list[dict]) -> None:
         """Refuses an empty batch or a malformed row (`check_row`)."""
@@ -160,7 +181,7 @@ class RegionTextCollator:
         for example, cut in zip(examples, cuts):
             batch = batch + row_truncation(example, cut, self.text_columns, required)
         self.truncation_stats = self.truncation_stats + batch
-        stats, name = self.truncation_stats, type(self).__name__
+        stats, name = self.truncation_stats, self._warning_source()
         if batch.rows_truncated and "truncated" not in self._warned:
             self._warned.add("truncated")
             logger.warning(
@@ -260,12 +281,12 @@ class RegionTextCollator:
 
     def _count_unmatched(self) -> None:
         self.unmatched_phrases += 1
-        if "unmatched" not in self._warned:
+        if self.warn_unmatched and "unmatched" not in self._warned:
             self._warned.add("unmatched")
             logger.warning(
                 "%s: a gold box overlaps no region of its image; the phrase (or expression) gets no alignment target "
                 "(and counts as a miss in evaluation). Warned once; the count goes on in `unmatched_phrases`.",
-                type(self).__name__,
+                self._warning_source(),
             )
 
     def _checked_regions(self, i: int, regions: list, region_mask: torch.Tensor, batch: dict) -> torch.Tensor:
