@@ -504,3 +504,15 @@ def test_each_papers_config_runs_on_user_files_as_the_docs_say(config, tmp_path)
         sub_argv = ["--config", str(config_file), *(item for key, value in flags.items() for item in (f"--{key}", str(value)))]
         training_args = examples[stage].parse_args(sub_argv)[-1]
         assert training_args.learning_rate == pytest.approx(values[stage]["learning_rate"]), stage
+
+
+def test_a_papers_config_names_the_published_data_settings_it_leaves_out(tmp_path):
+    from transformers.testing_utils import CaptureLogger
+
+    from hf_vlalign.recipes import arguments
+
+    argv = ["--config", str(CONFIGS / "fei_a2.yaml"), "--train_file", "c.jsonl", "--output_dir", str(tmp_path / "out")]
+    with CaptureLogger(arguments.logger) as captured:
+        args, _ = example("train_captioning").parse_args(argv)
+    assert "fei_a2.yaml: eval_split, restval_in_train set the published data, which `--train_file` replaces" in captured.out
+    assert args.a2_fusions == "none,max,moving_average,exp_decay,gate"  # the paper's settings stay
