@@ -132,7 +132,7 @@ def write_docs(results: Path) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--vgp_typology_dir", help="folder of VGP-Typology's train_data.csv, val_data.csv, test_data.csv")
+    parser.add_argument("--vgp_typology_dir", help="folder of VGP-Typology's {train,val,test}_data.csv")
     parser.add_argument("--ra_files_dir", help="folder of RA_Files' full_data_type_phrase_pair_{train,val,test}.csv")
     parser.add_argument("--flickr30k_entities_dir", help="folder of Flickr30k Entities' train.txt, val.txt, test.txt")
     parser.add_argument("--vqa_answer_vocab", help="LXMERT's data/vqa/trainval_ans2label.json")

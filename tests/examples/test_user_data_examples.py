@@ -477,7 +477,8 @@ def recipe_argv(config: str, tmp_path: Path) -> tuple[str, list[str]]:
     assert command is not None, f"docs/own_data.md's recipe section has no command for examples/configs/{config}"
     tokens = shlex.split(command)
     script = next(token for token in tokens if re.fullmatch(r"examples/\w+\.py", token))
-    argv = [str(ROOT / token) if token.startswith("examples/configs/") else token for token in tokens[tokens.index(script) + 1 :]]
+    flags = tokens[tokens.index(script) + 1 :]
+    argv = [str(ROOT / token) if token.startswith("examples/configs/") else token for token in flags]
     argv[argv.index("--output_dir") + 1] = str(tmp_path / "out")
     return Path(script).stem, argv
 
@@ -501,7 +502,8 @@ def test_each_papers_config_runs_on_user_files_as_the_docs_say(config, tmp_path)
         config_file = tmp_path / f"{stage}.json"
         config_file.write_text(json.dumps(stage_flags[stage]))
         flags = table.driver_flags(stage, args, "direct", 12345, tmp_path / "out" / "direct" / "seed12345")
-        sub_argv = ["--config", str(config_file), *(item for key, value in flags.items() for item in (f"--{key}", str(value)))]
+        sub_argv = ["--config", str(config_file)]
+        sub_argv += [item for key, value in flags.items() for item in (f"--{key}", str(value))]
         training_args = examples[stage].parse_args(sub_argv)[-1]
         assert training_args.learning_rate == pytest.approx(values[stage]["learning_rate"]), stage
 
@@ -514,5 +516,7 @@ def test_a_papers_config_names_the_published_data_settings_it_leaves_out(tmp_pat
     argv = ["--config", str(CONFIGS / "fei_a2.yaml"), "--train_file", "c.jsonl", "--output_dir", str(tmp_path / "out")]
     with CaptureLogger(arguments.logger) as captured:
         args, _ = example("train_captioning").parse_args(argv)
-    assert "fei_a2.yaml: eval_split, restval_in_train set the published data, which `--train_file` replaces" in captured.out
+    assert "fei_a2.yaml: eval_split, restval_in_train set the published data, which `--train_file` replaces" in (
+        captured.out
+    )
     assert args.a2_fusions == "none,max,moving_average,exp_decay,gate"  # the paper's settings stay
