@@ -7,8 +7,8 @@ v2 and RefCOCO+ fine-tuning from each resulting checkpoint, and one table compar
         --vgp_eval_csv full_data_type_phrase_pair_val.csv --features FLICKR_STORE \
         --vqa_dir VQA --coco_features COCO_STORE --refcoco_dir refcoco+ --output_dir outputs/samaran_table1
     # your own photos, every stage in the user-data format (docs: "Your own data"; validation files optional; the
-    # paper's config is that of the published data: its VGP `negatives` and evaluation splits are refused here)
-    accelerate launch examples/samaran_table1.py --supervisions none,direct \
+    # paper's config's settings of its published data, VGP `negatives` and the evaluation splits, are left out)
+    accelerate launch examples/samaran_table1.py --config examples/configs/samaran_table1.yaml \
         --train_file vgp_train.jsonl --validation_file vgp_val.jsonl \
         --vqa_train_file vqa_train.jsonl --vqa_validation_file vqa_val.jsonl \
         --refcoco_train_file refcoco_train.jsonl --refcoco_validation_file refcoco_val.jsonl --output_dir outputs/t1
@@ -42,7 +42,10 @@ Each stage reads either its published files or your own in the user-data format:
 `--refcoco_dir` (then evaluated on its validation rows only: `--refcoco_splits` is RefCOCO+'s). Each `*_validation_file`
 is optional (without it, the example holds out the rows of a seeded 10% of the training file's images). The
 downstream stages start from the VGP model, so their region features must have its dimension: with your own files in
-every stage, the same `--common.grid_size` / `--common.region_encoder` make them alike.
+every stage, the same `--common.grid_size` / `--common.region_encoder` make them alike. The paper's config runs on
+your files as it is: its settings of the published data (`vqa_eval_split`, `refcoco_splits`, the VGP section's
+`negatives`) are left out for the stages reading your files, and the log says which; typed on the command line, they
+are refused.
 
 Writes `<output_dir>/table1.json` (per setting: the Table 1 metrics, mean over the seeds, each seed's values and the VGP
 stage's own results) and `<output_dir>/table1.md` (the table).
@@ -61,12 +64,15 @@ from typing import Any
 from accelerate import PartialState
 from transformers import HfArgumentParser
 from transformers.trainer_utils import get_last_checkpoint
+from transformers.utils import logging
 
 from hf_vlalign.recipes import DataArguments, MixedPrecisionArguments, ModelArguments
 from hf_vlalign.recipes.arguments import ThreadArguments, read_config_file, split_config_flag
 from hf_vlalign.trainers import TaskTrainingArguments, VGPTrainingArguments
 from hf_vlalign.utils.typed_options import typed_options
 from hf_vlalign.utils.user_errors import run_command
+
+logger = logging.get_logger(__name__)
 
 EXAMPLES = Path(__file__).resolve().parent
 SUPERVISIONS = ("none", "direct", "semi_direct", "indirect")
@@ -198,9 +204,10 @@ class Table1Arguments:
         return parse_list(self.refcoco_splits, "--refcoco_splits", REFCOCO_SPLITS)
 
 
-def check_data_sources(args: Table1Arguments, given: set[str]) -> None:
+def check_data_sources(args: Table1Arguments, typed: set[str]) -> None:
     """Each stage reads its published files or your own (`PUBLISHED_DATA`, `USER_FILES`), never both; a validation
-    file needs its training file, and the published data's own flags are refused with your files."""
+    file needs its training file, and the published data's own flags typed on the command line (`typed`) are refused
+    with your files."""
     if args.output_dir is None:
         raise ValueError("`--output_dir` is required (a flag or a config key).")
     for stage in STAGES:
@@ -209,7 +216,7 @@ def check_data_sources(args: Table1Arguments, given: set[str]) -> None:
         if getattr(args, validation) is not None and getattr(args, train) is None:
             raise ValueError(f"`--{validation}` is the evaluation rows of `--{train}`: pass `--{train}` too.")
         if args.user_data(stage):
-            replaced = published + [name for name in PUBLISHED_ONLY.get(stage, ()) if name in given]
+            replaced = published + [name for name in PUBLISHED_ONLY.get(stage, ()) if name in typed]
             if replaced:
                 raise ValueError(
                     f"`--{replaced[0]}` reads published data, but `--{train}` gives the {stage} stage's own: drop it."
@@ -226,6 +233,18 @@ def check_data_sources(args: Table1Arguments, given: set[str]) -> None:
             raise ValueError(
                 "`--coco_features` is required for the published VQA v2 / RefCOCO+ data (the COCO images' store)."
             )
+
+
+def report_published_settings_unused(args: Table1Arguments, config_values: dict[str, Any], path: str | None) -> None:
+    """Says which of the config file's published-data settings (`PUBLISHED_ONLY`: the paper's evaluation splits) a
+    stage reading your own files leaves unused, so that the paper's config runs on your data (typed on the command
+    line, `check_data_sources` refuses them)."""
+    unused = [name for stage, names in PUBLISHED_ONLY.items() if args.user_data(stage) for name in names]
+    unused = [name for name in unused if name in config_values]
+    if unused:
+        logger.warning(
+            f"`--config` {path}: {', '.join(unused)} set the published data, which your own files replace: not used."
+        )
 
 
 def split_section_flags(argv: list[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
@@ -320,7 +339,8 @@ def parse_args(argv: list[str]) -> tuple[Table1Arguments, dict[str, dict[str, An
     parser.add_argument("--config", help="YAML or JSON: driver flags and the sections common / vgp / vqa / refcoco")
     parser.set_defaults(**{name: str(value) for name, value in config_values.items()})
     args, _ = parser.parse_args_into_dataclasses(driver_argv)  # _: the `--config` namespace
-    check_data_sources(args, typed_options(parser, driver_argv) | set(config_values))
+    check_data_sources(args, typed_options(parser, driver_argv))
+    report_published_settings_unused(args, config_values, config_path)
     _ = (args.supervision_list, args.seed_list, args.refcoco_split_list)  # checked now, before any training
 
     flag_names = stage_flag_names(stage_examples())

@@ -8,6 +8,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from PIL import Image
 from script_modules import ROOT, load_script
 
 from hf_vlalign.recipes import DataArguments, ModelArguments, parse_recipe_args
+from hf_vlalign.recipes.arguments import read_config_file
 
 PHOTOS = Path(os.path.dirname(skimage.__file__)) / "data"
 PHOTO_NAMES = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "horse.png", "camera.png")
@@ -324,9 +327,13 @@ def test_samaran_table1_on_user_data(user_folder, tmp_path):
     vqa = write_jsonl(user_folder / "t1_vqa.jsonl", vqa_rows(user_folder))
     refcoco = write_jsonl(user_folder / "t1_refcoco.jsonl", refcoco_rows(user_folder))
     refcoco_val = write_jsonl(user_folder / "t1_refcoco_val.jsonl", refcoco_rows(user_folder)[:4])
-    common = [flag if not flag.startswith("--") else f"--common.{flag[2:]}" for flag in SHORT_RUN]
+    # the paper's config as it is (docs/own_data.md, "Each paper's recipe on your data"); its VGP stage saves and
+    # keeps its best checkpoint, so every sub-run saves as the config says
+    short_run = [flag for flag in SHORT_RUN if flag not in ("--save_strategy", "no")]
+    common = [flag if not flag.startswith("--") else f"--common.{flag[2:]}" for flag in short_run]
     output_dir = tmp_path / "out"
     table = example("samaran_table1").main([
+        "--config", str(ROOT / "examples" / "configs" / "samaran_table1.yaml"),
         "--train_file", str(vgp), "--vqa_train_file", str(vqa), "--refcoco_train_file", str(refcoco),
         "--refcoco_validation_file", str(refcoco_val), "--supervisions", "direct", "--output_dir", str(output_dir),
         "--vgp.model_name_or_path", str(user_folder / "bert"), *common,
@@ -335,9 +342,12 @@ def test_samaran_table1_on_user_data(user_folder, tmp_path):
     metrics = table["settings"]["direct"]["metrics"]
     assert set(metrics) == {*table["columns"], *table["vgp_columns"]}
     for stage, source in (("vgp", "t1_vgp.jsonl"), ("vqa", "t1_vqa.jsonl"), ("refcoco", "t1_refcoco_val.jsonl")):
-        folder = output_dir / "direct" / "seed42" / stage
+        folder = output_dir / "direct" / "seed12345" / stage  # the config's seed
         assert source in json.loads((folder / "eval_results.json").read_text())["data"]
         assert json.loads((folder / "config.json").read_text())["visual_feat_dim"] == FEATURE_DIM
+    # the config's training settings reached the sub-runs
+    vgp_args = json.loads((output_dir / "direct" / "seed12345" / "vgp" / "training_args.json").read_text())
+    assert vgp_args["optim"] == "sgd" and vgp_args["learning_rate"] == pytest.approx(2.24e-3)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -351,6 +361,9 @@ def test_samaran_table1_on_user_data(user_folder, tmp_path):
         # a flag of the shared data arguments, and one of an example's own data flags (`data_source_flags`)
         ("finetune_vqa", ["--dataset", "gqa"], "`--dataset` names another data source than `--train_file`"),
         ("finetune_vgp", ["--vgp_train_csv", "x.csv"], "`--vgp_train_csv` names another"),
+        # a paper's config gives way to your file, a flag typed beside it does not
+        ("finetune_vgp", ["--config", str(ROOT / "examples" / "configs" / "samaran_vgp.yaml"), "--negatives", "hard"],
+         "`--negatives` names another"),
     ],
 )
 def test_train_file_refuses_the_flags_of_other_data(name, flags, message, tmp_path):
@@ -440,3 +453,70 @@ def test_pretrain_two_stream_refuses_captions_without_phrases(user_folder, tmp_p
     train = write_jsonl(user_folder / "plain_captions.jsonl", rows)
     with pytest.raises(ValueError, match="the alignment loss and the cross-attention grounding evaluation read grounded"):
         example("pretrain_two_stream").main(["--train_file", str(train), "--output_dir", str(tmp_path / "out")])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Each paper's recipe (examples/configs/) on the user format: the commands of docs/own_data.md
+# ----------------------------------------------------------------------------------------------------------------
+
+CONFIGS = ROOT / "examples" / "configs"
+
+
+def recipe_commands() -> list[str]:
+    """The commands of docs/own_data.md's section "Each paper's recipe on your data", continuation lines joined."""
+    text = (ROOT / "docs" / "own_data.md").read_text()
+    start = text.index("## Each paper's recipe on your data")
+    section = text[start : text.index("\n## ", start)]
+    shell = "".join(re.findall(r"```bash\n(.*?)```", section, re.S)).replace("\\\n", " ")
+    return [line for line in shell.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def recipe_argv(config: str, tmp_path: Path) -> tuple[str, list[str]]:
+    """(the example, its flags) of the docs' command running `config`, the output under `tmp_path`."""
+    command = next((line for line in recipe_commands() if f"examples/configs/{config}" in line), None)
+    assert command is not None, f"docs/own_data.md's recipe section has no command for examples/configs/{config}"
+    tokens = shlex.split(command)
+    script = next(token for token in tokens if re.fullmatch(r"examples/\w+\.py", token))
+    flags = tokens[tokens.index(script) + 1 :]
+    argv = [str(ROOT / token) if token.startswith("examples/configs/") else token for token in flags]
+    argv[argv.index("--output_dir") + 1] = str(tmp_path / "out")
+    return Path(script).stem, argv
+
+
+@pytest.mark.parametrize("config", sorted(path.name for path in CONFIGS.glob("*.yaml")))
+def test_each_papers_config_runs_on_user_files_as_the_docs_say(config, tmp_path):
+    """The docs' command of every paper's config parses with user files: the config's published-data settings are left
+    out, its training settings kept; Table 1's three sub-runs take their flags as the driver passes them."""
+    name, argv = recipe_argv(config, tmp_path)
+    values = read_config_file(CONFIGS / config)
+    if name != "samaran_table1":
+        *parsed, training_args = example(name).parse_args(argv)
+        assert parsed[0].train_file.endswith(".jsonl")
+        assert training_args.learning_rate == pytest.approx(values["learning_rate"])  # the paper's
+        return
+    table = example(name)
+    args, stage_flags = table.parse_args(argv)
+    assert all(args.user_data(stage) for stage in table.STAGES) and args.seed_list == [12345]
+    examples = table.stage_examples()
+    for stage in table.STAGES:
+        config_file = tmp_path / f"{stage}.json"
+        config_file.write_text(json.dumps(stage_flags[stage]))
+        flags = table.driver_flags(stage, args, "direct", 12345, tmp_path / "out" / "direct" / "seed12345")
+        sub_argv = ["--config", str(config_file)]
+        sub_argv += [item for key, value in flags.items() for item in (f"--{key}", str(value))]
+        training_args = examples[stage].parse_args(sub_argv)[-1]
+        assert training_args.learning_rate == pytest.approx(values[stage]["learning_rate"]), stage
+
+
+def test_a_papers_config_names_the_published_data_settings_it_leaves_out(tmp_path):
+    from transformers.testing_utils import CaptureLogger
+
+    from hf_vlalign.recipes import arguments
+
+    argv = ["--config", str(CONFIGS / "fei_a2.yaml"), "--train_file", "c.jsonl", "--output_dir", str(tmp_path / "out")]
+    with CaptureLogger(arguments.logger) as captured:
+        args, _ = example("train_captioning").parse_args(argv)
+    assert "fei_a2.yaml: eval_split, restval_in_train set the published data, which `--train_file` replaces" in (
+        captured.out
+    )
+    assert args.a2_fusions == "none,max,moving_average,exp_decay,gate"  # the paper's settings stay

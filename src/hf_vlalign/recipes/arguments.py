@@ -17,12 +17,15 @@ import yaml
 from huggingface_hub.dataclasses import type_validator
 from transformers import AutoConfig, HfArgumentParser, TrainingArguments
 from transformers.integrations import is_tensorboard_available
+from transformers.utils import logging
 
 from ..models.family import FAMILIES as FAMILY_SPECS
 from ..synthetic import SyntheticSceneConfig
 from ..utils.output_paths import refuse_output_overlapping_inputs
 from ..utils.typed_options import typed_options
 from .threads import check_distributed_launch, set_cpu_threads
+
+logger = logging.get_logger(__name__)
 
 # the families whose task models the recipes train: those that take the attention-supervision arguments
 FAMILIES = tuple(name for name, spec in FAMILY_SPECS.items() if spec.attention_supervision)
@@ -133,6 +136,24 @@ def check_user_data_flags(parsed: Iterable[Any], given: set[str], data_source_fl
         )
 
 
+def drop_published_data_settings(
+    config_values: dict[str, Any], typed: set[str], data_source_flags: Iterable[str], config_path: str | None
+) -> dict[str, Any]:
+    """`config_values` without the settings of another data source (`DATA_SOURCE_FLAGS`, `data_source_flags`) when
+    `--train_file` is typed on the command line, saying which: a paper's config (examples/configs/) holds its
+    published data's settings (evaluation split, negatives, ...), and your own file replaces that data
+    (docs/own_data.md, "Each paper's recipe on your data"). Typed on the command line, they stay refused."""
+    if "train_file" not in typed:
+        return config_values
+    dropped = [name for name in (*DATA_SOURCE_FLAGS, *data_source_flags) if name in config_values]
+    if dropped:
+        logger.warning(
+            f"`--config` {config_path}: {', '.join(dropped)} set the published data, which `--train_file` replaces: "
+            "not used."
+        )
+    return {name: value for name, value in config_values.items() if name not in dropped}
+
+
 @dataclass
 class DataArguments(UserDataArguments):
     dataset: str | None = field(default=None, metadata={"help": "a dataset builder name (default: synthetic scenes)."})
@@ -207,7 +228,8 @@ def parse_recipe_args(
     **defaults,
 ) -> tuple:
     """Parses `argv` into `dataclass_types` + `training_args_class` (returned in that order) over the examples' shared
-    defaults, then `defaults`, then a `--config FILE`'s values (YAML or JSON, see `examples/configs/`); then checks
+    defaults, then `defaults`, then a `--config FILE`'s values (YAML or JSON, see `examples/configs/`; without its
+    published-data settings when `--train_file` is typed: `drop_published_data_settings`); then checks
     them (counts, `--mixed_precision`, `--dropout`, flags their setting does not read, the other data sources' flags
     with `--train_file`, the output folder) and sets the CPU threads (`--num_threads`)."""
     dataclass_types = (*dataclass_types, ThreadArguments, training_args_class)
@@ -217,6 +239,8 @@ def parse_recipe_args(
     )
     config_path, argv = split_config_flag(argv)
     config_values = read_recipe_config(config_path, dataclass_types) if config_path else {}
+    typed = typed_options(parser, argv)
+    config_values = drop_published_data_settings(config_values, typed, data_source_flags, config_path)
     parser.set_defaults(
         **{
             **TRAINING_DEFAULTS,
@@ -227,7 +251,7 @@ def parse_recipe_args(
         }
     )
     *parsed, threads, training_args, _ = parser.parse_args_into_dataclasses(argv)  # _: the `--config` namespace
-    given = typed_options(parser, argv) | set(config_values)
+    given = typed | set(config_values)
     for value in (*parsed, threads):
         check_counts(value)
     check_training_counts(training_args)

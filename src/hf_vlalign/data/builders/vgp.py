@@ -418,6 +418,20 @@ def find_split_overlap(
     return {name: indices for name, indices in overlap.items() if indices}
 
 
+def split_overlap_counts(
+    pairs: list[VGPPair], overlap: dict[str, list[int]], held_out: dict[str, list[VGPPair]]
+) -> dict[str, dict[str, int]]:
+    """Per entry of `overlap` (`find_split_overlap`): its `rows`, their `images` and, for a `held_out` csv,
+    `identical_rows` (rows of the same image and the same two phrases as one of its rows)."""
+    counts = {}
+    for name, indices in overlap.items():
+        counts[name] = {"rows": len(indices), "images": len({pairs[i].image_id for i in indices})}
+        if name in held_out:
+            keys = {_pair_key(pair) for pair in held_out[name]}
+            counts[name]["identical_rows"] = sum(_pair_key(pairs[i]) in keys for i in indices)
+    return counts
+
+
 def _pair_key(pair: VGPPair) -> tuple[str, frozenset[str]]:
     return pair.image_id, frozenset(unescape_phrase(p).lower() for p in (pair.original_phrase1, pair.original_phrase2))
 
@@ -444,11 +458,10 @@ def handle_split_overlap(
         return pairs
     rows = sorted({i for indices in overlap.values() for i in indices})
     parts = []
-    for name, indices in overlap.items():
-        part = f"{len(indices)} row(s) on {len({pairs[i].image_id for i in indices})} image(s) of {name}"
-        if name in held_out:
-            keys = {_pair_key(pair) for pair in held_out[name]}
-            part += f", {sum(_pair_key(pairs[i]) in keys for i in indices)} of them identical to its rows"
+    for name, counts in split_overlap_counts(pairs, overlap, held_out).items():
+        part = f"{counts['rows']} row(s) on {counts['images']} image(s) of {name}"
+        if "identical_rows" in counts:
+            part += f", {counts['identical_rows']} of them identical to its rows"
         parts.append(part)
     message = (
         f"{source}{f' (split {split!r})' if split else ''}: {len(rows)} of {len(pairs)} rows overlap other splits: "
