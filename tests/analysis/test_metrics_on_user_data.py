@@ -86,6 +86,8 @@ def test_answers_must_be_lists_of_strings(answers):
     # a bare string would have been read as one answer per character ("cat" -> "c", "a", "t")
     with pytest.raises(ValueError, match=r"`answers\[0\]` must be a non-empty list of answer strings"):
         vqa_accuracy(["cat"], answers)
+    with pytest.raises(ValueError, match=r"`predictions\[0\]` must be an answer string, got int: 2"):
+        vqa_accuracy([2], [["2"]])  # an answer id, not its answer
 
 
 def test_user_rows_training_scores_agree_with_vqa_accuracy():

@@ -120,6 +120,10 @@ def _check_inputs(predictions, answers, answer_types) -> tuple[list[str], list[l
             f"`answer_types` must hold one type per prediction, got {len(answer_types)} types for "
             f"{len(predictions)} predictions."
         )
+    for i, prediction in enumerate(predictions):
+        if not isinstance(prediction, str):
+            kind = type(prediction).__name__
+            raise ValueError(f"`predictions[{i}]` must be an answer string, got {kind}: {prediction!r}.")
     for i, human in enumerate(answers):
         # a bare string would be read as one answer per character
         if isinstance(human, str) or len(human) == 0 or not all(isinstance(answer, str) for answer in human):
