@@ -23,6 +23,7 @@ from transformers import EvalPrediction
 from hf_vlalign.data.builders.user_data import UserDataError, answer_vocabulary, build_user_dataset, with_soft_scores
 from hf_vlalign.evaluation.task_metrics import answer_metrics
 from hf_vlalign.metrics import gqa_scores, nlvr2_scores, vqa_accuracy
+from tests.hub.test_task_model_cards import render
 from tests.project.test_readme import python_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,6 +110,11 @@ def test_user_rows_training_scores_agree_with_vqa_accuracy():
     # right single answer 1, wrong one 0, one of two answers 0.5, one of three 1/3
     expected = (1 + 0 + 0.5 + 1 / 3) / 4
     assert metrics == {"accuracy": pytest.approx(expected, abs=1e-6), "vqa_accuracy": pytest.approx(expected)}
+
+
+def test_the_task_card_states_the_rule_for_fewer_answers():
+    text = " ".join(render("question_answering", "single_stream").text.split())
+    assert "a question with n < 10 answers (user rows) scores min(1, #who gave it / min(3, n))" in text
 
 
 def test_user_file_answers_are_normalised_as_vqa(photos, tmp_path):
