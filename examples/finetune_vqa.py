@@ -225,8 +225,8 @@ def _resolve(data_dir: str | None, path: str) -> Path:
 
 
 def load_user_questions(data_args: DataArguments, training_args: TaskTrainingArguments) -> QuestionAnsweringData:
-    """`--train_file` / `--validation_file` of `vqa` rows, scored as VQA v2 (soft scores of the answers); the
-    vocabulary holds every answer of the training file."""
+    """`--train_file` / `--validation_file` of `vqa` rows, scored as VQA v2 (each answer's soft score is the credit
+    `vqa_accuracy` gives it: 1 for a single answer); the vocabulary holds every answer of the training file."""
     user = load_user_splits(data_args, "vqa", training_args)
     train = first_rows(user.train, data_args.max_train_samples)
     evaluation = first_rows(user.eval, data_args.max_eval_samples)

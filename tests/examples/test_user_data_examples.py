@@ -182,6 +182,8 @@ def test_vqa_on_user_questions_from_csv(user_folder, tmp_path):
     )
     # no validation file: the rows of 2 of the 6 images (10%, at least 2) are held out
     assert "held out for evaluation" in written["data"] and written["eval_examples"] == 4
+    # fewer than ten answers: the training score of the predicted answer is its VQA accuracy (a right single answer 1)
+    assert written["vqa_accuracy"] == pytest.approx(written["accuracy"], abs=1e-6)
     vocab = json.loads((output_dir / "answer_vocab.json").read_text())
     assert set(vocab) == {"person", "cat", "cup", "rocket", "horse", "yes", "no"}
     assert written["num_answers"] == len(vocab)

@@ -6,9 +6,11 @@ script's line it follows:
     {'accuracy': 1.0, 'binary': 1.0, 'open': None, ...}
 
 Only the balanced questions are scored (a record without `isBalanced` counts as balanced), by exact string match.
-Binary questions are those whose structural type is not "query". Consistency averages, over the correctly answered
-questions with entailed questions, the accuracy on those; validity / plausibility need the choices file; distribution
-is the chi-square between gold and predicted answer counts per global group / 100 (lower is better).
+Binary questions are those whose structural type is not "query". A hand-made record may hold only its `answer`: it
+counts in `accuracy`, and in `binary` / `open` and the per-type splits only when it has `types` (they are None / empty
+when no record has them). Consistency averages, over the correctly answered questions with entailed questions, the
+accuracy on those; validity / plausibility need the choices file; distribution is the chi-square between gold and
+predicted answer counts per global group / 100 (lower is better).
 
 Unlike the script, accuracies are fractions in [0, 1], and a metric whose inputs are missing is None instead of 0
 (`computed` lists the metrics that have a value).
@@ -36,6 +38,14 @@ def _first_ids(ids: list[str]) -> str:
     return shown + (f" and {len(ids) - _SHOWN_IDS} more" if len(ids) > _SHOWN_IDS else "")
 
 
+def _check_record(qid: str, question) -> None:
+    if not isinstance(question, Mapping):
+        raise ValueError(
+            f"`questions[{qid!r}]` must be a question record such as {{'answer': 'yes'}} (GQA's, or one holding only "
+            f"the gold answer), got {type(question).__name__}: {question!r}."
+        )
+
+
 def _check_question(qid: str, question) -> None:
     if not isinstance(question.get("answer"), str):
         raise ValueError(
@@ -45,6 +55,8 @@ def _check_question(qid: str, question) -> None:
 
 
 def _balanced_ids(questions) -> list[str]:
+    for qid, question in questions.items():
+        _check_record(qid, question)
     balanced = [qid for qid, question in questions.items() if is_balanced(question)]
     if not balanced:
         raise ValueError(
@@ -99,9 +111,14 @@ def _average(values: list[float]) -> float | None:
     return float(sum(values)) / len(values) if values else None
 
 
+def _types(question: Mapping) -> Mapping:
+    """The record's `types` ({} for a hand-made record without them)."""
+    return question.get("types") or {}
+
+
 def belongs(answer: str, group: list[str], question: Mapping) -> bool:
     """eval.py `belongs`: is `answer` in `group`; "...Common" questions always use ("color", "material", "shape")."""
-    if "Common" in question["types"].get("detailed", ""):
+    if "Common" in _types(question).get("detailed", ""):
         group = COMMON_GROUP
     return answer in group
 
@@ -147,7 +164,8 @@ def _accuracy_per_type(balanced: list[str], questions: Mapping, correct: dict[st
     # eval.py: scores["accuracyPerStructuralType"][question["types"]["structural"]].append(score) (same for semantic)
     per_type = defaultdict(list)
     for qid in balanced:
-        per_type[questions[qid]["types"][kind]].append(float(correct[qid]))
+        if kind in _types(questions[qid]):
+            per_type[questions[qid]["types"][kind]].append(float(correct[qid]))
     return {name: _average(values) for name, values in sorted(per_type.items())}
 
 
@@ -179,11 +197,16 @@ def gqa_scores(
 
     # eval.py: correct = (predicted == gold)
     correct = {qid: predictions[qid] == questions[qid]["answer"] for qid in balanced}
-    is_open = {qid: questions[qid]["types"]["structural"] == OPEN_STRUCTURAL_TYPE for qid in balanced}
+    # only the records with a structural type are binary or open
+    is_open = {
+        qid: _types(questions[qid])["structural"] == OPEN_STRUCTURAL_TYPE
+        for qid in balanced
+        if "structural" in _types(questions[qid])
+    }
     scores = {
         "accuracy": _average([float(correct[qid]) for qid in balanced]),
-        "binary": _average([float(correct[qid]) for qid in balanced if not is_open[qid]]),
-        "open": _average([float(correct[qid]) for qid in balanced if is_open[qid]]),
+        "binary": _average([float(correct[qid]) for qid, open_ in is_open.items() if not open_]),
+        "open": _average([float(correct[qid]) for qid, open_ in is_open.items() if open_]),
         "consistency": None if entailed is None else _consistency(predictions, questions, balanced, correct),
         "validity": None,
         "plausibility": None,
@@ -199,7 +222,8 @@ def gqa_scores(
         scores[f"accuracy_per_{kind}_type"] = _accuracy_per_type(balanced, questions, correct, kind)
         counts = defaultdict(int)
         for qid in balanced:
-            counts[questions[qid]["types"][kind]] += 1
+            if kind in _types(questions[qid]):
+                counts[questions[qid]["types"][kind]] += 1
         scores[f"questions_per_{kind}_type"] = dict(sorted(counts.items()))
     scores["num_questions"] = len(balanced)
     scores["computed"] = [metric for metric in METRICS if scores[metric] is not None]

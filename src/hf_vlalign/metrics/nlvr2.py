@@ -4,6 +4,12 @@ lil-lab/nlvr): accuracy over the examples, and consistency, the share of unique 
 
     >>> nlvr2_scores([True, False], ["True", "True"], ["dev-850-0-0", "dev-850-1-0"])
     {'accuracy': 0.5, 'consistency': 0.0, 'num_examples': 2, 'num_sentences': 1}
+
+Rows of one's own (no published identifiers) give their `sentences` instead: the examples of one sentence text (one
+statement judged against several image pairs) make one sentence, as the published identifiers group them:
+
+    >>> nlvr2_scores([True, True], [True, False], sentences=["one image shows a cat .", "one image shows a cat ."])
+    {'accuracy': 0.5, 'consistency': 0.0, 'num_examples': 2, 'num_sentences': 1}
 """
 
 from __future__ import annotations
@@ -52,25 +58,42 @@ def sentence_key(identifier: str, name: str = "identifier") -> str:
     return "-".join(fields)
 
 
-def _check_inputs(predictions, labels, identifiers) -> tuple[list[bool], list[bool], list[str]]:
-    """Checked truth values and the sentence key of every example."""
-    if len(predictions) == 0 or len(labels) != len(predictions) or len(identifiers) != len(predictions):
+def _sentence_keys(identifiers, sentences) -> tuple[str, list[str]]:
+    """The name of the grouping given (`identifiers` or `sentences`, exactly one) and each example's sentence key."""
+    if (identifiers is None) == (sentences is None):
+        given = "both" if sentences is not None else "neither"
         raise ValueError(
-            f"`predictions`, `labels` and `identifiers` must have the same length (at least one example), got {len(predictions)}, "
-            f"{len(labels)} and {len(identifiers)}."
+            "give exactly one of `identifiers` (NLVR2's 'split-setId-pairId-sentenceId') and `sentences` (each "
+            f"example's sentence text, for rows without such identifiers), got {given}."
         )
-    keys = [sentence_key(identifier, f"identifiers[{i}]") for i, identifier in enumerate(identifiers)]
-    repeated = [identifier for identifier, count in Counter(identifiers).items() if count > 1]
-    if repeated:
+    if sentences is None:
+        repeated = [identifier for identifier, count in Counter(identifiers).items() if count > 1]
+        if repeated:
+            raise ValueError(
+                f"`identifiers` must be unique (one prediction per example), got {repeated[0]!r} more than once."
+            )
+        keys = [sentence_key(identifier, f"identifiers[{i}]") for i, identifier in enumerate(identifiers)]
+        return "identifiers", keys
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str) or not sentence.strip():
+            raise ValueError(f"`sentences[{i}]` must be the example's sentence text, got {sentence!r}.")
+    return "sentences", list(sentences)
+
+
+def _check_inputs(predictions, labels, identifiers, sentences) -> tuple[list[bool], list[bool], list[str]]:
+    """Checked truth values and the sentence key of every example."""
+    name, keys = _sentence_keys(identifiers, sentences)
+    if len(predictions) == 0 or len(labels) != len(predictions) or len(keys) != len(predictions):
         raise ValueError(
-            f"`identifiers` must be unique (one prediction per example), got {repeated[0]!r} more than once."
+            f"`predictions`, `labels` and `{name}` must have the same length (at least one example), got "
+            f"{len(predictions)}, {len(labels)} and {len(keys)}."
         )
     predicted = [to_truth_value(value, f"predictions[{i}]") for i, value in enumerate(predictions)]
     gold = [to_truth_value(value, f"labels[{i}]") for i, value in enumerate(labels)]
     return predicted, gold, keys
 
 
-def nlvr2_scores(predictions, labels, identifiers) -> dict:
+def nlvr2_scores(predictions, labels, identifiers=None, *, sentences=None) -> dict:
     """Accuracy and consistency of NLVR2 truth-value predictions, in [0, 1].
 
     Args:
@@ -78,10 +101,12 @@ def nlvr2_scores(predictions, labels, identifiers) -> dict:
         labels: gold truth value per example (the "label" field of the NLVR2 json lines).
         identifiers: "split-setId-pairId-sentenceId" per example (the "identifier" field); all examples of a sentence
             share split, setId and sentenceId.
+        sentences: instead of `identifiers` (rows without them): the sentence text of each example; the examples of
+            one text make one sentence.
 
     Returns {"accuracy", "consistency", "num_examples", "num_sentences"}.
     """
-    predicted, gold, keys = _check_inputs(predictions, labels, identifiers)
+    predicted, gold, keys = _check_inputs(predictions, labels, identifiers, sentences)
     consistent: dict[str, bool] = {}
     num_correct = 0
     for prediction, label, key in zip(predicted, gold, keys):

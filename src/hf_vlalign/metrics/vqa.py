@@ -1,14 +1,28 @@
 """VQA accuracy (Antol et al. 2015; Goyal et al. 2017) as the official evaluation script computes it
-(`PythonEvaluationTools/vqaEvaluation/vqaEval.py` of GT-Vision-Lab/VQA):
+(`PythonEvaluationTools/vqaEvaluation/vqaEval.py` of GT-Vision-Lab/VQA) for questions with ten human answers, and a
+documented rule for questions with fewer (a user's own rows, often one `answer`):
 
     >>> vqa_accuracy(["Two"], [["2", "2", "3", "2", "2", "2", "2", "2", "2", "2"]])
     {'accuracy': 1.0, 'num_questions': 1}
+    >>> vqa_accuracy(["cat", "red"], [["cat"], ["red"]])
+    {'accuracy': 1.0, 'num_questions': 2}
 
-The predicted answer is normalised (`normalize_vqa_answer`: punctuation, number words, articles, contractions); the
-human answers only go through `process_punctuation`, and only when they are not all identical, as in the script
-(`normalize_references=True` normalises them fully). A question's accuracy is the mean over the ten leave-one-out
-subsets of nine human answers of min(1, #matches / 3). Unlike the script, accuracies are fractions in [0, 1], and
-per-question-type accuracy is left out (`answer_types` gives the per-answer-type split).
+Ten (or more) human answers, the official metric: the predicted answer is normalised (`normalize_vqa_answer`:
+punctuation, number words, articles, contractions); the human answers only go through `process_punctuation`, and only
+when they are not all identical, as in the script (`normalize_references=True` normalises them fully). A question's
+accuracy is the mean over the leave-one-out subsets of nine human answers of min(1, #matches / 3) (Antol et al.'s
+"an answer is 100% accurate if at least 3 humans gave it", averaged over the 10 choose 9 subsets).
+
+Fewer than ten answers (`answer_credit`): min(1, #matches / min(3, n)) over the n answers, with no leave-one-out, and
+both sides fully normalised. Why: leave-one-out over n < 10 answers leaves subsets too small to reach three matches
+(one answer leaves an empty subset: a correct single answer would score 0, two identical answers 1/3), and the
+answers are the user's own, not the VQA pipeline's already normalised ones ("two" must match "2"). So a correct
+single answer scores 1, an answer all of n <= 3 humans gave scores 1, one of two answers 0.5, and from three answers on
+the official saturation min(1, #matches / 3) holds. The same credit is each answer's training score
+(`data.builders.user_data.with_soft_scores`), so a model's soft-score accuracy and this metric agree on such rows.
+
+Unlike the script, accuracies are fractions in [0, 1], and per-question-type accuracy is left out (`answer_types`
+gives the per-answer-type split).
 """
 
 from __future__ import annotations
@@ -106,6 +120,17 @@ def _check_inputs(predictions, answers, answer_types) -> tuple[list[str], list[l
             f"`answer_types` must hold one type per prediction, got {len(answer_types)} types for "
             f"{len(predictions)} predictions."
         )
+    for i, prediction in enumerate(predictions):
+        if not isinstance(prediction, str):
+            kind = type(prediction).__name__
+            raise ValueError(f"`predictions[{i}]` must be an answer string, got {kind}: {prediction!r}.")
+    for i, human in enumerate(answers):
+        # a bare string would be read as one answer per character
+        if isinstance(human, str) or len(human) == 0 or not all(isinstance(answer, str) for answer in human):
+            raise ValueError(
+                f"`answers[{i}]` must be a non-empty list of answer strings (e.g. ['cat'] for a single answer), got "
+                f"{human!r}."
+            )
     return list(predictions), [list(human) for human in answers], answer_types and list(answer_types)
 
 
@@ -118,9 +143,20 @@ def _reference_answers(human: list[str], normalize_references: bool) -> list[str
     return list(human)
 
 
+def answer_credit(matches: int, num_answers: int) -> float:
+    """The credit of an answer that `matches` of `num_answers` humans gave, without leave-one-out:
+    min(1, matches / min(3, num_answers)). From three answers on, Antol et al.'s min(1, #humans / 3) (VQA's soft score);
+    with one or two answers, agreeing with all of them is full credit (one answer: 1 if it matches, else 0)."""
+    return min(1.0, matches / min(_AGREEMENT, num_answers))
+
+
 def vqa_question_accuracy(prediction: str, human_answers: list[str], normalize_references: bool = False) -> float:
-    """Accuracy of one answer against the human answers (ten in VQA), in [0, 1]."""
+    """Accuracy of one answer against the human answers, in [0, 1]: the official leave-one-out mean with ten (or more)
+    answers, `answer_credit` over both sides normalised with fewer (the module docstring says why)."""
     predicted = normalize_vqa_answer(prediction)
+    if len(human_answers) < NUM_HUMAN_ANSWERS:
+        matches = sum(normalize_vqa_answer(answer) == predicted for answer in human_answers)
+        return answer_credit(matches, len(human_answers))
     references = _reference_answers(list(human_answers), normalize_references)
     scores = []
     for left_out in range(len(references)):
@@ -138,8 +174,10 @@ def vqa_accuracy(
     answer_types: list[str] | None = None,
     normalize_references: bool = False,
 ) -> dict:
-    """Official VQA accuracy of `predictions` (one answer string per question) against `answers` (the human answers of
-    each question, ten in VQA v1/v2), in [0, 1].
+    """VQA accuracy of `predictions` (one answer string per question) against `answers` (the human answers of each
+    question, at least one), in [0, 1]: the official leave-one-out accuracy for questions with ten answers (VQA v1 /
+    v2), `answer_credit` of both sides normalised for questions with fewer (a correct single answer scores 1).
+    `normalize_references` applies to questions of ten answers (the others are always normalised).
 
     Returns {"accuracy", "num_questions"} and, when `answer_types` (one per question) is given, "per_answer_type":
     the mean accuracy of the questions of each type, in first-seen order.
@@ -173,6 +211,7 @@ __all__ = [
     "NUM_HUMAN_ANSWERS",
     "PUNCTUATION",
     "VQA_METRIC_PATH",
+    "answer_credit",
     "load_vqa_metric",
     "normalize_vqa_answer",
     "process_digit_article",

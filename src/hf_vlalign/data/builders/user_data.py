@@ -20,6 +20,7 @@ from pathlib import Path
 
 import datasets
 
+from ...metrics.vqa import answer_credit, normalize_vqa_answer
 from ...utils.atomic_folders import writer_tag
 from ..feature_store import METADATA_FILE, PARTIAL_MARKER, RegionFeatureStore
 from ..formats.text_files import iter_csv_rows, parse_json, read_text
@@ -27,7 +28,6 @@ from ..formats.vgp import TYPOLOGY_LABELS
 from ._common import IMAGE_SIZE, attach_region_features, grounding_features
 from .nlvr2 import attach_pair_features
 from .vgp import ID_LABELS, VGP_FEATURES
-from .vqa_v2 import answer_score
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +231,15 @@ def _answers(where: str, values: Mapping) -> list[str]:
         raise UserDataError(f"{where}: `answers` must be a non-empty list of strings, got {answers!r}.")
     if not all(isinstance(answer, str) and answer.strip() for answer in answers):
         raise UserDataError(f"{where}: every answer must be a non-empty string, got {answers!r}.")
-    return [answer.strip().lower() for answer in answers]
+    # VQA's answer normalisation, as the published answers have had ("Two" -> "2", "a cat" -> "cat"): one answer, one
+    # spelling, in the vocabulary and for the metric
+    normalised = [normalize_vqa_answer(answer) for answer in answers]
+    if not all(normalised):
+        raise UserDataError(
+            f"{where}: every answer must keep a word once normalised as VQA's (articles and punctuation dropped), "
+            f"got {answers!r}."
+        )
+    return normalised
 
 
 def _row(task: str, row: UserRow, where: str, sizes: Mapping[Path, tuple[int, int]]) -> dict:
@@ -584,15 +592,15 @@ def answer_vocabulary(dataset: datasets.Dataset) -> dict[str, int]:
 
 
 def with_soft_scores(dataset: datasets.Dataset, answer_vocab: Mapping[str, int]) -> datasets.Dataset:
-    """`labels` (answer ids) and `scores` (VQA soft scores, min(count / 3, 1), or 1 for a single `answer`) of each row;
-    answers outside `answer_vocab` get no label (the row then scores 0)."""
+    """`labels` (answer ids) and `scores` of each row: each answer's `metrics.vqa.answer_credit`, min(1, count /
+    min(3, n)) of n answers (VQA's soft score min(count / 3, 1) from three answers on, 1 for a single `answer`), the
+    credit `vqa_accuracy` gives it; answers outside `answer_vocab` get no label (the row then scores 0)."""
 
     def scores(row: dict) -> dict:
         counts = Counter(answer for answer in row["answers"] if answer in answer_vocab)
-        single = len(row["answers"]) == 1
         return {
             "labels": [answer_vocab[answer] for answer in counts],
-            "scores": [1.0 if single else answer_score(count) for count in counts.values()],
+            "scores": [answer_credit(count, len(row["answers"])) for count in counts.values()],
         }
 
     features = dataset.features.copy()

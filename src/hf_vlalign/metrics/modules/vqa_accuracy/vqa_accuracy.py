@@ -20,18 +20,21 @@ _CITATION = """\
 """
 
 _DESCRIPTION = """\
-VQA accuracy: per question, the mean over the ten leave-one-out subsets of nine human answers of
-min(1, #humans in the subset who gave the predicted answer / 3), after the official answer normalisation (punctuation,
-number words to digits, articles removed, contractions). A fraction in [0, 1].
+VQA accuracy. A question with ten human answers (VQA v1 / v2) gets the official score: the mean over the ten
+leave-one-out subsets of nine human answers of min(1, #humans in the subset who gave the predicted answer / 3), after
+the official answer normalisation (punctuation, number words to digits, articles removed, contractions). A question
+with n < 10 answers (a user's own rows) gets min(1, #matches / min(3, n)), both sides normalised, no leave-one-out: a
+correct single answer scores 1. A fraction in [0, 1].
 """
 
 _KWARGS_DESCRIPTION = """
 Args:
     predictions: list of predicted answers, one per question.
-    references: list of lists of human answers (ten per question in VQA v1 / v2).
+    references: list of lists of human answers (ten per question in VQA v1 / v2; at least one).
     answer_types: optional list of answer types ("yes/no", "number", "other"), one per question, for the
         per-answer-type split; passed to `compute` as a whole (not accumulated by `add_batch`).
-    normalize_references: also apply the full normalisation to the human answers (default False, as vqaEval.py).
+    normalize_references: also apply the full normalisation to the ten human answers (default False, as vqaEval.py;
+        fewer answers are always normalised).
 Returns:
     dict with accuracy, num_questions (and per_answer_type when answer_types is given).
 Examples:
