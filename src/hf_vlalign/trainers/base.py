@@ -561,7 +561,8 @@ class ComponentLossTrainer(Trainer):
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"):
         """`Trainer.evaluation_loop` whose `{metric_key_prefix}_loss` and loss components are means over the
         evaluation set's examples (`prediction_step`, `_evaluation_share`): the same for any number of processes.
-        (`Trainer`'s own weights every batch as a full one and counts the repeats of the last.)"""
+        (`Trainer`'s own weights each process's loss, only its share of the batch's, by the batch size, and the
+        repeats of the last batch enter the counts.)"""
         self._clear_window("eval")
         output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
         for key, mean in self._window_means("eval").items():
