@@ -20,7 +20,7 @@ from torch.utils.data import get_worker_info
 from transformers import Trainer, TrainingArguments
 from transformers.trainer import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_callback import TrainerState
-from transformers.trainer_pt_utils import safe_globals
+from transformers.trainer_pt_utils import find_batch_size, nested_gather, safe_globals
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, unwrap_peft_model
 from transformers.utils import logging
 
@@ -253,6 +253,13 @@ class ComponentLossTrainer(Trainer):
     batch (as transformers' `Trainer` counts label tokens, for every loss); a model without them keeps per-batch means.
     Training batches are collated by `SeededCollator`. The settings are an `args_class` (a plain `TrainingArguments`
     is converted into it).
+
+    Every reported loss is the same under N processes and gradient accumulation as in one process with the same
+    global batch: `train_loss` and each logged component are means over the optimizer steps, over every process;
+    `eval_loss` and each evaluation component are means over the evaluation set's examples (each batch's loss, a mean
+    over its global counts, weighted by its examples; the examples accelerate repeats to complete the last batch of a
+    multi-process evaluation left out), so `eval_loss` is the weighted sum of its components. A loss that is a mean
+    over examples (a task loss) is then the evaluation set's mean whatever the batch size.
     """
 
     # the class of the trainer's `args`, which holds its own settings
@@ -269,6 +276,10 @@ class ComponentLossTrainer(Trainer):
     def __init__(self, model: nn.Module | None = None, args: TrainingArguments | None = None, *trainer_args, **kwargs):
         super().__init__(model, as_training_arguments(args, self.args_class), *trainer_args, **kwargs)
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        # each recorded value's weight in its window's mean (`_record`)
+        self._metric_weights = {"train": defaultdict(list), "eval": defaultdict(list)}
+        # (real examples of this process's evaluation batch, of the global batch), set by `prediction_step`
+        self._eval_batch_rows: tuple[int, int] | None = None
         self._batch_position = BatchPosition()
         # each loss's item count over the current optimizer step's micro-batches and processes (`get_batch_samples`)
         self._step_item_counts: dict[str, torch.Tensor] | None = None
@@ -367,10 +378,10 @@ class ComponentLossTrainer(Trainer):
             return None
         return model.loss_item_counts(self.model_inputs(inputs))
 
-    def global_item_counts(self, batches: list[Mapping[str, Any]]) -> dict[str, torch.Tensor] | None:
+    def global_item_counts(self, batches: list[Mapping[str, Any]], counted: bool = True) -> dict[str, torch.Tensor] | None:
         """`batch_item_counts` summed over `batches` (an optimizer step's micro-batches) and over processes (a
-        collective: every process calls it at the same point). The keys are the same in every process (they depend on
-        the model's config only)."""
+        collective: every process calls it at the same point); `counted=False`: this process's batches count nothing.
+        The keys are the same in every process (they depend on the model's config only)."""
         per_batch = [self.batch_item_counts(batch) for batch in batches]
         if not per_batch or per_batch[0] is None or not per_batch[0]:
             return None
@@ -381,6 +392,8 @@ class ComponentLossTrainer(Trainer):
             sum(torch.as_tensor(counts[key]).to(device, non_blocking=True).reshape(()).long() for counts in per_batch)
             for key in keys
         ])  # fmt: skip
+        if not counted:
+            local = torch.zeros_like(local)
         totals = self.accelerator.reduce(local, reduction="sum") if self.accelerator.num_processes > 1 else local
         return dict(zip(keys, totals))
 
@@ -389,17 +402,24 @@ class ComponentLossTrainer(Trainer):
         self._step_item_counts = self.global_item_counts(batches)  # read by the step's `compute_loss` calls
         return batches, num_items_in_batch
 
+    def evaluation_item_counts(self, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor] | None:
+        """`global_item_counts` of one evaluation batch over every process; a process whose rows are all repeats
+        (`_eval_batch_rows`) counts nothing."""
+        return self.global_item_counts([inputs], counted=self._eval_batch_rows is None or self._eval_batch_rows[0] > 0)
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         model_inputs = self.model_inputs(inputs)
         # training: the step's counts; evaluation: this batch over every process
-        counts = self._step_item_counts if model.training else self.global_item_counts([model_inputs])
+        counts = self._step_item_counts if model.training else self.evaluation_item_counts(model_inputs)
         if counts is not None:
             model_inputs["global_item_counts"] = counts
         outputs = model(**model_inputs)
         mode = "train" if model.training else "eval"
         loss = self._scale_to_global(mode, outputs.loss, outputs, counts is not None)
-        loss = loss + self._regularization(mode, model, model_inputs, outputs, counts is not None)
-        return (loss, outputs) if return_outputs else loss
+        regularization = self._regularization(mode, model, model_inputs, outputs, counts is not None)
+        if mode == "eval":
+            self._record_evaluation_loss(loss, counts is not None, regularization)
+        return (loss + regularization, outputs) if return_outputs else loss + regularization
 
     def _scale_to_global(self, mode: str, loss: torch.Tensor, outputs: Mapping, global_counts: bool) -> torch.Tensor:
         """With global counts, each process's loss is its share of the global mean: DDP (like FSDP and DeepSpeed)
@@ -413,11 +433,11 @@ class ComponentLossTrainer(Trainer):
         for key in self.loss_component_keys:
             value = outputs.get(key)
             if value is not None:
-                self._record(mode, key, value * processes * micro_batches)
+                self._record_loss(mode, key, value * processes * micro_batches, global_counts)
         for key in self.metric_keys:
             value = outputs.get(key)
             if value is not None:
-                self._record(mode, key, value)
+                self._record_loss(mode, key, value, False)
         return loss * processes
 
     def _regularization(self, mode: str, model, model_inputs: dict, outputs, global_counts: bool) -> torch.Tensor | float:
@@ -428,34 +448,67 @@ class ComponentLossTrainer(Trainer):
         total = 0.0
         if self.distill_teacher is not None:
             loss_distill = self._distillation_loss(model, model_inputs, outputs)
-            self._record(mode, "loss_distill", loss_distill)
+            self._record_loss(mode, "loss_distill", loss_distill, False)
             total = total + self.args.distill_weight * loss_distill / micro_batches
         if self.ewc_fisher is not None:
             loss_ewc = self._ewc_penalty(model)
-            self._record(mode, "loss_ewc", loss_ewc)
+            self._record_loss(mode, "loss_ewc", loss_ewc, False)
             total = total + self.args.ewc_weight * loss_ewc / micro_batches
         return total
 
-    def _record(self, mode: str, key: str, value: torch.Tensor | float) -> None:
-        """Appends a loss component (or a number) to the logging window. It stays on the device: the window is
-        gathered over processes and read on the host once, when it is logged, so a step reads nothing."""
+    def _record(self, mode: str, key: str, value: torch.Tensor | float, weight: float = 1.0) -> None:
+        """Appends a loss component (or a number), already multiplied by its `weight` in the window's mean, and the
+        weight to the logging window. It stays on the device: the window is summed over processes and read on the host
+        once, when it is logged, so a step reads nothing."""
         if isinstance(value, torch.Tensor):
             value = value.detach().reshape(()).float()
         self._metrics[mode][key].append(value)
+        self._metric_weights[mode][key].append(weight)
+
+    def _evaluation_share(self, value: torch.Tensor | float, global_counts: bool) -> tuple[torch.Tensor | float, int]:
+        """(an evaluation batch's `value` times the batch's weight, the weight): `value` is this process's share of the
+        global batch's mean times the processes (as `_scale_to_global` makes it) with `global_counts`, else a mean
+        over this process's rows; the weight is the process's real rows (`_eval_batch_rows`). Summed over processes
+        and batches and divided by the summed weights, this is the mean over the evaluation set's examples of each
+        batch's loss."""
+        local_rows, global_rows = self._eval_batch_rows
+        if local_rows == 0:  # every row repeats one of another process
+            return value * 0, 0
+        return (value * global_rows / self.accelerator.num_processes if global_counts else value * local_rows), local_rows
+
+    def _record_loss(self, mode: str, key: str, value: torch.Tensor | float, global_counts: bool) -> None:
+        """Records a loss of one batch: in training as it is (the logging window's mean is the steps' mean), in
+        evaluation weighted by the batch's examples (`_evaluation_share`)."""
+        if mode == "train" or self._eval_batch_rows is None:
+            self._record(mode, key, value)
+        else:
+            self._record(mode, key, *self._evaluation_share(value, global_counts))
+
+    def _record_evaluation_loss(self, loss: torch.Tensor, global_counts: bool, regularization: torch.Tensor | float = 0.0) -> None:
+        """Records an evaluation batch's total loss under `loss` (read as `eval_loss` by `evaluation_loop`): `loss`
+        as `_scale_to_global` returns it plus the per-batch `regularization` terms, weighted as its components."""
+        if self._eval_batch_rows is None:
+            self._record("eval", "loss", loss + regularization)
+            return
+        value, weight = self._evaluation_share(loss, global_counts)
+        self._record("eval", "loss", value + self._evaluation_share(regularization, False)[0], weight)
+
+    def _clear_window(self, mode: str) -> None:
+        self._metrics[mode].clear()
+        self._metric_weights[mode].clear()
 
     def _window_means(self, mode: str) -> dict[str, float]:
-        """Each logged key's mean over the window's values and over processes (one collective for all keys)."""
+        """Each logged key's weighted mean over the window's values of every process (one collective for all keys)."""
         windows = {key: values for key, values in sorted(self._metrics[mode].items()) if values}
         if not windows:
             return {}
         device = self.args.device
-        means = torch.stack([
-            torch.stack([torch.as_tensor(value, dtype=torch.float32, device=device) for value in values]).mean()
-            for values in windows.values()
-        ])  # fmt: skip
+        sums = [torch.stack([torch.as_tensor(value, dtype=torch.float32, device=device) for value in values]).sum() for values in windows.values()]
+        weights = [float(sum(self._metric_weights[mode][key])) for key in windows]
+        totals = torch.stack([torch.stack(sums), torch.tensor(weights, device=device)])
         if self.accelerator.num_processes > 1:
-            means = self.accelerator.gather(means[None]).mean(0)
-        return dict(zip(windows, means.tolist()))
+            totals = self.accelerator.reduce(totals, reduction="sum")
+        return dict(zip(windows, (totals[0] / totals[1].clamp(min=1)).tolist()))
 
     def _distillation_loss(self, model, model_inputs: dict, outputs) -> torch.Tensor:
         device = next(model.parameters()).device
@@ -473,16 +526,72 @@ class ComponentLossTrainer(Trainer):
             self.ewc_anchor = {name: value.to(device) for name, value in self.ewc_anchor.items()}
         return ewc_penalty(student, self.ewc_fisher, self.ewc_anchor)
 
+    def evaluation_real_rows(self, inputs: Mapping[str, Any]) -> tuple[int, int]:
+        """(the real examples of this process's evaluation batch, of the global batch). Accelerate completes the last
+        batch of a multi-process evaluation with repeats of the first examples (all processes' batches the same size);
+        `gather_for_metrics` keeps the global batch's first `remainder` rows, in process order."""
+        size = find_batch_size(inputs)
+        processes = self.accelerator.num_processes
+        state = self.accelerator.gradient_state
+        if processes == 1 or not state.end_of_dataloader or state.remainder <= 0:
+            return size, size * processes
+        return min(size, max(state.remainder - self.accelerator.process_index * size, 0)), state.remainder
+
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         # predictions are the task logits only: loss components and attention maps are not gathered
         ignore_keys = list(ignore_keys or []) + [*self.loss_component_keys, *self.non_prediction_keys, *ATTENTION_KEYS]
-        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        real_rows, global_rows = self.evaluation_real_rows(inputs)
+        size = find_batch_size(inputs)
+        try:
+            if real_rows == size:
+                self._eval_batch_rows = (real_rows, global_rows)
+                return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+            # repeated rows: the predictions of every row (`gather_for_metrics` drops the repeats), the loss and its
+            # components of the real rows only (a process with none runs one row, weighted 0, for the collectives)
+            logits = labels = None
+            if not prediction_loss_only:
+                self._eval_batch_rows = (0, global_rows)
+                _, logits, labels = super().prediction_step(model, inputs, False, ignore_keys=ignore_keys)
+            self._eval_batch_rows = (real_rows, global_rows)
+            loss, _, _ = super().prediction_step(model, first_rows(inputs, max(real_rows, 1), size), True, ignore_keys)
+            return loss, logits, labels
+        finally:
+            self._eval_batch_rows = None
+
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"):
+        """`Trainer.evaluation_loop` whose `{metric_key_prefix}_loss` and loss components are means over the
+        evaluation set's examples (`prediction_step`, `_evaluation_share`): the same for any number of processes.
+        (`Trainer`'s own weights each process's loss, only its share of the batch's, by the batch size, and the
+        repeats of the last batch enter the counts.)"""
+        self._clear_window("eval")
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        for key, mean in self._window_means("eval").items():
+            output.metrics[f"{metric_key_prefix}_{key}"] = mean
+        self._clear_window("eval")
+        return output
+
+    def _finalize_training(self, *args, **kwargs):
+        # the loss since the last log, averaged over processes as `_maybe_log_save_evaluate` does: `Trainer` adds this
+        # process's own to `train_loss`, which is one process's share of the global mean
+        self._tr_loss = nested_gather(self._tr_loss, self.args.parallel_mode).mean()
+        return super()._finalize_training(*args, **kwargs)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         mode = "train" if "loss" in logs or not any(key.startswith("eval_") for key in logs) else "eval"
         prefix = "eval_" if mode == "eval" else ""
         for key, mean in self._window_means(mode).items():
             logs[f"{prefix}{key}"] = mean
-        self._metrics[mode].clear()
+        self._clear_window(mode)
         super().log(logs, start_time)
+
+
+def first_rows(batch: Mapping[str, Any], count: int, size: int) -> dict[str, Any]:
+    """The first `count` rows of a batch of `size` rows: every tensor and list whose first dimension is the batch's."""
+    return {key: value[:count] if batch_major(value, size) else value for key, value in batch.items()}
+
+
+def batch_major(value: Any, size: int) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.dim() > 0 and value.shape[0] == size
+    return isinstance(value, (list, tuple)) and len(value) == size
 

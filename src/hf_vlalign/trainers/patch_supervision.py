@@ -106,7 +106,7 @@ class PatchSupervisionTrainer(ComponentLossTrainer):
         }
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        counts = self._step_item_counts if model.training else self.global_item_counts([inputs])
+        counts = self._step_item_counts if model.training else self.evaluation_item_counts(inputs)
         supervised = self.args.attention_supervision is not None
         task_kwargs = {}
         if inputs.get("labels") is not None and self.family.name != "vilt":
@@ -135,4 +135,6 @@ class PatchSupervisionTrainer(ComponentLossTrainer):
             if value is not None
         )
         loss = self._scale_to_global("train" if model.training else "eval", loss, components, True)
+        if not model.training:
+            self._record_evaluation_loss(loss, True)
         return (loss, outputs) if return_outputs else loss
