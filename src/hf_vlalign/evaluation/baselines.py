@@ -6,8 +6,10 @@ a tie does not beat it). The kinds are `BASELINE_KINDS`, each scored with the ta
 label (VQA v2: the answer of the largest summed soft score; per answer type, the "per Q-type prior" of Antol et al.
 2015), the majority of the evaluation rows where no training labels exist (pre-training), the image's largest region
 for referring expressions and phrase grounding (the text-blind baseline of Mao et al. 2016, MAttNet, UNITER; stricter
-than the uniform random region, `chance_accuracy`), and the most confident detected region for the attention probes
-(Li et al. 2020). Caption metrics get no baseline.
+than the uniform random region, `chance_accuracy`), and for the attention probes the most confident detected region
+(Li et al. 2020) where the region store holds detection confidences, else each image's first stored region (a grid or
+the user-data builder's regions: the whole image first; `analysis.grounding_probe.probe_baseline_kind`), and the
+centre patch for patch models. Caption metrics get no baseline.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..analysis.grounding_probe import GroundingProbeResult
 
 __all__ = [
     "BASELINE_KINDS",
@@ -35,12 +41,20 @@ __all__ = [
     "visual_reasoning_baselines",
 ]
 
+# what each kind predicts (the model cards' results table names and describes each: model_cards/_results.md)
 BASELINE_KINDS = {
-    "majority_class": "the most frequent training label, predicted for every evaluation row",
-    "majority_class_per_type": "each answer type's most frequent training answer, predicted for that type's questions",
-    "majority_class_eval": "the most frequent label of the evaluation rows themselves (no training labels at hand)",
-    "largest_region": "the image's largest region (by box area), whatever the text says",
-    "detection_confidence": "the image's most confident detected region (Li et al. 2020)",
+    "majority_class": "the most frequent training label (VQA: the training answer of the largest summed soft score) "
+    "for every evaluation example, scored with the same metric",
+    "majority_class_per_type": "each answer type's most frequent training answer for that type's questions",
+    "majority_class_eval": "the most frequent label of the evaluation examples themselves (no training labels exist: "
+    "the masks and mismatched captions are drawn at collation)",
+    "largest_region": "the image's largest region, whatever the text says",
+    "detection_confidence": "the detector's most confident region, whatever the text says (Li et al. 2020)",
+    "store_order": "the image's first region as the region store holds it, whatever the text says (the store has no "
+    "detection confidences, e.g. the whole image before a grid: the user-data builder's default regions)",
+    "detection_confidence_or_store_order": "the detector's most confident region where the store holds confidences, "
+    "else the image's first stored region",
+    "centre_patch": "the patch at the image's centre, whatever the text says (patches have no detection confidence)",
 }
 
 
@@ -244,7 +258,7 @@ def pretraining_baselines(results: Mapping) -> dict[str, Baseline]:
     return {key: Baseline(results[baseline], "majority_class_eval") for key, baseline in measured.items()}
 
 
-def grounding_probe_baselines(detection_confidence_accuracy: float, keys: Sequence[str]) -> dict[str, Baseline]:
-    """The attention-grounding accuracies `keys` (best head, mean head, ...) against the probe's detection-confidence
-    baseline."""
-    return {key: Baseline(detection_confidence_accuracy, "detection_confidence") for key in keys}
+def grounding_probe_baselines(probe: GroundingProbeResult, keys: Sequence[str]) -> dict[str, Baseline]:
+    """The attention-grounding accuracies `keys` (best head, mean head, ...) against the probe's baseline, of the kind
+    it measured (`GroundingProbeResult.baseline_kind`: detection confidence, store order or centre patch)."""
+    return {key: Baseline(probe.baseline_accuracy, probe.baseline_kind) for key in keys}
