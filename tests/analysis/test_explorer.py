@@ -161,7 +161,7 @@ def test_probe_grid_is_the_analysis_probe(family, explored, tmp_path):
     assert probe["baseline_name"] == "detection-confidence baseline"  # the scenes' store holds detector confidences
     # the page says which examples its grid read, and how `analyze` reads the same ones
     assert probe["examples"].startswith(f"the first {PROBE_EXAMPLES} of the ")
-    assert probe["examples"].endswith(f"`hf-vlalign analyze --max_examples {PROBE_EXAMPLES}` reads the same examples")
+    assert probe["examples"].endswith(f"(hf-vlalign analyze --max_examples {PROBE_EXAMPLES} reads the same)")
 
 
 def test_page_is_self_contained(explored):

@@ -178,4 +178,4 @@ def _probe_examples_note(count: int, total: int, description: str, image_id: str
     if image_id is not None:
         return f"{probed_examples(count, total)} of image {image_id} in {description}"
     same = "" if count == total else f" --max_examples {count}"
-    return f"{probed_examples(count, total)} of {description}; `hf-vlalign analyze{same}` reads the same examples"
+    return f"{probed_examples(count, total)} of {description} (hf-vlalign analyze{same} reads the same)"
