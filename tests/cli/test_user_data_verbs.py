@@ -141,6 +141,7 @@ def test_analyze_reads_a_user_file_and_draws_its_own_photo(models, folder, tmp_p
     printed = json.loads(run(capsys, "analyze", str(models["vgp"]), "--data_file", str(folder / "caption.jsonl"),
                              "--out", str(tmp_path / "analysis"), "--no_syntactic_grounding"))  # fmt: skip
     assert printed["data"].endswith("single captions (2 captions)") and printed["num_phrases"] == 2
+    assert printed["baseline_kind"] == "store_order" and printed["best_among"]  # the baseline and the best head named
     report = json.loads((tmp_path / "analysis" / "analysis.json").read_text())
     assert report["grounding_probe"]["baseline_kind"] == "store_order"
     assert report["top_regions_on_image"]["image"] == str(folder / "photos" / "chelsea.png")

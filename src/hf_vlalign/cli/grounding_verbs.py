@@ -50,7 +50,7 @@ REQUIRED_DATA_OPTIONS = {
 }
 PROBE_SUMMARY_KEYS = (
     "best_layer", "best_head", "best_head_accuracy", "best_head_active_share", "best_among", "mean_head_accuracy",
-    "baseline_accuracy", "num_phrases",
+    "baseline_accuracy", "baseline_kind", "num_phrases",
 )  # fmt: skip
 # the text chunk `probe --plot` adds to its PNG, by which a later run recognises the file as its own
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
