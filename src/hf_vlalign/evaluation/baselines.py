@@ -41,21 +41,18 @@ __all__ = [
     "visual_reasoning_baselines",
 ]
 
-# what each kind predicts (the model cards' results table names and describes each: model_cards/_results.md)
 BASELINE_KINDS = {
-    "majority_class": "the most frequent training label (VQA: the training answer of the largest summed soft score) "
-    "for every evaluation example, scored with the same metric",
-    "majority_class_per_type": "each answer type's most frequent training answer for that type's questions",
-    "majority_class_eval": "the most frequent label of the evaluation examples themselves (no training labels exist: "
-    "the masks and mismatched captions are drawn at collation)",
-    "largest_region": "the image's largest region, whatever the text says",
-    "detection_confidence": "the detector's most confident region, whatever the text says (Li et al. 2020)",
-    "store_order": "the image's first region as the region store holds it, whatever the text says (the store has no "
-    "detection confidences, e.g. the whole image before a grid: the user-data builder's default regions)",
-    "detection_confidence_or_store_order": "the detector's most confident region where the store holds confidences, "
+    "majority_class": "the most frequent training label, predicted for every evaluation row",
+    "majority_class_per_type": "each answer type's most frequent training answer, predicted for that type's questions",
+    "majority_class_eval": "the most frequent label of the evaluation rows themselves (no training labels at hand)",
+    "largest_region": "the image's largest region (by box area), whatever the text says",
+    "detection_confidence": "the image's most confident detected region (Li et al. 2020)",
+    "store_order": "the image's first region as the region store holds it (a store without detection confidences, e.g. "
+    "the whole image before a grid: the user-data builder's default regions)",
+    "detection_confidence_or_store_order": "the most confident detected region where the store holds confidences, "
     "else the image's first stored region",
-    "centre_patch": "the patch at the image's centre, whatever the text says (patches have no detection confidence)",
-}
+    "centre_patch": "the patch at the image's centre (patches have no detection confidence)",
+}  # each also named and described in the model cards' results table (model_cards/_results.md)
 
 
 @dataclass(frozen=True)
