@@ -253,6 +253,7 @@ def write_report(
         "supervision": args.supervision,
         "data": data_source,
         "best_head": [probe.best_layer, probe.best_head],
+        "best_head_among": probe.best_among,
         "num_grounded_phrases": probe.num_phrases,
         "eval_loss": metrics["eval_loss"],
         **{
@@ -266,7 +267,7 @@ def write_report(
     grounding_keys = ("grounding_accuracy_best_head", "grounding_accuracy_mean_head")
     baselines = vgp_baselines(trainer.train_dataset, eval_dataset, args.vgp_task)
     results["baselines"] = compare_with_baselines(
-        results, baselines | grounding_probe_baselines(probe.baseline_accuracy, grounding_keys)
+        results, baselines | grounding_probe_baselines(probe, grounding_keys)
     )
     write_json(output_dir / "grounding_probe.json", probe.to_dict())
     plot_word_region_heatmap(

@@ -614,7 +614,7 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
         "cross_attention_grounding_accuracy", "best_head_grounding_accuracy", "alignment_decoder_grounding_accuracy"
     )
     baselines = answer_label_baselines(train, evaluation)
-    baselines |= grounding_probe_baselines(result.per_head.baseline_accuracy, grounding_keys)
+    baselines |= grounding_probe_baselines(result.per_head, grounding_keys)
     results["baselines"] = compare_with_baselines(results, baselines)
     if trainer.is_world_process_zero():
         write_json(Path(run_args.output_dir) / "eval_results.json", results)

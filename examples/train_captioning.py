@@ -566,7 +566,7 @@ def write_report(
             grounding_baseline_accuracy=per_head.baseline_accuracy,
             num_grounded_words=per_head.num_phrases,
         )
-        baselines = grounding_probe_baselines(per_head.baseline_accuracy, ("alignment", "alignment_best_head"))
+        baselines = grounding_probe_baselines(per_head, ("alignment", "alignment_best_head"))
         results["baselines"] = compare_with_baselines(results, baselines)
     distance_rows = analyses["distance"]
     paper = {

@@ -142,3 +142,30 @@ def test_head_heatmap_marks_inactive_heads(tmp_path):
     accuracy = np.array([[1.0, 0.5]])
     path = plot_head_accuracy(accuracy, tmp_path / "heads.png", active_share=np.array([[0.1, 0.6]]), baseline=0.25)
     assert path.stat().st_size > 0
+
+
+def test_every_best_head_shown_names_its_candidates(tmp_path):
+    """The probe's table, heatmap and explorer page say which heads the best was chosen among, and where the best of
+    all heads differs (head 0: accuracy 1, 10 % of its attention on the image), name it too."""
+    from hf_vlalign.analysis.explorer import ExplorerExample, read_explorer_payload, write_attention_explorer
+    from hf_vlalign.analysis.probe_plots import draw_head_accuracy
+    from hf_vlalign.cli.grounding_verbs import probe_table
+
+    probe = GroundingProbe(num_layers=1, num_heads=2)
+    probe.update_from_text_to_region(**entity_batch())
+    result = probe.compute()
+    table = probe_table(result.to_dict(), "model", "data")
+    assert "best head of active heads (layer 0, head 1, active share 0.60)  0.500" in table
+    assert "best of all heads (layer 0, head 0, active share 0.10)" in table and "detection-confidence baseline" in table
+    assert "best head of each layer, of its active heads" in table
+    figure = draw_head_accuracy(result.accuracy, active_share=result.active_share, active_heads_only=False)
+    assert "best (red, of all heads): layer 0, head 0" in figure.axes[0].get_title()
+
+    words = ["a", "b", "c", "d"]
+    example = ExplorerExample(words, np.array([[0, 0, 0.5, 0.5]] * R), {"word_to_region": np.full((1, 2, 4, R), 0.25)})
+    page = write_attention_explorer([example], tmp_path / "page.html", probe=result, probe_examples="the first 1 of 2 examples")
+    payload = read_explorer_payload(page)["probe"]
+    assert payload["best"] == [0, 1] and payload["best_among"] == "active heads"
+    assert payload["best_of_all_heads"] == [0, 0] and payload["active"] == [[False, True]]
+    assert payload["baseline_name"] == "detection-confidence baseline"
+    assert payload["examples"] == "the first 1 of 2 examples"

@@ -156,7 +156,12 @@ def test_probe_grid_is_the_analysis_probe(family, explored, tmp_path):
     assert np.allclose(accuracy, expected["accuracy"], atol=ATOL)
     assert probe["num_phrases"] == expected["num_phrases"]
     assert probe["best"] == [expected["best_layer"], expected["best_head"]]
+    assert probe["best_among"] == expected["best_among"]
     assert probe["baseline"] == pytest.approx(expected["baseline_accuracy"])
+    assert probe["baseline_name"] == "detection-confidence baseline"  # the scenes' store holds detector confidences
+    # the page says which examples its grid read, and how `analyze` reads the same ones
+    assert probe["examples"].startswith(f"the first {PROBE_EXAMPLES} of the ")
+    assert probe["examples"].endswith(f"(hf-vlalign analyze --max_examples {PROBE_EXAMPLES} reads the same)")
 
 
 def test_page_is_self_contained(explored):
@@ -573,6 +578,37 @@ def test_screenshot_script_writes_three_states(browser, explored, tmp_path):
     assert [p.name for p in paths] == ["explorer_word.png", "explorer_probe_head.png", "explorer_region.png"]
     for p in paths:
         assert Image.open(p).size[0] == 1400
+
+
+def test_browser_names_the_best_heads_candidates_and_the_baseline_kind(browser, tmp_path):
+    """The most accurate head (0.93) barely looks at the image; the star marks the best actively attending one (0.92)
+    and says so, the other is marked and named too, and a store without confidences gives the store-order baseline."""
+    from selenium.webdriver.common.by import By
+
+    from hf_vlalign.analysis.grounding_probe import GroundingProbeResult
+
+    result = GroundingProbeResult(
+        accuracy=np.array([[0.93, 0.92]]), best_layer=0, best_head=1, best_head_accuracy=0.92, mean_head_accuracy=0.925,
+        baseline_accuracy=0.4, num_phrases=36, active_share=np.array([[0.05, 0.6]]), best_among="active heads",
+        baseline_kind="store_order",
+    )  # fmt: skip
+    attention = np.full((1, 2, len(PHOTO_WORDS), len(PHOTO_BOXES)), 1 / len(PHOTO_BOXES))
+    example = ExplorerExample(PHOTO_WORDS, PHOTO_BOXES, {"word_to_region": attention})
+    page = write_attention_explorer(
+        [example], tmp_path / "page.html", probe=result, probe_examples="the first 128 of the 500 examples of a file"
+    )
+    browser.get(page.resolve().as_uri())
+    assert browser.execute_script("return document.body.dataset.ready") == "1" and browser.get_log("browser") == []
+    best = browser.find_element(By.ID, "probe-best").text
+    assert "\u2605 best of active heads: layer 0, head 1 (0.92, actively attending)" in best
+    assert "\u25c6 best of all heads: layer 0, head 0 (0.93, not actively attending)" in best
+    assert "hatched: not actively attending (\u2264 20 % of the phrases\u2019 attention on the image)" in best
+    probe = browser.find_element(By.ID, "probe").text
+    assert "36 phrases of the first 128 of the 500 examples of a file" in probe
+    assert "store-order baseline (each image's first stored region) 0.400" in probe and "detection" not in probe
+    cells = browser.find_elements(By.CSS_SELECTOR, "td.probe-cell")
+    assert [cell.text for cell in cells] == ["\u25c60.93", "\u26050.92"]
+    assert ["inactive" in cell.get_attribute("class").split() for cell in cells] == [True, False]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -164,3 +164,57 @@ def test_text_to_region_attention_zero_rows_stay_zero():
     attention[..., -1] = 1.0  # everything on [END]
     rows = text_to_region_attention([attention], T, R)
     assert torch.all(rows == 0) and not torch.isnan(rows).any()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The baseline named by how it was made
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _confidences(batch: dict, confidence: torch.Tensor) -> dict:
+    return {**batch, "region_confidence": confidence}
+
+
+def test_a_store_without_confidences_gives_the_store_order_baseline():
+    # the collators give every region confidence 1 where the store has none (grid or user-data regions): the pick is
+    # each image's first stored region, A r0 yes, B r0 no, C r0 no
+    probe = GroundingProbe(2, 2)
+    probe.update(**_confidences(make_batch(), torch.ones(2, 3)))
+    result = probe.compute()
+    assert result.baseline_accuracy == pytest.approx(1 / 3)
+    assert result.baseline_kind == "store_order" and result.baseline_name.startswith("store-order baseline")
+    assert "detection" not in result.baseline_name
+    assert result.to_dict()["baseline_kind"] == "store_order"
+    # a detector's confidences rank the regions: Li et al.'s detection-confidence baseline
+    detected = GroundingProbe(2, 2)
+    detected.update(**make_batch())
+    assert detected.compute().baseline_kind == "detection_confidence"
+    assert detected.compute().to_dict()["baseline_name"] == "detection-confidence baseline"
+
+
+def test_images_with_and_without_confidences_and_single_region_images():
+    # example 0 ranked by confidence, example 1 tied: both kinds, named so
+    mixed = GroundingProbe(2, 2)
+    mixed.update(**_confidences(make_batch(), torch.tensor([[0.9, 0.5, 0.3], [1.0, 1.0, 0.2]])))
+    assert mixed.compute().baseline_kind == "detection_confidence_or_store_order"
+    # an image of one region ties with nothing: it does not make a detector's store "store order"
+    single = GroundingProbe(2, 2)
+    batch = make_batch()
+    batch["visual_attention_mask"] = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    single.update(**_confidences(batch, torch.tensor([[0.9, 0.5, 0.3], [1.0, 1.0, 1.0]])))
+    assert single.compute().baseline_kind == "detection_confidence"
+    # a baseline whose scores are not confidences is named by the caller
+    assert GroundingProbe(2, 2, baseline_kind="centre_patch").baseline_kind == "centre_patch"
+    with pytest.raises(ValueError, match="`baseline_kind` must be None or one of"):
+        GroundingProbe(2, 2, baseline_kind="detector")
+
+
+def test_every_probe_baseline_kind_is_described_and_compared_under_its_kind():
+    from hf_vlalign.analysis.grounding_probe import PROBE_BASELINE_NAMES
+    from hf_vlalign.evaluation.baselines import BASELINE_KINDS, grounding_probe_baselines
+
+    assert set(PROBE_BASELINE_NAMES) <= set(BASELINE_KINDS)
+    probe = GroundingProbe(2, 2)
+    probe.update(**_confidences(make_batch(), torch.ones(2, 3)))
+    baselines = grounding_probe_baselines(probe.compute(), ("best", "mean"))
+    assert {b.kind for b in baselines.values()} == {"store_order"} and baselines["best"].value == pytest.approx(1 / 3)

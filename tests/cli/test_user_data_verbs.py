@@ -129,6 +129,9 @@ def test_probe_reads_the_captions_of_a_user_file(models, folder, tmp_path, capsy
     assert "caption.jsonl, single captions (2 captions)" in out
     result = json.loads((tmp_path / "p.json").read_text())
     assert result["num_phrases"] == 2 and len(result["accuracy"]) == 2  # both phrases, 2 layers
+    # the regions come from a grid after the whole image, not a detector: the baseline is each image's first region
+    assert result["baseline_kind"] == "store_order" and "store_order_baseline" in result["paper_metrics"]
+    assert "store-order baseline (each image's first stored region)" in out and "detection" not in out
     # the features were extracted once into the cache named in --help, at the model's visual_feat_dim
     stores = list((folder / "cache" / "user_features").iterdir())
     assert stores and json.loads((stores[0] / "store.json").read_text())
@@ -138,7 +141,9 @@ def test_analyze_reads_a_user_file_and_draws_its_own_photo(models, folder, tmp_p
     printed = json.loads(run(capsys, "analyze", str(models["vgp"]), "--data_file", str(folder / "caption.jsonl"),
                              "--out", str(tmp_path / "analysis"), "--no_syntactic_grounding"))  # fmt: skip
     assert printed["data"].endswith("single captions (2 captions)") and printed["num_phrases"] == 2
+    assert printed["baseline_kind"] == "store_order" and printed["best_among"]  # the baseline and the best head named
     report = json.loads((tmp_path / "analysis" / "analysis.json").read_text())
+    assert report["grounding_probe"]["baseline_kind"] == "store_order"
     assert report["top_regions_on_image"]["image"] == str(folder / "photos" / "chelsea.png")
     assert (tmp_path / "analysis" / "top_regions_on_image.png").is_file()
 
@@ -156,7 +161,10 @@ def test_explore_reads_a_user_file_with_every_family(family, tokenizer, folder, 
 def test_explore_draws_each_example_on_its_own_photo(models, folder, tmp_path, capsys):
     page = tmp_path / "page.html"
     run(capsys, "explore", str(models["vgp"]), "--data_file", str(folder / "caption.jsonl"), "--out", str(page))
-    examples = read_explorer_payload(page)["examples"]
+    payload = read_explorer_payload(page)
+    examples = payload["examples"]
+    assert payload["probe"]["baseline_name"].startswith("store-order baseline")  # grid regions: no detector
+    assert payload["probe"]["examples"].startswith("all 2 examples of ")
     assert [example["title"] for example in examples] == [CAT, CUP]
     assert all(example["image"].startswith("data:image/") for example in examples)
     assert examples[0]["gold"][0]["text"] == "a cat" and examples[0]["size"] == [451, 300]

@@ -7,6 +7,7 @@ import pytest
 from huggingface_hub import ModelCard
 
 from hf_vlalign import RegionCaptionerConfig, SingleStreamConfig, TwoStreamConfig
+from hf_vlalign.evaluation.baselines import BASELINE_KINDS
 from hf_vlalign.hub.model_card import MODEL_CARD_FAMILIES, is_task_metric, metrics_from_eval_results, render_model_card
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
@@ -208,3 +209,18 @@ def test_every_family_card_shows_the_baselines_and_flags_a_result_below_its_base
     assert "| alignment | 0.3 | 0.35 (most confident region) ⚠ does not beat the most confident region baseline |" in card.text
     assert "| bleu_4 | 0.2 |  |" in card.text  # caption metrics have no accuracy baseline
     assert "**⚠ 1 result(s) do not beat their baseline (alignment)" in card.text
+
+
+def test_a_store_order_baseline_is_named_as_such_in_the_card():
+    # a probe over grid regions (no detector): its baseline is each image's first stored region, never "most confident"
+    results = {"alignment": 0.5}
+    baselines = {"alignment": {"value": 0.5, "baseline": 0.35, "kind": "store_order", "beats": True}}
+    card = render_model_card("single_stream", model_id=None, base_model=None, results=results, training={}, baselines=baselines)
+    assert "| alignment | 0.5 | 0.35 (first stored region) |" in card.text
+    assert "*first stored region* predicts the image's first region as the region store holds it" in card.text
+    assert "confident" not in card.text
+    # every kind of baseline has its name and legend in the card
+    for kind in BASELINE_KINDS:
+        entry = {"alignment": {**baselines["alignment"], "kind": kind}}
+        text = render_model_card("single_stream", model_id=None, base_model=None, results=results, training={}, baselines=entry).text
+        assert "0.35 ()" not in text and "Baselines: ** predicts" not in text and "predicts ." not in text, kind

@@ -30,6 +30,7 @@ from .adapters import _JOINT_EXTRA, _field, attention_blocks, infer_source
 from .attention_blocks import AttentionBlocks
 from .figures import rgb_image
 from .flow import layer_rollouts
+from .grounding_probe import BEST_AMONG_ALL, best_active_head
 
 __all__ = [
     "GOLD_BOX_STYLE",
@@ -304,13 +305,19 @@ def _data_uri(image: Image.Image | None) -> str | None:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-# what the probe counts as a hit and its baseline, for region models (Li et al.)
-REGION_PROBE_RULE = ("a box with IoU \u2265 0.5 with the gold box", "detection-confidence baseline")
+def probed_examples(count: int, total: int, noun: str = "examples") -> str:
+    """Which examples a probe grid read, as the page says it: all of them, or the first `count` of `total`."""
+    return f"all {total:,} {noun}" if count == total else f"the first {count:,} of the {total:,} {noun}"
 
 
-def _probe_payload(probe: object, views: dict, rule: tuple[str, str] = REGION_PROBE_RULE) -> dict | None:
-    """The probe's (L, H) accuracy grid (a `GroundingProbeResult` or an array) for the "word_to_region" view; `rule`:
-    (what a hit is, the baseline's name), as the page words them."""
+# what the probe counts as a hit, for region models (Li et al.)
+REGION_PROBE_RULE = "a box with IoU \u2265 0.5 with the gold box"
+
+
+def _probe_payload(probe: object, views: dict, rule: str = REGION_PROBE_RULE, examples: str = "") -> dict | None:
+    """The probe's (L, H) accuracy grid (a `GroundingProbeResult` or an array) for the "word_to_region" view, its best
+    head of the heads it chose among and the best of all heads, which heads are actively attending, its baseline by
+    the name of its kind; `rule`: what a hit is, `examples`: which examples it read, as the page words them."""
     if probe is None:
         return None
     result = probe if hasattr(probe, "accuracy") else None
@@ -324,20 +331,26 @@ def _probe_payload(probe: object, views: dict, rule: tuple[str, str] = REGION_PR
         raise ValueError(
             f"`probe` must be (L, H) = {expected} accuracies in [0, 1] (a GroundingProbeResult or an array), got shape {accuracy.shape}."
         )
+    best_of_all = best_active_head(accuracy, None, active_heads_only=False)[:2]
     if result is not None:  # the probe's best head: the best actively attending one (Li et al.)
         best, among, share = (result.best_layer, result.best_head), result.best_among, result.best_head_active_share
     else:
-        best, among, share = np.unravel_index(int(np.argmax(accuracy)), accuracy.shape), "all heads", None
+        best, among, share = best_of_all, BEST_AMONG_ALL, None
+    active = None if result is None or result.active is None else result.active.tolist()
     return {
         "view": "word_to_region",
         "accuracy": _rounded(accuracy, 4),
         "best": [int(best[0]), int(best[1])],
         "best_among": among,
         "best_head_active_share": share,
+        "best_of_all_heads": [int(best_of_all[0]), int(best_of_all[1])],
+        "active": active,
+        "active_threshold": None if active is None else float(result.active_threshold),
         "baseline": None if result is None else float(result.baseline_accuracy),
+        "baseline_name": None if result is None else result.baseline_name,
         "num_phrases": None if result is None else int(result.num_phrases),
-        "rule": rule[0],
-        "baseline_name": rule[1],
+        "examples": examples,
+        "rule": rule,
     }
 
 
@@ -376,7 +389,7 @@ def _view_specs(examples: Sequence[ExplorerExample]) -> dict:
     return views
 
 
-def _payload(examples, probe, title, subtitle, source, precision, probe_rule) -> dict:
+def _payload(examples, probe, title, subtitle, source, precision, probe_rule, probe_examples) -> dict:
     """The JSON the page embeds: the views (shape, label, rollout available), the colour scale (`colours`, and `scale`:
     `SCALE`, the fill opacity and outline width of a weight), the outline styles of the most attended and gold boxes,
     the probe grid and, per example, its image (base64 PNG), words, region and gold boxes and attention (rounded to
@@ -394,7 +407,7 @@ def _payload(examples, probe, title, subtitle, source, precision, probe_rule) ->
         "top_box": dict(TOP_BOX_STYLE),
         "gold_box": dict(GOLD_BOX_STYLE),
         "views": views,
-        "probe": _probe_payload(probe, views, probe_rule),
+        "probe": _probe_payload(probe, views, probe_rule, probe_examples),
         "examples": [
             {
                 "title": example.title,
@@ -428,7 +441,8 @@ def write_attention_explorer(
     subtitle: str = "",
     source: str = "",
     precision: int = 4,
-    probe_rule: tuple[str, str] = REGION_PROBE_RULE,
+    probe_rule: str = REGION_PROBE_RULE,
+    probe_examples: str = "",
 ) -> Path:
     """Writes the explorer of `examples` (from `explorer_examples`) to one self-contained HTML file.
 
@@ -437,18 +451,21 @@ def write_attention_explorer(
         path: the HTML file to write; parent folders are created. An existing file is replaced only when it is an
             explorer page (`is_explorer_page`).
         probe: the grounding probe's per-head accuracy, a `GroundingProbeResult` or an (L, H) array matching the
-            "word_to_region" view; shown as a clickable heatmap.
+            "word_to_region" view; shown as a clickable heatmap, its best head starred and named with the heads it was
+            chosen among (the actively attending ones, Li et al.; the others hatched), the best of all heads marked
+            too where it differs, and the baseline named by its kind (`GroundingProbeResult.baseline_name`).
         title, subtitle: the page's heading and the line under it (model, data).
         source: the model family, shown in the page.
         precision: decimals kept of every attention weight.
-        probe_rule: (what the probe counts as a hit, its baseline's name), shown under the grid: IoU >= 0.5 and
-            the detection-confidence baseline for region models, patch coverage and the centre baseline for patches.
+        probe_rule: what the probe counts as a hit, shown over the grid: IoU >= 0.5 for region models, patch
+            coverage for patches.
+        probe_examples: which examples the probe read (e.g. "the first 128 of the 500 examples"), shown over the grid.
     Returns:
         the path written.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"`path` must be a str or Path to the HTML file to write, got {type(path).__name__}.")
-    payload = _payload(examples, probe, title, subtitle, source, precision, probe_rule)
+    payload = _payload(examples, probe, title, subtitle, source, precision, probe_rule, probe_examples)
     # "</" inside a <script> element would close it: JSON allows the escaped form "<\/"
     data = json.dumps(payload, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     template = resources.files(__package__).joinpath(_TEMPLATE_FILE).read_text(encoding="utf-8")

@@ -2,9 +2,12 @@
 
 Li et al. 2020, "What does BERT with vision look at?": a head grounds a phrase correctly when the region its
 last sub-word attends to most has IoU >= 0.5 with a gold box of the phrase; the baseline picks the region with the
-highest detection confidence. A head is "actively attending" when the mean share of attention that the probed entity
-tokens put on the (real) regions exceeds `active_threshold` (20 % in the paper), and only actively attending heads are
-candidates for the best head (`active_heads_only=True`, the paper's choice; see `best_active_head`).
+highest detection confidence. A region store without detection confidences (regions from a grid or the user-data
+builder: the collators give every region confidence 1) leaves the baseline only ties, so it picks each image's first
+stored region: the result's `baseline_kind` names which of the two was measured (`probe_baseline_kind`). A head is
+"actively attending" when the mean share of attention that the probed entity tokens put on the (real) regions exceeds
+`active_threshold` (20 % in the paper), and only actively attending heads are candidates for the best head
+(`active_heads_only=True`, the paper's choice; see `best_active_head`).
 
 Sequence layout of the single-stream model: positions [0, T) are text tokens, [T, T + R) the R regions and
 T + R the [END] token, so every attention map is (B, H, N, N) with N = T + R + 1 (rows are queries).
@@ -20,7 +23,15 @@ import torch
 
 from ..metrics.grounding import IOU_THRESHOLD, region_hits
 
-__all__ = ["GroundingProbe", "GroundingProbeResult", "best_active_head", "score_rows", "text_to_region_attention"]
+__all__ = [
+    "PROBE_BASELINE_NAMES",
+    "GroundingProbe",
+    "GroundingProbeResult",
+    "best_active_head",
+    "probe_baseline_kind",
+    "score_rows",
+    "text_to_region_attention",
+]
 
 
 # rows passed as text->region maps count as attention probabilities while their region mass stays below 1 + this
@@ -31,6 +42,23 @@ BEST_AMONG_ACTIVE = "active heads"
 BEST_AMONG_ALL = "all heads"
 BEST_AMONG_ALL_NONE_ACTIVE = "all heads (no head is actively attending)"
 BEST_AMONG_ALL_SHARE_UNDEFINED = "all heads (active share undefined: the rows are not attention probabilities)"
+
+# how the probe's outputs name its baseline, by kind (`evaluation.baselines.BASELINE_KINDS` describes each)
+PROBE_BASELINE_NAMES = {
+    "detection_confidence": "detection-confidence baseline",
+    "store_order": "store-order baseline (each image's first stored region)",
+    "detection_confidence_or_store_order": "detection-confidence baseline (store order for images without confidences)",
+    "centre_patch": "centre-patch baseline",
+}
+
+
+def probe_baseline_kind(ranked_phrases: int, tied_phrases: int) -> str:
+    """The kind of the probe's baseline from how the region confidences of its phrases' images were: `ranked_phrases`
+    had confidences that told their regions apart (a detector's), `tied_phrases` had one confidence for all of their
+    (two or more) regions, so the pick was the first region in store order."""
+    if tied_phrases == 0:
+        return "detection_confidence"
+    return "store_order" if ranked_phrases == 0 else "detection_confidence_or_store_order"
 
 
 def best_active_head(
@@ -72,7 +100,8 @@ class GroundingProbeResult:
 
     `active_share[l, h]` is the mean share of attention head (l, h) puts on the real regions from the probed tokens
     (None for rows that are not attention probabilities); `best_layer`, `best_head` is the most accurate actively
-    attending head (`best_among` says which heads were candidates, see `best_active_head`).
+    attending head (`best_among` says which heads were candidates, see `best_active_head`); `baseline_accuracy` is the
+    baseline of kind `baseline_kind` (a `PROBE_BASELINE_NAMES` key).
     """
 
     accuracy: np.ndarray
@@ -85,6 +114,7 @@ class GroundingProbeResult:
     active_share: np.ndarray | None = None
     active_threshold: float = 0.2
     best_among: str = BEST_AMONG_ALL
+    baseline_kind: str = "detection_confidence"
     active: np.ndarray | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +127,11 @@ class GroundingProbeResult:
         if self.active is None:
             return []
         return [(int(layer), int(head)) for layer, head in zip(*np.nonzero(self.active))]
+
+    @property
+    def baseline_name(self) -> str:
+        """The baseline as the probe's table, plots and pages name it."""
+        return PROBE_BASELINE_NAMES[self.baseline_kind]
 
     @property
     def best_head_active_share(self) -> float | None:
@@ -114,6 +149,8 @@ class GroundingProbeResult:
             "best_among": self.best_among,
             "mean_head_accuracy": float(self.mean_head_accuracy),
             "baseline_accuracy": float(self.baseline_accuracy),
+            "baseline_kind": self.baseline_kind,
+            "baseline_name": self.baseline_name,
             "num_phrases": int(self.num_phrases),
             "active_share": None if self.active_share is None else self.active_share.tolist(),
             "active_threshold": float(self.active_threshold),
@@ -179,7 +216,9 @@ def score_rows(
 
 class GroundingProbe:
     """Accumulates, over batches, how often each head's most-attended region grounds a phrase correctly (Li et al. 2020,
-    see the module docstring), and each head's mean share of attention on the real regions.
+    see the module docstring), and each head's mean share of attention on the real regions. `baseline_kind` names a
+    baseline whose scores are not detection confidences (patch models: "centre_patch"); None reads it from the
+    confidences (`probe_baseline_kind`).
 
     Example:
         ```python
@@ -199,12 +238,16 @@ class GroundingProbe:
         iou_threshold: float = IOU_THRESHOLD,
         active_threshold: float = 0.2,
         active_heads_only: bool = True,
+        baseline_kind: str | None = None,
     ) -> None:
+        if baseline_kind is not None and baseline_kind not in PROBE_BASELINE_NAMES:
+            raise ValueError(f"`baseline_kind` must be None or one of {sorted(PROBE_BASELINE_NAMES)}, got {baseline_kind!r}.")
         self.num_layers = num_layers
         self.num_heads = num_heads
         self.iou_threshold = float(iou_threshold)
         self.active_threshold = float(active_threshold)
         self.active_heads_only = bool(active_heads_only)
+        self.baseline_kind = baseline_kind
         self.reset()
 
     @property
@@ -216,6 +259,7 @@ class GroundingProbe:
         """Forgets every phrase seen so far."""
         self._correct = torch.zeros(self.num_layers, self.num_heads, dtype=torch.long)
         self._baseline_correct = 0
+        self._baseline_ranked = self._baseline_tied = 0  # phrases whose image's confidences ranked / tied its regions
         self._num_phrases = 0
         self._share_sum = torch.zeros(self.num_layers, self.num_heads, dtype=torch.float64)
         self._share_defined = True
@@ -238,7 +282,8 @@ class GroundingProbe:
             phrase_token_index: (B, P) long, position of the last sub-word of each grounded phrase, -1 = padding.
             phrase_region_iou: (B, P, R) best IoU of each region with the phrase's gold boxes.
             visual_attention_mask: (B, R), 1 for real regions, 0 for padding.
-            region_confidence: (B, R) detection confidence of each region (the baseline).
+            region_confidence: (B, R) detection confidence of each region (the baseline; one value for all regions of
+                an image: its first region, in store order).
         """
         rows = _text_to_region_rows(attentions, text_length, phrase_region_iou.shape[-1])
         self.update_from_text_to_region(
@@ -278,11 +323,15 @@ class GroundingProbe:
 
         confidence = region_confidence.to(device).float()[batch_index]
         self._baseline_correct += int(region_hits(confidence, iou, region_mask, self.iou_threshold).sum())
+        highest = confidence.masked_fill(~region_mask, float("-inf")).amax(dim=-1)
+        lowest = confidence.masked_fill(~region_mask, float("inf")).amin(dim=-1)
+        self._baseline_ranked += int((highest > lowest).sum())
+        self._baseline_tied += int(((highest == lowest) & (region_mask.sum(dim=-1) > 1)).sum())
         self._num_phrases += int(batch_index.numel())
 
     def compute(self) -> GroundingProbeResult:
-        """Per-head accuracies, the best head, the mean over heads, the detection-confidence baseline and the
-        per-head active share."""
+        """Per-head accuracies, the best head, the mean over heads, the baseline (of the kind given to the probe, else
+        `probe_baseline_kind` of the confidences seen) and the per-head active share."""
         if self._num_phrases == 0:
             raise ValueError(
                 "`GroundingProbe.compute` needs at least one grounded phrase, got none: every `phrase_token_index` "
@@ -304,4 +353,5 @@ class GroundingProbe:
             active_share=active_share,
             active_threshold=self.active_threshold,
             best_among=best_among,
+            baseline_kind=self.baseline_kind or probe_baseline_kind(self._baseline_ranked, self._baseline_tied),
         )

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..utils.optional import require
 from .figures import annotate_cells, as_numpy, new_figure, save_png
-from .grounding_probe import best_active_head
+from .grounding_probe import BEST_AMONG_ACTIVE, best_active_head
 
 if TYPE_CHECKING:
     from matplotlib.colors import BoundaryNorm
@@ -62,6 +62,7 @@ def draw_head_accuracy(
     active_share: np.ndarray | None = None,
     active_threshold: float = 0.2,
     baseline_name: str = "detection-confidence baseline",
+    active_heads_only: bool = True,
 ) -> Figure:
     """The figure of `plot_head_accuracy`, not saved."""
     require("matplotlib", extra="plots")
@@ -93,7 +94,7 @@ def draw_head_accuracy(
         # Li et al.: only actively attending heads are candidates for the best head; the others are hatched
         for layer, head in zip(*np.nonzero(active_share <= active_threshold)):
             ax.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.55", linewidth=0))
-    best_layer, best_head, among = best_active_head(matrix, active_share, active_threshold)
+    best_layer, best_head, among = best_active_head(matrix, active_share, active_threshold, active_heads_only)
     ax.add_patch(Rectangle((best_head - 0.5, best_layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
     colourbar = figure.colorbar(image, ax=ax, spacing="uniform", label=f"grounding accuracy (share of phrases)\n{scale}")
     colourbar.set_ticks(bounds, labels=[f"{bound:.3f}" for bound in bounds])
@@ -119,6 +120,7 @@ def plot_head_accuracy(
     active_share: np.ndarray | None = None,
     active_threshold: float = 0.2,
     baseline_name: str = "detection-confidence baseline",
+    active_heads_only: bool = True,
 ) -> Path:
     """Layer x head heatmap of grounding-probe accuracy (Li et al. 2020), one colour per decile of the heads, each
     cell's value written in it, the best head outlined in red and named in the title, saved as a PNG.
@@ -133,12 +135,16 @@ def plot_head_accuracy(
         active_share: optional (L, H) share of attention on the regions (`GroundingProbeResult.active_share`): heads
             at or below `active_threshold` are hatched, and the best head is the best actively attending one.
         active_threshold: the share above which a head is actively attending.
-        baseline_name: how the title names the baseline (patch models: "centre-patch baseline").
+        baseline_name: how the title names the baseline (`GroundingProbeResult.baseline_name`).
+        active_heads_only: False: the best head is the best of all heads (the inactive ones still hatched); the title
+            names the candidates either way.
 
     Returns:
         The path of the written PNG.
     """
-    figure = draw_head_accuracy(accuracy, title, baseline, num_phrases, active_share, active_threshold, baseline_name)
+    figure = draw_head_accuracy(
+        accuracy, title, baseline, num_phrases, active_share, active_threshold, baseline_name, active_heads_only
+    )
     return save_png(figure, path)
 
 
@@ -240,14 +246,17 @@ def plot_relation_accuracy_scatter(
     return save_png(figure, path)
 
 
-def plot_top_relations(rows: Sequence[Mapping], path: str | Path, title: str = "") -> Path:
+def plot_top_relations(
+    rows: Sequence[Mapping], path: str | Path, title: str = "", baseline_label: str = "detection-confidence baseline"
+) -> Path:
     """Li et al. 2020, Table 2 as bars: per dependency relation, the accuracy of its best (actively attending) head,
-    the mean over heads (lighter bar) and the detection-confidence baseline (a black line), on one 0-1 scale.
+    the mean over heads (lighter bar) and the baseline (a black line), on one 0-1 scale.
 
     Args:
         rows: `SyntacticGroundingResult.top_relations(k)` rows, optionally with a `mean_accuracy` key.
         path: where to write the PNG; parent folders are created.
         title: optional figure title.
+        baseline_label: the baseline's name in the legend (`GroundingProbeResult.baseline_name` of the same data).
 
     Returns:
         The path of the written PNG.
@@ -257,11 +266,12 @@ def plot_top_relations(rows: Sequence[Mapping], path: str | Path, title: str = "
     ax = figure.subplots()
     positions = np.arange(len(rows))[::-1]  # the most frequent relation on top
     best = [float(row["accuracy"]) for row in rows]
-    ax.barh(positions, best, height=0.7, color="tab:blue", label="best head (of the actively attending)")
+    among = {row.get("best_among", BEST_AMONG_ACTIVE) for row in rows}  # each relation's candidates
+    among = among.pop() if len(among) == 1 else "active heads; all heads where none is active"
+    ax.barh(positions, best, height=0.7, color="tab:blue", label=f"best head (of {among})")
     if all(row.get("mean_accuracy") is not None for row in rows):
         mean = [float(row["mean_accuracy"]) for row in rows]
         ax.barh(positions, mean, height=0.35, color="lightsteelblue", label="mean over heads")
-    baseline_label = "detection-confidence baseline"
     for position, row in zip(positions, rows):
         if row.get("baseline_accuracy") is not None:
             value = float(row["baseline_accuracy"])

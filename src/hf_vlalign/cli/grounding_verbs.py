@@ -50,7 +50,7 @@ REQUIRED_DATA_OPTIONS = {
 }
 PROBE_SUMMARY_KEYS = (
     "best_layer", "best_head", "best_head_accuracy", "best_head_active_share", "best_among", "mean_head_accuracy",
-    "baseline_accuracy", "num_phrases",
+    "baseline_accuracy", "baseline_kind", "num_phrases",
 )  # fmt: skip
 # the text chunk `probe --plot` adds to its PNG, by which a later run recognises the file as its own
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -81,23 +81,38 @@ def probe_table(result: dict, model: str, data: str) -> str:
     best_share = "" if result.get("best_head_active_share") is None else f", active share {result['best_head_active_share']:.2f}"
     summary = {
         f"best head of {result['best_among']} (layer {result['best_layer']}, head {result['best_head']}{best_share})": result["best_head_accuracy"],
+        **_best_of_all_heads(result),
         "mean head": result["mean_head_accuracy"],
-        result.get("baseline_name", "detection-confidence baseline"): result["baseline_accuracy"],
+        result["baseline_name"]: result["baseline_accuracy"],
     }
     width = max(map(len, summary))
     examples = f"{result['num_examples']} examples, " if "num_examples" in result else ""
     counts = f"{examples}{result['num_phrases']} phrases, {layers} layers x {heads} heads"
     lines = [f"grounding probe of {model} on {data}: {counts}", ""]
     lines += [f"  {name.ljust(width)}  {value:.3f}" for name, value in summary.items()]
-    lines += ["", "  layer  best head  accuracy  active share  mean of heads"]
     threshold = result.get("active_threshold", 0.2)
     restrict = share is not None and result["best_among"] != "all heads"
+    among = "its active heads (all where none is)" if restrict else "all its heads"
+    lines += ["", f"  best head of each layer, of {among}:", "  layer  best head  accuracy  active share  mean of heads"]
     for layer, row in enumerate(accuracy):
         candidates = [h for h in range(heads) if not restrict or share[layer][h] > threshold] or list(range(heads))
         best = max(candidates, key=row.__getitem__)
         active = "-" if share is None else f"{share[layer][best]:.2f}"
         lines.append(f"  {layer:>5}  {best:>9}  {row[best]:>8.3f}  {active:>12}  {sum(row) / heads:>13.3f}")
     return "\n".join(lines)
+
+
+def _best_of_all_heads(result: dict) -> dict[str, float]:
+    """{label: accuracy} of the most accurate of all heads when the best head was chosen among fewer and is not it."""
+    from ..analysis.grounding_probe import best_active_head
+
+    accuracy = result["accuracy"]
+    layer, head, _ = best_active_head(accuracy, None, active_heads_only=False)
+    if result["best_among"] == "all heads" or accuracy[layer][head] <= result["best_head_accuracy"]:
+        return {}
+    share = result.get("active_share")
+    active = "" if share is None else f", active share {share[layer][head]:.2f}"
+    return {f"best of all heads (layer {layer}, head {head}{active})": accuracy[layer][head]}
 
 
 def run_probe(args: argparse.Namespace) -> int:
@@ -110,8 +125,6 @@ def run_probe(args: argparse.Namespace) -> int:
     else:
         probe, source, num_examples = _probe_vgp(args)
     result = {**probe.to_dict(), "num_examples": num_examples}
-    if reads_patch_model(args):
-        result["baseline_name"] = "centre-patch baseline"
     print(probe_table(result, args.model, source))
     if args.json is not None:
         from ..evaluation.grounding import entity_grounding_metrics
@@ -130,8 +143,8 @@ def _plot_probe(probe, result: dict, args: argparse.Namespace, path: Path) -> No
     plot_head_accuracy(
         probe.accuracy, path, title=f"grounding accuracy per head: {args.model}",
         baseline=result["baseline_accuracy"], num_phrases=result["num_phrases"],
-        active_share=probe.active_share if args.best_head_among == "active" else None, active_threshold=probe.active_threshold,
-        baseline_name=result.get("baseline_name", "detection-confidence baseline"),
+        active_share=probe.active_share, active_threshold=probe.active_threshold, baseline_name=probe.baseline_name,
+        active_heads_only=args.best_head_among == "active",
     )  # fmt: skip
     mark_png(path)
 

@@ -6,8 +6,10 @@ a tie does not beat it). The kinds are `BASELINE_KINDS`, each scored with the ta
 label (VQA v2: the answer of the largest summed soft score; per answer type, the "per Q-type prior" of Antol et al.
 2015), the majority of the evaluation rows where no training labels exist (pre-training), the image's largest region
 for referring expressions and phrase grounding (the text-blind baseline of Mao et al. 2016, MAttNet, UNITER; stricter
-than the uniform random region, `chance_accuracy`), and the most confident detected region for the attention probes
-(Li et al. 2020). Caption metrics get no baseline.
+than the uniform random region, `chance_accuracy`), and for the attention probes the most confident detected region
+(Li et al. 2020) where the region store holds detection confidences, else each image's first stored region (a grid or
+the user-data builder's regions: the whole image first; `analysis.grounding_probe.probe_baseline_kind`), and the
+centre patch for patch models. Caption metrics get no baseline.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..analysis.grounding_probe import GroundingProbeResult
 
 __all__ = [
     "BASELINE_KINDS",
@@ -41,7 +47,12 @@ BASELINE_KINDS = {
     "majority_class_eval": "the most frequent label of the evaluation rows themselves (no training labels at hand)",
     "largest_region": "the image's largest region (by box area), whatever the text says",
     "detection_confidence": "the image's most confident detected region (Li et al. 2020)",
-}
+    "store_order": "the image's first region as the region store holds it (a store without detection confidences, e.g. "
+    "the whole image before a grid: the user-data builder's default regions)",
+    "detection_confidence_or_store_order": "the most confident detected region where the store holds confidences, "
+    "else the image's first stored region",
+    "centre_patch": "the patch at the image's centre (patches have no detection confidence)",
+}  # each also named and described in the model cards' results table (model_cards/_results.md)
 
 
 @dataclass(frozen=True)
@@ -244,7 +255,7 @@ def pretraining_baselines(results: Mapping) -> dict[str, Baseline]:
     return {key: Baseline(results[baseline], "majority_class_eval") for key, baseline in measured.items()}
 
 
-def grounding_probe_baselines(detection_confidence_accuracy: float, keys: Sequence[str]) -> dict[str, Baseline]:
-    """The attention-grounding accuracies `keys` (best head, mean head, ...) against the probe's detection-confidence
-    baseline."""
-    return {key: Baseline(detection_confidence_accuracy, "detection_confidence") for key in keys}
+def grounding_probe_baselines(probe: GroundingProbeResult, keys: Sequence[str]) -> dict[str, Baseline]:
+    """The attention-grounding accuracies `keys` (best head, mean head, ...) against the probe's baseline, of the kind
+    it measured (`GroundingProbeResult.baseline_kind`: detection confidence, store order or centre patch)."""
+    return {key: Baseline(probe.baseline_accuracy, probe.baseline_kind) for key in keys}

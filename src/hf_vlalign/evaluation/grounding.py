@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..analysis.grounding_probe import (
+    BEST_AMONG_ALL,
     GroundingProbe,
     GroundingProbeResult,
     best_active_head,
@@ -113,13 +114,14 @@ def probe_attention_blocks(
 def entity_grounding_metrics(result: GroundingProbeResult) -> dict:
     """Li et al.'s entity grounding results under the paper's names: the accuracy of every head
     (`entity_grounding_accuracy`, L x H), of the best actively attending head overall and per layer (Figure 3), each
-    best head's active share, and the detection-confidence baseline."""
+    best head's active share, and the baseline under the name of its kind (`<baseline_kind>_baseline`: Li et al.'s
+    `detection_confidence_baseline` where the store holds detection confidences, else `store_order_baseline`)."""
     per_layer = []
     share = result.active_share
     for layer, accuracy in enumerate(result.accuracy):
         layer_share = None if share is None else share[layer : layer + 1]
         _, head, among = best_active_head(
-            accuracy[None], layer_share, result.active_threshold, result.best_among != "all heads"
+            accuracy[None], layer_share, result.active_threshold, result.best_among != BEST_AMONG_ALL
         )
         per_layer.append(
             {
@@ -138,7 +140,8 @@ def entity_grounding_metrics(result: GroundingProbeResult) -> dict:
         "best_among": result.best_among,
         "entity_grounding_accuracy_best_head_per_layer": per_layer,
         "entity_grounding_accuracy_mean_head": float(result.mean_head_accuracy),
-        "detection_confidence_baseline": float(result.baseline_accuracy),
+        f"{result.baseline_kind}_baseline": float(result.baseline_accuracy),  # Li et al.'s detection_confidence_baseline
+        "baseline_kind": result.baseline_kind,
         "active_threshold": float(result.active_threshold),
         "num_entities": int(result.num_phrases),
     }

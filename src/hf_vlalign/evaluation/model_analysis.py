@@ -30,7 +30,7 @@ from ..analysis.geometry import (
     plot_within_cluster,
     region_clusters,
 )
-from ..analysis.grounding_probe import GroundingProbe, best_active_head
+from ..analysis.grounding_probe import BEST_AMONG_ALL, GroundingProbe, best_active_head
 from ..analysis.probe_plots import plot_head_accuracy, plot_layer_accuracy_scatter
 from ..analysis.syntactic_grounding import SyntacticGroundingProbe
 from ..data.collators import span_token_mask
@@ -355,7 +355,9 @@ def analyze_model(
     out_dir.mkdir(parents=True, exist_ok=True)
     name = Path(model_dir).name
     title = f"syntactic grounding, best head per relation: {name}"
-    report["syntactic_grounding"] = {"skipped": skipped} if syntax is None else syntax.report(out_dir, title)
+    # the same images as the entity probe: the same kind of baseline
+    syntactic = {"skipped": skipped} if syntax is None else syntax.report(out_dir, title, baseline_name=result.baseline_name)
+    report["syntactic_grounding"] = syntactic if "skipped" in syntactic else {**syntactic, "baseline_kind": result.baseline_kind}
     _plot_probe(result, out_dir, name)
     plot_entropy(entropy_rows, out_dir / "attention_entropy.png", title=name)
     if distance_rows:
@@ -416,16 +418,16 @@ def _json_ready(value):
 
 
 def _plot_probe(result, out_dir: Path, name: str) -> None:
-    """The probe's layer x head heatmap and per-layer scatter, both with the detection-confidence baseline."""
+    """The probe's layer x head heatmap and per-layer scatter, both with the probe's baseline, named by its kind."""
     baseline, count = result.baseline_accuracy, result.num_phrases
     plot_head_accuracy(
         result.accuracy, out_dir / "grounding_accuracy_per_head.png", title=f"grounding accuracy per head: {name}",
-        baseline=baseline, num_phrases=count, active_share=result.active_share if result.best_among != "all heads" else None,
-        active_threshold=result.active_threshold,
+        baseline=baseline, num_phrases=count, active_share=result.active_share, active_threshold=result.active_threshold,
+        baseline_name=result.baseline_name, active_heads_only=result.best_among != BEST_AMONG_ALL,
     )  # fmt: skip
     plot_layer_accuracy_scatter(
         result.accuracy, out_dir / "grounding_accuracy_per_layer.png", baseline=baseline,
-        title=f"grounding accuracy per layer: {name}", num_phrases=count, baseline_label="detection-confidence baseline",
+        title=f"grounding accuracy per layer: {name}", num_phrases=count, baseline_label=result.baseline_name,
     )  # fmt: skip
 
 
@@ -486,11 +488,14 @@ def _plot_word_region_heatmaps(example: _Example, blocks, result, path: Path, na
     num_layers = len(blocks.word_to_region)
     for layer in sorted({0, num_layers // 2, num_layers - 1}):
         share = None if result.active_share is None else result.active_share[layer : layer + 1]
-        _, head, _ = best_active_head(
-            result.accuracy[layer : layer + 1], share, result.active_threshold, result.best_among != "all heads"
+        _, head, among = best_active_head(
+            result.accuracy[layer : layer + 1], share, result.active_threshold, result.best_among != BEST_AMONG_ALL
         )
         active = "" if share is None else f", active share {share[0, head]:.2f}"
-        title = f"layer {layer}, head {head}\n(best of its layer; probe accuracy {result.accuracy[layer, head]:.3f}{active})"
+        title = (
+            f"layer {layer}, head {head}: best of its layer's {among}\n"
+            f"(probe accuracy {result.accuracy[layer, head]:.3f}{active})"
+        )
         panels.append((_rows(blocks, example, layer, head).numpy(), title))
     title = textwrap.fill(f"{name}: word -> region attention, image {example.row['image_id']}: \"{example.text}\"", 110)
     plot_word_region_heatmaps(
@@ -518,7 +523,7 @@ def _plot_top_regions(example: _Example, blocks, result, data: AnalysisData, out
     layer, head = result.best_layer, result.best_head
     words = [f"'{word}': layer {layer}, head {head}" for word in example.words]
     title = textwrap.fill(
-        f"{name}: top-3 attended boxes of each grounded word on the probe's best head (accuracy "
+        f"{name}: top-3 attended boxes of each grounded word on the probe's best head of {result.best_among} (accuracy "
         f"{result.best_head_accuracy:.3f}); gold box dashed red; image {image_id}: \"{example.text}\"", 110
     )  # fmt: skip
     path = out_dir / "top_regions_on_image.png"

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 from transformers import AutoTokenizer
 
-from ..analysis.explorer import explorer_examples, is_explorer_page, write_attention_explorer
+from ..analysis.explorer import explorer_examples, is_explorer_page, probed_examples, write_attention_explorer
 from ..analysis.grounding_probe import GroundingProbe
 from ..models.family import family_spec
 from ..synthetic import SyntheticSceneConfig
@@ -167,5 +167,15 @@ def explore_model(
         title=f"Word-region attention: {Path(model_dir).name}",
         subtitle=subtitle,
         source=source,
+        probe_examples=_probe_examples_note(len(probed), len(dataset), data.description, image_id),
     )
     return ExplorerPage(path, len(shown), len(probed))
+
+
+def _probe_examples_note(count: int, total: int, description: str, image_id: str | None) -> str:
+    """Which examples the probe grid read and, for a whole data file or split, how `hf-vlalign analyze` reads the same
+    ones (its best head is then the page's: the same probe on the same examples)."""
+    if image_id is not None:
+        return f"{probed_examples(count, total)} of image {image_id} in {description}"
+    same = "" if count == total else f" --max_examples {count}"
+    return f"{probed_examples(count, total)} of {description} (hf-vlalign analyze{same} reads the same)"

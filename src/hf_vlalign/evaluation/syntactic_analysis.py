@@ -102,7 +102,9 @@ class SyntacticGroundingAnalysis:
         grounded[i, words] = True
         iou[i, words] = batch["phrase_region_iou"][i, first]
 
-    def report(self, out_dir: Path, title: str, k: int = TOP_RELATIONS) -> dict:
+    def report(
+        self, out_dir: Path, title: str, k: int = TOP_RELATIONS, baseline_name: str = "detection-confidence baseline"
+    ) -> dict:
         """analysis.json's "syntactic_grounding": the top-`k` relations (Li et al. Table 2: each with its best actively
         attending head and that head's `active_share`), the paper's metrics by relation and the plot."""
         if self.probe.num_pairs == 0:
@@ -111,7 +113,7 @@ class SyntacticGroundingAnalysis:
         rows = result.top_relations(min(k, len(result.relations)))
         for row in rows:
             row["mean_accuracy"] = float(np.mean(result.accuracy[row["relation"]]))
-        plot = plot_top_relations(rows, out_dir / "syntactic_grounding.png", title=title)
+        plot = plot_top_relations(rows, out_dir / "syntactic_grounding.png", title=title, baseline_label=baseline_name)
         return {
             "parser": self.parser,
             "num_arcs": self.probe.num_pairs,

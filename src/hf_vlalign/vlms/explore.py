@@ -14,7 +14,7 @@ from PIL import Image
 from torch import nn
 
 from ..alignment.patches import cell_boxes
-from ..analysis.explorer import ExplorerExample, GoldPhrase, write_attention_explorer
+from ..analysis.explorer import ExplorerExample, GoldPhrase, probed_examples, write_attention_explorer
 from ..analysis.grounding_probe import GroundingProbeResult
 from ..supervision.direct import normalise_rows
 from .data import PatchGroundingCollator, patch_batches
@@ -107,10 +107,11 @@ def write_patch_explorer(
             model, patch_batches(collator, examples[:probe_examples], batch_size), collator.coverage_threshold
         )
     source = patch_model_family(model).name
-    rule = (f"a patch at least {collator.coverage_threshold:g} inside a gold box of the phrase", "centre-patch baseline")
+    rule = f"a patch at least {collator.coverage_threshold:g} inside a gold box of the phrase"
     return write_attention_explorer(
-        shown, path, probe=probe, title=title, subtitle=subtitle, source=source, probe_rule=rule
-    )
+        shown, path, probe=probe, title=title, subtitle=subtitle, source=source, probe_rule=rule,
+        probe_examples=probed_examples(min(probe_examples, len(examples)), len(examples), "captions"),
+    )  # fmt: skip
 
 
 def analyze_patch_model(
@@ -142,7 +143,7 @@ def analyze_patch_model(
     plot_head_accuracy(
         result.accuracy, out_dir / "grounding_probe.png", title=f"grounding accuracy per head ({family}, patches)",
         baseline=result.baseline_accuracy, num_phrases=result.num_phrases, active_share=result.active_share,
-        active_threshold=result.active_threshold, baseline_name="centre-patch baseline",
+        active_threshold=result.active_threshold, baseline_name=result.baseline_name,
     )  # fmt: skip
     example = patch_explorer_examples(model, collator, examples[:1])[0]
     plot_best_head_attention(example, result, out_dir / "best_head_attention.png")

@@ -56,7 +56,7 @@ def probe_patch_model(
     family = patch_model_family(model)
     modules = family.attention_modules(model)
     probe = GroundingProbe(
-        len(modules), family.num_heads(model), coverage_threshold, active_threshold, active_heads_only
+        len(modules), family.num_heads(model), coverage_threshold, active_threshold, active_heads_only, "centre_patch"
     )
     device = next(model.parameters()).device
     was_training = model.training
