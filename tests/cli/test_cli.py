@@ -45,6 +45,7 @@ def _write_results(folder, supervision, best, baselines=True):
         results["baselines"] = {
             "image_description_accuracy": {"value": 0.5, "baseline": 0.5, "kind": "majority_class", "beats": False},
             "vgp_accuracy": {"value": 0.75, "baseline": 0.4, "kind": "majority_class", "beats": True},
+            "grounding_accuracy_best_head": {"value": best, "baseline": 0.2, "kind": "store_order", "beats": best > 0.2},
         }
     (folder / "eval_results.json").write_text(json.dumps(results))
 
@@ -57,13 +58,14 @@ def test_results_table_has_one_row_per_run_with_the_baselines_and_flags(tmp_path
     assert len(table) == 5
     assert table[0] == (
         "| supervision | identification acc. | majority class | VGP acc. | majority class | grounding, best head | "
-        "grounding, mean head | confidence baseline | ⚠ not above baseline |"
+        "grounding, mean head | grounding baseline | ⚠ not above baseline |"
     )
-    # identification 0.5 ties its majority baseline, the best head (0.15) is below the confidence baseline (0.2)
+    # identification 0.5 ties its majority baseline, the best head (0.15) is below the grounding baseline (0.2), which
+    # is named by how it was made
     assert table[2] == (
-        "| none | 0.500 | 0.500 | 0.750 | 0.400 | 0.150 | 0.250 | 0.200 | ⚠ identification acc., grounding, best head |"
+        "| none | 0.500 | 0.500 | 0.750 | 0.400 | 0.150 | 0.250 | 0.200 (store order) | ⚠ identification acc., grounding, best head |"
     )
-    assert table[3] == "| direct | 0.500 | 0.500 | 0.750 | 0.400 | 0.900 | 0.250 | 0.200 | ⚠ identification acc. |"
+    assert table[3] == "| direct | 0.500 | 0.500 | 0.750 | 0.400 | 0.900 | 0.250 | 0.200 (store order) | ⚠ identification acc. |"
     assert table[4] == "| indirect | 0.500 | n/a | 0.750 | n/a | 0.900 | 0.250 | 0.200 | - |"
 
 

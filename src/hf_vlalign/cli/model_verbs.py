@@ -157,10 +157,11 @@ RESULT_COLUMNS = (
     ("vgp_accuracy", "VGP acc."),
     ("grounding_accuracy_best_head", "grounding, best head"),
     ("grounding_accuracy_mean_head", "grounding, mean head"),
-    ("grounding_baseline_accuracy", "confidence baseline"),
+    ("grounding_baseline_accuracy", "grounding baseline"),
 )
 # the accuracies whose baseline the table shows beside them: the majority class of the training labels (the run's
-# `baselines` entry, `hf_vlalign.evaluation.baselines`); the grounding accuracies' is the confidence baseline column
+# `baselines` entry, `hf_vlalign.evaluation.baselines`); the grounding accuracies' is the grounding baseline column,
+# named by how the probe made it (its `kind`: detection confidence, store order, ...)
 MAJORITY_COLUMNS = ("image_description_accuracy", "vgp_accuracy")
 GROUNDING_COLUMNS = ("grounding_accuracy_best_head", "grounding_accuracy_mean_head")
 
@@ -196,7 +197,8 @@ def read_eval_results(output_dir: str | Path) -> dict:
 def results_table(output_dirs: list[Path]) -> str:
     """Markdown table of the `eval_results.json` of several runs (one row each): each accuracy beside its baseline
     (identification and VGP: the majority class of the training labels, "n/a" for a run that recorded none; grounding:
-    the detection-confidence baseline), and a last column naming the accuracies that do not beat their baseline."""
+    the probe's baseline, its kind in brackets where the run recorded it: "0.200 (store order)"), and a last column
+    naming the accuracies that do not beat their baseline."""
     titles = dict(RESULT_COLUMNS)
     header = ["supervision"]
     for key in MAJORITY_COLUMNS:
@@ -210,11 +212,18 @@ def results_table(output_dirs: list[Path]) -> str:
         cells = [results["supervision"]]
         for key in MAJORITY_COLUMNS:
             cells += [f"{results[key]:.3f}", f"{baselines[key]:.3f}" if key in baselines else "n/a"]
-        cells += [f"{results[key]:.3f}" for key in (*GROUNDING_COLUMNS, "grounding_baseline_accuracy")]
+        cells += [f"{results[key]:.3f}" for key in GROUNDING_COLUMNS]
+        cells.append(f"{results['grounding_baseline_accuracy']:.3f}{_grounding_baseline_kind(results)}")
         below = [titles[key] for key in (*MAJORITY_COLUMNS, *GROUNDING_COLUMNS) if key in baselines and results[key] <= baselines[key]]
         cells.append("⚠ " + ", ".join(below) if below else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _grounding_baseline_kind(results: dict) -> str:
+    """" (store order)": the kind of the run's grounding baseline in brackets, "" when the run recorded none."""
+    entry = results.get("baselines", {}).get(GROUNDING_COLUMNS[0])
+    return f" ({entry['kind'].replace('_', ' ')})" if isinstance(entry, dict) and isinstance(entry.get("kind"), str) else ""
 
 
 def run_results_table(args: argparse.Namespace) -> int:
