@@ -34,6 +34,11 @@ PRIVATE_OVERRIDES = {
         ("checkpoint",),
         "a damaged random-state file is named",
     ),
+    (Trainer, "_finalize_training"): (
+        ("trial", "num_train_samples", "start_time"),
+        "`train_loss` adds this process's loss since the last log (`_tr_loss`), one process's share of the global mean: "
+        "it is averaged over the processes first, as each log step does",
+    ),
     (PreTrainedModel, "_finalize_model_loading"): (
         ("model", "load_config", "loading_info"),
         "a checkpoint that does not fit the config must raise naming the keys before transformers initialises them",
