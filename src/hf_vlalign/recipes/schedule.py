@@ -111,8 +111,8 @@ def stopping_rule(training_args: TrainingArguments, early_stopping_patience: int
 
 class LearningCurveCallback(TrainerCallback):
     """Writes `learning_curve.json` in `--output_dir` at every evaluation during training: for each, the step, epoch,
-    mean training loss logged since the previous one and the evaluation metrics; then whether the run stopped before
-    its planned steps and by which rule. Main process only."""
+    latest logged training loss and the evaluation metrics; then whether the run stopped before its planned steps and
+    by which rule. Main process only."""
 
     def __init__(self, rule: str | None = None):
         self.rule = rule
@@ -125,13 +125,14 @@ class LearningCurveCallback(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if not self.training or metrics is None:
             return  # an evaluation after training (e.g. of the whole split) is not a point of the curve
-        since = self.points[-1]["step"] if self.points else 0
-        losses = [log["loss"] for log in state.log_history if "loss" in log and since < log["step"] <= state.global_step]
+        losses = [log for log in state.log_history if "loss" in log and log["step"] <= state.global_step]
         self.points.append(
             {
                 "step": state.global_step,
                 "epoch": state.epoch,
-                "train_loss": sum(losses) / len(losses) if losses else None,
+                # the latest training loss logged (every --logging_steps), and its step; None before the first log
+                "train_loss": losses[-1]["loss"] if losses else None,
+                "train_loss_step": losses[-1]["step"] if losses else None,
                 **{key: value for key, value in metrics.items() if key not in SPEED_METRICS and key != "epoch"},
             }
         )
