@@ -70,6 +70,7 @@ from hf_vlalign.recipes import (
     save_model,
     synthetic_scene_config,
     take_push_to_hub,
+    training_callbacks,
     training_summary,
     truncation_results,
     write_results,
@@ -304,6 +305,8 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=build_processor(tokenizer, model, data.store, data.region_options),
         compute_metrics=reasoning_metrics(eval_subset),
         preprocess_logits_for_metrics=predicted_truth,
+        # bounded evaluations, early stopping with --early_stopping_patience, learning_curve.json
+        callbacks=training_callbacks(training_args, len(eval_subset), data_args.early_stopping_patience),
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_model(trainer, training_args.output_dir)

@@ -33,7 +33,14 @@ from dataclasses import dataclass, field
 from transformers import AutoModelForImageTextToText, AutoProcessor, set_seed
 
 from hf_vlalign.alignment.patches import DEFAULT_COVERAGE_THRESHOLD
-from hf_vlalign.recipes import final_evaluation, parse_recipe_args, synthetic_scene_config, write_results
+from hf_vlalign.recipes import (
+    SubsetArguments,
+    final_evaluation,
+    parse_recipe_args,
+    synthetic_scene_config,
+    training_callbacks,
+    write_results,
+)
 from hf_vlalign.synthetic.scenes import load_or_generate_synthetic_vgp
 from hf_vlalign.trainers.patch_supervision import PatchSupervisionTrainer, PatchSupervisionTrainingArguments
 from hf_vlalign.utils.user_errors import run_command
@@ -46,7 +53,7 @@ TINY_VOCABULARIES = ("data", "default_text_model")
 
 
 @dataclass
-class PatchVLMArguments:
+class PatchVLMArguments(SubsetArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "local folder or Hub id of a LLaVA / PaliGemma / ViLT model and its processor."}
     )
@@ -74,8 +81,8 @@ class PatchVLMArguments:
     )
     train_split: str = field(default="train")
     eval_split: str = field(default="val")
-    max_train_images: int | None = field(default=None)
-    max_eval_images: int | None = field(default=None)
+    max_train_images: int | None = field(default=None, metadata={"help": "read the first N training images."})
+    max_eval_images: int | None = field(default=None, metadata={"help": "read the first N evaluation images."})
     synthetic_seed: int = field(default=0, metadata={"help": "seed of the synthetic scenes (default data)."})
     synthetic_train_images: int = field(default=800)
     synthetic_eval_images: int = field(default=150)
@@ -141,6 +148,9 @@ def load_examples(args: PatchVLMArguments) -> tuple[list[dict], list[dict], dict
         )
     train, train_counts = grounded_caption_examples(root, images, args.train_split, args.max_train_images)
     evaluation, eval_counts = grounded_caption_examples(root, images, args.eval_split, args.max_eval_images)
+    # `--max_train_samples` / `--max_eval_samples`: the first N grounded captions of the images read
+    train, evaluation = train[: args.max_train_samples], evaluation[: args.max_eval_samples]
+    train_counts["captions_used"], eval_counts["captions_used"] = len(train), len(evaluation)
     return train, evaluation, {"train": train_counts, "eval": eval_counts}, source
 
 
@@ -166,6 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset=evaluation,
         data_collator=collator,
         processing_class=processor,
+        callbacks=training_callbacks(training_args, len(evaluation)),  # bounded evaluations, learning_curve.json
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     results = final_evaluation(trainer)

@@ -68,6 +68,7 @@ from hf_vlalign.recipes import (
     save_model,
     synthetic_scene_config,
     take_push_to_hub,
+    training_callbacks,
     training_summary,
     truncation_results,
     write_results,
@@ -231,15 +232,18 @@ def main(argv: list[str] | None = None) -> dict:
     eval_dataset, eval_truncation = collator.drop_overlong_rows(eval_dataset, "referring eval")
     push_to_hub = take_push_to_hub(training_args)
     training_args.label_names = ["target_region_iou"]  # what compute_metrics reads
+    eval_subset = evaluation_subset(eval_dataset, data_args.eval_subset_size, training_args.seed)
     trainer = ReferringExpressionTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        eval_dataset=evaluation_subset(eval_dataset, data_args.eval_subset_size, training_args.seed),
+        eval_dataset=eval_subset,
         data_collator=collator,
         # the processor is saved with the model and in every checkpoint-N
         processing_class=build_processor(tokenizer, model, store, region_options),
         compute_metrics=accuracy_from_region_iou,
+        # bounded evaluations, early stopping with --early_stopping_patience, learning_curve.json
+        callbacks=training_callbacks(training_args, len(eval_subset), data_args.early_stopping_patience),
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_model(trainer, training_args.output_dir)

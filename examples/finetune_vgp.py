@@ -45,10 +45,13 @@ from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
+    EarlyStoppingArguments,
+    SubsetArguments,
     build_processor,
     UserDataArguments,
     check_visual_feat_dim,
     final_evaluation,
+    first_rows,
     from_checkpoint_or_text,
     image_use_results,
     load_tokenizer,
@@ -59,6 +62,7 @@ from hf_vlalign.recipes import (
     supervision_settings,
     synthetic_scene_config,
     take_push_to_hub,
+    training_callbacks,
     training_summary,
     truncation_results,
     write_json,
@@ -71,7 +75,7 @@ logger = logging.get_logger(__name__)
 
 
 @dataclass
-class VGPArguments(UserDataArguments):
+class VGPArguments(UserDataArguments, SubsetArguments, EarlyStoppingArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "BERT-family text checkpoint or an hf_vlalign checkpoint (default: MiniLM)."}
     )
@@ -168,16 +172,20 @@ def load_model(args: VGPArguments, visual_feat_dim: int) -> SingleStreamForVisua
 
 def load_data(args: VGPArguments, training_args: VGPTrainingArguments) -> tuple[VGPData, dict | None]:
     """(the VGP rows and their region features, the `extract_region_features` options of features made from the
-    images): the `vgp` rows of `--train_file` / `--validation_file`, the published files, or the synthetic scenes."""
+    images): the `vgp` rows of `--train_file` / `--validation_file`, the published files, or the synthetic scenes; the
+    first `--max_train_samples` / `--max_eval_samples` rows of each split."""
+    region_options = None
     if args.train_file is not None:
         user = load_user_splits(args, "vgp", training_args)
-        return VGPData(user.train, user.eval, user.store, user.source), user.region_options
-    with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
-        data = load_vgp_data(
-            args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features,
-            synthetic_scene_config(args), negatives=args.negatives,
-        )  # fmt: skip
-    return data, None
+        data, region_options = VGPData(user.train, user.eval, user.store, user.source), user.region_options
+    else:
+        with training_args.main_process_first(desc="loading the data"):  # the synthetic scenes are generated once
+            data = load_vgp_data(
+                args.flickr30k_entities_dir, args.vgp_train_csv, args.vgp_eval_csv, args.features,
+                synthetic_scene_config(args), negatives=args.negatives,
+            )  # fmt: skip
+    data.train, data.eval = first_rows(data.train, args.max_train_samples), first_rows(data.eval, args.max_eval_samples)
+    return data, region_options
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -321,6 +329,8 @@ def main(argv: list[str] | None = None) -> dict:
         data_collator=collator,
         # the processor is saved with the model and in every checkpoint-N
         processing_class=build_processor(tokenizer, model, region_features, region_options),
+        # bounded evaluations, early stopping with --early_stopping_patience, learning_curve.json
+        callbacks=training_callbacks(training_args, len(eval_dataset), args.early_stopping_patience),
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     # every process saves and evaluates (collectives under FSDP / DeepSpeed); only the main process writes the report

@@ -75,6 +75,7 @@ from hf_vlalign.recipes import (
     save_model,
     synthetic_scene_config,
     take_push_to_hub,
+    training_callbacks,
     training_summary,
     truncation_results,
     write_results,
@@ -390,17 +391,20 @@ def main(argv: list[str] | None = None) -> dict:
     # the metrics read the masked-word and sentence-image labels; the loss needs them to be listed too
     training_args.label_names = ["labels", "sentence_image_labels"] if task_args.sentence_image_prediction else ["labels"]
     push_to_hub = take_push_to_hub(training_args)
+    eval_subset = evaluation_subset(data.eval, data_args.eval_subset_size, training_args.seed)
     trainer = SingleStreamPretrainingTrainer(
         model=model,
         args=training_args,
         train_dataset=data.train,
-        eval_dataset=evaluation_subset(data.eval, data_args.eval_subset_size, training_args.seed),
+        eval_dataset=eval_subset,
         data_collator=train_collator,
         eval_data_collator=eval_collator,
         # the processor is saved with the model and in every checkpoint-N
         processing_class=build_processor(tokenizer, model, data.store, data.region_options),
         compute_metrics=pretraining_metrics(task_args.sentence_image_prediction),
         preprocess_logits_for_metrics=predictions_for_metrics,
+        # bounded evaluations, early stopping with --early_stopping_patience, learning_curve.json
+        callbacks=training_callbacks(training_args, len(eval_subset), data_args.early_stopping_patience),
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_model(trainer, training_args.output_dir)

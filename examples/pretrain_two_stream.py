@@ -83,9 +83,11 @@ from hf_vlalign.recipes import (
     DEFAULT_BASE_MODEL,
     IMAGE_USE_EXAMPLES,
     MixedPrecisionArguments,
+    SubsetArguments,
     build_processor,
     UserDataArguments,
     check_visual_feat_dim,
+    first_rows,
     from_checkpoint_or_text,
     image_use_results,
     load_tokenizer,
@@ -118,7 +120,7 @@ PUBLISHED_DATA_FLAGS = (
 
 
 @dataclass
-class PretrainingArguments(UserDataArguments):
+class PretrainingArguments(UserDataArguments, SubsetArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "BERT-family text checkpoint or a two-stream checkpoint (default: MiniLM)."}
     )
@@ -296,13 +298,22 @@ def load_user_captions(args: PretrainingArguments, training_args) -> Pretraining
 
 def load_data(args: PretrainingArguments, training_args=None) -> PretrainingData:
     """Your own captions with `--train_file` (which needs `training_args`), LXMERT's pre-training files with
-    `--lxmert_data_dir`, GQA questions with `--data_dir`, else the synthetic scenes' GQA-format questions."""
+    `--lxmert_data_dir`, GQA questions with `--data_dir`, else the synthetic scenes' GQA-format questions; the first
+    `--max_train_samples` / `--max_eval_samples` rows of each split."""
     if args.train_file is not None:
-        return load_user_captions(args, training_args)
-    if args.lxmert_data_dir is not None:
-        return load_lxmert_data(args)
-    if args.data_dir is None:
-        return load_synthetic_data(args)
+        data = load_user_captions(args, training_args)
+    elif args.lxmert_data_dir is not None:
+        data = load_lxmert_data(args)
+    elif args.data_dir is None:
+        data = load_synthetic_data(args)
+    else:
+        data = load_gqa_data(args)
+    data.train, data.eval = first_rows(data.train, args.max_train_samples), first_rows(data.eval, args.max_eval_samples)
+    return data
+
+
+def load_gqa_data(args: PretrainingArguments) -> PretrainingData:
+    """GQA questions of `--data_dir` joined to `--features`, with the detector's vocabularies."""
     if not (args.features and args.answer_vocab and args.object_vocab):
         raise ValueError("real GQA data needs `--features`, `--answer_vocab` and `--object_vocab`.")
     store = RegionFeatureStore.load(args.features)

@@ -83,6 +83,7 @@ from hf_vlalign.recipes import (
     UserDataArguments,
     build_processor,
     evaluation_subset,
+    first_rows,
     from_checkpoint_or_text,
     image_use_results,
     load_tokenizer,
@@ -131,7 +132,10 @@ class CaptioningArguments(UserDataArguments):
         default="raise", metadata={"help": "a caption whose image is not in --features: raise | skip (counted, warned)."}
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "keep the first N training captions."})
-    max_eval_images: int | None = field(default=None, metadata={"help": "keep the first N evaluation images."})
+    max_eval_samples: int | None = field(
+        default=None,
+        metadata={"help": "keep the first N evaluation images (a captioner is scored per image, on its references)."},
+    )
     alignment: str = field(default="gate", metadata={"help": f"A2 fusion: {' | '.join(ALIGNMENT_FUSIONS)}."})
     a2_fusions: str | None = field(
         default=None,
@@ -278,21 +282,26 @@ def load_data(args: CaptioningArguments, training_args: CaptioningTrainingArgume
     store = synthetic_region_features(config=config)
     train = build_dataset("synthetic_scenes", None, "train", task="captions", config=config)
     test = build_dataset("synthetic_scenes", None, "val", task="captions", config=config)
-    train = with_references(train, "sentence")
-    images = [{"image_id": image_id, "references": captions} for image_id, captions in group_captions_by_image(test).items()]
+    train = with_references(first_rows(train, args.max_train_samples), "sentence")
+    test, images = first_test_images(test, "sentence", args.max_eval_samples)
     return CaptionData(train, test, images, store, "sentence", "synthetic captioned scenes", grounded=True)
+
+
+def first_test_images(test, text_column: str, count: int | None) -> tuple[object, list[dict]]:
+    """(the caption rows of the first `count` test images, those images with their references) for
+    `--max_eval_samples` (all for None)."""
+    grouped = list(group_captions_by_image(test, text_column).items())[:count]
+    kept = {image_id for image_id, _ in grouped}
+    if len(kept) < len(set(test["image_id"])):
+        test = test.filter(lambda row: row["image_id"] in kept)
+    return test, [{"image_id": image_id, "references": captions} for image_id, captions in grouped]
 
 
 def load_user_captions(args: CaptioningArguments, training_args: CaptioningTrainingArguments) -> CaptionData:
     """The `caption` rows of `--train_file` / `--validation_file`: the rows of one image are its references."""
     user = load_user_splits(args, "caption", training_args)
-    train = user.train
-    if args.max_train_samples is not None and args.max_train_samples < len(train):
-        train = train.select(range(args.max_train_samples))
-    grouped = list(group_captions_by_image(user.eval, "caption").items())[: args.max_eval_images]
-    kept = {image_id for image_id, _ in grouped}
-    test = user.eval.filter(lambda row: row["image_id"] in kept)
-    images = [{"image_id": image_id, "references": captions} for image_id, captions in grouped]
+    train = first_rows(user.train, args.max_train_samples)
+    test, images = first_test_images(user.eval, "caption", args.max_eval_samples)
     grounded = any(spans for spans in test["caption_phrase_spans"])
     return CaptionData(
         with_references(train, "caption"), test, images, user.store, "caption", user.source, grounded,
@@ -309,8 +318,8 @@ def load_karpathy(args: CaptioningArguments) -> CaptionData:
         train = train.select(range(args.max_train_samples))
     train = with_references(train, "caption")
     per_image = build_dataset("coco_captions", args.karpathy_json, args.eval_split, store, per_image=True, **options)
-    if args.max_eval_images is not None and args.max_eval_images < len(per_image):
-        per_image = per_image.select(range(args.max_eval_images))
+    if args.max_eval_samples is not None and args.max_eval_samples < len(per_image):
+        per_image = per_image.select(range(args.max_eval_samples))
     test = build_dataset("coco_captions", args.karpathy_json, args.eval_split, store, **options)
     kept = set(per_image["image_id"])
     test = test.filter(lambda row: row["image_id"] in kept)

@@ -68,13 +68,14 @@ COLLATOR_LAYERS = {
     },
 }
 # recipes/ module -> the modules of the package it may import: the argument classes parse `--num_threads` (`threads`),
-# model loading reads the argument classes, the run's outputs read the evaluation subset
+# model loading reads the argument classes, the run's outputs read the evaluation subset and the stopping rule
 RECIPE_LAYERS = {
     "hf_vlalign.recipes.threads": set(),
     "hf_vlalign.recipes.subsets": set(),
-    "hf_vlalign.recipes.arguments": {"hf_vlalign.recipes.threads"},
+    "hf_vlalign.recipes.schedule": set(),
+    "hf_vlalign.recipes.arguments": {"hf_vlalign.recipes.threads", "hf_vlalign.recipes.schedule"},
     "hf_vlalign.recipes.models": {"hf_vlalign.recipes.arguments"},
-    "hf_vlalign.recipes.outputs": {"hf_vlalign.recipes.subsets"},
+    "hf_vlalign.recipes.outputs": {"hf_vlalign.recipes.subsets", "hf_vlalign.recipes.schedule"},
     "hf_vlalign.recipes.user_data": {"hf_vlalign.recipes.arguments"},
 }
 # cycles of the explicit graph that are allowed, each with where it is (none: the explorer reads model_analysis's

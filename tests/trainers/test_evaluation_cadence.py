@@ -1,6 +1,7 @@
 """The examples evaluate a fixed number of times per run whatever the data set's size (`--eval_steps` 0.2 by
-default, transformers' fraction-of-the-run form), and the evaluations during training can read a seeded sample of
-the evaluation split (`--eval_subset_size`) while the final evaluation reads all of it."""
+default, transformers' fraction-of-the-run form, at least 50 steps apart: a short run evaluates once), and the
+evaluations during training can read a seeded sample of the evaluation split (`--eval_subset_size`) while the final
+evaluation reads all of it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import datasets
 import pytest
 from transformers import TrainerState, TrainingArguments
 
-from hf_vlalign.recipes import EVALUATIONS_PER_RUN, evaluation_subset
+from hf_vlalign.recipes import EVALUATIONS_PER_RUN, evaluation_count, evaluation_interval, evaluation_subset
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ("finetune_vqa", "finetune_nlvr2", "finetune_refcoco", "finetune_flickr_grounding", "pretrain_single_stream")
@@ -27,15 +28,17 @@ def load_example(name: str):
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_examples_evaluate_five_times_per_run_unless_told_otherwise(name, tmp_path):
+def test_examples_evaluate_five_times_per_long_run_and_once_per_short_run(name, tmp_path):
     parse_args = load_example(name).parse_args
     training_args = parse_args(["--output_dir", str(tmp_path)])[-1]
-    assert training_args.eval_strategy == "steps" and training_args.eval_steps == 1 / EVALUATIONS_PER_RUN
-    # what the Trainer makes of it: every ceil(0.2 * max_steps) steps, i.e. five evaluations, on any data set size
-    for max_steps in (10, 1200, 36_000):
-        state = TrainerState()
-        state.compute_steps(training_args, max_steps)
-        assert max_steps // state.eval_steps == EVALUATIONS_PER_RUN, (max_steps, state.eval_steps)
+    # finetune_vqa: once per epoch of its 10-epoch cap, which early stopping usually cuts short
+    fraction = 1 / 10 if name == "finetune_vqa" else 1 / EVALUATIONS_PER_RUN
+    assert training_args.eval_strategy == "steps" and training_args.eval_steps == fraction
+    # what the examples make of it (`EvaluationScheduleCallback`): every ceil(fraction * max_steps) steps, on any data
+    # set size, but with at least as many training rows between evaluations as one reads (here 800 rows, batch 16)
+    for max_steps, expected in ((5, 1), (120, 3), (1200, round(1 / fraction)), (36_000, round(1 / fraction))):
+        interval = evaluation_interval(max_steps, fraction, eval_rows=800, rows_per_step=16)
+        assert evaluation_count(max_steps, interval) == expected, max_steps
     assert parse_args(["--output_dir", str(tmp_path), "--eval_steps", "7"])[-1].eval_steps == 7
 
 

@@ -2,16 +2,17 @@
 
 Modules: `arguments` (the argument classes, their `TrainingArguments` defaults and checks, `parse_recipe_args`),
 `threads` (CPU threads per process, the multi-process launch check), `models` (tokenizer and model loading, dropout),
-`subsets` (the rows a run reads), `outputs` (final evaluation, weights, `eval_results.json`, model-card summary, push),
+`subsets` (the rows a run reads), `schedule` (how often a run evaluates, early stopping, the learning curve),
+`outputs` (final evaluation, weights, `eval_results.json`, model-card summary, push),
 `user_data` (`--train_file` / `--validation_file`: one's own images and texts).
 """
 
 from .arguments import (
-    EVALUATIONS_PER_RUN,
     FAMILIES,
     DataArguments,
     MixedPrecisionArguments,
     ModelArguments,
+    SubsetArguments,
     ThreadArguments,
     UserDataArguments,
     parse_indices,
@@ -42,6 +43,14 @@ from .outputs import (
     write_json,
     write_results,
 )
+from .schedule import (
+    EVALUATIONS_PER_RUN,
+    LEARNING_CURVE_FILE,
+    EarlyStoppingArguments,
+    evaluation_count,
+    evaluation_interval,
+    training_callbacks,
+)
 from .subsets import evaluation_subset, first_rows
 from .threads import available_cores, check_distributed_launch, default_cpu_threads
 from .user_data import load_user_splits, rename_text_columns
@@ -51,10 +60,13 @@ __all__ = [
     "EVALUATIONS_PER_RUN",
     "FAMILIES",
     "IMAGE_USE_EXAMPLES",
+    "LEARNING_CURVE_FILE",
     "SYNTHETIC_INFERENCE_GRID",
     "DataArguments",
+    "EarlyStoppingArguments",
     "MixedPrecisionArguments",
     "ModelArguments",
+    "SubsetArguments",
     "ThreadArguments",
     "UserDataArguments",
     "available_cores",
@@ -63,6 +75,8 @@ __all__ = [
     "check_visual_feat_dim",
     "default_cpu_threads",
     "default_region_options",
+    "evaluation_count",
+    "evaluation_interval",
     "evaluation_subset",
     "final_evaluation",
     "first_rows",
@@ -80,6 +94,7 @@ __all__ = [
     "synthetic_scene_config",
     "take_push_to_hub",
     "trained_amount",
+    "training_callbacks",
     "training_summary",
     "truncation_results",
     "write_json",

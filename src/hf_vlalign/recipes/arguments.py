@@ -23,6 +23,7 @@ from ..models.family import FAMILIES as FAMILY_SPECS
 from ..synthetic import SyntheticSceneConfig
 from ..utils.output_paths import refuse_output_overlapping_inputs
 from ..utils.typed_options import typed_options
+from .schedule import EVALUATION_RULE, EVALUATIONS_PER_RUN, EarlyStoppingArguments, keep_asked_length
 from .threads import check_distributed_launch, set_cpu_threads
 
 logger = logging.get_logger(__name__)
@@ -155,7 +156,17 @@ def drop_published_data_settings(
 
 
 @dataclass
-class DataArguments(UserDataArguments):
+class SubsetArguments:
+    """`--max_train_samples` / `--max_eval_samples` (transformers' `run_*.py` flags): the first N rows of a split."""
+
+    max_train_samples: int | None = field(default=None, metadata={"help": "keep the first N training rows."})
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "keep the first N evaluation rows (every evaluation reads them all)."}
+    )
+
+
+@dataclass
+class DataArguments(UserDataArguments, SubsetArguments, EarlyStoppingArguments):
     dataset: str | None = field(default=None, metadata={"help": "a dataset builder name (default: synthetic scenes)."})
     data_dir: str | None = field(default=None, metadata={"help": "the folder of the dataset's published files."})
     features: str | None = field(
@@ -165,8 +176,6 @@ class DataArguments(UserDataArguments):
     eval_split: str | None = field(
         default=None, metadata={"help": "default: the dataset's validation split (also named by 'validation')."}
     )
-    max_train_samples: int | None = field(default=None, metadata={"help": "keep the first N training rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "keep the first N evaluation rows."})
     image_use_examples: int | None = field(
         default=1000,
         metadata={
@@ -202,10 +211,6 @@ def synthetic_scene_config(args) -> SyntheticSceneConfig:
     )
 
 
-# evaluations during a run by default, evenly spaced whatever the data set's size (`--eval_steps` below 1 is a
-# fraction of the run's steps in transformers); an explicit `--eval_steps N` evaluates every N steps instead
-EVALUATIONS_PER_RUN = 5
-
 # shared `TrainingArguments` defaults of the examples; each script adds its own (learning rate, epochs, ...)
 TRAINING_DEFAULTS = {
     "eval_strategy": "steps",
@@ -231,12 +236,14 @@ def parse_recipe_args(
     defaults, then `defaults`, then a `--config FILE`'s values (YAML or JSON, see `examples/configs/`; without its
     published-data settings when `--train_file` is typed: `drop_published_data_settings`); then checks
     them (counts, `--mixed_precision`, `--dropout`, flags their setting does not read, the other data sources' flags
-    with `--train_file`, the output folder) and sets the CPU threads (`--num_threads`)."""
+    with `--train_file`, the output folder), switches a default early stopping off for a run whose length is given
+    (`keep_asked_length`) and sets the CPU threads (`--num_threads`)."""
     dataclass_types = (*dataclass_types, ThreadArguments, training_args_class)
     parser = HfArgumentParser(dataclass_types)
     parser.add_argument(
         "--config", default=None, help="a YAML or JSON file of flag values, which the other flags override (examples/configs/)."
     )
+    parser._option_string_actions["--eval_steps"].help = f"with --eval_strategy steps: {EVALUATION_RULE}."
     config_path, argv = split_config_flag(argv)
     config_values = read_recipe_config(config_path, dataclass_types) if config_path else {}
     typed = typed_options(parser, argv)
@@ -266,6 +273,7 @@ def parse_recipe_args(
         if hasattr(value, "mixed_precision"):
             apply_mixed_precision(training_args, value.mixed_precision)
     check_user_data_flags(parsed, given, data_source_flags)
+    keep_asked_length(parsed, given)
     check_distributed_launch(training_args)
     if training_args.output_dir is not None:
         check_output_dir(parsed, training_args, config_path)  # before anything is written

@@ -18,6 +18,7 @@ from ..data.feature_store import RegionFeatureStore
 from ..evaluation.image_use import image_use_gap
 from ..hub import push_folder_to_hub
 from ..processing import RegionFeatureExtractor, VLAlignProcessor
+from .schedule import early_stopping_summary
 from .subsets import evaluation_subset
 
 
@@ -190,11 +191,13 @@ def trained_amount(trainer: Trainer) -> str:
 
 def training_summary(trainer: Trainer, data_source: str, eval_examples: int) -> dict[str, object]:
     """The training settings a model card shows; `trained` is what the run did (`trained_amount`), not what the
-    arguments asked for."""
+    arguments asked for, and `stopping` the early-stopping rule when the run had one."""
     args = trainer.args
+    stopping = early_stopping_summary(trainer)
     return {
         "data": data_source,
         "trained": trained_amount(trainer),
+        **({"stopping": stopping} if stopping is not None else {}),
         "learning_rate": args.learning_rate,
         "batch_size": args.per_device_train_batch_size,
         "gradient_accumulation_steps": args.gradient_accumulation_steps,
