@@ -107,7 +107,11 @@ SETTINGS = {
     "three_shapes_10_epochs_two_stream_encoder_5e-5_head_1e-3": (
         "three_shapes_2000", flags(10, "5e-5", "1e-3", *TWO_STREAM)
     ),
+    # a default run (issue 53): no flag, the example's own evaluation cadence and stopping rule
+    "one_shape_600_defaults": ("one_shape_600", []),
 }
+# the settings run as a user's default run is: without the script's `--eval_every` (the example's own cadence)
+DEFAULT_RUNS = {"one_shape_600_defaults"}
 
 
 def answer_type_priors(data_dir: Path) -> dict[str, float | None]:
@@ -187,7 +191,8 @@ def run(example, setting: str, out_dir: Path, seed: int, eval_every: int | None,
     """One setting through the example's `main()`; its evaluations during training are read from the trainer, and
     written to `OUT_DIR/runs/<setting>.json` as they come (a run stopped early keeps its curve so far)."""
     fixture = fixture_for(setting, out_dir)
-    eval_every = eval_every or FIXTURES[SETTINGS[setting][0]]["eval_every"]
+    own_cadence = setting in DEFAULT_RUNS
+    eval_every = None if own_cadence else eval_every or FIXTURES[SETTINGS[setting][0]]["eval_every"]
     record = run_record(setting, fixture, seed, eval_every, base_model)
     path = out_dir / "runs" / f"{setting}.json"
     histories = []
@@ -221,8 +226,9 @@ def run(example, setting: str, out_dir: Path, seed: int, eval_every: int | None,
     argv = [
         "--dataset", "vqa_v2", "--data_dir", str(fixture.data_dir), "--features", str(fixture.store_dir),
         "--output_dir", str(out_dir / "models" / setting), "--report_to", "none", "--save_strategy", "no",
-        "--disable_tqdm", "true", "--seed", str(seed), "--eval_strategy", "steps", "--eval_steps", str(eval_every),
-        "--logging_steps", str(eval_every), *SETTINGS[setting][1],
+        "--disable_tqdm", "true", "--seed", str(seed),
+        *([] if own_cadence else ["--eval_strategy", "steps", "--eval_steps", str(eval_every), "--logging_steps", str(eval_every)]),
+        *SETTINGS[setting][1],
         *(["--model_name_or_path", base_model] if base_model else []),
     ]  # fmt: skip
     start = time.perf_counter()
@@ -235,12 +241,19 @@ def run(example, setting: str, out_dir: Path, seed: int, eval_every: int | None,
         **record,
         "steps": steps,
         "planned_steps": planned_steps,
-        "complete": steps >= planned_steps,
+        # a run ends complete at its planned steps or where its early-stopping rule stopped it (not at a deadline)
+        "complete": steps >= planned_steps or stopped_early(out_dir / "models" / setting),
         "curve": curve,
         "final": type_accuracies(results, ""),
         "image_use_accuracy_gap": results["image_use"]["image_use_accuracy_gap"],
         "seconds": seconds,
     }
+
+
+def stopped_early(output_dir: Path) -> bool:
+    """Whether the run in `output_dir` ended by its early-stopping rule (its `learning_curve.json`)."""
+    curve = output_dir / "learning_curve.json"
+    return curve.is_file() and bool(json.loads(curve.read_text()).get("stopped_early"))
 
 
 def _number(value: float | None) -> str:
