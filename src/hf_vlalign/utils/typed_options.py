@@ -18,7 +18,9 @@ def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 
 def typed_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
     """The `dest` of every option typed in `argv` (argparse's abbreviations and `--option=value` spellings included):
-    `argv` is parsed again with every default suppressed, then the defaults are restored. Positionals are left out."""
+    `argv` is parsed again with every default suppressed, then the defaults are restored. Positionals are left out,
+    and so is a help request: the real parse prints the help, with the defaults."""
+    argv = [argument for argument in argv if argument not in ("-h", "--help")]
     parsers = _parsers(parser)
     saved = [(one, dict(one._defaults), {action: action.default for action in one._actions}) for one in parsers]
     try:
