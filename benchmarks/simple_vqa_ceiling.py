@@ -323,10 +323,15 @@ def epoch_count(flags: str) -> int:
     return int(effective_flags(flags)["--num_train_epochs"])
 
 
+# what a default run (`DEFAULT_RUNS`, no flag) trains with: the example's defaults of issue 53, up to 10 epochs with
+# its stopping rule
+EXAMPLE_DEFAULT_FLAGS = "--learning_rate 5e-5 --head_learning_rate 1e-3 --num_train_epochs 10 --warmup_steps 20"
+
+
 def effective_flags(flags: str) -> dict[str, str]:
     """What a run's recorded flags set (a later flag overrides an earlier one; no `--head_learning_rate`: one rate
-    for every parameter, the example's default when those runs were made)."""
-    words = flags.split()
+    for every parameter, the example's default when those runs were made; no flag: `EXAMPLE_DEFAULT_FLAGS`)."""
+    words = (flags or EXAMPLE_DEFAULT_FLAGS).split()
     values = {words[index]: words[index + 1] for index in range(0, len(words), 2)}
     values.setdefault("--head_learning_rate", values["--learning_rate"])
     return values
@@ -341,6 +346,8 @@ def describe(flags: str) -> str:
         words.append(f"warmup {values['--warmup_steps']}")
     if "--model_family" in values:
         words.append(values["--model_family"].replace("_", "-"))
+    if not flags:
+        words.append("the example's defaults: stops once accuracy has not improved for 2 epochs")
     return ", ".join(words)
 
 
@@ -376,8 +383,9 @@ def plot(report: dict, path: Path) -> None:
                 label = entry["setting"] + ("" if entry["complete"] else " (stopped)")
                 marker = EPOCH_MARKERS.get(epoch_count(entry["flags"]), ".")
                 colour = colours[variant(entry["flags"])]
+                style = "--" if entry["setting"] in DEFAULT_RUNS else "-"  # a default run: the same flags, dashed
                 axis.plot([p["step"] for p in points], [p[key] for p in points], marker=marker, markersize=4,
-                          color=colour, label=label)  # fmt: skip
+                          color=colour, linestyle=style, label=label)  # fmt: skip
             axis.axhline(1.0, color="black", linestyle="--", linewidth=1, label="ceiling (1.0)")
             if key in runs[0]["priors"]:
                 prior = runs[0]["priors"][key]
@@ -389,7 +397,7 @@ def plot(report: dict, path: Path) -> None:
         legend_axis.legend(handles, labels, fontsize=8, loc="center left", title=name, title_fontsize=9)
     figure.suptitle(
         "examples/finetune_vqa.py on the simple-shapes VQA v2 fixtures: evaluation accuracy vs step per answer type "
-        "(seed 42; colour: the flags, marker: the epochs planned)"
+        "(seed 42; colour: the flags, marker: the epochs planned, dashed: a default run of the example)"
     )
     figure.tight_layout(rect=(0, 0, 1, 0.97))  # room for the title above the first row
     figure.savefig(path, dpi=80)
