@@ -37,6 +37,7 @@ from hf_vlalign.recipes import (
     SubsetArguments,
     final_evaluation,
     parse_recipe_args,
+    SYNTHETIC_WORLD_HELP,
     synthetic_scene_config,
     training_callbacks,
     write_results,
@@ -87,6 +88,7 @@ class PatchVLMArguments(SubsetArguments):
     synthetic_train_images: int = field(default=800)
     synthetic_eval_images: int = field(default=150)
     synthetic_distractors: bool = field(default=False, metadata={"help": "scenes whose target has distractors."})
+    synthetic_world: str = field(default="v1", metadata={"help": SYNTHETIC_WORLD_HELP})
     coverage_threshold: float = field(
         default=DEFAULT_COVERAGE_THRESHOLD,
         metadata={"help": "share of a patch inside a gold box for it to count as covered."},

@@ -60,6 +60,7 @@ from hf_vlalign.recipes import (
     save_model,
     set_dropout,
     supervision_settings,
+    SYNTHETIC_WORLD_HELP,
     synthetic_scene_config,
     take_push_to_hub,
     training_callbacks,
@@ -106,6 +107,7 @@ class VGPArguments(UserDataArguments, SubsetArguments, EarlyStoppingArguments):
         default=False,
         metadata={"help": "each synthetic scene's first shape gets a same-kind and a same-colour distractor."},
     )
+    synthetic_world: str = field(default="v1", metadata={"help": SYNTHETIC_WORLD_HELP})
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=64)
     image_use_examples: int | None = field(

@@ -95,6 +95,7 @@ from hf_vlalign.recipes import (
     parse_recipe_args,
     save_model,
     set_dropout,
+    SYNTHETIC_WORLD_HELP,
     synthetic_scene_config,
     take_push_to_hub,
     trained_amount,
@@ -192,6 +193,7 @@ class PretrainingArguments(UserDataArguments, SubsetArguments):
         default=False,
         metadata={"help": "each synthetic scene's first shape gets a same-kind and a same-colour distractor."},
     )
+    synthetic_world: str = field(default="v1", metadata={"help": SYNTHETIC_WORLD_HELP})
     synthetic_eval_images: int = field(default=150)
     synthetic_text: str = field(
         default="questions",

@@ -91,6 +91,7 @@ from hf_vlalign.recipes import (
     parse_indices,
     parse_recipe_args,
     save_model,
+    SYNTHETIC_WORLD_HELP,
     synthetic_scene_config,
     take_push_to_hub,
     trained_amount,
@@ -190,6 +191,7 @@ class CaptioningArguments(UserDataArguments):
         default=False,
         metadata={"help": "each synthetic scene's first shape gets a same-kind and a same-colour distractor."},
     )
+    synthetic_world: str = field(default="v1", metadata={"help": SYNTHETIC_WORLD_HELP})
     synthetic_eval_images: int = field(default=150)
     max_text_length: int = field(default=24)
     image_use_examples: int | None = field(

@@ -18,6 +18,7 @@ from .arguments import (
     parse_indices,
     parse_recipe_args,
     supervision_settings,
+    SYNTHETIC_WORLD_HELP,
     synthetic_scene_config,
 )
 from .models import (
@@ -91,6 +92,7 @@ __all__ = [
     "save_model",
     "set_dropout",
     "supervision_settings",
+    "SYNTHETIC_WORLD_HELP",
     "synthetic_scene_config",
     "take_push_to_hub",
     "trained_amount",

@@ -106,11 +106,13 @@ class UserDataArguments:
     )
 
 
+SYNTHETIC_WORLD_HELP = "version of the synthetic world: v1 (the first, kept) or v2 (docs/synthetic_world.md)."
+
 # the data-source flags of `DataArguments` that `--train_file` replaces (an example adds its own with
 # `parse_recipe_args(data_source_flags=...)`)
 DATA_SOURCE_FLAGS = (
     "dataset", "data_dir", "features", "train_split", "eval_split",
-    "synthetic_seed", "synthetic_train_images", "synthetic_eval_images", "synthetic_distractors",
+    "synthetic_seed", "synthetic_train_images", "synthetic_eval_images", "synthetic_distractors", "synthetic_world",
 )  # fmt: skip
 # the `UserDataArguments` flags that only `--train_file` reads
 USER_DATA_FLAGS = ("validation_file", "grid_size", "region_encoder")
@@ -197,6 +199,10 @@ class DataArguments(UserDataArguments, SubsetArguments, EarlyStoppingArguments):
         metadata={"help": "each synthetic scene's first shape gets a same-kind and a same-colour distractor."},
     )
     synthetic_eval_images: int = field(default=150)
+    synthetic_world: str = field(
+        default="v1",
+        metadata={"help": SYNTHETIC_WORLD_HELP},
+    )
     max_text_length: int = field(default=48)
 
 
@@ -208,6 +214,7 @@ def synthetic_scene_config(args) -> SyntheticSceneConfig:
         args.synthetic_eval_images,
         seed=args.synthetic_seed,
         distractors=args.synthetic_distractors,
+        world=args.synthetic_world,
     )
 
 

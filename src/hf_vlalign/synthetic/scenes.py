@@ -82,6 +82,7 @@ CLASS_NOISE = {"true": 0.1, "shifted": 0.3}  # probability of a random class id
 # A scene with distractors holds its target, a shape of the same kind in another colour and one of the same colour
 # of another kind.
 MIN_SHAPES_WITH_DISTRACTORS = 3
+WORLDS = ("v1", "v2")
 
 
 @dataclass
@@ -97,9 +98,14 @@ class SyntheticSceneConfig:
     feature_dim: int = 256
     seed: int = 0
     distractors: bool = False  # each image's first shape gets a same-kind and a same-colour distractor
+    world: str = "v1"  # one of WORLDS: "v1" the first world (kept, reproducible); "v2" docs/synthetic_world.md
 
     def __post_init__(self) -> None:
+        if self.world not in WORLDS:
+            raise ValueError(f"`world` must be one of {WORLDS}, got {self.world!r}.")
         for name, value in asdict(self).items():
+            if name == "world":
+                continue
             expected, named = (bool, "a bool") if name == "distractors" else (int, "an int")
             if type(value) is not expected:
                 raise ValueError(f"`{name}` must be {named}, got {type(value).__name__} {value!r}.")
@@ -598,8 +604,9 @@ def _generate_image(
 
 def _manifest(config: SyntheticSceneConfig) -> dict:
     settings = asdict(config)
-    if not settings["distractors"]:  # named only when set: the default world's manifest and cache digest omit it
-        del settings["distractors"]
+    for name, unset in (("distractors", False), ("world", "v1")):  # named only when set: v1's digest is unchanged
+        if settings[name] == unset:
+            del settings[name]
     return {"format_version": FORMAT_VERSION, "config": settings}
 
 

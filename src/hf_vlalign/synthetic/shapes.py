@@ -17,6 +17,9 @@ import numpy as np
 SHAPE_NAMES = ("circle", "square", "triangle", "diamond", "star", "cross")
 COLOUR_NAMES = ("red", "orange", "yellow", "green", "blue", "purple")
 SIZE_NAMES = ("small", "large")
+# world v2: object kinds co-occur in thematic groups (the ground-truth clusters of Ilinykh's Analysis I)
+THEMATIC_GROUPS = {"theme_a": ("circle", "diamond"), "theme_b": ("square", "cross"), "theme_c": ("triangle", "star")}
+THEME_OF_KIND = {kind: theme for theme, kinds in THEMATIC_GROUPS.items() for kind in kinds}
 
 SHAPE_WORDS = {"circle": ("circle", "disc"), "square": ("square", "box")}
 COLOUR_WORDS = {"red": ("red", "crimson"), "purple": ("purple", "violet")}
