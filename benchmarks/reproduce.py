@@ -39,6 +39,7 @@ paired t statistic and in how many seeds the difference has the sign of the mean
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -49,12 +50,24 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_blocks import docs_pages, replace_docs_block  # noqa: E402  (benchmarks/docs_blocks.py)
 from machine_info import cpu_model  # noqa: E402  (benchmarks/machine_info.py)
+from study_types import (  # noqa: E402  (benchmarks/study_types.py: what a study file declares)
+    MINIATURE,
+    SMOKE_STEPS,
+    TINY,
+    TINY_TEXT_MODEL,
+    TINY_TEXT_MODEL_DIR,
+    Claim,
+    Comparison,
+    Experiment,
+    Metric,
+    Setting,
+    scenes_with_distractors,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "results"
@@ -63,103 +76,12 @@ STUDY_SEEDS = 5  # the studies' plans: >= 5 seeds
 COMMON_ARGS = ["--report_to", "none", "--disable_tqdm", "true"]
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One row of a table: an example script (or, with `verb`, an `hf-vlalign` verb run on another setting's model),
-    its flags and the results file it writes (relative to --output_dir).
-
-    `start_from` chains runs: the setting of the same experiment and seed whose model (`<its output_dir>/
-    <start_from_subfolder>`) this one starts from, as `--model_name_or_path` of an example or the model argument of
-    a verb. `extra_results` are further files of the output folder whose numbers (lists too) are kept, under
-    `<file stem>.<key>`; with `keep`, only the numbers whose key starts with one of its prefixes are kept."""
-
-    script: str = ""
-    args: tuple[str, ...] = ()
-    results_file: str = "eval_results.json"
-    verb: str | None = None
-    start_from: str | None = None
-    start_from_subfolder: str = ""
-    extra_results: tuple[str, ...] = ()
-    keep: tuple[str, ...] = ()
-    derive: Callable[[dict[str, float]], dict[str, float]] | None = None  # more numbers, computed from those kept
-
-
-@dataclass(frozen=True)
-class Metric:
-    key: str  # a (dotted) key of the run's eval_results.json
-    label: str
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """`a - b`, per seed: (setting, metric key) on each side; the same setting on both sides compares two metrics of
-    one run (e.g. accuracy - baseline). With `minus`, (a - b) - (minus.a - minus.b): whether a difference changes
-    from one budget to another (e.g. gate - none at 8 epochs minus gate - none at 2)."""
-
-    a: tuple[str, str]
-    b: tuple[str, str]
-    minus: Comparison | None = None
-
-    @property
-    def name(self) -> str:
-        (setting_a, key_a), (setting_b, key_b) = self.a, self.b
-        if key_a == key_b:
-            name = f"{setting_a} - {setting_b}: {key_a}"
-        elif setting_a == setting_b:
-            name = f"{setting_a}: {key_a} - {key_b}"
-        else:
-            name = f"{setting_a}.{key_a} - {setting_b}.{key_b}"
-        return name if self.minus is None else f"({name}) - ({self.minus.name})"
-
-    def differences(self, runs: dict[str, dict[int, dict]]) -> dict[int, float]:
-        """Per seed, over the seeds where every side has its metric."""
-        values = {}
-        for seed in set(runs.get(self.a[0], {})) & set(runs.get(self.b[0], {})):
-            metrics_a, metrics_b = runs[self.a[0]][seed]["metrics"], runs[self.b[0]][seed]["metrics"]
-            if self.a[1] in metrics_a and self.b[1] in metrics_b:
-                values[seed] = metrics_a[self.a[1]] - metrics_b[self.b[1]]
-        if self.minus is not None:
-            other = self.minus.differences(runs)
-            values = {seed: value - other[seed] for seed, value in values.items() if seed in other}
-        return dict(sorted(values.items()))
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A paper's claim as a paired comparison whose mean should have `sign` (+1: a > b, -1: a < b); `min_effect` is
-    the smallest difference (in the metric's units) that would count as the effect (see `claim_verdict`)."""
-
-    statement: str
-    comparison: Comparison
-    sign: int = 1
-    min_effect: float = 0.0
-
-
-@dataclass(frozen=True)
-class Experiment:
-    name: str
-    title: str
-    settings: dict[str, Setting]
-    metrics: tuple[Metric, ...]
-    comparisons: tuple[Comparison, ...] = ()
-    budgets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # extra flags per budget, for every setting
-    claims: tuple[Claim, ...] = ()
-    verb_budgets: dict[str, tuple[str, ...]] = field(default_factory=dict)  # the same, for the verb settings
-    # settings of an earlier plan of a study, stopped when a new plan replaced it: their runs are kept and shown, and
-    # neither run again nor counted in the current plan's seeds
-    earlier_plan: tuple[str, ...] = ()
-
-    def planned_settings(self) -> list[str]:
-        return [setting for setting in self.settings if setting not in self.earlier_plan]
-
-
 IMAGE_USE = Metric("image_use.image_use_loss_gap", "image-use gap (loss with another image - own)")
 SMALL_SCENES = ("--synthetic_train_images", "240", "--synthetic_eval_images", "100")
 # the training of the committed `reduced` VGP results (2 epochs at 2e-4), written out so that the table of
 # docs/results.md keeps its meaning whatever the example's defaults are
 VGP_TABLE_TRAINING = ("--num_train_epochs", "2", "--learning_rate", "2e-4")
 SMOKE_SCENES = ("--synthetic_train_images", "12", "--synthetic_eval_images", "6", "--image_use_examples", "8")
-SMOKE_STEPS = ("--max_steps", "2", "--per_device_train_batch_size", "4", "--logging_steps", "1")
 SMOKE_TWO_STREAM = ("--l_layers", "1", "--r_layers", "1", "--x_layers", "1")
 
 
@@ -300,21 +222,6 @@ EXPERIMENTS: dict[str, Experiment] = {
 # ----------------------------------------------------------------------------------------------------------------
 # The studies: each paper's headline experiment in miniature (budget `miniature`, results/<study>/ with its PLAN.md)
 # ----------------------------------------------------------------------------------------------------------------
-
-MINIATURE = "miniature"  # the studies' own budget: results in `results/<study>/`, beside the study's PLAN.md
-# the tiny text checkpoint the studies' models start from (benchmarks/studies/tiny_text_model.py), made on first use
-TINY_TEXT_MODEL = "{tiny_text_model}"
-TINY_TEXT_MODEL_DIR = Path("outputs/studies/tiny_text_model")
-TINY = ("--model_name_or_path", TINY_TEXT_MODEL)
-
-
-def scenes_with_distractors(train_images: int, eval_images: int = 150) -> tuple[str, ...]:
-    """Synthetic scenes whose every image holds a target with a same-kind and a same-colour distractor."""
-    return (
-        "--synthetic_distractors", "--synthetic_train_images", str(train_images), "--synthetic_eval_images",
-        str(eval_images),
-    )  # fmt: skip
-
 
 STUDY_SCENES = scenes_with_distractors(800)
 STUDY_SMOKE_SCENES = scenes_with_distractors(12, 6)
@@ -812,6 +719,20 @@ PATCH_VLM_STUDY = Experiment(
     budgets={MINIATURE: (), "smoke": (*STUDY_SMOKE_SCENES, *SMOKE_STEPS, "--tiny_layers", "3")},
 )
 STUDIES = (*STUDIES, PATCH_VLM_STUDY)
+
+
+def second_world_studies() -> tuple[Experiment, ...]:
+    """The studies of the second synthetic world: `EXPERIMENT` of each `benchmarks/studies/<study>_v2.py`."""
+    studies = []
+    for path in sorted((Path(__file__).resolve().parent / "studies").glob("*_v2.py")):
+        spec = importlib.util.spec_from_file_location(f"study_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        studies.append(module.EXPERIMENT)
+    return tuple(studies)
+
+
+STUDIES = (*STUDIES, *second_world_studies())
 EXPERIMENTS |= {study.name: study for study in STUDIES}
 
 BUDGETS = ("reduced", "default", "smoke", "miniature")
@@ -936,8 +857,11 @@ def git_commit() -> str | None:
 
 
 def experiment_dir(results_dir: Path, budget: str, experiment: str) -> Path:
-    """`results/<study>/` for the studies' miniature budget, else `results/<budget>/<experiment>/`."""
-    return results_dir / experiment if budget == MINIATURE else results_dir / budget / experiment
+    """`results/<study>/` (or the study's `results_subdir`) for the studies' miniature budget, else
+    `results/<budget>/<experiment>/`."""
+    if budget != MINIATURE:
+        return results_dir / budget / experiment
+    return results_dir / (EXPERIMENTS[experiment].results_subdir or experiment)
 
 
 def run_file(results_dir: Path, budget: str, experiment: str, setting: str, seed: int) -> Path:
