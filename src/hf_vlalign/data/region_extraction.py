@@ -64,22 +64,30 @@ def _hue_saturation(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class CropEncoder:
     """Deterministic pixel encoder for the synthetic scenes and simple images of coloured shapes (blind to the
     semantics of natural photos). Each box is cropped to `crop_size` x `crop_size`; the features start with
-    `num_statistics` statistics (foreground hue histogram and mean colour, foreground fraction and coarse mask, box
-    geometry), and a seeded random projection of the raw pixels fills the rest (with a `feature_dim` below
-    `num_statistics`, statistics and pixels are projected together).
+    `num_statistics` statistics (foreground hue histogram and mean colour, foreground fraction and coarse mask, and
+    with `geometry=True` the box geometry), and a seeded random projection of the raw pixels fills the rest (with a
+    `feature_dim` below `num_statistics`, statistics and pixels are projected together).
+
+    `geometry=False` (synthetic world v2) describes appearance only: the same pixels give the same features wherever
+    their box lies, so a model learns where a region is only from its box (`visual_boxes`).
     """
 
     crop_size = 12
     mask_size = 6
     hue_bins = 12  # 30-degree bins centred on 0, 30, 60, ... degrees
-    num_statistics = hue_bins + 3 + 1 + mask_size**2 + 6
+    num_appearance_statistics = hue_bins + 3 + 1 + mask_size**2
+    num_geometry_statistics = 6  # x1, y1, x2, y2 and width, height, as fractions of the image
 
-    def __init__(self, feature_dim: int = 256, seed: int = 0) -> None:
+    def __init__(self, feature_dim: int = 256, seed: int = 0, geometry: bool = True) -> None:
         if not isinstance(feature_dim, int) or isinstance(feature_dim, bool) or feature_dim <= 0:
             raise ValueError(f"`feature_dim` must be a positive int, got {feature_dim!r}.")
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"`seed` must be a non-negative int, got {seed!r}.")
+        if not isinstance(geometry, bool):
+            raise ValueError(f"`geometry` must be a bool, got {type(geometry).__name__} {geometry!r}.")
         self.feature_dim = feature_dim
+        self.geometry = geometry
+        self.num_statistics = self.num_appearance_statistics + (self.num_geometry_statistics if geometry else 0)
         num_pixels = 3 * self.crop_size**2
         rng = np.random.default_rng(seed)
         if feature_dim >= self.num_statistics:
@@ -103,10 +111,12 @@ class CropEncoder:
         colour = (crops * foreground[..., None]).sum((1, 2)) / np.maximum(count, 1.0)[:, None]
         pool = self.crop_size // self.mask_size
         mask = foreground.reshape(-1, self.mask_size, pool, self.mask_size, pool).mean((2, 4)).reshape(len(crops), -1)
+        fraction = count[:, None] / self.crop_size**2
+        if not self.geometry:
+            return np.concatenate([histogram, colour, fraction, mask], axis=1)
         scale = np.array([width, height, width, height], dtype=np.float32)
         geometry = boxes / scale
         extent = geometry[:, 2:] - geometry[:, :2]
-        fraction = count[:, None] / self.crop_size**2
         return np.concatenate([histogram, colour, fraction, mask, geometry, extent], axis=1)
 
     def encode(self, image: Image.Image, boxes: np.ndarray) -> np.ndarray:

@@ -49,11 +49,16 @@ from ..utils.size_limits import MAX_SYNTHETIC_IMAGES, check_size
 from .questions import SyntheticQuestionWriter, scene_graphs_file
 from .shapes import (
     COLOUR_NAMES,
+    OPPOSITE_RELATION,
     SHAPE_NAMES,
     SIZE_NAMES,
+    THEME_OF_KIND,
+    THEMATIC_GROUPS,
     Shape,
+    clear_relations,
     identifying_attribute_sets,
     phrase_wordings,
+    pick,
     shape_relation,
 )
 from .tasks import SyntheticNLVR2Writer, SyntheticRefCOCOWriter, pair_feature_records
@@ -83,6 +88,13 @@ CLASS_NOISE = {"true": 0.1, "shifted": 0.3}  # probability of a random class id
 # of another kind.
 MIN_SHAPES_WITH_DISTRACTORS = 3
 WORLDS = ("v1", "v2")
+
+# World v2 (docs/synthetic_world.md).
+V2_ONE_THEME_PROB = 0.5  # a scene's kinds come from one theme, else from two
+V2_RELATION_MARGIN = 0.05  # a relation holds when the boxes are apart along its axis by this share of the canvas
+V2_MAX_REGION_IOU = 0.3  # no two regions of an image overlap more (no near-duplicate detections)
+# "X has Y <phrase>": Y is <relation> X
+RELATION_OF_PRONOUN = {"to its left": "to the left of", "to its right": "to the right of", "above it": "above", "below it": "below"}
 
 
 @dataclass
@@ -178,28 +190,33 @@ class _Mention:
 
 
 def _sample_attributes(
-    num_shapes: int, rng: np.random.Generator, first: Sequence[tuple[str, str, str]] = ()
+    num_shapes: int,
+    rng: np.random.Generator,
+    first: Sequence[tuple[str, str, str]] = (),
+    kinds: Sequence[str] = SHAPE_NAMES,
 ) -> list[tuple[str, str, str]]:
     """Distinct (shape, colour, size) triples, so that a full noun phrase always identifies its shape; the distinct
-    triples `first` come first and the others are drawn at random."""
+    triples `first` come first and the others are drawn at random, their shape among `kinds`."""
     triples: list[tuple[str, str, str]] = list(first)
     while len(triples) < num_shapes:
-        triple = (str(rng.choice(SHAPE_NAMES)), str(rng.choice(COLOUR_NAMES)), str(rng.choice(SIZE_NAMES)))
+        triple = (str(rng.choice(kinds)), str(rng.choice(COLOUR_NAMES)), str(rng.choice(SIZE_NAMES)))
         if triple not in triples:
             triples.append(triple)
     return triples
 
 
-def _sample_distractor_attributes(num_shapes: int, rng: np.random.Generator) -> list[tuple[str, str, str]]:
+def _sample_distractor_attributes(
+    num_shapes: int, rng: np.random.Generator, kinds: Sequence[str] = SHAPE_NAMES
+) -> list[tuple[str, str, str]]:
     """Distinct triples whose first (the target) has a same-kind / other-colour and a same-colour / other-kind shape
-    next to it; sizes are random and the other shapes are drawn as `_sample_attributes` draws them."""
-    kind, colour, size = str(rng.choice(SHAPE_NAMES)), str(rng.choice(COLOUR_NAMES)), str(rng.choice(SIZE_NAMES))
+    next to it; sizes are random and the other shapes are drawn as `_sample_attributes` draws them, among `kinds`."""
+    kind, colour, size = str(rng.choice(kinds)), str(rng.choice(COLOUR_NAMES)), str(rng.choice(SIZE_NAMES))
     other_colour = str(rng.choice([name for name in COLOUR_NAMES if name != colour]))
-    other_kind = str(rng.choice([name for name in SHAPE_NAMES if name != kind]))
+    other_kind = str(rng.choice([name for name in kinds if name != kind]))
     # distinct by construction: the second differs from the target by colour, the third from both by kind
     same_kind = (kind, other_colour, str(rng.choice(SIZE_NAMES)))
     same_colour = (other_kind, colour, str(rng.choice(SIZE_NAMES)))
-    return _sample_attributes(num_shapes, rng, [(kind, colour, size), same_kind, same_colour])
+    return _sample_attributes(num_shapes, rng, [(kind, colour, size), same_kind, same_colour], kinds)
 
 
 def _place_boxes(sides: list[int], image_size: int, rng: np.random.Generator, gap: int = 2) -> list[tuple] | None:
@@ -223,14 +240,25 @@ def _place_boxes(sides: list[int], image_size: int, rng: np.random.Generator, ga
     return boxes
 
 
+def _scene_kinds(rng: np.random.Generator) -> tuple[str, ...]:
+    """World v2: the kinds of one scene, those of one theme or of two (`THEMATIC_GROUPS`), so that kinds co-occur
+    within their theme far above chance."""
+    num_themes = 1 if rng.random() < V2_ONE_THEME_PROB else 2
+    themes = rng.choice(len(THEMATIC_GROUPS), size=num_themes, replace=False).tolist()
+    return tuple(kind for index, group in enumerate(THEMATIC_GROUPS.values()) if index in themes for kind in group)
+
+
 def _sample_scene(config: SyntheticSceneConfig, rng: np.random.Generator, first_phrase_id: int) -> list[Shape]:
     low = max(MIN_SHAPES_WITH_DISTRACTORS, config.min_shapes) if config.distractors else config.min_shapes
     num_shapes = int(rng.integers(low, config.max_shapes + 1))
     sample_attributes = _sample_distractor_attributes if config.distractors else _sample_attributes
+    v2 = config.world == "v2"
+    # v2: every two shapes are apart by the relation margin along some axis, so some spatial relation holds clearly
+    gap = _relation_margin(config.image_size) if v2 else 2
     for _ in range(100):
-        triples = sample_attributes(num_shapes, rng)
+        triples = sample_attributes(num_shapes, rng, kinds=_scene_kinds(rng)) if v2 else sample_attributes(num_shapes, rng)
         sides = [int(rng.uniform(*SIZE_RANGES[size]) * config.image_size) for _, _, size in triples]
-        boxes = _place_boxes(sides, config.image_size, rng)
+        boxes = _place_boxes(sides, config.image_size, rng, gap)
         if boxes is not None:
             return [
                 Shape(kind, colour, size, box, str(first_phrase_id + index))
@@ -281,13 +309,14 @@ def _render_scene(shapes: list[Shape], image_size: int, rng: np.random.Generator
     return image
 
 
-def _assign_mentions(num_shapes: int, rng: np.random.Generator) -> list[list[int]]:
-    """Which shapes each caption mentions: 1-3 distinct shapes per caption, every shape in at least two captions.
+def _assign_mentions(num_shapes: int, rng: np.random.Generator, min_mentions: int = 1) -> list[list[int]]:
+    """Which shapes each caption mentions: `min_mentions`-3 distinct shapes per caption (fewer when the image has
+    fewer), every shape in at least two captions.
 
     Each shape takes the two captions with the most room left (Havel-Hakimi style), which always succeeds when the
     total room covers two mentions per shape; the room left over is filled with random extra mentions.
     """
-    room = np.minimum(rng.integers(1, MAX_MENTIONS_PER_CAPTION + 1, size=NUM_CAPTIONS), num_shapes)
+    room = np.minimum(rng.integers(min_mentions, MAX_MENTIONS_PER_CAPTION + 1, size=NUM_CAPTIONS), num_shapes)
     while room.sum() < 2 * num_shapes:
         room[rng.choice(np.flatnonzero(room < min(MAX_MENTIONS_PER_CAPTION, num_shapes)))] += 1
     captions: list[list[int]] = [[] for _ in range(NUM_CAPTIONS)]
@@ -344,6 +373,34 @@ def _template(
     return "{0} , {1} and {2} .", mentioned
 
 
+def _relation_margin(image_size: int) -> int:
+    """World v2: how far apart (pixels) two boxes are along an axis for a spatial relation along it to hold."""
+    return max(2, round(V2_RELATION_MARGIN * image_size))
+
+
+def _template_v2(
+    mentioned: list[int], shapes: list[Shape], image_size: int, rng: np.random.Generator
+) -> tuple[str, list[int]]:
+    """World v2: the first mentioned shape related to each other one by a spatial relation that holds with a margin,
+    through a verb or a preposition (so nsubj / dobj / pobj arcs link the grounded phrases); a one-shape scene gets
+    v1's location captions."""
+    if len(mentioned) == 1:
+        return _template(mentioned, shapes, image_size, rng)
+    margin = _relation_margin(image_size)
+    subject, *others = mentioned
+    relations = [pick(clear_relations(shapes[subject], shapes[other], margin), rng) for other in others]
+    if len(others) == 2:
+        verb = pick(("is", "sits", "lies"), rng)
+        return f"{{0}} {verb} {relations[0]} {{1}} and {relations[1]} {{2}} .", mentioned
+    pronoun = {relation: phrase for phrase, relation in RELATION_OF_PRONOUN.items()}[OPPOSITE_RELATION[relations[0]]]
+    options = (
+        f"{{0}} is {relations[0]} {{1}} .",
+        f"{{0}} sits {relations[0]} {{1}} .",
+        f"{{0}} has {{1}} {pronoun} .",  # dobj: the object is the second shape, placed relative to the subject
+    )
+    return pick(options, rng), mentioned
+
+
 def _noun_phrase(
     index: int, shapes: list[Shape], used: list[tuple[str, ...]], rng: np.random.Generator
 ) -> tuple[frozenset[str], tuple[str, ...]]:
@@ -366,8 +423,11 @@ def _with_determiner(words: tuple[str, ...], rng: np.random.Generator) -> str:
     return " ".join((determiner, *words))
 
 
-def _build_sentence(template: str, phrases: list[tuple[str, str]]) -> EntitySentence:
-    """Fill the template's slots with (text, phrase_id) phrases, capitalising the first word."""
+def _build_sentence(
+    template: str, phrases: list[tuple[str, str]], phrase_types: Sequence[str] = ("other",)
+) -> EntitySentence:
+    """Fill the template's slots with (text, phrase_id) phrases, capitalising the first word; `phrase_types`: the
+    Flickr30k Entities types of the slots' phrases, one per slot, or one for all."""
     words: list[str] = []
     entity_phrases: list[EntityPhrase] = []
     for token in template.split():
@@ -377,7 +437,7 @@ def _build_sentence(template: str, phrases: list[tuple[str, str]]) -> EntitySent
                 text = text[0].upper() + text[1:]
             char_start = len(" ".join(words)) + (1 if words else 0)
             entity_phrases.append(
-                EntityPhrase(phrase_id, ["other"], text, len(words), char_start, char_start + len(text))
+                EntityPhrase(phrase_id, [_slot_type(phrase_types, token)], text, len(words), char_start, char_start + len(text))
             )
             words.extend(text.split())
         else:
@@ -385,22 +445,29 @@ def _build_sentence(template: str, phrases: list[tuple[str, str]]) -> EntitySent
     return EntitySentence(" ".join(words), entity_phrases)
 
 
+def _slot_type(phrase_types: Sequence[str], token: str) -> str:
+    return phrase_types[0] if len(phrase_types) == 1 else phrase_types[int(token[1:-1])]
+
+
 def _describe_scene(
-    shapes: list[Shape], image_size: int, rng: np.random.Generator
+    shapes: list[Shape], image_size: int, rng: np.random.Generator, world: str = "v1"
 ) -> tuple[list[EntitySentence], list[_Mention]]:
-    """Five captions with phrase markup, and every mention they make."""
+    """Five captions with phrase markup, and every mention they make. World v2: every caption relates two or three
+    shapes (when the image has them), and a phrase's Flickr30k Entities type is its shape's theme."""
     used: list[list[tuple[str, ...]]] = [[] for _ in shapes]
     sentences: list[EntitySentence] = []
     mentions: list[_Mention] = []
-    for caption, mentioned in enumerate(_assign_mentions(len(shapes), rng)):
-        template, order = _template(mentioned, shapes, image_size, rng)
+    v2 = world == "v2"
+    for caption, mentioned in enumerate(_assign_mentions(len(shapes), rng, min_mentions=2 if v2 else 1)):
+        template, order = (_template_v2 if v2 else _template)(mentioned, shapes, image_size, rng)
         # A caption mentions a shape at most once, so its noun phrases can be chosen together.
         choices = [_noun_phrase(index, shapes, used[index], rng) for index in order]
         phrases = [
             (_with_determiner(words, rng), shapes[index].phrase_id)
             for index, (_, words) in zip(order, choices, strict=True)
         ]
-        sentence = _build_sentence(template, phrases)
+        phrase_types = [THEME_OF_KIND[shapes[index].kind] for index in order] if v2 else ("other",)
+        sentence = _build_sentence(template, phrases, phrase_types)
         sentences.append(sentence)
         for index, (attributes, words), phrase in zip(order, choices, sentence.phrases, strict=True):
             used[index].append(words)
@@ -527,12 +594,48 @@ def _distractor_box(
     return candidate, source
 
 
+def _place_regions_v2(
+    shapes: list[Shape], config: SyntheticSceneConfig, rng: np.random.Generator
+) -> list[tuple[np.ndarray, int, str]]:
+    """World v2: one jittered true region per shape and distractors, no two of them with IoU > V2_MAX_REGION_IOU."""
+    shape_boxes = np.array([shape.box for shape in shapes], dtype=np.float64)
+    regions: list[tuple[np.ndarray, int, str]] = []
+
+    def apart(box: np.ndarray) -> bool:
+        return not regions or _iou(box, np.stack([region for region, _, _ in regions])).max() <= V2_MAX_REGION_IOU
+
+    for index, box in enumerate(shape_boxes):
+        jittered = _jittered_box(box, config.image_size, rng)
+        # the shapes are apart by the relation margin, so their exact boxes never overlap
+        regions.append((jittered if apart(jittered) else box.copy(), index, "true"))
+    kinds = ["shifted", "straddle", "background"] if len(shapes) > 1 else ["shifted", "background"]
+    for _ in range(1000 * config.num_regions):
+        if len(regions) == config.num_regions:
+            break
+        kind = str(rng.choice(kinds))
+        box, source = _distractor_box(kind, shape_boxes, config.image_size, rng)
+        if box is not None and apart(box):
+            regions.append((box, source, kind))
+    else:
+        raise RuntimeError(f"Could not place {config.num_regions} regions on a {config.image_size}px canvas.")
+    return regions
+
+
 def _detect(shapes: list[Shape], config: SyntheticSceneConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """`num_regions` shuffled regions with noisy classes, colours and confidences, like a detector's output.
 
-    Each shape gets one jittered true region (sometimes two); distractors fill the rest. True regions are usually,
-    not always, more confident than distractors, so the highest-confidence region is an imperfect guess.
+    Each shape gets one jittered true region (sometimes two in world v1); distractors fill the rest. True regions are
+    usually, not always, more confident than distractors, so the highest-confidence region is an imperfect guess.
     """
+    regions = _place_regions_v2(shapes, config, rng) if config.world == "v2" else _place_regions_v1(shapes, config, rng)
+    return _region_labels(regions, shapes, rng)
+
+
+def _place_regions_v1(
+    shapes: list[Shape], config: SyntheticSceneConfig, rng: np.random.Generator
+) -> list[tuple[np.ndarray, int, str]]:
+    """World v1: a jittered true region per shape (sometimes two) and distractors of IoU < DISTRACTOR_MAX_IOU with
+    every shape (they may overlap each other and the true regions)."""
     shape_boxes = np.array([shape.box for shape in shapes], dtype=np.float64)
     regions = [(_jittered_box(box, config.image_size, rng), index, "true") for index, box in enumerate(shape_boxes)]
     for index in rng.permutation(len(shapes)).tolist():
@@ -548,7 +651,13 @@ def _detect(shapes: list[Shape], config: SyntheticSceneConfig, rng: np.random.Ge
             regions.append((box, source, kind))
     else:
         raise RuntimeError(f"Could not place {config.num_regions} regions on a {config.image_size}px canvas.")
+    return regions
 
+
+def _region_labels(
+    regions: list[tuple[np.ndarray, int, str]], shapes: list[Shape], rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """The regions (box, source shape or -1, kind) in random order with noisy class, colour and confidences."""
     object_ids, attr_ids, object_conf = [], [], []
     for _, source, kind in regions:
         object_id = SHAPE_NAMES.index(shapes[source].kind) if source >= 0 else int(rng.integers(len(SHAPE_NAMES)))
@@ -582,7 +691,7 @@ def _generate_image(
     """Writes one image, its captions and annotation; returns its shapes, feature record and VGP pairs."""
     shapes = _sample_scene(config, rng, first_phrase_id)
     image = _render_scene(shapes, config.image_size, rng)
-    sentences, mentions = _describe_scene(shapes, config.image_size, rng)
+    sentences, mentions = _describe_scene(shapes, config.image_size, rng, config.world)
     regions = _detect(shapes, config, rng)
     pairs = _sample_vgp_pairs(image_id, mentions, shapes, rng)
 
@@ -634,7 +743,7 @@ def generate_synthetic_scenes(out_dir: str | Path, config: SyntheticSceneConfig 
     paths = SyntheticVGPPaths.from_root(out_dir)
     paths.images.mkdir(parents=True, exist_ok=True)  # the other files' writers make their folders
 
-    encoder = CropEncoder(config.feature_dim, config.seed)
+    encoder = CropEncoder(config.feature_dim, config.seed, geometry=config.world == "v1")  # v2: appearance only
     questions = SyntheticQuestionWriter(paths.gqa_dir, config.image_size, config.seed)
     nlvr2 = SyntheticNLVR2Writer(paths.nlvr2_dir, config.seed)
     refcoco = SyntheticRefCOCOWriter(paths.refcoco_dir, config.image_size, config.seed)

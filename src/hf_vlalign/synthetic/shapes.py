@@ -51,6 +51,19 @@ def shape_relation(first: Shape, second: Shape) -> str:
     return "above" if dy > 0 else "below"
 
 
+# world v2's spatial relations, each with its axis test in `clear_relations`
+SPATIAL_RELATIONS = ("to the left of", "to the right of", "above", "below")
+OPPOSITE_RELATION = {"to the left of": "to the right of", "to the right of": "to the left of", "above": "below", "below": "above"}
+
+
+def clear_relations(first: Shape, second: Shape, margin: float) -> list[str]:
+    """The SPATIAL_RELATIONS that hold from `first` to `second` beyond doubt: along the relation's axis the boxes are
+    apart by at least `margin` pixels (e.g. "to the left of": `first` ends `margin` or more before `second` starts)."""
+    a, b = first.box, second.box
+    holds = (a[2] + margin <= b[0], b[2] + margin <= a[0], a[3] + margin <= b[1], b[3] + margin <= a[1])
+    return [name for name, true in zip(SPATIAL_RELATIONS, holds, strict=True) if true]
+
+
 def identifying_attribute_sets(index: int, shapes: list[Shape]) -> list[frozenset[str]]:
     """Attribute sets (subsets of {"colour", "size"}) that, with the shape word, single out shape `index` among the
     image's shapes."""
@@ -116,7 +129,11 @@ __all__ = [
     "SHAPE_WORDS",
     "SIZE_NAMES",
     "SIZE_WORDS",
+    "SPATIAL_RELATIONS",
+    "THEMATIC_GROUPS",
+    "THEME_OF_KIND",
     "Shape",
+    "clear_relations",
     "generic_attribute_sets",
     "identifying_attribute_sets",
     "named_words",
