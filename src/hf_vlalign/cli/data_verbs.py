@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..utils.size_limits import int_at_most
-from .common import DISTRACTORS_HELP, Output
+from .common import DISTRACTORS_HELP, SYNTHETIC_WORLD_HELP, SYNTHETIC_WORLDS, Output
 
 # the parser's choices, spelled out so that `--help` imports nothing heavy (tests/cli/test_cli.py checks them against
 # `data.feature_store.FEATURE_FORMATS`)
@@ -22,7 +22,11 @@ def run_synthesize(args: argparse.Namespace) -> int:
     from ..synthetic import SyntheticSceneConfig, generate_synthetic_scenes
 
     config = SyntheticSceneConfig(
-        num_train_images=args.train_images, num_val_images=args.val_images, seed=args.seed, distractors=args.distractors
+        num_train_images=args.train_images,
+        num_val_images=args.val_images,
+        seed=args.seed,
+        distractors=args.distractors,
+        world=args.world,
     )
     paths = generate_synthetic_scenes(args.out, config)
     print(json.dumps({"root": str(paths.root), "features_tsv": str(paths.features_tsv)}, indent=2))
@@ -39,6 +43,7 @@ def add_synthesize(add_verb) -> None:
     parser.add_argument("--val_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=150, help="validation images")
     parser.add_argument("--seed", type=int, default=0, help="seed of the scenes")
     parser.add_argument("--distractors", action="store_true", help=DISTRACTORS_HELP)
+    parser.add_argument("--world", choices=SYNTHETIC_WORLDS, default="v1", help=SYNTHETIC_WORLD_HELP)
 
 
 def run_convert_features(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import colorsys
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -375,7 +376,7 @@ def _template(
 
 def _relation_margin(image_size: int) -> int:
     """World v2: how far apart (pixels) two boxes are along an axis for a spatial relation along it to hold."""
-    return max(2, round(V2_RELATION_MARGIN * image_size))
+    return max(2, math.ceil(V2_RELATION_MARGIN * image_size))
 
 
 def _template_v2(
