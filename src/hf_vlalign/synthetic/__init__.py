@@ -11,6 +11,7 @@ from .scenes import (
     distractor_statistics,
     generate_synthetic_scenes,
     load_or_generate_synthetic_vgp,
+    world_statistics,
 )
 from .shapes import (
     COLOUR_NAMES,
@@ -53,4 +54,5 @@ __all__ = [
     "questions_file",
     "scene_graphs_file",
     "shape_relation",
+    "world_statistics",
 ]

@@ -42,7 +42,7 @@ from ..data.formats.flickr30k_entities import (
     write_annotation,
     write_sentences,
 )
-from ..data.formats.lxmert_tsv import write_lxmert_tsv
+from ..data.formats.lxmert_tsv import iter_lxmert_tsv_records, write_lxmert_tsv
 from ..data.formats.vgp import TYPOLOGY_LABELS, VGPPair, write_vgp_csv
 from ..data.region_extraction import CropEncoder
 from ..utils.output_paths import refuse_foreign_folder
@@ -867,6 +867,96 @@ def distractor_statistics(
     }
 
 
+CLOSE_REGION_DISTANCE = 0.14  # centres closer than this share of the canvas: a "close" region pair
+PROBE_RIDGE = 1e-3
+
+
+def _scene_graph_objects(paths: SyntheticVGPPaths) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """(kind, 0-based box x1, y1, x2, y2) of every object, per image of both splits, from the GQA scene graphs."""
+    objects = {}
+    for split in ("train", "val"):
+        graphs = json.loads((paths.gqa_dir / scene_graphs_file(split)).read_text(encoding="utf-8"))
+        for image_id, graph in graphs.items():
+            objects[image_id] = [
+                (obj["name"], np.array([obj["x"], obj["y"], obj["x"] + obj["w"], obj["y"] + obj["h"]], dtype=np.float64))
+                for obj in graph["objects"].values()
+            ]
+    return objects
+
+
+def _centre_probe_r2(features: np.ndarray, centres: np.ndarray) -> float:
+    """Held-out R^2 of a least-squares (ridge PROBE_RIDGE) probe from features to box centres: fit on the first three
+    quarters of the regions, scored on the last quarter against their mean on the fit part (<= 0: no better)."""
+    inputs = np.concatenate([features, np.ones((len(features), 1))], axis=1).astype(np.float64)
+    fit = len(inputs) * 3 // 4
+    gram = inputs[:fit].T @ inputs[:fit] + PROBE_RIDGE * np.eye(inputs.shape[1])
+    weights = np.linalg.solve(gram, inputs[:fit].T @ centres[:fit])
+    error = ((inputs[fit:] @ weights - centres[fit:]) ** 2).sum()
+    return float(1.0 - error / ((centres[fit:] - centres[:fit].mean(0)) ** 2).sum())
+
+
+def _pairwise_iou(boxes: np.ndarray) -> np.ndarray:
+    tensor = torch.as_tensor(boxes, dtype=torch.float64)
+    return box_iou(tensor, tensor).numpy()
+
+
+def _theme_lifts(kinds_of_images: list[set[str]]) -> tuple[float, float]:
+    """Mean lift (P(both kinds in an image) / (P(first) P(second))) of kind pairs of one theme, and of two themes."""
+    present = {kind: np.array([kind in kinds for kinds in kinds_of_images]) for kind in SHAPE_NAMES}
+    lifts: dict[bool, list[float]] = {True: [], False: []}
+    for first, second in combinations(SHAPE_NAMES, 2):
+        expected = present[first].mean() * present[second].mean()
+        if expected > 0:
+            same_theme = THEME_OF_KIND[first] == THEME_OF_KIND[second]
+            lifts[same_theme].append(float((present[first] & present[second]).mean() / expected))
+    return float(np.mean(lifts[True])), float(np.mean(lifts[False]))
+
+
+def world_statistics(scenes: SyntheticVGPPaths) -> dict[str, float | int]:
+    """What a synthetic world's published files give away, measured on every image of both splits
+    (docs/synthetic_world.md): the region features (features.tsv) and the objects (GQA scene graphs).
+
+    Returns:
+        `centre_probe_r2`: held-out R^2 of a linear probe from region features to box centres (about 1 when features
+        hold the box, <= 0 when they describe appearance only); `max_region_iou`: the largest IoU of two regions of one
+        image; `close_duplicate_share`: the share of region pairs closer than CLOSE_REGION_DISTANCE (centres, share of
+        the canvas) that overlap with IoU > V2_MAX_REGION_IOU; `theme_lift_within` / `theme_lift_between`: the mean
+        co-occurrence lift of two kinds of one theme / of two themes (`THEMATIC_GROUPS`); `theme_distance_ratio`: the
+        mean centre distance of two objects of one theme over that of two objects of two themes, in images holding
+        two themes (about 1: themes are not spatial clusters); `num_images`.
+    """
+    if not isinstance(scenes, SyntheticVGPPaths):
+        raise ValueError(f"`scenes` must be a SyntheticVGPPaths, got {type(scenes).__name__}.")
+    objects = _scene_graph_objects(scenes)
+    features, centres, largest, close, duplicates = [], [], 0.0, 0, 0
+    for record in iter_lxmert_tsv_records(scenes.features_tsv):
+        boxes = record["boxes"].astype(np.float64) / np.tile(record["image_size"][::-1], 2)
+        features.append(record["features"])
+        centres.append((boxes[:, :2] + boxes[:, 2:]) / 2)
+        pairs = np.triu(np.ones((len(boxes), len(boxes)), dtype=bool), k=1)
+        iou = _pairwise_iou(boxes)
+        near = pairs & (np.linalg.norm(centres[-1][:, None] - centres[-1][None], axis=-1) < CLOSE_REGION_DISTANCE)
+        largest = max(largest, float(iou[pairs].max(initial=0.0)))
+        close += int(near.sum())
+        duplicates += int((near & (iou > V2_MAX_REGION_IOU)).sum())
+    within, between = _theme_lifts([{kind for kind, _ in shapes} for shapes in objects.values()])
+    distances: dict[bool, list[float]] = {True: [], False: []}
+    for shapes in objects.values():
+        if len({THEME_OF_KIND[kind] for kind, _ in shapes}) > 1:
+            for (kind1, box1), (kind2, box2) in combinations(shapes, 2):
+                distance = float(np.linalg.norm((box1[:2] + box1[2:] - box2[:2] - box2[2:]) / 2))
+                distances[THEME_OF_KIND[kind1] == THEME_OF_KIND[kind2]].append(distance)
+    return {
+        "centre_probe_r2": _centre_probe_r2(np.concatenate(features), np.concatenate(centres)),
+        "max_region_iou": largest,
+        "close_duplicate_share": duplicates / max(close, 1),
+        "theme_lift_within": within,
+        "theme_lift_between": between,
+        "theme_distance_ratio": float(np.mean(distances[True]) / np.mean(distances[False])) if distances[False] else float("nan"),
+        "num_images": len(objects),
+    }
+
+
 __all__ = [
     "COLOUR_HUES",
     "FIRST_IMAGE_ID",
@@ -876,4 +966,5 @@ __all__ = [
     "distractor_statistics",
     "generate_synthetic_scenes",
     "load_or_generate_synthetic_vgp",
+    "world_statistics",
 ]
