@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 from test_distractors import _files_hash
 
 from hf_vlalign.analysis.syntactic_grounding import dependency_pairs, parse_with_spacy
-from hf_vlalign.cli import build_parser
+from hf_vlalign.cli import build_parser, synthetic_config
 from hf_vlalign.cli.common import SYNTHETIC_WORLDS
 from hf_vlalign.data.formats import iter_lxmert_tsv_records
 from hf_vlalign.data.formats.flickr30k_entities import read_annotation, read_sentences
@@ -249,5 +249,7 @@ def test_the_cli_offers_every_world(tmp_path):
     assert SYNTHETIC_WORLDS == WORLDS
     args = build_parser().parse_args(["synthesize", "--out", str(tmp_path / "scenes"), "--world", "v2"])
     assert args.world == "v2"
+    args = build_parser().parse_args(["probe", "--synthetic_world", "v2", str(tmp_path / "model")])
+    assert synthetic_config(args).world == "v2"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["synthesize", "--out", str(tmp_path / "scenes"), "--world", "v3"])

@@ -13,6 +13,10 @@ Caption grammar (every claim is true in the image; every shape is mentioned by a
 
 A paraphrase pair's type compares the attribute sets each phrase names (`_typology`); hard negatives are phrases of
 two shapes of one image with the same category or colour (`_is_hard_negative`).
+
+World v2 (`SyntheticSceneConfig(world="v2")`, docs/synthetic_world.md) draws a scene's kinds from one or two
+`THEMATIC_GROUPS`, relates two or three shapes in every caption by a spatial relation true with a margin, gives each
+shape one region and keeps all regions apart (IoU <= V2_MAX_REGION_IOU), and encodes appearance only.
 """
 
 from __future__ import annotations
