@@ -253,3 +253,16 @@ def test_the_cli_offers_every_world(tmp_path):
     assert synthetic_config(args).world == "v2"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["synthesize", "--out", str(tmp_path / "scenes"), "--world", "v3"])
+
+
+def test_v2_reads_back_through_the_real_builders_of_every_task(tmp_path):
+    from hf_vlalign.data import build_dataset
+    from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
+
+    config = SyntheticSceneConfig(num_train_images=6, num_val_images=3, feature_dim=32, world="v2")
+    store = synthetic_region_features(tmp_path, config)
+    for task in ("vgp", "captions", "questions", "nlvr2", "refcoco"):
+        assert len(build_dataset("synthetic_scenes", tmp_path, "train", task=task, config=config)) > 0, task
+    joined = build_dataset("synthetic_scenes", tmp_path, "train", store, task="captions", config=config)
+    assert len(joined) == 5 * config.num_train_images
+    assert all(sum(target) == pytest.approx(1.0) for row in joined for target in row["sentence_phrase_regions"])
