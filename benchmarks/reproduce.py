@@ -268,6 +268,17 @@ def best_head_per_layer(metrics: dict[str, float]) -> dict[str, float]:
     return {f"grounding_probe.best_head_of_layer.{layer}": value for layer, value in best.items()}
 
 
+# Table 2's numbers under each relation's name (`top_relations.<rank>` rows carry the name as a string, which a run
+# file's numbers leave out), and the arc counts that rank them
+SYNTACTIC_BY_RELATION = tuple(
+    f"syntactic_grounding.{table}."
+    for table in (
+        "syntactic_grounding_accuracy_best_head", "detection_confidence_baseline", "best_head_active_share",
+        "relations.counts",
+    )
+)  # fmt: skip
+
+
 def li_probe(pretraining: str) -> Setting:
     """`hf-vlalign analyze` of a pre-trained model of the Li study: the probe and syntactic grounding, by layer."""
     return Setting(
@@ -275,7 +286,7 @@ def li_probe(pretraining: str) -> Setting:
         args=LI_PROBE,
         results_file="analysis.json",
         start_from=pretraining,
-        keep=("grounding_probe.", "syntactic_grounding.top_relations."),
+        keep=("grounding_probe.", "syntactic_grounding.top_relations.", *SYNTACTIC_BY_RELATION),
         derive=best_head_per_layer,
     )
 
