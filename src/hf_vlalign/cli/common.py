@@ -19,8 +19,12 @@ from ..utils.size_limits import int_at_most
 from ..utils.user_errors import one_line
 
 DISTRACTORS_HELP = "each scene's first shape gets a same-kind and a same-colour distractor"
+# `hf_vlalign.synthetic.scenes.WORLDS`, spelled out: the parsers are built without importing the scenes (and torch)
+SYNTHETIC_WORLDS = ("v1", "v2")
 USER_FILE = "user_file"  # the `--data` value of a user-format file (`--data_file`)
-SYNTHETIC_OPTIONS = ("synthetic_train_images", "synthetic_eval_images", "synthetic_seed", "synthetic_distractors")
+SYNTHETIC_OPTIONS = (
+    "synthetic_train_images", "synthetic_eval_images", "synthetic_seed", "synthetic_distractors", "synthetic_world",
+)  # fmt: skip
 SYNTHETIC_ONLY = {name: ("data", ("synthetic",)) for name in SYNTHETIC_OPTIONS}
 USER_FILE_OPTIONS = {"data_file": ("data", (USER_FILE,))}
 NEEDS_DATA_FILE = {("data", USER_FILE): ("data_file",)}
@@ -294,6 +298,10 @@ def add_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--synthetic_eval_images", type=int_at_most("MAX_SYNTHETIC_IMAGES"), default=150, help="evaluation images of the scenes")
     group.add_argument("--synthetic_seed", type=int, default=0, help="seed of the scenes")
     group.add_argument("--synthetic_distractors", action="store_true", help=DISTRACTORS_HELP)
+    group.add_argument(
+        "--synthetic_world", choices=SYNTHETIC_WORLDS, default="v1",
+        help="version of the synthetic world: v1 (the first, kept) or v2 (docs/synthetic_world.md)",
+    )  # fmt: skip
     parser.add_argument("--batch_size", type=int_at_most("MAX_BATCH_SIZE"), default=32, help="examples per forward pass")
 
 
@@ -301,7 +309,8 @@ def synthetic_config(args: argparse.Namespace):
     from ..synthetic import SyntheticSceneConfig
 
     return SyntheticSceneConfig(
-        args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed, distractors=args.synthetic_distractors
+        args.synthetic_train_images, args.synthetic_eval_images, seed=args.synthetic_seed,
+        distractors=args.synthetic_distractors, world=args.synthetic_world,
     )
 
 
