@@ -1347,6 +1347,8 @@ def studies_block(results_dir: Path) -> str:
     for study in (e for e in EXPERIMENTS.values() if is_study(e)):
         path = experiment_dir(results_dir, MINIATURE, study.name) / "aggregate.json"
         summary = json.loads(path.read_text())["experiments"].get(study.name) if path.exists() else None
+        if summary is None and study.results_subdir is not None:
+            continue  # a second-world study enters the table with its first runs (its plan: results/<study>/PLAN_v2.md)
         if summary is None:
             planned = (results_dir / study.name / "PLAN.md").exists()
             plan = f"[planned](results/{study.name}/PLAN.md), not run yet" if planned else "not planned yet"
