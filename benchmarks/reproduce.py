@@ -268,6 +268,17 @@ def best_head_per_layer(metrics: dict[str, float]) -> dict[str, float]:
     return {f"grounding_probe.best_head_of_layer.{layer}": value for layer, value in best.items()}
 
 
+# Table 2's numbers under each relation's name (`top_relations.<rank>` rows carry the name as a string, which a run
+# file's numbers leave out), and the arc counts that rank them
+SYNTACTIC_BY_RELATION = tuple(
+    f"syntactic_grounding.{table}."
+    for table in (
+        "syntactic_grounding_accuracy_best_head", "detection_confidence_baseline", "best_head_active_share",
+        "relations.counts",
+    )
+)  # fmt: skip
+
+
 def li_probe(pretraining: str) -> Setting:
     """`hf-vlalign analyze` of a pre-trained model of the Li study: the probe and syntactic grounding, by layer."""
     return Setting(
@@ -275,7 +286,7 @@ def li_probe(pretraining: str) -> Setting:
         args=LI_PROBE,
         results_file="analysis.json",
         start_from=pretraining,
-        keep=("grounding_probe.", "syntactic_grounding.top_relations."),
+        keep=("grounding_probe.", "syntactic_grounding.top_relations.", *SYNTACTIC_BY_RELATION),
         derive=best_head_per_layer,
     )
 
@@ -1336,6 +1347,8 @@ def studies_block(results_dir: Path) -> str:
     for study in (e for e in EXPERIMENTS.values() if is_study(e)):
         path = experiment_dir(results_dir, MINIATURE, study.name) / "aggregate.json"
         summary = json.loads(path.read_text())["experiments"].get(study.name) if path.exists() else None
+        if summary is None and study.results_subdir is not None:
+            continue  # a second-world study enters the table with its first runs (its plan: results/<study>/PLAN_v2.md)
         if summary is None:
             planned = (results_dir / study.name / "PLAN.md").exists()
             plan = f"[planned](results/{study.name}/PLAN.md), not run yet" if planned else "not planned yet"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from analysis_models import SCENES, SYNTHETIC_FLAGS, save_with_tokenizer, tiny_family_model
+from script_modules import load_script
 from shared_samples import real_sample
 
 from hf_vlalign.analysis import syntactic_grounding
@@ -125,6 +126,10 @@ def _expected_counts(rows) -> Counter:
     return counts
 
 
+BY_RELATION = ("syntactic_grounding_accuracy_best_head", "detection_confidence_baseline", "best_head_active_share",
+               "relations.counts")  # fmt: skip
+
+
 def test_analyze_writes_the_top_relations_table_and_plot(single_stream_dir, tmp_path, capsys):
     out = tmp_path / "analysis"
     argv = ["analyze", str(single_stream_dir), "--out", str(out), "--max_examples", "12", "--batch_size", "5", *SYNTHETIC_FLAGS]
@@ -144,6 +149,16 @@ def test_analyze_writes_the_top_relations_table_and_plot(single_stream_dir, tmp_
     assert syntactic["relations"]["counts"] == dict(_expected_counts(eval_rows))
     assert syntactic["num_arcs"] == sum(syntactic["relations"]["counts"].values())
     assert (out / syntactic["plot"]).stat().st_size > 1000
+    # the Li study's run file records each top relation's numbers under its name, with the counts that rank them
+    reproduce = load_script("reproduce_benchmark", ROOT / "benchmarks" / "reproduce.py")
+    metrics = reproduce.read_results(out, reproduce.EXPERIMENTS["li_emergent_grounding"].settings["probe"])
+    for rank, row in enumerate(rows):
+        by_name = {key: metrics[f"syntactic_grounding.{key}.{row['relation']}"] for key in BY_RELATION}
+        assert by_name == {
+            "syntactic_grounding_accuracy_best_head": row["accuracy"], "detection_confidence_baseline":
+            row["baseline_accuracy"], "best_head_active_share": row["active_share"], "relations.counts": row["count"],
+        }  # fmt: skip
+        assert metrics[f"syntactic_grounding.top_relations.{rank}.accuracy"] == row["accuracy"]
 
 
 def test_analyze_says_why_it_skipped_the_syntactic_grounding(single_stream_dir, tmp_path, capsys):

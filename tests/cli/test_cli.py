@@ -291,3 +291,17 @@ def test_max_examples_beyond_the_data_reads_all_of_it_with_a_warning(vgp_model_d
         with pytest.raises(SystemExit, match="2"):
             main([*argv, "--max_examples", "100000000"])
         assert "argument --max_examples: must be <= " in capsys.readouterr().err
+
+
+def test_the_synthetic_verbs_read_the_world_they_are_given():
+    """`--synthetic_world` of every verb that reads the synthetic scenes, e.g. `analyze` probing a study of world v2."""
+    from hf_vlalign.cli.common import SYNTHETIC_WORLDS, synthetic_config
+    from hf_vlalign.synthetic.scenes import WORLDS
+
+    assert SYNTHETIC_WORLDS == WORLDS
+    parser = build_parser()
+    args = parser.parse_args(["analyze", "model", "--out", "o", "--synthetic_world", "v2"])
+    assert synthetic_config(args).world == "v2"
+    assert synthetic_config(parser.parse_args(["analyze", "model", "--out", "o"])).world == "v1"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["analyze", "model", "--out", "o", "--synthetic_world", "v3"])

@@ -191,3 +191,40 @@ def test_settings_choose_part_of_a_study_and_must_exist(capsys):
     with pytest.raises(SystemExit):
         reproduce.parse_args(["--budget", "miniature", "--experiments", "fei_a2_fusions", "--settings", "probe"])
     assert "--settings ['probe'] are not settings of ['fei_a2_fusions']" in capsys.readouterr().err
+
+
+SECOND_WORLD = {"samaran_table1_v2": "samaran_table1", "kervadec_alignment_v2": "kervadec_alignment",
+                "li_emergent_grounding_v2": "li_emergent_grounding"}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SECOND_WORLD)
+def test_a_second_world_study_runs_in_world_v2_beside_its_plan_and_conditions_every_claim(name):
+    study, folder = reproduce.EXPERIMENTS[name], SECOND_WORLD[name]
+    assert study.results_subdir == f"{folder}/v2" and reproduce.is_study(study)
+    plan = (ROOT / "results" / folder / "PLAN_v2.md").read_text()
+    assert len(plan.splitlines()) <= 90 and name in plan
+    for setting in study.settings.values():
+        assert "--synthetic_world v2" in " ".join(setting.args)
+    for claim in study.claims:
+        assert claim.diagnostics, claim.statement
+        sides = [claim.comparison.a[0], claim.comparison.b[0], *(d.setting for d in claim.diagnostics)]
+        assert set(sides) <= set(study.settings), claim.statement
+    assert len(reproduce.planned_runs([name], [42])) == len(study.settings)
+
+
+def test_the_mechanism_checks_of_a_run_by_hand():
+    checks = load_script("mechanism_checks", ROOT / "benchmarks" / "studies" / "mechanism_checks.py")
+    metrics = {
+        "diagnostics.vqa.image_score": 0.6, "diagnostics.vqa.text_only_score": 0.25,
+        "diagnostics.pretraining.image_score": -1.5, "diagnostics.pretraining.text_only_score": -2.0,
+        "diagnostics.attention_loss_start": 2.0, "diagnostics.attention_loss_end": 0.5,
+        "diagnostics.refcoco.image_score": 0.9,  # no text-only score: no gap
+    }  # fmt: skip
+    assert checks.mechanism_checks(metrics) == pytest.approx(
+        {"diagnostics.vqa.image_gap": 0.35, "diagnostics.pretraining.image_gap": 0.5,
+         "diagnostics.attention_loss_relative_drop": 0.75}  # fmt: skip
+    )
+    assert checks.supervision_drop({"diagnostics.attention_loss_start": 1.0}) == {}
+    table = {f"t.{layer}.{head}": 0.1 * layer + 0.01 * head for layer in range(3) for head in range(2)}
+    halves = checks.layer_halves("t")({**table, "t.count": 9, "other.0.0": 5.0})
+    assert halves == pytest.approx({"t.best_head_lower_layers": 0.01, "t.best_head_upper_layers": 0.21})

@@ -478,3 +478,8 @@ def test_conversion_of_lxmert_question_answering():
 def test_conversion_refuses_other_models():
     with pytest.raises(ValueError, match=r"`model_or_path` must be one of"):
         convert_lxmert(TwoStreamModel(tiny_config()))
+
+
+def test_alignment_top_k_default_is_the_printed_k():
+    """Kervadec et al. 2020, sec. 5, after eq. (13): "In this work, we empirically set k = 3"."""
+    assert TwoStreamConfig().alignment_top_k == 3

@@ -2,9 +2,10 @@
 
 Sentences (Kervadec et al. 2020: VG sentences carry one, two or three pointers): each joins k (drawn from
 `num_pointers`) distinct region descriptions, cleaned as bottom-up-attention's `setup_vg.py` does, with " and "; each
-description points to its region's box. The join word and the uniform draws are our reading (the paper's text is not
-in our corpus); `num_pointers=(1,)` is LXMERT's use of VG. VG has no splits: "train" / "val" hold out images by a
-seeded hash of their id (`is_validation_image`).
+description points to its region's box. The join word is the paper's example (sec. 6.1: "the cat playing near the
+tree" and "the yellow bird" become "the cat playing near the tree and the yellow bird"); the uniform draws of k and of
+the descriptions are our reading (the paper does not say how they are drawn); `num_pointers=(1,)` is LXMERT's use of
+VG. VG has no splits: "train" / "val" hold out images by a seeded hash of their id (`is_validation_image`).
 """
 
 from __future__ import annotations
