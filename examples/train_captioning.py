@@ -454,15 +454,16 @@ def attention_analyses(
     entropy per block, layer and head (Analysis III, `AttentionEntropy`), the encoder's region->region attention
     by box-centre distance (Analysis II, `AttentionDistance`), within spatial clusters of boxes (`WithinClusterAttention`:
     k-means on box centres, `region_clusters(source="spatial")`), within thematic clusters (Analysis I, given
-    `class_themes`, the theme of each detector class: `thematic_clusters` of the store's `object_ids`; a region is an
-    object's when a grounded phrase of the caption is aligned with it, `word_region_alignment`, the others are left
-    out) and the share of a grounded word's decoder cross-attention on its object's regions (Analysis IV,
-    `GroundedWordAttention`). Every process runs it (forward passes)."""
+    `class_themes`, the theme of each detector class: `thematic_clusters` of the store's `object_ids`; a region shows
+    an object when a grounded phrase of one of its image's sampled captions is aligned with it, `object_regions`, the
+    others are left out) and the share of a grounded word's decoder cross-attention on its object's regions
+    (Analysis IV, `GroundedWordAttention`). Every process runs it (forward passes)."""
     rows = evaluation_subset(test, max_examples, seed, argument="--analysis_examples")
     entropy, distance, within_cluster = AttentionEntropy(), AttentionDistance(num_bins), WithinClusterAttention()
     # thematic clusters: attention to other objects' regions only (no self, no region that shows no object)
     within_theme = WithinClusterAttention(include_self=False, clustered_keys_only=True)
     grounded_words = GroundedWordAttention()
+    objects = object_regions(rows, collator, batch_size) if class_themes is not None else None
     model.eval()
     for batch in inference_batches(model, rows, collator, batch_size, exclude=CAPTION_NON_MODEL_KEYS, description="analyses"):
         outputs = model(**batch.inputs, output_attentions=True)
@@ -474,9 +475,12 @@ def attention_analyses(
         within_cluster.update(blocks, clusters)
         alignment = batch.batch["word_region_alignment"]
         grounded_words.update(blocks, alignment)
-        if class_themes is not None:
+        if objects is not None:
             kinds = region_kinds(collator.region_features, batch.rows, alignment.shape[-1])
-            within_theme.update(blocks, thematic_clusters(kinds, (alignment > 0).any(1), class_themes))
+            shown = torch.zeros_like(kinds, dtype=torch.bool)
+            for i, row in enumerate(batch.rows):
+                shown[i, : len(objects[row["image_id"]])] = objects[row["image_id"]]
+            within_theme.update(blocks, thematic_clusters(kinds, shown, class_themes))
     return {
         "entropy": entropy.compute(),
         "distance": distance.compute(),
@@ -486,6 +490,22 @@ def attention_analyses(
         "grounded_words": grounded_words.compute(),
         "num_captions": len(rows),
     }
+
+
+def object_regions(rows, collator, batch_size: int) -> dict[str, torch.Tensor]:
+    """Per image of `rows`, (R,) bool over its regions: those a grounded phrase of one of its captions in `rows` is
+    aligned with (`word_region_alignment`: the regions that show an object the captions name). Collated by a copy of
+    `collator`, so that its truncation counts stay those of the evaluation."""
+    collator, shown = replace(collator), {}
+    for start in range(0, len(rows), batch_size):
+        chunk = [rows[index] for index in range(start, min(start + batch_size, len(rows)))]
+        batch = collator(chunk)
+        aligned = (batch["word_region_alignment"] > 0).any(1)  # (B, R)
+        for row, regions, real in zip(chunk, aligned, batch["visual_attention_mask"].bool()):
+            regions = regions[: int(real.sum())]  # an image's real regions come first
+            previous = shown.get(row["image_id"])
+            shown[row["image_id"]] = regions if previous is None else previous | regions
+    return shown
 
 
 def region_kinds(store: RegionFeatureStore, rows: list[dict], num_regions: int) -> torch.Tensor:
@@ -585,8 +605,9 @@ def ilinykh_effects(analyses: dict) -> dict:
         },
         "within_theme_attention": {
             "cluster_source": "the thematic group of each region's object kind (the store's object_ids)",
-            "excluded": "regions no grounded phrase of the caption is aligned with (boxes that show no named object), "
-            "as queries and as keys; a region's attention to itself; themes with one region in the image",
+            "excluded": "regions no grounded phrase of the image's analysed captions is aligned with (boxes that show "
+            "no named object), as queries and as keys; a region's attention to itself; themes with one region in the "
+            "image",
             "per_layer": within_theme,
             "depth_change": depth_change(within_theme, "effect"),
         }
