@@ -242,7 +242,8 @@ def test_example_trains_evaluates_and_draws(tmp_path, monkeypatch):
     assert row["effect"] == pytest.approx(row["attention_weighted_distance"] - row["uniform_distance"])
     assert set(paper["attention_entropy_depth_change"]) == {"region_to_region", "word_to_word", "decoder_cross"}
     assert paper["attention_entropy_depth_change"]["region_to_region"] is None
-    assert len(paper["within_theme_attention"]["per_layer"]) == 1  # Analysis I: the synthetic kinds' themes
+    (theme,) = paper["within_theme_attention"]["per_layer"]  # Analysis I: the synthetic kinds' themes
+    assert theme["num_rows"] > 0 and theme["effect"] == pytest.approx(theme["within"] - theme["uniform_within"])
     grounded = paper["grounded_word_attention"]["per_layer"]  # Analysis IV, per decoder layer
     assert [row["layer"] for row in grounded] == [0, 1] and all(row["num_words"] > 0 for row in grounded)
     change = paper["grounded_word_attention"]["depth_change"]
