@@ -26,11 +26,16 @@ Analysis III, the mean normalised entropy of each layer of the encoder self-atte
 self-attention ("word_to_word") and cross-attention ("decoder_cross"), teacher-forced on test captions;
 "attention_vs_distance": Analysis II, the encoder's region->region attention per layer in bins of box-centre distance,
 with its Pearson correlation per layer; "within_cluster_attention": Analysis I, the share of the encoder's
-region->region attention that stays within the query region's spatial cluster of boxes, per layer;
+region->region attention that stays within the query region's spatial cluster of boxes, per layer; Ilinykh's effect
+sizes per layer with their last - first layer `depth_change`: "attention_distance_effect" (attention-weighted minus
+uniform mean box distance), "attention_entropy_depth_change", "within_theme_attention" (Analysis I: the share within
+the thematic group of the object kinds minus chance, synthetic scenes) and "grounded_word_attention" (Analysis IV: a
+grounded word's decoder cross-attention share on its object's regions minus chance);
 "attention_importance_kendall_tau": Fei's Figure 2, per decoder layer the mean Kendall tau between the cross-attention
 the decoder used and the gradient importance of the regions for each caption word, whose mean over layers is
 eval_results.json's `attention_importance_kendall_tau`),
-attention_entropy.png, attention_vs_distance.png and within_cluster_attention.png (those analyses),
+attention_entropy.png, attention_vs_distance.png, within_cluster_attention.png and within_theme_attention.png (those
+analyses),
 samples.json (generated captions with their references), attention_alignment.png (the top-1 attended region of every
 generated word before and after alignment, the A2 paper's Figure 1) and README.md (the model card).
 
@@ -60,10 +65,13 @@ from hf_vlalign.analysis.attention_plots import plot_word_region_heatmaps
 from hf_vlalign.analysis.entropy import AttentionEntropy, plot_entropy
 from hf_vlalign.analysis.geometry import (
     AttentionDistance,
+    GroundedWordAttention,
     WithinClusterAttention,
+    depth_change,
     plot_attention_vs_distance,
     plot_within_cluster,
     region_clusters,
+    thematic_clusters,
 )
 from hf_vlalign.analysis.importance import captioner_attention_importance
 from hf_vlalign.data import CaptioningCollator, RegionFeatureStore, build_dataset, group_captions_by_image
@@ -99,10 +107,14 @@ from hf_vlalign.recipes import (
     write_json,
     write_results,
 )
+from hf_vlalign.synthetic.shapes import SHAPE_NAMES, THEME_OF_KIND, THEMATIC_GROUPS
 from hf_vlalign.trainers import CaptioningTrainer, CaptioningTrainingArguments
 from hf_vlalign.trainers.captioning import CAPTION_NON_MODEL_KEYS
 from hf_vlalign.utils.size_limits import MAX_NEW_TOKENS, MAX_NUM_BEAMS, check_size
 from hf_vlalign.utils.user_errors import run_command
+
+# Ilinykh's Analysis I: the thematic group of each shape kind (the synthetic detector's classes index SHAPE_NAMES)
+SHAPE_THEMES = [sorted(THEMATIC_GROUPS).index(THEME_OF_KIND[kind]) for kind in SHAPE_NAMES]
 
 # the papers' names of the caption metrics (the COCO caption evaluation's), keyed by `caption_scores`' names
 PAPER_METRIC_NAMES = {
@@ -434,14 +446,24 @@ def alignment_panels(model, image, store, tokenizer, caption: str) -> tuple[list
 
 
 @torch.no_grad()
-def attention_analyses(model, test, collator, batch_size: int, seed: int, max_examples: int | None, num_bins: int) -> dict:
+def attention_analyses(
+    model, test, collator, batch_size: int, seed: int, max_examples: int | None, num_bins: int,
+    class_themes: list[int] | None = None,
+) -> dict:
     """Ilinykh's analyses of the trained captioner, teacher-forced on a seeded sample of test captions: attention
     entropy per block, layer and head (Analysis III, `AttentionEntropy`), the encoder's region->region attention
-    by box-centre distance (Analysis II, `AttentionDistance`) and within spatial clusters of boxes (Analysis I,
-    `WithinClusterAttention`: k-means on box centres, `region_clusters(source="spatial")`; the captioner's batches
-    carry no detector class). Every process runs it (forward passes)."""
+    by box-centre distance (Analysis II, `AttentionDistance`), within spatial clusters of boxes (`WithinClusterAttention`:
+    k-means on box centres, `region_clusters(source="spatial")`), within thematic clusters (Analysis I, given
+    `class_themes`, the theme of each detector class: `thematic_clusters` of the store's `object_ids`; a region shows
+    an object when a grounded phrase of one of its image's sampled captions is aligned with it, `object_regions`, the
+    others are left out) and the share of a grounded word's decoder cross-attention on its object's regions
+    (Analysis IV, `GroundedWordAttention`). Every process runs it (forward passes)."""
     rows = evaluation_subset(test, max_examples, seed, argument="--analysis_examples")
     entropy, distance, within_cluster = AttentionEntropy(), AttentionDistance(num_bins), WithinClusterAttention()
+    # thematic clusters: attention to other objects' regions only (no self, no region that shows no object)
+    within_theme = WithinClusterAttention(include_self=False, clustered_keys_only=True)
+    grounded_words = GroundedWordAttention()
+    objects = object_regions(rows, collator, batch_size) if class_themes is not None else None
     model.eval()
     for batch in inference_batches(model, rows, collator, batch_size, exclude=CAPTION_NON_MODEL_KEYS, description="analyses"):
         outputs = model(**batch.inputs, output_attentions=True)
@@ -451,12 +473,51 @@ def attention_analyses(model, test, collator, batch_size: int, seed: int, max_ex
         distance.update(blocks, batch.batch["visual_boxes"])
         clusters, _ = region_clusters(batch.batch["visual_boxes"], batch.batch["visual_attention_mask"], source="spatial")
         within_cluster.update(blocks, clusters)
+        alignment = batch.batch["word_region_alignment"]
+        grounded_words.update(blocks, alignment)
+        if objects is not None:
+            kinds = region_kinds(collator.region_features, batch.rows, alignment.shape[-1])
+            shown = torch.zeros_like(kinds, dtype=torch.bool)
+            for i, row in enumerate(batch.rows):
+                shown[i, : len(objects[row["image_id"]])] = objects[row["image_id"]]
+            within_theme.update(blocks, thematic_clusters(kinds, shown, class_themes))
     return {
         "entropy": entropy.compute(),
         "distance": distance.compute(),
+        "distance_effects": distance.effects(),
         "within_cluster": within_cluster.compute(),
+        "within_theme": within_theme.compute() if class_themes is not None else None,
+        "grounded_words": grounded_words.compute(),
         "num_captions": len(rows),
     }
+
+
+def object_regions(rows, collator, batch_size: int) -> dict[str, torch.Tensor]:
+    """Per image of `rows`, (R,) bool over its regions: those a grounded phrase of one of its captions in `rows` is
+    aligned with (`word_region_alignment`: the regions that show an object the captions name). Collated by a copy of
+    `collator`, so that its truncation counts stay those of the evaluation."""
+    collator, shown = replace(collator), {}
+    for start in range(0, len(rows), batch_size):
+        chunk = [rows[index] for index in range(start, min(start + batch_size, len(rows)))]
+        batch = collator(chunk)
+        aligned = (batch["word_region_alignment"] > 0).any(1)  # (B, R)
+        for row, regions, real in zip(chunk, aligned, batch["visual_attention_mask"].bool()):
+            regions = regions[: int(real.sum())]  # an image's real regions come first
+            previous = shown.get(row["image_id"])
+            shown[row["image_id"]] = regions if previous is None else previous | regions
+    return shown
+
+
+def region_kinds(store: RegionFeatureStore, rows: list[dict], num_regions: int) -> torch.Tensor:
+    """(B, R) the detector class (object kind) of each region of the rows' images, the store's `object_ids`; -1 on
+    padding and where the store has none."""
+    kinds = torch.full((len(rows), num_regions), -1, dtype=torch.long)
+    images = store.batch([store_image_id(store, row) for row in rows], without=("features",))
+    for i, image in enumerate(images):
+        if image["object_ids"] is not None:
+            column = image["object_ids"].reshape(len(image["object_ids"]), -1)[:, 0]
+            kinds[i, : len(column)] = column
+    return kinds
 
 
 def attention_importance(model, test, collator, batch_size: int, seed: int, max_examples: int | None) -> dict:
@@ -527,6 +588,39 @@ def distance_correlation(rows: list[dict]) -> list[dict]:
     return result
 
 
+def ilinykh_effects(analyses: dict) -> dict:
+    """paper_results' effect sizes of Ilinykh's analyses, each per layer and as its last - first layer change
+    (`depth_change`): the attention-weighted minus the uniform mean box distance (Analysis II), the normalised entropy
+    of each block (Analysis III), the within-theme share minus its chance level (Analysis I; skipped, saying why,
+    without object kinds) and a grounded word's cross-attention share on its object minus chance (Analysis IV)."""
+    entropy = entropy_per_layer(analyses["entropy"])
+    within_theme = analyses["within_theme"]
+    return {
+        "attention_distance_effect": {
+            "per_layer": analyses["distance_effects"],
+            "depth_change": depth_change(analyses["distance_effects"], "effect"),
+        },
+        "attention_entropy_depth_change": {
+            block: depth_change(layers, "normalised_entropy") for block, layers in entropy.items()
+        },
+        "within_theme_attention": {
+            "cluster_source": "the thematic group of each region's object kind (the store's object_ids)",
+            "excluded": "regions no grounded phrase of the image's analysed captions is aligned with (boxes that show "
+            "no named object), as queries and as keys; a region's attention to itself; themes with one region in the "
+            "image",
+            "per_layer": within_theme,
+            "depth_change": depth_change(within_theme, "effect"),
+        }
+        if within_theme is not None
+        else {"skipped": "the data's object kinds have no thematic groups (synthetic scenes only)"},
+        "grounded_word_attention": {
+            "block": "decoder_cross",
+            "per_layer": analyses["grounded_words"],
+            "depth_change": depth_change(analyses["grounded_words"], "effect"),
+        },
+    }
+
+
 def json_ready(value):
     """NaN (an empty distance bin) becomes null, so the JSON files stay valid."""
     if isinstance(value, float) and math.isnan(value):
@@ -591,6 +685,7 @@ def write_report(
         "attention_entropy_per_layer": entropy_per_layer(analyses["entropy"]),
         "attention_vs_distance": {"per_layer": distance_correlation(distance_rows), "bins": distance_rows},
         "within_cluster_attention": {"cluster_source": "spatial", "per_layer": analyses["within_cluster"]},
+        **ilinykh_effects(analyses),
         "attention_entropy": analyses["entropy"],
         "num_analysis_captions": analyses["num_captions"],
         "attention_importance_kendall_tau": analyses["importance"]["per_layer"],
@@ -612,6 +707,11 @@ def write_report(
         output_dir / "within_cluster_attention.png",
         title=f"{title}: encoder attention within spatial clusters of boxes",
     )
+    if analyses["within_theme"] is not None:
+        plot_within_cluster(
+            analyses["within_theme"], output_dir / "within_theme_attention.png",
+            title=f"{title}: encoder attention within the thematic groups of object kinds",
+        )  # fmt: skip
     card = render_model_card(
         "captioner",
         model_id=training_args.hub_model_id,
@@ -688,9 +788,10 @@ def train_and_evaluate(args: CaptioningArguments, training_args: CaptioningTrain
     image_use = image_use_results(  # teacher-forced caption loss with the own image vs another image's regions
         model, test, test_collator, training_args.per_device_eval_batch_size, training_args.seed, args.image_use_examples,
     )  # fmt: skip
+    synthetic = args.karpathy_json is None and args.train_file is None  # shape kinds with thematic groups
     analyses = attention_analyses(
         model, test, test_collator, training_args.per_device_eval_batch_size, training_args.seed,
-        args.analysis_examples, args.distance_bins,
+        args.analysis_examples, args.distance_bins, SHAPE_THEMES if synthetic else None,
     )  # fmt: skip
     analyses["importance"] = attention_importance(
         model, test, test_collator, training_args.per_device_eval_batch_size, training_args.seed,

@@ -14,9 +14,13 @@ from hf_vlalign.analysis.attention_blocks import AttentionBlocks
 from hf_vlalign.analysis.entropy import AttentionEntropy, attention_entropy, plot_entropy
 from hf_vlalign.analysis.flow import attention_flow, layer_capacities, layer_rollouts
 from hf_vlalign.analysis.geometry import (
+    AttentionDistance,
+    GroundedWordAttention,
     attention_vs_distance,
+    depth_change,
     plot_attention_vs_distance,
     plot_within_cluster,
+    thematic_clusters,
     within_cluster_attention,
 )
 from hf_vlalign.analysis.importance import captioner_attention_importance, kendall_tau, region_importance
@@ -113,6 +117,38 @@ def test_attention_vs_distance_on_three_boxes(tmp_path):
     assert plot_attention_vs_distance(rows, tmp_path / "distance.png").stat().st_size > 0
 
 
+def test_distance_effect_is_the_attention_weighted_minus_the_uniform_mean_distance():
+    # Ilinykh, Analysis II as an effect size: sum(a * d) / sum(a) over the pairs of two different real regions, minus
+    # the mean d over those pairs (uniform attention); layer 0 local (A <-> B), layer 1 far (A <-> C)
+    region_mask = torch.tensor([[1, 1, 1, 0]])
+    local = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0], [0.0, 0.5, 0.5, 0.0], [0.25] * 4])
+    far = torch.tensor([[0.5, 0.0, 0.5, 0.0], [0.0, 1.0, 0.0, 0.0], [0.5, 0.0, 0.5, 0.0], [0.25] * 4])
+    blocks = AttentionBlocks(
+        text_mask=torch.ones(1, 1), region_mask=region_mask, region_to_region=(local[None, None], far[None, None])
+    )
+    meter = AttentionDistance()
+    meter.update(blocks, three_boxes())
+    near, distant = meter.effects()
+    ab, ac, bc = 0.5, 0.8, math.sqrt(0.41)
+    uniform = (ab + ac + bc) / 3  # each pair twice
+    # layer 0: A->B 0.5, B->A 0.5, C->B 0.5 (self-attention left out); layer 1: A->C 0.5, C->A 0.5 (B only itself)
+    assert near["attention_weighted_distance"] == pytest.approx((0.5 * ab + 0.5 * ab + 0.5 * bc) / 1.5)
+    assert distant["attention_weighted_distance"] == pytest.approx(ac)
+    assert near["uniform_distance"] == distant["uniform_distance"] == pytest.approx(uniform)
+    assert near["effect"] == pytest.approx((ab + ab + bc) / 3 - uniform) and near["effect"] < 0 < distant["effect"]
+    assert near["num_pairs"] == 6
+    assert depth_change(meter.effects(), "effect") == pytest.approx(ac - (ab + ab + bc) / 3)
+    with pytest.raises(ValueError, match="effects"):
+        AttentionDistance().effects()
+
+
+def test_depth_change_is_last_minus_first_layer():
+    rows = [{"layer": 2, "value": 0.1}, {"layer": 0, "value": 0.5}, {"layer": 1, "value": 9.0}]
+    assert depth_change(rows, "value") == pytest.approx(0.1 - 0.5)
+    assert depth_change(rows[:1], "value") is None  # one layer: no change
+    assert depth_change([{"layer": 0, "value": math.nan}, {"layer": 1, "value": 1.0}], "value") is None
+
+
 # --- within-cluster attention (Analysis I) ---------------------------------------------------------------------------
 
 
@@ -134,6 +170,55 @@ def test_within_cluster_share_on_a_hand_example(tmp_path):
     assert row["within"] == pytest.approx((0.4 + 0.2) / 2)
     assert row["uniform_within"] == pytest.approx(1 / 2)
     assert plot_within_cluster([row], tmp_path / "clusters.png").stat().st_size > 0
+
+
+def test_thematic_clusters_from_object_kinds():
+    # kinds 0..3 in themes [0, 1, 0, 1]; region 2 shows no object, region 5 is padding, region 4 is alone in theme 1
+    kinds = torch.tensor([[0, 2, 1, 0, 3, -1]])
+    matched = torch.tensor([[True, True, True, True, True, False]])
+    matched[0, 2] = False
+    clusters = thematic_clusters(kinds, matched, [0, 1, 0, 1])
+    assert clusters.tolist() == [[0, 0, -1, 0, -1, -1]]
+    clusters = thematic_clusters(kinds, matched, [0, 1, 0, 1], min_cluster_size=1)
+    assert clusters.tolist() == [[0, 0, -1, 0, 1, -1]]
+    with pytest.raises(ValueError, match="class_themes"):
+        thematic_clusters(kinds, matched, [0, 1])
+
+
+def test_within_theme_share_leaves_out_regions_of_no_object_and_self():
+    # Analysis I on thematic clusters: regions 0, 1 in theme 0, region 2 in theme 1, region 3 shows no object (-1)
+    region_mask = torch.tensor([[1, 1, 1, 1]])
+    clusters = torch.tensor([[0, 0, 1, -1]])
+    head = torch.tensor([[0.4, 0.3, 0.1, 0.2], [0.2, 0.2, 0.2, 0.4], [0.3, 0.3, 0.2, 0.2], [0.1, 0.1, 0.1, 0.7]])
+    (row,) = within_cluster_attention(region_blocks(head[None, None], region_mask), clusters, False, True)
+    # keys: the other clustered regions; row 0 -> 0.3 / (0.3 + 0.1), row 1 -> 0.2 / 0.4, row 2 -> 0 (no theme-mate)
+    assert row["within"] == pytest.approx((0.75 + 0.5 + 0.0) / 3)
+    # chance: 1 of the 2 other clustered regions for rows 0 and 1, 0 of 2 for row 2
+    assert row["uniform_within"] == pytest.approx((0.5 + 0.5 + 0.0) / 3)
+    assert row["effect"] == pytest.approx(row["within"] - row["uniform_within"])
+    assert row["num_rows"] == 3
+
+
+# --- a grounded word's attention on its object (Analysis IV) ---------------------------------------------------------
+
+
+def test_grounded_word_attention_share_against_chance():
+    # 3 words (the last padded), 4 regions (the last padded); word 0 names the object of regions 0 and 1, word 1 none
+    text_mask, region_mask = torch.tensor([[1, 1, 0]]), torch.tensor([[1, 1, 1, 0]])
+    alignment = torch.zeros(1, 3, 4)
+    alignment[0, 0, :2] = 0.5
+    alignment[0, 2, :2] = 0.5  # a padded word: not counted
+    first = torch.tensor([[0.2, 0.2, 0.4, 0.2], [1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]])  # renormalised: .25 .25 .5
+    second = torch.tensor([[0.6, 0.3, 0.1, 0.0], [0.0, 0.0, 1.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
+    heads = lambda rows: torch.stack([rows, rows])[None]  # noqa: E731  (two equal heads)
+    blocks = AttentionBlocks(text_mask=text_mask, region_mask=region_mask, word_to_region=(heads(first), heads(second)))
+    meter = GroundedWordAttention()
+    meter.update(blocks, alignment)
+    layer0, layer1 = meter.compute()
+    assert layer0["share"] == pytest.approx(0.5) and layer1["share"] == pytest.approx(0.9)
+    assert layer0["uniform_share"] == pytest.approx(2 / 3) and layer0["num_words"] == 1
+    assert layer1["effect"] == pytest.approx(0.9 - 2 / 3)
+    assert depth_change(meter.compute(), "effect") == pytest.approx(0.4)
 
 
 # --- rollout and flow (Abnar & Zuidema 2020) -------------------------------------------------------------------------

@@ -57,6 +57,27 @@ def test_a_run_keeps_its_extra_files_the_kept_keys_and_the_derived_numbers(tmp_p
     }  # fmt: skip
 
 
+
+def test_ilinykh_v2_claims_and_diagnostics_read_what_the_captioner_writes(tmp_path):
+    # the captioner's paper_results keys (examples/train_captioning.py `ilinykh_effects`) and the run's diagnostics
+    study = reproduce.EXPERIMENTS["ilinykh_captioner_attention_v2"]
+    assert study.results_subdir == "ilinykh_captioner_attention/v2" and "--synthetic_world" in study.settings["geometry"].args
+    row = {"within": 0.5, "uniform_within": 0.4, "effect": 0.1, "num_rows": 2000, "attention_weighted_distance": 0.4,
+           "uniform_distance": 0.4, "normalised_entropy": 0.5, "share": 0.3, "uniform_share": 0.1, "num_words": 900}  # fmt: skip
+    layers = [{"layer": layer, **row} for layer in range(3)]
+    paper = {name: {"per_layer": layers} for name in ("within_theme_attention", "attention_distance_effect", "grounded_word_attention")}
+    paper["attention_entropy_per_layer"] = {"region_to_region": layers}
+    diagnostics = {"caption": {"image_score": -1.0, "text_only_score": -1.25}, "geometry": {"loss_change_boxes_shuffled": 0.05}}
+    (tmp_path / "eval_results.json").write_text(json.dumps({"cider": 0.5, "diagnostics": diagnostics}))
+    (tmp_path / "paper_results.json").write_text(json.dumps(paper))
+    metrics = reproduce.read_results(tmp_path, study.settings["geometry"])
+    assert metrics["diagnostics.caption.image_gain"] == pytest.approx(0.25)
+    for claim in study.claims:
+        assert claim.diagnostics, claim.statement
+        for _, key in (claim.comparison.a, claim.comparison.b):
+            assert key in metrics, (claim.statement, key)
+        assert all(diagnostic.key in metrics for diagnostic in claim.diagnostics), claim.statement
+
 def test_a_chained_run_starts_from_its_parent_and_runs_after_it(tmp_path):
     results, outputs = tmp_path / "results", tmp_path / "outputs"
     planned = reproduce.planned_runs([KERVADEC.name], [1, 2])

@@ -235,6 +235,19 @@ def test_example_trains_evaluates_and_draws(tmp_path, monkeypatch):
     layers = {block: len(rows) for block, rows in paper["attention_entropy_per_layer"].items()}
     assert layers == {"region_to_region": 1, "word_to_word": 2, "decoder_cross": 2}
     assert len(paper["attention_vs_distance"]["per_layer"]) == 1
+    # Ilinykh's effect sizes per layer, each with its last - first layer change (none with one encoder layer)
+    distance = paper["attention_distance_effect"]
+    assert len(distance["per_layer"]) == 1 and distance["depth_change"] is None
+    (row,) = distance["per_layer"]
+    assert row["effect"] == pytest.approx(row["attention_weighted_distance"] - row["uniform_distance"])
+    assert set(paper["attention_entropy_depth_change"]) == {"region_to_region", "word_to_word", "decoder_cross"}
+    assert paper["attention_entropy_depth_change"]["region_to_region"] is None
+    (theme,) = paper["within_theme_attention"]["per_layer"]  # Analysis I: the synthetic kinds' themes
+    assert theme["num_rows"] > 0 and theme["effect"] == pytest.approx(theme["within"] - theme["uniform_within"])
+    grounded = paper["grounded_word_attention"]["per_layer"]  # Analysis IV, per decoder layer
+    assert [row["layer"] for row in grounded] == [0, 1] and all(row["num_words"] > 0 for row in grounded)
+    change = paper["grounded_word_attention"]["depth_change"]
+    assert change == pytest.approx(grounded[1]["effect"] - grounded[0]["effect"])
     # Fei's Figure 2 on the aligned cross-attention: one finite Kendall tau per decoder layer, their mean in the results
     importance = paper["attention_importance_kendall_tau"]
     assert [row["layer"] for row in importance] == [0, 1] and all(row["num_words"] > 0 for row in importance)

@@ -18,12 +18,15 @@ from .explorer import ExplorerExample, GoldPhrase, explorer_examples, read_explo
 from .flow import attention_flow, layer_rollouts
 from .geometry import (
     AttentionDistance,
+    GroundedWordAttention,
     WithinClusterAttention,
     attention_vs_distance,
+    depth_change,
     plot_attention_vs_distance,
     plot_within_cluster,
     region_clusters,
     spatial_clusters,
+    thematic_clusters,
     within_cluster_attention,
 )
 from .grounding_probe import GroundingProbe, GroundingProbeResult, best_active_head, text_to_region_attention
@@ -43,6 +46,7 @@ __all__ = [
     "AttentionEntropy",
     "ExplorerExample",
     "GoldPhrase",
+    "GroundedWordAttention",
     "GroundingProbe",
     "GroundingProbeResult",
     "SyntacticGroundingProbe",
@@ -54,6 +58,7 @@ __all__ = [
     "attention_vs_distance",
     "bertviz_inputs",
     "best_active_head",
+    "depth_change",
     "captioner_attention_importance",
     "explorer_examples",
     "format_region_labels",
@@ -81,6 +86,7 @@ __all__ = [
     "spatial_clusters",
     "text_to_region_attention",
     "text_to_region_rows",
+    "thematic_clusters",
     "within_cluster_attention",
     "write_attention_explorer",
 ]
