@@ -50,6 +50,7 @@ from .questions import SyntheticQuestionWriter, scene_graphs_file
 from .shapes import (
     COLOUR_NAMES,
     SHAPE_NAMES,
+    SHAPE_WORDS,
     SIZE_NAMES,
     Shape,
     identifying_attribute_sets,
@@ -57,6 +58,7 @@ from .shapes import (
     shape_relation,
 )
 from .tasks import SyntheticNLVR2Writer, SyntheticRefCOCOWriter, pair_feature_records
+from .text_only import attribute_agreement
 
 FORMAT_VERSION = 4  # in the manifest and the cache digest: a new version regenerates cached scenes
 FIRST_IMAGE_ID = 100000
@@ -83,6 +85,8 @@ CLASS_NOISE = {"true": 0.1, "shifted": 0.3}  # probability of a random class id
 # of another kind.
 MIN_SHAPES_WITH_DISTRACTORS = 3
 WORLDS = ("v1", "v2")
+VGP_BALANCE_STREAM = 4  # world v2: the split's VGP rows are balanced per text from a stream of their own
+_KIND_WORDS = frozenset(word for kind in SHAPE_NAMES for word in (kind, *SHAPE_WORDS.get(kind, ())))
 
 
 @dataclass
@@ -419,6 +423,34 @@ def _typology(attributes1: frozenset[str], attributes2: frozenset[str]) -> int:
     return TYPE_LABELS["Independence"]
 
 
+def _named(mention: _Mention) -> frozenset[str]:
+    """Which of {"kind", "colour", "size"} the phrase names: its attributes, and the kind when a shape word is in it."""
+    return mention.attributes | ({"kind"} if set(mention.words) & _KIND_WORDS else set())
+
+
+def _denotation(mention: _Mention, shapes: list[Shape]) -> frozenset[int]:
+    """The shapes of the image the phrase can denote: those with every value it names (its own shape's values)."""
+    target, named = shapes[mention.shape], _named(mention)
+    return frozenset(i for i, shape in enumerate(shapes) if all(getattr(shape, a) == getattr(target, a) for a in named))
+
+
+def _denotation_typology(mention1: _Mention, mention2: _Mention, shapes: list[Shape]) -> int:
+    """World v2's type: the denotation sets compared in the image (Equivalence: equal; Entailment1: the first's a
+    strict subset, as a phrase naming more attributes denotes fewer shapes; Entailment2: the second's; Independence:
+    neither), so one text pair takes different types in different images."""
+    return _typology(_denotation(mention2, shapes), _denotation(mention1, shapes))
+
+
+def _coreference_undecided(first: _Mention, second: _Mention, shapes: list[Shape]) -> bool:
+    """Whether the texts leave open if the phrases co-refer: they name no attribute with different values, and each
+    names one the other does not ("the red circle" / "the large circle"); nested sets ("the circle" / "the red
+    circle") would co-refer whenever the shorter phrase singles its shape out."""
+    named1, named2 = _named(first), _named(second)
+    shape1, shape2 = shapes[first.shape], shapes[second.shape]
+    compatible = all(getattr(shape1, a) == getattr(shape2, a) for a in named1 & named2)
+    return compatible and not (named1 <= named2 or named2 <= named1)
+
+
 def _is_hard_negative(first: _Mention, second: _Mention, shapes: list[Shape]) -> bool:
     """Phrases of two different shapes that name the same shape category or the same colour (maybe by synonyms)."""
     shape1, shape2 = shapes[first.shape], shapes[second.shape]
@@ -434,8 +466,7 @@ def _locate(first: str, second: str, mentions: list[_Mention]) -> tuple[_Mention
     return None if mention2 is None else (mention1, mention2)
 
 
-def _vgp_pair(image_id: str, mention1: _Mention, mention2: _Mention, is_paraphrase: bool) -> VGPPair:
-    type_label = _typology(mention1.attributes, mention2.attributes) if is_paraphrase else -1
+def _vgp_pair(image_id: str, mention1: _Mention, mention2: _Mention, is_paraphrase: bool, type_label: int) -> VGPPair:
     return VGPPair(
         image_id=image_id,
         phrase1=" ".join(mention1.words),  # the preprocessed phrase: no determiner, lower case
@@ -448,28 +479,64 @@ def _vgp_pair(image_id: str, mention1: _Mention, mention2: _Mention, is_paraphra
     )
 
 
-def _sample_vgp_pairs(
-    image_id: str, mentions: list[_Mention], shapes: list[Shape], rng: np.random.Generator
-) -> list[VGPPair]:
-    """Paraphrase pairs (same shape, different wording, different captions) and as many hard negatives, in random
-    direction and order; the image's larger kind is subsampled so that every image is balanced."""
+def _located_pairs(mentions: list[_Mention], rng: np.random.Generator) -> list[tuple[_Mention, _Mention]]:
+    """Every pair of distinct phrase texts of the image, in random direction, as a builder places it in two captions."""
     texts = sorted({mention.text.lower() for mention in mentions})
-    positives, negatives = [], []
+    located = []
     for text1, text2 in combinations(texts, 2):
         directions = [(text1, text2), (text2, text1)]
         if rng.random() < 0.5:
             directions.reverse()
-        located = next((found for found in (_locate(a, b, mentions) for a, b in directions) if found), None)
-        if located is None:
-            continue
-        mention1, mention2 = located
-        if mention1.shape == mention2.shape:
-            positives.append(_vgp_pair(image_id, mention1, mention2, is_paraphrase=True))
+        found = next((found for found in (_locate(a, b, mentions) for a, b in directions) if found), None)
+        if found is not None:
+            located.append(found)
+    return located
+
+
+def _sample_vgp_pairs(
+    image_id: str, mentions: list[_Mention], shapes: list[Shape], rng: np.random.Generator, world: str = "v1"
+) -> list[VGPPair]:
+    """The image's VGP rows, in random order.
+
+    v1: paraphrase pairs (same shape, different wording, different captions) and as many hard negatives, in random
+    direction; the image's larger kind is subsampled so that every image is balanced; the type compares the attribute
+    sets the phrases name (`_typology`), which the text shows. v2: every pair whose texts leave co-reference open
+    (`_coreference_undecided`), a paraphrase when both phrases are mentions of one shape, typed by what the phrases
+    denote in the image (`_denotation_typology`); `balance_vgp_pairs` then balances the split per text.
+    """
+    positives, negatives = [], []
+    for mention1, mention2 in _located_pairs(mentions, rng):
+        same = mention1.shape == mention2.shape
+        if world == "v2":
+            if _coreference_undecided(mention1, mention2, shapes):
+                type_label = _denotation_typology(mention1, mention2, shapes) if same else -1
+                (positives if same else negatives).append(_vgp_pair(image_id, mention1, mention2, same, type_label))
+        elif same:
+            type_label = _typology(mention1.attributes, mention2.attributes)
+            positives.append(_vgp_pair(image_id, mention1, mention2, True, type_label))
         elif _is_hard_negative(mention1, mention2, shapes):
-            negatives.append(_vgp_pair(image_id, mention1, mention2, is_paraphrase=False))
+            negatives.append(_vgp_pair(image_id, mention1, mention2, False, -1))
+    if world == "v2":
+        pairs = positives + negatives
+        return [pairs[i] for i in rng.permutation(len(pairs)).tolist()]
     count = min(len(positives), len(negatives))
     pairs = [kind[i] for kind in (positives, negatives) for i in sorted(rng.permutation(len(kind))[:count].tolist())]
     return [pairs[i] for i in rng.permutation(len(pairs)).tolist()]
+
+
+def balance_vgp_pairs(pairs: list[VGPPair], rng: np.random.Generator) -> list[VGPPair]:
+    """World v2: as many paraphrases as non-paraphrases for every pattern of what the two texts name
+    (`text_only.attribute_agreement`: per attribute, named by one phrase, by both alike, ...), the larger side
+    subsampled; order kept. Finer texts (the values named, synonyms) are drawn alike for both labels by the
+    generator's symmetry, so they tell nothing either (`text_only_ceilings` measures it)."""
+    by_text: dict[tuple, tuple[list[int], list[int]]] = {}
+    for index, pair in enumerate(pairs):
+        by_text.setdefault(attribute_agreement(pair.original_phrase1, pair.original_phrase2), ([], []))[int(pair.is_paraphrase)].append(index)
+    kept: list[int] = []
+    for negatives, positives in by_text.values():
+        count = min(len(negatives), len(positives))
+        kept.extend(side[i] for side in (negatives, positives) for i in rng.permutation(len(side))[:count].tolist())
+    return [pairs[i] for i in sorted(kept)]
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
@@ -584,7 +651,7 @@ def _generate_image(
     image = _render_scene(shapes, config.image_size, rng)
     sentences, mentions = _describe_scene(shapes, config.image_size, rng)
     regions = _detect(shapes, config, rng)
-    pairs = _sample_vgp_pairs(image_id, mentions, shapes, rng)
+    pairs = _sample_vgp_pairs(image_id, mentions, shapes, rng, config.world)
 
     image.save(paths.images / f"{image_id}.png", format="PNG")
     write_sentences(paths.flickr30k_entities / "Sentences" / f"{image_id}.txt", sentences)
@@ -657,6 +724,8 @@ def generate_synthetic_scenes(out_dir: str | Path, config: SyntheticSceneConfig 
                 pairs.extend(image_pairs)
                 progress.update()
             (paths.flickr30k_entities / f"{split}.txt").write_text("\n".join(image_ids) + "\n")
+            if config.world == "v2":
+                pairs = balance_vgp_pairs(pairs, np.random.default_rng([config.seed, len(records), VGP_BALANCE_STREAM]))
             write_vgp_csv(paths.vgp_csv[split], pairs, layout="identification")
     write_lxmert_tsv(paths.features_tsv, records)
     questions.write()
