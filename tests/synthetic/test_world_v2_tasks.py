@@ -10,8 +10,12 @@ from pathlib import Path
 
 import pytest
 
+import numpy as np
+
+from hf_vlalign.data.builders import build_vgp_dataset
 from hf_vlalign.data.formats.vgp import TYPOLOGY_LABELS, read_vgp_csv
-from hf_vlalign.synthetic import Shape, SyntheticSceneConfig, generate_synthetic_scenes
+from hf_vlalign.synthetic import SHAPE_NAMES, SHAPE_WORDS, Shape, SyntheticSceneConfig, generate_synthetic_scenes
+from hf_vlalign.synthetic.questions import sample_questions
 from hf_vlalign.synthetic.scenes import _coreference_undecided, _denotation_typology, _Mention
 from hf_vlalign.synthetic.text_only import (
     attribute_agreement,
@@ -140,3 +144,26 @@ def test_text_only_ceilings_rejects_bad_arguments(tmp_path):
         text_only_ceilings(tmp_path / "missing")
     with pytest.raises(ValueError, match="`tasks` must be"):
         text_only_ceilings(tmp_path, tasks=["vqa"])
+
+
+def test_v2_vgp_rows_are_placed_on_their_entities(v2_root):
+    """The builder places every v2 row in two captions, one entity for a paraphrase and two otherwise."""
+    csv = v2_root / "vgp" / "val.csv"
+    dataset = build_vgp_dataset(v2_root / "flickr30k_entities", csv, replace_caption_prob=0.0)
+    assert len(dataset) == len(read_vgp_csv(csv))
+    assert sorted(dataset["vgp_label"]) == sorted(int(pair.is_paraphrase) for pair in read_vgp_csv(csv))
+
+
+def test_v2_relation_questions_do_not_name_the_reference_kind():
+    """Kinds co-occur in thematic groups in v2, so the reference's shape word would predict the answer's kind."""
+    kind_words = {word for kind in SHAPE_NAMES for word in (kind, *SHAPE_WORDS.get(kind, ()))}
+    shapes = [_shape(kind, colour, "small", index) for index, (kind, colour) in
+              enumerate([("circle", "red"), ("diamond", "blue"), ("circle", "green"), ("diamond", "red")])]  # fmt: skip
+    relations = []
+    for seed in range(20):
+        for world in ("v1", "v2"):
+            questions = sample_questions("1", shapes, np.random.default_rng(seed), world).values()
+            relations += [(world, q["question"]) for q in questions if q["types"]["detailed"] == "relS"]
+    named = {world: [set(text.rstrip("?").lower().split()) & kind_words for w, text in relations if w == world]
+             for world in ("v1", "v2")}  # fmt: skip
+    assert named["v2"] and not any(named["v2"]) and all(named["v1"])

@@ -702,7 +702,7 @@ def generate_synthetic_scenes(out_dir: str | Path, config: SyntheticSceneConfig 
     paths.images.mkdir(parents=True, exist_ok=True)  # the other files' writers make their folders
 
     encoder = CropEncoder(config.feature_dim, config.seed)
-    questions = SyntheticQuestionWriter(paths.gqa_dir, config.image_size, config.seed)
+    questions = SyntheticQuestionWriter(paths.gqa_dir, config.image_size, config.seed, config.world)
     nlvr2 = SyntheticNLVR2Writer(paths.nlvr2_dir, config.seed)
     refcoco = SyntheticRefCOCOWriter(paths.refcoco_dir, config.image_size, config.seed)
     split_sizes = {"train": config.num_train_images, "val": config.num_val_images}
