@@ -1,5 +1,5 @@
 """World v2's tasks need the image: VGP pairs whose texts leave co-reference open, types read from what the phrases
-denote in the image, and every task's text-only ceiling (`synthetic.text_only`) near its majority baseline; world v1
+denote in the image, and every task's text-only ceiling (`evaluation.text_only`) near its majority baseline; world v1
 keeps its files byte-identical and shows the giveaways issue 49 reports."""
 
 from __future__ import annotations
@@ -17,12 +17,8 @@ from hf_vlalign.data.formats.vgp import TYPOLOGY_LABELS, read_vgp_csv
 from hf_vlalign.synthetic import SHAPE_NAMES, SHAPE_WORDS, Shape, SyntheticSceneConfig, generate_synthetic_scenes
 from hf_vlalign.synthetic.questions import sample_questions
 from hf_vlalign.synthetic.scenes import _coreference_undecided, _denotation_typology, _Mention
-from hf_vlalign.synthetic.text_only import (
-    attribute_agreement,
-    canonical_words,
-    text_only_accuracy,
-    text_only_ceilings,
-)
+from hf_vlalign.evaluation.text_only import text_only_accuracy, text_only_ceilings
+from hf_vlalign.synthetic.tasks import attribute_agreement, canonical_words
 
 SMALL = dict(num_train_images=120, num_val_images=60, image_size=64, num_regions=8, feature_dim=8, min_shapes=4,
              max_shapes=7)  # fmt: skip
@@ -37,7 +33,8 @@ TYPE = {name: label for label, name in TYPOLOGY_LABELS.items()}
 
 def _task_files_hash(root: Path) -> str:
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.parts[-2] in ("vgp", "gqa", "nlvr2", "refcoco+")):
+    task_files = (p for p in root.rglob("*") if p.is_file() and p.parts[-2] in ("vgp", "gqa", "nlvr2", "refcoco+"))
+    for path in sorted(task_files):
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
@@ -97,7 +94,8 @@ def test_v2_vgp_texts_leave_coreference_open(v2_root):
 
 
 def test_coreference_undecided_by_the_text():
-    shapes = [_shape("circle", "red", "large", 0), _shape("circle", "blue", "small", 1), _shape("star", "red", "small", 2)]
+    shapes = [_shape("circle", "red", "large", 0), _shape("circle", "blue", "small", 1)]
+    shapes.append(_shape("star", "red", "small", 2))
     red, large = _mention("the red circle", 0, {"colour"}, 0), _mention("a large circle", 0, {"size"}, 1)
     small = _mention("the small circle", 1, {"size"}, 2)
     assert _coreference_undecided(red, large, shapes) and _coreference_undecided(red, small, shapes)
@@ -117,7 +115,8 @@ def test_type_reads_the_image():
     assert _denotation_typology(red, any_circle, one_circle) == TYPE["Equivalence"]
     assert _denotation_typology(red, any_circle, two_circles) == TYPE["Entailment1"]  # red circles < circles
     assert _denotation_typology(any_circle, red, two_circles) == TYPE["Entailment2"]
-    red_shapes = [_shape("circle", "red", "large", 0), _shape("star", "red", "small", 1), _shape("circle", "blue", "small", 2)]
+    red_shapes = [_shape("circle", "red", "large", 0), _shape("star", "red", "small", 1)]
+    red_shapes.append(_shape("circle", "blue", "small", 2))
     red_thing = _Mention(2, "the red shape", 0, frozenset({"colour"}), ("red", "shape"))
     assert _denotation_typology(red_thing, any_circle, red_shapes) == TYPE["Independence"]
 

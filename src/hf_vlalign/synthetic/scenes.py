@@ -57,8 +57,7 @@ from .shapes import (
     phrase_wordings,
     shape_relation,
 )
-from .tasks import SyntheticNLVR2Writer, SyntheticRefCOCOWriter, pair_feature_records
-from .text_only import attribute_agreement
+from .tasks import SyntheticNLVR2Writer, SyntheticRefCOCOWriter, attribute_agreement, pair_feature_records
 
 FORMAT_VERSION = 4  # in the manifest and the cache digest: a new version regenerates cached scenes
 FIRST_IMAGE_ID = 100000
@@ -431,7 +430,9 @@ def _named(mention: _Mention) -> frozenset[str]:
 def _denotation(mention: _Mention, shapes: list[Shape]) -> frozenset[int]:
     """The shapes of the image the phrase can denote: those with every value it names (its own shape's values)."""
     target, named = shapes[mention.shape], _named(mention)
-    return frozenset(i for i, shape in enumerate(shapes) if all(getattr(shape, a) == getattr(target, a) for a in named))
+    return frozenset(
+        index for index, shape in enumerate(shapes) if all(getattr(shape, a) == getattr(target, a) for a in named)
+    )
 
 
 def _denotation_typology(mention1: _Mention, mention2: _Mention, shapes: list[Shape]) -> int:
@@ -502,7 +503,7 @@ def _sample_vgp_pairs(
     direction; the image's larger kind is subsampled so that every image is balanced; the type compares the attribute
     sets the phrases name (`_typology`), which the text shows. v2: every pair whose texts leave co-reference open
     (`_coreference_undecided`), a paraphrase when both phrases are mentions of one shape, typed by what the phrases
-    denote in the image (`_denotation_typology`); `balance_vgp_pairs` then balances the split per text.
+    denote in the image (`_denotation_typology`); `_balance_vgp_pairs` then balances the split per text.
     """
     positives, negatives = [], []
     for mention1, mention2 in _located_pairs(mentions, rng):
@@ -524,14 +525,15 @@ def _sample_vgp_pairs(
     return [pairs[i] for i in rng.permutation(len(pairs)).tolist()]
 
 
-def balance_vgp_pairs(pairs: list[VGPPair], rng: np.random.Generator) -> list[VGPPair]:
+def _balance_vgp_pairs(pairs: list[VGPPair], rng: np.random.Generator) -> list[VGPPair]:
     """World v2: as many paraphrases as non-paraphrases for every pattern of what the two texts name
-    (`text_only.attribute_agreement`: per attribute, named by one phrase, by both alike, ...), the larger side
+    (`tasks.attribute_agreement`: per attribute, named by one phrase, by both alike, ...), the larger side
     subsampled; order kept. Finer texts (the values named, synonyms) are drawn alike for both labels by the
-    generator's symmetry, so they tell nothing either (`text_only_ceilings` measures it)."""
+    generator's symmetry, so they tell nothing either (`evaluation.text_only.text_only_ceilings` measures it)."""
     by_text: dict[tuple, tuple[list[int], list[int]]] = {}
     for index, pair in enumerate(pairs):
-        by_text.setdefault(attribute_agreement(pair.original_phrase1, pair.original_phrase2), ([], []))[int(pair.is_paraphrase)].append(index)
+        pattern = attribute_agreement(pair.original_phrase1, pair.original_phrase2)
+        by_text.setdefault(pattern, ([], []))[int(pair.is_paraphrase)].append(index)
     kept: list[int] = []
     for negatives, positives in by_text.values():
         count = min(len(negatives), len(positives))
@@ -725,7 +727,8 @@ def generate_synthetic_scenes(out_dir: str | Path, config: SyntheticSceneConfig 
                 progress.update()
             (paths.flickr30k_entities / f"{split}.txt").write_text("\n".join(image_ids) + "\n")
             if config.world == "v2":
-                pairs = balance_vgp_pairs(pairs, np.random.default_rng([config.seed, len(records), VGP_BALANCE_STREAM]))
+                balance_rng = np.random.default_rng([config.seed, len(records), VGP_BALANCE_STREAM])
+                pairs = _balance_vgp_pairs(pairs, balance_rng)
             write_vgp_csv(paths.vgp_csv[split], pairs, layout="identification")
     write_lxmert_tsv(paths.features_tsv, records)
     questions.write()

@@ -1,7 +1,7 @@
 """How far a task can be solved from its text alone: the text-only ceiling of generated scenes' files.
 
 A benchmark whose labels follow from the text measures nothing about the image. `text_only_ceilings` reads the
-published files `generate_synthetic_scenes` writes (VGP, GQA, RefCOCO+ and NLVR2) and reports, per task, three
+published files `synthetic.generate_synthetic_scenes` writes (VGP, GQA, RefCOCO+ and NLVR2) and reports, per task, three
 accuracies on the evaluation split:
 
 - `text_only`: the best predictor here that sees only the text. Each example's text is read at several levels, from
@@ -18,14 +18,13 @@ accuracies on the evaluation split:
 
 The texts: VGP, the ordered pair of phrases as the captions write them; GQA, the question; NLVR2, the sentence;
 RefCOCO+, the expression, answered with a fixed region index (regions in file order): the best index for the text.
-The module lives in `synthetic/`, not `evaluation/`: it measures the generated data (no model), and its coarser text
-levels read the synthetic vocabularies (`shapes.py`); the majority rules are `evaluation.baselines`'.
+The module lives in `evaluation/` beside `baselines.py`: both say what a model gets that ignores the image, with the
+same majority rules; its coarser text levels read the synthetic vocabularies (`synthetic.tasks.canonical_words`).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Sequence
 from pathlib import Path
@@ -36,10 +35,10 @@ from ..alignment.boxes import box_iou
 from ..data.builders.refcoco import read_refs
 from ..data.formats.lxmert_tsv import iter_lxmert_tsv_records
 from ..data.formats.vgp import read_vgp_csv
-from ..evaluation.baselines import majority_class_accuracy, majority_label
-from .shapes import COLOUR_NAMES, COLOUR_WORDS, SHAPE_NAMES, SHAPE_WORDS, SIZE_WORDS
+from ..synthetic.tasks import attribute_agreement, canonical_words
+from .baselines import majority_class_accuracy, majority_label
 
-__all__ = ["TEXT_ONLY_TASKS", "TEXT_VIEWS", "attribute_agreement", "canonical_words", "text_only_accuracy", "text_only_ceilings"]
+__all__ = ["TEXT_ONLY_TASKS", "TEXT_VIEWS", "text_only_accuracy", "text_only_ceilings"]
 
 TEXT_ONLY_TASKS = ("vgp_identification", "vgp_type", "gqa", "refcoco", "nlvr2")
 TEXT_VIEWS = {
@@ -49,47 +48,8 @@ TEXT_VIEWS = {
     "refcoco": ("exact expression", "expression without determiners, synonyms merged"),
     "nlvr2": ("exact sentence", "sentence without determiners, synonyms merged"),
 }
-REGION_HIT_IOU = 0.5  # RefCOCO+'s rule: a region answers the expression when its IoU with the object is >= 0.5
-DETERMINERS = frozenset({"a", "an", "the"})
-# synonym -> (attribute, canonical name), from the vocabularies the writers draw their words from
-_VOCABULARY = {
-    word: (attribute, name)
-    for attribute, synonyms in (
-        ("kind", {**{kind: (kind,) for kind in SHAPE_NAMES}, **SHAPE_WORDS}),
-        ("colour", {colour: COLOUR_WORDS.get(colour, (colour,)) for colour in COLOUR_NAMES}),
-        ("size", SIZE_WORDS),
-    )
-    for name, words in synonyms.items()
-    for word in words
-}
-
 Example = tuple[tuple[Hashable, ...], Hashable]  # (the text at each level, finest first; label)
-
-
-def canonical_words(text: str) -> tuple[str, ...]:
-    """The words of `text`, lower case, punctuation and determiners dropped, each synonym replaced by its name."""
-    words = re.findall(r"[a-z]+", text.lower())
-    return tuple(_VOCABULARY.get(word, (None, word))[1] for word in words if word not in DETERMINERS)
-
-
-def _named(words: tuple[str, ...]) -> dict[str, str]:
-    """attribute -> canonical value, for the attributes the (canonical) words name."""
-    return {_VOCABULARY[word][0]: word for word in words if word in _VOCABULARY}
-
-
-def attribute_agreement(first: str, second: str) -> tuple[str, ...]:
-    """Per attribute (kind, colour, size), what the two phrases' texts say of it: named by neither, by one of them
-    only, by both with the same value, or with different values."""
-    named1, named2 = _named(canonical_words(first)), _named(canonical_words(second))
-    statuses = []
-    for attribute in ("kind", "colour", "size"):
-        if attribute in named1 and attribute in named2:
-            statuses.append("same" if named1[attribute] == named2[attribute] else "different")
-        else:
-            statuses.append("first" if attribute in named1 else "second" if attribute in named2 else "neither")
-    return tuple(statuses)
-
-
+REGION_HIT_IOU = 0.5  # RefCOCO+'s rule: a region answers the expression when its IoU with the object is >= 0.5
 def text_only_accuracy(train: Sequence[Example], evaluation: Sequence[Example]) -> float:
     """Accuracy on `evaluation` of a predictor fit on `train` that sees only the text: an example is (levels, label),
     `levels` its text read from the finest level to the coarsest; the prediction is the majority training label of
@@ -127,7 +87,8 @@ def _vgp_examples(path: Path, typed: bool) -> list[Example]:
         if typed and pair.type_label < 0:
             continue
         first, second = pair.original_phrase1.lower(), pair.original_phrase2.lower()
-        levels = ((first, second), (canonical_words(first), canonical_words(second)), attribute_agreement(first, second))
+        canonical = (canonical_words(first), canonical_words(second))
+        levels = ((first, second), canonical, attribute_agreement(first, second))
         examples.append((levels, pair.type_label if typed else pair.is_paraphrase))
     return examples
 
@@ -146,9 +107,10 @@ def _nlvr2_examples(path: Path) -> list[Example]:
 def _region_hits(root: Path) -> dict[str, dict[int, list[int]]]:
     """split -> {sent_id: indices of the regions (file order) that hit the ref's object}, and the refs' expressions."""
     instances = json.loads((root / "refcoco+" / "instances.json").read_text(encoding="utf-8"))
-    object_boxes = {
-        annotation["id"]: [x, y, x + w, y + h] for annotation in instances["annotations"] for x, y, w, h in [annotation["bbox"]]
-    }
+    object_boxes = {}
+    for annotation in instances["annotations"]:
+        x, y, width, height = annotation["bbox"]
+        object_boxes[annotation["id"]] = [x, y, x + width, y + height]
     region_boxes = {
         record["image_id"]: torch.tensor(record["boxes"], dtype=torch.float64)
         for record in iter_lxmert_tsv_records(root / "features" / "features.tsv")
