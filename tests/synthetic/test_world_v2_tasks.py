@@ -9,6 +9,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from script_modules import ROOT, load_script
+
+import json
 
 import numpy as np
 
@@ -166,3 +169,11 @@ def test_v2_relation_questions_do_not_name_the_reference_kind():
     named = {world: [set(text.rstrip("?").lower().split()) & kind_words for w, text in relations if w == world]
              for world in ("v1", "v2")}  # fmt: skip
     assert named["v2"] and not any(named["v2"]) and all(named["v1"])
+
+
+def test_docs_table_is_rendered_from_the_committed_results():
+    script = load_script("text_only_ceilings", ROOT / "benchmarks" / "text_only_ceilings.py")
+    report = json.loads(script.RESULTS.read_text())
+    assert script.docs_block(report) in (ROOT / "docs" / "synthetic_world.md").read_text()
+    v1, v2 = (report["worlds"][world]["ceilings"] for world in ("v1", "v2"))
+    assert v1["vgp_type"]["text_only"] > 0.9 and v2["vgp_identification"]["text_only"] <= 0.6
