@@ -146,6 +146,8 @@ def test_text_only_ceilings_rejects_bad_arguments(tmp_path):
         text_only_ceilings(tmp_path / "missing")
     with pytest.raises(ValueError, match="`tasks` must be"):
         text_only_ceilings(tmp_path, tasks=["vqa"])
+    with pytest.raises(ValueError, match=r"`root` must hold .* lacks \['nlvr2/dev.json', 'nlvr2/train.json'\]"):
+        text_only_ceilings(tmp_path, tasks=["nlvr2"])
 
 
 def test_v2_vgp_rows_are_placed_on_their_entities(v2_root):

@@ -174,6 +174,16 @@ def text_only_ceilings(root: str | Path, tasks: Sequence[str] = TEXT_ONLY_TASKS)
         raise ValueError(f"`root` must be a folder of generated scenes, got {str(root)!r}, which is not a folder.")
     if isinstance(tasks, str) or any(task not in TEXT_ONLY_TASKS for task in tasks):
         raise ValueError(f"`tasks` must be a list of some of {TEXT_ONLY_TASKS}, got {tasks!r}.")
+    needed = {
+        "vgp_identification": ["vgp/train.csv", "vgp/val.csv"],
+        "vgp_type": ["vgp/train.csv", "vgp/val.csv"],
+        "gqa": ["gqa/train_balanced_questions.json", "gqa/val_balanced_questions.json"],
+        "refcoco": ["refcoco+/refs(unc).p", "refcoco+/instances.json", "features/features.tsv"],
+        "nlvr2": ["nlvr2/train.json", "nlvr2/dev.json"],
+    }
+    missing = sorted({name for task in tasks for name in needed[task] if not (root / name).is_file()})
+    if missing:
+        raise ValueError(f"`root` must hold the generated files of {list(tasks)}; {root} lacks {missing}.")
     readers = {
         "vgp_identification": lambda split: _vgp_examples(root / "vgp" / f"{split}.csv", typed=False),
         "vgp_type": lambda split: _vgp_examples(root / "vgp" / f"{split}.csv", typed=True),
