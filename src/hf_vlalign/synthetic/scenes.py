@@ -411,8 +411,9 @@ def _describe_scene(
     return sentences, mentions
 
 
-def _typology(attributes1: frozenset[str], attributes2: frozenset[str]) -> int:
-    """Type of a paraphrase pair from the attribute sets its phrases name: the same, a larger, a smaller or neither."""
+def _typology(attributes1: frozenset, attributes2: frozenset) -> int:
+    """Type of a paraphrase pair from the attribute sets its phrases name (v1; v2 passes denotation sets,
+    `_denotation_typology`): the same, a larger, a smaller or neither."""
     if attributes1 == attributes2:
         return TYPE_LABELS["Equivalence"]
     if attributes1 > attributes2:
