@@ -336,10 +336,14 @@ def _exist(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
     return _absent_exist_draft(phrase, kind, colour, size)
 
 
-def _relate(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
-    """"What is <relation> the <reference>?" where exactly one other shape stands in that relation to it."""
+def _relate(shapes: list[Shape], rng: np.random.Generator, generic_reference: bool = False) -> _Draft | None:
+    """"What is <relation> the <reference>?" where exactly one other shape stands in that relation to it; with
+    `generic_reference` (world v2) the reference is named without its shape word ("the red object"), since kinds
+    that co-occur in thematic groups would let its shape word predict the answer's."""
     candidates = []
     for reference in range(len(shapes)):
+        if generic_reference and not generic_attribute_sets(reference, shapes):
+            continue
         for relation in RELATIONS:
             others = [
                 other
@@ -351,7 +355,10 @@ def _relate(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
     if not candidates:
         return None
     reference, relation, other = pick(candidates, rng)
-    reference_phrase = _shape_phrase(reference, shapes, rng)
+    if generic_reference:
+        reference_phrase = _phrase_from(shapes[reference], generic_attribute_sets(reference, shapes), None, rng)
+    else:
+        reference_phrase = _shape_phrase(reference, shapes, rng)
     other_phrase = _shape_phrase(other, shapes, rng)
     kind = shapes[other].kind
     question = [f"What is {relation} the", reference_phrase]
@@ -369,6 +376,10 @@ def _relate(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
     return _Draft("relS", question, kind, full_answer, program, shapes[other].phrase_id, entails=entails)
 
 
+def _relate_generic(shapes: list[Shape], rng: np.random.Generator) -> _Draft | None:
+    return _relate(shapes, rng, generic_reference=True)
+
+
 TEMPLATES: dict[str, Callable[[list[Shape], np.random.Generator], _Draft | None]] = {
     "queryColor": _query_colour,
     "queryShape": _query_shape,
@@ -377,6 +388,8 @@ TEMPLATES: dict[str, Callable[[list[Shape], np.random.Generator], _Draft | None]
     "exist": _exist,
     "relS": _relate,
 }
+# world v2: the same templates, the relation's reference named without its shape word
+TEMPLATES_V2 = {**TEMPLATES, "relS": _relate_generic}
 
 
 def _record(image_id: str, draft: _Draft, is_balanced: bool) -> dict:
@@ -421,15 +434,17 @@ def scene_graph(shapes: list[Shape], image_size: int) -> dict:
     return {"width": image_size, "height": image_size, "objects": objects}
 
 
-def _balanced_drafts(shapes: list[Shape], rng: np.random.Generator) -> dict[str, _Draft]:
-    """6-10 drafts of distinct questions from random templates, by question text."""
+def _balanced_drafts(shapes: list[Shape], rng: np.random.Generator, world: str = "v1") -> dict[str, _Draft]:
+    """6-10 drafts of distinct questions from random templates (`TEMPLATES`, world v2: `TEMPLATES_V2`), by question
+    text."""
+    templates = TEMPLATES_V2 if world == "v2" else TEMPLATES
     target = int(rng.integers(MIN_QUESTIONS, MAX_QUESTIONS + 1))
-    names = list(TEMPLATES)
+    names = list(templates)
     drafts: dict[str, _Draft] = {}
     for _ in range(ATTEMPTS_PER_QUESTION * target):
         if len(drafts) == target:
             break
-        draft = TEMPLATES[pick(names, rng)](shapes, rng)
+        draft = templates[pick(names, rng)](shapes, rng)
         if draft is not None:
             drafts.setdefault(_question_text(draft), draft)
     return drafts
@@ -465,10 +480,13 @@ def _equivalent_ids(records: dict[str, dict]) -> dict[str, list[str]]:
     return {question_id: list(by_program[record["semanticStr"]]) for question_id, record in records.items()}
 
 
-def sample_questions(image_id: str, shapes: list[Shape], rng: np.random.Generator) -> dict[str, dict]:
+def sample_questions(
+    image_id: str, shapes: list[Shape], rng: np.random.Generator, world: str = "v1"
+) -> dict[str, dict]:
     """6-10 distinct balanced questions about one image, then the questions they entail (`isBalanced` false);
-    question id -> GQA record, ids `image_id` and two digits, the balanced questions first."""
-    balanced = _balanced_drafts(shapes, rng)
+    question id -> GQA record, ids `image_id` and two digits, the balanced questions first. `world`: "v1" or "v2"
+    (`TEMPLATES_V2`)."""
+    balanced = _balanced_drafts(shapes, rng, world)
     drafts = {**balanced, **_entailed_only_drafts(balanced)}
     ids = {text: f"{image_id}{number:02d}" for number, text in enumerate(drafts)}
     records = {ids[text]: _record(image_id, draft, text in balanced) for text, draft in drafts.items()}
@@ -493,6 +511,7 @@ class SyntheticQuestionWriter:
     gqa_dir: Path
     image_size: int
     seed: int
+    world: str = "v1"  # `SyntheticSceneConfig.world`: v2 asks with `TEMPLATES_V2`
     graphs: dict[str, dict[str, dict]] = field(default_factory=lambda: {split: {} for split in SPLITS})
     questions: dict[str, dict[str, dict]] = field(default_factory=lambda: {split: {} for split in SPLITS})
 
@@ -500,7 +519,7 @@ class SyntheticQuestionWriter:
         """The scene graph and questions of image `index` (its place in the generation order) of `split`."""
         rng = np.random.default_rng([self.seed, index, QUESTION_STREAM])
         self.graphs[split][image_id] = scene_graph(shapes, self.image_size)
-        self.questions[split].update(sample_questions(image_id, shapes, rng))
+        self.questions[split].update(sample_questions(image_id, shapes, rng, self.world))
 
     def balanced(self, split: str) -> dict[str, dict]:
         """The balanced questions of `split` (GQA's balanced file)."""
@@ -526,6 +545,7 @@ def _write_json(path: Path, content: object) -> None:
 __all__ = [
     "ANSWER_VOCAB_FILE",
     "TEMPLATES",
+    "TEMPLATES_V2",
     "SyntheticQuestionWriter",
     "all_questions_file",
     "answer_vocab",

@@ -56,6 +56,7 @@ from .shapes import (
     COLOUR_NAMES,
     OPPOSITE_RELATION,
     SHAPE_NAMES,
+    SHAPE_WORDS,
     SIZE_NAMES,
     THEME_OF_KIND,
     THEMATIC_GROUPS,
@@ -66,7 +67,7 @@ from .shapes import (
     pick,
     shape_relation,
 )
-from .tasks import SyntheticNLVR2Writer, SyntheticRefCOCOWriter, pair_feature_records
+from .tasks import SyntheticNLVR2Writer, SyntheticRefCOCOWriter, attribute_agreement, pair_feature_records
 
 FORMAT_VERSION = 4  # in the manifest and the cache digest: a new version regenerates cached scenes
 FIRST_IMAGE_ID = 100000
@@ -93,10 +94,15 @@ CLASS_NOISE = {"true": 0.1, "shifted": 0.3}  # probability of a random class id
 # of another kind.
 MIN_SHAPES_WITH_DISTRACTORS = 3
 WORLDS = ("v1", "v2")
+VGP_BALANCE_STREAM = 4  # world v2: the split's VGP rows are balanced per text from a stream of their own
+_KIND_WORDS = frozenset(word for kind in SHAPE_NAMES for word in (kind, *SHAPE_WORDS.get(kind, ())))
 
 # World v2 (docs/synthetic_world.md).
 V2_ONE_THEME_PROB = 0.5  # a scene's kinds come from one theme, else from two
 V2_RELATION_MARGIN = 0.05  # a relation holds when the boxes are apart along its axis by this share of the canvas
+# a v2 phrase may fit several shapes of its image, so that VGP types (what the phrases denote) need the image
+V2_UNDERSPECIFIED_PROB = 0.25
+ALL_ATTRIBUTE_SETS = (frozenset(), frozenset({"colour"}), frozenset({"size"}), frozenset({"colour", "size"}))
 V2_MAX_REGION_IOU = 0.3  # no two regions of an image overlap more (no near-duplicate detections)
 # "X has Y <phrase>": Y is <relation> X
 RELATION_OF_PRONOUN = {"to its left": "to the left of", "to its right": "to the right of", "above it": "above", "below it": "below"}
@@ -407,13 +413,13 @@ def _template_v2(
 
 
 def _noun_phrase(
-    index: int, shapes: list[Shape], used: list[tuple[str, ...]], rng: np.random.Generator
+    index: int, shapes: list[Shape], used: list[tuple[str, ...]], rng: np.random.Generator, identifying: bool = True
 ) -> tuple[frozenset[str], tuple[str, ...]]:
-    """Attribute set and content words for a new mention of shape `index`, avoiding wordings already `used`."""
-    options = {
-        attributes: phrase_wordings(shapes[index], attributes)
-        for attributes in identifying_attribute_sets(index, shapes)
-    }
+    """Attribute set and content words for a new mention of shape `index`, avoiding wordings already `used`; with
+    `identifying` False any attribute set may be drawn, also one that fits other shapes of the image ("a circle" among
+    two circles, grounded to its own shape as Flickr30k Entities grounds "a man" among several)."""
+    attribute_sets = identifying_attribute_sets(index, shapes) if identifying else ALL_ATTRIBUTE_SETS
+    options = {attributes: phrase_wordings(shapes[index], attributes) for attributes in attribute_sets}
     fresh = {attributes: [w for w in words if w not in used] for attributes, words in options.items()}
     fresh = {attributes: words for attributes, words in fresh.items() if words} or options
     attributes = list(fresh)[int(rng.integers(len(fresh)))]
@@ -466,7 +472,10 @@ def _describe_scene(
     for caption, mentioned in enumerate(_assign_mentions(len(shapes), rng, min_mentions=2 if v2 else 1)):
         template, order = (_template_v2 if v2 else _template)(mentioned, shapes, image_size, rng)
         # A caption mentions a shape at most once, so its noun phrases can be chosen together.
-        choices = [_noun_phrase(index, shapes, used[index], rng) for index in order]
+        choices = [
+            _noun_phrase(index, shapes, used[index], rng, identifying=not v2 or rng.random() >= V2_UNDERSPECIFIED_PROB)
+            for index in order
+        ]
         phrases = [
             (_with_determiner(words, rng), shapes[index].phrase_id)
             for index, (_, words) in zip(order, choices, strict=True)
@@ -480,8 +489,9 @@ def _describe_scene(
     return sentences, mentions
 
 
-def _typology(attributes1: frozenset[str], attributes2: frozenset[str]) -> int:
-    """Type of a paraphrase pair from the attribute sets its phrases name: the same, a larger, a smaller or neither."""
+def _typology(attributes1: frozenset, attributes2: frozenset) -> int:
+    """Type of a paraphrase pair from the attribute sets its phrases name (v1; v2 passes denotation sets,
+    `_denotation_typology`): the same, a larger, a smaller or neither."""
     if attributes1 == attributes2:
         return TYPE_LABELS["Equivalence"]
     if attributes1 > attributes2:
@@ -489,6 +499,36 @@ def _typology(attributes1: frozenset[str], attributes2: frozenset[str]) -> int:
     if attributes1 < attributes2:
         return TYPE_LABELS["Entailment2"]
     return TYPE_LABELS["Independence"]
+
+
+def _named(mention: _Mention) -> frozenset[str]:
+    """Which of {"kind", "colour", "size"} the phrase names: its attributes, and the kind when a shape word is in it."""
+    return mention.attributes | ({"kind"} if set(mention.words) & _KIND_WORDS else set())
+
+
+def _denotation(mention: _Mention, shapes: list[Shape]) -> frozenset[int]:
+    """The shapes of the image the phrase can denote: those with every value it names (its own shape's values)."""
+    target, named = shapes[mention.shape], _named(mention)
+    return frozenset(
+        index for index, shape in enumerate(shapes) if all(getattr(shape, a) == getattr(target, a) for a in named)
+    )
+
+
+def _denotation_typology(mention1: _Mention, mention2: _Mention, shapes: list[Shape]) -> int:
+    """World v2's type: the denotation sets compared in the image (Equivalence: equal; Entailment1: the first's a
+    strict subset, as a phrase naming more attributes denotes fewer shapes; Entailment2: the second's; Independence:
+    neither), so one text pair takes different types in different images."""
+    return _typology(_denotation(mention2, shapes), _denotation(mention1, shapes))
+
+
+def _coreference_undecided(first: _Mention, second: _Mention, shapes: list[Shape]) -> bool:
+    """Whether the texts leave open if the phrases co-refer: they name no attribute with different values, and each
+    names one the other does not ("the red circle" / "the large circle"); nested sets ("the circle" / "the red
+    circle") would co-refer whenever the shorter phrase singles its shape out."""
+    named1, named2 = _named(first), _named(second)
+    shape1, shape2 = shapes[first.shape], shapes[second.shape]
+    compatible = all(getattr(shape1, a) == getattr(shape2, a) for a in named1 & named2)
+    return compatible and not (named1 <= named2 or named2 <= named1)
 
 
 def _is_hard_negative(first: _Mention, second: _Mention, shapes: list[Shape]) -> bool:
@@ -506,8 +546,7 @@ def _locate(first: str, second: str, mentions: list[_Mention]) -> tuple[_Mention
     return None if mention2 is None else (mention1, mention2)
 
 
-def _vgp_pair(image_id: str, mention1: _Mention, mention2: _Mention, is_paraphrase: bool) -> VGPPair:
-    type_label = _typology(mention1.attributes, mention2.attributes) if is_paraphrase else -1
+def _vgp_pair(image_id: str, mention1: _Mention, mention2: _Mention, is_paraphrase: bool, type_label: int) -> VGPPair:
     return VGPPair(
         image_id=image_id,
         phrase1=" ".join(mention1.words),  # the preprocessed phrase: no determiner, lower case
@@ -520,28 +559,65 @@ def _vgp_pair(image_id: str, mention1: _Mention, mention2: _Mention, is_paraphra
     )
 
 
-def _sample_vgp_pairs(
-    image_id: str, mentions: list[_Mention], shapes: list[Shape], rng: np.random.Generator
-) -> list[VGPPair]:
-    """Paraphrase pairs (same shape, different wording, different captions) and as many hard negatives, in random
-    direction and order; the image's larger kind is subsampled so that every image is balanced."""
+def _located_pairs(mentions: list[_Mention], rng: np.random.Generator) -> list[tuple[_Mention, _Mention]]:
+    """Every pair of distinct phrase texts of the image, in random direction, as a builder places it in two captions."""
     texts = sorted({mention.text.lower() for mention in mentions})
-    positives, negatives = [], []
+    located = []
     for text1, text2 in combinations(texts, 2):
         directions = [(text1, text2), (text2, text1)]
         if rng.random() < 0.5:
             directions.reverse()
-        located = next((found for found in (_locate(a, b, mentions) for a, b in directions) if found), None)
-        if located is None:
-            continue
-        mention1, mention2 = located
-        if mention1.shape == mention2.shape:
-            positives.append(_vgp_pair(image_id, mention1, mention2, is_paraphrase=True))
+        found = next((found for found in (_locate(a, b, mentions) for a, b in directions) if found), None)
+        if found is not None:
+            located.append(found)
+    return located
+
+
+def _sample_vgp_pairs(
+    image_id: str, mentions: list[_Mention], shapes: list[Shape], rng: np.random.Generator, world: str = "v1"
+) -> list[VGPPair]:
+    """The image's VGP rows, in random order.
+
+    v1: paraphrase pairs (same shape, different wording, different captions) and as many hard negatives, in random
+    direction; the image's larger kind is subsampled so that every image is balanced; the type compares the attribute
+    sets the phrases name (`_typology`), which the text shows. v2: every pair whose texts leave co-reference open
+    (`_coreference_undecided`), a paraphrase when both phrases are mentions of one shape, typed by what the phrases
+    denote in the image (`_denotation_typology`); `_balance_vgp_pairs` then balances the split per text.
+    """
+    positives, negatives = [], []
+    for mention1, mention2 in _located_pairs(mentions, rng):
+        same = mention1.shape == mention2.shape
+        if world == "v2":
+            if _coreference_undecided(mention1, mention2, shapes):
+                type_label = _denotation_typology(mention1, mention2, shapes) if same else -1
+                (positives if same else negatives).append(_vgp_pair(image_id, mention1, mention2, same, type_label))
+        elif same:
+            type_label = _typology(mention1.attributes, mention2.attributes)
+            positives.append(_vgp_pair(image_id, mention1, mention2, True, type_label))
         elif _is_hard_negative(mention1, mention2, shapes):
-            negatives.append(_vgp_pair(image_id, mention1, mention2, is_paraphrase=False))
+            negatives.append(_vgp_pair(image_id, mention1, mention2, False, -1))
+    if world == "v2":
+        pairs = positives + negatives
+        return [pairs[i] for i in rng.permutation(len(pairs)).tolist()]
     count = min(len(positives), len(negatives))
     pairs = [kind[i] for kind in (positives, negatives) for i in sorted(rng.permutation(len(kind))[:count].tolist())]
     return [pairs[i] for i in rng.permutation(len(pairs)).tolist()]
+
+
+def _balance_vgp_pairs(pairs: list[VGPPair], rng: np.random.Generator) -> list[VGPPair]:
+    """World v2: as many paraphrases as non-paraphrases for every pattern of what the two texts name
+    (`tasks.attribute_agreement`: per attribute, named by one phrase, by both alike, ...), the larger side
+    subsampled; order kept. Finer texts (the values named, synonyms) are drawn alike for both labels by the
+    generator's symmetry, so they tell nothing either (`evaluation.text_only.text_only_ceilings` measures it)."""
+    by_text: dict[tuple, tuple[list[int], list[int]]] = {}
+    for index, pair in enumerate(pairs):
+        pattern = attribute_agreement(pair.original_phrase1, pair.original_phrase2)
+        by_text.setdefault(pattern, ([], []))[int(pair.is_paraphrase)].append(index)
+    kept: list[int] = []
+    for negatives, positives in by_text.values():
+        count = min(len(negatives), len(positives))
+        kept.extend(side[i] for side in (negatives, positives) for i in rng.permutation(len(side))[:count].tolist())
+    return [pairs[i] for i in sorted(kept)]
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
@@ -698,7 +774,7 @@ def _generate_image(
     image = _render_scene(shapes, config.image_size, rng)
     sentences, mentions = _describe_scene(shapes, config.image_size, rng, config.world)
     regions = _detect(shapes, config, rng)
-    pairs = _sample_vgp_pairs(image_id, mentions, shapes, rng)
+    pairs = _sample_vgp_pairs(image_id, mentions, shapes, rng, config.world)
 
     image.save(paths.images / f"{image_id}.png", format="PNG")
     write_sentences(paths.flickr30k_entities / "Sentences" / f"{image_id}.txt", sentences)
@@ -749,7 +825,7 @@ def generate_synthetic_scenes(out_dir: str | Path, config: SyntheticSceneConfig 
     paths.images.mkdir(parents=True, exist_ok=True)  # the other files' writers make their folders
 
     encoder = CropEncoder(config.feature_dim, config.seed, geometry=config.world == "v1")  # v2: appearance only
-    questions = SyntheticQuestionWriter(paths.gqa_dir, config.image_size, config.seed)
+    questions = SyntheticQuestionWriter(paths.gqa_dir, config.image_size, config.seed, config.world)
     nlvr2 = SyntheticNLVR2Writer(paths.nlvr2_dir, config.seed)
     refcoco = SyntheticRefCOCOWriter(paths.refcoco_dir, config.image_size, config.seed)
     split_sizes = {"train": config.num_train_images, "val": config.num_val_images}
@@ -771,6 +847,9 @@ def generate_synthetic_scenes(out_dir: str | Path, config: SyntheticSceneConfig 
                 pairs.extend(image_pairs)
                 progress.update()
             (paths.flickr30k_entities / f"{split}.txt").write_text("\n".join(image_ids) + "\n")
+            if config.world == "v2":
+                balance_rng = np.random.default_rng([config.seed, len(records), VGP_BALANCE_STREAM])
+                pairs = _balance_vgp_pairs(pairs, balance_rng)
             write_vgp_csv(paths.vgp_csv[split], pairs, layout="identification")
     write_lxmert_tsv(paths.features_tsv, records)
     questions.write()

@@ -6,7 +6,8 @@ computed from the shapes, a `relate` sentence ambiguous in some pair dropped) is
 many True as False pairs. The pair images' features are `<root>/features/nlvr2_features.tsv` (`pair_feature_records`).
 `<root>/refcoco+/` (Yu et al. 2016, UNC splits): `refs(unc).p` (one ref per shape, 1-3 expressions naming appearance
 only, as RefCOCO+ forbade location words) and `instances.json` (one COCO category per SHAPE_NAMES entry).
-Image `index` (NLVR2: a set's first image) draws from `np.random.default_rng([seed, index, STREAM])`, each writer's own
+`canonical_words` / `attribute_agreement` read back what a text names (world v2's VGP pairs, the text-only
+ceilings of `evaluation.text_only`). Image `index` (NLVR2: a set's first image) draws from `np.random.default_rng([seed, index, STREAM])`, each writer's own
 stream, so these files leave every other generated file unchanged.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,7 @@ from .shapes import (
     COLOUR_NAMES,
     COLOUR_WORDS,
     SHAPE_NAMES,
+    SHAPE_WORDS,
     SIZE_NAMES,
     SIZE_WORDS,
     Shape,
@@ -58,6 +61,42 @@ REFCOCO_GENERIC_NOUNS = ("one", "thing", "shape", "object")
 REFS_FILE = "refs(unc).p"
 INSTANCES_FILE = "instances.json"
 SHAPE_SUPERCATEGORY = "shape"
+TEXT_DETERMINERS = frozenset({"a", "an", "the"})
+# synonym -> (attribute, canonical name), from the vocabularies the writers draw their words from
+_VOCABULARY = {
+    word: (attribute, name)
+    for attribute, synonyms in (
+        ("kind", {**{kind: (kind,) for kind in SHAPE_NAMES}, **SHAPE_WORDS}),
+        ("colour", {colour: COLOUR_WORDS.get(colour, (colour,)) for colour in COLOUR_NAMES}),
+        ("size", SIZE_WORDS),
+    )
+    for name, words in synonyms.items()
+    for word in words
+}
+
+
+def canonical_words(text: str) -> tuple[str, ...]:
+    """The words of `text`, lower case, punctuation and determiners dropped, each synonym replaced by its name."""
+    words = re.findall(r"[a-z]+", text.lower())
+    return tuple(_VOCABULARY.get(word, (None, word))[1] for word in words if word not in TEXT_DETERMINERS)
+
+
+def _named(words: tuple[str, ...]) -> dict[str, str]:
+    """attribute -> canonical value, for the attributes the (canonical) words name."""
+    return {_VOCABULARY[word][0]: word for word in words if word in _VOCABULARY}
+
+
+def attribute_agreement(first: str, second: str) -> tuple[str, ...]:
+    """Per attribute (kind, colour, size), what the two phrases' texts say of it: named by neither, by one of them
+    only, by both with the same value, or with different values."""
+    named1, named2 = _named(canonical_words(first)), _named(canonical_words(second))
+    statuses = []
+    for attribute in ("kind", "colour", "size"):
+        if attribute in named1 and attribute in named2:
+            statuses.append("same" if named1[attribute] == named2[attribute] else "different")
+        else:
+            statuses.append("first" if attribute in named1 else "second" if attribute in named2 else "neither")
+    return tuple(statuses)
 
 
 @dataclass(frozen=True)
@@ -507,6 +546,8 @@ __all__ = [
     "STATEMENT_TEMPLATES",
     "SyntheticNLVR2Writer",
     "SyntheticRefCOCOWriter",
+    "attribute_agreement",
+    "canonical_words",
     "category_id",
     "pair_feature_records",
     "pair_image_id",
