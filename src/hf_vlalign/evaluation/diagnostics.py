@@ -8,8 +8,9 @@
   regions: the shuffled-images pass of [`image_use_gap`], a model reading the text alone scores the same); for a task
   scored by its loss, minus the loss, so that higher is better in both;
 - geometry: the loss with boxes shuffled among each image's regions, and with the geometry zeroed (every box the
-  whole image, so that no box says anything), the features kept, minus the loss with the true boxes (`geometry.loss_change_boxes_shuffled` / `geometry.loss_change_boxes_zeroed`, from
-  [`image_use_gap`] with `perturb_boxes`): about 0 when the model gets nothing from the boxes.
+  whole image, so that no box says anything), the features kept, minus the loss with the true boxes
+  (`geometry.loss_change_boxes_shuffled` / `geometry.loss_change_boxes_zeroed`, from [`image_use_gap`] with
+  `perturb_boxes`): about 0 when the model gets nothing from the boxes.
 """
 
 from __future__ import annotations

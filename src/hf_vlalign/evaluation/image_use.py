@@ -5,8 +5,8 @@ step along a seeded cycle of its valid regions ([`RegionShuffleCollator`]: boxes
 for region-selection tasks), and the gaps, signed so that > 0 means the image helps (a model answering from the text
 alone: about 0). With `perturb_boxes`, the geometry check too: each image's boxes moved along the same kind of cycle
 of its valid regions, and every box replaced by the whole image (no box says anything: the "zeroed" geometry), the
-features kept (`BOX_KEYS`). The loss is the sum of the model's task losses (attention supervision left out), each averaged over
-all its items.
+features kept (`BOX_KEYS`). The loss is the sum of the model's task losses (attention supervision left out), each
+averaged over all its items.
 """
 
 from __future__ import annotations
@@ -479,8 +479,8 @@ def image_use_gap(
                 model, rows, region_collator, batch_size, score_fn, groups, seed, PASS_NAMES["shuffled_regions"], progress
             )
         for name, gap, box_collator in box_passes:
-            totals = _evaluate(model, rows, box_collator, batch_size, score_fn, groups, seed, PASS_NAMES[name], progress)
-            box_results.append((name, gap, *totals))
+            passed = _evaluate(model, rows, box_collator, batch_size, score_fn, groups, seed, PASS_NAMES[name], progress)
+            box_results.append((name, gap, *passed))
     finally:
         model.train(was_training)
     results: dict[str, float | int | str] = _compared(
