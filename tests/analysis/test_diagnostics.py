@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from hf_vlalign.evaluation import image_use_gap
+from hf_vlalign.evaluation import image_use_gap, shuffled_rows
 from hf_vlalign.evaluation.diagnostics import (
     attention_loss_trajectory,
     geometry_loss_changes,
@@ -68,6 +68,8 @@ def test_task_scores_with_own_and_shuffled_images_minus_the_loss_for_a_loss():
         "attention_loss_end": 0.4,
     }
     assert "attention_loss_start" not in mechanism_diagnostics(IMAGE_USE, {}, LOG_HISTORY)  # no supervision asked
+    with pytest.raises(ValueError, match="`tasks` must be a mapping"):
+        mechanism_diagnostics(IMAGE_USE, ["vgp_type"])
 
 
 # two images of two regions; each region's single feature is its box's x1, which the toy model predicts from the box
@@ -114,3 +116,11 @@ def test_box_collators_move_or_blank_the_boxes_and_keep_the_features():
     blank = BlankBoxesCollator(toy_collator)(rows)
     assert torch.equal(blank["visual_boxes"], torch.tensor([0.0, 0.0, 1.0, 1.0]).expand(2, 2, 4))
     assert torch.equal(blank["visual_feats"], batch["visual_feats"])
+
+
+def test_shuffled_rows_move_a_pixel_models_picture_with_its_image():
+    rows = [{"image_id": name, "image_path": f"{name}.png", "caption": f"caption of {name}"} for name in "abc"]
+    shuffled = shuffled_rows(rows, seed=0)
+    for row, new in zip(rows, shuffled):
+        assert new["image_id"] != row["image_id"] and new["image_path"] == f"{new['image_id']}.png"
+        assert new["caption"] == row["caption"]  # the text stays

@@ -71,6 +71,12 @@ def mechanism_diagnostics(
     `tasks` entry (task name -> the image-use metric that scores it, "loss" for minus the loss), the attention loss's
     start and end with `attention_loss_key` (the trainer's log key of the supervision loss; nothing when the run
     logged none), and `geometry` when `image_use` holds the geometry check."""
+    for name, value in (("image_use", image_use), ("tasks", tasks)):
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                f"`{name}` must be a mapping (image_use: an image_use_gap result; tasks: task -> metric), got "
+                f"{type(value).__name__}."
+            )
     diagnostics: dict[str, Any] = {task: task_image_scores(image_use, metric) for task, metric in tasks.items()}
     if attention_loss_key is not None:
         diagnostics |= attention_loss_trajectory(log_history, attention_loss_key)
