@@ -63,6 +63,7 @@ from study_types import (  # noqa: E402  (benchmarks/study_types.py: what a stud
     TINY_TEXT_MODEL_DIR,
     Claim,
     Comparison,
+    Diagnostic,
     Experiment,
     Metric,
     Setting,
@@ -950,21 +951,54 @@ def compare(runs: dict[str, dict[int, dict]], comparison: Comparison) -> dict | 
     return {"name": comparison.name, **summary, "paired_t": t, "seeds_with_sign_of_mean": same_sign}
 
 
-def claim_verdict(claim: Claim, result: dict | None, level: float = 0.95) -> dict:
+def diagnostic_check(diagnostic: Diagnostic, runs: dict[str, dict[int, dict]]) -> dict:
+    """A claim's mechanism diagnostic against its threshold: the mean over seeds of `diagnostic.key` in
+    `diagnostic.setting`'s runs (None when no run recorded it: the mechanism was not seen to act)."""
+    values = [
+        run["metrics"][diagnostic.key]
+        for run in runs.get(diagnostic.setting, {}).values()
+        if diagnostic.key in run["metrics"]
+    ]
+    mean = statistics.fmean(values) if values else None
+    met = mean is not None and (mean >= diagnostic.threshold if diagnostic.above else mean <= diagnostic.threshold)
+    return {
+        "setting": diagnostic.setting,
+        "key": diagnostic.key,
+        "label": diagnostic.label,
+        "threshold": diagnostic.threshold,
+        "above": diagnostic.above,
+        "mean": mean,
+        "n": len(values),
+        "met": met,
+    }
+
+
+def claim_verdict(
+    claim: Claim, result: dict | None, level: float = 0.95, runs: dict[str, dict[int, dict]] | None = None
+) -> dict:
     """The claim's verdict from its paired differences: `holds` when the `level` confidence interval of the mean
     difference (Student t, n - 1 degrees of freedom) lies on the claimed side of 0; `does not hold` when it lies on the
     other side, or when it holds 0 but excludes every effect of `claim.min_effect` or more on the claimed side;
-    `inconclusive` otherwise (and with fewer than 2 seeds)."""
+    `inconclusive` otherwise (and with fewer than 2 seeds). A claim with mechanism diagnostics (`claim.diagnostics`,
+    read from `runs`) is `not testable here` when one of them is not met (its mean over seeds on the wrong side of its
+    threshold, or never recorded): the mechanism the claim tests was not seen to act, so the comparison says nothing
+    about it; the verdict record keeps each diagnostic's mean and threshold (`diagnostics`) and the interval."""
     from scipy.stats import t as student_t
 
     verdict = {"statement": claim.statement, "comparison": claim.comparison.name, "sign": claim.sign}
     verdict["min_effect"] = claim.min_effect
+    if claim.diagnostics:
+        verdict["diagnostics"] = [diagnostic_check(diagnostic, runs or {}) for diagnostic in claim.diagnostics]
+    testable = all(check["met"] for check in verdict.get("diagnostics", []))
     if result is None or result["n"] < 2 or result["sd"] is None:
-        return verdict | {"verdict": "inconclusive", "n": 0 if result is None else result["n"], "interval": None}
+        outcome = "inconclusive" if testable else "not testable here"
+        return verdict | {"verdict": outcome, "n": 0 if result is None else result["n"], "interval": None}
     half_width = student_t.ppf((1 + level) / 2, result["n"] - 1) * result["sd"] / math.sqrt(result["n"])
     low, high = result["mean"] - half_width, result["mean"] + half_width
     claimed_low, claimed_high = (low, high) if claim.sign > 0 else (-high, -low)  # on the claimed side: > 0
-    if claimed_low > 0:
+    if not testable:
+        outcome = "not testable here"
+    elif claimed_low > 0:
         outcome = "holds"
     elif claimed_high < 0 or claimed_high < claim.min_effect:
         outcome = "does not hold"
@@ -982,6 +1016,20 @@ def load_runs(results_dir: Path, budget: str, experiment: Experiment) -> dict[st
     return runs
 
 
+# the mechanism diagnostics a run's example wrote (hf_vlalign.evaluation.diagnostics)
+DIAGNOSTICS_PREFIX = "diagnostics."
+
+
+def setting_diagnostics(by_seed: dict[int, dict]) -> dict[str, dict]:
+    """Each mechanism diagnostic every run of a setting recorded, summarised over seeds."""
+    keys = set.intersection(*(set(run["metrics"]) for run in by_seed.values()))
+    return {
+        key: summarise({seed: run["metrics"][key] for seed, run in sorted(by_seed.items())})
+        for key in sorted(keys)
+        if key.startswith(DIAGNOSTICS_PREFIX)
+    }
+
+
 def aggregate_experiment(results_dir: Path, budget: str, experiment: Experiment) -> dict | None:
     runs = load_runs(results_dir, budget, experiment)
     if not runs:
@@ -994,6 +1042,7 @@ def aggregate_experiment(results_dir: Path, budget: str, experiment: Experiment)
             if all(metric.key in run["metrics"] for run in by_seed.values())
         }
         first = by_seed[min(by_seed)]
+        diagnostics = setting_diagnostics(by_seed)
         settings[setting] = {
             "command": first["command"]
             .replace(f"--seed {first['seed']}", "--seed S")
@@ -1002,10 +1051,11 @@ def aggregate_experiment(results_dir: Path, budget: str, experiment: Experiment)
             "metrics": metrics,
             "wall_seconds": summarise({seed: run["wall_seconds"] for seed, run in sorted(by_seed.items())}),
             "threads": sorted({run["threads"] for run in by_seed.values()}),
+            **({"diagnostics": diagnostics} if diagnostics else {}),
         }
     records = [run for by_seed in runs.values() for run in by_seed.values()]
     comparisons = [result for c in experiment.comparisons if (result := compare(runs, c)) is not None]
-    claims = [claim_verdict(claim, compare(runs, claim.comparison)) for claim in experiment.claims]
+    claims = [claim_verdict(claim, compare(runs, claim.comparison), runs=runs) for claim in experiment.claims]
     return {
         "title": experiment.title,
         "settings": settings,
@@ -1071,6 +1121,20 @@ def table(summary: dict, experiment: Experiment) -> str:
     return "\n".join(lines)
 
 
+def diagnostics_table(summary: dict, experiment: Experiment) -> str:
+    """The mechanism diagnostics' means per setting (mean ± sd over seeds; `diagnostics.` left out of the names), or
+    "" when no run recorded any."""
+    keys = sorted({key for row in summary["settings"].values() for key in row.get("diagnostics", {})})
+    if not keys:
+        return ""
+    names = [key.removeprefix(DIAGNOSTICS_PREFIX) for key in keys]
+    lines = ["| setting | " + " | ".join(names) + " |", "|" + "---|" * (len(keys) + 1)]
+    for setting, row in ordered_settings(summary, experiment):
+        cells = [_cell(row.get("diagnostics", {}).get(key)) for key in keys]
+        lines.append(f"| {setting} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def docs_markers(name: str) -> tuple[str, str]:
     return f"<!-- benchmarks/reproduce.py {name}: begin -->", f"<!-- benchmarks/reproduce.py {name}: end -->"
 
@@ -1087,23 +1151,43 @@ def docs_block(name: str, report: dict) -> str:
         f"{'; '.join(summary['versions'])}; commit {', '.join(c[:12] for c in summary['git_commits'])}. "
         f"Commands (S = the seed):\n\n{commands}"
     )
+    mechanisms = diagnostics_table(summary, experiment)
+    mechanisms = f"\n\nMechanism diagnostics (mean ± sd over seeds):\n\n{mechanisms}" if mechanisms else ""
     comparisons = "\n".join(comparison_line(result) for result in summary["comparisons"])
     paired = f"\n\nPaired differences (same seed, same data):\n\n{comparisons}" if comparisons else ""
     claims = "\n".join(claim_line(verdict) for verdict in summary.get("claims", []))
     verdicts = f"\n\nThe paper's claims (95 % interval of the paired mean difference):\n\n{claims}" if claims else ""
-    return f"{begin}\n{caption}\n\n{table(summary, experiment)}{paired}{verdicts}\n{end}"
+    return f"{begin}\n{caption}\n\n{table(summary, experiment)}{mechanisms}{paired}{verdicts}\n{end}"
+
+
+def diagnostic_text(check: dict, mean: bool = True) -> str:
+    """"<label>: <mean> (>= <threshold>)", the mean left out with `mean` False (a claim not run yet) or when no run
+    recorded it ("not recorded")."""
+    bound = f"{'≥' if check['above'] else '≤'} {check['threshold']:g}"
+    if not mean:
+        return f"{check['label']} ({bound})"
+    value = "not recorded" if check["mean"] is None else f"{check['mean']:.3f}"
+    return f"{check['label']}: {value} ({bound})"
+
+
+def mechanism_cell(verdict: dict) -> str:
+    """The claims table's "mechanism diagnostic" cell: each diagnostic of the claim, or "—" for a claim without."""
+    return "; ".join(diagnostic_text(check) for check in verdict.get("diagnostics", [])) or "—"
 
 
 def claim_line(verdict: dict) -> str:
     side = "> 0" if verdict["sign"] > 0 else "< 0"
+    checks = verdict.get("diagnostics", [])
+    mechanism = f"; mechanism: {mechanism_cell(verdict)}" if checks else ""
     if verdict["interval"] is None:
         seeds = f"{verdict['n']} seed(s)"
-        return f"- **{verdict['verdict']}**: {verdict['statement']} ({verdict['comparison']} {side}; {seeds})"
+        statement = f"{verdict['statement']} ({verdict['comparison']} {side}; {seeds}{mechanism})"
+        return f"- **{verdict['verdict']}**: {statement}"
     low, high = verdict["interval"]
     effect = f", smallest effect counted {verdict['min_effect']:g}" if verdict["min_effect"] else ""
     return (
         f"- **{verdict['verdict']}**: {verdict['statement']} ({verdict['comparison']} {side}: interval "
-        f"[{low:+.3f}, {high:+.3f}] over {verdict['n']} seeds{effect})"
+        f"[{low:+.3f}, {high:+.3f}] over {verdict['n']} seeds{effect}{mechanism})"
     )
 
 
@@ -1339,35 +1423,56 @@ def main(argv: list[str] | None = None) -> dict:
     return write_aggregate(results_dir, args.budget, None, args.docs)
 
 
+def plan_file(study: Experiment) -> str:
+    """The study's plan, relative to the repository root: `results/<study>/PLAN.md`, or for a study whose runs go to
+    a version folder (`results_subdir` "<study>/v2") `results/<study>/PLAN_v2.md` beside the first version's."""
+    folder = Path(study.results_subdir or study.name)
+    if folder.parent != Path("."):
+        return f"results/{folder.parent.as_posix()}/PLAN_{folder.name}.md"
+    return f"results/{folder.as_posix()}/PLAN.md"
+
+
 def studies_block(results_dir: Path) -> str:
-    """The README's overview of the studies: each paper's claims with their verdicts from the committed
-    `aggregate.json`, or the study's plan where it has no runs yet (links relative to the repository root)."""
+    """The README's overview of the studies: each paper's claims with their verdicts and mechanism diagnostics from
+    the committed `aggregate.json`, or the study's plan where it has no runs yet (links relative to the repository
+    root)."""
     begin, end = docs_markers("studies")
-    lines = ["| study | the paper's claim | verdict | seeds |", "|---|---|---|---|"]
+    lines = [
+        "| study | the paper's claim | verdict | mechanism diagnostic | seeds |",
+        "|---|---|---|---|---|",
+    ]
     for study in (e for e in EXPERIMENTS.values() if is_study(e)):
         path = experiment_dir(results_dir, MINIATURE, study.name) / "aggregate.json"
         summary = json.loads(path.read_text())["experiments"].get(study.name) if path.exists() else None
         if summary is None and study.results_subdir is not None:
             continue  # a second-world study enters the table with its first runs (its plan: results/<study>/PLAN_v2.md)
         if summary is None:
-            planned = (results_dir / study.name / "PLAN.md").exists()
-            plan = f"[planned](results/{study.name}/PLAN.md), not run yet" if planned else "not planned yet"
-            lines += [f"| {study.name} | {claim.statement} | {plan} | - |" for claim in study.claims]
+            plan_path = plan_file(study)
+            planned = (results_dir / Path(plan_path).relative_to("results")).exists()
+            plan = f"[planned]({plan_path}), not run yet" if planned else "not planned yet"
+            for claim in study.claims:
+                checks = [diagnostic_check(diagnostic, {}) for diagnostic in claim.diagnostics]
+                mechanism = "; ".join(diagnostic_text(check, mean=False) for check in checks) or "—"
+                lines.append(f"| {study.name} | {claim.statement} | {plan} | {mechanism} | - |")
             continue
         runs = sum(len(summary["settings"].get(setting, {}).get("seeds", [])) for setting in study.planned_settings())
         planned = STUDY_SEEDS * len(study.planned_settings())
         for verdict in summary["claims"]:
             outcome = f"**{verdict['verdict']}**" if runs >= planned else f"runs under way ({runs} of {planned})"
-            lines.append(f"| {study.name} | {verdict['statement']} | {outcome} | {verdict['n']} |")
+            lines.append(
+                f"| {study.name} | {verdict['statement']} | {outcome} | {mechanism_cell(verdict)} | {verdict['n']} |"
+            )
     return f"{begin}\n" + "\n".join(lines) + f"\n{end}"
 
 
 def check_plans(results_dir: Path, studies: set[str]) -> None:
-    """A study runs only once its plan (`results/<study>/PLAN.md`) is written: claim, metric, settings, seeds,
-    budget and test are fixed before any outcome is seen."""
-    missing = sorted(name for name in studies if not (results_dir / name / "PLAN.md").exists())
+    """A study runs only once its plan (`plan_file`: `results/<study>/PLAN.md`, PLAN_v2.md for a second version) is
+    written: claim, metric, settings, seeds, budget and test are fixed before any outcome is seen."""
+    plans = {name: Path(plan_file(EXPERIMENTS[name])).relative_to("results") for name in studies}
+    missing = sorted(name for name, plan in plans.items() if not (results_dir / plan).exists())
     if missing:
-        raise SystemExit(f"no plan for {missing}: write and commit results/<study>/PLAN.md before running a study.")
+        plan = plan_file(EXPERIMENTS[missing[0]])
+        raise SystemExit(f"no plan for {missing}: write and commit {plan} (and each one's) before running a study.")
 
 
 def write_aggregate(results_dir: Path, budget: str, names: list[str] | None, docs: bool) -> dict:

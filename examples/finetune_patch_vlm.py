@@ -17,8 +17,9 @@ Without `--model_name_or_path` the model is a tiny randomly initialised `--tiny_
 the synthetic scenes' Flickr30k Entities files and rendered images, or Flickr30k Entities (`--flickr30k_entities_dir`,
 `--images_dir`).
 
-Writes to --output_dir: the model and its processor, `eval_results.json` (losses on the evaluation split and
-`grounding_probe`: per-head accuracy, best head among the actively attending ones, centre baseline) and
+Writes to --output_dir: the model and its processor, `eval_results.json` (losses on the evaluation split,
+`grounding_probe`: per-head accuracy, best head among the actively attending ones, centre baseline; `image_use`: the
+caption loss with another example's image; `diagnostics`: the mechanism diagnostics) and
 `training_args.json`. Every transformers `TrainingArguments` flag works too, and those of
 `PatchSupervisionTrainingArguments`.
 """
@@ -33,6 +34,8 @@ from dataclasses import dataclass, field
 from transformers import AutoModelForImageTextToText, AutoProcessor, set_seed
 
 from hf_vlalign.alignment.patches import DEFAULT_COVERAGE_THRESHOLD
+from hf_vlalign.evaluation.diagnostics import mechanism_diagnostics
+from hf_vlalign.evaluation.image_use import shuffled_rows
 from hf_vlalign.recipes import (
     SubsetArguments,
     final_evaluation,
@@ -165,6 +168,15 @@ def probe_results(trainer, collator, examples: list[dict], batch_size: int) -> d
     return report
 
 
+def caption_image_use(trainer, evaluation: list[dict], own: dict, seed: int) -> dict:
+    """The caption loss with each example's own image (`own`: the final evaluation) and with another example's image
+    (`shuffled_rows`: each image replaced by the next of a seeded cycle), and their gap; every process evaluates."""
+    shuffled = trainer.evaluate(shuffled_rows(evaluation, seed), metric_key_prefix="eval_shuffled_image")
+    own_loss, shuffled_loss = own["eval_loss_task"], shuffled["eval_shuffled_image_loss_task"]
+    gap = shuffled_loss - own_loss
+    return {"own_image_loss": own_loss, "shuffled_image_loss": shuffled_loss, "image_use_loss_gap": gap}
+
+
 def main(argv: list[str] | None = None) -> dict:
     args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     set_seed(training_args.seed)
@@ -183,6 +195,11 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     results = final_evaluation(trainer)
     trainer.save_model(training_args.output_dir)
+    results["image_use"] = caption_image_use(trainer, evaluation, results, training_args.seed)
+    # minus the caption loss with the own / another image; the supervision loss at the start and end of training
+    results["diagnostics"] = mechanism_diagnostics(
+        results["image_use"], {"caption": "loss"}, trainer.state.log_history, attention_loss_key="loss_attention"
+    )
     if trainer.accelerator.is_main_process:
         results["grounding_probe"] = probe_results(
             trainer, collator, evaluation, training_args.per_device_eval_batch_size

@@ -45,6 +45,7 @@ from hf_vlalign.data.builders import refcoco
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import ReferringExpressionCollator
 from hf_vlalign.data.feature_store import RegionFeatureStore
+from hf_vlalign.evaluation.diagnostics import mechanism_diagnostics
 from hf_vlalign.evaluation.task_metrics import (
     IOU_THRESHOLD,
     accuracy_from_region_iou,
@@ -274,6 +275,10 @@ def main(argv: list[str] | None = None) -> dict:
                 [collator],
             ),
             "image_use": image_use,
+            "diagnostics": mechanism_diagnostics(
+                image_use, {"refcoco": "accuracy"}, trainer.state.log_history,
+                attention_loss_key="loss_attention_supervision",
+            ),  # fmt: skip
         }
         if split_results:
             results["test_splits"] = split_results

@@ -39,6 +39,7 @@ from hf_vlalign.data.builders.vgp import VGPData
 from hf_vlalign.data.collators import VGPCollator
 from hf_vlalign.data.formats.vgp import TYPOLOGY_LABELS
 from hf_vlalign.evaluation.baselines import compare_with_baselines, grounding_probe_baselines, vgp_baselines
+from hf_vlalign.evaluation.diagnostics import mechanism_diagnostics
 from hf_vlalign.evaluation.grounding import evaluate_grounding, word_region_attention
 from hf_vlalign.hub.model_card import render_model_card
 from hf_vlalign.recipes import (
@@ -273,6 +274,11 @@ def write_report(
         },
         "truncation": truncation,
         "image_use": image_use,
+        # the mechanism acts: the supervision loss falls; identification and type need the image
+        "diagnostics": mechanism_diagnostics(
+            image_use, {"vgp_identification": "id_accuracy", f"vgp_{args.vgp_task}": "vgp_accuracy"},
+            trainer.state.log_history, attention_loss_key="loss_attention_supervision",
+        ),  # fmt: skip
     }
     grounding_keys = ("grounding_accuracy_best_head", "grounding_accuracy_mean_head")
     baselines = vgp_baselines(trainer.train_dataset, eval_dataset, args.vgp_task)

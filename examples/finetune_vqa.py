@@ -58,6 +58,7 @@ from hf_vlalign.data.builders import gqa, vqa_v2
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators import QuestionAnsweringCollator
 from hf_vlalign.evaluation.baselines import compare_with_baselines, question_answering_baselines
+from hf_vlalign.evaluation.diagnostics import mechanism_diagnostics
 from hf_vlalign.evaluation.task_metrics import answer_metrics, predicted_answer_ids
 from hf_vlalign.hub.model_card import render_task_model_card
 from hf_vlalign.metrics.gqa import is_balanced
@@ -438,6 +439,10 @@ def write_report(
         "eval_examples": len(data.eval),
         "truncation": truncation,
         "image_use": image_use,
+        "diagnostics": mechanism_diagnostics(
+            image_use, {"gqa" if data.dataset == "gqa" else "vqa": "accuracy"}, trainer.state.log_history,
+            attention_loss_key="loss_attention_supervision",
+        ),  # fmt: skip
     }
     baselines = question_answering_baselines(data.answer_vocab, data.train, data.eval, data.eval_questions)
     results["baselines"] = compare_with_baselines(results, baselines)

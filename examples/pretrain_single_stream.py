@@ -57,6 +57,7 @@ from hf_vlalign import SingleStreamForPreTraining
 from hf_vlalign.data import RegionFeatureStore, SingleStreamPretrainingCollator, build_dataset, group_captions_by_image
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation.baselines import compare_with_baselines, pretraining_baselines
+from hf_vlalign.evaluation.diagnostics import mechanism_diagnostics
 from hf_vlalign.evaluation.task_metrics import predictions_for_metrics, pretraining_metrics
 from hf_vlalign.hub.model_card import render_task_model_card
 from hf_vlalign.recipes import (
@@ -330,6 +331,11 @@ def write_report(
         "eval_examples": len(data.eval),
         "truncation": truncation,
         "image_use": image_use,
+        # the pre-training losses with the own image vs another image's (minus the loss), and any supervision's loss
+        "diagnostics": mechanism_diagnostics(
+            image_use, {"pretraining": "loss"}, trainer.state.log_history,
+            attention_loss_key="loss_attention_supervision",
+        ),  # fmt: skip
     }
     results["baselines"] = compare_with_baselines(results, pretraining_baselines(results))
     objectives = ["masked words"]

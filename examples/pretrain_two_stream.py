@@ -76,6 +76,7 @@ from hf_vlalign.data.builders import lxmert_pretraining
 from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.evaluation import cross_attention_rows, evaluate_cross_attention
 from hf_vlalign.evaluation.baselines import answer_label_baselines, compare_with_baselines, grounding_probe_baselines
+from hf_vlalign.evaluation.diagnostics import mechanism_diagnostics
 from hf_vlalign.evaluation.inference import inference_batches
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
 from hf_vlalign.metrics import gqa_scores
@@ -619,6 +620,11 @@ def train_one(args, training_args, run: str, data: PretrainingData, tokenizer, s
             args.max_text_length, {"train": train_truncation, "eval": eval_truncation}, [train_collator, eval_collator]
         ),
         "image_use": image_use,
+        # Kervadec's alignment loss at the start and end of training; the pre-training losses with the own image vs
+        # another image's (minus the loss)
+        "diagnostics": mechanism_diagnostics(
+            image_use, {"pretraining": "loss"}, trainer.state.log_history, attention_loss_key="loss_alignment"
+        ),
         "trained": trained_amount(trainer),
     }
     if uses_synthetic_scenes(args) and data.num_answers:  # the scenes' questions entail others: GQA's consistency

@@ -79,6 +79,7 @@ from hf_vlalign.data.builders.synthetic_scenes import synthetic_region_features
 from hf_vlalign.data.collators.regions import store_image_id
 from hf_vlalign.evaluation import evaluate_decoder_grounding
 from hf_vlalign.evaluation.baselines import compare_with_baselines, grounding_probe_baselines
+from hf_vlalign.evaluation.diagnostics import mechanism_diagnostics
 from hf_vlalign.evaluation.inference import inference_batches
 from hf_vlalign.evaluation.tasks import generate_captions
 from hf_vlalign.hub.model_card import metrics_from_eval_results, render_model_card
@@ -660,6 +661,7 @@ def write_report(
         "num_test_images": len(images),
         "truncation": truncation,
         "image_use": image_use,
+        "diagnostics": mechanism_diagnostics(image_use, {"caption": "loss"}),  # minus the caption loss; geometry
         "attention_importance_kendall_tau": analyses["importance"]["mean_over_layers"],
     }
     if grounding is not None:  # only test captions with phrase boxes
@@ -787,6 +789,7 @@ def train_and_evaluate(args: CaptioningArguments, training_args: CaptioningTrain
         grounding = evaluate_decoder_grounding(model, test, grounding_collator, training_args.per_device_eval_batch_size)
     image_use = image_use_results(  # teacher-forced caption loss with the own image vs another image's regions
         model, test, test_collator, training_args.per_device_eval_batch_size, training_args.seed, args.image_use_examples,
+        perturb_boxes=True,  # and with boxes shuffled / blanked (the geometry diagnostics)
     )  # fmt: skip
     synthetic = args.karpathy_json is None and args.train_file is None  # shape kinds with thematic groups
     analyses = attention_analyses(

@@ -39,3 +39,20 @@ def assert_image_use_reported(results: dict, metric: str | None) -> dict:
     assert image_use["image_use_gap"] == image_use[f"image_use_{metric}_gap"]
     assert image_use["region_shuffle_gap"] == image_use[f"region_shuffle_{metric}_gap"]
     return image_use
+
+
+def assert_diagnostics_reported(results: dict, tasks: dict[str, str], supervised: bool) -> dict:
+    """`results["diagnostics"]` (hf_vlalign.evaluation.diagnostics): each of `tasks` (task -> its image-use metric,
+    "loss" for minus the loss) with its own-image and shuffled-image scores as `image_use` has them, and the
+    attention loss's first and last training logs exactly when the run was `supervised`. Returns the entry."""
+    diagnostics, image_use = results["diagnostics"], results["image_use"]
+    for task, metric in tasks.items():
+        sign, own, other = (-1, "own_image_loss", "shuffled_image_loss") if metric == "loss" else (
+            1, f"own_image_{metric}", f"shuffled_image_{metric}"
+        )
+        assert diagnostics[task] == {"image_score": sign * image_use[own], "text_only_score": sign * image_use[other]}
+    trajectory = {"attention_loss_start", "attention_loss_end"} & set(diagnostics)
+    assert bool(trajectory) == supervised, diagnostics
+    if supervised:
+        assert len(trajectory) == 2 and all(math.isfinite(diagnostics[key]) for key in trajectory), diagnostics
+    return diagnostics

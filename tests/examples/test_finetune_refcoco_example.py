@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from image_use_checks import assert_image_use_reported
+from image_use_checks import assert_diagnostics_reported, assert_image_use_reported
 from launch_helpers import run_example
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoTokenizer, EvalPrediction, TrainingArguments
@@ -237,6 +237,7 @@ def _check_outputs(run: Path, family: str, supervision: str) -> dict:
     assert not list(model_dir.glob("*.bin"))  # safetensors only, nothing pickled
     results = json.loads((model_dir / "eval_results.json").read_text())
     assert_image_use_reported(results, "accuracy")
+    assert_diagnostics_reported(results, {"refcoco": "accuracy"}, supervised=supervision != "none")
     assert results["model_family"] == family and results["supervision"] == supervision
     for key in ("accuracy", "upper_bound_accuracy", "baseline_confidence_accuracy", "chance_accuracy",
                 "accuracy_from_collator_iou"):  # fmt: skip

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from image_use_checks import assert_image_use_reported
+from image_use_checks import assert_diagnostics_reported, assert_image_use_reported
 from launch_helpers import save_tiny_bert
 from published_features import write_lxmert_tsv_features
 from script_modules import ROOT, load_script
@@ -34,6 +34,8 @@ def test_example_writes_weights_card_plots_and_results(finetuned):
     assert not list(model_dir.glob("*.bin"))  # safetensors only, nothing pickled
     results = json.loads((model_dir / "eval_results.json").read_text())
     assert_image_use_reported(results, "id_accuracy")
+    tasks = {"vgp_identification": "id_accuracy", "vgp_type": "vgp_accuracy"}
+    assert_diagnostics_reported(results, tasks, supervised=True)  # semi-direct supervision
     for key in ("image_description_accuracy", "vgp_accuracy", "grounding_accuracy_best_head",
                 "grounding_accuracy_mean_head", "grounding_baseline_accuracy"):
         assert 0.0 <= results[key] <= 1.0, key

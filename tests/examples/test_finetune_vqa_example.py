@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from image_use_checks import assert_image_use_reported
+from image_use_checks import assert_diagnostics_reported, assert_image_use_reported
 from launch_helpers import run_example
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoModelForVisualQuestionAnswering, AutoTokenizer
@@ -75,6 +75,7 @@ def test_single_stream_run_writes_model_vocabulary_results_and_card(single_strea
     assert not list(model_dir.glob("*.bin"))  # safetensors only, nothing pickled
     results = json.loads((model_dir / "eval_results.json").read_text())
     assert_image_use_reported(results, "accuracy")
+    assert_diagnostics_reported(results, {"vqa": "accuracy"}, supervised=True)  # direct supervision
     assert json.loads(stdout[stdout.index("{\n") :]) == results  # the results JSON is printed last
     run = (results["dataset"], results["model_family"], results["supervision"])
     assert run == ("synthetic_scenes", "single_stream", "direct")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from image_use_checks import assert_image_use_reported
+from image_use_checks import assert_diagnostics_reported, assert_image_use_reported
 from launch_helpers import run_example
 from transformers import AutoModel, AutoModelForPreTraining, AutoTokenizer, EvalPrediction
 
@@ -273,6 +273,7 @@ def test_example_writes_weights_card_logs_and_results(pretrained):
     assert not list(model_dir.glob("*.bin"))
     results = json.loads((model_dir / "eval_results.json").read_text())
     assert_image_use_reported(results, None)
+    assert_diagnostics_reported(results, {"pretraining": "loss"}, supervised=False)
     assert results == json.loads(stdout[stdout.index('{\n  "') :])  # printed too, last
     for key in ("mlm_accuracy", "sentence_image_accuracy", "mlm_most_frequent_token_accuracy"):
         assert 0.0 <= results[key] <= 1.0, key

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from image_use_checks import assert_diagnostics_reported
 from launch_helpers import save_tiny_bert
 from script_modules import ROOT, load_script
 from published_features import write_lxmert_tsv_features
@@ -131,6 +132,9 @@ def test_kervadec_pretraining_then_gqa_on_the_published_layouts(tmp_path):
         assert train["vg"] == {"rows": 18, "rows_with_pointers": 18}
         assert train["vqa"]["rows_with_pointers"] == train["visual7w"]["rows_with_pointers"] == 0
         assert set(train) == {"vg", "visual7w", "vqa", "gqa"}
+        # the mechanism diagnostics: Kervadec's alignment loss logged at the start and end of training (with it only)
+        assert_diagnostics_reported(run, {"pretraining": "loss"}, supervised=name == "with_alignment")
+        assert_diagnostics_reported(run["gqa"], {"gqa": "accuracy"}, supervised=False)
     assert results["with_alignment"]["alignment_loss_enabled"] and math.isfinite(results["with_alignment"]["alignment_loss"])
     assert results["without_alignment"]["alignment_loss"] is None
     assert (output / "README.md").is_file() and (output / "cross_attention.png").is_file()

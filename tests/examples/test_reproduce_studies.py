@@ -185,7 +185,66 @@ def test_the_claims_table_says_planned_under_way_or_the_verdict(tmp_path):
             assert f"runs under way ({settings} of {5 * settings})" in block
         else:
             gate = "the gate fusion gives a higher CIDEr-D than no alignment (Table 2)"
-            assert f"| fei_a2_fusions | {gate} | **holds** | 5 |" in block
+            assert f"| fei_a2_fusions | {gate} | **holds** | — | 5 |" in block  # a v1 claim: no mechanism diagnostic
+
+
+def toy_study_runs(acted: dict[int, float]) -> dict[str, dict[int, dict]]:
+    """Runs of a toy study: setting "a" beats "b" by 0.1 in every seed; "a" records its mechanism diagnostic `acted`
+    (seed -> value) in the seeds given."""
+    runs = {"a": {}, "b": {}}
+    for seed in range(5):
+        runs["a"][seed] = {"metrics": {"m": 0.6 + 0.01 * seed} | ({"diagnostics.d": acted[seed]} if seed in acted else {})}
+        runs["b"][seed] = {"metrics": {"m": 0.5 + 0.01 * seed}}
+    return runs
+
+
+def test_a_claim_whose_mechanism_does_not_act_is_not_testable_here_with_its_diagnostic():
+    diagnostic = reproduce.Diagnostic("a", "diagnostics.d", "mask sd", threshold=0.1)
+    claim = reproduce.Claim("x", reproduce.Comparison(("a", "m"), ("b", "m")), diagnostics=(diagnostic,))
+
+    def judged(acted: dict[int, float]) -> dict:
+        runs = toy_study_runs(acted)
+        return reproduce.claim_verdict(claim, reproduce.compare(runs, claim.comparison), runs=runs)
+
+    acting = judged({seed: 0.2 for seed in range(5)})
+    assert acting["verdict"] == "holds"  # the mechanism acts: the comparison decides
+    assert acting["diagnostics"] == [{"setting": "a", "key": "diagnostics.d", "label": "mask sd", "threshold": 0.1,
+                                      "above": True, "mean": pytest.approx(0.2), "n": 5, "met": True}]  # fmt: skip
+    idle = judged({0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0, 4: 0.25})  # mean 0.05, below the plan's 0.1
+    assert idle["verdict"] == "not testable here" and idle["interval"] is not None  # the difference is kept
+    assert idle["diagnostics"][0]["mean"] == pytest.approx(0.05) and not idle["diagnostics"][0]["met"]
+    assert reproduce.claim_line(idle).endswith("; mechanism: mask sd: 0.050 (≥ 0.1))")
+    assert reproduce.mechanism_cell(idle) == "mask sd: 0.050 (≥ 0.1)"
+    unrecorded = judged({})
+    assert unrecorded["verdict"] == "not testable here" and unrecorded["diagnostics"][0]["mean"] is None
+    assert reproduce.mechanism_cell(unrecorded) == "mask sd: not recorded (≥ 0.1)"
+    at_most = reproduce.Claim("x", claim.comparison, diagnostics=(reproduce.Diagnostic("a", "diagnostics.d", "l", 0.1, above=False),))
+    runs = toy_study_runs({seed: 0.05 for seed in range(5)})
+    assert reproduce.claim_verdict(at_most, reproduce.compare(runs, claim.comparison), runs=runs)["verdict"] == "holds"
+    one_seed = reproduce.claim_verdict(claim, None, runs=toy_study_runs({0: 0.0}))
+    assert one_seed["verdict"] == "not testable here" and one_seed["interval"] is None
+    # a claim without diagnostics (every v1 claim): the record and its line are what they were
+    plain = reproduce.claim_verdict(reproduce.Claim("x", claim.comparison), reproduce.compare(runs, claim.comparison))
+    assert "diagnostics" not in plain and reproduce.mechanism_cell(plain) == "—" and "mechanism" not in reproduce.claim_line(plain)
+
+
+def test_the_study_table_shows_each_settings_diagnostics_over_seeds():
+    runs = toy_study_runs({seed: 0.1 * seed for seed in range(5)})
+    assert reproduce.setting_diagnostics(runs["a"]) == {"diagnostics.d": reproduce.summarise(
+        {seed: 0.1 * seed for seed in range(5)})}  # fmt: skip
+    assert reproduce.setting_diagnostics(runs["b"]) == {}
+    experiment = reproduce.Experiment("toy", "toy", {"a": reproduce.Setting(), "b": reproduce.Setting()}, ())
+    summary = {"settings": {"a": {"diagnostics": reproduce.setting_diagnostics(runs["a"])}, "b": {}}}
+    assert reproduce.diagnostics_table(summary, experiment).splitlines() == [
+        "| setting | d |", "|---|---|", "| a | 0.200 ± 0.158 |", "| b | - |"
+    ]  # fmt: skip
+    assert reproduce.diagnostics_table({"settings": {"b": {}}}, experiment) == ""  # v1 runs: no table
+
+
+def test_a_second_version_of_a_study_is_planned_in_plan_v2_beside_the_first():
+    v2 = reproduce.Experiment("fei_a2_fusions_v2", "t", {}, (), results_subdir="fei_a2_fusions/v2")
+    assert reproduce.plan_file(v2) == "results/fei_a2_fusions/PLAN_v2.md"
+    assert reproduce.plan_file(LI) == "results/li_emergent_grounding/PLAN.md"
 
 
 def test_threads_per_run_can_leave_cores_free_and_must_be_positive(capsys):

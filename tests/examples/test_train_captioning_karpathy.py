@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from hf_vlalign.data.feature_store import convert_features
+from image_use_checks import assert_diagnostics_reported
 from published_features import write_butd_h5_features, write_m2_hdf5_features
 from script_modules import ROOT, load_script
 from shared_samples import real_sample
@@ -124,6 +125,11 @@ def test_ilinykh_command_on_butd_features(karpathy, tmp_path):
     assert (training_args.adam_beta2, training_args.num_train_epochs) == (0.98, 30)
     results = train_captioning.main(argv)
     assert results["num_test_images"] == 4 and "alignment" not in results  # COCO captions have no phrase boxes
+    # the geometry diagnostics: the caption loss with boxes shuffled / blanked, features kept, minus the true boxes'
+    geometry = assert_diagnostics_reported(results, {"caption": "loss"}, supervised=False)["geometry"]
+    image_use = results["image_use"]
+    assert geometry == {"loss_change_boxes_shuffled": image_use["boxes_shuffled_loss"] - image_use["own_image_loss"],
+                        "loss_change_boxes_zeroed": image_use["boxes_zeroed_loss"] - image_use["own_image_loss"]}
     paper = check_paper_results(run, num_layers=1)
     assert paper["attention_alignment"] == "none" and paper["geometry"] is True
     assert paper["CIDEr"] == pytest.approx(results["cider"]) and paper["BLEU-4"] == pytest.approx(results["bleu_4"])

@@ -28,7 +28,7 @@ def _run_files(study) -> list:
 
 @pytest.mark.parametrize("study", STUDIES, ids=[s.name for s in STUDIES])
 def test_each_run_was_made_after_its_study_plan_was_committed(study):
-    plan = f"results/{study.name}/PLAN.md"
+    plan = reproduce.plan_file(study)  # results/<study>/PLAN.md; PLAN_v2.md for results/<study>/v2/...
     for path in _run_files(study):
         commit = json.loads(path.read_text())["git_commit"].removesuffix("+uncommitted")
         found = subprocess.run(["git", "cat-file", "-e", f"{commit}:{plan}"], cwd=ROOT, capture_output=True)

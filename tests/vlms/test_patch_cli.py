@@ -141,6 +141,12 @@ def test_the_example_fine_tunes_with_supervision_and_probes(tmp_path):
     ])  # fmt: skip
     saved = json.loads((out / "eval_results.json").read_text())
     assert saved["eval_loss_attention"] > 0 and saved["eval_loss_task"] > 0
+    # the mechanism diagnostics: minus the caption loss with the own / another image, the supervision's first and last
+    # training logs
+    diagnostics = saved["diagnostics"]
+    assert diagnostics["caption"]["image_score"] == -saved["eval_loss_task"] == -saved["image_use"]["own_image_loss"]
+    assert diagnostics["caption"]["text_only_score"] == -saved["image_use"]["shuffled_image_loss"]
+    assert diagnostics["attention_loss_start"] > 0 and diagnostics["attention_loss_end"] > 0
     assert saved["grounding_probe"]["num_phrases"] == results["grounding_probe"]["num_phrases"] > 0
     assert saved["data"]["eval"]["captions"] == 30 and saved["data"]["phrases_cut_by_max_text_length"] == 0
     model, processor = load_patch_model(str(out))

@@ -1,5 +1,5 @@
 """Evaluation runners: the grounding probe, task evaluation of a saved checkpoint, the model analysis and explorer, the
-image-use gap and the task metrics of the examples; every batched pass goes through `inference.inference_batches`."""
+image-use gap, the mechanism diagnostics and the task metrics of the examples; every batched pass goes through `inference.inference_batches`."""
 
 from .grounding import (
     CrossAttentionEvaluation,
@@ -12,6 +12,7 @@ from .grounding import (
     probe_attention_blocks,
     word_region_attention,
 )
+from .diagnostics import mechanism_diagnostics
 from .image_use import RegionShuffleCollator, image_use_gap, shuffled_rows, task_scores
 from .inference import NON_MODEL_KEYS, InferenceBatch, inference_batches, split_batch
 
@@ -28,6 +29,7 @@ __all__ = [
     "evaluate_grounding",
     "image_use_gap",
     "inference_batches",
+    "mechanism_diagnostics",
     "probe_attention_blocks",
     "shuffled_rows",
     "split_batch",

@@ -3,8 +3,10 @@ regions (`shuffled_rows`: each distinct image, or NLVR2 pair, replaced by the ne
 joined to its own regions dropped) and with its own image's region appearance (`REGION_APPEARANCE_KEYS`) moved one
 step along a seeded cycle of its valid regions ([`RegionShuffleCollator`]: boxes and gold targets stay, the control
 for region-selection tasks), and the gaps, signed so that > 0 means the image helps (a model answering from the text
-alone: about 0). The loss is the sum of the model's task losses (attention supervision left out), each averaged over
-all its items.
+alone: about 0). With `perturb_boxes`, the geometry check too: each image's boxes moved along the same kind of cycle
+of its valid regions, and every box replaced by the whole image (no box says anything: the "zeroed" geometry), the
+features kept (`BOX_KEYS`). The loss is the sum of the model's task losses (attention supervision left out), each
+averaged over all its items.
 """
 
 from __future__ import annotations
@@ -28,8 +30,16 @@ from .inference import _to, inference_batches, model_device
 # the image columns of a row: NLVR2's pair, else the single image (and the store row each was joined to)
 PAIR_IMAGE_COLUMNS = ("left_image_id", "right_image_id")
 ROW_COLUMNS = {"image_id": "feature_row", "left_image_id": "left_feature_row", "right_image_id": "right_feature_row"}
+# the picture itself, in rows of pixel models (hf_vlalign.vlms): moves with a single image's `image_id`
+PICTURE_COLUMNS = ("image_path", "image")
 # the passes by the prefix of their results, as their progress bars, warnings and log lines name them
-PASS_NAMES = {"own_image": "own images", "shuffled_image": "shuffled images", "shuffled_regions": "shuffled regions"}
+PASS_NAMES = {
+    "own_image": "own images",
+    "shuffled_image": "shuffled images",
+    "shuffled_regions": "shuffled regions",
+    "boxes_shuffled": "shuffled boxes",
+    "boxes_zeroed": "zeroed boxes",
+}
 # batch entries the model does not read for its task losses (attention supervision, the probe's targets)
 LEFT_OUT_INPUTS = ("word_region_alignment",)
 
@@ -86,6 +96,8 @@ def shuffled_rows(rows: Sequence[Mapping], seed: int = 0) -> list[dict]:
             new[column] = donor[column]
             if ROW_COLUMNS[column] in row:
                 new[ROW_COLUMNS[column]] = donor.get(ROW_COLUMNS[column])
+        if columns == ("image_id",):
+            new.update({column: donor[column] for column in PICTURE_COLUMNS if column in row})
         shuffled.append(new)
     return shuffled
 
@@ -102,6 +114,9 @@ REGION_APPEARANCE_KEYS = (
     "region_object_ids",  # the detector's class and attribute of each region (collators drop them, custom ones may not)
     "region_attr_ids",
 )
+# per-region tensors that describe a region's place: what the geometry check moves or zeroes, the features kept
+BOX_KEYS = ("visual_boxes",)
+WHOLE_IMAGE_BOX = (0.0, 0.0, 1.0, 1.0)  # x1, y1, x2, y2 normalised
 # keeps the permutation's random stream apart from the collator's (seeded from (seed, batch index) too)
 REGION_SHUFFLE_STREAM = 1
 
@@ -131,15 +146,16 @@ def _take_regions(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def shuffled_region_batch(
-    batch: Mapping[str, Any], generator: torch.Generator | None = None
+    batch: Mapping[str, Any], generator: torch.Generator | None = None, keys: Sequence[str] = REGION_APPEARANCE_KEYS
 ) -> tuple[dict[str, Any], int]:
-    """A collated batch with the appearance of each image's valid regions (`REGION_APPEARANCE_KEYS`) permuted by
-    [`region_derangement`], boxes, masks and targets kept; and the number of rows with an image left as it was (fewer
-    than 2 valid regions; for NLVR2, a row counts when either image of its pair is)."""
+    """A collated batch with the `keys` of each image's valid regions (default: their appearance,
+    `REGION_APPEARANCE_KEYS`; `BOX_KEYS` for the geometry check) permuted by [`region_derangement`], the other
+    per-region tensors kept; and the number of rows with an image left as it was (fewer than 2 valid regions; for
+    NLVR2, a row counts when either image of its pair is)."""
     mask = batch["visual_attention_mask"]
     index = region_derangement(mask, generator)
     shuffled = dict(batch)
-    for key in REGION_APPEARANCE_KEYS:
+    for key in keys:
         if key in batch:
             shuffled[key] = _take_regions(batch[key], index)
     valid_per_image = mask.detach().cpu().bool().reshape(mask.shape[0], -1, mask.shape[-1]).sum(-1)
@@ -147,13 +163,20 @@ def shuffled_region_batch(
 
 
 class RegionShuffleCollator:
-    """`collator`'s batches with each image's region features shuffled among its own valid regions
-    ([`shuffled_region_batch`]). Its i-th call (batch i of a pass) is shuffled with a `torch.Generator` seeded from
-    (`seed`, i), so make one per pass; `rows_unshuffled` counts the rows left as they were so far."""
+    """`collator`'s batches with each image's region features (or other `keys`, e.g. `BOX_KEYS`) shuffled among its
+    own valid regions ([`shuffled_region_batch`]). Its i-th call (batch i of a pass) is shuffled with a
+    `torch.Generator` seeded from (`seed`, i), so make one per pass; `rows_unshuffled` counts the rows left as they
+    were so far."""
 
-    def __init__(self, collator: Callable[[list[dict]], dict[str, torch.Tensor]], seed: int = 0) -> None:
+    def __init__(
+        self,
+        collator: Callable[[list[dict]], dict[str, torch.Tensor]],
+        seed: int = 0,
+        keys: Sequence[str] = REGION_APPEARANCE_KEYS,
+    ) -> None:
         self.collator = collator
         self.seed = seed
+        self.keys = tuple(keys)
         self.batches = 0
         self.rows_unshuffled = 0
 
@@ -162,9 +185,25 @@ class RegionShuffleCollator:
         # a tuple of ints hashes the same in every process (no PYTHONHASHSEED salt)
         generator = torch.Generator().manual_seed(hash((self.seed, self.batches, REGION_SHUFFLE_STREAM)) % 2**63)
         self.batches += 1
-        shuffled, unshuffled = shuffled_region_batch(batch, generator)
+        shuffled, unshuffled = shuffled_region_batch(batch, generator, self.keys)
         self.rows_unshuffled += unshuffled
         return shuffled
+
+
+class BlankBoxesCollator:
+    """`collator`'s batches with every box (`BOX_KEYS`) replaced by the whole image, (0, 0, 1, 1), the features kept:
+    the geometry check's strongest perturbation, where no box says anything ("zeroed" geometry; all-zero boxes would
+    have no width, which the captioner's relative geometry divides by)."""
+
+    def __init__(self, collator: Callable[[list[dict]], dict[str, torch.Tensor]]) -> None:
+        self.collator = collator
+
+    def __call__(self, examples: list[dict]) -> dict[str, Any]:
+        batch = dict(self.collator(examples))
+        for key in BOX_KEYS:
+            if key in batch:
+                batch[key] = batch[key].new_tensor(WHOLE_IMAGE_BOX).expand_as(batch[key]).clone()
+        return batch
 
 
 # Scores
@@ -272,7 +311,7 @@ def _evaluate(
         model, rows, collator, batch_size, exclude=LEFT_OUT_INPUTS, forward_arguments_only=True, seed=seed,
         description=desc, progress=progress,
     )  # fmt: skip
-    inner = collator.collator if isinstance(collator, RegionShuffleCollator) else collator
+    inner = collator.collator if isinstance(collator, (RegionShuffleCollator, BlankBoxesCollator)) else collator
     named_pass = getattr(inner, "evaluation_pass", None)
     unmatched_before = getattr(inner, "unmatched_phrases", None)
     with named_pass(f"image-use check, {desc}", other_images=other_images) if named_pass else nullcontext():
@@ -366,6 +405,7 @@ def image_use_gap(
     score_fn: ScoreFunction | None = None,
     max_examples: int | None = None,
     shuffle_regions: bool = True,
+    perturb_boxes: bool = False,
     progress: bool = True,
 ) -> dict[str, float | int | str]:
     """How much `model` reads the image on `dataset` (see the module docstring): its task loss and accuracy with each
@@ -380,6 +420,9 @@ def image_use_gap(
         score_fn: `(outputs, batch) -> {metric: per-item scores}` replacing [`task_scores`].
         max_examples: evaluate the first N rows only (None: all).
         shuffle_regions: also run the shuffled-regions pass ([`RegionShuffleCollator`]).
+        perturb_boxes: also run the geometry check's passes: boxes shuffled among each image's valid regions, and
+            every box the whole image ([`BlankBoxesCollator`]), the features kept (for models that read boxes, e.g.
+            the geometry-aware captioner).
 
     Returns a flat dict for `eval_results.json`: `own_image_loss`, `shuffled_image_loss`, `image_use_loss_gap`
     (shuffled - own) and, for each metric and group, `own_image_<metric>[_<group>]`, `shuffled_image_<metric>[_<group>]`,
@@ -389,7 +432,9 @@ def image_use_gap(
     no region of the image put in its place scores a miss), and with the library's collators `own_image_unmatched_phrases`
     and `shuffled_image_unmatched_phrases` (their warnings name the pass; the shuffled pass's count is no warning). With
     `shuffle_regions`, the same with `shuffled_regions_*` and `region_shuffle_*`, and `region_shuffle_rows_unshuffled`
-    (rows with an image of fewer than 2 valid regions, left as they were).
+    (rows with an image of fewer than 2 valid regions, left as they were). With `perturb_boxes`, the same with
+    `boxes_shuffled_*` / `box_shuffle_*` and `boxes_zeroed_*` / `box_zero_*` (e.g. `box_shuffle_loss_gap`: the loss
+    with shuffled boxes minus the loss with the true ones).
     """
     check_module("model", model)
     check_rows("dataset", dataset)
@@ -398,8 +443,9 @@ def image_use_gap(
         raise ValueError(f"`batch_size` must be an int >= 1, got {batch_size!r}.")
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 2):
         raise ValueError(f"`max_examples` must be None or an int >= 2, got {max_examples!r}.")
-    if not isinstance(shuffle_regions, bool):
-        raise ValueError(f"`shuffle_regions` must be True or False, got {shuffle_regions!r}.")
+    for name, value in (("shuffle_regions", shuffle_regions), ("perturb_boxes", perturb_boxes)):
+        if not isinstance(value, bool):
+            raise ValueError(f"`{name}` must be True or False, got {value!r}.")
     count = len(dataset) if max_examples is None else min(max_examples, len(dataset))
     rows = [dict(dataset[i]) for i in range(count)]
     if not rows:
@@ -411,6 +457,16 @@ def image_use_gap(
     num_images = len({_image_key(row, image_columns(list(rows[0]))) for row in rows})
     score_fn = score_fn or task_scores
     region_collator = RegionShuffleCollator(collator, seed) if shuffle_regions else None
+    # the geometry check's passes, by the prefixes of their results: (pass, gap name, collator)
+    box_passes = (
+        [
+            ("boxes_shuffled", "box_shuffle", RegionShuffleCollator(collator, seed, keys=BOX_KEYS)),
+            ("boxes_zeroed", "box_zero", BlankBoxesCollator(collator)),
+        ]
+        if perturb_boxes
+        else []
+    )
+    box_results = []
     was_training = model.training
     model.eval()
     try:
@@ -422,6 +478,9 @@ def image_use_gap(
             regions, region_groups = _evaluate(
                 model, rows, region_collator, batch_size, score_fn, groups, seed, PASS_NAMES["shuffled_regions"], progress
             )
+        for name, gap, box_collator in box_passes:
+            passed = _evaluate(model, rows, box_collator, batch_size, score_fn, groups, seed, PASS_NAMES[name], progress)
+            box_results.append((name, gap, *passed))
     finally:
         model.train(was_training)
     results: dict[str, float | int | str] = _compared(
@@ -441,12 +500,16 @@ def image_use_gap(
             _compared(own, regions, own_groups, region_groups, "shuffled_regions", "region_shuffle", with_own=False)
         )
         results["region_shuffle_rows_unshuffled"] = region_collator.rows_unshuffled
+    for name, gap, totals, totals_groups in box_results:
+        results.update(_compared(own, totals, own_groups, totals_groups, name, gap, with_own=False))
     return results
 
 
 __all__ = [
+    "BOX_KEYS",
     "REGION_APPEARANCE_KEYS",
     "RegionShuffleCollator",
+    "BlankBoxesCollator",
     "image_columns",
     "image_derangement",
     "image_use_gap",

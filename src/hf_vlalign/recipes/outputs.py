@@ -146,14 +146,19 @@ def image_use_results(
     seed: int,
     max_examples: int | None = IMAGE_USE_EXAMPLES,
     group_column: str | None = None,
+    perturb_boxes: bool = False,
 ) -> dict[str, Any]:
     """The `image_use` entry of `eval_results.json`: [`image_use_gap`] of the trained model on a seeded sample of
-    `max_examples` evaluation rows (None: all). Run it on every process (the model may be sharded)."""
+    `max_examples` evaluation rows (None: all), with the geometry check's passes when `perturb_boxes`. Run it on every
+    process (the model may be sharded)."""
     rows = evaluation_subset(dataset, max_examples, seed, argument="--image_use_examples")
     columns = rows.column_names if isinstance(rows, datasets.Dataset) else list(rows[0]) if rows else []
     if group_column not in columns:
         group_column = None  # e.g. VQA's `answer_type`, absent from other question sets
-    return image_use_gap(model, rows, collator, batch_size, seed=seed, group_column=group_column, progress=False)
+    return image_use_gap(
+        model, rows, collator, batch_size, seed=seed, group_column=group_column, perturb_boxes=perturb_boxes,
+        progress=False,
+    )  # fmt: skip
 
 
 def truncation_results(
