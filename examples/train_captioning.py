@@ -167,7 +167,11 @@ class CaptioningArguments(UserDataArguments):
     attention_heads: int = field(default=8)
     normalize_before: bool = field(default=False, metadata={"help": "pre-norm layers instead of post-norm."})
     mask_weight: float = field(default=0.1, metadata={"help": "lambda of the mask objective (eq. 4)."})
-    alignment_temperature: float = field(default=200.0, metadata={"help": "T_P of the exponential decay (in steps)."})
+    alignment_temperature: float | None = field(
+        default=None,
+        metadata={"help": "T_P of the exponential decay (eq. 8, in steps); default: the config's 1000 (the paper gives "
+                  "no value)."},
+    )  # fmt: skip
     max_new_tokens: int = field(default=20, metadata={"help": "length of the captions generated for the evaluation."})
     num_beams: int = field(default=1)
     spice: bool | None = field(
@@ -357,10 +361,10 @@ def load_model(
         "use_geometry": args.geometry,
         "aligned_layers": parse_indices(args.aligned_layers, "--aligned_layers"),
         "mask_weight": args.mask_weight,
-        "alignment_temperature": args.alignment_temperature,
         "normalize_before": args.normalize_before,
     }
-    for name in ("alignment_eta", "alignment_moving_average", "alignment_mask_input", "alignment_mask_regions"):
+    readings = ("alignment_eta", "alignment_temperature", "alignment_moving_average", "alignment_mask_input")
+    for name in (*readings, "alignment_mask_regions"):
         if getattr(args, name) is not None:  # the config checks the value
             settings[name] = getattr(args, name)
     if args.dropout is not None:  # config fields, read when the modules are built

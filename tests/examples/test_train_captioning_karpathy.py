@@ -179,3 +179,15 @@ def test_configs_hold_the_papers_settings_and_flags_are_checked(tmp_path):
         train_captioning.parse_args(["--num_beams", "100000", "--output_dir", str(tmp_path)])
     with pytest.raises(ValueError, match=r"`--max_new_tokens` must be an integer >= 1, got 0"):
         train_captioning.parse_args(["--max_new_tokens", "0", "--output_dir", str(tmp_path)])
+
+
+def test_exp_decay_temperature_is_the_configs_and_the_fei_configs(tmp_path):
+    # T_P of eq. 8: one value (the config's 1000) for the example without the flag and for examples/configs/fei_a2.yaml
+    from hf_vlalign.models.captioning import RegionCaptionerConfig
+
+    default_t_p = RegionCaptionerConfig().alignment_temperature
+    args, _ = train_captioning.parse_args(["--alignment", "exp_decay", "--output_dir", str(tmp_path)])
+    assert args.alignment_temperature is None and default_t_p == 1000.0  # None: the config's value is used
+    data = ["--karpathy_json", "dataset_coco.json", "--features", "store", "--output_dir", str(tmp_path)]
+    fei, _ = train_captioning.parse_args(["--config", str(ROOT / "examples/configs/fei_a2.yaml"), *data])
+    assert fei.alignment_temperature == default_t_p

@@ -86,7 +86,9 @@ def fuse_attention(
       ("convex", eta in [0, 1]: eta reads as the aligned attention's share and eta = 1 reaches a_m alone).
     - "exp_decay" (eq. 8): w_s * a + (1 - w_s) * a_m with w_s = exp(-s / T_P), s the training step: the decaying weight
       is the original attention's, so training moves from a (the mask network is untrained then) to a_m.
-    - "gate" (eqs. 9-10): g * a_m + (1 - g) * a, g = sigmoid(W_g h_t + b_g) per head and step, given as `gate`.
+    - "gate" (eqs. 9-10, printed): g * a + (1 - g) * a_m, g = sigmoid(W_g q_t + b_g) per head and step, given as
+      `gate`: g is the original attention's share. g * a_m + (1 - g) * a is the same family with g -> 1 - g (W_g, b_g
+      -> -W_g, -b_g), so no option keeps it.
 
     Args:
         attention / aligned: (B, H, T, R) original attention a and aligned attention a_m (`aligned_attention`).
@@ -108,7 +110,7 @@ def fuse_attention(
         weight = exp_decay_weight(step, temperature)
         fused = weight * attention + (1.0 - weight) * aligned
     else:
-        fused = gate * aligned + (1.0 - gate) * attention
+        fused = gate * attention + (1.0 - gate) * aligned
     return renormalise_over_regions(fused, region_mask)
 
 
@@ -120,9 +122,13 @@ def mask_objective(
     num_steps: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """L_mask = -L_IC(a_p) + lambda * ||1 - m||^2 (eq. 4), to minimise over the mask networks' parameters only
-    (`AttentionPerturbation.mask_parameters()`): the mask looks for the smallest perturbation that most degrades the
-    caption (with a plus sign, m = 1 would be the trivial optimum). Minimised over the captioner, it would train the
-    captioner to caption badly.
+    (`AttentionPerturbation.mask_parameters()`). The text of eq. 4 in ../shared/papers/fei2022_*.txt reads
+    "L(θm) = LIC(αp t , θ) + λ||1 mt||2 2": its extraction drops minus signs (eq. 3's "(1 mt)" is (1 - m_t)), and the
+    text sets the sign of L_IC: the mask network is to "destroy the description performance with limited operation on
+    the original attention weights" (section 4) and the regular term is "to punish too much mask operation" (4.1).
+    So L_IC enters with a minus (the mask maximises the caption loss) and the penalty with a plus (with +L_IC, m = 1,
+    no perturbation, would be the trivial optimum). Minimised over the captioner, it would train the captioner to
+    caption badly.
 
     Per aligned layer, (1 - m)^2 is summed over heads (and regions; padded regions have m = 1), averaged over the valid
     decoder steps, and the layers are summed; with no valid step the penalty is a zero attached to the masks' graph.
@@ -285,10 +291,13 @@ class AttentionPerturbation(nn.Module):
         region_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """a_m = a * exp(1 - m) (eq. 5) fused with a by `self.fusion` (eqs. 6-10), re-normalised over the real regions
-        ([`fuse_attention`]). Pass `mask.detach()` so that only eq. 4 trains the mask network; `queries` (B, T, D) are
-        required by fusion "gate" and `step` by "exp_decay". Returns (B, H, T, R) attention."""
+        ([`fuse_attention`]). Pass `mask.detach()` so that only eq. 4 trains the mask network; `queries` (B, T, D), the
+        cross-attention's query projections q_t = W_Q h_t (all heads concatenated), are required by fusion "gate" and
+        `step` by "exp_decay". Returns (B, H, T, R) attention."""
         gate = None
-        if self.fusion == "gate":  # g = sigmoid(W_g h_t + b_g) per head and step (eqs. 9-10, our reading)
+        if self.fusion == "gate":
+            # eq. 10: g_t = sigmoid(W_g q_t + b_g) per head and step; q_t is the query ("we first linearly project the
+            # hidden state of previous caption decoder layer to the query Q", section 2), eq. 2's mask reads h_t
             gate = torch.sigmoid(self.gate(queries)).transpose(1, 2).unsqueeze(-1)
         return fuse_attention(
             attention,

@@ -139,10 +139,14 @@ def test_fusion_exp_decay_by_hand():
     torch.testing.assert_close(far, row([5 / 13, 6 / 13, 2 / 13]))
 
 
-def test_fusion_gate_by_hand():
-    # g = 0.75: 0.75 * [0.5, 0.6, 0.2] + 0.25 * [0.5, 0.3, 0.2] = [0.5, 0.525, 0.2] -> [20/49, 21/49, 8/49]
+def test_fusion_gate_printed_form_by_hand():
+    # eq. 9 as printed: g * a + (1 - g) * a_m; g = 0.75: 0.75 * [0.5, 0.3, 0.2] + 0.25 * [0.5, 0.6, 0.2]
+    # = [0.5, 0.375, 0.2], sum 1.075 -> [20/43, 15/43, 8/43]
     out = fuse_attention(A, A_M, "gate", gate=torch.full((1, 1, 1, 1), 0.75))
-    torch.testing.assert_close(out, row([20 / 49, 21 / 49, 8 / 49]))
+    torch.testing.assert_close(out, row([20 / 43, 15 / 43, 8 / 43]))
+    # g = 1 keeps the original attention, g = 0 gives the re-normalised a_m
+    torch.testing.assert_close(fuse_attention(A, A_M, "gate", gate=torch.ones(1, 1, 1, 1)), A)
+    torch.testing.assert_close(fuse_attention(A, A_M, "gate", gate=torch.zeros(1, 1, 1, 1)), row([5 / 13, 6 / 13, 2 / 13]))
 
 
 def test_fusion_renormalises_with_region_mask():
@@ -163,7 +167,7 @@ def test_module_align_each_fusion_by_hand():
         "moving_average": ({"eta": 0.5}, [5 / 11, 4 / 11, 2 / 11]),
         "convex": ({"eta": 0.5, "moving_average": "convex"}, [10 / 23, 9 / 23, 4 / 23]),
         "exp_decay": ({"temperature": 1.0 / LN2}, [20 / 49, 21 / 49, 8 / 49]),
-        "gate": ({}, [20 / 49, 21 / 49, 8 / 49]),
+        "gate": ({}, [20 / 43, 15 / 43, 8 / 43]),
     }
     for fusion, (kwargs, expected) in expectations.items():
         module = AttentionPerturbation(hidden, 1, "moving_average" if fusion == "convex" else fusion, **kwargs)

@@ -402,8 +402,9 @@ class AlignedCrossAttention(RegionCaptionerAttention):
         if alignment_mode == "perturb":
             used = self.perturbation.perturb(probs, mask)  # eq. (3)
         else:
+            queries = query.transpose(1, 2).flatten(2)  # q_t of eq. (10): (B, T, D), the heads' queries concatenated
             used = self.perturbation.align(
-                probs, mask.detach(), queries=hidden_states, step=alignment_step, region_mask=region_mask
+                probs, mask.detach(), queries=queries, step=alignment_step, region_mask=region_mask
             )  # eqs. (5-10)
         dropped = apply_dropout(self.config, used, self.dropout, self.training)
         attn_output = (dropped @ value).transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
