@@ -29,7 +29,8 @@ with its Pearson correlation per layer; "within_cluster_attention": Analysis I, 
 region->region attention that stays within the query region's spatial cluster of boxes, per layer;
 "attention_importance_kendall_tau": Fei's Figure 2, per decoder layer the mean Kendall tau between the cross-attention
 the decoder used and the gradient importance of the regions for each caption word, whose mean over layers is
-eval_results.json's `attention_importance_kendall_tau`),
+eval_results.json's `attention_importance_kendall_tau`); with an A2 fusion, eval_results.json's `diagnostics.a2`
+(whether A2 acts: `hf_vlalign.supervision.perturbation.A2Diagnostics`),
 attention_entropy.png, attention_vs_distance.png and within_cluster_attention.png (those analyses),
 samples.json (generated captions with their references), attention_alignment.png (the top-1 attended region of every
 generated word before and after alignment, the A2 paper's Figure 1) and README.md (the model card).
@@ -99,6 +100,7 @@ from hf_vlalign.recipes import (
     write_json,
     write_results,
 )
+from hf_vlalign.supervision.perturbation import A2Diagnostics
 from hf_vlalign.trainers import CaptioningTrainer, CaptioningTrainingArguments
 from hf_vlalign.trainers.captioning import CAPTION_NON_MODEL_KEYS
 from hf_vlalign.utils.size_limits import MAX_NEW_TOKENS, MAX_NUM_BEAMS, check_size
@@ -498,6 +500,18 @@ def attention_importance(model, test, collator, batch_size: int, seed: int, max_
     return {"per_layer": per_layer, "mean_over_layers": mean, "num_captions": len(rows)}
 
 
+def a2_diagnostics(model, test, collator, batch_size: int, seed: int, max_examples: int | None) -> dict:
+    """Whether A2 acts (`A2Diagnostics`: the mask's mean and spread across regions, eq. 4, aligned vs raw attention,
+    the caption loss under m = 0, head diversity), teacher-forced on the seeded sample of `attention_analyses`;
+    eval_results.json's `diagnostics.a2`."""
+    rows = evaluation_subset(test, max_examples, seed, argument="--analysis_examples")
+    diagnostics = A2Diagnostics()
+    model.eval()
+    for batch in inference_batches(model, rows, collator, batch_size, exclude=CAPTION_NON_MODEL_KEYS, description="A2"):
+        diagnostics.update(model, batch.inputs)
+    return {**diagnostics.compute(), "num_captions": len(rows)}
+
+
 def entropy_per_layer(rows: list[dict]) -> dict[str, list[dict]]:
     """Per block, one entry per layer: the head-averaged entropy and normalised entropy (the `head == "mean"` rows)."""
     table: dict[str, list[dict]] = {}
@@ -572,6 +586,8 @@ def write_report(
         "image_use": image_use,
         "attention_importance_kendall_tau": analyses["importance"]["mean_over_layers"],
     }
+    if analyses["a2"] is not None:
+        results.setdefault("diagnostics", {})["a2"] = analyses["a2"]
     if grounding is not None:  # only test captions with phrase boxes
         per_head, summed = grounding
         results.update(
@@ -700,6 +716,12 @@ def train_and_evaluate(args: CaptioningArguments, training_args: CaptioningTrain
         model, test, test_collator, training_args.per_device_eval_batch_size, training_args.seed,
         args.importance_examples,
     )  # fmt: skip
+    analyses["a2"] = None
+    if args.alignment != "none":
+        analyses["a2"] = a2_diagnostics(
+            model, test, test_collator, training_args.per_device_eval_batch_size, training_args.seed,
+            args.analysis_examples,
+        )  # fmt: skip
     figure = alignment_panels(model, images[0], store, tokenizer, captions[0])
     results = {}
     if trainer.is_world_process_zero():

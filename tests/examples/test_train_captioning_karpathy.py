@@ -151,6 +151,13 @@ def test_fei_command_compares_fusions_with_scst_on_m2_features(karpathy, tmp_pat
         logged = {key for entry in state["log_history"] for key in entry}
         assert {"loss_scst", "reward"} <= logged, fusion  # the last step was self-critical
         assert ("loss_mask" in logged) == (fusion != "none")
+        # whether A2 acts, in the run file (the A2 runs only)
+        diagnostics = json.loads((root / fusion / "eval_results.json").read_text()).get("diagnostics", {})
+        assert ("a2" in diagnostics) == (fusion != "none")
+    a2 = json.loads((root / "gate" / "eval_results.json").read_text())["diagnostics"]["a2"]
+    assert 0.0 < a2["mask_mean"] <= 1.0 and a2["mask_std_across_regions"] >= 0.0 and a2["num_captions"] == 12
+    assert 0.0 <= a2["argmax_change_share"] <= 1.0 and 0.0 <= a2["attention_change_l1"] <= 2.0
+    assert all(math.isfinite(a2[key]) for key in ("mask_loss", "caption_loss_change_zero_mask", "head_diversity"))
 
 
 def test_configs_hold_the_papers_settings_and_flags_are_checked(tmp_path):
