@@ -1339,8 +1339,8 @@ def studies_block(results_dir: Path) -> str:
         path = experiment_dir(results_dir, MINIATURE, study.name) / "aggregate.json"
         summary = json.loads(path.read_text())["experiments"].get(study.name) if path.exists() else None
         if summary is None:
-            planned = (results_dir / study.name / "PLAN.md").exists()
-            plan = f"[planned](results/{study.name}/PLAN.md), not run yet" if planned else "not planned yet"
+            planned = (results_dir / plan_path(study)).exists()
+            plan = f"[planned](results/{plan_path(study)}), not run yet" if planned else "not planned yet"
             lines += [f"| {study.name} | {claim.statement} | {plan} | - |" for claim in study.claims]
             continue
         runs = sum(len(summary["settings"].get(setting, {}).get("seeds", [])) for setting in study.planned_settings())
@@ -1351,10 +1351,18 @@ def studies_block(results_dir: Path) -> str:
     return f"{begin}\n" + "\n".join(lines) + f"\n{end}"
 
 
+def plan_path(study: Experiment) -> Path:
+    """A study's plan under the results folder: `<study>/PLAN.md`, or `<study>/PLAN_v2.md` beside the v1 plan for
+    a study of the second world (`results_subdir` "<study>/v2")."""
+    if study.results_subdir is None:
+        return Path(study.name) / "PLAN.md"
+    return Path(study.results_subdir).parent / "PLAN_v2.md"
+
+
 def check_plans(results_dir: Path, studies: set[str]) -> None:
     """A study runs only once its plan (`results/<study>/PLAN.md`) is written: claim, metric, settings, seeds,
     budget and test are fixed before any outcome is seen."""
-    missing = sorted(name for name in studies if not (results_dir / name / "PLAN.md").exists())
+    missing = sorted(name for name in studies if not (results_dir / plan_path(EXPERIMENTS[name])).exists())
     if missing:
         raise SystemExit(f"no plan for {missing}: write and commit results/<study>/PLAN.md before running a study.")
 
