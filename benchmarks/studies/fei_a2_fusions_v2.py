@@ -28,8 +28,10 @@ CAPTIONER = (
     *scenes_with_distractors(800), *WORLD_V2, "--learning_rate", "1e-3", "--encoder_learning_rate", "5e-4",
     "--num_train_epochs", "4",
 )  # fmt: skip
-# the pilot the plan chose (PILOTS_v2.md): the A2 flags of every fusion
-A2_FLAGS = ("--alignment_mask_input", "query_and_regions", "--mask_weight", "0.01", "--mask_learning_rate", "0.05")
+# the A2 flags of every fusion, chosen by the pilots (PLAN_v2.md amendment 3, PILOTS_v2.md: P7): a mask that scores
+# regions by content, learning at 0.05, and lambda = 0 (a deviation from eq. 4: any penalty tried, 0.001 to 0.1, kept
+# m at 1 on every caption step)
+A2_FLAGS = ("--alignment_mask_input", "query_and_regions", "--mask_weight", "0", "--mask_learning_rate", "0.05")
 # PLAN_v2.md: A2 acts when the mask tells regions apart and the most attended region changes
 MASK_STD_THRESHOLD = 0.1
 ARGMAX_CHANGE_THRESHOLD = 0.05
