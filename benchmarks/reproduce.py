@@ -325,6 +325,8 @@ def kervadec_qa(pretraining: str, alignment: str) -> Setting:
 
 A2_FUSIONS = ("none", "max", "moving_average", "exp_decay", "gate")
 FEI_FURTHER_EPOCHS = (2, 8)
+# the v1 runs' T_P (eq. 8), then the example's default; the example now defaults to the config's 1000
+FEI_V1_FLAGS = {"exp_decay": ("--alignment_temperature", "200")}
 ILINYKH_DISTANCE = "paper_results.attention_vs_distance.per_layer"
 ILINYKH_ENCODER_LAYERS = 3
 ILINYKH_ENTROPY = "paper_results.attention_entropy_per_layer.region_to_region"
@@ -643,7 +645,7 @@ STUDIES: tuple[Experiment, ...] = (
         name="fei_a2_fusions",
         title="Fei et al. in miniature: each A2 attention-alignment fusion against none",
         settings={
-            **{name: captioner(name) for name in A2_FUSIONS},
+            **{name: captioner(name, *FEI_V1_FLAGS.get(name, ())) for name in A2_FUSIONS},
             # the plan's further experiment: does the gate - none difference grow with training?
             **{
                 f"{name}_{epochs}_epochs": captioner(name, epochs=epochs)

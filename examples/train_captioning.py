@@ -33,7 +33,8 @@ the thematic group of the object kinds minus chance, synthetic scenes) and "grou
 grounded word's decoder cross-attention share on its object's regions minus chance);
 "attention_importance_kendall_tau": Fei's Figure 2, per decoder layer the mean Kendall tau between the cross-attention
 the decoder used and the gradient importance of the regions for each caption word, whose mean over layers is
-eval_results.json's `attention_importance_kendall_tau`),
+eval_results.json's `attention_importance_kendall_tau`); with an A2 fusion, eval_results.json's `diagnostics.a2`
+(whether A2 acts: `hf_vlalign.supervision.perturbation.A2Diagnostics`),
 attention_entropy.png, attention_vs_distance.png, within_cluster_attention.png and within_theme_attention.png (those
 analyses),
 samples.json (generated captions with their references), attention_alignment.png (the top-1 attended region of every
@@ -108,6 +109,7 @@ from hf_vlalign.recipes import (
     write_json,
     write_results,
 )
+from hf_vlalign.supervision.perturbation import A2Diagnostics
 from hf_vlalign.synthetic.shapes import SHAPE_NAMES, THEME_OF_KIND, THEMATIC_GROUPS
 from hf_vlalign.trainers import CaptioningTrainer, CaptioningTrainingArguments
 from hf_vlalign.trainers.captioning import CAPTION_NON_MODEL_KEYS
@@ -180,7 +182,11 @@ class CaptioningArguments(UserDataArguments):
     attention_heads: int = field(default=8)
     normalize_before: bool = field(default=False, metadata={"help": "pre-norm layers instead of post-norm."})
     mask_weight: float = field(default=0.1, metadata={"help": "lambda of the mask objective (eq. 4)."})
-    alignment_temperature: float = field(default=200.0, metadata={"help": "T_P of the exponential decay (in steps)."})
+    alignment_temperature: float | None = field(
+        default=None,
+        metadata={"help": "T_P of the exponential decay (eq. 8, in steps); default: the config's 1000 (the paper gives "
+                  "no value)."},
+    )  # fmt: skip
     max_new_tokens: int = field(default=20, metadata={"help": "length of the captions generated for the evaluation."})
     num_beams: int = field(default=1)
     spice: bool | None = field(
@@ -370,10 +376,10 @@ def load_model(
         "use_geometry": args.geometry,
         "aligned_layers": parse_indices(args.aligned_layers, "--aligned_layers"),
         "mask_weight": args.mask_weight,
-        "alignment_temperature": args.alignment_temperature,
         "normalize_before": args.normalize_before,
     }
-    for name in ("alignment_eta", "alignment_moving_average", "alignment_mask_input", "alignment_mask_regions"):
+    readings = ("alignment_eta", "alignment_temperature", "alignment_moving_average", "alignment_mask_input")
+    for name in (*readings, "alignment_mask_regions"):
         if getattr(args, name) is not None:  # the config checks the value
             settings[name] = getattr(args, name)
     if args.dropout is not None:  # config fields, read when the modules are built
@@ -556,6 +562,18 @@ def attention_importance(model, test, collator, batch_size: int, seed: int, max_
     return {"per_layer": per_layer, "mean_over_layers": mean, "num_captions": len(rows)}
 
 
+def a2_diagnostics(model, test, collator, batch_size: int, seed: int, max_examples: int | None) -> dict:
+    """Whether A2 acts (`A2Diagnostics`: the mask's mean and spread across regions, eq. 4, aligned vs raw attention,
+    the caption loss under m = 0, head diversity), teacher-forced on the seeded sample of `attention_analyses`;
+    eval_results.json's `diagnostics.a2`."""
+    rows = evaluation_subset(test, max_examples, seed, argument="--analysis_examples")
+    diagnostics = A2Diagnostics()
+    model.eval()
+    for batch in inference_batches(model, rows, collator, batch_size, exclude=CAPTION_NON_MODEL_KEYS, description="A2"):
+        diagnostics.update(model, batch.inputs)
+    return {**diagnostics.compute(), "num_captions": len(rows)}
+
+
 def entropy_per_layer(rows: list[dict]) -> dict[str, list[dict]]:
     """Per block, one entry per layer: the head-averaged entropy and normalised entropy (the `head == "mean"` rows)."""
     table: dict[str, list[dict]] = {}
@@ -664,6 +682,8 @@ def write_report(
         "diagnostics": mechanism_diagnostics(image_use, {"caption": "loss"}),  # minus the caption loss; geometry
         "attention_importance_kendall_tau": analyses["importance"]["mean_over_layers"],
     }
+    if analyses["a2"] is not None:
+        results["diagnostics"]["a2"] = analyses["a2"]
     if grounding is not None:  # only test captions with phrase boxes
         per_head, summed = grounding
         results.update(
@@ -800,6 +820,12 @@ def train_and_evaluate(args: CaptioningArguments, training_args: CaptioningTrain
         model, test, test_collator, training_args.per_device_eval_batch_size, training_args.seed,
         args.importance_examples,
     )  # fmt: skip
+    analyses["a2"] = None
+    if args.alignment != "none":
+        analyses["a2"] = a2_diagnostics(
+            model, test, test_collator, training_args.per_device_eval_batch_size, training_args.seed,
+            args.analysis_examples,
+        )  # fmt: skip
     figure = alignment_panels(model, images[0], store, tokenizer, captions[0])
     results = {}
     if trainer.is_world_process_zero():

@@ -30,6 +30,9 @@ def test_a_study_keeps_its_results_beside_its_plan_and_every_study_has_one():
     with pytest.raises(SystemExit, match="no plan for"):
         reproduce.check_plans(Path("nowhere"), {LI.name})
     reproduce.check_plans(ROOT / "results", {LI.name})
+    # a second-world study's plan lies beside the v1 plan: results/<study>/PLAN_v2.md
+    assert reproduce.plan_file(reproduce.EXPERIMENTS["fei_a2_fusions_v2"]) == "results/fei_a2_fusions/PLAN_v2.md"
+    reproduce.check_plans(ROOT / "results", {"fei_a2_fusions_v2"})
     with pytest.raises(ValueError, match="has no budget 'reduced'"):
         reproduce.budget_args(LI, "reduced")
 

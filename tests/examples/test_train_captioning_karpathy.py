@@ -157,6 +157,13 @@ def test_fei_command_compares_fusions_with_scst_on_m2_features(karpathy, tmp_pat
         logged = {key for entry in state["log_history"] for key in entry}
         assert {"loss_scst", "reward"} <= logged, fusion  # the last step was self-critical
         assert ("loss_mask" in logged) == (fusion != "none")
+        # whether A2 acts, in the run file (the A2 runs only)
+        diagnostics = json.loads((root / fusion / "eval_results.json").read_text()).get("diagnostics", {})
+        assert ("a2" in diagnostics) == (fusion != "none")
+    a2 = json.loads((root / "gate" / "eval_results.json").read_text())["diagnostics"]["a2"]
+    assert 0.0 < a2["mask_mean"] <= 1.0 and a2["mask_std_across_regions"] >= 0.0 and a2["num_captions"] == 12
+    assert 0.0 <= a2["argmax_change_share"] <= 1.0 and 0.0 <= a2["attention_change_l1"] <= 2.0
+    assert all(math.isfinite(a2[key]) for key in ("mask_loss", "caption_loss_change_zero_mask", "head_diversity"))
 
 
 def test_configs_hold_the_papers_settings_and_flags_are_checked(tmp_path):
@@ -185,3 +192,15 @@ def test_configs_hold_the_papers_settings_and_flags_are_checked(tmp_path):
         train_captioning.parse_args(["--num_beams", "100000", "--output_dir", str(tmp_path)])
     with pytest.raises(ValueError, match=r"`--max_new_tokens` must be an integer >= 1, got 0"):
         train_captioning.parse_args(["--max_new_tokens", "0", "--output_dir", str(tmp_path)])
+
+
+def test_exp_decay_temperature_is_the_configs_and_the_fei_configs(tmp_path):
+    # T_P of eq. 8: one value (the config's 1000) for the example without the flag and for examples/configs/fei_a2.yaml
+    from hf_vlalign.models.captioning import RegionCaptionerConfig
+
+    default_t_p = RegionCaptionerConfig().alignment_temperature
+    args, _ = train_captioning.parse_args(["--alignment", "exp_decay", "--output_dir", str(tmp_path)])
+    assert args.alignment_temperature is None and default_t_p == 1000.0  # None: the config's value is used
+    data = ["--karpathy_json", "dataset_coco.json", "--features", "store", "--output_dir", str(tmp_path)]
+    fei, _ = train_captioning.parse_args(["--config", str(ROOT / "examples/configs/fei_a2.yaml"), *data])
+    assert fei.alignment_temperature == default_t_p

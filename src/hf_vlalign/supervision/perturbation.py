@@ -86,7 +86,9 @@ def fuse_attention(
       ("convex", eta in [0, 1]: eta reads as the aligned attention's share and eta = 1 reaches a_m alone).
     - "exp_decay" (eq. 8): w_s * a + (1 - w_s) * a_m with w_s = exp(-s / T_P), s the training step: the decaying weight
       is the original attention's, so training moves from a (the mask network is untrained then) to a_m.
-    - "gate" (eqs. 9-10): g * a_m + (1 - g) * a, g = sigmoid(W_g h_t + b_g) per head and step, given as `gate`.
+    - "gate" (eqs. 9-10, printed): g * a + (1 - g) * a_m, g = sigmoid(W_g q_t + b_g) per head and step, given as
+      `gate`: g is the original attention's share. g * a_m + (1 - g) * a is the same family with g -> 1 - g (W_g, b_g
+      -> -W_g, -b_g), so no option keeps it.
 
     Args:
         attention / aligned: (B, H, T, R) original attention a and aligned attention a_m (`aligned_attention`).
@@ -108,7 +110,7 @@ def fuse_attention(
         weight = exp_decay_weight(step, temperature)
         fused = weight * attention + (1.0 - weight) * aligned
     else:
-        fused = gate * aligned + (1.0 - gate) * attention
+        fused = gate * attention + (1.0 - gate) * aligned
     return renormalise_over_regions(fused, region_mask)
 
 
@@ -120,9 +122,13 @@ def mask_objective(
     num_steps: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """L_mask = -L_IC(a_p) + lambda * ||1 - m||^2 (eq. 4), to minimise over the mask networks' parameters only
-    (`AttentionPerturbation.mask_parameters()`): the mask looks for the smallest perturbation that most degrades the
-    caption (with a plus sign, m = 1 would be the trivial optimum). Minimised over the captioner, it would train the
-    captioner to caption badly.
+    (`AttentionPerturbation.mask_parameters()`). The text of eq. 4 in ../shared/papers/fei2022_*.txt reads
+    "L(θm) = LIC(αp t , θ) + λ||1 mt||2 2": its extraction drops minus signs (eq. 3's "(1 mt)" is (1 - m_t)), and the
+    text sets the sign of L_IC: the mask network is to "destroy the description performance with limited operation on
+    the original attention weights" (section 4) and the regular term is "to punish too much mask operation" (4.1).
+    So L_IC enters with a minus (the mask maximises the caption loss) and the penalty with a plus (with +L_IC, m = 1,
+    no perturbation, would be the trivial optimum). Minimised over the captioner, it would train the captioner to
+    caption badly.
 
     Per aligned layer, (1 - m)^2 is summed over heads (and regions; padded regions have m = 1), averaged over the valid
     decoder steps, and the layers are summed; with no valid step the penalty is a zero attached to the masks' graph.
@@ -211,6 +217,7 @@ class AttentionPerturbation(nn.Module):
         self.mask_input = mask_input
         self.num_region_slots = num_region_slots
         self.moving_average = moving_average
+        self.fixed_mask_value: float | None = None  # set by `fixed_mask` (diagnostics): a constant m instead of eq. 2
         mask_outputs = num_heads * num_region_slots if mask_input == "query" else num_heads
         self.mask_network = PerturbationLinear(hidden_size, mask_outputs, weight_std=initializer_range, bias_value=mask_bias_init)
         self.region_network = (
@@ -268,6 +275,8 @@ class AttentionPerturbation(nn.Module):
         else:
             logits = logits[:, :, None, :] + self.region_network(region_states)[:, None, :, :]  # (B, T, R, H)
             mask = torch.sigmoid(logits).permute(0, 3, 1, 2)  # (B, H, T, R)
+        if self.fixed_mask_value is not None:
+            mask = torch.full_like(mask, self.fixed_mask_value)
         if region_mask is not None:
             mask = mask.masked_fill(~region_mask.bool()[:, None, None, :], 1.0)
         return mask
@@ -285,10 +294,13 @@ class AttentionPerturbation(nn.Module):
         region_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """a_m = a * exp(1 - m) (eq. 5) fused with a by `self.fusion` (eqs. 6-10), re-normalised over the real regions
-        ([`fuse_attention`]). Pass `mask.detach()` so that only eq. 4 trains the mask network; `queries` (B, T, D) are
-        required by fusion "gate" and `step` by "exp_decay". Returns (B, H, T, R) attention."""
+        ([`fuse_attention`]). Pass `mask.detach()` so that only eq. 4 trains the mask network; `queries` (B, T, D), the
+        cross-attention's query projections q_t = W_Q h_t (all heads concatenated), are required by fusion "gate" and
+        `step` by "exp_decay". Returns (B, H, T, R) attention."""
         gate = None
-        if self.fusion == "gate":  # g = sigmoid(W_g h_t + b_g) per head and step (eqs. 9-10, our reading)
+        if self.fusion == "gate":
+            # eq. 10: g_t = sigmoid(W_g q_t + b_g) per head and step; q_t is the query ("we first linearly project the
+            # hidden state of previous caption decoder layer to the query Q", section 2), eq. 2's mask reads h_t
             gate = torch.sigmoid(self.gate(queries)).transpose(1, 2).unsqueeze(-1)
         return fuse_attention(
             attention,
@@ -308,3 +320,109 @@ class AttentionPerturbation(nn.Module):
             f"temperature={self.temperature}, mask_bias_init={self.mask_bias_init}, mask_input={self.mask_input!r}, "
             f"num_region_slots={self.num_region_slots}, moving_average={self.moving_average!r}"
         )
+
+
+# --- diagnostics: does A2 act? -----------------------------------------------------------------------------------------
+# A row is one head's attention (or mask) at one decoder step over an image's regions (B, H, T, R -> B, H, T).
+A2_DIAGNOSTICS = (
+    "mask_mean", "mask_std_across_regions", "mask_loss", "attention_change_l1", "argmax_change_share",
+    "caption_loss_change_zero_mask", "head_diversity",
+)  # fmt: skip
+
+
+def mask_row_statistics(mask: torch.Tensor, region_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the mean of the eq. 2 mask m over the real regions and its (population) standard deviation across
+    them: a mask that does not tell regions apart has std 0, and eq. 5 then rescales a row uniformly, which the
+    re-normalisation undoes. `mask` (B, H, T, R), `region_mask` (B, R) 1 for real regions; returns two (B, H, T)."""
+    if region_mask is None:
+        return mask.mean(dim=-1), mask.std(dim=-1, unbiased=False)
+    real = region_mask[:, None, None, :].to(mask.dtype)
+    count = real.sum(dim=-1)
+    mean = (mask * real).sum(dim=-1) / count
+    variance = ((mask - mean[..., None]).pow(2) * real).sum(dim=-1) / count
+    return mean, variance.sqrt()
+
+
+def attention_change(raw: torch.Tensor, aligned: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the L1 distance sum_j |a_a - a| between the aligned attention (eqs. 5-10) and the raw one, and whether
+    the most attended region changes (argmax over regions). Both (B, H, T, R); returns (B, H, T) float and bool."""
+    return (aligned - raw).abs().sum(dim=-1), aligned.argmax(dim=-1) != raw.argmax(dim=-1)
+
+
+def head_diversity(attention: torch.Tensor) -> torch.Tensor:
+    """Per decoder step, the mean over heads of the L1 distance sum_j |a_hj - mean_h a_hj| between each head's
+    attention and the head mean that eq. 3 perturbs towards: 0 when the heads agree (then no mask perturbs anything).
+    `attention` (B, H, T, R); returns (B, T)."""
+    return (attention - attention.mean(dim=1, keepdim=True)).abs().sum(dim=-1).mean(dim=1)
+
+
+class fixed_mask:
+    """Context manager: every `AttentionPerturbation` of `model` uses the constant mask `value` (padded regions keep
+    1), e.g. 0, the strongest perturbation eq. 3 allows (every head replaced by the head mean), or 1 (none)."""
+
+    def __init__(self, model: nn.Module, value: float):
+        self.modules = [module for module in model.modules() if isinstance(module, AttentionPerturbation)]
+        self.value = float(value)
+
+    def __enter__(self):
+        for module in self.modules:
+            module.fixed_mask_value = self.value
+        return self
+
+    def __exit__(self, *exc):
+        for module in self.modules:
+            module.fixed_mask_value = None
+
+
+class A2Diagnostics:
+    """Whether A2 acts in a captioner (`RegionCaptionerForConditionalGeneration` with aligned layers), teacher-forced
+    on batches (`update`), as `compute()`'s keys `A2_DIAGNOSTICS` (every row: aligned layer, example, head and caption
+    step with a label, each row weighing the same; losses per caption token):
+
+    - mask_mean / mask_std_across_regions: the eq. 2 mask's mean over the real regions and its standard deviation
+      across them (`mask_row_statistics`);
+    - mask_loss: eq. 4 (`mask_objective`) with the learned mask;
+    - attention_change_l1 / argmax_change_share: aligned vs raw cross-attention (`attention_change`);
+    - caption_loss_change_zero_mask: L_IC(a_p) with m = 0 everywhere (eq. 3's strongest perturbation) - L_IC(a);
+    - head_diversity: the raw attention's heads against their mean (`head_diversity`), the room eq. 3 has to perturb.
+    """
+
+    def __init__(self):
+        self.sums = dict.fromkeys(A2_DIAGNOSTICS, 0.0)
+        self.rows = self.steps = self.tokens = 0
+
+    @torch.no_grad()
+    def update(self, model: nn.Module, inputs: dict[str, torch.Tensor]) -> None:
+        valid = inputs["labels"] != -100  # (B, T)
+        region_mask = inputs.get("visual_attention_mask")
+        outputs = model(**inputs, output_attentions=True)
+        tokens = int(valid.sum())
+        layers = model.config.aligned_layers or range(model.config.decoder_layers)
+        raw_layers = [outputs.cross_attentions[layer] for layer in layers]
+        aligned_layers = [outputs.aligned_cross_attentions[layer] for layer in layers]
+        for mask, raw, aligned in zip(outputs.alignment_masks, raw_layers, aligned_layers):
+            rows = valid[:, None, :].expand(-1, mask.shape[1], -1)  # (B, H, T)
+            mean, std = mask_row_statistics(mask, region_mask)
+            l1, changed = attention_change(raw, aligned)
+            for key, value in (("mask_mean", mean), ("mask_std_across_regions", std), ("attention_change_l1", l1),
+                               ("argmax_change_share", changed.float())):  # fmt: skip
+                self.sums[key] += float(value[rows].sum())
+            self.sums["head_diversity"] += float(head_diversity(raw)[valid].sum())
+            self.rows += int(rows.sum())
+            self.steps += tokens
+        self.sums["mask_loss"] += float(model(**inputs, alignment_mode="perturb").loss_mask) * tokens
+        with fixed_mask(model, 0.0):
+            perturbed = float(model(**inputs, alignment_mode="perturb").loss_caption)
+        with fixed_mask(model, 1.0):  # a_p = a: the raw attention
+            raw_loss = float(model(**inputs, alignment_mode="perturb").loss_caption)
+        self.sums["caption_loss_change_zero_mask"] += (perturbed - raw_loss) * tokens
+        self.tokens += tokens
+
+    def compute(self) -> dict[str, float]:
+        per_row = ("mask_mean", "mask_std_across_regions", "attention_change_l1", "argmax_change_share")
+        per_token = ("mask_loss", "caption_loss_change_zero_mask")
+        return {
+            **{key: self.sums[key] / self.rows if self.rows else math.nan for key in per_row},
+            **{key: self.sums[key] / self.tokens if self.tokens else math.nan for key in per_token},
+            "head_diversity": self.sums["head_diversity"] / self.steps if self.steps else math.nan,
+        }

@@ -173,6 +173,18 @@ def trained_enough_model(**overrides) -> RegionCaptionerForConditionalGeneration
     return RegionCaptionerForConditionalGeneration(tiny_config(**overrides)).eval()
 
 
+def test_gate_reads_the_cross_attention_query():
+    # eq. 10: g_t = sigmoid(W_g q_t + b_g), q_t the query projection of the decoder state (section 2), not h_t itself
+    torch.manual_seed(0)
+    model = RegionCaptionerForConditionalGeneration(tiny_config(attention_alignment="gate")).eval()
+    cross = model.model.decoder.layers[1].encoder_attn
+    seen = {}
+    cross.register_forward_pre_hook(lambda module, args: seen.update(hidden=args[0]))
+    cross.perturbation.gate.register_forward_pre_hook(lambda module, args: seen.update(gate_input=args[0]))
+    model(**regions(), labels=caption_labels())
+    torch.testing.assert_close(seen["gate_input"], cross.q_proj(seen["hidden"]))
+
+
 @pytest.mark.parametrize("alignment, pre_norm", [("none", False), ("exp_decay", False), ("gate", True)])
 def test_greedy_generation_with_and_without_cache_is_identical(alignment, pre_norm):
     model = trained_enough_model(attention_alignment=alignment, normalize_before=pre_norm)

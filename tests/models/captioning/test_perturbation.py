@@ -8,8 +8,14 @@ import torch
 from torch import nn
 
 from hf_vlalign.supervision.perturbation import (
+    A2_DIAGNOSTICS,
     FUSIONS,
+    A2Diagnostics,
     AttentionPerturbation,
+    attention_change,
+    fixed_mask,
+    head_diversity,
+    mask_row_statistics,
     aligned_attention,
     exp_decay_weight,
     fuse_attention,
@@ -139,10 +145,14 @@ def test_fusion_exp_decay_by_hand():
     torch.testing.assert_close(far, row([5 / 13, 6 / 13, 2 / 13]))
 
 
-def test_fusion_gate_by_hand():
-    # g = 0.75: 0.75 * [0.5, 0.6, 0.2] + 0.25 * [0.5, 0.3, 0.2] = [0.5, 0.525, 0.2] -> [20/49, 21/49, 8/49]
+def test_fusion_gate_printed_form_by_hand():
+    # eq. 9 as printed: g * a + (1 - g) * a_m; g = 0.75: 0.75 * [0.5, 0.3, 0.2] + 0.25 * [0.5, 0.6, 0.2]
+    # = [0.5, 0.375, 0.2], sum 1.075 -> [20/43, 15/43, 8/43]
     out = fuse_attention(A, A_M, "gate", gate=torch.full((1, 1, 1, 1), 0.75))
-    torch.testing.assert_close(out, row([20 / 49, 21 / 49, 8 / 49]))
+    torch.testing.assert_close(out, row([20 / 43, 15 / 43, 8 / 43]))
+    # g = 1 keeps the original attention, g = 0 gives the re-normalised a_m
+    torch.testing.assert_close(fuse_attention(A, A_M, "gate", gate=torch.ones(1, 1, 1, 1)), A)
+    torch.testing.assert_close(fuse_attention(A, A_M, "gate", gate=torch.zeros(1, 1, 1, 1)), row([5 / 13, 6 / 13, 2 / 13]))
 
 
 def test_fusion_renormalises_with_region_mask():
@@ -163,7 +173,7 @@ def test_module_align_each_fusion_by_hand():
         "moving_average": ({"eta": 0.5}, [5 / 11, 4 / 11, 2 / 11]),
         "convex": ({"eta": 0.5, "moving_average": "convex"}, [10 / 23, 9 / 23, 4 / 23]),
         "exp_decay": ({"temperature": 1.0 / LN2}, [20 / 49, 21 / 49, 8 / 49]),
-        "gate": ({}, [20 / 49, 21 / 49, 8 / 49]),
+        "gate": ({}, [20 / 43, 15 / 43, 8 / 43]),
     }
     for fusion, (kwargs, expected) in expectations.items():
         module = AttentionPerturbation(hidden, 1, "moving_average" if fusion == "convex" else fusion, **kwargs)
@@ -345,4 +355,69 @@ def test_sgd_on_mask_parameters_only_decreases_the_objective(mask_input):
 
 # --- errors ---------------------------------------------------------------------------------------------------------
 
+
+# --- diagnostics: does A2 act? ---------------------------------------------------------------------------------------
+
+
+def test_mask_row_statistics_by_hand():
+    mask = row([0.2, 0.6, 1.0])
+    # real regions 0 and 1: mean (0.2 + 0.6) / 2 = 0.4, std sqrt((0.2^2 + 0.2^2) / 2) = 0.2
+    mean, std = mask_row_statistics(mask, torch.tensor([[1, 1, 0]]))
+    torch.testing.assert_close((mean.item(), std.item()), (0.4, 0.2))
+    # every region: mean 0.6, std sqrt((0.4^2 + 0 + 0.4^2) / 3)
+    mean, std = mask_row_statistics(mask)
+    torch.testing.assert_close((mean.item(), std.item()), (0.6, math.sqrt(0.32 / 3)))
+
+
+def test_attention_change_by_hand():
+    raw = torch.cat([row([0.5, 0.3, 0.2]), row([0.5, 0.3, 0.2])], dim=1)  # two heads
+    aligned = torch.cat([row([0.3, 0.5, 0.2]), row([0.45, 0.35, 0.2])], dim=1)
+    l1, changed = attention_change(raw, aligned)
+    # head 0: |0.3 - 0.5| + |0.5 - 0.3| = 0.4, argmax 0 -> 1; head 1: 0.05 + 0.05 = 0.1, argmax stays 0
+    torch.testing.assert_close(l1.flatten(), torch.tensor([0.4, 0.1]))
+    assert changed.flatten().tolist() == [True, False]
+
+
+def test_head_diversity_by_hand():
+    # heads [0.6, 0.4] and [0.2, 0.8], mean [0.4, 0.6]: each head is 0.2 + 0.2 = 0.4 from the mean
+    attention = torch.tensor([[[[0.6, 0.4]], [[0.2, 0.8]]]])  # (1, 2, 1, 2)
+    torch.testing.assert_close(head_diversity(attention), torch.tensor([[0.4]]))
+    assert head_diversity(torch.cat([attention[:, :1]] * 2, dim=1)).item() == 0.0  # identical heads
+
+
+def test_a2_diagnostics_on_a_constant_mask_captioner():
+    from test_captioning import caption_labels, regions, tiny_config
+
+    from hf_vlalign.models.captioning import RegionCaptionerForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = RegionCaptionerForConditionalGeneration(tiny_config(attention_alignment="gate", mask_weight=0.5)).eval()
+    perturbations = [module for module in model.modules() if isinstance(module, AttentionPerturbation)]
+    with torch.no_grad():  # m = sigmoid(ln 3) = 0.75 everywhere: the same for every region, so no region is favoured
+        for module in perturbations:
+            module.mask_network.weight.zero_()
+            module.mask_network.bias.fill_(math.log(3.0))
+    inputs = {**regions(), "labels": caption_labels()}
+    diagnostics = A2Diagnostics()
+    diagnostics.update(model, inputs)
+    result = diagnostics.compute()
+    assert set(result) == set(A2_DIAGNOSTICS)
+    assert result["mask_mean"] == pytest.approx(0.75) and result["mask_std_across_regions"] == pytest.approx(0.0, abs=1e-7)
+    # a uniform m scales a row uniformly (eq. 5), which the fusion's re-normalisation undoes
+    assert result["attention_change_l1"] == pytest.approx(0.0, abs=1e-6) and result["argmax_change_share"] == 0.0
+    with torch.no_grad(), fixed_mask(model, 0.0):
+        zero = model(**inputs, alignment_mode="perturb").loss_caption
+    with torch.no_grad(), fixed_mask(model, 1.0):
+        raw = model(**inputs, alignment_mode="perturb").loss_caption
+    assert result["caption_loss_change_zero_mask"] == pytest.approx(float(zero - raw), abs=1e-6)
+    assert float(zero - raw) != 0.0 and result["head_diversity"] > 0  # random heads differ, so m = 0 changes the loss
+    # eq. 4 with the learned mask: -L_IC(a_p) + lambda * sum over heads and regions of (1 - 0.75)^2 per step, per layer
+    with torch.no_grad():
+        loss_caption = float(model(**inputs, alignment_mode="perturb").loss_caption)
+    heads, real_regions = 4, regions()["visual_attention_mask"]
+    # per valid step of example b: heads * real regions of b (padded regions have m = 1) * 0.0625; mean over steps
+    valid = caption_labels() != -100
+    per_step = (heads * real_regions.sum(dim=1, keepdim=True) * 0.0625).expand_as(valid)[valid].mean()
+    expected = -loss_caption + 0.5 * 2 * float(per_step)  # two aligned layers
+    assert result["mask_loss"] == pytest.approx(expected, rel=1e-5)
 

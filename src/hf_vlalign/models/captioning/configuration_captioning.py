@@ -54,7 +54,9 @@ class RegionCaptionerConfig(ConfigFileMixin, PreTrainedConfig):
             "exp_decay" or "gate".
         aligned_layers (`list[int]`, *optional*): decoder layers whose cross-attention is aligned (default: all).
         alignment_eta (`float`): eta of the moving average (eq. 7): >= 0 for "additive", in [0, 1] for "convex".
-        alignment_temperature (`float`): T_P of the exponential decay (eq. 8).
+        alignment_temperature (`float`): T_P of the exponential decay (eq. 8), in training steps. 1000 is the library's
+            value: the paper's text (to its section 4.3) and the meshed-memory transformer's code give none, and the
+            A2 authors' code was not found.
         alignment_moving_average (`str`): the form of eq. 7: "additive" (default, the printed a + eta a_m, then
             re-normalised over the regions) or "convex" ((1 - eta) a + eta a_m, eta the aligned attention's share).
         alignment_mask_input (`str`): the mask network of eq. 2: "query" (default, the printed

@@ -83,6 +83,8 @@ class RegionCaptionerOutput(ModelOutput):
         cross-attention (batch, heads, T, R), probabilities before dropout and, for cross-attention, before alignment.
     aligned_cross_attentions (`tuple(torch.FloatTensor)`, *optional*): per decoder layer, the cross-attention actually
         used (after A2's alignment or perturbation in the aligned layers, the same as `cross_attentions` elsewhere).
+    alignment_masks (`tuple(torch.FloatTensor)`, *optional*): with `output_attentions`, per aligned decoder layer, A2's
+        mask m (batch, heads, T, R) of eq. 2 (what `hf_vlalign.supervision.perturbation.a2_diagnostics` reads).
     decoder_hidden_states / encoder_hidden_states (`tuple(torch.FloatTensor)`, *optional*): with
         `output_hidden_states`, the embeddings and the output of every layer, (batch, T, d_model) / (batch, R,
         d_model), as BART returns them (with `normalize_before` the last one is after the final LayerNorm, as mBART's).
@@ -101,6 +103,7 @@ class RegionCaptionerOutput(ModelOutput):
     decoder_attentions: tuple[torch.FloatTensor, ...] | None = None
     cross_attentions: tuple[torch.FloatTensor, ...] | None = None
     aligned_cross_attentions: tuple[torch.FloatTensor, ...] | None = None
+    alignment_masks: tuple[torch.FloatTensor, ...] | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -402,8 +405,9 @@ class AlignedCrossAttention(RegionCaptionerAttention):
         if alignment_mode == "perturb":
             used = self.perturbation.perturb(probs, mask)  # eq. (3)
         else:
+            queries = query.transpose(1, 2).flatten(2)  # q_t of eq. (10): (B, T, D), the heads' queries concatenated
             used = self.perturbation.align(
-                probs, mask.detach(), queries=hidden_states, step=alignment_step, region_mask=region_mask
+                probs, mask.detach(), queries=queries, step=alignment_step, region_mask=region_mask
             )  # eqs. (5-10)
         dropped = apply_dropout(self.config, used, self.dropout, self.training)
         attn_output = (dropped @ value).transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
@@ -767,6 +771,7 @@ class RegionCaptionerForConditionalGeneration(RegionCaptionerPreTrainedModel, Ge
             loss_mask=loss_mask,
             mask_mean=mask_mean,
             logits=logits,
+            alignment_masks=(outputs.alignment_masks if kwargs.get("output_attentions", self.config.output_attentions) else None),
             **{name: value for name, value in outputs.items() if name not in ("last_hidden_state", "alignment_masks")},
         )
 
