@@ -1434,11 +1434,10 @@ def plan_file(study: Experiment) -> str:
     return f"results/{folder.as_posix()}/PLAN.md"
 
 
-def studies_block(results_dir: Path) -> str:
-    """The README's overview of the studies: each paper's claims with their verdicts and mechanism diagnostics from
-    the committed `aggregate.json`, or the study's plan where it has no runs yet (links relative to the repository
-    root)."""
-    begin, end = docs_markers("studies")
+def claims_block(results_dir: Path) -> str:
+    """docs/studies.md's table of the claims: each paper's claims with their verdicts and mechanism diagnostics from
+    the committed `aggregate.json`, or the study's plan where it has no runs yet (links relative to docs/)."""
+    begin, end = docs_markers("claims")
     lines = [
         "| study | the paper's claim | verdict | mechanism diagnostic | seeds |",
         "|---|---|---|---|---|",
@@ -1446,12 +1445,10 @@ def studies_block(results_dir: Path) -> str:
     for study in (e for e in EXPERIMENTS.values() if is_study(e)):
         path = experiment_dir(results_dir, MINIATURE, study.name) / "aggregate.json"
         summary = json.loads(path.read_text())["experiments"].get(study.name) if path.exists() else None
-        if summary is None and study.results_subdir is not None:
-            continue  # a second-world study enters the table with its first runs (its plan: results/<study>/PLAN_v2.md)
         if summary is None:
             plan_path = plan_file(study)
             planned = (results_dir / Path(plan_path).relative_to("results")).exists()
-            plan = f"[planned]({plan_path}), not run yet" if planned else "not planned yet"
+            plan = f"[planned](../{plan_path}), not run yet" if planned else "not planned yet"  # from docs/
             for claim in study.claims:
                 checks = [diagnostic_check(diagnostic, {}) for diagnostic in claim.diagnostics]
                 mechanism = "; ".join(diagnostic_text(check, mean=False) for check in checks) or "—"
@@ -1464,6 +1461,39 @@ def studies_block(results_dir: Path) -> str:
             lines.append(
                 f"| {study.name} | {verdict['statement']} | {outcome} | {mechanism_cell(verdict)} | {verdict['n']} |"
             )
+    return f"{begin}\n" + "\n".join(lines) + f"\n{end}"
+
+
+VERDICTS = ("holds", "does not hold", "inconclusive", "not testable here")
+
+
+def studies_block(results_dir: Path) -> str:
+    """The README's overview of the studies, one row per study and world: its plan and how many of its claims got each
+    verdict (the claims themselves: `claims_block`, docs/studies.md)."""
+    begin, end = docs_markers("studies")
+    lines = [
+        "| study | world | plan | " + " | ".join(VERDICTS) + " | seeds |",
+        "|---|---|---|" + "---|" * len(VERDICTS) + "---|",
+    ]
+    for study in (e for e in EXPERIMENTS.values() if is_study(e)):
+        name = study.name.removesuffix("_v2")
+        world = "v2" if study.results_subdir else "v1"
+        plan_path = plan_file(study)
+        path = experiment_dir(results_dir, MINIATURE, study.name) / "aggregate.json"
+        summary = json.loads(path.read_text())["experiments"].get(study.name) if path.exists() else None
+        planned = (results_dir / Path(plan_path).relative_to("results")).exists()
+        plan = f"[{Path(plan_path).name}]({plan_path})" if planned else "not planned yet"
+        if summary is None:
+            counts, seeds = ["-"] * len(VERDICTS), "not run yet"
+        else:
+            runs = sum(len(summary["settings"].get(s, {}).get("seeds", [])) for s in study.planned_settings())
+            complete = runs >= STUDY_SEEDS * len(study.planned_settings())
+            verdicts = [claim["verdict"] for claim in summary["claims"]]
+            counts = [str(verdicts.count(verdict)) if complete else "-" for verdict in VERDICTS]
+            seeds = str(max(claim["n"] for claim in summary["claims"])) if complete else (
+                f"runs under way ({runs} of {STUDY_SEEDS * len(study.planned_settings())})"
+            )
+        lines.append(f"| {name} | {world} | {plan} | " + " | ".join(counts) + f" | {seeds} |")
     return f"{begin}\n" + "\n".join(lines) + f"\n{end}"
 
 
@@ -1490,8 +1520,9 @@ def write_aggregate(results_dir: Path, budget: str, names: list[str] | None, doc
     if docs:
         print("docs blocks rewritten:", write_docs(report, summary=budget != MINIATURE))
         if budget == MINIATURE:
-            begin, end = docs_markers("studies")
-            print("studies ->", replace_docs_block(begin, end, studies_block(results_dir), ROOT).relative_to(ROOT))
+            for name, block in (("studies", studies_block), ("claims", claims_block)):
+                begin, end = docs_markers(name)
+                print(name, "->", replace_docs_block(begin, end, block(results_dir), ROOT).relative_to(ROOT))
     return report
 
 if __name__ == "__main__":

@@ -60,17 +60,25 @@ def test_a_run_keeps_its_extra_files_the_kept_keys_and_the_derived_numbers(tmp_p
     }  # fmt: skip
 
 
-
 def test_ilinykh_v2_claims_and_diagnostics_read_what_the_captioner_writes(tmp_path):
     # the captioner's paper_results keys (examples/train_captioning.py `ilinykh_effects`) and the run's diagnostics
     study = reproduce.EXPERIMENTS["ilinykh_captioner_attention_v2"]
-    assert study.results_subdir == "ilinykh_captioner_attention/v2" and "--synthetic_world" in study.settings["geometry"].args
+    assert (
+        study.results_subdir == "ilinykh_captioner_attention/v2"
+        and "--synthetic_world" in study.settings["geometry"].args
+    )
     row = {"within": 0.5, "uniform_within": 0.4, "effect": 0.1, "num_rows": 2000, "attention_weighted_distance": 0.4,
            "uniform_distance": 0.4, "normalised_entropy": 0.5, "share": 0.3, "uniform_share": 0.1, "num_words": 900}  # fmt: skip
     layers = [{"layer": layer, **row} for layer in range(3)]
-    paper = {name: {"per_layer": layers} for name in ("within_theme_attention", "attention_distance_effect", "grounded_word_attention")}
+    paper = {
+        name: {"per_layer": layers}
+        for name in ("within_theme_attention", "attention_distance_effect", "grounded_word_attention")
+    }
     paper["attention_entropy_per_layer"] = {"region_to_region": layers}
-    diagnostics = {"caption": {"image_score": -1.0, "text_only_score": -1.25}, "geometry": {"loss_change_boxes_shuffled": 0.05}}
+    diagnostics = {
+        "caption": {"image_score": -1.0, "text_only_score": -1.25},
+        "geometry": {"loss_change_boxes_shuffled": 0.05},
+    }
     (tmp_path / "eval_results.json").write_text(json.dumps({"cider": 0.5, "diagnostics": diagnostics}))
     (tmp_path / "paper_results.json").write_text(json.dumps(paper))
     metrics = reproduce.read_results(tmp_path, study.settings["geometry"])
@@ -80,6 +88,7 @@ def test_ilinykh_v2_claims_and_diagnostics_read_what_the_captioner_writes(tmp_pa
         for _, key in (claim.comparison.a, claim.comparison.b):
             assert key in metrics, (claim.statement, key)
         assert all(diagnostic.key in metrics for diagnostic in claim.diagnostics), claim.statement
+
 
 def test_a_chained_run_starts_from_its_parent_and_runs_after_it(tmp_path):
     results, outputs = tmp_path / "results", tmp_path / "outputs"
@@ -166,10 +175,10 @@ def test_the_verdict_on_a_claim_follows_the_interval_of_the_paired_differences()
 
 def test_the_claims_table_says_planned_under_way_or_the_verdict(tmp_path):
     fei = reproduce.EXPERIMENTS["fei_a2_fusions"]
-    assert "not planned yet" in reproduce.studies_block(tmp_path)
+    assert "not planned yet" in reproduce.claims_block(tmp_path)
     (tmp_path / fei.name).mkdir()
     (tmp_path / fei.name / "PLAN.md").write_text("plan")
-    assert f"[planned](results/{fei.name}/PLAN.md), not run yet" in reproduce.studies_block(tmp_path)
+    assert f"[planned](../results/{fei.name}/PLAN.md), not run yet" in reproduce.claims_block(tmp_path)
     for seeds in ([42], [42, 43, 44, 45, 46]):
         for setting in fei.planned_settings():
             for seed in seeds:
@@ -182,13 +191,27 @@ def test_the_claims_table_says_planned_under_way_or_the_verdict(tmp_path):
                 }  # fmt: skip
                 path.write_text(json.dumps(record))
         reproduce.write_aggregate(tmp_path, "miniature", [fei.name], docs=False)
-        block = reproduce.studies_block(tmp_path)
+        block = reproduce.claims_block(tmp_path)
         if len(seeds) == 1:
             settings = len(fei.planned_settings())
             assert f"runs under way ({settings} of {5 * settings})" in block
         else:
             gate = "the gate fusion gives a higher CIDEr-D than no alignment (Table 2)"
             assert f"| fei_a2_fusions | {gate} | **holds** | — | 5 |" in block  # a v1 claim: no mechanism diagnostic
+            # the README's row: the plan and how many claims got each verdict
+            row = next(
+                line for line in reproduce.studies_block(tmp_path).splitlines() if "| fei_a2_fusions | v1 |" in line
+            )
+            cells = [cell.strip() for cell in row.strip("|").split("|")]
+            verdicts = [
+                claim["verdict"]
+                for claim in json.loads((tmp_path / fei.name / "aggregate.json").read_text())["experiments"][fei.name][
+                    "claims"
+                ]
+            ]
+            assert cells[2] == "[PLAN.md](results/fei_a2_fusions/PLAN.md)" and cells[-1] == "5"
+            assert cells[3:7] == [str(verdicts.count(verdict)) for verdict in reproduce.VERDICTS]
+            assert sum(map(int, cells[3:7])) == len(fei.claims)
 
 
 def toy_study_runs(acted: dict[int, float]) -> dict[str, dict[int, dict]]:
@@ -196,7 +219,9 @@ def toy_study_runs(acted: dict[int, float]) -> dict[str, dict[int, dict]]:
     (seed -> value) in the seeds given."""
     runs = {"a": {}, "b": {}}
     for seed in range(5):
-        runs["a"][seed] = {"metrics": {"m": 0.6 + 0.01 * seed} | ({"diagnostics.d": acted[seed]} if seed in acted else {})}
+        runs["a"][seed] = {
+            "metrics": {"m": 0.6 + 0.01 * seed} | ({"diagnostics.d": acted[seed]} if seed in acted else {})
+        }
         runs["b"][seed] = {"metrics": {"m": 0.5 + 0.01 * seed}}
     return runs
 
@@ -221,14 +246,20 @@ def test_a_claim_whose_mechanism_does_not_act_is_not_testable_here_with_its_diag
     unrecorded = judged({})
     assert unrecorded["verdict"] == "not testable here" and unrecorded["diagnostics"][0]["mean"] is None
     assert reproduce.mechanism_cell(unrecorded) == "mask sd: not recorded (≥ 0.1)"
-    at_most = reproduce.Claim("x", claim.comparison, diagnostics=(reproduce.Diagnostic("a", "diagnostics.d", "l", 0.1, above=False),))
+    at_most = reproduce.Claim(
+        "x", claim.comparison, diagnostics=(reproduce.Diagnostic("a", "diagnostics.d", "l", 0.1, above=False),)
+    )
     runs = toy_study_runs({seed: 0.05 for seed in range(5)})
     assert reproduce.claim_verdict(at_most, reproduce.compare(runs, claim.comparison), runs=runs)["verdict"] == "holds"
     one_seed = reproduce.claim_verdict(claim, None, runs=toy_study_runs({0: 0.0}))
     assert one_seed["verdict"] == "not testable here" and one_seed["interval"] is None
     # a claim without diagnostics (every v1 claim): the record and its line are what they were
     plain = reproduce.claim_verdict(reproduce.Claim("x", claim.comparison), reproduce.compare(runs, claim.comparison))
-    assert "diagnostics" not in plain and reproduce.mechanism_cell(plain) == "—" and "mechanism" not in reproduce.claim_line(plain)
+    assert (
+        "diagnostics" not in plain
+        and reproduce.mechanism_cell(plain) == "—"
+        and "mechanism" not in reproduce.claim_line(plain)
+    )
 
 
 def test_the_study_table_shows_each_settings_diagnostics_over_seeds():

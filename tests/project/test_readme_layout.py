@@ -149,7 +149,7 @@ def test_links_are_found_in_every_form():
 def _rendered_markers() -> set[str]:
     """The begin markers of every block a script renders from committed results."""
     reproduce = load_script("reproduce_layout", ROOT / "benchmarks" / "reproduce.py")
-    markers = {reproduce.docs_markers(name)[0] for name in ["summary", "studies", *reproduce.EXPERIMENTS]}
+    markers = {reproduce.docs_markers(name)[0] for name in ["summary", "studies", "claims", *reproduce.EXPERIMENTS]}
     time_to_result = load_script("time_to_result_layout", ROOT / "benchmarks" / "time_to_result.py")
     markers |= {time_to_result.ANALYZE_BEGIN, time_to_result.TRAINING_BEGIN}
     for script in ("benchmarks/image_use.py", "benchmarks/word_vectors.py", "benchmarks/feature_store.py",
