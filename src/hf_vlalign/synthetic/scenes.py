@@ -28,7 +28,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from itertools import combinations, permutations
 from pathlib import Path
@@ -689,17 +689,7 @@ def _place_regions_v2(
         jittered = _jittered_box(box, config.image_size, rng)
         # the shapes are apart by the relation margin, so their exact boxes never overlap
         regions.append((jittered if apart(jittered) else box.copy(), index, "true"))
-    kinds = ["shifted", "straddle", "background"] if len(shapes) > 1 else ["shifted", "background"]
-    for _ in range(1000 * config.num_regions):
-        if len(regions) == config.num_regions:
-            break
-        kind = str(rng.choice(kinds))
-        box, source = _distractor_box(kind, shape_boxes, config.image_size, rng)
-        if box is not None and apart(box):
-            regions.append((box, source, kind))
-    else:
-        raise RuntimeError(f"Could not place {config.num_regions} regions on a {config.image_size}px canvas.")
-    return regions
+    return _add_distractors(regions, shape_boxes, config, rng, accept=apart)
 
 
 def _detect(shapes: list[Shape], config: SyntheticSceneConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -722,13 +712,25 @@ def _place_regions_v1(
     for index in rng.permutation(len(shapes)).tolist():
         if len(regions) < config.num_regions and rng.random() < SECOND_TRUE_REGION_PROB:
             regions.append((_jittered_box(shape_boxes[index], config.image_size, rng), index, "true"))
-    kinds = ["shifted", "straddle", "background"] if len(shapes) > 1 else ["shifted", "background"]
+    return _add_distractors(regions, shape_boxes, config, rng)
+
+
+def _add_distractors(
+    regions: list[tuple[np.ndarray, int, str]],
+    shape_boxes: np.ndarray,
+    config: SyntheticSceneConfig,
+    rng: np.random.Generator,
+    accept: Callable[[np.ndarray], bool] = lambda box: True,
+) -> list[tuple[np.ndarray, int, str]]:
+    """Fills `regions` up to `num_regions` with distractor regions ("shifted", "straddle", "background") that `accept`
+    keeps."""
+    kinds = ["shifted", "straddle", "background"] if len(shape_boxes) > 1 else ["shifted", "background"]
     for _ in range(1000 * config.num_regions):
         if len(regions) == config.num_regions:
             break
         kind = str(rng.choice(kinds))
         box, source = _distractor_box(kind, shape_boxes, config.image_size, rng)
-        if box is not None:
+        if box is not None and accept(box):
             regions.append((box, source, kind))
     else:
         raise RuntimeError(f"Could not place {config.num_regions} regions on a {config.image_size}px canvas.")
