@@ -22,11 +22,12 @@ from study_types import (
 )
 
 FUSIONS = ("max", "moving_average", "exp_decay", "gate")
-# the v1 study's captioner (PLAN.md), 800 training / 150 test scenes with distractors, on world v2
+# the v1 study's captioner (PLAN.md), 800 training / 150 test scenes with distractors, on world v2, trained 8 epochs
+# (PLAN_v2.md amendment 5: A2 acts at 8 epochs in world v2, pilot P9; at 4 it did not, P7)
 CAPTIONER = (
     *TINY, "--d_model", "128", "--attention_heads", "4", "--encoder_layers", "3", "--decoder_layers", "3",
     *scenes_with_distractors(800), *WORLD_V2, "--learning_rate", "1e-3", "--encoder_learning_rate", "5e-4",
-    "--num_train_epochs", "4",
+    "--num_train_epochs", "8",
 )  # fmt: skip
 # the A2 flags of every fusion, chosen by the pilots (PLAN_v2.md amendment 3, PILOTS_v2.md: P7): a mask that scores
 # regions by content, learning at 0.05, and lambda = 0 (a deviation from eq. 4: any penalty tried, 0.001 to 0.1, kept
