@@ -35,6 +35,7 @@ ENTITY_TABLE = "grounding_probe.accuracy"
 # PLAN_v2.md thresholds
 PRETRAINING_IMAGE_GAP = 0.10  # minus the masked-word loss, own image - another image's
 ACTIVE_SHARE = 0.20  # Li et al.'s active head: more than 20 % of the attention on the regions
+MIN_ARCS = 100  # a relation with fewer arcs in the probe's captions is reported, not tested
 
 
 def probe_numbers(metrics: dict[str, float]) -> dict[str, float]:
@@ -51,6 +52,12 @@ HEADS_ATTEND_THE_IMAGE = Diagnostic(
 )
 DIAGNOSTICS = (PRETRAINING_READS_THE_IMAGE, HEADS_ATTEND_THE_IMAGE)
 SYNTACTIC = "syntactic_grounding"
+
+
+def relation_diagnostics(relation: str) -> tuple[Diagnostic, ...]:
+    """The plan's diagnostics of a relation's claims: those of every claim, and enough arcs of the relation."""
+    arcs = Diagnostic("probe", f"{SYNTACTIC}.relations.counts.{relation}", f"{relation} arcs", MIN_ARCS)
+    return (*DIAGNOSTICS, arcs)
 
 
 def upper_minus_lower(table: str) -> Comparison:
@@ -100,7 +107,7 @@ EXPERIMENT = Experiment(
                     ("probe", f"{SYNTACTIC}.detection_confidence_baseline.{r}"),
                 ),
                 min_effect=0.05,
-                diagnostics=DIAGNOSTICS,
+                diagnostics=relation_diagnostics(r),
             )
             for r in OUTSIDE_THE_PHRASE
         ),
@@ -109,7 +116,7 @@ EXPERIMENT = Experiment(
                 f"{r}: syntactic grounding is more accurate in higher layers (sec. 3.1; best head, upper - lower)",
                 upper_minus_lower(f"{SYNTACTIC}.relations.accuracy.{r}"),
                 min_effect=0.02,
-                diagnostics=DIAGNOSTICS,
+                diagnostics=relation_diagnostics(r),
             )
             for r in OUTSIDE_THE_PHRASE
         ),
