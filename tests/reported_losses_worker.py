@@ -134,7 +134,13 @@ def main() -> None:
         if trainer.accelerator.is_main_process:
             (output_dir / f"{name}.json").write_text(json.dumps(reported, indent=2) + "\n")
         trainer.accelerator.wait_for_everyone()
-    trainer.end()
+    # the DDP model's reducer holds the process group: free it while every process is still in the group (freed
+    # after the group is destroyed, its gloo destructor can wait forever for a process that has already exited)
+    accelerator = trainer.accelerator
+    del trainer
+    accelerator.free_memory()
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
 
 
 if __name__ == "__main__":
