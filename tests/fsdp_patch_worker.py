@@ -1,0 +1,199 @@
+"""A few supervised training steps of a tiny LLaVA with a LoRA adapter and gradient checkpointing, sharded with torch's
+FSDP2 (`fully_shard`) over the CPU processes of `torchrun` (gloo), or unsharded in one plain process; for
+`tests/trainers/test_fsdp_patch.py`.
+
+    python tests/fsdp_patch_worker.py MODEL_DIR OUTPUT_DIR [--supervision direct semi_direct]                # 1 process
+    torchrun --nproc_per_node 2 tests/fsdp_patch_worker.py MODEL_DIR OUTPUT_DIR [--supervision ...]      # FSDP2, 2 shards
+
+MODEL_DIR holds a saved `LlavaForConditionalGeneration` and its processor. Torch drives FSDP2 by hand, as in
+`tests/fsdp_worker.py` (accelerate 1.15 turns FSDP on only for accelerator devices, see its docstring), the way
+accelerate's FSDP2 path and `PatchSupervisionTrainer` would:
+
+- a peft LoRA adapter on the language model's attention projections (the vision tower and the projector frozen),
+  gradient checkpointing (non-reentrant), dropout off;
+- one `fully_shard` unit per decoder layer (`LlamaDecoderLayer`), then the root; SGD on the adapter's parameters;
+- step i reads the examples [8i, 8i + 8) in order; process k of n takes its 8 / n of them (global batch 8);
+- the loss is `PatchSupervisionTrainer.compute_loss`'s: the caption's language-model loss over the global label-token
+  count, plus the attention loss (`AttentionRecorder`, `forward_with_layout`, `patch_attention_loss`) over the global
+  grounded-row counts, the counts of `PatchSupervisionTrainer.batch_item_counts` summed over the processes; each
+  process's loss is its share of the global mean, multiplied by n since FSDP averages the gradients;
+- the full state dict is gathered from every process, and rank 0 writes the adapter with peft's
+  `save_pretrained(state_dict=...)`, as `Trainer.save_model` does under FSDP.
+
+One training per `--supervision` value, one after the other (one start-up for all), each into
+OUTPUT_DIR/<supervision>: `losses.json` (one {"loss_task", "loss_attention"} per step), `gradients.safetensors` (the
+adapter's full gradients, "<step>/<name>"), `initial.safetensors` / `final.safetensors` (the whole model's full state
+dict before and after), `adapter/` (peft's saved adapter) and `sharding.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from peft import LoraConfig, get_peft_model
+from safetensors.torch import save_file
+from transformers import AutoProcessor, LlavaForConditionalGeneration, set_seed
+
+from hf_vlalign.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
+from hf_vlalign.utils.item_counts import count_labeled
+from hf_vlalign.vlms import (
+    AttentionRecorder,
+    PatchGroundingCollator,
+    forward_with_layout,
+    grounded_caption_examples,
+    grounded_token_count,
+    patch_attention_loss,
+)
+from hf_vlalign.vlms.supervision import grounded_cell_count
+
+SCENES = SyntheticSceneConfig(num_train_images=12, num_val_images=6)
+GLOBAL_BATCH = 8
+STEPS = 3
+LEARNING_RATE = 0.5  # SGD: the adapter moves by about 1e-2 in 3 steps
+SUPERVISED_LAYERS = [1]  # the last of the tiny model's 2 language-model layers; semi-direct rolls out layers 0 and 1
+# the language model's attention projections (the vision tower's are named alike)
+LORA_TARGETS = r"model\.language_model\.layers\.\d+\.self_attn\.(q_proj|k_proj|v_proj|o_proj)"
+
+
+def adapted_model(model_dir: str) -> torch.nn.Module:
+    """The saved LLaVA with dropout off, non-reentrant gradient checkpointing and a seeded LoRA adapter."""
+    model = LlavaForConditionalGeneration.from_pretrained(model_dir)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    # transformers 5.24's name of `gradient_checkpointing_enable` (deprecated there)
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    set_seed(0)  # the adapter's A matrices: the same draw in every process
+    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=LORA_TARGETS)
+    return get_peft_model(model, config)
+
+
+def shard(model: torch.nn.Module) -> dict:
+    """FSDP2: one unit per decoder layer of the language model, then the root. Returns {"world_size", "fsdp_units",
+    "full_numel", "local_numel" (per process)}."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    layers = list(model.get_base_model().model.language_model.layers)
+    full_numel = sum(parameter.numel() for parameter in model.parameters())
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    local = torch.tensor([sum(parameter.to_local().numel() for parameter in model.parameters())])
+    every = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, local)
+    return {
+        "world_size": dist.get_world_size(),
+        "fsdp_units": len(layers) + 1,
+        "full_numel": full_numel,
+        "local_numel": [int(value) for value in every],
+    }
+
+
+def global_item_counts(batch: dict, distributed: bool) -> dict[str, torch.Tensor]:
+    """`PatchSupervisionTrainer.batch_item_counts` of a LLaVA batch, summed over the processes."""
+    alignment = batch["word_cell_alignment"]
+    counts = torch.stack(
+        [count_labeled(batch["labels"][:, 1:]), grounded_token_count(alignment), grounded_cell_count(alignment)]
+    )
+    if distributed:
+        dist.all_reduce(counts)
+    return dict(zip(("label_tokens", "grounded_words", "grounded_cells"), counts))
+
+
+def full_state_dict(model: torch.nn.Module, distributed: bool) -> dict[str, torch.Tensor]:
+    """Every parameter unsharded (a collective under FSDP: every process takes part)."""
+    if not distributed:
+        return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def full_gradients(model: torch.nn.Module, distributed: bool) -> dict[str, torch.Tensor]:
+    """The adapter's gradients, gathered to full tensors under FSDP (a collective)."""
+    gradients = {}
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            gradient = parameter.grad.full_tensor() if distributed else parameter.grad
+            gradients[name] = gradient.detach().clone()
+    return gradients
+
+
+def train(model_dir: str, examples: list[dict], output_dir: Path, supervision: str, rank: int, world: int) -> None:
+    """One run: a fresh adapter, STEPS steps of the global batch with `supervision`, its outputs in `output_dir`."""
+    distributed = world > 1
+    model = adapted_model(model_dir)
+    plain_model = model.get_base_model()
+    collator = PatchGroundingCollator(AutoProcessor.from_pretrained(model_dir), plain_model.config)
+    initial = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    sharding = shard(model) if distributed else {"world_size": 1}
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LEARNING_RATE)
+    model.train()
+    losses, gradients = [], {}
+    per_process = GLOBAL_BATCH // world
+    for step in range(STEPS):
+        start = step * GLOBAL_BATCH + rank * per_process
+        batch = collator(examples[start : start + per_process])
+        counts = global_item_counts(batch, distributed)
+        with AttentionRecorder(plain_model, range(max(SUPERVISED_LAYERS) + 1)) as recorder:
+            outputs, layout = forward_with_layout(
+                model, batch, plain_model=plain_model, num_items_in_batch=counts["label_tokens"]
+            )
+        loss_attention = patch_attention_loss(
+            recorder, batch, layout, supervision, SUPERVISED_LAYERS,
+            num_rows=counts["grounded_words"], num_image_rows=counts["grounded_cells"],
+        )  # fmt: skip
+        recorder.clear()
+        ((outputs.loss + loss_attention) * world).backward()
+        gradients.update({f"{step}/{name}": value for name, value in full_gradients(model, distributed).items()})
+        optimizer.step()
+        optimizer.zero_grad()
+        logged = torch.stack([outputs.loss.detach(), loss_attention.detach()])
+        if distributed:
+            dist.all_reduce(logged)  # the shares sum to the global batch's loss
+        losses.append(dict(zip(("loss_task", "loss_attention"), logged.tolist())))
+
+    final = full_state_dict(model, distributed)
+    if rank == 0:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        save_file({name: tensor.contiguous() for name, tensor in initial.items()}, output_dir / "initial.safetensors")
+        save_file({name: tensor.contiguous() for name, tensor in final.items()}, output_dir / "final.safetensors")
+        save_file(gradients, output_dir / "gradients.safetensors")
+        model.save_pretrained(output_dir / "adapter", state_dict=final)  # peft keeps the adapter's entries
+        (output_dir / "losses.json").write_text(json.dumps(losses, indent=2) + "\n")
+        (output_dir / "sharding.json").write_text(json.dumps(sharding, indent=2) + "\n")
+    if distributed:
+        dist.barrier()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model_dir")
+    parser.add_argument("output_dir", type=Path)
+    parser.add_argument("--supervision", nargs="+", default=["direct", "semi_direct"])
+    args = parser.parse_args()
+
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        dist.init_process_group("gloo")
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    if GLOBAL_BATCH % world:
+        raise ValueError(f"the global batch {GLOBAL_BATCH} must split evenly over {world} processes")
+    torch.set_num_threads(1)
+    scenes = load_or_generate_synthetic_vgp(config=SCENES)
+    examples, _ = grounded_caption_examples(scenes.flickr30k_entities, scenes.images, "train")
+    for supervision in args.supervision:
+        train(args.model_dir, examples, args.output_dir / supervision, supervision, rank, world)
+    if distributed:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
