@@ -23,7 +23,8 @@ accelerate's FSDP2 path and `PatchSupervisionTrainer` would:
 One training per `--supervision` value, one after the other (one start-up for all), each into
 OUTPUT_DIR/<supervision>: `losses.json` (one {"loss_task", "loss_attention"} per step), `gradients.safetensors` (the
 adapter's full gradients, "<step>/<name>"), `initial.safetensors` / `final.safetensors` (the whole model's full state
-dict before and after), `adapter/` (peft's saved adapter) and `sharding.json`.
+dict before and after), `adapter/` (peft's saved adapter) and `sharding.json` (the process count, under FSDP the
+parameters each process holds, and the calls of each decoder layer's attention: forward and recompute).
 """
 
 from __future__ import annotations
@@ -126,6 +127,23 @@ def full_gradients(model: torch.nn.Module, distributed: bool) -> dict[str, torch
     return gradients
 
 
+def count_attention_calls(plain_model: torch.nn.Module) -> list[int]:
+    """The calls of each decoder layer's attention, counted by forward hooks from now on: gradient checkpointing runs
+    each twice per step (the forward, then the recompute in the backward)."""
+    layers = plain_model.model.language_model.layers
+    calls = [0] * len(layers)
+
+    def counter(index: int):
+        def hook(*_):
+            calls[index] += 1
+
+        return hook
+
+    for index, layer in enumerate(layers):
+        layer.self_attn.register_forward_hook(counter(index))
+    return calls
+
+
 def train(model_dir: str, examples: list[dict], output_dir: Path, supervision: str, rank: int, world: int) -> None:
     """One run: a fresh adapter, STEPS steps of the global batch with `supervision`, its outputs in `output_dir`."""
     distributed = world > 1
@@ -133,6 +151,7 @@ def train(model_dir: str, examples: list[dict], output_dir: Path, supervision: s
     plain_model = model.get_base_model()
     collator = PatchGroundingCollator(AutoProcessor.from_pretrained(model_dir), plain_model.config)
     initial = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    attention_calls = count_attention_calls(plain_model)
     sharding = shard(model) if distributed else {"world_size": 1}
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LEARNING_RATE)
     model.train()
@@ -168,7 +187,7 @@ def train(model_dir: str, examples: list[dict], output_dir: Path, supervision: s
         save_file(gradients, output_dir / "gradients.safetensors")
         model.save_pretrained(output_dir / "adapter", state_dict=final)  # peft keeps the adapter's entries
         (output_dir / "losses.json").write_text(json.dumps(losses, indent=2) + "\n")
-        (output_dir / "sharding.json").write_text(json.dumps(sharding, indent=2) + "\n")
+        (output_dir / "sharding.json").write_text(json.dumps({**sharding, "attention_calls": attention_calls}) + "\n")
     if distributed:
         dist.barrier()
 
