@@ -144,42 +144,91 @@ def count_attention_calls(plain_model: torch.nn.Module) -> list[int]:
     return calls
 
 
-def train(model_dir: str, examples: list[dict], output_dir: Path, supervision: str, rank: int, world: int) -> None:
-    """One run: a fresh adapter, STEPS steps of the global batch with `supervision`, its outputs in `output_dir`."""
+def zero3(model: torch.nn.Module, optimizer: torch.optim.Optimizer, per_process: int):
+    """DeepSpeed ZeRO-3 over every process (parameters, gradients and optimizer states partitioned), fp32. Returns the
+    engine, its optimizer and {"world_size", "full_numel", "local_numel" (per process)}."""
+    import deepspeed
+
+    config = {
+        "train_micro_batch_size_per_gpu": per_process,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": 3},
+        "zero_allow_untested_optimizer": True,
+    }
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    local = torch.tensor([sum(parameter.ds_tensor.numel() for parameter in model.parameters())])
+    every = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, local)
+    full_numel = sum(parameter.ds_numel for parameter in model.parameters())
+    return engine, optimizer, {"world_size": dist.get_world_size(), "full_numel": full_numel, "local_numel": [int(v) for v in every]}
+
+
+def zero3_full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The adapter's full gradients under ZeRO-3 (a collective)."""
+    from deepspeed.utils import safe_get_full_grad
+
+    return {
+        name: safe_get_full_grad(parameter).detach().clone()
+        for name, parameter in model.named_parameters()
+        if parameter.requires_grad
+    }
+
+
+def train(
+    model_dir: str, examples: list[dict], output_dir: Path, supervision: str, rank: int, world: int, engine: str
+) -> None:
+    """One run: a fresh adapter, STEPS steps of the global batch with `supervision`, its outputs in `output_dir`;
+    `engine`: "fsdp" (torch's FSDP2) or "deepspeed" (ZeRO-3) when there are several processes."""
     distributed = world > 1
+    deepspeed = distributed and engine == "deepspeed"
     model = adapted_model(model_dir)
     plain_model = model.get_base_model()
     collator = PatchGroundingCollator(AutoProcessor.from_pretrained(model_dir), plain_model.config)
     initial = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
     attention_calls = count_attention_calls(plain_model)
-    sharding = shard(model) if distributed else {"world_size": 1}
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LEARNING_RATE)
+    per_process = GLOBAL_BATCH // world
+    if deepspeed:
+        # SGD with torch's own optimizer, as FSDP's run
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LEARNING_RATE)
+        wrapped, optimizer, sharding = zero3(model, optimizer, per_process)
+    else:
+        sharding = shard(model) if distributed else {"world_size": 1}
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LEARNING_RATE)
+        wrapped = model
     model.train()
     losses, gradients = [], {}
-    per_process = GLOBAL_BATCH // world
     for step in range(STEPS):
         start = step * GLOBAL_BATCH + rank * per_process
         batch = collator(examples[start : start + per_process])
         counts = global_item_counts(batch, distributed)
         with AttentionRecorder(plain_model, range(max(SUPERVISED_LAYERS) + 1)) as recorder:
             outputs, layout = forward_with_layout(
-                model, batch, plain_model=plain_model, num_items_in_batch=counts["label_tokens"]
+                wrapped, batch, plain_model=plain_model, num_items_in_batch=counts["label_tokens"]
             )
         loss_attention = patch_attention_loss(
             recorder, batch, layout, supervision, SUPERVISED_LAYERS,
             num_rows=counts["grounded_words"], num_image_rows=counts["grounded_cells"],
         )  # fmt: skip
         recorder.clear()
-        ((outputs.loss + loss_attention) * world).backward()
-        gradients.update({f"{step}/{name}": value for name, value in full_gradients(model, distributed).items()})
-        optimizer.step()
-        optimizer.zero_grad()
+        # each process's loss is its share of the global mean; FSDP and DeepSpeed average the gradients
+        loss = (outputs.loss + loss_attention) * world
+        if deepspeed:
+            wrapped.backward(loss)
+        else:
+            loss.backward()
+        step_gradients = zero3_full_gradients(model) if deepspeed else full_gradients(model, distributed)
+        gradients.update({f"{step}/{name}": value for name, value in step_gradients.items()})
+        if deepspeed:
+            wrapped.step()  # and zeroes the gradients
+        else:
+            optimizer.step()
+            optimizer.zero_grad()
         logged = torch.stack([outputs.loss.detach(), loss_attention.detach()])
         if distributed:
             dist.all_reduce(logged)  # the shares sum to the global batch's loss
         losses.append(dict(zip(("loss_task", "loss_attention"), logged.tolist())))
 
-    final = full_state_dict(model, distributed)
+    final = wrapped._zero3_consolidated_16bit_state_dict() if deepspeed else full_state_dict(model, distributed)
     if rank == 0:
         output_dir.mkdir(parents=True, exist_ok=True)
         save_file({name: tensor.contiguous() for name, tensor in initial.items()}, output_dir / "initial.safetensors")
@@ -197,10 +246,15 @@ def main() -> None:
     parser.add_argument("model_dir")
     parser.add_argument("output_dir", type=Path)
     parser.add_argument("--supervision", nargs="+", default=["direct", "semi_direct"])
+    parser.add_argument("--engine", choices=["fsdp", "deepspeed"], default="fsdp", help="the sharding of 2+ processes")
     args = parser.parse_args()
 
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if distributed:
+    if distributed and args.engine == "deepspeed":
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend="gloo")
+    elif distributed:
         dist.init_process_group("gloo")
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     if GLOBAL_BATCH % world:
@@ -209,7 +263,7 @@ def main() -> None:
     scenes = load_or_generate_synthetic_vgp(config=SCENES)
     examples, _ = grounded_caption_examples(scenes.flickr30k_entities, scenes.images, "train")
     for supervision in args.supervision:
-        train(args.model_dir, examples, args.output_dir / supervision, supervision, rank, world)
+        train(args.model_dir, examples, args.output_dir / supervision, supervision, rank, world, args.engine)
     if distributed:
         dist.destroy_process_group()
 

@@ -1,5 +1,6 @@
 """The accelerate configs shipped in examples/accelerate_configs parse with accelerate's own loader, and the FSDP
-wrap classes they name are the models' transformer layers (`_no_split_modules`)."""
+wrap classes they name are the models' transformer layers (`_no_split_modules`), the library's own and those of the
+patch VLMs' language models and vision towers."""
 
 import re
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 from accelerate.commands.config.config_args import ClusterConfig
 from accelerate.utils import DistributedType
+from transformers import CLIPVisionModel, GemmaForCausalLM, LlamaForCausalLM, SiglipVisionModel
 
 from hf_vlalign import RegionCaptionerForConditionalGeneration, SingleStreamModel, TwoStreamModel
 
@@ -15,6 +17,8 @@ EXPECTED = {
     "ddp.yaml": DistributedType.MULTI_GPU,
     "fsdp.yaml": DistributedType.FSDP,
     "deepspeed_zero2.yaml": DistributedType.DEEPSPEED,
+    "fsdp_patch_vlm.yaml": DistributedType.FSDP,
+    "deepspeed_zero3.yaml": DistributedType.DEEPSPEED,
 }
 
 
@@ -46,3 +50,21 @@ def test_fsdp_wrap_classes_are_the_models_layers():
     for family_line, cls in (("single-stream", SingleStreamModel), ("two-stream", TwoStreamModel), ("captioner", RegionCaptionerForConditionalGeneration)):
         named = re.search(rf"{family_line} ([A-Za-z,]+)", text).group(1).split(",")
         assert set(named) <= layers[cls], (family_line, named, layers[cls])
+
+
+def test_patch_vlm_configs_shard_the_language_model_and_the_vision_tower():
+    text = (CONFIGS / "fsdp_patch_vlm.yaml").read_text()
+    fsdp = ClusterConfig.from_yaml_file(CONFIGS / "fsdp_patch_vlm.yaml").fsdp_config
+    assert fsdp["fsdp_version"] == 2 and fsdp["fsdp_activation_checkpointing"] is True
+    assert fsdp["fsdp_state_dict_type"] == "FULL_STATE_DICT"
+    # per family: a decoder layer of the language model and an encoder layer of the vision tower (accelerate refuses
+    # a class the model lacks, so the configured list is LLaVA's alone)
+    towers = {"llava": (LlamaForCausalLM, CLIPVisionModel), "paligemma": (GemmaForCausalLM, SiglipVisionModel)}
+    for family, (language_model, vision_tower) in towers.items():
+        named = re.search(rf"{family} ([A-Za-z,]+)", text).group(1).split(",")
+        assert len(named) == 2 and named[0] in language_model._no_split_modules, (family, named)
+        assert named[1] in vision_tower._no_split_modules and named[1].endswith("EncoderLayer"), (family, named)
+        if family == "llava":
+            assert fsdp["fsdp_transformer_layer_cls_to_wrap"].split(",") == named
+    zero3 = ClusterConfig.from_yaml_file(CONFIGS / "deepspeed_zero3.yaml").deepspeed_config
+    assert zero3["zero_stage"] == 3 and zero3["zero3_save_16bit_model"] is True  # the adapter is saved from it
