@@ -2,8 +2,9 @@
 FSDP2 (`fully_shard`) over the CPU processes of `torchrun` (gloo), or unsharded in one plain process; for
 `tests/trainers/test_fsdp_patch.py`.
 
-    python tests/fsdp_patch_worker.py MODEL_DIR OUTPUT_DIR [--supervision direct semi_direct]                # 1 process
-    torchrun --nproc_per_node 2 tests/fsdp_patch_worker.py MODEL_DIR OUTPUT_DIR [--supervision ...]      # FSDP2, 2 shards
+    python tests/fsdp_patch_worker.py MODEL_DIR OUTPUT_DIR [--supervision direct semi_direct]        # 1 process
+    torchrun --nproc_per_node 2 tests/fsdp_patch_worker.py MODEL_DIR OUTPUT_DIR [--supervision ...]  # FSDP2
+    torchrun --nproc_per_node 2 tests/fsdp_patch_worker.py MODEL_DIR OUTPUT_DIR --engine deepspeed   # ZeRO-3
 
 MODEL_DIR holds a saved `LlavaForConditionalGeneration` and its processor. Torch drives FSDP2 by hand, as in
 `tests/fsdp_worker.py` (accelerate 1.15 turns FSDP on only for accelerator devices, see its docstring), the way
@@ -20,10 +21,13 @@ accelerate's FSDP2 path and `PatchSupervisionTrainer` would:
 - the full state dict is gathered from every process, and rank 0 writes the adapter with peft's
   `save_pretrained(state_dict=...)`, as `Trainer.save_model` does under FSDP.
 
+`--engine deepspeed` shards with DeepSpeed ZeRO-3 instead (`deepspeed.initialize`, its CPU accelerator over gloo):
+deepspeed is no dependency of hf_vlalign, so no test of the suite runs it (docs/scaling.md gives the command).
+
 One training per `--supervision` value, one after the other (one start-up for all), each into
 OUTPUT_DIR/<supervision>: `losses.json` (one {"loss_task", "loss_attention"} per step), `gradients.safetensors` (the
 adapter's full gradients, "<step>/<name>"), `initial.safetensors` / `final.safetensors` (the whole model's full state
-dict before and after), `adapter/` (peft's saved adapter) and `sharding.json` (the process count, under FSDP the
+dict before and after), `adapter/` (peft's saved adapter) and `sharding.json` (the process count, when sharded the
 parameters each process holds, and the calls of each decoder layer's attention: forward and recompute).
 """
 
@@ -160,7 +164,8 @@ def zero3(model: torch.nn.Module, optimizer: torch.optim.Optimizer, per_process:
     every = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
     dist.all_gather(every, local)
     full_numel = sum(parameter.ds_numel for parameter in model.parameters())
-    return engine, optimizer, {"world_size": dist.get_world_size(), "full_numel": full_numel, "local_numel": [int(v) for v in every]}
+    sharding = {"world_size": dist.get_world_size(), "full_numel": full_numel, "local_numel": [int(v) for v in every]}
+    return engine, optimizer, sharding
 
 
 def zero3_full_gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:

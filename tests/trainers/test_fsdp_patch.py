@@ -66,7 +66,8 @@ def runs(tmp_path_factory) -> dict[tuple[str, str], Path]:
             port = str(free_port())
             launcher = ["-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port", port]
         command = [
-            sys.executable, *launcher, str(WORKER), str(root / "model"), str(root / name), "--supervision", *SUPERVISIONS
+            sys.executable, *launcher, str(WORKER), str(root / "model"), str(root / name),
+            "--supervision", *SUPERVISIONS,
         ]  # fmt: skip
         log = open(root / f"{name}.log", "w")  # an unread pipe would block a worker once full
         started[name] = (subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT), log)
@@ -114,7 +115,8 @@ def test_fsdp2_trains_a_supervised_lora_llava_like_one_process(runs, supervision
     gradient_difference = _largest_difference(gradients[single], gradients[sharded])
 
     # only the adapter moves, and it moves the same way
-    initial, final = load_file(single / "initial.safetensors"), {run: load_file(run / "final.safetensors") for run in (single, sharded)}
+    initial = load_file(single / "initial.safetensors")
+    final = {run: load_file(run / "final.safetensors") for run in (single, sharded)}
     for run in (single, sharded):
         moved = {name for name in initial if not torch.equal(initial[name], final[run][name])}
         assert moved and all("lora_" in name for name in moved), sorted(moved)
