@@ -10,7 +10,7 @@ from transformers.trainer_utils import unwrap_peft_model
 
 from ..utils.item_counts import count_labeled
 from ..vlms.families import NON_MODEL_KEYS, forward_with_layout, patch_model_family
-from ..vlms.recording import AttentionRecorder
+from ..vlms.recording import AttentionRecorder, check_recordable
 from ..vlms.supervision import (
     PATCH_SUPERVISION_METHODS,
     grounded_cell_count,
@@ -65,7 +65,8 @@ class PatchSupervisionTrainer(ComponentLossTrainer):
     """`Trainer` of a transformers patch model on `PatchGroundingCollator` batches: the model's own task loss
     (`loss_task`: LLaVA's / PaliGemma's language-model loss on the caption, or a ViLT head's loss) plus
     `attention_supervision_weight * loss_attention`, the attention recorded by an `AttentionRecorder` (LLaVA and
-    PaliGemma keep `sdpa`). Both are normalised by global counts (caption label tokens, grounded tokens).
+    PaliGemma keep the attention implementation they were loaded with, docs/vlms.md). Both are normalised by global
+    counts (caption label tokens, grounded tokens).
     """
 
     args_class = PatchSupervisionTrainingArguments
@@ -76,6 +77,8 @@ class PatchSupervisionTrainer(ComponentLossTrainer):
         super().__init__(*args, **kwargs)
         model = self._plain_model()
         self.family = patch_model_family(model)
+        if self.args.attention_supervision is not None:
+            check_recordable(model)
         num_layers = len(self.family.attention_modules(model))
         num_heads = self.family.num_heads(model)
         layers = self.args.supervised_layers or [num_layers - 1]
