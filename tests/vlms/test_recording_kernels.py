@@ -162,6 +162,14 @@ def test_gradient_checkpointing_recomputes_with_the_models_kernel(family):
         torch.testing.assert_close(gradients[1][name], gradient, rtol=1e-5, atol=1e-6)
 
 
+def test_reentrant_checkpointing_is_refused_with_supervision(tmp_path):
+    # its forward runs without gradients: the recorded query / key would carry none to the supervised layers
+    kwargs = dict(output_dir=str(tmp_path), gradient_checkpointing=True, attention_supervision="direct")
+    with pytest.raises(ValueError, match=r"^`gradient_checkpointing_kwargs` must not set `use_reentrant=True`"):
+        PatchSupervisionTrainingArguments(**kwargs, gradient_checkpointing_kwargs={"use_reentrant": True})
+    PatchSupervisionTrainingArguments(**kwargs)  # transformers' default: non-reentrant
+
+
 def test_an_implementation_whose_masks_the_supervision_cannot_read_is_refused(tmp_path):
     model, _ = tiny_patch_model("llava", attn_implementation=NO_MASK)
     with pytest.raises(ValueError, match=f"implementation '{NO_MASK}' of the llava language model has no mask function"):

@@ -55,6 +55,13 @@ class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
                 f"{self.attention_supervision!r}."
             )
         check_bounds(self, attention_supervision_weight=(">=", 0))
+        checkpointing = self.gradient_checkpointing_kwargs or {}
+        if self.attention_supervision is not None and self.gradient_checkpointing and checkpointing.get("use_reentrant"):
+            raise ValueError(
+                "`gradient_checkpointing_kwargs` must not set `use_reentrant=True` with `attention_supervision`: "
+                "reentrant checkpointing runs the forward without gradients, so the supervision loss computed from the "
+                f"recorded query / key would train nothing; got {checkpointing}."
+            )
         for name in ("supervised_layers", "supervised_heads"):
             value = getattr(self, name)
             if value is not None and (not value or min(value) < 0):

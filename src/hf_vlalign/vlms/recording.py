@@ -3,14 +3,18 @@ so that the supervision can compute the logits it needs while every layer keeps 
 model was loaded with (`eager`, `sdpa`, flash attention, `flex_attention`, a kernel registered in `AttentionInterface`).
 
 LLaVA / PaliGemma: a layer's attention module looks its function up at each call with
-`ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager_attention_forward)`. Inside the recorder,
-the entry of the language model's implementation name in that interface (the instance the modeling file uses) is
-shadowed by a wrapper that runs the same function (for "eager", the attention module's own modeling file's
-`eager_attention_forward`) and keeps the query, key (after RoPE, before `repeat_kv`) and mask of the recorded layers;
-on exit, also on an exception, the entry is restored. The config's `_attn_implementation` is never changed, so the
-model builds the masks its implementation expects (transformers picks the mask function and its own "flash" checks by
-that name), and the other layers, the vision tower and a gradient-checkpointing recomputation (run in backward,
-after the recorder's exit) run the user's kernel unchanged; the recomputation records nothing.
+`ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager_attention_forward)`, a mapping whose own
+(instance) entries come before the registered ones, "eager" included. Inside the recorder, the entry of the language
+model's implementation name in that instance (the one its modeling file uses) is shadowed by a wrapper that runs the
+same function (for "eager", the attention module's modeling file's `eager_attention_forward`) and keeps the query, key
+(after RoPE, before `repeat_kv`) and mask of the recorded layers; on exit, also on an exception, the entry is restored.
+Why not a wrapper registered under a name of its own: switching `_attn_implementation` to it would change what
+transformers picks by that name (the mask function of `AttentionMaskInterface`, its "flash" checks), and a
+gradient-checkpointing recomputation, run in backward after the switch is undone, would run another code path than the
+forward. Here the config is never changed: the model builds the masks its implementation expects, and the other
+layers, the vision tower and the recomputation run the user's kernel unchanged (the recomputation, outside the
+recorder, records nothing). While inside, every model of the process under that name goes through the wrapper, which
+records only the recorders' own layers.
 
 The recorded masks are what the supervision reads (`supervision._allowed`): None, bool or additive (B, 1, N, N). A
 flash-style padding mask (None or 2-D, the kernel being causal) is recorded as None: the supervision then applies the
@@ -24,6 +28,7 @@ ViLT (eager, inline attention): forward hooks on each recorded `ViltSelfAttentio
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from contextvars import ContextVar
@@ -43,14 +48,24 @@ _active_recorders: ContextVar[tuple[AttentionRecorder, ...]] = ContextVar("hf_vl
 _installed: dict[tuple[int, str], list] = {}
 
 
+@functools.cache
+def _from_modeling_file(module_class: type, name: str):
+    """`name` in the modeling file of the attention module's class (FSDP2 wraps a module in a subclass of its own)."""
+    for cls in module_class.__mro__:
+        value = getattr(sys.modules[cls.__module__], name, None)
+        if value is not None:
+            return value
+    return None
+
+
 def _attention_interface(module: nn.Module):
     """The `AttentionInterface` instance the module's modeling file looks its attention function up in."""
-    return getattr(sys.modules[type(module).__module__], "ALL_ATTENTION_FUNCTIONS", ALL_ATTENTION_FUNCTIONS)
+    return _from_modeling_file(type(module), "ALL_ATTENTION_FUNCTIONS") or ALL_ATTENTION_FUNCTIONS
 
 
 def _eager_function(module: nn.Module):
     """transformers' eager attention of the module's own modeling file (the default of its `get_interface` call)."""
-    function = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    function = _from_modeling_file(type(module), "eager_attention_forward")
     if function is None:
         raise ValueError(
             f"{type(module).__name__} runs `eager` attention, but its modeling file {type(module).__module__} has no "
@@ -132,7 +147,8 @@ class AttentionRecorder:
     (B, H_kv, N, d), `masks[layer]` (the attention mask the layer was given, None for a plain causal / full one) and
     `scaling` for every layer of `layers` (default: all), every layer running the model's own attention
     implementation. Under gradient checkpointing, run the backward after leaving the context (as the trainer does):
-    the recomputation then runs the same function and records nothing.
+    the recomputation then runs the same function and records nothing. Reentrant checkpointing runs the forward
+    without gradients, so what it records carries none (`PatchSupervisionTrainingArguments` refuses it).
 
     Example:
         ```python
@@ -149,6 +165,7 @@ class AttentionRecorder:
         if layers is None:
             layers = range(len(modules))
         self.model = model
+        self._first_attention = modules[0]
         self.layers = sorted(set(layers))
         self._layer_of = {modules[layer]: layer for layer in self.layers}
         self.queries: dict[int, torch.Tensor] = {}
@@ -189,7 +206,7 @@ class AttentionRecorder:
                 self._hooks.append(module.query.register_forward_hook(self._vilt_hook(module, layer, "query")))
                 self._hooks.append(module.key.register_forward_hook(self._vilt_hook(module, layer, "key")))
         else:
-            module = next(iter(self._layer_of))
+            module = self._first_attention
             self._installed = (_attention_interface(module), module.config._attn_implementation)
             _install(*self._installed)
             self._token = _active_recorders.set((*_active_recorders.get(), self))
