@@ -6,8 +6,9 @@ the same kernel; an implementation whose masks the supervision cannot read is re
 
 Kernels registered here: "counting" (eager math, counting its calls per attention module), "padding-only"
 (flash attention's contract on CPU: a causal kernel given no mask or the 2-D padding mask, `flash_attention_mask`; no
-"flash" in its name, which would send transformers looking for the flash-attn package) and
-"no-mask" (a kernel with no mask function: transformers then gives its layers no mask)."""
+"flash" in its name, which would send transformers looking for the flash-attn package) and "no-mask" (a kernel with
+no mask function: transformers then gives its layers no mask). The recorded forwards' outputs are compared with
+`torch.equal`: every kernel here is deterministic on CPU."""
 
 import collections
 
@@ -17,6 +18,7 @@ from script_modules import ROOT, load_script
 from test_patch_models import EXAMPLES, sharpen
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, flash_attention_mask
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from hf_vlalign.trainers.patch_supervision import PatchSupervisionTrainer, PatchSupervisionTrainingArguments
 from hf_vlalign.vlms import AttentionRecorder, PatchGroundingCollator, forward_with_layout, patch_attention_loss
@@ -162,6 +164,20 @@ def test_gradient_checkpointing_recomputes_with_the_models_kernel(family):
         torch.testing.assert_close(gradients[1][name], gradient, rtol=1e-5, atol=1e-6)
 
 
+def test_nested_recorders_keep_their_own_layers_and_the_kernel_is_restored_after_an_error():
+    model, batch = loaded("llava", COUNTING)
+    other, _ = loaded("llava", "eager")
+    with pytest.raises(RuntimeError, match="boom"), AttentionRecorder(model, layers=[1]) as outer:
+        with AttentionRecorder(model, layers=[0]) as inner, AttentionRecorder(other) as eager, torch.no_grad():
+            forward_with_layout(model, batch)
+        raise RuntimeError("boom")
+    assert sorted(outer.queries) == [1] and sorted(inner.queries) == [0] and not eager.queries
+    # the interface is as before: the registered kernel, and no instance entry left ("eager": the modeling file's)
+    assert ALL_ATTENTION_FUNCTIONS.get_interface(COUNTING, None) is counting_attention
+    assert ALL_ATTENTION_FUNCTIONS.get_interface("eager", None) is None
+    assert COUNTING not in ALL_ATTENTION_FUNCTIONS._local_mapping
+
+
 def test_reentrant_checkpointing_is_refused_with_supervision(tmp_path):
     # its forward runs without gradients: the recorded query / key would carry none to the supervised layers
     kwargs = dict(output_dir=str(tmp_path), gradient_checkpointing=True, attention_supervision="direct")
@@ -172,7 +188,7 @@ def test_reentrant_checkpointing_is_refused_with_supervision(tmp_path):
 
 def test_an_implementation_whose_masks_the_supervision_cannot_read_is_refused(tmp_path):
     model, _ = tiny_patch_model("llava", attn_implementation=NO_MASK)
-    with pytest.raises(ValueError, match=f"implementation '{NO_MASK}' of the llava language model has no mask function"):
+    with pytest.raises(ValueError, match=f"'{NO_MASK}' of the llava language model has no mask function"):
         AttentionRecorder(model)
     # PaliGemma under a flash-style mask would lose its bidirectional prefix: refused when the trainer is built
     model, processor = tiny_patch_model("paligemma", attn_implementation=PADDING_ONLY)
