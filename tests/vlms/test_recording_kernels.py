@@ -40,7 +40,7 @@ def counting_attention(module, query, key, value, attention_mask, scaling=None, 
     return (weights @ value).transpose(1, 2).contiguous(), weights
 
 
-def flash_like_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def padding_only_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     length = query.shape[2]
     allowed = torch.ones(length, length, dtype=torch.bool)
     if module.is_causal:  # as flash attention: the language model's layers, not the vision tower's
@@ -53,7 +53,7 @@ def flash_like_attention(module, query, key, value, attention_mask, scaling=None
     return output.transpose(1, 2).contiguous(), None
 
 
-KERNELS = {COUNTING: (counting_attention, eager_mask), PADDING_ONLY: (flash_like_attention, flash_attention_mask),
+KERNELS = {COUNTING: (counting_attention, eager_mask), PADDING_ONLY: (padding_only_attention, flash_attention_mask),
            NO_MASK: (counting_attention, None)}  # fmt: skip
 IMPLEMENTATIONS = {"llava": ("eager", "sdpa", COUNTING, PADDING_ONLY), "paligemma": ("eager", "sdpa", COUNTING)}
 
@@ -71,8 +71,8 @@ def registered_kernels():
 
 
 def loaded(family: str, implementation: str, train: bool = False):
-    """(model, batch): the tiny `family` model loaded with `implementation`, its supervised layers' attention sharpened
-    (the same weights for every implementation), and a padded batch of two grounded captions."""
+    """(model, batch): the tiny `family` model loaded with `implementation`, its query / key projections re-drawn larger (`sharpen`,
+    the same weights for every implementation), and a padded batch of two grounded captions."""
     model, processor = tiny_patch_model(family, attn_implementation=implementation)
     sharpen(model)
     model.train(train)
