@@ -71,8 +71,8 @@ def registered_kernels():
 
 
 def loaded(family: str, implementation: str, train: bool = False):
-    """(model, batch): the tiny `family` model loaded with `implementation`, its query / key projections re-drawn larger (`sharpen`,
-    the same weights for every implementation), and a padded batch of two grounded captions."""
+    """(model, batch): the tiny `family` model loaded with `implementation`, its query / key projections re-drawn
+    larger (`sharpen`, the same weights for every implementation), and a padded batch of two grounded captions."""
     model, processor = tiny_patch_model(family, attn_implementation=implementation)
     sharpen(model)
     model.train(train)
