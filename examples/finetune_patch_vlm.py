@@ -32,6 +32,7 @@ import sys
 from dataclasses import dataclass, field
 
 from transformers import AutoModelForImageTextToText, AutoProcessor, set_seed
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from hf_vlalign.alignment.patches import DEFAULT_COVERAGE_THRESHOLD
 from hf_vlalign.evaluation.diagnostics import mechanism_diagnostics
@@ -99,10 +100,20 @@ class PatchVLMArguments(SubsetArguments):
     prompt: str | None = field(
         default=None, metadata={"help": "text between image and caption (PaliGemma: 'caption en')."}
     )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={"help": "the model's attention: eager, sdpa, flex_attention, ... (default: the model's)."},
+    )
 
     def __post_init__(self):
         if self.tiny_image_size > MAX_IMAGE_SIZE:
             raise ValueError(f"`--tiny_image_size` must be at most {MAX_IMAGE_SIZE} pixels, got {self.tiny_image_size}.")
+        implementations = ("eager", *ALL_ATTENTION_FUNCTIONS.valid_keys())
+        if self.attn_implementation is not None and self.attn_implementation not in implementations:
+            raise ValueError(
+                f"`--attn_implementation` must be one of {implementations} (transformers' `AttentionInterface`), got "
+                f"{self.attn_implementation!r}."
+            )
 
 
 def parse_args(argv: list[str]) -> tuple[PatchVLMArguments, PatchSupervisionTrainingArguments]:
@@ -130,11 +141,15 @@ def load_model(args: PatchVLMArguments, seed: int, train: list[dict]):
             num_layers=args.tiny_layers,
             num_heads=args.tiny_heads,
             vision_layers=args.tiny_vision_layers,
+            attn_implementation=args.attn_implementation,
         )
         tokenizer = word_level_tokenizer(row["caption"] for row in train) if args.tiny_vocabulary == "data" else None
         return tiny_patch_model(args.tiny_family, seed=seed, tokenizer=tokenizer, **sizes)
     processor = AutoProcessor.from_pretrained(args.model_name_or_path)
-    return AutoModelForImageTextToText.from_pretrained(args.model_name_or_path), processor
+    model = AutoModelForImageTextToText.from_pretrained(
+        args.model_name_or_path, attn_implementation=args.attn_implementation
+    )
+    return model, processor
 
 
 def load_examples(args: PatchVLMArguments) -> tuple[list[dict], list[dict], dict, str]:

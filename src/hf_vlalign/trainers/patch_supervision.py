@@ -10,7 +10,7 @@ from transformers.trainer_utils import unwrap_peft_model
 
 from ..utils.item_counts import count_labeled
 from ..vlms.families import NON_MODEL_KEYS, forward_with_layout, patch_model_family
-from ..vlms.recording import AttentionRecorder
+from ..vlms.recording import AttentionRecorder, check_recordable
 from ..vlms.supervision import (
     PATCH_SUPERVISION_METHODS,
     grounded_cell_count,
@@ -55,6 +55,13 @@ class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
                 f"{self.attention_supervision!r}."
             )
         check_bounds(self, attention_supervision_weight=(">=", 0))
+        checkpointing = self.gradient_checkpointing_kwargs or {}
+        if self.attention_supervision is not None and self.gradient_checkpointing and checkpointing.get("use_reentrant"):
+            raise ValueError(
+                "`gradient_checkpointing_kwargs` must not set `use_reentrant=True` with `attention_supervision`: "
+                "reentrant checkpointing runs the forward without gradients, so the supervision loss computed from the "
+                f"recorded query / key would train nothing; got {checkpointing}."
+            )
         for name in ("supervised_layers", "supervised_heads"):
             value = getattr(self, name)
             if value is not None and (not value or min(value) < 0):
@@ -65,7 +72,8 @@ class PatchSupervisionTrainer(ComponentLossTrainer):
     """`Trainer` of a transformers patch model on `PatchGroundingCollator` batches: the model's own task loss
     (`loss_task`: LLaVA's / PaliGemma's language-model loss on the caption, or a ViLT head's loss) plus
     `attention_supervision_weight * loss_attention`, the attention recorded by an `AttentionRecorder` (LLaVA and
-    PaliGemma keep `sdpa`). Both are normalised by global counts (caption label tokens, grounded tokens).
+    PaliGemma keep the attention implementation they were loaded with, docs/vlms.md). Both are normalised by global
+    counts (caption label tokens, grounded tokens).
     """
 
     args_class = PatchSupervisionTrainingArguments
@@ -76,6 +84,8 @@ class PatchSupervisionTrainer(ComponentLossTrainer):
         super().__init__(*args, **kwargs)
         model = self._plain_model()
         self.family = patch_model_family(model)
+        if self.args.attention_supervision is not None:
+            check_recordable(model)
         num_layers = len(self.family.attention_modules(model))
         num_heads = self.family.num_heads(model)
         layers = self.args.supervised_layers or [num_layers - 1]

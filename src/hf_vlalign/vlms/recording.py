@@ -1,44 +1,154 @@
 """Records the query / key projections of chosen attention layers of a transformers patch model during its forward,
-so that the supervision can compute the logits it needs while the model keeps `sdpa` (which returns no attention).
+so that the supervision can compute the logits it needs while every layer keeps the attention implementation the
+model was loaded with (`eager`, `sdpa`, flash attention, `flex_attention`, a kernel registered in `AttentionInterface`).
 
-LLaVA / PaliGemma: the recorder registers `hf_vlalign_sdpa` in transformers' `AttentionInterface`, which runs
-transformers' own `sdpa_attention_forward` and keeps the query, key (after RoPE, before `repeat_kv`) and mask of the
-recorded layers; the language model's `_attn_implementation` is restored afterwards. ViLT (eager, inline attention):
-forward hooks on each recorded `ViltSelfAttention.query` / `.key`.
+LLaVA / PaliGemma: a layer's attention module looks its function up at each call with
+`ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager_attention_forward)`, a mapping whose own
+(instance) entries come before the registered ones, "eager" included. Inside the recorder, the entry of the language
+model's implementation name in that instance (the one its modeling file uses) is shadowed by a wrapper that runs the
+same function (for "eager", the attention module's modeling file's `eager_attention_forward`) and keeps the query, key
+(after RoPE, before `repeat_kv`) and mask of the recorded layers; on exit, also on an exception, the entry is restored.
+Why not a wrapper registered under a name of its own: switching `_attn_implementation` to it would change what
+transformers picks by that name (the mask function of `AttentionMaskInterface`, its "flash" checks), and a
+gradient-checkpointing recomputation, run in backward after the switch is undone, would run another code path than the
+forward. Here the config is never changed: the model builds the masks its implementation expects, and the other
+layers, the vision tower and the recomputation run the user's kernel unchanged (the recomputation, outside the
+recorder, records nothing). While inside, every model of the process under that name goes through the wrapper, which
+records only the recorders' own layers.
+
+The recorded masks are what the supervision reads (`supervision._allowed`): None, bool or additive (B, 1, N, N). A
+flash-style padding mask (None or 2-D, the kernel being causal) is recorded as None: the supervision then applies the
+causal pattern over the batch's `attention_mask`. A `flex_attention` `BlockMask` is recorded as its dense bool mask.
+`check_recordable` refuses, with the implementation's name, what cannot give the mask the model applied: a name with no
+mask function registered in `AttentionMaskInterface` (its layers get no mask at all), and a flash-style one on
+PaliGemma (it drops the prefix-LM bidirectional attention over image and prefix).
+
+ViLT (eager, inline attention): forward hooks on each recorded `ViltSelfAttention.query` / `.key`.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Sequence
 from contextvars import ContextVar
 
 import torch
 from torch import nn
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from torch.nn.attention.flex_attention import BlockMask, create_mask
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .families import ViltFamily, patch_model_family
 
-__all__ = ["RECORDING_ATTENTION", "AttentionRecorder"]
+__all__ = ["AttentionRecorder", "check_recordable"]
 
-RECORDING_ATTENTION = "hf_vlalign_sdpa"
+_active_recorders: ContextVar[tuple[AttentionRecorder, ...]] = ContextVar("hf_vlalign_active_recorders", default=())
+# (id(interface), name) -> [interface, its own entry of `name` before (None: none), recorders inside]
+_installed: dict[tuple[int, str], list] = {}
 
-_active_recorder: ContextVar[AttentionRecorder | None] = ContextVar("hf_vlalign_active_recorder", default=None)
+
+@functools.cache
+def _from_modeling_file(module_class: type, name: str):
+    """`name` in the modeling file of the attention module's class (FSDP2 wraps a module in a subclass of its own)."""
+    for cls in module_class.__mro__:
+        value = getattr(sys.modules[cls.__module__], name, None)
+        if value is not None:
+            return value
+    return None
 
 
-def _recording_sdpa(module: nn.Module, query, key, value, attention_mask, **kwargs):
-    """transformers' sdpa attention; the active recorder keeps `query`, `key` and the mask of its layers."""
-    recorder = _active_recorder.get()
-    if recorder is not None:
-        recorder.record(module, query, key, attention_mask, kwargs.get("scaling"))
-    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+def _attention_interface(module: nn.Module):
+    """The `AttentionInterface` instance the module's modeling file looks its attention function up in."""
+    return _from_modeling_file(type(module), "ALL_ATTENTION_FUNCTIONS") or ALL_ATTENTION_FUNCTIONS
+
+
+def _eager_function(module: nn.Module):
+    """transformers' eager attention of the module's own modeling file (the default of its `get_interface` call)."""
+    function = _from_modeling_file(type(module), "eager_attention_forward")
+    if function is None:
+        raise ValueError(
+            f"{type(module).__name__} runs `eager` attention, but its modeling file {type(module).__module__} has no "
+            "`eager_attention_forward` for the recorder to run."
+        )
+    return function
+
+
+class _RecordingAttention:
+    """The attention function registered under one name, wrapped: offers each call's query, key and mask to the
+    active recorders (each keeps its own layers), then runs the function itself."""
+
+    def __init__(self, function) -> None:
+        self.function = function  # None for "eager": each module's own modeling file's function
+
+    def __call__(self, module: nn.Module, query, key, value, attention_mask, **kwargs):
+        for recorder in _active_recorders.get():
+            recorder.record(module, query, key, attention_mask, kwargs.get("scaling"))
+        function = self.function if self.function is not None else _eager_function(module)
+        return function(module, query, key, value, attention_mask, **kwargs)
+
+
+def _install(interface, name: str) -> None:
+    slot = (id(interface), name)
+    if slot not in _installed:
+        own_entry = interface._local_mapping.get(name)
+        original = None if name == "eager" else interface.get_interface(name, None)
+        _installed[slot] = [interface, own_entry, 0]
+        interface[name] = _RecordingAttention(original)
+    _installed[slot][2] += 1
+
+
+def _uninstall(interface, name: str) -> None:
+    slot = (id(interface), name)
+    _installed[slot][2] -= 1
+    if _installed[slot][2] == 0:
+        _, own_entry, _ = _installed.pop(slot)
+        if own_entry is None:
+            del interface[name]
+        else:
+            interface[name] = own_entry
+
+
+def check_recordable(model: nn.Module) -> None:
+    """Raises a ValueError naming the language model's attention implementation when the recorder cannot give the
+    supervision the mask that implementation applies (see the module docstring); ViLT is always recordable."""
+    family = patch_model_family(model)
+    if isinstance(family, ViltFamily):
+        return
+    implementation = family.language_model(model).config._attn_implementation
+    # transformers gives a layer no mask for a name without a mask function (`masking_utils._preprocess_mask_arguments`)
+    if implementation not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
+        raise ValueError(
+            f"The attention implementation {implementation!r} of the {family.name} language model has no mask "
+            "function registered in transformers' `AttentionMaskInterface`: its layers get no attention mask, so the "
+            "supervision cannot know which keys each query saw. Register the mask your kernel applies, e.g. "
+            f"`AttentionMaskInterface.register({implementation!r}, sdpa_mask)`."
+        )
+    if family.name == "paligemma" and ALL_MASK_ATTENTION_FUNCTIONS[implementation] is flash_attention_mask:
+        raise ValueError(
+            f"The attention implementation {implementation!r} takes flash attention's padding-only mask, which drops "
+            "PaliGemma's bidirectional attention over the image and prefix: load the model with `eager`, `sdpa`, "
+            "`flex_attention` or a kernel taking a 4-D mask."
+        )
+
+
+def _recorded_mask(mask, query: torch.Tensor) -> torch.Tensor | None:
+    """The mask a layer was given, in a form the supervision reads: None, bool or additive (B, 1, N, N)."""
+    if isinstance(mask, BlockMask):
+        query_length, key_length = mask.seq_lengths
+        return create_mask(mask.mask_mod, query.shape[0], 1, query_length, key_length, device=query.device)
+    if mask is not None and mask.dim() == 2:  # flash attention's padding mask: a causal kernel over the real keys
+        return None
+    return mask
 
 
 class AttentionRecorder:
     """Context manager: inside it, forwards of `model` record `queries[layer]` (B, H, N, d), `keys[layer]`
     (B, H_kv, N, d), `masks[layer]` (the attention mask the layer was given, None for a plain causal / full one) and
-    `scaling` for every layer of `layers` (default: all).
+    `scaling` for every layer of `layers` (default: all), every layer running the model's own attention
+    implementation. Under gradient checkpointing, run the backward after leaving the context (as the trainer does):
+    the recomputation then runs the same function and records nothing. Reentrant checkpointing runs the forward
+    without gradients, so what it records carries none (`PatchSupervisionTrainingArguments` refuses it).
 
     Example:
         ```python
@@ -49,11 +159,13 @@ class AttentionRecorder:
     """
 
     def __init__(self, model: nn.Module, layers: Sequence[int] | None = None) -> None:
+        check_recordable(model)
         self.family = patch_model_family(model)
         modules = self.family.attention_modules(model)
         if layers is None:
             layers = range(len(modules))
         self.model = model
+        self._first_attention = modules[0]
         self.layers = sorted(set(layers))
         self._layer_of = {modules[layer]: layer for layer in self.layers}
         self.queries: dict[int, torch.Tensor] = {}
@@ -62,7 +174,7 @@ class AttentionRecorder:
         self.scaling: float | None = None
         self._hooks: list = []
         self._token = None
-        self._previous_implementation: str | None = None
+        self._installed: tuple | None = None
 
     def clear(self) -> None:
         self.queries, self.keys, self.masks = {}, {}, {}
@@ -71,7 +183,8 @@ class AttentionRecorder:
         layer = self._layer_of.get(module)
         if layer is None:
             return
-        self.queries[layer], self.keys[layer], self.masks[layer] = query, key, mask
+        self.queries[layer], self.keys[layer] = query, key
+        self.masks[layer] = _recorded_mask(mask, query)
         self.scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
 
     def _vilt_hook(self, module: nn.Module, layer: int, kind: str):
@@ -93,13 +206,10 @@ class AttentionRecorder:
                 self._hooks.append(module.query.register_forward_hook(self._vilt_hook(module, layer, "query")))
                 self._hooks.append(module.key.register_forward_hook(self._vilt_hook(module, layer, "key")))
         else:
-            if RECORDING_ATTENTION not in AttentionInterface._global_mapping:
-                AttentionInterface.register(RECORDING_ATTENTION, _recording_sdpa)
-                AttentionMaskInterface.register(RECORDING_ATTENTION, sdpa_mask)
-            language_model = self.family.language_model(self.model)
-            self._previous_implementation = language_model.config._attn_implementation
-            language_model.set_attn_implementation(RECORDING_ATTENTION)
-            self._token = _active_recorder.set(self)
+            module = self._first_attention
+            self._installed = (_attention_interface(module), module.config._attn_implementation)
+            _install(*self._installed)
+            self._token = _active_recorders.set((*_active_recorders.get(), self))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -107,6 +217,7 @@ class AttentionRecorder:
             hook.remove()
         self._hooks = []
         if self._token is not None:
-            _active_recorder.reset(self._token)
+            _active_recorders.reset(self._token)
             self._token = None
-            self.family.language_model(self.model).set_attn_implementation(self._previous_implementation)
+            _uninstall(*self._installed)
+            self._installed = None

@@ -76,14 +76,18 @@ def tiny_patch_model(
     vision_layers: int = 1,
     seed: int = 0,
     tokenizer: PreTrainedTokenizerFast | None = None,
+    attn_implementation: str | None = None,
 ):
     """(model, processor) of a tiny `family` model ("vilt", "llava" or "paligemma") over `image_size` square images
     cut into `patch_size` patches, randomly initialised with `seed`; `tokenizer`: one with an `<image>` token (e.g.
-    `word_level_tokenizer`), default: the embedded default's WordPiece with `<image>` added."""
+    `word_level_tokenizer`), default: the embedded default's WordPiece with `<image>` added; `attn_implementation`:
+    the LLaVA / PaliGemma attention implementation (default: transformers' default, `sdpa`)."""
     import torch
 
     if family not in TINY_FAMILIES:
         raise ValueError(f"`family` must be one of {TINY_FAMILIES}, got {family!r}.")
+    if family == "vilt" and attn_implementation not in (None, "eager"):
+        raise ValueError(f"`attn_implementation` of ViLT must be None or 'eager', got {attn_implementation!r}.")
     if not 0 < image_size <= MAX_IMAGE_SIZE:
         raise ValueError(f"`image_size` of a tiny model must be in 1..{MAX_IMAGE_SIZE} pixels, got {image_size}.")
     if image_size % patch_size:
@@ -119,7 +123,7 @@ def tiny_patch_model(
             image_processor=image_processor, tokenizer=tokenizer, patch_size=patch_size,
             vision_feature_select_strategy="default", image_token=IMAGE_TOKEN,
         )  # fmt: skip
-        return LlavaForConditionalGeneration(config), processor
+        return _with_attention(LlavaForConditionalGeneration(config), attn_implementation), processor
     image_processor = SiglipImageProcessorPil(size={"height": image_size, "width": image_size})
     processor = PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer)  # adds its tokens first
     vision = SiglipVisionConfig(num_hidden_layers=vision_layers, image_size=image_size, patch_size=patch_size, **sizes)
@@ -130,4 +134,10 @@ def tiny_patch_model(
     config = PaliGemmaConfig(
         vision_config=vision, text_config=text, image_token_id=image_token_id, projection_dim=hidden_size
     )
-    return PaliGemmaForConditionalGeneration(config), processor
+    return _with_attention(PaliGemmaForConditionalGeneration(config), attn_implementation), processor
+
+
+def _with_attention(model, attn_implementation: str | None):
+    if attn_implementation is not None:
+        model.set_attn_implementation(attn_implementation)
+    return model
