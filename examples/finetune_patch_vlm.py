@@ -59,12 +59,17 @@ from hf_vlalign.vlms.tiny import MAX_IMAGE_SIZE, TINY_FAMILIES, tiny_patch_model
 logger = logging.getLogger(__name__)
 
 TINY_VOCABULARIES = ("data", "default_text_model")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
 @dataclass
 class PatchVLMArguments(SubsetArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "local folder or Hub id of a LLaVA / PaliGemma / ViLT model and its processor."}
+    )
+    dtype: str = field(
+        default="auto",
+        metadata={"help": f"dtype of a loaded model's weights: one of {DTYPES} (auto: the checkpoint's)."},
     )
     tiny_family: str = field(
         default="llava", metadata={"help": f"without a model: a tiny random one of {TINY_FAMILIES}."}
@@ -152,8 +157,10 @@ def load_model(args: PatchVLMArguments, seed: int, train: list[dict]):
         )
         tokenizer = word_level_tokenizer(row["caption"] for row in train) if args.tiny_vocabulary == "data" else None
         return tiny_patch_model(args.tiny_family, seed=seed, tokenizer=tokenizer, **sizes)
+    if args.dtype not in DTYPES:
+        raise ValueError(f"`--dtype` must be one of {DTYPES}, got {args.dtype!r}.")
     processor = AutoProcessor.from_pretrained(args.model_name_or_path)
-    return AutoModelForImageTextToText.from_pretrained(args.model_name_or_path), processor
+    return AutoModelForImageTextToText.from_pretrained(args.model_name_or_path, dtype=args.dtype), processor
 
 
 def with_lora(args: PatchVLMArguments, model):

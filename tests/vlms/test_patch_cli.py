@@ -175,3 +175,13 @@ def test_the_example_fine_tunes_a_lora_adapter_with_supervision_and_probes(tmp_p
             base_loss = model(**model_inputs(batch)).loss
     assert float(loss) == pytest.approx(saved["eval_loss_task"], abs=1e-5)
     assert abs(float(base_loss) - float(loss)) > 1e-3  # the adapter was trained
+
+
+def test_the_example_loads_a_saved_model_in_the_dtype_asked(saved):
+    example = load_script("finetune_patch_vlm", ROOT / "examples" / "finetune_patch_vlm.py")
+    args, _ = example.parse_args(["--model_name_or_path", str(saved["llava"]), "--dtype", "bfloat16"])
+    model, _ = example.load_model(args, 0, [])
+    assert model.dtype == torch.bfloat16
+    args.dtype = "bf16"
+    with pytest.raises(ValueError, match=r"`--dtype` must be one of \('auto', 'bfloat16', 'float16', 'float32'\), got 'bf16'"):
+        example.load_model(args, 0, [])
