@@ -94,3 +94,16 @@ def test_supervised_lora_training_moves_only_the_adapter_and_reloads(family, tmp
         merged = probe_patch_model(reloaded.merge_and_unload(), [batch])
         assert probed.num_phrases == merged.num_phrases == 3
         torch.testing.assert_close(torch.as_tensor(probed.accuracy), torch.as_tensor(merged.accuracy))
+
+
+def test_supervision_refuses_reentrant_checkpointing(tmp_path):
+    # a reentrant checkpoint records the supervised layers' query / key without autograd: the loss would not train
+    with pytest.raises(ValueError, match=r"`activation_checkpointing_kwargs` must not set `use_reentrant: True`"):
+        PatchSupervisionTrainingArguments(
+            output_dir=str(tmp_path), attention_supervision="direct", activation_checkpointing=True,
+            activation_checkpointing_kwargs={"use_reentrant": True}, report_to=[],
+        )  # fmt: skip
+    PatchSupervisionTrainingArguments(
+        output_dir=str(tmp_path), activation_checkpointing=True, activation_checkpointing_kwargs={"use_reentrant": True},
+        report_to=[],
+    )  # fmt: skip

@@ -55,6 +55,15 @@ class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
                 f"{self.attention_supervision!r}."
             )
         check_bounds(self, attention_supervision_weight=(">=", 0))
+        reentrant = (self.activation_checkpointing_kwargs or {}).get("use_reentrant", False)
+        if self.attention_supervision is not None and self.activation_checkpointing and reentrant:
+            # a reentrant checkpoint runs the layers' forward without autograd: the recorded query / key would carry
+            # no gradient, and the supervision would train nothing, silently
+            raise ValueError(
+                "`activation_checkpointing_kwargs` must not set `use_reentrant: True` with `attention_supervision`, got "
+                f"{self.activation_checkpointing_kwargs}: the recorded attention would carry no gradient. Leave it "
+                "unset (transformers' default is non-reentrant checkpointing)."
+            )
         for name in ("supervised_layers", "supervised_heads"):
             value = getattr(self, name)
             if value is not None and (not value or min(value) < 0):
