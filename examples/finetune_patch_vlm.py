@@ -112,7 +112,7 @@ class PatchVLMArguments(SubsetArguments):
     # LoRA, named as trl's `ModelConfig` names it (+ `lora_preset`, hf_vlalign.lora's presets)
     use_peft: bool = field(default=False, metadata={"help": "train a LoRA adapter (peft) instead of every weight."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (the update is scaled by alpha / r)."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (updates scaled by alpha / r)."})
     lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input."})
     lora_preset: str = field(
         default="attention",

@@ -183,5 +183,6 @@ def test_the_example_loads_a_saved_model_in_the_dtype_asked(saved):
     model, _ = example.load_model(args, 0, [])
     assert model.dtype == torch.bfloat16
     args.dtype = "bf16"
-    with pytest.raises(ValueError, match=r"`--dtype` must be one of \('auto', 'bfloat16', 'float16', 'float32'\), got 'bf16'"):
+    expected = r"`--dtype` must be one of \('auto', 'bfloat16', 'float16', 'float32'\), got 'bf16'"
+    with pytest.raises(ValueError, match=expected):
         example.load_model(args, 0, [])

@@ -104,6 +104,6 @@ def test_supervision_refuses_reentrant_checkpointing(tmp_path):
             activation_checkpointing_kwargs={"use_reentrant": True}, report_to=[],
         )  # fmt: skip
     PatchSupervisionTrainingArguments(
-        output_dir=str(tmp_path), activation_checkpointing=True, activation_checkpointing_kwargs={"use_reentrant": True},
-        report_to=[],
+        output_dir=str(tmp_path), activation_checkpointing=True,
+        activation_checkpointing_kwargs={"use_reentrant": True}, report_to=[],
     )  # fmt: skip

@@ -60,9 +60,9 @@ class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
             # a reentrant checkpoint runs the layers' forward without autograd: the recorded query / key would carry
             # no gradient, and the supervision would train nothing, silently
             raise ValueError(
-                "`activation_checkpointing_kwargs` must not set `use_reentrant: True` with `attention_supervision`, got "
-                f"{self.activation_checkpointing_kwargs}: the recorded attention would carry no gradient. Leave it "
-                "unset (transformers' default is non-reentrant checkpointing)."
+                "`activation_checkpointing_kwargs` must not set `use_reentrant: True` with `attention_supervision`, "
+                f"got {self.activation_checkpointing_kwargs}: the recorded attention would carry no gradient. Leave "
+                "it unset (transformers' default is non-reentrant checkpointing)."
             )
         for name in ("supervised_layers", "supervised_heads"):
             value = getattr(self, name)
