@@ -17,9 +17,13 @@ Without `--model_name_or_path` the model is a tiny randomly initialised `--tiny_
 the synthetic scenes' Flickr30k Entities files and rendered images, or Flickr30k Entities (`--flickr30k_entities_dir`,
 `--images_dir`).
 
-Writes to --output_dir: the model and its processor, `eval_results.json` (losses on the evaluation split,
-`grounding_probe`: per-head accuracy, best head among the actively attending ones, centre baseline; `image_use`: the
-caption loss with another example's image; `diagnostics`: the mechanism diagnostics) and
+`--use_peft` trains a LoRA adapter on the language model's layers (`hf_vlalign.lora`, flags as trl's: `--lora_r`,
+`--lora_alpha`, `--lora_dropout`, `--lora_target_modules`, and `--lora_preset`); `--activation_checkpointing` works
+with it. docs/scaling.md has the recipe for a 7 B model.
+
+Writes to --output_dir: the model (with `--use_peft`: the adapter) and its processor, `eval_results.json` (losses on
+the evaluation split, `grounding_probe`: per-head accuracy, best head among the actively attending ones, centre
+baseline; `image_use`: the caption loss with another example's image; `diagnostics`: the mechanism diagnostics) and
 `training_args.json`. Every transformers `TrainingArguments` flag works too, and those of
 `PatchSupervisionTrainingArguments`.
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -37,6 +42,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from hf_vlalign.alignment.patches import DEFAULT_COVERAGE_THRESHOLD
 from hf_vlalign.evaluation.diagnostics import mechanism_diagnostics
 from hf_vlalign.evaluation.image_use import shuffled_rows
+from hf_vlalign.lora import LORA_PRESETS, lora_config
 from hf_vlalign.recipes import (
     SubsetArguments,
     final_evaluation,
@@ -55,12 +61,19 @@ from hf_vlalign.vlms.tiny import MAX_IMAGE_SIZE, TINY_FAMILIES, tiny_patch_model
 logger = logging.getLogger(__name__)
 
 TINY_VOCABULARIES = ("data", "default_text_model")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+# a kernel on the Hub, optionally with its function: "kernels-community/flash-attn", "org/repo:function"
+HUB_KERNEL = re.compile(r"[\w.-]+/[\w.-]+(:[\w.-]+)?")
 
 
 @dataclass
 class PatchVLMArguments(SubsetArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "local folder or Hub id of a LLaVA / PaliGemma / ViLT model and its processor."}
+    )
+    dtype: str = field(
+        default="auto",
+        metadata={"help": f"dtype of a loaded model's weights: one of {DTYPES} (auto: the checkpoint's)."},
     )
     tiny_family: str = field(
         default="llava", metadata={"help": f"without a model: a tiny random one of {TINY_FAMILIES}."}
@@ -102,17 +115,34 @@ class PatchVLMArguments(SubsetArguments):
     )
     attn_implementation: str | None = field(
         default=None,
-        metadata={"help": "the model's attention: eager, sdpa, flex_attention, ... (default: the model's)."},
+        metadata={"help": "the model's attention: eager, sdpa, flex_attention, a registered name or a Hub kernel id "
+        "(default: the model's); the supervision records the layers it supervises under that kernel."},
+    )
+    # LoRA, named as trl's `ModelConfig` names it (+ `lora_preset`, hf_vlalign.lora's presets)
+    use_peft: bool = field(default=False, metadata={"help": "train a LoRA adapter (peft) instead of every weight."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (updates scaled by alpha / r)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input."})
+    lora_preset: str = field(
+        default="attention",
+        metadata={"help": f"the language model's layers to adapt: one of {LORA_PRESETS} (hf_vlalign.lora)."},
+    )
+    lora_target_modules: list[str] | None = field(
+        default=None,
+        metadata={"help": "peft `target_modules` replacing --lora_preset: module names, each matched as a suffix "
+                          "(in the vision tower too)."},
     )
 
     def __post_init__(self):
         if self.tiny_image_size > MAX_IMAGE_SIZE:
             raise ValueError(f"`--tiny_image_size` must be at most {MAX_IMAGE_SIZE} pixels, got {self.tiny_image_size}.")
         implementations = ("eager", *ALL_ATTENTION_FUNCTIONS.valid_keys())
-        if self.attn_implementation is not None and self.attn_implementation not in implementations:
+        name = self.attn_implementation
+        # a Hub kernel ("kernels-community/flash-attn") is registered by `from_pretrained` through the `kernels` package
+        if name is not None and name not in implementations and not HUB_KERNEL.fullmatch(name):
             raise ValueError(
-                f"`--attn_implementation` must be one of {implementations} (transformers' `AttentionInterface`), got "
-                f"{self.attn_implementation!r}."
+                f"`--attn_implementation` must be one of {implementations} (transformers' `AttentionInterface`) or a "
+                f"Hub kernel id such as 'kernels-community/flash-attn', got {name!r}."
             )
 
 
@@ -145,11 +175,28 @@ def load_model(args: PatchVLMArguments, seed: int, train: list[dict]):
         )
         tokenizer = word_level_tokenizer(row["caption"] for row in train) if args.tiny_vocabulary == "data" else None
         return tiny_patch_model(args.tiny_family, seed=seed, tokenizer=tokenizer, **sizes)
+    if args.dtype not in DTYPES:
+        raise ValueError(f"`--dtype` must be one of {DTYPES}, got {args.dtype!r}.")
     processor = AutoProcessor.from_pretrained(args.model_name_or_path)
     model = AutoModelForImageTextToText.from_pretrained(
-        args.model_name_or_path, attn_implementation=args.attn_implementation
+        args.model_name_or_path, dtype=args.dtype, attn_implementation=args.attn_implementation
     )
     return model, processor
+
+
+def with_lora(args: PatchVLMArguments, model):
+    """`model` wrapped by peft with a LoRA adapter on the language model (`--use_peft`), or `model` itself."""
+    if not args.use_peft:
+        return model
+    if args.lora_preset not in LORA_PRESETS:
+        raise ValueError(f"`--lora_preset` must be one of {LORA_PRESETS}, got {args.lora_preset!r}.")
+    if args.lora_r <= 0:
+        raise ValueError(f"`--lora_r` must be a positive rank, got {args.lora_r}.")
+    from peft import get_peft_model
+
+    target_modules = {"target_modules": args.lora_target_modules} if args.lora_target_modules else {}
+    config = lora_config(model, args.lora_r, args.lora_alpha, args.lora_dropout, args.lora_preset, **target_modules)
+    return get_peft_model(model, config)
 
 
 def load_examples(args: PatchVLMArguments) -> tuple[list[dict], list[dict], dict, str]:
@@ -197,6 +244,7 @@ def main(argv: list[str] | None = None) -> dict:
     set_seed(training_args.seed)
     train, evaluation, counts, source = load_examples(args)
     model, processor = load_model(args, training_args.seed, train)
+    model = with_lora(args, model)
     collator = PatchGroundingCollator(processor, model.config, args.prompt, args.coverage_threshold)
     trainer = PatchSupervisionTrainer(
         model=model,

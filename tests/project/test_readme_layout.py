@@ -156,7 +156,8 @@ def _rendered_markers() -> set[str]:
                    "benchmarks/simple_vqa_ceiling.py", "benchmarks/scale.py", "benchmarks/gpu.py",
                    "benchmarks/data_loading.py", "benchmarks/vlm_supervision_cost.py",
                    "docs/syntactic_grounding_table.py", "benchmarks/bad_inputs.py", "benchmarks/main_job_time.py",
-                   "benchmarks/data_counts.py", "benchmarks/text_only_ceilings.py"):  # fmt: skip
+                   "benchmarks/data_counts.py", "benchmarks/text_only_ceilings.py",
+                   "benchmarks/memory_estimate.py"):  # fmt: skip
         markers.add(load_script(Path(script).stem + "_layout", ROOT / script).DOCS_BEGIN)
     return markers
 

@@ -37,8 +37,16 @@ def test_single_process_config_is_what_a_launch_without_config_runs():
     assert config.mixed_precision == "no" and config.use_cpu is False
 
 
+def test_single_gpu_lora_config_is_one_bf16_process_on_the_gpu():
+    # the 7 B recipe's one-GPU config (docs/scaling.md)
+    config = ClusterConfig.from_yaml_file(CONFIGS / "single_gpu_lora.yaml")
+    assert config.distributed_type == DistributedType.NO and (config.num_processes, config.num_machines) == (1, 1)
+    assert config.mixed_precision == "bf16" and config.use_cpu is False and config.gpu_ids == "0"
+
+
 def test_every_shipped_config_is_checked():
-    assert sorted(path.name for path in CONFIGS.glob("*.yaml")) == sorted([*EXPECTED, "single_process.yaml"])
+    shipped = [*EXPECTED, "single_process.yaml", "single_gpu_lora.yaml"]
+    assert sorted(path.name for path in CONFIGS.glob("*.yaml")) == sorted(shipped)
 
 
 def test_fsdp_wrap_classes_are_the_models_layers():

@@ -1,5 +1,6 @@
 """`hf-vlalign probe`, `analyze` and `explore` of transformers' own patch models (saved tiny LLaVA and ViLT), the
-errors they give for options a patch model does not read, and `examples/finetune_patch_vlm.py` end to end."""
+errors they give for options a patch model does not read, and `examples/finetune_patch_vlm.py` end to end (a LoRA
+adapter with supervision and activation checkpointing)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ import json
 
 import pytest
 import torch
+from peft import PeftModel
+from safetensors.torch import load_file
 from script_modules import ROOT, load_script
+from transformers import AutoProcessor
 
 from hf_vlalign.analysis.explorer import read_explorer_payload
 from hf_vlalign.cli import main
 from hf_vlalign.synthetic import SyntheticSceneConfig
 from hf_vlalign.synthetic.scenes import load_or_generate_synthetic_vgp
 from hf_vlalign.vlms import PatchGroundingCollator, grounded_caption_examples, probe_patch_model
+from hf_vlalign.vlms.families import model_inputs
 from hf_vlalign.vlms.loading import is_patch_model, load_patch_model
 from hf_vlalign.vlms.tiny import tiny_patch_model, word_level_tokenizer
 
@@ -131,15 +136,17 @@ def test_images_dir_is_refused_for_a_region_model(tmp_path, capsys):
     assert "`--images_dir` applies only to transformers' patch models" in capsys.readouterr().err
 
 
-def test_the_example_fine_tunes_with_supervision_and_probes(tmp_path):
+def test_the_example_fine_tunes_a_lora_adapter_with_supervision_and_probes(tmp_path):
     example = load_script("finetune_patch_vlm", ROOT / "examples" / "finetune_patch_vlm.py")
     out = tmp_path / "run"
-    results = example.main([
+    argv = [
         *SCENES, "--output_dir", str(out), "--attention_supervision", "direct", "--supervised_layers", "1",
         "--tiny_layers", "2", "--tiny_image_size", "64", "--max_steps", "3", "--per_device_train_batch_size", "8",
         "--report_to", "none", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
         "--attn_implementation", "eager",  # the supervision records the model's own kernel
-    ])  # fmt: skip
+        "--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_dropout", "0.0", "--activation_checkpointing",
+    ]  # fmt: skip
+    results = example.main(argv)
     saved = json.loads((out / "eval_results.json").read_text())
     assert saved["eval_loss_attention"] > 0 and saved["eval_loss_task"] > 0
     # the mechanism diagnostics: minus the caption loss with the own / another image, the supervision's first and last
@@ -148,7 +155,35 @@ def test_the_example_fine_tunes_with_supervision_and_probes(tmp_path):
     assert diagnostics["caption"]["image_score"] == -saved["eval_loss_task"] == -saved["image_use"]["own_image_loss"]
     assert diagnostics["caption"]["text_only_score"] == -saved["image_use"]["shuffled_image_loss"]
     assert diagnostics["attention_loss_start"] > 0 and diagnostics["attention_loss_end"] > 0
+    # the probe read the peft-wrapped model
     assert saved["grounding_probe"]["num_phrases"] == results["grounding_probe"]["num_phrases"] > 0
     assert saved["data"]["eval"]["captions"] == 30 and saved["data"]["phrases_cut_by_max_text_length"] == 0
-    model, processor = load_patch_model(str(out))
-    assert model.config.text_config.num_hidden_layers == 2 and len(processor.tokenizer) < 200
+    # the adapter alone is saved (LoRA matrices of the language model), with the processor
+    adapter = load_file(out / "adapter_model.safetensors")
+    assert (out / "adapter_config.json").is_file() and not (out / "model.safetensors").exists()
+    assert adapter and all(".lora_" in name and ".language_model." in name for name in adapter)
+    assert len(AutoProcessor.from_pretrained(out).tokenizer) < 200
+    # the untouched base (rebuilt from the same seed) with the adapter gives the evaluation's caption loss: the
+    # training moved no base weight
+    args, training_args = example.parse_args(argv)
+    train, evaluation, _, _ = example.load_examples(args)
+    base, processor = example.load_model(args, training_args.seed, train)
+    model = PeftModel.from_pretrained(base, out).eval()
+    batch = PatchGroundingCollator(processor, base.config)(evaluation)
+    with torch.no_grad():
+        loss = model(**model_inputs(batch)).loss
+        with model.disable_adapter():
+            base_loss = model(**model_inputs(batch)).loss
+    assert float(loss) == pytest.approx(saved["eval_loss_task"], abs=1e-5)
+    assert abs(float(base_loss) - float(loss)) > 1e-3  # the adapter was trained
+
+
+def test_the_example_loads_a_saved_model_in_the_dtype_asked(saved):
+    example = load_script("finetune_patch_vlm", ROOT / "examples" / "finetune_patch_vlm.py")
+    args, _ = example.parse_args(["--model_name_or_path", str(saved["llava"]), "--dtype", "bfloat16"])
+    model, _ = example.load_model(args, 0, [])
+    assert model.dtype == torch.bfloat16
+    args.dtype = "bf16"
+    expected = r"`--dtype` must be one of \('auto', 'bfloat16', 'float16', 'float32'\), got 'bf16'"
+    with pytest.raises(ValueError, match=expected):
+        example.load_model(args, 0, [])

@@ -178,14 +178,6 @@ def test_nested_recorders_keep_their_own_layers_and_the_kernel_is_restored_after
     assert COUNTING not in ALL_ATTENTION_FUNCTIONS._local_mapping
 
 
-def test_reentrant_checkpointing_is_refused_with_supervision(tmp_path):
-    # its forward runs without gradients: the recorded query / key would carry none to the supervised layers
-    kwargs = dict(output_dir=str(tmp_path), gradient_checkpointing=True, attention_supervision="direct")
-    with pytest.raises(ValueError, match=r"^`gradient_checkpointing_kwargs` must not set `use_reentrant=True`"):
-        PatchSupervisionTrainingArguments(**kwargs, gradient_checkpointing_kwargs={"use_reentrant": True})
-    PatchSupervisionTrainingArguments(**kwargs)  # transformers' default: non-reentrant
-
-
 def test_an_implementation_whose_masks_the_supervision_cannot_read_is_refused(tmp_path):
     model, _ = tiny_patch_model("llava", attn_implementation=NO_MASK)
     with pytest.raises(ValueError, match=f"'{NO_MASK}' of the llava language model has no mask function"):
@@ -202,8 +194,11 @@ def test_an_implementation_whose_masks_the_supervision_cannot_read_is_refused(tm
 
 def test_the_example_refuses_an_unknown_attention_implementation(tmp_path):
     example = load_script("finetune_patch_vlm", ROOT / "examples" / "finetune_patch_vlm.py")
-    with pytest.raises(ValueError, match=r"^`--attn_implementation` must be one of \('eager', .*'sdpa'.*got 'fast'.$"):
+    refusal = r"^`--attn_implementation` must be one of \('eager', .*'sdpa'.* or a Hub kernel id .*got 'fast'.$"
+    with pytest.raises(ValueError, match=refusal):
         example.parse_args(["--attn_implementation", "fast", "--output_dir", str(tmp_path)])
+    hub_kernel, _ = example.parse_args(["--attn_implementation", "kernels-community/flash-attn", "--output_dir", "x"])
+    assert hub_kernel.attn_implementation == "kernels-community/flash-attn"  # from_pretrained loads it (`kernels`)
     args, _ = example.parse_args(["--attn_implementation", COUNTING, "--output_dir", str(tmp_path)])
     model, _ = example.load_model(args, 0, [{"caption": "a red box ."}])
     assert patch_model_family(model).language_model(model).config._attn_implementation == COUNTING

@@ -55,12 +55,14 @@ class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
                 f"{self.attention_supervision!r}."
             )
         check_bounds(self, attention_supervision_weight=(">=", 0))
-        checkpointing = self.gradient_checkpointing_kwargs or {}
-        if self.attention_supervision is not None and self.gradient_checkpointing and checkpointing.get("use_reentrant"):
+        reentrant = (self.activation_checkpointing_kwargs or {}).get("use_reentrant", False)
+        if self.attention_supervision is not None and self.activation_checkpointing and reentrant:
+            # a reentrant checkpoint runs the layers' forward without autograd: the recorded query / key would carry
+            # no gradient, and the supervision would train nothing, silently
             raise ValueError(
-                "`gradient_checkpointing_kwargs` must not set `use_reentrant=True` with `attention_supervision`: "
-                "reentrant checkpointing runs the forward without gradients, so the supervision loss computed from the "
-                f"recorded query / key would train nothing; got {checkpointing}."
+                "`activation_checkpointing_kwargs` must not set `use_reentrant: True` with `attention_supervision`, "
+                f"got {self.activation_checkpointing_kwargs}: the recorded attention would carry no gradient. Leave "
+                "it unset (transformers' default is non-reentrant checkpointing)."
             )
         for name in ("supervised_layers", "supervised_heads"):
             value = getattr(self, name)

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from tqdm.auto import tqdm
+from transformers.trainer_utils import unwrap_peft_model
 
 from ..alignment.patches import DEFAULT_COVERAGE_THRESHOLD, centre_prior
 from ..analysis.grounding_probe import GroundingProbe, GroundingProbeResult
@@ -52,7 +53,9 @@ def probe_patch_model(
     active_threshold: float = 0.2,
     active_heads_only: bool = True,
 ) -> GroundingProbeResult:
-    """Runs the probe over `batches` of a `PatchGroundingCollator` (built with the same coverage threshold)."""
+    """Runs the probe over `batches` of a `PatchGroundingCollator` (built with the same coverage threshold); `model`
+    may be wrapped by peft (its adapters stay on)."""
+    model = unwrap_peft_model(model)
     family = patch_model_family(model)
     modules = family.attention_modules(model)
     probe = GroundingProbe(
