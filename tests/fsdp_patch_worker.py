@@ -1,6 +1,6 @@
 """A few supervised training steps of a tiny LLaVA with a LoRA adapter and gradient checkpointing, sharded with torch's
-FSDP2 (`fully_shard`) over the CPU processes of `torchrun` (gloo), or unsharded in one plain process; for
-`tests/trainers/test_fsdp_patch.py`.
+FSDP2 (`fully_shard`) or DeepSpeed ZeRO-3 over the CPU processes of `torchrun` (gloo), or unsharded in one plain
+process; for `tests/trainers/test_fsdp_patch.py`.
 
     python tests/fsdp_patch_worker.py MODEL_DIR OUTPUT_DIR [--supervision direct semi_direct]        # 1 process
     torchrun --nproc_per_node 2 tests/fsdp_patch_worker.py MODEL_DIR OUTPUT_DIR [--supervision ...]  # FSDP2
@@ -21,8 +21,8 @@ accelerate's FSDP2 path and `PatchSupervisionTrainer` would:
 - the full state dict is gathered from every process, and rank 0 writes the adapter with peft's
   `save_pretrained(state_dict=...)`, as `Trainer.save_model` does under FSDP.
 
-`--engine deepspeed` shards with DeepSpeed ZeRO-3 instead (`deepspeed.initialize`, its CPU accelerator over gloo):
-deepspeed is no dependency of hf_vlalign, so no test of the suite runs it (docs/scaling.md gives the command).
+`--engine deepspeed` shards with DeepSpeed ZeRO-3 instead (`deepspeed.initialize`, its CPU accelerator over gloo;
+setup.cfg's `deepspeed` extra, in the `test` extra), the test's third launch.
 
 One training per `--supervision` value, one after the other (one start-up for all), each into
 OUTPUT_DIR/<supervision>: `losses.json` (one {"loss_task", "loss_attention"} per step), `gradients.safetensors` (the

@@ -22,7 +22,8 @@ import pytest
 from hf_vlalign.utils.optional import EXTRAS, MissingDependencyError, require
 
 ROOT = Path(__file__).resolve().parents[2]
-OPTIONAL_PACKAGES = tuple(package for package, _ in EXTRAS.values())
+# the guarded packages and deepspeed (setup.cfg's `deepspeed` extra, for accelerate and the tests; never imported here)
+OPTIONAL_PACKAGES = (*(package for package, _ in EXTRAS.values()), "deepspeed")
 
 # run first in each subprocess: the optional packages become unfindable, as if they were not installed
 HIDE_OPTIONAL_PACKAGES = """
@@ -295,5 +296,7 @@ def test_setup_cfg_extras_install_what_each_guarded_feature_names():
     optional_runtime = set().union(*features)
     assert extras["all"] == optional_runtime
     assert extras["test"] >= extras["all"]
+    # the DeepSpeed accelerate configs; tests/trainers/test_fsdp_patch.py runs ZeRO-3
+    assert extras["deepspeed"] == {"deepspeed"} and "deepspeed" not in base
     # the README's main job (examples/finetune_vgp.py) plots its heatmaps; the captioning example scores captions
     assert extras["default"] >= {"matplotlib", "pycocoevalcap"}
