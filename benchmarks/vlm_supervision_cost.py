@@ -135,10 +135,11 @@ def to_device(batch: dict, device: torch.device) -> dict:
 
 
 class Trainee:
-    """One setting: a tiny model of `family` in a `PatchSupervisionTrainer` with `supervision`, and its optimizer."""
+    """One setting: a tiny model of `family` in a `PatchSupervisionTrainer` with `supervision`, and its optimizer;
+    `arguments`: more `PatchSupervisionTrainingArguments` fields (e.g. `semi_direct_rollout`)."""
 
     def __init__(self, family: str, supervision: str, sizes: Sizes, device: torch.device, seed: int, output_dir: str,
-                 tokenizer=None):  # fmt: skip
+                 tokenizer=None, **arguments):  # fmt: skip
         from hf_vlalign.trainers.patch_supervision import PatchSupervisionTrainer, PatchSupervisionTrainingArguments
         from hf_vlalign.vlms import PatchGroundingCollator
         from hf_vlalign.vlms.tiny import tiny_patch_model
@@ -154,7 +155,7 @@ class Trainee:
             output_dir=output_dir, per_device_train_batch_size=sizes.batch, learning_rate=1e-4, report_to=[],
             attention_supervision=None if supervision == "none" else supervision,
             supervised_layers=[sizes.supervised_layer], remove_unused_columns=False, save_strategy="no",
-            use_cpu=device.type == "cpu", seed=seed,
+            use_cpu=device.type == "cpu", seed=seed, **arguments,
         )  # fmt: skip
         self.trainer = PatchSupervisionTrainer(model=model, args=args, data_collator=self.collator)
         self.model = self.trainer.model.train()
