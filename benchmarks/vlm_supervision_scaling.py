@@ -117,11 +117,12 @@ def step_peak_and_saved_bytes(trainee: Trainee, batch: dict) -> tuple[int, int, 
 
 
 def measure(setting: str, image_tokens: int, steps: int, seed: int = 0, hidden_size: int = 64, num_layers: int = 2,
-            num_heads: int = 4) -> dict:  # fmt: skip
-    """One setting at one size, in this process: step times, the step peak and the bytes saved for backward."""
+            num_heads: int = 4, examples: list[dict] | None = None) -> dict:  # fmt: skip
+    """One setting at one size, in this process: step times, the step peak and the bytes saved for backward;
+    `examples`: the batch's grounded captions (default: one of the synthetic scenes)."""
     sizes = sizes_of(image_tokens, hidden_size, num_layers, num_heads)
     supervision, arguments = training_arguments(setting)
-    examples = grounded_examples(1)
+    examples = grounded_examples(1) if examples is None else examples
     with tempfile.TemporaryDirectory() as output_dir:
         trainee = Trainee("llava", supervision, sizes, torch.device("cpu"), seed, output_dir,
                           tokenizer_of("data", examples), **arguments)  # fmt: skip
