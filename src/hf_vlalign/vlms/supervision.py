@@ -76,7 +76,7 @@ def _full_heads(key: torch.Tensor, num_heads: int) -> torch.Tensor:
     return key if key.shape[1] == num_heads else key.repeat_interleave(num_heads // key.shape[1], dim=1)
 
 
-def text_positions(layout: PatchLayout, sequence_length: int) -> torch.Tensor:
+def _text_positions(layout: PatchLayout, sequence_length: int) -> torch.Tensor:
     """(B, T) the sequence positions that are no image token, in order (T = sequence_length - P: every example holds
     its P image tokens), found without reading a tensor on the host."""
     positions = layout.image_positions
@@ -99,19 +99,15 @@ def _direct_loss(recorder, layers, layout, rows, target, heads, counts, text_mas
     heads_of = queries[0].shape[1]
     image_keys = additive_key_bias(layout.patch_mask.to(target.device)[:, None, None, :], queries[0].dtype)
     # keys are gathered before grouped-query keys are repeated: P (or T) rows copied, not N
-    pairs = [
-        (_gather_positions(query, rows), _full_heads(_gather_positions(recorder.keys[layer], layout.image_positions), heads_of))
-        for layer, query in zip(layers, queries)
-    ]  # fmt: skip
+    image_keys_of = [_full_heads(_gather_positions(recorder.keys[layer], layout.image_positions), heads_of) for layer in layers]
+    pairs = [(_gather_positions(query, rows), keys) for query, keys in zip(queries, image_keys_of)]
     loss = query_key_direction_loss(pairs, heads, recorder.scaling, target.unsqueeze(1), image_keys, num_rows)
     if image_to_text:
         # eq. (7): image tokens' rows over the text tokens, target = the token's alignment column re-normalised
         image_target = normalise_rows(target.transpose(1, 2)).unsqueeze(1)
         text_keys = additive_key_bias(text_mask.to(target.device)[:, None, None, :], queries[0].dtype)
-        pairs = [
-            (_gather_positions(query, layout.image_positions), _full_heads(_gather_positions(recorder.keys[layer], rows), heads_of))
-            for layer, query in zip(layers, queries)
-        ]  # fmt: skip
+        text_keys_of = [_full_heads(_gather_positions(recorder.keys[layer], rows), heads_of) for layer in layers]
+        pairs = [(_gather_positions(query, layout.image_positions), keys) for query, keys in zip(queries, text_keys_of)]
         loss = loss + query_key_direction_loss(pairs, heads, recorder.scaling, image_target, text_keys, num_image_rows)
     return loss
 
@@ -144,7 +140,8 @@ def _rollout_losses(rollout_rows, layout, rows, target, counts, text_mask, image
     positions = layout.image_positions.to(target.device)
     text_rows = rollout_rows[:, :text_length]
     text_to_image = text_rows.gather(-1, positions[:, None, :].expand(-1, text_length, -1))
-    log_probs = torch.log(normalise_rows(text_to_image * layout.patch_mask.to(target.device)[:, None, :]).clamp(min=1e-12))
+    text_to_image = text_to_image * layout.patch_mask.to(target.device)[:, None, :]
+    log_probs = torch.log(normalise_rows(text_to_image).clamp(min=1e-12))
     loss = soft_cross_entropy(log_probs, target, num_rows)
     if image_to_text:  # eq. (7) on rollout: image rows over the text columns
         image_rows = rollout_rows[:, text_length:]
@@ -160,10 +157,11 @@ def _semi_direct_full(recorder, layers, layout, rows, target, heads, counts, mas
     probabilities = [_layer_probabilities(recorder, layer, key_mask, causal) for layer in range(max(layers) + 1)]
     rollouts = attention_rollout(probabilities, heads)
     supervised = torch.cat([rows, layout.image_positions.to(rows.device)], 1) if image_to_text else rows
-    return torch.stack([
+    losses = [
         _rollout_losses(_gather_rows(rollouts[layer], supervised), layout, rows, target, counts, text_mask, image_to_text)
         for layer in layers
-    ]).mean()  # fmt: skip
+    ]
+    return torch.stack(losses).mean()
 
 
 def _map_rows(rows, query, key, mask, key_mask, positions, causal, heads, scaling) -> torch.Tensor:
@@ -175,7 +173,8 @@ def _map_rows(rows, query, key, mask, key_mask, positions, causal, heads, scalin
     length = key.shape[2]
     if mask is not None:
         allowed = mask.gather(2, positions[:, None, :, None].expand(-1, mask.shape[1], -1, mask.shape[-1]))
-        allowed = (allowed if allowed.dtype == torch.bool else allowed > torch.finfo(allowed.dtype).min / 2)[..., :length]
+        allowed = allowed if allowed.dtype == torch.bool else allowed > torch.finfo(allowed.dtype).min / 2
+        allowed = allowed[..., :length]
     else:
         allowed = key_mask.bool()[:, None, None, :]
         if causal:
@@ -191,7 +190,7 @@ def _times_layer(rows, recorder, layer, positions, key_mask, causal, heads) -> t
     the factor computed `ROLLOUT_CHUNK_ROWS` query rows at a time, each chunk recomputed in the backward
     (`torch.utils.checkpoint`): only the query, key and rows are kept."""
     query, key, mask = recorder.queries[layer], recorder.keys[layer], recorder.masks[layer]
-    chunks = []
+    chunks, product = [], None
     for start in range(0, query.shape[2] if positions is None else positions.shape[1], ROLLOUT_CHUNK_ROWS):
         if positions is None:
             stop = min(start + ROLLOUT_CHUNK_ROWS, query.shape[2])
@@ -200,17 +199,22 @@ def _times_layer(rows, recorder, layer, positions, key_mask, causal, heads) -> t
         else:
             chunk_positions = positions[:, start : start + ROLLOUT_CHUNK_ROWS]
             chunk_rows, chunk_query = None, _gather_positions(query, chunk_positions)
-        chunks.append(checkpoint(
+        chunk = checkpoint(
             _map_rows, chunk_rows, chunk_query, key, mask, key_mask, chunk_positions, causal, heads, recorder.scaling,
             use_reentrant=False, preserve_rng_state=False,
-        ))  # fmt: skip
-    return torch.cat(chunks, dim=1) if positions is not None else torch.stack(chunks).sum(0)
+        )  # fmt: skip
+        if positions is not None:
+            chunks.append(chunk)
+        else:  # a running sum: one (B, K, N) product at a time (an add saves nothing for the backward)
+            product = chunk if product is None else product + chunk
+    return torch.cat(chunks, dim=1) if positions is not None else product
 
 
 def _semi_direct_supervised_rows(recorder, layers, layout, rows, target, heads, counts, masks, causal, image_to_text):
     """The rollout's supervised rows only: e^T R_l = e^T A~_l ... A~_0, multiplied left to right (Abnar & Zuidema's
-    R_l = A~_l R_{l-1}, R_{-1} = I), each factor chunked and recomputed in the backward: O((K + chunk) x N) memory and
-    O(K x N^2) time per layer for K supervised rows, where the full rollout needs O(N^2) and O(N^3)."""
+    R_l = A~_l R_{l-1}, R_{-1} = I), each factor chunked and recomputed in the backward: per layer O((K + chunk) x N)
+    memory and O(N^2 x (K + heads x head_dim)) time for K supervised rows, where the full rollout keeps O(N^2) and
+    takes O(N^3)."""
     key_mask, text_mask = masks
     supervised = torch.cat([rows, layout.image_positions.to(rows.device)], 1) if image_to_text else rows
     losses = []
@@ -281,7 +285,7 @@ def patch_attention_loss(
     sequence_length = recorder.queries[layers[0]].shape[2]
     key_mask, text_mask, alignment = sequence_masks(batch, layout, sequence_length)
     # the loss reads only the text positions' rows (every other row's target is zero): (B, T, P), linear in P
-    rows = text_positions(layout, sequence_length).to(alignment.device)
+    rows = _text_positions(layout, sequence_length).to(alignment.device)
     target = token_alignment(_gather_rows(alignment, rows), layout)
     text_mask = _gather_rows(text_mask, rows).to(target.device)
     image_to_text = recorder.family.image_attends_to_text
