@@ -43,8 +43,9 @@ position (and their logits are most of the bytes saved for backward), so their r
 vocabulary (the captions' few dozen words) leaves the transformer layers, where the supervision acts, to dominate.
 The extra milliseconds and bytes (`extra_step_seconds`, `extra_saved_for_backward_bytes`) carry over to other sizes
 better than the ratios. The direct loss recomputes its logits in the backward (`torch.utils.checkpoint`), so it saves
-little; semi-direct keeps the full attention maps of every layer up to the supervised one, and their rollout, for the
-backward: O(layers x batch x heads x sequence^2).
+little; semi-direct (its default `semi_direct_rollout="supervised_rows"`) keeps the caption's rollout rows and
+recomputes the maps in the backward; with "full" it keeps every layer's maps up to the supervised one and their
+rollout: O(layers x batch x heads x sequence^2) (benchmarks/vlm_supervision_scaling.py measures both).
 
 `--docs` also rewrites the block between `DOCS_BEGIN` and `DOCS_END` on the page holding it (docs/vlms.md, "What
 supervision costs") from the new results; `--docs_only RESULTS` rewrites it from a results file without measuring.
