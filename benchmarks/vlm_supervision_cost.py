@@ -43,8 +43,9 @@ position (and their logits are most of the bytes saved for backward), so their r
 vocabulary (the captions' few dozen words) leaves the transformer layers, where the supervision acts, to dominate.
 The extra milliseconds and bytes (`extra_step_seconds`, `extra_saved_for_backward_bytes`) carry over to other sizes
 better than the ratios. The direct loss recomputes its logits in the backward (`torch.utils.checkpoint`), so it saves
-little; semi-direct keeps the full attention maps of every layer up to the supervised one, and their rollout, for the
-backward: O(layers x batch x heads x sequence^2).
+little; semi-direct (its default `semi_direct_rollout="supervised_rows"`) keeps the caption's rollout rows and
+recomputes the maps in the backward; with "full" it keeps every layer's maps up to the supervised one and their
+rollout: O(layers x batch x heads x sequence^2) (benchmarks/vlm_supervision_scaling.py measures both).
 
 `--docs` also rewrites the block between `DOCS_BEGIN` and `DOCS_END` on the page holding it (docs/vlms.md, "What
 supervision costs") from the new results; `--docs_only RESULTS` rewrites it from a results file without measuring.
@@ -135,10 +136,11 @@ def to_device(batch: dict, device: torch.device) -> dict:
 
 
 class Trainee:
-    """One setting: a tiny model of `family` in a `PatchSupervisionTrainer` with `supervision`, and its optimizer."""
+    """One setting: a tiny model of `family` in a `PatchSupervisionTrainer` with `supervision`, and its optimizer;
+    `arguments`: more `PatchSupervisionTrainingArguments` fields (e.g. `semi_direct_rollout`)."""
 
     def __init__(self, family: str, supervision: str, sizes: Sizes, device: torch.device, seed: int, output_dir: str,
-                 tokenizer=None):  # fmt: skip
+                 tokenizer=None, **arguments):  # fmt: skip
         from hf_vlalign.trainers.patch_supervision import PatchSupervisionTrainer, PatchSupervisionTrainingArguments
         from hf_vlalign.vlms import PatchGroundingCollator
         from hf_vlalign.vlms.tiny import tiny_patch_model
@@ -154,7 +156,7 @@ class Trainee:
             output_dir=output_dir, per_device_train_batch_size=sizes.batch, learning_rate=1e-4, report_to=[],
             attention_supervision=None if supervision == "none" else supervision,
             supervised_layers=[sizes.supervised_layer], remove_unused_columns=False, save_strategy="no",
-            use_cpu=device.type == "cpu", seed=seed,
+            use_cpu=device.type == "cpu", seed=seed, **arguments,
         )  # fmt: skip
         self.trainer = PatchSupervisionTrainer(model=model, args=args, data_collator=self.collator)
         self.model = self.trainer.model.train()

@@ -154,7 +154,7 @@ def _rendered_markers() -> set[str]:
     markers |= {time_to_result.ANALYZE_BEGIN, time_to_result.TRAINING_BEGIN}
     for script in ("benchmarks/image_use.py", "benchmarks/word_vectors.py", "benchmarks/feature_store.py",
                    "benchmarks/simple_vqa_ceiling.py", "benchmarks/scale.py", "benchmarks/gpu.py",
-                   "benchmarks/data_loading.py", "benchmarks/vlm_supervision_cost.py",
+                   "benchmarks/data_loading.py", "benchmarks/vlm_supervision_cost.py", "benchmarks/vlm_supervision_scaling.py",
                    "docs/syntactic_grounding_table.py", "benchmarks/bad_inputs.py", "benchmarks/main_job_time.py",
                    "benchmarks/data_counts.py", "benchmarks/text_only_ceilings.py",
                    "benchmarks/memory_estimate.py"):  # fmt: skip

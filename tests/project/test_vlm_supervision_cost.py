@@ -69,7 +69,7 @@ def test_every_setting_is_measured_with_positive_finite_ratios(measured):
     baseline = result["settings"][result["baseline"]]
     assert baseline["time_ratio"] == baseline["saved_for_backward_ratio"] == 1.0
     assert baseline["extra_step_seconds"] == baseline["extra_saved_for_backward_bytes"] == 0
-    # rollout keeps the attention maps of every layer up to the supervised one for backward
+    # the rollout rows are kept for backward
     assert result["settings"]["semi_direct"]["saved_for_backward_ratio"] > 1.0
 
 
@@ -117,15 +117,16 @@ def test_docs_block_is_generated_from_the_committed_results():
         assert family["vocabulary"] == "data" and family["vocabulary_size"] - extra < 100
         assert tuple(family["settings"]) == cost.settings_of(name) and family["baseline"] == cost.baseline_of(name)
         assert family["settings"][family["baseline"]]["saved_for_backward_ratio"] == 1.0
-        # semi-direct keeps attention maps and their rollout for the backward: more bytes than the baseline
+        # semi-direct keeps its rollout rows for the backward: more bytes than the baseline
         assert family["settings"]["semi_direct"]["extra_saved_for_backward_bytes"] > 0
-    # what docs/vlms.md says under the table: in the bytes saved for backward, direct supervision adds less than a
-    # tenth of what semi-direct adds for LLaVA and PaliGemma
-    assert "direct supervision adds less than a tenth of what semi-direct adds for LLaVA and\nPaliGemma" in page
+    # what docs/vlms.md says under the table: in the bytes saved for backward, direct and semi-direct supervision each
+    # add less than 1 MiB (2 %) for LLaVA and PaliGemma
+    text = " ".join(page.split())
+    assert "direct and semi-direct supervision each add less than 1 MiB (2 %) for LLaVA and PaliGemma" in text
     for name in ("llava", "paligemma"):
-        runs = families[name]["settings"]
-        direct, semi_direct = (runs[key]["extra_saved_for_backward_bytes"] for key in ("direct", "semi_direct"))
-        assert 0 <= direct < 0.1 * semi_direct, name
+        for key in ("direct", "semi_direct"):
+            run = families[name]["settings"][key]
+            assert 0 <= run["extra_saved_for_backward_bytes"] < 2**20 and run["saved_for_backward_ratio"] < 1.02, name
 
 
 def test_vilt_has_no_unsupervised_setting():

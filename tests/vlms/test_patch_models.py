@@ -27,6 +27,8 @@ from hf_vlalign.vlms import (
     patch_model_family,
     probe_patch_model,
 )
+from hf_vlalign.trainers.patch_supervision import PatchSupervisionTrainingArguments
+from hf_vlalign.vlms import supervision
 from hf_vlalign.vlms.families import PatchLayout
 from hf_vlalign.vlms.probe import patch_attention_rows
 from hf_vlalign.vlms.tiny import tiny_patch_model
@@ -573,6 +575,65 @@ def test_semi_direct_loss_equals_a_rollout_of_eager_attention(tiny, family, num_
         expected.append(term)
     torch.testing.assert_close(loss, expected[1], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(both, (expected[0] + expected[1]) / 2, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("family", "num_examples", "heads"),
+    [("llava", 2, None), ("llava", 1, [1, 3]), ("llava-gqa", 2, None), ("paligemma", 2, [0, 2]), ("vilt", 2, None)],
+)
+def test_semi_direct_supervised_rows_equal_the_full_rollout(tiny, monkeypatch, family, num_examples, heads):
+    # LLaVA causal (one example: no mask recorded), PaliGemma's prefix-LM mask, ViLT with eq. (7)'s image rows; chunks
+    # of 8 query rows so that every layer's map is cut into several checkpointed chunks
+    monkeypatch.setattr(supervision, "ROLLOUT_CHUNK_ROWS", 8)
+    model, _, collator = tiny[family]
+    batch = collator(EXAMPLES[:num_examples])
+    recorder, _, layout = recorded_forward(model, batch, [0, 1])
+    recorded = [recorder.queries[0], recorder.keys[0], recorder.queries[1], recorder.keys[1]]
+    assert recorded[0].shape[2] > 2 * 8
+    losses, gradients = {}, {}
+    for rollout in ("full", "supervised_rows"):
+        loss = patch_attention_loss(
+            recorder, batch, layout, method="semi_direct", layers=[0, 1], heads=heads, semi_direct_rollout=rollout
+        )
+        losses[rollout], gradients[rollout] = loss, torch.autograd.grad(loss, recorded, retain_graph=True)
+    assert float(losses["full"].detach()) > 0.1
+    torch.testing.assert_close(losses["supervised_rows"], losses["full"], rtol=0, atol=1e-6)
+    for rows, full in zip(gradients["supervised_rows"], gradients["full"]):
+        assert float(full.abs().max()) > 1e-4
+        torch.testing.assert_close(rows, full, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["direct", "semi_direct"])
+def test_supervision_saves_nothing_of_sequence_by_image_size(method):
+    # memory linear in the image tokens: on a LLaVA of 256 image tokens, no tensor the loss saves for the backward (its
+    # targets, gathered queries / keys, rollout rows) holds sequence x image tokens values per example, as a target
+    # or logits over every row, or a (sequence x sequence) attention map, would. The (B, 1, N, N) mask the model made
+    # for its own attention (and sdpa saves) is the model's, not counted.
+    model, processor = tiny_patch_model("llava", image_size=256, patch_size=16, hidden_size=16, num_layers=2)
+    batch = PatchGroundingCollator(processor, model.config)(PROBE_EXAMPLES)
+    recorder, _, layout = recorded_forward(model, batch, [0, 1])
+    sequence_length = batch["input_ids"].shape[1]
+    models_masks = {mask.untyped_storage().data_ptr() for mask in recorder.masks.values() if mask is not None}
+    assert models_masks  # two examples, padded: the layers got a mask
+    saved = []
+
+    def pack(tensor):
+        if tensor.untyped_storage().data_ptr() not in models_masks:
+            saved.append(tensor.numel() // tensor.shape[0] if tensor.dim() else 1)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = patch_attention_loss(recorder, batch, layout, method=method, layers=[0, 1])
+    loss.backward()
+    assert saved and layout.image_positions.shape[1] == 256
+    assert max(saved) < sequence_length * 256 / 2
+
+
+def test_semi_direct_rollout_is_checked(tmp_path):
+    with pytest.raises(ValueError, match="`semi_direct_rollout` must be one of"):
+        patch_attention_loss(None, {}, None, method="semi_direct", semi_direct_rollout="rows")
+    with pytest.raises(ValueError, match=r"`semi_direct_rollout` must be one of \('supervised_rows', 'full'\), got 'rows'"):
+        PatchSupervisionTrainingArguments(output_dir=str(tmp_path), semi_direct_rollout="rows", report_to=[])
 
 
 # ---------------------------------------------------------------------------------------------------------- probe

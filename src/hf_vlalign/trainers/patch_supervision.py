@@ -13,6 +13,7 @@ from ..vlms.families import NON_MODEL_KEYS, forward_with_layout, patch_model_fam
 from ..vlms.recording import AttentionRecorder, check_recordable
 from ..vlms.supervision import (
     PATCH_SUPERVISION_METHODS,
+    SEMI_DIRECT_ROLLOUTS,
     grounded_cell_count,
     grounded_token_count,
     patch_attention_loss,
@@ -38,6 +39,14 @@ class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
     )
     supervised_heads: list[int] | None = field(default=None, metadata={"help": "Supervised heads (default: all)."})
     attention_supervision_weight: float = field(default=1.0, metadata={"help": "Weight (>= 0) of loss_attention."})
+    semi_direct_rollout: str = field(
+        default="supervised_rows",
+        metadata={
+            "help": "How semi-direct supervision computes attention rollout: 'supervised_rows' (default: only the rows "
+            "the loss reads, memory linear in the sequence) or 'full' (every layer's N x N maps and rollout); the same "
+            "loss and gradients (`hf_vlalign.vlms.supervision.patch_attention_loss`)."
+        },
+    )
     remove_unused_columns: bool = field(
         default=False, metadata={"help": "Must stay False: the collator reads the examples' image, caption and phrases."}
     )
@@ -53,6 +62,10 @@ class PatchSupervisionTrainingArguments(ComponentLossTrainingArguments):
             raise ValueError(
                 f"`attention_supervision` must be one of {PATCH_SUPERVISION_METHODS} or None, got "
                 f"{self.attention_supervision!r}."
+            )
+        if self.semi_direct_rollout not in SEMI_DIRECT_ROLLOUTS:
+            raise ValueError(
+                f"`semi_direct_rollout` must be one of {SEMI_DIRECT_ROLLOUTS}, got {self.semi_direct_rollout!r}."
             )
         check_bounds(self, attention_supervision_weight=(">=", 0))
         reentrant = (self.activation_checkpointing_kwargs or {}).get("use_reentrant", False)
@@ -135,6 +148,7 @@ class PatchSupervisionTrainer(ComponentLossTrainer):
                 self.args.supervised_heads,
                 num_rows=counts["grounded_words"],
                 num_image_rows=counts["grounded_cells"],
+                semi_direct_rollout=self.args.semi_direct_rollout,
             )
             recorder.clear()
         else:

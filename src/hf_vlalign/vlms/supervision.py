@@ -4,8 +4,13 @@ query / key projections (`AttentionRecorder`).
 - Direct (eqs. 6-8): each supervised head's text->image logits, re-normalised over the real image tokens (so the model
   keeps `sdpa`), are trained by cross-entropy against each grounded word's target, the uniform distribution over the
   patches its gold box covers. Eq. (7)'s image->text direction exists only where image tokens attend to the text (ViLT).
-- Semi-direct: the same cross-entropy on attention rollout (Abnar & Zuidema 2020) up to each supervised layer, the
-  maps recomputed from the recorded projections with the model's mask.
+- Semi-direct (samaran2021_attending_self_attention.txt, "Semi-direct attention supervision": eqs. 6-8 with the raw
+  attention replaced by its rollout): the same cross-entropy on attention rollout (Abnar & Zuidema 2020, eq. 1) up to
+  each supervised layer, the maps recomputed from the recorded projections with the model's mask.
+
+Both read only the rows the loss has a target for: the text positions (every position that is no image token; eq. 6)
+and, where image tokens attend to the text (ViLT, eq. 7), the image tokens. On LLaVA / PaliGemma the memory thus grows
+linearly with the number of image tokens (text rows x image tokens), not with its square.
 
 Every mean over grounded words divides by `num_rows` when given (the global count, `hf_vlalign.utils.item_counts`).
 """
@@ -13,14 +18,22 @@ Every mean over grounded words divides by `num_rows` when given (the global coun
 from __future__ import annotations
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
-from ..supervision.direct import additive_key_bias, normalise_rows, query_key_direction_loss, soft_cross_entropy
+from ..supervision.direct import (
+    additive_key_bias,
+    normalise_rows,
+    query_key_direction_loss,
+    select_heads,
+    soft_cross_entropy,
+)
 from ..supervision.rollout import attention_rollout
 from .families import PatchLayout
 from .recording import AttentionRecorder
 
 __all__ = [
     "PATCH_SUPERVISION_METHODS",
+    "SEMI_DIRECT_ROLLOUTS",
     "grounded_cell_count",
     "grounded_token_count",
     "patch_attention_loss",
@@ -29,6 +42,11 @@ __all__ = [
 ]
 
 PATCH_SUPERVISION_METHODS = ("direct", "semi_direct")
+# how semi-direct supervision computes its rollout (`patch_attention_loss`'s `semi_direct_rollout`)
+SEMI_DIRECT_ROLLOUTS = ("supervised_rows", "full")
+# query rows of one layer's attention map computed at once by the "supervised_rows" rollout: (batch x heads x this x
+# sequence) logits live at a time
+ROLLOUT_CHUNK_ROWS = 256
 
 
 def token_alignment(word_cell_alignment: torch.Tensor, layout: PatchLayout) -> torch.Tensor:
@@ -58,24 +76,38 @@ def _full_heads(key: torch.Tensor, num_heads: int) -> torch.Tensor:
     return key if key.shape[1] == num_heads else key.repeat_interleave(num_heads // key.shape[1], dim=1)
 
 
-def _direct_loss(recorder, layers, layout, target, heads, num_rows, num_image_rows, text_mask, image_to_text):
+def _text_positions(layout: PatchLayout, sequence_length: int) -> torch.Tensor:
+    """(B, T) the sequence positions that are no image token, in order (T = sequence_length - P: every example holds
+    its P image tokens), found without reading a tensor on the host."""
+    positions = layout.image_positions
+    is_image = torch.zeros(positions.shape[0], sequence_length, dtype=torch.int8, device=positions.device)
+    is_image.scatter_(1, positions, 1)
+    return torch.argsort(is_image, dim=1, stable=True)[:, : sequence_length - positions.shape[1]]
+
+
+def _gather_rows(tensor: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """(B, N, ...) -> (B, T, ...) at the (B, T) positions."""
+    index = positions.to(tensor.device).view(*positions.shape, *(1,) * (tensor.dim() - 2))
+    return tensor.gather(1, index.expand(-1, -1, *tensor.shape[2:]))
+
+
+def _direct_loss(recorder, layers, layout, rows, target, heads, counts, text_mask, image_to_text):
+    """Eqs. (6)-(8) from the text rows' queries (B, H, T, d) on the image tokens' keys (and, eq. 7, the image tokens'
+    queries on the text rows' keys): (B, H, T, P) logits, linear in the image tokens."""
+    num_rows, num_image_rows = counts
     queries = [recorder.queries[layer] for layer in layers]
     heads_of = queries[0].shape[1]
     image_keys = additive_key_bias(layout.patch_mask.to(target.device)[:, None, None, :], queries[0].dtype)
-    # the image tokens' keys are gathered before grouped-query keys are repeated: P rows copied, not N
-    pairs = [
-        (query, _full_heads(_gather_positions(recorder.keys[layer], layout.image_positions), heads_of))
-        for layer, query in zip(layers, queries)
-    ]
+    # keys are gathered before grouped-query keys are repeated: P (or T) rows copied, not N
+    image_keys_of = [_full_heads(_gather_positions(recorder.keys[layer], layout.image_positions), heads_of) for layer in layers]
+    pairs = [(_gather_positions(query, rows), keys) for query, keys in zip(queries, image_keys_of)]
     loss = query_key_direction_loss(pairs, heads, recorder.scaling, target.unsqueeze(1), image_keys, num_rows)
     if image_to_text:
         # eq. (7): image tokens' rows over the text tokens, target = the token's alignment column re-normalised
         image_target = normalise_rows(target.transpose(1, 2)).unsqueeze(1)
         text_keys = additive_key_bias(text_mask.to(target.device)[:, None, None, :], queries[0].dtype)
-        pairs = [
-            (_gather_positions(query, layout.image_positions), _full_heads(recorder.keys[layer], heads_of))
-            for layer, query in zip(layers, queries)
-        ]
+        text_keys_of = [_full_heads(_gather_positions(recorder.keys[layer], rows), heads_of) for layer in layers]
+        pairs = [(_gather_positions(query, layout.image_positions), keys) for query, keys in zip(queries, text_keys_of)]
         loss = loss + query_key_direction_loss(pairs, heads, recorder.scaling, image_target, text_keys, num_image_rows)
     return loss
 
@@ -101,24 +133,96 @@ def _layer_probabilities(recorder, layer: int, key_mask: torch.Tensor, causal: b
     return torch.softmax(logits.masked_fill(~allowed, torch.finfo(logits.dtype).min), dim=-1)
 
 
-def _semi_direct_loss(recorder, layers, layout, target, heads, counts, masks, causal, image_to_text) -> torch.Tensor:
-    (num_rows, num_image_rows), (key_mask, text_mask) = counts, masks
+def _rollout_losses(rollout_rows, layout, rows, target, counts, text_mask, image_to_text) -> torch.Tensor:
+    """Eqs. (6)-(8) on the rollout of one layer: `rollout_rows` (B, T (+ P), N) holds its rows at the text `rows`
+    (then, with `image_to_text`, at the image tokens)."""
+    (num_rows, num_image_rows), text_length = counts, rows.shape[1]
+    positions = layout.image_positions.to(target.device)
+    text_rows = rollout_rows[:, :text_length]
+    text_to_image = text_rows.gather(-1, positions[:, None, :].expand(-1, text_length, -1))
+    text_to_image = text_to_image * layout.patch_mask.to(target.device)[:, None, :]
+    log_probs = torch.log(normalise_rows(text_to_image).clamp(min=1e-12))
+    loss = soft_cross_entropy(log_probs, target, num_rows)
+    if image_to_text:  # eq. (7) on rollout: image rows over the text columns
+        image_rows = rollout_rows[:, text_length:]
+        image_to_text_ = image_rows.gather(-1, rows[:, None, :].expand(-1, image_rows.shape[1], -1))
+        log_probs = torch.log(normalise_rows(image_to_text_ * text_mask[:, None, :]).clamp(min=1e-12))
+        loss = loss + soft_cross_entropy(log_probs, normalise_rows(target.transpose(1, 2)), num_image_rows)
+    return loss
+
+
+def _semi_direct_full(recorder, layers, layout, rows, target, heads, counts, masks, causal, image_to_text):
+    """Every layer's (B, H, N, N) map and the (B, N, N) rollout, then the supervised rows."""
+    key_mask, text_mask = masks
     probabilities = [_layer_probabilities(recorder, layer, key_mask, causal) for layer in range(max(layers) + 1)]
     rollouts = attention_rollout(probabilities, heads)
-    positions = layout.image_positions.to(target.device)
-    patch_mask = layout.patch_mask.to(target.device)
-    image_target = normalise_rows(target.transpose(1, 2))
+    supervised = torch.cat([rows, layout.image_positions.to(rows.device)], 1) if image_to_text else rows
+    losses = [
+        _rollout_losses(_gather_rows(rollouts[layer], supervised), layout, rows, target, counts, text_mask, image_to_text)
+        for layer in layers
+    ]
+    return torch.stack(losses).mean()
+
+
+def _map_rows(rows, query, key, mask, key_mask, positions, causal, heads, scaling) -> torch.Tensor:
+    """`rows` (B, K, C) times the rows at `positions` (B, C) of a layer's rollout factor rownorm(mean_h A + I) (Abnar &
+    Zuidema, eq. 1; the attention A recomputed from `query` (B, H, C, d) and `key` under the layer's mask): (B, K, N);
+    `rows` None: those factor rows themselves, (B, C, N)."""
+    key = select_heads(_full_heads(key, query.shape[1]), heads)
+    logits = (select_heads(query, heads) @ key.transpose(-1, -2) * scaling).float()
+    length = key.shape[2]
+    if mask is not None:
+        allowed = mask.gather(2, positions[:, None, :, None].expand(-1, mask.shape[1], -1, mask.shape[-1]))
+        allowed = allowed if allowed.dtype == torch.bool else allowed > torch.finfo(allowed.dtype).min / 2
+        allowed = allowed[..., :length]
+    else:
+        allowed = key_mask.bool()[:, None, None, :]
+        if causal:
+            allowed = allowed & (torch.arange(length, device=positions.device) <= positions[..., None])[:, None]
+    mixed = torch.softmax(logits.masked_fill(~allowed, torch.finfo(logits.dtype).min), dim=-1).mean(dim=1)
+    identity = torch.nn.functional.one_hot(positions, length).to(mixed.dtype)
+    factor_rows = normalise_rows(mixed + identity)
+    return factor_rows if rows is None else rows @ factor_rows
+
+
+def _times_layer(rows, recorder, layer, positions, key_mask, causal, heads) -> torch.Tensor:
+    """`rows` (B, K, N) times the layer's rollout factor, or (`rows` None) that factor's rows at `positions` (B, K),
+    the factor computed `ROLLOUT_CHUNK_ROWS` query rows at a time, each chunk recomputed in the backward
+    (`torch.utils.checkpoint`): only the query, key and rows are kept."""
+    query, key, mask = recorder.queries[layer], recorder.keys[layer], recorder.masks[layer]
+    chunks, product = [], None
+    for start in range(0, query.shape[2] if positions is None else positions.shape[1], ROLLOUT_CHUNK_ROWS):
+        if positions is None:
+            stop = min(start + ROLLOUT_CHUNK_ROWS, query.shape[2])
+            chunk_positions = torch.arange(start, stop, device=query.device).expand(query.shape[0], -1)
+            chunk_rows, chunk_query = rows[..., start:stop], query[:, :, start:stop]
+        else:
+            chunk_positions = positions[:, start : start + ROLLOUT_CHUNK_ROWS]
+            chunk_rows, chunk_query = None, _gather_positions(query, chunk_positions)
+        chunk = checkpoint(
+            _map_rows, chunk_rows, chunk_query, key, mask, key_mask, chunk_positions, causal, heads, recorder.scaling,
+            use_reentrant=False, preserve_rng_state=False,
+        )  # fmt: skip
+        if positions is not None:
+            chunks.append(chunk)
+        else:  # a running sum: one (B, K, N) product at a time (an add saves nothing for the backward)
+            product = chunk if product is None else product + chunk
+    return torch.cat(chunks, dim=1) if positions is not None else product
+
+
+def _semi_direct_supervised_rows(recorder, layers, layout, rows, target, heads, counts, masks, causal, image_to_text):
+    """The rollout's supervised rows only: e^T R_l = e^T A~_l ... A~_0, multiplied left to right (Abnar & Zuidema's
+    R_l = A~_l R_{l-1}, R_{-1} = I), each factor chunked and recomputed in the backward: per layer O((K + chunk) x N)
+    memory and O(N^2 x (K + heads x head_dim)) time for K supervised rows, where the full rollout keeps O(N^2) and
+    takes O(N^3)."""
+    key_mask, text_mask = masks
+    supervised = torch.cat([rows, layout.image_positions.to(rows.device)], 1) if image_to_text else rows
     losses = []
     for layer in layers:
-        rollout = rollouts[layer]  # (B, N, N)
-        text_to_image = rollout.gather(-1, positions[:, None, :].expand(-1, rollout.shape[1], -1))
-        log_probs = torch.log(normalise_rows(text_to_image * patch_mask[:, None, :]).clamp(min=1e-12))
-        loss = soft_cross_entropy(log_probs, target, num_rows)
-        if image_to_text:  # eq. (7) on rollout: image rows over the text columns
-            image_to_all = rollout.gather(1, positions[:, :, None].expand(-1, -1, rollout.shape[-1]))
-            log_probs = torch.log(normalise_rows(image_to_all * text_mask[:, None, :]).clamp(min=1e-12))
-            loss = loss + soft_cross_entropy(log_probs, image_target, num_image_rows)
-        losses.append(loss)
+        rollout_rows = _times_layer(None, recorder, layer, supervised, key_mask, causal, heads)
+        for earlier in range(layer - 1, -1, -1):
+            rollout_rows = _times_layer(rollout_rows, recorder, earlier, None, key_mask, causal, heads)
+        losses.append(_rollout_losses(rollout_rows, layout, rows, target, counts, text_mask, image_to_text))
     return torch.stack(losses).mean()
 
 
@@ -150,6 +254,7 @@ def patch_attention_loss(
     heads: list[int] | None = None,
     num_rows: torch.Tensor | None = None,
     num_image_rows: torch.Tensor | None = None,
+    semi_direct_rollout: str = "supervised_rows",
 ) -> torch.Tensor:
     """The supervision loss of one batch, averaged over the supervised layers (and heads, for "direct").
 
@@ -164,13 +269,30 @@ def patch_attention_loss(
         num_rows: the number of grounded rows to divide by (global under data parallelism); default: this batch's.
         num_image_rows: the same for the image->text direction (ViLT): the grid cells some grounded word's target
             covers (`grounded_cell_count`); default: this batch's.
+        semi_direct_rollout: how semi-direct supervision computes the rollout, one of `SEMI_DIRECT_ROLLOUTS`; both give
+            the same loss and gradients (tests/vlms/test_patch_models.py).
+            - "supervised_rows" (default): only the rollout rows the loss reads (the text positions, and on ViLT the
+              image tokens), e^T R_l = e^T A~_l ... A~_0 multiplied left to right, each layer's attention recomputed
+              from the recorded query / key in chunks of `ROLLOUT_CHUNK_ROWS` query rows under
+              `torch.utils.checkpoint`: memory linear in the sequence length N for LLaVA / PaliGemma, whose supervised
+              rows are the caption's (ViLT's eq. 7 supervises the image rows too, so its rows are all N).
+            - "full": every layer's (B, H, N, N) maps and their (B, N, N) rollout (`supervision.rollout.
+              attention_rollout`), kept for the backward: O(N^2) memory and O(N^3) time, the literal rollout.
     """
+    if semi_direct_rollout not in SEMI_DIRECT_ROLLOUTS:
+        raise ValueError(f"`semi_direct_rollout` must be one of {SEMI_DIRECT_ROLLOUTS}, got {semi_direct_rollout!r}.")
     layers = recorder.layers if layers is None else list(layers)
-    key_mask, text_mask, alignment = sequence_masks(batch, layout, recorder.queries[layers[0]].shape[2])
-    target = token_alignment(alignment, layout)
+    sequence_length = recorder.queries[layers[0]].shape[2]
+    key_mask, text_mask, alignment = sequence_masks(batch, layout, sequence_length)
+    # the loss reads only the text positions' rows (every other row's target is zero): (B, T, P), linear in P
+    rows = _text_positions(layout, sequence_length).to(alignment.device)
+    target = token_alignment(_gather_rows(alignment, rows), layout)
+    text_mask = _gather_rows(text_mask, rows).to(target.device)
     image_to_text = recorder.family.image_attends_to_text
+    counts = (num_rows, num_image_rows)
     if method == "direct":
-        return _direct_loss(recorder, layers, layout, target, heads, num_rows, num_image_rows, text_mask, image_to_text)
-    counts, masks = (num_rows, num_image_rows), (key_mask, text_mask.to(target.device))
+        return _direct_loss(recorder, layers, layout, rows, target, heads, counts, text_mask, image_to_text)
+    semi_direct = _semi_direct_full if semi_direct_rollout == "full" else _semi_direct_supervised_rows
     # without image->text attention (LLaVA, PaliGemma) the language model's mask is causal
-    return _semi_direct_loss(recorder, layers, layout, target, heads, counts, masks, not image_to_text, image_to_text)
+    masks = (key_mask.to(target.device), text_mask)
+    return semi_direct(recorder, layers, layout, rows, target, heads, counts, masks, not image_to_text, image_to_text)
