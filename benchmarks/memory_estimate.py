@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
+from hf_vlalign.vlms.supervision import ROLLOUT_CHUNK_ROWS
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_blocks import replace_docs_block, write_results  # noqa: E402  (benchmarks/docs_blocks.py)
 
@@ -55,8 +57,8 @@ SETTINGS = {
     "gpus": 8,
     "direct_supervised_layers": 1,  # the trainer's default: the last layer, every head
     "semi_direct_recorded_layers": 32,  # rollout up to the last layer: every layer recorded
-    "semi_direct_rows": 64,  # grounded text rows k (at most the text tokens)
-    "semi_direct_chunk": 128,  # rows of one layer's attention computed at a time
+    "semi_direct_rows": 64,  # the rollout's rows: every text position (the supervised rows are among them)
+    "semi_direct_chunk": ROLLOUT_CHUNK_ROWS,  # rows of one layer's attention computed at a time
 }
 
 
@@ -151,8 +153,8 @@ def direct_supervision_bytes(layers: int, heads: int, text_tokens: int, image_to
 
 
 def semi_direct_rows_only_bytes(layers: int, heads: int, rows: int, chunk: int, tokens: int) -> int:
-    """Semi-direct supervision computed from the supervised rows only (rollout restricted to the k grounded rows, being
-    implemented for issue 51): per recorded layer, the k rows of the rollout over the S tokens (fp32), plus one chunk of
+    """Semi-direct supervision computed from the supervised rows only (`semi_direct_rollout="supervised_rows"`, the
+    rollout's k text rows, hf_vlalign.vlms.supervision): per recorded layer, the k rows of the rollout over the S tokens (fp32), plus one chunk of
     `chunk` rows of one layer's attention probabilities for every head alive at a time (fp32): O((k + chunk) x S) per
     layer, linear in the tokens."""
     return layers * rows * tokens * FP32 + heads * chunk * tokens * FP32
