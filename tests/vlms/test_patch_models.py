@@ -153,10 +153,12 @@ def cross_entropy(probabilities: torch.Tensor, target: torch.Tensor) -> torch.Te
     return per_row[rows].sum() / rows.sum()
 
 
-def full_alignment(batch: dict, sequence_length: int) -> torch.Tensor:
-    """The collator's alignment over the model's whole sequence (ViLT appends [CLS] and the patches to the text)."""
-    alignment = batch["word_cell_alignment"]
-    return torch.nn.functional.pad(alignment, (0, 0, 0, sequence_length - alignment.shape[1]))
+def dense_alignment(batch: dict, sequence_length: int) -> torch.Tensor:
+    """The collator's grounded rows expanded to (B, N, C) over the model's whole sequence of `sequence_length`
+    positions, zeros for every other position (ViLT appends [CLS] and the patches to the text)."""
+    alignment, positions = batch["word_cell_alignment"], batch["grounded_token_positions"]
+    dense = torch.zeros(alignment.shape[0], sequence_length, alignment.shape[-1])
+    return dense.scatter_add(1, positions[..., None].expand_as(alignment), alignment)
 
 
 # ------------------------------------------------------------------------------------------------------ collator
@@ -168,9 +170,14 @@ def test_phrase_tokens_and_their_alignment(tiny, batches, family):
     batch = batches[family]
     tokenizer = processor.tokenizer
     num_cells = GRIDS[family][0] * GRIDS[family][1]
-    assert batch["word_cell_alignment"].shape[-1] == num_cells
+    # the grounded tokens' rows only: A's 7 ("a skate ##board ##er", "the red box"), B's 3 and 4 padding rows
+    assert batch["word_cell_alignment"].shape == (2, 7, num_cells)
+    positions = batch["grounded_token_positions"]
+    assert positions.shape == (2, 7) and positions.dtype == torch.long
+    assert positions[1, 3:].tolist() == [0] * 4 and (batch["word_cell_alignment"][1, 3:] == 0).all()
     assert batch["phrase_token_index"].tolist()[1][1] == -1  # B has one phrase: the second slot is padding
-    row_sums = batch["word_cell_alignment"].sum(-1)
+    alignment = dense_alignment(batch, batch["input_ids"].shape[1])
+    row_sums = alignment.sum(-1)
     for b, example in enumerate(EXAMPLES):
         grounded = set()
         for k, gold in enumerate(example["phrases"]):
@@ -185,7 +192,7 @@ def test_phrase_tokens_and_their_alignment(tiny, batches, family):
             expected = torch.zeros(num_cells)
             expected[sorted(covered)] = 1.0 / len(covered)
             for token in tokens:
-                torch.testing.assert_close(batch["word_cell_alignment"][b, token], expected)
+                torch.testing.assert_close(alignment[b, token], expected)
             coverage = batch["phrase_cell_coverage"][b, k]
             if len(covered) > 1:
                 assert set((coverage >= 0.5).nonzero()[:, 0].tolist()) == covered
@@ -194,6 +201,24 @@ def test_phrase_tokens_and_their_alignment(tiny, batches, family):
         expected_sums = torch.zeros(row_sums.shape[1])
         expected_sums[sorted(grounded)] = 1.0
         torch.testing.assert_close(row_sums[b], expected_sums)
+
+
+def test_collator_targets_grow_with_the_cells_only():
+    # a tiny LLaVA at 64 and 256 image tokens: the supervision targets hold the grounded tokens' rows x grid cells
+    # (G x C), not sequence x cells ((T + P) x C), and no tensor of the batch but the pixels is that large
+    shapes = {}
+    for image_size in (128, 256):
+        model, processor = tiny_patch_model("llava", image_size=image_size, hidden_size=16, num_layers=1)
+        batch = PatchGroundingCollator(processor, model.config)(PROBE_EXAMPLES)
+        cells, sequence_length = (image_size // 16) ** 2, batch["input_ids"].shape[1]
+        assert batch["image_positions"].shape[1] == cells and sequence_length > cells
+        shapes[cells] = batch["word_cell_alignment"].shape
+        assert batch["grounded_token_positions"].shape == shapes[cells][:2]
+        for key, value in batch.items():
+            if key != "pixel_values":
+                assert value.numel() < batch["input_ids"].numel() * cells / 4, key
+    # "a dog" / "a cat" (2 + 2 word pieces) and "a cat": the same 4 rows at both sizes, 4 times the cells
+    assert shapes == {64: (2, 4, 64), 256: (2, 4, 256)}
 
 
 @pytest.mark.parametrize("family", DECODERS)
@@ -208,7 +233,8 @@ def test_image_tokens_sit_at_the_layout_positions(tiny, batches, family):
     assert batch["cell_index"].tolist() == [list(range(16))] * 2
     assert batch["patch_mask"].all()
     # no image token is grounded text
-    assert (batch["word_cell_alignment"].sum(-1)[image_token_mask(batch)] == 0).all()
+    grounded = batch["word_cell_alignment"].sum(-1) > 0  # the padding rows sit at position 0 (an image token here)
+    assert not image_token_mask(batch).gather(1, batch["grounded_token_positions"])[grounded].any()
 
 
 def test_paligemma_suffix_is_the_caption(tiny, batches):
@@ -448,7 +474,7 @@ def recorded_forward(model, batch, layers, seed=0):
 
 def hand_text_to_image(attentions, batch, layout, layers, heads=None):
     """Direct text->image loss from eager attention maps: mean over layers, heads and grounded rows."""
-    alignment = full_alignment(batch, attentions[0].shape[-1])
+    alignment = dense_alignment(batch, attentions[0].shape[-1])
     target = token_targets(alignment, layout)
     heads = slice(None) if heads is None else heads
     losses = [cross_entropy(renormalised(attentions[layer], layout.image_positions, layout.patch_mask)[:, heads], target)
@@ -476,7 +502,7 @@ def test_direct_loss_equals_a_hand_computation(tiny, batches, family, layers, he
         return
     # ViLT adds eq. (7): each covered patch's attention over the text, target = its alignment column re-normalised
     text_length = batch["input_ids"].shape[1]
-    target = token_targets(full_alignment(batch, eager.attentions[0].shape[-1]), layout).transpose(1, 2)[..., :text_length]
+    target = token_targets(dense_alignment(batch, eager.attentions[0].shape[-1]), layout).transpose(1, 2)[..., :text_length]
     sums = target.sum(-1, keepdim=True)
     target = torch.where(sums > 0, target / sums.clamp(min=1e-12), target)
     text_columns = torch.arange(text_length).expand(2, -1)
@@ -559,7 +585,7 @@ def test_semi_direct_loss_equals_a_rollout_of_eager_attention(tiny, family, num_
     loss = patch_attention_loss(recorder, batch, layout, method="semi_direct", layers=[1])
     both = patch_attention_loss(recorder, batch, layout, method="semi_direct", layers=[0, 1])
     assert torch.isfinite(loss) and torch.isfinite(both) and loss.requires_grad
-    target = token_targets(full_alignment(batch, eager.attentions[0].shape[-1]), layout)
+    target = token_targets(dense_alignment(batch, eager.attentions[0].shape[-1]), layout)
     text_length = batch["input_ids"].shape[1]
     image_target = target.transpose(1, 2)[..., :text_length]
     sums = image_target.sum(-1, keepdim=True)
@@ -735,3 +761,108 @@ def test_probe_pieces_ignore_a_cls_token_and_score_the_centre_baseline():
     assert result.baseline_accuracy == 0.0  # the [CLS]'s fill of 5 is masked: the baseline picks cell 0
     # the share on the image counts the real patches only (the [CLS] is no cell)
     assert result.active_share[0].tolist() == pytest.approx([0.3, 0.6])
+
+
+# ---------------------------------------------------------------------------------- the old, dense path as reference
+
+
+def normalised(matrix: torch.Tensor) -> torch.Tensor:
+    sums = matrix.sum(-1, keepdim=True)
+    return torch.where(sums > 0, matrix / sums.clamp(min=1e-12), torch.zeros_like(matrix))
+
+
+def soft_ce(log_probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean over (heads x rows with target mass) of -sum t log p; log_probs (B, H, N, K), target (B, N, K)."""
+    target = target[:, None].expand_as(log_probs)
+    per_row = -torch.where(target > 0, target * log_probs, torch.zeros_like(target)).sum(-1)
+    return per_row.sum() / ((target.sum(-1) > 0).sum())
+
+
+def dense_reference_loss(recorder, batch, layout, method, layers, heads):
+    """`patch_attention_loss` computed the literal way from the dense (B, N, C) alignment over every sequence position:
+    every row's logits or rollout over the whole sequence, the loss read at the rows with target mass."""
+    query = recorder.queries[layers[0]]
+    batch_size, length = query.shape[0], query.shape[2]
+    target = token_targets(dense_alignment(batch, length), layout)  # (B, N, P)
+    attention_mask = batch["attention_mask"].bool()
+    vilt = recorder.family.image_attends_to_text
+    if vilt:  # [text; image [CLS]; patches]
+        padding = length - attention_mask.shape[1]
+        key_mask = torch.cat([attention_mask, torch.ones(batch_size, 1, dtype=torch.bool), layout.patch_mask], 1)
+        text_mask = torch.nn.functional.pad(attention_mask, (0, padding))
+    else:
+        key_mask, text_mask = attention_mask, attention_mask & ~image_token_mask(batch)
+    image_target = normalised(target.transpose(1, 2) * text_mask[:, None, :])  # (B, P, N), eq. (7)
+    selected = slice(None) if heads is None else heads
+
+    def logits(layer):
+        query, key = recorder.queries[layer], recorder.keys[layer]
+        key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
+        return query @ key.transpose(-1, -2) * recorder.scaling
+
+    minimum = torch.finfo(torch.float32).min
+    image_rows = layout.image_positions[:, None, :, None]
+    losses = []
+    if method == "direct":
+        for layer in layers:
+            scores = logits(layer)[:, selected]
+            to_image = gather_columns(scores, layout.image_positions).masked_fill(~layout.patch_mask[:, None, None, :], minimum)
+            loss = soft_ce(torch.log_softmax(to_image, -1), target)
+            if vilt:
+                to_text = torch.log_softmax(scores.masked_fill(~text_mask[:, None, None, :], minimum), -1)
+                to_text = to_text.gather(2, image_rows.expand(-1, to_text.shape[1], -1, length))
+                loss = loss + soft_ce(to_text, image_target)
+            losses.append(loss)
+        return torch.stack(losses).mean()
+    probabilities = []
+    for layer in range(max(layers) + 1):
+        mask = recorder.masks[layer]
+        if mask is not None:
+            allowed = mask if mask.dtype == torch.bool else mask > minimum / 2
+        else:
+            allowed = key_mask[:, None, None, :].expand(-1, 1, length, -1)
+            if not vilt:
+                allowed = allowed & torch.ones(length, length, dtype=torch.bool).tril()
+        probabilities.append(torch.softmax(logits(layer).masked_fill(~allowed, minimum), -1))
+    rollouts = hand_rollout(probabilities, heads)
+    for layer in layers:
+        rollout = rollouts[layer][:, None]  # (B, 1, N, N)
+        to_image = gather_columns(rollout, layout.image_positions) * layout.patch_mask[:, None, None, :]
+        loss = soft_ce(torch.log(normalised(to_image).clamp(min=1e-12)), target)
+        if vilt:
+            to_text = rollout.gather(2, image_rows.expand(-1, 1, -1, length)) * text_mask[:, None, None, :]
+            loss = loss + soft_ce(torch.log(normalised(to_text).clamp(min=1e-12)), image_target)
+        losses.append(loss)
+    return torch.stack(losses).mean()
+
+
+@pytest.mark.parametrize(
+    ("family", "method", "heads"),
+    [
+        (family, method, heads)
+        for family in FAMILIES
+        for method in ("direct", "semi_direct:full", "semi_direct:supervised_rows")
+        for heads in (None, [0, 2])
+    ]
+    + [("llava-gqa", "direct", [1, 3]), ("llava-full", "semi_direct:supervised_rows", None)],
+)
+def test_losses_and_gradients_equal_the_dense_path(tiny, monkeypatch, family, method, heads):
+    # the compact batch (the grounded rows only) gives the losses and gradients of the literal computation from the
+    # dense alignment over every sequence position, within 1e-6; chunks of 8 rows cut each map into several
+    monkeypatch.setattr(supervision, "ROLLOUT_CHUNK_ROWS", 8)
+    model, _, collator = tiny[family]
+    batch = collator(EXAMPLES)
+    recorder, _, layout = recorded_forward(model, batch, [0, 1])
+    recorded = [recorder.queries[0], recorder.keys[0], recorder.queries[1], recorder.keys[1]]
+    method, _, rollout = method.partition(":")
+    loss = patch_attention_loss(
+        recorder, batch, layout, method=method, layers=[0, 1], heads=heads, semi_direct_rollout=rollout or "full"
+    )
+    expected = dense_reference_loss(recorder, batch, layout, method, [0, 1], heads)
+    assert float(expected.detach()) > 0.1
+    torch.testing.assert_close(loss, expected, rtol=0, atol=1e-6)
+    gradients = torch.autograd.grad(loss, recorded, retain_graph=True)
+    for actual, reference in zip(gradients, torch.autograd.grad(expected, recorded)):
+        assert float(reference.abs().max()) > 1e-4
+        torch.testing.assert_close(actual, reference, rtol=0, atol=1e-6)
+

@@ -3,9 +3,12 @@
 An example is a dict: `image` (a PIL image, or `image_path`), `caption` and `phrases`, each with `char_start`,
 `char_end` and `boxes` (pixel x1, y1, x2, y2). The collator builds each family's sequence itself (ViLT: `[CLS] caption
 [SEP]`; LLaVA: `[BOS] <image> x P prompt caption [EOS]`; PaliGemma: `<image> x P [BOS] prompt \\n caption [EOS]`, the
-caption its suffix), so that every caption token's position is known. A batch also carries `word_cell_alignment`
-(B, N, C: each grounded token's uniform distribution over the cells its gold boxes cover), `phrase_token_index` (B, K,
--1 padding) and `phrase_cell_coverage` (B, K, C) for the probe, and the LLaVA / PaliGemma `PatchLayout` tensors.
+caption its suffix), so that every caption token's position is known. A batch also carries the supervision targets of
+its grounded tokens only, `grounded_token_positions` (B, G) long (their sequence positions) and `word_cell_alignment`
+(B, G, C: each one's uniform distribution over the cells its gold boxes cover), G the batch's largest number of
+grounded tokens, padded with position 0 and an all-zero row (so the size grows with the grid cells, not with sequence
+x cells); `phrase_token_index` (B, K, -1 padding) and `phrase_cell_coverage` (B, K, C) for the probe; and the LLaVA /
+PaliGemma `PatchLayout` tensors.
 """
 
 from __future__ import annotations
@@ -186,8 +189,7 @@ class PatchGroundingCollator:
         geometry = ImageGeometry.from_processor(
             self.image_processor, image.size, (pixel_values.shape[-1], pixel_values.shape[-2]), content
         )
-        num_cells = grid[0] * grid[1]
-        alignment = torch.zeros(len(ids), num_cells)
+        targets = {}  # grounded token position -> its target over the cells (a later phrase's wins)
         last_tokens, coverages, details = [], [], []
         for phrase in example.get("phrases", []):
             tokens = [
@@ -200,7 +202,8 @@ class PatchGroundingCollator:
                 continue
             boxes = geometry.normalised_boxes(torch.as_tensor(phrase["boxes"], dtype=torch.float32).view(-1, 4))
             coverage = cell_coverage(boxes, grid)
-            alignment[tokens] = covered_cells_target(coverage, self.coverage_threshold)
+            target = covered_cells_target(coverage, self.coverage_threshold)
+            targets.update((token, target) for token in tokens)
             last_tokens.append(tokens[-1])
             coverages.append(coverage)
             text = example["caption"][phrase["char_start"] : phrase["char_end"]]
@@ -210,7 +213,8 @@ class PatchGroundingCollator:
             "input_ids": ids,
             "token_type_ids": token_types,
             "labels": labels,
-            "word_cell_alignment": alignment,
+            "grounded_token_positions": sorted(targets),
+            "word_cell_alignment": [targets[token] for token in sorted(targets)],
             "last_tokens": last_tokens,
             "coverages": coverages,
             "details": {"caption_start": start, "caption_end": start + len(caption_ids), "phrases": details},
@@ -219,6 +223,7 @@ class PatchGroundingCollator:
     def _pad(self, rows: list[dict], grid: tuple[int, int]) -> dict[str, torch.Tensor]:
         length = max(len(row["input_ids"]) for row in rows)
         phrases = max(1, max(len(row["last_tokens"]) for row in rows))
+        grounded = max(1, max(len(row["grounded_token_positions"]) for row in rows))
         batch_size, num_cells = len(rows), grid[0] * grid[1]
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         batch = {
@@ -226,15 +231,20 @@ class PatchGroundingCollator:
             "attention_mask": torch.zeros(batch_size, length, dtype=torch.long),
             "token_type_ids": torch.zeros(batch_size, length, dtype=torch.long),
             "labels": torch.full((batch_size, length), -100, dtype=torch.long),
-            "word_cell_alignment": torch.zeros(batch_size, length, num_cells),
+            "grounded_token_positions": torch.zeros(batch_size, grounded, dtype=torch.long),
+            "word_cell_alignment": torch.zeros(batch_size, grounded, num_cells),
             "phrase_token_index": torch.full((batch_size, phrases), -1, dtype=torch.long),
             "phrase_cell_coverage": torch.zeros(batch_size, phrases, num_cells),
         }
         for i, row in enumerate(rows):
             size = len(row["input_ids"])
             batch["attention_mask"][i, :size] = 1
-            for key in ("input_ids", "token_type_ids", "labels", "word_cell_alignment"):
+            for key in ("input_ids", "token_type_ids", "labels"):
                 batch[key][i, :size] = torch.as_tensor(row[key])
+            positions = row["grounded_token_positions"]
+            if positions:
+                batch["grounded_token_positions"][i, : len(positions)] = torch.as_tensor(positions)
+                batch["word_cell_alignment"][i, : len(positions)] = torch.stack(row["word_cell_alignment"])
             for k, (token, coverage) in enumerate(zip(row["last_tokens"], row["coverages"])):
                 batch["phrase_token_index"][i, k] = token
                 batch["phrase_cell_coverage"][i, k] = coverage

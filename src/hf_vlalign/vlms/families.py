@@ -25,7 +25,8 @@ __all__ = [
 # the entries of a `PatchGroundingCollator` batch that are no model input: the patch layout (LLaVA, PaliGemma), the
 # supervision targets, the probe's phrases and the explorer's details
 LAYOUT_KEYS = ("image_positions", "cell_index", "patch_mask")
-NON_MODEL_KEYS = ("word_cell_alignment", "phrase_token_index", "phrase_cell_coverage", "details", *LAYOUT_KEYS)
+SUPERVISION_KEYS = ("word_cell_alignment", "grounded_token_positions")
+NON_MODEL_KEYS = (*SUPERVISION_KEYS, "phrase_token_index", "phrase_cell_coverage", "details", *LAYOUT_KEYS)
 
 
 @dataclass
