@@ -57,7 +57,7 @@ SETTINGS = {
     "gpus": 8,
     "direct_supervised_layers": 1,  # the trainer's default: the last layer, every head
     "semi_direct_recorded_layers": 32,  # rollout up to the last layer: every layer recorded
-    "semi_direct_rows": 64,  # the rollout's rows: every text position (the supervised rows are among them)
+    "semi_direct_rows": 64,  # the rollout's rows: the grounded tokens', counted as every text position (an upper bound)
     "semi_direct_chunk": ROLLOUT_CHUNK_ROWS,  # rows of one layer's attention computed at a time
 }
 

@@ -17,7 +17,7 @@ layer 1 (the last), all heads. Settings (`PatchSupervisionTrainingArguments`):
 - `semi_direct_full`: + semi-direct supervision with `semi_direct_rollout="full"`: every layer's (B, H, N, N) maps
   and their (B, N, N) rollout;
 - `semi_direct_supervised_rows`: the same loss with `semi_direct_rollout="supervised_rows"` (the default): only the
-  caption's rows of the rollout, each layer's map computed in chunks of query rows, recomputed in the backward.
+  grounded tokens' rows of the rollout, each layer's map computed in chunks of query rows, recomputed in the backward.
 
 Each (size, setting) runs in its own fresh Python process (one at a time), so that one setting's allocations never
 hide another's peak. A step is what `PatchSupervisionTrainer`'s loop runs (`training_step`: recorder, forward,
