@@ -1,9 +1,9 @@
 """Samaran et al.'s direct and semi-direct attention supervision on transformers patch models, from recorded
 query / key projections (`AttentionRecorder`).
 
-- Direct (eqs. 6-8): each supervised head's text->image logits, re-normalised over the real image tokens (so the model
-  keeps `sdpa`), are trained by cross-entropy against each grounded word's target, the uniform distribution over the
-  patches its gold box covers. Eq. (7)'s image->text direction exists only where image tokens attend to the text (ViLT).
+- Direct (eqs. 6-8): each supervised head's text->image logits, re-normalised over the real image tokens (the model
+  keeps its own attention kernel, which need return no map), are trained by cross-entropy against each grounded
+  word's target, the uniform distribution over the patches its gold box covers. Eq. (7)'s image->text direction exists only where image tokens attend to the text (ViLT).
 - Semi-direct (samaran2021_attending_self_attention.txt, "Semi-direct attention supervision": eqs. 6-8 with the raw
   attention replaced by its rollout): the same cross-entropy on attention rollout (Abnar & Zuidema 2020, eq. 1) up to
   each supervised layer, the maps recomputed from the recorded projections with the model's mask.
