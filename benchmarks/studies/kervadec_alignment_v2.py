@@ -81,7 +81,7 @@ EXPERIMENT = Experiment(
         Metric("accuracy", "NLVR2 acc."),
         Metric("diagnostics.attention_loss_relative_drop", "L_align, relative drop"),
         Metric("diagnostics.pretraining.image_gap", "pre-training: image - text-only"),
-        Metric("image_use.image_use_gap", "NLVR2: own - another image"),
+        Metric("image_use.image_use_gap", "own - another image (the setting's task: pre-training or NLVR2)"),
     ),
     claims=(
         Claim(
