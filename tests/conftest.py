@@ -7,6 +7,8 @@ unmarked test that starts one fails, naming the program, and a test that reads t
 where it is collected.
 """
 
+import contextlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -23,6 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 for _folder in sorted({path.parent for path in (ROOT / "tests").rglob("test_*.py")}):
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))
+# DeepSpeed (the `test` extra) prints an accelerator notice on stdout when first imported, which accelerate does inside
+# the first `save_pretrained` of a process: imported here, to stderr, so that no test's captured stdout holds it
+if importlib.util.find_spec("deepspeed") is not None:
+    with contextlib.redirect_stdout(sys.stderr):
+        import deepspeed  # noqa: F401
 # programs whose launch makes a test slow (a Python interpreter is matched by name too)
 SLOW_PROGRAMS = ("accelerate", "torchrun", "hf-vlalign", "chromedriver", "chromium")
 # fixtures that launch a process for the tests that use them

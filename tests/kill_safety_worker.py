@@ -156,13 +156,16 @@ def wait_for(pid: int, deadline: float | None) -> int | None:
 
 def main() -> None:
     workdir = Path(sys.argv[1])
+    # stdout carries the protocol only; what libraries print (DeepSpeed's accelerator notice when a save imports it)
+    # goes to the log
+    protocol, sys.stdout = sys.stdout, sys.stderr
     # no thread may hold a lock when forking: no OpenMP pool, no progress bar (nor tqdm's monitor thread)
     torch.set_num_threads(1)
     tqdm.monitor_interval = 0
     transformers.utils.logging.disable_progress_bar()
     datasets.disable_progress_bars()
     writers = setup(workdir)
-    print("ready", flush=True)
+    print("ready", file=protocol, flush=True)
     for line in sys.stdin:
         command = line.split()
         write = writers[command[1]]
@@ -170,21 +173,21 @@ def main() -> None:
             start = time.perf_counter()
             for _ in range(3):
                 write(command[2])
-            print((time.perf_counter() - start) / 3, flush=True)
+            print((time.perf_counter() - start) / 3, file=protocol, flush=True)
             continue
-        sys.stdout.flush()
+        protocol.flush()
         pid = os.fork()
         if pid == 0:
             run_child(command, write)
-        print(pid, flush=True)
+        print(pid, file=protocol, flush=True)
         status = wait_for(pid, STEP_DEADLINE if command[0] == "step" else None)
         if status is None:
             print(f"hung: {line.strip()} (pid {pid}); its stacks are in the log", file=sys.stderr, flush=True)
-            print("hung", flush=True)
+            print("hung", file=protocol, flush=True)
         elif os.WIFSIGNALED(status):
-            print(f"signal {os.WTERMSIG(status)}", flush=True)
+            print(f"signal {os.WTERMSIG(status)}", file=protocol, flush=True)
         else:
-            print(f"exit {os.WEXITSTATUS(status)}", flush=True)
+            print(f"exit {os.WEXITSTATUS(status)}", file=protocol, flush=True)
     os._exit(0)  # stdin closed: done (skips the interpreter's exit handlers, which may wait on library threads)
 
 

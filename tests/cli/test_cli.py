@@ -305,3 +305,21 @@ def test_the_synthetic_verbs_read_the_world_they_are_given():
     assert synthetic_config(parser.parse_args(["analyze", "model", "--out", "o"])).world == "v1"
     with pytest.raises(SystemExit):
         parser.parse_args(["analyze", "model", "--out", "o", "--synthetic_world", "v3"])
+
+
+@pytest.mark.slow
+def test_stdout_holds_the_verbs_json_alone(tokenizer, tmp_path):
+    # a library's print during the verb (DeepSpeed's accelerator notice, printed when the conversion's save first
+    # imports it) goes to stderr: stdout parses as the verb's JSON
+    from transformers import VisualBertConfig, VisualBertModel
+
+    config = VisualBertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+        visual_embedding_dim=16, max_position_embeddings=64,
+    )  # fmt: skip
+    VisualBertModel(config).save_pretrained(tmp_path / "visualbert")
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    argv = ["convert", str(tmp_path / "visualbert"), "--from", "visualbert", "--out", str(tmp_path / "converted")]
+    completed = run_cli(*argv, "--tokenizer", str(tmp_path / "tokenizer"))
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert json.loads(completed.stdout)["vocabulary_size"] == len(tokenizer), (completed.stdout, completed.stderr)

@@ -3,19 +3,22 @@
 Every verb that reads a model takes it (a local folder, or a Hub id) as its positional argument, every output path is
 `--out`, and options are spelled with underscores, as in transformers' examples. A mistake (a missing folder, a bad
 file, a wrong value, an option the chosen setting does not read) prints `hf-vlalign <verb>: error: <message>` and exits
-with status 2, as argparse does. `--data_file FILE` (your own images and texts, docs/own_data.md) alone means `--data
-user_file`. Every result file is written atomically, replacing only a result hf_vlalign wrote.
+with status 2, as argparse does. stdout holds the verb's result (its JSON summary or table) alone: whatever else is
+printed meanwhile, by the library or a dependency, goes to stderr. `--data_file FILE` (your own images and texts,
+docs/own_data.md) alone means `--data user_file`. Every result file is written atomically, replacing only a result hf_vlalign wrote.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from ..utils.typed_options import typed_options
 from ..utils.user_errors import run_command, user_error_message
 from . import data_verbs, grounding_verbs, model_verbs
 from .common import (
+    RESULT_STREAM,
     USER_FILE,
     HelpFormatter,
     check_checkpoint,
@@ -67,7 +70,13 @@ def main(argv: list[str] | None = None) -> int:
                 check_model_kind(args)
         return args.run(args)
 
-    return run_command(f"hf-vlalign {args.verb}", run)
+    # stdout holds the verb's result alone (`print_result`); anything else printed meanwhile goes to stderr
+    stream = RESULT_STREAM.set(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return run_command(f"hf-vlalign {args.verb}", run)
+    finally:
+        RESULT_STREAM.reset(stream)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sys
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..utils.output_paths import OutputPathError, refuse_foreign_file, refuse_output_overlapping_inputs
+from ..utils.output_paths import (
+    OutputPathError,
+    refuse_foreign_file,
+    refuse_output_overlapping_inputs,
+)
 from ..utils.size_limits import int_at_most
 from ..utils.user_errors import one_line
 
@@ -45,6 +51,15 @@ TEXT_PATH_OPTIONS = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # a BERT-family tokenizer: the fast serialisation or the WordPiece vocabulary
 # the JSON files of a checkpoint folder, read once so that a damaged one is named (tokenizers' own errors do not)
 CHECKPOINT_JSON_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "preprocessor_config.json")
+
+# the stdout `hf-vlalign` was started with: `main` sends everything else printed during a verb to stderr
+RESULT_STREAM: ContextVar = ContextVar("hf_vlalign_result_stream", default=None)
+
+
+def print_result(text: str) -> None:
+    """Prints a verb's result (its JSON summary or table) on the command's stdout, which holds nothing else: what
+    libraries print meanwhile (e.g. DeepSpeed's accelerator notice when a save imports it) goes to stderr."""
+    print(text, file=RESULT_STREAM.get() or sys.stdout, flush=True)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..utils.size_limits import int_at_most
-from .common import DISTRACTORS_HELP, SYNTHETIC_WORLD_HELP, SYNTHETIC_WORLDS, Output
+from .common import DISTRACTORS_HELP, SYNTHETIC_WORLD_HELP, SYNTHETIC_WORLDS, Output, print_result
 
 # the parser's choices, spelled out so that `--help` imports nothing heavy (tests/cli/test_cli.py checks them against
 # `data.feature_store.FEATURE_FORMATS`)
@@ -29,7 +29,7 @@ def run_synthesize(args: argparse.Namespace) -> int:
         world=args.world,
     )
     paths = generate_synthetic_scenes(args.out, config)
-    print(json.dumps({"root": str(paths.root), "features_tsv": str(paths.features_tsv)}, indent=2))
+    print_result(json.dumps({"root": str(paths.root), "features_tsv": str(paths.features_tsv)}, indent=2))
     return 0
 
 
@@ -52,7 +52,7 @@ def run_convert_features(args: argparse.Namespace) -> int:
     check_store_output(args.out, "--out", overwrite=args.overwrite)
     options = {name: getattr(args, name) for name in ("id_map", "image_sizes", "box_dir") if getattr(args, name)}
     store = convert_features(args.src, args.format, args.out, on_error=args.on_error, overwrite=args.overwrite, **options)
-    print(json.dumps({"out": str(args.out), "num_images": len(store), "feature_dim": store.feature_dim}, indent=2))
+    print_result(json.dumps({"out": str(args.out), "num_images": len(store), "feature_dim": store.feature_dim}, indent=2))
     return 0
 
 
@@ -133,7 +133,7 @@ def run_convert_checkpoint(args: argparse.Namespace) -> int:
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
     summary = {"out": str(args.out), "model": type(model).__name__, "tokenizer": tokenizer_source}
-    print(json.dumps(summary | {"vocabulary_size": len(tokenizer)}, indent=2))
+    print_result(json.dumps(summary | {"vocabulary_size": len(tokenizer)}, indent=2))
     return 0
 
 
@@ -163,7 +163,7 @@ def run_extract_features(args: argparse.Namespace) -> int:
         detector_threshold=args.detector_threshold, max_regions=args.max_regions,
         include_whole_image=args.include_whole_image, encoder=args.encoder, overwrite=args.overwrite,
     )  # fmt: skip
-    print(json.dumps({"out": str(args.out), "num_images": len(store), "feature_dim": store.feature_dim}, indent=2))
+    print_result(json.dumps({"out": str(args.out), "num_images": len(store), "feature_dim": store.feature_dim}, indent=2))
     return 0
 
 

@@ -25,6 +25,7 @@ from .common import (
     add_vgp_file_arguments,
     imported_is_own,
     is_json_result,
+    print_result,
     reads_patch_model,
     synthetic_config,
     write_json_result,
@@ -125,13 +126,13 @@ def run_probe(args: argparse.Namespace) -> int:
     else:
         probe, source, num_examples = _probe_vgp(args)
     result = {**probe.to_dict(), "num_examples": num_examples}
-    print(probe_table(result, args.model, source))
+    print_result(probe_table(result, args.model, source))
     if args.json is not None:
         from ..evaluation.grounding import entity_grounding_metrics
 
         payload = {"model": args.model, "data": source, **result, "paper_metrics": entity_grounding_metrics(probe)}
         write_json_result(args.json, payload)
-        print(f"\nfull results (accuracy of every head): {args.json}")
+        print_result(f"\nfull results (accuracy of every head): {args.json}")
     if args.plot:
         write_result(args.plot, lambda partial: _plot_probe(probe, result, args, partial))
     return 0
@@ -294,7 +295,7 @@ def _analyze_patch_model(args: argparse.Namespace) -> int:
     model, processor, examples, source = _patch_model_and_examples(args)
     report = analyze_patch_model(model, processor, examples, args.out, args.batch_size, source)
     probe = report["grounding_probe"]
-    print(json.dumps({"out": str(args.out), "data": source, **{key: probe[key] for key in PROBE_SUMMARY_KEYS}}, indent=2))
+    print_result(json.dumps({"out": str(args.out), "data": source, **{key: probe[key] for key in PROBE_SUMMARY_KEYS}}, indent=2))
     return 0
 
 
@@ -342,7 +343,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     summary["within_cluster_attention"] = clusters.get("skipped") or {
         f"layer {row['layer']}": row["within"] for row in clusters["per_layer"]
     }
-    print(json.dumps({"out": str(args.out), "data": report["data"], **summary}, indent=2))
+    print_result(json.dumps({"out": str(args.out), "data": report["data"], **summary}, indent=2))
     return 0
 
 
@@ -397,7 +398,7 @@ def _explore_patch_model(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, subtitle=f"{args.model} on {source}",
     ))  # fmt: skip
     shown = min(args.num_examples, len(examples))
-    print(json.dumps({"out": str(args.out), "num_examples": shown, "probe_examples": min(args.probe_examples, len(examples)), "bytes": args.out.stat().st_size}, indent=2))
+    print_result(json.dumps({"out": str(args.out), "num_examples": shown, "probe_examples": min(args.probe_examples, len(examples)), "bytes": args.out.stat().st_size}, indent=2))
     return 0
 
 
@@ -413,7 +414,7 @@ def run_explore(args: argparse.Namespace) -> int:
         synthetic=synthetic_config(args), probe_examples=args.probe_examples, batch_size=args.batch_size,
     )))  # fmt: skip
     summary = {"num_examples": pages[0].num_examples, "probe_examples": pages[0].probe_examples}
-    print(json.dumps({"out": str(args.out), **summary, "bytes": args.out.stat().st_size}, indent=2))
+    print_result(json.dumps({"out": str(args.out), **summary, "bytes": args.out.stat().st_size}, indent=2))
     return 0
 
 

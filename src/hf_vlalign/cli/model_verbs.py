@@ -24,6 +24,7 @@ from .common import (
     add_vgp_file_arguments,
     imported_is_own,
     is_json_result,
+    print_result,
     synthetic_config,
     write_json_result,
     write_result,
@@ -43,7 +44,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         args.model, args.task, data_file=args.data_file, synthetic=synthetic_config(args), batch_size=args.batch_size,
         max_text_length=args.max_text_length, max_examples=args.max_examples,
     )  # fmt: skip
-    print(json.dumps(results, indent=2))
+    print_result(json.dumps(results, indent=2))
     if results.get("baselines"):  # for the reader, beside the JSON (stdout stays one JSON document)
         print(baseline_table(results["baselines"]), file=sys.stderr)
     if args.out is not None:
@@ -120,7 +121,7 @@ def run_fisher(args: argparse.Namespace) -> int:
     write_result(args.out, lambda partial: save_fisher(partial, fisher, anchor_weights(model)))
     num_batches = min(len(dataloader), args.num_batches or len(dataloader))
     summary = {"out": str(args.out), "num_parameters": len(fisher), "num_batches": num_batches, "batch_size": args.batch_size}
-    print(json.dumps(summary | {"data": source, "fisher_sum": float(sum(f.sum() for f in fisher.values()))}, indent=2))
+    print_result(json.dumps(summary | {"data": source, "fisher_sum": float(sum(f.sum() for f in fisher.values()))}, indent=2))
     return 0
 
 
@@ -227,7 +228,7 @@ def _grounding_baseline_kind(results: dict) -> str:
 
 
 def run_results_table(args: argparse.Namespace) -> int:
-    print(results_table(args.output_dirs))
+    print_result(results_table(args.output_dirs))
     return 0
 
 
