@@ -44,6 +44,8 @@ from peft import LoraConfig, get_peft_model
 from safetensors.torch import save_file
 from transformers import AutoProcessor, LlavaForConditionalGeneration, set_seed
 
+from fsdp_worker import shard_units  # tests/, the script's folder
+
 from hf_vlalign.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
 from hf_vlalign.utils.item_counts import count_labeled
 from hf_vlalign.vlms import (
@@ -79,26 +81,8 @@ def adapted_model(model_dir: str) -> torch.nn.Module:
 
 
 def shard(model: torch.nn.Module) -> dict:
-    """FSDP2: one unit per decoder layer of the language model, then the root. Returns {"world_size", "fsdp_units",
-    "full_numel", "local_numel" (per process)}."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    layers = list(model.get_base_model().model.language_model.layers)
-    full_numel = sum(parameter.numel() for parameter in model.parameters())
-    for layer in layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    local = torch.tensor([sum(parameter.to_local().numel() for parameter in model.parameters())])
-    every = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
-    dist.all_gather(every, local)
-    return {
-        "world_size": dist.get_world_size(),
-        "fsdp_units": len(layers) + 1,
-        "full_numel": full_numel,
-        "local_numel": [int(value) for value in every],
-    }
+    """FSDP2: one unit per decoder layer of the language model, then the root (`fsdp_worker.shard_units`)."""
+    return shard_units(model, list(model.get_base_model().model.language_model.layers))
 
 
 def global_item_counts(batch: dict, distributed: bool) -> dict[str, torch.Tensor]:

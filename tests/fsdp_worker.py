@@ -51,17 +51,13 @@ LEARNING_RATE = 2e-4  # finetune_vgp.py's
 LOGGED = ("loss", "loss_id", "loss_vgp", "loss_attention_supervision")  # the loss components written to losses.json, where present
 
 
-def shard(model: torch.nn.Module) -> dict:
-    """FSDP2 over every process: one unit per `_no_split_modules` layer, then the root. Returns what each process
-    holds: {"world_size", "fsdp_units", "full_numel", "local_numel" (one entry per process)}."""
+def shard_units(model: torch.nn.Module, units: list[torch.nn.Module]) -> dict:
+    """FSDP2 over every process: one unit per module of `units`, then the root. Returns what each process holds:
+    {"world_size", "fsdp_units", "full_numel", "local_numel" (one entry per process)}."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    layer_classes = set(model._no_split_modules)
-    units = [module for module in model.modules() if type(module).__name__ in layer_classes]
-    if not units:
-        raise ValueError(f"no module of the classes {sorted(layer_classes)} in {type(model).__name__}")
     full_numel = sum(parameter.numel() for parameter in model.parameters())
     for module in units:
         fully_shard(module, mesh=mesh)
@@ -75,6 +71,15 @@ def shard(model: torch.nn.Module) -> dict:
         "full_numel": full_numel,
         "local_numel": [int(value) for value in every],
     }
+
+
+def shard(model: torch.nn.Module) -> dict:
+    """FSDP2: one unit per `_no_split_modules` layer, then the root (`shard_units`)."""
+    layer_classes = set(model._no_split_modules)
+    units = [module for module in model.modules() if type(module).__name__ in layer_classes]
+    if not units:
+        raise ValueError(f"no module of the classes {sorted(layer_classes)} in {type(model).__name__}")
+    return shard_units(model, units)
 
 
 def global_counts(counts: dict[str, torch.Tensor], distributed: bool) -> dict[str, torch.Tensor]:
