@@ -16,7 +16,7 @@ import sys
 
 from ..utils.typed_options import typed_options
 from ..utils.user_errors import run_command, user_error_message
-from . import data_verbs, grounding_verbs, model_verbs
+from . import data_verbs, grounding_verbs, localization_verbs, model_verbs
 from .common import (
     RESULT_STREAM,
     USER_FILE,
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         verb.set_defaults(**tables)
         return verb
 
-    for add_verb_parser in (*data_verbs.VERB_PARSERS, *grounding_verbs.VERB_PARSERS, *model_verbs.VERB_PARSERS):
+    for add_verb_parser in (*data_verbs.VERB_PARSERS, *grounding_verbs.VERB_PARSERS, *localization_verbs.VERB_PARSERS, *model_verbs.VERB_PARSERS):
         add_verb_parser(add_verb)
     return parser
 

@@ -39,10 +39,13 @@ VGP_FILE_OPTIONS = ("flickr30k_entities_dir", "vgp_train_csv", "vgp_eval_csv", "
 PATCH_MODEL_COMMON_OPTIONS = (
     "data", "batch_size", "max_examples", "max_text_length", "best_head_among", "out", "json", "plot", "num_examples",
     "probe_examples",
+    # localization-heads
+    "selection_file", "num_heads", "selection_samples", "seed", "component_share", "threshold_factor", "gold_boxes",
 )  # fmt: skip
 PATCH_MODEL_OPTIONS = {
     "synthetic": SYNTHETIC_OPTIONS,
     "flickr30k_entities": ("flickr30k_entities_dir", "images_dir", "split", "max_images"),
+    USER_FILE: ("data_file",),
 }
 # positional arguments that name what a verb reads (the options are spelled `--name`)
 POSITIONAL_INPUTS = ("model", "src", "images", "output_dirs")
