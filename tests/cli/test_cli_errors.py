@@ -151,6 +151,9 @@ MISTAKES = {
         ("task_of_another_head", "{single} --task nlvr2", "task 'nlvr2' needs a SingleStreamForVisualReasoning or"),
         ("batch_size_zero", "{single} --task vgp --batch_size 0", "`--batch_size` must be >= 1, got 0"),
     ],
+    "localization-heads": [
+        ("region_model", "{single} --out {files}/heads", "`model` {single} must be a transformers decoder vision-language model"),
+    ],
     "fisher": [
         ("out_is_a_folder", "{single} --out {files}/folder", "`--out` {files}/folder is a folder; `fisher` writes a file there"),
         ("vgp_without_files", "{single} --out {files}/f.safetensors --data vgp --features {files}/folder", "`--data vgp` needs --flickr30k_entities_dir, --vgp_train_csv"),
