@@ -155,11 +155,12 @@ def llava():
     return tiny_patch_model("llava", image_size=128, num_layers=4, seed=0)
 
 
-def test_rows_are_the_last_expression_tokens_eager_attention(llava):
+@pytest.mark.parametrize("family", ["llava", "paligemma"])
+def test_rows_are_the_last_expression_tokens_eager_attention(family):
     from hf_vlalign.vlms import PatchGroundingCollator, eager_attention
     from hf_vlalign.vlms.families import model_inputs
 
-    model, processor = llava
+    model, processor = tiny_patch_model(family, num_layers=3, seed=0)
     rows = [row for row, _ in image_attention_rows(model, processor, EXAMPLES[:2], batch_size=2)]
     collator = PatchGroundingCollator(processor, model.config, with_labels=False, return_details=True)
     batch = collator([{"image": e["image"], "caption": e["expression"]} for e in EXAMPLES[:2]])

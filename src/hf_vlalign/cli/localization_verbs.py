@@ -10,7 +10,16 @@ from pathlib import Path
 
 from ..utils.optional import require
 from ..utils.size_limits import int_at_most
-from .common import USER_FILE, Output, add_data_file_argument, add_model_argument, print_result, reads_patch_model
+from .common import (
+    USER_FILE,
+    Output,
+    add_data_file_argument,
+    add_model_argument,
+    print_result,
+    reads_patch_model,
+    write_json_result,
+    write_result,
+)
 
 SELECTION_FILE = "localization_heads.json"
 PLOT_FILE = "localization_heads.png"
@@ -29,6 +38,8 @@ def _examples(args: argparse.Namespace) -> tuple[list[dict], str]:
 def _split(examples: list[dict], args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     """(selection examples, scored examples): a seeded random `--selection_samples` of the data select the heads and
     the others are scored (the paper selects on RefCOCO train and scores on val: no example does both)."""
+    if args.selection_samples < 1:
+        raise ValueError(f"`--selection_samples` must be >= 1, got {args.selection_samples}.")
     order = list(range(len(examples)))
     random.Random(args.seed).shuffle(order)
     if args.selection_samples >= len(examples):
@@ -68,15 +79,15 @@ def run_localization_heads(args: argparse.Namespace) -> int:
             component_share=args.component_share, batch_size=args.batch_size,
         )  # fmt: skip
         if args.selection_file is not None:
-            selection.save(args.selection_file)
+            write_result(args.selection_file, selection.save)
     scores = localization_head_grounding(
         model, processor, scored, selection, merge_gold_boxes=args.gold_boxes == "union", batch_size=args.batch_size
     )
     args.out.mkdir(parents=True, exist_ok=True)
-    selection.save(args.out / SELECTION_FILE)
-    plot_head_selection(selection, args.out / PLOT_FILE)
+    write_result(args.out / SELECTION_FILE, selection.save)
+    write_result(args.out / PLOT_FILE, lambda partial: plot_head_selection(selection, partial))
     scores = {"model": args.model, "data": source, "selection_reused": reuse, "selection_samples": selection.num_samples, **scores}
-    (args.out / SCORES_FILE).write_text(json.dumps(scores, indent=2) + "\n")
+    write_json_result(args.out / SCORES_FILE, scores)
     summary = {key: value for key, value in scores.items() if key != "predicted_boxes"}
     print_result(json.dumps({"out": str(args.out), "tau": selection.tau, **summary}, indent=2))
     return 0
@@ -106,8 +117,8 @@ def add_localization_heads(add_verb) -> None:
     )  # fmt: skip
     group = parser.add_argument_group("head selection")
     group.add_argument(
-        "--selection_file", type=Path, help="a selection to reuse (refused if made for another model config); when it "
-        "does not exist, the heads are selected and saved there",
+        "--selection_file", type=Path, help="a selection to reuse (refused if made for another model config; the "
+        "selection options below are then not read); when it does not exist, the heads are selected and saved there",
     )  # fmt: skip
     group.add_argument("--num_heads", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), default=3, help="localization heads kept (the paper: 3)")
     group.add_argument(

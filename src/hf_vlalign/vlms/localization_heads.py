@@ -443,19 +443,22 @@ class HeadSelection:
     def from_dict(cls, value: dict, source: str = "`selection`") -> HeadSelection:
         if not isinstance(value, dict) or value.get("format") != SELECTION_FORMAT:
             raise ValueError(f"{source} must be a localization-head selection this library wrote, got another file.")
-        heads = value["heads"]
-        layers, per_layer = value["fingerprint"]["num_layers"], value["fingerprint"]["num_heads"]
+        try:
+            heads = value["heads"]
+            layers, per_layer = value["fingerprint"]["num_layers"], value["fingerprint"]["num_heads"]
 
-        def grid(key: str, dtype) -> torch.Tensor:
-            values = [math.nan if head[key] is None else head[key] for head in heads]
-            return torch.tensor(values, dtype=dtype).view(layers, per_layer)
+            def grid(key: str, dtype) -> torch.Tensor:
+                values = [math.nan if head[key] is None else head[key] for head in heads]
+                return torch.tensor(values, dtype=dtype).view(layers, per_layer)
 
-        return cls(
-            value["model"], value["fingerprint"], grid("mean_attention_sum", torch.float64),
-            grid("mean_entropy", torch.float64), grid("frequency", torch.long),
-            [tuple(pair) for pair in value["selected_heads"]], value["tau"], value["num_samples"],
-            value["excluded_layers"], value["per_sample_heads"], value.get("options", {}),
-        )  # fmt: skip
+            return cls(
+                value["model"], value["fingerprint"], grid("mean_attention_sum", torch.float64),
+                grid("mean_entropy", torch.float64), grid("frequency", torch.long),
+                [tuple(pair) for pair in value["selected_heads"]], value["tau"], value["num_samples"],
+                value["excluded_layers"], value["per_sample_heads"], value.get("options", {}),
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise ValueError(f"{source} is a damaged localization-head selection ({type(error).__name__}: {error}).") from None
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
@@ -546,6 +549,10 @@ def find_localization_heads(
         raise ValueError("`examples` must hold at least one (image, expression) pair, got none.")
     if num_heads < 1 or per_sample_heads < 1:
         raise ValueError(f"`num_heads` and `per_sample_heads` must be >= 1, got {num_heads} and {per_sample_heads}.")
+    if not threshold_factor > 0:
+        raise ValueError(f"`threshold_factor` must be > 0 (a multiple of each map's mean), got {threshold_factor!r}.")
+    if component_share not in COMPONENT_SHARES:
+        raise ValueError(f"`component_share` must be one of {COMPONENT_SHARES}, got {component_share!r}.")
     sums, entropies = [], []
     for rows, token_map in image_attention_rows(model, processor, examples, batch_size, prompt):
         sums.append(rows.sum(-1))
@@ -582,6 +589,8 @@ def localization_head_grounding(
     0.5 against its gold `boxes` (pixels; several boxes: their union when `merge_gold_boxes`, Plummer et al.'s
     protocol, else any one of them, MDETR's ANY-BOX), beside two baselines: a centred box of the mean gold box's size
     relative to its image (`centre_box_accuracy`) and the whole image (`whole_image_accuracy`)."""
+    if not selection.selected:
+        raise ValueError(f"`selection` of {selection.model} holds no head (no head ever passed tau with a finite entropy).")
     heads = torch.tensor(selection.selected)
     predicted, gold, sizes, flat = [], [], [], 0
     for (rows, token_map), example in zip(image_attention_rows(model, processor, examples, batch_size, prompt), examples):
