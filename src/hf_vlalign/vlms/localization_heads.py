@@ -658,17 +658,18 @@ def flickr30k_phrase_examples(
 def plot_head_selection(selection: HeadSelection, path: str | Path) -> None:
     """Two panels: the sorted data-set-mean S_img of the heads considered with tau at its elbow, and each head's
     selection frequency against its mean S_img; the selected heads marked in both."""
-    import matplotlib
+    from ..utils.optional import require
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    require("matplotlib", extra="plots")
+    from matplotlib.figure import Figure
 
     layers, heads = selection.mean_attention_sum.shape
     considered = [(l, h) for l in range(selection.excluded_layers, layers) for h in range(heads)]  # noqa: E741
     sums = torch.tensor([float(selection.mean_attention_sum[pair]) for pair in considered])
     order = torch.argsort(sums).tolist()
     share = selection.frequency.double() / max(selection.num_samples, 1)
-    figure, (curve, scatter) = plt.subplots(1, 2, figsize=(11, 4.2))
+    figure = Figure(figsize=(11, 4.2))
+    curve, scatter = figure.subplots(1, 2)
     curve.plot(range(len(order)), sums[order].tolist(), color="0.3", lw=1.2)
     curve.axhline(selection.tau, color="tab:red", ls="--", lw=1, label=f"tau = {selection.tau:.3f} (elbow)")
     for rank, index in enumerate(order):
@@ -690,4 +691,3 @@ def plot_head_selection(selection: HeadSelection, path: str | Path) -> None:
     figure.suptitle(f"localization heads of {selection.model}: selected {', '.join(f'L{l}H{h}' for l, h in selection.selected)}")
     figure.tight_layout()
     figure.savefig(path, dpi=110, format="png")
-    plt.close(figure)
