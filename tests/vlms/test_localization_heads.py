@@ -25,6 +25,7 @@ from hf_vlalign.vlms.localization_heads import (
     HeadSelection,
     elbow_threshold,
     find_localization_heads,
+    flickr30k_phrase_examples,
     gaussian_smooth,
     ground_from_heads,
     head_spatial_entropy,
@@ -214,6 +215,29 @@ def test_a_planted_localization_head_is_selected_and_grounds_the_box(llava, plan
     assert scores["accuracy"] == 1.0 and scores["num_examples"] == 4
     # the centred box of the gold's relative size (0.5 x 0.5) meets the corner at IoU 0.14, the whole image at 0.25
     assert scores["centre_box_accuracy"] == 0.0 and scores["whole_image_accuracy"] == 0.0
+    # the quarter as two gold boxes (its halves): their union is hit; any one half alone has IoU 16 x 32 / 1600 = 0.32
+    halves = [{**example, "boxes": [[32.0, 32.0, 48.0, 64.0], [48.0, 32.0, 64.0, 64.0]]} for example in EXAMPLES]
+    assert localization_head_grounding(model, processor, halves, selection, batch_size=4)["accuracy"] == 1.0
+    any_box = localization_head_grounding(model, processor, halves, selection, merge_gold_boxes=False, batch_size=4)
+    assert any_box["accuracy"] == 0.0 and any_box["gold_boxes"] == "any"
+
+
+@pytest.mark.usefixtures("synthetic_scene_cache")
+def test_flickr30k_entities_phrases_are_expressions_with_their_boxes():
+    from hf_vlalign.synthetic import SyntheticSceneConfig
+    from hf_vlalign.synthetic.scenes import load_or_generate_synthetic_vgp
+    from hf_vlalign.vlms import grounded_caption_examples
+
+    scenes = load_or_generate_synthetic_vgp(config=SyntheticSceneConfig(num_train_images=2, num_val_images=2))
+    captions, counts = grounded_caption_examples(scenes.flickr30k_entities, scenes.images, "val")
+    examples = flickr30k_phrase_examples(scenes.flickr30k_entities, scenes.images, "val")
+    assert len(examples) == counts["phrases"] > 0
+    phrase = captions[0]["phrases"][0]
+    assert examples[0] == {
+        "image_path": captions[0]["image_path"],
+        "expression": captions[0]["caption"][phrase["char_start"] : phrase["char_end"]],
+        "boxes": phrase["boxes"],
+    }
 
 
 def test_the_selection_round_trips_and_is_refused_for_another_model(llava, tmp_path):
