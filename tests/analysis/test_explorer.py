@@ -272,6 +272,7 @@ def test_lxmert_page_has_language_to_vision_only(tmp_path):
     data = _write(outputs, boxes, text_mask, region_mask, tmp_path / "lxmert.html")
     assert list(data["views"]) == ["word_to_region"] and data["views"]["word_to_region"] == {
         "label": "language \u2192 vision (word \u2192 region)", "query": "word", "shape": [3, H], "rollout": False,
+        "heads": None,
     }  # fmt: skip
     example = data["examples"][1]
     expected = torch.stack([layer[1] for layer in outputs.cross_encoder_attentions])[:, :, :, : R - 1]
@@ -618,6 +619,9 @@ def test_browser_names_the_best_heads_candidates_and_the_baseline_kind(browser, 
 
 def test_browser_shows_a_patch_models_attention_over_its_grid(browser, tmp_path):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from hf_vlalign.analysis.explorer import stored_maps
 
     from hf_vlalign.synthetic import SyntheticSceneConfig
     from hf_vlalign.synthetic.scenes import load_or_generate_synthetic_vgp
@@ -629,8 +633,9 @@ def test_browser_shows_a_patch_models_attention_over_its_grid(browser, tmp_path)
     examples, _ = grounded_caption_examples(scenes.flickr30k_entities, scenes.images, "val")
     model, processor = tiny_patch_model("llava", tokenizer=word_level_tokenizer(e["caption"] for e in examples))
     page = write_patch_explorer(model, processor, examples, tmp_path / "patches.html", num_examples=1, probe_examples=8)
-    example = read_explorer_payload(page)["examples"][0]
-    heads = np.asarray(example["attention"]["word_to_region"]["heads"])
+    data = read_explorer_payload(page)
+    example = data["examples"][0]
+    maps = stored_maps(example["attention"]["word_to_region"])  # each layer's mean, then the probe's best heads
     browser.get(page.resolve().as_uri())
     assert browser.execute_script("return document.body.dataset.ready") == "1" and browser.get_log("browser") == []
     assert len(browser.find_elements(By.CSS_SELECTOR, "rect.region")) == 16  # the 4 x 4 grid of 16-pixel patches
@@ -638,7 +643,12 @@ def test_browser_shows_a_patch_models_attention_over_its_grid(browser, tmp_path)
     layer, head = read_explorer_payload(page)["probe"]["best"]
     word = example["gold"][0]["tokens"][-1]
     browser.find_element(By.CSS_SELECTOR, f'span.tok[data-token="{word}"]').click()
-    _assert_boxes_show(browser, heads[layer, head, word])
+    weights = maps[data["views"]["word_to_region"]["heads"].index([layer, head]), word]
+    # the page opens on each word's own scale (its weights over its largest); the absolute scale shows them as such
+    shown = browser.execute_script("return [...document.querySelectorAll('rect.region')].map(r => Number(r.dataset.shown))")
+    assert np.isclose(max(shown), 1.0) and data["colour_scale"] == "row_max"
+    Select(browser.find_element(By.ID, "scale")).select_by_value("absolute")
+    _assert_boxes_show(browser, weights)
     assert len(browser.find_elements(By.CSS_SELECTOR, "rect.gold")) == len(example["gold"][0]["boxes"])
     browser.save_screenshot(str(tmp_path / "patches.png"))
     assert (tmp_path / "patches.png").stat().st_size > 10_000
