@@ -172,5 +172,28 @@ def test_a_page_of_kept_heads_is_a_byte_per_weight(tmp_path):
     every = ExplorerExample(words_of, boxes, {"word_to_region": generator.dirichlet(np.full(patches, 0.3), size=(1, heads, words))})
     one_layer = write_attention_explorer([every], tmp_path / "every.html").stat().st_size
     assert layers * one_layer > 60 * page.stat().st_size
+    with pytest.raises(ValueError, match=r"`colour_scale` must be one of \('absolute', 'row_max', 'uniform'\), got 'log'"):
+        write_attention_explorer([small], tmp_path / "kept.html", colour_scale="log")
     with pytest.raises(ValueError, match=r"With `heads`, each `attention` view must be \(S, Q, K\) with S = 40"):
         ExplorerExample(words_of, boxes, {"word_to_region": maps[:3]}, heads=kept, model_shape=(layers, heads))
+
+
+def test_vilts_patches_attend_over_each_captions_own_tokens(tiny):
+    """ViLT's "region_to_word": each real patch's row over the caption's tokens, re-normalised over that caption only
+    (a shorter caption of the batch is not padded with repeats of its last token)."""
+    model, _, collator = tiny["vilt"]
+    torch.manual_seed(0)
+    examples = patch_explorer_examples(model, collator, EXAMPLES[:2], heads=[(1, 2)])
+    batch = collator(EXAMPLES[:2])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        outputs, layout = forward_with_layout(model, batch, output_attentions=True)
+    for index, example in enumerate(examples):
+        details = batch["details"][index]
+        caption = torch.arange(details["caption_start"], details["caption_end"])
+        patches = layout.image_positions[index][layout.patch_mask[index]]
+        rows = outputs.attentions[1][index, 2][patches][:, caption]
+        expected = rows / rows.sum(-1, keepdim=True)
+        np.testing.assert_allclose(example.head_map("region_to_word", 1, 2), expected, atol=1e-6)
+    assert len(examples[1].words) < len(examples[0].words)
+

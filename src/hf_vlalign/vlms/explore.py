@@ -52,11 +52,14 @@ def processed_image(pixel_values: torch.Tensor, image_processor) -> Image.Image:
 EXPLORER_HEADS = 8
 
 
-def _caption_positions(details: Sequence[dict], device: torch.device) -> torch.Tensor:
-    """(B, T) the sequence positions of each example's caption tokens, a shorter caption padded with its last one."""
-    length = max(row["caption_end"] - row["caption_start"] for row in details)
-    positions = [[min(row["caption_start"] + t, row["caption_end"] - 1) for t in range(length)] for row in details]
-    return torch.tensor(positions, device=device)
+def _caption_positions(details: Sequence[dict], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) the sequence positions of each example's caption tokens, a shorter caption padded with its last one,
+    and (B, T) which of them are its own."""
+    lengths = [row["caption_end"] - row["caption_start"] for row in details]
+    positions = [[row["caption_start"] + min(t, length - 1) for t in range(max(lengths))] for row, length in
+                 zip(details, lengths)]  # fmt: skip
+    real = [[t < length for t in range(max(lengths))] for length in lengths]
+    return torch.tensor(positions, device=device), torch.tensor(real, device=device)
 
 
 def _on_keys(rows: torch.Tensor, columns: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,8 +86,7 @@ def _read_page_maps(model, batch: dict, heads_of: dict[int, list[int]] | None) -
     """One batch: its layout and, per layer, what `_page_maps` keeps of "word_to_region" (the caption tokens' rows
     over the real image tokens) and, where image tokens attend to the text (ViLT), "region_to_word" (the image tokens'
     rows over the caption). Decoders, whose layout the batch holds, keep it layer by layer as each map is read."""
-    details = batch["details"]
-    captions = _caption_positions(details, batch["input_ids"].device)
+    captions, caption_mask = _caption_positions(batch["details"], batch["input_ids"].device)
     keeps = [_page_maps(None if heads_of is None else heads_of.get(layer, [])) for layer in range(len(
         patch_model_family(model).attention_modules(model)))]  # fmt: skip
 
@@ -98,7 +100,6 @@ def _read_page_maps(model, batch: dict, heads_of: dict[int, list[int]] | None) -
         )
         return layout, {"word_to_region": kept}
     _, layout, maps = read_attention_rows(model, batch, None)  # ViLT: small maps, its patch order drawn in the forward
-    caption_mask = torch.ones(captions.shape, dtype=torch.bool, device=captions.device)
     views = {
         "word_to_region": [
             word_to_region(layer, _rows_at(attention, captions), layout.image_positions, layout.patch_mask)
