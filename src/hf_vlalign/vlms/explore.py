@@ -71,8 +71,9 @@ def _on_keys(rows: torch.Tensor, columns: torch.Tensor, mask: torch.Tensor) -> t
 
 
 def _page_maps(heads: list[int] | None):
-    """What a page keeps of a layer's (B, H, Q, K) re-normalised rows: the mean over heads and the rows of `heads`
-    (None: none, only each head's mean mass on the keys, to choose heads by)."""
+    """What a page keeps of a layer's (B, H, Q, K) re-normalised rows and their (B, H, Q) mass on the keys: the mean
+    over heads and the rows of `heads` (None: only each head's mass on the keys averaged over the rows, to choose heads
+    by)."""
 
     def keep(rows: torch.Tensor, share: torch.Tensor) -> dict:
         if heads is None:
@@ -87,8 +88,8 @@ def _read_page_maps(model, batch: dict, heads_of: dict[int, list[int]] | None) -
     over the real image tokens) and, where image tokens attend to the text (ViLT), "region_to_word" (the image tokens'
     rows over the caption). Decoders, whose layout the batch holds, keep it layer by layer as each map is read."""
     captions, caption_mask = _caption_positions(batch["details"], batch["input_ids"].device)
-    keeps = [_page_maps(None if heads_of is None else heads_of.get(layer, [])) for layer in range(len(
-        patch_model_family(model).attention_modules(model)))]  # fmt: skip
+    num_layers = len(patch_model_family(model).attention_modules(model))
+    keeps = [_page_maps(None if heads_of is None else heads_of.get(layer, [])) for layer in range(num_layers)]
 
     def word_to_region(layer, rows, layout_positions, patch_mask):
         return keeps[layer](*_on_keys(rows, layout_positions, patch_mask))
@@ -152,6 +153,11 @@ def patch_explorer_examples(
     model = unwrap_peft_model(model)
     family = patch_model_family(model)
     num_layers, heads_per_layer = len(family.attention_modules(model)), family.num_heads(model)
+    if heads is not None and any(not (0 <= layer < num_layers and 0 <= head < heads_per_layer) for layer, head in heads):
+        raise ValueError(
+            f"`heads` must be (layer, head) pairs of the model's {num_layers} layers x {heads_per_layer} heads, got "
+            f"{list(heads)}."
+        )
     was_training = model.training
     model.eval()
     try:
