@@ -45,7 +45,7 @@ DOCS_END = "<!-- benchmarks/explorer_memory.py: end -->"
 MODES = ("forward", "full_maps", "rows")
 # the 7 B models the bound is stated for: LLaVA-1.5-7B's language model (Vicuna-7B: 32 layers x 32 heads) over one
 # 336-pixel view (576 image tokens) and over five (2,880: LLaVA-NeXT's 2 x 2 tiles and thumbnail), a 64-token prompt
-SEVEN_B = {"layers": 32, "heads": 32, "text_tokens": 64, "weights_gib": 13.5}
+SEVEN_B = {"layers": 32, "heads": 32, "text_tokens": 64, "parameters": 7.06e9}
 IMAGE_TOKENS = (576, 2880)
 
 
@@ -209,7 +209,8 @@ def docs_block(report: dict) -> str:
         f"Bytes per attention-map element above the plain forward: before {per['full_maps_bytes_per_element']:.1f} "
         f"(x L x B x H x N^2: every layer's maps), now {per['rows_bytes_per_element']:.1f} (x B x H x N^2: one "
         "layer's map while it runs). For a 7 B LLaVA (32 layers x 32 heads, N = image tokens + 64), on top of its own "
-        "forward (13.5 GiB of bf16 weights and its activations), the measured fp32 constants as upper bounds:",
+        f"forward ({SEVEN_B['parameters'] * 2 / 2**30:.1f} GiB of bf16 weights and its activations), the measured fp32 "
+        "constants as upper bounds:",
         "",
         "| image tokens | batch | before: every layer's maps (GiB) | now: one layer's map (GiB) |",
         "|---:|---:|---:|---:|",
