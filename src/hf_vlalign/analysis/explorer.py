@@ -76,7 +76,7 @@ SCALE = {"fill_opacity": (0.05, 0.85), "outline_width": (1.0, 4.5), "dim_photo":
 # 1 when all of the row is on one box (comparable across words and heads); "absolute": the weight itself, 0 to 1
 COLOUR_SCALES = {
     "absolute": "attention weight (0 to 1)",
-    "row_max": "weight / the word's largest weight",
+    "row_max": "weight / the selected word's (or box's) largest weight",
     "uniform": "weight relative to uniform attention 1/K (log scale)",
 }
 # the head index of a stored map that is the mean over the layer's heads (`ExplorerExample.heads`)
