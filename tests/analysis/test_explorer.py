@@ -272,6 +272,7 @@ def test_lxmert_page_has_language_to_vision_only(tmp_path):
     data = _write(outputs, boxes, text_mask, region_mask, tmp_path / "lxmert.html")
     assert list(data["views"]) == ["word_to_region"] and data["views"]["word_to_region"] == {
         "label": "language \u2192 vision (word \u2192 region)", "query": "word", "shape": [3, H], "rollout": False,
+        "heads": None,
     }  # fmt: skip
     example = data["examples"][1]
     expected = torch.stack([layer[1] for layer in outputs.cross_encoder_attentions])[:, :, :, : R - 1]
@@ -618,6 +619,9 @@ def test_browser_names_the_best_heads_candidates_and_the_baseline_kind(browser, 
 
 def test_browser_shows_a_patch_models_attention_over_its_grid(browser, tmp_path):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from hf_vlalign.analysis.explorer import stored_maps
 
     from hf_vlalign.synthetic import SyntheticSceneConfig
     from hf_vlalign.synthetic.scenes import load_or_generate_synthetic_vgp
@@ -629,8 +633,9 @@ def test_browser_shows_a_patch_models_attention_over_its_grid(browser, tmp_path)
     examples, _ = grounded_caption_examples(scenes.flickr30k_entities, scenes.images, "val")
     model, processor = tiny_patch_model("llava", tokenizer=word_level_tokenizer(e["caption"] for e in examples))
     page = write_patch_explorer(model, processor, examples, tmp_path / "patches.html", num_examples=1, probe_examples=8)
-    example = read_explorer_payload(page)["examples"][0]
-    heads = np.asarray(example["attention"]["word_to_region"]["heads"])
+    data = read_explorer_payload(page)
+    example = data["examples"][0]
+    maps = stored_maps(example["attention"]["word_to_region"])  # each layer's mean, then the probe's best heads
     browser.get(page.resolve().as_uri())
     assert browser.execute_script("return document.body.dataset.ready") == "1" and browser.get_log("browser") == []
     assert len(browser.find_elements(By.CSS_SELECTOR, "rect.region")) == 16  # the 4 x 4 grid of 16-pixel patches
@@ -638,7 +643,67 @@ def test_browser_shows_a_patch_models_attention_over_its_grid(browser, tmp_path)
     layer, head = read_explorer_payload(page)["probe"]["best"]
     word = example["gold"][0]["tokens"][-1]
     browser.find_element(By.CSS_SELECTOR, f'span.tok[data-token="{word}"]').click()
-    _assert_boxes_show(browser, heads[layer, head, word])
+    weights = maps[data["views"]["word_to_region"]["heads"].index([layer, head]), word]
+    # the page opens on each word's own scale (its weights over its largest); the absolute scale shows them as such
+    shown = browser.execute_script("return [...document.querySelectorAll('rect.region')].map(r => Number(r.dataset.shown))")
+    assert np.isclose(max(shown), 1.0) and data["colour_scale"] == "row_max"
+    Select(browser.find_element(By.ID, "scale")).select_by_value("absolute")
+    _assert_boxes_show(browser, weights)
     assert len(browser.find_elements(By.CSS_SELECTOR, "rect.gold")) == len(example["gold"][0]["boxes"])
     browser.save_screenshot(str(tmp_path / "patches.png"))
     assert (tmp_path / "patches.png").stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A page keeping a subset of heads (patch models at real sizes), and its colour scales
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_browser_colour_scales_and_kept_heads_on_a_hand_made_map(browser, tmp_path):
+    """One word over 4 boxes, weights 0.06, 0.12, 0.30, 0.51 (each an exact byte of 0.51): "row_max" colours w / 0.51,
+    "uniform" log(4 w) / log 4 clipped to [0, 1] (0.06 and 0.12 are below uniform 1/4), "absolute" w, each box's fill
+    opacity the scale's own of that value; the page offers only the kept heads, and a probe cell of a head it does
+    not keep shows the layer's mean and says so."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from hf_vlalign.analysis.explorer import COLOUR_SCALES, MEAN_OVER_HEADS
+
+    weights = np.array([0.06, 0.12, 0.30, 0.51])
+    boxes = np.array([[0, 0, 0.5, 0.5], [0.5, 0, 1, 0.5], [0, 0.5, 0.5, 1], [0.5, 0.5, 1, 1]])
+    kept = [(0, MEAN_OVER_HEADS), (1, MEAN_OVER_HEADS), (1, 2)]
+    maps = np.stack([np.full((2, 4), 0.25), np.full((2, 4), 0.25), np.stack([weights, weights[::-1]])])
+    example = ExplorerExample(["a", "dog"], boxes, {"word_to_region": maps}, heads=kept, model_shape=(2, 4))
+    accuracy = np.array([[0.1, 0.2, 0.3, 0.9], [0.2, 0.4, 0.95, 0.1]])
+    page = write_attention_explorer([example], tmp_path / "kept.html", probe=accuracy, colour_scale="row_max")
+    browser.get(page.resolve().as_uri())
+    assert browser.execute_script("return document.body.dataset.ready") == "1" and browser.get_log("browser") == []
+    # the probe's best head (layer 1, head 2) is kept: the page opens on it; its layer offers it and the mean only
+    assert [o.text for o in Select(browser.find_element(By.ID, "layer")).options] == ["layer 0", "layer 1"]
+    assert [o.text for o in Select(browser.find_element(By.ID, "head")).options] == ["head 2", "mean over heads"]
+    scale = Select(browser.find_element(By.ID, "scale"))
+    assert [o.get_attribute("value") for o in scale.options] == list(COLOUR_SCALES)
+    browser.find_element(By.CSS_SELECTOR, 'span.tok[data-token="0"]').click()
+    expected = {
+        "row_max": weights / 0.51,
+        "uniform": np.clip(np.log(4 * weights) / np.log(4), 0, 1),
+        "absolute": weights,
+    }
+    legends = {"row_max": "the row\u2019s largest weight", "uniform": "relative to uniform attention 1/4",
+               "absolute": "attention weight (0 to 1)"}  # fmt: skip
+    for name in ("row_max", "uniform", "absolute"):
+        scale.select_by_value(name)
+        shown = browser.execute_script(
+            "return [...document.querySelectorAll('rect.region')].sort((a, b) => a.dataset.region - b.dataset.region)"
+            ".map(r => [Number(r.dataset.weight), Number(r.dataset.shown), Number(r.getAttribute('fill-opacity'))])"
+        )
+        raw, values, opacity = np.asarray(shown).T
+        assert np.allclose(raw, weights, atol=1e-9), name
+        assert np.allclose(values, expected[name], atol=1e-9), name
+        assert np.allclose(opacity, _fill_opacity(expected[name]), atol=1e-4), name
+        assert legends[name] in browser.find_element(By.ID, "legend").text, name
+    # a head the page does not keep: the layer's mean, said in the info line
+    browser.find_element(By.CSS_SELECTOR, 'td.probe-cell[data-layer="0"][data-head="3"]').click()
+    assert Select(browser.find_element(By.ID, "head")).first_selected_option.text == "mean over heads"
+    assert "Layer 0, head 3 is not kept on this page" in browser.find_element(By.ID, "info").text
+    assert browser.get_log("browser") == []

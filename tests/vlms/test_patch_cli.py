@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from script_modules import ROOT, load_script
 from transformers import AutoProcessor
 
-from hf_vlalign.analysis.explorer import read_explorer_payload
+from hf_vlalign.analysis.explorer import read_explorer_payload, stored_maps
 from hf_vlalign.cli import main
 from hf_vlalign.synthetic import SyntheticSceneConfig
 from hf_vlalign.synthetic.scenes import load_or_generate_synthetic_vgp
@@ -106,9 +106,14 @@ def test_explore_draws_the_image_under_its_patch_grid(saved, tmp_path, family):
     assert cells == sorted((c / 4, r / 4, (c + 1) / 4, (r + 1) / 4) for r in range(4) for c in range(4))
     assert example["size"] == [64, 64] and example["image"].startswith("data:image/png;base64,")
     assert set(example["attention"]) == ({"word_to_region", "region_to_word"} if family == "vilt" else {"word_to_region"})
-    heads = torch.tensor(example["attention"]["word_to_region"]["heads"])
-    assert heads.shape[:2] == (2, 4) and heads.shape[-1] == 16
-    assert torch.allclose(heads.sum(-1), torch.ones(heads.shape[:-1]), atol=1e-3)
+    # each layer's mean over heads and the probe's best heads (8 of the 2 x 4: all), each map one byte per weight
+    spec = data["views"]["word_to_region"]
+    assert spec["shape"] == [2, 4] and spec["heads"][:2] == [[0, -1], [1, -1]] and data["probe"]["best"] in spec["heads"]
+    assert len(spec["heads"]) == 2 + 8 and data["colour_scale"] == "row_max"
+    maps = torch.from_numpy(stored_maps(example["attention"]["word_to_region"]))
+    assert maps.shape == (10, len(example["words"]), 16)
+    # rows re-normalised over the patches, each weight within 1/510 of its row's largest
+    assert torch.allclose(maps.sum(-1), torch.ones(maps.shape[:-1], dtype=maps.dtype), atol=16 / 510)
     assert example["gold"] and all(example["words"][phrase["tokens"][-1]] for phrase in example["gold"])
 
 

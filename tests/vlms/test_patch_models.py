@@ -706,10 +706,10 @@ def test_probe_finds_a_planted_grounding_head(tiny, family):
     def position(b, cell):
         return int(batch["image_positions"][b][batch["cell_index"][b] == cell])
 
-    def plant(module, args, kwargs, output):
+    def plant(module, args, output):
         # layer 1: head 2 attends from each phrase to a covered patch, head 3 to an uncovered one; with a [CLS]
         # image token, that token draws the most attention of both heads (it is no cell: the probe must skip it)
-        attention = output.attentions[1].clone()
+        attention = output[1].clone()
         for b, k in phrases:
             token, coverage = int(batch["phrase_token_index"][b, k]), batch["phrase_cell_coverage"][b, k]
             for head, cell in ((2, int(coverage.argmax())), (3, int(coverage.argmin()))):
@@ -718,10 +718,10 @@ def test_probe_finds_a_planted_grounding_head(tiny, family):
                 attention[b, head, token, token] = 0.1
                 if has_cls:
                     attention[b, head, token, position(b, -1)] = 0.5
-        output.attentions = (output.attentions[0], attention)
-        return output
+        return output[0], attention, *output[2:]
 
-    handle = model.register_forward_hook(plant, with_kwargs=True)
+    # the probe reads each layer's map as its attention module returns it: a hook registered first plants it
+    handle = patch_model_family(model).attention_modules(model)[1].register_forward_hook(plant)
     try:
         result = probe_patch_model(model, [batch])
     finally:

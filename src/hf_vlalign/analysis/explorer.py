@@ -33,7 +33,9 @@ from .flow import layer_rollouts
 from .grounding_probe import BEST_AMONG_ALL, best_active_head
 
 __all__ = [
+    "COLOUR_SCALES",
     "GOLD_BOX_STYLE",
+    "MEAN_OVER_HEADS",
     "SCALE",
     "TOP_BOX_STYLE",
     "VIEWS",
@@ -41,6 +43,7 @@ __all__ = [
     "GoldPhrase",
     "explorer_examples",
     "read_explorer_payload",
+    "stored_maps",
     "write_attention_explorer",
 ]
 
@@ -66,6 +69,18 @@ _COLORMAP_RANGE = (0.2, 1.0)
 SCALE = {"fill_opacity": (0.05, 0.85), "outline_width": (1.0, 4.5), "dim_photo": 0.45}
 # the two outlines a word draws, different in colour and in line style (SVG's stroke-dasharray; "": solid), neither
 # colour on the weights' scale: its most attended box and its phrase's gold box(es)
+# how a page colours a word's weights over the boxes (selectable in the page; `write_attention_explorer` picks the
+# first): the name -> what the page says the colour is. "row_max": each weight divided by the largest weight of the
+# word's row (where a word looks, however spread its weights: attention of 0.002 per patch over 576 patches is
+# invisible on the absolute scale); "uniform": log(w x K) / log(K) for K boxes, 0 at or below uniform attention 1/K,
+# 1 when all of the row is on one box (comparable across words and heads); "absolute": the weight itself, 0 to 1
+COLOUR_SCALES = {
+    "absolute": "attention weight (0 to 1)",
+    "row_max": "weight / the selected word's (or box's) largest weight",
+    "uniform": "weight relative to uniform attention 1/K (log scale)",
+}
+# the head index of a stored map that is the mean over the layer's heads (`ExplorerExample.heads`)
+MEAN_OVER_HEADS = -1
 TOP_BOX_STYLE = {"colour": "#ff2bd6", "dasharray": "", "name": "most attended box (solid magenta)"}
 GOLD_BOX_STYLE = {"colour": "#00e676", "dasharray": "8 5", "name": "gold box, the annotation (dashed green)"}
 
@@ -92,6 +107,11 @@ class ExplorerExample:
         gold: the grounded phrases with their gold boxes.
         image: the image the boxes lie on (None: a grey canvas).
         title: shown in the example selector.
+        heads: None (every layer and head is in `attention`), or the (layer, head) pairs kept of a model of
+            `model_shape` (L, H): each `attention` view is then (S, Q, K), the map of each pair, head
+            `MEAN_OVER_HEADS` being the mean over the layer's heads; the page offers those maps only (every head of a
+            32 x 32-head model over 576 patches is tens of MB per example). No rollout with `heads`.
+        model_shape: (L, H) of the model, with `heads`.
     """
 
     words: list[str]
@@ -101,6 +121,8 @@ class ExplorerExample:
     gold: list[GoldPhrase] = field(default_factory=list)
     image: Image.Image | None = None
     title: str = ""
+    heads: list[tuple[int, int]] | None = None
+    model_shape: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         self.words = [str(word) for word in self.words]
@@ -108,6 +130,39 @@ class ExplorerExample:
         self.attention = {view: _as_numpy(maps) for view, maps in self.attention.items()}
         self.rollout = {view: _as_numpy(maps) for view, maps in self.rollout.items()}
         self.gold = [_as_gold(phrase, len(self.words), f"gold[{index}]") for index, phrase in enumerate(self.gold)]
+        if self.heads is not None:
+            self.heads, self.model_shape = _check_heads(self.heads, self.model_shape, self.attention, self.rollout)
+
+    def head_map(self, view: str, layer: int, head: int) -> np.ndarray:
+        """The (Q, K) map of `view` at `layer` and `head` (`MEAN_OVER_HEADS`: the mean over the layer's heads)."""
+        maps = self.attention[view]
+        if self.heads is None:
+            return maps[layer].mean(0) if head == MEAN_OVER_HEADS else maps[layer, head]
+        return maps[self.heads.index((layer, head))]
+
+
+def _check_heads(heads, model_shape, attention: dict, rollout: dict) -> tuple[list[tuple[int, int]], tuple[int, int]]:
+    """`ExplorerExample.heads` and `model_shape` checked against each other and the (S, Q, K) maps."""
+    if model_shape is None or len(model_shape) != 2:
+        raise ValueError(
+            f"`model_shape` must be the model's (layers, heads) when `heads` is given, got {model_shape!r}."
+        )
+    layers, num_heads = int(model_shape[0]), int(model_shape[1])
+    pairs = [(int(layer), int(head)) for layer, head in heads]
+    if len(set(pairs)) != len(pairs) or any(
+        not 0 <= layer < layers or not MEAN_OVER_HEADS <= head < num_heads for layer, head in pairs
+    ):
+        raise ValueError(
+            f"`heads` must be distinct (layer, head) pairs with layer in [0, {layers - 1}] and head in "
+            f"[{MEAN_OVER_HEADS}, {num_heads - 1}] ({MEAN_OVER_HEADS}: the mean over heads), got {heads!r}."
+        )
+    shapes = {view: maps.shape for view, maps in attention.items()}
+    if rollout or any(len(shape) != 3 or shape[0] != len(pairs) for shape in shapes.values()):
+        raise ValueError(
+            f"With `heads`, each `attention` view must be (S, Q, K) with S = {len(pairs)} maps and no rollout, got "
+            f"{shapes} and rollout {sorted(rollout)}."
+        )
+    return pairs, (layers, num_heads)
 
 
 def _as_numpy(values: object) -> np.ndarray:
@@ -373,27 +428,65 @@ def _view_specs(examples: Sequence[ExplorerExample]) -> dict:
         view: {
             "label": _CAPTIONER_LABEL if captioner and view == "word_to_region" else VIEWS[view][1],
             "query": VIEWS[view][0],
-            "shape": list(maps.shape[:2]),
+            "shape": _layers_and_heads(first, maps),
             "rollout": view in first.rollout,
+            "heads": None if first.heads is None else [list(pair) for pair in first.heads],
         }
         for view, maps in first.attention.items()
     }
     expected = {view: spec["shape"] for view, spec in views.items()}
     for index, example in enumerate(examples):
-        shapes = {view: list(maps.shape[:2]) for view, maps in example.attention.items()}
-        if shapes != expected or set(example.rollout) != set(first.rollout):
+        shapes = {view: _layers_and_heads(example, maps) for view, maps in example.attention.items()}
+        if shapes != expected or set(example.rollout) != set(first.rollout) or example.heads != first.heads:
             raise ValueError(
                 f"`examples[{index}]` must have the views, layers and heads of examples[0] ({expected}, rollout "
-                f"{sorted(first.rollout)}), got {shapes}, rollout {sorted(example.rollout)}."
+                f"{sorted(first.rollout)}, heads kept {first.heads}), got {shapes}, rollout "
+                f"{sorted(example.rollout)}, heads kept {example.heads}."
             )
     return views
 
 
-def _payload(examples, probe, title, subtitle, source, precision, probe_rule, probe_examples) -> dict:
+def _layers_and_heads(example: ExplorerExample, maps: np.ndarray) -> list[int]:
+    return list(example.model_shape) if example.heads is not None else list(maps.shape[:2])
+
+
+def _quantised(maps: np.ndarray) -> dict:
+    """(S, Q, K) maps as the page stores a subset of heads: "max", each row's largest weight (4 significant digits),
+    and "codes", per map the base64 of its weights as one byte each, 0..255 of the row's largest (a weight is off by at
+    most 1/510 of its row's largest, plus the largest's rounding): a byte per weight where a rounded decimal takes
+    about seven characters."""
+    peak = maps.max(-1, keepdims=True)
+    scaled = np.divide(maps, peak, out=np.zeros_like(maps), where=peak > 0)
+    codes = np.rint(scaled * 255).astype(np.uint8)
+    return {
+        "max": [[float(f"{value:.4g}") for value in rows] for rows in peak[..., 0]],
+        "codes": [base64.b64encode(code.tobytes()).decode("ascii") for code in codes],
+    }
+
+
+def stored_maps(view: Mapping) -> np.ndarray:
+    """The (S, Q, K) maps of one example's view in a page's data (`read_explorer_payload`) that keeps a subset of heads
+    (its view spec's "heads"), decoded as the page decodes them."""
+    peaks = np.asarray(view["max"], dtype=np.float64)
+    codes = np.stack([np.frombuffer(base64.b64decode(code), dtype=np.uint8) for code in view["codes"]])
+    return codes.reshape(*peaks.shape, -1) / 255.0 * peaks[..., None]
+
+
+def _attention_payload(example: ExplorerExample, view: str, maps: np.ndarray, precision: int) -> dict:
+    if example.heads is not None:
+        return {"heads": None, "rollout": None, **_quantised(maps)}
+    return {
+        "heads": _rounded(maps, precision),
+        "rollout": _rounded(example.rollout[view], precision) if view in example.rollout else None,
+    }
+
+
+def _payload(examples, probe, title, subtitle, source, precision, probe_rule, probe_examples, colour_scale) -> dict:
     """The JSON the page embeds: the views (shape, label, rollout available), the colour scale (`colours`, and `scale`:
-    `SCALE`, the fill opacity and outline width of a weight), the outline styles of the most attended and gold boxes,
-    the probe grid and, per example, its image (base64 PNG), words, region and gold boxes and attention (rounded to
-    `precision` decimals)."""
+    `SCALE`, the fill opacity and outline width of a weight; `colour_scales` and the one shown first, `colour_scale`),
+    the outline styles of the most attended and gold boxes, the probe grid and, per example, its image (base64 PNG),
+    words, region and gold boxes and attention (rounded to `precision` decimals; a subset of heads as bytes of each
+    row's largest, `_quantised`)."""
     if not examples:
         raise ValueError("`examples` must be a non-empty list of ExplorerExample, got none.")
     views = _view_specs(examples)
@@ -402,6 +495,8 @@ def _payload(examples, probe, title, subtitle, source, precision, probe_rule, pr
         "subtitle": subtitle,
         "source": source,
         "units": "attention weight (0 to 1)",
+        "colour_scale": colour_scale,
+        "colour_scales": COLOUR_SCALES,
         "colours": _colour_stops(),
         "scale": {name: list(value) if isinstance(value, tuple) else value for name, value in SCALE.items()},
         "top_box": dict(TOP_BOX_STYLE),
@@ -420,11 +515,7 @@ def _payload(examples, probe, title, subtitle, source, precision, probe_rule, pr
                     for phrase in example.gold
                 ],
                 "attention": {
-                    view: {
-                        "heads": _rounded(maps, precision),
-                        "rollout": _rounded(example.rollout[view], precision) if view in example.rollout else None,
-                    }
-                    for view, maps in example.attention.items()
+                    view: _attention_payload(example, view, maps, precision) for view, maps in example.attention.items()
                 },
             }
             for example in examples
@@ -443,6 +534,7 @@ def write_attention_explorer(
     precision: int = 4,
     probe_rule: str = REGION_PROBE_RULE,
     probe_examples: str = "",
+    colour_scale: str = "absolute",
 ) -> Path:
     """Writes the explorer of `examples` (from `explorer_examples`) to one self-contained HTML file.
 
@@ -460,12 +552,15 @@ def write_attention_explorer(
         probe_rule: what the probe counts as a hit, shown over the grid: IoU >= 0.5 for region models, patch
             coverage for patches.
         probe_examples: which examples the probe read (e.g. "the first 128 of the 500 examples"), shown over the grid.
+        colour_scale: the colour scale the page opens with, one of `COLOUR_SCALES` (the page offers all of them).
     Returns:
         the path written.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"`path` must be a str or Path to the HTML file to write, got {type(path).__name__}.")
-    payload = _payload(examples, probe, title, subtitle, source, precision, probe_rule, probe_examples)
+    if colour_scale not in COLOUR_SCALES:
+        raise ValueError(f"`colour_scale` must be one of {tuple(COLOUR_SCALES)}, got {colour_scale!r}.")
+    payload = _payload(examples, probe, title, subtitle, source, precision, probe_rule, probe_examples, colour_scale)
     # "</" inside a <script> element would close it: JSON allows the escaped form "<\/"
     data = json.dumps(payload, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     template = resources.files(__package__).joinpath(_TEMPLATE_FILE).read_text(encoding="utf-8")
