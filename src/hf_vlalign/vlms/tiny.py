@@ -31,10 +31,11 @@ from transformers import (
 )
 
 from ..models import default_text_model_path
+from .tiny_families import MULTIVIEW_FAMILIES, build_multiview
 
 __all__ = ["MAX_IMAGE_SIZE", "TINY_FAMILIES", "tiny_patch_model", "word_level_tokenizer"]
 
-TINY_FAMILIES = ("vilt", "llava", "paligemma")
+TINY_FAMILIES = ("vilt", "llava", "paligemma", *MULTIVIEW_FAMILIES)
 IMAGE_TOKEN = "<image>"
 # the largest image side of a tiny model: its patch embeddings grow with the square of the side
 MAX_IMAGE_SIZE = 1024
@@ -48,7 +49,8 @@ def _tokenizer():
 
 def word_level_tokenizer(texts: Iterable[str]) -> PreTrainedTokenizerFast:
     """A lowercasing word-level tokenizer over the words of `texts` (BERT's splitting of words and punctuation), with
-    [PAD], [UNK], [CLS], [SEP] and `<image>`: a small vocabulary for tiny models trained from scratch."""
+    [PAD], [UNK], [CLS], [SEP] and `<image>`: a small vocabulary for tiny models trained from scratch. A family's own
+    special tokens are added by `tiny_patch_model` (see `family_special_tokens`)."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", IMAGE_TOKEN]
@@ -79,7 +81,10 @@ def tiny_patch_model(
     attn_implementation: str | None = None,
 ):
     """(model, processor) of a tiny `family` model ("vilt", "llava" or "paligemma") over `image_size` square images
-    cut into `patch_size` patches, randomly initialised with `seed`; `tokenizer`: one with an `<image>` token (e.g.
+    cut into `patch_size` patches, randomly initialised with `seed`; `family` may also be a multi-view family's
+    `model_type` (`tiny_families.MULTIVIEW_FAMILIES`: "qwen2_vl", "llava_next", "idefics3", "gemma3", ...), whose
+    views (tiles, crops, base resolution) are `image_size` on a side and whose tokenizer gets the family's special
+    tokens; `tokenizer`: one with an `<image>` token (e.g.
     `word_level_tokenizer`), default: the embedded default's WordPiece with `<image>` added; `attn_implementation`:
     the LLaVA / PaliGemma attention implementation (default: transformers' default, `sdpa`)."""
     import torch
@@ -100,6 +105,10 @@ def tiny_patch_model(
     sizes = dict(hidden_size=hidden_size, intermediate_size=4 * hidden_size, num_attention_heads=num_heads)
     text_sizes = dict(vocab_size=len(tokenizer), num_hidden_layers=num_layers, **sizes)
     torch.manual_seed(seed)
+    if family in MULTIVIEW_FAMILIES:
+        args = (tokenizer, image_size, patch_size, hidden_size, num_layers, num_heads, vision_layers)
+        model, processor = build_multiview(family, *args)
+        return _with_attention(model, attn_implementation), processor
     if family == "vilt":
         config = ViltConfig(
             **text_sizes, image_size=image_size, patch_size=patch_size, max_image_length=-1, max_position_embeddings=128,
