@@ -357,7 +357,7 @@ def build_multiview(model_type, tokenizer, image_size, patch_size, hidden_size, 
     """(model, processor) of a tiny `model_type` (one of `MULTIVIEW_FAMILIES`) over `tokenizer` with the family's
     special tokens added."""
     if missing := missing_requirements(model_type):
-        packages = " and ".join(missing)
-        raise ImportError(f"The {model_type} processor of transformers needs {packages}: pip install {' '.join(missing)}.")
+        needs, install = " and ".join(missing), " ".join(missing)
+        raise ImportError(f"The {model_type} processor of transformers needs {needs}: pip install {install}.")
     tokenizer = family_tokenizer(tokenizer, model_type)
     return _build(model_type, tokenizer, image_size, patch_size, hidden_size, num_layers, num_heads, vision_layers)
