@@ -28,6 +28,7 @@ from transformers import (
     InternVLConfig,
     InternVLForConditionalGeneration,
     InternVLProcessor,
+    InternVLVideoProcessor,
     InternVLVisionConfig,
     LlamaConfig,
     LlavaNextConfig,
@@ -38,6 +39,7 @@ from transformers import (
     LlavaOnevisionForConditionalGeneration,
     LlavaOnevisionImageProcessorPil,
     LlavaOnevisionProcessor,
+    LlavaOnevisionVideoProcessor,
     Mistral3Config,
     Mistral3ForConditionalGeneration,
     MistralConfig,
@@ -53,14 +55,17 @@ from transformers import (
     Qwen2VLForConditionalGeneration,
     Qwen2VLImageProcessorPil,
     Qwen2VLProcessor,
+    Qwen2VLVideoProcessor,
     Qwen3VLConfig,
     Qwen3VLForConditionalGeneration,
     Qwen3VLProcessor,
+    Qwen3VLVideoProcessor,
     SiglipVisionConfig,
     SmolVLMConfig,
     SmolVLMForConditionalGeneration,
     SmolVLMImageProcessorPil,
     SmolVLMProcessor,
+    SmolVLMVideoProcessor,
     SmolVLMVisionConfig,
 )
 
@@ -165,8 +170,10 @@ def _qwen(model_type, tokenizer, image_size, patch_size, hidden_size, num_layers
     text = dict(
         **_text_sizes(tokenizer, hidden_size, num_layers, num_heads),
         rope_parameters={"rope_type": "default", "mrope_section": mrope, "rope_theta": 10000.0},
+        bos_token_id=None, eos_token_id=None,  # Qwen's defaults lie outside a tiny vocabulary
     )
     vision = dict(depth=vision_layers, hidden_size=hidden_size, num_heads=num_heads, patch_size=patch_size)
+    video_processor_class = Qwen2VLVideoProcessor
     if model_type == "qwen2_vl":
         vision.update(embed_dim=hidden_size, mlp_ratio=4)
         config_class, model_class, processor_class = Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
@@ -180,6 +187,7 @@ def _qwen(model_type, tokenizer, image_size, patch_size, hidden_size, num_layers
         vision.update(num_position_embeddings=(image_size // patch_size) ** 2)
         text.update(head_dim=head_dim)
         text["rope_parameters"]["mrope_interleaved"] = True
+        video_processor_class = Qwen3VLVideoProcessor
         config_class, model_class, processor_class = Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
     config = config_class(text_config=text, vision_config=vision, **token_ids, tie_word_embeddings=False)
     # dynamic resolution: sides rounded to multiples of 2 x 2 merged patches, pixels between one merged token and
@@ -188,7 +196,10 @@ def _qwen(model_type, tokenizer, image_size, patch_size, hidden_size, num_layers
         patch_size=patch_size, merge_size=2, temporal_patch_size=2,
         size={"shortest_edge": (2 * patch_size) ** 2, "longest_edge": 4 * image_size**2},
     )  # fmt: skip
-    return model_class(config), processor_class(image_processor=image_processor, tokenizer=tokenizer)
+    # the processors hold a video processor (unused here) at the same patch sizes
+    video_processor = video_processor_class(patch_size=patch_size, merge_size=2, temporal_patch_size=2)
+    processor = processor_class(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor)
+    return model_class(config), processor
 
 
 def _pinpoints(image_size: int) -> list[list[int]]:
@@ -227,7 +238,8 @@ def _llava_onevision(tokenizer, image_size, patch_size, hidden_size, num_layers,
         size={"height": image_size, "width": image_size}, image_grid_pinpoints=_pinpoints(image_size)
     )
     processor = LlavaOnevisionProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, num_image_tokens=(image_size // patch_size) ** 2,
+        image_processor=image_processor, tokenizer=tokenizer, video_processor=LlavaOnevisionVideoProcessor(),
+        num_image_tokens=(image_size // patch_size) ** 2,
         vision_feature_select_strategy="full", vision_aspect_ratio="anyres_max_9",
     )  # fmt: skip
     return LlavaOnevisionForConditionalGeneration(config), processor
@@ -253,7 +265,8 @@ def _idefics3(model_type, tokenizer, image_size, patch_size, hidden_size, num_la
     vision = SmolVLMVisionConfig(**vision_kwargs)
     config = SmolVLMConfig(vision_config=vision, text_config=text, image_token_id=image_token_id, scale_factor=2)
     processor = SmolVLMProcessor(
-        image_processor=SmolVLMImageProcessorPil(**image_kwargs), tokenizer=tokenizer, video_processor=None,
+        image_processor=SmolVLMImageProcessorPil(**image_kwargs), tokenizer=tokenizer,
+        video_processor=SmolVLMVideoProcessor(),
         image_seq_len=image_seq_len,
     )  # fmt: skip
     return SmolVLMForConditionalGeneration(config), processor
@@ -298,7 +311,7 @@ def _internvl(tokenizer, image_size, patch_size, hidden_size, num_layers, num_he
         size={"height": image_size, "width": image_size}, crop_to_patches=True, min_patches=1, max_patches=4
     )
     processor = InternVLProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, video_processor=None,
+        image_processor=image_processor, tokenizer=tokenizer, video_processor=InternVLVideoProcessor(),
         image_seq_length=(image_size // patch_size) ** 2 // 4,  # pixel shuffle with downsample ratio 0.5
     )  # fmt: skip
     return InternVLForConditionalGeneration(config), processor
