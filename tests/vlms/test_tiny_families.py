@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from transformers import AutoModelForImageTextToText, AutoProcessor
+from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor
 
 from hf_vlalign.vlms.tiny import tiny_patch_model, word_level_tokenizer
 from hf_vlalign.vlms.tiny_families import MULTIVIEW_FAMILIES, image_placeholder, missing_requirements
@@ -43,7 +43,10 @@ def test_tiny_family_builds_runs_and_reloads(model_type, tmp_path):
     model.save_pretrained(tmp_path)
     processor.save_pretrained(tmp_path)
     reloaded = AutoModelForImageTextToText.from_pretrained(tmp_path).eval()
-    reloaded_processor = AutoProcessor.from_pretrained(tmp_path)
+    # the Pil image processor it was built with; AutoProcessor's default is the torchvision one where installed
+    pil_image_processor = AutoImageProcessor.from_pretrained(tmp_path, backend="pil")
+    reloaded_processor = AutoProcessor.from_pretrained(tmp_path, image_processor=pil_image_processor)
+    default_processor = AutoProcessor.from_pretrained(tmp_path)
     assert type(reloaded) is type(model) and type(reloaded_processor) is type(processor)
     counts = []
     for width, height in IMAGE_SIZES:
@@ -52,6 +55,8 @@ def test_tiny_family_builds_runs_and_reloads(model_type, tmp_path):
         assert inputs.keys() == reloaded_inputs.keys()
         for key in inputs:
             torch.testing.assert_close(inputs[key], reloaded_inputs[key])
+        # whichever backend resizes, the token layout is the same
+        assert torch.equal(_inputs(model_type, default_processor, width, height)["input_ids"], inputs["input_ids"])
         with torch.no_grad():
             image_features = model.get_image_features(**_image_inputs(inputs))
             logits = model(**inputs).logits
