@@ -80,3 +80,8 @@ def _num_features(image_features) -> int:
     if isinstance(features, torch.Tensor):
         return features.shape[:-1].numel()
     return sum(feature.shape[:-1].numel() for feature in features)
+
+
+def test_tiny_family_needs_an_even_number_of_patches():
+    with pytest.raises(ValueError, match="`image_size` of qwen2_vl must be an even number"):
+        tiny_patch_model("qwen2_vl", image_size=48, patch_size=16, tokenizer=word_level_tokenizer([CAPTION]))

@@ -83,9 +83,9 @@ def tiny_patch_model(
 ):
     """(model, processor) of a tiny `family` model ("vilt", "llava" or "paligemma") over `image_size` square images
     cut into `patch_size` patches, randomly initialised with `seed`; `family` may also be a multi-view family's
-    `model_type` (`tiny_families.MULTIVIEW_FAMILIES`: "qwen2_vl", "llava_next", "idefics3", "gemma3", ...), whose
-    views (tiles, crops, base resolution) are `image_size` on a side and whose tokenizer gets the family's special
-    tokens; `tokenizer`: one with an `<image>` token (e.g.
+    `model_type` (`MULTIVIEW_FAMILIES`: "qwen2_vl", "llava_next", "idefics3", "gemma3", ...), whose views (tiles,
+    crops, base resolution) are `image_size` on a side, an even number of patches for their 2 x 2 merges, and whose
+    tokenizer gets the family's special tokens; `tokenizer`: one with an `<image>` token (e.g.
     `word_level_tokenizer`), default: the embedded default's WordPiece with `<image>` added; `attn_implementation`:
     the LLaVA / PaliGemma attention implementation (default: transformers' default, `sdpa`)."""
     import torch
@@ -98,6 +98,9 @@ def tiny_patch_model(
         raise ValueError(f"`image_size` of a tiny model must be in 1..{MAX_IMAGE_SIZE} pixels, got {image_size}.")
     if image_size % patch_size:
         raise ValueError(f"`image_size` must be a multiple of `patch_size` ({patch_size}), got {image_size}.")
+    if family in MULTIVIEW_FAMILIES and (image_size // patch_size) % 2:
+        even = f"an even number of `patch_size` ({patch_size}) patches"
+        raise ValueError(f"`image_size` of {family} must be {even} for its 2 x 2 merges, got {image_size}.")
     # a copy: processors add tokens to the tokenizer they get (PaliGemma's 1,152 <loc> / <seg> tokens)
     tokenizer = _tokenizer() if tokenizer is None else copy.deepcopy(tokenizer)
     if IMAGE_TOKEN not in tokenizer.get_vocab():
