@@ -14,7 +14,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers.trainer_utils import unwrap_peft_model
 
-from ..alignment.patches import DEFAULT_COVERAGE_THRESHOLD, centre_prior
+from ..alignment.patches import DEFAULT_COVERAGE_THRESHOLD
 from ..analysis.grounding_probe import GroundingProbe, GroundingProbeResult
 from .families import ViltFamily, forward_with_layout, patch_model_family
 
@@ -73,9 +73,8 @@ def probe_patch_model(
                 outputs, layout = forward_with_layout(model, batch, output_attentions=True)
                 rows = patch_attention_rows(outputs.attentions, layout.image_positions)
                 coverage = layout.to_tokens(batch["phrase_cell_coverage"])
-                centre = centre_prior(layout.grid).to(device).expand(rows.shape[1], -1)
                 probe.update_from_text_to_region(
-                    rows, batch["phrase_token_index"], coverage, layout.patch_mask, layout.to_tokens(centre, fill=-1.0)
+                    rows, batch["phrase_token_index"], coverage, layout.patch_mask, layout.centre_scores()
                 )
     finally:
         model.train(was_training)
