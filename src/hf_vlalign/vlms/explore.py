@@ -17,7 +17,7 @@ from ..alignment.patches import cell_boxes
 from ..analysis.explorer import ExplorerExample, GoldPhrase, probed_examples, write_attention_explorer
 from ..analysis.grounding_probe import GroundingProbeResult
 from ..supervision.direct import normalise_rows
-from .data import PatchGroundingCollator, patch_batches
+from .data import PatchGroundingCollator, _image, patch_batches
 from .families import ViltFamily, forward_with_layout, patch_model_family
 from .probe import eager_attention, patch_attention_rows, probe_patch_model
 
@@ -55,7 +55,8 @@ def patch_explorer_examples(
         outputs, layout = forward_with_layout(model, inputs, output_attentions=True)
     maps = torch.stack(outputs.attentions)  # (L, B, H, N, N)
     to_image = patch_attention_rows(outputs.attentions, layout.image_positions)  # (L, B, H, N, P)
-    boxes = cell_boxes(layout.grid)
+    # one grid: cell boxes over the processed image; multi-view: every token's box over the original image
+    boxes = cell_boxes(layout.grid) if layout.token_boxes is None else None
     result = []
     for index, details in enumerate(batch["details"]):
         caption = slice(details["caption_start"], details["caption_end"])
@@ -74,10 +75,15 @@ def patch_explorer_examples(
         result.append(
             ExplorerExample(
                 words=collator.tokenizer.convert_ids_to_tokens(tokens),
-                region_boxes=boxes[layout.cell_index[index].cpu()[real]].numpy(),
+                region_boxes=(
+                    boxes[layout.cell_index[index].cpu()[real]] if boxes is not None else layout.token_boxes[index].cpu()[real]
+                ).numpy(),
                 attention=attention,
                 gold=gold,
-                image=processed_image(batch["pixel_values"][index], collator.image_processor),
+                image=(
+                    processed_image(batch["pixel_values"][index], collator.image_processor)
+                    if boxes is not None else _image(examples[index])
+                ),
                 title=examples[index]["caption"],
             )
         )

@@ -35,7 +35,7 @@ from .tiny_families import MULTIVIEW_FAMILIES, build_multiview
 
 __all__ = ["MAX_IMAGE_SIZE", "MULTIVIEW_FAMILIES", "TINY_FAMILIES", "tiny_patch_model", "word_level_tokenizer"]
 
-# the families the patch pipeline (probe, supervision, explorer) reads today; the multi-view ones build too
+# the one-grid families; the multi-view ones (`MULTIVIEW_FAMILIES`) are given by their `model_type`
 TINY_FAMILIES = ("vilt", "llava", "paligemma")
 IMAGE_TOKEN = "<image>"
 # the largest image side of a tiny model: its patch embeddings grow with the square of the side

@@ -6,6 +6,8 @@ LLaVA-NeXT / OneVision anyres grid pinpoints, Idefics3 / SmolVLM image splitting
 and thumbnail, Qwen dynamic resolution with its 2 x 2 merge, Pixtral row breaks with the 2 x 2 spatial merge.
 
 `image_size` is the side of one view (a tile, a crop, the base resolution); `patch_size` the vision encoder's patch.
+Seven of these processors need torchvision (the Qwen-VL, LLaVA-OneVision, InternVL and SmolVLM ones hold a video
+processor; PixtralProcessor requires it) and SmolVLM's num2words: both are install requirements of the library.
 """
 
 from __future__ import annotations
@@ -69,11 +71,9 @@ from transformers import (
     SmolVLMVisionConfig,
 )
 
-from transformers.utils import is_num2words_available, is_torchvision_available
+from .image_token_geometry import image_placeholder
 
-__all__ = [
-    "MULTIVIEW_FAMILIES", "family_special_tokens", "family_tokenizer", "image_placeholder", "missing_requirements",
-]  # fmt: skip
+__all__ = ["MULTIVIEW_FAMILIES", "family_special_tokens", "family_tokenizer", "image_placeholder"]
 
 _QWEN_TOKENS = {
     "image_token": "<|image_pad|>",
@@ -113,30 +113,10 @@ _SPECIAL_TOKENS: dict[str, tuple[dict[str, str], list[str]]] = {
     ),
     "mistral3": ({"image_token": "[IMG]", "image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]"}, []),
 }
-# what a text says where one image goes, without a chat template (the processor expands it to the image's tokens)
-_PLACEHOLDERS = {
-    "qwen2_vl": "<|vision_start|><|image_pad|><|vision_end|>",
-    "qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",
-    "qwen3_vl": "<|vision_start|><|image_pad|><|vision_end|>",
-    "llava_next": "<image>",
-    "llava_onevision": "<image>",
-    "idefics3": "<image>",
-    "smolvlm": "<image>",
-    "gemma3": "<start_of_image>",
-    "internvl": "<IMG_CONTEXT>",
-    "mistral3": "[IMG]",
-}
-
-
 def family_special_tokens(model_type: str) -> list[str]:
     """Every special token a tiny `model_type` processor needs in its tokenizer."""
     named, unnamed = _SPECIAL_TOKENS[model_type]
     return list(dict.fromkeys([*named.values(), *unnamed]))
-
-
-def image_placeholder(model_type: str) -> str:
-    """The text standing for one image in a `model_type` prompt without a chat template."""
-    return _PLACEHOLDERS[model_type]
 
 
 def family_tokenizer(tokenizer: PreTrainedTokenizerFast, model_type: str) -> PreTrainedTokenizerFast:
@@ -354,23 +334,10 @@ _BUILDERS = {
     "mistral3": _mistral3,
 }
 MULTIVIEW_FAMILIES = tuple(_SPECIAL_TOKENS)
-_NEEDS_TORCHVISION = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl", "smolvlm", "mistral3")
-
-
-def missing_requirements(model_type: str) -> list[str]:
-    """The packages `model_type`'s processor needs that are not installed: transformers 5.24's Qwen-VL,
-    LLaVA-OneVision, InternVL and SmolVLM processors hold a video processor (torchvision), its PixtralProcessor
-    requires torchvision and SmolVLM's processor num2words."""
-    needs = {"torchvision": model_type in _NEEDS_TORCHVISION, "num2words": model_type == "smolvlm"}
-    available = {"torchvision": is_torchvision_available(), "num2words": is_num2words_available()}
-    return [package for package, needed in needs.items() if needed and not available[package]]
 
 
 def build_multiview(model_type, tokenizer, image_size, patch_size, hidden_size, num_layers, num_heads, vision_layers):
     """(model, processor) of a tiny `model_type` (one of `MULTIVIEW_FAMILIES`) over `tokenizer` with the family's
     special tokens added."""
-    if missing := missing_requirements(model_type):
-        needs, install = " and ".join(missing), " ".join(missing)
-        raise ImportError(f"The {model_type} processor of transformers needs {needs}: pip install {install}.")
     tokenizer = family_tokenizer(tokenizer, model_type)
     return _build(model_type, tokenizer, image_size, patch_size, hidden_size, num_layers, num_heads, vision_layers)
