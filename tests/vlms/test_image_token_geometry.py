@@ -27,6 +27,7 @@ from hf_vlalign.vlms import (
     patch_model_family,
     probe_patch_model,
 )
+from hf_vlalign.vlms.explore import patch_explorer_examples
 from hf_vlalign.vlms.image_token_geometry import (
     image_placeholder,
     image_token_map,
@@ -330,3 +331,21 @@ def test_cross_attention_models_are_refused_by_name():
 
     with pytest.raises(ValueError, match="'mllama' is not supported \\(cross-attention.*'qwen2_vl'"):
         patch_model_family(MllamaConfig())
+
+
+@pytest.mark.parametrize("model_type", MULTIVIEW_FAMILIES)
+def test_the_explorer_draws_every_token_box_over_the_original_image(built, model_type):
+    model, collator = built[model_type]
+    examples = [
+        {"image": planted_image(size), "caption": "a dog", "phrases": [{"char_start": 2, "char_end": 5, "boxes": [RECTANGLES[size]]}]}
+        for size in SIZES
+    ]
+    batch = collator(examples)
+    for example, shown, real in zip(examples, patch_explorer_examples(model, collator, examples), batch["patch_mask"]):
+        assert shown.image.size == example["image"].size
+        assert shown.region_boxes.shape == (int(real.sum()), 4)
+        width, height = example["image"].size
+        x0, y0, x1, y1 = RECTANGLES[example["image"].size]
+        assert shown.gold[0].boxes[0] == pytest.approx([x0 / width, y0 / height, x1 / width, y1 / height])
+        words = shown.attention["word_to_region"]
+        assert words.shape[-1] == int(real.sum()) and torch.isfinite(torch.as_tensor(words)).all()
