@@ -18,7 +18,6 @@ from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoPr
 from transformers.image_processing_utils import select_best_resolution
 from transformers.models.llava_next.modeling_llava_next import unpad_image
 
-from hf_vlalign.alignment.patches import cell_coverage
 from hf_vlalign.vlms import (
     AttentionRecorder,
     PatchGroundingCollator,
@@ -253,7 +252,7 @@ def test_the_probe_scores_a_head_on_the_planted_rectangle_right(built, model_typ
         for size in SIZES
     ]
     batch = collator(examples)
-    layout_boxes = batch["image_token_boxes"]
+    layout_boxes = batch["image_cell_boxes"]
 
     def plant(module, args, kwargs, output):
         # layer 1: head 2 attends from "dog" uniformly to the tokens the geometry puts inside the rectangle, head 3
@@ -310,20 +309,50 @@ def test_probe_and_one_supervised_step_on_synthetic_captions(built, synthetic_ca
     model.zero_grad(set_to_none=True)
 
 
-def test_one_grid_families_give_one_view_and_their_coverage(synthetic_captions):
-    """LLaVA (CLIP's centre crop): the view is the crop's rectangle in original pixels, and the coverage of its
-    token boxes is the collator's cell coverage."""
-    train, _ = synthetic_captions
+def box_share(cells: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
+    """(C, 4) boxes, (4,) box -> (C,) share of each cell inside the box (0 for a cell of no area or NaN)."""
+    width = (torch.minimum(cells[:, 2], box[2]) - torch.maximum(cells[:, 0], box[0])).clamp(min=0)
+    height = (torch.minimum(cells[:, 3], box[3]) - torch.maximum(cells[:, 1], box[1])).clamp(min=0)
+    area = (cells[:, 2] - cells[:, 0]) * (cells[:, 3] - cells[:, 1])
+    return torch.nan_to_num(width * height / area, nan=0.0)
+
+
+@pytest.mark.parametrize("family", ["vilt", "llava", "paligemma"])
+def test_one_grid_families_carry_one_view_whose_boxes_give_the_cell_coverage(family):
+    """The one-grid families' batches carry each cell's box in the original image (CLIP: the centre crop's rectangle,
+    SigLIP: the squashed image, ViLT: the resized image inside its padding), and the share of those boxes inside a
+    gold box is the collator's cell coverage, as it was computed before boxes."""
+    model, processor = tiny_patch_model(family, tokenizer=word_level_tokenizer(["a dog on a box"]))
+    collator = PatchGroundingCollator(processor, model.config)
+    sizes, gold = ((96, 64), (64, 80)), ((8, 4, 60, 40), (10, 30, 50, 76))
+    examples = [
+        {"image": noise_image(size), "caption": "a dog on a box", "phrases": [{"char_start": 2, "char_end": 5, "boxes": [box]}]}
+        for size, box in zip(sizes, gold)
+    ]
+    batch = collator(examples)
+    for index, (size, box) in enumerate(zip(sizes, gold)):
+        scale = torch.tensor([*size, *size], dtype=torch.float32)
+        shares = box_share(batch["image_cell_boxes"][index], torch.tensor(box) / scale)
+        torch.testing.assert_close(shares, batch["phrase_cell_coverage"][index, 0], atol=1e-5, rtol=0)
+    if family == "llava":  # CLIP crops the 96 x 64 image's central 64 x 64: x from 16 to 80
+        torch.testing.assert_close(batch["image_cell_boxes"][0, 0], torch.tensor([16 / 96, 0.0, 32 / 96, 16 / 64]))
+    model.eval()
+    _, layout = forward_with_layout(model, batch)
+    real = layout.patch_mask
+    expected = batch["image_cell_boxes"].gather(1, layout.cell_index.clamp(min=0)[..., None].expand(-1, -1, 4))
+    torch.testing.assert_close(layout.token_boxes[real], expected[real])
+
+
+def noise_image(size):
+    return Image.fromarray(np.random.default_rng(0).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
+
+
+def test_single_grid_token_map_counts_a_leading_cls_token():
     model, processor = tiny_patch_model("llava", tokenizer=word_level_tokenizer(["a dog"]))
-    image_processor = processor.image_processor
-    token_map = single_grid_token_map(image_processor, (96, 64), (64, 64), (4, 4))
+    token_map = single_grid_token_map(processor.image_processor, (96, 64), (64, 64), (4, 4), first=1)
     (view,) = token_map.views
-    assert view.box == (16.0, 0.0, 80.0, 64.0) and token_map.num_tokens == 16
-    box = torch.tensor([[16.0, 0.0, 48.0, 32.0]])
-    expected = cell_coverage(torch.tensor([[0.0, 0.0, 0.5, 0.5]]), (4, 4))
-    torch.testing.assert_close(token_map.coverage(box), expected)
-    with_cls = single_grid_token_map(image_processor, (96, 64), (64, 64), (4, 4), first=1)
-    assert with_cls.num_tokens == 17 and torch.isnan(with_cls.token_boxes()[0]).all()
+    assert view.box == (16.0, 0.0, 80.0, 64.0) and token_map.num_tokens == 17
+    assert torch.isnan(token_map.token_boxes()[0]).all() and not torch.isnan(token_map.token_boxes()[1:]).any()
 
 
 def test_cross_attention_models_are_refused_by_name():

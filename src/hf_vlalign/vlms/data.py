@@ -15,7 +15,8 @@ family's own processor builds the prefix (its image placeholder and the prompt: 
 returns its own inputs, e.g. `image_grid_thw`, `image_sizes`, `pixel_attention_mask`, `mm_token_type_ids`), then the
 caption's tokens and [EOS] follow. The "cells" C are then the example's image tokens (the batch's largest count,
 padded), each with its box in the original image (`image_token_geometry`), a token's coverage the share of its box
-inside a gold box; `image_token_boxes` (B, C, 4) carries the boxes normalised to the image.
+inside a gold box. Every family's batch carries `image_cell_boxes` (B, C, 4): each cell's box in its original image,
+normalised by the image's width and height (one grid: CLIP's crop, SigLIP's squash, ViLT's resize; NaN where none).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from PIL import Image
 from ..alignment.patches import DEFAULT_COVERAGE_THRESHOLD, ImageGeometry, cell_coverage, covered_cells_target
 from ..data.formats.flickr30k_entities import Flickr30kEntities
 from .families import MultiViewFamily, PatchModelFamily, ViltFamily, patch_model_family
-from .image_token_geometry import image_placeholder, image_token_map, processor_call_kwargs
+from .image_token_geometry import image_placeholder, image_token_map, processor_call_kwargs, single_grid_token_map
 
 __all__ = ["PatchGroundingCollator", "grounded_caption_examples", "patch_batches"]
 
@@ -174,10 +175,12 @@ class PatchGroundingCollator:
         num_image_tokens = (
             0 if isinstance(self.family, ViltFamily) else self.family.num_image_tokens(self.config, pixel_values)
         )
-        rows = []
+        rows, cell_boxes = [], []
         for example, image, content in zip(examples, images, _content_sizes(pixel_values, pixel_mask)):
             processed_size = (pixel_values.shape[-1], pixel_values.shape[-2])
             geometry = ImageGeometry.from_processor(self.image_processor, image.size, processed_size, content)
+            token_map = single_grid_token_map(self.image_processor, image.size, processed_size, grid, content)
+            cell_boxes.append(_normalised_token_boxes(token_map))
 
             def locate(boxes, geometry=geometry):
                 normalised = geometry.normalised_boxes(boxes)
@@ -185,6 +188,7 @@ class PatchGroundingCollator:
 
             rows.append(self._example(example, lambda ids: self._sequence(ids, num_image_tokens), locate))
         batch = self._pad(rows, grid[0] * grid[1])
+        batch["image_cell_boxes"] = torch.stack(cell_boxes)
         batch["pixel_values"] = pixel_values
         if pixel_mask is not None:
             batch["pixel_mask"] = pixel_mask
@@ -335,12 +339,17 @@ def _multiview_layout(rows: list[dict], maps: list, num_cells: int) -> dict[str,
     boxes = torch.full((batch_size, num_cells, 4), float("nan"))
     for i, (row, token_map) in enumerate(zip(rows, maps)):
         count = token_map.num_tokens
-        width, height = token_map.image_size
         positions[i, :count] = torch.as_tensor(row["image_positions"], dtype=torch.long)
-        boxes[i, :count] = token_map.token_boxes() / torch.tensor([width, height, width, height], dtype=torch.float32)
+        boxes[i, :count] = _normalised_token_boxes(token_map)
     has_area = (boxes[..., 2] > boxes[..., 0]) & (boxes[..., 3] > boxes[..., 1])  # False for NaN
     cells = torch.arange(num_cells).expand(batch_size, -1)
-    return {"image_positions": positions, "cell_index": cells, "patch_mask": has_area, "image_token_boxes": boxes}
+    return {"image_positions": positions, "cell_index": cells, "patch_mask": has_area, "image_cell_boxes": boxes}
+
+
+def _normalised_token_boxes(token_map) -> torch.Tensor:
+    """(num_tokens, 4) the map's token boxes divided by its image's width and height."""
+    width, height = token_map.image_size
+    return token_map.token_boxes() / torch.tensor([width, height, width, height], dtype=torch.float32)
 
 
 def patch_batches(collator: PatchGroundingCollator, examples: Sequence[dict], batch_size: int) -> Iterator[dict]:

@@ -56,7 +56,7 @@ def patch_explorer_examples(
     maps = torch.stack(outputs.attentions)  # (L, B, H, N, N)
     to_image = patch_attention_rows(outputs.attentions, layout.image_positions)  # (L, B, H, N, P)
     # one grid: cell boxes over the processed image; multi-view: every token's box over the original image
-    boxes = cell_boxes(layout.grid) if layout.token_boxes is None else None
+    boxes = cell_boxes(layout.grid) if layout.grid is not None else None
     result = []
     for index, details in enumerate(batch["details"]):
         caption = slice(details["caption_start"], details["caption_end"])

@@ -31,7 +31,7 @@ __all__ = [
 
 # the entries of a `PatchGroundingCollator` batch that are no model input: the patch layout (LLaVA, PaliGemma), the
 # supervision targets, the probe's phrases and the explorer's details
-LAYOUT_KEYS = ("image_positions", "cell_index", "patch_mask", "image_token_boxes")
+LAYOUT_KEYS = ("image_positions", "cell_index", "patch_mask", "image_cell_boxes")
 SUPERVISION_KEYS = ("word_cell_alignment", "grounded_token_positions")
 NON_MODEL_KEYS = (*SUPERVISION_KEYS, "phrase_token_index", "phrase_cell_coverage", "details", *LAYOUT_KEYS)
 
@@ -47,7 +47,7 @@ class PatchLayout:
     grid: (rows, columns) of the patch grid over the processed image (one-grid families); None for the multi-view
         families, whose cells are the example's image tokens (`cell_index` the identity, P the batch's most).
     token_boxes: (B, P, 4) each image token's box in its original image, normalised by the image's width and height
-        (NaN for padding and tokens without a box): the multi-view families; None for the one-grid ones.
+        (NaN where no cell), from the collator's `image_cell_boxes` (`forward_with_layout`); None when not given.
     """
 
     image_positions: torch.Tensor
@@ -67,10 +67,10 @@ class PatchLayout:
 
     def centre_scores(self) -> torch.Tensor:
         """(B, P) the centre baseline's score of each image token (-1 where no cell): higher nearer the image centre.
-        One grid: `centre_prior`'s cell ranks. Boxes (multi-view): minus the rank of the token's box centre by its
+        One grid: `centre_prior`'s cell ranks. Multi-view (`grid` None): minus the rank of the token's box centre by its
         distance to the image centre (in coordinates normalised by the image's width and height), ties (e.g. a
         thumbnail's and a tile's equally central token) won by the token first in the model's order."""
-        if self.token_boxes is None:
+        if self.grid is not None:
             centre = centre_prior(self.grid).to(self.cell_index.device).expand(self.cell_index.shape[0], -1)
             return self.to_tokens(centre, fill=-1.0)
         boxes = self.token_boxes
@@ -253,8 +253,8 @@ def forward_with_layout(
     """Runs `model` on a `PatchGroundingCollator` batch; returns its outputs and the batch's `PatchLayout`.
 
     ViLT's patches are embedded here (`ViltFamily.embed_images`) so that their sampled order is known; the other
-    families read the layout the collator computed (`image_positions`, `cell_index`, `patch_mask`, and for the
-    multi-view families `image_token_boxes`). `plain_model`:
+    families read the layout the collator computed (`image_positions`, `cell_index`, `patch_mask`); every family's
+    token boxes come from the collator's `image_cell_boxes`. `plain_model`:
     the model itself when `model` is wrapped (DDP, PEFT); `kwargs` go to the forward."""
     plain_model = model if plain_model is None else plain_model
     family = patch_model_family(plain_model)
@@ -263,8 +263,15 @@ def forward_with_layout(
         pixel_values, pixel_mask = inputs.pop("pixel_values"), inputs.pop("pixel_mask", None)
         image_embeds, image_mask, patch_index = family.embed_images(plain_model, pixel_values, pixel_mask)
         outputs = model(**inputs, image_embeds=image_embeds, pixel_mask=image_mask, **kwargs)
-        return outputs, family.layout(plain_model, inputs["input_ids"], pixel_values, image_mask, patch_index)
+        layout = family.layout(plain_model, inputs["input_ids"], pixel_values, image_mask, patch_index)
+        return outputs, _with_token_boxes(layout, batch.get("image_cell_boxes"))
     grid = family.grid(plain_model.config, batch["pixel_values"])
-    boxes = batch.get("image_token_boxes")
-    layout = PatchLayout(batch["image_positions"], batch["cell_index"], batch["patch_mask"].bool(), grid, boxes)
-    return model(**inputs, **kwargs), layout
+    layout = PatchLayout(batch["image_positions"], batch["cell_index"], batch["patch_mask"].bool(), grid)
+    return model(**inputs, **kwargs), _with_token_boxes(layout, batch.get("image_cell_boxes"))
+
+
+def _with_token_boxes(layout: PatchLayout, cell_boxes: torch.Tensor | None) -> PatchLayout:
+    """`layout` with its `token_boxes`: the (B, C, 4) `cell_boxes` carried to the image tokens (NaN where no cell)."""
+    if cell_boxes is not None:
+        layout.token_boxes = layout.to_tokens(cell_boxes.transpose(1, 2), fill=float("nan")).transpose(1, 2)
+    return layout
