@@ -76,7 +76,9 @@ def patch_explorer_examples(
             ExplorerExample(
                 words=collator.tokenizer.convert_ids_to_tokens(tokens),
                 region_boxes=(
-                    boxes[layout.cell_index[index].cpu()[real]] if boxes is not None else layout.token_boxes[index].cpu()[real]
+                    boxes[layout.cell_index[index].cpu()[real]]
+                    if boxes is not None
+                    else layout.token_boxes[index].cpu()[real]
                 ).numpy(),
                 attention=attention,
                 gold=gold,

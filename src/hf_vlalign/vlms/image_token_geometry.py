@@ -90,6 +90,19 @@ def _whole(size: tuple[int, int]) -> tuple[float, float, float, float]:
     return (0.0, 0.0, float(size[0]), float(size[1]))
 
 
+def _tiles_then_whole(size, rows: int, columns: int, side: int, whole_name: str) -> list[TokenView]:
+    """`rows` x `columns` tiles of the image (row-major, each `side` x `side` tokens over an equal part of the image:
+    the tiles cut a resize of the whole image), then the whole image as one more view."""
+    width, height = size
+    views = []
+    for row in range(rows):
+        for column in range(columns):
+            x0, y0 = column * width / columns, row * height / rows
+            box = (x0, y0, (column + 1) * width / columns, (row + 1) * height / rows)
+            views.append(_grid_view("tile", (side, side), box, len(views) * side * side))
+    return [*views, _grid_view(whole_name, (side, side), _whole(size), len(views) * side * side)]
+
+
 def _qwen(processor, config, size, inputs, index, num_tokens):
     _, height, width = (int(value) for value in inputs["image_grid_thw"][index])
     merge = config.vision_config.spatial_merge_size
@@ -149,14 +162,7 @@ def _idefics3(processor, config, size, inputs, index, num_tokens):
     """Tiles of the image resized to rows x columns tiles (`get_number_of_image_patches`), then the global view."""
     width, height = size
     _, rows, columns = processor.image_processor.get_number_of_image_patches(height, width)
-    side = math.isqrt(processor.image_seq_len)
-    views = []
-    for row in range(rows):
-        for column in range(columns):
-            box = (column * width / columns, row * height / rows, (column + 1) * width / columns, (row + 1) * height / rows)
-            views.append(_grid_view("tile", (side, side), box, len(views) * side * side))
-    views.append(_grid_view("global", (side, side), _whole(size), len(views) * side * side))
-    return views
+    return _tiles_then_whole(size, rows, columns, math.isqrt(processor.image_seq_len), "global")
 
 
 def _gemma3(processor, config, size, inputs, index, num_tokens):
@@ -200,13 +206,7 @@ def _internvl(processor, config, size, inputs, index, num_tokens):
     columns, rows = get_optimal_tiled_canvas(
         (height, width), tile, image_processor.min_patches, image_processor.max_patches
     )
-    views = []
-    for row in range(rows):
-        for column in range(columns):
-            box = (column * width / columns, row * height / rows, (column + 1) * width / columns, (row + 1) * height / rows)
-            views.append(_grid_view("tile", (side, side), box, len(views) * side * side))
-    views.append(_grid_view("thumbnail", (side, side), _whole(size), len(views) * side * side))
-    return views
+    return _tiles_then_whole(size, rows, columns, side, "thumbnail")
 
 
 _VIEWS = {
