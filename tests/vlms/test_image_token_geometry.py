@@ -378,3 +378,18 @@ def test_the_explorer_draws_every_token_box_over_the_original_image(built, model
         assert shown.gold[0].boxes[0] == pytest.approx([x0 / width, y0 / height, x1 / width, y1 / height])
         words = shown.attention["word_to_region"]
         assert words.shape[-1] == int(real.sum()) and torch.isfinite(torch.as_tensor(words)).all()
+
+
+def test_llava_onevision_downsampled_tile_grid_matches_the_model():
+    """Past 9 tiles' worth of features ("anyres_max_9") OneVision downsamples the unpadded grid: the tiles view is the
+    smaller grid over the same rectangle, one newline per row of it."""
+    model, processor = tiny_patch_model("llava_onevision", tokenizer=word_level_tokenizer(["a dog"]))
+    pinpoints = [[64, 128], [128, 64], [128, 128], [256, 256], [256, 192]]
+    model.config.image_grid_pinpoints = processor.image_processor.image_grid_pinpoints = pinpoints
+    for size, grid in (((256, 256), (12, 12)), ((250, 180), (10, 13))):
+        inputs, token_map = token_map_of("llava_onevision", model, processor, noise_image(size))
+        with torch.no_grad():
+            features = model.get_image_features(pixel_values=inputs["pixel_values"], image_sizes=inputs["image_sizes"])
+        assert token_map.num_tokens == _num_features(features) == 16 + grid[0] * (grid[1] + 1)
+        assert token_map.views[1].grid == grid
+        assert int(torch.isnan(token_map.token_boxes()[:, 0]).sum()) == grid[0]
