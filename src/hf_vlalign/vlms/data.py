@@ -98,14 +98,15 @@ class PatchGroundingCollator:
     Args:
         processor: the model's processor (its `tokenizer`, a fast tokenizer, and `image_processor` are used).
         config: the model's config (family, image token id, patch grid).
-        prompt: text between the image and the caption (LLaVA, PaliGemma); PaliGemma's default task prompt is used
-            when None ("caption en").
+        prompt: text between the image and the caption (not ViLT); PaliGemma's default task prompt is used when None
+            ("caption en"), none for the others.
         coverage_threshold: a cell is covered by a box when at least this share of it lies inside the box.
         max_text_length: caption tokens kept (longer captions are cut, and phrases beyond the cut are counted in
             `truncated_phrases`).
-        with_labels: LLaVA / PaliGemma: add `labels` (language-model loss on the caption).
+        with_labels: the decoders: add `labels` (language-model loss on the caption).
         return_details: add `details`, per example its caption's token span (`caption_start`, `caption_end`) and its
-            phrases' tokens and boxes normalised to the processed image (what the explorer draws).
+            phrases' tokens and boxes normalised to the processed image (multi-view families: to the original image),
+            what the explorer draws.
     """
 
     processor: object
@@ -214,7 +215,7 @@ class PatchGroundingCollator:
         token_keys = [
             key for key, value in inputs.items()
             if key not in ("input_ids", "attention_mask") and isinstance(value, torch.Tensor)
-            and value.shape == input_ids.shape
+            and not value.is_floating_point() and value.shape == input_ids.shape
         ]  # fmt: skip
         rows, maps = [], []
         for index, (example, image) in enumerate(zip(examples, images)):
