@@ -8,13 +8,12 @@ from PIL import Image
 from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor
 
 from hf_vlalign.vlms.tiny import tiny_patch_model, word_level_tokenizer
+from hf_vlalign.vlms.image_token_geometry import processor_call_kwargs
 from hf_vlalign.vlms.tiny_families import MULTIVIEW_FAMILIES, image_placeholder
 
 CAPTION = "a red square left of a blue circle"
 # a landscape and a square image: different tile / crop / resolution layouts
 IMAGE_SIZES = ((96, 48), (112, 112))  # (width, height)
-# call-time options: Gemma 3's processor defaults turn pan-and-scan off whatever its image processor says
-CALL_KWARGS = {"gemma3": dict(do_pan_and_scan=True, pan_and_scan_min_crop_size=32)}
 
 
 def _image(width, height):
@@ -23,7 +22,8 @@ def _image(width, height):
 
 def _inputs(model_type, processor, width, height):
     text = f"{image_placeholder(model_type)} {CAPTION}"
-    kwargs = CALL_KWARGS.get(model_type, {})
+    # Gemma 3's processor turns pan-and-scan off at call time whatever its image processor says
+    kwargs = processor_call_kwargs(model_type, processor.image_processor)
     return processor(images=[_image(width, height)], text=[text], return_tensors="pt", **kwargs)
 
 

@@ -1,7 +1,7 @@
 """Where every image token of a transformers vision-language model lies in the original image: per family, the views of
 one image (`views.ImageTokenMap`) composed from its processor's geometry and its model's merging or pooling.
 
-Measured geometry of transformers 5.24 per family: docs/vlms.md ("Image tokens as boxes"). A family adds only its own
+Measured geometry of transformers 5.24 per family: docs/vlms.md ("What works for each family"). A family adds its own
 views here; each reads what the processor returned (`image_grid_thw`, `image_sizes`, the image tokens of the example)
 and, where the processor does not return what the views need (InternVL's tiles, Idefics3's rows and columns, Gemma 3's
 pan-and-scan crops, LLaVA-NeXT's best resolution and unpadding), re-derives it with the image processor's or the
