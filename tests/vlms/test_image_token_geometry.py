@@ -393,3 +393,25 @@ def test_llava_onevision_downsampled_tile_grid_matches_the_model():
         assert token_map.num_tokens == _num_features(features) == 16 + grid[0] * (grid[1] + 1)
         assert token_map.views[1].grid == grid
         assert int(torch.isnan(token_map.token_boxes()[:, 0]).sum()) == grid[0]
+
+
+@pytest.mark.parametrize("model_type", MULTIVIEW_FAMILIES)
+def test_the_cli_probes_a_saved_folder_as_python_does(tiny_family_folders, synthetic_captions, tmp_path, model_type):
+    """`hf-vlalign probe` (in process) on the saved folder: the Python probe's phrases and accuracies, through the
+    processor `AutoProcessor` loads (torchvision image processor where installed)."""
+    import json
+
+    from hf_vlalign.cli import main
+    from hf_vlalign.vlms.loading import load_patch_model
+
+    out = tmp_path / "probe.json"
+    scenes = ["--synthetic_train_images", "12", "--synthetic_eval_images", "6"]
+    assert main(["probe", str(tiny_family_folders[model_type]), *scenes, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    model, processor = load_patch_model(str(tiny_family_folders[model_type]))
+    _, evaluation = synthetic_captions
+    collator = PatchGroundingCollator(processor, model.config, with_labels=False)
+    expected = probe_patch_model(model, [collator(evaluation[i : i + 32]) for i in range(0, len(evaluation), 32)])
+    assert result["num_phrases"] == expected.num_phrases > 0
+    assert result["baseline_accuracy"] == pytest.approx(expected.baseline_accuracy)
+    torch.testing.assert_close(torch.tensor(result["accuracy"], dtype=torch.float64), torch.from_numpy(expected.accuracy))
