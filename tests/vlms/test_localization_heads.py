@@ -19,8 +19,8 @@ from PIL import Image
 from torchvision.transforms.functional import gaussian_blur
 from transformers.models.llama import modeling_llama
 
-from hf_vlalign.alignment.patches import ImageGeometry
 from hf_vlalign.cli import main
+from hf_vlalign.vlms.image_token_geometry import single_grid_token_map
 from hf_vlalign.vlms.localization_heads import (
     HeadSelection,
     elbow_threshold,
@@ -33,7 +33,6 @@ from hf_vlalign.vlms.localization_heads import (
     largest_component_box,
     localization_head_grounding,
     select_localization_heads,
-    single_grid_token_map,
     spatial_entropy,
 )
 from hf_vlalign.vlms.tiny import tiny_patch_model, word_level_tokenizer
@@ -90,8 +89,7 @@ def test_the_smoothing_is_torchvisions_7_by_7_gaussian():
 def test_single_grid_token_map_inverts_the_processors_geometry():
     # CLIP resizes a 96 x 64 image to a shortest edge of 64 and crops its central 64 x 64: x = x_processed + 16
     processor = tiny_patch_model("llava")[1].image_processor
-    geometry = ImageGeometry.from_processor(processor, (96, 64), (64, 64))
-    token_map = single_grid_token_map(geometry, (96, 64), (4, 4), torch.arange(-1, 16))  # CLIP's [CLS] first
+    token_map = single_grid_token_map(processor, (96, 64), (64, 64), (4, 4), first=1)  # CLIP's [CLS] first
     assert token_map.views[0].box == (16.0, 0.0, 80.0, 64.0) and token_map.num_tokens == 17
     boxes = token_map.token_boxes()
     assert torch.isnan(boxes[0]).all() and boxes[1].tolist() == [16.0, 0.0, 32.0, 16.0]

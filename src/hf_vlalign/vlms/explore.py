@@ -24,7 +24,7 @@ from ..analysis.explorer import (
 )
 from ..analysis.grounding_probe import GroundingProbeResult
 from ..supervision.direct import normalise_rows
-from .data import PatchGroundingCollator, patch_batches
+from .data import PatchGroundingCollator, _image, patch_batches
 from .families import PatchLayout, patch_model_family
 from .probe import _rows_at, _to_device, probe_patch_model, read_attention_rows
 
@@ -183,7 +183,8 @@ def patch_explorer_examples(
 
 
 def _batch_examples(collator, shown, batch, layout, views, kept_heads, model_shape) -> list[ExplorerExample]:
-    boxes = cell_boxes(layout.grid)
+    # one grid: cell boxes over the processed image; multi-view: every token's box over the original image
+    boxes = cell_boxes(layout.grid) if layout.grid is not None else None
     result = []
     for index, details in enumerate(batch["details"]):
         length = details["caption_end"] - details["caption_start"]
@@ -204,10 +205,18 @@ def _batch_examples(collator, shown, batch, layout, views, kept_heads, model_sha
         result.append(
             ExplorerExample(
                 words=collator.tokenizer.convert_ids_to_tokens(tokens),
-                region_boxes=boxes[layout.cell_index[index].cpu()[real]].numpy(),
+                region_boxes=(
+                    boxes[layout.cell_index[index].cpu()[real]]
+                    if boxes is not None
+                    else layout.token_boxes[index].cpu()[real]
+                ).numpy(),
                 attention=attention,
                 gold=gold,
-                image=processed_image(batch["pixel_values"][index], collator.image_processor),
+                image=(
+                    processed_image(batch["pixel_values"][index], collator.image_processor)
+                    if boxes is not None
+                    else _image(shown[index])
+                ),
                 title=shown[index]["caption"],
                 heads=kept_heads,
                 model_shape=model_shape,

@@ -38,8 +38,7 @@ thumbnail token covers many more pixels than a tile token, so raw weights are no
 per pixel is; summing keeps every view's evidence (a box is seen by the thumbnail and by its tiles) and the canvas
 integrates to S_img. With one view the canvas is that view's grid and the result is the paper's.
 
-The image tokens as boxes come from `views.ImageTokenMap`; for the single-grid families (LLaVA, PaliGemma)
-`single_grid_token_map` builds it from the collator's layout and `ImageGeometry` until the families give their own.
+The image tokens as boxes are each example's `views.ImageTokenMap`, which the collator gives for every family.
 """
 
 from __future__ import annotations
@@ -78,7 +77,6 @@ __all__ = [
     "plot_head_selection",
     "refcoco_file_examples",
     "select_localization_heads",
-    "single_grid_token_map",
     "spatial_entropy",
 ]
 
@@ -190,24 +188,6 @@ def elbow_threshold(values: torch.Tensor) -> float:
 # ----------------------------------------------------------------------------------------------------------------
 # Views: image tokens as boxes
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def single_grid_token_map(
-    geometry: ImageGeometry, image_size: tuple[int, int], grid: tuple[int, int], cell_index: torch.Tensor
-) -> ImageTokenMap:
-    """The `ImageTokenMap` of one image of a single-grid family (LLaVA, PaliGemma): one view, the patch grid over the
-    processed image, whose box in original pixels inverts `geometry` (x = (x_processed + offset) / scale);
-    `cell_index` (P,): the cell of each of the image's tokens (-1: no cell, e.g. CLIP's [CLS]). To be replaced by the
-    families' own maps (helper "views")."""
-    x0, y0 = geometry.offset_x / geometry.scale_x, geometry.offset_y / geometry.scale_y
-    x1 = (geometry.width + geometry.offset_x) / geometry.scale_x
-    y1 = (geometry.height + geometry.offset_y) / geometry.scale_y
-    cell_index = torch.as_tensor(cell_index).cpu()
-    token_index = torch.empty(grid[0] * grid[1], dtype=torch.long)
-    cells = cell_index >= 0
-    token_index[cell_index[cells]] = cells.nonzero().flatten()
-    view = TokenView("image", tuple(grid), (x0, y0, x1, y1), token_index)
-    return ImageTokenMap(tuple(image_size), int(cell_index.numel()), [view])
 
 
 def _view_maps(rows: torch.Tensor, token_map: ImageTokenMap) -> list[torch.Tensor]:
@@ -356,11 +336,9 @@ def image_attention_rows(
                     for hook in hooks:
                         hook.remove()
                 rows = torch.stack([store[layer] for layer in range(len(modules))], 1)  # (B, L, H, P)
-                size = batch["pixel_values"].shape[-1], batch["pixel_values"].shape[-2]
-                grid = patch_model_family(model).grid(model.config, batch["pixel_values"])
-                for i, image in enumerate(images):
-                    geometry = ImageGeometry.from_processor(collator.image_processor, image.size, size)
-                    yield rows[i], single_grid_token_map(geometry, image.size, grid, batch["cell_index"][i])
+                for i, details in enumerate(batch["details"]):
+                    token_map = details["token_map"]
+                    yield rows[i, ..., : token_map.num_tokens], token_map
     finally:
         model.train(was_training)
 

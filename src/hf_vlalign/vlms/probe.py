@@ -21,7 +21,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers.trainer_utils import unwrap_peft_model
 
-from ..alignment.patches import DEFAULT_COVERAGE_THRESHOLD, centre_prior
+from ..alignment.patches import DEFAULT_COVERAGE_THRESHOLD
 from ..analysis.grounding_probe import GroundingProbe, GroundingProbeResult
 from .families import PatchLayout, ViltFamily, forward_with_layout, patch_model_family
 
@@ -131,10 +131,9 @@ def probe_patch_model(
             rows = patch_attention_rows(rows, layout.image_positions)  # (L, B, H, K, P)
             slots = torch.arange(phrase_index.shape[1], device=phrase_index.device).expand_as(phrase_index)
             coverage = layout.to_tokens(batch["phrase_cell_coverage"])
-            centre = centre_prior(layout.grid).to(device).expand(rows.shape[1], -1)
             probe.update_from_text_to_region(
                 rows, slots.masked_fill(phrase_index < 0, -1), coverage, layout.patch_mask,
-                layout.to_tokens(centre, fill=-1.0),
+                layout.centre_scores(),
             )  # fmt: skip
     finally:
         model.train(was_training)

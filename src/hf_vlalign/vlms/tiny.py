@@ -31,9 +31,11 @@ from transformers import (
 )
 
 from ..models import default_text_model_path
+from .tiny_families import MULTIVIEW_FAMILIES, build_multiview
 
-__all__ = ["MAX_IMAGE_SIZE", "TINY_FAMILIES", "tiny_patch_model", "word_level_tokenizer"]
+__all__ = ["MAX_IMAGE_SIZE", "MULTIVIEW_FAMILIES", "TINY_FAMILIES", "tiny_patch_model", "word_level_tokenizer"]
 
+# the one-grid families; the multi-view ones (`MULTIVIEW_FAMILIES`) are given by their `model_type`
 TINY_FAMILIES = ("vilt", "llava", "paligemma")
 IMAGE_TOKEN = "<image>"
 # the largest image side of a tiny model: its patch embeddings grow with the square of the side
@@ -48,7 +50,8 @@ def _tokenizer():
 
 def word_level_tokenizer(texts: Iterable[str]) -> PreTrainedTokenizerFast:
     """A lowercasing word-level tokenizer over the words of `texts` (BERT's splitting of words and punctuation), with
-    [PAD], [UNK], [CLS], [SEP] and `<image>`: a small vocabulary for tiny models trained from scratch."""
+    [PAD], [UNK], [CLS], [SEP] and `<image>`: a small vocabulary for tiny models trained from scratch. A family's own
+    special tokens are added by `tiny_patch_model` (see `family_special_tokens`)."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", IMAGE_TOKEN]
@@ -79,19 +82,25 @@ def tiny_patch_model(
     attn_implementation: str | None = None,
 ):
     """(model, processor) of a tiny `family` model ("vilt", "llava" or "paligemma") over `image_size` square images
-    cut into `patch_size` patches, randomly initialised with `seed`; `tokenizer`: one with an `<image>` token (e.g.
+    cut into `patch_size` patches, randomly initialised with `seed`; `family` may also be a multi-view family's
+    `model_type` (`MULTIVIEW_FAMILIES`: "qwen2_vl", "llava_next", "idefics3", "gemma3", ...), whose views (tiles,
+    crops, base resolution) are `image_size` on a side, an even number of patches for their 2 x 2 merges, and whose
+    tokenizer gets the family's special tokens; `tokenizer`: one with an `<image>` token (e.g.
     `word_level_tokenizer`), default: the embedded default's WordPiece with `<image>` added; `attn_implementation`:
     the LLaVA / PaliGemma attention implementation (default: transformers' default, `sdpa`)."""
     import torch
 
-    if family not in TINY_FAMILIES:
-        raise ValueError(f"`family` must be one of {TINY_FAMILIES}, got {family!r}.")
+    if family not in (*TINY_FAMILIES, *MULTIVIEW_FAMILIES):
+        raise ValueError(f"`family` must be one of {(*TINY_FAMILIES, *MULTIVIEW_FAMILIES)}, got {family!r}.")
     if family == "vilt" and attn_implementation not in (None, "eager"):
         raise ValueError(f"`attn_implementation` of ViLT must be None or 'eager', got {attn_implementation!r}.")
     if not 0 < image_size <= MAX_IMAGE_SIZE:
         raise ValueError(f"`image_size` of a tiny model must be in 1..{MAX_IMAGE_SIZE} pixels, got {image_size}.")
     if image_size % patch_size:
         raise ValueError(f"`image_size` must be a multiple of `patch_size` ({patch_size}), got {image_size}.")
+    if family in MULTIVIEW_FAMILIES and (image_size // patch_size) % 2:
+        even = f"an even number of `patch_size` ({patch_size}) patches"
+        raise ValueError(f"`image_size` of {family} must be {even} for its 2 x 2 merges, got {image_size}.")
     # a copy: processors add tokens to the tokenizer they get (PaliGemma's 1,152 <loc> / <seg> tokens)
     tokenizer = _tokenizer() if tokenizer is None else copy.deepcopy(tokenizer)
     if IMAGE_TOKEN not in tokenizer.get_vocab():
@@ -100,6 +109,10 @@ def tiny_patch_model(
     sizes = dict(hidden_size=hidden_size, intermediate_size=4 * hidden_size, num_attention_heads=num_heads)
     text_sizes = dict(vocab_size=len(tokenizer), num_hidden_layers=num_layers, **sizes)
     torch.manual_seed(seed)
+    if family in MULTIVIEW_FAMILIES:
+        args = (tokenizer, image_size, patch_size, hidden_size, num_layers, num_heads, vision_layers)
+        model, processor = build_multiview(family, *args)
+        return _with_attention(model, attn_implementation), processor
     if family == "vilt":
         config = ViltConfig(
             **text_sizes, image_size=image_size, patch_size=patch_size, max_image_length=-1, max_position_embeddings=128,

@@ -72,3 +72,15 @@ class ImageTokenMap:
         for number, view in enumerate(self.views):
             index[view.token_index] = number
         return index
+
+    def coverage(self, boxes: torch.Tensor) -> torch.Tensor:
+        """(G, 4) boxes in the original image's pixels -> (num_tokens,) the share of each token's (clipped) box inside
+        them, the largest over the G boxes; 0 for a token without a box or of no area."""
+        tokens = self.token_boxes()
+        boxes = torch.as_tensor(boxes, dtype=torch.float32).view(-1, 4)
+        width = torch.minimum(tokens[:, None, 2], boxes[:, 2]) - torch.maximum(tokens[:, None, 0], boxes[:, 0])
+        height = torch.minimum(tokens[:, None, 3], boxes[:, 3]) - torch.maximum(tokens[:, None, 1], boxes[:, 1])
+        area = ((tokens[:, 2] - tokens[:, 0]) * (tokens[:, 3] - tokens[:, 1]))[:, None]
+        share = width.clamp(min=0) * height.clamp(min=0) / area
+        share = torch.nan_to_num(share, nan=0.0, posinf=0.0).clamp(max=1.0)
+        return share.amax(dim=1) if boxes.shape[0] else torch.zeros(self.num_tokens)
