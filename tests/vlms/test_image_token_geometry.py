@@ -254,10 +254,10 @@ def test_the_probe_scores_a_head_on_the_planted_rectangle_right(built, model_typ
     batch = collator(examples)
     layout_boxes = batch["image_cell_boxes"]
 
-    def plant(module, args, kwargs, output):
+    def plant(module, args, output):
         # layer 1: head 2 attends from "dog" uniformly to the tokens the geometry puts inside the rectangle, head 3
         # to the real token farthest from the rectangle's centre (the opposite corner)
-        attention = output.attentions[1].clone()
+        attention = output[1].clone()
         for b, size in enumerate(SIZES):
             token = int(batch["phrase_token_index"][b, 0])
             covered = batch["phrase_cell_coverage"][b, 0] >= collator.coverage_threshold
@@ -270,10 +270,9 @@ def test_the_probe_scores_a_head_on_the_planted_rectangle_right(built, model_typ
                 attention[b, head, token] = 0.0
                 attention[b, head, token, batch["image_positions"][b, cells]] = 0.9 / len(cells)
                 attention[b, head, token, token] = 0.1
-        output.attentions = (output.attentions[0], attention)
-        return output
+        return (output[0], attention, *output[2:])
 
-    handle = model.register_forward_hook(plant, with_kwargs=True)
+    handle = patch_model_family(model).attention_modules(model)[1].register_forward_hook(plant)
     try:
         result = probe_patch_model(model, [batch])
     finally:
