@@ -20,12 +20,14 @@ def is_patch_model(name_or_path: str) -> bool:
     return isinstance(config, dict) and config.get("model_type") in PATCH_MODEL_TYPES
 
 
-def load_patch_model(name_or_path: str):
+def load_patch_model(name_or_path: str, **kwargs):
     """(model in eval mode, processor): the class named first in the config's `architectures` (e.g.
-    `LlavaForConditionalGeneration`, `ViltForQuestionAnswering`), else the family's base model (`AutoModel`)."""
+    `LlavaForConditionalGeneration`, `ViltForQuestionAnswering`), else the family's base model (`AutoModel`), so that
+    every family loads, ViLT too (no `AutoModelForImageTextToText` class); `kwargs` go to `from_pretrained` (`dtype`,
+    `attn_implementation`)."""
     config = AutoConfig.from_pretrained(name_or_path)
     patch_model_family(config)  # a clear error for any other model
     architecture = (config.architectures or [None])[0]
     model_class = getattr(transformers, architecture, None) if architecture else None
-    model = (model_class or AutoModel).from_pretrained(name_or_path)
+    model = (model_class or AutoModel).from_pretrained(name_or_path, **kwargs)
     return model.eval(), AutoProcessor.from_pretrained(name_or_path)
