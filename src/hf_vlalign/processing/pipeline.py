@@ -1,6 +1,8 @@
 """`WordRegionAttentionPipeline`, the "word-region-attention" task of transformers' `pipeline()` (docs/own_data.md):
 per example the whole words of the text and each word's word -> region attention of one layer, each head's row
-renormalised over the real regions, then averaged over heads (and over the pieces of a word).
+renormalised over the real regions, then averaged over heads (and over the pieces of a word). On one of transformers'
+patch models (docs/vlms.md) the regions are its image tokens and its own processor makes the input
+(`patch_pipeline.PatchAttentionReader`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,15 @@ class WordRegionAttentionPipeline(Pipeline):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        from .patch_pipeline import PatchAttentionReader, is_patch_model_instance
+
+        self.patch_reader = None
+        if is_patch_model_instance(self.model):  # its own processor, its image tokens as the regions
+            self.patch_reader = PatchAttentionReader(self.model, self.processor)
+            self.family = self.patch_reader.family.name
+            if self._batch_size is not None:
+                check_size("batch_size", self._batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
+            return
         if not isinstance(self.processor, VLAlignProcessor):
             raise ValueError(
                 "The word-region-attention pipeline needs the model's VLAlignProcessor, got "
@@ -125,6 +136,8 @@ class WordRegionAttentionPipeline(Pipeline):
 
     def preprocess(self, example: dict) -> dict:
         image = load_images([example["image"]])[0]
+        if self.patch_reader is not None:
+            return {**self.patch_reader.preprocess(example, image), "title": example["text"]}
         boxes = None if example.get("boxes") is None else [example["boxes"]]
         pair = None if example.get("text_pair") is None else [example["text_pair"]]
         inputs = self.processor(images=[image], text=[example["text"]], text_pair=pair, boxes=boxes, return_region_boxes=True)
@@ -135,6 +148,11 @@ class WordRegionAttentionPipeline(Pipeline):
         return inputs
 
     def _forward(self, inputs: dict, layer: int = -1, explorer: bool = False) -> dict:
+        if self.patch_reader is not None:
+            result = self.patch_reader.forward(self.model, inputs, layer)
+            if explorer:
+                result[_EXPLORER_KEY] = self.patch_reader.explorer_example(self.model, inputs)
+            return result
         extras = {name: inputs.pop(name) for name in ("region_boxes", "words", "tokens", "image", "title")}
         model_inputs = {name: value for name, value in inputs.items() if name in self._forward_names}
         outputs = self.model(**model_inputs, output_attentions=True)
@@ -180,6 +198,8 @@ class WordRegionAttentionPipeline(Pipeline):
         return result
 
     def _subtitle(self) -> str:
+        if self.patch_reader is not None:
+            return self.patch_reader.subtitle(self.model)
         options = self.processor.image_processor.region_options
         regions = ", ".join(f"{name}={value!r}" for name, value in options.items() if value is not None)
         return (

@@ -1,0 +1,93 @@
+"""The "word-region-attention" pipeline on a transformers patch model (`hf_vlalign.vlms`): the model's own processor
+makes its input (`PatchGroundingCollator`, which knows where each caption token and image token sits), each image token
+is a region whose box is its grid cell mapped back into the original image's pixels, and the attention is read with
+transformers' eager attention, as the probe reads it (`hf_vlalign.vlms.probe`)."""
+
+from __future__ import annotations
+
+import torch
+from PIL import Image
+
+from ..alignment.patches import ImageGeometry, cell_boxes
+from ..supervision.direct import normalise_rows
+from ..vlms.data import PatchGroundingCollator, _content_sizes
+from ..vlms.families import PATCH_MODEL_TYPES, forward_with_layout, patch_model_family
+from ..vlms.probe import eager_attention, patch_attention_rows
+
+__all__ = ["PatchAttentionReader", "is_patch_model_instance"]
+
+
+def is_patch_model_instance(model) -> bool:
+    """Whether `model` is one of transformers' patch vision-language models `hf_vlalign.vlms` reads."""
+    return getattr(getattr(model, "config", None), "model_type", None) in PATCH_MODEL_TYPES
+
+
+def _pixel_boxes(normalised: torch.Tensor, geometry: ImageGeometry, image_size: tuple[int, int]) -> torch.Tensor:
+    """(N, 4) boxes normalised to the processed image -> pixels of the original image (`geometry` inverted), clipped."""
+    processed = normalised * torch.tensor([geometry.width, geometry.height] * 2, dtype=normalised.dtype)
+    offset = torch.tensor([geometry.offset_x, geometry.offset_y] * 2, dtype=normalised.dtype)
+    scale = torch.tensor([geometry.scale_x, geometry.scale_y] * 2, dtype=normalised.dtype)
+    width, height = image_size
+    return ((processed + offset) / scale).clamp(min=0).minimum(torch.tensor([width, height] * 2, dtype=normalised.dtype))
+
+
+class PatchAttentionReader:
+    """The pipeline's steps for a patch model: `preprocess` one (image, text) example, `forward` to the words' attention
+    over the image tokens of one layer (each head's row renormalised over the image's real tokens, then averaged over
+    heads), in the layout `WordRegionAttentionPipeline.postprocess` reads."""
+
+    def __init__(self, model, processor) -> None:
+        self.family = patch_model_family(model)
+        self.collator = PatchGroundingCollator(processor, model.config, with_labels=False, return_details=True)
+
+    def preprocess(self, example: dict, image: Image.Image) -> dict:
+        if example.get("text_pair") is not None or example.get("boxes") is not None:
+            raise ValueError(
+                f"`text_pair` and `boxes` apply to hf_vlalign's region models; a {self.family.name} model reads one "
+                "text per image, and its regions are its image tokens."
+            )
+        grounded = {"image": image, "caption": example["text"], "phrases": []}
+        batch = self.collator([grounded])
+        caption = batch["details"][0]
+        encoding = self.collator.tokenizer([example["text"]], add_special_tokens=False)
+        from .pipeline import _word_pieces  # the region pipeline's whole words (import here: it imports this module)
+
+        length = caption["caption_end"] - caption["caption_start"]
+        words = [word for word in _word_pieces(encoding, [example["text"]]) if word["tokens"][-1] < length]
+        pixels = batch["pixel_values"]
+        content = _content_sizes(pixels, batch.get("pixel_mask"))[0]
+        geometry = ImageGeometry.from_processor(
+            self.collator.image_processor, image.size, (pixels.shape[-1], pixels.shape[-2]), content
+        )
+        return {"batch": batch, "words": words, "geometry": geometry, "example": grounded}
+
+    def forward(self, model, inputs: dict, layer: int) -> dict:
+        batch, details = inputs["batch"], inputs["batch"]["details"][0]
+        with eager_attention(model):
+            outputs, layout = forward_with_layout(model, batch, output_attentions=True)
+        rows = patch_attention_rows(outputs.attentions, layout.image_positions)[:, 0]  # (L, H, N, P)
+        real = layout.patch_mask[0].bool().to(rows.device)
+        rows = normalise_rows(rows[:, :, details["caption_start"] : details["caption_end"]][..., real])
+        if not -len(rows) <= layer < len(rows):
+            raise ValueError(f"`layer` must be in [-{len(rows)}, {len(rows) - 1}] (the model's layers), got {layer}.")
+        cells = layout.cell_index[0].cpu()[real.cpu()]
+        image = inputs["example"]["image"]
+        return {
+            "attention": rows[layer].mean(dim=0).float().cpu(),  # (T, P): mean over heads
+            "layer": layer % len(rows),
+            "region_boxes": _pixel_boxes(cell_boxes(layout.grid)[cells], inputs["geometry"], image.size),
+            "num_regions": int(real.sum()),
+            "words": inputs["words"],
+        }
+
+    def explorer_example(self, model, inputs: dict):
+        """The explorer's example of `inputs` (`hf_vlalign.vlms.explore.patch_explorer_examples`)."""
+        from ..vlms.explore import patch_explorer_examples
+
+        return patch_explorer_examples(model, self.collator, [inputs["example"]])[0]
+
+    def subtitle(self, model) -> str:
+        return (
+            f"{model.config.model_type}; regions: the image tokens (patches of the processed image); each word's "
+            "weights renormalised over them; layers and heads counted from 0"
+        )
