@@ -313,9 +313,8 @@ def dataset_name(args: PatchVLMArguments) -> str | None:
 
 
 def model_card(args: PatchVLMArguments, trainer, results: dict, source: str):
-    card_results = {
-        key: results[key] for key in ("eval_loss_task", "grounding_accuracy_best_head", "grounding_accuracy_mean_head")
-    }
+    card_keys = ("eval_loss_task", "eval_loss_attention", "grounding_accuracy_best_head", "grounding_accuracy_mean_head")
+    card_results = {key: results[key] for key in card_keys if key in results}
     training = {
         "data": source,
         "trained": trained_amount(trainer),
@@ -354,11 +353,15 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     results = final_evaluation(trainer)
     save_model(trainer, training_args.output_dir)  # the processor too, the arguments as JSON
-    results["image_use"] = caption_image_use(trainer, evaluation, results, training_args.seed)
+    # ViLT has no caption loss (an encoder): its image use is not measured by one
+    has_caption_loss = "eval_loss_task" in results
+    if has_caption_loss:
+        results["image_use"] = caption_image_use(trainer, evaluation, results, training_args.seed)
     # minus the caption loss with the own / another image; the supervision loss at the start and end of training
     results["diagnostics"] = mechanism_diagnostics(
-        results["image_use"], {"caption": "loss"}, trainer.state.log_history, attention_loss_key="loss_attention"
-    )
+        results.get("image_use", {}), {"caption": "loss"} if has_caption_loss else {}, trainer.state.log_history,
+        attention_loss_key="loss_attention",
+    )  # fmt: skip
     if trainer.accelerator.is_main_process:
         results["grounding_probe"] = probe_results(
             trainer, collator, evaluation, training_args.per_device_eval_batch_size
