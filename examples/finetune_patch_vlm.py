@@ -54,6 +54,7 @@ from hf_vlalign.recipes import (
     SubsetArguments,
     final_evaluation,
     parse_recipe_args,
+    patch_user_splits,
     save_model,
     SYNTHETIC_WORLD_HELP,
     synthetic_scene_config,
@@ -73,7 +74,7 @@ from hf_vlalign.vlms import (
     probe_patch_model,
 )
 from hf_vlalign.vlms.loading import load_patch_model
-from hf_vlalign.vlms.user_data import PATCH_USER_TASKS, user_splits
+from hf_vlalign.vlms.user_data import PATCH_USER_TASKS
 from hf_vlalign.vlms.tiny import MAX_IMAGE_SIZE, TINY_FAMILIES, tiny_patch_model, word_level_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -243,7 +244,7 @@ def load_examples(args: PatchVLMArguments, seed: int = 42) -> tuple[list[dict], 
     """(training examples, evaluation examples, counts, source): `--train_file`, Flickr30k Entities or the synthetic
     scenes; `seed` draws the evaluation images held out of a `--train_file` without `--validation_file`."""
     if args.train_file is not None:
-        train, evaluation, counts, source = user_splits(
+        train, evaluation, counts, source = patch_user_splits(
             args.train_file, args.validation_file, args.user_data_task, seed
         )
         return _first_samples(args, train, evaluation, counts) + (source,)

@@ -20,7 +20,8 @@ from hf_vlalign.hub import HubPushError
 from hf_vlalign.vlms import PatchGroundingCollator
 from hf_vlalign.vlms.loading import load_patch_model
 from hf_vlalign.vlms.tiny import tiny_patch_model
-from hf_vlalign.vlms.user_data import user_file_examples, user_splits
+from hf_vlalign.recipes import patch_user_splits
+from hf_vlalign.vlms.user_data import user_file_examples
 
 COLOURS = ("red", "blue", "green", "white", "black")
 
@@ -72,10 +73,10 @@ def test_a_caption_file_and_a_refcoco_file_become_grounded_captions(files, saved
 
 
 def test_the_splits_hold_out_whole_images_or_read_the_validation_file(files):
-    train, evaluation, counts, source = user_splits(files / "captions.jsonl", None, "caption", seed=0)
+    train, evaluation, counts, source = patch_user_splits(files / "captions.jsonl", None, "caption", seed=0)
     assert len(evaluation) == 2 and len(train) == 3 and "held out for evaluation" in source
     assert not {row["image_path"] for row in train} & {row["image_path"] for row in evaluation}
-    train, evaluation, counts, _ = user_splits(files / "captions.jsonl", files / "captions.jsonl", "caption", seed=0)
+    train, evaluation, counts, _ = patch_user_splits(files / "captions.jsonl", files / "captions.jsonl", "caption", seed=0)
     assert counts["train"]["captions"] == counts["eval"]["captions"] == 5
 
 

@@ -55,7 +55,7 @@ class WordRegionAttentionPipeline(Pipeline):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from .patch_pipeline import PatchAttentionReader, is_patch_model_instance
+        from ..vlms.word_attention import PatchAttentionReader, is_patch_model_instance
 
         self.patch_reader = None
         if is_patch_model_instance(self.model):  # its own processor, its image tokens as the regions
@@ -137,7 +137,12 @@ class WordRegionAttentionPipeline(Pipeline):
     def preprocess(self, example: dict) -> dict:
         image = load_images([example["image"]])[0]
         if self.patch_reader is not None:
-            return {**self.patch_reader.preprocess(example, image), "title": example["text"]}
+            inputs = self.patch_reader.preprocess(example, image)
+            # the caption's tokens: the text's, without special tokens, as many as the collator kept
+            encoding = self.patch_reader.collator.tokenizer([example["text"]], add_special_tokens=False)
+            kept = inputs.pop("caption_length")
+            inputs["words"] = [word for word in _word_pieces(encoding, [example["text"]]) if word["tokens"][-1] < kept]
+            return inputs
         boxes = None if example.get("boxes") is None else [example["boxes"]]
         pair = None if example.get("text_pair") is None else [example["text_pair"]]
         inputs = self.processor(images=[image], text=[example["text"]], text_pair=pair, boxes=boxes, return_region_boxes=True)

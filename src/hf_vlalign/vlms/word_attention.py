@@ -1,5 +1,5 @@
-"""The "word-region-attention" pipeline on a transformers patch model (`hf_vlalign.vlms`): the model's own processor
-makes its input (`PatchGroundingCollator`, which knows where each caption token and image token sits), each image token
+"""The "word-region-attention" pipeline (`hf_vlalign.processing.pipeline`) on a transformers patch model: the model's
+own processor makes its input (`PatchGroundingCollator`, which knows where each caption token and image token sits), each image token
 is a region whose box is its grid cell mapped back into the original image's pixels, and the attention is read with
 transformers' eager attention, as the probe reads it (`hf_vlalign.vlms.probe`)."""
 
@@ -10,9 +10,9 @@ from PIL import Image
 
 from ..alignment.patches import ImageGeometry, cell_boxes
 from ..supervision.direct import normalise_rows
-from ..vlms.data import PatchGroundingCollator, _content_sizes
-from ..vlms.families import PATCH_MODEL_TYPES, forward_with_layout, patch_model_family
-from ..vlms.probe import eager_attention, patch_attention_rows
+from .data import PatchGroundingCollator, _content_sizes
+from .families import PATCH_MODEL_TYPES, forward_with_layout, patch_model_family
+from .probe import eager_attention, patch_attention_rows
 
 __all__ = ["PatchAttentionReader", "is_patch_model_instance"]
 
@@ -32,9 +32,10 @@ def _pixel_boxes(normalised: torch.Tensor, geometry: ImageGeometry, image_size: 
 
 
 class PatchAttentionReader:
-    """The pipeline's steps for a patch model: `preprocess` one (image, text) example, `forward` to the words' attention
-    over the image tokens of one layer (each head's row renormalised over the image's real tokens, then averaged over
-    heads), in the layout `WordRegionAttentionPipeline.postprocess` reads."""
+    """The pipeline's steps for a patch model: `preprocess` one (image, text) example, `forward` to the caption tokens'
+    attention over the image tokens of one layer (each head's row renormalised over the image's real tokens, then
+    averaged over heads), in the layout `WordRegionAttentionPipeline.postprocess` reads (it adds the words: the
+    caption's tokens are the text's tokens without special tokens, `caption_length` of them kept)."""
 
     def __init__(self, model, processor) -> None:
         self.family = patch_model_family(model)
@@ -49,17 +50,13 @@ class PatchAttentionReader:
         grounded = {"image": image, "caption": example["text"], "phrases": []}
         batch = self.collator([grounded])
         caption = batch["details"][0]
-        encoding = self.collator.tokenizer([example["text"]], add_special_tokens=False)
-        from .pipeline import _word_pieces  # the region pipeline's whole words (import here: it imports this module)
-
-        length = caption["caption_end"] - caption["caption_start"]
-        words = [word for word in _word_pieces(encoding, [example["text"]]) if word["tokens"][-1] < length]
         pixels = batch["pixel_values"]
         content = _content_sizes(pixels, batch.get("pixel_mask"))[0]
         geometry = ImageGeometry.from_processor(
             self.collator.image_processor, image.size, (pixels.shape[-1], pixels.shape[-2]), content
         )
-        return {"batch": batch, "words": words, "geometry": geometry, "example": grounded}
+        length = caption["caption_end"] - caption["caption_start"]
+        return {"batch": batch, "caption_length": length, "geometry": geometry, "example": grounded}
 
     def forward(self, model, inputs: dict, layer: int) -> dict:
         batch, details = inputs["batch"], inputs["batch"]["details"][0]
@@ -82,7 +79,7 @@ class PatchAttentionReader:
 
     def explorer_example(self, model, inputs: dict):
         """The explorer's example of `inputs` (`hf_vlalign.vlms.explore.patch_explorer_examples`)."""
-        from ..vlms.explore import patch_explorer_examples
+        from .explore import patch_explorer_examples
 
         return patch_explorer_examples(model, self.collator, [inputs["example"]])[0]
 
