@@ -168,3 +168,7 @@ def test_the_pipeline_reads_a_patch_model_with_its_own_processor(saved, files, t
     assert read_explorer_payload(tmp_path / "page.html")["source"] == family
     with pytest.raises(ValueError, match="`text_pair` and `boxes` apply to hf_vlalign's region models"):
         reader(str(files / "red.png"), text="a red square", boxes=[[0, 0, 5, 5]])
+    with pytest.raises(ValueError, match="must be 1 \\(each example runs alone\\), got 2"):
+        reader([str(files / "red.png")] * 2, text=["a", "b"], batch_size=2)
+    # a list of examples, one result each
+    assert [len(one["words"]) for one in reader([str(files / "red.png")] * 2, text=["a red", "square"])] == [2, 1]

@@ -61,8 +61,7 @@ class WordRegionAttentionPipeline(Pipeline):
         if is_patch_model_instance(self.model):  # its own processor, its image tokens as the regions
             self.patch_reader = PatchAttentionReader(self.model, self.processor)
             self.family = self.patch_reader.family.name
-            if self._batch_size is not None:
-                check_size("batch_size", self._batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
+            self._check_patch_batch_size(self._batch_size)
             return
         if not isinstance(self.processor, VLAlignProcessor):
             raise ValueError(
@@ -81,6 +80,15 @@ class WordRegionAttentionPipeline(Pipeline):
         if self._batch_size is not None:
             check_size("batch_size", self._batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
         self._forward_names = set(inspect.signature(self.model.forward).parameters)
+
+    @staticmethod
+    def _check_patch_batch_size(batch_size: int | None) -> None:
+        """A patch model's examples run one at a time (each has its own image tokens and caption positions)."""
+        if batch_size not in (None, 1):
+            raise ValueError(
+                f"`batch_size` of the pipeline on a transformers patch model must be 1 (each example runs alone), got "
+                f"{batch_size!r}."
+            )
 
     def _sanitize_parameters(
         self,
@@ -119,6 +127,8 @@ class WordRegionAttentionPipeline(Pipeline):
         explorer = kwargs.get("explorer")
         if kwargs.get("batch_size") is not None:
             check_size("batch_size", kwargs["batch_size"], MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
+        if self.patch_reader is not None:
+            self._check_patch_batch_size(kwargs.get("batch_size"))
         single, inputs = _examples(images, text, text_pair, boxes)
         results = super().__call__(inputs, **kwargs)
         results = [results] if isinstance(results, dict) else list(results)
