@@ -222,7 +222,9 @@ def load_model(args: PatchVLMArguments, seed: int, train: list[dict]):
     if args.dtype not in DTYPES:
         raise ValueError(f"`--dtype` must be one of {DTYPES}, got {args.dtype!r}.")
     # the class the config names (AutoModelForImageTextToText has no ViLT), after a refusal naming the families
-    return load_patch_model(args.model_name_or_path, dtype=args.dtype, attn_implementation=args.attn_implementation)
+    return load_patch_model(
+        args.model_name_or_path, "--model_name_or_path", dtype=args.dtype, attn_implementation=args.attn_implementation
+    )
 
 
 def with_lora(args: PatchVLMArguments, model):

@@ -6,6 +6,7 @@ its class (ViLT has no `AutoModelForImageTextToText`), the model card, the push 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from hf_vlalign.analysis.explorer import read_explorer_payload
 from hf_vlalign.cli import build_parser, main, results_table
 from hf_vlalign.data.builders.user_data import UserDataError
 from hf_vlalign.hub import HubPushError
-from hf_vlalign.vlms import PatchGroundingCollator
+from hf_vlalign.vlms import PATCH_MODEL_TYPES, PatchGroundingCollator
 from hf_vlalign.vlms.loading import load_patch_model
 from hf_vlalign.vlms.tiny import tiny_patch_model
 from hf_vlalign.recipes import patch_user_splits
@@ -123,6 +124,16 @@ def test_the_example_refuses_mixed_data_sources_and_unknown_tasks(files):
         example.parse_args(["--train_file", str(files / "refs.jsonl"), "--user_data_task", "vqa"])
 
 
+def test_the_example_refuses_an_unsupported_vlm_before_loading_it(tmp_path):
+    example = load_script("finetune_patch_vlm", ROOT / "examples" / "finetune_patch_vlm.py")
+    MllamaConfig().save_pretrained(tmp_path)  # a cross-attention VLM: its config alone, no weights
+    args, _ = example.parse_args(["--model_name_or_path", str(tmp_path)])
+    expected = re.escape(f"holds a MllamaConfig (mllama); hf_vlalign reads the transformers vision-language models of "
+                         f"the model types {', '.join(PATCH_MODEL_TYPES)}")
+    with pytest.raises(ValueError, match=r"`--model_name_or_path` .* " + expected):
+        example.load_model(args, 0, [])
+
+
 @pytest.mark.parametrize("verb", ["probe", "analyze", "explore"])
 def test_the_grounding_verbs_read_a_user_file_with_a_patch_model(files, saved, tmp_path, capsys, verb):
     out = tmp_path / ("probe.json" if verb == "probe" else "analysis" if verb == "analyze" else "page.html")
@@ -144,7 +155,7 @@ def test_an_unsupported_vlm_is_refused_naming_the_supported_families(tmp_path, c
         main(["probe", str(tmp_path)])
     message = capsys.readouterr().err
     assert "holds a" in message and "(mllama)" in message and "no tokenizer" not in message
-    assert "transformers' vision-language models of the families vilt, llava, paligemma" in message
+    assert f"transformers' vision-language models of the families {', '.join(PATCH_MODEL_TYPES)}" in message
     for verb in ("probe", "analyze", "explore"):
         parser = build_parser()._subparsers._group_actions[0].choices[verb]
         assert "transformers vision-language model" in parser.format_help().replace("\n", " ").replace("  ", " ")

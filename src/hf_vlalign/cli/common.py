@@ -49,7 +49,8 @@ PATCH_MODEL_OPTIONS = {
 # the families are named in docs/vlms.md, not here)
 VLM_MODEL_HELP = (
     "or a transformers vision-language model whose image tokens are patches of the image (a family of "
-    "hf_vlalign.vlms: docs/vlms.md), saved with its processor"
+    "hf_vlalign.vlms: docs/vlms.md), saved with its processor; a VLM reads the images themselves: the synthetic scenes', "
+    "Flickr30k Entities' (--images_dir) or those of --data_file"
 )
 # positional arguments that name what a verb reads (the options are spelled `--name`)
 POSITIONAL_INPUTS = ("model", "src", "images", "output_dirs")
