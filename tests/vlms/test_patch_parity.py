@@ -18,10 +18,10 @@ from hf_vlalign.analysis.explorer import read_explorer_payload
 from hf_vlalign.cli import build_parser, main, results_table
 from hf_vlalign.data.builders.user_data import UserDataError
 from hf_vlalign.hub import HubPushError
+from hf_vlalign.recipes import patch_user_splits
 from hf_vlalign.vlms import PATCH_MODEL_TYPES, PatchGroundingCollator
 from hf_vlalign.vlms.loading import load_patch_model
 from hf_vlalign.vlms.tiny import tiny_patch_model
-from hf_vlalign.recipes import patch_user_splits
 from hf_vlalign.vlms.user_data import user_file_examples
 
 COLOURS = ("red", "blue", "green", "white", "black")

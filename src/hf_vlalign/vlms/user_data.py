@@ -8,7 +8,6 @@ made. A referring expression is one phrase spanning the whole text, grounded in 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import datasets
 

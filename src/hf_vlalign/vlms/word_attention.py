@@ -1,20 +1,22 @@
 """The "word-region-attention" pipeline (`hf_vlalign.processing.pipeline`) on a transformers patch model: the model's
-own processor makes its input (`PatchGroundingCollator`, which knows where each caption token and image token sits), each image token
-is a region whose box is its grid cell mapped back into the original image's pixels, and the attention is read with
-transformers' eager attention, as the probe reads it (`hf_vlalign.vlms.probe`)."""
+own processor makes its input (`PatchGroundingCollator`, which knows where each caption token and image token sits),
+each image token is a region whose box is its grid cell in the original image's pixels
+(`views.ImageTokenMap.token_boxes`), and the attention is read with transformers' eager attention, as the probe reads
+it (`hf_vlalign.vlms.probe`)."""
 
 from __future__ import annotations
 
 import torch
 from PIL import Image
 
-from ..alignment.patches import ImageGeometry, cell_boxes
+from ..alignment.patches import ImageGeometry
 from ..supervision.direct import normalise_rows
 from .data import PatchGroundingCollator, _content_sizes
 from .families import PATCH_MODEL_TYPES, forward_with_layout, patch_model_family
 from .probe import eager_attention, patch_attention_rows
+from .views import ImageTokenMap, TokenView
 
-__all__ = ["PatchAttentionReader", "is_patch_model_instance"]
+__all__ = ["PatchAttentionReader", "is_patch_model_instance", "single_grid_token_map"]
 
 
 def is_patch_model_instance(model) -> bool:
@@ -22,13 +24,20 @@ def is_patch_model_instance(model) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) in PATCH_MODEL_TYPES
 
 
-def _pixel_boxes(normalised: torch.Tensor, geometry: ImageGeometry, image_size: tuple[int, int]) -> torch.Tensor:
-    """(N, 4) boxes normalised to the processed image -> pixels of the original image (`geometry` inverted), clipped."""
-    processed = normalised * torch.tensor([geometry.width, geometry.height] * 2, dtype=normalised.dtype)
-    offset = torch.tensor([geometry.offset_x, geometry.offset_y] * 2, dtype=normalised.dtype)
-    scale = torch.tensor([geometry.scale_x, geometry.scale_y] * 2, dtype=normalised.dtype)
-    width, height = image_size
-    return ((processed + offset) / scale).clamp(min=0).minimum(torch.tensor([width, height] * 2, dtype=normalised.dtype))
+def single_grid_token_map(
+    cell_index: torch.Tensor, grid: tuple[int, int], geometry: ImageGeometry, image_size: tuple[int, int]
+) -> ImageTokenMap:
+    """The `ImageTokenMap` of an image seen as one grid over the processed image (ViLT, LLaVA, PaliGemma): the grid's
+    box is the processed image carried back into the original pixels (`geometry` inverted); `cell_index` (P,) is the
+    cell of each image token, -1 for a token that is no cell (LLaVA's CLIP [CLS])."""
+    corners = torch.tensor([0.0, 0.0, geometry.width, geometry.height])
+    offset = torch.tensor([geometry.offset_x, geometry.offset_y] * 2)
+    scale = torch.tensor([geometry.scale_x, geometry.scale_y] * 2)
+    box = tuple(float(value) for value in (corners + offset) / scale)
+    token_index = torch.zeros(grid[0] * grid[1], dtype=torch.long)
+    is_cell = cell_index >= 0
+    token_index[cell_index[is_cell]] = torch.arange(len(cell_index))[is_cell]
+    return ImageTokenMap(image_size, len(cell_index), [TokenView("image", grid, box, token_index)])
 
 
 class PatchAttentionReader:
@@ -67,12 +76,12 @@ class PatchAttentionReader:
         rows = normalise_rows(rows[:, :, details["caption_start"] : details["caption_end"]][..., real])
         if not -len(rows) <= layer < len(rows):
             raise ValueError(f"`layer` must be in [-{len(rows)}, {len(rows) - 1}] (the model's layers), got {layer}.")
-        cells = layout.cell_index[0].cpu()[real.cpu()]
         image = inputs["example"]["image"]
+        token_map = single_grid_token_map(layout.cell_index[0].cpu(), layout.grid, inputs["geometry"], image.size)
         return {
             "attention": rows[layer].mean(dim=0).float().cpu(),  # (T, P): mean over heads
             "layer": layer % len(rows),
-            "region_boxes": _pixel_boxes(cell_boxes(layout.grid)[cells], inputs["geometry"], image.size),
+            "region_boxes": token_map.token_boxes()[real.cpu()],
             "num_regions": int(real.sum()),
             "words": inputs["words"],
         }
