@@ -74,12 +74,7 @@ from hf_vlalign.vlms import (
     probe_patch_model,
 )
 from hf_vlalign.vlms.loading import load_patch_model
-from hf_vlalign.vlms.tiny import (
-    MAX_IMAGE_SIZE,
-    TINY_FAMILIES,
-    tiny_patch_model,
-    word_level_tokenizer,
-)
+from hf_vlalign.vlms.tiny import MAX_IMAGE_SIZE, TINY_FAMILIES, tiny_patch_model, word_level_tokenizer
 from hf_vlalign.vlms.user_data import PATCH_USER_TASKS
 
 logger = logging.getLogger(__name__)
