@@ -290,7 +290,7 @@ def check_model_kind(args: argparse.Namespace) -> None:
         config = AutoConfig.from_pretrained(args.model)
     except StrictDataclassError as error:
         raise ValueError(f"`model` {Path(args.model) / 'config.json'}: {one_line(str(error))}") from None
-    model_type, architecture = config.model_type, (config.architectures or [None])[0]
+    model_type, architecture = config.model_type, (config.architectures or [type(config).__name__])[0]
     if args.patch_model_data and model_type in PATCH_MODEL_TYPES:
         return  # its options are checked by `check_patch_model_options`
     own = ", ".join(sorted(spec.model_type for spec in FAMILIES.values()))

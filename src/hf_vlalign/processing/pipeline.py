@@ -45,6 +45,10 @@ class WordRegionAttentionPipeline(Pipeline):
         top_k: boxes listed per word, most attended first (default 3).
         explorer: True (each result's "explorer" holds the HTML of its page) or a path (one page of all examples
             written there; "explorer" holds the path).
+
+    On a transformers patch model (`hf_vlalign.vlms`, e.g. `pipeline("word-region-attention", model=LLAVA_FOLDER)`)
+    the model's own processor makes the input, the regions are its image tokens (their boxes in the image's pixels),
+    `layer` counts its language model's layers, and `text_pair` / `boxes` do not apply; examples run one at a time.
     """
 
     _load_processor = True
