@@ -147,6 +147,10 @@ def test_the_grounding_verbs_read_a_user_file_with_a_patch_model(files, saved, t
         assert json.loads((out / "analysis.json").read_text())["num_examples"] == 5
     else:
         assert read_explorer_payload(out)["examples"][0]["gold"][0]["text"] == "a red square"
+        # `--image`: only the rows of that image
+        argv = [str(saved["llava"]), "--data_file", str(files / "captions.jsonl"), "--image", str(files / "blue.png")]
+        assert main([verb, *argv, "--out", str(out)]) == 0
+        assert [example["gold"][0]["text"] for example in read_explorer_payload(out)["examples"]] == ["a blue square"]
 
 
 def test_an_unsupported_vlm_is_refused_naming_the_supported_families(tmp_path, capsys):

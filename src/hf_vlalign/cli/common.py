@@ -43,7 +43,7 @@ PATCH_MODEL_COMMON_OPTIONS = (
 PATCH_MODEL_OPTIONS = {
     "synthetic": SYNTHETIC_OPTIONS,
     "flickr30k_entities": ("flickr30k_entities_dir", "images_dir", "split", "max_images"),
-    USER_FILE: ("data_file",),
+    USER_FILE: ("data_file", "image"),
 }
 # the `--help` of a verb's model argument where the verb reads transformers' VLMs too (the parser imports no torch, so
 # the families are named in docs/vlms.md, not here)

@@ -398,6 +398,12 @@ def _explore_patch_model(args: argparse.Namespace) -> int:
     from ..vlms.explore import write_patch_explorer
 
     model, processor, examples, source = _patch_model_and_examples(args)
+    if args.image is not None:  # the rows of that image only, drawn on it (`image_shown` refuses another image)
+        from ..evaluation.model_explorer import image_shown
+
+        image_id = image_shown(args.image, args.data_file)
+        examples = [example for example in examples if example["image_id"] == image_id]
+        source += f"; the rows of {args.image.name}"
     if args.num_examples > len(examples):
         logging.get_logger(__name__).warning(f"`--num_examples {args.num_examples}`: the data hold {len(examples)} captions; showing all.")
     write_result(args.out, lambda partial: write_patch_explorer(
