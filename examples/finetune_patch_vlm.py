@@ -336,6 +336,14 @@ def model_card(args: PatchVLMArguments, trainer, results: dict, source: str):
     )  # fmt: skip
 
 
+def has_caption_labels(collator: PatchGroundingCollator, example: dict) -> bool:
+    """Whether the collator's batches carry caption `labels` (an encoder's, such as ViLT's, carry none)."""
+    truncated = collator.truncated_phrases
+    has_labels = "labels" in collator([example])
+    collator.truncated_phrases = truncated  # this look is no part of the run's counts
+    return has_labels
+
+
 def main(argv: list[str] | None = None) -> dict:
     args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     set_seed(training_args.seed)
@@ -344,6 +352,12 @@ def main(argv: list[str] | None = None) -> dict:
     model, processor = load_model(args, training_args.seed, train)
     model = with_lora(args, model)
     collator = PatchGroundingCollator(processor, model.config, args.prompt, args.coverage_threshold)
+    if training_args.attention_supervision is None and not has_caption_labels(collator, train[0]):
+        raise ValueError(
+            f"`--attention_supervision` is needed for a {type(model).__name__}: its batches carry no caption labels "
+            "(an encoder such as ViLT has no caption loss), so without supervision there is no loss to train; pass "
+            "`--attention_supervision direct` or `semi_direct`."
+        )
     trainer = PatchSupervisionTrainer(
         model=model,
         args=training_args,

@@ -124,6 +124,15 @@ def test_the_example_refuses_mixed_data_sources_and_unknown_tasks(files):
         example.parse_args(["--train_file", str(files / "refs.jsonl"), "--user_data_task", "vqa"])
 
 
+def test_the_example_refuses_an_encoder_without_supervision_before_training(files, tmp_path):
+    example = load_script("finetune_patch_vlm", ROOT / "examples" / "finetune_patch_vlm.py")
+    argv = ["--tiny_family", "vilt", "--train_file", str(files / "refs.jsonl"), "--user_data_task", "refcoco",
+            "--output_dir", str(tmp_path / "run"), "--report_to", "none"]  # fmt: skip
+    with pytest.raises(ValueError, match="`--attention_supervision` is needed for a ViltModel: its batches carry no"):
+        example.main(argv)
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_example_refuses_an_unsupported_vlm_before_loading_it(tmp_path):
     example = load_script("finetune_patch_vlm", ROOT / "examples" / "finetune_patch_vlm.py")
     MllamaConfig().save_pretrained(tmp_path)  # a cross-attention VLM: its config alone, no weights
