@@ -397,11 +397,11 @@ def _explore_patch_model(args: argparse.Namespace) -> int:
 
     from ..vlms.explore import write_patch_explorer
 
-    model, processor, examples, source = _patch_model_and_examples(args)
-    if args.image is not None:  # the rows of that image only, drawn on it (`image_shown` refuses another image)
-        from ..evaluation.model_explorer import image_shown
+    from ..evaluation.model_explorer import image_shown
 
-        image_id = image_shown(args.image, args.data_file)
+    image_id = image_shown(args.image, args.data_file)  # before the model loads: an image the file names, or None
+    model, processor, examples, source = _patch_model_and_examples(args)
+    if image_id is not None:  # the rows of that image only, drawn on it
         examples = [example for example in examples if example["image_id"] == image_id]
         source += f"; the rows of {args.image.name}"
     if args.num_examples > len(examples):
