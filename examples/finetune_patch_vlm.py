@@ -11,11 +11,15 @@ recorded through transformers' attention interface (LLaVA, PaliGemma) or hooks (
     accelerate launch examples/finetune_patch_vlm.py --attention_supervision direct --supervised_layers 2
     accelerate launch examples/finetune_patch_vlm.py --model_name_or_path llava-hf/llava-1.5-7b-hf \
         --flickr30k_entities_dir flickr30k_entities --images_dir flickr30k-images --attention_supervision direct
+    accelerate launch examples/finetune_patch_vlm.py --train_file train.jsonl --validation_file val.jsonl
 
 Without `--model_name_or_path` the model is a tiny randomly initialised `--tiny_family` model
-(`hf_vlalign.vlms.tiny`); with it, any local folder or Hub id of a supported class and its processor. The data are
-the synthetic scenes' Flickr30k Entities files and rendered images, or Flickr30k Entities (`--flickr30k_entities_dir`,
-`--images_dir`).
+(`hf_vlalign.vlms.tiny`); with it, any local folder or Hub id of a supported family (`hf_vlalign.vlms.families`), loaded
+with the class its config names (`hf_vlalign.vlms.loading.load_patch_model`), and its processor. The data are the
+synthetic scenes' Flickr30k Entities files and rendered images, Flickr30k Entities (`--flickr30k_entities_dir`,
+`--images_dir`), or your own file (`--train_file`, `--validation_file`: the user-data format of docs/own_data.md, a
+`caption` file of captions with boxed phrases or, with `--user_data_task refcoco`, a file of referring expressions
+and their boxes).
 
 `--use_peft` trains a LoRA adapter on the language model's layers (`hf_vlalign.lora`, flags as trl's: `--lora_r`,
 `--lora_alpha`, `--lora_dropout`, `--lora_target_modules`, and `--lora_preset`); `--activation_checkpointing` works
@@ -23,9 +27,10 @@ with it. docs/scaling.md has the recipe for a 7 B model.
 
 Writes to --output_dir: the model (with `--use_peft`: the adapter) and its processor, `eval_results.json` (losses on
 the evaluation split, `grounding_probe`: per-head accuracy, best head among the actively attending ones, centre
-baseline; `image_use`: the caption loss with another example's image; `diagnostics`: the mechanism diagnostics) and
-`training_args.json`. Every transformers `TrainingArguments` flag works too, and those of
-`PatchSupervisionTrainingArguments`.
+baseline; `image_use`: the caption loss with another example's image; `diagnostics`: the mechanism diagnostics; the
+grounding summary `hf-vlalign results-table` reads), the model card (README.md) and `training_args.json`. Every
+transformers `TrainingArguments` flag works too, and those of `PatchSupervisionTrainingArguments`; `--push_to_hub`
+pushes the complete folder last (a failed push leaves it whole and says how to push it again).
 """
 
 from __future__ import annotations
@@ -35,28 +40,42 @@ import logging
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from transformers import AutoModelForImageTextToText, AutoProcessor, set_seed
+from transformers import set_seed
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from hf_vlalign.alignment.patches import DEFAULT_COVERAGE_THRESHOLD
 from hf_vlalign.evaluation.diagnostics import mechanism_diagnostics
 from hf_vlalign.evaluation.image_use import shuffled_rows
+from hf_vlalign.hub.patch_model_card import render_patch_model_card
 from hf_vlalign.lora import LORA_PRESETS, lora_config
 from hf_vlalign.recipes import (
     SubsetArguments,
     final_evaluation,
     parse_recipe_args,
+    patch_user_splits,
+    save_model,
     SYNTHETIC_WORLD_HELP,
     synthetic_scene_config,
+    take_push_to_hub,
+    trained_amount,
     training_callbacks,
     write_results,
 )
 from hf_vlalign.synthetic.scenes import load_or_generate_synthetic_vgp
 from hf_vlalign.trainers.patch_supervision import PatchSupervisionTrainer, PatchSupervisionTrainingArguments
 from hf_vlalign.utils.user_errors import run_command
-from hf_vlalign.vlms import PatchGroundingCollator, grounded_caption_examples, patch_batches, probe_patch_model
+from hf_vlalign.vlms import (
+    PatchGroundingCollator,
+    grounded_caption_examples,
+    patch_batches,
+    patch_model_family,
+    probe_patch_model,
+)
+from hf_vlalign.vlms.loading import load_patch_model
 from hf_vlalign.vlms.tiny import MAX_IMAGE_SIZE, TINY_FAMILIES, tiny_patch_model, word_level_tokenizer
+from hf_vlalign.vlms.user_data import PATCH_USER_TASKS
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +116,21 @@ class PatchVLMArguments(SubsetArguments):
     images_dir: str | None = field(
         default=None, metadata={"help": "the images of --flickr30k_entities_dir (<id>.jpg)."}
     )
+    train_file: str | None = field(
+        default=None,
+        metadata={"help": "your own data: a JSON lines (.jsonl) or CSV file in the user-data format (docs/own_data.md; "
+                          "image paths relative to the file), of --user_data_task. Replaces the synthetic scenes."},
+    )
+    validation_file: str | None = field(
+        default=None,
+        metadata={"help": "the evaluation rows, in --train_file's format (default: the rows of a seeded 10%% of the "
+                          "training file's images, at least 2, are held out for evaluation)."},
+    )
+    user_data_task: str = field(
+        default="caption",
+        metadata={"help": f"the user-data task of --train_file: one of {tuple(PATCH_USER_TASKS)} (captions with boxed "
+                          "phrases, or referring expressions with the box they refer to)."},
+    )
     train_split: str = field(default="train")
     eval_split: str = field(default="val")
     max_train_images: int | None = field(default=None, metadata={"help": "read the first N training images."})
@@ -134,6 +168,16 @@ class PatchVLMArguments(SubsetArguments):
     )
 
     def __post_init__(self):
+        if self.user_data_task not in PATCH_USER_TASKS:
+            raise ValueError(
+                f"`--user_data_task` must be one of {tuple(PATCH_USER_TASKS)}, got {self.user_data_task!r}."
+            )
+        if self.validation_file is not None and self.train_file is None:
+            raise ValueError("`--validation_file` applies only to your own data: pass `--train_file` with it.")
+        if self.train_file is not None and self.flickr30k_entities_dir is not None:
+            raise ValueError(
+                f"`--flickr30k_entities_dir` names another data source than `--train_file` {self.train_file}: drop one."
+            )
         if self.tiny_image_size > MAX_IMAGE_SIZE:
             raise ValueError(f"`--tiny_image_size` must be at most {MAX_IMAGE_SIZE} pixels, got {self.tiny_image_size}.")
         implementations = ("eager", *ALL_ATTENTION_FUNCTIONS.valid_keys())
@@ -177,11 +221,10 @@ def load_model(args: PatchVLMArguments, seed: int, train: list[dict]):
         return tiny_patch_model(args.tiny_family, seed=seed, tokenizer=tokenizer, **sizes)
     if args.dtype not in DTYPES:
         raise ValueError(f"`--dtype` must be one of {DTYPES}, got {args.dtype!r}.")
-    processor = AutoProcessor.from_pretrained(args.model_name_or_path)
-    model = AutoModelForImageTextToText.from_pretrained(
-        args.model_name_or_path, dtype=args.dtype, attn_implementation=args.attn_implementation
+    # the class the config names (AutoModelForImageTextToText has no ViLT), after a refusal naming the families
+    return load_patch_model(
+        args.model_name_or_path, "--model_name_or_path", dtype=args.dtype, attn_implementation=args.attn_implementation
     )
-    return model, processor
 
 
 def with_lora(args: PatchVLMArguments, model):
@@ -199,7 +242,14 @@ def with_lora(args: PatchVLMArguments, model):
     return get_peft_model(model, config)
 
 
-def load_examples(args: PatchVLMArguments) -> tuple[list[dict], list[dict], dict, str]:
+def load_examples(args: PatchVLMArguments, seed: int = 42) -> tuple[list[dict], list[dict], dict, str]:
+    """(training examples, evaluation examples, counts, source): `--train_file`, Flickr30k Entities or the synthetic
+    scenes; `seed` draws the evaluation images held out of a `--train_file` without `--validation_file`."""
+    if args.train_file is not None:
+        train, evaluation, counts, source = patch_user_splits(
+            args.train_file, args.validation_file, args.user_data_task, seed
+        )
+        return _first_samples(args, train, evaluation, counts) + (source,)
     if args.flickr30k_entities_dir is None:
         if args.images_dir is not None:
             raise ValueError("`--images_dir` goes with `--flickr30k_entities_dir`, got no --flickr30k_entities_dir.")
@@ -215,10 +265,14 @@ def load_examples(args: PatchVLMArguments) -> tuple[list[dict], list[dict], dict
         )
     train, train_counts = grounded_caption_examples(root, images, args.train_split, args.max_train_images)
     evaluation, eval_counts = grounded_caption_examples(root, images, args.eval_split, args.max_eval_images)
-    # `--max_train_samples` / `--max_eval_samples`: the first N grounded captions of the images read
+    return _first_samples(args, train, evaluation, {"train": train_counts, "eval": eval_counts}) + (source,)
+
+
+def _first_samples(args: PatchVLMArguments, train: list[dict], evaluation: list[dict], counts: dict) -> tuple:
+    """`--max_train_samples` / `--max_eval_samples`: the first N grounded captions of the examples read."""
     train, evaluation = train[: args.max_train_samples], evaluation[: args.max_eval_samples]
-    train_counts["captions_used"], eval_counts["captions_used"] = len(train), len(evaluation)
-    return train, evaluation, {"train": train_counts, "eval": eval_counts}, source
+    counts["train"]["captions_used"], counts["eval"]["captions_used"] = len(train), len(evaluation)
+    return train, evaluation, counts
 
 
 def probe_results(trainer, collator, examples: list[dict], batch_size: int) -> dict:
@@ -239,13 +293,71 @@ def caption_image_use(trainer, evaluation: list[dict], own: dict, seed: int) -> 
     return {"own_image_loss": own_loss, "shuffled_image_loss": shuffled_loss, "image_use_loss_gap": gap}
 
 
+def grounding_summary(probe: dict) -> dict:
+    """The probe's flat results (`hf-vlalign results-table`, the model card) and the centre patch as their baseline."""
+    baseline = {"baseline": probe["baseline_accuracy"], "kind": "centre_patch"}
+    return {
+        "grounding_accuracy_best_head": probe["best_head_accuracy"],
+        "grounding_accuracy_mean_head": probe["mean_head_accuracy"],
+        "grounding_baseline_accuracy": probe["baseline_accuracy"],
+        "baselines": {
+            key: {**baseline, "beats": probe[name] > probe["baseline_accuracy"]}
+            for key, name in (("grounding_accuracy_best_head", "best_head_accuracy"),
+                              ("grounding_accuracy_mean_head", "mean_head_accuracy"))
+        },
+    }  # fmt: skip
+
+
+def dataset_name(args: PatchVLMArguments) -> str | None:
+    """The training data's name on the model card; None: the synthetic scenes."""
+    if args.train_file is not None:
+        return f"user data ({Path(args.train_file).name})"
+    return None if args.flickr30k_entities_dir is None else "Flickr30k Entities"
+
+
+def model_card(args: PatchVLMArguments, trainer, results: dict, source: str):
+    card_keys = ("eval_loss_task", "eval_loss_attention", "grounding_accuracy_best_head", "grounding_accuracy_mean_head")
+    card_results = {key: results[key] for key in card_keys if key in results}
+    training = {
+        "data": source,
+        "trained": trained_amount(trainer),
+        "learning_rate": trainer.args.learning_rate,
+        "batch_size": trainer.args.per_device_train_batch_size,
+        "seed": trainer.args.seed,
+        "train_examples": len(trainer.train_dataset),
+        "eval_examples": len(trainer.eval_dataset),
+        "lora": f"r={args.lora_r}, alpha={args.lora_alpha}, {args.lora_preset}" if args.use_peft else "no",
+    }
+    return render_patch_model_card(
+        trainer.model, model_id=trainer.args.hub_model_id, base_model=args.model_name_or_path,
+        supervision=trainer.args.attention_supervision, results=card_results, training=training,
+        baselines={key: results["baselines"][key] for key in card_results if key in results["baselines"]},
+        dataset_name=dataset_name(args),
+    )  # fmt: skip
+
+
+def has_caption_labels(collator: PatchGroundingCollator, example: dict) -> bool:
+    """Whether the collator's batches carry caption `labels` (an encoder's, such as ViLT's, carry none)."""
+    truncated = collator.truncated_phrases
+    has_labels = "labels" in collator([example])
+    collator.truncated_phrases = truncated  # this look is no part of the run's counts
+    return has_labels
+
+
 def main(argv: list[str] | None = None) -> dict:
     args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     set_seed(training_args.seed)
-    train, evaluation, counts, source = load_examples(args)
+    push_to_hub = take_push_to_hub(training_args)  # pushed last, with the card: a failed push loses nothing
+    train, evaluation, counts, source = load_examples(args, training_args.seed)
     model, processor = load_model(args, training_args.seed, train)
     model = with_lora(args, model)
     collator = PatchGroundingCollator(processor, model.config, args.prompt, args.coverage_threshold)
+    if training_args.attention_supervision is None and not has_caption_labels(collator, train[0]):
+        raise ValueError(
+            f"`--attention_supervision` is needed for a {type(model).__name__}: its batches carry no caption labels "
+            "(an encoder such as ViLT has no caption loss), so without supervision there is no loss to train; pass "
+            "`--attention_supervision direct` or `semi_direct`."
+        )
     trainer = PatchSupervisionTrainer(
         model=model,
         args=training_args,
@@ -257,20 +369,28 @@ def main(argv: list[str] | None = None) -> dict:
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     results = final_evaluation(trainer)
-    trainer.save_model(training_args.output_dir)
-    results["image_use"] = caption_image_use(trainer, evaluation, results, training_args.seed)
+    save_model(trainer, training_args.output_dir)  # the processor too, the arguments as JSON
+    # ViLT has no caption loss (an encoder): its image use is not measured by one
+    has_caption_loss = "eval_loss_task" in results
+    if has_caption_loss:
+        results["image_use"] = caption_image_use(trainer, evaluation, results, training_args.seed)
     # minus the caption loss with the own / another image; the supervision loss at the start and end of training
     results["diagnostics"] = mechanism_diagnostics(
-        results["image_use"], {"caption": "loss"}, trainer.state.log_history, attention_loss_key="loss_attention"
-    )
+        results.get("image_use", {}), {"caption": "loss"} if has_caption_loss else {}, trainer.state.log_history,
+        attention_loss_key="loss_attention",
+    )  # fmt: skip
     if trainer.accelerator.is_main_process:
         results["grounding_probe"] = probe_results(
             trainer, collator, evaluation, training_args.per_device_eval_batch_size
         )
+        results.update(grounding_summary(results["grounding_probe"]))
+        results["supervision"] = training_args.attention_supervision or "none"
+        results["model_family"] = patch_model_family(trainer.model.config).name
         results["data"] = {"source": source, **counts, "phrases_cut_by_max_text_length": collator.truncated_phrases}
         write_results(
-            training_args.output_dir, results, None, push_to_hub=False, training_args=training_args, commit_message=""
-        )
+            training_args.output_dir, results, model_card(args, trainer, results, source), push_to_hub=push_to_hub,
+            training_args=training_args, commit_message="finetune_patch_vlm.py: model, eval_results.json, model card",
+        )  # fmt: skip
         logger.info(json.dumps(results["grounding_probe"], indent=2)[:2000])
     return results
 

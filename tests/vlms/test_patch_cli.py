@@ -120,7 +120,7 @@ def test_explore_draws_the_image_under_its_patch_grid(saved, tmp_path, family):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--data", "vgp"], "reads `--data synthetic` or `--data flickr30k_entities`, got `--data vgp`"),
+        (["--data", "vgp"], "reads `--data synthetic` or `--data flickr30k_entities` or `--data user_file`, got `--data vgp`"),
         (["--features", "x"], "`--features` does not apply to a transformers patch model"),
         (["--data", "flickr30k_entities", "--flickr30k_entities_dir", "x"], "needs --images_dir"),
     ],

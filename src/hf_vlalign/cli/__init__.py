@@ -25,6 +25,7 @@ from .common import (
     check_model_kind,
     check_options,
     check_outputs,
+    reads_patch_model,
     synthetic_config,
 )
 from .data_verbs import FEATURE_FORMATS
@@ -65,9 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.checkpoint_argument is not None:
             # every verb but `convert` (whose `src` may ship none: `--tokenizer`) reads the checkpoint's tokenizer
             is_model = args.checkpoint_argument == "model"
-            check_checkpoint(getattr(args, args.checkpoint_argument), args.checkpoint_argument, needs_tokenizer=is_model)
-            if is_model:
+            check_checkpoint(getattr(args, args.checkpoint_argument), args.checkpoint_argument, needs_tokenizer=False)
+            if is_model:  # the model's kind first: a model no verb reads is named as such, not by a missing file
                 check_model_kind(args)
+                if not reads_patch_model(args):  # a transformers VLM's processor loads its own tokenizer
+                    check_checkpoint(args.model, "model", needs_tokenizer=True)
         return args.run(args)
 
     # stdout holds the verb's result alone (`print_result`); anything else printed meanwhile goes to stderr

@@ -45,8 +45,15 @@ PATCH_MODEL_COMMON_OPTIONS = (
 PATCH_MODEL_OPTIONS = {
     "synthetic": SYNTHETIC_OPTIONS,
     "flickr30k_entities": ("flickr30k_entities_dir", "images_dir", "split", "max_images"),
-    USER_FILE: ("data_file",),
+    USER_FILE: ("data_file", "image"),
 }
+# the `--help` of a verb's model argument where the verb reads transformers' VLMs too (the parser imports no torch, so
+# the families are named in docs/vlms.md, not here)
+VLM_MODEL_HELP = (
+    "or a transformers vision-language model whose image tokens are patches of the image (a family of "
+    "hf_vlalign.vlms: docs/vlms.md), saved with its processor; a VLM reads the images themselves: the synthetic scenes', "
+    "Flickr30k Entities' (--images_dir) or those of --data_file"
+)
 # positional arguments that name what a verb reads (the options are spelled `--name`)
 POSITIONAL_INPUTS = ("model", "src", "images", "output_dirs")
 # options given as text that may name a local file or folder (a Hub id or a name, where they are none, is skipped)
@@ -285,15 +292,17 @@ def check_model_kind(args: argparse.Namespace) -> None:
         config = AutoConfig.from_pretrained(args.model)
     except StrictDataclassError as error:
         raise ValueError(f"`model` {Path(args.model) / 'config.json'}: {one_line(str(error))}") from None
-    model_type, architecture = config.model_type, (config.architectures or [None])[0]
+    model_type, architecture = config.model_type, (config.architectures or [type(config).__name__])[0]
     if args.patch_model_data and model_type in PATCH_MODEL_TYPES:
         return  # its options are checked by `check_patch_model_options`
-    families = {spec.model_type for spec in FAMILIES.values()} | (set(PATCH_MODEL_TYPES) if args.patch_model_data else set())
-    if model_type not in families:
-        raise ValueError(
-            f"`model` {args.model} holds a {architecture} ({model_type}); `{args.verb}` reads the model types "
-            f"{', '.join(sorted(families))}."
-        )
+    own = ", ".join(sorted(spec.model_type for spec in FAMILIES.values()))
+    vlms = ", ".join(PATCH_MODEL_TYPES)
+    if model_type not in {spec.model_type for spec in FAMILIES.values()}:
+        if args.patch_model_data:
+            reads = f"hf_vlalign checkpoints (model types {own}) and transformers' vision-language models of the families {vlms}"
+        else:
+            reads = f"hf_vlalign checkpoints (model types {own}); transformers' vision-language models ({vlms}) are read by `probe`, `analyze` and `explore`"
+        raise ValueError(f"`model` {args.model} holds a {architecture} ({model_type}); `{args.verb}` reads {reads} (docs/vlms.md).")
     kind, name = args.model_requirements.get(getattr(args, "data", None), (None, None))
     if kind is None or kind == "architecture" and architecture == name or kind == "family" and model_type == FAMILIES[name].model_type:
         return

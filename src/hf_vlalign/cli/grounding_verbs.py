@@ -17,6 +17,7 @@ from .common import (
     USER_FILE,
     USER_FILE_OPTIONS,
     VGP_FILE_OPTIONS,
+    VLM_MODEL_HELP,
     Output,
     add_data_file_argument,
     add_max_examples_argument,
@@ -203,13 +204,19 @@ def _probe_single_captions(args: argparse.Namespace):
 
 def _patch_model_and_examples(args: argparse.Namespace):
     """(model, processor, grounded captions, their description) of a transformers patch model and the data it reads:
-    the synthetic scenes' evaluation split with their rendered images, or a Flickr30k Entities split with its images."""
+    the synthetic scenes' evaluation split with their rendered images, a Flickr30k Entities split with its images, or
+    a user's `caption` file (`--data_file`)."""
     from ..synthetic.scenes import load_or_generate_synthetic_vgp
     from ..vlms import grounded_caption_examples
     from ..vlms.loading import load_patch_model
 
     model, processor = load_patch_model(args.model)
-    if args.data == "flickr30k_entities":
+    if args.data == USER_FILE:
+        from ..vlms.user_data import user_file_examples
+
+        examples, counts = user_file_examples(args.data_file, "caption")
+        source = f"{args.data_file.name} ({counts['captions']} captions, {counts['images']} images)"
+    elif args.data == "flickr30k_entities":
         root, images, split = args.flickr30k_entities_dir, args.images_dir, args.split
         examples, counts = grounded_caption_examples(root, images, split, args.max_images)
         source = f"Flickr30k Entities {split} ({counts['images']} images)"
@@ -246,10 +253,10 @@ def add_probe(add_verb) -> None:
             "json": Output("file", "a probe result", is_json_result("model", "data", "accuracy", "num_examples")),
             "plot": Output("file", "a probe plot", is_probe_plot),
         },
-        patch_model_data=("synthetic", "flickr30k_entities"), data_file_task="caption",
+        patch_model_data=("synthetic", "flickr30k_entities", USER_FILE), data_file_task="caption",
     )  # fmt: skip
     add_model_argument(parser, "a SingleStreamForVisualParaphrase checkpoint (any single-stream checkpoint with "
-                        "--data flickr30k_entities, e.g. a converted VisualBERT)")  # fmt: skip
+                        f"--data flickr30k_entities, e.g. a converted VisualBERT), {VLM_MODEL_HELP}")  # fmt: skip
     parser.add_argument(
         "--data", choices=("synthetic", "vgp", "flickr30k_entities", USER_FILE), default="synthetic",
         help="the VGP pairs' eval split (synthetic scenes, or the four VGP files: `vgp`), Flickr30k Entities single "
@@ -358,9 +365,9 @@ def add_analyze(add_verb) -> None:
         required_options=REQUIRED_DATA_OPTIONS,
         model_requirements={"vgp": ("family", "single_stream"), "flickr30k_entities": ("family", "single_stream")},
         outputs={"out": Output("folder")},
-        patch_model_data=("synthetic", "flickr30k_entities"), data_file_task="caption",
+        patch_model_data=("synthetic", "flickr30k_entities", USER_FILE), data_file_task="caption",
     )  # fmt: skip
-    add_model_argument(parser, "an hf_vlalign checkpoint (any family)")
+    add_model_argument(parser, f"an hf_vlalign checkpoint (any family), {VLM_MODEL_HELP}")
     parser.add_argument(
         "--data", choices=("synthetic", "vgp", "flickr30k_entities", USER_FILE), default="synthetic",
         help="synthetic scenes (offline, any family), real VGP pairs (single-stream; the four files below), Flickr30k "
@@ -390,7 +397,13 @@ def _explore_patch_model(args: argparse.Namespace) -> int:
 
     from ..vlms.explore import write_patch_explorer
 
+    from ..evaluation.model_explorer import image_shown
+
+    image_id = image_shown(args.image, args.data_file)  # before the model loads: an image the file names, or None
     model, processor, examples, source = _patch_model_and_examples(args)
+    if image_id is not None:  # the rows of that image only, drawn on it
+        examples = [example for example in examples if example["image_id"] == image_id]
+        source += f"; the rows of {args.image.name}"
     if args.num_examples > len(examples):
         logging.get_logger(__name__).warning(f"`--num_examples {args.num_examples}`: the data hold {len(examples)} captions; showing all.")
     write_result(args.out, lambda partial: write_patch_explorer(
@@ -423,9 +436,9 @@ def add_explore(add_verb) -> None:
         "explore", "interactive word-region attention explorer of a saved model (one HTML file)", run_explore,
         option_settings=SYNTHETIC_ONLY | USER_FILE_OPTIONS, required_options=NEEDS_DATA_FILE,
         outputs={"out": Output("file", "an attention explorer page", imported_is_own("analysis.explorer", "is_explorer_page"))},
-        patch_model_data=("synthetic",), data_file_task="caption",
+        patch_model_data=("synthetic", USER_FILE), data_file_task="caption",
     )  # fmt: skip
-    add_model_argument(parser, "an hf_vlalign checkpoint (any family)")
+    add_model_argument(parser, f"an hf_vlalign checkpoint (any family), {VLM_MODEL_HELP}")
     parser.add_argument("--out", type=Path, required=True, help="the HTML file to write (self-contained, opens offline)")
     parser.add_argument(
         "--data", choices=("synthetic", USER_FILE), default="synthetic",

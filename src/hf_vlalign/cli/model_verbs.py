@@ -165,6 +165,9 @@ RESULT_COLUMNS = (
 # named by how the probe made it (its `kind`: detection confidence, store order, ...)
 MAJORITY_COLUMNS = ("image_description_accuracy", "vgp_accuracy")
 GROUNDING_COLUMNS = ("grounding_accuracy_best_head", "grounding_accuracy_mean_head")
+# a run of a transformers patch model (examples/finetune_patch_vlm.py: its eval_results.json names the `model_family`)
+# learns captions: it has no identification or VGP accuracy, shown "n/a"
+PATCH_RUN_KEY = "model_family"
 
 
 def _is_number(value: object) -> bool:
@@ -173,8 +176,9 @@ def _is_number(value: object) -> bool:
 
 def read_eval_results(output_dir: str | Path) -> dict:
     """The `eval_results.json` of a run's `output_dir`: a JSON object holding every result of `RESULT_COLUMNS` (the
-    supervision a string, the accuracies numbers) and, when it has one, a `baselines` object whose entries hold a
-    number `baseline`; else a ValueError naming the file and the key."""
+    supervision a string, the accuracies numbers; a patch model's run, `PATCH_RUN_KEY`, may lack the identification
+    and VGP accuracies) and, when it has one, a `baselines` object whose entries hold a number `baseline`; else a
+    ValueError naming the file and the key."""
     from ..data.formats.text_files import read_json_file
 
     path = Path(output_dir) / "eval_results.json"
@@ -184,6 +188,8 @@ def read_eval_results(output_dir: str | Path) -> dict:
     if not isinstance(results, dict):
         raise ValueError(f"{path} must hold a JSON object of results, got {json.dumps(results)[:40]}.")
     for key, _ in RESULT_COLUMNS:
+        if key in MAJORITY_COLUMNS and PATCH_RUN_KEY in results and key not in results:
+            continue
         value = results.get(key)
         if not (isinstance(value, str) if key == "supervision" else _is_number(value)):
             kind = "a string" if key == "supervision" else "a number"
@@ -212,10 +218,10 @@ def results_table(output_dirs: list[Path]) -> str:
         baselines |= dict.fromkeys(GROUNDING_COLUMNS, results["grounding_baseline_accuracy"])
         cells = [results["supervision"]]
         for key in MAJORITY_COLUMNS:
-            cells += [f"{results[key]:.3f}", f"{baselines[key]:.3f}" if key in baselines else "n/a"]
+            cells += [f"{results[key]:.3f}" if key in results else "n/a", f"{baselines[key]:.3f}" if key in baselines else "n/a"]
         cells += [f"{results[key]:.3f}" for key in GROUNDING_COLUMNS]
         cells.append(f"{results['grounding_baseline_accuracy']:.3f}{_grounding_baseline_kind(results)}")
-        below = [titles[key] for key in (*MAJORITY_COLUMNS, *GROUNDING_COLUMNS) if key in baselines and results[key] <= baselines[key]]
+        below = [titles[key] for key in (*MAJORITY_COLUMNS, *GROUNDING_COLUMNS) if key in baselines and key in results and results[key] <= baselines[key]]
         cells.append("⚠ " + ", ".join(below) if below else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -234,7 +240,10 @@ def run_results_table(args: argparse.Namespace) -> int:
 
 def add_results_table(add_verb) -> None:
     parser = add_verb("results-table", "markdown table of several runs' eval_results.json", run_results_table)
-    parser.add_argument("output_dirs", nargs="+", type=Path, help="the --output_dir of each examples/finetune_vgp.py run")
+    parser.add_argument(
+        "output_dirs", nargs="+", type=Path, help="the --output_dir of each examples/finetune_vgp.py or "
+        "examples/finetune_patch_vlm.py run (a VLM's caption run has no identification or VGP accuracy: n/a)",
+    )  # fmt: skip
 
 
 VERB_PARSERS = (add_evaluate, add_fisher, add_results_table)

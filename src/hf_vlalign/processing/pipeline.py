@@ -1,6 +1,8 @@
 """`WordRegionAttentionPipeline`, the "word-region-attention" task of transformers' `pipeline()` (docs/own_data.md):
 per example the whole words of the text and each word's word -> region attention of one layer, each head's row
-renormalised over the real regions, then averaged over heads (and over the pieces of a word).
+renormalised over the real regions, then averaged over heads (and over the pieces of a word). On one of transformers'
+patch models (docs/vlms.md) the regions are its image tokens and its own processor makes the input
+(`patch_pipeline.PatchAttentionReader`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class WordRegionAttentionPipeline(Pipeline):
         top_k: boxes listed per word, most attended first (default 3).
         explorer: True (each result's "explorer" holds the HTML of its page) or a path (one page of all examples
             written there; "explorer" holds the path).
+
+    On a transformers patch model (`hf_vlalign.vlms`, e.g. `pipeline("word-region-attention", model=LLAVA_FOLDER)`)
+    the model's own processor makes the input, the regions are its image tokens (their boxes in the image's pixels),
+    `layer` counts its language model's layers, and `text_pair` / `boxes` do not apply; examples run one at a time.
     """
 
     _load_processor = True
@@ -53,6 +59,14 @@ class WordRegionAttentionPipeline(Pipeline):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        from ..vlms.word_attention import PatchAttentionReader, is_patch_model_instance
+
+        self.patch_reader = None
+        if is_patch_model_instance(self.model):  # its own processor, its image tokens as the regions
+            self.patch_reader = PatchAttentionReader(self.model, self.processor)
+            self.family = self.patch_reader.family.name
+            self._check_patch_batch_size(self._batch_size)
+            return
         if not isinstance(self.processor, VLAlignProcessor):
             raise ValueError(
                 "The word-region-attention pipeline needs the model's VLAlignProcessor, got "
@@ -70,6 +84,15 @@ class WordRegionAttentionPipeline(Pipeline):
         if self._batch_size is not None:
             check_size("batch_size", self._batch_size, MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
         self._forward_names = set(inspect.signature(self.model.forward).parameters)
+
+    @staticmethod
+    def _check_patch_batch_size(batch_size: int | None) -> None:
+        """A patch model's examples run one at a time (each has its own image tokens and caption positions)."""
+        if batch_size not in (None, 1):
+            raise ValueError(
+                f"`batch_size` of the pipeline on a transformers patch model must be 1 (each example runs alone), got "
+                f"{batch_size!r}."
+            )
 
     def _sanitize_parameters(
         self,
@@ -108,6 +131,8 @@ class WordRegionAttentionPipeline(Pipeline):
         explorer = kwargs.get("explorer")
         if kwargs.get("batch_size") is not None:
             check_size("batch_size", kwargs["batch_size"], MAX_BATCH_SIZE, limit_name="MAX_BATCH_SIZE")
+        if self.patch_reader is not None:
+            self._check_patch_batch_size(kwargs.get("batch_size"))
         single, inputs = _examples(images, text, text_pair, boxes)
         results = super().__call__(inputs, **kwargs)
         results = [results] if isinstance(results, dict) else list(results)
@@ -125,6 +150,13 @@ class WordRegionAttentionPipeline(Pipeline):
 
     def preprocess(self, example: dict) -> dict:
         image = load_images([example["image"]])[0]
+        if self.patch_reader is not None:
+            inputs = self.patch_reader.preprocess(example, image)
+            # the caption's tokens: the text's, without special tokens, as many as the collator kept
+            encoding = self.patch_reader.collator.tokenizer([example["text"]], add_special_tokens=False)
+            kept = inputs.pop("caption_length")
+            inputs["words"] = [word for word in _word_pieces(encoding, [example["text"]]) if word["tokens"][-1] < kept]
+            return inputs
         boxes = None if example.get("boxes") is None else [example["boxes"]]
         pair = None if example.get("text_pair") is None else [example["text_pair"]]
         inputs = self.processor(images=[image], text=[example["text"]], text_pair=pair, boxes=boxes, return_region_boxes=True)
@@ -135,6 +167,11 @@ class WordRegionAttentionPipeline(Pipeline):
         return inputs
 
     def _forward(self, inputs: dict, layer: int = -1, explorer: bool = False) -> dict:
+        if self.patch_reader is not None:
+            result = self.patch_reader.forward(self.model, inputs, layer)
+            if explorer:
+                result[_EXPLORER_KEY] = self.patch_reader.explorer_example(self.model, inputs)
+            return result
         extras = {name: inputs.pop(name) for name in ("region_boxes", "words", "tokens", "image", "title")}
         model_inputs = {name: value for name, value in inputs.items() if name in self._forward_names}
         outputs = self.model(**model_inputs, output_attentions=True)
@@ -180,6 +217,8 @@ class WordRegionAttentionPipeline(Pipeline):
         return result
 
     def _subtitle(self) -> str:
+        if self.patch_reader is not None:
+            return self.patch_reader.subtitle(self.model)
         options = self.processor.image_processor.region_options
         regions = ", ".join(f"{name}={value!r}" for name, value in options.items() if value is not None)
         return (

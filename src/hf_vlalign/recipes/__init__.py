@@ -54,7 +54,7 @@ from .schedule import (
 )
 from .subsets import evaluation_subset, first_rows
 from .threads import available_cores, check_distributed_launch, default_cpu_threads
-from .user_data import load_user_splits, rename_text_columns
+from .user_data import load_user_splits, patch_user_splits, rename_text_columns
 
 __all__ = [
     "DEFAULT_BASE_MODEL",
@@ -88,6 +88,7 @@ __all__ = [
     "load_user_splits",
     "parse_indices",
     "parse_recipe_args",
+    "patch_user_splits",
     "rename_text_columns",
     "save_model",
     "set_dropout",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from transformers import TrainingArguments
 
 from ..data.builders.user_data import DEFAULT_REGION_OPTIONS, load_user_data
 from ..data.feature_store import RegionFeatureStore
+from ..vlms.user_data import example_counts, grounded_examples, user_file_rows
 from .arguments import UserDataArguments
 
 logger = logging.getLogger(__name__)
@@ -88,6 +90,36 @@ def load_user_splits(args: UserDataArguments, task: str, training_args: Training
     return UserSplits(train, evaluation, data.store, data.region_options, source, data.answer_vocab)
 
 
+def patch_user_splits(
+    train_file: str | os.PathLike, validation_file: str | os.PathLike | None, task: str, seed: int
+) -> tuple[list[dict], list[dict], dict, str]:
+    """(training examples, evaluation examples, their counts, a description) of `--train_file` and
+    `--validation_file`; without a validation file, the rows of a seeded share of the training file's images are held
+    out for evaluation, as the region examples' are (`held_out_split`); the rows are grounded captions of a patch model
+    (`hf_vlalign.vlms.user_data`), of the `caption` or the `refcoco` task."""
+    rows, paths = user_file_rows(train_file, task, "--train_file")
+    train_name = Path(train_file).name
+    if validation_file is None:
+        train_rows, eval_rows = held_out_split(rows, seed, str(train_file))
+        eval_paths = paths
+        source = (
+            f"user data: {train_name} ({len(rows)} rows; the {len(eval_rows)} rows of a seeded {HELD_OUT_FRACTION:.0%} "
+            f"of its images, at least {MIN_EVAL_IMAGES}, held out for evaluation)"
+        )
+    else:
+        eval_rows, eval_paths = user_file_rows(validation_file, task, "--validation_file")
+        shown = len(set(eval_rows["image_id"]))
+        if shown < MIN_EVAL_IMAGES:
+            raise ValueError(
+                f"`--validation_file` {validation_file} shows {shown} image: the evaluation needs rows of at least "
+                f"{MIN_EVAL_IMAGES} images (its own-image vs shuffled-image check swaps them)."
+            )
+        train_rows = rows
+        source = f"user data: {train_name} ({len(rows)} rows), {Path(validation_file).name} ({len(eval_rows)} rows)"
+    train, evaluation = grounded_examples(train_rows, paths, task), grounded_examples(eval_rows, eval_paths, task)
+    return train, evaluation, {"train": example_counts(train), "eval": example_counts(evaluation)}, source
+
+
 def rename_text_columns(dataset: datasets.Dataset, old: str, new: str) -> datasets.Dataset:
     """`old`, `old_phrase_spans`, `old_phrase_boxes` and `old_phrase_regions` renamed to `new...`: the user format's
     `caption` rows for a collator that reads `sentence`."""
@@ -102,5 +134,6 @@ __all__ = [
     "UserSplits",
     "held_out_split",
     "load_user_splits",
+    "patch_user_splits",
     "rename_text_columns",
 ]

@@ -106,7 +106,8 @@ class PatchGroundingCollator:
         with_labels: the decoders: add `labels` (language-model loss on the caption).
         return_details: add `details`, per example its caption's token span (`caption_start`, `caption_end`) and its
             phrases' tokens and boxes normalised to the processed image (multi-view families: to the original image),
-            what the explorer draws.
+            what the explorer draws, and (decoders) its image's `token_map` (`views.ImageTokenMap`, its tokens in the
+            order of `image_positions`).
     """
 
     processor: object
@@ -188,7 +189,11 @@ class PatchGroundingCollator:
                 return cell_coverage(normalised, grid), normalised
 
             rows.append(self._example(example, lambda ids: self._sequence(ids, num_image_tokens), locate))
-            rows[-1]["details"]["token_map"] = token_map
+            if not isinstance(self.family, ViltFamily):  # ViLT samples its tokens in the forward: no fixed map
+                leading = self.family.leading_non_cells(self.config)
+                rows[-1]["details"]["token_map"] = single_grid_token_map(
+                    self.image_processor, image.size, processed_size, grid, content, first=leading
+                )
         batch = self._pad(rows, grid[0] * grid[1])
         batch["image_cell_boxes"] = torch.stack(cell_boxes)
         batch["pixel_values"] = pixel_values

@@ -5,7 +5,7 @@ from __future__ import annotations
 import transformers
 from transformers import AutoConfig, AutoModel, AutoProcessor
 
-from .families import PATCH_MODEL_TYPES, patch_model_family
+from .families import PATCH_MODEL_TYPES
 
 __all__ = ["is_patch_model", "load_patch_model"]
 
@@ -20,12 +20,19 @@ def is_patch_model(name_or_path: str) -> bool:
     return isinstance(config, dict) and config.get("model_type") in PATCH_MODEL_TYPES
 
 
-def load_patch_model(name_or_path: str):
+def load_patch_model(name_or_path: str, argument: str = "model", **kwargs):
     """(model in eval mode, processor): the class named first in the config's `architectures` (e.g.
-    `LlavaForConditionalGeneration`, `ViltForQuestionAnswering`), else the family's base model (`AutoModel`)."""
+    `LlavaForConditionalGeneration`, `ViltForQuestionAnswering`), else the family's base model (`AutoModel`), so that
+    every family loads, ViLT too (no `AutoModelForImageTextToText` class); `kwargs` go to `from_pretrained` (`dtype`,
+    `attn_implementation`). Any other model is refused before its weights load, naming `argument` and the families."""
     config = AutoConfig.from_pretrained(name_or_path)
-    patch_model_family(config)  # a clear error for any other model
+    if config.model_type not in PATCH_MODEL_TYPES:
+        architecture = (config.architectures or [type(config).__name__])[0]
+        raise ValueError(
+            f"`{argument}` {name_or_path} holds a {architecture} ({config.model_type}); hf_vlalign reads the "
+            f"transformers vision-language models of the model types {', '.join(PATCH_MODEL_TYPES)} (docs/vlms.md)."
+        )
     architecture = (config.architectures or [None])[0]
     model_class = getattr(transformers, architecture, None) if architecture else None
-    model = (model_class or AutoModel).from_pretrained(name_or_path)
+    model = (model_class or AutoModel).from_pretrained(name_or_path, **kwargs)
     return model.eval(), AutoProcessor.from_pretrained(name_or_path)
