@@ -172,8 +172,14 @@ def evaluate_modules():
     load_vqa_metric()
 
 
+def vlms():
+    from hf_vlalign.vlms.tiny import tiny_patch_model
+
+    tiny_patch_model("qwen2_vl")
+
+
 messages = {}
-for feature in (plots, heatmap, entropy, hdf5, caption_metrics, lora, evaluate_modules):
+for feature in (plots, heatmap, entropy, hdf5, caption_metrics, lora, evaluate_modules, vlms):
     try:
         feature()
     except MissingDependencyError as error:
@@ -188,7 +194,7 @@ print(json.dumps(messages))
     messages = json.loads(completed.stdout.splitlines()[-1])
     expected = {
         "plots": "plots", "heatmap": "plots", "entropy": "plots", "hdf5": "hdf5", "caption_metrics": "caption-metrics",
-        "spice": "caption-metrics", "lora": "peft", "evaluate_modules": "evaluate",
+        "spice": "caption-metrics", "lora": "peft", "evaluate_modules": "evaluate", "vlms": "vlms",
     }  # fmt: skip
     assert set(messages) == set(expected)
     for feature, extra in expected.items():

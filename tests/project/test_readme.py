@@ -107,7 +107,7 @@ def test_readme_opens_with_the_two_setup_commands_and_ci_runs_the_test_command()
     main_job, tests = commands
     launch = "accelerate launch --config_file examples/accelerate_configs/single_process.yaml examples/finetune_vgp.py"
     assert main_job.startswith("pip install torch==2.13.0 && ") and main_job.endswith(launch)
-    assert tests.startswith("pip install torch==2.13.0 && ") and "pytest" in tests
+    assert tests.startswith("pip install torch==2.14.1 torchvision==0.29.1 && ") and "pytest" in tests
     assert tests in (ROOT / ".ci" / "run").read_text()
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["EXTRAS", "MissingDependencyError", "require"]
+__all__ = ["EXTRAS", "MODEL_TYPE_EXTRAS", "MissingDependencyError", "require", "require_processor_extras"]
 
 # extra -> (the package it installs, which is also its import name; what needs it)
 EXTRAS = {
@@ -17,6 +17,16 @@ EXTRAS = {
     "caption-metrics": ("pycocoevalcap", "The COCO caption metrics (BLEU, METEOR, ROUGE-L, CIDEr-D, SPICE)"),
     "peft": ("peft", "LoRA (hf_vlalign.lora)"),
     "evaluate": ("evaluate", "The `evaluate` metric modules (load_*_metric)"),
+    "vlms": (
+        "torchvision",
+        "The processors of qwen2_vl, qwen2_5_vl, qwen3_vl, llava_onevision, internvl, smolvlm and mistral3",
+    ),
+    "smolvlm": ("num2words", "SmolVLM's processor"),
+}
+# model_type -> the extras its processor needs
+MODEL_TYPE_EXTRAS = {
+    **dict.fromkeys(("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_onevision", "internvl", "mistral3"), ("vlms",)),
+    "smolvlm": ("vlms", "smolvlm"),
 }
 
 
@@ -47,3 +57,10 @@ def require(module: str, extra: str) -> ModuleType:
         install = f'pip install "hf-vlalign[{extra}]" (or pip install {package})'
         message = f"{feature} needs {package}, which is not installed: {install}"
         raise MissingDependencyError(message, name=package) from error
+
+
+def require_processor_extras(model_type: str) -> None:
+    """Imports what the processor of a `model_type` needs (`MODEL_TYPE_EXTRAS`), so that a missing package fails with
+    its pip command before transformers builds the processor."""
+    for extra in MODEL_TYPE_EXTRAS.get(model_type, ()):
+        require(EXTRAS[extra][0], extra)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import transformers
 from transformers import AutoConfig, AutoModel, AutoProcessor
 
+from ..utils.optional import require_processor_extras
 from .families import PATCH_MODEL_TYPES
 
 __all__ = ["is_patch_model", "load_patch_model"]
@@ -32,6 +33,7 @@ def load_patch_model(name_or_path: str, argument: str = "model", **kwargs):
             f"`{argument}` {name_or_path} holds a {architecture} ({config.model_type}); hf_vlalign reads the "
             f"transformers vision-language models of the model types {', '.join(PATCH_MODEL_TYPES)} (docs/vlms.md)."
         )
+    require_processor_extras(config.model_type)
     architecture = (config.architectures or [None])[0]
     model_class = getattr(transformers, architecture, None) if architecture else None
     model = (model_class or AutoModel).from_pretrained(name_or_path, **kwargs)

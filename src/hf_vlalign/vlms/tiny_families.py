@@ -71,6 +71,7 @@ from transformers import (
     SmolVLMVisionConfig,
 )
 
+from ..utils.optional import require_processor_extras
 from .image_token_geometry import image_placeholder
 
 __all__ = ["MULTIVIEW_FAMILIES", "family_special_tokens", "family_tokenizer", "image_placeholder"]
@@ -339,5 +340,6 @@ MULTIVIEW_FAMILIES = tuple(_SPECIAL_TOKENS)
 def build_multiview(model_type, tokenizer, image_size, patch_size, hidden_size, num_layers, num_heads, vision_layers):
     """(model, processor) of a tiny `model_type` (one of `MULTIVIEW_FAMILIES`) over `tokenizer` with the family's
     special tokens added."""
+    require_processor_extras(model_type)
     tokenizer = family_tokenizer(tokenizer, model_type)
     return _build(model_type, tokenizer, image_size, patch_size, hidden_size, num_layers, num_heads, vision_layers)
