@@ -1,5 +1,5 @@
-"""`localization-heads`: Kang et al.'s localization heads of a transformers decoder VLM (LLaVA, PaliGemma), picked over
-referring expressions and scored by training-free grounding (`hf_vlalign.vlms.localization_heads`)."""
+"""`localization-heads`: Kang et al.'s localization heads of a transformers decoder VLM (every patch family but ViLT),
+picked over referring expressions and scored by training-free grounding (`hf_vlalign.vlms.localization_heads`)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def run_localization_heads(args: argparse.Namespace) -> int:
 
     if not reads_patch_model(args):
         raise ValueError(
-            f"`model` {args.model} must be a transformers decoder vision-language model (LLaVA, PaliGemma): "
+            f"`model` {args.model} must be a transformers decoder vision-language model (LLaVA, Qwen2-VL, ...): "
             "localization heads read the last text token's attention over the image tokens."
         )
     require("matplotlib", extra="plots")  # the selection's plot: checked before the model runs
@@ -76,7 +76,7 @@ def run_localization_heads(args: argparse.Namespace) -> int:
         chosen, scored = _split(examples, args)
         selection = find_localization_heads(
             model, processor, chosen, args.model, num_heads=args.num_heads, threshold_factor=args.threshold_factor,
-            component_share=args.component_share, batch_size=args.batch_size,
+            component_share=args.component_share, excluded_layers=args.excluded_layers, batch_size=args.batch_size,
         )  # fmt: skip
         if args.selection_file is not None:
             write_result(args.selection_file, selection.save)
@@ -99,7 +99,7 @@ def add_localization_heads(add_verb) -> None:
         run_localization_heads, outputs={"out": Output("folder")},
         patch_model_data=(USER_FILE, "flickr30k_entities"), data_file_task="refcoco",
     )  # fmt: skip
-    add_model_argument(parser, "a transformers LLaVA or PaliGemma model")
+    add_model_argument(parser, "a transformers decoder VLM (LLaVA, PaliGemma, Qwen2-VL, Idefics3, Gemma 3, ...)")
     parser.add_argument(
         "--data", choices=(USER_FILE, "flickr30k_entities"), default="flickr30k_entities",
         help="referring expressions of your own file in the RefCOCO layout (--data_file), or Flickr30k Entities phrases "
@@ -126,6 +126,10 @@ def add_localization_heads(add_verb) -> None:
         help="examples drawn at random (--seed) to select the heads on (the paper: 1,000); the others are scored",
     )  # fmt: skip
     group.add_argument("--seed", type=int, default=0, help="seed of the draw of the selection examples")
+    group.add_argument(
+        "--excluded_layers", type=int, default=2,
+        help="the first layers never selected (the paper: 2, whose maps are diffuse); 0 for a model of 2 layers",
+    )  # fmt: skip
     group.add_argument(
         "--component_share", choices=("area", "mass"), default="area",
         help="P(C) of the spatial entropy: a component's share of the area above the threshold (the paper) or of the "

@@ -57,7 +57,7 @@ from torch import nn
 from ..alignment.patches import ImageGeometry
 from ..metrics.phrase_grounding import phrase_grounding_recall
 from .data import PatchGroundingCollator, _image, grounded_caption_examples
-from .families import ViltFamily, forward_with_layout, patch_model_family
+from .families import PATCH_MODEL_TYPES, ViltFamily, forward_with_layout, patch_model_family
 from .probe import eager_attention
 from .views import ImageTokenMap, TokenView
 
@@ -269,12 +269,16 @@ def ground_from_heads(
 # ----------------------------------------------------------------------------------------------------------------
 
 
+# every patch family but ViLT, whose image patches and words are one bidirectional sequence (no "last text token")
+DECODER_MODEL_TYPES = tuple(model_type for model_type in PATCH_MODEL_TYPES if model_type != "vilt")
+
+
 def _check_decoder(model: nn.Module) -> None:
     if isinstance(patch_model_family(model), ViltFamily):
         raise ValueError(
-            "`model` must be a decoder vision-language model (LLaVA, PaliGemma): localization heads read the last "
-            "text token's attention over the image tokens before it (Kang et al.); ViLT is an encoder, got a "
-            f"{type(model).__name__}."
+            f"`model` must be a decoder vision-language model (model type one of {DECODER_MODEL_TYPES}): localization "
+            "heads read the last text token's attention over the image tokens before it (Kang et al.); ViLT is an "
+            f"encoder, got a {type(model).__name__}."
         )
 
 
