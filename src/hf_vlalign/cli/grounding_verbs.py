@@ -1,5 +1,5 @@
 """`probe`, `analyze` and `explore`: the grounding probe (Li et al.), the analysis and the attention explorer of a
-saved model (an hf_vlalign checkpoint, or a transformers patch model: ViLT, LLaVA, PaliGemma)."""
+saved model (an hf_vlalign checkpoint, or a transformers patch model: ViLT, LLaVA, PaliGemma, Qwen2-VL, ... docs/vlms.md)."""
 
 from __future__ import annotations
 
@@ -280,7 +280,7 @@ def _add_grounding_data_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--split", choices=("train", "val", "test"), default="val", help="the Flickr30k Entities split")
     group.add_argument(
-        "--images_dir", help="the Flickr30k images (<id>.jpg): a transformers patch model (ViLT, LLaVA, PaliGemma) reads "
+        "--images_dir", help="the Flickr30k images (<id>.jpg): a transformers patch model (ViLT, LLaVA, Qwen2-VL, ...) reads "
         "them instead of --features",
     )  # fmt: skip
     group.add_argument("--max_images", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), help="only the first N images of the split (default: all)")
