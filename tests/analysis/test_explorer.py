@@ -7,9 +7,11 @@ import base64
 import io
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
+import skimage
 import torch
 from analysis_models import FAMILIES, SCENES, SYNTHETIC_FLAGS, tiny_family_model
 from PIL import Image
@@ -652,6 +654,39 @@ def test_browser_shows_a_patch_models_attention_over_its_grid(browser, tmp_path)
     assert len(browser.find_elements(By.CSS_SELECTOR, "rect.gold")) == len(example["gold"][0]["boxes"])
     browser.save_screenshot(str(tmp_path / "patches.png"))
     assert (tmp_path / "patches.png").stat().st_size > 10_000
+
+
+def test_browser_draws_every_views_token_boxes_over_the_original_photo(browser, tmp_path):
+    """Idefics3 on a 451 x 300 photo: the global view's 2 x 2 tokens and the 4 tiles' 2 x 2 each, every token's box
+    drawn over the original photo (the global cells 225.5 x 150 pixels, the tiles' 112.75 x 75), the gold box over the
+    cat's face."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from hf_vlalign.vlms.explore import write_patch_explorer
+    from hf_vlalign.vlms.tiny import tiny_patch_model, word_level_tokenizer
+
+    photo = Image.open(Path(skimage.__file__).parent / "data" / "chelsea.png").convert("RGB")
+    caption = "the cat looks at the camera"
+    model, processor = tiny_patch_model("idefics3", tokenizer=word_level_tokenizer([caption]), seed=3)
+    example = {"image": photo, "caption": caption, "phrases": [{"char_start": 4, "char_end": 7, "boxes": [[140, 20, 330, 290]]}]}
+    page = write_patch_explorer(model, processor, [example], tmp_path / "views.html", num_examples=1, probe_examples=1)
+    assert read_explorer_payload(page)["examples"][0]["size"] == [451, 300]
+    browser.get(page.resolve().as_uri())
+    assert browser.execute_script("return document.body.dataset.ready") == "1" and browser.get_log("browser") == []
+    rects = browser.execute_script(
+        "return [...document.querySelectorAll('rect.region')].map(r => ['x', 'y', 'width', 'height'].map(a => Number(r.getAttribute(a))))"
+    )
+    sizes = sorted({(width, height) for _, _, width, height in rects})
+    assert len(rects) == 4 + 4 * 4 and sizes == [(112.75, 75.0), (225.5, 150.0)]
+    # both views tile the whole photo
+    for width, height in sizes:
+        cells = [rect for rect in rects if (rect[2], rect[3]) == (width, height)]
+        assert sum(w * h for _, _, w, h in cells) == pytest.approx(451 * 300)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "rect.gold")) == 1
+    Select(browser.find_element(By.ID, "scale")).select_by_value("absolute")  # the photo under the outlines
+    browser.save_screenshot(str(tmp_path / "views.png"))
+    assert (tmp_path / "views.png").stat().st_size > 10_000
 
 
 # ---------------------------------------------------------------------------------------------------------------------
