@@ -109,6 +109,13 @@ def _uninstall(interface, name: str) -> None:
             interface[name] = own_entry
 
 
+# the families whose language model attends bidirectionally somewhere (the mask a padding-only kernel cannot apply)
+BIDIRECTIONAL_FAMILIES = {
+    "paligemma": "PaliGemma's bidirectional attention over the image and prefix",
+    "gemma3": "Gemma 3's bidirectional attention inside each image (`token_type_ids`)",
+}
+
+
 def check_recordable(model: nn.Module) -> None:
     """Raises a ValueError naming the language model's attention implementation when the recorder cannot give the
     supervision the mask that implementation applies (see the module docstring); ViLT is always recordable."""
@@ -124,11 +131,11 @@ def check_recordable(model: nn.Module) -> None:
             "supervision cannot know which keys each query saw. Register the mask your kernel applies, e.g. "
             f"`AttentionMaskInterface.register({implementation!r}, sdpa_mask)`."
         )
-    if family.name == "paligemma" and ALL_MASK_ATTENTION_FUNCTIONS[implementation] is flash_attention_mask:
+    if family.name in BIDIRECTIONAL_FAMILIES and ALL_MASK_ATTENTION_FUNCTIONS[implementation] is flash_attention_mask:
         raise ValueError(
             f"The attention implementation {implementation!r} takes flash attention's padding-only mask, which drops "
-            "PaliGemma's bidirectional attention over the image and prefix: load the model with `eager`, `sdpa`, "
-            "`flex_attention` or a kernel taking a 4-D mask."
+            f"{BIDIRECTIONAL_FAMILIES[family.name]}: load the model with `eager`, `sdpa`, `flex_attention` or a kernel "
+            "taking a 4-D mask."
         )
 
 
