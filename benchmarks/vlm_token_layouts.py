@@ -21,7 +21,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_blocks import ROOT, replace_docs_block, write_results  # noqa: E402
 
-from hf_vlalign.vlms.families import patch_model_family  # noqa: E402
+from hf_vlalign.vlms.families import FAMILIES, patch_model_family  # noqa: E402
 from hf_vlalign.vlms.image_token_geometry import (  # noqa: E402
     REFUSED_MODEL_TYPES,
     image_placeholder,
@@ -29,6 +29,8 @@ from hf_vlalign.vlms.image_token_geometry import (  # noqa: E402
     processor_call_kwargs,
     single_grid_token_map,
 )
+from hf_vlalign.vlms.localization_heads import DECODER_MODEL_TYPES  # noqa: E402
+from hf_vlalign.vlms.recording import BIDIRECTIONAL_FAMILIES  # noqa: E402
 from hf_vlalign.vlms.tiny import MULTIVIEW_FAMILIES, TINY_FAMILIES, tiny_patch_model, word_level_tokenizer  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "vlm_token_layouts.json"
@@ -112,19 +114,42 @@ def views_text(image: dict) -> str:
     return " + ".join(parts) + f" = {image['image_tokens']}"
 
 
+def supervision_text(model_type: str) -> str:
+    """The attention direct / semi-direct supervision trains (ViLT's image tokens attend to the words: eq. 7 too)."""
+    (family,) = (family for family in FAMILIES if model_type in family.model_types)
+    if family.image_attends_to_text:
+        return "words -> patches and patches -> words (eq. 7)"
+    return "words -> image tokens, over the mask the model's kernel applies"
+
+
+def refusals_text(model_type: str) -> str:
+    """What the library refuses for a family it reads, and why (the facts `localization_heads` and `recording`
+    hold)."""
+    refused = []
+    if model_type not in DECODER_MODEL_TYPES:
+        refused.append("localization heads: an encoder, no last text token attends over the image tokens before it")
+    if model_type in BIDIRECTIONAL_FAMILIES:
+        refused.append(f"supervision under a padding-only (flash-style) kernel: it drops {BIDIRECTIONAL_FAMILIES[model_type]}")
+    return "; ".join(refused) or "-"
+
+
 def table(report: dict) -> str:
     (w1, h1), (w2, h2) = report["settings"]["sizes"]
     lines = [
         f"| model_type | image tokens | views of a {w1} x {h1} image (tiny model) | views of a {w2} x {h2} image | "
-        "probe, explorer, supervision |",
-        "|---|---|---|---|---|",
+        "probe, explorer, analyze | supervision (direct, semi-direct) | localization heads | refused, and why |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for family in report["families"]:
         first, second = (views_text(image) for image in family["images"])
         model_type = family["model_type"]
-        lines.append(f"| `{model_type}` | {LAYOUTS[model_type]} | {first} | {second} | yes |")
+        heads = "yes" if model_type in DECODER_MODEL_TYPES else "no"
+        lines.append(
+            f"| `{model_type}` | {LAYOUTS[model_type]} | {first} | {second} | yes | {supervision_text(model_type)} | "
+            f"{heads} | {refusals_text(model_type)} |"
+        )
     for model_type, reason in REFUSED_MODEL_TYPES.items():
-        lines.append(f"| `{model_type}` | refused by name: {reason} | - | - | no |")
+        lines.append(f"| `{model_type}` | refused by name: {reason} | - | - | no | no | no | everything: {reason.split(':')[0]} |")
     return "\n".join(lines)
 
 

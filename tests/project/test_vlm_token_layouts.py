@@ -21,3 +21,7 @@ def test_committed_layouts_are_measured_and_the_docs_table_is_generated_from_the
 
     assert [family["model_type"] for family in report["families"]] == list(PATCH_MODEL_TYPES)
     assert "| `mllama` | refused by name: cross-attention" in block
+    # the acceptance's columns: probe / explorer, supervision, localization heads, what is refused and why
+    header = block.splitlines()[1]
+    assert header.endswith("| probe, explorer, analyze | supervision (direct, semi-direct) | localization heads | refused, and why |")
+    assert "| no | localization heads: an encoder" in block.splitlines()[3]  # ViLT
