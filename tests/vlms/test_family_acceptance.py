@@ -15,7 +15,13 @@ from transformers import pipeline
 
 from hf_vlalign.analysis.explorer import read_explorer_payload, stored_maps
 from hf_vlalign.cli import main
-from hf_vlalign.vlms import AttentionRecorder, PatchGroundingCollator, eager_attention, forward_with_layout
+from hf_vlalign.vlms import (
+    AttentionRecorder,
+    PatchGroundingCollator,
+    eager_attention,
+    forward_with_layout,
+    patch_attention_loss,
+)
 from hf_vlalign.vlms.families import model_inputs
 from hf_vlalign.vlms.loading import load_patch_model
 from hf_vlalign.vlms.localization_heads import DECODER_MODEL_TYPES
@@ -150,10 +156,14 @@ def test_the_supervision_reads_the_mask_the_model_applies(folders, synthetic_cap
     train, _ = synthetic_captions
     batch = PatchGroundingCollator(processor, model.config)(train[:num_examples])
     with torch.no_grad(), AttentionRecorder(model) as recorder:
-        forward_with_layout(model, batch)
+        _, layout = forward_with_layout(model, batch)
     with torch.no_grad(), eager_attention(model):
         attentions = model(**model_inputs(batch), output_attentions=True).attentions
     real_rows = batch["attention_mask"].bool()[:, None, :, None]
     for layer in recorder.layers:
         recorded = _layer_probabilities(recorder, layer, batch["attention_mask"], causal=not recorder.family.image_attends_to_text)
         torch.testing.assert_close(recorded * real_rows, attentions[layer] * real_rows, rtol=1e-5, atol=1e-6)
+    # the semi-direct rollout of the supervised rows alone (its own masking of each row) is the full rollout's
+    rollouts = [patch_attention_loss(recorder, batch, layout, "semi_direct", semi_direct_rollout=kind) for kind in ("full", "supervised_rows")]
+    assert float(rollouts[0]) > 0
+    torch.testing.assert_close(rollouts[1], rollouts[0], rtol=0, atol=1e-6)
