@@ -159,6 +159,8 @@ def test_the_supervision_reads_the_mask_the_model_applies(folders, synthetic_cap
         _, layout = forward_with_layout(model, batch)
     with torch.no_grad(), eager_attention(model):
         attentions = model(**model_inputs(batch), output_attentions=True).attentions
+    if model_type in ("gemma3", "paligemma"):  # some query sees a later key: the mask the model applies is recorded
+        assert recorder.masks[0] is not None and bool(recorder.masks[0][:, 0].triu(1).any())
     real_rows = batch["attention_mask"].bool()[:, None, :, None]
     for layer in recorder.layers:
         recorded = _layer_probabilities(recorder, layer, batch["attention_mask"], causal=not recorder.family.image_attends_to_text)
