@@ -84,7 +84,8 @@ def test_analyze_writes_the_probe_and_its_plots(folders, tmp_path, model_type):
     assert report["model_family"] == model_type and report["num_examples"] == 30
     probe = report["grounding_probe"]
     assert len(probe["accuracy"]) == 2 and len(probe["accuracy"][0]) == 4 and probe["num_phrases"] > 0
-    assert (out / "grounding_probe.png").stat().st_size > 10_000
+    for name in ("grounding_probe.png", "best_head_attention.png"):  # the latter: every token's box over the image
+        assert (out / name).stat().st_size > 10_000
 
 
 @pytest.fixture(scope="module")
