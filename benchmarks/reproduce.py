@@ -972,7 +972,8 @@ def ensure_synthetic_refcoco(experiment: Experiment) -> None:
         from studies.synthetic_refcoco import write_synthetic_refcoco  # benchmarks/studies/synthetic_refcoco.py
 
         train_images, eval_images = (int(PATCH_VLM_SCENES[i]) for i in (2, 4))
-        write_synthetic_refcoco(ROOT / SYNTHETIC_REFCOCO_DIR, SyntheticSceneConfig(train_images, eval_images, distractors=True))
+        config = SyntheticSceneConfig(train_images, eval_images, distractors=True)
+        write_synthetic_refcoco(ROOT / SYNTHETIC_REFCOCO_DIR, config)
 
 
 def read_results(output_dir: Path, spec: Setting) -> dict[str, float]:

@@ -3,8 +3,8 @@ localization-heads` (`--selection_data_file` train.jsonl, `--data_file` val.json
 
 The scenes write their expressions in RefCOCO+'s own layout (`refcoco+/refs(unc).p` and `instances.json`, UNC splits
 train / val: one ref per shape, 1-3 expressions naming its appearance, `hf_vlalign.synthetic.tasks`); the library's
-RefCOCO+ builder (`hf_vlalign.data.builders.refcoco.build`) reads them back, and each row is written as docs/own_data.md's
-`refcoco` row: the rendered image, the expression and the referred shape's box in pixels.
+RefCOCO+ builder (`hf_vlalign.data.builders.refcoco.build`) reads them back, and each row is written as
+docs/own_data.md's `refcoco` row: the rendered image, the expression and the referred shape's box in pixels.
 
     python benchmarks/studies/synthetic_refcoco.py outputs/studies/synthetic_refcoco --train_images 800 --distractors
 """

@@ -46,7 +46,8 @@ def _split(examples: list[dict], args: argparse.Namespace) -> tuple[list[dict], 
         from ..vlms.localization_heads import refcoco_file_examples
 
         selecting = refcoco_file_examples(args.selection_data_file)
-        order = sorted(random.Random(args.seed).sample(range(len(selecting)), min(args.selection_samples, len(selecting))))
+        drawn = random.Random(args.seed).sample(range(len(selecting)), min(args.selection_samples, len(selecting)))
+        order = sorted(drawn)
         return [selecting[i] for i in order], examples
     order = list(range(len(examples)))
     random.Random(args.seed).shuffle(order)
