@@ -734,6 +734,77 @@ PATCH_VLM_STUDY = Experiment(
 )
 STUDIES = (*STUDIES, PATCH_VLM_STUDY)
 
+# issue 50's mechanism check of a multi-view family: a tiny random Qwen2-VL-style model (dynamic resolution, 2 x 2
+# merge: 8-pixel patches merged into 16-pixel image tokens, the LLaVA study's 8 x 8 grid on the 128-pixel scenes)
+# trained as the LLaVA study's models, then Kang et al.'s localization heads of each model, selected on the scenes'
+# training referring expressions and scored on the evaluation images' ones (RefCOCO layout: benchmarks/studies/
+# synthetic_refcoco.py, made on first use)
+QWEN2VL_MODEL = ("--tiny_family", "qwen2_vl", "--tiny_patch_size", "8")
+SYNTHETIC_REFCOCO = "{synthetic_refcoco}"
+SYNTHETIC_REFCOCO_DIR = Path("outputs/studies/synthetic_refcoco")
+QWEN2VL_HEADS = (
+    "--data_file", f"{SYNTHETIC_REFCOCO}/val.jsonl", "--selection_data_file", f"{SYNTHETIC_REFCOCO}/train.jsonl",
+    "--selection_samples", "1000", "--batch_size", "16",
+)  # fmt: skip
+HEADS_SCORES = ("accuracy", "centre_box_accuracy", "whole_image_accuracy", "flat_maps", "num_examples")
+
+
+def qwen2vl(supervision: str) -> Setting:
+    flags = ("--attention_supervision", supervision, "--supervised_layers", PATCH_VLM_SUPERVISED_LAYER)
+    flags = () if supervision == "none" else flags
+    return Setting("finetune_patch_vlm.py", (*QWEN2VL_MODEL, *PATCH_VLM_SCENES, *PATCH_VLM_TRAINING, *flags))
+
+
+def localization_heads(model: str) -> Setting:
+    """`hf-vlalign localization-heads` of the study's `model` setting: the accuracy at IoU 0.5 and its baselines."""
+    return Setting(
+        verb="localization-heads", args=QWEN2VL_HEADS, results_file="grounding_scores.json", start_from=model,
+        keep=HEADS_SCORES,
+    )  # fmt: skip
+
+
+QWEN2VL_STUDY = Experiment(
+    name="vlm_qwen2vl_mechanism",
+    title="A tiny Qwen2-VL-style model (dynamic resolution, 2 x 2 merge): direct supervision vs none, probe and "
+    "localization heads",
+    settings={
+        "none": qwen2vl("none"),
+        "direct": qwen2vl("direct"),
+        "none_heads": localization_heads("none"),
+        "direct_heads": localization_heads("direct"),
+    },
+    metrics=(
+        Metric(PATCH_VLM_BEST, "probe: best active head"),
+        Metric(f"{PATCH_VLM_PROBE}.mean_head_accuracy", "probe: mean head"),
+        Metric(f"{PATCH_VLM_PROBE}.baseline_accuracy", "probe: centre baseline"),
+        *_layers(f"{PATCH_VLM_PROBE}.best_head_of_layer.{{layer}}", "best head of layer {layer}", 4),
+        Metric("eval_loss_task", "caption loss (val)"),
+        Metric("accuracy", "localization heads: acc. at IoU 0.5"),
+        Metric("centre_box_accuracy", "centre box"),
+        Metric("whole_image_accuracy", "whole image"),
+    ),
+    claims=(
+        Claim(
+            "direct supervision: the best head grounds phrases far above the unsupervised model's best head",
+            Comparison(("direct", PATCH_VLM_BEST), ("none", PATCH_VLM_BEST)),
+            min_effect=0.1,
+        ),
+        Claim(
+            "direct supervision: the best head grounds phrases far above the centre baseline",
+            Comparison(("direct", PATCH_VLM_BEST), ("direct", f"{PATCH_VLM_PROBE}.baseline_accuracy")),
+            min_effect=0.1,
+        ),
+        Claim(
+            "the supervised model's localization heads ground referring expressions above the unsupervised model's",
+            Comparison(("direct_heads", "accuracy"), ("none_heads", "accuracy")),
+            min_effect=0.05,
+        ),
+    ),
+    budgets={MINIATURE: (), "smoke": (*STUDY_SMOKE_SCENES, *SMOKE_STEPS, "--tiny_layers", "3")},
+    verb_budgets={"smoke": ("--selection_samples", "8")},
+)
+STUDIES = (*STUDIES, QWEN2VL_STUDY)
+
 
 def second_world_studies() -> tuple[Experiment, ...]:
     """The studies of the second synthetic world: `EXPERIMENT` of each `benchmarks/studies/<study>_v2.py`."""
@@ -819,7 +890,10 @@ def run_command(
     output_dir = relative_to_root(output_dir)
     outputs_dir = outputs_dir if outputs_dir is not None else output_dir.parents[3]
     start = start_checkpoint(experiment, setting, budget, seed, outputs_dir)
-    args = [arg.replace(TINY_TEXT_MODEL, str(TINY_TEXT_MODEL_DIR)) for arg in spec.args]
+    args = [
+        arg.replace(TINY_TEXT_MODEL, str(TINY_TEXT_MODEL_DIR)).replace(SYNTHETIC_REFCOCO, str(SYNTHETIC_REFCOCO_DIR))
+        for arg in spec.args
+    ]
     if spec.verb is not None:
         verb_budget = experiment.verb_budgets.get(budget, ())
         return ["-m", "hf_vlalign.cli", spec.verb, str(start), *args, *verb_budget, "--out", str(output_dir)]
@@ -888,6 +962,18 @@ def ensure_tiny_text_model(experiment: Experiment) -> None:
         from studies.tiny_text_model import write_tiny_text_model  # benchmarks/studies/tiny_text_model.py
 
         write_tiny_text_model(ROOT / TINY_TEXT_MODEL_DIR)
+
+
+def ensure_synthetic_refcoco(experiment: Experiment) -> None:
+    """Writes the study scenes' referring expressions as `refcoco` files when a setting of `experiment` reads them
+    and they are missing."""
+    if any(SYNTHETIC_REFCOCO in arg for spec in experiment.settings.values() for arg in spec.args):
+        from hf_vlalign.synthetic import SyntheticSceneConfig
+        from studies.synthetic_refcoco import write_synthetic_refcoco  # benchmarks/studies/synthetic_refcoco.py
+
+        train_images, eval_images = (int(PATCH_VLM_SCENES[i]) for i in (2, 4))
+        config = SyntheticSceneConfig(train_images, eval_images, distractors=True)
+        write_synthetic_refcoco(ROOT / SYNTHETIC_REFCOCO_DIR, config)
 
 
 def read_results(output_dir: Path, spec: Setting) -> dict[str, float]:
@@ -1162,6 +1248,13 @@ def docs_block(name: str, report: dict) -> str:
     return f"{begin}\n{caption}\n\n{table(summary, experiment)}{mechanisms}{paired}{verdicts}\n{end}"
 
 
+def planned_block(name: str) -> str:
+    """The docs block of a study planned but not run yet: its plan and the command that runs it."""
+    begin, end = docs_markers(name)
+    command = f"python benchmarks/reproduce.py --budget miniature --experiments {name}"
+    return f"{begin}\nNot run yet: planned in `{plan_file(EXPERIMENTS[name])}`; `{command}` runs it.\n{end}"
+
+
 def diagnostic_text(check: dict, mean: bool = True) -> str:
     """"<label>: <mean> (>= <threshold>)", the mean left out with `mean` False (a claim not run yet) or when no run
     recorded it ("not recorded")."""
@@ -1220,12 +1313,14 @@ def summary_block(report: dict) -> str:
     return f"{begin}\n" + "\n".join(lines) + f"\n{end}"
 
 
-def write_docs(report: dict, root: Path = ROOT, summary: bool = True) -> list[str]:
-    """Rewrites the summary block (with `summary`) and each experiment's block on the page of README.md / docs/ that
-    holds its markers; returns what it wrote, as `<block> -> <page>`."""
+def write_docs(report: dict, root: Path = ROOT, summary: bool = True, planned: list[str] = ()) -> list[str]:
+    """Rewrites the summary block (with `summary`), each experiment's block and each `planned` study's (not run yet:
+    `planned_block`) on the page of README.md / docs/ that holds its markers; returns what it wrote, as
+    `<block> -> <page>`."""
     text = "\n".join(page.read_text() for page in docs_pages(root))
     blocks = {"summary": summary_block(report)} if summary else {}
     blocks |= {name: docs_block(name, report) for name in report["experiments"]}
+    blocks |= {name: planned_block(name) for name in planned}
     written = []
     for name, block in blocks.items():
         begin, end = docs_markers(name)
@@ -1398,6 +1493,7 @@ def main(argv: list[str] | None = None) -> dict:
             check_plans(results_dir, {experiment.name for experiment, _, _ in todo})
         for experiment in {experiment.name: experiment for experiment, _, _ in todo}.values():
             ensure_tiny_text_model(experiment)
+            ensure_synthetic_refcoco(experiment)
 
         def one(task: Run) -> None:
             experiment, setting, seed = task
@@ -1518,7 +1614,8 @@ def write_aggregate(results_dir: Path, budget: str, names: list[str] | None, doc
     for name in report["experiments"]:
         print(docs_block(name, report), flush=True)
     if docs:
-        print("docs blocks rewritten:", write_docs(report, summary=budget != MINIATURE))
+        planned = [name for name in names or [] if name not in report["experiments"]] if budget == MINIATURE else []
+        print("docs blocks rewritten:", write_docs(report, summary=budget != MINIATURE, planned=planned))
         if budget == MINIATURE:
             for name, block in (("studies", studies_block), ("claims", claims_block)):
                 begin, end = docs_markers(name)

@@ -74,7 +74,13 @@ from hf_vlalign.vlms import (
     probe_patch_model,
 )
 from hf_vlalign.vlms.loading import load_patch_model
-from hf_vlalign.vlms.tiny import MAX_IMAGE_SIZE, TINY_FAMILIES, tiny_patch_model, word_level_tokenizer
+from hf_vlalign.vlms.tiny import (
+    MAX_IMAGE_SIZE,
+    MULTIVIEW_FAMILIES,
+    TINY_FAMILIES,
+    tiny_patch_model,
+    word_level_tokenizer,
+)
 from hf_vlalign.vlms.user_data import PATCH_USER_TASKS
 
 logger = logging.getLogger(__name__)
@@ -95,10 +101,21 @@ class PatchVLMArguments(SubsetArguments):
         metadata={"help": f"dtype of a loaded model's weights: one of {DTYPES} (auto: the checkpoint's)."},
     )
     tiny_family: str = field(
-        default="llava", metadata={"help": f"without a model: a tiny random one of {TINY_FAMILIES}."}
+        default="llava",
+        metadata={"help": f"without a model: a tiny random one of {TINY_FAMILIES}, or of a multi-view family given by "
+                          f"its model_type: {MULTIVIEW_FAMILIES}."},
     )
-    tiny_image_size: int = field(default=128)
-    tiny_patch_size: int = field(default=16)
+    tiny_image_size: int = field(
+        default=128,
+        metadata={"help": "the side of a one-grid model's square image; of a multi-view family's view (a tile, a crop; "
+                          "Qwen-VL's dynamic resolution keeps each image's own size and aspect up to four such views' "
+                          "pixels, rounded to its 2 x 2 merged patches)."},
+    )
+    tiny_patch_size: int = field(
+        default=16,
+        metadata={"help": "the vision encoder's patch side (multi-view families: an even number per view, for their "
+                          "2 x 2 merges)."},
+    )
     tiny_hidden_size: int = field(default=64)
     tiny_layers: int = field(default=4)
     tiny_heads: int = field(default=4)
@@ -168,6 +185,10 @@ class PatchVLMArguments(SubsetArguments):
     )
 
     def __post_init__(self):
+        if self.tiny_family not in (*TINY_FAMILIES, *MULTIVIEW_FAMILIES):
+            raise ValueError(
+                f"`--tiny_family` must be one of {(*TINY_FAMILIES, *MULTIVIEW_FAMILIES)}, got {self.tiny_family!r}."
+            )
         if self.user_data_task not in PATCH_USER_TASKS:
             raise ValueError(
                 f"`--user_data_task` must be one of {tuple(PATCH_USER_TASKS)}, got {self.user_data_task!r}."

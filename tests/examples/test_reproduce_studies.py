@@ -342,3 +342,29 @@ def test_the_mechanism_checks_of_a_run_by_hand():
     table = {f"t.{layer}.{head}": 0.1 * layer + 0.01 * head for layer in range(3) for head in range(2)}
     halves = checks.layer_halves("t")({**table, "t.count": 9, "other.0.0": 5.0})
     assert halves == pytest.approx({"t.best_head_lower_layers": 0.01, "t.best_head_upper_layers": 0.21})
+
+
+def test_the_qwen2vl_study_scores_localization_heads_of_each_model_on_the_scenes_refcoco_files(tmp_path):
+    study = reproduce.EXPERIMENTS["vlm_qwen2vl_mechanism"]
+    outputs = tmp_path / "outputs"
+    command = reproduce.run_command(study, "direct_heads", "miniature", 42, outputs / "m" / "s" / "d" / "x", 1, outputs)
+    model = outputs / "miniature" / study.name / "direct" / "seed42"
+    assert command[:4] == ["-m", "hf_vlalign.cli", "localization-heads", str(model)]
+    refcoco = reproduce.SYNTHETIC_REFCOCO_DIR
+    assert command[command.index("--selection_data_file") + 1] == str(refcoco / "train.jsonl")
+    assert command[command.index("--data_file") + 1] == str(refcoco / "val.jsonl")
+    # the files hold the scenes' RefCOCO+ expressions as the library's builder reads them, with their images
+    from studies.synthetic_refcoco import write_synthetic_refcoco  # benchmarks/studies/, on reproduce's path
+
+    from hf_vlalign.data.builders.refcoco import build
+    from hf_vlalign.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
+
+    config = SyntheticSceneConfig(num_train_images=3, num_val_images=2, distractors=True)
+    rows = [json.loads(line) for line in (write_synthetic_refcoco(tmp_path / "refcoco", config) / "val.jsonl").open()]
+    expected = build(load_or_generate_synthetic_vgp(config=config).refcoco_dir, "val")
+    assert [(row["expression"], row["box"]) for row in rows] == [
+        (row["expression"], row["expression_phrase_boxes"][0][0]) for row in expected
+    ]
+    assert all(Path(row["image"]).is_file() for row in rows)
+    # planned, not run yet: the docs block names the plan and the command
+    assert "Not run yet: planned in `results/vlm_qwen2vl_mechanism/PLAN.md`" in reproduce.planned_block(study.name)

@@ -292,6 +292,14 @@ def test_the_cli_selects_scores_and_reuses_the_selection(tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "again")]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["selection_reused"] and again["num_examples"] == 5 and again["selected_heads"] == scores["selected_heads"]
+    # heads selected on another file's expressions (the paper: RefCOCO train), every example of the data scored
+    other = ["localization-heads", str(folder), "--data_file", str(data_file), "--selection_samples", "3"]
+    assert main([*other, "--selection_data_file", str(data_file), "--out", str(tmp_path / "other")]) == 0
+    chosen = json.loads(capsys.readouterr().out)
+    assert not chosen["selection_reused"] and chosen["selection_samples"] == 3 and chosen["num_examples"] == 5
+    with pytest.raises(SystemExit):  # and not beside a selection to reuse
+        main([*argv, "--selection_data_file", str(data_file), "--out", str(tmp_path / "y")])
+    assert "`--selection_data_file` " in capsys.readouterr().err
     # too many selection samples: one line naming the option
     with pytest.raises(SystemExit):
         main(["localization-heads", str(folder), "--data_file", str(data_file), "--out", str(tmp_path / "x")])

@@ -141,11 +141,12 @@ def test_images_dir_is_refused_for_a_region_model(tmp_path, capsys):
     assert "`--images_dir` applies only to transformers' patch models" in capsys.readouterr().err
 
 
-def test_the_example_fine_tunes_a_lora_adapter_with_supervision_and_probes(tmp_path):
+@pytest.mark.parametrize("family", ["llava", "qwen2_vl"])  # one grid; dynamic resolution with its 2 x 2 merge
+def test_the_example_fine_tunes_a_lora_adapter_with_supervision_and_probes(tmp_path, family):
     example = load_script("finetune_patch_vlm", ROOT / "examples" / "finetune_patch_vlm.py")
     out = tmp_path / "run"
     argv = [
-        *SCENES, "--output_dir", str(out), "--attention_supervision", "direct", "--supervised_layers", "1",
+        *SCENES, "--output_dir", str(out), "--tiny_family", family, "--attention_supervision", "direct", "--supervised_layers", "1",
         "--tiny_layers", "2", "--tiny_image_size", "64", "--max_steps", "3", "--per_device_train_batch_size", "8",
         "--report_to", "none", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
         "--attn_implementation", "eager",  # the supervision records the model's own kernel
@@ -163,6 +164,7 @@ def test_the_example_fine_tunes_a_lora_adapter_with_supervision_and_probes(tmp_p
     # the probe read the peft-wrapped model
     assert saved["grounding_probe"]["num_phrases"] == results["grounding_probe"]["num_phrases"] > 0
     assert saved["data"]["eval"]["captions"] == 30 and saved["data"]["phrases_cut_by_max_text_length"] == 0
+    assert saved["model_family"] == family
     # the adapter alone is saved (LoRA matrices of the language model), with the processor
     adapter = load_file(out / "adapter_model.safetensors")
     assert (out / "adapter_config.json").is_file() and not (out / "model.safetensors").exists()

@@ -40,8 +40,8 @@ PATCH_MODEL_COMMON_OPTIONS = (
     "data", "batch_size", "max_examples", "max_text_length", "best_head_among", "out", "json", "plot", "num_examples",
     "probe_examples",
     # localization-heads
-    "selection_file", "num_heads", "selection_samples", "seed", "component_share", "threshold_factor", "gold_boxes",
-    "excluded_layers",
+    "selection_file", "selection_data_file", "num_heads", "selection_samples", "seed", "component_share",
+    "threshold_factor", "gold_boxes", "excluded_layers",
 )  # fmt: skip
 PATCH_MODEL_OPTIONS = {
     "synthetic": SYNTHETIC_OPTIONS,

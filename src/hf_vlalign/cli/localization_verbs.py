@@ -37,9 +37,18 @@ def _examples(args: argparse.Namespace) -> tuple[list[dict], str]:
 
 def _split(examples: list[dict], args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     """(selection examples, scored examples): a seeded random `--selection_samples` of the data select the heads and
-    the others are scored (the paper selects on RefCOCO train and scores on val: no example does both)."""
+    the others are scored (the paper selects on RefCOCO train and scores on val: no example does both); with
+    `--selection_data_file`, that file's examples select (a seeded `--selection_samples` of them, all when fewer) and
+    every example of the data is scored."""
     if args.selection_samples < 1:
         raise ValueError(f"`--selection_samples` must be >= 1, got {args.selection_samples}.")
+    if args.selection_data_file is not None:
+        from ..vlms.localization_heads import refcoco_file_examples
+
+        selecting = refcoco_file_examples(args.selection_data_file)
+        drawn = random.Random(args.seed).sample(range(len(selecting)), min(args.selection_samples, len(selecting)))
+        order = sorted(drawn)
+        return [selecting[i] for i in order], examples
     order = list(range(len(examples)))
     random.Random(args.seed).shuffle(order)
     if args.selection_samples >= len(examples):
@@ -69,6 +78,11 @@ def run_localization_heads(args: argparse.Namespace) -> int:
     model, processor = load_patch_model(args.model)
     examples, source = _examples(args)
     reuse = args.selection_file is not None and args.selection_file.is_file()
+    if reuse and args.selection_data_file is not None:
+        raise ValueError(
+            f"`--selection_data_file` {args.selection_data_file} selects heads, but `--selection_file` "
+            f"{args.selection_file} holds a selection to reuse: drop one."
+        )
     if reuse:
         selection = HeadSelection.load(args.selection_file, model, args.model)
         scored = examples
@@ -119,6 +133,11 @@ def add_localization_heads(add_verb) -> None:
     group.add_argument(
         "--selection_file", type=Path, help="a selection to reuse (refused if made for another model config; the "
         "selection options below are then not read); when it does not exist, the heads are selected and saved there",
+    )  # fmt: skip
+    group.add_argument(
+        "--selection_data_file", type=Path, help="a `refcoco` file whose expressions select the heads (the paper: "
+        "RefCOCO train; --selection_samples of them drawn with --seed, all when fewer); every example of the data is "
+        "then scored",
     )  # fmt: skip
     group.add_argument("--num_heads", type=int_at_most("MAX_ANALYSIS_EXAMPLES"), default=3, help="localization heads kept (the paper: 3)")
     group.add_argument(
