@@ -157,7 +157,8 @@ def _rendered_markers() -> set[str]:
                    "benchmarks/data_loading.py", "benchmarks/vlm_supervision_cost.py", "benchmarks/vlm_supervision_scaling.py",
                    "docs/syntactic_grounding_table.py", "benchmarks/bad_inputs.py", "benchmarks/main_job_time.py",
                    "benchmarks/data_counts.py", "benchmarks/text_only_ceilings.py",
-                   "benchmarks/memory_estimate.py", "benchmarks/explorer_memory.py"):  # fmt: skip
+                   "benchmarks/memory_estimate.py", "benchmarks/explorer_memory.py",
+                   "benchmarks/vlm_token_layouts.py"):  # fmt: skip
         markers.add(load_script(Path(script).stem + "_layout", ROOT / script).DOCS_BEGIN)
     return markers
 
