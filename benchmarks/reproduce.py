@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import math
 import os
 import platform
@@ -1108,6 +1109,11 @@ def load_runs(results_dir: Path, budget: str, experiment: Experiment) -> dict[st
 DIAGNOSTICS_PREFIX = "diagnostics."
 
 
+def generic_command(command: str, seed: int) -> str:
+    """A run's command with its seed written S (the `--seed` flag and the run's `/seed<N>` folders)."""
+    return re.sub(rf"/seed{seed}(?=\s|$)", "/seedS", command.replace(f"--seed {seed}", "--seed S"))
+
+
 def setting_diagnostics(by_seed: dict[int, dict]) -> dict[str, dict]:
     """Each mechanism diagnostic every run of a setting recorded, summarised over seeds."""
     keys = set.intersection(*(set(run["metrics"]) for run in by_seed.values()))
@@ -1132,9 +1138,7 @@ def aggregate_experiment(results_dir: Path, budget: str, experiment: Experiment)
         first = by_seed[min(by_seed)]
         diagnostics = setting_diagnostics(by_seed)
         settings[setting] = {
-            "command": first["command"]
-            .replace(f"--seed {first['seed']}", "--seed S")
-            .replace(f"/seed{first['seed']} ", "/seedS "),
+            "command": generic_command(first["command"], first["seed"]),
             "seeds": sorted(by_seed),
             "metrics": metrics,
             "wall_seconds": summarise({seed: run["wall_seconds"] for seed, run in sorted(by_seed.items())}),
