@@ -702,35 +702,39 @@ PATCH_VLM_PROBE = "grounding_probe"
 PATCH_VLM_BEST = f"{PATCH_VLM_PROBE}.best_head_accuracy"
 
 
-def patch_vlm(supervision: str) -> Setting:
+def patch_vlm(supervision: str, model: tuple[str, ...] = ()) -> Setting:
     flags = ("--attention_supervision", supervision, "--supervised_layers", PATCH_VLM_SUPERVISED_LAYER)
     flags = () if supervision == "none" else flags
-    return Setting("finetune_patch_vlm.py", (*PATCH_VLM_SCENES, *PATCH_VLM_TRAINING, *flags))
+    return Setting("finetune_patch_vlm.py", (*model, *PATCH_VLM_SCENES, *PATCH_VLM_TRAINING, *flags))
+
+
+PATCH_VLM_METRICS = (
+    Metric(PATCH_VLM_BEST, "probe: best active head"),
+    Metric(f"{PATCH_VLM_PROBE}.mean_head_accuracy", "probe: mean head"),
+    Metric(f"{PATCH_VLM_PROBE}.baseline_accuracy", "probe: centre baseline"),
+    *_layers(f"{PATCH_VLM_PROBE}.best_head_of_layer.{{layer}}", "best head of layer {layer}", 4),
+    Metric("eval_loss_task", "caption loss (val)"),
+)
+PATCH_VLM_CLAIMS = (
+    Claim(
+        "direct supervision: the best head grounds phrases far above the unsupervised model's best head",
+        Comparison(("direct", PATCH_VLM_BEST), ("none", PATCH_VLM_BEST)),
+        min_effect=0.1,
+    ),
+    Claim(
+        "direct supervision: the best head grounds phrases far above the centre baseline",
+        Comparison(("direct", PATCH_VLM_BEST), ("direct", f"{PATCH_VLM_PROBE}.baseline_accuracy")),
+        min_effect=0.1,
+    ),
+)
 
 
 PATCH_VLM_STUDY = Experiment(
     name="vlm_patch_supervision",
     title="Attention supervision of a tiny LLaVA-style model (patches as regions): direct and semi-direct vs none",
     settings={name: patch_vlm(name) for name in ("none", "direct", "semi_direct")},
-    metrics=(
-        Metric(PATCH_VLM_BEST, "probe: best active head"),
-        Metric(f"{PATCH_VLM_PROBE}.mean_head_accuracy", "probe: mean head"),
-        Metric(f"{PATCH_VLM_PROBE}.baseline_accuracy", "probe: centre baseline"),
-        *_layers(f"{PATCH_VLM_PROBE}.best_head_of_layer.{{layer}}", "best head of layer {layer}", 4),
-        Metric("eval_loss_task", "caption loss (val)"),
-    ),
-    claims=(
-        Claim(
-            "direct supervision: the best head grounds phrases far above the unsupervised model's best head",
-            Comparison(("direct", PATCH_VLM_BEST), ("none", PATCH_VLM_BEST)),
-            min_effect=0.1,
-        ),
-        Claim(
-            "direct supervision: the best head grounds phrases far above the centre baseline",
-            Comparison(("direct", PATCH_VLM_BEST), ("direct", f"{PATCH_VLM_PROBE}.baseline_accuracy")),
-            min_effect=0.1,
-        ),
-    ),
+    metrics=PATCH_VLM_METRICS,
+    claims=PATCH_VLM_CLAIMS,
     budgets={MINIATURE: (), "smoke": (*STUDY_SMOKE_SCENES, *SMOKE_STEPS, "--tiny_layers", "3")},
 )
 STUDIES = (*STUDIES, PATCH_VLM_STUDY)
@@ -750,12 +754,6 @@ QWEN2VL_HEADS = (
 HEADS_SCORES = ("accuracy", "centre_box_accuracy", "whole_image_accuracy", "flat_maps", "num_examples")
 
 
-def qwen2vl(supervision: str) -> Setting:
-    flags = ("--attention_supervision", supervision, "--supervised_layers", PATCH_VLM_SUPERVISED_LAYER)
-    flags = () if supervision == "none" else flags
-    return Setting("finetune_patch_vlm.py", (*QWEN2VL_MODEL, *PATCH_VLM_SCENES, *PATCH_VLM_TRAINING, *flags))
-
-
 def localization_heads(model: str) -> Setting:
     """`hf-vlalign localization-heads` of the study's `model` setting: the accuracy at IoU 0.5 and its baselines."""
     return Setting(
@@ -769,32 +767,19 @@ QWEN2VL_STUDY = Experiment(
     title="A tiny Qwen2-VL-style model (dynamic resolution, 2 x 2 merge): direct supervision vs none, probe and "
     "localization heads",
     settings={
-        "none": qwen2vl("none"),
-        "direct": qwen2vl("direct"),
+        "none": patch_vlm("none", QWEN2VL_MODEL),
+        "direct": patch_vlm("direct", QWEN2VL_MODEL),
         "none_heads": localization_heads("none"),
         "direct_heads": localization_heads("direct"),
     },
     metrics=(
-        Metric(PATCH_VLM_BEST, "probe: best active head"),
-        Metric(f"{PATCH_VLM_PROBE}.mean_head_accuracy", "probe: mean head"),
-        Metric(f"{PATCH_VLM_PROBE}.baseline_accuracy", "probe: centre baseline"),
-        *_layers(f"{PATCH_VLM_PROBE}.best_head_of_layer.{{layer}}", "best head of layer {layer}", 4),
-        Metric("eval_loss_task", "caption loss (val)"),
+        *PATCH_VLM_METRICS,
         Metric("accuracy", "localization heads: acc. at IoU 0.5"),
         Metric("centre_box_accuracy", "centre box"),
         Metric("whole_image_accuracy", "whole image"),
     ),
     claims=(
-        Claim(
-            "direct supervision: the best head grounds phrases far above the unsupervised model's best head",
-            Comparison(("direct", PATCH_VLM_BEST), ("none", PATCH_VLM_BEST)),
-            min_effect=0.1,
-        ),
-        Claim(
-            "direct supervision: the best head grounds phrases far above the centre baseline",
-            Comparison(("direct", PATCH_VLM_BEST), ("direct", f"{PATCH_VLM_PROBE}.baseline_accuracy")),
-            min_effect=0.1,
-        ),
+        *PATCH_VLM_CLAIMS,
         Claim(
             "the supervised model's localization heads ground referring expressions above the unsupervised model's",
             Comparison(("direct_heads", "accuracy"), ("none_heads", "accuracy")),
