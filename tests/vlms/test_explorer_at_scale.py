@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from test_patch_models import sharpen
 
 from hf_vlalign.alignment.patches import centre_prior
 from hf_vlalign.analysis.explorer import (
@@ -46,17 +47,6 @@ EXAMPLES = [
     {"image": noise_image(80, 64, 2), "caption": CAPTIONS[2],
      "phrases": [_phrase(CAPTIONS[2], "Two red boxes", [0, 32, 40, 64]), _phrase(CAPTIONS[2], "a ball", [40, 0, 80, 32])]},
 ]  # fmt: skip
-
-
-def sharpen(model) -> None:
-    """Larger query / key weights: a tiny model's attention is otherwise nearly uniform (argmaxes by rounding)."""
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for module in patch_model_family(model).attention_modules(model):
-            for name in ("q_proj", "k_proj", "query", "key"):
-                if hasattr(module, name):
-                    weight = getattr(module, name).weight
-                    weight.copy_(torch.randn(weight.shape, generator=generator) * 0.25)
 
 
 @pytest.fixture(scope="module")
