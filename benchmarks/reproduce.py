@@ -747,6 +747,10 @@ STUDIES = (*STUDIES, PATCH_VLM_STUDY)
 QWEN2VL_MODEL = ("--tiny_family", "qwen2_vl", "--tiny_patch_size", "8")
 SYNTHETIC_REFCOCO = "{synthetic_refcoco}"
 SYNTHETIC_REFCOCO_DIR = Path("outputs/studies/synthetic_refcoco")
+SYNTHETIC_CANVASES = "{synthetic_canvases}"  # the scenes on canvases of several sizes (studies/synthetic_canvases.py)
+SYNTHETIC_CANVASES_DIR = Path("outputs/studies/synthetic_canvases")
+# the data folders the studies' commands name by placeholder, each written on first use (`ensure_study_data`)
+STUDY_DATA = {SYNTHETIC_REFCOCO: SYNTHETIC_REFCOCO_DIR, SYNTHETIC_CANVASES: SYNTHETIC_CANVASES_DIR}
 QWEN2VL_HEADS = (
     "--data_file", f"{SYNTHETIC_REFCOCO}/val.jsonl", "--selection_data_file", f"{SYNTHETIC_REFCOCO}/train.jsonl",
     "--selection_samples", "1000", "--batch_size", "16",
@@ -876,10 +880,7 @@ def run_command(
     output_dir = relative_to_root(output_dir)
     outputs_dir = outputs_dir if outputs_dir is not None else output_dir.parents[3]
     start = start_checkpoint(experiment, setting, budget, seed, outputs_dir)
-    args = [
-        arg.replace(TINY_TEXT_MODEL, str(TINY_TEXT_MODEL_DIR)).replace(SYNTHETIC_REFCOCO, str(SYNTHETIC_REFCOCO_DIR))
-        for arg in spec.args
-    ]
+    args = [with_study_data(arg.replace(TINY_TEXT_MODEL, str(TINY_TEXT_MODEL_DIR))) for arg in spec.args]
     if spec.verb is not None:
         verb_budget = experiment.verb_budgets.get(budget, ())
         return ["-m", "hf_vlalign.cli", spec.verb, str(start), *args, *verb_budget, "--out", str(output_dir)]
@@ -950,16 +951,27 @@ def ensure_tiny_text_model(experiment: Experiment) -> None:
         write_tiny_text_model(ROOT / TINY_TEXT_MODEL_DIR)
 
 
-def ensure_synthetic_refcoco(experiment: Experiment) -> None:
-    """Writes the study scenes' referring expressions as `refcoco` files when a setting of `experiment` reads them
-    and they are missing."""
-    if any(SYNTHETIC_REFCOCO in arg for spec in experiment.settings.values() for arg in spec.args):
+def with_study_data(arg: str) -> str:
+    for placeholder, folder in STUDY_DATA.items():
+        arg = arg.replace(placeholder, str(folder))
+    return arg
+
+
+def ensure_study_data(experiment: Experiment) -> None:
+    """Writes the data folders (`STUDY_DATA`) a setting of `experiment` reads when they are missing: the study
+    scenes' referring expressions as `refcoco` files, the scenes on canvases of several sizes."""
+    named = {key for spec in experiment.settings.values() for arg in spec.args for key in STUDY_DATA if key in arg}
+    if SYNTHETIC_REFCOCO in named:
         from hf_vlalign.synthetic import SyntheticSceneConfig
         from studies.synthetic_refcoco import write_synthetic_refcoco  # benchmarks/studies/synthetic_refcoco.py
 
         train_images, eval_images = (int(PATCH_VLM_SCENES[i]) for i in (2, 4))
         config = SyntheticSceneConfig(train_images, eval_images, distractors=True)
         write_synthetic_refcoco(ROOT / SYNTHETIC_REFCOCO_DIR, config)
+    if SYNTHETIC_CANVASES in named:
+        from studies.synthetic_canvases import write_synthetic_canvases  # benchmarks/studies/synthetic_canvases.py
+
+        write_synthetic_canvases(ROOT / SYNTHETIC_CANVASES_DIR)
 
 
 def read_results(output_dir: Path, spec: Setting) -> dict[str, float]:
@@ -1482,7 +1494,7 @@ def main(argv: list[str] | None = None) -> dict:
             check_plans(results_dir, {experiment.name for experiment, _, _ in todo})
         for experiment in {experiment.name: experiment for experiment, _, _ in todo}.values():
             ensure_tiny_text_model(experiment)
-            ensure_synthetic_refcoco(experiment)
+            ensure_study_data(experiment)
 
         def one(task: Run) -> None:
             experiment, setting, seed = task

@@ -41,7 +41,7 @@ PATCH_MODEL_COMMON_OPTIONS = (
     "probe_examples",
     # localization-heads
     "selection_file", "selection_data_file", "num_heads", "selection_samples", "seed", "component_share",
-    "threshold_factor", "gold_boxes", "excluded_layers",
+    "threshold_factor", "gold_boxes", "excluded_layers", "smoothing_sigma",
 )  # fmt: skip
 PATCH_MODEL_OPTIONS = {
     "synthetic": SYNTHETIC_OPTIONS,

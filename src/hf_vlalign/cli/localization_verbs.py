@@ -95,7 +95,8 @@ def run_localization_heads(args: argparse.Namespace) -> int:
         if args.selection_file is not None:
             write_result(args.selection_file, selection.save)
     scores = localization_head_grounding(
-        model, processor, scored, selection, merge_gold_boxes=args.gold_boxes == "union", batch_size=args.batch_size
+        model, processor, scored, selection, merge_gold_boxes=args.gold_boxes == "union", batch_size=args.batch_size,
+        smoothing_sigma=args.smoothing_sigma,
     )
     args.out.mkdir(parents=True, exist_ok=True)
     write_result(args.out / SELECTION_FILE, selection.save)
@@ -128,6 +129,11 @@ def add_localization_heads(add_verb) -> None:
     group.add_argument(
         "--gold_boxes", choices=("union", "any"), default="union",
         help="a phrase of several boxes is right when its box meets their union (Plummer et al.) or any one (MDETR's ANY-BOX)",
+    )  # fmt: skip
+    group.add_argument(
+        "--smoothing_sigma", type=float, default=1.0,
+        help="sigma of the grounding's 7 x 7 Gaussian, in grid cells (the paper: 1 on LLaVA-1.5's 24 x 24 grid; grid "
+        "side / 24 keeps that smoothing as a share of the image on another grid)",
     )  # fmt: skip
     group = parser.add_argument_group("head selection")
     group.add_argument(
