@@ -69,6 +69,7 @@ from study_types import (  # noqa: E402  (benchmarks/study_types.py: what a stud
     Metric,
     Setting,
     scenes_with_distractors,
+    patch_vlm_claims,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -715,18 +716,7 @@ PATCH_VLM_METRICS = (
     *_layers(f"{PATCH_VLM_PROBE}.best_head_of_layer.{{layer}}", "best head of layer {layer}", 4),
     Metric("eval_loss_task", "caption loss (val)"),
 )
-PATCH_VLM_CLAIMS = (
-    Claim(
-        "direct supervision: the best head grounds phrases far above the unsupervised model's best head",
-        Comparison(("direct", PATCH_VLM_BEST), ("none", PATCH_VLM_BEST)),
-        min_effect=0.1,
-    ),
-    Claim(
-        "direct supervision: the best head grounds phrases far above the centre baseline",
-        Comparison(("direct", PATCH_VLM_BEST), ("direct", f"{PATCH_VLM_PROBE}.baseline_accuracy")),
-        min_effect=0.1,
-    ),
-)
+PATCH_VLM_CLAIMS = patch_vlm_claims(PATCH_VLM_BEST, f"{PATCH_VLM_PROBE}.baseline_accuracy")
 
 
 PATCH_VLM_STUDY = Experiment(

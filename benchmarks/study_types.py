@@ -136,3 +136,25 @@ def scenes_with_distractors(train_images: int, eval_images: int = 150) -> tuple[
 
 
 WORLD_V2 = ("--synthetic_world", "v2")
+
+
+def patch_vlm_claims(
+    best: str, baseline: str, above_none: tuple[Diagnostic, ...] = (), above_baseline: tuple[Diagnostic, ...] = ()
+) -> tuple[Claim, Claim]:
+    """The mechanism checks' claims on a patch VLM (issue 50): with direct supervision the best head (`best`, a probe
+    key of the `direct` and `none` runs) grounds far above the unsupervised model's and far above `baseline`, each
+    with the diagnostics its verdict needs."""
+    return (
+        Claim(
+            "direct supervision: the best head grounds phrases far above the unsupervised model's best head",
+            Comparison(("direct", best), ("none", best)),
+            min_effect=0.1,
+            diagnostics=above_none,
+        ),
+        Claim(
+            "direct supervision: the best head grounds phrases far above the centre baseline",
+            Comparison(("direct", best), ("direct", baseline)),
+            min_effect=0.1,
+            diagnostics=above_baseline,
+        ),
+    )

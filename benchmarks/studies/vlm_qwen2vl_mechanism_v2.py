@@ -9,7 +9,7 @@ smoothing kept as a share of the image. Each claim's verdict needs its mechanism
 from __future__ import annotations
 
 from studies.mechanism_checks import mechanism_checks  # benchmarks/studies/mechanism_checks.py
-from study_types import SMOKE_STEPS, Claim, Comparison, Diagnostic, Experiment, Metric, Setting
+from study_types import SMOKE_STEPS, Claim, Comparison, Diagnostic, Experiment, Metric, Setting, patch_vlm_claims
 
 SYNTHETIC_CANVASES = "{synthetic_canvases}"  # benchmarks/studies/synthetic_canvases.py, made on first use
 MODEL = ("--tiny_family", "qwen2_vl", "--tiny_patch_size", "8")
@@ -76,18 +76,10 @@ EXPERIMENT = Experiment(
         Metric("whole_image_accuracy", "whole image"),
     ),
     claims=(
-        Claim(
-            "direct supervision: the best head grounds phrases far above the unsupervised model's best head",
-            Comparison(("direct", BEST), ("none", BEST)),
-            min_effect=0.1,
-            diagnostics=(SUPERVISION_ACTS, *READS_THE_IMAGE),
-        ),
-        Claim(
-            "direct supervision: the best head grounds phrases far above the centre baseline",
-            Comparison(("direct", BEST), ("direct", f"{PROBE}.baseline_accuracy")),
-            min_effect=0.1,
-            diagnostics=(SUPERVISION_ACTS, READS_THE_IMAGE[1]),
-        ),
+        *patch_vlm_claims(
+            BEST, f"{PROBE}.baseline_accuracy", above_none=(SUPERVISION_ACTS, *READS_THE_IMAGE),
+            above_baseline=(SUPERVISION_ACTS, READS_THE_IMAGE[1]),
+        ),  # fmt: skip
         Claim(
             "the supervised model's localization heads ground referring expressions above the unsupervised model's",
             Comparison(("direct_heads", "accuracy"), ("none_heads", "accuracy")),

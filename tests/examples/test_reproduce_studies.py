@@ -368,3 +368,47 @@ def test_the_qwen2vl_study_scores_localization_heads_of_each_model_on_the_scenes
     assert all(Path(row["image"]).is_file() for row in rows)
     # planned, not run yet: the docs block names the plan and the command
     assert "Not run yet: planned in `results/vlm_qwen2vl_mechanism/PLAN.md`" in reproduce.planned_block(study.name)
+
+
+def test_the_qwen2vl_second_plan_reads_the_scenes_on_canvases_with_their_boxes_moved(tmp_path):
+    study = reproduce.EXPERIMENTS["vlm_qwen2vl_mechanism_v2"]
+    assert reproduce.plan_file(study) == "results/vlm_qwen2vl_mechanism/PLAN_v2.md"
+    outputs = tmp_path / "outputs"
+    canvases = reproduce.SYNTHETIC_CANVASES_DIR
+    command = reproduce.run_command(study, "direct", "miniature", 42, outputs / "m" / "s" / "d" / "x", 1, outputs)
+    assert command[command.index("--train_file") + 1] == str(canvases / "train.jsonl")
+    heads = reproduce.run_command(study, "none_heads", "miniature", 42, outputs / "m" / "s" / "n" / "x", 1, outputs)
+    assert heads[heads.index("--data_file") + 1] == str(canvases / "refcoco_val.jsonl")
+    assert heads[heads.index("--smoothing_sigma") + 1] == "0.3333"
+    from PIL import Image
+    from studies.synthetic_canvases import CANVASES, write_synthetic_canvases  # benchmarks/studies/
+
+    from hf_vlalign.data.builders.refcoco import build
+    from hf_vlalign.synthetic import SyntheticSceneConfig, load_or_generate_synthetic_vgp
+    from hf_vlalign.vlms.data import grounded_caption_examples
+
+    config = SyntheticSceneConfig(num_train_images=3, num_val_images=3, min_shapes=4, distractors=True)
+    folder = write_synthetic_canvases(tmp_path / "canvases", config, seed=1)
+    scenes = load_or_generate_synthetic_vgp(config=config)
+    placements = json.loads((folder / "canvases.json").read_text())["placements"]
+    captions = [json.loads(line) for line in (folder / "val.jsonl").open()]
+    originals, _ = grounded_caption_examples(scenes.flickr30k_entities, scenes.images, "val")
+    assert [row["caption"] for row in captions] == [example["caption"] for example in originals]
+    for row, original in zip(captions, originals):
+        image_id = original["image_id"]
+        (dx, dy), canvas = placements[image_id]["offset"], tuple(placements[image_id]["canvas"])
+        image, scene = Image.open(folder / row["image"]), Image.open(original["image_path"]).convert("RGB")
+        assert image.size == canvas and canvas in CANVASES
+        # each phrase's moved box holds the scene's pixels of its original box
+        for phrase, source in zip(row["phrases"], original["phrases"]):
+            assert row["caption"][phrase["start"] :].startswith(phrase["text"])
+            (x1, y1, x2, y2), moved = source["boxes"][0], phrase["boxes"][0]
+            assert moved == [x1 + dx, y1 + dy, x2 + dx, y2 + dy]
+            assert image.crop(moved).tobytes() == scene.crop((x1, y1, x2, y2)).tobytes()
+    expressions = [json.loads(line) for line in (folder / "refcoco_val.jsonl").open()]
+    expected = build(scenes.refcoco_dir, "val")
+    assert [row["expression"] for row in expressions] == [row["expression"] for row in expected]
+    for row, source in zip(expressions, expected):
+        dx, dy = placements[Path(row["image"]).stem]["offset"]
+        x1, y1, x2, y2 = source["expression_phrase_boxes"][0][0]
+        assert row["box"] == [x1 + dx, y1 + dy, x2 + dx, y2 + dy]

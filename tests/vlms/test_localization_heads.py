@@ -27,6 +27,7 @@ from hf_vlalign.vlms.localization_heads import (
     find_localization_heads,
     flickr30k_phrase_examples,
     gaussian_smooth,
+    gold_box_rows,
     ground_from_heads,
     head_spatial_entropy,
     image_attention_rows,
@@ -113,6 +114,21 @@ def test_grounding_box_from_one_view_and_from_a_thumbnail_with_tiles():
     # the entropy of several views: each view's, weighted by the head's mass on it (thumbnail 0.35: one blob, 0;
     # left tile 0.04: uniform, inf, but weighted by 0.04 > 0 -> inf)
     assert math.isinf(float(head_spatial_entropy(rows, views)))
+
+
+def test_gold_box_rows_are_uniform_over_the_tokens_the_gold_box_covers():
+    token_map = ImageTokenMap((64, 32), 8, [TokenView("image", (2, 4), (0.0, 0.0, 64.0, 32.0), torch.arange(8))])
+    # 16-pixel cells; a box over columns 1-2 of the top row and half of column 3: cells 1, 2 (and 3 at half)
+    rows = gold_box_rows(token_map, [[16.0, 0.0, 56.0, 16.0]])
+    assert rows[0].tolist() == pytest.approx([0.0, 1 / 3, 1 / 3, 1 / 3, 0.0, 0.0, 0.0, 0.0])
+    # two boxes: their union box (Plummer et al.) spans both rows' first column, or each box's own cells (any)
+    boxes = [[0.0, 0.0, 16.0, 16.0], [0.0, 16.0, 16.0, 32.0]]
+    assert gold_box_rows(token_map, boxes).tolist() == [[0.5, 0, 0, 0, 0.5, 0, 0, 0]]
+    assert gold_box_rows(token_map, [[0.0, 0.0, 16.0, 16.0], [48.0, 16.0, 64.0, 32.0]], merge_gold_boxes=False).tolist() == [
+        [0.5, 0, 0, 0, 0, 0, 0, 0.5]
+    ]
+    # a box smaller than half a cell: its most covered cell
+    assert gold_box_rows(token_map, [[20.0, 20.0, 26.0, 26.0]]).tolist() == [[0, 0, 0, 0, 0, 1.0, 0, 0]]
 
 
 def test_selection_by_hand():
@@ -218,6 +234,13 @@ def test_a_planted_localization_head_is_selected_and_grounds_the_box(llava, plan
     assert localization_head_grounding(model, processor, halves, selection, batch_size=4)["accuracy"] == 1.0
     any_box = localization_head_grounding(model, processor, halves, selection, merge_gold_boxes=False, batch_size=4)
     assert any_box["accuracy"] == 0.0 and any_box["gold_boxes"] == "any"
+    # the procedure's ceiling: a map on the gold quarter's own cells widens to the same box (IoU 0.64)
+    assert scores["gold_map_accuracy"] == 1.0 and scores["smoothing_sigma"] == 1.0
+    # a third of a cell (the paper's share of the image on a grid a third as fine): the box is the quarter itself
+    sharp = localization_head_grounding(model, processor, EXAMPLES, selection, batch_size=4, smoothing_sigma=1 / 3)
+    assert all(box == [32.0, 32.0, 64.0, 64.0] for box in sharp["predicted_boxes"]) and sharp["accuracy"] == 1.0
+    with pytest.raises(ValueError, match=r"`smoothing_sigma` \(the smoothing Gaussian's sigma, in grid cells\) must be a number > 0, got 0"):
+        localization_head_grounding(model, processor, EXAMPLES, selection, smoothing_sigma=0)
 
 
 @pytest.mark.usefixtures("synthetic_scene_cache")
@@ -304,3 +327,6 @@ def test_the_cli_selects_scores_and_reuses_the_selection(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["localization-heads", str(folder), "--data_file", str(data_file), "--out", str(tmp_path / "x")])
     assert "`--selection_samples` 1000 leaves none of the data's 5 examples to score" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a smoothing of no width, before the model loads
+        main([*other, "--smoothing_sigma", "0", "--out", str(tmp_path / "z")])
+    assert "`--smoothing_sigma` (the smoothing Gaussian's sigma, in grid cells) must be a number > 0, got 0.0" in capsys.readouterr().err

@@ -61,13 +61,14 @@ def _split(examples: list[dict], args: argparse.Namespace) -> tuple[list[dict], 
 
 
 def run_localization_heads(args: argparse.Namespace) -> int:
+    from ..vlms.loading import load_patch_model
     from ..vlms.localization_heads import (
         HeadSelection,
+        check_sigma,
         find_localization_heads,
         localization_head_grounding,
         plot_head_selection,
     )
-    from ..vlms.loading import load_patch_model
 
     if not reads_patch_model(args):
         raise ValueError(
@@ -75,6 +76,7 @@ def run_localization_heads(args: argparse.Namespace) -> int:
             "localization heads read the last text token's attention over the image tokens."
         )
     require("matplotlib", extra="plots")  # the selection's plot: checked before the model runs
+    check_sigma("--smoothing_sigma", args.smoothing_sigma)
     model, processor = load_patch_model(args.model)
     examples, source = _examples(args)
     reuse = args.selection_file is not None and args.selection_file.is_file()

@@ -693,9 +693,10 @@ def plot_head_selection(selection: HeadSelection, path: str | Path) -> None:
         marked = (layer, head) in selection.selected
         scatter.plot(float(selection.mean_attention_sum[layer, head]), float(share[layer, head]), "o",
                      color="tab:orange" if marked else "0.6", ms=7 if marked else 3)  # fmt: skip
-        if marked:
+        if marked:  # the labels of heads with close values stack one under the other, in selection order
+            rank = selection.selected.index((layer, head))
             scatter.annotate(f"L{layer}H{head}", (float(selection.mean_attention_sum[layer, head]), float(share[layer, head])),
-                             textcoords="offset points", xytext=(4, 4), fontsize=8)  # fmt: skip
+                             textcoords="offset points", xytext=(4, 4 - 11 * rank), fontsize=8)  # fmt: skip
     scatter.axvline(selection.tau, color="tab:red", ls="--", lw=1)
     scatter.set(xlabel="mean S_img (share of attention)", ylabel=f"frequency (share of {selection.num_samples} samples)",
                 title=f"among the {selection.per_sample_heads} lowest spatial entropies")  # fmt: skip
