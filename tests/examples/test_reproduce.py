@@ -63,7 +63,7 @@ def test_every_command_is_a_valid_example_command_line(experiment, setting, budg
     assert training_args.report_to == [] or training_args.report_to in ("none", ["none"])
     flags = [*spec.args, *reproduce.budget_args(experiment, budget)]
     for name, value in flag_values(flags).items():  # every `--flag value` reaches the parsed arguments
-        value = value.replace(reproduce.TINY_TEXT_MODEL, str(reproduce.TINY_TEXT_MODEL_DIR))
+        value = reproduce.with_study_data(value.replace(reproduce.TINY_TEXT_MODEL, str(reproduce.TINY_TEXT_MODEL_DIR)))
         found = [getattr(part, name) for part in parsed if hasattr(part, name)]
         parsed_value = found[0] if found else None
         parsed_value = getattr(parsed_value, "value", parsed_value)  # transformers' enums hold the flag's string
